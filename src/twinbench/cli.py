@@ -1,0 +1,162 @@
+"""The command line: parses flags, builds RunSpecs, delegates. No measurement or model code lives here."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from twinbench import runner
+from twinbench.spec import OVERRIDABLE, PRESETS, RunSpec, SpecError, flag, from_preset, validate
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Measure the same Transformer trained in PyTorch and JAX, honestly.")
+console = Console(stderr=True)
+out = Console(width=None if sys.stdout.isatty() else 150)
+
+
+def fail(message: str, code: int = 2) -> None:
+    """One line on stderr, a non-zero exit: how every user error ends."""
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def with_spec_flags(fn: Callable) -> Callable:
+    """Add one option per overridable RunSpec field (``--d-model`` for ``d_model``) to a command.
+
+    The command receives them in ``**overrides`` (``None`` when not given), so every field of the spec is a
+    flag without writing each one by hand in every command.
+    """
+    sig = inspect.signature(fn)
+    params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    for name, typ in OVERRIDABLE.items():
+        option = typer.Option(None, flag(name), help=f"override the preset's {name}",
+                              rich_help_panel="Run spec (overrides the preset)")
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                                        annotation=Optional[typ]))  # noqa: UP045 (typer needs Optional)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SpecError as e:
+            fail(str(e))
+
+    wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _csv(value: str | None) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def build_specs(preset: str, frameworks: str, strategies: str | None, overrides: dict[str, Any],
+                **top: Any) -> list[RunSpec]:
+    """One validated RunSpec per selected (framework, strategy)."""
+    from twinbench.strategies import registry
+
+    fws = _csv(frameworks) or []
+    chosen = registry.select(fws, _csv(strategies))
+    if not chosen:
+        raise SpecError(f"--strategies: nothing selected for --framework {frameworks}")
+    base = validate(from_preset(preset, overrides, **top))
+    if base.train.data:  # a bad data file is a user error: say so before spawning anything
+        from twinbench.data.text import read_text_file
+
+        read_text_file(base.train.data, base.train.seq + 2)
+    return [validate(RunSpec(**{**base.__dict__, "framework": s.framework, "strategy": s.name}))
+            for s in chosen]
+
+
+def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_steps: int, json_path: Path | None,
+                   title: str) -> list[dict[str, Any]]:
+    """Run specs with a progress bar, then print the table and write summary.md (and --json)."""
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from twinbench.report.table import conditions, crossings, markdown, rich_table
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console,
+                  transient=True) as progress:
+        task = progress.add_task("starting", total=len(specs))
+
+        def on_start(spec: RunSpec) -> None:
+            progress.update(task, description=f"running {spec.label()} ({spec.preset})")
+
+        def on_done(spec: RunSpec, record: dict[str, Any]) -> None:
+            progress.advance(task)
+            if record.get("status") != "ok":
+                progress.console.print(f"[red]failed[/] {spec.label()}: {record.get('error')}", highlight=False)
+
+        try:
+            records = runner.run_many(specs, out_dir, timeout, on_start, on_done)
+        except runner.Interrupted:
+            progress.stop()
+            fail(f"interrupted; finished runs are in {out_dir / runner.RESULTS}; "
+                 f"continue with --resume {out_dir}", code=130)
+    out.print(rich_table(records, plan_steps, title))
+    for line in conditions(records) + crossings(records):
+        out.print(f"  {line}", highlight=False)
+    (out_dir / "summary.md").write_text(markdown(records, plan_steps, title))
+    if json_path:
+        json_path.write_text(json.dumps(records, indent=1))
+    out.print(f"  results: {out_dir / runner.RESULTS}, {out_dir / 'summary.md'}", highlight=False)
+    return records
+
+
+@app.command()
+@with_spec_flags
+def compare(
+    preset: str = typer.Option("small", help=f"model/training preset: {', '.join(PRESETS)}"),
+    framework: str = typer.Option("torch,jax", help="comma-separated: torch, jax"),
+    strategies: Optional[str] = typer.Option(  # noqa: UP045
+        None, help="comma-separated strategy names (framework:name to pick one), or 'all'; "
+                   "default: the representative set (see `twinbench strategies`)"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="results directory; default runs/<timestamp>"),  # noqa: UP045
+    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the list of records here"),  # noqa: UP045
+    resume: Optional[Path] = typer.Option(None, help="continue an interrupted compare in this directory"),  # noqa: UP045
+    timeout: float = typer.Option(900.0, help="seconds before one run is stopped and marked failed"),
+    plan_steps: int = typer.Option(1000, help="steps of the planned run whose total wall time is shown"),
+    **overrides: Any,
+) -> None:
+    """Train the same model with each framework and strategy, one fresh process per run, and compare."""
+    specs = build_specs(preset, framework, strategies, overrides)
+    if plan_steps <= 0:
+        raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
+    if resume is not None and not (resume / runner.RESULTS).exists():
+        raise SpecError(f"--resume {resume}: no {runner.RESULTS} there")
+    target = resume or out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    records = run_and_report(specs, target, timeout, plan_steps, json_path, "twinbench compare")
+    if not any(r.get("status") == "ok" for r in records):
+        raise typer.Exit(1)
+
+
+@app.command("strategies")
+def list_strategies() -> None:
+    """List every registered strategy with one line each (* = in the default compare set)."""
+    from rich.table import Table
+
+    from twinbench.strategies.registry import REGISTRY
+
+    table = Table(header_style="bold")
+    for c in ("framework", "strategy", "default", "what it does"):
+        table.add_column(c)
+    for s in REGISTRY.values():
+        table.add_row(s.framework, s.name, "*" if s.default else "", s.summary)
+    out.print(table)
+
+
+def main() -> None:  # pragma: no cover - console entry point convenience
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,1 @@
+"""Data with no download: an embedded synthetic corpus, a user's text file, deterministic batches."""

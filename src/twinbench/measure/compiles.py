@@ -1,0 +1,70 @@
+"""Compilation events from the frameworks' own hooks: how many programs were built, and how long it took.
+
+JAX: ``jax.monitoring`` duration events (tracing, lowering to MLIR, XLA backend compile) and the
+persistent-cache hit events. PyTorch: dynamo's ``counters`` and its per-phase compile time metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+JAX_TRACE = "/jax/core/compile/jaxpr_trace_duration"
+JAX_LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+JAX_BACKEND = "/jax/core/compile/backend_compile_duration"
+JAX_CACHE_HIT = "/jax/compilation_cache/cache_hits"
+
+
+class CompileMonitor(Protocol):
+    def count(self) -> int: ...  # programs compiled so far
+    def seconds(self) -> float: ...  # time spent compiling so far
+
+
+class JaxCompiles:
+    """Counts XLA backend compilations and sums trace + lower + compile time (jax.monitoring)."""
+
+    def __init__(self) -> None:
+        import jax.monitoring
+
+        self.n_backend = 0
+        self.cache_hits = 0
+        self.total_s = 0.0
+        jax.monitoring.register_event_duration_secs_listener(self._on_duration)
+        jax.monitoring.register_event_listener(self._on_event)
+
+    def _on_duration(self, event: str, duration: float, **_: object) -> None:
+        if event in (JAX_TRACE, JAX_LOWER, JAX_BACKEND):
+            self.total_s += duration
+        if event == JAX_BACKEND:
+            self.n_backend += 1
+
+    def _on_event(self, event: str, **_: object) -> None:
+        if event == JAX_CACHE_HIT:
+            self.cache_hits += 1
+
+    def count(self) -> int:
+        # A persistent-cache hit skips the backend compile but is still a program built for a new key.
+        return self.n_backend + self.cache_hits
+
+    def seconds(self) -> float:
+        return self.total_s
+
+
+class TorchCompiles:
+    """Counts graphs dynamo compiled (``counters['stats']['unique_graphs']``) and their compile time."""
+
+    def __init__(self) -> None:
+        import torch._dynamo.utils as dynamo_utils
+
+        self._utils = dynamo_utils
+
+    def count(self) -> int:
+        return int(self._utils.counters["stats"]["unique_graphs"])
+
+    def seconds(self) -> float:
+        # Top-level entry of every dynamo frame compile (includes AOTAutograd and Inductor beneath it).
+        metrics = self._utils.compilation_time_metrics
+        return float(sum(sum(v) for k, v in metrics.items() if k.endswith("compile_inner")))
+
+
+def monitor(framework: str) -> CompileMonitor:
+    return JaxCompiles() if framework == "jax" else TorchCompiles()

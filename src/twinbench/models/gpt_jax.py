@@ -1,0 +1,95 @@
+"""GPT-2 in JAX (Flax NNX). Twin of ``gpt_torch.py``: same classes, same attribute names, same maths.
+
+Learned position embeddings, pre-LayerNorm blocks, causal self-attention through
+``jax.nn.dot_product_attention``, tanh-GELU MLP, LM head tied to the token embedding, GPT-2 init.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from twinbench.spec import ModelConfig
+
+normal = nnx.initializers.normal
+zeros = nnx.initializers.zeros_init()
+
+
+class CausalSelfAttention(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.heads = cfg.heads
+        proj_std = 0.02 / math.sqrt(2 * cfg.layers)
+        self.c_attn = nnx.Linear(cfg.d_model, 3 * cfg.d_model, kernel_init=normal(0.02), bias_init=zeros, rngs=rngs)
+        self.c_proj = nnx.Linear(cfg.d_model, cfg.d_model, kernel_init=normal(proj_std), bias_init=zeros, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        B, T, C = x.shape
+        q, k, v = jnp.split(self.c_attn(x), 3, axis=2)
+        q, k, v = (t.reshape(B, T, self.heads, C // self.heads) for t in (q, k, v))
+        y = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.reshape(B, T, C))
+
+
+class MLP(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        proj_std = 0.02 / math.sqrt(2 * cfg.layers)
+        self.c_fc = nnx.Linear(cfg.d_model, cfg.ff, kernel_init=normal(0.02), bias_init=zeros, rngs=rngs)
+        self.c_proj = nnx.Linear(cfg.ff, cfg.d_model, kernel_init=normal(proj_std), bias_init=zeros, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.c_proj(jax.nn.gelu(self.c_fc(x), approximate=True))
+
+
+class Block(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.ln_1 = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
+        self.attn = CausalSelfAttention(cfg, rngs)
+        self.ln_2 = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
+        self.mlp = MLP(cfg, rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.wte = nnx.Embed(cfg.vocab, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
+        self.wpe = nnx.Embed(cfg.context, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
+        self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.layers)])
+        self.ln_f = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
+
+    def __call__(self, idx: jax.Array) -> jax.Array:
+        """Logits of shape [batch, seq, vocab]; the LM head is the token embedding (tied)."""
+        pos = jnp.arange(idx.shape[1])
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.blocks:
+            x = block(x)
+        return self.wte.attend(self.ln_f(x))
+
+
+def loss_fn(model: GPT, idx: jax.Array, targets: jax.Array) -> jax.Array:
+    """Mean next-token cross-entropy, computed in float32."""
+    logits = model(idx)
+    return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets).mean()
+
+
+def decay_mask(params: nnx.State) -> nnx.State:
+    """AdamW decays every parameter of rank >= 2 (matrices and embeddings), not biases or LayerNorm."""
+    return jax.tree.map(lambda p: p.ndim >= 2, params)
+
+
+GRAD_CLIP = 1.0
+
+
+def make_optimizer(lr: float, weight_decay: float) -> optax.GradientTransformation:
+    """Clip by global norm 1.0, then AdamW: the semantics of ``gpt_torch.make_optimizer``."""
+    return optax.chain(
+        optax.clip_by_global_norm(GRAD_CLIP),
+        optax.adamw(lr, b1=0.9, b2=0.95, eps=1e-8, weight_decay=weight_decay, mask=decay_mask),
+    )

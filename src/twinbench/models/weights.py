@@ -1,0 +1,124 @@
+"""The canonical weight layout: a flat dict of named float32 NumPy arrays, shared by both twins.
+
+Names follow the PyTorch module tree (``blocks.0.attn.c_attn.weight``). Linear weights are stored as
+``[in, out]`` (the JAX/Flax ``kernel`` layout and Hugging Face GPT-2's ``Conv1D`` layout); PyTorch's
+``nn.Linear`` keeps ``[out, in]``, so the torch converters transpose. Flax's ``kernel``, ``scale`` and
+``embedding`` are all called ``weight``. Both directions are exact copies (no arithmetic), so a round trip
+torch -> canonical -> JAX -> canonical -> torch is bit-exact.
+
+Imports of torch and jax are local to their functions: a process only ever loads one framework.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+Canonical = dict[str, np.ndarray]
+
+_LINEAR_SUFFIXES = ("c_attn.weight", "c_proj.weight", "c_fc.weight")
+_FLAX_TO_CANON = {"kernel": "weight", "scale": "weight", "embedding": "weight"}
+
+
+def _is_linear(name: str) -> bool:
+    return name.endswith(_LINEAR_SUFFIXES)
+
+
+# ----------------------------------------------------------------------------------------------- torch
+def torch_to_canonical(model: Any) -> Canonical:
+    out = {}
+    for name, t in model.state_dict().items():
+        a = t.detach().cpu().float().numpy()
+        out[name] = np.ascontiguousarray(a.T if _is_linear(name) else a)
+    return out
+
+
+def canonical_to_torch(model: Any, weights: Canonical) -> None:
+    """Copy canonical weights into a torch model in place; names and shapes must match exactly."""
+    import torch
+
+    sd = model.state_dict()
+    _check_names(set(sd), set(weights))
+    with torch.no_grad():
+        for name, t in sd.items():
+            a = weights[name].T if _is_linear(name) else weights[name]
+            if tuple(a.shape) != tuple(t.shape):
+                raise ValueError(f"weight {name}: shape {tuple(a.shape)} does not fit {tuple(t.shape)}")
+            t.copy_(torch.from_numpy(np.ascontiguousarray(a)))
+
+
+# ------------------------------------------------------------------------------------------------- jax
+def _flax_name(path: tuple) -> str:
+    *head, leaf = (str(p) for p in path)
+    return ".".join([*head, _FLAX_TO_CANON.get(leaf, leaf)])
+
+
+def jax_to_canonical(model: Any) -> Canonical:
+    from flax import nnx
+
+    flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
+    return {_flax_name(path): np.asarray(var.get_value(), dtype=np.float32) for path, var in flat}
+
+
+def canonical_to_jax(model: Any, weights: Canonical) -> None:
+    """Copy canonical weights into an NNX model in place; names and shapes must match exactly."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
+    _check_names({_flax_name(p) for p, _ in flat}, set(weights))
+    new = []
+    for path, var in flat:
+        a = weights[_flax_name(path)]
+        if tuple(a.shape) != tuple(var.get_value().shape):
+            raise ValueError(f"weight {_flax_name(path)}: shape {a.shape} does not fit {var.get_value().shape}")
+        new.append((path, var.replace(jnp.asarray(a, dtype=var.get_value().dtype))))
+    nnx.update(model, nnx.from_flat_state(new))
+
+
+# ---------------------------------------------------------------------------------------------- files
+def save(weights: Canonical, path: str | Path) -> None:
+    from safetensors.numpy import save_file
+
+    save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, str(path))
+
+
+def load(path: str | Path) -> Canonical:
+    from safetensors.numpy import load_file
+
+    return load_file(str(path))
+
+
+def _check_names(model_names: set[str], given: set[str]) -> None:
+    missing, extra = sorted(model_names - given), sorted(given - model_names)
+    if missing or extra:
+        raise ValueError(f"canonical weights do not fit the model: missing {missing[:5]}, unexpected {extra[:5]}")
+
+
+def init_gpt(cfg: Any, seed: int) -> Canonical:
+    """GPT-2 initialisation in the canonical layout, from a NumPy seed, so both twins start identical.
+
+    Normal(0, 0.02) for embeddings and linear weights, residual projections (``c_proj``) scaled by
+    1/sqrt(2 * layers), zero biases, LayerNorm weight 1 and bias 0: what ``GPT.__init__`` does natively.
+    """
+    rng = np.random.default_rng(seed)
+    d, ff, proj_std = cfg.d_model, cfg.ff, 0.02 / np.sqrt(2 * cfg.layers)
+
+    def normal(shape: tuple[int, ...], std: float = 0.02) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    w: Canonical = {"wte.weight": normal((cfg.vocab, d)), "wpe.weight": normal((cfg.context, d))}
+    linears = {"attn.c_attn": (d, 3 * d, 0.02), "attn.c_proj": (d, d, proj_std),
+               "mlp.c_fc": (d, ff, 0.02), "mlp.c_proj": (ff, d, proj_std)}
+    for i in range(cfg.layers):
+        for ln in ("ln_1", "ln_2"):
+            w[f"blocks.{i}.{ln}.weight"] = np.ones(d, np.float32)
+            w[f"blocks.{i}.{ln}.bias"] = np.zeros(d, np.float32)
+        for name, (n_in, n_out, std) in linears.items():
+            w[f"blocks.{i}.{name}.weight"] = normal((n_in, n_out), std)
+            w[f"blocks.{i}.{name}.bias"] = np.zeros(n_out, np.float32)
+    w["ln_f.weight"] = np.ones(d, np.float32)
+    w["ln_f.bias"] = np.zeros(d, np.float32)
+    return w

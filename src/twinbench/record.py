@@ -1,0 +1,107 @@
+"""The Record: one JSON object per run, the contract every later command (report, claims, advise) reads.
+
+``results.jsonl`` holds one record per line, appended the moment its run ends. A failed run is a record
+too, with ``status == "failed"``, the reason in ``error`` and the measured fields ``None``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from twinbench.spec import RunSpec
+
+
+@dataclass
+class Record:
+    # what was run
+    framework: str
+    strategy: str
+    preset: str
+    n_params: int | None
+    batch: int
+    seq: int
+    layers: int
+    d_model: int
+    precision: str
+    device: str | None
+    device_count: int
+    status: str  # "ok" | "failed"
+    error: str | None = None
+    # measured
+    compile_s: float | None = None
+    first_step_s: float | None = None
+    step_ms: float | None = None
+    step_ms_p10: float | None = None
+    step_ms_p90: float | None = None
+    tokens_per_s: float | None = None
+    flops_per_token: int | None = None
+    achieved_tflops: float | None = None
+    peak_tflops: float | None = None
+    mfu: float | None = None
+    peak_mem_bytes: int | None = None
+    compiles_during_steps: int | None = None
+    loss_first: float | None = None
+    loss_last: float | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    # conditions and extras
+    run_id: str = ""
+    heads: int = 0
+    vocab: int = 0
+    context: int = 0
+    steps: int = 0
+    warmup: int = 0
+    threads: int = 0
+    compile_cache: str = "cold"
+    platform: str | None = None
+    matmul_precision: str | None = None
+    peak_tflops_datasheet: float | None = None
+    mfu_datasheet: float | None = None
+    peak_mem_source: str | None = None
+    compiles_total: int | None = None
+    wall_s: float | None = None
+    losses: list[float] = field(default_factory=list)
+    spec: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def for_spec(cls, spec: RunSpec, status: str, **measured: Any) -> Record:
+        """A record carrying the spec's identifying fields; ``measured`` fills the rest."""
+        m, t = spec.model, spec.train
+        base = dict(framework=spec.framework, strategy=spec.strategy, preset=spec.preset, n_params=None,
+                    batch=t.batch, seq=t.seq, layers=m.layers, d_model=m.d_model, precision=t.precision,
+                    device=None, device_count=spec.devices, status=status, run_id=spec.run_id(),
+                    heads=m.heads, vocab=m.vocab, context=m.context, steps=t.steps, warmup=t.warmup,
+                    threads=spec.threads, compile_cache=spec.compile_cache, spec=spec.to_dict())
+        return cls(**(base | measured))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Record:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    """Append one record and flush it to disk, so an interrupted run keeps every finished row."""
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every complete record of a results file; a torn last line (killed mid-write) is skipped."""
+    out = []
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out

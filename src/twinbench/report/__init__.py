@@ -1,0 +1,1 @@
+"""Turning records into something a person reads: terminal tables, Markdown, break-even lines."""

@@ -1,0 +1,106 @@
+"""The compare table, in the terminal (rich) and as Markdown, with the conditions that make it a result."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from twinbench.measure.flops import FLOP_CONVENTION
+from twinbench.report.breakeven import crossing_sentence, total_s
+
+COLUMNS = ("run", "compile s", "1st step s", "step ms (p10-p90)", "tokens/s", "TFLOP/s", "MFU",
+           "peak mem", "recompiles", "loss first→last", "total s @ plan")
+
+
+def _f(v: float | None, fmt: str) -> str:
+    return "—" if v is None else format(v, fmt)
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "—"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def row(r: dict[str, Any], plan_steps: int) -> list[str]:
+    label = f"{r['framework']}/{r['strategy']}"
+    if r.get("status") != "ok":
+        return [f"{label} FAILED", *["—"] * (len(COLUMNS) - 2), (r.get("error") or "")[:60]]
+    mfu = r.get("mfu")
+    return [
+        label, _f(r["compile_s"], ".2f"), _f(r["first_step_s"], ".2f"),
+        f"{r['step_ms']:.1f} ({r['step_ms_p10']:.1f}-{r['step_ms_p90']:.1f})",
+        f"{r['tokens_per_s']:,.0f}", _f(r["achieved_tflops"], ".3f"), "—" if mfu is None else f"{mfu:.0%}",
+        _bytes(r["peak_mem_bytes"]), str(r["compiles_during_steps"]),
+        f"{r['loss_first']:.3f}→{r['loss_last']:.3f}", _f(total_s(r, plan_steps), ".1f"),
+    ]
+
+
+def conditions(records: list[dict[str, Any]]) -> list[str]:
+    """Lines stating what was compared and how, so the numbers are results and not just numbers."""
+    ok = [r for r in records if r.get("status") == "ok"] or records
+    if not ok:
+        return []
+    r = ok[0]
+    lines = [
+        f"model: {r['preset']} preset, {r['layers']} layers, d_model {r['d_model']}, {r['heads']} heads, "
+        f"vocab {r['vocab']}, {(r.get('n_params') or 0) / 1e6:.2f} M params; batch {r['batch']} x seq {r['seq']}; "
+        f"{r['steps']} steps, first {max(r['warmup'], 1)} excluded as warm-up",
+        f"device: {r.get('device')} ({r.get('platform')}), {r.get('device_count')} device(s), "
+        f"{r.get('threads')} CPU threads for both frameworks; precision {r['precision']}, "
+        f"matmul {r.get('matmul_precision')}; compile cache {r.get('compile_cache')}",
+        f"FLOPs: {FLOP_CONVENTION}",
+    ]
+    peaks = {}
+    for x in ok:
+        if x.get("peak_tflops"):
+            peaks[x["framework"]] = x["peak_tflops"]
+    if peaks:
+        lines.append("MFU against the measured matmul peak of each framework on this device: " + ", ".join(
+            f"{fw} {p * 1e3:.0f} GFLOP/s" for fw, p in peaks.items()))
+    sheet = next((x["peak_tflops_datasheet"] for x in ok if x.get("peak_tflops_datasheet")), None)
+    if sheet:
+        lines.append(f"datasheet dense peak: {sheet:.0f} TFLOP/s (mfu_datasheet in the records)")
+    vers = {}
+    for x in ok:
+        vers |= {k: v for k, v in (x.get("versions") or {}).items() if k != "platform"}
+    if vers:
+        lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in sorted(vers.items())))
+    return lines
+
+
+def crossings(records: list[dict[str, Any]]) -> list[str]:
+    """Break-even of every ok run against the first ok run (the baseline, torch/eager by default)."""
+    ok = [r for r in records if r.get("status") == "ok"]
+    if len(ok) < 2:
+        return []
+    base = next((r for r in ok if (r["framework"], r["strategy"]) == ("torch", "eager")), ok[0])
+    return [s for r in ok if r is not base if (s := crossing_sentence(r, base))]
+
+
+def rich_table(records: list[dict[str, Any]], plan_steps: int, title: str = "twinbench compare") -> Table:
+    table = Table(title=title, header_style="bold", title_justify="left")
+    for c in COLUMNS:
+        table.add_column(c.replace("plan", str(plan_steps)), justify="left" if c == "run" else "right")
+    for r in records:
+        style = None if r.get("status") == "ok" else "red"
+        table.add_row(*row(r, plan_steps), style=style)
+    return table
+
+
+def markdown(records: list[dict[str, Any]], plan_steps: int, title: str = "twinbench compare") -> str:
+    cols = [c.replace("plan", str(plan_steps)) for c in COLUMNS]
+    out = [f"# {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(row(r, plan_steps)) + " |" for r in records]
+    failed = [r for r in records if r.get("status") != "ok"]
+    out += ["", *[f"- failed: {r['framework']}/{r['strategy']}: {r.get('error')}" for r in failed]]
+    out += ["## Conditions", "", *[f"- {line}" for line in conditions(records)], ""]
+    cross = crossings(records)
+    if cross:
+        out += ["## Break-even", "", *[f"- {c}" for c in cross], ""]
+    return "\n".join(out)

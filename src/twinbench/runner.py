@@ -1,0 +1,111 @@
+"""Runs each RunSpec in its own fresh subprocess; the only place twinbench spawns processes.
+
+A run that crashes, hangs past ``timeout``, is killed (out of memory) or yields a NaN loss becomes a
+``failed`` record with the reason; the others go on. Every record is appended to ``results.jsonl`` the
+moment its run ends, so an interrupted sweep keeps what it finished, and ``resume`` skips those runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from twinbench.record import Record, append_jsonl, read_jsonl
+from twinbench.spec import RunSpec
+
+RESULTS = "results.jsonl"
+OOM_MARKERS = ("out of memory", "RESOURCE_EXHAUSTED", "MemoryError", "std::bad_alloc")
+
+
+class Interrupted(Exception):
+    """The user stopped the run (Ctrl-C / SIGTERM); finished records are on disk."""
+
+
+def _reason_from_stderr(stderr: str, returncode: int) -> str:
+    lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
+    tail = "\n".join(lines[-30:])
+    if any(m in tail for m in OOM_MARKERS):
+        return "out of memory: " + next(ln for ln in reversed(lines) if any(m in ln for m in OOM_MARKERS))[:300]
+    if returncode < 0:
+        sig = signal.Signals(-returncode).name
+        hint = " (killed: out of memory?)" if sig == "SIGKILL" else ""
+        return f"worker died from {sig}{hint}"
+    return (lines[-1] if lines else f"worker exited with code {returncode}")[:500]
+
+
+def run_one(spec: RunSpec, timeout: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Execute ``spec`` in a fresh ``python -m twinbench.worker`` process and return its record dict."""
+    with tempfile.TemporaryDirectory(prefix="twinbench-run-") as tmp:
+        spec_path, out_path = Path(tmp, "spec.json"), Path(tmp, "record.json")
+        spec_path.write_text(json.dumps(spec.to_dict()))
+        cmd = [sys.executable, "-m", "twinbench.worker", str(spec_path), str(out_path)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, **(env or {})}, start_new_session=True)
+        try:
+            _, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            return Record.for_spec(spec, "failed", error=f"timed out after {timeout:g} s (--timeout)").to_dict()
+        except BaseException:  # Ctrl-C or SIGTERM: stop the child with us
+            _kill(proc)
+            raise
+        if out_path.exists():
+            record = json.loads(out_path.read_text())
+            if record["status"] == "failed" and any(m in stderr for m in OOM_MARKERS):
+                record["error"] = "out of memory: " + record["error"]
+            return record
+        return Record.for_spec(spec, "failed", error=_reason_from_stderr(stderr, proc.returncode)).to_dict()
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def run_many(
+    specs: Iterable[RunSpec],
+    out_dir: Path,
+    timeout: float,
+    on_start: Callable[[RunSpec], None] = lambda s: None,
+    on_done: Callable[[RunSpec, dict[str, Any]], None] = lambda s, r: None,
+) -> list[dict[str, Any]]:
+    """Run every spec not already in ``out_dir/results.jsonl``; return all records for these specs.
+
+    SIGTERM is turned into :class:`Interrupted` like Ctrl-C, so a killed compare stops cleanly.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / RESULTS
+    done = {r.get("run_id"): r for r in read_jsonl(path)}
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    records = []
+    try:
+        for spec in specs:
+            rid = spec.run_id()
+            if rid in done:
+                records.append(done[rid])
+                on_done(spec, done[rid])
+                continue
+            on_start(spec)
+            record = run_one(spec, timeout)
+            append_jsonl(path, record)
+            records.append(record)
+            on_done(spec, record)
+    except KeyboardInterrupt:
+        raise Interrupted(str(path)) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return records
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

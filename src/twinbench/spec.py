@@ -1,0 +1,178 @@
+"""One description of a run, shared by both frameworks: model, training, strategy, devices.
+
+A :class:`RunSpec` is a frozen dataclass that round-trips through JSON, so the parent process can hand it
+to the worker subprocess that executes it. Presets are plain code; every field can be overridden by a CLI
+flag named after it (``--d-model`` for ``d_model``). :func:`validate` turns impossible values into a
+:class:`SpecError` whose message names the flag and the allowed values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+FRAMEWORKS = ("torch", "jax")
+PRECISIONS = ("fp32", "bf16")
+FAMILIES = ("gpt",)
+
+
+class SpecError(ValueError):
+    """An impossible or unknown value given by the user. The message is one line, fit to print."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Transformer shape. ``d_ff`` of 0 means 4 * d_model (GPT-2)."""
+
+    family: str = "gpt"
+    layers: int = 4
+    d_model: int = 256
+    heads: int = 4
+    d_ff: int = 0
+    vocab: int = 256
+    context: int = 128
+
+    @property
+    def ff(self) -> int:
+        return self.d_ff or 4 * self.d_model
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """What is trained and how long. ``warmup`` steps run but are excluded from step-time statistics."""
+
+    batch: int = 8
+    seq: int = 128
+    steps: int = 30
+    warmup: int = 5
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    seed: int = 0
+    precision: str = "fp32"
+    data: str = ""  # path of a UTF-8 text file; "" means the embedded synthetic corpus
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything one measured run needs. One spec drives either framework."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    framework: str = "torch"
+    strategy: str = "eager"
+    preset: str = "small"
+    devices: int = 1
+    threads: int = 0  # 0: all cores of the machine, the same for both frameworks
+    compile_cache: str = "cold"  # "cold" | "warm": the compilation cache state the run measures
+    cache_dir: str = ""
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.train.batch * self.train.seq
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunSpec:
+        d = dict(d)
+        return cls(model=ModelConfig(**d.pop("model")), train=TrainConfig(**d.pop("train")), **d)
+
+    def run_id(self) -> str:
+        """A stable key of the measured configuration (used by ``--resume``)."""
+        blob = json.dumps(self.to_dict(), sort_keys=True)
+        return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+    def label(self) -> str:
+        return f"{self.framework}/{self.strategy}"
+
+
+PRESETS: dict[str, tuple[ModelConfig, TrainConfig]] = {
+    "tiny": (ModelConfig(layers=2, d_model=64, heads=2, vocab=256, context=32),
+             TrainConfig(batch=4, seq=32, steps=8, warmup=2, lr=3e-3)),
+    "small": (ModelConfig(layers=4, d_model=256, heads=4, vocab=256, context=128),
+              TrainConfig(batch=8, seq=128, steps=30, warmup=5, lr=1e-3)),
+    "gpt2-124m": (ModelConfig(layers=12, d_model=768, heads=12, vocab=50257, context=1024),
+                  TrainConfig(batch=8, seq=1024, steps=30, warmup=5, lr=6e-4)),
+    "gpt-350m": (ModelConfig(layers=24, d_model=1024, heads=16, vocab=50257, context=1024),
+                 TrainConfig(batch=8, seq=1024, steps=30, warmup=5, lr=3e-4)),
+}
+
+#: Fields of ModelConfig/TrainConfig/RunSpec a user may override by a flag, with the type of the flag.
+OVERRIDABLE: dict[str, type] = {
+    "layers": int, "d_model": int, "heads": int, "d_ff": int, "vocab": int, "context": int,
+    "batch": int, "seq": int, "steps": int, "warmup": int, "lr": float, "weight_decay": float,
+    "seed": int, "precision": str, "data": str, "devices": int, "threads": int,
+}
+_MODEL_FIELDS = {f.name for f in fields(ModelConfig)}
+_TRAIN_FIELDS = {f.name for f in fields(TrainConfig)}
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def one_of(name: str, value: Any, allowed: tuple[str, ...] | list[str]) -> None:
+    if value not in allowed:
+        raise SpecError(f"{flag(name)}: unknown value {value!r}; allowed: {', '.join(allowed)}")
+
+
+def from_preset(preset: str, overrides: dict[str, Any] | None = None, **top: Any) -> RunSpec:
+    """The preset's spec with ``overrides`` (flag name -> value) applied. Not yet validated."""
+    one_of("preset", preset, list(PRESETS))
+    model, train = PRESETS[preset]
+    m_over, t_over, s_over = {}, {}, {}
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if key in _MODEL_FIELDS:
+            m_over[key] = value
+        elif key in _TRAIN_FIELDS:
+            t_over[key] = value
+        elif key in OVERRIDABLE:
+            s_over[key] = value
+        else:
+            raise SpecError(f"unknown option {flag(key)}; allowed: {', '.join(flag(k) for k in OVERRIDABLE)}")
+    # A preset's seq follows its context unless the user sets it: `--context 64` alone stays valid.
+    if "context" in m_over and "seq" not in t_over:
+        t_over["seq"] = min(train.seq, m_over["context"])
+    return RunSpec(model=replace(model, **m_over), train=replace(train, **t_over), preset=preset,
+                   **s_over, **top)
+
+
+def validate(spec: RunSpec) -> RunSpec:
+    """Raise :class:`SpecError` for impossible values; return the spec unchanged otherwise."""
+    m, t = spec.model, spec.train
+    one_of("framework", spec.framework, FRAMEWORKS)
+    one_of("precision", t.precision, PRECISIONS)
+    one_of("family", m.family, FAMILIES)
+    positive = {"layers": m.layers, "d_model": m.d_model, "heads": m.heads, "vocab": m.vocab,
+                "context": m.context, "batch": t.batch, "seq": t.seq, "steps": t.steps,
+                "devices": spec.devices}
+    for name, value in positive.items():
+        if not isinstance(value, int) or value <= 0:
+            raise SpecError(f"{flag(name)} must be a positive integer, got {value!r}")
+    for name, value in {"d_ff": m.d_ff, "warmup": t.warmup, "threads": spec.threads}.items():
+        if value < 0:
+            raise SpecError(f"{flag(name)} must be >= 0, got {value}")
+    if t.lr <= 0:
+        raise SpecError(f"--lr must be > 0, got {t.lr}")
+    if m.d_model % m.heads:
+        raise SpecError(f"--heads {m.heads} does not divide --d-model {m.d_model}; "
+                        f"allowed heads: {', '.join(str(h) for h in _divisors(m.d_model) if h <= 64)}")
+    if t.seq > m.context:
+        raise SpecError(f"--seq {t.seq} exceeds --context {m.context}; allowed: 1..{m.context}")
+    if t.warmup >= t.steps:
+        raise SpecError(f"--warmup {t.warmup} leaves no measured step of --steps {t.steps}; "
+                        f"allowed: 0..{t.steps - 1}")
+    if t.batch % spec.devices:
+        raise SpecError(f"--batch {t.batch} is not divisible by --devices {spec.devices}")
+    one_of("compile_cache", spec.compile_cache, ("cold", "warm"))
+    return spec
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]

@@ -1,0 +1,63 @@
+"""JAX whole-step jit: forward, loss, gradient, clipping and the Optax update in ONE jitted function.
+
+The model is split once into a static graph definition and a parameter pytree (``nnx.split``); the step
+is a pure function of (params, optimizer state, batch) and both states are donated, so XLA updates them
+in place. No NNX graph traversal happens per step: that is what idiomatic, fast JAX looks like.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+import optax
+from flax import nnx
+
+from twinbench.models import gpt_jax
+from twinbench.models.weights import Canonical, canonical_to_jax, jax_to_canonical
+from twinbench.spec import RunSpec
+
+
+def make_model(spec: RunSpec, weights: Canonical) -> gpt_jax.GPT:
+    model = gpt_jax.GPT(spec.model, nnx.Rngs(spec.train.seed))
+    canonical_to_jax(model, weights)
+    return model
+
+
+def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation):
+    """The pure step (params, opt_state, x, y) -> (params, opt_state, loss)."""
+
+    def train_step(params, opt_state, x, y):
+        def loss_of(p):
+            return gpt_jax.loss_fn(nnx.merge(graphdef, p), x, y)
+
+        loss, grads = jax.value_and_grad(loss_of)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return train_step
+
+
+class JitTrainer:
+    def __init__(self, spec: RunSpec, weights: Canonical, donate: bool = True):
+        model = make_model(spec, weights)
+        self.graphdef, self.params = nnx.split(model, nnx.Param)
+        tx = gpt_jax.make_optimizer(spec.train.lr, spec.train.weight_decay)
+        self.opt_state = tx.init(self.params)
+        self.train_step = jax.jit(make_train_step(self.graphdef, tx),
+                                  donate_argnums=(0, 1) if donate else ())
+
+    def step(self, x: np.ndarray, y: np.ndarray) -> Any:
+        self.params, self.opt_state, loss = self.train_step(self.params, self.opt_state, x, y)
+        return loss
+
+    def sync(self) -> None:
+        jax.block_until_ready((self.params, self.opt_state))
+
+    def weights(self) -> Canonical:
+        return jax_to_canonical(nnx.merge(self.graphdef, self.params))
+
+
+def build(spec: RunSpec, weights: Canonical) -> JitTrainer:
+    return JitTrainer(spec, weights)

@@ -1,0 +1,98 @@
+"""The child side of the runner: executes ONE RunSpec in a fresh process and writes its Record.
+
+Usage (by ``runner.py`` only): ``python -m twinbench.worker SPEC.json RECORD.json``. Process-wide settings
+(CPU affinity, allocator and compile-cache environment) are applied before any framework is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from twinbench.record import Record
+from twinbench.spec import RunSpec
+
+
+def prepare_process(spec: RunSpec) -> int:
+    """Pin threads and set the environment; return the number of CPU threads the run may use."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if spec.threads and spec.threads < len(cpus):
+        cpus = cpus[: spec.threads]
+        os.sched_setaffinity(0, cpus)  # XLA and torch both size their thread pools from the affinity mask
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # allocator peak = what the run used
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return len(cpus)
+
+
+def execute(spec: RunSpec, threads: int) -> Record:
+    """Build the strategy's trainer, run the timed loop, and compute every metric of the record."""
+    from twinbench.data.text import batches, load_tokens
+    from twinbench.measure import compiles, device, flops, peak
+    from twinbench.measure.clock import percentile, time_steps
+    from twinbench.models.weights import init_gpt
+    from twinbench.strategies import registry
+
+    fw, t = spec.framework, spec.train
+    if fw == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
+    matmul_precision = device.set_fp32_matmul(fw)
+    platform, device_name, device_count = device.describe(fw)
+    monitor = compiles.monitor(fw)
+
+    tokens = load_tokens(t.data, t.seq, t.seed)
+    weights = init_gpt(spec.model, t.seed)
+    n_params = sum(w.size for w in weights.values())
+    trainer = registry.get(fw, spec.strategy).load()(spec, weights)
+    data = batches(tokens, t.batch, t.seq, t.seed)
+    host_batches = [next(data) for _ in range(t.steps)]  # made before timing: input cost is not measured here
+
+    timing = time_steps(lambda i: trainer.step(*host_batches[i]), trainer.sync, t.steps, t.warmup, monitor)
+    for i, loss in enumerate(timing.losses):
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"loss became {loss} at step {i + 1}")
+    peak_mem, mem_source = device.peak_memory_bytes(fw)
+
+    step_s = percentile(timing.step_s, 50)
+    dtype = "bf16" if t.precision == "bf16" else "fp32"
+    peak_measured = peak.measured_tflops(fw, platform, device_name, dtype, threads)
+    peak_sheet = peak.datasheet_tflops(device_name, dtype) if platform != "cpu" else None
+    flops_tok = flops.flops_per_token(n_params - weights["wpe.weight"].size, spec.model.layers,
+                                      spec.model.d_model, t.seq)
+    tp = flops.throughput(spec.tokens_per_step, step_s, flops_tok, peak_measured)
+    return Record.for_spec(
+        spec, "ok", n_params=int(n_params), device=device_name, device_count=device_count, platform=platform,
+        threads=threads, compile_s=timing.compile_s, first_step_s=timing.first_step_s,
+        step_ms=step_s * 1e3, step_ms_p10=percentile(timing.step_s, 10) * 1e3,
+        step_ms_p90=percentile(timing.step_s, 90) * 1e3, flops_per_token=flops_tok,
+        peak_tflops=peak_measured, peak_tflops_datasheet=peak_sheet,
+        mfu_datasheet=tp["achieved_tflops"] / peak_sheet if peak_sheet else None,
+        peak_mem_bytes=peak_mem, peak_mem_source=mem_source,
+        compiles_during_steps=timing.compiles_during_steps, compiles_total=monitor.count(),
+        loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
+        wall_s=timing.wall_s, matmul_precision=matmul_precision, versions=device.versions(fw), **tp)
+
+
+def main(argv: list[str]) -> int:
+    spec_path, out_path = Path(argv[0]), Path(argv[1])
+    spec = RunSpec.from_dict(json.loads(spec_path.read_text()))
+    threads = prepare_process(spec)
+    try:
+        record = execute(spec, threads)
+        code = 0
+    except Exception as e:  # the run failed: say why in one line, keep the traceback on stderr
+        traceback.print_exc()
+        first = (str(e).strip().splitlines() or [""])[0]
+        record = Record.for_spec(spec, "failed", error=f"{type(e).__name__}: {first}"[:500])
+        code = 1
+    out_path.write_text(json.dumps(record.to_dict()))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
