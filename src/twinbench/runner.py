@@ -7,6 +7,7 @@ moment its run ends, so an interrupted sweep keeps what it finished, and ``resum
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -65,10 +66,8 @@ def run_one(spec: RunSpec, timeout: float, env: dict[str, str] | None = None) ->
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
 
 
