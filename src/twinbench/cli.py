@@ -72,8 +72,7 @@ def build_specs(preset: str, frameworks: str, strategies: str | None, overrides:
         from twinbench.data.text import read_text_file
 
         read_text_file(base.train.data, base.train.seq + 2)
-    return [validate(RunSpec(**{**base.__dict__, "framework": s.framework, "strategy": s.name}))
-            for s in chosen]
+    return [validate(RunSpec(**{**base.__dict__, "framework": fw, "strategy": name})) for fw, name in chosen]
 
 
 def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_steps: int, json_path: Path | None,
@@ -141,17 +140,24 @@ def compare(
 
 @app.command("strategies")
 def list_strategies() -> None:
-    """List every registered strategy with one line each (* = in the default compare set)."""
+    """List every registered strategy and modifier, one line each (* = in the default compare set)."""
     from rich.table import Table
 
-    from twinbench.strategies.registry import REGISTRY
+    from twinbench.strategies.registry import MODIFIERS, REGISTRY
 
-    table = Table(header_style="bold")
+    table = Table(header_style="bold", title="strategies (combine with modifiers: base+mod+mod)")
     for c in ("framework", "strategy", "default", "what it does"):
         table.add_column(c)
     for s in REGISTRY.values():
         table.add_row(s.framework, s.name, "*" if s.default else "", s.summary)
     out.print(table)
+    if MODIFIERS:
+        mods = Table(header_style="bold", title="modifiers")
+        for c in ("modifier", "frameworks", "applies to", "what it does"):
+            mods.add_column(c)
+        for m in MODIFIERS.values():
+            mods.add_row("+" + m.name, ",".join(m.frameworks), ",".join(m.bases or ("any",)), m.summary)
+        out.print(mods)
 
 
 def main() -> None:  # pragma: no cover - console entry point convenience

@@ -86,6 +86,15 @@ class RunSpec:
         blob = json.dumps(self.to_dict(), sort_keys=True)
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
+    @property
+    def modifiers(self) -> tuple[str, ...]:
+        """Modifiers of the strategy name: ``"compile+bf16+remat"`` -> ``("bf16", "remat")``."""
+        return tuple(self.strategy.split("+")[1:])
+
+    @property
+    def base_strategy(self) -> str:
+        return self.strategy.split("+")[0]
+
     def label(self) -> str:
         return f"{self.framework}/{self.strategy}"
 

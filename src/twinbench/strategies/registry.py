@@ -1,5 +1,10 @@
 """The one place strategies are registered: name -> framework, one-line description, builder.
 
+A strategy name is a base strategy optionally followed by modifiers joined with ``+``, the one naming
+scheme used everywhere (CLI, records, reports): ``compile+bf16+remat``, ``jit+nodonate``. Bases build a
+trainer; modifiers are registered here with the frameworks (and bases) they apply to, and the builders read
+them from ``spec.modifiers``.
+
 Builders are named as ``"module:function"`` strings and imported only when a run needs them, so listing
 strategies (or the parent process of a compare) never imports torch or jax.
 """
@@ -26,11 +31,33 @@ class Strategy:
         return getattr(importlib.import_module(module), func)
 
 
+@dataclass(frozen=True)
+class Modifier:
+    name: str
+    frameworks: tuple[str, ...]
+    summary: str
+    bases: tuple[str, ...] | None = None  # None: every base of those frameworks
+
+
 REGISTRY: dict[tuple[str, str], Strategy] = {}
+MODIFIERS: dict[str, Modifier] = {}
+#: Full names (base+modifiers) that `compare` runs by default in addition to the default bases.
+DEFAULT_COMBOS: list[tuple[str, str]] = []
 
 
 def register(framework: str, name: str, summary: str, builder: str, default: bool = True) -> None:
     REGISTRY[(framework, name)] = Strategy(framework, name, summary, builder, default)
+
+
+def register_modifier(name: str, frameworks: tuple[str, ...], summary: str,
+                      bases: tuple[str, ...] | None = None) -> None:
+    MODIFIERS[name] = Modifier(name, frameworks, summary, bases)
+
+
+def split_name(full: str) -> tuple[str, tuple[str, ...]]:
+    """``"compile+bf16+remat"`` -> ``("compile", ("bf16", "remat"))``."""
+    base, *mods = full.split("+")
+    return base, tuple(mods)
 
 
 register("torch", "eager", "PyTorch eager: forward, backward, clip, AdamW op by op; no compilation",
@@ -41,30 +68,44 @@ register("jax", "jit", "JAX whole step (loss, grad, clip, AdamW) in one jit, par
          "twinbench.strategies.jax_jit:build")
 
 
-def get(framework: str, name: str) -> Strategy:
+def get(framework: str, full: str) -> Strategy:
+    """The base strategy of ``full`` for ``framework``; its modifiers are checked to apply."""
+    name, mods = split_name(full)
     if (framework, name) not in REGISTRY:
         allowed = ", ".join(s for (f, s) in REGISTRY if f == framework)
         raise SpecError(f"--strategies: unknown {framework} strategy {name!r}; allowed: {allowed}")
+    for mod in mods:
+        m = MODIFIERS.get(mod)
+        fits = [k for k, v in MODIFIERS.items() if framework in v.frameworks and (v.bases is None or name in v.bases)]
+        if m is None or framework not in m.frameworks or (m.bases is not None and name not in m.bases):
+            raise SpecError(f"--strategies: modifier {mod!r} does not apply to {framework} {name!r}; "
+                            f"allowed: {', '.join(fits) or 'none'}")
+    if len(set(mods)) != len(mods):
+        raise SpecError(f"--strategies: modifier repeated in {full!r}")
     return REGISTRY[(framework, name)]
 
 
-def select(frameworks: list[str], names: list[str] | None) -> list[Strategy]:
-    """The strategies to run for a compare.
+def select(frameworks: list[str], names: list[str] | None) -> list[tuple[str, str]]:
+    """The (framework, full strategy name) pairs to run for a compare.
 
-    ``names`` None: the default set of each framework; ``["all"]``: every registered one. A name may be
-    qualified (``torch:eager``); an unqualified name runs in every listed framework that has it.
+    ``names`` None: the default set of each framework; ``["all"]``: every registered base. A name may be
+    qualified (``torch:eager``); an unqualified name runs in every listed framework that has its base.
     """
     for fw in frameworks:
         if fw not in FRAMEWORKS:
             raise SpecError(f"--framework: unknown framework {fw!r}; allowed: {', '.join(FRAMEWORKS)}")
     if names is None or names == ["all"]:
-        return [s for (f, _), s in REGISTRY.items() if f in frameworks and (names or s.default)]
-    chosen: list[Strategy] = []
+        pairs = [(f, n) for (f, n), s in REGISTRY.items() if f in frameworks and (names or s.default)]
+        return pairs + [(f, n) for f, n in DEFAULT_COMBOS if f in frameworks and names is None]
+    chosen: list[tuple[str, str]] = []
     for raw in names:
-        fw_part, _, name = raw.rpartition(":")
-        fws = [fw_part] if fw_part else [f for f in frameworks if (f, name) in REGISTRY]
+        fw_part, _, full = raw.rpartition(":")
+        base = split_name(full)[0]
+        fws = [fw_part] if fw_part else [f for f in frameworks if (f, base) in REGISTRY]
         if not fws:
             allowed = ", ".join(sorted({n for (f, n) in REGISTRY if f in frameworks}))
             raise SpecError(f"--strategies: unknown strategy {raw!r}; allowed: {allowed}, all")
-        chosen += [get(fw, name) for fw in fws]
+        for fw in fws:
+            get(fw, full)
+            chosen.append((fw, full))
     return list(dict.fromkeys(chosen))
