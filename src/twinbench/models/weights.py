@@ -46,7 +46,7 @@ def canonical_to_torch(model: Any, weights: Canonical) -> None:
             a = weights[name].T if _is_linear(name) else weights[name]
             if tuple(a.shape) != tuple(t.shape):
                 raise ValueError(f"weight {name}: shape {tuple(a.shape)} does not fit {tuple(t.shape)}")
-            t.copy_(torch.from_numpy(np.ascontiguousarray(a)))
+            t.copy_(torch.from_numpy(np.array(a, copy=True)))
 
 
 # ------------------------------------------------------------------------------------------------- jax
