@@ -1,0 +1,120 @@
+"""`twinbench compare` end to end, and nothing lost: failures become rows, interrupts keep rows, resume.
+
+Every run here is a real subprocess on the tiny preset (a few seconds each on the 2-core CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from twinbench import runner
+from twinbench.record import read_jsonl
+from twinbench.spec import from_preset, validate
+
+TINY = ["--preset", "tiny", "--steps", "6", "--warmup", "2"]
+
+
+def twinbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "twinbench.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_compare_gives_ok_records_for_the_first_strategies(tmp_path):
+    out, js = tmp_path / "run", tmp_path / "r.json"
+    p = twinbench("compare", *TINY, "--framework", "torch,jax", "--strategies", "eager,naive,jit",
+                  "--out", str(out), "--json", str(js))
+    assert p.returncode == 0, p.stderr[-2000:]
+    records = json.loads(js.read_text())
+    assert [(r["framework"], r["strategy"], r["status"]) for r in records] == [
+        ("torch", "eager", "ok"), ("jax", "naive", "ok"), ("jax", "jit", "ok")]
+    jit = records[2]
+    assert jit["compiles_during_steps"] == 0 and jit["compile_s"] > 0
+    for r in records:
+        assert r["step_ms_p10"] <= r["step_ms"] <= r["step_ms_p90"]
+        assert r["tokens_per_s"] == pytest.approx(4 * 32 / (r["step_ms"] / 1e3))
+        assert r["flops_per_token"] > 6 * 100_000 and 0 < r["mfu"] < 1.5
+        assert r["peak_mem_bytes"] > 0 and r["versions"] and len(r["losses"]) == 6
+    # the same weights and batches: both frameworks start from the same loss
+    assert records[0]["loss_first"] == pytest.approx(records[2]["loss_first"], rel=1e-5)
+    assert len(read_jsonl(out / "results.jsonl")) == 3
+    summary = (out / "summary.md").read_text()
+    assert "jax/jit" in summary and "6N + 12*L*d*T" in summary
+    assert "torch/eager" in p.stdout and "MFU" in p.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--heads", "3"], "--heads 3 does not divide --d-model 64"),
+    (["--strategies", "warp"], "--strategies: unknown strategy 'warp'"),
+    (["--framework", "mxnet"], "--framework: unknown framework 'mxnet'"),
+    (["--preset", "huge"], "--preset: unknown value 'huge'"),
+    (["--data", "/nonexistent/file.txt"], "--data /nonexistent/file.txt: no such file"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    p = twinbench("compare", "--preset", "tiny", *args)
+    assert p.returncode == 2
+    assert message in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_failures_become_rows_and_the_others_go_on(tmp_path):
+    ok = validate(from_preset("tiny", {"steps": 3, "warmup": 1}, framework="torch", strategy="eager"))
+    nan = validate(from_preset("tiny", {"steps": 3, "warmup": 1, "lr": 1e30}, framework="torch", strategy="eager"))
+    slow = validate(from_preset("tiny", {"steps": 3, "warmup": 1, "seed": 5}, framework="jax", strategy="jit"))
+    text = tmp_path / "gone.txt"
+    text.write_text("some text " * 50)
+    gone = validate(from_preset("tiny", {"steps": 3, "warmup": 1, "data": str(text)}, framework="torch",
+                                strategy="eager"))
+    text.unlink()  # the file vanishes after validation: the worker itself fails
+    records = runner.run_many([nan, gone, ok], tmp_path, timeout=300)
+    assert [r["status"] for r in records] == ["failed", "failed", "ok"]
+    assert "loss became" in records[0]["error"] and "nan" in records[0]["error"].lower()
+    assert "no such file" in records[1]["error"]
+    timed_out = runner.run_one(slow, timeout=0.5)
+    assert timed_out["status"] == "failed" and "timed out after 0.5 s" in timed_out["error"]
+    assert len(read_jsonl(tmp_path / "results.jsonl")) == 3
+
+
+def test_interrupted_compare_keeps_rows_and_resume_skips_them(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "twinbench.cli", "compare", *TINY, "--framework", "torch",
+           "--strategies", "eager", "--seed", "1", "--out", str(out)]
+    # first: one finished run
+    assert subprocess.run(cmd, capture_output=True, timeout=300).returncode == 0
+    first = read_jsonl(out / "results.jsonl")
+    assert len(first) == 1
+    # then a compare of two runs over the same directory, interrupted while its new run is going
+    cmd2 = [*cmd[:-2], "--framework", "torch,jax", "--strategies", "eager,jit", "--resume", str(out)]
+    proc = subprocess.Popen(cmd2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COLUMNS": "200"})
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "--resume" in err and "Traceback" not in err
+    assert read_jsonl(out / "results.jsonl") == first  # the finished row is intact, nothing torn
+    # resume: the torch row is skipped (kept as is), only jax/jit runs
+    p = subprocess.run(cmd2, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = read_jsonl(out / "results.jsonl")
+    assert len(rows) == 2 and rows[0] == first[0] and rows[1]["strategy"] == "jit"
+
+
+def test_torn_last_line_is_ignored(tmp_path):
+    path = Path(tmp_path, "results.jsonl")
+    path.write_text('{"run_id": "a", "status": "ok"}\n{"run_id": "b", "sta')
+    assert [r["run_id"] for r in read_jsonl(path)] == ["a"]
+
+
+def test_strategies_lists_each_with_a_line():
+    p = twinbench("strategies")
+    assert p.returncode == 0
+    for name in ("eager", "naive", "jit"):
+        assert name in p.stdout
