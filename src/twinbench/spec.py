@@ -53,6 +53,7 @@ class TrainConfig:
     seed: int = 0
     precision: str = "fp32"
     data: str = ""  # path of a UTF-8 text file; "" means the embedded synthetic corpus
+    init_from: str = ""  # local Hugging Face GPT-2/BERT checkpoint directory to start from; "" = fresh init
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,7 @@ OVERRIDABLE: dict[str, type] = {
     "layers": int, "d_model": int, "heads": int, "d_ff": int, "vocab": int, "context": int,
     "batch": int, "seq": int, "steps": int, "warmup": int, "lr": float, "weight_decay": float,
     "seed": int, "precision": str, "data": str, "devices": int, "threads": int,
+    "init_from": str,
 }
 _MODEL_FIELDS = {f.name for f in fields(ModelConfig)}
 _TRAIN_FIELDS = {f.name for f in fields(TrainConfig)}
@@ -148,8 +150,13 @@ def from_preset(preset: str, overrides: dict[str, Any] | None = None, **top: Any
     # A preset's seq follows its context unless the user sets it: `--context 64` alone stays valid.
     if "context" in m_over and "seq" not in t_over:
         t_over["seq"] = min(train.seq, m_over["context"])
-    return RunSpec(model=replace(model, **m_over), train=replace(train, **t_over), preset=preset,
+    spec = RunSpec(model=replace(model, **m_over), train=replace(train, **t_over), preset=preset,
                    **s_over, **top)
+    if spec.train.init_from:  # the checkpoint decides the model's shape (models/hf.py)
+        from twinbench.models.hf import adopt_checkpoint
+
+        spec = adopt_checkpoint(spec, m_over, t_over)
+    return spec
 
 
 def validate(spec: RunSpec) -> RunSpec:

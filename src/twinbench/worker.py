@@ -46,7 +46,12 @@ def execute(spec: RunSpec, threads: int) -> Record:
     monitor = compiles.monitor(fw)
 
     tokens = load_tokens(t.data, t.seq, t.seed)
-    weights = init_gpt(spec.model, t.seed)
+    if t.init_from:  # start from a local Hugging Face checkpoint (models/hf.py), not the fresh init
+        from twinbench.models.hf import initial_weights
+
+        weights = initial_weights(spec)
+    else:
+        weights = init_gpt(spec.model, t.seed)
     n_params = sum(w.size for w in weights.values())
     trainer = registry.get(fw, spec.strategy).load()(spec, weights)
     data = batches(tokens, t.batch, t.seq, t.seed)
