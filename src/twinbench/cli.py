@@ -160,6 +160,87 @@ def list_strategies() -> None:
         out.print(mods)
 
 
+@app.command()
+@with_spec_flags
+def export(
+    out_dir: Path = typer.Option(..., "--out", help="directory to write config.json + model.safetensors into"),
+    preset: str = typer.Option("small", help=f"model preset whose shape is exported: {', '.join(PRESETS)}"),
+    weights_file: Optional[Path] = typer.Option(  # noqa: UP045
+        None, "--weights", help="canonical weights (a safetensors file of twinbench's layout, e.g. written by "
+                                "twinbench.models.weights.save) to export; must fit the preset's shape"),
+    **overrides: Any,
+) -> None:
+    """Write a model's canonical weights as a Hugging Face checkpoint that `transformers` loads offline.
+
+    The weights are, in this order: --weights FILE; else the checkpoint of --init-from (a round trip); else
+    the spec's initial weights (the preset's shape and --seed: exactly what a compare run starts from).
+    Load the result with transformers' GPT2LMHeadModel / BertForSequenceClassification.from_pretrained(DIR).
+    """
+    from twinbench.models.hf import export_weights, save_hf
+
+    spec = validate(from_preset(preset, overrides))
+    weights, source = export_weights(spec, weights_file)
+    path = save_hf(spec.model, weights, out_dir)
+    n = sum(w.size for w in weights.values())
+    m = spec.model
+    out.print(f"wrote {path}/config.json and model.safetensors: {m.family}, {m.layers} layers, d_model "
+              f"{m.d_model}, {m.heads} heads, vocab {m.vocab}, context {m.context}, {n / 1e6:.2f} M params "
+              f"(from {source})", highlight=False)
+
+
+@app.command()
+def score(
+    init_from: Path = typer.Option(..., "--init-from", help="local Hugging Face GPT-2 checkpoint directory "
+                                   "(config.json + model.safetensors)"),
+    data: Path = typer.Option(..., help="UTF-8 text file to score"),
+    framework: str = typer.Option("torch,jax", help="comma-separated: torch, jax (each in its own process)"),
+    tokenizer: Optional[Path] = typer.Option(  # noqa: UP045
+        None, help="local tokenizer.json (tokenizers library); default: byte-level tokens (ids 0-255)"),
+    batch: int = typer.Option(4, help="windows per forward pass"),
+    max_windows: int = typer.Option(0, help="score at most this many windows (0: all)"),
+    compare_windows: int = typer.Option(1, help="windows whose logits are compared across frameworks"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the result here as JSON"),  # noqa: UP045
+    timeout: float = typer.Option(900.0, help="seconds before one framework's scoring is stopped"),
+) -> None:
+    """Mean next-token cross-entropy of a GPT-2 checkpoint on a text file, in each framework, and the largest
+    logit difference between them: the check that a migrated model is numerically the same model.
+
+    The file is cut into consecutive non-overlapping windows of the model's context length (a final partial
+    window is dropped); each window's loss covers its context - 1 next-token predictions, in float32.
+    """
+    from rich.table import Table
+
+    from twinbench.score import score as run_score
+
+    try:
+        result = run_score(str(init_from), str(data), _csv(framework) or [], str(tokenizer) if tokenizer else None,
+                           batch, max_windows, compare_windows, timeout)
+    except SpecError as e:
+        fail(str(e))
+    table = Table(header_style="bold", title=f"twinbench score: {init_from}")
+    for c in ("framework", "mean CE (nats)", "perplexity", "bits/token", "seconds (incl. compile)", "device"):
+        table.add_column(c, justify="left" if c in ("framework", "device") else "right")
+    for fw, r in result["frameworks"].items():
+        if r["status"] != "ok":
+            table.add_row(fw, "[red]failed[/]", "", "", "", r["error"])
+            continue
+        table.add_row(fw, f"{r['loss']:.6f}", f"{r['perplexity']:.3f}", f"{r['bits_per_token']:.4f}",
+                      f"{r['seconds']:.2f}", f"{r['device']} ({r['platform']})")
+    out.print(table)
+    tokens = "byte-level" if result["tokenizer"] == "bytes" else result["tokenizer"]
+    out.print(f"  {result['windows']} windows x {result['context']} tokens ({tokens} tokens; "
+              f"{result['tokens_scored']:,} predictions), fp32, no TF32, batch {result['batch']}", highlight=False)
+    if "max_logit_diff" in result:
+        out.print(f"  max |logit diff| torch vs jax: {result['max_logit_diff']:.3g} over the first "
+                  f"{result['compared_windows']} window(s) ({result['logits_compared']:,} logits, max |logit| "
+                  f"{result['max_abs_logit']:.3g}); max per-window loss diff {result['max_window_loss_diff']:.3g}",
+                  highlight=False)
+    if json_path:
+        json_path.write_text(json.dumps(result, indent=1))
+    if any(r["status"] != "ok" for r in result["frameworks"].values()):
+        raise typer.Exit(1)
+
+
 def main() -> None:  # pragma: no cover - console entry point convenience
     app()
 

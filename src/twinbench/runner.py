@@ -65,6 +65,38 @@ def run_one(spec: RunSpec, timeout: float, env: dict[str, str] | None = None) ->
         return Record.for_spec(spec, "failed", error=_reason_from_stderr(stderr, proc.returncode)).to_dict()
 
 
+def run_module(module: str, args: list[str], timeout: float) -> tuple[int, str]:
+    """Run ``python -m MODULE ARGS`` in a fresh process (e.g. one framework of ``twinbench score``).
+
+    Returns (exit code, one-line reason or ""). The child writes its results to files it is given in
+    ``args``; a timeout kills its whole process group.
+    """
+    cmd = [sys.executable, "-m", module, *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        _, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        return 124, f"timed out after {timeout:g} s (--timeout)"
+    except BaseException:  # Ctrl-C or SIGTERM: stop the child with us
+        _kill(proc)
+        raise
+    return proc.returncode, "" if proc.returncode == 0 else _reason_from_stderr(stderr, proc.returncode)
+
+
+def worker_command(spec: RunSpec, args: list[str]) -> list[str]:
+    """``python -m twinbench.worker ARGS``, or the same through torchrun (one worker per device) for the
+    strategies registered with that launcher; every rank runs the same measurement code path."""
+    from twinbench.strategies import registry
+
+    if registry.get(spec.framework, spec.strategy).launcher == "torchrun":
+        from twinbench.distributed.torchrun import launch_command
+
+        return launch_command(spec, args)
+    return [sys.executable, "-m", "twinbench.worker", *args]
+
+
 def _kill(proc: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)

@@ -16,7 +16,9 @@ from typing import Any
 
 FRAMEWORKS = ("torch", "jax")
 PRECISIONS = ("fp32", "bf16")
-FAMILIES = ("gpt",)
+FAMILIES = ("gpt", "bert")
+TASKS = ("lm", "classify")  # next-token LM (gpt) | sequence classification (bert)
+MASK_IMPLS = ("where", "mul", "cond")  # how the BERT attention applies its padding mask
 
 
 class SpecError(ValueError):
@@ -34,6 +36,8 @@ class ModelConfig:
     d_ff: int = 0
     vocab: int = 256
     context: int = 128
+    num_labels: int = 2  # classifier classes (bert)
+    mask_impl: str = "where"  # bert padding mask: "where" (select) | "mul" (0/1 -> additive bias) | "cond"
 
     @property
     def ff(self) -> int:
@@ -54,6 +58,8 @@ class TrainConfig:
     precision: str = "fp32"
     data: str = ""  # path of a UTF-8 text file; "" means the embedded synthetic corpus
     init_from: str = ""  # local Hugging Face GPT-2/BERT checkpoint directory to start from; "" = fresh init
+    task: str = "lm"  # "lm" (next-token, gpt) | "classify" (sequence classification, bert)
+    slow_input: float = 0.0  # ms of simulated extra host work per batch in the input pipeline
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,13 @@ PRESETS: dict[str, tuple[ModelConfig, TrainConfig]] = {
                   TrainConfig(batch=8, seq=1024, steps=30, warmup=5, lr=6e-4)),
     "gpt-350m": (ModelConfig(layers=24, d_model=1024, heads=16, vocab=50257, context=1024),
                  TrainConfig(batch=8, seq=1024, steps=30, warmup=5, lr=3e-4)),
+    # BERT fine-tuning on the embedded classification task; vocab 260 = 4 special tokens + 256 bytes.
+    "bert-tiny": (ModelConfig(family="bert", layers=2, d_model=128, heads=2, vocab=260, context=128),
+                  TrainConfig(batch=16, seq=128, steps=40, warmup=5, lr=1e-3, weight_decay=0.01,
+                              task="classify")),
+    "bert-base": (ModelConfig(family="bert", layers=12, d_model=768, heads=12, vocab=30522, context=512),
+                  TrainConfig(batch=32, seq=512, steps=30, warmup=5, lr=5e-5, weight_decay=0.01,
+                              task="classify")),
 }
 
 #: Fields of ModelConfig/TrainConfig/RunSpec a user may override by a flag, with the type of the flag.
@@ -117,6 +130,7 @@ OVERRIDABLE: dict[str, type] = {
     "batch": int, "seq": int, "steps": int, "warmup": int, "lr": float, "weight_decay": float,
     "seed": int, "precision": str, "data": str, "devices": int, "threads": int,
     "init_from": str,
+    "task": str, "num_labels": int, "mask_impl": str, "slow_input": float,
 }
 _MODEL_FIELDS = {f.name for f in fields(ModelConfig)}
 _TRAIN_FIELDS = {f.name for f in fields(TrainConfig)}
@@ -187,7 +201,31 @@ def validate(spec: RunSpec) -> RunSpec:
     if t.batch % spec.devices:
         raise SpecError(f"--batch {t.batch} is not divisible by --devices {spec.devices}")
     one_of("compile_cache", spec.compile_cache, ("cold", "warm"))
+    _validate_task(spec)
     return spec
+
+
+#: Tokens a classification batch needs besides the 256 byte values (see ``data/classify.py``).
+BERT_MIN_VOCAB = 260
+
+
+def _validate_task(spec: RunSpec) -> None:
+    m, t = spec.model, spec.train
+    one_of("task", t.task, TASKS)
+    one_of("mask_impl", m.mask_impl, MASK_IMPLS)
+    wanted = {"gpt": "lm", "bert": "classify"}[m.family]
+    if t.task != wanted:
+        raise SpecError(f"--task {t.task} does not fit the {m.family} family of --preset {spec.preset}; "
+                        f"allowed: {wanted}")
+    if t.slow_input < 0:
+        raise SpecError(f"--slow-input must be >= 0 ms, got {t.slow_input}")
+    if m.family == "bert":
+        if not isinstance(m.num_labels, int) or m.num_labels < 2:
+            raise SpecError(f"--num-labels must be an integer >= 2, got {m.num_labels!r}")
+        if m.vocab < BERT_MIN_VOCAB:
+            raise SpecError(f"--vocab {m.vocab} is too small for the byte tokenizer; allowed: >= {BERT_MIN_VOCAB}")
+        if t.seq < 16:
+            raise SpecError(f"--seq {t.seq} is too short for classification; allowed: 16..{m.context}")
 
 
 def _divisors(n: int) -> list[int]:

@@ -270,3 +270,32 @@ def _family_of(cfg: ModelConfig) -> dict[str, Any]:
             return fam
     raise SpecError(f"--family {cfg.family}: no Hugging Face format for it; allowed: "
                     f"{', '.join(f['family'] for f in _FAMILIES.values())}")
+
+
+# ---------------------------------------------------------------------------------------------- export
+def export_weights(spec: RunSpec, weights_file: str | Path | None = None) -> tuple[Canonical, str]:
+    """The canonical weights ``twinbench export`` writes for ``spec``, and where they came from.
+
+    ``weights_file`` (a canonical safetensors file) if given; else the ``init_from`` checkpoint; else the
+    spec's initial weights (its family's init from ``spec.train.seed``, what a run starts from).
+    """
+    from twinbench.models import weights as canonical
+
+    if weights_file:
+        p = Path(weights_file)
+        if not p.is_file():
+            raise SpecError(f"--weights {weights_file}: no such file")
+        try:
+            w = canonical.load(p)
+        except Exception as e:  # not a safetensors file
+            raise SpecError(f"--weights {weights_file}: cannot read it as safetensors ({type(e).__name__}: {e})") from None
+        w = {k: np.asarray(v, dtype=np.float32) for k, v in w.items()}
+        if any(k.startswith(("transformer.", "bert.", "h.0.")) for k in w):
+            raise SpecError(f"--weights {weights_file}: this is a Hugging Face checkpoint file, not twinbench's "
+                            f"canonical layout; give its directory with --init-from instead")
+        _check_shapes(w, expected_shapes(spec.model), f"--weights {weights_file} (for --preset {spec.preset})")
+        return w, f"--weights {weights_file}"
+    if spec.train.init_from:
+        return initial_weights(spec), f"--init-from {spec.train.init_from}"
+    init = getattr(canonical, "init_weights", canonical.init_gpt)  # init_weights dispatches on the family
+    return init(spec.model, spec.train.seed), f"the initial weights of --preset {spec.preset} --seed {spec.train.seed}"

@@ -18,7 +18,8 @@ import numpy as np
 
 Canonical = dict[str, np.ndarray]
 
-_LINEAR_SUFFIXES = ("c_attn.weight", "c_proj.weight", "c_fc.weight")
+_LINEAR_SUFFIXES = ("c_attn.weight", "c_proj.weight", "c_fc.weight",  # gpt
+                    "query.weight", "key.weight", "value.weight", "dense.weight", "classifier.weight")  # bert
 _FLAX_TO_CANON = {"kernel": "weight", "scale": "weight", "embedding": "weight"}
 
 
@@ -122,3 +123,46 @@ def init_gpt(cfg: Any, seed: int) -> Canonical:
     w["ln_f.weight"] = np.ones(d, np.float32)
     w["ln_f.bias"] = np.zeros(d, np.float32)
     return w
+
+
+def init_bert(cfg: Any, seed: int) -> Canonical:
+    """BERT initialisation in the canonical layout, from a NumPy seed, so both twins start identical.
+
+    Normal(0, 0.02) for embeddings and linear weights, zero biases, LayerNorm weight 1 and bias 0: what
+    ``BERT.__init__`` does natively. Names mirror Hugging Face's BERT modules (without the ``bert.`` prefix).
+    """
+    rng = np.random.default_rng(seed)
+    d, ff = cfg.d_model, cfg.ff
+
+    def normal(shape: tuple[int, ...]) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+    def linear(name: str, n_in: int, n_out: int) -> None:
+        w[f"{name}.weight"] = normal((n_in, n_out))
+        w[f"{name}.bias"] = np.zeros(n_out, np.float32)
+
+    def layer_norm(name: str) -> None:
+        w[f"{name}.weight"] = np.ones(d, np.float32)
+        w[f"{name}.bias"] = np.zeros(d, np.float32)
+
+    w: Canonical = {"embeddings.word_embeddings.weight": normal((cfg.vocab, d)),
+                    "embeddings.position_embeddings.weight": normal((cfg.context, d)),
+                    "embeddings.token_type_embeddings.weight": normal((2, d))}
+    layer_norm("embeddings.LayerNorm")
+    for i in range(cfg.layers):
+        p = f"encoder.layer.{i}"
+        for name in ("query", "key", "value"):
+            linear(f"{p}.attention.self.{name}", d, d)
+        linear(f"{p}.attention.output.dense", d, d)
+        layer_norm(f"{p}.attention.output.LayerNorm")
+        linear(f"{p}.intermediate.dense", d, ff)
+        linear(f"{p}.output.dense", ff, d)
+        layer_norm(f"{p}.output.LayerNorm")
+    linear("pooler.dense", d, d)
+    linear("classifier", d, cfg.num_labels)
+    return w
+
+
+def init_weights(cfg: Any, seed: int) -> Canonical:
+    """The canonical initial weights of ``cfg.family`` (``gpt`` or ``bert``)."""
+    return init_bert(cfg, seed) if cfg.family == "bert" else init_gpt(cfg, seed)

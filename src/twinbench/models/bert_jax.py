@@ -1,0 +1,180 @@
+"""BERT encoder for sequence classification in JAX (Flax NNX). Twin of ``bert_torch.py``: same classes,
+same attribute names (those of Hugging Face's ``BertForSequenceClassification``, without its ``bert.``
+prefix), same maths.
+
+Token + position + segment embeddings, post-LayerNorm blocks (eps 1e-12), bidirectional self-attention
+through ``jax.nn.dot_product_attention`` with a key padding mask, exact (erf) GELU, a tanh pooler over
+the first token and a linear classifier. No dropout: the twins are deterministic, so they can be compared.
+
+``cfg.mask_impl`` chooses how the padding mask reaches the attention (section 4 of issue 4); all three give
+the same result: ``where`` hands the fused attention a boolean mask (applied with a select, ``jnp.where``),
+``mul`` turns the 0/1 mask into an additive bias by multiplication, ``cond`` chooses per batch with
+``lax.cond`` between no mask (no padding anywhere in the batch) and the masked attention, on the device.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from twinbench.models.gpt_jax import GRAD_CLIP
+from twinbench.spec import ModelConfig
+
+TYPE_VOCAB = 2  # segment ids: 0 for the first text, 1 for the second of a pair
+LN_EPS = 1e-12
+
+normal = nnx.initializers.normal
+zeros = nnx.initializers.zeros_init()
+
+
+def attention_bias(attention_mask: jax.Array, dtype: jnp.dtype) -> jax.Array:
+    """0 where a key is a real token, the dtype's most negative value where it is padding: by multiplying."""
+    return (1.0 - attention_mask.astype(dtype)) * jnp.finfo(dtype).min
+
+
+def _linear(n_in: int, n_out: int, rngs: nnx.Rngs) -> nnx.Linear:
+    return nnx.Linear(n_in, n_out, kernel_init=normal(0.02), bias_init=zeros, rngs=rngs)
+
+
+class SelfAttention(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.heads = cfg.heads
+        self.mask_impl = cfg.mask_impl
+        self.query = _linear(cfg.d_model, cfg.d_model, rngs)
+        self.key = _linear(cfg.d_model, cfg.d_model, rngs)
+        self.value = _linear(cfg.d_model, cfg.d_model, rngs)
+
+    def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
+        B, T, C = x.shape
+        q, k, v = (t.reshape(B, T, self.heads, C // self.heads)
+                   for t in (self.query(x), self.key(x), self.value(x)))
+        keep = attention_mask[:, None, None, :].astype(bool)  # [B, 1, 1, T]: which keys each query may see
+        if self.mask_impl == "mul":
+            y = jax.nn.dot_product_attention(q, k, v, bias=attention_bias(keep, q.dtype))
+        elif self.mask_impl == "cond":  # no padding in this batch: no mask at all; decided on the device
+            y = jax.lax.cond(jnp.all(keep),
+                             lambda q, k, v: jax.nn.dot_product_attention(q, k, v),
+                             lambda q, k, v: jax.nn.dot_product_attention(q, k, v, mask=keep),
+                             q, k, v)
+        else:
+            y = jax.nn.dot_product_attention(q, k, v, mask=keep)
+        return y.reshape(B, T, C)
+
+
+class SelfOutput(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.dense = _linear(cfg.d_model, cfg.d_model, rngs)
+        self.LayerNorm = nnx.LayerNorm(cfg.d_model, epsilon=LN_EPS, rngs=rngs)
+
+    def __call__(self, h: jax.Array, x: jax.Array) -> jax.Array:
+        return self.LayerNorm(self.dense(h) + x)
+
+
+class Attention(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.self = SelfAttention(cfg, rngs)
+        self.output = SelfOutput(cfg, rngs)
+
+    def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
+        return self.output(self.self(x, attention_mask), x)
+
+
+class Intermediate(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.dense = _linear(cfg.d_model, cfg.ff, rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return jax.nn.gelu(self.dense(x), approximate=False)  # exact erf GELU, as BERT
+
+
+class Output(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.dense = _linear(cfg.ff, cfg.d_model, rngs)
+        self.LayerNorm = nnx.LayerNorm(cfg.d_model, epsilon=LN_EPS, rngs=rngs)
+
+    def __call__(self, h: jax.Array, x: jax.Array) -> jax.Array:
+        return self.LayerNorm(self.dense(h) + x)
+
+
+class Layer(nnx.Module):
+    """One post-LayerNorm block: x = LN(x + attn(x)); x = LN(x + mlp(x))."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.attention = Attention(cfg, rngs)
+        self.intermediate = Intermediate(cfg, rngs)
+        self.output = Output(cfg, rngs)
+
+    def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
+        x = self.attention(x, attention_mask)
+        return self.output(self.intermediate(x), x)
+
+
+class Encoder(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.layer = nnx.List([Layer(cfg, rngs) for _ in range(cfg.layers)])
+
+    def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
+        for layer in self.layer:
+            x = layer(x, attention_mask)
+        return x
+
+
+class Embeddings(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.word_embeddings = nnx.Embed(cfg.vocab, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
+        self.position_embeddings = nnx.Embed(cfg.context, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
+        self.token_type_embeddings = nnx.Embed(TYPE_VOCAB, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
+        self.LayerNorm = nnx.LayerNorm(cfg.d_model, epsilon=LN_EPS, rngs=rngs)
+
+    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array) -> jax.Array:
+        pos = jnp.arange(input_ids.shape[1])
+        x = self.word_embeddings(input_ids) + self.position_embeddings(pos)
+        return self.LayerNorm(x + self.token_type_embeddings(token_type_ids))
+
+
+class Pooler(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.dense = _linear(cfg.d_model, cfg.d_model, rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return jnp.tanh(self.dense(x[:, 0]))
+
+
+class BERT(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.embeddings = Embeddings(cfg, rngs)
+        self.encoder = Encoder(cfg, rngs)
+        self.pooler = Pooler(cfg, rngs)
+        self.classifier = _linear(cfg.d_model, cfg.num_labels, rngs)
+
+    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array | None = None,
+                 attention_mask: jax.Array | None = None) -> jax.Array:
+        """Class logits [batch, num_labels]. ``attention_mask`` is 1 for real tokens, 0 for padding."""
+        if token_type_ids is None:
+            token_type_ids = jnp.zeros_like(input_ids)
+        if attention_mask is None:
+            attention_mask = jnp.ones_like(input_ids)
+        x = self.encoder(self.embeddings(input_ids, token_type_ids), attention_mask)
+        return self.classifier(self.pooler(x))
+
+
+def loss_fn(model: BERT, x: tuple[jax.Array, ...], labels: jax.Array) -> jax.Array:
+    """Mean cross-entropy of the class logits, in float32. ``x`` = (input_ids, token_type_ids, attention_mask)."""
+    logits = model(*x)
+    return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels.reshape(-1)).mean()
+
+
+def decay_mask(params: nnx.State) -> nnx.State:
+    """AdamW decays every parameter of rank >= 2 (matrices and embeddings), not biases or LayerNorm."""
+    return jax.tree.map(lambda p: p.ndim >= 2, params)
+
+
+def make_optimizer(lr: float, weight_decay: float) -> optax.GradientTransformation:
+    """Clip by global norm 1.0, then AdamW as BERT fine-tuning uses it (betas 0.9/0.999, eps 1e-6)."""
+    return optax.chain(
+        optax.clip_by_global_norm(GRAD_CLIP),
+        optax.adamw(lr, b1=0.9, b2=0.999, eps=1e-6, weight_decay=weight_decay, mask=decay_mask),
+    )

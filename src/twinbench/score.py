@@ -1,0 +1,242 @@
+"""``twinbench score``: is a migrated model numerically the same model in both frameworks?
+
+The parent (this module, imported by the CLI) reads a local Hugging Face GPT-2 checkpoint's config, cuts a
+text file into consecutive non-overlapping windows of the model's context length (byte-level tokens, or a
+local ``tokenizer.json`` through the ``tokenizers`` library; a final partial window is dropped) and saves
+them to a temporary directory. Each framework then runs in its own fresh process (``python -m
+twinbench.score``, spawned by ``runner.run_module``): it loads the checkpoint into its twin, computes the
+mean next-token cross-entropy of every window in float32 (the ``T - 1`` predictions inside a window, as
+Hugging Face's ``labels=input_ids`` loss does) and saves the per-window losses and the logits of the first
+window(s). The parent never imports a framework: it compares the saved arrays (largest absolute logit
+difference, largest per-window loss difference) and reports.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from twinbench.spec import FRAMEWORKS, ModelConfig, SpecError
+
+MODULE = "twinbench.score"
+
+
+# -------------------------------------------------------------------------------------------- parent
+def tokenize(data: str | Path, tokenizer: str | Path | None = None) -> np.ndarray:
+    """Token ids (int64) of a UTF-8 text file: its bytes, or the ids of a local ``tokenizer.json``."""
+    from twinbench.data.text import read_text_file
+
+    raw = read_text_file(data, 1)
+    if not tokenizer:
+        return raw.astype(np.int64)
+    tok_path = Path(tokenizer)
+    if not tok_path.is_file():
+        raise SpecError(f"--tokenizer {tokenizer}: no such file (give a tokenizer.json)")
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise SpecError("--tokenizer needs the `tokenizers` package: pip install tokenizers") from None
+    try:
+        tok = Tokenizer.from_file(str(tok_path))
+    except Exception as e:  # not a tokenizers JSON file
+        raise SpecError(f"--tokenizer {tokenizer}: not a tokenizer.json the tokenizers library reads ({e})") from None
+    ids = tok.encode(raw.tobytes().decode("utf-8"), add_special_tokens=False).ids
+    return np.asarray(ids, dtype=np.int64)
+
+
+def cut_windows(tokens: np.ndarray, context: int, max_windows: int = 0) -> np.ndarray:
+    """Consecutive non-overlapping windows ``[n, context]``; the final partial window is dropped."""
+    n = len(tokens) // context
+    if max_windows:
+        n = min(n, max_windows)
+    return tokens[: n * context].reshape(n, context)
+
+
+def prepare(init_from: str, data: str, tokenizer: str | None, max_windows: int) -> tuple[ModelConfig, np.ndarray]:
+    """Validate the inputs (one-line :class:`SpecError`s) and return the model config and the windows."""
+    from twinbench.models.hf import FLAG, SAFETENSORS, SAFETENSORS_INDEX, config_from_hf
+
+    cfg = config_from_hf(init_from)
+    if cfg.family != "gpt":
+        raise SpecError(f"{FLAG} {init_from}: score needs a GPT-2 checkpoint (model_type gpt2), "
+                        f"this one is {cfg.family}")
+    if max_windows < 0:
+        raise SpecError(f"--max-windows must be >= 0 (0: all), got {max_windows}")
+    if not any((Path(init_from) / f).is_file() for f in (SAFETENSORS, SAFETENSORS_INDEX)):  # the children read it
+        raise SpecError(f"{FLAG} {init_from}: no {SAFETENSORS} there")
+    tokens = tokenize(data, tokenizer)
+    if len(tokens) < cfg.context:
+        raise SpecError(f"--data {data}: {len(tokens)} tokens make no full window of the model's context "
+                        f"{cfg.context}; give a longer file")
+    if tokens.max() >= cfg.vocab:
+        what = f"--tokenizer {tokenizer}" if tokenizer else "byte-level tokens"
+        raise SpecError(f"{what}: token id {int(tokens.max())} is outside the checkpoint's vocab_size {cfg.vocab}"
+                        + ("" if tokenizer else "; give the model's tokenizer.json with --tokenizer"))
+    return cfg, cut_windows(tokens, cfg.context, max_windows)
+
+
+def score(init_from: str, data: str, frameworks: list[str], tokenizer: str | None = None, batch: int = 4,
+          max_windows: int = 0, compare_windows: int = 1, timeout: float = 900.0) -> dict[str, Any]:
+    """Score the checkpoint in each framework (one process each); return the summary dict (see module doc)."""
+    from twinbench import runner
+
+    for fw in frameworks:
+        if fw not in FRAMEWORKS:
+            raise SpecError(f"--framework: unknown value {fw!r}; allowed: {', '.join(FRAMEWORKS)}")
+    if not frameworks:
+        raise SpecError(f"--framework: nothing selected; allowed: {', '.join(FRAMEWORKS)}")
+    if batch <= 0:
+        raise SpecError(f"--batch must be a positive integer, got {batch}")
+    if compare_windows <= 0:
+        raise SpecError(f"--compare-windows must be a positive integer, got {compare_windows}")
+    cfg, windows = prepare(init_from, data, tokenizer, max_windows)
+    k = min(compare_windows, batch, len(windows))
+    result: dict[str, Any] = {
+        "checkpoint": str(init_from), "data": str(data), "tokenizer": str(tokenizer) if tokenizer else "bytes",
+        "context": cfg.context, "vocab": cfg.vocab, "layers": cfg.layers, "d_model": cfg.d_model,
+        "windows": len(windows), "tokens_scored": len(windows) * (cfg.context - 1), "batch": batch,
+        "precision": "fp32", "frameworks": {}, "compared_windows": k,
+    }
+    with tempfile.TemporaryDirectory(prefix="twinbench-score-") as tmp:
+        np.save(Path(tmp, "windows.npy"), windows.astype(np.int32))
+        logits: dict[str, np.ndarray] = {}
+        losses: dict[str, np.ndarray] = {}
+        for fw in frameworks:
+            code, reason = runner.run_module(MODULE, [fw, str(init_from), tmp, str(batch), str(k)], timeout)
+            res_path = Path(tmp, f"{fw}.json")
+            if code != 0 or not res_path.exists():
+                result["frameworks"][fw] = {"status": "failed", "error": reason or f"exit code {code}"}
+                continue
+            res = json.loads(res_path.read_text())
+            losses[fw] = np.asarray(res.pop("window_losses"), dtype=np.float64)
+            logits[fw] = np.load(Path(tmp, f"{fw}.logits.npy"))
+            mean = float(losses[fw].mean())
+            result["frameworks"][fw] = {"status": "ok", "loss": mean, "perplexity": math.exp(min(mean, 700.0)),
+                                        "bits_per_token": mean / math.log(2), **res}
+        if len(logits) == 2:
+            a, b = (logits[fw] for fw in frameworks)
+            la, lb = (losses[fw] for fw in frameworks)
+            result["max_logit_diff"] = float(np.max(np.abs(a.astype(np.float64) - b)))
+            result["max_abs_logit"] = float(np.max(np.abs(a)))
+            result["logits_compared"] = int(a.size)
+            result["max_window_loss_diff"] = float(np.max(np.abs(la - lb)))
+            result["loss_diff"] = abs(float(la.mean()) - float(lb.mean()))
+    return result
+
+
+# --------------------------------------------------------------------------------------------- child
+def _run_torch(cfg: ModelConfig, weights: dict[str, np.ndarray], windows: np.ndarray, batch: int,
+               k: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    import torch
+    import torch.nn.functional as F
+
+    from twinbench.measure.device import describe, set_fp32_matmul, torch_device, versions
+    from twinbench.models import gpt_torch
+    from twinbench.models.weights import canonical_to_torch
+
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    precision = set_fp32_matmul("torch")
+    dev = torch_device()
+    model = gpt_torch.GPT(cfg)
+    canonical_to_torch(model, weights)
+    model.to(dev).eval()
+
+    def forward(x_np: np.ndarray) -> tuple[Any, Any]:
+        x = torch.from_numpy(x_np).to(dev).long()
+        logits = model(x).float()
+        ce = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1), reduction="none")
+        return logits[:k], ce.view(x.shape[0], -1).mean(dim=1)
+
+    with torch.inference_mode():
+        first, losses, seconds = _loop(forward, windows, batch, lambda t: t.cpu().numpy())
+    platform, name, _ = describe("torch")
+    return first, losses, {"seconds": seconds, "device": name, "platform": platform, "matmul_precision": precision,
+                           "versions": versions("torch")}
+
+
+def _run_jax(cfg: ModelConfig, weights: dict[str, np.ndarray], windows: np.ndarray, batch: int,
+             k: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    import jax.numpy as jnp
+    import optax
+    from flax import nnx
+
+    from twinbench.measure.device import describe, set_fp32_matmul, versions
+    from twinbench.models import gpt_jax
+    from twinbench.models.weights import canonical_to_jax
+
+    precision = set_fp32_matmul("jax")
+    model = gpt_jax.GPT(cfg, nnx.Rngs(0))
+    canonical_to_jax(model, weights)
+
+    @nnx.jit
+    def forward_jit(model: gpt_jax.GPT, x: Any) -> tuple[Any, Any]:
+        logits = model(x).astype(jnp.float32)
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], x[:, 1:]).mean(axis=1)
+        return logits[:k], ce
+
+    first, losses, seconds = _loop(lambda x: forward_jit(model, jnp.asarray(x)), windows, batch, np.asarray)
+    platform, name, _ = describe("jax")
+    return first, losses, {"seconds": seconds, "device": name, "platform": platform, "matmul_precision": precision,
+                           "versions": versions("jax")}
+
+
+def _loop(forward: Any, windows: np.ndarray, batch: int, to_host: Any) -> tuple[np.ndarray, np.ndarray, float]:
+    """Per-window losses over every window, and the logits of the first batch's first windows.
+
+    The last batch is padded with copies of its last window (their losses dropped), so every call has one
+    shape and a compiling framework compiles once.
+    """
+    start = time.perf_counter()
+    losses, first = [], None
+    for i in range(0, len(windows), batch):
+        x = windows[i:i + batch]
+        n = len(x)
+        if n < batch:
+            x = np.concatenate([x, np.repeat(x[-1:], batch - n, axis=0)])
+        logits, ce = forward(x)
+        losses.append(to_host(ce)[:n])  # host copy: waits for the device
+        if first is None:
+            first = to_host(logits)
+    assert first is not None
+    return first, np.concatenate(losses), time.perf_counter() - start
+
+
+def main(argv: list[str]) -> int:
+    """Child: ``python -m twinbench.score FRAMEWORK CHECKPOINT TMPDIR BATCH K``."""
+    fw, ckpt, tmp, batch, k = argv[0], argv[1], Path(argv[2]), int(argv[3]), int(argv[4])
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        from twinbench.models.hf import load_hf
+
+        cfg, weights = load_hf(ckpt)
+        windows = np.load(tmp / "windows.npy")
+        run = _run_torch if fw == "torch" else _run_jax
+        first, losses, info = run(cfg, weights, windows, batch, k)
+    except Exception as e:
+        traceback.print_exc()
+        print(f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:500], file=sys.stderr)
+        return 1
+    if not np.all(np.isfinite(losses)):
+        print(f"FloatingPointError: non-finite loss in window {int(np.argmin(np.isfinite(losses)))}", file=sys.stderr)
+        return 1
+    np.save(tmp / f"{fw}.logits.npy", first.astype(np.float32))
+    (tmp / f"{fw}.json").write_text(json.dumps({"window_losses": losses.tolist(), "threads": _threads(), **info}))
+    return 0
+
+
+def _threads() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
