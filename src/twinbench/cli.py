@@ -76,8 +76,9 @@ def build_specs(preset: str, frameworks: str, strategies: str | None, overrides:
 
 
 def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_steps: int, json_path: Path | None,
-                   title: str) -> list[dict[str, Any]]:
-    """Run specs with a progress bar, then print the table and write summary.md (and --json)."""
+                   title: str, report: bool = True) -> list[dict[str, Any]]:
+    """Run specs with a progress bar, then print the table and write summary.md (and --json); with
+    ``report`` also report.html + report.md (see :func:`write_report`)."""
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from twinbench.report.table import conditions, crossings, markdown, rich_table
@@ -108,7 +109,32 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
     if json_path:
         json_path.write_text(json.dumps(records, indent=1))
     out.print(f"  results: {out_dir / runner.RESULTS}, {out_dir / 'summary.md'}", highlight=False)
+    if report:
+        write_report(out_dir, plan_steps)
     return records
+
+
+#: ``--trace DIR`` for every command that runs specs (compare, sweep, claims): pass it through trace_top().
+TRACE_OPTION = typer.Option(
+    None, "--trace", help="also record a few steady-state steps of each run with the framework's profiler "
+                          "(after the measured steps, which stay unaffected) into this directory")
+
+
+def trace_top(trace: Path | None) -> dict[str, Any]:
+    """The RunSpec field for ``--trace`` (an absolute path, as the worker may run elsewhere)."""
+    return {"trace_dir": str(trace.resolve())} if trace else {}
+
+
+def write_report(out_dir: Path, plan_steps: int) -> None:
+    """report.html + report.md (+ plots/) into ``out_dir``; a failure to draw never loses the run."""
+    from twinbench.report.page import write
+
+    try:
+        html_path, md_path, _ = write(out_dir, plan_steps)
+    except Exception as e:
+        console.print(f"[yellow]warning:[/] report not written: {type(e).__name__}: {e}", highlight=False)
+        return
+    out.print(f"  report: {html_path} (Markdown: {md_path.name})", highlight=False)
 
 
 @app.command()
@@ -124,10 +150,11 @@ def compare(
     resume: Optional[Path] = typer.Option(None, help="continue an interrupted compare in this directory"),  # noqa: UP045
     timeout: float = typer.Option(900.0, help="seconds before one run is stopped and marked failed"),
     plan_steps: int = typer.Option(1000, help="steps of the planned run whose total wall time is shown"),
+    trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
     **overrides: Any,
 ) -> None:
     """Train the same model with each framework and strategy, one fresh process per run, and compare."""
-    specs = build_specs(preset, framework, strategies, overrides)
+    specs = build_specs(preset, framework, strategies, overrides, **trace_top(trace))
     if plan_steps <= 0:
         raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
     if resume is not None and not (resume / runner.RESULTS).exists():
@@ -238,6 +265,68 @@ def score(
     if json_path:
         json_path.write_text(json.dumps(result, indent=1))
     if any(r["status"] != "ok" for r in result["frameworks"].values()):
+        raise typer.Exit(1)
+
+
+@app.command("report")
+def report_cmd(
+    directory: Path = typer.Argument(..., help="results directory (holds results.jsonl; claims.json, "
+                                               "advice.json when present)"),
+    plan_steps: Optional[int] = typer.Option(  # noqa: UP045
+        None, help="planned run length for totals and break-even plots; default: advice.json's, else 1000"),
+) -> None:
+    """Write report.html (self-contained, plots embedded) and report.md (plots in plots/) for a results dir."""
+    from twinbench.report.page import ReportError, write
+
+    if plan_steps is not None and plan_steps <= 0:
+        fail(f"--plan-steps must be a positive integer, got {plan_steps}")
+    try:
+        html_path, md_path, res = write(directory, plan_steps)
+    except ReportError as e:
+        fail(str(e))
+    if res.skipped:
+        console.print(f"[yellow]warning:[/] skipped {res.skipped} malformed line(s) of "
+                      f"{directory / runner.RESULTS}", highlight=False)
+    out.print(f"report: {html_path} (Markdown: {md_path}), {len(res.records)} record(s)", highlight=False)
+
+
+@app.command()
+@with_spec_flags
+def advise(
+    preset: str = typer.Option("small", help=f"model/training preset: {', '.join(PRESETS)}"),
+    framework: str = typer.Option("torch,jax", help="comma-separated: torch, jax"),
+    strategies: Optional[str] = typer.Option(  # noqa: UP045
+        None, help="candidate strategies (as in compare); default: each framework's default set, "
+                   "'all' for every registered base"),
+    plan_steps: int = typer.Option(20000, help="steps of the training run you plan"),
+    changes_per_day: int = typer.Option(0, help="model changes a day; each one costs a cold compile"),
+    out_dir: Optional[Path] = typer.Option(  # noqa: UP045
+        None, "--out", help="results directory; default runs/advise-<timestamp>; runs already there are reused"),
+    timeout: float = typer.Option(900.0, help="seconds before one run is stopped and marked failed"),
+    trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
+    **overrides: Any,
+) -> None:
+    """Measure each framework's strategies here and say which framework to use for a planned run, and why."""
+    from twinbench.advise import advise as decide
+    from twinbench.strategies import registry
+
+    if plan_steps <= 0:
+        raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
+    if changes_per_day < 0:
+        raise SpecError(f"--changes-per-day must be >= 0, got {changes_per_day}")
+    specs = [s for s in build_specs(preset, framework, strategies, overrides, **trace_top(trace))
+             if not getattr(registry.get(s.framework, s.strategy), "known_failing", False)]
+    target = out_dir or Path("runs") / time.strftime("advise-%Y%m%d-%H%M%S")
+    records = run_and_report(specs, target, timeout, plan_steps, None, "twinbench advise", report=False)
+    advice = decide(records, plan_steps, changes_per_day, results=str(target / runner.RESULTS))
+    (target / "advice.json").write_text(json.dumps(advice, indent=1))
+    out.print()
+    for line in advice["lines"]:
+        out.print(line, highlight=False)
+    out.print(f"  advice: {target / 'advice.json'} (numbers in [brackets] are run_ids in "
+              f"{target / runner.RESULTS})", highlight=False)
+    write_report(target, plan_steps)
+    if advice["recommendation"]["framework"] is None:
         raise typer.Exit(1)
 
 

@@ -65,6 +65,9 @@ class Record:
     wall_s: float | None = None
     losses: list[float] = field(default_factory=list)
     spec: dict[str, Any] = field(default_factory=dict)
+    # profiler trace of a few steps run after the measured ones (--trace DIR); None when not traced
+    trace_path: str | None = None
+    trace_error: str | None = None
 
     @classmethod
     def for_spec(cls, spec: RunSpec, status: str, **measured: Any) -> Record:

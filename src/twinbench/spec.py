@@ -75,6 +75,7 @@ class RunSpec:
     threads: int = 0  # 0: all cores of the machine, the same for both frameworks
     compile_cache: str = "cold"  # "cold" | "warm": the compilation cache state the run measures
     cache_dir: str = ""
+    trace_dir: str = ""  # profile a few steps after the measured ones into this directory ("": off)
 
     @property
     def tokens_per_step(self) -> int:
@@ -90,7 +91,9 @@ class RunSpec:
 
     def run_id(self) -> str:
         """A stable key of the measured configuration (used by ``--resume``)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True)
+        d = self.to_dict()
+        d.pop("trace_dir", None)  # tracing runs after the measured steps: same measurement, same id
+        blob = json.dumps(d, sort_keys=True)
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
     @property

@@ -80,7 +80,24 @@ def execute(spec: RunSpec, threads: int) -> Record:
         peak_mem_bytes=peak_mem, peak_mem_source=mem_source,
         compiles_during_steps=timing.compiles_during_steps, compiles_total=monitor.count(),
         loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
-        wall_s=timing.wall_s, matmul_precision=matmul_precision, versions=device.versions(fw), **tp)
+        wall_s=timing.wall_s, matmul_precision=matmul_precision, versions=device.versions(fw),
+        **_trace(spec, trainer, host_batches), **tp)
+
+
+def _trace(spec: RunSpec, trainer: object, host_batches: list) -> dict[str, str | None]:
+    """With ``spec.trace_dir``: profile a few steps AFTER the measured ones (their timing stays clean)."""
+    if not spec.trace_dir:
+        return {}
+    from twinbench.measure.trace import trace_steps
+
+    out = Path(spec.trace_dir) / f"{spec.framework}-{spec.strategy}-{spec.run_id()}"
+    try:
+        path = trace_steps(spec.framework, lambda i: trainer.step(*host_batches[i % len(host_batches)]),
+                           trainer.sync, out)
+        return {"trace_path": str(Path(path).resolve())}
+    except Exception as e:  # a failed trace must not cost the measured run
+        traceback.print_exc()
+        return {"trace_error": f"{type(e).__name__}: {e}"[:300]}
 
 
 def main(argv: list[str]) -> int:

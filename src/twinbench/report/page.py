@@ -1,0 +1,344 @@
+"""The report people look at: ``report.html`` (self-contained) and ``report.md`` from a results directory.
+
+Reads ``results.jsonl`` (compare or sweep), and when present ``claims.json`` (twinbench claims) and
+``advice.json`` (twinbench advise). The HTML page needs no network: plots are PNGs embedded as base64, the
+style sheet is inline. The Markdown twin links the same plots as PNG files in ``plots/`` beside it.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from twinbench.measure.trace import HINTS as TRACE_HINTS
+from twinbench.report.breakeven import total_s
+from twinbench.report.plots import PALETTES, Plot, all_plots, label, shape_text, varying
+from twinbench.report.table import COLUMNS, conditions, crossings, row
+
+RESULTS = "results.jsonl"
+CLAIMS = "claims.json"
+ADVICE = "advice.json"
+REQUIRED = ("framework", "strategy", "status")
+
+
+class ReportError(ValueError):
+    """A results directory that cannot be reported: the message is one line, fit to print."""
+
+
+@dataclass
+class Results:
+    directory: Path
+    records: list[dict[str, Any]]
+    skipped: int = 0  # malformed lines of results.jsonl
+    claims: list[dict[str, Any]] = field(default_factory=list)
+    advice: dict[str, Any] | None = None
+
+
+def load(directory: Path) -> Results:
+    """Records (and claims/advice) of ``directory``; :class:`ReportError` when there is nothing to report."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ReportError(f"{directory}: no such results directory")
+    path = directory / RESULTS
+    if not path.is_file():
+        raise ReportError(f"{directory}: no {RESULTS} there (run `twinbench compare --out {directory}`)")
+    records, skipped = [], 0
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            skipped += 1
+            continue
+        if not isinstance(rec, dict) or any(k not in rec for k in REQUIRED):
+            skipped += 1
+            continue
+        records.append(rec)
+    if not records:
+        raise ReportError(f"{path}: no valid record ({skipped} malformed line(s))")
+    claims: list[dict[str, Any]] = []
+    if (directory / CLAIMS).is_file():
+        try:
+            loaded = json.loads((directory / CLAIMS).read_text())
+            claims = [c for c in loaded if isinstance(c, dict)] if isinstance(loaded, list) else []
+        except ValueError as e:
+            raise ReportError(f"{directory / CLAIMS}: not valid JSON ({e})") from None
+    advice = None
+    if (directory / ADVICE).is_file():
+        try:
+            advice = json.loads((directory / ADVICE).read_text())
+        except ValueError:
+            advice = None
+    return Results(directory, records, skipped, claims, advice)
+
+
+def write(directory: Path, plan_steps: int | None = None) -> tuple[Path, Path, Results]:
+    """Write ``report.html``, ``report.md`` and ``plots/*.png`` into ``directory``; return their paths."""
+    res = load(directory)
+    if plan_steps is None:
+        plan_steps = int((res.advice or {}).get("plan_steps") or 1000)
+    plots = all_plots(res.records, plan_steps)
+    plot_dir = res.directory / "plots"
+    plot_dir.mkdir(exist_ok=True)
+    for p in plots:
+        if p.png is not None:
+            (plot_dir / f"{p.id}.png").write_bytes(p.png)
+    html_path, md_path = res.directory / "report.html", res.directory / "report.md"
+    html_path.write_text(render_html(res, plots, plan_steps))
+    md_path.write_text(render_markdown(res, plots, plan_steps))
+    return html_path, md_path, res
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+def _e(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _ec(x: Any) -> str:
+    """Escaped text with `backticked` spans as <code>."""
+    parts = _e(x).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def _trace_rel(res: Results, r: dict[str, Any]) -> str | None:
+    tp = r.get("trace_path")
+    if not tp:
+        return None
+    try:
+        return os.path.relpath(tp, res.directory)
+    except ValueError:  # another drive (Windows)
+        return tp
+
+
+def _summary(res: Results) -> str:
+    ok = [r for r in res.records if r.get("status") == "ok"]
+    failed = len(res.records) - len(ok)
+    text = f"{len(res.records)} run(s): {len(ok)} ok, {failed} failed"
+    if res.skipped:
+        text += f"; {res.skipped} malformed line(s) of {RESULTS} skipped"
+    return text
+
+
+def _findings(res: Results) -> list[str]:
+    """Headline sentences: the break-evens and the fastest steady step of each framework."""
+    ok = [r for r in res.records if r.get("status") == "ok" and r.get("step_ms") is not None]
+    out = []
+    if len(varying(ok)) == 0:
+        out += crossings(res.records)
+    for fw in sorted({r["framework"] for r in ok}):
+        best = min((r for r in ok if r["framework"] == fw), key=lambda r: r["step_ms"])
+        extra = f" ({shape_text(best, varying(ok))})" if varying(ok) else ""
+        out.append(f"fastest {fw} step: {label(best)}{extra} at {best['step_ms']:.2f} ms "
+                   f"[{best.get('run_id', '')}]")
+    return out
+
+
+def _table_rows(res: Results, plan_steps: int) -> tuple[list[str], list[tuple[dict[str, Any], list[str]]]]:
+    vary = varying(res.records)
+    cols = [c.replace("plan", str(plan_steps)) for c in COLUMNS]
+    if vary:
+        cols = [cols[0], "shape", *cols[1:]]
+    rows = []
+    for r in res.records:
+        cells = row(r, plan_steps)
+        if vary:
+            cells = [cells[0], shape_text(r, vary), *cells[1:]]
+        rows.append((r, cells))
+    return cols, rows
+
+
+# ----------------------------------------------------------------------------------------------- HTML
+
+CSS = """
+:root { --ink:#212529; --muted:#6c757d; --line:#dee2e6; --bg:#f8f9fa; --ok:#2b8a3e; --bad:#c92a2a;
+        --torch:%(torch)s; --jax:%(jax)s; }
+* { box-sizing: border-box; }
+body { margin:0; font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;
+       color:var(--ink); background:#fff; }
+main { max-width:1180px; margin:0 auto; padding:28px 28px 60px; }
+header { border-bottom:3px solid var(--ink); padding-bottom:12px; margin-bottom:8px; }
+h1 { font-size:26px; margin:0 0 4px; letter-spacing:-0.01em; }
+h1 .t { color:var(--torch); } h1 .j { color:var(--jax); }
+h2 { font-size:19px; margin:34px 0 10px; padding-bottom:4px; border-bottom:1px solid var(--line); }
+.sub { color:var(--muted); font-size:13px; }
+.cards { display:flex; flex-wrap:wrap; gap:10px; margin:14px 0; }
+.card { background:var(--bg); border:1px solid var(--line); border-radius:8px; padding:10px 14px; min-width:150px; }
+.card b { display:block; font-size:20px; } .card span { color:var(--muted); font-size:12px; }
+ul.findings { padding-left:20px; } ul.findings li { margin:3px 0; }
+.table-wrap { overflow-x:auto; border:1px solid var(--line); border-radius:8px; }
+table { border-collapse:collapse; width:100%%; font-size:13px; font-variant-numeric:tabular-nums; }
+th, td { padding:6px 10px; border-bottom:1px solid var(--line); text-align:right; white-space:nowrap; }
+th { background:var(--bg); position:sticky; top:0; font-weight:600; }
+th:first-child, td:first-child, td.l { text-align:left; }
+tbody tr:nth-child(even) td { background:#fcfcfd; }
+tr.failed td { color:var(--bad); background:#fff5f5 !important; }
+.chip { display:inline-block; width:10px; height:10px; border-radius:50%%; margin-right:6px; vertical-align:middle; }
+figure { margin:18px 0 26px; padding:14px; border:1px solid var(--line); border-radius:8px; }
+figure img { max-width:100%%; height:auto; display:block; margin:0 auto; }
+figcaption { color:var(--muted); font-size:13px; margin-top:8px; }
+p.omitted { color:var(--muted); font-size:13px; border-left:3px solid var(--line); padding:2px 10px; margin:8px 0; }
+.verdict { font-weight:600; padding:1px 8px; border-radius:10px; font-size:12px; }
+.v-supported { background:#d3f9d8; color:#2b8a3e; } .v-contradicted { background:#ffe3e3; color:#c92a2a; }
+.v-depends { background:#fff3bf; color:#946800; }
+code { background:var(--bg); padding:1px 4px; border-radius:4px; font-size:12.5px; }
+ul.cond li { font-size:13px; color:#343a40; }
+.advice { background:#f3f0ff; border:1px solid #d0bfff; border-radius:8px; padding:12px 16px; }
+.advice p { margin:4px 0; }
+footer { margin-top:40px; color:var(--muted); font-size:12px; }
+""" % {"torch": PALETTES["torch"][0], "jax": PALETTES["jax"][0]}  # noqa: UP031 (CSS braces)
+
+
+def _chip(r: dict[str, Any]) -> str:
+    color = PALETTES.get(r.get("framework", ""), ["#495057"])[0]
+    return f'<span class="chip" style="background:{color}"></span>'
+
+
+def _html_table(res: Results, plan_steps: int) -> str:
+    cols, rows = _table_rows(res, plan_steps)
+    head = "".join(f"<th>{_e(c)}</th>" for c in cols)
+    body = []
+    for r, cells in rows:
+        cls = "" if r.get("status") == "ok" else ' class="failed"'
+        tds = [f"<td>{_chip(r)}{_e(cells[0])}</td>"]
+        tds += [f'<td class="l">{_e(c)}</td>' if i == 0 and len(cols) > len(COLUMNS) else f"<td>{_e(c)}</td>"
+                for i, c in enumerate(cells[1:])]
+        body.append(f'<tr{cls} data-run="{_e(r.get("run_id", ""))}">{"".join(tds)}</tr>')
+    return f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+
+
+def _html_plot(p: Plot) -> str:
+    if p.png is None:
+        return f'<p class="omitted" data-plot-omitted="{p.id}"><b>{_e(p.title)}</b>: omitted: {_ec(p.note)}</p>'
+    b64 = base64.b64encode(p.png).decode()
+    return (f'<figure data-plot="{p.id}"><img data-plot-img="{p.id}" alt="{_e(p.title)}" '
+            f'src="data:image/png;base64,{b64}"><figcaption><b>{_e(p.title)}.</b> {_ec(p.caption)}'
+            f"</figcaption></figure>")
+
+
+def _html_advice(a: dict[str, Any]) -> str:
+    lines = a.get("lines") or []
+    rec = a.get("recommendation") or {}
+    head = f"<p><b>{_e(rec.get('summary', ''))}</b></p>" if rec.get("summary") else ""
+    return f'<div class="advice" data-section="advice">{head}' + "".join(
+        f"<p>{_e(x)}</p>" for x in lines) + "</div>"
+
+
+def _html_claims(claims: list[dict[str, Any]]) -> str:
+    rows = []
+    for c in claims:
+        v = str(c.get("verdict", ""))
+        nums = c.get("numbers") or {}
+        nums_text = ", ".join(f"{k} = {v2}" for k, v2 in nums.items()) if isinstance(nums, dict) else str(nums)
+        runs = c.get("runs") or []
+        rows.append(f'<tr><td>{_e(c.get("claim", ""))}</td><td class="l"><span class="verdict v-{_e(v.split()[0] if v else "")}">'
+                    f'{_e(v)}</span></td><td class="l" style="white-space:normal">{_e(c.get("rule", ""))}</td>'
+                    f'<td class="l" style="white-space:normal">{_e(nums_text)}</td>'
+                    f'<td class="l" style="white-space:normal"><code>{_e(", ".join(map(str, runs)))}</code></td></tr>')
+    return ('<div class="table-wrap" data-section="claims"><table><thead><tr><th>claim</th><th>verdict</th>'
+            "<th>rule</th><th>numbers</th><th>runs</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
+
+
+def render_html(res: Results, plots: list[Plot], plan_steps: int) -> str:
+    ok = [r for r in res.records if r.get("status") == "ok"]
+    first = (ok or res.records)[0]
+    cards = [(len(ok), "runs ok"), (len(res.records) - len(ok), "runs failed")]
+    for fw in sorted({r["framework"] for r in ok}):
+        fastest = min(r["step_ms"] for r in ok if r["framework"] == fw and r.get("step_ms") is not None)
+        cards.append((f"{fastest:.2f} ms", f"fastest {fw} step"))
+    totals = [(total_s(r, plan_steps), r) for r in ok if r.get("first_step_s") is not None]
+    if totals:
+        t, r = min(totals, key=lambda x: x[0])
+        cards.append((f"{t:,.1f} s", f"best total @ {plan_steps:,} steps: {label(r)}"))
+    parts = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width,initial-scale=1'>",
+        f"<title>twinbench report: {_e(res.directory.name)}</title><style>{CSS}</style></head><body><main>",
+        "<header><h1>twinbench: <span class='t'>PyTorch</span> vs <span class='j'>JAX</span></h1>",
+        f"<div class='sub'>{_e(first.get('preset', ''))} preset on {_e(first.get('device'))} "
+        f"({_e(first.get('platform'))}) · {_e(_summary(res))} · results <code>{_e(res.directory)}</code> · "
+        f"generated {_e(time.strftime('%Y-%m-%d %H:%M'))}</div></header>",
+        '<div class="cards">' + "".join(f"<div class='card'><b>{_e(v)}</b><span>{_e(k)}</span></div>"
+                                        for v, k in cards) + "</div>",
+    ]
+    if res.advice:
+        parts += ["<h2>Advice</h2>", _html_advice(res.advice)]
+    findings = _findings(res)
+    if findings:
+        parts += ["<h2>Findings</h2><ul class='findings'>", *[f"<li>{_e(f)}</li>" for f in findings], "</ul>"]
+    parts += ["<h2>Results</h2>", _html_table(res, plan_steps)]
+    parts += ["<h2>Plots</h2>", *[_html_plot(p) for p in plots]]
+    failed = [r for r in res.records if r.get("status") != "ok"]
+    if failed:
+        parts += ["<h2>Failed runs</h2><ul class='findings' data-section='failed'>",
+                  *[f"<li><b>{_e(label(r))}</b> [{_e(r.get('run_id', ''))}]: {_e(r.get('error'))}</li>"
+                    for r in failed], "</ul>"]
+    if res.claims:
+        parts += ["<h2>Claims</h2>", _html_claims(res.claims)]
+    traced = [r for r in res.records if r.get("trace_path") or r.get("trace_error")]
+    if traced:
+        items = []
+        for r in traced:
+            rel = _trace_rel(res, r)
+            if rel:
+                items.append(f"<li><b>{_e(label(r))}</b>: <a href='{_e(rel)}'>{_e(rel)}</a><br>"
+                             f"<span class='sub'>{_ec(TRACE_HINTS.get(r['framework'], ''))}</span></li>")
+            else:
+                items.append(f"<li><b>{_e(label(r))}</b>: no trace ({_e(r.get('trace_error'))})</li>")
+        parts += ["<h2>Profiler traces</h2><p class='sub'>A few steady-state steps, recorded after the measured "
+                  "steps (so the profiler never slows the numbers above).</p>",
+                  "<ul class='findings' data-section='traces'>", *items, "</ul>"]
+    parts += ["<h2>Conditions</h2><ul class='cond'>", *[f"<li>{_e(c)}</li>" for c in conditions(res.records)],
+              "</ul>",
+              "<footer>Timings on a shared or busy machine are noisy: compare runs taken in one sitting. "
+              f"Every number above comes from <code>{RESULTS}</code> (run ids in brackets).</footer>",
+              "</main></body></html>"]
+    return "\n".join(parts)
+
+
+# ----------------------------------------------------------------------------------------------- Markdown
+
+def render_markdown(res: Results, plots: list[Plot], plan_steps: int) -> str:
+    out = [f"# twinbench report: {res.directory.name}", "", f"_{_summary(res)}_", ""]
+    if res.advice:
+        out += ["## Advice", "", *[f"- {x}" for x in res.advice.get("lines") or []], ""]
+    findings = _findings(res)
+    if findings:
+        out += ["## Findings", "", *[f"- {f}" for f in findings], ""]
+    cols, rows = _table_rows(res, plan_steps)
+    out += ["## Results", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for _, cells in rows]
+    out += ["", "## Plots", ""]
+    for p in plots:
+        if p.png is None:
+            out += [f"- **{p.title}**: omitted: {p.note}", ""]
+        else:
+            out += [f"![{p.title}](plots/{p.id}.png)", "", f"*{p.title}.* {p.caption}", ""]
+    failed = [r for r in res.records if r.get("status") != "ok"]
+    if failed:
+        out += ["## Failed runs", "", *[f"- {label(r)} [{r.get('run_id', '')}]: {r.get('error')}" for r in failed], ""]
+    if res.claims:
+        out += ["## Claims", "", "| claim | verdict | rule | numbers | runs |", "|---|---|---|---|---|"]
+        for c in res.claims:
+            nums = c.get("numbers") or {}
+            nums_text = ", ".join(f"{k} = {v}" for k, v in nums.items()) if isinstance(nums, dict) else str(nums)
+            out.append(f"| {c.get('claim', '')} | {c.get('verdict', '')} | {c.get('rule', '')} | {nums_text} | "
+                       f"{', '.join(map(str, c.get('runs') or []))} |")
+        out.append("")
+    traced = [r for r in res.records if r.get("trace_path") or r.get("trace_error")]
+    if traced:
+        out += ["## Profiler traces", "", "A few steady-state steps recorded after the measured ones.", ""]
+        for r in traced:
+            rel = _trace_rel(res, r)
+            out.append(f"- {label(r)}: [{rel}]({rel}) ({TRACE_HINTS.get(r['framework'], '')})" if rel
+                       else f"- {label(r)}: no trace ({r.get('trace_error')})")
+        out.append("")
+    out += ["## Conditions", "", *[f"- {c}" for c in conditions(res.records)], ""]
+    return "\n".join(out)

@@ -1,0 +1,323 @@
+"""The report's plots, drawn with matplotlib (Agg backend, no display needed) from records alone.
+
+Every plot function returns a :class:`Plot`: either a figure's PNG bytes, or ``None`` with a one-line note
+saying what run would produce it (a plot without data is omitted, never drawn empty). One colour family
+per framework (torch warm reds, JAX blues) is used by every plot, so a line reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from twinbench.report.breakeven import break_even_steps
+
+#: Shades of one hue per framework: the first strategy of a framework gets the first shade, and so on.
+PALETTES = {
+    "torch": ["#d9480f", "#f08c00", "#c2255c", "#e8590c", "#a61e4d", "#fab005"],
+    "jax": ["#1c7ed6", "#0b7285", "#5f3dc4", "#1098ad", "#364fc7", "#4dabf7"],
+}
+OTHER = ["#495057", "#2b8a3e", "#868e96"]
+MARKERS = ["o", "s", "^", "D", "v", "P"]
+#: Keys whose values describe the measured shape; a sweep varies some of them.
+SHAPE_KEYS = ("preset", "layers", "d_model", "batch", "seq", "device_count", "precision")
+
+
+@dataclass
+class Plot:
+    id: str  # stable id: data-plot attribute in HTML, file name in Markdown
+    title: str
+    caption: str  # what the plot shows and how to read it
+    png: bytes | None = None
+    note: str = ""  # why it is omitted and what run would produce it (when png is None)
+
+
+def label(r: dict[str, Any]) -> str:
+    return f"{r['framework']}/{r['strategy']}"
+
+
+class Styles:
+    """Colour and marker per run label, consistent across every plot of one report."""
+
+    def __init__(self, records: list[dict[str, Any]]) -> None:
+        self._style: dict[str, tuple[str, str]] = {}
+        per_fw: dict[str, int] = {}
+        for r in records:
+            key = label(r)
+            if key in self._style:
+                continue
+            k = per_fw.get(r["framework"], 0)
+            per_fw[r["framework"]] = k + 1
+            palette = PALETTES.get(r["framework"], OTHER)
+            self._style[key] = (palette[k % len(palette)], MARKERS[k % len(MARKERS)])
+
+    def color(self, key: str) -> str:
+        return self._style.get(key, (OTHER[0], "o"))[0]
+
+    def marker(self, key: str) -> str:
+        return self._style.get(key, (OTHER[0], "o"))[1]
+
+    def framework_colors(self) -> dict[str, str]:
+        return {fw: pal[0] for fw, pal in PALETTES.items()}
+
+
+def _ok(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if r.get("status") == "ok" and r.get("step_ms") is not None]
+
+
+def _png(fig: plt.Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _axes(title: str, xlabel: str, ylabel: str, size: tuple[float, float] = (7.5, 4.2)):
+    fig, ax = plt.subplots(figsize=size)
+    ax.set_title(title, fontsize=11, loc="left")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.spines[["top", "right"]].set_visible(False)
+    return fig, ax
+
+
+def _shape(r: dict[str, Any], keys: tuple[str, ...]) -> tuple:
+    return tuple(r.get(k) for k in keys)
+
+
+def varying(records: list[dict[str, Any]], keys: tuple[str, ...] = SHAPE_KEYS) -> list[str]:
+    """The shape keys whose value differs between records."""
+    return [k for k in keys if len({r.get(k) for r in records}) > 1]
+
+
+def shape_text(r: dict[str, Any], keys: list[str]) -> str:
+    short = {"layers": "L", "d_model": "d", "batch": "b", "seq": "s", "device_count": "dev"}
+    return " ".join(f"{short.get(k, k + ' ')}{r.get(k)}" for k in keys)
+
+
+def cumulative(records: list[dict[str, Any]], styles: Styles, plan_steps: int) -> Plot:
+    """Total wall time against steps (first step with its compile, then steady steps), break-evens marked."""
+    plot = Plot("cumulative", "Cumulative wall time against steps",
+                "Wall time of a run of n steps: first step (with its compilation) + (n-1) x median step time, "
+                "log-log. Where the fastest choice changes (one run compiles longer but steps faster), the "
+                "crossing is marked X with its step count; grey dots are crossings among runs that are not "
+                "the fastest there. The dotted line is the planned run length.")
+    ok = _ok(records)
+    if not ok:
+        plot.note = "no successful run: `twinbench compare` produces it"
+        return plot
+    vary = varying(ok)
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in ok:
+        groups.setdefault(_shape(r, tuple(vary)), []).append(r)
+    shown = sorted(groups.items(), key=lambda kv: -len(kv[1]))[:4]
+    crossings = []
+    for _, runs in shown:
+        for i, a in enumerate(runs):
+            for b in runs[i + 1:]:
+                for x, y in ((a, b), (b, a)):
+                    n = break_even_steps(x, y)
+                    if n is not None and 1 < n < math.inf and break_even_steps(y, x) != 0:
+                        crossings.append((n, x, y))
+    top = max([plan_steps, *[1.6 * n for n, _, _ in crossings]])
+    top = 10 ** math.ceil(math.log10(max(top, 10)))
+    ncols = min(2, len(shown))
+    nrows = math.ceil(len(shown) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(7.5 if ncols == 1 else 11, 4.4 * nrows), squeeze=False,
+                             sharey=True)
+    flat = [ax for line in axes for ax in line]
+    for ax in flat[len(shown):]:
+        ax.set_visible(False)
+    steps = [1, *sorted({round(10 ** (k / 40)) for k in range(0, 40 * int(math.log10(top)) + 1)} - {1})]
+    for ax, (_, runs) in zip(flat, shown, strict=False):
+        for r in runs:
+            ys = [r["first_step_s"] + (n - 1) * r["step_ms"] / 1e3 for n in steps]
+            ax.plot(steps, ys, color=styles.color(label(r)), lw=2, label=label(r))
+            ax.plot([1], [ys[0]], marker=styles.marker(label(r)), color=styles.color(label(r)), ms=6)
+        for n, x, y in crossings:
+            if not any(x is r for r in runs):
+                continue
+            t = x["first_step_s"] + (n - 1) * x["step_ms"] / 1e3
+            if not (_leader(runs, n * 0.999) is y and _leader(runs, n * 1.001) is x):
+                ax.plot([n], [t], marker="o", color="#868e96", ms=4, zorder=4)  # a crossing off the front
+                continue
+            ax.plot([n], [t], marker="X", color="black", ms=8, zorder=5)
+            ax.annotate(f"{label(x)} overtakes\n{label(y)} at {math.ceil(n):,} steps", (n, t),
+                        textcoords="offset points", xytext=(-12, 14), ha="right", fontsize=8,
+                        arrowprops={"arrowstyle": "-", "color": "#555", "lw": 0.8})
+        ax.axvline(plan_steps, color="#adb5bd", ls=":", lw=1)
+        ax.text(plan_steps, ax.get_ylim()[0], f" plan {plan_steps:,}", fontsize=7, color="#868e96",
+                va="bottom")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("steps")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.spines[["top", "right"]].set_visible(False)
+        if vary:
+            ax.set_title(shape_text(runs[0], vary), fontsize=9, loc="left")
+    for line in axes:
+        line[0].set_ylabel("cumulative wall time (s)")
+    for ax in flat[:len(shown)]:
+        ax.legend(fontsize=8, frameon=False, loc="lower right")
+    fig.suptitle(plot.title, fontsize=11, x=0.01, ha="left")
+    if len(groups) > len(shown):
+        plot.caption += f" Showing the {len(shown)} configurations with most runs of {len(groups)}."
+    plot.png = _png(fig)
+    return plot
+
+
+def _leader(runs: list[dict[str, Any]], n: float) -> dict[str, Any]:
+    """The run with the least cumulative wall time after ``n`` steps."""
+    return min(runs, key=lambda r: r["first_step_s"] + (n - 1) * r["step_ms"] / 1e3)
+
+
+def _against(records: list[dict[str, Any]], styles: Styles, key: str, y: Callable[[dict], float | None],
+             plot: Plot, ylabel: str, xlabel: str, logx: bool = True,
+             style_of: Callable[[dict], str] = lambda r: "-") -> Plot:
+    """One line per run label (and per value of the other varying shape keys) of ``y`` against ``key``."""
+    ok = [r for r in _ok(records) if y(r) is not None]
+    others = [k for k in varying(ok) if k != key]
+    lines: dict[tuple, list[dict[str, Any]]] = {}
+    for r in ok:
+        lines.setdefault((label(r), *_shape(r, tuple(others))), []).append(r)
+    lines = {k: v for k, v in lines.items() if len({r[key] for r in v}) > 1}
+    if not lines:
+        return plot
+    fig, ax = _axes(plot.title, xlabel, ylabel)
+    for (lab, *_), runs in sorted(lines.items(), key=lambda kv: str(kv[0])):
+        runs = sorted(runs, key=lambda r: r[key])
+        extra = f" ({shape_text(runs[0], others)})" if others else ""
+        ax.plot([r[key] for r in runs], [y(r) for r in runs], marker=styles.marker(lab), ls=style_of(runs[0]),
+                color=styles.color(lab), lw=1.8, label=lab + extra)
+    if logx:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.legend(fontsize=8, frameon=False)
+    plot.png = _png(fig)
+    return plot
+
+
+def step_vs(records: list[dict[str, Any]], styles: Styles, key: str) -> Plot:
+    name = {"batch": "batch size", "seq": "sequence length"}[key]
+    plot = Plot(f"step-vs-{key}", f"Step time against {name}",
+                f"Median steady-state step time (ms) of each strategy as the {name} grows.")
+    _against(records, styles, key, lambda r: r["step_ms"], plot, "step time (ms)", name)
+    if plot.png is None:
+        values = sorted({r.get(key) for r in _ok(records)} - {None})
+        example = "4,8,16,32" if key == "batch" else "32,64,128"
+        plot.note = (f"the runs share one {name} ({', '.join(map(str, values)) or 'none'}); "
+                     f"`twinbench sweep --over {key}={example}` produces it")
+    return plot
+
+
+def compile_vs_depth(records: list[dict[str, Any]], styles: Styles) -> Plot:
+    plot = Plot("compile-vs-depth", "Compile time against depth",
+                "Compile time (s) as layers are added: an unrolled model (dashed) compiles every block, "
+                "scan-layers (solid) compiles one block and loops over it. Where the framework reported no "
+                "compile time, the first step's time is used.")
+
+    def compile_time(r: dict) -> float | None:
+        return r.get("compile_s") or r.get("first_step_s")
+
+    _against(records, styles, "layers", compile_time, plot, "compile time (s)", "layers", logx=False,
+             style_of=lambda r: "-" if "scan-layers" in r["strategy"] else "--")
+    ok = _ok(records)
+    if plot.png is None:
+        plot.note = ("the runs share one depth; `twinbench sweep --over layers=2,4,8,12 "
+                     "--strategies jit,scan-layers` produces it")
+    elif not any("scan-layers" in r["strategy"] for r in ok):
+        plot.caption += " (No scan-layers run here: add `--strategies jit,scan-layers` to compare.)"
+    return plot
+
+
+def scaling(records: list[dict[str, Any]], styles: Styles) -> Plot:
+    plot = Plot("scaling", "Scaling against devices",
+                "Throughput (tokens/s) against the number of devices; the dotted grey line is perfect "
+                "linear scaling from each strategy's fewest-device run.")
+    ok = _ok(records)
+    _against(records, styles, "device_count", lambda r: r.get("tokens_per_s"), plot, "tokens/s", "devices")
+    if plot.png is None:
+        plot.note = ("all runs use one device count; `twinbench sweep --over devices=1,2,4 "
+                     "--strategies mesh-dp,ddp` produces it")
+        return plot
+    if any(r.get("platform") == "cpu" for r in ok):
+        plot.caption += (" On CPU the devices are simulated and share the same cores: these figures speak "
+                         "of correctness and overhead, not speed-up.")
+    # redraw with the ideal line: cheap, and keeps _against generic
+    fig, ax = _axes(plot.title, "devices", "tokens/s")
+    for lab in sorted({label(r) for r in ok}):
+        runs = sorted((r for r in ok if label(r) == lab and r.get("tokens_per_s")), key=lambda r: r["device_count"])
+        if len({r["device_count"] for r in runs}) < 2:
+            continue
+        xs = [r["device_count"] for r in runs]
+        ax.plot(xs, [r["tokens_per_s"] for r in runs], marker=styles.marker(lab), color=styles.color(lab),
+                lw=1.8, label=lab)
+        base = runs[0]
+        ax.plot(xs, [base["tokens_per_s"] * x / base["device_count"] for x in xs], ls=":", color="#adb5bd")
+    ax.set_xticks(sorted({r["device_count"] for r in ok}))
+    ax.legend(fontsize=8, frameon=False)
+    plot.png = _png(fig)
+    return plot
+
+
+def input_stall(records: list[dict[str, Any]], styles: Styles) -> Plot:
+    plot = Plot("input-stall", "Input stall",
+                "Share of wall time the training loop waited for its next batch (bar), with the median wait "
+                "per step (ms) written on the bar.")
+    ok = [r for r in _ok(records) if r.get("input_stall_pct") is not None]
+    if not ok:
+        plot.note = ("no run measured its input pipeline; a run with the host input pipeline "
+                     "(e.g. `--slow-input 5` on a BERT preset) records input_stall_pct and produces it")
+        return plot
+    vary = varying(ok)
+    names = [label(r) + (f" ({shape_text(r, vary)})" if vary else "") for r in ok]
+    fig, ax = _axes(plot.title, "input stall (% of wall time)", "",
+                    size=(7.5, max(2.2, 0.45 * len(ok) + 1.2)))
+    ys = range(len(ok))
+    ax.barh(list(ys), [r["input_stall_pct"] for r in ok], color=[styles.color(label(r)) for r in ok])
+    for i, r in zip(ys, ok, strict=True):
+        wait = r.get("input_wait_ms")
+        text = f" {r['input_stall_pct']:.1f}%" + (f"  (wait {wait:.2f} ms/step)" if wait is not None else "")
+        ax.text(r["input_stall_pct"], i, text, va="center", fontsize=8)
+    ax.set_yticks(list(ys), names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(100, max(r["input_stall_pct"] for r in ok) * 1.2))
+    plot.png = _png(fig)
+    return plot
+
+
+def losses(records: list[dict[str, Any]], styles: Styles) -> Plot:
+    plot = Plot("loss", "Loss per step",
+                "Training loss of every step of each run: the twins learn the same thing (warm-up steps "
+                "included).")
+    ok = [r for r in _ok(records) if r.get("losses")]
+    if not ok:
+        plot.note = "no run recorded its losses"
+        return plot
+    vary = varying(ok)
+    fig, ax = _axes(plot.title, "step", "loss")
+    for r in ok:
+        extra = f" ({shape_text(r, vary)})" if vary else ""
+        ax.plot(range(1, len(r["losses"]) + 1), r["losses"], color=styles.color(label(r)), lw=1.5,
+                marker=styles.marker(label(r)), ms=3, alpha=0.85, label=label(r) + extra)
+    if len(ok) <= 12:
+        ax.legend(fontsize=8, frameon=False)
+    plot.png = _png(fig)
+    return plot
+
+
+def all_plots(records: list[dict[str, Any]], plan_steps: int) -> list[Plot]:
+    """Every plot of the report, in page order (omitted ones carry their note)."""
+    styles = Styles(records)
+    return [cumulative(records, styles, plan_steps), step_vs(records, styles, "batch"),
+            step_vs(records, styles, "seq"), compile_vs_depth(records, styles), scaling(records, styles),
+            input_stall(records, styles), losses(records, styles)]
