@@ -72,7 +72,10 @@ def build_specs(preset: str, frameworks: str, strategies: str | None, overrides:
         from twinbench.data.text import read_text_file
 
         read_text_file(base.train.data, base.train.seq + 2)
-    return [validate(RunSpec(**{**base.__dict__, "framework": fw, "strategy": name})) for fw, name in chosen]
+    specs = [validate(RunSpec(**{**base.__dict__, "framework": fw, "strategy": name})) for fw, name in chosen]
+    for s in specs:
+        registry.check_devices(s)  # --devices > 1 needs a multi-device strategy
+    return specs
 
 
 def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_steps: int, json_path: Path | None,
@@ -148,6 +151,8 @@ def compare(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="results directory; default runs/<timestamp>"),  # noqa: UP045
     json_path: Optional[Path] = typer.Option(None, "--json", help="also write the list of records here"),  # noqa: UP045
     resume: Optional[Path] = typer.Option(None, help="continue an interrupted compare in this directory"),  # noqa: UP045
+    show_sharding: bool = typer.Option(False, "--show-sharding",
+                                       help="print where the batch, parameters and optimizer state live"),
     timeout: float = typer.Option(900.0, help="seconds before one run is stopped and marked failed"),
     plan_steps: int = typer.Option(1000, help="steps of the planned run whose total wall time is shown"),
     trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
@@ -161,8 +166,23 @@ def compare(
         raise SpecError(f"--resume {resume}: no {runner.RESULTS} there")
     target = resume or out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     records = run_and_report(specs, target, timeout, plan_steps, json_path, "twinbench compare")
+    print_sharding(records, show_sharding)
     if not any(r.get("status") == "ok" for r in records):
         raise typer.Exit(1)
+
+
+def print_sharding(records: list[dict[str, Any]], drawings: bool) -> None:
+    """Every run's sharding warnings; with ``drawings`` (--show-sharding) its whole sharding report."""
+    from twinbench.distributed.sharding_report import render
+
+    for r in records:
+        if drawings and r.get("status") == "ok":
+            out.print()
+            for item in render(r):
+                out.print(item)
+        elif r.get("warnings"):
+            for w in r["warnings"]:
+                out.print(f"  [bold red]warning[/] {r['framework']}/{r['strategy']}: {w}", highlight=False)
 
 
 @app.command("strategies")

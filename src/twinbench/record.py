@@ -68,6 +68,10 @@ class Record:
     # profiler trace of a few steps run after the measured ones (--trace DIR); None when not traced
     trace_path: str | None = None
     trace_error: str | None = None
+    # many devices: params + optimizer state one device holds, where each array lives, what looks wrong
+    state_bytes_per_device: int | None = None
+    sharding: dict[str, Any] = field(default_factory=dict)  # distributed/sharding_report.py: build()
+    warnings: list[str] = field(default_factory=list)
 
     @classmethod
     def for_spec(cls, spec: RunSpec, status: str, **measured: Any) -> Record:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.record import Record, append_jsonl, read_jsonl
-from twinbench.spec import RunSpec
+from twinbench.spec import RunSpec, SpecError
 
 RESULTS = "results.jsonl"
 OOM_MARKERS = ("out of memory", "RESOURCE_EXHAUSTED", "MemoryError", "std::bad_alloc")
@@ -46,7 +46,10 @@ def run_one(spec: RunSpec, timeout: float, env: dict[str, str] | None = None) ->
     with tempfile.TemporaryDirectory(prefix="twinbench-run-") as tmp:
         spec_path, out_path = Path(tmp, "spec.json"), Path(tmp, "record.json")
         spec_path.write_text(json.dumps(spec.to_dict()))
-        cmd = [sys.executable, "-m", "twinbench.worker", str(spec_path), str(out_path)]
+        try:
+            cmd = worker_command(spec, [str(spec_path), str(out_path)])
+        except SpecError as e:
+            return Record.for_spec(spec, "failed", error=str(e)).to_dict()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, **(env or {})}, start_new_session=True)
         try:

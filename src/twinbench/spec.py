@@ -76,6 +76,10 @@ class RunSpec:
     compile_cache: str = "cold"  # "cold" | "warm": the compilation cache state the run measures
     cache_dir: str = ""
     trace_dir: str = ""  # profile a few steps after the measured ones into this directory ("": off)
+    # many hosts: `devices` counts all of them; one twinbench per host (see distributed/)
+    num_processes: int = 1  # hosts (processes) the run spans: jax.distributed / torchrun --nnodes
+    process_id: int = -1  # this host's index; -1: from JAX_PROCESS_ID / NODE_RANK / the cluster
+    coordinator: str = ""  # HOST:PORT of process 0 (jax coordinator, torchrun master); "" = env / cluster
 
     @property
     def tokens_per_step(self) -> int:
@@ -133,6 +137,7 @@ OVERRIDABLE: dict[str, type] = {
     "batch": int, "seq": int, "steps": int, "warmup": int, "lr": float, "weight_decay": float,
     "seed": int, "precision": str, "data": str, "devices": int, "threads": int,
     "init_from": str,
+    "num_processes": int, "process_id": int, "coordinator": str,
     "task": str, "num_labels": int, "mask_impl": str, "slow_input": float,
 }
 _MODEL_FIELDS = {f.name for f in fields(ModelConfig)}
@@ -203,6 +208,11 @@ def validate(spec: RunSpec) -> RunSpec:
                         f"allowed: 0..{t.steps - 1}")
     if t.batch % spec.devices:
         raise SpecError(f"--batch {t.batch} is not divisible by --devices {spec.devices}")
+    if spec.num_processes < 1 or spec.devices % spec.num_processes:
+        raise SpecError(f"--num-processes {spec.num_processes} must be >= 1 and divide --devices {spec.devices} "
+                        "(--devices counts the devices of all processes)")
+    if spec.process_id >= spec.num_processes:
+        raise SpecError(f"--process-id {spec.process_id}; allowed: 0..{spec.num_processes - 1} (or -1: from the environment)")
     one_of("compile_cache", spec.compile_cache, ("cold", "warm"))
     _validate_task(spec)
     return spec

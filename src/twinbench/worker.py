@@ -23,6 +23,14 @@ def prepare_process(spec: RunSpec) -> int:
     if spec.threads and spec.threads < len(cpus):
         cpus = cpus[: spec.threads]
         os.sched_setaffinity(0, cpus)  # XLA and torch both size their thread pools from the affinity mask
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # torchrun: one process per device
+    if local_world > 1:  # the ranks of one host share its cores instead of each taking all of them
+        per, rank = max(len(cpus) // local_world, 1), int(os.environ.get("LOCAL_RANK", "0"))
+        cpus = [cpus[(rank * per + k) % len(cpus)] for k in range(per)]
+        os.sched_setaffinity(0, cpus)
+    from twinbench.distributed import process_env
+
+    os.environ.update(process_env(spec))  # JAX: simulated CPU devices, collectives between processes
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # allocator peak = what the run used
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return len(cpus)
@@ -41,6 +49,9 @@ def execute(spec: RunSpec, threads: int) -> Record:
         import torch
 
         torch.set_num_threads(threads)
+    from twinbench import distributed
+
+    distributed.initialize(spec)  # jax.distributed / the torchrun process group: before any device query
     matmul_precision = device.set_fp32_matmul(fw)
     platform, device_name, device_count = device.describe(fw)
     monitor = compiles.monitor(fw)
@@ -70,8 +81,11 @@ def execute(spec: RunSpec, threads: int) -> Record:
     flops_tok = flops.flops_per_token(n_params - weights["wpe.weight"].size, spec.model.layers,
                                       spec.model.d_model, t.seq)
     tp = flops.throughput(spec.tokens_per_step, step_s, flops_tok, peak_measured)
+    # multi-device strategies report device_count, state_bytes_per_device, sharding and warnings
+    many = trainer.report() if hasattr(trainer, "report") else {}
+    many.setdefault("device_count", device_count)
     return Record.for_spec(
-        spec, "ok", n_params=int(n_params), device=device_name, device_count=device_count, platform=platform,
+        spec, "ok", **many, n_params=int(n_params), device=device_name, platform=platform,
         threads=threads, compile_s=timing.compile_s, first_step_s=timing.first_step_s,
         step_ms=step_s * 1e3, step_ms_p10=percentile(timing.step_s, 10) * 1e3,
         step_ms_p90=percentile(timing.step_s, 90) * 1e3, flops_per_token=flops_tok,
@@ -112,7 +126,11 @@ def main(argv: list[str]) -> int:
         first = (str(e).strip().splitlines() or [""])[0]
         record = Record.for_spec(spec, "failed", error=f"{type(e).__name__}: {first}"[:500])
         code = 1
-    out_path.write_text(json.dumps(record.to_dict()))
+    from twinbench import distributed
+
+    if distributed.local_rank() == 0:  # under torchrun every rank runs this; one record per host
+        out_path.write_text(json.dumps(record.to_dict()))
+    distributed.finish()
     return code
 
 

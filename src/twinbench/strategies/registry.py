@@ -15,7 +15,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from twinbench.spec import FRAMEWORKS, SpecError
+from twinbench.spec import FRAMEWORKS, RunSpec, SpecError
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,8 @@ class Strategy:
     summary: str
     builder: str  # "module:function" with signature (spec, canonical_weights) -> Trainer
     default: bool = True  # part of the representative set `twinbench compare` runs without --strategies
+    multi_device: bool = False  # runs on --devices N > 1 (data parallel / FSDP); others use one device
+    launcher: str = ""  # "torchrun": the runner starts the worker through torchrun, one process per device
 
     def load(self) -> Callable:
         module, func = self.builder.split(":")
@@ -45,8 +47,9 @@ MODIFIERS: dict[str, Modifier] = {}
 DEFAULT_COMBOS: list[tuple[str, str]] = []
 
 
-def register(framework: str, name: str, summary: str, builder: str, default: bool = True) -> None:
-    REGISTRY[(framework, name)] = Strategy(framework, name, summary, builder, default)
+def register(framework: str, name: str, summary: str, builder: str, default: bool = True,
+             multi_device: bool = False, launcher: str = "") -> None:
+    REGISTRY[(framework, name)] = Strategy(framework, name, summary, builder, default, multi_device, launcher)
 
 
 def register_modifier(name: str, frameworks: tuple[str, ...], summary: str,
@@ -66,6 +69,18 @@ register("jax", "naive", "JAX naive port: only value_and_grad jitted, Optax upda
          "twinbench.strategies.jax_naive:build")
 register("jax", "jit", "JAX whole step (loss, grad, clip, AdamW) in one jit, params+opt state donated",
          "twinbench.strategies.jax_jit:build")
+
+# Many devices (issue 5): parallelism applied from outside the model; not in the default single-device set.
+register("jax", "mesh-dp", "JAX data parallel: jit + NamedSharding, batch split over the 'data' mesh axis, "
+         "params replicated", "twinbench.strategies.jax_mesh:build_dp", default=False, multi_device=True)
+register("jax", "mesh-fsdp", "JAX FSDP (ZeRO-3): params, optimizer state and batch sharded over the 'data' axis",
+         "twinbench.strategies.jax_mesh:build_fsdp", default=False, multi_device=True)
+register("jax", "pmap", "JAX legacy data parallel: pmap with lax.pmean of the gradients",
+         "twinbench.strategies.jax_pmap:build", default=False, multi_device=True)
+register("torch", "ddp", "PyTorch DistributedDataParallel, one process per device via torchrun",
+         "twinbench.strategies.torch_ddp:build", default=False, multi_device=True, launcher="torchrun")
+register("torch", "fsdp", "PyTorch FSDP2 (fully_shard per block), one process per device via torchrun",
+         "twinbench.strategies.torch_fsdp:build", default=False, multi_device=True, launcher="torchrun")
 
 
 def get(framework: str, full: str) -> Strategy:
@@ -109,3 +124,14 @@ def select(frameworks: list[str], names: list[str] | None) -> list[tuple[str, st
             get(fw, full)
             chosen.append((fw, full))
     return list(dict.fromkeys(chosen))
+
+def check_devices(spec: RunSpec) -> None:
+    """A single-device strategy asked to run on several devices is a user error, not a silent 1-device run."""
+    strategy = get(spec.framework, spec.strategy)
+    if spec.devices > 1 and not strategy.multi_device:
+        many = ", ".join(n for (f, n), s in REGISTRY.items() if f == spec.framework and s.multi_device)
+        raise SpecError(f"--devices {spec.devices}: {spec.framework} strategy {spec.base_strategy!r} runs on one "
+                        f"device; allowed with --devices > 1: {many}")
+    if strategy.multi_device and spec.modifiers:
+        raise SpecError(f"--strategies: {spec.strategy!r}: the multi-device strategies take no modifiers yet "
+                        f"(got {', '.join('+' + m for m in spec.modifiers)})")

@@ -1,0 +1,55 @@
+"""Parallelism applied to a model from outside: meshes and shardings (JAX), the torchrun launch and process
+group (PyTorch), and the sharding report every multi-device run writes into its record.
+
+Nothing here is imported by the models; the strategies ``jax_mesh``, ``jax_pmap``, ``torch_ddp`` and
+``torch_fsdp`` use it to parallelise the unchanged twin GPT.
+"""
+
+from __future__ import annotations
+
+import os
+
+from twinbench.spec import RunSpec
+
+
+def process_env(spec: RunSpec) -> dict[str, str]:
+    """Environment a run's own process needs before any framework is imported.
+
+    JAX on the CPU gets ``devices / num_processes`` simulated devices (``jax_num_cpu_devices``, read from
+    ``JAX_NUM_CPU_DEVICES`` at import) and, for several processes, gloo collectives between them. It only
+    affects JAX's host platform: on a GPU machine ``jax.devices()`` stays the GPUs.
+    """
+    env: dict[str, str] = {}
+    if spec.framework == "jax":
+        local = max(spec.devices // max(spec.num_processes, 1), 1)
+        if local > 1:
+            env["JAX_NUM_CPU_DEVICES"] = str(local)
+        if spec.num_processes > 1:
+            env["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] = "gloo"
+    return env
+
+
+def initialize(spec: RunSpec) -> None:
+    """Join the run's distributed runtime (a no-op for a one-process run); call before any device query."""
+    if spec.framework == "jax":
+        from twinbench.distributed.mesh import initialize_jax
+
+        initialize_jax(spec)
+    elif "WORLD_SIZE" in os.environ:  # started by torchrun
+        from twinbench.distributed.torchrun import initialize_torch
+
+        initialize_torch()
+
+
+def local_rank() -> int:
+    """This process's rank on its host under torchrun (0 otherwise): local rank 0 writes the record."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def finish() -> None:
+    """Leave the torch process group cleanly (no-op when none was joined)."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,71 @@
+"""PyTorch's distributed runtime: the ``torchrun`` command the runner launches, and the process group.
+
+The runner stays the only place that spawns processes: for a strategy registered with the ``torchrun``
+launcher it starts ``python -m torch.distributed.run ... --module twinbench.worker SPEC RECORD`` instead of
+the worker itself, and torchrun starts one worker per device. One host: ``--standalone`` (a private
+rendezvous on a free port). Several hosts (``--num-processes`` > 1, one twinbench per host): a static
+rendezvous with ``--nnodes``, ``--node-rank`` and the master address from ``--coordinator``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from twinbench.spec import RunSpec, SpecError
+
+WORKER = "twinbench.worker"
+
+
+def launch_command(spec: RunSpec, worker_args: list[str]) -> list[str]:
+    """The torchrun command line that runs the worker on ``spec.devices`` processes in all."""
+    per_node = spec.devices // spec.num_processes
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(per_node)]
+    if spec.num_processes > 1:
+        host, port = coordinator(spec)
+        cmd += ["--nnodes", str(spec.num_processes), "--node-rank", str(node_rank(spec)),
+                "--master-addr", host, "--master-port", str(port)]
+    else:
+        cmd += ["--standalone"]
+    return [*cmd, "--module", WORKER, *worker_args]
+
+
+def coordinator(spec: RunSpec) -> tuple[str, int]:
+    """(host, port) of the rendezvous: ``--coordinator HOST:PORT`` or ``MASTER_ADDR``/``MASTER_PORT``."""
+    address = spec.coordinator or (f"{os.environ['MASTER_ADDR']}:{os.environ.get('MASTER_PORT', '29500')}"
+                                   if os.environ.get("MASTER_ADDR") else "")
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise SpecError(f"--coordinator {address!r}: a multi-host run needs HOST:PORT (or MASTER_ADDR/MASTER_PORT)")
+    return host, int(port)
+
+
+def node_rank(spec: RunSpec) -> int:
+    """This host's rank: ``--process-id`` or ``NODE_RANK``."""
+    if spec.process_id >= 0:
+        return spec.process_id
+    if os.environ.get("NODE_RANK", "").isdigit():
+        return int(os.environ["NODE_RANK"])
+    raise SpecError("--process-id: a multi-host torch run needs this host's rank (or NODE_RANK)")
+
+
+def initialize_torch() -> None:
+    """Join the process group torchrun set up: NCCL with one GPU per rank, gloo on the CPU."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        dist.init_process_group("gloo")
+
+
+def describe() -> str:
+    import torch.distributed as dist
+
+    nodes = dist.get_world_size() // int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
+    return f"torch.distributed world {dist.get_world_size()} ({dist.get_backend()}), {nodes} node(s)"
