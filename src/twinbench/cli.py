@@ -350,6 +350,42 @@ def advise(
         raise typer.Exit(1)
 
 
+@app.command()
+def doctor(
+    script: Path = typer.Argument(..., help="your training script (a .py file)", show_default=False),
+    script_args: Optional[list[str]] = typer.Argument(  # noqa: UP045
+        None, help="arguments for the script, after --", show_default=False),
+    steps: Optional[int] = typer.Option(None, help="end the script cleanly after N training steps"),  # noqa: UP045
+    timeout: float = typer.Option(600.0, help="seconds before the script is stopped"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the findings here as JSON"),  # noqa: UP045
+) -> None:
+    """Run your own training script and say why it is slow: each finding with evidence and the fix.
+
+    Usage: twinbench doctor train.py [--steps N] [--timeout S] [--json FILE] [-- SCRIPT_ARGS...].
+    Exit code 0: nothing of severity warning or worse; 1: something was found; 2: the doctor could not run.
+    """
+    from twinbench.doctor import DoctorError, run_doctor
+    from twinbench.doctor.report import render
+
+    if steps is not None and steps <= 0:
+        fail(f"--steps must be a positive integer, got {steps}")
+    if timeout <= 0:
+        fail(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    try:
+        with console.status(f"running {script} under the doctor"):
+            result = run_doctor(script, list(script_args or []), steps, timeout)
+    except DoctorError as e:
+        fail(str(e))
+    render(out, result.findings, result.observations, str(script))
+    if json_path:
+        json_path.write_text(json.dumps(result.to_json(str(script)), indent=1))
+    if result.timed_out:
+        fail(f"{script} did not finish within --timeout {timeout:g} s; stopped after "
+             f"{result.observations.get('steps', 0)} steps (the findings above cover that part); "
+             "use --steps N to diagnose a long run quickly")
+    raise typer.Exit(1 if result.serious else 0)
+
+
 def main() -> None:  # pragma: no cover - console entry point convenience
     app()
 

@@ -14,7 +14,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +145,44 @@ def run_many(
 
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+@dataclass
+class ScriptRun:
+    """How a user script run by :func:`run_script` ended."""
+
+    returncode: int | None  # None when it was stopped at the timeout
+    output_tail: str  # the last lines of its stdout and stderr, interleaved
+    timed_out: bool
+    wall_s: float
+
+
+def run_script(cmd: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None,
+               grace_s: float = 10.0, tail_lines: int = 60) -> ScriptRun:
+    """Run ``cmd`` (a user's script under a bootstrap, e.g. ``twinbench doctor``) in ``cwd``.
+
+    Its output goes to a temporary file (never to ``cwd``) whose tail is returned. At ``timeout`` the
+    process group gets SIGTERM (so the child can write what it has), then SIGKILL ``grace_s`` later.
+    """
+    start = time.perf_counter()
+    with tempfile.TemporaryFile(prefix="twinbench-script-") as log:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **(env or {})}, start_new_session=True)
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                _kill(proc)
+        except BaseException:  # Ctrl-C or SIGTERM: stop the child with us
+            _kill(proc)
+            raise
+        log.seek(0)
+        lines = log.read().decode(errors="replace").splitlines()
+    return ScriptRun(None if timed_out else proc.returncode, "\n".join(lines[-tail_lines:]), timed_out,
+                     time.perf_counter() - start)

@@ -1,0 +1,135 @@
+"""twinbench doctor: say why a user's own training script is slow, with the evidence and the fix.
+
+Two entry points giving the same findings:
+
+- :func:`run_doctor` (``twinbench doctor SCRIPT``): runs the script in a fresh process under
+  ``twinbench.doctor.bootstrap`` (instruments installed before any user code, the script run as
+  ``__main__`` in its own folder), reads back its observations, and diagnoses them.
+- :class:`watch` (``with twinbench.watch(): ...``): the same instruments in the current process, for
+  notebooks.
+
+Layout: ``recorder`` (events, steps), ``instruments_jax`` / ``instruments_torch`` (the frameworks' hooks),
+``session`` (installs them when a framework is imported), ``findings`` (one function per finding id, next
+to its threshold), ``report`` (rich text and JSON), ``bootstrap`` (the child process's entry point).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DoctorError", "DoctorResult", "check_script", "run_doctor", "watch"]
+
+
+class DoctorError(Exception):
+    """The doctor itself could not run (bad script path, no observations): one line, exit 2."""
+
+
+@dataclass
+class DoctorResult:
+    findings: list[Any]  # list[findings.Finding], worst first
+    observations: dict[str, Any]
+    output_tail: str  # the last lines the script printed
+    timed_out: bool
+
+    def to_json(self, script: str | None = None) -> dict[str, Any]:
+        from twinbench.doctor.report import to_json
+
+        return to_json(self.findings, self.observations, script)
+
+    @property
+    def serious(self) -> bool:
+        from twinbench.doctor.findings import serious
+
+        return serious(self.findings)
+
+
+def check_script(script: str | Path) -> Path:
+    """The script's resolved path, or a one-line :class:`DoctorError` if it is missing or not Python."""
+    path = Path(script).expanduser()
+    if not path.exists():
+        raise DoctorError(f"SCRIPT {script}: no such file")
+    if not path.is_file():
+        raise DoctorError(f"SCRIPT {script}: not a file (give the path of a Python training script)")
+    if path.suffix != ".py":
+        try:
+            compile(path.read_bytes(), str(path), "exec")
+        except (SyntaxError, ValueError, UnicodeDecodeError):
+            raise DoctorError(f"SCRIPT {script}: not a Python script (expected a .py file)") from None
+    return path.resolve()
+
+
+def run_doctor(script: str | Path, args: list[str] | None = None, steps: int | None = None,
+               timeout: float = 600.0) -> DoctorResult:
+    """Run ``script`` with ``args`` under the doctor's bootstrap and diagnose what it did."""
+    from twinbench import runner
+    from twinbench.doctor.findings import diagnose
+
+    path = check_script(script)
+    with tempfile.TemporaryDirectory(prefix="twinbench-doctor-") as tmp:
+        obs_path = Path(tmp, "observations.json")
+        cmd = [sys.executable, "-m", "twinbench.doctor.bootstrap", str(obs_path), str(steps or 0), str(path),
+               *(args or [])]
+        env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}  # write nothing in the script's folder
+        run = runner.run_script(cmd, path.parent, timeout, env=env)
+        if not obs_path.exists():
+            if run.timed_out:
+                raise DoctorError(f"{script} did not finish within --timeout {timeout:g} s and did not stop "
+                                  "when asked (stuck outside Python?); use --steps N to end a long run early")
+            last = [ln for ln in run.output_tail.splitlines() if ln.strip()]
+            raise DoctorError(f"{script} ended (exit code {run.returncode}) before the doctor could report"
+                              + (f": {last[-1][:300]}" if last else ""))
+        obs = json.loads(obs_path.read_text())
+    obs["timed_out"] = obs.get("timed_out") or run.timed_out
+    return DoctorResult(diagnose(obs), obs, run.output_tail, bool(obs["timed_out"]))
+
+
+class watch:
+    """Watch a training loop in this process and report the doctor's findings when the block ends.
+
+    ``steps=N`` ends the block cleanly after N steps. After the block, ``.findings`` (worst first) and
+    ``.observations`` hold the results; ``report=False`` skips printing. Jitted functions bound as globals
+    of the calling module before the block (a notebook's earlier cell) are watched too.
+    """
+
+    def __init__(self, steps: int | None = None, report: bool = True) -> None:
+        self.steps, self.report = steps, report
+        self.findings: list[Any] = []
+        self.observations: dict[str, Any] = {}
+
+    def __enter__(self) -> watch:
+        from twinbench.doctor.session import Session
+
+        self.session = Session(max_steps=self.steps, capture_stderr=False)
+        jax_inst = self.session.instruments.get("jax")
+        if jax_inst is not None:
+            jax_inst.adopt(sys._getframe(1).f_globals)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        from twinbench.doctor.bootstrap import describe_error
+        from twinbench.doctor.findings import diagnose
+        from twinbench.doctor.recorder import StopScript
+
+        stopped = isinstance(exc, StopScript)
+        if exc is not None and not stopped:
+            self.session.rec.error = describe_error(exc)
+        self.observations = self.session.stop()
+        self.findings = diagnose(self.observations)
+        if self.report:
+            from rich.console import Console
+
+            from twinbench.doctor.report import render
+
+            render(Console(stderr=True), self.findings, self.observations, "(twinbench.watch)")
+        return stopped
+
+    @property
+    def serious(self) -> bool:
+        from twinbench.doctor.findings import serious
+
+        return serious(self.findings)

@@ -1,0 +1,79 @@
+"""Runs a user's script as ``__main__`` with the doctor's instruments installed before any of its code.
+
+Usage (by ``twinbench doctor``, through ``runner.run_script``, with the script's folder as working dir)::
+
+    python -m twinbench.doctor.bootstrap OBSERVATIONS.json MAX_STEPS SCRIPT [SCRIPT_ARGS...]
+
+The script sees the ``sys.argv`` and ``sys.path[0]`` it would see under ``python SCRIPT``. It is ended
+cleanly after ``MAX_STEPS`` steps (0: never) or at SIGTERM (the doctor's ``--timeout``), and whatever
+happens the observations are written to ``OBSERVATIONS.json`` (which lives outside the script's folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import signal
+import sys
+import traceback
+from typing import Any
+
+from twinbench.doctor.recorder import Recorder, StopScript
+from twinbench.doctor.session import Session
+
+TAIL_LINES = 15
+
+
+def describe_error(exc: BaseException) -> dict[str, Any]:
+    """Type, message and the tail of the traceback, without the bootstrap's own frames."""
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    keep = [ln for ln in lines if "twinbench/doctor/" not in ln and "<frozen runpy>" not in ln
+            and "/runpy.py" not in ln]
+    text = "".join(keep).rstrip().splitlines()
+    return {"type": type(exc).__name__, "module": type(exc).__module__, "message": str(exc)[:1000],
+            "traceback_tail": "\n".join(text[-TAIL_LINES:])}
+
+
+def run(script: str, args: list[str], rec: Recorder) -> None:
+    """Execute ``script`` as ``__main__``; record how it ended in ``rec``."""
+    sys.argv = [script, *args]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except StopScript:
+        pass
+    except SystemExit as e:
+        if e.code not in (0, None):
+            rec.error = {"type": "SystemExit", "module": "builtins", "message": f"exit code {e.code}",
+                         "traceback_tail": f"the script called sys.exit({e.code!r})", "exit_code": e.code}
+    except BaseException as e:
+        rec.error = describe_error(e)
+
+
+def main(argv: list[str]) -> int:
+    out_path, max_steps, script, *args = argv
+    session = Session(max_steps=int(max_steps) or None, capture_stderr=True)
+    rec = session.rec
+
+    def on_term(signum: int, frame: Any) -> None:
+        rec.timed_out = True
+        raise StopScript("--timeout reached")
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        run(script, args, rec)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        obs = session.stop()
+        with open(out_path, "w") as f:
+            json.dump(obs, f, default=str)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if rec.timed_out:  # a hung thread must not keep us alive past the doctor's grace period
+        os._exit(0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

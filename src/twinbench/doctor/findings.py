@@ -1,0 +1,463 @@
+"""What is wrong, from the observations: one small function per finding id, each next to its threshold.
+
+The ids are a contract (JSON output, docs/doctor.md, tests). Every function takes the observations dict
+(``Recorder.observations()``) and returns a :class:`Finding` or ``None``. Rates are per *steady* step:
+counted between the start of step 2 and the start of the last step, so step 1 (compilation) and whatever
+runs after the loop (evaluation, saving) do not count.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+SEVERITIES = ("error", "warning", "info")  # "warning or worse" decides the exit code
+MIN_STEADY_STEPS = 2  # per-step findings need at least this many steady steps to say anything
+
+JAX_DOCS = "https://docs.jax.dev/en/latest"
+TORCH_DOCS = "https://docs.pytorch.org/docs/stable"
+
+
+@dataclass
+class Finding:
+    id: str
+    severity: str  # error | warning | info
+    title: str  # one line
+    evidence: str  # the numbers behind it
+    fix: str  # a concrete code change
+    doc: str = ""  # where the frameworks document it
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+Obs = dict[str, Any]
+
+
+def _per_step(obs: Obs, key: str) -> float | None:
+    """The per-steady-step rate of a counter, or None when there were too few steady steps."""
+    if obs.get("steady_steps", 0) < MIN_STEADY_STEPS:
+        return None
+    return float(obs.get("per_step", {}).get(key, 0.0))
+
+
+def _steady_notes(obs: Obs, kind: str) -> list[dict[str, Any]]:
+    t0 = obs.get("steady_from_t")
+    notes = obs.get("notes", {}).get(kind, [])
+    return [] if t0 is None else [n for n in notes if n["t"] >= t0]
+
+
+def _sites(sites: dict[str, int], n: int = 3) -> str:
+    return "; ".join(f"{s} x{c}" for s, c in list(sites.items())[:n])
+
+
+def _mib(b: float) -> str:
+    return f"{b / 2**20:.2f} MiB" if b >= 2**20 else f"{b / 2**10:.1f} KiB"
+
+
+# -- script-error -----------------------------------------------------------------------------------------
+TRACER_ERRORS = ("TracerBoolConversionError", "ConcretizationTypeError", "TracerIntegerConversionError",
+                 "TracerArrayConversionError")
+MEANINGS: list[tuple[Callable[[dict[str, Any]], bool], str]] = [
+    (lambda e: e["type"] in TRACER_ERRORS,
+     "a Python `if`/`while`/`int()` on a value traced by jit: see jax-python-control-flow"),
+    (lambda e: any(m in e["message"] + e["traceback_tail"] for m in
+                   ("out of memory", "RESOURCE_EXHAUSTED", "OutOfMemoryError")),
+     "out of memory: lower the batch size, use bf16, or rematerialise activations (jax.checkpoint, "
+     "torch.utils.checkpoint)"),
+    (lambda e: e["type"] in ("ModuleNotFoundError", "ImportError"),
+     "a module is missing from this environment: install it in the interpreter twinbench runs with"),
+    (lambda e: e["type"] == "FileNotFoundError",
+     "a file was not found: the doctor runs the script in its own folder, so paths relative to that folder work"),
+    (lambda e: e["type"] == "SystemExit", "the script ended itself with a non-zero exit code"),
+    (lambda e: e["type"] == "KeyboardInterrupt", "the script was interrupted"),
+]
+
+
+def script_error(obs: Obs) -> Finding | None:
+    """Threshold: the script raised, or exited with a non-zero code."""
+    err = obs.get("error")
+    if not err:
+        return None
+    meaning = next((m for test, m in MEANINGS if test(err)), "fix the error above: the doctor diagnoses a "
+                   "script that runs, and reports what it saw up to the failure")
+    first = (err.get("message") or "").strip().splitlines()
+    return Finding("script-error", "error", f"the script failed: {err['type']}: {first[0][:160] if first else ''}",
+                   f"after {obs.get('steps', 0)} steps; traceback tail:\n{err.get('traceback_tail', '')}",
+                   meaning, "https://docs.python.org/3/tutorial/errors.html")
+
+
+# -- jax-python-control-flow --------------------------------------------------------------------------------
+def jax_python_control_flow(obs: Obs) -> Finding | None:
+    """Threshold: the script failed with a tracer conversion error (a Python branch on a traced value)."""
+    err = obs.get("error")
+    if not err or err["type"] not in TRACER_ERRORS:
+        return None
+    where = [ln.strip() for ln in err.get("traceback_tail", "").splitlines() if ln.strip().startswith("File ")]
+    return Finding(
+        "jax-python-control-flow", "error",
+        "a Python if/while (or int/bool) decides on a value traced by jit",
+        f"{err['type']} raised {'at ' + where[-1] if where else ''}",
+        "Branch inside the computation instead of in Python:\n"
+        "  if x > 0: y = f(x)          ->  y = jnp.where(x > 0, f(x), g(x))\n"
+        "  (both sides expensive)      ->  y = jax.lax.cond(x > 0, f, g, x)\n"
+        "  while err > tol: ...        ->  jax.lax.while_loop(cond_fn, body_fn, init)\n"
+        "If the value is a Python setting (not data), make it static: jax.jit(step, static_argnames=('mode',)).",
+        f"{JAX_DOCS}/control-flow.html")
+
+
+# -- jax-recompile ------------------------------------------------------------------------------------------
+RECOMPILE_WARN = 2  # tracing cache misses of a known function after step 1: 1 = info, >= 2 = warning
+RECOMPILE_FIX = {
+    "shape": "Give the step a few fixed shapes: pad the last/odd batches to the full size with a mask "
+             "(x = np.pad(x, ((0, B - len(x)), (0, 0)))), drop the remainder (drop_last=True), or bucket "
+             "sequence lengths to powers of two.",
+    "dtype": "Cast inputs to one dtype before the call, every step: x = jnp.asarray(x, jnp.float32).",
+    "weak type": "Pass the same kind of value every step: make it an array once, lr = jnp.asarray(lr, "
+                 "jnp.float32), instead of a Python float on some steps and an array on others.",
+    "static argument": "Do not mark a value that changes every step as static: drop it from "
+                       "static_argnums/static_argnames and pass it as an array, step(state, jnp.asarray(i)).",
+    "new function object": "Create the jitted function once, before the loop: step = jax.jit(train_step); "
+                           "not jax.jit(lambda ...) or jax.jit(functools.partial(...)) inside it.",
+    "pytree structure": "Keep the arguments' structure fixed: the same dict keys, list lengths and None-ness "
+                        "every step.",
+}
+
+
+def recompile_cause(message: str) -> str:
+    """Classify one ``jax_explain_cache_misses`` message."""
+    if "never seen function" in message:
+        return "new function object"
+    if "weak_type" in message:
+        return "weak type"
+    if "Static" in message or "static" in message:
+        return "static argument"
+    if "different input types" in message:
+        m = re.search(r"now (\w+)\[[^\]]*\][^ ]* and before (\w+)\[", message)
+        return "dtype" if m and m.group(1) != m.group(2) else "shape"
+    if "pytree" in message:
+        return "pytree structure"
+    return "other"
+
+
+def _is_user_recompile(message: str) -> bool:
+    if "never seen function" in message:
+        return "seen another function defined on the same line" in message
+    m = re.search(r"for (\S+) defined at (\S+)", message)
+    return not (m and ("/jax/" in m.group(2) or "/flax/" in m.group(2) or "/optax/" in m.group(2)))
+
+
+def jax_recompile(obs: Obs) -> Finding | None:
+    """Threshold: >= 2 recompiles (tracing cache misses) of an already-compiled function after step 1."""
+    misses = [n["message"] for n in _steady_notes(obs, "cache_miss") if _is_user_recompile(n["message"])]
+    if not misses:
+        return None
+    causes = Counter(recompile_cause(m) for m in misses)
+    top = causes.most_common(1)[0][0]
+    example = next(m for m in misses if recompile_cause(m) == top)
+    detail = [ln.strip() for ln in example.splitlines()[1:] if ln.strip()][-2:]
+    compiles = _steady_notes(obs, "compile")
+    steady_compile_s = sum(n.get("s", 0.0) for n in compiles)
+    severity = "warning" if len(misses) >= RECOMPILE_WARN else "info"
+    return Finding(
+        "jax-recompile", severity,
+        f"jit traced and compiled again {len(misses)} times after step 1 (cause: {top})",
+        f"{len(misses)} tracing cache misses in {obs.get('steady_steps', 0)} steady steps "
+        f"({', '.join(f'{c}: {n}' for c, n in causes.items())}); {len(compiles)} XLA compiles, "
+        f"{steady_compile_s:.2f} s of backend compile after step 1; jax_explain_cache_misses says: "
+        + " | ".join(detail) + f" (warning from {RECOMPILE_WARN} recompiles)",
+        RECOMPILE_FIX.get(top, "Keep every argument's shape, dtype, weak type and structure the same each step."),
+        f"{JAX_DOCS}/jit-compilation.html#caching")
+
+
+# -- jax-eager-ops -----------------------------------------------------------------------------------------
+EAGER_OPS_WARN = 20  # primitives dispatched one by one outside jit, per steady step
+
+
+def jax_eager_ops(obs: Obs) -> Finding | None:
+    """Threshold: >= 20 JAX primitives dispatched one by one (outside jit) per step."""
+    ops = _per_step(obs, "eager_ops")
+    if ops is None or ops < EAGER_OPS_WARN:
+        return None
+    eager_ms = (_per_step(obs, "eager_s:s") or 0.0) * 1e3
+    sources = obs.get("info", {}).get("eager_sources", {})
+    total = sum(sources.values()) or 1
+    src = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in list(sources.items())[:4])
+    optax_eager = obs.get("candidates", {}).get("optax update", 0)
+    fix = ("Put the whole step, optimizer update included, inside one jitted function:\n"
+           "  @jax.jit\n"
+           "  def train_step(params, opt_state, batch):\n"
+           "      loss, grads = jax.value_and_grad(loss_fn)(params, batch)\n"
+           "      updates, opt_state = tx.update(grads, opt_state, params)\n"
+           "      return optax.apply_updates(params, updates), opt_state, loss\n"
+           "(Flax NNX: decorate the step that calls optimizer.update(model, grads) with @nnx.jit.)")
+    return Finding(
+        "jax-eager-ops", "warning",
+        f"{ops:.0f} ops per step run one by one outside jit" + (" (the Optax update among them)" if optax_eager else ""),
+        f"{ops:.0f} eager primitive dispatches per step taking {eager_ms:.2f} ms of a {obs.get('step_ms') or 0:.2f} ms "
+        f"step; they come from: {src or 'unknown'}; Optax update called outside jit {optax_eager} times "
+        f"(warning from {EAGER_OPS_WARN} eager ops per step)", fix,
+        f"{JAX_DOCS}/jit-compilation.html")
+
+
+# -- jax-no-donation ---------------------------------------------------------------------------------------
+DONATION_MIN_BYTES = 1 << 20  # state replaced every step, not donated, at least this large
+DONATION_SHARE = 0.5  # ... and less than this share of it donated
+
+
+def jax_no_donation(obs: Obs) -> Finding | None:
+    """Threshold: >= 1 MiB of state is passed in and returned every step, and < 50% of it is donated."""
+    info = obs.get("info", {})
+    carried = info.get("carried", {}).get("bytes", 0)
+    donated = info.get("donated_bytes")
+    if donated is None or carried < DONATION_MIN_BYTES or donated >= DONATION_SHARE * carried:
+        return None
+    mem = info.get("memory", {})
+    mem_txt = (f"; XLA memory analysis of the step: arguments {_mib(mem['argument_size_in_bytes'])}, outputs "
+               f"{_mib(mem['output_size_in_bytes'])}, aliased (donated) {_mib(mem['alias_size_in_bytes'])}"
+               if mem else "")
+    return Finding(
+        "jax-no-donation", "warning",
+        f"{_mib(carried)} of params/optimizer state is copied every step instead of updated in place",
+        f"{info['carried'].get('leaves', 0)} arrays ({_mib(carried)}) that each step returns are passed to the "
+        f"next step; {_mib(donated)} of them donated (Lowered.args_info), so the step holds old and new copies "
+        f"at once: about {_mib(carried - donated)} more device memory at peak{mem_txt} "
+        f"(warning from {_mib(DONATION_MIN_BYTES)} not donated)",
+        "Donate the state the step replaces: jax.jit(train_step, donate_argnums=(0, 1)) "
+        "(or donate_argnames=('params', 'opt_state')); with Flax NNX: "
+        "nnx.jit(train_step, donate_argnames=('model', 'optimizer')). Do not use the old arrays after the call.",
+        f"{JAX_DOCS}/faq.html#buffer-donation")
+
+
+# -- jax-host-sync -------------------------------------------------------------------------------------------
+HOST_SYNC_WARN = 1.0  # device values read on the host per steady step
+
+
+def jax_host_sync(obs: Obs) -> Finding | None:
+    """Threshold: >= 1 device value read on the host (float, .item(), print, bool) per step."""
+    reads = _per_step(obs, "jax_host_reads")
+    if reads is None or reads < HOST_SYNC_WARN:
+        return None
+    sites = obs.get("info", {}).get("jax_host_read_sites", {})
+    return Finding(
+        "jax-host-sync", "warning",
+        f"{reads:.1f} device values read on the host every step: the loop waits for the device each time",
+        f"{reads:.1f} host reads per step ({_sites(sites)}); each one blocks until the step has finished, so "
+        f"the next step cannot be dispatched ahead (warning from {HOST_SYNC_WARN:g} per step)",
+        "Keep values on the device and read them rarely: losses.append(loss) in the loop and "
+        "print(float(jnp.mean(jnp.stack(losses)))) every 100 steps or after it; inside jit use "
+        "jax.debug.print; for early stopping, check every N steps.",
+        f"{JAX_DOCS}/async_dispatch.html")
+
+
+# -- jax-host-transfer ---------------------------------------------------------------------------------------
+def jax_host_transfer(obs: Obs) -> Finding | None:
+    """Threshold: >= 1 host (NumPy) array implicitly copied to the device per step by the step call."""
+    arrays = _per_step(obs, "h2d_numpy_args")
+    guard = _per_step(obs, "h2d_guard_arrays") or 0.0
+    if arrays is None or max(arrays, guard) < 1:
+        return None
+    nbytes = _per_step(obs, "h2d_numpy_bytes") or 0.0
+    guard_all = _per_step(obs, "h2d_guard") or 0.0
+    return Finding(
+        "jax-host-transfer", "warning",
+        f"{max(arrays, guard):.0f} host arrays are copied to the device inside every step call",
+        f"{arrays:.1f} NumPy arrays ({_mib(nbytes)}) per step passed straight to the jitted step; the transfer "
+        f"guard (log mode) saw {guard_all:.1f} implicit host-to-device transfers per step, {guard:.1f} of them "
+        f"shaped arrays (warning from 1 array per step)",
+        "Put batches on the device ahead of the step that uses them: batch = jax.device_put(next(it)) one "
+        "step early (a small prefetch queue), or build the data on the device; with several devices "
+        "device_put straight into the batch sharding.",
+        f"{JAX_DOCS}/transfer_guard.html")
+
+
+# -- jax-replicated-batch ------------------------------------------------------------------------------------
+def jax_replicated_batch(obs: Obs) -> Finding | None:
+    """Threshold: > 1 device, and every per-step input of the jitted step sits whole on each device."""
+    info = obs.get("info", {})
+    fresh = info.get("fresh_args", [])
+    devices = info.get("devices", 1)
+    if devices <= 1 or not fresh or obs.get("step_kind") != "jit" or not all(a["replicated"] for a in fresh):
+        return None
+    desc = "; ".join(f"{tuple(a['shape'])} {a['kind']} "
+                     + ("on 1 device" if a["devices"] == 1 else f"replicated on {a['devices']} devices")
+                     for a in fresh[:3])
+    return Finding(
+        "jax-replicated-batch", "warning",
+        f"{devices} devices, but the batch is not sharded: one device (or every device) computes all of it",
+        f"per-step inputs of {obs.get('step_fn')}: {desc} (Array.sharding); threshold: every per-step input "
+        f"unsharded while {devices} devices are visible",
+        "Shard the batch over a data axis; jit then splits the work:\n"
+        "  mesh = jax.make_mesh((jax.device_count(),), ('data',))\n"
+        "  batch = jax.device_put(batch, NamedSharding(mesh, P('data')))\n"
+        "  params = jax.device_put(params, NamedSharding(mesh, P()))  # replicated\n"
+        "Check with jax.debug.visualize_array_sharding(batch).",
+        f"{JAX_DOCS}/sharded-computation.html")
+
+
+# -- jax-pmap-legacy -------------------------------------------------------------------------------------------
+def jax_pmap_legacy(obs: Obs) -> Finding | None:
+    """Threshold: a pmap-ed function was called at all (pmap is in maintenance; jit + shardings replaces it)."""
+    calls = obs.get("counters", {}).get("pmap_calls", 0)
+    if not calls:
+        return None
+    return Finding(
+        "jax-pmap-legacy", "warning", "data parallelism through pmap: the legacy API",
+        f"pmap-ed functions were called {calls:.0f} times",
+        "Use one jit with shardings instead of pmap + axis_name:\n"
+        "  mesh = jax.make_mesh((jax.device_count(),), ('data',))\n"
+        "  batch = jax.device_put(batch, NamedSharding(mesh, P('data')))\n"
+        "  step = jax.jit(train_step)  # no pmean: grads of the global mean loss are already summed\n"
+        "Drop the leading device axis, jax.lax.pmean and jax_utils.replicate.",
+        f"{JAX_DOCS}/migrate_pmap.html")
+
+
+# -- torch-recompile ---------------------------------------------------------------------------------------
+def torch_recompile(obs: Obs) -> Finding | None:
+    """Threshold: >= 1 dynamo recompilation (a guard failed after the first compile)."""
+    notes = obs.get("notes", {}).get("recompile", [])
+    if not notes:
+        return None
+    reasons = Counter(_guard_reason(n["message"]) for n in notes)
+    shape = any("size mismatch" in r or "stride" in r for r in reasons)
+    fix = ("Mark the varying dimension dynamic before the first call, torch._dynamo.mark_dynamic(x, 0), "
+           "or pad batches to a few fixed sizes; torch.compile(model, dynamic=True) compiles shape-generic "
+           "code once." if shape else
+           "Keep what the guards check constant between calls (Python numbers, attributes, globals, "
+           "tensor dtypes/devices); pass changing numbers as tensors.")
+    return Finding(
+        "torch-recompile", "warning",
+        f"torch.compile recompiled {len(notes)} times",
+        f"{len(notes)} recompilations ({obs.get('info', {}).get('torch_graphs', '?')} graphs in all); "
+        f"guard failures: " + "; ".join(f"{r} x{c}" for r, c in reasons.most_common(3))
+        + " (warning from 1 recompile)",
+        fix, f"{TORCH_DOCS}/torch.compiler_troubleshooting.html")
+
+
+def _guard_reason(message: str) -> str:
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip().startswith("- ")]
+    head = message.splitlines()[0] if message else ""
+    return (lines[0][2:] if lines else head)[:200]
+
+
+# -- torch-graph-break ------------------------------------------------------------------------------------------
+def torch_graph_break(obs: Obs) -> Finding | None:
+    """Threshold: >= 1 graph break in a compiled function."""
+    notes = obs.get("notes", {}).get("graph_break", [])
+    if not notes:
+        return None
+    reasons: Counter[str] = Counter()
+    for n in notes:
+        msg = n["message"]
+        where = re.search(r"in user code at (\S+)", msg)
+        reason = re.search(r"Graph Break Reason: (.*)", msg)
+        reasons[f"{reason.group(1) if reason else msg.splitlines()[0]} at {where.group(1) if where else '?'}"] += 1
+    return Finding(
+        "torch-graph-break", "warning",
+        f"torch.compile split the function at {len(reasons)} graph breaks",
+        "dynamo's break reasons: " + "; ".join(f"{r} (x{c})" for r, c in reasons.most_common(3))
+        + " (warning from 1 break)",
+        "Remove what dynamo cannot trace from the compiled code: a branch on a tensor value -> torch.where(cond, "
+        "a, b) or torch.cond; .item()/print/numpy -> move out of the compiled function. Then compile with "
+        "fullgraph=True so a new break fails loudly; torch._dynamo.explain(fn)(*args) lists them all.",
+        f"{TORCH_DOCS}/torch.compiler_troubleshooting.html")
+
+
+# -- torch-host-sync ---------------------------------------------------------------------------------------------
+def torch_host_sync(obs: Obs) -> Finding | None:
+    """Threshold: >= 1 tensor read on the host (.item(), float(), print) or CUDA sync per step."""
+    reads = _per_step(obs, "torch_host_reads")
+    syncs = _per_step(obs, "cuda_syncs") or 0.0
+    if reads is None or max(reads, syncs) < HOST_SYNC_WARN:
+        return None
+    sites = obs.get("info", {}).get("torch_host_read_sites", {})
+    return Finding(
+        "torch-host-sync", "warning",
+        f"{max(reads, syncs):.1f} tensor values read on the host every step: the GPU queue drains each time",
+        f"{reads:.1f} host reads per step ({_sites(sites)}); {syncs:.1f} synchronising CUDA calls per step "
+        f"(torch.cuda.set_sync_debug_mode) (warning from {HOST_SYNC_WARN:g} per step)",
+        "Accumulate on the device and read rarely: running = running + loss.detach() in the loop, "
+        "print((running / n).item()) every 100 steps; avoid print(loss), float(loss), .tolist() and "
+        "`if loss < x` in the loop.",
+        f"{TORCH_DOCS}/generated/torch.cuda.set_sync_debug_mode.html")
+
+
+# -- input-bound ----------------------------------------------------------------------------------------------------
+INPUT_WAIT_SHARE = 0.20  # of steady wall time spent waiting for the next batch
+
+
+def input_bound(obs: Obs) -> Finding | None:
+    """Threshold: the loop waits for data (DataLoader ``next``) > 20% of the steady wall time."""
+    wait = _per_step(obs, "data_wait_s:s")
+    step_ms = obs.get("step_ms")
+    if wait is None or not step_ms:
+        return None
+    share = wait * 1e3 / step_ms
+    if share <= INPUT_WAIT_SHARE:
+        return None
+    return Finding(
+        "input-bound", "warning",
+        f"the loop waits for data {100 * share:.0f}% of the time",
+        f"{wait * 1e3:.1f} ms per step waiting for the next batch of a {step_ms:.1f} ms step "
+        f"(DataLoader iterator) (warning from {100 * INPUT_WAIT_SHARE:.0f}%)",
+        "Load ahead of the training step: DataLoader(ds, batch_size=B, num_workers=4, pin_memory=True, "
+        "persistent_workers=True, prefetch_factor=2); move per-sample work (decoding, tokenising) offline or "
+        "into the workers; for JAX, prefetch batches to the device (jax.device_put one step ahead).",
+        f"{TORCH_DOCS}/data.html#multi-process-data-loading")
+
+
+# -- compile-dominates --------------------------------------------------------------------------------------------
+COMPILE_SHARE = 0.30  # of the script's wall time
+COMPILE_MIN_S = 1.0  # below this, compilation is too short to mention whatever its share
+COMPILE_WARN_S = 10.0  # a warning from this much compilation; below it (a toy run) only info
+
+
+def compile_dominates(obs: Obs) -> Finding | None:
+    """Threshold: compilation takes > 30% of the script's wall time: info from 1 s, warning from 10 s."""
+    compile_s, wall = obs.get("compile_s", 0.0), obs.get("wall_s", 0.0)
+    if not wall or compile_s < COMPILE_MIN_S or compile_s / wall <= COMPILE_SHARE:
+        return None
+    severity = "warning" if compile_s >= COMPILE_WARN_S else "info"
+    fws = obs.get("frameworks", [])
+    fix = []
+    if "jax" in fws:
+        fix.append("JAX: keep compiled programs across runs, jax.config.update('jax_compilation_cache_dir', "
+                   "'~/.cache/jax') (and jax_persistent_cache_min_compile_time_secs=0); compile one layer "
+                   "and scan over the stack (nnx.scan / jax.lax.scan instead of a Python loop of layers); "
+                   "fewer distinct input shapes.")
+    if "torch" in fws:
+        fix.append("PyTorch: compile the repeated block instead of the whole model (regional compilation: "
+                   "torch.compile each layer), keep the FX graph cache on (TORCHINDUCTOR_FX_GRAPH_CACHE=1), "
+                   "avoid recompiles (fixed or dynamic shapes).")
+    return Finding(
+        "compile-dominates", severity,
+        f"compilation takes {100 * compile_s / wall:.0f}% of the run",
+        f"{compile_s:.1f} s compiling of {wall:.1f} s wall time over {obs.get('steps', 0)} steps "
+        f"(above {100 * COMPILE_SHARE:.0f}%: info from {COMPILE_MIN_S:g} s of compilation, warning from "
+        f"{COMPILE_WARN_S:g} s); a longer run amortises it",
+        "\n".join(fix) or "Cache compiled programs across runs and compile fewer distinct shapes.",
+        f"{JAX_DOCS}/persistent_compilation_cache.html")
+
+
+CHECKS: tuple[Callable[[Obs], Finding | None], ...] = (
+    script_error, jax_python_control_flow, jax_recompile, jax_eager_ops, jax_no_donation, jax_host_sync,
+    jax_host_transfer, jax_replicated_batch, jax_pmap_legacy, torch_recompile, torch_graph_break,
+    torch_host_sync, input_bound, compile_dominates,
+)
+IDS = ("script-error", "jax-python-control-flow", "jax-recompile", "jax-eager-ops", "jax-no-donation",
+       "jax-host-sync", "jax-host-transfer", "jax-replicated-batch", "jax-pmap-legacy", "torch-recompile",
+       "torch-graph-break", "torch-host-sync", "input-bound", "compile-dominates")
+
+
+def diagnose(obs: Obs) -> list[Finding]:
+    """Every finding for these observations, worst first."""
+    found = [f for check in CHECKS if (f := check(obs)) is not None]
+    return sorted(found, key=lambda f: SEVERITIES.index(f.severity))
+
+
+def serious(findings: list[Finding]) -> bool:
+    """True when something of severity warning or worse was found (the doctor then exits 1)."""
+    return any(f.severity in ("error", "warning") for f in findings)

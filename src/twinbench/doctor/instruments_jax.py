@@ -1,0 +1,457 @@
+"""JAX instruments: record what a training script does, through JAX's own hooks where it has them.
+
+Official hooks: ``jax.monitoring`` duration events (trace, lower, backend compile; each names its function),
+``jax_explain_cache_misses`` (why a function was traced again, captured through ``logging``), the transfer
+guard in ``log`` mode (implicit host-to-device copies; written by XLA's C++ logger to fd 2, read back by
+``StderrTee``), ``Lowered.args_info`` (which arguments are donated) and ``Compiled.memory_analysis()``,
+``Array.sharding``. Where JAX has no hook, thin wrappers: ``jax.jit``/``jax.pmap`` (count calls to find the
+step), ``jax.Array`` conversion methods (host reads: ``float``, ``.item()``, printing), the eager primitive
+dispatch (op-by-op work outside ``jit``) and Optax's ``update`` (the optimizer run outside ``jit``).
+Everything here only records into a :class:`Recorder`; nothing here decides what is wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import re
+import sys
+import threading
+import time
+import types
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from twinbench.doctor.recorder import Recorder
+from twinbench.measure.compiles import JAX_BACKEND, JAX_LOWER, JAX_TRACE
+
+CACHE_MISS_LOGGERS = ("jax._src.interpreters.partial_eval", "jax._src.pjit")
+HOST_READS = ("__bool__", "__float__", "__int__", "__index__", "item", "tolist", "__format__", "__repr__",
+              "__str__", "__array__")
+_LIB_DIRS: tuple[str, ...] = ()  # package folders whose own host reads are not the user's
+
+
+def _lib_dirs() -> tuple[str, ...]:
+    global _LIB_DIRS
+    if not _LIB_DIRS:
+        dirs = []
+        for name in ("jax", "jaxlib", "flax", "optax", "numpy", "orbax", "chex"):
+            mod = sys.modules.get(name)
+            if mod is not None and getattr(mod, "__file__", None):
+                dirs.append(os.path.dirname(mod.__file__))
+        _LIB_DIRS = tuple(dirs)
+    return _LIB_DIRS
+
+
+def _user_site(depth: int = 2) -> str | None:
+    """``file:line`` of the user frame that called a wrapper, or None when a library called it."""
+    frame = sys._getframe(depth)
+    name = frame.f_code.co_filename
+    if name.startswith(_lib_dirs()):
+        return None
+    return f"{name}:{frame.f_lineno}"
+
+
+def _unwrap(fun: Any) -> Any:
+    for _ in range(8):
+        inner = getattr(fun, "__wrapped__", None) or getattr(fun, "f", None) or getattr(fun, "func", None)
+        if inner is None or inner is fun or not callable(inner):
+            break
+        fun = inner
+    return fun
+
+
+def _fun_key(fun: Any) -> tuple[str, str]:
+    """A stable key for a jitted function (its code location), and its name for the report."""
+    base = _unwrap(fun)
+    code = getattr(base, "__code__", None)
+    name = getattr(base, "__qualname__", None) or type(base).__name__
+    if code is not None:
+        return f"{code.co_filename}:{code.co_firstlineno}:{name}", name
+    return f"{type(base).__module__}.{name}:{id(base)}", name
+
+
+class StderrTee:
+    """Route fd 2 through a pipe, count the transfer guard's lines, pass every other line on unchanged.
+
+    XLA's C++ logger writes the transfer guard's ``log`` lines straight to file descriptor 2, so Python's
+    ``sys.stderr`` never sees them: the only way to count them is to read fd 2 back.
+    """
+
+    MARK = b"host-to-device transfer:"
+    AVAL = re.compile(rb"aval=ShapedArray\((\w+)\[([^\]]*)\]")
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+        sys.stderr.flush()
+        self.saved = os.dup(2)
+        read, write = os.pipe()
+        os.dup2(write, 2)
+        os.close(write)
+        self.read = read
+        self.thread = threading.Thread(target=self._pump, name="twinbench-doctor-stderr", daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        buf = b""
+        with os.fdopen(self.read, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(65536):
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                out = []
+                for line in lines:
+                    if self.MARK in line:
+                        self._count(line)
+                    else:
+                        out.append(line + b"\n")
+                if out:
+                    os.write(self.saved, b"".join(out))
+        if buf:
+            os.write(self.saved, buf)
+
+    def _count(self, line: bytes) -> None:
+        if self.rec.internal:
+            return
+        self.rec.count("h2d_guard")
+        m = self.AVAL.search(line)
+        if m and m.group(2).strip():  # a shaped (non-scalar) array; scalars (a learning rate) are cheap
+            self.rec.count("h2d_guard_arrays")
+
+    def close(self) -> None:
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)  # closes the pipe's last write end: the pump sees EOF and drains
+        self.thread.join(timeout=5)
+
+
+class _CacheMissFilter(logging.Filter):
+    """Keeps ``jax_explain_cache_misses`` messages for the report instead of printing them."""
+
+    def __init__(self, rec: Recorder) -> None:
+        super().__init__()
+        self.rec = rec
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        if "TRACING CACHE MISS" not in msg:
+            return True
+        if not self.rec.internal:
+            self.rec.note("cache_miss", message=msg[:1500])
+        return False
+
+
+class JaxInstruments:
+    """Installs every JAX hook on construction; ``uninstall()`` puts JAX back as it was."""
+
+    def __init__(self, rec: Recorder, capture_stderr: bool = False) -> None:
+        import jax
+        import jax.monitoring
+
+        self.rec = rec
+        self.jax = jax
+        self.undo: list[Callable[[], None]] = []
+        self.wrappers: dict[str, _Jitted] = {}
+        self.eager_sources: Counter[str] = Counter()
+        self.read_sites: Counter[str] = Counter()
+        rec.frameworks.add("jax")
+        rec.finalizers.append(self.finalize)
+
+        self._config("jax_explain_cache_misses", True)
+        for name in CACHE_MISS_LOGGERS:
+            logger = logging.getLogger(name)
+            filt = _CacheMissFilter(rec)
+            logger.addFilter(filt)
+            self.undo.append(functools.partial(logger.removeFilter, filt))
+
+        jax.monitoring.register_event_duration_secs_listener(self._on_duration)
+        self.undo.append(lambda: jax.monitoring.unregister_event_duration_listener(self._on_duration))
+
+        self.tee: StderrTee | None = None
+        if capture_stderr:
+            self._config("jax_transfer_guard_host_to_device", "log")
+            self.tee = StderrTee(rec)
+
+        self._patch(jax, "jit", self._wrap_transform(jax.jit, "jit"))
+        self._patch(jax, "pmap", self._wrap_transform(jax.pmap, "pmap"))
+        self._patch_host_reads()
+        self._patch_eager_dispatch()
+
+    # -- plumbing --------------------------------------------------------------------------------------
+    def _config(self, name: str, value: Any) -> None:
+        old = getattr(self.jax.config, name)
+        self.jax.config.update(name, value)
+        self.undo.append(lambda: self.jax.config.update(name, old))
+
+    def _patch(self, owner: Any, name: str, new: Any) -> None:
+        old = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        setattr(owner, name, new)
+        self.undo.append(lambda: setattr(owner, name, old))
+
+    def uninstall(self) -> None:
+        for fn in reversed(self.undo):
+            with contextlib.suppress(Exception):
+                fn()
+        self.undo.clear()
+        if self.tee is not None:
+            self.tee.close()
+            self.tee = None
+
+    # -- compilation -----------------------------------------------------------------------------------
+    def _on_duration(self, event: str, duration: float, **kw: Any) -> None:
+        if self.rec.internal or event not in (JAX_TRACE, JAX_LOWER, JAX_BACKEND):
+            return
+        self.rec.add_seconds("compile_s", duration)
+        if event == JAX_BACKEND:
+            self.rec.count("compiles")
+            self.rec.note("compile", fn=str(kw.get("fun_name", "?")), s=round(duration, 4))
+
+    # -- step candidates -------------------------------------------------------------------------------
+    def _wrap_transform(self, transform: Callable, kind: str) -> Callable:
+        inst = self
+
+        @functools.wraps(transform)
+        def wrapped_transform(fun: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if fun is None:  # decorator factory use: @jax.jit(static_argnums=...) in newer JAX
+                return lambda f: wrapped_transform(f, *args, **kwargs)
+            jitted = transform(fun, *args, **kwargs)
+            key, name = _fun_key(fun)
+            return _Jitted(inst, jitted, fun, key, name, kind, kwargs)
+
+        return wrapped_transform
+
+    def adopt(self, namespace: dict[str, Any]) -> list[str]:
+        """Wrap jitted functions already bound in ``namespace`` (for ``watch()`` in a notebook)."""
+        adopted = []
+        for name, value in list(namespace.items()):
+            if type(value).__name__ in ("PjitFunction", "PmapFunction") and hasattr(value, "lower"):
+                fun = getattr(value, "__wrapped__", value)
+                key, fname = _fun_key(fun)
+                namespace[name] = _Jitted(self, value, fun, key, fname, "jit", {})
+                self.undo.append(functools.partial(namespace.__setitem__, name, value))
+                adopted.append(name)
+        return adopted
+
+    # -- host reads ------------------------------------------------------------------------------------
+    def _patch_host_reads(self) -> None:
+        array_type = type(self.jax.numpy.zeros(()))  # the concrete jax.Array class (ArrayImpl)
+        rec, sites, local = self.rec, self.read_sites, threading.local()
+
+        def wrap(how: str, orig: Callable) -> Callable:
+            @functools.wraps(orig)
+            def read(self: Any, *args: Any, **kwargs: Any) -> Any:
+                depth = getattr(local, "depth", 0)
+                if depth == 0 and not rec.internal:
+                    site = _user_site()
+                    if site is not None:
+                        rec.count("jax_host_reads")
+                        sites[f"{site} ({how.strip('_')})"] += 1
+                local.depth = depth + 1
+                try:
+                    return orig(self, *args, **kwargs)
+                finally:
+                    local.depth = depth
+
+            return read
+
+        for how in HOST_READS:
+            if how in array_type.__dict__:
+                self._patch(array_type, how, wrap(how, array_type.__dict__[how]))
+
+    # -- eager op-by-op dispatch -----------------------------------------------------------------------
+    def _patch_eager_dispatch(self) -> None:
+        try:
+            from jax._src.core import EvalTrace  # no public hook counts eager primitives
+        except ImportError:
+            return
+        orig = EvalTrace.__dict__["process_primitive"]
+        rec, sources = self.rec, self.eager_sources
+
+        def process_primitive(trace: Any, primitive: Any, args: Any, params: Any, /) -> Any:
+            if rec.internal or primitive.name in ("pjit", "jit", "pmap", "xla_pmap"):
+                return orig(trace, primitive, args, params)
+            rec.counters["eager_ops"] += 1
+            if rec.counters["eager_ops"] % 25 == 1:  # sample where eager work comes from
+                sources[_eager_source()] += 25
+            t0 = time.perf_counter()
+            try:
+                return orig(trace, primitive, args, params)
+            finally:
+                rec.seconds["eager_s"] += time.perf_counter() - t0
+
+        self._patch(EvalTrace, "process_primitive", process_primitive)
+
+    # -- Optax ------------------------------------------------------------------------------------------
+    def patch_optax(self) -> None:
+        """Count ``tx.update(...)`` calls made outside ``jit`` (the optimizer run op by op)."""
+        try:
+            from optax._src import base
+        except ImportError:
+            return
+        inst = self
+        for cls in (base.GradientTransformation, base.GradientTransformationExtraArgs):
+            if "update" not in cls.__dict__:
+                continue
+
+            def update(tx: Any, _i: int = cls._fields.index("update")) -> Callable:
+                fn = tuple.__getitem__(tx, _i)
+                return functools.partial(inst._optax_update, fn)
+
+            self._patch(cls, "update", property(update))
+
+    def _optax_update(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        if self.rec.internal or _has_tracer(self.jax, (args, kwargs)):
+            return fn(*args, **kwargs)
+        self.rec.step_call("optax:optax update", "optax")
+        out = fn(*args, **kwargs)
+        self.rec.step_done("optax:optax update")
+        return out
+
+    # -- end of run --------------------------------------------------------------------------------------
+    def finalize(self) -> None:
+        """Add static facts about the step function: donation (Lowered.args_info), memory, sharding."""
+        rec = self.rec
+        rec.info["eager_sources"] = dict(self.eager_sources.most_common(8))
+        rec.info["jax_host_read_sites"] = dict(self.read_sites.most_common(8))
+        key = rec.step_key()
+        wrapper = self.wrappers.get(key or "")
+        if wrapper is None:
+            return
+        rec.info["step_def"] = wrapper.key
+        rec.info["carried"] = wrapper.carried
+        rec.info["fresh_args"] = wrapper.fresh
+        rec.info["devices"] = self.jax.device_count()
+        if wrapper.specs is not None and wrapper.carried.get("bytes", 0):
+            rec.internal += 1
+            try:
+                lowered = wrapper.jitted.lower(*wrapper.specs[0], **wrapper.specs[1])
+                infos = self.jax.tree_util.tree_leaves(lowered.args_info)
+                donated = sum(_nbytes(a) for a in infos if getattr(a, "donated", False))
+                rec.info["donated_bytes"] = donated
+                mem = lowered.compile().memory_analysis()
+                if mem is not None:
+                    rec.info["memory"] = {k: int(getattr(mem, k)) for k in (
+                        "argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
+                        "temp_size_in_bytes")}
+            except Exception as e:  # the report says what it could not learn
+                rec.info["donation_error"] = f"{type(e).__name__}: {e}"[:300]
+            finally:
+                rec.internal -= 1
+
+
+def _eager_source() -> str:
+    """The first frame outside JAX that dispatched an eager op: the user's line or a library's name."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        mod = frame.f_globals.get("__name__", "")
+        if not (mod.startswith("jax") or mod.startswith("twinbench.doctor")):
+            if mod == "__main__":
+                return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+            return mod.split(".")[0]
+        frame = frame.f_back
+    return "?"
+
+
+def _has_tracer(jax: Any, tree: Any) -> bool:
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(tree))
+
+
+def _nbytes(x: Any) -> int:
+    n = getattr(x, "nbytes", None)
+    if n is not None:
+        return int(n)
+    shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
+    if shape is None or dtype is None:
+        return 0
+    size = 1
+    for d in shape:
+        size *= int(d)
+    import numpy as np
+
+    return size * np.dtype(dtype).itemsize
+
+
+def _describe(jax: Any, leaf: Any) -> dict[str, Any]:
+    import numpy as np
+
+    d: dict[str, Any] = {"shape": list(getattr(leaf, "shape", ())), "bytes": _nbytes(leaf)}
+    if isinstance(leaf, np.ndarray):
+        d.update(kind="numpy", devices=1, replicated=True)
+    else:
+        sharding = getattr(leaf, "sharding", None)
+        n = len(sharding.device_set) if sharding is not None else 1
+        d.update(kind="jax", devices=n, sharding=type(sharding).__name__,
+                 replicated=bool(n == 1 or getattr(sharding, "is_fully_replicated", False)))
+    return d
+
+
+class _Jitted:
+    """A jitted (or pmapped) function that counts its calls as step candidates; otherwise transparent."""
+
+    def __init__(self, inst: JaxInstruments, jitted: Any, fun: Any, key: str, name: str, kind: str,
+                 options: dict[str, Any]) -> None:
+        self.inst, self.jitted, self.kind, self.options = inst, jitted, kind, options
+        self.key, self.name = f"{kind}:{key}", name
+        self.rec_key = f"{kind}:{name}"
+        self.ncalls = 0
+        self.prev_out: list[Any] = []
+        self.carried: dict[str, Any] = {}
+        self.fresh: list[dict[str, Any]] = []
+        self.specs: tuple[tuple, dict] | None = None
+        functools.update_wrapper(self, fun, updated=())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["jitted"], name)
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return self if obj is None else types.MethodType(self, obj)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        inst = self.inst
+        rec, jax = inst.rec, inst.jax
+        if rec.internal or _has_tracer(jax, (args, kwargs)):
+            return self.jitted(*args, **kwargs)
+        key = self.rec_key
+        inst.wrappers[key] = self
+        if self.kind == "pmap":
+            rec.count("pmap_calls")
+        leaves = jax.tree_util.tree_leaves((args, kwargs))
+        self._host_arrays(leaves)
+        if self.ncalls in (1, 2):
+            self._inspect_inputs(leaves, args, kwargs)
+        rec.step_call(key, self.kind)
+        self.ncalls += 1
+        out = self.jitted(*args, **kwargs)
+        if self.ncalls <= 2:
+            self.prev_out = jax.tree_util.tree_leaves(out)
+        else:
+            self.prev_out = []
+        rec.step_done(key)
+        return out
+
+    def _host_arrays(self, leaves: list[Any]) -> None:
+        import numpy as np
+
+        for leaf in leaves:
+            if isinstance(leaf, np.ndarray) and leaf.size > 1:
+                self.inst.rec.count("h2d_numpy_args")
+                self.inst.rec.count("h2d_numpy_bytes", leaf.nbytes)
+
+    def _inspect_inputs(self, leaves: list[Any], args: tuple, kwargs: dict) -> None:
+        """Call 2: which inputs are the previous call's outputs (carried state)? Call 3: the fresh ones."""
+        jax = self.inst.jax
+        out_ids = {id(x) for x in self.prev_out}
+        carried = [x for x in leaves if id(x) in out_ids]
+        if self.ncalls == 1:
+            self.carried = {"leaves": len(carried), "bytes": sum(_nbytes(x) for x in carried)}
+            if carried:
+                def spec(x: Any) -> Any:
+                    if isinstance(x, jax.Array):
+                        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+                    return x
+                self.specs = jax.tree_util.tree_map(spec, (args, kwargs))
+        else:
+            fresh = [x for x in leaves if id(x) not in out_ids and getattr(x, "ndim", 0) >= 1]
+            fresh.sort(key=_nbytes, reverse=True)
+            self.fresh = [_describe(jax, x) for x in fresh[:4]]

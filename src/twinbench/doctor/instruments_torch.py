@@ -1,0 +1,178 @@
+"""PyTorch instruments: record what a training script does, through PyTorch's own hooks where it has them.
+
+Official hooks: the global optimizer step hooks (``register_optimizer_step_pre_hook``/``post_hook``: one
+call = one step), ``torch._logging`` recompile and graph-break logs (captured through ``logging``, reasons
+included), ``torch._dynamo`` counters and compile-time metrics, ``torch.cuda.set_sync_debug_mode("warn")``
+on CUDA (every synchronising call becomes a warning, counted here). Where no hook sees it (the CPU):
+thin wrappers around ``Tensor`` conversions (``.item()``, ``float()``, ``.tolist()``, printing) count host
+reads, and the DataLoader iterator's ``__next__`` is timed to see how long the loop waits for data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import sys
+import threading
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from twinbench.doctor.recorder import Recorder
+
+STEP_KEY = "torch:Optimizer.step"
+HOST_READS = ("item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__", "__repr__",
+              "__format__")
+# torch._logging artifact loggers (module + "__" + artifact); getLogger creates them if torch has not yet.
+RECOMPILE_LOGGER = "torch._dynamo.guards.__recompiles"
+GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
+
+
+class _NoteFilter(logging.Filter):
+    def __init__(self, rec: Recorder, kind: str) -> None:
+        super().__init__()
+        self.rec, self.kind = rec, kind
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.rec.internal:
+            self.rec.note(self.kind, message=record.getMessage()[:1500])
+        return False  # reported by the doctor, not printed
+
+
+class TorchInstruments:
+    """Installs every PyTorch hook on construction; ``uninstall()`` puts PyTorch back as it was."""
+
+    def __init__(self, rec: Recorder) -> None:
+        import torch
+        import torch._logging
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        self.rec, self.torch = rec, torch
+        self.undo: list[Callable[[], None]] = []
+        self.read_sites: Counter[str] = Counter()
+        self.torch_dir = os.path.dirname(torch.__file__)
+        rec.frameworks.add("torch")
+        rec.finalizers.append(self.finalize)
+
+        pre = register_optimizer_step_pre_hook(self._pre_step)
+        post = register_optimizer_step_post_hook(self._post_step)
+        self.undo += [pre.remove, post.remove]
+
+        torch._logging.set_logs(recompiles=True, graph_breaks=True)
+        self.undo.append(torch._logging.set_logs)  # back to the defaults
+        for name, kind in ((RECOMPILE_LOGGER, "recompile"), (GRAPH_BREAK_LOGGER, "graph_break")):
+            logger, filt = logging.getLogger(name), _NoteFilter(rec, kind)
+            logger.addFilter(filt)
+            self.undo.append(functools.partial(logger.removeFilter, filt))
+
+        self._patch_host_reads()
+        self._patch_dataloader()
+        self.sync_mode_set = False
+
+    def _patch(self, owner: Any, name: str, new: Any) -> None:
+        old = owner.__dict__.get(name, None)
+        setattr(owner, name, new)
+        self.undo.append(lambda: setattr(owner, name, old) if old is not None else delattr(owner, name))
+
+    def uninstall(self) -> None:
+        for fn in reversed(self.undo):
+            with contextlib.suppress(Exception):
+                fn()
+        self.undo.clear()
+
+    # -- steps ------------------------------------------------------------------------------------------
+    def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not self.sync_mode_set:
+            self._cuda_sync_debug()
+        self.rec.step_call(STEP_KEY, "torch-optimizer")
+
+    def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.rec.step_done(STEP_KEY)
+
+    def _cuda_sync_debug(self) -> None:
+        """On CUDA, make every synchronising call a warning (counted by ``_on_warning``, not printed)."""
+        self.sync_mode_set = True
+        torch = self.torch
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return
+        self.rec.info["cuda"] = torch.cuda.get_device_name()
+        torch.cuda.set_sync_debug_mode("warn")
+        self.undo.append(lambda: torch.cuda.set_sync_debug_mode("default"))
+        warnings.filterwarnings("always", message=".*synchroniz")
+        original = warnings.showwarning
+        rec, torch_dir = self.rec, self.torch_dir
+
+        def showwarning(message: Any, category: Any, filename: str, lineno: int, *a: Any, **k: Any) -> None:
+            if "synchroniz" in str(message):
+                if not filename.startswith(torch_dir):
+                    rec.count("cuda_syncs")
+                return
+            original(message, category, filename, lineno, *a, **k)
+
+        warnings.showwarning = showwarning
+        self.undo.append(lambda: setattr(warnings, "showwarning", original))
+
+    # -- host reads ------------------------------------------------------------------------------------
+    def _patch_host_reads(self) -> None:
+        tensor = self.torch.Tensor
+        rec, sites, torch_dir, local = self.rec, self.read_sites, self.torch_dir, threading.local()
+
+        def wrap(how: str, orig: Callable) -> Callable:
+            @functools.wraps(orig)
+            def read(self: Any, *args: Any, **kwargs: Any) -> Any:
+                depth = getattr(local, "depth", 0)
+                if depth == 0 and not rec.internal:
+                    frame = sys._getframe(1)
+                    filename = frame.f_code.co_filename
+                    if not filename.startswith(torch_dir):
+                        rec.count("torch_host_reads")
+                        sites[f"{filename}:{frame.f_lineno} ({how.strip('_')})"] += 1
+                local.depth = depth + 1
+                try:
+                    return orig(self, *args, **kwargs)
+                finally:
+                    local.depth = depth
+
+            return read
+
+        for how in HOST_READS:
+            orig = getattr(tensor, how, None)
+            if orig is not None:
+                self._patch(tensor, how, wrap(how, orig))
+
+    # -- data loading ------------------------------------------------------------------------------------
+    def _patch_dataloader(self) -> None:
+        try:
+            from torch.utils.data.dataloader import _BaseDataLoaderIter
+        except ImportError:
+            return
+        orig = _BaseDataLoaderIter.__next__
+        rec = self.rec
+
+        def __next__(it: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return orig(it)
+            finally:
+                rec.seconds["data_wait_s"] += time.perf_counter() - t0
+
+        self._patch(_BaseDataLoaderIter, "__next__", __next__)
+
+    # -- end of run --------------------------------------------------------------------------------------
+    def finalize(self) -> None:
+        rec = self.rec
+        rec.info["torch_host_read_sites"] = dict(self.read_sites.most_common(8))
+        if "torch._dynamo" in sys.modules:
+            from twinbench.measure.compiles import TorchCompiles
+
+            tc = TorchCompiles()
+            rec.add_seconds("compile_s", tc.seconds())
+            rec.info["torch_graphs"] = tc.count()
+            from torch._dynamo.utils import counters
+
+            rec.info["torch_graph_break_counts"] = {k.split("\n")[0][:200]: v for k, v in
+                                                    {**counters["graph_break"], **counters["unimplemented"]}.items()}

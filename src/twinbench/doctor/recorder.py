@@ -1,0 +1,138 @@
+"""The doctor's event store: step calls, counters and notes, filled by the framework instruments.
+
+Instruments (``instruments_jax``, ``instruments_torch``) only record; ``observations()`` turns what was
+recorded into a plain, JSON-serialisable dict that ``findings.diagnose`` reads. The same dict travels from
+the bootstrap (in the user's script process) to the ``twinbench doctor`` command, and is built in-process
+by ``twinbench.watch()``.
+
+Steps. Every call of a *step candidate* (a jitted function, an eager Optax update, ``Optimizer.step``) is
+recorded with a snapshot of all counters taken when it starts. Which candidate is the step is decided at
+the end (the most-called one; PyTorch's ``Optimizer.step`` wins when present), and per-step rates come from
+counter differences between consecutive step starts, skipping the first step (it carries compilation).
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from typing import Any
+
+MAX_NOTES = 2000  # text notes kept per kind (cache-miss explanations, host-read sites, ...)
+
+
+class StopScript(BaseException):
+    """Raised inside the user's script to end it cleanly (``--steps N`` reached, or ``--timeout``).
+
+    A ``BaseException`` so that a script's ``except Exception`` does not swallow it.
+    """
+
+
+class Recorder:
+    """Counters, step-candidate calls and notes, shared by every instrument of one watched run."""
+
+    def __init__(self, max_steps: int | None = None) -> None:
+        self.t_start = time.perf_counter()
+        self.max_steps = max_steps
+        self.counters: Counter[str] = Counter()  # host_reads, eager_ops, h2d_guard, ...
+        self.seconds: Counter[str] = Counter()  # data_wait_s, eager_s, compile_s, ...
+        self.calls: dict[str, list[tuple[float, dict[str, float]]]] = defaultdict(list)
+        self.kinds: dict[str, str] = {}  # candidate key -> "jit" | "optax" | "torch-optimizer"
+        self.notes: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.info: dict[str, Any] = {}  # static facts: frameworks, devices, donation, ...
+        self.frameworks: set[str] = set()
+        self.lock = threading.Lock()
+        self.internal = 0  # > 0 while the doctor itself runs framework code (not the user's)
+        self.stopped_early = False
+        self.timed_out = False
+        self.error: dict[str, Any] | None = None
+        self.finalizers: list[Callable[[], None]] = []  # instruments add static facts at the end
+
+    def finish(self) -> None:
+        """Run every instrument's finalizer once (they may call framework code: marked internal)."""
+        finalizers, self.finalizers = self.finalizers, []
+        for fn in finalizers:
+            try:
+                fn()
+            except Exception as e:  # a failing finalizer loses one fact, never the report
+                self.info.setdefault("finalize_errors", []).append(f"{type(e).__name__}: {e}"[:200])
+
+    # -- recording -------------------------------------------------------------------------------------
+    def count(self, kind: str, n: float = 1) -> None:
+        self.counters[kind] += n
+
+    def add_seconds(self, kind: str, s: float) -> None:
+        self.seconds[kind] += s
+
+    def note(self, kind: str, **payload: Any) -> None:
+        notes = self.notes[kind]
+        if len(notes) < MAX_NOTES:
+            payload["t"] = time.perf_counter() - self.t_start
+            payload["step"] = self.steps_so_far()
+            notes.append(payload)
+
+    def step_call(self, key: str, kind: str) -> None:
+        """A step candidate starts; may raise StopScript when ``max_steps`` were reached before it."""
+        snap = {**self.counters, **{f"{k}:s": v for k, v in self.seconds.items()}}
+        self.kinds[key] = kind
+        self.calls[key].append((time.perf_counter(), snap))
+
+    def step_done(self, key: str) -> None:
+        """A step candidate returned: end the script if it was the ``max_steps``-th step."""
+        if self.max_steps and self.step_key() == key and len(self.calls[key]) >= self.max_steps:
+            self.stopped_early = True
+            raise StopScript(f"--steps {self.max_steps} reached")
+
+    def steps_so_far(self) -> int:
+        key = self.step_key()
+        return len(self.calls[key]) if key else 0
+
+    def step_key(self) -> str | None:
+        """The step: torch's Optimizer.step if used, else the most-called jitted function or Optax update."""
+        if "torch:Optimizer.step" in self.calls:
+            return "torch:Optimizer.step"
+        if not self.calls:
+            return None
+        return max(self.calls, key=lambda k: (len(self.calls[k]), self.kinds.get(k) == "jit"))
+
+    # -- summarising -----------------------------------------------------------------------------------
+    def observations(self) -> dict[str, Any]:
+        """Everything ``findings.diagnose`` needs, as plain JSON-serialisable data."""
+        wall = time.perf_counter() - self.t_start
+        key = self.step_key()
+        calls = self.calls.get(key, []) if key else []
+        starts = [t for t, _ in calls]
+        # Steady state: the intervals between consecutive step starts, from the 2nd step on.
+        steady = list(itertools.pairwise(calls[1:]))
+        intervals = [b[0] - a[0] for a, b in steady]
+        per_step: dict[str, float] = {}
+        if steady:
+            first, last = calls[1][1], calls[-1][1]
+            for k in set(first) | set(last):
+                per_step[k] = (last.get(k, 0) - first.get(k, 0)) / len(steady)
+        obs: dict[str, Any] = {
+            "frameworks": sorted(self.frameworks),
+            "wall_s": wall,
+            "steps": len(starts),
+            "step_fn": key.split(":", 1)[1] if key else None,
+            "step_kind": self.kinds.get(key) if key else None,
+            "steady_steps": len(steady),
+            "steady_s": (starts[-1] - starts[1]) if len(starts) > 2 else 0.0,
+            "step_ms": statistics.median(intervals) * 1e3 if intervals else None,
+            "first_step_ms": (starts[1] - starts[0]) * 1e3 if len(starts) > 1 else None,
+            "per_step": per_step,
+            "counters": dict(self.counters),
+            "seconds": dict(self.seconds),
+            "candidates": {k.split(":", 1)[1]: len(v) for k, v in self.calls.items()},
+            "notes": {k: v for k, v in self.notes.items()},
+            "info": self.info,
+            "compile_s": self.seconds.get("compile_s", 0.0),
+            "stopped_early": self.stopped_early,
+            "timed_out": self.timed_out,
+            "error": self.error,
+            "steady_from_t": (starts[1] - self.t_start) if len(starts) > 1 else None,
+        }
+        return obs

@@ -1,0 +1,63 @@
+"""The doctor's output: a readable rich report, and the JSON document (a contract, see docs/doctor.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.text import Text
+
+from twinbench.doctor.findings import Finding
+
+STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def to_json(findings: list[Finding], obs: dict[str, Any], script: str | None = None) -> dict[str, Any]:
+    """``{"findings": [...], "steps", "step_ms", "compile_s", "wall_s", ...}``."""
+    return {
+        "findings": [f.to_dict() for f in findings],
+        "steps": obs.get("steps", 0),
+        "step_ms": obs.get("step_ms"),
+        "compile_s": obs.get("compile_s", 0.0),
+        "wall_s": obs.get("wall_s", 0.0),
+        "script": script,
+        "step_fn": obs.get("step_fn"),
+        "frameworks": obs.get("frameworks", []),
+        "stopped_early": obs.get("stopped_early", False),
+        "timed_out": obs.get("timed_out", False),
+    }
+
+
+def summary_line(obs: dict[str, Any]) -> str:
+    step_ms = obs.get("step_ms")
+    fw = "+".join(obs.get("frameworks", [])) or "no framework seen"
+    step = (f"step = {obs['step_fn']} ({obs.get('step_kind')}), " if obs.get("step_fn") else "no step found, ")
+    return (f"{fw}; {step}{obs.get('steps', 0)} steps"
+            + (f", {step_ms:.2f} ms/step (median, steady)" if step_ms else "")
+            + f", compile {obs.get('compile_s', 0.0):.2f} s, wall {obs.get('wall_s', 0.0):.1f} s"
+            + (" (stopped at --steps)" if obs.get("stopped_early") else "")
+            + (" (stopped at --timeout)" if obs.get("timed_out") else ""))
+
+
+def render(console: Console, findings: list[Finding], obs: dict[str, Any], title: str) -> None:
+    """Print one panel per finding, worst first, under a one-line summary of the run."""
+    console.print(f"[bold]twinbench doctor[/] {title}", highlight=False)
+    console.print(f"  {summary_line(obs)}", highlight=False)
+    if obs.get("steady_steps", 0) < 2 and not obs.get("error"):
+        console.print("  [dim]fewer than 2 steady steps were seen: per-step findings need a longer run "
+                      "(or the step was not found: a jitted function or Optimizer.step)[/]")
+    if not findings:
+        console.print("  [green]no findings[/]: nothing of severity info or worse")
+        return
+    for f in findings:
+        body = Group(
+            Text(f.evidence, style="default"),
+            Text.assemble(("fix: ", "bold"), f.fix),
+            Text(f.doc, style="dim underline") if f.doc else Text(""),
+        )
+        console.print(Panel(body, title=Text.assemble((f"{f.severity.upper()} ", STYLE[f.severity]),
+                                                      (f"{f.id}", "bold"), f": {f.title}"),
+                            title_align="left", border_style=STYLE[f.severity]))
+    counts = {s: sum(f.severity == s for f in findings) for s in STYLE}
+    console.print("  " + ", ".join(f"{n} {s}" for s, n in counts.items() if n), highlight=False)
