@@ -172,7 +172,7 @@ def _write_config(path, **cfg):
 
 
 @pytest.mark.parametrize(("config", "message"), [
-    ({"model_type": "llama", "hidden_size": 8}, "model_type 'llama' is not supported; allowed: gpt2"),
+    ({"model_type": "llama", "hidden_size": 8}, "model_type .llama. is not supported; allowed: gpt2, bert"),
     ({**GPT_CFG, "model_type": "gpt2", "activation_function": "relu"}, "activation_function 'relu'"),
     ({**GPT_CFG, "model_type": "gpt2", "layer_norm_epsilon": 1e-6}, "layer_norm_epsilon 1e-06"),
     ({"model_type": "gpt2", "n_embd": 32}, "lacks a valid GPT-2 field"),
@@ -201,3 +201,126 @@ def test_missing_files_are_one_line_errors(hf_gpt2, tmp_path):
         from_preset("tiny", {"init_from": str(small)})
     res = CliRunner().invoke(app, ["compare", "--preset", "tiny", "--init-from", str(tmp_path / "nope")])
     assert res.exit_code == 2 and "--init-from" in res.output and "Traceback" not in res.output
+
+
+# ----------------------------------------------------------------------------------------------- BERT
+BERT_CFG = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=48, vocab_size=300,
+                max_position_embeddings=16, num_labels=3)
+
+
+@pytest.fixture(scope="module")
+def hf_bert(tmp_path_factory):
+    """A random BertForSequenceClassification (3 labels) with O(1) logits, saved with safetensors."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(**BERT_CFG)).eval()
+    with torch.no_grad():  # larger head weights than the 0.02 init, so the logits are not all ~0
+        model.classifier.weight.normal_(0.0, 1.0)
+        model.bert.pooler.dense.weight.normal_(0.0, 0.5)
+    path = tmp_path_factory.mktemp("bert")
+    model.save_pretrained(path, safe_serialization=True)
+    return path, model
+
+
+def bert_inputs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ids, segment ids (a sentence pair) and a padding mask with two padded rows."""
+    x = np.random.default_rng(2).integers(1, 300, size=(3, 16))
+    types = np.broadcast_to((np.arange(16) >= 9).astype(np.int64), (3, 16)).copy()
+    mask = np.ones((3, 16), np.int64)
+    mask[1, 11:], mask[2, 5:] = 0, 0
+    return x, types, mask
+
+
+def bert_twin_logits(cfg: ModelConfig, weights: dict, inputs: tuple) -> tuple[np.ndarray, np.ndarray]:
+    from twinbench.models import bert_jax, bert_torch
+
+    tm = bert_torch.BERT(cfg)
+    canonical_to_torch(tm, weights)
+    with torch.no_grad():
+        lt = tm.eval()(*(torch.from_numpy(a) for a in inputs)).numpy()
+    jm = bert_jax.BERT(cfg, nnx.Rngs(0))
+    canonical_to_jax(jm, weights)
+    lj = nnx.jit(lambda m, *a: m(*a))(jm, *(jnp.asarray(a, jnp.int32) for a in inputs))
+    return lt, np.asarray(lj)
+
+
+def bert_hf_logits(model, inputs: tuple) -> np.ndarray:
+    x, types, mask = (torch.from_numpy(a) for a in inputs)
+    with torch.no_grad():
+        return model(x, token_type_ids=types, attention_mask=mask).logits.numpy()
+
+
+def test_bert_checkpoint_logits_match_transformers_in_both_twins(hf_bert):
+    path, model = hf_bert
+    cfg, weights = load_hf(path)
+    assert (cfg.family, cfg.layers, cfg.d_model, cfg.heads, cfg.d_ff, cfg.vocab, cfg.context, cfg.num_labels) == \
+        ("bert", 2, 32, 4, 48, 300, 16, 3)
+    inputs = bert_inputs()
+    ref = bert_hf_logits(model, inputs)
+    lt, lj = bert_twin_logits(cfg, weights, inputs)
+    assert ref.shape == (3, 3) and np.abs(ref).max() > 0.1
+    assert np.abs(lt - ref).max() <= TOL
+    assert np.abs(lj - ref).max() <= TOL
+
+
+def test_bert_encoder_only_and_tf_style_names_load(hf_bert, tmp_path):
+    """A BertModel-style file (no ``bert.`` prefix, no classifier), TF-converted LayerNorm ``gamma``/``beta``,
+    the ``position_ids`` buffer and pre-training ``cls.*`` heads: encoder weights load, the classifier is
+    freshly initialised."""
+    path, _ = hf_bert
+    _, weights = load_hf(path)
+    tensors = {}
+    for k, v in load_file(str(path / "model.safetensors")).items():
+        if k.startswith("classifier."):
+            continue
+        k = k.removeprefix("bert.")
+        if "LayerNorm" in k:
+            k = k.replace(".weight", ".gamma").replace(".bias", ".beta")
+        tensors[k] = v
+    tensors["embeddings.position_ids"] = np.arange(16, dtype=np.int64)[None]
+    tensors["cls.predictions.bias"] = np.zeros(300, np.float32)
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    (tmp_path / "config.json").write_text((path / "config.json").read_text())
+    _, enc = load_hf(tmp_path)
+    assert set(enc) == set(weights)
+    assert all(np.array_equal(enc[k], weights[k]) for k in weights if not k.startswith("classifier."))
+    assert enc["classifier.weight"].shape == (32, 3) and not np.array_equal(enc["classifier.weight"],
+                                                                           weights["classifier.weight"])
+
+
+def test_bert_export_loads_in_transformers_and_round_trips(hf_bert, tmp_path):
+    from transformers import BertForSequenceClassification
+
+    path, _ = hf_bert
+    cfg, weights = load_hf(path)
+    save_hf(cfg, weights, tmp_path)
+    model = BertForSequenceClassification.from_pretrained(tmp_path).eval()
+    inputs = bert_inputs()
+    lt, _ = bert_twin_logits(cfg, weights, inputs)
+    assert np.abs(bert_hf_logits(model, inputs) - lt).max() <= TOL
+    cfg2, back = load_hf(tmp_path)
+    assert cfg2 == cfg and all(np.array_equal(back[k], weights[k]) for k in weights)
+
+
+def test_bert_init_from_sets_the_shape_and_task(hf_bert, tmp_path):
+    path, _ = hf_bert
+    big = tmp_path / "bert"
+    big.mkdir()
+    (big / "config.json").write_text(json.dumps({**json.loads((path / "config.json").read_text()),
+                                                 "vocab_size": 400}))
+    spec = from_preset("tiny", {"init_from": str(big)})  # a gpt preset: the checkpoint makes it bert/classify
+    assert (spec.model.family, spec.train.task, spec.model.vocab, spec.model.num_labels) == ("bert", "classify", 400, 3)
+    spec = from_preset("bert-tiny", {"init_from": str(big), "mask_impl": "mul"})
+    assert (spec.model.layers, spec.model.d_model, spec.model.mask_impl, spec.train.seq) == (2, 32, "mul", 16)
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({**BERT_CFG, "model_type": "bert", "hidden_act": "relu"}, "hidden_act 'relu'"),
+    ({**BERT_CFG, "model_type": "bert", "layer_norm_eps": 1e-5}, "layer_norm_eps 1e-05"),
+    ({**BERT_CFG, "model_type": "bert", "type_vocab_size": 3}, "type_vocab_size=3"),
+    ({**BERT_CFG, "model_type": "bert", "position_embedding_type": "relative_key"}, "position_embedding_type"),
+])
+def test_unsupported_bert_configs_are_one_line_errors(tmp_path, config, message):
+    with pytest.raises(SpecError, match=message):
+        load_hf(_write_config(tmp_path / "c", **config))
