@@ -15,7 +15,16 @@ import typer
 from rich.console import Console
 
 from twinbench import runner
-from twinbench.spec import OVERRIDABLE, PRESETS, RunSpec, SpecError, flag, from_preset, validate
+from twinbench.spec import (
+    OVERRIDABLE,
+    PRESETS,
+    RunSpec,
+    SpecError,
+    flag,
+    from_preset,
+    validate,
+    with_precision,
+)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Measure the same Transformer trained in PyTorch and JAX, honestly.")
@@ -72,10 +81,12 @@ def build_specs(preset: str, frameworks: str, strategies: str | None, overrides:
         from twinbench.data.text import read_text_file
 
         read_text_file(base.train.data, base.train.seq + 2)
-    specs = [validate(RunSpec(**{**base.__dict__, "framework": fw, "strategy": name})) for fw, name in chosen]
-    for s in specs:
+    specs = [validate(with_precision(RunSpec(**{**base.__dict__, "framework": fw, "strategy": name})))
+             for fw, name in chosen]
+    for s in specs:  # --precision bf16 may have added +bf16: it must fit the strategy too
+        registry.get(s.framework, s.strategy)
         registry.check_devices(s)  # --devices > 1 needs a multi-device strategy
-    return specs
+    return list({(s.framework, s.strategy): s for s in specs}.values())
 
 
 def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_steps: int, json_path: Path | None,

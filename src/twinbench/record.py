@@ -64,6 +64,10 @@ class Record:
     compiles_total: int | None = None
     wall_s: float | None = None
     losses: list[float] = field(default_factory=list)
+    # compilation cache evidence (compile_cache says cold/warm): programs loaded from the persistent cache
+    # (JAX) or FX-graph/AOTAutograd cache hits (torch)
+    compile_cache_hits: int | None = None
+    steps_per_call: int = 1  # scan-steps: K steps per call; step times are call time / K
     spec: dict[str, Any] = field(default_factory=dict)
     # profiler trace of a few steps run after the measured ones (--trace DIR); None when not traced
     trace_path: str | None = None

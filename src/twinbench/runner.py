@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from twinbench import compile_cache
 from twinbench.record import Record, append_jsonl, read_jsonl
 from twinbench.spec import RunSpec, SpecError
 
@@ -122,6 +123,8 @@ def run_many(
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / RESULTS
     done = {r.get("run_id"): r for r in read_jsonl(path)}
+    specs = list(specs)
+    caches = compile_cache.CachePlan(specs)  # each run's compilation cache directory, cold or warm
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     records = []
     try:
@@ -132,13 +135,14 @@ def run_many(
                 on_done(spec, done[rid])
                 continue
             on_start(spec)
-            record = run_one(spec, timeout)
+            record = caches.run(spec, lambda s: run_one(s, timeout))
             append_jsonl(path, record)
             records.append(record)
             on_done(spec, record)
     except KeyboardInterrupt:
         raise Interrupted(str(path)) from None
     finally:
+        caches.close()
         signal.signal(signal.SIGTERM, previous)
     return records
 

@@ -16,6 +16,7 @@ from typing import Any
 
 FRAMEWORKS = ("torch", "jax")
 PRECISIONS = ("fp32", "bf16")
+REMAT_POLICIES = ("full", "dots-saveable", "nothing-saveable")  # the names of models/options.py
 FAMILIES = ("gpt", "bert")
 TASKS = ("lm", "classify")  # next-token LM (gpt) | sequence classification (bert)
 MASK_IMPLS = ("where", "mul", "cond")  # how the BERT attention applies its padding mask
@@ -74,7 +75,9 @@ class RunSpec:
     devices: int = 1
     threads: int = 0  # 0: all cores of the machine, the same for both frameworks
     compile_cache: str = "cold"  # "cold" | "warm": the compilation cache state the run measures
-    cache_dir: str = ""
+    cache_dir: str = ""  # the compilation cache directory the worker uses (set by the runner; "" = fresh)
+    scan_k: int = 0  # scan-steps: training steps per call (0: chosen from --steps, see strategies/jax_scan.py)
+    remat_policy: str = "full"  # +remat: full | dots-saveable | nothing-saveable (jax.checkpoint_policies)
     trace_dir: str = ""  # profile a few steps after the measured ones into this directory ("": off)
     # many hosts: `devices` counts all of them; one twinbench per host (see distributed/)
     num_processes: int = 1  # hosts (processes) the run spans: jax.distributed / torchrun --nnodes
@@ -97,6 +100,7 @@ class RunSpec:
         """A stable key of the measured configuration (used by ``--resume``)."""
         d = self.to_dict()
         d.pop("trace_dir", None)  # tracing runs after the measured steps: same measurement, same id
+        d.pop("cache_dir", None)  # where the compilation cache lives is not what is measured (its state is)
         blob = json.dumps(d, sort_keys=True)
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
@@ -136,6 +140,7 @@ OVERRIDABLE: dict[str, type] = {
     "layers": int, "d_model": int, "heads": int, "d_ff": int, "vocab": int, "context": int,
     "batch": int, "seq": int, "steps": int, "warmup": int, "lr": float, "weight_decay": float,
     "seed": int, "precision": str, "data": str, "devices": int, "threads": int,
+    "scan_k": int, "remat_policy": str,
     "init_from": str,
     "num_processes": int, "process_id": int, "coordinator": str,
     "task": str, "num_labels": int, "mask_impl": str, "slow_input": float,
@@ -214,6 +219,13 @@ def validate(spec: RunSpec) -> RunSpec:
     if spec.process_id >= spec.num_processes:
         raise SpecError(f"--process-id {spec.process_id}; allowed: 0..{spec.num_processes - 1} (or -1: from the environment)")
     one_of("compile_cache", spec.compile_cache, ("cold", "warm"))
+    one_of("remat_policy", spec.remat_policy, REMAT_POLICIES)
+    if spec.scan_k < 0 or (spec.scan_k and t.steps % spec.scan_k):
+        raise SpecError(f"--scan-k {spec.scan_k} must divide --steps {t.steps}; allowed: "
+                        f"{', '.join(str(k) for k in _divisors(t.steps) if k < t.steps)}, or 0 (automatic)")
+    if t.precision != "bf16" and "bf16" in spec.modifiers:
+        raise SpecError(f"--precision {t.precision} contradicts strategy {spec.strategy!r} "
+                        "(+bf16 and --precision bf16 are one setting: see with_precision)")
     _validate_task(spec)
     return spec
 
@@ -239,6 +251,19 @@ def _validate_task(spec: RunSpec) -> None:
             raise SpecError(f"--vocab {m.vocab} is too small for the byte tokenizer; allowed: >= {BERT_MIN_VOCAB}")
         if t.seq < 16:
             raise SpecError(f"--seq {t.seq} is too short for classification; allowed: 16..{m.context}")
+
+
+def with_precision(spec: RunSpec) -> RunSpec:
+    """The one rule tying ``--precision`` to the ``+bf16`` modifier: either one turns on the other.
+
+    ``--precision bf16`` appends ``+bf16`` to the strategy name and ``compile+bf16`` sets precision bf16, so a
+    record's ``precision`` and its ``strategy`` always say the same thing.
+    """
+    if "bf16" in spec.modifiers and spec.train.precision != "bf16":
+        return replace(spec, train=replace(spec.train, precision="bf16"))
+    if spec.train.precision == "bf16" and "bf16" not in spec.modifiers:
+        return replace(spec, strategy=spec.strategy + "+bf16")
+    return spec
 
 
 def _divisors(n: int) -> list[int]:

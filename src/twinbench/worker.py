@@ -13,6 +13,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from twinbench import compile_cache
 from twinbench.record import Record
 from twinbench.spec import RunSpec
 
@@ -31,6 +32,7 @@ def prepare_process(spec: RunSpec) -> int:
     from twinbench.distributed import process_env
 
     os.environ.update(process_env(spec))  # JAX: simulated CPU devices, collectives between processes
+    compile_cache.apply(spec)  # the run's own compilation caches (cold: fresh and empty), before any import
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # allocator peak = what the run used
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return len(cpus)
@@ -40,7 +42,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
     """Build the strategy's trainer, run the timed loop, and compute every metric of the record."""
     from twinbench.data.text import batches, load_tokens
     from twinbench.measure import compiles, device, flops, peak
-    from twinbench.measure.clock import percentile, time_steps
+    from twinbench.measure.clock import per_step, percentile, stack_calls, time_steps
     from twinbench.models.weights import init_gpt
     from twinbench.strategies import registry
 
@@ -68,7 +70,11 @@ def execute(spec: RunSpec, threads: int) -> Record:
     data = batches(tokens, t.batch, t.seq, t.seed)
     host_batches = [next(data) for _ in range(t.steps)]  # made before timing: input cost is not measured here
 
-    timing = time_steps(lambda i: trainer.step(*host_batches[i]), trainer.sync, t.steps, t.warmup, monitor)
+    k = getattr(trainer, "steps_per_call", 1)  # scan-steps: K steps per call, on K stacked batches
+    host_batches = stack_calls(host_batches, k)
+    timing = time_steps(lambda i: trainer.step(*host_batches[i]), trainer.sync, t.steps // k,
+                        math.ceil(t.warmup / k), monitor)
+    timing = per_step(timing, k)
     for i, loss in enumerate(timing.losses):
         if not math.isfinite(loss):
             raise FloatingPointError(f"loss became {loss} at step {i + 1}")
@@ -93,6 +99,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
         mfu_datasheet=tp["achieved_tflops"] / peak_sheet if peak_sheet else None,
         peak_mem_bytes=peak_mem, peak_mem_source=mem_source,
         compiles_during_steps=timing.compiles_during_steps, compiles_total=monitor.count(),
+        compile_cache_hits=monitor.cache_hits(), steps_per_call=k,
         loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
         wall_s=timing.wall_s, matmul_precision=matmul_precision, versions=device.versions(fw),
         **_trace(spec, trainer, host_batches), **tp)

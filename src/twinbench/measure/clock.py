@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from twinbench.measure.compiles import CompileMonitor
@@ -22,12 +22,41 @@ class Timing:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _floats(handle: Any) -> list[float]:
+    value = handle.tolist() if hasattr(handle, "tolist") else float(handle)
+    return [float(v) for v in value] if isinstance(value, list) else [float(value)]
+
+
 def percentile(values: list[float], q: float) -> float:
     """Linear-interpolated percentile (q in 0..100) of a non-empty list."""
     s = sorted(values)
     k = (len(s) - 1) * q / 100.0
     lo, hi = math.floor(k), math.ceil(k)
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def stack_calls(batches: list[tuple[Any, ...]], k: int) -> list[tuple[Any, ...]]:
+    """Group host batches K at a time, each part stacked on a new leading axis ([K, batch, seq])."""
+    if k == 1:
+        return batches
+    import numpy as np
+
+    return [tuple(np.stack(part) for part in zip(*batches[i:i + k], strict=True))
+            for i in range(0, len(batches) - k + 1, k)]
+
+
+def per_step(timing: Timing, k: int) -> Timing:
+    """Timing of calls that each ran K steps, expressed per step.
+
+    A steady call's time is divided by K. The first call holds the compilation and K steps; its
+    ``first_step_s`` becomes the call minus K-1 median steady steps (compile + one step, as elsewhere), so a
+    planned run's total time (first step + (N-1) steps) stays comparable with single-step strategies.
+    """
+    if k == 1:
+        return timing
+    steps = [s / k for s in timing.step_s]
+    first = timing.first_step_s - (k - 1) * (percentile(steps, 50) if steps else timing.first_step_s / k)
+    return replace(timing, first_step_s=first, step_s=steps, extra={**timing.extra, "steps_per_call": k})
 
 
 def time_steps(
@@ -58,7 +87,7 @@ def time_steps(
         times.append(time.perf_counter() - t0)
     wall = time.perf_counter() - start
     compiles_during = compiles.count() - compiles_at_steady if steps > warm else 0
-    losses = [float(h) for h in handles]
+    losses = [v for h in handles for v in _floats(h)]  # a K-step call returns K losses
     return Timing(first_step_s=times[0], step_s=times[warm:], losses=losses,
                   compiles_during_steps=compiles_during, compile_s=compiles.seconds() - compile_s0,
                   wall_s=wall)

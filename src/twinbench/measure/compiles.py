@@ -12,11 +12,13 @@ JAX_TRACE = "/jax/core/compile/jaxpr_trace_duration"
 JAX_LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 JAX_BACKEND = "/jax/core/compile/backend_compile_duration"
 JAX_CACHE_HIT = "/jax/compilation_cache/cache_hits"
+JAX_CACHE_LOAD = "/jax/compilation_cache/cache_retrieval_time_sec"
 
 
 class CompileMonitor(Protocol):
     def count(self) -> int: ...  # programs compiled so far
     def seconds(self) -> float: ...  # time spent compiling so far
+    def cache_hits(self) -> int: ...  # programs (or graphs) loaded from a persistent compilation cache
 
 
 class JaxCompiles:
@@ -26,27 +28,30 @@ class JaxCompiles:
         import jax.monitoring
 
         self.n_backend = 0
-        self.cache_hits = 0
+        self.cache_hits_n = 0
         self.total_s = 0.0
         jax.monitoring.register_event_duration_secs_listener(self._on_duration)
         jax.monitoring.register_event_listener(self._on_event)
 
     def _on_duration(self, event: str, duration: float, **_: object) -> None:
-        if event in (JAX_TRACE, JAX_LOWER, JAX_BACKEND):
+        if event in (JAX_TRACE, JAX_LOWER, JAX_BACKEND, JAX_CACHE_LOAD):  # a cache hit costs its load
             self.total_s += duration
         if event == JAX_BACKEND:
             self.n_backend += 1
 
     def _on_event(self, event: str, **_: object) -> None:
         if event == JAX_CACHE_HIT:
-            self.cache_hits += 1
+            self.cache_hits_n += 1
 
     def count(self) -> int:
         # A persistent-cache hit skips the backend compile but is still a program built for a new key.
-        return self.n_backend + self.cache_hits
+        return self.n_backend + self.cache_hits_n
 
     def seconds(self) -> float:
         return self.total_s
+
+    def cache_hits(self) -> int:
+        return self.cache_hits_n
 
 
 class TorchCompiles:
@@ -64,6 +69,10 @@ class TorchCompiles:
         # Top-level entry of every dynamo frame compile (includes AOTAutograd and Inductor beneath it).
         metrics = self._utils.compilation_time_metrics
         return float(sum(sum(v) for k, v in metrics.items() if k.endswith("compile_inner")))
+
+    def cache_hits(self) -> int:
+        c = self._utils.counters
+        return int(c["inductor"]["fxgraph_cache_hit"] + c["aot_autograd"]["autograd_cache_hit"])
 
 
 def monitor(framework: str) -> CompileMonitor:

@@ -13,18 +13,25 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from twinbench.models.options import ModelOptions
 from twinbench.spec import ModelConfig
 
 normal = nnx.initializers.normal
 zeros = nnx.initializers.zeros_init()
+DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16}
+#: jax.checkpoint policies by ModelOptions.remat name ("full": no policy, i.e. save nothing but the inputs).
+REMAT_POLICIES = {"full": None, "dots-saveable": jax.checkpoint_policies.dots_saveable,
+                  "nothing-saveable": jax.checkpoint_policies.nothing_saveable}
 
 
 class CausalSelfAttention(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
         self.heads = cfg.heads
         proj_std = 0.02 / math.sqrt(2 * cfg.layers)
-        self.c_attn = nnx.Linear(cfg.d_model, 3 * cfg.d_model, kernel_init=normal(0.02), bias_init=zeros, rngs=rngs)
-        self.c_proj = nnx.Linear(cfg.d_model, cfg.d_model, kernel_init=normal(proj_std), bias_init=zeros, rngs=rngs)
+        self.c_attn = nnx.Linear(cfg.d_model, 3 * cfg.d_model, kernel_init=normal(0.02), bias_init=zeros,
+                                 dtype=dtype, rngs=rngs)
+        self.c_proj = nnx.Linear(cfg.d_model, cfg.d_model, kernel_init=normal(proj_std), bias_init=zeros,
+                                 dtype=dtype, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         B, T, C = x.shape
@@ -35,42 +42,63 @@ class CausalSelfAttention(nnx.Module):
 
 
 class MLP(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
         proj_std = 0.02 / math.sqrt(2 * cfg.layers)
-        self.c_fc = nnx.Linear(cfg.d_model, cfg.ff, kernel_init=normal(0.02), bias_init=zeros, rngs=rngs)
-        self.c_proj = nnx.Linear(cfg.ff, cfg.d_model, kernel_init=normal(proj_std), bias_init=zeros, rngs=rngs)
+        self.c_fc = nnx.Linear(cfg.d_model, cfg.ff, kernel_init=normal(0.02), bias_init=zeros, dtype=dtype,
+                               rngs=rngs)
+        self.c_proj = nnx.Linear(cfg.ff, cfg.d_model, kernel_init=normal(proj_std), bias_init=zeros, dtype=dtype,
+                                 rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.c_proj(jax.nn.gelu(self.c_fc(x), approximate=True))
 
 
 class Block(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
         self.ln_1 = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
-        self.attn = CausalSelfAttention(cfg, rngs)
+        self.attn = CausalSelfAttention(cfg, rngs, dtype)
         self.ln_2 = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
-        self.mlp = MLP(cfg, rngs)
+        self.mlp = MLP(cfg, rngs, dtype)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
 
 
+def apply_block(block: Block, x: jax.Array) -> jax.Array:
+    return block(x)
+
+
 class GPT(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, opts: ModelOptions = ModelOptions()):
         self.cfg = cfg
+        self.opts = opts
+        dtype = DTYPES[opts.compute_dtype]
         self.wte = nnx.Embed(cfg.vocab, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
         self.wpe = nnx.Embed(cfg.context, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
-        self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.layers)])
+        if opts.scan_layers:  # one Block whose parameters carry a leading [layers] axis
+            self.blocks = nnx.split_rngs(splits=cfg.layers)(nnx.vmap(lambda r: Block(cfg, r, dtype)))(rngs)
+        else:
+            self.blocks = nnx.List([Block(cfg, rngs, dtype) for _ in range(cfg.layers)])
         self.ln_f = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
 
     def __call__(self, idx: jax.Array) -> jax.Array:
         """Logits of shape [batch, seq, vocab]; the LM head is the token embedding (tied)."""
+        # bf16: the Linear layers compute in bf16 (so does attention, on their output); parameters and
+        # LayerNorm stay fp32, like torch.autocast in the twin.
+        dtype = DTYPES[self.opts.compute_dtype]
         pos = jnp.arange(idx.shape[1])
         x = self.wte(idx) + self.wpe(pos)
-        for block in self.blocks:
-            x = block(x)
-        return self.wte.attend(self.ln_f(x))
+        block_fn = apply_block
+        if self.opts.remat != "none":
+            block_fn = nnx.remat(apply_block, policy=REMAT_POLICIES[self.opts.remat])
+        if self.opts.scan_layers:
+            scan = nnx.scan(block_fn, in_axes=(0, nnx.Carry), out_axes=nnx.Carry, unroll=self.opts.scan_unroll)
+            x = scan(self.blocks, x)
+        else:
+            for block in self.blocks:
+                x = block_fn(block, x)
+        return self.ln_f(x).astype(dtype) @ self.wte.embedding[...].astype(dtype).T
 
 
 def loss_fn(model: GPT, idx: jax.Array, targets: jax.Array) -> jax.Array:

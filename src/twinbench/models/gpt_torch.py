@@ -11,7 +11,9 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
+from twinbench.models.options import ModelOptions
 from twinbench.spec import ModelConfig
 
 
@@ -54,9 +56,12 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, opts: ModelOptions = ModelOptions()):
         super().__init__()
+        if opts.scan_layers or opts.remat not in ("none", "full"):
+            raise ValueError(f"torch GPT: unsupported options {opts} (no layer scan; remat 'full' only)")
         self.cfg = cfg
+        self.opts = opts
         self.wte = nn.Embedding(cfg.vocab, cfg.d_model)
         self.wpe = nn.Embedding(cfg.context, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
@@ -75,11 +80,13 @@ class GPT(nn.Module):
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """Logits of shape [batch, seq, vocab]; the LM head is the token embedding (tied)."""
-        pos = torch.arange(idx.shape[1], device=idx.device)
-        x = self.wte(idx) + self.wpe(pos)
-        for block in self.blocks:
-            x = block(x)
-        return self.ln_f(x) @ self.wte.weight.T
+        # bf16: autocast runs matmuls and attention in bf16; parameters and LayerNorm stay fp32.
+        with torch.autocast(idx.device.type, torch.bfloat16, enabled=self.opts.compute_dtype == "bf16"):
+            pos = torch.arange(idx.shape[1], device=idx.device)
+            x = self.wte(idx) + self.wpe(pos)
+            for block in self.blocks:
+                x = checkpoint(block, x, use_reentrant=False) if self.opts.remat != "none" else block(x)
+            return self.ln_f(x) @ self.wte.weight.T
 
 
 def loss_fn(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -56,23 +56,46 @@ def _flax_name(path: tuple) -> str:
     return ".".join([*head, _FLAX_TO_CANON.get(leaf, leaf)])
 
 
+def _stacked(path: tuple) -> bool:
+    """A parameter of layers stacked on a leading axis (``scan_layers``): ``blocks.attn...``, no layer index."""
+    return len(path) > 1 and str(path[0]) == "blocks" and not str(path[1]).isdigit()
+
+
+def _layer_names(path: tuple, layers: int) -> list[str]:
+    """Canonical per-layer names of one stacked parameter: ``blocks.{i}.attn.c_attn.weight``."""
+    rest = _flax_name(path[1:])
+    return [f"blocks.{i}.{rest}" for i in range(layers)]
+
+
 def jax_to_canonical(model: Any) -> Canonical:
+    """Canonical weights of an NNX model; layers stacked for ``nnx.scan`` are split into per-layer names."""
     from flax import nnx
 
-    flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
-    return {_flax_name(path): np.asarray(var.get_value(), dtype=np.float32) for path, var in flat}
+    out: Canonical = {}
+    for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        a = np.asarray(var.get_value(), dtype=np.float32)
+        if _stacked(path):
+            out.update(zip(_layer_names(path, a.shape[0]), a, strict=True))
+        else:
+            out[_flax_name(path)] = a
+    return out
 
 
 def canonical_to_jax(model: Any, weights: Canonical) -> None:
-    """Copy canonical weights into an NNX model in place; names and shapes must match exactly."""
+    """Copy canonical weights into an NNX model in place; names and shapes must match exactly.
+
+    Stacked layers (``scan_layers``) take ``np.stack`` of the per-layer arrays, so weights stay interchangeable
+    between the unrolled and the scanned model (and the torch twin).
+    """
     import jax.numpy as jnp
     from flax import nnx
 
     flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
-    _check_names({_flax_name(p) for p, _ in flat}, set(weights))
+    names = {p: _layer_names(p, v.get_value().shape[0]) if _stacked(p) else [_flax_name(p)] for p, v in flat}
+    _check_names({n for ns in names.values() for n in ns}, set(weights))
     new = []
     for path, var in flat:
-        a = weights[_flax_name(path)]
+        a = np.stack([weights[n] for n in names[path]]) if _stacked(path) else weights[names[path][0]]
         if tuple(a.shape) != tuple(var.get_value().shape):
             raise ValueError(f"weight {_flax_name(path)}: shape {a.shape} does not fit {var.get_value().shape}")
         new.append((path, var.replace(jnp.asarray(a, dtype=var.get_value().dtype))))

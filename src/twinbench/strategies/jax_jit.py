@@ -17,10 +17,12 @@ from flax import nnx
 from twinbench.models import gpt_jax
 from twinbench.models.weights import Canonical, canonical_to_jax, jax_to_canonical
 from twinbench.spec import RunSpec
+from twinbench.strategies.options import model_options
 
 
 def make_model(spec: RunSpec, weights: Canonical) -> gpt_jax.GPT:
-    model = gpt_jax.GPT(spec.model, nnx.Rngs(spec.train.seed))
+    """The twin with the strategy's options (scan-layers, +remat, +bf16), holding ``weights``."""
+    model = gpt_jax.GPT(spec.model, nnx.Rngs(spec.train.seed), model_options(spec))
     canonical_to_jax(model, weights)
     return model
 
@@ -39,14 +41,38 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation):
     return train_step
 
 
+def scan_steps(train_step):
+    """K steps in one call: ``lax.scan`` of ``train_step`` over batches stacked as [K, batch, seq]."""
+
+    def multi_step(params, opt_state, xs, ys):
+        def body(state, batch):
+            params, opt_state, loss = train_step(*state, *batch)
+            return (params, opt_state), loss
+
+        (params, opt_state), losses = jax.lax.scan(body, (params, opt_state), (xs, ys))
+        return params, opt_state, losses
+
+    return multi_step
+
+
 class JitTrainer:
-    def __init__(self, spec: RunSpec, weights: Canonical, donate: bool = True):
+    """``jit`` and ``scan-layers`` (the same step over a model whose blocks are scanned); ``+nodonate``
+    keeps the old params and optimizer state alive, so XLA must allocate new buffers for the updated ones.
+    ``steps_per_call`` > 1 (``scan-steps``) wraps the step in a ``lax.scan`` over K stacked batches.
+    """
+
+    steps_per_call = 1
+
+    def __init__(self, spec: RunSpec, weights: Canonical, donate: bool | None = None):
         model = make_model(spec, weights)
         self.graphdef, self.params = nnx.split(model, nnx.Param)
         tx = gpt_jax.make_optimizer(spec.train.lr, spec.train.weight_decay)
         self.opt_state = tx.init(self.params)
-        self.train_step = jax.jit(make_train_step(self.graphdef, tx),
-                                  donate_argnums=(0, 1) if donate else ())
+        donate = "nodonate" not in spec.modifiers if donate is None else donate
+        step = make_train_step(self.graphdef, tx)
+        if self.steps_per_call > 1:
+            step = scan_steps(step)
+        self.train_step = jax.jit(step, donate_argnums=(0, 1) if donate else ())
 
     def step(self, x: np.ndarray, y: np.ndarray) -> Any:
         self.params, self.opt_state, loss = self.train_step(self.params, self.opt_state, x, y)

@@ -70,6 +70,29 @@ register("jax", "naive", "JAX naive port: only value_and_grad jitted, Optax upda
 register("jax", "jit", "JAX whole step (loss, grad, clip, AdamW) in one jit, params+opt state donated",
          "twinbench.strategies.jax_jit:build")
 
+# Execution strategies (issue 3): how each framework is driven. See `twinbench strategies`.
+register("torch", "compile", "torch.compile of model+loss as one graph (Inductor, fwd+bwd); optimizer eager "
+         "unless +optc", "twinbench.strategies.torch_compile:build", default=False)
+register("torch", "compile-regional", "each Transformer block compiled once (block.compile()) and reused for "
+         "every layer; rest eager", "twinbench.strategies.torch_compile:build_regional")
+register("jax", "scan-steps", "K whole jitted steps per call (lax.scan over K stacked batches; --scan-k); "
+         "step time = call time / K", "twinbench.strategies.jax_scan:build")
+register("jax", "scan-layers", "jit step over a model whose blocks are stacked (nnx.vmap) and applied with "
+         "nnx.scan: one block compiled", "twinbench.strategies.jax_jit:build", default=False)
+register_modifier("bf16", ("torch", "jax"), "bf16 compute (torch.autocast / bf16 Linear+attention), fp32 master "
+                  "weights and optimizer state; same as --precision bf16")
+register_modifier("remat", ("torch", "jax"), "activation checkpointing per block (torch.utils.checkpoint, "
+                  "use_reentrant=False / nnx.remat with --remat-policy: full, dots-saveable, nothing-saveable)")
+register_modifier("nodonate", ("jax",), "do not donate params and optimizer state to the step (shows what "
+                  "donation buys)", bases=("jit", "scan-steps", "scan-layers"))
+register_modifier("optc", ("torch",), "also torch.compile the optimizer half of the step (grad clipping + AdamW)",
+                  bases=("compile", "compile-regional"))
+#: Modifier combinations `--strategies all` runs besides every base (one representative use of each modifier).
+ALL_COMBOS: list[tuple[str, str]] = [
+    ("torch", "eager+bf16"), ("torch", "eager+remat"), ("torch", "compile+optc"), ("torch", "compile+bf16"),
+    ("jax", "jit+bf16"), ("jax", "jit+remat"), ("jax", "jit+nodonate"), ("jax", "scan-layers+remat"),
+]
+
 # Many devices (issue 5): parallelism applied from outside the model; not in the default single-device set.
 register("jax", "mesh-dp", "JAX data parallel: jit + NamedSharding, batch split over the 'data' mesh axis, "
          "params replicated", "twinbench.strategies.jax_mesh:build_dp", default=False, multi_device=True)
@@ -111,7 +134,8 @@ def select(frameworks: list[str], names: list[str] | None) -> list[tuple[str, st
             raise SpecError(f"--framework: unknown framework {fw!r}; allowed: {', '.join(FRAMEWORKS)}")
     if names is None or names == ["all"]:
         pairs = [(f, n) for (f, n), s in REGISTRY.items() if f in frameworks and (names or s.default)]
-        return pairs + [(f, n) for f, n in DEFAULT_COMBOS if f in frameworks and names is None]
+        combos = DEFAULT_COMBOS if names is None else ALL_COMBOS
+        return pairs + [(f, n) for f, n in combos if f in frameworks]
     chosen: list[tuple[str, str]] = []
     for raw in names:
         fw_part, _, full = raw.rpartition(":")

@@ -11,25 +11,36 @@ from twinbench.measure.device import torch_device
 from twinbench.models import gpt_torch
 from twinbench.models.weights import Canonical, canonical_to_torch, torch_to_canonical
 from twinbench.spec import RunSpec
+from twinbench.strategies.options import model_options
 
 
 class TorchTrainer:
-    """Model + AdamW + a step function; ``step_fn`` may be replaced by a compiled version of itself."""
+    """Model + AdamW + a step function. ``forward_loss`` and ``update`` are the two halves a compiling
+    strategy may replace by compiled versions of themselves (``torch_compile.py``); ``+bf16`` and ``+remat``
+    reach the model as :class:`ModelOptions`.
+    """
 
     def __init__(self, spec: RunSpec, weights: Canonical):
         self.device = torch_device()
-        self.model = gpt_torch.GPT(spec.model)
+        self.model = gpt_torch.GPT(spec.model, model_options(spec))
         canonical_to_torch(self.model, weights)
         self.model.to(self.device).train()
         self.optimizer = gpt_torch.make_optimizer(self.model, spec.train.lr, spec.train.weight_decay)
         self.step_fn = self.train_step
 
-    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        self.optimizer.zero_grad(set_to_none=True)
-        loss = gpt_torch.loss_fn(self.model, x, y)
-        loss.backward()
+    def forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return gpt_torch.loss_fn(self.model, x, y)
+
+    def update(self) -> None:
+        """Clip the gradients by global norm and take the AdamW step."""
         gpt_torch.clip_grads(self.model)
         self.optimizer.step()
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.forward_loss(x, y)
+        loss.backward()
+        self.update()
         return loss.detach()
 
     def step(self, x: np.ndarray, y: np.ndarray) -> Any:

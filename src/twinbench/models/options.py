@@ -1,0 +1,36 @@
+"""How a twin model executes, as opposed to what it computes: named knobs both twins read (MaxText style).
+
+A strategy turns its name and modifiers into a :class:`ModelOptions` and passes it to the model; the model
+never looks at strategy names. Every option leaves the maths unchanged (up to rounding): scanning over
+layers, rematerialising activations and computing in bf16 are ways to run the same GPT.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+REMAT_POLICIES = ("full", "dots-saveable", "nothing-saveable")
+COMPUTE_DTYPES = ("fp32", "bf16")
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    #: JAX: blocks created stacked (``nnx.vmap``) and applied with ``nnx.scan``: one block is traced and
+    #: compiled whatever the depth. PyTorch has no equivalent (its nearest is regional compilation).
+    scan_layers: bool = False
+    #: iterations of the layer scan unrolled per loop trip (``unroll`` of ``nnx.scan``); 1 = a plain loop.
+    scan_unroll: int = 1
+    #: activation checkpointing per block: "none", or a policy of REMAT_POLICIES. "full" recomputes the
+    #: whole block in the backward pass (torch.utils.checkpoint; jax.checkpoint with no policy, which saves
+    #: nothing, the same as "nothing-saveable"); "dots-saveable" keeps matmul outputs (JAX only).
+    remat: str = "none"
+    #: dtype of matmuls and attention; parameters, LayerNorm, the residual stream and the loss stay fp32.
+    compute_dtype: str = "fp32"
+
+    def __post_init__(self) -> None:
+        if self.remat != "none" and self.remat not in REMAT_POLICIES:
+            raise ValueError(f"remat: unknown policy {self.remat!r}; allowed: none, {', '.join(REMAT_POLICIES)}")
+        if self.compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"compute_dtype: {self.compute_dtype!r}; allowed: {', '.join(COMPUTE_DTYPES)}")
+        if self.scan_unroll < 1:
+            raise ValueError(f"scan_unroll must be >= 1, got {self.scan_unroll}")
