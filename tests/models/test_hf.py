@@ -88,6 +88,23 @@ def test_old_gpt2_layout_without_prefix_with_mask_buffers_and_lm_head(hf_gpt2, t
         load_hf(tmp_path)
 
 
+def test_bf16_and_fp16_checkpoints_load_as_float32(hf_gpt2, tmp_path):
+    """NumPy has no bfloat16: such tensors are widened to float32 exactly (fp16 through NumPy)."""
+    from safetensors.torch import load_file as load_torch
+    from safetensors.torch import save_file as save_torch
+
+    path, _ = hf_gpt2
+    tensors = load_torch(str(path / "model.safetensors"))
+    half = {k: v.to(torch.bfloat16 if i % 2 else torch.float16) for i, (k, v) in enumerate(tensors.items())}
+    save_torch(half, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    (tmp_path / "config.json").write_text((path / "config.json").read_text())
+    _, w = load_hf(tmp_path)
+    for k, v in half.items():
+        name = k.removeprefix("transformer.").replace("h.", "blocks.", 1) if k.startswith("transformer.h.") \
+            else k.removeprefix("transformer.")
+        assert w[name].dtype == np.float32 and np.array_equal(w[name], v.float().numpy())
+
+
 def test_export_loads_in_transformers_and_round_trips(tmp_path):
     from transformers import GPT2LMHeadModel
 

@@ -92,11 +92,41 @@ def read_tensors(path: str | Path, flag_name: str = FLAG) -> dict[str, np.ndarra
     for f in files:
         try:
             tensors = load_file(str(f))
+        except TypeError:  # bfloat16, which NumPy lacks: widen it to float32 ourselves
+            tensors = _read_widening_bf16(f, f"{flag_name} {path}")
         except Exception as e:  # a truncated or foreign file: one line, not a traceback
             raise SpecError(f"{flag_name} {path}: cannot read {f.name}: {type(e).__name__}: {e}") from None
         for k, v in tensors.items():
             out[k] = np.asarray(v, dtype=np.float32) if v.dtype != np.float32 else v
     return out
+
+
+_ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
+              "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def _read_widening_bf16(f: Path, where: str) -> dict[str, np.ndarray]:
+    """Read a safetensors file by its documented layout (u64 header size, JSON header, raw little-endian
+    data), turning BF16 tensors into float32 exactly (bf16 is the top half of a float32)."""
+    try:
+        raw = f.read_bytes()
+        n = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8:8 + n])
+        data = memoryview(raw)[8 + n:]
+        out = {}
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            start, end = info["data_offsets"]
+            if info["dtype"] == "BF16":
+                bits = np.frombuffer(data[start:end], dtype="<u2").astype(np.uint32) << 16
+                a = bits.view(np.float32)
+            else:
+                a = np.frombuffer(data[start:end], dtype=np.dtype(_ST_DTYPES[info["dtype"]]).newbyteorder("<"))
+            out[name] = a.reshape(info["shape"])
+        return out
+    except Exception as e:  # a dtype we do not know (e.g. FP8) or a damaged file
+        raise SpecError(f"{where}: cannot read {f.name}: {type(e).__name__}: {e}") from None
 
 
 def load_hf(path: str | Path, flag_name: str = FLAG) -> tuple[ModelConfig, Canonical]:
@@ -135,6 +165,7 @@ def adopt_checkpoint(spec: RunSpec, model_overrides: dict[str, Any], train_overr
     """
     path = spec.train.init_from
     ckpt = checkpoint_fields(config_from_hf(path))
+    spec = replace(spec, train=replace(spec.train, init_from=str(Path(path).resolve())))  # workers may run elsewhere
     for name, value in model_overrides.items():
         if name in ckpt and ckpt[name] != value:
             raise SpecError(f"{flag(name)} {value} contradicts {FLAG} {path} ({name} = {ckpt[name]} there); "
