@@ -9,7 +9,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-LAYERS = 150
+LAYERS = 60
 
 
 @partial(jax.jit, donate_argnums=0)

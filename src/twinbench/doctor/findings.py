@@ -143,11 +143,15 @@ def recompile_cause(message: str) -> str:
     return "other"
 
 
+LIBRARY_PATHS = ("/jax/", "/jaxlib/", "/flax/", "/optax/", "/site-packages/", "/dist-packages/")
+
+
 def _is_user_recompile(message: str) -> bool:
-    if "never seen function" in message:
-        return "seen another function defined on the same line" in message
-    m = re.search(r"for (\S+) defined at (\S+)", message)
-    return not (m and ("/jax/" in m.group(2) or "/flax/" in m.group(2) or "/optax/" in m.group(2)))
+    """A retrace of a function the script compiled before (not a first trace, not a library's own)."""
+    if "never seen function" in message and "seen another function defined on the same line" not in message:
+        return False
+    m = re.search(r"defined at (\S+)", message)
+    return not (m and any(p in m.group(1) for p in LIBRARY_PATHS))
 
 
 def jax_recompile(obs: Obs) -> Finding | None:
@@ -158,14 +162,14 @@ def jax_recompile(obs: Obs) -> Finding | None:
     causes = Counter(recompile_cause(m) for m in misses)
     top = causes.most_common(1)[0][0]
     example = next(m for m in misses if recompile_cause(m) == top)
-    detail = [ln.strip() for ln in example.splitlines()[1:] if ln.strip()][-2:]
+    detail = [ln.strip() for ln in example.splitlines()[1:] if ln.strip()][-3:]
     compiles = _steady_notes(obs, "compile")
     steady_compile_s = sum(n.get("s", 0.0) for n in compiles)
     severity = "warning" if len(misses) >= RECOMPILE_WARN else "info"
     return Finding(
         "jax-recompile", severity,
         f"jit traced and compiled again {len(misses)} times after step 1 (cause: {top})",
-        f"{len(misses)} tracing cache misses in {obs.get('steady_steps', 0)} steady steps "
+        f"{len(misses)} tracing cache misses after step 1 (of {obs.get('steps', 0)} steps) "
         f"({', '.join(f'{c}: {n}' for c, n in causes.items())}); {len(compiles)} XLA compiles, "
         f"{steady_compile_s:.2f} s of backend compile after step 1; jax_explain_cache_misses says: "
         + " | ".join(detail) + f" (warning from {RECOMPILE_WARN} recompiles)",
@@ -175,18 +179,21 @@ def jax_recompile(obs: Obs) -> Finding | None:
 
 # -- jax-eager-ops -----------------------------------------------------------------------------------------
 EAGER_OPS_WARN = 20  # primitives dispatched one by one outside jit, per steady step
+EAGER_OPTAX_WARN = 0.5  # Optax updates run outside jit, per steady step
 
 
 def jax_eager_ops(obs: Obs) -> Finding | None:
-    """Threshold: >= 20 JAX primitives dispatched one by one (outside jit) per step."""
+    """Threshold: >= 20 JAX ops dispatched one by one (outside jit) per step, or the Optax update
+    run outside jit on at least every other step."""
     ops = _per_step(obs, "eager_ops")
-    if ops is None or ops < EAGER_OPS_WARN:
+    optax_rate = _per_step(obs, "optax_eager_updates") or 0.0
+    if ops is None or (ops < EAGER_OPS_WARN and optax_rate < EAGER_OPTAX_WARN):
         return None
     eager_ms = (_per_step(obs, "eager_s:s") or 0.0) * 1e3
     sources = obs.get("info", {}).get("eager_sources", {})
     total = sum(sources.values()) or 1
     src = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in list(sources.items())[:4])
-    optax_eager = obs.get("candidates", {}).get("optax update", 0)
+    optax_eager = optax_rate >= EAGER_OPTAX_WARN
     fix = ("Put the whole step, optimizer update included, inside one jitted function:\n"
            "  @jax.jit\n"
            "  def train_step(params, opt_state, batch):\n"
@@ -197,9 +204,12 @@ def jax_eager_ops(obs: Obs) -> Finding | None:
     return Finding(
         "jax-eager-ops", "warning",
         f"{ops:.0f} ops per step run one by one outside jit" + (" (the Optax update among them)" if optax_eager else ""),
-        f"{ops:.0f} eager primitive dispatches per step taking {eager_ms:.2f} ms of a {obs.get('step_ms') or 0:.2f} ms "
-        f"step; they come from: {src or 'unknown'}; Optax update called outside jit {optax_eager} times "
-        f"(warning from {EAGER_OPS_WARN} eager ops per step)", fix,
+        f"{ops:.0f} eager primitive dispatches counted per step (jnp functions dispatch on a C++ path the "
+        f"count does not see) taking {eager_ms:.2f} ms of a {obs.get('step_ms') or 0:.2f} ms "
+        f"step; they come from: {src or 'unknown'}; Optax updates outside jit: {optax_rate:.1f} per step; "
+        f"each eager op is a separate dispatch (and its Python-number operands each a host-to-device copy: "
+        f"{_per_step(obs, 'h2d_guard') or 0:.0f} per step) (warning from {EAGER_OPS_WARN} eager ops or "
+        f"{EAGER_OPTAX_WARN:g} eager Optax updates per step)", fix,
         f"{JAX_DOCS}/jit-compilation.html")
 
 
@@ -354,7 +364,10 @@ def torch_graph_break(obs: Obs) -> Finding | None:
         msg = n["message"]
         where = re.search(r"in user code at (\S+)", msg)
         reason = re.search(r"Graph Break Reason: (.*)", msg)
-        reasons[f"{reason.group(1) if reason else msg.splitlines()[0]} at {where.group(1) if where else '?'}"] += 1
+        text, at = (reason.group(1) if reason else msg.splitlines()[0]), (where.group(1) if where else "?")
+        if "twinbench/doctor/" in at:  # the doctor's host-read wrapper: the user's code read a tensor there
+            text, at = "a tensor read on the host (.item(), float(), bool, print) inside the compiled code", "?"
+        reasons[f"{text} at {at}"] += 1
     return Finding(
         "torch-graph-break", "warning",
         f"torch.compile split the function at {len(reasons)} graph breaks",
@@ -412,11 +425,11 @@ def input_bound(obs: Obs) -> Finding | None:
 # -- compile-dominates --------------------------------------------------------------------------------------------
 COMPILE_SHARE = 0.30  # of the script's wall time
 COMPILE_MIN_S = 1.0  # below this, compilation is too short to mention whatever its share
-COMPILE_WARN_S = 10.0  # a warning from this much compilation; below it (a toy run) only info
+COMPILE_WARN_S = 30.0  # a warning from this much compilation; below it (a toy run) only info
 
 
 def compile_dominates(obs: Obs) -> Finding | None:
-    """Threshold: compilation takes > 30% of the script's wall time: info from 1 s, warning from 10 s."""
+    """Threshold: compilation takes > 30% of the script's wall time: info from 1 s, warning from 30 s."""
     compile_s, wall = obs.get("compile_s", 0.0), obs.get("wall_s", 0.0)
     if not wall or compile_s < COMPILE_MIN_S or compile_s / wall <= COMPILE_SHARE:
         return None

@@ -155,6 +155,7 @@ class JaxInstruments:
         self.wrappers: dict[str, _Jitted] = {}
         self.eager_sources: Counter[str] = Counter()
         self.read_sites: Counter[str] = Counter()
+        self.in_optax = False
         rec.frameworks.add("jax")
         rec.finalizers.append(self.finalize)
 
@@ -217,7 +218,9 @@ class JaxInstruments:
                 return lambda f: wrapped_transform(f, *args, **kwargs)
             jitted = transform(fun, *args, **kwargs)
             key, name = _fun_key(fun)
-            return _Jitted(inst, jitted, fun, key, name, kind, kwargs)
+            # A library's own jitted helpers (optax, flax internals) are never the user's step.
+            lib = key.startswith(_lib_dirs()) or "/site-packages/" in key
+            return _Jitted(inst, jitted, fun, key, name, f"{kind}-lib" if lib else kind, kwargs)
 
         return wrapped_transform
 
@@ -301,10 +304,15 @@ class JaxInstruments:
             self._patch(cls, "update", property(update))
 
     def _optax_update(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
-        if self.rec.internal or _has_tracer(self.jax, (args, kwargs)):
-            return fn(*args, **kwargs)
+        if self.in_optax or self.rec.internal or _has_tracer(self.jax, (args, kwargs)):
+            return fn(*args, **kwargs)  # inside jit, or an inner transform of a chain: not a step
+        self.rec.count("optax_eager_updates")
         self.rec.step_call("optax:optax update", "optax")
-        out = fn(*args, **kwargs)
+        self.in_optax = True
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            self.in_optax = False
         self.rec.step_done("optax:optax update")
         return out
 
@@ -393,7 +401,7 @@ class _Jitted:
                  options: dict[str, Any]) -> None:
         self.inst, self.jitted, self.kind, self.options = inst, jitted, kind, options
         self.key, self.name = f"{kind}:{key}", name
-        self.rec_key = f"{kind}:{name}"
+        self.rec_key = f"{kind}:{name}"  # same name and place = one candidate (a re-created jit too)
         self.ncalls = 0
         self.prev_out: list[Any] = []
         self.carried: dict[str, Any] = {}
@@ -414,8 +422,10 @@ class _Jitted:
             return self.jitted(*args, **kwargs)
         key = self.rec_key
         inst.wrappers[key] = self
-        if self.kind == "pmap":
+        if self.kind.startswith("pmap"):
             rec.count("pmap_calls")
+        if self.kind.endswith("-lib"):  # a library's jitted helper called outside jit: one eager dispatch
+            rec.count("eager_ops")
         leaves = jax.tree_util.tree_leaves((args, kwargs))
         self._host_arrays(leaves)
         if self.ncalls in (1, 2):

@@ -120,10 +120,13 @@ class TorchInstruments:
     def _patch_host_reads(self) -> None:
         tensor = self.torch.Tensor
         rec, sites, torch_dir, local = self.rec, self.read_sites, self.torch_dir, threading.local()
+        is_compiling = self.torch.compiler.is_compiling
 
         def wrap(how: str, orig: Callable) -> Callable:
             @functools.wraps(orig)
             def read(self: Any, *args: Any, **kwargs: Any) -> Any:
+                if is_compiling():  # dynamo traces this wrapper: a constant branch, nothing else to trace
+                    return orig(self, *args, **kwargs)
                 depth = getattr(local, "depth", 0)
                 if depth == 0 and not rec.internal:
                     frame = sys._getframe(1)

@@ -40,7 +40,8 @@ class Recorder:
         self.counters: Counter[str] = Counter()  # host_reads, eager_ops, h2d_guard, ...
         self.seconds: Counter[str] = Counter()  # data_wait_s, eager_s, compile_s, ...
         self.calls: dict[str, list[tuple[float, dict[str, float]]]] = defaultdict(list)
-        self.kinds: dict[str, str] = {}  # candidate key -> "jit" | "optax" | "torch-optimizer"
+        self.kinds: dict[str, str] = {}  # candidate key -> "jit" | "pmap" | "optax" | "torch-optimizer"; "-lib"
+        # appended for a library's own jitted helpers (a step only when nothing else is called)
         self.notes: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.info: dict[str, Any] = {}  # static facts: frameworks, devices, donation, ...
         self.frameworks: set[str] = set()
@@ -96,7 +97,8 @@ class Recorder:
             return "torch:Optimizer.step"
         if not self.calls:
             return None
-        return max(self.calls, key=lambda k: (len(self.calls[k]), self.kinds.get(k) == "jit"))
+        return max(self.calls, key=lambda k: (not self.kinds.get(k, "").endswith("-lib"), len(self.calls[k]),
+                                              self.kinds.get(k) == "jit"))
 
     # -- summarising -----------------------------------------------------------------------------------
     def observations(self) -> dict[str, Any]:
