@@ -170,7 +170,7 @@ def advise(records: list[dict[str, Any]], plan_steps: int, changes_per_day: int 
                            "noise of one measurement on a busy machine; either framework will do")
         mw, ml = win.get("peak_mem_bytes"), lose.get("peak_mem_bytes")
         if mw and ml and mw > ml * (1 + MEMORY_CAVEAT):
-            reasons.append(f"caveat: it needs {mw / ml - 1:.0%} more peak memory ({_mem(mw)} [{wid}] vs "
+            reasons.append(f"mind the memory: it needs {mw / ml - 1:.0%} more peak memory ({_mem(mw)} [{wid}] vs "
                            f"{_mem(ml)} [{lid}], {win.get('peak_mem_source') or 'peak memory'})")
         out["recommendation"] = _rec(win, reasons, close, plan_steps, changes_per_day, tl - tw, lo)
     out["lines"] = lines(out)
@@ -200,6 +200,6 @@ def lines(advice: dict[str, Any]) -> list[str]:
         out.append("break-even: " + advice["break_even"]["text"])
     rec = advice["recommendation"]
     out.append(f"recommendation: {rec['summary']}")
-    out += [f"  because {r}" for r in rec["reasons"]]
+    out += [f"  - {r}" for r in rec["reasons"]]
     out.append(f"assumption: {advice['assumption']}")
     return out

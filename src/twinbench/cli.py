@@ -353,9 +353,9 @@ def advise(
     (target / "advice.json").write_text(json.dumps(advice, indent=1))
     out.print()
     for line in advice["lines"]:
-        out.print(line, highlight=False)
-    out.print(f"  advice: {target / 'advice.json'} (numbers in [brackets] are run_ids in "
-              f"{target / runner.RESULTS})", highlight=False)
+        out.print(line, highlight=False, markup=False)
+    out.print(f"  advice: {target / 'advice.json'} (ids in [brackets] are run_ids in "
+              f"{target / runner.RESULTS})", highlight=False, markup=False)
     write_report(target, plan_steps)
     if advice["recommendation"]["framework"] is None:
         raise typer.Exit(1)

@@ -131,8 +131,15 @@ def _findings(res: Results) -> list[str]:
     """Headline sentences: the break-evens and the fastest steady step of each framework."""
     ok = [r for r in res.records if r.get("status") == "ok" and r.get("step_ms") is not None]
     out = []
-    if len(varying(ok)) == 0:
-        out += crossings(res.records)
+    vary = varying(ok)
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in ok:
+        groups.setdefault(tuple(r.get(k) for k in vary), []).append(r)
+    for runs in groups.values():
+        prefix = f"{shape_text(runs[0], vary)}: " if vary else ""
+        out += [prefix + c for c in crossings(runs)]
+    if len(out) > 12:
+        out = [*out[:12], f"... and {len(out) - 12} more break-evens (see the cumulative plot)"]
     for fw in sorted({r["framework"] for r in ok}):
         best = min((r for r in ok if r["framework"] == fw), key=lambda r: r["step_ms"])
         extra = f" ({shape_text(best, varying(ok))})" if varying(ok) else ""
@@ -277,7 +284,7 @@ def render_html(res: Results, plots: list[Plot], plan_steps: int) -> str:
     parts += ["<h2>Plots</h2>", *[_html_plot(p) for p in plots]]
     failed = [r for r in res.records if r.get("status") != "ok"]
     if failed:
-        parts += ["<h2>Failed runs</h2><ul class='findings' data-section='failed'>",
+        parts += ['<h2>Failed runs</h2><ul class="findings" data-section="failed">',
                   *[f"<li><b>{_e(label(r))}</b> [{_e(r.get('run_id', ''))}]: {_e(r.get('error'))}</li>"
                     for r in failed], "</ul>"]
     if res.claims:
@@ -294,7 +301,7 @@ def render_html(res: Results, plots: list[Plot], plan_steps: int) -> str:
                 items.append(f"<li><b>{_e(label(r))}</b>: no trace ({_e(r.get('trace_error'))})</li>")
         parts += ["<h2>Profiler traces</h2><p class='sub'>A few steady-state steps, recorded after the measured "
                   "steps (so the profiler never slows the numbers above).</p>",
-                  "<ul class='findings' data-section='traces'>", *items, "</ul>"]
+                  '<ul class="findings" data-section="traces">', *items, "</ul>"]
     parts += ["<h2>Conditions</h2><ul class='cond'>", *[f"<li>{_e(c)}</li>" for c in conditions(res.records)],
               "</ul>",
               "<footer>Timings on a shared or busy machine are noisy: compare runs taken in one sitting. "
