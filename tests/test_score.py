@@ -123,7 +123,7 @@ def test_score_errors_are_one_line(ckpt, tmp_path):
         (["--init-from", gpt, "--data", str(short)], "no full window of the model's context 32"),
         (["--init-from", gpt, "--data", str(tmp_path / "missing.txt")], "--data"),
         (["--init-from", str(tmp_path / "nope"), "--data", str(text)], "--init-from"),
-        (["--init-from", str(bert), "--data", str(text)], "--init-from"),
+        (["--init-from", str(bert), "--data", str(text)], "score needs a GPT-2 checkpoint (model_type gpt2)"),
         (["--init-from", gpt, "--data", str(text), "--framework", "torch,mxnet"], "--framework"),
         (["--init-from", gpt, "--data", str(text), "--batch", "0"], "--batch"),
     ]
