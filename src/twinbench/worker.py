@@ -112,6 +112,13 @@ def _trace(spec: RunSpec, trainer: object, host_batches: list) -> dict[str, str 
     from twinbench.measure.trace import trace_steps
 
     out = Path(spec.trace_dir) / f"{spec.framework}-{spec.strategy}-{spec.run_id()}"
+    rank = int(os.environ.get("RANK", "0"))  # torchrun: every rank steps (collectives), each its own trace
+    if spec.framework == "jax" and spec.num_processes > 1:
+        import jax
+
+        rank = jax.process_index()
+    if rank or int(os.environ.get("WORLD_SIZE", "1")) > 1 or spec.num_processes > 1:
+        out = out / f"rank{rank}"
     try:
         path = trace_steps(spec.framework, lambda i: trainer.step(*host_batches[i % len(host_batches)]),
                            trainer.sync, out)
