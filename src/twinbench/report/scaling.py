@@ -1,0 +1,71 @@
+"""Strong and weak scaling efficiency per strategy, from the records of a sweep over ``devices``.
+
+Strong scaling keeps the global batch fixed: ``efficiency(n) = T(1) / (n * T(n))`` (1.0: n devices are n
+times faster). Weak scaling keeps the batch per device fixed (global batch ``n * b``):
+``efficiency(n) = T(1, b) / T(n, n * b)`` (1.0: n devices do n times the work in the same time). ``T`` is
+the median steady-state step time; the one-device reference is the same strategy at ``devices == 1``
+(the same framework, model, sequence length and precision).
+
+Simulated CPU devices share the machine's cores, so there the figures measure the overhead of the
+parallel formulation (collectives, resharding, extra processes) and check that it runs, not a speed-up:
+:func:`caveat` says so next to every table that shows them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+def _group(r: dict[str, Any]) -> tuple:
+    return (r["framework"], r["strategy"], r.get("preset"), r.get("layers"), r.get("d_model"), r.get("seq"),
+            r.get("precision"))
+
+
+def efficiency(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per ok record: devices, batches, step time and both efficiencies (None without a reference)."""
+    ok = [r for r in records if r.get("status") == "ok" and r.get("step_ms")]
+    one = {(_group(r), r["batch"]): r for r in ok if (r.get("device_count") or 1) == 1}
+    rows = []
+    for r in ok:
+        n = r.get("device_count") or 1
+        per_device = r["batch"] // n
+        strong_ref = one.get((_group(r), r["batch"]))
+        weak_ref = one.get((_group(r), per_device)) if r["batch"] % n == 0 else None
+        rows.append({
+            "framework": r["framework"], "strategy": r["strategy"], "devices": n, "batch": r["batch"],
+            "batch_per_device": per_device, "step_ms": r["step_ms"],
+            "strong_efficiency": strong_ref["step_ms"] / (n * r["step_ms"]) if strong_ref else None,
+            "weak_efficiency": weak_ref["step_ms"] / r["step_ms"] if weak_ref else None,
+            "time_vs_one_device": r["step_ms"] / strong_ref["step_ms"] if strong_ref else None,
+            "platform": r.get("platform"), "threads": r.get("threads"),
+        })
+    return sorted(rows, key=lambda x: (x["framework"], x["strategy"], x["batch_per_device"], x["devices"]))
+
+
+def caveat(rows: list[dict[str, Any]], cores: int | None = None) -> str | None:
+    """The sentence that must accompany CPU figures: simulated devices share the cores."""
+    if not any(r.get("platform") == "cpu" and r["devices"] > 1 for r in rows):
+        return None
+    import os
+
+    cores = cores or len(os.sched_getaffinity(0))
+    return (f"On CPU the simulated devices (JAX host-platform devices, torchrun processes) share this machine's "
+            f"{cores} cores, so these efficiencies measure the correctness and overhead of each parallel "
+            f"formulation, not a speed-up; on n real accelerators the ideal is 1.0.")
+
+
+def lines(records: Iterable[dict[str, Any]]) -> list[str]:
+    """Plain-text lines for a report: one per multi-device run, then the caveat where it applies."""
+    rows = efficiency(records)
+    out = []
+    for r in rows:
+        if r["devices"] == 1:
+            continue
+        fmt = lambda v: "—" if v is None else f"{v:.2f}"  # noqa: E731
+        out.append(f"{r['framework']}/{r['strategy']} on {r['devices']} devices, batch {r['batch']} "
+                   f"({r['batch_per_device']} per device): {r['step_ms']:.1f} ms/step, "
+                   f"{fmt(r['time_vs_one_device'])}x the 1-device time; strong efficiency "
+                   f"{fmt(r['strong_efficiency'])}, weak efficiency {fmt(r['weak_efficiency'])}")
+    note = caveat(rows)
+    return out + ([note] if note and out else [])

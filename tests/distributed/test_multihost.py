@@ -1,0 +1,58 @@
+"""The multi-host path, on one machine: two twinbench processes on 127.0.0.1 form one run.
+
+Each "host" is a ``twinbench compare`` with ``--num-processes 2 --process-id I --coordinator 127.0.0.1:PORT``,
+as a user starts one per machine. JAX joins through ``jax.distributed.initialize`` (gloo collectives
+between the CPU processes); PyTorch through ``torchrun --nnodes 2 --node-rank I`` launched by each host's
+runner. With 2 devices in all (1 per process) and a global batch of 8, both must reproduce the
+single-process one-device loss trajectory (relative 1e-5 per step, as in the single-host tests).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from dist_helpers import TINY, free_port
+
+RTOL = 1e-5
+
+
+def two_hosts(tmp_path: Path, framework: str, strategy: str) -> list[dict]:
+    port = free_port()
+    procs, outs = [], []
+    for pid in range(2):
+        out = tmp_path / f"host{pid}"
+        cmd = [sys.executable, "-m", "twinbench.cli", "compare", "--preset", "tiny", "--framework", framework,
+               "--strategies", strategy, "--devices", "2", "--num-processes", "2", "--process-id", str(pid),
+               "--coordinator", f"127.0.0.1:{port}", "--out", str(out), "--timeout", "240",
+               *[a for k, v in TINY.items() for a in (f"--{k}", str(v))]]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        outs.append(out)
+    records = []
+    for proc, out in zip(procs, outs, strict=True):
+        try:
+            _, err = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            pytest.fail(f"{framework} 2-host run timed out")
+        lines = (out / "results.jsonl").read_text().splitlines() if (out / "results.jsonl").exists() else []
+        assert lines, f"no record from {out}: {err[-2000:]}"
+        records.append(json.loads(lines[-1]))
+    return records
+
+
+@pytest.mark.parametrize(("framework", "strategy"), [("jax", "mesh-fsdp"), ("torch", "ddp")])
+def test_two_processes_agree_with_one(tmp_path, one_device, framework, strategy):
+    records = two_hosts(tmp_path, framework, strategy)
+    ref = one_device[framework]["losses"]
+    for pid, r in enumerate(records):
+        assert r["status"] == "ok", f"host {pid}: {r['error']}"
+        assert r["device_count"] == 2
+        np.testing.assert_allclose(r["losses"], ref, rtol=RTOL, err_msg=f"{framework}/{strategy} host {pid}")
+    mesh = records[0]["sharding"]["mesh"]
+    assert ("2 process(es)" in mesh) if framework == "jax" else ("2 node(s)" in mesh), mesh
