@@ -1,0 +1,112 @@
+"""The doctor on every example script: each bad one gets its finding id, the clean ones nothing serious.
+
+Each example runs through the real command (``python -m twinbench.cli doctor ... --json``), i.e. a fresh
+bootstrap process per script, two at a time (the CPU machine has 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "doctor"
+BAD = {  # example -> the finding id it must get
+    "jax_recompile": "jax-recompile",
+    "jax_eager_ops": "jax-eager-ops",
+    "jax_no_donation": "jax-no-donation",
+    "jax_host_sync": "jax-host-sync",
+    "jax_host_transfer": "jax-host-transfer",
+    "jax_replicated_batch": "jax-replicated-batch",
+    "jax_python_control_flow": "jax-python-control-flow",
+    "jax_pmap_legacy": "jax-pmap-legacy",
+    "torch_recompile": "torch-recompile",
+    "torch_graph_break": "torch-graph-break",
+    "torch_host_sync": "torch-host-sync",
+    "input_bound": "input-bound",
+    "jax_compile_dominates": "compile-dominates",
+    "script_error": "script-error",
+}
+CLEAN = ("clean_jax", "clean_nnx", "clean_torch")
+
+
+def doctor(script: Path, out: Path, *extra: str) -> tuple[int, dict[str, Any] | None, str]:
+    proc = subprocess.run([sys.executable, "-m", "twinbench.cli", "doctor", str(script), "--timeout", "240",
+                           "--json", str(out), *extra], capture_output=True, text=True, timeout=300)
+    report = json.loads(out.read_text()) if out.exists() else None
+    return proc.returncode, report, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, dict[str, Any] | None, str]]:
+    """Run the doctor on every example once, two at a time."""
+    tmp = tmp_path_factory.mktemp("doctor")
+    names = [*BAD, *CLEAN]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = pool.map(lambda n: doctor(EXAMPLES / f"{n}.py", tmp / f"{n}.json"), names)
+        return dict(zip(names, runs, strict=True))
+
+
+def test_every_finding_id_has_a_bad_example() -> None:
+    from twinbench.doctor.findings import IDS
+
+    assert sorted(BAD.values()) == sorted(IDS)
+    assert all((EXAMPLES / f"{n}.py").exists() for n in [*BAD, *CLEAN])
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_example_gets_its_finding(results: dict, name: str) -> None:
+    code, report, output = results[name]
+    assert report is not None, output
+    ids = {f["id"] for f in report["findings"]}
+    assert BAD[name] in ids, f"{name}: expected {BAD[name]}, got {ids}\n{output}"
+    finding = next(f for f in report["findings"] if f["id"] == BAD[name])
+    assert finding["severity"] in ("error", "warning", "info")
+    assert finding["title"] and "\n" not in finding["title"]
+    assert finding["evidence"] and finding["fix"]
+    assert any(ch.isdigit() for ch in finding["evidence"])  # evidence is numbers, not prose only
+    if finding["severity"] in ("error", "warning"):
+        assert code == 1, output
+
+
+@pytest.mark.parametrize("name", CLEAN)
+def test_clean_example_gets_nothing_serious(results: dict, name: str) -> None:
+    code, report, output = results[name]
+    assert report is not None, output
+    serious = [f for f in report["findings"] if f["severity"] in ("error", "warning")]
+    assert not serious, f"{name}: {serious}"
+    assert code == 0, output
+    assert report["steps"] == 30 and report["step_ms"] > 0  # the step was found in every framework
+
+
+def test_json_document_shape(results: dict) -> None:
+    _, report, _ = results["jax_host_sync"]
+    assert {"findings", "steps", "step_ms", "compile_s", "wall_s"} <= set(report)
+    assert set(report["findings"][0]) >= {"id", "severity", "title", "evidence", "fix"}
+    assert report["steps"] == 8 and report["step_fn"] == "train_step"
+
+
+def test_script_error_shows_the_traceback_tail(results: dict) -> None:
+    _, report, _ = results["script_error"]
+    err = next(f for f in report["findings"] if f["id"] == "script-error")
+    assert "FileNotFoundError" in err["title"]
+    assert "load_config" in err["evidence"] and "missing.yaml" in err["evidence"]
+    assert "twinbench/doctor" not in err["evidence"]  # the bootstrap's own frames are cut
+    assert "own folder" in err["fix"]  # what it means, where known
+
+
+def test_recompile_says_why(results: dict) -> None:
+    _, report, _ = results["jax_recompile"]
+    f = next(f for f in report["findings"] if f["id"] == "jax-recompile")
+    assert f["severity"] == "warning" and "shape" in f["title"] and "f32[" in f["evidence"]
+
+
+def test_torch_graph_break_gives_dynamo_reason(results: dict) -> None:
+    _, report, _ = results["torch_graph_break"]
+    f = next(f for f in report["findings"] if f["id"] == "torch-graph-break")
+    assert "Data-dependent branching" in f["evidence"] and "torch_graph_break.py:14" in f["evidence"]

@@ -1,0 +1,107 @@
+"""Each finding's threshold and wording, on hand-made observations (no framework, no subprocess)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twinbench.doctor import findings as fd
+
+
+def obs(**kw: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"steps": 10, "steady_steps": 8, "step_ms": 10.0, "per_step": {}, "counters": {},
+                            "notes": {}, "info": {}, "compile_s": 0.0, "wall_s": 10.0, "frameworks": ["jax"],
+                            "steady_from_t": 1.0, "error": None, "step_kind": "jit", "step_fn": "train_step"}
+    base.update(kw)
+    return base
+
+
+SHAPE = ("TRACING CACHE MISS at t.py:15:18 (<module>):\n  for f defined at t.py:11\n  all previously seen cache "
+         "keys differ. For the closest previous key:\n  different input types:\n  * at x, now f32[4] and before f32[3]")
+DTYPE = SHAPE.replace("now f32[4] and before f32[3]", "now i32[4] and before f32[3]")
+WEAK = SHAPE.replace("now f32[4] and before f32[3]", "now f32[]{weak_type=False} and before f32[]{weak_type=True}")
+STATIC = ("TRACING CACHE MISS at t.py:18:19 (<module>):\n  for f defined at t.py:11\n  different input pytree:\n"
+          "  * at input path [0][2], now <class 'jax._src.tree_util.Static'> with pytree metadata Static(val=2)")
+FIRST = "TRACING CACHE MISS at t.py:21 (<module>):\n  never seen function:\n    <lambda> id=1 defined at t.py:21"
+NEWFN = FIRST + "\n  but seen another function defined on the same line; maybe the function is\n  being re-defined"
+LIB = SHAPE.replace("for f defined at t.py:11", "for g defined at /x/site-packages/optax/_src/a.py:3")
+
+
+def test_recompile_causes() -> None:
+    assert [fd.recompile_cause(m) for m in (SHAPE, DTYPE, WEAK, STATIC, NEWFN)] == [
+        "shape", "dtype", "weak type", "static argument", "new function object"]
+
+
+def test_recompile_threshold_and_what_counts() -> None:
+    def notes(*msgs: str, t: float = 2.0) -> dict[str, Any]:
+        return {"cache_miss": [{"message": m, "t": t} for m in msgs]}
+
+    assert fd.jax_recompile(obs(notes=notes(SHAPE, SHAPE, t=0.5))) is None  # before step 2: the first compile
+    assert fd.jax_recompile(obs(notes=notes(FIRST, FIRST, LIB, LIB))) is None  # first traces, library code
+    one = fd.jax_recompile(obs(notes=notes(SHAPE)))
+    assert one is not None and one.severity == "info"
+    two = fd.jax_recompile(obs(notes=notes(WEAK, WEAK, SHAPE)))
+    assert two.severity == "warning" and "weak type" in two.title and "jnp.asarray" in two.fix
+
+
+def test_per_step_findings_need_steady_steps() -> None:
+    assert fd.jax_host_sync(obs(steady_steps=1, per_step={"jax_host_reads": 5.0})) is None
+    assert fd.jax_host_sync(obs(per_step={"jax_host_reads": 0.9})) is None
+    f = fd.jax_host_sync(obs(per_step={"jax_host_reads": 1.0}, info={"jax_host_read_sites": {"t.py:9 (float)": 8}}))
+    assert f.severity == "warning" and "t.py:9" in f.evidence
+
+
+def test_eager_ops_threshold() -> None:
+    assert fd.jax_eager_ops(obs(per_step={"eager_ops": 19.0})) is None
+    assert fd.jax_eager_ops(obs(per_step={"eager_ops": 20.0})).severity == "warning"
+    assert fd.jax_eager_ops(obs(per_step={"eager_ops": 3.0, "optax_eager_updates": 1.0})) is not None
+
+
+def test_no_donation_threshold() -> None:
+    mib = 1 << 20
+    info = {"carried": {"leaves": 4, "bytes": 3 * mib}, "donated_bytes": 0}
+    f = fd.jax_no_donation(obs(info=info))
+    assert f is not None and "3.00 MiB" in f.title and "donate_argnums" in f.fix
+    assert fd.jax_no_donation(obs(info={**info, "donated_bytes": 3 * mib})) is None
+    assert fd.jax_no_donation(obs(info={"carried": {"bytes": mib // 2}, "donated_bytes": 0})) is None
+
+
+def test_replicated_batch_needs_several_devices() -> None:
+    batch = [{"shape": [64, 32], "bytes": 8192, "kind": "jax", "devices": 1, "replicated": True}]
+    assert fd.jax_replicated_batch(obs(info={"devices": 1, "fresh_args": batch})) is None
+    f = fd.jax_replicated_batch(obs(info={"devices": 4, "fresh_args": batch}))
+    assert f is not None and "NamedSharding" in f.fix
+    sharded = [{**batch[0], "devices": 4, "replicated": False}]
+    assert fd.jax_replicated_batch(obs(info={"devices": 4, "fresh_args": sharded})) is None
+
+
+def test_input_bound_threshold() -> None:
+    assert fd.input_bound(obs(step_ms=10.0, per_step={"data_wait_s:s": 0.002})) is None  # 20%: not above
+    f = fd.input_bound(obs(step_ms=10.0, per_step={"data_wait_s:s": 0.005}))
+    assert f is not None and "50%" in f.title and "num_workers" in f.fix
+
+
+def test_compile_dominates_tiers() -> None:
+    assert fd.compile_dominates(obs(compile_s=0.9, wall_s=1.0)) is None  # too short to matter
+    assert fd.compile_dominates(obs(compile_s=2.0, wall_s=10.0)) is None  # 20%
+    assert fd.compile_dominates(obs(compile_s=5.0, wall_s=10.0)).severity == "info"
+    assert fd.compile_dominates(obs(compile_s=60.0, wall_s=100.0)).severity == "warning"
+
+
+def test_torch_findings_from_logs() -> None:
+    rec = {"message": "Recompiling function forward in t.py:3\n    triggered by the following guard failure(s):\n"
+                      "    - 0/0: tensor 'x' size mismatch at index 0. expected 8, actual 9"}
+    f = fd.torch_recompile(obs(notes={"recompile": [rec]}))
+    assert "size mismatch" in f.evidence and "mark_dynamic" in f.fix
+    gb = {"message": "Graph break in user code at t.py:14\nGraph Break Reason: Data-dependent branching\n..."}
+    f = fd.torch_graph_break(obs(notes={"graph_break": [gb, gb]}))
+    assert "Data-dependent branching at t.py:14 (x2)" in f.evidence
+
+
+def test_errors_and_ordering() -> None:
+    err = {"type": "TracerBoolConversionError", "module": "jax.errors", "message": "Attempted boolean conversion",
+           "traceback_tail": 'File "t.py", line 9, in train_step\n    if loss > 1.0:'}
+    found = fd.diagnose(obs(error=err, compile_s=5.0, wall_s=10.0))
+    assert [f.id for f in found] == ["script-error", "jax-python-control-flow", "compile-dominates"]
+    assert "jax-python-control-flow" in found[0].fix and "jnp.where" in found[1].fix
+    assert fd.serious(found) and not fd.serious([f for f in found if f.severity == "info"])
+    assert fd.diagnose(obs()) == []
