@@ -226,18 +226,31 @@ def export(
     weights_file: Optional[Path] = typer.Option(  # noqa: UP045
         None, "--weights", help="canonical weights (a safetensors file of twinbench's layout, e.g. written by "
                                 "twinbench.models.weights.save) to export; must fit the preset's shape"),
+    results: Optional[Path] = typer.Option(  # noqa: UP045
+        None, "--from", help="a results directory whose run saved its trained weights (compare --save-weights "
+                             "DIR); the run's own spec gives the shape"),
+    run: Optional[str] = typer.Option(  # noqa: UP045
+        None, help="with --from: the run to export, as framework/strategy or run_id, when several saved weights"),
     **overrides: Any,
 ) -> None:
     """Write a model's canonical weights as a Hugging Face checkpoint that `transformers` loads offline.
 
-    The weights are, in this order: --weights FILE; else the checkpoint of --init-from (a round trip); else
-    the spec's initial weights (the preset's shape and --seed: exactly what a compare run starts from).
+    The weights are, in this order: the trained weights of a run (--from RESULTS, saved by compare
+    --save-weights DIR); --weights FILE; the checkpoint of --init-from (a round trip); else the spec's
+    initial weights (the preset's shape and --seed: exactly what a compare run starts from).
     Load the result with transformers' GPT2LMHeadModel / BertForSequenceClassification.from_pretrained(DIR).
     """
-    from twinbench.models.hf import export_weights, save_hf
+    from twinbench.models.hf import export_weights, save_hf, weights_from_results
 
-    spec = validate(from_preset(preset, overrides))
-    weights, source = export_weights(spec, weights_file)
+    if results is not None:
+        if weights_file is not None:
+            raise SpecError("--from and --weights are two sources of weights; give one")
+        spec, weights, source = weights_from_results(results, run)
+    else:
+        if run is not None:
+            raise SpecError("--run selects a run of --from RESULTS; give --from too")
+        spec = validate(from_preset(preset, overrides))
+        weights, source = export_weights(spec, weights_file)
     path = save_hf(spec.model, weights, out_dir)
     n = sum(w.size for w in weights.values())
     m = spec.model

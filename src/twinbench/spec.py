@@ -79,6 +79,7 @@ class RunSpec:
     scan_k: int = 0  # scan-steps: training steps per call (0: chosen from --steps, see strategies/jax_scan.py)
     remat_policy: str = "full"  # +remat: full | dots-saveable | nothing-saveable (jax.checkpoint_policies)
     trace_dir: str = ""  # profile a few steps after the measured ones into this directory ("": off)
+    save_weights: str = ""  # write the trained canonical weights (safetensors) into this directory ("": off)
     # many hosts: `devices` counts all of them; one twinbench per host (see distributed/)
     num_processes: int = 1  # hosts (processes) the run spans: jax.distributed / torchrun --nnodes
     process_id: int = -1  # this host's index; -1: from JAX_PROCESS_ID / NODE_RANK / the cluster
@@ -100,6 +101,7 @@ class RunSpec:
         """A stable key of the measured configuration (used by ``--resume``)."""
         d = self.to_dict()
         d.pop("trace_dir", None)  # tracing runs after the measured steps: same measurement, same id
+        d.pop("save_weights", None)  # so does saving the weights
         d.pop("cache_dir", None)  # where the compilation cache lives is not what is measured (its state is)
         blob = json.dumps(d, sort_keys=True)
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
@@ -141,7 +143,7 @@ OVERRIDABLE: dict[str, type] = {
     "batch": int, "seq": int, "steps": int, "warmup": int, "lr": float, "weight_decay": float,
     "seed": int, "precision": str, "data": str, "devices": int, "threads": int,
     "scan_k": int, "remat_policy": str,
-    "init_from": str,
+    "init_from": str, "save_weights": str,
     "num_processes": int, "process_id": int, "coordinator": str,
     "task": str, "num_labels": int, "mask_impl": str, "slow_input": float,
 }

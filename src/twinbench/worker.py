@@ -102,7 +102,21 @@ def execute(spec: RunSpec, threads: int) -> Record:
         compile_cache_hits=monitor.cache_hits(), steps_per_call=k,
         loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
         wall_s=timing.wall_s, matmul_precision=matmul_precision, versions=device.versions(fw),
-        **_trace(spec, trainer, host_batches), **tp)
+        **_save_weights(spec, trainer), **_trace(spec, trainer, host_batches), **tp)
+
+
+def _save_weights(spec: RunSpec, trainer: object) -> dict[str, str]:
+    """With ``spec.save_weights``: the trained weights as a canonical safetensors file (before any trace step)."""
+    if not spec.save_weights:
+        return {}
+    from twinbench.models.weights import save
+
+    out = Path(spec.save_weights).resolve() / f"{spec.framework}-{spec.strategy}-{spec.run_id()}.safetensors"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+    save(trainer.weights(), tmp)  # type: ignore[attr-defined]
+    os.replace(tmp, out)  # atomic: a reader never sees half a file
+    return {"weights_path": str(out)}
 
 
 def _trace(spec: RunSpec, trainer: object, host_batches: list) -> dict[str, str | None]:

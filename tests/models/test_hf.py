@@ -170,7 +170,8 @@ def test_compare_run_starts_from_the_checkpoint(tmp_path):
     model.save_pretrained(ckpt, safe_serialization=True)
     res = CliRunner().invoke(app, ["compare", "--preset", "tiny", "--init-from", str(ckpt), "--framework", "torch",
                                    "--strategies", "eager", "--steps", "2", "--warmup", "1",
-                                   "--out", str(tmp_path / "run"), "--json", str(tmp_path / "r.json")])
+                                   "--out", str(tmp_path / "run"), "--json", str(tmp_path / "r.json"),
+                                   "--save-weights", str(tmp_path / "w")])
     assert res.exit_code == 0, res.output
     record = json.loads((tmp_path / "r.json").read_text())[0]
     assert record["status"] == "ok" and record["d_model"] == 32 and record["seq"] == 24
@@ -180,6 +181,20 @@ def test_compare_run_starts_from_the_checkpoint(tmp_path):
     logits = torch.from_numpy(hf_logits(model, x))
     ref = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), torch.from_numpy(y).long().reshape(-1))
     assert record["loss_first"] == pytest.approx(float(ref), rel=1e-5)
+
+    # the trained weights were saved; export --from writes them as a checkpoint transformers loads
+    from twinbench.models.weights import load
+
+    trained = load(record["weights_path"])
+    assert not np.array_equal(trained["wte.weight"], load_hf(ckpt)[1]["wte.weight"])  # two AdamW steps moved it
+    res = CliRunner().invoke(app, ["export", "--from", str(tmp_path / "run"), "--out", str(tmp_path / "hf")])
+    assert res.exit_code == 0, res.output
+    cfg, exported = load_hf(tmp_path / "hf")
+    assert cfg.d_model == 32 and all(np.array_equal(exported[k], trained[k]) for k in trained)
+    assert GPT2LMHeadModel.from_pretrained(tmp_path / "hf").transformer.wte.weight.shape == (256, 32)
+    res = CliRunner().invoke(app, ["export", "--from", str(tmp_path / "run"), "--run", "jax/jit",
+                                   "--out", str(tmp_path / "hf2")])
+    assert res.exit_code == 2 and "no successful run jax/jit saved its weights" in res.output
 
 
 def _write_config(path, **cfg):

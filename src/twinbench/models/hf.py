@@ -438,3 +438,36 @@ def export_weights(spec: RunSpec, weights_file: str | Path | None = None) -> tup
         return initial_weights(spec), f"--init-from {spec.train.init_from}"
     init = getattr(canonical, "init_weights", canonical.init_gpt)  # init_weights dispatches on the family
     return init(spec.model, spec.train.seed), f"the initial weights of --preset {spec.preset} --seed {spec.train.seed}"
+
+
+def weights_from_results(results: str | Path, run: str | None = None) -> tuple[RunSpec, Canonical, str]:
+    """The spec and trained weights of a run in a results directory that saved them (``--save-weights``).
+
+    ``run`` picks one run by its label (``torch/eager``) or ``run_id`` when several saved their weights.
+    """
+    from twinbench.models import weights as canonical
+    from twinbench.record import read_jsonl
+
+    path = Path(results) / "results.jsonl"
+    if not path.is_file():
+        raise SpecError(f"--from {results}: no results.jsonl there")
+    saved = [r for r in read_jsonl(path) if r.get("status") == "ok" and r.get("weights_path")]
+    if run:
+        saved = [r for r in saved if run in (r.get("run_id"), f"{r.get('framework')}/{r.get('strategy')}")]
+    labels = ", ".join(f"{r.get('framework')}/{r.get('strategy')} ({r.get('run_id')})" for r in saved)
+    if not saved:
+        raise SpecError(f"--from {results}: no successful run{' ' + run if run else ''} saved its weights there; "
+                        "run compare with --save-weights DIR first")
+    if len(saved) > 1:
+        raise SpecError(f"--from {results}: several runs saved weights; choose one with --run: {labels}")
+    record = saved[0]
+    try:
+        spec = RunSpec.from_dict(record["spec"])
+    except (KeyError, TypeError) as e:
+        raise SpecError(f"--from {results}: the record's spec is not readable by this version ({e})") from None
+    wpath = Path(record["weights_path"])
+    if not wpath.is_file():
+        raise SpecError(f"--from {results}: the weights file {wpath} is gone")
+    w = {k: np.asarray(v, dtype=np.float32) for k, v in canonical.load(wpath).items()}
+    _check_shapes(w, expected_shapes(spec.model), f"--from {results}")
+    return spec, w, f"the trained weights of {labels} in {results}"
