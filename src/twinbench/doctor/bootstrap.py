@@ -31,6 +31,8 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
     keep = [ln for ln in lines if "twinbench/doctor/" not in ln and "<frozen runpy>" not in ln
             and "/runpy.py" not in ln]
     text = "".join(keep).rstrip().splitlines()
+    if "--------------------" in text:  # JAX appends a note about its filtered frames: not the error
+        text = text[:text.index("--------------------")]
     return {"type": type(exc).__name__, "module": type(exc).__module__, "message": str(exc)[:1000],
             "traceback_tail": "\n".join(text[-TAIL_LINES:])}
 

@@ -77,6 +77,10 @@ MEANINGS: list[tuple[Callable[[dict[str, Any]], bool], str]] = [
 ]
 
 
+ERROR_DOCS = {"jax": f"{JAX_DOCS}/errors.html", "torch": f"{TORCH_DOCS}/torch.compiler_troubleshooting.html",
+              "builtins": "https://docs.python.org/3/library/exceptions.html"}
+
+
 def script_error(obs: Obs) -> Finding | None:
     """Threshold: the script raised, or exited with a non-zero code."""
     err = obs.get("error")
@@ -87,7 +91,7 @@ def script_error(obs: Obs) -> Finding | None:
     first = (err.get("message") or "").strip().splitlines()
     return Finding("script-error", "error", f"the script failed: {err['type']}: {first[0][:160] if first else ''}",
                    f"after {obs.get('steps', 0)} steps; traceback tail:\n{err.get('traceback_tail', '')}",
-                   meaning, "https://docs.python.org/3/tutorial/errors.html")
+                   meaning, ERROR_DOCS.get(err.get("module", "").split(".")[0], ERROR_DOCS["builtins"]))
 
 
 # -- jax-python-control-flow --------------------------------------------------------------------------------
