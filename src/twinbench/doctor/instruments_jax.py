@@ -22,7 +22,7 @@ import threading
 import time
 import types
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from twinbench.doctor.recorder import Recorder
@@ -180,6 +180,16 @@ class JaxInstruments:
         self._patch_eager_dispatch()
 
     # -- plumbing --------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def guard(self, what: str) -> Iterator[None]:
+        """Instrument code on the user's call path: a bug here is recorded, never raised into the script."""
+        try:
+            yield
+        except Exception as e:
+            errors = self.rec.info.setdefault("instrument_errors", [])
+            if len(errors) < 10:
+                errors.append(f"jax {what}: {type(e).__name__}: {e}"[:300])
+
     def _config(self, name: str, value: Any) -> None:
         old = getattr(self.jax.config, name)
         self.jax.config.update(name, value)
@@ -337,6 +347,8 @@ class JaxInstruments:
                 infos = self.jax.tree_util.tree_leaves(lowered.args_info)
                 donated = sum(_nbytes(a) for a in infos if getattr(a, "donated", False))
                 rec.info["donated_bytes"] = donated
+                if donated >= 0.5 * wrapper.carried["bytes"]:
+                    return  # donated: no finding, so no need to compile (from cache, normally) for memory
                 mem = lowered.compile().memory_analysis()
                 if mem is not None:
                     rec.info["memory"] = {k: int(getattr(mem, k)) for k in (
@@ -418,25 +430,26 @@ class _Jitted:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         inst = self.inst
         rec, jax = inst.rec, inst.jax
-        if rec.internal or _has_tracer(jax, (args, kwargs)):
+        if rec.internal:
+            return self.jitted(*args, **kwargs)
+        leaves = jax.tree_util.tree_leaves((args, kwargs))
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):  # called while tracing: not a step
             return self.jitted(*args, **kwargs)
         key = self.rec_key
-        inst.wrappers[key] = self
-        if self.kind.startswith("pmap"):
-            rec.count("pmap_calls")
-        if self.kind.endswith("-lib"):  # a library's jitted helper called outside jit: one eager dispatch
-            rec.count("eager_ops")
-        leaves = jax.tree_util.tree_leaves((args, kwargs))
-        self._host_arrays(leaves)
-        if self.ncalls in (1, 2):
-            self._inspect_inputs(leaves, args, kwargs)
+        with inst.guard("jit call"):
+            inst.wrappers[key] = self
+            if self.kind.startswith("pmap"):
+                rec.count("pmap_calls")
+            if self.kind.endswith("-lib"):  # a library's jitted helper called outside jit: one eager dispatch
+                rec.count("eager_ops")
+            self._host_arrays(leaves)
+            if self.ncalls in (1, 2):
+                self._inspect_inputs(leaves, args, kwargs)
         rec.step_call(key, self.kind)
         self.ncalls += 1
         out = self.jitted(*args, **kwargs)
-        if self.ncalls <= 2:
-            self.prev_out = jax.tree_util.tree_leaves(out)
-        else:
-            self.prev_out = []
+        with inst.guard("jit outputs"):
+            self.prev_out = jax.tree_util.tree_leaves(out) if self.ncalls <= 2 else []
         rec.step_done(key)
         return out
 
