@@ -400,6 +400,8 @@ def doctor(
             result = run_doctor(script, list(script_args or []), steps, timeout)
     except DoctorError as e:
         fail(str(e))
+    except KeyboardInterrupt:
+        fail(f"interrupted; {script} was stopped", code=130)
     render(out, result.findings, result.observations, str(script))
     if json_path:
         json_path.write_text(json.dumps(result.to_json(str(script)), indent=1))
