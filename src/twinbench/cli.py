@@ -16,6 +16,7 @@ from rich.console import Console
 
 from twinbench import runner
 from twinbench.spec import (
+    FLAG_HELP,
     OVERRIDABLE,
     PRESETS,
     RunSpec,
@@ -47,7 +48,7 @@ def with_spec_flags(fn: Callable) -> Callable:
     sig = inspect.signature(fn)
     params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
     for name, typ in OVERRIDABLE.items():
-        option = typer.Option(None, flag(name), help=f"override the preset's {name}",
+        option = typer.Option(None, flag(name), help=FLAG_HELP.get(name, f"override the preset's {name}"),
                               rich_help_panel="Run spec (overrides the preset)")
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
                                         annotation=Optional[typ]))  # noqa: UP045 (typer needs Optional)

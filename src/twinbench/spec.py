@@ -147,6 +147,13 @@ OVERRIDABLE: dict[str, type] = {
     "num_processes": int, "process_id": int, "coordinator": str,
     "task": str, "num_labels": int, "mask_impl": str, "slow_input": float,
 }
+#: --help text of flags that "override the preset's NAME" does not explain (used by the CLI).
+FLAG_HELP: dict[str, str] = {
+    "init_from": "start from a local Hugging Face GPT-2/BERT checkpoint directory (config.json + "
+                 "model.safetensors); its shape replaces the preset's",
+    "save_weights": "write each run's trained canonical weights (safetensors) into this directory "
+                    "(for twinbench export --from RESULTS)",
+}
 _MODEL_FIELDS = {f.name for f in fields(ModelConfig)}
 _TRAIN_FIELDS = {f.name for f in fields(TrainConfig)}
 
