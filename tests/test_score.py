@@ -144,3 +144,25 @@ def test_a_failing_framework_is_reported_not_raised(ckpt, tmp_path):
     assert res.exit_code == 1, res.output
     r = json.loads((tmp_path / "r.json").read_text())["frameworks"]["torch"]
     assert r["status"] == "failed" and "cannot read model.safetensors" in r["error"]
+
+
+def test_tokenizer_ids_must_fit_the_checkpoint(ckpt, tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from twinbench.score import prepare
+
+    root, _, _ = ckpt
+    words = [f"w{i}" for i in range(40)]
+    text = tmp_path / "t.txt"
+    text.write_text(" ".join(words * 2))  # 80 tokens: two full windows of 32 and a partial one
+    for top, ok in ((299, True), (300, False)):
+        vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(words[:-1])}, words[-1]: top}
+        tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        tok.save(str(tmp_path / "tokenizer.json"))
+        if ok:
+            _, windows = prepare(str(root / "gpt"), str(text), str(tmp_path / "tokenizer.json"), 0)
+            assert windows.shape == (2, 32) and windows[0, :3].tolist() == [1, 2, 3] and windows.max() == top
+        else:
+            with pytest.raises(SpecError, match="token id 300 is outside the checkpoint's vocab_size 300"):
+                prepare(str(root / "gpt"), str(text), str(tmp_path / "tokenizer.json"), 0)
