@@ -78,7 +78,11 @@ def build_specs(preset: str, frameworks: str, strategies: str | None, overrides:
     if not chosen:
         raise SpecError(f"--strategies: nothing selected for --framework {frameworks}")
     base = validate(from_preset(preset, overrides, **top))
-    if base.train.data:  # a bad data file is a user error: say so before spawning anything
+    if base.train.data and base.train.task == "classify":  # a bad data file is a user error: say so now
+        from twinbench.data.classify import read_jsonl
+
+        read_jsonl(base.train.data, base.model.num_labels)
+    elif base.train.data:
         from twinbench.data.text import read_text_file
 
         read_text_file(base.train.data, base.train.seq + 2)

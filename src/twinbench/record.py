@@ -77,6 +77,15 @@ class Record:
     state_bytes_per_device: int | None = None
     sharding: dict[str, Any] = field(default_factory=dict)  # distributed/sharding_report.py: build()
     warnings: list[str] = field(default_factory=list)
+    # variable-length text and the input pipeline (task "classify"; input fields for every task)
+    task: str = "lm"
+    pad_pct: float | None = None  # share of processed tokens that are padding, whole run
+    real_tokens_per_s: float | None = None  # steady state, counting only real (non-pad) tokens
+    distinct_lengths: int | None = None  # distinct padded batch lengths the run fed the model
+    input_wait_ms: float | None = None  # median time a steady step waited for its batch
+    input_stall_pct: float | None = None  # steady-state waiting share of step time
+    accuracy_first: float | None = None  # held-out accuracy before training (classify)
+    accuracy_last: float | None = None  # held-out accuracy after the run (classify)
 
     @classmethod
     def for_spec(cls, spec: RunSpec, status: str, **measured: Any) -> Record:
@@ -86,7 +95,8 @@ class Record:
                     batch=t.batch, seq=t.seq, layers=m.layers, d_model=m.d_model, precision=t.precision,
                     device=None, device_count=spec.devices, status=status, run_id=spec.run_id(),
                     heads=m.heads, vocab=m.vocab, context=m.context, steps=t.steps, warmup=t.warmup,
-                    threads=spec.threads, compile_cache=spec.compile_cache, spec=spec.to_dict())
+                    threads=spec.threads, compile_cache=spec.compile_cache, spec=spec.to_dict(),
+                    task=spec.train.task)
         return cls(**(base | measured))
 
     def to_dict(self) -> dict[str, Any]:

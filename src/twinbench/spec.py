@@ -20,6 +20,10 @@ REMAT_POLICIES = ("full", "dots-saveable", "nothing-saveable")  # the names of m
 FAMILIES = ("gpt", "bert")
 TASKS = ("lm", "classify")  # next-token LM (gpt) | sequence classification (bert)
 MASK_IMPLS = ("where", "mul", "cond")  # how the BERT attention applies its padding mask
+LENGTH_POLICIES = ("pad-max", "bucket", "dynamic")  # strategy modifiers: how classify batches are padded
+#: Strategy bases the BERT twin runs with (the others build GPT-only models or take GPT-only options).
+BERT_BASES = ("eager", "compile", "jit", "naive")
+BERT_NO_MODIFIERS = ("bf16", "remat")
 
 
 class SpecError(ValueError):
@@ -130,7 +134,7 @@ PRESETS: dict[str, tuple[ModelConfig, TrainConfig]] = {
                  TrainConfig(batch=8, seq=1024, steps=30, warmup=5, lr=3e-4)),
     # BERT fine-tuning on the embedded classification task; vocab 260 = 4 special tokens + 256 bytes.
     "bert-tiny": (ModelConfig(family="bert", layers=2, d_model=128, heads=2, vocab=260, context=128),
-                  TrainConfig(batch=16, seq=128, steps=40, warmup=5, lr=1e-3, weight_decay=0.01,
+                  TrainConfig(batch=16, seq=128, steps=40, warmup=5, lr=2e-3, weight_decay=0.01,
                               task="classify")),
     "bert-base": (ModelConfig(family="bert", layers=12, d_model=768, heads=12, vocab=30522, context=512),
                   TrainConfig(batch=32, seq=512, steps=30, warmup=5, lr=5e-5, weight_decay=0.01,
@@ -260,6 +264,16 @@ def _validate_task(spec: RunSpec) -> None:
             raise SpecError(f"--vocab {m.vocab} is too small for the byte tokenizer; allowed: >= {BERT_MIN_VOCAB}")
         if t.seq < 16:
             raise SpecError(f"--seq {t.seq} is too short for classification; allowed: 16..{m.context}")
+        if spec.base_strategy not in BERT_BASES or set(spec.modifiers) & set(BERT_NO_MODIFIERS):
+            raise SpecError(f"--strategies: {spec.strategy!r} is not available for the bert family yet; allowed "
+                            f"bases: {', '.join(BERT_BASES)}, without +{', +'.join(BERT_NO_MODIFIERS)}")
+    lengths = [x for x in spec.modifiers if x in LENGTH_POLICIES]
+    if len(lengths) > 1:
+        raise SpecError(f"--strategies: {spec.strategy!r} combines {', '.join('+' + x for x in lengths)}; "
+                        f"choose one of {', '.join(LENGTH_POLICIES)}")
+    if lengths and t.task != "classify":
+        raise SpecError(f"--strategies: +{lengths[0]} pads variable-length text, so it needs --task classify "
+                        f"(the {t.task} task has fixed-length windows)")
 
 
 def with_precision(spec: RunSpec) -> RunSpec:

@@ -40,10 +40,11 @@ def prepare_process(spec: RunSpec) -> int:
 
 def execute(spec: RunSpec, threads: int) -> Record:
     """Build the strategy's trainer, run the timed loop, and compute every metric of the record."""
-    from twinbench.data.text import batches, load_tokens
+    from twinbench.data import pipeline, tasks
     from twinbench.measure import compiles, device, flops, peak
-    from twinbench.measure.clock import per_step, percentile, stack_calls, time_steps
-    from twinbench.models.weights import init_gpt
+    from twinbench.measure.clock import per_step, percentile, time_steps
+    from twinbench.measure.inputs import InputWaits
+    from twinbench.models.weights import init_weights
     from twinbench.strategies import registry
 
     fw, t = spec.framework, spec.train
@@ -58,23 +59,28 @@ def execute(spec: RunSpec, threads: int) -> Record:
     platform, device_name, device_count = device.describe(fw)
     monitor = compiles.monitor(fw)
 
-    tokens = load_tokens(t.data, t.seq, t.seed)
     if t.init_from:  # start from a local Hugging Face checkpoint (models/hf.py), not the fresh init
         from twinbench.models.hf import initial_weights
 
         weights = initial_weights(spec)
     else:
-        weights = init_gpt(spec.model, t.seed)
+        weights = init_weights(spec.model, t.seed)
     n_params = sum(w.size for w in weights.values())
     trainer = registry.get(fw, spec.strategy).load()(spec, weights)
-    data = batches(tokens, t.batch, t.seq, t.seed)
-    host_batches = [next(data) for _ in range(t.steps)]  # made before timing: input cost is not measured here
-
     k = getattr(trainer, "steps_per_call", 1)  # scan-steps: K steps per call, on K stacked batches
-    host_batches = stack_calls(host_batches, k)
-    timing = time_steps(lambda i: trainer.step(*host_batches[i]), trainer.sync, t.steps // k,
+    run_data = tasks.run_data(spec, k)  # LM windows, or classification batches tokenised and padded per call
+    host_batches = run_data.batches
+    predict = getattr(trainer, "predict", None) if run_data.eval_batches else None
+    n_eval = monitor.count()
+    accuracy_first = tasks.accuracy(predict, run_data.eval_batches)  # before timing; its compiles set apart
+    n_eval = monitor.count() - n_eval
+    feed = InputWaits(pipeline.feed(host_batches, fw, "prefetch" in spec.modifiers))  # waits: measure/inputs
+    timing = time_steps(lambda i: trainer.step(*feed.next()), trainer.sync, t.steps // k,
                         math.ceil(t.warmup / k), monitor)
+    warm_calls = max(math.ceil(t.warmup / k), 1)
+    inputs = feed.summary(warm_calls, timing.step_s)
     timing = per_step(timing, k)
+    tokens = run_data.token_stats(warm_calls * k, sum(timing.step_s) * k)
     for i, loss in enumerate(timing.losses):
         if not math.isfinite(loss):
             raise FloatingPointError(f"loss became {loss} at step {i + 1}")
@@ -84,9 +90,9 @@ def execute(spec: RunSpec, threads: int) -> Record:
     dtype = "bf16" if t.precision == "bf16" else "fp32"
     peak_measured = peak.measured_tflops(fw, platform, device_name, dtype, threads)
     peak_sheet = peak.datasheet_tflops(device_name, dtype) if platform != "cpu" else None
-    flops_tok = flops.flops_per_token(n_params - weights["wpe.weight"].size, spec.model.layers,
-                                      spec.model.d_model, t.seq)
-    tp = flops.throughput(spec.tokens_per_step, step_s, flops_tok, peak_measured)
+    position = weights.get("wpe.weight", weights.get("embeddings.position_embeddings.weight"))
+    flops_tok = flops.flops_per_token(n_params - position.size, spec.model.layers, spec.model.d_model, t.seq)
+    tp = flops.throughput(tokens.pop("padded_tokens_per_step"), step_s, flops_tok, peak_measured)
     # multi-device strategies report device_count, state_bytes_per_device, sharding and warnings
     many = trainer.report() if hasattr(trainer, "report") else {}
     many.setdefault("device_count", device_count)
@@ -98,11 +104,12 @@ def execute(spec: RunSpec, threads: int) -> Record:
         peak_tflops=peak_measured, peak_tflops_datasheet=peak_sheet,
         mfu_datasheet=tp["achieved_tflops"] / peak_sheet if peak_sheet else None,
         peak_mem_bytes=peak_mem, peak_mem_source=mem_source,
-        compiles_during_steps=timing.compiles_during_steps, compiles_total=monitor.count(),
+        compiles_during_steps=timing.compiles_during_steps, compiles_total=monitor.count() - n_eval,
         compile_cache_hits=monitor.cache_hits(), steps_per_call=k,
         loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
         wall_s=timing.wall_s, matmul_precision=matmul_precision, versions=device.versions(fw),
-        **_save_weights(spec, trainer), **_trace(spec, trainer, host_batches), **tp)
+        **_save_weights(spec, trainer), **_trace(spec, trainer, host_batches), **tp, **tokens, **inputs, accuracy_first=accuracy_first,
+        accuracy_last=tasks.accuracy(predict, run_data.eval_batches))
 
 
 def _save_weights(spec: RunSpec, trainer: object) -> dict[str, str]:

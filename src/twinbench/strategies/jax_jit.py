@@ -14,7 +14,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from twinbench.models import gpt_jax
+from twinbench.models import family, gpt_jax
 from twinbench.models.weights import Canonical, canonical_to_jax, jax_to_canonical
 from twinbench.spec import RunSpec
 from twinbench.strategies.options import model_options
@@ -22,17 +22,20 @@ from twinbench.strategies.options import model_options
 
 def make_model(spec: RunSpec, weights: Canonical) -> gpt_jax.GPT:
     """The twin with the strategy's options (scan-layers, +remat, +bf16), holding ``weights``."""
-    model = gpt_jax.GPT(spec.model, nnx.Rngs(spec.train.seed), model_options(spec))
+    if spec.model.family == "gpt":
+        model = gpt_jax.GPT(spec.model, nnx.Rngs(spec.train.seed), model_options(spec))
+    else:
+        model = family.model_class("jax", spec.model.family)(spec.model, nnx.Rngs(spec.train.seed))
     canonical_to_jax(model, weights)
     return model
 
 
-def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation):
-    """The pure step (params, opt_state, x, y) -> (params, opt_state, loss)."""
+def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, loss_fn=gpt_jax.loss_fn):
+    """The pure step (params, opt_state, x, y) -> (params, opt_state, loss); ``loss_fn`` of the model's twin."""
 
     def train_step(params, opt_state, x, y):
         def loss_of(p):
-            return gpt_jax.loss_fn(nnx.merge(graphdef, p), x, y)
+            return loss_fn(nnx.merge(graphdef, p), x, y)
 
         loss, grads = jax.value_and_grad(loss_of)(params)
         updates, opt_state = tx.update(grads, opt_state, params)
@@ -66,10 +69,11 @@ class JitTrainer:
     def __init__(self, spec: RunSpec, weights: Canonical, donate: bool | None = None):
         model = make_model(spec, weights)
         self.graphdef, self.params = nnx.split(model, nnx.Param)
-        tx = gpt_jax.make_optimizer(spec.train.lr, spec.train.weight_decay)
+        twin = family.module("jax", spec.model.family)  # gpt_jax | bert_jax
+        tx = twin.make_optimizer(spec.train.lr, spec.train.weight_decay)
         self.opt_state = tx.init(self.params)
         donate = "nodonate" not in spec.modifiers if donate is None else donate
-        step = make_train_step(self.graphdef, tx)
+        step = make_train_step(self.graphdef, tx, twin.loss_fn)
         if self.steps_per_call > 1:
             step = scan_steps(step)
         self.train_step = jax.jit(step, donate_argnums=(0, 1) if donate else ())
@@ -80,6 +84,13 @@ class JitTrainer:
 
     def sync(self) -> None:
         jax.block_until_ready((self.params, self.opt_state))
+
+    def predict(self, x: Any) -> np.ndarray:
+        """Predicted classes of a host batch (classification), by a jitted forward pass."""
+        if not hasattr(self, "_predict"):
+            graphdef = self.graphdef
+            self._predict = jax.jit(lambda params, x: nnx.merge(graphdef, params)(*x).argmax(-1))
+        return np.asarray(self._predict(self.params, x))
 
     def weights(self) -> Canonical:
         return jax_to_canonical(nnx.merge(self.graphdef, self.params))

@@ -87,6 +87,17 @@ register_modifier("nodonate", ("jax",), "do not donate params and optimizer stat
                   "donation buys)", bases=("jit", "scan-steps", "scan-layers"))
 register_modifier("optc", ("torch",), "also torch.compile the optimizer half of the step (grad clipping + AdamW)",
                   bases=("compile", "compile-regional"))
+# Variable-length batches and the input pipeline (issue 4, --task classify): see data/classify.py, pipeline.py.
+register_modifier("pad-max", ("torch", "jax"), "classify: pad every batch to --seq (the default): one shape, "
+                  "one compiled program")
+register_modifier("bucket", ("torch", "jax"), "classify: pad each batch to the smallest bucket (seq/8, seq/4, "
+                  "seq/2, seq) that fits: one program per bucket (torch.compile: dynamic=False)")
+register_modifier("dynamic", ("torch", "jax"), "classify: pad each batch only to its longest example: JAX "
+                  "compiles per new length; torch.compile default (dynamic=None: marks dynamic on recompile)")
+register_modifier("symbolic", ("torch",), "torch.compile(dynamic=True): symbolic shapes from the first call "
+                  "(use with +dynamic)", bases=("compile",))
+register_modifier("prefetch", ("torch", "jax"), "input pipeline with background workers (DataLoader / threads) "
+                  "and device prefetch (pinned non_blocking copies / double-buffered jax.device_put)")
 #: Modifier combinations `--strategies all` runs besides every base (one representative use of each modifier).
 ALL_COMBOS: list[tuple[str, str]] = [
     ("torch", "eager+bf16"), ("torch", "eager+remat"), ("torch", "compile+optc"), ("torch", "compile+bf16"),
@@ -148,6 +159,7 @@ def select(frameworks: list[str], names: list[str] | None) -> list[tuple[str, st
             get(fw, full)
             chosen.append((fw, full))
     return list(dict.fromkeys(chosen))
+
 
 def check_devices(spec: RunSpec) -> None:
     """A single-device strategy asked to run on several devices is a user error, not a silent 1-device run."""

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from twinbench.measure.device import torch_device
-from twinbench.models import gpt_torch
+from twinbench.models import family, gpt_torch
 from twinbench.models.weights import Canonical, canonical_to_torch, torch_to_canonical
 from twinbench.spec import RunSpec
 from twinbench.strategies.options import model_options
@@ -22,18 +22,20 @@ class TorchTrainer:
 
     def __init__(self, spec: RunSpec, weights: Canonical):
         self.device = torch_device()
-        self.model = gpt_torch.GPT(spec.model, model_options(spec))
+        self.twin = family.module("torch", spec.model.family)  # gpt_torch | bert_torch
+        self.model = (gpt_torch.GPT(spec.model, model_options(spec)) if spec.model.family == "gpt"
+                      else self.twin.BERT(spec.model))
         canonical_to_torch(self.model, weights)
         self.model.to(self.device).train()
-        self.optimizer = gpt_torch.make_optimizer(self.model, spec.train.lr, spec.train.weight_decay)
+        self.optimizer = self.twin.make_optimizer(self.model, spec.train.lr, spec.train.weight_decay)
         self.step_fn = self.train_step
 
     def forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return gpt_torch.loss_fn(self.model, x, y)
+        return self.twin.loss_fn(self.model, x, y)
 
     def update(self) -> None:
         """Clip the gradients by global norm and take the AdamW step."""
-        gpt_torch.clip_grads(self.model)
+        self.twin.clip_grads(self.model)
         self.optimizer.step()
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -44,9 +46,13 @@ class TorchTrainer:
         return loss.detach()
 
     def step(self, x: np.ndarray, y: np.ndarray) -> Any:
-        xb = torch.from_numpy(x).to(self.device, non_blocking=True)
-        yb = torch.from_numpy(y).to(self.device, non_blocking=True)
-        return self.step_fn(xb, yb)
+        """``x`` may be one array or a tuple of them (BERT: ids, segments, mask), on the host or the device."""
+        return self.step_fn(to_device(x, self.device), to_device(y, self.device))
+
+    def predict(self, x: Any) -> np.ndarray:
+        """Predicted classes of a host batch (classification); the training state is not touched."""
+        with torch.no_grad():
+            return self.model(*to_device(x, self.device)).argmax(-1).cpu().numpy()
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -54,6 +60,14 @@ class TorchTrainer:
 
     def weights(self) -> Canonical:
         return torch_to_canonical(self.model)
+
+
+def to_device(x: Any, device: torch.device) -> Any:
+    """A host array (or an already prefetched tensor), or a tuple of them, on ``device``."""
+    if isinstance(x, (tuple, list)):
+        return tuple(to_device(t, device) for t in x)
+    t = torch.from_numpy(x) if isinstance(x, np.ndarray) else x
+    return t.to(device, non_blocking=True)
 
 
 def build(spec: RunSpec, weights: Canonical) -> TorchTrainer:

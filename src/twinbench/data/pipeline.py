@@ -1,0 +1,163 @@
+"""The input pipeline: host batches made per step, by background workers, and prefetched onto the device.
+
+- :class:`HostBatches`: batch ``i`` made on demand (a classification batch is tokenised and padded when it is
+  asked for; an LM batch is a window already cut). ``slow_input_ms`` adds that much simulated host work
+  (a sleep, standing for decoding, augmentation or a slow disk) to every batch.
+- :func:`feed`: without ``prefetch``, each batch is made on the main thread when the step asks for it, the
+  way a plain Python loop does (the same code for both frameworks). With ``prefetch``:
+  - PyTorch: a ``torch.utils.data.DataLoader`` with background worker processes (pinned memory on CUDA),
+    then a device prefetcher that copies the next batches with ``non_blocking`` on a side CUDA stream;
+  - JAX: a thread pool making the next batches (a plain thread pipeline: Grain's multiprocessing and
+    record-file machinery is more than per-batch tokenisation needs), then ``jax.device_put`` double
+    buffering (two batches on the device ahead of the step, as ``flax.jax_utils.prefetch_to_device``).
+
+The frameworks are imported lazily: a process only loads the one it runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+Batch = tuple[Any, Any]
+WORKERS = 2  # background workers of the host pipeline
+HOST_DEPTH = 4  # batches the host workers may run ahead
+DEVICE_DEPTH = 2  # batches already on the device: double buffering
+
+
+class HostBatches(Sequence):
+    """Batch ``i`` of a run, made on demand by ``make(i)``; ``k`` > 1 stacks K batches per call (scan-steps)."""
+
+    def __init__(self, make: Callable[[int], Batch], n_calls: int, k: int = 1, slow_input_ms: float = 0.0):
+        self.make, self.n_calls, self.k, self.slow_s = make, n_calls, k, slow_input_ms / 1e3
+
+    def __len__(self) -> int:
+        return self.n_calls
+
+    def __getitem__(self, i: int) -> Batch:  # type: ignore[override]
+        if not 0 <= i < self.n_calls:
+            raise IndexError(i)
+        if self.slow_s:
+            time.sleep(self.slow_s)  # the simulated slow host work of this batch
+        if self.k == 1:
+            return self.make(i)
+        parts = [self.make(i * self.k + j) for j in range(self.k)]
+        return _stack(parts)
+
+
+def _stack(parts: list[Any]) -> Any:
+    if isinstance(parts[0], tuple):
+        return tuple(_stack([p[n] for p in parts]) for n in range(len(parts[0])))
+    return np.stack(parts)
+
+
+def _tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
+    return tuple(_tree_map(fn, t) for t in tree) if isinstance(tree, (tuple, list)) else fn(tree)
+
+
+def _leaves(tree: Any) -> list[Any]:
+    return [x for t in tree for x in _leaves(t)] if isinstance(tree, (tuple, list)) else [tree]
+
+
+def feed(batches: HostBatches, framework: str, prefetch: bool) -> Iterator[Batch]:
+    """The batches in order, as the step loop consumes them (see the module docstring)."""
+    if not prefetch:
+        return (batches[i] for i in range(len(batches)))
+    if framework == "torch":
+        return _torch_device_prefetch(_torch_loader(batches))
+    return _jax_device_prefetch(_threaded(batches))
+
+
+# ------------------------------------------------------------------------------------------------ torch
+class _Indexed:
+    """A map-style dataset over the batches (DataLoader with batch_size=None yields them as they are)."""
+
+    def __init__(self, batches: HostBatches):
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> Batch:
+        return self.batches[i]
+
+
+def _torch_loader(batches: HostBatches) -> Iterator[Batch]:
+    import torch
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(_Indexed(batches), batch_size=None, shuffle=False, num_workers=WORKERS,
+                        prefetch_factor=HOST_DEPTH, pin_memory=torch.cuda.is_available())
+    return iter(loader)
+
+
+def _torch_device_prefetch(it: Iterator[Batch]) -> Iterator[Batch]:
+    """Copy the next batches to the device ahead of the step: pinned memory, ``non_blocking``, side stream."""
+    import torch
+
+    from twinbench.measure.device import torch_device
+
+    device = torch_device()
+    if device.type != "cuda":  # host memory is the device: nothing to copy ahead
+        yield from (_tree_map(torch.as_tensor, b) for b in it)
+        return
+    stream = torch.cuda.Stream()
+    queue: deque = deque()
+
+    def put(b: Batch) -> tuple[Batch, Any]:
+        with torch.cuda.stream(stream):
+            out = _tree_map(lambda t: torch.as_tensor(t).to(device, non_blocking=True), b)
+            event = torch.cuda.Event()
+            event.record(stream)
+        return out, event
+
+    def ready(item: tuple[Batch, Any]) -> Batch:
+        out, event = item
+        current = torch.cuda.current_stream()
+        current.wait_event(event)  # the step's kernels wait for the copy, on the device, not the host
+        for t in _leaves(out):
+            t.record_stream(current)  # the allocator must not reuse the buffer while the step reads it
+        return out
+
+    for b in it:
+        queue.append(put(b))
+        if len(queue) >= DEVICE_DEPTH:
+            yield ready(queue.popleft())
+    while queue:
+        yield ready(queue.popleft())
+
+
+# -------------------------------------------------------------------------------------------------- jax
+def _threaded(batches: HostBatches) -> Iterator[Batch]:
+    """Batches made by a pool of threads, up to ``HOST_DEPTH`` ahead, returned in order."""
+    pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="twinbench-input")
+    try:
+        n = len(batches)
+        futures = deque(pool.submit(batches.__getitem__, i) for i in range(min(HOST_DEPTH, n)))
+        nxt = len(futures)
+        while futures:
+            b = futures.popleft().result()
+            if nxt < n:
+                futures.append(pool.submit(batches.__getitem__, nxt))
+                nxt += 1
+            yield b
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _jax_device_prefetch(it: Iterator[Batch]) -> Iterator[Batch]:
+    """``jax.device_put`` of the next batches ahead of the step (asynchronous): double buffering."""
+    import jax
+
+    queue: deque = deque()
+    for b in it:
+        queue.append(jax.device_put(b))
+        if len(queue) >= DEVICE_DEPTH:
+            yield queue.popleft()
+    while queue:
+        yield queue.popleft()
