@@ -177,7 +177,8 @@ def jax_recompile(obs: Obs) -> Finding | None:
         f"({', '.join(f'{c}: {n}' for c, n in causes.items())}); {len(compiles)} XLA compiles, "
         f"{steady_compile_s:.2f} s of backend compile after step 1; jax_explain_cache_misses says: "
         + " | ".join(detail) + f" (warning from {RECOMPILE_WARN} recompiles)",
-        RECOMPILE_FIX.get(top, "Keep every argument's shape, dtype, weak type and structure the same each step."),
+        RECOMPILE_FIX.get(top, "Keep every argument's shape, dtype, weak type and structure the same each step.")
+        + " Then keep it fixed: run steps 2.. under `with jax.no_tracing(True):` in a test (a retrace raises).",
         f"{JAX_DOCS}/jit-compilation.html#caching")
 
 
