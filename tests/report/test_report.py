@@ -61,7 +61,7 @@ def test_table_failed_rows_conditions_claims(full_report: tuple[Path, str, str])
     assert "FLOPs/token = 6N" in html and "versions:" in html
     assert 'data-section="claims"' in html and "C5" in md and "depends" in md
     assert "3 malformed line(s)" in html
-    assert "overtakes" in html  # break-even findings
+    assert "has the least total wall time up to" in html  # break-even findings, per configuration
 
 
 def test_plots_without_data_are_omitted_with_a_note(tmp_path: Path) -> None:
@@ -88,13 +88,21 @@ def test_colour_of_a_framework_is_the_same_in_every_plot() -> None:
     assert len({styles.color(x) for x in ("jax/jit", "jax/scan-layers", "jax/mesh-dp")}) == 3
 
 
-def test_break_even_is_marked_only_where_the_fastest_run_changes() -> None:
-    from twinbench.report.plots import _leader
+def test_break_even_is_marked_where_the_fastest_run_changes() -> None:
+    from twinbench.report.breakeven import total_s
+    from twinbench.report.plots import _leader, leader_changes
 
     recs = synthetic.compare_set()
-    eager, jit = recs[0], recs[2]
+    eager, compile_, jit, _ = recs
     assert _leader(recs, 1) is eager  # no compile: fastest start
     assert _leader(recs, 1e6) is jit  # fastest steady step wins a long run
+    changes = leader_changes(recs)
+    assert [(a["strategy"], b["strategy"]) for _, a, b in changes] == [("eager", "scan-layers"),
+                                                                       ("scan-layers", "jit")]
+    for n, a, b in changes:  # at each change both totals are equal, and the newcomer leads after it
+        assert total_s(a, n) == pytest.approx(total_s(b, n), rel=1e-9)
+        assert _leader(recs, n * 0.99) is a and _leader(recs, n * 1.01) is b
+    assert compile_ not in [b for _, _, b in changes]  # compiles longest, never the fastest choice
     assert len(all_plots(recs, 1000)) == len(ALL_PLOTS)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -18,8 +19,8 @@ from typing import Any
 
 from twinbench.measure.trace import HINTS as TRACE_HINTS
 from twinbench.report.breakeven import total_s
-from twinbench.report.plots import PALETTES, Plot, all_plots, label, shape_text, varying
-from twinbench.report.table import COLUMNS, conditions, crossings, row
+from twinbench.report.plots import PALETTES, Plot, all_plots, label, leader_changes, shape_text, varying
+from twinbench.report.table import COLUMNS, conditions, row
 
 RESULTS = "results.jsonl"
 CLAIMS = "claims.json"
@@ -136,8 +137,20 @@ def _findings(res: Results) -> list[str]:
     for r in ok:
         groups.setdefault(tuple(r.get(k) for k in vary), []).append(r)
     for runs in groups.values():
+        if len(runs) < 2:
+            continue
         prefix = f"{shape_text(runs[0], vary)}: " if vary else ""
-        out += [prefix + c for c in crossings(runs)]
+        changes = leader_changes(runs)
+        first = changes[0][1] if changes else min(runs, key=lambda r: total_s(r, 10**9))
+        text = f"{prefix}{label(first)} [{first.get('run_id', '')}] has the least total wall time"
+        if not changes:
+            out.append(text + " at every run length (quickest start and fastest step)")
+            continue
+        for n, a, b in changes:
+            text += (f" up to {math.ceil(n) - 1:,} steps; from {math.ceil(n):,} steps {label(b)} "
+                     f"[{b.get('run_id', '')}] (first step {b['first_step_s'] - a['first_step_s']:+.2f} s, "
+                     f"step {a['step_ms'] / b['step_ms']:.2f}x as fast)")
+        out.append(text)
     if len(out) > 12:
         out = [*out[:12], f"... and {len(out) - 12} more break-evens (see the cumulative plot)"]
     for fw in sorted({r["framework"] for r in ok}):
@@ -170,7 +183,7 @@ CSS = """
 * { box-sizing: border-box; }
 body { margin:0; font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;
        color:var(--ink); background:#fff; }
-main { max-width:1180px; margin:0 auto; padding:28px 28px 60px; }
+main { max-width:1320px; margin:0 auto; padding:28px 28px 60px; }
 header { border-bottom:3px solid var(--ink); padding-bottom:12px; margin-bottom:8px; }
 h1 { font-size:26px; margin:0 0 4px; letter-spacing:-0.01em; }
 h1 .t { color:var(--torch); } h1 .j { color:var(--jax); }
@@ -182,7 +195,7 @@ h2 { font-size:19px; margin:34px 0 10px; padding-bottom:4px; border-bottom:1px s
 ul.findings { padding-left:20px; } ul.findings li { margin:3px 0; }
 .table-wrap { overflow-x:auto; border:1px solid var(--line); border-radius:8px; }
 table { border-collapse:collapse; width:100%%; font-size:13px; font-variant-numeric:tabular-nums; }
-th, td { padding:6px 10px; border-bottom:1px solid var(--line); text-align:right; white-space:nowrap; }
+th, td { padding:6px 9px; border-bottom:1px solid var(--line); text-align:right; white-space:nowrap; }
 th { background:var(--bg); position:sticky; top:0; font-weight:600; }
 th:first-child, td:first-child, td.l { text-align:left; }
 tbody tr:nth-child(even) td { background:#fcfcfd; }

@@ -147,7 +147,7 @@ def cumulative(records: list[dict[str, Any]], styles: Styles, plan_steps: int) -
             if not any(x is r for r in runs):
                 continue
             t = x["first_step_s"] + (n - 1) * x["step_ms"] / 1e3
-            if not (_leader(runs, n * 0.999) is y and _leader(runs, n * 1.001) is x):
+            if not any(x is b and y is a for _, a, b in leader_changes(runs)):
                 ax.plot([n], [t], marker="o", color="#868e96", ms=4, zorder=4)  # a crossing off the front
                 continue
             ax.plot([n], [t], marker="X", color="black", ms=8, zorder=5)
@@ -178,6 +178,31 @@ def cumulative(records: list[dict[str, Any]], styles: Styles, plan_steps: int) -
 def _leader(runs: list[dict[str, Any]], n: float) -> dict[str, Any]:
     """The run with the least cumulative wall time after ``n`` steps."""
     return min(runs, key=lambda r: r["first_step_s"] + (n - 1) * r["step_ms"] / 1e3)
+
+
+def leader_changes(runs: list[dict[str, Any]]) -> list[tuple[float, dict[str, Any], dict[str, Any]]]:
+    """Where the run with the least cumulative wall time changes: ``[(steps, previous, next), ...]``.
+
+    Totals are lines in n (first step + (n-1) steps), so the fastest choice follows their lower envelope:
+    from the quickest start, each change goes to a faster-stepping run at the earliest crossing.
+    """
+    ok = [r for r in runs if r.get("first_step_s") is not None and r.get("step_ms") is not None]
+    if not ok:
+        return []
+    cur = min(ok, key=lambda r: (r["first_step_s"], r["step_ms"]))
+    at, out = 1.0, []
+    while True:
+        nxt = []
+        for r in ok:
+            if r["step_ms"] < cur["step_ms"]:
+                n = break_even_steps(r, cur)
+                if n is not None and math.isfinite(n) and n >= at:
+                    nxt.append((n, r["step_ms"], r))
+        if not nxt:
+            return out
+        n, _, r = min(nxt, key=lambda x: (x[0], x[1]))
+        out.append((n, cur, r))
+        cur, at = r, n
 
 
 def _against(records: list[dict[str, Any]], styles: Styles, key: str, y: Callable[[dict], float | None],
@@ -252,15 +277,29 @@ def scaling(records: list[dict[str, Any]], styles: Styles) -> Plot:
     if any(r.get("platform") == "cpu" for r in ok):
         plot.caption += (" On CPU the devices are simulated and share the same cores: these figures speak "
                          "of correctness and overhead, not speed-up.")
-    # redraw with the ideal line: cheap, and keeps _against generic
+    # redraw with the ideal line: one line per strategy and per value of the other varying keys (weak scaling
+    # sweeps vary the batch with the devices: those points stay on one line only when batch/device is fixed)
+    others = [k for k in varying(ok) if k not in ("device_count", "batch")]
+    for per_device in (False, True):  # strong scaling (same global batch) first; weak scaling if none
+        lines: dict[tuple, list[dict[str, Any]]] = {}
+        for r in ok:
+            if r.get("tokens_per_s"):
+                b = r["batch"] / r["device_count"] if per_device else r["batch"]
+                lines.setdefault((label(r), b, *_shape(r, tuple(others))), []).append(r)
+        if any(len({r["device_count"] for r in v}) > 1 for v in lines.values()):
+            break
+    if per_device:
+        plot.caption += " Weak scaling: the batch grows with the devices (same batch per device)."
     fig, ax = _axes(plot.title, "devices", "tokens/s")
-    for lab in sorted({label(r) for r in ok}):
-        runs = sorted((r for r in ok if label(r) == lab and r.get("tokens_per_s")), key=lambda r: r["device_count"])
+    for (lab, *_), runs in sorted(lines.items(), key=lambda kv: str(kv[0])):
+        runs = sorted(runs, key=lambda r: r["device_count"])
         if len({r["device_count"] for r in runs}) < 2:
             continue
         xs = [r["device_count"] for r in runs]
+        extra = f" (batch {runs[0]['batch']})" if len({r["batch"] for r in ok}) > 1 and not per_device else ""
+        extra += f" ({shape_text(runs[0], others)})" if others else ""
         ax.plot(xs, [r["tokens_per_s"] for r in runs], marker=styles.marker(lab), color=styles.color(lab),
-                lw=1.8, label=lab)
+                lw=1.8, label=lab + extra)
         base = runs[0]
         ax.plot(xs, [base["tokens_per_s"] * x / base["device_count"] for x in xs], ls=":", color="#adb5bd")
     ax.set_xticks(sorted({r["device_count"] for r in ok}))
@@ -290,7 +329,7 @@ def input_stall(records: list[dict[str, Any]], styles: Styles) -> Plot:
         ax.text(r["input_stall_pct"], i, text, va="center", fontsize=8)
     ax.set_yticks(list(ys), names, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlim(0, max(100, max(r["input_stall_pct"] for r in ok) * 1.2))
+    ax.set_xlim(0, min(100, max(5, max(r["input_stall_pct"] for r in ok) * 1.3)))
     plot.png = _png(fig)
     return plot
 
