@@ -86,12 +86,15 @@ class TorchInstruments:
 
     # -- steps ------------------------------------------------------------------------------------------
     def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.torch.compiler.is_compiling():  # a compiled optimizer step: stay out of dynamo's graph
+            return
         if not self.sync_mode_set:
             self._cuda_sync_debug()
         self.rec.step_call(STEP_KEY, "torch-optimizer")
 
     def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self.rec.step_done(STEP_KEY)
+        if not self.torch.compiler.is_compiling():
+            self.rec.step_done(STEP_KEY)
 
     def _cuda_sync_debug(self) -> None:
         """On CUDA, make every synchronising call a warning (counted by ``_on_warning``, not printed)."""
