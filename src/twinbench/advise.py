@@ -31,7 +31,9 @@ def label(r: dict[str, Any]) -> str:
 
 
 def usable(r: dict[str, Any]) -> bool:
-    return r.get("status") == "ok" and r.get("first_step_s") is not None and r.get("step_ms") is not None
+    """An ok run measured from a cold compile cache (the plan's compiles are cold: see ASSUMPTION)."""
+    return (r.get("status") == "ok" and r.get("first_step_s") is not None and r.get("step_ms") is not None
+            and r.get("compile_cache", "cold") == "cold")
 
 
 def overhead_s(r: dict[str, Any]) -> float:
@@ -110,7 +112,13 @@ def advise(records: list[dict[str, Any]], plan_steps: int, changes_per_day: int 
         }
     failed = [{"run": label(r), "run_id": r.get("run_id", ""), "error": r.get("error")}
               for r in records if r.get("status") != "ok"]
+    first = next((r for r in records if usable(r)), records[0] if records else {})
+    measured_on = (f"{first.get('preset')} preset, batch {first.get('batch')} x seq {first.get('seq')}, "
+                   f"{first.get('precision')}, on {first.get('device')} ({first.get('platform')}, "
+                   f"{first.get('device_count')} device(s), {first.get('threads')} threads); one run per "
+                   "strategy: on a busy machine timings are noisy")
     out: dict[str, Any] = {"plan_steps": plan_steps, "changes_per_day": changes_per_day,
+                           "measured_on": measured_on,
                            "assumption": ASSUMPTION, "formula": "total = first_step_s + (plan_steps - 1) * "
                            "step_ms/1e3 + changes_per_day * (first_step_s - step_ms/1e3)",
                            "frameworks": frameworks, "failed": failed, "results": results,
@@ -191,7 +199,8 @@ def _rec(win: dict[str, Any], reasons: list[str], close: bool, plan_steps: int, 
 def lines(advice: dict[str, Any]) -> list[str]:
     """The answer in a few lines of text, every number with the run id of the record it comes from."""
     k, plan = advice["changes_per_day"], advice["plan_steps"]
-    out = [f"plan: {plan:,} steps, {k} model change(s) a day -> {1 + k} cold compile(s) per framework"]
+    out = [f"measured: {advice.get('measured_on', '')}",
+           f"plan: {plan:,} steps, {k} model change(s) a day -> {1 + k} cold compile(s) per framework"]
     for fw, f in advice["frameworks"].items():
         out.append(f"{fw:>5}: best {f['strategy']} [{f['run_id']}]: first step {f['first_step_s']:.2f} s "
                    f"(compile overhead {f['compile_overhead_s']:.2f} s), step {f['step_ms']:.2f} ms -> "

@@ -96,3 +96,10 @@ def test_bad_arguments() -> None:
         advise([EAGER], plan_steps=0)
     with pytest.raises(ValueError, match="changes_per_day"):
         advise([EAGER], plan_steps=10, changes_per_day=-1)
+
+
+def test_warm_cache_runs_do_not_stand_for_cold_compiles() -> None:
+    warm = rec("jax", "jit", 0.5, 7.0, run_id="warm-id") | {"compile_cache": "warm"}
+    out = advise([EAGER, JIT, warm], plan_steps=500)
+    assert out["frameworks"]["jax"]["run_id"] == "jax-jit-id"
+    assert out["recommendation"]["framework"] == "torch"  # 500 steps < the cold break-even of 800

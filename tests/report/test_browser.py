@@ -4,10 +4,8 @@ every image decoded; a screenshot of the page is not blank."""
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
-import pytest
 import synthetic
 from conftest import run_chromium
 
@@ -66,7 +64,6 @@ def test_screenshot_of_a_real_run_is_not_blank(chromium: str, traced_run: Path, 
     assert 0.005 < dark < 0.5, dark
 
 
-@pytest.mark.skipif(not shutil.which("true"), reason="needs a POSIX shell")
 def test_markdown_twin_links_plot_files_beside_it(traced_run: Path) -> None:
     md = (traced_run / "report.md").read_text()
     for pid in re.findall(r"\(plots/([a-z-]+)\.png\)", md):
