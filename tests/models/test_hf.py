@@ -345,6 +345,11 @@ def test_bert_init_from_sets_the_shape_and_task(hf_bert, tmp_path):
     assert (spec.model.family, spec.train.task, spec.model.vocab, spec.model.num_labels) == ("bert", "classify", 400, 3)
     spec = from_preset("bert-tiny", {"init_from": str(big), "mask_impl": "mul"})
     assert (spec.model.layers, spec.model.d_model, spec.model.mask_impl, spec.train.seq) == (2, 32, "mul", 16)
+    # what the worker starts from (the GPT end-to-end run above covers the worker's call of it)
+    spec = validate(from_preset("bert-tiny", {"init_from": str(path)}))
+    _, expected = load_hf(path)
+    got = initial_weights(spec)
+    assert set(got) == set(expected) and all(np.array_equal(got[k], expected[k]) for k in expected)
 
 
 @pytest.mark.parametrize(("config", "message"), [
