@@ -124,3 +124,12 @@ def test_report_command_warns_of_skipped_lines(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "skipped 1 malformed line" in result.output
     assert (tmp_path / "report.html").exists() and (tmp_path / "report.md").exists()
+
+
+def test_warm_cache_runs_are_told_apart() -> None:
+    from twinbench.report.plots import Styles, label
+
+    cold, warm = synthetic.record("jax", "jit"), synthetic.record("jax", "jit", compile_cache="warm")
+    assert (label(cold), label(warm)) == ("jax/jit", "jax/jit warm")
+    styles = Styles([cold, warm])
+    assert styles.color("jax/jit") != styles.color("jax/jit warm")

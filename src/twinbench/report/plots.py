@@ -41,7 +41,8 @@ class Plot:
 
 
 def label(r: dict[str, Any]) -> str:
-    return f"{r['framework']}/{r['strategy']}"
+    """``torch/compile``; a run measured on a warm compile cache says so (``torch/compile warm``)."""
+    return f"{r['framework']}/{r['strategy']}" + (" warm" if r.get("compile_cache") == "warm" else "")
 
 
 class Styles:
