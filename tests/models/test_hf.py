@@ -88,6 +88,15 @@ def test_old_gpt2_layout_without_prefix_with_mask_buffers_and_lm_head(hf_gpt2, t
         load_hf(tmp_path)
 
 
+def test_sharded_checkpoint_loads(hf_gpt2, tmp_path):
+    path, model = hf_gpt2
+    model.save_pretrained(tmp_path, safe_serialization=True, max_shard_size="40KB")
+    assert (tmp_path / "model.safetensors.index.json").is_file() and len(list(tmp_path.glob("*.safetensors"))) > 1
+    _, sharded = load_hf(tmp_path)
+    _, single = load_hf(path)
+    assert set(sharded) == set(single) and all(np.array_equal(sharded[k], single[k]) for k in single)
+
+
 def test_bf16_and_fp16_checkpoints_load_as_float32(hf_gpt2, tmp_path):
     """NumPy has no bfloat16: such tensors are widened to float32 exactly (fp16 through NumPy)."""
     from safetensors.torch import load_file as load_torch
