@@ -51,6 +51,16 @@ def test_hanging_script_stops_at_timeout(tmp_path: Path) -> None:
     assert "--steps" in proc.stderr  # says what to do about it
 
 
+def test_script_that_ignores_sigterm_is_killed(tmp_path: Path) -> None:
+    from twinbench.doctor import DoctorError, run_doctor
+
+    script = tmp_path / "stubborn.py"
+    script.write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                      "while True:\n    time.sleep(0.05)\n")
+    with pytest.raises(DoctorError, match="did not finish within --timeout 2 s and did not stop"):
+        run_doctor(script, timeout=2, grace_s=1)
+
+
 TRAIN = """\
 import json, os, sys
 import helper  # a sibling module: importing it must not write __pycache__ next to the script

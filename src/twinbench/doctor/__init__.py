@@ -64,8 +64,12 @@ def check_script(script: str | Path) -> Path:
 
 
 def run_doctor(script: str | Path, args: list[str] | None = None, steps: int | None = None,
-               timeout: float = 600.0) -> DoctorResult:
-    """Run ``script`` with ``args`` under the doctor's bootstrap and diagnose what it did."""
+               timeout: float = 600.0, grace_s: float = 10.0) -> DoctorResult:
+    """Run ``script`` with ``args`` under the doctor's bootstrap and diagnose what it did.
+
+    At ``timeout`` the script is asked to stop (SIGTERM: it reports what it saw); ``grace_s`` later it is
+    killed, and then there is nothing to report (:class:`DoctorError`).
+    """
     from twinbench import runner
     from twinbench.doctor.findings import diagnose
 
@@ -75,7 +79,7 @@ def run_doctor(script: str | Path, args: list[str] | None = None, steps: int | N
         cmd = [sys.executable, "-m", "twinbench.doctor.bootstrap", str(obs_path), str(steps or 0), str(path),
                *(args or [])]
         env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}  # write nothing in the script's folder
-        run = runner.run_script(cmd, path.parent, timeout, env=env)
+        run = runner.run_script(cmd, path.parent, timeout, env=env, grace_s=grace_s)
         if not obs_path.exists():
             if run.timed_out:
                 raise DoctorError(f"{script} did not finish within --timeout {timeout:g} s and did not stop "
