@@ -248,7 +248,11 @@ class JaxInstruments:
 
     # -- host reads ------------------------------------------------------------------------------------
     def _patch_host_reads(self) -> None:
-        array_type = type(self.jax.numpy.zeros(()))  # the concrete jax.Array class (ArrayImpl)
+        try:  # the concrete jax.Array class, without creating an array (that would start the backend
+            # before the script could call jax.distributed.initialize or set jax_platforms)
+            from jax._src.array import ArrayImpl as array_type
+        except ImportError:
+            array_type = type(self.jax.numpy.zeros(()))
         rec, sites, local = self.rec, self.read_sites, threading.local()
 
         def wrap(how: str, orig: Callable) -> Callable:
