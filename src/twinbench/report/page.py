@@ -276,7 +276,7 @@ def render_html(res: Results, plots: list[Plot], plan_steps: int) -> str:
     totals = [(total_s(r, plan_steps), r) for r in ok if r.get("first_step_s") is not None]
     if totals:
         t, r = min(totals, key=lambda x: x[0])
-        cards.append((f"{t:,.1f} s", f"best total @ {plan_steps:,} steps: {label(r)}"))
+        cards.append((f"{t:,.1f} s", f"least total @ {plan_steps:,} steps (one compile): {label(r)}"))
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width,initial-scale=1'>",
@@ -328,7 +328,7 @@ def render_html(res: Results, plots: list[Plot], plan_steps: int) -> str:
 def render_markdown(res: Results, plots: list[Plot], plan_steps: int) -> str:
     out = [f"# twinbench report: {res.directory.name}", "", f"_{_summary(res)}_", ""]
     if res.advice:
-        out += ["## Advice", "", *[f"- {x}" for x in res.advice.get("lines") or []], ""]
+        out += ["## Advice", "", "```text", *(res.advice.get("lines") or []), "```", ""]
     findings = _findings(res)
     if findings:
         out += ["## Findings", "", *[f"- {f}" for f in findings], ""]
