@@ -199,6 +199,20 @@ def print_sharding(records: list[dict[str, Any]], drawings: bool) -> None:
         elif r.get("warnings"):
             for w in r["warnings"]:
                 out.print(f"  [bold red]warning[/] {r['framework']}/{r['strategy']}: {w}", highlight=False)
+    from twinbench.report.scaling import caveat, efficiency
+
+    note = caveat(efficiency(records))
+    if note:
+        out.print(f"  {note}", highlight=False)
+
+
+def print_scaling(records: list[dict[str, Any]]) -> None:
+    """Strong and weak scaling efficiency per strategy (report/scaling.py) when the runs span device counts."""
+    from twinbench.report.scaling import lines
+
+    if len({r.get("device_count") for r in records if r.get("status") == "ok"}) > 1:
+        for line in lines(records):
+            out.print(f"  {line}", highlight=False)
 
 
 @app.command("strategies")

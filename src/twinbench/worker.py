@@ -96,13 +96,17 @@ def execute(spec: RunSpec, threads: int) -> Record:
     # multi-device strategies report device_count, state_bytes_per_device, sharding and warnings
     many = trainer.report() if hasattr(trainer, "report") else {}
     many.setdefault("device_count", device_count)
+    sheet_devices = many["device_count"] if platform != "cpu" else 1
+    if many["device_count"] > 1:  # MFU against the peak of every device the run used, not of one
+        parallel = distributed.parallel_peaks(spec, platform, many["device_count"], threads)
+        tp["mfu"] = tp["achieved_tflops"] / (peak_measured * parallel) if peak_measured else None
     return Record.for_spec(
         spec, "ok", **many, n_params=int(n_params), device=device_name, platform=platform,
         threads=threads, compile_s=timing.compile_s, first_step_s=timing.first_step_s,
         step_ms=step_s * 1e3, step_ms_p10=percentile(timing.step_s, 10) * 1e3,
         step_ms_p90=percentile(timing.step_s, 90) * 1e3, flops_per_token=flops_tok,
         peak_tflops=peak_measured, peak_tflops_datasheet=peak_sheet,
-        mfu_datasheet=tp["achieved_tflops"] / peak_sheet if peak_sheet else None,
+        mfu_datasheet=tp["achieved_tflops"] / (peak_sheet * sheet_devices) if peak_sheet else None,
         peak_mem_bytes=peak_mem, peak_mem_source=mem_source,
         compiles_during_steps=timing.compiles_during_steps, compiles_total=monitor.count() - n_eval,
         compile_cache_hits=monitor.cache_hits(), steps_per_call=k,

@@ -53,3 +53,18 @@ def finish() -> None:
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def parallel_peaks(spec: RunSpec, platform: str, device_count: int, threads: int) -> int:
+    """How many copies of the measured per-process peak work at once in a run (MFU = achieved / (peak x this)).
+
+    Accelerators: one per device. CPU: JAX's simulated devices share the threads of their process (one peak
+    per process); torchrun ranks each measured their peak on ``threads`` threads, and a host runs at most
+    ``cores / threads`` of them at once.
+    """
+    if platform != "cpu":
+        return device_count
+    if spec.framework == "jax":
+        return spec.num_processes
+    ranks_per_host = max(device_count // spec.num_processes, 1)
+    return spec.num_processes * max(1, min(ranks_per_host, (os.cpu_count() or 1) // max(threads, 1)))
