@@ -238,7 +238,7 @@ def test_missing_files_are_one_line_errors(hf_gpt2, tmp_path):
     with pytest.raises(SpecError, match=r"cannot read model\.safetensors"):
         load_hf(d)
     small = _write_config(tmp_path / "v", **{**GPT_CFG, "model_type": "gpt2", "vocab_size": 100})
-    with pytest.raises(SpecError, match="vocab_size 100 cannot hold the 256 byte tokens"):
+    with pytest.raises(SpecError, match="vocab_size 100 cannot hold the 256 byte-level token ids"):
         from_preset("tiny", {"init_from": str(small)})
     res = CliRunner().invoke(app, ["compare", "--preset", "tiny", "--init-from", str(tmp_path / "nope")])
     assert res.exit_code == 2 and "--init-from" in res.output and "Traceback" not in res.output
@@ -350,6 +350,9 @@ def test_bert_init_from_sets_the_shape_and_task(hf_bert, tmp_path):
     big.mkdir()
     (big / "config.json").write_text(json.dumps({**json.loads((path / "config.json").read_text()),
                                                  "vocab_size": 400}))
+    small = _write_config(tmp_path / "v", **{**BERT_CFG, "model_type": "bert", "vocab_size": 200})
+    with pytest.raises(SpecError, match="vocab_size 200 cannot hold the 260 byte-level token ids"):
+        from_preset("bert-tiny", {"init_from": str(small)})
     spec = from_preset("tiny", {"init_from": str(big)})  # a gpt preset: the checkpoint makes it bert/classify
     assert (spec.model.family, spec.train.task, spec.model.vocab, spec.model.num_labels) == ("bert", "classify", 400, 3)
     spec = from_preset("bert-tiny", {"init_from": str(big), "mask_impl": "mul"})

@@ -170,9 +170,12 @@ def adopt_checkpoint(spec: RunSpec, model_overrides: dict[str, Any], train_overr
         if name in ckpt and ckpt[name] != value:
             raise SpecError(f"{flag(name)} {value} contradicts {FLAG} {path} ({name} = {ckpt[name]} there); "
                             f"drop {flag(name)}")
-    if ckpt["family"] == "gpt" and ckpt["vocab"] < 256:
-        raise SpecError(f"{FLAG} {path}: vocab_size {ckpt['vocab']} cannot hold the 256 byte tokens of the "
-                        f"training data; allowed: vocab_size >= 256")
+    from twinbench import spec as spec_module
+
+    need = {"gpt": 256, "bert": getattr(spec_module, "BERT_MIN_VOCAB", 256)}[ckpt["family"]]
+    if ckpt["vocab"] < need:
+        raise SpecError(f"{FLAG} {path}: vocab_size {ckpt['vocab']} cannot hold the {need} byte-level token ids of "
+                        f"the training data; allowed: vocab_size >= {need}")
     train = spec.train
     if "seq" not in train_overrides:
         train = replace(train, seq=min(train.seq, ckpt["context"]))
