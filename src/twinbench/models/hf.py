@@ -11,6 +11,15 @@ GPT-2: Hugging Face's ``Conv1D`` weights are already ``[in, out]`` (canonical); 
 ``transformer.`` prefix and ``h.`` -> ``blocks.``. The causal-mask buffers of old checkpoints
 (``attn.bias``, ``attn.masked_bias``) are ignored; ``lm_head.weight`` must be tied to ``wte`` (the twin
 ties them). ``gelu_new`` is the tanh GELU of the twin; ``layer_norm_epsilon`` must be 1e-5 (the twin's).
+
+BERT: the canonical names are Hugging Face's without the ``bert.`` prefix; ``nn.Linear`` weights are
+transposed (``[out, in]`` -> ``[in, out]``). ``hidden_act`` must be ``gelu`` (erf), ``layer_norm_eps`` 1e-12,
+two segment types, absolute positions. TF-converted ``gamma``/``beta`` names, the ``position_ids`` buffer
+and pre-training heads (``cls.*``) are handled; an encoder-only checkpoint gets a fresh pooler/classifier.
+Exports are ``BertForSequenceClassification`` checkpoints.
+
+Checkpoints may be sharded (``model.safetensors.index.json``) and fp16/bf16 (read as float32). Exported
+configs set dropout to 0: the twins have none, so the exported model behaves as it was measured.
 """
 
 from __future__ import annotations
