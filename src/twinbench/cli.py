@@ -133,6 +133,23 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
     return records
 
 
+#: ``--cache`` / ``--cache-dir`` for every command that runs specs: pass them through with_cache().
+CACHE_OPTION = typer.Option("cold", "--cache", help="compilation cache state to measure: cold (fresh empty caches), "
+                            "warm (a second process on a filled cache) or both (cold, then warm on the same cache)")
+CACHE_DIR_OPTION = typer.Option(None, "--cache-dir", help="where compilation caches live (cold runs use fresh "
+                                "subdirectories, removed after); default ~/.cache/twinbench/compile")
+
+
+def with_cache(specs: list[RunSpec], cache: str, cache_dir: Path | None) -> list[RunSpec]:
+    """Each spec in the cache state(s) of ``--cache``, under the ``--cache-dir`` root (see compile_cache.py)."""
+    from twinbench import compile_cache
+    from twinbench.spec import one_of
+
+    one_of("cache", cache, compile_cache.MODES)
+    root = cache_dir.expanduser().resolve() if cache_dir else compile_cache.default_root()
+    return compile_cache.expand(specs, cache, root)
+
+
 #: ``--trace DIR`` for every command that runs specs (compare, sweep, claims): pass it through trace_top().
 TRACE_OPTION = typer.Option(
     None, "--trace", help="also record a few steady-state steps of each run with the framework's profiler "
@@ -172,10 +189,12 @@ def compare(
     timeout: float = typer.Option(900.0, help="seconds before one run is stopped and marked failed"),
     plan_steps: int = typer.Option(1000, help="steps of the planned run whose total wall time is shown"),
     trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
+    cache: str = CACHE_OPTION,
+    cache_dir: Optional[Path] = CACHE_DIR_OPTION,  # noqa: UP045
     **overrides: Any,
 ) -> None:
     """Train the same model with each framework and strategy, one fresh process per run, and compare."""
-    specs = build_specs(preset, framework, strategies, overrides, **trace_top(trace))
+    specs = with_cache(build_specs(preset, framework, strategies, overrides, **trace_top(trace)), cache, cache_dir)
     if plan_steps <= 0:
         raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
     if resume is not None and not (resume / runner.RESULTS).exists():
@@ -183,6 +202,43 @@ def compare(
     target = resume or out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     records = run_and_report(specs, target, timeout, plan_steps, json_path, "twinbench compare")
     print_sharding(records, show_sharding)
+    if not any(r.get("status") == "ok" for r in records):
+        raise typer.Exit(1)
+
+
+@app.command()
+@with_spec_flags
+def sweep(
+    over: list[str] = typer.Option(..., "--over", help="FIELD=V1,V2,... for any run-spec field (layers, batch, "
+                                   "seq, d_model, devices, ...); repeat --over for a grid"),
+    preset: str = typer.Option("small", help=f"model/training preset: {', '.join(PRESETS)}"),
+    framework: str = typer.Option("torch,jax", help="comma-separated: torch, jax"),
+    strategies: Optional[str] = typer.Option(  # noqa: UP045
+        None, help="comma-separated strategy names, or 'all'; the same at every point"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="results directory; default runs/sweep-<timestamp>"),  # noqa: UP045
+    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the list of records here"),  # noqa: UP045
+    resume: Optional[Path] = typer.Option(None, help="continue an interrupted sweep in this directory"),  # noqa: UP045
+    timeout: float = typer.Option(900.0, help="seconds before one run is stopped and marked failed"),
+    plan_steps: int = typer.Option(1000, help="steps of the planned run whose total wall time is shown"),
+    trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
+    cache: str = CACHE_OPTION,
+    cache_dir: Optional[Path] = CACHE_DIR_OPTION,  # noqa: UP045
+    **overrides: Any,
+) -> None:
+    """Run compare at every point of a grid (same strategies), into one results file and one table."""
+    from twinbench.sweep import grid_specs, parse_over
+
+    axes = parse_over(over)
+    specs = grid_specs(axes, overrides,
+                       lambda o: build_specs(preset, framework, strategies, o, **trace_top(trace)))
+    specs = with_cache(specs, cache, cache_dir)
+    if plan_steps <= 0:
+        raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
+    if resume is not None and not (resume / runner.RESULTS).exists():
+        raise SpecError(f"--resume {resume}: no {runner.RESULTS} there")
+    target = resume or out_dir or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
+    title = "twinbench sweep over " + ", ".join(f"{k}={','.join(map(str, v))}" for k, v in axes)
+    records = run_and_report(specs, target, timeout, plan_steps, json_path, title)
     if not any(r.get("status") == "ok" for r in records):
         raise typer.Exit(1)
 

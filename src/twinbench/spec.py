@@ -233,6 +233,9 @@ def validate(spec: RunSpec) -> RunSpec:
         raise SpecError(f"--process-id {spec.process_id}; allowed: 0..{spec.num_processes - 1} (or -1: from the environment)")
     one_of("compile_cache", spec.compile_cache, ("cold", "warm"))
     one_of("remat_policy", spec.remat_policy, REMAT_POLICIES)
+    if spec.framework == "torch" and "remat" in spec.modifiers and spec.remat_policy != "full":
+        raise SpecError(f"--remat-policy {spec.remat_policy}: torch +remat recomputes whole blocks "
+                        "(torch.utils.checkpoint); allowed for torch: full")
     if spec.scan_k < 0 or (spec.scan_k and t.steps % spec.scan_k):
         raise SpecError(f"--scan-k {spec.scan_k} must divide --steps {t.steps}; allowed: "
                         f"{', '.join(str(k) for k in _divisors(t.steps) if k < t.steps)}, or 0 (automatic)")

@@ -27,13 +27,47 @@ def _bytes(n: int | None) -> str:
     return str(n)
 
 
-def row(r: dict[str, Any], plan_steps: int) -> list[str]:
-    label = f"{r['framework']}/{r['strategy']}"
+#: Spec fields never used to tell rows apart (where things live, not what was measured).
+_NOT_LABELS = {"framework", "strategy", "cache_dir", "trace_dir", "spec"}
+
+
+def field_value(r: dict[str, Any], key: str) -> Any:
+    """A run-spec field of a record: a record field, else the spec's model/train/top-level field."""
+    if key in r and key not in _NOT_LABELS:
+        return r[key]
+    spec = r.get("spec") or {}
+    for part in (spec.get("model") or {}, spec.get("train") or {}, spec):
+        if key in part:
+            return part[key]
+    return None
+
+
+def varying(records: list[dict[str, Any]]) -> list[str]:
+    """Spec fields (and the cache state) whose values differ between the runs: a sweep's axes, ``--cache both``."""
+    keys: list[str] = []
+    for r in records:
+        spec = r.get("spec") or {}
+        for k in [*(spec.get("model") or {}), *(spec.get("train") or {}), *spec]:
+            if k not in _NOT_LABELS and k not in ("model", "train", "precision") and k not in keys:  # +bf16 says it
+                keys.append(k)
+    if "compile_cache" not in keys:
+        keys.append("compile_cache")
+    return [k for k in keys if len({repr(field_value(r, k)) for r in records}) > 1]
+
+
+def label(r: dict[str, Any], vary: list[str] | tuple[str, ...] = ()) -> str:
+    """``torch/compile``, with the varying fields when runs differ in more than strategy: ``layers=4 warm``."""
+    extra = [str(field_value(r, k)) if k == "compile_cache" else f"{k}={field_value(r, k)}" for k in vary]
+    return " ".join([f"{r['framework']}/{r['strategy']}", *extra])
+
+
+def row(r: dict[str, Any], plan_steps: int, vary: list[str] | tuple[str, ...] = ()) -> list[str]:
+    label_ = label(r, vary)
     if r.get("status") != "ok":
-        return [f"{label} FAILED", *["—"] * (len(COLUMNS) - 2), (r.get("error") or "")[:60]]
+        return [f"{label_} FAILED", *["—"] * (len(COLUMNS) - 2), (r.get("error") or "")[:60]]
     mfu = r.get("mfu")
     return [
-        label, _f(r["compile_s"], ".2f"), _f(r["first_step_s"], ".2f"),
+        label_, _f(r["compile_s"], ".2f"), _f(r["first_step_s"], ".2f"),
         f"{r['step_ms']:.1f} ({r['step_ms_p10']:.1f}-{r['step_ms_p90']:.1f})",
         f"{r['tokens_per_s']:,.0f}", _f(r["achieved_tflops"], ".3f"), "—" if mfu is None else f"{mfu:.0%}",
         _bytes(r["peak_mem_bytes"]), str(r["compiles_during_steps"]),
@@ -53,7 +87,8 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
         f"{r['steps']} steps, first {max(r['warmup'], 1)} excluded as warm-up",
         f"device: {r.get('device')} ({r.get('platform')}), {r.get('device_count')} device(s), "
         f"{r.get('threads')} CPU threads for both frameworks; precision {r['precision']}, "
-        f"matmul {r.get('matmul_precision')}; compile cache {r.get('compile_cache')}",
+        f"matmul {r.get('matmul_precision')}; compile cache "
+        f"{' and '.join(dict.fromkeys(str(x.get('compile_cache')) for x in ok))}",
         f"FLOPs: {FLOP_CONVENTION}",
     ]
     peaks = {}
@@ -75,28 +110,42 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
 
 
 def crossings(records: list[dict[str, Any]]) -> list[str]:
-    """Break-even of every ok run against the first ok run (the baseline, torch/eager by default)."""
-    ok = [r for r in records if r.get("status") == "ok"]
-    if len(ok) < 2:
-        return []
-    base = next((r for r in ok if (r["framework"], r["strategy"]) == ("torch", "eager")), ok[0])
-    return [s for r in ok if r is not base if (s := crossing_sentence(r, base))]
+    """Break-even of every ok run against the first ok run (the baseline, torch/eager by default).
+
+    Runs that differ in more than strategy (a sweep's points, cold and warm caches) are compared only within
+    their group, and each sentence says which group.
+    """
+    vary = varying(records)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if r.get("status") == "ok":
+            groups.setdefault(label(r, vary).partition(" ")[2], []).append(r)
+    out = []
+    for where, ok in groups.items():
+        if len(ok) < 2:
+            continue
+        base = next((r for r in ok if (r["framework"], r["strategy"]) == ("torch", "eager")), ok[0])
+        out += [f"[{where}] {s}" if where else s for r in ok if r is not base
+                if (s := crossing_sentence(r, base))]
+    return out
 
 
 def rich_table(records: list[dict[str, Any]], plan_steps: int, title: str = "twinbench compare") -> Table:
     table = Table(title=title, header_style="bold", title_justify="left")
     for c in COLUMNS:
         table.add_column(c.replace("plan", str(plan_steps)), justify="left" if c == "run" else "right")
+    vary = varying(records)
     for r in records:
         style = None if r.get("status") == "ok" else "red"
-        table.add_row(*row(r, plan_steps), style=style)
+        table.add_row(*row(r, plan_steps, vary), style=style)
     return table
 
 
 def markdown(records: list[dict[str, Any]], plan_steps: int, title: str = "twinbench compare") -> str:
     cols = [c.replace("plan", str(plan_steps)) for c in COLUMNS]
     out = [f"# {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    out += ["| " + " | ".join(row(r, plan_steps)) + " |" for r in records]
+    vary = varying(records)
+    out += ["| " + " | ".join(row(r, plan_steps, vary)) + " |" for r in records]
     failed = [r for r in records if r.get("status") != "ok"]
     out += ["", *[f"- failed: {r['framework']}/{r['strategy']}: {r.get('error')}" for r in failed]]
     out += ["## Conditions", "", *[f"- {line}" for line in conditions(records)], ""]
