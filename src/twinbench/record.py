@@ -82,6 +82,7 @@ class Record:
     pad_pct: float | None = None  # share of processed tokens that are padding, whole run
     real_tokens_per_s: float | None = None  # steady state, counting only real (non-pad) tokens
     distinct_lengths: int | None = None  # distinct padded batch lengths the run fed the model
+    compiles_in_loop: int | None = None  # programs compiled during the training steps, the first included
     input_wait_ms: float | None = None  # median time a steady step waited for its batch
     input_stall_pct: float | None = None  # steady-state waiting share of step time
     accuracy_first: float | None = None  # held-out accuracy before training (classify)

@@ -75,8 +75,10 @@ def execute(spec: RunSpec, threads: int) -> Record:
     accuracy_first = tasks.accuracy(predict, run_data.eval_batches)  # before timing; its compiles set apart
     n_eval = monitor.count() - n_eval
     feed = InputWaits(pipeline.feed(host_batches, fw, "prefetch" in spec.modifiers))  # waits: measure/inputs
+    n_loop = monitor.count()
     timing = time_steps(lambda i: trainer.step(*feed.next()), trainer.sync, t.steps // k,
                         math.ceil(t.warmup / k), monitor)
+    n_loop = monitor.count() - n_loop
     warm_calls = max(math.ceil(t.warmup / k), 1)
     inputs = feed.summary(warm_calls, timing.step_s)
     timing = per_step(timing, k)
@@ -112,7 +114,8 @@ def execute(spec: RunSpec, threads: int) -> Record:
         compile_cache_hits=monitor.cache_hits(), steps_per_call=k,
         loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
         wall_s=timing.wall_s, matmul_precision=matmul_precision, versions=device.versions(fw),
-        **_save_weights(spec, trainer), **_trace(spec, trainer, host_batches), **tp, **tokens, **inputs, accuracy_first=accuracy_first,
+        **_save_weights(spec, trainer), **_trace(spec, trainer, host_batches), **tp, **tokens, **inputs, compiles_in_loop=n_loop,
+        accuracy_first=accuracy_first,
         accuracy_last=tasks.accuracy(predict, run_data.eval_batches))
 
 

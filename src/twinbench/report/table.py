@@ -17,6 +17,31 @@ def _f(v: float | None, fmt: str) -> str:
     return "—" if v is None else format(v, fmt)
 
 
+#: Columns shown only when a run measured them (variable-length text, the input pipeline): header, cell.
+OPTIONAL_COLUMNS: tuple[tuple[str, str, Any], ...] = (
+    ("pad %", "pad_pct", lambda r: _f(r.get("pad_pct"), ".0f")),
+    ("real tok/s", "real_tokens_per_s", lambda r: _f(r.get("real_tokens_per_s"), ",.0f")),
+    ("compiles (loop)", "compiles_in_loop", lambda r: _f(r.get("compiles_in_loop"), "d")),
+    ("wall s", "pad_pct", lambda r: _f(r.get("wall_s"), ".1f")),
+    ("input wait ms", "input_shown", lambda r: _f(r.get("input_wait_ms"), ".2f")),
+    ("input stall %", "input_shown", lambda r: _f(r.get("input_stall_pct"), ".1f")),
+    ("acc first→last", "accuracy_last", lambda r: "—" if r.get("accuracy_last") is None
+     else f"{r.get('accuracy_first') or 0:.2f}→{r['accuracy_last']:.2f}"),
+)
+
+
+def optional_columns(records: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """The optional columns some ok run filled; the input columns when a run used --slow-input or +prefetch."""
+    ok = [r for r in records if r.get("status") == "ok"]
+    inputs = any("prefetch" in r["strategy"].split("+") or field_value(r, "slow_input") or r.get("task") == "classify"
+                 for r in ok)
+    shown = []
+    for header, key, cell in OPTIONAL_COLUMNS:
+        if (inputs if key == "input_shown" else any(r.get(key) is not None for r in ok)):
+            shown.append((header, cell))
+    return shown
+
+
 def _bytes(n: int | None) -> str:
     if n is None:
         return "—"
@@ -61,10 +86,11 @@ def label(r: dict[str, Any], vary: list[str] | tuple[str, ...] = ()) -> str:
     return " ".join([f"{r['framework']}/{r['strategy']}", *extra])
 
 
-def row(r: dict[str, Any], plan_steps: int, vary: list[str] | tuple[str, ...] = ()) -> list[str]:
+def row(r: dict[str, Any], plan_steps: int, vary: list[str] | tuple[str, ...] = (),
+        extra: list[tuple[str, Any]] | tuple = ()) -> list[str]:
     label_ = label(r, vary)
     if r.get("status") != "ok":
-        return [f"{label_} FAILED", *["—"] * (len(COLUMNS) - 2), (r.get("error") or "")[:60]]
+        return [f"{label_} FAILED", *["—"] * (len(COLUMNS) - 2), (r.get("error") or "")[:60], *["—"] * len(extra)]
     mfu = r.get("mfu")
     return [
         label_, _f(r["compile_s"], ".2f"), _f(r["first_step_s"], ".2f"),
@@ -72,6 +98,7 @@ def row(r: dict[str, Any], plan_steps: int, vary: list[str] | tuple[str, ...] = 
         f"{r['tokens_per_s']:,.0f}", _f(r["achieved_tflops"], ".3f"), "—" if mfu is None else f"{mfu:.0%}",
         _bytes(r["peak_mem_bytes"]), str(r["compiles_during_steps"]),
         f"{r['loss_first']:.3f}→{r['loss_last']:.3f}", _f(total_s(r, plan_steps), ".1f"),
+        *[cell(r) for _, cell in extra],
     ]
 
 
@@ -132,20 +159,22 @@ def crossings(records: list[dict[str, Any]]) -> list[str]:
 
 def rich_table(records: list[dict[str, Any]], plan_steps: int, title: str = "twinbench compare") -> Table:
     table = Table(title=title, header_style="bold", title_justify="left")
-    for c in COLUMNS:
+    extra = optional_columns(records)
+    for c in [*COLUMNS, *(h for h, _ in extra)]:
         table.add_column(c.replace("plan", str(plan_steps)), justify="left" if c == "run" else "right")
     vary = varying(records)
     for r in records:
         style = None if r.get("status") == "ok" else "red"
-        table.add_row(*row(r, plan_steps, vary), style=style)
+        table.add_row(*row(r, plan_steps, vary, extra), style=style)
     return table
 
 
 def markdown(records: list[dict[str, Any]], plan_steps: int, title: str = "twinbench compare") -> str:
-    cols = [c.replace("plan", str(plan_steps)) for c in COLUMNS]
+    extra = optional_columns(records)
+    cols = [c.replace("plan", str(plan_steps)) for c in [*COLUMNS, *(h for h, _ in extra)]]
     out = [f"# {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     vary = varying(records)
-    out += ["| " + " | ".join(row(r, plan_steps, vary)) + " |" for r in records]
+    out += ["| " + " | ".join(row(r, plan_steps, vary, extra)) + " |" for r in records]
     failed = [r for r in records if r.get("status") != "ok"]
     out += ["", *[f"- failed: {r['framework']}/{r['strategy']}: {r.get('error')}" for r in failed]]
     out += ["## Conditions", "", *[f"- {line}" for line in conditions(records)], ""]
