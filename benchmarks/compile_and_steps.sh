@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Issue 3 measurements (benchmarks/RESULTS.md): compile time cut down, and what the execution strategies cost
+# or buy per step. Every configuration runs in its own process through `twinbench compare` / `sweep`.
+#
+#   benchmarks/compile_and_steps.sh OUTDIR [a b c d e]     (default: all five)
+#
+#   a  scan-layers vs unrolled jit: compile time at 12 layers              (goal: <= 0.5x)
+#   b  JAX persistent compilation cache: warm vs cold compile              (goal: <= 0.3x)
+#   c  torch compile-regional vs compile: cold compile, and the warm Inductor cache (goal: <= 0.5x)
+#   d  scan-layers vs unrolled: steady-state step time (from a)            (goal: <= +10%)
+#   e  scan-steps vs per-step jit at batch 1, 2, 8 on tiny and small
+set -euo pipefail
+OUT=${1:?usage: benchmarks/compile_and_steps.sh OUTDIR [a b c d e]}
+shift
+ITEMS=${*:-a b c d e}
+TB=${TWINBENCH:-twinbench}
+mkdir -p "$OUT"
+
+for item in $ITEMS; do
+  case $item in
+    a|d)  # d reads the step times of the same runs
+      [[ -e $OUT/a/results.jsonl ]] && continue
+      $TB compare --preset small --layers 12 --framework jax --strategies jit,scan-layers \
+        --steps 30 --warmup 10 --out "$OUT/a" ;;
+    b)
+      $TB compare --preset small --framework jax --strategies jit,scan-layers --cache both \
+        --steps 20 --warmup 5 --out "$OUT/b" ;;
+    c)
+      $TB compare --preset small --framework torch --strategies compile,compile-regional --cache both \
+        --steps 20 --warmup 5 --out "$OUT/c" ;;
+    e)
+      for preset in tiny small; do
+        $TB sweep --preset $preset --framework jax --strategies jit,scan-steps --over batch=1,2,8 \
+          --steps 48 --warmup 8 --scan-k 8 --out "$OUT/e-$preset"
+      done ;;
+    *) echo "unknown item $item (a b c d e)" >&2; exit 2 ;;
+  esac
+done
