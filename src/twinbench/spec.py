@@ -82,6 +82,7 @@ class RunSpec:
     cache_dir: str = ""  # the compilation cache directory the worker uses (set by the runner; "" = fresh)
     scan_k: int = 0  # scan-steps: training steps per call (0: chosen from --steps, see strategies/jax_scan.py)
     remat_policy: str = "full"  # +remat: full | dots-saveable | nothing-saveable (jax.checkpoint_policies)
+    scan_unroll: int = 1  # scan-layers: layers per loop trip of the layer scan (nnx.scan unroll)
     trace_dir: str = ""  # profile a few steps after the measured ones into this directory ("": off)
     save_weights: str = ""  # write the trained canonical weights (safetensors) into this directory ("": off)
     # many hosts: `devices` counts all of them; one twinbench per host (see distributed/)
@@ -146,7 +147,7 @@ OVERRIDABLE: dict[str, type] = {
     "layers": int, "d_model": int, "heads": int, "d_ff": int, "vocab": int, "context": int,
     "batch": int, "seq": int, "steps": int, "warmup": int, "lr": float, "weight_decay": float,
     "seed": int, "precision": str, "data": str, "devices": int, "threads": int,
-    "scan_k": int, "remat_policy": str,
+    "scan_k": int, "remat_policy": str, "scan_unroll": int,
     "init_from": str, "save_weights": str,
     "num_processes": int, "process_id": int, "coordinator": str,
     "task": str, "num_labels": int, "mask_impl": str, "slow_input": float,
@@ -233,6 +234,8 @@ def validate(spec: RunSpec) -> RunSpec:
         raise SpecError(f"--process-id {spec.process_id}; allowed: 0..{spec.num_processes - 1} (or -1: from the environment)")
     one_of("compile_cache", spec.compile_cache, ("cold", "warm"))
     one_of("remat_policy", spec.remat_policy, REMAT_POLICIES)
+    if spec.scan_unroll < 1:
+        raise SpecError(f"--scan-unroll must be a positive integer, got {spec.scan_unroll}")
     if spec.framework == "torch" and "remat" in spec.modifiers and spec.remat_policy != "full":
         raise SpecError(f"--remat-policy {spec.remat_policy}: torch +remat recomputes whole blocks "
                         "(torch.utils.checkpoint); allowed for torch: full")

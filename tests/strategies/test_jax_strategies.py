@@ -99,8 +99,8 @@ def unrolled_grads(weights, host_batches):
 
 @pytest.mark.parametrize("opts", [ModelOptions(scan_layers=True)]
                          + [ModelOptions(remat=p) for p in REMAT_POLICIES]
-                         + [ModelOptions(scan_layers=True, remat="dots-saveable")],
-                         ids=lambda o: f"scan={o.scan_layers},remat={o.remat}")
+                         + [ModelOptions(scan_layers=True, remat="dots-saveable", scan_unroll=2)],
+                         ids=lambda o: f"scan={o.scan_layers},remat={o.remat},unroll={o.scan_unroll}")
 def test_scan_layers_and_remat_gradients_equal_unrolled(opts, weights, host_batches, unrolled_grads):
     loss0, g0 = unrolled_grads
     loss, g = _grads(opts, weights, *host_batches[0])

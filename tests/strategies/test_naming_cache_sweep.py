@@ -73,6 +73,12 @@ def test_torch_remat_policy_is_full_only():
         validate(_spec("jax", "jit+remat", remat_policy="some"))
 
 
+def test_scan_unroll_must_be_positive():
+    assert validate(_spec("jax", "scan-layers", scan_unroll=2)).scan_unroll == 2
+    with pytest.raises(SpecError, match="--scan-unroll must be a positive integer"):
+        validate(_spec("jax", "scan-layers", scan_unroll=0))
+
+
 # -------------------------------------------------------------------------------------- scan-steps timing
 def test_stack_calls_and_per_step():
     batches = [(np.full((2, 3), i), np.full((2, 3), -i)) for i in range(6)]

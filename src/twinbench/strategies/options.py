@@ -18,6 +18,7 @@ def compute_dtype(spec: RunSpec) -> str:
 def model_options(spec: RunSpec) -> ModelOptions:
     return ModelOptions(
         scan_layers=spec.base_strategy == "scan-layers",
+        scan_unroll=spec.scan_unroll,
         remat=spec.remat_policy if "remat" in spec.modifiers else "none",
         compute_dtype=compute_dtype(spec),
     )

@@ -78,7 +78,7 @@ register("torch", "compile-regional", "each Transformer block compiled once (blo
 register("jax", "scan-steps", "K whole jitted steps per call (lax.scan over K stacked batches; --scan-k); "
          "step time = call time / K", "twinbench.strategies.jax_scan:build", default=False)
 register("jax", "scan-layers", "jit step over a model whose blocks are stacked (nnx.vmap) and applied with "
-         "nnx.scan: one block compiled", "twinbench.strategies.jax_jit:build", default=False)
+         "nnx.scan: one block compiled (--scan-unroll)", "twinbench.strategies.jax_jit:build", default=False)
 register_modifier("bf16", ("torch", "jax"), "bf16 compute (torch.autocast / bf16 Linear+attention), fp32 master "
                   "weights and optimizer state; same as --precision bf16")
 register_modifier("remat", ("torch", "jax"), "activation checkpointing per block (torch.utils.checkpoint, "
