@@ -2,8 +2,8 @@
 
 The embedded task ("topics") needs no download and is learnable within tens of steps. Two topics, each with
 its own made-up vocabulary, plus common filler words shared by both:
-- single sentences (60 %): the label is the sentence's topic;
-- sentence pairs (40 %): the label is 1 when both sentences are on the same topic, else 0.
+- single sentences (70 %): the label is the sentence's topic;
+- sentence pairs (30 %): the label is 1 when both sentences are on the same topic, else 0.
 Lengths follow a realistic skewed distribution: log-normal in tokens (median ~ seq/5), so most examples are
 short and a long tail reaches the maximum length, where they are truncated. That is what makes padding
 strategies (pad-max, bucket, dynamic) differ.
@@ -101,7 +101,7 @@ def _sentence(rng: np.random.Generator, topic_words: list[str], common: list[str
     words: list[str] = []
     size = 0
     while size < n_bytes:
-        w = topic_words[rng.integers(len(topic_words))] if rng.random() < 0.7 else common[rng.integers(len(common))]
+        w = topic_words[rng.integers(len(topic_words))] if rng.random() < 0.8 else common[rng.integers(len(common))]
         words.append(w)
         size += len(w) + 1
     return " ".join(words)[: max(n_bytes, 1)].strip() or words[0]
@@ -116,7 +116,7 @@ def synthetic_task(seq: int, n: int, seed: int) -> list[Example]:
     out = []
     for _ in range(n):
         tokens = int(np.clip(rng.lognormal(np.log(seq / 5), 0.65), 8, 2 * seq))  # long tail, truncated later
-        if rng.random() < 0.6:
+        if rng.random() < 0.7:
             topic = int(rng.integers(2))
             out.append(Example(_sentence(rng, topics[topic], common, tokens - 2), None, topic))
         else:
