@@ -59,7 +59,8 @@ class MeshTrainer:
         tx = gpt_jax.make_optimizer(spec.train.lr, spec.train.weight_decay)
         self.opt_sh = tree_shardings(jax.eval_shape(tx.init, self.params), self.mesh, shard=fsdp)
         self.opt_state = jax.jit(tx.init, out_shardings=self.opt_sh)(self.params)
-        self.batch_sh = NamedSharding(self.mesh, batch_spec(2))
+        # +replicate-batch (anti-pattern, claim C10): every device gets the whole batch
+        self.batch_sh = NamedSharding(self.mesh, P() if "replicate-batch" in spec.modifiers else batch_spec(2))
         replicated = NamedSharding(self.mesh, P())
         gather = jax.tree.map(lambda _: replicated, self.param_sh) if fsdp else None
         self.train_step = jax.jit(make_sharded_step(graphdef, tx, gather),

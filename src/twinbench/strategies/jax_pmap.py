@@ -25,13 +25,16 @@ from twinbench.spec import RunSpec
 from twinbench.strategies.jax_jit import make_model
 
 
-def make_pmap_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation):
+def make_pmap_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, sync: bool = True):
+    """The mapped step; ``sync=False`` (``+nosync``, anti-pattern of claim C13) leaves out the gradient pmean."""
+
     def train_step(params, opt_state, x, y):
         def loss_of(p):
             return gpt_jax.loss_fn(nnx.merge(graphdef, p), x, y)
 
         loss, grads = jax.value_and_grad(loss_of)(params)
-        grads = jax.lax.pmean(grads, AXIS)  # the one line old ports forget (claim C13)
+        if sync:
+            grads = jax.lax.pmean(grads, AXIS)  # the one line old ports forget (claim C13)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, jax.lax.pmean(loss, AXIS)
 
@@ -64,7 +67,7 @@ class PmapTrainer:
         self.params = jax.tree.map(self._replicate, params)
         tx = gpt_jax.make_optimizer(spec.train.lr, spec.train.weight_decay)
         self.opt_state = jax.pmap(tx.init, devices=self.devices)(self.params)
-        self.p_step = jax.pmap(make_pmap_step(self.graphdef, tx), axis_name=AXIS, devices=self.devices,
+        self.p_step = jax.pmap(make_pmap_step(self.graphdef, tx, "nosync" not in spec.modifiers), axis_name=AXIS, devices=self.devices,
                                donate_argnums=(0, 1))
         self.rows = spec.train.batch // self.n  # examples per device
         self.first_row = jax.process_index() * self.n_local * self.rows

@@ -115,6 +115,10 @@ register("torch", "ddp", "PyTorch DistributedDataParallel, one process per devic
          "twinbench.strategies.torch_ddp:build", default=False, multi_device=True, launcher="torchrun")
 register("torch", "fsdp", "PyTorch FSDP2 (fully_shard per block), one process per device via torchrun",
          "twinbench.strategies.torch_fsdp:build", default=False, multi_device=True, launcher="torchrun")
+register_modifier("replicate-batch", ("jax",), "anti-pattern (claim C10): the batch replicated on every device "
+                  "instead of split; flagged in the record's warnings", bases=("mesh-dp",))
+register_modifier("nosync", ("jax",), "anti-pattern (claim C13): no lax.pmean of the gradients, each device "
+                  "trains its own model; flagged in the record's warnings", bases=("pmap",))
 
 
 def get(framework: str, full: str) -> Strategy:
@@ -168,6 +172,10 @@ def check_devices(spec: RunSpec) -> None:
         many = ", ".join(n for (f, n), s in REGISTRY.items() if f == spec.framework and s.multi_device)
         raise SpecError(f"--devices {spec.devices}: {spec.framework} strategy {spec.base_strategy!r} runs on one "
                         f"device; allowed with --devices > 1: {many}")
-    if strategy.multi_device and spec.modifiers:
-        raise SpecError(f"--strategies: {spec.strategy!r}: the multi-device strategies take no modifiers yet "
-                        f"(got {', '.join('+' + m for m in spec.modifiers)})")
+    if strategy.multi_device and spec.model.family != "gpt":
+        raise SpecError(f"--strategies: {spec.strategy!r} trains the gpt family only; --preset {spec.preset} is "
+                        f"{spec.model.family}")
+    generic = [m for m in spec.modifiers if MODIFIERS[m].bases is None]  # bf16, remat, ...: not wired in yet
+    if strategy.multi_device and generic:
+        raise SpecError(f"--strategies: {spec.strategy!r}: the multi-device strategies take no generic modifiers "
+                        f"yet (got {', '.join('+' + m for m in generic)})")
