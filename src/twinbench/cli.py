@@ -239,6 +239,7 @@ def sweep(
     target = resume or out_dir or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
     title = "twinbench sweep over " + ", ".join(f"{k}={','.join(map(str, v))}" for k, v in axes)
     records = run_and_report(specs, target, timeout, plan_steps, json_path, title)
+    print_scaling(records)
     if not any(r.get("status") == "ok" for r in records):
         raise typer.Exit(1)
 
