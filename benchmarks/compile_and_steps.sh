@@ -2,11 +2,12 @@
 # Issue 3 measurements (benchmarks/RESULTS.md): compile time cut down, and what the execution strategies cost
 # or buy per step. Every configuration runs in its own process through `twinbench compare` / `sweep`.
 #
-#   benchmarks/compile_and_steps.sh OUTDIR [a b c d e]     (default: all five)
+#   benchmarks/compile_and_steps.sh OUTDIR [a b c c12 d d-unroll e]     (default: a b c d e)
 #
 #   a  scan-layers vs unrolled jit: compile time at 12 layers              (goal: <= 0.5x)
 #   b  JAX persistent compilation cache: warm vs cold compile              (goal: <= 0.3x)
-#   c  torch compile-regional vs compile: cold compile, and the warm Inductor cache (goal: <= 0.5x)
+#   c  torch compile-regional vs compile: cold compile, and the warm Inductor cache (goal: <= 0.5x);
+#      c12: the same cold comparison at 12 layers
 #   d  scan-layers vs unrolled: steady-state step time (from a)            (goal: <= +10%)
 #   e  scan-steps vs per-step jit at batch 1, 2, 8 on tiny and small
 set -euo pipefail
@@ -28,11 +29,17 @@ for item in $ITEMS; do
     c)
       $TB compare --preset small --framework torch --strategies compile,compile-regional --cache both \
         --steps 20 --warmup 5 --out "$OUT/c" ;;
+    c12)
+      $TB compare --preset small --layers 12 --framework torch --strategies compile,compile-regional \
+        --steps 20 --warmup 5 --out "$OUT/c12" ;;
     e)
       for preset in tiny small; do
         $TB sweep --preset $preset --framework jax --strategies jit,scan-steps --over batch=1,2,8 \
           --steps 48 --warmup 8 --scan-k 8 --out "$OUT/e-$preset"
       done ;;
-    *) echo "unknown item $item (a b c d e)" >&2; exit 2 ;;
+    d-unroll)  # investigation of d: unroll the layer scan
+      $TB sweep --preset small --layers 12 --framework jax --strategies scan-layers --over scan_unroll=2,4 \
+        --steps 30 --warmup 10 --out "$OUT/d-unroll" ;;
+    *) echo "unknown item $item (a b c c12 d d-unroll e)" >&2; exit 2 ;;
   esac
 done

@@ -55,6 +55,14 @@ def main(out: Path) -> None:
     print("(c) torch warm compile_s: compile", fmt(full_w, "compile_s"), f"({ratio(full_w, full_c, 'compile_s')} of cold)",
           "| compile-regional", fmt(reg_w, "compile_s"), f"({ratio(reg_w, reg_c, 'compile_s')} of cold)",
           "| step_ms compile", fmt(full_c, "step_ms", "ms"), "regional", fmt(reg_c, "step_ms", "ms"))
+    c12 = load(out / "c12" / "results.jsonl")
+    full12, reg12 = pick(c12, strategy="compile"), pick(c12, strategy="compile-regional")
+    print("(c12) 12 layers, torch cold compile_s: compile", fmt(full12, "compile_s"), "| compile-regional",
+          fmt(reg12, "compile_s"), "| ratio", ratio(reg12, full12, "compile_s"))
+    for r in load(out / "d-unroll" / "results.jsonl"):
+        if r.get("status") == "ok":
+            print(f"(d) scan-layers unroll {r['spec']['scan_unroll']}: step_ms {r['step_ms']:.2f} ms, "
+                  f"compile_s {r['compile_s']:.2f} s | vs unrolled jit", ratio(r, jit, "step_ms"))
     for preset in ("tiny", "small"):
         e = load(out / f"e-{preset}" / "results.jsonl")
         for batch in (1, 2, 8):

@@ -77,7 +77,8 @@ def varying(records: list[dict[str, Any]]) -> list[str]:
                 keys.append(k)
     if "compile_cache" not in keys:
         keys.append("compile_cache")
-    return [k for k in keys if len({repr(field_value(r, k)) for r in records}) > 1]
+    # a field missing from some records (written by an older twinbench) does not tell runs apart
+    return [k for k in keys if len({repr(v) for r in records if (v := field_value(r, k)) is not None}) > 1]
 
 
 def label(r: dict[str, Any], vary: list[str] | tuple[str, ...] = ()) -> str:
