@@ -31,13 +31,15 @@ OPTIONAL_COLUMNS: tuple[tuple[str, str, Any], ...] = (
 
 
 def optional_columns(records: list[dict[str, Any]]) -> list[tuple[str, Any]]:
-    """The optional columns some ok run filled; the input columns when a run used --slow-input or +prefetch."""
+    """Columns of classification runs (padding, accuracy) when there are some; the input columns when a run
+    used --slow-input or +prefetch, or is a classification run (its batches are made in the loop)."""
     ok = [r for r in records if r.get("status") == "ok"]
     inputs = any("prefetch" in r["strategy"].split("+") or field_value(r, "slow_input") or r.get("task") == "classify"
                  for r in ok)
+    text = [r for r in ok if r.get("task") == "classify"]  # variable-length text: padding and accuracy columns
     shown = []
     for header, key, cell in OPTIONAL_COLUMNS:
-        if (inputs if key == "input_shown" else any(r.get(key) is not None for r in ok)):
+        if (inputs if key == "input_shown" else any(r.get(key) is not None for r in text)):
             shown.append((header, cell))
     return shown
 
