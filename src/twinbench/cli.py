@@ -86,6 +86,8 @@ def build_specs(preset: str, frameworks: str, strategies: str | None, overrides:
         from twinbench.data.text import read_text_file
 
         read_text_file(base.train.data, base.train.seq + 2)
+    if base.model.family == "bert" and _csv(strategies) in (None, ["all"]):  # the bases that build a BERT
+        chosen = registry.for_bert(chosen)
     specs = [validate(with_precision(RunSpec(**{**base.__dict__, "framework": fw, "strategy": name})))
              for fw, name in chosen]
     for s in specs:  # --precision bf16 may have added +bf16: it must fit the strategy too

@@ -77,3 +77,11 @@ def test_torch_compile_dynamic_setting():
     assert compile_dynamic(spec_for("torch", "compile+bucket")) is False
     assert compile_dynamic(spec_for("torch", "compile+dynamic")) is None
     assert compile_dynamic(spec_for("torch", "compile+dynamic+symbolic")) is True
+
+
+def test_default_compare_of_a_bert_preset_runs_only_what_builds_a_bert():
+    from twinbench.cli import build_specs
+
+    labels = [s.label() for s in build_specs("bert-tiny", "torch,jax", None, {})]
+    assert "torch/eager" in labels and "jax/jit" in labels and "jax/jit+bucket" in labels
+    assert not any(x in lab for lab in labels for x in ("scan", "regional", "bf16", "remat"))

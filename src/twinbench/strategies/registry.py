@@ -98,6 +98,18 @@ register_modifier("symbolic", ("torch",), "torch.compile(dynamic=True): symbolic
                   "(use with +dynamic)", bases=("compile",))
 register_modifier("prefetch", ("torch", "jax"), "input pipeline with background workers (DataLoader / threads) "
                   "and device prefetch (pinned non_blocking copies / double-buffered jax.device_put)")
+#: What a default compare of a BERT preset adds to the BERT-capable bases: the variable-length cases.
+BERT_COMBOS: list[tuple[str, str]] = [("torch", "eager+dynamic"), ("jax", "jit+bucket")]
+
+
+def for_bert(chosen: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The default (or ``all``) selection narrowed to what the BERT twin runs, plus :data:`BERT_COMBOS`."""
+    from twinbench.spec import BERT_BASES, BERT_NO_MODIFIERS
+
+    fws = {f for f, _ in chosen}
+    keep = [(f, n) for f, n in chosen if split_name(n)[0] in BERT_BASES
+            and not set(split_name(n)[1]) & set(BERT_NO_MODIFIERS) and not REGISTRY[(f, split_name(n)[0])].multi_device]
+    return list(dict.fromkeys(keep + [(f, n) for f, n in BERT_COMBOS if f in fws]))
 #: Modifier combinations `--strategies all` runs besides every base (one representative use of each modifier).
 ALL_COMBOS: list[tuple[str, str]] = [
     ("torch", "eager+bf16"), ("torch", "eager+remat"), ("torch", "compile+optc"), ("torch", "compile+bf16"),
