@@ -263,6 +263,9 @@ def _validate_task(spec: RunSpec) -> None:
                         f"allowed: {wanted}")
     if t.slow_input < 0:
         raise SpecError(f"--slow-input must be >= 0 ms, got {t.slow_input}")
+    if m.family != "bert" and m.mask_impl != "where":
+        raise SpecError(f"--mask-impl {m.mask_impl} applies to the BERT padding mask; the {m.family} family "
+                        "has none; allowed: where")
     if m.family == "bert":
         if not isinstance(m.num_labels, int) or m.num_labels < 2:
             raise SpecError(f"--num-labels must be an integer >= 2, got {m.num_labels!r}")
