@@ -390,6 +390,52 @@ def score(
         raise typer.Exit(1)
 
 
+@app.command()
+def claims(
+    quick: bool = typer.Option(False, "--quick", help="small presets and short runs (about 10-15 minutes on a "
+                               "2-core CPU); default: larger presets, longer runs"),
+    only: Optional[str] = typer.Option(None, help="comma-separated claim ids, e.g. C1,C7 (default: C1-C21)"),  # noqa: UP045
+    preset: Optional[str] = typer.Option(  # noqa: UP045
+        None, help="GPT preset of most runs (tiny, small, gpt2-124m, gpt-350m); the size claims also use the next "
+                   "larger one; default: tiny with --quick, else small"),
+    out_dir: Optional[Path] = typer.Option(  # noqa: UP045
+        None, "--out", help="results directory; default runs/claims-<timestamp>; runs and probes already there "
+                            "are reused"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the list of verdicts here"),  # noqa: UP045
+    plan_steps: int = typer.Option(20000, help="steps of a full training run (compile shares, break-even verdicts)"),
+    timeout: float = typer.Option(900.0, help="seconds before one run or probe is stopped and marked failed"),
+    trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
+) -> None:
+    """Test each practitioner claim (C1-C21 of claims.md) here: what ran, the numbers, the verdict, its rule."""
+    from twinbench.claims import suite
+    from twinbench.claims.core import GPT_LADDER, Setup, select
+
+    try:
+        chosen = select(only)
+        if preset is not None and preset not in GPT_LADDER:
+            raise SpecError(f"--preset: unknown GPT preset {preset!r}; allowed: {', '.join(GPT_LADDER)}")
+        if plan_steps <= 0:
+            raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
+        setup = Setup(quick=quick, gpt=preset or ("tiny" if quick else "small"), plan_steps=plan_steps,
+                      top=trace_top(trace))
+        per_claim, specs = suite.plan(chosen, setup)
+    except SpecError as e:
+        fail(str(e))
+    target = out_dir or Path("runs") / time.strftime("claims-%Y%m%d-%H%M%S")
+    start = time.perf_counter()
+    records = run_and_report(specs, target, timeout, plan_steps, None, "twinbench claims", report=False) \
+        if specs else []
+    with console.status("probes") as status:
+        probes = suite.run_probes(chosen, target, timeout, lambda name: status.update(f"probe {name}"))
+    results = suite.verdicts(chosen, setup, per_claim, records, probes)
+    suite.render(out, results)
+    path = suite.write(results, target, json_path)
+    out.print(f"  verdicts: {path}{f', {json_path}' if json_path else ''} ({len(specs)} runs, "
+              f"{time.perf_counter() - start:.0f} s)", highlight=False)
+    if records:
+        write_report(target, plan_steps)
+
+
 @app.command("report")
 def report_cmd(
     directory: Path = typer.Argument(..., help="results directory (holds results.jsonl; claims.json, "

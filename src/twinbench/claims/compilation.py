@@ -1,0 +1,276 @@
+"""C1-C6, compilation and step structure: each claim's runs and its verdict rule, next to each other."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from twinbench.claims.core import (
+    CONTRADICTED,
+    DEPENDS,
+    SUPPORTED,
+    Claim,
+    Evidence,
+    Setup,
+    Verdict,
+    pct,
+    register,
+    rnd,
+)
+from twinbench.report.breakeven import break_even_steps, total_s
+from twinbench.spec import RunSpec
+
+GROUP = "compilation and step structure"
+CPU_SCALE = "Measured on this machine at the suite's (small) sizes, not at the claim's ~300M parameters."
+
+
+def bert_runs(setup: Setup) -> dict[str, Any]:
+    """Small-batch BERT fine-tuning with variable-length text: the claims' fine-tuning loop."""
+    return {"batch": 4, "steps": 12, "warmup": 3} if setup.quick else {"batch": 8, "steps": 40, "warmup": 5}
+
+
+def loop_s(r: dict[str, Any]) -> float:
+    """Wall time of the whole measured loop, compiles and recompiles included (the user's wait)."""
+    return r["wall_s"] if r.get("wall_s") else total_s(r, r["steps"])
+
+
+# ---------------------------------------------------------------------------------------------------- C1
+C1_RULE = ("r = wall time of the fine-tuning loop (compiles included) of jax/naive / torch/eager, both on "
+           "small-batch BERT with per-batch lengths (+dynamic). r <= 1.0: contradicted. r > 1.0 and the JAX steady "
+           "step is no faster: supported. r > 1.0 but the JAX steady step is faster: depends (it catches up after "
+           "the break-even number of steps).")
+
+
+def c1_runs(s: Setup) -> dict[str, RunSpec]:
+    b = bert_runs(s)
+    return {"torch": s.spec("torch", "eager+dynamic", s.bert, **b),
+            "jax_naive": s.spec("jax", "naive+dynamic", s.bert, **b),
+            "jax_jit": s.spec("jax", "jit+dynamic", s.bert, **b)}
+
+
+def c1_judge(ev: Evidence) -> Verdict:
+    t, j, jit = ev["torch"], ev["jax_naive"], ev["jax_jit"]
+    r = loop_s(j) / loop_s(t)
+    steady = j["step_ms"] / t["step_ms"]
+    nums = {"torch_loop_s": rnd(loop_s(t)), "jax_naive_loop_s": rnd(loop_s(j)), "jax_jit_loop_s": rnd(loop_s(jit)),
+            "loop_ratio_jax_naive_vs_torch": rnd(r), "steady_ratio": rnd(steady),
+            "jax_naive_compiles_in_loop": j.get("compiles_in_loop"), "distinct_lengths": j.get("distinct_lengths"),
+            "steps": t["steps"], "batch": t["batch"]}
+    if r <= 1.0:
+        return Verdict(CONTRADICTED, f"naive JAX took {pct(r - 1)} the time of torch eager over the {t['steps']}-step "
+                       "loop: not slower here, compiles included", nums)
+    if steady >= 1.0:
+        return Verdict(SUPPORTED, f"naive JAX took {pct(r - 1)} longer than torch eager over {t['steps']} steps "
+                       f"({j.get('compiles_in_loop')} compiles for {j.get('distinct_lengths')} lengths) and its "
+                       f"steady step is {pct(steady - 1)} too, so the gap does not close", nums)
+    overhead = loop_s(j) - loop_s(t) - t["steps"] * (j["step_ms"] - t["step_ms"]) / 1e3
+    n = t["steps"] + overhead / ((t["step_ms"] - j["step_ms"]) / 1e3)
+    nums["break_even_steps"] = rnd(n)
+    return Verdict(DEPENDS, f"naive JAX is {pct(r - 1)} slower over {t['steps']} steps (compiles), but steps "
+                   f"{pct(steady - 1)} faster once compiled: it catches up after ~{math.ceil(n)} steps if no new "
+                   "lengths appear", nums)
+
+
+register(Claim("C1", GROUP, "A straight port of a small-batch fine-tuning loop runs ~30% slower in JAX than PyTorch "
+               "eager (compiles per function, retraces on new shapes; not amortised at small batch).",
+               C1_RULE, c1_runs, c1_judge, caveat=CPU_SCALE))
+
+# ---------------------------------------------------------------------------------------------------- C2
+C2_RULE = ("best = the faster steady step of jax/jit and jax/scan-steps (whole step in one jit; K steps per call). "
+           "best no faster than torch/eager: contradicted. Faster and its compile is paid back within the planned run "
+           "(break-even <= plan steps): supported. Faster but break-even beyond the plan: depends.")
+
+
+def c2_runs(s: Setup) -> dict[str, RunSpec]:
+    return {"torch": s.spec("torch", "eager"), "jit": s.spec("jax", "jit"), "scan": s.spec("jax", "scan-steps")}
+
+
+def c2_judge(ev: Evidence) -> Verdict:
+    t = ev["torch"]
+    best_name = min(("jit", "scan"), key=lambda n: ev[n]["step_ms"])
+    b = ev[best_name]
+    n = break_even_steps(b, t)
+    plan = ev.setup.plan_steps
+    nums = {"torch_eager_step_ms": rnd(t["step_ms"]), "jax_jit_step_ms": rnd(ev["jit"]["step_ms"]),
+            "jax_scan_steps_step_ms": rnd(ev["scan"]["step_ms"]), "scan_steps_per_call": ev["scan"].get("steps_per_call"),
+            "scan_compiles_in_loop": ev["scan"].get("compiles_in_loop"), "best": b["strategy"],
+            "best_first_step_s": rnd(b["first_step_s"]), "break_even_steps": rnd(n), "plan_steps": plan}
+    if b["step_ms"] >= t["step_ms"]:
+        return Verdict(CONTRADICTED, f"the best whole-step JAX ({b['strategy']}, {b['step_ms']:.2f} ms) is not faster "
+                       f"per step than torch eager ({t['step_ms']:.2f} ms): it never overtakes", nums)
+    if n is not None and n <= plan:
+        return Verdict(SUPPORTED, f"jax/{b['strategy']} steps {pct(b['step_ms'] / t['step_ms'] - 1)} vs torch eager, "
+                       f"compiles {b.get('compiles_in_loop')} time(s) and overtakes after {math.ceil(n)} steps", nums)
+    return Verdict(DEPENDS, f"jax/{b['strategy']} steps faster but overtakes torch eager only after "
+                   f"{math.ceil(n) if n is not None else '?'} steps, beyond the planned {plan}", nums)
+
+
+register(Claim("C2", GROUP, "The whole training step in ONE jitted function, several steps per call with lax.scan, "
+               "compiles once and makes JAX overtake PyTorch.", C2_RULE, c2_runs, c2_judge, caveat=CPU_SCALE))
+
+# ---------------------------------------------------------------------------------------------------- C3
+C3_RULE = ("From the tracing probe: a Python if on a traced value must fail, a static hyperparameter must compile "
+           "once per value, padded shapes must compile once. From BERT runs: jax/jit (pad-max) compiles once in the "
+           "loop, jit+dynamic more. All hold: supported. A Python if on a traced value runs, or padding does not cut "
+           "compiles: contradicted. Otherwise: depends.")
+
+
+def c3_runs(s: Setup) -> dict[str, RunSpec]:
+    b = bert_runs(s)
+    return {"pad_max": s.spec("jax", "jit", s.bert, **b), "bucket": s.spec("jax", "jit+bucket", s.bert, **b),
+            "dynamic": s.spec("jax", "jit+dynamic", s.bert, **b)}
+
+
+def c3_judge(ev: Evidence) -> Verdict:
+    p = ev.probes["tracing"]
+    pad, dyn, buck = ev["pad_max"], ev["dynamic"], ev["bucket"]
+    nums = {"python_if_on_traced_value": p["python_if_on_traced_value"],
+            "static_hyperparameter_traces": p["static_hyperparameter_traces"],
+            "hyperparameter_values": p["hyperparameter_values"],
+            "traced_hyperparameter_traces": p["traced_hyperparameter_traces"],
+            "unpadded_traces": p["unpadded_traces"], "padded_traces": p["padded_traces"],
+            "bert_compiles_pad_max": pad.get("compiles_in_loop"), "bert_compiles_bucket": buck.get("compiles_in_loop"),
+            "bert_compiles_dynamic": dyn.get("compiles_in_loop"), "bert_distinct_lengths": dyn.get("distinct_lengths")}
+    if_fails = p["python_if_on_traced_value"] != "ran"
+    static_recompiles = p["static_hyperparameter_traces"] >= p["hyperparameter_values"] > 1
+    pad_helps = p["padded_traces"] == 1 < p["unpadded_traces"] and pad["compiles_in_loop"] < dyn["compiles_in_loop"]
+    if not if_fails or not pad_helps:
+        why = "a Python if on a traced value ran under jit" if not if_fails else "padding did not cut the compiles"
+        return Verdict(CONTRADICTED, why, nums)
+    if static_recompiles and pad["compiles_in_loop"] == 1:
+        return Verdict(SUPPORTED, f"the Python if on a tracer fails ({p['python_if_on_traced_value']}); a static "
+                       f"hyperparameter compiled {p['static_hyperparameter_traces']}x for {p['hyperparameter_values']} "
+                       f"values (traced: {p['traced_hyperparameter_traces']}x); BERT pad-max compiled once, dynamic "
+                       f"{dyn['compiles_in_loop']}x", nums)
+    return Verdict(DEPENDS, "padding cuts compiles but not to one program, or static values did not recompile", nums)
+
+
+register(Claim("C3", GROUP, "Fixing dynamic dimensions with static_argnums or padding avoids recompiles; a Python `if` "
+               "in the step recompiles (Python values) or fails (traced values).", C3_RULE, c3_runs, c3_judge,
+               probes=("tracing",)))
+
+# ---------------------------------------------------------------------------------------------------- C4
+C4_SHORT = 1000
+C4_SHARE = 0.10
+C4_RULE = (f"share(N) = compile_s / (compile_s + N * step_s) of the deepest unrolled jax/jit measured. share >= "
+           f"{C4_SHARE:.0%} at both {C4_SHORT} steps and the planned run: supported; below at both: contradicted; "
+           "otherwise depends (the run length where it drops below is the threshold). Compile growth per layer "
+           "(unrolled vs scan-layers) is reported and extrapolated to 24 layers.")
+
+
+def c4_depths(s: Setup) -> tuple[int, int]:
+    from twinbench.spec import PRESETS
+
+    base = PRESETS[s.gpt][0].layers
+    return base, base * (3 if s.quick else 4)
+
+
+def c4_runs(s: Setup) -> dict[str, RunSpec]:
+    lo, hi = c4_depths(s)
+    return {"jit_lo": s.spec("jax", "jit", layers=lo), "jit_hi": s.spec("jax", "jit", layers=hi),
+            "scan_lo": s.spec("jax", "scan-layers", layers=lo), "scan_hi": s.spec("jax", "scan-layers", layers=hi)}
+
+
+def compile_share(r: dict[str, Any], steps: int) -> float:
+    c = r["compile_s"] or 0.0
+    return c / (c + steps * r["step_ms"] / 1e3)
+
+
+def c4_judge(ev: Evidence) -> Verdict:
+    lo, hi = ev["jit_lo"], ev["jit_hi"]
+    plan = ev.setup.plan_steps
+    per_layer = (hi["compile_s"] - lo["compile_s"]) / (hi["layers"] - lo["layers"])
+    scan_per_layer = (ev["scan_hi"]["compile_s"] - ev["scan_lo"]["compile_s"]) / (hi["layers"] - lo["layers"])
+    s_short, s_plan = compile_share(hi, C4_SHORT), compile_share(hi, plan)
+    threshold = hi["compile_s"] * (1 - C4_SHARE) / C4_SHARE / (hi["step_ms"] / 1e3)
+    nums = {f"jit_compile_s_L{lo['layers']}": rnd(lo["compile_s"]), f"jit_compile_s_L{hi['layers']}": rnd(hi["compile_s"]),
+            f"scan_layers_compile_s_L{lo['layers']}": rnd(ev["scan_lo"]["compile_s"]),
+            f"scan_layers_compile_s_L{hi['layers']}": rnd(ev["scan_hi"]["compile_s"]),
+            "jit_compile_s_per_layer": rnd(per_layer), "scan_layers_compile_s_per_layer": rnd(scan_per_layer),
+            "jit_compile_s_at_24_layers_extrapolated": rnd(lo["compile_s"] + per_layer * (24 - lo["layers"])),
+            f"share_at_{C4_SHORT}_steps": rnd(s_short), f"share_at_{plan}_steps": rnd(s_plan),
+            "steps_where_share_drops_below_10pct": rnd(threshold)}
+    caveat = ("The claim's minutes are for ~300M-parameter models on GPUs; this measures the same quantities at "
+              f"{hi['layers']} layers x d{hi['d_model']} here, so only the shares and the growth per layer carry over.")
+    if s_short >= C4_SHARE and s_plan >= C4_SHARE:
+        return Verdict(SUPPORTED, f"compile is {s_plan:.0%} of a {plan}-step run ({hi['compile_s']:.1f} s)", nums, caveat)
+    if s_short < C4_SHARE and s_plan < C4_SHARE:
+        return Verdict(CONTRADICTED, f"compile is only {s_short:.1%} of even a {C4_SHORT}-step run", nums, caveat)
+    return Verdict(DEPENDS, f"compile ({hi['compile_s']:.1f} s) is >= 10% of runs shorter than {math.ceil(threshold)} "
+                   f"steps and less beyond ({s_plan:.1%} of {plan} steps)", nums, caveat)
+
+
+register(Claim("C4", GROUP, "XLA compile of a ~300M model takes minutes after every model change; compile is 10-15% "
+               "of a full training cycle.", C4_RULE, c4_runs, c4_judge))
+
+# ---------------------------------------------------------------------------------------------------- C5
+C5_RULE = ("For each compiled strategy (jax/jit, jax/scan-steps) against torch/eager: break-even steps from first-step "
+           "time and steady step time (report/breakeven.py). A finite crossing after step 1 within 100x the planned "
+           "run: supported (a trade with a break-even). One side ahead at every run length for every pair: "
+           "contradicted. A crossing only beyond 100x the plan: depends.")
+
+
+def c5_runs(s: Setup) -> dict[str, RunSpec]:
+    return {"eager": s.spec("torch", "eager"), "jit": s.spec("jax", "jit"), "scan": s.spec("jax", "scan-steps")}
+
+
+def c5_judge(ev: Evidence) -> Verdict:
+    plan, e = ev.setup.plan_steps, ev["eager"]
+    nums: dict[str, Any] = {"torch_eager_first_step_s": rnd(e["first_step_s"]), "torch_eager_step_ms": rnd(e["step_ms"])}
+    crossings = []
+    for name in ("jit", "scan"):
+        r = ev[name]
+        nums[f"jax_{r['strategy']}_first_step_s"] = rnd(r["first_step_s"])
+        nums[f"jax_{r['strategy']}_step_ms"] = rnd(r["step_ms"])
+        for a, b in ((r, e), (e, r)):
+            n = break_even_steps(a, b)
+            if n is not None and 1 < n < math.inf:
+                nums[f"break_even_{a['strategy']}_overtakes_{b['strategy']}"] = math.ceil(n)
+                crossings.append((n, f"{a['framework']}/{a['strategy']} overtakes {b['framework']}/{b['strategy']} "
+                                     f"after {math.ceil(n)} steps"))
+    if not crossings:
+        return Verdict(CONTRADICTED, "no crossing: one side is ahead at every run length", nums)
+    n, text = min(crossings)
+    if n <= 100 * plan:
+        return Verdict(SUPPORTED, text + "; each model change restarts the count (a new compile)", nums)
+    return Verdict(DEPENDS, text + f", far beyond the planned {plan} steps", nums)
+
+
+register(Claim("C5", GROUP, "Compile time vs run time is a trade whose answer depends on how many steps you run and "
+               "how often you change the model: there is a break-even number of steps.", C5_RULE, c5_runs, c5_judge,
+               caveat=CPU_SCALE))
+
+# ---------------------------------------------------------------------------------------------------- C6
+C6_RULE = ("On the larger model: gap = torch/eager - jax/jit steady step; closed = (eager - compile) / gap. No gap "
+           "(jit not faster): depends (nothing to close; compile vs eager reported). closed >= 50%: supported; "
+           "closed <= 0 (compile no faster than eager): contradicted; in between: depends.")
+
+
+def c6_runs(s: Setup) -> dict[str, RunSpec]:
+    return {"eager": s.spec("torch", "eager", s.big), "compile": s.spec("torch", "compile", s.big),
+            "jit": s.spec("jax", "jit", s.big)}
+
+
+def c6_judge(ev: Evidence) -> Verdict:
+    e, c, j = ev["eager"], ev["compile"], ev["jit"]
+    gap = e["step_ms"] - j["step_ms"]
+    n = break_even_steps(c, e)
+    nums = {"torch_eager_step_ms": rnd(e["step_ms"]), "torch_compile_step_ms": rnd(c["step_ms"]),
+            "jax_jit_step_ms": rnd(j["step_ms"]), "torch_compile_s": rnd(c["compile_s"]),
+            "jax_jit_compile_s": rnd(j["compile_s"]), "compile_overtakes_eager_after_steps": rnd(n)}
+    if gap <= 0:
+        return Verdict(DEPENDS, f"no gap to close here: jax/jit ({j['step_ms']:.2f} ms) is not faster than torch eager "
+                       f"({e['step_ms']:.2f} ms); torch.compile steps {pct(c['step_ms'] / e['step_ms'] - 1)} vs eager",
+                       nums)
+    closed = (e["step_ms"] - c["step_ms"]) / gap
+    nums["gap_closed"] = rnd(closed)
+    if closed >= 0.5:
+        return Verdict(SUPPORTED, f"torch.compile closes {closed:.0%} of the eager-to-jit gap", nums)
+    if closed <= 0:
+        return Verdict(CONTRADICTED, f"torch.compile is no faster than eager ({c['step_ms']:.2f} vs "
+                       f"{e['step_ms']:.2f} ms): it closes none of the gap", nums)
+    return Verdict(DEPENDS, f"torch.compile closes {closed:.0%} of the gap: part, not most", nums)
+
+
+register(Claim("C6", GROUP, "torch.compile closes most of the gap (\"go back to PyTorch and add torch.compile\").",
+               C6_RULE, c6_runs, c6_judge, caveat=CPU_SCALE))

@@ -1,0 +1,223 @@
+"""C10-C14, many devices: each claim's runs and its verdict rule, next to each other.
+
+Without several accelerators the runs use simulated devices (JAX host-platform devices, torchrun processes on
+the CPU) that share this machine's cores: they show what each formulation computes, where the arrays live and
+what it costs in overhead, never a real speed-up. Every verdict here says so in its caveat.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+from twinbench.claims.core import (
+    CONTRADICTED,
+    DEPENDS,
+    SUPPORTED,
+    Claim,
+    Evidence,
+    Setup,
+    Verdict,
+    register,
+    rnd,
+)
+from twinbench.spec import PRESETS, RunSpec
+
+GROUP = "multi-device"
+DEVICES = 2
+
+
+def simulated(r: dict[str, Any]) -> str:
+    """The caveat for runs on simulated devices (empty on real accelerators)."""
+    if r.get("platform") != "cpu":
+        return ""
+    from twinbench.report.scaling import caveat
+
+    return caveat([{"platform": "cpu", "devices": r.get("device_count") or DEVICES}]) or ""
+
+
+def dp(s: Setup, strategy: str, framework: str = "jax", **over: Any) -> RunSpec:
+    return s.spec(framework, strategy, devices=over.pop("devices", DEVICES), **over)
+
+
+# --------------------------------------------------------------------------------------------------- C10
+C10_RULE = ("mesh-dp+replicate-batch (the batch replicated, not split) against mesh-dp, same global batch, "
+            f"{DEVICES} devices. Replicated run flagged by the sharding report and its step >= 0.9x the split run's "
+            "(every device computes the whole batch, no gain): supported; flagged but faster than that: "
+            "contradicted; not flagged: depends.")
+
+
+def c10_runs(s: Setup) -> dict[str, RunSpec]:
+    return {"split": dp(s, "mesh-dp"), "replicated": dp(s, "mesh-dp+replicate-batch")}
+
+
+def c10_judge(ev: Evidence) -> Verdict:
+    sp, rp = ev["split"], ev["replicated"]
+    flagged = any("replicated" in w for w in rp.get("warnings") or [])
+    ratio = rp["step_ms"] / sp["step_ms"]
+    nums = {"split_step_ms": rnd(sp["step_ms"]), "replicated_step_ms": rnd(rp["step_ms"]),
+            "replicated_vs_split": rnd(ratio), "replicated_flagged": flagged,
+            "split_flagged": bool(sp.get("warnings")), "devices": sp.get("device_count")}
+    cav = simulated(sp)
+    if not flagged:
+        return Verdict(DEPENDS, "the replicated batch was not flagged by the sharding report: cannot tell from the "
+                       "arrays whether the devices duplicated the work", nums, cav)
+    if ratio >= 0.9:
+        return Verdict(SUPPORTED, f"with the batch replicated every device computes the whole batch: the sharding "
+                       f"report flags it and the step takes {ratio:.2f}x the split run's (no gain from the devices)",
+                       nums, cav)
+    return Verdict(CONTRADICTED, f"the replicated run was flagged but steps faster ({ratio:.2f}x) than the split one",
+                   nums, cav)
+
+
+register(Claim("C10", GROUP, "Multi-GPU gives no speed-up when sharding is not really applied: with data replicated "
+               "every device computes the same thing (check with jax.debug.visualize_array_sharding).",
+               C10_RULE, c10_runs, c10_judge))
+
+# --------------------------------------------------------------------------------------------------- C11
+C11_RULE = ("jax/mesh-dp (jit + NamedSharding) against jax/pmap, same global batch and devices. Same final loss "
+            "(|diff| <= 1e-3 relative) and mesh-dp step <= 1.1x pmap's: supported (the recommended API costs "
+            "nothing); mesh-dp step > 1.25x pmap's or losses differ: contradicted; in between: depends.")
+
+
+def c11_runs(s: Setup) -> dict[str, RunSpec]:
+    return {"mesh": dp(s, "mesh-dp"), "pmap": dp(s, "pmap")}
+
+
+def c11_judge(ev: Evidence) -> Verdict:
+    m, p = ev["mesh"], ev["pmap"]
+    ratio = m["step_ms"] / p["step_ms"]
+    loss_diff = abs(m["loss_last"] - p["loss_last"]) / max(abs(p["loss_last"]), 1e-9)
+    nums = {"mesh_dp_step_ms": rnd(ratio * p["step_ms"]), "pmap_step_ms": rnd(p["step_ms"]),
+            "mesh_vs_pmap": rnd(ratio), "mesh_compile_s": rnd(m["compile_s"]), "pmap_compile_s": rnd(p["compile_s"]),
+            "final_loss_rel_diff": rnd(loss_diff)}
+    cav = simulated(m)
+    if loss_diff > 1e-3 or ratio > 1.25:
+        why = "the two train different models" if loss_diff > 1e-3 else f"mesh-dp steps {ratio:.2f}x pmap's time"
+        return Verdict(CONTRADICTED, why, nums, cav)
+    if ratio <= 1.1:
+        return Verdict(SUPPORTED, f"mesh-dp trains the same model (loss diff {loss_diff:.1e}) at {ratio:.2f}x pmap's "
+                       "step time, with sharding stated on the arrays instead of a per-device program", nums, cav)
+    return Verdict(DEPENDS, f"same model, but mesh-dp steps {ratio:.2f}x pmap's time here", nums, cav)
+
+
+register(Claim("C11", GROUP, "Use Mesh + NamedSharding (jit with shardings) instead of hand-written pmap.",
+               C11_RULE, c11_runs, c11_judge))
+
+# --------------------------------------------------------------------------------------------------- C12
+C12_RULE = ("Weak-scaling efficiency of jax/mesh-dp on 2 devices (report/scaling.py: T(1 device, b) / T(2, 2b)) "
+            "at a small and a large per-device batch. Efficiency at the small batch below 0.9x the large batch's: "
+            "supported (overhead eats the gain at small batch; threshold = the batch where it reaches 0.9x); "
+            "efficiency no better at the large batch: contradicted; otherwise depends.")
+
+
+def c12_batches(s: Setup) -> tuple[int, int]:
+    b = PRESETS[s.gpt][1].batch // DEVICES or 1
+    return b, b * 8
+
+
+def c12_runs(s: Setup) -> dict[str, RunSpec]:
+    out = {}
+    for b in c12_batches(s):
+        out[f"one@{b}"] = dp(s, "mesh-dp", devices=1, batch=b)
+        out[f"two@{b}"] = dp(s, "mesh-dp", batch=b * DEVICES)
+    return out
+
+
+def c12_judge(ev: Evidence) -> Verdict:
+    lo, hi = c12_batches(ev.setup)
+    eff = {b: ev[f"one@{b}"]["step_ms"] / ev[f"two@{b}"]["step_ms"] for b in (lo, hi)}
+    nums = {f"weak_efficiency_per_device_batch_{b}": rnd(e) for b, e in eff.items()}
+    nums.update({f"step_ms_1dev_b{b}": rnd(ev[f"one@{b}"]["step_ms"]) for b in (lo, hi)})
+    nums.update({f"step_ms_2dev_b{2 * b}": rnd(ev[f"two@{b}"]["step_ms"]) for b in (lo, hi)})
+    cav = simulated(ev[f"two@{lo}"])
+    if eff[lo] < 0.9 * eff[hi]:
+        return Verdict(SUPPORTED, f"weak efficiency {eff[lo]:.2f} at per-device batch {lo} vs {eff[hi]:.2f} at {hi}: "
+                       f"overhead dominates below per-device batch ~{hi} here", nums, cav)
+    if eff[hi] <= eff[lo]:
+        return Verdict(CONTRADICTED, f"no better efficiency at per-device batch {hi} ({eff[hi]:.2f}) than at {lo} "
+                       f"({eff[lo]:.2f})", nums, cav)
+    return Verdict(DEPENDS, f"efficiency rises only a little from batch {lo} ({eff[lo]:.2f}) to {hi} ({eff[hi]:.2f})",
+                   nums, cav)
+
+
+register(Claim("C12", GROUP, "At small per-device batch, communication latency eats the parallel gain; per-device "
+               "batch >= 64 is suggested before judging.", C12_RULE, c12_runs, c12_judge))
+
+# --------------------------------------------------------------------------------------------------- C13
+C13_RULE = ("jax/pmap+nosync (no lax.pmean of the gradients) against jax/pmap: parameter replicas compared after "
+            "the run (record sharding.replicas_max_abs_diff). nosync replicas differ and synced ones agree "
+            "(<= 1e-6): supported; nosync replicas identical: contradicted; both differ: depends.")
+
+
+def c13_runs(s: Setup) -> dict[str, RunSpec]:
+    return {"sync": dp(s, "pmap"), "nosync": dp(s, "pmap+nosync")}
+
+
+def c13_judge(ev: Evidence) -> Verdict:
+    def diff(r: dict[str, Any]) -> float:
+        return float((r.get("sharding") or {}).get("replicas_max_abs_diff") or 0.0)
+
+    ds, dn = diff(ev["sync"]), diff(ev["nosync"])
+    nums = {"sync_replicas_max_abs_diff": rnd(ds), "nosync_replicas_max_abs_diff": rnd(dn),
+            "nosync_warnings": len(ev["nosync"].get("warnings") or []),
+            "sync_loss_last": rnd(ev["sync"]["loss_last"], 5), "nosync_loss_last": rnd(ev["nosync"]["loss_last"], 5)}
+    cav = simulated(ev["sync"])
+    if dn <= 1e-6:
+        return Verdict(CONTRADICTED, "without the gradient pmean the replicas still agree", nums, cav)
+    if ds <= 1e-6:
+        return Verdict(SUPPORTED, f"without the pmean the replicas drift apart (max |diff| {dn:.2g}): each device "
+                       "trained its own model; with it they agree", nums, cav)
+    return Verdict(DEPENDS, f"replicas differ with ({ds:.2g}) and without ({dn:.2g}) the pmean", nums, cav)
+
+
+register(Claim("C13", GROUP, "If gradient accumulation and the pmap axis_name disagree, gradients are never "
+               "synchronised and each device trains its own model.", C13_RULE, c13_runs, c13_judge))
+
+# --------------------------------------------------------------------------------------------------- C14
+C14_RULE = ("'Cleaner' measured as code: statements of twinbench's own JAX data-parallel strategy (jax_mesh.py) vs "
+            "its torch DDP strategy plus the torchrun launcher it needs; both must run on 2 devices. JAX > 20% "
+            "shorter and needs no launcher: depends (the 'cleaner' half holds; 'more mature' is not measurable here); "
+            "otherwise contradicted (the measurable half fails).")
+SOURCES = Path(__file__).resolve().parents[1]
+
+
+def statements(path: Path) -> int:
+    """Statements of a module, docstrings excluded (a count that ignores comments and line wrapping)."""
+    tree = ast.parse(path.read_text())
+    n = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt):
+            is_doc = isinstance(node, ast.Expr) and isinstance(getattr(node, "value", None), ast.Constant) \
+                and isinstance(node.value.value, str)
+            n += 0 if is_doc else 1
+    return n
+
+
+def c14_runs(s: Setup) -> dict[str, RunSpec]:
+    return {"ddp": dp(s, "ddp", framework="torch"), "mesh": dp(s, "mesh-dp")}
+
+
+def c14_judge(ev: Evidence) -> Verdict:
+    from twinbench.strategies import registry
+
+    jax_n = statements(SOURCES / "strategies" / "jax_mesh.py")
+    torch_files = [SOURCES / "strategies" / "torch_ddp.py"]
+    if registry.get("torch", "ddp").launcher == "torchrun":
+        torch_files.append(SOURCES / "distributed" / "torchrun.py")
+    torch_n = sum(statements(f) for f in torch_files)
+    nums = {"jax_mesh_statements": jax_n, "torch_ddp_statements": torch_n,
+            "torch_needs_launcher": registry.get("torch", "ddp").launcher or "no",
+            "torch_ddp_step_ms": rnd(ev["ddp"]["step_ms"]), "jax_mesh_dp_step_ms": rnd(ev["mesh"]["step_ms"])}
+    cav = ("Code size is a proxy for 'cleaner' (jax_mesh.py also holds FSDP); maturity (years of use, tooling, "
+           "failure handling) is not measurable by a benchmark. " + simulated(ev["mesh"]))
+    if jax_n < 0.8 * torch_n:
+        return Verdict(DEPENDS, f"JAX data parallelism takes {jax_n} statements vs {torch_n} for DDP + launcher "
+                       "(cleaner, by this measure); 'more mature' is not measurable here", nums, cav)
+    return Verdict(CONTRADICTED, f"the JAX data-parallel code is not shorter ({jax_n} vs {torch_n} statements)",
+                   nums, cav)
+
+
+register(Claim("C14", GROUP, "PyTorch DDP is more mature; JAX pmap/mesh data parallelism is \"cleaner\" to write.",
+               C14_RULE, c14_runs, c14_judge))

@@ -1,0 +1,137 @@
+"""C7-C9, steady-state speed: each claim's runs and its verdict rule, next to each other."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twinbench.claims.core import (
+    CONTRADICTED,
+    DEPENDS,
+    SUPPORTED,
+    Claim,
+    Evidence,
+    Setup,
+    Verdict,
+    pct,
+    register,
+    rnd,
+)
+from twinbench.spec import PRESETS, RunSpec
+
+GROUP = "steady-state speed"
+
+
+def points(s: Setup) -> list[tuple[str, str, dict[str, Any]]]:
+    """The (name, preset, overrides) points of the size sweep, smallest work per step first."""
+    b = PRESETS[s.gpt][1].batch
+    mult = (8,) if s.quick else (4, 16)
+    pts = [(f"{s.gpt}_b{b}", s.gpt, {})] + [(f"{s.gpt}_b{b * m}", s.gpt, {"batch": b * m}) for m in mult]
+    if s.big != s.gpt:
+        pts.append((f"{s.big}_b{PRESETS[s.big][1].batch}", s.big, {}))
+    return pts
+
+
+def sweep_runs(s: Setup) -> dict[str, RunSpec]:
+    out = {}
+    for name, preset, over in points(s):
+        out[f"eager@{name}"] = s.spec("torch", "eager", preset, **over)
+        out[f"jit@{name}"] = s.spec("jax", "jit", preset, **over)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- C7
+C7_LO, C7_HI = 0.0, 0.15
+C7_RULE = (f"At the largest point measured: adv = best torch steady step (eager, compile) / jax/jit step - 1. adv >= "
+           f"{C7_HI:.0%}: supported; adv <= {C7_LO:.0%}: contradicted; in between: depends.")
+
+
+def c7_runs(s: Setup) -> dict[str, RunSpec]:
+    return {"eager": s.spec("torch", "eager", s.big), "compile": s.spec("torch", "compile", s.big),
+            "jit": s.spec("jax", "jit", s.big)}
+
+
+def c7_judge(ev: Evidence) -> Verdict:
+    e, c, j = ev["eager"], ev["compile"], ev["jit"]
+    best = min(e, c, key=lambda r: r["step_ms"])
+    adv = best["step_ms"] / j["step_ms"] - 1
+    nums = {"torch_eager_step_ms": rnd(e["step_ms"]), "torch_compile_step_ms": rnd(c["step_ms"]),
+            "jax_jit_step_ms": rnd(j["step_ms"]), "jax_advantage_vs_best_torch": rnd(adv),
+            "n_params": j.get("n_params"), "batch": j["batch"], "seq": j["seq"]}
+    caveat = (f"{j.get('n_params', 0) / 1e6:.1f}M parameters on {j.get('platform')} in fp32, one device: not the "
+              "claim's ~300M with large batches on GPUs; the DDP + mixed-precision half is not measured here.")
+    where = f"at {j.get('n_params', 0) / 1e6:.1f}M params, batch {j['batch']}"
+    if adv >= C7_HI:
+        return Verdict(SUPPORTED, f"jax/jit steps {adv:.0%} faster than the best torch ({best['strategy']}) {where}",
+                       nums, caveat)
+    if adv <= C7_LO:
+        return Verdict(CONTRADICTED, f"jax/jit is not faster than torch/{best['strategy']} {where} "
+                       f"({j['step_ms']:.2f} vs {best['step_ms']:.2f} ms)", nums, caveat)
+    return Verdict(DEPENDS, f"jax/jit is {adv:.0%} faster than torch/{best['strategy']} {where}: less than the claimed "
+                   "20-30%", nums, caveat)
+
+
+register(Claim("C7", GROUP, "Once compiled, JAX runs 20-30% faster per step than PyTorch at ~300M parameters with "
+               "large batches and no dynamic shapes (others: at most 15-20% vs DDP + mixed precision).",
+               C7_RULE, c7_runs, c7_judge))
+
+# ---------------------------------------------------------------------------------------------------- C8
+C8_RULE = ("speedup = torch/eager step / jax/jit step at each point (model size x batch), ordered by work per step. "
+           "JAX ahead (speedup > 1.05) already at the smallest point: contradicted. Not ahead at the smallest but "
+           "ahead at a larger one: supported (threshold = first point where it leads). Never ahead: depends (the "
+           "advantage, if any, lies beyond the sizes measured).")
+
+
+def c8_judge(ev: Evidence) -> Verdict:
+    rows = []
+    for name, _, _ in points(ev.setup):
+        e, j = ev[f"eager@{name}"], ev[f"jit@{name}"]
+        work = (j.get("flops_per_token") or 1) * j["batch"] * j["seq"]
+        rows.append((work, name, e["step_ms"] / j["step_ms"]))
+    rows.sort()
+    nums = {f"speedup_{name}": rnd(sp) for _, name, sp in rows}
+    first_sp = rows[0][2]
+    if first_sp > 1.05:
+        return Verdict(CONTRADICTED, f"JAX is already {first_sp:.2f}x torch eager at the smallest point "
+                       f"({rows[0][1]}): its advantage does not need large models or batches", nums)
+    ahead = [name for _, name, sp in rows if sp > 1.05]
+    if ahead:
+        return Verdict(SUPPORTED, f"JAX is not ahead at {rows[0][1]} ({first_sp:.2f}x) but leads from {ahead[0]} on",
+                       nums)
+    return Verdict(DEPENDS, f"JAX is not ahead at any measured point (up to {rows[-1][1]}, {rows[-1][2]:.2f}x): an "
+                   "advantage, if any, starts beyond these sizes", nums)
+
+
+register(Claim("C8", GROUP, "JAX's advantage appears only with large models, long sequences and large batches; "
+               "small-batch fine-tuning is not its strength.", C8_RULE, sweep_runs, c8_judge,
+               caveat="Sizes limited to what this machine runs in the time given."))
+
+# ---------------------------------------------------------------------------------------------------- C9
+C9_HI, C9_LO = 0.15, 0.05
+C9_RULE = (f"saving = 1 - bf16 step / fp32 step, per framework (torch/eager+bf16, jax/jit+bf16) on the larger model. "
+           f"Both >= {C9_HI:.0%}: supported; both <= {C9_LO:.0%}: contradicted; otherwise depends (on framework).")
+
+
+def c9_runs(s: Setup) -> dict[str, RunSpec]:
+    return {"torch": s.spec("torch", "eager", s.big), "torch_bf16": s.spec("torch", "eager+bf16", s.big),
+            "jax": s.spec("jax", "jit", s.big), "jax_bf16": s.spec("jax", "jit+bf16", s.big)}
+
+
+def c9_judge(ev: Evidence) -> Verdict:
+    st = 1 - ev["torch_bf16"]["step_ms"] / ev["torch"]["step_ms"]
+    sj = 1 - ev["jax_bf16"]["step_ms"] / ev["jax"]["step_ms"]
+    nums = {"torch_fp32_step_ms": rnd(ev["torch"]["step_ms"]), "torch_bf16_step_ms": rnd(ev["torch_bf16"]["step_ms"]),
+            "jax_fp32_step_ms": rnd(ev["jax"]["step_ms"]), "jax_bf16_step_ms": rnd(ev["jax_bf16"]["step_ms"]),
+            "torch_saving": rnd(st), "jax_saving": rnd(sj)}
+    platform = ev["jax"].get("platform")
+    caveat = ("Measured on CPU, which has no bf16 tensor cores: bf16 there is usually emulated or converted and "
+              "slower; on a GPU with bf16 units the answer can differ.") if platform == "cpu" else ""
+    if st >= C9_HI and sj >= C9_HI:
+        return Verdict(SUPPORTED, f"bf16 saves {st:.0%} (torch) and {sj:.0%} (jax) of the step time", nums, caveat)
+    if st <= C9_LO and sj <= C9_LO:
+        return Verdict(CONTRADICTED, f"bf16 changes step time by {pct(-st)} (torch) and {pct(-sj)} (jax) on "
+                       f"{platform}: no saving here", nums, caveat)
+    return Verdict(DEPENDS, f"bf16 saves {st:.0%} in torch and {sj:.0%} in jax: it depends on the framework", nums,
+                   caveat)
+
+
+register(Claim("C9", GROUP, "bf16 mixed precision saves 20-30% of training time.", C9_RULE, c9_runs, c9_judge))
