@@ -102,6 +102,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
     if many["device_count"] > 1:  # MFU against the peak of every device the run used, not of one
         parallel = distributed.parallel_peaks(spec, platform, many["device_count"], threads)
         tp["mfu"] = tp["achieved_tflops"] / (peak_measured * parallel) if peak_measured else None
+    accuracy_last = tasks.accuracy(predict, run_data.eval_batches)  # before tracing trains any further
     return Record.for_spec(
         spec, "ok", **many, n_params=int(n_params), device=device_name, platform=platform,
         threads=threads, compile_s=timing.compile_s, first_step_s=timing.first_step_s,
@@ -114,9 +115,9 @@ def execute(spec: RunSpec, threads: int) -> Record:
         compile_cache_hits=monitor.cache_hits(), steps_per_call=k,
         loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
         wall_s=timing.wall_s, matmul_precision=matmul_precision, versions=device.versions(fw),
-        **_save_weights(spec, trainer), **_trace(spec, trainer, host_batches), **tp, **tokens, **inputs, compiles_in_loop=n_loop,
-        accuracy_first=accuracy_first,
-        accuracy_last=tasks.accuracy(predict, run_data.eval_batches))
+        **_save_weights(spec, trainer), **_trace(spec, trainer, host_batches), **tp, **tokens, **inputs,
+        compiles_in_loop=n_loop, accuracy_first=accuracy_first,
+        accuracy_last=accuracy_last)
 
 
 def _save_weights(spec: RunSpec, trainer: object) -> dict[str, str]:
