@@ -17,6 +17,8 @@ import math
 from collections import Counter
 from typing import Any
 
+from twinbench.report.table import fmt_bytes
+
 Entry = dict[str, Any]
 Layout = list[tuple[str, list[tuple[int, int]]]]  # (device label, [(start, stop) per dimension])
 
@@ -213,16 +215,6 @@ def warnings(report: dict[str, Any]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------- drawing
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "—"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def draw(e: Entry, width: int = 60) -> Any:
     """A rich Table drawing one array's layout like ``jax.debug.visualize_array_sharding``.
 

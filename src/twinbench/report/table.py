@@ -44,7 +44,8 @@ def optional_columns(records: list[dict[str, Any]]) -> list[tuple[str, Any]]:
     return shown
 
 
-def _bytes(n: int | None) -> str:
+def fmt_bytes(n: float | None) -> str:
+    """1536 -> '1.5 KiB'; None -> '—'."""
     if n is None:
         return "—"
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -99,7 +100,7 @@ def row(r: dict[str, Any], plan_steps: int, vary: list[str] | tuple[str, ...] = 
         label_, _f(r["compile_s"], ".2f"), _f(r["first_step_s"], ".2f"),
         f"{r['step_ms']:.1f} ({r['step_ms_p10']:.1f}-{r['step_ms_p90']:.1f})",
         f"{r['tokens_per_s']:,.0f}", _f(r["achieved_tflops"], ".3f"), "—" if mfu is None else f"{mfu:.0%}",
-        _bytes(r["peak_mem_bytes"]), str(r["compiles_during_steps"]),
+        fmt_bytes(r["peak_mem_bytes"]), str(r["compiles_during_steps"]),
         f"{r['loss_first']:.3f}→{r['loss_last']:.3f}", _f(total_s(r, plan_steps), ".1f"),
         *[cell(r) for _, cell in extra],
     ]
