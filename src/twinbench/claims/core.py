@@ -53,8 +53,8 @@ class Setup:
     def lengths(self, preset: str) -> dict[str, Any]:
         """Run length of a preset in this mode: the preset's own for the smallest, shorter for larger."""
         steps, warmup = PRESETS[preset][1].steps, PRESETS[preset][1].warmup
-        if self.quick and preset != "tiny":
-            steps, warmup = min(steps, 12), min(warmup, 3)
+        if preset != "tiny":  # larger presets: enough steps for a steady median, no more
+            steps, warmup = (min(steps, 12), min(warmup, 3)) if self.quick else (min(steps, 20), min(warmup, 5))
         return {"steps": steps, "warmup": warmup}
 
     def spec(self, framework: str, strategy: str, preset: str | None = None, **over: Any) -> RunSpec:

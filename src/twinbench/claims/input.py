@@ -40,13 +40,14 @@ def input_runs(s: Setup) -> dict[str, RunSpec]:
 
 
 def stall(r: dict[str, Any]) -> float:
-    return r.get("input_stall_pct") or 0.0
+    """The steady-state input stall as a fraction of the step (the record holds it in percent)."""
+    return (r.get("input_stall_pct") or 0.0) / 100
 
 
 def numbers(ev: Evidence) -> dict[str, Any]:
     out = {"slow_input_ms": slow_ms(ev.setup)}
     for name, r in ev.records.items():
-        out[f"{name}_stall"] = rnd(stall(r))
+        out[f"{name}_stall_pct"] = rnd(r.get("input_stall_pct") or 0.0)
         out[f"{name}_step_ms"] = rnd(r["step_ms"])
         out[f"{name}_input_wait_ms"] = rnd(r.get("input_wait_ms"))
     return out
@@ -71,7 +72,7 @@ def c15_judge(ev: Evidence) -> Verdict:
         return Verdict(SUPPORTED, f"the plain hand-off already stalls {base:.0%} of the step; prefetch cuts the "
                        f"slow-input stall {slow:.0%} -> {pre:.0%}", nums)
     step = ev["jax"]["step_ms"]
-    return Verdict(DEPENDS, f"the plain hand-off stalls only {base:.0%}; with {slow_ms(ev.setup):g} ms of host work "
+    return Verdict(DEPENDS, f"the plain hand-off stalls only {base:.1%}; with {slow_ms(ev.setup):g} ms of host work "
                    f"per batch it stalls {slow:.0%} and prefetch cuts that to {pre:.0%}: a bottleneck once making a "
                    f"batch costs about a step ({step:.1f} ms here)", nums)
 
@@ -83,7 +84,7 @@ register(Claim("C15", GROUP, "The tf.data-to-device hand-off is a hidden bottlen
 # --------------------------------------------------------------------------------------------------- C16
 C16_HI = 0.25
 C16_RULE = (f"Stall of jax/jit with the plain pipeline >= {C16_HI:.0%}: supported (input-bound as is). Below "
-            "that, but >= {C16_HI:.0%} with slow host input: depends (input-bound once a batch costs "
+            f"that, but >= {C16_HI:.0%} with slow host input: depends (input-bound once a batch costs "
             f"more host time than a step). Below {C16_HI:.0%} even with slow input: contradicted.")
 
 
@@ -95,7 +96,7 @@ def c16_judge(ev: Evidence) -> Verdict:
     if slow < C16_HI:
         return Verdict(CONTRADICTED, f"even {slow_ms(ev.setup):g} ms of host work per batch stalls only {slow:.0%}",
                        nums)
-    return Verdict(DEPENDS, f"stall {base:.0%} with cheap batches, {slow:.0%} with {slow_ms(ev.setup):g} ms of host "
+    return Verdict(DEPENDS, f"stall {base:.1%} with cheap batches, {slow:.0%} with {slow_ms(ev.setup):g} ms of host "
                    f"work per batch: input-bound once a batch costs more than a step ({ev['jax']['step_ms']:.1f} ms)",
                    nums)
 

@@ -61,7 +61,7 @@ def c7_judge(ev: Evidence) -> Verdict:
               "claim's ~300M with large batches on GPUs; the DDP + mixed-precision half is not measured here.")
     where = f"at {j.get('n_params', 0) / 1e6:.1f}M params, batch {j['batch']}"
     if adv >= C7_HI:
-        return Verdict(SUPPORTED, f"jax/jit steps {adv:.0%} faster than the best torch ({best['strategy']}) {where}",
+        return Verdict(SUPPORTED, f"the best torch step ({best['strategy']}) takes {1 + adv:.2f}x jax/jit's {where}",
                        nums, caveat)
     if adv <= C7_LO:
         return Verdict(CONTRADICTED, f"jax/jit is not faster than torch/{best['strategy']} {where} "

@@ -251,6 +251,14 @@ def _html_advice(a: dict[str, Any]) -> str:
         f"<p>{_e(x)}</p>" for x in lines) + "</div>"
 
 
+def _claim_note(c: dict[str, Any]) -> str:
+    """The finding (why, with the threshold) and the caveat of a claims.json entry, under its verdict."""
+    parts = [f'<div style="white-space:normal">{_e(c["finding"])}</div>'] if c.get("finding") else []
+    if c.get("caveat"):
+        parts.append(f'<div style="white-space:normal"><em>caveat: {_e(c["caveat"])}</em></div>')
+    return "".join(parts)
+
+
 def _html_claims(claims: list[dict[str, Any]]) -> str:
     rows = []
     for c in claims:
@@ -259,7 +267,7 @@ def _html_claims(claims: list[dict[str, Any]]) -> str:
         nums_text = ", ".join(f"{k} = {v2}" for k, v2 in nums.items()) if isinstance(nums, dict) else str(nums)
         runs = c.get("runs") or []
         rows.append(f'<tr><td>{_e(c.get("claim", ""))}</td><td class="l"><span class="verdict v-{_e(v.split()[0] if v else "")}">'
-                    f'{_e(v)}</span></td><td class="l" style="white-space:normal">{_e(c.get("rule", ""))}</td>'
+                    f'{_e(v)}</span>{_claim_note(c)}</td><td class="l" style="white-space:normal">{_e(c.get("rule", ""))}</td>'
                     f'<td class="l" style="white-space:normal">{_e(nums_text)}</td>'
                     f'<td class="l" style="white-space:normal"><code>{_e(", ".join(map(str, runs)))}</code></td></tr>')
     return ('<div class="table-wrap" data-section="claims"><table><thead><tr><th>claim</th><th>verdict</th>'
@@ -349,7 +357,9 @@ def render_markdown(res: Results, plots: list[Plot], plan_steps: int) -> str:
         for c in res.claims:
             nums = c.get("numbers") or {}
             nums_text = ", ".join(f"{k} = {v}" for k, v in nums.items()) if isinstance(nums, dict) else str(nums)
-            out.append(f"| {c.get('claim', '')} | {c.get('verdict', '')} | {c.get('rule', '')} | {nums_text} | "
+            verdict = " ".join(x for x in (c.get("verdict", ""), c.get("finding") and f"({c['finding']})",
+                                           c.get("caveat") and f"caveat: {c['caveat']}") if x)
+            out.append(f"| {c.get('claim', '')} | {verdict} | {c.get('rule', '')} | {nums_text} | "
                        f"{', '.join(map(str, c.get('runs') or []))} |")
         out.append("")
     traced = [r for r in res.records if r.get("trace_path") or r.get("trace_error")]

@@ -1,0 +1,79 @@
+"""`twinbench claims`: selection, the shared run plan, one-line errors, and one small end-to-end run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from twinbench.claims.core import Setup, select
+from twinbench.claims.suite import plan
+from twinbench.record import read_jsonl
+from twinbench.spec import SpecError
+
+
+def twinbench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "twinbench.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_only_selects_in_the_given_order_and_ignores_case_and_repeats():
+    assert [c.id for c in select("c7, C1,C7")] == ["C7", "C1"]
+    assert len(select(None)) == 21
+
+
+def test_unknown_claim_is_a_spec_error_naming_the_allowed_ids():
+    with pytest.raises(SpecError, match=r"--only: unknown claim C99; allowed: C1, C2"):
+        select("C1,C99")
+
+
+@pytest.mark.parametrize("args, needle", [(["--only", "C99"], "--only: unknown claim C99"),
+                                          (["--preset", "huge"], "--preset: unknown GPT preset 'huge'")])
+def test_bad_flags_exit_2_with_one_line(args, needle, tmp_path):
+    p = twinbench("claims", "--quick", *args, "--out", str(tmp_path / "o"))
+    assert p.returncode == 2
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in p.stderr
+    assert not (tmp_path / "o").exists()  # nothing ran
+
+
+def test_runs_shared_between_claims_are_planned_once():
+    claims = select(None)
+    per_claim, specs = plan(claims, Setup(quick=True, gpt="tiny"))
+    named = [s.run_id() for runs in per_claim.values() for s in runs.values()]
+    assert len(specs) == len(set(named)) < len(named)  # C3/C18, C2/C5, C6/C7, ... share runs
+    c3, c18 = per_claim["C3"], per_claim["C18"]
+    assert c3["dynamic"].run_id() == c18["dynamic"].run_id()
+    assert sum(s.base_strategy == "compile" for s in specs) <= 2  # --quick: few cold torch.compile runs
+    assert all(per_claim[c.id] or c.probes for c in claims)  # every claim measures something
+
+
+def test_quick_uses_the_tiny_presets_and_full_mode_larger_ones():
+    _, quick = plan(select(None), Setup(quick=True, gpt="tiny"))
+    _, full = plan(select(None), Setup(quick=False, gpt="small"))
+    assert {s.preset for s in quick} == {"tiny", "small", "bert-tiny"}
+    assert "gpt2-124m" in {s.preset for s in full} and len(full) > len(quick)
+
+
+def test_claims_end_to_end_writes_verdicts_json_and_report(tmp_path):
+    out, js = tmp_path / "claims", tmp_path / "v.json"
+    p = twinbench("claims", "--quick", "--only", "C10,C21", "--out", str(out), "--json", str(js))
+    assert p.returncode == 0, p.stderr[-2000:]
+    results = json.loads(js.read_text())
+    assert json.loads((out / "claims.json").read_text()) == results
+    assert [r["claim"] for r in results] == ["C10", "C21"]
+    for r in results:
+        assert set(r) >= {"claim", "verdict", "rule", "numbers", "runs", "finding", "caveat"}
+        assert r["verdict"] in ("supported", "contradicted", "depends"), r["finding"]
+        assert r["numbers"] and r["rule"]
+    records = {rec["run_id"]: rec for rec in read_jsonl(out / "results.jsonl")}
+    c10, c21 = results
+    assert len(c10["runs"]) == 2 and all(records[i]["status"] == "ok" for i in c10["runs"])
+    assert records[c10["runs"][1]]["strategy"] == "mesh-dp+replicate-batch" and records[c10["runs"][1]]["warnings"]
+    assert c10["numbers"]["replicated_flagged"] is True and "share this machine's" in c10["caveat"]
+    assert c21["runs"] == [] and c21["numbers"]["jit_debug_prints"] == c21["numbers"]["calls"] == 5
+    for r in results:
+        assert f"{r['claim']} " in p.stdout and r["verdict"] in p.stdout
+    assert "C21" in (out / "report.html").read_text() and "C10" in (out / "report.md").read_text()
