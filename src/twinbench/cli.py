@@ -434,6 +434,8 @@ def claims(
               f"{time.perf_counter() - start:.0f} s)", highlight=False)
     if records:
         write_report(target, plan_steps)
+    if all(r["verdict"] == "not measurable" for r in results):
+        raise typer.Exit(1)
 
 
 @app.command("report")

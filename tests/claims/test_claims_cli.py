@@ -77,3 +77,11 @@ def test_claims_end_to_end_writes_verdicts_json_and_report(tmp_path):
     for r in results:
         assert f"{r['claim']} " in p.stdout and r["verdict"] in p.stdout
     assert "C21" in (out / "report.html").read_text() and "C10" in (out / "report.md").read_text()
+
+
+def test_a_probe_that_cannot_finish_gives_not_measurable_and_exit_1(tmp_path):
+    out = tmp_path / "c"
+    p = twinbench("claims", "--quick", "--only", "C21", "--timeout", "0.01", "--out", str(out))
+    assert p.returncode == 1, p.stderr[-2000:]
+    (result,) = json.loads((out / "claims.json").read_text())
+    assert result["verdict"] == "not measurable" and "timed out" in result["finding"]
