@@ -63,6 +63,10 @@ def test_c3_probe_and_compile_counts():
     assert judge("C3", runs, {"tracing": TRACING}) == SUPPORTED
     assert judge("C3", runs, {"tracing": TRACING | {"python_if_on_traced_value": "ran"}}) == CONTRADICTED
     assert judge("C3", runs | {"pad_max": rec(compiles_in_loop=2)}, {"tracing": TRACING}) == DEPENDS
+    doctor = {"status": "ok", "available": True, "finding_ids": ["script-error"], "flagged": False}
+    assert judge("C3", runs, {"tracing": TRACING, "doctor_control_flow": doctor}) == DEPENDS  # doctor blind
+    doctor |= {"finding_ids": ["jax-python-control-flow"], "flagged": True}
+    assert judge("C3", runs, {"tracing": TRACING, "doctor_control_flow": doctor}) == SUPPORTED
 
 
 def test_c4_compile_share_at_short_and_planned_run():

@@ -111,7 +111,8 @@ register(Claim("C2", GROUP, "The whole training step in ONE jitted function, sev
 # ---------------------------------------------------------------------------------------------------- C3
 C3_RULE = ("From the tracing probe: a Python if on a traced value must fail, a static hyperparameter must compile "
            "once per value, padded shapes must compile once. From BERT runs: jax/jit (pad-max) compiles once in the "
-           "loop, jit+dynamic more. All hold: supported. A Python if on a traced value runs, or padding does not cut "
+           "loop, jit+dynamic more. In a source checkout `twinbench doctor` must also flag its Python-if example "
+           "(jax-python-control-flow). All hold: supported. A Python if on a traced value runs, or padding does not cut "
            "compiles: contradicted. Otherwise: depends.")
 
 
@@ -137,17 +138,23 @@ def c3_judge(ev: Evidence) -> Verdict:
     if not if_fails or not pad_helps:
         why = "a Python if on a traced value ran under jit" if not if_fails else "padding did not cut the compiles"
         return Verdict(CONTRADICTED, why, nums)
-    if static_recompiles and pad["compiles_in_loop"] == 1:
+    doc = ev.probes.get("doctor_control_flow", {})
+    if doc.get("available"):
+        nums["doctor_findings_on_python_if_example"] = ", ".join(doc["finding_ids"]) or "none"
+    doctor_sees = not doc.get("available") or doc.get("flagged")
+    if static_recompiles and pad["compiles_in_loop"] == 1 and doctor_sees:
         return Verdict(SUPPORTED, f"the Python if on a tracer fails ({p['python_if_on_traced_value']}); a static "
                        f"hyperparameter compiled {p['static_hyperparameter_traces']}x for {p['hyperparameter_values']} "
                        f"values (traced: {p['traced_hyperparameter_traces']}x); BERT pad-max compiled once, dynamic "
-                       f"{dyn['compiles_in_loop']}x", nums)
-    return Verdict(DEPENDS, "padding cuts compiles but not to one program, or static values did not recompile", nums)
+                       f"{dyn['compiles_in_loop']}x" + ("; the doctor flags the Python if" if doc.get("flagged") else ""),
+                       nums)
+    return Verdict(DEPENDS, "padding cuts compiles but not to one program, static values did not recompile, or the "
+                   "doctor did not flag the Python if", nums)
 
 
 register(Claim("C3", GROUP, "Fixing dynamic dimensions with static_argnums or padding avoids recompiles; a Python `if` "
                "in the step recompiles (Python values) or fails (traced values).", C3_RULE, c3_runs, c3_judge,
-               probes=("tracing",)))
+               probes=("tracing", "doctor_control_flow")))
 
 # ---------------------------------------------------------------------------------------------------- C4
 C4_SHORT = 1000

@@ -112,6 +112,22 @@ def tracing() -> dict[str, Any]:
 
 
 @probe
+def doctor_control_flow() -> dict[str, Any]:
+    """C3: ``twinbench doctor`` on its example of a Python ``if`` on a traced value inside jit
+    (examples/doctor/jax_python_control_flow.py, present in a source checkout): what does it find?"""
+    import twinbench
+    from twinbench.doctor import run_doctor
+
+    script = Path(twinbench.__file__).resolve().parents[2] / "examples" / "doctor" / "jax_python_control_flow.py"
+    if not script.exists():
+        return {"available": False, "script": str(script)}
+    result = run_doctor(script, [], None, 120.0)
+    return {"available": True, "script": "examples/doctor/jax_python_control_flow.py",
+            "finding_ids": [f.id for f in result.findings],
+            "flagged": any(f.id == "jax-python-control-flow" for f in result.findings)}
+
+
+@probe
 def custom_ops() -> dict[str, Any]:
     """C19: one op (SiLU with a hand-written derivative) as ``jax.custom_vjp`` and ``torch.autograd.Function``:
     do the gradients agree, what do they cost, and what does a ``print`` inside the backward show?"""
