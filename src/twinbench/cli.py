@@ -392,7 +392,7 @@ def score(
 
 @app.command()
 def claims(
-    quick: bool = typer.Option(False, "--quick", help="small presets and short runs (about 10-15 minutes on a "
+    quick: bool = typer.Option(False, "--quick", help="small presets and short runs (under 15 minutes on a "
                                "2-core CPU); default: larger presets, longer runs"),
     only: Optional[str] = typer.Option(None, help="comma-separated claim ids, e.g. C1,C7 (default: C1-C21)"),  # noqa: UP045
     preset: Optional[str] = typer.Option(  # noqa: UP045
