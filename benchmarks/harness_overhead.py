@@ -2,9 +2,10 @@
 
 For torch/eager and jax/jit on a preset (default ``small``), alternately, each in its own fresh process:
 - harness: ``twinbench compare`` (per-step clock reads with a device sync before each, loss handles kept,
-  batches fed by the worker), its median steady-state ``step_ms``;
+  batches fed by the worker), its mean steady-state step time ``step_ms_mean`` (the table shows the median);
 - bare: the same model, optimizer and step function, a plain ``for`` loop over pre-made batches with ONE
-  clock read and ONE sync around all steps (so JAX may even overlap dispatch across steps), mean step time.
+  clock read and ONE sync around all steps (so JAX may even overlap dispatch across steps), mean step time;
+- bare-sync: the same bare loop with a device sync after every step, as any per-step timing must do.
 
 Prints both and the overhead in %. Speed is measured here, never asserted in tests.
 
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 
 
-def bare(framework: str, preset: str, steps: int, warmup: int) -> float:
+def bare(framework: str, preset: str, steps: int, warmup: int, sync_each: bool = False) -> float:
     """Seconds per step of a hand-written loop (runs in a child process)."""
     import numpy as np
 
@@ -88,31 +89,34 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--child", choices=("torch", "jax"), help=argparse.SUPPRESS)
+    ap.add_argument("--sync-each", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        print(json.dumps(bare(a.child, a.preset, a.steps, a.warmup)))
+        print(json.dumps(bare(a.child, a.preset, a.steps, a.warmup, a.sync_each)))
         return
-    results: dict[str, dict[str, list[float]]] = {"torch": {"bare": [], "harness": []},
-                                                  "jax": {"bare": [], "harness": []}}
+    results: dict[str, dict[str, list[float]]] = {fw: {"bare": [], "bare-sync": [], "harness": []}
+                                                  for fw in ("torch", "jax")}
     for _ in range(a.repeats):
         for fw, strategy in (("torch", "eager"), ("jax", "jit")):
-            child = subprocess.run([sys.executable, __file__, "--child", fw, "--preset", a.preset, "--steps",
-                                    str(a.steps), "--warmup", str(a.warmup)], capture_output=True, text=True,
-                                   check=True)
-            results[fw]["bare"].append(float(child.stdout.strip().splitlines()[-1]) * 1e3)
+            for mode, extra in (("bare", []), ("bare-sync", ["--sync-each"])):
+                child = subprocess.run([sys.executable, __file__, "--child", fw, "--preset", a.preset, "--steps",
+                                        str(a.steps), "--warmup", str(a.warmup), *extra], capture_output=True,
+                                       text=True, check=True)
+                results[fw][mode].append(float(child.stdout.strip().splitlines()[-1]) * 1e3)
             with tempfile.TemporaryDirectory() as tmp:
                 js = Path(tmp, "r.json")
                 subprocess.run([sys.executable, "-m", "twinbench.cli", "compare", "--preset", a.preset,
                                 "--framework", fw, "--strategies", strategy, "--steps", str(a.steps),
                                 "--warmup", str(a.warmup), "--out", tmp, "--json", str(js)],
                                capture_output=True, check=True)
-                results[fw]["harness"].append(json.loads(js.read_text())[0]["step_ms"])
+                results[fw]["harness"].append(json.loads(js.read_text())[0]["step_ms_mean"])
     print(f"preset {a.preset}, {a.steps} steps ({a.warmup} warm-up), {a.repeats} alternating repeats, "
           "each a fresh process; median over repeats")
     for fw, r in results.items():
-        b, h = statistics.median(r["bare"]), statistics.median(r["harness"])
-        print(f"{fw:6s} bare {b:8.2f} ms/step   harness {h:8.2f} ms/step   overhead {100 * (h / b - 1):+.1f}%"
-              f"   (bare {[f'{v:.1f}' for v in r['bare']]}, harness {[f'{v:.1f}' for v in r['harness']]})")
+        b, bs, h = (statistics.median(r[k]) for k in ("bare", "bare-sync", "harness"))
+        print(f"{fw:6s} bare {b:7.2f}  bare-sync {bs:7.2f}  harness {h:7.2f} ms/step   harness overhead "
+              f"{100 * (h / b - 1):+.1f}% vs bare, {100 * (h / bs - 1):+.1f}% vs bare-sync   "
+              + "  ".join(f"{k} {[f'{v:.1f}' for v in vals]}" for k, vals in r.items()))
 
 
 if __name__ == "__main__":

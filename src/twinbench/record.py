@@ -63,6 +63,7 @@ class Record:
     peak_mem_source: str | None = None
     compiles_total: int | None = None
     wall_s: float | None = None
+    step_ms_mean: float | None = None  # mean steady-state step (the median is step_ms)
     losses: list[float] = field(default_factory=list)
     # compilation cache evidence (compile_cache says cold/warm): programs loaded from the persistent cache
     # (JAX) or FX-graph/AOTAutograd cache hits (torch)
