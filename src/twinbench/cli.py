@@ -152,6 +152,12 @@ def with_cache(specs: list[RunSpec], cache: str, cache_dir: Path | None) -> list
     return compile_cache.expand(specs, cache, root)
 
 
+#: Options shared by every command that runs specs (compare, sweep, advise, claims).
+PRESET_OPTION = typer.Option("small", help=f"model/training preset: {', '.join(PRESETS)}")
+FRAMEWORK_OPTION = typer.Option("torch,jax", help="comma-separated: torch, jax")
+TIMEOUT_OPTION = typer.Option(900.0, help="seconds before one run is stopped and marked failed")
+
+
 #: ``--trace DIR`` for every command that runs specs (compare, sweep, claims): pass it through trace_top().
 TRACE_OPTION = typer.Option(
     None, "--trace", help="also record a few steady-state steps of each run with the framework's profiler "
@@ -178,8 +184,8 @@ def write_report(out_dir: Path, plan_steps: int) -> None:
 @app.command()
 @with_spec_flags
 def compare(
-    preset: str = typer.Option("small", help=f"model/training preset: {', '.join(PRESETS)}"),
-    framework: str = typer.Option("torch,jax", help="comma-separated: torch, jax"),
+    preset: str = PRESET_OPTION,
+    framework: str = FRAMEWORK_OPTION,
     strategies: Optional[str] = typer.Option(  # noqa: UP045
         None, help="comma-separated strategy names (framework:name to pick one), or 'all'; "
                    "default: the representative set (see `twinbench strategies`)"),
@@ -188,7 +194,7 @@ def compare(
     resume: Optional[Path] = typer.Option(None, help="continue an interrupted compare in this directory"),  # noqa: UP045
     show_sharding: bool = typer.Option(False, "--show-sharding",
                                        help="print where the batch, parameters and optimizer state live"),
-    timeout: float = typer.Option(900.0, help="seconds before one run is stopped and marked failed"),
+    timeout: float = TIMEOUT_OPTION,
     plan_steps: int = typer.Option(1000, help="steps of the planned run whose total wall time is shown"),
     trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
     cache: str = CACHE_OPTION,
@@ -213,14 +219,14 @@ def compare(
 def sweep(
     over: list[str] = typer.Option(..., "--over", help="FIELD=V1,V2,... for any run-spec field (layers, batch, "
                                    "seq, d_model, devices, ...); repeat --over for a grid"),
-    preset: str = typer.Option("small", help=f"model/training preset: {', '.join(PRESETS)}"),
-    framework: str = typer.Option("torch,jax", help="comma-separated: torch, jax"),
+    preset: str = PRESET_OPTION,
+    framework: str = FRAMEWORK_OPTION,
     strategies: Optional[str] = typer.Option(  # noqa: UP045
         None, help="comma-separated strategy names, or 'all'; the same at every point"),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="results directory; default runs/sweep-<timestamp>"),  # noqa: UP045
     json_path: Optional[Path] = typer.Option(None, "--json", help="also write the list of records here"),  # noqa: UP045
     resume: Optional[Path] = typer.Option(None, help="continue an interrupted sweep in this directory"),  # noqa: UP045
-    timeout: float = typer.Option(900.0, help="seconds before one run is stopped and marked failed"),
+    timeout: float = TIMEOUT_OPTION,
     plan_steps: int = typer.Option(1000, help="steps of the planned run whose total wall time is shown"),
     trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
     cache: str = CACHE_OPTION,
@@ -463,8 +469,8 @@ def report_cmd(
 @app.command()
 @with_spec_flags
 def advise(
-    preset: str = typer.Option("small", help=f"model/training preset: {', '.join(PRESETS)}"),
-    framework: str = typer.Option("torch,jax", help="comma-separated: torch, jax"),
+    preset: str = PRESET_OPTION,
+    framework: str = FRAMEWORK_OPTION,
     strategies: Optional[str] = typer.Option(  # noqa: UP045
         None, help="candidate strategies (as in compare); default: each framework's default set, "
                    "'all' for every registered base"),
@@ -472,7 +478,7 @@ def advise(
     changes_per_day: int = typer.Option(0, help="model changes a day; each one costs a cold compile"),
     out_dir: Optional[Path] = typer.Option(  # noqa: UP045
         None, "--out", help="results directory; default runs/advise-<timestamp>; runs already there are reused"),
-    timeout: float = typer.Option(900.0, help="seconds before one run is stopped and marked failed"),
+    timeout: float = TIMEOUT_OPTION,
     trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
     **overrides: Any,
 ) -> None:
