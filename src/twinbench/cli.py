@@ -30,7 +30,7 @@ from twinbench.spec import (
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Measure the same Transformer trained in PyTorch and JAX, honestly.")
 console = Console(stderr=True)
-out = Console(width=None if sys.stdout.isatty() else 150)
+out = Console(width=None if sys.stdout.isatty() else 180)
 
 
 def fail(message: str, code: int = 2) -> None:
