@@ -147,3 +147,11 @@ def test_jax_prefetch_leaves_no_thread_behind(jax_ready):
     next(feed_some)
     feed_some.close()  # a loop that stops early (an error in a step)
     assert _new_threads_left(before) == []
+
+
+def test_a_run_on_grain_records_its_version(jax_ready):
+    grain = pytest.importorskip("grain")
+    from twinbench.measure.device import versions
+
+    list(feed(HostBatches(make, 2), "jax", prefetch=True))
+    assert versions("jax")["grain"] == grain.__version__

@@ -11,7 +11,8 @@
     ``WORKERS`` threads up to ``HOST_DEPTH`` batches ahead (``.to_iter_dataset(grain.ReadOptions(...))``:
     the simulated host work runs inside the map, on the workers), then ``grain.experimental.device_put``: a
     background thread that puts the next ``DEVICE_DEPTH`` batches on the device ahead of the step. Threads,
-    not Grain's worker processes: the per-batch work is small and a sleep (or numpy) releases the GIL.
+    not Grain's worker processes (``mp_prefetch``): a sleep, numpy and I/O release the GIL; pure-Python
+    tokenising does not, so the workers overlap it with the step's device work but not with each other.
 
 The frameworks (and Grain) are imported lazily: a process only loads the one it runs.
 """
@@ -151,8 +152,9 @@ def _jax_grain(batches: HostBatches) -> Iterator[Batch]:
     n = len(batches)
     host = (grain.MapDataset.range(n).map(batches.build).map(batches.host_work)
             .to_iter_dataset(grain.ReadOptions(num_threads=WORKERS, prefetch_buffer_size=HOST_DEPTH)))
-    # device None: jax.device_put's default device, as before; cpu_buffer_size=0: no second host buffer (and no
-    # extra thread) behind the workers' own HOST_DEPTH, so the look-ahead stays HOST_DEPTH + DEVICE_DEPTH
+    # device None: jax.device_put's default device (the step places the batch itself); cpu_buffer_size=0: no
+    # second host buffer (nor its thread) behind the workers' HOST_DEPTH; on the device, DEVICE_DEPTH batches
+    # wait in the queue (and the device thread may hold one more, blocked until there is room)
     it = iter(grain.experimental.device_put(host, None, cpu_buffer_size=0, device_buffer_size=DEVICE_DEPTH))
     try:
         for i in range(n):
