@@ -20,7 +20,7 @@ from twinbench.spec import RunSpec, from_preset, validate, with_precision
 from twinbench.strategies import registry
 
 STEPS = 4
-SHAPES = {"gpt": ("tiny", {"layers": 2, "d_model": 32, "heads": 2, "vocab": 64, "context": 16, "batch": 2,
+SHAPES = {"gpt": ("tiny", {"layers": 2, "d_model": 32, "heads": 2, "context": 16, "batch": 2,
                             "seq": 16, "steps": STEPS, "warmup": 1, "lr": 3e-3}),
           "bert": ("bert-tiny", {"layers": 2, "d_model": 32, "heads": 2, "context": 32, "seq": 32, "batch": 4,
                                  "steps": STEPS, "warmup": 1, "lr": 3e-3})}
