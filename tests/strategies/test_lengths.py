@@ -90,7 +90,9 @@ def test_default_compare_of_a_bert_preset_runs_the_default_set_and_the_variable_
 @pytest.mark.parametrize("strategy", ["scan-layers", "jit+remat", "scan-layers+bf16", "mesh-fsdp+remat", "pmap+bf16"])
 def test_bert_takes_every_base_and_modifier(strategy):
     """Once refused with "not available for the bert family": the strategies now compose around its bundle."""
+    from twinbench.spec import with_precision
     from twinbench.strategies import registry
 
-    spec = spec_for("jax", strategy, devices=2 if strategy.startswith(("mesh", "pmap")) else 1)
+    over = {**SMALL, "devices": 2 if strategy.startswith(("mesh", "pmap")) else 1}
+    spec = validate(with_precision(from_preset("bert-tiny", over, framework="jax", strategy=strategy)))
     registry.check_devices(spec)  # no SpecError
