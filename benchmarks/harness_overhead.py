@@ -42,12 +42,13 @@ def bare(framework: str, preset: str, steps: int, warmup: int, sync_each: bool =
         from flax import nnx
 
         from twinbench.models import gpt_jax
-        from twinbench.strategies.jax_jit import make_model, make_train_step
+        from twinbench.models.family import GPT
+        from twinbench.strategies.jax_jit import make_model, make_train_step, nnx_loss
 
         graphdef, params = nnx.split(make_model(spec, weights), nnx.Param)
         tx = gpt_jax.make_optimizer(spec.train.lr, spec.train.weight_decay)
         opt_state = tx.init(params)
-        step = jax.jit(make_train_step(graphdef, tx), donate_argnums=(0, 1))
+        step = jax.jit(make_train_step(nnx_loss(GPT, graphdef), tx), donate_argnums=(0, 1))
         for x, y in host[:warmup]:
             params, opt_state, _ = step(params, opt_state, x, y)
         jax.block_until_ready(params)

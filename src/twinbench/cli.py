@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from twinbench import runner
+from twinbench.plan import build_specs, csv, model_spec, with_cache
 from twinbench.spec import (
     FLAG_HELP,
     OVERRIDABLE,
@@ -22,9 +23,6 @@ from twinbench.spec import (
     RunSpec,
     SpecError,
     flag,
-    from_preset,
-    validate,
-    with_precision,
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -62,38 +60,6 @@ def with_spec_flags(fn: Callable) -> Callable:
 
     wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
     return wrapper
-
-
-def _csv(value: str | None) -> list[str] | None:
-    return [v.strip() for v in value.split(",") if v.strip()] if value else None
-
-
-def build_specs(preset: str, frameworks: str, strategies: str | None, overrides: dict[str, Any],
-                **top: Any) -> list[RunSpec]:
-    """One validated RunSpec per selected (framework, strategy)."""
-    from twinbench.strategies import registry
-
-    fws = _csv(frameworks) or []
-    chosen = registry.select(fws, _csv(strategies))
-    if not chosen:
-        raise SpecError(f"--strategies: nothing selected for --framework {frameworks}")
-    base = validate(from_preset(preset, overrides, **top))
-    if base.train.data and base.train.task == "classify":  # a bad data file is a user error: say so now
-        from twinbench.data.classify import read_jsonl
-
-        read_jsonl(base.train.data, base.model.num_labels)
-    elif base.train.data:
-        from twinbench.data.text import read_text_file
-
-        read_text_file(base.train.data, base.train.seq + 2)
-    if base.model.family == "bert" and _csv(strategies) in (None, ["all"]):  # the bases that build a BERT
-        chosen = registry.for_bert(chosen)
-    specs = [validate(with_precision(RunSpec(**{**base.__dict__, "framework": fw, "strategy": name})))
-             for fw, name in chosen]
-    for s in specs:  # --precision bf16 may have added +bf16: it must fit the strategy too
-        registry.get(s.framework, s.strategy)
-        registry.check_devices(s)  # --devices > 1 needs a multi-device strategy
-    return list({(s.framework, s.strategy): s for s in specs}.values())
 
 
 def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_steps: int, json_path: Path | None,
@@ -140,16 +106,6 @@ CACHE_OPTION = typer.Option("cold", "--cache", help="compilation cache state to 
                             "warm (a second process on a filled cache) or both (cold, then warm on the same cache)")
 CACHE_DIR_OPTION = typer.Option(None, "--cache-dir", help="where compilation caches live (cold runs use fresh "
                                 "subdirectories, removed after); default ~/.cache/twinbench/compile")
-
-
-def with_cache(specs: list[RunSpec], cache: str, cache_dir: Path | None) -> list[RunSpec]:
-    """Each spec in the cache state(s) of ``--cache``, under the ``--cache-dir`` root (see compile_cache.py)."""
-    from twinbench import compile_cache
-    from twinbench.spec import one_of
-
-    one_of("cache", cache, compile_cache.MODES)
-    root = cache_dir.expanduser().resolve() if cache_dir else compile_cache.default_root()
-    return compile_cache.expand(specs, cache, root)
 
 
 #: Options shared by every command that runs specs (compare, sweep, advise, claims).
@@ -281,11 +237,18 @@ def print_scaling(records: list[dict[str, Any]]) -> None:
 
 
 @app.command("strategies")
-def list_strategies() -> None:
+def list_strategies(
+    matrix: bool = typer.Option(False, "--matrix", help="every (family, framework, strategy, modifier) cell: "
+                                "ok, or the one-line reason it cannot exist"),
+) -> None:
     """List every registered strategy and modifier, one line each (* = in the default compare set)."""
     from rich.table import Table
 
     from twinbench.strategies.registry import MODIFIERS, REGISTRY
+
+    if matrix:
+        print_matrix()
+        return
 
     table = Table(header_style="bold", title="strategies (combine with modifiers: base+mod+mod)")
     for c in ("framework", "strategy", "default", "what it does"):
@@ -300,6 +263,27 @@ def list_strategies() -> None:
         for m in MODIFIERS.values():
             mods.add_row("+" + m.name, ",".join(m.frameworks), ",".join(m.bases or ("any",)), m.summary)
         out.print(mods)
+
+
+def print_matrix() -> None:
+    """The strategy matrix, one cell per line; cells whose modifier is another framework's are counted, not listed."""
+    from rich.table import Table
+
+    from twinbench.strategies.registry import MODIFIERS, matrix
+
+    cells = matrix()
+    foreign = [c for c in cells if c.modifier and c.framework not in MODIFIERS[c.modifier].frameworks]
+    table = Table(header_style="bold", title="strategy matrix (ok = runs, parity-tested)")
+    for col in ("family", "framework", "strategy", "modifier", "ok / why not"):
+        table.add_column(col)
+    for c in cells:
+        if c not in foreign:
+            table.add_row(c.family, c.framework, c.strategy, "+" + c.modifier if c.modifier else "",
+                          "ok" if c.reason is None else c.reason)
+    out.print(table)
+    n_ok = sum(c.reason is None for c in cells)
+    out.print(f"{n_ok} ok, {len(cells) - n_ok} cannot exist ({len(foreign)} of them pair a modifier with the other "
+              "framework)", highlight=False)
 
 
 @app.command()
@@ -324,7 +308,8 @@ def export(
     initial weights (the preset's shape and --seed: exactly what a compare run starts from).
     Load the result with transformers' GPT2LMHeadModel / BertForSequenceClassification.from_pretrained(DIR).
     """
-    from twinbench.models.hf import export_weights, save_hf, weights_from_results
+    from twinbench.export import export_weights, weights_from_results
+    from twinbench.models.hf import save_hf
 
     if results is not None:
         if weights_file is not None:
@@ -333,7 +318,7 @@ def export(
     else:
         if run is not None:
             raise SpecError("--run selects a run of --from RESULTS; give --from too")
-        spec = validate(from_preset(preset, overrides))
+        spec = model_spec(preset, overrides)
         weights, source = export_weights(spec, weights_file)
     path = save_hf(spec.model, weights, out_dir)
     n = sum(w.size for w in weights.values())
@@ -368,7 +353,7 @@ def score(
     from twinbench.score import score as run_score
 
     try:
-        result = run_score(str(init_from), str(data), _csv(framework) or [], str(tokenizer) if tokenizer else None,
+        result = run_score(str(init_from), str(data), csv(framework) or [], str(tokenizer) if tokenizer else None,
                            batch, max_windows, compare_windows, timeout)
     except SpecError as e:
         fail(str(e))

@@ -12,7 +12,10 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
+
+from twinbench.config import ModelConfig, SpecError, TrainConfig, flag  # the leaf; re-exported from here
 
 FRAMEWORKS = ("torch", "jax")
 PRECISIONS = ("fp32", "bf16")
@@ -21,50 +24,6 @@ FAMILIES = ("gpt", "bert")
 TASKS = ("lm", "classify")  # next-token LM (gpt) | sequence classification (bert)
 MASK_IMPLS = ("where", "mul", "cond")  # how the BERT attention applies its padding mask
 LENGTH_POLICIES = ("pad-max", "bucket", "dynamic")  # strategy modifiers: how classify batches are padded
-#: Strategy bases the BERT twin runs with (the others build GPT-only models or take GPT-only options).
-BERT_BASES = ("eager", "compile", "jit", "naive")
-BERT_NO_MODIFIERS = ("bf16", "remat")
-
-
-class SpecError(ValueError):
-    """An impossible or unknown value given by the user. The message is one line, fit to print."""
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Transformer shape. ``d_ff`` of 0 means 4 * d_model (GPT-2)."""
-
-    family: str = "gpt"
-    layers: int = 4
-    d_model: int = 256
-    heads: int = 4
-    d_ff: int = 0
-    vocab: int = 256
-    context: int = 128
-    num_labels: int = 2  # classifier classes (bert)
-    mask_impl: str = "where"  # bert padding mask: "where" (select) | "mul" (0/1 -> additive bias) | "cond"
-
-    @property
-    def ff(self) -> int:
-        return self.d_ff or 4 * self.d_model
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """What is trained and how long. ``warmup`` steps run but are excluded from step-time statistics."""
-
-    batch: int = 8
-    seq: int = 128
-    steps: int = 30
-    warmup: int = 5
-    lr: float = 1e-3
-    weight_decay: float = 0.1
-    seed: int = 0
-    precision: str = "fp32"
-    data: str = ""  # path of a UTF-8 text file; "" means the embedded synthetic corpus
-    init_from: str = ""  # local Hugging Face GPT-2/BERT checkpoint directory to start from; "" = fresh init
-    task: str = "lm"  # "lm" (next-token, gpt) | "classify" (sequence classification, bert)
-    slow_input: float = 0.0  # ms of simulated extra host work per batch in the input pipeline
 
 
 @dataclass(frozen=True)
@@ -163,10 +122,6 @@ _MODEL_FIELDS = {f.name for f in fields(ModelConfig)}
 _TRAIN_FIELDS = {f.name for f in fields(TrainConfig)}
 
 
-def flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def one_of(name: str, value: Any, allowed: tuple[str, ...] | list[str]) -> None:
     if value not in allowed:
         raise SpecError(f"{flag(name)}: unknown value {value!r}; allowed: {', '.join(allowed)}")
@@ -193,11 +148,40 @@ def from_preset(preset: str, overrides: dict[str, Any] | None = None, **top: Any
         t_over["seq"] = min(train.seq, m_over["context"])
     spec = RunSpec(model=replace(model, **m_over), train=replace(train, **t_over), preset=preset,
                    **s_over, **top)
-    if spec.train.init_from:  # the checkpoint decides the model's shape (models/hf.py)
-        from twinbench.models.hf import adopt_checkpoint
-
+    if spec.train.init_from:  # the checkpoint decides the model's shape (models/hf.py reads it)
         spec = adopt_checkpoint(spec, m_over, t_over)
     return spec
+
+
+def adopt_checkpoint(spec: RunSpec, model_overrides: dict[str, Any], train_overrides: dict[str, Any]) -> RunSpec:
+    """``spec`` with the model shape of its ``init_from`` checkpoint (``spec.from_preset`` calls this).
+
+    The checkpoint sets the fields it defines (family, layers, d_model, heads, d_ff, vocab, context, and
+    num_labels for BERT); a flag that contradicts one is an error. ``seq`` follows the checkpoint's context
+    and ``task`` its family unless the user set them.
+    """
+    from twinbench.models.hf import FLAG, checkpoint_fields, config_from_hf
+
+    path = spec.train.init_from
+    ckpt = checkpoint_fields(config_from_hf(path))
+    spec = replace(spec, train=replace(spec.train, init_from=str(Path(path).resolve())))  # workers may run elsewhere
+    for name, value in model_overrides.items():
+        if name in ckpt and ckpt[name] != value:
+            raise SpecError(f"{flag(name)} {value} contradicts {FLAG} {path} ({name} = {ckpt[name]} there); "
+                            f"drop {flag(name)}")
+    need = {"gpt": 256, "bert": BERT_MIN_VOCAB}[ckpt["family"]]
+    if ckpt["vocab"] < need:
+        raise SpecError(f"{FLAG} {path}: vocab_size {ckpt['vocab']} cannot hold the {need} byte-level token ids of "
+                        f"the training data; allowed: vocab_size >= {need}")
+    train = spec.train
+    if "seq" not in train_overrides:
+        train = replace(train, seq=min(train.seq, ckpt["context"]))
+    if "task" not in train_overrides and ckpt["family"] != spec.model.family:
+        train = replace(train, task=_TASK_OF.get(ckpt["family"], train.task))
+    return replace(spec, model=replace(spec.model, **ckpt), train=train)
+
+
+_TASK_OF = {"gpt": "lm", "bert": "classify"}
 
 
 def validate(spec: RunSpec) -> RunSpec:
@@ -273,9 +257,6 @@ def _validate_task(spec: RunSpec) -> None:
             raise SpecError(f"--vocab {m.vocab} is too small for the byte tokenizer; allowed: >= {BERT_MIN_VOCAB}")
         if t.seq < 16:
             raise SpecError(f"--seq {t.seq} is too short for classification; allowed: 16..{m.context}")
-        if spec.base_strategy not in BERT_BASES or set(spec.modifiers) & set(BERT_NO_MODIFIERS):
-            raise SpecError(f"--strategies: {spec.strategy!r} is not available for the bert family yet; allowed "
-                            f"bases: {', '.join(BERT_BASES)}, without +{', +'.join(BERT_NO_MODIFIERS)}")
     lengths = [x for x in spec.modifiers if x in LENGTH_POLICIES]
     if len(lengths) > 1:
         raise SpecError(f"--strategies: {spec.strategy!r} combines {', '.join('+' + x for x in lengths)}; "

@@ -11,7 +11,9 @@ import math
 import os
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from twinbench import compile_cache
 from twinbench.record import Record
@@ -38,87 +40,146 @@ def prepare_process(spec: RunSpec) -> int:
     return len(cpus)
 
 
-def execute(spec: RunSpec, threads: int) -> Record:
-    """Build the strategy's trainer, run the timed loop, and compute every metric of the record."""
-    from twinbench.data import pipeline, tasks
-    from twinbench.measure import compiles, device, flops, peak
-    from twinbench.measure.clock import per_step, percentile, time_steps
-    from twinbench.measure.inputs import InputWaits
-    from twinbench.models.weights import init_weights
-    from twinbench.strategies import registry
+@dataclass
+class Setup:
+    """The process's framework state, fixed before the model is built."""
 
-    fw, t = spec.framework, spec.train
-    if fw == "torch":
+    threads: int
+    matmul_precision: str
+    platform: str
+    device_name: str
+    device_count: int
+    monitor: Any  # the framework's compile-event counter (measure/compiles.py)
+
+
+@dataclass
+class Built:
+    """What the strategy built for the run: the family, its weights, the trainer, the run's batches."""
+
+    family: Any
+    n_params: int
+    trainer: Any
+    steps_per_call: int
+    run_data: Any
+    predict: Any  # classification: the trainer's predict, for held-out accuracy; None otherwise
+
+
+@dataclass
+class Loop:
+    """What the timed loop measured, per step (scan-steps' K steps per call already divided out)."""
+
+    timing: Any
+    warm_calls: int
+    compiles_in_loop: int
+    compiles_eval: int
+    inputs: dict[str, Any]
+    tokens: dict[str, float]
+    accuracy_first: float | None
+
+
+def setup(spec: RunSpec, threads: int) -> Setup:
+    """Threads, the distributed runtime, fp32 matmul precision, the device, the compile monitor."""
+    from twinbench import distributed
+    from twinbench.measure import compiles, device
+
+    if spec.framework == "torch":
         import torch
 
         torch.set_num_threads(threads)
-    from twinbench import distributed
-
     distributed.initialize(spec)  # jax.distributed / the torchrun process group: before any device query
-    matmul_precision = device.set_fp32_matmul(fw)
-    platform, device_name, device_count = device.describe(fw)
-    monitor = compiles.monitor(fw)
+    matmul_precision = device.set_fp32_matmul(spec.framework)
+    platform, device_name, device_count = device.describe(spec.framework)
+    return Setup(threads, matmul_precision, platform, device_name, device_count, compiles.monitor(spec.framework))
 
-    if t.init_from:  # start from a local Hugging Face checkpoint (models/hf.py), not the fresh init
-        from twinbench.models.hf import initial_weights
+
+def build(spec: RunSpec) -> Built:
+    """The family's initial (or ``--init-from``) weights, the strategy's trainer on them, the run's data."""
+    from twinbench.data import tasks
+    from twinbench.models import family
+    from twinbench.strategies import registry
+
+    fam = family.get(spec)
+    if spec.train.init_from:  # start from a local Hugging Face checkpoint (models/hf.py), not the fresh init
+        from twinbench.export import initial_weights
 
         weights = initial_weights(spec)
     else:
-        weights = init_weights(spec.model, t.seed)
-    n_params = sum(w.size for w in weights.values())
-    trainer = registry.get(fw, spec.strategy).load()(spec, weights)
+        weights = fam.init_weights(spec.model, spec.train.seed)
+    trainer = registry.get(spec.framework, spec.strategy).load()(spec, weights)
     k = getattr(trainer, "steps_per_call", 1)  # scan-steps: K steps per call, on K stacked batches
     run_data = tasks.run_data(spec, k)  # LM windows, or classification batches tokenised and padded per call
-    host_batches = run_data.batches
     predict = getattr(trainer, "predict", None) if run_data.eval_batches else None
+    return Built(fam, int(fam.n_params(weights)), trainer, k, run_data, predict)
+
+
+def timed_loop(spec: RunSpec, env: Setup, b: Built) -> Loop:
+    """Accuracy before training (its compiles set apart), then the timed steps through the input pipeline."""
+    from twinbench.data import pipeline, tasks
+    from twinbench.measure.clock import per_step, time_steps
+    from twinbench.measure.inputs import InputWaits
+
+    t, k, monitor = spec.train, b.steps_per_call, env.monitor
     n_eval = monitor.count()
-    accuracy_first = tasks.accuracy(predict, run_data.eval_batches)  # before timing; its compiles set apart
+    accuracy_first = tasks.accuracy(b.predict, b.run_data.eval_batches)  # before timing
     n_eval = monitor.count() - n_eval
-    feed = InputWaits(pipeline.feed(host_batches, fw, "prefetch" in spec.modifiers))  # waits: measure/inputs
+    feed = InputWaits(pipeline.feed(b.run_data.batches, spec.framework, "prefetch" in spec.modifiers))
     n_loop = monitor.count()
-    timing = time_steps(lambda i: trainer.step(*feed.next()), trainer.sync, t.steps // k,
+    timing = time_steps(lambda i: b.trainer.step(*feed.next()), b.trainer.sync, t.steps // k,
                         math.ceil(t.warmup / k), monitor)
     n_loop = monitor.count() - n_loop
     warm_calls = max(math.ceil(t.warmup / k), 1)
     inputs = feed.summary(warm_calls, timing.step_s)
     timing = per_step(timing, k)
-    tokens = run_data.token_stats(warm_calls * k, sum(timing.step_s) * k)
+    tokens = b.run_data.token_stats(warm_calls * k, sum(timing.step_s) * k)
     for i, loss in enumerate(timing.losses):
         if not math.isfinite(loss):
             raise FloatingPointError(f"loss became {loss} at step {i + 1}")
-    peak_mem, mem_source = device.peak_memory_bytes(fw)
+    return Loop(timing, warm_calls, n_loop, n_eval, inputs, tokens, accuracy_first)
 
-    step_s = percentile(timing.step_s, 50)
+
+def execute(spec: RunSpec, threads: int) -> Record:
+    """Set up, build the strategy's trainer, run the timed loop, compute the metrics, write the record."""
+    from twinbench import distributed
+    from twinbench.data import tasks
+    from twinbench.measure import device, metrics, peak
+
+    env = setup(spec, threads)
+    b = build(spec)
+    loop = timed_loop(spec, env, b)
+    fw, t, timing = spec.framework, spec.train, loop.timing
+    peak_mem, mem_source = device.peak_memory_bytes(fw)  # before the peak measurement runs its matmuls
     dtype = "bf16" if t.precision == "bf16" else "fp32"
-    peak_measured = peak.measured_tflops(fw, platform, device_name, dtype, threads)
-    peak_sheet = peak.datasheet_tflops(device_name, dtype) if platform != "cpu" else None
-    position = weights.get("wpe.weight", weights.get("embeddings.position_embeddings.weight"))
-    flops_tok = flops.flops_per_token(n_params - position.size, spec.model.layers, spec.model.d_model, t.seq)
-    tp = flops.throughput(tokens.pop("padded_tokens_per_step"), step_s, flops_tok, peak_measured)
+    peak_measured = peak.measured_tflops(fw, env.platform, env.device_name, dtype, threads)
+    peak_sheet = peak.datasheet_tflops(env.device_name, dtype) if env.platform != "cpu" else None
+    flops_tok = b.family.flops_per_token(spec.model, attention_length(b.run_data, loop.warm_calls * b.steps_per_call))
     # multi-device strategies report device_count, state_bytes_per_device, sharding and warnings
-    many = trainer.report() if hasattr(trainer, "report") else {}
-    many.setdefault("device_count", device_count)
-    sheet_devices = many["device_count"] if platform != "cpu" else 1
-    if many["device_count"] > 1:  # MFU against the peak of every device the run used, not of one
-        parallel = distributed.parallel_peaks(spec, platform, many["device_count"], threads)
-        tp["mfu"] = tp["achieved_tflops"] / (peak_measured * parallel) if peak_measured else None
-    accuracy_last = tasks.accuracy(predict, run_data.eval_batches)  # before tracing trains any further
+    many = b.trainer.report() if hasattr(b.trainer, "report") else {}
+    many.setdefault("device_count", env.device_count)
+    parallel = (distributed.parallel_peaks(spec, env.platform, many["device_count"], threads)
+                if many["device_count"] > 1 else 1)
+    tp = metrics.speed(timing, loop.tokens.pop("padded_tokens_per_step"), flops_tok, peak_measured, peak_sheet,
+                       parallel, many["device_count"] if env.platform != "cpu" else 1)
+    accuracy_last = tasks.accuracy(b.predict, b.run_data.eval_batches)  # before tracing trains any further
     return Record.for_spec(
-        spec, "ok", **many, n_params=int(n_params), device=device_name, platform=platform,
-        threads=threads, compile_s=timing.compile_s, first_step_s=timing.first_step_s,
-        step_ms=step_s * 1e3, step_ms_p10=percentile(timing.step_s, 10) * 1e3,
-        step_ms_p90=percentile(timing.step_s, 90) * 1e3, step_ms_mean=sum(timing.step_s) / len(timing.step_s) * 1e3,
-        flops_per_token=flops_tok,
-        peak_tflops=peak_measured, peak_tflops_datasheet=peak_sheet,
-        mfu_datasheet=tp["achieved_tflops"] / (peak_sheet * sheet_devices) if peak_sheet else None,
+        spec, "ok", **many, n_params=b.n_params, device=env.device_name, platform=env.platform,
+        threads=threads, compile_s=timing.compile_s, first_step_s=timing.first_step_s, **metrics.step_stats(timing),
+        flops_per_token=flops_tok, peak_tflops=peak_measured, peak_tflops_datasheet=peak_sheet,
         peak_mem_bytes=peak_mem, peak_mem_source=mem_source,
-        compiles_during_steps=timing.compiles_during_steps, compiles_total=monitor.count() - n_eval,
-        compile_cache_hits=monitor.cache_hits(), steps_per_call=k,
+        compiles_during_steps=timing.compiles_during_steps, compiles_total=env.monitor.count() - loop.compiles_eval,
+        compile_cache_hits=env.monitor.cache_hits(), steps_per_call=b.steps_per_call,
         loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
-        wall_s=timing.wall_s, matmul_precision=matmul_precision, versions=device.versions(fw),
-        **_save_weights(spec, trainer), **_trace(spec, trainer, host_batches), **tp, **tokens, **inputs,
-        compiles_in_loop=n_loop, accuracy_first=accuracy_first,
+        wall_s=timing.wall_s, matmul_precision=env.matmul_precision, versions=device.versions(fw),
+        **_save_weights(spec, b.trainer), **_trace(spec, b.trainer, b.run_data.batches), **tp, **loop.tokens,
+        **loop.inputs, compiles_in_loop=loop.compiles_in_loop, accuracy_first=loop.accuracy_first,
         accuracy_last=accuracy_last)
+
+
+def attention_length(run_data: object, steady_from: int) -> int:
+    """The sequence length the attention term of the FLOPs counts: the padded length of the steady steps,
+    weighted by their tokens (``--seq`` for fixed windows and ``+pad-max``; less for ``+bucket``/``+dynamic``)."""
+    lengths = run_data.lengths[steady_from:] or run_data.lengths  # type: ignore[attr-defined]
+    padded = run_data.padded_tokens[steady_from:] or run_data.padded_tokens  # type: ignore[attr-defined]
+    return max(1, round(sum(n * t for n, t in zip(padded, lengths, strict=True)) / sum(padded)))
 
 
 def _save_weights(spec: RunSpec, trainer: object) -> dict[str, str]:

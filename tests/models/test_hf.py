@@ -18,8 +18,9 @@ from safetensors.numpy import load_file, save_file
 from typer.testing import CliRunner
 
 from twinbench.cli import app
+from twinbench.export import initial_weights
 from twinbench.models import gpt_jax, gpt_torch
-from twinbench.models.hf import initial_weights, load_hf, save_hf
+from twinbench.models.hf import load_hf, save_hf
 from twinbench.models.weights import canonical_to_jax, canonical_to_torch, init_gpt
 from twinbench.spec import ModelConfig, SpecError, from_preset, validate
 

@@ -121,3 +121,20 @@ def test_scan_layers_weights_round_trip_bit_exact(weights):
     assert set(back) == set(weights)
     for name, w in weights.items():
         assert np.array_equal(back[name], w), name
+
+
+def test_naive_sync_waits_for_the_parameters_too(weights, host_batches, monkeypatch):
+    """Since Flax 0.11 ``nnx.Optimizer`` no longer holds the model: waiting on its state alone returns before
+    the parameter update is done. ``sync`` must block on every parameter as well (issue 10, item 8)."""
+    from twinbench.strategies import jax_naive
+
+    spec = make_spec("jax", "naive")
+    trainer = jax_naive.build(spec, weights)
+    trainer.step(*host_batches[0])
+    waited: list = []
+    real = jax.block_until_ready
+    monkeypatch.setattr(jax, "block_until_ready", lambda tree: waited.extend(jax.tree.leaves(tree)) or real(tree))
+    trainer.sync()
+    ids = {id(a) for a in waited}
+    params = jax.tree.leaves(nnx.state(trainer.model, nnx.Param))
+    assert params and all(id(p) in ids for p in params)

@@ -53,13 +53,13 @@ def test_jax_bucket_compiles_at_most_one_program_per_bucket_and_dynamic_one_per_
 def test_torch_eager_trains_the_same_with_any_padding():
     pad, _, _ = train(spec_for("torch", "eager+pad-max"))
     dynamic, _, _ = train(spec_for("torch", "eager+dynamic"))
+    bucket, _, _ = train(spec_for("torch", "eager+bucket"))
     np.testing.assert_allclose(dynamic, pad, rtol=2e-5)
+    np.testing.assert_allclose(bucket, pad, rtol=2e-5)
 
 
 @pytest.mark.parametrize("strategy, message", [
     ("jit+bucket+dynamic", "choose one of pad-max, bucket, dynamic"),
-    ("scan-layers", "not available for the bert family"),
-    ("jit+remat", "not available for the bert family"),
 ])
 def test_bad_combinations_are_one_line_errors(strategy, message):
     with pytest.raises(SpecError, match=message):
@@ -79,9 +79,20 @@ def test_torch_compile_dynamic_setting():
     assert compile_dynamic(spec_for("torch", "compile+dynamic+symbolic")) is True
 
 
-def test_default_compare_of_a_bert_preset_runs_only_what_builds_a_bert():
+def test_default_compare_of_a_bert_preset_runs_the_default_set_and_the_variable_length_cases():
     from twinbench.cli import build_specs
 
     labels = [s.label() for s in build_specs("bert-tiny", "torch,jax", None, {})]
-    assert "torch/eager" in labels and "jax/jit" in labels and "jax/jit+bucket" in labels
-    assert not any(x in lab for lab in labels for x in ("scan", "regional", "bf16", "remat"))
+    assert labels == ["torch/eager", "jax/naive", "jax/jit", "torch/compile-regional", "torch/eager+dynamic",
+                      "jax/jit+bucket"]
+
+
+@pytest.mark.parametrize("strategy", ["scan-layers", "jit+remat", "scan-layers+bf16", "mesh-fsdp+remat", "pmap+bf16"])
+def test_bert_takes_every_base_and_modifier(strategy):
+    """Once refused with "not available for the bert family": the strategies now compose around its bundle."""
+    from twinbench.spec import with_precision
+    from twinbench.strategies import registry
+
+    over = {**SMALL, "devices": 2 if strategy.startswith(("mesh", "pmap")) else 1}
+    spec = validate(with_precision(from_preset("bert-tiny", over, framework="jax", strategy=strategy)))
+    registry.check_devices(spec)  # no SpecError

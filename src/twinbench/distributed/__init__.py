@@ -2,7 +2,7 @@
 group (PyTorch), and the sharding report every multi-device run writes into its record.
 
 Nothing here is imported by the models; the strategies ``jax_mesh``, ``jax_pmap``, ``torch_ddp`` and
-``torch_fsdp`` use it to parallelise the unchanged twin GPT.
+``torch_fsdp`` use it to parallelise the unchanged twin model of any family (GPT, BERT).
 """
 
 from __future__ import annotations

@@ -34,6 +34,12 @@ def entry(name: str, shape: tuple[int, ...], dtype: str, itemsize: int, spec: st
     return e
 
 
+def batch_leaves(x: Any, y: Any) -> list[tuple[str, Any]]:
+    """(name, array) of every array of a batch: ``x`` and ``y``, or ``x.0``, ``x.1``, ... for a tuple ``x``."""
+    xs = [("x", x)] if not isinstance(x, (tuple, list)) else [(f"x.{i}", a) for i, a in enumerate(x)]
+    return [*xs, ("y", y)]
+
+
 # ------------------------------------------------------------------------------------------------- JAX
 def jax_entry(name: str, arr: Any, with_layout: bool = False) -> Entry:
     """Report entry of a ``jax.Array`` (NamedSharding, PmapSharding or a single device)."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 
 def flops_per_token(n_params_no_pos: int, layers: int, d_model: int, seq: int) -> int:
+    """The GPT formula from a parameter count (kept for callers that have no model family; the families own
+    their FLOPs per token: ``models/family.py``)."""
     return 6 * n_params_no_pos + 12 * layers * d_model * seq
 
 

@@ -19,8 +19,9 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from twinbench.models.gpt_jax import GRAD_CLIP
-from twinbench.spec import ModelConfig
+from twinbench.config import ModelConfig
+from twinbench.models.gpt_jax import DTYPES, GRAD_CLIP, REMAT_POLICIES
+from twinbench.models.options import ModelOptions
 
 TYPE_VOCAB = 2  # segment ids: 0 for the first text, 1 for the second of a pair
 LN_EPS = 1e-12
@@ -34,17 +35,17 @@ def attention_bias(attention_mask: jax.Array, dtype: jnp.dtype) -> jax.Array:
     return (1.0 - attention_mask.astype(dtype)) * jnp.finfo(dtype).min
 
 
-def _linear(n_in: int, n_out: int, rngs: nnx.Rngs) -> nnx.Linear:
-    return nnx.Linear(n_in, n_out, kernel_init=normal(0.02), bias_init=zeros, rngs=rngs)
+def _linear(n_in: int, n_out: int, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32) -> nnx.Linear:
+    return nnx.Linear(n_in, n_out, kernel_init=normal(0.02), bias_init=zeros, dtype=dtype, rngs=rngs)
 
 
 class SelfAttention(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
         self.heads = cfg.heads
         self.mask_impl = cfg.mask_impl
-        self.query = _linear(cfg.d_model, cfg.d_model, rngs)
-        self.key = _linear(cfg.d_model, cfg.d_model, rngs)
-        self.value = _linear(cfg.d_model, cfg.d_model, rngs)
+        self.query = _linear(cfg.d_model, cfg.d_model, rngs, dtype)
+        self.key = _linear(cfg.d_model, cfg.d_model, rngs, dtype)
+        self.value = _linear(cfg.d_model, cfg.d_model, rngs, dtype)
 
     def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
         B, T, C = x.shape
@@ -64,8 +65,8 @@ class SelfAttention(nnx.Module):
 
 
 class SelfOutput(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        self.dense = _linear(cfg.d_model, cfg.d_model, rngs)
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
+        self.dense = _linear(cfg.d_model, cfg.d_model, rngs, dtype)
         self.LayerNorm = nnx.LayerNorm(cfg.d_model, epsilon=LN_EPS, rngs=rngs)
 
     def __call__(self, h: jax.Array, x: jax.Array) -> jax.Array:
@@ -73,25 +74,25 @@ class SelfOutput(nnx.Module):
 
 
 class Attention(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        self.self = SelfAttention(cfg, rngs)
-        self.output = SelfOutput(cfg, rngs)
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
+        self.self = SelfAttention(cfg, rngs, dtype)
+        self.output = SelfOutput(cfg, rngs, dtype)
 
     def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
         return self.output(self.self(x, attention_mask), x)
 
 
 class Intermediate(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        self.dense = _linear(cfg.d_model, cfg.ff, rngs)
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
+        self.dense = _linear(cfg.d_model, cfg.ff, rngs, dtype)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return jax.nn.gelu(self.dense(x), approximate=False)  # exact erf GELU, as BERT
 
 
 class Output(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        self.dense = _linear(cfg.ff, cfg.d_model, rngs)
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
+        self.dense = _linear(cfg.ff, cfg.d_model, rngs, dtype)
         self.LayerNorm = nnx.LayerNorm(cfg.d_model, epsilon=LN_EPS, rngs=rngs)
 
     def __call__(self, h: jax.Array, x: jax.Array) -> jax.Array:
@@ -101,23 +102,39 @@ class Output(nnx.Module):
 class Layer(nnx.Module):
     """One post-LayerNorm block: x = LN(x + attn(x)); x = LN(x + mlp(x))."""
 
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        self.attention = Attention(cfg, rngs)
-        self.intermediate = Intermediate(cfg, rngs)
-        self.output = Output(cfg, rngs)
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
+        self.attention = Attention(cfg, rngs, dtype)
+        self.intermediate = Intermediate(cfg, rngs, dtype)
+        self.output = Output(cfg, rngs, dtype)
 
     def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
         x = self.attention(x, attention_mask)
         return self.output(self.intermediate(x), x)
 
 
+def apply_layer(layer: Layer, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
+    return layer(x, attention_mask)
+
+
 class Encoder(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        self.layer = nnx.List([Layer(cfg, rngs) for _ in range(cfg.layers)])
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, opts: ModelOptions = ModelOptions()):
+        self.opts = opts
+        dtype = DTYPES[opts.compute_dtype]
+        if opts.scan_layers:  # one Layer whose parameters carry a leading [layers] axis
+            self.layer = nnx.split_rngs(splits=cfg.layers)(nnx.vmap(lambda r: Layer(cfg, r, dtype)))(rngs)
+        else:
+            self.layer = nnx.List([Layer(cfg, rngs, dtype) for _ in range(cfg.layers)])
 
     def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
+        layer_fn = apply_layer
+        if self.opts.remat != "none":
+            layer_fn = nnx.remat(apply_layer, policy=REMAT_POLICIES[self.opts.remat])
+        if self.opts.scan_layers:  # the mask is the same for every layer: broadcast (in_axes None)
+            scan = nnx.scan(layer_fn, in_axes=(0, nnx.Carry, None), out_axes=nnx.Carry,
+                            unroll=self.opts.scan_unroll)
+            return scan(self.layer, x, attention_mask)
         for layer in self.layer:
-            x = layer(x, attention_mask)
+            x = layer_fn(layer, x, attention_mask)
         return x
 
 
@@ -135,20 +152,24 @@ class Embeddings(nnx.Module):
 
 
 class Pooler(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        self.dense = _linear(cfg.d_model, cfg.d_model, rngs)
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
+        self.dense = _linear(cfg.d_model, cfg.d_model, rngs, dtype)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return jnp.tanh(self.dense(x[:, 0]))
 
 
 class BERT(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, opts: ModelOptions = ModelOptions()):
+        # bf16: the Linear layers compute in bf16 (so does attention, on their output); parameters, LayerNorm
+        # and the residual stream stay fp32, like torch.autocast in the twin.
         self.cfg = cfg
+        self.opts = opts
+        dtype = DTYPES[opts.compute_dtype]
         self.embeddings = Embeddings(cfg, rngs)
-        self.encoder = Encoder(cfg, rngs)
-        self.pooler = Pooler(cfg, rngs)
-        self.classifier = _linear(cfg.d_model, cfg.num_labels, rngs)
+        self.encoder = Encoder(cfg, rngs, opts)
+        self.pooler = Pooler(cfg, rngs, dtype)
+        self.classifier = _linear(cfg.d_model, cfg.num_labels, rngs, dtype)
 
     def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array | None = None,
                  attention_mask: jax.Array | None = None) -> jax.Array:

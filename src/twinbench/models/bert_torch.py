@@ -17,9 +17,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
+from twinbench.config import ModelConfig
 from twinbench.models.gpt_torch import clip_grads
-from twinbench.spec import ModelConfig
+from twinbench.models.options import ModelOptions
 
 TYPE_VOCAB = 2  # segment ids: 0 for the first text, 1 for the second of a pair
 LN_EPS = 1e-12
@@ -109,13 +111,17 @@ class Layer(nn.Module):
 
 
 class Encoder(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, opts: ModelOptions = ModelOptions()):
         super().__init__()
+        self.opts = opts
         self.layer = nn.ModuleList(Layer(cfg) for _ in range(cfg.layers))
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         for layer in self.layer:
-            x = layer(x, attention_mask)
+            if self.opts.remat != "none":
+                x = checkpoint(layer, x, attention_mask, use_reentrant=False)
+            else:
+                x = layer(x, attention_mask)
         return x
 
 
@@ -143,11 +149,14 @@ class Pooler(nn.Module):
 
 
 class BERT(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, opts: ModelOptions = ModelOptions()):
         super().__init__()
+        if opts.scan_layers or opts.remat not in ("none", "full"):
+            raise ValueError(f"torch BERT: unsupported options {opts} (no layer scan; remat 'full' only)")
         self.cfg = cfg
+        self.opts = opts
         self.embeddings = Embeddings(cfg)
-        self.encoder = Encoder(cfg)
+        self.encoder = Encoder(cfg, opts)
         self.pooler = Pooler(cfg)
         self.classifier = nn.Linear(cfg.d_model, cfg.num_labels)
         self.apply(self._init_weights)
@@ -167,8 +176,10 @@ class BERT(nn.Module):
             token_type_ids = torch.zeros_like(input_ids)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        x = self.encoder(self.embeddings(input_ids, token_type_ids), attention_mask)
-        return self.classifier(self.pooler(x))
+        # bf16: autocast runs matmuls and attention in bf16; parameters and LayerNorm stay fp32.
+        with torch.autocast(input_ids.device.type, torch.bfloat16, enabled=self.opts.compute_dtype == "bf16"):
+            x = self.encoder(self.embeddings(input_ids, token_type_ids), attention_mask)
+            return self.classifier(self.pooler(x))
 
 
 def loss_fn(model: nn.Module, x: tuple[torch.Tensor, ...], labels: torch.Tensor) -> torch.Tensor:

@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from twinbench.config import ModelConfig
 from twinbench.models.options import ModelOptions
-from twinbench.spec import ModelConfig
 
 normal = nnx.initializers.normal
 zeros = nnx.initializers.zeros_init()

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from twinbench.config import ModelConfig
 from twinbench.models.options import ModelOptions
-from twinbench.spec import ModelConfig
 
 
 class CausalSelfAttention(nn.Module):

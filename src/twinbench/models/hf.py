@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from twinbench.config import ModelConfig, SpecError
 from twinbench.models.weights import Canonical
-from twinbench.spec import ModelConfig, RunSpec, SpecError, flag
 
 CONFIG = "config.json"
 SAFETENSORS = "model.safetensors"
@@ -144,7 +143,7 @@ def load_hf(path: str | Path, flag_name: str = FLAG) -> tuple[ModelConfig, Canon
     hf = read_config(path, flag_name)
     tensors = read_tensors(path, flag_name)
     weights = _FAMILIES[model_type(hf)]["to_canonical"](tensors, cfg, f"{flag_name} {path}")
-    _check_shapes(weights, expected_shapes(cfg), f"{flag_name} {path}")
+    check_shapes(weights, expected_shapes(cfg), f"{flag_name} {path}")
     return cfg, weights
 
 
@@ -154,7 +153,7 @@ def save_hf(cfg: ModelConfig, weights: Canonical, path: str | Path) -> Path:
     from safetensors.numpy import save_file
 
     family = _family_of(cfg)
-    _check_shapes(weights, expected_shapes(cfg), "weights")
+    check_shapes(weights, expected_shapes(cfg), "weights")
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     hf_cfg, tensors = family["to_hf"](cfg, weights)
@@ -164,48 +163,10 @@ def save_hf(cfg: ModelConfig, weights: Canonical, path: str | Path) -> Path:
     return out
 
 
-# ------------------------------------------------------------------------------------------ run specs
-def adopt_checkpoint(spec: RunSpec, model_overrides: dict[str, Any], train_overrides: dict[str, Any]) -> RunSpec:
-    """``spec`` with the model shape of its ``init_from`` checkpoint (``spec.from_preset`` calls this).
-
-    The checkpoint sets the fields it defines (family, layers, d_model, heads, d_ff, vocab, context, and
-    num_labels for BERT); a flag that contradicts one is an error. ``seq`` follows the checkpoint's context
-    and ``task`` its family unless the user set them.
-    """
-    path = spec.train.init_from
-    ckpt = checkpoint_fields(config_from_hf(path))
-    spec = replace(spec, train=replace(spec.train, init_from=str(Path(path).resolve())))  # workers may run elsewhere
-    for name, value in model_overrides.items():
-        if name in ckpt and ckpt[name] != value:
-            raise SpecError(f"{flag(name)} {value} contradicts {FLAG} {path} ({name} = {ckpt[name]} there); "
-                            f"drop {flag(name)}")
-    from twinbench import spec as spec_module
-
-    need = {"gpt": 256, "bert": getattr(spec_module, "BERT_MIN_VOCAB", 256)}[ckpt["family"]]
-    if ckpt["vocab"] < need:
-        raise SpecError(f"{FLAG} {path}: vocab_size {ckpt['vocab']} cannot hold the {need} byte-level token ids of "
-                        f"the training data; allowed: vocab_size >= {need}")
-    train = spec.train
-    if "seq" not in train_overrides:
-        train = replace(train, seq=min(train.seq, ckpt["context"]))
-    if "task" not in train_overrides and hasattr(train, "task") and ckpt["family"] != spec.model.family:
-        train = replace(train, task=_TASK_OF.get(ckpt["family"], train.task))
-    return replace(spec, model=replace(spec.model, **ckpt), train=train)
-
-
+# ------------------------------------------------------------------------------------------ shapes
 def checkpoint_fields(cfg: ModelConfig) -> dict[str, Any]:
     """The ModelConfig fields a checkpoint determines (the others, e.g. ``mask_impl``, stay the run's)."""
     return {name: getattr(cfg, name) for name in _family_of(cfg)["fields"]}
-
-
-def initial_weights(spec: RunSpec) -> Canonical:
-    """The weights a run starts from when ``init_from`` is set; the checkpoint must fit ``spec.model``."""
-    cfg, weights = load_hf(spec.train.init_from)
-    ckpt = checkpoint_fields(cfg)
-    run = {k: getattr(spec.model, k) for k in ckpt}
-    if ckpt != run:
-        raise SpecError(f"{FLAG} {spec.train.init_from}: the checkpoint's shape {ckpt} differs from the run's {run}")
-    return weights
 
 
 def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -213,7 +174,7 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return _family_of(cfg)["shapes"](cfg)
 
 
-def _check_shapes(weights: Canonical, shapes: dict[str, tuple[int, ...]], where: str) -> None:
+def check_shapes(weights: Canonical, shapes: dict[str, tuple[int, ...]], where: str) -> None:
     missing, extra = sorted(set(shapes) - set(weights)), sorted(set(weights) - set(shapes))
     if missing or extra:
         raise SpecError(f"{where}: weights do not fit the model: missing {missing[:4]}, unexpected {extra[:4]}")
@@ -423,63 +384,14 @@ def _family_of(cfg: ModelConfig) -> dict[str, Any]:
                     f"{', '.join(f['family'] for f in _FAMILIES.values())}")
 
 
-# ---------------------------------------------------------------------------------------------- export
-def export_weights(spec: RunSpec, weights_file: str | Path | None = None) -> tuple[Canonical, str]:
-    """The canonical weights ``twinbench export`` writes for ``spec``, and where they came from.
-
-    ``weights_file`` (a canonical safetensors file) if given; else the ``init_from`` checkpoint; else the
-    spec's initial weights (its family's init from ``spec.train.seed``, what a run starts from).
-    """
-    from twinbench.models import weights as canonical
-
-    if weights_file:
-        p = Path(weights_file)
-        if not p.is_file():
-            raise SpecError(f"--weights {weights_file}: no such file")
-        try:
-            w = canonical.load(p)
-        except Exception as e:  # not a safetensors file
-            raise SpecError(f"--weights {weights_file}: cannot read it as safetensors ({type(e).__name__}: {e})") from None
-        w = {k: np.asarray(v, dtype=np.float32) for k, v in w.items()}
-        if any(k.startswith(("transformer.", "bert.", "h.0.")) for k in w):
-            raise SpecError(f"--weights {weights_file}: this is a Hugging Face checkpoint file, not twinbench's "
-                            f"canonical layout; give its directory with --init-from instead")
-        _check_shapes(w, expected_shapes(spec.model), f"--weights {weights_file} (for --preset {spec.preset})")
-        return w, f"--weights {weights_file}"
-    if spec.train.init_from:
-        return initial_weights(spec), f"--init-from {spec.train.init_from}"
-    init = getattr(canonical, "init_weights", canonical.init_gpt)  # init_weights dispatches on the family
-    return init(spec.model, spec.train.seed), f"the initial weights of --preset {spec.preset} --seed {spec.train.seed}"
+_MOVED = {"adopt_checkpoint": "twinbench.spec", "initial_weights": "twinbench.export",
+          "export_weights": "twinbench.export", "weights_from_results": "twinbench.export"}
 
 
-def weights_from_results(results: str | Path, run: str | None = None) -> tuple[RunSpec, Canonical, str]:
-    """The spec and trained weights of a run in a results directory that saved them (``--save-weights``).
+def __getattr__(name: str) -> Any:
+    """The run-level functions that used to live here (this module is now a pure format adapter)."""
+    if name in _MOVED:
+        import importlib
 
-    ``run`` picks one run by its label (``torch/eager``) or ``run_id`` when several saved their weights.
-    """
-    from twinbench.models import weights as canonical
-    from twinbench.record import read_jsonl
-
-    path = Path(results) / "results.jsonl"
-    if not path.is_file():
-        raise SpecError(f"--from {results}: no results.jsonl there")
-    saved = [r for r in read_jsonl(path) if r.get("status") == "ok" and r.get("weights_path")]
-    if run:
-        saved = [r for r in saved if run in (r.get("run_id"), f"{r.get('framework')}/{r.get('strategy')}")]
-    labels = ", ".join(f"{r.get('framework')}/{r.get('strategy')} ({r.get('run_id')})" for r in saved)
-    if not saved:
-        raise SpecError(f"--from {results}: no successful run{' ' + run if run else ''} saved its weights there; "
-                        "run compare with --save-weights DIR first")
-    if len(saved) > 1:
-        raise SpecError(f"--from {results}: several runs saved weights; choose one with --run: {labels}")
-    record = saved[0]
-    try:
-        spec = RunSpec.from_dict(record["spec"])
-    except (KeyError, TypeError) as e:
-        raise SpecError(f"--from {results}: the record's spec is not readable by this version ({e})") from None
-    wpath = Path(record["weights_path"])
-    if not wpath.is_file():
-        raise SpecError(f"--from {results}: the weights file {wpath} is gone")
-    w = {k: np.asarray(v, dtype=np.float32) for k, v in canonical.load(wpath).items()}
-    _check_shapes(w, expected_shapes(spec.model), f"--from {results}")
-    return spec, w, f"the trained weights of {labels} in {results}"
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -56,15 +56,30 @@ def _flax_name(path: tuple) -> str:
     return ".".join([*head, _FLAX_TO_CANON.get(leaf, leaf)])
 
 
+#: Where each family keeps its layers: GPT ``blocks.{i}``, BERT ``encoder.layer.{i}``.
+_LAYER_LISTS = (("blocks",), ("encoder", "layer"))
+
+
+def _stack_prefix(path: tuple) -> tuple[str, ...] | None:
+    """The layer-list prefix of a parameter of layers stacked on a leading axis (``scan_layers``):
+    ``blocks.attn...`` or ``encoder.layer.attention...``, with no layer index after the prefix."""
+    names = tuple(str(p) for p in path)
+    for prefix in _LAYER_LISTS:
+        n = len(prefix)
+        if len(names) > n and names[:n] == prefix and not names[n].isdigit():
+            return prefix
+    return None
+
+
 def _stacked(path: tuple) -> bool:
-    """A parameter of layers stacked on a leading axis (``scan_layers``): ``blocks.attn...``, no layer index."""
-    return len(path) > 1 and str(path[0]) == "blocks" and not str(path[1]).isdigit()
+    return _stack_prefix(path) is not None
 
 
 def _layer_names(path: tuple, layers: int) -> list[str]:
     """Canonical per-layer names of one stacked parameter: ``blocks.{i}.attn.c_attn.weight``."""
-    rest = _flax_name(path[1:])
-    return [f"blocks.{i}.{rest}" for i in range(layers)]
+    prefix = _stack_prefix(path) or ("blocks",)
+    rest = _flax_name(path[len(prefix):])
+    return [f"{'.'.join(prefix)}.{i}.{rest}" for i in range(layers)]
 
 
 def jax_to_canonical(model: Any) -> Canonical:

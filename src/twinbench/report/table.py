@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from twinbench.measure.flops import FLOP_CONVENTION
+from twinbench.models.family import flops_convention
 from twinbench.report.breakeven import crossing_sentence, total_s
 
 COLUMNS = ("run", "compile s", "1st step s", "step ms (p10-p90)", "tokens/s", "TFLOP/s", "MFU",
@@ -120,7 +120,7 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
         f"{r.get('threads')} CPU threads for both frameworks; precision {r['precision']}, "
         f"matmul {r.get('matmul_precision')}; compile cache "
         f"{' and '.join(dict.fromkeys(str(x.get('compile_cache')) for x in ok))}",
-        f"FLOPs: {FLOP_CONVENTION}",
+        f"FLOPs: {flops_convention(((r.get('spec') or {}).get('model') or {}).get('family', 'gpt'))}",
     ]
     peaks = {}
     for x in ok:

@@ -3,10 +3,16 @@
 The model is split once into a static graph definition and a parameter pytree (``nnx.split``); the step
 is a pure function of (params, optimizer state, batch) and both states are donated, so XLA updates them
 in place. No NNX graph traversal happens per step: that is what idiomatic, fast JAX looks like.
+
+:func:`make_train_step` is THE JAX train step: ``jit``, ``scan-steps``, ``scan-layers``, ``mesh-dp``,
+``mesh-fsdp`` and ``pmap`` all run it, wrapped differently (``lax.scan`` over K batches, shardings, a
+gradient ``pmean``). It takes ``loss_of(params, x, y)``, a pure function of a params pytree, so any model
+plugs in: an NNX twin through :func:`nnx_loss`, or a plain JAX function and its params.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -14,30 +20,44 @@ import numpy as np
 import optax
 from flax import nnx
 
-from twinbench.models import family, gpt_jax
+from twinbench.models import family as families
+from twinbench.models.family import Family
 from twinbench.models.weights import Canonical, canonical_to_jax, jax_to_canonical
 from twinbench.spec import RunSpec
 from twinbench.strategies.options import model_options
 
+LossOf = Callable[[Any, Any, Any], jax.Array]  # (params, x, y) -> scalar loss
 
-def make_model(spec: RunSpec, weights: Canonical) -> gpt_jax.GPT:
-    """The twin with the strategy's options (scan-layers, +remat, +bf16), holding ``weights``."""
-    if spec.model.family == "gpt":
-        model = gpt_jax.GPT(spec.model, nnx.Rngs(spec.train.seed), model_options(spec))
-    else:
-        model = family.model_class("jax", spec.model.family)(spec.model, nnx.Rngs(spec.train.seed))
+
+def make_model(spec: RunSpec, weights: Canonical, family: Family | None = None) -> nnx.Module:
+    """The family's JAX twin with the strategy's options (scan-layers, +remat, +bf16), holding ``weights``."""
+    family = family or families.get(spec)
+    model = family.jax_model(spec.model, model_options(spec), nnx.Rngs(spec.train.seed))
     canonical_to_jax(model, weights)
     return model
 
 
-def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, loss_fn=gpt_jax.loss_fn):
-    """The pure step (params, opt_state, x, y) -> (params, opt_state, loss); ``loss_fn`` of the model's twin."""
+def nnx_loss(family: Family, graphdef: nnx.GraphDef) -> LossOf:
+    """``loss_of(params, x, y)`` of an NNX twin: the module rebuilt from ``graphdef`` and ``params``."""
+
+    def loss_of(params: Any, x: Any, y: Any) -> jax.Array:
+        return family.jax_loss(nnx.merge(graphdef, params), x, y)
+
+    return loss_of
+
+
+def make_train_step(loss_of: LossOf, tx: optax.GradientTransformation,
+                    reduce: Callable[[Any, jax.Array], tuple[Any, jax.Array]] | None = None):
+    """The pure step (params, opt_state, x, y) -> (params, opt_state, loss).
+
+    ``reduce(grads, loss) -> (grads, loss)`` runs between the gradient and the update (``pmap``: the
+    ``lax.pmean`` over devices); shardings (``mesh-*``) and stacking (``scan-steps``) are applied around it.
+    """
 
     def train_step(params, opt_state, x, y):
-        def loss_of(p):
-            return loss_fn(nnx.merge(graphdef, p), x, y)
-
-        loss, grads = jax.value_and_grad(loss_of)(params)
+        loss, grads = jax.value_and_grad(loss_of)(params, x, y)
+        if reduce is not None:
+            grads, loss = reduce(grads, loss)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
@@ -58,26 +78,46 @@ def scan_steps(train_step):
     return multi_step
 
 
-class JitTrainer:
-    """``jit`` and ``scan-layers`` (the same step over a model whose blocks are scanned); ``+nodonate``
-    keeps the old params and optimizer state alive, so XLA must allocate new buffers for the updated ones.
-    ``steps_per_call`` > 1 (``scan-steps``) wraps the step in a ``lax.scan`` over K stacked batches.
+class JaxTrainer:
+    """A params pytree, its optimizer state and the jitted :func:`make_train_step`: the base every JAX
+    strategy but ``naive`` builds on. Subclasses change where the arrays live (:meth:`place`) and how the
+    step is compiled (:meth:`compile`).
     """
 
     steps_per_call = 1
 
-    def __init__(self, spec: RunSpec, weights: Canonical, donate: bool | None = None):
-        model = make_model(spec, weights)
-        self.graphdef, self.params = nnx.split(model, nnx.Param)
-        twin = family.module("jax", spec.model.family)  # gpt_jax | bert_jax
-        tx = twin.make_optimizer(spec.train.lr, spec.train.weight_decay)
-        self.opt_state = tx.init(self.params)
-        donate = "nodonate" not in spec.modifiers if donate is None else donate
-        step = make_train_step(self.graphdef, tx, twin.loss_fn)
+    def __init__(self, spec: RunSpec, weights: Canonical):
+        self.spec = spec
+        self.family = families.get(spec)
+        self.graphdef, params = nnx.split(make_model(spec, weights, self.family), nnx.Param)
+        self.tx = self.family.jax_optimizer(spec.train.lr, spec.train.weight_decay)
+        self.loss_of = nnx_loss(self.family, self.graphdef)
+        self.params, self.opt_state = self.place(params)
+        self.train_step = self.compile(make_train_step(self.make_loss(), self.tx, self.reduce()))
+
+    # where a strategy differs ------------------------------------------------------------------------------
+    def place(self, params: Any) -> tuple[Any, Any]:
+        """Initial (params, optimizer state) where the strategy keeps them (default: the one device)."""
+        return params, self.tx.init(params)
+
+    def make_loss(self) -> LossOf:
+        """The loss the step differentiates (``mesh-fsdp``: parameters gathered first)."""
+        return self.loss_of
+
+    def host_params(self) -> Any:
+        """The parameters as one whole copy (``weights``)."""
+        return self.params
+
+    def reduce(self) -> Callable[[Any, jax.Array], tuple[Any, jax.Array]] | None:
+        return None
+
+    def compile(self, step: Callable) -> Callable:
+        donate = "nodonate" not in self.spec.modifiers
         if self.steps_per_call > 1:
             step = scan_steps(step)
-        self.train_step = jax.jit(step, donate_argnums=(0, 1) if donate else ())
+        return jax.jit(step, donate_argnums=(0, 1) if donate else ())
 
+    # the Trainer protocol ------------------------------------------------------------------------------
     def step(self, x: np.ndarray, y: np.ndarray) -> Any:
         self.params, self.opt_state, loss = self.train_step(self.params, self.opt_state, x, y)
         return loss
@@ -90,10 +130,17 @@ class JitTrainer:
         if not hasattr(self, "_predict"):
             graphdef = self.graphdef
             self._predict = jax.jit(lambda params, x: nnx.merge(graphdef, params)(*x).argmax(-1))
-        return np.asarray(self._predict(self.params, x))
+        return np.asarray(self._predict(self.host_params(), x))
 
     def weights(self) -> Canonical:
-        return jax_to_canonical(nnx.merge(self.graphdef, self.params))
+        return jax_to_canonical(nnx.merge(self.graphdef, self.host_params()))
+
+
+class JitTrainer(JaxTrainer):
+    """``jit`` and ``scan-layers`` (the same step over a model whose blocks are scanned); ``+nodonate``
+    keeps the old params and optimizer state alive, so XLA must allocate new buffers for the updated ones.
+    ``steps_per_call`` > 1 (``scan-steps``) wraps the step in a ``lax.scan`` over K stacked batches.
+    """
 
 
 def build(spec: RunSpec, weights: Canonical) -> JitTrainer:

@@ -5,7 +5,7 @@ XLA's SPMD partitioner inserts the all-reduce of the gradients. ``mesh-fsdp``: t
 parameter and optimizer-state leaf is split along ``data`` too (its largest divisible dimension, ZeRO-3
 style); inside the step the parameters are gathered for compute (``with_sharding_constraint`` to
 replicated) and the gradients come back reduce-scattered to the parameters' sharding. The model is the
-unchanged twin GPT: parallelism is only shardings applied from outside.
+unchanged twin of any family: parallelism is only shardings applied from outside.
 
 Several processes (hosts) work the same way after ``jax.distributed.initialize``: the mesh spans every
 process's devices and each process feeds only its own slices of the same global batch.
@@ -13,78 +13,73 @@ process's devices and each process feeds only its own slices of the same global 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
-import optax
-from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from twinbench.distributed import sharding_report as sr
 from twinbench.distributed.mesh import AXIS, batch_spec, data_mesh, put_global, to_host, tree_shardings
-from twinbench.models import gpt_jax
-from twinbench.models.weights import Canonical, jax_to_canonical
+from twinbench.distributed.sharding_report import batch_leaves
+from twinbench.models.weights import Canonical
 from twinbench.spec import RunSpec
-from twinbench.strategies.jax_jit import make_model
+from twinbench.strategies.jax_jit import JaxTrainer, LossOf
 
 
-def make_sharded_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, gather: Any = None):
-    """The pure step (params, opt_state, x, y) -> (params, opt_state, loss); ``gather``: shardings the
-    parameters are constrained to for the forward/backward pass (FSDP: replicated), or None."""
+class MeshTrainer(JaxTrainer):
+    """The jit step of :class:`JaxTrainer` with shardings on a 1-D ``data`` mesh (FSDP: parameters gathered
+    for compute by a sharding constraint, gradients reduce-scattered back by XLA)."""
 
-    def train_step(params, opt_state, x, y):
-        def loss_of(p):
-            if gather is not None:
-                p = jax.lax.with_sharding_constraint(p, gather)
-            return gpt_jax.loss_fn(nnx.merge(graphdef, p), x, y)
-
-        loss, grads = jax.value_and_grad(loss_of)(params)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
-    return train_step
-
-
-class MeshTrainer:
     def __init__(self, spec: RunSpec, weights: Canonical, fsdp: bool):
         self.kind = "fsdp" if fsdp else "dp"
+        self.fsdp = fsdp
         self.mesh = data_mesh(spec.devices)
-        graphdef, params = nnx.split(make_model(spec, weights), nnx.Param)
-        self.graphdef = graphdef
+        self.replicated = NamedSharding(self.mesh, P())
+        self.last_batch: tuple[Any, Any] | None = None
+        super().__init__(spec, weights)
+
+    def place(self, params: Any) -> tuple[Any, Any]:
         host = jax.tree.map(np.asarray, params)
-        self.param_sh = tree_shardings(params, self.mesh, shard=fsdp)
-        self.params = jax.tree.map(put_global, host, self.param_sh)
-        tx = gpt_jax.make_optimizer(spec.train.lr, spec.train.weight_decay)
-        self.opt_sh = tree_shardings(jax.eval_shape(tx.init, self.params), self.mesh, shard=fsdp)
-        self.opt_state = jax.jit(tx.init, out_shardings=self.opt_sh)(self.params)
+        self.param_sh = tree_shardings(params, self.mesh, shard=self.fsdp)
+        params = jax.tree.map(put_global, host, self.param_sh)
+        self.opt_sh = tree_shardings(jax.eval_shape(self.tx.init, params), self.mesh, shard=self.fsdp)
+        return params, jax.jit(self.tx.init, out_shardings=self.opt_sh)(params)
+
+    def make_loss(self) -> LossOf:
+        if not self.fsdp:
+            return self.loss_of
+        gather, loss_of = jax.tree.map(lambda _: self.replicated, self.param_sh), self.loss_of
+        return lambda p, x, y: loss_of(jax.lax.with_sharding_constraint(p, gather), x, y)
+
+    def compile(self, step: Callable) -> Callable:
+        self._step = step  # jitted at the first batch, when the batch's structure (array or tuple) is known
+        return self._first_call
+
+    def batch_sharding(self, a: Any) -> NamedSharding:
         # +replicate-batch (anti-pattern, claim C10): every device gets the whole batch
-        self.batch_sh = NamedSharding(self.mesh, P() if "replicate-batch" in spec.modifiers else batch_spec(2))
-        replicated = NamedSharding(self.mesh, P())
-        gather = jax.tree.map(lambda _: replicated, self.param_sh) if fsdp else None
-        self.train_step = jax.jit(make_sharded_step(graphdef, tx, gather),
-                                  in_shardings=(self.param_sh, self.opt_sh, self.batch_sh, self.batch_sh),
-                                  out_shardings=(self.param_sh, self.opt_sh, replicated),
-                                  donate_argnums=(0, 1))
-        self.last_batch: tuple[jax.Array, jax.Array] | None = None
+        return self.replicated if "replicate-batch" in self.spec.modifiers else NamedSharding(self.mesh, batch_spec(a.ndim))
 
-    def step(self, x: np.ndarray, y: np.ndarray) -> Any:
-        xb, yb = put_global(x, self.batch_sh), put_global(y, self.batch_sh)
+    def _first_call(self, params: Any, opt_state: Any, x: Any, y: Any) -> Any:
+        x_sh, y_sh = jax.tree.map(self.batch_sharding, (x, y))
+        self.train_step = jax.jit(self._step, in_shardings=(self.param_sh, self.opt_sh, x_sh, y_sh),
+                                  out_shardings=(self.param_sh, self.opt_sh, self.replicated), donate_argnums=(0, 1))
+        return self.train_step(params, opt_state, x, y)
+
+    def step(self, x: Any, y: Any) -> Any:
+        xb, yb = jax.tree.map(lambda a: put_global(np.asarray(a), self.batch_sharding(a)), (x, y))
         self.last_batch = (xb, yb)
-        self.params, self.opt_state, loss = self.train_step(self.params, self.opt_state, xb, yb)
-        return loss
+        return super().step(xb, yb)
 
-    def sync(self) -> None:
-        jax.block_until_ready((self.params, self.opt_state))
-
-    def weights(self) -> Canonical:
-        host = jax.tree.map(to_host, self.params)
-        return jax_to_canonical(nnx.merge(self.graphdef, host))
+    def host_params(self) -> Any:
+        return jax.tree.map(to_host, self.params)
 
     def report(self) -> dict[str, Any]:
         """Record fields: the sharding report, params+optimizer bytes per device, warnings."""
-        batch = [sr.jax_entry(n, a, with_layout=(n == "x")) for n, a in zip("xy", self.last_batch or (), strict=False)]
+        leaves = batch_leaves(*self.last_batch) if self.last_batch else []
+        batch = [sr.jax_entry(n, a, with_layout=(n in ("x", "x.0"))) for n, a in leaves]
         params = sr.jax_tree_entries(self.params)
         opt = sr.jax_tree_entries(self.opt_state, "opt.")
         drawn = batch[:1] + draw_largest(self.params, params) + draw_largest(self.opt_state, opt, "opt.")

@@ -12,32 +12,23 @@ import jax
 import numpy as np
 from flax import nnx
 
-from twinbench.models import bert_jax, family, gpt_jax
+from twinbench.models import family as families
 from twinbench.models.weights import Canonical, jax_to_canonical
 from twinbench.spec import RunSpec
 from twinbench.strategies.jax_jit import make_model
 
 
 @nnx.jit
-def grad_step(model: gpt_jax.GPT, x: jax.Array, y: jax.Array):
-    return nnx.value_and_grad(gpt_jax.loss_fn)(model, x, y)
-
-
-@nnx.jit
-def grad_step_bert(model: bert_jax.BERT, x: tuple[jax.Array, ...], y: jax.Array):
-    return nnx.value_and_grad(bert_jax.loss_fn)(model, x, y)
-
-
-@nnx.jit
-def predict(model: bert_jax.BERT, x: tuple[jax.Array, ...]) -> jax.Array:
+def predict(model: nnx.Module, x: tuple[jax.Array, ...]) -> jax.Array:
     return model(*x).argmax(-1)
 
 
 class NaiveTrainer:
     def __init__(self, spec: RunSpec, weights: Canonical):
-        self.model = make_model(spec, weights)
-        tx = family.module("jax", spec.model.family).make_optimizer(spec.train.lr, spec.train.weight_decay)
-        self.grad_step = grad_step if spec.model.family == "gpt" else grad_step_bert
+        fam = families.get(spec)
+        self.model = make_model(spec, weights, fam)
+        tx = fam.jax_optimizer(spec.train.lr, spec.train.weight_decay)
+        self.grad_step = nnx.jit(nnx.value_and_grad(fam.jax_loss))  # the model's loss, jitted with its gradient
         self.optimizer = nnx.Optimizer(self.model, tx, wrt=nnx.Param)
 
     def step(self, x: np.ndarray, y: np.ndarray) -> Any:
@@ -46,7 +37,9 @@ class NaiveTrainer:
         return loss
 
     def sync(self) -> None:
-        jax.block_until_ready(nnx.state(self.optimizer))
+        """Wait for the parameters AND the optimizer state: since Flax 0.11 the optimizer no longer holds the
+        model, so waiting on ``nnx.state(self.optimizer)`` alone returns before the parameter update is done."""
+        jax.block_until_ready((nnx.state(self.model, nnx.Param), nnx.state(self.optimizer)))
 
     def predict(self, x: Any) -> np.ndarray:
         """Predicted classes of a host batch (classification)."""

@@ -8,37 +8,32 @@ Parameters and optimizer state are stacked, one copy per device; the batch is re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
-import optax
-from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from twinbench.distributed import sharding_report as sr
 from twinbench.distributed.mesh import AXIS
-from twinbench.models import gpt_jax
-from twinbench.models.weights import Canonical, jax_to_canonical
+from twinbench.distributed.sharding_report import batch_leaves
+from twinbench.models.weights import Canonical
 from twinbench.spec import RunSpec
-from twinbench.strategies.jax_jit import make_model
+from twinbench.strategies.jax_jit import JaxTrainer
 
 
-def make_pmap_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, sync: bool = True):
-    """The mapped step; ``sync=False`` (``+nosync``, anti-pattern of claim C13) leaves out the gradient pmean."""
+def pmean_grads(sync: bool = True) -> Callable[[Any, jax.Array], tuple[Any, jax.Array]]:
+    """The ``reduce`` of the mapped step: gradients and loss averaged over ``data``; ``sync=False``
+    (``+nosync``, anti-pattern of claim C13) leaves the gradients out of the pmean."""
 
-    def train_step(params, opt_state, x, y):
-        def loss_of(p):
-            return gpt_jax.loss_fn(nnx.merge(graphdef, p), x, y)
-
-        loss, grads = jax.value_and_grad(loss_of)(params)
+    def reduce(grads: Any, loss: jax.Array) -> tuple[Any, jax.Array]:
         if sync:
             grads = jax.lax.pmean(grads, AXIS)  # the one line old ports forget (claim C13)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, jax.lax.pmean(loss, AXIS)
+        return grads, jax.lax.pmean(loss, AXIS)
 
-    return train_step
+    return reduce
 
 
 class FirstCopy:
@@ -51,7 +46,7 @@ class FirstCopy:
         return float(np.asarray(self.arr.addressable_data(0)).reshape(-1)[0])
 
 
-class PmapTrainer:
+class PmapTrainer(JaxTrainer):
     def __init__(self, spec: RunSpec, weights: Canonical):
         self.n = spec.devices
         if spec.devices % jax.process_count():
@@ -63,43 +58,44 @@ class PmapTrainer:
         # where pmap keeps its stacked arrays: axis 0 over the local devices (jax >= 0.10 says so with a
         # NamedSharding; older versions had a PmapSharding)
         self.stacked = NamedSharding(Mesh(np.array(self.devices), (AXIS,)), P(AXIS))
-        self.graphdef, params = nnx.split(make_model(spec, weights), nnx.Param)
-        self.params = jax.tree.map(self._replicate, params)
-        tx = gpt_jax.make_optimizer(spec.train.lr, spec.train.weight_decay)
-        self.opt_state = jax.pmap(tx.init, devices=self.devices)(self.params)
-        self.p_step = jax.pmap(make_pmap_step(self.graphdef, tx, "nosync" not in spec.modifiers), axis_name=AXIS, devices=self.devices,
-                               donate_argnums=(0, 1))
         self.rows = spec.train.batch // self.n  # examples per device
         self.first_row = jax.process_index() * self.n_local * self.rows
-        self.last_batch: tuple[jax.Array, jax.Array] | None = None
+        self.last_batch: tuple[Any, Any] | None = None
+        super().__init__(spec, weights)
+
+    def place(self, params: Any) -> tuple[Any, Any]:
+        params = jax.tree.map(self._replicate, params)
+        return params, jax.pmap(self.tx.init, devices=self.devices)(params)
+
+    def reduce(self) -> Callable[[Any, jax.Array], tuple[Any, jax.Array]]:
+        return pmean_grads("nosync" not in self.spec.modifiers)
+
+    def compile(self, step: Callable) -> Callable:
+        return jax.pmap(step, axis_name=AXIS, devices=self.devices, donate_argnums=(0, 1))
 
     def _replicate(self, a: Any) -> jax.Array:
         stacked = np.broadcast_to(np.asarray(a), (self.n_local, *a.shape))
         return jax.device_put(stacked, self.stacked)
 
     def _local(self, a: np.ndarray) -> np.ndarray:
-        mine = a[self.first_row: self.first_row + self.n_local * self.rows]
+        mine = np.asarray(a)[self.first_row: self.first_row + self.n_local * self.rows]
         return mine.reshape(self.n_local, self.rows, *a.shape[1:])
 
-    def step(self, x: np.ndarray, y: np.ndarray) -> Any:
-        xb, yb = self._local(x), self._local(y)
-        self.params, self.opt_state, loss = self.p_step(self.params, self.opt_state, xb, yb)
+    def step(self, x: Any, y: Any) -> Any:
+        xb, yb = jax.tree.map(self._local, (x, y))
         self.last_batch = (xb, yb)
-        return FirstCopy(loss)
+        return FirstCopy(super().step(xb, yb))
 
-    def sync(self) -> None:
-        jax.block_until_ready((self.params, self.opt_state))
-
-    def weights(self) -> Canonical:
-        first = jax.tree.map(lambda a: np.asarray(a.addressable_data(0)), self.params)
-        return jax_to_canonical(nnx.merge(self.graphdef, first))
+    def host_params(self) -> Any:
+        return jax.tree.map(lambda a: np.asarray(a.addressable_data(0)), self.params)
 
     def report(self) -> dict[str, Any]:
         """Record fields; pmap keeps a full copy of every parameter and optimizer leaf on each device."""
         batch = []
-        for name, host in zip("xy", self.last_batch or (), strict=False):
+        for name, host in batch_leaves(*self.last_batch) if self.last_batch else []:
             placed = jax.device_put(host, self.stacked)  # [devices, batch / devices, seq]
-            batch.append(sr.jax_entry(name, placed, with_layout=(name == "x")) | {"spec": "pmap: axis 0 over devices"})
+            batch.append(sr.jax_entry(name, placed, with_layout=(name in ("x", "x.0")))
+                         | {"spec": "pmap: axis 0 over devices"})
         params = [_copy_entry(e) for e in sr.jax_tree_entries(self.params)]
         opt = [_copy_entry(e) for e in sr.jax_tree_entries(self.opt_state, "opt.")]
         rep = sr.build(kind="pmap", mesh=f"jax.pmap over {self.n_local} local device(s), axis "

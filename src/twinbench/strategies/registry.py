@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from twinbench.spec import FRAMEWORKS, RunSpec, SpecError
 
@@ -27,6 +28,7 @@ class Strategy:
     default: bool = True  # part of the representative set `twinbench compare` runs without --strategies
     multi_device: bool = False  # runs on --devices N > 1 (data parallel / FSDP); others use one device
     launcher: str = ""  # "torchrun": the runner starts the worker through torchrun, one process per device
+    families: tuple[str, ...] | None = None  # the model families it builds; None: every family
 
     def load(self) -> Callable:
         module, func = self.builder.split(":")
@@ -48,8 +50,9 @@ DEFAULT_COMBOS: list[tuple[str, str]] = []
 
 
 def register(framework: str, name: str, summary: str, builder: str, default: bool = True,
-             multi_device: bool = False, launcher: str = "") -> None:
-    REGISTRY[(framework, name)] = Strategy(framework, name, summary, builder, default, multi_device, launcher)
+             multi_device: bool = False, launcher: str = "", families: tuple[str, ...] | None = None) -> None:
+    REGISTRY[(framework, name)] = Strategy(framework, name, summary, builder, default, multi_device, launcher,
+                                           families)
 
 
 def register_modifier(name: str, frameworks: tuple[str, ...], summary: str,
@@ -98,17 +101,17 @@ register_modifier("symbolic", ("torch",), "torch.compile(dynamic=True): symbolic
                   "(use with +dynamic)", bases=("compile",))
 register_modifier("prefetch", ("torch", "jax"), "input pipeline with background workers (DataLoader / Grain) "
                   "and device prefetch (pinned non_blocking copies / grain.experimental.device_put)")
-#: What a default compare of a BERT preset adds to the BERT-capable bases: the variable-length cases.
+#: What a default compare of a BERT preset adds to the default bases: the variable-length cases.
 BERT_COMBOS: list[tuple[str, str]] = [("torch", "eager+dynamic"), ("jax", "jit+bucket")]
 
 
 def for_bert(chosen: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The default (or ``all``) selection narrowed to what the BERT twin runs, plus :data:`BERT_COMBOS`."""
-    from twinbench.spec import BERT_BASES, BERT_NO_MODIFIERS
+    """The default (or ``all``) selection of a BERT preset: every cell the bert family can run (all, since the
+    strategies compose around its bundle) plus :data:`BERT_COMBOS`."""
+    from twinbench.models.family import BERT
 
     fws = {f for f, _ in chosen}
-    keep = [(f, n) for f, n in chosen if split_name(n)[0] in BERT_BASES
-            and not set(split_name(n)[1]) & set(BERT_NO_MODIFIERS) and not REGISTRY[(f, split_name(n)[0])].multi_device]
+    keep = [(f, n) for f, n in chosen if cell_reason(BERT, f, n) is None]
     return list(dict.fromkeys(keep + [(f, n) for f, n in BERT_COMBOS if f in fws]))
 #: Modifier combinations `--strategies all` runs besides every base (one representative use of each modifier).
 ALL_COMBOS: list[tuple[str, str]] = [
@@ -178,16 +181,90 @@ def select(frameworks: list[str], names: list[str] | None) -> list[tuple[str, st
 
 
 def check_devices(spec: RunSpec) -> None:
-    """A single-device strategy asked to run on several devices is a user error, not a silent 1-device run."""
+    """A single-device strategy asked to run on several devices is a user error, not a silent 1-device run;
+    so is a cell of the matrix that cannot exist (one line, with the reason)."""
+    from twinbench.models import family as families
+
     strategy = get(spec.framework, spec.strategy)
     if spec.devices > 1 and not strategy.multi_device:
         many = ", ".join(n for (f, n), s in REGISTRY.items() if f == spec.framework and s.multi_device)
         raise SpecError(f"--devices {spec.devices}: {spec.framework} strategy {spec.base_strategy!r} runs on one "
                         f"device; allowed with --devices > 1: {many}")
-    if strategy.multi_device and spec.model.family != "gpt":
-        raise SpecError(f"--strategies: {spec.strategy!r} trains the gpt family only; --preset {spec.preset} is "
-                        f"{spec.model.family}")
-    generic = [m for m in spec.modifiers if MODIFIERS[m].bases is None]  # bf16, remat, ...: not wired in yet
-    if strategy.multi_device and generic:
-        raise SpecError(f"--strategies: {spec.strategy!r}: the multi-device strategies take no generic modifiers "
-                        f"yet (got {', '.join('+' + m for m in generic)})")
+    reason = cell_reason(families.get(spec), spec.framework, spec.strategy)
+    if reason:
+        raise SpecError(f"--strategies: {spec.framework}:{spec.strategy} with the {spec.model.family} family: {reason}")
+
+
+# ------------------------------------------------------------------------------------------ the matrix
+#: Modifiers that are data-side (padding policy, input pipeline): they do not touch the step.
+DATA_MODIFIERS = ("pad-max", "bucket", "dynamic", "symbolic", "prefetch")
+_LENGTHS = ("pad-max", "bucket", "dynamic")
+
+
+def _options_needed(framework: str, base: str, mods: tuple[str, ...]) -> list[str]:
+    """The family options (``Family.supports``) a cell needs."""
+    need = [m for m in ("bf16", "remat") if m in mods]
+    if base in ("scan-layers", "compile-regional"):
+        need.append(base)
+    if REGISTRY[(framework, base)].multi_device:
+        need.append("multi-device")
+    return need
+
+
+def cell_reason(family: Any, framework: str, full: str) -> str | None:
+    """None if ``framework:full`` can run the family ``family`` (a :class:`~twinbench.models.family.Family`);
+    else the one-line reason it cannot exist."""
+    base, mods = split_name(full)
+    if (framework, base) not in REGISTRY:
+        return f"{framework} has no strategy {base!r}"
+    only = REGISTRY[(framework, base)].families
+    if only is not None and family.name not in only:
+        return f"{base} builds the {'/'.join(only)} family only"
+    for mod in mods:
+        m = MODIFIERS.get(mod)
+        if m is None:
+            return f"no modifier {mod!r}"
+        if framework not in m.frameworks:
+            return f"+{mod} is {'/'.join(m.frameworks)} only"
+        if m.bases is not None and base not in m.bases:
+            return f"+{mod} applies to {', '.join(m.bases)} only"
+    for option in _options_needed(framework, base, mods):
+        why = family.reason(option)
+        if why:
+            return why
+    lengths = [m for m in mods if m in _LENGTHS]
+    if lengths and family.task != "classify":
+        return f"+{lengths[0]} pads variable-length text; the {family.task} task has fixed-length windows"
+    if REGISTRY[(framework, base)].multi_device and "prefetch" in mods:
+        return "+prefetch puts whole batches on one device; the multi-device strategies place their own slices"
+    if base == "scan-steps" and set(mods) & {"bucket", "dynamic"}:
+        return "scan-steps stacks K batches per call, which needs one shape (+pad-max)"
+    return None
+
+
+@dataclass(frozen=True)
+class Cell:
+    family: str
+    framework: str
+    strategy: str  # the base
+    modifier: str  # "" for the plain base
+    reason: str | None  # None: ok
+
+    @property
+    def full(self) -> str:
+        return self.strategy + (f"+{self.modifier}" if self.modifier else "")
+
+
+def matrix(families: list[Any] | None = None) -> list[Cell]:
+    """Every (family, framework, strategy, modifier) cell: ok (reason None) or why it cannot exist."""
+    if families is None:
+        from twinbench.models.family import FAMILIES
+
+        families = list(FAMILIES.values())
+    cells = []
+    for fam in families:
+        for (fw, base) in REGISTRY:
+            for mod in ("", *MODIFIERS):
+                full = base + (f"+{mod}" if mod else "")
+                cells.append(Cell(fam.name, fw, base, mod, cell_reason(fam, fw, full)))
+    return cells

@@ -20,21 +20,22 @@ from twinbench.strategies.lengths import compile_dynamic
 from twinbench.strategies.torch_eager import TorchTrainer
 
 
-class CompiledTrainer(TorchTrainer):
-    def __init__(self, spec: RunSpec, weights: Canonical, regional: bool):
-        super().__init__(spec, weights)
-        if regional:
-            for block in self.model.blocks:
-                block.compile()
-        else:
-            self.forward_loss = torch.compile(self.forward_loss, dynamic=compile_dynamic(spec))
-        if "optc" in spec.modifiers:
-            self.update = torch.compile(self.update)
+def apply_compile(trainer: TorchTrainer, spec: RunSpec, regional: bool) -> TorchTrainer:
+    """Whole (``forward_loss`` as one graph) or regional (each block the family names, ``block.compile()``)
+    compilation of a trainer's step; ``+optc`` compiles its optimizer half (``update``) too."""
+    if regional:
+        for block in trainer.family.torch_blocks(trainer.model):
+            block.compile()
+    else:
+        trainer.forward_loss = torch.compile(trainer.forward_loss, dynamic=compile_dynamic(spec))
+    if "optc" in spec.modifiers:
+        trainer.update = torch.compile(trainer.update)
+    return trainer
 
 
-def build(spec: RunSpec, weights: Canonical) -> CompiledTrainer:
-    return CompiledTrainer(spec, weights, regional=False)
+def build(spec: RunSpec, weights: Canonical) -> TorchTrainer:
+    return apply_compile(TorchTrainer(spec, weights), spec, regional=False)
 
 
-def build_regional(spec: RunSpec, weights: Canonical) -> CompiledTrainer:
-    return CompiledTrainer(spec, weights, regional=True)
+def build_regional(spec: RunSpec, weights: Canonical) -> TorchTrainer:
+    return apply_compile(TorchTrainer(spec, weights), spec, regional=True)

@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from twinbench.distributed import sharding_report as sr
 from twinbench.distributed import torchrun
-from twinbench.models import gpt_torch
+from twinbench.distributed.sharding_report import batch_leaves
 from twinbench.models.weights import Canonical
 from twinbench.spec import RunSpec
 from twinbench.strategies.torch_eager import TorchTrainer
@@ -36,43 +36,44 @@ class GlobalLoss:
         return float(self.loss) / self.world
 
 
-class RankSlice:
-    """Rank ``r`` of ``world`` trains on rows ``[r * b, (r + 1) * b)`` of the global batch, ``b = batch / world``."""
+class RankTrainer(TorchTrainer):
+    """A torchrun rank: rank ``r`` of ``world`` trains on rows ``[r * b, (r + 1) * b)`` of the global batch,
+    ``b = batch / world``; the loss it returns is the mean over ranks."""
 
-    def init_ranks(self, spec: RunSpec) -> None:
+    def init_process(self) -> None:
         torchrun.initialize_torch()
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        self.rows = spec.train.batch // self.world
-        self.last_batch: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.rows = self.spec.train.batch // self.world
+        self.last_batch: tuple[Any, Any] | None = None
 
-    def local(self, a: np.ndarray, device: torch.device) -> torch.Tensor:
-        mine = np.ascontiguousarray(a[self.rank * self.rows: (self.rank + 1) * self.rows])
-        return torch.from_numpy(mine).to(device, non_blocking=True)
-
-    def batch_entries(self) -> list[sr.Entry]:
-        return [sr.torch_entry(n, t, self.world, "batch", with_layout=(n == "x"), batch_rows=self.rows)
-                for n, t in zip("xy", self.last_batch or (), strict=False)]
-
-
-class DDPTrainer(TorchTrainer, RankSlice):
-    def __init__(self, spec: RunSpec, weights: Canonical):
-        self.init_ranks(spec)
-        super().__init__(spec, weights)  # the model on this rank's device, AdamW on its parameters
-        ids = [torch.cuda.current_device()] if self.device.type == "cuda" else None
-        self.ddp = DistributedDataParallel(self.model, device_ids=ids)  # broadcasts rank 0's weights
-
-    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        self.optimizer.zero_grad(set_to_none=True)
-        loss = gpt_torch.loss_fn(self.ddp, x, y)
-        loss.backward()  # gradients averaged over ranks here
-        gpt_torch.clip_grads(self.model)
-        self.optimizer.step()
-        return loss.detach()
+    def place(self, a: Any) -> Any:
+        if isinstance(a, (tuple, list)):
+            return tuple(self.place(t) for t in a)
+        mine = np.ascontiguousarray(np.asarray(a)[self.rank * self.rows: (self.rank + 1) * self.rows])
+        return torch.from_numpy(mine).to(self.device, non_blocking=True)
 
     def step(self, x: np.ndarray, y: np.ndarray) -> Any:
-        xb, yb = self.local(x, self.device), self.local(y, self.device)
+        xb, yb = self.place(x), self.place(y)
         self.last_batch = (xb, yb)
         return GlobalLoss(self.step_fn(xb, yb), self.world)
+
+    def batch_entries(self) -> list[sr.Entry]:
+        leaves = batch_leaves(*self.last_batch) if self.last_batch else []
+        return [sr.torch_entry(n, t, self.world, "batch", with_layout=(n in ("x", "x.0")), batch_rows=self.rows)
+                for n, t in leaves]
+
+
+def apply_ddp(trainer: TorchTrainer) -> TorchTrainer:
+    """Wrap the model in DistributedDataParallel (broadcasts rank 0's weights; backward averages the
+    gradients over ranks); the loss then calls the wrapper."""
+    ids = [torch.cuda.current_device()] if trainer.device.type == "cuda" else None
+    trainer.module = DistributedDataParallel(trainer.module, device_ids=ids)
+    return trainer
+
+
+class DDPTrainer(RankTrainer):
+    def parallelize(self) -> None:
+        apply_ddp(self)
 
     def replicas_max_abs_diff(self) -> float:
         """Largest |difference| between this rank's parameters and every other rank's (0.0: identical)."""

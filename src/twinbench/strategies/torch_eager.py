@@ -1,4 +1,11 @@
-"""PyTorch eager: the baseline. Forward, backward, clipping and AdamW op by op, no compilation."""
+"""PyTorch eager: the baseline. Forward, backward, clipping and AdamW op by op, no compilation.
+
+:class:`TorchTrainer` holds THE PyTorch train step (zero_grad, loss, backward, clip, optimizer step) for every
+torch strategy and every model family; strategies compose around it instead of writing their own:
+``apply_remat`` (here) -> ``apply_compile`` (``torch_compile.py``, whole or regional) -> ``apply_ddp`` /
+``apply_fsdp`` (``torch_ddp.py``, ``torch_fsdp.py``). Each applies to any ``nn.Module`` whose blocks the
+family names (``Family.torch_blocks``).
+"""
 
 from __future__ import annotations
 
@@ -6,36 +13,78 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from twinbench.measure.device import torch_device
-from twinbench.models import family, gpt_torch
+from twinbench.models import family as families
+from twinbench.models.family import Family
+from twinbench.models.gpt_torch import clip_grads
 from twinbench.models.weights import Canonical, canonical_to_torch, torch_to_canonical
 from twinbench.spec import RunSpec
-from twinbench.strategies.options import model_options
+from twinbench.strategies.options import compute_dtype, model_options
+
+
+def apply_remat(model: torch.nn.Module, family: Family, spec: RunSpec) -> torch.nn.Module:
+    """``+remat``: activation checkpointing of every block the family names. The twins do it themselves
+    (``ModelOptions.remat``); any other module gets each block's ``forward`` wrapped in
+    ``torch.utils.checkpoint`` (non-reentrant) from outside."""
+    if "remat" not in spec.modifiers or "remat" in family.native_options:
+        return model
+    for block in family.torch_blocks(model):
+        forward = block.forward
+
+        def remat_forward(*args: Any, _forward: Any = forward, **kwargs: Any) -> Any:
+            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+
+        block.forward = remat_forward
+    return model
 
 
 class TorchTrainer:
-    """Model + AdamW + a step function. ``forward_loss`` and ``update`` are the two halves a compiling
-    strategy may replace by compiled versions of themselves (``torch_compile.py``); ``+bf16`` and ``+remat``
-    reach the model as :class:`ModelOptions`.
+    """Model + AdamW + the one train step. ``forward_loss`` and ``update`` are the two halves a compiling
+    strategy may replace by compiled versions of themselves (``apply_compile``); ``module`` is what the loss
+    calls (the model, or its DDP wrapper); ``+bf16`` and ``+remat`` reach the twin models as
+    :class:`ModelOptions` (other modules: autocast and :func:`apply_remat` from outside).
     """
 
     def __init__(self, spec: RunSpec, weights: Canonical):
+        self.spec = spec
+        self.init_process()
+        self.family = families.get(spec)
         self.device = torch_device()
-        self.twin = family.module("torch", spec.model.family)  # gpt_torch | bert_torch
-        self.model = (gpt_torch.GPT(spec.model, model_options(spec)) if spec.model.family == "gpt"
-                      else self.twin.BERT(spec.model))
+        self.model = self.family.torch_model(spec.model, model_options(spec))
         canonical_to_torch(self.model, weights)
         self.model.to(self.device).train()
-        self.optimizer = self.twin.make_optimizer(self.model, spec.train.lr, spec.train.weight_decay)
+        self.module: torch.nn.Module = apply_remat(self.model, self.family, spec)
+        self.autocast = compute_dtype(spec) == "bf16" and "bf16" not in self.family.native_options
+        self.parallelize()
+        self.optimizer = self.family.torch_optimizer(self.model, spec.train.lr, spec.train.weight_decay)
         self.step_fn = self.train_step
 
+    # where a strategy differs ------------------------------------------------------------------------------
+    def init_process(self) -> None:
+        """Before the device is chosen (torchrun ranks: the process group)."""
+
+    def parallelize(self) -> None:
+        """After the model is on its device, before the optimizer sees its parameters (DDP, FSDP)."""
+
+    def place(self, a: Any) -> Any:
+        """A host batch (or its part) on this process's device."""
+        return to_device(a, self.device)
+
+    def loss_handle(self, loss: torch.Tensor) -> Any:
+        return loss
+
+    # the step ----------------------------------------------------------------------------------------------
     def forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.twin.loss_fn(self.model, x, y)
+        if self.autocast:
+            with torch.autocast(self.device.type, torch.bfloat16):
+                return self.family.torch_loss(self.module, x, y)
+        return self.family.torch_loss(self.module, x, y)
 
     def update(self) -> None:
         """Clip the gradients by global norm and take the AdamW step."""
-        self.twin.clip_grads(self.model)
+        clip_grads(self.model)
         self.optimizer.step()
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -45,14 +94,15 @@ class TorchTrainer:
         self.update()
         return loss.detach()
 
+    # the Trainer protocol ------------------------------------------------------------------------------
     def step(self, x: np.ndarray, y: np.ndarray) -> Any:
         """``x`` may be one array or a tuple of them (BERT: ids, segments, mask), on the host or the device."""
-        return self.step_fn(to_device(x, self.device), to_device(y, self.device))
+        return self.loss_handle(self.step_fn(self.place(x), self.place(y)))
 
     def predict(self, x: Any) -> np.ndarray:
         """Predicted classes of a host batch (classification); the training state is not touched."""
         with torch.no_grad():
-            return self.model(*to_device(x, self.device)).argmax(-1).cpu().numpy()
+            return self.model(*to_device(x, self.device)).argmax(-1).cpu().numpy()  # the whole batch on every rank
 
     def sync(self) -> None:
         if self.device.type == "cuda":

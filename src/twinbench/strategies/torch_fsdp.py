@@ -3,25 +3,24 @@
 Every parameter becomes a DTensor sharded on dimension 0 across ranks (``Shard(0)``), and so does AdamW's
 state; each block's parameters are all-gathered just before its forward/backward and freed after, and the
 gradients are reduce-scattered (averaged). Launched by ``torchrun`` like DDP; each rank trains on its rows
-of the global batch. The twin GPT itself is unchanged: ``fully_shard`` is applied from outside.
+of the global batch. The twin model (any family) is unchanged: ``fully_shard`` is applied from outside to the
+blocks its family names.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from twinbench.distributed import sharding_report as sr
 from twinbench.distributed import torchrun
-from twinbench.measure.device import torch_device
-from twinbench.models import gpt_torch
-from twinbench.models.weights import Canonical, canonical_to_torch, torch_to_canonical
+from twinbench.models.weights import Canonical, torch_to_canonical
 from twinbench.spec import RunSpec
-from twinbench.strategies.torch_ddp import GlobalLoss, RankSlice, opt_entries
+from twinbench.strategies.torch_ddp import RankTrainer, opt_entries
+from twinbench.strategies.torch_eager import TorchTrainer
 
 
 class _FullState:
@@ -34,35 +33,18 @@ class _FullState:
         return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v) for k, v in self.model.state_dict().items()}
 
 
-class FSDPTrainer(RankSlice):
-    def __init__(self, spec: RunSpec, weights: Canonical):
-        self.init_ranks(spec)
-        self.device = torch_device()
-        self.mesh = init_device_mesh(self.device.type, (self.world,), mesh_dim_names=("data",))
-        self.model = gpt_torch.GPT(spec.model)
-        canonical_to_torch(self.model, weights)
-        self.model.to(self.device).train()
-        for block in self.model.blocks:
-            fully_shard(block, mesh=self.mesh)
-        fully_shard(self.model, mesh=self.mesh)  # the root: embeddings (tied LM head) and the final LayerNorm
-        self.optimizer = gpt_torch.make_optimizer(self.model, spec.train.lr, spec.train.weight_decay)
+def apply_fsdp(trainer: TorchTrainer, world: int) -> TorchTrainer:
+    """FSDP2: ``fully_shard`` every block the family names, then the root (embeddings, heads, final norms)."""
+    mesh = init_device_mesh(trainer.device.type, (world,), mesh_dim_names=("data",))
+    for block in trainer.family.torch_blocks(trainer.model):
+        fully_shard(block, mesh=mesh)
+    fully_shard(trainer.model, mesh=mesh)
+    return trainer
 
-    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        self.optimizer.zero_grad(set_to_none=True)
-        loss = gpt_torch.loss_fn(self.model, x, y)
-        loss.backward()  # gradients reduce-scattered (averaged) to each rank's shard
-        gpt_torch.clip_grads(self.model)  # DTensor norms: the global norm over all shards
-        self.optimizer.step()
-        return loss.detach()
 
-    def step(self, x: np.ndarray, y: np.ndarray) -> Any:
-        xb, yb = self.local(x, self.device), self.local(y, self.device)
-        self.last_batch = (xb, yb)
-        return GlobalLoss(self.train_step(xb, yb), self.world)
-
-    def sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
+class FSDPTrainer(RankTrainer):
+    def parallelize(self) -> None:
+        apply_fsdp(self, self.world)  # gradients reduce-scattered (averaged); clipping sees DTensor norms
 
     def weights(self) -> Canonical:
         return torch_to_canonical(_FullState(self.model))

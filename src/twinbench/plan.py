@@ -1,0 +1,73 @@
+"""From flags to validated RunSpecs: the one recipe every command that runs specs follows.
+
+``compare``, ``sweep`` and ``advise`` select (framework, strategy) pairs, build one spec per pair from the preset
+and the flags, and check each (unknown names, modifiers that do not apply, cells of the strategy matrix that
+cannot exist, ``--devices`` against the strategy); ``export`` builds the spec of one model; ``--cache`` expands
+specs into compile-cache states. The CLI parses flags and renders results; it builds no spec itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from twinbench.spec import RunSpec, SpecError, from_preset, one_of, validate, with_precision
+
+
+def csv(value: str | None) -> list[str] | None:
+    """``"a, b,"`` -> ``["a", "b"]``; None or empty -> None."""
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def model_spec(preset: str, overrides: dict[str, Any] | None = None, **top: Any) -> RunSpec:
+    """The validated spec of one model and training setup (no strategy chosen: ``export``)."""
+    return validate(from_preset(preset, overrides, **top))
+
+
+def run_spec(preset: str, framework: str, strategy: str, overrides: dict[str, Any] | None = None,
+             **top: Any) -> RunSpec:
+    """One validated, runnable spec of a registered strategy (the checks of :func:`build_specs`)."""
+    from twinbench.strategies import registry
+
+    spec = validate(with_precision(from_preset(preset, overrides, framework=framework, strategy=strategy, **top)))
+    registry.get(spec.framework, spec.strategy)
+    registry.check_devices(spec)
+    return spec
+
+
+def build_specs(preset: str, frameworks: str, strategies: str | None, overrides: dict[str, Any],
+                **top: Any) -> list[RunSpec]:
+    """One validated RunSpec per selected (framework, strategy)."""
+    from twinbench.strategies import registry
+
+    fws = csv(frameworks) or []
+    chosen = registry.select(fws, csv(strategies))
+    if not chosen:
+        raise SpecError(f"--strategies: nothing selected for --framework {frameworks}")
+    base = validate(from_preset(preset, overrides, **top))
+    if base.train.data and base.train.task == "classify":  # a bad data file is a user error: say so now
+        from twinbench.data.classify import read_jsonl
+
+        read_jsonl(base.train.data, base.model.num_labels)
+    elif base.train.data:
+        from twinbench.data.text import read_text_file
+
+        read_text_file(base.train.data, base.train.seq + 2)
+    if base.model.family == "bert" and csv(strategies) in (None, ["all"]):  # the bases that build a BERT
+        chosen = registry.for_bert(chosen)
+    specs = [validate(with_precision(RunSpec(**{**base.__dict__, "framework": fw, "strategy": name})))
+             for fw, name in chosen]
+    for s in specs:  # --precision bf16 may have added +bf16: it must fit the strategy too
+        registry.get(s.framework, s.strategy)
+        registry.check_devices(s)  # --devices > 1 needs a multi-device strategy
+    return list({(s.framework, s.strategy): s for s in specs}.values())
+
+
+
+def with_cache(specs: list[RunSpec], cache: str, cache_dir: Path | None) -> list[RunSpec]:
+    """Each spec in the cache state(s) of ``--cache``, under the ``--cache-dir`` root (see compile_cache.py)."""
+    from twinbench import compile_cache
+
+    one_of("cache", cache, compile_cache.MODES)
+    root = cache_dir.expanduser().resolve() if cache_dir else compile_cache.default_root()
+    return compile_cache.expand(specs, cache, root)

@@ -1,0 +1,76 @@
+"""Runs the multi-device cells of ``tests/parity_cells.py`` in ONE process (JAX, simulated CPU devices) or one
+torchrun launch (PyTorch, a process per device), so every cell does not pay a process start.
+
+``python cells_run.py FRAMEWORK OUT.json``: the losses of every cell of that framework for both families,
+with 2 devices, and of the one-device reference (``jit`` / ``eager``) on the same global batches; JAX also reports whether the ``pmap+nosync`` replicas drifted apart. Rank 0 writes OUT.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: parity_cells
+
+from parity_cells import (
+    FAMILIES,
+    JAX_MULTI_BF16,
+    JAX_MULTI_EQUAL,
+    TORCH_MULTI_BF16,
+    TORCH_MULTI_EQUAL,
+)
+
+from twinbench.data import tasks
+from twinbench.models import family as families
+from twinbench.spec import from_preset, validate, with_precision
+from twinbench.strategies import registry
+
+DEVICES = 2
+SHAPES = {"gpt": ("tiny", {"batch": 8, "steps": 4, "warmup": 1}),
+          "bert": ("bert-tiny", {"layers": 2, "d_model": 32, "heads": 2, "context": 32, "seq": 32, "batch": 8,
+                                 "steps": 4, "warmup": 1, "lr": 3e-3})}
+
+
+def losses(fam: str, framework: str, strategy: str, devices: int) -> tuple[list[float], object]:
+    preset, shape = SHAPES[fam]
+    spec = validate(with_precision(from_preset(preset, {**shape, "devices": devices}, framework=framework,
+                                               strategy=strategy)))
+    registry.check_devices(spec)
+    trainer = registry.get(framework, strategy).load()(spec, families.get(spec).init_weights(spec.model, 0))
+    batches = tasks.run_data(spec).batches
+    out = [trainer.step(*batches[i]) for i in range(len(batches))]
+    trainer.sync()
+    return [float(x) for x in out], trainer
+
+
+def main(framework: str, out_path: str) -> None:
+    if framework == "torch":
+        import torch
+
+        from twinbench.distributed.torchrun import initialize_torch
+
+        torch.set_num_threads(1)  # the ranks share the machine's cores
+        initialize_torch()
+    base = "jit" if framework == "jax" else "eager"
+    cells = (JAX_MULTI_EQUAL + JAX_MULTI_BF16) if framework == "jax" else (TORCH_MULTI_EQUAL + TORCH_MULTI_BF16)
+    result: dict[str, dict[str, list[float] | float]] = {}
+    for fam in FAMILIES:
+        res = result.setdefault(fam, {})
+        res[base] = losses(fam, framework, base, 1)[0]
+        for cell in cells:
+            res[cell] = losses(fam, framework, cell, DEVICES)[0]
+        if framework == "jax":
+            _, trainer = losses(fam, framework, "pmap+nosync", DEVICES)
+            res["pmap+nosync:replicas_max_abs_diff"] = trainer.report()["sharding"]["replicas_max_abs_diff"]
+    if int(os.environ.get("RANK", "0")) == 0:
+        Path(out_path).write_text(json.dumps(result))
+    if framework == "torch":
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

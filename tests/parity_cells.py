@@ -1,0 +1,61 @@
+"""The strategy runs the parity tests make, per family, and the cells of ``twinbench strategies --matrix`` they cover.
+
+The parity tests parametrize from these lists, so the matrix test (``tests/strategies/test_matrix.py``) checks
+what really runs. A run named ``base+m1+m2`` covers the cells (base), (base, +m1) and (base, +m2):
+
+- ``*_EQUAL``: fp32 losses equal to the framework's one-device baseline (``jit`` / ``eager``) within the
+  tolerance of the test (JAX 2e-5, torch compiled 1e-4, multi-device 1e-5 relative);
+- ``*_BF16``: losses within 2e-2 relative of the fp32 baseline, yet different from it (bf16 really on);
+- ``ANTIPATTERN``: the deliberately wrong modifiers (claims C10, C13): their effect is asserted instead.
+
+Data-side modifiers (padding policy, input pipeline: ``DATA_MODIFIERS`` of the registry) do not touch the
+train step; a data cell is covered when its base is, and the modifier is covered for that family and
+framework on some base (``DATA_COVERED``: tests/strategies/test_lengths.py, tests/test_classify_compare.py,
+tests/data/test_pipeline.py).
+"""
+
+from __future__ import annotations
+
+FAMILIES = ("gpt", "bert")
+
+# single device, in the test process (tests/strategies/test_cells.py)
+JAX_EQUAL = ["naive+remat", "jit+remat+nodonate", "scan-steps+remat+nodonate", "scan-layers+remat+nodonate"]
+JAX_BF16 = ["naive+bf16", "jit+bf16", "scan-steps+bf16", "scan-layers+bf16"]
+TORCH_EQUAL = ["eager+remat", "compile+remat+optc", "compile-regional+remat+optc"]
+TORCH_BF16 = ["eager+bf16", "compile+bf16+symbolic", "compile-regional+bf16"]
+
+# two devices, one process per framework (tests/distributed/test_cells_multidevice.py)
+JAX_MULTI_EQUAL = ["mesh-dp+remat", "mesh-fsdp+remat", "pmap+remat", "mesh-dp+replicate-batch"]
+JAX_MULTI_BF16 = ["mesh-dp+bf16", "mesh-fsdp+bf16", "pmap+bf16"]
+TORCH_MULTI_EQUAL = ["ddp+remat", "fsdp+remat"]
+TORCH_MULTI_BF16 = ["ddp+bf16", "fsdp+bf16"]
+ANTIPATTERN = {("jax", "pmap+nosync")}  # every family: the replicas drift apart (asserted)
+
+#: (family, framework, data modifier) covered by the data tests on some base of that framework
+DATA_COVERED = {
+    ("bert", "torch", "pad-max"), ("bert", "torch", "dynamic"), ("bert", "torch", "bucket"),
+    ("bert", "torch", "prefetch"),
+    ("bert", "jax", "pad-max"), ("bert", "jax", "dynamic"), ("bert", "jax", "bucket"), ("bert", "jax", "prefetch"),
+    ("gpt", "torch", "prefetch"), ("gpt", "jax", "prefetch"),
+}
+
+
+def runs() -> list[tuple[str, str, str]]:
+    """Every (family, framework, strategy) run the parity tests make (the baselines are covered by the
+    cross-framework twin tests, tests/models/)."""
+    out = [(f, "jax", "jit") for f in FAMILIES] + [(f, "torch", "eager") for f in FAMILIES]
+    for fw, names in (("jax", JAX_EQUAL + JAX_BF16 + JAX_MULTI_EQUAL + JAX_MULTI_BF16),
+                      ("torch", TORCH_EQUAL + TORCH_BF16 + TORCH_MULTI_EQUAL + TORCH_MULTI_BF16)):
+        out += [(f, fw, n) for f in FAMILIES for n in names]
+    out += [(f, fw, n) for f in FAMILIES for fw, n in ANTIPATTERN]
+    return out
+
+
+def covered() -> set[tuple[str, str, str, str]]:
+    """The (family, framework, base, modifier) cells the runs cover ("" = the plain base)."""
+    cells = set()
+    for fam, fw, name in runs():
+        base, *mods = name.split("+")
+        cells.add((fam, fw, base, ""))
+        cells.update((fam, fw, base, m) for m in mods)
+    return cells

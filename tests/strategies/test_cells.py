@@ -1,0 +1,87 @@
+"""Every single-device cell of the strategy matrix against its framework's baseline, for GPT and BERT.
+
+The runs come from ``tests/parity_cells.py`` (what the matrix test counts as covered). Tolerances: JAX fp32
+cells equal ``jit`` within 2e-5 relative per step (scan-layers reorders the layer loop; scan-steps is the same
+program); torch fp32 cells equal ``eager`` within 1e-6 (remat recomputes the same ops) or 1e-4 (Inductor
+reorders float32 arithmetic); bf16 cells within 2e-2 relative of fp32, yet different from it.
+
+Cold torch.compile runs: four per family (the compiled cells of TORCH_EQUAL and TORCH_BF16): marked slow.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from parity_cells import FAMILIES, JAX_BF16, JAX_EQUAL, TORCH_BF16, TORCH_EQUAL
+
+from twinbench.data import tasks
+from twinbench.models import family as families
+from twinbench.spec import RunSpec, from_preset, validate, with_precision
+from twinbench.strategies import registry
+
+STEPS = 4
+SHAPES = {"gpt": ("tiny", {"layers": 2, "d_model": 32, "heads": 2, "context": 16, "batch": 2,
+                            "seq": 16, "steps": STEPS, "warmup": 1, "lr": 3e-3}),
+          "bert": ("bert-tiny", {"layers": 2, "d_model": 32, "heads": 2, "context": 32, "seq": 32, "batch": 4,
+                                 "steps": STEPS, "warmup": 1, "lr": 3e-3})}
+
+
+def spec_of(fam: str, framework: str, strategy: str, **over) -> RunSpec:
+    preset, shape = SHAPES[fam]
+    return validate(with_precision(from_preset(preset, {**shape, **over}, framework=framework, strategy=strategy)))
+
+
+def run_cell(fam: str, framework: str, strategy: str, **over) -> list[float]:
+    """The losses of STEPS steps of ``strategy`` from the family's initial weights, on the run's own batches."""
+    spec = spec_of(fam, framework, strategy, **over)
+    registry.check_devices(spec)
+    trainer = registry.get(framework, strategy).load()(spec, families.get(spec).init_weights(spec.model, 0))
+    k = getattr(trainer, "steps_per_call", 1)
+    batches = tasks.run_data(spec, k).batches
+    losses: list[float] = []
+    for i in range(len(batches)):
+        out = trainer.step(*batches[i])
+        losses += np.atleast_1d(np.asarray(out.tolist(), dtype=np.float64)).tolist()
+    trainer.sync()
+    return losses
+
+
+_baselines: dict[tuple[str, str], list[float]] = {}
+
+
+def baseline(fam: str, framework: str) -> list[float]:
+    key = (fam, framework)
+    if key not in _baselines:
+        _baselines[key] = run_cell(fam, framework, "jit" if framework == "jax" else "eager")
+    return _baselines[key]
+
+
+def _over(strategy: str) -> dict:
+    return {"scan_k": 2} if strategy.startswith("scan-steps") else {}  # two calls of two steps
+
+
+def _slow_if_compiled(names: list[str], *front: str) -> list:
+    """Parameters ``(*front, name)``; the torch.compile ones marked slow (a cold compile each)."""
+    return [pytest.param(*front, n, marks=[pytest.mark.slow] if n.startswith("compile") else []) for n in names]
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+@pytest.mark.parametrize("strategy", JAX_EQUAL)
+def test_jax_fp32_cells_equal_jit(fam, strategy):
+    np.testing.assert_allclose(run_cell(fam, "jax", strategy, **_over(strategy)), baseline(fam, "jax"), rtol=2e-5)
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+@pytest.mark.parametrize("strategy", _slow_if_compiled(TORCH_EQUAL))
+def test_torch_fp32_cells_equal_eager(fam, strategy):
+    rtol = 1e-4 if strategy.startswith("compile") else 1e-6
+    np.testing.assert_allclose(run_cell(fam, "torch", strategy), baseline(fam, "torch"), rtol=rtol)
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+@pytest.mark.parametrize(("framework", "strategy"),
+                         [("jax", s) for s in JAX_BF16] + _slow_if_compiled(TORCH_BF16, "torch"))
+def test_bf16_cells_close_to_fp32_but_not_equal(fam, framework, strategy):
+    losses, ref = run_cell(fam, framework, strategy, **_over(strategy)), baseline(fam, framework)
+    np.testing.assert_allclose(losses, ref, rtol=2e-2)
+    assert max(abs(a - b) for a, b in zip(losses, ref, strict=True)) > 1e-7, "bf16 compute had no effect"
