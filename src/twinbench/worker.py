@@ -90,7 +90,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
 
     step_s = percentile(timing.step_s, 50)
     dtype = "bf16" if t.precision == "bf16" else "fp32"
-    peak_measured = peak.measured_tflops(fw, platform, device_name, dtype, threads)
+    peak_measured, peak_fields = peak.for_record(fw, platform, device_name, dtype, threads)
     peak_sheet = peak.datasheet_tflops(device_name, dtype) if platform != "cpu" else None
     position = weights.get("wpe.weight", weights.get("embeddings.position_embeddings.weight"))
     flops_tok = flops.flops_per_token(n_params - position.size, spec.model.layers, spec.model.d_model, t.seq)
@@ -109,7 +109,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
         step_ms=step_s * 1e3, step_ms_p10=percentile(timing.step_s, 10) * 1e3,
         step_ms_p90=percentile(timing.step_s, 90) * 1e3, step_ms_mean=sum(timing.step_s) / len(timing.step_s) * 1e3,
         flops_per_token=flops_tok,
-        peak_tflops=peak_measured, peak_tflops_datasheet=peak_sheet,
+        peak_tflops=peak_measured, peak_tflops_datasheet=peak_sheet, **peak_fields,
         mfu_datasheet=tp["achieved_tflops"] / (peak_sheet * sheet_devices) if peak_sheet else None,
         peak_mem_bytes=peak_mem, peak_mem_source=mem_source,
         compiles_during_steps=timing.compiles_during_steps, compiles_total=monitor.count() - n_eval,

@@ -7,6 +7,8 @@ from typing import Any
 from rich.table import Table
 
 from twinbench.measure.flops import FLOP_CONVENTION
+from twinbench.measure.peak import age_s, fmt_age
+from twinbench.record import CONDITION_WARNINGS
 from twinbench.report.breakeven import crossing_sentence, total_s
 
 COLUMNS = ("run", "compile s", "1st step s", "step ms (p10-p90)", "tokens/s", "TFLOP/s", "MFU",
@@ -122,13 +124,14 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
         f"{' and '.join(dict.fromkeys(str(x.get('compile_cache')) for x in ok))}",
         f"FLOPs: {FLOP_CONVENTION}",
     ]
-    peaks = {}
+    peaks: dict[str, dict[str, Any]] = {}
     for x in ok:
         if x.get("peak_tflops"):
-            peaks[x["framework"]] = x["peak_tflops"]
+            peaks[x["framework"]] = x
     if peaks:
         lines.append("MFU against the measured matmul peak of each framework on this device: " + ", ".join(
-            f"{fw} {p * 1e3:.0f} GFLOP/s" for fw, p in peaks.items()))
+            _peak_text(fw, x) for fw, x in peaks.items()))
+    lines += _load_lines(records)
     sheet = next((x["peak_tflops_datasheet"] for x in ok if x.get("peak_tflops_datasheet")), None)
     if sheet:
         lines.append(f"datasheet dense peak: {sheet:.0f} TFLOP/s (mfu_datasheet in the records)")
@@ -138,6 +141,38 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
     if vers:
         lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in sorted(vers.items())))
     return lines
+
+
+def _peak_text(framework: str, r: dict[str, Any]) -> str:
+    """``torch 165 GFLOP/s (spread 3%, measured 2026-12-03 07:10 UTC, 2.0 h ago)``."""
+    text = f"{framework} {r['peak_tflops'] * 1e3:.0f} GFLOP/s"
+    if r.get("peak_measured_at") is None:  # a record of an older twinbench: nothing more is known
+        return text
+    when = r["peak_measured_at"].replace("T", " ")[:16]
+    return (f"{text} (spread {r.get('peak_spread') or 0:.0%}, measured {when} UTC, "
+            f"{fmt_age(age_s(r['peak_measured_at']))} ago)")
+
+
+def _load_lines(records: list[dict[str, Any]]) -> list[str]:
+    """The machine's load when the runs started, and every warning about the conditions, once."""
+    loads = [r for r in records if r.get("load_avg_1m") is not None]
+    out = []
+    if loads:
+        lo, hi = min(r["load_avg_1m"] for r in loads), max(r["load_avg_1m"] for r in loads)
+        ext = [r["load_avg_1m_external"] for r in loads if r.get("load_avg_1m_external") not in (None, r["load_avg_1m"])]
+        span = f"{lo:.2f}" if lo == hi else f"{lo:.2f}-{hi:.2f}"
+        out.append(f"load: 1-minute load average {span} when the runs started, on {loads[0].get('cpu_count')} "
+                   f"core(s)" + (f" (without this command's own earlier runs: at most "
+                                 f"{max(r.get('load_avg_1m_external') or 0 for r in loads):.2f})" if ext else ""))
+    busy = [r for r in records if any(w.startswith(CONDITION_WARNINGS[0]) for w in r.get("warnings") or [])]
+    if busy:
+        per_core = max((r.get("load_avg_1m_external") or r.get("load_avg_1m") or 0) / (r.get("cpu_count") or 1)
+                       for r in busy)
+        out.append(f"warning: machine busy: {len(busy)} of {len(records)} run(s) started with more than 0.5 load "
+                   f"per core from other processes (up to {per_core:.2f}); their timings are not reliable")
+    out += list(dict.fromkeys(f"warning: {r['framework']} {w}" for r in records for w in r.get("warnings") or []
+                              if w.startswith(CONDITION_WARNINGS[1:])))
+    return out
 
 
 def crossings(records: list[dict[str, Any]]) -> list[str]:
