@@ -35,10 +35,12 @@ class Scripted:
     def __init__(self, *attempts: list[float]) -> None:
         self.attempts, self.calls = list(attempts), 0
 
-    def __call__(self, framework: str, platform: str, dtype: str, reps: int) -> dict[int, list[float]]:
+    def __call__(self, framework: str, platform: str, dtype: str, reps: int,
+                 sizes: tuple[int, ...] | None = None) -> dict[int, list[float]]:
         reps_ = self.attempts[min(self.calls, len(self.attempts) - 1)]
         self.calls += 1
-        return {512: [r / 2 for r in reps_], 2048: reps_}
+        self.sizes = sizes
+        return {n: reps_ if n == 2048 else [r / 2 for r in reps_] for n in sizes or (512, 2048)}
 
 
 STEADY = [0.19, 0.188, 0.185, 0.19, 0.186, 0.189, 0.187]  # spread 2.7%
@@ -75,6 +77,7 @@ def test_disagreeing_repeats_are_measured_again_then_refused(cache: Path, monkey
     monkeypatch.setattr(peak, "_per_size", noisy)
     p = peak.lookup(*ARGS)
     assert noisy.calls == peak.ATTEMPTS and not p.trusted and p.method["attempts"] == peak.ATTEMPTS
+    assert noisy.sizes == (2048,)  # the attempts after the first time the fastest size only
     assert "disagree by 90%" in p.problems()[0]
     # a noisy first attempt, then a steady one: the steady one is kept
     monkeypatch.setattr(peak, "_per_size", Scripted(NOISY, STEADY))
@@ -165,3 +168,8 @@ def test_remeasure_measures_in_a_fresh_process_and_caches(tmp_path: Path) -> Non
     assert entry["threads"] == 1 and len(entry["repeats_tflops"]) == peak.REPEATS and entry["tflops"] > 0
     assert entry["spread"] == pytest.approx(peak.spread(entry["repeats_tflops"]), rel=1e-3)
     assert "GFLOP/s" in p.stdout and "torch" in p.stdout
+
+
+def test_larger_sizes_are_skipped_once_a_call_is_long() -> None:
+    assert not peak._long(1024, [0.19] * 7)  # 11 ms per call at 190 GFLOP/s: try the next size
+    assert peak._long(2048, [0.03] * 7)  # 0.57 s per call (bf16 on a CPU): at peak already, stop there

@@ -1,7 +1,8 @@
 """The peak MFU is measured against: best dense matmul FLOP/s of a framework on this device, and datasheets.
 
 How it is measured: square matmuls of a few sizes, each size timed ``REPEATS`` times (device synchronised)
-after one untimed warm-up call; the peak is the best repeat of the fastest size, and the *spread* of that
+after one untimed warm-up call, smallest first, stopping after a size whose calls take over 50 ms (already
+at peak; bf16 on a CPU would otherwise take tens of seconds); the peak is the best repeat of the fastest size, and the *spread* of that
 size's repeats (max/min - 1) says how far they agree. A measurement whose repeats disagree by more than
 ``MAX_SPREAD`` (10%) is taken again, up to ``ATTEMPTS`` times; if none agrees it is kept but marked
 refused, and every record that uses it carries a warning.
@@ -49,6 +50,7 @@ FORMAT = 2  # entries of format 1 were bare numbers
 MAX_SPREAD = 0.10  # repeats of the measured size must agree within this (max/min - 1)
 HIGH_LOAD = 0.5  # load average per core above which the machine counts as busy
 REPEATS = 7  # timed repeats per matmul size
+LONG_CALL_S = 0.05  # a matmul this long is at the device's peak already: larger sizes are not timed
 ATTEMPTS = 3  # measurements tried before a disagreeing one is kept as refused
 #: Load per core of the machine (other processes) at the time the runner started this process.
 LOAD_ENV = "TWINBENCH_LOAD_PER_CORE"
@@ -170,12 +172,15 @@ def cache_key(framework: str, platform: str, device: str, dtype: str, threads: i
 
 
 def framework_versions(framework: str) -> dict[str, str]:
-    """The versions a peak depends on: torch (and its CUDA), or jax and jaxlib."""
+    """The versions a peak depends on: torch (and its CUDA), or jax and jaxlib (and XLA_FLAGS when set)."""
     if framework == "jax":
         import jax
         import jaxlib
 
-        return {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
+        out = {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
+        if os.environ.get("XLA_FLAGS", "").strip():  # XLA flags change what a matmul compiles to
+            out["xla_flags"] = " ".join(sorted(os.environ["XLA_FLAGS"].split()))
+        return out
     import torch
 
     out = {"torch": torch.__version__}
@@ -248,15 +253,22 @@ def _rates(run: Any, sync: Any, n: int, reps: int) -> list[float]:
     return out
 
 
-def _per_size(framework: str, platform: str, dtype: str, reps: int) -> dict[int, list[float]]:
-    """Timed repeats (TFLOP/s) for each matmul size."""
+def _long(n: int, rates: list[float]) -> bool:
+    """Whether the median call of this size took longer than ``LONG_CALL_S`` (bf16 on a CPU, a slow device)."""
+    return 2 * n**3 / sorted(rates)[len(rates) // 2] / 1e12 > LONG_CALL_S
+
+
+def _per_size(framework: str, platform: str, dtype: str, reps: int,
+              sizes: tuple[int, ...] | None = None) -> dict[int, list[float]]:
+    """Timed repeats (TFLOP/s) for each matmul size (``sizes``, default all of the platform's)."""
     out: dict[int, list[float]] = {}
+    sizes = sizes or _sizes(platform)
     if framework == "jax":
         import jax
         import jax.numpy as jnp
 
         jdt = jnp.bfloat16 if dtype == "bf16" else jnp.float32
-        for n in _sizes(platform):
+        for n in sizes:
             a = jax.random.normal(jax.random.key(0), (n, n), jdt)
             b = jax.random.normal(jax.random.key(1), (n, n), jdt)
             mm = jax.jit(jnp.matmul)
@@ -266,32 +278,42 @@ def _per_size(framework: str, platform: str, dtype: str, reps: int) -> dict[int,
                 last[:] = [mm(a, b)]
 
             out[n] = _rates(run, lambda last=last: last[0].block_until_ready(), n, reps)
+            if _long(n, out[n]):
+                break
     else:
         import torch
 
         dev = torch.device("cuda" if platform == "cuda" else "cpu")
         tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
         sync = torch.cuda.synchronize if platform == "cuda" else (lambda: None)
-        for n in _sizes(platform):
+        for n in sizes:
             a = torch.randn(n, n, device=dev, dtype=tdt)
             b = torch.randn(n, n, device=dev, dtype=tdt)
             out[n] = _rates(lambda a=a, b=b: torch.mm(a, b), sync, n, reps)
+            if _long(n, out[n]):
+                break
     return out
 
 
 def measure(framework: str, platform: str, device_name: str, dtype: str, threads: int,
             load_per_core: float | None = None) -> Peak:
-    """Measure now: up to ``ATTEMPTS`` times until the repeats of the fastest size agree within 10%."""
+    """Measure now: up to ``ATTEMPTS`` times until the repeats of the fastest size agree within 10%.
+
+    The first attempt times every size and picks the fastest (by median); later attempts time that size only.
+    """
     versions = framework_versions(framework)
     best: Peak | None = None
+    sizes: tuple[int, ...] | None = None
+    tried: list[int] = []
     for attempt in range(1, ATTEMPTS + 1):
-        per_size = _per_size(framework, platform, dtype, REPEATS)
+        per_size = _per_size(framework, platform, dtype, REPEATS, sizes)
         n = max(per_size, key=lambda s: sorted(per_size[s])[len(per_size[s]) // 2])  # fastest by median
-        reps = per_size[n]
+        tried = tried if sizes else list(per_size)
+        sizes, reps = (n,), per_size[n]
         peak = Peak(framework, platform, device_name, dtype, threads, versions, max(reps),
                     [round(r, 6) for r in reps], spread(reps),
                     datetime.now(timezone.utc).isoformat(timespec="seconds"), load_per_core,
-                    {"op": "square matmul, best timed repeat of the fastest size", "sizes": list(per_size),
+                    {"op": "square matmul, best timed repeat of the fastest size", "sizes": tried,
                      "size": n, "repeats": REPEATS, "warmup_calls": 1, "attempts": attempt})
         if best is None or peak.spread < best.spread:
             best = peak
