@@ -133,17 +133,26 @@ def _entry(**over: Any) -> dict[str, Any]:
     return {**p.to_json(), **over}
 
 
+def _invoke(cache_dir: Path, *args: str) -> Any:
+    """`twinbench peak ARGS` in this process (typer's test runner)."""
+    from typer.testing import CliRunner
+
+    from twinbench.cli import app
+
+    return CliRunner().invoke(app, ["peak", *args], env={"TWINBENCH_CACHE": str(cache_dir)})
+
+
 def test_peak_command_lists_the_cache(tmp_path: Path) -> None:
     entries = [_entry(), _entry(dtype="bf16", load_per_core=1.2)]
     cached = {peak.Peak.from_json(e).key: e for e in entries} | {"torch|cpu|Old CPU|fp32|threads=2": 0.035}
     (tmp_path / "peaks.json").write_text(json.dumps(cached))
-    p = _twinbench(tmp_path)
-    assert p.returncode == 0, p.stderr
-    assert "190.0" in p.stdout and "2.7%" in p.stdout and "jaxlib 0.10.2" in p.stdout
-    assert " d " in p.stdout  # its age, in days
-    assert "measured busy (1.20/core)" in p.stdout and "stale (old format)" in p.stdout
-    empty = _twinbench(tmp_path / "none")
-    assert empty.returncode == 0 and "--remeasure" in empty.stdout
+    p = _invoke(tmp_path)
+    assert p.exit_code == 0, p.output
+    assert "190.0" in p.output and "2.7%" in p.output and "jaxlib 0.10.2" in p.output
+    assert " d " in p.output  # its age, in days
+    assert "measured busy (1.20/core)" in p.output and "stale (old format)" in p.output
+    empty = _invoke(tmp_path / "none")
+    assert empty.exit_code == 0 and "--remeasure" in empty.output
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -152,9 +161,10 @@ def test_peak_command_lists_the_cache(tmp_path: Path) -> None:
     (["--threads", "-1"], "--threads must be >= 0"),
 ])
 def test_peak_command_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
-    p = _twinbench(tmp_path, "--remeasure", *args)
-    assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr
-    assert len(p.stderr.strip().splitlines()) == 1
+    p = _invoke(tmp_path, "--remeasure", *args)
+    assert p.exit_code == 2 and message in p.output and "Traceback" not in p.output
+    assert len(p.output.strip().splitlines()) == 1
+    assert not (tmp_path / "peaks.json").exists()  # nothing was measured
 
 
 def test_remeasure_measures_in_a_fresh_process_and_caches(tmp_path: Path) -> None:
