@@ -18,6 +18,7 @@ from dist_helpers import run
 from twinbench.record import CONDITION_WARNINGS
 
 RTOL = 1e-5
+pytestmark = pytest.mark.slow  # seven multi-device runs, each in its own process(es)
 MULTI = [("jax", "mesh-dp"), ("jax", "mesh-fsdp"), ("jax", "pmap"), ("torch", "ddp"), ("torch", "fsdp")]
 REPLICATED = [("jax", "mesh-dp"), ("jax", "pmap"), ("torch", "ddp")]
 

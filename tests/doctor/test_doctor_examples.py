@@ -33,6 +33,7 @@ BAD = {  # example -> the finding id it must get
     "script_error": "script-error",
 }
 CLEAN = ("clean_jax", "clean_nnx", "clean_torch")
+pytestmark = pytest.mark.slow  # 17 scripts, each in a fresh process under the doctor
 
 
 def doctor(script: Path, out: Path, *extra: str) -> tuple[int, dict[str, Any] | None, str]:
