@@ -25,7 +25,7 @@ def test_run_one_records_the_load_the_worker_started_under(monkeypatch: pytest.M
         return {"status": "ok", "warnings": ["the batch is replicated"]}
 
     monkeypatch.setattr(runner, "_run_one", fake_worker)
-    monkeypatch.setattr(runner, "LOAD", runner.LoadMeter())
+    monkeypatch.setattr(runner, "LOAD", runner.LoadMeter(shared=False))
     monkeypatch.setattr(runner.os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr(runner.os, "getloadavg", lambda: (0.4, 0.0, 0.0))
     quiet = runner.run_one(SPEC, timeout=10)
@@ -39,7 +39,7 @@ def test_run_one_records_the_load_the_worker_started_under(monkeypatch: pytest.M
 
 
 def test_own_earlier_runs_are_not_counted_as_load() -> None:
-    meter = runner.LoadMeter()
+    meter = runner.LoadMeter(shared=False)
     now = 10_000.0
     meter.runs = [(now - 5, 60.0, 2.0)]  # a run that kept 2 cores busy for a minute ended 5 s ago
     own = meter.own(now)
@@ -48,6 +48,18 @@ def test_own_earlier_runs_are_not_counted_as_load() -> None:
     rec = {"load_avg_1m": 1.3, "load_avg_1m_external": max(1.3 - own, 0), "cpu_count": 2}
     assert condition_warnings(rec) == []  # 1.3 was mostly our own previous run
     assert condition_warnings({"load_avg_1m": 1.3, "cpu_count": 2})  # without the estimate: busy
+
+
+def test_ended_runs_of_an_earlier_command_are_not_counted_either(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TWINBENCH_CACHE", str(tmp_path))
+    first, second = runner.LoadMeter(), runner.LoadMeter()  # two commands of a script, one after the other
+    now = 10_000.0
+    first.add(now - 5, 60.0, 2.0)
+    expected = 2 * (1 - math.exp(-1)) * math.exp(-5 / 60)
+    assert second.own(now) == pytest.approx(expected)  # read from the cache directory's history
+    assert first.own(now) == pytest.approx(expected)  # counted once, not once from memory and once from the file
+    (tmp_path / "recent_runs.jsonl").write_text("torn line\n[1, 2]\n")
+    assert runner.LoadMeter().own(now) == 0  # a damaged history costs the estimate, never the run
 
 
 def test_peak_warnings() -> None:

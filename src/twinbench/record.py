@@ -96,7 +96,7 @@ class Record:
     # before it started the worker) and how trustworthy the matmul peak behind the MFU is (measure/peak.py)
     load_avg_1m: float | None = None  # os.getloadavg()[0]
     cpu_count: int | None = None  # cores available to the run (the runner's CPU affinity)
-    load_avg_1m_external: float | None = None  # load_avg_1m less the estimated share of this command's own runs
+    load_avg_1m_external: float | None = None  # load_avg_1m less what twinbench's own ended runs still add
     peak_measured_at: str | None = None  # ISO time (UTC) the peak was measured
     peak_spread: float | None = None  # max/min - 1 over the peak's timed repeats
     peak_load_per_core: float | None = None  # load per core while the peak was measured
@@ -125,8 +125,8 @@ class Record:
 def condition_warnings(r: dict[str, Any]) -> list[str]:
     """Warnings about the conditions of a run: a busy machine, a matmul peak that is not to be trusted.
 
-    The load counted is ``load_avg_1m_external`` when known (the 1-minute load average less what this
-    command's own earlier runs still contribute to it), else ``load_avg_1m``; per core of ``cpu_count``.
+    The load counted is ``load_avg_1m_external`` when known (the 1-minute load average less what
+    twinbench's own ended runs still contribute to it), else ``load_avg_1m``; per core of ``cpu_count``.
     """
     out = []
     load = r.get("load_avg_1m_external")

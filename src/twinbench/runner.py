@@ -49,21 +49,46 @@ def _reason_from_stderr(stderr: str, returncode: int) -> str:
 
 @dataclass
 class LoadMeter:
-    """The machine's load when a run starts, and how much of it this process's own earlier runs still make.
+    """The machine's load when a run starts, and how much of it twinbench's own ended runs still make.
 
     Linux's 1-minute load average is an exponentially damped average (time constant 60 s) of the runnable
     tasks, so a run that just used both cores of a 2-core machine leaves ~1 in it for the next minute: on
-    its own, the next run would be flagged as run on a busy machine. Each child's average number of busy
-    cores (its CPU time / wall time, from ``getrusage(RUSAGE_CHILDREN)``) is remembered with when it ran,
-    and its remaining share of the load average, busy x (1 - e^(-duration/60)) x e^(-since_end/60), is
-    taken off (``load_avg_1m_external``).
+    its own, the next run (of this command, or of the next command of a script) would be flagged as run on
+    a busy machine although nothing else runs. Each ended child's average number of busy cores (its CPU
+    time / wall time, from ``getrusage(RUSAGE_CHILDREN)``) is remembered with when it ran, in this process
+    and in ``recent_runs.jsonl`` of twinbench's cache directory (shared by the twinbench commands run one
+    after another), and its remaining share of the load average, busy x (1 - e^(-duration/60)) x
+    e^(-since_end/60), is taken off: ``load_avg_1m_external``. Runs still going are never taken off.
     """
 
     runs: list[tuple[float, float, float]] = field(default_factory=list)  # (end time, duration s, busy cores)
+    shared: bool = True  # also read and write the history file of the cache directory
+    ident: str = field(default_factory=lambda: f"{os.getpid()}-{time.time_ns()}")
+
+    def _history(self) -> Path:
+        from twinbench.measure.peak import cache_root
+
+        return cache_root() / "recent_runs.jsonl"
+
+    def _ended(self, now: float) -> list[tuple[float, float, float]]:
+        runs = list(self.runs)
+        if self.shared:
+            try:
+                lines = self._history().read_text().splitlines()[-1000:]
+            except OSError:
+                lines = []
+            for line in lines:
+                try:
+                    end, dur, busy, ident = json.loads(line)
+                except (ValueError, TypeError):
+                    continue
+                if ident != self.ident:
+                    runs.append((float(end), float(dur), float(busy)))
+        return [r for r in runs if 0 <= now - r[0] < 600]
 
     def own(self, now: float) -> float:
-        return sum(busy * (1 - math.exp(-dur / 60)) * math.exp(-(now - end) / 60) for end, dur, busy in self.runs
-                   if now - end < 600)
+        return sum(busy * (1 - math.exp(-dur / 60)) * math.exp(-(now - end) / 60)
+                   for end, dur, busy in self._ended(now))
 
     def reading(self) -> dict[str, Any]:
         """``load_avg_1m``, ``cpu_count``, ``load_avg_1m_external`` now (None where the OS does not say)."""
@@ -74,6 +99,23 @@ class LoadMeter:
             return {"load_avg_1m": None, "cpu_count": os.cpu_count(), "load_avg_1m_external": None}
         return {"load_avg_1m": round(load, 2), "cpu_count": cpus,
                 "load_avg_1m_external": round(max(load - self.own(time.time()), 0.0), 2)}
+
+    def add(self, end: float, duration: float, busy: float) -> None:
+        self.runs = [r for r in self.runs if end - r[0] < 600] + [(end, duration, busy)]
+        if not self.shared:
+            return
+        path = self._history()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a") as f:  # one short line per write: concurrent commands do not tear it
+                f.write(json.dumps([round(end, 3), round(duration, 3), round(busy, 3), self.ident]) + "\n")
+            if path.stat().st_size > 100_000:  # keep the last 10 minutes only
+                keep = [ln for ln in path.read_text().splitlines()[-1000:] if _recent(ln, end)]
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text("".join(ln + "\n" for ln in keep))
+                tmp.replace(path)
+        except OSError:
+            pass
 
     @contextlib.contextmanager
     def track(self) -> Iterator[None]:
@@ -88,7 +130,14 @@ class LoadMeter:
         finally:
             end = time.time()
             if end - t0 > 0.1:
-                self.runs = [r for r in self.runs if end - r[0] < 600] + [(end, end - t0, (cpu() - c0) / (end - t0))]
+                self.add(end, end - t0, (cpu() - c0) / (end - t0))
+
+
+def _recent(line: str, now: float) -> bool:
+    try:
+        return now - float(json.loads(line)[0]) < 600
+    except (ValueError, TypeError, IndexError):
+        return False
 
 
 LOAD = LoadMeter()

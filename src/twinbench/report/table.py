@@ -162,7 +162,7 @@ def _load_lines(records: list[dict[str, Any]]) -> list[str]:
         ext = [r["load_avg_1m_external"] for r in loads if r.get("load_avg_1m_external") not in (None, r["load_avg_1m"])]
         span = f"{lo:.2f}" if lo == hi else f"{lo:.2f}-{hi:.2f}"
         out.append(f"load: 1-minute load average {span} when the runs started, on {loads[0].get('cpu_count')} "
-                   f"core(s)" + (f" (without this command's own earlier runs: at most "
+                   f"core(s)" + (f" (without twinbench's own ended runs: at most "
                                  f"{max(r.get('load_avg_1m_external') or 0 for r in loads):.2f})" if ext else ""))
     busy = [r for r in records if any(w.startswith(CONDITION_WARNINGS[0]) for w in r.get("warnings") or [])]
     if busy:
