@@ -94,7 +94,11 @@ def test_table_footer_shows_peak_age_spread_load_and_warnings() -> None:
     assert [ln for ln in lines if ln.startswith("warning:")] == [
         "warning: machine busy: 1 of 2 run(s) started with more than 0.5 load per core from other processes "
         "(up to 0.80); their timings are not reliable",
-        "warning: jax matmul peak: its repeats disagree by 14% (above 10%), so the MFU is uncertain"]
+        "warning: the jax matmul peak is not to be trusted: its repeats disagree by 14% (above 10%), so its MFU is "
+        "uncertain; `twinbench peak --remeasure` on an idle machine"]
+    recs[0]["load_avg_1m_external"] = 0.1  # twinbench's own previous run made most of it
+    assert "load: 1-minute load average 0.30-1.60 when the runs started, on 2 core(s); 0.10-1.60 without what " \
+           "twinbench's own ended runs still add to it" in conditions(recs)
     assert "(spread 3%" in markdown(recs, 1000)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from twinbench.measure.flops import FLOP_CONVENTION
-from twinbench.measure.peak import age_s, fmt_age
+from twinbench.measure.peak import HIGH_LOAD, MAX_SPREAD, age_s, fmt_age
 from twinbench.record import CONDITION_WARNINGS
 from twinbench.report.breakeven import crossing_sentence, total_s
 
@@ -154,25 +154,39 @@ def _peak_text(framework: str, r: dict[str, Any]) -> str:
 
 
 def _load_lines(records: list[dict[str, Any]]) -> list[str]:
-    """The machine's load when the runs started, and every warning about the conditions, once."""
+    """The machine's load when the runs started, and the warnings about the conditions, once each."""
     loads = [r for r in records if r.get("load_avg_1m") is not None]
     out = []
     if loads:
-        lo, hi = min(r["load_avg_1m"] for r in loads), max(r["load_avg_1m"] for r in loads)
-        ext = [r["load_avg_1m_external"] for r in loads if r.get("load_avg_1m_external") not in (None, r["load_avg_1m"])]
-        span = f"{lo:.2f}" if lo == hi else f"{lo:.2f}-{hi:.2f}"
-        out.append(f"load: 1-minute load average {span} when the runs started, on {loads[0].get('cpu_count')} "
-                   f"core(s)" + (f" (without twinbench's own ended runs: at most "
-                                 f"{max(r.get('load_avg_1m_external') or 0 for r in loads):.2f})" if ext else ""))
+        out.append(f"load: 1-minute load average {_span([r['load_avg_1m'] for r in loads])} when the runs started, "
+                   f"on {loads[0].get('cpu_count')} core(s)")
+        ext = [r["load_avg_1m_external"] for r in loads if r.get("load_avg_1m_external") is not None]
+        if any(r.get("load_avg_1m_external") not in (None, r["load_avg_1m"]) for r in loads):
+            out[-1] += f"; {_span(ext)} without what twinbench's own ended runs still add to it"
     busy = [r for r in records if any(w.startswith(CONDITION_WARNINGS[0]) for w in r.get("warnings") or [])]
     if busy:
         per_core = max((r.get("load_avg_1m_external") or r.get("load_avg_1m") or 0) / (r.get("cpu_count") or 1)
                        for r in busy)
-        out.append(f"warning: machine busy: {len(busy)} of {len(records)} run(s) started with more than 0.5 load "
-                   f"per core from other processes (up to {per_core:.2f}); their timings are not reliable")
-    out += list(dict.fromkeys(f"warning: {r['framework']} {w}" for r in records for w in r.get("warnings") or []
-                              if w.startswith(CONDITION_WARNINGS[1:])))
+        out.append(f"warning: machine busy: {len(busy)} of {len(records)} run(s) started with more than {HIGH_LOAD} "
+                   f"load per core from other processes (up to {per_core:.2f}); their timings are not reliable")
+    peaks: dict[str, list[str]] = {}
+    for r in records:
+        if r.get("status") != "ok" or not r.get("peak_tflops"):
+            continue
+        why = peaks.setdefault(r["framework"], [])
+        spread, load = r.get("peak_spread"), r.get("peak_load_per_core")
+        if spread is not None and spread > MAX_SPREAD and "repeats" not in " ".join(why):
+            why.append(f"its repeats disagree by {spread:.0%} (above {MAX_SPREAD:.0%})")
+        if load is not None and load > HIGH_LOAD and "busy" not in " ".join(why):
+            why.append(f"it was measured on a busy machine ({load:.2f} load per core)")
+    out += [f"warning: the {fw} matmul peak is not to be trusted: {' and '.join(why)}, so its MFU is uncertain; "
+            "`twinbench peak --remeasure` on an idle machine" for fw, why in peaks.items() if why]
     return out
+
+
+def _span(values: list[float]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:.2f}" if lo == hi else f"{lo:.2f}-{hi:.2f}"
 
 
 def crossings(records: list[dict[str, Any]]) -> list[str]:
