@@ -460,8 +460,9 @@ def peak_cmd(
 
     Each peak is cached per framework, device, dtype, threads and framework versions (~/.cache/twinbench/
     peaks.json). A run measures its peak the first time and again when the cached one was measured on a
-    busy machine or its repeats disagreed by more than 10%; --remeasure measures now. Exit code 1 when a
-    measurement's repeats still disagree by more than 10% (the machine is busy: try again when it is idle).
+    busy machine or its repeats disagreed by more than 10%; --remeasure measures now. Exit code 1 when a new
+    measurement is not to be trusted (its repeats disagree by more than 10% after 3 attempts, or the machine
+    was busy: load above 0.5 per core): try again when it is idle; a trusted cached peak is then kept.
     """
     import tempfile
 
