@@ -2,10 +2,11 @@
 
 How it is measured: square matmuls of a few sizes, each size timed ``REPEATS`` times (device synchronised)
 after one untimed warm-up call, smallest first, stopping after a size whose calls take over 50 ms (already
-at peak; bf16 on a CPU would otherwise take tens of seconds); the peak is the best repeat of the fastest size, and the *spread* of that
-size's repeats (max/min - 1) says how far they agree. A measurement whose repeats disagree by more than
-``MAX_SPREAD`` (10%) is taken again, up to ``ATTEMPTS`` times; if none agrees it is kept but marked
-refused, and every record that uses it carries a warning.
+at peak; bf16 on a CPU would otherwise take tens of seconds); the peak is the best repeat of the fastest
+size, and the *spread* of that size's repeats (max/min - 1) says how far they agree. A measurement whose
+repeats disagree by more than ``MAX_SPREAD`` (10%) is taken again (that size only), up to ``ATTEMPTS``
+times; if none agrees, the one that agrees best is kept but not trusted, and every record that uses it
+carries a warning (``twinbench peak --remeasure`` exits 1).
 
 The cache (``peaks.json`` in the twinbench cache directory) is keyed on framework, platform, device, dtype,
 threads AND the framework's versions (torch [+ CUDA], or jax + jaxlib): an upgrade measures again. Each
