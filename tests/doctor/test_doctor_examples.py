@@ -64,6 +64,7 @@ def test_every_finding_id_has_a_bad_example() -> None:
 def test_bad_example_gets_its_finding(results: dict, name: str) -> None:
     code, report, output = results[name]
     assert report is not None, output
+    assert report["self_errors"] == [], output  # every instrument and check of the doctor worked
     ids = {f["id"] for f in report["findings"]}
     assert BAD[name] in ids, f"{name}: expected {BAD[name]}, got {ids}\n{output}"
     finding = next(f for f in report["findings"] if f["id"] == BAD[name])
@@ -79,6 +80,7 @@ def test_bad_example_gets_its_finding(results: dict, name: str) -> None:
 def test_clean_example_gets_nothing_serious(results: dict, name: str) -> None:
     code, report, output = results[name]
     assert report is not None, output
+    assert report["self_errors"] == [], output
     serious = [f for f in report["findings"] if f["severity"] in ("error", "warning")]
     assert not serious, f"{name}: {serious}"
     assert code == 0, output
