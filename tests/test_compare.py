@@ -42,12 +42,15 @@ def test_compare_gives_ok_records_for_the_first_strategies(tmp_path):
         assert r["tokens_per_s"] == pytest.approx(4 * 32 / (r["step_ms"] / 1e3))
         assert r["flops_per_token"] > 6 * 100_000 and 0 < r["mfu"] < 1.5
         assert r["peak_mem_bytes"] > 0 and r["versions"] and len(r["losses"]) == 6
+        assert r["load_avg_1m"] is not None and r["cpu_count"] >= 1  # the load when the run started
+        assert r["peak_measured_at"] and r["peak_spread"] >= 0
     # the same weights and batches: both frameworks start from the same loss
     assert records[0]["loss_first"] == pytest.approx(records[2]["loss_first"], rel=1e-5)
     assert len(read_jsonl(out / "results.jsonl")) == 3
     summary = (out / "summary.md").read_text()
     assert "jax/jit" in summary and "6N + 12*L*d*T" in summary
     assert "torch/eager" in p.stdout and "MFU" in p.stdout
+    assert "GFLOP/s (spread " in p.stdout and "load: 1-minute load average" in p.stdout
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -90,11 +93,20 @@ def test_interrupted_compare_keeps_rows_and_resume_skips_them(tmp_path):
     assert subprocess.run(cmd, capture_output=True, timeout=300).returncode == 0
     first = read_jsonl(out / "results.jsonl")
     assert len(first) == 1
-    # then a compare of two runs over the same directory, interrupted while its new run is going
+    # then a compare of two runs over the same directory, interrupted while its new run is going: it is
+    # interrupted once its worker has started (seen by its spec file in the runner's temporary directory),
+    # not after a fixed sleep, which on a busy machine can fall before the run starts and on a fast one after
+    # it ends
     cmd2 = [*cmd[:-2], "--framework", "torch,jax", "--strategies", "eager,jit", "--resume", str(out)]
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     proc = subprocess.Popen(cmd2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "COLUMNS": "200"})
-    time.sleep(4)
+                            env={**os.environ, "COLUMNS": "200", "TMPDIR": str(tmp)})
+    deadline = time.monotonic() + 240
+    while not list(tmp.glob("twinbench-run-*/spec.json")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the compare ended before its run could be interrupted"
+    time.sleep(0.3)  # the worker process is being started (it needs seconds to import jax)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err

@@ -211,6 +211,7 @@ def sweep(
 def print_sharding(records: list[dict[str, Any]], drawings: bool) -> None:
     """Every run's sharding warnings; with ``drawings`` (--show-sharding) its whole sharding report."""
     from twinbench.distributed.sharding_report import render
+    from twinbench.record import CONDITION_WARNINGS
 
     for r in records:
         if drawings and r.get("status") == "ok":
@@ -219,6 +220,8 @@ def print_sharding(records: list[dict[str, Any]], drawings: bool) -> None:
                 out.print(item)
         elif r.get("warnings"):
             for w in r["warnings"]:
+                if w.startswith(CONDITION_WARNINGS):  # the conditions under the table say these once
+                    continue
                 out.print(f"  [bold red]warning[/] {r['framework']}/{r['strategy']}: {w}", highlight=False)
     from twinbench.report.scaling import caveat, efficiency
 
@@ -429,6 +432,88 @@ def claims(
         raise typer.Exit(1)
 
 
+@app.command("peak")
+def peak_cmd(
+    remeasure: bool = typer.Option(False, "--remeasure", help="measure the peaks again now (each framework in its "
+                                   "own fresh process) and cache them; without it, only show the cache"),
+    framework: str = typer.Option("torch,jax", help="comma-separated: torch, jax"),
+    precision: str = typer.Option("fp32", help="with --remeasure: fp32, bf16, or both comma-separated"),
+    threads: int = typer.Option(0, help="with --remeasure: CPU threads (0: all cores, as a run's default)"),
+    timeout: float = typer.Option(600.0, help="seconds before one framework's measurement is stopped"),
+) -> None:
+    """The measured matmul peaks MFU is computed against: value, spread of the repeats, age, versions.
+
+    Each peak is cached per framework, device, dtype, threads and framework versions (~/.cache/twinbench/
+    peaks.json). A run measures its peak the first time and again when the cached one was measured on a
+    busy machine or its repeats disagreed by more than 10%; --remeasure measures now. Exit code 1 when a new
+    measurement is not to be trusted (its repeats disagree by more than 10% after 3 attempts, or the machine
+    was busy: load above 0.5 per core): try again when it is idle; a trusted cached peak is then kept.
+    """
+    import tempfile
+
+    from rich.table import Table
+
+    from twinbench.measure.peak import Peak, cache_path, cached_peaks, fmt_age
+
+    fws, dtypes = _csv(framework) or [], _csv(precision) or []
+    for fw in fws:
+        if fw not in ("torch", "jax"):
+            fail(f"--framework: unknown framework {fw!r}; allowed: torch, jax")
+    for dt in dtypes:
+        if dt not in ("fp32", "bf16"):
+            fail(f"--precision: unknown value {dt!r}; allowed: fp32, bf16")
+    if threads < 0:
+        fail(f"--threads must be >= 0 (0: all cores), got {threads}")
+    if timeout <= 0:
+        fail(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    shown: list[tuple[str, Peak | None]] = []
+    problems = []
+    if remeasure:
+        with tempfile.TemporaryDirectory(prefix="twinbench-peak-") as tmp:
+            for fw in fws:
+                for dt in dtypes:
+                    path = Path(tmp, f"{fw}-{dt}.json")
+                    with console.status(f"measuring the {fw} {dt} matmul peak"):
+                        code, reason = runner.run_module("twinbench.measure.peak",
+                                                         [fw, dt, str(threads), str(path), "--remeasure"], timeout)
+                    if code != 0:
+                        problems.append(f"{fw} {dt}: the measurement failed: {reason}")
+                        continue
+                    peak = Peak.from_json(json.loads(path.read_text()))
+                    assert peak is not None
+                    shown.append((peak.key, peak))
+                    if not peak.trusted:
+                        problems.append(f"{fw} {dt}: " + "; ".join(peak.problems()) + " (not trusted: "
+                                        "re-run `twinbench peak --remeasure` when the machine is idle)")
+    else:
+        shown = [(k, p) for k, p in cached_peaks() if k.split("|")[0] in fws]
+    if not shown and not problems:
+        out.print(f"no matmul peak cached in {cache_path()}: a run measures its own the first time; "
+                  "`twinbench peak --remeasure` measures them now", highlight=False)
+        return
+    table = Table(header_style="bold", title=f"matmul peaks ({cache_path()})", title_justify="left")
+    for c in ("framework", "device", "dtype", "threads", "versions", "GFLOP/s", "spread", "age", "load/core",
+              "status"):
+        table.add_column(c, justify="right" if c in ("threads", "GFLOP/s", "spread", "age", "load/core") else "left")
+    for key, p in shown:
+        if p is None:  # an entry of the first cache format: a bare number, never used again
+            parts = [*key.split("|"), "", "", "", ""]
+            table.add_row(parts[0], f"{parts[2]} ({parts[1]})", parts[3], parts[4].removeprefix("threads="), "—",
+                          "—", "—", "—", "—", "stale (old format)", style="dim")
+            continue
+        vers = ", ".join(f"{k} {v}" for k, v in sorted(p.versions.items()))
+        load = "—" if p.load_per_core is None else f"{p.load_per_core:.2f}"
+        table.add_row(p.framework, f"{p.device} ({p.platform})", p.dtype, str(p.threads), vers,
+                      f"{p.tflops * 1e3:,.1f}", f"{p.spread:.1%}", fmt_age(p.age_s()), load,
+                      p.status(), style=None if p.trusted else "yellow")
+    out.print(table)
+    if any(p is None or not p.trusted for _, p in shown) and not remeasure:
+        out.print("  not ok: measured again by the next run on a quiet machine (load <= 0.5 per core), or now "
+                  "with `twinbench peak --remeasure`", highlight=False)
+    if problems:
+        fail("peak " + " | ".join(problems), code=1)
+
+
 @app.command("report")
 def report_cmd(
     directory: Path = typer.Argument(..., help="results directory (holds results.jsonl; claims.json, "
@@ -503,7 +588,8 @@ def doctor(
     """Run your own training script and say why it is slow: each finding with evidence and the fix.
 
     Usage: twinbench doctor train.py [--steps N] [--timeout S] [--json FILE] [-- SCRIPT_ARGS...].
-    Exit code 0: nothing of severity warning or worse; 1: something was found; 2: the doctor could not run.
+    Exit code 0: nothing of severity warning or worse; 1: something was found; 2: the doctor could not run;
+    3: one of the doctor's own instruments or checks failed (printed; the findings may be incomplete).
     """
     from twinbench.doctor import DoctorError, run_doctor
     from twinbench.doctor.report import render
@@ -526,6 +612,8 @@ def doctor(
         fail(f"{script} did not finish within --timeout {timeout:g} s; stopped after "
              f"{result.observations.get('steps', 0)} steps (the findings above cover that part); "
              "use --steps N to diagnose a long run quickly")
+    if result.self_errors:  # an incomplete report must not pass for a clean one
+        raise typer.Exit(3)
     raise typer.Exit(1 if result.serious else 0)
 
 

@@ -12,7 +12,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from twinbench.measure.peak import HIGH_LOAD, MAX_SPREAD
 from twinbench.spec import RunSpec
+
+#: Record warnings about the conditions of a measurement start with one of these (the others are sharding's).
+CONDITION_WARNINGS = ("machine busy:", "matmul peak:")
 
 
 @dataclass
@@ -88,6 +92,14 @@ class Record:
     input_stall_pct: float | None = None  # steady-state waiting share of step time
     accuracy_first: float | None = None  # held-out accuracy before training (classify)
     accuracy_last: float | None = None  # held-out accuracy after the run (classify)
+    # the conditions of the measurement: the machine's load when the run started (read by the runner right
+    # before it started the worker) and how trustworthy the matmul peak behind the MFU is (measure/peak.py)
+    load_avg_1m: float | None = None  # os.getloadavg()[0]
+    cpu_count: int | None = None  # cores available to the run (the runner's CPU affinity)
+    load_avg_1m_external: float | None = None  # load_avg_1m less what twinbench's own ended runs still add
+    peak_measured_at: str | None = None  # ISO time (UTC) the peak was measured
+    peak_spread: float | None = None  # max/min - 1 over the peak's timed repeats
+    peak_load_per_core: float | None = None  # load per core while the peak was measured
 
     @classmethod
     def for_spec(cls, spec: RunSpec, status: str, **measured: Any) -> Record:
@@ -108,6 +120,30 @@ class Record:
     def from_dict(cls, d: dict[str, Any]) -> Record:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def condition_warnings(r: dict[str, Any]) -> list[str]:
+    """Warnings about the conditions of a run: a busy machine, a matmul peak that is not to be trusted.
+
+    The load counted is ``load_avg_1m_external`` when known (the 1-minute load average less what
+    twinbench's own ended runs still contribute to it), else ``load_avg_1m``; per core of ``cpu_count``.
+    """
+    out = []
+    load = r.get("load_avg_1m_external")
+    load = r.get("load_avg_1m") if load is None else load
+    cpus = r.get("cpu_count")
+    if load is not None and cpus and load / cpus > HIGH_LOAD:
+        out.append(f"machine busy: load average {load:.2f} on {cpus} core(s) ({load / cpus:.2f} per core, above "
+                   f"{HIGH_LOAD}) when the run started; its timings are not reliable")
+    spread = r.get("peak_spread")
+    if spread is not None and spread > MAX_SPREAD:
+        out.append(f"matmul peak: its repeats disagree by {spread:.0%} (above {MAX_SPREAD:.0%}), so the MFU is "
+                   "uncertain; `twinbench peak --remeasure` on an idle machine")
+    peak_load = r.get("peak_load_per_core")
+    if peak_load is not None and peak_load > HIGH_LOAD:
+        out.append(f"matmul peak: measured on a busy machine ({peak_load:.2f} load per core), so the MFU is "
+                   "overstated; `twinbench peak --remeasure` on an idle machine")
+    return out
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:

@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import resource
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from twinbench import compile_cache
-from twinbench.record import Record, append_jsonl, read_jsonl
+from twinbench.measure.peak import LOAD_ENV
+from twinbench.record import Record, append_jsonl, condition_warnings, read_jsonl
 from twinbench.spec import RunSpec, SpecError
 
 RESULTS = "results.jsonl"
@@ -44,8 +47,131 @@ def _reason_from_stderr(stderr: str, returncode: int) -> str:
     return (lines[-1] if lines else f"worker exited with code {returncode}")[:500]
 
 
+@dataclass
+class LoadMeter:
+    """The machine's load when a run starts, and how much of it twinbench's own ended runs still make.
+
+    Linux's 1-minute load average is an exponentially damped average (time constant 60 s) of the runnable
+    tasks, so a run that just used both cores of a 2-core machine leaves ~1 in it for the next minute: on
+    its own, the next run (of this command, or of the next command of a script) would be flagged as run on
+    a busy machine although nothing else runs. Each ended child's average number of busy cores (its CPU
+    time / wall time, from ``getrusage(RUSAGE_CHILDREN)``) is remembered with when it ran, in this process
+    and in ``recent_runs.jsonl`` of twinbench's cache directory (shared by the twinbench commands run one
+    after another), and its remaining share of the load average, busy x (1 - e^(-duration/60)) x
+    e^(-since_end/60), is taken off: ``load_avg_1m_external``. Runs still going are never taken off.
+    """
+
+    runs: list[tuple[float, float, float]] = field(default_factory=list)  # (end time, duration s, busy cores)
+    shared: bool = True  # also read and write the history file of the cache directory
+    ident: str = field(default_factory=lambda: f"{os.getpid()}-{time.time_ns()}")
+
+    def _history(self) -> Path:
+        from twinbench.measure.peak import cache_root
+
+        return cache_root() / "recent_runs.jsonl"
+
+    def _ended(self, now: float) -> list[tuple[float, float, float]]:
+        runs = list(self.runs)
+        if self.shared:
+            try:
+                lines = self._history().read_text().splitlines()[-1000:]
+            except OSError:
+                lines = []
+            for line in lines:
+                try:
+                    end, dur, busy, ident = json.loads(line)
+                except (ValueError, TypeError):
+                    continue
+                if ident != self.ident:
+                    runs.append((float(end), float(dur), float(busy)))
+        return [r for r in runs if 0 <= now - r[0] < 600]
+
+    def own(self, now: float) -> float:
+        return sum(busy * (1 - math.exp(-dur / 60)) * math.exp(-(now - end) / 60)
+                   for end, dur, busy in self._ended(now))
+
+    def reading(self) -> dict[str, Any]:
+        """``load_avg_1m``, ``cpu_count``, ``load_avg_1m_external`` now (None where the OS does not say)."""
+        try:
+            load = os.getloadavg()[0]
+            cpus = len(os.sched_getaffinity(0))
+        except (OSError, AttributeError):
+            return {"load_avg_1m": None, "cpu_count": os.cpu_count(), "load_avg_1m_external": None}
+        return {"load_avg_1m": round(load, 2), "cpu_count": cpus,
+                "load_avg_1m_external": round(max(load - self.own(time.time()), 0.0), 2)}
+
+    def add(self, end: float, duration: float, busy: float) -> None:
+        self.runs = [r for r in self.runs if end - r[0] < 600] + [(end, duration, busy)]
+        if not self.shared:
+            return
+        path = self._history()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a") as f:  # one short line per write: concurrent commands do not tear it
+                f.write(json.dumps([round(end, 3), round(duration, 3), round(busy, 3), self.ident]) + "\n")
+            if path.stat().st_size > 100_000:  # keep the last 10 minutes only
+                keep = [ln for ln in path.read_text().splitlines()[-1000:] if _recent(ln, end)]
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text("".join(ln + "\n" for ln in keep))
+                tmp.replace(path)
+        except OSError:
+            pass
+
+    @contextlib.contextmanager
+    def track(self) -> Iterator[None]:
+        """Remember the busy cores of the children waited for inside this block."""
+        def cpu() -> float:
+            ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return ru.ru_utime + ru.ru_stime
+
+        t0, c0 = time.time(), cpu()
+        try:
+            yield
+        finally:
+            end = time.time()
+            if end - t0 > 0.1:
+                self.add(end, end - t0, (cpu() - c0) / (end - t0))
+
+
+def _recent(line: str, now: float) -> bool:
+    try:
+        return now - float(json.loads(line)[0]) < 600
+    except (ValueError, TypeError, IndexError):
+        return False
+
+
+LOAD = LoadMeter()
+
+
+def child_env(reading: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a worker: ours, ``env``, and the load per core it started under (measure/peak.py)."""
+    out = {**os.environ, **(env or {})}
+    load, cpus = reading.get("load_avg_1m_external"), reading.get("cpu_count")
+    if load is not None and cpus:
+        out[LOAD_ENV] = f"{load / cpus:.3f}"
+    return out
+
+
+def with_conditions(record: dict[str, Any], reading: dict[str, Any]) -> dict[str, Any]:
+    """The record with the load it started under and the warnings about its conditions."""
+    record.update(reading)
+    record["warnings"] = list(dict.fromkeys([*(record.get("warnings") or []), *condition_warnings(record)]))
+    return record
+
+
 def run_one(spec: RunSpec, timeout: float, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Execute ``spec`` in a fresh ``python -m twinbench.worker`` process and return its record dict."""
+    """Execute ``spec`` in a fresh ``python -m twinbench.worker`` process and return its record dict.
+
+    The record carries the machine's load right before the worker started (``load_avg_1m``, ``cpu_count``)
+    and a warning when it was above 0.5 per core.
+    """
+    reading = LOAD.reading()
+    with LOAD.track():
+        record = _run_one(spec, timeout, child_env(reading, env))
+    return with_conditions(record, reading)
+
+
+def _run_one(spec: RunSpec, timeout: float, env: dict[str, str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="twinbench-run-") as tmp:
         spec_path, out_path = Path(tmp, "spec.json"), Path(tmp, "record.json")
         spec_path.write_text(json.dumps(spec.to_dict()))
@@ -53,8 +179,8 @@ def run_one(spec: RunSpec, timeout: float, env: dict[str, str] | None = None) ->
             cmd = worker_command(spec, [str(spec_path), str(out_path)])
         except SpecError as e:
             return Record.for_spec(spec, "failed", error=str(e)).to_dict()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, **(env or {})}, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True)
         try:
             _, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -75,11 +201,17 @@ def run_module(module: str, args: list[str], timeout: float) -> tuple[int, str]:
     """Run ``python -m MODULE ARGS`` in a fresh process (e.g. one framework of ``twinbench score``).
 
     Returns (exit code, one-line reason or ""). The child writes its results to files it is given in
-    ``args``; a timeout kills its whole process group.
+    ``args``; a timeout kills its whole process group. The child's environment says the load per core it
+    started under, as a worker's does.
     """
     cmd = [sys.executable, "-m", module, *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    with LOAD.track():
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=child_env(LOAD.reading()), start_new_session=True)
+        return _wait(proc, timeout)
+
+
+def _wait(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
     try:
         _, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -149,7 +149,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
     fw, t, timing = spec.framework, spec.train, loop.timing
     peak_mem, mem_source = device.peak_memory_bytes(fw)  # before the peak measurement runs its matmuls
     dtype = "bf16" if t.precision == "bf16" else "fp32"
-    peak_measured = peak.measured_tflops(fw, env.platform, env.device_name, dtype, threads)
+    peak_measured, peak_fields = peak.for_record(fw, env.platform, env.device_name, dtype, threads)
     peak_sheet = peak.datasheet_tflops(env.device_name, dtype) if env.platform != "cpu" else None
     flops_tok = b.family.flops_per_token(spec.model, attention_length(b.run_data, loop.warm_calls * b.steps_per_call))
     # multi-device strategies report device_count, state_bytes_per_device, sharding and warnings
@@ -163,7 +163,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
     return Record.for_spec(
         spec, "ok", **many, n_params=b.n_params, device=env.device_name, platform=env.platform,
         threads=threads, compile_s=timing.compile_s, first_step_s=timing.first_step_s, **metrics.step_stats(timing),
-        flops_per_token=flops_tok, peak_tflops=peak_measured, peak_tflops_datasheet=peak_sheet,
+        flops_per_token=flops_tok, peak_tflops=peak_measured, peak_tflops_datasheet=peak_sheet, **peak_fields,
         peak_mem_bytes=peak_mem, peak_mem_source=mem_source,
         compiles_during_steps=timing.compiles_during_steps, compiles_total=env.monitor.count() - loop.compiles_eval,
         compile_cache_hits=env.monitor.cache_hits(), steps_per_call=b.steps_per_call,

@@ -15,7 +15,10 @@ import numpy as np
 import pytest
 from dist_helpers import run
 
+from twinbench.record import CONDITION_WARNINGS
+
 RTOL = 1e-5
+pytestmark = pytest.mark.slow  # seven multi-device runs, each in its own process(es)
 MULTI = [("jax", "mesh-dp"), ("jax", "mesh-fsdp"), ("jax", "pmap"), ("torch", "ddp"), ("torch", "fsdp")]
 REPLICATED = [("jax", "mesh-dp"), ("jax", "pmap"), ("torch", "ddp")]
 
@@ -49,7 +52,7 @@ def test_batch_is_split_and_nothing_is_flagged(two_devices, framework, strategy)
     for b in r["sharding"]["batch"]:
         assert b["sharded"], b
         assert b["bytes_per_device"] * 2 == b["bytes"] == 8 * 32 * 4
-    assert r["warnings"] == []
+    assert [w for w in r["warnings"] if not w.startswith(CONDITION_WARNINGS)] == []  # a busy machine may be said
 
 
 @pytest.mark.parametrize(("framework", "dp", "fsdp"), [("jax", "mesh-dp", "mesh-fsdp"), ("torch", "ddp", "fsdp")])

@@ -19,6 +19,7 @@ import pytest
 from dist_helpers import TINY, free_port
 
 RTOL = 1e-5
+pytestmark = pytest.mark.slow  # two processes per run, each joining a distributed runtime
 
 
 def two_hosts(tmp_path: Path, framework: str, strategy: str) -> list[dict]:

@@ -33,6 +33,7 @@ BAD = {  # example -> the finding id it must get
     "script_error": "script-error",
 }
 CLEAN = ("clean_jax", "clean_nnx", "clean_torch")
+pytestmark = pytest.mark.slow  # 17 scripts, each in a fresh process under the doctor
 
 
 def doctor(script: Path, out: Path, *extra: str) -> tuple[int, dict[str, Any] | None, str]:
@@ -63,6 +64,7 @@ def test_every_finding_id_has_a_bad_example() -> None:
 def test_bad_example_gets_its_finding(results: dict, name: str) -> None:
     code, report, output = results[name]
     assert report is not None, output
+    assert report["self_errors"] == [], output  # every instrument and check of the doctor worked
     ids = {f["id"] for f in report["findings"]}
     assert BAD[name] in ids, f"{name}: expected {BAD[name]}, got {ids}\n{output}"
     finding = next(f for f in report["findings"] if f["id"] == BAD[name])
@@ -78,6 +80,7 @@ def test_bad_example_gets_its_finding(results: dict, name: str) -> None:
 def test_clean_example_gets_nothing_serious(results: dict, name: str) -> None:
     code, report, output = results[name]
     assert report is not None, output
+    assert report["self_errors"] == [], output
     serious = [f for f in report["findings"] if f["severity"] in ("error", "warning")]
     assert not serious, f"{name}: {serious}"
     assert code == 0, output

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import synthetic
 from conftest import run_chromium
 
@@ -36,6 +37,7 @@ def decoded_plots(dom: str) -> dict[str, int]:
     return out
 
 
+@pytest.mark.slow  # headless Chromium (installed with apt-get on first use)
 def test_every_plot_renders_in_chromium(chromium: str, tmp_path: Path) -> None:
     synthetic.write(tmp_path, synthetic.full_set())
     html_path, _, _ = page.write(tmp_path)
@@ -46,6 +48,7 @@ def test_every_plot_renders_in_chromium(chromium: str, tmp_path: Path) -> None:
     assert set(re.findall(r'<figure data-plot="([a-z-]+)"', dom)) == ALL_PLOTS
 
 
+@pytest.mark.slow  # headless Chromium and a real traced run
 def test_screenshot_of_a_real_run_is_not_blank(chromium: str, traced_run: Path, tmp_path: Path) -> None:
     html_path = traced_run / "report.html"  # written by compare itself
     dom = rendered_dom(chromium, html_path, tmp_path)

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.sh"
 
 
+@pytest.mark.slow  # four runs and a report
 def test_gpu_check_dry_run_writes_records_and_summary(tmp_path):
     out = tmp_path / "check"
     proc = subprocess.run(["bash", str(SCRIPT), str(out), "--dry-run"], capture_output=True, text=True,

@@ -187,6 +187,7 @@ def test_sweep_bad_over_exits_2_with_one_line():
     assert "unknown field 'depth'" in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.slow  # four runs, each in its own process
 def test_sweep_with_cold_and_warm_caches_end_to_end(tmp_path):
     out, cache = tmp_path / "out", tmp_path / "cache"
     result = CliRunner().invoke(app, [

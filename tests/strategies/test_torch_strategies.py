@@ -33,6 +33,7 @@ def _close_weights(a, b, atol):
     assert worst <= atol, f"weights differ by {worst}"
 
 
+@pytest.mark.slow  # a cold torch.compile (Inductor, C++)
 def test_compile_with_compiled_optimizer_matches_eager(weights, host_batches, eager_run):
     torch._dynamo.reset()
     before = dynamo_utils.counters["stats"]["unique_graphs"]
@@ -42,6 +43,7 @@ def test_compile_with_compiled_optimizer_matches_eager(weights, host_batches, ea
     assert dynamo_utils.counters["stats"]["unique_graphs"] - before >= 2  # model+loss, and the optimizer half
 
 
+@pytest.mark.slow  # a cold torch.compile (Inductor, C++)
 def test_compile_regional_compiles_one_block_for_all_layers(host_batches):
     """Three layers, one compiled graph: the block's, reused; with +remat under the compiled block."""
     weights3 = init_gpt(make_spec("torch", "eager", layers=3).model, seed=0)

@@ -47,6 +47,13 @@ class DoctorResult:
 
         return serious(self.findings)
 
+    @property
+    def self_errors(self) -> list[str]:
+        """The doctor's own failures (instrument, finalizer, donation check): the findings may be incomplete."""
+        from twinbench.doctor.report import self_errors
+
+        return self_errors(self.observations)
+
 
 def check_script(script: str | Path) -> Path:
     """The script's resolved path, or a one-line :class:`DoctorError` if it is missing or not Python."""
@@ -137,3 +144,10 @@ class watch:
         from twinbench.doctor.findings import serious
 
         return serious(self.findings)
+
+    @property
+    def self_errors(self) -> list[str]:
+        """The doctor's own failures during the block (see :func:`twinbench.doctor.report.self_errors`)."""
+        from twinbench.doctor.report import self_errors
+
+        return self_errors(self.observations)

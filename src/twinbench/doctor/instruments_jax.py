@@ -473,9 +473,11 @@ class _Jitted:
         if self.ncalls == 1:
             self.carried = {"leaves": len(carried), "bytes": sum(_nbytes(x) for x in carried)}
             if carried:
+                pmap = self.kind.startswith("pmap")  # pmap places its inputs itself: lowered from shapes only
+
                 def spec(x: Any) -> Any:
                     if isinstance(x, jax.Array):
-                        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+                        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=None if pmap else x.sharding)
                     return x
                 self.specs = jax.tree_util.tree_map(spec, (args, kwargs))
         else:

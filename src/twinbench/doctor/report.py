@@ -13,8 +13,20 @@ from twinbench.doctor.findings import Finding
 STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
+def self_errors(obs: dict[str, Any]) -> list[str]:
+    """The doctor's own failures during the run: an instrument that could not be installed or raised on the
+    script's call path, a finalizer that raised, the donation/memory check that failed. Each one means
+    the findings may be incomplete (``twinbench doctor`` then exits 3)."""
+    info = obs.get("info") or {}
+    out = [f"instrument: {e}" for e in info.get("instrument_errors") or []]
+    out += [f"finalizer: {e}" for e in info.get("finalize_errors") or []]
+    if info.get("donation_error"):
+        out.append(f"donation check: {info['donation_error']}")
+    return out
+
+
 def to_json(findings: list[Finding], obs: dict[str, Any], script: str | None = None) -> dict[str, Any]:
-    """``{"findings": [...], "steps", "step_ms", "compile_s", "wall_s", ...}``."""
+    """``{"findings": [...], "steps", "step_ms", "compile_s", "wall_s", ..., "self_errors"}``."""
     return {
         "findings": [f.to_dict() for f in findings],
         "steps": obs.get("steps", 0),
@@ -26,6 +38,7 @@ def to_json(findings: list[Finding], obs: dict[str, Any], script: str | None = N
         "frameworks": obs.get("frameworks", []),
         "stopped_early": obs.get("stopped_early", False),
         "timed_out": obs.get("timed_out", False),
+        "self_errors": self_errors(obs),
     }
 
 
@@ -47,8 +60,14 @@ def render(console: Console, findings: list[Finding], obs: dict[str, Any], title
     if obs.get("steady_steps", 0) < 2 and not obs.get("error"):
         console.print("  [dim]fewer than 2 steady steps were seen: per-step findings need a longer run "
                       "(or the step was not found: a jitted function or Optimizer.step)[/]")
+    errors = self_errors(obs)
+    for e in errors:  # as plain text: an exception message may hold [brackets]
+        console.print(Text.assemble(("  doctor self-check failed: ", "bold red"), e))
+    if errors:
+        console.print("  [red]the findings below may be incomplete[/] (a bug in twinbench's doctor: please report it)")
     if not findings:
-        console.print("  [green]no findings[/]: nothing of severity info or worse")
+        console.print("  [green]no findings[/]: nothing of severity info or worse"
+                      + (" among what could be watched" if errors else ""))
         return
     for f in findings:
         body = Group(

@@ -1,16 +1,41 @@
 """The peak MFU is measured against: best dense matmul FLOP/s of a framework on this device, and datasheets.
 
-The measured peak is the best of a few square matmul sizes, each timed best-of-N with the device
-synchronised; it is cached per (framework, device, dtype, threads) in the user's cache directory, so the
-first run on a machine pays ~2-5 s once. For known GPUs the datasheet dense peak is reported beside it.
+How it is measured: square matmuls of a few sizes, each size timed ``REPEATS`` times (device synchronised)
+after one untimed warm-up call, smallest first, stopping after a size whose calls take over 50 ms (already
+at peak; bf16 on a CPU would otherwise take tens of seconds); the peak is the best repeat of the fastest
+size, and the *spread* of that size's repeats (max/min - 1) says how far they agree. A measurement whose
+repeats disagree by more than ``MAX_SPREAD`` (10%) is taken again (that size only), up to ``ATTEMPTS``
+times; if none agrees, the one that agrees best is kept but not trusted, and every record that uses it
+carries a warning (``twinbench peak --remeasure`` exits 1).
+
+The cache (``peaks.json`` in the twinbench cache directory) is keyed on framework, platform, device, dtype,
+threads AND the framework's versions (torch [+ CUDA], or jax + jaxlib): an upgrade measures again. Each
+entry stores when it was measured (ISO time, UTC), how (sizes, repeats, attempts), every repeat, the
+spread, and the machine's load per core at the time. Entries of the first cache format (a bare number)
+are stale and measured again.
+
+Load policy. A peak measured on a busy machine is too low and inflates every later MFU (a run of 35
+GFLOP/s instead of ~190 was seen), so an entry is *trusted* only if its repeats agree and the load per core
+(1-minute load average / cores, other processes only: see ``runner.py``) was at most ``HIGH_LOAD`` (0.5)
+when it was measured. An untrusted entry is measured again as soon as the machine is quiet (load per core
+<= 0.5); while it is busy the untrusted entry is used as it is (measuring again under load would not give
+a better figure) and the records say so. A trusted entry is never replaced automatically, even when the
+current load is high: the run's own record then carries the load warning. ``twinbench peak --remeasure``
+measures again unconditionally; a refused measurement never replaces a trusted one.
+
+For known GPUs the datasheet dense peak is reported beside the measured one.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 #: Dense (no sparsity) peak TFLOP/s from vendor datasheets, by dtype: fp32 (no TF32), tf32, bf16.
 DATASHEET_TFLOPS: dict[str, dict[str, float]] = {
@@ -21,6 +46,15 @@ DATASHEET_TFLOPS: dict[str, dict[str, float]] = {
     "A10": {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0},
     "V100": {"fp32": 15.7, "tf32": 15.7, "bf16": 0.0},
 }
+
+FORMAT = 2  # entries of format 1 were bare numbers
+MAX_SPREAD = 0.10  # repeats of the measured size must agree within this (max/min - 1)
+HIGH_LOAD = 0.5  # load average per core above which the machine counts as busy
+REPEATS = 7  # timed repeats per matmul size
+LONG_CALL_S = 0.05  # a matmul this long is at the device's peak already: larger sizes are not timed
+ATTEMPTS = 3  # measurements tried before a disagreeing one is kept as refused
+#: Load per core of the machine (other processes) at the time the runner started this process.
+LOAD_ENV = "TWINBENCH_LOAD_PER_CORE"
 
 
 def datasheet_tflops(device_name: str, dtype: str) -> float | None:
@@ -36,73 +70,314 @@ def cache_root() -> Path:
     return Path(base)
 
 
+def cache_path() -> Path:
+    return cache_root() / "peaks.json"
+
+
+@dataclass
+class Peak:
+    """One measured peak: the value, how and when it was measured, and how far its repeats agreed."""
+
+    framework: str
+    platform: str
+    device: str
+    dtype: str
+    threads: int
+    versions: dict[str, str]
+    tflops: float  # the best timed repeat of the fastest size
+    repeats_tflops: list[float]  # every timed repeat of that size
+    spread: float  # max/min - 1 over repeats_tflops
+    measured_at: str  # ISO 8601, UTC
+    load_per_core: float | None  # the machine's load per core (others) when it was measured
+    method: dict[str, Any] = field(default_factory=dict)  # sizes, repeats, attempts, chosen size
+    format: int = FORMAT
+
+    @property
+    def key(self) -> str:
+        return cache_key(self.framework, self.platform, self.device, self.dtype, self.threads, self.versions)
+
+    def problems(self) -> list[str]:
+        """Why this peak is not to be trusted (empty when it is)."""
+        out = []
+        if self.spread > MAX_SPREAD:
+            out.append(f"its repeats disagree by {self.spread:.0%} (more than {MAX_SPREAD:.0%}) after "
+                       f"{self.method.get('attempts', 1)} attempt(s)")
+        if self.load_per_core is not None and self.load_per_core > HIGH_LOAD:
+            out.append(f"it was measured on a busy machine (load {self.load_per_core:.2f} per core, "
+                       f"above {HIGH_LOAD})")
+        return out
+
+    @property
+    def trusted(self) -> bool:
+        return not self.problems()
+
+    def status(self) -> str:
+        """``ok``, or why not in a few words: ``repeats disagree (14%)``, ``measured busy (1.20/core)``."""
+        out = []
+        if self.spread > MAX_SPREAD:
+            out.append(f"repeats disagree ({self.spread:.0%})")
+        if self.load_per_core is not None and self.load_per_core > HIGH_LOAD:
+            out.append(f"measured busy ({self.load_per_core:.2f}/core)")
+        return ", ".join(out) or "ok"
+
+    def age_s(self, now: float | None = None) -> float | None:
+        return age_s(self.measured_at, now)
+
+    def record_fields(self) -> dict[str, Any]:
+        """What a run's Record carries about the peak it was measured against."""
+        return {"peak_measured_at": self.measured_at, "peak_spread": self.spread,
+                "peak_load_per_core": self.load_per_core}
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, entry: Any) -> Peak | None:
+        """A cached entry, or None for anything not of the current format (old entries are stale)."""
+        if not isinstance(entry, dict) or entry.get("format") != FORMAT:
+            return None
+        try:
+            peak = cls(**{k: entry[k] for k in cls.__dataclass_fields__ if k in entry})
+        except TypeError:
+            return None
+        return peak if peak.tflops > 0 and peak.repeats_tflops else None
+
+
+def age_s(measured_at: str | None, now: float | None = None) -> float | None:
+    """Seconds since an ISO time (None when it cannot be read)."""
+    if not measured_at:
+        return None
+    try:
+        then = datetime.fromisoformat(measured_at)
+    except ValueError:
+        return None
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=timezone.utc)
+    return max((time.time() if now is None else now) - then.timestamp(), 0.0)
+
+
+def fmt_age(seconds: float | None) -> str:
+    """3600 -> '1.0 h'; None -> 'unknown'."""
+    if seconds is None:
+        return "unknown"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def cache_key(framework: str, platform: str, device: str, dtype: str, threads: int,
+              versions: dict[str, str]) -> str:
+    vers = ",".join(f"{k}={v}" for k, v in sorted(versions.items()))
+    return f"{framework}|{platform}|{device}|{dtype}|threads={threads}|{vers}"
+
+
+def framework_versions(framework: str) -> dict[str, str]:
+    """The versions a peak depends on: torch (and its CUDA), or jax and jaxlib (and XLA_FLAGS when set)."""
+    if framework == "jax":
+        import jax
+        import jaxlib
+
+        out = {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
+        if os.environ.get("XLA_FLAGS", "").strip():  # XLA flags change what a matmul compiles to
+            out["xla_flags"] = " ".join(sorted(os.environ["XLA_FLAGS"].split()))
+        return out
+    import torch
+
+    out = {"torch": torch.__version__}
+    if torch.version.cuda:
+        out["cuda"] = torch.version.cuda
+    return out
+
+
+def current_load_per_core() -> float | None:
+    """The load per core the runner measured when it started this process, else the machine's own now."""
+    value = os.environ.get(LOAD_ENV)
+    if value:
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    try:
+        return os.getloadavg()[0] / max(len(os.sched_getaffinity(0)), 1)
+    except (OSError, AttributeError):
+        return None
+
+
+def read_cache(path: Path | None = None) -> dict[str, Any]:
+    """The raw cache: key -> entry (current entries are dicts, first-format entries bare numbers)."""
+    try:
+        data = json.loads((path or cache_path()).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def cached_peaks(path: Path | None = None) -> list[tuple[str, Peak | None]]:
+    """Every cache entry: (key, Peak), or (key, None) for a stale entry of an old format."""
+    return [(k, Peak.from_json(v)) for k, v in sorted(read_cache(path).items())]
+
+
+def _write(peak: Peak) -> None:
+    path = cache_path()
+    try:  # a fresh read, then an atomic replace: concurrent runs lose nothing
+        path.parent.mkdir(parents=True, exist_ok=True)
+        cached = read_cache(path)
+        cached[peak.key] = peak.to_json()
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cached, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
+# -- measuring ---------------------------------------------------------------------------------------------
 def _sizes(platform: str) -> tuple[int, ...]:
     return (512, 1024, 2048) if platform == "cpu" else (4096, 8192)
 
 
-def _bench(run, sync, n: int, reps: int) -> float:
+def spread(values: list[float]) -> float:
+    """max/min - 1: how far the repeats of one measurement disagree."""
+    return max(values) / min(values) - 1 if values and min(values) > 0 else float("inf")
+
+
+def _rates(run: Any, sync: Any, n: int, reps: int) -> list[float]:
+    """TFLOP/s of ``reps`` timed calls of an n x n matmul, after one untimed warm-up call."""
     run()
     sync()
-    best = float("inf")
+    out = []
     for _ in range(reps):
         t0 = time.perf_counter()
         run()
         sync()
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best / 1e12
+        out.append(2 * n**3 / (time.perf_counter() - t0) / 1e12)
+    return out
 
 
-def _measure(framework: str, platform: str, dtype: str) -> float:
-    best = 0.0
+def _long(n: int, rates: list[float]) -> bool:
+    """Whether the median call of this size took longer than ``LONG_CALL_S`` (bf16 on a CPU, a slow device)."""
+    return 2 * n**3 / sorted(rates)[len(rates) // 2] / 1e12 > LONG_CALL_S
+
+
+def _per_size(framework: str, platform: str, dtype: str, reps: int,
+              sizes: tuple[int, ...] | None = None) -> dict[int, list[float]]:
+    """Timed repeats (TFLOP/s) for each matmul size (``sizes``, default all of the platform's)."""
+    out: dict[int, list[float]] = {}
+    sizes = sizes or _sizes(platform)
     if framework == "jax":
         import jax
         import jax.numpy as jnp
 
         jdt = jnp.bfloat16 if dtype == "bf16" else jnp.float32
-        for n in _sizes(platform):
+        for n in sizes:
             a = jax.random.normal(jax.random.key(0), (n, n), jdt)
             b = jax.random.normal(jax.random.key(1), (n, n), jdt)
             mm = jax.jit(jnp.matmul)
-            out: list = []
+            last: list = []
 
-            def run(mm=mm, a=a, b=b, out=out):
-                out[:] = [mm(a, b)]
+            def run(mm=mm, a=a, b=b, last=last):
+                last[:] = [mm(a, b)]
 
-            best = max(best, _bench(run, lambda out=out: out[0].block_until_ready(), n, 5))
+            out[n] = _rates(run, lambda last=last: last[0].block_until_ready(), n, reps)
+            if _long(n, out[n]):
+                break
     else:
         import torch
 
         dev = torch.device("cuda" if platform == "cuda" else "cpu")
         tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
         sync = torch.cuda.synchronize if platform == "cuda" else (lambda: None)
-        for n in _sizes(platform):
+        for n in sizes:
             a = torch.randn(n, n, device=dev, dtype=tdt)
             b = torch.randn(n, n, device=dev, dtype=tdt)
-            best = max(best, _bench(lambda a=a, b=b: torch.mm(a, b), sync, n, 5))
+            out[n] = _rates(lambda a=a, b=b: torch.mm(a, b), sync, n, reps)
+            if _long(n, out[n]):
+                break
+    return out
+
+
+def measure(framework: str, platform: str, device_name: str, dtype: str, threads: int,
+            load_per_core: float | None = None) -> Peak:
+    """Measure now: up to ``ATTEMPTS`` times until the repeats of the fastest size agree within 10%.
+
+    The first attempt times every size and picks the fastest (by median); later attempts time that size only.
+    """
+    versions = framework_versions(framework)
+    best: Peak | None = None
+    sizes: tuple[int, ...] | None = None
+    tried: list[int] = []
+    for attempt in range(1, ATTEMPTS + 1):
+        per_size = _per_size(framework, platform, dtype, REPEATS, sizes)
+        n = max(per_size, key=lambda s: sorted(per_size[s])[len(per_size[s]) // 2])  # fastest by median
+        tried = tried if sizes else list(per_size)
+        sizes, reps = (n,), per_size[n]
+        peak = Peak(framework, platform, device_name, dtype, threads, versions, max(reps),
+                    [round(r, 6) for r in reps], spread(reps),
+                    datetime.now(timezone.utc).isoformat(timespec="seconds"), load_per_core,
+                    {"op": "square matmul, best timed repeat of the fastest size", "sizes": tried,
+                     "size": n, "repeats": REPEATS, "warmup_calls": 1, "attempts": attempt})
+        if best is None or peak.spread < best.spread:
+            best = peak
+        if peak.spread <= MAX_SPREAD:
+            return peak
+    assert best is not None
+    best.method["attempts"] = ATTEMPTS
     return best
+
+
+def lookup(framework: str, platform: str, device_name: str, dtype: str, threads: int,
+           remeasure: bool = False) -> Peak:
+    """The peak of ``framework`` here: from the cache, or measured now and cached (see the load policy)."""
+    load = current_load_per_core()
+    versions = framework_versions(framework)
+    key = cache_key(framework, platform, device_name, dtype, threads, versions)
+    old = Peak.from_json(read_cache().get(key))
+    if old is not None and not remeasure and (old.trusted or (load is not None and load > HIGH_LOAD)):
+        return old
+    new = measure(framework, platform, device_name, dtype, threads, load)
+    if old is not None and old.trusted and not new.trusted:
+        return new  # a refused or busy measurement never replaces a trusted one
+    _write(new)
+    return new
+
+
+def for_record(framework: str, platform: str, device_name: str, dtype: str,
+               threads: int) -> tuple[float, dict[str, Any]]:
+    """(peak TFLOP/s, the record's peak fields) for a run: ``peak_measured_at``, ``peak_spread``, ..."""
+    peak = lookup(framework, platform, device_name, dtype, threads)
+    return peak.tflops, peak.record_fields()
 
 
 def measured_tflops(framework: str, platform: str, device_name: str, dtype: str, threads: int) -> float:
     """Best matmul TFLOP/s of ``framework`` here, from the cache or measured now (then cached)."""
-    key = f"{framework}|{platform}|{device_name}|{dtype}|threads={threads}"
-    path = cache_root() / "peaks.json"
-    try:
-        cached = json.loads(path.read_text())
-    except (OSError, ValueError):
-        cached = {}
-    if key in cached:
-        return float(cached[key])
-    value = _measure(framework, platform, dtype)
-    try:  # a fresh read, then an atomic replace: concurrent runs lose nothing
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            cached = json.loads(path.read_text())
-        except (OSError, ValueError):
-            cached = {}
-        cached[key] = value
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cached, indent=1, sort_keys=True))
-        tmp.replace(path)
-    except OSError:
-        pass
-    return value
+    return lookup(framework, platform, device_name, dtype, threads).tflops
+
+
+# -- `twinbench peak --remeasure`: one framework per process, started by the runner -------------------------
+def main(argv: list[str]) -> int:
+    """``python -m twinbench.measure.peak FRAMEWORK DTYPE THREADS OUT.json [--remeasure]``.
+
+    Pins the process to THREADS cores (0: all), sets full-fp32 matmuls as a run does, looks the peak up
+    (measuring it with ``--remeasure``) and writes it to OUT.json.
+    """
+    framework, dtype, threads_arg, out = argv[:4]
+    cpus = sorted(os.sched_getaffinity(0))
+    threads = int(threads_arg)
+    if threads and threads < len(cpus):
+        cpus = cpus[:threads]
+        os.sched_setaffinity(0, cpus)  # XLA and torch both size their thread pools from the affinity mask
+    from twinbench.measure import device
+
+    if framework == "torch":
+        import torch
+
+        torch.set_num_threads(len(cpus))
+    device.set_fp32_matmul(framework)
+    platform, device_name, _ = device.describe(framework)
+    peak = lookup(framework, platform, device_name, dtype, len(cpus), remeasure="--remeasure" in argv)
+    Path(out).write_text(json.dumps(peak.to_json()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -6,7 +6,9 @@ from typing import Any
 
 from rich.table import Table
 
+from twinbench.measure.peak import HIGH_LOAD, MAX_SPREAD, age_s, fmt_age
 from twinbench.models.family import flops_convention
+from twinbench.record import CONDITION_WARNINGS
 from twinbench.report.breakeven import crossing_sentence, total_s
 
 COLUMNS = ("run", "compile s", "1st step s", "step ms (p10-p90)", "tokens/s", "TFLOP/s", "MFU",
@@ -122,13 +124,14 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
         f"{' and '.join(dict.fromkeys(str(x.get('compile_cache')) for x in ok))}",
         f"FLOPs: {flops_convention(((r.get('spec') or {}).get('model') or {}).get('family', 'gpt'))}",
     ]
-    peaks = {}
+    peaks: dict[str, dict[str, Any]] = {}
     for x in ok:
         if x.get("peak_tflops"):
-            peaks[x["framework"]] = x["peak_tflops"]
+            peaks[x["framework"]] = x
     if peaks:
         lines.append("MFU against the measured matmul peak of each framework on this device: " + ", ".join(
-            f"{fw} {p * 1e3:.0f} GFLOP/s" for fw, p in peaks.items()))
+            _peak_text(fw, x) for fw, x in peaks.items()))
+    lines += _load_lines(records)
     sheet = next((x["peak_tflops_datasheet"] for x in ok if x.get("peak_tflops_datasheet")), None)
     if sheet:
         lines.append(f"datasheet dense peak: {sheet:.0f} TFLOP/s (mfu_datasheet in the records)")
@@ -138,6 +141,52 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
     if vers:
         lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in sorted(vers.items())))
     return lines
+
+
+def _peak_text(framework: str, r: dict[str, Any]) -> str:
+    """``torch 165 GFLOP/s (spread 3%, measured 2026-12-03 07:10 UTC, 2.0 h ago)``."""
+    text = f"{framework} {r['peak_tflops'] * 1e3:.0f} GFLOP/s"
+    if r.get("peak_measured_at") is None:  # a record of an older twinbench: nothing more is known
+        return text
+    when = r["peak_measured_at"].replace("T", " ")[:16]
+    return (f"{text} (spread {r.get('peak_spread') or 0:.0%}, measured {when} UTC, "
+            f"{fmt_age(age_s(r['peak_measured_at']))} ago)")
+
+
+def _load_lines(records: list[dict[str, Any]]) -> list[str]:
+    """The machine's load when the runs started, and the warnings about the conditions, once each."""
+    loads = [r for r in records if r.get("load_avg_1m") is not None]
+    out = []
+    if loads:
+        out.append(f"load: 1-minute load average {_span([r['load_avg_1m'] for r in loads])} when the runs started, "
+                   f"on {loads[0].get('cpu_count')} core(s)")
+        ext = [r["load_avg_1m_external"] for r in loads if r.get("load_avg_1m_external") is not None]
+        if any(r.get("load_avg_1m_external") not in (None, r["load_avg_1m"]) for r in loads):
+            out[-1] += f"; {_span(ext)} without what twinbench's own ended runs still add to it"
+    busy = [r for r in records if any(w.startswith(CONDITION_WARNINGS[0]) for w in r.get("warnings") or [])]
+    if busy:
+        per_core = max((r.get("load_avg_1m_external") or r.get("load_avg_1m") or 0) / (r.get("cpu_count") or 1)
+                       for r in busy)
+        out.append(f"warning: machine busy: {len(busy)} of {len(records)} run(s) started with more than {HIGH_LOAD} "
+                   f"load per core from other processes (up to {per_core:.2f}); their timings are not reliable")
+    peaks: dict[str, list[str]] = {}
+    for r in records:
+        if r.get("status") != "ok" or not r.get("peak_tflops"):
+            continue
+        why = peaks.setdefault(r["framework"], [])
+        spread, load = r.get("peak_spread"), r.get("peak_load_per_core")
+        if spread is not None and spread > MAX_SPREAD and "repeats" not in " ".join(why):
+            why.append(f"its repeats disagree by {spread:.0%} (above {MAX_SPREAD:.0%})")
+        if load is not None and load > HIGH_LOAD and "busy" not in " ".join(why):
+            why.append(f"it was measured on a busy machine ({load:.2f} load per core)")
+    out += [f"warning: the {fw} matmul peak is not to be trusted: {' and '.join(why)}, so its MFU is uncertain; "
+            "`twinbench peak --remeasure` on an idle machine" for fw, why in peaks.items() if why]
+    return out
+
+
+def _span(values: list[float]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:.2f}" if lo == hi else f"{lo:.2f}-{hi:.2f}"
 
 
 def crossings(records: list[dict[str, Any]]) -> list[str]:
