@@ -450,3 +450,9 @@ def test_every_claim_gets_a_verdict_from_a_full_quick_plan_of_synthetic_records(
         assert "could not be applied" not in r["finding"], r
     unmeasured = {r["claim"] for r in results if r["verdict"] == "not measurable"}
     assert {"C14", "C20"} <= unmeasured
+
+
+def test_c9_runs_bf16_on_the_base_model_without_an_accelerator():
+    cpu, gpu = CLAIMS["C9"].runs(Setup(accelerator=False)), CLAIMS["C9"].runs(Setup(accelerator=True))
+    assert {s.preset for s in cpu.values()} == {"tiny"} and {s.preset for s in gpu.values()} == {"small"}
+    assert cpu["torch_bf16"].strategy == "eager+bf16" and cpu["jax_bf16"].train.precision == "bf16"

@@ -45,15 +45,14 @@ C1_RULE = ("r = wall time of the fine-tuning loop (compiles included) of jax/nai
 def c1_runs(s: Setup) -> dict[str, RunSpec]:
     b = bert_runs(s)
     return {"torch": s.spec("torch", "eager+dynamic", s.bert, **b),
-            "jax_naive": s.spec("jax", "naive+dynamic", s.bert, **b),
-            "jax_jit": s.spec("jax", "jit+dynamic", s.bert, **b)}
+            "jax_naive": s.spec("jax", "naive+dynamic", s.bert, **b)}
 
 
 def c1_judge(ev: Evidence) -> Verdict:
-    t, j, jit = ev["torch"], ev["jax_naive"], ev["jax_jit"]
+    t, j = ev["torch"], ev["jax_naive"]
     r = loop_s(j) / loop_s(t)
     steady = j["step_ms"] / t["step_ms"]
-    nums = {"torch_loop_s": rnd(loop_s(t)), "jax_naive_loop_s": rnd(loop_s(j)), "jax_jit_loop_s": rnd(loop_s(jit)),
+    nums = {"torch_loop_s": rnd(loop_s(t)), "jax_naive_loop_s": rnd(loop_s(j)),
             "loop_ratio_jax_naive_vs_torch": rnd(r), "steady_ratio": rnd(steady),
             "jax_naive_compiles_in_loop": j.get("compiles_in_loop"), "distinct_lengths": j.get("distinct_lengths"),
             "steps": t["steps"], "batch": t["batch"]}

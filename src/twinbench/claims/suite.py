@@ -78,10 +78,12 @@ def schedule(claims: list[Claim], per_claim: dict[str, dict[str, RunSpec]], spec
 
 #: Seconds one run takes on an idle 2-core CPU, its fresh process (framework imports) included, by preset; the
 #: budget of ``--quick`` (docs/claims.md shows the arithmetic). Presets not listed: a minute.
-RUN_S = {"tiny": 5.0, "bert-tiny": 7.0, "small": 12.0}
-#: What some runs add: a cold torch.compile, the naive port recompiling per length, a simulated device mesh,
-#: a torchrun launch; plus the simulated host work of --slow-input runs (steps x ms).
-EXTRA_S = {"compile": 15.0, "naive+dynamic": 12.0, "devices": 2.0, "torchrun": 8.0}
+RUN_S = {"tiny": 5.0, "bert-tiny": 7.0, "small": 10.0}
+#: What some runs add: a cold torch.compile, a JAX step recompiled for each new length (naive: per function;
+#: jit: the whole step), a simulated device mesh, a torchrun launch, bf16 emulated on a CPU; plus the
+#: simulated host work of --slow-input runs (steps x ms).
+EXTRA_S = {"compile": 15.0, "naive+dynamic": 12.0, "jit+dynamic": 18.0, "devices": 2.0, "torchrun": 8.0,
+           "cpu-bf16": 30.0}
 PROBE_S = 8.0  # a probe: one process importing one or both frameworks
 
 
@@ -92,8 +94,10 @@ def cost_s(spec: RunSpec) -> float:
     t = RUN_S.get(spec.preset, 60.0)
     if spec.base_strategy in ("compile", "compile-regional"):
         t += EXTRA_S["compile"] * (1 if spec.preset == "tiny" else 1.5)
-    if spec.base_strategy == "naive" and "dynamic" in spec.modifiers:
-        t += EXTRA_S["naive+dynamic"]
+    if spec.base_strategy in ("naive", "jit") and "dynamic" in spec.modifiers and spec.framework == "jax":
+        t += EXTRA_S[f"{spec.base_strategy}+dynamic"]
+    if "bf16" in spec.modifiers and spec.preset not in ("tiny", "bert-tiny"):
+        t += EXTRA_S["cpu-bf16"]  # an upper bound: on a GPU bf16 is cheaper, not dearer
     if spec.devices > 1:
         t += EXTRA_S["devices"]
     if registry.get(spec.framework, spec.strategy).launcher == "torchrun":
