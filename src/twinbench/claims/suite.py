@@ -190,7 +190,8 @@ def render(console: Any, results: list[dict[str, Any]]) -> None:
     for r in results:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     console.print()
-    console.print(f"claims: {len(results)} verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + "  ("
+    noun = "verdict" if len(results) == 1 else "verdicts"
+    console.print(f"claims: {len(results)} {noun}: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + "  ("
                   + " ".join(f"{r['claim']}={r['verdict']}" for r in results) + ")", soft_wrap=True)
     for r in results:
         if r["verdict"] in (NOT_MEASURABLE, INCONCLUSIVE):
