@@ -435,9 +435,10 @@ def claims(
     start = time.perf_counter()
     rounds = suite.schedule(chosen, per_claim, specs, repeats) if specs else []
     n_probes = len({p for c in chosen for p in c.probes})
+    est = suite.estimate_s(rounds, n_probes)
     out.print(f"  claims {', '.join(c.id for c in chosen)}: {len(specs)} configurations, {sum(map(len, rounds))} runs "
               f"({len(rounds)} repeat(s) of the timed ones, interleaved), {n_probes} probes; about "
-              f"{suite.estimate_s(rounds, n_probes) / 60:.0f} min on an idle 2-core CPU", highlight=False)
+              f"{f'{est / 60:.0f} min' if est >= 120 else f'{est:.0f} s'} on an idle 2-core CPU", highlight=False)
     records = [run_and_report(rs, suite.repeat_dir(target, k), timeout, plan_steps, None,
                               f"twinbench claims, repeat {k + 1} of {len(rounds)}", report=False)
                for k, rs in enumerate(rounds)]

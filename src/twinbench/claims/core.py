@@ -5,7 +5,9 @@ the probes it needs (small experiments of ``claims/probes.py`` run in their own 
 follows (plain text, printed and written with the verdict) and ``judge(evidence) -> Verdict``, the code of
 that rule. The claim-group modules (compilation, speed, multidevice, input, dynamic) register them; the
 suite (``claims/suite.py``) runs the union of their runs once, so two claims sharing a run share its
-process and record.
+process and record. A claim whose rule reads timings is ``timed``: its runs are repeated, interleaved, and
+:func:`judge_repeats` applies the rule to every repeat, answers from the median one with the range shown,
+and says ``inconclusive`` when the repeats fall on different sides of a threshold.
 """
 
 from __future__ import annotations
