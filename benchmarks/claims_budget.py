@@ -22,12 +22,36 @@ from twinbench.claims import suite
 from twinbench.claims.core import Setup, accelerator_present, describe, select
 
 
+def model_table(claims: list, per_claim: dict, specs: list, rounds: list, repeated: set) -> None:
+    """The cost model's arithmetic, one row per configuration, with the claims that share it."""
+    print("| configuration | claims | runs | s each | s |")
+    print("|---|---|---:|---:|---:|")
+    total = n = 0.0
+    for spec in specs:
+        users = [c.id for c in claims if any(x.run_id() == spec.run_id() for x in per_claim[c.id].values())]
+        k = len(rounds) if spec.run_id() in repeated else 1
+        cost = suite.cost_s(spec)
+        total, n = total + k * cost, n + k
+        what = describe(spec).replace(", 30 steps", "").replace(", 12 steps", "")
+        print(f"| {what} | {' '.join(users)} | {k} | {cost:.0f} | {k * cost:.0f} |")
+    probes = list(dict.fromkeys(p for c in claims for p in c.probes))
+    users = " ".join(c.id for c in claims if c.probes)
+    print(f"| probes: {', '.join(probes)} | {users} | {len(probes)} | {suite.PROBE_S:.0f} | "
+          f"{len(probes) * suite.PROBE_S:.0f} |")
+    total += len(probes) * suite.PROBE_S
+    idle = " ".join(c.id for c in claims if not per_claim[c.id] and not c.probes)
+    print(f"| **total** ({idle or 'every claim runs something'}: no runs) | {len(claims)} claims | "
+          f"**{n + len(probes):.0f}** | | **{total:.0f} s = {total / 60:.1f} min** |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=None, help="claim ids (default: all)")
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--model-only", action="store_true", help="run nothing: print the cost model's table "
+                    "(the budget table of docs/claims.md)")
     args = ap.parse_args()
 
     claims = select(args.only)
@@ -35,6 +59,9 @@ def main() -> None:
     per_claim, specs = suite.plan(claims, setup)
     rounds = suite.schedule(claims, per_claim, specs, args.repeats)
     repeated = {s.run_id() for s in (rounds[1] if len(rounds) > 1 else [])}
+    if args.model_only:
+        model_table(claims, per_claim, specs, rounds, repeated)
+        return
     rows, measured = [], {}
     for spec in specs:
         t = time.perf_counter()

@@ -456,3 +456,9 @@ def test_c9_runs_bf16_on_the_base_model_without_an_accelerator():
     cpu, gpu = CLAIMS["C9"].runs(Setup(accelerator=False)), CLAIMS["C9"].runs(Setup(accelerator=True))
     assert {s.preset for s in cpu.values()} == {"tiny"} and {s.preset for s in gpu.values()} == {"small"}
     assert cpu["torch_bf16"].strategy == "eager+bf16" and cpu["jax_bf16"].train.precision == "bf16"
+
+
+def test_c10_one_device_baseline_is_shared_with_c12():
+    c10, c12 = CLAIMS["C10"].runs(SETUP), CLAIMS["C12"].runs(SETUP)
+    assert c10["one"].run_id() in {s.run_id() for s in c12.values()}
+    assert c10["split"].train.batch > CLAIMS["C11"].runs(SETUP)["mesh"].train.batch  # compute fills the step

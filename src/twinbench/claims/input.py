@@ -107,7 +107,8 @@ def c15_judge(ev: Evidence) -> Verdict:
     how = (f"{slow['step_ms']:.1f} ms a step with the plain hand-off (stall {stall(slow):.0%}), "
            f"{pre['step_ms']:.1f} ms with +prefetch (stall {stall(pre):.0%}; best possible {ideal:.1f} ms)")
     if removed >= C15_HI:
-        return Verdict(SUPPORTED, f"making and putting batches on the device ahead removed {removed:.0%} of the "
+        share = "all" if removed >= 1 else f"{removed:.0%}"
+        return Verdict(SUPPORTED, f"making and putting batches on the device ahead removed {share} of the "
                        f"avoidable wait: {how}", nums, judged=judged)
     if removed <= C15_LO:
         return Verdict(CONTRADICTED, f"prefetching removed only {removed:.0%} of the avoidable wait: {how}", nums,
