@@ -462,3 +462,12 @@ def test_c10_one_device_baseline_is_shared_with_c12():
     c10, c12 = CLAIMS["C10"].runs(SETUP), CLAIMS["C12"].runs(SETUP)
     assert c10["one"].run_id() in {s.run_id() for s in c12.values()}
     assert c10["split"].train.batch > CLAIMS["C11"].runs(SETUP)["mesh"].train.batch  # compute fills the step
+
+
+def test_runs_no_rule_reads_are_not_repeated():
+    chosen = [CLAIMS["C4"], CLAIMS["C10"]]
+    per_claim, specs = plan(chosen, SETUP)
+    again = {s.run_id() for s in schedule(chosen, per_claim, specs, 3)[1]}
+    shown = {per_claim["C4"]["scan_lo"], per_claim["C4"]["scan_hi"], per_claim["C10"]["split"]}
+    assert again and not again & {s.run_id() for s in shown}
+    assert per_claim["C10"]["one"].run_id() in again and per_claim["C4"]["jit_hi"].run_id() in again

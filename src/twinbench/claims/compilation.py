@@ -221,7 +221,7 @@ def c4_judge(ev: Evidence) -> Verdict:
 
 
 register(Claim("C4", GROUP, "XLA compile of a ~300M model takes minutes after every model change; compile is 10-15% "
-               "of a full training cycle.", C4_RULE, c4_runs, c4_judge))
+               "of a full training cycle.", C4_RULE, c4_runs, c4_judge, once=("scan_lo", "scan_hi")))
 
 # ---------------------------------------------------------------------------------------------------- C5
 C5_RULE = ("For each compiled strategy (jax/jit, jax/scan-steps) against torch/eager: break-even steps from first-step "

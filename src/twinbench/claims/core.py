@@ -148,6 +148,7 @@ class Claim:
     probes: tuple[str, ...] = ()
     caveat: str = ""  # what this experiment cannot show, whatever the numbers (printed with every verdict)
     timed: bool = True  # its rule reads timings: its runs are repeated and judged by judge_repeats()
+    once: tuple[str, ...] = ()  # runs of a timed claim its rule does not read (numbers shown only): not repeated
 
 
 CLAIMS: dict[str, Claim] = {}

@@ -79,7 +79,7 @@ def c10_judge(ev: Evidence) -> Verdict:
 
 register(Claim("C10", GROUP, "Multi-GPU gives no speed-up when sharding is not really applied: with data replicated "
                "every device computes the same thing (check with jax.debug.visualize_array_sharding).",
-               C10_RULE, c10_runs, c10_judge))
+               C10_RULE, c10_runs, c10_judge, once=("split",)))
 
 # --------------------------------------------------------------------------------------------------- C11
 C11_RULE = ("jax/mesh-dp (jit + NamedSharding) against jax/pmap, same global batch and devices. Same final loss "
