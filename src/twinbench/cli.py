@@ -397,12 +397,14 @@ def claims(
                             "are reused"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="also write the list of verdicts here"),  # noqa: UP045
     plan_steps: int = typer.Option(20000, help="steps of a full training run (compile shares, break-even verdicts)"),
+    repeats: int = typer.Option(3, help="runs of every timed configuration, interleaved; verdicts on the median, "
+                                "inconclusive when the repeats straddle a threshold"),
     timeout: float = typer.Option(900.0, help="seconds before one run or probe is stopped and marked failed"),
     trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
 ) -> None:
     """Test each practitioner claim (C1-C21 of claims.md) here: what ran, the numbers, the verdict, its rule."""
     from twinbench.claims import suite
-    from twinbench.claims.core import GPT_LADDER, Setup, select
+    from twinbench.claims.core import GPT_LADDER, Setup, accelerator_present, select
 
     try:
         chosen = select(only)
@@ -410,22 +412,31 @@ def claims(
             raise SpecError(f"--preset: unknown GPT preset {preset!r}; allowed: {', '.join(GPT_LADDER)}")
         if plan_steps <= 0:
             raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
+        if repeats <= 0:
+            raise SpecError(f"--repeats must be a positive integer, got {repeats}")
         setup = Setup(quick=quick, gpt=preset or ("tiny" if quick else "small"), plan_steps=plan_steps,
-                      top=trace_top(trace))
+                      top=trace_top(trace), repeats=repeats, accelerator=accelerator_present())
         per_claim, specs = suite.plan(chosen, setup)
     except SpecError as e:
         fail(str(e))
     target = out_dir or Path("runs") / time.strftime("claims-%Y%m%d-%H%M%S")
     start = time.perf_counter()
-    records = run_and_report(specs, target, timeout, plan_steps, None, "twinbench claims", report=False) \
-        if specs else []
+    rounds = suite.schedule(chosen, per_claim, specs, repeats) if specs else []
+    n_probes = len({p for c in chosen for p in c.probes})
+    est = suite.estimate_s(rounds, n_probes)
+    out.print(f"  claims {', '.join(c.id for c in chosen)}: {len(specs)} configurations, {sum(map(len, rounds))} runs "
+              f"({len(rounds)} repeat(s) of the timed ones, interleaved), {n_probes} probes; about "
+              f"{f'{est / 60:.0f} min' if est >= 120 else f'{est:.0f} s'} on an idle 2-core CPU", highlight=False)
+    records = [run_and_report(rs, suite.repeat_dir(target, k), timeout, plan_steps, None,
+                              f"twinbench claims, repeat {k + 1} of {len(rounds)}", report=False)
+               for k, rs in enumerate(rounds)]
     with console.status("probes") as status:
         probes = suite.run_probes(chosen, target, timeout, lambda name: status.update(f"probe {name}"))
     results = suite.verdicts(chosen, setup, per_claim, records, probes)
     suite.render(out, results)
     path = suite.write(results, target, json_path)
-    out.print(f"  verdicts: {path}{f', {json_path}' if json_path else ''} ({len(specs)} runs, "
-              f"{time.perf_counter() - start:.0f} s)", highlight=False)
+    out.print(f"  verdicts: {path}{f', {json_path}' if json_path else ''} ({len(specs)} configurations, "
+              f"{sum(map(len, rounds))} runs, {time.perf_counter() - start:.0f} s)", highlight=False)
     if records:
         write_report(target, plan_steps)
     if all(r["verdict"] == "not measurable" for r in results):

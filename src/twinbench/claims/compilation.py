@@ -8,6 +8,7 @@ from typing import Any
 from twinbench.claims.core import (
     CONTRADICTED,
     DEPENDS,
+    NOT_MEASURABLE,
     SUPPORTED,
     Claim,
     Evidence,
@@ -44,31 +45,32 @@ C1_RULE = ("r = wall time of the fine-tuning loop (compiles included) of jax/nai
 def c1_runs(s: Setup) -> dict[str, RunSpec]:
     b = bert_runs(s)
     return {"torch": s.spec("torch", "eager+dynamic", s.bert, **b),
-            "jax_naive": s.spec("jax", "naive+dynamic", s.bert, **b),
-            "jax_jit": s.spec("jax", "jit+dynamic", s.bert, **b)}
+            "jax_naive": s.spec("jax", "naive+dynamic", s.bert, **b)}
 
 
 def c1_judge(ev: Evidence) -> Verdict:
-    t, j, jit = ev["torch"], ev["jax_naive"], ev["jax_jit"]
+    t, j = ev["torch"], ev["jax_naive"]
     r = loop_s(j) / loop_s(t)
     steady = j["step_ms"] / t["step_ms"]
-    nums = {"torch_loop_s": rnd(loop_s(t)), "jax_naive_loop_s": rnd(loop_s(j)), "jax_jit_loop_s": rnd(loop_s(jit)),
+    nums = {"torch_loop_s": rnd(loop_s(t)), "jax_naive_loop_s": rnd(loop_s(j)),
             "loop_ratio_jax_naive_vs_torch": rnd(r), "steady_ratio": rnd(steady),
             "jax_naive_compiles_in_loop": j.get("compiles_in_loop"), "distinct_lengths": j.get("distinct_lengths"),
             "steps": t["steps"], "batch": t["batch"]}
+    judged = "loop_ratio_jax_naive_vs_torch,steady_ratio"
     if r <= 1.0:
         return Verdict(CONTRADICTED, f"naive JAX took {r:.2f}x the time of torch eager over the {t['steps']}-step "
-                       "loop: not slower here, compiles included", nums)
+                       "loop: not slower here, compiles included", nums, judged=judged)
     if steady >= 1.0:
         return Verdict(SUPPORTED, f"naive JAX took {r:.2f}x torch eager's time over {t['steps']} steps "
                        f"({j.get('compiles_in_loop')} compiles, {j.get('distinct_lengths')} lengths) and its median "
-                       f"step is {steady:.2f}x too, so the gap does not close while new lengths keep coming", nums)
+                       f"step is {steady:.2f}x too, so the gap does not close while new lengths keep coming", nums,
+                       judged=judged)
     overhead = loop_s(j) - loop_s(t) - t["steps"] * (j["step_ms"] - t["step_ms"]) / 1e3  # fixed cost: compiles
     n = overhead / ((t["step_ms"] - j["step_ms"]) / 1e3)
     nums["break_even_steps"] = rnd(n)
     return Verdict(DEPENDS, f"naive JAX took {r:.2f}x torch eager's time over {t['steps']} steps (compiles), but its "
                    f"median step is {steady:.2f}x: it catches up after ~{math.ceil(n)} steps if no new lengths appear",
-                   nums)
+                   nums, judged=judged)
 
 
 register(Claim("C1", GROUP, "A straight port of a small-batch fine-tuning loop runs ~30% slower in JAX than PyTorch "
@@ -94,22 +96,26 @@ def c2_judge(ev: Evidence) -> Verdict:
     nums = {"torch_eager_step_ms": rnd(t["step_ms"]), "jax_jit_step_ms": rnd(ev["jit"]["step_ms"]),
             "jax_scan_steps_step_ms": rnd(ev["scan"]["step_ms"]), "scan_steps_per_call": ev["scan"].get("steps_per_call"),
             "scan_compiles_in_loop": ev["scan"].get("compiles_in_loop"), "best": b["strategy"],
-            "best_first_step_s": rnd(b["first_step_s"]), "break_even_steps": rnd(n), "plan_steps": plan}
+            "best_first_step_s": rnd(b["first_step_s"]), "best_vs_torch_eager_step": rnd(b["step_ms"] / t["step_ms"]),
+            "break_even_steps": rnd(n), "plan_steps": plan}
+    judged = "best_vs_torch_eager_step,break_even_steps"
     if b["step_ms"] >= t["step_ms"]:
         return Verdict(CONTRADICTED, f"the best whole-step JAX ({b['strategy']}, {b['step_ms']:.2f} ms) is not faster "
-                       f"per step than torch eager ({t['step_ms']:.2f} ms): it never overtakes", nums)
+                       f"per step than torch eager ({t['step_ms']:.2f} ms): it never overtakes", nums, judged=judged)
     if n is not None and n <= plan:
         return Verdict(SUPPORTED, f"a jax/{b['strategy']} step takes {b['step_ms'] / t['step_ms']:.2f}x torch eager's, "
-                       f"compiles {b.get('compiles_in_loop')} time(s) and overtakes after {math.ceil(n)} steps", nums)
+                       f"compiles {b.get('compiles_in_loop')} time(s) and overtakes after {math.ceil(n)} steps", nums,
+                       judged=judged)
     return Verdict(DEPENDS, f"jax/{b['strategy']} steps faster but overtakes torch eager only after "
-                   f"{math.ceil(n) if n is not None else '?'} steps, beyond the planned {plan}", nums)
+                   f"{math.ceil(n) if n is not None else '?'} steps, beyond the planned {plan}", nums, judged=judged)
 
 
 register(Claim("C2", GROUP, "The whole training step in ONE jitted function, several steps per call with lax.scan, "
                "compiles once and makes JAX overtake PyTorch.", C2_RULE, c2_runs, c2_judge, caveat=CPU_SCALE))
 
 # ---------------------------------------------------------------------------------------------------- C3
-C3_RULE = ("From the tracing probe: a Python if on a traced value must fail, a static hyperparameter must compile "
+C3_RULE = ("From the tracing probe: a Python if on a traced value must fail with JAX's tracer error "
+           "(TracerBoolConversionError; any other error: not measurable), a static hyperparameter must compile "
            "once per value, padded shapes must compile once. From BERT runs: jax/jit (pad-max) compiles once in the "
            "loop, jit+dynamic more. In a source checkout `twinbench doctor` must also flag its Python-if example "
            "(jax-python-control-flow). All hold: supported. A Python if on a traced value runs, or padding does not cut "
@@ -132,7 +138,11 @@ def c3_judge(ev: Evidence) -> Verdict:
             "unpadded_traces": p["unpadded_traces"], "padded_traces": p["padded_traces"],
             "bert_compiles_pad_max": pad.get("compiles_in_loop"), "bert_compiles_bucket": buck.get("compiles_in_loop"),
             "bert_compiles_dynamic": dyn.get("compiles_in_loop"), "bert_distinct_lengths": dyn.get("distinct_lengths")}
-    if_fails = p["python_if_on_traced_value"] != "ran"
+    if_result = p["python_if_on_traced_value"]
+    if if_result != "ran" and not p.get("python_if_error_expected"):
+        return Verdict(NOT_MEASURABLE, "not measurable here: the Python-if probe failed with another error than "
+                       f"the tracer error it tests for (jax.errors.TracerBoolConversionError): {if_result}", nums)
+    if_fails = if_result != "ran"
     static_recompiles = p["static_hyperparameter_traces"] >= p["hyperparameter_values"] > 1
     pad_helps = p["padded_traces"] == 1 < p["unpadded_traces"] and pad["compiles_in_loop"] < dyn["compiles_in_loop"]
     if not if_fails or not pad_helps:
@@ -154,7 +164,7 @@ def c3_judge(ev: Evidence) -> Verdict:
 
 register(Claim("C3", GROUP, "Fixing dynamic dimensions with static_argnums or padding avoids recompiles; a Python `if` "
                "in the step recompiles (Python values) or fails (traced values).", C3_RULE, c3_runs, c3_judge,
-               probes=("tracing", "doctor_control_flow")))
+               probes=("tracing", "doctor_control_flow"), timed=False))
 
 # ---------------------------------------------------------------------------------------------------- C4
 C4_SHORT = 1000
@@ -199,16 +209,19 @@ def c4_judge(ev: Evidence) -> Verdict:
             "steps_where_share_drops_below_10pct": rnd(threshold)}
     caveat = ("The claim's minutes are for ~300M-parameter models on GPUs; this measures the same quantities at "
               f"{hi['layers']} layers x d{hi['d_model']} here, so only the shares and the growth per layer carry over.")
+    judged = f"share_at_{C4_SHORT}_steps,share_at_{plan}_steps"
     if s_short >= C4_SHARE and s_plan >= C4_SHARE:
-        return Verdict(SUPPORTED, f"compile is {s_plan:.0%} of a {plan}-step run ({hi['compile_s']:.1f} s)", nums, caveat)
+        return Verdict(SUPPORTED, f"compile is {s_plan:.0%} of a {plan}-step run ({hi['compile_s']:.1f} s)", nums, caveat,
+                       judged)
     if s_short < C4_SHARE and s_plan < C4_SHARE:
-        return Verdict(CONTRADICTED, f"compile is only {s_short:.1%} of even a {C4_SHORT}-step run", nums, caveat)
+        return Verdict(CONTRADICTED, f"compile is only {s_short:.1%} of even a {C4_SHORT}-step run", nums, caveat,
+                       judged)
     return Verdict(DEPENDS, f"compile ({hi['compile_s']:.1f} s) is >= 10% of runs shorter than {math.ceil(threshold)} "
-                   f"steps and less beyond ({s_plan:.1%} of {plan} steps)", nums, caveat)
+                   f"steps and less beyond ({s_plan:.1%} of {plan} steps)", nums, caveat, judged)
 
 
 register(Claim("C4", GROUP, "XLA compile of a ~300M model takes minutes after every model change; compile is 10-15% "
-               "of a full training cycle.", C4_RULE, c4_runs, c4_judge))
+               "of a full training cycle.", C4_RULE, c4_runs, c4_judge, once=("scan_lo", "scan_hi")))
 
 # ---------------------------------------------------------------------------------------------------- C5
 C5_RULE = ("For each compiled strategy (jax/jit, jax/scan-steps) against torch/eager: break-even steps from first-step "
@@ -235,12 +248,16 @@ def c5_judge(ev: Evidence) -> Verdict:
                 nums[f"break_even_{a['strategy']}_overtakes_{b['strategy']}"] = math.ceil(n)
                 crossings.append((n, f"{a['framework']}/{a['strategy']} overtakes {b['framework']}/{b['strategy']} "
                                      f"after {math.ceil(n)} steps"))
+    nums["best_compiled_vs_eager_step"] = rnd(min(ev[n]["step_ms"] for n in ("jit", "scan")) / e["step_ms"])
+    judged = "best_compiled_vs_eager_step,first_crossing_steps"
     if not crossings:
-        return Verdict(CONTRADICTED, "no crossing: one side is ahead at every run length", nums)
+        return Verdict(CONTRADICTED, "no crossing: one side is ahead at every run length", nums, judged=judged)
     n, text = min(crossings)
+    nums["first_crossing_steps"] = math.ceil(n)
     if n <= 100 * plan:
-        return Verdict(SUPPORTED, text + "; each model change restarts the count (a new compile)", nums)
-    return Verdict(DEPENDS, text + f", far beyond the planned {plan} steps", nums)
+        return Verdict(SUPPORTED, text + "; each model change restarts the count (a new compile)", nums,
+                       judged=judged)
+    return Verdict(DEPENDS, text + f", far beyond the planned {plan} steps", nums, judged=judged)
 
 
 register(Claim("C5", GROUP, "Compile time vs run time is a trade whose answer depends on how many steps you run and "
@@ -265,18 +282,19 @@ def c6_judge(ev: Evidence) -> Verdict:
     nums = {"torch_eager_step_ms": rnd(e["step_ms"]), "torch_compile_step_ms": rnd(c["step_ms"]),
             "jax_jit_step_ms": rnd(j["step_ms"]), "torch_compile_s": rnd(c["compile_s"]),
             "jax_jit_compile_s": rnd(j["compile_s"]), "compile_overtakes_eager_after_steps": rnd(n)}
+    nums["jit_vs_eager_step"] = rnd(j["step_ms"] / e["step_ms"])
     if gap <= 0:
         return Verdict(DEPENDS, f"no gap to close here: jax/jit ({j['step_ms']:.2f} ms) is not faster than torch eager "
                        f"({e['step_ms']:.2f} ms); torch.compile steps {pct(c['step_ms'] / e['step_ms'] - 1)} vs eager",
-                       nums)
+                       nums, judged="gap_closed,jit_vs_eager_step")
     closed = (e["step_ms"] - c["step_ms"]) / gap
     nums["gap_closed"] = rnd(closed)
     if closed >= 0.5:
-        return Verdict(SUPPORTED, f"torch.compile closes {closed:.0%} of the eager-to-jit gap", nums)
+        return Verdict(SUPPORTED, f"torch.compile closes {closed:.0%} of the eager-to-jit gap", nums, judged="gap_closed,jit_vs_eager_step")
     if closed <= 0:
         return Verdict(CONTRADICTED, f"torch.compile is no faster than eager ({c['step_ms']:.2f} vs "
-                       f"{e['step_ms']:.2f} ms): it closes none of the gap", nums)
-    return Verdict(DEPENDS, f"torch.compile closes {closed:.0%} of the gap: part, not most", nums)
+                       f"{e['step_ms']:.2f} ms): it closes none of the gap", nums, judged="gap_closed,jit_vs_eager_step")
+    return Verdict(DEPENDS, f"torch.compile closes {closed:.0%} of the gap: part, not most", nums, judged="gap_closed,jit_vs_eager_step")
 
 
 register(Claim("C6", GROUP, "torch.compile closes most of the gap (\"go back to PyTorch and add torch.compile\").",

@@ -5,12 +5,15 @@ the probes it needs (small experiments of ``claims/probes.py`` run in their own 
 follows (plain text, printed and written with the verdict) and ``judge(evidence) -> Verdict``, the code of
 that rule. The claim-group modules (compilation, speed, multidevice, input, dynamic) register them; the
 suite (``claims/suite.py``) runs the union of their runs once, so two claims sharing a run share its
-process and record.
+process and record. A claim whose rule reads timings is ``timed``: its runs are repeated, interleaved, and
+:func:`judge_repeats` applies the rule to every repeat, answers from the median one with the range shown,
+and says ``inconclusive`` when the repeats fall on different sides of a threshold.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +21,13 @@ from typing import Any
 from twinbench.spec import PRESETS, RunSpec, SpecError, from_preset, validate, with_precision
 
 SUPPORTED, CONTRADICTED, DEPENDS, NOT_MEASURABLE = "supported", "contradicted", "depends", "not measurable"
-VERDICTS = (SUPPORTED, CONTRADICTED, DEPENDS, NOT_MEASURABLE)
+#: A timed claim whose repeats fall on different sides of its threshold: the noise is larger than the effect.
+INCONCLUSIVE = "inconclusive"
+VERDICTS = (SUPPORTED, CONTRADICTED, DEPENDS, INCONCLUSIVE, NOT_MEASURABLE)
+#: Repeats of every timed run (interleaved: A B C, A B C, A B C), the default of ``--repeats``.
+REPEATS = 3
+#: A record taken at a 1-minute load average above this many runnable tasks per core: timings disturbed.
+LOAD_PER_CORE = 0.5
 #: GPT presets from small to large: the "bigger" point of a claim that compares sizes is the next one.
 GPT_LADDER = ("tiny", "small", "gpt2-124m", "gpt-350m")
 
@@ -32,6 +41,8 @@ class Verdict:
     finding: str
     numbers: dict[str, Any] = field(default_factory=dict)
     caveat: str = ""
+    judged: str = ""  # the key(s) of ``numbers`` the rule's thresholds apply to, comma-separated: a timed
+    # claim shows their spread over the repeats, and its median repeat is the median of the first
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,8 @@ class Setup:
     bert: str = "bert-tiny"  # the BERT fine-tuning preset (C1, C3, C17, C18)
     plan_steps: int = 20000  # a full training run, for compile shares and break-even verdicts
     top: dict[str, Any] = field(default_factory=dict)  # RunSpec fields for every run (--trace)
+    repeats: int = REPEATS  # runs of every timed configuration, interleaved (--repeats)
+    accelerator: bool = True  # False when this machine has no GPU/TPU: device-memory claims plan no runs
 
     @property
     def big(self) -> str:
@@ -53,20 +66,35 @@ class Setup:
     def lengths(self, preset: str) -> dict[str, Any]:
         """Run length of a preset in this mode: the preset's own for the smallest, shorter for larger."""
         steps, warmup = PRESETS[preset][1].steps, PRESETS[preset][1].warmup
-        if preset != "tiny":  # larger presets: enough steps for a steady median, no more
+        if preset == "tiny":  # milliseconds a step: 30 steps cost nothing next to the process start
+            steps, warmup = max(steps, 30), max(warmup, 5)
+        else:  # larger presets: enough steps for a steady median, no more
             steps, warmup = (min(steps, 12), min(warmup, 3)) if self.quick else (min(steps, 20), min(warmup, 5))
         return {"steps": steps, "warmup": warmup}
 
     def spec(self, framework: str, strategy: str, preset: str | None = None, **over: Any) -> RunSpec:
-        """A validated RunSpec of a registered strategy (the same checks as ``twinbench compare``)."""
-        from twinbench.strategies import registry
-
+        """A RunSpec of a registered strategy, with this setup's run lengths (see :func:`build_spec`)."""
         preset = preset or self.gpt
-        over = {**self.lengths(preset), **over}
-        s = validate(with_precision(from_preset(preset, over, framework=framework, strategy=strategy, **self.top)))
-        registry.get(s.framework, s.strategy)
-        registry.check_devices(s)
-        return s
+        return build_spec(framework, strategy, preset, {**self.lengths(preset), **over}, self.top)
+
+
+def build_spec(framework: str, strategy: str, preset: str, over: dict[str, Any], top: dict[str, Any]) -> RunSpec:
+    """The one place claims turn (framework, strategy, preset, overrides) into a validated RunSpec, with the
+    same checks as ``twinbench compare`` (switch it to the shared flags-to-specs recipe when there is one)."""
+    from twinbench.strategies import registry
+
+    s = validate(with_precision(from_preset(preset, over, framework=framework, strategy=strategy, **top)))
+    registry.get(s.framework, s.strategy)
+    registry.check_devices(s)
+    return s
+
+
+def accelerator_present() -> bool:
+    """Whether this machine shows a GPU or TPU device node (NVIDIA, AMD ROCm, TPU), without importing a
+    framework (the parent process stays light and never touches a device)."""
+    import glob
+
+    return any(glob.glob(p) for p in ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/accel*", "/dev/vfio/[0-9]*"))
 
 
 @dataclass
@@ -76,16 +104,37 @@ class Evidence:
     setup: Setup
     records: dict[str, dict[str, Any]]
     probes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the records of every repeat by name, the first being ``records``; a run not repeated keeps its one record
+    repeats: list[dict[str, dict[str, Any]]] = field(default_factory=list)
 
     def __getitem__(self, name: str) -> dict[str, Any]:
         return self.records[name]
+
+    def views(self) -> list[Evidence]:
+        """One Evidence per repeat (repeat k's record of every run repeated, the one record of the others)."""
+        reps = self.repeats or [self.records]
+        return [Evidence(self.setup, {n: rep.get(n, r) for n, r in self.records.items()}, self.probes)
+                for rep in reps]
 
     def problems(self) -> list[str]:
         """One line per failed run or probe (a judge never sees partial evidence unless it asks)."""
         out = [f"{n} ({r.get('framework')}/{r.get('strategy')}) failed: {r.get('error')}"
                for n, r in self.records.items() if r.get("status") != "ok"]
+        out += [f"{n} ({r.get('framework')}/{r.get('strategy')}) failed in a repeat: {r.get('error')}"
+                for rep in self.repeats[1:] for n, r in rep.items() if r.get("status") != "ok"]
         out += [f"probe {n} failed: {p.get('error')}" for n, p in self.probes.items() if p.get("status") != "ok"]
-        return out
+        return list(dict.fromkeys(out))
+
+    def loaded(self) -> str:
+        """A caveat when any record was taken at a 1-minute load average above ``LOAD_PER_CORE`` per core."""
+        rs = [r for rep in (self.repeats or [self.records]) for r in rep.values()]
+        per_core = [r["load_avg_1m"] / r["cpu_count"] for r in rs
+                    if r.get("load_avg_1m") is not None and r.get("cpu_count")]
+        high = [x for x in per_core if x > LOAD_PER_CORE]
+        if not high:
+            return ""
+        return (f"{len(high)} of {len(rs)} runs were measured at a load average above {LOAD_PER_CORE} per core "
+                f"(up to {max(high):.2f}): other work shared the machine, so the timings are disturbed.")
 
 
 @dataclass(frozen=True)
@@ -98,6 +147,8 @@ class Claim:
     judge: Callable[[Evidence], Verdict]
     probes: tuple[str, ...] = ()
     caveat: str = ""  # what this experiment cannot show, whatever the numbers (printed with every verdict)
+    timed: bool = True  # its rule reads timings: its runs are repeated and judged by judge_repeats()
+    once: tuple[str, ...] = ()  # runs of a timed claim its rule does not read (numbers shown only): not repeated
 
 
 CLAIMS: dict[str, Claim] = {}
@@ -133,6 +184,47 @@ def select(only: str | None) -> list[Claim]:
     if unknown or not ids:
         raise SpecError(f"--only: unknown claim {', '.join(unknown) or repr(only)}; allowed: {', '.join(claims)}")
     return [claims[x] for x in dict.fromkeys(ids)]
+
+
+def judge_repeats(claim: Claim, ev: Evidence) -> Verdict:
+    """The claim's rule on the median of its repeats, with the spread shown; ``inconclusive`` when the repeats
+    fall on different sides of a threshold of the rule.
+
+    The rule is applied to every repeat (runs interleaved, so repeat k of each run saw the same conditions);
+    the median repeat is the one whose judged number (``Verdict.judged``) is the median. All repeats agree:
+    that verdict, with the median repeat's finding and numbers and the judged number's min-max range. They
+    disagree: the spread straddles a threshold, and the answer is inconclusive (the median repeat's verdict
+    is shown with it). An untimed claim, or a single repeat, is the rule on the first repeat.
+    """
+    views = ev.views()
+    if not claim.timed or len(views) <= 1:
+        return claim.judge(ev)
+    vs = [claim.judge(v) for v in views]
+    keys = [k.strip() for k in next((v.judged for v in vs if v.judged), "").split(",") if k.strip()]
+
+    def values(key: str) -> list[float] | None:
+        vals = [v.numbers.get(key) for v in vs]
+        ok = all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in vals)
+        return vals if ok else None  # type: ignore[return-value]
+
+    first = next((vals for k in keys if (vals := values(k))), None)  # the first judged number all repeats have
+    order = sorted(range(len(vs)), key=lambda i: first[i]) if first else list(range(len(vs)))
+    mid = vs[order[(len(vs) - 1) // 2]]
+    numbers = {**mid.numbers, "repeats": len(vs)}
+    spreads = []
+    for key in keys:
+        vals = values(key)
+        if vals:
+            numbers[f"{key}_range"] = [rnd(min(vals)), rnd(max(vals))]
+            spreads.append(f"{key} {rnd(statistics.median(vals))}, range {rnd(min(vals))} to {rnd(max(vals))}")
+    spread = "; ".join(spreads) + f" over {len(vs)} repeats" if spreads else f"{len(vs)} repeats"
+    key = ",".join(keys)
+    words = [v.verdict for v in vs]
+    if len(set(words)) == 1:
+        return Verdict(mid.verdict, f"{mid.finding} (median; {spread})", numbers, mid.caveat, key)
+    counts = ", ".join(f"{words.count(w)} {w}" for w in dict.fromkeys(words))
+    return Verdict(INCONCLUSIVE, f"the repeats disagree ({counts}): {spread}, a spread across the rule's "
+                   f"threshold; the median repeat says {mid.verdict}: {mid.finding}", numbers, mid.caveat, key)
 
 
 # ------------------------------------------------------------------------------------------------ helpers

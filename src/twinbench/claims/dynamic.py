@@ -8,6 +8,7 @@ from twinbench.claims.compilation import bert_runs, loop_s
 from twinbench.claims.core import (
     CONTRADICTED,
     DEPENDS,
+    NOT_MEASURABLE,
     SUPPORTED,
     Claim,
     Evidence,
@@ -60,11 +61,12 @@ def c17_judge(ev: Evidence) -> Verdict:
              "step_spread": rnd(spread)}
     if worst_first > 1e-4 or worst_last > 1e-2:
         return Verdict(CONTRADICTED, f"the mask variants train differently (first-loss diff {worst_first:.1e}, final "
-                       f"{worst_last:.1e})", nums)
+                       f"{worst_last:.1e})", nums, judged="step_spread")
     if spread > C17_SPREAD:
-        return Verdict(SUPPORTED, f"all three masks give the same losses; step time differs by {spread:.0%}", nums)
+        return Verdict(SUPPORTED, f"all three masks give the same losses; step time differs by {spread:.0%}", nums,
+                       judged="step_spread")
     return Verdict(DEPENDS, f"all three masks give the same losses and step within {spread:.0%} of each other: no "
-                   "speed difference at this size", nums)
+                   "speed difference at this size", nums, judged="step_spread")
 
 
 register(Claim("C17", GROUP, "Conditional/dynamic masks: jnp.where, lax.cond or multiplying by a 0/1 mask all work; "
@@ -106,7 +108,7 @@ def c18_judge(ev: Evidence) -> Verdict:
 
 
 register(Claim("C18", GROUP, "Dynamic shapes need padding, bucketing or scan; otherwise each new shape recompiles.",
-               C18_RULE, c18_runs, c18_judge))
+               C18_RULE, c18_runs, c18_judge, timed=False))
 
 # --------------------------------------------------------------------------------------------------- C19
 C19_RULE = ("Probe: SiLU with a hand-written backward as jax.custom_vjp and torch.autograd.Function. Gradients must "
@@ -137,22 +139,35 @@ def c19_judge(ev: Evidence) -> Verdict:
 
 register(Claim("C19", GROUP, "Custom ops: jax.custom_vjp vs torch.autograd.Function; JAX's is harder to debug.",
                C19_RULE, no_runs, c19_judge, probes=("custom_ops",),
-               caveat="Debuggability is reduced to one observable: what a print in the backward shows."))
+               caveat="Debuggability is reduced to one observable: what a print in the backward shows.", timed=False))
 
 # --------------------------------------------------------------------------------------------------- C20
 C20_MEM = 0.05
-C20_RULE = ("+remat vs plain per framework on the larger model: mem = 1 - peak memory ratio, cost = step ratio - 1. "
-            f"In both frameworks mem >= {C20_MEM:.0%} and cost > 0: supported (a trade); in no framework mem >= "
-            f"{C20_MEM:.0%}: contradicted when memory is the device allocator's peak, depends when it is the process "
-            "peak RSS (activations hidden below the runtime's own memory); otherwise depends.")
+DEVICE_PEAK = "device allocator peak"
+C20_RULE = ("+remat vs plain per framework on the larger model, on an accelerator: mem = 1 - peak device memory "
+            f"ratio, cost = step ratio - 1. In both frameworks mem >= {C20_MEM:.0%} and cost > 0: supported (a trade); "
+            f"in no framework mem >= {C20_MEM:.0%}: contradicted; otherwise depends. Without an accelerator: not "
+            "measurable (remat saves device memory; a CPU process's peak RSS holds the whole runtime and cannot "
+            "show it), and no runs.")
+C20_CPU = ("not measurable here: remat trades device memory for time, and without a GPU or TPU the only memory "
+           "figure is the process's peak RSS, which holds both frameworks' runtimes and allocator caches and does "
+           "not show the activations remat frees (a saving of a few percent is within its noise). Run "
+           "`twinbench claims --only C20` on a GPU")
 
 
 def c20_runs(s: Setup) -> dict[str, RunSpec]:
+    if not s.accelerator:
+        return {}
     return {"torch": s.spec("torch", "eager", s.big), "torch_remat": s.spec("torch", "eager+remat", s.big),
             "jax": s.spec("jax", "jit", s.big), "jax_remat": s.spec("jax", "jit+remat", s.big)}
 
 
 def c20_judge(ev: Evidence) -> Verdict:
+    if not ev.records:
+        return Verdict(NOT_MEASURABLE, C20_CPU + " (no accelerator found on this machine, so nothing ran).")
+    src = ev["jax"].get("peak_mem_source")
+    if src != DEVICE_PEAK or ev["torch"].get("peak_mem_source") != DEVICE_PEAK:
+        return Verdict(NOT_MEASURABLE, C20_CPU + f" (the runs' memory figure is the {src}).")
     nums: dict[str, Any] = {}
     trades = saves = 0
     for fw in ("torch", "jax"):
@@ -163,20 +178,15 @@ def c20_judge(ev: Evidence) -> Verdict:
                  rnd(b["peak_mem_bytes"] / 2**20), f"{fw}_mem_saving": rnd(mem), f"{fw}_time_cost": rnd(cost)}
         saves += mem >= C20_MEM
         trades += mem >= C20_MEM and cost > 0
-    src = ev["jax"].get("peak_mem_source")
-    caveat = (f"Memory is the {src}: on CPU it includes the framework runtime, so activation savings show only "
-              "partly. 'Awkward in Flax' is not measured.") if src != "device allocator peak" else \
-        "'Awkward in Flax' is not measured."
+    caveat = "'Awkward in Flax' is not measured."
     summary = (f"torch: memory {pct(-nums['torch_mem_saving'])}, time {pct(nums['torch_time_cost'])}; jax: memory "
                f"{pct(-nums['jax_mem_saving'])}, time {pct(nums['jax_time_cost'])}")
+    judged = "torch_mem_saving,jax_mem_saving,torch_time_cost,jax_time_cost"
     if trades == 2:
-        return Verdict(SUPPORTED, "remat trades memory for time in both: " + summary, nums, caveat)
-    if saves == 0 and src == "device allocator peak":
-        return Verdict(CONTRADICTED, "remat saved no measured memory: " + summary, nums, caveat)
+        return Verdict(SUPPORTED, "remat trades memory for time in both: " + summary, nums, caveat, judged)
     if saves == 0:
-        return Verdict(DEPENDS, f"not measurable here: the saving stays below {C20_MEM:.0%} of the {src}, which "
-                       "holds the whole runtime; the time cost is measured: " + summary, nums, caveat)
-    return Verdict(DEPENDS, "the trade shows in one framework only: " + summary, nums, caveat)
+        return Verdict(CONTRADICTED, "remat saved no measured memory: " + summary, nums, caveat, judged)
+    return Verdict(DEPENDS, "the trade shows in one framework only: " + summary, nums, caveat, judged)
 
 
 register(Claim("C20", GROUP, "Gradient checkpointing (remat) and custom gradients are awkward in Flax; they trade "
@@ -206,4 +216,4 @@ def c21_judge(ev: Evidence) -> Verdict:
 
 
 register(Claim("C21", GROUP, "Debugging inside jit is hard: no print of intermediate values (jax.debug.print exists).",
-               C21_RULE, no_runs, c21_judge, probes=("debug_print",)))
+               C21_RULE, no_runs, c21_judge, probes=("debug_print",), timed=False))

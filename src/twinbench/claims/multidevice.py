@@ -7,18 +7,18 @@ what it costs in overhead, never a real speed-up. Every verdict here says so in 
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
 from typing import Any
 
 from twinbench.claims.core import (
     CONTRADICTED,
     DEPENDS,
+    NOT_MEASURABLE,
     SUPPORTED,
     Claim,
     Evidence,
     Setup,
     Verdict,
+    no_runs,
     register,
     rnd,
 )
@@ -42,38 +42,44 @@ def dp(s: Setup, strategy: str, framework: str = "jax", **over: Any) -> RunSpec:
 
 
 # --------------------------------------------------------------------------------------------------- C10
-C10_RULE = ("mesh-dp+replicate-batch (the batch replicated, not split) against mesh-dp, same global batch, "
-            f"{DEVICES} devices. Replicated run flagged by the sharding report and its step >= 0.9x the split run's "
-            "(every device computes the whole batch, no gain): supported; flagged but faster than that: "
-            "contradicted; not flagged: depends.")
+C10_RULE = ("mesh-dp+replicate-batch (the batch replicated, not split) on "
+            f"{DEVICES} devices against the same global batch on one device (mesh-dp, 1 device) and split "
+            "(mesh-dp). Replicated run flagged by the sharding report and its step >= 0.9x the one-device step (no "
+            "speed-up from the devices): supported; flagged but below 0.9x the one-device step: contradicted; not "
+            "flagged: depends (the arrays do not show the duplication).")
 
 
 def c10_runs(s: Setup) -> dict[str, RunSpec]:
-    return {"split": dp(s, "mesh-dp"), "replicated": dp(s, "mesh-dp+replicate-batch")}
+    # a global batch large enough that compute, not per-step overhead, fills a step; its one-device run is C12's
+    b = c12_batches(s)[1]
+    return {"one": dp(s, "mesh-dp", devices=1, batch=b), "split": dp(s, "mesh-dp", batch=b),
+            "replicated": dp(s, "mesh-dp+replicate-batch", batch=b)}
 
 
 def c10_judge(ev: Evidence) -> Verdict:
-    sp, rp = ev["split"], ev["replicated"]
+    one, sp, rp = ev["one"], ev["split"], ev["replicated"]
     flagged = any("replicated" in w for w in rp.get("warnings") or [])
-    ratio = rp["step_ms"] / sp["step_ms"]
-    nums = {"split_step_ms": rnd(sp["step_ms"]), "replicated_step_ms": rnd(rp["step_ms"]),
-            "replicated_vs_split": rnd(ratio), "replicated_flagged": flagged,
-            "split_flagged": bool(sp.get("warnings")), "devices": sp.get("device_count")}
+    ratio = rp["step_ms"] / one["step_ms"]
+    nums = {"one_device_step_ms": rnd(one["step_ms"]), "split_step_ms": rnd(sp["step_ms"]),
+            "replicated_step_ms": rnd(rp["step_ms"]), "replicated_vs_one_device": rnd(ratio),
+            "split_vs_one_device": rnd(sp["step_ms"] / one["step_ms"]), "replicated_flagged": flagged,
+            "split_flagged": bool(sp.get("warnings")), "devices": sp.get("device_count"), "global_batch": sp["batch"]}
     cav = simulated(sp)
+    judged = "replicated_vs_one_device"
     if not flagged:
         return Verdict(DEPENDS, "the replicated batch was not flagged by the sharding report: cannot tell from the "
-                       "arrays whether the devices duplicated the work", nums, cav)
+                       "arrays whether the devices duplicated the work", nums, cav, judged)
     if ratio >= 0.9:
         return Verdict(SUPPORTED, f"with the batch replicated every device computes the whole batch: the sharding "
-                       f"report flags it and the step takes {ratio:.2f}x the split run's (no gain from the devices)",
-                       nums, cav)
-    return Verdict(CONTRADICTED, f"the replicated run was flagged but steps faster ({ratio:.2f}x) than the split one",
-                   nums, cav)
+                       f"report flags it and the step takes {ratio:.2f}x the one-device step (no speed-up; split: "
+                       f"{sp['step_ms'] / one['step_ms']:.2f}x)", nums, cav, judged)
+    return Verdict(CONTRADICTED, f"the replicated run was flagged but steps faster ({ratio:.2f}x) than one device",
+                   nums, cav, judged)
 
 
 register(Claim("C10", GROUP, "Multi-GPU gives no speed-up when sharding is not really applied: with data replicated "
                "every device computes the same thing (check with jax.debug.visualize_array_sharding).",
-               C10_RULE, c10_runs, c10_judge))
+               C10_RULE, c10_runs, c10_judge, once=("split",)))
 
 # --------------------------------------------------------------------------------------------------- C11
 C11_RULE = ("jax/mesh-dp (jit + NamedSharding) against jax/pmap, same global batch and devices. Same final loss "
@@ -95,11 +101,12 @@ def c11_judge(ev: Evidence) -> Verdict:
     cav = simulated(m)
     if loss_diff > 1e-3 or ratio > 1.25:
         why = "the two train different models" if loss_diff > 1e-3 else f"mesh-dp steps {ratio:.2f}x pmap's time"
-        return Verdict(CONTRADICTED, why, nums, cav)
+        return Verdict(CONTRADICTED, why, nums, cav, "mesh_vs_pmap")
     if ratio <= 1.1:
         return Verdict(SUPPORTED, f"mesh-dp trains the same model (loss diff {loss_diff:.1e}) at {ratio:.2f}x pmap's "
-                       "step time, with sharding stated on the arrays instead of a per-device program", nums, cav)
-    return Verdict(DEPENDS, f"same model, but mesh-dp steps {ratio:.2f}x pmap's time here", nums, cav)
+                       "step time, with sharding stated on the arrays instead of a per-device program", nums, cav,
+                       "mesh_vs_pmap")
+    return Verdict(DEPENDS, f"same model, but mesh-dp steps {ratio:.2f}x pmap's time here", nums, cav, "mesh_vs_pmap")
 
 
 register(Claim("C11", GROUP, "Use Mesh + NamedSharding (jit with shardings) instead of hand-written pmap.",
@@ -132,14 +139,16 @@ def c12_judge(ev: Evidence) -> Verdict:
     nums.update({f"step_ms_1dev_b{b}": rnd(ev[f"one@{b}"]["step_ms"]) for b in (lo, hi)})
     nums.update({f"step_ms_2dev_b{2 * b}": rnd(ev[f"two@{b}"]["step_ms"]) for b in (lo, hi)})
     cav = simulated(ev[f"two@{lo}"])
+    nums["efficiency_small_vs_large"] = rnd(eff[lo] / eff[hi])
+    judged = "efficiency_small_vs_large"
     if eff[lo] < 0.9 * eff[hi]:
         return Verdict(SUPPORTED, f"weak efficiency {eff[lo]:.2f} at per-device batch {lo} vs {eff[hi]:.2f} at {hi}: "
-                       f"overhead dominates below per-device batch ~{hi} here", nums, cav)
+                       f"overhead dominates below per-device batch ~{hi} here", nums, cav, judged)
     if eff[hi] <= eff[lo]:
         return Verdict(CONTRADICTED, f"no better efficiency at per-device batch {hi} ({eff[hi]:.2f}) than at {lo} "
-                       f"({eff[lo]:.2f})", nums, cav)
+                       f"({eff[lo]:.2f})", nums, cav, judged)
     return Verdict(DEPENDS, f"efficiency rises only a little from batch {lo} ({eff[lo]:.2f}) to {hi} ({eff[hi]:.2f})",
-                   nums, cav)
+                   nums, cav, judged)
 
 
 register(Claim("C12", GROUP, "At small per-device batch, communication latency eats the parallel gain; per-device "
@@ -173,51 +182,21 @@ def c13_judge(ev: Evidence) -> Verdict:
 
 
 register(Claim("C13", GROUP, "If gradient accumulation and the pmap axis_name disagree, gradients are never "
-               "synchronised and each device trains its own model.", C13_RULE, c13_runs, c13_judge))
+               "synchronised and each device trains its own model.", C13_RULE, c13_runs, c13_judge, timed=False))
 
 # --------------------------------------------------------------------------------------------------- C14
-C14_RULE = ("'Cleaner' measured as code: statements of twinbench's own JAX data-parallel strategy (jax_mesh.py) vs "
-            "its torch DDP strategy plus the torchrun launcher it needs; both must run on 2 devices. JAX > 20% "
-            "shorter and needs no launcher: depends (the 'cleaner' half holds; 'more mature' is not measurable here); "
-            "otherwise contradicted (the measurable half fails).")
-SOURCES = Path(__file__).resolve().parents[1]
-
-
-def statements(path: Path) -> int:
-    """Statements of a module, docstrings excluded (a count that ignores comments and line wrapping)."""
-    tree = ast.parse(path.read_text())
-    n = 0
-    for node in ast.walk(tree):
-        if isinstance(node, ast.stmt):
-            is_doc = isinstance(node, ast.Expr) and isinstance(getattr(node, "value", None), ast.Constant) \
-                and isinstance(node.value.value, str)
-            n += 0 if is_doc else 1
-    return n
-
-
-def c14_runs(s: Setup) -> dict[str, RunSpec]:
-    return {"ddp": dp(s, "ddp", framework="torch"), "mesh": dp(s, "mesh-dp")}
+C14_RULE = ("Not measurable by a benchmark: 'more mature' (years of use, tooling, failure handling) and 'cleaner to "
+            "write' are judgements about an ecosystem and about code style, not quantities of a run. Counting the "
+            "lines of twinbench's own strategy files would measure how twinbench's authors wrote them; counting "
+            "lines of examples written for the purpose would measure the examples' author. No runs.")
 
 
 def c14_judge(ev: Evidence) -> Verdict:
-    from twinbench.strategies import registry
-
-    jax_n = statements(SOURCES / "strategies" / "jax_mesh.py")
-    torch_files = [SOURCES / "strategies" / "torch_ddp.py"]
-    if registry.get("torch", "ddp").launcher == "torchrun":
-        torch_files.append(SOURCES / "distributed" / "torchrun.py")
-    torch_n = sum(statements(f) for f in torch_files)
-    nums = {"jax_mesh_statements": jax_n, "torch_ddp_statements": torch_n,
-            "torch_needs_launcher": registry.get("torch", "ddp").launcher or "no",
-            "torch_ddp_step_ms": rnd(ev["ddp"]["step_ms"]), "jax_mesh_dp_step_ms": rnd(ev["mesh"]["step_ms"])}
-    cav = ("Code size is a proxy for 'cleaner' (jax_mesh.py also holds FSDP); maturity (years of use, tooling, "
-           "failure handling) is not measurable by a benchmark. " + simulated(ev["mesh"]))
-    if jax_n < 0.8 * torch_n:
-        return Verdict(DEPENDS, f"JAX data parallelism takes {jax_n} statements vs {torch_n} for DDP + launcher "
-                       "(cleaner, by this measure); 'more mature' is not measurable here", nums, cav)
-    return Verdict(CONTRADICTED, f"the JAX data-parallel code is not shorter ({jax_n} vs {torch_n} statements)",
-                   nums, cav)
+    return Verdict(NOT_MEASURABLE, "not measurable: maturity and cleanliness are judgements, not quantities a run "
+                   "yields; compare the two yourself with `twinbench compare --devices 2 --strategies ddp,mesh-dp` "
+                   "(speed, memory and sharding, not style), and diff src/twinbench/strategies/torch_ddp.py with "
+                   "jax_mesh.py to read the code", {})
 
 
 register(Claim("C14", GROUP, "PyTorch DDP is more mature; JAX pmap/mesh data parallelism is \"cleaner\" to write.",
-               C14_RULE, c14_runs, c14_judge))
+               C14_RULE, no_runs, c14_judge, timed=False))

@@ -56,8 +56,13 @@ def tracing() -> dict[str, Any]:
     try:
         python_if(jnp.ones(3)).block_until_ready()
         out["python_if_on_traced_value"] = "ran"
-    except Exception as e:  # jax.errors.TracerBoolConversionError expected
+        out["python_if_error_expected"] = False
+    except jax.errors.ConcretizationTypeError as e:  # TracerBoolConversionError is one: what the claim says
         out["python_if_on_traced_value"] = type(e).__name__
+        out["python_if_error_expected"] = True
+    except Exception as e:  # anything else is a broken probe, not evidence for the claim
+        out["python_if_on_traced_value"] = f"{type(e).__name__}: {e}"[:300]
+        out["python_if_error_expected"] = False
 
     traces: list[str] = []
 

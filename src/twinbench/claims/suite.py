@@ -1,9 +1,11 @@
-"""Runs a selection of claims: the union of their runs once (each in its own process, shared by run_id),
-their probes once (each in its own process), then every claim's rule on its evidence.
+"""Runs a selection of claims: the union of their runs (each in its own process, shared by run_id), the runs
+of timed claims repeated and interleaved, their probes once (each in its own process), then every claim's
+rule on its evidence.
 
-The CLI (``twinbench claims``) runs the specs of :func:`plan` through ``runner.run_many`` (via
-``cli.run_and_report``), then calls :func:`run_probes` and :func:`verdicts`, prints :func:`render` and
-writes :func:`write` (``claims.json``, read by the report page).
+The CLI (``twinbench claims``) runs each repeat of :func:`schedule` through ``runner.run_many`` (via
+``cli.run_and_report``; repeat 1 into the results directory, repeat k into ``repeats/k/``), then calls
+:func:`run_probes` and :func:`verdicts`, prints :func:`render` and writes :func:`write` (``claims.json``,
+read by the report page).
 """
 
 from __future__ import annotations
@@ -13,11 +15,20 @@ from pathlib import Path
 from typing import Any
 
 from twinbench import runner
-from twinbench.claims.core import NOT_MEASURABLE, Claim, Evidence, Setup, describe
+from twinbench.claims.core import (
+    INCONCLUSIVE,
+    NOT_MEASURABLE,
+    Claim,
+    Evidence,
+    Setup,
+    describe,
+    judge_repeats,
+)
 from twinbench.spec import RunSpec
 
 CLAIMS_JSON = "claims.json"
 PROBES_DIR = "probes"
+REPEATS_DIR = "repeats"  # repeats 2..N of the timed runs: repeats/2/results.jsonl, ...
 
 
 def plan(claims: list[Claim], setup: Setup) -> tuple[dict[str, dict[str, RunSpec]], list[RunSpec]]:
@@ -55,23 +66,82 @@ def run_probes(claims: list[Claim], out_dir: Path, timeout: float,
     return results
 
 
+def schedule(claims: list[Claim], per_claim: dict[str, dict[str, RunSpec]], specs: list[RunSpec],
+             repeats: int) -> list[list[RunSpec]]:
+    """The specs of each repeat, in order: repeat 1 runs every spec, repeats 2..N again the runs of timed
+    claims (but their ``once`` runs, which no rule reads), in the same order, so the timed runs are
+    interleaved (A B C, A B C, A B C) and repeat k of every run sees about the same machine."""
+    timed = {s.run_id() for c in claims if c.timed for n, s in per_claim[c.id].items() if n not in c.once}
+    again = [s for s in specs if s.run_id() in timed]
+    return [specs] + [again for _ in range(max(repeats, 1) - 1)] if again else [specs]
+
+
+#: Seconds one run takes on an idle 2-core CPU, its fresh process (framework imports) included, by preset; the
+#: budget of ``--quick`` (docs/claims.md shows the arithmetic). Presets not listed: a minute.
+RUN_S = {"tiny": 6.0, "bert-tiny": 8.0, "small": 10.0}
+#: What some runs add: a cold torch.compile, a JAX step recompiled for each new length (naive: per function;
+#: jit: the whole step), a simulated device mesh, a torchrun launch, bf16 emulated on a CPU; plus the
+#: simulated host work of --slow-input runs (steps x ms).
+EXTRA_S = {"compile": 15.0, "naive+dynamic": 12.0, "jit+dynamic": 18.0, "devices": 2.0, "torchrun": 8.0,
+           "cpu-bf16": 30.0}
+PROBE_S = 8.0  # a probe: one process importing one or both frameworks
+
+
+def cost_s(spec: RunSpec) -> float:
+    """The expected seconds of one run (see RUN_S): for the budget, never for a verdict."""
+    from twinbench.strategies import registry
+
+    t = RUN_S.get(spec.preset, 60.0)
+    if spec.base_strategy in ("compile", "compile-regional"):
+        t += EXTRA_S["compile"] * (1 if spec.preset == "tiny" else 1.5)
+    if spec.base_strategy in ("naive", "jit") and "dynamic" in spec.modifiers and spec.framework == "jax":
+        t += EXTRA_S[f"{spec.base_strategy}+dynamic"]
+    if "bf16" in spec.modifiers and spec.preset not in ("tiny", "bert-tiny"):
+        t += EXTRA_S["cpu-bf16"]  # an upper bound: on a GPU bf16 is cheaper, not dearer
+    if spec.devices > 1:
+        t += EXTRA_S["devices"]
+    if registry.get(spec.framework, spec.strategy).launcher == "torchrun":
+        t += EXTRA_S["torchrun"]
+    return t + spec.train.steps * spec.train.slow_input / 1e3
+
+
+def estimate_s(rounds: list[list[RunSpec]], probes: int) -> float:
+    """Expected wall time of a claims run: every run of every repeat, and the probes."""
+    return sum(cost_s(s) for r in rounds for s in r) + probes * PROBE_S
+
+
+def repeat_dir(out_dir: Path, k: int) -> Path:
+    """Where repeat ``k`` (0-based) keeps its results.jsonl: the results directory itself for the first."""
+    return out_dir if k == 0 else out_dir / REPEATS_DIR / str(k + 1)
+
+
 def verdicts(claims: list[Claim], setup: Setup, per_claim: dict[str, dict[str, RunSpec]],
-             records: list[dict[str, Any]], probes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Apply every claim's rule to its evidence. A failed run or probe gives ``not measurable`` with why."""
-    by_id = {r.get("run_id"): r for r in records}
+             records: list[list[dict[str, Any]]] | list[dict[str, Any]],
+             probes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Apply every claim's rule to its evidence (``records``: the records of each repeat, the first holding
+    every run; a flat list is one repeat). Timed claims are judged on their repeats (core.judge_repeats).
+    A failed run or probe gives ``not measurable`` with why; so does a rule that says it cannot measure."""
+    per_repeat = [records] if records and isinstance(records[0], dict) else records or [[]]
+    by_id = [{r.get("run_id"): r for r in rep} for rep in per_repeat]  # type: ignore[union-attr]
     out = []
     for c in claims:
         runs = per_claim[c.id]
         missing = {"status": "failed", "error": "no record (the run did not happen)"}
-        ev = Evidence(setup, {n: by_id.get(s.run_id(), {**missing, "framework": s.framework,
-                                                       "strategy": s.strategy}) for n, s in runs.items()},
-                      {p: probes.get(p, {"status": "failed", "error": "probe not run"}) for p in c.probes})
+        first = {n: by_id[0].get(s.run_id(), {**missing, "framework": s.framework, "strategy": s.strategy})
+                 for n, s in runs.items()}
+        reps = [first]
+        for rep in by_id[1:] if c.timed else []:
+            got = {n: rep[s.run_id()] for n, s in runs.items() if s.run_id() in rep}
+            if got:
+                reps.append(got)
+        ev = Evidence(setup, first, {p: probes.get(p, {"status": "failed", "error": "probe not run"})
+                                     for p in c.probes}, reps)
         problems = ev.problems()
         if problems:
             v_word, finding, numbers, caveat = NOT_MEASURABLE, "not measurable here: " + "; ".join(problems), {}, ""
         else:
             try:
-                v = c.judge(ev)
+                v = judge_repeats(c, ev)
                 v_word, finding, numbers, caveat = v.verdict, v.finding, v.numbers, v.caveat
             except Exception as e:  # a rule that cannot read its evidence must not lose the other claims
                 v_word, finding, numbers, caveat = (NOT_MEASURABLE, f"not measurable here: the rule could not be "
@@ -79,8 +149,9 @@ def verdicts(claims: list[Claim], setup: Setup, per_claim: dict[str, dict[str, R
         out.append({
             "claim": c.id, "group": c.group, "statement": c.statement, "verdict": v_word, "finding": finding,
             "rule": c.rule, "numbers": numbers, "runs": [s.run_id() for s in runs.values()],
+            "repeats": len(reps) if runs else 0,
             "ran": [f"{n}: {describe(s)}" for n, s in runs.items()] + [f"probe {p}" for p in c.probes],
-            "caveat": " ".join(x for x in (caveat, c.caveat) if x),
+            "caveat": " ".join(x for x in (caveat, c.caveat, ev.loaded() if c.timed else "") if x),
         })
     return out
 
@@ -95,7 +166,8 @@ def write(results: list[dict[str, Any]], out_dir: Path, json_path: Path | None) 
     return path
 
 
-COLOURS = {"supported": "green", "contradicted": "red", "depends": "yellow", NOT_MEASURABLE: "magenta"}
+COLOURS = {"supported": "green", "contradicted": "red", "depends": "yellow", INCONCLUSIVE: "cyan",
+           NOT_MEASURABLE: "magenta"}
 
 
 def render(console: Any, results: list[dict[str, Any]]) -> None:
@@ -118,5 +190,9 @@ def render(console: Any, results: list[dict[str, Any]]) -> None:
     for r in results:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     console.print()
-    console.print("claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + "  ("
+    noun = "verdict" if len(results) == 1 else "verdicts"
+    console.print(f"claims: {len(results)} {noun}: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + "  ("
                   + " ".join(f"{r['claim']}={r['verdict']}" for r in results) + ")", soft_wrap=True)
+    for r in results:
+        if r["verdict"] in (NOT_MEASURABLE, INCONCLUSIVE):
+            console.print(f"  {r['claim']} {r['verdict']}: {escape(r['finding'])}", soft_wrap=True)

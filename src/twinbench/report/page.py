@@ -208,6 +208,7 @@ p.omitted { color:var(--muted); font-size:13px; border-left:3px solid var(--line
 .verdict { font-weight:600; padding:1px 8px; border-radius:10px; font-size:12px; }
 .v-supported { background:#d3f9d8; color:#2b8a3e; } .v-contradicted { background:#ffe3e3; color:#c92a2a; }
 .v-depends { background:#fff3bf; color:#946800; }
+.v-inconclusive { background:#e3fafc; color:#0b7285; } .v-not { background:#f3d9fa; color:#862e9c; }
 code { background:var(--bg); padding:1px 4px; border-radius:4px; font-size:12.5px; }
 ul.cond li { font-size:13px; color:#343a40; }
 .advice { background:#f3f0ff; border:1px solid #d0bfff; border-radius:8px; padding:12px 16px; }
