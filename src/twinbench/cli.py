@@ -466,7 +466,7 @@ def peak_cmd(
 
     from twinbench.measure.peak import Peak, cache_path, cached_peaks, fmt_age
 
-    fws, dtypes = _csv(framework) or [], _csv(precision) or []
+    fws, dtypes = csv(framework) or [], csv(precision) or []
     for fw in fws:
         if fw not in ("torch", "jax"):
             fail(f"--framework: unknown framework {fw!r}; allowed: torch, jax")

@@ -33,7 +33,7 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +152,7 @@ def age_s(measured_at: str | None, now: float | None = None) -> float | None:
     except ValueError:
         return None
     if then.tzinfo is None:
-        then = then.replace(tzinfo=timezone.utc)
+        then = then.replace(tzinfo=UTC)
     return max((time.time() if now is None else now) - then.timestamp(), 0.0)
 
 
@@ -313,7 +313,7 @@ def measure(framework: str, platform: str, device_name: str, dtype: str, threads
         sizes, reps = (n,), per_size[n]
         peak = Peak(framework, platform, device_name, dtype, threads, versions, max(reps),
                     [round(r, 6) for r in reps], spread(reps),
-                    datetime.now(timezone.utc).isoformat(timespec="seconds"), load_per_core,
+                    datetime.now(UTC).isoformat(timespec="seconds"), load_per_core,
                     {"op": "square matmul, best timed repeat of the fastest size", "sizes": tried,
                      "size": n, "repeats": REPEATS, "warmup_calls": 1, "attempts": attempt})
         if best is None or peak.spread < best.spread:
