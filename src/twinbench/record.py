@@ -88,6 +88,11 @@ class Record:
     input_stall_pct: float | None = None  # steady-state waiting share of step time
     accuracy_first: float | None = None  # held-out accuracy before training (classify)
     accuracy_last: float | None = None  # held-out accuracy after the run (classify)
+    # bring your own model (--model, twinbench/byo): how FLOPs were counted, the port's parity check
+    # (--jax-model), the doctor's findings over a few extra steps of a JAX run
+    flops_convention: str | None = None
+    parity: dict[str, Any] = field(default_factory=dict)
+    doctor: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def for_spec(cls, spec: RunSpec, status: str, **measured: Any) -> Record:

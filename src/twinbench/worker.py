@@ -59,16 +59,23 @@ def execute(spec: RunSpec, threads: int) -> Record:
     platform, device_name, device_count = device.describe(fw)
     monitor = compiles.monitor(fw)
 
-    if t.init_from:  # start from a local Hugging Face checkpoint (models/hf.py), not the fresh init
+    user = None
+    if spec.model.family == "user":  # the user's own model (--model): its weights, batches, FLOPs (byo/)
+        from twinbench.byo.run import UserRun
+
+        user = UserRun(spec)
+        weights = user.weights
+    elif t.init_from:  # start from a local Hugging Face checkpoint (models/hf.py), not the fresh init
         from twinbench.models.hf import initial_weights
 
         weights = initial_weights(spec)
     else:
         weights = init_weights(spec.model, t.seed)
-    n_params = sum(w.size for w in weights.values())
-    trainer = registry.get(fw, spec.strategy).load()(spec, weights)
+    n_params = user.n_params if user else sum(w.size for w in weights.values())
+    trainer = registry.builder(spec)(spec, weights)
     k = getattr(trainer, "steps_per_call", 1)  # scan-steps: K steps per call, on K stacked batches
-    run_data = tasks.run_data(spec, k)  # LM windows, or classification batches tokenised and padded per call
+    # LM windows, classification batches tokenised and padded per call, or the user's batches
+    run_data = user.run_data(k) if user else tasks.run_data(spec, k)
     host_batches = run_data.batches
     predict = getattr(trainer, "predict", None) if run_data.eval_batches else None
     n_eval = monitor.count()
@@ -92,8 +99,11 @@ def execute(spec: RunSpec, threads: int) -> Record:
     dtype = "bf16" if t.precision == "bf16" else "fp32"
     peak_measured = peak.measured_tflops(fw, platform, device_name, dtype, threads)
     peak_sheet = peak.datasheet_tflops(device_name, dtype) if platform != "cpu" else None
-    position = weights.get("wpe.weight", weights.get("embeddings.position_embeddings.weight"))
-    flops_tok = flops.flops_per_token(n_params - position.size, spec.model.layers, spec.model.d_model, t.seq)
+    if user:
+        flops_tok = user.flops_per_token
+    else:
+        position = weights.get("wpe.weight", weights.get("embeddings.position_embeddings.weight"))
+        flops_tok = flops.flops_per_token(n_params - position.size, spec.model.layers, spec.model.d_model, t.seq)
     tp = flops.throughput(tokens.pop("padded_tokens_per_step"), step_s, flops_tok, peak_measured)
     # multi-device strategies report device_count, state_bytes_per_device, sharding and warnings
     many = trainer.report() if hasattr(trainer, "report") else {}
@@ -103,6 +113,10 @@ def execute(spec: RunSpec, threads: int) -> Record:
         parallel = distributed.parallel_peaks(spec, platform, many["device_count"], threads)
         tp["mfu"] = tp["achieved_tflops"] / (peak_measured * parallel) if peak_measured else None
     accuracy_last = tasks.accuracy(predict, run_data.eval_batches)  # before tracing trains any further
+    if user:  # after the measured steps: the doctor's extra steps (JAX), parity, FLOPs convention
+        extra = user.fields(trainer, host_batches)
+        many["warnings"] = list(many.get("warnings", [])) + extra.pop("warnings")
+        many.update(extra)
     return Record.for_spec(
         spec, "ok", **many, n_params=int(n_params), device=device_name, platform=platform,
         threads=threads, compile_s=timing.compile_s, first_step_s=timing.first_step_s,

@@ -1,0 +1,147 @@
+"""The ``user`` family: a user's module behind the same bundle the twins give (see models/family.py's contract).
+
+Torch side: ``torch_model`` (the user's module holding the run's initial weights, dropout off),
+``torch_loss``, ``torch_optimizer`` / ``clip`` (the twins' AdamW and global-norm clipping), ``torch_blocks``.
+JAX side: ``jax_optimizer`` (the twins' Optax chain). Shared: ``init_weights`` (the ``init.safetensors`` the
+preparation process wrote), ``flops_per_token``, ``n_params``. The weights layout is the torch ``state_dict``
+as NumPy arrays, unchanged (no transposes: a user's names say nothing about layouts).
+
+Imports of torch and jax are local to their functions: a process only loads the framework it runs (the JAX
+worker of ``torchax`` does load torch: torchax runs the torch module on JAX arrays).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from twinbench.byo import UserConfig, UserModel, load_torch
+
+INIT = "init.safetensors"
+META = "meta.json"
+REF = "torch_ref.npz"
+PARITY = "parity.json"
+name, task = "user", "custom"
+supports = frozenset({"bf16", "compile-regional"})
+
+
+@dataclass
+class Prepared:
+    """What ``<out>/byo/meta.json`` says about the user's model (written once, before any run)."""
+
+    n_params: int
+    matmul_params: int
+    flops_per_token: int
+    tokens_per_batch: int
+    dropout_off: int
+    ref: str
+
+
+def config(spec: Any) -> UserConfig:
+    return UserConfig.from_spec(spec)
+
+
+def read_meta(user_dir: str | Path) -> Prepared:
+    d = json.loads((Path(user_dir) / META).read_text())
+    return Prepared(**{k: d[k] for k in Prepared.__dataclass_fields__})
+
+
+def init_weights(user_dir: str | Path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    return load_file(str(Path(user_dir) / INIT))
+
+
+def dropout_off(module: Any) -> int:
+    """Set ``p = 0`` on every ``nn.Dropout*`` module (deterministic training); return how many."""
+    import torch
+
+    n = 0
+    for m in module.modules():
+        if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p:
+            m.p = 0.0
+            n += 1
+    return n
+
+
+def state_numpy(module: Any) -> dict[str, np.ndarray]:
+    """The module's ``state_dict`` as contiguous NumPy arrays (tied parameters under each of their names)."""
+    return {k: np.ascontiguousarray(v.detach().cpu().numpy()) for k, v in module.state_dict().items()}
+
+
+def load_state(module: Any, weights: dict[str, np.ndarray]) -> None:
+    import torch
+
+    missing = set(module.state_dict()) ^ set(weights)
+    if missing:
+        raise ValueError(f"user model: state_dict names differ from the initial weights: {sorted(missing)[:5]}")
+    module.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in weights.items()})
+
+
+def torch_model(spec: Any, weights: dict[str, np.ndarray]) -> UserModel:
+    """``build(cfg)`` again (same seed), then ``weights`` (the run's initial ones), dropout off, train mode."""
+    import torch
+
+    torch.manual_seed(spec.train.seed)
+    um = load_torch(spec.user_model, config(spec))
+    dropout_off(um.module)
+    load_state(um.module, weights)
+    um.module.train()
+    return um
+
+
+def torch_blocks(um: UserModel) -> list[Any]:
+    """What compile-regional compiles: ``um.blocks``, else the items of the largest ``nn.ModuleList``."""
+    import torch
+
+    if um.blocks is not None:
+        return list(um.blocks)
+    lists = [m for m in um.module.modules() if isinstance(m, torch.nn.ModuleList)]
+    return list(max(lists, key=len)) if lists else []
+
+
+def torch_optimizer(module: Any, lr: float, weight_decay: float) -> Any:
+    """The twins' AdamW (betas 0.9/0.95, eps 1e-8; decay on parameters of rank >= 2)."""
+    from twinbench.models import gpt_torch
+
+    return gpt_torch.make_optimizer(module, lr, weight_decay)
+
+
+def clip(module: Any) -> Any:
+    """Global-norm clipping at 1.0, exactly as ``optax.clip_by_global_norm``."""
+    from twinbench.models import gpt_torch
+
+    return gpt_torch.clip_grads(module)
+
+
+def jax_optimizer(lr: float, weight_decay: float) -> Any:
+    """The twins' Optax chain: clip by global norm 1.0, then AdamW with the torch side's hyperparameters."""
+    from twinbench.models import gpt_jax
+
+    return gpt_jax.make_optimizer(lr, weight_decay)
+
+
+def matmul_params(module: Any) -> int:
+    """Weights of ``nn.Linear`` modules, each parameter once (a tied weight is one weight)."""
+    import torch
+
+    seen: set[int] = set()
+    n = 0
+    for m in module.modules():
+        if isinstance(m, torch.nn.Linear) and id(m.weight) not in seen:
+            seen.add(id(m.weight))
+            n += m.weight.numel()
+    return n
+
+
+def n_params(module: Any) -> int:
+    return sum(p.numel() for p in module.parameters())  # parameters() yields a tied parameter once
+
+
+def flops_per_token(um: UserModel) -> int:
+    """``6 x`` the matmul weights + the model's own attention term (see ``twinbench.byo.FLOP_CONVENTION``)."""
+    return 6 * matmul_params(um.module) + int(um.attention_flops_per_token)
