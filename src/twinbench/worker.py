@@ -75,7 +75,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
     trainer = registry.builder(spec)(spec, weights)
     k = getattr(trainer, "steps_per_call", 1)  # scan-steps: K steps per call, on K stacked batches
     # LM windows, classification batches tokenised and padded per call, or the user's batches
-    run_data = user.run_data(k) if user else tasks.run_data(spec, k)
+    run_data = user.run_data(k, trainer) if user else tasks.run_data(spec, k)
     host_batches = run_data.batches
     predict = getattr(trainer, "predict", None) if run_data.eval_batches else None
     n_eval = monitor.count()

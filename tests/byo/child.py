@@ -78,7 +78,7 @@ def torch_worker() -> dict:
 
 def compat() -> dict:
     try:
-        import torchax  # noqa: F401
+        import torchax
 
         plain = "ok"
     except AttributeError as e:

@@ -42,7 +42,7 @@ def write(tmp_path: Path, body: str) -> str:
 ])
 def test_bad_model_files_get_one_line_errors(tmp_path, body, ref_suffix, message):
     ref = write(tmp_path, body) + ref_suffix
-    with pytest.raises(UserModelError, match=None) as e:
+    with pytest.raises(UserModelError) as e:
         load_torch(ref, CFG)
     assert message in str(e.value) and "\n" not in str(e.value)
     assert str(e.value).startswith(f"--model {ref}")
@@ -91,7 +91,7 @@ def test_strategy_selection_for_user_models():
 def test_twins_refuse_user_only_strategies_and_all_excludes_them():
     from twinbench.strategies import registry
 
-    with pytest.raises(SpecError, match="give --model FILE.py:build"):
+    with pytest.raises(SpecError, match=r"give --model FILE\.py:build"):
         registry.select(["torch", "jax"], ["torchax"])
     assert not {n for _, n in registry.select(["torch", "jax"], ["all"])} & {"torchax", "port"}
 

@@ -21,7 +21,8 @@ state donated). Both start from the same initial weights: ``build(cfg)`` is call
 ``torch.manual_seed(cfg.seed)`` in a preparation process, whose ``state_dict`` is saved as
 ``<out>/byo/init.safetensors`` and loaded by every run.
 
-**Dropout is switched off** (every ``nn.Dropout*`` module gets ``p = 0``, counted in the record's warnings):
+**Dropout is switched off** (every ``nn.Dropout*`` module is replaced by ``nn.Identity``, counted in the
+record's warnings), rather than threading a PRNG key through torchax:
 training is deterministic, so the two frameworks compute the same function and parity can be checked. A
 ``F.dropout(..., training=self.training)`` call inside ``forward`` is not found: write ``nn.Dropout``.
 
@@ -123,13 +124,12 @@ def load_function(ref: str, default: str, flag: str) -> Callable[..., Any]:
         raise UserModelError(f"{flag} {ref}: cannot be imported as Python")
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module  # dataclasses and pickling look their module up here
-    sys.path.insert(0, str(path.parent))  # the file may import its neighbours
+    if str(path.parent) not in sys.path:
+        sys.path.append(str(path.parent))  # the file may import its neighbours (installed packages first)
     try:
         spec.loader.exec_module(module)
     except Exception as e:
         raise UserModelError(f"{flag} {ref}: importing {path.name} raised {_one_line(e)}") from None
-    finally:
-        sys.path.remove(str(path.parent))
     fn = getattr(module, name, None)
     if fn is None:
         raise UserModelError(f"{flag} {ref}: {path.name} defines no {name!r}")

@@ -57,14 +57,17 @@ def init_weights(user_dir: str | Path) -> dict[str, np.ndarray]:
 
 
 def dropout_off(module: Any) -> int:
-    """Set ``p = 0`` on every ``nn.Dropout*`` module (deterministic training); return how many."""
+    """Replace every ``nn.Dropout*`` submodule by ``nn.Identity`` (deterministic training); return how many
+    had ``p > 0``. Dropout holds no weights, so the ``state_dict`` is unchanged; an identity, unlike ``p = 0``,
+    also draws no random numbers (which torchax would have to thread through ``jit``)."""
     import torch
 
     n = 0
-    for m in module.modules():
-        if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p:
-            m.p = 0.0
-            n += 1
+    for parent in list(module.modules()):
+        for child_name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.modules.dropout._DropoutNd):
+                n += bool(child.p)
+                setattr(parent, child_name, torch.nn.Identity())
     return n
 
 

@@ -27,15 +27,17 @@ class UserRun:
         self.n_params = self.meta.n_params
         self.flops_per_token = self.meta.flops_per_token
 
-    def run_data(self, k: int) -> Any:
-        """The run's batches: the user's ``batch(i)``; made here once, before timing."""
+    def run_data(self, k: int, trainer: Any = None) -> Any:
+        """The run's batches: the user's ``batch(i)`` (the trainer's own model's, if it has one: a torch
+        trainer), made here once, before timing."""
         from twinbench.data.pipeline import HostBatches
         from twinbench.data.tasks import RunData
 
         t = self.spec.train
         if k != 1:
             raise ValueError("a user model runs one step per call")
-        batch = self._batch_fn()
+        um = getattr(trainer, "um", None)
+        batch = um.batch if um is not None else self._batch_fn()
         batches = [batch(i) for i in range(t.steps)]
         n = self.meta.tokens_per_batch
         return RunData(HostBatches(batches.__getitem__, t.steps, 1, t.slow_input), [n] * t.steps,
@@ -78,8 +80,9 @@ def doctor_findings(spec: RunSpec, weights: Any, host_batches: Any, steps: int =
             for i in range(steps):
                 trainer.step(*host_batches[i % len(host_batches)])
             trainer.sync()
-        return w.to_json() if hasattr(w, "to_json") else {
-            "findings": [f.to_dict() for f in w.findings], "steps": w.observations.get("steps", 0)}
+        from twinbench.doctor.report import to_json
+
+        return to_json(w.findings, w.observations)
     except Exception as e:  # the doctor's view is extra: never lose the measured run for it
         traceback.print_exc()
         return {"error": f"{type(e).__name__}: {e}"[:300]}
