@@ -72,8 +72,8 @@ def dropout_off(module: Any) -> int:
 
 
 def state_numpy(module: Any) -> dict[str, np.ndarray]:
-    """The module's ``state_dict`` as contiguous NumPy arrays (tied parameters under each of their names)."""
-    return {k: np.ascontiguousarray(v.detach().cpu().numpy()) for k, v in module.state_dict().items()}
+    """A copy of the module's ``state_dict`` as NumPy arrays (tied parameters under each of their names)."""
+    return {k: np.array(v.detach().cpu().numpy(), copy=True) for k, v in module.state_dict().items()}
 
 
 def load_state(module: Any, weights: dict[str, np.ndarray]) -> None:
