@@ -232,6 +232,9 @@ def compare(
             out.print(line, highlight=False)
     records = run_and_report(specs, target, timeout, plan_steps, json_path, "twinbench compare")
     print_sharding(records, show_sharding)
+    if model:  # the doctor's findings on the JAX side of a user model
+        for line in plan.doctor_lines(records):
+            out.print(f"  {line}", highlight=False)
     if not any(r.get("status") == "ok" for r in records):
         raise typer.Exit(1)
 

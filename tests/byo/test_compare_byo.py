@@ -55,3 +55,5 @@ def test_compare_checks_and_measures_the_users_jax_port(tmp_path):
     assert port["parity"]["grad_rel"] < 1e-3
     assert port["losses"] == pytest.approx(torch_r["losses"], rel=1e-4)
     assert isinstance(port["doctor"].get("findings"), list)
+    assert "doctor jax/port:" in p.stdout  # the doctor's view of the JAX side, printed after the table
+    assert not port["warnings"]  # the dropout note is about the torch module, not the user's port

@@ -123,3 +123,18 @@ def parity_lines(parity: dict[str, Any]) -> list[str]:
             f"  {parity['steps']} AdamW steps: losses differ by at most {parity['steps_abs']:.1e} "
             f"(tolerance {parity['tolerances']['steps_abs']:g}); last: torch {parity['losses_torch'][-1]:.5f}, "
             f"port {parity['losses_jax'][-1]:.5f}"]
+
+
+def doctor_lines(records: list[dict[str, Any]]) -> list[str]:
+    """The doctor's findings on each JAX run of a user model (record field ``doctor``), one line each."""
+    lines = []
+    for r in records:
+        doc = r.get("doctor") or {}
+        label = f"{r['framework']}/{r['strategy']}"
+        if doc.get("error"):
+            lines.append(f"doctor {label}: could not watch the run: {doc['error']}")
+        for f in doc.get("findings", []):
+            lines.append(f"doctor {label}: [{f['severity']}] {f['title']}; fix: {f['fix']}")
+        if "findings" in doc and not doc["findings"]:
+            lines.append(f"doctor {label}: no findings over {doc.get('steps', 0)} watched steps")
+    return lines

@@ -54,7 +54,7 @@ class UserRun:
     def fields(self, trainer: Any, host_batches: Any) -> dict[str, Any]:
         """Record fields of a user run: FLOPs convention, dropout warning, parity (port), doctor (JAX)."""
         out: dict[str, Any] = {"flops_convention": FLOP_CONVENTION, "warnings": []}
-        if self.meta.dropout_off:
+        if self.meta.dropout_off and self.spec.base_strategy != "port":  # the port is the user's own code
             out["warnings"].append(f"dropout switched off in {self.meta.dropout_off} module(s): deterministic "
                                    "training, the same function in both frameworks")
         parity = Path(self.spec.user_dir) / fam.PARITY
