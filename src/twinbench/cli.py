@@ -234,7 +234,7 @@ def compare(
     print_sharding(records, show_sharding)
     if model:  # the doctor's findings on the JAX side of a user model
         for line in plan.doctor_lines(records):
-            out.print(f"  {line}", highlight=False)
+            out.print(f"  {line}", highlight=False, markup=False)
     if not any(r.get("status") == "ok" for r in records):
         raise typer.Exit(1)
 
