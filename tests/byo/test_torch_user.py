@@ -66,3 +66,24 @@ def test_flops_count_linear_weights_once_plus_the_attention_term():
     linear = sum(m.weight.numel() for m in um.module.modules() if isinstance(m, torch.nn.Linear))
     assert fam.flops_per_token(um) == 6 * linear + 12 * 2 * 32 * s.train.seq
     assert fam.n_params(um.module) == sum(p.numel() for p in um.module.parameters())
+
+
+def test_user_family_gives_the_family_contract_names(tmp_path):
+    from twinbench.byo.family import UserFamily
+    from twinbench.byo.prepare import prepare
+
+    s = spec("eager")
+    meta = prepare(s, tmp_path, with_ref=False)
+    f = UserFamily(replace(s, user_dir=str(tmp_path)))
+    assert (f.name, f.task) == ("user", "custom") and "compile-regional" in f.supports
+    model = f.torch_model(s.model, None)
+    weights = f.init_weights(s.model, s.train.seed)
+    assert set(weights) == set(model.state_dict())
+    assert all((model.state_dict()[k].numpy() == v).all() for k, v in weights.items())
+    assert f.torch_blocks(model) == list(model.blocks)
+    assert f.flops_per_token(s.model, s.train.seq) == meta["flops_per_token"]
+    assert f.n_params(weights) == meta["n_params"] == sum(p.numel() for p in model.parameters())
+    x, y = (torch.from_numpy(a) for a in load_torch(s.user_model, fam.config(s)).batch(0))
+    assert float(f.torch_loss(model, x, y)) == pytest.approx(meta["loss0"], rel=1e-6)
+    with pytest.raises(NotImplementedError, match="no NNX form"):
+        f.jax_model(s.model, None, None)

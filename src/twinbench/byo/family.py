@@ -148,3 +148,56 @@ def n_params(module: Any) -> int:
 def flops_per_token(um: UserModel) -> int:
     """``6 x`` the matmul weights + the model's own attention term (see ``twinbench.byo.FLOP_CONVENTION``)."""
     return 6 * matmul_params(um.module) + int(um.attention_flops_per_token)
+
+
+class UserFamily:
+    """The ``user`` family under the names of the family contract (issue 11, ``models/family.py``), so that
+    ``family.get(spec)`` for a ``--model`` spec can return ``UserFamily(spec)``.
+
+    The user's module is built by ``build(cfg)`` once per process (cached: the loss and the blocks belong to
+    that build). A user model has no NNX form: its JAX side is a ``loss_of(params, x, y)`` over a pytree
+    (:mod:`twinbench.strategies.jax_user`: torchax or the user's port), so ``jax_model`` / ``jax_loss`` raise.
+    """
+
+    name, task, supports = name, task, supports
+
+    def __init__(self, spec: Any):
+        self.spec = spec
+        self._um: UserModel | None = None
+
+    def _model(self) -> UserModel:
+        if self._um is None:
+            self._um = torch_model(self.spec, init_weights(self.spec.user_dir))
+        return self._um
+
+    def torch_model(self, cfg: Any = None, options: Any = None) -> Any:
+        """The user's module holding the run's initial weights (``options``: bf16 is applied by the step)."""
+        return self._model().module
+
+    def torch_loss(self, model: Any, x: Any, y: Any) -> Any:
+        return self._model().loss_fn(model, x, y)
+
+    def torch_optimizer(self, model: Any, lr: float, weight_decay: float) -> Any:
+        return torch_optimizer(model, lr, weight_decay)
+
+    def torch_blocks(self, model: Any) -> list[Any]:
+        return torch_blocks(self._model())
+
+    def jax_model(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("a user model has no NNX form: its JAX side is torchax or the user's port "
+                                  "(strategies/jax_user.py)")
+
+    jax_loss = jax_model
+
+    def jax_optimizer(self, lr: float, weight_decay: float) -> Any:
+        return jax_optimizer(lr, weight_decay)
+
+    def init_weights(self, cfg: Any = None, seed: int | None = None) -> dict[str, np.ndarray]:
+        """The initial weights the preparation process saved (built under ``torch.manual_seed(seed)``)."""
+        return init_weights(self.spec.user_dir)
+
+    def flops_per_token(self, cfg: Any = None, seq: int | None = None) -> int:
+        return read_meta(self.spec.user_dir).flops_per_token
+
+    def n_params(self, weights: Any = None) -> int:
+        return read_meta(self.spec.user_dir).n_params
