@@ -2,16 +2,19 @@
 
 - :class:`HostBatches`: batch ``i`` made on demand (a classification batch is tokenised and padded when it is
   asked for; an LM batch is a window already cut). ``slow_input_ms`` adds that much simulated host work
-  (a sleep, standing for decoding, augmentation or a slow disk) to every batch.
+  (a sleep, standing for decoding, augmentation or a slow disk) to every batch: :meth:`HostBatches.host_work`.
 - :func:`feed`: without ``prefetch``, each batch is made on the main thread when the step asks for it, the
   way a plain Python loop does (the same code for both frameworks). With ``prefetch``:
   - PyTorch: a ``torch.utils.data.DataLoader`` with background worker processes (pinned memory on CUDA),
     then a device prefetcher that copies the next batches with ``non_blocking`` on a side CUDA stream;
-  - JAX: a thread pool making the next batches (a plain thread pipeline: Grain's multiprocessing and
-    record-file machinery is more than per-batch tokenisation needs), then ``jax.device_put`` double
-    buffering (two batches on the device ahead of the step, as ``flax.jax_utils.prefetch_to_device``).
+  - JAX: a Grain pipeline, ``grain.MapDataset.range(n).map(build).map(host_work)`` read in order by
+    ``WORKERS`` threads up to ``HOST_DEPTH`` batches ahead (``.to_iter_dataset(grain.ReadOptions(...))``:
+    the simulated host work runs inside the map, on the workers), then ``grain.experimental.device_put``: a
+    background thread that puts the next ``DEVICE_DEPTH`` batches on the device ahead of the step. Threads,
+    not Grain's worker processes (``mp_prefetch``): a sleep, numpy and I/O release the GIL; pure-Python
+    tokenising does not, so the workers overlap it with the step's device work but not with each other.
 
-The frameworks are imported lazily: a process only loads the one it runs.
+The frameworks (and Grain) are imported lazily: a process only loads the one it runs.
 """
 
 from __future__ import annotations
@@ -19,15 +22,14 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
 Batch = tuple[Any, Any]
 WORKERS = 2  # background workers of the host pipeline
-HOST_DEPTH = 4  # batches the host workers may run ahead
-DEVICE_DEPTH = 2  # batches already on the device: double buffering
+HOST_DEPTH = 4  # batches the host workers may run ahead (JAX; the DataLoader's prefetch_factor per worker)
+DEVICE_DEPTH = 2  # batches already on the device ahead of the step
 
 
 class HostBatches(Sequence):
@@ -40,14 +42,23 @@ class HostBatches(Sequence):
         return self.n_calls
 
     def __getitem__(self, i: int) -> Batch:  # type: ignore[override]
+        """Batch ``i`` with its simulated host work: what a plain loop (or a DataLoader worker) does per step."""
+        return self.host_work(self.build(i))
+
+    def build(self, i: int) -> Batch:
+        """Batch ``i`` itself: made by ``make`` (``k`` of them stacked)."""
         if not 0 <= i < self.n_calls:
             raise IndexError(i)
-        if self.slow_s:
-            time.sleep(self.slow_s)  # the simulated slow host work of this batch
         if self.k == 1:
             return self.make(i)
         parts = [self.make(i * self.k + j) for j in range(self.k)]
         return _stack(parts)
+
+    def host_work(self, batch: Batch) -> Batch:
+        """The simulated slow host work of a batch (``slow_input_ms``), then the batch unchanged."""
+        if self.slow_s:
+            time.sleep(self.slow_s)
+        return batch
 
 
 def _stack(parts: list[Any]) -> Any:
@@ -70,7 +81,7 @@ def feed(batches: HostBatches, framework: str, prefetch: bool) -> Iterator[Batch
         return (batches[i] for i in range(len(batches)))
     if framework == "torch":
         return _torch_device_prefetch(_torch_loader(batches))
-    return _jax_device_prefetch(_threaded(batches))
+    return _jax_grain(batches)
 
 
 # ------------------------------------------------------------------------------------------------ torch
@@ -133,31 +144,23 @@ def _torch_device_prefetch(it: Iterator[Batch]) -> Iterator[Batch]:
 
 
 # -------------------------------------------------------------------------------------------------- jax
-def _threaded(batches: HostBatches) -> Iterator[Batch]:
-    """Batches made by a pool of threads, up to ``HOST_DEPTH`` ahead, returned in order."""
-    pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="twinbench-input")
+def _jax_grain(batches: HostBatches) -> Iterator[Batch]:
+    """Grain: ``WORKERS`` threads make the batches in order (the host work inside the map), up to ``HOST_DEPTH``
+    ahead; ``grain.experimental.device_put`` keeps the next ``DEVICE_DEPTH`` on the device."""
+    import grain
+
+    n = len(batches)
+    host = (grain.MapDataset.range(n).map(batches.build).map(batches.host_work)
+            .to_iter_dataset(grain.ReadOptions(num_threads=WORKERS, prefetch_buffer_size=HOST_DEPTH)))
+    # device None: jax.device_put's default device (the step places the batch itself); cpu_buffer_size=0: no
+    # second host buffer (nor its thread) behind the workers' HOST_DEPTH; on the device, DEVICE_DEPTH batches
+    # wait in the queue (and the device thread may hold one more, blocked until there is room)
+    it = iter(grain.experimental.device_put(host, None, cpu_buffer_size=0, device_buffer_size=DEVICE_DEPTH))
     try:
-        n = len(batches)
-        futures = deque(pool.submit(batches.__getitem__, i) for i in range(min(HOST_DEPTH, n)))
-        nxt = len(futures)
-        while futures:
-            b = futures.popleft().result()
-            if nxt < n:
-                futures.append(pool.submit(batches.__getitem__, nxt))
-                nxt += 1
-            yield b
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _jax_device_prefetch(it: Iterator[Batch]) -> Iterator[Batch]:
-    """``jax.device_put`` of the next batches ahead of the step (asynchronous): double buffering."""
-    import jax
-
-    queue: deque = deque()
-    for b in it:
-        queue.append(jax.device_put(b))
-        if len(queue) >= DEVICE_DEPTH:
-            yield queue.popleft()
-    while queue:
-        yield queue.popleft()
+        for i in range(n):
+            batch = next(it)
+            if i == n - 1:  # the loop's last batch: stop the workers and the device thread now
+                it.close()
+            yield batch
+    finally:  # an early stop (an error in the loop, or the consumer closing the generator)
+        it.close()

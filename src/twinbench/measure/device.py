@@ -91,6 +91,8 @@ def versions(framework: str) -> dict[str, str]:
 
         out |= {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "flax": flax.__version__,
                 "optax": optax.__version__}
+        if "grain" in sys.modules:  # the +prefetch input pipeline (data/pipeline.py) ran on it
+            out["grain"] = sys.modules["grain"].__version__
     else:
         import torch
 

@@ -96,8 +96,8 @@ register_modifier("dynamic", ("torch", "jax"), "classify: pad each batch only to
                   "compiles per new length; torch.compile default (dynamic=None: marks dynamic on recompile)")
 register_modifier("symbolic", ("torch",), "torch.compile(dynamic=True): symbolic shapes from the first call "
                   "(use with +dynamic)", bases=("compile",))
-register_modifier("prefetch", ("torch", "jax"), "input pipeline with background workers (DataLoader / threads) "
-                  "and device prefetch (pinned non_blocking copies / double-buffered jax.device_put)")
+register_modifier("prefetch", ("torch", "jax"), "input pipeline with background workers (DataLoader / Grain) "
+                  "and device prefetch (pinned non_blocking copies / grain.experimental.device_put)")
 #: What a default compare of a BERT preset adds to the BERT-capable bases: the variable-length cases.
 BERT_COMBOS: list[tuple[str, str]] = [("torch", "eager+dynamic"), ("jax", "jit+bucket")]
 

@@ -1,0 +1,42 @@
+"""XLA flags of a JAX run: twinbench's measured CPU default, merged with the user's ``XLA_FLAGS``.
+
+jaxlib 0.10 routes dots, reductions and element-wise fusions through YNNPACK on the CPU by default. On the
+``small`` preset, turning the YNNPACK element-wise fusions off (``-eltwise``) made the whole-step ``jit``
+5-20% faster per step in two idle sittings of interleaved runs, with the same losses (benchmarks/RESULTS.md,
+"XLA CPU flags"). So twinbench applies it to every run unless ``--xla-cpu-flags xla-default`` asks for
+XLA's own defaults. A flag the user already sets in ``XLA_FLAGS`` is never overridden. The flags are
+CPU-only (``xla_cpu_*``): a GPU run ignores them. Every record carries the effective ``XLA_FLAGS``.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: ``--xla-cpu-flags`` values: twinbench's measured CPU default, or XLA's own defaults.
+CHOICES = ("tuned", "xla-default")
+TUNED_CPU_FLAGS = ("--xla_cpu_experimental_ynn_fusion_type=-eltwise",)
+
+
+def _name(flag: str) -> str:
+    return flag.split("=", 1)[0]
+
+
+def merged(user_flags: str, choice: str) -> str:
+    """``user_flags`` (the user's ``XLA_FLAGS``) plus the tuned CPU flags it does not set itself."""
+    if choice not in CHOICES:
+        raise ValueError(f"--xla-cpu-flags: unknown value {choice!r}; allowed: {', '.join(CHOICES)}")
+    if choice == "xla-default":
+        return user_flags.strip()
+    given = {_name(f) for f in user_flags.split()}
+    extra = [f for f in TUNED_CPU_FLAGS if _name(f) not in given]
+    return " ".join([*user_flags.split(), *extra])
+
+
+def apply(choice: str) -> str:
+    """In the worker, before jax is imported: set ``XLA_FLAGS``; return the value the run uses."""
+    flags = merged(os.environ.get("XLA_FLAGS", ""), choice)
+    if flags:
+        os.environ["XLA_FLAGS"] = flags
+    else:
+        os.environ.pop("XLA_FLAGS", None)
+    return flags
