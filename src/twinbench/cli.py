@@ -155,17 +155,35 @@ def compare(
     trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
     cache: str = CACHE_OPTION,
     cache_dir: Optional[Path] = CACHE_DIR_OPTION,  # noqa: UP045
+    model: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--model", help="your own PyTorch model, FILE.py:build: build(cfg) returns a twinbench.byo.UserModel "
+        "(module, loss_fn, batch); runs under torch eager/compile/compile-regional and JAX via torchax "
+        "(see examples/byo/)"),
+    jax_model: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--jax-model", help="your own JAX port of --model, FILE.py:build_jax returning a "
+        "twinbench.byo.JaxUserModel (loss_fn, to_jax): parity-checked, then measured as strategy 'port'"),
     **overrides: Any,
 ) -> None:
     """Train the same model with each framework and strategy, one fresh process per run, and compare."""
-    specs = with_cache(build_specs(preset, framework, strategies, overrides, **trace_top(trace)), cache, cache_dir)
+    user = {"user_model": model or "", "user_jax_model": jax_model or ""}
+    specs = with_cache(build_specs(preset, framework, strategies, overrides, **trace_top(trace), **user),
+                       cache, cache_dir)
     if plan_steps <= 0:
         raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
     if resume is not None and not (resume / runner.RESULTS).exists():
         raise SpecError(f"--resume {resume}: no {runner.RESULTS} there")
     target = resume or out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    if model:  # check the user's model and write its initial weights once, before any run (exit 2 if bad)
+        from twinbench.byo import plan
+
+        specs, parity = plan.prepare(specs, target, timeout)
+        for line in plan.parity_lines(parity) if parity else []:
+            out.print(line, highlight=False)
     records = run_and_report(specs, target, timeout, plan_steps, json_path, "twinbench compare")
     print_sharding(records, show_sharding)
+    if model:  # the doctor's findings on the JAX side of a user model
+        for line in plan.doctor_lines(records):
+            out.print(f"  {line}", highlight=False, markup=False)
     if not any(r.get("status") == "ok" for r in records):
         raise typer.Exit(1)
 

@@ -41,6 +41,13 @@ def build_specs(preset: str, frameworks: str, strategies: str | None, overrides:
     from twinbench.strategies import registry
 
     fws = csv(frameworks) or []
+    if top.get("user_model"):  # --model FILE.py:build: the user's own model (twinbench/byo)
+        from twinbench.byo import plan as byo_plan
+
+        return byo_plan.build_specs(preset, fws, csv(strategies), overrides, **top)
+    top.pop("user_model", None)
+    if top.pop("user_jax_model", None):
+        raise SpecError("--jax-model: a JAX port is measured beside its torch model: give --model FILE.py:build too")
     chosen = registry.select(fws, csv(strategies))
     if not chosen:
         raise SpecError(f"--strategies: nothing selected for --framework {frameworks}")
@@ -61,7 +68,6 @@ def build_specs(preset: str, frameworks: str, strategies: str | None, overrides:
         registry.get(s.framework, s.strategy)
         registry.check_devices(s)  # --devices > 1 needs a multi-device strategy
     return list({(s.framework, s.strategy): s for s in specs}.values())
-
 
 
 def with_cache(specs: list[RunSpec], cache: str, cache_dir: Path | None) -> list[RunSpec]:

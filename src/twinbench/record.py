@@ -100,6 +100,11 @@ class Record:
     peak_measured_at: str | None = None  # ISO time (UTC) the peak was measured
     peak_spread: float | None = None  # max/min - 1 over the peak's timed repeats
     peak_load_per_core: float | None = None  # load per core while the peak was measured
+    # bring your own model (--model, twinbench/byo): how FLOPs were counted, the port's parity check
+    # (--jax-model), the doctor's findings over a few extra steps of a JAX run
+    flops_convention: str | None = None
+    parity: dict[str, Any] = field(default_factory=dict)
+    doctor: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def for_spec(cls, spec: RunSpec, status: str, **measured: Any) -> Record:

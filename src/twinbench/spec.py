@@ -20,8 +20,8 @@ from twinbench.config import ModelConfig, SpecError, TrainConfig, flag  # the le
 FRAMEWORKS = ("torch", "jax")
 PRECISIONS = ("fp32", "bf16")
 REMAT_POLICIES = ("full", "dots-saveable", "nothing-saveable")  # the names of models/options.py
-FAMILIES = ("gpt", "bert")
-TASKS = ("lm", "classify")  # next-token LM (gpt) | sequence classification (bert)
+FAMILIES = ("gpt", "bert", "user")  # user: --model FILE.py:build (twinbench/byo)
+TASKS = ("lm", "classify", "custom")  # next-token LM (gpt) | sequence classification (bert) | user (custom)
 MASK_IMPLS = ("where", "mul", "cond")  # how the BERT attention applies its padding mask
 LENGTH_POLICIES = ("pad-max", "bucket", "dynamic")  # strategy modifiers: how classify batches are padded
 
@@ -48,6 +48,10 @@ class RunSpec:
     num_processes: int = 1  # hosts (processes) the run spans: jax.distributed / torchrun --nnodes
     process_id: int = -1  # this host's index; -1: from JAX_PROCESS_ID / NODE_RANK / the cluster
     coordinator: str = ""  # HOST:PORT of process 0 (jax coordinator, torchrun master); "" = env / cluster
+    # bring your own model (twinbench/byo): FILE.py:build (absolute path), its JAX port, the prepared dir
+    user_model: str = ""  # --model: the user's torch model (family "user")
+    user_jax_model: str = ""  # --jax-model: the user's own JAX port of it (strategy jax/port)
+    user_dir: str = ""  # initial weights and metadata written by the preparation process (set by compare)
 
     @property
     def tokens_per_step(self) -> int:
@@ -67,6 +71,7 @@ class RunSpec:
         d.pop("trace_dir", None)  # tracing runs after the measured steps: same measurement, same id
         d.pop("save_weights", None)  # so does saving the weights
         d.pop("cache_dir", None)  # where the compilation cache lives is not what is measured (its state is)
+        d.pop("user_dir", None)  # likewise where the user model's initial weights were written
         blob = json.dumps(d, sort_keys=True)
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
@@ -241,7 +246,7 @@ def _validate_task(spec: RunSpec) -> None:
     m, t = spec.model, spec.train
     one_of("task", t.task, TASKS)
     one_of("mask_impl", m.mask_impl, MASK_IMPLS)
-    wanted = {"gpt": "lm", "bert": "classify"}[m.family]
+    wanted = {"gpt": "lm", "bert": "classify", "user": "custom"}[m.family]
     if t.task != wanted:
         raise SpecError(f"--task {t.task} does not fit the {m.family} family of --preset {spec.preset}; "
                         f"allowed: {wanted}")

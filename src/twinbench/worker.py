@@ -62,6 +62,7 @@ class Built:
     steps_per_call: int
     run_data: Any
     predict: Any  # classification: the trainer's predict, for held-out accuracy; None otherwise
+    user: Any = None  # --model: the user's run (byo/run.py: weights, batches, FLOPs, extra record fields)
 
 
 @dataclass
@@ -91,25 +92,33 @@ def setup(spec: RunSpec, threads: int) -> Setup:
     platform, device_name, device_count = device.describe(spec.framework)
     return Setup(threads, matmul_precision, platform, device_name, device_count, compiles.monitor(spec.framework))
 
-
 def build(spec: RunSpec) -> Built:
     """The family's initial (or ``--init-from``) weights, the strategy's trainer on them, the run's data."""
     from twinbench.data import tasks
     from twinbench.models import family
     from twinbench.strategies import registry
 
-    fam = family.get(spec)
-    if spec.train.init_from:  # start from a local Hugging Face checkpoint (models/hf.py), not the fresh init
+    user = None
+    if spec.model.family == "user":  # the user's own model (--model): its weights, batches, FLOPs (byo/)
+        from twinbench.byo.run import UserRun
+
+        fam, user = None, UserRun(spec)
+        weights = user.weights
+    elif spec.train.init_from:  # start from a local Hugging Face checkpoint (models/hf.py), not the fresh init
         from twinbench.export import initial_weights
 
+        fam = family.get(spec)
         weights = initial_weights(spec)
     else:
+        fam = family.get(spec)
         weights = fam.init_weights(spec.model, spec.train.seed)
-    trainer = registry.get(spec.framework, spec.strategy).load()(spec, weights)
+    trainer = registry.builder(spec)(spec, weights)
     k = getattr(trainer, "steps_per_call", 1)  # scan-steps: K steps per call, on K stacked batches
-    run_data = tasks.run_data(spec, k)  # LM windows, or classification batches tokenised and padded per call
+    # LM windows, classification batches tokenised and padded per call, or the user's batches
+    run_data = user.run_data(k, trainer) if user else tasks.run_data(spec, k)
     predict = getattr(trainer, "predict", None) if run_data.eval_batches else None
-    return Built(fam, int(fam.n_params(weights)), trainer, k, run_data, predict)
+    n_params = user.n_params if user else int(fam.n_params(weights))
+    return Built(fam, n_params, trainer, k, run_data, predict, user)
 
 
 def timed_loop(spec: RunSpec, env: Setup, b: Built) -> Loop:
@@ -151,7 +160,10 @@ def execute(spec: RunSpec, threads: int) -> Record:
     dtype = "bf16" if t.precision == "bf16" else "fp32"
     peak_measured, peak_fields = peak.for_record(fw, env.platform, env.device_name, dtype, threads)
     peak_sheet = peak.datasheet_tflops(env.device_name, dtype) if env.platform != "cpu" else None
-    flops_tok = b.family.flops_per_token(spec.model, attention_length(b.run_data, loop.warm_calls * b.steps_per_call))
+    if b.user:
+        flops_tok = b.user.flops_per_token
+    else:
+        flops_tok = b.family.flops_per_token(spec.model, attention_length(b.run_data, loop.warm_calls * b.steps_per_call))
     # multi-device strategies report device_count, state_bytes_per_device, sharding and warnings
     many = b.trainer.report() if hasattr(b.trainer, "report") else {}
     many.setdefault("device_count", env.device_count)
@@ -160,6 +172,10 @@ def execute(spec: RunSpec, threads: int) -> Record:
     tp = metrics.speed(timing, loop.tokens.pop("padded_tokens_per_step"), flops_tok, peak_measured, peak_sheet,
                        parallel, many["device_count"] if env.platform != "cpu" else 1)
     accuracy_last = tasks.accuracy(b.predict, b.run_data.eval_batches)  # before tracing trains any further
+    if b.user:  # after the measured steps: the doctor's extra steps (JAX), parity, FLOPs convention
+        extra = b.user.fields(b.trainer, b.run_data.batches)
+        many["warnings"] = list(many.get("warnings", [])) + extra.pop("warnings")
+        many.update(extra)
     return Record.for_spec(
         spec, "ok", **many, n_params=b.n_params, device=env.device_name, platform=env.platform,
         threads=threads, compile_s=timing.compile_s, first_step_s=timing.first_step_s, **metrics.step_stats(timing),

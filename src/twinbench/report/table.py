@@ -108,6 +108,12 @@ def row(r: dict[str, Any], plan_steps: int, vary: list[str] | tuple[str, ...] = 
     ]
 
 
+def _model_name(r: dict[str, Any]) -> str:
+    """``small preset``, or the user's own model (``--model FILE.py:build``, shaped by the preset)."""
+    user = (r.get("spec") or {}).get("user_model")
+    return f"{user} (--model) shaped by the {r['preset']} preset" if user else f"{r['preset']} preset"
+
+
 def conditions(records: list[dict[str, Any]]) -> list[str]:
     """Lines stating what was compared and how, so the numbers are results and not just numbers."""
     ok = [r for r in records if r.get("status") == "ok"] or records
@@ -115,14 +121,14 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
         return []
     r = ok[0]
     lines = [
-        f"model: {r['preset']} preset, {r['layers']} layers, d_model {r['d_model']}, {r['heads']} heads, "
+        f"model: {_model_name(r)}, {r['layers']} layers, d_model {r['d_model']}, {r['heads']} heads, "
         f"vocab {r['vocab']}, {(r.get('n_params') or 0) / 1e6:.2f} M params; batch {r['batch']} x seq {r['seq']}; "
         f"{r['steps']} steps, first {max(r['warmup'], 1)} excluded as warm-up",
         f"device: {r.get('device')} ({r.get('platform')}), {r.get('device_count')} device(s), "
         f"{r.get('threads')} CPU threads for both frameworks; precision {r['precision']}, "
         f"matmul {r.get('matmul_precision')}; compile cache "
         f"{' and '.join(dict.fromkeys(str(x.get('compile_cache')) for x in ok))}",
-        f"FLOPs: {flops_convention(((r.get('spec') or {}).get('model') or {}).get('family', 'gpt'))}",
+        f"FLOPs: {r.get('flops_convention') or flops_convention(((r.get('spec') or {}).get('model') or {}).get('family', 'gpt'))}",
     ]
     peaks: dict[str, dict[str, Any]] = {}
     for x in ok:

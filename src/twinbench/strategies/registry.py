@@ -87,7 +87,7 @@ register_modifier("bf16", ("torch", "jax"), "bf16 compute (torch.autocast / bf16
 register_modifier("remat", ("torch", "jax"), "activation checkpointing per block (torch.utils.checkpoint, "
                   "use_reentrant=False / nnx.remat with --remat-policy: full, dots-saveable, nothing-saveable)")
 register_modifier("nodonate", ("jax",), "do not donate params and optimizer state to the step (shows what "
-                  "donation buys)", bases=("jit", "scan-steps", "scan-layers"))
+                  "donation buys)", bases=("jit", "scan-steps", "scan-layers", "torchax", "port"))
 register_modifier("optc", ("torch",), "also torch.compile the optimizer half of the step (grad clipping + AdamW)",
                   bases=("compile", "compile-regional"))
 # Variable-length batches and the input pipeline (issue 4, --task classify): see data/classify.py, pipeline.py.
@@ -135,6 +135,34 @@ register_modifier("replicate-batch", ("jax",), "anti-pattern (claim C10): the ba
 register_modifier("nosync", ("jax",), "anti-pattern (claim C13): no lax.pmean of the gradients, each device "
                   "trains its own model; flagged in the record's warnings", bases=("pmap",))
 
+# Bring your own model (issue 12, `compare --model FILE.py:build`, see twinbench/byo): the torch bases below
+# build the user's module instead of a twin; the JAX side runs it through torchax, or the user's own port.
+register("jax", "torchax", "the user's torch module (--model) under JAX via torchax.extract_jax: one jit step, "
+         "value_and_grad + Optax AdamW, params+opt state donated", "twinbench.strategies.jax_user:build_torchax",
+         default=False)
+register("jax", "port", "the user's own JAX port (--jax-model), parity-checked against the torch module: one "
+         "jit step, value_and_grad + Optax AdamW, donated", "twinbench.strategies.jax_user:build_port",
+         default=False)
+#: Builders of the bases a user model (family "user") runs with, and the modifiers they honour.
+USER_BUILDERS: dict[tuple[str, str], str] = {
+    ("torch", "eager"): "twinbench.strategies.torch_user:build",
+    ("torch", "compile"): "twinbench.strategies.torch_user:build_compile",
+    ("torch", "compile-regional"): "twinbench.strategies.torch_user:build_regional",
+    ("jax", "torchax"): "twinbench.strategies.jax_user:build_torchax",
+    ("jax", "port"): "twinbench.strategies.jax_user:build_port",
+}
+USER_MODIFIERS: dict[str, tuple[str, ...]] = {"torch": ("bf16", "optc"), "jax": ("nodonate",)}
+#: Bases only a user model runs (a twin has no torch module for torchax, nor a port).
+USER_ONLY = ("torchax", "port")
+
+
+def builder(spec: RunSpec) -> Callable:
+    """The trainer builder of ``spec``: the strategy's own, or its user-model form (family "user")."""
+    if spec.model.family == "user":
+        module, func = USER_BUILDERS[(spec.framework, spec.base_strategy)].split(":")
+        return getattr(importlib.import_module(module), func)
+    return get(spec.framework, spec.strategy).load()
+
 
 def get(framework: str, full: str) -> Strategy:
     """The base strategy of ``full`` for ``framework``; its modifiers are checked to apply."""
@@ -163,13 +191,16 @@ def select(frameworks: list[str], names: list[str] | None) -> list[tuple[str, st
         if fw not in FRAMEWORKS:
             raise SpecError(f"--framework: unknown framework {fw!r}; allowed: {', '.join(FRAMEWORKS)}")
     if names is None or names == ["all"]:
-        pairs = [(f, n) for (f, n), s in REGISTRY.items() if f in frameworks and (names or s.default)]
+        pairs = [(f, n) for (f, n), s in REGISTRY.items() if f in frameworks and (names or s.default)
+                 and n not in USER_ONLY]
         combos = DEFAULT_COMBOS if names is None else ALL_COMBOS
         return pairs + [(f, n) for f, n in combos if f in frameworks]
     chosen: list[tuple[str, str]] = []
     for raw in names:
         fw_part, _, full = raw.rpartition(":")
         base = split_name(full)[0]
+        if base in USER_ONLY:
+            raise SpecError(f"--strategies: {raw!r} runs a user's own model: give --model FILE.py:build")
         fws = [fw_part] if fw_part else [f for f in frameworks if (f, base) in REGISTRY]
         if not fws:
             allowed = ", ".join(sorted({n for (f, n) in REGISTRY if f in frameworks}))

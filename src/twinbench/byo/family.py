@@ -1,0 +1,203 @@
+"""The ``user`` family: a user's module behind the same bundle the twins give (see models/family.py's contract).
+
+Torch side: ``torch_model`` (the user's module holding the run's initial weights, dropout off),
+``torch_loss``, ``torch_optimizer`` / ``clip`` (the twins' AdamW and global-norm clipping), ``torch_blocks``.
+JAX side: ``jax_optimizer`` (the twins' Optax chain). Shared: ``init_weights`` (the ``init.safetensors`` the
+preparation process wrote), ``flops_per_token``, ``n_params``. The weights layout is the torch ``state_dict``
+as NumPy arrays, unchanged (no transposes: a user's names say nothing about layouts).
+
+Imports of torch and jax are local to their functions: a process only loads the framework it runs (the JAX
+worker of ``torchax`` does load torch: torchax runs the torch module on JAX arrays).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from twinbench.byo import UserConfig, UserModel, load_torch
+
+INIT = "init.safetensors"
+META = "meta.json"
+REF = "torch_ref.npz"
+PARITY = "parity.json"
+name, task = "user", "custom"
+supports = frozenset({"bf16", "compile-regional"})
+
+
+@dataclass
+class Prepared:
+    """What ``<out>/byo/meta.json`` says about the user's model (written once, before any run)."""
+
+    n_params: int
+    matmul_params: int
+    flops_per_token: int
+    tokens_per_batch: int
+    dropout_off: int
+    ref: str
+
+
+def config(spec: Any) -> UserConfig:
+    return UserConfig.from_spec(spec)
+
+
+def read_meta(user_dir: str | Path) -> Prepared:
+    d = json.loads((Path(user_dir) / META).read_text())
+    return Prepared(**{k: d[k] for k in Prepared.__dataclass_fields__})
+
+
+def init_weights(user_dir: str | Path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    return load_file(str(Path(user_dir) / INIT))
+
+
+def dropout_off(module: Any) -> int:
+    """Replace every ``nn.Dropout*`` submodule by ``nn.Identity`` (deterministic training); return how many
+    had ``p > 0``. Dropout holds no weights, so the ``state_dict`` is unchanged; an identity, unlike ``p = 0``,
+    also draws no random numbers (which torchax would have to thread through ``jit``)."""
+    import torch
+
+    n = 0
+    for parent in list(module.modules()):
+        for child_name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.modules.dropout._DropoutNd):
+                n += bool(child.p)
+                setattr(parent, child_name, torch.nn.Identity())
+    return n
+
+
+def state_numpy(module: Any) -> dict[str, np.ndarray]:
+    """A copy of the module's ``state_dict`` as NumPy arrays (tied parameters under each of their names)."""
+    return {k: np.array(v.detach().cpu().numpy(), copy=True) for k, v in module.state_dict().items()}
+
+
+def load_state(module: Any, weights: dict[str, np.ndarray]) -> None:
+    import torch
+
+    missing = set(module.state_dict()) ^ set(weights)
+    if missing:
+        raise ValueError(f"user model: state_dict names differ from the initial weights: {sorted(missing)[:5]}")
+    module.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in weights.items()})
+
+
+def torch_model(spec: Any, weights: dict[str, np.ndarray]) -> UserModel:
+    """``build(cfg)`` again (same seed), then ``weights`` (the run's initial ones), dropout off, train mode."""
+    import torch
+
+    torch.manual_seed(spec.train.seed)
+    um = load_torch(spec.user_model, config(spec))
+    dropout_off(um.module)
+    load_state(um.module, weights)
+    um.module.train()
+    return um
+
+
+def torch_blocks(um: UserModel) -> list[Any]:
+    """What compile-regional compiles: ``um.blocks``, else the items of the largest ``nn.ModuleList``."""
+    import torch
+
+    if um.blocks is not None:
+        return list(um.blocks)
+    lists = [m for m in um.module.modules() if isinstance(m, torch.nn.ModuleList)]
+    return list(max(lists, key=len)) if lists else []
+
+
+def torch_optimizer(module: Any, lr: float, weight_decay: float) -> Any:
+    """The twins' AdamW (betas 0.9/0.95, eps 1e-8; decay on parameters of rank >= 2)."""
+    from twinbench.models import gpt_torch
+
+    return gpt_torch.make_optimizer(module, lr, weight_decay)
+
+
+def clip(module: Any) -> Any:
+    """Global-norm clipping at 1.0, exactly as ``optax.clip_by_global_norm``."""
+    from twinbench.models import gpt_torch
+
+    return gpt_torch.clip_grads(module)
+
+
+def jax_optimizer(lr: float, weight_decay: float) -> Any:
+    """The twins' Optax chain: clip by global norm 1.0, then AdamW with the torch side's hyperparameters."""
+    from twinbench.models import gpt_jax
+
+    return gpt_jax.make_optimizer(lr, weight_decay)
+
+
+def matmul_params(module: Any) -> int:
+    """Weights of ``nn.Linear`` modules, each parameter once (a tied weight is one weight)."""
+    import torch
+
+    seen: set[int] = set()
+    n = 0
+    for m in module.modules():
+        if isinstance(m, torch.nn.Linear) and id(m.weight) not in seen:
+            seen.add(id(m.weight))
+            n += m.weight.numel()
+    return n
+
+
+def n_params(module: Any) -> int:
+    return sum(p.numel() for p in module.parameters())  # parameters() yields a tied parameter once
+
+
+def flops_per_token(um: UserModel) -> int:
+    """``6 x`` the matmul weights + the model's own attention term (see ``twinbench.byo.FLOP_CONVENTION``)."""
+    return 6 * matmul_params(um.module) + int(um.attention_flops_per_token)
+
+
+class UserFamily:
+    """The ``user`` family under the names of the family contract (issue 11, ``models/family.py``), so that
+    ``family.get(spec)`` for a ``--model`` spec can return ``UserFamily(spec)``.
+
+    The user's module is built by ``build(cfg)`` once per process (cached: the loss and the blocks belong to
+    that build). A user model has no NNX form: its JAX side is a ``loss_of(params, x, y)`` over a pytree
+    (:mod:`twinbench.strategies.jax_user`: torchax or the user's port), so ``jax_model`` / ``jax_loss`` raise.
+    """
+
+    name, task, supports = name, task, supports
+
+    def __init__(self, spec: Any):
+        self.spec = spec
+        self._um: UserModel | None = None
+
+    def _model(self) -> UserModel:
+        if self._um is None:
+            self._um = torch_model(self.spec, init_weights(self.spec.user_dir))
+        return self._um
+
+    def torch_model(self, cfg: Any = None, options: Any = None) -> Any:
+        """The user's module holding the run's initial weights (``options``: bf16 is applied by the step)."""
+        return self._model().module
+
+    def torch_loss(self, model: Any, x: Any, y: Any) -> Any:
+        return self._model().loss_fn(model, x, y)
+
+    def torch_optimizer(self, model: Any, lr: float, weight_decay: float) -> Any:
+        return torch_optimizer(model, lr, weight_decay)
+
+    def torch_blocks(self, model: Any) -> list[Any]:
+        return torch_blocks(self._model())
+
+    def jax_model(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("a user model has no NNX form: its JAX side is torchax or the user's port "
+                                  "(strategies/jax_user.py)")
+
+    jax_loss = jax_model
+
+    def jax_optimizer(self, lr: float, weight_decay: float) -> Any:
+        return jax_optimizer(lr, weight_decay)
+
+    def init_weights(self, cfg: Any = None, seed: int | None = None) -> dict[str, np.ndarray]:
+        """The initial weights the preparation process saved (built under ``torch.manual_seed(seed)``)."""
+        return init_weights(self.spec.user_dir)
+
+    def flops_per_token(self, cfg: Any = None, seq: int | None = None) -> int:
+        return read_meta(self.spec.user_dir).flops_per_token
+
+    def n_params(self, weights: Any = None) -> int:
+        return read_meta(self.spec.user_dir).n_params

@@ -1,0 +1,140 @@
+"""The parent side of ``compare --model``: which runs, and the checks done once before any of them starts.
+
+:func:`build_specs` turns ``--model`` / ``--jax-model`` and ``--strategies`` into validated RunSpecs (family
+``user``, task ``custom``); :func:`prepare` runs the preparation process (torch only: ``build(cfg)``, the checks,
+the initial weights every run loads) and, with a ``--jax-model``, the parity process (JAX), both through the
+runner. A bad ``--model`` raises :class:`~twinbench.spec.SpecError` (one line, exit 2) before anything is
+measured. This module imports neither framework.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from twinbench.byo import UserModelError, split_ref
+from twinbench.spec import RunSpec, SpecError, from_preset, validate, with_precision
+
+#: What a --model compare runs without --strategies (plus jax/port with a --jax-model).
+DEFAULTS = [("torch", "eager"), ("torch", "compile-regional"), ("jax", "torchax")]
+DIR = "byo"  # under the results directory: init.safetensors, meta.json, torch_ref.npz, parity.json
+
+
+def _ref(ref: str, default: str, flag: str) -> str:
+    """``ref`` with an absolute path (the workers run elsewhere), or SpecError if the file is missing."""
+    try:
+        path, name = split_ref(ref, default, flag)
+    except UserModelError as e:
+        raise SpecError(str(e)) from None
+    return f"{path}:{name}"
+
+
+def select(frameworks: list[str], names: list[str] | None, port: bool) -> list[tuple[str, str]]:
+    """The (framework, strategy) pairs of a user-model compare; names that cannot run one are errors."""
+    from twinbench.strategies import registry
+
+    allowed = sorted({b for (_, b) in registry.USER_BUILDERS if port or b != "port"})
+    if names is None or names == ["all"]:
+        base = DEFAULTS if names is None else [k for k in registry.USER_BUILDERS if port or k[1] != "port"]
+        pairs = [p for p in base if p[0] in frameworks]
+        return pairs + ([("jax", "port")] if port and names is None and "jax" in frameworks else [])
+    chosen: list[tuple[str, str]] = []
+    for raw in names:
+        fw_part, _, full = raw.rpartition(":")
+        base, mods = registry.split_name(full)
+        fws = [fw_part] if fw_part else [f for f in frameworks if (f, base) in registry.USER_BUILDERS]
+        if not fws or any((f, base) not in registry.USER_BUILDERS for f in fws):
+            raise SpecError(f"--strategies: {raw!r} does not run a user model (--model); allowed: "
+                            f"{', '.join(allowed)}")
+        if base == "port" and not port:
+            raise SpecError("--strategies: 'port' measures the user's own JAX port: give --jax-model FILE.py:build_jax")
+        for fw in fws:
+            registry.get(fw, full)  # the modifier names exist and fit the base
+            bad = [m for m in mods if m not in registry.USER_MODIFIERS[fw]]
+            if bad:
+                raise SpecError(f"--strategies: +{bad[0]} is not available for a user model under {fw} {base!r}; "
+                                f"allowed: {', '.join('+' + m for m in registry.USER_MODIFIERS[fw])}")
+            chosen.append((fw, full))
+    return list(dict.fromkeys(chosen))
+
+
+def build_specs(preset: str, frameworks: list[str], names: list[str] | None, overrides: dict[str, Any],
+                user_model: str, user_jax_model: str = "", **top: Any) -> list[RunSpec]:
+    """One validated RunSpec per selected run of the user's model (no framework imported)."""
+    model = _ref(user_model, "build", "--model")
+    jax_model = _ref(user_jax_model, "build_jax", "--jax-model") if user_jax_model else ""
+    if overrides.get("task") not in (None, "custom") or overrides.get("init_from") or overrides.get("data"):
+        raise SpecError("--model: the user's model brings its own batches and weights; --task, --data and "
+                        "--init-from do not apply")
+    base = from_preset(preset, overrides, **top)
+    base = replace(base, model=replace(base.model, family="user"), train=replace(base.train, task="custom"),
+                   user_model=model, user_jax_model=jax_model)
+    validate(base)
+    if base.devices > 1:
+        raise SpecError(f"--devices {base.devices}: a user model runs on one device for now; allowed: 1")
+    chosen = select(frameworks, names, bool(jax_model))
+    if not chosen:
+        raise SpecError(f"--strategies: nothing selected for --framework {','.join(frameworks)}")
+    specs = [validate(with_precision(replace(base, framework=fw, strategy=name))) for fw, name in chosen]
+    for s in specs:  # --precision bf16 adds +bf16: a JAX user run has no bf16 form yet
+        if "bf16" in s.modifiers and s.framework == "jax":
+            raise SpecError(f"--precision bf16: jax {s.base_strategy!r} of a user model runs fp32 only; "
+                            "run bf16 with the torch strategies (+bf16)")
+    return list({(s.framework, s.strategy): s for s in specs}.values())
+
+
+def prepare(specs: list[RunSpec], out_dir: Path, timeout: float) -> tuple[list[RunSpec], dict[str, Any] | None]:
+    """Check the user's model and write its initial weights (and the port's parity) before any run.
+
+    Returns the specs pointing at ``out_dir/byo`` and the parity result (None without a --jax-model).
+    """
+    from twinbench import runner
+
+    target = (out_dir / DIR).resolve()
+    target.mkdir(parents=True, exist_ok=True)
+    specs = [replace(s, user_dir=str(target)) for s in specs]
+    first = specs[0]
+    with tempfile.TemporaryDirectory(prefix="twinbench-byo-") as tmp:
+        spec_path = Path(tmp, "spec.json")
+        spec_path.write_text(json.dumps(first.to_dict()))
+        code, reason = runner.run_module("twinbench.byo.prepare", [str(spec_path), str(target)], timeout)
+        if code:
+            raise SpecError(reason if code == 2 else f"--model {first.user_model}: checking the model failed: {reason}")
+        if not first.user_jax_model:
+            return specs, None
+        code, reason = runner.run_module("twinbench.byo.parity", [str(spec_path), str(target)], timeout)
+        if code:
+            raise SpecError(reason if code == 2 else f"--jax-model {first.user_jax_model}: the parity check failed: "
+                            f"{reason}")
+    return specs, json.loads((target / "parity.json").read_text())
+
+
+def parity_lines(parity: dict[str, Any]) -> list[str]:
+    """The parity check in a few lines, printed before the measurements."""
+    verdict = "OK" if parity["ok"] else "MISMATCH (measured anyway; the port computes something else)"
+    return [f"parity of the JAX port against the torch model: {verdict}",
+            f"  loss on batch 0: torch {parity['loss_torch']:.6f}, port {parity['loss_jax']:.6f} "
+            f"(relative difference {parity['loss_rel']:.1e}, tolerance {parity['tolerances']['loss_rel']:g})",
+            f"  gradients on batch 0: largest difference {parity['grad_rel']:.1e} of the largest gradient "
+            f"(tolerance {parity['tolerances']['grad_rel']:g})",
+            f"  {parity['steps']} AdamW steps: losses differ by at most {parity['steps_abs']:.1e} "
+            f"(tolerance {parity['tolerances']['steps_abs']:g}); last: torch {parity['losses_torch'][-1]:.5f}, "
+            f"port {parity['losses_jax'][-1]:.5f}"]
+
+
+def doctor_lines(records: list[dict[str, Any]]) -> list[str]:
+    """The doctor's findings on each JAX run of a user model (record field ``doctor``), one line each."""
+    lines = []
+    for r in records:
+        doc = r.get("doctor") or {}
+        label = f"{r['framework']}/{r['strategy']}"
+        if doc.get("error"):
+            lines.append(f"doctor {label}: could not watch the run: {doc['error']}")
+        for f in doc.get("findings", []):
+            lines.append(f"doctor {label}: [{f['severity']}] {f['title']}; fix: {f['fix']}")
+        if "findings" in doc and not doc["findings"]:
+            lines.append(f"doctor {label}: no findings over {doc.get('steps', 0)} watched steps")
+    return lines

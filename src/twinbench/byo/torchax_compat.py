@@ -1,0 +1,110 @@
+"""Import torchax on a PyTorch that removed named tensors: a small, guarded compatibility layer.
+
+torchax 0.0.13 (the release on PyPI) refers to named-tensor ATen overloads such as
+``torch.ops.aten.prod.dim_Dimname`` in two module-level tables: its autocast policy (``torchax.amp``, read
+at import) and its decomposition list (``torchax.decompositions``, read when the default environment is
+built). PyTorch 2.13 removed named tensors and those overloads with them, so ``import torchax`` fails with
+``AttributeError: The underlying op of 'aten.prod' has no overload name 'dim_Dimname'`` (google/torchax
+issue 101, fixed upstream by pull request 102, after 0.0.13).
+
+:func:`import_torchax` imports torchax (and its decomposition table) while a missing *named-tensor*
+overload (``Dimname`` or ``names`` in its overload name) resolves to an inert placeholder instead of raising,
+and builds torchax's default environment under the same guard.
+A placeholder is never a real operator: as an autocast-policy key it matches no call, and
+``torch._decomp.get_decompositions`` ignores what is not an operator, which is exactly what the upstream
+fix does (drop those entries). Any other missing overload still raises. The patch is installed only when
+the PyTorch in use lacks ``aten.prod.dim_Dimname``, only acts on a lookup that would otherwise raise, and is
+removed again at once: an older PyTorch, or a torchax that no longer refers to removed overloads, is
+imported untouched.
+
+torchax changes global torch settings when imported (it disables the MHA fast path, renames the
+``privateuse1`` backend to ``jax`` and registers a device module), so only the JAX worker of a
+``--model`` run imports it, never a PyTorch measurement process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+#: What this layer patched at the last :func:`import_torchax` (for tests and the record): overload names.
+PATCHED: list[str] = []
+
+
+class RemovedOverload:
+    """Stands for an ATen overload that this PyTorch no longer has; equal only to itself."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<removed overload {self.name}>"
+
+
+def is_named_tensor_overload(key: str) -> bool:
+    """The overload names of named-tensor variants: ``dim_Dimname``, ``dimname_out``, ``Dimname_Scalar``
+    (a ``Dimname`` argument) and ``names_dim``, ``names_ScalarOpt_dim``, ``correction_names`` (a ``names``
+    argument). torchax 0.0.13 refers to 21 of them, all missing from torch 2.13."""
+    return "dimname" in key.lower() or "names" in key.lower().split("_")
+
+
+def needs_patch() -> bool:
+    """True when this PyTorch has dropped the named-tensor overloads torchax 0.0.13 refers to."""
+    import torch
+
+    try:
+        torch.ops.aten.prod.dim_Dimname  # noqa: B018 (the probe is the attribute access)
+    except AttributeError:
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def tolerate_removed_named_overloads() -> Iterator[list[str]]:
+    """While active, ``torch.ops.aten.X.<named-tensor overload>`` that does not exist gives a placeholder.
+
+    Yields the list of overload names that were replaced. The class attribute is restored on exit.
+    """
+    import torch
+
+    packet = torch._ops.OpOverloadPacket
+    original = packet.__getattr__
+    replaced: list[str] = []
+
+    def __getattr__(self: Any, key: str) -> Any:
+        try:
+            return original(self, key)
+        except AttributeError:
+            if not is_named_tensor_overload(key):
+                raise
+            replaced.append(f"{self}.{key}")
+            return RemovedOverload(f"{self}.{key}")
+
+    packet.__getattr__ = __getattr__  # type: ignore[method-assign]
+    try:
+        yield replaced
+    finally:
+        packet.__getattr__ = original  # type: ignore[method-assign]
+
+
+def import_torchax() -> ModuleType:
+    """``import torchax`` (plus its decomposition table), patched only where this PyTorch needs it."""
+    if "torchax" in sys.modules and "torchax.decompositions" in sys.modules:
+        return sys.modules["torchax"]
+    if not needs_patch():
+        torchax = importlib.import_module("torchax")
+        importlib.import_module("torchax.decompositions")
+        torchax.default_env()
+        return torchax
+    for name in [m for m in sys.modules if m == "torchax" or m.startswith("torchax.")]:
+        del sys.modules[name]  # a half-imported torchax from a failed plain import
+    with tolerate_removed_named_overloads() as replaced:
+        torchax = importlib.import_module("torchax")
+        importlib.import_module("torchax.decompositions")  # read lazily by default_env(): load it now
+        torchax.default_env()  # loads torchax.ops.* and the decomposition table
+    PATCHED[:] = replaced
+    return torchax

@@ -1,0 +1,143 @@
+"""JAX strategies over a user's model (``--model`` / ``--jax-model``): ``torchax`` and ``port``.
+
+Both are a pure ``loss_of(params, x, y)`` of a parameter pytree, trained by ONE ``jax.jit`` step
+(``jax.value_and_grad``, the twins' Optax chain: clip by global norm 1.0 + AdamW), parameters and optimizer
+state donated (``+nodonate`` keeps them):
+
+- ``torchax``: the user's torch module run on JAX arrays by torchax. ``torchax.extract_jax`` of a small
+  wrapper module whose ``forward(x, y)`` is the user's ``loss_fn(module, x, y)`` gives the state (parameters
+  and buffers, torch names) and a pure function; the parameters are trained, the buffers are constants.
+  torchax is imported through :func:`twinbench.byo.torchax_compat.import_torchax` in this (JAX) process
+  only.
+- ``port``: the user's own JAX port (``--jax-model``): its ``loss_fn(params, x, y)`` over the parameters
+  its ``to_jax`` maps from the same initial torch weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from twinbench.byo import family as fam
+from twinbench.byo import load_jax, map_to_jax
+from twinbench.spec import RunSpec
+
+
+def make_train_step(loss_of: Callable[[Any, Any, Any], Any], tx: optax.GradientTransformation) -> Callable:
+    """The pure step (params, opt_state, x, y) -> (params, opt_state, loss) of a ``loss_of(params, x, y)``.
+
+    The same function as the shared ``strategies.jax_jit.make_train_step(loss_of, tx)`` of the family
+    redesign (issue 11): once that lands, this is ``from twinbench.strategies.jax_jit import make_train_step``.
+    """
+
+    def train_step(params, opt_state, x, y):
+        loss, grads = jax.value_and_grad(loss_of)(params, x, y)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return train_step
+
+
+class PureStepTrainer:
+    """A parameter pytree, its Optax state and one jitted, donated step of ``loss_of``."""
+
+    def __init__(self, spec: RunSpec, params: Any, loss_of: Callable[[Any, Any, Any], Any]):
+        tx = fam.jax_optimizer(spec.train.lr, spec.train.weight_decay)
+        self.params = params
+        self.opt_state = tx.init(params)
+        self.loss_of = loss_of
+        donate = "nodonate" not in spec.modifiers
+        self.train_step = jax.jit(make_train_step(loss_of, tx), donate_argnums=(0, 1) if donate else ())
+
+    def step(self, x: np.ndarray, y: np.ndarray) -> Any:
+        self.params, self.opt_state, loss = self.train_step(self.params, self.opt_state, x, y)
+        return loss
+
+    def sync(self) -> None:
+        jax.block_until_ready((self.params, self.opt_state))
+
+    def weights(self) -> dict[str, np.ndarray]:
+        flat = jax.tree_util.tree_flatten_with_path(self.params)[0]
+        return {jax.tree_util.keystr(path, simple=True, separator="."): np.asarray(v) for path, v in flat}
+
+
+class _WithLoss:
+    """Factory of the wrapper module whose ``forward(x, y)`` is the user's loss (built lazily: torch import)."""
+
+    @staticmethod
+    def make(module: Any, loss_fn: Callable[[Any, Any, Any], Any]) -> Any:
+        import torch
+
+        class WithLoss(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = module
+
+            def forward(self, x: Any, y: Any) -> Any:
+                return loss_fn(self.model, x, y).float().reshape(())
+
+        return WithLoss()
+
+
+def torchax_loss(spec: RunSpec, weights: dict[str, np.ndarray]) -> tuple[dict[str, Any], Callable, Any]:
+    """(trainable params by torch name, ``loss_of(params, x, y)``, the user's module) through torchax."""
+    from twinbench.byo.torchax_compat import import_torchax
+
+    torchax = import_torchax()
+    um = fam.torch_model(spec, weights)
+    wrapper = _WithLoss.make(um.module, um.loss_fn)
+    states, fn = torchax.extract_jax(wrapper)
+    names = {n for n, _ in wrapper.named_parameters()}
+    params = {k: v for k, v in states.items() if k in names}
+    buffers = {k: v for k, v in states.items() if k not in names}
+
+    def loss_of(params: dict[str, Any], x: Any, y: Any) -> Any:
+        return fn({**params, **buffers}, (x, y))
+
+    return params, loss_of, um.module
+
+
+class TorchaxTrainer(PureStepTrainer):
+    def __init__(self, spec: RunSpec, weights: dict[str, np.ndarray]):
+        params, loss_of, module = torchax_loss(spec, weights)
+        super().__init__(spec, params, loss_of)
+        self.names = list(weights)
+        sd = module.state_dict(keep_vars=True)
+        groups: dict[int, list[str]] = {}
+        for k, t in sd.items():
+            groups.setdefault(id(t), []).append(k)
+        self.alias = {k: groups[id(t)] for k, t in sd.items()}  # tied weights: every name of one tensor
+        self.buffers = {k: np.asarray(v) for k, v in weights.items()}
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """The module's ``state_dict`` layout (torch names, tied weights under each name)."""
+        out = {}
+        for k in self.names:
+            hit = next((f"model.{a}" for a in self.alias[k] if f"model.{a}" in self.params), None)
+            out[k] = np.asarray(self.params[hit]) if hit else self.buffers[k]
+        return out
+
+
+def port_loss(spec: RunSpec, weights: dict[str, np.ndarray]) -> tuple[Any, Callable]:
+    """(params mapped by the user's ``to_jax``, the port's ``loss_fn``)."""
+    um = load_jax(spec.user_jax_model, fam.config(spec))
+    params = jax.tree.map(jnp.asarray, map_to_jax(um.to_jax, weights))
+    return params, um.loss_fn
+
+
+class PortTrainer(PureStepTrainer):
+    def __init__(self, spec: RunSpec, weights: dict[str, np.ndarray]):
+        super().__init__(spec, *port_loss(spec, weights))
+
+
+def build_torchax(spec: RunSpec, weights: dict[str, np.ndarray]) -> TorchaxTrainer:
+    return TorchaxTrainer(spec, weights)
+
+
+def build_port(spec: RunSpec, weights: dict[str, np.ndarray]) -> PortTrainer:
+    return PortTrainer(spec, weights)

@@ -1,0 +1,101 @@
+"""Run by tests/byo in a fresh process: torchax changes global torch settings on import, so it never enters
+pytest's own process. ``python tests/byo/child.py MODE OUT.json``; writes what it measured as JSON.
+
+- ``parity``: the example model in torch (eager) and through torchax from the same weights: loss and
+  gradients on batch 0, then 3 AdamW steps each.
+- ``torch-worker``: one torch/eager user run through the worker's ``execute``; reports whether torchax was
+  imported (it must not be).
+- ``compat``: plain ``import torchax`` (expected to fail on torch >= 2.13), then the compatibility layer.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "byo" / "llama.py"
+
+
+def user_spec(framework: str, strategy: str):
+    from twinbench.spec import from_preset
+
+    s = from_preset("tiny", {"steps": 4, "warmup": 1})
+    return replace(s, model=replace(s.model, family="user"), train=replace(s.train, task="custom"),
+                   user_model=f"{EXAMPLE}:build", framework=framework, strategy=strategy)
+
+
+def parity() -> dict:
+    import jax
+    import torch
+
+    from twinbench.byo import family as fam
+    from twinbench.byo import load_torch
+    from twinbench.byo.prepare import torch_reference
+    from twinbench.measure.device import set_fp32_matmul
+
+    set_fp32_matmul("jax")
+    spec = user_spec("jax", "torchax")
+    torch.manual_seed(spec.train.seed)
+    um = load_torch(spec.user_model, fam.config(spec))
+    fam.dropout_off(um.module)
+    weights = fam.state_numpy(um.module)
+    ref = torch_reference(um, spec, steps=3)
+
+    from twinbench.strategies.jax_user import PureStepTrainer, TorchaxTrainer, torchax_loss
+
+    params, loss_of, _ = torchax_loss(spec, weights)
+    x, y = um.batch(0)
+    loss, grads = jax.jit(jax.value_and_grad(loss_of))(params, x, y)
+    names = sorted(k[len("model."):] for k in grads)
+    scale = max(float(np.abs(ref[f"grad/{n}"]).max()) for n in names)
+    grad_diff = max(float(np.abs(np.asarray(grads[f"model.{n}"]) - ref[f"grad/{n}"]).max()) for n in names) / scale
+    trainer = PureStepTrainer(spec, params, loss_of)
+    steps = [float(trainer.step(*um.batch(i))) for i in range(3)]
+    round_trip = TorchaxTrainer(spec, weights).weights()
+    return {"loss_torch": float(ref["loss0"]), "loss_torchax": float(loss), "grad_rel": grad_diff,
+            "n_grads": len(names), "n_params": sum(1 for _ in um.module.parameters()),
+            "steps_torch": [float(v) for v in ref["losses"]], "steps_torchax": steps,
+            "round_trip_exact": all(np.array_equal(round_trip[k], weights[k]) for k in weights)
+            and set(round_trip) == set(weights)}
+
+
+def torch_worker() -> dict:
+    from twinbench.byo.prepare import prepare
+    from twinbench.worker import execute
+
+    spec = user_spec("torch", "eager")
+    with tempfile.TemporaryDirectory() as tmp:
+        prepare(spec, Path(tmp), with_ref=False)
+        record = execute(replace(spec, user_dir=tmp), threads=1)
+    return {"status": record.status, "torchax_imported": any(m.split(".")[0] == "torchax" for m in sys.modules),
+            "jax_imported": "jax" in sys.modules, "flops_convention": record.flops_convention}
+
+
+def compat() -> dict:
+    try:
+        import torchax
+
+        plain = "ok"
+    except AttributeError as e:
+        plain = str(e)
+    from twinbench.byo import torchax_compat
+
+    torchax = torchax_compat.import_torchax()
+    env = torchax.default_env()
+    import jax.numpy as jnp
+    import torch
+
+    with env:  # a torch op on JAX arrays, through the patched-in environment
+        t = torch.prod(env.j2t_iso(jnp.full((3,), 2.0)))
+    return {"plain": plain, "patched": list(torchax_compat.PATCHED), "needs_patch": torchax_compat.needs_patch(),
+            "value": float(env.t2j_iso(t))}
+
+
+if __name__ == "__main__":
+    mode, out = sys.argv[1], Path(sys.argv[2])
+    out.write_text(json.dumps({"parity": parity, "torch-worker": torch_worker, "compat": compat}[mode]()))
