@@ -94,6 +94,7 @@ class Record:
     accuracy_last: float | None = None  # held-out accuracy after the run (classify)
     # the conditions of the measurement: the machine's load when the run started (read by the runner right
     # before it started the worker) and how trustworthy the matmul peak behind the MFU is (measure/peak.py)
+    xla_flags: str | None = None  # JAX runs: the XLA_FLAGS the run used (xla_flags.py adds the tuned CPU flags)
     load_avg_1m: float | None = None  # os.getloadavg()[0]
     cpu_count: int | None = None  # cores available to the run (the runner's CPU affinity)
     load_avg_1m_external: float | None = None  # load_avg_1m less what twinbench's own ended runs still add

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.config import ModelConfig, SpecError, TrainConfig, flag  # the leaf; re-exported from here
+from twinbench.xla_flags import CHOICES as XLA_CPU_FLAG_CHOICES
 
 FRAMEWORKS = ("torch", "jax")
 PRECISIONS = ("fp32", "bf16")
@@ -42,6 +43,7 @@ class RunSpec:
     scan_k: int = 0  # scan-steps: training steps per call (0: chosen from --steps, see strategies/jax_scan.py)
     remat_policy: str = "full"  # +remat: full | dots-saveable | nothing-saveable (jax.checkpoint_policies)
     scan_unroll: int = 1  # scan-layers: layers per loop trip of the layer scan (nnx.scan unroll)
+    xla_cpu_flags: str = "tuned"  # JAX on CPU: twinbench's measured XLA flags, or "xla-default" (xla_flags.py)
     trace_dir: str = ""  # profile a few steps after the measured ones into this directory ("": off)
     save_weights: str = ""  # write the trained canonical weights (safetensors) into this directory ("": off)
     # many hosts: `devices` counts all of them; one twinbench per host (see distributed/)
@@ -111,13 +113,15 @@ OVERRIDABLE: dict[str, type] = {
     "layers": int, "d_model": int, "heads": int, "d_ff": int, "vocab": int, "context": int,
     "batch": int, "seq": int, "steps": int, "warmup": int, "lr": float, "weight_decay": float,
     "seed": int, "precision": str, "data": str, "devices": int, "threads": int,
-    "scan_k": int, "remat_policy": str, "scan_unroll": int,
+    "scan_k": int, "remat_policy": str, "scan_unroll": int, "xla_cpu_flags": str,
     "init_from": str, "save_weights": str,
     "num_processes": int, "process_id": int, "coordinator": str,
     "task": str, "num_labels": int, "mask_impl": str, "slow_input": float,
 }
 #: --help text of flags that "override the preset's NAME" does not explain (used by the CLI).
 FLAG_HELP: dict[str, str] = {
+    "xla_cpu_flags": "JAX on CPU: 'tuned' adds twinbench's measured XLA flags (YNNPACK element-wise fusions off) "
+                     "to XLA_FLAGS, 'xla-default' keeps XLA's own; flags you set in XLA_FLAGS always win",
     "init_from": "start from a local Hugging Face GPT-2/BERT checkpoint directory (config.json + "
                  "model.safetensors); its shape replaces the preset's",
     "save_weights": "write each run's trained canonical weights (safetensors) into this directory "
@@ -223,6 +227,7 @@ def validate(spec: RunSpec) -> RunSpec:
         raise SpecError(f"--process-id {spec.process_id}; allowed: 0..{spec.num_processes - 1} (or -1: from the environment)")
     one_of("compile_cache", spec.compile_cache, ("cold", "warm"))
     one_of("remat_policy", spec.remat_policy, REMAT_POLICIES)
+    one_of("xla_cpu_flags", spec.xla_cpu_flags, XLA_CPU_FLAG_CHOICES)
     if spec.scan_unroll < 1:
         raise SpecError(f"--scan-unroll must be a positive integer, got {spec.scan_unroll}")
     if spec.framework == "torch" and "remat" in spec.modifiers and spec.remat_policy != "full":

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from twinbench import compile_cache
+from twinbench import compile_cache, xla_flags
 from twinbench.record import Record
 from twinbench.spec import RunSpec
 
@@ -34,6 +34,7 @@ def prepare_process(spec: RunSpec) -> int:
     from twinbench.distributed import process_env
 
     os.environ.update(process_env(spec))  # JAX: simulated CPU devices, collectives between processes
+    xla_flags.apply(spec.xla_cpu_flags)  # twinbench's measured XLA CPU flags, unless the user set them
     compile_cache.apply(spec)  # the run's own compilation caches (cold: fresh and empty), before any import
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # allocator peak = what the run used
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -185,6 +186,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
         compile_cache_hits=env.monitor.cache_hits(), steps_per_call=b.steps_per_call,
         loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
         wall_s=timing.wall_s, matmul_precision=env.matmul_precision, versions=device.versions(fw),
+        xla_flags=os.environ.get("XLA_FLAGS", "") if fw == "jax" else None,
         **_save_weights(spec, b.trainer), **_trace(spec, b.trainer, b.run_data.batches), **tp, **loop.tokens,
         **loop.inputs, compiles_in_loop=loop.compiles_in_loop, accuracy_first=loop.accuracy_first,
         accuracy_last=accuracy_last)

@@ -366,8 +366,10 @@ def main(argv: list[str]) -> int:
     if threads and threads < len(cpus):
         cpus = cpus[:threads]
         os.sched_setaffinity(0, cpus)  # XLA and torch both size their thread pools from the affinity mask
+    from twinbench import xla_flags
     from twinbench.measure import device
 
+    xla_flags.apply("tuned")  # the XLA flags a default run uses (part of a JAX peak's key), before jax loads
     if framework == "torch":
         import torch
 

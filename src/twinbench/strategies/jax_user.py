@@ -21,26 +21,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from twinbench.byo import family as fam
 from twinbench.byo import load_jax, map_to_jax
 from twinbench.spec import RunSpec
-
-
-def make_train_step(loss_of: Callable[[Any, Any, Any], Any], tx: optax.GradientTransformation) -> Callable:
-    """The pure step (params, opt_state, x, y) -> (params, opt_state, loss) of a ``loss_of(params, x, y)``.
-
-    The same function as the shared ``strategies.jax_jit.make_train_step(loss_of, tx)`` of the family
-    redesign (issue 11): once that lands, this is ``from twinbench.strategies.jax_jit import make_train_step``.
-    """
-
-    def train_step(params, opt_state, x, y):
-        loss, grads = jax.value_and_grad(loss_of)(params, x, y)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
-    return train_step
+from twinbench.strategies.jax_jit import make_train_step
 
 
 class PureStepTrainer:
