@@ -9,8 +9,10 @@ touches this file only (and its twin modules).
 The framework members are lazy: calling ``torch_model`` imports torch, ``jax_model`` imports JAX; building
 or listing families imports neither, so a process only ever loads the framework it runs.
 
-Contract with the user-model family (``name == "user"``, built elsewhere): the same fields, filled with the
-user's callables; :func:`get` finds it through ``twinbench.models.user.family(spec)``.
+The user-model family (``--model``, ``name == "user"``) lives in ``twinbench/byo/family.py``: it carries the
+same names for what a user's module can do (torch model, loss, optimizer, blocks, FLOPs, ``supports``); its
+weights come from the preparation process, not from ``init_weights(cfg, seed)``, so the worker builds user
+runs through ``byo/run.py`` and :func:`get` is for the built-in families.
 """
 
 from __future__ import annotations
@@ -149,11 +151,11 @@ def flops_convention(name: str) -> str:
 
 
 def get(spec: Any) -> Family:
-    """The family bundle of ``spec``: a built-in one, or for ``user`` the user's own (``models/user.py``)."""
+    """The family bundle of ``spec`` (a built-in family; user models go through ``byo/``)."""
     name = spec.model.family
-    if name in FAMILIES:
-        return FAMILIES[name]
-    return importlib.import_module(f"twinbench.models.{name}").family(spec)
+    if name not in FAMILIES:
+        raise ValueError(f"no built-in model family {name!r}; allowed: {', '.join(FAMILIES)} (user models: byo/)")
+    return FAMILIES[name]
 
 
 # ------------------------------------------------------------------------------------ older entry points
