@@ -34,15 +34,23 @@ SHAPES = {"gpt": ("tiny", {"batch": 8, "steps": 4, "warmup": 1}),
 
 
 def losses(fam: str, framework: str, strategy: str, devices: int) -> tuple[list[float], object]:
+    """The loss of every step of ``strategy``; for BERT the held-out accuracy after training is appended
+    (the trainer's ``predict``, as the worker calls it)."""
     preset, shape = SHAPES[fam]
     spec = validate(with_precision(from_preset(preset, {**shape, "devices": devices}, framework=framework,
                                                strategy=strategy)))
     registry.check_devices(spec)
     trainer = registry.get(framework, strategy).load()(spec, families.get(spec).init_weights(spec.model, 0))
     batches = tasks.run_data(spec).batches
+    data = tasks.run_data(spec)
+    before = tasks.accuracy(getattr(trainer, "predict", None), data.eval_batches)  # before training, as the worker
     out = [trainer.step(*batches[i]) for i in range(len(batches))]
     trainer.sync()
-    return [float(x) for x in out], trainer
+    result = [float(x) for x in out]
+    if data.eval_batches:
+        after = tasks.accuracy(getattr(trainer, "predict", None), data.eval_batches)
+        result += [before, after]
+    return result, trainer
 
 
 def main(framework: str, out_path: str) -> None:

@@ -89,3 +89,29 @@ def test_torch_model_refuses_jax_only_options():
     for opts in (ModelOptions(scan_layers=True), ModelOptions(remat="dots-saveable")):
         with pytest.raises(ValueError, match="unsupported options"):
             gpt_torch.GPT(cfg, opts)
+
+
+def test_apply_remat_wraps_the_blocks_of_a_module_that_does_not_remat_itself(monkeypatch):
+    """A family whose model does not read ModelOptions (a user's module) gets +remat from outside: every block
+    its family names runs under torch.utils.checkpoint, with the same gradients."""
+    from dataclasses import replace
+
+    from twinbench.models.family import GPT
+    from twinbench.strategies import torch_eager
+
+    plain = replace(GPT, name="user", native_options=frozenset(), torch_blocks=lambda m: list(m))
+    calls = []
+    real = torch_eager.checkpoint
+    monkeypatch.setattr(torch_eager, "checkpoint", lambda *a, **k: calls.append(1) or real(*a, **k))
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    x = torch.randn(4, 8)
+    net(x).sum().backward()
+    g0 = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    torch_eager.apply_remat(net, plain, make_spec("torch", "eager+remat"))
+    net(x).sum().backward()
+    assert len(calls) == 3  # one checkpoint per block
+    for a, b in zip(g0, (p.grad for p in net.parameters()), strict=True):
+        torch.testing.assert_close(a, b)
+    assert torch_eager.apply_remat(net, GPT, make_spec("torch", "eager+remat")) is net  # the twins remat themselves

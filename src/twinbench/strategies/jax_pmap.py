@@ -87,7 +87,8 @@ class PmapTrainer(JaxTrainer):
         return FirstCopy(super().step(xb, yb))
 
     def host_params(self) -> Any:
-        return jax.tree.map(lambda a: np.asarray(a.addressable_data(0)), self.params)
+        """The first device's copy, without the device axis (a placed shard keeps it as [1, ...])."""
+        return jax.tree.map(lambda a: np.asarray(a.addressable_data(0)).reshape(a.shape[1:]), self.params)
 
     def report(self) -> dict[str, Any]:
         """Record fields; pmap keeps a full copy of every parameter and optimizer leaf on each device."""
