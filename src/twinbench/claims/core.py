@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from twinbench.spec import PRESETS, RunSpec, SpecError, from_preset, validate, with_precision
+from twinbench.spec import PRESETS, RunSpec, SpecError
 
 SUPPORTED, CONTRADICTED, DEPENDS, NOT_MEASURABLE = "supported", "contradicted", "depends", "not measurable"
 #: A timed claim whose repeats fall on different sides of its threshold: the noise is larger than the effect.
@@ -79,14 +79,11 @@ class Setup:
 
 
 def build_spec(framework: str, strategy: str, preset: str, over: dict[str, Any], top: dict[str, Any]) -> RunSpec:
-    """The one place claims turn (framework, strategy, preset, overrides) into a validated RunSpec, with the
-    same checks as ``twinbench compare`` (switch it to the shared flags-to-specs recipe when there is one)."""
-    from twinbench.strategies import registry
+    """A claim's (framework, strategy, preset, overrides) as a validated RunSpec: the recipe ``twinbench
+    compare`` follows (``plan.run_spec``), so a claim can only run what a user can."""
+    from twinbench.plan import run_spec
 
-    s = validate(with_precision(from_preset(preset, over, framework=framework, strategy=strategy, **top)))
-    registry.get(s.framework, s.strategy)
-    registry.check_devices(s)
-    return s
+    return run_spec(preset, framework, strategy, over, **top)
 
 
 def accelerator_present() -> bool:
