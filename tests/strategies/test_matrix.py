@@ -50,7 +50,7 @@ def test_a_base_of_some_families_only_says_so(monkeypatch):
     (BERT, "jax", "scan-steps+dynamic", "needs one shape"),
     (BERT, "torch", "ddp+prefetch", "place their own slices"),
     (GPT, "torch", "eager+nodonate", "jax only"),
-    (GPT, "jax", "naive+nodonate", "applies to jit, scan-steps, scan-layers only"),
+    (GPT, "jax", "naive+nodonate", "applies to jit, scan-steps, scan-layers, torchax, port only"),
 ])
 def test_cells_that_cannot_exist_say_why(family, framework, strategy, reason):
     assert reason in (registry.cell_reason(family, framework, strategy) or "")

@@ -139,10 +139,10 @@ register_modifier("nosync", ("jax",), "anti-pattern (claim C13): no lax.pmean of
 # build the user's module instead of a twin; the JAX side runs it through torchax, or the user's own port.
 register("jax", "torchax", "the user's torch module (--model) under JAX via torchax.extract_jax: one jit step, "
          "value_and_grad + Optax AdamW, params+opt state donated", "twinbench.strategies.jax_user:build_torchax",
-         default=False)
+         default=False, families=("user",))
 register("jax", "port", "the user's own JAX port (--jax-model), parity-checked against the torch module: one "
          "jit step, value_and_grad + Optax AdamW, donated", "twinbench.strategies.jax_user:build_port",
-         default=False)
+         default=False, families=("user",))
 #: Builders of the bases a user model (family "user") runs with, and the modifiers they honour.
 USER_BUILDERS: dict[tuple[str, str], str] = {
     ("torch", "eager"): "twinbench.strategies.torch_user:build",
