@@ -158,6 +158,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
     loop = timed_loop(spec, env, b)
     fw, t, timing = spec.framework, spec.train, loop.timing
     peak_mem, mem_source = device.peak_memory_bytes(fw)  # before the peak measurement runs its matmuls
+    compiles_total = env.monitor.count() - loop.compiles_eval  # so are the programs: not the peak's matmuls
     dtype = "bf16" if t.precision == "bf16" else "fp32"
     peak_measured, peak_fields = peak.for_record(fw, env.platform, env.device_name, dtype, threads)
     peak_sheet = peak.datasheet_tflops(env.device_name, dtype) if env.platform != "cpu" else None
@@ -182,7 +183,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
         threads=threads, compile_s=timing.compile_s, first_step_s=timing.first_step_s, **metrics.step_stats(timing),
         flops_per_token=flops_tok, peak_tflops=peak_measured, peak_tflops_datasheet=peak_sheet, **peak_fields,
         peak_mem_bytes=peak_mem, peak_mem_source=mem_source,
-        compiles_during_steps=timing.compiles_during_steps, compiles_total=env.monitor.count() - loop.compiles_eval,
+        compiles_during_steps=timing.compiles_during_steps, compiles_total=compiles_total,
         compile_cache_hits=env.monitor.cache_hits(), steps_per_call=b.steps_per_call,
         loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
         wall_s=timing.wall_s, matmul_precision=env.matmul_precision, versions=device.versions(fw),

@@ -2,8 +2,8 @@
 
 jaxlib 0.10 routes dots, reductions and element-wise fusions through YNNPACK on the CPU by default. On the
 ``small`` preset, turning the YNNPACK element-wise fusions off (``-eltwise``) made the whole-step ``jit``
-5-20% faster per step in two idle sittings of interleaved runs, with the same losses (benchmarks/RESULTS.md,
-"XLA CPU flags"). So twinbench applies it to every run unless ``--xla-cpu-flags xla-default`` asks for
+faster in 9 of 10 interleaved pairs over three idle sittings (median -8% per step), with the same losses
+(benchmarks/RESULTS.md, "XLA CPU flags"). So twinbench applies it to every run unless ``--xla-cpu-flags xla-default`` asks for
 XLA's own defaults. A flag the user already sets in ``XLA_FLAGS`` is never overridden. The flags are
 CPU-only (``xla_cpu_*``): a GPU run ignores them. Every record carries the effective ``XLA_FLAGS``.
 """

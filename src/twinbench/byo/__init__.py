@@ -143,21 +143,28 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {first}"[:300]
 
 
+def _call_build(ref: str, default: str, flag: str, cfg: UserConfig, cls: type, tuple_of: str) -> tuple[Any, str]:
+    """Call the user's builder ``ref`` (``FILE.py:NAME``, NAME defaulting to ``default``) on ``cfg``; a tuple of
+    the right length becomes ``cls``. Returns (what it built, the builder's name for messages)."""
+    build = load_function(ref, default, flag)
+    name = ref.rpartition(":")[2] if ":" in ref else default
+    try:
+        out = build(cfg)
+    except Exception as e:
+        raise UserModelError(f"{flag} {ref}: {name}(cfg) raised {_one_line(e)}") from None
+    if isinstance(out, tuple) and len(out) == len(tuple_of.split(",")):
+        out = cls(*out)
+    if not isinstance(out, cls):
+        raise UserModelError(f"{flag} {ref}: {name}(cfg) returned {type(out).__name__}; expected a "
+                             f"twinbench.byo.{cls.__name__} or a tuple ({tuple_of})")
+    return out, name
+
+
 def load_torch(ref: str, cfg: UserConfig) -> UserModel:
     """Call the user's ``build(cfg)`` and check what it returned; :class:`UserModelError` says what is wrong."""
     import torch
 
-    build = load_function(ref, "build", "--model")
-    name = ref.rpartition(":")[2] if ":" in ref else "build"
-    try:
-        out = build(cfg)
-    except Exception as e:
-        raise UserModelError(f"--model {ref}: {name}(cfg) raised {_one_line(e)}") from None
-    if isinstance(out, tuple) and len(out) == 3:
-        out = UserModel(*out)
-    if not isinstance(out, UserModel):
-        raise UserModelError(f"--model {ref}: {name}(cfg) returned {type(out).__name__}; expected a "
-                             "twinbench.byo.UserModel or a tuple (module, loss_fn, batch)")
+    out, name = _call_build(ref, "build", "--model", cfg, UserModel, "module, loss_fn, batch")
     if not isinstance(out.module, torch.nn.Module):
         raise UserModelError(f"--model {ref}: the module {name}(cfg) returned is a {type(out.module).__name__}, "
                              "not a torch.nn.Module")
@@ -171,17 +178,7 @@ def load_torch(ref: str, cfg: UserConfig) -> UserModel:
 
 def load_jax(ref: str, cfg: UserConfig) -> JaxUserModel:
     """Call the user's ``build_jax(cfg)`` and check what it returned."""
-    build = load_function(ref, "build_jax", "--jax-model")
-    name = ref.rpartition(":")[2] if ":" in ref else "build_jax"
-    try:
-        out = build(cfg)
-    except Exception as e:
-        raise UserModelError(f"--jax-model {ref}: {name}(cfg) raised {_one_line(e)}") from None
-    if isinstance(out, tuple) and len(out) == 2:
-        out = JaxUserModel(*out)
-    if not isinstance(out, JaxUserModel):
-        raise UserModelError(f"--jax-model {ref}: {name}(cfg) returned {type(out).__name__}; expected a "
-                             "twinbench.byo.JaxUserModel or a tuple (loss_fn, to_jax)")
+    out, name = _call_build(ref, "build_jax", "--jax-model", cfg, JaxUserModel, "loss_fn, to_jax")
     if not callable(out.loss_fn):
         raise UserModelError(f"--jax-model {ref}: loss_fn of {name}(cfg) is not callable")
     if not (callable(out.to_jax) or isinstance(out.to_jax, dict)):
