@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from twinbench.record import CONDITION_WARNINGS
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "byo"
 TINY = ["--preset", "tiny", "--steps", "4", "--warmup", "1", "--layers", "2", "--d-model", "32", "--heads", "2"]
 
@@ -56,4 +58,5 @@ def test_compare_checks_and_measures_the_users_jax_port(tmp_path):
     assert port["losses"] == pytest.approx(torch_r["losses"], rel=1e-4)
     assert isinstance(port["doctor"].get("findings"), list)
     assert "doctor jax/port:" in p.stdout  # the doctor's view of the JAX side, printed after the table
-    assert not port["warnings"]  # the dropout note is about the torch module, not the user's port
+    # the dropout note is about the torch module, not the user's port (a busy machine or an uncertain peak may be said)
+    assert [w for w in port["warnings"] if not w.startswith(CONDITION_WARNINGS)] == []
