@@ -69,7 +69,7 @@ def test_quick_on_a_cpu_plans_every_claim_within_the_budget():
     assert per_claim["C20"] == {} and per_claim["C14"] == {}  # not measurable here: nothing runs for them
     probes = len({p for c in claims for p in c.probes})
     assert estimate_s(rounds, probes) <= 15 * 60  # the --quick budget: 15 min on an idle 2-core CPU
-    assert sum(s.base_strategy.startswith("compile") for s in specs) <= 2  # --quick: few cold torch.compile runs
+    assert sum(s.base_strategy == "compile" for s in specs) == 1  # one cold torch.compile configuration
 
 
 @pytest.mark.slow
