@@ -20,14 +20,12 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 from twinbench.models.weights import Canonical, init_bert, init_gpt
 
 #: The options and strategies a family may support; the ones it does not get a reason in ``unsupported``.
 OPTIONS = ("bf16", "remat", "scan-layers", "compile-regional", "multi-device")
-MODEL_CLASSES = {"gpt": "GPT", "bert": "BERT"}
 
 
 def _lazy(target: str) -> Callable[..., Any]:
@@ -157,12 +155,3 @@ def get(spec: Any) -> Family:
         raise ValueError(f"no built-in model family {name!r}; allowed: {', '.join(FAMILIES)} (user models: byo/)")
     return FAMILIES[name]
 
-
-# ------------------------------------------------------------------------------------ older entry points
-def module(framework: str, family: str) -> ModuleType:
-    """``twinbench.models.<family>_<framework>`` (the twin module of a built-in family)."""
-    return importlib.import_module(f"twinbench.models.{family}_{framework}")
-
-
-def model_class(framework: str, family: str) -> Any:
-    return getattr(module(framework, family), MODEL_CLASSES[family])
