@@ -32,8 +32,15 @@ LossOf = Callable[[Any, Any, Any], jax.Array]  # (params, x, y) -> scalar loss
 def make_model(spec: RunSpec, weights: Canonical, family: Family | None = None) -> nnx.Module:
     """The family's JAX twin with the strategy's options (scan-layers, +remat, +bf16), holding ``weights``."""
     family = family or families.get(spec)
-    model = family.jax_model(spec.model, model_options(spec), nnx.Rngs(spec.train.seed))
+    options = model_options(spec)
+    # Built abstract (shapes and dtypes only, nnx.eval_shape): ``weights`` replace every parameter, so a random
+    # init would be thrown away, and on a CPU it costs ~2 s per process (one small XLA compile per shape).
+    model = nnx.eval_shape(lambda: family.jax_model(spec.model, options, nnx.Rngs(spec.train.seed)))
     canonical_to_jax(model, weights)
+    abstract = [jax.tree_util.keystr(p) for p, v in jax.tree_util.tree_leaves_with_path(nnx.state(model))
+                if isinstance(v, jax.ShapeDtypeStruct)]
+    if abstract:  # state the canonical weights do not cover (e.g. an RNG stream): it needs a real value
+        raise ValueError(f"the {family.name} JAX twin holds state that is not a weight: {', '.join(abstract)}")
     return model
 
 
