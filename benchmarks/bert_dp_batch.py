@@ -1,65 +1,108 @@
 """Multi-device BERT fine-tuning (issue 11 item 5): where data parallelism starts to pay (claim C12).
 
-For every per-device batch B and device count N it runs ``twinbench compare --preset bert-tiny --task classify``
-with the global batch N x B: the data-parallel strategies of both frameworks (``mesh-dp``, ``ddp``; add more
-with ``--strategies``) on N devices, and each framework's one-device baseline (``jit``, ``eager``) on the same
-global batch. It prints, per strategy, tokens/s against the one-device run of the same global batch (the
-speed-up) and the largest relative loss difference (the parity check, expected < 1e-5 in fp32).
+For each repeat and each global batch (8, 32, 128) it runs ``twinbench sweep --preset bert-tiny --over
+devices=1,4 --strategies mesh-dp,ddp`` at that batch, so that each one-device run and its 4-device counterpart run
+next to each other (the device order alternates between repeats, against drift of the shared machine), each a
+fresh process. A repeat's records are gathered in ``OUT/repeat-K/results.jsonl`` and ``twinbench report`` writes
+its report.html there (the "Where data parallelism pays" plot). Then it prints, per strategy and batch per
+device, the speed-up of 4 devices over one device on the same global batch (report/scaling.py ``payoff``) as
+the median and range of the repeats, and the largest relative loss difference against one device (fp32 parity).
 
-    .venv/bin/python benchmarks/bert_dp_batch.py --devices 1,2,4 --per-device-batch 2,4,8,16 --out runs/bert-dp
+    .venv/bin/python benchmarks/bert_dp_batch.py --out runs/bert-dp [--repeats 3] [-- extra sweep flags]
 
 The multi-device compare of every strategy at one size (all ok, losses equal to one device) is
 ``benchmarks/multidevice.py --preset bert-tiny --devices 4 --out runs/bert-multidevice --task classify``.
-On a CPU the N devices are simulated and share the cores: the ratios show the overhead of each parallel
-formulation, not a speed-up; run it on a multi-GPU machine for C12's answer.
+On a CPU the devices are simulated and share the cores: the speed-ups show the overhead of each parallel
+formulation, not a gain of data parallelism (a ratio above 1 there says that 4 XLA devices or 4 torch ranks kept
+the 2 cores busier than one process's intra-op threads did); run it on a multi-GPU machine for C12's answer.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-BASELINE = {"jax": "jit", "torch": "eager"}
+from twinbench.report.scaling import payoff, pays_from
+
+TWINBENCH = str(Path(sys.executable).with_name("twinbench"))
 
 
-def compare(devices: int, batch: int, strategies: str, out: Path, extra: list[str]) -> list[dict]:
-    cmd = [str(Path(sys.executable).with_name("twinbench")), "compare", "--preset", "bert-tiny", "--task", "classify",
-           "--devices", str(devices), "--batch", str(batch), "--strategies", strategies, "--out", str(out), *extra]
-    print("$", " ".join(cmd[1:]), flush=True)
+def sweep(out: Path, devices: str, batch: int, strategies: str, extra: list[str]) -> list[dict]:
+    cmd = [TWINBENCH, "sweep", "--preset", "bert-tiny", "--over", f"devices={devices}", "--batch", str(batch),
+           "--strategies", strategies, "--out", str(out), *extra]
+    print("$", " ".join(["twinbench", *cmd[1:]]), flush=True)
     subprocess.run(cmd, check=False)
     path = out / "results.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def repeat(out: Path, devices: list[str], batches: list[int], strategies: str, extra: list[str]) -> list[dict]:
+    """One repeat: a sweep over the device counts at each global batch; every record, and the report, in out."""
+    records = []
+    for b in batches:
+        records += sweep(out / f"batch-{b}", ",".join(devices), b, strategies, extra)
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    subprocess.run([TWINBENCH, "report", str(out)], check=False)
+    return records
+
+
+def loss_diff(records: list[dict]) -> dict[tuple, float]:
+    """Largest relative loss difference of each multi-device run against the same strategy on one device."""
+    one = {(r["framework"], r["strategy"], r["batch"]): r for r in records
+           if r.get("status") == "ok" and r.get("device_count") == 1}
+    out = {}
+    for r in records:
+        ref = one.get((r["framework"], r["strategy"], r["batch"]))
+        if r.get("status") == "ok" and r.get("device_count", 1) > 1 and ref:
+            out[(r["framework"], r["strategy"], r["device_count"], r["batch"] // r["device_count"])] = max(
+                abs(x - y) / abs(y) for x, y in zip(r["losses"], ref["losses"], strict=True))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--devices", default="1,2,4")
-    ap.add_argument("--per-device-batch", default="2,4,8,16")
+    ap.add_argument("--devices", default="1,4")
+    ap.add_argument("--batch", default="8,32,128", help="global batches (per device: batch / devices)")
     ap.add_argument("--strategies", default="mesh-dp,ddp")
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path("runs/bert-dp"))
     args, extra = ap.parse_known_args()
-    devices = [int(d) for d in args.devices.split(",")]
-    rows = ["| per-device batch | devices | strategy | tokens/s | vs 1 device, same global batch | "
-            "max rel. loss diff vs 1 device |", "|---|---|---|---|---|---|"]
-    for b in (int(x) for x in args.per_device_batch.split(",")):
-        for n in (d for d in devices if d > 1):
-            one = compare(1, n * b, ",".join(BASELINE.values()), args.out / f"b{b}-d{n}-one", extra)
-            many = compare(n, n * b, args.strategies, args.out / f"b{b}-d{n}", extra)
-            base = {r["framework"]: r for r in one if r.get("status") == "ok"}
-            for r in many:
-                label = f"{r['framework']}/{r['strategy']}"
-                ref = base.get(r["framework"])
-                if r.get("status") != "ok" or ref is None:
-                    rows.append(f"| {b} | {n} | {label} | FAILED: {r.get('error') or 'no 1-device baseline'} |||")
-                    continue
-                diff = max(abs(x - y) / abs(y) for x, y in zip(r["losses"], ref["losses"], strict=True))
-                rows.append(f"| {b} | {n} | {label} | {r['tokens_per_s']:,.0f} | "
-                            f"{r['tokens_per_s'] / ref['tokens_per_s']:.2f}x | {diff:.1e} |")
+    extra = [x for x in extra if x != "--"]
+    speedups: dict[tuple, list[float]] = {}
+    diffs: dict[tuple, float] = {}
+    failed: list[str] = []
+    devices = args.devices.split(",")
+    batches = [int(b) for b in args.batch.split(",")]
+    for k in range(1, args.repeats + 1):
+        order = devices if k % 2 else devices[::-1]  # alternate which device count runs first
+        records = repeat(args.out / f"repeat-{k}", order, batches, args.strategies, extra)
+        failed += [f"repeat {k}: {r['framework']}/{r['strategy']} devices {r.get('devices')} batch {r['batch']}: "
+                   f"{r.get('error')}" for r in records if r.get("status") != "ok"]
+        for row in payoff(records):
+            speedups.setdefault((row["framework"], row["strategy"], row["devices"], row["batch_per_device"]),
+                                []).append(row["speedup"])
+        for key, d in loss_diff(records).items():
+            diffs[key] = max(diffs.get(key, 0.0), d)
+    medians = [{"framework": fw, "strategy": st, "devices": n, "batch_per_device": b,
+                "speedup": statistics.median(v)} for (fw, st, n, b), v in speedups.items()]
+    starts = pays_from(medians)
     print()
-    print("\n".join(rows))
+    print(f"| strategy | devices | batch per device | speed-up over 1 device, same global batch: median "
+          f"(range), {args.repeats} repeats | max rel. loss diff vs 1 device |")
+    print("|---|---:|---:|---|---:|")
+    for (fw, st, n, b), v in sorted(speedups.items()):
+        print(f"| {fw}/{st} | {n} | {b} | {statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f}) | "
+              f"{diffs.get((fw, st, n, b), float('nan')):.1e} |")
+    print()
+    for (fw, st, n), b in starts.items():
+        print(f"{fw}/{st} on {n} devices: " + (f"pays from {b} per device" if b is not None
+                                               else "does not pay at any batch per device measured"))
+    for line in failed:
+        print("FAILED", line)
 
 
 if __name__ == "__main__":

@@ -134,3 +134,27 @@ def test_scaling_efficiency_strong_and_weak():
     text = scaling.lines([rec(1, 8, 10.0), rec(2, 8, 8.0)])
     assert "strong efficiency 0.62" in text[0]
     assert "not a speed-up" in text[-1]
+
+
+def test_payoff_finds_the_per_device_batch_from_which_data_parallelism_pays():
+    def rec(n, batch, ms, strategy="mesh-dp"):
+        return {"status": "ok", "framework": "jax", "strategy": strategy, "preset": "bert-tiny", "layers": 2,
+                "d_model": 128, "seq": 128, "precision": "fp32", "device_count": n, "batch": batch, "step_ms": ms,
+                "platform": "gpu"}
+
+    # 4 devices: slower than one device at 2 and 8 per device (overhead), faster at 32 and 128
+    recs = [rec(1, 8, 10.0), rec(4, 8, 20.0), rec(1, 32, 30.0), rec(4, 32, 31.0), rec(1, 128, 100.0),
+            rec(4, 128, 50.0), rec(1, 512, 400.0), rec(4, 512, 120.0)]
+    rows = scaling.payoff(recs)
+    assert sorted((r["batch_per_device"], round(r["speedup"], 3)) for r in rows) == [
+        (2, 0.5), (8, 0.968), (32, 2.0), (128, 3.333)]
+    assert scaling.pays_from(rows) == {("jax", "mesh-dp", 4): 32}
+    # a dip at the largest batch means it does not pay from any batch on; never above 1: None
+    dip = scaling.pays_from(scaling.payoff([*recs[:-1], rec(4, 512, 500.0)]))
+    assert dip == {("jax", "mesh-dp", 4): None}
+    never = [rec(1, 8, 10.0), rec(2, 8, 12.0), rec(1, 16, 20.0), rec(2, 16, 19.5)]  # 1.03x: within the noise
+    assert scaling.pays_from(scaling.payoff(never)) == {("jax", "mesh-dp", 2): None}
+    text = scaling.payoff_lines(recs)
+    assert text == ["jax/mesh-dp on 4 devices vs 1 device, same global batch, by batch per device: 0.50x at 2, "
+                    "0.97x at 8, 2.00x at 32, 3.33x at 128: pays from 32 per device"]
+    assert "does not pay up to 8 per device" in scaling.payoff_lines(never)[0]

@@ -58,8 +58,8 @@ def full_set() -> list[dict[str, Any]]:
     recs += [record(fw, st, batch=b) for b in (4, 16, 32) for fw, st in (("torch", "eager"), ("jax", "jit"))]
     recs += [record(fw, st, seq=s) for s in (32, 64) for fw, st in (("torch", "eager"), ("jax", "jit"))]
     recs += [record("jax", st, layers=n) for n in (2, 8, 12) for st in ("jit", "scan-layers")]
-    recs += [record(fw, st, devices=d, batch=8) for d in (1, 2, 4)
-             for fw, st in (("jax", "mesh-dp"), ("torch", "ddp"))]
+    recs += [record(fw, st, devices=d, batch=b) for d, b in ((1, 8), (2, 8), (4, 8), (1, 32), (4, 32))
+             for fw, st in (("jax", "mesh-dp"), ("torch", "ddp"))]  # 4 devices: 2 and 8 per device
     recs += [record("torch", "eager", seq=96, stall=3.0), record("jax", "jit", seq=96, stall=41.0)]
     recs.append(record("torch", "compile", layers=12, failed="out of memory: CUDA out of memory (synthetic)"))
     return recs

@@ -15,7 +15,7 @@ from twinbench.report import page
 PROBE = ("<script>window.addEventListener('load',()=>{for(const i of document.images){"
          "i.setAttribute('data-natural-width',String(i.naturalWidth));}"
          "document.body.setAttribute('data-probe','loaded');});</script>")
-ALL_PLOTS = {"cumulative", "step-vs-batch", "step-vs-seq", "compile-vs-depth", "scaling", "input-stall", "loss"}
+ALL_PLOTS = {"cumulative", "step-vs-batch", "step-vs-seq", "compile-vs-depth", "scaling", "dp-payoff", "input-stall", "loss"}
 
 
 def rendered_dom(chromium: str, html_path: Path, tmp: Path) -> str:

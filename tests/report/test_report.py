@@ -15,7 +15,7 @@ from twinbench.cli import app
 from twinbench.report import page
 from twinbench.report.plots import all_plots
 
-ALL_PLOTS = ("cumulative", "step-vs-batch", "step-vs-seq", "compile-vs-depth", "scaling", "input-stall", "loss")
+ALL_PLOTS = ("cumulative", "step-vs-batch", "step-vs-seq", "compile-vs-depth", "scaling", "dp-payoff", "input-stall", "loss")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -71,7 +71,7 @@ def test_plots_without_data_are_omitted_with_a_note(tmp_path: Path) -> None:
     drawn = set(re.findall(r'data-plot="([a-z-]+)"', html))
     omitted = set(re.findall(r'data-plot-omitted="([a-z-]+)"', html))
     assert drawn == {"cumulative", "loss"}
-    assert omitted == {"step-vs-batch", "step-vs-seq", "compile-vs-depth", "scaling", "input-stall"}
+    assert omitted == {"step-vs-batch", "step-vs-seq", "compile-vs-depth", "scaling", "dp-payoff", "input-stall"}
     assert "twinbench sweep --over batch=" in html and "sweep --over devices=" in html
     assert not (tmp_path / "plots" / "scaling.png").exists()
     assert "omitted:" in md_path.read_text()

@@ -6,6 +6,11 @@ times faster). Weak scaling keeps the batch per device fixed (global batch ``n *
 the median steady-state step time; the one-device reference is the same strategy at ``devices == 1``
 (the same framework, model, sequence length and precision).
 
+Where data parallelism starts to pay (:func:`payoff`): for each per-device batch ``b``, the speed-up of ``n``
+devices over one device on the same global batch ``n * b``, ``T(1, n b) / T(n, n b)``; it pays from the smallest
+measured ``b`` above which every speed-up is at least ``PAYS`` (5% faster: a smaller gain is within the noise of
+one run on a shared machine; claim C12: overhead eats the gain at small batches).
+
 Simulated CPU devices share the machine's cores, so there the figures measure the overhead of the
 parallel formulation (collectives, resharding, extra processes) and check that it runs, not a speed-up:
 :func:`caveat` says so next to every table that shows them.
@@ -15,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+
+PAYS = 1.05  # the speed-up over one device from which data parallelism counts as paying
 
 
 def _group(r: dict[str, Any]) -> tuple:
@@ -67,5 +74,46 @@ def lines(records: Iterable[dict[str, Any]]) -> list[str]:
                    f"({r['batch_per_device']} per device): {r['step_ms']:.1f} ms/step, "
                    f"{fmt(r['time_vs_one_device'])}x the 1-device time; strong efficiency "
                    f"{fmt(r['strong_efficiency'])}, weak efficiency {fmt(r['weak_efficiency'])}")
+    out += payoff_lines(records)
     note = caveat(rows)
     return out + ([note] if note and out else [])
+
+
+def payoff(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per multi-device run that has a one-device run of the same strategy on the same global batch: its
+    per-device batch and the speed-up ``T(1, B) / T(n, B)`` (> 1: the n devices finish the batch sooner)."""
+    return [r | {"speedup": 1.0 / r["time_vs_one_device"]} for r in efficiency(records)
+            if r["devices"] > 1 and r["time_vs_one_device"]]
+
+
+def pays_from(rows: list[dict[str, Any]]) -> dict[tuple[str, str, int], int | None]:
+    """Per (framework, strategy, devices): the smallest per-device batch from which every measured speed-up
+    is at least :data:`PAYS`, or None when it does not pay at the largest one measured."""
+    out: dict[tuple[str, str, int], int | None] = {}
+    for key in dict.fromkeys((r["framework"], r["strategy"], r["devices"]) for r in rows):
+        pts = sorted((r["batch_per_device"], r["speedup"]) for r in rows
+                     if (r["framework"], r["strategy"], r["devices"]) == key)
+        start = None
+        for b, sp in reversed(pts):
+            if sp < PAYS:
+                break
+            start = b
+        out[key] = start
+    return out
+
+
+def payoff_lines(records: Iterable[dict[str, Any]]) -> list[str]:
+    """One line per (strategy, devices): the speed-up at each per-device batch and where it starts to pay."""
+    rows = payoff(records)
+    out = []
+    for (fw, st, n), start in pays_from(rows).items():
+        pts = sorted((r["batch_per_device"], r["speedup"]) for r in rows
+                     if (r["framework"], r["strategy"], r["devices"]) == (fw, st, n))
+        if len(pts) < 2:
+            continue
+        text = ", ".join(f"{sp:.2f}x at {b}" for b, sp in pts)
+        verdict = (f"pays from {start} per device" if start is not None
+                   else f"does not pay up to {pts[-1][0]} per device")
+        out.append(f"{fw}/{st} on {n} devices vs 1 device, same global batch, by batch per device: {text}: "
+                   f"{verdict}")
+    return out
