@@ -24,7 +24,7 @@ JAX_BF16 = ["naive+bf16", "jit+bf16", "scan-steps+bf16", "scan-layers+bf16"]
 TORCH_EQUAL = ["eager+remat", "compile+remat+optc", "compile-regional+remat+optc"]
 TORCH_BF16 = ["eager+bf16", "compile+bf16+symbolic", "compile-regional+bf16"]
 
-# two devices, one process per framework (tests/distributed/test_cells_multidevice.py)
+# two devices, one process per framework (tests/distributed/test_cells_multidevice_jax.py, _torch.py)
 JAX_MULTI_EQUAL = ["mesh-dp+remat", "mesh-fsdp+remat", "pmap+remat", "mesh-dp+replicate-batch"]
 JAX_MULTI_BF16 = ["mesh-dp+bf16", "mesh-fsdp+bf16", "pmap+bf16"]
 TORCH_MULTI_EQUAL = ["ddp+remat", "fsdp+remat"]

@@ -1,4 +1,6 @@
-"""Every multi-device cell of the strategy matrix, for GPT and BERT, against one device.
+"""Every multi-device cell of the strategy matrix, for GPT and BERT, against one device: the shared run and check
+of ``test_cells_multidevice_jax.py`` and ``test_cells_multidevice_torch.py`` (two files, so that a parallel test
+run can take the two frameworks on different workers).
 
 fp32 cells (``+remat``, ``+replicate-batch``) equal the framework's one-device baseline on the same global batch
 within 1e-5 relative per step (BERT: and the held-out accuracy its ``predict`` gives, before and after) (the difference is only the order of the gradient sums); bf16 cells are within
@@ -17,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from parity_cells import FAMILIES, JAX_MULTI_BF16, JAX_MULTI_EQUAL, TORCH_MULTI_BF16, TORCH_MULTI_EQUAL
 
 SCRIPT = Path(__file__).with_name("cells_run.py")
 RTOL = 1e-5
@@ -38,20 +39,13 @@ def _run(framework: str, tmp: Path) -> dict:
     return json.loads(out.read_text())
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory) -> dict[str, dict]:
-    tmp = tmp_path_factory.mktemp("cells")
-    return {fw: _run(fw, tmp) for fw in ("jax", "torch")}
+def run_cells(framework: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """The losses of every multi-device cell of ``framework`` for both families (cells_run.py)."""
+    return _run(framework, tmp_path_factory.mktemp(f"cells-{framework}"))
 
 
-CASES = [("jax", c) for c in JAX_MULTI_EQUAL + JAX_MULTI_BF16] + [("torch", c) for c in TORCH_MULTI_EQUAL + TORCH_MULTI_BF16]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("fam", FAMILIES)
-@pytest.mark.parametrize(("framework", "cell"), CASES)
-def test_multidevice_cell_matches_one_device(results, fam, framework, cell):
-    res = results[framework][fam]
+def check_cell(results: dict[str, dict], fam: str, framework: str, cell: str) -> None:
+    res = results[fam]
     ref = res["jit" if framework == "jax" else "eager"]
     got = res[cell]
     if fam == "bert":  # held-out accuracy before and after, by the trainer's predict: as on one device
@@ -67,9 +61,3 @@ def test_multidevice_cell_matches_one_device(results, fam, framework, cell):
         assert max(abs(a - b) for a, b in zip(got, ref, strict=True)) > 1e-7, "bf16 compute had no effect"
     else:
         np.testing.assert_allclose(got, ref, rtol=RTOL, err_msg=f"{fam} {framework}/{cell} vs 1 device")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("fam", FAMILIES)
-def test_pmap_nosync_replicas_drift_apart(results, fam):
-    assert results["jax"][fam]["pmap+nosync:replicas_max_abs_diff"] > 0

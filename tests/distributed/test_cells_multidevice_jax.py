@@ -1,0 +1,26 @@
+"""Every JAX multi-device cell (2 simulated CPU devices, one process), GPT and BERT, against one device
+(cells_check.py says the tolerances)."""
+
+from __future__ import annotations
+
+import pytest
+from cells_check import check_cell, run_cells
+from parity_cells import FAMILIES, JAX_MULTI_BF16, JAX_MULTI_EQUAL
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    return run_cells("jax", tmp_path_factory)
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+@pytest.mark.parametrize("cell", JAX_MULTI_EQUAL + JAX_MULTI_BF16)
+def test_multidevice_cell_matches_one_device(results, fam, cell):
+    check_cell(results, fam, "jax", cell)
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_pmap_nosync_replicas_drift_apart(results, fam):
+    assert results[fam]["pmap+nosync:replicas_max_abs_diff"] > 0
