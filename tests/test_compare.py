@@ -27,6 +27,7 @@ def twinbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
+@pytest.mark.slow
 def test_compare_gives_ok_records_for_the_first_strategies(tmp_path):
     out, js = tmp_path / "run", tmp_path / "r.json"
     p = twinbench("compare", *TINY, "--framework", "torch,jax", "--strategies", "eager,naive,jit",
@@ -103,13 +104,18 @@ def test_interrupted_compare_keeps_rows_and_resume_skips_them(tmp_path):
     proc = subprocess.Popen(cmd2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "COLUMNS": "200", "TMPDIR": str(tmp)})
     deadline = time.monotonic() + 240
-    while not list(tmp.glob("twinbench-run-*/spec.json")) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+
+    def worker_started() -> bool:  # the run's spec file is written and its worker process is a child of compare
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+        return bool(list(tmp.glob("twinbench-run-*/spec.json"))) and children.exists() and bool(
+            children.read_text().split())
+
+    while not worker_started() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert proc.poll() is None, "the compare ended before its run could be interrupted"
-    time.sleep(0.3)  # the worker process is being started (it needs seconds to import jax)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    proc.send_signal(signal.SIGINT)  # the worker needs seconds to import jax: the run is still going
+    out_text, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, f"stderr: {err}\nstdout: {out_text[-2000:]}"
     assert "--resume" in err and "Traceback" not in err
     assert read_jsonl(out / "results.jsonl") == first  # the finished row is intact, nothing torn
     # resume: the torch row is skipped (kept as is), only jax/jit runs

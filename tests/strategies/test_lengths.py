@@ -31,6 +31,7 @@ def train(spec: RunSpec, monitor=None) -> tuple[list[float], int, tasks.RunData]
     return losses, (monitor.count() - before if monitor else 0), data
 
 
+@pytest.mark.slow
 def test_jax_bucket_compiles_at_most_one_program_per_bucket_and_dynamic_one_per_length():
     from twinbench.measure.compiles import JaxCompiles
 

@@ -334,6 +334,9 @@ def dp_payoff(records: list[dict[str, Any]], styles: Styles) -> Plot:
                 label=f"{lab}, {n} devices")
     ax.axhline(1.0, ls="--", color="#868e96", lw=1)
     ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({r["batch_per_device"] for runs in lines.values() for r in runs}))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.legend(fontsize=8, frameon=False)
     paying = [f"{fw}/{st} on {n} devices from {b} per device" for (fw, st, n), b in starts.items()
               if b is not None and (f"{fw}/{st}", n) in lines]
