@@ -5,6 +5,7 @@ Every run here is a real subprocess on the tiny preset (a few seconds each on th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -105,15 +106,19 @@ def test_interrupted_compare_keeps_rows_and_resume_skips_them(tmp_path):
                             env={**os.environ, "COLUMNS": "200", "TMPDIR": str(tmp)})
     deadline = time.monotonic() + 240
 
-    def worker_started() -> bool:  # the run's spec file is written and its worker process is a child of compare
+    def worker_started() -> bool:  # compare has a child that already runs the worker's code (exec done)
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
-        return bool(list(tmp.glob("twinbench-run-*/spec.json"))) and children.exists() and bool(
-            children.read_text().split())
+        for pid in children.read_text().split() if children.exists() else []:
+            with contextlib.suppress(OSError):
+                if b"twinbench.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return True
+        return False
 
     while not worker_started() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert proc.poll() is None, "the compare ended before its run could be interrupted"
-    proc.send_signal(signal.SIGINT)  # the worker needs seconds to import jax: the run is still going
+    time.sleep(0.5)  # out of Popen (a signal in its fork/exec window was seen to be lost); the worker needs
+    proc.send_signal(signal.SIGINT)  # seconds more to import jax, so the run is still going
     out_text, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, f"stderr: {err}\nstdout: {out_text[-2000:]}"
     assert "--resume" in err and "Traceback" not in err

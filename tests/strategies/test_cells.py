@@ -75,7 +75,13 @@ def test_jax_fp32_cells_equal_jit(fam, strategy):
 @pytest.mark.parametrize("strategy", _slow_if_compiled(TORCH_EQUAL))
 def test_torch_fp32_cells_equal_eager(fam, strategy):
     rtol = 1e-4 if strategy.startswith("compile") else 1e-6
-    np.testing.assert_allclose(run_cell(fam, "torch", strategy), baseline(fam, "torch"), rtol=rtol)
+    ref = baseline(fam, "torch")
+    import torch._dynamo.utils as dynamo_utils
+
+    before = dynamo_utils.counters["stats"]["unique_graphs"]
+    np.testing.assert_allclose(run_cell(fam, "torch", strategy), ref, rtol=rtol)
+    if "+optc" in strategy:  # the optimizer step is compiled too: a graph of its own beside the model's
+        assert dynamo_utils.counters["stats"]["unique_graphs"] - before >= 2
 
 
 @pytest.mark.parametrize("fam", FAMILIES)
