@@ -102,8 +102,11 @@ def test_interrupted_compare_keeps_rows_and_resume_skips_them(tmp_path):
     cmd2 = [*cmd[:-2], "--framework", "torch,jax", "--strategies", "eager,jit", "--resume", str(out)]
     tmp = tmp_path / "tmp"
     tmp.mkdir()
+    # Ctrl-C as in a terminal: the child gets SIGINT's default disposition even where the test process ignores
+    # it (a pytest-xdist worker may: a child started with SIGINT ignored keeps ignoring it, as Python does)
     proc = subprocess.Popen(cmd2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "COLUMNS": "200", "TMPDIR": str(tmp)})
+                            env={**os.environ, "COLUMNS": "200", "TMPDIR": str(tmp)},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 240
 
     def worker_started() -> bool:  # compare has a child that already runs the worker's code (exec done)
@@ -117,8 +120,7 @@ def test_interrupted_compare_keeps_rows_and_resume_skips_them(tmp_path):
     while not worker_started() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert proc.poll() is None, "the compare ended before its run could be interrupted"
-    time.sleep(0.5)  # out of Popen (a signal in its fork/exec window was seen to be lost); the worker needs
-    proc.send_signal(signal.SIGINT)  # seconds more to import jax, so the run is still going
+    proc.send_signal(signal.SIGINT)  # the worker needs seconds to import jax: the run is still going
     out_text, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, f"stderr: {err}\nstdout: {out_text[-2000:]}"
     assert "--resume" in err and "Traceback" not in err
