@@ -310,40 +310,38 @@ def scaling(records: list[dict[str, Any]], styles: Styles) -> Plot:
 
 
 def dp_payoff(records: list[dict[str, Any]], styles: Styles) -> Plot:
-    from twinbench.report.scaling import payoff, pays_from
+    from twinbench.report.scaling import PAYS, curves, payoff, pays_from
 
     plot = Plot("dp-payoff", "Where data parallelism pays",
                 "Speed-up of n devices over one device on the same global batch (T(1, n b) / T(n, n b)), against "
                 "the batch per device b. Above the dashed line at 1.0 the n devices finish a batch sooner; twinbench "
-                "says data parallelism pays from a speed-up of 1.05.")
+                f"says data parallelism pays from a speed-up of {PAYS}.")
     rows = payoff(records)
-    lines: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for r in rows:
-        lines.setdefault((f"{r['framework']}/{r['strategy']}", r["devices"]), []).append(r)
-    lines = {k: v for k, v in lines.items() if len({r["batch_per_device"] for r in v}) > 1}
+    lines = {k: pts for k, pts in curves(rows).items() if len(pts) > 1}
     if not lines:
         plot.note = ("no per-device batch sweep with one-device runs on the same global batches; `twinbench sweep "
                      "--over devices=1,4 --over batch=8,32,128 --strategies mesh-dp,ddp` produces it")
         return plot
-    starts = pays_from(rows)
+    most = max(n for _, _, n in lines)
     fig, ax = _axes(plot.title, "batch per device", "speed-up over 1 device")
-    for (lab, n), runs in sorted(lines.items()):
-        runs = sorted(runs, key=lambda r: r["batch_per_device"])
-        ax.plot([r["batch_per_device"] for r in runs], [r["speedup"] for r in runs], marker=styles.marker(lab),
-                color=styles.color(lab), lw=1.8, ls="-" if n == max(k[1] for k in lines) else "--",
-                label=f"{lab}, {n} devices")
+    for (fw, st, n), pts in sorted(lines.items()):
+        lab = f"{fw}/{st}"
+        ax.plot([b for b, _ in pts], [sp for _, sp in pts], marker=styles.marker(lab), color=styles.color(lab),
+                lw=1.8, ls="-" if n == most else "--", label=f"{lab}, {n} devices")
     ax.axhline(1.0, ls="--", color="#868e96", lw=1)
     ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted({r["batch_per_device"] for runs in lines.values() for r in runs}))
+    ax.set_xticks(sorted({b for pts in lines.values() for b, _ in pts}))
     ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.legend(fontsize=8, frameon=False)
-    paying = [f"{fw}/{st} on {n} devices from {b} per device" for (fw, st, n), b in starts.items()
-              if b is not None and (f"{fw}/{st}", n) in lines]
+    paying = [f"{fw}/{st} on {n} devices from {b} per device" for (fw, st, n), b in pays_from(rows).items()
+              if b is not None and (fw, st, n) in lines]
     plot.caption += (" It pays: " + "; ".join(paying) + "." if paying
                      else " It does not pay at any batch per device measured here.")
     if any(r.get("platform") == "cpu" for r in rows):
-        plot.caption += " On CPU the devices are simulated and share the same cores: a speed-up cannot appear."
+        plot.caption += (" On CPU the devices are simulated and share the same cores: a speed-up there means the "
+                         "simulated devices kept the cores busier than one device did, not that data "
+                         "parallelism pays.")
     plot.png = _png(fig)
     return plot
 

@@ -86,31 +86,36 @@ def payoff(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             if r["devices"] > 1 and r["time_vs_one_device"]]
 
 
+def curves(rows: list[dict[str, Any]]) -> dict[tuple[str, str, int], list[tuple[int, float]]]:
+    """The rows of :func:`payoff` per (framework, strategy, devices): (batch per device, speed-up), by batch."""
+    out: dict[tuple[str, str, int], list[tuple[int, float]]] = {}
+    for r in rows:
+        out.setdefault((r["framework"], r["strategy"], r["devices"]), []).append((r["batch_per_device"], r["speedup"]))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _pays_from(pts: list[tuple[int, float]]) -> int | None:
+    start = None
+    for b, sp in reversed(pts):
+        if sp < PAYS:
+            break
+        start = b
+    return start
+
+
 def pays_from(rows: list[dict[str, Any]]) -> dict[tuple[str, str, int], int | None]:
     """Per (framework, strategy, devices): the smallest per-device batch from which every measured speed-up
     is at least :data:`PAYS`, or None when it does not pay at the largest one measured."""
-    out: dict[tuple[str, str, int], int | None] = {}
-    for key in dict.fromkeys((r["framework"], r["strategy"], r["devices"]) for r in rows):
-        pts = sorted((r["batch_per_device"], r["speedup"]) for r in rows
-                     if (r["framework"], r["strategy"], r["devices"]) == key)
-        start = None
-        for b, sp in reversed(pts):
-            if sp < PAYS:
-                break
-            start = b
-        out[key] = start
-    return out
+    return {key: _pays_from(pts) for key, pts in curves(rows).items()}
 
 
 def payoff_lines(records: Iterable[dict[str, Any]]) -> list[str]:
     """One line per (strategy, devices): the speed-up at each per-device batch and where it starts to pay."""
-    rows = payoff(records)
     out = []
-    for (fw, st, n), start in pays_from(rows).items():
-        pts = sorted((r["batch_per_device"], r["speedup"]) for r in rows
-                     if (r["framework"], r["strategy"], r["devices"]) == (fw, st, n))
+    for (fw, st, n), pts in curves(payoff(records)).items():
         if len(pts) < 2:
             continue
+        start = _pays_from(pts)
         text = ", ".join(f"{sp:.2f}x at {b}" for b, sp in pts)
         verdict = (f"pays from {start} per device" if start is not None
                    else f"does not pay up to {pts[-1][0]} per device")
