@@ -1,5 +1,6 @@
 """`twinbench compare --model` end to end: a user's Llama-style model (examples/byo) under torch and torchax,
-and its own JAX port beside it (parity first, then measured). Real subprocesses on a tiny shape."""
+and its own JAX port beside it (parity first, then measured). One real compare of the three on a tiny shape, as a
+user would run it; each run is its own subprocess."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,15 +23,28 @@ def twinbench(*args: str) -> subprocess.CompletedProcess:
                           timeout=900)
 
 
-@pytest.mark.slow
-def test_compare_runs_a_user_model_under_torch_and_torchax(tmp_path):
-    js = tmp_path / "r.json"
-    p = twinbench("compare", "--model", f"{EXAMPLES / 'llama.py'}:build", *TINY, "--strategies", "eager,torchax",
-                  "--out", str(tmp_path / "out"), "--json", str(js))
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict[str, Any], Path]:
+    """``compare --model llama.py --jax-model llama_jax.py --strategies eager,torchax,port``: the process, the
+    records by strategy, the results directory."""
+    tmp = tmp_path_factory.mktemp("byo")
+    js = tmp / "r.json"
+    p = twinbench("compare", "--model", f"{EXAMPLES / 'llama.py'}:build",
+                  "--jax-model", f"{EXAMPLES / 'llama_jax.py'}:build_jax", *TINY,
+                  "--strategies", "eager,torchax,port", "--out", str(tmp / "out"), "--json", str(js))
     assert p.returncode == 0, p.stderr[-3000:]
-    torch_r, jax_r = json.loads(js.read_text())
-    assert (torch_r["framework"], torch_r["strategy"], jax_r["framework"], jax_r["strategy"]) == (
-        "torch", "eager", "jax", "torchax")
+    records = json.loads(js.read_text())
+    assert [(r["framework"], r["strategy"]) for r in records] == [("torch", "eager"), ("jax", "torchax"),
+                                                                   ("jax", "port")]
+    return p, {r["strategy"]: r for r in records}, tmp / "out"
+
+
+def test_compare_runs_a_user_model_under_torch_and_torchax(compared):
+    _, records, out = compared
+    torch_r, jax_r = records["eager"], records["torchax"]
     for r in (torch_r, jax_r):
         assert r["status"] == "ok" and r["task"] == "custom" and len(r["losses"]) == 4
         assert r["tokens_per_s"] == pytest.approx(4 * 32 / (r["step_ms"] / 1e3))
@@ -40,19 +55,14 @@ def test_compare_runs_a_user_model_under_torch_and_torchax(tmp_path):
     assert jax_r["losses"] == pytest.approx(torch_r["losses"], rel=1e-4)
     assert jax_r["compiles_during_steps"] == 0  # one jitted step, compiled once
     assert isinstance(jax_r["doctor"].get("findings"), list)  # the doctor looked at the JAX side
-    assert (tmp_path / "out" / "byo" / "init.safetensors").exists()
+    assert (out / "byo" / "init.safetensors").exists()
 
 
-@pytest.mark.slow
-def test_compare_checks_and_measures_the_users_jax_port(tmp_path):
-    js = tmp_path / "r.json"
-    p = twinbench("compare", "--model", f"{EXAMPLES / 'llama.py'}:build",
-                  "--jax-model", f"{EXAMPLES / 'llama_jax.py'}:build_jax", *TINY, "--strategies", "eager,port",
-                  "--out", str(tmp_path / "out"), "--json", str(js))
-    assert p.returncode == 0, p.stderr[-3000:]
+def test_compare_checks_and_measures_the_users_jax_port(compared):
+    p, records, _ = compared
+    torch_r, port = records["eager"], records["port"]
     assert "parity of the JAX port against the torch model: OK" in p.stdout
-    torch_r, port = json.loads(js.read_text())
-    assert port["strategy"] == "port" and port["status"] == "ok"
+    assert port["status"] == "ok"
     assert port["parity"]["ok"] and port["parity"]["steps"] == 10
     assert port["parity"]["grad_rel"] < 1e-3
     assert port["losses"] == pytest.approx(torch_r["losses"], rel=1e-4)

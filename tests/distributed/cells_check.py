@@ -31,9 +31,6 @@ def _run(framework: str, tmp: Path) -> dict:
     if framework == "jax":
         cmd = [sys.executable, str(SCRIPT), "jax", str(out)]
         env["JAX_NUM_CPU_DEVICES"] = "2"
-        # every cell and its one-device reference are compiled alike in this one process, so XLA's backend
-        # optimisations are not what is compared: without them the ~20 compiles take ~25% less time
-        env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0"]).strip()
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                str(SCRIPT), "torch", str(out)]

@@ -2,7 +2,9 @@
 torchrun launch (PyTorch, a process per device), so every cell does not pay a process start.
 
 ``python cells_run.py FRAMEWORK OUT.json``: the losses of every cell of that framework for both families,
-with 2 devices, and of the one-device reference (``jit`` / ``eager``) on the same global batches; JAX also reports whether the ``pmap+nosync`` replicas drifted apart. Rank 0 writes OUT.json.
+with 2 devices, and of the one-device reference (``jit`` / ``eager``) on the same global batches. JAX also reports
+how far the ``pmap+nosync`` replicas drifted apart, whether ``mesh-dp+replicate-batch`` split its batch, and the
+warnings the records of those two anti-patterns carry. Rank 0 writes OUT.json.
 """
 
 from __future__ import annotations
@@ -68,10 +70,16 @@ def main(framework: str, out_path: str) -> None:
         res = result.setdefault(fam, {})
         res[base] = losses(fam, framework, base, 1)[0]
         for cell in cells:
-            res[cell] = losses(fam, framework, cell, DEVICES)[0]
-        if framework == "jax":
+            res[cell], trainer = losses(fam, framework, cell, DEVICES)
+            if cell == "mesh-dp+replicate-batch":  # claim C10 as it happens: what the run's record would say
+                report = trainer.report()
+                res[f"{cell}:batch_sharded"] = report["sharding"]["batch"][0]["sharded"]
+                res[f"{cell}:warnings"] = report["warnings"]
+        if framework == "jax":  # claim C13: gradients never averaged across the devices
             _, trainer = losses(fam, framework, "pmap+nosync", DEVICES)
-            res["pmap+nosync:replicas_max_abs_diff"] = trainer.report()["sharding"]["replicas_max_abs_diff"]
+            report = trainer.report()
+            res["pmap+nosync:replicas_max_abs_diff"] = report["sharding"]["replicas_max_abs_diff"]
+            res["pmap+nosync:warnings"] = report["warnings"]
     if int(os.environ.get("RANK", "0")) == 0:
         Path(out_path).write_text(json.dumps(result))
     if framework == "torch":

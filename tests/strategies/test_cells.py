@@ -5,7 +5,12 @@ cells equal ``jit`` within 2e-5 relative per step (scan-layers reorders the laye
 program); torch fp32 cells equal ``eager`` within 1e-6 (remat recomputes the same ops) or 1e-4 (Inductor
 reorders float32 arithmetic); bf16 cells within 2e-2 relative of fp32, yet different from it.
 
-Cold torch.compile runs: four per family (the compiled cells of TORCH_EQUAL and TORCH_BF16): marked slow.
+Cold torch.compile runs: four per family (the compiled cells of TORCH_EQUAL and TORCH_BF16): marked slow. The
+whole-model ``compile`` cells and the ``+optc`` cells run one layer (against a one-layer baseline): Inductor's cold
+compile grows with the unrolled depth and with the optimizer's parameter count, the cells check the same wiring at
+any depth, and the two ``+optc`` cells of a family then compile the same optimizer graph, which Inductor's cache
+gives the second one. ``compile-regional+bf16`` keeps two layers, so the second block really reuses the first
+block's compiled code.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ from twinbench.spec import RunSpec, from_preset, validate, with_precision
 from twinbench.strategies import registry
 
 STEPS = 4
-SHAPES = {"gpt": ("tiny", {"layers": 2, "d_model": 32, "heads": 2, "context": 16, "batch": 2,
+LAYERS = 2
+SHAPES = {"gpt": ("tiny", {"layers": LAYERS, "d_model": 32, "heads": 2, "context": 16, "batch": 2,
                             "seq": 16, "steps": STEPS, "warmup": 1, "lr": 3e-3}),
-          "bert": ("bert-tiny", {"layers": 2, "d_model": 32, "heads": 2, "context": 32, "seq": 32, "batch": 4,
+          "bert": ("bert-tiny", {"layers": LAYERS, "d_model": 32, "heads": 2, "context": 32, "seq": 32, "batch": 4,
                                  "steps": STEPS, "warmup": 1, "lr": 3e-3})}
 
 
@@ -46,18 +52,24 @@ def run_cell(fam: str, framework: str, strategy: str, **over) -> list[float]:
     return losses
 
 
-_baselines: dict[tuple[str, str], list[float]] = {}
+_baselines: dict[tuple[str, str, int], list[float]] = {}
 
 
-def baseline(fam: str, framework: str) -> list[float]:
-    key = (fam, framework)
+def baseline(fam: str, framework: str, layers: int = LAYERS) -> list[float]:
+    key = (fam, framework, layers)
     if key not in _baselines:
-        _baselines[key] = run_cell(fam, framework, "jit" if framework == "jax" else "eager")
+        _baselines[key] = run_cell(fam, framework, "jit" if framework == "jax" else "eager", layers=layers)
     return _baselines[key]
 
 
 def _over(strategy: str) -> dict:
-    return {"scan_k": 2} if strategy.startswith("scan-steps") else {}  # two calls of two steps
+    if strategy.startswith("scan-steps"):
+        return {"scan_k": 2}  # two calls of two steps
+    return {"layers": 1} if strategy.startswith("compile+") or "+optc" in strategy else {}  # see the docstring
+
+
+def _layers(strategy: str) -> int:
+    return _over(strategy).get("layers", LAYERS)
 
 
 def _slow_if_compiled(names: list[str], *front: str) -> list:
@@ -75,11 +87,11 @@ def test_jax_fp32_cells_equal_jit(fam, strategy):
 @pytest.mark.parametrize("strategy", _slow_if_compiled(TORCH_EQUAL))
 def test_torch_fp32_cells_equal_eager(fam, strategy):
     rtol = 1e-4 if strategy.startswith("compile") else 1e-6
-    ref = baseline(fam, "torch")
+    ref = baseline(fam, "torch", _layers(strategy))
     import torch._dynamo.utils as dynamo_utils
 
     before = dynamo_utils.counters["stats"]["unique_graphs"]
-    np.testing.assert_allclose(run_cell(fam, "torch", strategy), ref, rtol=rtol)
+    np.testing.assert_allclose(run_cell(fam, "torch", strategy, **_over(strategy)), ref, rtol=rtol)
     if "+optc" in strategy:  # the optimizer step is compiled too: a graph of its own beside the model's
         assert dynamo_utils.counters["stats"]["unique_graphs"] - before >= 2
 
@@ -88,6 +100,6 @@ def test_torch_fp32_cells_equal_eager(fam, strategy):
 @pytest.mark.parametrize(("framework", "strategy"),
                          [("jax", s) for s in JAX_BF16] + _slow_if_compiled(TORCH_BF16, "torch"))
 def test_bf16_cells_close_to_fp32_but_not_equal(fam, framework, strategy):
-    losses, ref = run_cell(fam, framework, strategy, **_over(strategy)), baseline(fam, framework)
+    losses, ref = run_cell(fam, framework, strategy, **_over(strategy)), baseline(fam, framework, _layers(strategy))
     np.testing.assert_allclose(losses, ref, rtol=2e-2)
     assert max(abs(a - b) for a, b in zip(losses, ref, strict=True)) > 1e-7, "bf16 compute had no effect"
