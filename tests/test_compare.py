@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -85,6 +86,33 @@ def test_failures_become_rows_and_the_others_go_on(tmp_path):
     timed_out = runner.run_one(slow, timeout=0.5)
     assert timed_out["status"] == "failed" and "timed out after 0.5 s" in timed_out["error"]
     assert len(read_jsonl(tmp_path / "results.jsonl")) == 3
+
+
+def test_an_interrupt_while_the_worker_starts_still_kills_it(monkeypatch):
+    """Ctrl-C landing inside ``Popen`` (the worker started, ``Popen`` not yet returned) stops the worker too."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers can only be set in the main thread")
+    started: list[subprocess.Popen] = []
+    real_popen = subprocess.Popen
+
+    def popen(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        signal.raise_signal(signal.SIGINT)  # the user's Ctrl-C, before Popen returns
+        return started[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    spec = validate(from_preset("tiny", {"steps": 3, "warmup": 1}, framework="torch", strategy="eager"))
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (xdist ignores it)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runner.run_one(spec, timeout=60)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    (worker,) = started
+    running = worker.poll() is None
+    if running:
+        os.killpg(worker.pid, signal.SIGKILL)
+    assert not running, "the worker was left running after the interrupt"
 
 
 def test_interrupted_compare_keeps_rows_and_resume_skips_them(tmp_path):

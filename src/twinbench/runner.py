@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -179,8 +180,7 @@ def _run_one(spec: RunSpec, timeout: float, env: dict[str, str]) -> dict[str, An
             cmd = worker_command(spec, [str(spec_path), str(out_path)])
         except SpecError as e:
             return Record.for_spec(spec, "failed", error=str(e)).to_dict()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                start_new_session=True)
+        proc = _start(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         try:
             _, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -206,8 +206,7 @@ def run_module(module: str, args: list[str], timeout: float) -> tuple[int, str]:
     """
     cmd = [sys.executable, "-m", module, *args]
     with LOAD.track():
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=child_env(LOAD.reading()), start_new_session=True)
+        proc = _start(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(LOAD.reading()))
         return _wait(proc, timeout)
 
 
@@ -233,6 +232,33 @@ def worker_command(spec: RunSpec, args: list[str]) -> list[str]:
 
         return launch_command(spec, args)
     return [sys.executable, "-m", "twinbench.worker", *args]
+
+
+def _start(cmd: list[str], **kwargs: Any) -> subprocess.Popen:
+    """``Popen(cmd)`` in a session of its own, so that a Ctrl-C or SIGTERM never leaves the child running.
+
+    The callers kill the child when an interrupt reaches their ``try`` around the wait; one that arrived while
+    ``Popen`` itself ran (the child started, ``proc`` not yet assigned) would skip that ``try``. So, in the main
+    thread, SIGINT and SIGTERM (those not ignored) are held while ``Popen`` runs; a held one kills the new
+    child, then is delivered to the handler it was meant for.
+    """
+    watched = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) not in (signal.SIG_IGN, None)]
+    if threading.current_thread() is not threading.main_thread() or not watched:
+        return subprocess.Popen(cmd, start_new_session=True, **kwargs)
+    held: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _frame: held.append(signum)) for s in watched}
+    proc = None
+    try:
+        proc = subprocess.Popen(cmd, start_new_session=True, **kwargs)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if held:
+            if proc is not None:
+                _kill(proc)
+            for signum in held:
+                signal.raise_signal(signum)
+    return proc
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -302,8 +328,8 @@ def run_script(cmd: list[str], cwd: Path, timeout: float, env: dict[str, str] | 
     """
     start = time.perf_counter()
     with tempfile.TemporaryFile(prefix="twinbench-script-") as log:
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **(env or {})}, start_new_session=True)
+        proc = _start(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                      env={**os.environ, **(env or {})})
         timed_out = False
         try:
             proc.wait(timeout=timeout)
