@@ -4,6 +4,9 @@ spread, and the warnings about both; the compare table says them under the table
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,6 +51,21 @@ def test_own_earlier_runs_are_not_counted_as_load() -> None:
     rec = {"load_avg_1m": 1.3, "load_avg_1m_external": max(1.3 - own, 0), "cpu_count": 2}
     assert condition_warnings(rec) == []  # 1.3 was mostly our own previous run
     assert condition_warnings({"load_avg_1m": 1.3, "cpu_count": 2})  # without the estimate: busy
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts runnable tasks through Linux /proc")
+def test_a_run_of_more_processes_than_cores_is_remembered_by_its_runnable_tasks() -> None:
+    """4 CPU-bound processes keep ~4 tasks runnable, which is what the load average counts, even on 2 cores
+    (busy cores would say 2 there: the other ~2 would later be taken for another process's load)."""
+    meter = runner.LoadMeter(shared=False)
+    spin = "import time\nt = time.time()\nwhile time.time() - t < 2.0: pass"
+    with meter.track():
+        procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(4)]
+        for p in procs:
+            p.wait()
+    ((_, duration, runnable),) = meter.runs
+    assert duration >= 2.0
+    assert 3.0 <= runnable <= 5.0, runnable  # 4, give or take the processes' start and end
 
 
 def test_ended_runs_of_an_earlier_command_are_not_counted_either(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -55,14 +55,20 @@ class LoadMeter:
     Linux's 1-minute load average is an exponentially damped average (time constant 60 s) of the runnable
     tasks, so a run that just used both cores of a 2-core machine leaves ~1 in it for the next minute: on
     its own, the next run (of this command, or of the next command of a script) would be flagged as run on
-    a busy machine although nothing else runs. Each ended child's average number of busy cores (its CPU
-    time / wall time, from ``getrusage(RUSAGE_CHILDREN)``) is remembered with when it ran, in this process
-    and in ``recent_runs.jsonl`` of twinbench's cache directory (shared by the twinbench commands run one
-    after another), and its remaining share of the load average, busy x (1 - e^(-duration/60)) x
-    e^(-since_end/60), is taken off: ``load_avg_1m_external``. Runs still going are never taken off.
+    a busy machine although nothing else runs. So each ended run's average number of runnable tasks is
+    remembered with when it ran, in this process and in ``recent_runs.jsonl`` of twinbench's cache
+    directory (shared by the twinbench commands run one after another), and its remaining share of the load
+    average, runnable x (1 - e^(-duration/60)) x e^(-since_end/60), is taken off: ``load_avg_1m_external``.
+    Runs still going are never taken off.
+
+    The runnable tasks are what the load average counts: the threads of this process's descendants in state
+    R or D, sampled every ``SAMPLE_S`` while the run goes (Linux ``/proc``). A run of more processes than
+    cores (4 torchrun ranks on 2 cores) has more runnable tasks than busy cores, so its CPU time / wall time
+    (from ``getrusage(RUSAGE_CHILDREN)``, the floor where ``/proc`` is missing) would leave part of its load
+    to be taken for another process's.
     """
 
-    runs: list[tuple[float, float, float]] = field(default_factory=list)  # (end time, duration s, busy cores)
+    runs: list[tuple[float, float, float]] = field(default_factory=list)  # (end time, duration s, runnable)
     shared: bool = True  # also read and write the history file of the cache directory
     ident: str = field(default_factory=lambda: f"{os.getpid()}-{time.time_ns()}")
 
@@ -120,18 +126,61 @@ class LoadMeter:
 
     @contextlib.contextmanager
     def track(self) -> Iterator[None]:
-        """Remember the busy cores of the children waited for inside this block."""
+        """Remember the runnable tasks of the children run inside this block (at least their busy cores)."""
         def cpu() -> float:
             ru = resource.getrusage(resource.RUSAGE_CHILDREN)
             return ru.ru_utime + ru.ru_stime
 
+        samples: list[int] = []
+        stop = threading.Event()
+        sampler = threading.Thread(target=_sample_runnable, args=(samples, stop), daemon=True)
         t0, c0 = time.time(), cpu()
+        sampler.start()
         try:
             yield
         finally:
+            stop.set()
+            sampler.join()
             end = time.time()
             if end - t0 > 0.1:
-                self.add(end, end - t0, (cpu() - c0) / (end - t0))
+                busy = (cpu() - c0) / (end - t0)
+                self.add(end, end - t0, max(busy, sum(samples) / len(samples)) if samples else busy)
+
+
+SAMPLE_S = 0.25  # how often LoadMeter counts the runnable tasks of a run
+
+
+def runnable_tasks(pid: int) -> int | None:
+    """Threads of ``pid``'s descendants (not ``pid`` itself) in state R or D, the tasks Linux's load average
+    counts; None without ``/proc``."""
+    proc = Path("/proc")
+    if not (proc / str(pid) / "task").is_dir():
+        return None
+    count, todo, seen = 0, [pid], {pid}
+    while todo:
+        parent = todo.pop()
+        try:
+            tids = [t.name for t in (proc / str(parent) / "task").iterdir()]
+        except OSError:
+            continue
+        for tid in tids:
+            with contextlib.suppress(OSError):
+                kids = {int(c) for c in (proc / str(parent) / "task" / tid / "children").read_text().split()}
+                todo.extend(kids - seen)
+                seen |= kids
+            if parent != pid:
+                with contextlib.suppress(OSError, IndexError):
+                    stat = (proc / str(parent) / "task" / tid / "stat").read_text()
+                    count += stat[stat.rindex(")") + 2] in "RD"
+    return count
+
+
+def _sample_runnable(samples: list[int], stop: threading.Event) -> None:
+    while not stop.wait(SAMPLE_S):
+        n = runnable_tasks(os.getpid())
+        if n is None:
+            return
+        samples.append(n)
 
 
 def _recent(line: str, now: float) -> bool:
