@@ -3,8 +3,13 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.twinbench-installed
-# On a machine without an NVIDIA GPU, pin the local CPU wheel of torch (never a CUDA download).
-CONSTRAINTS := $(if $(shell command -v nvidia-smi 2>/dev/null),,-c constraints-cpu.txt)
+# On a machine without an NVIDIA GPU, pin the local CPU wheel of torch (never a CUDA download). With one
+# (nvidia-smi found), torch's default wheel is the CUDA build, and JAX needs its CUDA plugin too (the `cuda`
+# extra): plain `jax` would run on the CPU beside a CUDA torch, and every comparison would be meaningless.
+, := ,
+GPU         := $(shell command -v nvidia-smi 2>/dev/null)
+CONSTRAINTS := $(if $(GPU),,-c constraints-cpu.txt)
+EXTRAS      := $(if $(GPU),test$(,)cuda,test)
 
 .PHONY: demo test lint install clean
 
@@ -12,7 +17,8 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints-cpu.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check $(CONSTRAINTS) -e '.[test]'
+	@$(if $(GPU),echo "NVIDIA GPU found: installing JAX's CUDA plugin too (the cuda extra); twinbench checks both frameworks see the GPU: $(PY) -m twinbench.environment --gpu")
+	$(PY) -m pip install --quiet --disable-pip-version-check $(CONSTRAINTS) -e '.[$(EXTRAS)]'
 	@touch $(STAMP)
 
 demo: $(STAMP)

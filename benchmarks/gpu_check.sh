@@ -6,8 +6,11 @@
 #   benchmarks/gpu_check.sh OUTDIR            # on a CUDA machine (python3 has torch, jax[cuda], flax, optax)
 #   benchmarks/gpu_check.sh OUTDIR --dry-run  # the same commands on the tiny preset, CPU, no torch.compile
 #
-# Installs nothing but twinbench itself (`pip install --no-deps -e .`, only if it is not importable).
-# PYTHON selects the interpreter (default: python3).
+# Installs nothing: when twinbench is not importable it runs from this checkout's src/ (PYTHONPATH), so a GPU
+# machine without a package registry needs no build step. A preflight (python -m twinbench.environment) first
+# checks imports, version floors and, for the real run, that torch AND jax both see the GPU: if JAX's CUDA
+# plugin failed to load, JAX would silently run on the CPU and every comparison would be meaningless, so the
+# script stops in seconds saying why. PYTHON selects the interpreter (default: python3).
 set -euo pipefail
 
 usage() { echo "usage: benchmarks/gpu_check.sh OUTDIR [--dry-run]" >&2; exit 2; }
@@ -23,7 +26,7 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
 if ! "$PY" -c "import twinbench" 2>/dev/null; then
-  (cd "$ROOT" && "$PY" -m pip install --quiet --no-deps -e .)
+  export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
 if [[ $DRY -eq 1 ]]; then
@@ -31,10 +34,11 @@ if [[ $DRY -eq 1 ]]; then
   PRESET=(--preset tiny --steps 4 --warmup 1)
   STRATEGIES=torch:eager,torch:eager+bf16,jax:jit,jax:jit+bf16
   TIMEOUT=300
+  "$PY" -m twinbench.environment || { echo "error: preflight failed (above)" >&2; exit 2; }
 else
-  if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-    echo "error: no CUDA device visible to torch; use --dry-run on a CPU machine" >&2; exit 2
-  fi
+  "$PY" -m twinbench.environment --gpu || {
+    echo "error: preflight failed (above): both frameworks must see the GPU; use --dry-run on a CPU machine" >&2
+    exit 2; }
   # 9 runs: ~15 s start-up each, torch.compile of GPT-2 ~1 min cold, jit ~20-30 s, 20 steps of ~0.1 s.
   PRESET=(--preset gpt2-124m --batch 8 --seq 1024 --steps 20 --warmup 5)
   STRATEGIES=torch:eager,torch:compile-regional,torch:compile,jax:jit,jax:scan-layers
@@ -59,4 +63,12 @@ cd "$OUT"  # runs/ and caches stay out of the repository
   --cache-dir "$OUT/compile-cache" --timeout "$TIMEOUT" --plan-steps 5000 \
   --out "$OUT" --json "$OUT/records.json" | tee "$OUT/table.txt"
 rm -rf "$OUT/compile-cache"
+if [[ $DRY -eq 0 ]]; then
+  # JAX's fused attention (cuDNN, bf16) beside the XLA default above: torch's SDPA picks fused kernels on CUDA
+  # by itself, so this is the like-for-like JAX row (attention_kernel in every record says which ran).
+  "$PY" -m twinbench.cli compare "${PRESET[@]}" --strategies jax:jit+bf16 --attention-impl cudnn --cache cold \
+    --cache-dir "$OUT/compile-cache" --timeout "$TIMEOUT" --out "$OUT/cudnn" --json "$OUT/cudnn/records.json" \
+    | tee "$OUT/table-cudnn.txt" || echo "gpu_check: the cuDNN attention run failed (see above)" >&2
+  rm -rf "$OUT/compile-cache"
+fi
 echo "gpu_check: records in $OUT/results.jsonl and $OUT/records.json, summary in $OUT/summary.md"

@@ -7,6 +7,10 @@ import tempfile
 
 os.environ.setdefault("TWINBENCH_CACHE", tempfile.mkdtemp(prefix="twinbench-test-cache-"))
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# The suite checks computations on the CPU: simulated JAX devices, torchrun with gloo ranks, doctor examples that
+# force host devices. On a GPU machine both frameworks are pinned to the CPU too, so `make test` passes there.
+os.environ["JAX_PLATFORMS"] = "cpu"
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
 # The tests check what is computed, never how fast (speed is measured in benchmarks/): XLA compiles without its
 # backend optimisations, ~30% faster, in this process and every run it starts. Both sides of every comparison
 # are compiled alike; the JAX-PyTorch parity tolerances hold with it (tests/models/).

@@ -5,11 +5,14 @@ jaxlib 0.10 routes dots, reductions and element-wise fusions through YNNPACK on 
 faster in 9 of 10 interleaved pairs over three idle sittings (median -8% per step), with the same losses
 (benchmarks/RESULTS.md, "XLA CPU flags"). So twinbench applies it to every run unless ``--xla-cpu-flags xla-default`` asks for
 XLA's own defaults. A flag the user already sets in ``XLA_FLAGS`` is never overridden. The flags are
-CPU-only (``xla_cpu_*``): a GPU run ignores them. Every record carries the effective ``XLA_FLAGS``.
+CPU-only (``xla_cpu_*``), and they are added only when JAX will run on the CPU (:func:`cpu_backend`): a jaxlib
+that does not know a flag aborts at start-up, so a GPU run must not carry them. Every record carries the
+effective ``XLA_FLAGS``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 #: ``--xla-cpu-flags`` values: twinbench's measured CPU default, or XLA's own defaults.
@@ -21,11 +24,28 @@ def _name(flag: str) -> str:
     return flag.split("=", 1)[0]
 
 
-def merged(user_flags: str, choice: str) -> str:
-    """``user_flags`` (the user's ``XLA_FLAGS``) plus the tuned CPU flags it does not set itself."""
+#: JAX's accelerator plugins (module names) and the device nodes that show their hardware is present.
+ACCELERATOR_PLUGINS = ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_rocm7_plugin", "jax_rocm60_plugin", "libtpu")
+DEVICE_NODES = ("/dev/nvidiactl", "/dev/kfd", "/dev/accel0", "/dev/vfio/0")
+
+
+def cpu_backend(environ: dict[str, str] | None = None) -> bool:
+    """Whether JAX will run on the CPU, decided before jax is imported: ``JAX_PLATFORMS`` when set (its first
+    platform), else the CPU unless an accelerator plugin is installed and its device node exists."""
+    env = os.environ if environ is None else environ
+    platforms = [p.strip() for p in env.get("JAX_PLATFORMS", "").split(",") if p.strip()]
+    if platforms:
+        return platforms[0] == "cpu"
+    plugin = any(importlib.util.find_spec(name) is not None for name in ACCELERATOR_PLUGINS)
+    return not (plugin and any(os.path.exists(node) for node in DEVICE_NODES))
+
+
+def merged(user_flags: str, choice: str, cpu: bool = True) -> str:
+    """``user_flags`` (the user's ``XLA_FLAGS``) plus the tuned CPU flags it does not set itself (only when
+    ``cpu``: JAX runs on the CPU)."""
     if choice not in CHOICES:
         raise ValueError(f"--xla-cpu-flags: unknown value {choice!r}; allowed: {', '.join(CHOICES)}")
-    if choice == "xla-default":
+    if choice == "xla-default" or not cpu:
         return user_flags.strip()
     given = {_name(f) for f in user_flags.split()}
     extra = [f for f in TUNED_CPU_FLAGS if _name(f) not in given]
@@ -34,7 +54,7 @@ def merged(user_flags: str, choice: str) -> str:
 
 def apply(choice: str) -> str:
     """In the worker, before jax is imported: set ``XLA_FLAGS``; return the value the run uses."""
-    flags = merged(os.environ.get("XLA_FLAGS", ""), choice)
+    flags = merged(os.environ.get("XLA_FLAGS", ""), choice, cpu_backend())
     if flags:
         os.environ["XLA_FLAGS"] = flags
     else:

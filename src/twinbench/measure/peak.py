@@ -37,15 +37,56 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-#: Dense (no sparsity) peak TFLOP/s from vendor datasheets, by dtype: fp32 (no TF32), tf32, bf16.
+#: Dense (no sparsity) peak TFLOP/s from vendor datasheets, by GPU model and form factor, and by dtype:
+#: fp32 (no TF32), tf32, bf16. Form factors differ (an H100 PCIe has ~3/4 of an SXM's tensor throughput), so a
+#: device is matched on its model AND form factor (:func:`gpu_model`); a device that matches no entry exactly
+#: (A10G, a new GPU) has no datasheet figure, and the record says so rather than borrowing a neighbour's.
 DATASHEET_TFLOPS: dict[str, dict[str, float]] = {
-    "H200": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4},
-    "H100": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4},  # SXM
-    "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0},
+    "H200 SXM": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4},
+    "H200 NVL": {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5},
+    "H100 SXM": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4},
+    "H100 PCIe": {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0},
+    "H100 NVL": {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5},
+    "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0},  # SXM4 and PCIe: the same dense peaks
     "L40S": {"fp32": 91.6, "tf32": 183.0, "bf16": 362.1},
+    "L40": {"fp32": 90.5, "tf32": 90.5, "bf16": 181.0},
+    "L4": {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0},
     "A10": {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0},
-    "V100": {"fp32": 15.7, "tf32": 15.7, "bf16": 0.0},
+    "V100 SXM": {"fp32": 15.7},
+    "V100 PCIe": {"fp32": 14.0},
 }
+#: Models sold in several form factors with different peaks; the others have one entry under their model name.
+FORM_FACTORS = {"H200": ("SXM", "NVL"), "H100": ("SXM", "PCIe", "NVL"), "V100": ("SXM", "PCIe")}
+
+
+def gpu_model(device_name: str) -> str | None:
+    """The datasheet entry of a device name, matched on whole tokens: ``"NVIDIA H100 PCIe"`` -> ``"H100 PCIe"``,
+    ``"NVIDIA H100 80GB HBM3"`` -> ``"H100 SXM"``, ``"NVIDIA L40S"`` -> ``"L40S"`` (never ``"L4"``),
+    ``"NVIDIA A10G"`` -> None (no datasheet of its own)."""
+    import re
+
+    tokens = [t for t in re.split(r"[\s\-_/]+", device_name.upper()) if t]
+    models = {k.split()[0].upper(): k.split()[0] for k in DATASHEET_TFLOPS}
+    model = next((models[t] for t in tokens if t in models), None)
+    if model is None:
+        return None
+    if model not in FORM_FACTORS:
+        return model
+    if "PCIE" in tokens:
+        form = "PCIe"
+    elif "NVL" in tokens:
+        form = "NVL"
+    else:  # SXM modules report "SXM", "SXM5" or only their memory ("80GB HBM3", "H200")
+        form = "SXM"
+    key = f"{model} {form}"
+    return key if key in DATASHEET_TFLOPS else None
+
+
+def datasheet_tflops(device_name: str, dtype: str) -> float | None:
+    """The datasheet dense peak of this device and dtype, or None when no entry matches it exactly."""
+    model = gpu_model(device_name)
+    return DATASHEET_TFLOPS[model].get(dtype) if model else None
+
 
 FORMAT = 2  # entries of format 1 were bare numbers
 MAX_SPREAD = 0.10  # repeats of the measured size must agree within this (max/min - 1)
@@ -55,13 +96,6 @@ LONG_CALL_S = 0.05  # a matmul this long is at the device's peak already: larger
 ATTEMPTS = 3  # measurements tried before a disagreeing one is kept as refused
 #: Load per core of the machine (other processes) at the time the runner started this process.
 LOAD_ENV = "TWINBENCH_LOAD_PER_CORE"
-
-
-def datasheet_tflops(device_name: str, dtype: str) -> float | None:
-    for key, table in DATASHEET_TFLOPS.items():
-        if key.lower() in device_name.lower():
-            return table.get(dtype) or None
-    return None
 
 
 def cache_root() -> Path:
@@ -105,6 +139,9 @@ class Peak:
         if self.load_per_core is not None and self.load_per_core > HIGH_LOAD:
             out.append(f"it was measured on a busy machine (load {self.load_per_core:.2f} per core, "
                        f"above {HIGH_LOAD})")
+        if self.method.get("other_device_processes"):
+            out.append(f"{self.method['other_device_processes']} other process(es) used the device while it was "
+                       "measured")
         return out
 
     @property
@@ -118,6 +155,8 @@ class Peak:
             out.append(f"repeats disagree ({self.spread:.0%})")
         if self.load_per_core is not None and self.load_per_core > HIGH_LOAD:
             out.append(f"measured busy ({self.load_per_core:.2f}/core)")
+        if self.method.get("other_device_processes"):
+            out.append("device shared while measured")
         return ", ".join(out) or "ok"
 
     def age_s(self, now: float | None = None) -> float | None:
@@ -233,7 +272,14 @@ def _write(peak: Peak) -> None:
 
 # -- measuring ---------------------------------------------------------------------------------------------
 def _sizes(platform: str) -> tuple[int, ...]:
-    return (512, 1024, 2048) if platform == "cpu" else (4096, 8192)
+    return (512, 1024, 2048) if platform == "cpu" else (4096, 8192, 16384)
+
+
+#: On an accelerator one matmul of 4096^2 takes ~0.2 ms (bf16, H200): dispatch and the sync around a single
+#: call would cost 5-20% of it. A timed repeat there runs as many back-to-back calls as fill this long (after
+#: one timed call estimates a call's length), then syncs once. On the CPU a call is long already: one per repeat.
+MIN_REPEAT_S = 0.05
+MAX_CALLS = 1000
 
 
 def spread(values: list[float]) -> float:
@@ -241,16 +287,29 @@ def spread(values: list[float]) -> float:
     return max(values) / min(values) - 1 if values and min(values) > 0 else float("inf")
 
 
-def _rates(run: Any, sync: Any, n: int, reps: int) -> list[float]:
-    """TFLOP/s of ``reps`` timed calls of an n x n matmul, after one untimed warm-up call."""
+def calls_per_repeat(platform: str, one_call_s: float) -> int:
+    """Back-to-back calls per timed repeat: 1 on the CPU, enough to fill ``MIN_REPEAT_S`` on an accelerator."""
+    if platform == "cpu" or one_call_s <= 0:
+        return 1
+    return max(1, min(MAX_CALLS, int(MIN_REPEAT_S / one_call_s) + 1))
+
+
+def _rates(run: Any, sync: Any, n: int, reps: int, platform: str = "cpu") -> list[float]:
+    """TFLOP/s of ``reps`` timed repeats of an n x n matmul, after one untimed warm-up call; a repeat is
+    :func:`calls_per_repeat` calls and one sync."""
     run()
     sync()
+    t0 = time.perf_counter()
+    run()
+    sync()
+    calls = calls_per_repeat(platform, time.perf_counter() - t0)
     out = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        run()
+        for _ in range(calls):
+            run()
         sync()
-        out.append(2 * n**3 / (time.perf_counter() - t0) / 1e12)
+        out.append(calls * 2 * n**3 / (time.perf_counter() - t0) / 1e12)
     return out
 
 
@@ -278,7 +337,7 @@ def _per_size(framework: str, platform: str, dtype: str, reps: int,
             def run(mm=mm, a=a, b=b, last=last):
                 last[:] = [mm(a, b)]
 
-            out[n] = _rates(run, lambda last=last: last[0].block_until_ready(), n, reps)
+            out[n] = _rates(run, lambda last=last: last[0].block_until_ready(), n, reps, platform)
             if _long(n, out[n]):
                 break
     else:
@@ -290,7 +349,7 @@ def _per_size(framework: str, platform: str, dtype: str, reps: int,
         for n in sizes:
             a = torch.randn(n, n, device=dev, dtype=tdt)
             b = torch.randn(n, n, device=dev, dtype=tdt)
-            out[n] = _rates(lambda a=a, b=b: torch.mm(a, b), sync, n, reps)
+            out[n] = _rates(lambda a=a, b=b: torch.mm(a, b), sync, n, reps, platform)
             if _long(n, out[n]):
                 break
     return out
@@ -302,7 +361,10 @@ def measure(framework: str, platform: str, device_name: str, dtype: str, threads
 
     The first attempt times every size and picks the fastest (by median); later attempts time that size only.
     """
+    from twinbench.measure.device import other_device_processes
+
     versions = framework_versions(framework)
+    others = other_device_processes(platform)  # before and after: a job that used the GPU meanwhile shows
     best: Peak | None = None
     sizes: tuple[int, ...] | None = None
     tried: list[int] = []
@@ -319,10 +381,15 @@ def measure(framework: str, platform: str, device_name: str, dtype: str, threads
         if best is None or peak.spread < best.spread:
             best = peak
         if peak.spread <= MAX_SPREAD:
-            return peak
-    assert best is not None
-    best.method["attempts"] = ATTEMPTS
-    return best
+            break
+    else:
+        assert best is not None
+        best.method["attempts"] = ATTEMPTS
+        peak = best
+    others = max(others, other_device_processes(platform))
+    if others:
+        peak.method["other_device_processes"] = others
+    return peak
 
 
 def lookup(framework: str, platform: str, device_name: str, dtype: str, threads: int,
@@ -337,6 +404,8 @@ def lookup(framework: str, platform: str, device_name: str, dtype: str, threads:
     new = measure(framework, platform, device_name, dtype, threads, load)
     if old is not None and old.trusted and not new.trusted:
         return new  # a refused or busy measurement never replaces a trusted one
+    if new.method.get("other_device_processes"):
+        return new  # another process shared the GPU: this figure is not cached at all
     _write(new)
     return new
 

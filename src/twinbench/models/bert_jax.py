@@ -14,13 +14,15 @@ the same result: ``where`` hands the fused attention a boolean mask (applied wit
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
 
 from twinbench.config import ModelConfig
-from twinbench.models.gpt_jax import DTYPES, GRAD_CLIP, REMAT_POLICIES
+from twinbench.models.gpt_jax import DTYPES, GRAD_CLIP, KERNELS, REMAT_POLICIES
 from twinbench.models.options import ModelOptions
 
 TYPE_VOCAB = 2  # segment ids: 0 for the first text, 1 for the second of a pair
@@ -40,8 +42,10 @@ def _linear(n_in: int, n_out: int, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float3
 
 
 class SelfAttention(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
+                 attention_impl: str = "default"):
         self.heads = cfg.heads
+        self.implementation = KERNELS[attention_impl]
         self.mask_impl = cfg.mask_impl
         self.query = _linear(cfg.d_model, cfg.d_model, rngs, dtype)
         self.key = _linear(cfg.d_model, cfg.d_model, rngs, dtype)
@@ -52,15 +56,16 @@ class SelfAttention(nnx.Module):
         q, k, v = (t.reshape(B, T, self.heads, C // self.heads)
                    for t in (self.query(x), self.key(x), self.value(x)))
         keep = attention_mask[:, None, None, :].astype(bool)  # [B, 1, 1, T]: which keys each query may see
+        attend = functools.partial(jax.nn.dot_product_attention, implementation=self.implementation)
         if self.mask_impl == "mul":
-            y = jax.nn.dot_product_attention(q, k, v, bias=attention_bias(keep, q.dtype))
+            y = attend(q, k, v, bias=attention_bias(keep, q.dtype))
         elif self.mask_impl == "cond":  # no padding in this batch: no mask at all; decided on the device
             y = jax.lax.cond(jnp.all(keep),
-                             lambda q, k, v: jax.nn.dot_product_attention(q, k, v),
-                             lambda q, k, v: jax.nn.dot_product_attention(q, k, v, mask=keep),
+                             lambda q, k, v: attend(q, k, v),
+                             lambda q, k, v: attend(q, k, v, mask=keep),
                              q, k, v)
         else:
-            y = jax.nn.dot_product_attention(q, k, v, mask=keep)
+            y = attend(q, k, v, mask=keep)
         return y.reshape(B, T, C)
 
 
@@ -74,8 +79,9 @@ class SelfOutput(nnx.Module):
 
 
 class Attention(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
-        self.self = SelfAttention(cfg, rngs, dtype)
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
+                 attention_impl: str = "default"):
+        self.self = SelfAttention(cfg, rngs, dtype, attention_impl)
         self.output = SelfOutput(cfg, rngs, dtype)
 
     def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
@@ -102,8 +108,9 @@ class Output(nnx.Module):
 class Layer(nnx.Module):
     """One post-LayerNorm block: x = LN(x + attn(x)); x = LN(x + mlp(x))."""
 
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
-        self.attention = Attention(cfg, rngs, dtype)
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
+                 attention_impl: str = "default"):
+        self.attention = Attention(cfg, rngs, dtype, attention_impl)
         self.intermediate = Intermediate(cfg, rngs, dtype)
         self.output = Output(cfg, rngs, dtype)
 
@@ -121,9 +128,9 @@ class Encoder(nnx.Module):
         self.opts = opts
         dtype = DTYPES[opts.compute_dtype]
         if opts.scan_layers:  # one Layer whose parameters carry a leading [layers] axis
-            self.layer = nnx.split_rngs(splits=cfg.layers)(nnx.vmap(lambda r: Layer(cfg, r, dtype)))(rngs)
+            self.layer = nnx.split_rngs(splits=cfg.layers)(nnx.vmap(lambda r: Layer(cfg, r, dtype, opts.attention_impl)))(rngs)
         else:
-            self.layer = nnx.List([Layer(cfg, rngs, dtype) for _ in range(cfg.layers)])
+            self.layer = nnx.List([Layer(cfg, rngs, dtype, opts.attention_impl) for _ in range(cfg.layers)])
 
     def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
         layer_fn = apply_layer

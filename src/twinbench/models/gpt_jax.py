@@ -22,11 +22,15 @@ DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16}
 #: jax.checkpoint policies by ModelOptions.remat name ("full": no policy, i.e. save nothing but the inputs).
 REMAT_POLICIES = {"full": None, "dots-saveable": jax.checkpoint_policies.dots_saveable,
                   "nothing-saveable": jax.checkpoint_policies.nothing_saveable}
+#: ``implementation`` of jax.nn.dot_product_attention by ModelOptions.attention_impl (None: JAX's choice, XLA).
+KERNELS = {"default": None, "cudnn": "cudnn"}
 
 
 class CausalSelfAttention(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
+                 attention_impl: str = "default"):
         self.heads = cfg.heads
+        self.implementation = KERNELS[attention_impl]
         proj_std = 0.02 / math.sqrt(2 * cfg.layers)
         self.c_attn = nnx.Linear(cfg.d_model, 3 * cfg.d_model, kernel_init=normal(0.02), bias_init=zeros,
                                  dtype=dtype, rngs=rngs)
@@ -37,7 +41,7 @@ class CausalSelfAttention(nnx.Module):
         B, T, C = x.shape
         q, k, v = jnp.split(self.c_attn(x), 3, axis=2)
         q, k, v = (t.reshape(B, T, self.heads, C // self.heads) for t in (q, k, v))
-        y = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+        y = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=self.implementation)
         return self.c_proj(y.reshape(B, T, C))
 
 
@@ -54,9 +58,10 @@ class MLP(nnx.Module):
 
 
 class Block(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
+                 attention_impl: str = "default"):
         self.ln_1 = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
-        self.attn = CausalSelfAttention(cfg, rngs, dtype)
+        self.attn = CausalSelfAttention(cfg, rngs, dtype, attention_impl)
         self.ln_2 = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
         self.mlp = MLP(cfg, rngs, dtype)
 
@@ -77,9 +82,9 @@ class GPT(nnx.Module):
         self.wte = nnx.Embed(cfg.vocab, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
         self.wpe = nnx.Embed(cfg.context, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
         if opts.scan_layers:  # one Block whose parameters carry a leading [layers] axis
-            self.blocks = nnx.split_rngs(splits=cfg.layers)(nnx.vmap(lambda r: Block(cfg, r, dtype)))(rngs)
+            self.blocks = nnx.split_rngs(splits=cfg.layers)(nnx.vmap(lambda r: Block(cfg, r, dtype, opts.attention_impl)))(rngs)
         else:
-            self.blocks = nnx.List([Block(cfg, rngs, dtype) for _ in range(cfg.layers)])
+            self.blocks = nnx.List([Block(cfg, rngs, dtype, opts.attention_impl) for _ in range(cfg.layers)])
         self.ln_f = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
 
     def __call__(self, idx: jax.Array) -> jax.Array:

@@ -11,6 +11,10 @@ from dataclasses import dataclass
 
 REMAT_POLICIES = ("full", "dots-saveable", "nothing-saveable")
 COMPUTE_DTYPES = ("fp32", "bf16")
+#: JAX attention kernels (``jax.nn.dot_product_attention(implementation=...)``): "default" is JAX's own choice,
+#: which is XLA's unfused attention on every backend; "cudnn" is cuDNN's fused (flash) attention, CUDA + bf16
+#: only. PyTorch's SDPA picks its kernel itself (flash / memory-efficient / cuDNN / math); the record says which.
+ATTENTION_IMPLS = ("default", "cudnn")
 
 
 @dataclass(frozen=True)
@@ -26,11 +30,15 @@ class ModelOptions:
     remat: str = "none"
     #: dtype of matmuls and attention; parameters, LayerNorm, the residual stream and the loss stay fp32.
     compute_dtype: str = "fp32"
+    #: JAX only: the attention kernel, one of ATTENTION_IMPLS (the torch twin's SDPA chooses its own).
+    attention_impl: str = "default"
 
     def __post_init__(self) -> None:
         if self.remat != "none" and self.remat not in REMAT_POLICIES:
             raise ValueError(f"remat: unknown policy {self.remat!r}; allowed: none, {', '.join(REMAT_POLICIES)}")
         if self.compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(f"compute_dtype: {self.compute_dtype!r}; allowed: {', '.join(COMPUTE_DTYPES)}")
+        if self.attention_impl not in ATTENTION_IMPLS:
+            raise ValueError(f"attention_impl: {self.attention_impl!r}; allowed: {', '.join(ATTENTION_IMPLS)}")
         if self.scan_unroll < 1:
             raise ValueError(f"scan_unroll must be >= 1, got {self.scan_unroll}")
