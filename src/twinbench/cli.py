@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -15,7 +16,7 @@ import typer
 from rich.console import Console
 
 from twinbench import runner
-from twinbench.plan import build_specs, csv, model_spec, with_cache
+from twinbench.plan import build_specs, csv, model_spec, repeat_rounds, with_cache
 from twinbench.spec import (
     FLAG_HELP,
     OVERRIDABLE,
@@ -162,12 +163,15 @@ def compare(
     jax_model: Optional[str] = typer.Option(  # noqa: UP045
         None, "--jax-model", help="your own JAX port of --model, FILE.py:build_jax returning a "
         "twinbench.byo.JaxUserModel (loss_fn, to_jax): parity-checked, then measured as strategy 'port'"),
+    repeats: int = typer.Option(1, help="run every configuration N times, interleaved (A B, A B, ...), each a "
+                                        "fresh process: the repeats `twinbench diff` needs to tell code from drift"),
     **overrides: Any,
 ) -> None:
     """Train the same model with each framework and strategy, one fresh process per run, and compare."""
     user = {"user_model": model or "", "user_jax_model": jax_model or ""}
     specs = with_cache(build_specs(preset, framework, strategies, overrides, **trace_top(trace), **user),
                        cache, cache_dir)
+    specs = [s for round_ in repeat_rounds(specs, repeats) for s in round_]
     if plan_steps <= 0:
         raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
     if resume is not None and not (resume / runner.RESULTS).exists():
@@ -549,20 +553,78 @@ def report_cmd(
                                                "advice.json when present)"),
     plan_steps: Optional[int] = typer.Option(  # noqa: UP045
         None, help="planned run length for totals and break-even plots; default: advice.json's, else 1000"),
+    against: Optional[Path] = typer.Option(  # noqa: UP045
+        None, help="an older results directory: add `twinbench diff AGAINST DIRECTORY` (ratios with their "
+                   "intervals, and a plot of them) to the report"),
 ) -> None:
     """Write report.html (self-contained, plots embedded) and report.md (plots in plots/) for a results dir."""
+    from twinbench.diff import DiffError
     from twinbench.report.page import ReportError, write
 
     if plan_steps is not None and plan_steps <= 0:
         fail(f"--plan-steps must be a positive integer, got {plan_steps}")
     try:
-        html_path, md_path, res = write(directory, plan_steps)
-    except ReportError as e:
+        html_path, md_path, res = write(directory, plan_steps, against=against)
+    except (ReportError, DiffError) as e:
         fail(str(e))
     if res.skipped:
         console.print(f"[yellow]warning:[/] skipped {res.skipped} malformed line(s) of "
                       f"{directory / runner.RESULTS}", highlight=False)
     out.print(f"report: {html_path} (Markdown: {md_path}), {len(res.records)} record(s)", highlight=False)
+
+
+@app.command("diff")
+def diff_cmd(
+    old: Path = typer.Argument(..., help="the results before the change: a results directory or results.jsonl"),
+    new: Path = typer.Argument(..., help="the results after it"),
+    fail_above: Optional[float] = typer.Option(  # noqa: UP045
+        None, "--fail-above", metavar="PCT", help="CI gate: exit 1 when a matched run is slower by more than PCT "
+                                                  "percent with its whole 95% interval above that"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="write the diff as JSON"),  # noqa: UP045
+) -> None:
+    """Did a change make training faster or slower, beyond the noise? Matches the runs of OLD and NEW by what
+    they ran and gives each step-time ratio NEW/OLD with a 95% interval over repeats (compare --repeats N)."""
+    from rich.table import Table
+
+    from twinbench import diff as tdiff
+    from twinbench.report.table import fmt_bytes
+
+    if fail_above is not None and fail_above < 0:
+        fail(f"--fail-above must be >= 0 (percent), got {fail_above:g}")
+    try:
+        d = tdiff.diff(tdiff.load(old), tdiff.load(new))
+    except tdiff.DiffError as e:
+        fail(str(e))
+    table = Table(title=f"twinbench diff {old} -> {new}")
+    for col in ("run", "OLD step ms", "NEW step ms", "NEW/OLD [95% CI]", "verdict", "compile s", "1st step s",
+                "peak mem", "MFU", "losses"):
+        table.add_column(col, justify="left" if col in ("run", "verdict") else "right")
+
+    def pair(x: dict, fmt) -> str:
+        o, n = x["old"], x["new"]
+        return f"{fmt(o)} -> {fmt(n)}" if o is not None and n is not None else "-"
+
+    colors = {tdiff.SLOWER: "red", tdiff.FASTER: "green"}
+    for p in d.pairs:
+        ms = lambda v: f"{statistics.median(v):.1f} ({len(v)}x)"  # noqa: E731
+        verdict = f"[{colors[p.verdict]}]{p.verdict}[/]" if p.verdict in colors else p.verdict
+        table.add_row(p.run, ms(p.old_ms), ms(p.new_ms), tdiff.fmt_ratio(p), verdict,
+                      pair(p.deltas["compile_s"], lambda v: f"{v:.2f}"),
+                      pair(p.deltas["first_step_s"], lambda v: f"{v:.2f}"),
+                      pair(p.deltas["peak_mem_bytes"], fmt_bytes),
+                      pair(p.deltas["mfu"], lambda v: f"{v:.0%}"),
+                      "same" if p.losses_agree else ("differ" if p.losses_agree is False else "-"))
+    out.print(table)
+    for line in tdiff.lines(d):
+        out.print(f"  {line}", highlight=False, soft_wrap=True)
+    if json_path:
+        json_path.write_text(json.dumps(d.to_dict(), indent=1))
+    if fail_above is not None:
+        failing = d.gate(fail_above)
+        for p in failing:
+            out.print(f"  FAIL: {p.run} is slower by more than {fail_above:g}%: {tdiff.fmt_ratio(p)}", highlight=False)
+        if failing:
+            raise typer.Exit(1)
 
 
 @app.command()

@@ -8,6 +8,7 @@ specs into compile-cache states. The CLI parses flags and renders results; it bu
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,14 @@ def build_specs(preset: str, frameworks: str, strategies: str | None, overrides:
         registry.get(s.framework, s.strategy)
         registry.check_devices(s)  # --devices > 1 needs a multi-device strategy
     return list({(s.framework, s.strategy): s for s in specs}.values())
+
+
+def repeat_rounds(specs: list[RunSpec], repeats: int) -> list[list[RunSpec]]:
+    """``repeats`` rounds of ``specs``, round k marked ``repeat=k``: run in order they are interleaved (A B C,
+    A B C, ...), so host drift falls on every configuration alike. ``compare --repeats`` and the claims suite."""
+    if repeats < 1:
+        raise SpecError(f"--repeats must be a positive integer, got {repeats}")
+    return [[replace(s, repeat=k) for s in specs] for k in range(repeats)]
 
 
 def with_cache(specs: list[RunSpec], cache: str, cache_dir: Path | None) -> list[RunSpec]:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from twinbench.measure.interference import busy_warning
 from twinbench.measure.peak import HIGH_LOAD, MAX_SPREAD
 from twinbench.spec import RunSpec
 
@@ -62,12 +63,17 @@ class Record:
     compile_cache: str = "cold"
     platform: str | None = None
     matmul_precision: str | None = None
+    attention_kernel: str | None = None  # the twins' attention: torch SDPA's kernel, JAX's implementation
+    devices_visible: int | None = None  # devices the process saw (device_count: the devices the run used)
     peak_tflops_datasheet: float | None = None
     mfu_datasheet: float | None = None
     peak_mem_source: str | None = None
     compiles_total: int | None = None
     wall_s: float | None = None
     step_ms_mean: float | None = None  # mean steady-state step (the median is step_ms)
+    step_times_ms: list[float] = field(default_factory=list)  # every steady-state step, in order (scan-steps: /K)
+    repeat: int = 0  # compare --repeats N: which repeat of its configuration this run is (0-based)
+    config_id: str = ""  # the run_id of its configuration, shared by its repeats
     losses: list[float] = field(default_factory=list)
     # compilation cache evidence (compile_cache says cold/warm): programs loaded from the persistent cache
     # (JAX) or FX-graph/AOTAutograd cache hits (torch)
@@ -98,6 +104,11 @@ class Record:
     load_avg_1m: float | None = None  # os.getloadavg()[0]
     cpu_count: int | None = None  # cores available to the run (the runner's CPU affinity)
     load_avg_1m_external: float | None = None  # load_avg_1m less what twinbench's own ended runs still add
+    # measured during the timed steps (measure/interference.py): cores other processes kept busy, every core's
+    # busy share, the window's length; the "machine busy" warning comes from these when present
+    interference_cores: float | None = None
+    cpu_busy_per_core: dict[str, float] = field(default_factory=dict)
+    interference_window_s: float | None = None
     peak_measured_at: str | None = None  # ISO time (UTC) the peak was measured
     peak_spread: float | None = None  # max/min - 1 over the peak's timed repeats
     peak_load_per_core: float | None = None  # load per core while the peak was measured
@@ -116,7 +127,7 @@ class Record:
                     device=None, device_count=spec.devices, status=status, run_id=spec.run_id(),
                     heads=m.heads, vocab=m.vocab, context=m.context, steps=t.steps, warmup=t.warmup,
                     threads=spec.threads, compile_cache=spec.compile_cache, spec=spec.to_dict(),
-                    task=spec.train.task)
+                    task=spec.train.task, repeat=spec.repeat, config_id=spec.config_id())
         return cls(**(base | measured))
 
     def to_dict(self) -> dict[str, Any]:
@@ -131,6 +142,9 @@ class Record:
 def condition_warnings(r: dict[str, Any]) -> list[str]:
     """Warnings about the conditions of a run: a busy machine, a matmul peak that is not to be trusted.
 
+    Busy: from the CPU time other processes used during the timed steps (``interference_cores``,
+    measure/interference.py) when the record has it; otherwise (records of an older twinbench) from the load:
+
     The load counted is ``load_avg_1m_external`` when known (the 1-minute load average less what
     twinbench's own ended runs still contribute to it), else ``load_avg_1m``; per core of ``cpu_count``.
     """
@@ -138,7 +152,12 @@ def condition_warnings(r: dict[str, Any]) -> list[str]:
     load = r.get("load_avg_1m_external")
     load = r.get("load_avg_1m") if load is None else load
     cpus = r.get("cpu_count")
-    if load is not None and cpus and load / cpus > HIGH_LOAD:
+    measured = busy_warning(r)
+    if measured:
+        out.append(measured)
+    elif r.get("interference_cores") is not None:
+        pass  # measured during the steps and quiet: the load average at the start is only secondary
+    elif load is not None and cpus and load / cpus > HIGH_LOAD:
         out.append(f"machine busy: load average {load:.2f} on {cpus} core(s) ({load / cpus:.2f} per core, above "
                    f"{HIGH_LOAD}) when the run started; its timings are not reliable")
     spread = r.get("peak_spread")

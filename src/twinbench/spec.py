@@ -21,6 +21,7 @@ from twinbench.xla_flags import CHOICES as XLA_CPU_FLAG_CHOICES
 FRAMEWORKS = ("torch", "jax")
 PRECISIONS = ("fp32", "bf16")
 REMAT_POLICIES = ("full", "dots-saveable", "nothing-saveable")  # the names of models/options.py
+ATTENTION_IMPLS = ("default", "cudnn")  # likewise: ModelOptions.attention_impl
 FAMILIES = ("gpt", "bert", "user")  # user: --model FILE.py:build (twinbench/byo)
 TASKS = ("lm", "classify", "custom")  # next-token LM (gpt) | sequence classification (bert) | user (custom)
 MASK_IMPLS = ("where", "mul", "cond")  # how the BERT attention applies its padding mask
@@ -44,6 +45,7 @@ class RunSpec:
     remat_policy: str = "full"  # +remat: full | dots-saveable | nothing-saveable (jax.checkpoint_policies)
     scan_unroll: int = 1  # scan-layers: layers per loop trip of the layer scan (nnx.scan unroll)
     xla_cpu_flags: str = "tuned"  # JAX on CPU: twinbench's measured XLA flags, or "xla-default" (xla_flags.py)
+    attention_impl: str = "default"  # JAX attention kernel: "default" (XLA) | "cudnn" (fused; CUDA + bf16)
     trace_dir: str = ""  # profile a few steps after the measured ones into this directory ("": off)
     save_weights: str = ""  # write the trained canonical weights (safetensors) into this directory ("": off)
     # many hosts: `devices` counts all of them; one twinbench per host (see distributed/)
@@ -54,6 +56,7 @@ class RunSpec:
     user_model: str = ""  # --model: the user's torch model (family "user")
     user_jax_model: str = ""  # --jax-model: the user's own JAX port of it (strategy jax/port)
     user_dir: str = ""  # initial weights and metadata written by the preparation process (set by compare)
+    repeat: int = 0  # which repeat of its configuration this run is (compare --repeats, claims): 0-based
 
     @property
     def tokens_per_step(self) -> int:
@@ -74,8 +77,15 @@ class RunSpec:
         d.pop("save_weights", None)  # so does saving the weights
         d.pop("cache_dir", None)  # where the compilation cache lives is not what is measured (its state is)
         d.pop("user_dir", None)  # likewise where the user model's initial weights were written
+        for name, default in (("attention_impl", "default"), ("repeat", 0)):  # fields added later: records
+            if d.get(name) == default:  # made before them keep their ids
+                d.pop(name)
         blob = json.dumps(d, sort_keys=True)
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+    def config_id(self) -> str:
+        """The run id of the configuration, whichever repeat this is: the repeats of one configuration share it."""
+        return dataclasses.replace(self, repeat=0).run_id()
 
     @property
     def modifiers(self) -> tuple[str, ...]:
@@ -113,13 +123,16 @@ OVERRIDABLE: dict[str, type] = {
     "layers": int, "d_model": int, "heads": int, "d_ff": int, "vocab": int, "context": int,
     "batch": int, "seq": int, "steps": int, "warmup": int, "lr": float, "weight_decay": float,
     "seed": int, "precision": str, "data": str, "devices": int, "threads": int,
-    "scan_k": int, "remat_policy": str, "scan_unroll": int, "xla_cpu_flags": str,
+    "scan_k": int, "remat_policy": str, "scan_unroll": int, "xla_cpu_flags": str, "attention_impl": str,
     "init_from": str, "save_weights": str,
     "num_processes": int, "process_id": int, "coordinator": str,
     "task": str, "num_labels": int, "mask_impl": str, "slow_input": float,
 }
 #: --help text of flags that "override the preset's NAME" does not explain (used by the CLI).
 FLAG_HELP: dict[str, str] = {
+    "attention_impl": "JAX attention kernel: 'default' (JAX's choice: XLA's unfused attention) or 'cudnn' "
+                      "(cuDNN fused attention; CUDA and bf16 only); torch's SDPA picks its own (attention_kernel "
+                      "in the record says which ran)",
     "xla_cpu_flags": "JAX on CPU: 'tuned' adds twinbench's measured XLA flags (YNNPACK element-wise fusions off) "
                      "to XLA_FLAGS, 'xla-default' keeps XLA's own; flags you set in XLA_FLAGS always win",
     "init_from": "start from a local Hugging Face GPT-2/BERT checkpoint directory (config.json + "
@@ -228,6 +241,10 @@ def validate(spec: RunSpec) -> RunSpec:
     one_of("compile_cache", spec.compile_cache, ("cold", "warm"))
     one_of("remat_policy", spec.remat_policy, REMAT_POLICIES)
     one_of("xla_cpu_flags", spec.xla_cpu_flags, XLA_CPU_FLAG_CHOICES)
+    one_of("attention_impl", spec.attention_impl, ATTENTION_IMPLS)
+    if spec.attention_impl == "cudnn" and spec.framework == "jax" and t.precision != "bf16":
+        raise SpecError("--attention-impl cudnn: cuDNN's fused attention runs in bf16 or fp16 only; "
+                        "add --precision bf16 (or +bf16)")
     if spec.scan_unroll < 1:
         raise SpecError(f"--scan-unroll must be a positive integer, got {spec.scan_unroll}")
     if spec.framework == "torch" and "remat" in spec.modifiers and spec.remat_policy != "full":

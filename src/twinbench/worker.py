@@ -127,6 +127,7 @@ def timed_loop(spec: RunSpec, env: Setup, b: Built) -> Loop:
     from twinbench.data import pipeline, tasks
     from twinbench.measure.clock import per_step, time_steps
     from twinbench.measure.inputs import InputWaits
+    from twinbench.measure.interference import Meter
 
     t, k, monitor = spec.train, b.steps_per_call, env.monitor
     n_eval = monitor.count()
@@ -134,8 +135,9 @@ def timed_loop(spec: RunSpec, env: Setup, b: Built) -> Loop:
     n_eval = monitor.count() - n_eval
     feed = InputWaits(pipeline.feed(b.run_data.batches, spec.framework, "prefetch" in spec.modifiers))
     n_loop = monitor.count()
-    timing = time_steps(lambda i: b.trainer.step(*feed.next()), b.trainer.sync, t.steps // k,
-                        math.ceil(t.warmup / k), monitor)
+    with Meter() as meter:  # what other processes took from the machine while the steps were timed
+        timing = time_steps(lambda i: b.trainer.step(*feed.next()), b.trainer.sync, t.steps // k,
+                            math.ceil(t.warmup / k), monitor)
     n_loop = monitor.count() - n_loop
     warm_calls = max(math.ceil(t.warmup / k), 1)
     inputs = feed.summary(warm_calls, timing.step_s)
@@ -144,7 +146,7 @@ def timed_loop(spec: RunSpec, env: Setup, b: Built) -> Loop:
     for i, loss in enumerate(timing.losses):
         if not math.isfinite(loss):
             raise FloatingPointError(f"loss became {loss} at step {i + 1}")
-    return Loop(timing, warm_calls, n_loop, n_eval, inputs, tokens, accuracy_first)
+    return Loop(timing, warm_calls, n_loop, n_eval, {**inputs, **meter.fields()}, tokens, accuracy_first)
 
 
 def execute(spec: RunSpec, threads: int) -> Record:
@@ -168,12 +170,19 @@ def execute(spec: RunSpec, threads: int) -> Record:
         flops_tok = b.family.flops_per_token(spec.model, attention_length(b.run_data, loop.warm_calls * b.steps_per_call))
     # multi-device strategies report device_count, state_bytes_per_device, sharding and warnings
     many = b.trainer.report() if hasattr(b.trainer, "report") else {}
-    many.setdefault("device_count", env.device_count)
+    many.setdefault("device_count", 1)  # the devices the run used: one, unless a multi-device strategy says
+    many.setdefault("devices_visible", env.device_count)
     parallel = (distributed.parallel_peaks(spec, env.platform, many["device_count"], threads)
                 if many["device_count"] > 1 else 1)
     tp = metrics.speed(timing, loop.tokens.pop("padded_tokens_per_step"), flops_tok, peak_measured, peak_sheet,
                        parallel, many["device_count"] if env.platform != "cpu" else 1)
     accuracy_last = tasks.accuracy(b.predict, b.run_data.eval_batches)  # before tracing trains any further
+    attention = None
+    if not b.user:  # which attention kernel the twins' attention ran (after the timed steps: a small probe)
+        m = spec.model
+        attention = device.attention_kernel(fw, m.heads, spec.train.seq, m.d_model // m.heads, dtype,
+                                            causal=m.family == "gpt", masked=m.family == "bert",
+                                            jax_impl=spec.attention_impl)
     if b.user:  # after the measured steps: the doctor's extra steps (JAX), parity, FLOPs convention
         extra = b.user.fields(b.trainer, b.run_data.batches)
         many["warnings"] = list(many.get("warnings", [])) + extra.pop("warnings")
@@ -187,7 +196,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
         compile_cache_hits=env.monitor.cache_hits(), steps_per_call=b.steps_per_call,
         loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
         wall_s=timing.wall_s, matmul_precision=env.matmul_precision, versions=device.versions(fw),
-        xla_flags=os.environ.get("XLA_FLAGS", "") if fw == "jax" else None,
+        xla_flags=os.environ.get("XLA_FLAGS", "") if fw == "jax" else None, attention_kernel=attention,
         **_save_weights(spec, b.trainer), **_trace(spec, b.trainer, b.run_data.batches), **tp, **loop.tokens,
         **loop.inputs, compiles_in_loop=loop.compiles_in_loop, accuracy_first=loop.accuracy_first,
         accuracy_last=accuracy_last)

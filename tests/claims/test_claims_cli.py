@@ -87,9 +87,10 @@ def test_claims_end_to_end_writes_verdicts_json_and_report(tmp_path):
         assert r["numbers"] and r["rule"]
     c11, c13, c21 = results
     records = {rec["run_id"]: rec for rec in read_jsonl(out / "results.jsonl")}
-    again = {rec["run_id"]: rec for rec in read_jsonl(out / "repeats" / "2" / "results.jsonl")}
+    again = {rec["config_id"]: rec for rec in read_jsonl(out / "repeats" / "2" / "results.jsonl")}
     assert set(records) == set(c11["runs"]) | set(c13["runs"]) and all(r["status"] == "ok" for r in records.values())
-    assert set(again) == set(c11["runs"])  # only the timed claim's runs are repeated
+    assert set(again) == set(c11["runs"])  # only the timed claim's runs are repeated (compare --repeats' mechanism)
+    assert {r["repeat"] for r in again.values()} == {1} and not set(again) & {r["run_id"] for r in again.values()}
     assert c11["repeats"] == 2 and c11["numbers"]["mesh_vs_pmap_range"] and "share this machine's" in c11["caveat"]
     assert c13["repeats"] == 1 and c13["numbers"]["nosync_replicas_max_abs_diff"] > 0
     assert c21["runs"] == [] and c21["numbers"]["jit_debug_prints"] == c21["numbers"]["calls"] == 5

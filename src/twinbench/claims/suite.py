@@ -71,9 +71,11 @@ def schedule(claims: list[Claim], per_claim: dict[str, dict[str, RunSpec]], spec
     """The specs of each repeat, in order: repeat 1 runs every spec, repeats 2..N again the runs of timed
     claims (but their ``once`` runs, which no rule reads), in the same order, so the timed runs are
     interleaved (A B C, A B C, A B C) and repeat k of every run sees about the same machine."""
+    from twinbench.plan import repeat_rounds
+
     timed = {s.run_id() for c in claims if c.timed for n, s in per_claim[c.id].items() if n not in c.once}
     again = [s for s in specs if s.run_id() in timed]
-    return [specs] + [again for _ in range(max(repeats, 1) - 1)] if again else [specs]
+    return [specs, *repeat_rounds(again, max(repeats, 1))[1:]] if again else [specs]
 
 
 #: Seconds one run takes on an idle 2-core CPU, its fresh process (framework imports) included, by preset; the
@@ -122,7 +124,8 @@ def verdicts(claims: list[Claim], setup: Setup, per_claim: dict[str, dict[str, R
     every run; a flat list is one repeat). Timed claims are judged on their repeats (core.judge_repeats).
     A failed run or probe gives ``not measurable`` with why; so does a rule that says it cannot measure."""
     per_repeat = [records] if records and isinstance(records[0], dict) else records or [[]]
-    by_id = [{r.get("run_id"): r for r in rep} for rep in per_repeat]  # type: ignore[union-attr]
+    # a repeat's record is found by its configuration (config_id: the run_id of repeat 0)
+    by_id = [{r.get("config_id") or r.get("run_id"): r for r in rep} for rep in per_repeat]  # type: ignore[union-attr]
     out = []
     for c in claims:
         runs = per_claim[c.id]

@@ -12,11 +12,13 @@ from twinbench.measure.clock import Timing, percentile
 from twinbench.measure.flops import throughput
 
 
-def step_stats(timing: Timing) -> dict[str, float]:
-    """Median, 10th/90th percentile and mean of the steady steps, in milliseconds."""
+def step_stats(timing: Timing) -> dict[str, Any]:
+    """Median, 10th/90th percentile and mean of the steady steps, and every steady step in order, in ms (a
+    K-step call's time already divided by K): ``twinbench diff`` compares runs as samples, not two medians."""
     s = timing.step_s
     return {"step_ms": percentile(s, 50) * 1e3, "step_ms_p10": percentile(s, 10) * 1e3,
-            "step_ms_p90": percentile(s, 90) * 1e3, "step_ms_mean": sum(s) / len(s) * 1e3}
+            "step_ms_p90": percentile(s, 90) * 1e3, "step_ms_mean": sum(s) / len(s) * 1e3,
+            "step_times_ms": [round(x * 1e3, 4) for x in s]}
 
 
 def speed(timing: Timing, tokens_per_step: float, flops_per_token: int, peak_tflops: float | None,

@@ -39,6 +39,7 @@ class Results:
     skipped: int = 0  # malformed lines of results.jsonl
     claims: list[dict[str, Any]] = field(default_factory=list)
     advice: dict[str, Any] | None = None
+    against: dict[str, Any] | None = None  # `report --against OLD`: the diff of OLD -> these results (diff.py)
 
 
 def load(directory: Path) -> Results:
@@ -80,12 +81,21 @@ def load(directory: Path) -> Results:
     return Results(directory, records, skipped, claims, advice)
 
 
-def write(directory: Path, plan_steps: int | None = None) -> tuple[Path, Path, Results]:
-    """Write ``report.html``, ``report.md`` and ``plots/*.png`` into ``directory``; return their paths."""
+def write(directory: Path, plan_steps: int | None = None,
+          against: Path | None = None) -> tuple[Path, Path, Results]:
+    """Write ``report.html``, ``report.md`` and ``plots/*.png`` into ``directory``; return their paths. With
+    ``against`` (an older results directory) the report opens with the diff of it against these results."""
     res = load(directory)
     if plan_steps is None:
         plan_steps = int((res.advice or {}).get("plan_steps") or 1000)
     plots = all_plots(res.records, plan_steps)
+    if against is not None:
+        from twinbench import diff
+        from twinbench.report.plots import diff_ratios
+
+        d = diff.diff(diff.load(against), res.records)
+        res.against = {"old": str(against), "diff": d.to_dict(), "lines": diff.lines(d)}
+        plots.insert(0, diff_ratios(res.against["diff"]["pairs"]))
     plot_dir = res.directory / "plots"
     plot_dir.mkdir(exist_ok=True)
     for p in plots:
@@ -275,6 +285,19 @@ def _html_claims(claims: list[dict[str, Any]]) -> str:
             "<th>rule</th><th>numbers</th><th>runs</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
 
 
+def _ci(p: dict[str, Any]) -> str:
+    return f"{p['ci_low']:.3f}-{p['ci_high']:.3f}" if p.get("ci_low") is not None else "-"
+
+
+def _html_diff(against: dict[str, Any]) -> str:
+    """The diff of an older result set against this one: a row per matched run, then the lines under it."""
+    rows = "".join(f"<tr><td>{_e(p['run'])}</td><td>{p['ratio']:.3f}</td><td>{_e(_ci(p))}</td>"
+                   f"<td>{_e(p['verdict'])}</td></tr>" for p in against["diff"]["pairs"])
+    return ("<table data-section='diff'><thead><tr><th>run</th><th>NEW/OLD step</th><th>95% CI</th>"
+            f"<th>verdict</th></tr></thead><tbody>{rows}</tbody></table>"
+            "<ul class='cond'>" + "".join(f"<li>{_e(x)}</li>" for x in against["lines"]) + "</ul>")
+
+
 def render_html(res: Results, plots: list[Plot], plan_steps: int) -> str:
     ok = [r for r in res.records if r.get("status") == "ok"]
     first = (ok or res.records)[0]
@@ -302,6 +325,8 @@ def render_html(res: Results, plots: list[Plot], plan_steps: int) -> str:
     findings = _findings(res)
     if findings:
         parts += ["<h2>Findings</h2><ul class='findings'>", *[f"<li>{_e(f)}</li>" for f in findings], "</ul>"]
+    if res.against:
+        parts += [f"<h2>Against {_e(res.against['old'])}</h2>", _html_diff(res.against)]
     parts += ["<h2>Results</h2>", _html_table(res, plan_steps)]
     parts += ["<h2>Plots</h2>", *[_html_plot(p) for p in plots]]
     failed = [r for r in res.records if r.get("status") != "ok"]
@@ -341,6 +366,10 @@ def render_markdown(res: Results, plots: list[Plot], plan_steps: int) -> str:
     findings = _findings(res)
     if findings:
         out += ["## Findings", "", *[f"- {f}" for f in findings], ""]
+    if res.against:
+        out += [f"## Against {res.against['old']}", "", "| run | NEW/OLD | 95% CI | verdict |", "|---|---|---|---|"]
+        out += [f"| {p['run']} | {p['ratio']:.3f} | {_ci(p)} | {p['verdict']} |" for p in res.against["diff"]["pairs"]]
+        out += ["", *[f"- {x}" for x in res.against["lines"]], ""]
     cols, rows = _table_rows(res, plan_steps)
     out += ["## Results", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     out += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for _, cells in rows]

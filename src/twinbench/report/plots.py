@@ -398,3 +398,23 @@ def all_plots(records: list[dict[str, Any]], plan_steps: int) -> list[Plot]:
     return [cumulative(records, styles, plan_steps), step_vs(records, styles, "batch"),
             step_vs(records, styles, "seq"), compile_vs_depth(records, styles), scaling(records, styles),
             dp_payoff(records, styles), input_stall(records, styles), losses(records, styles)]
+
+
+def diff_ratios(pairs: list[dict[str, Any]]) -> Plot:
+    """``twinbench report NEW --against OLD``: each matched run's step-time ratio NEW/OLD with its 95% interval."""
+    title = "Step time NEW / OLD, with 95% intervals over repeats"
+    caption = ("One row per run matched between the two result sets; the point is the ratio of step times "
+               "(above 1: NEW is slower), the bar its 95% interval over repeats (Welch's t on log per-repeat "
+               "medians). A bar that crosses 1 is no detectable change; no bar: one repeat a side.")
+    if not pairs:
+        return Plot("diff", title, caption, note="no run matched between the two result sets")
+    fig, ax = _axes(title, "NEW / OLD step time", "", size=(7.5, 0.5 * len(pairs) + 1.5))
+    for i, p in enumerate(pairs):
+        color = PALETTES["jax" if p["run"].startswith("jax/") else "torch"][0]
+        if p["ci_low"] is not None:
+            ax.plot([p["ci_low"], p["ci_high"]], [i, i], color=color, lw=3, alpha=0.6)
+        ax.plot([p["ratio"]], [i], "o", color=color)
+    ax.axvline(1.0, color="#495057", lw=1, ls="--")
+    ax.set_yticks(range(len(pairs)), [p["run"] for p in pairs], fontsize=8)
+    ax.invert_yaxis()
+    return Plot("diff", title, caption, _png(fig))

@@ -130,23 +130,41 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
         f"{' and '.join(dict.fromkeys(str(x.get('compile_cache')) for x in ok))}",
         f"FLOPs: {r.get('flops_convention') or flops_convention(((r.get('spec') or {}).get('model') or {}).get('family', 'gpt'))}",
     ]
-    peaks: dict[str, dict[str, Any]] = {}
+    kernels = {f"{x['framework']}/{x['strategy']}": x["attention_kernel"] for x in ok if x.get("attention_kernel")}
+    if kernels:
+        by_kernel: dict[str, list[str]] = {}
+        for run, kernel in kernels.items():
+            by_kernel.setdefault(kernel, []).append(run)
+        lines.append("attention kernel: " + "; ".join(f"{k} ({', '.join(runs)})" for k, runs in by_kernel.items()))
+    peaks: dict[tuple[str, str], dict[str, Any]] = {}  # by framework AND dtype: bf16 rows have their own peak
     for x in ok:
         if x.get("peak_tflops"):
-            peaks[x["framework"]] = x
+            peaks[(x["framework"], _dtype(x))] = x
     if peaks:
+        mixed = len({dt for _, dt in peaks}) > 1
         lines.append("MFU against the measured matmul peak of each framework on this device: " + ", ".join(
-            _peak_text(fw, x) for fw, x in peaks.items()))
+            _peak_text(f"{fw} {dt}" if mixed else fw, x) for (fw, dt), x in peaks.items()))
     lines += _load_lines(records)
-    sheet = next((x["peak_tflops_datasheet"] for x in ok if x.get("peak_tflops_datasheet")), None)
-    if sheet:
-        lines.append(f"datasheet dense peak: {sheet:.0f} TFLOP/s (mfu_datasheet in the records)")
+    sheets = {_dtype(x): x["peak_tflops_datasheet"] for x in ok if x.get("peak_tflops_datasheet")}
+    if sheets:
+        lines.append("datasheet dense peak: " + ", ".join(f"{v:.0f} TFLOP/s {dt}" for dt, v in sheets.items())
+                     + " (mfu_datasheet in the records)")
+    platforms = sorted({str(x.get("platform")) for x in ok if x.get("platform")})
+    if len(platforms) > 1:
+        lines.append(f"warning: these runs ran on different platforms ({', '.join(platforms)}): "
+                     + "; ".join(f"{x['framework']}/{x['strategy']} on {x.get('platform')}" for x in ok)
+                     + ". Their times do not compare (did a framework miss the GPU?)")
     vers = {}
     for x in ok:
         vers |= {k: v for k, v in (x.get("versions") or {}).items() if k != "platform"}
     if vers:
         lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in sorted(vers.items())))
     return lines
+
+
+def _dtype(r: dict[str, Any]) -> str:
+    """The matmul dtype a run's peak was measured in: bf16 for bf16 runs (``--precision bf16`` or ``+bf16``)."""
+    return "bf16" if r.get("precision") == "bf16" or "bf16" in str(r.get("strategy", "")).split("+") else "fp32"
 
 
 def _peak_text(framework: str, r: dict[str, Any]) -> str:
@@ -170,7 +188,15 @@ def _load_lines(records: list[dict[str, Any]]) -> list[str]:
         if any(r.get("load_avg_1m_external") not in (None, r["load_avg_1m"]) for r in loads):
             out[-1] += f"; {_span(ext)} without what twinbench's own ended runs still add to it"
     busy = [r for r in records if any(w.startswith(CONDITION_WARNINGS[0]) for w in r.get("warnings") or [])]
-    if busy:
+    measured = [r for r in loads if r.get("interference_cores") is not None]
+    if measured:
+        out.append("other processes during the timed steps (measured): "
+                   f"{_span([r['interference_cores'] for r in measured])} core(s) busy")
+    if busy and any(r.get("interference_cores") is not None for r in busy):
+        worst = max(r.get("interference_cores") or 0 for r in busy)
+        out.append(f"warning: machine busy: in {len(busy)} of {len(records)} run(s) other processes kept up to "
+                   f"{worst:.2f} core(s) busy during the timed steps; their timings are not reliable")
+    elif busy:
         per_core = max((r.get("load_avg_1m_external") or r.get("load_avg_1m") or 0) / (r.get("cpu_count") or 1)
                        for r in busy)
         out.append(f"warning: machine busy: {len(busy)} of {len(records)} run(s) started with more than {HIGH_LOAD} "

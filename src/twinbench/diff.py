@@ -1,0 +1,274 @@
+"""``twinbench diff OLD NEW``: did a change make training faster or slower, beyond the noise?
+
+Two sets of results (results directories or ``results.jsonl`` files) are matched run by run on *what* ran:
+framework, strategy with its modifiers, model family and shape, batch, sequence, precision, devices and task;
+never the run id or the time, and not the conditions (threads, versions, XLA flags, machine), which are what a
+diff is usually about and are listed under the table instead.
+
+**The statistics.** The unit of replication is the repeat: one process, one run (``compare --repeats N``). The
+steps of one run are correlated (same compiled program, same allocator state, same machine minute) and a
+shared host's speed drifts between processes by more than the steps of one run vary, so an interval built
+from pooled steps is far too narrow and would call every drift a regression. Each repeat contributes its
+median step time; the step-time ratio NEW/OLD is ``exp(mean log NEW - mean log OLD)`` and its 95% confidence
+interval is Welch's t interval on the log medians (``scipy.stats.ttest_ind(equal_var=False)``), exponentiated.
+The verdict is *slower* when the whole interval lies above 1, *faster* when below, else *no detectable change*.
+With one repeat on either side there is no estimate of the between-process noise: the ratio is shown and the
+verdict says it cannot separate the code from drift.
+
+``--fail-above PCT`` makes it a CI gate: exit 1 when a matched run is slower by more than PCT percent with the
+interval's lower end above ``1 + PCT/100``; otherwise 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from twinbench.record import condition_warnings
+
+METHOD = ("per-repeat median step times; ratio NEW/OLD = exp(mean log NEW - mean log OLD); 95% CI: Welch's t "
+          "interval on the log medians (scipy.stats.ttest_ind, equal_var=False), exponentiated")
+CONFIDENCE = 0.95
+SLOWER, FASTER, SAME, SINGLE = "slower", "faster", "no detectable change", "one repeat a side: cannot separate code from drift"
+#: what a run is, for matching (a record field, or a field of its spec)
+MATCH_FIELDS = ("framework", "strategy", "family", "layers", "d_model", "heads", "d_ff", "vocab", "context",
+                "batch", "seq", "precision", "device_count", "task", "user_model", "attention_impl")
+#: conditions listed under the table when the two sides differ in them
+CONDITION_FIELDS = ("versions", "xla_flags", "threads", "device", "platform", "matmul_precision", "compile_cache",
+                    "peak_tflops", "load_avg_1m_external", "interference_cores")
+#: two runs whose losses differ by more than this (relative, any step) did not compute the same thing
+LOSS_RTOL = 1e-4
+#: one side's measured interference (cores other processes kept busy) this much above the other's is reported
+INTERFERENCE_GAP = 0.25
+
+
+class DiffError(ValueError):
+    """Input that cannot be diffed: the message is one line, fit to print."""
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    """The twinbench records of a results directory or a ``results.jsonl`` file (one line error otherwise)."""
+    path = Path(path)
+    file = path / "results.jsonl" if path.is_dir() else path
+    if not file.exists():
+        raise DiffError(f"{path}: no such results directory or file" if not path.exists()
+                        else f"{path}: no results.jsonl there (run `twinbench compare --out {path}`)")
+    records, bad = [], 0
+    for line in file.read_text(errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(rec, dict) and {"framework", "strategy", "status"} <= rec.keys():
+            records.append(rec)
+        else:
+            bad += 1
+    if not records:
+        raise DiffError(f"{file}: no twinbench records in it" + (f" ({bad} line(s) that are not)" if bad else ""))
+    return records
+
+
+def identity(r: dict[str, Any]) -> tuple:
+    """What a record ran, for matching across result sets."""
+    spec = r.get("spec") or {}
+    model, train = spec.get("model") or {}, spec.get("train") or {}
+    out = []
+    for k in MATCH_FIELDS:
+        v = r.get(k, model.get(k, train.get(k, spec.get(k))))
+        if k == "attention_impl" and v is None:
+            v = "default"
+        out.append(v)
+    return tuple(out)
+
+
+def describe(key: tuple) -> str:
+    d = dict(zip(MATCH_FIELDS, key, strict=True))
+    shape = f"{d['family'] or 'gpt'} L{d['layers']} d{d['d_model']} b{d['batch']}x{d['seq']} {d['precision']}"
+    devices = f", {d['device_count']} devices" if (d["device_count"] or 1) > 1 else ""
+    return f"{d['framework']}/{d['strategy']} ({shape}{devices})"
+
+
+def repeat_medians(records: list[dict[str, Any]]) -> list[float]:
+    """The median step time (ms) of each repeat: recomputed from ``step_times_ms`` where the record has them."""
+    out = []
+    for r in records:
+        times = r.get("step_times_ms")
+        out.append(statistics.median(times) if times else r.get("step_ms"))
+    return [float(x) for x in out if x]
+
+
+@dataclass
+class Interval:
+    ratio: float
+    low: float | None  # None: no interval (one repeat on a side)
+    high: float | None
+
+    def verdict(self) -> str:
+        if self.low is None or self.high is None:
+            return SINGLE
+        if self.low > 1.0:
+            return SLOWER
+        if self.high < 1.0:
+            return FASTER
+        return SAME
+
+
+def ratio_interval(old: list[float], new: list[float], confidence: float = CONFIDENCE) -> Interval:
+    """NEW/OLD step-time ratio with Welch's t interval on log per-repeat medians (see the module docstring)."""
+    from scipy import stats
+
+    lo, ln = [math.log(x) for x in old], [math.log(x) for x in new]
+    ratio = math.exp(statistics.fmean(ln) - statistics.fmean(lo))
+    if len(lo) < 2 or len(ln) < 2:
+        return Interval(ratio, None, None)
+    if statistics.pvariance(lo) == 0 and statistics.pvariance(ln) == 0:  # identical repeats: a point
+        return Interval(ratio, ratio, ratio)
+    ci = stats.ttest_ind(ln, lo, equal_var=False).confidence_interval(confidence)
+    return Interval(ratio, math.exp(ci.low), math.exp(ci.high))
+
+
+def _median(records: list[dict[str, Any]], key: str) -> float | None:
+    vals = [r[key] for r in records if isinstance(r.get(key), (int, float))]
+    return statistics.median(vals) if vals else None
+
+
+def _loss_gap(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> float | None:
+    """Largest relative difference between the two sides' loss trajectories (first repeat of each), or None."""
+    a, b = (old[0].get("losses") or []), (new[0].get("losses") or [])
+    n = min(len(a), len(b))
+    if not n:
+        return None
+    return max(abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a[:n], b[:n], strict=True))
+
+
+@dataclass
+class Pair:
+    run: str
+    old_ms: list[float]
+    new_ms: list[float]
+    ratio: float
+    ci_low: float | None
+    ci_high: float | None
+    verdict: str
+    deltas: dict[str, Any] = field(default_factory=dict)  # compile_s, first_step_s, peak_mem_bytes, mfu: old/new
+    loss_gap: float | None = None
+    losses_agree: bool | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Diff:
+    method: str
+    pairs: list[Pair]
+    only_old: list[str]
+    only_new: list[str]
+    failed: list[str]  # matched runs without an ok record on one side
+    conditions: list[str]  # how the two sides' conditions differ
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def gate(self, fail_above_pct: float) -> list[Pair]:
+        """The pairs that fail ``--fail-above PCT``: slower, with the interval's lower end above 1 + PCT/100."""
+        return [p for p in self.pairs if p.verdict == SLOWER and p.ci_low is not None
+                and p.ci_low > 1 + fail_above_pct / 100]
+
+
+def _conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for k in CONDITION_FIELDS:
+        if k == "versions":
+            vo: dict[str, set] = {}
+            vn: dict[str, set] = {}
+            for r in old:
+                for name, v in (r.get("versions") or {}).items():
+                    vo.setdefault(name, set()).add(v)
+            for r in new:
+                for name, v in (r.get("versions") or {}).items():
+                    vn.setdefault(name, set()).add(v)
+            for name in sorted(set(vo) | set(vn)):
+                if vo.get(name) != vn.get(name):
+                    out.append(f"{name}: {', '.join(sorted(vo.get(name, {'-'})))} -> "
+                               f"{', '.join(sorted(vn.get(name, {'-'})))}")
+            continue
+        so = sorted({json.dumps(r.get(k)) for r in old if r.get(k) is not None})
+        sn = sorted({json.dumps(r.get(k)) for r in new if r.get(k) is not None})
+        if k in ("load_avg_1m_external", "interference_cores", "peak_tflops"):
+            fo, fn = [r[k] for r in old if r.get(k) is not None], [r[k] for r in new if r.get(k) is not None]
+            if fo and fn and (max(fo + fn) - min(fo + fn)) > (0.05 * max(fo + fn) if k == "peak_tflops" else 0.2):
+                out.append(f"{k}: {min(fo):.3g}-{max(fo):.3g} -> {min(fn):.3g}-{max(fn):.3g}")
+            continue
+        if so != sn:
+            out.append(f"{k}: {', '.join(str(json.loads(x)) for x in so) or '-'} -> "
+                       f"{', '.join(str(json.loads(x)) for x in sn) or '-'}")
+    busy = [s for s, recs in (("OLD", old), ("NEW", new))
+            if any(w.startswith("machine busy") for r in recs for w in condition_warnings(r))]
+    if busy:
+        out.append(f"warning: runs of {' and '.join(busy)} were measured on a busy machine; their ratios mix code "
+                   "and interference")
+    return out
+
+
+def diff(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> Diff:
+    """Match OLD and NEW records on what ran and compare every matched run (see the module docstring)."""
+    groups_old: dict[tuple, list[dict[str, Any]]] = {}
+    groups_new: dict[tuple, list[dict[str, Any]]] = {}
+    for recs, groups in ((old, groups_old), (new, groups_new)):
+        for r in recs:
+            groups.setdefault(identity(r), []).append(r)
+    common = [k for k in groups_old if k in groups_new]
+    if not common:
+        raise DiffError("no run of OLD matches a run of NEW (framework, strategy, model shape, batch, precision, "
+                        f"devices): OLD has {', '.join(sorted({describe(k) for k in groups_old}))}; NEW has "
+                        f"{', '.join(sorted({describe(k) for k in groups_new}))}")
+    pairs, failed = [], []
+    for k in common:
+        o = [r for r in groups_old[k] if r.get("status") == "ok"]
+        n = [r for r in groups_new[k] if r.get("status") == "ok"]
+        if not o or not n:
+            failed.append(f"{describe(k)}: no ok run in {'OLD' if not o else 'NEW'}")
+            continue
+        om, nm = repeat_medians(o), repeat_medians(n)
+        iv = ratio_interval(om, nm)
+        deltas = {key: {"old": _median(o, key), "new": _median(n, key)}
+                  for key in ("compile_s", "first_step_s", "peak_mem_bytes", "mfu")}
+        gap = _loss_gap(o, n)
+        notes = []
+        io, inn = _median(o, "interference_cores"), _median(n, "interference_cores")
+        if io is not None and inn is not None and abs(io - inn) > INTERFERENCE_GAP:
+            notes.append(f"other processes kept {io:.2f} core(s) busy during OLD's timed steps and {inn:.2f} during "
+                         "NEW's: the ratio mixes code and interference")
+        pairs.append(Pair(describe(k), om, nm, iv.ratio, iv.low, iv.high, iv.verdict(), deltas, gap,
+                          None if gap is None else gap <= LOSS_RTOL, notes))
+    only_old = sorted(describe(k) for k in groups_old if k not in groups_new)
+    only_new = sorted(describe(k) for k in groups_new if k not in groups_old)
+    return Diff(METHOD, pairs, only_old, only_new, failed, _conditions(old, new))
+
+
+def lines(d: Diff) -> list[str]:
+    """The lines under the table: method, unmatched runs, differing conditions, loss disagreements, notes."""
+    out = [f"method: {d.method}"]
+    for p in d.pairs:
+        if p.losses_agree is False:
+            out.append(f"warning: {p.run}: loss trajectories differ (up to {p.loss_gap:.2e} relative, above "
+                       f"{LOSS_RTOL:g}): the two sides did not compute the same thing")
+        out += [f"note: {p.run}: {n}" for n in p.notes]
+    out += [f"only in OLD (not compared): {r}" for r in d.only_old]
+    out += [f"only in NEW (not compared): {r}" for r in d.only_new]
+    out += [f"not compared: {f}" for f in d.failed]
+    out += ["conditions that differ: " + "; ".join(d.conditions)] if d.conditions else \
+        ["conditions: the same on both sides (versions, flags, threads, device, peak, load)"]
+    return out
+
+
+def fmt_ratio(p: Pair) -> str:
+    if p.ci_low is None:
+        return f"{p.ratio:.3f}"
+    return f"{p.ratio:.3f} [{p.ci_low:.3f}, {p.ci_high:.3f}]"
