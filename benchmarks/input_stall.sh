@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Input stall with --slow-input 20 ms of simulated host work per batch, without and with +prefetch, in both
-# frameworks (issue 12 item 3: JAX's +prefetch pipeline moved from a hand-written thread pool to Grain).
+# frameworks (JAX's +prefetch pipeline is Grain's).
 # REPEATS rounds, interleaved: each round runs the BERT compare, then the GPT one, each run in its own process:
 #   twinbench compare --preset bert-tiny --task classify --slow-input 20 --strategies STRATS
 #   twinbench compare --preset small --slow-input 20 --strategies STRATS
@@ -22,4 +22,4 @@ for r in $(seq 1 "$REPEATS"); do
   $TB compare --preset bert-tiny --task classify --slow-input 20 --strategies "$STRATS" --out "$OUT/r$r/bert"
   $TB compare --preset small --slow-input 20 --strategies "$STRATS" --out "$OUT/r$r/gpt"
 done
-"$PY" "$(dirname "$0")/summarize_stall.py" "$OUT"
+"$PY" "$(dirname "$0")/input_stall_table.py" "$OUT"

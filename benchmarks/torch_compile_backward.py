@@ -1,6 +1,6 @@
 """How much of torch.compile's cold compile time is the backward, which AOTAutograd compiles lazily?
 
-Issue 10 item 2: ``compile_s`` used to count dynamo's frame compiles only (``_compile.compile_inner``); the
+``compile_s`` used to count dynamo's frame compiles only (``_compile.compile_inner``); the
 backward graph is compiled at the first ``backward()`` (``backward._backward_impl``) and was left out. This
 builds one torch strategy on a preset exactly as a run does (fresh process, cold Inductor cache in a temporary
 directory), runs a few steps and prints the two parts and their sum (what ``compile_s`` counts now).

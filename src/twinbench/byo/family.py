@@ -151,7 +151,7 @@ def flops_per_token(um: UserModel) -> int:
 
 
 class UserFamily:
-    """The ``user`` family under the names of the family contract (issue 11, ``models/family.py``), so that
+    """The ``user`` family under the names of the family contract (``models/family.py``), so that
     ``family.get(spec)`` for a ``--model`` spec can return ``UserFamily(spec)``.
 
     The user's module is built by ``build(cfg)`` once per process (cached: the loss and the blocks belong to

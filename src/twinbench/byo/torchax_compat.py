@@ -4,8 +4,8 @@ torchax 0.0.13 (the release on PyPI) refers to named-tensor ATen overloads such 
 ``torch.ops.aten.prod.dim_Dimname`` in two module-level tables: its autocast policy (``torchax.amp``, read
 at import) and its decomposition list (``torchax.decompositions``, read when the default environment is
 built). PyTorch 2.13 removed named tensors and those overloads with them, so ``import torchax`` fails with
-``AttributeError: The underlying op of 'aten.prod' has no overload name 'dim_Dimname'`` (google/torchax
-issue 101, fixed upstream by pull request 102, after 0.0.13).
+``AttributeError: The underlying op of 'aten.prod' has no overload name 'dim_Dimname'`` (reported to
+google/torchax as #101 and fixed upstream by #102, after 0.0.13).
 
 :func:`import_torchax` imports torchax (and its decomposition table) while a missing *named-tensor*
 overload (``Dimname`` or ``names`` in its overload name) resolves to an inert placeholder instead of raising,

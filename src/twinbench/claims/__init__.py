@@ -1,4 +1,4 @@
-"""twinbench claims: every practitioner claim of ``shared/claims.md`` (C1-C21) as an experiment with a verdict.
+"""twinbench claims: every practitioner claim of ``docs/claims.md`` (C1-C21) as an experiment with a verdict.
 
 ``core`` holds the registry and the types, ``suite`` runs a selection; one module per claim group holds each
 claim's runs (or probe) and its verdict rule side by side: ``compilation`` (C1-C6), ``speed`` (C7-C9),

@@ -1,4 +1,4 @@
-"""The claims registry: one :class:`Claim` per id of ``shared/claims.md``, with its experiment and verdict rule.
+"""The claims registry: one :class:`Claim` per id of ``docs/claims.md``, with its experiment and verdict rule.
 
 A claim names the runs it needs (``runs(setup) -> {name: RunSpec}``, built from the registered strategies),
 the probes it needs (small experiments of ``claims/probes.py`` run in their own process), the rule it
@@ -149,7 +149,7 @@ class Claim:
 
 
 CLAIMS: dict[str, Claim] = {}
-#: The claim-group modules of this package, in the order of ``shared/claims.md``.
+#: The claim-group modules of this package, in the order of ``docs/claims.md``.
 GROUPS = ("compilation", "speed", "multidevice", "input", "dynamic")
 
 

@@ -6,7 +6,7 @@ Token + position + segment embeddings, post-LayerNorm blocks (eps 1e-12), bidire
 through ``jax.nn.dot_product_attention`` with a key padding mask, exact (erf) GELU, a tanh pooler over
 the first token and a linear classifier. No dropout: the twins are deterministic, so they can be compared.
 
-``cfg.mask_impl`` chooses how the padding mask reaches the attention (section 4 of issue 4); all three give
+``cfg.mask_impl`` chooses how the padding mask reaches the attention (`--mask-impl`); all three give
 the same result: ``where`` hands the fused attention a boolean mask (applied with a select, ``jnp.where``),
 ``mul`` turns the 0/1 mask into an additive bias by multiplication, ``cond`` chooses per batch with
 ``lax.cond`` between no mask (no padding anywhere in the batch) and the masked attention, on the device.

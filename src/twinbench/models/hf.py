@@ -382,16 +382,3 @@ def _family_of(cfg: ModelConfig) -> dict[str, Any]:
             return fam
     raise SpecError(f"--family {cfg.family}: no Hugging Face format for it; allowed: "
                     f"{', '.join(f['family'] for f in _FAMILIES.values())}")
-
-
-_MOVED = {"adopt_checkpoint": "twinbench.spec", "initial_weights": "twinbench.export",
-          "export_weights": "twinbench.export", "weights_from_results": "twinbench.export"}
-
-
-def __getattr__(name: str) -> Any:
-    """The run-level functions that used to live here (this module is now a pure format adapter)."""
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

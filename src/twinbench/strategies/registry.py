@@ -73,7 +73,7 @@ register("jax", "naive", "JAX naive port: only value_and_grad jitted, Optax upda
 register("jax", "jit", "JAX whole step (loss, grad, clip, AdamW) in one jit, params+opt state donated",
          "twinbench.strategies.jax_jit:build")
 
-# Execution strategies (issue 3): how each framework is driven. See `twinbench strategies`.
+# Execution strategies: how each framework is driven. See `twinbench strategies`.
 register("torch", "compile", "torch.compile of model+loss as one graph (Inductor, fwd+bwd); optimizer eager "
          "unless +optc", "twinbench.strategies.torch_compile:build", default=False)
 register("torch", "compile-regional", "each Transformer block compiled once (block.compile()) and reused for "
@@ -90,7 +90,7 @@ register_modifier("nodonate", ("jax",), "do not donate params and optimizer stat
                   "donation buys)", bases=("jit", "scan-steps", "scan-layers", "torchax", "port"))
 register_modifier("optc", ("torch",), "also torch.compile the optimizer half of the step (grad clipping + AdamW)",
                   bases=("compile", "compile-regional"))
-# Variable-length batches and the input pipeline (issue 4, --task classify): see data/classify.py, pipeline.py.
+# Variable-length batches and the input pipeline (--task classify): see data/classify.py, pipeline.py.
 register_modifier("pad-max", ("torch", "jax"), "classify: pad every batch to --seq (the default): one shape, "
                   "one compiled program")
 register_modifier("bucket", ("torch", "jax"), "classify: pad each batch to the smallest bucket (seq/8, seq/4, "
@@ -119,7 +119,7 @@ ALL_COMBOS: list[tuple[str, str]] = [
     ("jax", "jit+bf16"), ("jax", "jit+remat"), ("jax", "jit+nodonate"), ("jax", "scan-layers+remat"),
 ]
 
-# Many devices (issue 5): parallelism applied from outside the model; not in the default single-device set.
+# Many devices: parallelism applied from outside the model; not in the default single-device set.
 register("jax", "mesh-dp", "JAX data parallel: jit + NamedSharding, batch split over the 'data' mesh axis, "
          "params replicated", "twinbench.strategies.jax_mesh:build_dp", default=False, multi_device=True)
 register("jax", "mesh-fsdp", "JAX FSDP (ZeRO-3): params, optimizer state and batch sharded over the 'data' axis",
@@ -135,7 +135,7 @@ register_modifier("replicate-batch", ("jax",), "anti-pattern (claim C10): the ba
 register_modifier("nosync", ("jax",), "anti-pattern (claim C13): no lax.pmean of the gradients, each device "
                   "trains its own model; flagged in the record's warnings", bases=("pmap",))
 
-# Bring your own model (issue 12, `compare --model FILE.py:build`, see twinbench/byo): the torch bases below
+# Bring your own model (`compare --model FILE.py:build`, see twinbench/byo): the torch bases below
 # build the user's module instead of a twin; the JAX side runs it through torchax, or the user's own port.
 register("jax", "torchax", "the user's torch module (--model) under JAX via torchax.extract_jax: one jit step, "
          "value_and_grad + Optax AdamW, params+opt state donated", "twinbench.strategies.jax_user:build_torchax",

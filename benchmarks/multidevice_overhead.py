@@ -4,7 +4,7 @@ Runs two ``twinbench compare`` (each run in its own process(es), as always): eve
 1 device and on N devices, plus the frameworks' single-device baselines (jax/jit, torch/eager), then prints
 a Markdown table for ``benchmarks/RESULTS.md`` and the scaling lines of ``twinbench.report.scaling``.
 
-    .venv/bin/python benchmarks/multidevice.py --preset small --devices 4 --out runs/multidevice
+    .venv/bin/python benchmarks/multidevice_overhead.py --preset small --devices 4 --out runs/multidevice
 
 On a CPU the N devices are simulated (JAX host-platform devices, torchrun processes) and share the
 machine's cores: the step-time ratios are the overhead of each parallel formulation, not a speed-up.

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Bring your own model (issue 12): the Llama-style example of examples/byo under torch (eager,
+# Bring your own model: the Llama-style example of examples/byo under torch (eager,
 # compile-regional, compile) and JAX (torchax, and the hand-written port after its parity check), on the
 # small preset's shape. Records, summary.md and report.html land in OUTDIR (default runs/byo-<timestamp>).
 #
-#   benchmarks/byo.sh [OUTDIR]          # ~5-10 min on an idle 2-core CPU (two cold torch.compile runs)
+#   benchmarks/own_model.sh [OUTDIR]          # ~5-10 min on an idle 2-core CPU (two cold torch.compile runs)
 #
 # PYTHON selects the interpreter (default: .venv/bin/python if it exists, else python3).
 set -euo pipefail

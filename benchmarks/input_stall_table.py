@@ -1,7 +1,7 @@
 """The table of benchmarks/input_stall.sh: input wait, stall share and step time per run, every round and median.
 
 Reads only results.jsonl (plain JSON), so it summarises runs made by any twinbench version.
-Usage: python benchmarks/summarize_stall.py OUTDIR   (the OUTDIR given to input_stall.sh)
+Usage: python benchmarks/input_stall_table.py OUTDIR   (the OUTDIR given to input_stall.sh)
 """
 
 from __future__ import annotations

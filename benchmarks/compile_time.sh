@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Issue 3 measurements (benchmarks/RESULTS.md): compile time cut down, and what the execution strategies cost
+# What does compilation cost (benchmarks/RESULTS.md)? Compile time cut down, and what the execution strategies cost
 # or buy per step. Every configuration runs in its own process through `twinbench compare` / `sweep`.
 #
-#   benchmarks/compile_and_steps.sh OUTDIR [a b c c12 d d-unroll e]     (default: a b c d e)
+#   benchmarks/compile_time.sh OUTDIR [a b c c12 d d-unroll e]     (default: a b c d e)
 #
 #   a  scan-layers vs unrolled jit: compile time at 12 layers              (goal: <= 0.5x)
 #   b  JAX persistent compilation cache: warm vs cold compile              (goal: <= 0.3x)
@@ -11,7 +11,7 @@
 #   d  scan-layers vs unrolled: steady-state step time (from a)            (goal: <= +10%)
 #   e  scan-steps vs per-step jit at batch 1, 2, 8 on tiny and small
 set -euo pipefail
-OUT=${1:?usage: benchmarks/compile_and_steps.sh OUTDIR [a b c d e]}
+OUT=${1:?usage: benchmarks/compile_time.sh OUTDIR [a b c d e]}
 shift
 ITEMS=${*:-a b c d e}
 TB=${TWINBENCH:-twinbench}

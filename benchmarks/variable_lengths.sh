@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Issue 4 measurements on bert-tiny with the skewed lengths of the embedded classification task:
+# Variable-length text on bert-tiny with the skewed lengths of the embedded classification task:
 #  (1) pad-max vs bucket vs dynamic in both frameworks: compilations, total wall time with compiles, padding;
 #  (2) input stall at --slow-input 20 ms per batch, without and with +prefetch.
-# Usage: benchmarks/bert_lengths.sh [OUTDIR] [STEPS]   (default runs/bert-lengths, 24 steps)
+# Usage: benchmarks/variable_lengths.sh [OUTDIR] [STEPS]   (default runs/bert-lengths, 24 steps)
 set -euo pipefail
 OUT=${1:-runs/bert-lengths}
 STEPS=${2:-24}

@@ -1,6 +1,6 @@
-"""Print the figures of benchmarks/RESULTS.md (issue 3 section) from the results of compile_and_steps.sh.
+"""Print the figures of benchmarks/RESULTS.md ("What does compilation cost") from the results of compile_time.sh.
 
-    python benchmarks/summarize_issue3.py OUTDIR
+    python benchmarks/compile_time_table.py OUTDIR
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Multi-device BERT fine-tuning (issue 11 item 5): where data parallelism starts to pay (claim C12).
+"""Multi-device BERT fine-tuning: where data parallelism starts to pay (claim C12).
 
 For each repeat and each global batch (8, 32, 128) it runs ``twinbench sweep --preset bert-tiny --over
 devices=1,4 --strategies mesh-dp,ddp`` at that batch, so that each one-device run and its 4-device counterpart run
@@ -8,10 +8,10 @@ its report.html there (the "Where data parallelism pays" plot). Then it prints, 
 device, the speed-up of 4 devices over one device on the same global batch (report/scaling.py ``payoff``) as
 the median and range of the repeats, and the largest relative loss difference against one device (fp32 parity).
 
-    .venv/bin/python benchmarks/bert_dp_batch.py --out runs/bert-dp [--repeats 3] [-- extra sweep flags]
+    .venv/bin/python benchmarks/data_parallel_payoff.py --out runs/bert-dp [--repeats 3] [-- extra sweep flags]
 
 The multi-device compare of every strategy at one size (all ok, losses equal to one device) is
-``benchmarks/multidevice.py --preset bert-tiny --devices 4 --out runs/bert-multidevice --task classify``.
+``benchmarks/multidevice_overhead.py --preset bert-tiny --devices 4 --out runs/bert-multidevice --task classify``.
 On a CPU the devices are simulated and share the cores: the speed-ups show the overhead of each parallel
 formulation, not a gain of data parallelism (a ratio above 1 there says that 4 XLA devices or 4 torch ranks kept
 the 2 cores busier than one process's intra-op threads did); run it on a multi-GPU machine for C12's answer.

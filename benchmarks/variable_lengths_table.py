@@ -1,6 +1,6 @@
-"""Markdown tables of the issue-4 benchmark runs (benchmarks/bert_lengths.sh, bert_masks.sh).
+"""Markdown tables of the variable-length and mask benchmark runs (benchmarks/variable_lengths.sh, mask_variants.sh).
 
-Usage: python benchmarks/summarize_bert.py OUTDIR   (the OUTDIR given to the scripts; default runs/bert-lengths)
+Usage: python benchmarks/variable_lengths_table.py OUTDIR   (the OUTDIR given to the scripts; default runs/bert-lengths)
 """
 
 from __future__ import annotations

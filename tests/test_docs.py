@@ -1,0 +1,60 @@
+"""The documentation a newcomer reads: links resolve, every command has a page one link from the README, every
+record field is documented, and no text speaks of internal work items or files outside the repository."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from twinbench.cli import app
+from twinbench.record import Record
+
+ROOT = Path(__file__).resolve().parents[1]
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "RESULTS.md"]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(page):
+    for target in LINK.findall(page.read_text()):
+        if "://" in target:
+            continue
+        assert (page.parent / target).exists(), f"{page.name}: broken link {target}"
+
+
+def test_every_command_has_a_page_one_link_from_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    linked = [ROOT / t for t in LINK.findall(readme) if t.endswith(".md") and "://" not in t]
+    text = readme + "".join(p.read_text() for p in linked)
+    commands = [c.name or c.callback.__name__ for c in app.registered_commands]
+    missing = [c for c in commands if f"twinbench {c}" not in text]
+    assert not missing, f"commands without a page linked from README.md: {missing}"
+
+
+def test_every_record_field_is_documented():
+    doc = (ROOT / "docs" / "records.md").read_text()
+    assert [f.name for f in fields(Record) if f"`{f.name}`" not in doc] == []
+
+
+def test_no_internal_work_items_or_outside_files():
+    pattern = re.compile(r"issue [0-9]+|shared/")
+    hits = []
+    for folder in ("src", "docs", "benchmarks", "examples"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.is_file() and path.suffix in {".py", ".md", ".sh", ".txt"} and "egg-info" not in str(path):
+                hits += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in pattern.finditer(path.read_text())]
+    hits += [f"README.md: {m.group(0)}" for m in pattern.finditer((ROOT / "README.md").read_text())]
+    assert hits == []
+
+
+def test_every_benchmark_script_has_a_usage_line_and_is_listed_in_results():
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    for script in sorted((ROOT / "benchmarks").glob("*.*")):
+        if script.suffix not in {".py", ".sh"}:
+            continue
+        head = "\n".join(script.read_text().splitlines()[:15])
+        assert re.search(rf"(usage|Usage|{script.name})", head), f"{script.name}: no usage line"
+        assert script.name in results, f"{script.name} is not listed in benchmarks/RESULTS.md"
