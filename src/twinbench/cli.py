@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import json
@@ -63,6 +64,59 @@ def with_spec_flags(fn: Callable) -> Callable:
     return wrapper
 
 
+#: The launcher options of the command being run (``with_launcher_flags``), read by run_and_report.
+JOBS: contextvars.ContextVar[Any] = contextvars.ContextVar("jobs", default=None)
+LAUNCHER_FLAGS = {
+    "launcher": (str, "process", "how each run reaches a process: process (a fresh local subprocess, the default), "
+                                 "local (a submitit job on this machine, one at a time) or slurm (a SLURM job "
+                                 "through submitit, sized from the run's devices)"),
+    "partition": (str, "", "SLURM partition"),
+    "account": (str, "", "SLURM account"),
+    "qos": (str, "", "SLURM quality of service"),
+    "time": (int, 60, "minutes a job may run (SLURM --time)"),
+    "gpus_per_node": (int, 0, "GPUs per node: runs with more --devices span several nodes, one task per node"),
+    "cpus_per_task": (int, 0, "CPUs per task (0: the scheduler's default)"),
+    "slurm_option": (list[str], None, "KEY=VALUE passed to sbatch as --KEY=VALUE (repeatable)"),
+    "max_parallel": (int, 4, "jobs in the queue at once (one run a node: measurements never share a node)"),
+    "dry_run": (bool, False, "print the job each run would be (nodes, tasks, GPUs, time, command) and stop"),
+}
+
+
+def with_launcher_flags(fn: Callable) -> Callable:
+    """Add ``--launcher`` and the SLURM options (launch/) to a command that runs specs."""
+    from twinbench.launch import JobOptions, check, parse_slurm_options
+
+    sig = inspect.signature(fn)
+    params = list(sig.parameters.values())
+    keep = [p for p in params if p.kind is not p.VAR_KEYWORD]
+    extra = [p for p in params if p.kind is p.VAR_KEYWORD]
+    for name, (typ, default, help_) in LAUNCHER_FLAGS.items():
+        option = typer.Option(default, f"--{name.replace('_', '-')}", help=help_, rich_help_panel="Launcher")
+        keep.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                                      annotation=Optional[typ] if default is None else typ))  # noqa: UP045
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        given = {name: kwargs.pop(name) for name in LAUNCHER_FLAGS}
+        try:
+            opts = JobOptions(launcher=given["launcher"], partition=given["partition"], account=given["account"],
+                              qos=given["qos"], time_min=given["time"], gpus_per_node=given["gpus_per_node"],
+                              cpus_per_task=given["cpus_per_task"],
+                              slurm_options=parse_slurm_options(given["slurm_option"]),
+                              max_parallel=given["max_parallel"], dry_run=given["dry_run"])
+            check(opts)
+        except SpecError as e:
+            fail(str(e))
+        token = JOBS.set(opts)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            JOBS.reset(token)
+
+    wrapper.__signature__ = sig.replace(parameters=keep + extra)  # type: ignore[attr-defined]
+    return wrapper
+
+
 def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_steps: int, json_path: Path | None,
                    title: str, report: bool = True) -> list[dict[str, Any]]:
     """Run specs with a progress bar, then print the table and write summary.md (and --json); with
@@ -71,6 +125,13 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
 
     from twinbench.report.table import conditions, crossings, markdown, rich_table
 
+    jobs = JOBS.get()
+    if jobs is not None and jobs.dry_run:  # the jobs it would submit, and nothing else
+        from twinbench.launch.jobs import describe
+
+        for spec in specs:
+            out.print(describe(spec, jobs, timeout), highlight=False, soft_wrap=True, markup=False)
+        raise typer.Exit(0)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console,
                   transient=True) as progress:
@@ -85,7 +146,7 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
                 progress.console.print(f"[red]failed[/] {spec.label()}: {record.get('error')}", highlight=False)
 
         try:
-            records = runner.run_many(specs, out_dir, timeout, on_start, on_done)
+            records = runner.run_many(specs, out_dir, timeout, on_start, on_done, jobs=jobs)
         except runner.Interrupted:
             progress.stop()
             fail(f"interrupted; finished runs are in {out_dir / runner.RESULTS}; "
@@ -139,6 +200,7 @@ def write_report(out_dir: Path, plan_steps: int) -> None:
 
 
 @app.command()
+@with_launcher_flags
 @with_spec_flags
 def compare(
     preset: str = PRESET_OPTION,
@@ -193,6 +255,7 @@ def compare(
 
 
 @app.command()
+@with_launcher_flags
 @with_spec_flags
 def sweep(
     over: list[str] = typer.Option(..., "--over", help="FIELD=V1,V2,... for any run-spec field (layers, batch, "
@@ -407,6 +470,7 @@ def score(
 
 
 @app.command()
+@with_launcher_flags
 def claims(
     quick: bool = typer.Option(False, "--quick", help="small presets and short runs (under 15 minutes on a "
                                "2-core CPU); default: larger presets, longer runs"),
@@ -424,7 +488,7 @@ def claims(
     timeout: float = typer.Option(900.0, help="seconds before one run or probe is stopped and marked failed"),
     trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
 ) -> None:
-    """Test each practitioner claim (C1-C21 of claims.md) here: what ran, the numbers, the verdict, its rule."""
+    """Test each practitioner claim (C1-C21, docs/claims.md) here: what ran, the numbers, the verdict, its rule."""
     from twinbench.claims import suite
     from twinbench.claims.core import GPT_LADDER, Setup, accelerator_present, select
 

@@ -202,8 +202,10 @@ def _conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[st
         sn = sorted({json.dumps(r.get(k)) for r in new if r.get(k) is not None})
         if k in ("load_avg_1m_external", "interference_cores", "peak_tflops"):
             fo, fn = [r[k] for r in old if r.get(k) is not None], [r[k] for r in new if r.get(k) is not None]
-            if fo and fn and (max(fo + fn) - min(fo + fn)) > (0.05 * max(fo + fn) if k == "peak_tflops" else 0.2):
-                out.append(f"{k}: {min(fo):.3g}-{max(fo):.3g} -> {min(fn):.3g}-{max(fn):.3g}")
+            if fo and fn:
+                mo, mn = statistics.median(fo), statistics.median(fn)
+                if abs(mn - mo) > (0.05 * max(mo, mn) if k == "peak_tflops" else 0.2):
+                    out.append(f"{k}: {min(fo):.3g}-{max(fo):.3g} -> {min(fn):.3g}-{max(fn):.3g}")
             continue
         if so != sn:
             out.append(f"{k}: {', '.join(str(json.loads(x)) for x in so) or '-'} -> "

@@ -42,6 +42,9 @@ def build_specs(preset: str, frameworks: str, strategies: str | None, overrides:
     from twinbench.strategies import registry
 
     fws = csv(frameworks) or []
+    from twinbench.distributed.cluster import fill_from_cluster
+
+    overrides = fill_from_cluster(overrides)  # inside a SLURM step of several tasks: this task's place in the run
     if top.get("user_model"):  # --model FILE.py:build: the user's own model (twinbench/byo)
         from twinbench.byo import plan as byo_plan
 

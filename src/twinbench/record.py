@@ -114,6 +114,12 @@ class Record:
     peak_load_per_core: float | None = None  # load per core while the peak was measured
     # bring your own model (--model, twinbench/byo): how FLOPs were counted, the port's parity check
     # (--jax-model), the doctor's findings over a few extra steps of a JAX run
+    # where it ran when submitted as a job (--launcher local|slurm, launch/): the launcher, the job's id and
+    # nodes, and for a job the scheduler ended (killed, preempted, node failure...) its state
+    launcher: str | None = None
+    job_id: str | None = None
+    job_nodes: list[str] = field(default_factory=list)
+    launcher_state: str | None = None
     flops_convention: str | None = None
     parity: dict[str, Any] = field(default_factory=dict)
     doctor: dict[str, Any] = field(default_factory=dict)
@@ -126,7 +132,7 @@ class Record:
                     batch=t.batch, seq=t.seq, layers=m.layers, d_model=m.d_model, precision=t.precision,
                     device=None, device_count=spec.devices, status=status, run_id=spec.run_id(),
                     heads=m.heads, vocab=m.vocab, context=m.context, steps=t.steps, warmup=t.warmup,
-                    threads=spec.threads, compile_cache=spec.compile_cache, spec=spec.to_dict(),
+                    threads=spec.threads or _cores(), compile_cache=spec.compile_cache, spec=spec.to_dict(),
                     task=spec.train.task, repeat=spec.repeat, config_id=spec.config_id())
         return cls(**(base | measured))
 
@@ -137,6 +143,14 @@ class Record:
     def from_dict(cls, d: dict[str, Any]) -> Record:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def _cores() -> int:
+    """The cores a run given ``--threads 0`` (all) gets: a failed or skipped record says so, as an ok one does."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def condition_warnings(r: dict[str, Any]) -> list[str]:

@@ -322,19 +322,28 @@ def run_many(
     timeout: float,
     on_start: Callable[[RunSpec], None] = lambda s: None,
     on_done: Callable[[RunSpec, dict[str, Any]], None] = lambda s, r: None,
+    jobs: Any = None,
 ) -> list[dict[str, Any]]:
     """Run every spec not already in ``out_dir/results.jsonl``; return all records for these specs.
 
-    SIGTERM is turned into :class:`Interrupted` like Ctrl-C, so a killed compare stops cleanly.
+    Each run is a fresh local subprocess, or with ``jobs`` (``launch.JobOptions`` of ``--launcher local|slurm``)
+    a submitit job that runs it the same way (launch/jobs.py). A row that failed because the scheduler ended
+    its job (killed, preempted, node failure: ``launcher_state``) is run again by ``--resume``; a run that
+    failed by itself is not. SIGTERM is turned into :class:`Interrupted` like Ctrl-C, so a killed compare
+    stops cleanly (and cancels the jobs it submitted).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / RESULTS
-    done = {r.get("run_id"): r for r in read_jsonl(path)}
+    done = {r.get("run_id"): r for r in read_jsonl(path) if not r.get("launcher_state")}
     specs = list(specs)
     caches = compile_cache.CachePlan(specs)  # each run's compilation cache directory, cold or warm
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     records = []
     try:
+        if jobs is not None and jobs.jobs:
+            from twinbench.launch.jobs import submit_many
+
+            return submit_many(specs, out_dir, timeout, jobs, done, on_start, on_done, caches.root)
         for spec in specs:
             rid = spec.run_id()
             if rid in done:

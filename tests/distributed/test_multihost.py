@@ -1,15 +1,19 @@
 """The multi-host path, on one machine: two twinbench processes on 127.0.0.1 form one run.
 
-Each "host" is a ``twinbench compare`` with ``--num-processes 2 --process-id I --coordinator 127.0.0.1:PORT``,
-as a user starts one per machine. JAX joins through ``jax.distributed.initialize`` (gloo collectives
-between the CPU processes); PyTorch through ``torchrun --nnodes 2 --node-rank I`` launched by each host's
-runner. With 2 devices in all (1 per process) and a global batch of 8, both must reproduce the
+Each "host" is a ``twinbench compare --devices 2`` that learns its place in the run only from the environment
+of task I of a 2-task SLURM job step (``SLURM_JOB_ID``, ``SLURM_NTASKS``, ``SLURM_PROCID``, ``SLURM_NODEID``,
+``SLURM_LOCALID``, ``SLURM_STEP_NODELIST``), as ``srun twinbench compare ...`` inside an allocation gives it
+(distributed/cluster.py); the explicit ``--num-processes/--process-id/--coordinator`` flags take the same path
+(tests/distributed/test_cluster.py). JAX joins through ``jax.distributed.initialize`` (gloo collectives between
+the CPU processes); PyTorch through ``torchrun --nnodes 2`` with a c10d rendezvous on the first host, launched by
+each host's runner. With 2 devices in all (1 per process) and a global batch of 8, both must reproduce the
 single-process one-device loss trajectory (relative 1e-5 per step, as in the single-host tests).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,10 +32,12 @@ def two_hosts(tmp_path: Path, framework: str, strategy: str) -> list[dict]:
     for pid in range(2):
         out = tmp_path / f"host{pid}"
         cmd = [sys.executable, "-m", "twinbench.cli", "compare", "--preset", "tiny", "--framework", framework,
-               "--strategies", strategy, "--devices", "2", "--num-processes", "2", "--process-id", str(pid),
-               "--coordinator", f"127.0.0.1:{port}", "--out", str(out), "--timeout", "240",
+               "--strategies", strategy, "--devices", "2", "--out", str(out), "--timeout", "240",
                *[a for k, v in TINY.items() for a in (f"--{k}", str(v))]]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        slurm = {"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "2", "SLURM_PROCID": str(pid), "SLURM_NODEID": str(pid),
+                 "SLURM_LOCALID": "0", "SLURM_STEP_NODELIST": "127.0.0.1", "MASTER_PORT": str(port)}
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env={**os.environ, **slurm}))
         outs.append(out)
     records = []
     for proc, out in zip(procs, outs, strict=True):

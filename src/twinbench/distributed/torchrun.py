@@ -4,14 +4,17 @@ The runner stays the only place that spawns processes: for a strategy registered
 launcher it starts ``python -m torch.distributed.run ... --module twinbench.worker SPEC RECORD`` instead of
 the worker itself, and torchrun starts one worker per device. One host: ``--standalone`` (a private
 rendezvous on a free port). Several hosts (``--num-processes`` > 1, one twinbench per host): a static
-rendezvous with ``--nnodes``, ``--node-rank`` and the master address from ``--coordinator``.
+rendezvous with ``--nnodes``, ``--node-rank`` and the master address from ``--coordinator``; inside a SLURM job
+(distributed/cluster.py) torchrun's c10d rendezvous on the job's first host instead.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 
+from twinbench.distributed.cluster import slurm_identity
 from twinbench.spec import RunSpec, SpecError
 
 WORKER = "twinbench.worker"
@@ -21,7 +24,12 @@ def launch_command(spec: RunSpec, worker_args: list[str]) -> list[str]:
     """The torchrun command line that runs the worker on ``spec.devices`` processes in all."""
     per_node = spec.devices // spec.num_processes
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(per_node)]
-    if spec.num_processes > 1:
+    slurm = slurm_identity()
+    if spec.num_processes > 1 and slurm is not None:  # in a SLURM job: torchrun's own c10d rendezvous
+        host, port = coordinator(spec)
+        cmd += ["--nnodes", str(spec.num_processes), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{host}:{port}",
+                "--rdzv-id", f"twinbench-{slurm.job_id}-{replace(spec, process_id=-1).run_id()}"]  # same on every host
+    elif spec.num_processes > 1:
         host, port = coordinator(spec)
         cmd += ["--nnodes", str(spec.num_processes), "--node-rank", str(node_rank(spec)),
                 "--master-addr", host, "--master-port", str(port)]

@@ -1,0 +1,158 @@
+"""Runs as submitit jobs: submit, poll, collect into results.jsonl as jobs end, cancel on Ctrl-C.
+
+``run_job`` is what a job executes (on every task of it); ``submit_many`` is the submitting side, called by
+``runner.run_many`` when a launcher other than the default is chosen.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from twinbench.launch import JobOptions, JobShape, job_spec, shape
+from twinbench.record import Record, append_jsonl
+from twinbench.spec import RunSpec
+
+POLL_S = 1.0
+#: submitit/SLURM states of a job that ended without a result, and how the failed row says it
+ENDED_BADLY = {"FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+               "DEADLINE", "INTERRUPTED"}
+
+
+def run_job(spec_dict: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Inside a job: this task's place in a multi-host run from SLURM, then the run through the runner."""
+    from twinbench import runner
+    from twinbench.distributed.cluster import slurm_identity
+
+    spec = RunSpec.from_dict(spec_dict)
+    ident = slurm_identity()
+    if spec.num_processes > 1 and ident is not None:
+        spec = replace(spec, process_id=ident.process_id, coordinator=ident.coordinator)
+    record = runner.run_one(spec, timeout)
+    record["job_nodes"] = list(ident.hosts) if ident else [socket.gethostname()]
+    return record
+
+
+def executor(opts: JobOptions, folder: Path, js: JobShape, timeout: float) -> Any:
+    """The submitit executor of one job shape: LocalExecutor for ``local``, SlurmExecutor for ``slurm``."""
+    import submitit
+
+    if opts.launcher == "local":
+        ex = submitit.LocalExecutor(folder=folder)
+        ex.update_parameters(timeout_min=max(int(timeout / 60) + 1, 1), tasks_per_node=js.tasks_per_node,
+                             nodes=js.nodes)
+        return ex
+    ex = submitit.SlurmExecutor(folder=folder)
+    ex.update_parameters(**slurm_parameters(opts, js))
+    return ex
+
+
+def slurm_parameters(opts: JobOptions, js: JobShape) -> dict[str, Any]:
+    """What ``sbatch`` is asked for (submitit's SlurmExecutor parameters)."""
+    params: dict[str, Any] = {"nodes": js.nodes, "ntasks_per_node": js.tasks_per_node, "time": opts.time_min,
+                              "job_name": "twinbench", "signal_delay_s": 30}
+    if js.gpus_per_node:
+        params["gpus_per_node"] = js.gpus_per_node
+    if opts.cpus_per_task:
+        params["cpus_per_task"] = opts.cpus_per_task
+    for key, value in (("partition", opts.partition), ("account", opts.account), ("qos", opts.qos)):
+        if value:
+            params[key] = value
+    extra = {k.replace("-", "_"): (v or True) for k, v in opts.slurm_options}
+    extra.setdefault("exclusive", True)  # one run a node: two measurements never share one
+    params["additional_parameters"] = extra
+    return params
+
+
+def describe(spec: RunSpec, opts: JobOptions, timeout: float) -> str:
+    """``--dry-run``: the job a run would be (nodes, tasks, GPUs, time, what it runs)."""
+    js = shape(spec, opts)
+    run = job_spec(spec, js)
+    where = "this machine (submitit LocalExecutor)" if opts.launcher == "local" else "sbatch (submitit SlurmExecutor)"
+    text = (f"{spec.label()} [{spec.run_id()}]: {where}: {js.nodes} node(s), {js.tasks_per_node} task(s) per node, "
+            f"{js.gpus_per_node} GPU(s) per node, time {opts.time_min} min; runs "
+            f"twinbench.launch.jobs.run_job(spec) -> runner.run_one: devices {run.devices}, "
+            f"{run.num_processes} process(es)")
+    if opts.launcher == "slurm":
+        params = slurm_parameters(opts, js)
+        text += "; sbatch " + " ".join(f"--{k.replace('_', '-')}={v}" for k, v in params.items()
+                                        if k not in ("additional_parameters", "signal_delay_s"))
+        text += "".join(f" --{k.replace('_', '-')}" + ("" if v is True else f"={v}")
+                        for k, v in params["additional_parameters"].items())
+    return text
+
+
+def _failed(spec: RunSpec, job: Any, state: str, why: str) -> dict[str, Any]:
+    return Record.for_spec(spec, "failed", error=f"job {job.job_id} {state}: {why}"[:500], launcher_state=state,
+                           job_id=str(job.job_id)).to_dict()
+
+
+def submit_many(specs: list[RunSpec], out_dir: Path, timeout: float, opts: JobOptions,
+                done: dict[str, dict[str, Any]], on_start: Callable[[RunSpec], None],
+                on_done: Callable[[RunSpec, dict[str, Any]], None], cache_root: Callable[[RunSpec], Path]) -> list:
+    """Submit every spec not in ``done`` as a job (at most ``max_parallel`` at once; one at a time locally),
+    append each record to results.jsonl as its job ends; Ctrl-C cancels the jobs not finished."""
+    path = out_dir / "results.jsonl"
+    folder = Path(opts.folder) if opts.folder else out_dir / "jobs"
+    parallel = 1 if opts.launcher == "local" or any(s.compile_cache == "warm" for s in specs) else opts.max_parallel
+    records: dict[str, dict[str, Any]] = {}
+    waiting = [s for s in specs if s.run_id() not in done]
+    running: list[tuple[RunSpec, Any, Path | None]] = []
+    try:
+        while waiting or running:
+            while waiting and len(running) < parallel:
+                spec = waiting.pop(0)
+                on_start(spec)
+                js = shape(spec, opts)
+                cold = None
+                run = job_spec(spec, js)
+                if run.compile_cache == "cold":  # a fresh, empty cache directory of its own (on shared storage)
+                    cold = cache_root(run) / f"cold-job-{uuid.uuid4().hex[:8]}"
+                    cold.mkdir(parents=True)
+                    run = replace(run, cache_dir=str(cold))
+                job = executor(opts, folder, js, timeout).submit(run_job, run.to_dict(), timeout)
+                running.append((spec, job, cold))
+            time.sleep(POLL_S)
+            for item in list(running):
+                spec, job, cold = item
+                if not job.done():
+                    continue
+                running.remove(item)
+                if cold is not None:
+                    shutil.rmtree(cold, ignore_errors=True)
+                record = _collect(spec, job)
+                record.update(launcher=opts.launcher, job_id=str(job.job_id))
+                append_jsonl(path, record)
+                records[spec.run_id()] = record
+                on_done(spec, record)
+    except BaseException:  # Ctrl-C, SIGTERM: cancel what is still queued or running, keep what finished
+        for _, job, _cold in running:
+            job.cancel(check=False)
+        end = time.time() + 30
+        while any(not job.done() for _, job, _ in running) and time.time() < end:
+            time.sleep(0.2)  # a cancelled job stops its worker (runner.run_one kills it) before we return
+        for _, _, cold in running:
+            if cold is not None:
+                shutil.rmtree(cold, ignore_errors=True)
+        raise
+    return [records.get(s.run_id()) or done[s.run_id()] for s in specs if s.run_id() in records or s.run_id() in done]
+
+
+def _collect(spec: RunSpec, job: Any) -> dict[str, Any]:
+    """The record a finished job returned (task 0's), or a failed row with the job's state and reason."""
+    state = str(job.state).upper()
+    try:
+        result = job.results()[0] if job.num_tasks > 1 else job.result()
+    except Exception as e:  # the job died: killed, preempted, out of memory, node failure, timeout
+        if state not in ENDED_BADLY:
+            state = "FAILED"
+        first = (str(e).strip().splitlines() or [type(e).__name__])
+        why = next((x for x in reversed(first) if x.strip()), first[0])
+        return _failed(spec, job, state, why.strip())
+    return result
