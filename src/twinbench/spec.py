@@ -21,6 +21,7 @@ from twinbench.xla_flags import CHOICES as XLA_CPU_FLAG_CHOICES
 FRAMEWORKS = ("torch", "jax")
 PRECISIONS = ("fp32", "bf16")
 REMAT_POLICIES = ("full", "dots-saveable", "nothing-saveable")  # the names of models/options.py
+ATTENTION_IMPLS = ("default", "chunked")  # the names of models/options.py
 FAMILIES = ("gpt", "bert", "user")  # user: --model FILE.py:build (twinbench/byo)
 TASKS = ("lm", "classify", "custom")  # next-token LM (gpt) | sequence classification (bert) | user (custom)
 MASK_IMPLS = ("where", "mul", "cond")  # how the BERT attention applies its padding mask
@@ -54,6 +55,8 @@ class RunSpec:
     user_model: str = ""  # --model: the user's torch model (family "user")
     user_jax_model: str = ""  # --jax-model: the user's own JAX port of it (strategy jax/port)
     user_dir: str = ""  # initial weights and metadata written by the preparation process (set by compare)
+    attention_impl: str = "default"  # the twins' attention formulation (models/options.py ATTENTION_IMPLS)
+    preflight: bool = True  # estimate the run's memory before compiling; skip a run that cannot fit
 
     @property
     def tokens_per_step(self) -> int:
@@ -117,9 +120,12 @@ OVERRIDABLE: dict[str, type] = {
     "init_from": str, "save_weights": str,
     "num_processes": int, "process_id": int, "coordinator": str,
     "task": str, "num_labels": int, "mask_impl": str, "slow_input": float,
+    "attention_impl": str,
 }
 #: --help text of flags that "override the preset's NAME" does not explain (used by the CLI).
 FLAG_HELP: dict[str, str] = {
+    "attention_impl": "the twins' attention: 'default' (the framework's SDPA) or 'chunked' (JAX: blocks of "
+                      "queries, rematerialised in the backward pass, so no [seq, seq] probabilities are kept)",
     "xla_cpu_flags": "JAX on CPU: 'tuned' adds twinbench's measured XLA flags (YNNPACK element-wise fusions off) "
                      "to XLA_FLAGS, 'xla-default' keeps XLA's own; flags you set in XLA_FLAGS always win",
     "init_from": "start from a local Hugging Face GPT-2/BERT checkpoint directory (config.json + "
@@ -227,6 +233,7 @@ def validate(spec: RunSpec) -> RunSpec:
         raise SpecError(f"--process-id {spec.process_id}; allowed: 0..{spec.num_processes - 1} (or -1: from the environment)")
     one_of("compile_cache", spec.compile_cache, ("cold", "warm"))
     one_of("remat_policy", spec.remat_policy, REMAT_POLICIES)
+    one_of("attention_impl", spec.attention_impl, ATTENTION_IMPLS)
     one_of("xla_cpu_flags", spec.xla_cpu_flags, XLA_CPU_FLAG_CHOICES)
     if spec.scan_unroll < 1:
         raise SpecError(f"--scan-unroll must be a positive integer, got {spec.scan_unroll}")

@@ -24,9 +24,38 @@ REMAT_POLICIES = {"full": None, "dots-saveable": jax.checkpoint_policies.dots_sa
                   "nothing-saveable": jax.checkpoint_policies.nothing_saveable}
 
 
+#: queries per block of "chunked" attention (the sequence is split into blocks of at most this many).
+ATTENTION_CHUNK = 128
+
+
+def chunked_attention(q: jax.Array, k: jax.Array, v: jax.Array, chunk: int = ATTENTION_CHUNK) -> jax.Array:
+    """Causal attention by blocks of queries, ``[B, T, H, D]`` in and out: the maths of
+    ``jax.nn.dot_product_attention(q, k, v, is_causal=True)`` (softmax in fp32), but only one block's
+    ``[B, H, chunk, T]`` scores are alive at a time: each block is rematerialised in the backward pass
+    instead of keeping every layer's ``[B, H, T, T]`` probabilities."""
+    B, T, H, D = q.shape
+    c = math.gcd(T, chunk)
+    scale = 1.0 / math.sqrt(D)
+    q_blocks = q.reshape(B, T // c, c, H, D).swapaxes(0, 1)  # [blocks, B, c, H, D]
+
+    @jax.checkpoint
+    def block(args: tuple[jax.Array, jax.Array]) -> jax.Array:
+        qi, i = args
+        s = jnp.einsum("bqhd,bkhd->bhqk", qi, k) * jnp.asarray(scale, qi.dtype)
+        causal = (i * c + jnp.arange(c))[:, None] >= jnp.arange(T)[None, :]
+        s = jnp.where(causal, s.astype(jnp.float32), jnp.finfo(jnp.float32).min)
+        p = jax.nn.softmax(s, axis=-1).astype(v.dtype)
+        return jnp.einsum("bhqk,bkhd->bqhd", p, v)
+
+    y = jax.lax.map(block, (q_blocks, jnp.arange(T // c)))
+    return y.swapaxes(0, 1).reshape(B, T, H, D)
+
+
 class CausalSelfAttention(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
+                 impl: str = "default"):
         self.heads = cfg.heads
+        self.impl = impl
         proj_std = 0.02 / math.sqrt(2 * cfg.layers)
         self.c_attn = nnx.Linear(cfg.d_model, 3 * cfg.d_model, kernel_init=normal(0.02), bias_init=zeros,
                                  dtype=dtype, rngs=rngs)
@@ -37,7 +66,10 @@ class CausalSelfAttention(nnx.Module):
         B, T, C = x.shape
         q, k, v = jnp.split(self.c_attn(x), 3, axis=2)
         q, k, v = (t.reshape(B, T, self.heads, C // self.heads) for t in (q, k, v))
-        y = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+        if self.impl == "chunked":
+            y = chunked_attention(q, k, v)
+        else:
+            y = jax.nn.dot_product_attention(q, k, v, is_causal=True)
         return self.c_proj(y.reshape(B, T, C))
 
 
@@ -54,9 +86,10 @@ class MLP(nnx.Module):
 
 
 class Block(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
+                 attention_impl: str = "default"):
         self.ln_1 = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
-        self.attn = CausalSelfAttention(cfg, rngs, dtype)
+        self.attn = CausalSelfAttention(cfg, rngs, dtype, attention_impl)
         self.ln_2 = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
         self.mlp = MLP(cfg, rngs, dtype)
 
@@ -77,9 +110,9 @@ class GPT(nnx.Module):
         self.wte = nnx.Embed(cfg.vocab, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
         self.wpe = nnx.Embed(cfg.context, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
         if opts.scan_layers:  # one Block whose parameters carry a leading [layers] axis
-            self.blocks = nnx.split_rngs(splits=cfg.layers)(nnx.vmap(lambda r: Block(cfg, r, dtype)))(rngs)
+            self.blocks = nnx.split_rngs(splits=cfg.layers)(nnx.vmap(lambda r: Block(cfg, r, dtype, opts.attention_impl)))(rngs)
         else:
-            self.blocks = nnx.List([Block(cfg, rngs, dtype) for _ in range(cfg.layers)])
+            self.blocks = nnx.List([Block(cfg, rngs, dtype, opts.attention_impl) for _ in range(cfg.layers)])
         self.ln_f = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
 
     def __call__(self, idx: jax.Array) -> jax.Array:

@@ -11,6 +11,11 @@ from dataclasses import dataclass
 
 REMAT_POLICIES = ("full", "dots-saveable", "nothing-saveable")
 COMPUTE_DTYPES = ("fp32", "bf16")
+#: how attention is computed (same maths): "default" is the framework's SDPA (jax.nn.dot_product_attention,
+#: which on XLA keeps the [batch, heads, seq, seq] probabilities of every layer for the backward pass);
+#: "chunked" (JAX) computes it by blocks of queries, each block rematerialised in the backward pass, so
+#: only one block's scores are alive at a time. torch's SDPA keeps no probabilities on CPU; it reads none.
+ATTENTION_IMPLS = ("default", "chunked")
 
 
 @dataclass(frozen=True)
@@ -26,11 +31,15 @@ class ModelOptions:
     remat: str = "none"
     #: dtype of matmuls and attention; parameters, LayerNorm, the residual stream and the loss stay fp32.
     compute_dtype: str = "fp32"
+    #: attention formulation, one of ATTENTION_IMPLS (memory, not maths).
+    attention_impl: str = "default"
 
     def __post_init__(self) -> None:
         if self.remat != "none" and self.remat not in REMAT_POLICIES:
             raise ValueError(f"remat: unknown policy {self.remat!r}; allowed: none, {', '.join(REMAT_POLICIES)}")
         if self.compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(f"compute_dtype: {self.compute_dtype!r}; allowed: {', '.join(COMPUTE_DTYPES)}")
+        if self.attention_impl not in ATTENTION_IMPLS:
+            raise ValueError(f"attention_impl: {self.attention_impl!r}; allowed: {', '.join(ATTENTION_IMPLS)}")
         if self.scan_unroll < 1:
             raise ValueError(f"scan_unroll must be >= 1, got {self.scan_unroll}")

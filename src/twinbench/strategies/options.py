@@ -21,4 +21,5 @@ def model_options(spec: RunSpec) -> ModelOptions:
         scan_unroll=spec.scan_unroll,
         remat=spec.remat_policy if "remat" in spec.modifiers else "none",
         compute_dtype=compute_dtype(spec),
+        attention_impl=spec.attention_impl,
     )
