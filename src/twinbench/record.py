@@ -19,6 +19,15 @@ from twinbench.spec import RunSpec
 CONDITION_WARNINGS = ("machine busy:", "matmul peak:")
 
 
+def _cores() -> int:
+    """The threads a run of ``threads=0`` gets (all cores of this process's affinity), for records made
+    before or without the worker (failed, skipped, timed out) to say what the run was given."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 @dataclass
 class Record:
     # what was run
@@ -106,6 +115,10 @@ class Record:
     flops_convention: str | None = None
     parity: dict[str, Any] = field(default_factory=dict)
     doctor: dict[str, Any] = field(default_factory=dict)
+    # where the peak memory went (measure/memory.py: parts, unaccounted, the preflight's estimate) and the
+    # twins' attention formulation (models/options.py ATTENTION_IMPLS)
+    memory_breakdown: dict[str, Any] = field(default_factory=dict)
+    attention_impl: str = "default"
 
     @classmethod
     def for_spec(cls, spec: RunSpec, status: str, **measured: Any) -> Record:
@@ -115,8 +128,8 @@ class Record:
                     batch=t.batch, seq=t.seq, layers=m.layers, d_model=m.d_model, precision=t.precision,
                     device=None, device_count=spec.devices, status=status, run_id=spec.run_id(),
                     heads=m.heads, vocab=m.vocab, context=m.context, steps=t.steps, warmup=t.warmup,
-                    threads=spec.threads, compile_cache=spec.compile_cache, spec=spec.to_dict(),
-                    task=spec.train.task)
+                    threads=spec.threads or _cores(), compile_cache=spec.compile_cache, spec=spec.to_dict(),
+                    task=spec.train.task, attention_impl=spec.attention_impl)
         return cls(**(base | measured))
 
     def to_dict(self) -> dict[str, Any]:

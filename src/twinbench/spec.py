@@ -56,7 +56,7 @@ class RunSpec:
     user_jax_model: str = ""  # --jax-model: the user's own JAX port of it (strategy jax/port)
     user_dir: str = ""  # initial weights and metadata written by the preparation process (set by compare)
     attention_impl: str = "default"  # the twins' attention formulation (models/options.py ATTENTION_IMPLS)
-    preflight: bool = True  # estimate the run's memory before compiling; skip a run that cannot fit
+    no_preflight: bool = False  # True: no memory preflight (measure/memory.py) before the timed steps
 
     @property
     def tokens_per_step(self) -> int:
@@ -77,6 +77,7 @@ class RunSpec:
         d.pop("save_weights", None)  # so does saving the weights
         d.pop("cache_dir", None)  # where the compilation cache lives is not what is measured (its state is)
         d.pop("user_dir", None)  # likewise where the user model's initial weights were written
+        d.pop("no_preflight", None)  # whether memory was estimated first does not change the measurement
         blob = json.dumps(d, sort_keys=True)
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
@@ -120,12 +121,14 @@ OVERRIDABLE: dict[str, type] = {
     "init_from": str, "save_weights": str,
     "num_processes": int, "process_id": int, "coordinator": str,
     "task": str, "num_labels": int, "mask_impl": str, "slow_input": float,
-    "attention_impl": str,
+    "attention_impl": str, "no_preflight": bool,
 }
 #: --help text of flags that "override the preset's NAME" does not explain (used by the CLI).
 FLAG_HELP: dict[str, str] = {
+    "no_preflight": "do not estimate each run's memory before its timed steps (by default a run that cannot "
+                    "fit in the free memory is skipped, with the estimate, instead of failing late)",
     "attention_impl": "the twins' attention: 'default' (the framework's SDPA) or 'chunked' (JAX: blocks of "
-                      "queries, rematerialised in the backward pass, so no [seq, seq] probabilities are kept)",
+                      "queries, rematerialised in the backward pass, so no seq x seq probabilities are kept)",
     "xla_cpu_flags": "JAX on CPU: 'tuned' adds twinbench's measured XLA flags (YNNPACK element-wise fusions off) "
                      "to XLA_FLAGS, 'xla-default' keeps XLA's own; flags you set in XLA_FLAGS always win",
     "init_from": "start from a local Hugging Face GPT-2/BERT checkpoint directory (config.json + "
