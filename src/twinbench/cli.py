@@ -143,7 +143,8 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
         def on_done(spec: RunSpec, record: dict[str, Any]) -> None:
             progress.advance(task)
             if record.get("status") != "ok":
-                progress.console.print(f"[red]failed[/] {spec.label()}: {record.get('error')}", highlight=False)
+                progress.console.print(f"[red]{record.get('status')}[/] {spec.label()}: {record.get('error')}",
+                                       highlight=False)
 
         try:
             records = runner.run_many(specs, out_dir, timeout, on_start, on_done, jobs=jobs)

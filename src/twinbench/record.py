@@ -20,6 +20,15 @@ from twinbench.spec import RunSpec
 CONDITION_WARNINGS = ("machine busy:", "matmul peak:")
 
 
+def _cores() -> int:
+    """The threads a run of ``threads=0`` gets (all cores of this process's affinity), for records made
+    before or without the worker (failed, skipped, timed out) to say what the run was given."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 @dataclass
 class Record:
     # what was run
@@ -123,6 +132,10 @@ class Record:
     flops_convention: str | None = None
     parity: dict[str, Any] = field(default_factory=dict)
     doctor: dict[str, Any] = field(default_factory=dict)
+    # where the peak memory went (measure/memory.py: parts, unaccounted, the preflight's estimate) and the
+    # twins' attention formulation (models/options.py ATTENTION_IMPLS)
+    memory_breakdown: dict[str, Any] = field(default_factory=dict)
+    attention_impl: str = "default"
 
     @classmethod
     def for_spec(cls, spec: RunSpec, status: str, **measured: Any) -> Record:
@@ -133,7 +146,8 @@ class Record:
                     device=None, device_count=spec.devices, status=status, run_id=spec.run_id(),
                     heads=m.heads, vocab=m.vocab, context=m.context, steps=t.steps, warmup=t.warmup,
                     threads=spec.threads or _cores(), compile_cache=spec.compile_cache, spec=spec.to_dict(),
-                    task=spec.train.task, repeat=spec.repeat, config_id=spec.config_id())
+                    task=spec.train.task, repeat=spec.repeat, config_id=spec.config_id(),
+                    attention_impl=spec.attention_impl)
         return cls(**(base | measured))
 
     def to_dict(self) -> dict[str, Any]:
@@ -143,14 +157,6 @@ class Record:
     def from_dict(cls, d: dict[str, Any]) -> Record:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
-
-
-def _cores() -> int:
-    """The cores a run given ``--threads 0`` (all) gets: a failed or skipped record says so, as an ok one does."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def condition_warnings(r: dict[str, Any]) -> list[str]:

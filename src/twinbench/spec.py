@@ -21,7 +21,7 @@ from twinbench.xla_flags import CHOICES as XLA_CPU_FLAG_CHOICES
 FRAMEWORKS = ("torch", "jax")
 PRECISIONS = ("fp32", "bf16")
 REMAT_POLICIES = ("full", "dots-saveable", "nothing-saveable")  # the names of models/options.py
-ATTENTION_IMPLS = ("default", "cudnn")  # likewise: ModelOptions.attention_impl
+ATTENTION_IMPLS = ("default", "chunked", "cudnn")  # the names of models/options.py
 FAMILIES = ("gpt", "bert", "user")  # user: --model FILE.py:build (twinbench/byo)
 TASKS = ("lm", "classify", "custom")  # next-token LM (gpt) | sequence classification (bert) | user (custom)
 MASK_IMPLS = ("where", "mul", "cond")  # how the BERT attention applies its padding mask
@@ -45,7 +45,7 @@ class RunSpec:
     remat_policy: str = "full"  # +remat: full | dots-saveable | nothing-saveable (jax.checkpoint_policies)
     scan_unroll: int = 1  # scan-layers: layers per loop trip of the layer scan (nnx.scan unroll)
     xla_cpu_flags: str = "tuned"  # JAX on CPU: twinbench's measured XLA flags, or "xla-default" (xla_flags.py)
-    attention_impl: str = "default"  # JAX attention kernel: "default" (XLA) | "cudnn" (fused; CUDA + bf16)
+    attention_impl: str = "default"  # JAX attention: "default" (XLA) | "chunked" (memory) | "cudnn" (CUDA + bf16)
     trace_dir: str = ""  # profile a few steps after the measured ones into this directory ("": off)
     save_weights: str = ""  # write the trained canonical weights (safetensors) into this directory ("": off)
     # many hosts: `devices` counts all of them; one twinbench per host (see distributed/)
@@ -57,6 +57,7 @@ class RunSpec:
     user_jax_model: str = ""  # --jax-model: the user's own JAX port of it (strategy jax/port)
     user_dir: str = ""  # initial weights and metadata written by the preparation process (set by compare)
     repeat: int = 0  # which repeat of its configuration this run is (compare --repeats, claims): 0-based
+    no_preflight: bool = False  # True: no memory preflight (measure/memory.py) before the timed steps
 
     @property
     def tokens_per_step(self) -> int:
@@ -80,6 +81,7 @@ class RunSpec:
         for name, default in (("attention_impl", "default"), ("repeat", 0)):  # fields added later: records
             if d.get(name) == default:  # made before them keep their ids
                 d.pop(name)
+        d.pop("no_preflight", None)  # whether memory was estimated first does not change the measurement
         blob = json.dumps(d, sort_keys=True)
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
@@ -127,12 +129,16 @@ OVERRIDABLE: dict[str, type] = {
     "init_from": str, "save_weights": str,
     "num_processes": int, "process_id": int, "coordinator": str,
     "task": str, "num_labels": int, "mask_impl": str, "slow_input": float,
+    "no_preflight": bool,
 }
 #: --help text of flags that "override the preset's NAME" does not explain (used by the CLI).
 FLAG_HELP: dict[str, str] = {
-    "attention_impl": "JAX attention kernel: 'default' (JAX's choice: XLA's unfused attention) or 'cudnn' "
-                      "(cuDNN fused attention; CUDA and bf16 only); torch's SDPA picks its own (attention_kernel "
-                      "in the record says which ran)",
+    "no_preflight": "do not estimate each run's memory before its timed steps (by default a run that cannot "
+                    "fit in the free memory is skipped, with the estimate, instead of failing late)",
+    "attention_impl": "JAX attention: 'default' (JAX's choice: XLA's unfused attention, which keeps every "
+                      "layer's seq x seq probabilities), 'chunked' (blocks of queries rematerialised in the backward "
+                      "pass: no seq x seq probabilities kept) or 'cudnn' (cuDNN fused attention; CUDA and bf16 "
+                      "only); torch's SDPA picks its own (attention_kernel in the record says which ran)",
     "xla_cpu_flags": "JAX on CPU: 'tuned' adds twinbench's measured XLA flags (YNNPACK element-wise fusions off) "
                      "to XLA_FLAGS, 'xla-default' keeps XLA's own; flags you set in XLA_FLAGS always win",
     "init_from": "start from a local Hugging Face GPT-2/BERT checkpoint directory (config.json + "

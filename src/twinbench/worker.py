@@ -153,10 +153,15 @@ def execute(spec: RunSpec, threads: int) -> Record:
     """Set up, build the strategy's trainer, run the timed loop, compute the metrics, write the record."""
     from twinbench import distributed
     from twinbench.data import tasks
-    from twinbench.measure import device, metrics, peak
+    from twinbench.measure import device, memory, metrics, peak
 
     env = setup(spec, threads)
     b = build(spec)
+    runtime_bytes = memory.runtime_bytes(b.trainer)  # Python, libraries, host copies (CPU breakdown)
+    flight = _preflight(spec, env, b)
+    if flight is not None and not flight.fits:  # a run that cannot fit: skipped now, not failed minutes later
+        return Record.for_spec(spec, "skipped", error=flight.reason(), n_params=b.n_params, device=env.device_name,
+                               platform=env.platform, threads=threads, memory_breakdown={"preflight": flight.to_dict()})
     loop = timed_loop(spec, env, b)
     fw, t, timing = spec.framework, spec.train, loop.timing
     peak_mem, mem_source = device.peak_memory_bytes(fw)  # before the peak measurement runs its matmuls
@@ -183,6 +188,10 @@ def execute(spec: RunSpec, threads: int) -> Record:
         attention = device.attention_kernel(fw, m.heads, spec.train.seq, m.d_model // m.heads, dtype,
                                             causal=m.family == "gpt", masked=m.family == "bert",
                                             jax_impl=spec.attention_impl)
+    mem = memory.breakdown(spec, b.trainer, b.run_data.batches[0], peak_mem, mem_source, runtime_bytes,
+                           env.platform, flight.sizes if flight else None)
+    if flight is not None:
+        mem["preflight"] = flight.to_dict()
     if b.user:  # after the measured steps: the doctor's extra steps (JAX), parity, FLOPs convention
         extra = b.user.fields(b.trainer, b.run_data.batches)
         many["warnings"] = list(many.get("warnings", [])) + extra.pop("warnings")
@@ -199,7 +208,20 @@ def execute(spec: RunSpec, threads: int) -> Record:
         xla_flags=os.environ.get("XLA_FLAGS", "") if fw == "jax" else None, attention_kernel=attention,
         **_save_weights(spec, b.trainer), **_trace(spec, b.trainer, b.run_data.batches), **tp, **loop.tokens,
         **loop.inputs, compiles_in_loop=loop.compiles_in_loop, accuracy_first=loop.accuracy_first,
-        accuracy_last=accuracy_last)
+        accuracy_last=accuracy_last, memory_breakdown=mem, attention_impl=spec.attention_impl)
+
+
+def _preflight(spec: RunSpec, env: Setup, b: Built) -> Any:
+    """The memory estimate of measure/memory.py before the first step (None: off, or no estimate)."""
+    if spec.no_preflight:
+        return None
+    from twinbench.measure import memory
+
+    try:
+        return memory.preflight(spec, b.trainer, b.run_data.batches[0], env.platform, b.n_params)
+    except Exception:  # an estimate that cannot be made must not cost the run
+        traceback.print_exc()
+        return None
 
 
 def attention_length(run_data: object, steady_from: int) -> int:
@@ -257,7 +279,7 @@ def main(argv: list[str]) -> int:
     except Exception as e:  # the run failed: say why in one line, keep the traceback on stderr
         traceback.print_exc()
         first = (str(e).strip().splitlines() or [""])[0]
-        record = Record.for_spec(spec, "failed", error=f"{type(e).__name__}: {first}"[:500])
+        record = Record.for_spec(spec, "failed", error=f"{type(e).__name__}: {first}"[:500], threads=threads)
         code = 1
     from twinbench import distributed
 

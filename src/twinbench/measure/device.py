@@ -149,7 +149,7 @@ def attention_kernel(framework: str, heads: int, seq: int, head_dim: int, dtype:
     ``implementation`` the run asked for: "xla" (JAX's default on every backend) or "cudnn".
     """
     if framework == "jax":
-        return "cudnn (fused)" if jax_impl == "cudnn" else "xla (unfused)"
+        return {"cudnn": "cudnn (fused)", "chunked": "chunked (blocks of queries, XLA)"}.get(jax_impl, "xla (unfused)")
     import torch
     import torch.nn.functional as F
     from torch.profiler import ProfilerActivity, profile

@@ -26,11 +26,39 @@ REMAT_POLICIES = {"full": None, "dots-saveable": jax.checkpoint_policies.dots_sa
 KERNELS = {"default": None, "cudnn": "cudnn"}
 
 
+#: queries per block of "chunked" attention (the sequence is split into blocks of at most this many).
+ATTENTION_CHUNK = 128
+
+
+def chunked_attention(q: jax.Array, k: jax.Array, v: jax.Array, chunk: int = ATTENTION_CHUNK) -> jax.Array:
+    """Causal attention by blocks of queries, ``[B, T, H, D]`` in and out: the maths of
+    ``jax.nn.dot_product_attention(q, k, v, is_causal=True)`` (softmax in fp32), but only one block's
+    ``[B, H, chunk, T]`` scores are alive at a time: each block is rematerialised in the backward pass
+    instead of keeping every layer's ``[B, H, T, T]`` probabilities."""
+    B, T, H, D = q.shape
+    c = math.gcd(T, chunk)
+    scale = 1.0 / math.sqrt(D)
+    q_blocks = q.reshape(B, T // c, c, H, D).swapaxes(0, 1)  # [blocks, B, c, H, D]
+
+    @jax.checkpoint
+    def block(args: tuple[jax.Array, jax.Array]) -> jax.Array:
+        qi, i = args
+        s = jnp.einsum("bqhd,bkhd->bhqk", qi, k) * jnp.asarray(scale, qi.dtype)
+        causal = (i * c + jnp.arange(c))[:, None] >= jnp.arange(T)[None, :]
+        s = jnp.where(causal, s.astype(jnp.float32), jnp.finfo(jnp.float32).min)
+        p = jax.nn.softmax(s, axis=-1).astype(v.dtype)
+        return jnp.einsum("bhqk,bkhd->bqhd", p, v)
+
+    y = jax.lax.map(block, (q_blocks, jnp.arange(T // c)))
+    return y.swapaxes(0, 1).reshape(B, T, H, D)
+
+
 class CausalSelfAttention(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
                  attention_impl: str = "default"):
         self.heads = cfg.heads
-        self.implementation = KERNELS[attention_impl]
+        self.impl = attention_impl
+        self.implementation = KERNELS.get(attention_impl)
         proj_std = 0.02 / math.sqrt(2 * cfg.layers)
         self.c_attn = nnx.Linear(cfg.d_model, 3 * cfg.d_model, kernel_init=normal(0.02), bias_init=zeros,
                                  dtype=dtype, rngs=rngs)
@@ -41,7 +69,10 @@ class CausalSelfAttention(nnx.Module):
         B, T, C = x.shape
         q, k, v = jnp.split(self.c_attn(x), 3, axis=2)
         q, k, v = (t.reshape(B, T, self.heads, C // self.heads) for t in (q, k, v))
-        y = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=self.implementation)
+        if self.impl == "chunked":
+            y = chunked_attention(q, k, v)
+        else:
+            y = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=self.implementation)
         return self.c_proj(y.reshape(B, T, C))
 
 

@@ -11,10 +11,13 @@ from dataclasses import dataclass
 
 REMAT_POLICIES = ("full", "dots-saveable", "nothing-saveable")
 COMPUTE_DTYPES = ("fp32", "bf16")
-#: JAX attention kernels (``jax.nn.dot_product_attention(implementation=...)``): "default" is JAX's own choice,
-#: which is XLA's unfused attention on every backend; "cudnn" is cuDNN's fused (flash) attention, CUDA + bf16
-#: only. PyTorch's SDPA picks its kernel itself (flash / memory-efficient / cuDNN / math); the record says which.
-ATTENTION_IMPLS = ("default", "cudnn")
+#: How the JAX twins compute attention (same maths): "default" is ``jax.nn.dot_product_attention`` as JAX
+#: chooses (XLA's unfused attention on every backend, which keeps the [batch, heads, seq, seq] probabilities of
+#: every layer for the backward pass); "chunked" computes it by blocks of queries, each block rematerialised in
+#: the backward pass, so only one block's scores are alive at a time (memory); "cudnn" is cuDNN's fused (flash)
+#: attention, CUDA + bf16 only (speed and memory on NVIDIA GPUs). PyTorch's SDPA picks its kernel itself
+#: (flash / memory-efficient / cuDNN / math; the record's ``attention_kernel`` says which).
+ATTENTION_IMPLS = ("default", "chunked", "cudnn")
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ class ModelOptions:
     remat: str = "none"
     #: dtype of matmuls and attention; parameters, LayerNorm, the residual stream and the loss stay fp32.
     compute_dtype: str = "fp32"
-    #: JAX only: the attention kernel, one of ATTENTION_IMPLS (the torch twin's SDPA chooses its own).
+    #: JAX only: the attention formulation or kernel, one of ATTENTION_IMPLS (the torch twin's SDPA chooses its own).
     attention_impl: str = "default"
 
     def __post_init__(self) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
+from twinbench.measure.memory import summary as memory_summary
 from twinbench.measure.peak import HIGH_LOAD, MAX_SPREAD, age_s, fmt_age
 from twinbench.models.family import flops_convention
 from twinbench.record import CONDITION_WARNINGS
@@ -96,7 +97,7 @@ def row(r: dict[str, Any], plan_steps: int, vary: list[str] | tuple[str, ...] = 
         extra: list[tuple[str, Any]] | tuple = ()) -> list[str]:
     label_ = label(r, vary)
     if r.get("status") != "ok":
-        return [f"{label_} FAILED", *["—"] * (len(COLUMNS) - 2), (r.get("error") or "")[:60], *["—"] * len(extra)]
+        return [f"{label_} {str(r.get('status') or 'failed').upper()}", *["—"] * (len(COLUMNS) - 2), (r.get("error") or "")[:60], *["—"] * len(extra)]
     mfu = r.get("mfu")
     return [
         label_, _f(r["compile_s"], ".2f"), _f(r["first_step_s"], ".2f"),
@@ -145,6 +146,9 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
         lines.append("MFU against the measured matmul peak of each framework on this device: " + ", ".join(
             _peak_text(f"{fw} {dt}" if mixed else fw, x) for (fw, dt), x in peaks.items()))
     lines += _load_lines(records)
+    lines += [f"memory {x['framework']}/{x['strategy']}"
+              f"{' (attention ' + x['attention_impl'] + ')' if x.get('attention_impl', 'default') != 'default' else ''}: "
+              f"{memory_summary(x['memory_breakdown'])}" for x in ok if (x.get("memory_breakdown") or {}).get("parts")]
     sheets = {_dtype(x): x["peak_tflops_datasheet"] for x in ok if x.get("peak_tflops_datasheet")}
     if sheets:
         lines.append("datasheet dense peak: " + ", ".join(f"{v:.0f} TFLOP/s {dt}" for dt, v in sheets.items())
@@ -261,7 +265,7 @@ def markdown(records: list[dict[str, Any]], plan_steps: int, title: str = "twinb
     vary = varying(records)
     out += ["| " + " | ".join(row(r, plan_steps, vary, extra)) + " |" for r in records]
     failed = [r for r in records if r.get("status") != "ok"]
-    out += ["", *[f"- failed: {r['framework']}/{r['strategy']}: {r.get('error')}" for r in failed]]
+    out += ["", *[f"- {r.get('status')}: {r['framework']}/{r['strategy']}: {r.get('error')}" for r in failed]]
     out += ["## Conditions", "", *[f"- {line}" for line in conditions(records)], ""]
     cross = crossings(records)
     if cross:

@@ -1,0 +1,359 @@
+"""Where a run's memory goes, and whether a run fits before it spends minutes compiling and stepping.
+
+A breakdown splits the measured peak (the accelerator allocator's peak, or the process's peak RSS on CPU)
+into parts both frameworks share:
+
+- ``runtime``: what the process held once the trainer was built, less its parameters and optimizer state
+  (Python, the framework's libraries, host copies of the initial weights); CPU only, where the peak is the
+  whole process's RSS.
+- ``params``, ``optimizer_state``: the bytes of the live arrays/tensors.
+- ``gradients``: one gradient per parameter (alive together at the end of the backward pass).
+- ``activations``: what the forward pass keeps for the backward pass. JAX: the residuals of the loss's VJP
+  (``saved_residuals``, grouped by the source line that made them); torch: the tensors autograd saves
+  (``torch.autograd.graph.saved_tensors_hooks`` over one extra forward after the measured steps), by module.
+- ``temporaries``: JAX: the compiled step's temp buffer (``memory_analysis().temp_size_in_bytes``) less the
+  gradients and activations that live in it; torch: not measured apart, it stays in ``unaccounted``.
+- ``inputs``: the batch.
+
+What the parts do not explain of the peak is ``unaccounted`` (host copies of the initial weights, allocator
+slack, the framework's caches); ``accounted`` says which share of the peak the parts explain. The module
+reads arrays, compiled programs and trainers it is given; it never imports the models.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PARTS = ("runtime", "params", "optimizer_state", "gradients", "activations", "temporaries", "inputs")
+#: how many of the largest activation groups a breakdown lists
+TOP = 8
+#: a preflight estimate is compared against the free memory less this margin (fragmentation, late caches)
+PREFLIGHT_MARGIN = 0.9
+GiB = 2**30
+
+
+@dataclass
+class Breakdown:
+    peak_bytes: int
+    peak_source: str
+    method: str
+    parts: dict[str, int] = field(default_factory=dict)
+    #: the largest groups of activations kept for the backward pass: [where, bytes]
+    activations_by_source: list[tuple[str, int]] = field(default_factory=list)
+    #: JAX: the compiled step's memory_analysis() sizes (argument, output, alias, temp)
+    compiled: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def unaccounted_bytes(self) -> int:
+        return self.peak_bytes - sum(self.parts.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["unaccounted_bytes"] = self.unaccounted_bytes
+        d["accounted"] = round(sum(self.parts.values()) / self.peak_bytes, 4) if self.peak_bytes else None
+        return d
+
+
+def rss_bytes() -> int:
+    """The process's resident memory now (Linux /proc; the peak RSS elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def host_available_bytes() -> int:
+    """MemAvailable of /proc/meminfo (what the kernel could give without swapping); total RAM elsewhere."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def nbytes(leaves: Iterable[Any]) -> int:
+    """Sum of ``nbytes`` over arrays/tensors (anything else counts 0)."""
+    total = 0
+    for x in leaves:
+        n = getattr(x, "nbytes", None)
+        if n is None and hasattr(x, "element_size"):  # torch before nbytes
+            n = x.element_size() * x.numel()
+        total += int(n or 0)
+    return total
+
+
+def fits(estimate: int, available: int, margin: float = PREFLIGHT_MARGIN) -> bool:
+    """The preflight's decision: the estimate must fit in ``margin`` of the available memory."""
+    return estimate <= margin * available
+
+
+def skip_reason(estimate: int, available: int, where: str, how: str) -> str:
+    return (f"preflight: needs ~{estimate / GiB:.1f} GiB ({how}), {where} has {available / GiB:.1f} GiB "
+            f"available; --no-preflight runs it anyway")
+
+
+# JAX ---------------------------------------------------------------------------------------------------
+def jax_compiled_sizes(jitted: Any, *args: Any) -> dict[str, int]:
+    """``memory_analysis()`` of ``jitted`` compiled for ``args`` (abstract shapes suffice): argument, output,
+    alias and temp bytes. Nothing is executed; with a warm compilation cache nothing is recompiled."""
+    ma = jitted.lower(*args).compile().memory_analysis()
+    names = ("argument", "output", "alias", "temp", "generated_code")
+    return {n: int(getattr(ma, f"{n}_size_in_bytes", 0) or 0) for n in names} if ma is not None else {}
+
+
+def jax_step_estimate(sizes: dict[str, int]) -> int:
+    """Device/host bytes one step needs at its peak: arguments + outputs not aliased to them + temp."""
+    return sizes["argument"] + sizes["output"] - sizes["alias"] + sizes["temp"] + sizes.get("generated_code", 0)
+
+
+def jax_available(platform: str) -> tuple[int, str]:
+    """Free memory of the first device (its allocator's limit less what is in use), or the host's."""
+    if platform != "cpu":
+        import jax
+
+        stats = jax.devices()[0].memory_stats() or {}
+        if "bytes_limit" in stats:
+            return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)), "the device"
+    return host_available_bytes(), "the host"
+
+
+def jax_residuals(loss_of: Callable[..., Any], params: Any, *batch: Any) -> list[tuple[str, int]]:
+    """Bytes the loss's forward pass keeps for its backward pass, grouped by the source line that made them
+    (the parameters themselves, also residuals, are left out: they are counted as params)."""
+    import jax
+    from jax._src.ad_checkpoint import saved_residuals  # public as jax.ad_checkpoint.print_saved_residuals
+
+    groups: dict[str, int] = defaultdict(int)
+    for aval, desc in saved_residuals(lambda p: loss_of(p, *batch), params):
+        if desc.startswith("from the argument"):
+            continue
+        size = int(aval.size) * aval.dtype.itemsize if hasattr(aval, "dtype") else 0
+        groups[_short(desc)] += size
+    del jax
+    return sorted(groups.items(), key=lambda kv: -kv[1])
+
+
+def _short(desc: str) -> str:
+    """``'output of jitted function ... from /x/y/gpt_jax.py:40:12 (CausalSelfAttention.__call__)'`` ->
+    ``'gpt_jax.py:40 CausalSelfAttention.__call__'``."""
+    where = desc.split(" from ")[-1]
+    path, _, rest = where.partition(" ")
+    parts = os.path.basename(path).split(":")
+    return f"{':'.join(parts[:2])} {rest.strip('()')}".strip() or desc[:80]
+
+
+def jax_breakdown(peak_bytes: int, peak_source: str, runtime_bytes: int, params: Any, opt_state: Any,
+                  batch_bytes: int, sizes: dict[str, int], residuals: list[tuple[str, int]],
+                  on_cpu: bool) -> Breakdown:
+    """The parts of a JAX run's peak: the arguments split into params, optimizer state and batch; the
+    compiled temp buffer split into gradients (one per parameter), the activations the residuals name, and
+    the rest (temporaries)."""
+    import jax
+
+    p, o = nbytes(jax.tree.leaves(params)), nbytes(jax.tree.leaves(opt_state))
+    acts = sum(b for _, b in residuals)
+    temp = sizes.get("temp", 0)
+    grads = min(p, temp)
+    acts = min(acts, temp - grads)
+    parts = {"runtime": runtime_bytes if on_cpu else 0, "params": p, "optimizer_state": o, "gradients": grads,
+             "activations": acts, "temporaries": temp - grads - acts, "inputs": batch_bytes}
+    return Breakdown(peak_bytes, peak_source, "jax: compiled step memory_analysis() + VJP residuals", parts,
+                     residuals[:TOP], sizes)
+
+
+# torch -------------------------------------------------------------------------------------------------
+def torch_saved_activations(module: Any, forward: Callable[[], Any]) -> list[tuple[str, int]]:
+    """Bytes autograd saves for the backward pass over one ``forward()``, by the module that saved them
+    (each storage counted once; parameters' storages left out). The forward's graph is dropped after."""
+    import torch
+
+    param_storages = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    seen: set[int] = set()
+    groups: dict[str, int] = defaultdict(int)
+    current = ["(top)"]
+
+    def pre(name: str) -> Callable[..., None]:
+        def hook(*_: Any) -> None:
+            current.append(name)
+        return hook
+
+    def post(*_: Any) -> None:
+        if len(current) > 1:
+            current.pop()
+
+    handles = []
+    for name, sub in module.named_modules():
+        if name:  # the innermost module running when the tensor was saved
+            handles.append(sub.register_forward_pre_hook(pre(name)))
+            handles.append(sub.register_forward_hook(post))
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        s = t.untyped_storage()
+        ptr = s.data_ptr()
+        if ptr not in seen and ptr not in param_storages:
+            seen.add(ptr)
+            groups[current[-1]] += s.nbytes()
+        return t
+
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = forward()
+        del out
+    finally:
+        for h in handles:
+            h.remove()
+    return sorted(groups.items(), key=lambda kv: -kv[1])
+
+
+def torch_breakdown(peak_bytes: int, peak_source: str, runtime_bytes: int, model: Any, optimizer: Any,
+                    batch_bytes: int, saved: list[tuple[str, int]], on_cpu: bool) -> Breakdown:
+    """The parts of a torch run's peak: params, AdamW's state, one gradient per trainable parameter, the
+    saved activations; torch's temporaries are not measured apart (they are in ``unaccounted``)."""
+    params = list(model.parameters())
+    p = nbytes(params)
+    o = nbytes(t for st in optimizer.state.values() for t in st.values() if hasattr(t, "untyped_storage"))
+    g = nbytes(x for x in params if x.requires_grad)
+    parts = {"runtime": runtime_bytes if on_cpu else 0, "params": p, "optimizer_state": o, "gradients": g,
+             "activations": sum(b for _, b in saved), "inputs": batch_bytes}
+    return Breakdown(peak_bytes, peak_source, "torch: live tensors + autograd saved tensors", parts, saved[:TOP])
+
+
+def torch_estimate(n_params_bytes: int, layers: int, tokens: int, d_model: int, vocab: int,
+                   itemsize: int = 4) -> int:
+    """Bytes a torch step of a twin needs, from its shapes: params + gradients + AdamW's two moments; per
+    layer ~34 d_model bytes per token at 2-byte activations kept for the backward pass (Korthikanti et al.
+    2022, "Reducing Activation Recomputation", without the attention-probability term: the twins call SDPA,
+    which keeps none); the logits with their softmax and gradient (3 x vocab per token)."""
+    per_layer = tokens * 34 * d_model * itemsize // 2
+    return 4 * n_params_bytes + layers * per_layer + 3 * tokens * vocab * itemsize
+
+
+def summary(d: dict[str, Any]) -> str:
+    """One line of a record's ``memory_breakdown``: ``peak 12.9 GiB = params 0.5 + ... (98% accounted)``."""
+    parts = ", ".join(f"{k} {v / GiB:.2f}" for k, v in d.get("parts", {}).items() if v)
+    acc = d.get("accounted")
+    tail = f"{acc:.0%} accounted" if acc is not None else "no peak"
+    if acc is not None and abs(1 - acc) > 0.10:
+        tail += f"; {d['unaccounted_bytes'] / GiB:+.2f} GiB unaccounted"
+    return f"peak {d.get('peak_bytes', 0) / GiB:.2f} GiB = {parts} GiB ({tail})"
+
+
+# the worker's entry points ------------------------------------------------------------------------------
+def runtime_bytes(trainer: Any) -> int:
+    """The process's RSS less the trainer's parameters and optimizer state (called right after building)."""
+    try:
+        if hasattr(trainer, "opt_state"):  # JAX
+            import jax
+
+            state = nbytes(jax.tree.leaves((trainer.params, trainer.opt_state)))
+        else:
+            state = nbytes(trainer.model.parameters())
+            state += nbytes(t for st in trainer.optimizer.state.values() for t in st.values()
+                            if hasattr(t, "untyped_storage"))
+    except Exception:  # an unknown trainer: the whole RSS
+        state = 0
+    return max(rss_bytes() - state, 0)
+
+
+@dataclass
+class Preflight:
+    estimate_bytes: int
+    available_bytes: int
+    where: str  # "the host" | "the device"
+    how: str  # how the estimate was made
+    sizes: dict[str, int] = field(default_factory=dict)  # JAX: the compiled step's memory_analysis()
+
+    @property
+    def fits(self) -> bool:
+        return fits(self.estimate_bytes, self.available_bytes)
+
+    def reason(self) -> str:
+        return skip_reason(self.estimate_bytes, self.available_bytes, self.where, self.how)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"estimate_bytes": self.estimate_bytes, "available_bytes": self.available_bytes,
+                "where": self.where, "how": self.how, "compiled": self.sizes}
+
+
+def batch_bytes(batch: Any) -> int:
+    leaves = batch if isinstance(batch, (tuple, list)) else [batch]
+    flat: list[Any] = []
+    for x in leaves:
+        flat.extend(x if isinstance(x, (tuple, list)) else [x])
+    return nbytes(flat)
+
+
+def jax_sizes(trainer: Any, batch: tuple[Any, Any]) -> dict[str, int]:
+    """The compiled training step's memory_analysis(), for the trainer's state and one batch, without
+    leaving anything behind that the timed steps could reuse: the persistent compilation cache is off
+    while it compiles and the in-memory caches are cleared after (compile_s stays the run's own)."""
+    import jax
+
+    was = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=getattr(a, "sharding", None)),
+                                (trainer.params, trainer.opt_state))
+        return jax_compiled_sizes(trainer.train_step, *abstract, *batch)
+    finally:
+        jax.config.update("jax_enable_compilation_cache", was)
+        jax.clear_caches()
+
+
+def preflight(spec: Any, trainer: Any, batch: tuple[Any, Any], platform: str, n_params: int) -> Preflight | None:
+    """Whether the run fits, before its first (compiling) step: JAX from the compiled step's memory
+    analysis, torch twins from their shapes; None where no estimate can be made (a user's torch model)."""
+    if spec.framework == "jax":
+        if not all(hasattr(trainer, a) for a in ("train_step", "params", "opt_state")):
+            return None
+        sizes = jax_sizes(trainer, batch)
+        if not sizes:
+            return None
+        avail, where = jax_available(platform)
+        # on the host, the arguments (params, optimizer state) are already resident: only the rest is new
+        need = jax_step_estimate(sizes) - (sizes["argument"] if where == "the host" else 0)
+        return Preflight(need, avail, where, "compiled step memory_analysis()", sizes)
+    if spec.model.family not in ("gpt", "bert"):
+        return None
+    import torch
+
+    m, t = spec.model, spec.train
+    itemsize = 2 if t.precision == "bf16" else 4
+    est = torch_estimate(n_params * 4, m.layers, t.batch * t.seq, m.d_model, m.vocab, itemsize)
+    if torch.cuda.is_available():
+        free, _ = torch.cuda.mem_get_info()
+        return Preflight(est, int(free), "the device", "estimate from the shapes")
+    # on the host, the parameters are already resident
+    return Preflight(est - n_params * 4, host_available_bytes(), "the host", "estimate from the shapes")
+
+
+def breakdown(spec: Any, trainer: Any, batch: tuple[Any, Any], peak_bytes: int, peak_source: str,
+              runtime_bytes: int, platform: str, sizes: dict[str, int] | None) -> dict[str, Any]:
+    """The record's ``memory_breakdown`` (after the measured steps); ``{"error": ...}`` if it cannot be made."""
+    on_cpu = platform == "cpu"
+    try:
+        if spec.framework == "jax":
+            if not all(hasattr(trainer, a) for a in ("train_step", "params", "opt_state", "loss_of")):
+                return {"error": "this strategy's trainer exposes no single training step"}
+            sizes = sizes or jax_sizes(trainer, batch)
+            loss_of = trainer.make_loss() if hasattr(trainer, "make_loss") else trainer.loss_of
+            residuals = jax_residuals(loss_of, trainer.params, *batch)
+            b = jax_breakdown(peak_bytes, peak_source, runtime_bytes, trainer.params, trainer.opt_state,
+                              batch_bytes(batch), sizes, residuals, on_cpu)
+        else:
+            x, y = trainer.place(batch[0]), trainer.place(batch[1])
+            saved = torch_saved_activations(trainer.model, lambda: trainer.forward_loss(x, y))
+            b = torch_breakdown(peak_bytes, peak_source, runtime_bytes, trainer.model, trainer.optimizer,
+                                batch_bytes(batch), saved, on_cpu)
+        return b.to_dict()
+    except Exception as e:  # a breakdown must never cost the measured run
+        return {"error": f"{type(e).__name__}: {e}"[:300]}

@@ -1,0 +1,101 @@
+"""The memory breakdown and the preflight (measure/memory.py), on the tiny preset, in process.
+
+A planted extra buffer (a larger batch) must grow the activations and leave params, optimizer state and
+gradients alone; a run that cannot fit under a small fake memory limit becomes a ``skipped`` record with the
+estimate, before any timed step; failed records keep the threads they were given.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from twinbench.measure import memory
+from twinbench.record import Record
+from twinbench.spec import SpecError, from_preset, validate
+
+
+def spec(framework: str, batch: int = 4, **over: Any) -> Any:
+    return from_preset("tiny", {"batch": batch, "steps": 2, "warmup": 1, **over}, framework=framework,
+                       strategy="jit" if framework == "jax" else "eager")
+
+
+def trainer_and_batch(s: Any) -> tuple[Any, tuple[np.ndarray, np.ndarray]]:
+    from twinbench.data import tasks
+    from twinbench.models import family
+    from twinbench.strategies import registry
+
+    fam = family.get(s)
+    trainer = registry.builder(s)(s, fam.init_weights(s.model, s.train.seed))
+    return trainer, tasks.run_data(s, 1).batches[0]
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_a_larger_batch_grows_the_activations_only(framework: str) -> None:
+    parts = {}
+    for batch in (4, 16):
+        s = spec(framework, batch)
+        trainer, b = trainer_and_batch(s)
+        if framework == "torch":
+            trainer.step(*b)  # torch's AdamW makes its state on the first step (JAX's exists already)
+        d = memory.breakdown(s, trainer, b, peak_bytes=2**30, peak_source="test", runtime_bytes=0,
+                             platform="cpu", sizes=None)
+        assert "error" not in d, d
+        parts[batch] = d["parts"]
+        assert d["activations_by_source"], "activations are attributed to where they were made"
+    small, big = parts[4], parts[16]
+    for same in ("params", "optimizer_state", "gradients"):
+        assert small[same] == big[same] > 0
+    assert big["activations"] > 3 * small["activations"] > 0  # 4x the tokens: ~4x what the backward keeps
+    assert big["inputs"] == 4 * small["inputs"]
+
+
+def test_breakdown_sums_and_reports_what_is_unaccounted() -> None:
+    b = memory.Breakdown(1000, "test", "m", {"params": 400, "activations": 400})
+    d = b.to_dict()
+    assert d["unaccounted_bytes"] == 200 and d["accounted"] == 0.8
+    assert "unaccounted" in memory.summary(d)
+    assert "unaccounted" not in memory.summary(memory.Breakdown(1000, "t", "m", {"params": 950}).to_dict())
+
+
+def test_the_preflight_skips_a_run_that_cannot_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fake host with 1 MiB available: the JAX step (memory_analysis) and the torch estimate exceed it;
+    with the real host they fit. The worker turns the decision into a skipped record before any step."""
+    from twinbench import worker
+
+    for framework in ("jax", "torch"):
+        s = spec(framework)
+        trainer, b = trainer_and_batch(s)
+        ok = memory.preflight(s, trainer, b, "cpu", 10_000)
+        assert ok is not None and ok.fits and ok.estimate_bytes > 0
+    monkeypatch.setattr(memory, "host_available_bytes", lambda: 2**20)
+    s = spec("jax")
+    rec = worker.execute(s, threads=1)
+    assert rec.status == "skipped" and rec.step_ms is None
+    assert "preflight" in (rec.error or "") and "GiB" in (rec.error or "")
+    pre = rec.memory_breakdown["preflight"]
+    assert pre["available_bytes"] == 2**20 and pre["estimate_bytes"] > 2**20
+    assert pre["compiled"]["temp"] > 0
+    assert rec.threads == 1 and rec.precision == "fp32" and rec.device_count == 1
+    assert memory.preflight(spec("torch"), *trainer_and_batch(spec("torch")), "cpu", 10_000).fits is False
+
+
+def test_no_preflight_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from twinbench import worker
+
+    monkeypatch.setattr(memory, "preflight", lambda *a: pytest.fail("preflight ran with --no-preflight"))
+    assert worker._preflight(spec("jax", no_preflight=True), None, None) is None  # type: ignore[arg-type]
+
+
+def test_failed_records_keep_the_threads_they_were_given() -> None:
+    rec = Record.for_spec(spec("torch"), "failed", error="x")
+    assert rec.threads >= 1 and rec.attention_impl == "default"
+    assert Record.for_spec(spec("torch", threads=3), "failed").threads == 3
+
+
+def test_attention_impl_is_checked() -> None:
+    validate(spec("jax", attention_impl="chunked"))
+    with pytest.raises(SpecError, match="attention-impl"):
+        validate(spec("jax", attention_impl="flash"))

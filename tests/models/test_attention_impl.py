@@ -1,0 +1,45 @@
+"""``ModelOptions.attention_impl``: the chunked attention of the JAX twin is the same maths as the default
+(values and gradients), with several query blocks, a sequence the block size does not divide, and bf16."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from twinbench.models.gpt_jax import chunked_attention
+from twinbench.models.options import ModelOptions
+
+
+@pytest.mark.parametrize(("T", "chunk"), [(64, 16), (48, 32)])  # 4 blocks; gcd(48, 32) = 16: 3 blocks
+def test_chunked_attention_matches_the_default(T: int, chunk: int) -> None:
+    q, k, v = jax.random.normal(jax.random.key(0), (3, 2, T, 3, 8))
+
+    def default(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+        return jax.nn.dot_product_attention(q, k, v, is_causal=True)
+
+    def chunked(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+        return chunked_attention(q, k, v, chunk)
+
+    def value_and_grads(f):
+        return jax.jit(lambda q, k, v: (f(q, k, v), jax.grad(lambda *a: (f(*a) ** 2).sum(), (0, 1, 2))(q, k, v)))
+
+    want, g_want = value_and_grads(default)(q, k, v)
+    got, g_got = value_and_grads(chunked)(q, k, v)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    for a, b in zip(g_got, g_want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_chunked_attention_in_bf16_stays_close() -> None:
+    q, k, v = jax.random.normal(jax.random.key(1), (3, 2, 32, 2, 16)).astype(jnp.bfloat16)
+    want = jax.jit(lambda *a: jax.nn.dot_product_attention(*a, is_causal=True))(q, k, v).astype(jnp.float32)
+    got = jax.jit(lambda *a: chunked_attention(*a, 8))(q, k, v)
+    assert got.dtype == jnp.bfloat16
+    np.testing.assert_allclose(got.astype(jnp.float32), want, rtol=2e-2, atol=2e-2)
+
+
+def test_unknown_attention_impl_is_refused() -> None:
+    with pytest.raises(ValueError, match="attention_impl"):
+        ModelOptions(attention_impl="flash")
