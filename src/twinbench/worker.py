@@ -175,7 +175,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
                        parallel, many["device_count"] if env.platform != "cpu" else 1)
     accuracy_last = tasks.accuracy(b.predict, b.run_data.eval_batches)  # before tracing trains any further
     if b.user:  # after the measured steps: the doctor's extra steps (JAX), parity, FLOPs convention
-        extra = b.user.fields(b.trainer, b.run_data.batches)
+        extra = b.user.fields(b.trainer, b.run_data.batches, timing.losses)
         many["warnings"] = list(many.get("warnings", [])) + extra.pop("warnings")
         many.update(extra)
     return Record.for_spec(
