@@ -26,7 +26,7 @@ META = "meta.json"
 REF = "torch_ref.npz"
 PARITY = "parity.json"
 name, task = "user", "custom"
-supports = frozenset({"bf16", "compile-regional"})
+supports = frozenset({"bf16", "compile-regional", "remat"})
 
 
 @dataclass

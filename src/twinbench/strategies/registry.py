@@ -151,7 +151,7 @@ USER_BUILDERS: dict[tuple[str, str], str] = {
     ("jax", "torchax"): "twinbench.strategies.jax_user:build_torchax",
     ("jax", "port"): "twinbench.strategies.jax_user:build_port",
 }
-USER_MODIFIERS: dict[str, tuple[str, ...]] = {"torch": ("bf16", "optc"), "jax": ("nodonate",)}
+USER_MODIFIERS: dict[str, tuple[str, ...]] = {"torch": ("bf16", "optc", "remat"), "jax": ("nodonate",)}
 #: Bases only a user model runs (a twin has no torch module for torchax, nor a port).
 USER_ONLY = ("torchax", "port")
 

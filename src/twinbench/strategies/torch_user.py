@@ -1,4 +1,5 @@
-"""PyTorch strategies over a user's module (``--model``): ``eager``, ``compile``, ``compile-regional``, ``+bf16``.
+"""PyTorch strategies over a user's module (``--model``): ``eager``, ``compile``, ``compile-regional``, ``+bf16``,
+``+remat``.
 
 The same step as the twins' :class:`~twinbench.strategies.torch_eager.TorchTrainer` (zero_grad, loss,
 backward, global-norm clip, AdamW), around the user's ``loss_fn(module, x, y)``. ``compile`` compiles the
@@ -22,6 +23,22 @@ from twinbench.strategies.options import compute_dtype
 from twinbench.strategies.torch_eager import to_device
 
 
+def remat_blocks(blocks: list[Any]) -> None:
+    """``+remat``: each block's ``forward`` wrapped in ``torch.utils.checkpoint`` (non-reentrant), as the
+    twins' strategies do for a module that does not checkpoint itself. Dropout is off, so the recomputed
+    forward is the same function."""
+    from torch.utils.checkpoint import checkpoint
+
+    for block in blocks:
+        forward = block.forward
+
+        def remat_forward(*args: Any, _forward: Any = forward, **kwargs: Any) -> Any:
+            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+
+        remat_forward.remat = True  # type: ignore[attr-defined]
+        block.forward = remat_forward
+
+
 class UserTorchTrainer:
     def __init__(self, spec: RunSpec, weights: dict[str, np.ndarray], compile_mode: str = "none"):
         self.device = torch_device()
@@ -30,6 +47,8 @@ class UserTorchTrainer:
         self.model.to(self.device).train()
         self.bf16 = compute_dtype(spec) == "bf16"
         self.optimizer = fam.torch_optimizer(self.model, spec.train.lr, spec.train.weight_decay)
+        if "remat" in spec.modifiers:
+            remat_blocks(fam.torch_blocks(self.um))
         if compile_mode == "regional":
             blocks = fam.torch_blocks(self.um)
             if not blocks:
