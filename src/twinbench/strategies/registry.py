@@ -148,6 +148,7 @@ USER_BUILDERS: dict[tuple[str, str], str] = {
     ("torch", "eager"): "twinbench.strategies.torch_user:build",
     ("torch", "compile"): "twinbench.strategies.torch_user:build_compile",
     ("torch", "compile-regional"): "twinbench.strategies.torch_user:build_regional",
+    ("torch", "ddp"): "twinbench.strategies.torch_user:build_ddp",
     ("jax", "torchax"): "twinbench.strategies.jax_user:build_torchax",
     ("jax", "port"): "twinbench.strategies.jax_user:build_port",
 }

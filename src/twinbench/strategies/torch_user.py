@@ -63,7 +63,7 @@ class UserTorchTrainer:
 
     def forward_loss(self, x: Any, y: Any) -> torch.Tensor:
         with torch.autocast(self.device.type, torch.bfloat16, enabled=self.bf16):
-            return self.um.loss_fn(self.model, x, y).float().reshape(())
+            return self.um.loss_fn(getattr(self, "module", self.model), x, y).float().reshape(())
 
     def update(self) -> None:
         fam.clip(self.model)
@@ -97,3 +97,50 @@ def build_compile(spec: RunSpec, weights: dict[str, np.ndarray]) -> UserTorchTra
 
 def build_regional(spec: RunSpec, weights: dict[str, np.ndarray]) -> UserTorchTrainer:
     return UserTorchTrainer(spec, weights, "regional")
+
+
+class UserDDPTrainer(UserTorchTrainer):
+    """``ddp`` over the user's module: one torchrun rank per device, each on its rows of the global batch,
+    the module wrapped in ``DistributedDataParallel`` (the loss calls the wrapper), the loss returned the mean
+    over ranks; the report is the twins' DDP report."""
+
+    def __init__(self, spec: RunSpec, weights: dict[str, np.ndarray], compile_mode: str = "none"):
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        from twinbench.distributed import torchrun
+
+        torchrun.initialize_torch()
+        self.spec = spec
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.rows = spec.train.batch // self.world
+        self.last_batch: tuple[Any, Any] | None = None
+        super().__init__(spec, weights, compile_mode)
+        ids = [torch.cuda.current_device()] if self.device.type == "cuda" else None
+        self.module = DistributedDataParallel(self.model, device_ids=ids)
+
+    def step(self, x: Any, y: Any) -> Any:
+        from twinbench.strategies.torch_ddp import GlobalLoss, RankTrainer
+
+        xb, yb = RankTrainer.place(self, x), RankTrainer.place(self, y)  # type: ignore[arg-type]
+        self.last_batch = (xb, yb)
+        return GlobalLoss(self.train_step(xb, yb), self.world)
+
+    def report(self) -> dict[str, Any]:
+        from twinbench.strategies.torch_ddp import DDPTrainer
+
+        return DDPTrainer.report(self)  # type: ignore[arg-type]
+
+    def batch_entries(self) -> list[Any]:
+        from twinbench.strategies.torch_ddp import RankTrainer
+
+        return RankTrainer.batch_entries(self)  # type: ignore[arg-type]
+
+    def replicas_max_abs_diff(self) -> float:
+        from twinbench.strategies.torch_ddp import DDPTrainer
+
+        return DDPTrainer.replicas_max_abs_diff(self)  # type: ignore[arg-type]
+
+
+def build_ddp(spec: RunSpec, weights: dict[str, np.ndarray]) -> UserDDPTrainer:
+    return UserDDPTrainer(spec, weights)
