@@ -94,6 +94,22 @@ def build_specs(preset: str, frameworks: list[str], names: list[str] | None, ove
     return list({(s.framework, s.strategy): s for s in specs}.values())
 
 
+def prepare_points(specs: list[RunSpec], out_dir: Path, timeout: float) -> list[RunSpec]:
+    """:func:`prepare` once per shape of a sweep (the points that differ only in devices, framework or strategy
+    share their initial weights and eager reference): ``out_dir/byo`` for the first, ``out_dir/shape-<i>/byo``
+    for the others."""
+    groups: dict[str, list[int]] = {}
+    for i, s in enumerate(specs):
+        key = replace(s, framework="torch", strategy="eager", devices=1).run_id()
+        groups.setdefault(key, []).append(i)
+    done: list[RunSpec | None] = [None] * len(specs)
+    for n, idx in enumerate(groups.values()):
+        prepared, _ = prepare([specs[i] for i in idx], out_dir if n == 0 else out_dir / f"shape-{n}", timeout)
+        for i, s in zip(idx, prepared, strict=True):
+            done[i] = s
+    return [s for s in done if s is not None]
+
+
 def prepare(specs: list[RunSpec], out_dir: Path, timeout: float) -> tuple[list[RunSpec], dict[str, Any] | None]:
     """Check the user's model and write its initial weights (and the port's parity) before any run.
 
