@@ -84,8 +84,9 @@ def test_strategy_selection_for_user_models():
         select(["torch", "jax"], ["jit"], port=False)
     with pytest.raises(SpecError, match="give --jax-model"):
         select(["torch", "jax"], ["port"], port=False)
-    with pytest.raises(SpecError, match=r"\+remat is not available for a user model"):
-        select(["torch", "jax"], ["eager+remat"], port=False)
+    assert select(["torch", "jax"], ["eager+remat"], port=False) == [("torch", "eager+remat")]
+    with pytest.raises(SpecError, match=r"\+remat is not available for a user model under jax"):
+        select(["torch", "jax"], ["torchax+remat"], port=False)
 
 
 def test_twins_refuse_user_only_strategies_and_all_excludes_them():
