@@ -74,7 +74,7 @@ class Block(nn.Module):
         self.attn = Attention(d, heads)
         self.mlp_norm = RMSNorm(d)
         self.mlp = SwiGLU(d, ff)
-        self.drop = nn.Dropout(dropout)  # twinbench makes it an nn.Identity: deterministic training
+        self.drop = nn.Dropout(dropout)  # twinbench sets p = 0: deterministic training
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = x + self.drop(self.attn(self.attn_norm(x), cos, sin))

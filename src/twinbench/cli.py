@@ -273,14 +273,17 @@ def sweep(
     trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
     cache: str = CACHE_OPTION,
     cache_dir: Optional[Path] = CACHE_DIR_OPTION,  # noqa: UP045
+    model: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--model", help="your own PyTorch model, FILE.py:build, swept instead of a twin (see compare --model)"),
     **overrides: Any,
 ) -> None:
     """Run compare at every point of a grid (same strategies), into one results file and one table."""
     from twinbench.sweep import grid_specs, parse_over
 
     axes = parse_over(over)
+    user = {"user_model": model} if model else {}
     specs = grid_specs(axes, overrides,
-                       lambda o: build_specs(preset, framework, strategies, o, **trace_top(trace)))
+                       lambda o: build_specs(preset, framework, strategies, o, **trace_top(trace), **user))
     specs = with_cache(specs, cache, cache_dir)
     if plan_steps <= 0:
         raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
@@ -288,6 +291,10 @@ def sweep(
         raise SpecError(f"--resume {resume}: no {runner.RESULTS} there")
     target = resume or out_dir or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
     title = "twinbench sweep over " + ", ".join(f"{k}={','.join(map(str, v))}" for k, v in axes)
+    if model:  # the user's model checked and its initial weights written once per shape, before any run
+        from twinbench.byo import plan
+
+        specs = plan.prepare_points(specs, target, timeout)
     records = run_and_report(specs, target, timeout, plan_steps, json_path, title)
     print_scaling(records)
     if not any(r.get("status") == "ok" for r in records):

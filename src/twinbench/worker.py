@@ -193,7 +193,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
     if flight is not None:
         mem["preflight"] = flight.to_dict()
     if b.user:  # after the measured steps: the doctor's extra steps (JAX), parity, FLOPs convention
-        extra = b.user.fields(b.trainer, b.run_data.batches)
+        extra = b.user.fields(b.trainer, b.run_data.batches, timing.losses)
         many["warnings"] = list(many.get("warnings", [])) + extra.pop("warnings")
         many.update(extra)
     return Record.for_spec(

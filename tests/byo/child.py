@@ -5,6 +5,8 @@ pytest's own process. ``python tests/byo/child.py MODE OUT.json``; writes what i
   gradients on batch 0, then 3 AdamW steps each.
 - ``torch-worker``: one torch/eager user run through the worker's ``execute``; reports whether torchax was
   imported (it must not be).
+- ``dropout-models``: examples/byo/encoder.py and hf_bert.py (dropout 0.1 left on) in torch eager and
+  torchax, and the doctor on a torchax run.
 - ``compat``: plain ``import torchax`` (expected to fail on torch >= 2.13), then the compatibility layer.
 """
 
@@ -64,6 +66,40 @@ def parity() -> dict:
             and set(round_trip) == set(weights)}
 
 
+def dropout_models() -> dict:
+    """torch's nn.TransformerEncoder (12 steps) and Hugging Face BERT (sdpa and eager attention, 4 steps), every
+    dropout at its default of 0.1: torch eager against torchax from the same weights, and the doctor on one
+    torchax run."""
+    import torch
+
+    from twinbench.byo import family as fam
+    from twinbench.byo import load_torch
+    from twinbench.byo.prepare import eager_losses
+    from twinbench.byo.run import doctor_findings
+    from twinbench.measure.device import set_fp32_matmul
+    from twinbench.strategies.jax_user import TorchaxTrainer
+
+    set_fp32_matmul("jax")
+    out = {}
+    for name, ref, steps in [("encoder", "encoder.py:build", 12), ("bert_sdpa", "hf_bert.py:build", 4),
+                             ("bert_eager", "hf_bert.py:build_eager_attention", 4)]:
+        s = user_spec("jax", "torchax")
+        s = replace(s, user_model=str(EXAMPLE.with_name(ref)), model=replace(s.model, layers=2, d_model=32, heads=2),
+                    train=replace(s.train, steps=steps))
+        torch.manual_seed(s.train.seed)
+        um = load_torch(s.user_model, fam.config(s))
+        switched = fam.dropout_off(um.module)
+        weights = fam.state_numpy(um.module)
+        ref_losses = eager_losses(um, s, steps)
+        trainer = TorchaxTrainer(s, weights)
+        batches = [um.batch(i) for i in range(steps)]
+        out[name] = {"switched": switched, "eager": ref_losses, "torchax": [float(trainer.step(*b)) for b in batches],
+                     "int_params": [k for k, v in trainer.params.items() if not np.issubdtype(v.dtype, np.floating)]}
+        if name == "encoder":
+            out[name]["doctor"] = doctor_findings(s, weights, batches, steps=2)
+    return out
+
+
 def torch_worker() -> dict:
     from twinbench.byo.prepare import prepare
     from twinbench.worker import execute
@@ -98,4 +134,5 @@ def compat() -> dict:
 
 if __name__ == "__main__":
     mode, out = sys.argv[1], Path(sys.argv[2])
-    out.write_text(json.dumps({"parity": parity, "torch-worker": torch_worker, "compat": compat}[mode]()))
+    out.write_text(json.dumps({"parity": parity, "torch-worker": torch_worker, "compat": compat,
+                               "dropout-models": dropout_models}[mode]()))

@@ -84,8 +84,9 @@ def test_strategy_selection_for_user_models():
         select(["torch", "jax"], ["jit"], port=False)
     with pytest.raises(SpecError, match="give --jax-model"):
         select(["torch", "jax"], ["port"], port=False)
-    with pytest.raises(SpecError, match=r"\+remat is not available for a user model"):
-        select(["torch", "jax"], ["eager+remat"], port=False)
+    assert select(["torch", "jax"], ["eager+remat"], port=False) == [("torch", "eager+remat")]
+    with pytest.raises(SpecError, match=r"\+remat is not available for a user model under jax"):
+        select(["torch", "jax"], ["torchax+remat"], port=False)
 
 
 def test_twins_refuse_user_only_strategies_and_all_excludes_them():
@@ -112,6 +113,8 @@ def twinbench(*args: str) -> subprocess.CompletedProcess:
     (None, "no such file"),
     ("def build(cfg):\n    return 42\n", "build(cfg) returned int"),
     ("def build(cfg):\n    return (torch.nn.Linear(4, 1), _loss, lambda i: 3)\n", "batch(0) must return a pair"),
+    ("class Noisy(torch.nn.Linear):\n    def forward(self, x):\n        return super().forward(x + torch.rand(x.shape))\n"
+     "def build(cfg):\n    return (torch.nn.Sequential(Noisy(4, 1)), _loss, _batch)\n", "torch.rand in module 0"),
 ])
 def test_compare_with_a_bad_model_exits_2_with_one_line_and_runs_nothing(tmp_path, body, message):
     ref = (write(tmp_path, body) if body else str(tmp_path / "missing.py")) + ":build"

@@ -28,7 +28,7 @@ def initial(s):
     torch.manual_seed(s.train.seed)
     um = load_torch(s.user_model, fam.config(s))
     assert fam.dropout_off(um.module) == 2  # the example's two blocks each hold an nn.Dropout(0.1)
-    assert not any(isinstance(m, torch.nn.Dropout) for m in um.module.modules())
+    assert all(m.p == 0.0 for m in um.module.modules() if isinstance(m, torch.nn.Dropout))  # kept, p = 0
     return fam.state_numpy(um.module), um
 
 
@@ -49,6 +49,17 @@ def test_eager_and_bf16_train_the_user_module_from_the_given_weights():
     after = fp32.weights()
     assert set(after) == set(weights) and not all((after[k] == weights[k]).all() for k in weights)
     assert "torchax" not in sys.modules
+
+
+def test_remat_checkpoints_each_user_block_and_trains_the_same_function():
+    from twinbench.strategies.torch_user import build
+
+    weights, um = initial(spec("eager"))
+    plain, remat = build(spec("eager"), weights), build(spec("eager+remat"), weights)
+    assert all(getattr(b.forward, "remat", False) for b in remat.model.blocks)
+    assert not any(getattr(b.forward, "remat", False) for b in plain.model.blocks)
+    for i in range(2):
+        assert float(remat.step(*um.batch(i))) == pytest.approx(float(plain.step(*um.batch(i))), rel=1e-6)
 
 
 def test_compile_regional_compiles_each_user_block_and_nothing_else():

@@ -49,3 +49,21 @@ def test_a_torch_run_of_a_user_model_never_imports_torchax(tmp_path):
     assert r["status"] == "ok"
     assert r["torchax_imported"] is False
     assert "nn.Linear" in r["flops_convention"]
+
+
+@pytest.mark.slow
+def test_models_with_dropout_left_on_train_the_same_function_in_torch_and_torchax(tmp_path):
+    """torch's nn.TransformerEncoder (dropout 0.1, MultiheadAttention's included) and Hugging Face BERT (sdpa
+    and eager attention, default dropout): every step within 1e-5 relative, the first within 1e-6."""
+    r = child("dropout-models", tmp_path)
+    assert r["encoder"]["switched"] == 8  # 3 nn.Dropout + MultiheadAttention's float, in each of 2 layers
+    for name in ("encoder", "bert_sdpa", "bert_eager"):
+        eager, jax_losses = r[name]["eager"], r[name]["torchax"]
+        assert jax_losses[0] == pytest.approx(eager[0], rel=1e-6), name
+        assert jax_losses == pytest.approx(eager, rel=1e-5), name
+        assert len(set(eager)) == len(eager), name  # the weights do change from step to step
+        assert r[name]["int_params"] == [], name  # integer buffers (BERT's position_ids) are not trained
+    assert len(r["encoder"]["eager"]) == 12
+    assert r["bert_sdpa"]["switched"] > 0
+    doctor = r["encoder"]["doctor"]
+    assert "error" not in doctor and isinstance(doctor.get("findings"), list)  # the doctor watched the torchax run

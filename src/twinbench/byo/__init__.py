@@ -21,10 +21,13 @@ state donated). Both start from the same initial weights: ``build(cfg)`` is call
 ``torch.manual_seed(cfg.seed)`` in a preparation process, whose ``state_dict`` is saved as
 ``<out>/byo/init.safetensors`` and loaded by every run.
 
-**Dropout is switched off** (every ``nn.Dropout*`` module is replaced by ``nn.Identity``, counted in the
-record's warnings), rather than threading a PRNG key through torchax:
-training is deterministic, so the two frameworks compute the same function and parity can be checked. A
-``F.dropout(..., training=self.training)`` call inside ``forward`` is not found: write ``nn.Dropout``.
+**Randomness is switched off or refused** (:mod:`twinbench.byo.randomness`): every dropout probability is
+set to 0 in place (``nn.Dropout*`` modules keep their type; float attributes such as
+``nn.MultiheadAttention.dropout`` or ``attention_dropout`` become 0.0; the record's warning names each), then a
+probe forward under a ``TorchFunctionMode`` refuses, in one line naming the module and the op, any random
+draw left (``torch.rand`` in ``forward``, ``F.dropout`` with a rate twinbench cannot find, ...). Training is
+deterministic, so both frameworks compute the same function: each record's ``parity`` compares its losses
+with the torch eager trajectory. The rules: ``docs/own-model.md``.
 
 ``--jax-model file.py:build_jax``: the user's own JAX port. ``build_jax(cfg)`` returns a
 :class:`JaxUserModel`: ``loss_fn(params, x, y)`` (a pure function of a parameter pytree) and ``to_jax``, the

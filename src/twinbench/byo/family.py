@@ -13,7 +13,7 @@ worker of ``torchax`` does load torch: torchax runs the torch module on JAX arra
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ META = "meta.json"
 REF = "torch_ref.npz"
 PARITY = "parity.json"
 name, task = "user", "custom"
-supports = frozenset({"bf16", "compile-regional"})
+supports = frozenset({"bf16", "compile-regional", "remat"})
 
 
 @dataclass
@@ -39,6 +39,8 @@ class Prepared:
     tokens_per_batch: int
     dropout_off: int
     ref: str
+    switched_off: list[str] = field(default_factory=list)  # each dropout set to 0 (randomness.switch_off)
+    eager_losses: list[float] = field(default_factory=list)  # torch eager's trajectory: the parity reference
 
 
 def config(spec: Any) -> UserConfig:
@@ -47,7 +49,7 @@ def config(spec: Any) -> UserConfig:
 
 def read_meta(user_dir: str | Path) -> Prepared:
     d = json.loads((Path(user_dir) / META).read_text())
-    return Prepared(**{k: d[k] for k in Prepared.__dataclass_fields__})
+    return Prepared(**{k: d[k] for k in Prepared.__dataclass_fields__ if k in d})
 
 
 def init_weights(user_dir: str | Path) -> dict[str, np.ndarray]:
@@ -57,18 +59,12 @@ def init_weights(user_dir: str | Path) -> dict[str, np.ndarray]:
 
 
 def dropout_off(module: Any) -> int:
-    """Replace every ``nn.Dropout*`` submodule by ``nn.Identity`` (deterministic training); return how many
-    had ``p > 0``. Dropout holds no weights, so the ``state_dict`` is unchanged; an identity, unlike ``p = 0``,
-    also draws no random numbers (which torchax would have to thread through ``jit``)."""
-    import torch
+    """Every dropout probability set to 0 in place (``nn.Dropout*`` modules keep their type, float attributes
+    such as ``nn.MultiheadAttention.dropout`` become 0.0: :func:`twinbench.byo.randomness.switch_off`);
+    return how many were non-zero. No weights change, so the ``state_dict`` is unchanged."""
+    from twinbench.byo.randomness import switch_off
 
-    n = 0
-    for parent in list(module.modules()):
-        for child_name, child in list(parent.named_children()):
-            if isinstance(child, torch.nn.modules.dropout._DropoutNd):
-                n += bool(child.p)
-                setattr(parent, child_name, torch.nn.Identity())
-    return n
+    return len(switch_off(module))
 
 
 def state_numpy(module: Any) -> dict[str, np.ndarray]:

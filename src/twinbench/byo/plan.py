@@ -61,6 +61,10 @@ def select(frameworks: list[str], names: list[str] | None, port: bool) -> list[t
     return list(dict.fromkeys(chosen))
 
 
+#: The strategies that run a user model on several devices.
+MULTI_DEVICE = ("ddp",)
+
+
 def build_specs(preset: str, frameworks: list[str], names: list[str] | None, overrides: dict[str, Any],
                 user_model: str, user_jax_model: str = "", **top: Any) -> list[RunSpec]:
     """One validated RunSpec per selected run of the user's model (no framework imported)."""
@@ -73,9 +77,13 @@ def build_specs(preset: str, frameworks: list[str], names: list[str] | None, ove
     base = replace(base, model=replace(base.model, family="user"), train=replace(base.train, task="custom"),
                    user_model=model, user_jax_model=jax_model)
     validate(base)
-    if base.devices > 1:
-        raise SpecError(f"--devices {base.devices}: a user model runs on one device for now; allowed: 1")
+    from twinbench.strategies import registry
+
     chosen = select(frameworks, names, bool(jax_model))
+    one = [n for _, n in chosen if registry.split_name(n)[0] not in MULTI_DEVICE]
+    if base.devices > 1 and one:
+        raise SpecError(f"--devices {base.devices}: {one[0]!r} runs a user model on one device; on several: "
+                        f"{', '.join(MULTI_DEVICE)}")
     if not chosen:
         raise SpecError(f"--strategies: nothing selected for --framework {','.join(frameworks)}")
     specs = [validate(with_precision(replace(base, framework=fw, strategy=name))) for fw, name in chosen]
@@ -84,6 +92,22 @@ def build_specs(preset: str, frameworks: list[str], names: list[str] | None, ove
             raise SpecError(f"--precision bf16: jax {s.base_strategy!r} of a user model runs fp32 only; "
                             "run bf16 with the torch strategies (+bf16)")
     return list({(s.framework, s.strategy): s for s in specs}.values())
+
+
+def prepare_points(specs: list[RunSpec], out_dir: Path, timeout: float) -> list[RunSpec]:
+    """:func:`prepare` once per shape of a sweep (the points that differ only in devices, framework or strategy
+    share their initial weights and eager reference): ``out_dir/byo`` for the first, ``out_dir/shape-<i>/byo``
+    for the others."""
+    groups: dict[str, list[int]] = {}
+    for i, s in enumerate(specs):
+        key = replace(s, framework="torch", strategy="eager", devices=1).run_id()
+        groups.setdefault(key, []).append(i)
+    done: list[RunSpec | None] = [None] * len(specs)
+    for n, idx in enumerate(groups.values()):
+        prepared, _ = prepare([specs[i] for i in idx], out_dir if n == 0 else out_dir / f"shape-{n}", timeout)
+        for i, s in zip(idx, prepared, strict=True):
+            done[i] = s
+    return [s for s in done if s is not None]
 
 
 def prepare(specs: list[RunSpec], out_dir: Path, timeout: float) -> tuple[list[RunSpec], dict[str, Any] | None]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from twinbench.byo import FLOP_CONVENTION, UserModel, UserModelError, _one_line, load_torch
+from twinbench.byo import FLOP_CONVENTION, UserModel, UserModelError, _one_line, load_torch, randomness
 from twinbench.byo import family as fam
 from twinbench.spec import RunSpec
 
@@ -58,20 +58,29 @@ def prepare(spec: RunSpec, out: Path, with_ref: bool) -> dict[str, Any]:
     torch.manual_seed(spec.train.seed)
     ref = spec.user_model
     um = load_torch(ref, fam.config(spec))
-    n_dropout = fam.dropout_off(um.module)
     um.module.train()
     x, y = check_batch(um, ref)
     init = fam.state_numpy(um.module)
+    loss = torch_loss(um, x, y, ref)  # a readable error for a loss that fails, before the probe
+    try:
+        switched = randomness.check(um.module, um.loss_fn, torch.from_numpy(x), torch.from_numpy(y), ref)
+    except randomness.RandomnessError as e:
+        raise UserModelError(str(e)) from None
+    fam.load_state(um.module, init)  # the probe's backward left no step, but start from the saved weights
     loss = torch_loss(um, x, y, ref)
+    n_dropout = len(switched)
     tokens = int(um.tokens_per_batch) or int(x.shape[0] * (x.shape[1] if x.ndim > 1 else 1))
     meta = {"n_params": fam.n_params(um.module), "matmul_params": fam.matmul_params(um.module),
             "flops_per_token": fam.flops_per_token(um), "tokens_per_batch": tokens, "dropout_off": n_dropout,
+            "switched_off": switched,
             "ref": ref, "flops_convention": FLOP_CONVENTION, "x": [list(x.shape), str(x.dtype)],
             "y": [list(y.shape), str(y.dtype)], "loss0": float(loss)}
     out.mkdir(parents=True, exist_ok=True)
     save_file(init, str(out / fam.INIT))
     if with_ref:
         np.savez(out / fam.REF, **torch_reference(um, spec))
+        fam.load_state(um.module, init)
+    meta["eager_losses"] = eager_losses(um, spec, spec.train.steps)
     (out / fam.META).write_text(json.dumps(meta, indent=1))
     return meta
 
@@ -103,6 +112,25 @@ def torch_reference(um: UserModel, spec: RunSpec, steps: int = PARITY_STEPS) -> 
         losses.append(float(loss))
     out["losses"] = np.asarray(losses)
     return out
+
+
+def eager_losses(um: UserModel, spec: RunSpec, steps: int) -> list[float]:
+    """The losses of ``steps`` torch eager steps (the twins' AdamW, clipping) from the module's weights: the
+    reference every run's trajectory is compared with (the record's ``parity``)."""
+    import torch
+
+    model = um.module
+    opt = fam.torch_optimizer(model, spec.train.lr, spec.train.weight_decay)
+    losses = []
+    for i in range(steps):
+        xb, yb = (torch.from_numpy(a) for a in um.batch(i))
+        opt.zero_grad(set_to_none=True)
+        loss = um.loss_fn(model, xb, yb)
+        loss.backward()
+        fam.clip(model)
+        opt.step()
+        losses.append(float(loss))
+    return losses
 
 
 def main(argv: list[str]) -> int:

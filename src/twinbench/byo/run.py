@@ -51,18 +51,41 @@ class UserRun:
         torch.manual_seed(self.spec.train.seed)
         return load_torch(self.spec.user_model, UserConfig.from_spec(self.spec)).batch
 
-    def fields(self, trainer: Any, host_batches: Any) -> dict[str, Any]:
-        """Record fields of a user run: FLOPs convention, dropout warning, parity (port), doctor (JAX)."""
+    def fields(self, trainer: Any, host_batches: Any, losses: list[float] | None = None) -> dict[str, Any]:
+        """Record fields of a user run: FLOPs convention, dropout warning, parity (the loss trajectory against
+        torch eager's; the port's check too), doctor (JAX)."""
         out: dict[str, Any] = {"flops_convention": FLOP_CONVENTION, "warnings": []}
         if self.meta.dropout_off and self.spec.base_strategy != "port":  # the port is the user's own code
-            out["warnings"].append(f"dropout switched off in {self.meta.dropout_off} module(s): deterministic "
-                                   "training, the same function in both frameworks")
-        parity = Path(self.spec.user_dir) / fam.PARITY
-        if self.spec.base_strategy == "port" and parity.exists():
-            out["parity"] = json.loads(parity.read_text())
+            names = ", ".join(self.meta.switched_off) or f"{self.meta.dropout_off} module(s)"
+            out["warnings"].append(f"dropout switched off ({names}): deterministic training, the same function "
+                                   "in both frameworks")
+        parity: dict[str, Any] = {}
+        port_check = Path(self.spec.user_dir) / fam.PARITY
+        if self.spec.base_strategy == "port" and port_check.exists():
+            parity = json.loads(port_check.read_text())
+        if losses and self.meta.eager_losses:
+            parity["trajectory"] = trajectory(losses, self.meta.eager_losses)
+            if not parity["trajectory"]["ok"]:
+                tr = parity["trajectory"]
+                out["warnings"].append(f"loss trajectory differs from torch eager's by {tr['max_rel']:.2e} "
+                                       f"(relative, worst of {tr['steps']} steps; tolerance {tr['tolerance']:g}): "
+                                       "not the same function, or a numerics change (bf16, fast math)")
+        if parity:
+            out["parity"] = parity
         if self.spec.framework == "jax":
             out["doctor"] = doctor_findings(self.spec, self.weights, host_batches)
         return out
+
+
+TRAJECTORY_TOL = 1e-5  # relative, per step: fp32 runs of the same function agree far closer
+
+
+def trajectory(losses: list[float], eager: list[float], tol: float = TRAJECTORY_TOL) -> dict[str, Any]:
+    """A run's losses against torch eager's (the preparation process's), step by step, relative."""
+    n = min(len(losses), len(eager))
+    rel = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[:n], eager[:n], strict=True)]
+    return {"vs": "torch eager", "steps": n, "first_rel": rel[0] if rel else 0.0, "max_rel": max(rel, default=0.0),
+            "tolerance": tol, "ok": bool(n) and max(rel) <= tol}
 
 
 def doctor_findings(spec: RunSpec, weights: Any, host_batches: Any, steps: int = DOCTOR_STEPS) -> dict[str, Any]:

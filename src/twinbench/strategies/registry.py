@@ -148,10 +148,11 @@ USER_BUILDERS: dict[tuple[str, str], str] = {
     ("torch", "eager"): "twinbench.strategies.torch_user:build",
     ("torch", "compile"): "twinbench.strategies.torch_user:build_compile",
     ("torch", "compile-regional"): "twinbench.strategies.torch_user:build_regional",
+    ("torch", "ddp"): "twinbench.strategies.torch_user:build_ddp",
     ("jax", "torchax"): "twinbench.strategies.jax_user:build_torchax",
     ("jax", "port"): "twinbench.strategies.jax_user:build_port",
 }
-USER_MODIFIERS: dict[str, tuple[str, ...]] = {"torch": ("bf16", "optc"), "jax": ("nodonate",)}
+USER_MODIFIERS: dict[str, tuple[str, ...]] = {"torch": ("bf16", "optc", "remat"), "jax": ("nodonate",)}
 #: Bases only a user model runs (a twin has no torch module for torchax, nor a port).
 USER_ONLY = ("torchax", "port")
 

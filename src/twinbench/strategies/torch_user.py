@@ -1,4 +1,5 @@
-"""PyTorch strategies over a user's module (``--model``): ``eager``, ``compile``, ``compile-regional``, ``+bf16``.
+"""PyTorch strategies over a user's module (``--model``): ``eager``, ``compile``, ``compile-regional``, ``+bf16``,
+``+remat``.
 
 The same step as the twins' :class:`~twinbench.strategies.torch_eager.TorchTrainer` (zero_grad, loss,
 backward, global-norm clip, AdamW), around the user's ``loss_fn(module, x, y)``. ``compile`` compiles the
@@ -22,6 +23,22 @@ from twinbench.strategies.options import compute_dtype
 from twinbench.strategies.torch_eager import to_device
 
 
+def remat_blocks(blocks: list[Any]) -> None:
+    """``+remat``: each block's ``forward`` wrapped in ``torch.utils.checkpoint`` (non-reentrant), as the
+    twins' strategies do for a module that does not checkpoint itself. Dropout is off, so the recomputed
+    forward is the same function."""
+    from torch.utils.checkpoint import checkpoint
+
+    for block in blocks:
+        forward = block.forward
+
+        def remat_forward(*args: Any, _forward: Any = forward, **kwargs: Any) -> Any:
+            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+
+        remat_forward.remat = True  # type: ignore[attr-defined]
+        block.forward = remat_forward
+
+
 class UserTorchTrainer:
     def __init__(self, spec: RunSpec, weights: dict[str, np.ndarray], compile_mode: str = "none"):
         self.device = torch_device()
@@ -30,6 +47,8 @@ class UserTorchTrainer:
         self.model.to(self.device).train()
         self.bf16 = compute_dtype(spec) == "bf16"
         self.optimizer = fam.torch_optimizer(self.model, spec.train.lr, spec.train.weight_decay)
+        if "remat" in spec.modifiers:
+            remat_blocks(fam.torch_blocks(self.um))
         if compile_mode == "regional":
             blocks = fam.torch_blocks(self.um)
             if not blocks:
@@ -44,7 +63,7 @@ class UserTorchTrainer:
 
     def forward_loss(self, x: Any, y: Any) -> torch.Tensor:
         with torch.autocast(self.device.type, torch.bfloat16, enabled=self.bf16):
-            return self.um.loss_fn(self.model, x, y).float().reshape(())
+            return self.um.loss_fn(getattr(self, "module", self.model), x, y).float().reshape(())
 
     def update(self) -> None:
         fam.clip(self.model)
@@ -78,3 +97,50 @@ def build_compile(spec: RunSpec, weights: dict[str, np.ndarray]) -> UserTorchTra
 
 def build_regional(spec: RunSpec, weights: dict[str, np.ndarray]) -> UserTorchTrainer:
     return UserTorchTrainer(spec, weights, "regional")
+
+
+class UserDDPTrainer(UserTorchTrainer):
+    """``ddp`` over the user's module: one torchrun rank per device, each on its rows of the global batch,
+    the module wrapped in ``DistributedDataParallel`` (the loss calls the wrapper), the loss returned the mean
+    over ranks; the report is the twins' DDP report."""
+
+    def __init__(self, spec: RunSpec, weights: dict[str, np.ndarray], compile_mode: str = "none"):
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        from twinbench.distributed import torchrun
+
+        torchrun.initialize_torch()
+        self.spec = spec
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.rows = spec.train.batch // self.world
+        self.last_batch: tuple[Any, Any] | None = None
+        super().__init__(spec, weights, compile_mode)
+        ids = [torch.cuda.current_device()] if self.device.type == "cuda" else None
+        self.module = DistributedDataParallel(self.model, device_ids=ids)
+
+    def step(self, x: Any, y: Any) -> Any:
+        from twinbench.strategies.torch_ddp import GlobalLoss, RankTrainer
+
+        xb, yb = RankTrainer.place(self, x), RankTrainer.place(self, y)  # type: ignore[arg-type]
+        self.last_batch = (xb, yb)
+        return GlobalLoss(self.train_step(xb, yb), self.world)
+
+    def report(self) -> dict[str, Any]:
+        from twinbench.strategies.torch_ddp import DDPTrainer
+
+        return DDPTrainer.report(self)  # type: ignore[arg-type]
+
+    def batch_entries(self) -> list[Any]:
+        from twinbench.strategies.torch_ddp import RankTrainer
+
+        return RankTrainer.batch_entries(self)  # type: ignore[arg-type]
+
+    def replicas_max_abs_diff(self) -> float:
+        from twinbench.strategies.torch_ddp import DDPTrainer
+
+        return DDPTrainer.replicas_max_abs_diff(self)  # type: ignore[arg-type]
+
+
+def build_ddp(spec: RunSpec, weights: dict[str, np.ndarray]) -> UserDDPTrainer:
+    return UserDDPTrainer(spec, weights)
