@@ -208,7 +208,8 @@ def execute(spec: RunSpec, threads: int) -> Record:
         xla_flags=os.environ.get("XLA_FLAGS", "") if fw == "jax" else None, attention_kernel=attention,
         **_save_weights(spec, b.trainer), **_trace(spec, b.trainer, b.run_data.batches), **tp, **loop.tokens,
         **loop.inputs, compiles_in_loop=loop.compiles_in_loop, accuracy_first=loop.accuracy_first,
-        accuracy_last=accuracy_last, memory_breakdown=mem, attention_impl=spec.attention_impl)
+        accuracy_last=accuracy_last, memory_breakdown=mem,
+        attention_impl=spec.attention_impl if fw == "jax" else "default")  # the torch twin reads no option
 
 
 def _preflight(spec: RunSpec, env: Setup, b: Built) -> Any:
