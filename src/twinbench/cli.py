@@ -646,6 +646,34 @@ def doctor(
     raise typer.Exit(1 if result.serious else 0)
 
 
+@app.command("explain")
+@with_spec_flags
+def explain_cmd(
+    run_a: str = typer.Argument(..., help="framework:strategy (run now) or RESULTS_DIR:framework/strategy"),
+    run_b: str = typer.Argument(..., help="the run compared with A, same forms"),
+    preset: str = PRESET_OPTION,
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="results directory; default runs/<timestamp>"),  # noqa: UP045
+    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the explanation here"),  # noqa: UP045
+    scopes: bool = typer.Option(False, "--scopes", help="expand phases by scope (block0.attn...) not category"),
+    timeout: float = TIMEOUT_OPTION,
+    model: Optional[str] = typer.Option(None, "--model", help="your own PyTorch model, FILE.py:build"),  # noqa: UP045
+    jax_model: Optional[str] = typer.Option(None, "--jax-model", help="its JAX port, FILE.py:build_jax"),  # noqa: UP045
+    **overrides: Any,
+) -> None:
+    """Where each run's step time goes (phases x op categories, two methods), and the gap between A and B."""
+    from twinbench.explain import command
+
+    target = out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    try:
+        result = command.explain(run_a, run_b, preset, overrides, target, timeout, model, jax_model,
+                                 "scopes" if scopes else "categories", lambda line: out.print(line, highlight=False))
+    except command.ExplainError as e:
+        fail(str(e))
+    command.print_pair(result, out)
+    if json_path:
+        json_path.write_text(json.dumps(result, indent=1))
+
+
 def main() -> None:  # pragma: no cover - console entry point convenience
     app()
 

@@ -46,6 +46,7 @@ class RunSpec:
     xla_cpu_flags: str = "tuned"  # JAX on CPU: twinbench's measured XLA flags, or "xla-default" (xla_flags.py)
     trace_dir: str = ""  # profile a few steps after the measured ones into this directory ("": off)
     save_weights: str = ""  # write the trained canonical weights (safetensors) into this directory ("": off)
+    explain: bool = False  # after the measured steps (and the trace): phases by timing (twinbench/explain)
     # many hosts: `devices` counts all of them; one twinbench per host (see distributed/)
     num_processes: int = 1  # hosts (processes) the run spans: jax.distributed / torchrun --nnodes
     process_id: int = -1  # this host's index; -1: from JAX_PROCESS_ID / NODE_RANK / the cluster
@@ -72,6 +73,7 @@ class RunSpec:
         d = self.to_dict()
         d.pop("trace_dir", None)  # tracing runs after the measured steps: same measurement, same id
         d.pop("save_weights", None)  # so does saving the weights
+        d.pop("explain", None)  # and explain's timing of the step's parts
         d.pop("cache_dir", None)  # where the compilation cache lives is not what is measured (its state is)
         d.pop("user_dir", None)  # likewise where the user model's initial weights were written
         blob = json.dumps(d, sort_keys=True)
