@@ -153,6 +153,8 @@ def compare(
     timeout: float = TIMEOUT_OPTION,
     plan_steps: int = typer.Option(1000, help="steps of the planned run whose total wall time is shown"),
     trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
+    explain: bool = typer.Option(False, "--explain", help="also break each run's step into phases and op "
+                                 "categories (traced and timed after the measured steps; see docs/explain.md)"),
     cache: str = CACHE_OPTION,
     cache_dir: Optional[Path] = CACHE_DIR_OPTION,  # noqa: UP045
     model: Optional[str] = typer.Option(  # noqa: UP045
@@ -173,6 +175,10 @@ def compare(
     if resume is not None and not (resume / runner.RESULTS).exists():
         raise SpecError(f"--resume {resume}: no {runner.RESULTS} there")
     target = resume or out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    if explain:  # trace + explain's timing after the measured steps (twinbench/explain)
+        from twinbench.explain.runs import for_explain
+
+        specs = [for_explain(s, trace or target / "traces") for s in specs]
     if model:  # check the user's model and write its initial weights once, before any run (exit 2 if bad)
         from twinbench.byo import plan
 
@@ -181,6 +187,10 @@ def compare(
             out.print(line, highlight=False)
     records = run_and_report(specs, target, timeout, plan_steps, json_path, "twinbench compare")
     print_sharding(records, show_sharding)
+    if explain:
+        from twinbench.explain.command import print_runs
+
+        print_runs(records, target, out)
     if model:  # the doctor's findings on the JAX side of a user model
         for line in plan.doctor_lines(records):
             out.print(f"  {line}", highlight=False, markup=False)

@@ -122,3 +122,19 @@ def print_pair(result: dict[str, Any], out: Any) -> None:
         out.print(f"  trace: {result[side]['trace_path']}", highlight=False)
     out.print(gap_table(result))
     out.print(f"  {result['summary']}", highlight=False)
+
+
+def print_runs(records: list[dict[str, Any]], out_dir: Path, out: Any) -> None:
+    """``compare --explain``: each run's phases (and notes), written to ``out_dir/explain.json`` too."""
+    import json
+
+    explained = explain_records(records)
+    for e in explained:
+        if "error" in e:
+            out.print(f"  explain {e['run']}: {e['error']}", highlight=False)
+            continue
+        out.print(run_table(e))
+        for note in e["notes"]:
+            out.print(f"  note: {note}", highlight=False)
+    (out_dir / "explain.json").write_text(json.dumps(explained, indent=1))
+    out.print(f"  explain: {out_dir / 'explain.json'}", highlight=False)

@@ -16,6 +16,7 @@ _COMP = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->.*\{\s*$")
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(?:\([^=]*?\)|\S+)\s+([a-z][\w\-]*)\(")
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
 _OPNAME = re.compile(r'op_name="([^"]*)"')
+_LOSS = re.compile(r"loss|log_softmax|cross_entropy|logsumexp")
 _KIND = re.compile(r'"kind":"([\w]+)"')
 
 
@@ -27,6 +28,7 @@ class Instr:
     calls: str = ""
     kind: str = ""
     contains: list[str] = field(default_factory=list)  # categories of the fused instructions
+    opcodes: list[str] = field(default_factory=list)  # their opcodes
 
 
 def parse(text: str) -> dict[str, Instr]:
@@ -52,25 +54,35 @@ def parse(text: str) -> dict[str, Instr]:
             out.setdefault(ins.name, ins)
     for ins in out.values():
         if ins.calls in comps:
-            ins.contains = [c for c in _flatten(ins.calls, comps, 0) if c]
+            found = _flatten(ins.calls, comps, 0)
+            ins.contains = [c for _, c in found]
+            ins.opcodes = [o for o, _ in found]
     return out
 
 
-def _flatten(comp: str, comps: dict[str, list[Instr]], depth: int) -> list[str]:
-    cats: list[str] = []
+#: layout glue inside a fusion: it counts for data movement only when a fusion holds nothing else
+GLUE = {"broadcast", "reshape", "bitcast", "iota", "slice", "transpose", "convert"}
+
+
+def _flatten(comp: str, comps: dict[str, list[Instr]], depth: int) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
     for ins in comps.get(comp, []):
         if ins.calls in comps and depth < 4:
-            cats += _flatten(ins.calls, comps, depth + 1)
+            found += _flatten(ins.calls, comps, depth + 1)
         elif taxonomy.timed_opcode(ins.opcode):
-            cats.append(taxonomy.hlo_op(ins.opcode, ins.op_name))
-    return cats
+            found.append((ins.opcode, taxonomy.hlo_op(ins.opcode, ins.op_name)))
+    return found
 
 
 def category(ins: Instr) -> str:
     """The taxonomy category of one executed instruction (a fusion: its dominant contained category)."""
     if ins.contains:
+        if "exponential" in ins.opcodes and "reductions" in ins.contains and not _LOSS.search(ins.op_name):
+            return "attention"  # max/exp/sum: a softmax (the loss's log-softmax excepted)
+        work = [c for o, c in zip(ins.opcodes, ins.contains, strict=True) if o not in GLUE]
         by_scope = taxonomy.hlo_op("", ins.op_name)  # a softmax/layer-norm scope names what the fusion does
-        return taxonomy.dominant([*ins.contains, by_scope] if by_scope != "other" else ins.contains)
+        cats = work or ins.contains
+        return taxonomy.dominant([*cats, by_scope] if by_scope != "other" else cats)
     if "ynn" in ins.kind or "dot" in ins.name:
         return "matmul"
     return taxonomy.hlo_op(ins.opcode, ins.op_name)

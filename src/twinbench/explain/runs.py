@@ -33,7 +33,10 @@ def from_results(arg: str) -> tuple[RunSpec, dict[str, Any]]:
     if not records:
         raise SpecError(f"{arg}: {where} has no run {name}")
     r = records[-1]
-    return RunSpec.from_dict(r["spec"]), r
+    try:
+        return RunSpec.from_dict(r["spec"]), r
+    except (KeyError, TypeError) as e:
+        raise SpecError(f"{arg}: its record carries no readable spec") from e
 
 
 def is_results_arg(arg: str) -> bool:
