@@ -103,7 +103,7 @@ def _jax_run(tmp_path: Path, slow: bool) -> dict:
             s = x @ p["w"]
             if slow:  # the planted cause: softmaxes of the scores recomputed over and over (forward only)
                 extra = s
-                for _ in range(40):
+                for _ in range(100):
                     extra = jax.nn.softmax(extra * 1.0001, axis=-1) * 8.0
                 s = s + 1e-6 * jax.lax.stop_gradient(extra)
             s = jax.nn.softmax(s, axis=-1)
@@ -119,7 +119,7 @@ def _jax_run(tmp_path: Path, slow: bool) -> dict:
 
     p = {"w": jnp.ones((64, 64)) * 0.01, "v": jnp.ones((64, 64)) * 0.01}
     state = {"p": p, "s": tx.init(p)}
-    x = jnp.ones((256, 64))
+    x = jnp.ones((512, 64))
     jitted = jax.jit(step)
 
     def one(_i: int) -> None:
