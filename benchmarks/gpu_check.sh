@@ -60,3 +60,6 @@ cd "$OUT"  # runs/ and caches stay out of the repository
   --out "$OUT" --json "$OUT/records.json" | tee "$OUT/table.txt"
 rm -rf "$OUT/compile-cache"
 echo "gpu_check: records in $OUT/results.jsonl and $OUT/records.json, summary in $OUT/summary.md"
+# where the step goes on the device: kernels on the GPU tracks (torch: by launching op; XLA: by hlo_op)
+"$PY" -m twinbench.cli explain torch:eager jax:jit "${PRESET[@]}" --timeout "$TIMEOUT" --out "$OUT/explain" \
+  --json "$OUT/explain.json" | tee "$OUT/explain.txt" || echo "gpu_check: explain failed (see above)"
