@@ -4,7 +4,6 @@ so); the profiled and timed-by-parts steps are never among the measured ones."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest

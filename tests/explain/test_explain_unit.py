@@ -145,6 +145,9 @@ def test_hlo_phases_from_op_name() -> None:
     assert hlo.phase("jit(step)/transpose(jvp(block0.attn))/dot_general") == "backward"
     assert hlo.phase("jit(step)/optimizer/add") == "optimizer"
     assert hlo.scope("jit(step)/transpose(jvp(block1.mlp))/mul") == "block1.mlp"
+    assert hlo.scope("jit(step)/transpose(jvp(block1/mlp))/mul") == "block1.mlp"
+    assert hlo.scope("jit(step)/jvp(head)/dot_general") == "head"
+    assert torch_trace.scope_of(["twinbench_step_0", "block2", "attn", "aten::addmm"]) == "block2.attn"
 
 
 # ------------------------------------------------------------------------------------------------ bad input

@@ -99,10 +99,11 @@ def phase(op_name: str) -> str:
     return "rest"
 
 
-_SCOPE = re.compile(r"(block\d+\.(?:attn|mlp)|embed|head|loss)")
+_SCOPE = re.compile(r"(?<![\w.])(block\d*[./](?:attn|mlp)|embed|head|loss)(?![\w])")
 
 
 def scope(op_name: str) -> str:
-    """The innermost twinbench scope an ``op_name`` path names ("" when none)."""
+    """The innermost twinbench scope an ``op_name`` path names ("" when none): ``block0/attn`` (nested
+    scopes) and ``block0.attn`` both read ``block0.attn``."""
     found = _SCOPE.findall(op_name)
-    return found[-1] if found else ""
+    return found[-1].replace("/", ".") if found else ""

@@ -16,7 +16,8 @@ from twinbench.explain import taxonomy
 from twinbench.explain.breakdown import Breakdown
 from twinbench.explain.jax_trace import TraceError
 
-_SCOPE = re.compile(r"^(block\d+\.(?:attn|mlp)|embed|head|loss)$")
+_SCOPE = re.compile(r"^(block\d+(?:\.(?:attn|mlp))?|embed|head|loss)$")
+_PART = re.compile(r"^(attn|mlp)$")
 
 
 def load(path: str) -> list[dict[str, Any]]:
@@ -25,6 +26,15 @@ def load(path: str) -> list[dict[str, Any]]:
         return [e for e in data["traceEvents"] if e.get("ph") == "X"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise TraceError(f"{path}: not a readable torch Chrome trace ({type(e).__name__})") from e
+
+
+def scope_of(chain: list[str]) -> str:
+    """The innermost scope of a parent chain; ``block0`` then ``attn`` reads ``block0.attn``."""
+    names = [n for n in chain if _SCOPE.match(n) or _PART.match(n)]
+    if names and _PART.match(names[-1]):
+        blocks = [n for n in names if n.startswith("block")]
+        return f"{blocks[-1] if blocks else 'block'}.{names[-1]}"
+    return names[-1] if names else ""
 
 
 def _phase(chain: list[str]) -> str:
@@ -62,8 +72,7 @@ def read(path: str) -> Breakdown:
             if stack:
                 stack[-1]["_child"] = stack[-1].get("_child", 0.0) + e["dur"]
             chain = [s["name"] for s in stack] + [e["name"]]
-            scopes = [n for n in chain if _SCOPE.match(n)]
-            info[id(e)] = (_phase(chain), taxonomy.torch_any(e["name"]), scopes[-1] if scopes else "")
+            info[id(e)] = (_phase(chain), taxonomy.torch_any(e["name"]), scope_of(chain))
             e["_chain_cpu"] = [s for s in stack if s.get("cat") == "cpu_op"]
             stack.append(e)
     t0, t1 = steps[0]["ts"], steps[-1]["ts"] + steps[-1]["dur"]
