@@ -147,6 +147,7 @@ def test_hlo_phases_from_op_name() -> None:
     assert hlo.scope("jit(step)/transpose(jvp(block1.mlp))/mul") == "block1.mlp"
     assert hlo.scope("jit(step)/transpose(jvp(block1/mlp))/mul") == "block1.mlp"
     assert hlo.scope("jit(step)/jvp(head)/dot_general") == "head"
+    assert hlo.scope("jit(train_step)/transpose(jvp(block1))/mlp/mul") == "block1.mlp"
     assert torch_trace.scope_of(["twinbench_step_0", "block2", "attn", "aten::addmm"]) == "block2.attn"
 
 

@@ -99,11 +99,15 @@ def phase(op_name: str) -> str:
     return "rest"
 
 
-_SCOPE = re.compile(r"(?<![\w.])(block\d*[./](?:attn|mlp)|embed|head|loss)(?![\w])")
+_BLOCK = re.compile(r"(?<![\w.])(block\d*)\)*[./](attn|mlp)(?!\w)")
+_NAMED = re.compile(r"(?<![\w.])(embed|head|loss)(?!\w)")
 
 
 def scope(op_name: str) -> str:
-    """The innermost twinbench scope an ``op_name`` path names ("" when none): ``block0/attn`` (nested
-    scopes) and ``block0.attn`` both read ``block0.attn``."""
-    found = _SCOPE.findall(op_name)
-    return found[-1].replace("/", ".") if found else ""
+    """The twinbench scope an ``op_name`` path names ("" when none): nested ``jvp(block0)/attn`` and
+    ``block0.attn`` both read ``block0.attn``; else ``embed``, ``head`` or ``loss``."""
+    found = _BLOCK.findall(op_name)
+    if found:
+        return ".".join(found[-1])
+    named = _NAMED.findall(op_name)
+    return named[-1] if named else ""
