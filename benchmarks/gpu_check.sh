@@ -72,3 +72,6 @@ if [[ $DRY -eq 0 ]]; then
   rm -rf "$OUT/compile-cache"
 fi
 echo "gpu_check: records in $OUT/results.jsonl and $OUT/records.json, summary in $OUT/summary.md"
+# where the step goes on the device: kernels on the GPU tracks (torch: by launching op; XLA: by hlo_op)
+"$PY" -m twinbench.cli explain torch:eager jax:jit "${PRESET[@]}" --timeout "$TIMEOUT" --out "$OUT/explain" \
+  --json "$OUT/explain.json" | tee "$OUT/explain.txt" || echo "gpu_check: explain failed (see above)"

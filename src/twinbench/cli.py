@@ -217,6 +217,8 @@ def compare(
     timeout: float = TIMEOUT_OPTION,
     plan_steps: int = typer.Option(1000, help="steps of the planned run whose total wall time is shown"),
     trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
+    explain: bool = typer.Option(False, "--explain", help="also break each run's step into phases and op "
+                                 "categories (traced and timed after the measured steps; see docs/explain.md)"),
     cache: str = CACHE_OPTION,
     cache_dir: Optional[Path] = CACHE_DIR_OPTION,  # noqa: UP045
     model: Optional[str] = typer.Option(  # noqa: UP045
@@ -240,6 +242,10 @@ def compare(
     if resume is not None and not (resume / runner.RESULTS).exists():
         raise SpecError(f"--resume {resume}: no {runner.RESULTS} there")
     target = resume or out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    if explain:  # trace + explain's timing after the measured steps (twinbench/explain)
+        from twinbench.explain.runs import for_explain
+
+        specs = [for_explain(s, trace or target / "traces") for s in specs]
     if model:  # check the user's model and write its initial weights once, before any run (exit 2 if bad)
         from twinbench.byo import plan
 
@@ -248,6 +254,10 @@ def compare(
             out.print(line, highlight=False)
     records = run_and_report(specs, target, timeout, plan_steps, json_path, "twinbench compare")
     print_sharding(records, show_sharding)
+    if explain:
+        from twinbench.explain.command import print_runs
+
+        print_runs(records, target, out)
     if model:  # the doctor's findings on the JAX side of a user model
         for line in plan.doctor_lines(records):
             out.print(f"  {line}", highlight=False, markup=False)
@@ -778,6 +788,34 @@ def doctor(
     if result.self_errors:  # an incomplete report must not pass for a clean one
         raise typer.Exit(3)
     raise typer.Exit(1 if result.serious else 0)
+
+
+@app.command("explain")
+@with_spec_flags
+def explain_cmd(
+    run_a: str = typer.Argument(..., help="framework:strategy (run now) or RESULTS_DIR:framework/strategy"),
+    run_b: str = typer.Argument(..., help="the run compared with A, same forms"),
+    preset: str = PRESET_OPTION,
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="results directory; default runs/<timestamp>"),  # noqa: UP045
+    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the explanation here"),  # noqa: UP045
+    scopes: bool = typer.Option(False, "--scopes", help="expand phases by scope (block0.attn...) not category"),
+    timeout: float = TIMEOUT_OPTION,
+    model: Optional[str] = typer.Option(None, "--model", help="your own PyTorch model, FILE.py:build"),  # noqa: UP045
+    jax_model: Optional[str] = typer.Option(None, "--jax-model", help="its JAX port, FILE.py:build_jax"),  # noqa: UP045
+    **overrides: Any,
+) -> None:
+    """Where each run's step time goes (phases x op categories, two methods), and the gap between A and B."""
+    from twinbench.explain import command
+
+    target = out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    try:
+        result = command.explain(run_a, run_b, preset, overrides, target, timeout, model, jax_model,
+                                 "scopes" if scopes else "categories", lambda line: out.print(line, highlight=False))
+    except command.ExplainError as e:
+        fail(str(e))
+    command.print_pair(result, out)
+    if json_path:
+        json_path.write_text(json.dumps(result, indent=1))
 
 
 def main() -> None:  # pragma: no cover - console entry point convenience

@@ -92,6 +92,10 @@ class Record:
     # profiler trace of a few steps run after the measured ones (--trace DIR); None when not traced
     trace_path: str | None = None
     trace_error: str | None = None
+    # --explain: phases by timing (after the measured steps) and the JAX step's HLO text (twinbench/explain)
+    explain_timing: dict[str, float] = field(default_factory=dict)
+    explain_hlo_path: str | None = None
+    explain_error: str | None = None
     weights_path: str | None = None  # the trained canonical weights, with --save-weights (twinbench export --from)
     # many devices: params + optimizer state one device holds, where each array lives, what looks wrong
     state_bytes_per_device: int | None = None

@@ -48,6 +48,7 @@ class RunSpec:
     attention_impl: str = "default"  # JAX attention: "default" (XLA) | "chunked" (memory) | "cudnn" (CUDA + bf16)
     trace_dir: str = ""  # profile a few steps after the measured ones into this directory ("": off)
     save_weights: str = ""  # write the trained canonical weights (safetensors) into this directory ("": off)
+    explain: bool = False  # after the measured steps (and the trace): phases by timing (twinbench/explain)
     # many hosts: `devices` counts all of them; one twinbench per host (see distributed/)
     num_processes: int = 1  # hosts (processes) the run spans: jax.distributed / torchrun --nnodes
     process_id: int = -1  # this host's index; -1: from JAX_PROCESS_ID / NODE_RANK / the cluster
@@ -76,6 +77,7 @@ class RunSpec:
         d = self.to_dict()
         d.pop("trace_dir", None)  # tracing runs after the measured steps: same measurement, same id
         d.pop("save_weights", None)  # so does saving the weights
+        d.pop("explain", None)  # and explain's timing of the step's parts
         d.pop("cache_dir", None)  # where the compilation cache lives is not what is measured (its state is)
         d.pop("user_dir", None)  # likewise where the user model's initial weights were written
         for name, default in (("attention_impl", "default"), ("repeat", 0)):  # fields added later: records

@@ -206,7 +206,8 @@ def execute(spec: RunSpec, threads: int) -> Record:
         loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
         wall_s=timing.wall_s, matmul_precision=env.matmul_precision, versions=device.versions(fw),
         xla_flags=os.environ.get("XLA_FLAGS", "") if fw == "jax" else None, attention_kernel=attention,
-        **_save_weights(spec, b.trainer), **_trace(spec, b.trainer, b.run_data.batches), **tp, **loop.tokens,
+        **_save_weights(spec, b.trainer), **(traced := _trace(spec, b.trainer, b.run_data.batches)),
+        **_explain(spec, b.trainer, b.run_data.batches, traced), **tp, **loop.tokens,
         **loop.inputs, compiles_in_loop=loop.compiles_in_loop, accuracy_first=loop.accuracy_first,
         accuracy_last=accuracy_last, memory_breakdown=mem,
         attention_impl=spec.attention_impl if fw == "jax" else "default")  # the torch twin reads no option
@@ -268,6 +269,15 @@ def _trace(spec: RunSpec, trainer: object, host_batches: list) -> dict[str, str 
     except Exception as e:  # a failed trace must not cost the measured run
         traceback.print_exc()
         return {"trace_error": f"{type(e).__name__}: {e}"[:300]}
+
+
+def _explain(spec: RunSpec, trainer: object, host_batches: list, traced: dict) -> dict:
+    """With ``spec.explain``: the step's phases by timing, after the measured and traced steps."""
+    if not spec.explain:
+        return {}
+    from twinbench.explain.timing import in_worker
+
+    return in_worker(spec, trainer, host_batches, traced.get("trace_path"))
 
 
 def main(argv: list[str]) -> int:

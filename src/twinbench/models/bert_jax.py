@@ -115,8 +115,10 @@ class Layer(nnx.Module):
         self.output = Output(cfg, rngs, dtype)
 
     def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
-        x = self.attention(x, attention_mask)
-        return self.output(self.intermediate(x), x)
+        with jax.named_scope("attn"):  # profiler scopes (twinbench explain), as the torch twin's record_function
+            x = self.attention(x, attention_mask)
+        with jax.named_scope("mlp"):
+            return self.output(self.intermediate(x), x)
 
 
 def apply_layer(layer: Layer, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
@@ -140,8 +142,9 @@ class Encoder(nnx.Module):
             scan = nnx.scan(layer_fn, in_axes=(0, nnx.Carry, None), out_axes=nnx.Carry,
                             unroll=self.opts.scan_unroll)
             return scan(self.layer, x, attention_mask)
-        for layer in self.layer:
-            x = layer_fn(layer, x, attention_mask)
+        for i, layer in enumerate(self.layer):
+            with jax.named_scope(f"block{i}"):
+                x = layer_fn(layer, x, attention_mask)
         return x
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.profiler import record_function
 from torch.utils.checkpoint import checkpoint
 
 from twinbench.config import ModelConfig
@@ -106,8 +107,10 @@ class Layer(nn.Module):
         self.output = Output(cfg)
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        x = self.attention(x, attention_mask)
-        return self.output(self.intermediate(x), x)
+        with record_function("attn"):  # profiler scopes (twinbench explain), as the JAX twin's named_scope
+            x = self.attention(x, attention_mask)
+        with record_function("mlp"):
+            return self.output(self.intermediate(x), x)
 
 
 class Encoder(nn.Module):
@@ -117,11 +120,12 @@ class Encoder(nn.Module):
         self.layer = nn.ModuleList(Layer(cfg) for _ in range(cfg.layers))
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        for layer in self.layer:
-            if self.opts.remat != "none":
-                x = checkpoint(layer, x, attention_mask, use_reentrant=False)
-            else:
-                x = layer(x, attention_mask)
+        for i, layer in enumerate(self.layer):
+            with record_function(f"block{i}"):
+                if self.opts.remat != "none":
+                    x = checkpoint(layer, x, attention_mask, use_reentrant=False)
+                else:
+                    x = layer(x, attention_mask)
         return x
 
 

@@ -97,8 +97,10 @@ class Block(nnx.Module):
         self.mlp = MLP(cfg, rngs, dtype)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+        with jax.named_scope("attn"):  # profiler scopes (twinbench explain), as the torch twin's record_function
+            x = x + self.attn(self.ln_1(x))
+        with jax.named_scope("mlp"):
+            return x + self.mlp(self.ln_2(x))
 
 
 def apply_block(block: Block, x: jax.Array) -> jax.Array:
@@ -123,8 +125,9 @@ class GPT(nnx.Module):
         # bf16: the Linear layers compute in bf16 (so does attention, on their output); parameters and
         # LayerNorm stay fp32, like torch.autocast in the twin.
         dtype = DTYPES[self.opts.compute_dtype]
-        pos = jnp.arange(idx.shape[1])
-        x = self.wte(idx) + self.wpe(pos)
+        with jax.named_scope("embed"):
+            pos = jnp.arange(idx.shape[1])
+            x = self.wte(idx) + self.wpe(pos)
         block_fn = apply_block
         if self.opts.remat != "none":
             block_fn = nnx.remat(apply_block, policy=REMAT_POLICIES[self.opts.remat])
@@ -132,15 +135,18 @@ class GPT(nnx.Module):
             scan = nnx.scan(block_fn, in_axes=(0, nnx.Carry), out_axes=nnx.Carry, unroll=self.opts.scan_unroll)
             x = scan(self.blocks, x)
         else:
-            for block in self.blocks:
-                x = block_fn(block, x)
-        return self.ln_f(x).astype(dtype) @ self.wte.embedding[...].astype(dtype).T
+            for i, block in enumerate(self.blocks):
+                with jax.named_scope(f"block{i}"):
+                    x = block_fn(block, x)
+        with jax.named_scope("head"):
+            return self.ln_f(x).astype(dtype) @ self.wte.embedding[...].astype(dtype).T
 
 
 def loss_fn(model: GPT, idx: jax.Array, targets: jax.Array) -> jax.Array:
     """Mean next-token cross-entropy, computed in float32."""
     logits = model(idx)
-    return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets).mean()
+    with jax.named_scope("loss"):
+        return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets).mean()
 
 
 def decay_mask(params: nnx.State) -> nnx.State:

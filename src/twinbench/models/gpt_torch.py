@@ -11,6 +11,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.profiler import record_function
 from torch.utils.checkpoint import checkpoint
 
 from twinbench.config import ModelConfig
@@ -51,8 +52,10 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+        with record_function("attn"):  # profiler scopes (twinbench explain), as the JAX twin's named_scope
+            x = x + self.attn(self.ln_1(x))
+        with record_function("mlp"):
+            return x + self.mlp(self.ln_2(x))
 
 
 class GPT(nn.Module):
@@ -82,17 +85,21 @@ class GPT(nn.Module):
         """Logits of shape [batch, seq, vocab]; the LM head is the token embedding (tied)."""
         # bf16: autocast runs matmuls and attention in bf16; parameters and LayerNorm stay fp32.
         with torch.autocast(idx.device.type, torch.bfloat16, enabled=self.opts.compute_dtype == "bf16"):
-            pos = torch.arange(idx.shape[1], device=idx.device)
-            x = self.wte(idx) + self.wpe(pos)
-            for block in self.blocks:
-                x = checkpoint(block, x, use_reentrant=False) if self.opts.remat != "none" else block(x)
-            return self.ln_f(x) @ self.wte.weight.T
+            with record_function("embed"):
+                pos = torch.arange(idx.shape[1], device=idx.device)
+                x = self.wte(idx) + self.wpe(pos)
+            for i, block in enumerate(self.blocks):
+                with record_function(f"block{i}"):
+                    x = checkpoint(block, x, use_reentrant=False) if self.opts.remat != "none" else block(x)
+            with record_function("head"):
+                return self.ln_f(x) @ self.wte.weight.T
 
 
 def loss_fn(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy, computed in float32."""
     logits = model(idx)
-    return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1).long())
+    with record_function("loss"):
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1).long())
 
 
 def decay_mask(name: str, p: torch.Tensor) -> bool:

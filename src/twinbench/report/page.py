@@ -349,6 +349,9 @@ def render_html(res: Results, plots: list[Plot], plan_steps: int) -> str:
         parts += ["<h2>Profiler traces</h2><p class='sub'>A few steady-state steps, recorded after the measured "
                   "steps (so the profiler never slows the numbers above).</p>",
                   '<ul class="findings" data-section="traces">', *items, "</ul>"]
+    from twinbench.report.explain import html_section
+
+    parts += html_section(res.records)  # compare --explain: phases per run and the gap table
     parts += ["<h2>Conditions</h2><ul class='cond'>", *[f"<li>{_e(c)}</li>" for c in conditions(res.records)],
               "</ul>",
               "<footer>Timings on a shared or busy machine are noisy: compare runs taken in one sitting. "

@@ -65,10 +65,26 @@ def make_train_step(loss_of: LossOf, tx: optax.GradientTransformation,
         loss, grads = jax.value_and_grad(loss_of)(params, x, y)
         if reduce is not None:
             grads, loss = reduce(grads, loss)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
+        with jax.named_scope("optimizer"):  # the trace's optimizer phase (explain/)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state, loss
 
     return train_step
+
+
+def explain_parts(trainer: Any, loss_of: LossOf) -> dict[str, Any]:
+    """forward alone and forward+backward as separate jitted functions of the trainer's params (explain/)."""
+    forward = jax.jit(loss_of)
+    forward_backward = jax.jit(jax.value_and_grad(loss_of))
+    return {"place": lambda x, y: (jax.device_put(x), jax.device_put(y)),
+            "forward": lambda x, y: forward(trainer.params, x, y),
+            "forward_backward": lambda x, y: forward_backward(trainer.params, x, y),
+            "wait": jax.block_until_ready}
+
+
+def explain_hlo(trainer: Any, x: Any, y: Any) -> str:
+    """The compiled step's HLO text, whose op_name metadata the trace reader joins (explain/)."""
+    return trainer.train_step.lower(trainer.params, trainer.opt_state, x, y).compile().as_text()
 
 
 def scan_steps(train_step):
@@ -131,6 +147,14 @@ class JaxTrainer:
 
     def sync(self) -> None:
         jax.block_until_ready((self.params, self.opt_state))
+
+    def explain_parts(self) -> dict[str, Any]:
+        if self.steps_per_call > 1 or self.reduce() is not None:
+            raise NotImplementedError(f"explain: no forward/backward parts for jax/{self.spec.strategy}")
+        return explain_parts(self, self.make_loss())
+
+    def explain_hlo(self, x: Any, y: Any) -> str:
+        return explain_hlo(self, x, y)
 
     def predict(self, x: Any) -> np.ndarray:
         """Predicted classes of a host batch (classification), by a jitted forward pass."""

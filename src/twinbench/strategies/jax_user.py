@@ -25,7 +25,7 @@ import numpy as np
 from twinbench.byo import family as fam
 from twinbench.byo import load_jax, map_to_jax
 from twinbench.spec import RunSpec
-from twinbench.strategies.jax_jit import make_train_step
+from twinbench.strategies.jax_jit import explain_hlo, explain_parts, make_train_step
 
 
 class PureStepTrainer:
@@ -45,6 +45,12 @@ class PureStepTrainer:
 
     def sync(self) -> None:
         jax.block_until_ready((self.params, self.opt_state))
+
+    def explain_parts(self) -> dict[str, Any]:
+        return explain_parts(self, self.loss_of)
+
+    def explain_hlo(self, x: Any, y: Any) -> str:
+        return explain_hlo(self, x, y)
 
     def weights(self) -> dict[str, np.ndarray]:
         flat = jax.tree_util.tree_flatten_with_path(self.params)[0]

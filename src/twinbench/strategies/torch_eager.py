@@ -91,13 +91,20 @@ class TorchTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.forward_loss(x, y)
         loss.backward()
-        self.update()
+        with torch.profiler.record_function("optimizer"):  # the trace's optimizer phase (explain/)
+            self.update()
         return loss.detach()
+
+    def explain_parts(self) -> dict[str, Any]:
+        """The step's parts for ``explain``'s phases by timing (twinbench/explain/timing.py)."""
+        return explain_parts(self, self.place)
 
     # the Trainer protocol ------------------------------------------------------------------------------
     def step(self, x: np.ndarray, y: np.ndarray) -> Any:
         """``x`` may be one array or a tuple of them (BERT: ids, segments, mask), on the host or the device."""
-        return self.loss_handle(self.step_fn(self.place(x), self.place(y)))
+        with torch.profiler.record_function("input"):
+            x, y = self.place(x), self.place(y)
+        return self.loss_handle(self.step_fn(x, y))
 
     def predict(self, x: Any) -> np.ndarray:
         """Predicted classes of a host batch (classification); the training state is not touched."""
@@ -110,6 +117,20 @@ class TorchTrainer:
 
     def weights(self) -> Canonical:
         return torch_to_canonical(self.model)
+
+
+def explain_parts(trainer: Any, place: Any) -> dict[str, Any]:
+    """forward alone and forward+backward on the trainer's module, each synced (the step's own halves)."""
+
+    def forward(x: Any, y: Any) -> Any:
+        return trainer.forward_loss(x, y).detach()
+
+    def forward_backward(x: Any, y: Any) -> Any:
+        trainer.optimizer.zero_grad(set_to_none=True)
+        trainer.forward_loss(x, y).backward()
+
+    return {"place": lambda x, y: (place(x), place(y)), "forward": forward, "forward_backward": forward_backward,
+            "wait": lambda _: trainer.sync()}
 
 
 def to_device(x: Any, device: torch.device) -> Any:

@@ -20,7 +20,7 @@ from twinbench.byo import family as fam
 from twinbench.measure.device import torch_device
 from twinbench.spec import RunSpec
 from twinbench.strategies.options import compute_dtype
-from twinbench.strategies.torch_eager import to_device
+from twinbench.strategies.torch_eager import explain_parts, to_device
 
 
 def remat_blocks(blocks: list[Any]) -> None:
@@ -73,11 +73,18 @@ class UserTorchTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.forward_loss(x, y)
         loss.backward()
-        self.update()
+        with torch.profiler.record_function("optimizer"):  # the trace's optimizer phase (explain/)
+            self.update()
         return loss.detach()
 
+    def explain_parts(self) -> dict[str, Any]:
+        """The step's parts for ``explain``'s phases by timing (twinbench/explain/timing.py)."""
+        return explain_parts(self, lambda a: to_device(a, self.device))
+
     def step(self, x: Any, y: Any) -> Any:
-        return self.train_step(to_device(x, self.device), to_device(y, self.device))
+        with torch.profiler.record_function("input"):
+            x, y = to_device(x, self.device), to_device(y, self.device)
+        return self.train_step(x, y)
 
     def sync(self) -> None:
         if self.device.type == "cuda":

@@ -1,0 +1,140 @@
+"""``twinbench explain A B`` and ``compare --explain``: resolve the runs, run (through runner.py) only what is
+missing, read the traces, build the gap table, print it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from twinbench.explain import gap, runs
+from twinbench.explain.jax_trace import TraceError
+from twinbench.spec import RunSpec, SpecError
+
+
+class ExplainError(ValueError):
+    """Bad input to explain: one line, exit 2."""
+
+
+def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_dir: Path, timeout: float,
+            model: str | None, jax_model: str | None, expand: str, say: Callable[[str], None]) -> dict[str, Any]:
+    from twinbench import runner
+    from twinbench.plan import build_specs
+
+    try:
+        resolved: list[tuple[RunSpec, dict[str, Any] | None]] = []
+        fresh = [a for a in (run_a, run_b) if not runs.is_results_arg(a)]
+        user = {"user_model": model or "", "user_jax_model": jax_model or ""}
+        built: dict[str, RunSpec] = {}
+        if fresh:
+            names = ",".join(a.replace("/", ":") for a in fresh)
+            specs = build_specs(preset, ",".join(sorted({a.split(":")[0] for a in fresh})), names, overrides, **user)
+            if model:
+                from twinbench.byo import plan
+
+                specs, _ = plan.prepare(specs, out_dir, timeout)
+            built = {s.label(): s for s in specs}
+        for a in (run_a, run_b):
+            if runs.is_results_arg(a):
+                resolved.append(runs.from_results(a))
+            else:
+                key = a.replace(":", "/")
+                if key not in built:
+                    raise SpecError(f"unknown run {a!r} (framework:strategy, or RESULTS_DIR:framework/strategy)")
+                resolved.append((built[key], None))
+    except SpecError as e:
+        raise ExplainError(str(e)) from e
+    todo = [runs.for_explain(s, out_dir / "traces") for s, r in resolved if runs.needs_run(r)]
+    for s, r in resolved:
+        if r is not None and runs.needs_run(r):
+            say(f"  re-running {s.label()} (its record has no trace/explain timing): same spec, run id {s.run_id()}")
+    records = {}
+    if todo:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for rec in runner.run_many(todo, out_dir, timeout):
+            records[rec.get("run_id"), f"{rec.get('framework')}/{rec.get('strategy')}"] = rec
+    final = []
+    for s, r in resolved:
+        rec = r if not runs.needs_run(r) else records.get((s.run_id(), s.label()))
+        if rec is None or rec.get("status") != "ok":
+            raise ExplainError(f"{s.label()}: the run failed: {(rec or {}).get('error')}")
+        final.append(rec)
+    try:
+        return gap.explain_pair(final[0], final[1], expand)
+    except TraceError as e:
+        raise ExplainError(str(e)) from e
+
+
+def explain_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``compare --explain``: each ok record explained (an unreadable trace: its error instead)."""
+    out = []
+    for r in records:
+        if r.get("status") != "ok":
+            continue
+        try:
+            out.append(gap.explain_run(r))
+        except TraceError as e:
+            out.append({"run": gap.label(r), "error": str(e)})
+    return out
+
+
+def run_table(e: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    t = Table(title=f"{e['run']}: {e['step_ms']:.1f} ms per measured step", title_justify="left")
+    t.add_column("phase")
+    t.add_column("timing ms", justify="right")
+    t.add_column("trace ms", justify="right")
+    t.add_column("top categories (trace)")
+    for p in gap.PHASES:
+        cats = sorted(e["cells"].get(p, {}).items(), key=lambda kv: -kv[1])[:3]
+        tm = e["timing"].get(p)
+        t.add_row(p, "" if tm is None else f"{tm:.1f}", f"{e['trace'].get(p, 0.0):.1f}",
+                  ", ".join(f"{c} {v:.1f}" for c, v in cats))
+    tsum = sum(e["timing"].get(p, 0.0) for p in gap.PHASES)
+    t.add_row("sum", f"{tsum:.1f}" if e["timing"] else "", f"{sum(e['trace'].values()):.1f}",
+              f"categorized {e['categorized_share']:.0%}")
+    return t
+
+
+def gap_table(result: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    a, b = result["a"]["run"], result["b"]["run"]
+    t = Table(title=f"gap: {b} - {a} = {result['gap_ms']:+.1f} ms per step", title_justify="left")
+    for col, just in (("row", "left"), (f"{a} ms", "right"), (f"{b} ms", "right"), ("B-A ms", "right"),
+                      ("share of gap", "right")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for r in result["rows"]:
+        if r["level"] and abs(r["diff_ms"]) < 0.005 * max(result["a"]["step_ms"], 1e-9) and not r["a_ms"]:
+            continue
+        name = ("  " * r["level"]) + r["row"].split(" / ")[-1]
+        t.add_row(name if r["level"] else f"[bold]{name}[/]", f"{r['a_ms']:.2f}", f"{r['b_ms']:.2f}",
+                  f"{r['diff_ms']:+.2f}", f"{r['share']:.0%}")
+    return t
+
+
+def print_pair(result: dict[str, Any], out: Any) -> None:
+    for side in ("a", "b"):
+        out.print(run_table(result[side]))
+        for note in result[side]["notes"]:
+            out.print(f"  note: {note}", highlight=False)
+        out.print(f"  trace: {result[side]['trace_path']}", highlight=False)
+    out.print(gap_table(result))
+    out.print(f"  {result['summary']}", highlight=False)
+
+
+def print_runs(records: list[dict[str, Any]], out_dir: Path, out: Any) -> None:
+    """``compare --explain``: each run's phases (and notes), written to ``out_dir/explain.json`` too."""
+    import json
+
+    explained = explain_records(records)
+    for e in explained:
+        if "error" in e:
+            out.print(f"  explain {e['run']}: {e['error']}", highlight=False)
+            continue
+        out.print(run_table(e))
+        for note in e["notes"]:
+            out.print(f"  note: {note}", highlight=False)
+    (out_dir / "explain.json").write_text(json.dumps(explained, indent=1))
+    out.print(f"  explain: {out_dir / 'explain.json'}", highlight=False)

@@ -1,0 +1,123 @@
+"""Per-run explanations (both methods, their checks) and the gap table between two runs.
+
+The trace gives each phase's and category's *share* of a traced step; profiled steps run slower than the
+measured ones, so those shares are applied to the run's measured ``step_ms`` (a share of a measured time,
+never a profiled time). The timing method gives milliseconds directly. Each run's checks: the timing phases
+sum to the measured step within 10%; the two methods agree per phase within 10% of the step (otherwise the
+output says so); categorized time >= 90% (otherwise the largest "other" members are listed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from twinbench.explain import jax_trace, torch_trace
+from twinbench.explain.breakdown import PHASES, Breakdown
+from twinbench.explain.jax_trace import TraceError
+
+TOLERANCE = 0.10
+CATEGORIZED_MIN = 0.90
+
+
+def label(r: dict[str, Any]) -> str:
+    return f"{r.get('framework')}/{r.get('strategy')}"
+
+
+def read_trace(r: dict[str, Any]) -> Breakdown:
+    """The breakdown of a record's trace (raises :class:`TraceError` when it has none or it is unreadable)."""
+    path = r.get("trace_path")
+    if not path:
+        raise TraceError(f"{label(r)}: no trace ({r.get('trace_error') or 'run without --trace/--explain'})")
+    if r.get("framework") == "torch":
+        return torch_trace.read(path)
+    hlo_path = r.get("explain_hlo_path")
+    if not hlo_path:
+        raise TraceError(f"{label(r)}: no compiled HLO text beside the trace (run with --explain)")
+    try:
+        text = Path(hlo_path).read_text()
+    except OSError as e:
+        raise TraceError(f"{hlo_path}: {e.strerror}") from e
+    return jax_trace.read(path, text)
+
+
+def explain_run(r: dict[str, Any]) -> dict[str, Any]:
+    """One run: measured step, phases by timing and by trace (scaled to the measured step), checks."""
+    b = read_trace(r)
+    step = float(r.get("step_ms") or 0.0)
+    scale = step / b.step_ms if b.step_ms else 0.0
+    trace_phases = {p: v * scale for p, v in b.phases().items()}
+    cells = {p: {c: v * scale for c, v in row.items() if v} for p, row in b.cells.items()}
+    scopes = {s: {p: v * scale for p, v in row.items() if v} for s, row in b.scopes.items()}
+    d = b.to_dict()
+    timing = dict(r.get("explain_timing") or {})
+    notes = []
+    if timing:
+        tsum = sum(timing.get(p, 0.0) for p in PHASES)
+        if step and abs(tsum - step) > TOLERANCE * step:
+            notes.append(f"timing: phases sum to {tsum:.1f} ms, the measured step is {step:.1f} ms "
+                         f"({tsum / step - 1:+.0%})")
+        for p in PHASES:
+            if p in timing and step and abs(timing[p] - trace_phases[p]) > TOLERANCE * step:
+                notes.append(f"methods disagree on {p}: timing {timing[p]:.1f} ms, trace {trace_phases[p]:.1f} ms")
+    elif r.get("explain_error"):
+        notes.append(f"timing: {r['explain_error']}")
+    if d["categorized_share"] < CATEGORIZED_MIN:
+        top = ", ".join(f"{k} {v:.2f} ms" for k, v in list(d["other"].items())[:5])
+        notes.append(f"only {d['categorized_share']:.0%} of op time categorized; largest 'other': {top}")
+    if b.overlap > 1.05:
+        notes.append(f"ops overlapped (summed op time {b.overlap:.2f}x the traced step): scaled to the step")
+    return {"run": label(r), "run_id": r.get("run_id"), "step_ms": step, "traced_step_ms": b.step_ms,
+            "timing": timing, "trace": trace_phases, "cells": cells, "scopes": scopes,
+            "categorized_share": d["categorized_share"], "other": d["other"], "notes": notes,
+            "trace_path": r.get("trace_path"), "source": b.source,
+            "memory_breakdown": r.get("memory_breakdown")}
+
+
+def rows(a: dict[str, Any], b: dict[str, Any], expand: str = "categories") -> list[dict[str, Any]]:
+    """Gap rows: each phase, then (expanded) its categories or scopes; A ms, B ms, B-A, share of the gap."""
+    gap = b["step_ms"] - a["step_ms"]
+    out = []
+
+    def row(name: str, level: int, va: float, vb: float) -> None:
+        out.append({"row": name, "level": level, "a_ms": va, "b_ms": vb, "diff_ms": vb - va,
+                    "share": (vb - va) / gap if gap else 0.0})
+
+    for p in PHASES:
+        row(p, 0, a["trace"].get(p, 0.0), b["trace"].get(p, 0.0))
+        if expand == "scopes":
+            names = sorted(set(a["scopes"]) | set(b["scopes"]))
+            for s in names:
+                va, vb = a["scopes"].get(s, {}).get(p, 0.0), b["scopes"].get(s, {}).get(p, 0.0)
+                if va or vb:
+                    row(f"{p} / {s}", 1, va, vb)
+        else:
+            cats = sorted(set(a["cells"].get(p, {})) | set(b["cells"].get(p, {})))
+            for c in cats:
+                row(f"{p} / {c}", 1, a["cells"].get(p, {}).get(c, 0.0), b["cells"].get(p, {}).get(c, 0.0))
+    return out
+
+
+def largest(table: list[dict[str, Any]], level: int = 1) -> dict[str, Any]:
+    """The row (at ``level``) that carries the most of the gap, in the gap's direction."""
+    cand = [r for r in table if r["level"] == level]
+    sign = 1 if sum(r["diff_ms"] for r in table if r["level"] == 0) >= 0 else -1
+    return max(cand, key=lambda r: sign * r["diff_ms"])
+
+
+def sentence(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) -> str:
+    gap = b["step_ms"] - a["step_ms"]
+    slow, fast = (b, a) if gap >= 0 else (a, b)
+    sign = 1 if gap >= 0 else -1
+    top = sorted((r for r in table if r["level"] == 1), key=lambda r: -sign * r["diff_ms"])[:3]
+    parts = [f"{r['share']:.0%} {r['row']} ({sign * r['diff_ms']:+.1f} ms)" for r in top]
+    attributed = sum(r["diff_ms"] for r in table if r["level"] == 0)
+    return (f"{slow['run']}'s extra {abs(gap):.1f} ms per step over {fast['run']}: " + "; ".join(parts)
+            + f" (rows sum to {abs(attributed):.1f} ms of it)")
+
+
+def explain_pair(ra: dict[str, Any], rb: dict[str, Any], expand: str = "categories") -> dict[str, Any]:
+    a, b = explain_run(ra), explain_run(rb)
+    table = rows(a, b, expand)
+    return {"a": a, "b": b, "gap_ms": b["step_ms"] - a["step_ms"], "rows": table,
+            "largest": largest(table), "summary": sentence(a, b, table)}

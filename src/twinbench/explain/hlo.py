@@ -1,0 +1,113 @@
+"""The compiled HLO text of a jitted step: each instruction's opcode, ``op_name`` and fused instructions.
+
+``op_name`` metadata carries JAX's transformation path: ``jvp(...)`` is the forward pass,
+``transpose(jvp(...))`` the backward pass, and ``jax.named_scope`` names appear as path segments
+(``.../optimizer/...``, ``.../block0.attn/...``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from twinbench.explain import taxonomy
+
+_COMP = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->.*\{\s*$")
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(?:\([^=]*?\)|\S+)\s+([a-z][\w\-]*)\(")
+_CALLS = re.compile(r"calls=%?([\w.\-]+)")
+_OPNAME = re.compile(r'op_name="([^"]*)"')
+_LOSS = re.compile(r"loss|log_softmax|cross_entropy|logsumexp")
+_KIND = re.compile(r'"kind":"([\w]+)"')
+
+
+@dataclass
+class Instr:
+    name: str
+    opcode: str
+    op_name: str = ""
+    calls: str = ""
+    kind: str = ""
+    contains: list[str] = field(default_factory=list)  # categories of the fused instructions
+    opcodes: list[str] = field(default_factory=list)  # their opcodes
+
+
+def parse(text: str) -> dict[str, Instr]:
+    """Every instruction of every computation by name; a fusion lists the categories it contains."""
+    comps: dict[str, list[Instr]] = {}
+    current: list[Instr] = []
+    for line in text.splitlines():
+        m = _COMP.match(line)
+        if m and " = " not in line:
+            current = comps.setdefault(m.group(1), [])
+            continue
+        m = _INSTR.match(line)
+        if not m:
+            continue
+        op_name = _OPNAME.search(line)
+        calls = _CALLS.search(line)
+        kind = _KIND.search(line)
+        current.append(Instr(m.group(1), m.group(2), op_name.group(1) if op_name else "",
+                             calls.group(1) if calls else "", kind.group(1) if kind else ""))
+    out: dict[str, Instr] = {}
+    for instrs in comps.values():
+        for ins in instrs:
+            out.setdefault(ins.name, ins)
+    for ins in out.values():
+        if ins.calls in comps:
+            found = _flatten(ins.calls, comps, 0)
+            ins.contains = [c for _, c in found]
+            ins.opcodes = [o for o, _ in found]
+    return out
+
+
+#: layout glue inside a fusion: it counts for data movement only when a fusion holds nothing else
+GLUE = {"broadcast", "reshape", "bitcast", "iota", "slice", "transpose", "convert"}
+
+
+def _flatten(comp: str, comps: dict[str, list[Instr]], depth: int) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    for ins in comps.get(comp, []):
+        if ins.calls in comps and depth < 4:
+            found += _flatten(ins.calls, comps, depth + 1)
+        elif taxonomy.timed_opcode(ins.opcode):
+            found.append((ins.opcode, taxonomy.hlo_op(ins.opcode, ins.op_name)))
+    return found
+
+
+def category(ins: Instr) -> str:
+    """The taxonomy category of one executed instruction (a fusion: its dominant contained category)."""
+    if ins.contains:
+        if "exponential" in ins.opcodes and "reductions" in ins.contains and not _LOSS.search(ins.op_name):
+            return "attention"  # max/exp/sum: a softmax (the loss's log-softmax excepted)
+        work = [c for o, c in zip(ins.opcodes, ins.contains, strict=True) if o not in GLUE]
+        by_scope = taxonomy.hlo_op("", ins.op_name)  # a softmax/layer-norm scope names what the fusion does
+        cats = work or ins.contains
+        return taxonomy.dominant([*cats, by_scope] if by_scope != "other" else cats)
+    if "ynn" in ins.kind or "dot" in ins.name:
+        return "matmul"
+    return taxonomy.hlo_op(ins.opcode, ins.op_name)
+
+
+def phase(op_name: str) -> str:
+    """forward / backward / optimizer / rest from an ``op_name`` path."""
+    if "/optimizer" in op_name or op_name.startswith("optimizer"):
+        return "optimizer"
+    if "transpose(" in op_name:
+        return "backward"
+    if "jvp(" in op_name:
+        return "forward"
+    return "rest"
+
+
+_BLOCK = re.compile(r"(?<![\w.])(block\d*)\)*[./](attn|mlp)(?!\w)")
+_NAMED = re.compile(r"(?<![\w.])(embed|head|loss)(?!\w)")
+
+
+def scope(op_name: str) -> str:
+    """The twinbench scope an ``op_name`` path names ("" when none): nested ``jvp(block0)/attn`` and
+    ``block0.attn`` both read ``block0.attn``; else ``embed``, ``head`` or ``loss``."""
+    found = _BLOCK.findall(op_name)
+    if found:
+        return ".".join(found[-1])
+    named = _NAMED.findall(op_name)
+    return named[-1] if named else ""

@@ -1,0 +1,71 @@
+"""Phases by timing, in the run's own worker process after the measured steps (and after any trace).
+
+The trainer gives ``explain_parts()``: ``place(x, y)`` (a host batch on the device), ``forward(x, y)`` and
+``forward_backward(x, y)`` (each compiled as the strategy compiles its step: JAX, separate jitted functions;
+torch, the same module), and ``wait(out)``. With the whole step (``trainer.step`` on a placed batch, then on a
+host batch) the medians of repeats give: input = host step - placed step; forward; backward = fwd+bwd - fwd;
+optimizer = placed step - fwd+bwd. Nothing here is timed among the run's measured steps.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPEATS = 5
+
+
+def _median_ms(fn: Callable[[], Any], wait: Callable[[Any], None], repeats: int) -> float:
+    wait(fn())  # warm: compiles a part the step never compiled
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        wait(fn())
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def phases(trainer: Any, host_batches: list, repeats: int = REPEATS) -> dict[str, float]:
+    """Milliseconds per phase by timing; ``step`` is the whole step on a host batch."""
+    parts = trainer.explain_parts()
+    x, y = host_batches[0]
+    px, py = parts["place"](x, y)
+    wait = parts["wait"]
+
+    def step_placed() -> Any:
+        trainer.step(px, py)
+        trainer.sync()
+
+    def step_host() -> Any:
+        trainer.step(x, y)
+        trainer.sync()
+
+    host_ms = _median_ms(step_host, lambda _: None, repeats)
+    placed_ms = _median_ms(step_placed, lambda _: None, repeats)
+    fwd_ms = _median_ms(lambda: parts["forward"](px, py), wait, repeats)
+    fb_ms = _median_ms(lambda: parts["forward_backward"](px, py), wait, repeats)
+    return {"input": max(host_ms - placed_ms, 0.0), "forward": fwd_ms, "backward": fb_ms - fwd_ms,
+            "optimizer": placed_ms - fb_ms, "rest": 0.0, "step": host_ms}
+
+
+def in_worker(spec: Any, trainer: Any, host_batches: list, trace_path: str | None) -> dict[str, Any]:
+    """Record fields of ``--explain``: the phases by timing and (JAX) the compiled step's HLO text beside
+    the trace, for the trace reader. A failure is reported in the record, never fails the measured run."""
+    out: dict[str, Any] = {}
+    try:
+        if not hasattr(trainer, "explain_parts"):
+            raise NotImplementedError(f"{spec.framework}/{spec.strategy} has no explain_parts")
+        hlo = getattr(trainer, "explain_hlo", None)
+        if hlo is not None and trace_path:
+            x, y = host_batches[0]
+            path = Path(trace_path)
+            path = (path if path.is_dir() else path.parent) / "step.hlo.txt"
+            path.write_text(hlo(x, y))
+            out["explain_hlo_path"] = str(path.resolve())
+        out["explain_timing"] = {k: round(v, 4) for k, v in phases(trainer, host_batches).items()}
+    except Exception as e:  # the measured run stands; explain says what went wrong
+        out["explain_error"] = f"{type(e).__name__}: {e}"[:300]
+    return out

@@ -1,0 +1,179 @@
+"""explain on traces made here: the readers, the taxonomy, the gap table, and bad input (exit 2).
+
+The torch traces below are SYNTHETIC (hand-written Chrome-trace events in torch.profiler's format); the JAX
+traces are real ``jax.profiler`` traces of two small jitted functions made in this process.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from twinbench.cli import app
+from twinbench.explain import gap, hlo, runs, taxonomy, torch_trace
+from twinbench.explain.breakdown import PHASES
+from twinbench.spec import RunSpec
+
+
+def test_taxonomy_names_both_frameworks() -> None:
+    assert taxonomy.torch_op("aten::addmm") == "matmul"
+    assert taxonomy.torch_op("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
+    assert taxonomy.torch_op("aten::native_layer_norm") == "normalization"
+    assert taxonomy.torch_op("aten::copy_") == "data movement"
+    assert taxonomy.torch_op("aten::gelu") == "element-wise"
+    assert taxonomy.torch_any("autograd::engine::evaluate_function: AddmmBackward0") == "matmul"
+    assert taxonomy.hlo_op("dot") == "matmul"
+    assert taxonomy.hlo_op("all-reduce") == "collectives"
+    assert taxonomy.hlo_op("exponential", "jit(f)/jvp(block0.attn)/softmax/exp") == "attention"
+    assert taxonomy.dominant(["element-wise", "matmul", "data movement"]) == "matmul"
+
+
+# ----------------------------------------------------------------------------------------- synthetic torch
+def _ev(name: str, ts: float, dur: float, cat: str = "cpu_op") -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+
+def synthetic_torch_trace(path: Path, extra_backward_mm: float) -> str:
+    """SYNTHETIC: three steps of forward (addmm, gelu), backward (an evaluate_function holding mm), optimizer;
+    ``extra_backward_mm`` microseconds more of backward matmul per step (the planted cause)."""
+    events = []
+    t = 0.0
+    for i in range(3):
+        bw = 300.0 + extra_backward_mm
+        step = 100 + 50 + bw + 200 + 50
+        events.append(_ev(f"twinbench_step_{i}", t, step, "user_annotation"))
+        events += [_ev("aten::addmm", t + 10, 100), _ev("aten::gelu", t + 110, 50),
+                   _ev("autograd::engine::evaluate_function: MmBackward0", t + 160, bw),
+                   _ev("aten::mm", t + 165, bw - 10)]
+        events += [_ev("optimizer", t + 160 + bw, 200, "user_annotation"),
+                   _ev("aten::_foreach_mul_", t + 161 + bw, 190)]
+        t += step + 10
+    path.write_text(json.dumps({"traceEvents": events}))
+    return str(path)
+
+
+def _record(fw: str, strategy: str, trace: str, step_ms: float, **kw: object) -> dict:
+    return {"framework": fw, "strategy": strategy, "status": "ok", "step_ms": step_ms, "trace_path": trace,
+            "run_id": strategy, **kw}
+
+
+def test_torch_reader_attributes_phases_and_categories(tmp_path: Path) -> None:
+    b = torch_trace.read(synthetic_torch_trace(tmp_path / "t.json", 0.0))
+    ph = b.phases()
+    assert ph["backward"] == pytest.approx(0.3, rel=0.05)
+    assert b.cells["backward"]["matmul"] == pytest.approx(0.29, rel=0.05)
+    assert b.cells["optimizer"]["optimizer"] == pytest.approx(0.2, rel=0.05)
+    assert b.cells["forward"]["matmul"] == pytest.approx(0.1, rel=0.05)
+    assert sum(ph.values()) == pytest.approx(b.step_ms, rel=1e-6)
+
+
+def test_planted_backward_matmul_is_the_largest_gap_row(tmp_path: Path) -> None:
+    a = _record("torch", "eager", synthetic_torch_trace(tmp_path / "a.json", 0.0), 0.61)
+    b = _record("torch", "slow", synthetic_torch_trace(tmp_path / "b.json", 400.0), 1.01)
+    res = gap.explain_pair(a, b)
+    assert res["largest"]["row"] == "backward / matmul"
+    assert res["largest"]["share"] > 0.5
+    assert sum(r["diff_ms"] for r in res["rows"] if r["level"] == 0) == pytest.approx(res["gap_ms"], rel=0.15)
+    assert "backward / matmul" in res["summary"]
+
+
+def test_an_even_spread_names_no_planted_row() -> None:
+    """The planted-cause assertion above fails on a breakdown that spreads the gap evenly."""
+    even = {"run": "a", "step_ms": 10.0, "trace": dict.fromkeys(PHASES, 2.0),
+            "cells": {p: {"matmul": 1.0, "element-wise": 1.0} for p in PHASES}, "scopes": {}}
+    more = {"run": "b", "step_ms": 20.0, "trace": dict.fromkeys(PHASES, 4.0),
+            "cells": {p: {"matmul": 2.0, "element-wise": 2.0} for p in PHASES}, "scopes": {}}
+    rows = gap.rows(even, more)
+    assert max(r["share"] for r in rows if r["level"] == 1) <= 0.1 + 1e-9
+
+
+# ------------------------------------------------------------------------------------------------ real JAX
+def _jax_run(tmp_path: Path, slow: bool) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from twinbench.measure.trace import trace_steps
+
+    def loss(p: dict, x: jax.Array) -> jax.Array:
+        with jax.named_scope("block0.attn"):
+            s = x @ p["w"]
+            if slow:  # the planted cause: softmaxes of the scores recomputed over and over (forward only)
+                extra = s
+                for _ in range(100):
+                    extra = jax.nn.softmax(extra * 1.0001, axis=-1) * 8.0
+                s = s + 1e-6 * jax.lax.stop_gradient(extra)
+            s = jax.nn.softmax(s, axis=-1)
+        return jnp.mean(s @ p["v"])
+
+    tx = optax.adamw(1e-3)
+
+    def step(p: dict, st: object, x: jax.Array) -> tuple:
+        val, g = jax.value_and_grad(loss)(p, x)
+        with jax.named_scope("optimizer"):
+            u, st = tx.update(g, st, p)
+            return optax.apply_updates(p, u), st, val
+
+    p = {"w": jnp.ones((64, 64)) * 0.01, "v": jnp.ones((64, 64)) * 0.01}
+    state = {"p": p, "s": tx.init(p)}
+    x = jnp.ones((512, 64))
+    jitted = jax.jit(step)
+
+    def one(_i: int) -> None:
+        state["p"], state["s"], _ = jitted(state["p"], state["s"], x)
+
+    text = jitted.lower(state["p"], state["s"], x).compile().as_text()
+    path = trace_steps("jax", one, lambda: jax.block_until_ready(state["p"]), tmp_path / ("slow" if slow else "fast"))
+    (tmp_path / f"{slow}.hlo").write_text(text)
+    b = gap.jax_trace.read(path, text)
+    return _record("jax", "slow" if slow else "fast", path, b.step_ms, explain_hlo_path=str(tmp_path / f"{slow}.hlo"))
+
+
+def test_jax_planted_slow_attention_is_the_largest_gap_row(tmp_path: Path) -> None:
+    fast, slow = _jax_run(tmp_path, False), _jax_run(tmp_path, True)
+    res = gap.explain_pair(fast, slow)
+    assert res["largest"]["row"] == "forward / attention", res["rows"]
+    assert res["a"]["categorized_share"] >= 0.9
+    assert set(res["b"]["scopes"]) >= {"block0.attn"}
+
+
+def test_hlo_phases_from_op_name() -> None:
+    assert hlo.phase("jit(step)/jvp(block0.attn)/dot_general") == "forward"
+    assert hlo.phase("jit(step)/transpose(jvp(block0.attn))/dot_general") == "backward"
+    assert hlo.phase("jit(step)/optimizer/add") == "optimizer"
+    assert hlo.scope("jit(step)/transpose(jvp(block1.mlp))/mul") == "block1.mlp"
+    assert hlo.scope("jit(step)/transpose(jvp(block1/mlp))/mul") == "block1.mlp"
+    assert hlo.scope("jit(step)/jvp(head)/dot_general") == "head"
+    assert hlo.scope("jit(train_step)/transpose(jvp(block1))/mlp/mul") == "block1.mlp"
+    assert torch_trace.scope_of(["twinbench_step_0", "block2", "attn", "aten::addmm"]) == "block2.attn"
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+def test_needs_run_says_what_is_missing(tmp_path: Path) -> None:
+    trace = tmp_path / "t.json"
+    trace.write_text("{}")
+    assert runs.needs_run(None)
+    assert runs.needs_run({"status": "ok", "trace_path": None})
+    assert runs.needs_run({"status": "ok", "framework": "torch", "trace_path": str(trace)})  # no timing
+    assert not runs.needs_run({"status": "ok", "framework": "torch", "trace_path": str(trace),
+                               "explain_timing": {"forward": 1.0}})
+
+
+@pytest.mark.parametrize("args", [["torch:nope", "jax:jit"], ["/no/such/dir:jax/jit", "torch:eager"],
+                                  ["RESULTS:jax/scan-steps", "torch:eager"], ["UNREADABLE:torch/eager", "torch:eager"]])
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str]) -> None:
+    d = tmp_path / "res"
+    d.mkdir()
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    rec = _record("torch", "eager", str(bad), 1.0, explain_timing={"forward": 1.0}, spec=RunSpec().to_dict())
+    (d / "results.jsonl").write_text(json.dumps(rec) + "\n")
+    args = [a.replace("RESULTS", str(d)).replace("UNREADABLE", str(d)) for a in args]
+    if "UNREADABLE" in " ".join(args) or args[0].startswith(str(d) + ":torch"):
+        args[1] = f"{d}:torch/eager"
+    res = CliRunner().invoke(app, ["explain", *args, "--preset", "tiny", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
