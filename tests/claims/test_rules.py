@@ -411,7 +411,7 @@ def test_verdicts_judge_the_repeats_and_a_failed_repeat_is_not_measurable():
     per_claim, specs = plan(chosen, SETUP)
     rounds = schedule(chosen, per_claim, specs, 3)
     steps = iter([10, 10, 0, 10, 10, 12, 10])  # mesh/pmap step per run, in run order (nosync's unused)
-    recs = [[rec(next(steps), run_id=s.run_id(), strategy=s.strategy,
+    recs = [[rec(next(steps), run_id=s.run_id(), config_id=s.config_id(), strategy=s.strategy,
                  sharding={"replicas_max_abs_diff": 0.01 if "nosync" in s.strategy else 0.0}) for s in r]
             for r in rounds]
     out = {r["claim"]: r for r in verdicts(chosen, SETUP, per_claim, recs, {})}
@@ -439,7 +439,7 @@ def test_every_claim_gets_a_verdict_from_a_full_quick_plan_of_synthetic_records(
     setup = Setup(quick=True, gpt="tiny", accelerator=False)
     per_claim, specs = plan(claims, setup)
     rounds = schedule(claims, per_claim, specs, 3)
-    records = [[rec(run_id=s.run_id(), framework=s.framework, strategy=s.strategy, batch=s.train.batch,
+    records = [[rec(run_id=s.run_id(), config_id=s.config_id(), framework=s.framework, strategy=s.strategy, batch=s.train.batch,
                     layers=s.model.layers, steps=s.train.steps) for s in r] for r in rounds]
     probes = {"tracing": TRACING, "custom_ops": CUSTOM, "debug_print": DEBUG,
               "doctor_control_flow": {"status": "ok", "available": False}}
@@ -467,7 +467,7 @@ def test_c10_one_device_baseline_is_shared_with_c12():
 def test_runs_no_rule_reads_are_not_repeated():
     chosen = [CLAIMS["C4"], CLAIMS["C10"]]
     per_claim, specs = plan(chosen, SETUP)
-    again = {s.run_id() for s in schedule(chosen, per_claim, specs, 3)[1]}
+    again = {s.config_id() for s in schedule(chosen, per_claim, specs, 3)[1]}  # repeat 2: same configurations
     shown = {per_claim["C4"]["scan_lo"], per_claim["C4"]["scan_hi"], per_claim["C10"]["split"]}
     assert again and not again & {s.run_id() for s in shown}
     assert per_claim["C10"]["one"].run_id() in again and per_claim["C4"]["jit_hi"].run_id() in again

@@ -4,6 +4,7 @@ default launcher, a killed job becomes a failed row that --resume completes, Ctr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -26,7 +27,8 @@ VARYING = {"compile_s", "first_step_s", "step_ms", "step_ms_p10", "step_ms_p90",
            "tokens_per_s", "achieved_tflops", "mfu", "mfu_datasheet", "wall_s", "peak_mem_bytes", "load_avg_1m",
            "load_avg_1m_external", "cpu_count", "interference_cores", "cpu_busy_per_core", "interference_window_s",
            "warnings", "peak_tflops", "peak_measured_at", "peak_spread", "peak_load_per_core", "input_wait_ms",
-           "input_stall_pct", "real_tokens_per_s", "spec", "launcher", "job_id", "job_nodes", "launcher_state"}
+           "input_stall_pct", "real_tokens_per_s", "spec", "launcher", "job_id", "job_nodes", "launcher_state",
+           "memory_breakdown"}
 
 
 def _compare(out: Path, *extra: str, strategies: str = "torch:eager,torch:eager+remat,torch:eager+bf16") -> subprocess.CompletedProcess:
@@ -40,23 +42,35 @@ def test_local_launcher_gives_the_records_of_the_default_one(tmp_path):
     assert default.returncode == 0 and local.returncode == 0, local.stderr[-2000:]
     a, b = read_jsonl(tmp_path / "default" / "results.jsonl"), read_jsonl(tmp_path / "local" / "results.jsonl")
     assert len(a) == len(b) == 3
-    strip = lambda r: {k: v for k, v in r.items() if k not in VARYING}  # noqa: E731
-    assert [strip(r) for r in a] == [strip(r) for r in b]
+    for x, y in zip(a, b, strict=True):
+        differ = sorted(k for k in x.keys() | y.keys() if k not in VARYING and x.get(k) != y.get(k))
+        assert differ == [], f"{x['strategy']}: {[(k, x.get(k), y.get(k)) for k in differ]}"
     assert all(r["launcher"] == "local" and r["job_id"] and r["job_nodes"] for r in b)
     assert all(r["launcher"] is None for r in a)
 
 
 def _wait_for_job(jobs: Path, timeout: float = 120) -> int:
-    """The pid of the first job (LocalExecutor's job id is its process id) once its worker has started."""
+    """The pid of the first job (LocalExecutor's job id is its controller's process id) once the run's worker
+    has started (controller -> task process -> worker)."""
     end = time.time() + timeout
     while time.time() < end:
         logs = sorted(jobs.glob("*_0_log.out")) if jobs.exists() else []
         if logs:
             pid = int(logs[0].name.split("_")[0])
-            if _children(pid):
+            if len(_tree(pid)) >= 3:
                 return pid
         time.sleep(0.2)
     pytest.fail("no job started")
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every process below it (LocalExecutor: its controller, the task process, the worker)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += _children(p)
+    return out
 
 
 def _alive(pid: int) -> bool:
@@ -70,16 +84,14 @@ def _alive(pid: int) -> bool:
 @pytest.mark.slow
 def test_killed_job_is_a_failed_row_and_resume_completes_it(tmp_path):
     out = tmp_path / "r"
-    slow = ["--steps", "60"]
+    slow = ["--steps", "60", "--slow-input", "50"]  # >= 3 s of steps: the job is still running when it is killed
     proc = subprocess.Popen([*TB, "compare", *TINY, *slow, "--strategies", "torch:eager", "--out", str(out),
                              "--launcher", "local"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     job = _wait_for_job(out / "jobs")
-    worker = _children(job)
-    os.kill(job, signal.SIGKILL)  # the node died under the job
-    proc.communicate(timeout=120)
-    for pid in worker:
-        with __import__("contextlib").suppress(ProcessLookupError):
+    for pid in _tree(job):  # the node died under the job: every process of it at once
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    proc.communicate(timeout=120)
     rows = read_jsonl(out / "results.jsonl")
     assert len(rows) == 1 and rows[0]["status"] == "failed" and rows[0]["launcher_state"], rows
     assert f"job {rows[0]['job_id']}" in rows[0]["error"]
@@ -97,7 +109,7 @@ def test_ctrl_c_cancels_the_job_and_leaves_no_process(tmp_path):
                              "--out", str(out), "--launcher", "local"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     job = _wait_for_job(out / "jobs")
-    tree = [job, *_children(job)]
+    tree = _tree(job)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
