@@ -48,3 +48,15 @@ def test_marked_step_stops_the_loop() -> None:
     obs = session.stop()
     assert obs["step_kind"] == "marked" and obs["steps"] == 2
     doctor.step()  # outside the doctor: nothing happens
+
+
+def test_host_transfer_severity_follows_its_cost() -> None:
+    from twinbench.doctor import findings as fd
+
+    base = {"steady_steps": 10, "step_ms": 0.4, "per_step": {"h2d_numpy_args": 2.0}}
+    tiny = fd.jax_host_transfer({**base, "per_step": {**base["per_step"], "h2d_numpy_bytes": 512.0},
+                                 "info": {"h2d": {"bytes_per_s": 2**30}}})
+    big = fd.jax_host_transfer({**base, "per_step": {**base["per_step"], "h2d_numpy_bytes": 2.0**20},
+                                "info": {"h2d": {"bytes_per_s": 2**30}}})
+    assert tiny.severity == "info" and "% of the 0.40 ms step" in tiny.evidence
+    assert big.severity == "warning" and "GiB/s" in big.evidence
