@@ -269,6 +269,9 @@ def jax_host_sync(obs: Obs) -> Finding | None:
 
 
 # -- jax-host-transfer ---------------------------------------------------------------------------------------
+TRANSFER_WARN_SHARE = 0.05  # estimated copy time per step, as a share of the step, from which it is a warning
+
+
 def jax_host_transfer(obs: Obs) -> Finding | None:
     """Threshold: >= 1 host (NumPy) array implicitly copied to the device per step by the step call."""
     arrays = _per_step(obs, "h2d_numpy_args")
@@ -277,12 +280,22 @@ def jax_host_transfer(obs: Obs) -> Finding | None:
         return None
     nbytes = _per_step(obs, "h2d_numpy_bytes") or 0.0
     guard_all = _per_step(obs, "h2d_guard") or 0.0
+    h2d = obs.get("info", {}).get("h2d", {})
+    step_ms = obs.get("step_ms") or 0.0
+    severity, cost = "warning", ""
+    if h2d.get("bytes_per_s") and step_ms:  # the cost in this run: bytes over the measured bandwidth
+        cost_ms = 1e3 * nbytes / h2d["bytes_per_s"]
+        share = cost_ms / step_ms
+        severity = "warning" if share >= TRANSFER_WARN_SHARE else "info"
+        cost = (f"; estimated cost {cost_ms:.3f} ms per step ({100 * share:.1f}% of the {step_ms:.2f} ms step) at "
+                f"the measured {h2d['bytes_per_s'] / 2**30:.2f} GiB/s host-to-device (warning from "
+                f"{100 * TRANSFER_WARN_SHARE:.0f}% of the step)")
     return Finding(
-        "jax-host-transfer", "warning",
+        "jax-host-transfer", severity,
         f"{max(arrays, guard):.0f} host arrays are copied to the device inside every step call",
         f"{arrays:.1f} NumPy arrays ({_mib(nbytes)}) per step passed straight to the jitted step; the transfer "
         f"guard (log mode) saw {guard_all:.1f} implicit host-to-device transfers per step, {guard:.1f} of them "
-        f"shaped arrays (warning from 1 array per step)",
+        f"shaped arrays" + (cost or " (warning from 1 array per step; the bandwidth could not be measured)"),
         "Put batches on the device ahead of the step that uses them: batch = jax.device_put(next(it)) one "
         "step early (a small prefetch queue), or build the data on the device; with several devices "
         "device_put straight into the batch sharding.",

@@ -344,6 +344,12 @@ class JaxInstruments:
         rec.info["carried"] = wrapper.carried
         rec.info["fresh_args"] = wrapper.fresh
         rec.info["devices"] = self.jax.device_count()
+        if rec.counters.get("h2d_numpy_args") or rec.counters.get("h2d_guard_arrays"):
+            rec.internal += 1
+            try:
+                rec.info["h2d"] = _measure_h2d(self.jax)
+            finally:
+                rec.internal -= 1
         if wrapper.specs is not None and wrapper.carried.get("bytes", 0):
             rec.internal += 1
             try:
@@ -359,9 +365,31 @@ class JaxInstruments:
                         "argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
                         "temp_size_in_bytes")}
             except Exception as e:  # the report says what it could not learn
+                if type(wrapper.jitted).__module__.startswith("flax") or "update context" in str(e):
+                    # a Flax NNX transform (nnx.jit & co.) cannot be re-lowered from shapes outside its
+                    # graph context: the donation is not checked, which is not a failure of the doctor
+                    rec.info["donation_skipped"] = f"{type(e).__name__}: {e}"[:300]
+                    return
                 rec.info["donation_error"] = f"{type(e).__name__}: {e}"[:300]
             finally:
                 rec.internal -= 1
+
+
+def _measure_h2d(jax: Any) -> dict[str, float]:
+    """Host-to-device bandwidth (an 8 MiB copy, best of 3) and per-transfer latency (a 16-float copy)."""
+    import numpy as np
+
+    def best(x: Any) -> float:
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            jax.block_until_ready(jax.device_put(x))
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    big = np.ones(2**21, np.float32)
+    latency = best(np.ones(16, np.float32))
+    return {"bytes_per_s": big.nbytes / max(best(big) - latency, 1e-9), "latency_s": latency}
 
 
 def _eager_source() -> str:

@@ -25,6 +25,7 @@ from typing import Any
 from twinbench.doctor.recorder import Recorder
 
 STEP_KEY = "torch:Optimizer.step"
+BACKWARD_KEY = "torch:loss.backward"  # the step when no torch.optim optimizer runs (manual SGD)
 HOST_READS = ("item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__", "__repr__",
               "__format__")
 # torch._logging artifact loggers (module + "__" + artifact); getLogger creates them if torch has not yet.
@@ -71,6 +72,7 @@ class TorchInstruments:
 
         self._patch_host_reads()
         self._patch_dataloader()
+        self._patch_backward()
         self.sync_mode_set = False
 
     def _patch(self, owner: Any, name: str, new: Any) -> None:
@@ -95,6 +97,29 @@ class TorchInstruments:
     def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.torch.compiler.is_compiling():
             self.rec.step_done(STEP_KEY)
+
+    def _patch_backward(self) -> None:
+        """Count each autograd run started from user code (``loss.backward()``): one per training step."""
+        import torch.autograd
+
+        orig, rec, torch_dir = torch.autograd.backward, self.rec, self.torch_dir
+        is_compiling = self.torch.compiler.is_compiling
+
+        @functools.wraps(orig)
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            if is_compiling() or rec.internal:
+                return orig(*args, **kwargs)
+            frame = sys._getframe(1)
+            if frame.f_code.co_filename.startswith(torch_dir):  # Tensor.backward: the user's caller above it
+                frame = frame.f_back or frame
+            if frame.f_code.co_filename.startswith(torch_dir):
+                return orig(*args, **kwargs)
+            rec.step_call(BACKWARD_KEY, "torch-backward")
+            out = orig(*args, **kwargs)
+            rec.step_done(BACKWARD_KEY)
+            return out
+
+        self._patch(torch.autograd, "backward", backward)
 
     def _cuda_sync_debug(self) -> None:
         """On CUDA, make every synchronising call a warning (counted by ``_on_warning``, not printed)."""

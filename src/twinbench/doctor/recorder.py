@@ -21,6 +21,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
+MARK_KEY = "mark:twinbench.doctor.step()"  # the user marked the step explicitly
+ACTIVE: list[Recorder] = []  # the recorder of the running session (for twinbench.doctor.step())
 MAX_NOTES = 2000  # text notes kept per kind (cache-miss explanations, host-read sites, ...)
 
 
@@ -93,8 +95,9 @@ class Recorder:
 
     def step_key(self) -> str | None:
         """The step: torch's Optimizer.step if used, else the most-called jitted function or Optax update."""
-        if "torch:Optimizer.step" in self.calls:
-            return "torch:Optimizer.step"
+        for key in (MARK_KEY, "torch:Optimizer.step", "torch:loss.backward"):  # most specific signal first
+            if key in self.calls:
+                return key
         if not self.calls:
             return None
         return max(self.calls, key=lambda k: (not self.kinds.get(k, "").endswith("-lib"), len(self.calls[k]),

@@ -59,7 +59,9 @@ def render(console: Console, findings: list[Finding], obs: dict[str, Any], title
     console.print(f"  {summary_line(obs)}", highlight=False)
     if obs.get("steady_steps", 0) < 2 and not obs.get("error"):
         console.print("  [dim]fewer than 2 steady steps were seen: per-step findings need a longer run "
-                      "(or the step was not found: a jitted function or Optimizer.step)[/]")
+                      "(or the step was not found: looked for torch's Optimizer.step, loss.backward(), a jitted "
+                      "function, an Optax update; mark it with twinbench.doctor.step() once per iteration, or "
+                      "run the loop inside `with twinbench.watch():`)[/]")
     errors = self_errors(obs)
     for e in errors:  # as plain text: an exception message may hold [brackets]
         console.print(Text.assemble(("  doctor self-check failed: ", "bold red"), e))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from twinbench.doctor.recorder import Recorder
+from twinbench.doctor.recorder import ACTIVE, Recorder
 
 WATCHED = ("jax", "torch", "optax")
 
@@ -55,6 +55,7 @@ class Session:
 
     def __init__(self, max_steps: int | None = None, capture_stderr: bool = False) -> None:
         self.rec = Recorder(max_steps=max_steps)
+        ACTIVE.append(self.rec)
         self.capture_stderr = capture_stderr
         self.instruments: dict[str, Any] = {}
         self.finder = _AfterImport(self._on_import)
@@ -87,6 +88,8 @@ class Session:
         """Collect static facts, uninstall every hook, and return the observations."""
         if self.finder in sys.meta_path:
             sys.meta_path.remove(self.finder)
+        if self.rec in ACTIVE:
+            ACTIVE.remove(self.rec)
         self.rec.finish()
         for inst in self.instruments.values():
             if hasattr(inst, "uninstall"):

@@ -1,0 +1,62 @@
+"""Which signal marks the step: the most specific one the script gives (in-process, no subprocess)."""
+
+from __future__ import annotations
+
+import pytest
+
+from twinbench.doctor.recorder import MARK_KEY, Recorder, StopScript
+
+
+def test_most_specific_signal_wins() -> None:
+    rec = Recorder()
+    for _ in range(3):
+        rec.step_call("torch:loss.backward", "torch-backward")
+    assert rec.step_key() == "torch:loss.backward"
+    rec.step_call("torch:Optimizer.step", "torch-optimizer")
+    assert rec.step_key() == "torch:Optimizer.step"
+    rec.step_call(MARK_KEY, "marked")
+    assert rec.step_key() == MARK_KEY
+
+
+def test_backward_is_the_step_of_a_manual_sgd_loop() -> None:
+    torch = pytest.importorskip("torch")
+    from twinbench.doctor.session import Session
+
+    session = Session(max_steps=3)
+    w = torch.zeros(4, requires_grad=True)
+    done = 0
+    with pytest.raises(StopScript):
+        for _ in range(10):
+            loss = ((w - 1.0) ** 2).sum()
+            loss.backward()  # the doctor ends the loop here at --steps 3
+            with torch.no_grad():
+                w.add_(w.grad, alpha=-0.1)
+                w.grad.zero_()
+            done += 1
+    obs = session.stop()
+    assert obs["step_kind"] == "torch-backward" and obs["steps"] == 3 and done == 2
+
+
+def test_marked_step_stops_the_loop() -> None:
+    import twinbench.doctor as doctor
+    from twinbench.doctor.session import Session
+
+    session = Session(max_steps=2)
+    with pytest.raises(StopScript):
+        for _ in range(5):
+            doctor.step()
+    obs = session.stop()
+    assert obs["step_kind"] == "marked" and obs["steps"] == 2
+    doctor.step()  # outside the doctor: nothing happens
+
+
+def test_host_transfer_severity_follows_its_cost() -> None:
+    from twinbench.doctor import findings as fd
+
+    base = {"steady_steps": 10, "step_ms": 0.4, "per_step": {"h2d_numpy_args": 2.0}}
+    tiny = fd.jax_host_transfer({**base, "per_step": {**base["per_step"], "h2d_numpy_bytes": 512.0},
+                                 "info": {"h2d": {"bytes_per_s": 2**30}}})
+    big = fd.jax_host_transfer({**base, "per_step": {**base["per_step"], "h2d_numpy_bytes": 2.0**20},
+                                "info": {"h2d": {"bytes_per_s": 2**30}}})
+    assert tiny.severity == "info" and "% of the 0.40 ms step" in tiny.evidence
+    assert big.severity == "warning" and "GiB/s" in big.evidence
