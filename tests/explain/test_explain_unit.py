@@ -103,7 +103,7 @@ def _jax_run(tmp_path: Path, slow: bool) -> dict:
             s = x @ p["w"]
             if slow:  # the planted cause: softmaxes of the scores recomputed over and over (forward only)
                 extra = s
-                for _ in range(100):
+                for _ in range(300):
                     extra = jax.nn.softmax(extra * 1.0001, axis=-1) * 8.0
                 s = s + 1e-6 * jax.lax.stop_gradient(extra)
             s = jax.nn.softmax(s, axis=-1)
