@@ -181,18 +181,20 @@ class Diff:
                 and p.ci_low > 1 + fail_above_pct / 100]
 
 
+def _versions(records: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """Every version each library had in these records: ``{"jax": {"0.10.2"}, ...}``."""
+    out: dict[str, set[str]] = {}
+    for r in records:
+        for name, v in (r.get("versions") or {}).items():
+            out.setdefault(name, set()).add(v)
+    return out
+
+
 def _conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
     out = []
     for k in CONDITION_FIELDS:
         if k == "versions":
-            vo: dict[str, set] = {}
-            vn: dict[str, set] = {}
-            for r in old:
-                for name, v in (r.get("versions") or {}).items():
-                    vo.setdefault(name, set()).add(v)
-            for r in new:
-                for name, v in (r.get("versions") or {}).items():
-                    vn.setdefault(name, set()).add(v)
+            vo, vn = _versions(old), _versions(new)
             for name in sorted(set(vo) | set(vn)):
                 if vo.get(name) != vn.get(name):
                     out.append(f"{name}: {', '.join(sorted(vo.get(name, {'-'})))} -> "

@@ -100,17 +100,7 @@ def torch_reference(um: UserModel, spec: RunSpec, steps: int = PARITY_STEPS) -> 
         p = params.get(n)
         g = p.grad if p is not None else None
         out[f"grad/{n}"] = np.zeros(tuple(t.shape), np.float32) if g is None else g.numpy().copy()
-    opt = fam.torch_optimizer(model, spec.train.lr, spec.train.weight_decay)
-    losses = []
-    for i in range(steps):
-        xb, yb = (torch.from_numpy(a) for a in um.batch(i))
-        opt.zero_grad(set_to_none=True)
-        loss = um.loss_fn(model, xb, yb)
-        loss.backward()
-        fam.clip(model)
-        opt.step()
-        losses.append(float(loss))
-    out["losses"] = np.asarray(losses)
+    out["losses"] = np.asarray(eager_losses(um, spec, steps))
     return out
 
 
