@@ -21,7 +21,7 @@ from twinbench.xla_flags import CHOICES as XLA_CPU_FLAG_CHOICES
 FRAMEWORKS = ("torch", "jax")
 PRECISIONS = ("fp32", "bf16")
 REMAT_POLICIES = ("full", "dots-saveable", "nothing-saveable")  # the names of models/options.py
-ATTENTION_IMPLS = ("default", "chunked", "cudnn")  # the names of models/options.py
+ATTENTION_IMPLS = ("default", "chunked", "jax-nn", "cudnn")  # the names of models/options.py
 FAMILIES = ("gpt", "bert", "user")  # user: --model FILE.py:build (twinbench/byo)
 TASKS = ("lm", "classify", "custom")  # next-token LM (gpt) | sequence classification (bert) | user (custom)
 MASK_IMPLS = ("where", "mul", "cond")  # how the BERT attention applies its padding mask
@@ -137,10 +137,11 @@ OVERRIDABLE: dict[str, type] = {
 FLAG_HELP: dict[str, str] = {
     "no_preflight": "do not estimate each run's memory before its timed steps (by default a run that cannot "
                     "fit in the free memory is skipped, with the estimate, instead of failing late)",
-    "attention_impl": "JAX attention: 'default' (JAX's choice: XLA's unfused attention, which keeps every "
-                      "layer's seq x seq probabilities), 'chunked' (blocks of queries rematerialised in the backward "
-                      "pass: no seq x seq probabilities kept) or 'cudnn' (cuDNN fused attention; CUDA and bf16 "
-                      "only); torch's SDPA picks its own (attention_kernel in the record says which ran)",
+    "attention_impl": "JAX attention: 'default' (written out with einsums, fp32 softmax; keeps every layer's "
+                      "seq x seq probabilities), 'jax-nn' (jax.nn.dot_product_attention as JAX chooses), 'chunked' "
+                      "(GPT: blocks of queries rematerialised in the backward pass: no seq x seq probabilities "
+                      "kept) or 'cudnn' (cuDNN fused attention; CUDA and bf16 only); torch's SDPA picks its own "
+                      "(attention_kernel in the record says which ran)",
     "xla_cpu_flags": "JAX on CPU: 'tuned' adds twinbench's measured XLA flags (YNNPACK element-wise fusions off) "
                      "to XLA_FLAGS, 'xla-default' keeps XLA's own; flags you set in XLA_FLAGS always win",
     "init_from": "start from a local Hugging Face GPT-2/BERT checkpoint directory (config.json + "
@@ -250,6 +251,9 @@ def validate(spec: RunSpec) -> RunSpec:
     one_of("remat_policy", spec.remat_policy, REMAT_POLICIES)
     one_of("xla_cpu_flags", spec.xla_cpu_flags, XLA_CPU_FLAG_CHOICES)
     one_of("attention_impl", spec.attention_impl, ATTENTION_IMPLS)
+    if spec.attention_impl == "chunked" and spec.model.family == "bert":
+        raise SpecError("--attention-impl chunked: blocks of causal attention (GPT); the BERT twin takes default, "
+                        "jax-nn or cudnn")
     if spec.attention_impl == "cudnn" and spec.framework == "jax" and t.precision != "bf16":
         raise SpecError("--attention-impl cudnn: cuDNN's fused attention runs in bf16 or fp16 only; "
                         "add --precision bf16 (or +bf16)")

@@ -180,5 +180,5 @@ def test_attention_impl_option():
     assert spec.attention_impl == "cudnn" and spec.train.precision == "bf16"
     assert spec.run_id() != run_spec("tiny", "jax", "jit+bf16").run_id()
     model = nnx.eval_shape(lambda: gpt_jax.GPT(spec.model, nnx.Rngs(0), options.ModelOptions(attention_impl="cudnn")))
-    assert model.blocks[0].attn.implementation == "cudnn"
+    assert model.blocks[0].attn.impl == "cudnn"
     assert device.attention_kernel("jax", 2, 32, 32, "bf16", True, False, "cudnn") == "cudnn (fused)"

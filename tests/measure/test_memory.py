@@ -46,10 +46,15 @@ def test_a_larger_batch_grows_the_activations_only(framework: str) -> None:
         parts[batch] = d["parts"]
         assert d["activations_by_source"], "activations are attributed to where they were made"
     small, big = parts[4], parts[16]
-    for same in ("params", "optimizer_state", "gradients"):
+    for same in ("params", "optimizer_state"):
         assert small[same] == big[same] > 0
+    # JAX: every gradient lives in the step's buffers; torch: those alive at the peak (none at the end of the
+    # forward pass, where a GPT's peak is) -- the same either way for both batches
+    assert small["gradients"] == big["gradients"] >= 0
     assert big["activations"] > 3 * small["activations"] > 0  # 4x the tokens: ~4x what the backward keeps
-    assert big["inputs"] == 4 * small["inputs"]
+    if framework == "jax":  # the batch itself; torch: what its memory profiler calls inputs (the batch and more)
+        assert big["inputs"] == 4 * small["inputs"]
+    assert big["inputs"] > small["inputs"]
 
 
 def test_breakdown_sums_and_reports_what_is_unaccounted() -> None:

@@ -43,3 +43,25 @@ def test_chunked_attention_in_bf16_stays_close() -> None:
 def test_unknown_attention_impl_is_refused() -> None:
     with pytest.raises(ValueError, match="attention_impl"):
         ModelOptions(attention_impl="flash")
+
+
+@pytest.mark.parametrize("kind", ["causal", "mask", "bias"])
+def test_einsum_attention_is_jax_nn_attention(kind: str) -> None:
+    """The default formulation computes what jax.nn.dot_product_attention computes (values and gradients)."""
+    from twinbench.models.gpt_jax import attention
+
+    q, k, v = jax.random.normal(jax.random.key(2), (3, 2, 24, 3, 8))
+    keep = jnp.arange(24)[None, None, None, :] < jnp.array([24, 17])[:, None, None, None]  # padding of sample 2
+    masks = {"causal": {"is_causal": True}, "mask": {"mask": keep},
+             "bias": {"bias": jnp.where(keep, 0.0, -1e9).astype(jnp.float32)}}[kind]
+
+    def value_and_grads(impl: str):
+        def f(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+            return attention(q, k, v, impl, **masks)
+        return jax.jit(lambda q, k, v: (f(q, k, v), jax.grad(lambda *a: (f(*a) ** 2).sum(), (0, 1, 2))(q, k, v)))
+
+    want, g_want = value_and_grads("jax-nn")(q, k, v)
+    got, g_got = value_and_grads("default")(q, k, v)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    for a, b in zip(g_got, g_want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)

@@ -143,7 +143,7 @@ def test_mask_implementations_agree(twins, pad):
             outs[("torch", impl)] = tm(*_torch(x)).numpy()
         outs[("jax", impl)] = np.asarray(jm(*_jax(x)))
         gj = nnx.grad(bert_jax.loss_fn)(jm, _jax(x), jnp.asarray(y))
-        outs[("jax-grad", impl)] = np.asarray(gj["encoder"]["layer"][0]["attention"]["self"]["query"]["kernel"][...])
+        outs[("jax-grad", impl)] = np.asarray(gj["encoder"]["layer"][0]["attention"]["self"]["query"]["weight"][...])
     ref = outs[("torch", "where")]
     for key, value in outs.items():
         if key[0] != "jax-grad":

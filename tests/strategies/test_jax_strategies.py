@@ -114,7 +114,7 @@ def test_scan_layers_and_remat_gradients_equal_unrolled(opts, weights, host_batc
 def test_scan_layers_weights_round_trip_bit_exact(weights):
     cfg = make_spec("jax", "scan-layers").model
     model = gpt_jax.GPT(cfg, nnx.Rngs(0), ModelOptions(scan_layers=True))
-    stacked = nnx.state(model, nnx.Param)["blocks"]["attn"]["c_attn"]["kernel"]
+    stacked = nnx.state(model, nnx.Param)["blocks"]["attn"]["c_attn"]["weight"]
     assert stacked.get_value().shape[0] == OVERRIDES["layers"]  # really one stacked block
     canonical_to_jax(model, weights)
     back = jax_to_canonical(model)

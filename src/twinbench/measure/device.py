@@ -146,10 +146,12 @@ def attention_kernel(framework: str, heads: int, seq: int, head_dim: int, dtype:
 
     torch: one small ``scaled_dot_product_attention`` call of the run's shape (batch 1), dtype and masking,
     profiled, names the kernel SDPA dispatched to ("math" when none of its fused kernels ran). JAX: the
-    ``implementation`` the run asked for: "xla" (JAX's default on every backend) or "cudnn".
+    formulation the run asked for (``--attention-impl``): einsums (the default), ``jax.nn.dot_product_attention``
+    as JAX chooses (XLA's unfused attention), blocks of queries, or cuDNN's fused kernel.
     """
     if framework == "jax":
-        return {"cudnn": "cudnn (fused)", "chunked": "chunked (blocks of queries, XLA)"}.get(jax_impl, "xla (unfused)")
+        return {"cudnn": "cudnn (fused)", "chunked": "chunked (blocks of queries, XLA)",
+                "jax-nn": "jax.nn.dot_product_attention (xla, unfused)"}.get(jax_impl, "einsum (xla, unfused)")
     import torch
     import torch.nn.functional as F
     from torch.profiler import ProfilerActivity, profile

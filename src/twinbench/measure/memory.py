@@ -7,12 +7,15 @@ into parts both frameworks share:
   (Python, the framework's libraries, host copies of the initial weights); CPU only, where the peak is the
   whole process's RSS.
 - ``params``, ``optimizer_state``: the bytes of the live arrays/tensors.
-- ``gradients``: one gradient per parameter (alive together at the end of the backward pass).
+- ``gradients``: JAX: one gradient per parameter (alive together at the end of the backward pass); torch:
+  the gradients alive at the peak of one profiled step (torch's memory profiler, ``profile_memory=True``).
 - ``activations``: what the forward pass keeps for the backward pass. JAX: the residuals of the loss's VJP
-  (``saved_residuals``, grouped by the source line that made them); torch: the tensors autograd saves
-  (``torch.autograd.graph.saved_tensors_hooks`` over one extra forward after the measured steps), by module.
+  (``saved_residuals``, grouped by the source line that made them); torch: what autograd keeps at the peak
+  of the profiled step, listed by module from the tensors autograd saves
+  (``torch.autograd.graph.saved_tensors_hooks`` over one extra forward after the measured steps).
 - ``temporaries``: JAX: the compiled step's temp buffer (``memory_analysis().temp_size_in_bytes``) less the
-  gradients and activations that live in it; torch: not measured apart, it stays in ``unaccounted``.
+  gradients and activations that live in it; torch: what torch's memory profiler counts as temporary (or
+  cannot place) at the peak of one profiled step.
 - ``inputs``: the batch.
 
 What the parts do not explain of the peak is ``unaccounted`` (host copies of the initial weights, allocator
@@ -214,17 +217,50 @@ def torch_saved_activations(module: Any, forward: Callable[[], Any]) -> list[tup
     return sorted(groups.items(), key=lambda kv: -kv[1])
 
 
-def torch_breakdown(peak_bytes: int, peak_source: str, runtime_bytes: int, model: Any, optimizer: Any,
-                    batch_bytes: int, saved: list[tuple[str, int]], on_cpu: bool) -> Breakdown:
-    """The parts of a torch run's peak: params, AdamW's state, one gradient per trainable parameter, the
-    saved activations; torch's temporaries are not measured apart (they are in ``unaccounted``)."""
-    params = list(model.parameters())
-    p = nbytes(params)
-    o = nbytes(t for st in optimizer.state.values() for t in st.values() if hasattr(t, "untyped_storage"))
-    g = nbytes(x for x in params if x.requires_grad)
-    parts = {"runtime": runtime_bytes if on_cpu else 0, "params": p, "optimizer_state": o, "gradients": g,
-             "activations": sum(b for _, b in saved), "inputs": batch_bytes}
-    return Breakdown(peak_bytes, peak_source, "torch: live tensors + autograd saved tensors", parts, saved[:TOP])
+#: torch's memory profiler categories (torch.profiler._memory_profiler.Category, by name) -> our parts
+TORCH_CATEGORIES = {"PARAMETER": "params", "OPTIMIZER_STATE": "optimizer_state", "GRADIENT": "gradients",
+                    "ACTIVATION": "activations", "AUTOGRAD_DETAIL": "activations", "TEMPORARY": "temporaries",
+                    "INPUT": "inputs", None: "temporaries"}
+
+
+def torch_step_at_peak(step: Callable[[], Any], device: str) -> dict[str, int]:
+    """The tensors alive at the peak of one ``step()``, by part, from the profiler's memory events
+    (``profile_memory=True``): torch's memory profiler tells parameters, optimizer state, gradients, what
+    autograd keeps and temporaries apart by following every op's inputs and outputs. Tensors it cannot place
+    count as temporaries."""
+    import json
+    import tempfile
+    import warnings
+
+    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler._memory_profiler import _CATEGORY_TO_INDEX
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    with profile(activities=activities, profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        step()
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # the timeline export is marked deprecated for CUDA
+        path = f"{tmp}/timeline.json"
+        prof.export_memory_timeline(path, device=device)
+        with open(path) as f:
+            _, sizes = json.load(f)
+    if not sizes:
+        return {}
+    at_peak = max(sizes, key=sum)  # [unused, one total per category in _CATEGORY_TO_INDEX order]
+    parts: dict[str, int] = defaultdict(int)
+    for cat, i in _CATEGORY_TO_INDEX.items():
+        parts[TORCH_CATEGORIES[cat.name if cat is not None else None]] += int(at_peak[i + 1])
+    return dict(parts)
+
+
+def torch_breakdown(peak_bytes: int, peak_source: str, runtime_bytes: int, at_peak: dict[str, int],
+                    saved: list[tuple[str, int]], on_cpu: bool) -> Breakdown:
+    """The parts of a torch run's peak: the tensors alive at the peak of a profiled step, by part
+    (:func:`torch_step_at_peak`), plus, on CPU, the process's runtime; the activations listed by the module
+    that saved them (:func:`torch_saved_activations`)."""
+    parts = {"runtime": runtime_bytes if on_cpu else 0, **{p: at_peak.get(p, 0) for p in PARTS if p != "runtime"}}
+    return Breakdown(peak_bytes, peak_source, "torch: the profiler's memory events at the peak of one step", parts,
+                     saved[:TOP])
 
 
 def torch_estimate(n_params_bytes: int, layers: int, tokens: int, d_model: int, vocab: int,
@@ -336,6 +372,24 @@ def preflight(spec: Any, trainer: Any, batch: tuple[Any, Any], platform: str, n_
     return Preflight(est - n_params * 4, host_available_bytes(), "the host", "estimate from the shapes")
 
 
+def torch_profiled_step(trainer: Any, batch: tuple[Any, Any], device: str) -> dict[str, int]:
+    """:func:`torch_step_at_peak` over one training step of ``trainer``, whose model and optimizer are put
+    back as they were after it (the record's weights stay those of the measured steps)."""
+    import copy
+
+    import torch
+
+    model_state = copy.deepcopy(trainer.model.state_dict())
+    opt_state = copy.deepcopy(trainer.optimizer.state_dict())
+    try:
+        return torch_step_at_peak(lambda: (trainer.step(*batch), trainer.sync()), device)
+    finally:
+        with torch.no_grad():
+            trainer.model.load_state_dict(model_state)
+        trainer.optimizer.load_state_dict(opt_state)
+        trainer.optimizer.zero_grad(set_to_none=True)
+
+
 def breakdown(spec: Any, trainer: Any, batch: tuple[Any, Any], peak_bytes: int, peak_source: str,
               runtime_bytes: int, platform: str, sizes: dict[str, int] | None) -> dict[str, Any]:
     """The record's ``memory_breakdown`` (after the measured steps); ``{"error": ...}`` if it cannot be made."""
@@ -352,8 +406,8 @@ def breakdown(spec: Any, trainer: Any, batch: tuple[Any, Any], peak_bytes: int, 
         else:
             x, y = trainer.place(batch[0]), trainer.place(batch[1])
             saved = torch_saved_activations(trainer.model, lambda: trainer.forward_loss(x, y))
-            b = torch_breakdown(peak_bytes, peak_source, runtime_bytes, trainer.model, trainer.optimizer,
-                                batch_bytes(batch), saved, on_cpu)
+            at_peak = torch_profiled_step(trainer, batch, "cpu" if on_cpu else "cuda:0")
+            b = torch_breakdown(peak_bytes, peak_source, runtime_bytes, at_peak, saved, on_cpu)
         return b.to_dict()
     except Exception as e:  # a breakdown must never cost the measured run
         return {"error": f"{type(e).__name__}: {e}"[:300]}

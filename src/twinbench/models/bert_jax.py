@@ -3,7 +3,7 @@ same attribute names (those of Hugging Face's ``BertForSequenceClassification``,
 prefix), same maths.
 
 Token + position + segment embeddings, post-LayerNorm blocks (eps 1e-12), bidirectional self-attention
-through ``jax.nn.dot_product_attention`` with a key padding mask, exact (erf) GELU, a tanh pooler over
+(``gpt_jax.attention``: written out with einsums by default) with a key padding mask, exact (erf) GELU, a tanh pooler over
 the first token and a linear classifier. No dropout: the twins are deterministic, so they can be compared.
 
 ``cfg.mask_impl`` chooses how the padding mask reaches the attention (`--mask-impl`); all three give
@@ -22,7 +22,7 @@ import optax
 from flax import nnx
 
 from twinbench.config import ModelConfig
-from twinbench.models.gpt_jax import DTYPES, GRAD_CLIP, KERNELS, REMAT_POLICIES
+from twinbench.models.gpt_jax import DTYPES, GRAD_CLIP, REMAT_POLICIES, Linear, attention
 from twinbench.models.options import ModelOptions
 
 TYPE_VOCAB = 2  # segment ids: 0 for the first text, 1 for the second of a pair
@@ -37,15 +37,15 @@ def attention_bias(attention_mask: jax.Array, dtype: jnp.dtype) -> jax.Array:
     return (1.0 - attention_mask.astype(dtype)) * jnp.finfo(dtype).min
 
 
-def _linear(n_in: int, n_out: int, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32) -> nnx.Linear:
-    return nnx.Linear(n_in, n_out, kernel_init=normal(0.02), bias_init=zeros, dtype=dtype, rngs=rngs)
+def _linear(n_in: int, n_out: int, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32) -> Linear:
+    return Linear(n_in, n_out, rngs, 0.02, dtype)
 
 
 class SelfAttention(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
                  attention_impl: str = "default"):
         self.heads = cfg.heads
-        self.implementation = KERNELS[attention_impl]
+        self.impl = attention_impl
         self.mask_impl = cfg.mask_impl
         self.query = _linear(cfg.d_model, cfg.d_model, rngs, dtype)
         self.key = _linear(cfg.d_model, cfg.d_model, rngs, dtype)
@@ -56,7 +56,7 @@ class SelfAttention(nnx.Module):
         q, k, v = (t.reshape(B, T, self.heads, C // self.heads)
                    for t in (self.query(x), self.key(x), self.value(x)))
         keep = attention_mask[:, None, None, :].astype(bool)  # [B, 1, 1, T]: which keys each query may see
-        attend = functools.partial(jax.nn.dot_product_attention, implementation=self.implementation)
+        attend = functools.partial(attention, impl=self.impl)
         if self.mask_impl == "mul":
             y = attend(q, k, v, bias=attention_bias(keep, q.dtype))
         elif self.mask_impl == "cond":  # no padding in this batch: no mask at all; decided on the device

@@ -1,7 +1,7 @@
 """GPT-2 in JAX (Flax NNX). Twin of ``gpt_torch.py``: same classes, same attribute names, same maths.
 
-Learned position embeddings, pre-LayerNorm blocks, causal self-attention through
-``jax.nn.dot_product_attention``, tanh-GELU MLP, LM head tied to the token embedding, GPT-2 init.
+Learned position embeddings, pre-LayerNorm blocks, causal self-attention (written out with
+einsums by default, :func:`attention`), tanh-GELU MLP, LM head tied to the token embedding, GPT-2 init.
 """
 
 from __future__ import annotations
@@ -22,12 +22,45 @@ DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16}
 #: jax.checkpoint policies by ModelOptions.remat name ("full": no policy, i.e. save nothing but the inputs).
 REMAT_POLICIES = {"full": None, "dots-saveable": jax.checkpoint_policies.dots_saveable,
                   "nothing-saveable": jax.checkpoint_policies.nothing_saveable}
-#: ``implementation`` of jax.nn.dot_product_attention by ModelOptions.attention_impl (None: JAX's choice, XLA).
-KERNELS = {"default": None, "cudnn": "cudnn"}
+#: ``implementation`` of jax.nn.dot_product_attention by ModelOptions.attention_impl (None: JAX's choice).
+KERNELS = {"jax-nn": None, "cudnn": "cudnn"}
 
 
 #: queries per block of "chunked" attention (the sequence is split into blocks of at most this many).
 ATTENTION_CHUNK = 128
+
+
+def einsum_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, is_causal: bool = False,
+                     mask: jax.Array | None = None, bias: jax.Array | None = None) -> jax.Array:
+    """Attention written out, ``[B, T, H, D]`` in and out: the maths of ``jax.nn.dot_product_attention``'s
+    XLA path (scores scaled, masked with a select, softmax in fp32), without the grouped-query ``vmap`` that
+    path wraps around it, whose extra batch axis costs transposes of the scores on XLA:CPU. ``mask``: True
+    where a query may see a key (broadcast to ``[B, H, T, T]``); ``bias`` is added to the scores."""
+    D = q.shape[-1]
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.promote_types(q.dtype, jnp.float32))
+    s = s * jnp.asarray(1.0 / math.sqrt(D), s.dtype)
+    if bias is not None:
+        s = s + bias.astype(s.dtype)
+    if is_causal:
+        T, S = s.shape[-2:]
+        mask = jnp.tril(jnp.ones((T, S), bool)) if mask is None else mask & jnp.tril(jnp.ones((T, S), bool))
+    if mask is not None:
+        s = jnp.where(mask, s, jnp.finfo(s.dtype).min)
+    p = jax.nn.softmax(s.astype(jnp.float32), axis=-1).astype(v.dtype)
+    return jnp.einsum("bhqk,bkhd->bqhd", p, v)
+
+
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str, **masks: jax.Array | bool | None) -> jax.Array:
+    """The twins' attention by ``ModelOptions.attention_impl``: ``default`` (:func:`einsum_attention`),
+    ``jax-nn`` or ``cudnn`` (``jax.nn.dot_product_attention``, JAX's choice or cuDNN's fused kernel),
+    ``chunked`` (:func:`chunked_attention`, causal only)."""
+    if impl == "default":
+        return einsum_attention(q, k, v, **masks)
+    if impl == "chunked":
+        if set(masks) - {"is_causal"} or not masks.get("is_causal"):
+            raise ValueError("attention_impl 'chunked' computes causal attention only")
+        return chunked_attention(q, k, v)
+    return jax.nn.dot_product_attention(q, k, v, implementation=KERNELS[impl], **masks)
 
 
 def chunked_attention(q: jax.Array, k: jax.Array, v: jax.Array, chunk: int = ATTENTION_CHUNK) -> jax.Array:
@@ -53,36 +86,45 @@ def chunked_attention(q: jax.Array, k: jax.Array, v: jax.Array, chunk: int = ATT
     return y.swapaxes(0, 1).reshape(B, T, H, D)
 
 
+class Linear(nnx.Module):
+    """``y = x @ weight.T + bias`` with ``weight`` of shape ``[out, in]``, as torch's ``nn.Linear`` (and Hugging
+    Face's Flax GPT-2) keep it, not ``nnx.Linear``'s ``[in, out]``: the backward pass's weight gradient is then
+    ``dy.T @ x``, a plain matrix product XLA:CPU hands to its fast matmul library, where ``[in, out]`` asks
+    for ``x.T @ dy`` with both operands transposed, which it leaves to a slower one (about 15% of a ``small``
+    training step). The maths is nnx.Linear's: inputs and parameters cast to ``dtype``, then the product."""
+
+    def __init__(self, n_in: int, n_out: int, rngs: nnx.Rngs, std: float = 0.02, dtype: jnp.dtype = jnp.float32):
+        self.weight = nnx.Param(normal(std)(rngs.params(), (n_out, n_in)))
+        self.bias = nnx.Param(zeros(rngs.params(), (n_out,)))
+        self.dtype = dtype
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        w, b = self.weight[...].astype(self.dtype), self.bias[...].astype(self.dtype)
+        return jax.lax.dot_general(x.astype(self.dtype), w, (((x.ndim - 1,), (1,)), ((), ()))) + b
+
+
 class CausalSelfAttention(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
                  attention_impl: str = "default"):
         self.heads = cfg.heads
         self.impl = attention_impl
-        self.implementation = KERNELS.get(attention_impl)
         proj_std = 0.02 / math.sqrt(2 * cfg.layers)
-        self.c_attn = nnx.Linear(cfg.d_model, 3 * cfg.d_model, kernel_init=normal(0.02), bias_init=zeros,
-                                 dtype=dtype, rngs=rngs)
-        self.c_proj = nnx.Linear(cfg.d_model, cfg.d_model, kernel_init=normal(proj_std), bias_init=zeros,
-                                 dtype=dtype, rngs=rngs)
+        self.c_attn = Linear(cfg.d_model, 3 * cfg.d_model, rngs, 0.02, dtype)
+        self.c_proj = Linear(cfg.d_model, cfg.d_model, rngs, proj_std, dtype)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         B, T, C = x.shape
         q, k, v = jnp.split(self.c_attn(x), 3, axis=2)
         q, k, v = (t.reshape(B, T, self.heads, C // self.heads) for t in (q, k, v))
-        if self.impl == "chunked":
-            y = chunked_attention(q, k, v)
-        else:
-            y = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=self.implementation)
+        y = attention(q, k, v, self.impl, is_causal=True)
         return self.c_proj(y.reshape(B, T, C))
 
 
 class MLP(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
         proj_std = 0.02 / math.sqrt(2 * cfg.layers)
-        self.c_fc = nnx.Linear(cfg.d_model, cfg.ff, kernel_init=normal(0.02), bias_init=zeros, dtype=dtype,
-                               rngs=rngs)
-        self.c_proj = nnx.Linear(cfg.ff, cfg.d_model, kernel_init=normal(proj_std), bias_init=zeros, dtype=dtype,
-                                 rngs=rngs)
+        self.c_fc = Linear(cfg.d_model, cfg.ff, rngs, 0.02, dtype)
+        self.c_proj = Linear(cfg.ff, cfg.d_model, rngs, proj_std, dtype)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.c_proj(jax.nn.gelu(self.c_fc(x), approximate=True))

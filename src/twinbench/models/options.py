@@ -11,13 +11,14 @@ from dataclasses import dataclass
 
 REMAT_POLICIES = ("full", "dots-saveable", "nothing-saveable")
 COMPUTE_DTYPES = ("fp32", "bf16")
-#: How the JAX twins compute attention (same maths): "default" is ``jax.nn.dot_product_attention`` as JAX
-#: chooses (XLA's unfused attention on every backend, which keeps the [batch, heads, seq, seq] probabilities of
-#: every layer for the backward pass); "chunked" computes it by blocks of queries, each block rematerialised in
+#: How the JAX twins compute attention (same maths): "default" writes it out with einsums (the maths of
+#: ``jax.nn.dot_product_attention``'s XLA path without its grouped-query vmap, which costs transposes of the
+#: scores on XLA:CPU; it keeps the [batch, heads, seq, seq] probabilities of every layer for the backward
+#: pass); "jax-nn" is ``jax.nn.dot_product_attention`` as JAX chooses; "chunked" computes it by blocks of queries, each block rematerialised in
 #: the backward pass, so only one block's scores are alive at a time (memory); "cudnn" is cuDNN's fused (flash)
 #: attention, CUDA + bf16 only (speed and memory on NVIDIA GPUs). PyTorch's SDPA picks its kernel itself
 #: (flash / memory-efficient / cuDNN / math; the record's ``attention_kernel`` says which).
-ATTENTION_IMPLS = ("default", "chunked", "cudnn")
+ATTENTION_IMPLS = ("default", "chunked", "jax-nn", "cudnn")
 
 
 @dataclass(frozen=True)

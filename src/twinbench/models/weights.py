@@ -1,9 +1,9 @@
 """The canonical weight layout: a flat dict of named float32 NumPy arrays, shared by both twins.
 
 Names follow the PyTorch module tree (``blocks.0.attn.c_attn.weight``). Linear weights are stored as
-``[in, out]`` (the JAX/Flax ``kernel`` layout and Hugging Face GPT-2's ``Conv1D`` layout); PyTorch's
-``nn.Linear`` keeps ``[out, in]``, so the torch converters transpose. Flax's ``kernel``, ``scale`` and
-``embedding`` are all called ``weight``. Both directions are exact copies (no arithmetic), so a round trip
+``[in, out]`` (the Flax ``kernel`` layout and Hugging Face GPT-2's ``Conv1D`` layout); PyTorch's
+``nn.Linear`` and the JAX twins' ``Linear`` keep ``[out, in]``, so both twins' converters transpose. Flax's
+``kernel``, ``scale`` and ``embedding`` are all called ``weight``. Both directions are exact copies (no arithmetic), so a round trip
 torch -> canonical -> JAX -> canonical -> torch is bit-exact.
 
 Imports of torch and jax are local to their functions: a process only ever loads one framework.
@@ -82,6 +82,12 @@ def _layer_names(path: tuple, layers: int) -> list[str]:
     return [f"{'.'.join(prefix)}.{i}.{rest}" for i in range(layers)]
 
 
+def _jax_layout(path: tuple, name: str, a: np.ndarray) -> np.ndarray:
+    """A linear weight of the JAX twins (``Linear.weight``, ``[out, in]``) in the canonical ``[in, out]``, and
+    back (a transpose either way); a Flax ``kernel`` is already ``[in, out]``."""
+    return np.ascontiguousarray(a.T) if _is_linear(name) and str(path[-1]) == "weight" else a
+
+
 def jax_to_canonical(model: Any) -> Canonical:
     """Canonical weights of an NNX model; layers stacked for ``nnx.scan`` are split into per-layer names."""
     from flax import nnx
@@ -90,9 +96,9 @@ def jax_to_canonical(model: Any) -> Canonical:
     for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
         a = np.asarray(var.get_value(), dtype=np.float32)
         if _stacked(path):
-            out.update(zip(_layer_names(path, a.shape[0]), a, strict=True))
+            out.update((n, _jax_layout(path, n, x)) for n, x in zip(_layer_names(path, a.shape[0]), a, strict=True))
         else:
-            out[_flax_name(path)] = a
+            out[_flax_name(path)] = _jax_layout(path, _flax_name(path), a)
     return out
 
 
@@ -110,7 +116,8 @@ def canonical_to_jax(model: Any, weights: Canonical) -> None:
     _check_names({n for ns in names.values() for n in ns}, set(weights))
     new = []
     for path, var in flat:
-        a = np.stack([weights[n] for n in names[path]]) if _stacked(path) else weights[names[path][0]]
+        a = np.stack([_jax_layout(path, n, weights[n]) for n in names[path]]) if _stacked(path) \
+            else _jax_layout(path, names[path][0], weights[names[path][0]])
         if tuple(a.shape) != tuple(var.get_value().shape):
             raise ValueError(f"weight {_flax_name(path)}: shape {a.shape} does not fit {var.get_value().shape}")
         new.append((path, var.replace(jnp.asarray(a, dtype=var.get_value().dtype))))
