@@ -10,7 +10,7 @@ with each run's peak, the JAX/torch ratio and the parts of the breakdown (measur
 default (torch eager + jax/jit) and one with `chunked` (jax/jit only). On gpt2-124m the default JAX run is
 expected to be skipped by the preflight on a machine with less than ~26 GiB free; `--no-preflight` is not
 passed, so it costs seconds, not an out-of-memory crash. Duration on an idle 2-core machine: small ~2 min;
-gpt2-124m ~10 min (torch eager ~1 min per step, 4 steps + one forward for the breakdown).
+gpt2-124m ~15 min (torch eager ~1 min per step: 4 steps, one forward and one profiled step for the breakdown).
 """
 
 from __future__ import annotations
