@@ -765,7 +765,7 @@ def doctor(
     3: one of the doctor's own instruments or checks failed (printed; the findings may be incomplete).
     """
     from twinbench.doctor import DoctorError, run_doctor
-    from twinbench.doctor.report import render
+    from twinbench.doctor.report import no_step_message, render
 
     if steps is not None and steps <= 0:
         fail(f"--steps must be a positive integer, got {steps}")
@@ -778,6 +778,11 @@ def doctor(
         fail(str(e))
     except KeyboardInterrupt:
         fail(f"interrupted; {script} was stopped", code=130)
+    no_step = no_step_message(result.observations, str(script))
+    if no_step and not result.self_errors:  # nothing per step could be said: not a clean bill of health
+        if json_path:
+            json_path.write_text(json.dumps(result.to_json(str(script)), indent=1))
+        fail(no_step)
     render(out, result.findings, result.observations, str(script))
     if json_path:
         json_path.write_text(json.dumps(result.to_json(str(script)), indent=1))

@@ -80,6 +80,37 @@ def test_input_bound_threshold() -> None:
     assert f is not None and "50%" in f.title and "num_workers" in f.fix
 
 
+def split(**kw: Any) -> dict[str, Any]:
+    return {"iterations": 6, "iter_ms": 50.0, "step_ms": 10.0, "data_ms": 0.0, "host_ms": 0.0, "async": True, **kw}
+
+
+def test_input_bound_under_async_dispatch() -> None:
+    # a jitted step: the device's idle time between the step's results being ready and the next call
+    f = fd.input_bound(obs(split=split()))
+    assert f is not None and f.severity == "warning" and "80%" in f.title
+    assert "40.00 ms the device waited for the host" in f.evidence and "10.00 ms the step" in f.evidence
+    assert fd.input_bound(obs(split=split(step_ms=45.0))) is None  # device-bound: 10% idle
+    assert fd.input_bound(obs(split=split(host_ms=35.0))) is None  # eager ops / compilation: other findings
+    assert fd.input_bound(obs(split=split(iter_ms=0.5, step_ms=0.1))) is None  # 0.4 ms: the loop's own Python
+    # a synchronous (PyTorch) step: the DataLoader's wait, whatever the device's share
+    sync = split(**{"async": False, "data_ms": 15.0, "step_ms": 2.0})
+    f = fd.input_bound(obs(split=sync, step_kind="torch-optimizer"))
+    assert f is not None and "30%" in f.title and "15.00 ms waiting for the next batch" in f.evidence
+    assert fd.input_bound(obs(split={**sync, "data_ms": 5.0}, step_kind="torch-optimizer")) is None
+
+
+def test_host_sync_severity_follows_the_measured_wait() -> None:
+    reads = {"torch_host_reads": 1.0}
+    cheap = fd.torch_host_sync(obs(per_step={**reads, "torch_host_read_s:s": 2e-5}))
+    assert cheap.severity == "info" and "0.020 ms per step" in cheap.evidence and "0.2% of" in cheap.evidence
+    costly = fd.torch_host_sync(obs(per_step={**reads, "torch_host_read_s:s": 0.004}))
+    assert costly.severity == "warning" and "40.0% of the 10.00 ms step" in costly.evidence
+    cuda = fd.torch_host_sync(obs(per_step={**reads, "torch_host_read_s:s": 2e-5, "cuda_syncs": 1.0}))
+    assert cuda.severity == "warning"  # synchronising CUDA calls are not timed: each one drains the queue
+    jax_cheap = fd.jax_host_sync(obs(per_step={"jax_host_reads": 2.0, "jax_host_read_s:s": 1e-4}))
+    assert jax_cheap.severity == "info" and "warning from 5% of the step" in jax_cheap.evidence
+
+
 def test_compile_dominates_tiers() -> None:
     assert fd.compile_dominates(obs(compile_s=0.9, wall_s=1.0)) is None  # too short to matter
     assert fd.compile_dominates(obs(compile_s=2.0, wall_s=10.0)) is None  # 20%

@@ -60,3 +60,28 @@ def test_host_transfer_severity_follows_its_cost() -> None:
                                 "info": {"h2d": {"bytes_per_s": 2**30}}})
     assert tiny.severity == "info" and "% of the 0.40 ms step" in tiny.evidence
     assert big.severity == "warning" and "GiB/s" in big.evidence
+
+
+def test_eager_grad_is_the_step_where_no_jit_marks_it() -> None:
+    jax = pytest.importorskip("jax")
+    from twinbench.doctor.session import Session
+
+    session = Session(max_steps=3)
+    jnp = jax.numpy
+    w = jnp.ones(4)
+    grad_fn = jax.value_and_grad(lambda w: jnp.sum((w - 2.0) ** 2))
+    with pytest.raises(StopScript):
+        for _ in range(10):
+            loss, g = grad_fn(w)  # op by op, no jit anywhere: the gradient call marks the step
+            w = w - 0.1 * g
+    obs = session.stop()
+    assert obs["step_kind"] == "grad" and obs["steps"] == 3 and "jax.grad" in obs["step_signal"]
+
+    session = Session()
+    step = jax.jit(lambda w: w - 0.1 * jax.grad(lambda w: jnp.sum(w**2))(w))  # grad under jit: not counted
+    for _ in range(3):
+        w = step(w)
+        jax.grad(lambda w: jnp.sum(w**3))(w)  # an eager gradient too, but a jitted function marks the step
+    obs = session.stop()
+    assert obs["step_kind"] == "jit" and obs["steps"] == 3, obs["candidates"]
+    assert [n for k, n in obs["candidates"].items() if k.startswith("grad(")] == [3], obs["candidates"]

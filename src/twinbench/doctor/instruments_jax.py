@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from twinbench.doctor.ready import ReadyWatcher
 from twinbench.doctor.recorder import Recorder
 from twinbench.measure.compiles import JAX_BACKEND, JAX_LOWER, JAX_TRACE
 
@@ -156,6 +157,7 @@ class JaxInstruments:
         self.eager_sources: Counter[str] = Counter()
         self.read_sites: Counter[str] = Counter()
         self.in_optax = False
+        self.watcher = ReadyWatcher(rec)  # when each step's outputs are ready (the loop is not stalled)
         rec.frameworks.add("jax")
         rec.finalizers.append(self.finalize)
 
@@ -176,6 +178,8 @@ class JaxInstruments:
 
         self._patch(jax, "jit", self._wrap_transform(jax.jit, "jit"))
         self._patch(jax, "pmap", self._wrap_transform(jax.pmap, "pmap"))
+        for name in ("grad", "value_and_grad"):
+            self._patch(jax, name, self._wrap_grad(getattr(jax, name), name))
         self._patch_host_reads()
         self._patch_eager_dispatch()
 
@@ -205,6 +209,7 @@ class JaxInstruments:
             with contextlib.suppress(Exception):
                 fn()
         self.undo.clear()
+        self.watcher.close()
         if self.tee is not None:
             self.tee.close()
             self.tee = None
@@ -234,6 +239,31 @@ class JaxInstruments:
 
         return wrapped_transform
 
+    def _wrap_grad(self, transform: Callable, how: str) -> Callable:
+        """``jax.grad``/``value_and_grad``: a call of the gradient function outside jit is a step candidate
+        (a step signal in an eager loop, used where no jitted function of the script marks the step)."""
+        inst = self
+
+        @functools.wraps(transform)
+        def wrapped_transform(fun: Any, *args: Any, **kwargs: Any) -> Any:
+            grad_fun = transform(fun, *args, **kwargs)
+            _, name = _fun_key(fun)
+            key = f"grad:{how}({name})"
+
+            @functools.wraps(grad_fun)
+            def grad_call(*a: Any, **k: Any) -> Any:
+                rec = inst.rec
+                if rec.internal or _has_tracer(inst.jax, (a, k)):  # inside jit: part of a jitted step
+                    return grad_fun(*a, **k)
+                rec.step_call(key, "grad")
+                out = grad_fun(*a, **k)
+                rec.step_done(key)
+                return out
+
+            return grad_call
+
+        return wrapped_transform
+
     def adopt(self, namespace: dict[str, Any]) -> list[str]:
         """Wrap jitted functions already bound in ``namespace`` (for ``watch()`` in a notebook)."""
         adopted = []
@@ -259,16 +289,21 @@ class JaxInstruments:
             @functools.wraps(orig)
             def read(self: Any, *args: Any, **kwargs: Any) -> Any:
                 depth = getattr(local, "depth", 0)
+                timed = False
                 if depth == 0 and not rec.internal:
                     site = _user_site()
                     if site is not None:
                         rec.count("jax_host_reads")
                         sites[f"{site} ({how.strip('_')})"] += 1
+                        timed = True
                 local.depth = depth + 1
+                t0 = time.perf_counter()
                 try:
                     return orig(self, *args, **kwargs)
                 finally:
                     local.depth = depth
+                    if timed:  # the host's wait for the device (and the conversion): the read's cost
+                        rec.seconds["jax_host_read_s"] += time.perf_counter() - t0
 
             return read
 
@@ -353,7 +388,8 @@ class JaxInstruments:
         if wrapper.specs is not None and wrapper.carried.get("bytes", 0):
             rec.internal += 1
             try:
-                lowered = wrapper.jitted.lower(*wrapper.specs[0], **wrapper.specs[1])
+                with _nnx_context(wrapper.fun):
+                    lowered = wrapper.jitted.lower(*wrapper.specs[0], **wrapper.specs[1])
                 infos = self.jax.tree_util.tree_leaves(lowered.args_info)
                 donated = sum(_nbytes(a) for a in infos if getattr(a, "donated", False))
                 rec.info["donated_bytes"] = donated
@@ -373,6 +409,18 @@ class JaxInstruments:
                 rec.info["donation_error"] = f"{type(e).__name__}: {e}"[:300]
             finally:
                 rec.internal -= 1
+
+
+def _nnx_context(fun: Any) -> Any:
+    """The context a Flax NNX transform's inner function is traced in: ``nnx.jit`` (graph mode) merges its
+    arguments back into objects inside ``nnx.update_context(tag)``, so re-lowering it from shapes (the
+    donation check) needs that same context; for anything else, none."""
+    tag = getattr(fun, "ctxtag", None)
+    if tag is None or "flax" not in sys.modules or not type(fun).__module__.startswith("flax"):
+        return contextlib.nullcontext()
+    from flax import nnx
+
+    return nnx.update_context(tag)
 
 
 def _measure_h2d(jax: Any) -> dict[str, float]:
@@ -444,11 +492,13 @@ class _Jitted:
     def __init__(self, inst: JaxInstruments, jitted: Any, fun: Any, key: str, name: str, kind: str,
                  options: dict[str, Any]) -> None:
         self.inst, self.jitted, self.kind, self.options = inst, jitted, kind, options
+        self.fun = fun
         self.key, self.name = f"{kind}:{key}", name
         self.rec_key = f"{kind}:{name}"  # same name and place = one candidate (a re-created jit too)
         self.ncalls = 0
         self.prev_out: list[Any] = []
         self.carried: dict[str, Any] = {}
+        self.carried_out: set[int] = set()  # positions of the outputs that the next call takes back in
         self.fresh: list[dict[str, Any]] = []
         self.specs: tuple[tuple, dict] | None = None
         functools.update_wrapper(self, fun, updated=())
@@ -478,12 +528,25 @@ class _Jitted:
             if self.ncalls in (1, 2):
                 self._inspect_inputs(leaves, args, kwargs)
         rec.step_call(key, self.kind)
+        index = rec.call_index(key)
         self.ncalls += 1
         out = self.jitted(*args, **kwargs)
         with inst.guard("jit outputs"):
-            self.prev_out = jax.tree_util.tree_leaves(out) if self.ncalls <= 2 else []
+            out_leaves = jax.tree_util.tree_leaves(out)
+            self.prev_out = out_leaves if self.ncalls <= 2 else []
+            leaf = self._ready_leaf(out_leaves)
+            if leaf is not None:
+                inst.watcher.submit(key, index, leaf.block_until_ready)
         rec.step_done(key)
         return out
+
+    def _ready_leaf(self, leaves: list[Any]) -> Any:
+        """The output to wait on for the step's end: the smallest one the next call does not take back in
+        (a carried output may be donated, i.e. deleted, before the watcher waits on it). All outputs of
+        one executable are ready together."""
+        arrays = [(i, x) for i, x in enumerate(leaves) if isinstance(x, self.inst.jax.Array)]
+        fresh = [(i, x) for i, x in arrays if i not in self.carried_out] or arrays
+        return min(fresh, key=lambda ix: _nbytes(ix[1]))[1] if fresh else None
 
     def _host_arrays(self, leaves: list[Any]) -> None:
         import numpy as np
@@ -499,6 +562,8 @@ class _Jitted:
         out_ids = {id(x) for x in self.prev_out}
         carried = [x for x in leaves if id(x) in out_ids]
         if self.ncalls == 1:
+            in_ids = {id(x) for x in leaves}
+            self.carried_out = {i for i, x in enumerate(self.prev_out) if id(x) in in_ids}
             self.carried = {"leaves": len(carried), "bytes": sum(_nbytes(x) for x in carried)}
             if carried:
                 pmap = self.kind.startswith("pmap")  # pmap places its inputs itself: lowered from shapes only
