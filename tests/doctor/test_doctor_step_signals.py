@@ -72,7 +72,7 @@ def test_eager_grad_is_the_step_where_no_jit_marks_it() -> None:
     grad_fn = jax.value_and_grad(lambda w: jnp.sum((w - 2.0) ** 2))
     with pytest.raises(StopScript):
         for _ in range(10):
-            loss, g = grad_fn(w)  # op by op, no jit anywhere: the gradient call marks the step
+            _loss, g = grad_fn(w)  # op by op, no jit anywhere: the gradient call marks the step
             w = w - 0.1 * g
     obs = session.stop()
     assert obs["step_kind"] == "grad" and obs["steps"] == 3 and "jax.grad" in obs["step_signal"]

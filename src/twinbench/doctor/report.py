@@ -35,6 +35,7 @@ def to_json(findings: list[Finding], obs: dict[str, Any], script: str | None = N
         "wall_s": obs.get("wall_s", 0.0),
         "script": script,
         "step_fn": obs.get("step_fn"),
+        "step_signal": obs.get("step_signal"),
         "frameworks": obs.get("frameworks", []),
         "stopped_early": obs.get("stopped_early", False),
         "timed_out": obs.get("timed_out", False),
