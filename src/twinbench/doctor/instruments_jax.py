@@ -157,6 +157,7 @@ class JaxInstruments:
         self.eager_sources: Counter[str] = Counter()
         self.read_sites: Counter[str] = Counter()
         self.in_optax = False
+        self.eager_depth = 0  # > 0 inside timed eager work (eager_s counts the outermost level only)
         self.watcher = ReadyWatcher(rec)  # when each step's outputs are ready (the loop is not stalled)
         rec.frameworks.add("jax")
         rec.finalizers.append(self.finalize)
@@ -318,7 +319,7 @@ class JaxInstruments:
         except ImportError:
             return
         orig = EvalTrace.__dict__["process_primitive"]
-        rec, sources = self.rec, self.eager_sources
+        rec, sources, inst = self.rec, self.eager_sources, self
 
         def process_primitive(trace: Any, primitive: Any, args: Any, params: Any, /) -> Any:
             if rec.internal or primitive.name in ("pjit", "jit", "pmap", "xla_pmap"):
@@ -326,13 +327,22 @@ class JaxInstruments:
             rec.counters["eager_ops"] += 1
             if rec.counters["eager_ops"] % 25 == 1:  # sample where eager work comes from
                 sources[_eager_source()] += 25
-            t0 = time.perf_counter()
-            try:
+            with inst.eager_time():
                 return orig(trace, primitive, args, params)
-            finally:
-                rec.seconds["eager_s"] += time.perf_counter() - t0
 
         self._patch(EvalTrace, "process_primitive", process_primitive)
+
+    @contextlib.contextmanager
+    def eager_time(self) -> Iterator[None]:
+        """Time eager JAX work on the host into ``eager_s``, once for nested calls (an op in an update)."""
+        self.eager_depth += 1
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.eager_depth -= 1
+            if not self.eager_depth:
+                self.rec.seconds["eager_s"] += time.perf_counter() - t0
 
     # -- Optax ------------------------------------------------------------------------------------------
     def patch_optax(self) -> None:
@@ -359,7 +369,8 @@ class JaxInstruments:
         self.rec.step_call("optax:optax update", "optax")
         self.in_optax = True
         try:
-            out = fn(*args, **kwargs)
+            with self.eager_time():  # the whole eager update (its Python too) is host work, not input
+                out = fn(*args, **kwargs)
         finally:
             self.in_optax = False
         self.rec.step_done("optax:optax update")
@@ -530,7 +541,11 @@ class _Jitted:
         rec.step_call(key, self.kind)
         index = rec.call_index(key)
         self.ncalls += 1
-        out = self.jitted(*args, **kwargs)
+        if self.kind.endswith("-lib"):  # a library's helper run eagerly: host work of the loop
+            with inst.eager_time():
+                out = self.jitted(*args, **kwargs)
+        else:
+            out = self.jitted(*args, **kwargs)
         with inst.guard("jit outputs"):
             out_leaves = jax.tree_util.tree_leaves(out)
             self.prev_out = out_leaves if self.ncalls <= 2 else []
@@ -557,14 +572,17 @@ class _Jitted:
                 self.inst.rec.count("h2d_numpy_bytes", leaf.nbytes)
 
     def _inspect_inputs(self, leaves: list[Any], args: tuple, kwargs: dict) -> None:
-        """Call 2: which inputs are the previous call's outputs (carried state)? Call 3: the fresh ones."""
+        """Calls 2 and 3: which inputs are the previous call's outputs (carried state; the larger of the two
+        counts, since another function run between two steps, e.g. an NNX eval step every N steps, may have
+        written the state last)? Call 3: the fresh ones."""
         jax = self.inst.jax
         out_ids = {id(x) for x in self.prev_out}
         carried = [x for x in leaves if id(x) in out_ids]
-        if self.ncalls == 1:
+        nbytes = sum(_nbytes(x) for x in carried)
+        if nbytes > self.carried.get("bytes", -1):
             in_ids = {id(x) for x in leaves}
             self.carried_out = {i for i, x in enumerate(self.prev_out) if id(x) in in_ids}
-            self.carried = {"leaves": len(carried), "bytes": sum(_nbytes(x) for x in carried)}
+            self.carried = {"leaves": len(carried), "bytes": nbytes}
             if carried:
                 pmap = self.kind.startswith("pmap")  # pmap places its inputs itself: lowered from shapes only
 
@@ -573,7 +591,7 @@ class _Jitted:
                         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=None if pmap else x.sharding)
                     return x
                 self.specs = jax.tree_util.tree_map(spec, (args, kwargs))
-        else:
+        if self.ncalls == 2:
             fresh = [x for x in leaves if id(x) not in out_ids and getattr(x, "ndim", 0) >= 1]
             fresh.sort(key=_nbytes, reverse=True)
             self.fresh = [_describe(jax, x) for x in fresh[:4]]
