@@ -85,3 +85,18 @@ def test_eager_grad_is_the_step_where_no_jit_marks_it() -> None:
     obs = session.stop()
     assert obs["step_kind"] == "jit" and obs["steps"] == 3, obs["candidates"]
     assert [n for k, n in obs["candidates"].items() if k.startswith("grad(")] == [3], obs["candidates"]
+
+
+def test_split_of_each_iteration() -> None:
+    rec = Recorder()
+    # a step every 50 ms whose results are ready 10 ms after its call; 2 ms of eager work in each iteration
+    for i in range(6):
+        rec.calls["jit:step"].append((100.0 + 0.05 * i, {"eager_s:s": 0.002 * i}))
+        rec.step_ready("jit:step", i, 100.0 + 0.05 * i + 0.01)
+    rec.kinds["jit:step"] = "jit"
+    split = rec.split("jit:step")
+    assert split["iterations"] == 4 and split["async"]  # steady: from the 2nd step start to the last one
+    assert split["iter_ms"] == pytest.approx(50.0) and split["step_ms"] == pytest.approx(10.0)
+    assert split["host_ms"] == pytest.approx(2.0) and split["idle_ms"] == pytest.approx(38.0)
+    del rec.ready["jit:step"]
+    assert rec.split("jit:step") is None  # no step end known: nothing to split

@@ -451,9 +451,9 @@ def _input_wait(obs: Obs) -> tuple[float, float, str] | None:
         return wait * 1e3, step_ms, (f"{wait * 1e3:.1f} ms per step waiting for the next batch of a "
                                      f"{step_ms:.1f} ms step (DataLoader iterator)")
     it, step, data, host = split["iter_ms"], split["step_ms"], split["data_ms"], split["host_ms"]
-    head = f"per iteration (mean of {split['iterations']} steady iterations, {it:.2f} ms): "
+    head = f"per iteration (medians over {split['iterations']} steady iterations, {it:.2f} ms): "
     if split.get("async"):  # the device's idle time: from the step's results being ready to the next call
-        wait = max(it - step - host, 0.0)
+        wait = split.get("idle_ms", max(it - step - host, 0.0))
         return wait, it, (
             head + f"{wait:.2f} ms the device waited for the host between steps (the next batch, or other Python "
             f"work of the loop; DataLoader next: {data:.2f} ms), {step:.2f} ms the step from its call to its "

@@ -134,9 +134,10 @@ class Recorder:
                                         kinds.get(k) == "jit", kinds.get(k) == "grad"))
 
     def split(self, key: str) -> dict[str, Any] | None:
-        """Mean time per steady iteration (one step start to the next), split by where it went: the step up
-        to its results being ready, the DataLoader's ``next``, known host work (eager ops, compilation), and
-        the rest. None when no steady step's ready time is known."""
+        """Time per steady iteration (one step start to the next), split by where it went: the step up to its
+        results being ready, the DataLoader's ``next``, known host work (eager ops, compilation), and the
+        rest. Each part is the median over the steady iterations (an evaluation or a checkpoint every N
+        steps does not move it). None when no steady step's ready time is known."""
         calls, ready = self.calls.get(key, []), self.ready.get(key, {})
         rows = []
         for i in range(1, len(calls) - 1):
@@ -148,13 +149,13 @@ class Recorder:
             def diff(k: str, s0: dict[str, float] = s0, s1: dict[str, float] = s1) -> float:
                 return s1.get(k, 0.0) - s0.get(k, 0.0)
 
-            rows.append((it, min(max(ready[i] - t0, 0.0), it), diff("data_wait_s:s"),
-                         diff("eager_s:s") + diff("compile_s:s")))
+            step, host = min(max(ready[i] - t0, 0.0), it), diff("eager_s:s") + diff("compile_s:s")
+            rows.append((it, step, diff("data_wait_s:s"), host, max(it - step - host, 0.0)))
         if not rows:
             return None
-        n = len(rows)
-        iter_ms, step_ms, data_ms, host_ms = (1e3 * sum(r[j] for r in rows) / n for j in range(4))
-        return {"iterations": n, "iter_ms": iter_ms, "step_ms": step_ms, "data_ms": data_ms, "host_ms": host_ms,
+        iter_ms, step_ms, data_ms, host_ms, idle_ms = (1e3 * statistics.median(r[j] for r in rows) for j in range(5))
+        return {"iterations": len(rows), "iter_ms": iter_ms, "step_ms": step_ms, "data_ms": data_ms, "host_ms": host_ms,
+                "idle_ms": idle_ms,  # the rest: after the step's results were ready, before the next call
                 "async": self.kinds.get(key) in ASYNC_KINDS}
 
     # -- summarising -----------------------------------------------------------------------------------
