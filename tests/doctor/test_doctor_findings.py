@@ -41,6 +41,9 @@ def test_recompile_threshold_and_what_counts() -> None:
     assert one is not None and one.severity == "info"
     two = fd.jax_recompile(obs(notes=notes(WEAK, WEAK, SHAPE)))
     assert two.severity == "warning" and "weak type" in two.title and "jnp.asarray" in two.fix
+    # functions traced inside one retrace of the step (a shard_map body defined in it) are not recompiles
+    nested = {"cache_miss": [{"message": SHAPE, "t": 2.0}, *({"message": NEWFN, "t": 2.0, "nested": True},) * 3]}
+    assert fd.jax_recompile(obs(notes=nested)).severity == "info"
 
 
 def test_per_step_findings_need_steady_steps() -> None:

@@ -159,8 +159,10 @@ def _is_user_recompile(message: str) -> bool:
 
 
 def jax_recompile(obs: Obs) -> Finding | None:
-    """Threshold: >= 2 recompiles (tracing cache misses) of an already-compiled function after step 1."""
-    misses = [n["message"] for n in _steady_notes(obs, "cache_miss") if _is_user_recompile(n["message"])]
+    """Threshold: >= 2 recompiles (tracing cache misses) of an already-compiled function after step 1; a
+    function traced inside another one's trace (e.g. a shard_map body defined in the step) is not one."""
+    misses = [n["message"] for n in _steady_notes(obs, "cache_miss")
+              if not n.get("nested") and _is_user_recompile(n["message"])]
     if not misses:
         return None
     causes = Counter(recompile_cause(m) for m in misses)

@@ -130,16 +130,21 @@ class StderrTee:
 class _CacheMissFilter(logging.Filter):
     """Keeps ``jax_explain_cache_misses`` messages for the report instead of printing them."""
 
-    def __init__(self, rec: Recorder) -> None:
+    def __init__(self, rec: Recorder, inst: JaxInstruments) -> None:
         super().__init__()
-        self.rec = rec
+        self.rec, self.inst = rec, inst
 
     def filter(self, record: logging.LogRecord) -> bool:
         msg = record.getMessage()
         if "TRACING CACHE MISS" not in msg:
             return True
         if not self.rec.internal:
-            self.rec.note("cache_miss", message=msg[:1500])
+            # Within one call of a watched jitted function, the first miss is that function's own trace; the
+            # next ones are functions traced inside it (inlined into the same program, not compiles).
+            inst = self.inst
+            nested = inst.call_depth > 0 and inst.call_missed
+            inst.call_missed = inst.call_missed or inst.call_depth > 0
+            self.rec.note("cache_miss", message=msg[:1500], nested=nested)
         return False
 
 
@@ -157,6 +162,7 @@ class JaxInstruments:
         self.eager_sources: Counter[str] = Counter()
         self.read_sites: Counter[str] = Counter()
         self.in_optax = False
+        self.call_depth, self.call_missed = 0, False  # inside a watched jitted call; a cache miss seen in it
         self.eager_depth = 0  # > 0 inside timed eager work (eager_s counts the outermost level only)
         self.watcher = ReadyWatcher(rec)  # when each step's outputs are ready (the loop is not stalled)
         rec.frameworks.add("jax")
@@ -165,7 +171,7 @@ class JaxInstruments:
         self._config("jax_explain_cache_misses", True)
         for name in CACHE_MISS_LOGGERS:
             logger = logging.getLogger(name)
-            filt = _CacheMissFilter(rec)
+            filt = _CacheMissFilter(rec, self)
             logger.addFilter(filt)
             self.undo.append(functools.partial(logger.removeFilter, filt))
 
@@ -541,11 +547,17 @@ class _Jitted:
         rec.step_call(key, self.kind)
         index = rec.call_index(key)
         self.ncalls += 1
-        if self.kind.endswith("-lib"):  # a library's helper run eagerly: host work of the loop
-            with inst.eager_time():
+        if not inst.call_depth:
+            inst.call_missed = False
+        inst.call_depth += 1
+        try:
+            if self.kind.endswith("-lib"):  # a library's helper run eagerly: host work of the loop
+                with inst.eager_time():
+                    out = self.jitted(*args, **kwargs)
+            else:
                 out = self.jitted(*args, **kwargs)
-        else:
-            out = self.jitted(*args, **kwargs)
+        finally:
+            inst.call_depth -= 1
         with inst.guard("jit outputs"):
             out_leaves = jax.tree_util.tree_leaves(out)
             self.prev_out = out_leaves if self.ncalls <= 2 else []
