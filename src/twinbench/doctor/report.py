@@ -45,8 +45,9 @@ def to_json(findings: list[Finding], obs: dict[str, Any], script: str | None = N
 
 LOOKED_FOR = ("torch's Optimizer.step, loss.backward(), the script's jitted functions (jax.jit, nnx.jit), "
               "jax.grad/value_and_grad calls outside jit, an Optax update outside jit")
-HOW_TO_MARK = ("mark the step yourself: call twinbench.doctor.step() once per loop iteration (it does nothing "
-               "outside the doctor), or run the loop inside `with twinbench.watch():`")
+MARK_STEP = ("mark the step yourself: call twinbench.doctor.step() once per loop iteration (it does nothing "
+             "outside the doctor)")
+HOW_TO_MARK = f"{MARK_STEP}, or run the loop inside `with twinbench.watch():`"
 
 
 def no_step_message(obs: dict[str, Any], script: str) -> str | None:
@@ -71,12 +72,14 @@ def summary_line(obs: dict[str, Any]) -> str:
             + (" (stopped at --timeout)" if obs.get("timed_out") else ""))
 
 
-def render(console: Console, findings: list[Finding], obs: dict[str, Any], title: str) -> None:
+def render(console: Console, findings: list[Finding], obs: dict[str, Any], title: str,
+           watching: bool = False) -> None:
     """Print one panel per finding, worst first, under a one-line summary of the run."""
     console.print(f"[bold]twinbench doctor[/] {title}", highlight=False)
     console.print(f"  {summary_line(obs)}", highlight=False)
     if not obs.get("step_fn") and not obs.get("error"):
-        console.print(Text(f"  no training step found: looked for {LOOKED_FOR}; {HOW_TO_MARK}", style="yellow"))
+        how = MARK_STEP if watching else HOW_TO_MARK  # inside twinbench.watch() already
+        console.print(Text(f"  no training step found: looked for {LOOKED_FOR}; {how}", style="yellow"))
     elif obs.get("steady_steps", 0) < 2 and not obs.get("error"):
         console.print("  [dim]fewer than 2 steady steps were seen: per-step findings need a longer run[/]")
     errors = self_errors(obs)
