@@ -761,7 +761,8 @@ def doctor(
     """Run your own training script and say why it is slow: each finding with evidence and the fix.
 
     Usage: twinbench doctor train.py [--steps N] [--timeout S] [--json FILE] [-- SCRIPT_ARGS...].
-    Exit code 0: nothing of severity warning or worse; 1: something was found; 2: the doctor could not run;
+    Exit code 0: nothing of severity warning or worse; 1: something was found; 2: the doctor could not run
+    (or found no training step: mark it with twinbench.doctor.step());
     3: one of the doctor's own instruments or checks failed (printed; the findings may be incomplete).
     """
     from twinbench.doctor import DoctorError, run_doctor
