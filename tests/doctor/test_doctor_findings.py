@@ -100,6 +100,11 @@ def test_input_bound_under_async_dispatch() -> None:
     f = fd.input_bound(obs(split=sync, step_kind="torch-optimizer"))
     assert f is not None and "30%" in f.title and "15.00 ms waiting for the next batch" in f.evidence
     assert fd.input_bound(obs(split={**sync, "data_ms": 5.0}, step_kind="torch-optimizer")) is None
+    # a Python generator (no DataLoader): from the optimizer step's end to the next forward pass
+    gen = fd.input_bound(obs(split={**sync, "data_ms": 0.0, "to_forward_ms": 30.0}, step_kind="torch-optimizer"))
+    assert gen is not None and "60%" in gen.title and "any Python iterator" in gen.evidence
+    manual_sgd = {**sync, "data_ms": 0.0, "to_forward_ms": 30.0}  # without an optimizer no such gap is measured
+    assert fd.input_bound(obs(split=manual_sgd, step_kind="torch-backward")) is None
 
 
 def test_host_sync_severity_follows_the_measured_wait() -> None:

@@ -461,8 +461,13 @@ def _input_wait(obs: Obs) -> tuple[float, float, str] | None:
             f"work of the loop; DataLoader next: {data:.2f} ms), {step:.2f} ms the step from its call to its "
             f"results being ready (block_until_ready on its output, in the doctor's watcher thread, so the "
             f"loop keeps its asynchronous dispatch), {host:.2f} ms known host work (eager ops, compilation)")
-    return data, it, (head + f"{data:.2f} ms waiting for the next batch (DataLoader next), {step:.2f} ms in the "
-                      f"step ({obs.get('step_signal') or obs.get('step_kind')}), {max(it - data - step, 0.0):.2f} "
+    gap = split.get("to_forward_ms", 0.0) if obs.get("step_kind") == "torch-optimizer" else 0.0
+    wait = max(data, gap)
+    where = (f"the optimizer step's end to the next forward pass: the next batch from any Python iterator "
+             f"(DataLoader next: {data:.2f} ms), zero_grad, the loop's Python; host reads left out"
+             if gap > data else "DataLoader next")
+    return wait, it, (head + f"{wait:.2f} ms waiting for the next batch ({where}), {step:.2f} ms in the "
+                      f"step ({obs.get('step_signal') or obs.get('step_kind')}), {max(it - wait - step, 0.0):.2f} "
                       f"ms the rest (forward, backward, the loop's Python)")
 
 
@@ -470,7 +475,8 @@ def input_bound(obs: Obs) -> Finding | None:
     """Threshold: the loop waits for its next batch > 20% of each steady iteration (and >= 1 ms).
 
     For an asynchronous step (JAX jit) the wait is the device's idle time between steps; for a synchronous
-    one (PyTorch), the DataLoader's ``next``."""
+    one (PyTorch), the DataLoader's ``next``, or with an optimizer the time from its step's end to the next
+    forward pass (a batch from any Python iterator)."""
     measured = _input_wait(obs)
     if measured is None:
         return None

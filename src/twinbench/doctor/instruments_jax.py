@@ -163,6 +163,8 @@ class JaxInstruments:
         self.read_sites: Counter[str] = Counter()
         self.in_optax = False
         self.call_depth, self.call_missed = 0, False  # inside a watched jitted call; a cache miss seen in it
+        self.outer_start: float | None = None  # when the user called an NNX transform that wraps a jit
+        self.flax_patched = False
         self.eager_depth = 0  # > 0 inside timed eager work (eager_s counts the outermost level only)
         self.watcher = ReadyWatcher(rec)  # when each step's outputs are ready (the loop is not stalled)
         rec.frameworks.add("jax")
@@ -240,11 +242,39 @@ class JaxInstruments:
                 return lambda f: wrapped_transform(f, *args, **kwargs)
             jitted = transform(fun, *args, **kwargs)
             key, name = _fun_key(fun)
+            if type(fun).__module__.startswith("flax") and not inst.flax_patched:
+                inst.patch_flax_calls()
             # A library's own jitted helpers (optax, flax internals) are never the user's step.
             lib = key.startswith(_lib_dirs()) or "/site-packages/" in key
             return _Jitted(inst, jitted, fun, key, name, f"{kind}-lib" if lib else kind, kwargs)
 
         return wrapped_transform
+
+    def patch_flax_calls(self) -> None:
+        """Time a Flax NNX jit step from the user's call: ``nnx.jit`` splits and merges the graph in Python
+        around the ``jax.jit`` it calls, which is the step's dispatch, not time between steps."""
+        self.flax_patched = True
+        try:
+            from flax.nnx.transforms import compilation
+        except ImportError:
+            return
+        inst = self
+        for name in ("JitWrapped", "SimpleJitWrapped", "SimpleJitPartialWrapped"):
+            cls = getattr(compilation, name, None)
+            if cls is None or "__call__" not in cls.__dict__:
+                continue
+
+            def outer_call(obj: Any, *args: Any, _orig: Callable = cls.__dict__["__call__"], **kwargs: Any) -> Any:
+                if inst.outer_start is not None or inst.rec.internal:  # nested, or the doctor's own call
+                    return _orig(obj, *args, **kwargs)
+                inst.outer_start = time.perf_counter()
+                try:
+                    return _orig(obj, *args, **kwargs)
+                finally:
+                    inst.outer_start = None
+
+            functools.update_wrapper(outer_call, cls.__dict__["__call__"])
+            self._patch(cls, "__call__", outer_call)
 
     def _wrap_grad(self, transform: Callable, how: str) -> Callable:
         """``jax.grad``/``value_and_grad``: a call of the gradient function outside jit is a step candidate
@@ -527,6 +557,7 @@ class _Jitted:
         return self if obj is None else types.MethodType(self, obj)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        t_enter = time.perf_counter()  # the doctor's own work below is part of the call, not between steps
         inst = self.inst
         rec, jax = inst.rec, inst.jax
         if rec.internal:
@@ -544,7 +575,7 @@ class _Jitted:
             self._host_arrays(leaves)
             if self.ncalls in (1, 2):
                 self._inspect_inputs(leaves, args, kwargs)
-        rec.step_call(key, self.kind)
+        rec.step_call(key, self.kind, t_enter if inst.outer_start is None else inst.outer_start)
         index = rec.call_index(key)
         self.ncalls += 1
         if not inst.call_depth:

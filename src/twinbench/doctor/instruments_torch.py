@@ -64,6 +64,12 @@ class TorchInstruments:
         pre = register_optimizer_step_pre_hook(self._pre_step)
         post = register_optimizer_step_post_hook(self._post_step)
         self.undo += [pre.remove, post.remove]
+        # The time from an optimizer step's end to the next forward pass: where the loop gets its next batch
+        # (a DataLoader or any Python iterator), zeroes the gradients and logs.
+        from torch.nn.modules.module import register_module_forward_pre_hook
+
+        self.step_end: float | None = None
+        self.undo.append(register_module_forward_pre_hook(self._before_forward).remove)
 
         torch._logging.set_logs(recompiles=True, graph_breaks=True)
         self.undo.append(torch._logging.set_logs)  # back to the defaults
@@ -99,7 +105,15 @@ class TorchInstruments:
 
     def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.torch.compiler.is_compiling():
+            self.step_end = time.perf_counter()
             self._done(STEP_KEY)
+
+    def _before_forward(self, module: Any, args: Any) -> None:
+        """The first module called after an optimizer step: the next iteration's forward starts."""
+        if self.torch.compiler.is_compiling() or self.step_end is None:  # dynamo traces this: nothing to trace
+            return
+        self.rec.seconds["to_forward_s"] += time.perf_counter() - self.step_end
+        self.step_end = None
 
     def _done(self, key: str) -> None:
         """The step returned. On the CPU a PyTorch step is synchronous: its results are ready now. On CUDA the

@@ -92,11 +92,11 @@ class Recorder:
             payload["step"] = self.steps_so_far()
             notes.append(payload)
 
-    def step_call(self, key: str, kind: str) -> None:
-        """A step candidate starts; may raise StopScript when ``max_steps`` were reached before it."""
+    def step_call(self, key: str, kind: str, t: float | None = None) -> None:
+        """A step candidate starts (at ``t`` when the user's call began earlier, in a wrapper around it)."""
         snap = {**self.counters, **{f"{k}:s": v for k, v in self.seconds.items()}}
         self.kinds[key] = kind
-        self.calls[key].append((time.perf_counter(), snap))
+        self.calls[key].append((time.perf_counter() if t is None else t, snap))
 
     def call_index(self, key: str) -> int:
         """The index of the candidate's call that started last (for :meth:`step_ready`)."""
@@ -150,12 +150,16 @@ class Recorder:
                 return s1.get(k, 0.0) - s0.get(k, 0.0)
 
             step, host = min(max(ready[i] - t0, 0.0), it), diff("eager_s:s") + diff("compile_s:s")
-            rows.append((it, step, diff("data_wait_s:s"), host, max(it - step - host, 0.0)))
+            # PyTorch: from the optimizer step's end to the next forward, less the host reads made there
+            to_forward = max(diff("to_forward_s:s") - diff("torch_host_read_s:s"), 0.0)
+            rows.append((it, step, diff("data_wait_s:s"), host, max(it - step - host, 0.0), to_forward))
         if not rows:
             return None
-        iter_ms, step_ms, data_ms, host_ms, idle_ms = (1e3 * statistics.median(r[j] for r in rows) for j in range(5))
+        iter_ms, step_ms, data_ms, host_ms, idle_ms, to_forward_ms = (1e3 * statistics.median(r[j] for r in rows)
+                                                                      for j in range(6))
         return {"iterations": len(rows), "iter_ms": iter_ms, "step_ms": step_ms, "data_ms": data_ms, "host_ms": host_ms,
                 "idle_ms": idle_ms,  # the rest: after the step's results were ready, before the next call
+                "to_forward_ms": to_forward_ms,  # PyTorch: an optimizer step's end to the next forward
                 "async": self.kinds.get(key) in ASYNC_KINDS}
 
     # -- summarising -----------------------------------------------------------------------------------
