@@ -6,7 +6,9 @@ Usage::
 
 ``--args`` is passed to every script (e.g. ``--args "--model LSTM --epochs 1"``). For each script: the step
 the doctor found and how, steps, ms/step, compile and wall seconds, the doctor's self-check failures, and
-every finding with its severity and evidence.
+every finding with its severity and evidence. Each step's time is split (the mean of the steady iterations:
+the step up to its results being ready, the DataLoader's wait, known host work, the rest); where no step is
+found, the doctor's message saying what it looked for.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sys
 
 def main(argv: list[str]) -> int:
     from twinbench.doctor import DoctorError, run_doctor
+    from twinbench.doctor.report import no_step_message
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("scripts", nargs="+")
@@ -33,9 +36,15 @@ def main(argv: list[str]) -> int:
             print(f"   doctor could not run: {e}")
             continue
         o = res.observations
-        print(f"   step={o.get('step_fn')} ({o.get('step_kind')}) steps={o.get('steps')} "
+        print(f"   step={o.get('step_fn')} (found by {o.get('step_signal')}) steps={o.get('steps')} "
               f"step_ms={o.get('step_ms')} compile_s={o.get('compile_s', 0.0):.2f} wall_s={o.get('wall_s', 0.0):.2f} "
               f"stopped_early={o.get('stopped_early')}")
+        split = o.get("split")
+        if split:
+            print("   per iteration: " + ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
+                                                 for k, v in split.items()))
+        if (message := no_step_message(o, script)) is not None:
+            print(f"   {message}")
         for e in res.self_errors:
             print(f"   SELF-CHECK FAILED: {e}")
         for f in res.findings or []:

@@ -14,8 +14,8 @@ def train_step(w, x, y):
 
 
 rng = np.random.default_rng(0)
-w = jnp.zeros((64, 1))
-for _ in range(8):
-    x = rng.standard_normal((64, 64), dtype=np.float32)  # host memory, every step
-    w, loss = train_step(w, x, x.sum(-1, keepdims=True))
+w = jnp.zeros((256, 1))
+batches = [rng.standard_normal((1024, 256), dtype=np.float32) for _ in range(8)]  # 1 MiB each, host memory
+for x in batches:
+    w, loss = train_step(w, x, x.sum(-1, keepdims=True))  # copied to the device inside every call
 print("done", loss.shape)

@@ -761,11 +761,12 @@ def doctor(
     """Run your own training script and say why it is slow: each finding with evidence and the fix.
 
     Usage: twinbench doctor train.py [--steps N] [--timeout S] [--json FILE] [-- SCRIPT_ARGS...].
-    Exit code 0: nothing of severity warning or worse; 1: something was found; 2: the doctor could not run;
+    Exit code 0: nothing of severity warning or worse; 1: something was found; 2: the doctor could not run
+    (or found no training step: mark it with twinbench.doctor.step());
     3: one of the doctor's own instruments or checks failed (printed; the findings may be incomplete).
     """
     from twinbench.doctor import DoctorError, run_doctor
-    from twinbench.doctor.report import render
+    from twinbench.doctor.report import no_step_message, render
 
     if steps is not None and steps <= 0:
         fail(f"--steps must be a positive integer, got {steps}")
@@ -778,6 +779,11 @@ def doctor(
         fail(str(e))
     except KeyboardInterrupt:
         fail(f"interrupted; {script} was stopped", code=130)
+    no_step = no_step_message(result.observations, str(script))
+    if no_step and not result.self_errors:  # nothing per step could be said: not a clean bill of health
+        if json_path:
+            json_path.write_text(json.dumps(result.to_json(str(script)), indent=1))
+        fail(no_step)
     render(out, result.findings, result.observations, str(script))
     if json_path:
         json_path.write_text(json.dumps(result.to_json(str(script)), indent=1))

@@ -145,3 +145,14 @@ def test_import_twinbench_stays_cheap() -> None:
     code = "import sys, twinbench; print(any(m in sys.modules for m in ('jax', 'torch', 'twinbench.doctor')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_no_step_found_says_what_it_looked_for(tmp_path: Path) -> None:
+    script = tmp_path / "loop.py"
+    script.write_text("total = 0\nfor i in range(1000):\n    total += i * i\nprint(total)\n")
+    proc = doctor(str(script))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    err = " ".join(proc.stderr.split())
+    assert "no training step found" in err and "Optimizer.step" in err and "loss.backward()" in err
+    assert "jax.grad/value_and_grad" in err and "twinbench.doctor.step()" in err and "twinbench.watch()" in err
+    assert "no findings" not in proc.stdout

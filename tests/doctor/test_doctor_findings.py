@@ -41,6 +41,9 @@ def test_recompile_threshold_and_what_counts() -> None:
     assert one is not None and one.severity == "info"
     two = fd.jax_recompile(obs(notes=notes(WEAK, WEAK, SHAPE)))
     assert two.severity == "warning" and "weak type" in two.title and "jnp.asarray" in two.fix
+    # functions traced inside one retrace of the step (a shard_map body defined in it) are not recompiles
+    nested = {"cache_miss": [{"message": SHAPE, "t": 2.0}, *({"message": NEWFN, "t": 2.0, "nested": True},) * 3]}
+    assert fd.jax_recompile(obs(notes=nested)).severity == "info"
 
 
 def test_per_step_findings_need_steady_steps() -> None:
@@ -78,6 +81,42 @@ def test_input_bound_threshold() -> None:
     assert fd.input_bound(obs(step_ms=10.0, per_step={"data_wait_s:s": 0.002})) is None  # 20%: not above
     f = fd.input_bound(obs(step_ms=10.0, per_step={"data_wait_s:s": 0.005}))
     assert f is not None and "50%" in f.title and "num_workers" in f.fix
+
+
+def split(**kw: Any) -> dict[str, Any]:
+    return {"iterations": 6, "iter_ms": 50.0, "step_ms": 10.0, "data_ms": 0.0, "host_ms": 0.0, "async": True, **kw}
+
+
+def test_input_bound_under_async_dispatch() -> None:
+    # a jitted step: the device's idle time between the step's results being ready and the next call
+    f = fd.input_bound(obs(split=split()))
+    assert f is not None and f.severity == "warning" and "80%" in f.title
+    assert "40.00 ms the device waited for the host" in f.evidence and "10.00 ms the step" in f.evidence
+    assert fd.input_bound(obs(split=split(step_ms=45.0))) is None  # device-bound: 10% idle
+    assert fd.input_bound(obs(split=split(host_ms=35.0))) is None  # eager ops / compilation: other findings
+    assert fd.input_bound(obs(split=split(iter_ms=0.5, step_ms=0.1))) is None  # 0.4 ms: the loop's own Python
+    # a synchronous (PyTorch) step: the DataLoader's wait, whatever the device's share
+    sync = split(**{"async": False, "data_ms": 15.0, "step_ms": 2.0})
+    f = fd.input_bound(obs(split=sync, step_kind="torch-optimizer"))
+    assert f is not None and "30%" in f.title and "15.00 ms waiting for the next batch" in f.evidence
+    assert fd.input_bound(obs(split={**sync, "data_ms": 5.0}, step_kind="torch-optimizer")) is None
+    # a Python generator (no DataLoader): from the optimizer step's end to the next forward pass
+    gen = fd.input_bound(obs(split={**sync, "data_ms": 0.0, "to_forward_ms": 30.0}, step_kind="torch-optimizer"))
+    assert gen is not None and "60%" in gen.title and "any Python iterator" in gen.evidence
+    manual_sgd = {**sync, "data_ms": 0.0, "to_forward_ms": 30.0}  # without an optimizer no such gap is measured
+    assert fd.input_bound(obs(split=manual_sgd, step_kind="torch-backward")) is None
+
+
+def test_host_sync_severity_follows_the_measured_wait() -> None:
+    reads = {"torch_host_reads": 1.0}
+    cheap = fd.torch_host_sync(obs(per_step={**reads, "torch_host_read_s:s": 2e-5}))
+    assert cheap.severity == "info" and "0.020 ms per step" in cheap.evidence and "0.2% of" in cheap.evidence
+    costly = fd.torch_host_sync(obs(per_step={**reads, "torch_host_read_s:s": 0.004}))
+    assert costly.severity == "warning" and "40.0% of the 10.00 ms step" in costly.evidence
+    cuda = fd.torch_host_sync(obs(per_step={**reads, "torch_host_read_s:s": 2e-5, "cuda_syncs": 1.0}))
+    assert cuda.severity == "warning"  # synchronising CUDA calls are not timed: each one drains the queue
+    jax_cheap = fd.jax_host_sync(obs(per_step={"jax_host_reads": 2.0, "jax_host_read_s:s": 1e-4}))
+    assert jax_cheap.severity == "info" and "warning from 5% of the step" in jax_cheap.evidence
 
 
 def test_compile_dominates_tiers() -> None:

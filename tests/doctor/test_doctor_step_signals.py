@@ -60,3 +60,43 @@ def test_host_transfer_severity_follows_its_cost() -> None:
                                 "info": {"h2d": {"bytes_per_s": 2**30}}})
     assert tiny.severity == "info" and "% of the 0.40 ms step" in tiny.evidence
     assert big.severity == "warning" and "GiB/s" in big.evidence
+
+
+def test_eager_grad_is_the_step_where_no_jit_marks_it() -> None:
+    jax = pytest.importorskip("jax")
+    from twinbench.doctor.session import Session
+
+    session = Session(max_steps=3)
+    jnp = jax.numpy
+    w = jnp.ones(4)
+    grad_fn = jax.value_and_grad(lambda w: jnp.sum((w - 2.0) ** 2))
+    with pytest.raises(StopScript):
+        for _ in range(10):
+            _loss, g = grad_fn(w)  # op by op, no jit anywhere: the gradient call marks the step
+            w = w - 0.1 * g
+    obs = session.stop()
+    assert obs["step_kind"] == "grad" and obs["steps"] == 3 and "jax.grad" in obs["step_signal"]
+
+    session = Session()
+    step = jax.jit(lambda w: w - 0.1 * jax.grad(lambda w: jnp.sum(w**2))(w))  # grad under jit: not counted
+    for _ in range(3):
+        w = step(w)
+        jax.grad(lambda w: jnp.sum(w**3))(w)  # an eager gradient too, but a jitted function marks the step
+    obs = session.stop()
+    assert obs["step_kind"] == "jit" and obs["steps"] == 3, obs["candidates"]
+    assert [n for k, n in obs["candidates"].items() if k.startswith("grad(")] == [3], obs["candidates"]
+
+
+def test_split_of_each_iteration() -> None:
+    rec = Recorder()
+    # a step every 50 ms whose results are ready 10 ms after its call; 2 ms of eager work in each iteration
+    for i in range(6):
+        rec.calls["jit:step"].append((100.0 + 0.05 * i, {"eager_s:s": 0.002 * i}))
+        rec.step_ready("jit:step", i, 100.0 + 0.05 * i + 0.01)
+    rec.kinds["jit:step"] = "jit"
+    split = rec.split("jit:step")
+    assert split["iterations"] == 4 and split["async"]  # steady: from the 2nd step start to the last one
+    assert split["iter_ms"] == pytest.approx(50.0) and split["step_ms"] == pytest.approx(10.0)
+    assert split["host_ms"] == pytest.approx(2.0) and split["idle_ms"] == pytest.approx(38.0)
+    del rec.ready["jit:step"]
+    assert rec.split("jit:step") is None  # no step end known: nothing to split

@@ -148,7 +148,7 @@ class watch:
 
             from twinbench.doctor.report import render
 
-            render(Console(stderr=True), self.findings, self.observations, "(twinbench.watch)")
+            render(Console(stderr=True), self.findings, self.observations, "(twinbench.watch)", watching=True)
         return stopped
 
     @property

@@ -159,8 +159,10 @@ def _is_user_recompile(message: str) -> bool:
 
 
 def jax_recompile(obs: Obs) -> Finding | None:
-    """Threshold: >= 2 recompiles (tracing cache misses) of an already-compiled function after step 1."""
-    misses = [n["message"] for n in _steady_notes(obs, "cache_miss") if _is_user_recompile(n["message"])]
+    """Threshold: >= 2 recompiles (tracing cache misses) of an already-compiled function after step 1; a
+    function traced inside another one's trace (e.g. a shard_map body defined in the step) is not one."""
+    misses = [n["message"] for n in _steady_notes(obs, "cache_miss")
+              if not n.get("nested") and _is_user_recompile(n["message"])]
     if not misses:
         return None
     causes = Counter(recompile_cause(m) for m in misses)
@@ -248,7 +250,20 @@ def jax_no_donation(obs: Obs) -> Finding | None:
 
 
 # -- jax-host-sync -------------------------------------------------------------------------------------------
-HOST_SYNC_WARN = 1.0  # device values read on the host per steady step
+HOST_SYNC_WARN = 1.0  # device values read on the host per steady step: a finding from this many
+HOST_SYNC_WAIT_SHARE = 0.05  # ... a warning when the host waits in them this share of the step, else info
+
+
+def _host_sync_cost(obs: Obs, seconds_key: str) -> tuple[str, str]:
+    """Severity and evidence from the measured time the host spent in its reads (waiting for the device)."""
+    step_ms = obs.get("step_ms") or 0.0
+    if f"{seconds_key}:s" not in obs.get("per_step", {}) or not step_ms:
+        return "warning", " (warning from 1 per step; the wait could not be measured)"
+    wait_ms = 1e3 * (_per_step(obs, f"{seconds_key}:s") or 0.0)
+    share = wait_ms / step_ms
+    return ("warning" if share >= HOST_SYNC_WAIT_SHARE else "info",
+            f"; measured cost: the host waited {wait_ms:.3f} ms per step in these reads, {100 * share:.1f}% of "
+            f"the {step_ms:.2f} ms step (warning from {100 * HOST_SYNC_WAIT_SHARE:.0f}% of the step, else info)")
 
 
 def jax_host_sync(obs: Obs) -> Finding | None:
@@ -257,11 +272,12 @@ def jax_host_sync(obs: Obs) -> Finding | None:
     if reads is None or reads < HOST_SYNC_WARN:
         return None
     sites = obs.get("info", {}).get("jax_host_read_sites", {})
+    severity, cost = _host_sync_cost(obs, "jax_host_read_s")
     return Finding(
-        "jax-host-sync", "warning",
+        "jax-host-sync", severity,
         f"{reads:.1f} device values read on the host every step: the loop waits for the device each time",
         f"{reads:.1f} host reads per step ({_sites(sites)}); each one blocks until the step has finished, so "
-        f"the next step cannot be dispatched ahead (warning from {HOST_SYNC_WARN:g} per step)",
+        f"the next step cannot be dispatched ahead{cost}",
         "Keep values on the device and read them rarely: losses.append(loss) in the loop and "
         "print(float(jnp.mean(jnp.stack(losses)))) every 100 steps or after it; inside jit use "
         "jax.debug.print; for early stopping, check every N steps.",
@@ -405,11 +421,15 @@ def torch_host_sync(obs: Obs) -> Finding | None:
     if reads is None or max(reads, syncs) < HOST_SYNC_WARN:
         return None
     sites = obs.get("info", {}).get("torch_host_read_sites", {})
+    severity, cost = _host_sync_cost(obs, "torch_host_read_s")
+    if syncs >= HOST_SYNC_WARN:  # synchronising CUDA calls inside torch are not timed: each drains the queue
+        severity = "warning"
     return Finding(
-        "torch-host-sync", "warning",
-        f"{max(reads, syncs):.1f} tensor values read on the host every step: the GPU queue drains each time",
+        "torch-host-sync", severity,
+        f"{max(reads, syncs):.1f} tensor values read on the host every step"
+        + (": the GPU queue drains each time" if obs.get("info", {}).get("cuda") else ""),
         f"{reads:.1f} host reads per step ({_sites(sites)}); {syncs:.1f} synchronising CUDA calls per step "
-        f"(torch.cuda.set_sync_debug_mode) (warning from {HOST_SYNC_WARN:g} per step)",
+        f"(torch.cuda.set_sync_debug_mode, a warning from {HOST_SYNC_WARN:g} per step){cost}",
         "Accumulate on the device and read rarely: running = running + loss.detach() in the loop, "
         "print((running / n).item()) every 100 steps; avoid print(loss), float(loss), .tolist() and "
         "`if loss < x` in the loop.",
@@ -417,26 +437,63 @@ def torch_host_sync(obs: Obs) -> Finding | None:
 
 
 # -- input-bound ----------------------------------------------------------------------------------------------------
-INPUT_WAIT_SHARE = 0.20  # of steady wall time spent waiting for the next batch
+INPUT_WAIT_SHARE = 0.20  # of each steady iteration spent waiting for the next batch
+INPUT_MIN_MS = 1.0  # per iteration: a shorter wait between steps is the loop's own Python, not its input
+
+
+def _input_wait(obs: Obs) -> tuple[float, float, str] | None:
+    """(wait ms, iteration ms, the split as evidence) per steady iteration, or None if not measurable."""
+    if obs.get("steady_steps", 0) < MIN_STEADY_STEPS:
+        return None
+    split = obs.get("split")
+    if not split:  # no step end known: the DataLoader's wait against the time between step starts
+        wait, step_ms = _per_step(obs, "data_wait_s:s"), obs.get("step_ms")
+        if wait is None or not step_ms:
+            return None
+        return wait * 1e3, step_ms, (f"{wait * 1e3:.1f} ms per step waiting for the next batch of a "
+                                     f"{step_ms:.1f} ms step (DataLoader iterator)")
+    it, step, data, host = split["iter_ms"], split["step_ms"], split["data_ms"], split["host_ms"]
+    head = f"per iteration (medians over {split['iterations']} steady iterations, {it:.2f} ms): "
+    if split.get("async"):  # the device's idle time: from the step's results being ready to the next call
+        wait = split.get("idle_ms", max(it - step - host, 0.0))
+        return wait, it, (
+            head + f"{wait:.2f} ms the device waited for the host between steps (the next batch, or other Python "
+            f"work of the loop; DataLoader next: {data:.2f} ms), {step:.2f} ms the step from its call to its "
+            f"results being ready (block_until_ready on its output, in the doctor's watcher thread, so the "
+            f"loop keeps its asynchronous dispatch), {host:.2f} ms known host work (eager ops, compilation)")
+    gap = split.get("to_forward_ms", 0.0) if obs.get("step_kind") == "torch-optimizer" else 0.0
+    wait = max(data, gap)
+    where = (f"the optimizer step's end to the next forward pass: the next batch from any Python iterator "
+             f"(DataLoader next: {data:.2f} ms), zero_grad, the loop's Python; host reads left out"
+             if gap > data else "DataLoader next")
+    return wait, it, (head + f"{wait:.2f} ms waiting for the next batch ({where}), {step:.2f} ms in the "
+                      f"step ({obs.get('step_signal') or obs.get('step_kind')}), {max(it - wait - step, 0.0):.2f} "
+                      f"ms the rest (forward, backward, the loop's Python)")
 
 
 def input_bound(obs: Obs) -> Finding | None:
-    """Threshold: the loop waits for data (DataLoader ``next``) > 20% of the steady wall time."""
-    wait = _per_step(obs, "data_wait_s:s")
-    step_ms = obs.get("step_ms")
-    if wait is None or not step_ms:
+    """Threshold: the loop waits for its next batch > 20% of each steady iteration (and >= 1 ms).
+
+    For an asynchronous step (JAX jit) the wait is the device's idle time between steps; for a synchronous
+    one (PyTorch), the DataLoader's ``next``, or with an optimizer the time from its step's end to the next
+    forward pass (a batch from any Python iterator)."""
+    measured = _input_wait(obs)
+    if measured is None:
         return None
-    share = wait * 1e3 / step_ms
-    if share <= INPUT_WAIT_SHARE:
+    wait, it, evidence = measured
+    share = wait / it if it else 0.0
+    if share <= INPUT_WAIT_SHARE or wait < INPUT_MIN_MS:
         return None
     return Finding(
         "input-bound", "warning",
-        f"the loop waits for data {100 * share:.0f}% of the time",
-        f"{wait * 1e3:.1f} ms per step waiting for the next batch of a {step_ms:.1f} ms step "
-        f"(DataLoader iterator) (warning from {100 * INPUT_WAIT_SHARE:.0f}%)",
+        f"the loop waits for its input {100 * share:.0f}% of the time",
+        f"{evidence}; {100 * share:.0f}% of the iteration waiting for input (warning above "
+        f"{100 * INPUT_WAIT_SHARE:.0f}% of the iteration and from {INPUT_MIN_MS:g} ms)",
         "Load ahead of the training step: DataLoader(ds, batch_size=B, num_workers=4, pin_memory=True, "
         "persistent_workers=True, prefetch_factor=2); move per-sample work (decoding, tokenising) offline or "
-        "into the workers; for JAX, prefetch batches to the device (jax.device_put one step ahead).",
+        "into the workers; a Python generator: tokenise once ahead of training, or produce batches in "
+        "background workers (grain.DataLoader with worker_count, or a thread feeding a queue); for JAX, "
+        "prefetch batches to the device (jax.device_put one step ahead).",
         f"{TORCH_DOCS}/data.html#multi-process-data-loading")
 
 

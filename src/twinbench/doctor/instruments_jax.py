@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from twinbench.doctor.ready import ReadyWatcher
 from twinbench.doctor.recorder import Recorder
 from twinbench.measure.compiles import JAX_BACKEND, JAX_LOWER, JAX_TRACE
 
@@ -129,16 +130,21 @@ class StderrTee:
 class _CacheMissFilter(logging.Filter):
     """Keeps ``jax_explain_cache_misses`` messages for the report instead of printing them."""
 
-    def __init__(self, rec: Recorder) -> None:
+    def __init__(self, rec: Recorder, inst: JaxInstruments) -> None:
         super().__init__()
-        self.rec = rec
+        self.rec, self.inst = rec, inst
 
     def filter(self, record: logging.LogRecord) -> bool:
         msg = record.getMessage()
         if "TRACING CACHE MISS" not in msg:
             return True
         if not self.rec.internal:
-            self.rec.note("cache_miss", message=msg[:1500])
+            # Within one call of a watched jitted function, the first miss is that function's own trace; the
+            # next ones are functions traced inside it (inlined into the same program, not compiles).
+            inst = self.inst
+            nested = inst.call_depth > 0 and inst.call_missed
+            inst.call_missed = inst.call_missed or inst.call_depth > 0
+            self.rec.note("cache_miss", message=msg[:1500], nested=nested)
         return False
 
 
@@ -156,13 +162,18 @@ class JaxInstruments:
         self.eager_sources: Counter[str] = Counter()
         self.read_sites: Counter[str] = Counter()
         self.in_optax = False
+        self.call_depth, self.call_missed = 0, False  # inside a watched jitted call; a cache miss seen in it
+        self.outer_start: float | None = None  # when the user called an NNX transform that wraps a jit
+        self.flax_patched = False
+        self.eager_depth = 0  # > 0 inside timed eager work (eager_s counts the outermost level only)
+        self.watcher = ReadyWatcher(rec)  # when each step's outputs are ready (the loop is not stalled)
         rec.frameworks.add("jax")
         rec.finalizers.append(self.finalize)
 
         self._config("jax_explain_cache_misses", True)
         for name in CACHE_MISS_LOGGERS:
             logger = logging.getLogger(name)
-            filt = _CacheMissFilter(rec)
+            filt = _CacheMissFilter(rec, self)
             logger.addFilter(filt)
             self.undo.append(functools.partial(logger.removeFilter, filt))
 
@@ -176,6 +187,8 @@ class JaxInstruments:
 
         self._patch(jax, "jit", self._wrap_transform(jax.jit, "jit"))
         self._patch(jax, "pmap", self._wrap_transform(jax.pmap, "pmap"))
+        for name in ("grad", "value_and_grad"):
+            self._patch(jax, name, self._wrap_grad(getattr(jax, name), name))
         self._patch_host_reads()
         self._patch_eager_dispatch()
 
@@ -205,6 +218,7 @@ class JaxInstruments:
             with contextlib.suppress(Exception):
                 fn()
         self.undo.clear()
+        self.watcher.close()
         if self.tee is not None:
             self.tee.close()
             self.tee = None
@@ -228,9 +242,62 @@ class JaxInstruments:
                 return lambda f: wrapped_transform(f, *args, **kwargs)
             jitted = transform(fun, *args, **kwargs)
             key, name = _fun_key(fun)
+            if type(fun).__module__.startswith("flax") and not inst.flax_patched:
+                inst.patch_flax_calls()
             # A library's own jitted helpers (optax, flax internals) are never the user's step.
             lib = key.startswith(_lib_dirs()) or "/site-packages/" in key
             return _Jitted(inst, jitted, fun, key, name, f"{kind}-lib" if lib else kind, kwargs)
+
+        return wrapped_transform
+
+    def patch_flax_calls(self) -> None:
+        """Time a Flax NNX jit step from the user's call: ``nnx.jit`` splits and merges the graph in Python
+        around the ``jax.jit`` it calls, which is the step's dispatch, not time between steps."""
+        self.flax_patched = True
+        try:
+            from flax.nnx.transforms import compilation
+        except ImportError:
+            return
+        inst = self
+        for name in ("JitWrapped", "SimpleJitWrapped", "SimpleJitPartialWrapped"):
+            cls = getattr(compilation, name, None)
+            if cls is None or "__call__" not in cls.__dict__:
+                continue
+
+            def outer_call(obj: Any, *args: Any, _orig: Callable = cls.__dict__["__call__"], **kwargs: Any) -> Any:
+                if inst.outer_start is not None or inst.rec.internal:  # nested, or the doctor's own call
+                    return _orig(obj, *args, **kwargs)
+                inst.outer_start = time.perf_counter()
+                try:
+                    return _orig(obj, *args, **kwargs)
+                finally:
+                    inst.outer_start = None
+
+            functools.update_wrapper(outer_call, cls.__dict__["__call__"])
+            self._patch(cls, "__call__", outer_call)
+
+    def _wrap_grad(self, transform: Callable, how: str) -> Callable:
+        """``jax.grad``/``value_and_grad``: a call of the gradient function outside jit is a step candidate
+        (a step signal in an eager loop, used where no jitted function of the script marks the step)."""
+        inst = self
+
+        @functools.wraps(transform)
+        def wrapped_transform(fun: Any, *args: Any, **kwargs: Any) -> Any:
+            grad_fun = transform(fun, *args, **kwargs)
+            _, name = _fun_key(fun)
+            key = f"grad:{how}({name})"
+
+            @functools.wraps(grad_fun)
+            def grad_call(*a: Any, **k: Any) -> Any:
+                rec = inst.rec
+                if rec.internal or _has_tracer(inst.jax, (a, k)):  # inside jit: part of a jitted step
+                    return grad_fun(*a, **k)
+                rec.step_call(key, "grad")
+                out = grad_fun(*a, **k)
+                rec.step_done(key)
+                return out
+
+            return grad_call
 
         return wrapped_transform
 
@@ -259,16 +326,21 @@ class JaxInstruments:
             @functools.wraps(orig)
             def read(self: Any, *args: Any, **kwargs: Any) -> Any:
                 depth = getattr(local, "depth", 0)
+                timed = False
                 if depth == 0 and not rec.internal:
                     site = _user_site()
                     if site is not None:
                         rec.count("jax_host_reads")
                         sites[f"{site} ({how.strip('_')})"] += 1
+                        timed = True
                 local.depth = depth + 1
+                t0 = time.perf_counter()
                 try:
                     return orig(self, *args, **kwargs)
                 finally:
                     local.depth = depth
+                    if timed:  # the host's wait for the device (and the conversion): the read's cost
+                        rec.seconds["jax_host_read_s"] += time.perf_counter() - t0
 
             return read
 
@@ -283,7 +355,7 @@ class JaxInstruments:
         except ImportError:
             return
         orig = EvalTrace.__dict__["process_primitive"]
-        rec, sources = self.rec, self.eager_sources
+        rec, sources, inst = self.rec, self.eager_sources, self
 
         def process_primitive(trace: Any, primitive: Any, args: Any, params: Any, /) -> Any:
             if rec.internal or primitive.name in ("pjit", "jit", "pmap", "xla_pmap"):
@@ -291,13 +363,22 @@ class JaxInstruments:
             rec.counters["eager_ops"] += 1
             if rec.counters["eager_ops"] % 25 == 1:  # sample where eager work comes from
                 sources[_eager_source()] += 25
-            t0 = time.perf_counter()
-            try:
+            with inst.eager_time():
                 return orig(trace, primitive, args, params)
-            finally:
-                rec.seconds["eager_s"] += time.perf_counter() - t0
 
         self._patch(EvalTrace, "process_primitive", process_primitive)
+
+    @contextlib.contextmanager
+    def eager_time(self) -> Iterator[None]:
+        """Time eager JAX work on the host into ``eager_s``, once for nested calls (an op in an update)."""
+        self.eager_depth += 1
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.eager_depth -= 1
+            if not self.eager_depth:
+                self.rec.seconds["eager_s"] += time.perf_counter() - t0
 
     # -- Optax ------------------------------------------------------------------------------------------
     def patch_optax(self) -> None:
@@ -324,7 +405,8 @@ class JaxInstruments:
         self.rec.step_call("optax:optax update", "optax")
         self.in_optax = True
         try:
-            out = fn(*args, **kwargs)
+            with self.eager_time():  # the whole eager update (its Python too) is host work, not input
+                out = fn(*args, **kwargs)
         finally:
             self.in_optax = False
         self.rec.step_done("optax:optax update")
@@ -353,7 +435,8 @@ class JaxInstruments:
         if wrapper.specs is not None and wrapper.carried.get("bytes", 0):
             rec.internal += 1
             try:
-                lowered = wrapper.jitted.lower(*wrapper.specs[0], **wrapper.specs[1])
+                with _nnx_context(wrapper.fun):
+                    lowered = wrapper.jitted.lower(*wrapper.specs[0], **wrapper.specs[1])
                 infos = self.jax.tree_util.tree_leaves(lowered.args_info)
                 donated = sum(_nbytes(a) for a in infos if getattr(a, "donated", False))
                 rec.info["donated_bytes"] = donated
@@ -373,6 +456,18 @@ class JaxInstruments:
                 rec.info["donation_error"] = f"{type(e).__name__}: {e}"[:300]
             finally:
                 rec.internal -= 1
+
+
+def _nnx_context(fun: Any) -> Any:
+    """The context a Flax NNX transform's inner function is traced in: ``nnx.jit`` (graph mode) merges its
+    arguments back into objects inside ``nnx.update_context(tag)``, so re-lowering it from shapes (the
+    donation check) needs that same context; for anything else, none."""
+    tag = getattr(fun, "ctxtag", None)
+    if tag is None or "flax" not in sys.modules or not type(fun).__module__.startswith("flax"):
+        return contextlib.nullcontext()
+    from flax import nnx
+
+    return nnx.update_context(tag)
 
 
 def _measure_h2d(jax: Any) -> dict[str, float]:
@@ -444,11 +539,13 @@ class _Jitted:
     def __init__(self, inst: JaxInstruments, jitted: Any, fun: Any, key: str, name: str, kind: str,
                  options: dict[str, Any]) -> None:
         self.inst, self.jitted, self.kind, self.options = inst, jitted, kind, options
+        self.fun = fun
         self.key, self.name = f"{kind}:{key}", name
         self.rec_key = f"{kind}:{name}"  # same name and place = one candidate (a re-created jit too)
         self.ncalls = 0
         self.prev_out: list[Any] = []
         self.carried: dict[str, Any] = {}
+        self.carried_out: set[int] = set()  # positions of the outputs that the next call takes back in
         self.fresh: list[dict[str, Any]] = []
         self.specs: tuple[tuple, dict] | None = None
         functools.update_wrapper(self, fun, updated=())
@@ -460,6 +557,7 @@ class _Jitted:
         return self if obj is None else types.MethodType(self, obj)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        t_enter = time.perf_counter()  # the doctor's own work below is part of the call, not between steps
         inst = self.inst
         rec, jax = inst.rec, inst.jax
         if rec.internal:
@@ -477,13 +575,36 @@ class _Jitted:
             self._host_arrays(leaves)
             if self.ncalls in (1, 2):
                 self._inspect_inputs(leaves, args, kwargs)
-        rec.step_call(key, self.kind)
+        rec.step_call(key, self.kind, t_enter if inst.outer_start is None else inst.outer_start)
+        index = rec.call_index(key)
         self.ncalls += 1
-        out = self.jitted(*args, **kwargs)
+        if not inst.call_depth:
+            inst.call_missed = False
+        inst.call_depth += 1
+        try:
+            if self.kind.endswith("-lib"):  # a library's helper run eagerly: host work of the loop
+                with inst.eager_time():
+                    out = self.jitted(*args, **kwargs)
+            else:
+                out = self.jitted(*args, **kwargs)
+        finally:
+            inst.call_depth -= 1
         with inst.guard("jit outputs"):
-            self.prev_out = jax.tree_util.tree_leaves(out) if self.ncalls <= 2 else []
+            out_leaves = jax.tree_util.tree_leaves(out)
+            self.prev_out = out_leaves if self.ncalls <= 2 else []
+            leaf = None if self.kind.endswith("-lib") else self._ready_leaf(out_leaves)  # a library's helper
+            if leaf is not None:  # is no step: no need to see when it ends
+                inst.watcher.submit(key, index, leaf.block_until_ready)
         rec.step_done(key)
         return out
+
+    def _ready_leaf(self, leaves: list[Any]) -> Any:
+        """The output to wait on for the step's end: the smallest one the next call does not take back in
+        (a carried output may be donated, i.e. deleted, before the watcher waits on it). All outputs of
+        one executable are ready together."""
+        arrays = [(i, x) for i, x in enumerate(leaves) if isinstance(x, self.inst.jax.Array)]
+        fresh = [(i, x) for i, x in arrays if i not in self.carried_out] or arrays
+        return min(fresh, key=lambda ix: _nbytes(ix[1]))[1] if fresh else None
 
     def _host_arrays(self, leaves: list[Any]) -> None:
         import numpy as np
@@ -494,12 +615,17 @@ class _Jitted:
                 self.inst.rec.count("h2d_numpy_bytes", leaf.nbytes)
 
     def _inspect_inputs(self, leaves: list[Any], args: tuple, kwargs: dict) -> None:
-        """Call 2: which inputs are the previous call's outputs (carried state)? Call 3: the fresh ones."""
+        """Calls 2 and 3: which inputs are the previous call's outputs (carried state; the larger of the two
+        counts, since another function run between two steps, e.g. an NNX eval step every N steps, may have
+        written the state last)? Call 3: the fresh ones."""
         jax = self.inst.jax
         out_ids = {id(x) for x in self.prev_out}
         carried = [x for x in leaves if id(x) in out_ids]
-        if self.ncalls == 1:
-            self.carried = {"leaves": len(carried), "bytes": sum(_nbytes(x) for x in carried)}
+        nbytes = sum(_nbytes(x) for x in carried)
+        if nbytes > self.carried.get("bytes", -1):
+            in_ids = {id(x) for x in leaves}
+            self.carried_out = {i for i, x in enumerate(self.prev_out) if id(x) in in_ids}
+            self.carried = {"leaves": len(carried), "bytes": nbytes}
             if carried:
                 pmap = self.kind.startswith("pmap")  # pmap places its inputs itself: lowered from shapes only
 
@@ -508,7 +634,7 @@ class _Jitted:
                         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=None if pmap else x.sharding)
                     return x
                 self.specs = jax.tree_util.tree_map(spec, (args, kwargs))
-        else:
+        if self.ncalls == 2:
             fresh = [x for x in leaves if id(x) not in out_ids and getattr(x, "ndim", 0) >= 1]
             fresh.sort(key=_nbytes, reverse=True)
             self.fresh = [_describe(jax, x) for x in fresh[:4]]

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from twinbench.doctor.ready import ReadyWatcher
 from twinbench.doctor.recorder import Recorder
 
 STEP_KEY = "torch:Optimizer.step"
@@ -53,6 +54,7 @@ class TorchInstruments:
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         self.rec, self.torch = rec, torch
+        self.watcher = ReadyWatcher(rec)  # CUDA: when each step's kernels are done (the loop is not stalled)
         self.undo: list[Callable[[], None]] = []
         self.read_sites: Counter[str] = Counter()
         self.torch_dir = os.path.dirname(torch.__file__)
@@ -62,6 +64,12 @@ class TorchInstruments:
         pre = register_optimizer_step_pre_hook(self._pre_step)
         post = register_optimizer_step_post_hook(self._post_step)
         self.undo += [pre.remove, post.remove]
+        # The time from an optimizer step's end to the next forward pass: where the loop gets its next batch
+        # (a DataLoader or any Python iterator), zeroes the gradients and logs.
+        from torch.nn.modules.module import register_module_forward_pre_hook
+
+        self.step_end: float | None = None
+        self.undo.append(register_module_forward_pre_hook(self._before_forward).remove)
 
         torch._logging.set_logs(recompiles=True, graph_breaks=True)
         self.undo.append(torch._logging.set_logs)  # back to the defaults
@@ -85,6 +93,7 @@ class TorchInstruments:
             with contextlib.suppress(Exception):
                 fn()
         self.undo.clear()
+        self.watcher.close()
 
     # -- steps ------------------------------------------------------------------------------------------
     def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -96,14 +105,35 @@ class TorchInstruments:
 
     def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.torch.compiler.is_compiling():
-            self.rec.step_done(STEP_KEY)
+            self.step_end = time.perf_counter()
+            self._done(STEP_KEY)
+
+    def _before_forward(self, module: Any, args: Any) -> None:
+        """The first module called after an optimizer step: the next iteration's forward starts."""
+        if self.torch.compiler.is_compiling() or self.step_end is None:  # dynamo traces this: nothing to trace
+            return
+        self.rec.seconds["to_forward_s"] += time.perf_counter() - self.step_end
+        self.step_end = None
+
+    def _done(self, key: str) -> None:
+        """The step returned. On the CPU a PyTorch step is synchronous: its results are ready now. On CUDA the
+        doctor records an event after the step's kernels and a watcher thread waits on it (the loop's
+        asynchronous queue is left as it is, so host reads still wait as long as they would without it)."""
+        cuda, rec = self.torch.cuda, self.rec
+        if cuda.is_available() and cuda.is_initialized():
+            event = cuda.Event()
+            event.record()
+            self.watcher.submit(key, rec.call_index(key), event.synchronize)
+            rec.step_done(key)
+        else:
+            rec.step_done(key, synced=True)
 
     def _patch_backward(self) -> None:
         """Count each autograd run started from user code (``loss.backward()``): one per training step."""
         import torch.autograd
 
         orig, rec, torch_dir = torch.autograd.backward, self.rec, self.torch_dir
-        is_compiling = self.torch.compiler.is_compiling
+        is_compiling, done = self.torch.compiler.is_compiling, self._done
 
         @functools.wraps(orig)
         def backward(*args: Any, **kwargs: Any) -> Any:
@@ -116,7 +146,7 @@ class TorchInstruments:
                 return orig(*args, **kwargs)
             rec.step_call(BACKWARD_KEY, "torch-backward")
             out = orig(*args, **kwargs)
-            rec.step_done(BACKWARD_KEY)
+            done(BACKWARD_KEY)
             return out
 
         self._patch(torch.autograd, "backward", backward)
@@ -156,17 +186,22 @@ class TorchInstruments:
                 if is_compiling():  # dynamo traces this wrapper: a constant branch, nothing else to trace
                     return orig(self, *args, **kwargs)
                 depth = getattr(local, "depth", 0)
+                timed = False
                 if depth == 0 and not rec.internal:
                     frame = sys._getframe(1)
                     filename = frame.f_code.co_filename
                     if not filename.startswith(torch_dir):
                         rec.count("torch_host_reads")
                         sites[f"{filename}:{frame.f_lineno} ({how.strip('_')})"] += 1
+                        timed = True
                 local.depth = depth + 1
+                t0 = time.perf_counter()
                 try:
                     return orig(self, *args, **kwargs)
                 finally:
                     local.depth = depth
+                    if timed:  # the wait for the device (and the conversion): the read's cost
+                        rec.seconds["torch_host_read_s"] += time.perf_counter() - t0
 
             return read
 

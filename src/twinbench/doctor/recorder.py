@@ -9,6 +9,13 @@ Steps. Every call of a *step candidate* (a jitted function, an eager Optax updat
 recorded with a snapshot of all counters taken when it starts. Which candidate is the step is decided at
 the end (the most-called one; PyTorch's ``Optimizer.step`` wins when present), and per-step rates come from
 counter differences between consecutive step starts, skipping the first step (it carries compilation).
+
+Where each step's time goes. Each step call also records when its results were ready on the device: at once
+for a synchronous step (PyTorch on the CPU; on CUDA after ``torch.cuda.synchronize()``), and for a JAX
+jitted step when ``block_until_ready`` on one of its outputs returns in the doctor's watcher thread (so the
+loop keeps its asynchronous dispatch). Each steady iteration (one step start to the next) then splits into
+the step (call to results ready), the DataLoader's ``next``, known host work (eager ops, compilation), and
+the time the device waited for the host between steps (``split`` in the observations).
 """
 
 from __future__ import annotations
@@ -22,6 +29,13 @@ from collections.abc import Callable
 from typing import Any
 
 MARK_KEY = "mark:twinbench.doctor.step()"  # the user marked the step explicitly
+SIGNALS = {  # step candidate kind -> how the step was found (the report names it)
+    "marked": "twinbench.doctor.step()", "torch-optimizer": "torch Optimizer.step",
+    "torch-backward": "loss.backward()", "jit": "a jitted function", "pmap": "a pmapped function",
+    "grad": "a jax.grad/value_and_grad call outside jit", "optax": "an Optax update outside jit",
+    "jit-lib": "a library's jitted function", "pmap-lib": "a library's pmapped function",
+}
+ASYNC_KINDS = ("jit", "pmap", "jit-lib", "pmap-lib")  # steps whose call returns before the device is done
 ACTIVE: list[Recorder] = []  # the recorder of the running session (for twinbench.doctor.step())
 MAX_NOTES = 2000  # text notes kept per kind (cache-miss explanations, host-read sites, ...)
 
@@ -42,6 +56,7 @@ class Recorder:
         self.counters: Counter[str] = Counter()  # host_reads, eager_ops, h2d_guard, ...
         self.seconds: Counter[str] = Counter()  # data_wait_s, eager_s, compile_s, ...
         self.calls: dict[str, list[tuple[float, dict[str, float]]]] = defaultdict(list)
+        self.ready: dict[str, dict[int, float]] = defaultdict(dict)  # candidate -> call index -> results ready
         self.kinds: dict[str, str] = {}  # candidate key -> "jit" | "pmap" | "optax" | "torch-optimizer"; "-lib"
         # appended for a library's own jitted helpers (a step only when nothing else is called)
         self.notes: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -77,14 +92,25 @@ class Recorder:
             payload["step"] = self.steps_so_far()
             notes.append(payload)
 
-    def step_call(self, key: str, kind: str) -> None:
-        """A step candidate starts; may raise StopScript when ``max_steps`` were reached before it."""
+    def step_call(self, key: str, kind: str, t: float | None = None) -> None:
+        """A step candidate starts (at ``t`` when the user's call began earlier, in a wrapper around it)."""
         snap = {**self.counters, **{f"{k}:s": v for k, v in self.seconds.items()}}
         self.kinds[key] = kind
-        self.calls[key].append((time.perf_counter(), snap))
+        self.calls[key].append((time.perf_counter() if t is None else t, snap))
 
-    def step_done(self, key: str) -> None:
-        """A step candidate returned: end the script if it was the ``max_steps``-th step."""
+    def call_index(self, key: str) -> int:
+        """The index of the candidate's call that started last (for :meth:`step_ready`)."""
+        return len(self.calls[key]) - 1
+
+    def step_ready(self, key: str, index: int, t: float | None = None) -> None:
+        """The results of call ``index`` of candidate ``key`` were ready on the device at ``t`` (now)."""
+        self.ready[key][index] = time.perf_counter() if t is None else t
+
+    def step_done(self, key: str, synced: bool = False) -> None:
+        """A step candidate returned (``synced``: its results are ready, the step is synchronous): end the
+        script if it was the ``max_steps``-th step."""
+        if synced:
+            self.step_ready(key, self.call_index(key))
         if self.max_steps and self.step_key() == key and len(self.calls[key]) >= self.max_steps:
             self.stopped_early = True
             raise StopScript(f"--steps {self.max_steps} reached")
@@ -100,8 +126,41 @@ class Recorder:
                 return key
         if not self.calls:
             return None
-        return max(self.calls, key=lambda k: (not self.kinds.get(k, "").endswith("-lib"), len(self.calls[k]),
-                                              self.kinds.get(k) == "jit"))
+        kinds = self.kinds
+        # jax.grad/value_and_grad calls outside jit mark the step only where no user jit does
+        user_jit = any(kinds.get(k) in ("jit", "pmap") for k in self.calls)
+        keys = [k for k in self.calls if not (user_jit and kinds.get(k) == "grad")]
+        return max(keys, key=lambda k: (not kinds.get(k, "").endswith("-lib"), len(self.calls[k]),
+                                        kinds.get(k) == "jit", kinds.get(k) == "grad"))
+
+    def split(self, key: str) -> dict[str, Any] | None:
+        """Time per steady iteration (one step start to the next), split by where it went: the step up to its
+        results being ready, the DataLoader's ``next``, known host work (eager ops, compilation), and the
+        rest. Each part is the median over the steady iterations (an evaluation or a checkpoint every N
+        steps does not move it). None when no steady step's ready time is known."""
+        calls, ready = self.calls.get(key, []), self.ready.get(key, {})
+        rows = []
+        for i in range(1, len(calls) - 1):
+            (t0, s0), (t1, s1) = calls[i], calls[i + 1]
+            if i not in ready:
+                continue
+            it = t1 - t0
+
+            def diff(k: str, s0: dict[str, float] = s0, s1: dict[str, float] = s1) -> float:
+                return s1.get(k, 0.0) - s0.get(k, 0.0)
+
+            step, host = min(max(ready[i] - t0, 0.0), it), diff("eager_s:s") + diff("compile_s:s")
+            # PyTorch: from the optimizer step's end to the next forward, less the host reads made there
+            to_forward = max(diff("to_forward_s:s") - diff("torch_host_read_s:s"), 0.0)
+            rows.append((it, step, diff("data_wait_s:s"), host, max(it - step - host, 0.0), to_forward))
+        if not rows:
+            return None
+        iter_ms, step_ms, data_ms, host_ms, idle_ms, to_forward_ms = (1e3 * statistics.median(r[j] for r in rows)
+                                                                      for j in range(6))
+        return {"iterations": len(rows), "iter_ms": iter_ms, "step_ms": step_ms, "data_ms": data_ms, "host_ms": host_ms,
+                "idle_ms": idle_ms,  # the rest: after the step's results were ready, before the next call
+                "to_forward_ms": to_forward_ms,  # PyTorch: an optimizer step's end to the next forward
+                "async": self.kinds.get(key) in ASYNC_KINDS}
 
     # -- summarising -----------------------------------------------------------------------------------
     def observations(self) -> dict[str, Any]:
@@ -124,6 +183,8 @@ class Recorder:
             "steps": len(starts),
             "step_fn": key.split(":", 1)[1] if key else None,
             "step_kind": self.kinds.get(key) if key else None,
+            "step_signal": SIGNALS.get(self.kinds.get(key, ""), self.kinds.get(key)) if key else None,
+            "split": self.split(key) if key else None,
             "steady_steps": len(steady),
             "steady_s": (starts[-1] - starts[1]) if len(starts) > 2 else 0.0,
             "step_ms": statistics.median(intervals) * 1e3 if intervals else None,

@@ -35,6 +35,7 @@ def to_json(findings: list[Finding], obs: dict[str, Any], script: str | None = N
         "wall_s": obs.get("wall_s", 0.0),
         "script": script,
         "step_fn": obs.get("step_fn"),
+        "step_signal": obs.get("step_signal"),
         "frameworks": obs.get("frameworks", []),
         "stopped_early": obs.get("stopped_early", False),
         "timed_out": obs.get("timed_out", False),
@@ -42,10 +43,28 @@ def to_json(findings: list[Finding], obs: dict[str, Any], script: str | None = N
     }
 
 
+LOOKED_FOR = ("torch's Optimizer.step, loss.backward(), the script's jitted functions (jax.jit, nnx.jit), "
+              "jax.grad/value_and_grad calls outside jit, an Optax update outside jit")
+MARK_STEP = ("mark the step yourself: call twinbench.doctor.step() once per loop iteration (it does nothing "
+             "outside the doctor)")
+HOW_TO_MARK = f"{MARK_STEP}, or run the loop inside `with twinbench.watch():`"
+
+
+def no_step_message(obs: dict[str, Any], script: str) -> str | None:
+    """The one-line reason to stop when the script ran to its end but no training step was found, else None
+    (a script that failed or timed out is reported as such)."""
+    if obs.get("step_fn") or obs.get("error") or obs.get("timed_out"):
+        return None
+    seen = "+".join(obs.get("frameworks", [])) or "neither JAX nor PyTorch imported"
+    return (f"no training step found in {script} ({seen}; it ran {obs.get('wall_s', 0.0):.1f} s): looked for "
+            f"{LOOKED_FOR}; {HOW_TO_MARK}")
+
+
 def summary_line(obs: dict[str, Any]) -> str:
     step_ms = obs.get("step_ms")
     fw = "+".join(obs.get("frameworks", [])) or "no framework seen"
-    step = (f"step = {obs['step_fn']} ({obs.get('step_kind')}), " if obs.get("step_fn") else "no step found, ")
+    signal = obs.get("step_signal") or obs.get("step_kind")
+    step = (f"step = {obs['step_fn']} (found by {signal}), " if obs.get("step_fn") else "no step found, ")
     return (f"{fw}; {step}{obs.get('steps', 0)} steps"
             + (f", {step_ms:.2f} ms/step (median, steady)" if step_ms else "")
             + f", compile {obs.get('compile_s', 0.0):.2f} s, wall {obs.get('wall_s', 0.0):.1f} s"
@@ -53,20 +72,23 @@ def summary_line(obs: dict[str, Any]) -> str:
             + (" (stopped at --timeout)" if obs.get("timed_out") else ""))
 
 
-def render(console: Console, findings: list[Finding], obs: dict[str, Any], title: str) -> None:
+def render(console: Console, findings: list[Finding], obs: dict[str, Any], title: str,
+           watching: bool = False) -> None:
     """Print one panel per finding, worst first, under a one-line summary of the run."""
     console.print(f"[bold]twinbench doctor[/] {title}", highlight=False)
     console.print(f"  {summary_line(obs)}", highlight=False)
-    if obs.get("steady_steps", 0) < 2 and not obs.get("error"):
-        console.print("  [dim]fewer than 2 steady steps were seen: per-step findings need a longer run "
-                      "(or the step was not found: looked for torch's Optimizer.step, loss.backward(), a jitted "
-                      "function, an Optax update; mark it with twinbench.doctor.step() once per iteration, or "
-                      "run the loop inside `with twinbench.watch():`)[/]")
+    if not obs.get("step_fn") and not obs.get("error"):
+        how = MARK_STEP if watching else HOW_TO_MARK  # inside twinbench.watch() already
+        console.print(Text(f"  no training step found: looked for {LOOKED_FOR}; {how}", style="yellow"))
+    elif obs.get("steady_steps", 0) < 2 and not obs.get("error"):
+        console.print("  [dim]fewer than 2 steady steps were seen: per-step findings need a longer run[/]")
     errors = self_errors(obs)
     for e in errors:  # as plain text: an exception message may hold [brackets]
         console.print(Text.assemble(("  doctor self-check failed: ", "bold red"), e))
     if errors:
         console.print("  [red]the findings below may be incomplete[/] (a bug in twinbench's doctor: please report it)")
+    if not findings and not obs.get("step_fn"):
+        return
     if not findings:
         console.print("  [green]no findings[/]: nothing of severity info or worse"
                       + (" among what could be watched" if errors else ""))

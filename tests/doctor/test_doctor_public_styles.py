@@ -1,0 +1,66 @@
+"""The doctor on scripts written the way the frameworks' public examples are (tests/doctor/scripts/): the
+step is found (and by which signal), the findings and their severities, no self-check failure.
+
+One doctor process per script (the real command, ``--steps 8``), two at a time (the CPU machine has 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+# script -> (step function, how it was found, {finding id: severity} expected exactly, exit code)
+EXPECTED: dict[str, tuple[str, str, dict[str, str], int]] = {
+    "torch_manual_sgd": ("loss.backward", "loss.backward()", {"torch-host-sync": "info"}, 0),
+    "nnx_cached_partial": ("train_step", "a jitted function", {"jax-host-transfer": "info"}, 0),
+    "nnx_generator": ("train_step", "a jitted function", {"input-bound": "warning"}, 1),
+    "nnx_split_merge": ("train_step", "a jitted function", {}, 0),
+    "optax_loop": ("train_step", "a jitted function", {}, 0),
+    "torch_compile_dataloader": ("Optimizer.step", "torch Optimizer.step", {}, 0),
+}
+STEPS = 8
+
+
+def doctor(name: str, out: Path) -> tuple[int, dict[str, Any] | None, str]:
+    proc = subprocess.run([sys.executable, "-m", "twinbench.cli", "doctor", str(SCRIPTS / f"{name}.py"), "--steps",
+                           str(STEPS), "--timeout", "240", "--json", str(out)], capture_output=True, text=True,
+                          timeout=300)
+    return proc.returncode, json.loads(out.read_text()) if out.exists() else None, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, dict[str, Any] | None, str]]:
+    tmp = tmp_path_factory.mktemp("styles")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(EXPECTED, pool.map(lambda n: doctor(n, tmp / f"{n}.json"), EXPECTED), strict=True))
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_step_found_and_findings(results: dict, name: str) -> None:
+    code, report, output = results[name]
+    step_fn, signal, findings, exit_code = EXPECTED[name]
+    assert report is not None, output
+    assert report["self_errors"] == [], output
+    assert (report["step_fn"], report["step_signal"]) == (step_fn, signal), output
+    assert report["steps"] == STEPS and report["stopped_early"], output  # --steps ended the loop
+    got = {f["id"]: f["severity"] for f in report["findings"] if f["id"] != "compile-dominates"}
+    assert got == findings, output  # compile-dominates (info in a short run) may come or not
+    assert all(f["severity"] == "info" for f in report["findings"] if f["id"] == "compile-dominates")
+    assert code == exit_code, output
+
+
+def test_costs_are_in_the_evidence(results: dict) -> None:
+    sync = next(f for f in results["torch_manual_sgd"][1]["findings"] if f["id"] == "torch-host-sync")
+    assert "torch_manual_sgd.py" in sync["evidence"] and "ms per step in these reads" in sync["evidence"]
+    transfer = next(f for f in results["nnx_cached_partial"][1]["findings"] if f["id"] == "jax-host-transfer")
+    assert "0.5 KiB" in transfer["evidence"] and "GiB/s host-to-device" in transfer["evidence"]
+    bound = next(f for f in results["nnx_generator"][1]["findings"] if f["id"] == "input-bound")
+    assert "the device waited for the host between steps" in bound["evidence"]
+    assert "% of the iteration waiting for input" in bound["evidence"]
