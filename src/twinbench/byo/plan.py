@@ -62,7 +62,7 @@ def select(frameworks: list[str], names: list[str] | None, port: bool) -> list[t
 
 
 #: The strategies that run a user model on several devices.
-MULTI_DEVICE = ("ddp",)
+MULTI_DEVICE = ("ddp", "fsdp")
 
 
 def build_specs(preset: str, frameworks: list[str], names: list[str] | None, overrides: dict[str, Any],

@@ -57,31 +57,13 @@ class PureStepTrainer:
         return {jax.tree_util.keystr(path, simple=True, separator="."): np.asarray(v) for path, v in flat}
 
 
-class _WithLoss:
-    """Factory of the wrapper module whose ``forward(x, y)`` is the user's loss (built lazily: torch import)."""
-
-    @staticmethod
-    def make(module: Any, loss_fn: Callable[[Any, Any, Any], Any]) -> Any:
-        import torch
-
-        class WithLoss(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.model = module
-
-            def forward(self, x: Any, y: Any) -> Any:
-                return loss_fn(self.model, x, y).float().reshape(())
-
-        return WithLoss()
-
-
 def torchax_loss(spec: RunSpec, weights: dict[str, np.ndarray]) -> tuple[dict[str, Any], Callable, Any]:
     """(trainable params by torch name, ``loss_of(params, x, y)``, the user's module) through torchax."""
     from twinbench.byo.torchax_compat import import_torchax
 
     torchax = import_torchax()
     um = fam.torch_model(spec, weights)
-    wrapper = _WithLoss.make(um.module, um.loss_fn)
+    wrapper = fam.with_loss(um.module, um.loss_fn)
     states, fn = torchax.extract_jax(wrapper)
     names = {n for n, _ in wrapper.named_parameters()}
     params = {k: v for k, v in states.items() if k in names}

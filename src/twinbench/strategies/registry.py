@@ -149,6 +149,7 @@ USER_BUILDERS: dict[tuple[str, str], str] = {
     ("torch", "compile"): "twinbench.strategies.torch_user:build_compile",
     ("torch", "compile-regional"): "twinbench.strategies.torch_user:build_regional",
     ("torch", "ddp"): "twinbench.strategies.torch_user:build_ddp",
+    ("torch", "fsdp"): "twinbench.strategies.torch_user:build_fsdp",
     ("jax", "torchax"): "twinbench.strategies.jax_user:build_torchax",
     ("jax", "port"): "twinbench.strategies.jax_user:build_port",
 }
