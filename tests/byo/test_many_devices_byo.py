@@ -76,3 +76,12 @@ def test_hf_bert_under_fsdp_and_torchax_mesh_dp_follows_one_device_eager(bert_on
     assert fsdp["params"]["bytes_per_device"] < fsdp["params"]["bytes"] == mesh["params"]["bytes_per_device"]
     assert [e["spec"] for e in mesh["batch"]] == ["P('data', None)", "P('data')"]  # the batch split, not copied
     assert "doctor jax/torchax-mesh-dp:" in p.stdout
+
+
+def test_where_a_shapes_initial_weights_live_does_not_label_rows():
+    from twinbench.report.table import varying
+
+    records = [{"framework": "jax", "strategy": "torchax-mesh-dp",
+                "spec": {"model": {}, "train": {"batch": b}, "user_dir": f"/out/shape-{i}/byo"}}
+               for i, b in enumerate((2, 4))]
+    assert varying(records) == ["batch"]  # a sweep or claims prepares each shape in its own directory
