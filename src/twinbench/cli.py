@@ -505,6 +505,11 @@ def claims(
                                 "inconclusive when the repeats straddle a threshold"),
     timeout: float = typer.Option(900.0, help="seconds before one run or probe is stopped and marked failed"),
     trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
+    model: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--model", help="your own PyTorch model, FILE.py:build, in the claims whose experiment takes any model "
+        "(C6, C7, C8, C12); the others say why they need a twin"),
+    jax_model: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--jax-model", help="your own JAX port of --model (FILE.py:build_jax): the JAX side of those claims"),
 ) -> None:
     """Test each practitioner claim (C1-C21, docs/claims.md) here: what ran, the numbers, the verdict, its rule."""
     from twinbench.claims import suite
@@ -518,12 +523,25 @@ def claims(
             raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
         if repeats <= 0:
             raise SpecError(f"--repeats must be a positive integer, got {repeats}")
+        user = {"user_model": model, "user_jax_model": jax_model or ""} if model else {}
+        if jax_model and not model:
+            raise SpecError("--jax-model: a JAX port is measured beside its torch model: give --model FILE.py:build too")
+        if model:  # only the claims whose experiment takes any model; the others say why not (claims/user.py)
+            from twinbench.claims.user import split
+
+            chosen, twin_lines = split(chosen)
+            for line in twin_lines:
+                out.print(f"  {line}", highlight=False, markup=False)
         setup = Setup(quick=quick, gpt=preset or ("tiny" if quick else "small"), plan_steps=plan_steps,
-                      top=trace_top(trace), repeats=repeats, accelerator=accelerator_present())
+                      top={**trace_top(trace), **user}, repeats=repeats, accelerator=accelerator_present())
         per_claim, specs = suite.plan(chosen, setup)
     except SpecError as e:
         fail(str(e))
     target = out_dir or Path("runs") / time.strftime("claims-%Y%m%d-%H%M%S")
+    if model:  # the user's model checked and its initial weights written once per shape, before any run
+        from twinbench.byo import plan as byo_plan
+
+        specs = byo_plan.prepare_points(specs, target, timeout)
     start = time.perf_counter()
     rounds = suite.schedule(chosen, per_claim, specs, repeats) if specs else []
     n_probes = len({p for c in chosen for p in c.probes})
@@ -723,6 +741,10 @@ def advise(
         None, "--out", help="results directory; default runs/advise-<timestamp>; runs already there are reused"),
     timeout: float = TIMEOUT_OPTION,
     trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
+    model: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--model", help="your own PyTorch model, FILE.py:build, advised on instead of a twin (see compare --model)"),
+    jax_model: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--jax-model", help="your own JAX port of --model, FILE.py:build_jax (strategy 'port')"),
     **overrides: Any,
 ) -> None:
     """Measure each framework's strategies here and say which framework to use for a planned run, and why."""
@@ -733,9 +755,14 @@ def advise(
         raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
     if changes_per_day < 0:
         raise SpecError(f"--changes-per-day must be >= 0, got {changes_per_day}")
-    specs = [s for s in build_specs(preset, framework, strategies, overrides, **trace_top(trace))
+    user = {"user_model": model or "", "user_jax_model": jax_model or ""}
+    specs = [s for s in build_specs(preset, framework, strategies, overrides, **trace_top(trace), **user)
              if not getattr(registry.get(s.framework, s.strategy), "known_failing", False)]
     target = out_dir or Path("runs") / time.strftime("advise-%Y%m%d-%H%M%S")
+    if model:  # check the user's model and write its initial weights once, before any run (exit 2 if bad)
+        from twinbench.byo import plan as byo_plan
+
+        specs, _ = byo_plan.prepare(specs, target, timeout)
     records = run_and_report(specs, target, timeout, plan_steps, None, "twinbench advise", report=False)
     advice = decide(records, plan_steps, changes_per_day, results=str(target / runner.RESULTS))
     (target / "advice.json").write_text(json.dumps(advice, indent=1))

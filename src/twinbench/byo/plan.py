@@ -32,13 +32,18 @@ def _ref(ref: str, default: str, flag: str) -> str:
     return f"{path}:{name}"
 
 
+def needs_port(base: str) -> bool:
+    """Whether the base strategy runs the user's own JAX port (``port``, ``port-mesh-*``)."""
+    return base == "port" or base.startswith("port-")
+
+
 def select(frameworks: list[str], names: list[str] | None, port: bool) -> list[tuple[str, str]]:
     """The (framework, strategy) pairs of a user-model compare; names that cannot run one are errors."""
     from twinbench.strategies import registry
 
-    allowed = sorted({b for (_, b) in registry.USER_BUILDERS if port or b != "port"})
+    allowed = sorted({b for (_, b) in registry.USER_BUILDERS if port or not needs_port(b)})
     if names is None or names == ["all"]:
-        base = DEFAULTS if names is None else [k for k in registry.USER_BUILDERS if port or k[1] != "port"]
+        base = DEFAULTS if names is None else [k for k in registry.USER_BUILDERS if port or not needs_port(k[1])]
         pairs = [p for p in base if p[0] in frameworks]
         return pairs + ([("jax", "port")] if port and names is None and "jax" in frameworks else [])
     chosen: list[tuple[str, str]] = []
@@ -49,8 +54,9 @@ def select(frameworks: list[str], names: list[str] | None, port: bool) -> list[t
         if not fws or any((f, base) not in registry.USER_BUILDERS for f in fws):
             raise SpecError(f"--strategies: {raw!r} does not run a user model (--model); allowed: "
                             f"{', '.join(allowed)}")
-        if base == "port" and not port:
-            raise SpecError("--strategies: 'port' measures the user's own JAX port: give --jax-model FILE.py:build_jax")
+        if needs_port(base) and not port:
+            raise SpecError(f"--strategies: {base!r} measures the user's own JAX port: give --jax-model "
+                            "FILE.py:build_jax")
         for fw in fws:
             registry.get(fw, full)  # the modifier names exist and fit the base
             bad = [m for m in mods if m not in registry.USER_MODIFIERS[fw]]
@@ -62,7 +68,7 @@ def select(frameworks: list[str], names: list[str] | None, port: bool) -> list[t
 
 
 #: The strategies that run a user model on several devices.
-MULTI_DEVICE = ("ddp",)
+MULTI_DEVICE = ("ddp", "fsdp", "torchax-mesh-dp", "torchax-mesh-fsdp", "port-mesh-dp", "port-mesh-fsdp")
 
 
 def build_specs(preset: str, frameworks: list[str], names: list[str] | None, overrides: dict[str, Any],

@@ -14,6 +14,7 @@ from typing import Any
 
 from twinbench.byo import FLOP_CONVENTION, UserConfig, load_torch
 from twinbench.byo import family as fam
+from twinbench.byo.plan import needs_port
 from twinbench.spec import RunSpec
 
 DOCTOR_STEPS = 6  # extra steps of a JAX run watched by the doctor after the measured ones
@@ -55,13 +56,13 @@ class UserRun:
         """Record fields of a user run: FLOPs convention, dropout warning, parity (the loss trajectory against
         torch eager's; the port's check too), doctor (JAX)."""
         out: dict[str, Any] = {"flops_convention": FLOP_CONVENTION, "warnings": []}
-        if self.meta.dropout_off and self.spec.base_strategy != "port":  # the port is the user's own code
+        if self.meta.dropout_off and not needs_port(self.spec.base_strategy):  # the port is the user's own code
             names = ", ".join(self.meta.switched_off) or f"{self.meta.dropout_off} module(s)"
             out["warnings"].append(f"dropout switched off ({names}): deterministic training, the same function "
                                    "in both frameworks")
         parity: dict[str, Any] = {}
         port_check = Path(self.spec.user_dir) / fam.PARITY
-        if self.spec.base_strategy == "port" and port_check.exists():
+        if needs_port(self.spec.base_strategy) and port_check.exists():
             parity = json.loads(port_check.read_text())
         if losses and self.meta.eager_losses:
             parity["trajectory"] = trajectory(losses, self.meta.eager_losses)

@@ -81,6 +81,10 @@ class Setup:
 def build_spec(framework: str, strategy: str, preset: str, over: dict[str, Any], top: dict[str, Any]) -> RunSpec:
     """A claim's (framework, strategy, preset, overrides) as a validated RunSpec: the recipe ``twinbench
     compare`` follows (``plan.run_spec``), so a claim can only run what a user can."""
+    if top.get("user_model"):  # claims --model: the run on the user's own model (claims/user.py)
+        from twinbench.claims.user import user_spec
+
+        return user_spec(framework, strategy, preset, over, top)
     from twinbench.plan import run_spec
 
     return run_spec(preset, framework, strategy, over, **top)

@@ -59,7 +59,7 @@ def fmt_bytes(n: float | None) -> str:
 
 
 #: Spec fields never used to tell rows apart (where things live, not what was measured).
-_NOT_LABELS = {"framework", "strategy", "cache_dir", "trace_dir", "spec"}
+_NOT_LABELS = {"framework", "strategy", "cache_dir", "trace_dir", "spec", "user_dir"}
 
 
 def field_value(r: dict[str, Any], key: str) -> Any:

@@ -57,35 +57,22 @@ class PureStepTrainer:
         return {jax.tree_util.keystr(path, simple=True, separator="."): np.asarray(v) for path, v in flat}
 
 
-class _WithLoss:
-    """Factory of the wrapper module whose ``forward(x, y)`` is the user's loss (built lazily: torch import)."""
+def torchax_loss(spec: RunSpec, weights: dict[str, np.ndarray],
+                 place_buffers: Callable[[Any], Any] | None = None) -> tuple[dict[str, Any], Callable, Any]:
+    """(trainable params by torch name, ``loss_of(params, x, y)``, the user's module) through torchax.
 
-    @staticmethod
-    def make(module: Any, loss_fn: Callable[[Any, Any, Any], Any]) -> Any:
-        import torch
-
-        class WithLoss(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.model = module
-
-            def forward(self, x: Any, y: Any) -> Any:
-                return loss_fn(self.model, x, y).float().reshape(())
-
-        return WithLoss()
-
-
-def torchax_loss(spec: RunSpec, weights: dict[str, np.ndarray]) -> tuple[dict[str, Any], Callable, Any]:
-    """(trainable params by torch name, ``loss_of(params, x, y)``, the user's module) through torchax."""
+    ``place_buffers`` (optional) maps the buffers (constants of the step) to where the step runs (a mesh)."""
     from twinbench.byo.torchax_compat import import_torchax
 
     torchax = import_torchax()
     um = fam.torch_model(spec, weights)
-    wrapper = _WithLoss.make(um.module, um.loss_fn)
+    wrapper = fam.with_loss(um.module, um.loss_fn)
     states, fn = torchax.extract_jax(wrapper)
     names = {n for n, _ in wrapper.named_parameters()}
     params = {k: v for k, v in states.items() if k in names}
     buffers = {k: v for k, v in states.items() if k not in names}
+    if place_buffers is not None:
+        buffers = place_buffers(buffers)
 
     def loss_of(params: dict[str, Any], x: Any, y: Any) -> Any:
         return fn({**params, **buffers}, (x, y))
@@ -93,25 +80,36 @@ def torchax_loss(spec: RunSpec, weights: dict[str, np.ndarray]) -> tuple[dict[st
     return params, loss_of, um.module
 
 
+def tied_names(module: Any) -> dict[str, list[str]]:
+    """Each ``state_dict`` name -> every name of the same tensor (tied weights)."""
+    sd = module.state_dict(keep_vars=True)
+    groups: dict[int, list[str]] = {}
+    for k, t in sd.items():
+        groups.setdefault(id(t), []).append(k)
+    return {k: groups[id(t)] for k, t in sd.items()}
+
+
+def torch_layout(params: dict[str, Any], alias: dict[str, list[str]], initial: dict[str, np.ndarray],
+                 to_host: Callable[[Any], np.ndarray] = np.asarray) -> dict[str, np.ndarray]:
+    """torchax params (``model.<name>``) in the module's ``state_dict`` layout: torch names, tied weights under
+    each name, buffers (never trained) from ``initial``."""
+    out = {}
+    for k in initial:
+        hit = next((f"model.{a}" for a in alias[k] if f"model.{a}" in params), None)
+        out[k] = to_host(params[hit]) if hit else initial[k]
+    return out
+
+
 class TorchaxTrainer(PureStepTrainer):
     def __init__(self, spec: RunSpec, weights: dict[str, np.ndarray]):
         params, loss_of, module = torchax_loss(spec, weights)
         super().__init__(spec, params, loss_of)
-        self.names = list(weights)
-        sd = module.state_dict(keep_vars=True)
-        groups: dict[int, list[str]] = {}
-        for k, t in sd.items():
-            groups.setdefault(id(t), []).append(k)
-        self.alias = {k: groups[id(t)] for k, t in sd.items()}  # tied weights: every name of one tensor
-        self.buffers = {k: np.asarray(v) for k, v in weights.items()}
+        self.alias = tied_names(module)
+        self.initial = {k: np.asarray(v) for k, v in weights.items()}
 
     def weights(self) -> dict[str, np.ndarray]:
         """The module's ``state_dict`` layout (torch names, tied weights under each name)."""
-        out = {}
-        for k in self.names:
-            hit = next((f"model.{a}" for a in self.alias[k] if f"model.{a}" in self.params), None)
-            out[k] = np.asarray(self.params[hit]) if hit else self.buffers[k]
-        return out
+        return torch_layout(self.params, self.alias, self.initial)
 
 
 def port_loss(spec: RunSpec, weights: dict[str, np.ndarray]) -> tuple[Any, Callable]:

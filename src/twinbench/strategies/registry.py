@@ -143,18 +143,29 @@ register("jax", "torchax", "the user's torch module (--model) under JAX via torc
 register("jax", "port", "the user's own JAX port (--jax-model), parity-checked against the torch module: one "
          "jit step, value_and_grad + Optax AdamW, donated", "twinbench.strategies.jax_user:build_port",
          default=False, families=("user",))
+for _name, _what in (("torchax-mesh-dp", "the user's torch module via torchax"),
+                     ("port-mesh-dp", "the user's own JAX port (--jax-model)")):
+    register("jax", _name, f"{_what} under mesh-dp: jit + NamedSharding, batch split over the 'data' axis, "
+             "params replicated", "twinbench.strategies.jax_user_mesh:build", default=False, multi_device=True,
+             families=("user",))
+    register("jax", _name.replace("-dp", "-fsdp"), f"{_what} under mesh-fsdp: params, optimizer state and batch "
+             "sharded over the 'data' axis (the twins' rule)", "twinbench.strategies.jax_user_mesh:build",
+             default=False, multi_device=True, families=("user",))
 #: Builders of the bases a user model (family "user") runs with, and the modifiers they honour.
 USER_BUILDERS: dict[tuple[str, str], str] = {
     ("torch", "eager"): "twinbench.strategies.torch_user:build",
     ("torch", "compile"): "twinbench.strategies.torch_user:build_compile",
     ("torch", "compile-regional"): "twinbench.strategies.torch_user:build_regional",
     ("torch", "ddp"): "twinbench.strategies.torch_user:build_ddp",
+    ("torch", "fsdp"): "twinbench.strategies.torch_user:build_fsdp",
     ("jax", "torchax"): "twinbench.strategies.jax_user:build_torchax",
     ("jax", "port"): "twinbench.strategies.jax_user:build_port",
+    **{("jax", n): "twinbench.strategies.jax_user_mesh:build"
+       for n in ("torchax-mesh-dp", "torchax-mesh-fsdp", "port-mesh-dp", "port-mesh-fsdp")},
 }
 USER_MODIFIERS: dict[str, tuple[str, ...]] = {"torch": ("bf16", "optc", "remat"), "jax": ("nodonate",)}
 #: Bases only a user model runs (a twin has no torch module for torchax, nor a port).
-USER_ONLY = ("torchax", "port")
+USER_ONLY = ("torchax", "port", "torchax-mesh-dp", "torchax-mesh-fsdp", "port-mesh-dp", "port-mesh-fsdp")
 
 
 def builder(spec: RunSpec) -> Callable:

@@ -106,14 +106,12 @@ def build_regional(spec: RunSpec, weights: dict[str, np.ndarray]) -> UserTorchTr
     return UserTorchTrainer(spec, weights, "regional")
 
 
-class UserDDPTrainer(UserTorchTrainer):
-    """``ddp`` over the user's module: one torchrun rank per device, each on its rows of the global batch,
-    the module wrapped in ``DistributedDataParallel`` (the loss calls the wrapper), the loss returned the mean
-    over ranks; the report is the twins' DDP report."""
+class UserRankTrainer(UserTorchTrainer):
+    """A torchrun rank over the user's module: rank ``r`` of ``world`` trains on its rows of the global batch
+    (``batch / world``); the loss it returns is the mean over ranks (the one-device loss of a mean loss)."""
 
     def __init__(self, spec: RunSpec, weights: dict[str, np.ndarray], compile_mode: str = "none"):
         import torch.distributed as dist
-        from torch.nn.parallel import DistributedDataParallel
 
         from twinbench.distributed import torchrun
 
@@ -123,8 +121,6 @@ class UserDDPTrainer(UserTorchTrainer):
         self.rows = spec.train.batch // self.world
         self.last_batch: tuple[Any, Any] | None = None
         super().__init__(spec, weights, compile_mode)
-        ids = [torch.cuda.current_device()] if self.device.type == "cuda" else None
-        self.module = DistributedDataParallel(self.model, device_ids=ids)
 
     def step(self, x: Any, y: Any) -> Any:
         from twinbench.strategies.torch_ddp import GlobalLoss, RankTrainer
@@ -133,15 +129,28 @@ class UserDDPTrainer(UserTorchTrainer):
         self.last_batch = (xb, yb)
         return GlobalLoss(self.train_step(xb, yb), self.world)
 
-    def report(self) -> dict[str, Any]:
-        from twinbench.strategies.torch_ddp import DDPTrainer
-
-        return DDPTrainer.report(self)  # type: ignore[arg-type]
-
     def batch_entries(self) -> list[Any]:
         from twinbench.strategies.torch_ddp import RankTrainer
 
         return RankTrainer.batch_entries(self)  # type: ignore[arg-type]
+
+
+class UserDDPTrainer(UserRankTrainer):
+    """``ddp`` over the user's module: one torchrun rank per device, each on its rows of the global batch,
+    the module wrapped in ``DistributedDataParallel`` (the loss calls the wrapper), the loss returned the mean
+    over ranks; the report is the twins' DDP report."""
+
+    def __init__(self, spec: RunSpec, weights: dict[str, np.ndarray], compile_mode: str = "none"):
+        from torch.nn.parallel import DistributedDataParallel
+
+        super().__init__(spec, weights, compile_mode)
+        ids = [torch.cuda.current_device()] if self.device.type == "cuda" else None
+        self.module = DistributedDataParallel(self.model, device_ids=ids)
+
+    def report(self) -> dict[str, Any]:
+        from twinbench.strategies.torch_ddp import DDPTrainer
+
+        return DDPTrainer.report(self)  # type: ignore[arg-type]
 
     def replicas_max_abs_diff(self) -> float:
         from twinbench.strategies.torch_ddp import DDPTrainer
@@ -149,5 +158,49 @@ class UserDDPTrainer(UserTorchTrainer):
         return DDPTrainer.replicas_max_abs_diff(self)  # type: ignore[arg-type]
 
 
+class UserFSDPTrainer(UserRankTrainer):
+    """``fsdp`` over the user's module: FSDP2 ``fully_shard`` on each block ``UserModel.blocks`` names (default:
+    the items of the largest ``nn.ModuleList``), as the twins' fsdp does, then on a root that holds the rest.
+
+    The root is a small wrapper whose ``forward(x, y)`` is the user's ``loss_fn(module, x, y)``, so whatever
+    the loss calls (the module, or its parts) runs inside the root's forward: the parameters outside the blocks
+    are gathered whichever way the loss reaches them. Every parameter and AdamW's state are DTensors sharded
+    on dimension 0; gradients are reduce-scattered (averaged over ranks); the optimizer is built after the
+    sharding, on the DTensors; the report is the twins' FSDP report."""
+
+    def __init__(self, spec: RunSpec, weights: dict[str, np.ndarray], compile_mode: str = "none"):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        super().__init__(spec, weights, compile_mode)
+        blocks = fam.torch_blocks(self.um)
+        if not blocks:
+            raise ValueError("fsdp: the user model names no blocks (UserModel.blocks) and has no nn.ModuleList")
+        mesh = init_device_mesh(self.device.type, (self.world,), mesh_dim_names=("data",))
+        for block in blocks:
+            fully_shard(block, mesh=mesh)
+        self.root = fam.with_loss(self.model, self.um.loss_fn)
+        fully_shard(self.root, mesh=mesh)
+        self.optimizer = fam.torch_optimizer(self.model, spec.train.lr, spec.train.weight_decay)
+
+    def forward_loss(self, x: Any, y: Any) -> torch.Tensor:
+        with torch.autocast(self.device.type, torch.bfloat16, enabled=self.bf16):
+            return self.root(x, y)
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """The full (gathered) ``state_dict`` of the user's module, as NumPy arrays."""
+        full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v) for k, v in self.model.state_dict().items()}
+        return {k: np.array(v.detach().cpu().numpy(), copy=True) for k, v in full.items()}
+
+    def report(self) -> dict[str, Any]:
+        from twinbench.strategies.torch_fsdp import FSDPTrainer
+
+        return FSDPTrainer.report(self)  # type: ignore[arg-type]
+
+
 def build_ddp(spec: RunSpec, weights: dict[str, np.ndarray]) -> UserDDPTrainer:
     return UserDDPTrainer(spec, weights)
+
+
+def build_fsdp(spec: RunSpec, weights: dict[str, np.ndarray]) -> UserFSDPTrainer:
+    return UserFSDPTrainer(spec, weights)
