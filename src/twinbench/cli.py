@@ -223,8 +223,8 @@ def compare(
     cache_dir: Optional[Path] = CACHE_DIR_OPTION,  # noqa: UP045
     model: Optional[str] = typer.Option(  # noqa: UP045
         None, "--model", help="your own PyTorch model, FILE.py:build: build(cfg) returns a twinbench.byo.UserModel "
-        "(module, loss_fn, batch); runs under torch eager/compile/compile-regional and JAX via torchax "
-        "(see examples/byo/)"),
+        "(module, loss_fn, batch); runs under torch eager/compile/compile-regional (+remat, +bf16), ddp/fsdp "
+        "on several devices, and JAX via torchax (also torchax-mesh-dp/-fsdp) (see docs/own-model.md)"),
     jax_model: Optional[str] = typer.Option(  # noqa: UP045
         None, "--jax-model", help="your own JAX port of --model, FILE.py:build_jax returning a "
         "twinbench.byo.JaxUserModel (loss_fn, to_jax): parity-checked, then measured as strategy 'port'"),

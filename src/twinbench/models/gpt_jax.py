@@ -33,17 +33,19 @@ ATTENTION_CHUNK = 128
 def einsum_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, is_causal: bool = False,
                      mask: jax.Array | None = None, bias: jax.Array | None = None) -> jax.Array:
     """Attention written out, ``[B, T, H, D]`` in and out: the maths of ``jax.nn.dot_product_attention``'s
-    XLA path (scores scaled, masked with a select, softmax in fp32), without the grouped-query ``vmap`` that
-    path wraps around it, whose extra batch axis costs transposes of the scores on XLA:CPU. ``mask``: True
-    where a query may see a key (broadcast to ``[B, H, T, T]``); ``bias`` is added to the scores."""
+    XLA path (softmax in fp32) without the grouped-query ``vmap`` that path wraps around it, whose extra batch
+    axis costs transposes of the scores on XLA:CPU; formulated as Hugging Face's Flax GPT-2 does it: the
+    queries scaled before the product, the causal mask added to the scores as a 0 / most-negative bias.
+    ``mask``: True where a query may see a key (broadcast to ``[B, H, T, T]``); ``bias`` is added to the scores."""
     D = q.shape[-1]
+    q = q * jnp.asarray(1.0 / math.sqrt(D), q.dtype)
     s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.promote_types(q.dtype, jnp.float32))
-    s = s * jnp.asarray(1.0 / math.sqrt(D), s.dtype)
     if bias is not None:
         s = s + bias.astype(s.dtype)
     if is_causal:
         T, S = s.shape[-2:]
-        mask = jnp.tril(jnp.ones((T, S), bool)) if mask is None else mask & jnp.tril(jnp.ones((T, S), bool))
+        causal = jnp.tril(jnp.ones((T, S), bool))
+        s = s + jax.lax.select(causal, jnp.zeros((T, S), s.dtype), jnp.full((T, S), jnp.finfo(s.dtype).min, s.dtype))
     if mask is not None:
         s = jnp.where(mask, s, jnp.finfo(s.dtype).min)
     p = jax.nn.softmax(s.astype(jnp.float32), axis=-1).astype(v.dtype)
