@@ -39,8 +39,10 @@ def _torch_run(tmp_path: Path, name: str, updates: int) -> dict[str, Any]:
     from twinbench.spec import from_preset
     from twinbench.strategies import registry
 
-    # few tokens: the update is a large part of the step, so the planted cause stands above a busy machine's noise
-    spec = from_preset("tiny", {"layers": 4, "batch": 1, "seq": 16}, framework="torch", strategy="eager")
+    # wide layers and few tokens: the update's ops are a large part of the step, so the planted cause stands
+    # above a busy machine's noise (idle time from a descheduled process lands in "rest / idle")
+    spec = from_preset("tiny", {"layers": 4, "d_model": 256, "heads": 4, "batch": 1, "seq": 16},
+                       framework="torch", strategy="eager")
     trainer = registry.builder(spec)(spec, family.get(spec).init_weights(spec.model, 0))
     step = trainer.optimizer.step
     trainer.optimizer.step = lambda: [step() for _ in range(updates)]  # the one planted difference
@@ -50,8 +52,15 @@ def _torch_run(tmp_path: Path, name: str, updates: int) -> dict[str, Any]:
 
 
 def test_torch_repeated_update_is_the_optimizer_row(tmp_path: Path) -> None:
-    once = _torch_run(tmp_path, "eager", 1)
-    eight = _torch_run(tmp_path, "eager-eight-updates", 8)
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: less idle time from sharing the cores with the other test worker
+    try:
+        once = _torch_run(tmp_path, "eager", 1)
+        eight = _torch_run(tmp_path, "eager-eight-updates", 8)
+    finally:
+        torch.set_num_threads(threads)
     res = gap.explain_pair(once, eight)
     assert res["largest"]["row"] == "optimizer / optimizer", res["rows"]
     assert res["largest"]["share"] > 0.5, res["rows"]
