@@ -125,7 +125,7 @@ def test_scan_layers_weights_round_trip_bit_exact(weights):
 
 def test_naive_sync_waits_for_the_parameters_too(weights, host_batches, monkeypatch):
     """Since Flax 0.11 ``nnx.Optimizer`` no longer holds the model: waiting on its state alone returns before
-    the parameter update is done. ``sync`` must block on every parameter as well (issue 10, item 8)."""
+    the parameter update is done. ``sync`` must block on every parameter as well."""
     from twinbench.strategies import jax_naive
 
     spec = make_spec("jax", "naive")
