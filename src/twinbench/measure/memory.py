@@ -11,8 +11,8 @@ into parts both frameworks share:
   the gradients alive at the peak of one profiled step (torch's memory profiler, ``profile_memory=True``).
 - ``activations``: what the forward pass keeps for the backward pass. JAX: the residuals of the loss's VJP
   (``saved_residuals``, grouped by the source line that made them); torch: what autograd keeps at the peak
-  of the profiled step, listed by module from the tensors autograd saves
-  (``torch.autograd.graph.saved_tensors_hooks`` over one extra forward after the measured steps).
+  of the profiled step, listed by module from the tensors autograd saves in that step
+  (``torch.autograd.graph.saved_tensors_hooks``).
 - ``temporaries``: JAX: the compiled step's temp buffer (``memory_analysis().temp_size_in_bytes``) less the
   gradients and activations that live in it; torch: what torch's memory profiler counts as temporary (or
   cannot place) at the peak of one profiled step.
@@ -175,8 +175,9 @@ def jax_breakdown(peak_bytes: int, peak_source: str, runtime_bytes: int, params:
 
 # torch -------------------------------------------------------------------------------------------------
 def torch_saved_activations(module: Any, forward: Callable[[], Any]) -> list[tuple[str, int]]:
-    """Bytes autograd saves for the backward pass over one ``forward()``, by the module that saved them
-    (each storage counted once; parameters' storages left out). The forward's graph is dropped after."""
+    """Bytes autograd saves for the backward pass while ``forward()`` runs (a forward pass, or a whole training
+    step), by the module that saved them (each storage counted once; parameters' storages left out). What
+    ``forward()`` returns is dropped after."""
     import torch
 
     param_storages = {p.untyped_storage().data_ptr() for p in module.parameters()}
@@ -404,9 +405,9 @@ def breakdown(spec: Any, trainer: Any, batch: tuple[Any, Any], peak_bytes: int, 
             b = jax_breakdown(peak_bytes, peak_source, runtime_bytes, trainer.params, trainer.opt_state,
                               batch_bytes(batch), sizes, residuals, on_cpu)
         else:
-            x, y = trainer.place(batch[0]), trainer.place(batch[1])
-            saved = torch_saved_activations(trainer.model, lambda: trainer.forward_loss(x, y))
-            at_peak = torch_profiled_step(trainer, batch, "cpu" if on_cpu else "cuda:0")
+            at_peak: dict[str, int] = {}  # one profiled step gives both the parts and the activations by module
+            saved = torch_saved_activations(
+                trainer.model, lambda: at_peak.update(torch_profiled_step(trainer, batch, "cpu" if on_cpu else "cuda:0")))
             b = torch_breakdown(peak_bytes, peak_source, runtime_bytes, at_peak, saved, on_cpu)
         return b.to_dict()
     except Exception as e:  # a breakdown must never cost the measured run
