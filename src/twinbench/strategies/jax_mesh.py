@@ -34,12 +34,16 @@ class MeshTrainer(JaxTrainer):
     for compute by a sharding constraint, gradients reduce-scattered back by XLA)."""
 
     def __init__(self, spec: RunSpec, weights: Canonical, fsdp: bool):
+        self.init_mesh(spec, fsdp)
+        super().__init__(spec, weights)
+
+    def init_mesh(self, spec: RunSpec, fsdp: bool) -> None:
+        """The mesh of ``spec.devices`` and the sharding choice, before any parameter is placed."""
         self.kind = "fsdp" if fsdp else "dp"
         self.fsdp = fsdp
         self.mesh = data_mesh(spec.devices)
         self.replicated = NamedSharding(self.mesh, P())
         self.last_batch: tuple[Any, Any] | None = None
-        super().__init__(spec, weights)
 
     def place(self, params: Any) -> tuple[Any, Any]:
         host = jax.tree.map(np.asarray, params)

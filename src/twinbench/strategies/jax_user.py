@@ -53,8 +53,13 @@ class PureStepTrainer:
         return explain_hlo(self, x, y)
 
     def weights(self) -> dict[str, np.ndarray]:
-        flat = jax.tree_util.tree_flatten_with_path(self.params)[0]
-        return {jax.tree_util.keystr(path, simple=True, separator="."): np.asarray(v) for path, v in flat}
+        return flat_weights(self.params)
+
+
+def flat_weights(params: Any, to_host: Callable[[Any], np.ndarray] = np.asarray) -> dict[str, np.ndarray]:
+    """A parameter pytree as one flat dict of host arrays, named by their paths (``blocks.0.attn.wq``)."""
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    return {jax.tree_util.keystr(path, simple=True, separator="."): to_host(v) for path, v in flat}
 
 
 def torchax_loss(spec: RunSpec, weights: dict[str, np.ndarray],

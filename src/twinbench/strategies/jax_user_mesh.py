@@ -17,15 +17,13 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from twinbench.byo import family as fam
-from twinbench.distributed.mesh import data_mesh, put_global, to_host
+from twinbench.distributed.mesh import put_global, to_host
 from twinbench.spec import RunSpec
 from twinbench.strategies.jax_jit import make_train_step
 from twinbench.strategies.jax_mesh import MeshTrainer
-from twinbench.strategies.jax_user import port_loss, tied_names, torch_layout, torchax_loss
+from twinbench.strategies.jax_user import flat_weights, port_loss, tied_names, torch_layout, torchax_loss
 
 #: The user-model mesh bases: name -> (source of the JAX loss, FSDP or not).
 BASES = {"torchax-mesh-dp": ("torchax", False), "torchax-mesh-fsdp": ("torchax", True),
@@ -38,11 +36,7 @@ class UserMeshTrainer(MeshTrainer):
     def __init__(self, spec: RunSpec, weights: dict[str, np.ndarray]):
         source, fsdp = BASES[spec.base_strategy]
         self.spec, self.source = spec, source
-        self.kind = "fsdp" if fsdp else "dp"
-        self.fsdp = fsdp
-        self.mesh = data_mesh(spec.devices)
-        self.replicated = NamedSharding(self.mesh, P())
-        self.last_batch: tuple[Any, Any] | None = None
+        self.init_mesh(spec, fsdp)
         self.tx = fam.jax_optimizer(spec.train.lr, spec.train.weight_decay)
         if source == "torchax":
             def replicate(tree: Any) -> Any:
@@ -60,8 +54,7 @@ class UserMeshTrainer(MeshTrainer):
         """torchax: the module's ``state_dict`` layout (torch names); port: the port's pytree, flattened."""
         if self.source == "torchax":
             return torch_layout(self.params, self.alias, self.initial, to_host)
-        flat = jax.tree_util.tree_flatten_with_path(self.params)[0]
-        return {jax.tree_util.keystr(path, simple=True, separator="."): to_host(v) for path, v in flat}
+        return flat_weights(self.params, to_host)
 
     def predict(self, x: Any) -> np.ndarray:
         raise NotImplementedError("a user model has no prediction head twinbench knows")
