@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from twinbench.record import condition_warnings
+from twinbench.record import condition_warnings, read_records
 
 METHOD = ("per-repeat median step times; ratio NEW/OLD = exp(mean log NEW - mean log OLD); 95% CI: Welch's t "
           "interval on the log medians (scipy.stats.ttest_ind, equal_var=False), exponentiated")
@@ -57,19 +57,7 @@ def load(path: Path) -> list[dict[str, Any]]:
     if not file.exists():
         raise DiffError(f"{path}: no such results directory or file" if not path.exists()
                         else f"{path}: no results.jsonl there (run `twinbench compare --out {path}`)")
-    records, bad = [], 0
-    for line in file.read_text(errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            bad += 1
-            continue
-        if isinstance(rec, dict) and {"framework", "strategy", "status"} <= rec.keys():
-            records.append(rec)
-        else:
-            bad += 1
+    records, bad = read_records(file)
     if not records:
         raise DiffError(f"{file}: no twinbench records in it" + (f" ({bad} line(s) that are not)" if bad else ""))
     return records

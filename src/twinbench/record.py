@@ -203,6 +203,29 @@ def append_jsonl(path: Path, record: dict[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
+#: the fields every record has, whatever its status
+REQUIRED = ("framework", "strategy", "status")
+
+
+def read_records(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The twinbench records of a results file, and how many of its non-blank lines were not one (malformed
+    JSON, or JSON without the fields every record has): for commands that read results users hand them."""
+    records, bad = [], 0
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(rec, dict) and all(k in rec for k in REQUIRED):
+            records.append(rec)
+        else:
+            bad += 1
+    return records, bad
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Every complete record of a results file; a torn last line (killed mid-write) is skipped."""
     out = []

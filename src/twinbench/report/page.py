@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.measure.trace import HINTS as TRACE_HINTS
+from twinbench.record import read_records
 from twinbench.report.breakeven import total_s
 from twinbench.report.plots import PALETTES, Plot, all_plots, label, leader_changes, shape_text, varying
 from twinbench.report.table import COLUMNS, conditions, row
@@ -25,7 +26,6 @@ from twinbench.report.table import COLUMNS, conditions, row
 RESULTS = "results.jsonl"
 CLAIMS = "claims.json"
 ADVICE = "advice.json"
-REQUIRED = ("framework", "strategy", "status")
 
 
 class ReportError(ValueError):
@@ -50,19 +50,7 @@ def load(directory: Path) -> Results:
     path = directory / RESULTS
     if not path.is_file():
         raise ReportError(f"{directory}: no {RESULTS} there (run `twinbench compare --out {directory}`)")
-    records, skipped = [], 0
-    for line in path.read_text(errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            skipped += 1
-            continue
-        if not isinstance(rec, dict) or any(k not in rec for k in REQUIRED):
-            skipped += 1
-            continue
-        records.append(rec)
+    records, skipped = read_records(path)
     if not records:
         raise ReportError(f"{path}: no valid record ({skipped} malformed line(s))")
     claims: list[dict[str, Any]] = []
