@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from twinbench.cli import app
 from twinbench.explain import gap, hlo, runs, taxonomy, torch_trace
-from twinbench.explain.breakdown import PHASES
+from twinbench.explain.breakdown import PHASES, undisturbed
 from twinbench.spec import RunSpec
 
 
@@ -36,20 +36,22 @@ def _ev(name: str, ts: float, dur: float, cat: str = "cpu_op") -> dict:
     return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
 
 
-def synthetic_torch_trace(path: Path, extra_backward_mm: float) -> str:
+def synthetic_torch_trace(path: Path, extra_backward_mm: float, descheduled_gelu: float = 0.0) -> str:
     """SYNTHETIC: three steps of forward (addmm, gelu), backward (an evaluate_function holding mm), optimizer;
-    ``extra_backward_mm`` microseconds more of backward matmul per step (the planted cause)."""
+    ``extra_backward_mm`` microseconds more of backward matmul per step (the planted cause);
+    ``descheduled_gelu`` microseconds more of gelu in the second step only (another process took the core)."""
     events = []
     t = 0.0
     for i in range(3):
         bw = 300.0 + extra_backward_mm
-        step = 100 + 50 + bw + 200 + 50
+        gelu = 50 + (descheduled_gelu if i == 1 else 0.0)
+        step = 100 + gelu + bw + 200 + 50
         events.append(_ev(f"twinbench_step_{i}", t, step, "user_annotation"))
-        events += [_ev("aten::addmm", t + 10, 100), _ev("aten::gelu", t + 110, 50),
-                   _ev("autograd::engine::evaluate_function: MmBackward0", t + 160, bw),
-                   _ev("aten::mm", t + 165, bw - 10)]
-        events += [_ev("optimizer", t + 160 + bw, 200, "user_annotation"),
-                   _ev("aten::_foreach_mul_", t + 161 + bw, 190)]
+        events += [_ev("aten::addmm", t + 10, 100), _ev("aten::gelu", t + 110, gelu),
+                   _ev("autograd::engine::evaluate_function: MmBackward0", t + 110 + gelu, bw),
+                   _ev("aten::mm", t + 115 + gelu, bw - 10)]
+        events += [_ev("optimizer", t + 110 + gelu + bw, 200, "user_annotation"),
+                   _ev("aten::_foreach_mul_", t + 111 + gelu + bw, 190)]
         t += step + 10
     path.write_text(json.dumps({"traceEvents": events}))
     return str(path)
@@ -68,6 +70,17 @@ def test_torch_reader_attributes_phases_and_categories(tmp_path: Path) -> None:
     assert b.cells["optimizer"]["optimizer"] == pytest.approx(0.2, rel=0.05)
     assert b.cells["forward"]["matmul"] == pytest.approx(0.1, rel=0.05)
     assert sum(ph.values()) == pytest.approx(b.step_ms, rel=1e-6)
+
+
+def test_a_disturbed_step_is_left_out_not_blamed_on_its_op(tmp_path: Path) -> None:
+    """A step that another process descheduled (its gelu 10x longer) is not averaged in: the element-wise row
+    stays what the undisturbed steps say, and the breakdown says how many steps it used."""
+    clean = torch_trace.read(synthetic_torch_trace(tmp_path / "a.json", 0.0))
+    disturbed = torch_trace.read(synthetic_torch_trace(tmp_path / "b.json", 0.0, descheduled_gelu=500.0))
+    assert (disturbed.steps_traced, disturbed.steps_used) == (3, 2)
+    assert disturbed.cells["forward"]["element-wise"] == pytest.approx(clean.cells["forward"]["element-wise"])
+    assert disturbed.step_ms == pytest.approx(clean.step_ms)
+    assert undisturbed([10.0, 12.0, 30.0, 11.0]) == [0, 1, 3]
 
 
 def test_planted_backward_matmul_is_the_largest_gap_row(tmp_path: Path) -> None:

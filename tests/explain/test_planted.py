@@ -47,7 +47,7 @@ def _torch_run(tmp_path: Path, name: str, updates: int) -> dict[str, Any]:
     step = trainer.optimizer.step
     trainer.optimizer.step = lambda: [step() for _ in range(updates)]  # the one planted difference
     x, y = tasks.run_data(spec, 1).batches[0]
-    path = trace_steps("torch", lambda _i: trainer.step(x, y), trainer.sync, tmp_path / name, n=4)
+    path = trace_steps("torch", lambda _i: trainer.step(x, y), trainer.sync, tmp_path / name, n=6)
     return _record("torch", name, path)
 
 
@@ -114,7 +114,7 @@ def _jax_run(tmp_path: Path, name: str, slow: bool) -> dict[str, Any]:
     port = _llama_port()
     if slow:
         port.attention = _slow_attention(port)
-    cfg = UserConfig(layers=2, d_model=64, heads=4, d_ff=0, vocab=256, context=64, batch=4, seq=64, seed=0)
+    cfg = UserConfig(layers=2, d_model=64, heads=4, d_ff=0, vocab=256, context=128, batch=4, seq=128, seed=0)
     rng = np.random.default_rng(0)
     d, ff = cfg.d_model, 4 * cfg.d_model
 
@@ -139,7 +139,7 @@ def _jax_run(tmp_path: Path, name: str, slow: bool) -> dict[str, Any]:
     def one(_i: int) -> None:
         state["p"], state["s"], _ = step(state["p"], state["s"], x, x)
 
-    path = trace_steps("jax", one, lambda: jax.block_until_ready(state["p"]), tmp_path / name, n=4)
+    path = trace_steps("jax", one, lambda: jax.block_until_ready(state["p"]), tmp_path / name, n=6)
     return _record("jax", name, path, str(hlo))
 
 

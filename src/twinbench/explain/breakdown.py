@@ -7,6 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PHASES = ("input", "forward", "backward", "optimizer", "rest")
+DISTURBED = 1.25  # a traced step this much slower than the fastest was disturbed (descheduled, preempted)
+
+
+def undisturbed(durations: list[float]) -> list[int]:
+    """The indices of the traced steps to attribute: those within ``DISTURBED`` x the fastest. A step that
+    another process descheduled is slow in whichever op it was running; averaging it in would blame that op."""
+    fastest = min(durations, default=0.0)
+    return [i for i, d in enumerate(durations) if d <= DISTURBED * fastest]
 
 
 @dataclass
@@ -20,6 +28,8 @@ class Breakdown:
     other: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     overlap: float = 1.0  # summed op time / the step's busy time (> 1: ops ran concurrently, scaled down)
     source: str = ""
+    steps_traced: int = 0  # steps in the trace; those attributed (undisturbed) are the ``finish`` count
+    steps_used: int = 0
 
     def add(self, phase: str, category: str, ms: float, scope: str = "", name: str = "") -> None:
         if phase == "optimizer" and category not in ("matmul", "collectives"):
@@ -58,12 +68,14 @@ class Breakdown:
                         row[k] /= self.overlap
             busy = step_ms
         self.step_ms = step_ms
+        self.steps_used = steps
         self.cells["rest"]["idle"] += max(step_ms - busy, 0.0)
         return self
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"step_ms": round(self.step_ms, 4), "overlap": round(self.overlap, 3),
-                             "source": self.source}
+                             "source": self.source, "steps_traced": self.steps_traced,
+                             "steps_used": self.steps_used}
         d["cells"] = {p: {c: round(v, 4) for c, v in row.items() if v} for p, row in self.cells.items()}
         d["scopes"] = {s: {p: round(v, 4) for p, v in row.items() if v} for s, row in self.scopes.items()}
         d["other"] = dict(sorted(((k, round(v, 4)) for k, v in self.other.items()), key=lambda kv: -kv[1])[:8])
@@ -75,7 +87,8 @@ class Breakdown:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Breakdown:
-        b = cls(step_ms=d.get("step_ms", 0.0), overlap=d.get("overlap", 1.0), source=d.get("source", ""))
+        b = cls(step_ms=d.get("step_ms", 0.0), overlap=d.get("overlap", 1.0), source=d.get("source", ""),
+                steps_traced=d.get("steps_traced", 0), steps_used=d.get("steps_used", 0))
         for p, row in d.get("cells", {}).items():
             for c, v in row.items():
                 b.cells[p][c] = v

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.explain import jax_trace, torch_trace
-from twinbench.explain.breakdown import PHASES, Breakdown
+from twinbench.explain.breakdown import DISTURBED, PHASES, Breakdown
 from twinbench.explain.jax_trace import TraceError
 
 TOLERANCE = 0.10
@@ -65,6 +65,9 @@ def explain_run(r: dict[str, Any]) -> dict[str, Any]:
     if d["categorized_share"] < CATEGORIZED_MIN:
         top = ", ".join(f"{k} {v:.2f} ms" for k, v in list(d["other"].items())[:5])
         notes.append(f"only {d['categorized_share']:.0%} of op time categorized; largest 'other': {top}")
+    if b.steps_used < b.steps_traced:
+        notes.append(f"{b.steps_traced - b.steps_used} of {b.steps_traced} traced steps left out: over "
+                     f"{DISTURBED}x the fastest (disturbed by another process?)")
     if b.overlap > 1.05:
         notes.append(f"ops overlapped (summed op time {b.overlap:.2f}x the traced step): scaled to the step")
     return {"run": label(r), "run_id": r.get("run_id"), "step_ms": step, "traced_step_ms": b.step_ms,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from twinbench.explain import hlo
-from twinbench.explain.breakdown import Breakdown
+from twinbench.explain.breakdown import Breakdown, undisturbed
 
 
 class TraceError(ValueError):
@@ -56,7 +56,8 @@ def read(trace_path: str, hlo_text: str, module: str = "") -> Breakdown:
         raise TraceError(f"{path}: no twinbench_step annotations")
     modules = {m for *_, m in ops}
     main = module or max(modules, key=lambda m: sum(d for _, _, d, mm in ops if mm == m), default="")
-    b = Breakdown(source="jax.profiler + HLO")
+    b = Breakdown(source="jax.profiler + HLO", steps_traced=len(steps))
+    steps = [steps[i] for i in undisturbed([d for _, d in steps])]
     step_ms = sum(d for _, d in steps) / len(steps) / 1e6
     for name, start, dur, mod in ops:
         if not any(s <= start <= s + d for s, d in steps):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.explain import taxonomy
-from twinbench.explain.breakdown import Breakdown
+from twinbench.explain.breakdown import Breakdown, undisturbed
 from twinbench.explain.jax_trace import TraceError
 
 _SCOPE = re.compile(r"^(block\d+(?:\.(?:attn|mlp))?|embed|head|loss)$")
@@ -61,7 +61,9 @@ def read(path: str) -> Breakdown:
     by_tid: dict[Any, list[dict[str, Any]]] = {}
     for e in host:
         by_tid.setdefault(e["tid"], []).append(e)
-    b = Breakdown(source="torch.profiler")
+    b = Breakdown(source="torch.profiler", steps_traced=len(steps))
+    steps = [steps[i] for i in undisturbed([s["dur"] for s in steps])]
+    spans = [(s["ts"], s["ts"] + s["dur"]) for s in steps]
     info: dict[int, tuple[str, str, str]] = {}  # id(event) -> (phase, category, scope)
     for evs in by_tid.values():
         evs.sort(key=lambda e: (e["ts"], -e["dur"]))
@@ -75,12 +77,15 @@ def read(path: str) -> Breakdown:
             info[id(e)] = (_phase(chain), taxonomy.torch_any(e["name"]), scope_of(chain))
             e["_chain_cpu"] = [s for s in stack if s.get("cat") == "cpu_op"]
             stack.append(e)
-    t0, t1 = steps[0]["ts"], steps[-1]["ts"] + steps[-1]["dur"]
+
+    def within(ts: float) -> bool:
+        return any(t0 <= ts <= t1 for t0, t1 in spans)
+
     if kernels:  # GPU: the device's time, each kernel charged to the op that launched it
         launch = {e["args"].get("correlation"): e for e in events if e.get("cat") == "cuda_runtime"}
         for k in kernels:
             lk = launch.get(k.get("args", {}).get("correlation"))
-            if lk is None or not t0 <= lk["ts"] <= t1:
+            if lk is None or not within(lk["ts"]):
                 continue
             owner = _owner(lk, by_tid.get(lk["tid"], []))
             phase, cat, scope = info.get(id(owner), ("rest", "other", "")) if owner else ("rest", "other", "")
@@ -89,7 +94,7 @@ def read(path: str) -> Breakdown:
             b.add(phase, cat, k["dur"] / 1e3, scope, name=k["name"][:60])
     else:
         for e in host:
-            if e.get("cat") != "cpu_op" or not t0 <= e["ts"] <= t1:
+            if e.get("cat") != "cpu_op" or not within(e["ts"]):
                 continue
             phase, cat, scope = info[id(e)]
             self_us = max(e["dur"] - e.get("_child", 0.0), 0.0)
