@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: parity_cells
 
@@ -35,9 +36,15 @@ SHAPES = {"gpt": ("tiny", {"batch": 8, "steps": 4, "warmup": 1}),
                                  "steps": 4, "warmup": 1, "lr": 3e-3})}
 
 
+#: JAX: programs compiled so far (jax.monitoring), to check that a cell compiles its step once
+COMPILES: list[Any] = []
+LATE_COMPILES: dict[tuple[str, str], int] = {}
+
+
 def losses(fam: str, framework: str, strategy: str, devices: int) -> tuple[list[float], object]:
     """The loss of every step of ``strategy``; for BERT the held-out accuracy after training is appended
-    (the trainer's ``predict``, as the worker calls it)."""
+    (the trainer's ``predict``, as the worker calls it). JAX: the number of programs compiled after the
+    first step goes to ``LATE_COMPILES``."""
     preset, shape = SHAPES[fam]
     spec = validate(with_precision(from_preset(preset, {**shape, "devices": devices}, framework=framework,
                                                strategy=strategy)))
@@ -46,8 +53,13 @@ def losses(fam: str, framework: str, strategy: str, devices: int) -> tuple[list[
     batches = tasks.run_data(spec).batches
     data = tasks.run_data(spec)
     before = tasks.accuracy(getattr(trainer, "predict", None), data.eval_batches)  # before training, as the worker
-    out = [trainer.step(*batches[i]) for i in range(len(batches))]
+    out = [trainer.step(*batches[0])]
     trainer.sync()
+    first = COMPILES[0].count() if COMPILES else 0
+    out += [trainer.step(*batches[i]) for i in range(1, len(batches))]
+    trainer.sync()
+    if COMPILES:
+        LATE_COMPILES[(fam, strategy)] = COMPILES[0].count() - first
     result = [float(x) for x in out]
     if data.eval_batches:
         after = tasks.accuracy(getattr(trainer, "predict", None), data.eval_batches)
@@ -63,6 +75,10 @@ def main(framework: str, out_path: str) -> None:
 
         torch.set_num_threads(1)  # the ranks share the machine's cores
         initialize_torch()
+    else:
+        from twinbench.measure.compiles import JaxCompiles
+
+        COMPILES.append(JaxCompiles())
     base = "jit" if framework == "jax" else "eager"
     cells = (JAX_MULTI_EQUAL + JAX_MULTI_BF16) if framework == "jax" else (TORCH_MULTI_EQUAL + TORCH_MULTI_BF16)
     result: dict[str, dict[str, list[float] | float]] = {}
@@ -80,6 +96,9 @@ def main(framework: str, out_path: str) -> None:
             report = trainer.report()
             res["pmap+nosync:replicas_max_abs_diff"] = report["sharding"]["replicas_max_abs_diff"]
             res["pmap+nosync:warnings"] = report["warnings"]
+        for (f, cell), n in LATE_COMPILES.items():
+            if f == fam:
+                res[f"{cell}:late_compiles"] = n
     if int(os.environ.get("RANK", "0")) == 0:
         Path(out_path).write_text(json.dumps(result))
     if framework == "torch":

@@ -29,3 +29,12 @@ def test_anti_patterns_are_flagged(results, fam):
     assert any("is replicated on all 2 devices" in w for w in res["mesh-dp+replicate-batch:warnings"])
     assert res["pmap+nosync:replicas_max_abs_diff"] > 0
     assert any("not synchronised" in w for w in res["pmap+nosync:warnings"]), res["pmap+nosync:warnings"]
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_every_cell_compiles_its_step_once(results, fam):
+    """No program is compiled after a cell's first step: state placed with another sharding than the step
+    returns it (pmap's optimizer state once came out of an unnamed pmap) would recompile on step two."""
+    late = {k: v for k, v in results[fam].items() if k.endswith(":late_compiles")}
+    assert len(late) == len(JAX_MULTI_EQUAL + JAX_MULTI_BF16) + 2  # the cells, the baseline and pmap+nosync
+    assert {k: v for k, v in late.items() if v} == {}

@@ -65,7 +65,7 @@ class PmapTrainer(JaxTrainer):
 
     def place(self, params: Any) -> tuple[Any, Any]:
         params = jax.tree.map(self._replicate, params)
-        return params, jax.pmap(self.tx.init, devices=self.devices)(params)
+        return params, jax.pmap(self.tx.init, axis_name=AXIS, devices=self.devices)(params)
 
     def reduce(self) -> Callable[[Any, jax.Array], tuple[Any, jax.Array]]:
         return pmean_grads("nosync" not in self.spec.modifiers)
