@@ -87,6 +87,31 @@ def test_the_preflight_skips_a_run_that_cannot_fit(monkeypatch: pytest.MonkeyPat
     assert memory.preflight(spec("torch"), *trainer_and_batch(spec("torch")), "cpu", 10_000).fits is False
 
 
+def test_a_small_jax_twin_is_compiled_once_and_still_broken_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Far below the available memory, the upper bound from the shapes decides the preflight: no second
+    compile of the step; the breakdown after the run reads the compiled sizes of the run's own executable."""
+    from twinbench import worker
+
+    monkeypatch.setattr(memory, "jax_sizes", lambda *a: pytest.fail("the step was compiled for the preflight"))
+    rec = worker.execute(spec("jax"), threads=1)
+    assert rec.status == "ok", rec.error
+    pre = rec.memory_breakdown["preflight"]
+    assert pre["how"].startswith("upper bound") and pre["compiled"] == {} and pre["estimate_bytes"] > 0
+    assert rec.memory_breakdown["compiled"]["temp"] > 0
+
+
+@pytest.mark.parametrize(("preset", "strategy"), [("bert-tiny", "jit"), ("tiny", "scan-layers")])
+def test_the_upper_bound_is_above_the_compiled_step(preset: str, strategy: str) -> None:
+    """The bound the preflight trusts instead of compiling is above what XLA compiles (the two closest
+    cases of a sweep of shapes: 1.4x and 1.6x)."""
+    import jax
+
+    s = from_preset(preset, {"seq": 32, "steps": 2, "warmup": 1}, framework="jax", strategy=strategy)
+    trainer, b = trainer_and_batch(s)
+    n = sum(x.size for x in jax.tree.leaves(trainer.params))
+    assert memory.jax_upper_bound(s, n) > memory.jax_step_estimate(memory.jax_sizes(trainer, b))
+
+
 def test_no_preflight_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
     from twinbench import worker
 

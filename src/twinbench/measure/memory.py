@@ -37,6 +37,9 @@ PARTS = ("runtime", "params", "optimizer_state", "gradients", "activations", "te
 TOP = 8
 #: a preflight estimate is compared against the free memory less this margin (fragmentation, late caches)
 PREFLIGHT_MARGIN = 0.9
+#: a JAX twin is compiled for its preflight only when its upper bound from the shapes is above this share
+#: of the available memory (below it, the bound alone says it fits)
+EXACT_ABOVE = 0.25
 GiB = 2**30
 
 
@@ -127,6 +130,18 @@ def jax_available(platform: str) -> tuple[int, str]:
         if "bytes_limit" in stats:
             return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)), "the device"
     return host_available_bytes(), "the host"
+
+
+def jax_upper_bound(spec: Any, n_params: int) -> int | None:
+    """A generous upper bound, from the shapes, on the bytes a JAX twin's step needs (None for other models):
+    :func:`torch_estimate` at 4-byte activations plus the attention scores XLA may keep (scores, probabilities
+    and their gradients: 4 x heads x T x T per sequence and layer), doubled for temporaries."""
+    m, t = spec.model, spec.train
+    if m.family not in ("gpt", "bert"):
+        return None
+    tokens = t.batch * t.seq  # scan-steps keeps one step's activations at a time (its stacked inputs are small)
+    attention = m.layers * t.batch * m.heads * t.seq * t.seq * 4 * 4
+    return 2 * (torch_estimate(n_params * 4, m.layers, tokens, m.d_model, m.vocab, 4) + attention)
 
 
 def jax_residuals(loss_of: Callable[..., Any], params: Any, *batch: Any) -> list[tuple[str, int]]:
@@ -329,6 +344,13 @@ def batch_bytes(batch: Any) -> int:
     return nbytes(flat)
 
 
+def jax_run_sizes(trainer: Any, batch: tuple[Any, Any]) -> dict[str, int]:
+    """After the timed steps: the memory_analysis() of the step the run compiled, for its own state and one
+    batch (JAX's in-memory caches give the run's executable back; nothing is compiled for a batch of the
+    shapes the run saw)."""
+    return jax_compiled_sizes(trainer.train_step, trainer.params, trainer.opt_state, *batch)
+
+
 def jax_sizes(trainer: Any, batch: tuple[Any, Any]) -> dict[str, int]:
     """The compiled training step's memory_analysis(), for the trainer's state and one batch, without
     leaving anything behind that the timed steps could reuse: the persistent compilation cache is off
@@ -348,14 +370,19 @@ def jax_sizes(trainer: Any, batch: tuple[Any, Any]) -> dict[str, int]:
 
 def preflight(spec: Any, trainer: Any, batch: tuple[Any, Any], platform: str, n_params: int) -> Preflight | None:
     """Whether the run fits, before its first (compiling) step: JAX from the compiled step's memory
-    analysis, torch twins from their shapes; None where no estimate can be made (a user's torch model)."""
+    analysis, torch twins from their shapes; None where no estimate can be made (a user's torch model).
+    A JAX twin whose upper bound from the shapes is below ``EXACT_ABOVE`` of the available memory is not
+    compiled a second time for the estimate: for a big model that compile costs as much as the run's own."""
     if spec.framework == "jax":
         if not all(hasattr(trainer, a) for a in ("train_step", "params", "opt_state")):
             return None
+        avail, where = jax_available(platform)
+        bound = jax_upper_bound(spec, n_params)
+        if bound is not None and bound <= EXACT_ABOVE * avail:
+            return Preflight(bound, avail, where, "upper bound from the shapes, far below what is available")
         sizes = jax_sizes(trainer, batch)
         if not sizes:
             return None
-        avail, where = jax_available(platform)
         # on the host, the arguments (params, optimizer state) are already resident: only the rest is new
         need = jax_step_estimate(sizes) - (sizes["argument"] if where == "the host" else 0)
         return Preflight(need, avail, where, "compiled step memory_analysis()", sizes)
@@ -399,7 +426,7 @@ def breakdown(spec: Any, trainer: Any, batch: tuple[Any, Any], peak_bytes: int, 
         if spec.framework == "jax":
             if not all(hasattr(trainer, a) for a in ("train_step", "params", "opt_state", "loss_of")):
                 return {"error": "this strategy's trainer exposes no single training step"}
-            sizes = sizes or jax_sizes(trainer, batch)
+            sizes = sizes or jax_run_sizes(trainer, batch)
             loss_of = trainer.make_loss() if hasattr(trainer, "make_loss") else trainer.loss_of
             residuals = jax_residuals(loss_of, trainer.params, *batch)
             b = jax_breakdown(peak_bytes, peak_source, runtime_bytes, trainer.params, trainer.opt_state,
