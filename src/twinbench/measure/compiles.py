@@ -9,7 +9,8 @@ figures cover forward and backward.
 
 from __future__ import annotations
 
-from typing import Protocol
+import sys
+from typing import Any, Protocol
 
 JAX_TRACE = "/jax/core/compile/jaxpr_trace_duration"
 JAX_LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
@@ -67,27 +68,33 @@ class JaxCompiles:
 
 class TorchCompiles:
     """Counts graphs dynamo compiled (``counters['stats']['unique_graphs']``) and their compile time, forward
-    and lazily compiled backward."""
+    and lazily compiled backward. Dynamo is read only once something imported it (``torch.compile`` does):
+    an eager run compiles nothing and does not pay its import (~1.5 s)."""
 
-    def __init__(self) -> None:
-        import torch._dynamo.utils as dynamo_utils
-
-        self._utils = dynamo_utils
+    @property
+    def _utils(self) -> Any:
+        return sys.modules.get("torch._dynamo.utils")
 
     def count(self) -> int:
-        return int(self._utils.counters["stats"]["unique_graphs"])
+        u = self._utils
+        return int(u.counters["stats"]["unique_graphs"]) if u else 0
 
     def seconds(self) -> float:
         """Frame compiles plus lazily compiled backward graphs (see TORCH_FRAME / TORCH_BACKWARD)."""
-        metrics = self._utils.compilation_time_metrics
+        u = self._utils
+        metrics = u.compilation_time_metrics if u else {}
         return float(sum(metrics.get(TORCH_FRAME, ())) + sum(metrics.get(TORCH_BACKWARD, ())))
 
     def backward_seconds(self) -> float:
         """The lazily compiled backward graphs' share of :meth:`seconds`."""
-        return float(sum(self._utils.compilation_time_metrics.get(TORCH_BACKWARD, ())))
+        u = self._utils
+        return float(sum(u.compilation_time_metrics.get(TORCH_BACKWARD, ()))) if u else 0.0
 
     def cache_hits(self) -> int:
-        c = self._utils.counters
+        u = self._utils
+        if not u:
+            return 0
+        c = u.counters
         return int(c["inductor"]["fxgraph_cache_hit"] + c["aot_autograd"]["autograd_cache_hit"])
 
 
