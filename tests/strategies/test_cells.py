@@ -5,19 +5,18 @@ cells equal ``jit`` within 2e-5 relative per step (scan-layers reorders the laye
 program); torch fp32 cells equal ``eager`` within 1e-6 (remat recomputes the same ops) or 1e-4 (Inductor
 reorders float32 arithmetic); bf16 cells within 2e-2 relative of fp32, yet different from it.
 
-Cold torch.compile runs: four per family (the compiled cells of TORCH_EQUAL and TORCH_BF16): marked slow. The
-whole-model ``compile`` cells and the ``+optc`` cells run one layer (against a one-layer baseline): Inductor's cold
-compile grows with the unrolled depth and with the optimizer's parameter count, the cells check the same wiring at
-any depth, and the two ``+optc`` cells of a family then compile the same optimizer graph, which Inductor's cache
-gives the second one. ``compile-regional+bf16`` keeps two layers, so the second block really reuses the first
-block's compiled code.
+Cold torch.compile runs: four in all (the compiled cells of TORCH_EQUAL and TORCH_BF16, each on one family, the
+families taking turns: parity_cells.COMPILED_ON), marked slow. The whole-model ``compile`` cells and the ``+optc``
+cells run one layer (against a one-layer baseline): Inductor's cold compile grows with the unrolled depth and with
+the optimizer's parameter count, and the cells check the same wiring at any depth. ``compile-regional+bf16`` keeps
+two layers, so the second block really reuses the first block's compiled code.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from parity_cells import FAMILIES, JAX_BF16, JAX_EQUAL, TORCH_BF16, TORCH_EQUAL
+from parity_cells import FAMILIES, JAX_BF16, JAX_EQUAL, TORCH_BF16, TORCH_EQUAL, families_of_run
 
 from twinbench.data import tasks
 from twinbench.models import family as families
@@ -72,9 +71,11 @@ def _layers(strategy: str) -> int:
     return _over(strategy).get("layers", LAYERS)
 
 
-def _slow_if_compiled(names: list[str], *front: str) -> list:
-    """Parameters ``(*front, name)``; the torch.compile ones marked slow (a cold compile each)."""
-    return [pytest.param(*front, n, marks=[pytest.mark.slow] if n.startswith("compile") else []) for n in names]
+def _cells(names: list[str], *front: str) -> list:
+    """Parameters ``(family, *front, name)`` for the families each run is made for (parity_cells.families_of_run);
+    the torch.compile ones marked slow (a cold compile each)."""
+    return [pytest.param(f, *front, n, marks=[pytest.mark.slow] if n.startswith("compile") else [])
+            for n in names for f in families_of_run(n)]
 
 
 @pytest.mark.parametrize("fam", FAMILIES)
@@ -83,8 +84,7 @@ def test_jax_fp32_cells_equal_jit(fam, strategy):
     np.testing.assert_allclose(run_cell(fam, "jax", strategy, **_over(strategy)), baseline(fam, "jax"), rtol=2e-5)
 
 
-@pytest.mark.parametrize("fam", FAMILIES)
-@pytest.mark.parametrize("strategy", _slow_if_compiled(TORCH_EQUAL))
+@pytest.mark.parametrize(("fam", "strategy"), _cells(TORCH_EQUAL))
 def test_torch_fp32_cells_equal_eager(fam, strategy):
     rtol = 1e-4 if strategy.startswith("compile") else 1e-6
     ref = baseline(fam, "torch", _layers(strategy))
@@ -96,9 +96,7 @@ def test_torch_fp32_cells_equal_eager(fam, strategy):
         assert dynamo_utils.counters["stats"]["unique_graphs"] - before >= 2
 
 
-@pytest.mark.parametrize("fam", FAMILIES)
-@pytest.mark.parametrize(("framework", "strategy"),
-                         [("jax", s) for s in JAX_BF16] + _slow_if_compiled(TORCH_BF16, "torch"))
+@pytest.mark.parametrize(("fam", "framework", "strategy"), _cells(JAX_BF16, "jax") + _cells(TORCH_BF16, "torch"))
 def test_bf16_cells_close_to_fp32_but_not_equal(fam, framework, strategy):
     losses, ref = run_cell(fam, framework, strategy, **_over(strategy)), baseline(fam, framework, _layers(strategy))
     np.testing.assert_allclose(losses, ref, rtol=2e-2)
