@@ -133,3 +133,20 @@ def test_warm_cache_runs_are_told_apart() -> None:
     assert (label(cold), label(warm)) == ("jax/jit", "jax/jit warm")
     styles = Styles([cold, warm])
     assert styles.color("jax/jit") != styles.color("jax/jit warm")
+
+
+def test_break_evens_are_said_once_for_repeated_runs() -> None:
+    """Three repeats of torch/eager and jax/jit: one break-even sentence, from each configuration's median
+    repeat (not one per repeat)."""
+    from twinbench.report.table import crossings, median_repeats, varying
+
+    recs = []
+    for i, scale in enumerate((1.0, 1.3, 0.9)):
+        for fw, st in (("torch", "eager"), ("jax", "jit")):
+            r = synthetic.record(fw, st)
+            recs.append(r | {"repeat": i, "step_ms": r["step_ms"] * scale})
+    lines = crossings(recs)
+    assert len(lines) == 1 and "repeat" not in lines[0] and "jax/jit" in lines[0], lines
+    medians = median_repeats(recs, varying(recs))
+    assert sorted(r["repeat"] for r in medians) == [0, 0]  # scale 1.0 is the median of 0.9, 1.0, 1.3
+    assert crossings(medians) == lines

@@ -225,23 +225,37 @@ def _span(values: list[float]) -> str:
     return f"{lo:.2f}" if lo == hi else f"{lo:.2f}-{hi:.2f}"
 
 
+def median_repeats(records: list[dict[str, Any]], vary: list[str]) -> list[dict[str, Any]]:
+    """One record per configuration: of its repeats (``compare --repeats``), the one with the median step time
+    (the lower middle of an even count). Records without repeats are returned as they are."""
+    if "repeat" not in vary:
+        return records
+    rest = [k for k in vary if k != "repeat"]
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        by.setdefault(label(r, rest), []).append(r)
+    return [sorted(rs, key=lambda r: r["step_ms"])[(len(rs) - 1) // 2] for rs in by.values()]
+
+
 def crossings(records: list[dict[str, Any]]) -> list[str]:
     """Break-even of every ok run against the first ok run (the baseline, torch/eager by default).
 
     Runs that differ in more than strategy (a sweep's points, cold and warm caches) are compared only within
-    their group, and each sentence says which group.
+    their group, and each sentence says which group. Repeats of a configuration are one run: its median repeat.
     """
-    vary = varying(records)
+    ok = [r for r in records if r.get("status") == "ok"]
+    vary = varying(ok)
+    if "repeat" in vary:
+        ok, vary = median_repeats(ok, vary), [k for k in vary if k != "repeat"]
     groups: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        if r.get("status") == "ok":
-            groups.setdefault(label(r, vary).partition(" ")[2], []).append(r)
+    for r in ok:
+        groups.setdefault(label(r, vary).partition(" ")[2], []).append(r)
     out = []
-    for where, ok in groups.items():
-        if len(ok) < 2:
+    for where, runs in groups.items():
+        if len(runs) < 2:
             continue
-        base = next((r for r in ok if (r["framework"], r["strategy"]) == ("torch", "eager")), ok[0])
-        out += [f"[{where}] {s}" if where else s for r in ok if r is not base
+        base = next((r for r in runs if (r["framework"], r["strategy"]) == ("torch", "eager")), runs[0])
+        out += [f"[{where}] {s}" if where else s for r in runs if r is not base
                 if (s := crossing_sentence(r, base))]
     return out
 
