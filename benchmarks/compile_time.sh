@@ -3,6 +3,7 @@
 # or buy per step. Every configuration runs in its own process through `twinbench compare` / `sweep`.
 #
 #   benchmarks/compile_time.sh OUTDIR [a b c c12 d d-unroll e]     (default: a b c d e)
+#   REPEATS=3 benchmarks/compile_time.sh ...   every compare N times, interleaved (the table gives median and range)
 #
 #   a  scan-layers vs unrolled jit: compile time at 12 layers              (goal: <= 0.5x)
 #   b  JAX persistent compilation cache: warm vs cold compile              (goal: <= 0.3x)
@@ -15,6 +16,7 @@ OUT=${1:?usage: benchmarks/compile_time.sh OUTDIR [a b c d e]}
 shift
 ITEMS=${*:-a b c d e}
 TB=${TWINBENCH:-twinbench}
+R=(--repeats "${REPEATS:-1}")
 mkdir -p "$OUT"
 
 for item in $ITEMS; do
@@ -22,16 +24,16 @@ for item in $ITEMS; do
     a|d)  # d reads the step times of the same runs
       [[ -e $OUT/a/results.jsonl ]] && continue
       $TB compare --preset small --layers 12 --framework jax --strategies jit,scan-layers \
-        --steps 30 --warmup 10 --out "$OUT/a" ;;
+        "${R[@]}" --steps 30 --warmup 10 --out "$OUT/a" ;;
     b)
       $TB compare --preset small --framework jax --strategies jit,scan-layers --cache both \
-        --steps 20 --warmup 5 --out "$OUT/b" ;;
+        "${R[@]}" --steps 20 --warmup 5 --out "$OUT/b" ;;
     c)
       $TB compare --preset small --framework torch --strategies compile,compile-regional --cache both \
-        --steps 20 --warmup 5 --out "$OUT/c" ;;
+        "${R[@]}" --steps 20 --warmup 5 --out "$OUT/c" ;;
     c12)
       $TB compare --preset small --layers 12 --framework torch --strategies compile,compile-regional \
-        --steps 20 --warmup 5 --out "$OUT/c12" ;;
+        "${R[@]}" --steps 20 --warmup 5 --out "$OUT/c12" ;;
     e)
       for preset in tiny small; do
         $TB sweep --preset $preset --framework jax --strategies jit,scan-steps --over batch=1,2,8 \

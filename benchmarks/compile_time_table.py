@@ -1,11 +1,15 @@
 """Print the figures of benchmarks/RESULTS.md ("What does compilation cost") from the results of compile_time.sh.
 
     python benchmarks/compile_time_table.py OUTDIR
+
+With repeats (``REPEATS=3 benchmarks/compile_time.sh ...``) every figure is the median (min-max, n) over them,
+and every ratio the median (min-max) of the ratios within each repeat (the runs of a repeat ran side by side).
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -16,19 +20,27 @@ def load(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def pick(records: list[dict], **want) -> dict | None:
-    for r in records:
-        if r.get("status") == "ok" and all(r.get(k) == v for k, v in want.items()):
-            return r
-    return None
+def pick(records: list[dict], **want) -> list[dict]:
+    """Every ok record with these fields, one per repeat."""
+    return [r for r in records if r.get("status") == "ok" and all(r.get(k) == v for k, v in want.items())]
 
 
-def fmt(r: dict | None, key: str, unit: str = "s") -> str:
-    return "failed/missing" if r is None else f"{r[key]:.2f} {unit}"
+def _spread(values: list[float], unit: str = "") -> str:
+    med = statistics.median(values)
+    if len(values) == 1:
+        return f"{med:.2f}{unit}"
+    return f"{med:.2f}{unit} ({min(values):.2f}-{max(values):.2f}, n={len(values)})"
 
 
-def ratio(a: dict | None, b: dict | None, key: str) -> str:
-    return "—" if a is None or b is None else f"{a[key] / b[key]:.2f}x"
+def fmt(rs: list[dict], key: str, unit: str = "s") -> str:
+    return "failed/missing" if not rs else _spread([r[key] for r in rs], f" {unit}")
+
+
+def ratio(a: list[dict], b: list[dict], key: str) -> str:
+    """a / b within each repeat both have."""
+    bs = {r.get("repeat", 0): r for r in b}
+    vals = [r[key] / bs[r.get("repeat", 0)][key] for r in a if r.get("repeat", 0) in bs]
+    return "—" if not vals else _spread(vals, "x")
 
 
 def main(out: Path) -> None:
@@ -44,7 +56,7 @@ def main(out: Path) -> None:
         print(f"(b) jax/{s}: compile_s cold", fmt(cold, "compile_s"), "| warm", fmt(warm, "compile_s"),
               "| ratio", ratio(warm, cold, "compile_s"), "| first_step_s cold", fmt(cold, "first_step_s"),
               "warm", fmt(warm, "first_step_s"), "ratio", ratio(warm, cold, "first_step_s"),
-              "| cache hits", None if warm is None else warm.get("compile_cache_hits"))
+              "| cache hits", sorted({r.get("compile_cache_hits") for r in warm}))
     c = load(out / "c" / "results.jsonl")
     full_c, reg_c = pick(c, strategy="compile", compile_cache="cold"), pick(c, strategy="compile-regional",
                                                                           compile_cache="cold")
@@ -62,7 +74,7 @@ def main(out: Path) -> None:
     for r in load(out / "d-unroll" / "results.jsonl"):
         if r.get("status") == "ok":
             print(f"(d) scan-layers unroll {r['spec']['scan_unroll']}: step_ms {r['step_ms']:.2f} ms, "
-                  f"compile_s {r['compile_s']:.2f} s | vs unrolled jit", ratio(r, jit, "step_ms"))
+                  f"compile_s {r['compile_s']:.2f} s | vs unrolled jit", ratio([r], jit, "step_ms"))
     for preset in ("tiny", "small"):
         e = load(out / f"e-{preset}" / "results.jsonl")
         for batch in (1, 2, 8):

@@ -1,4 +1,4 @@
-"""Every multi-device cell of the strategy matrix, for GPT and BERT, against one device: the shared run and check
+"""Every multi-device cell of the strategy matrix, for GPT and BERT, against one device: the shared run and checks
 of ``test_cells_multidevice_jax.py`` and ``test_cells_multidevice_torch.py`` (two files, so that a parallel test
 run can take the two frameworks on different workers).
 
@@ -7,6 +7,11 @@ within 1e-5 relative per step (BERT: and the held-out accuracy its ``predict`` g
 2e-2 of the one-device fp32 losses and differ from them; ``pmap+nosync`` replicas drift apart. Each framework's
 cells run in one process (JAX: 2 simulated CPU devices) or one torchrun launch of 2 ranks (tests/distributed/
 cells_run.py), so the cells do not each pay a process start.
+
+What each cell's record would say of its devices (``trainer.report()``, check_devices): the batch really split
+over the 2 devices; data-parallel replicas (mesh-dp, pmap, DDP) bit-identical after the steps, no parameter
+sharded; FSDP holding half the params+optimizer bytes per device that data parallelism holds (only the scalar
+step counters stay whole), every parameter sharded; no warning but the machine's conditions.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from twinbench.record import CONDITION_WARNINGS
 
 SCRIPT = Path(__file__).with_name("cells_run.py")
 RTOL = 1e-5
@@ -61,3 +68,25 @@ def check_cell(results: dict[str, dict], fam: str, framework: str, cell: str) ->
         assert max(abs(a - b) for a, b in zip(got, ref, strict=True)) > 1e-7, "bf16 compute had no effect"
     else:
         np.testing.assert_allclose(got, ref, rtol=RTOL, err_msg=f"{fam} {framework}/{cell} vs 1 device")
+
+
+def check_devices(results: dict[str, dict], fam: str, cell: str, dp: str, fsdp: str) -> None:
+    """The record fields of a multi-device cell (see the module docstring); ``dp``/``fsdp``: the framework's
+    data-parallel and fully sharded cells, for the state-per-device comparison."""
+    rep = results[fam][f"{cell}:report"]
+    assert rep["device_count"] == 2
+    for b in rep["sharding"]["batch"]:
+        assert b["sharded"] and b["bytes_per_device"] * 2 == b["bytes"], b
+    assert [w for w in rep["warnings"] if not w.startswith(CONDITION_WARNINGS)] == []
+    base = cell.split("+")[0]
+    if base in ("mesh-dp", "pmap", "ddp"):
+        assert rep["sharding"]["replicas_max_abs_diff"] == 0.0
+        assert not any(e["sharded"] for e in rep["sharding"]["params"]["entries"])
+    if cell == fsdp:
+        full = results[fam][f"{dp}:report"]
+        assert full["state_bytes_per_device"] == full["sharding"]["state_bytes_total"]
+        ratio = rep["state_bytes_per_device"] / full["state_bytes_per_device"]
+        assert 0.49 < ratio < 0.51, ratio
+        params = rep["sharding"]["params"]
+        assert params["bytes_per_device"] * 2 == params["bytes"]
+        assert all(e["sharded"] for e in params["entries"])

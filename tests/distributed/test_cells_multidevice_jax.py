@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from cells_check import check_cell, run_cells
+from cells_check import check_cell, check_devices, run_cells
 from parity_cells import FAMILIES, JAX_MULTI_BF16, JAX_MULTI_EQUAL
 
 pytestmark = pytest.mark.slow
@@ -22,13 +22,19 @@ def test_multidevice_cell_matches_one_device(results, fam, cell):
 
 
 @pytest.mark.parametrize("fam", FAMILIES)
+@pytest.mark.parametrize("cell", [c for c in JAX_MULTI_EQUAL + JAX_MULTI_BF16 if c != "mesh-dp+replicate-batch"])
+def test_multidevice_cell_splits_the_batch_and_holds_what_it_says(results, fam, cell):
+    check_devices(results, fam, cell, dp="mesh-dp+remat", fsdp="mesh-fsdp+remat")
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
 def test_anti_patterns_are_flagged(results, fam):
     """Claims C10 and C13 as they happen: a replicated batch, and gradients never averaged across devices."""
-    res = results[fam]
-    assert not res["mesh-dp+replicate-batch:batch_sharded"]
-    assert any("is replicated on all 2 devices" in w for w in res["mesh-dp+replicate-batch:warnings"])
-    assert res["pmap+nosync:replicas_max_abs_diff"] > 0
-    assert any("not synchronised" in w for w in res["pmap+nosync:warnings"]), res["pmap+nosync:warnings"]
+    replicated, nosync = results[fam]["mesh-dp+replicate-batch:report"], results[fam]["pmap+nosync:report"]
+    assert not replicated["sharding"]["batch"][0]["sharded"]
+    assert any("is replicated on all 2 devices" in w for w in replicated["warnings"])
+    assert nosync["sharding"]["replicas_max_abs_diff"] > 0
+    assert any("not synchronised" in w for w in nosync["warnings"]), nosync["warnings"]
 
 
 @pytest.mark.parametrize("fam", FAMILIES)

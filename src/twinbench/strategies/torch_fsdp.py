@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from twinbench.distributed import sharding_report as sr
 from twinbench.distributed import torchrun
@@ -50,6 +50,10 @@ class FSDPTrainer(RankTrainer):
         return torch_to_canonical(_FullState(self.model))
 
     def report(self) -> dict[str, Any]:
+        # a forward pass alone (predict) leaves the root's parameters gathered: shard them back to be read
+        for m in self.model.modules():
+            if isinstance(m, FSDPModule):
+                m.reshard()
         params = [sr.torch_entry(n, p, self.world, "dtensor") for n, p in self.model.named_parameters()]
         opt = opt_entries(self.model, self.optimizer, self.world)
         named = dict(self.model.named_parameters())
