@@ -51,6 +51,7 @@ def test_compare_runs_a_user_model_under_torch_and_torchax(compared):
         assert r["flops_per_token"] > 0 and "nn.Linear" in r["flops_convention"]
         assert any("dropout switched off (blocks.0.drop (Dropout p=0.1)" in w for w in r["warnings"])
         assert r["parity"]["trajectory"]["ok"] and r["parity"]["trajectory"]["steps"] == 4  # against torch eager
+        assert r["memory_breakdown"]["parts"]["activations"] > 0, r["memory_breakdown"]  # no "error" either
     assert torch_r["n_params"] == jax_r["n_params"] and torch_r["flops_per_token"] == jax_r["flops_per_token"]
     # the same initial weights and batches: the same losses, step by step
     assert jax_r["losses"] == pytest.approx(torch_r["losses"], rel=1e-4)

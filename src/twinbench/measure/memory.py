@@ -132,16 +132,20 @@ def jax_available(platform: str) -> tuple[int, str]:
     return host_available_bytes(), "the host"
 
 
-def jax_upper_bound(spec: Any, n_params: int) -> int | None:
-    """A generous upper bound, from the shapes, on the bytes a JAX twin's step needs (None for other models):
-    :func:`torch_estimate` at 4-byte activations plus the attention scores XLA may keep (scores, probabilities
-    and their gradients: 4 x heads x T x T per sequence and layer), doubled for temporaries."""
+#: how much more generous the bound is for a user's model, whose insides (MLP width, extra buffers) are not known
+USER_BOUND_FACTOR = 8
+
+
+def jax_upper_bound(spec: Any, n_params: int) -> int:
+    """A generous upper bound, from the shapes, on the bytes a JAX step needs: :func:`torch_estimate` at
+    4-byte activations plus the attention scores XLA may keep (scores, probabilities and their gradients:
+    4 x heads x T x T per sequence and layer), doubled for temporaries; for a user's model (shaped by the
+    preset, its insides unknown) ``USER_BOUND_FACTOR`` times more."""
     m, t = spec.model, spec.train
-    if m.family not in ("gpt", "bert"):
-        return None
     tokens = t.batch * t.seq  # scan-steps keeps one step's activations at a time (its stacked inputs are small)
     attention = m.layers * t.batch * m.heads * t.seq * t.seq * 4 * 4
-    return 2 * (torch_estimate(n_params * 4, m.layers, tokens, m.d_model, m.vocab, 4) + attention)
+    bound = 2 * (torch_estimate(n_params * 4, m.layers, tokens, m.d_model, m.vocab, 4) + attention)
+    return bound if m.family in ("gpt", "bert") else USER_BOUND_FACTOR * bound
 
 
 def jax_residuals(loss_of: Callable[..., Any], params: Any, *batch: Any) -> list[tuple[str, int]]:
@@ -151,7 +155,8 @@ def jax_residuals(loss_of: Callable[..., Any], params: Any, *batch: Any) -> list
     from jax._src.ad_checkpoint import saved_residuals  # public as jax.ad_checkpoint.print_saved_residuals
 
     groups: dict[str, int] = defaultdict(int)
-    for aval, desc in saved_residuals(lambda p: loss_of(p, *batch), params):
+    # the batch is an argument too (traced, as in the step: a torchax loss cannot take host arrays as constants)
+    for aval, desc in saved_residuals(lambda p, *b: loss_of(p, *b), params, *batch):
         if desc.startswith("from the argument"):
             continue
         size = int(aval.size) * aval.dtype.itemsize if hasattr(aval, "dtype") else 0
@@ -371,14 +376,14 @@ def jax_sizes(trainer: Any, batch: tuple[Any, Any]) -> dict[str, int]:
 def preflight(spec: Any, trainer: Any, batch: tuple[Any, Any], platform: str, n_params: int) -> Preflight | None:
     """Whether the run fits, before its first (compiling) step: JAX from the compiled step's memory
     analysis, torch twins from their shapes; None where no estimate can be made (a user's torch model).
-    A JAX twin whose upper bound from the shapes is below ``EXACT_ABOVE`` of the available memory is not
+    A JAX run whose upper bound from the shapes is below ``EXACT_ABOVE`` of the available memory is not
     compiled a second time for the estimate: for a big model that compile costs as much as the run's own."""
     if spec.framework == "jax":
         if not all(hasattr(trainer, a) for a in ("train_step", "params", "opt_state")):
             return None
         avail, where = jax_available(platform)
         bound = jax_upper_bound(spec, n_params)
-        if bound is not None and bound <= EXACT_ABOVE * avail:
+        if bound <= EXACT_ABOVE * avail:
             return Preflight(bound, avail, where, "upper bound from the shapes, far below what is available")
         sizes = jax_sizes(trainer, batch)
         if not sizes:
@@ -426,7 +431,11 @@ def breakdown(spec: Any, trainer: Any, batch: tuple[Any, Any], peak_bytes: int, 
         if spec.framework == "jax":
             if not all(hasattr(trainer, a) for a in ("train_step", "params", "opt_state", "loss_of")):
                 return {"error": "this strategy's trainer exposes no single training step"}
-            sizes = sizes or jax_run_sizes(trainer, batch)
+            if not sizes:
+                try:
+                    sizes = jax_run_sizes(trainer, batch)
+                except Exception:  # a step that takes its state in another form (torchax): compile it apart
+                    sizes = jax_sizes(trainer, batch)
             loss_of = trainer.make_loss() if hasattr(trainer, "make_loss") else trainer.loss_of
             residuals = jax_residuals(loss_of, trainer.params, *batch)
             b = jax_breakdown(peak_bytes, peak_source, runtime_bytes, trainer.params, trainer.opt_state,
