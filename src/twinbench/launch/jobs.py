@@ -117,8 +117,12 @@ def submit_many(specs: list[RunSpec], out_dir: Path, timeout: float, opts: JobOp
                     cold.mkdir(parents=True)
                     run = replace(run, cache_dir=str(cold))
                 job = executor(opts, folder, js, timeout).submit(run_job, run.to_dict(), timeout)
+                if opts.launcher == "local":
+                    # submitit waits up to 15 s for the result file of a job that ended without one (a slow
+                    # shared file system); on this machine's own disk a dead job has none to wait for
+                    job._results_timeout_s = 1
                 running.append((spec, job, cold))
-            time.sleep(POLL_S)
+            time.sleep(POLL_S if opts.launcher != "local" else 0.2)  # a local job's state is a process's
             for item in list(running):
                 spec, job, cold = item
                 if not job.done():
