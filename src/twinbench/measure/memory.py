@@ -431,11 +431,7 @@ def breakdown(spec: Any, trainer: Any, batch: tuple[Any, Any], peak_bytes: int, 
         if spec.framework == "jax":
             if not all(hasattr(trainer, a) for a in ("train_step", "params", "opt_state", "loss_of")):
                 return {"error": "this strategy's trainer exposes no single training step"}
-            if not sizes:
-                try:
-                    sizes = jax_run_sizes(trainer, batch)
-                except Exception:  # a step that takes its state in another form (torchax): compile it apart
-                    sizes = jax_sizes(trainer, batch)
+            sizes = sizes or jax_run_sizes(trainer, batch)
             loss_of = trainer.make_loss() if hasattr(trainer, "make_loss") else trainer.loss_of
             residuals = jax_residuals(loss_of, trainer.params, *batch)
             b = jax_breakdown(peak_bytes, peak_source, runtime_bytes, trainer.params, trainer.opt_state,
