@@ -54,6 +54,11 @@ class HostBatches(Sequence):
         parts = [self.make(i * self.k + j) for j in range(self.k)]
         return _stack(parts)
 
+    def window(self, start: int, n: int) -> HostBatches:
+        """Calls ``start`` .. ``start + n - 1`` again, made the same way (the step-time window replays them)."""
+        k = self.k
+        return HostBatches(lambda i: self.make(start * k + i), min(n, self.n_calls - start), k, self.slow_s * 1e3)
+
     def host_work(self, batch: Batch) -> Batch:
         """The simulated slow host work of a batch (``slow_input_ms``), then the batch unchanged."""
         if self.slow_s:
