@@ -225,19 +225,20 @@ def execute(spec: RunSpec, threads: int) -> Record:
 
 def _async_window(spec: RunSpec, env: Setup, b: Built, loop: Loop) -> float | None:
     """Seconds per step of the steady steps run again, back to back, synchronised at the window's ends only
-    (measure/clock.py ``time_window``): the same batches, fed the same way, the feed started before the window."""
+    (measure/clock.py ``time_window``): the same batches, fed the same way, after as many untimed steps as the
+    run's warm-up (with +prefetch, at least the pipeline's depth) so that its feed is running, as the loop's was."""
     from twinbench.data import pipeline
     from twinbench.measure.clock import time_window
 
     n = len(loop.timing.step_s)  # steady calls (per_step keeps their number)
+    prefetch = "prefetch" in spec.modifiers
+    warm = max(loop.warm_calls, pipeline.HOST_DEPTH + pipeline.DEVICE_DEPTH if prefetch else 1)
     batches = b.run_data.batches
-    steady = (batches.window(loop.warm_calls, n) if hasattr(batches, "window")
-              else [batches[loop.warm_calls + i] for i in range(n)])
+    steady = (batches.window(loop.warm_calls, n, warm + n) if hasattr(batches, "window")
+              else [batches[loop.warm_calls + i % n] for i in range(warm + n)])
     try:
-        feed = iter(pipeline.feed(steady, spec.framework, "prefetch" in spec.modifiers))
-        first = next(feed)  # the pipeline is running before the window starts, as in the timed loop
-        per_call = time_window(lambda i: b.trainer.step(*(first if i == 0 else next(feed))), b.trainer.sync,
-                               len(steady), env.monitor)
+        feed = iter(pipeline.feed(steady, spec.framework, prefetch))
+        per_call = time_window(lambda i: b.trainer.step(*next(feed)), b.trainer.sync, n, env.monitor, warm)
     except Exception:  # a window that cannot run must not cost the measured run
         traceback.print_exc()
         return None

@@ -193,6 +193,9 @@ def test_the_window_syncs_at_its_ends_only():
     per_step = clock.time_window(lambda i: events.append(f"step{i}"), lambda: events.append("sync"), 3, mon)
     assert events == ["sync", "step0", "step1", "step2", "sync"] and per_step is not None and per_step >= 0
     assert clock.time_window(lambda i: None, lambda: None, 0, mon) is None
+    events.clear()
+    clock.time_window(lambda i: events.append(f"step{i}"), lambda: events.append("sync"), 2, mon, warmup=2)
+    assert events == ["step0", "step1", "sync", "step2", "step3", "sync"]  # untimed warm-up, then the window
 
     def compiling(i):
         mon.n += 1
@@ -251,3 +254,12 @@ def test_every_entry_point_keeps_jax_from_preallocating():
 
     assert shared_device(True, "gpu") == "gpu" and shared_device(False, "gpu") == "cpu"
     assert shared_device(True, "cpu") == "cpu"
+
+
+def test_the_window_replays_the_steady_batches():
+    from twinbench.data.pipeline import HostBatches
+
+    calls = HostBatches(lambda i: i, n_calls=6, k=1).window(start=2, n=3, calls=7)
+    assert [calls[i] for i in range(len(calls))] == [2, 3, 4, 2, 3, 4, 2]
+    stacked = HostBatches(lambda i: (i, i), n_calls=4, k=2).window(start=1, n=2, calls=3)
+    assert [stacked[i][0].tolist() for i in range(3)] == [[2, 3], [4, 5], [2, 3]]  # K=2 steps per call

@@ -102,18 +102,22 @@ def time_steps(
                   wall_s=wall, first_step_compiles=first_compiles)
 
 
-def time_window(step: Callable[[int], Any], sync: Callable[[], None], n: int, compiles: CompileMonitor) -> float | None:
+def time_window(step: Callable[[int], Any], sync: Callable[[], None], n: int, compiles: CompileMonitor,
+                warmup: int = 0) -> float | None:
     """Seconds per step of ``n`` steps dispatched back to back, the device synchronised before the first and
     after the last only: host work (Python, dispatch, the next batch) overlaps the device's, as in a training
     loop that never reads a value back. :func:`time_steps` syncs after every step, which a launch-bound run
-    (torch eager on a GPU) pays for in every step; this window does not. None for ``n < 1`` or when something
-    compiled inside the window (it would not be a steady-state time)."""
+    (torch eager on a GPU) pays for in every step; this window does not. ``warmup`` untimed steps first (an
+    input pipeline started for the window fills meanwhile, as the timed loop's did in its warm-up). None for
+    ``n < 1`` or when something compiled inside the window (it would not be a steady-state time)."""
     if n < 1:
         return None
+    for i in range(warmup):
+        step(i)
     sync()
     n_compiles = compiles.count()
     t0 = time.perf_counter()
-    for i in range(n):
+    for i in range(warmup, warmup + n):
         step(i)  # the loss handles are dropped: reading one back would sync
     sync()
     elapsed = time.perf_counter() - t0
