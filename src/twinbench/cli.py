@@ -6,6 +6,7 @@ import contextvars
 import functools
 import inspect
 import json
+import os
 import statistics
 import sys
 import time
@@ -132,6 +133,13 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
         for spec in specs:
             out.print(describe(spec, jobs, timeout), highlight=False, soft_wrap=True, markup=False)
         raise typer.Exit(0)
+    if jobs is None or not jobs.jobs:  # runs on this host: the GPUs they ask for must be here, before any starts
+        from twinbench.measure import device
+
+        problem = device.devices_problem([(s.label(), s.devices // max(s.num_processes, 1)) for s in specs],
+                                         device.gpu_count(), os.environ.get("JAX_PLATFORMS"))
+        if problem:
+            fail(problem)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console,
                   transient=True) as progress:

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twinbench.measure.device import platform_name
 from twinbench.record import condition_warnings, read_records
 
 METHOD = ("per-repeat median step times; ratio NEW/OLD = exp(mean log NEW - mean log OLD); 95% CI: Welch's t "
@@ -178,6 +179,11 @@ def _versions(records: list[dict[str, Any]]) -> dict[str, set[str]]:
     return out
 
 
+def _condition(r: dict[str, Any], k: str) -> Any:
+    """A condition of a record as compared: the platform by its one name (torch's "cuda" is JAX's "gpu")."""
+    return platform_name(r.get(k)) if k == "platform" else r.get(k)
+
+
 def _conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
     out = []
     for k in CONDITION_FIELDS:
@@ -188,8 +194,8 @@ def _conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[st
                     out.append(f"{name}: {', '.join(sorted(vo.get(name, {'-'})))} -> "
                                f"{', '.join(sorted(vn.get(name, {'-'})))}")
             continue
-        so = sorted({json.dumps(r.get(k)) for r in old if r.get(k) is not None})
-        sn = sorted({json.dumps(r.get(k)) for r in new if r.get(k) is not None})
+        so = sorted({json.dumps(_condition(r, k)) for r in old if r.get(k) is not None})
+        sn = sorted({json.dumps(_condition(r, k)) for r in new if r.get(k) is not None})
         if k in ("load_avg_1m_external", "interference_cores", "peak_tflops"):
             fo, fn = [r[k] for r in old if r.get(k) is not None], [r[k] for r in new if r.get(k) is not None]
             if fo and fn:

@@ -17,7 +17,7 @@ from twinbench.measure.peak import HIGH_LOAD, MAX_SPREAD
 from twinbench.spec import RunSpec
 
 #: Record warnings about the conditions of a measurement start with one of these (the others are sharding's).
-CONDITION_WARNINGS = ("machine busy:", "matmul peak:")
+CONDITION_WARNINGS = ("machine busy:", "matmul peak:", "device shared:")
 
 
 def _cores() -> int:
@@ -80,6 +80,7 @@ class Record:
     compiles_total: int | None = None
     wall_s: float | None = None
     step_ms_mean: float | None = None  # mean steady-state step (the median is step_ms)
+    step_ms_async: float | None = None  # per step, the steady steps again unsynchronised (sync at the ends only)
     step_times_ms: list[float] = field(default_factory=list)  # every steady-state step, in order (scan-steps: /K)
     repeat: int = 0  # compare --repeats N: which repeat of its configuration this run is (0-based)
     config_id: str = ""  # the run_id of its configuration, shared by its repeats
@@ -125,6 +126,8 @@ class Record:
     peak_measured_at: str | None = None  # ISO time (UTC) the peak was measured
     peak_spread: float | None = None  # max/min - 1 over the peak's timed repeats
     peak_load_per_core: float | None = None  # load per core while the peak was measured
+    peak_device_shared: int | None = None  # other processes on the GPU while the peak was measured (NVML)
+    device_shared: int | None = None  # other processes on the run's GPU(s) around its timed steps (NVML)
     # bring your own model (--model, twinbench/byo): how FLOPs were counted, the port's parity check
     # (--jax-model), the doctor's findings over a few extra steps of a JAX run
     # where it ran when submitted as a job (--launcher local|slurm, launch/): the launcher, the job's id and
@@ -192,6 +195,12 @@ def condition_warnings(r: dict[str, Any]) -> list[str]:
     if peak_load is not None and peak_load > HIGH_LOAD:
         out.append(f"matmul peak: measured on a busy machine ({peak_load:.2f} load per core), so the MFU is "
                    "overstated; `twinbench peak --remeasure` on an idle machine")
+    if r.get("peak_device_shared"):
+        out.append(f"matmul peak: measured while {r['peak_device_shared']} other process(es) used the GPU, so the "
+                   "MFU is overstated; `twinbench peak --remeasure` on an idle GPU")
+    if r.get("device_shared"):
+        out.append(f"device shared: {r['device_shared']} other process(es) held a context on this run's GPU(s) "
+                   "around its timed steps; its timings are not reliable")
     return out
 
 

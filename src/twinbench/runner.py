@@ -217,8 +217,16 @@ def run_one(spec: RunSpec, timeout: float, env: dict[str, str] | None = None) ->
     """
     reading = LOAD.reading()
     with LOAD.track():
-        record = _run_one(spec, timeout, child_env(reading, env))
+        record = _run_one(spec, timeout, child_env(reading, {**run_devices_env(spec), **(env or {})}))
     return with_conditions(record, reading)
+
+
+def run_devices_env(spec: RunSpec) -> dict[str, str]:
+    """The GPUs a run may see: the first of this host's that it uses (``CUDA_VISIBLE_DEVICES``), so a one-device
+    run holds no context on the others and NVML's count of processes sharing its GPU is about its own."""
+    from twinbench.measure.device import devices_env
+
+    return devices_env(spec.devices // max(spec.num_processes, 1))
 
 
 def _run_one(spec: RunSpec, timeout: float, env: dict[str, str]) -> dict[str, Any]:

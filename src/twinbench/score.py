@@ -213,7 +213,6 @@ def _loop(forward: Any, windows: np.ndarray, batch: int, to_host: Any) -> tuple[
 def main(argv: list[str]) -> int:
     """Child: ``python -m twinbench.score FRAMEWORK CHECKPOINT TMPDIR BATCH K``."""
     fw, ckpt, tmp, batch, k = argv[0], argv[1], Path(argv[2]), int(argv[3]), int(argv[4])
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         from twinbench.models.hf import load_hf

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,6 @@ def prepare_process(spec: RunSpec) -> int:
     os.environ.update(process_env(spec))  # JAX: simulated CPU devices, collectives between processes
     xla_flags.apply(spec.xla_cpu_flags)  # twinbench's measured XLA CPU flags, unless the user set them
     compile_cache.apply(spec)  # the run's own compilation caches (cold: fresh and empty), before any import
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # allocator peak = what the run used
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return len(cpus)
 
@@ -162,10 +162,18 @@ def execute(spec: RunSpec, threads: int) -> Record:
     if flight is not None and not flight.fits:  # a run that cannot fit: skipped now, not failed minutes later
         return Record.for_spec(spec, "skipped", error=flight.reason(), n_params=b.n_params, device=env.device_name,
                                platform=env.platform, threads=threads, memory_breakdown={"preflight": flight.to_dict()})
+    shared = device.other_device_processes(env.platform)  # NVML: other processes on this run's GPU(s)
     loop = timed_loop(spec, env, b)
+    shared = max(shared, device.other_device_processes(env.platform))
     fw, t, timing = spec.framework, spec.train, loop.timing
     peak_mem, mem_source = device.peak_memory_bytes(fw)  # before the peak measurement runs its matmuls
     compiles_total = env.monitor.count() - loop.compiles_eval  # so are the programs: not the peak's matmuls
+    folded = flight.fold(timing.first_step_compiles) if flight is not None else {}
+    if folded:  # the preflight compiled the step: counted once, as the run's compile when step 1 reused it
+        timing.compile_s += folded["compile_s"]
+        timing.first_step_s += folded["first_step_s"]
+        loop.compiles_in_loop += int(folded["compiles_in_loop"])
+        compiles_total += int(folded["compiles_total"])
     dtype = "bf16" if t.precision == "bf16" else "fp32"
     peak_measured, peak_fields = peak.for_record(fw, env.platform, env.device_name, dtype, threads)
     peak_sheet = peak.datasheet_tflops(env.device_name, dtype) if env.platform != "cpu" else None
@@ -192,6 +200,8 @@ def execute(spec: RunSpec, threads: int) -> Record:
                            env.platform, flight.sizes if flight else None)
     if flight is not None:
         mem["preflight"] = flight.to_dict()
+    saved = _save_weights(spec, b.trainer)  # the weights of the measured steps, before any further step
+    timing.async_step_s = _async_window(spec, env, b, loop)  # after the measured steps and what reads them
     if b.user:  # after the measured steps: the doctor's extra steps (JAX), parity, FLOPs convention
         extra = b.user.fields(b.trainer, b.run_data.batches, timing.losses)
         many["warnings"] = list(many.get("warnings", [])) + extra.pop("warnings")
@@ -200,17 +210,39 @@ def execute(spec: RunSpec, threads: int) -> Record:
         spec, "ok", **many, n_params=b.n_params, device=env.device_name, platform=env.platform,
         threads=threads, compile_s=timing.compile_s, first_step_s=timing.first_step_s, **metrics.step_stats(timing),
         flops_per_token=flops_tok, peak_tflops=peak_measured, peak_tflops_datasheet=peak_sheet, **peak_fields,
-        peak_mem_bytes=peak_mem, peak_mem_source=mem_source,
+        peak_mem_bytes=peak_mem, peak_mem_source=mem_source, device_shared=shared if env.platform != "cpu" else None,
         compiles_during_steps=timing.compiles_during_steps, compiles_total=compiles_total,
         compile_cache_hits=env.monitor.cache_hits(), steps_per_call=b.steps_per_call,
         loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
         wall_s=timing.wall_s, matmul_precision=env.matmul_precision, versions=device.versions(fw),
         xla_flags=os.environ.get("XLA_FLAGS", "") if fw == "jax" else None, attention_kernel=attention,
-        **_save_weights(spec, b.trainer), **(traced := _trace(spec, b.trainer, b.run_data.batches)),
+        **saved, **(traced := _trace(spec, b.trainer, b.run_data.batches)),
         **_explain(spec, b.trainer, b.run_data.batches, traced), **tp, **loop.tokens,
         **loop.inputs, compiles_in_loop=loop.compiles_in_loop, accuracy_first=loop.accuracy_first,
         accuracy_last=accuracy_last, memory_breakdown=mem,
         attention_impl=spec.attention_impl if fw == "jax" else "default")  # the torch twin reads no option
+
+
+def _async_window(spec: RunSpec, env: Setup, b: Built, loop: Loop) -> float | None:
+    """Seconds per step of the steady steps run again, back to back, synchronised at the window's ends only
+    (measure/clock.py ``time_window``): the same batches, fed the same way, after as many untimed steps as the
+    run's warm-up (with +prefetch, at least the pipeline's depth) so that its feed is running, as the loop's was."""
+    from twinbench.data import pipeline
+    from twinbench.measure.clock import time_window
+
+    n = len(loop.timing.step_s)  # steady calls (per_step keeps their number)
+    prefetch = "prefetch" in spec.modifiers
+    warm = max(loop.warm_calls, pipeline.HOST_DEPTH + pipeline.DEVICE_DEPTH if prefetch else 1)
+    batches = b.run_data.batches
+    steady = (batches.window(loop.warm_calls, n, warm + n) if hasattr(batches, "window")
+              else [batches[loop.warm_calls + i % n] for i in range(warm + n)])
+    try:
+        feed = iter(pipeline.feed(steady, spec.framework, prefetch))
+        per_call = time_window(lambda i: b.trainer.step(*next(feed)), b.trainer.sync, n, env.monitor, warm)
+    except Exception:  # a window that cannot run must not cost the measured run
+        traceback.print_exc()
+        return None
+    return per_call / b.steps_per_call if per_call is not None else None
 
 
 def _preflight(spec: RunSpec, env: Setup, b: Built) -> Any:
@@ -219,11 +251,16 @@ def _preflight(spec: RunSpec, env: Setup, b: Built) -> Any:
         return None
     from twinbench.measure import memory
 
+    n0, s0, t0 = env.monitor.count(), env.monitor.seconds(), time.perf_counter()
     try:
-        return memory.preflight(spec, b.trainer, b.run_data.batches[0], env.platform, b.n_params)
+        flight = memory.preflight(spec, b.trainer, b.run_data.batches[0], env.platform, b.n_params)
     except Exception:  # an estimate that cannot be made must not cost the run
         traceback.print_exc()
         return None
+    if flight is not None and flight.sizes:  # it compiled the step: the run's own compile (memory.jax_sizes)
+        flight.compile = {"compiles": env.monitor.count() - n0, "compile_s": env.monitor.seconds() - s0,
+                          "wall_s": time.perf_counter() - t0}
+    return flight
 
 
 def attention_length(run_data: object, steady_from: int) -> int:

@@ -129,3 +129,47 @@ def test_attention_impl_is_checked() -> None:
     validate(spec("jax", attention_impl="chunked"))
     with pytest.raises(SpecError, match="attention-impl"):
         validate(spec("jax", attention_impl="flash"))
+
+
+def test_a_compiled_preflight_is_the_runs_own_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a large GPU the shape bound is above EXACT_ABOVE and the JAX step is compiled for the preflight: that
+    compile must be the run's (the first step reuses it), counted once, so compile_s, the first step and the
+    programs agree with a run without a preflight (forced here on the CPU with the tiny preset)."""
+    import jax
+
+    from twinbench import worker
+
+    monkeypatch.setattr(memory, "EXACT_ABOVE", 0.0)  # the bound never decides: compile for the estimate
+    runs = {}
+    for no_preflight in (True, False):
+        jax.clear_caches()  # each run compiles its step, as a fresh process does
+        runs[no_preflight] = worker.execute(spec("jax", steps=3, no_preflight=no_preflight), threads=1)
+    without, with_ = runs[True], runs[False]
+    assert with_.status == without.status == "ok", with_.error
+    pre = with_.memory_breakdown["preflight"]
+    assert pre["how"] == "compiled step memory_analysis()" and pre["compile_reused_by_the_run"] is True
+    assert with_.compiles_total == without.compiles_total  # the step's programs counted once
+    assert with_.compiles_in_loop == without.compiles_in_loop
+    assert with_.compile_s > 0 and 1 / 3 < with_.compile_s / without.compile_s < 3  # not ~0, not twice
+    assert with_.first_step_s >= with_.compile_s
+
+
+def test_a_preflight_compile_the_run_did_not_reuse_is_left_out() -> None:
+    flight = memory.Preflight(1, 2, "the device", "compiled step memory_analysis()", {"temp": 1},
+                              {"compiles": 1, "compile_s": 2.0, "wall_s": 2.5})
+    assert flight.fold(first_step_compiles=0) == {"compile_s": 2.0, "first_step_s": 2.5, "compiles_in_loop": 1,
+                                                  "compiles_total": 0}
+    assert flight.to_dict()["compile_reused_by_the_run"] is True
+    assert flight.fold(first_step_compiles=1)["compiles_total"] == -1 and flight.reused is False
+    assert memory.Preflight(1, 2, "the host", "upper bound").fold(0) == {}
+
+
+def test_resident_state_is_not_counted_twice() -> None:
+    """What the trainer holds is in use already (off what is available): the estimate leaves it out."""
+    s = spec("torch")
+    trainer, b = trainer_and_batch(s)
+    resident = memory.resident_bytes(trainer)
+    assert resident > 0
+    m, t = s.model, s.train
+    full = memory.torch_estimate(10_000 * 4, m.layers, t.batch * t.seq, m.d_model, m.vocab, 4)
+    assert memory.preflight(s, trainer, b, "cpu", 10_000).estimate_bytes == full - resident

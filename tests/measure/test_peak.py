@@ -60,7 +60,8 @@ def test_measured_peak_is_cached_with_when_how_and_spread(cache: Path, monkeypat
     assert "torch=2.13.0+cpu" in p.key
     assert peak.lookup(*ARGS).tflops == 0.19 and scripted.calls == 1  # from the cache
     fields = p.record_fields()
-    assert set(fields) == {"peak_measured_at", "peak_spread", "peak_load_per_core"}
+    assert set(fields) == {"peak_measured_at", "peak_spread", "peak_load_per_core", "peak_device_shared"}
+    assert fields["peak_device_shared"] == 0
 
 
 def test_a_new_library_version_measures_again(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -180,11 +180,15 @@ def custom_ops() -> dict[str, Any]:
         (SiLU.apply(x) ** 2).sum().backward()
         return x.grad
 
+    where = shared_device(torch.cuda.is_available(), jax.default_backend())
+    jdev = jax.devices()[0] if where == "gpu" else jax.devices("cpu")[0]
+    tdev = torch.device("cuda" if where == "gpu" else "cpu")
+    sync_t = torch.cuda.synchronize if where == "gpu" else (lambda: None)
     calls = 3
-    xj, xt = jnp.asarray(x_np), torch.from_numpy(x_np)
+    xj, xt = jax.device_put(x_np, jdev), torch.from_numpy(x_np).to(tdev)
     for _ in range(calls):
         gj = np.asarray(grad_j(xj))
-        gt = grad_t(xt).numpy()
+        gt = grad_t(xt).cpu().numpy()
     g_ref = np.asarray(grad_ref_j(xj))
     out: dict[str, Any] = {
         "calls": calls,
@@ -199,9 +203,16 @@ def custom_ops() -> dict[str, Any]:
     printed["jax"].clear()
     printed["torch"].clear()
     out["jax_grad_ms"] = _median_ms(lambda: grad_j(xj).block_until_ready())
-    out["torch_grad_ms"] = _median_ms(lambda: grad_t(xt))
+    out["torch_grad_ms"] = _median_ms(lambda: (grad_t(xt), sync_t()))
     out["threads"] = torch.get_num_threads()
+    out["device"] = where  # both frameworks timed there
     return out
+
+
+def shared_device(torch_cuda: bool, jax_backend: str) -> str:
+    """Where a probe that times both frameworks runs them: ``"gpu"`` when both see the GPU, else ``"cpu"`` for
+    both (JAX on a GPU against torch on the CPU would compare devices, not frameworks)."""
+    return "gpu" if torch_cuda and jax_backend in ("gpu", "cuda", "rocm") else "cpu"
 
 
 @probe

@@ -54,6 +54,12 @@ class HostBatches(Sequence):
         parts = [self.make(i * self.k + j) for j in range(self.k)]
         return _stack(parts)
 
+    def window(self, start: int, n: int, calls: int) -> HostBatches:
+        """``calls`` calls made the same way from calls ``start`` .. ``start + n - 1``, again and again in that
+        order (the step-time window replays the steady steps' batches: shapes the run has seen)."""
+        k = self.k
+        return HostBatches(lambda i: self.make((start + (i // k) % n) * k + i % k), calls, k, self.slow_s * 1e3)
+
     def host_work(self, batch: Batch) -> Batch:
         """The simulated slow host work of a batch (``slow_input_ms``), then the batch unchanged."""
         if self.slow_s:

@@ -65,7 +65,11 @@ def initialize_torch() -> None:
     if dist.is_initialized():
         return
     if torch.cuda.is_available():
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        rank, count = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+        if rank >= count:  # said now, in one line, instead of CUDA's "invalid device ordinal" later
+            raise RuntimeError(f"--devices: local rank {rank} has no GPU: this host has {count} visible "
+                               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+        device = torch.device("cuda", rank)
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
     else:

@@ -20,6 +20,11 @@ class Timing:
     compile_s: float  # compile time the framework reported during the loop (all of it in step 1, normally)
     wall_s: float = 0.0  # the whole loop, warm-up included
     extra: dict[str, Any] = field(default_factory=dict)
+    #: seconds per steady step of an unsynchronised window (:func:`time_window`): as many steps again as the
+    #: steady ones, dispatched back to back after them and synchronised at the window's two ends only; None
+    #: when not measured (or when something compiled inside it)
+    async_step_s: float | None = None
+    first_step_compiles: int = 0  # programs compiled during step 1 (0 when an earlier compile was reused)
 
 
 def _floats(handle: Any) -> list[float]:
@@ -56,7 +61,9 @@ def per_step(timing: Timing, k: int) -> Timing:
         return timing
     steps = [s / k for s in timing.step_s]
     first = timing.first_step_s - (k - 1) * (percentile(steps, 50) if steps else timing.first_step_s / k)
-    return replace(timing, first_step_s=first, step_s=steps, extra={**timing.extra, "steps_per_call": k})
+    window = timing.async_step_s / k if timing.async_step_s is not None else None
+    return replace(timing, first_step_s=first, step_s=steps, extra={**timing.extra, "steps_per_call": k},
+                   async_step_s=window)
 
 
 def time_steps(
@@ -76,7 +83,7 @@ def time_steps(
     times: list[float] = []
     compiles_at_steady = 0
     warm = max(warmup, 1)
-    compile_s0 = compiles.seconds()
+    compile_s0, compiles_at_start, first_compiles = compiles.seconds(), compiles.count(), 0
     start = time.perf_counter()
     for i in range(steps):
         if i == warm:
@@ -85,9 +92,33 @@ def time_steps(
         handles.append(step(i))
         sync()
         times.append(time.perf_counter() - t0)
+        if i == 0:
+            first_compiles = compiles.count() - compiles_at_start
     wall = time.perf_counter() - start
     compiles_during = compiles.count() - compiles_at_steady if steps > warm else 0
     losses = [v for h in handles for v in _floats(h)]  # a K-step call returns K losses
     return Timing(first_step_s=times[0], step_s=times[warm:], losses=losses,
                   compiles_during_steps=compiles_during, compile_s=compiles.seconds() - compile_s0,
-                  wall_s=wall)
+                  wall_s=wall, first_step_compiles=first_compiles)
+
+
+def time_window(step: Callable[[int], Any], sync: Callable[[], None], n: int, compiles: CompileMonitor,
+                warmup: int = 0) -> float | None:
+    """Seconds per step of ``n`` steps dispatched back to back, the device synchronised before the first and
+    after the last only: host work (Python, dispatch, the next batch) overlaps the device's, as in a training
+    loop that never reads a value back. :func:`time_steps` syncs after every step, which a launch-bound run
+    (torch eager on a GPU) pays for in every step; this window does not. ``warmup`` untimed steps first (an
+    input pipeline started for the window fills meanwhile, as the timed loop's did in its warm-up). None for
+    ``n < 1`` or when something compiled inside the window (it would not be a steady-state time)."""
+    if n < 1:
+        return None
+    for i in range(warmup):
+        step(i)
+    sync()
+    n_compiles = compiles.count()
+    t0 = time.perf_counter()
+    for i in range(warmup, warmup + n):
+        step(i)  # the loss handles are dropped: reading one back would sync
+    sync()
+    elapsed = time.perf_counter() - t0
+    return None if compiles.count() != n_compiles else elapsed / n

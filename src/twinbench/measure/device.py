@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import resource
 import sys
@@ -21,43 +22,147 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def describe(framework: str) -> tuple[str, str, int]:
-    """(platform, device name, devices visible to this process) of the default backend: ("cpu", "AMD EPYC", 1).
+#: the frameworks' names of one kind of device, mapped to the one name records use: torch says "cuda" (also on
+#: ROCm), JAX says "gpu"; records and every comparison of platforms say "gpu".
+PLATFORM_NAMES = {"cuda": "gpu", "rocm": "gpu"}
 
-    The count is what the process *sees* (every GPU of the machine, unless CUDA_VISIBLE_DEVICES says
-    otherwise), not what a run uses: a single-device strategy uses one; multi-device strategies report their own.
+
+def platform_name(platform: str | None) -> str | None:
+    """The platform as records name it: ``"cuda"`` (torch) and ``"gpu"`` (JAX) are both ``"gpu"``; records of
+    an older twinbench that say ``"cuda"`` compare equal to JAX's ``"gpu"`` through this."""
+    return PLATFORM_NAMES.get(platform, platform) if platform else platform
+
+
+def describe(framework: str) -> tuple[str, str, int]:
+    """(platform, device name, devices visible to this process) of the default backend: ("cpu", "AMD EPYC", 1),
+    ("gpu", "NVIDIA H200", 1): one platform name for both frameworks (:func:`platform_name`).
+
+    The count is what the process *sees* (the runner gives each run only the GPUs it uses, through
+    CUDA_VISIBLE_DEVICES), not what a run uses: a single-device strategy uses one; multi-device strategies
+    report their own.
     """
     if framework == "jax":
         import jax
 
         dev = jax.local_devices()[0]
         name = cpu_name() if dev.platform == "cpu" else dev.device_kind
-        return dev.platform, name, jax.local_device_count()
+        return platform_name(dev.platform) or "cpu", name, jax.local_device_count()
     import torch
 
     if torch.cuda.is_available():
-        return "cuda", torch.cuda.get_device_name(0), torch.cuda.device_count()
+        return "gpu", torch.cuda.get_device_name(0), torch.cuda.device_count()
     return "cpu", cpu_name(), 1
 
 
-def other_device_processes(platform: str) -> int:
-    """Processes other than this one that hold a context on this machine's GPUs (NVML), 0 on the CPU or when NVML
-    cannot tell. A matmul peak timed while another job used the GPU is too low, so it is never cached."""
-    if platform == "cpu":
-        return 0
-    try:
-        import os
+def visible_gpu_ids(visible: str | None = None) -> list[str] | None:
+    """The GPUs ``CUDA_VISIBLE_DEVICES`` (or ``visible``) leaves a process, as NVML ids (indices, or ``GPU-``/
+    ``MIG-`` UUIDs), in CUDA's order; None when it is not set (every GPU of the machine)."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    if value is None:
+        return None
+    ids = []
+    for part in value.split(","):
+        part = part.strip()
+        if not part or part.startswith("-"):  # CUDA stops at the first invalid entry ("-1" hides every GPU)
+            break
+        ids.append(part)
+    return ids
 
-        import pynvml  # nvidia-ml-py: on CUDA images beside torch
+
+def gpu_count() -> int:
+    """NVIDIA GPUs this process may use, read without starting CUDA or importing a framework: those
+    ``CUDA_VISIBLE_DEVICES`` lists, else the driver's (NVML, else ``/proc/driver/nvidia/gpus``); 0 without any."""
+    machine = _machine_gpu_count()
+    ids = visible_gpu_ids()
+    return machine if ids is None else min(len(ids), machine)
+
+
+def _machine_gpu_count() -> int:
+    try:
+        import pynvml  # nvidia-ml-py (the cuda extra)
 
         pynvml.nvmlInit()
         try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        pass
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+
+
+def devices_env(devices: int, visible: str | None = None, machine: int | None = None) -> dict[str, str]:
+    """``CUDA_VISIBLE_DEVICES`` for a run on ``devices`` GPUs of this host: the first ``devices`` of those this
+    process may use (its own CUDA_VISIBLE_DEVICES, else the machine's); {} on a machine without NVIDIA GPUs.
+    A single-device run then sees (and NVML counts) one GPU, and JAX opens no context on the others."""
+    machine = _machine_gpu_count() if machine is None else machine
+    if machine == 0:
+        return {}
+    ids = visible_gpu_ids(visible)
+    ids = [str(i) for i in range(machine)] if ids is None else ids
+    return {"CUDA_VISIBLE_DEVICES": ",".join(ids[:max(devices, 1)])}
+
+
+def devices_problem(asked: list[tuple[str, int]], gpus: int, jax_platforms: str | None = None) -> str | None:
+    """Why runs asking for ``asked`` = [(run label, GPUs per host)] cannot run on this host's ``gpus`` GPUs (one
+    line), or None. No GPU at all: runs are on the CPU, whose devices are simulated (any count). JAX runs whose
+    ``JAX_PLATFORMS`` keeps them off the GPU are not checked either."""
+    if gpus <= 0:
+        return None
+    off_gpu = jax_platforms is not None and jax_platforms.strip() != "" and not any(
+        p in jax_platforms for p in ("cuda", "gpu", "rocm"))
+    over = [(label, n) for label, n in asked if n > gpus and not (off_gpu and label.startswith("jax/"))]
+    if not over:
+        return None
+    label, n = max(over, key=lambda x: x[1])
+    return (f"--devices {n}: this host has {gpus} GPU(s) visible (CUDA_VISIBLE_DEVICES / the driver) and "
+            f"{label} needs {n} on it; ask for at most {gpus}")
+
+
+def own_gpus(ids: list[str], env: dict[str, str] | None = None) -> list[str]:
+    """Of the GPUs a run sees, those this process uses: all of them, except under torchrun (one GPU per rank:
+    ``LOCAL_RANK``'s), where the other ranks of the same run are not "other processes" on this one's GPU."""
+    env = os.environ if env is None else env
+    if int(env.get("LOCAL_WORLD_SIZE", "1")) > 1:
+        rank = int(env.get("LOCAL_RANK", "0"))
+        return ids[rank:rank + 1]
+    return ids
+
+
+def others_on_device(pids: set[int], me: int, holds_context: bool = True) -> int:
+    """Processes other than this one among ``pids`` (what NVML lists on the GPUs of this run). In a container
+    NVML lists host PIDs, so this process's own PID is not among them although its context is: then one of
+    them is this process (when it holds a context, as the worker and the peak's process do when they ask)."""
+    if me in pids:
+        return len(pids) - 1
+    return max(len(pids) - (1 if holds_context else 0), 0)
+
+
+def other_device_processes(platform: str, holds_context: bool = True) -> int:
+    """Processes other than this one that hold a context on the GPUs this process uses (NVML, restricted to
+    CUDA_VISIBLE_DEVICES, which the runner sets per run), 0 on the CPU or when NVML cannot tell. A matmul peak
+    timed while another job used the GPU is too low, so it is never cached; a run timed so is marked."""
+    if platform == "cpu":
+        return 0
+    try:
+        import pynvml  # nvidia-ml-py (the cuda extra)
+
+        pynvml.nvmlInit()
+        try:
+            ids = visible_gpu_ids()
+            if ids is None:
+                ids = [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            ids = own_gpus(ids)
             pids = set()
-            for i in range(pynvml.nvmlDeviceGetCount()):
-                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            for gpu in ids:
+                handle = (pynvml.nvmlDeviceGetHandleByIndex(int(gpu)) if gpu.isdigit()
+                          else pynvml.nvmlDeviceGetHandleByUUID(gpu))
                 for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
                     pids.add(proc.pid)
-            return len(pids - {os.getpid()})
+            return others_on_device(pids, os.getpid(), holds_context)
         finally:
             pynvml.nvmlShutdown()
     except Exception:  # no NVML, no permission, not an NVIDIA device: unknown is not "busy"
@@ -70,23 +175,47 @@ def torch_device() -> Any:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def torch_precision_api(torch: Any) -> str:
+    """Which of torch's two APIs for TF32 this torch has: ``"fp32_precision"`` (torch >= 2.9:
+    ``torch.backends.fp32_precision`` and ``torch.backends.{cuda.matmul,cudnn.conv,cudnn.rnn}.fp32_precision``)
+    or ``"allow_tf32"`` (the legacy flags, deprecated since 2.9)."""
+    return "fp32_precision" if hasattr(torch.backends, "fp32_precision") else "allow_tf32"
+
+
 def set_fp32_matmul(framework: str, tf32: bool = False) -> str:
-    """Make fp32 matmuls the same in both frameworks; return what was set, for the record.
+    """Make fp32 matmuls the same in both frameworks; return what was set, for the record (``matmul_precision``).
 
     On NVIDIA GPUs JAX's default fp32 matmul uses TF32 and PyTorch's does not. twinbench runs both at full
-    fp32 unless ``tf32`` is asked for, in which case both use TF32.
+    fp32 unless ``tf32`` is asked for, in which case both use TF32. torch: one API only, never both (torch
+    refuses to read a state that its two APIs set apart, in torch.compile too): the ``fp32_precision``
+    settings where torch has them, else the legacy ``allow_tf32`` flags. The record says which was set:
+    ``fp32 (no TF32; torch fp32_precision=ieee)``, ``fp32 (no TF32; jax_default_matmul_precision=highest)``.
     """
+    label = "tf32" if tf32 else "fp32 (no TF32)"
     if framework == "jax":
         import jax
 
-        jax.config.update("jax_default_matmul_precision", "tensorfloat32" if tf32 else "highest")
-    else:
-        import torch
+        value = "tensorfloat32" if tf32 else "highest"
+        jax.config.update("jax_default_matmul_precision", value)
+        return f"{label}; jax_default_matmul_precision={value}"
+    import torch
 
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
-        torch.set_float32_matmul_precision("high" if tf32 else "highest")
-    return "tf32" if tf32 else "fp32 (no TF32)"
+    if torch_precision_api(torch) == "fp32_precision":
+        value = "tf32" if tf32 else "ieee"
+        torch.backends.fp32_precision = value  # the generic default: CUDA matmuls, cuDNN, oneDNN
+        for backend in (torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.cudnn.rnn):
+            backend.fp32_precision = value
+        return f"{label}; torch fp32_precision={value}"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    return f"{label}; torch allow_tf32={tf32}"
+
+
+def matmul_label(matmul_precision: str | None) -> str | None:
+    """The precision part of a record's ``matmul_precision``, without which API set it: what compares across
+    frameworks (``fp32 (no TF32)``)."""
+    return matmul_precision.split(";")[0].strip() if matmul_precision else matmul_precision
 
 
 def peak_memory_bytes(framework: str) -> tuple[int, str]:

@@ -122,11 +122,13 @@ def jax_step_estimate(sizes: dict[str, int]) -> int:
 
 
 def jax_available(platform: str) -> tuple[int, str]:
-    """Free memory of the first device (its allocator's limit less what is in use), or the host's."""
+    """Free memory of this process's first device (its allocator's limit less what is in use: the run's
+    parameters and optimizer state are in use already), or the host's. ``jax.local_devices()``: on several
+    hosts ``jax.devices()[0]`` is another process's device, whose memory this process cannot read."""
     if platform != "cpu":
         import jax
 
-        stats = jax.devices()[0].memory_stats() or {}
+        stats = jax.local_devices()[0].memory_stats() or {}
         if "bytes_limit" in stats:
             return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)), "the device"
     return host_available_bytes(), "the host"
@@ -328,6 +330,24 @@ class Preflight:
     where: str  # "the host" | "the device"
     how: str  # how the estimate was made
     sizes: dict[str, int] = field(default_factory=dict)  # JAX: the compiled step's memory_analysis()
+    #: JAX, when the step was compiled for the estimate: that compile's programs, compile seconds (the
+    #: framework's own events) and wall seconds, set by the worker around :func:`preflight`
+    compile: dict[str, float] = field(default_factory=dict)
+    reused: bool | None = None  # whether the first step reused that compile (set by :meth:`fold`)
+
+    def fold(self, first_step_compiles: int) -> dict[str, float]:
+        """What to add to the run's compile figures for the compile done here: when the first step compiled
+        nothing, it ran this executable, so this compile IS the run's (its seconds go to ``compile_s`` and,
+        with its wall time, to ``first_step_s``; its programs to the loop's compiles). Otherwise the first step
+        compiled again: this one was an extra, left out of the run's programs (``compiles_total`` -= n)."""
+        if not self.compile:
+            return {}
+        self.reused = first_step_compiles == 0
+        n = int(self.compile.get("compiles", 0))
+        if self.reused:
+            return {"compile_s": self.compile.get("compile_s", 0.0), "first_step_s": self.compile.get("wall_s", 0.0),
+                    "compiles_in_loop": n, "compiles_total": 0}
+        return {"compile_s": 0.0, "first_step_s": 0.0, "compiles_in_loop": 0, "compiles_total": -n}
 
     @property
     def fits(self) -> bool:
@@ -337,8 +357,11 @@ class Preflight:
         return skip_reason(self.estimate_bytes, self.available_bytes, self.where, self.how)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"estimate_bytes": self.estimate_bytes, "available_bytes": self.available_bytes,
-                "where": self.where, "how": self.how, "compiled": self.sizes}
+        out = {"estimate_bytes": self.estimate_bytes, "available_bytes": self.available_bytes,
+               "where": self.where, "how": self.how, "compiled": self.sizes}
+        if self.compile:  # the step compiled for the estimate, and whether the run's first step reused it
+            out |= {"compile": dict(self.compile), "compile_reused_by_the_run": self.reused}
+        return out
 
 
 def batch_bytes(batch: Any) -> int:
@@ -357,40 +380,49 @@ def jax_run_sizes(trainer: Any, batch: tuple[Any, Any]) -> dict[str, int]:
 
 
 def jax_sizes(trainer: Any, batch: tuple[Any, Any]) -> dict[str, int]:
-    """The compiled training step's memory_analysis(), for the trainer's state and one batch, without
-    leaving anything behind that the timed steps could reuse: the persistent compilation cache is off
-    while it compiles and the in-memory caches are cleared after (compile_s stays the run's own)."""
-    import jax
+    """The preflight's compile: the training step compiled for the trainer's own state and one batch, as its
+    first step would compile it, with the persistent compilation cache as the run has it. It is the run's own
+    compile: JAX's in-memory caches hand this executable to the first step, which then compiles nothing, and
+    the worker counts this compile's time as the run's (:meth:`Preflight.fold`). A compile thrown away here
+    and made again by the first step would count it twice, and the first step's, made after this one warmed
+    the compiler (GPU autotuning results are cached in-process), would understate the cold compile."""
+    return jax_run_sizes(trainer, batch)
 
-    was = jax.config.jax_enable_compilation_cache
-    jax.config.update("jax_enable_compilation_cache", False)
+
+def resident_bytes(trainer: Any) -> int:
+    """Bytes of the parameters and optimizer state the trainer holds already (in use on the device, or in the
+    host's RSS): an estimate of the step's needs includes them, what is available excludes them."""
     try:
-        abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=getattr(a, "sharding", None)),
-                                (trainer.params, trainer.opt_state))
-        return jax_compiled_sizes(trainer.train_step, *abstract, *batch)
-    finally:
-        jax.config.update("jax_enable_compilation_cache", was)
-        jax.clear_caches()
+        if hasattr(trainer, "opt_state"):
+            import jax
+
+            return nbytes(jax.tree.leaves((trainer.params, trainer.opt_state)))
+        return nbytes(trainer.model.parameters())  # torch: AdamW makes its state at the first step
+    except Exception:
+        return 0
 
 
 def preflight(spec: Any, trainer: Any, batch: tuple[Any, Any], platform: str, n_params: int) -> Preflight | None:
     """Whether the run fits, before its first (compiling) step: JAX from the compiled step's memory
     analysis, torch twins from their shapes; None where no estimate can be made (a user's torch model).
     A JAX run whose upper bound from the shapes is below ``EXACT_ABOVE`` of the available memory is not
-    compiled a second time for the estimate: for a big model that compile costs as much as the run's own."""
+    compiled for the estimate; above it, the step is compiled here once, and that compile is the run's own
+    (:func:`jax_sizes`). What the trainer holds already (parameters, optimizer state) is in use, so it is
+    taken off the estimate, as it is off what is available: counted once, not twice."""
+    resident = resident_bytes(trainer)
     if spec.framework == "jax":
         if not all(hasattr(trainer, a) for a in ("train_step", "params", "opt_state")):
             return None
         avail, where = jax_available(platform)
-        bound = jax_upper_bound(spec, n_params)
+        bound = max(jax_upper_bound(spec, n_params) - resident, 0)
         if bound <= EXACT_ABOVE * avail:
             return Preflight(bound, avail, where, "upper bound from the shapes, far below what is available")
         sizes = jax_sizes(trainer, batch)
         if not sizes:
             return None
-        # on the host, the arguments (params, optimizer state) are already resident: only the rest is new
-        need = jax_step_estimate(sizes) - (sizes["argument"] if where == "the host" else 0)
-        return Preflight(need, avail, where, "compiled step memory_analysis()", sizes)
+        # the arguments are the resident state and the batch: on the host all of it is resident already
+        need = jax_step_estimate(sizes) - (sizes["argument"] if where == "the host" else resident)
+        return Preflight(max(need, 0), avail, where, "compiled step memory_analysis()", sizes)
     if spec.model.family not in ("gpt", "bert"):
         return None
     import torch
@@ -398,11 +430,11 @@ def preflight(spec: Any, trainer: Any, batch: tuple[Any, Any], platform: str, n_
     m, t = spec.model, spec.train
     itemsize = 2 if t.precision == "bf16" else 4
     est = torch_estimate(n_params * 4, m.layers, t.batch * t.seq, m.d_model, m.vocab, itemsize)
+    est = max(est - (resident or n_params * 4), 0)  # the parameters are resident already, on either side
     if torch.cuda.is_available():
         free, _ = torch.cuda.mem_get_info()
         return Preflight(est, int(free), "the device", "estimate from the shapes")
-    # on the host, the parameters are already resident
-    return Preflight(est - n_params * 4, host_available_bytes(), "the host", "estimate from the shapes")
+    return Preflight(est, host_available_bytes(), "the host", "estimate from the shapes")
 
 
 def torch_profiled_step(trainer: Any, batch: tuple[Any, Any], device: str) -> dict[str, int]:

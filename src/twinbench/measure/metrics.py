@@ -14,11 +14,14 @@ from twinbench.measure.flops import throughput
 
 def step_stats(timing: Timing) -> dict[str, Any]:
     """Median, 10th/90th percentile and mean of the steady steps, and every steady step in order, in ms (a
-    K-step call's time already divided by K): ``twinbench diff`` compares runs as samples, not two medians."""
+    K-step call's time already divided by K): ``twinbench diff`` compares runs as samples, not two medians;
+    ``step_ms_async``: the unsynchronised window's time per step (None when not measured)."""
     s = timing.step_s
+    window = timing.async_step_s
     return {"step_ms": percentile(s, 50) * 1e3, "step_ms_p10": percentile(s, 10) * 1e3,
             "step_ms_p90": percentile(s, 90) * 1e3, "step_ms_mean": sum(s) / len(s) * 1e3,
-            "step_times_ms": [round(x * 1e3, 4) for x in s]}
+            "step_times_ms": [round(x * 1e3, 4) for x in s],
+            "step_ms_async": window * 1e3 if window is not None else None}
 
 
 def speed(timing: Timing, tokens_per_step: float, flops_per_token: int, peak_tflops: float | None,

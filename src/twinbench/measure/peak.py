@@ -163,9 +163,11 @@ class Peak:
         return age_s(self.measured_at, now)
 
     def record_fields(self) -> dict[str, Any]:
-        """What a run's Record carries about the peak it was measured against."""
+        """What a run's Record carries about the peak it was measured against (``peak_device_shared``: other
+        processes that held a context on the GPU while it was measured, 0 when none or on the CPU)."""
         return {"peak_measured_at": self.measured_at, "peak_spread": self.spread,
-                "peak_load_per_core": self.load_per_core}
+                "peak_load_per_core": self.load_per_core,
+                "peak_device_shared": int(self.method.get("other_device_processes") or 0)}
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -343,9 +345,10 @@ def _per_size(framework: str, platform: str, dtype: str, reps: int,
     else:
         import torch
 
-        dev = torch.device("cuda" if platform == "cuda" else "cpu")
+        on_gpu = platform != "cpu"  # "gpu" (older records and caches: "cuda")
+        dev = torch.device("cuda" if on_gpu else "cpu")
         tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
-        sync = torch.cuda.synchronize if platform == "cuda" else (lambda: None)
+        sync = torch.cuda.synchronize if on_gpu else (lambda: None)
         for n in sizes:
             a = torch.randn(n, n, device=dev, dtype=tdt)
             b = torch.randn(n, n, device=dev, dtype=tdt)

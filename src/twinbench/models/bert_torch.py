@@ -8,8 +8,8 @@ the first token and a linear classifier. No dropout: the twins are deterministic
 
 ``cfg.mask_impl`` chooses how the padding mask reaches the attention (`--mask-impl`); all three give
 the same result: ``where`` hands SDPA a boolean mask (a select inside the kernel), ``mul`` turns the 0/1 mask
-into an additive bias by multiplication, ``cond`` asks per batch (a Python ``if``, so a host sync) whether
-any token is padding and skips the mask when none is.
+into an additive bias by multiplication, ``cond`` asks once per forward pass (a Python ``if``, so one host
+sync) whether any token is padding and, when none is, runs every layer without a mask.
 """
 
 from __future__ import annotations
@@ -44,15 +44,15 @@ class SelfAttention(nn.Module):
         self.key = nn.Linear(cfg.d_model, cfg.d_model)
         self.value = nn.Linear(cfg.d_model, cfg.d_model)
 
-    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
                    for t in (self.query(x), self.key(x), self.value(x)))
+        if attention_mask is None:  # cond, and no padding in this batch (BERT.forward asked once): no mask at all
+            return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
         keep = attention_mask[:, None, None, :].bool()  # [B, 1, 1, T]: which keys each query may see
         if self.mask_impl == "mul":
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_bias(keep, q.dtype))
-        elif self.mask_impl == "cond" and bool(keep.all()):  # no padding in this batch: no mask at all
-            y = F.scaled_dot_product_attention(q, k, v)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
         return y.transpose(1, 2).reshape(B, T, C)
@@ -74,7 +74,7 @@ class Attention(nn.Module):
         self.self = SelfAttention(cfg)
         self.output = SelfOutput(cfg)
 
-    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         return self.output(self.self(x, attention_mask), x)
 
 
@@ -106,7 +106,7 @@ class Layer(nn.Module):
         self.intermediate = Intermediate(cfg)
         self.output = Output(cfg)
 
-    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         with record_function("attn"):  # profiler scopes (twinbench explain), as the JAX twin's named_scope
             x = self.attention(x, attention_mask)
         with record_function("mlp"):
@@ -119,7 +119,7 @@ class Encoder(nn.Module):
         self.opts = opts
         self.layer = nn.ModuleList(Layer(cfg) for _ in range(cfg.layers))
 
-    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         for i, layer in enumerate(self.layer):
             with record_function(f"block{i}"):
                 if self.opts.remat != "none":
@@ -180,9 +180,12 @@ class BERT(nn.Module):
             token_type_ids = torch.zeros_like(input_ids)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
+        mask: torch.Tensor | None = attention_mask
+        if self.cfg.mask_impl == "cond" and bool(attention_mask.all()):  # one host sync per forward, not per layer
+            mask = None  # no padding in this batch: every layer attends without a mask
         # bf16: autocast runs matmuls and attention in bf16; parameters and LayerNorm stay fp32.
         with torch.autocast(input_ids.device.type, torch.bfloat16, enabled=self.opts.compute_dtype == "bf16"):
-            x = self.encoder(self.embeddings(input_ids, token_type_ids), attention_mask)
+            x = self.encoder(self.embeddings(input_ids, token_type_ids), mask)
             return self.classifier(self.pooler(x))
 
 

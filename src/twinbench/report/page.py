@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twinbench.measure.device import platform_name
 from twinbench.measure.trace import HINTS as TRACE_HINTS
 from twinbench.record import read_records
 from twinbench.report.breakeven import total_s
@@ -303,7 +304,7 @@ def render_html(res: Results, plots: list[Plot], plan_steps: int) -> str:
         f"<title>twinbench report: {_e(res.directory.name)}</title><style>{CSS}</style></head><body><main>",
         "<header><h1>twinbench: <span class='t'>PyTorch</span> vs <span class='j'>JAX</span></h1>",
         f"<div class='sub'>{_e(first.get('preset', ''))} preset on {_e(first.get('device'))} "
-        f"({_e(first.get('platform'))}) · {_e(_summary(res))} · results <code>{_e(res.directory)}</code> · "
+        f"({_e(platform_name(first.get('platform')))}) · {_e(_summary(res))} · results <code>{_e(res.directory)}</code> · "
         f"generated {_e(time.strftime('%Y-%m-%d %H:%M'))}</div></header>",
         '<div class="cards">' + "".join(f"<div class='card'><b>{_e(v)}</b><span>{_e(k)}</span></div>"
                                         for v, k in cards) + "</div>",

@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
+from twinbench.measure.device import matmul_label, platform_name
 from twinbench.measure.memory import summary as memory_summary
 from twinbench.measure.peak import HIGH_LOAD, MAX_SPREAD, age_s, fmt_age
 from twinbench.models.family import flops_convention
@@ -125,9 +126,10 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
         f"model: {_model_name(r)}, {r['layers']} layers, d_model {r['d_model']}, {r['heads']} heads, "
         f"vocab {r['vocab']}, {(r.get('n_params') or 0) / 1e6:.2f} M params; batch {r['batch']} x seq {r['seq']}; "
         f"{r['steps']} steps, first {max(r['warmup'], 1)} excluded as warm-up",
-        f"device: {r.get('device')} ({r.get('platform')}), {r.get('device_count')} device(s), "
-        f"{r.get('threads')} CPU threads for both frameworks; precision {r['precision']}, "
-        f"matmul {r.get('matmul_precision')}; compile cache "
+        f"device: {r.get('device')} ({platform_name(r.get('platform'))}), {r.get('device_count')} device(s), "
+        f"{r.get('threads')} {'' if platform_name(r.get('platform')) in ('cpu', None) else 'host '}CPU threads for "
+        f"both frameworks; precision {r['precision']}, "
+        f"matmul {_matmul_text(ok)}; compile cache "
         f"{' and '.join(dict.fromkeys(str(x.get('compile_cache')) for x in ok))}",
         f"FLOPs: {r.get('flops_convention') or flops_convention(((r.get('spec') or {}).get('model') or {}).get('family', 'gpt'))}",
     ]
@@ -137,6 +139,7 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
         for run, kernel in kernels.items():
             by_kernel.setdefault(kernel, []).append(run)
         lines.append("attention kernel: " + "; ".join(f"{k} ({', '.join(runs)})" for k, runs in by_kernel.items()))
+    lines += _async_lines(ok)
     peaks: dict[tuple[str, str], dict[str, Any]] = {}  # by framework AND dtype: bf16 rows have their own peak
     for x in ok:
         if x.get("peak_tflops"):
@@ -153,10 +156,10 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
     if sheets:
         lines.append("datasheet dense peak: " + ", ".join(f"{v:.0f} TFLOP/s {dt}" for dt, v in sheets.items())
                      + " (mfu_datasheet in the records)")
-    platforms = sorted({str(x.get("platform")) for x in ok if x.get("platform")})
+    platforms = sorted({str(platform_name(x.get("platform"))) for x in ok if x.get("platform")})  # cuda = gpu
     if len(platforms) > 1:
         lines.append(f"warning: these runs ran on different platforms ({', '.join(platforms)}): "
-                     + "; ".join(f"{x['framework']}/{x['strategy']} on {x.get('platform')}" for x in ok)
+                     + "; ".join(f"{x['framework']}/{x['strategy']} on {platform_name(x.get('platform'))}" for x in ok)
                      + ". Their times do not compare (did a framework miss the GPU?)")
     vers = {}
     for x in ok:
@@ -166,19 +169,54 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+#: the unsynchronised window's step time is shown when it differs from the per-step median by more than this
+ASYNC_MATERIAL = 0.05
+
+
+def _async_lines(ok: list[dict[str, Any]]) -> list[str]:
+    """``step_ms_async`` of the runs where it differs materially from ``step_ms``: the per-step times sync after
+    every step, so a launch-bound run (torch eager on a GPU) pays its launch latency in each; the window does not."""
+    diff = [x for x in ok if x.get("step_ms_async") and x.get("step_ms")
+            and abs(x["step_ms_async"] / x["step_ms"] - 1) > ASYNC_MATERIAL]
+    if not diff:
+        return []
+    return ["step ms without a sync per step (the steady steps again, back to back, synchronised at both ends "
+            "only: step_ms_async): " + "; ".join(
+                f"{x['framework']}/{x['strategy']} {x['step_ms_async']:.1f} ms "
+                f"({x['step_ms_async'] / x['step_ms'] - 1:+.0%} vs the per-step median)" for x in diff)]
+
+
+def _matmul_text(ok: list[dict[str, Any]]) -> str:
+    """``fp32 (no TF32) (torch fp32_precision=ieee; jax_default_matmul_precision=highest)``: the precision of
+    the runs' fp32 matmuls, and the setting each framework was given for it."""
+    given = list(dict.fromkeys(str(x["matmul_precision"]) for x in ok if x.get("matmul_precision")))
+    labels = " and ".join(dict.fromkeys(str(matmul_label(m)) for m in given)) or "None"
+    settings = [m.split(";", 1)[1].strip() for m in given if ";" in m]
+    return labels + (f" ({'; '.join(settings)})" if settings else "")
+
+
 def _dtype(r: dict[str, Any]) -> str:
     """The matmul dtype a run's peak was measured in: bf16 for bf16 runs (``--precision bf16`` or ``+bf16``)."""
     return "bf16" if r.get("precision") == "bf16" or "bf16" in str(r.get("strategy", "")).split("+") else "fp32"
 
 
 def _peak_text(framework: str, r: dict[str, Any]) -> str:
-    """``torch 165 GFLOP/s (spread 3%, measured 2026-12-03 07:10 UTC, 2.0 h ago)``."""
-    text = f"{framework} {r['peak_tflops'] * 1e3:.0f} GFLOP/s"
+    """``torch 165 GFLOP/s (spread 3%, measured 2026-12-03 07:10 UTC, 2.0 h ago)``; a GPU's ``672 TFLOP/s``."""
+    text = f"{framework} {fmt_flops(r['peak_tflops'])}"
     if r.get("peak_measured_at") is None:  # a record of an older twinbench: nothing more is known
         return text
     when = r["peak_measured_at"].replace("T", " ")[:16]
     return (f"{text} (spread {r.get('peak_spread') or 0:.0%}, measured {when} UTC, "
             f"{fmt_age(age_s(r['peak_measured_at']))} ago)")
+
+
+def fmt_flops(tflops: float) -> str:
+    """A FLOP rate a reader takes in at a glance: CPU-sized peaks in GFLOP/s (``165 GFLOP/s``), from 1 TFLOP/s
+    on in TFLOP/s with three significant digits (``1.23 TFLOP/s``, ``67.0 TFLOP/s``, ``672 TFLOP/s``)."""
+    if tflops < 1:
+        return f"{tflops * 1e3:.0f} GFLOP/s"
+    digits = 2 if tflops < 10 else 1 if tflops < 100 else 0
+    return f"{tflops:.{digits}f} TFLOP/s"
 
 
 def _load_lines(records: list[dict[str, Any]]) -> list[str]:
@@ -215,6 +253,13 @@ def _load_lines(records: list[dict[str, Any]]) -> list[str]:
             why.append(f"its repeats disagree by {spread:.0%} (above {MAX_SPREAD:.0%})")
         if load is not None and load > HIGH_LOAD and "busy" not in " ".join(why):
             why.append(f"it was measured on a busy machine ({load:.2f} load per core)")
+        if r.get("peak_device_shared") and "GPU" not in " ".join(why):
+            why.append(f"it was measured while {r['peak_device_shared']} other process(es) used the GPU")
+    shared = [r for r in records if r.get("device_shared")]
+    if shared:
+        out.append(f"warning: device shared: in {len(shared)} of {len(records)} run(s) other processes (up to "
+                   f"{max(r['device_shared'] for r in shared)}) held a context on the run's GPU(s) around the timed "
+                   "steps; their timings are not reliable")
     out += [f"warning: the {fw} matmul peak is not to be trusted: {' and '.join(why)}, so its MFU is uncertain; "
             "`twinbench peak --remeasure` on an idle machine" for fw, why in peaks.items() if why]
     return out
