@@ -39,7 +39,7 @@ SLOWER, FASTER, SAME, SINGLE = "slower", "faster", "no detectable change", "one 
 MATCH_FIELDS = ("framework", "strategy", "family", "layers", "d_model", "heads", "d_ff", "vocab", "context",
                 "batch", "seq", "precision", "device_count", "task", "user_model", "attention_impl")
 #: conditions listed under the table when the two sides differ in them
-CONDITION_FIELDS = ("versions", "xla_flags", "threads", "device", "platform", "matmul_precision", "compile_cache",
+CONDITION_FIELDS = ("versions", "xla_flags", "threads", "device", "host_cpu", "platform", "matmul_precision", "compile_cache",
                     "peak_tflops", "load_avg_1m_external", "interference_cores")
 #: two runs whose losses differ by more than this (relative, any step) did not compute the same thing
 LOSS_RTOL = 1e-4

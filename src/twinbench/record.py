@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from twinbench.measure.device import host_cpu
 from twinbench.measure.interference import busy_warning
 from twinbench.measure.peak import HIGH_LOAD, MAX_SPREAD
 from twinbench.spec import RunSpec
@@ -143,6 +144,9 @@ class Record:
     # twins' attention formulation (models/options.py ATTENTION_IMPLS)
     memory_breakdown: dict[str, Any] = field(default_factory=dict)
     attention_impl: str = "default"
+    # the machine: the host's CPU model and instruction set (the same comparison differs by machine; on a GPU
+    # the host still feeds the device), measure/device.py host_cpu()
+    host_cpu: str | None = None
 
     @classmethod
     def for_spec(cls, spec: RunSpec, status: str, **measured: Any) -> Record:
@@ -154,7 +158,7 @@ class Record:
                     heads=m.heads, vocab=m.vocab, context=m.context, steps=t.steps, warmup=t.warmup,
                     threads=spec.threads or _cores(), compile_cache=spec.compile_cache, spec=spec.to_dict(),
                     task=spec.train.task, repeat=spec.repeat, config_id=spec.config_id(),
-                    attention_impl=spec.attention_impl)
+                    attention_impl=spec.attention_impl, host_cpu=host_cpu())
         return cls(**(base | measured))
 
     def to_dict(self) -> dict[str, Any]:

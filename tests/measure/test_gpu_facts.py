@@ -182,3 +182,27 @@ def test_attention_impl_option():
     model = nnx.eval_shape(lambda: gpt_jax.GPT(spec.model, nnx.Rngs(0), options.ModelOptions(attention_impl="cudnn")))
     assert model.blocks[0].attn.impl == "cudnn"
     assert device.attention_kernel("jax", 2, 32, 32, "bf16", True, False, "cudnn") == "cudnn (fused)"
+
+
+@pytest.mark.parametrize(("cpuinfo", "isa"), [
+    ("flags\t\t: fpu sse avx2 fma avx512f avx512_bf16 amx_tile amx_bf16\n", "AVX-512, AMX, AMX-BF16, AVX512-BF16"),
+    ("flags\t\t: fpu sse avx fma avx2\n", "AVX2, FMA"),
+    ("Features\t: fp asimd sve bf16\n", "SVE, BF16"),
+    ("Features\t: fp asimd\n", "NEON"),
+    ("processor\t: 0\n", ""),
+])
+def test_the_cpu_instruction_set_is_named(cpuinfo, isa):
+    assert device.cpu_isa.__wrapped__(cpuinfo) == isa
+
+
+def test_records_and_the_footer_name_the_machine():
+    """The same comparison differs by machine: a CPU run's footer names the CPU and its instruction set, a GPU
+    run's names the GPU and its host."""
+    base = dict(status="ok", framework="torch", strategy="eager", preset="tiny", layers=2, d_model=64, heads=2,
+                vocab=256, n_params=1, batch=2, seq=16, steps=3, warmup=1, threads=2, precision="fp32",
+                compile_cache="cold", device_count=1)
+    cpu = conditions([{**base, "device": "AMD EPYC 7B13", "platform": "cpu", "host_cpu": "AMD EPYC 7B13 (AVX2, FMA)"}])
+    assert any(line.startswith("device: AMD EPYC 7B13 (AVX2, FMA) (cpu)") for line in cpu)
+    gpu = conditions([{**base, "device": "NVIDIA H200", "platform": "gpu", "host_cpu": "Intel Xeon (AVX-512)"}])
+    assert any(line.startswith("device: NVIDIA H200 (gpu), host Intel Xeon (AVX-512)") for line in gpu)
+    assert device.host_cpu().startswith(device.cpu_name())

@@ -22,6 +22,43 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+#: Instruction-set extensions that change what a CPU's matmul and element-wise kernels can do, in the order a
+#: person reads them: the widest vector unit, then matrix units and bf16 support (x86: /proc/cpuinfo "flags";
+#: Arm: "Features"). The same comparison differs by machine, so every record names these.
+ISA_FLAGS = (("amx_tile", "AMX"), ("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX-512"),
+             ("avx2", "AVX2"), ("fma", "FMA"), ("sve2", "SVE2"), ("sve", "SVE"), ("bf16", "BF16"), ("asimd", "NEON"))
+
+
+@cache
+def cpu_isa(cpuinfo: str | None = None) -> str:
+    """The CPU's vector and matrix extensions, widest first ("AVX-512, AVX512-BF16, AMX, AMX-BF16"; "AVX2, FMA";
+    "SVE, NEON"), or "" where /proc/cpuinfo cannot be read. ``cpuinfo``: the file's text (tests)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return ""
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags = set(value.split())
+            break
+    found = [name for flag, name in ISA_FLAGS if flag in flags]
+    vector = [n for n in found if n in ("AVX-512", "AVX2", "SVE2", "SVE", "NEON")][:1]  # the widest only
+    extra = [n for n in found if n in ("AVX512-BF16", "AMX", "AMX-BF16", "BF16") and not (n == "BF16" and "AMX" in found)]
+    if "FMA" in found and vector == ["AVX2"]:
+        extra.insert(0, "FMA")
+    return ", ".join(vector + extra)
+
+
+def host_cpu() -> str:
+    """The host's CPU and its instruction set, e.g. "Intel(R) Xeon(R) Processor (AVX-512, AVX512-BF16, AMX)"."""
+    isa = cpu_isa()
+    return f"{cpu_name()} ({isa})" if isa else cpu_name()
+
+
 #: the frameworks' names of one kind of device, mapped to the one name records use: torch says "cuda" (also on
 #: ROCm), JAX says "gpu"; records and every comparison of platforms say "gpu".
 PLATFORM_NAMES = {"cuda": "gpu", "rocm": "gpu"}

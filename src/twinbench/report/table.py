@@ -116,6 +116,14 @@ def _model_name(r: dict[str, Any]) -> str:
     return f"{user} (--model) shaped by the {r['preset']} preset" if user else f"{r['preset']} preset"
 
 
+def _device_text(r: dict[str, Any]) -> str:
+    """The device and the machine: "Intel Xeon (AVX-512, AMX) (cpu)"; "NVIDIA H200 (gpu), host Intel Xeon (...)"."""
+    platform, host = platform_name(r.get("platform")), r.get("host_cpu")
+    if platform == "cpu" and host:
+        return f"{host} (cpu)"
+    return f"{r.get('device')} ({platform})" + (f", host {host}" if host else "")
+
+
 def conditions(records: list[dict[str, Any]]) -> list[str]:
     """Lines stating what was compared and how, so the numbers are results and not just numbers."""
     ok = [r for r in records if r.get("status") == "ok"] or records
@@ -126,7 +134,7 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
         f"model: {_model_name(r)}, {r['layers']} layers, d_model {r['d_model']}, {r['heads']} heads, "
         f"vocab {r['vocab']}, {(r.get('n_params') or 0) / 1e6:.2f} M params; batch {r['batch']} x seq {r['seq']}; "
         f"{r['steps']} steps, first {max(r['warmup'], 1)} excluded as warm-up",
-        f"device: {r.get('device')} ({platform_name(r.get('platform'))}), {r.get('device_count')} device(s), "
+        f"device: {_device_text(r)}, {r.get('device_count')} device(s), "
         f"{r.get('threads')} {'' if platform_name(r.get('platform')) in ('cpu', None) else 'host '}CPU threads for "
         f"both frameworks; precision {r['precision']}, "
         f"matmul {_matmul_text(ok)}; compile cache "
