@@ -130,6 +130,9 @@ def _steps(host: list[st.Marked], step_nums: set[str], marker: str | None, ops: 
     found = st.from_markers(host, marker, PROFILER_STEPS)
     if found:
         return found
+    if not main and ops:  # no module names (an older XLA): all the device's activity is one step
+        return st.Steps([(min(k.start for k in ops), max(k.end for k in ops))],
+                        "the whole trace (no step annotations, no XLA module names)")
     runs = _executions(ops, main)
     if runs:
         return st.Steps(runs, f"the executions of the XLA module {main} on the device (no step annotations)")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 _NUMBERED = re.compile(r"(#\d+.*|_\d+)$")
@@ -67,17 +67,34 @@ def from_markers(events: Iterable[Marked], marker: str | None, profiler_names: S
         found = [e for e in events if base(e.name) == name]
         if found:
             return Steps(_spans(found), f"{name} events")
+    if user_names is None:
+        return _repeating_annotation(events, lambda n: bool(_STEPLIKE.search(n)))
+    return (_repeating_annotation([e for e in events if e.name in user_names], lambda n: bool(_STEPLIKE.search(n)))
+            or _repeating_annotation(top_level([e for e in events if e.name in user_names]),
+                                     lambda n: not _FRAMEWORK.match(n))
+            or _repeating_annotation(top_level([e for e in events if e.name in user_names]),
+                                     lambda n: not _FRAMEWORK.match(n), least=1))
+
+
+_FRAMEWORK = re.compile(r"^(nccl:|Optimizer\.|enumerate\(DataLoader\)|DistributedDataParallel|## |"
+                        r"autograd::|CompiledFunction|Torch-Compiled)")
+
+
+def _repeating_annotation(events: Sequence[Marked], wanted: Callable[[str], bool], least: int = 2) -> Steps | None:
+    """The annotation (by base name) occurring ``least`` times or more with the most time among those
+    ``wanted``."""
     counts: Counter[str] = Counter()
     time: Counter[str] = Counter()
     for e in events:
-        if (user_names is None or e.name in user_names) and _STEPLIKE.search(e.name):
+        if wanted(e.name):
             counts[base(e.name)] += 1
             time[base(e.name)] += e.end - e.start
-    repeating = [n for n, c in counts.items() if c >= 2]
-    if repeating:
-        name = max(repeating, key=lambda n: time[n])
-        return Steps(_spans([e for e in events if base(e.name) == name]), f"the annotation {name!r} (repeats)")
-    return None
+    repeating = [n for n, c in counts.items() if c >= least]
+    if not repeating:
+        return None
+    name = max(repeating, key=lambda n: time[n])
+    how = "repeats" if least > 1 else "the only user annotation of its kind: one step"
+    return Steps(_spans([e for e in events if base(e.name) == name]), f"the annotation {name!r} ({how})")
 
 
 def _spans(found: Sequence[Marked]) -> list[tuple[float, float]]:

@@ -131,7 +131,7 @@ _KERNEL = [
     ("normalization", r"layer_?norm|rms_?norm|batch_?norm|group_?norm|instance_?norm|bn_fw|bn_bw|"
                       r"cuApplyLayerNorm|cuComputeGradInput|GammaBeta|welford"),
     ("matmul", r"gemm|gemv|cutlass|cublas|nvjet|xmma|hgemm|sgemm|Cijk_|wgrad|dgrad|fprop|implicit_?convolve|"
-               r"conv2d|conv3d|convolution|im2col|im3d2col|splitKreduce|matmul|_mm_|\bmm\b|triton_tem_fused_.*mm"),
+               r"conv2d|conv3d|convolution|im2col|im3d2col|splitKreduce|matmul|_mm_|\bmm\b|\bbmm_|triton_tem_fused_.*mm"),
 ]
 _KERNEL_RE = [(c, re.compile(p, re.IGNORECASE)) for c, p in _KERNEL]
 _GENERIC = [
