@@ -101,7 +101,7 @@ _NODES = [("attention", ("attention", "softmaxbackward", "sdpa")), ("matmul", ("
           ("reductions", ("nllloss", "logsoftmax", "sumbackward", "meanbackward", "norm")),
           ("data movement", ("view", "tbackward", "transpose", "permute", "split", "embedding", "reshape",
                              "expand", "select", "slice", "index", "cat", "stack", "clone", "copy", "unsafe",
-                             "accumulategrad", "squeeze", "unbind")),
+                             "accumulategrad", "squeeze", "unbind", "detach")),
           ("element-wise", ("backward",))]
 
 
