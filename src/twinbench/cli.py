@@ -834,8 +834,9 @@ def doctor(
 @app.command("explain")
 @with_spec_flags
 def explain_cmd(
-    run_a: str = typer.Argument(..., help="framework:strategy (run now) or RESULTS_DIR:framework/strategy"),
-    run_b: str = typer.Argument(..., help="the run compared with A, same forms"),
+    run_a: str = typer.Argument(..., help="framework:strategy (run now), RESULTS_DIR:framework/strategy, or a "
+                                "trace file/directory (torch.profiler .json[.gz], JAX *.xplane.pb)"),
+    run_b: Optional[str] = typer.Argument(None, help="the run or trace compared with A, same forms"),  # noqa: UP045
     preset: str = PRESET_OPTION,
     out_dir: Optional[Path] = typer.Option(None, "--out", help="results directory; default runs/<timestamp>"),  # noqa: UP045
     json_path: Optional[Path] = typer.Option(None, "--json", help="also write the explanation here"),  # noqa: UP045
@@ -843,15 +844,23 @@ def explain_cmd(
     timeout: float = TIMEOUT_OPTION,
     model: Optional[str] = typer.Option(None, "--model", help="your own PyTorch model, FILE.py:build"),  # noqa: UP045
     jax_model: Optional[str] = typer.Option(None, "--jax-model", help="its JAX port, FILE.py:build_jax"),  # noqa: UP045
+    step_marker: Optional[str] = typer.Option(None, "--step-marker", help="traces: the annotation that marks a step"),  # noqa: UP045
+    rank: Optional[int] = typer.Option(None, "--rank", help="traces: which rank's file (default the lowest)"),  # noqa: UP045
+    device: Optional[int] = typer.Option(None, "--device", help="traces: which device (default the first)"),  # noqa: UP045
+    hlo: Optional[str] = typer.Option(None, "--hlo", help="JAX traces: compiled HLO text (file or --xla_dump_to dir)"),  # noqa: UP045
     **overrides: Any,
 ) -> None:
-    """Where each run's step time goes (phases x op categories, two methods), and the gap between A and B."""
+    """Where each run's (or trace's) step time goes (phases x op categories), and the gap between A and B."""
     from twinbench.explain import command
 
     target = out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    expand = "scopes" if scopes else "categories"
     try:
-        result = command.explain(run_a, run_b, preset, overrides, target, timeout, model, jax_model,
-                                 "scopes" if scopes else "categories", lambda line: out.print(line, highlight=False))
+        if command.trace_file.is_trace(run_a) or run_b is None or command.trace_file.is_trace(run_b):
+            result = command.explain_traces(run_a, run_b, expand, step_marker, rank, device, hlo)
+        else:
+            result = command.explain(run_a, run_b, preset, overrides, target, timeout, model, jax_model, expand,
+                                     lambda line: out.print(line, highlight=False))
     except command.ExplainError as e:
         fail(str(e))
     command.print_pair(result, out)

@@ -18,9 +18,29 @@ def undisturbed(durations: list[float]) -> list[int]:
 
 
 @dataclass
+class OpTime:
+    """One op's (or kernel's) time per step, kept whole for tables that need more than the sums (FLOP/s per
+    category, matmuls by shape): ``name`` the kernel or op, ``op`` the framework op that launched it (torch
+    aten op, XLA instruction), ``shapes`` its input shapes where the trace records them."""
+
+    name: str
+    category: str
+    phase: str
+    op: str = ""
+    shapes: str = ""
+    ms: float = 0.0
+    count: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "category": self.category, "phase": self.phase, "op": self.op,
+                "shapes": self.shapes, "ms": round(self.ms, 5), "count": self.count}
+
+
+@dataclass
 class Breakdown:
     """Per-step milliseconds of one traced run. ``cells[phase][category]``; ``rest`` holds the step time no op
-    covers (dispatch, Python, idle threads); ``other`` lists the largest uncategorized ops."""
+    covers (``idle``: on a GPU the device idle between kernels within the step; on a CPU dispatch, Python,
+    idle threads); ``other`` lists the largest uncategorized ops; ``ops`` every op's time (:class:`OpTime`)."""
 
     step_ms: float = 0.0
     cells: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(float)))
@@ -30,8 +50,14 @@ class Breakdown:
     source: str = ""
     steps_traced: int = 0  # steps in the trace; those attributed (undisturbed) are the ``finish`` count
     steps_used: int = 0
+    ops: dict[tuple[str, str, str, str], OpTime] = field(default_factory=dict)
+    device: str = ""  # "GPU" (kernels on a device) or "CPU" (host ops); which device/rank, in ``notes``
+    step_method: str = ""  # how the steps were found
+    idle: str = ""  # what ``rest/idle`` means for this trace
+    notes: list[str] = field(default_factory=list)  # what was chosen for the user (rank, device, steps)
 
-    def add(self, phase: str, category: str, ms: float, scope: str = "", name: str = "") -> None:
+    def add(self, phase: str, category: str, ms: float, scope: str = "", name: str = "", op: str = "",
+            shapes: str = "") -> None:
         if phase == "optimizer" and category not in ("matmul", "collectives"):
             category = "optimizer"  # the update is one category, whatever its element-wise ops are
         self.cells[phase][category] += ms
@@ -39,6 +65,13 @@ class Breakdown:
             self.scopes[scope][phase] += ms
         if category == "other" and name:
             self.other[name] += ms
+        if name:
+            key = (name, op, phase, shapes)
+            t = self.ops.get(key)
+            if t is None:
+                t = self.ops[key] = OpTime(name, category, phase, op, shapes)
+            t.ms += ms
+            t.count += 1
 
     def phases(self) -> dict[str, float]:
         return {p: sum(self.cells.get(p, {}).values()) for p in PHASES}
@@ -51,25 +84,31 @@ class Breakdown:
                     out[c] += ms
         return dict(out)
 
-    def finish(self, steps: int, step_ms: float) -> Breakdown:
-        """Divide sums over ``steps`` traced steps; scale ops down when they overlap; fill ``rest/idle``."""
+    def finish(self, steps: int, step_ms: float, busy_ms: float | None = None) -> Breakdown:
+        """Divide sums over ``steps`` traced steps; scale ops down when they overlap; fill ``rest/idle``.
+        ``busy_ms``: the per-step time anything ran (a device's kernels, their union); without it, the ops'
+        sum capped at the step."""
+        n = max(steps, 1)
         for table in (self.cells, self.scopes):
             for row in table.values():
                 for k in row:
-                    row[k] /= max(steps, 1)
+                    row[k] /= n
         for k in self.other:
-            self.other[k] /= max(steps, 1)
-        busy = sum(sum(r.values()) for r in self.cells.values())
-        if busy > step_ms > 0:
-            self.overlap = busy / step_ms
+            self.other[k] /= n
+        for t in self.ops.values():
+            t.ms /= n
+            t.count = round(t.count / n) or 1
+        total = sum(sum(r.values()) for r in self.cells.values())
+        busy = min(total, step_ms) if busy_ms is None else min(busy_ms, step_ms)
+        if total > busy > 0:
+            self.overlap = total / busy
             for table in (self.cells, self.scopes):
                 for row in table.values():
                     for k in row:
                         row[k] /= self.overlap
-            busy = step_ms
         self.step_ms = step_ms
         self.steps_used = steps
-        self.cells["rest"]["idle"] += max(step_ms - busy, 0.0)
+        self.cells["rest"]["idle"] += max(step_ms - min(total, busy), 0.0)
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -83,7 +122,14 @@ class Breakdown:
         cats = self.categories()
         op_ms = sum(v for k, v in cats.items() if k != "idle")
         d["categorized_share"] = round(1 - cats.get("other", 0.0) / op_ms, 4) if op_ms else 0.0
+        d.update(device=self.device, step_method=self.step_method, idle=self.idle, notes=list(self.notes))
+        d["ops"] = [t.to_dict() for t in self.top_ops(200)]
         return d
+
+    def top_ops(self, n: int = 10, category: str | None = None) -> list[OpTime]:
+        """The ``n`` largest ops (of one category), per step, before any overlap scaling."""
+        ops = [t for t in self.ops.values() if category is None or t.category == category]
+        return sorted(ops, key=lambda t: -t.ms)[:n]
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Breakdown:
@@ -96,4 +142,10 @@ class Breakdown:
             for p, v in row.items():
                 b.scopes[s][p] = v
         b.other.update(d.get("other", {}))
+        b.device, b.step_method, b.idle = d.get("device", ""), d.get("step_method", ""), d.get("idle", "")
+        b.notes = list(d.get("notes", []))
+        for o in d.get("ops", []):
+            t = OpTime(o["name"], o["category"], o["phase"], o.get("op", ""), o.get("shapes", ""), o["ms"],
+                       o.get("count", 0))
+            b.ops[t.name, t.op, t.phase, t.shapes] = t
         return b

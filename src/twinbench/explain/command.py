@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from twinbench.explain import gap, runs
-from twinbench.explain.jax_trace import TraceError
+from twinbench.explain import gap, runs, trace_file
+from twinbench.explain.steps import TraceError
 from twinbench.spec import RunSpec, SpecError
 
 
@@ -65,6 +65,26 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
         raise ExplainError(str(e)) from e
 
 
+def explain_traces(trace_a: str, trace_b: str | None, expand: str = "categories", step_marker: str | None = None,
+                   rank: int | None = None, device: int | None = None, hlo: str | None = None) -> dict[str, Any]:
+    """``twinbench explain TRACE [TRACE_B]``: one trace's table, or two traces' gap table (any frameworks)."""
+    args = [a for a in (trace_a, trace_b) if a]
+    for a in args:
+        if not trace_file.is_trace(a):
+            raise ExplainError(f"{a}: no such trace (to compare a trace, give two traces; runs are "
+                               "framework:strategy or RESULTS_DIR:framework/strategy)")
+    try:
+        explained = [gap.explain_trace(a, step_marker, rank, device, hlo) for a in args]
+    except TraceError as e:
+        raise ExplainError(str(e)) from e
+    if len(explained) == 2 and explained[0]["run"] == explained[1]["run"]:
+        for e, a in zip(explained, args, strict=True):
+            e["run"] = f"{e['run'].split(':')[0]}:{Path(a).resolve().parent.name}/{Path(a).name}"[:60]
+    if len(explained) == 1:
+        return {"a": explained[0]}
+    return gap.pair(explained[0], explained[1], expand)
+
+
 def explain_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``compare --explain``: each ok record explained (an unreadable trace: its error instead)."""
     out = []
@@ -81,7 +101,8 @@ def explain_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def run_table(e: dict[str, Any]) -> Any:
     from rich.table import Table
 
-    t = Table(title=f"{e['run']}: {e['step_ms']:.1f} ms per measured step", title_justify="left")
+    kind = "measured" if e.get("run_id") else "traced"
+    t = Table(title=f"{e['run']}: {e['step_ms']:.1f} ms per {kind} step", title_justify="left")
     t.add_column("phase")
     t.add_column("timing ms", justify="right")
     t.add_column("trace ms", justify="right")
@@ -114,12 +135,40 @@ def gap_table(result: dict[str, Any]) -> Any:
     return t
 
 
+def ops_table(e: dict[str, Any], n: int = 10) -> Any:
+    from rich.table import Table
+
+    t = Table(title=f"{e['run']}: top ops (traced ms per step)", title_justify="left")
+    for col, just in (("kernel / op", "left"), ("launched by", "left"), ("category", "left"), ("phase", "left"),
+                      ("ms", "right")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for o in e.get("ops", [])[:n]:
+        t.add_row(o["name"][:70], o["op"][:40], o["category"], o["phase"], f"{o['ms']:.3f}")
+    return t
+
+
+def print_side(e: dict[str, Any], out: Any, top_ops: bool = False) -> None:
+    out.print(run_table(e))
+    if e.get("step_method"):
+        out.print(f"  steps: {e['steps_used']} of {e['steps_traced']} found, from {e['step_method']}", highlight=False)
+    if e.get("device"):
+        out.print(f"  device: {e['device']}; idle = {e['idle']}", highlight=False)
+    if top_ops and e.get("ops"):
+        out.print(ops_table(e))
+    if e.get("other"):
+        out.print("  other: " + ", ".join(f"{k[:60]} {v:.2f} ms" for k, v in list(e["other"].items())[:5]),
+                  highlight=False)
+    for note in e["notes"]:
+        out.print(f"  note: {note}", highlight=False)
+    out.print(f"  trace: {e['trace_path']}", highlight=False)
+
+
 def print_pair(result: dict[str, Any], out: Any) -> None:
+    if "b" not in result:  # one trace: its table and its top ops
+        print_side(result["a"], out, top_ops=True)
+        return
     for side in ("a", "b"):
-        out.print(run_table(result[side]))
-        for note in result[side]["notes"]:
-            out.print(f"  note: {note}", highlight=False)
-        out.print(f"  trace: {result[side]['trace_path']}", highlight=False)
+        print_side(result[side], out)
     out.print(gap_table(result))
     out.print(f"  {result['summary']}", highlight=False)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from twinbench.explain import jax_trace, torch_trace
 from twinbench.explain.breakdown import DISTURBED, PHASES, Breakdown
-from twinbench.explain.jax_trace import TraceError
+from twinbench.explain.steps import TraceError
 
 TOLERANCE = 0.10
 CATEGORIZED_MIN = 0.90
@@ -44,14 +44,40 @@ def read_trace(r: dict[str, Any]) -> Breakdown:
 def explain_run(r: dict[str, Any]) -> dict[str, Any]:
     """One run: measured step, phases by timing and by trace (scaled to the measured step), checks."""
     b = read_trace(r)
-    step = float(r.get("step_ms") or 0.0)
+    timing = dict(r.get("explain_timing") or {})
+    notes = [] if timing or not r.get("explain_error") else [f"timing: {r['explain_error']}"]
+    e = explain_breakdown(b, label(r), float(r.get("step_ms") or 0.0), timing, notes)
+    e.update(run_id=r.get("run_id"), trace_path=r.get("trace_path"), memory_breakdown=r.get("memory_breakdown"))
+    return e
+
+
+def explain_trace(arg: str, step_marker: str | None = None, rank: int | None = None, device: int | None = None,
+                  hlo: str | None = None) -> dict[str, Any]:
+    """Any trace file (see :mod:`.trace_file`): its own traced step, no timing method, the same checks."""
+    from twinbench.explain import trace_file
+
+    kind, path, b = trace_file.read(arg, step_marker, rank, device, hlo)
+    e = explain_breakdown(b, f"{kind}:{_short(path)}", b.step_ms, {}, [])
+    e.update(run_id=None, trace_path=str(path), memory_breakdown=None)
+    return e
+
+
+def _short(path: Path) -> str:
+    name = path.name
+    for ext in (".gz", ".json", ".xplane.pb"):
+        name = name.removesuffix(ext)
+    return name if len(name) <= 40 else name[:37] + "..."
+
+
+def explain_breakdown(b: Breakdown, run: str, step: float, timing: dict[str, float],
+                      notes: list[str]) -> dict[str, Any]:
+    """A breakdown's shares applied to ``step`` ms (the measured step of a run, the traced one of a trace)."""
     scale = step / b.step_ms if b.step_ms else 0.0
     trace_phases = {p: v * scale for p, v in b.phases().items()}
     cells = {p: {c: v * scale for c, v in row.items() if v} for p, row in b.cells.items()}
     scopes = {s: {p: v * scale for p, v in row.items() if v} for s, row in b.scopes.items()}
     d = b.to_dict()
-    timing = dict(r.get("explain_timing") or {})
-    notes = []
+    notes = list(b.notes) + notes
     if timing:
         tsum = sum(timing.get(p, 0.0) for p in PHASES)
         if step and abs(tsum - step) > TOLERANCE * step:
@@ -60,8 +86,6 @@ def explain_run(r: dict[str, Any]) -> dict[str, Any]:
         for p in PHASES:
             if p in timing and step and abs(timing[p] - trace_phases[p]) > TOLERANCE * step:
                 notes.append(f"methods disagree on {p}: timing {timing[p]:.1f} ms, trace {trace_phases[p]:.1f} ms")
-    elif r.get("explain_error"):
-        notes.append(f"timing: {r['explain_error']}")
     if d["categorized_share"] < CATEGORIZED_MIN:
         top = ", ".join(f"{k} {v:.2f} ms" for k, v in list(d["other"].items())[:5])
         notes.append(f"only {d['categorized_share']:.0%} of op time categorized; largest 'other': {top}")
@@ -69,12 +93,12 @@ def explain_run(r: dict[str, Any]) -> dict[str, Any]:
         notes.append(f"{b.steps_traced - b.steps_used} of {b.steps_traced} traced steps left out: over "
                      f"{DISTURBED}x the fastest (disturbed by another process?)")
     if b.overlap > 1.05:
-        notes.append(f"ops overlapped (summed op time {b.overlap:.2f}x the traced step): scaled to the step")
-    return {"run": label(r), "run_id": r.get("run_id"), "step_ms": step, "traced_step_ms": b.step_ms,
-            "timing": timing, "trace": trace_phases, "cells": cells, "scopes": scopes,
-            "categorized_share": d["categorized_share"], "other": d["other"], "notes": notes,
-            "trace_path": r.get("trace_path"), "source": b.source,
-            "memory_breakdown": r.get("memory_breakdown")}
+        notes.append(f"ops overlapped (summed op time {b.overlap:.2f}x the time anything ran): scaled to it")
+    return {"run": run, "step_ms": step, "traced_step_ms": b.step_ms, "timing": timing, "trace": trace_phases,
+            "cells": cells, "scopes": scopes, "categorized_share": d["categorized_share"], "other": d["other"],
+            "notes": notes, "source": b.source, "device": b.device, "idle": b.idle,
+            "step_method": b.step_method, "steps_traced": b.steps_traced, "steps_used": b.steps_used,
+            "ops": d["ops"][:50]}
 
 
 def rows(a: dict[str, Any], b: dict[str, Any], expand: str = "categories") -> list[dict[str, Any]]:
@@ -120,7 +144,11 @@ def sentence(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) 
 
 
 def explain_pair(ra: dict[str, Any], rb: dict[str, Any], expand: str = "categories") -> dict[str, Any]:
-    a, b = explain_run(ra), explain_run(rb)
+    return pair(explain_run(ra), explain_run(rb), expand)
+
+
+def pair(a: dict[str, Any], b: dict[str, Any], expand: str = "categories") -> dict[str, Any]:
+    """The gap table of two explained runs or traces."""
     table = rows(a, b, expand)
     return {"a": a, "b": b, "gap_ms": b["step_ms"] - a["step_ms"], "rows": table,
             "largest": largest(table), "summary": sentence(a, b, table)}

@@ -17,7 +17,8 @@ _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(?:\([^=]*?\)|\S+)\s+([
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
 _OPNAME = re.compile(r'op_name="([^"]*)"')
 _LOSS = re.compile(r"loss|log_softmax|cross_entropy|logsumexp")
-_KIND = re.compile(r'"kind":"([\w]+)"')
+_KIND = re.compile(r'"kind":"([\w$]+)"')
+_TARGET = re.compile(r'custom_call_target="([^"]*)"')
 
 
 @dataclass
@@ -27,6 +28,7 @@ class Instr:
     op_name: str = ""
     calls: str = ""
     kind: str = ""
+    target: str = ""  # a custom call's ``custom_call_target``
     contains: list[str] = field(default_factory=list)  # categories of the fused instructions
     opcodes: list[str] = field(default_factory=list)  # their opcodes
 
@@ -46,8 +48,10 @@ def parse(text: str) -> dict[str, Instr]:
         op_name = _OPNAME.search(line)
         calls = _CALLS.search(line)
         kind = _KIND.search(line)
+        target = _TARGET.search(line)
         current.append(Instr(m.group(1), m.group(2), op_name.group(1) if op_name else "",
-                             calls.group(1) if calls else "", kind.group(1) if kind else ""))
+                             calls.group(1) if calls else "", kind.group(1) if kind else "",
+                             target.group(1) if target else ""))
     out: dict[str, Instr] = {}
     for instrs in comps.values():
         for ins in instrs:
@@ -60,6 +64,14 @@ def parse(text: str) -> dict[str, Instr]:
     return out
 
 
+def by_kernel_name(instrs: dict[str, Instr]) -> dict[str, Instr]:
+    """The same instructions keyed as XLA:GPU names their kernels: ``fusion.949`` runs as ``fusion_949``."""
+    return {_KERNEL_NAME.sub("_", k): v for k, v in instrs.items()}
+
+
+_KERNEL_NAME = re.compile(r"[.\-]")
+
+
 #: layout glue inside a fusion: it counts for data movement only when a fusion holds nothing else
 GLUE = {"broadcast", "reshape", "bitcast", "iota", "slice", "transpose", "convert"}
 
@@ -70,7 +82,7 @@ def _flatten(comp: str, comps: dict[str, list[Instr]], depth: int) -> list[tuple
         if ins.calls in comps and depth < 4:
             found += _flatten(ins.calls, comps, depth + 1)
         elif taxonomy.timed_opcode(ins.opcode):
-            found.append((ins.opcode, taxonomy.hlo_op(ins.opcode, ins.op_name)))
+            found.append((ins.opcode, _one(ins)))
     return found
 
 
@@ -83,8 +95,16 @@ def category(ins: Instr) -> str:
         by_scope = taxonomy.hlo_op("", ins.op_name)  # a softmax/layer-norm scope names what the fusion does
         cats = work or ins.contains
         return taxonomy.dominant([*cats, by_scope] if by_scope != "other" else cats)
-    if "ynn" in ins.kind or "dot" in ins.name:
+    if "ynn" in ins.kind or "dot" in ins.name or "gemm" in ins.kind:
         return "matmul"
+    return _one(ins)
+
+
+def _one(ins: Instr) -> str:
+    """One instruction, not a fusion: a custom call by its target (cuBLAS, cuDNN, TE...), else its opcode."""
+    if ins.opcode == "custom-call":
+        cat = taxonomy.custom_call(ins.target)
+        return cat if cat != "other" else taxonomy.hlo_op(ins.opcode, ins.op_name)
     return taxonomy.hlo_op(ins.opcode, ins.op_name)
 
 

@@ -1,70 +1,234 @@
-"""JAX: per-HLO events of a ``jax.profiler`` trace (read with ``jax.profiler.ProfileData``, no TensorFlow)
-joined to the compiled HLO text of the step. XLA:CPU records each executed instruction (thunk) on the host
-plane's XLA threads with an ``hlo_op`` stat; XLA:GPU records kernels on the ``/device:GPU:N`` planes with the
-same stat. The steps are the ``twinbench_step`` annotations (``StepTraceAnnotation``) on the Python thread.
+"""JAX: a ``jax.profiler`` trace (its ``*.xplane.pb``, read with ``jax.profiler.ProfileData``, no TensorFlow),
+joined, when there is one, to the compiled HLO text of the step.
+
+XLA:GPU records kernels on the ``/device:GPU:N`` planes with ``hlo_op``/``hlo_module`` stats (and on some
+versions the ``op_name`` path as ``name``); one device is attributed (``device``; default the first with
+kernels), never the sum of all. A kernel is joined to its HLO instruction by ``hlo_op``, or, inside a command
+buffer (CUDA graph, ``hlo_op`` = ``command_buffer_N``), by its own name (XLA names a fusion's kernel after it:
+``fusion.949`` runs as ``fusion_949``). Its category: the kernel's name when it says (cuBLAS, cuDNN flash,
+NCCL...), else the instruction (a fusion by what it fuses, a custom call by its ``custom_call_target``), else
+the fusion's name (``loop_add_fusion``) or the primitive ending its ``op_name``. Its phase: the ``op_name``
+path (``jvp(...)`` forward, ``transpose(jvp(...))`` backward, the ``optimizer`` scope); a kernel with no
+path (cuBLAS inside a command buffer) takes the phase of the kernel before it on its stream. XLA:CPU records
+each executed instruction (thunk) on the host plane's threads with the same ``hlo_op`` stat.
 """
 
 from __future__ import annotations
 
+import gzip
+import re
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
-from twinbench.explain import hlo
+from twinbench.explain import hlo, taxonomy
+from twinbench.explain import steps as st
 from twinbench.explain.breakdown import Breakdown, undisturbed
+from twinbench.explain.steps import TraceError
 
+__all__ = ["TraceError", "read", "xplane_of"]
 
-class TraceError(ValueError):
-    """A trace that cannot be read."""
+PROFILER_STEPS = ("twinbench_step", "ProfilerStep")
+_DERIVED = {"XLA Modules", "XLA Ops", "Steps", "TensorFlow Ops", "TensorFlow Name Scope", "Framework Ops",
+            "Framework Name Scope", "Source code", "XLA TraceMe", "Launch Stats", "SparseCore Ops"}
+_GPU = re.compile(r"^/device:(GPU|ROCM|CUDA):(\d+)")
 
 
 def xplane_of(trace_path: str) -> Path:
     p = Path(trace_path)
+    if p.is_file() and p.name.endswith((".xplane.pb", ".xplane.pb.gz")):
+        return p
     d = p if p.is_dir() else p.parent
     found = sorted(d.rglob("*.xplane.pb"))
     if not found:
-        raise TraceError(f"no *.xplane.pb next to {trace_path}")
+        raise TraceError(f"no *.xplane.pb in or next to {trace_path}")
     return found[-1]
 
 
-def read(trace_path: str, hlo_text: str, module: str = "") -> Breakdown:
-    """The breakdown of the traced steps of ``trace_path`` (its xplane), ops named by ``hlo_text``."""
+class _Kernel:
+    __slots__ = ("end", "hlo_op", "line", "module", "name", "op_name", "start")
+
+    def __init__(self, name: str, start: float, dur: float, line: str, stats: dict[str, Any]) -> None:
+        self.name = name.removesuffix(".kd")
+        self.start, self.end, self.line = start, start + dur, line
+        self.hlo_op = str(stats.get("hlo_op", ""))
+        self.module = str(stats.get("hlo_module", ""))
+        self.op_name = str(stats.get("name", "")) if "/" in str(stats.get("name", "")) else ""
+
+
+def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str | None = None,
+         device: int | None = None) -> Breakdown:
+    """The breakdown of the traced steps of ``trace_path`` (its xplane), ops named by ``hlo_text`` if given."""
     from jax.profiler import ProfileData
 
     path = xplane_of(trace_path)
     try:
-        data = ProfileData.from_file(str(path))
+        if path.name.endswith(".gz"):
+            data = ProfileData.from_serialized_xspace(gzip.decompress(path.read_bytes()))
+        else:
+            data = ProfileData.from_file(str(path))
     except Exception as e:
         raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from e
-    instrs = hlo.parse(hlo_text)
-    steps: list[tuple[float, float]] = []
-    ops: list[tuple[str, float, float, str]] = []  # (hlo_op, start, dur, module)
-    device = [pl for pl in data.planes if pl.name.startswith("/device:GPU")]
+    host: list[st.Marked] = []
+    step_nums: set[str] = set()
+    host_ops: list[_Kernel] = []
+    gpus: dict[int, list[_Kernel]] = {}
     for plane in data.planes:
-        if plane.name not in ("/host:CPU",) and plane not in device:
+        name = plane.name
+        g = _GPU.match(name)
+        if name == "/host:CPU":
+            for line in plane.lines:
+                for ev in line.events:
+                    stats = dict(ev.stats)
+                    if "hlo_op" in stats and "device_id" not in stats:  # an XLA:CPU thunk (not a GPU launch)
+                        host_ops.append(_Kernel(ev.name, ev.start_ns, ev.duration_ns, line.name, stats))
+                    else:
+                        host.append(st.Marked(ev.name, ev.start_ns, ev.start_ns + ev.duration_ns))
+                        if "step_num" in stats or ("_r" in stats and "step_num" in stats):
+                            step_nums.add(ev.name)
+        elif g:
+            ks = [_Kernel(ev.name, ev.start_ns, ev.duration_ns, line.name, dict(ev.stats))
+                  for line in plane.lines if line.name not in _DERIVED for ev in line.events]
+            if ks:
+                gpus[int(g.group(2))] = ks
+    if device is not None and device not in gpus:
+        where = f"devices {', '.join(map(str, sorted(gpus)))}" if gpus else "no device activity (a CPU-only trace)"
+        raise TraceError(f"{path}: no device {device} in the trace ({where})")
+    instrs = hlo.parse(hlo_text) if hlo_text else {}
+    if gpus:
+        dev = min(gpus) if device is None else device
+        ops = gpus[dev]
+    else:
+        dev, ops = -1, host_ops
+    modules = Counter[str]()
+    for k in ops:
+        if k.module:
+            modules[k.module] += int(k.end - k.start)
+    main = module or (modules.most_common(1)[0][0] if modules else "")
+    steps = _steps(host, step_nums, step_marker, ops, main)
+    source = "jax.profiler + HLO" if instrs else "jax.profiler (no HLO text: phases from op_name paths only)"
+    b = Breakdown(source=source, steps_traced=len(steps.spans), step_method=steps.method)
+    if len(gpus) > 1:
+        b.notes.append(f"kernels of {len(gpus)} devices ({', '.join(map(str, sorted(gpus)))}) in the trace: "
+                       f"device {dev} shown (--device N for another)")
+    if not instrs:
+        b.notes.append("no compiled HLO text: categories from kernel, hlo_op and op_name names; phases where "
+                       "the trace names them (--hlo FILE for more)")
+    if gpus:
+        return _device(b, steps, ops, instrs, main, f"GPU {dev}")
+    if not ops:
+        raise TraceError(f"{path}: no XLA ops in the trace (neither device kernels nor XLA:CPU thunks)")
+    return _host(b, steps, ops, instrs, main)
+
+
+def _steps(host: list[st.Marked], step_nums: set[str], marker: str | None, ops: list[_Kernel],
+           main: str) -> st.Steps:
+    if not marker and step_nums:  # StepTraceAnnotation
+        name = max(step_nums, key=lambda n: sum(1 for e in host if e.name == n))
+        return st.Steps([(e.start, e.end) for e in st.top_level([e for e in host if e.name == name])],
+                        f"StepTraceAnnotation {name!r}")
+    found = st.from_markers(host, marker, PROFILER_STEPS)
+    if found:
+        return found
+    if not main and ops:  # no module names (an older XLA): all the device's activity is one step
+        return st.Steps([(min(k.start for k in ops), max(k.end for k in ops))],
+                        "the whole trace (no step annotations, no XLA module names)")
+    runs = _executions(ops, main)
+    if runs:
+        return st.Steps(runs, f"the executions of the XLA module {main} on the device (no step annotations)")
+    raise TraceError("no steps found (no StepTraceAnnotation, no step-like TraceAnnotation, no repeated XLA "
+                     "module); name the step's annotation with --step-marker NAME")
+
+
+def _executions(ops: list[_Kernel], main: str) -> list[tuple[float, float]]:
+    """The main module's executions: each starts at the kernel that runs once per execution and comes first."""
+    mine = sorted((k for k in ops if k.module == main), key=lambda k: k.start)
+    if not mine:
+        return []
+    counts = Counter(k.hlo_op or k.name for k in mine)
+    fewest = min(counts.values())
+    first = next(k.hlo_op or k.name for k in mine if counts[k.hlo_op or k.name] == fewest)
+    starts = [k.start for k in mine if (k.hlo_op or k.name) == first]
+    ends = [*starts[1:], max(k.end for k in mine)]
+    return list(zip(starts, ends, strict=True))
+
+
+def _resolve(k: _Kernel, instrs: dict[str, hlo.Instr], by_name: dict[str, hlo.Instr],
+             main: str) -> tuple[str, str, str, str]:
+    """(category, op_name path, scope, the instruction's name) of one kernel."""
+    ins = None
+    if instrs and (not main or k.module in ("", main)):
+        ins = instrs.get(k.hlo_op) or by_name.get(k.name) or by_name.get(re.sub(r"[.\-]", "_", k.hlo_op))
+    by_kernel = taxonomy.kernel(k.name)
+    if ins is not None:
+        cat = hlo.category(ins)
+        if cat == "other" or (by_kernel and by_kernel not in ("element-wise",)):
+            cat = by_kernel or cat
+        return cat, ins.op_name, hlo.scope(ins.op_name), ins.name
+    cat = by_kernel or taxonomy.custom_call(k.hlo_op)
+    if cat == "other":
+        cat = taxonomy.xla_kernel(k.hlo_op) or taxonomy.jax_op_name(k.op_name)
+    if cat == "other":
+        cat = taxonomy.generic_kernel(k.name)
+    return cat, k.op_name, hlo.scope(k.op_name), k.hlo_op
+
+
+def _device(b: Breakdown, steps: st.Steps, ops: list[_Kernel], instrs: dict[str, hlo.Instr], main: str,
+            device: str) -> Breakdown:
+    b.device = device
+    b.idle = "the device idle between kernels within the step"
+    by_name = hlo.by_kernel_name(instrs) if instrs else {}
+    ops = sorted(ops, key=lambda k: k.start)
+    per_step: list[list[_Kernel]] = [[] for _ in steps.spans]
+    for k in ops:
+        for i, (t0, t1) in enumerate(steps.spans):
+            if t0 <= k.start <= t1:
+                per_step[i].append(k)
+                break
+    if not any(per_step):
+        raise TraceError(f"no kernels of {device} ran within the {len(steps.spans)} steps found ({steps.method})")
+    intervals = [[(k.start, k.end) for k in mine] for mine in per_step]
+    t0 = steps.spans[0][0]
+    windows = st.device_windows(steps.spans, intervals,
+                                max((k.end for k in ops if k.start < t0), default=t0))
+    busy = [st.union(iv, *w) for iv, w in zip(intervals, windows, strict=True)]
+    with_kernels = [i for i, mine in enumerate(per_step) if mine]
+    keep = [with_kernels[j] for j in undisturbed([windows[i][1] - windows[i][0] for i in with_kernels])]
+    last_phase: dict[str, str] = {}
+    for i in keep:
+        for k in per_step[i]:
+            if "memcpy" in k.name.lower() or "memset" in k.name.lower():
+                phase = "input" if "h2d" in k.name.lower() else "rest"
+                b.add(phase, "data movement", (k.end - k.start) / 1e6, name=k.name, op=k.hlo_op)
+                continue
+            cat, op_name, scope, op = _resolve(k, instrs, by_name, main)
+            phase = hlo.phase(op_name) if op_name else last_phase.get(k.line, "rest")
+            if op_name:
+                last_phase[k.line] = phase
+            b.add(phase, cat, (k.end - k.start) / 1e6, scope, name=k.name, op=op)
+    n = len(keep)
+    step_ms = sum(windows[i][1] - windows[i][0] for i in keep) / n / 1e6
+    return b.finish(n, step_ms, busy_ms=sum(busy[i] for i in keep) / n / 1e6)
+
+
+def _host(b: Breakdown, steps: st.Steps, ops: list[_Kernel], instrs: dict[str, hlo.Instr],
+          main: str) -> Breakdown:
+    """XLA:CPU: the thunks on the host's XLA threads; ``idle`` is the step time no thunk covers."""
+    b.device, b.idle = "CPU", "host step time no XLA op covers (dispatch, Python, idle threads)"
+    spans = [steps.spans[i] for i in undisturbed([t1 - t0 for t0, t1 in steps.spans])]
+    for k in ops:
+        if not any(s <= k.start <= e for s, e in spans):
             continue
-        for line in plane.lines:
-            for ev in line.events:
-                if ev.name == "twinbench_step" and plane.name == "/host:CPU":
-                    steps.append((ev.start_ns, ev.duration_ns))
-                    continue
-                if device and plane.name == "/host:CPU":
-                    continue  # on a GPU, the kernels are what runs
-                stats = dict(ev.stats)
-                op = stats.get("hlo_op")
-                if op:
-                    ops.append((str(op), ev.start_ns, ev.duration_ns, str(stats.get("hlo_module", ""))))
-    if not steps:
-        raise TraceError(f"{path}: no twinbench_step annotations")
-    modules = {m for *_, m in ops}
-    main = module or max(modules, key=lambda m: sum(d for _, _, d, mm in ops if mm == m), default="")
-    b = Breakdown(source="jax.profiler + HLO", steps_traced=len(steps))
-    steps = [steps[i] for i in undisturbed([d for _, d in steps])]
-    step_ms = sum(d for _, d in steps) / len(steps) / 1e6
-    for name, start, dur, mod in ops:
-        if not any(s <= start <= s + d for s, d in steps):
-            continue
-        ins = instrs.get(name) if mod == main else None
+        ins = instrs.get(k.hlo_op) if k.module == main else None
         if ins is None:
-            b.add("rest", "other", dur / 1e6, name=f"{mod}:{name}")
+            if instrs:
+                b.add("rest", "other", (k.end - k.start) / 1e6, name=f"{k.module}:{k.hlo_op}")
+            else:
+                cat, op_name, scope, op = _resolve(k, instrs, {}, main)
+                b.add(hlo.phase(op_name) if op_name else "rest", cat, (k.end - k.start) / 1e6, scope,
+                      name=k.hlo_op, op=op)
             continue
-        b.add(hlo.phase(ins.op_name), hlo.category(ins), dur / 1e6, hlo.scope(ins.op_name), name=name)
-    return b.finish(len(steps), step_ms)
+        b.add(hlo.phase(ins.op_name), hlo.category(ins), (k.end - k.start) / 1e6, hlo.scope(ins.op_name),
+              name=k.hlo_op, op=ins.name)
+    step_ms = sum(e - s for s, e in spans) / len(spans) / 1e6
+    return b.finish(len(spans), step_ms)

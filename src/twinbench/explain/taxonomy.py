@@ -46,7 +46,7 @@ def torch_op(name: str) -> str:
 
 #: HLO opcodes by category (the rest: element-wise when listed below, else other)
 _HLO = {
-    "matmul": {"dot", "convolution", "custom-call:matmul", "cublas", "gemm"},
+    "matmul": {"dot", "convolution", "cublas-gemm", "cublas-lt-matmul", "gemm"},
     "collectives": {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
                     "all-reduce-start", "all-reduce-done", "all-gather-start", "all-gather-done",
                     "collective-permute-start", "collective-permute-done", "send", "recv"},
@@ -79,8 +79,6 @@ def hlo_op(opcode: str, op_name: str = "") -> str:
     for scat, rx in _SCOPE_CATS:
         if rx.search(op_name):
             return scat
-    if opcode in ("custom-call",):
-        return "other"
     return cat
 
 
@@ -103,7 +101,7 @@ _NODES = [("attention", ("attention", "softmaxbackward", "sdpa")), ("matmul", ("
           ("reductions", ("nllloss", "logsoftmax", "sumbackward", "meanbackward", "norm")),
           ("data movement", ("view", "tbackward", "transpose", "permute", "split", "embedding", "reshape",
                              "expand", "select", "slice", "index", "cat", "stack", "clone", "copy", "unsafe",
-                             "accumulategrad", "squeeze", "unbind")),
+                             "accumulategrad", "squeeze", "unbind", "detach")),
           ("element-wise", ("backward",))]
 
 
@@ -115,5 +113,150 @@ def torch_any(name: str) -> str:
     n = name.rsplit(": ", 1)[-1].lower()
     for cat, keys in _NODES:
         if any(k in n for k in keys):
+            return cat
+    return "other"
+
+
+# --------------------------------------------------------------------------------------------- GPU kernels
+#: kernel-name patterns, most specific first: what a kernel does, whatever op launched it. Vendor libraries
+#: name their kernels (cuBLAS ``sm90_xmma_gemm``/``nvjet``, CUTLASS, rocBLAS/hipBLASLt ``Cijk_``, NCCL/RCCL,
+#: FlashAttention/cuDNN/CK ``fmha``); a generic framework kernel (``vectorized_elementwise_kernel``) says less
+#: than its launching op, so :func:`kernel` answers "" for those and :func:`generic_kernel` after the op.
+_KERNEL = [
+    ("collectives", r"nccl|rccl|msccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce|"
+                    r"one_?shot|two_?shot|ncclDevKernel"),
+    ("optimizer", r"multi_tensor_apply|adam|fused_sgd|lamb_|_foreach_"),
+    ("reductions", r"log_?softmax|logsoftmax|nll_loss|cross_entropy"),
+    ("attention", r"flash|fmha|mha_|_mha|attention|attn|sdpa|softmax|dot_do_o|convert_dq"),
+    ("normalization", r"layer_?norm|rms_?norm|batch_?norm|group_?norm|instance_?norm|bn_fw|bn_bw|"
+                      r"cuApplyLayerNorm|cuComputeGradInput|GammaBeta|welford"),
+    ("matmul", r"gemm|gemv|cutlass|cublas|nvjet|xmma|hgemm|sgemm|Cijk_|wgrad|dgrad|fprop|implicit_?convolve|"
+               r"conv2d|conv3d|convolution|im2col|im3d2col|splitKreduce|matmul|_mm_|\bmm\b|\bbmm_|triton_tem_fused_.*mm"),
+]
+_KERNEL_RE = [(c, re.compile(p, re.IGNORECASE)) for c, p in _KERNEL]
+_GENERIC = [
+    ("reductions", r"reduce|reduction|argmax|argmin|cub::Device(Reduce|Segmented|Radix|Scan)|sort|scan|cumsum"),
+    ("data movement", r"copy|memcpy|memset|transpose|CatArray|concat|gather|scatter|index|embedding|pad|"
+                      r"nchwToNhwc|nhwcToNchw|permute|fill|slice|roll|dynamic_update|broadcast|bitcast|"
+                      r"split_embedding"),
+    ("element-wise", r"elementwise|pointwise|unrolled|vectorized|activation|gelu|relu|silu|sigmoid|tanh|"
+                     r"dropout|bias|add|mul|div|exp|rng|philox|distribution|convert|cast|where|clamp|"
+                     r"sqrt|pow|neg|abs|loop_"),
+]
+_GENERIC_RE = [(c, re.compile(p, re.IGNORECASE)) for c, p in _GENERIC]
+_TRITON = re.compile(r"^triton_(poi|per|red|tem|for|unk)_(fused_)?(.*?)(_\d+)?$")
+_XLA_FUSION = re.compile(r"^(loop|input)_(\w+?)_fusion(_\d+)?$")
+
+
+def triton(name: str) -> str:
+    """A Triton kernel of ``torch.compile`` (``triton_{poi,per,red,tem}_fused_<ops>_<n>``) by what it fuses:
+    a template of mm is a matmul, one fusing softmax/layer_norm counts for that, a persistent or reduction
+    kernel is a reduction, a pointwise one of copies only moves data, any other pointwise one is element-wise."""
+    m = _TRITON.match(name)
+    if not m:
+        return ""
+    kind, ops = m.group(1), m.group(3).lower()
+    if kind == "tem" or re.search(r"(^|_)(mm|bmm|addmm|baddbmm|convolution)(_|$)", ops):
+        return "matmul"
+    for cat in ("reductions", "attention", "normalization"):
+        found = dict(_KERNEL)[cat]
+        if re.search(found, ops, re.IGNORECASE):
+            return cat
+    if kind in ("per", "red"):
+        return "reductions"
+    movement = {"clone", "copy", "to", "view", "permute", "transpose", "cat", "index", "embedding", "slice",
+                "select", "gather", "scatter", "constant", "pad", "nd", "zeros", "fill", "unsafe", "expand",
+                "new", "empty", "like", "split", "squeeze", "unsqueeze", "t", "stack", "full"}
+    tokens = [t for t in ops.split("_") if t and not t.isdigit()]
+    if tokens and all(t in movement for t in tokens):
+        return "data movement"
+    return "element-wise"
+
+
+def xla_kernel(name: str) -> str:
+    """An XLA:GPU kernel named after its fusion (``loop_add_fusion``, ``input_reduce_fusion_3``,
+    ``wrapped_convert``) by the fusion's root opcode; "" for a name that says nothing (``fusion_949``)."""
+    n = name.removesuffix(".kd")
+    m = _XLA_FUSION.match(n)
+    if m:
+        cat = hlo_op(m.group(2).replace("_", "-"))
+        if cat != "other":
+            return cat
+        return "reductions" if m.group(1) == "input" and "reduce" in m.group(2) else ""
+    if n.startswith("wrapped_"):
+        return hlo_op(re.sub(r"_\d+$", "", n.removeprefix("wrapped_")).replace("_", "-"))
+    if n.startswith("gemm_fusion") or n.startswith("cublas") or n.startswith("triton_gemm"):
+        return "matmul"
+    return ""
+
+
+def kernel(name: str) -> str:
+    """The category a GPU kernel's name tells for sure ("" when it does not: ask its launching op)."""
+    n = name.removeprefix("void ")
+    t = triton(n)
+    if t:
+        return t
+    x = xla_kernel(n)
+    if x:
+        return x
+    for cat, rx in _KERNEL_RE:
+        if rx.search(n):
+            return cat
+    return ""
+
+
+def generic_kernel(name: str) -> str:
+    """The category of a generic kernel (element-wise, reduction, copy templates) by its name; else other."""
+    for cat, rx in _GENERIC_RE:
+        if rx.search(name):
+            return cat
+    return "other"
+
+
+#: XLA custom-call targets: cuBLAS/cuBLASLt and hipBLASLt matmuls, cuDNN fused attention and convolutions,
+#: Transformer Engine's attention and GEMM FFI calls, NCCL-backed collectives
+_CUSTOM = [("attention", r"fmha|fused_attn|flash|attention|sdpa|mha"),
+           ("matmul", r"cublas|gemm|matmul|hipblas|rocblas|\$conv|cudnn\$conv|convolution|triton_gemm|"
+                      r"nested_gemm"),
+           ("normalization", r"norm"),
+           ("collectives", r"nccl|all_reduce|allreduce|all_gather|reduce_scatter"),
+           ("reductions", r"topk|sort|softmax_cross_entropy")]
+
+
+def custom_call(target: str) -> str:
+    """The category of an XLA custom call by its ``custom_call_target`` (``__cublas$lt$matmul``,
+    ``__cudnn$fmhaSoftmaxBackward``, ``te_fused_attn_forward_ffi``...); other when it names nothing known."""
+    for cat, p in _CUSTOM:
+        if re.search(p, target, re.IGNORECASE):
+            return cat
+    return "other"
+
+
+#: JAX primitives (the last segment of an ``op_name`` path) by category
+_PRIMS = [("collectives", r"^(psum|pmax|pmin|all_gather|all_to_all|reduce_scatter|ppermute|psum_scatter)"),
+          ("matmul", r"^(dot_general|conv_general_dilated|.*->.*)$"),
+          ("attention", r"fused_attn|dot_product_attention|flash|fmha|mha|softmax"),
+          ("reductions", r"^(reduce_\w+|argmax|argmin|cumsum|cumprod|cummax|sort|top_k|logsumexp)$"),
+          ("data movement", r"^(transpose|reshape|broadcast_in_dim|concatenate|gather|scatter[\w-]*|"
+                            r"dynamic_slice|dynamic_update_slice|slice|pad|squeeze|expand_dims|copy|copy_p|"
+                            r"rev|select_and_scatter_add|iota|device_put)$"),
+          ("element-wise", r"^\w+$")]
+
+
+def jax_op_name(op_name: str) -> str:
+    """A category from a JAX ``op_name`` path alone (``jit(f)/transpose(jvp(block0))/attn/dot_general``): a
+    softmax/norm scope, else the primitive at its end; other when it names none."""
+    if not op_name:
+        return "other"
+    last = op_name.rstrip("/").rsplit("/", 1)[-1]
+    last = re.sub(r"^\w+\((.*)\)$", r"\1", last)
+    for cat, p in _PRIMS[:2]:
+        if re.search(p, last):
+            return cat
+    for scat, rx in _SCOPE_CATS:
+        if rx.search(op_name):
+            return scat
+    for cat, p in _PRIMS[2:]:
+        if re.search(p, last):
             return cat
     return "other"

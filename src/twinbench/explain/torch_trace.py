@@ -1,31 +1,70 @@
-"""torch: the Chrome trace ``torch.profiler`` exports. Each op's exclusive (self) time is attributed to a
-phase by its parent chain (the ``optimizer``/``Optimizer.step#`` and ``input`` annotations, the autograd
-engine's ``evaluate_function`` events for the backward pass, the forward otherwise) and to a category by its
-aten name. The steps are the ``twinbench_step_N`` annotations. On a GPU, kernels (``cat: kernel``) are
-attributed to the op that launched them (the ``correlation`` of their ``cuda_runtime`` launch).
+"""torch: the Chrome trace ``torch.profiler`` exports (``.json`` or ``.json.gz``, one file per rank).
+
+Each host op's phase comes from its parent chain (the ``optimizer``/``Optimizer.step#`` and ``input``/
+``enumerate(DataLoader)`` annotations, the autograd engine's ``evaluate_function`` events for the backward
+pass, the forward otherwise). On a GPU trace the device's kernels, memcpys and memsets are what is attributed:
+each is charged to the host op that launched it (its ``correlation`` id joins it to the ``cuda_runtime`` or
+``cuda_driver`` launch, ``cudaLaunchKernel`` or ``cuLaunchKernel`` as Triton uses; ROCm's ``hip*`` launches the
+same way), its category told by the kernel's name when the name says (cuBLAS/CUTLASS gemm, flash/fmha
+attention, NCCL, Triton by what it fuses), else by the launching op's aten name. ``idle`` is the device idle
+between kernels within each step's window (:func:`steps.device_window`). On a CPU-only trace each op's
+exclusive (self) time is attributed and ``idle`` is the host step time no op covers.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from twinbench.explain import steps as st
 from twinbench.explain import taxonomy
 from twinbench.explain.breakdown import Breakdown, undisturbed
-from twinbench.explain.jax_trace import TraceError
+from twinbench.explain.steps import TraceError
 
 _SCOPE = re.compile(r"^(block\d+(?:\.(?:attn|mlp))?|embed|head|loss)$")
 _PART = re.compile(r"^(attn|mlp)$")
+DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+LAUNCH_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver")
+HOST_CATS = ("cpu_op", "user_annotation", "python_function")
+#: older kineto traces name the categories differently
+_CAT_ALIASES = {"operator": "cpu_op", "runtime": "cuda_runtime", "driver": "cuda_driver", "memcpy": "gpu_memcpy",
+                "memset": "gpu_memset", "cuda_driver_api": "cuda_driver", "cuda_runtime_api": "cuda_runtime"}
+PROFILER_STEPS = ("ProfilerStep", "twinbench_step")
+
+
+def load_json(path: str) -> dict[str, Any]:
+    """A Chrome trace as a dict with ``traceEvents`` (plain or gzipped JSON; a bare event list too)."""
+    try:
+        raw = Path(path).read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        data = json.loads(raw)
+    except (OSError, ValueError, EOFError) as e:
+        raise TraceError(f"{path}: not a readable torch Chrome trace ({type(e).__name__})") from e
+    if isinstance(data, list):
+        data = {"traceEvents": data}
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise TraceError(f"{path}: not a torch Chrome trace (no traceEvents)")
+    return data
 
 
 def load(path: str) -> list[dict[str, Any]]:
-    try:
-        data = json.loads(Path(path).read_text())
-        return [e for e in data["traceEvents"] if e.get("ph") == "X"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise TraceError(f"{path}: not a readable torch Chrome trace ({type(e).__name__})") from e
+    """The complete (``ph: X``) events, categories normalized (``Operator`` -> ``cpu_op``...)."""
+    out = []
+    for e in load_json(path)["traceEvents"]:
+        if not isinstance(e, dict) or e.get("ph") != "X" or "ts" not in e:
+            continue
+        cat = str(e.get("cat", "")).lower()
+        e["cat"] = _CAT_ALIASES.get(cat, cat)
+        e.setdefault("dur", 0.0)
+        e.setdefault("name", "")
+        e["ts"], e["dur"] = float(e["ts"]), float(e["dur"] or 0.0)
+        out.append(e)
+    return out
 
 
 def scope_of(chain: list[str]) -> str:
@@ -43,71 +82,164 @@ def _phase(chain: list[str]) -> str:
             return "optimizer"
         if name.startswith("Optimizer.zero_grad"):
             return "rest"
-        if name == "input":
+        if name == "input" or name.startswith("enumerate(DataLoader)"):
             return "input"
         if name.startswith("autograd::engine::evaluate_function") or name.endswith("Backward0"):
             return "backward"
     return "forward"
 
 
-def read(path: str) -> Breakdown:
+def _device_of(e: dict[str, Any]) -> int:
+    d = e.get("args", {}).get("device")
+    if isinstance(d, int):
+        return d
+    return e.get("pid") if isinstance(e.get("pid"), int) else 0  # type: ignore[return-value]
+
+
+def find_steps(events: list[dict[str, Any]], marker: str | None) -> st.Steps:
+    """The steps of a torch trace (see :mod:`.steps`); raises :class:`TraceError` when none can be found."""
+    host = [st.Marked(e["name"], e["ts"], e["ts"] + e["dur"]) for e in events
+            if e["cat"] in ("cpu_op", "user_annotation")]
+    users = {e["name"] for e in events if e["cat"] == "user_annotation"}
+    found = st.from_markers(host, marker, PROFILER_STEPS, users)
+    if found:
+        return found
+    by_tid: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for e in events:
+        if e["cat"] == "cpu_op":
+            by_tid[e.get("tid")].append(e)
+    if by_tid:
+        busiest = max(by_tid.values(), key=lambda evs: sum(e["dur"] for e in evs))
+        top = st.top_level([st.Marked(e["name"], e["ts"], e["ts"] + e["dur"]) for e in busiest])
+        found = st.repeating_pattern(top)
+        if found:
+            return found
+    raise TraceError("no steps found (no ProfilerStep#N, no step-like record_function annotation, no repeating "
+                     "top-level op); name the step's annotation with --step-marker NAME")
+
+
+def read(path: str, step_marker: str | None = None, device: int | None = None) -> Breakdown:
+    """The breakdown of a torch profiler trace: its steps, on one device (``device``; default the first with
+    kernels), or its host ops when it has no device activity."""
     events = load(path)
-    steps = sorted((e for e in events if e.get("name", "").startswith("twinbench_step_")), key=lambda e: e["ts"])
-    if not steps:
-        raise TraceError(f"{path}: no twinbench_step annotations")
-    kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    host = [e for e in events if e.get("cat") in ("cpu_op", "user_annotation", "python_function")
-            and not e["name"].startswith("twinbench_step_")]
-    by_tid: dict[Any, list[dict[str, Any]]] = {}
-    for e in host:
-        by_tid.setdefault(e["tid"], []).append(e)
-    b = Breakdown(source="torch.profiler", steps_traced=len(steps))
-    steps = [steps[i] for i in undisturbed([s["dur"] for s in steps])]
-    spans = [(s["ts"], s["ts"] + s["dur"]) for s in steps]
+    steps = find_steps(events, step_marker)
+    device_events = [e for e in events if e["cat"] in DEVICE_CATS]
+    devices = sorted({_device_of(e) for e in device_events})
+    if device is not None and device not in devices:
+        where = f"devices {', '.join(map(str, devices))}" if devices else "no device activity (a CPU-only trace)"
+        raise TraceError(f"{path}: no device {device} in the trace ({where})")
+    spans = set(steps.spans)
+    host = [e for e in events if e["cat"] in HOST_CATS and not (
+        st.base(e["name"]) in PROFILER_STEPS or (e["cat"] == "user_annotation" and (e["ts"], e["ts"] + e["dur"]) in spans))]
+    launches = [e for e in events if e["cat"] in LAUNCH_CATS]
+    by_tid: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for e in host + launches:
+        by_tid[e.get("tid")].append(e)
     info: dict[int, tuple[str, str, str]] = {}  # id(event) -> (phase, category, scope)
+    owner: dict[int, dict[str, Any] | None] = {}  # id(launch) -> the innermost cpu_op around it
     for evs in by_tid.values():
         evs.sort(key=lambda e: (e["ts"], -e["dur"]))
         stack: list[dict[str, Any]] = []
         for e in evs:
             while stack and e["ts"] >= stack[-1]["ts"] + stack[-1]["dur"]:
                 stack.pop()
-            if stack:
-                stack[-1]["_child"] = stack[-1].get("_child", 0.0) + e["dur"]
             chain = [s["name"] for s in stack] + [e["name"]]
             info[id(e)] = (_phase(chain), taxonomy.torch_any(e["name"]), scope_of(chain))
-            e["_chain_cpu"] = [s for s in stack if s.get("cat") == "cpu_op"]
+            if e["cat"] in LAUNCH_CATS:
+                owner[id(e)] = next((s for s in reversed(stack) if s["cat"] == "cpu_op"), None)
+                continue
+            if stack:
+                stack[-1]["_child"] = stack[-1].get("_child", 0.0) + e["dur"]
             stack.append(e)
-
-    def within(ts: float) -> bool:
-        return any(t0 <= ts <= t1 for t0, t1 in spans)
-
-    if kernels:  # GPU: the device's time, each kernel charged to the op that launched it
-        launch = {e["args"].get("correlation"): e for e in events if e.get("cat") == "cuda_runtime"}
-        for k in kernels:
-            lk = launch.get(k.get("args", {}).get("correlation"))
-            if lk is None or not within(lk["ts"]):
-                continue
-            owner = _owner(lk, by_tid.get(lk["tid"], []))
-            phase, cat, scope = info.get(id(owner), ("rest", "other", "")) if owner else ("rest", "other", "")
-            if owner is not None and cat == "other":
-                cat = taxonomy.torch_any(k["name"])
-            b.add(phase, cat, k["dur"] / 1e3, scope, name=k["name"][:60])
-    else:
-        for e in host:
-            if e.get("cat") != "cpu_op" or not within(e["ts"]):
-                continue
-            phase, cat, scope = info[id(e)]
-            self_us = max(e["dur"] - e.get("_child", 0.0), 0.0)
-            b.add(phase, cat, self_us / 1e3, scope, name=e["name"])
-    step_ms = sum(s["dur"] for s in steps) / len(steps) / 1e3
-    return b.finish(len(steps), step_ms)
+    b = Breakdown(source="torch.profiler", steps_traced=len(steps.spans), step_method=steps.method)
+    if not devices:
+        return _host_only(b, steps, host, info)
+    dev = devices[0] if device is None else device
+    if len(devices) > 1:
+        b.notes.append(f"kernels of {len(devices)} devices ({', '.join(map(str, devices))}) in the trace: "
+                       f"device {dev} shown (--device N for another)")
+    kernels = sorted((e for e in device_events if _device_of(e) == dev), key=lambda e: e["ts"])
+    by_corr = {e.get("args", {}).get("correlation"): e for e in launches}
+    by_corr.pop(None, None)
+    launched = [(k, by_corr.get(k.get("args", {}).get("correlation"))) for k in kernels]
+    return _device(b, steps, launched, info, owner, f"GPU {dev}")
 
 
-def _owner(launch: dict[str, Any], evs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The innermost cpu_op enclosing a CUDA runtime launch on its thread."""
-    best = None
-    for e in evs:
-        if (e.get("cat") == "cpu_op" and e["ts"] <= launch["ts"] <= e["ts"] + e["dur"]
-                and (best is None or e["dur"] <= best["dur"])):
-            best = e
-    return best
+def _host_only(b: Breakdown, steps: st.Steps, host: list[dict[str, Any]],
+               info: dict[int, tuple[str, str, str]]) -> Breakdown:
+    b.device, b.idle = "CPU", "host step time no op covers (dispatch, Python, idle threads)"
+    durations = [t1 - t0 for t0, t1 in steps.spans]
+    spans = [steps.spans[i] for i in undisturbed(durations)]
+    for e in host:
+        if e["cat"] != "cpu_op" or not any(t0 <= e["ts"] <= t1 for t0, t1 in spans):
+            continue
+        phase, cat, scope = info[id(e)]
+        self_us = max(e["dur"] - e.get("_child", 0.0), 0.0)
+        b.add(phase, cat, self_us / 1e3, scope, name=e["name"], shapes=_shapes(e))
+    step_ms = sum(t1 - t0 for t0, t1 in spans) / len(spans) / 1e3
+    return b.finish(len(spans), step_ms)
+
+
+def _shapes(e: dict[str, Any] | None) -> str:
+    dims = (e or {}).get("args", {}).get("Input Dims")
+    return json.dumps(dims, separators=(",", ":")) if dims else ""
+
+
+def kernel_category(kernel: dict[str, Any], op_category: str) -> str:
+    """A device event's category: memcpy/memset move data; a kernel whose name says what it does (gemm,
+    attention, NCCL, Triton...) is that; a generic one (element-wise, reduce templates) counts for the op
+    that launched it, or by its own name when that op says nothing."""
+    if kernel["cat"] in ("gpu_memcpy", "gpu_memset"):
+        return "data movement"
+    by_name = taxonomy.kernel(kernel["name"])
+    if by_name:
+        return by_name
+    if op_category != "other":
+        return op_category
+    return taxonomy.generic_kernel(kernel["name"])
+
+
+def _device(b: Breakdown, steps: st.Steps, launched: list[tuple[dict[str, Any], dict[str, Any] | None]],
+            info: dict[int, tuple[str, str, str]], owner: dict[int, dict[str, Any] | None],
+            device: str) -> Breakdown:
+    b.device = device
+    b.idle = "the device idle between kernels within the step"
+    per_step: list[list[tuple[dict[str, Any], dict[str, Any] | None]]] = [[] for _ in steps.spans]
+    for k, lk in launched:
+        ts = lk["ts"] if lk is not None else k["ts"]  # unlinked: by when it ran
+        for i, (t0, t1) in enumerate(steps.spans):
+            if t0 <= ts <= t1:
+                per_step[i].append((k, lk))
+                break
+    if not any(per_step):
+        raise TraceError(f"no kernels of {device} were launched within the {len(steps.spans)} steps found "
+                         f"({steps.method})")
+    intervals = [[(k["ts"], k["ts"] + k["dur"]) for k, _ in mine] for mine in per_step]
+    t0 = steps.spans[0][0]
+    windows = st.device_windows(steps.spans, intervals, max((k["ts"] + k["dur"] for k, _ in launched
+                                                              if k["ts"] < t0), default=t0))
+    busy = [st.union(iv, *w) for iv, w in zip(intervals, windows, strict=True)]
+    with_kernels = [i for i, mine in enumerate(per_step) if mine]
+    keep = [with_kernels[j] for j in undisturbed([windows[i][1] - windows[i][0] for i in with_kernels])]
+    unlinked = 0
+    for i in keep:
+        for k, lk in per_step[i]:
+            op = owner.get(id(lk)) if lk is not None else None
+            if lk is None:
+                unlinked += k["dur"]
+            phase, op_cat, scope = info.get(id(op), ("rest", "other", "")) if op is not None else \
+                (info[id(lk)][0] if lk is not None else "rest", "other", "")
+            cat = kernel_category(k, op_cat)
+            b.add(phase, cat, k["dur"] / 1e3, scope, name=k["name"], op=op["name"] if op else "",
+                  shapes=_shapes(op))
+    n = len(keep)
+    total = sum(k["dur"] for i in keep for k, _ in per_step[i])
+    if unlinked > 0.01 * total:
+        b.notes.append(f"{unlinked / total:.0%} of kernel time has no launch in the trace: charged by when it "
+                       "ran, phase 'rest'")
+    step_ms = sum(windows[i][1] - windows[i][0] for i in keep) / n / 1e3
+    host_ms = sum(steps.spans[i][1] - steps.spans[i][0] for i in keep) / n / 1e3
+    if abs(host_ms - step_ms) > 0.05 * step_ms:
+        b.notes.append(f"the host's step is {host_ms:.2f} ms, the device's {step_ms:.2f} ms (from the host step's "
+                       "start, or the end of the device's earlier work, to its last kernel's end)")
+    return b.finish(n, step_ms, busy_ms=sum(busy[i] for i in keep) / n / 1e3)
