@@ -30,10 +30,14 @@ class Breakdown:
     source: str = ""
     steps_traced: int = 0  # steps in the trace; those attributed (undisturbed) are the ``finish`` count
     steps_used: int = 0
+    #: every attributed op as read (phase, category, ms, scope, name, detail), summed over the steps used and
+    #: not yet divided: explain/ops.py groups them (FLOPs, shapes) and divides as ``finish`` did the cells
+    ops: list[tuple[str, str, float, str, str, Any]] = field(default_factory=list)
 
-    def add(self, phase: str, category: str, ms: float, scope: str = "", name: str = "") -> None:
+    def add(self, phase: str, category: str, ms: float, scope: str = "", name: str = "", detail: Any = None) -> None:
         if phase == "optimizer" and category not in ("matmul", "collectives"):
             category = "optimizer"  # the update is one category, whatever its element-wise ops are
+        self.ops.append((phase, category, ms, scope, name, detail))
         self.cells[phase][category] += ms
         if scope:
             self.scopes[scope][phase] += ms

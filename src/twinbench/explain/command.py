@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from twinbench.explain import gap, runs
+from twinbench.explain import gap, runs, why
 from twinbench.explain.jax_trace import TraceError
 from twinbench.spec import RunSpec, SpecError
 
@@ -103,14 +103,15 @@ def gap_table(result: dict[str, Any]) -> Any:
     a, b = result["a"]["run"], result["b"]["run"]
     t = Table(title=f"gap: {b} - {a} = {result['gap_ms']:+.1f} ms per step", title_justify="left")
     for col, just in (("row", "left"), (f"{a} ms", "right"), (f"{b} ms", "right"), ("B-A ms", "right"),
-                      ("share of gap", "right")):
+                      ("share of gap", "right"), ("timing B-A", "right"), ("A GFLOP/s (peak)", "right"),
+                      ("B GFLOP/s (peak)", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in result["rows"]:
         if r["level"] and abs(r["diff_ms"]) < 0.005 * max(result["a"]["step_ms"], 1e-9) and not r["a_ms"]:
             continue
         name = ("  " * r["level"]) + r["row"].split(" / ")[-1]
         t.add_row(name if r["level"] else f"[bold]{name}[/]", f"{r['a_ms']:.2f}", f"{r['b_ms']:.2f}",
-                  f"{r['diff_ms']:+.2f}", f"{r['share']:.0%}")
+                  f"{r['diff_ms']:+.2f}", f"{r['share']:.0%}", *why.throughput_cells(r))
     return t
 
 
@@ -122,6 +123,7 @@ def print_pair(result: dict[str, Any], out: Any) -> None:
         out.print(f"  trace: {result[side]['trace_path']}", highlight=False)
     out.print(gap_table(result))
     out.print(f"  {result['summary']}", highlight=False)
+    why.print_extras(result, out)
 
 
 def print_runs(records: list[dict[str, Any]], out_dir: Path, out: Any) -> None:

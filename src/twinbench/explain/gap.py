@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from twinbench.explain import jax_trace, torch_trace
+from twinbench.explain import jax_trace, torch_trace, why
 from twinbench.explain.breakdown import DISTURBED, PHASES, Breakdown
 from twinbench.explain.jax_trace import TraceError
 
@@ -49,6 +49,8 @@ def explain_run(r: dict[str, Any]) -> dict[str, Any]:
     trace_phases = {p: v * scale for p, v in b.phases().items()}
     cells = {p: {c: v * scale for c, v in row.items() if v} for p, row in b.cells.items()}
     scopes = {s: {p: v * scale for p, v in row.items() if v} for s, row in b.scopes.items()}
+    extras = why.run_extras(r, b, scale, cells, scopes)  # (JAX) moves forward-pass linearization to backward
+    trace_phases = {p: sum(cells.get(p, {}).values()) for p in PHASES}
     d = b.to_dict()
     timing = dict(r.get("explain_timing") or {})
     notes = []
@@ -74,7 +76,7 @@ def explain_run(r: dict[str, Any]) -> dict[str, Any]:
             "timing": timing, "trace": trace_phases, "cells": cells, "scopes": scopes,
             "categorized_share": d["categorized_share"], "other": d["other"], "notes": notes,
             "trace_path": r.get("trace_path"), "source": b.source,
-            "memory_breakdown": r.get("memory_breakdown")}
+            "memory_breakdown": r.get("memory_breakdown"), **extras}
 
 
 def rows(a: dict[str, Any], b: dict[str, Any], expand: str = "categories") -> list[dict[str, Any]]:
@@ -122,5 +124,6 @@ def sentence(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) 
 def explain_pair(ra: dict[str, Any], rb: dict[str, Any], expand: str = "categories") -> dict[str, Any]:
     a, b = explain_run(ra), explain_run(rb)
     table = rows(a, b, expand)
+    extras = why.pair_extras(a, b, table) if expand != "scopes" else why.pair_extras(a, b, [])
     return {"a": a, "b": b, "gap_ms": b["step_ms"] - a["step_ms"], "rows": table,
-            "largest": largest(table), "summary": sentence(a, b, table)}
+            "largest": largest(table), "summary": sentence(a, b, table), **extras}

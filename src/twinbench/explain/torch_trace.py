@@ -91,14 +91,15 @@ def read(path: str) -> Breakdown:
             phase, cat, scope = info.get(id(owner), ("rest", "other", "")) if owner else ("rest", "other", "")
             if owner is not None and cat == "other":
                 cat = taxonomy.torch_any(k["name"])
-            b.add(phase, cat, k["dur"] / 1e3, scope, name=k["name"][:60])
+            b.add(phase, cat, k["dur"] / 1e3, scope, name=k["name"][:60],
+                  detail={"op": owner["name"], "args": owner.get("args"), "id": id(owner)} if owner else None)
     else:
         for e in host:
             if e.get("cat") != "cpu_op" or not within(e["ts"]):
                 continue
             phase, cat, scope = info[id(e)]
             self_us = max(e["dur"] - e.get("_child", 0.0), 0.0)
-            b.add(phase, cat, self_us / 1e3, scope, name=e["name"])
+            b.add(phase, cat, self_us / 1e3, scope, name=e["name"], detail={"args": e.get("args"), "id": id(e)})
     step_ms = sum(s["dur"] for s in steps) / len(steps) / 1e3
     return b.finish(len(steps), step_ms)
 
