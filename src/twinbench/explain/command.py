@@ -60,7 +60,7 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
             raise ExplainError(f"{s.label()}: the run failed: {(rec or {}).get('error')}")
         final.append(rec)
     try:
-        return gap.explain_pair(final[0], final[1], expand)
+        return {**gap.explain_pair(final[0], final[1], expand), "specs": [r.get("spec") for r in final]}
     except TraceError as e:
         raise ExplainError(str(e)) from e
 
