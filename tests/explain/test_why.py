@@ -26,7 +26,7 @@ ENTRY %main (x: f32[64,32], w: f32[32,16]) -> (f32[], f32[32,16]) {
   %deriv.1 = f32[64,16]{1,0} multiply(%tanh.1, %tanh.1), metadata={op_name="jit(step)/jvp(block0)/mlp/mul"}
   %keep.1 = f32[64,16]{1,0} subtract(%deriv.1, %deriv.1), metadata={op_name="jit(step)/jvp(block0)/mlp/sub"}
   %loss.1 = f32[] reduce(%tanh.1), dimensions={0,1}, metadata={op_name="jit(step)/jvp(loss)/reduce_sum"}
-  %grad.1 = f32[64,16]{1,0} multiply(%keep.1, %x), metadata={op_name="jit(step)/transpose(jvp(block0))/mlp/mul"}
+  %grad.1 = f32[64,16]{1,0} multiply(%keep.1, %tanh.1), metadata={op_name="jit(step)/transpose(jvp(block0))/mlp/mul"}
   %dw.1 = f32[32,16]{1,0} fusion(%x, %grad.1), kind=kOutput, calls=%fused_dot, metadata={op_name="jit(step)/transpose(jvp(block0))/mlp/dot_general"}
   %bdot.1 = f32[4,8,16]{2,1,0} dot(%b1, %b2), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}
   %b1 = f32[4,8,32]{2,1,0} parameter(2)
@@ -69,6 +69,7 @@ def test_hlo_dot_shapes_flops_and_layout() -> None:
 def test_forward_work_only_the_backward_uses_is_linearization() -> None:
     lin = linearize.linearization(HLO)
     assert lin == {"deriv.1", "keep.1"}  # tanh.1 and dot.1 feed the loss; the rest is backward
+    assert linearize.classify(HLO)[1] == {"tanh.1"}  # primal, and read by the backward too
 
 
 def test_split_sums_to_the_row_gap_and_charges_the_lower_peak() -> None:

@@ -20,6 +20,13 @@ from twinbench.explain.flops import HloInstr, parse_hlo
 def linearization(text: str) -> set[str]:
     """Names of the forward-phase instructions of the executed computations whose results only the
     backward pass uses (fused computations are not looked into: a fusion is one executed instruction)."""
+    return classify(text)[0]
+
+
+def classify(text: str) -> tuple[set[str], set[str]]:
+    """(linearization, shared): forward instructions only the backward uses, and primal forward instructions
+    the backward uses too (kept as buffers of their own for it: the forward compiled alone may fuse them
+    away, so they make the trace's forward longer than the timing's without being backward work)."""
     table = parse_hlo(text)
     fused = {ins.calls for ins in table.values() if ins.opcode == "fusion" and ins.calls}
     users: dict[str, list[HloInstr]] = {}
@@ -32,6 +39,7 @@ def linearization(text: str) -> set[str]:
             users.setdefault(o, []).append(ins)
     primal: dict[str, bool] = {}
     out: set[str] = set()
+    shared: set[str] = set()
     for instrs in by_comp.values():
         for ins in reversed(instrs):  # HLO text lists an instruction after its operands: users come later
             ph = hlo.phase(ins.op_name)
@@ -46,4 +54,6 @@ def linearization(text: str) -> set[str]:
             primal[ins.name] = is_primal
             if ph == "forward" and not is_primal:
                 out.add(ins.name)
-    return out
+            elif ph == "forward" and any(hlo.phase(u.op_name) == "backward" for u in uses):
+                shared.add(ins.name)
+    return out, shared

@@ -35,13 +35,15 @@ class OpGroup:
     bytes: float = 0.0  # per step
     shape: flops.OpShape | None = None
     linearization: bool = False
+    shared: bool = False  # a primal forward op the backward reads too (JAX: kept apart for it)
+    where: str = ""  # JAX: the tail of the instruction's op_name (what the model called it)
 
     def to_dict(self) -> dict[str, Any]:
         s = self.shape
         return {"phase": self.phase, "category": self.category, "name": self.name, "scope": self.scope,
                 "ms": round(self.ms, 4), "raw_ms": round(self.raw_ms, 4), "calls": round(self.calls, 2), "flops": self.flops, "bytes": self.bytes,
                 "shape": s.text() if s else "", "key": list(s.key() or ()) if s else [],
-                "trans": s.trans if s else "", "linearization": self.linearization}
+                "trans": s.trans if s else "", "linearization": self.linearization, "shared": self.shared, "where": self.where}
 
 
 def _hlo_text(r: dict[str, Any]) -> str:
@@ -79,16 +81,19 @@ def groups(r: dict[str, Any], b: Breakdown, scale: float) -> list[OpGroup]:
         return list(out.values())
     text = _hlo_text(r)
     shapes = flops.HloShapes(text) if text else None
-    from twinbench.explain.linearize import linearization
+    from twinbench.explain.linearize import classify
 
-    lin = linearization(text) if text else set()
+    lin, shared = classify(text) if text else (set(), set())
     for phase, cat, ms, scope, name, _detail in b.ops:
         shape = shapes.op(name) if shapes is not None else flops.OpShape()
         is_lin = phase == "forward" and name in lin
         key = (phase, cat, name)
         g = out.get(key)
         if g is None:
-            g = out[key] = OpGroup(phase, cat, name, scope, shape=shape, linearization=is_lin)
+            ins = shapes.table.get(name) if shapes is not None else None
+            g = out[key] = OpGroup(phase, cat, name, scope, shape=shape, linearization=is_lin,
+                                   shared=phase == "forward" and name in shared and cat not in COMPUTE,
+                                   where="/".join(ins.op_name.split("/")[-3:]) if ins else "")
         g.ms += ms * per
         g.raw_ms += ms / steps
         g.calls += 1 / steps
@@ -114,7 +119,17 @@ def move_linearization(ops: list[OpGroup], cells: dict[str, dict[str, float]],
         g.phase = "backward"
     top = sorted(moved, key=lambda g: -g.ms)[:3]
     return {"ms": sum(g.ms for g in moved), "ops": len(moved),
-            "largest": [f"{g.name} {g.ms:.2f} ms" for g in top]}
+            "largest": [_named(g) for g in top]}
+
+
+def shared_forward(ops: list[OpGroup]) -> dict[str, Any]:
+    """The forward ops (not matmuls) whose results the backward also reads: milliseconds, count, largest."""
+    found = sorted((g for g in ops if g.shared and g.ms > 0), key=lambda g: -g.ms)
+    return {"ms": sum(g.ms for g in found), "ops": len(found), "largest": [_named(g) for g in found[:3]]}
+
+
+def _named(g: OpGroup) -> str:
+    return f"{g.name} ({g.where}) {g.ms:.2f} ms" if g.where else f"{g.name} {g.ms:.2f} ms"
 
 
 def age(iso: str | None, now: datetime | None = None) -> str:

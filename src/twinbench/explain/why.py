@@ -34,7 +34,8 @@ def run_extras(r: dict[str, Any], b: Breakdown, scale: float, cells: dict[str, d
     kept = [g for g in groups if g.shape is not None and g.shape.key()]
     rest = sorted((g for g in groups if g not in kept), key=lambda g: -g.ms)[:KEEP_OPS]
     return {"ops": [g.to_dict() for g in sorted(kept + rest, key=lambda g: -g.ms)], "throughput": tput,
-            "linearization": lin, "peak": {"tflops": peak, "measured_at": r.get("peak_measured_at"),
+            "linearization": lin, "shared_forward": ops.shared_forward(groups),
+            "warnings": [w for w in r.get("warnings") or [] if w.startswith("machine busy")], "peak": {"tflops": peak, "measured_at": r.get("peak_measured_at"),
                                            "age": ops.age(r.get("peak_measured_at"))}}
 
 
@@ -72,11 +73,18 @@ def disagreements(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
 def _why_phase(p: str, a: dict[str, Any], b: dict[str, Any]) -> str:
     """What may explain a disagreement on phase ``p``: a known difference of the two methods."""
     if p in ("forward", "backward"):
-        lin = [s for s in (a, b) if (s.get("linearization") or {}).get("ms", 0) > 0]
-        if lin:
-            return ("the trace already counts JAX's forward-pass linearization as backward; the rest is "
-                    "each part compiled (timing) or run (trace) differently")
-        return "timing compiles the forward alone; the trace sees it inside the whole step"
+        why = []
+        for side in (a, b):
+            sh = side.get("shared_forward") or {}
+            if sh.get("ms", 0) > 0.01 * side["step_ms"]:
+                why.append(f"{side['run']}'s forward keeps {sh['ops']} element-wise results as buffers the backward "
+                           f"pass reads too ({sh['ms']:.1f} ms, e.g. {sh['largest'][0]}): the forward compiled alone "
+                           "may fuse them away")
+            if (side.get("linearization") or {}).get("ms", 0) > 0:
+                why.append(f"{side['run']}'s forward-pass linearization ({side['linearization']['ms']:.1f} ms) "
+                           "is already counted as backward")
+        why.append("timing compiles/runs the forward alone, the trace sees it inside the whole step")
+        return "; ".join(why)
     if p == "input":
         return "timing's input is the host step less the device step, noisy on a busy machine"
     if p == "optimizer":
@@ -130,6 +138,10 @@ def _peak_text(side: dict[str, Any]) -> str:
 def sentences(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]], shape_rows: list[dict[str, Any]],
               mem: dict[str, Any] | None, dis: list[dict[str, Any]]) -> list[str]:
     out = []
+    busy = [f"{s['run']}: {s['warnings'][0]}" for s in (a, b) if s.get("warnings")]
+    if busy:
+        out.append("measured on a busy machine, so every millisecond below is uncertain (shapes, FLOPs and "
+                   "layouts are not): " + "; ".join(busy))
     gap = b["step_ms"] - a["step_ms"]
     sign = 1 if gap >= 0 else -1
     split_rows = sorted((r for r in table if r.get("split")), key=lambda r: -sign * r["diff_ms"])
