@@ -166,3 +166,43 @@ def test_planted_transposed_weights_are_named_by_the_shapes_table(tmp_path: Path
     assert matmul and all(r["a_throughput"].get("tflops") and r["b_throughput"].get("peak_share") for r in matmul)
     for r in matmul:  # the split of every matmul row sums to its gap
         assert sum(r["split"].values()) == pytest.approx(r["diff_ms"], abs=1e-9)
+
+
+# ------------------------------------------------------------------------------------------ --try, --depths
+def test_try_flags_parse_into_xla_spec_and_env() -> None:
+    from twinbench.explain import try_flag
+    from twinbench.spec import from_preset
+
+    assert try_flag.parse("B:--xla_cpu_foo=1") == (1, "xla", "--xla_cpu_foo", "--xla_cpu_foo=1")
+    assert try_flag.parse("a:attention-impl=chunked") == (0, "spec", "attention_impl", "chunked")
+    assert try_flag.parse("B:env:OMP_NUM_THREADS=1") == (1, "env", "OMP_NUM_THREADS", "1")
+    spec = from_preset("tiny", {}, framework="jax", strategy="jit").to_dict()
+    assert try_flag.variant(spec, "spec", "threads", "1").threads == 1
+    assert try_flag.variant(spec, "spec", "layers", "3").model.layers == 3
+    assert try_flag.env_of("xla", "--xla_x", "--xla_x=1")["XLA_FLAGS"].endswith("--xla_x=1")
+    for bad in ("C:threads=1", "B:threads", "B:"):
+        with pytest.raises(try_flag.TryError):
+            try_flag.parse(bad)
+    with pytest.raises(try_flag.TryError):
+        try_flag.variant(spec, "spec", "no_such_option", "1")
+
+
+def _layer_hlo(layers: int, muls_per_layer: int) -> str:
+    lines = ["ENTRY %main (p: f32[8]) -> f32[8] {", "  %p = f32[8]{0} parameter(0)"]
+    prev = "p"
+    for i in range(layers * muls_per_layer):
+        lines.append(f'  %m.{i} = f32[8]{{0}} multiply(%{prev}, %{prev}), metadata={{op_name="jit(s)/transpose(jvp(b))/ln/mul"}}')
+        prev = f"m.{i}"
+    lines += [f"  ROOT %r = f32[8]{{0}} add(%{prev}, %p)", "}"]
+    return "\n".join(lines)
+
+
+def test_depth_growth_names_work_growing_faster_than_layers() -> None:
+    from twinbench.explain import depth
+
+    linear = depth.growth({2: _layer_hlo(2, 20), 4: _layer_hlo(4, 20)})
+    assert linear == []
+    grows = depth.growth({2: _layer_hlo(2, 20), 4: _layer_hlo(4, 40)})  # per layer 20 -> 40
+    assert grows and grows[0]["phase"] == "backward" and grows[0]["opcode"] == "multiply"
+    assert grows[0]["counts"] == [40, 160] and grows[0]["excess"] == 80
+    assert "grows faster than the layer count" in depth.sentence("jax/torchax", grows)
