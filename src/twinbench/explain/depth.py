@@ -74,33 +74,41 @@ def sentence(run: str, found: list[dict[str, Any]]) -> str:
 
 
 def compile_at(spec_dict: dict[str, Any], depths: list[int], out_dir: Path, timeout: float) -> dict[int, str]:
-    """The JAX step's HLO text at each depth, compiled in a fresh process (``runner.run_module``)."""
+    """The JAX step's HLO text at each depth, compiled in a fresh process (``runner.run_module``). A user
+    model (``--model``) gets its initial weights at each depth first (``twinbench.byo.prepare``)."""
     from twinbench import runner
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    spec_path = out_dir / "spec.json"
-    spec_path.write_text(json.dumps(spec_dict))
-    code, reason = runner.run_module("twinbench.explain.depth", [str(spec_path), str(out_dir), *map(str, depths)],
-                                     timeout)
+    paths = []
+    for d in depths:
+        spec = {**spec_dict, "model": {**spec_dict["model"], "layers": d}, "trace_dir": None, "explain": False}
+        path = out_dir / f"layers{d}.spec.json"
+        if spec["model"].get("family") == "user":
+            target = (out_dir / f"byo-layers{d}").resolve()
+            spec["user_dir"] = str(target)
+            path.write_text(json.dumps(spec))
+            code, reason = runner.run_module("twinbench.byo.prepare", [str(path), str(target)], timeout)
+            if code:
+                raise RuntimeError(f"preparing the model at {d} layers failed: {reason}")
+        path.write_text(json.dumps(spec))
+        paths.append(str(path))
+    code, reason = runner.run_module("twinbench.explain.depth", [str(out_dir), *paths], timeout)
     if code != 0:
         raise RuntimeError(f"compiling at depths {depths} failed: {reason}")
     return {d: (out_dir / f"layers{d}.hlo.txt").read_text() for d in depths}
 
 
 def _main(argv: list[str]) -> int:
-    import dataclasses
-
     from twinbench.spec import RunSpec
     from twinbench.worker import build, prepare_process
 
-    spec = RunSpec.from_dict(json.loads(Path(argv[0]).read_text()))
-    spec = dataclasses.replace(spec, trace_dir=None, explain=False)
-    prepare_process(spec)
-    for d in (int(a) for a in argv[2:]):
-        s = dataclasses.replace(spec, model=dataclasses.replace(spec.model, layers=d))
-        b = build(s)
+    for i, spec_path in enumerate(argv[1:]):
+        spec = RunSpec.from_dict(json.loads(Path(spec_path).read_text()))
+        if i == 0:
+            prepare_process(spec)
+        b = build(spec)
         x, y = b.run_data.batches[0]
-        Path(argv[1], f"layers{d}.hlo.txt").write_text(b.trainer.explain_hlo(x, y))
+        Path(argv[0], f"layers{spec.model.layers}.hlo.txt").write_text(b.trainer.explain_hlo(x, y))
     return 0
 
 
