@@ -1,6 +1,8 @@
 """Our torch twin (twinbench's torch/eager step) against nanoGPT's ``model.py`` trained as nanoGPT's
 ``train.py`` trains it, clipping included.
 
+    .venv/bin/python benchmarks/torch_twin_vs_nanogpt.py NANOGPT/model.py [--rounds 3] [--out runs/nanogpt]
+
 - ``ours``: the twin's GPT and twinbench's eager step (zero_grad, loss, backward, clip by global norm 1.0,
   AdamW betas 0.9/0.95, decay on rank >= 2 parameters);
 - ``nanogpt``: nanoGPT's ``GPT`` (biases, dropout 0, tied head, exact erf GELU) with its own
