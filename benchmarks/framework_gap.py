@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sitting import median_range, records, wait_quiet
+from sitting import cpu_info, median_range, records, wait_quiet
 
 TB = str(Path(sys.executable).with_name("twinbench"))
 
@@ -36,6 +36,7 @@ def main() -> int:
     by = {run: sorted((r for r in recs if f"{r['framework']}/{r['strategy']}" == run), key=lambda r: r["repeat"])
           for run in runs}
     base = {r["repeat"]: r["step_ms"] for r in by.get("torch/eager", [])}
+    print(f"\nmachine: {cpu_info()['cpu']}, {cpu_info()['cores']} core(s)")  # the gap differs per machine
     print(f"\n| run | step ms | vs torch/eager (paired) | compile s | MFU | peak mem MiB | loss last |\n|{'---|' * 7}")
     for run, rs in by.items():
         ratios = [r["step_ms"] / base[r["repeat"]] for r in rs if r["repeat"] in base]

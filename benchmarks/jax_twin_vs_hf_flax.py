@@ -117,7 +117,9 @@ def child(which: str, shape: dict[str, Any], steps: int, threads: int) -> None:
         loss = step(*batches[i % 8])
         sync()
         times.append((time.perf_counter() - t) * 1e3)
-    print(json.dumps({"which": which, "step_ms": statistics.median(times), "p10": sorted(times)[len(times) // 10],
+    from sitting import cpu_info
+
+    print(json.dumps({**cpu_info(), "which": which, "step_ms": statistics.median(times), "p10": sorted(times)[len(times) // 10],
                       "p90": sorted(times)[(9 * len(times)) // 10], "compile_s": compile_s,
                       "loss": float(loss), "threads": len(cpus), "xla_flags": os.environ.get("XLA_FLAGS", "")}))
 
@@ -169,6 +171,7 @@ def main() -> None:
               / next(x["step_ms"] for x in rows if x["round"] == r and x["which"] == "hf") for r in range(args.rounds)]
     md = [f"# jax/jit twin vs Hugging Face FlaxGPT2LMHeadModel ({args.preset}, fp32, {args.threads} threads, "
           f"XLA flags {args.xla_cpu_flags}, our attention {args.attention_impl})", "",
+          f"machine: {rows[0].get('cpu', 'unknown')}", "",
           "| configuration | median step ms over rounds |", "|---|---|",
           f"| twinbench jax/jit | {med['ours']:.1f} |", f"| HF FlaxGPT2LMHeadModel | {med['hf']:.1f} |", "",
           f"paired ours/hf per round: {', '.join(f'{x:.2f}x' for x in ratios)}; ours faster in "

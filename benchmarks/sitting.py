@@ -40,6 +40,29 @@ def median_range(values: list[float], fmt: str = "{:.0f}") -> str:
     return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
 
 
+#: instruction-set extensions worth naming beside a CPU model (/proc/cpuinfo flag -> name)
+ISA = (("avx2", "AVX2"), ("avx512f", "AVX-512"), ("avx512_bf16", "AVX-512 BF16"), ("amx_tile", "AMX"),
+       ("asimd", "NEON"), ("sve", "SVE"))
+
+
+def cpu_info() -> dict[str, object]:
+    """The CPU model and the vector/matrix extensions it has (framework gaps differ per machine: every
+    benchmark records which machine it measured)."""
+    model, flags = "", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not model:
+                model = value.strip()
+            elif key.strip() in ("flags", "Features") and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    isa = [name for flag, name in ISA if flag in flags]
+    return {"cpu_model": model or "unknown", "isa": isa, "cores": len(os.sched_getaffinity(0)),
+            "cpu": f"{model or 'unknown CPU'} ({', '.join(isa) or 'no AVX2'})"}
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--wait", action="store_true")

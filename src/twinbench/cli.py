@@ -848,6 +848,12 @@ def explain_cmd(
     rank: Optional[int] = typer.Option(None, "--rank", help="traces: which rank's file (default the lowest)"),  # noqa: UP045
     device: Optional[int] = typer.Option(None, "--device", help="traces: which device (default the first)"),  # noqa: UP045
     hlo: Optional[str] = typer.Option(None, "--hlo", help="JAX traces: compiled HLO text (file or --xla_dump_to dir)"),  # noqa: UP045
+    try_flags: Optional[list[str]] = typer.Option(  # noqa: UP045
+        None, "--try", help="run one side again with one option and show the rows that moved: 'B:--xla_...=V' "
+        "(an XLA flag), 'B:threads=1' (a spec option), 'A:env:NAME=V'; repeatable"),
+    depths: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--depths", help="compile each JAX side's step at these layer counts (e.g. 2,4) and name the "
+        "compiled work that grows faster than the layer count"),
     **overrides: Any,
 ) -> None:
     """Where each run's (or trace's) step time goes (phases x op categories), and the gap between A and B."""
@@ -864,6 +870,28 @@ def explain_cmd(
     except command.ExplainError as e:
         fail(str(e))
     command.print_pair(result, out)
+    if try_flags:
+        from twinbench.explain import try_flag
+
+        try:
+            result["tries"] = [try_flag.run(result, t, target, timeout, lambda line: out.print(line, highlight=False))
+                               for t in try_flags]
+        except try_flag.TryError as e:
+            fail(str(e))
+        for t in result["tries"]:
+            try_flag.print_try(t, out)
+    if depths:
+        from twinbench.explain import depth
+
+        try:
+            layer_counts = sorted({int(d) for d in depths.split(",") if d.strip()})
+        except ValueError:
+            fail(f"--depths {depths!r}: layer counts separated by commas, e.g. 2,4")
+        if len(layer_counts) < 2 or layer_counts[0] < 1:
+            fail(f"--depths {depths!r}: at least two layer counts of 1 or more, e.g. 2,4")
+        result["depth"] = depth.for_pair(result, layer_counts, target, timeout)
+        for d in result["depth"]:
+            out.print(f"  depth: {d['sentence']}", highlight=False)
     if json_path:
         json_path.write_text(json.dumps(result, indent=1))
 

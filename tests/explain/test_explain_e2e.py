@@ -56,3 +56,18 @@ def test_both_runs_are_broken_down(runs: dict[str, Any]) -> None:
     assert sum(r["diff_ms"] for r in res["rows"] if r["level"] == 0) == pytest.approx(res["gap_ms"], rel=0.15)
     assert "explain.json" in runs["compare"] and (runs["dir"] / "explain.json").exists()
     assert "Where the step time goes" in (runs["dir"] / "report.html").read_text()
+
+
+def test_matmul_rows_say_why(runs: dict[str, Any]) -> None:
+    """Every matmul row carries both sides' FLOP/s and share of their measured peaks, split into parts that
+    sum to its gap; the shapes table matches the two runs' matmuls; the memory rows are there."""
+    res = runs["json"]
+    matmul = [r for r in res["rows"] if r["row"].endswith("/ matmul") and r["a_ms"] and r["b_ms"]]
+    assert matmul
+    for r in matmul:
+        for side in ("a_throughput", "b_throughput"):
+            assert r[side]["tflops"] > 0 and r[side]["peak_share"] > 0, r
+        assert sum(r["split"].values()) == pytest.approx(r["diff_ms"], abs=1e-6)
+    assert len([s for s in res["shapes"] if s["matched"]]) >= 3, res["shapes"]
+    assert res["memory"] and {r["row"] for r in res["memory"]["rows"]} >= {"params", "activations"}
+    assert "why:" in runs["output"] and "matmuls by shape" in runs["output"]

@@ -55,11 +55,16 @@ class Breakdown:
     step_method: str = ""  # how the steps were found
     idle: str = ""  # what ``rest/idle`` means for this trace
     notes: list[str] = field(default_factory=list)  # what was chosen for the user (rank, device, steps)
+    #: every attributed op as read (phase, category, ms, scope, name, detail), summed over the steps used and
+    #: not yet divided: explain/ops.py groups them (FLOPs, shapes from ``detail``) and divides as ``finish``
+    #: did the cells
+    raw: list[tuple[str, str, float, str, str, Any]] = field(default_factory=list)
 
     def add(self, phase: str, category: str, ms: float, scope: str = "", name: str = "", op: str = "",
-            shapes: str = "") -> None:
+            shapes: str = "", detail: Any = None) -> None:
         if phase == "optimizer" and category not in ("matmul", "collectives"):
             category = "optimizer"  # the update is one category, whatever its element-wise ops are
+        self.raw.append((phase, category, ms, scope, name, detail))
         self.cells[phase][category] += ms
         if scope:
             self.scopes[scope][phase] += ms

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from twinbench.explain import gap, runs, trace_file
+from twinbench.explain import gap, runs, trace_file, why
 from twinbench.explain.steps import TraceError
 from twinbench.spec import RunSpec, SpecError
 
@@ -60,7 +60,7 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
             raise ExplainError(f"{s.label()}: the run failed: {(rec or {}).get('error')}")
         final.append(rec)
     try:
-        return gap.explain_pair(final[0], final[1], expand)
+        return {**gap.explain_pair(final[0], final[1], expand), "specs": [r.get("spec") for r in final]}
     except TraceError as e:
         raise ExplainError(str(e)) from e
 
@@ -124,14 +124,15 @@ def gap_table(result: dict[str, Any]) -> Any:
     a, b = result["a"]["run"], result["b"]["run"]
     t = Table(title=f"gap: {b} - {a} = {result['gap_ms']:+.1f} ms per step", title_justify="left")
     for col, just in (("row", "left"), (f"{a} ms", "right"), (f"{b} ms", "right"), ("B-A ms", "right"),
-                      ("share of gap", "right")):
+                      ("share of gap", "right"), ("timing B-A", "right"), ("A GFLOP/s (peak)", "right"),
+                      ("B GFLOP/s (peak)", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in result["rows"]:
         if r["level"] and abs(r["diff_ms"]) < 0.005 * max(result["a"]["step_ms"], 1e-9) and not r["a_ms"]:
             continue
         name = ("  " * r["level"]) + r["row"].split(" / ")[-1]
         t.add_row(name if r["level"] else f"[bold]{name}[/]", f"{r['a_ms']:.2f}", f"{r['b_ms']:.2f}",
-                  f"{r['diff_ms']:+.2f}", f"{r['share']:.0%}")
+                  f"{r['diff_ms']:+.2f}", f"{r['share']:.0%}", *why.throughput_cells(r))
     return t
 
 
@@ -142,7 +143,7 @@ def ops_table(e: dict[str, Any], n: int = 10) -> Any:
     for col, just in (("kernel / op", "left"), ("launched by", "left"), ("category", "left"), ("phase", "left"),
                       ("ms", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
-    for o in e.get("ops", [])[:n]:
+    for o in e.get("kernels", [])[:n]:
         t.add_row(o["name"][:70], o["op"][:40], o["category"], o["phase"], f"{o['ms']:.3f}")
     return t
 
@@ -153,7 +154,7 @@ def print_side(e: dict[str, Any], out: Any, top_ops: bool = False) -> None:
         out.print(f"  steps: {e['steps_used']} of {e['steps_traced']} found, from {e['step_method']}", highlight=False)
     if e.get("device"):
         out.print(f"  device: {e['device']}; idle = {e['idle']}", highlight=False)
-    if top_ops and e.get("ops"):
+    if top_ops and e.get("kernels"):
         out.print(ops_table(e))
     if e.get("other"):
         out.print("  other: " + ", ".join(f"{k[:60]} {v:.2f} ms" for k, v in list(e["other"].items())[:5]),
@@ -171,6 +172,7 @@ def print_pair(result: dict[str, Any], out: Any) -> None:
         print_side(result[side], out)
     out.print(gap_table(result))
     out.print(f"  {result['summary']}", highlight=False)
+    why.print_extras(result, out)
 
 
 def print_runs(records: list[dict[str, Any]], out_dir: Path, out: Any) -> None:

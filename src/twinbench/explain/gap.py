@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from twinbench.explain import jax_trace, torch_trace
+from twinbench.explain import jax_trace, torch_trace, why
 from twinbench.explain.breakdown import DISTURBED, PHASES, Breakdown
 from twinbench.explain.steps import TraceError
 
@@ -46,7 +46,7 @@ def explain_run(r: dict[str, Any]) -> dict[str, Any]:
     b = read_trace(r)
     timing = dict(r.get("explain_timing") or {})
     notes = [] if timing or not r.get("explain_error") else [f"timing: {r['explain_error']}"]
-    e = explain_breakdown(b, label(r), float(r.get("step_ms") or 0.0), timing, notes)
+    e = explain_breakdown(b, label(r), float(r.get("step_ms") or 0.0), timing, notes, r)
     e.update(run_id=r.get("run_id"), trace_path=r.get("trace_path"), memory_breakdown=r.get("memory_breakdown"))
     return e
 
@@ -57,7 +57,9 @@ def explain_trace(arg: str, step_marker: str | None = None, rank: int | None = N
     from twinbench.explain import trace_file
 
     kind, path, b = trace_file.read(arg, step_marker, rank, device, hlo)
-    e = explain_breakdown(b, f"{kind}:{_short(path)}", b.step_ms, {}, [])
+    hlo_path = hlo if hlo and not Path(hlo).is_dir() else str(path.parent / "step.hlo.txt")
+    e = explain_breakdown(b, f"{kind}:{_short(path)}", b.step_ms, {}, [],
+                          {"framework": kind, "explain_hlo_path": hlo_path})
     e.update(run_id=None, trace_path=str(path), memory_breakdown=None)
     return e
 
@@ -70,12 +72,14 @@ def _short(path: Path) -> str:
 
 
 def explain_breakdown(b: Breakdown, run: str, step: float, timing: dict[str, float],
-                      notes: list[str]) -> dict[str, Any]:
-    """A breakdown's shares applied to ``step`` ms (the measured step of a run, the traced one of a trace)."""
+                      notes: list[str], r: dict[str, Any]) -> dict[str, Any]:
+    """A breakdown's shares applied to ``step`` ms (the measured step of a run, the traced one of a trace);
+    ``r``: the run's record (for a trace file, its framework and HLO path), read by the why rows."""
     scale = step / b.step_ms if b.step_ms else 0.0
-    trace_phases = {p: v * scale for p, v in b.phases().items()}
     cells = {p: {c: v * scale for c, v in row.items() if v} for p, row in b.cells.items()}
     scopes = {s: {p: v * scale for p, v in row.items() if v} for s, row in b.scopes.items()}
+    extras = why.run_extras(r, b, scale, cells, scopes)  # (JAX) moves forward-pass linearization to backward
+    trace_phases = {p: sum(cells.get(p, {}).values()) for p in PHASES}
     d = b.to_dict()
     notes = list(b.notes) + notes
     if timing:
@@ -98,7 +102,7 @@ def explain_breakdown(b: Breakdown, run: str, step: float, timing: dict[str, flo
             "cells": cells, "scopes": scopes, "categorized_share": d["categorized_share"], "other": d["other"],
             "notes": notes, "source": b.source, "device": b.device, "idle": b.idle,
             "step_method": b.step_method, "steps_traced": b.steps_traced, "steps_used": b.steps_used,
-            "ops": d["ops"][:50]}
+            "kernels": d["ops"][:50], **extras}
 
 
 def rows(a: dict[str, Any], b: dict[str, Any], expand: str = "categories") -> list[dict[str, Any]]:
@@ -150,5 +154,6 @@ def explain_pair(ra: dict[str, Any], rb: dict[str, Any], expand: str = "categori
 def pair(a: dict[str, Any], b: dict[str, Any], expand: str = "categories") -> dict[str, Any]:
     """The gap table of two explained runs or traces."""
     table = rows(a, b, expand)
+    extras = why.pair_extras(a, b, table if expand != "scopes" else [])
     return {"a": a, "b": b, "gap_ms": b["step_ms"] - a["step_ms"], "rows": table,
-            "largest": largest(table), "summary": sentence(a, b, table)}
+            "largest": largest(table), "summary": sentence(a, b, table), **extras}

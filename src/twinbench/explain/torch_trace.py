@@ -175,7 +175,8 @@ def _host_only(b: Breakdown, steps: st.Steps, host: list[dict[str, Any]],
             continue
         phase, cat, scope = info[id(e)]
         self_us = max(e["dur"] - e.get("_child", 0.0), 0.0)
-        b.add(phase, cat, self_us / 1e3, scope, name=e["name"], shapes=_shapes(e))
+        b.add(phase, cat, self_us / 1e3, scope, name=e["name"], shapes=_shapes(e),
+              detail={"args": e.get("args"), "id": id(e)})
     step_ms = sum(t1 - t0 for t0, t1 in spans) / len(spans) / 1e3
     return b.finish(len(spans), step_ms)
 
@@ -231,7 +232,8 @@ def _device(b: Breakdown, steps: st.Steps, launched: list[tuple[dict[str, Any], 
                 (info[id(lk)][0] if lk is not None else "rest", "other", "")
             cat = kernel_category(k, op_cat)
             b.add(phase, cat, k["dur"] / 1e3, scope, name=k["name"], op=op["name"] if op else "",
-                  shapes=_shapes(op))
+                  shapes=_shapes(op),
+                  detail={"op": op["name"], "args": op.get("args"), "id": id(op)} if op is not None else None)
     n = len(keep)
     total = sum(k["dur"] for i in keep for k, _ in per_step[i])
     if unlinked > 0.01 * total:

@@ -1,0 +1,169 @@
+"""Our torch twin (twinbench's torch/eager step) against nanoGPT's ``model.py`` trained as nanoGPT's
+``train.py`` trains it, clipping included.
+
+    .venv/bin/python benchmarks/torch_twin_vs_nanogpt.py NANOGPT/model.py [--rounds 3] [--out runs/nanogpt]
+
+- ``ours``: the twin's GPT and twinbench's eager step (zero_grad, loss, backward, clip by global norm 1.0,
+  AdamW betas 0.9/0.95, decay on rank >= 2 parameters);
+- ``nanogpt``: nanoGPT's ``GPT`` (biases, dropout 0, tied head, exact erf GELU) with its own
+  ``configure_optimizers`` (AdamW, the same decay groups) and ``train.py``'s loop: ``model(X, Y)``,
+  ``backward``, ``clip_grad_norm_(1.0)``, ``step``, ``zero_grad(set_to_none=True)``;
+- ``nanogpt-tanh``: the same, its GELU switched to the tanh approximation the twins use (GPT-2's
+  ``gelu_new``): nanoGPT computing what the twin computes. ``nanogpt`` against ``nanogpt-tanh`` measures the
+  one difference in what the two compute; ``ours`` against ``nanogpt-tanh`` is the rest (code, not maths).
+
+Interleaved rounds, a fresh process per configuration, the order rotating between rounds; each child warms
+up and times ``--steps`` steps on the preset's shape and prints its median. Every row records the CPU
+model and its instruction-set extensions. nanoGPT (MIT) is not part of twinbench: pass its ``model.py``
+(https://github.com/karpathy/nanoGPT)::
+
+    .venv/bin/python benchmarks/sitting.py --wait      # an idle machine first
+    .venv/bin/python benchmarks/torch_twin_vs_nanogpt.py /path/to/nanoGPT/model.py [--preset small] \\
+        [--rounds 3] [--steps 30] [--threads 2] [--out runs/nanogpt]
+
+Writes ``results.jsonl`` and ``summary.md`` (medians, the paired ratios of each round, the machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+WARMUP = 5
+WHICH = ("ours", "nanogpt", "nanogpt-tanh")
+
+
+def nanogpt_step(model_py: str, shape: dict[str, Any], tanh: bool) -> tuple[Any, Any]:
+    import torch
+    from torch import nn
+
+    spec = importlib.util.spec_from_file_location("nanogpt_model", model_py)
+    assert spec and spec.loader
+    ng = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ng)
+    torch.manual_seed(shape["seed"])
+    conf = ng.GPTConfig(block_size=shape["context"], vocab_size=shape["vocab"], n_layer=shape["layers"],
+                        n_head=shape["heads"], n_embd=shape["d_model"], dropout=0.0, bias=True)
+    model = ng.GPT(conf)
+    if tanh:
+        for block in model.transformer.h:
+            block.mlp.gelu = nn.GELU(approximate="tanh")
+    model.train()
+    optimizer = model.configure_optimizers(shape["weight_decay"], shape["lr"], (0.9, 0.95), "cpu")
+
+    def step(x: Any, y: Any) -> Any:  # nanoGPT train.py's loop, one micro-step per step
+        _, loss = model(torch.from_numpy(x), torch.from_numpy(y))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return step, lambda: None
+
+
+def ours_step(preset: str, shape: dict[str, Any]) -> tuple[Any, Any]:
+    from twinbench.models import family
+    from twinbench.spec import from_preset, validate
+    from twinbench.strategies import registry
+
+    spec = validate(from_preset(preset, {"batch": shape["batch"], "seq": shape["seq"]}, framework="torch",
+                                strategy="eager"))
+    trainer = registry.builder(spec)(spec, family.get(spec).init_weights(spec.model, spec.train.seed))
+    return trainer.step, trainer.sync
+
+
+def child(which: str, model_py: str, shape: dict[str, Any], steps: int, threads: int) -> None:
+    cpus = sorted(os.sched_getaffinity(0))[:threads]
+    os.sched_setaffinity(0, cpus)
+    import numpy as np
+    import torch
+    from sitting import cpu_info
+
+    torch.set_num_threads(len(cpus))
+    step, sync = ours_step(shape["preset"], shape) if which == "ours" else nanogpt_step(
+        model_py, shape, which == "nanogpt-tanh")
+    rng = np.random.default_rng(0)
+    batches = [(rng.integers(0, shape["vocab"], (shape["batch"], shape["seq"]), dtype=np.int64),
+                rng.integers(0, shape["vocab"], (shape["batch"], shape["seq"]), dtype=np.int64)) for _ in range(8)]
+    for i in range(WARMUP):
+        step(*batches[i % 8])
+    sync()
+    times, loss = [], None
+    for i in range(steps):
+        t = time.perf_counter()
+        loss = step(*batches[i % 8])
+        sync()
+        times.append((time.perf_counter() - t) * 1e3)
+    print(json.dumps({**cpu_info(), "which": which, "step_ms": statistics.median(times),
+                      "p10": sorted(times)[len(times) // 10], "p90": sorted(times)[(9 * len(times)) // 10],
+                      "loss": float(loss), "threads": len(cpus), "torch": torch.__version__,
+                      "load_avg_1m": os.getloadavg()[0]}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model_py", help="nanoGPT's model.py")
+    ap.add_argument("--preset", default="small")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=Path("runs/nanogpt"))
+    ap.add_argument("--child", choices=WHICH, help=argparse.SUPPRESS)
+    ap.add_argument("--shape", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child, args.model_py, json.loads(args.shape), args.steps, args.threads)
+        return
+
+    from twinbench.spec import from_preset
+
+    spec = from_preset(args.preset)
+    m, t = spec.model, spec.train
+    shape = {"preset": args.preset, "layers": m.layers, "d_model": m.d_model, "heads": m.heads, "vocab": m.vocab,
+             "context": m.context, "batch": t.batch, "seq": t.seq, "lr": t.lr, "weight_decay": t.weight_decay,
+             "seed": t.seed}
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    with open(args.out / "results.jsonl", "w") as f:
+        for r in range(args.rounds):
+            order = WHICH[r % 3:] + WHICH[:r % 3]
+            for which in order:
+                cmd = [sys.executable, __file__, args.model_py, "--child", which, "--shape", json.dumps(shape),
+                       "--steps", str(args.steps), "--threads", str(args.threads)]
+                proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                if proc.returncode:
+                    sys.exit(f"{which} failed: {proc.stderr.strip().splitlines()[-1:]}")
+                row = json.loads(proc.stdout.strip().splitlines()[-1]) | {"round": r}
+                rows.append(row)
+                f.write(json.dumps(row) + "\n")
+                print(f"round {r} {which}: {row['step_ms']:.1f} ms/step (loss {row['loss']:.3f}, "
+                      f"load {row['load_avg_1m']:.2f})", flush=True)
+
+    def of(r: int, w: str) -> float:
+        return next(x["step_ms"] for x in rows if x["round"] == r and x["which"] == w)
+
+    med = {w: statistics.median(x["step_ms"] for x in rows if x["which"] == w) for w in WHICH}
+    pairs = {p: [of(r, p[0]) / of(r, p[1]) for r in range(args.rounds)]
+             for p in (("ours", "nanogpt"), ("ours", "nanogpt-tanh"), ("nanogpt-tanh", "nanogpt"))}
+    md = [f"# torch/eager twin vs nanoGPT model.py + train.py's step ({args.preset}, fp32, {args.threads} "
+          "threads, clip 1.0 on both)", "", f"machine: {rows[0]['cpu']}; torch {rows[0]['torch']}", "",
+          "| configuration | median step ms over rounds |", "|---|---|",
+          *(f"| {w} | {med[w]:.1f} |" for w in WHICH), ""]
+    for (x, y), ratios in pairs.items():
+        md.append(f"paired {x}/{y} per round: {', '.join(f'{v:.3f}x' for v in ratios)} "
+                  f"({x} faster in {sum(v < 1 for v in ratios)} of {len(ratios)})")
+    (args.out / "summary.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,266 @@
+"""FLOPs, bytes and matmul shapes of single ops: torch ops from the profiler's recorded input shapes and
+strides (``record_shapes``), HLO instructions from the shapes in the compiled step's HLO text.
+
+A matmul is described the same way in both frameworks, so the two runs' matmuls can be matched: ``batch``
+(product of the batch dimensions), ``m``, ``k``, ``n`` (the non-contracted dimensions collapsed) and the
+operands' layout in BLAS terms: ``N`` when an operand is read row-major as ``[m, k]`` / ``[k, n]``, ``T`` when
+it is read transposed (its contracted dimension is not where a row-major ``[m, k] @ [k, n]`` has it).
+FLOPs of a matmul: ``2 * batch * m * k * n``. Attention kernels (torch's SDPA) count their two (forward) or
+four (backward) matmuls, dense (a causal mask is not subtracted: JAX's written-out attention computes them all).
+Bytes, for memory-bound rows: what an op reads and writes (torch: its inputs, and an output the size of its
+largest input unless it works in place; HLO: its operands and its result).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+_DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
+                "bool": 1, "unsigned char": 1, "signed char": 1, "short int": 2,
+                "f32": 4, "f64": 8, "f16": 2, "bf16": 2, "s64": 8, "s32": 4, "u32": 4, "s8": 1, "u8": 1,
+                "pred": 1, "s16": 2, "u16": 2, "f8e4m3fn": 1, "f8e5m2": 1}
+
+
+@dataclass
+class OpShape:
+    """What one execution of an op computes: FLOPs, bytes, and (a matmul) its dimensions and layout."""
+
+    flops: float = 0.0
+    bytes: float = 0.0
+    batch: int = 0  # 0: not a matmul
+    m: int = 0
+    k: int = 0
+    n: int = 0
+    trans: str = ""  # "NN", "TN", "NT", "TT"
+    parts: list[OpShape] = field(default_factory=list)  # an HLO fusion's dots, each
+
+    def key(self) -> tuple[int, int, int, int] | None:
+        """The matmul's identity across frameworks: ``x @ w`` and ``(x @ w).T`` computed as ``w.T @ x.T``
+        are the same work, so m and n are sorted."""
+        if not self.batch:
+            return None
+        lo, hi = sorted((self.m, self.n))
+        return (self.batch, lo, self.k, hi)
+
+    def text(self) -> str:
+        if not self.batch:
+            return ""
+        b = f"{self.batch}x" if self.batch > 1 else ""
+        return f"{b}[{self.m},{self.k}]x[{self.k},{self.n}] {self.trans}".strip()
+
+
+def matmul_flops(batch: int, m: int, k: int, n: int) -> float:
+    return 2.0 * batch * m * k * n
+
+
+# ------------------------------------------------------------------------------------------------- torch
+_TORCH_MM = re.compile(r"^aten::(mm|addmm|_addmm_activation|bmm|baddbmm|addbmm|mv|addmv|dot)$")
+_TORCH_SDPA = re.compile(r"^aten::_(scaled_dot_product_\w*attention\w*|flash_attention\w*|efficient_attention\w*)$")
+
+
+def _numel(dims: Any) -> int:
+    return math.prod(dims) if isinstance(dims, list) and all(isinstance(d, int) for d in dims) else 0
+
+
+def _trans_of(dims: list[int], strides: list[int] | None, contracted_last: bool) -> str:
+    """``N``/``T`` of a 2-D (or batched) operand from its strides: the lhs ``[m, k]`` is N when k is the
+    unit-stride dimension; the rhs ``[k, n]`` is N when n is."""
+    if not strides or len(strides) < 2 or len(strides) != len(dims):
+        return "N"
+    unit = strides[-1] == 1 or dims[-1] == 1
+    return "N" if unit else "T"
+
+
+def torch_op(name: str, args: dict[str, Any] | None) -> OpShape:
+    """FLOPs/bytes (and matmul shape) of one torch profiler op from its ``Input Dims`` / ``Input Strides``."""
+    if not args:
+        return OpShape()
+    dims = args.get("Input Dims") or []
+    strides = args.get("Input Strides") or []
+    types = args.get("Input type") or []
+    tensors = [(d, types[i] if i < len(types) else "float") for i, d in enumerate(dims) if isinstance(d, list) and d]
+    nbytes = [_numel(d) * _DTYPE_BYTES.get(t, 4) for d, t in tensors]
+    out_bytes = 0 if name.endswith("_") else max(nbytes, default=0)
+    moved = float(sum(nbytes) + out_bytes)
+    m = _TORCH_MM.match(name)
+    if m:
+        op = m.group(1)
+        mats = [(i, d) for i, d in enumerate(dims) if isinstance(d, list) and len(d) >= 2]
+        if op in ("addmm", "baddbmm", "addbmm", "_addmm_activation"):
+            mats = mats[-2:]  # bias/self first
+        if len(mats) < 2:
+            return OpShape(bytes=moved)
+        (ia, a), (ib, b) = mats[0], mats[1]
+        sa = strides[ia] if ia < len(strides) else None
+        sb = strides[ib] if ib < len(strides) else None
+        batch = math.prod(a[:-2]) if len(a) > 2 else 1
+        mm, kk, nn = a[-2], a[-1], b[-1]
+        trans = _trans_of(a, sa, True) + _trans_of(b, sb, False)
+        return OpShape(matmul_flops(batch, mm, kk, nn), moved, batch, mm, kk, nn, trans)
+    if _TORCH_SDPA.match(name) and dims and isinstance(dims[0], list) and len(dims[0]) == 4:
+        q = dims[0]
+        kdims = dims[1] if len(dims) > 1 and isinstance(dims[1], list) and len(dims[1]) == 4 else q
+        b, h, tq, d = q
+        tk = kdims[2]
+        per = matmul_flops(b * h, tq, d, tk)  # one of the two (forward) matmuls
+        return OpShape(flops=(4 if "backward" in name else 2) * per, bytes=moved)
+    return OpShape(bytes=moved)
+
+
+# --------------------------------------------------------------------------------------------------- HLO
+_LINE = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(\([^=]*?\)|[\w]+\[[^\]]*\](?:\{[^}]*\})?|\w+\[\])\s+"
+                   r"([a-z][\w\-]*)\(")
+_SHAPE = re.compile(r"(\w+)\[([\d,]*)\](?:\{([\d,]*))?")
+_COMP = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->.*\{\s*$")
+_DIMS = re.compile(r"(lhs_contracting_dims|rhs_contracting_dims|lhs_batch_dims|rhs_batch_dims)=\{([\d,]*)\}")
+_CALLS = re.compile(r"calls=%?([\w.\-]+)")
+_OPERAND = re.compile(r"%([\w.\-]+)")
+
+
+@dataclass
+class HloInstr:
+    name: str
+    opcode: str
+    dtype: str
+    dims: list[int]
+    layout: list[int]  # minor-to-major, as HLO prints it
+    operands: list[str]
+    attrs: dict[str, list[int]]
+    calls: str
+    comp: str
+    root: bool
+    op_name: str
+    out_bytes: int
+
+
+def _shape(text: str) -> tuple[str, list[int], list[int], int]:
+    """dtype, dims, layout and bytes of an HLO shape (a tuple: its elements' bytes, no dims)."""
+    found = _SHAPE.findall(text)
+    if not found:
+        return "", [], [], 0
+    total = sum(math.prod(int(x) for x in d.split(",") if x) * _DTYPE_BYTES.get(t, 4) for t, d, _ in found)
+    if text.startswith("("):
+        return "tuple", [], [], total
+    t, d, lay = found[0]
+    return t, [int(x) for x in d.split(",") if x], [int(x) for x in lay.split(",") if x], total
+
+
+def _operands(line: str, start: int) -> list[str]:
+    depth, i = 0, start
+    while i < len(line):
+        ch = line[i]
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            if depth == 0:
+                break
+            depth -= 1
+        i += 1
+    return _OPERAND.findall(line[start:i])
+
+
+def parse_hlo(text: str) -> dict[str, HloInstr]:
+    """Every instruction of the module (names are unique module-wide) with its shape, operands, dims."""
+    out: dict[str, HloInstr] = {}
+    comp = ""
+    for line in text.splitlines():
+        c = _COMP.match(line)
+        if c and " = " not in line:
+            comp = c.group(1)
+            continue
+        m = _LINE.match(line)
+        if not m:
+            continue
+        dtype, dims, layout, nbytes = _shape(m.group(3))
+        attrs = {k: [int(x) for x in v.split(",") if x] for k, v in _DIMS.findall(line)}
+        calls = _CALLS.search(line)
+        op_name = re.search(r'op_name="([^"]*)"', line)
+        out.setdefault(m.group(2), HloInstr(m.group(2), m.group(4), dtype, dims, layout,
+                                            _operands(line, m.end()), attrs, calls.group(1) if calls else "",
+                                            comp, bool(m.group(1)), op_name.group(1) if op_name else "", nbytes))
+    return out
+
+
+def _minor(ins: HloInstr | None) -> int | None:
+    if ins is None or not ins.dims:
+        return None
+    return ins.layout[0] if ins.layout else len(ins.dims) - 1
+
+
+def hlo_dot(ins: HloInstr, table: dict[str, HloInstr]) -> OpShape:
+    """A ``dot``: batch, m, k, n from its operands' shapes and its dimension numbers; N/T from the layouts."""
+    if len(ins.operands) < 2:
+        return OpShape()
+    lhs, rhs = table.get(ins.operands[0]), table.get(ins.operands[1])
+    if lhs is None or rhs is None or not lhs.dims or not rhs.dims:
+        return OpShape()
+    lc, rc = ins.attrs.get("lhs_contracting_dims", []), ins.attrs.get("rhs_contracting_dims", [])
+    lb, rb = ins.attrs.get("lhs_batch_dims", []), ins.attrs.get("rhs_batch_dims", [])
+    batch = math.prod(lhs.dims[i] for i in lb)
+    k = math.prod(lhs.dims[i] for i in lc)
+    m = math.prod(d for i, d in enumerate(lhs.dims) if i not in lc and i not in lb)
+    n = math.prod(d for i, d in enumerate(rhs.dims) if i not in rc and i not in rb)
+    lm, rm = _minor(lhs), _minor(rhs)
+    ta = "N" if (lm in lc or len(lhs.dims) - len(lb) < 2) else "T"
+    tb = "T" if (rm in rc and len(rhs.dims) - len(rb) >= 2) else "N"
+    return OpShape(matmul_flops(batch, m, k, n), 0.0, max(batch, 1), m, k, n, ta + tb)
+
+
+def _conv(ins: HloInstr, table: dict[str, HloInstr]) -> OpShape:
+    """A convolution: 2 x output elements x (kernel elements / output features); no matmul shape."""
+    if len(ins.operands) < 2 or not ins.dims:
+        return OpShape()
+    kern = table.get(ins.operands[1])
+    if kern is None or not kern.dims:
+        return OpShape()
+    out_feat = max(kern.dims)  # the kernel's output-feature dimension is not told apart here: an upper bound
+    return OpShape(flops=2.0 * math.prod(ins.dims) * math.prod(kern.dims) / max(out_feat, 1))
+
+
+class HloShapes:
+    """FLOPs/bytes/matmul shapes of the executed instructions of one HLO module (by instruction name)."""
+
+    def __init__(self, text: str) -> None:
+        self.table = parse_hlo(text)
+        self.by_comp: dict[str, list[HloInstr]] = {}
+        for ins in self.table.values():
+            self.by_comp.setdefault(ins.comp, []).append(ins)
+        self._cache: dict[str, OpShape] = {}
+
+    def _dots(self, comp: str, depth: int) -> list[OpShape]:
+        found: list[OpShape] = []
+        for ins in self.by_comp.get(comp, []):
+            if ins.opcode == "dot":
+                found.append(hlo_dot(ins, self.table))
+            elif ins.opcode == "convolution":
+                found.append(_conv(ins, self.table))
+            elif ins.calls and ins.opcode == "fusion" and depth < 4:
+                found += self._dots(ins.calls, depth + 1)
+        return found
+
+    def op(self, name: str) -> OpShape:
+        """What one execution of instruction ``name`` computes (empty when the module does not have it)."""
+        if name in self._cache:
+            return self._cache[name]
+        ins = self.table.get(name)
+        shape = OpShape()
+        if ins is not None:
+            if ins.opcode == "dot":
+                parts = [hlo_dot(ins, self.table)]
+            elif ins.opcode == "convolution":
+                parts = [_conv(ins, self.table)]
+            elif ins.opcode == "fusion" and ins.calls:
+                parts = self._dots(ins.calls, 0)
+            else:
+                parts = []
+            moved = ins.out_bytes + sum(self.table[o].out_bytes for o in ins.operands if o in self.table)
+            mats = [p for p in parts if p.batch]
+            shape = OpShape(flops=sum(p.flops for p in parts), bytes=float(moved), parts=mats)
+            if len(mats) == 1:  # one dot: the instruction is that matmul
+                d = mats[0]
+                shape.batch, shape.m, shape.k, shape.n, shape.trans = d.batch, d.m, d.k, d.n, d.trans
+        self._cache[name] = shape
+        return shape

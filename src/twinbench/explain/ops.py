@@ -1,0 +1,192 @@
+"""The ops of one traced run, grouped, with what they compute: FLOPs and bytes per op (:mod:`.flops`), each
+category's achieved FLOP/s and its share of the framework's *measured* matmul peak (the record's
+``peak_tflops``), and JAX's forward-pass linearization moved to the backward phase (:mod:`.linearize`).
+
+Every millisecond here is on the scale of the gap table: an op's traced time per undisturbed step, divided
+by the overlap the reader found, times ``step_ms / traced_step_ms`` (the measured step over the profiled one).
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from twinbench.explain import flops
+from twinbench.explain.breakdown import Breakdown
+
+#: categories whose throughput is FLOP/s; the others (memory-bound) are told in bytes per second
+COMPUTE = ("matmul", "attention")
+
+
+@dataclass
+class OpGroup:
+    """One op (torch: an aten name with one input shape; JAX: one HLO instruction) in one phase."""
+
+    phase: str
+    category: str
+    name: str
+    scope: str
+    ms: float = 0.0  # per measured step
+    raw_ms: float = 0.0  # per traced step, the op's own traced duration: what its FLOP/s are computed from
+    calls: float = 0.0  # per step
+    flops: float = 0.0  # per step
+    bytes: float = 0.0  # per step
+    shape: flops.OpShape | None = None
+    linearization: bool = False
+    shared: bool = False  # a primal forward op the backward reads too (JAX: kept apart for it)
+    where: str = ""  # JAX: the tail of the instruction's op_name (what the model called it)
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.shape
+        return {"phase": self.phase, "category": self.category, "name": self.name, "scope": self.scope,
+                "ms": round(self.ms, 4), "raw_ms": round(self.raw_ms, 4), "calls": round(self.calls, 2), "flops": self.flops, "bytes": self.bytes,
+                "shape": s.text() if s else "", "key": list(s.key() or ()) if s else [],
+                "trans": s.trans if s else "", "linearization": self.linearization, "shared": self.shared, "where": self.where}
+
+
+def _hlo_text(r: dict[str, Any]) -> str:
+    """The run's compiled HLO text (plain or gzipped), "" where there is none."""
+    path = r.get("explain_hlo_path")
+    try:
+        raw = Path(path).read_bytes() if path else b""
+        return (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode()
+    except (OSError, EOFError, UnicodeDecodeError):
+        return ""
+
+
+def groups(r: dict[str, Any], b: Breakdown, scale: float) -> list[OpGroup]:
+    """The run's ops grouped per step, on the gap table's scale (``scale``: measured / traced step)."""
+    steps = max(b.steps_used, 1)
+    per = scale / steps / max(b.overlap, 1e-9)
+    out: dict[tuple[Any, ...], OpGroup] = {}
+    if r.get("framework") == "torch":
+        seen: set[int] = set()
+        for phase, cat, ms, scope, name, detail in b.raw:
+            detail = detail or {}
+            op = detail.get("op", name)
+            shape = flops.torch_op(op, detail.get("args"))
+            key = (phase, cat, op, shape.text() or "", scope if not shape.batch else "")
+            g = out.get(key)
+            if g is None:
+                g = out[key] = OpGroup(phase, cat, op, scope if not shape.batch else "", shape=shape)
+            g.ms += ms * per
+            g.raw_ms += ms / steps
+            ident = detail.get("id")
+            if ident is None or ident not in seen:  # a GPU op's kernels: its FLOPs once
+                if ident is not None:
+                    seen.add(ident)
+                g.calls += 1 / steps
+                g.flops += shape.flops / steps
+                g.bytes += shape.bytes / steps
+        return list(out.values())
+    text = _hlo_text(r)
+    shapes = flops.HloShapes(text) if text else None
+    from twinbench.explain.linearize import classify
+
+    lin, shared = classify(text) if text else (set(), set())
+    for phase, cat, ms, scope, name, _detail in b.raw:
+        shape = shapes.op(name) if shapes is not None else flops.OpShape()
+        is_lin = phase == "forward" and name in lin
+        key = (phase, cat, name)
+        g = out.get(key)
+        if g is None:
+            ins = shapes.table.get(name) if shapes is not None else None
+            g = out[key] = OpGroup(phase, cat, name, scope, shape=shape, linearization=is_lin,
+                                   shared=phase == "forward" and name in shared and cat not in COMPUTE,
+                                   where="/".join(ins.op_name.split("/")[-3:]) if ins else "")
+        g.ms += ms * per
+        g.raw_ms += ms / steps
+        g.calls += 1 / steps
+        g.flops += shape.flops / steps
+        g.bytes += shape.bytes / steps
+    return list(out.values())
+
+
+def move_linearization(ops: list[OpGroup], cells: dict[str, dict[str, float]],
+                       scopes: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Move JAX's forward-pass linearization (ops only the backward pass uses) from forward to backward in the
+    cells and scopes (in place); returns what moved: milliseconds, ops, the largest op names."""
+    moved = [g for g in ops if g.linearization and g.ms > 0]
+    for g in moved:
+        cells.setdefault("forward", {})
+        cells["forward"][g.category] = cells["forward"].get(g.category, 0.0) - g.ms
+        cells.setdefault("backward", {})
+        cells["backward"][g.category] = cells["backward"].get(g.category, 0.0) + g.ms
+        if g.scope and g.scope in scopes:
+            row = scopes[g.scope]
+            row["forward"] = row.get("forward", 0.0) - g.ms
+            row["backward"] = row.get("backward", 0.0) + g.ms
+        g.phase = "backward"
+    top = sorted(moved, key=lambda g: -g.ms)[:3]
+    return {"ms": sum(g.ms for g in moved), "ops": len(moved),
+            "largest": [_named(g) for g in top]}
+
+
+def shared_forward(ops: list[OpGroup]) -> dict[str, Any]:
+    """The forward ops (not matmuls) whose results the backward also reads: milliseconds, count, largest."""
+    found = sorted((g for g in ops if g.shared and g.ms > 0), key=lambda g: -g.ms)
+    return {"ms": sum(g.ms for g in found), "ops": len(found), "largest": [_named(g) for g in found[:3]]}
+
+
+def _named(g: OpGroup) -> str:
+    return f"{g.name} ({g.where}) {g.ms:.2f} ms" if g.where else f"{g.name} {g.ms:.2f} ms"
+
+
+def age(iso: str | None, now: datetime | None = None) -> str:
+    """How long ago an ISO time (UTC) was: ``3 h ago``, ``2 d ago`` ('' when unknown)."""
+    if not iso:
+        return ""
+    try:
+        t = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return ""
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=UTC)
+    s = ((now or datetime.now(UTC)) - t).total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s / size:.0f} {unit} ago"
+    return "just now"
+
+
+def throughput(ops: list[OpGroup], peak_tflops: float | None) -> dict[str, dict[str, dict[str, float]]]:
+    """Per phase and category: ms, FLOPs and bytes per step, achieved TFLOP/s, its share of the measured
+    peak, and GB/s (memory-bound categories). Rates are over the ops' own traced durations (``raw_ms``): the
+    gap table's milliseconds are shares of the measured step, which the profiler's overhead between ops and
+    ops running concurrently would otherwise fold into every op's rate."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for g in ops:
+        row = out.setdefault(g.phase, {}).setdefault(g.category, {"ms": 0.0, "raw_ms": 0.0, "flops": 0.0,
+                                                                  "bytes": 0.0})
+        row["ms"] += g.ms
+        row["raw_ms"] += g.raw_ms
+        row["flops"] += g.flops
+        row["bytes"] += g.bytes
+    for by_cat in out.values():
+        for cat, row in by_cat.items():
+            s = row["raw_ms"] / 1e3
+            if row["flops"] and s > 0:
+                row["tflops"] = row["flops"] / s / 1e12
+                if peak_tflops:
+                    row["peak_share"] = row["tflops"] / peak_tflops
+            if cat not in COMPUTE and row["bytes"] and s > 0:
+                row["gbps"] = row["bytes"] / s / 1e9
+    return out
+
+
+def describe(row: dict[str, float] | None) -> str:
+    """``3.1 GFLOP, 180 GFLOP/s (54% of peak)`` or ``12 GB/s`` ('' when nothing is known)."""
+    if not row:
+        return ""
+    parts = []
+    if row.get("tflops"):
+        s = f"{row['tflops'] * 1e3:.0f} GFLOP/s"
+        if row.get("peak_share") is not None:
+            s += f" ({row['peak_share']:.0%})"
+        parts.append(s)
+    if row.get("gbps"):
+        parts.append(f"{row['gbps']:.1f} GB/s")
+    return ", ".join(parts)

@@ -1,0 +1,138 @@
+"""``twinbench explain A B --try 'B:FLAG'``: run one side again with one named option, measured as any run is
+(fresh process, same steps, then traced and timed by parts), and show which rows of its breakdown moved.
+
+A FLAG is one of
+
+- an XLA flag, ``--xla_...=VALUE`` (JAX runs): added to the worker's ``XLA_FLAGS``;
+- a spec field, ``NAME=VALUE`` or ``--name=VALUE`` (any flag of ``compare``: ``threads=1``,
+  ``attention-impl=chunked``, ``xla-cpu-flags=xla-default``...);
+- an environment variable, ``env:NAME=VALUE`` (``env:OMP_NUM_THREADS=1``...), set for the worker.
+
+The side is run again first, then the variant, one after the other in fresh processes (the two steps are
+measured in the same conditions, not against a record of another time), both into their own results
+directory ``OUT/try-N`` (the variant's spec may have the same run id as the side: an XLA flag or an
+environment variable is not part of the spec).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from twinbench.explain import gap, why
+
+MOVED = 0.02  # a row moved when it changed by more than this share of the side's step (and 0.2 ms)
+
+
+class TryError(ValueError):
+    """A --try that cannot be understood: one line, exit 2."""
+
+
+def parse(arg: str) -> tuple[int, str, str, str]:
+    """``'B:--xla_x=1'`` -> (side index, kind: xla|spec|env, name, value)."""
+    side, sep, flag = arg.partition(":")
+    if not sep or side.upper() not in ("A", "B") or not flag:
+        raise TryError(f"--try {arg!r}: write A:FLAG or B:FLAG (an XLA flag, NAME=VALUE of the spec, or env:NAME=VALUE)")
+    idx = 0 if side.upper() == "A" else 1
+    if flag.startswith("env:"):
+        name, eq, value = flag[4:].partition("=")
+        if not eq or not name:
+            raise TryError(f"--try {arg!r}: env:NAME=VALUE")
+        return idx, "env", name, value
+    if flag.startswith("--xla_"):
+        return idx, "xla", flag.split("=", 1)[0], flag
+    name, eq, value = flag.lstrip("-").partition("=")
+    if not eq:
+        raise TryError(f"--try {arg!r}: a spec option needs a value (NAME=VALUE)")
+    return idx, "spec", name.replace("-", "_"), value
+
+
+def variant(spec_dict: dict[str, Any], kind: str, name: str, value: str) -> Any:
+    """The spec of the variant run (spec options applied; XLA flags and env leave it as it is)."""
+    from twinbench.spec import OVERRIDABLE, RunSpec, SpecError, validate
+
+    d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in spec_dict.items()}
+    if kind == "spec":
+        if name not in OVERRIDABLE:
+            raise TryError(f"--try: no spec option {name!r} (one of: {', '.join(sorted(OVERRIDABLE))})")
+        typ = OVERRIDABLE[name]
+        try:
+            val: Any = (value.lower() in ("1", "true", "yes")) if typ is bool else typ(value)
+        except ValueError as e:
+            raise TryError(f"--try: {name}={value!r} is not a {typ.__name__}") from e
+        where = next((part for part in ("model", "train") if name in d.get(part, {})), None)
+        (d[where] if where else d)[name] = val
+    try:
+        return validate(RunSpec.from_dict(d))
+    except (SpecError, TypeError) as e:
+        raise TryError(f"--try: {e}") from e
+
+
+def env_of(kind: str, name: str, value: str) -> dict[str, str]:
+    if kind == "env":
+        return {name: value}
+    if kind == "xla":
+        return {"XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {value}".strip()}
+    return {}
+
+
+def run(result: dict[str, Any], arg: str, out_dir: Path, timeout: float, say: Callable[[str], None]) -> dict[str, Any]:
+    """Run the variant of one side of an explained pair and compare it with that side."""
+    from twinbench import runner
+    from twinbench.explain import runs
+
+    idx, kind, name, value = parse(arg)
+    base = result["a" if idx == 0 else "b"]
+    spec_dict = (result.get("specs") or [None, None])[idx]
+    if not spec_dict:
+        raise TryError("--try: this explanation carries no spec of its runs")
+    spec = variant(spec_dict, kind, name, value)
+    base_spec = variant(spec_dict, "env", "", "")  # the side as it was, run again in the same sitting
+    target = out_dir / f"try-{len(list(out_dir.glob('try-*')))}"
+    target.mkdir(parents=True, exist_ok=True)
+    env = env_of(kind, name, value)
+    label = f"{base['run']} with {value if kind == 'xla' else f'{name}={value}'}"
+    say(f"  --try {arg}: running {base['run']} again, then {label} (fresh processes, measured, then traced)")
+    recs = [runner.run_one(runs.for_explain(base_spec, target / "base"), timeout),
+            runner.run_one(runs.for_explain(spec, target / "try"), timeout, env)]
+    (target / runs.RESULTS).write_text("".join(json.dumps(r) + "\n" for r in recs))
+    for r in recs:
+        if r.get("status") != "ok":
+            raise TryError(f"--try {arg}: the run failed: {r.get('error')}")
+    again, var = gap.explain_run(recs[0]), gap.explain_run(recs[1])
+    var["run"] = label
+    table = gap.rows(again, var)
+    extras = why.pair_extras(again, var, table)
+    step = max(again["step_ms"], 1e-9)
+    moved = [r for r in table if r["level"] == 1 and abs(r["diff_ms"]) > max(MOVED * step, 0.2)]
+    return {"try": arg, "label": label, "base": base["run"], "base_step_ms": again["step_ms"],
+            "step_ms": var["step_ms"], "base_p10_p90": _spread(recs[0]), "p10_p90": _spread(recs[1]),
+            "rows": table, "moved": moved, "shapes": extras["shapes"], "results": str(target),
+            "warnings": sorted({w for r in recs for w in r.get("warnings") or []}),
+            "load_avg_1m": [r.get("load_avg_1m") for r in recs]}
+
+
+def _spread(rec: dict[str, Any]) -> list[float] | None:
+    lo, hi = rec.get("step_ms_p10"), rec.get("step_ms_p90")
+    return [lo, hi] if lo is not None and hi is not None else None
+
+
+def _p(sp: list[float] | None) -> str:
+    return f" (p10-p90 {sp[0]:.1f}-{sp[1]:.1f})" if sp else ""
+
+
+def print_try(t: dict[str, Any], out: Any) -> None:
+    d = t["step_ms"] - t["base_step_ms"]
+    out.print(f"  try {t['try']}: {t['base']} measured step {t['base_step_ms']:.1f} ms{_p(t.get('base_p10_p90'))} "
+              f"-> {t['step_ms']:.1f} ms{_p(t.get('p10_p90'))} ({d:+.1f} ms, "
+              f"{d / max(t['base_step_ms'], 1e-9):+.1%}), same sitting", highlight=False)
+    for w in t.get("warnings", []):
+        out.print(f"    warning: {w}", highlight=False)
+    if not t["moved"]:
+        out.print(f"    no row moved by more than {MOVED:.0%} of the step", highlight=False)
+    for r in sorted(t["moved"], key=lambda r: -abs(r["diff_ms"])):
+        out.print(f"    {r['row']}: {r['a_ms']:.2f} -> {r['b_ms']:.2f} ms ({r['diff_ms']:+.2f})", highlight=False)
+    out.print(f"    results: {t['results']}", highlight=False)

@@ -1,0 +1,223 @@
+"""*Why* one run is slower, beside *where*: each gap row's throughput against its framework's measured peak,
+a compute row's gap split into work / peak / efficiency, the matmuls by shape, the memory rows, and the
+phases on which the two methods (timing, trace) disagree.
+
+The split of a row whose two sides both do counted FLOPs, with F the row's faster side and S the slower
+(t: ms, W: FLOPs per step, P: the framework's measured matmul peak)::
+
+    work       = t_F * W_S / W_F - t_F                       (S does more FLOPs in this row)
+    peak       = t_F * W_S / W_F * (P_F / P_S - 1)           (S's lower peak, at F's efficiency)
+    efficiency = t_S - t_F * W_S / W_F * P_F / P_S           (the rest: S runs further below its own peak)
+
+The three sum to ``t_S - t_F`` exactly (and carry the sign of the row's B-A).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twinbench.explain import memory_rows, ops, shapes
+from twinbench.explain.breakdown import PHASES, Breakdown
+
+TOLERANCE = 0.10
+KEEP_OPS = 40  # op rows kept in a run's explanation besides every matmul-shaped one
+
+
+def run_extras(r: dict[str, Any], b: Breakdown, scale: float, cells: dict[str, dict[str, float]],
+               scopes: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """A run's ops with FLOPs, its per-category throughput and peak, and (JAX) the forward-pass
+    linearization moved to backward in ``cells``/``scopes`` (in place). Returns fields for its explanation."""
+    groups = ops.groups(r, b, scale)
+    lin = ops.move_linearization(groups, cells, scopes)
+    peak = r.get("peak_tflops")
+    tput = ops.throughput(groups, peak)
+    kept = [g for g in groups if g.shape is not None and g.shape.key()]
+    rest = sorted((g for g in groups if g not in kept), key=lambda g: -g.ms)[:KEEP_OPS]
+    return {"ops": [g.to_dict() for g in sorted(kept + rest, key=lambda g: -g.ms)], "throughput": tput,
+            "linearization": lin, "shared_forward": ops.shared_forward(groups),
+            "warnings": [w for w in r.get("warnings") or [] if w.startswith("machine busy")], "peak": {"tflops": peak, "measured_at": r.get("peak_measured_at"),
+                                           "age": ops.age(r.get("peak_measured_at"))}}
+
+
+def split(a: dict[str, Any], b: dict[str, Any], peak_a: float | None, peak_b: float | None) -> dict[str, float] | None:
+    """work / peak / efficiency of one row (``a``, ``b``: its throughput cells); None when not computable."""
+    if not a or not b or not peak_a or not peak_b:
+        return None
+    if not (a.get("flops") and b.get("flops") and a.get("ms") and b.get("ms")):
+        return None
+    sign = 1.0 if b["ms"] >= a["ms"] else -1.0
+    (f, pf), (s, ps) = ((a, peak_a), (b, peak_b)) if sign > 0 else ((b, peak_b), (a, peak_a))
+    at_f = f["ms"] * s["flops"] / f["flops"]  # S's work at F's speed
+    work = at_f - f["ms"]
+    peak = at_f * (pf / ps - 1)
+    eff = s["ms"] - at_f * pf / ps
+    return {"work_ms": sign * work, "peak_ms": sign * peak, "efficiency_ms": sign * eff}
+
+
+def disagreements(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Phases whose B-A differs between the methods by more than 10% of the larger step."""
+    if not a.get("timing") or not b.get("timing"):
+        return []
+    step = max(a["step_ms"], b["step_ms"])
+    out = []
+    for p in PHASES:
+        if p not in a["timing"] or p not in b["timing"]:
+            continue
+        td = b["timing"][p] - a["timing"][p]
+        rd = b["trace"].get(p, 0.0) - a["trace"].get(p, 0.0)
+        if abs(td - rd) > TOLERANCE * step:
+            out.append({"phase": p, "timing_diff_ms": td, "trace_diff_ms": rd})
+    return out
+
+
+def _why_phase(p: str, a: dict[str, Any], b: dict[str, Any]) -> str:
+    """What may explain a disagreement on phase ``p``: a known difference of the two methods."""
+    if p in ("forward", "backward"):
+        why = []
+        for side in (a, b):
+            sh = side.get("shared_forward") or {}
+            if sh.get("ms", 0) > 0.01 * side["step_ms"]:
+                why.append(f"{side['run']}'s forward keeps {sh['ops']} element-wise results as buffers the backward "
+                           f"pass reads too ({sh['ms']:.1f} ms, e.g. {sh['largest'][0]}): the forward compiled alone "
+                           "may fuse them away")
+            if (side.get("linearization") or {}).get("ms", 0) > 0:
+                why.append(f"{side['run']}'s forward-pass linearization ({side['linearization']['ms']:.1f} ms) "
+                           "is already counted as backward")
+        why.append("timing compiles/runs the forward alone, the trace sees it inside the whole step")
+        return "; ".join(why)
+    if p == "input":
+        return "timing's input is the host step less the device step, noisy on a busy machine"
+    if p == "optimizer":
+        return "timing's optimizer is a difference of two whole steps, noisy on a busy machine"
+    return "idle time has no op in the trace"
+
+
+def pair_extras(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) -> dict[str, Any]:
+    """Annotate the gap rows (throughput of both sides; a compute row's split; the phases' timing B-A)
+    and build the matmul shapes table, the memory rows, and the sentences that say why."""
+    pa, pb = a.get("peak", {}).get("tflops"), b.get("peak", {}).get("tflops")
+    timing_ok = bool(a.get("timing") and b.get("timing"))
+    for row in table:
+        if row["level"] == 0:
+            p = row["row"]
+            if timing_ok and p in a["timing"] and p in b["timing"]:
+                row["timing_diff_ms"] = b["timing"][p] - a["timing"][p]
+            continue
+        p, c = row["row"].split(" / ")
+        ta = (a.get("throughput") or {}).get(p, {}).get(c)
+        tb = (b.get("throughput") or {}).get(p, {}).get(c)
+        row["a_throughput"] = _cell(ta, row["a_ms"])
+        row["b_throughput"] = _cell(tb, row["b_ms"])
+        if c in ops.COMPUTE:
+            sp = split(row["a_throughput"], row["b_throughput"], pa, pb)
+            if sp is not None:
+                row["split"] = sp
+    shape_rows = shapes.table(a.get("ops", []), b.get("ops", []), pa, pb)
+    mem = memory_rows.rows(a.get("memory_breakdown"), b.get("memory_breakdown"))
+    dis = disagreements(a, b)
+    return {"shapes": shape_rows, "memory": mem, "disagreements": dis,
+            "why": sentences(a, b, table, shape_rows, mem, dis)}
+
+
+def _cell(t: dict[str, float] | None, ms: float) -> dict[str, float]:
+    """A row's throughput: its FLOPs and bytes, the rates of its ops (over their traced durations), and the
+    gap table's own milliseconds (which the split works on)."""
+    if not t:
+        return {}
+    return {"ms": ms, **{k: t[k] for k in ("flops", "bytes", "tflops", "peak_share", "gbps") if k in t}}
+
+
+def _peak_text(side: dict[str, Any]) -> str:
+    pk = side.get("peak", {})
+    if not pk.get("tflops"):
+        return f"{side['run']}: no measured peak"
+    age = f", measured {pk['age']}" if pk.get("age") else ""
+    return f"{side['run']} {pk['tflops'] * 1e3:.0f} GFLOP/s{age}"
+
+
+def sentences(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]], shape_rows: list[dict[str, Any]],
+              mem: dict[str, Any] | None, dis: list[dict[str, Any]]) -> list[str]:
+    out = []
+    busy = [f"{s['run']}: {s['warnings'][0]}" for s in (a, b) if s.get("warnings")]
+    if busy:
+        out.append("measured on a busy machine, so every millisecond below is uncertain (shapes, FLOPs and "
+                   "layouts are not): " + "; ".join(busy))
+    gap = b["step_ms"] - a["step_ms"]
+    sign = 1 if gap >= 0 else -1
+    split_rows = sorted((r for r in table if r.get("split")), key=lambda r: -sign * r["diff_ms"])
+    for r in split_rows[:2]:
+        sp = r["split"]
+        ta, tb = r["a_throughput"], r["b_throughput"]
+        work = f" + work {sp['work_ms']:+.1f} ms (FLOPs differ)" if abs(sp["work_ms"]) > 0.01 * abs(r["diff_ms"]) + 1e-9 else ""
+        out.append(f"{r['row']} {r['diff_ms']:+.1f} ms = peak {sp['peak_ms']:+.1f} ms + efficiency "
+                   f"{sp['efficiency_ms']:+.1f} ms{work}: {a['run']} runs it at {_share(ta)} of its peak, "
+                   f"{b['run']} at {_share(tb)} (measured matmul peaks: {_peak_text(a)}; {_peak_text(b)})")
+    matched = [r for r in shape_rows if r["matched"]]
+    if matched:
+        worst = max(matched, key=lambda r: sign * r["diff_ms"])
+        out.append("largest matmul gap by shape: " + shapes.line(worst, a["run"], b["run"]))
+    for side in (a, b):
+        lin = side.get("linearization") or {}
+        if lin.get("ms", 0) > 0.005 * side["step_ms"]:
+            out.append(f"{side['run']}: {lin['ms']:.1f} ms of its forward pass only computes pieces of the "
+                       f"derivative ({lin['ops']} ops, largest: {', '.join(lin['largest'])}); counted as backward, "
+                       "as torch and the timing method count them")
+    for d in dis:
+        out.append(f"the methods disagree on {d['phase']}: by trace B-A {d['trace_diff_ms']:+.1f} ms, by timing "
+                   f"{d['timing_diff_ms']:+.1f} ms ({_why_phase(d['phase'], a, b)}); read that row with care")
+    if mem:
+        out.append(memory_rows.sentence(mem, a["run"], b["run"]))
+    return out
+
+
+def _share(t: dict[str, float]) -> str:
+    return f"{t['peak_share']:.0%}" if t.get("peak_share") is not None else "?"
+
+
+# ---------------------------------------------------------------------------------------------- printing
+def _tp(t: dict[str, float] | None) -> str:
+    if not t:
+        return ""
+    if t.get("tflops"):
+        s = f"{t['tflops'] * 1e3:.0f}"
+        return s + (f" ({t['peak_share']:.0%})" if t.get("peak_share") is not None else "")
+    if t.get("gbps"):
+        return f"{t['gbps']:.1f} GB/s"
+    return ""
+
+
+def throughput_cells(row: dict[str, Any]) -> tuple[str, str, str]:
+    """The gap table's extra cells of one row: timing B-A (phases), A and B throughput (categories)."""
+    td = row.get("timing_diff_ms")
+    return ("" if td is None else f"{td:+.2f}", _tp(row.get("a_throughput")), _tp(row.get("b_throughput")))
+
+
+def print_extras(result: dict[str, Any], out: Any) -> None:
+    from rich.table import Table
+
+    a, b = result["a"]["run"], result["b"]["run"]
+    if result.get("shapes"):
+        t = Table(title="matmuls by shape (largest of each run, matched where phase and shape agree)",
+                  title_justify="left")
+        for col, just in (("phase", "left"), ("shape", "left"), (f"{a} ms", "right"), ("layout", "left"),
+                          ("GFLOP/s (peak)", "right"), (f"{b} ms", "right"), ("layout", "left"),
+                          ("GFLOP/s (peak)", "right"), ("B-A ms", "right")):
+            t.add_column(col, justify=just)  # type: ignore[arg-type]
+        for r in result["shapes"]:
+            sa, sb = r["a"], r["b"]
+            t.add_row(r["phase"], r["shape"] + ("" if r["matched"] else " (one run)"),
+                      f"{sa['ms']:.2f}" if sa["ms"] else "-", sa["layout"], _tp(sa), f"{sb['ms']:.2f}" if sb["ms"] else "-",
+                      sb["layout"], _tp(sb), f"{r['diff_ms']:+.2f}")
+        out.print(t)
+    mem = result.get("memory")
+    if mem:
+        t = Table(title=f"memory: {b} - {a} = {mem['gap_bytes'] / memory_rows.MiB:+.0f} MiB at the peak",
+                  title_justify="left")
+        for col in ("part", f"{a} MiB", f"{b} MiB", "B-A MiB", "share of gap"):
+            t.add_column(col, justify="left" if col == "part" else "right")
+        for r in mem["rows"]:
+            t.add_row(r["row"], f"{r['a_bytes'] / memory_rows.MiB:.0f}", f"{r['b_bytes'] / memory_rows.MiB:.0f}",
+                      f"{r['diff_bytes'] / memory_rows.MiB:+.0f}", f"{r['share']:.0%}")
+        out.print(t)
+    for s in result.get("why", []):
+        out.print(f"  why: {s}", highlight=False)
