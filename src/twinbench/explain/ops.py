@@ -75,6 +75,8 @@ def groups(r: dict[str, Any], b: Breakdown, scale: float) -> list[OpGroup]:
             g.ms += ms * per
             g.raw_ms += ms / steps
             ident = detail.get("id")
+            if "op" in detail and shape.flops and cat not in COMPUTE:
+                continue  # a GPU op's FLOPs go to its compute kernel (a gemm), not a copy it also launched
             if ident is None or ident not in seen:  # a GPU op's kernels: its FLOPs once
                 if ident is not None:
                     seen.add(ident)
