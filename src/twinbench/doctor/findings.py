@@ -29,6 +29,7 @@ class Finding:
     evidence: str  # the numbers behind it
     fix: str  # a concrete code change
     doc: str = ""  # where the frameworks document it
+    location: str = ""  # the first frame in the user's own files (-> the library frame that did the work)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -233,14 +234,20 @@ def jax_no_donation(obs: Obs) -> Finding | None:
     if donated is None or carried < DONATION_MIN_BYTES or donated >= DONATION_SHARE * carried:
         return None
     mem = info.get("memory", {})
+    per_device = info.get("carried", {}).get("device_bytes") or carried
+    if mem and mem.get("alias_size_in_bytes", 0) >= DONATION_SHARE * per_device:
+        return None  # the executable aliases (donates) the state on each device, whatever args_info says
+    if mem:  # compare like with like: XLA's memory analysis is per device
+        carried, donated = per_device, max(donated * per_device // max(carried, 1), 0)
     mem_txt = (f"; XLA memory analysis of the step: arguments {_mib(mem['argument_size_in_bytes'])}, outputs "
                f"{_mib(mem['output_size_in_bytes'])}, aliased (donated) {_mib(mem['alias_size_in_bytes'])}"
                if mem else "")
     return Finding(
         "jax-no-donation", "warning",
         f"{_mib(carried)} of params/optimizer state is copied every step instead of updated in place",
-        f"{info['carried'].get('leaves', 0)} arrays ({_mib(carried)}) that each step returns are passed to the "
-        f"next step; {_mib(donated)} of them donated (Lowered.args_info), so the step holds old and new copies "
+        f"{info['carried'].get('leaves', 0)} arrays ({_mib(carried)}" + (" per device" if mem else "")
+        + f") that each step returns are passed to the next step; {_mib(donated)} of them donated "
+        f"(Lowered.args_info; the executable aliases {_mib(mem.get('alias_size_in_bytes', 0))}), so the step holds old and new copies "
         f"at once: about {_mib(carried - donated)} more device memory at peak{mem_txt} "
         f"(warning from {_mib(DONATION_MIN_BYTES)} not donated)",
         "Donate the state the step replaces: jax.jit(train_step, donate_argnums=(0, 1)) "
@@ -254,34 +261,83 @@ HOST_SYNC_WARN = 1.0  # device values read on the host per steady step: a findin
 HOST_SYNC_WAIT_SHARE = 0.05  # ... a warning when the host waits in them this share of the step, else info
 
 
+def _iter_ms(obs: Obs) -> float:
+    """The one step definition every percentage uses: the mean steady iteration, from one step's start to
+    the next (per-step figures are means over the same iterations, so a share can never pass 100%)."""
+    return float(obs.get("iter_ms") or obs.get("step_ms") or 0.0)
+
+
 def _host_sync_cost(obs: Obs, seconds_key: str) -> tuple[str, str]:
     """Severity and evidence from the measured time the host spent in its reads (waiting for the device)."""
-    step_ms = obs.get("step_ms") or 0.0
-    if f"{seconds_key}:s" not in obs.get("per_step", {}) or not step_ms:
+    iter_ms = _iter_ms(obs)
+    if f"{seconds_key}:s" not in obs.get("per_step", {}) or not iter_ms:
         return "warning", " (warning from 1 per step; the wait could not be measured)"
     wait_ms = 1e3 * (_per_step(obs, f"{seconds_key}:s") or 0.0)
-    share = wait_ms / step_ms
+    share = wait_ms / iter_ms
     return ("warning" if share >= HOST_SYNC_WAIT_SHARE else "info",
             f"; measured cost: the host waited {wait_ms:.3f} ms per step in these reads, {100 * share:.1f}% of "
-            f"the {step_ms:.2f} ms step (warning from {100 * HOST_SYNC_WAIT_SHARE:.0f}% of the step, else info)")
+            f"the {iter_ms:.2f} ms steady iteration (mean, one step start to the next; warning from "
+            f"{100 * HOST_SYNC_WAIT_SHARE:.0f}% of it, else info)")
+
+
+LIB_CONVERSIONS = ("(int)", "(bool)", "(index)")  # a library reading a JAX index element by element
+
+
+def _read_location(sites: dict[str, int]) -> str:
+    """The busiest read site, without its conversion: ``your file:line `code` -> library file:line``."""
+    top = next(iter(sites), "")
+    return re.sub(r" \((\w+)\)$", "", top)
 
 
 def jax_host_sync(obs: Obs) -> Finding | None:
-    """Threshold: >= 1 device value read on the host (float, .item(), print, bool) per step."""
+    """Threshold: >= 1 device value read on the host (float, .item(), print, bool) per step; a warning when
+    the reads cost the loop >= 5% of the mean steady iteration on the host (the time of each line's burst of
+    reads less the part spent waiting for a step still running on the device, plus that wait where the
+    device then sat idle between steps), else info."""
     reads = _per_step(obs, "jax_host_reads")
     if reads is None or reads < HOST_SYNC_WARN:
         return None
     sites = obs.get("info", {}).get("jax_host_read_sites", {})
-    severity, cost = _host_sync_cost(obs, "jax_host_read_s")
+    iter_ms = _iter_ms(obs)
+    span = _per_step(obs, "jax_host_read_span_s:s")
+    by_library = sum(c for k, c in sites.items() if " -> " in k and k.endswith(LIB_CONVERSIONS))
+    library_index = by_library >= 0.5 * sum(sites.values())
+    if span is None or not iter_ms or "jax_host_read_span_s:s" not in obs.get("per_step", {}):
+        severity, cost = _host_sync_cost(obs, "jax_host_read_s")
+    else:
+        span_ms = 1e3 * span
+        blocked_ms = 1e3 * (_per_step(obs, "jax_host_read_blocked_s:s") or 0.0)
+        host_ms = max(span_ms - blocked_ms, 0.0)
+        split = obs.get("split") or {}
+        idle_ms = split.get("idle_mean_ms", split.get("idle_ms", 0.0)) if split.get("async") else 0.0
+        lost_ms = host_ms + min(blocked_ms, idle_ms)
+        share = lost_ms / iter_ms
+        severity = "warning" if share >= HOST_SYNC_WAIT_SHARE else "info"
+        cost = (f"; measured cost: {span_ms:.2f} ms per step in these reads (from each line's first read to its "
+                f"last, the library's work in between included), of which {blocked_ms:.2f} ms waited for the step "
+                f"still running on the device (the step's own time) and {host_ms:.2f} ms was the host's work "
+                f"while the device sat idle; with the sync's lost overlap ({min(blocked_ms, idle_ms):.2f} ms: "
+                f"the device idle between steps) the loop lost {lost_ms:.2f} ms per step, {100 * share:.1f}% of "
+                f"the {iter_ms:.2f} ms steady iteration (mean, one step start to the next; warning from "
+                f"{100 * HOST_SYNC_WAIT_SHARE:.0f}% of it, else info)")
+    where = _read_location(sites)
+    if library_index:
+        title = (f"{reads:.0f} device values read on the host every step: a library reads a JAX array element by "
+                 f"element")
+        fix = ("Give the library a NumPy array, not a JAX one: index with NumPy, e.g. batch = "
+               "dataset[np.asarray(perm)] (or build the permutation with NumPy: perms = "
+               "np.random.default_rng(seed).permutation(n)); each element of a JAX array read with int()/bool() "
+               "is a separate device read and small dispatch.")
+    else:
+        title = f"{reads:.1f} device values read on the host every step: the loop waits for the device each time"
+        fix = ("Keep values on the device and read them rarely: losses.append(loss) in the loop and "
+               "print(float(jnp.mean(jnp.stack(losses)))) every 100 steps or after it; inside jit use "
+               "jax.debug.print; for early stopping, check every N steps.")
     return Finding(
-        "jax-host-sync", severity,
-        f"{reads:.1f} device values read on the host every step: the loop waits for the device each time",
-        f"{reads:.1f} host reads per step ({_sites(sites)}); each one blocks until the step has finished, so "
-        f"the next step cannot be dispatched ahead{cost}",
-        "Keep values on the device and read them rarely: losses.append(loss) in the loop and "
-        "print(float(jnp.mean(jnp.stack(losses)))) every 100 steps or after it; inside jit use "
-        "jax.debug.print; for early stopping, check every N steps.",
-        f"{JAX_DOCS}/async_dispatch.html")
+        "jax-host-sync", severity, title,
+        f"{reads:.1f} host reads per step ({_sites(sites)}); each one blocks until the value is computed, so "
+        f"the next step cannot be dispatched ahead{cost}", fix,
+        f"{JAX_DOCS}/async_dispatch.html", location=where)
 
 
 # -- jax-host-transfer ---------------------------------------------------------------------------------------
@@ -297,14 +353,20 @@ def jax_host_transfer(obs: Obs) -> Finding | None:
     nbytes = _per_step(obs, "h2d_numpy_bytes") or 0.0
     guard_all = _per_step(obs, "h2d_guard") or 0.0
     h2d = obs.get("info", {}).get("h2d", {})
-    step_ms = obs.get("step_ms") or 0.0
     severity, cost = "warning", ""
-    if h2d.get("bytes_per_s") and step_ms:  # the cost in this run: bytes over the measured bandwidth
-        cost_ms = 1e3 * nbytes / h2d["bytes_per_s"]
+    step_ms = _iter_ms(obs)
+    if h2d.get("bytes_per_s") and step_ms:  # the cost in this run: bytes over the measured bandwidth, plus
+        # one measured transfer latency per array
+        copy_ms = 1e3 * nbytes / h2d["bytes_per_s"]
+        cost_ms = copy_ms + 1e3 * max(arrays, guard) * h2d.get("latency_s", 0.0)
         share = cost_ms / step_ms
-        severity = "warning" if share >= TRANSFER_WARN_SHARE else "info"
-        cost = (f"; estimated cost {cost_ms:.3f} ms per step ({100 * share:.1f}% of the {step_ms:.2f} ms step) at "
-                f"the measured {h2d['bytes_per_s'] / 2**30:.2f} GiB/s host-to-device (warning from "
+        # the margin: the copy time alone (the latency of a tiny device_put is mostly the call's own dispatch,
+        # and noisy) must reach the threshold, so a run-to-run spread of the latency cannot flip it
+        severity = "warning" if copy_ms / step_ms >= TRANSFER_WARN_SHARE else "info"
+        cost = (f"; estimated cost {copy_ms:.3f} ms per step for the bytes at the measured "
+                f"{h2d['bytes_per_s'] / 2**30:.2f} GiB/s host-to-device, at most {cost_ms:.3f} ms with "
+                f"{1e3 * h2d.get('latency_s', 0.0):.3f} ms per transfer ({100 * copy_ms / step_ms:.1f}% to "
+                f"{100 * share:.1f}% of the {step_ms:.2f} ms steady iteration; warning when the bytes alone reach "
                 f"{100 * TRANSFER_WARN_SHARE:.0f}% of the step)")
     return Finding(
         "jax-host-transfer", severity,
@@ -500,11 +562,12 @@ def input_bound(obs: Obs) -> Finding | None:
 # -- compile-dominates --------------------------------------------------------------------------------------------
 COMPILE_SHARE = 0.30  # of the script's wall time
 COMPILE_MIN_S = 1.0  # below this, compilation is too short to mention whatever its share
-COMPILE_WARN_S = 30.0  # a warning from this much compilation; below it (a toy run) only info
+COMPILE_WARN_S = 120.0  # a warning from this much compilation; below it (a toy or a cut run) only info. Far
+# from the run-to-run spread of one script's compile time (+-30% on a loaded machine): 25-32 s never flips it
 
 
 def compile_dominates(obs: Obs) -> Finding | None:
-    """Threshold: compilation takes > 30% of the script's wall time: info from 1 s, warning from 30 s."""
+    """Threshold: compilation takes > 30% of the script's wall time: info from 1 s, warning from 120 s."""
     compile_s, wall = obs.get("compile_s", 0.0), obs.get("wall_s", 0.0)
     if not wall or compile_s < COMPILE_MIN_S or compile_s / wall <= COMPILE_SHARE:
         return None

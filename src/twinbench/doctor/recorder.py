@@ -21,7 +21,11 @@ the time the device waited for the host between steps (``split`` in the observat
 from __future__ import annotations
 
 import itertools
+import linecache
+import os
+import platform
 import statistics
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -38,6 +42,41 @@ SIGNALS = {  # step candidate kind -> how the step was found (the report names i
 ASYNC_KINDS = ("jit", "pmap", "jit-lib", "pmap-lib")  # steps whose call returns before the device is done
 ACTIVE: list[Recorder] = []  # the recorder of the running session (for twinbench.doctor.step())
 MAX_NOTES = 2000  # text notes kept per kind (cache-miss explanations, host-read sites, ...)
+
+
+_STDLIB = os.path.dirname(os.__file__)
+_LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "<frozen", "/twinbench/doctor/")
+
+
+def is_library_file(filename: str) -> bool:
+    """A file of an installed package, the standard library or the doctor itself: not the user's code."""
+    return filename.startswith(_STDLIB) or any(m in filename for m in _LIBRARY_MARKS)
+
+
+def short_path(filename: str) -> str:
+    """An installed package's file from its package folder on (``datasets/formatting/formatting.py``)."""
+    for mark in ("/site-packages/", "/dist-packages/"):
+        if mark in filename:
+            return filename.split(mark, 1)[1]
+    return filename
+
+
+def user_location(frame: Any) -> tuple[str, Any] | None:
+    """Where the user's code is in the stack above ``frame`` (the frame that called a wrapper): the first
+    frame in the user's own files, written ``file:line `code```, followed by the library frame that did the
+    work when a library sits between them (``your line -> datasets/formatting/formatting.py:96``); and the
+    user frame itself (a key for the reads one line makes). None when no frame of the stack is the user's."""
+    lib = frame if is_library_file(frame.f_code.co_filename) else None
+    f = frame
+    while f is not None and is_library_file(f.f_code.co_filename):
+        f = f.f_back
+    if f is None:
+        return None
+    code = linecache.getline(f.f_code.co_filename, f.f_lineno).strip()
+    where = f"{f.f_code.co_filename}:{f.f_lineno}" + (f" `{code[:80]}`" if code else "")
+    if lib is not None:
+        where += f" -> {short_path(lib.f_code.co_filename)}:{lib.f_lineno}"
+    return where, f
 
 
 class StopScript(BaseException):
@@ -106,6 +145,14 @@ class Recorder:
         """The results of call ``index`` of candidate ``key`` were ready on the device at ``t`` (now)."""
         self.ready[key][index] = time.perf_counter() if t is None else t
 
+    def in_flight(self) -> tuple[str, int] | None:
+        """The step call whose results are not ready yet (the device is busy with it), if any."""
+        key = self.step_key()
+        if key is None or not self.calls.get(key):
+            return None
+        index = len(self.calls[key]) - 1
+        return None if index in self.ready.get(key, {}) else (key, index)
+
     def step_done(self, key: str, synced: bool = False) -> None:
         """A step candidate returned (``synced``: its results are ready, the step is synchronous): end the
         script if it was the ``max_steps``-th step."""
@@ -157,7 +204,9 @@ class Recorder:
             return None
         iter_ms, step_ms, data_ms, host_ms, idle_ms, to_forward_ms = (1e3 * statistics.median(r[j] for r in rows)
                                                                       for j in range(6))
-        return {"iterations": len(rows), "iter_ms": iter_ms, "step_ms": step_ms, "data_ms": data_ms, "host_ms": host_ms,
+        return {"iterations": len(rows), "iter_ms": iter_ms,
+                "step_ms": step_ms, "data_ms": data_ms, "host_ms": host_ms,
+                "idle_mean_ms": 1e3 * statistics.fmean(r[4] for r in rows),  # the peer of per-step means
                 "idle_ms": idle_ms,  # the rest: after the step's results were ready, before the next call
                 "to_forward_ms": to_forward_ms,  # PyTorch: an optimizer step's end to the next forward
                 "async": self.kinds.get(key) in ASYNC_KINDS}
@@ -179,6 +228,7 @@ class Recorder:
                 per_step[k] = (last.get(k, 0) - first.get(k, 0)) / len(steady)
         obs: dict[str, Any] = {
             "frameworks": sorted(self.frameworks),
+            "python": {"executable": sys.executable, "version": platform.python_version()},
             "wall_s": wall,
             "steps": len(starts),
             "step_fn": key.split(":", 1)[1] if key else None,
@@ -187,6 +237,10 @@ class Recorder:
             "split": self.split(key) if key else None,
             "steady_steps": len(steady),
             "steady_s": (starts[-1] - starts[1]) if len(starts) > 2 else 0.0,
+            # the one step definition every percentage uses: the mean steady iteration (step start to next),
+            # less compilation (a one-off compile in step 2 would otherwise weigh on every step's mean)
+            "iter_ms": 1e3 * max(starts[-1] - starts[1] - per_step.get("compile_s:s", 0.0) * len(steady), 0.0)
+            / len(steady) if steady else None,
             "step_ms": statistics.median(intervals) * 1e3 if intervals else None,
             "first_step_ms": (starts[1] - starts[0]) * 1e3 if len(starts) > 1 else None,
             "per_step": per_step,
