@@ -300,8 +300,9 @@ def jax_host_sync(obs: Obs) -> Finding | None:
     sites = obs.get("info", {}).get("jax_host_read_sites", {})
     iter_ms = _iter_ms(obs)
     span = _per_step(obs, "jax_host_read_span_s:s")
-    by_library = sum(c for k, c in sites.items() if " -> " in k and k.endswith(LIB_CONVERSIONS))
-    library_index = by_library >= 0.5 * sum(sites.values())
+    # element-wise integer/bool reads, several per step: code (a library's, or yours) indexing with a JAX array
+    elementwise = sum(c for k, c in sites.items() if k.endswith(LIB_CONVERSIONS))
+    library_index = reads >= 4 and elementwise >= 0.5 * sum(sites.values())
     if span is None or not iter_ms or "jax_host_read_span_s:s" not in obs.get("per_step", {}):
         severity, cost = _host_sync_cost(obs, "jax_host_read_s")
     else:
@@ -322,9 +323,8 @@ def jax_host_sync(obs: Obs) -> Finding | None:
                 f"{100 * HOST_SYNC_WAIT_SHARE:.0f}% of it, else info)")
     where = _read_location(sites)
     if library_index:
-        title = (f"{reads:.0f} device values read on the host every step: a library reads a JAX array element by "
-                 f"element")
-        fix = ("Give the library a NumPy array, not a JAX one: index with NumPy, e.g. batch = "
+        title = f"{reads:.0f} device values read on the host every step: a JAX array is read element by element"
+        fix = ("Index with NumPy, not with a JAX array (a library given one reads it element by element): batch = "
                "dataset[np.asarray(perm)] (or build the permutation with NumPy: perms = "
                "np.random.default_rng(seed).permutation(n)); each element of a JAX array read with int()/bool() "
                "is a separate device read and small dispatch.")
@@ -593,19 +593,100 @@ def compile_dominates(obs: Obs) -> Finding | None:
         f"{JAX_DOCS}/persistent_compilation_cache.html")
 
 
+# -- nnx-graph-overhead ---------------------------------------------------------------------------------------------
+NNX_GRAPH_INFO_SHARE = 0.05  # nnx.jit's Python graph traversal per call, as a share of the steady iteration: info
+NNX_GRAPH_WARN_SHARE = 0.15  # ... a warning from this share (3x the info line) when the step is passed the
+# modules/optimizer themselves (graph nodes, traversed every call); nnx.cached_partial's remaining Python is info
+
+
+def nnx_graph_overhead(obs: Obs) -> Finding | None:
+    """Threshold: ``nnx.jit``'s own Python around the jitted call (splitting the module graph into state and
+    merging it back) takes >= 5% of the steady iteration (info), >= 15% (warning)."""
+    graph = _per_step(obs, "nnx_graph_s:s")
+    nodes = _per_step(obs, "nnx_graph_calls") or 0.0
+    iter_ms = _iter_ms(obs)
+    if not graph or not iter_ms:
+        return None
+    ms = 1e3 * graph
+    share = ms / iter_ms
+    if share < NNX_GRAPH_INFO_SHARE:
+        return None
+    return Finding(
+        "nnx-graph-overhead", "warning" if share >= NNX_GRAPH_WARN_SHARE and nodes >= 1 else "info",
+        f"nnx.jit spends {100 * share:.0f}% of each step in Python, traversing the module graph",
+        f"measured {ms:.2f} ms per step in nnx.jit's own Python (from your call to its jax.jit call, and from that "
+        f"call's return to yours: split and merge of the graph), {100 * share:.1f}% of the {iter_ms:.2f} ms "
+        f"steady iteration; {nodes:.0f} calls per step are passed modules/optimizers (graph nodes traversed on "
+        f"each call) (info from {100 * NNX_GRAPH_INFO_SHARE:.0f}%, warning from "
+        f"{100 * NNX_GRAPH_WARN_SHARE:.0f}% when graph nodes are passed per call)",
+        "Traverse the graph once, not every call: step = nnx.cached_partial(train_step, model, optimizer) "
+        "then step(batch); or the functional style: graphdef, state = nnx.split((model, optimizer)) once, "
+        "a jax.jit(step, donate_argnums=(0,)) on (state, batch) that calls nnx.merge(graphdef, state) inside and "
+        "returns nnx.state(...), and nnx.update((model, optimizer), state) after the loop.",
+        "https://flax.readthedocs.io/en/latest/guides/performance.html", location=_step_location(obs))
+
+
+def _step_location(obs: Obs) -> str:
+    """The step function's definition (``file:line name``) from the doctor's key for it."""
+    key = obs.get("info", {}).get("step_def") or ""
+    parts = key.split(":")
+    if len(parts) >= 4 and parts[-2].isdigit():
+        return f"{':'.join(parts[1:-2])}:{parts[-2]} (def {parts[-1]})"
+    return ""
+
+
+# -- cpu-oversubscribed ---------------------------------------------------------------------------------------------
+BUSY_INFO_SHARE = 0.10  # other processes keep this share of the cores busy during the steady steps: info
+BUSY_WARN_SHARE = 0.25  # ... a warning from this share (2.5x the info line: the margin noise cannot cross),
+# when the framework's threads and the others' load together ask for more cores than the machine has
+
+
+def cpu_oversubscribed(obs: Obs) -> Finding | None:
+    """Threshold: other processes keep >= 10% of the cores busy during the steady steps (info); a warning from
+    25% when the framework's threads plus that load ask for more cores than there are."""
+    m = obs.get("machine") or {}
+    cores, others = m.get("cores") or 0, m.get("others_cores")
+    if not cores or others is None or others < BUSY_INFO_SHARE * cores:
+        return None
+    threads = obs.get("info", {}).get("threads", {})
+    want = max(threads.values(), default=0)
+    over = others + want > cores
+    severity = "warning" if over and others >= BUSY_WARN_SHARE * cores else "info"
+    free = max(int(cores - others + 0.5), 1)
+    tdesc = ", ".join(f"{fw} {n} threads" for fw, n in threads.items()) or "threads unknown"
+    return Finding(
+        "cpu-oversubscribed", severity,
+        f"the machine is busy: other processes kept {others:.1f} of {cores} cores busy while the steps ran",
+        f"measured over {m.get('window_s', 0):.1f} s of steady steps (/proc/stat against this process's CPU time): "
+        f"other processes {others:.2f} cores, this script {m.get('own_cores', 0):.2f} cores, {cores} cores in all; "
+        f"the frameworks use {tdesc}, so {others + want:.1f} cores are asked for (info from "
+        f"{100 * BUSY_INFO_SHARE:.0f}% of the cores busy elsewhere; warning from {100 * BUSY_WARN_SHARE:.0f}% when "
+        f"more cores are asked for than there are); threads that wait for each other slow down far more than "
+        f"their share, and any timing of this run is unreliable",
+        f"Use the cores that are free (about {free} here): torch.set_num_threads({free}) or OMP_NUM_THREADS={free}; "
+        f"for JAX on the CPU, XLA_FLAGS='--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads={free}'; "
+        "or run when the machine is idle (pin with taskset -c to cores nobody else uses).",
+        f"{TORCH_DOCS}/generated/torch.set_num_threads.html")
+
+
 CHECKS: tuple[Callable[[Obs], Finding | None], ...] = (
     script_error, jax_python_control_flow, jax_recompile, jax_eager_ops, jax_no_donation, jax_host_sync,
     jax_host_transfer, jax_replicated_batch, jax_pmap_legacy, torch_recompile, torch_graph_break,
-    torch_host_sync, input_bound, compile_dominates,
+    torch_host_sync, input_bound, compile_dominates, cpu_oversubscribed, nnx_graph_overhead,
 )
 IDS = ("script-error", "jax-python-control-flow", "jax-recompile", "jax-eager-ops", "jax-no-donation",
        "jax-host-sync", "jax-host-transfer", "jax-replicated-batch", "jax-pmap-legacy", "torch-recompile",
-       "torch-graph-break", "torch-host-sync", "input-bound", "compile-dominates")
+       "torch-graph-break", "torch-host-sync", "input-bound", "compile-dominates", "cpu-oversubscribed",
+       "nnx-graph-overhead")
 
 
 def diagnose(obs: Obs) -> list[Finding]:
     """Every finding for these observations, worst first."""
     found = [f for check in CHECKS if (f := check(obs)) is not None]
+    where = _step_location(obs)
+    for f in found:  # a finding about the step, with no line of its own: the step's definition
+        if not f.location and where and f.id not in ("script-error", "compile-dominates", "cpu-oversubscribed"):
+            f.location = where
     return sorted(found, key=lambda f: SEVERITIES.index(f.severity))
 
 

@@ -165,6 +165,7 @@ class JaxInstruments:
         self.in_optax = False
         self.call_depth, self.call_missed = 0, False  # inside a watched jitted call; a cache miss seen in it
         self.outer_start: float | None = None  # when the user called an NNX transform that wraps a jit
+        self.outer_jit, self.inner_s = False, 0.0  # its jit was called; the time in that call
         self.flax_patched = False
         self.eager_depth = 0  # > 0 inside timed eager work (eager_s counts the outermost level only)
         self.watcher = ReadyWatcher(rec)  # when each step's outputs are ready (the loop is not stalled)
@@ -260,6 +261,11 @@ class JaxInstruments:
         except ImportError:
             return
         inst = self
+        try:
+            from flax.nnx.graph import is_graph_node as is_node
+        except ImportError:
+            def is_node(x: Any) -> bool:
+                return False
         for name in ("JitWrapped", "SimpleJitWrapped", "SimpleJitPartialWrapped"):
             cls = getattr(compilation, name, None)
             if cls is None or "__call__" not in cls.__dict__:
@@ -268,11 +274,20 @@ class JaxInstruments:
             def outer_call(obj: Any, *args: Any, _orig: Callable = cls.__dict__["__call__"], **kwargs: Any) -> Any:
                 if inst.outer_start is not None or inst.rec.internal:  # nested, or the doctor's own call
                     return _orig(obj, *args, **kwargs)
-                inst.outer_start = time.perf_counter()
+                inst.outer_start = t0 = time.perf_counter()
+                inst.outer_jit, inst.inner_s = False, 0.0
                 try:
-                    return _orig(obj, *args, **kwargs)
+                    out = _orig(obj, *args, **kwargs)
                 finally:
                     inst.outer_start = None
+                if inst.outer_jit:  # nnx.jit's own Python (graph split before, merge after): the call less the
+                    # jitted call inside it, both timed here, so it can never exceed the call
+                    inst.rec.seconds["nnx_graph_s"] += max(time.perf_counter() - t0 - inst.inner_s, 0.0)
+                    with inst.guard("nnx graph args"):  # modules/optimizers passed in: traversed every call
+                        cached = sys._getframe(1).f_code.co_name == "cache_args_wrapper"  # nnx.cached_partial
+                        if not cached and any(is_node(a) for a in (*args, *kwargs.values())):
+                            inst.rec.count("nnx_graph_calls")
+                return out
 
             functools.update_wrapper(outer_call, cls.__dict__["__call__"])
             self._patch(cls, "__call__", outer_call)
@@ -439,6 +454,10 @@ class JaxInstruments:
         rec = self.rec
         rec.info["eager_sources"] = dict(self.eager_sources.most_common(8))
         rec.info["jax_host_read_sites"] = dict(self.read_sites.most_common(8))
+        flags = os.environ.get("XLA_FLAGS", "")
+        m = re.search(r"intra_op_parallelism_threads=(\d+)", flags)
+        # XLA's CPU client runs one thread per core unless told otherwise
+        rec.info.setdefault("threads", {})["jax"] = int(m.group(1)) if m else len(os.sched_getaffinity(0))
         key = rec.step_key()
         wrapper = self.wrappers.get(key or "")
         if wrapper is None:
@@ -619,6 +638,8 @@ class _Jitted:
             self._host_arrays(leaves)
             if self.ncalls in (1, 2):
                 self._inspect_inputs(leaves, args, kwargs)
+        if inst.outer_start is not None and not self.kind.endswith("-lib"):
+            inst.outer_jit = True  # nnx.jit's call: its own Python is the whole call less this one
         rec.step_call(key, self.kind, t_enter if inst.outer_start is None else inst.outer_start)
         index = rec.call_index(key)
         self.ncalls += 1
@@ -639,6 +660,7 @@ class _Jitted:
             leaf = None if self.kind.endswith("-lib") else self._ready_leaf(out_leaves)  # a library's helper
             if leaf is not None:  # is no step: no need to see when it ends
                 inst.watcher.submit(key, index, leaf.block_until_ready)
+        inst.inner_s += time.perf_counter() - t_enter  # the doctor's own work in this call is not nnx.jit's
         rec.step_done(key)
         return out
 

@@ -41,6 +41,7 @@ SIGNALS = {  # step candidate kind -> how the step was found (the report names i
 }
 ASYNC_KINDS = ("jit", "pmap", "jit-lib", "pmap-lib")  # steps whose call returns before the device is done
 ACTIVE: list[Recorder] = []  # the recorder of the running session (for twinbench.doctor.step())
+LOAD_EVERY_S = 0.5  # the machine's load is sampled at a step start at most this often
 MAX_NOTES = 2000  # text notes kept per kind (cache-miss explanations, host-read sites, ...)
 
 
@@ -107,6 +108,8 @@ class Recorder:
         self.timed_out = False
         self.error: dict[str, Any] | None = None
         self.finalizers: list[Callable[[], None]] = []  # instruments add static facts at the end
+        self.load: list[tuple[float, float, float, int]] = []  # (t, all cores' busy s, own CPU s, cores)
+        self._sample_load(self.t_start)
 
     def finish(self) -> None:
         """Run every instrument's finalizer once (they may call framework code: marked internal)."""
@@ -135,7 +138,34 @@ class Recorder:
         """A step candidate starts (at ``t`` when the user's call began earlier, in a wrapper around it)."""
         snap = {**self.counters, **{f"{k}:s": v for k, v in self.seconds.items()}}
         self.kinds[key] = kind
-        self.calls[key].append((time.perf_counter() if t is None else t, snap))
+        now = time.perf_counter() if t is None else t
+        self.calls[key].append((now, snap))
+        if now - (self.load[-1][0] if self.load else -1.0) >= LOAD_EVERY_S:
+            self._sample_load(now)
+
+    def _sample_load(self, now: float) -> None:
+        """The busy time of every core and this process's CPU time (other processes' load is the difference)."""
+        from twinbench.measure.interference import core_busy_s, tree_cpu_s
+
+        busy = core_busy_s()
+        if busy is not None:
+            self.load.append((now, sum(busy.values()), tree_cpu_s(os.getpid()), len(busy)))
+
+    def machine_load(self, t0: float | None, t1: float | None) -> dict[str, Any] | None:
+        """Cores that other processes kept busy between the samples nearest ``t0``..``t1`` (the steady steps;
+        the whole run where they span too little time), and the cores of the machine."""
+        self._sample_load(time.perf_counter())
+        if len(self.load) < 2:
+            return None
+        inside = [x for x in self.load if t0 is not None and t1 is not None and t0 <= x[0] <= t1 + LOAD_EVERY_S]
+        a, b = (inside[0], inside[-1]) if len(inside) >= 2 and inside[-1][0] - inside[0][0] >= 1.0 else \
+            (self.load[0], self.load[-1])
+        wall = b[0] - a[0]
+        if wall <= 0:
+            return None
+        own = (b[2] - a[2]) / wall
+        return {"others_cores": round(max((b[1] - a[1]) / wall - own, 0.0), 3), "own_cores": round(own, 3),
+                "cores": b[3], "window_s": round(wall, 2)}
 
     def call_index(self, key: str) -> int:
         """The index of the candidate's call that started last (for :meth:`step_ready`)."""
@@ -221,11 +251,16 @@ class Recorder:
         # Steady state: the intervals between consecutive step starts, from the 2nd step on.
         steady = list(itertools.pairwise(calls[1:]))
         intervals = [b[0] - a[0] for a, b in steady]
-        per_step: dict[str, float] = {}
-        if steady:
-            first, last = calls[1][1], calls[-1][1]
-            for k in set(first) | set(last):
-                per_step[k] = (last.get(k, 0) - first.get(k, 0)) / len(steady)
+        # The one step definition every percentage uses: the steady iterations (one step start to the next)
+        # that compiled nothing, when they are at least half of them (a one-off compile in step 2 would weigh
+        # on every mean); per-step rates are means over the same iterations, so no share passes 100%.
+        quiet = [(a, b) for a, b in steady if b[1].get("compile_s:s", 0.0) == a[1].get("compile_s:s", 0.0)]
+        used = quiet if len(quiet) >= max(len(steady) / 2, 1) else steady
+        totals: dict[str, float] = {}
+        for a, b in used:
+            for k in set(a[1]) | set(b[1]):
+                totals[k] = totals.get(k, 0) + (b[1].get(k, 0) - a[1].get(k, 0))  # counts stay exact integers
+        per_step = {k: v / len(used) for k, v in totals.items()}
         obs: dict[str, Any] = {
             "frameworks": sorted(self.frameworks),
             "python": {"executable": sys.executable, "version": platform.python_version()},
@@ -237,10 +272,8 @@ class Recorder:
             "split": self.split(key) if key else None,
             "steady_steps": len(steady),
             "steady_s": (starts[-1] - starts[1]) if len(starts) > 2 else 0.0,
-            # the one step definition every percentage uses: the mean steady iteration (step start to next),
-            # less compilation (a one-off compile in step 2 would otherwise weigh on every step's mean)
-            "iter_ms": 1e3 * max(starts[-1] - starts[1] - per_step.get("compile_s:s", 0.0) * len(steady), 0.0)
-            / len(steady) if steady else None,
+            "iter_ms": 1e3 * statistics.fmean(b[0] - a[0] for a, b in used) if used else None,
+            "iterations_used": len(used),
             "step_ms": statistics.median(intervals) * 1e3 if intervals else None,
             "first_step_ms": (starts[1] - starts[0]) * 1e3 if len(starts) > 1 else None,
             "per_step": per_step,
@@ -254,5 +287,6 @@ class Recorder:
             "timed_out": self.timed_out,
             "error": self.error,
             "steady_from_t": (starts[1] - self.t_start) if len(starts) > 1 else None,
+            "machine": self.machine_load(starts[1] if len(starts) > 2 else None, starts[-1] if starts else None),
         }
         return obs
