@@ -311,14 +311,17 @@ def jax_host_sync(obs: Obs) -> Finding | None:
         host_ms = max(span_ms - blocked_ms, 0.0)
         split = obs.get("split") or {}
         idle_ms = split.get("idle_mean_ms", split.get("idle_ms", 0.0)) if split.get("async") else 0.0
-        lost_ms = host_ms + min(blocked_ms, idle_ms)
+        # the sync's lost overlap: the wait, up to the device's idle time between steps that the reads' own host
+        # work does not already explain (the split counts that work as the host's, not as idle)
+        overlap_ms = min(blocked_ms, idle_ms)
+        lost_ms = host_ms + overlap_ms
         share = lost_ms / iter_ms
         severity = "warning" if share >= HOST_SYNC_WAIT_SHARE else "info"
         cost = (f"; measured cost: {span_ms:.2f} ms per step in these reads (from each line's first read to its "
                 f"last, the library's work in between included), of which {blocked_ms:.2f} ms waited for the step "
                 f"still running on the device (the step's own time) and {host_ms:.2f} ms was the host's work "
-                f"while the device sat idle; with the sync's lost overlap ({min(blocked_ms, idle_ms):.2f} ms: "
-                f"the device idle between steps) the loop lost {lost_ms:.2f} ms per step, {100 * share:.1f}% of "
+                f"while the device sat idle; with the sync's lost overlap ({overlap_ms:.2f} ms: the device's "
+                f"other idle time between steps) the loop lost {lost_ms:.2f} ms per step, {100 * share:.1f}% of "
                 f"the {iter_ms:.2f} ms steady iteration (mean, one step start to the next; warning from "
                 f"{100 * HOST_SYNC_WAIT_SHARE:.0f}% of it, else info)")
     where = _read_location(sites)

@@ -226,7 +226,10 @@ class Recorder:
             def diff(k: str, s0: dict[str, float] = s0, s1: dict[str, float] = s1) -> float:
                 return s1.get(k, 0.0) - s0.get(k, 0.0)
 
-            step, host = min(max(ready[i] - t0, 0.0), it), diff("eager_s:s") + diff("compile_s:s")
+            # known host work: eager ops, compilation, and the host's part of device-value reads (a line's
+            # burst of reads less its wait for a busy device): jax-host-sync's cost, not input
+            reads = max(diff("jax_host_read_span_s:s") - diff("jax_host_read_blocked_s:s"), 0.0)
+            step, host = min(max(ready[i] - t0, 0.0), it), diff("eager_s:s") + diff("compile_s:s") + reads
             # PyTorch: from the optimizer step's end to the next forward, less the host reads made there
             to_forward = max(diff("to_forward_s:s") - diff("torch_host_read_s:s"), 0.0)
             rows.append((it, step, diff("data_wait_s:s"), host, max(it - step - host, 0.0), to_forward))
