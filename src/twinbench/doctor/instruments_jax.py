@@ -285,8 +285,18 @@ class JaxInstruments:
                     inst.rec.seconds["nnx_graph_s"] += max(time.perf_counter() - t0 - inst.inner_s, 0.0)
                     with inst.guard("nnx graph args"):  # modules/optimizers passed in: traversed every call
                         cached = sys._getframe(1).f_code.co_name == "cache_args_wrapper"  # nnx.cached_partial
-                        if not cached and any(is_node(a) for a in (*args, *kwargs.values())):
+                        nodes = [] if cached else [a for a in (*args, *kwargs.values()) if is_node(a)]
+                        if nodes:
                             inst.rec.count("nnx_graph_calls")
+                            if "nnx_graph_leaves" not in inst.rec.info:  # the graph's size: its state leaves
+                                from flax import nnx
+
+                                inst.rec.internal += 1
+                                try:
+                                    inst.rec.info["nnx_graph_leaves"] = len(
+                                        inst.jax.tree_util.tree_leaves(nnx.state(tuple(nodes))))
+                                finally:
+                                    inst.rec.internal -= 1
                 return out
 
             functools.update_wrapper(outer_call, cls.__dict__["__call__"])
