@@ -792,10 +792,12 @@ def doctor(
     steps: Optional[int] = typer.Option(None, help="end the script cleanly after N training steps"),  # noqa: UP045
     timeout: float = typer.Option(600.0, help="seconds before the script is stopped"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="also write the findings here as JSON"),  # noqa: UP045
+    python: Optional[str] = typer.Option(  # noqa: UP045
+        None, help="run the script under this interpreter (its virtual environment's python); default: twinbench's"),
 ) -> None:
     """Run your own training script and say why it is slow: each finding with evidence and the fix.
 
-    Usage: twinbench doctor train.py [--steps N] [--timeout S] [--json FILE] [-- SCRIPT_ARGS...].
+    Usage: twinbench doctor train.py [--steps N] [--timeout S] [--json FILE] [--python PATH] [-- SCRIPT_ARGS...].
     Exit code 0: nothing of severity warning or worse; 1: something was found; 2: the doctor could not run
     (or found no training step: mark it with twinbench.doctor.step());
     3: one of the doctor's own instruments or checks failed (printed; the findings may be incomplete).
@@ -809,7 +811,7 @@ def doctor(
         fail(f"--timeout must be a positive number of seconds, got {timeout:g}")
     try:
         with console.status(f"running {script} under the doctor"):
-            result = run_doctor(script, list(script_args or []), steps, timeout)
+            result = run_doctor(script, list(script_args or []), steps, timeout, python=python)
     except DoctorError as e:
         fail(str(e))
     except KeyboardInterrupt:

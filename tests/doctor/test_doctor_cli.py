@@ -91,7 +91,9 @@ def test_steps_args_folder(tmp_path: Path) -> None:
     out, report = outside / "seen.json", outside / "report.json"
     proc = doctor(str(project / "train.py"), "--steps", "5", "--json", str(report), "--", "--out", str(out),
                   "--flag")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    serious = [f["id"] for f in json.loads(report.read_text())["findings"] if f["severity"] != "info"]
+    assert serious in ([], ["cpu-oversubscribed"]), proc.stdout  # a machine busy with others' work warns
+    assert proc.returncode == (1 if serious else 0), proc.stdout + proc.stderr
     seen = json.loads(out.read_text())
     assert seen["argv"][1:] == ["--out", str(out), "--flag"] and seen["argv"][0].endswith("train.py")
     assert Path(seen["cwd"]) == project.resolve() and Path(seen["path0"]) == project.resolve()

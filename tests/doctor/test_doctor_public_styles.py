@@ -7,6 +7,7 @@ One doctor process per script (the real command, ``--steps 8``), two at a time (
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -19,19 +20,31 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts"
 # script -> (step function, how it was found, {finding id: severity} expected exactly, exit code)
 EXPECTED: dict[str, tuple[str, str, dict[str, str], int]] = {
     "torch_manual_sgd": ("loss.backward", "loss.backward()", {"torch-host-sync": "info"}, 0),
-    "nnx_cached_partial": ("train_step", "a jitted function", {"jax-host-transfer": "info"}, 0),
+    "nnx_cached_partial": ("train_step", "a jitted function",
+                           {"jax-host-transfer": "info", "nnx-graph-overhead": "info"}, 0),
     "nnx_generator": ("train_step", "a jitted function", {"input-bound": "warning"}, 1),
     "nnx_split_merge": ("train_step", "a jitted function", {}, 0),
     "optax_loop": ("train_step", "a jitted function", {}, 0),
     "torch_compile_dataloader": ("Optimizer.step", "torch Optimizer.step", {}, 0),
+    # Hugging Face's Flax GLUE pattern: a donating pmap step, a collator indexing with a JAX row
+    "pmap_jax_index": ("train_step", "a pmapped function",
+                       {"jax-host-sync": "warning", "jax-pmap-legacy": "warning", "jax-host-transfer": "info"}, 1),
+    "pmap_numpy_index": ("train_step", "a pmapped function",
+                         {"jax-pmap-legacy": "warning", "jax-host-transfer": "info"}, 1),
+    # the slow-port patterns of the JAX and Flax performance guides, each with its fixed twin
+    "jit_in_loop": ("<lambda>", "a jitted function", {"jax-recompile": "warning", "jax-host-transfer": "info"}, 1),
+    "jit_once": ("<lambda>", "a jitted function", {}, 0),
+    "nnx_jit_deep": ("train_step", "a jitted function", {"nnx-graph-overhead": "warning"}, 1),
+    "nnx_jit_deep_cached": ("train_step", "a jitted function", {"nnx-graph-overhead": "info"}, 0),
 }
+MACHINE = ("cpu-oversubscribed", "compile-dominates")  # about the machine or the run's length, not the script
 STEPS = 8
 
 
 def doctor(name: str, out: Path) -> tuple[int, dict[str, Any] | None, str]:
     proc = subprocess.run([sys.executable, "-m", "twinbench.cli", "doctor", str(SCRIPTS / f"{name}.py"), "--steps",
                            str(STEPS), "--timeout", "240", "--json", str(out)], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     return proc.returncode, json.loads(out.read_text()) if out.exists() else None, proc.stdout + proc.stderr
 
 
@@ -50,10 +63,11 @@ def test_step_found_and_findings(results: dict, name: str) -> None:
     assert report["self_errors"] == [], output
     assert (report["step_fn"], report["step_signal"]) == (step_fn, signal), output
     assert report["steps"] == STEPS and report["stopped_early"], output  # --steps ended the loop
-    got = {f["id"]: f["severity"] for f in report["findings"] if f["id"] != "compile-dominates"}
+    got = {f["id"]: f["severity"] for f in report["findings"] if f["id"] not in MACHINE}
     assert got == findings, output  # compile-dominates (info in a short run) may come or not
     assert all(f["severity"] == "info" for f in report["findings"] if f["id"] == "compile-dominates")
-    assert code == exit_code, output
+    busy = any(f["id"] == "cpu-oversubscribed" and f["severity"] == "warning" for f in report["findings"])
+    assert code == (1 if busy else exit_code), output  # a machine busy with others' work warns too
 
 
 def test_costs_are_in_the_evidence(results: dict) -> None:
@@ -61,6 +75,14 @@ def test_costs_are_in_the_evidence(results: dict) -> None:
     assert "torch_manual_sgd.py" in sync["evidence"] and "ms per step in these reads" in sync["evidence"]
     transfer = next(f for f in results["nnx_cached_partial"][1]["findings"] if f["id"] == "jax-host-transfer")
     assert "0.5 KiB" in transfer["evidence"] and "GiB/s host-to-device" in transfer["evidence"]
+    index = next(f for f in results["pmap_jax_index"][1]["findings"] if f["id"] == "jax-host-sync")
+    assert index["location"].startswith(str(SCRIPTS / "pmap_jax_index.py"))  # the script's own line first
+    assert "np.asarray(perm)" in index["fix"] and "loop lost" in index["evidence"]
+    assert not any(f["id"] == "jax-no-donation" for f in results["pmap_jax_index"][1]["findings"])  # it donates
+    recompile = next(f for f in results["jit_in_loop"][1]["findings"] if f["id"] == "jax-recompile")
+    assert "new function object" in recompile["title"] and "s of backend compile after step 1" in recompile["evidence"]
+    graph = next(f for f in results["nnx_jit_deep"][1]["findings"] if f["id"] == "nnx-graph-overhead")
+    assert "ms per step in nnx.jit's own Python" in graph["evidence"] and "cached_partial" in graph["fix"]
     bound = next(f for f in results["nnx_generator"][1]["findings"] if f["id"] == "input-bound")
     assert "the device waited for the host between steps" in bound["evidence"]
     assert "% of the iteration waiting for input" in bound["evidence"]

@@ -58,7 +58,7 @@ def test_host_transfer_severity_follows_its_cost() -> None:
                                  "info": {"h2d": {"bytes_per_s": 2**30}}})
     big = fd.jax_host_transfer({**base, "per_step": {**base["per_step"], "h2d_numpy_bytes": 2.0**20},
                                 "info": {"h2d": {"bytes_per_s": 2**30}}})
-    assert tiny.severity == "info" and "% of the 0.40 ms step" in tiny.evidence
+    assert tiny.severity == "info" and "% of the 0.40 ms steady iteration" in tiny.evidence
     assert big.severity == "warning" and "GiB/s" in big.evidence
 
 

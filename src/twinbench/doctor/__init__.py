@@ -16,6 +16,9 @@ to its threshold), ``report`` (rich text and JSON), ``bootstrap`` (the child pro
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -82,22 +85,48 @@ def check_script(script: str | Path) -> Path:
     return path.resolve()
 
 
+def check_python(python: str | Path | None) -> str:
+    """The interpreter the script runs under: ``python`` (a path, or a name on PATH) after checking that it
+    runs and is Python >= 3.10 (twinbench's bootstrap needs nothing else there), else this one."""
+    if python is None:
+        return sys.executable
+    exe = shutil.which(str(Path(python).expanduser())) or str(Path(python).expanduser())
+    if not os.path.isfile(exe) or not os.access(exe, os.X_OK):
+        raise DoctorError(f"--python {python}: no such executable")
+    try:
+        out = subprocess.run([exe, "-c", "import sys; print(sys.version_info >= (3, 10))"], capture_output=True,
+                             text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise DoctorError(f"--python {python}: could not run it ({e})") from None
+    if out.returncode != 0 or out.stdout.strip() != "True":
+        raise DoctorError(f"--python {python}: not a Python 3.10+ interpreter "
+                          f"({(out.stderr or out.stdout).strip()[-200:]})")
+    return exe
+
+
 def run_doctor(script: str | Path, args: list[str] | None = None, steps: int | None = None,
-               timeout: float = 600.0, grace_s: float = 10.0) -> DoctorResult:
+               timeout: float = 600.0, grace_s: float = 10.0, python: str | Path | None = None) -> DoctorResult:
     """Run ``script`` with ``args`` under the doctor's bootstrap and diagnose what it did.
 
-    At ``timeout`` the script is asked to stop (SIGTERM: it reports what it saw); ``grace_s`` later it is
-    killed, and then there is nothing to report (:class:`DoctorError`).
+    ``python``: the interpreter to run the script with (default: the one running twinbench), e.g. the
+    virtual environment the script's packages live in; twinbench's own source is put on its path, and the
+    bootstrap imports nothing there but the script's framework. At ``timeout`` the script is asked to stop
+    (SIGTERM: it reports what it saw); ``grace_s`` later it is killed, and then there is nothing to report
+    (:class:`DoctorError`).
     """
     from twinbench import runner
     from twinbench.doctor.findings import diagnose
 
     path = check_script(script)
+    exe = check_python(python)
     with tempfile.TemporaryDirectory(prefix="twinbench-doctor-") as tmp:
         obs_path = Path(tmp, "observations.json")
-        cmd = [sys.executable, "-m", "twinbench.doctor.bootstrap", str(obs_path), str(steps or 0), str(path),
+        cmd = [exe, "-m", "twinbench.doctor.bootstrap", str(obs_path), str(steps or 0), str(path),
                *(args or [])]
         env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}  # write nothing in the script's folder
+        if python is not None:  # twinbench itself need not be installed there: its source goes on the path
+            src = str(Path(__file__).resolve().parent.parent.parent)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
         run = runner.run_script(cmd, path.parent, timeout, env=env, grace_s=grace_s)
         if not obs_path.exists():
             if run.timed_out:
@@ -108,6 +137,7 @@ def run_doctor(script: str | Path, args: list[str] | None = None, steps: int | N
                               + (f": {last[-1][:300]}" if last else ""))
         obs = json.loads(obs_path.read_text())
     obs["timed_out"] = obs.get("timed_out") or run.timed_out
+    obs["python_given"] = python is not None
     return DoctorResult(diagnose(obs), obs, run.output_tail, bool(obs["timed_out"]))
 
 

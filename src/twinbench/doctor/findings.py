@@ -29,6 +29,7 @@ class Finding:
     evidence: str  # the numbers behind it
     fix: str  # a concrete code change
     doc: str = ""  # where the frameworks document it
+    location: str = ""  # the first frame in the user's own files (-> the library frame that did the work)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -233,14 +234,20 @@ def jax_no_donation(obs: Obs) -> Finding | None:
     if donated is None or carried < DONATION_MIN_BYTES or donated >= DONATION_SHARE * carried:
         return None
     mem = info.get("memory", {})
+    per_device = info.get("carried", {}).get("device_bytes") or carried
+    if mem and mem.get("alias_size_in_bytes", 0) >= DONATION_SHARE * per_device:
+        return None  # the executable aliases (donates) the state on each device, whatever args_info says
+    if mem:  # compare like with like: XLA's memory analysis is per device
+        carried, donated = per_device, max(donated * per_device // max(carried, 1), 0)
     mem_txt = (f"; XLA memory analysis of the step: arguments {_mib(mem['argument_size_in_bytes'])}, outputs "
                f"{_mib(mem['output_size_in_bytes'])}, aliased (donated) {_mib(mem['alias_size_in_bytes'])}"
                if mem else "")
     return Finding(
         "jax-no-donation", "warning",
         f"{_mib(carried)} of params/optimizer state is copied every step instead of updated in place",
-        f"{info['carried'].get('leaves', 0)} arrays ({_mib(carried)}) that each step returns are passed to the "
-        f"next step; {_mib(donated)} of them donated (Lowered.args_info), so the step holds old and new copies "
+        f"{info['carried'].get('leaves', 0)} arrays ({_mib(carried)}" + (" per device" if mem else "")
+        + f") that each step returns are passed to the next step; {_mib(donated)} of them donated "
+        f"(Lowered.args_info; the executable aliases {_mib(mem.get('alias_size_in_bytes', 0))}), so the step holds old and new copies "
         f"at once: about {_mib(carried - donated)} more device memory at peak{mem_txt} "
         f"(warning from {_mib(DONATION_MIN_BYTES)} not donated)",
         "Donate the state the step replaces: jax.jit(train_step, donate_argnums=(0, 1)) "
@@ -254,34 +261,86 @@ HOST_SYNC_WARN = 1.0  # device values read on the host per steady step: a findin
 HOST_SYNC_WAIT_SHARE = 0.05  # ... a warning when the host waits in them this share of the step, else info
 
 
+def _iter_ms(obs: Obs) -> float:
+    """The one step definition every percentage uses: the mean steady iteration, from one step's start to
+    the next (per-step figures are means over the same iterations, so a share can never pass 100%)."""
+    return float(obs.get("iter_ms") or obs.get("step_ms") or 0.0)
+
+
 def _host_sync_cost(obs: Obs, seconds_key: str) -> tuple[str, str]:
     """Severity and evidence from the measured time the host spent in its reads (waiting for the device)."""
-    step_ms = obs.get("step_ms") or 0.0
-    if f"{seconds_key}:s" not in obs.get("per_step", {}) or not step_ms:
+    iter_ms = _iter_ms(obs)
+    if f"{seconds_key}:s" not in obs.get("per_step", {}) or not iter_ms:
         return "warning", " (warning from 1 per step; the wait could not be measured)"
     wait_ms = 1e3 * (_per_step(obs, f"{seconds_key}:s") or 0.0)
-    share = wait_ms / step_ms
+    share = wait_ms / iter_ms
     return ("warning" if share >= HOST_SYNC_WAIT_SHARE else "info",
             f"; measured cost: the host waited {wait_ms:.3f} ms per step in these reads, {100 * share:.1f}% of "
-            f"the {step_ms:.2f} ms step (warning from {100 * HOST_SYNC_WAIT_SHARE:.0f}% of the step, else info)")
+            f"the {iter_ms:.2f} ms steady iteration (mean, one step start to the next; warning from "
+            f"{100 * HOST_SYNC_WAIT_SHARE:.0f}% of it, else info)")
+
+
+LIB_CONVERSIONS = ("(int)", "(bool)", "(index)")  # a library reading a JAX index element by element
+
+
+def _read_location(sites: dict[str, int]) -> str:
+    """The busiest read site, without its conversion: ``your file:line `code` -> library file:line``."""
+    top = next(iter(sites), "")
+    return re.sub(r" \((\w+)\)$", "", top)
 
 
 def jax_host_sync(obs: Obs) -> Finding | None:
-    """Threshold: >= 1 device value read on the host (float, .item(), print, bool) per step."""
+    """Threshold: >= 1 device value read on the host (float, .item(), print, bool) per step; a warning when
+    the reads cost the loop >= 5% of the mean steady iteration on the host (the time of each line's burst of
+    reads less the part spent waiting for a step still running on the device, plus that wait where the
+    device then sat idle between steps), else info."""
     reads = _per_step(obs, "jax_host_reads")
     if reads is None or reads < HOST_SYNC_WARN:
         return None
     sites = obs.get("info", {}).get("jax_host_read_sites", {})
-    severity, cost = _host_sync_cost(obs, "jax_host_read_s")
+    iter_ms = _iter_ms(obs)
+    span = _per_step(obs, "jax_host_read_span_s:s")
+    # element-wise integer/bool reads, several per step: code (a library's, or yours) indexing with a JAX array
+    elementwise = sum(c for k, c in sites.items() if k.endswith(LIB_CONVERSIONS))
+    library_index = reads >= 4 and elementwise >= 0.5 * sum(sites.values())
+    if span is None or not iter_ms or "jax_host_read_span_s:s" not in obs.get("per_step", {}):
+        severity, cost = _host_sync_cost(obs, "jax_host_read_s")
+    else:
+        span_ms = 1e3 * span
+        blocked_ms = 1e3 * (_per_step(obs, "jax_host_read_blocked_s:s") or 0.0)
+        host_ms = max(span_ms - blocked_ms, 0.0)
+        split = obs.get("split") or {}
+        idle_ms = split.get("idle_mean_ms", split.get("idle_ms", 0.0)) if split.get("async") else 0.0
+        # the sync's lost overlap: the wait, up to the device's idle time between steps that the reads' own host
+        # work does not already explain (the split counts that work as the host's, not as idle)
+        overlap_ms = min(blocked_ms, idle_ms)
+        lost_ms = host_ms + overlap_ms
+        share = lost_ms / iter_ms
+        severity = "warning" if share >= HOST_SYNC_WAIT_SHARE else "info"
+        cost = (f"; measured cost: {span_ms:.2f} ms per step in these reads (from each line's first read to its "
+                f"last, the library's work in between included), of which {blocked_ms:.2f} ms waited for the step "
+                f"still running on the device (the step's own time) and {host_ms:.2f} ms was the host's work "
+                f"while the device sat idle; with the sync's lost overlap ({overlap_ms:.2f} ms: the device's "
+                f"other idle time between steps) the loop lost {lost_ms:.2f} ms per step, {100 * share:.1f}% of "
+                f"the {iter_ms:.2f} ms steady iteration (mean, one step start to the next; warning from "
+                f"{100 * HOST_SYNC_WAIT_SHARE:.0f}% of it, else info)")
+    where = _read_location(sites)
+    if library_index:
+        title = f"{reads:.0f} device values read on the host every step: a JAX array is read element by element"
+        fix = ("Index with NumPy, not with a JAX array (a library given one reads it element by element): batch = "
+               "dataset[np.asarray(perm)] (or build the permutation with NumPy: perms = "
+               "np.random.default_rng(seed).permutation(n)); each element of a JAX array read with int()/bool() "
+               "is a separate device read and small dispatch.")
+    else:
+        title = f"{reads:.1f} device values read on the host every step: the loop waits for the device each time"
+        fix = ("Keep values on the device and read them rarely: losses.append(loss) in the loop and "
+               "print(float(jnp.mean(jnp.stack(losses)))) every 100 steps or after it; inside jit use "
+               "jax.debug.print; for early stopping, check every N steps.")
     return Finding(
-        "jax-host-sync", severity,
-        f"{reads:.1f} device values read on the host every step: the loop waits for the device each time",
-        f"{reads:.1f} host reads per step ({_sites(sites)}); each one blocks until the step has finished, so "
-        f"the next step cannot be dispatched ahead{cost}",
-        "Keep values on the device and read them rarely: losses.append(loss) in the loop and "
-        "print(float(jnp.mean(jnp.stack(losses)))) every 100 steps or after it; inside jit use "
-        "jax.debug.print; for early stopping, check every N steps.",
-        f"{JAX_DOCS}/async_dispatch.html")
+        "jax-host-sync", severity, title,
+        f"{reads:.1f} host reads per step ({_sites(sites)}); each one blocks until the value is computed, so "
+        f"the next step cannot be dispatched ahead{cost}", fix,
+        f"{JAX_DOCS}/async_dispatch.html", location=where)
 
 
 # -- jax-host-transfer ---------------------------------------------------------------------------------------
@@ -297,14 +356,20 @@ def jax_host_transfer(obs: Obs) -> Finding | None:
     nbytes = _per_step(obs, "h2d_numpy_bytes") or 0.0
     guard_all = _per_step(obs, "h2d_guard") or 0.0
     h2d = obs.get("info", {}).get("h2d", {})
-    step_ms = obs.get("step_ms") or 0.0
     severity, cost = "warning", ""
-    if h2d.get("bytes_per_s") and step_ms:  # the cost in this run: bytes over the measured bandwidth
-        cost_ms = 1e3 * nbytes / h2d["bytes_per_s"]
+    step_ms = _iter_ms(obs)
+    if h2d.get("bytes_per_s") and step_ms:  # the cost in this run: bytes over the measured bandwidth, plus
+        # one measured transfer latency per array
+        copy_ms = 1e3 * nbytes / h2d["bytes_per_s"]
+        cost_ms = copy_ms + 1e3 * max(arrays, guard) * h2d.get("latency_s", 0.0)
         share = cost_ms / step_ms
-        severity = "warning" if share >= TRANSFER_WARN_SHARE else "info"
-        cost = (f"; estimated cost {cost_ms:.3f} ms per step ({100 * share:.1f}% of the {step_ms:.2f} ms step) at "
-                f"the measured {h2d['bytes_per_s'] / 2**30:.2f} GiB/s host-to-device (warning from "
+        # the margin: the copy time alone (the latency of a tiny device_put is mostly the call's own dispatch,
+        # and noisy) must reach the threshold, so a run-to-run spread of the latency cannot flip it
+        severity = "warning" if copy_ms / step_ms >= TRANSFER_WARN_SHARE else "info"
+        cost = (f"; estimated cost {copy_ms:.3f} ms per step for the bytes at the measured "
+                f"{h2d['bytes_per_s'] / 2**30:.2f} GiB/s host-to-device, at most {cost_ms:.3f} ms with "
+                f"{1e3 * h2d.get('latency_s', 0.0):.3f} ms per transfer ({100 * copy_ms / step_ms:.1f}% to "
+                f"{100 * share:.1f}% of the {step_ms:.2f} ms steady iteration; warning when the bytes alone reach "
                 f"{100 * TRANSFER_WARN_SHARE:.0f}% of the step)")
     return Finding(
         "jax-host-transfer", severity,
@@ -500,11 +565,12 @@ def input_bound(obs: Obs) -> Finding | None:
 # -- compile-dominates --------------------------------------------------------------------------------------------
 COMPILE_SHARE = 0.30  # of the script's wall time
 COMPILE_MIN_S = 1.0  # below this, compilation is too short to mention whatever its share
-COMPILE_WARN_S = 30.0  # a warning from this much compilation; below it (a toy run) only info
+COMPILE_WARN_S = 120.0  # a warning from this much compilation; below it (a toy or a cut run) only info. Far
+# from the run-to-run spread of one script's compile time (+-30% on a loaded machine): 25-32 s never flips it
 
 
 def compile_dominates(obs: Obs) -> Finding | None:
-    """Threshold: compilation takes > 30% of the script's wall time: info from 1 s, warning from 30 s."""
+    """Threshold: compilation takes > 30% of the script's wall time: info from 1 s, warning from 120 s."""
     compile_s, wall = obs.get("compile_s", 0.0), obs.get("wall_s", 0.0)
     if not wall or compile_s < COMPILE_MIN_S or compile_s / wall <= COMPILE_SHARE:
         return None
@@ -530,19 +596,104 @@ def compile_dominates(obs: Obs) -> Finding | None:
         f"{JAX_DOCS}/persistent_compilation_cache.html")
 
 
+# -- nnx-graph-overhead ---------------------------------------------------------------------------------------------
+NNX_GRAPH_INFO_SHARE = 0.05  # nnx.jit's Python graph traversal per call, as a share of the steady iteration: info
+NNX_GRAPH_WARN_SHARE = 0.15  # ... a warning from this share (3x the info line) when the step is passed the
+# modules/optimizer themselves (graph nodes, traversed every call) and they are a large graph (the guide's case:
+# a small model's traversal is a fixed cost); nnx.cached_partial's remaining Python is info
+NNX_GRAPH_WARN_LEAVES = 64  # state leaves (params, optimizer state, rngs) traversed per call
+
+
+def nnx_graph_overhead(obs: Obs) -> Finding | None:
+    """Threshold: ``nnx.jit``'s own Python around the jitted call (splitting the module graph into state and
+    merging it back) takes >= 5% of the steady iteration (info), >= 15% (warning)."""
+    graph = _per_step(obs, "nnx_graph_s:s")
+    nodes = _per_step(obs, "nnx_graph_calls") or 0.0
+    leaves = obs.get("info", {}).get("nnx_graph_leaves", 0)
+    iter_ms = _iter_ms(obs)
+    if not graph or not iter_ms:
+        return None
+    ms = 1e3 * graph
+    share = ms / iter_ms
+    if share < NNX_GRAPH_INFO_SHARE:
+        return None
+    return Finding(
+        "nnx-graph-overhead",
+        "warning" if share >= NNX_GRAPH_WARN_SHARE and nodes >= 1 and leaves >= NNX_GRAPH_WARN_LEAVES else "info",
+        f"nnx.jit spends {100 * share:.0f}% of each step in Python, traversing the module graph",
+        f"measured {ms:.2f} ms per step in nnx.jit's own Python (from your call to its jax.jit call, and from that "
+        f"call's return to yours: split and merge of the graph), {100 * share:.1f}% of the {iter_ms:.2f} ms "
+        f"steady iteration; {nodes:.0f} calls per step are passed modules/optimizers, {leaves} state leaves traversed "
+        f"on each call (info from {100 * NNX_GRAPH_INFO_SHARE:.0f}%, warning from "
+        f"{100 * NNX_GRAPH_WARN_SHARE:.0f}% when modules of >= {NNX_GRAPH_WARN_LEAVES} state leaves are passed per call)",
+        "Traverse the graph once, not every call: step = nnx.cached_partial(train_step, model, optimizer) "
+        "then step(batch); or the functional style: graphdef, state = nnx.split((model, optimizer)) once, "
+        "a jax.jit(step, donate_argnums=(0,)) on (state, batch) that calls nnx.merge(graphdef, state) inside and "
+        "returns nnx.state(...), and nnx.update((model, optimizer), state) after the loop.",
+        "https://flax.readthedocs.io/en/latest/guides/performance.html", location=_step_location(obs))
+
+
+def _step_location(obs: Obs) -> str:
+    """The step function's definition (``file:line name``) from the doctor's key for it."""
+    key = obs.get("info", {}).get("step_def") or ""
+    parts = key.split(":")
+    if len(parts) >= 4 and parts[-2].isdigit():
+        return f"{':'.join(parts[1:-2])}:{parts[-2]} (def {parts[-1]})"
+    return ""
+
+
+# -- cpu-oversubscribed ---------------------------------------------------------------------------------------------
+BUSY_INFO_SHARE = 0.10  # other processes keep this share of the cores busy during the steady steps: info
+BUSY_WARN_SHARE = 0.25  # ... a warning from this share (2.5x the info line: the margin noise cannot cross),
+# when the framework's threads and the others' load together ask for more cores than the machine has
+
+
+def cpu_oversubscribed(obs: Obs) -> Finding | None:
+    """Threshold: other processes keep >= 10% of the cores busy during the steady steps (info); a warning from
+    25% when the framework's threads plus that load ask for more cores than there are."""
+    m = obs.get("machine") or {}
+    cores, others = m.get("cores") or 0, m.get("others_cores")
+    if not cores or others is None or others < BUSY_INFO_SHARE * cores:
+        return None
+    threads = obs.get("info", {}).get("threads", {})
+    want = max(threads.values(), default=0)
+    over = others + want > cores
+    severity = "warning" if over and others >= BUSY_WARN_SHARE * cores else "info"
+    free = max(int(cores - others + 0.5), 1)
+    tdesc = ", ".join(f"{fw} {n} threads" for fw, n in threads.items()) or "threads unknown"
+    return Finding(
+        "cpu-oversubscribed", severity,
+        f"the machine is busy: other processes kept {others:.1f} of {cores} cores busy while the steps ran",
+        f"measured over {m.get('window_s', 0):.1f} s of steady steps (/proc/stat against this process's CPU time): "
+        f"other processes {others:.2f} cores, this script {m.get('own_cores', 0):.2f} cores, {cores} cores in all; "
+        f"the frameworks use {tdesc}, so {others + want:.1f} cores are asked for (info from "
+        f"{100 * BUSY_INFO_SHARE:.0f}% of the cores busy elsewhere; warning from {100 * BUSY_WARN_SHARE:.0f}% when "
+        f"more cores are asked for than there are); threads that wait for each other slow down far more than "
+        f"their share, and any timing of this run is unreliable",
+        f"Use the cores that are free (about {free} here): torch.set_num_threads({free}) or OMP_NUM_THREADS={free}; "
+        f"for JAX on the CPU, XLA_FLAGS='--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads={free}'; "
+        "or run when the machine is idle (pin with taskset -c to cores nobody else uses).",
+        f"{TORCH_DOCS}/generated/torch.set_num_threads.html")
+
+
 CHECKS: tuple[Callable[[Obs], Finding | None], ...] = (
     script_error, jax_python_control_flow, jax_recompile, jax_eager_ops, jax_no_donation, jax_host_sync,
     jax_host_transfer, jax_replicated_batch, jax_pmap_legacy, torch_recompile, torch_graph_break,
-    torch_host_sync, input_bound, compile_dominates,
+    torch_host_sync, input_bound, compile_dominates, cpu_oversubscribed, nnx_graph_overhead,
 )
 IDS = ("script-error", "jax-python-control-flow", "jax-recompile", "jax-eager-ops", "jax-no-donation",
        "jax-host-sync", "jax-host-transfer", "jax-replicated-batch", "jax-pmap-legacy", "torch-recompile",
-       "torch-graph-break", "torch-host-sync", "input-bound", "compile-dominates")
+       "torch-graph-break", "torch-host-sync", "input-bound", "compile-dominates", "cpu-oversubscribed",
+       "nnx-graph-overhead")
 
 
 def diagnose(obs: Obs) -> list[Finding]:
     """Every finding for these observations, worst first."""
     found = [f for check in CHECKS if (f := check(obs)) is not None]
+    where = _step_location(obs)
+    for f in found:  # a finding about the step, with no line of its own: the step's definition
+        if not f.location and where and f.id not in ("script-error", "compile-dominates", "cpu-oversubscribed"):
+            f.location = where
     return sorted(found, key=lambda f: SEVERITIES.index(f.severity))
 
 

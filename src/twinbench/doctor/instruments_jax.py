@@ -26,12 +26,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from twinbench.doctor.ready import ReadyWatcher
-from twinbench.doctor.recorder import Recorder
+from twinbench.doctor.recorder import Recorder, user_location
 from twinbench.measure.compiles import JAX_BACKEND, JAX_LOWER, JAX_TRACE
 
 CACHE_MISS_LOGGERS = ("jax._src.interpreters.partial_eval", "jax._src.pjit")
 HOST_READS = ("__bool__", "__float__", "__int__", "__index__", "item", "tolist", "__format__", "__repr__",
               "__str__", "__array__")
+BURST_GAP_S = 0.05  # reads of one user line this close together are one burst (one call reading many values)
 _LIB_DIRS: tuple[str, ...] = ()  # package folders whose own host reads are not the user's
 
 
@@ -164,6 +165,7 @@ class JaxInstruments:
         self.in_optax = False
         self.call_depth, self.call_missed = 0, False  # inside a watched jitted call; a cache miss seen in it
         self.outer_start: float | None = None  # when the user called an NNX transform that wraps a jit
+        self.outer_jit, self.inner_s = False, 0.0  # its jit was called; the time in that call
         self.flax_patched = False
         self.eager_depth = 0  # > 0 inside timed eager work (eager_s counts the outermost level only)
         self.watcher = ReadyWatcher(rec)  # when each step's outputs are ready (the loop is not stalled)
@@ -259,6 +261,11 @@ class JaxInstruments:
         except ImportError:
             return
         inst = self
+        try:
+            from flax.nnx.graph import is_graph_node as is_node
+        except ImportError:
+            def is_node(x: Any) -> bool:
+                return False
         for name in ("JitWrapped", "SimpleJitWrapped", "SimpleJitPartialWrapped"):
             cls = getattr(compilation, name, None)
             if cls is None or "__call__" not in cls.__dict__:
@@ -267,11 +274,30 @@ class JaxInstruments:
             def outer_call(obj: Any, *args: Any, _orig: Callable = cls.__dict__["__call__"], **kwargs: Any) -> Any:
                 if inst.outer_start is not None or inst.rec.internal:  # nested, or the doctor's own call
                     return _orig(obj, *args, **kwargs)
-                inst.outer_start = time.perf_counter()
+                inst.outer_start = t0 = time.perf_counter()
+                inst.outer_jit, inst.inner_s = False, 0.0
                 try:
-                    return _orig(obj, *args, **kwargs)
+                    out = _orig(obj, *args, **kwargs)
                 finally:
                     inst.outer_start = None
+                if inst.outer_jit:  # nnx.jit's own Python (graph split before, merge after): the call less the
+                    # jitted call inside it, both timed here, so it can never exceed the call
+                    inst.rec.seconds["nnx_graph_s"] += max(time.perf_counter() - t0 - inst.inner_s, 0.0)
+                    with inst.guard("nnx graph args"):  # modules/optimizers passed in: traversed every call
+                        cached = sys._getframe(1).f_code.co_name == "cache_args_wrapper"  # nnx.cached_partial
+                        nodes = [] if cached else [a for a in (*args, *kwargs.values()) if is_node(a)]
+                        if nodes:
+                            inst.rec.count("nnx_graph_calls")
+                            if "nnx_graph_leaves" not in inst.rec.info:  # the graph's size: its state leaves
+                                from flax import nnx
+
+                                inst.rec.internal += 1
+                                try:
+                                    inst.rec.info["nnx_graph_leaves"] = len(
+                                        inst.jax.tree_util.tree_leaves(nnx.state(tuple(nodes))))
+                                finally:
+                                    inst.rec.internal -= 1
+                return out
 
             functools.update_wrapper(outer_call, cls.__dict__["__call__"])
             self._patch(cls, "__call__", outer_call)
@@ -320,33 +346,53 @@ class JaxInstruments:
             from jax._src.array import ArrayImpl as array_type
         except ImportError:
             array_type = type(self.jax.numpy.zeros(()))
-        rec, sites, local = self.rec, self.read_sites, threading.local()
+        rec, sites, local, inst = self.rec, self.read_sites, threading.local(), self
+        self.burst: tuple[Any, ...] | None = None  # user frame and line reading, its last read's end, compile_s then
 
         def wrap(how: str, orig: Callable) -> Callable:
             @functools.wraps(orig)
             def read(self: Any, *args: Any, **kwargs: Any) -> Any:
                 depth = getattr(local, "depth", 0)
-                timed = False
-                if depth == 0 and not rec.internal:
-                    site = _user_site()
-                    if site is not None:
+                loc = None
+                if depth == 0 and not rec.internal and _user_site() is not None:
+                    loc = user_location(sys._getframe(1))
+                    if loc is not None:
                         rec.count("jax_host_reads")
-                        sites[f"{site} ({how.strip('_')})"] += 1
-                        timed = True
+                        sites[f"{loc[0]} ({how.strip('_')})"] += 1
+                busy = rec.in_flight() if loc is not None else None
                 local.depth = depth + 1
                 t0 = time.perf_counter()
                 try:
                     return orig(self, *args, **kwargs)
                 finally:
                     local.depth = depth
-                    if timed:  # the host's wait for the device (and the conversion): the read's cost
-                        rec.seconds["jax_host_read_s"] += time.perf_counter() - t0
+                    if loc is not None:
+                        inst._time_read(loc[1], t0, time.perf_counter(), busy)
 
             return read
 
         for how in HOST_READS:
             if how in array_type.__dict__:
                 self._patch(array_type, how, wrap(how, array_type.__dict__[how]))
+
+    def _time_read(self, frame: Any, t0: float, t1: float, busy: tuple[str, int] | None) -> None:
+        """Account one host read (``t0``..``t1``) made by the user's ``frame``: its own time; the time of the
+        line's burst of reads (from its first read to its last, with what the library did in between: one
+        ``dataset[perm]`` with a JAX index is dozens of reads and small ops); and the part of it spent waiting
+        for a step still running on the device (``busy``), which is the step's own time, not the host's."""
+        rec = self.rec
+        rec.seconds["jax_host_read_s"] += t1 - t0
+        key = (id(frame), frame.f_lineno)
+        compiled = rec.seconds.get("compile_s", 0.0)  # compilation in a burst is compile time, not the reads'
+        if self.burst is not None and self.burst[:2] == key and t0 - self.burst[2] < BURST_GAP_S:
+            rec.seconds["jax_host_read_span_s"] += max(t1 - self.burst[2] - (compiled - self.burst[3]), 0.0)
+        else:
+            rec.seconds["jax_host_read_span_s"] += t1 - t0
+        self.burst = (*key, t1, compiled)
+        if busy is not None:
+            ready = rec.ready.get(busy[0], {}).get(busy[1])
+            if ready is not None:  # the step ended during this read: the read waited for it until then
+                rec.seconds["jax_host_read_blocked_s"] += max(min(t1, ready) - t0, 0.0)
 
     # -- eager op-by-op dispatch -----------------------------------------------------------------------
     def _patch_eager_dispatch(self) -> None:
@@ -418,6 +464,10 @@ class JaxInstruments:
         rec = self.rec
         rec.info["eager_sources"] = dict(self.eager_sources.most_common(8))
         rec.info["jax_host_read_sites"] = dict(self.read_sites.most_common(8))
+        flags = os.environ.get("XLA_FLAGS", "")
+        m = re.search(r"intra_op_parallelism_threads=(\d+)", flags)
+        # XLA's CPU client runs one thread per core unless told otherwise
+        rec.info.setdefault("threads", {})["jax"] = int(m.group(1)) if m else len(os.sched_getaffinity(0))
         key = rec.step_key()
         wrapper = self.wrappers.get(key or "")
         if wrapper is None:
@@ -442,6 +492,8 @@ class JaxInstruments:
                 rec.info["donated_bytes"] = donated
                 if donated >= 0.5 * wrapper.carried["bytes"]:
                     return  # donated: no finding, so no need to compile (from cache, normally) for memory
+                # Lowered.args_info is not the whole truth (a pmapped step marks only the first leaf of a
+                # donated argument): what the executable aliases, per device, decides.
                 mem = lowered.compile().memory_analysis()
                 if mem is not None:
                     rec.info["memory"] = {k: int(getattr(mem, k)) for k in (
@@ -471,7 +523,7 @@ def _nnx_context(fun: Any) -> Any:
 
 
 def _measure_h2d(jax: Any) -> dict[str, float]:
-    """Host-to-device bandwidth (an 8 MiB copy, best of 3) and per-transfer latency (a 16-float copy)."""
+    """Host-to-device bandwidth (a 32 MiB copy, best of 3) and per-transfer latency (a 16-float copy)."""
     import numpy as np
 
     def best(x: Any) -> float:
@@ -482,9 +534,10 @@ def _measure_h2d(jax: Any) -> dict[str, float]:
             times.append(time.perf_counter() - t0)
         return min(times)
 
-    big = np.ones(2**21, np.float32)
+    big = np.ones(2**23, np.float32)  # 32 MiB: long enough that the copy, not the call, is timed
     latency = best(np.ones(16, np.float32))
-    return {"bytes_per_s": big.nbytes / max(best(big) - latency, 1e-9), "latency_s": latency}
+    # The whole copy's time, latency included (subtracting it can leave ~0 s and an impossible bandwidth).
+    return {"bytes_per_s": big.nbytes / max(best(big), 1e-6), "latency_s": latency}
 
 
 def _eager_source() -> str:
@@ -517,6 +570,26 @@ def _nbytes(x: Any) -> int:
     import numpy as np
 
     return size * np.dtype(dtype).itemsize
+
+
+def _device_bytes(jax: Any, leaves: list[Any]) -> dict[Any, int]:
+    """Bytes of ``leaves`` held on each device (a sharded or pmapped array counts its shard on each)."""
+    per: dict[Any, int] = {}
+    for x in leaves:
+        sharding = getattr(x, "sharding", None)
+        if not isinstance(x, jax.Array) or sharding is None:
+            per["host"] = per.get("host", 0) + _nbytes(x)
+            continue
+        try:
+            shard = sharding.shard_shape(x.shape)
+        except Exception:
+            shard = x.shape
+        size = 1
+        for d in shard:
+            size *= int(d)
+        for dev in sharding.device_set:
+            per[dev] = per.get(dev, 0) + size * x.dtype.itemsize
+    return per
 
 
 def _describe(jax: Any, leaf: Any) -> dict[str, Any]:
@@ -575,6 +648,8 @@ class _Jitted:
             self._host_arrays(leaves)
             if self.ncalls in (1, 2):
                 self._inspect_inputs(leaves, args, kwargs)
+        if inst.outer_start is not None and not self.kind.endswith("-lib"):
+            inst.outer_jit = True  # nnx.jit's call: its own Python is the whole call less this one
         rec.step_call(key, self.kind, t_enter if inst.outer_start is None else inst.outer_start)
         index = rec.call_index(key)
         self.ncalls += 1
@@ -595,6 +670,7 @@ class _Jitted:
             leaf = None if self.kind.endswith("-lib") else self._ready_leaf(out_leaves)  # a library's helper
             if leaf is not None:  # is no step: no need to see when it ends
                 inst.watcher.submit(key, index, leaf.block_until_ready)
+        inst.inner_s += time.perf_counter() - t_enter  # the doctor's own work in this call is not nnx.jit's
         rec.step_done(key)
         return out
 
@@ -625,7 +701,8 @@ class _Jitted:
         if nbytes > self.carried.get("bytes", -1):
             in_ids = {id(x) for x in leaves}
             self.carried_out = {i for i, x in enumerate(self.prev_out) if id(x) in in_ids}
-            self.carried = {"leaves": len(carried), "bytes": nbytes}
+            self.carried = {"leaves": len(carried), "bytes": nbytes,
+                            "device_bytes": max(_device_bytes(jax, carried).values(), default=0)}
             if carried:
                 pmap = self.kind.startswith("pmap")  # pmap places its inputs itself: lowered from shapes only
 

@@ -232,6 +232,7 @@ class TorchInstruments:
     def finalize(self) -> None:
         rec = self.rec
         rec.info["torch_host_read_sites"] = dict(self.read_sites.most_common(8))
+        rec.info.setdefault("threads", {})["torch"] = self.torch.get_num_threads()
         if "torch._dynamo" in sys.modules:
             from twinbench.measure.compiles import TorchCompiles
 

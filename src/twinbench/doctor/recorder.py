@@ -21,7 +21,11 @@ the time the device waited for the host between steps (``split`` in the observat
 from __future__ import annotations
 
 import itertools
+import linecache
+import os
+import platform
 import statistics
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -37,7 +41,43 @@ SIGNALS = {  # step candidate kind -> how the step was found (the report names i
 }
 ASYNC_KINDS = ("jit", "pmap", "jit-lib", "pmap-lib")  # steps whose call returns before the device is done
 ACTIVE: list[Recorder] = []  # the recorder of the running session (for twinbench.doctor.step())
+LOAD_EVERY_S = 0.5  # the machine's load is sampled at a step start at most this often
 MAX_NOTES = 2000  # text notes kept per kind (cache-miss explanations, host-read sites, ...)
+
+
+_STDLIB = os.path.dirname(os.__file__)
+_LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "<frozen", "/twinbench/doctor/")
+
+
+def is_library_file(filename: str) -> bool:
+    """A file of an installed package, the standard library or the doctor itself: not the user's code."""
+    return filename.startswith(_STDLIB) or any(m in filename for m in _LIBRARY_MARKS)
+
+
+def short_path(filename: str) -> str:
+    """An installed package's file from its package folder on (``datasets/formatting/formatting.py``)."""
+    for mark in ("/site-packages/", "/dist-packages/"):
+        if mark in filename:
+            return filename.split(mark, 1)[1]
+    return filename
+
+
+def user_location(frame: Any) -> tuple[str, Any] | None:
+    """Where the user's code is in the stack above ``frame`` (the frame that called a wrapper): the first
+    frame in the user's own files, written ``file:line `code```, followed by the library frame that did the
+    work when a library sits between them (``your line -> datasets/formatting/formatting.py:96``); and the
+    user frame itself (a key for the reads one line makes). None when no frame of the stack is the user's."""
+    lib = frame if is_library_file(frame.f_code.co_filename) else None
+    f = frame
+    while f is not None and is_library_file(f.f_code.co_filename):
+        f = f.f_back
+    if f is None:
+        return None
+    code = linecache.getline(f.f_code.co_filename, f.f_lineno).strip()
+    where = f"{f.f_code.co_filename}:{f.f_lineno}" + (f" `{code[:80]}`" if code else "")
+    if lib is not None:
+        where += f" -> {short_path(lib.f_code.co_filename)}:{lib.f_lineno}"
+    return where, f
 
 
 class StopScript(BaseException):
@@ -68,6 +108,8 @@ class Recorder:
         self.timed_out = False
         self.error: dict[str, Any] | None = None
         self.finalizers: list[Callable[[], None]] = []  # instruments add static facts at the end
+        self.load: list[tuple[float, float, float, int]] = []  # (t, all cores' busy s, own CPU s, cores)
+        self._sample_load(self.t_start)
 
     def finish(self) -> None:
         """Run every instrument's finalizer once (they may call framework code: marked internal)."""
@@ -96,7 +138,34 @@ class Recorder:
         """A step candidate starts (at ``t`` when the user's call began earlier, in a wrapper around it)."""
         snap = {**self.counters, **{f"{k}:s": v for k, v in self.seconds.items()}}
         self.kinds[key] = kind
-        self.calls[key].append((time.perf_counter() if t is None else t, snap))
+        now = time.perf_counter() if t is None else t
+        self.calls[key].append((now, snap))
+        if now - (self.load[-1][0] if self.load else -1.0) >= LOAD_EVERY_S:
+            self._sample_load(now)
+
+    def _sample_load(self, now: float) -> None:
+        """The busy time of every core and this process's CPU time (other processes' load is the difference)."""
+        from twinbench.measure.interference import core_busy_s, tree_cpu_s
+
+        busy = core_busy_s()
+        if busy is not None:
+            self.load.append((now, sum(busy.values()), tree_cpu_s(os.getpid()), len(busy)))
+
+    def machine_load(self, t0: float | None, t1: float | None) -> dict[str, Any] | None:
+        """Cores that other processes kept busy between the samples nearest ``t0``..``t1`` (the steady steps;
+        the whole run where they span too little time), and the cores of the machine."""
+        self._sample_load(time.perf_counter())
+        if len(self.load) < 2:
+            return None
+        inside = [x for x in self.load if t0 is not None and t1 is not None and t0 <= x[0] <= t1 + LOAD_EVERY_S]
+        a, b = (inside[0], inside[-1]) if len(inside) >= 2 and inside[-1][0] - inside[0][0] >= 1.0 else \
+            (self.load[0], self.load[-1])
+        wall = b[0] - a[0]
+        if wall <= 0:
+            return None
+        own = (b[2] - a[2]) / wall
+        return {"others_cores": round(max((b[1] - a[1]) / wall - own, 0.0), 3), "own_cores": round(own, 3),
+                "cores": b[3], "window_s": round(wall, 2)}
 
     def call_index(self, key: str) -> int:
         """The index of the candidate's call that started last (for :meth:`step_ready`)."""
@@ -105,6 +174,14 @@ class Recorder:
     def step_ready(self, key: str, index: int, t: float | None = None) -> None:
         """The results of call ``index`` of candidate ``key`` were ready on the device at ``t`` (now)."""
         self.ready[key][index] = time.perf_counter() if t is None else t
+
+    def in_flight(self) -> tuple[str, int] | None:
+        """The step call whose results are not ready yet (the device is busy with it), if any."""
+        key = self.step_key()
+        if key is None or not self.calls.get(key):
+            return None
+        index = len(self.calls[key]) - 1
+        return None if index in self.ready.get(key, {}) else (key, index)
 
     def step_done(self, key: str, synced: bool = False) -> None:
         """A step candidate returned (``synced``: its results are ready, the step is synchronous): end the
@@ -149,7 +226,10 @@ class Recorder:
             def diff(k: str, s0: dict[str, float] = s0, s1: dict[str, float] = s1) -> float:
                 return s1.get(k, 0.0) - s0.get(k, 0.0)
 
-            step, host = min(max(ready[i] - t0, 0.0), it), diff("eager_s:s") + diff("compile_s:s")
+            # known host work: eager ops, compilation, and the host's part of device-value reads (a line's
+            # burst of reads less its wait for a busy device): jax-host-sync's cost, not input
+            reads = max(diff("jax_host_read_span_s:s") - diff("jax_host_read_blocked_s:s"), 0.0)
+            step, host = min(max(ready[i] - t0, 0.0), it), diff("eager_s:s") + diff("compile_s:s") + reads
             # PyTorch: from the optimizer step's end to the next forward, less the host reads made there
             to_forward = max(diff("to_forward_s:s") - diff("torch_host_read_s:s"), 0.0)
             rows.append((it, step, diff("data_wait_s:s"), host, max(it - step - host, 0.0), to_forward))
@@ -157,7 +237,9 @@ class Recorder:
             return None
         iter_ms, step_ms, data_ms, host_ms, idle_ms, to_forward_ms = (1e3 * statistics.median(r[j] for r in rows)
                                                                       for j in range(6))
-        return {"iterations": len(rows), "iter_ms": iter_ms, "step_ms": step_ms, "data_ms": data_ms, "host_ms": host_ms,
+        return {"iterations": len(rows), "iter_ms": iter_ms,
+                "step_ms": step_ms, "data_ms": data_ms, "host_ms": host_ms,
+                "idle_mean_ms": 1e3 * statistics.fmean(r[4] for r in rows),  # the peer of per-step means
                 "idle_ms": idle_ms,  # the rest: after the step's results were ready, before the next call
                 "to_forward_ms": to_forward_ms,  # PyTorch: an optimizer step's end to the next forward
                 "async": self.kinds.get(key) in ASYNC_KINDS}
@@ -172,13 +254,19 @@ class Recorder:
         # Steady state: the intervals between consecutive step starts, from the 2nd step on.
         steady = list(itertools.pairwise(calls[1:]))
         intervals = [b[0] - a[0] for a, b in steady]
-        per_step: dict[str, float] = {}
-        if steady:
-            first, last = calls[1][1], calls[-1][1]
-            for k in set(first) | set(last):
-                per_step[k] = (last.get(k, 0) - first.get(k, 0)) / len(steady)
+        # The one step definition every percentage uses: the steady iterations (one step start to the next)
+        # that compiled nothing, when they are at least half of them (a one-off compile in step 2 would weigh
+        # on every mean); per-step rates are means over the same iterations, so no share passes 100%.
+        quiet = [(a, b) for a, b in steady if b[1].get("compile_s:s", 0.0) == a[1].get("compile_s:s", 0.0)]
+        used = quiet if len(quiet) >= max(len(steady) / 2, 1) else steady
+        totals: dict[str, float] = {}
+        for a, b in used:
+            for k in set(a[1]) | set(b[1]):
+                totals[k] = totals.get(k, 0) + (b[1].get(k, 0) - a[1].get(k, 0))  # counts stay exact integers
+        per_step = {k: v / len(used) for k, v in totals.items()}
         obs: dict[str, Any] = {
             "frameworks": sorted(self.frameworks),
+            "python": {"executable": sys.executable, "version": platform.python_version()},
             "wall_s": wall,
             "steps": len(starts),
             "step_fn": key.split(":", 1)[1] if key else None,
@@ -187,6 +275,8 @@ class Recorder:
             "split": self.split(key) if key else None,
             "steady_steps": len(steady),
             "steady_s": (starts[-1] - starts[1]) if len(starts) > 2 else 0.0,
+            "iter_ms": 1e3 * statistics.fmean(b[0] - a[0] for a, b in used) if used else None,
+            "iterations_used": len(used),
             "step_ms": statistics.median(intervals) * 1e3 if intervals else None,
             "first_step_ms": (starts[1] - starts[0]) * 1e3 if len(starts) > 1 else None,
             "per_step": per_step,
@@ -200,5 +290,6 @@ class Recorder:
             "timed_out": self.timed_out,
             "error": self.error,
             "steady_from_t": (starts[1] - self.t_start) if len(starts) > 1 else None,
+            "machine": self.machine_load(starts[1] if len(starts) > 2 else None, starts[-1] if starts else None),
         }
         return obs

@@ -40,6 +40,9 @@ def to_json(findings: list[Finding], obs: dict[str, Any], script: str | None = N
         "stopped_early": obs.get("stopped_early", False),
         "timed_out": obs.get("timed_out", False),
         "self_errors": self_errors(obs),
+        "python": obs.get("python"),
+        "iter_ms": obs.get("iter_ms"),
+        "observations": obs,  # everything the text is made from (split, per-step rates, notes, info)
     }
 
 
@@ -77,6 +80,11 @@ def render(console: Console, findings: list[Finding], obs: dict[str, Any], title
     """Print one panel per finding, worst first, under a one-line summary of the run."""
     console.print(f"[bold]twinbench doctor[/] {title}", highlight=False)
     console.print(f"  {summary_line(obs)}", highlight=False)
+    py = obs.get("python") or {}
+    if py:
+        console.print(f"  python: {py.get('executable')} ({py.get('version')})"
+                      + ("" if obs.get("python_given") or watching else "; another interpreter: --python PATH"),
+                      highlight=False)
     if not obs.get("step_fn") and not obs.get("error"):
         how = MARK_STEP if watching else HOW_TO_MARK  # inside twinbench.watch() already
         console.print(Text(f"  no training step found: looked for {LOOKED_FOR}; {how}", style="yellow"))
@@ -95,6 +103,7 @@ def render(console: Console, findings: list[Finding], obs: dict[str, Any], title
         return
     for f in findings:
         body = Group(
+            *([Text.assemble(("at: ", "bold"), f.location)] if f.location else []),
             Text(f.evidence, style="default"),
             Text.assemble(("fix: ", "bold"), f.fix),
             Text(f.doc, style="dim underline") if f.doc else Text(""),
