@@ -51,7 +51,12 @@ def explain_run(r: dict[str, Any]) -> dict[str, Any]:
     scopes = {s: {p: v * scale for p, v in row.items() if v} for s, row in b.scopes.items()}
     d = b.to_dict()
     timing = dict(r.get("explain_timing") or {})
-    notes = []
+    notes = busy_warnings(r)
+    negative = {p: v for p, v in timing.items() if not isinstance(v, (int, float)) or v < 0}
+    for p, v in negative.items():  # a phase that came out negative is no measurement: not shown as one
+        del timing[p]
+        notes.append(f"timing: {p} not measured (its difference of timed runs came out {v} ms: "
+                     f"{'the machine was busy' if notes else 'noise larger than the phase'})")
     if timing:
         tsum = sum(timing.get(p, 0.0) for p in PHASES)
         if step and abs(tsum - step) > TOLERANCE * step:
@@ -75,6 +80,15 @@ def explain_run(r: dict[str, Any]) -> dict[str, Any]:
             "categorized_share": d["categorized_share"], "other": d["other"], "notes": notes,
             "trace_path": r.get("trace_path"), "source": b.source,
             "memory_breakdown": r.get("memory_breakdown")}
+
+
+def busy_warnings(r: dict[str, Any]) -> list[str]:
+    """The record's warnings that the machine was busy while it ran (its own, or from its measured load): a
+    gap or a phase measured under contention is not a result, and every explain output says so."""
+    from twinbench.record import condition_warnings
+
+    saved = [w for w in (r.get("warnings") or []) if isinstance(w, str) and w.startswith("machine busy")]
+    return list(dict.fromkeys(saved + [w for w in condition_warnings(r) if w.startswith("machine busy")]))
 
 
 def rows(a: dict[str, Any], b: dict[str, Any], expand: str = "categories") -> list[dict[str, Any]]:
@@ -122,5 +136,10 @@ def sentence(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) 
 def explain_pair(ra: dict[str, Any], rb: dict[str, Any], expand: str = "categories") -> dict[str, Any]:
     a, b = explain_run(ra), explain_run(rb)
     table = rows(a, b, expand)
+    summary = sentence(a, b, table)
+    busy = [x["run"] for x, r in ((a, ra), (b, rb)) if busy_warnings(r)]
+    if busy:
+        summary = (f"the machine was busy while {' and '.join(busy)} ran: this gap is not a reliable measurement "
+                   f"(run again on an idle machine). {summary}")
     return {"a": a, "b": b, "gap_ms": b["step_ms"] - a["step_ms"], "rows": table,
-            "largest": largest(table), "summary": sentence(a, b, table)}
+            "largest": largest(table), "summary": summary, "busy": busy}

@@ -88,6 +88,31 @@ def describe(spec: RunSpec, opts: JobOptions, timeout: float) -> str:
     return text
 
 
+def private_folder(parent: Path) -> Path:
+    """A new folder of this command's own for submitit's files, under ``parent`` (both private to the user).
+
+    submitit keeps each job as pickles (the function and its arguments, then its result), and loading a pickle
+    runs code: so ``parent`` must be the user's own and not writable by others (made 0700), and each command
+    submits into a fresh subfolder it created itself (0700), so the only pickles it ever loads are the ones its
+    own jobs wrote in this run, never one left or placed there before.
+    """
+    import os
+    import tempfile
+
+    from twinbench.spec import SpecError
+
+    try:
+        parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = parent.stat()
+        if st.st_uid != os.getuid():
+            raise SpecError(f"{parent}: owned by another user; submitit's pickles run code when loaded, so "
+                            "twinbench keeps its jobs only in a folder of yours (choose another --out)")
+        os.chmod(parent, 0o700)
+        return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=parent))  # mode 0700
+    except OSError as e:
+        raise SpecError(f"{parent}: cannot make the jobs folder ({e.strerror or e})") from None
+
+
 def _failed(spec: RunSpec, job: Any, state: str, why: str) -> dict[str, Any]:
     return Record.for_spec(spec, "failed", error=f"job {job.job_id} {state}: {why}"[:500], launcher_state=state,
                            job_id=str(job.job_id)).to_dict()
@@ -95,11 +120,12 @@ def _failed(spec: RunSpec, job: Any, state: str, why: str) -> dict[str, Any]:
 
 def submit_many(specs: list[RunSpec], out_dir: Path, timeout: float, opts: JobOptions,
                 done: dict[str, dict[str, Any]], on_start: Callable[[RunSpec], None],
-                on_done: Callable[[RunSpec, dict[str, Any]], None], cache_root: Callable[[RunSpec], Path]) -> list:
+                on_done: Callable[[RunSpec, dict[str, Any]], None], cache_root: Callable[[RunSpec], Path],
+                save: Callable[[Path, dict[str, Any]], None] = append_jsonl) -> list:
     """Submit every spec not in ``done`` as a job (at most ``max_parallel`` at once; one at a time locally),
     append each record to results.jsonl as its job ends; Ctrl-C cancels the jobs not finished."""
     path = out_dir / "results.jsonl"
-    folder = Path(opts.folder) if opts.folder else out_dir / "jobs"
+    folder = private_folder(Path(opts.folder) if opts.folder else out_dir / "jobs")
     parallel = 1 if opts.launcher == "local" or any(s.compile_cache == "warm" for s in specs) else opts.max_parallel
     records: dict[str, dict[str, Any]] = {}
     waiting = [s for s in specs if s.run_id() not in done]
@@ -132,7 +158,7 @@ def submit_many(specs: list[RunSpec], out_dir: Path, timeout: float, opts: JobOp
                     shutil.rmtree(cold, ignore_errors=True)
                 record = _collect(spec, job)
                 record.update(launcher=opts.launcher, job_id=str(job.job_id))
-                append_jsonl(path, record)
+                save(path, record)
                 records[spec.run_id()] = record
                 on_done(spec, record)
     except BaseException:  # Ctrl-C, SIGTERM: cancel what is still queued or running, keep what finished
