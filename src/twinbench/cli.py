@@ -338,6 +338,7 @@ def compare(
     """Train the same model with each framework and strategy, one fresh process per run, and compare."""
     set_wide(wide)
     check_timeout(timeout)
+    UNSAVED.clear()
     user = {"user_model": model or "", "user_jax_model": jax_model or ""}
     specs = with_cache(build_specs(preset, framework, strategies, overrides, **trace_top(trace), **user),
                        cache, cache_dir)
@@ -370,6 +371,10 @@ def compare(
             out.print(f"  {line}", highlight=False, markup=False)
     if not any(r.get("status") == "ok" for r in records) or UNSAVED:
         raise typer.Exit(1)
+    failed = [f"{r.get('framework')}/{r.get('strategy')}" for r in records if r.get("status") == "failed"]
+    if model and failed:  # a run of the user's own model that failed is their problem to see, not a footnote
+        fail(f"{len(failed)} of {len(records)} run(s) of your model failed: {', '.join(failed)} (reasons in the "
+             "rows above)", code=1)
     if model and parity and not parity.get("ok") and not allow_mismatch:
         fail("parity MISMATCH: the JAX port does not compute what the torch model does (see the parity lines "
              "above); its timings are of another computation. --allow-mismatch to exit 0 anyway", code=1)
@@ -404,6 +409,7 @@ def sweep(
 
     set_wide(wide)
     check_timeout(timeout)
+    UNSAVED.clear()
     axes = parse_over(over)
     user = {"user_model": model} if model else {}
     specs = grid_specs(axes, overrides,

@@ -70,6 +70,12 @@ def weights_from_results(results: str | Path, run: str | None = None) -> tuple[R
              and r.get("weights_path")]
     if run:
         saved = [r for r in saved if run in (r.get("run_id"), f"{r.get('framework')}/{r.get('strategy')}")]
+    own = [r for r in saved if isinstance(r.get("spec"), dict) and (r["spec"].get("user_model") or
+                                                                     (r["spec"].get("model") or {}).get("family") == "user")]
+    if own:
+        raise SpecError(f"--from {results}: {own[0].get('framework')}/{own[0].get('strategy')} is a run of your own "
+                        f"model ({own[0]['spec'].get('user_model') or 'user'}), which export does not write as a "
+                        "Hugging Face checkpoint (and never runs)")
     labels = ", ".join(f"{r.get('framework')}/{r.get('strategy')} ({r.get('run_id')})" for r in saved)
     if not saved:
         raise SpecError(f"--from {results}: no successful run{' ' + run if run else ''} saved its weights there; "
@@ -81,9 +87,6 @@ def weights_from_results(results: str | Path, run: str | None = None) -> tuple[R
         spec = RunSpec.from_dict(record["spec"])
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise SpecError(f"--from {results}: the record's spec is not readable by this version ({e})") from None
-    if spec.user_model or spec.model.family == "user":
-        raise SpecError(f"--from {results}: the run is of your own model ({spec.user_model or 'user'}), which "
-                        "export does not write as a Hugging Face checkpoint (and never runs)")
     wpath = Path(record["weights_path"])
     if not wpath.is_file():
         raise SpecError(f"--from {results}: the weights file {wpath} is gone")

@@ -25,7 +25,14 @@ from typing import Any
 
 from twinbench import compile_cache
 from twinbench.measure.peak import LOAD_ENV
-from twinbench.record import Record, RecordWriteError, append_jsonl, condition_warnings, read_records
+from twinbench.record import (
+    Record,
+    RecordWriteError,
+    append_jsonl,
+    condition_warnings,
+    read_records,
+    skipped_note,
+)
 from twinbench.spec import RunSpec, SpecError
 
 RESULTS = "results.jsonl"
@@ -413,7 +420,11 @@ def run_many(
     caches = None
     try:
         with out_lock(out_dir):
-            done = {r.get("run_id"): r for r in read_records(path)[0] if not r.get("launcher_state")
+            problems: list[str] = []
+            found, bad = read_records(path, problems)
+            if bad:  # garbage, a torn last line: skipped (the next record starts on a line of its own)
+                print(f"warning: {skipped_note(path, bad, problems)}", file=sys.stderr)
+            done = {r.get("run_id"): r for r in found if not r.get("launcher_state")
                     and not (retry_failed and r.get("status") == "failed")}
             caches = compile_cache.CachePlan(specs)  # each run's compilation cache directory, cold or warm
             if jobs is not None and jobs.jobs:

@@ -71,7 +71,8 @@ class Styles:
 
 
 def _ok(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in records if r.get("status") == "ok" and r.get("step_ms") is not None]
+    return [r for r in records if r.get("status") == "ok" and r.get("step_ms") is not None
+            and r.get("first_step_s") is not None]  # a record without them (hand-made, older) has no curve
 
 
 def _png(fig: plt.Figure) -> bytes:
