@@ -345,8 +345,9 @@ def check_out_dir(out_dir: Path) -> None:
     try:
         probe.write_text("x")
         probe.unlink()
-        with open(path, "a"):
-            pass
+        if path.exists():
+            with open(path, "a"):
+                pass
     except OSError as e:
         with contextlib.suppress(OSError):
             probe.unlink()
@@ -421,7 +422,7 @@ def run_many(
     try:
         with out_lock(out_dir):
             problems: list[str] = []
-            found, bad = read_records(path, problems)
+            found, bad = read_records(path, problems) if path.is_file() else ([], 0)
             if bad:  # garbage, a torn last line: skipped (the next record starts on a line of its own)
                 print(f"warning: {skipped_note(path, bad, problems)}", file=sys.stderr)
             done = {r.get("run_id"): r for r in found if not r.get("launcher_state")

@@ -6,11 +6,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,30 @@ def describe(spec: RunSpec, opts: JobOptions, timeout: float) -> str:
     return text
 
 
+@contextlib.contextmanager
+def _stderr_to(path: Path, active: bool) -> Iterator[None]:
+    """While ``active``: this process's stderr (file descriptor 2, which a child started now inherits) goes to
+    ``path``. submitit's local controller is such a child; on Ctrl-C it would print its own KeyboardInterrupt
+    traceback among twinbench's one-line message."""
+    if not active:
+        yield
+        return
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def private_folder(parent: Path) -> Path:
     """A new folder of this command's own for submitit's files, under ``parent`` (both private to the user).
 
@@ -142,7 +167,8 @@ def submit_many(specs: list[RunSpec], out_dir: Path, timeout: float, opts: JobOp
                     cold = cache_root(run) / f"cold-job-{uuid.uuid4().hex[:8]}"
                     cold.mkdir(parents=True)
                     run = replace(run, cache_dir=str(cold))
-                job = executor(opts, folder, js, timeout).submit(run_job, run.to_dict(), timeout)
+                with _stderr_to(folder / "controller.err", opts.launcher == "local"):
+                    job = executor(opts, folder, js, timeout).submit(run_job, run.to_dict(), timeout)
                 if opts.launcher == "local":
                     # submitit waits up to 15 s for the result file of a job that ended without one (a slow
                     # shared file system); on this machine's own disk a dead job has none to wait for
