@@ -345,10 +345,9 @@ def read_records(path: Path, problems: list[str] | None = None) -> tuple[list[di
     ``problems`` (when given) receives one short reason per skipped line (``line 3: not JSON``).
     """
     records, bad = [], 0
-    try:
-        text = Path(path).read_bytes().decode(errors="replace")
-    except IsADirectoryError:
-        raise OSError(f"{path} is a directory, not a results file") from None
+    if not Path(path).is_file():  # a directory, a device (/dev/zero never ends), a FIFO: never read
+        raise OSError(f"{path} is not a regular file")
+    text = Path(path).read_bytes().decode(errors="replace")
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
