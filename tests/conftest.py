@@ -10,6 +10,9 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # The suite checks computations on the CPU: simulated JAX devices, torchrun with gloo ranks, doctor examples that
 # force host devices. On a GPU machine both frameworks are pinned to the CPU too, so `make test` passes there.
 os.environ["JAX_PLATFORMS"] = "cpu"
+# The tests read whole table rows: the command line's output is 180 columns wide in them (a user's log gets
+# 100 unless COLUMNS says otherwise; tests/test_safety.py checks that default)
+os.environ.setdefault("COLUMNS", "180")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 # The tests check what is computed, never how fast (speed is measured in benchmarks/): XLA compiles without its
 # backend optimisations, ~30% faster, in this process and every run it starts. Both sides of every comparison

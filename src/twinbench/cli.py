@@ -31,7 +31,66 @@ from twinbench.spec import (
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Measure the same Transformer trained in PyTorch and JAX, honestly.")
 console = Console(stderr=True)
-out = Console(width=None if sys.stdout.isatty() else 180)
+#: a terminal's own width; elsewhere (a log, a pipe) 100 columns: tables fold their columns, notes wrap. --wide:
+#: every table at its natural width
+NARROW = 100
+
+
+def _width() -> int | None:
+    if sys.stdout.isatty():
+        return None
+    cols = os.environ.get("COLUMNS", "")
+    return int(cols) if cols.isdigit() and int(cols) > 0 else NARROW
+
+
+out = Console(width=_width())
+#: lines saying where records that could not be written to results.jsonl were kept (runner.save_record)
+UNSAVED: list[str] = []
+
+
+def set_wide(wide: bool) -> None:
+    """``--wide``: tables and notes at their full width, never folded."""
+    if wide:
+        out.width = 400
+
+
+def check_json(json_path: Path | None, flag: str = "--json") -> None:
+    """Fail before any work when ``json_path`` cannot be written (no such folder, a directory, read-only)."""
+    if json_path is None:
+        return
+    parent = json_path.parent
+    if json_path.is_dir():
+        fail(f"{flag} {json_path}: a directory, not a file")
+    if not parent.is_dir():
+        fail(f"{flag} {json_path}: no folder {parent} (create it first)")
+    if not os.access(parent, os.W_OK) or (json_path.exists() and not os.access(json_path, os.W_OK)):
+        fail(f"{flag} {json_path}: cannot write there")
+
+
+def check_timeout(timeout: float) -> None:
+    if not timeout > 0:  # NaN too
+        fail(f"--timeout must be a positive number of seconds, got {timeout:g}")
+
+
+def ready_outputs(target: Path, json_path: Path | None, timeout: float | None = None) -> None:
+    """Every check of where results go, before anything runs: --out a writable directory, --json writable."""
+    if timeout is not None:
+        check_timeout(timeout)
+    check_json(json_path)
+    try:
+        runner.check_out_dir(target)
+    except SpecError as e:
+        fail(str(e))
+
+
+def write_text(path: Path, text: str, what: str) -> bool:
+    """Write an output file; a failure is a warning (the records are already safe in results.jsonl)."""
+    try:
+        path.write_text(text)
+        return True
+    except OSError as e:
+        console.print(f"[yellow]warning:[/] {what} not written to {path}: {e.strerror or e}", highlight=False)
+        return False
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -119,9 +178,10 @@ def with_launcher_flags(fn: Callable) -> Callable:
 
 
 def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_steps: int, json_path: Path | None,
-                   title: str, report: bool = True) -> list[dict[str, Any]]:
-    """Run specs with a progress bar, then print the table and write summary.md (and --json); with
-    ``report`` also report.html + report.md (see :func:`write_report`)."""
+                   title: str, report: bool = True, retry_failed: bool = False) -> list[dict[str, Any]]:
+    """Run specs with a progress bar (one line per finished run when stderr is not a terminal), then print the
+    table and write summary.md (every run of the results file) and --json; with ``report`` also report.html +
+    report.md (see :func:`write_report`)."""
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from twinbench.report.table import conditions, crossings, markdown, rich_table
@@ -140,35 +200,71 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
                                          device.gpu_count(), os.environ.get("JAX_PLATFORMS"))
         if problem:
             fail(problem)
+    from twinbench.byo.plan import parity_summary, read_parity
+    from twinbench.record import duplicates, latest_per_run, read_records
+
+    terminal = console.is_terminal
+    started = time.perf_counter()
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console,
-                  transient=True) as progress:
+                  transient=True, disable=not terminal) as progress:
         task = progress.add_task("starting", total=len(specs))
+        count = [0]
 
         def on_start(spec: RunSpec) -> None:
             progress.update(task, description=f"running {spec.label()} ({spec.preset})")
 
         def on_done(spec: RunSpec, record: dict[str, Any]) -> None:
             progress.advance(task)
-            if record.get("status") != "ok":
+            count[0] += 1
+            if not terminal:  # a log: one line per finished run, so a long compare is never silent
+                step = record.get("step_ms")
+                how = f"{step:.1f} ms/step" if isinstance(step, (int, float)) else record.get("error") or ""
+                console.print(f"run {count[0]}/{len(specs)} {spec.label()} ({spec.preset}): {record.get('status')}"
+                              f"{', ' + how if how else ''} [{time.perf_counter() - started:.0f} s]",
+                              highlight=False, markup=False, soft_wrap=True)
+            elif record.get("status") != "ok":
                 progress.console.print(f"[red]{record.get('status')}[/] {spec.label()}: {record.get('error')}",
                                        highlight=False)
 
+        notes: list[str] = []
         try:
-            records = runner.run_many(specs, out_dir, timeout, on_start, on_done, jobs=jobs)
+            records = runner.run_many(specs, out_dir, timeout, on_start, on_done, jobs=jobs,
+                                      retry_failed=retry_failed, notes=notes)
         except runner.Interrupted:
             progress.stop()
             fail(f"interrupted; finished runs are in {out_dir / runner.RESULTS}; "
                  f"continue with --resume {out_dir}", code=130)
+        except SpecError as e:
+            progress.stop()
+            fail(str(e))
+    UNSAVED.extend(notes)
     out.print(rich_table(records, plan_steps, title))
-    for line in conditions(records) + crossings(records):
-        out.print(f"  {line}", highlight=False)
-    (out_dir / "summary.md").write_text(markdown(records, plan_steps, title))
+    parity = parity_summary(read_parity(out_dir))
+    for line in conditions(records) + crossings(records) + ([parity] if parity else []):
+        out.print(f"  {line}", highlight=False, markup=False)
+    # summary.md: every run of the results file (an --out written by several commands shows all of them)
+    try:
+        every, _ = read_records(out_dir / runner.RESULTS)
+    except OSError:
+        every = []
+    twice = duplicates(every)
+    if twice:
+        console.print(f"[yellow]warning:[/] {out_dir / runner.RESULTS} holds {len(twice)} configuration(s) measured "
+                      f"more than once ({', '.join(f'{k} x{n}' for k, n in list(twice.items())[:4])}); the "
+                      "summary and the report show the last of each", highlight=False)
+    shown = latest_per_run(every) or records
+    summary = markdown(shown, plan_steps, title)
+    if parity:
+        summary += f"\n- {parity}\n"
+    write_text(out_dir / "summary.md", summary, "summary.md")
     if json_path:
-        json_path.write_text(json.dumps(records, indent=1))
+        write_text(json_path, json.dumps(records, indent=1), "--json")
     out.print(f"  results: {out_dir / runner.RESULTS}, {out_dir / 'summary.md'}", highlight=False)
     if report:
         write_report(out_dir, plan_steps)
+    for line in notes:
+        console.print(f"not saved: {line}", highlight=False, markup=False)
     return records
 
 
@@ -238,9 +334,18 @@ def compare(
         "twinbench.byo.JaxUserModel (loss_fn, to_jax): parity-checked, then measured as strategy 'port'"),
     repeats: int = typer.Option(1, help="run every configuration N times, interleaved (A B, A B, ...), each a "
                                         "fresh process: the repeats `twinbench diff` needs to tell code from drift"),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="with --resume: run again the runs whose "
+                                      "record says failed (the new record replaces the failed one in the reports)"),
+    allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help="with --jax-model: exit 0 even when the "
+                                        "port fails its parity check against the torch model (default: exit 1)"),
+    wide: bool = typer.Option(False, "--wide", help="print tables at their full width (default: fit the terminal, "
+                              "or 100 columns when the output is not a terminal)"),
     **overrides: Any,
 ) -> None:
     """Train the same model with each framework and strategy, one fresh process per run, and compare."""
+    set_wide(wide)
+    check_timeout(timeout)
+    UNSAVED.clear()
     user = {"user_model": model or "", "user_jax_model": jax_model or ""}
     specs = with_cache(build_specs(preset, framework, strategies, overrides, **trace_top(trace), **user),
                        cache, cache_dir)
@@ -250,6 +355,7 @@ def compare(
     if resume is not None and not (resume / runner.RESULTS).exists():
         raise SpecError(f"--resume {resume}: no {runner.RESULTS} there")
     target = resume or out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    ready_outputs(target, json_path, timeout)
     if explain:  # trace + explain's timing after the measured steps (twinbench/explain)
         from twinbench.explain.runs import for_explain
 
@@ -260,7 +366,8 @@ def compare(
         specs, parity = plan.prepare(specs, target, timeout)
         for line in plan.parity_lines(parity) if parity else []:
             out.print(line, highlight=False)
-    records = run_and_report(specs, target, timeout, plan_steps, json_path, "twinbench compare")
+    records = run_and_report(specs, target, timeout, plan_steps, json_path, "twinbench compare",
+                             retry_failed=retry_failed)
     print_sharding(records, show_sharding)
     if explain:
         from twinbench.explain.command import print_runs
@@ -269,8 +376,15 @@ def compare(
     if model:  # the doctor's findings on the JAX side of a user model
         for line in plan.doctor_lines(records):
             out.print(f"  {line}", highlight=False, markup=False)
-    if not any(r.get("status") == "ok" for r in records):
+    if not any(r.get("status") == "ok" for r in records) or UNSAVED:
         raise typer.Exit(1)
+    failed = [f"{r.get('framework')}/{r.get('strategy')}" for r in records if r.get("status") == "failed"]
+    if model and failed:  # a run of the user's own model that failed is their problem to see, not a footnote
+        fail(f"{len(failed)} of {len(records)} run(s) of your model failed: {', '.join(failed)} (reasons in the "
+             "rows above)", code=1)
+    if model and parity and not parity.get("ok") and not allow_mismatch:
+        fail("parity MISMATCH: the JAX port does not compute what the torch model does (see the parity lines "
+             "above); its timings are of another computation. --allow-mismatch to exit 0 anyway", code=1)
 
 
 @app.command()
@@ -293,11 +407,16 @@ def sweep(
     cache_dir: Optional[Path] = CACHE_DIR_OPTION,  # noqa: UP045
     model: Optional[str] = typer.Option(  # noqa: UP045
         None, "--model", help="your own PyTorch model, FILE.py:build, swept instead of a twin (see compare --model)"),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="with --resume: run the failed runs again"),
+    wide: bool = typer.Option(False, "--wide", help="print tables at their full width"),
     **overrides: Any,
 ) -> None:
     """Run compare at every point of a grid (same strategies), into one results file and one table."""
     from twinbench.sweep import grid_specs, parse_over
 
+    set_wide(wide)
+    check_timeout(timeout)
+    UNSAVED.clear()
     axes = parse_over(over)
     user = {"user_model": model} if model else {}
     specs = grid_specs(axes, overrides,
@@ -309,13 +428,14 @@ def sweep(
         raise SpecError(f"--resume {resume}: no {runner.RESULTS} there")
     target = resume or out_dir or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
     title = "twinbench sweep over " + ", ".join(f"{k}={','.join(map(str, v))}" for k, v in axes)
+    ready_outputs(target, json_path, timeout)
     if model:  # the user's model checked and its initial weights written once per shape, before any run
         from twinbench.byo import plan
 
         specs = plan.prepare_points(specs, target, timeout)
-    records = run_and_report(specs, target, timeout, plan_steps, json_path, title)
+    records = run_and_report(specs, target, timeout, plan_steps, json_path, title, retry_failed=retry_failed)
     print_scaling(records)
-    if not any(r.get("status") == "ok" for r in records):
+    if not any(r.get("status") == "ok" for r in records) or UNSAVED:
         raise typer.Exit(1)
 
 
@@ -466,6 +586,8 @@ def score(
 
     from twinbench.score import score as run_score
 
+    check_timeout(timeout)
+    check_json(json_path)
     try:
         result = run_score(str(init_from), str(data), csv(framework) or [], str(tokenizer) if tokenizer else None,
                            batch, max_windows, compare_windows, timeout)
@@ -490,7 +612,7 @@ def score(
                   f"{result['max_abs_logit']:.3g}); max per-window loss diff {result['max_window_loss_diff']:.3g}",
                   highlight=False)
     if json_path:
-        json_path.write_text(json.dumps(result, indent=1))
+        write_text(json_path, json.dumps(result, indent=1), "--json")
     if any(r["status"] != "ok" for r in result["frameworks"].values()):
         raise typer.Exit(1)
 
@@ -546,6 +668,7 @@ def claims(
     except SpecError as e:
         fail(str(e))
     target = out_dir or Path("runs") / time.strftime("claims-%Y%m%d-%H%M%S")
+    ready_outputs(target, json_path, timeout)
     if model:  # the user's model checked and its initial weights written once per shape, before any run
         from twinbench.byo import plan as byo_plan
 
@@ -697,12 +820,19 @@ def diff_cmd(
     from twinbench import diff as tdiff
     from twinbench.report.table import fmt_bytes
 
-    if fail_above is not None and fail_above < 0:
+    if fail_above is not None and not fail_above >= 0:
         fail(f"--fail-above must be >= 0 (percent), got {fail_above:g}")
+    check_json(json_path)
+    skipped: list[str] = []
     try:
-        d = tdiff.diff(tdiff.load(old), tdiff.load(new))
+        d = tdiff.diff(tdiff.load(old, skipped), tdiff.load(new, skipped))
     except tdiff.DiffError as e:
         fail(str(e))
+    for line in skipped:
+        console.print(f"warning: {line}", highlight=False, markup=False)
+    if skipped and fail_above is not None:
+        fail("--fail-above: cannot pass a gate over results with lines that are not records (NaN or non-positive "
+             "step times, garbage): see the warning(s) above")
     table = Table(title=f"twinbench diff {old} -> {new}")
     for col in ("run", "OLD step ms", "NEW step ms", "NEW/OLD [95% CI]", "verdict", "compile s", "1st step s",
                 "peak mem", "MFU", "losses"):
@@ -726,7 +856,7 @@ def diff_cmd(
     for line in tdiff.lines(d):
         out.print(f"  {line}", highlight=False, soft_wrap=True)
     if json_path:
-        json_path.write_text(json.dumps(d.to_dict(), indent=1))
+        write_text(json_path, json.dumps(d.to_dict(), indent=1), "--json")
     if fail_above is not None:
         failing = d.gate(fail_above)
         for p in failing:
@@ -767,13 +897,14 @@ def advise(
     specs = [s for s in build_specs(preset, framework, strategies, overrides, **trace_top(trace), **user)
              if not getattr(registry.get(s.framework, s.strategy), "known_failing", False)]
     target = out_dir or Path("runs") / time.strftime("advise-%Y%m%d-%H%M%S")
+    ready_outputs(target, None, timeout)
     if model:  # check the user's model and write its initial weights once, before any run (exit 2 if bad)
         from twinbench.byo import plan as byo_plan
 
         specs, _ = byo_plan.prepare(specs, target, timeout)
     records = run_and_report(specs, target, timeout, plan_steps, None, "twinbench advise", report=False)
     advice = decide(records, plan_steps, changes_per_day, results=str(target / runner.RESULTS))
-    (target / "advice.json").write_text(json.dumps(advice, indent=1))
+    write_text(target / "advice.json", json.dumps(advice, indent=1), "advice.json")
     out.print()
     for line in advice["lines"]:
         out.print(line, highlight=False, markup=False)
@@ -807,8 +938,8 @@ def doctor(
 
     if steps is not None and steps <= 0:
         fail(f"--steps must be a positive integer, got {steps}")
-    if timeout <= 0:
-        fail(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    check_timeout(timeout)
+    check_json(json_path)
     try:
         with console.status(f"running {script} under the doctor"):
             result = run_doctor(script, list(script_args or []), steps, timeout, python=python)
@@ -819,11 +950,11 @@ def doctor(
     no_step = no_step_message(result.observations, str(script))
     if no_step and not result.self_errors:  # nothing per step could be said: not a clean bill of health
         if json_path:
-            json_path.write_text(json.dumps(result.to_json(str(script)), indent=1))
+            write_text(json_path, json.dumps(result.to_json(str(script)), indent=1), "--json")
         fail(no_step)
     render(out, result.findings, result.observations, str(script))
     if json_path:
-        json_path.write_text(json.dumps(result.to_json(str(script)), indent=1))
+        write_text(json_path, json.dumps(result.to_json(str(script)), indent=1), "--json")
     if result.timed_out:
         fail(f"{script} did not finish within --timeout {timeout:g} s; stopped after "
              f"{result.observations.get('steps', 0)} steps (the findings above cover that part); "
@@ -863,6 +994,8 @@ def explain_cmd(
 
     target = out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     expand = "scopes" if scopes else "categories"
+    check_timeout(timeout)
+    check_json(json_path)
     try:
         if command.trace_file.is_trace(run_a) or run_b is None or command.trace_file.is_trace(run_b):
             result = command.explain_traces(run_a, run_b, expand, step_marker, rank, device, hlo)
@@ -895,7 +1028,7 @@ def explain_cmd(
         for d in result["depth"]:
             out.print(f"  depth: {d['sentence']}", highlight=False)
     if json_path:
-        json_path.write_text(json.dumps(result, indent=1))
+        write_text(json_path, json.dumps(result, indent=1), "--json")
 
 
 def main() -> None:  # pragma: no cover - console entry point convenience

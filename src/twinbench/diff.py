@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.measure.device import platform_name
-from twinbench.record import condition_warnings, read_records
+from twinbench.record import condition_warnings, read_records, skipped_note
 
 METHOD = ("per-repeat median step times; ratio NEW/OLD = exp(mean log NEW - mean log OLD); 95% CI: Welch's t "
           "interval on the log medians (scipy.stats.ttest_ind, equal_var=False), exponentiated")
@@ -51,16 +51,24 @@ class DiffError(ValueError):
     """Input that cannot be diffed: the message is one line, fit to print."""
 
 
-def load(path: Path) -> list[dict[str, Any]]:
-    """The twinbench records of a results directory or a ``results.jsonl`` file (one line error otherwise)."""
+def load(path: Path, skipped: list[str] | None = None) -> list[dict[str, Any]]:
+    """The twinbench records of a results directory or a ``results.jsonl`` file (one line error otherwise);
+    ``skipped`` (when given) receives a line saying how many lines were not records, and why the first was."""
     path = Path(path)
     file = path / "results.jsonl" if path.is_dir() else path
-    if not file.exists():
+    if not file.is_file():
         raise DiffError(f"{path}: no such results directory or file" if not path.exists()
                         else f"{path}: no results.jsonl there (run `twinbench compare --out {path}`)")
-    records, bad = read_records(file)
+    problems: list[str] = []
+    try:
+        records, bad = read_records(file, problems)
+    except OSError as e:
+        raise DiffError(f"{file}: cannot read it ({e})") from None
     if not records:
-        raise DiffError(f"{file}: no twinbench records in it" + (f" ({bad} line(s) that are not)" if bad else ""))
+        raise DiffError(f"{file}: no twinbench records in it" + (f" ({bad} line(s) that are not; first: "
+                                                                 f"{problems[0]})" if bad else ""))
+    if bad and skipped is not None:
+        skipped.append(skipped_note(file, bad, problems))
     return records
 
 

@@ -14,7 +14,7 @@ from twinbench.models import family as families
 from twinbench.models import weights as canonical
 from twinbench.models.hf import FLAG, check_shapes, checkpoint_fields, expected_shapes, load_hf
 from twinbench.models.weights import Canonical
-from twinbench.record import read_jsonl
+from twinbench.record import read_records
 from twinbench.spec import RunSpec, SpecError
 
 
@@ -62,9 +62,20 @@ def weights_from_results(results: str | Path, run: str | None = None) -> tuple[R
     path = Path(results) / "results.jsonl"
     if not path.is_file():
         raise SpecError(f"--from {results}: no results.jsonl there")
-    saved = [r for r in read_jsonl(path) if r.get("status") == "ok" and r.get("weights_path")]
+    try:
+        records, _ = read_records(path)
+    except OSError as e:
+        raise SpecError(f"--from {results}: cannot read {path} ({e})") from None
+    saved = [r for r in records if r.get("status") == "ok" and isinstance(r.get("weights_path"), str)
+             and r.get("weights_path")]
     if run:
         saved = [r for r in saved if run in (r.get("run_id"), f"{r.get('framework')}/{r.get('strategy')}")]
+    own = [r for r in saved if isinstance(r.get("spec"), dict) and (r["spec"].get("user_model") or
+                                                                     (r["spec"].get("model") or {}).get("family") == "user")]
+    if own:
+        raise SpecError(f"--from {results}: {own[0].get('framework')}/{own[0].get('strategy')} is a run of your own "
+                        f"model ({own[0]['spec'].get('user_model') or 'user'}), which export does not write as a "
+                        "Hugging Face checkpoint (and never runs)")
     labels = ", ".join(f"{r.get('framework')}/{r.get('strategy')} ({r.get('run_id')})" for r in saved)
     if not saved:
         raise SpecError(f"--from {results}: no successful run{' ' + run if run else ''} saved its weights there; "
@@ -74,11 +85,14 @@ def weights_from_results(results: str | Path, run: str | None = None) -> tuple[R
     record = saved[0]
     try:
         spec = RunSpec.from_dict(record["spec"])
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise SpecError(f"--from {results}: the record's spec is not readable by this version ({e})") from None
     wpath = Path(record["weights_path"])
     if not wpath.is_file():
         raise SpecError(f"--from {results}: the weights file {wpath} is gone")
-    w = {k: np.asarray(v, dtype=np.float32) for k, v in canonical.load(wpath).items()}
+    try:
+        w = {k: np.asarray(v, dtype=np.float32) for k, v in canonical.load(wpath).items()}
+    except Exception as e:  # not a safetensors file
+        raise SpecError(f"--from {results}: cannot read {wpath} as safetensors ({type(e).__name__})") from None
     check_shapes(w, expected_shapes(spec.model), f"--from {results}")
     return spec, w, f"the trained weights of {labels} in {results}"

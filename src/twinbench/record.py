@@ -6,8 +6,11 @@ too, with ``status == "failed"``, the reason in ``error`` and the measured field
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
+import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -208,45 +211,217 @@ def condition_warnings(r: dict[str, Any]) -> list[str]:
     return out
 
 
+class RecordWriteError(OSError):
+    """A record could not be appended to its results file; ``kept`` says where it was kept instead."""
+
+    def __init__(self, path: Path, cause: OSError, kept: Path | None) -> None:
+        self.path, self.cause, self.kept = Path(path), cause, kept
+        where = f"; the record was kept in {kept}" if kept else "; the record could not be kept anywhere"
+        super().__init__(f"cannot write {path}: {cause.strerror or cause}{where}")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def unsaved_dir() -> Path:
+    """Where records that could not be written to their results file are kept (one file per run)."""
+    import tempfile
+
+    return Path(os.environ.get("TWINBENCH_UNSAVED_DIR") or Path(tempfile.gettempdir()) / "twinbench-unsaved")
+
+
+def keep_unsaved(record: dict[str, Any], path: Path) -> Path | None:
+    """Keep a record that could not be appended to ``path``: first beside it (``path``.unsaved.jsonl, a separate
+    file may still fit where an append failed), else in :func:`unsaved_dir`. None when both fail."""
+    line = (json.dumps(record) + "\n").encode()
+    name = f"{int(time.time())}-{os.getpid()}-{record.get('run_id') or 'run'}.jsonl"
+    for target in (Path(path).with_name(Path(path).name + ".unsaved.jsonl"), unsaved_dir() / name):
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                _write_all(fd, _newline_first(fd) + line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return target
+        except OSError:
+            continue
+    return None
+
+
+def _newline_first(fd: int) -> bytes:
+    """``b"\\n"`` when the file of ``fd`` does not end with a newline (a torn last line): a record always starts on
+    a line of its own."""
+    size = os.fstat(fd).st_size
+    if not size:
+        return b""
+    try:
+        return b"" if os.pread(fd, 1, size - 1) == b"\n" else b"\n"
+    except OSError:  # opened write-only
+        with open(fd, "rb", closefd=False) as f:
+            f.seek(size - 1)
+            return b"" if f.read(1) == b"\n" else b"\n"
+
+
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    """Append one record and flush it to disk, so an interrupted run keeps every finished row."""
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    """Append one record and flush it to disk, so an interrupted run keeps every finished row.
+
+    The record starts on a line of its own (after a torn last line, a newline first). When the write fails
+    (disk full, no permission, ``path`` a directory), what was written of it is cut off again and the record is
+    kept elsewhere (:func:`keep_unsaved`); :class:`RecordWriteError` says where.
+    """
+    line = (json.dumps(record) + "\n").encode()
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as e:
+        raise RecordWriteError(path, e, keep_unsaved(record, path)) from None
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            _write_all(fd, _newline_first(fd) + line)
+            os.fsync(fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)  # no torn line left behind
+            raise RecordWriteError(path, e, keep_unsaved(record, path)) from None
+    finally:
+        os.close(fd)
 
 
 #: the fields every record has, whatever its status
 REQUIRED = ("framework", "strategy", "status")
+#: fields whose non-finite or non-positive value makes a record unusable (skipped, counted as malformed)
+TIMES = ("step_ms", "step_ms_p10", "step_ms_p90", "step_ms_mean", "compile_s", "first_step_s")
 
 
-def read_records(path: Path) -> tuple[list[dict[str, Any]], int]:
+def _field_types() -> dict[str, tuple[str, bool]]:
+    """Each Record field: its kind (str, num, list, dict) and whether None is allowed."""
+    out = {}
+    for f in fields(Record):
+        t = str(f.type)
+        kind = ("list" if t.startswith("list") else "dict" if t.startswith("dict")
+                else "num" if t.split(" |")[0] in ("int", "float") else "str" if t.split(" |")[0] == "str" else "")
+        if kind:
+            out[f.name] = (kind, "None" in t)
+    return out
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def check_record(rec: Any) -> str | None:
+    """Why ``rec`` (a parsed line) is not a usable record, or None. Non-finite numbers outside the timings
+    become None (not measured); a timing that is not a positive finite number rejects the record."""
+    if not isinstance(rec, dict):
+        return f"a JSON {type(rec).__name__}, not a record"
+    missing = [k for k in REQUIRED if k not in rec]
+    if missing:
+        return f"no {missing[0]!r} field"
+    for name, (kind, nullable) in _FIELD_TYPES.items():
+        if name not in rec:
+            continue
+        v = rec[name]
+        if v is None:
+            if not nullable and name in REQUIRED:
+                return f"{name} is null"
+            continue
+        ok = {"str": isinstance(v, str), "num": _number(v), "list": isinstance(v, list),
+              "dict": isinstance(v, dict)}[kind]
+        if not ok:
+            return f"{name} is a {type(v).__name__}"
+        if kind == "num" and not math.isfinite(v):
+            if name in TIMES:
+                return f"{name} is {v}"
+            rec[name] = None
+        elif name in TIMES and kind == "num" and v <= 0 and name != "compile_s":
+            return f"{name} is {v:g} (not a positive time)"
+    times = rec.get("step_times_ms") or []
+    if any(not _number(t) or not math.isfinite(t) or t <= 0 for t in times):
+        return "step_times_ms holds a value that is not a positive finite number"
+    if any(not _number(x) for x in rec.get("losses") or []):
+        return "losses holds a value that is not a number"
+    if rec.get("compile_s") is not None and rec["compile_s"] < 0:
+        return f"compile_s is {rec['compile_s']:g} (negative)"
+    return None
+
+
+def read_records(path: Path, problems: list[str] | None = None) -> tuple[list[dict[str, Any]], int]:
     """The twinbench records of a results file, and how many of its non-blank lines were not one (malformed
-    JSON, or JSON without the fields every record has): for commands that read results users hand them."""
+    JSON, a torn last line, JSON that is not an object with the fields every record has, a field of the wrong
+    type, a timing that is NaN or not positive): the one reader of results files every command uses.
+
+    ``problems`` (when given) receives one short reason per skipped line (``line 3: not JSON``).
+    """
     records, bad = [], 0
-    for line in path.read_text(errors="replace").splitlines():
+    if not Path(path).is_file():  # a directory, a device (/dev/zero never ends), a FIFO: never read
+        raise OSError(f"{path} is not a regular file")
+    text = Path(path).read_bytes().decode(errors="replace")
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
-        except ValueError:
-            bad += 1
-            continue
-        if isinstance(rec, dict) and all(k in rec for k in REQUIRED):
+            why = check_record(rec)
+        except (ValueError, RecursionError):
+            why = "not JSON (a torn or garbled line)"
+        if why is None:
             records.append(rec)
-        else:
-            bad += 1
+            continue
+        bad += 1
+        if problems is not None:
+            problems.append(f"line {n}: {why}")
     return records, bad
+
+
+def latest_per_run(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per run id, the last one written (a run retried with ``--retry-failed`` replaces its failed
+    row; records without a run id are all kept), in the order the runs were first written."""
+    first: dict[Any, int] = {}
+    out: list[dict[str, Any]] = []
+    for r in records:
+        rid = r.get("run_id")
+        if rid and rid in first:
+            out[first[rid]] = r
+            continue
+        if rid:
+            first[rid] = len(out)
+        out.append(r)
+    return out
+
+
+def duplicates(records: list[dict[str, Any]]) -> dict[str, int]:
+    """Run ids that appear more than once, with how many times (the same configuration measured twice)."""
+    counts: dict[str, int] = {}
+    for r in records:
+        if r.get("run_id"):
+            counts[r["run_id"]] = counts.get(r["run_id"], 0) + 1
+    return {k: n for k, n in counts.items() if n > 1}
+
+
+def skipped_note(path: Path, bad: int, problems: list[str]) -> str:
+    """One line saying how many lines of ``path`` were skipped, and why the first one was."""
+    first = f" (first: {problems[0]})" if problems else ""
+    return f"skipped {bad} line(s) of {path} that are not twinbench records{first}"
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Every complete record of a results file; a torn last line (killed mid-write) is skipped."""
     out = []
-    if not path.exists():
+    if not Path(path).is_file():
         return out
-    for line in path.read_text().splitlines():
+    for line in Path(path).read_bytes().decode(errors="replace").splitlines():
         try:
-            out.append(json.loads(line))
-        except ValueError:
+            rec = json.loads(line)
+        except (ValueError, RecursionError):
             continue
+        if isinstance(rec, dict):
+            out.append(rec)
     return out
+
+
+_FIELD_TYPES = _field_types()

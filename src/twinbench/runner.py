@@ -25,7 +25,14 @@ from typing import Any
 
 from twinbench import compile_cache
 from twinbench.measure.peak import LOAD_ENV
-from twinbench.record import Record, append_jsonl, condition_warnings, read_jsonl
+from twinbench.record import (
+    Record,
+    RecordWriteError,
+    append_jsonl,
+    condition_warnings,
+    read_records,
+    skipped_note,
+)
 from twinbench.spec import RunSpec, SpecError
 
 RESULTS = "results.jsonl"
@@ -40,12 +47,12 @@ def _reason_from_stderr(stderr: str, returncode: int) -> str:
     lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
     tail = "\n".join(lines[-30:])
     if any(m in tail for m in OOM_MARKERS):
-        return "out of memory: " + next(ln for ln in reversed(lines) if any(m in ln for m in OOM_MARKERS))[:300]
+        return "out of memory: " + next(ln for ln in reversed(lines) if any(m in ln for m in OOM_MARKERS))
     if returncode < 0:
         sig = signal.Signals(-returncode).name
         hint = " (killed: out of memory?)" if sig == "SIGKILL" else ""
         return f"worker died from {sig}{hint}"
-    return (lines[-1] if lines else f"worker exited with code {returncode}")[:500]
+    return lines[-1] if lines else f"worker exited with code {returncode}"
 
 
 @dataclass
@@ -195,7 +202,9 @@ LOAD = LoadMeter()
 
 def child_env(reading: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a worker: ours, ``env``, and the load per core it started under (measure/peak.py)."""
-    out = {**os.environ, **(env or {})}
+    from twinbench import lifeline
+
+    out = {**os.environ, **(env or {}), **lifeline.child_env()}
     load, cpus = reading.get("load_avg_1m_external"), reading.get("cpu_count")
     if load is not None and cpus:
         out[LOAD_ENV] = f"{load / cpus:.3f}"
@@ -324,6 +333,75 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+LOCK = ".twinbench.lock"
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Fail (SpecError, one line) before any run when ``out_dir`` is a file, cannot be created or written, or its
+    ``results.jsonl`` cannot be appended to: a measurement is never made only to be lost."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise SpecError(f"--out {out_dir}: a file, not a directory")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SpecError(f"--out {out_dir}: cannot create it ({e.strerror or e})") from None
+    path = out_dir / RESULTS
+    if path.exists() and not path.is_file():
+        raise SpecError(f"--out {out_dir}: its {RESULTS} is not a file")
+    probe = out_dir / f".twinbench-write-check-{os.getpid()}"
+    try:
+        probe.write_text("x")
+        probe.unlink()
+        if path.exists():
+            with open(path, "a"):
+                pass
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+        raise SpecError(f"--out {out_dir}: cannot write there ({e.strerror or e})") from None
+
+
+@contextlib.contextmanager
+def out_lock(out_dir: Path) -> Iterator[None]:
+    """Hold ``out_dir``'s lock while runs append to it: a second twinbench writing the same results directory at
+    the same time (which would run the same configurations twice and split the summary) fails at once."""
+    import fcntl
+
+    lock_path = Path(out_dir) / LOCK
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:  # a read-only place was refused by check_out_dir already; nothing to lock here
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            raise SpecError(f"--out {out_dir}: another twinbench (pid {holder}) is writing there now; wait for it "
+                            "to end or choose another --out") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def save_record(path: Path, record: dict[str, Any], notes: list[str] | None) -> None:
+    """Append ``record`` to ``path``; when that fails, keep it elsewhere and add a line saying where to ``notes``
+    (the runs go on: the next record may fit, and each one that does not is kept too)."""
+    try:
+        append_jsonl(path, record)
+    except RecordWriteError as e:
+        line = str(e)
+        if e.kept is not None:
+            line += f" (append it back with `cat {e.kept} >> {path}`)"
+        if notes is not None:
+            notes.append(line)
+        print(f"warning: {line}", file=sys.stderr)
+
+
 def run_many(
     specs: Iterable[RunSpec],
     out_dir: Path,
@@ -331,42 +409,54 @@ def run_many(
     on_start: Callable[[RunSpec], None] = lambda s: None,
     on_done: Callable[[RunSpec, dict[str, Any]], None] = lambda s, r: None,
     jobs: Any = None,
+    retry_failed: bool = False,
+    notes: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Run every spec not already in ``out_dir/results.jsonl``; return all records for these specs.
 
     Each run is a fresh local subprocess, or with ``jobs`` (``launch.JobOptions`` of ``--launcher local|slurm``)
     a submitit job that runs it the same way (launch/jobs.py). A row that failed because the scheduler ended
     its job (killed, preempted, node failure: ``launcher_state``) is run again by ``--resume``; a run that
-    failed by itself is not. SIGTERM is turned into :class:`Interrupted` like Ctrl-C, so a killed compare
-    stops cleanly (and cancels the jobs it submitted).
+    failed by itself is not, unless ``retry_failed`` (``--retry-failed``). SIGTERM is turned into
+    :class:`Interrupted` like Ctrl-C, so a killed compare stops cleanly (and cancels the jobs it submitted).
+    A record that cannot be written is kept elsewhere and ``notes`` gets a line saying where.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_out_dir(out_dir)
     path = out_dir / RESULTS
-    done = {r.get("run_id"): r for r in read_jsonl(path) if not r.get("launcher_state")}
     specs = list(specs)
-    caches = compile_cache.CachePlan(specs)  # each run's compilation cache directory, cold or warm
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     records = []
+    caches = None
     try:
-        if jobs is not None and jobs.jobs:
-            from twinbench.launch.jobs import submit_many
+        with out_lock(out_dir):
+            problems: list[str] = []
+            found, bad = read_records(path, problems) if path.is_file() else ([], 0)
+            if bad:  # garbage, a torn last line: skipped (the next record starts on a line of its own)
+                print(f"warning: {skipped_note(path, bad, problems)}", file=sys.stderr)
+            done = {r.get("run_id"): r for r in found if not r.get("launcher_state")
+                    and not (retry_failed and r.get("status") == "failed")}
+            caches = compile_cache.CachePlan(specs)  # each run's compilation cache directory, cold or warm
+            if jobs is not None and jobs.jobs:
+                from twinbench.launch.jobs import submit_many
 
-            return submit_many(specs, out_dir, timeout, jobs, done, on_start, on_done, caches.root)
-        for spec in specs:
-            rid = spec.run_id()
-            if rid in done:
-                records.append(done[rid])
-                on_done(spec, done[rid])
-                continue
-            on_start(spec)
-            record = caches.run(spec, lambda s: run_one(s, timeout))
-            append_jsonl(path, record)
-            records.append(record)
-            on_done(spec, record)
+                return submit_many(specs, out_dir, timeout, jobs, done, on_start, on_done, caches.root,
+                                   save=lambda p, r: save_record(p, r, notes))
+            for spec in specs:
+                rid = spec.run_id()
+                if rid in done:
+                    records.append(done[rid])
+                    on_done(spec, done[rid])
+                    continue
+                on_start(spec)
+                record = caches.run(spec, lambda s: run_one(s, timeout))
+                save_record(path, record, notes)
+                records.append(record)
+                on_done(spec, record)
     except KeyboardInterrupt:
         raise Interrupted(str(path)) from None
     finally:
-        caches.close()
+        if caches is not None:
+            caches.close()
         signal.signal(signal.SIGTERM, previous)
     return records
 
@@ -393,24 +483,103 @@ def run_script(cmd: list[str], cwd: Path, timeout: float, env: dict[str, str] | 
     process group gets SIGTERM (so the child can write what it has), then SIGKILL ``grace_s`` later.
     """
     start = time.perf_counter()
-    with tempfile.TemporaryFile(prefix="twinbench-script-") as log:
+    before = descendants(os.getpid())
+    with tempfile.TemporaryFile(prefix="twinbench-script-") as log, _subreaper():
         proc = _start(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                       env={**os.environ, **(env or {})})
         timed_out = False
         try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
             try:
-                proc.wait(timeout=grace_s)
+                proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
+                timed_out = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=grace_s)
+                except subprocess.TimeoutExpired:
+                    _kill(proc)
+            except BaseException:  # Ctrl-C or SIGTERM: stop the child with us
                 _kill(proc)
-        except BaseException:  # Ctrl-C or SIGTERM: stop the child with us
-            _kill(proc)
-            raise
+                raise
+        finally:
+            _kill_tree(proc, before)
         log.seek(0)
         lines = log.read().decode(errors="replace").splitlines()
     return ScriptRun(None if timed_out else proc.returncode, "\n".join(lines[-tail_lines:]), timed_out,
                      time.perf_counter() - start)
+
+
+def descendants(pid: int) -> set[int]:
+    """The pids of ``pid``'s descendants now (Linux ``/proc``; empty elsewhere)."""
+    out, todo = set(), [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tids = [t.name for t in Path(f"/proc/{parent}/task").iterdir()]
+        except OSError:
+            continue
+        for tid in tids:
+            with contextlib.suppress(OSError, ValueError):
+                kids = {int(c) for c in Path(f"/proc/{parent}/task/{tid}/children").read_text().split()} - out
+                out |= kids
+                todo.extend(kids)
+    return out
+
+
+_SUBREAPER = False
+
+
+@contextlib.contextmanager
+def _subreaper() -> Iterator[None]:
+    """Make this process the subreaper of the script's tree while it runs (Linux ``PR_SET_CHILD_SUBREAPER``):
+    a descendant whose parent ends (a daemon's double fork) is re-parented here, not to init, so it stays
+    findable and is stopped with the rest."""
+    global _SUBREAPER
+    libc = None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        _SUBREAPER = libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        _SUBREAPER = False
+    try:
+        yield
+    finally:
+        if _SUBREAPER and libc is not None:
+            libc.prctl(36, 0, 0, 0, 0)
+        _SUBREAPER = False
+
+
+def _kill_tree(proc: subprocess.Popen, before: set[int]) -> None:
+    """Stop everything the script started: its process group, then every descendant of ours that was not there
+    before it started (forked children, and ``setsid`` daemons: re-parented to us, the subreaper); reap them."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if proc.poll() is None:
+        _kill(proc)
+    targets = descendants(os.getpid()) - before
+    for _ in range(3):  # a process may fork while we kill: look again
+        for pid in targets:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        mine = descendants(os.getpid()) - before
+        if not mine & targets and not mine - targets:
+            break
+        targets = mine
+    for pid in targets:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and any(_reap(pid) for pid in targets):
+        time.sleep(0.02)
+
+
+def _reap(pid: int) -> bool:
+    """Reap ``pid`` if it is our child and has ended; True while it is our child still running."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    return done == 0

@@ -212,6 +212,9 @@ def _loop(forward: Any, windows: np.ndarray, batch: int, to_host: Any) -> tuple[
 
 def main(argv: list[str]) -> int:
     """Child: ``python -m twinbench.score FRAMEWORK CHECKPOINT TMPDIR BATCH K``."""
+    from twinbench.lifeline import watch_parent
+
+    watch_parent()  # end with the runner, even when it is killed with SIGKILL
     fw, ckpt, tmp, batch, k = argv[0], argv[1], Path(argv[2]), int(argv[3]), int(argv[4])
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench import compile_cache, xla_flags
+from twinbench.errors import error_line
 from twinbench.record import Record
 from twinbench.spec import RunSpec
 
@@ -318,6 +319,9 @@ def _explain(spec: RunSpec, trainer: object, host_batches: list, traced: dict) -
 
 
 def main(argv: list[str]) -> int:
+    from twinbench.lifeline import watch_parent
+
+    watch_parent()  # end with the runner, even when it is killed with SIGKILL
     spec_path, out_path = Path(argv[0]), Path(argv[1])
     spec = RunSpec.from_dict(json.loads(spec_path.read_text()))
     threads = prepare_process(spec)
@@ -326,8 +330,7 @@ def main(argv: list[str]) -> int:
         code = 0
     except Exception as e:  # the run failed: say why in one line, keep the traceback on stderr
         traceback.print_exc()
-        first = (str(e).strip().splitlines() or [""])[0]
-        record = Record.for_spec(spec, "failed", error=f"{type(e).__name__}: {first}"[:500], threads=threads)
+        record = Record.for_spec(spec, "failed", error=error_line(e), threads=threads)
         code = 1
     from twinbench import distributed
 

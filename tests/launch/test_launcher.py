@@ -54,7 +54,7 @@ def _wait_for_job(jobs: Path, timeout: float = 120) -> int:
     has started (controller -> task process -> worker)."""
     end = time.time() + timeout
     while time.time() < end:
-        logs = sorted(jobs.glob("*_0_log.out")) if jobs.exists() else []
+        logs = sorted(jobs.glob("*/*_0_log.out")) if jobs.exists() else []  # a folder per command
         if logs:
             pid = int(logs[0].name.split("_")[0])
             if len(_tree(pid)) >= 3:
@@ -113,6 +113,7 @@ def test_ctrl_c_cancels_the_job_and_leaves_no_process(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err, err[-2000:]  # one line, not submitit's traceback
     time.sleep(0.5)
     assert [pid for pid in tree if _alive(pid)] == []
     assert not (out / "results.jsonl").exists() or all(r["status"] == "ok" for r in read_jsonl(out / "results.jsonl"))

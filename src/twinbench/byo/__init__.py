@@ -142,8 +142,9 @@ def load_function(ref: str, default: str, flag: str) -> Callable[..., Any]:
 
 
 def _one_line(e: BaseException) -> str:
-    first = (str(e).strip().splitlines() or [""])[0]
-    return f"{type(e).__name__}: {first}"[:300]
+    from twinbench.errors import error_line
+
+    return error_line(e)
 
 
 def _call_build(ref: str, default: str, flag: str, cfg: UserConfig, cls: type, tuple_of: str) -> tuple[Any, str]:

@@ -55,19 +55,23 @@ def check(spec: RunSpec, d: Path) -> dict[str, Any]:
     except Exception as e:
         raise UserModelError(f"--jax-model {name}: loss_fn(params, x, y) on batch 0 raised {_one_line(e)}") from None
     torch_grads = map_to_jax(port.to_jax, {k[len("grad/"):]: v for k, v in ref.items() if k.startswith("grad/")})
-    g_t = jax.tree.leaves(jax.tree.map(np.asarray, torch_grads))
+    named_t = jax.tree_util.tree_flatten_with_path(jax.tree.map(np.asarray, torch_grads))[0]
+    g_t = [a for _, a in named_t]
     g_j = jax.tree.leaves(jax.tree.map(np.asarray, grads))
     if len(g_t) != len(g_j) or any(a.shape != b.shape for a, b in zip(g_t, g_j, strict=False)):
         raise UserModelError(f"--jax-model {name}: the gradients of loss_fn do not have the structure to_jax gives "
                              "the parameters")
     scale = max(float(np.max(np.abs(a))) for a in g_t) or 1.0
-    grad_rel = max(float(np.max(np.abs(a - b))) for a, b in zip(g_t, g_j, strict=True)) / scale
+    per_leaf = [(jax.tree_util.keystr(path).strip(".[]'\"") or "params", float(np.max(np.abs(a - b))) / scale)
+                for (path, a), b in zip(named_t, g_j, strict=True)]
+    grad_rel = max(rel for _, rel in per_leaf)
+    worst = sorted(per_leaf, key=lambda kv: -kv[1])[:3]
     loss_t, loss_j = float(ref["loss0"]), float(loss)
     trainer = PureStepTrainer(spec, params, port.loss_fn)
     ref_steps = ref["losses"]
     steps = [float(trainer.step(*batch(i))) for i in range(len(ref_steps))]
     out = {"loss_torch": loss_t, "loss_jax": loss_j, "loss_rel": abs(loss_j - loss_t) / max(abs(loss_t), 1e-12),
-           "grad_rel": grad_rel, "losses_torch": [float(v) for v in ref_steps], "losses_jax": steps,
+           "grad_rel": grad_rel, "grad_worst": [[k, v] for k, v in worst], "losses_torch": [float(v) for v in ref_steps], "losses_jax": steps,
            "steps_abs": max(abs(a - b) for a, b in zip(ref_steps, steps, strict=True)),
            "steps": len(steps), "tolerances": TOLERANCES}
     out["ok"] = all(out[k] <= tol for k, tol in TOLERANCES.items())
@@ -75,6 +79,9 @@ def check(spec: RunSpec, d: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    from twinbench.lifeline import watch_parent
+
+    watch_parent()  # end with the runner, even when it is killed with SIGKILL
     spec = RunSpec.from_dict(json.loads(Path(argv[0]).read_text()))
     d = Path(argv[1])
     try:

@@ -10,6 +10,7 @@ measured. This module imports neither framework.
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -145,26 +146,88 @@ def prepare(specs: list[RunSpec], out_dir: Path, timeout: float) -> tuple[list[R
 def parity_lines(parity: dict[str, Any]) -> list[str]:
     """The parity check in a few lines, printed before the measurements."""
     verdict = "OK" if parity["ok"] else "MISMATCH (measured anyway; the port computes something else)"
+    worst = parity.get("grad_worst") or []
+    where = ("; largest in " + ", ".join(f"{k} ({v:.1e})" for k, v in worst)) if worst and not parity["ok"] else ""
     return [f"parity of the JAX port against the torch model: {verdict}",
             f"  loss on batch 0: torch {parity['loss_torch']:.6f}, port {parity['loss_jax']:.6f} "
             f"(relative difference {parity['loss_rel']:.1e}, tolerance {parity['tolerances']['loss_rel']:g})",
             f"  gradients on batch 0: largest difference {parity['grad_rel']:.1e} of the largest gradient "
-            f"(tolerance {parity['tolerances']['grad_rel']:g})",
+            f"(tolerance {parity['tolerances']['grad_rel']:g}){where}",
             f"  {parity['steps']} AdamW steps: losses differ by at most {parity['steps_abs']:.1e} "
             f"(tolerance {parity['tolerances']['steps_abs']:g}); last: torch {parity['losses_torch'][-1]:.5f}, "
             f"port {parity['losses_jax'][-1]:.5f}"]
 
 
+def parity_summary(parity: dict[str, Any]) -> str | None:
+    """One line for the reports when the port's parity check failed (None when it passed or did not run)."""
+    if not isinstance(parity, dict) or not parity or parity.get("ok", True) is True:
+        return None
+    try:
+        return _parity_summary(parity)
+    except (TypeError, ValueError):
+        return "parity MISMATCH: the JAX port does not compute what the torch model does (byo/parity.json)"
+
+
+def _parity_summary(parity: dict[str, Any]) -> str:
+    worst = parity.get("grad_worst") or []
+    where = (" (largest in " + ", ".join(f"{k} {v:.1e}" for k, v in worst) + ")") if worst else ""
+    return (f"parity MISMATCH: the JAX port does not compute what the torch model does (loss relative difference "
+            f"{parity.get('loss_rel', float('nan')):.1e}, gradients' largest difference "
+            f"{parity.get('grad_rel', float('nan')):.1e} of the largest gradient{where}, losses after "
+            f"{parity.get('steps', '?')} steps differ by {parity.get('steps_abs', float('nan')):.1e}): its timings "
+            "are of another computation")
+
+
+def read_parity(out_dir: Path) -> dict[str, Any]:
+    """The port's parity check of a results directory (``byo/parity.json``), {} when none or unreadable."""
+    try:
+        data = json.loads((Path(out_dir) / DIR / "parity.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _uses_nnx(r: dict[str, Any]) -> bool:
+    """Whether the run's JAX code is Flax NNX: a port whose file mentions ``nnx`` (read, never run)."""
+    ref = str((r.get("spec") or {}).get("user_jax_model") or "")
+    if not needs_port(str(r.get("strategy", "")).split("+")[0]) or not ref:
+        return False
+    try:
+        return "nnx" in Path(ref.rpartition(":")[0] or ref).read_text(errors="replace")
+    except OSError:
+        return True  # cannot tell: keep the advice
+
+
+def _fix_for(fix: str, r: dict[str, Any]) -> str:
+    """A finding's fix as it applies to this run: a JAX run drops the PyTorch advice, a run that is not Flax NNX
+    the NNX advice."""
+    lines = [ln for ln in str(fix).splitlines() if ln.strip()]
+    if r.get("framework") == "jax":
+        lines = [ln for ln in lines if not ln.lstrip().startswith(("PyTorch:", "torch:"))] or lines
+    text = " ".join(lines)
+    if r.get("framework") == "jax" and not _uses_nnx(r):
+        text = re.sub(r"\s*\(Flax NNX:[^)]*\)", "", text).replace("nnx.scan / ", "")
+        text = re.sub(r"nnx\.jit\([^)]*\)", "jax.jit(train_step, donate_argnums=...)", text)
+    return text
+
+
 def doctor_lines(records: list[dict[str, Any]]) -> list[str]:
-    """The doctor's findings on each JAX run of a user model (record field ``doctor``), one line each."""
-    lines = []
+    """The doctor's findings on each JAX run of a user model (record field ``doctor``), one line per distinct
+    finding: the same finding on several runs is one line naming them all; the advice is the run's own (no
+    PyTorch advice on a JAX run, no Flax NNX advice for code that is not NNX)."""
+    seen: dict[str, list[str]] = {}
     for r in records:
-        doc = r.get("doctor") or {}
-        label = f"{r['framework']}/{r['strategy']}"
+        doc = r.get("doctor")
+        if not isinstance(doc, dict):
+            continue
+        label = f"{r.get('framework')}/{r.get('strategy')}"
         if doc.get("error"):
-            lines.append(f"doctor {label}: could not watch the run: {doc['error']}")
-        for f in doc.get("findings", []):
-            lines.append(f"doctor {label}: [{f['severity']}] {f['title']}; fix: {f['fix']}")
-        if "findings" in doc and not doc["findings"]:
-            lines.append(f"doctor {label}: no findings over {doc.get('steps', 0)} watched steps")
-    return lines
+            seen.setdefault(f"could not watch the run: {doc['error']}", []).append(label)
+        findings = doc.get("findings") if isinstance(doc.get("findings"), list) else []
+        for f in findings:
+            if isinstance(f, dict):
+                text = f"[{f.get('severity')}] {f.get('title')}; fix: {_fix_for(f.get('fix', ''), r)}"
+                seen.setdefault(text, []).append(label)
+        if "findings" in doc and not findings:
+            seen.setdefault(f"no findings over {doc.get('steps', 0)} watched steps", []).append(label)
+    return [f"doctor {', '.join(dict.fromkeys(labels))}: {text}" for text, labels in seen.items()]

@@ -124,6 +124,9 @@ def eager_losses(um: UserModel, spec: RunSpec, steps: int) -> list[float]:
 
 
 def main(argv: list[str]) -> int:
+    from twinbench.lifeline import watch_parent
+
+    watch_parent()  # end with the runner, even when it is killed with SIGKILL
     spec = RunSpec.from_dict(json.loads(Path(argv[0]).read_text()))
     try:
         prepare(spec, Path(argv[1]), with_ref=bool(spec.user_jax_model))

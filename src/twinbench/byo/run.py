@@ -57,7 +57,9 @@ class UserRun:
         torch eager's; the port's check too), doctor (JAX)."""
         out: dict[str, Any] = {"flops_convention": FLOP_CONVENTION, "warnings": []}
         if self.meta.dropout_off and not needs_port(self.spec.base_strategy):  # the port is the user's own code
-            names = ", ".join(self.meta.switched_off) or f"{self.meta.dropout_off} module(s)"
+            names = ", ".join(self.meta.switched_off[:3]) or f"{self.meta.dropout_off} module(s)"
+            if len(self.meta.switched_off) > 3:
+                names = f"{len(self.meta.switched_off)} in all: {names}, ..."
             out["warnings"].append(f"dropout switched off ({names}): deterministic training, the same function "
                                    "in both frameworks")
         parity: dict[str, Any] = {}
@@ -109,4 +111,6 @@ def doctor_findings(spec: RunSpec, weights: Any, host_batches: Any, steps: int =
         return to_json(w.findings, w.observations)
     except Exception as e:  # the doctor's view is extra: never lose the measured run for it
         traceback.print_exc()
-        return {"error": f"{type(e).__name__}: {e}"[:300]}
+        from twinbench.errors import error_line
+
+        return {"error": error_line(e)}

@@ -36,7 +36,11 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
             built = {s.label(): s for s in specs}
         for a in (run_a, run_b):
             if runs.is_results_arg(a):
-                resolved.append(runs.from_results(a))
+                spec, rec = runs.from_results(a)
+                if runs.needs_run(rec):  # its spec would run again: never code the record names on its own
+                    for line in runs.check_code(a, spec, model, jax_model):
+                        say(line)
+                resolved.append((spec, rec))
             else:
                 key = a.replace(":", "/")
                 if key not in built:
@@ -48,6 +52,9 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
     for s, r in resolved:
         if r is not None and runs.needs_run(r):
             say(f"  re-running {s.label()} (its record has no trace/explain timing): same spec, run id {s.run_id()}")
+        if r is not None and not runs.needs_run(r):
+            for w in gap.busy_warnings(r):
+                say(f"  warning {s.label()}: {w}")
     records = {}
     if todo:
         out_dir.mkdir(parents=True, exist_ok=True)

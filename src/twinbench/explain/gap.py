@@ -45,9 +45,18 @@ def explain_run(r: dict[str, Any]) -> dict[str, Any]:
     """One run: measured step, phases by timing and by trace (scaled to the measured step), checks."""
     b = read_trace(r)
     timing = dict(r.get("explain_timing") or {})
-    notes = [] if timing or not r.get("explain_error") else [f"timing: {r['explain_error']}"]
+    busy = busy_warnings(r)
+    notes = list(busy)
+    if not timing and r.get("explain_error"):
+        notes.append(f"timing: {r['explain_error']}")
+    negative = {p: v for p, v in timing.items() if not isinstance(v, (int, float)) or v < 0}
+    for p, v in negative.items():  # a phase that came out negative is no measurement: not shown as one
+        del timing[p]
+        notes.append(f"timing: {p} not measured (its difference of timed runs came out {v} ms: "
+                     f"{'the machine was busy' if busy else 'noise larger than the phase'})")
     e = explain_breakdown(b, label(r), float(r.get("step_ms") or 0.0), timing, notes, r)
-    e.update(run_id=r.get("run_id"), trace_path=r.get("trace_path"), memory_breakdown=r.get("memory_breakdown"))
+    e.update(run_id=r.get("run_id"), trace_path=r.get("trace_path"), memory_breakdown=r.get("memory_breakdown"),
+             busy=bool(busy))
     return e
 
 
@@ -105,6 +114,15 @@ def explain_breakdown(b: Breakdown, run: str, step: float, timing: dict[str, flo
             "kernels": d["ops"][:50], **extras}
 
 
+def busy_warnings(r: dict[str, Any]) -> list[str]:
+    """The record's warnings that the machine was busy while it ran (its own, or from its measured load): a
+    gap or a phase measured under contention is not a result, and every explain output says so."""
+    from twinbench.record import condition_warnings
+
+    saved = [w for w in (r.get("warnings") or []) if isinstance(w, str) and w.startswith("machine busy")]
+    return list(dict.fromkeys(saved + [w for w in condition_warnings(r) if w.startswith("machine busy")]))
+
+
 def rows(a: dict[str, Any], b: dict[str, Any], expand: str = "categories") -> list[dict[str, Any]]:
     """Gap rows: each phase, then (expanded) its categories or scopes; A ms, B ms, B-A, share of the gap."""
     gap = b["step_ms"] - a["step_ms"]
@@ -155,5 +173,10 @@ def pair(a: dict[str, Any], b: dict[str, Any], expand: str = "categories") -> di
     """The gap table of two explained runs or traces."""
     table = rows(a, b, expand)
     extras = why.pair_extras(a, b, table if expand != "scopes" else [])
+    summary = sentence(a, b, table)
+    busy = [x["run"] for x in (a, b) if x.get("busy")]
+    if busy:
+        summary = (f"the machine was busy while {' and '.join(busy)} ran: this gap is not a reliable measurement "
+                   f"(run again on an idle machine). {summary}")
     return {"a": a, "b": b, "gap_ms": b["step_ms"] - a["step_ms"], "rows": table,
-            "largest": largest(table), "summary": sentence(a, b, table), **extras}
+            "largest": largest(table), "summary": summary, **extras, "busy": busy}

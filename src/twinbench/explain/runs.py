@@ -10,7 +10,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from twinbench.record import read_jsonl
+from twinbench.record import read_records
 from twinbench.spec import RunSpec, SpecError
 
 RESULTS = "results.jsonl"
@@ -29,14 +29,50 @@ def from_results(arg: str) -> tuple[RunSpec, dict[str, Any]]:
     path = Path(where) / RESULTS if Path(where).is_dir() else Path(where)
     if not path.exists():
         raise SpecError(f"{arg}: no {RESULTS} in {where}")
-    records = [r for r in read_jsonl(path) if f"{r.get('framework')}/{r.get('strategy')}" == name]
+    try:
+        every, _ = read_records(path)
+    except OSError as e:
+        raise SpecError(f"{arg}: cannot read {path} ({e})") from None
+    records = [r for r in every if f"{r.get('framework')}/{r.get('strategy')}" == name]
     if not records:
         raise SpecError(f"{arg}: {where} has no run {name}")
     r = records[-1]
     try:
         return RunSpec.from_dict(r["spec"]), r
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise SpecError(f"{arg}: its record carries no readable spec") from e
+
+
+def _same_code(given: str, named: str, default: str, flag: str) -> bool:
+    """Whether the user's ``given`` FILE.py[:NAME] is the file and function a record ``named``."""
+    from twinbench.byo import UserModelError, split_ref
+
+    try:
+        path, fn = split_ref(given, default, flag)
+    except UserModelError:
+        return False
+    where, _, name = named.rpartition(":")
+    try:
+        return Path(path).resolve() == Path(where or named).resolve() and fn == (name or default)
+    except OSError:
+        return False
+
+
+def check_code(arg: str, spec: RunSpec, model: str | None, jax_model: str | None) -> list[str]:
+    """Before a record's spec is run again: the user's own code it names (``--model``/``--jax-model``) runs only
+    when the user named the same file on the command line (a results folder from someone else must never run
+    their Python). Returns the lines saying what will run; raises SpecError otherwise."""
+    said = []
+    for flag, named, given, default in (("--model", spec.user_model, model, "build"),
+                                        ("--jax-model", spec.user_jax_model, jax_model, "build_jax")):
+        if not named:
+            continue
+        if not given or not _same_code(given, named, default, flag):
+            raise SpecError(f"{arg}: re-running this record would run {named}, code named by the record and not "
+                            f"by you; explain runs no code a results folder names: give {flag} {named} on the "
+                            "command line to allow it" + (f" (you gave {flag} {given})" if given else ""))
+        said.append(f"  running your {flag} {given} (named on the command line, the same file as the record's)")
+    return said
 
 
 def is_results_arg(arg: str) -> bool:

@@ -6,11 +6,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,55 @@ def describe(spec: RunSpec, opts: JobOptions, timeout: float) -> str:
     return text
 
 
+@contextlib.contextmanager
+def _stderr_to(path: Path, active: bool) -> Iterator[None]:
+    """While ``active``: this process's stderr (file descriptor 2, which a child started now inherits) goes to
+    ``path``. submitit's local controller is such a child; on Ctrl-C it would print its own KeyboardInterrupt
+    traceback among twinbench's one-line message."""
+    if not active:
+        yield
+        return
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def private_folder(parent: Path) -> Path:
+    """A new folder of this command's own for submitit's files, under ``parent`` (both private to the user).
+
+    submitit keeps each job as pickles (the function and its arguments, then its result), and loading a pickle
+    runs code: so ``parent`` must be the user's own and not writable by others (made 0700), and each command
+    submits into a fresh subfolder it created itself (0700), so the only pickles it ever loads are the ones its
+    own jobs wrote in this run, never one left or placed there before.
+    """
+    import os
+    import tempfile
+
+    from twinbench.spec import SpecError
+
+    try:
+        parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = parent.stat()
+        if st.st_uid != os.getuid():
+            raise SpecError(f"{parent}: owned by another user; submitit's pickles run code when loaded, so "
+                            "twinbench keeps its jobs only in a folder of yours (choose another --out)")
+        os.chmod(parent, 0o700)
+        return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=parent))  # mode 0700
+    except OSError as e:
+        raise SpecError(f"{parent}: cannot make the jobs folder ({e.strerror or e})") from None
+
+
 def _failed(spec: RunSpec, job: Any, state: str, why: str) -> dict[str, Any]:
     return Record.for_spec(spec, "failed", error=f"job {job.job_id} {state}: {why}"[:500], launcher_state=state,
                            job_id=str(job.job_id)).to_dict()
@@ -95,11 +145,12 @@ def _failed(spec: RunSpec, job: Any, state: str, why: str) -> dict[str, Any]:
 
 def submit_many(specs: list[RunSpec], out_dir: Path, timeout: float, opts: JobOptions,
                 done: dict[str, dict[str, Any]], on_start: Callable[[RunSpec], None],
-                on_done: Callable[[RunSpec, dict[str, Any]], None], cache_root: Callable[[RunSpec], Path]) -> list:
+                on_done: Callable[[RunSpec, dict[str, Any]], None], cache_root: Callable[[RunSpec], Path],
+                save: Callable[[Path, dict[str, Any]], None] = append_jsonl) -> list:
     """Submit every spec not in ``done`` as a job (at most ``max_parallel`` at once; one at a time locally),
     append each record to results.jsonl as its job ends; Ctrl-C cancels the jobs not finished."""
     path = out_dir / "results.jsonl"
-    folder = Path(opts.folder) if opts.folder else out_dir / "jobs"
+    folder = private_folder(Path(opts.folder) if opts.folder else out_dir / "jobs")
     parallel = 1 if opts.launcher == "local" or any(s.compile_cache == "warm" for s in specs) else opts.max_parallel
     records: dict[str, dict[str, Any]] = {}
     waiting = [s for s in specs if s.run_id() not in done]
@@ -116,7 +167,8 @@ def submit_many(specs: list[RunSpec], out_dir: Path, timeout: float, opts: JobOp
                     cold = cache_root(run) / f"cold-job-{uuid.uuid4().hex[:8]}"
                     cold.mkdir(parents=True)
                     run = replace(run, cache_dir=str(cold))
-                job = executor(opts, folder, js, timeout).submit(run_job, run.to_dict(), timeout)
+                with _stderr_to(folder / "controller.err", opts.launcher == "local"):
+                    job = executor(opts, folder, js, timeout).submit(run_job, run.to_dict(), timeout)
                 if opts.launcher == "local":
                     # submitit waits up to 15 s for the result file of a job that ended without one (a slow
                     # shared file system); on this machine's own disk a dead job has none to wait for
@@ -132,7 +184,7 @@ def submit_many(specs: list[RunSpec], out_dir: Path, timeout: float, opts: JobOp
                     shutil.rmtree(cold, ignore_errors=True)
                 record = _collect(spec, job)
                 record.update(launcher=opts.launcher, job_id=str(job.job_id))
-                append_jsonl(path, record)
+                save(path, record)
                 records[spec.run_id()] = record
                 on_done(spec, record)
     except BaseException:  # Ctrl-C, SIGTERM: cancel what is still queued or running, keep what finished

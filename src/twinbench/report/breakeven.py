@@ -8,7 +8,7 @@ from typing import Any
 
 def total_s(record: dict[str, Any], steps: int) -> float | None:
     """Wall time of ``steps`` training steps: the first (with its compile) plus steady-state steps."""
-    if record.get("status") != "ok":
+    if record.get("status") != "ok" or record.get("first_step_s") is None or record.get("step_ms") is None:
         return None
     return record["first_step_s"] + (steps - 1) * record["step_ms"] / 1e3
 
@@ -19,7 +19,7 @@ def break_even_steps(a: dict[str, Any], b: dict[str, Any]) -> float | None:
     ``0`` when ``a`` is never behind (it starts and steps at least as fast), ``inf`` when it never catches
     up (its steps are no faster), ``None`` when either run failed.
     """
-    if a.get("status") != "ok" or b.get("status") != "ok":
+    if any(r.get("status") != "ok" or r.get("first_step_s") is None or r.get("step_ms") is None for r in (a, b)):
         return None
     da = a["first_step_s"] - b["first_step_s"]  # extra start-up cost of a
     ds = (b["step_ms"] - a["step_ms"]) / 1e3  # per-step saving of a

@@ -23,15 +23,58 @@ def _bar(e: dict[str, Any], scale: float) -> str:
     return f'<div style="width:100%;white-space:nowrap">{"".join(segs)}</div>'
 
 
+def _explained(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The records made with ``--explain`` whose traces are regular files, and their explanations."""
+    from pathlib import Path
+
+    from twinbench.explain.command import explain_records
+
+    wanted = [r for r in records if r.get("status") == "ok" and isinstance(r.get("explain_timing"), dict)
+              and r.get("explain_timing") and isinstance(r.get("trace_path"), str) and Path(r["trace_path"]).is_file()]
+    if not wanted:
+        return [], []
+    try:
+        return wanted, [e for e in explain_records(wanted) if "error" not in e]
+    except Exception:  # a trace nobody can read: the rest of the report stands
+        return wanted, []
+
+
+def markdown_section(records: list[dict[str, Any]]) -> list[str]:
+    """The same section for report.md: each explained run's phases (timing and trace), the gap of the first two."""
+    from twinbench.explain import gap
+    from twinbench.report.escape import md
+
+    _, runs = _explained(records)
+    if not runs:
+        return []
+    out = ["## Where the step time goes", "", "Phases of each run's measured step: by timing, and by its profiler "
+           "trace as shares of the measured step (explain).", "",
+           "| run | step ms | " + " | ".join(f"{p} ms (timing / trace)" for p in gap.PHASES) + " |",
+           "|" + "---|" * (2 + len(gap.PHASES))]
+    for e in runs:
+        cells = []
+        for p in gap.PHASES:
+            t = e["timing"].get(p)
+            cells.append(("not measured" if t is None or t < 0 else f"{t:.1f}") + f" / {e['trace'].get(p, 0.0):.1f}")
+        out.append(f"| {md(e['run'])} | {e['step_ms']:.1f} | " + " | ".join(cells) + " |")
+    out.append("")
+    out += [f"- {md(e['run'])}: {md(n)}" for e in runs for n in e["notes"]]
+    if len(runs) >= 2:
+        a, b = runs[0], runs[1]
+        table = gap.rows(a, b)
+        out += ["", f"Gap: {md(b['run'])} - {md(a['run'])}", "", f"| row | {md(a['run'])} ms | {md(b['run'])} ms | "
+                "B-A ms | share of gap |", "|---|---|---|---|---|"]
+        out += [f"| {'&nbsp;&nbsp;' * r['level']}{md(r['row'].split(' / ')[-1])} | {r['a_ms']:.2f} | {r['b_ms']:.2f} | "
+                f"{r['diff_ms']:+.2f} | {r['share']:.0%} |" for r in table if r["a_ms"] or r["b_ms"]]
+        out += ["", md(gap.sentence(a, b, table))]
+    return [*out, ""]
+
+
 def html_section(records: list[dict[str, Any]]) -> list[str]:
     """HTML parts; empty when no record was made with ``--explain``."""
     from twinbench.explain import gap
-    from twinbench.explain.command import explain_records
 
-    wanted = [r for r in records if r.get("status") == "ok" and r.get("explain_timing")]
-    if not wanted:
-        return []
-    runs = [e for e in explain_records(wanted) if "error" not in e]
+    wanted, runs = _explained(records)
     if not runs:
         return []
     scale = max(e["step_ms"] for e in runs) or 1.0

@@ -19,8 +19,9 @@ from typing import Any
 
 from twinbench.measure.device import platform_name
 from twinbench.measure.trace import HINTS as TRACE_HINTS
-from twinbench.record import read_records
+from twinbench.record import latest_per_run, read_records
 from twinbench.report.breakeven import total_s
+from twinbench.report.escape import file_href, md
 from twinbench.report.plots import PALETTES, Plot, all_plots, label, leader_changes, shape_text, varying
 from twinbench.report.table import COLUMNS, conditions, row
 
@@ -51,21 +52,27 @@ def load(directory: Path) -> Results:
     path = directory / RESULTS
     if not path.is_file():
         raise ReportError(f"{directory}: no {RESULTS} there (run `twinbench compare --out {directory}`)")
-    records, skipped = read_records(path)
+    try:
+        records, skipped = read_records(path)
+    except OSError as e:
+        raise ReportError(f"{path}: cannot read it ({e})") from None
+    records = latest_per_run(records)
     if not records:
         raise ReportError(f"{path}: no valid record ({skipped} malformed line(s))")
     claims: list[dict[str, Any]] = []
     if (directory / CLAIMS).is_file():
         try:
-            loaded = json.loads((directory / CLAIMS).read_text())
+            loaded = json.loads((directory / CLAIMS).read_bytes().decode(errors="replace"))
             claims = [c for c in loaded if isinstance(c, dict)] if isinstance(loaded, list) else []
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise ReportError(f"{directory / CLAIMS}: not valid JSON ({e})") from None
     advice = None
     if (directory / ADVICE).is_file():
         try:
-            advice = json.loads((directory / ADVICE).read_text())
-        except ValueError:
+            advice = json.loads((directory / ADVICE).read_bytes().decode(errors="replace"))
+        except (ValueError, RecursionError, OSError):
+            advice = None
+        if not isinstance(advice, dict):
             advice = None
     return Results(directory, records, skipped, claims, advice)
 
@@ -109,13 +116,36 @@ def _ec(x: Any) -> str:
 
 
 def _trace_rel(res: Results, r: dict[str, Any]) -> str | None:
+    """The trace's path relative to the report, or None when the record's ``trace_path`` is not a file path (a
+    URL such as ``javascript:...`` never becomes a link)."""
     tp = r.get("trace_path")
-    if not tp:
+    if not tp or file_href(tp) is None:
         return None
     try:
         return os.path.relpath(tp, res.directory)
     except ValueError:  # another drive (Windows)
         return tp
+
+
+def _parity_notes(res: Results) -> list[str]:
+    """The runs of a user's JAX port that failed the parity check (or left torch eager's losses): every report
+    says so, next to the numbers."""
+    from twinbench.report.plots import _parity_failed
+
+    out = []
+    for r in res.records:
+        if r.get("status") == "ok" and _parity_failed(r):
+            p = r["parity"]
+            if p.get("ok") is False:
+                worst = p.get("grad_worst") if isinstance(p.get("grad_worst"), list) else []
+                where = ", ".join(str(w[0]) for w in worst if isinstance(w, list) and w)
+                out.append(f"{label(r)}: parity MISMATCH: the JAX port does not compute what the torch model does"
+                           f"{' (gradients differ most in ' + where + ')' if where else ''}; its timings are of "
+                           "another computation")
+            else:
+                out.append(f"{label(r)}: its losses differ from torch eager's (parity of the loss trajectory "
+                           "failed): not the same computation")
+    return out
 
 
 def _summary(res: Results) -> str:
@@ -129,8 +159,9 @@ def _summary(res: Results) -> str:
 
 def _findings(res: Results) -> list[str]:
     """Headline sentences: the break-evens and the fastest steady step of each framework."""
-    ok = [r for r in res.records if r.get("status") == "ok" and r.get("step_ms") is not None]
-    out = []
+    ok = [r for r in res.records if r.get("status") == "ok" and r.get("step_ms") is not None
+          and r.get("first_step_s") is not None]
+    out = _parity_notes(res)
     vary = varying(ok)
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in ok:
@@ -152,7 +183,7 @@ def _findings(res: Results) -> list[str]:
         out.append(text)
     if len(out) > 12:
         out = [*out[:12], f"... and {len(out) - 12} more break-evens (see the cumulative plot)"]
-    for fw in sorted({r["framework"] for r in ok}):
+    for fw in sorted({str(r["framework"]) for r in ok}):
         best = min((r for r in ok if r["framework"] == fw), key=lambda r: r["step_ms"])
         extra = f" ({shape_text(best, varying(ok))})" if varying(ok) else ""
         out.append(f"fastest {fw} step: {label(best)}{extra} at {best['step_ms']:.2f} ms "
@@ -291,10 +322,12 @@ def render_html(res: Results, plots: list[Plot], plan_steps: int) -> str:
     ok = [r for r in res.records if r.get("status") == "ok"]
     first = (ok or res.records)[0]
     cards = [(len(ok), "runs ok"), (len(res.records) - len(ok), "runs failed")]
-    for fw in sorted({r["framework"] for r in ok}):
-        fastest = min(r["step_ms"] for r in ok if r["framework"] == fw and r.get("step_ms") is not None)
-        cards.append((f"{fastest:.2f} ms", f"fastest {fw} step"))
-    totals = [(total_s(r, plan_steps), r) for r in ok if r.get("first_step_s") is not None]
+    for fw in sorted({str(r["framework"]) for r in ok}):
+        steps = [r["step_ms"] for r in ok if r["framework"] == fw and r.get("step_ms") is not None]
+        if steps:
+            cards.append((f"{min(steps):.2f} ms", f"fastest {fw} step"))
+    totals = [(total_s(r, plan_steps), r) for r in ok
+              if r.get("first_step_s") is not None and r.get("step_ms") is not None]
     if totals:
         t, r = min(totals, key=lambda x: x[0])
         cards.append((f"{t:,.1f} s", f"least total @ {plan_steps:,} steps (one compile): {label(r)}"))
@@ -330,9 +363,13 @@ def render_html(res: Results, plots: list[Plot], plan_steps: int) -> str:
         items = []
         for r in traced:
             rel = _trace_rel(res, r)
-            if rel:
-                items.append(f"<li><b>{_e(label(r))}</b>: <a href='{_e(rel)}'>{_e(rel)}</a><br>"
+            href = file_href(rel) if rel else None
+            if href:
+                items.append(f"<li><b>{_e(label(r))}</b>: <a href='{_e(href)}'>{_e(rel)}</a><br>"
                              f"<span class='sub'>{_ec(TRACE_HINTS.get(r['framework'], ''))}</span></li>")
+            elif r.get("trace_path"):
+                items.append(f"<li><b>{_e(label(r))}</b>: trace {_e(r.get('trace_path'))} (not a file path: "
+                             "not linked)</li>")
             else:
                 items.append(f"<li><b>{_e(label(r))}</b>: no trace ({_e(r.get('trace_error'))})</li>")
         parts += ["<h2>Profiler traces</h2><p class='sub'>A few steady-state steps, recorded after the measured "
@@ -352,45 +389,58 @@ def render_html(res: Results, plots: list[Plot], plan_steps: int) -> str:
 # ----------------------------------------------------------------------------------------------- Markdown
 
 def render_markdown(res: Results, plots: list[Plot], plan_steps: int) -> str:
-    out = [f"# twinbench report: {res.directory.name}", "", f"_{_summary(res)}_", ""]
+    """report.md: every text that comes from records, claims or advice is escaped (:func:`md`), so it stays text."""
+    out = [f"# twinbench report: {md(res.directory.name)}", "", f"_{md(_summary(res))}_", ""]
     if res.advice:
-        out += ["## Advice", "", "```text", *(res.advice.get("lines") or []), "```", ""]
+        out += ["## Advice", "", *[f"- {md(x)}" for x in (res.advice.get("lines") or []) if isinstance(x, str)], ""]
     findings = _findings(res)
     if findings:
-        out += ["## Findings", "", *[f"- {f}" for f in findings], ""]
+        out += ["## Findings", "", *[f"- {md(f)}" for f in findings], ""]
     if res.against:
-        out += [f"## Against {res.against['old']}", "", "| run | NEW/OLD | 95% CI | verdict |", "|---|---|---|---|"]
-        out += [f"| {p['run']} | {p['ratio']:.3f} | {_ci(p)} | {p['verdict']} |" for p in res.against["diff"]["pairs"]]
-        out += ["", *[f"- {x}" for x in res.against["lines"]], ""]
+        out += [f"## Against {md(res.against['old'])}", "", "| run | NEW/OLD | 95% CI | verdict |", "|---|---|---|---|"]
+        out += [f"| {md(p['run'])} | {p['ratio']:.3f} | {_ci(p)} | {md(p['verdict'])} |"
+                for p in res.against["diff"]["pairs"]]
+        out += ["", *[f"- {md(x)}" for x in res.against["lines"]], ""]
     cols, rows = _table_rows(res, plan_steps)
-    out += ["## Results", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    out += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for _, cells in rows]
+    out += ["## Results", "", "| " + " | ".join(md(c) for c in cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(md(c) for c in cells) + " |" for _, cells in rows]
     out += ["", "## Plots", ""]
     for p in plots:
         if p.png is None:
-            out += [f"- **{p.title}**: omitted: {p.note}", ""]
+            out += [f"- **{md(p.title)}**: omitted: {md(p.note)}", ""]
         else:
-            out += [f"![{p.title}](plots/{p.id}.png)", "", f"*{p.title}.* {p.caption}", ""]
+            out += [f"![{md(p.title)}](plots/{p.id}.png)", "", f"*{md(p.title)}.* {md(p.caption)}", ""]
     failed = [r for r in res.records if r.get("status") != "ok"]
     if failed:
-        out += ["## Failed runs", "", *[f"- {label(r)} [{r.get('run_id', '')}]: {r.get('error')}" for r in failed], ""]
+        out += ["## Failed runs", "", *[f"- {md(label(r))} \\[{md(r.get('run_id', ''))}\\]: {md(r.get('error'))}"
+                                        for r in failed], ""]
     if res.claims:
         out += ["## Claims", "", "| claim | verdict | rule | numbers | runs |", "|---|---|---|---|---|"]
         for c in res.claims:
             nums = c.get("numbers") or {}
             nums_text = ", ".join(f"{k} = {v}" for k, v in nums.items()) if isinstance(nums, dict) else str(nums)
-            verdict = " ".join(x for x in (c.get("verdict", ""), c.get("finding") and f"({c['finding']})",
-                                           c.get("caveat") and f"caveat: {c['caveat']}") if x)
-            out.append(f"| {c.get('claim', '')} | {verdict} | {c.get('rule', '')} | {nums_text} | "
-                       f"{', '.join(map(str, c.get('runs') or []))} |")
+            verdict = " ".join(str(x) for x in (c.get("verdict", ""), c.get("finding") and f"({c['finding']})",
+                                                c.get("caveat") and f"caveat: {c['caveat']}") if x)
+            runs = c.get("runs") if isinstance(c.get("runs"), list) else []
+            out.append(f"| {md(c.get('claim', ''))} | {md(verdict)} | {md(c.get('rule', ''))} | {md(nums_text)} | "
+                       f"{md(', '.join(map(str, runs)))} |")
         out.append("")
     traced = [r for r in res.records if r.get("trace_path") or r.get("trace_error")]
     if traced:
         out += ["## Profiler traces", "", "A few steady-state steps recorded after the measured ones.", ""]
         for r in traced:
             rel = _trace_rel(res, r)
-            out.append(f"- {label(r)}: [{rel}]({rel}) ({TRACE_HINTS.get(r['framework'], '')})" if rel
-                       else f"- {label(r)}: no trace ({r.get('trace_error')})")
+            href = file_href(rel) if rel else None
+            hint = md(TRACE_HINTS.get(r["framework"], ""))
+            if href:
+                out.append(f"- {md(label(r))}: [{md(rel)}](<{href}>) ({hint})")
+            elif r.get("trace_path"):
+                out.append(f"- {md(label(r))}: trace {md(r.get('trace_path'))} (not a file path: not linked)")
+            else:
+                out.append(f"- {md(label(r))}: no trace ({md(r.get('trace_error'))})")
         out.append("")
-    out += ["## Conditions", "", *[f"- {c}" for c in conditions(res.records)], ""]
+    from twinbench.report.explain import markdown_section
+
+    out += markdown_section(res.records)  # compare --explain: phases per run and the gap table
+    out += ["## Conditions", "", *[f"- {md(c)}" for c in conditions(res.records)], ""]
     return "\n".join(out)

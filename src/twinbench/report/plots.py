@@ -71,7 +71,8 @@ class Styles:
 
 
 def _ok(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in records if r.get("status") == "ok" and r.get("step_ms") is not None]
+    return [r for r in records if r.get("status") == "ok" and r.get("step_ms") is not None
+            and r.get("first_step_s") is not None]  # a record without them (hand-made, older) has no curve
 
 
 def _png(fig: plt.Figure) -> bytes:
@@ -372,11 +373,21 @@ def input_stall(records: list[dict[str, Any]], styles: Styles) -> Plot:
     return plot
 
 
+def _parity_failed(r: dict[str, Any]) -> bool:
+    """A run of a user model whose port failed its parity check, or whose losses left torch eager's."""
+    parity = r.get("parity") if isinstance(r.get("parity"), dict) else {}
+    trajectory = parity.get("trajectory") if isinstance(parity.get("trajectory"), dict) else {}
+    return parity.get("ok") is False or trajectory.get("ok") is False
+
+
 def losses(records: list[dict[str, Any]], styles: Styles) -> Plot:
-    plot = Plot("loss", "Loss per step",
-                "Training loss of every step of each run: the twins learn the same thing (warm-up steps "
-                "included).")
     ok = [r for r in _ok(records) if r.get("losses")]
+    mismatch = [label(r) for r in ok if _parity_failed(r)]
+    claim = ("the twins learn the same thing" if not mismatch else
+             f"NOT the same computation: {', '.join(mismatch)} failed the parity check against the torch model, so "
+             "their curves are of another function")
+    plot = Plot("loss", "Loss per step", f"Training loss of every step of each run: {claim} (warm-up steps "
+                "included).")
     if not ok:
         plot.note = "no run recorded its losses"
         return plot

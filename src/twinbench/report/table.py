@@ -12,6 +12,7 @@ from twinbench.measure.peak import HIGH_LOAD, MAX_SPREAD, age_s, fmt_age
 from twinbench.models.family import flops_convention
 from twinbench.record import CONDITION_WARNINGS
 from twinbench.report.breakeven import crossing_sentence, total_s
+from twinbench.report.escape import md
 
 COLUMNS = ("run", "compile s", "1st step s", "step ms (p10-p90)", "tokens/s", "TFLOP/s", "MFU",
            "peak mem", "recompiles", "loss first→last", "total s @ plan")
@@ -100,12 +101,16 @@ def row(r: dict[str, Any], plan_steps: int, vary: list[str] | tuple[str, ...] = 
     if r.get("status") != "ok":
         return [f"{label_} {str(r.get('status') or 'failed').upper()}", *["—"] * (len(COLUMNS) - 2), (r.get("error") or "")[:60], *["—"] * len(extra)]
     mfu = r.get("mfu")
+    step = _f(r.get("step_ms"), ".1f")
+    if r.get("step_ms_p10") is not None and r.get("step_ms_p90") is not None:
+        step += f" ({r['step_ms_p10']:.1f}-{r['step_ms_p90']:.1f})"
+    loss = "—" if r.get("loss_first") is None or r.get("loss_last") is None else \
+        f"{r['loss_first']:.3f}→{r['loss_last']:.3f}"
+    total = total_s(r, plan_steps) if r.get("step_ms") is not None and r.get("first_step_s") is not None else None
     return [
-        label_, _f(r["compile_s"], ".2f"), _f(r["first_step_s"], ".2f"),
-        f"{r['step_ms']:.1f} ({r['step_ms_p10']:.1f}-{r['step_ms_p90']:.1f})",
-        f"{r['tokens_per_s']:,.0f}", _f(r["achieved_tflops"], ".3f"), "—" if mfu is None else f"{mfu:.0%}",
-        fmt_bytes(r["peak_mem_bytes"]), str(r["compiles_during_steps"]),
-        f"{r['loss_first']:.3f}→{r['loss_last']:.3f}", _f(total_s(r, plan_steps), ".1f"),
+        label_, _f(r.get("compile_s"), ".2f"), _f(r.get("first_step_s"), ".2f"), step,
+        _f(r.get("tokens_per_s"), ",.0f"), _f(r.get("achieved_tflops"), ".3f"), "—" if mfu is None else f"{mfu:.0%}",
+        fmt_bytes(r.get("peak_mem_bytes")), _f(r.get("compiles_during_steps"), "d"), loss, _f(total, ".1f"),
         *[cell(r) for _, cell in extra],
     ]
 
@@ -129,14 +134,14 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
     ok = [r for r in records if r.get("status") == "ok"] or records
     if not ok:
         return []
-    r = ok[0]
+    r = {"layers": "?", "d_model": "?", "heads": "?", "vocab": "?", "batch": "?", "seq": "?", "steps": "?",
+         "warmup": 0, "precision": "?", "preset": "?"} | ok[0]
     lines = [
         f"model: {_model_name(r)}, {r['layers']} layers, d_model {r['d_model']}, {r['heads']} heads, "
         f"vocab {r['vocab']}, {(r.get('n_params') or 0) / 1e6:.2f} M params; batch {r['batch']} x seq {r['seq']}; "
-        f"{r['steps']} steps, first {max(r['warmup'], 1)} excluded as warm-up",
+        f"{r['steps']} steps, first {max(r['warmup'] or 0, 1)} excluded as warm-up",
         f"device: {_device_text(r)}, {r.get('device_count')} device(s), "
-        f"{r.get('threads')} {'' if platform_name(r.get('platform')) in ('cpu', None) else 'host '}CPU threads for "
-        f"both frameworks; precision {r['precision']}, "
+        f"{_threads_text(ok)}; precision {r['precision']}, "
         f"matmul {_matmul_text(ok)}; compile cache "
         f"{' and '.join(dict.fromkeys(str(x.get('compile_cache')) for x in ok))}",
         f"FLOPs: {r.get('flops_convention') or flops_convention(((r.get('spec') or {}).get('model') or {}).get('family', 'gpt'))}",
@@ -201,6 +206,15 @@ def _matmul_text(ok: list[dict[str, Any]]) -> str:
     labels = " and ".join(dict.fromkeys(str(matmul_label(m)) for m in given)) or "None"
     settings = [m.split(";", 1)[1].strip() for m in given if ";" in m]
     return labels + (f" ({'; '.join(settings)})" if settings else "")
+
+
+def _threads_text(ok: list[dict[str, Any]]) -> str:
+    """``2 CPU threads for every run``, or each run's own count when they differ."""
+    counts = {f"{x.get('framework')}/{x.get('strategy')}": x.get("threads") for x in ok}
+    cpu = "CPU" if all(platform_name(x.get("platform")) in ("cpu", None) for x in ok) else "host CPU"
+    if len(set(counts.values())) <= 1:
+        return f"{next(iter(counts.values()), None)} {cpu} threads for every run"
+    return f"{cpu} threads per run: " + ", ".join(f"{k} {v}" for k, v in counts.items())
 
 
 def _dtype(r: dict[str, Any]) -> str:
@@ -330,11 +344,12 @@ def markdown(records: list[dict[str, Any]], plan_steps: int, title: str = "twinb
     cols = [c.replace("plan", str(plan_steps)) for c in [*COLUMNS, *(h for h, _ in extra)]]
     out = [f"# {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     vary = varying(records)
-    out += ["| " + " | ".join(row(r, plan_steps, vary, extra)) + " |" for r in records]
+    out += ["| " + " | ".join(md(c) for c in row(r, plan_steps, vary, extra)) + " |" for r in records]
     failed = [r for r in records if r.get("status") != "ok"]
-    out += ["", *[f"- {r.get('status')}: {r['framework']}/{r['strategy']}: {r.get('error')}" for r in failed]]
-    out += ["## Conditions", "", *[f"- {line}" for line in conditions(records)], ""]
+    out += ["", *[f"- {md(r.get('status'))}: {md(r.get('framework'))}/{md(r.get('strategy'))}: {md(r.get('error'))}"
+                  for r in failed]]
+    out += ["## Conditions", "", *[f"- {md(line)}" for line in conditions(records)], ""]
     cross = crossings(records)
     if cross:
-        out += ["## Break-even", "", *[f"- {c}" for c in cross], ""]
+        out += ["## Break-even", "", *[f"- {md(c)}" for c in cross], ""]
     return "\n".join(out)
