@@ -24,6 +24,7 @@ TB = [sys.executable, "-m", "twinbench.cli"]
 TINY = ["--preset", "tiny", "--steps", "4", "--warmup", "1", "--timeout", "240"]
 #: what differs between two runs of the same spec whatever launched them: timings, conditions, where it ran
 VARYING = {"compile_s", "first_step_s", "step_ms", "step_ms_p10", "step_ms_p90", "step_ms_mean", "step_times_ms",
+           "step_ms_async",
            "tokens_per_s", "achieved_tflops", "mfu", "mfu_datasheet", "wall_s", "peak_mem_bytes", "load_avg_1m",
            "load_avg_1m_external", "cpu_count", "interference_cores", "cpu_busy_per_core", "interference_window_s",
            "warnings", "peak_tflops", "peak_measured_at", "peak_spread", "peak_load_per_core", "input_wait_ms",
