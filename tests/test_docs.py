@@ -58,3 +58,26 @@ def test_every_benchmark_script_has_a_usage_line_and_is_listed_in_results():
         head = "\n".join(script.read_text().splitlines()[:15])
         assert re.search(rf"(usage|Usage|{script.name})", head), f"{script.name}: no usage line"
         assert script.name in results, f"{script.name} is not listed in benchmarks/RESULTS.md"
+
+
+def test_layout_names_every_package_and_module_and_only_ones_that_exist():
+    """docs/layout.md is the map a reader starts from: it names every package and top-level module of
+    src/twinbench, and every file or folder it names under a package exists."""
+    doc = (ROOT / "docs" / "layout.md").read_text()
+    tree = doc[doc.index("```\nsrc/twinbench/"):]
+    tree = tree[:tree.index("```", 4)]
+    pkg = ROOT / "src" / "twinbench"
+    tops = sorted(p.name + ("/" if p.is_dir() else "") for p in pkg.iterdir()
+                  if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.name != "__init__.py"))
+    assert [t for t in tops if not re.search(rf"(^|\s){re.escape(t)}", tree, re.M)] == []
+    current = None
+    for line in tree.splitlines()[1:]:
+        head = re.match(r"\s{2}(\S+/)\s", line)
+        if head and (pkg / head.group(1)).is_dir():
+            current = pkg / head.group(1)
+        elif re.match(r"\s{2}\S", line):
+            current = None
+        if current is None:
+            continue
+        for name in re.findall(r"\b([a-z_]+\.py)\b", line):
+            assert (current / name).exists(), f"docs/layout.md names {current.name}/{name}, which does not exist"
