@@ -71,3 +71,21 @@ def test_matmul_rows_say_why(runs: dict[str, Any]) -> None:
     assert len([s for s in res["shapes"] if s["matched"]]) >= 3, res["shapes"]
     assert res["memory"] and {r["row"] for r in res["memory"]["rows"]} >= {"params", "activations"}
     assert "why:" in runs["output"] and "matmuls by shape" in runs["output"]
+
+
+def test_the_runs_traces_read_as_files_give_the_same_categories(runs: dict[str, Any]) -> None:
+    """A user's trace is read like a run's: the two runs' trace files, fed back to `explain TRACE_A TRACE_B`,
+    give each category the same share of its step as explain of the runs (within 5 points)."""
+    from twinbench.explain import command
+
+    res = runs["json"]
+    files = command.explain_traces(res["a"]["trace_path"], res["b"]["trace_path"])
+    for side in ("a", "b"):
+        run, trace = res[side], files[side]
+        for phase, cats in run["cells"].items():
+            for cat, ms in cats.items():
+                if phase == "rest" or cat == "idle":
+                    continue  # the trace's own step holds the profiler's overhead; the run's, its measured step
+                share_run = ms / run["step_ms"]
+                share_file = trace["cells"].get(phase, {}).get(cat, 0.0) / trace["step_ms"]
+                assert share_file == pytest.approx(share_run, abs=0.05), (side, phase, cat)
