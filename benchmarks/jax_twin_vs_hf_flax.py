@@ -108,16 +108,9 @@ def child(which: str, shape: dict[str, Any], steps: int, threads: int) -> None:
     step(*batches[0])
     sync()
     compile_s = time.perf_counter() - t0
-    for i in range(WARMUP):
-        step(*batches[i % 8])
-    sync()
-    times, loss = [], None
-    for i in range(steps):
-        t = time.perf_counter()
-        loss = step(*batches[i % 8])
-        sync()
-        times.append((time.perf_counter() - t) * 1e3)
-    from sitting import cpu_info
+    from sitting import cpu_info, time_steps
+
+    times, loss = time_steps(step, sync, batches, WARMUP, steps)
 
     print(json.dumps({**cpu_info(), "which": which, "step_ms": statistics.median(times), "p10": sorted(times)[len(times) // 10],
                       "p90": sorted(times)[(9 * len(times)) // 10], "compile_s": compile_s,

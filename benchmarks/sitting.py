@@ -11,7 +11,9 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def wait_quiet(max_load_per_core: float = 0.3, timeout_s: float = 600.0) -> float:
@@ -40,27 +42,30 @@ def median_range(values: list[float], fmt: str = "{:.0f}") -> str:
     return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
 
 
-#: instruction-set extensions worth naming beside a CPU model (/proc/cpuinfo flag -> name)
-ISA = (("avx2", "AVX2"), ("avx512f", "AVX-512"), ("avx512_bf16", "AVX-512 BF16"), ("amx_tile", "AMX"),
-       ("asimd", "NEON"), ("sve", "SVE"))
-
-
 def cpu_info() -> dict[str, object]:
     """The CPU model and the vector/matrix extensions it has (framework gaps differ per machine: every
-    benchmark records which machine it measured)."""
-    model, flags = "", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and not model:
-                model = value.strip()
-            elif key.strip() in ("flags", "Features") and not flags:
-                flags = set(value.split())
-    except OSError:
-        pass
-    isa = [name for flag, name in ISA if flag in flags]
-    return {"cpu_model": model or "unknown", "isa": isa, "cores": len(os.sched_getaffinity(0)),
-            "cpu": f"{model or 'unknown CPU'} ({', '.join(isa) or 'no AVX2'})"}
+    benchmark records which machine it measured), as every twinbench record names it (``host_cpu``)."""
+    from twinbench.measure.device import cpu_isa, cpu_name, host_cpu
+
+    isa = cpu_isa()
+    return {"cpu_model": cpu_name(), "isa": isa.split(", ") if isa else [], "cores": len(os.sched_getaffinity(0)),
+            "cpu": host_cpu()}
+
+
+def time_steps(step: Callable[..., Any], sync: Callable[[], None], batches: list[Any], warmup: int,
+               steps: int) -> tuple[list[float], Any]:
+    """``warmup`` untimed steps, then ``steps`` timed ones, the device synchronised before each clock read:
+    (milliseconds per step, the last step's result). ``step(*batch)`` cycles through ``batches``."""
+    for i in range(warmup):
+        step(*batches[i % len(batches)])
+    sync()
+    times, out = [], None
+    for i in range(steps):
+        t = time.perf_counter()
+        out = step(*batches[i % len(batches)])
+        sync()
+        times.append((time.perf_counter() - t) * 1e3)
+    return times, out
 
 
 if __name__ == "__main__":

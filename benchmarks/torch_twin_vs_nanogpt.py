@@ -33,7 +33,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +85,7 @@ def child(which: str, model_py: str, shape: dict[str, Any], steps: int, threads:
     os.sched_setaffinity(0, cpus)
     import numpy as np
     import torch
-    from sitting import cpu_info
+    from sitting import cpu_info, time_steps
 
     torch.set_num_threads(len(cpus))
     step, sync = ours_step(shape["preset"], shape) if which == "ours" else nanogpt_step(
@@ -94,15 +93,7 @@ def child(which: str, model_py: str, shape: dict[str, Any], steps: int, threads:
     rng = np.random.default_rng(0)
     batches = [(rng.integers(0, shape["vocab"], (shape["batch"], shape["seq"]), dtype=np.int64),
                 rng.integers(0, shape["vocab"], (shape["batch"], shape["seq"]), dtype=np.int64)) for _ in range(8)]
-    for i in range(WARMUP):
-        step(*batches[i % 8])
-    sync()
-    times, loss = [], None
-    for i in range(steps):
-        t = time.perf_counter()
-        loss = step(*batches[i % 8])
-        sync()
-        times.append((time.perf_counter() - t) * 1e3)
+    times, loss = time_steps(step, sync, batches, WARMUP, steps)
     print(json.dumps({**cpu_info(), "which": which, "step_ms": statistics.median(times),
                       "p10": sorted(times)[len(times) // 10], "p90": sorted(times)[(9 * len(times)) // 10],
                       "loss": float(loss), "threads": len(cpus), "torch": torch.__version__,

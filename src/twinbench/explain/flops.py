@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from twinbench.explain.hlo import CALLS, COMP
+
 _DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
                 "bool": 1, "unsigned char": 1, "signed char": 1, "short int": 2,
                 "f32": 4, "f64": 8, "f16": 2, "bf16": 2, "s64": 8, "s32": 4, "u32": 4, "s8": 1, "u8": 1,
@@ -114,9 +116,7 @@ def torch_op(name: str, args: dict[str, Any] | None) -> OpShape:
 _LINE = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(\([^=]*?\)|[\w]+\[[^\]]*\](?:\{[^}]*\})?|\w+\[\])\s+"
                    r"([a-z][\w\-]*)\(")
 _SHAPE = re.compile(r"(\w+)\[([\d,]*)\](?:\{([\d,]*))?")
-_COMP = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->.*\{\s*$")
 _DIMS = re.compile(r"(lhs_contracting_dims|rhs_contracting_dims|lhs_batch_dims|rhs_batch_dims)=\{([\d,]*)\}")
-_CALLS = re.compile(r"calls=%?([\w.\-]+)")
 _OPERAND = re.compile(r"%([\w.\-]+)")
 
 
@@ -167,7 +167,7 @@ def parse_hlo(text: str) -> dict[str, HloInstr]:
     out: dict[str, HloInstr] = {}
     comp = ""
     for line in text.splitlines():
-        c = _COMP.match(line)
+        c = COMP.match(line)
         if c and " = " not in line:
             comp = c.group(1)
             continue
@@ -176,7 +176,7 @@ def parse_hlo(text: str) -> dict[str, HloInstr]:
             continue
         dtype, dims, layout, nbytes = _shape(m.group(3))
         attrs = {k: [int(x) for x in v.split(",") if x] for k, v in _DIMS.findall(line)}
-        calls = _CALLS.search(line)
+        calls = CALLS.search(line)
         op_name = re.search(r'op_name="([^"]*)"', line)
         out.setdefault(m.group(2), HloInstr(m.group(2), m.group(4), dtype, dims, layout,
                                             _operands(line, m.end()), attrs, calls.group(1) if calls else "",

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from twinbench.explain import taxonomy
 
-_COMP = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->.*\{\s*$")
+COMP = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->.*\{\s*$")
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(?:\([^=]*?\)|\S+)\s+([a-z][\w\-]*)\(")
-_CALLS = re.compile(r"calls=%?([\w.\-]+)")
+CALLS = re.compile(r"calls=%?([\w.\-]+)")
 _OPNAME = re.compile(r'op_name="([^"]*)"')
 _LOSS = re.compile(r"loss|log_softmax|cross_entropy|logsumexp")
 _KIND = re.compile(r'"kind":"([\w$]+)"')
@@ -38,7 +38,7 @@ def parse(text: str) -> dict[str, Instr]:
     comps: dict[str, list[Instr]] = {}
     current: list[Instr] = []
     for line in text.splitlines():
-        m = _COMP.match(line)
+        m = COMP.match(line)
         if m and " = " not in line:
             current = comps.setdefault(m.group(1), [])
             continue
@@ -46,7 +46,7 @@ def parse(text: str) -> dict[str, Instr]:
         if not m:
             continue
         op_name = _OPNAME.search(line)
-        calls = _CALLS.search(line)
+        calls = CALLS.search(line)
         kind = _KIND.search(line)
         target = _TARGET.search(line)
         current.append(Instr(m.group(1), m.group(2), op_name.group(1) if op_name else "",
