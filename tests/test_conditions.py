@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from twinbench import runner
-from twinbench.measure.peak import LOAD_ENV
+from twinbench.machine import LOAD_ENV
 from twinbench.record import CONDITION_WARNINGS, condition_warnings
 from twinbench.report.table import conditions, markdown
 from twinbench.spec import from_preset, validate

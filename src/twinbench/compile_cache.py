@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from twinbench.measure.peak import cache_root
+from twinbench.machine import cache_root
 from twinbench.spec import RunSpec
 
 MODES = ("cold", "warm", "both")

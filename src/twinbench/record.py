@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from twinbench.machine import HIGH_LOAD, MAX_SPREAD
 from twinbench.measure.device import host_cpu
 from twinbench.measure.interference import busy_warning
-from twinbench.measure.peak import HIGH_LOAD, MAX_SPREAD
 from twinbench.spec import RunSpec
 
 #: Record warnings about the conditions of a measurement start with one of these (the others are sharding's).

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench import compile_cache
-from twinbench.measure.peak import LOAD_ENV
+from twinbench.machine import LOAD_ENV, cache_root
 from twinbench.record import (
     Record,
     RecordWriteError,
@@ -80,8 +80,6 @@ class LoadMeter:
     ident: str = field(default_factory=lambda: f"{os.getpid()}-{time.time_ns()}")
 
     def _history(self) -> Path:
-        from twinbench.measure.peak import cache_root
-
         return cache_root() / "recent_runs.jsonl"
 
     def _ended(self, now: float) -> list[tuple[float, float, float]]:
@@ -440,7 +438,7 @@ def run_many(
                 from twinbench.launch.jobs import submit_many
 
                 return submit_many(specs, out_dir, timeout, jobs, done, on_start, on_done, caches.root,
-                                   save=lambda p, r: save_record(p, r, notes))
+                                   run_one, save=lambda p, r: save_record(p, r, notes))
             for spec in specs:
                 rid = spec.run_id()
                 if rid in done:

@@ -26,16 +26,17 @@ ENDED_BADLY = {"FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "
                "DEADLINE", "INTERRUPTED"}
 
 
-def run_job(spec_dict: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Inside a job: this task's place in a multi-host run from SLURM, then the run through the runner."""
-    from twinbench import runner
+def run_job(spec_dict: dict[str, Any], timeout: float,
+            run_one: Callable[[RunSpec, float], dict[str, Any]]) -> dict[str, Any]:
+    """Inside a job: this task's place in a multi-host run from SLURM, then the run through the runner
+    (``run_one``: ``runner.run_one``, passed in by the runner, which imports this module, not the reverse)."""
     from twinbench.distributed.cluster import slurm_identity
 
     spec = RunSpec.from_dict(spec_dict)
     ident = slurm_identity()
     if spec.num_processes > 1 and ident is not None:
         spec = replace(spec, process_id=ident.process_id, coordinator=ident.coordinator)
-    record = runner.run_one(spec, timeout)
+    record = run_one(spec, timeout)
     record["job_nodes"] = list(ident.hosts) if ident else [socket.gethostname()]
     return record
 
@@ -146,9 +147,11 @@ def _failed(spec: RunSpec, job: Any, state: str, why: str) -> dict[str, Any]:
 def submit_many(specs: list[RunSpec], out_dir: Path, timeout: float, opts: JobOptions,
                 done: dict[str, dict[str, Any]], on_start: Callable[[RunSpec], None],
                 on_done: Callable[[RunSpec, dict[str, Any]], None], cache_root: Callable[[RunSpec], Path],
+                run_one: Callable[[RunSpec, float], dict[str, Any]],
                 save: Callable[[Path, dict[str, Any]], None] = append_jsonl) -> list:
     """Submit every spec not in ``done`` as a job (at most ``max_parallel`` at once; one at a time locally),
-    append each record to results.jsonl as its job ends; Ctrl-C cancels the jobs not finished."""
+    append each record to results.jsonl as its job ends; Ctrl-C cancels the jobs not finished. Each job runs
+    :func:`run_job` with ``run_one`` (the runner's)."""
     path = out_dir / "results.jsonl"
     folder = private_folder(Path(opts.folder) if opts.folder else out_dir / "jobs")
     parallel = 1 if opts.launcher == "local" or any(s.compile_cache == "warm" for s in specs) else opts.max_parallel
@@ -168,7 +171,7 @@ def submit_many(specs: list[RunSpec], out_dir: Path, timeout: float, opts: JobOp
                     cold.mkdir(parents=True)
                     run = replace(run, cache_dir=str(cold))
                 with _stderr_to(folder / "controller.err", opts.launcher == "local"):
-                    job = executor(opts, folder, js, timeout).submit(run_job, run.to_dict(), timeout)
+                    job = executor(opts, folder, js, timeout).submit(run_job, run.to_dict(), timeout, run_one)
                 if opts.launcher == "local":
                     # submitit waits up to 15 s for the result file of a job that ended without one (a slow
                     # shared file system); on this machine's own disk a dead job has none to wait for

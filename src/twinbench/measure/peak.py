@@ -37,6 +37,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from twinbench.machine import HIGH_LOAD, LOAD_ENV, MAX_SPREAD, cache_root
+
 #: Dense (no sparsity) peak TFLOP/s from vendor datasheets, by GPU model and form factor, and by dtype:
 #: fp32 (no TF32), tf32, bf16. Form factors differ (an H100 PCIe has ~3/4 of an SXM's tensor throughput), so a
 #: device is matched on its model AND form factor (:func:`gpu_model`); a device that matches no entry exactly
@@ -89,21 +91,9 @@ def datasheet_tflops(device_name: str, dtype: str) -> float | None:
 
 
 FORMAT = 2  # entries of format 1 were bare numbers
-MAX_SPREAD = 0.10  # repeats of the measured size must agree within this (max/min - 1)
-HIGH_LOAD = 0.5  # load average per core above which the machine counts as busy
 REPEATS = 7  # timed repeats per matmul size
 LONG_CALL_S = 0.05  # a matmul this long is at the device's peak already: larger sizes are not timed
 ATTEMPTS = 3  # measurements tried before a disagreeing one is kept as refused
-#: Load per core of the machine (other processes) at the time the runner started this process.
-LOAD_ENV = "TWINBENCH_LOAD_PER_CORE"
-
-
-def cache_root() -> Path:
-    base = os.environ.get("TWINBENCH_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "twinbench")
-    return Path(base)
-
-
 def cache_path() -> Path:
     return cache_root() / "peaks.json"
 

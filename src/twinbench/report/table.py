@@ -6,9 +6,10 @@ from typing import Any
 
 from rich.table import Table
 
+from twinbench.machine import HIGH_LOAD, MAX_SPREAD
 from twinbench.measure.device import matmul_label, platform_name
 from twinbench.measure.memory import summary as memory_summary
-from twinbench.measure.peak import HIGH_LOAD, MAX_SPREAD, age_s, fmt_age
+from twinbench.measure.peak import age_s, fmt_age
 from twinbench.models.family import flops_convention
 from twinbench.record import CONDITION_WARNINGS
 from twinbench.report.breakeven import crossing_sentence, total_s
