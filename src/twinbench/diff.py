@@ -278,3 +278,32 @@ def fmt_ratio(p: Pair) -> str:
     if p.ci_low is None:
         return f"{p.ratio:.3f}"
     return f"{p.ratio:.3f} [{p.ci_low:.3f}, {p.ci_high:.3f}]"
+
+
+def table(d: Diff, old: Path | str, new: Path | str) -> Any:
+    """The terminal table of a diff (rich): per matched run, both step times, the ratio with its interval,
+    the verdict and the other metrics old -> new."""
+    from rich.table import Table
+
+    from twinbench.report.table import fmt_bytes
+
+    table = Table(title=f"twinbench diff {old} -> {new}")
+    for col in ("run", "OLD step ms", "NEW step ms", "NEW/OLD [95% CI]", "verdict", "compile s", "1st step s",
+                "peak mem", "MFU", "losses"):
+        table.add_column(col, justify="left" if col in ("run", "verdict") else "right")
+
+    def pair(x: dict, fmt) -> str:
+        o, n = x["old"], x["new"]
+        return f"{fmt(o)} -> {fmt(n)}" if o is not None and n is not None else "-"
+
+    colors = {SLOWER: "red", FASTER: "green"}
+    for p in d.pairs:
+        ms = lambda v: f"{statistics.median(v):.1f} ({len(v)}x)"  # noqa: E731
+        verdict = f"[{colors[p.verdict]}]{p.verdict}[/]" if p.verdict in colors else p.verdict
+        table.add_row(p.run, ms(p.old_ms), ms(p.new_ms), fmt_ratio(p), verdict,
+                      pair(p.deltas["compile_s"], lambda v: f"{v:.2f}"),
+                      pair(p.deltas["first_step_s"], lambda v: f"{v:.2f}"),
+                      pair(p.deltas["peak_mem_bytes"], fmt_bytes),
+                      pair(p.deltas["mfu"], lambda v: f"{v:.0%}"),
+                      "same" if p.losses_agree else ("differ" if p.losses_agree is False else "-"))
+    return table

@@ -133,6 +133,22 @@ def score(init_from: str, data: str, frameworks: list[str], tokenizer: str | Non
     return result
 
 
+def table(result: dict[str, Any], init_from: Path | str) -> Any:
+    """The terminal table of :func:`score`'s result (rich): each framework's loss, perplexity, bits/token, time."""
+    from rich.table import Table
+
+    table = Table(header_style="bold", title=f"twinbench score: {init_from}")
+    for c in ("framework", "mean CE (nats)", "perplexity", "bits/token", "seconds (incl. compile)", "device"):
+        table.add_column(c, justify="left" if c in ("framework", "device") else "right")
+    for fw, r in result["frameworks"].items():
+        if r["status"] != "ok":
+            table.add_row(fw, "[red]failed[/]", "", "", "", r["error"])
+            continue
+        table.add_row(fw, f"{r['loss']:.6f}", f"{r['perplexity']:.3f}", f"{r['bits_per_token']:.4f}",
+                      f"{r['seconds']:.2f}", f"{r['device']} ({r['platform']})")
+    return table
+
+
 # --------------------------------------------------------------------------------------------- child
 def _run_torch(cfg: ModelConfig, weights: dict[str, np.ndarray], windows: np.ndarray, batch: int,
                k: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:

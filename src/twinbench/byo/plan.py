@@ -101,6 +101,29 @@ def build_specs(preset: str, frameworks: list[str], names: list[str] | None, ove
     return list({(s.framework, s.strategy): s for s in specs}.values())
 
 
+def user_fields(model: str | None, jax_model: str | None) -> dict[str, str]:
+    """The RunSpec fields of ``--model`` / ``--jax-model`` (none without ``--model``), for every command that
+    takes them; a ``--jax-model`` alone is a user error."""
+    if jax_model and not model:
+        raise SpecError("--jax-model: a JAX port is measured beside its torch model: give --model FILE.py:build too")
+    return {"user_model": model, "user_jax_model": jax_model or ""} if model else {}
+
+
+def prepare_user(specs: list[RunSpec], out_dir: Path, timeout: float,
+                 per_shape: bool = False) -> tuple[list[RunSpec], dict[str, Any] | None]:
+    """The one preparation of a user's model, before any run, for every command that takes ``--model``.
+
+    Specs without a user model come back as they are. Otherwise the model is checked and its initial weights
+    written (a SpecError, exit 2, when it is bad): once for them all with the port's parity (:func:`prepare`),
+    or with ``per_shape`` once per shape of a grid (:func:`prepare_points`, sweep and claims; no parity).
+    """
+    if not any(s.user_model for s in specs):
+        return specs, None
+    if per_shape:
+        return prepare_points(specs, out_dir, timeout), None
+    return prepare(specs, out_dir, timeout)
+
+
 def prepare_points(specs: list[RunSpec], out_dir: Path, timeout: float) -> list[RunSpec]:
     """:func:`prepare` once per shape of a sweep (the points that differ only in devices, framework or strategy
     share their initial weights and eager reference): ``out_dir/byo`` for the first, ``out_dir/shape-<i>/byo``

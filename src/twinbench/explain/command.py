@@ -24,15 +24,14 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
     try:
         resolved: list[tuple[RunSpec, dict[str, Any] | None]] = []
         fresh = [a for a in (run_a, run_b) if not runs.is_results_arg(a)]
-        user = {"user_model": model or "", "user_jax_model": jax_model or ""}
         built: dict[str, RunSpec] = {}
         if fresh:
-            names = ",".join(a.replace("/", ":") for a in fresh)
-            specs = build_specs(preset, ",".join(sorted({a.split(":")[0] for a in fresh})), names, overrides, **user)
-            if model:
-                from twinbench.byo import plan
+            from twinbench.byo.plan import prepare_user, user_fields
 
-                specs, _ = plan.prepare(specs, out_dir, timeout)
+            names = ",".join(a.replace("/", ":") for a in fresh)
+            specs = build_specs(preset, ",".join(sorted({a.split(":")[0] for a in fresh})), names, overrides,
+                                **user_fields(model, jax_model))
+            specs, _ = prepare_user(specs, out_dir, timeout)
             built = {s.label(): s for s in specs}
         for a in (run_a, run_b):
             if runs.is_results_arg(a):

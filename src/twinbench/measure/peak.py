@@ -197,6 +197,29 @@ def fmt_age(seconds: float | None) -> str:
     return f"{seconds:.0f} s"
 
 
+def table(shown: list[tuple[str, Peak | None]]) -> Any:
+    """The terminal table of cached or just measured peaks (rich), ``(cache key, Peak)`` each; ``None``: an entry
+    of the first cache format, shown as stale."""
+    from rich.table import Table
+
+    table = Table(header_style="bold", title=f"matmul peaks ({cache_path()})", title_justify="left")
+    for c in ("framework", "device", "dtype", "threads", "versions", "GFLOP/s", "spread", "age", "load/core",
+              "status"):
+        table.add_column(c, justify="right" if c in ("threads", "GFLOP/s", "spread", "age", "load/core") else "left")
+    for key, p in shown:
+        if p is None:  # an entry of the first cache format: a bare number, never used again
+            parts = [*key.split("|"), "", "", "", ""]
+            table.add_row(parts[0], f"{parts[2]} ({parts[1]})", parts[3], parts[4].removeprefix("threads="), "—",
+                          "—", "—", "—", "—", "stale (old format)", style="dim")
+            continue
+        vers = ", ".join(f"{k} {v}" for k, v in sorted(p.versions.items()))
+        load = "—" if p.load_per_core is None else f"{p.load_per_core:.2f}"
+        table.add_row(p.framework, f"{p.device} ({p.platform})", p.dtype, str(p.threads), vers,
+                      f"{p.tflops * 1e3:,.1f}", f"{p.spread:.1%}", fmt_age(p.age_s()), load,
+                      p.status(), style=None if p.trusted else "yellow")
+    return table
+
+
 def cache_key(framework: str, platform: str, device: str, dtype: str, threads: int,
               versions: dict[str, str]) -> str:
     vers = ",".join(f"{k}={v}" for k, v in sorted(versions.items()))

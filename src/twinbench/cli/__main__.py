@@ -1,0 +1,7 @@
+"""``python -m twinbench.cli``."""
+
+import sys
+
+from twinbench.cli import app
+
+sys.exit(app())

@@ -1,0 +1,214 @@
+"""Reading and deciding from runs: ``report``, ``diff``, ``advise`` and ``explain``."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from twinbench import runner
+from twinbench.byo.plan import prepare_user, user_fields
+from twinbench.cli.common import (
+    FRAMEWORK_OPTION,
+    PRESET_OPTION,
+    TIMEOUT_OPTION,
+    TRACE_OPTION,
+    app,
+    check_json,
+    check_timeout,
+    console,
+    fail,
+    out,
+    ready_outputs,
+    trace_top,
+    with_spec_flags,
+    write_report,
+    write_text,
+)
+from twinbench.cli.execute import run_and_report
+from twinbench.plan import build_specs
+from twinbench.spec import SpecError
+
+
+@app.command("report")
+def report_cmd(
+    directory: Path = typer.Argument(..., help="results directory (holds results.jsonl; claims.json, "
+                                               "advice.json when present)"),
+    plan_steps: Optional[int] = typer.Option(  # noqa: UP045
+        None, help="planned run length for totals and break-even plots; default: advice.json's, else 1000"),
+    against: Optional[Path] = typer.Option(  # noqa: UP045
+        None, help="an older results directory: add `twinbench diff AGAINST DIRECTORY` (ratios with their "
+                   "intervals, and a plot of them) to the report"),
+) -> None:
+    """Write report.html (self-contained, plots embedded) and report.md (plots in plots/) for a results dir."""
+    from twinbench.diff import DiffError
+    from twinbench.report.page import ReportError, write
+
+    if plan_steps is not None and plan_steps <= 0:
+        fail(f"--plan-steps must be a positive integer, got {plan_steps}")
+    try:
+        html_path, md_path, res = write(directory, plan_steps, against=against)
+    except (ReportError, DiffError) as e:
+        fail(str(e))
+    if res.skipped:
+        console.print(f"[yellow]warning:[/] skipped {res.skipped} malformed line(s) of "
+                      f"{directory / runner.RESULTS}", highlight=False)
+    out.print(f"report: {html_path} (Markdown: {md_path}), {len(res.records)} record(s)", highlight=False)
+
+
+@app.command("diff")
+def diff_cmd(
+    old: Path = typer.Argument(..., help="the results before the change: a results directory or results.jsonl"),
+    new: Path = typer.Argument(..., help="the results after it"),
+    fail_above: Optional[float] = typer.Option(  # noqa: UP045
+        None, "--fail-above", metavar="PCT", help="CI gate: exit 1 when a matched run is slower by more than PCT "
+                                                  "percent with its whole 95% interval above that"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="write the diff as JSON"),  # noqa: UP045
+) -> None:
+    """Did a change make training faster or slower, beyond the noise? Matches the runs of OLD and NEW by what
+    they ran and gives each step-time ratio NEW/OLD with a 95% interval over repeats (compare --repeats N)."""
+    from twinbench import diff as tdiff
+
+    if fail_above is not None and not fail_above >= 0:
+        fail(f"--fail-above must be >= 0 (percent), got {fail_above:g}")
+    check_json(json_path)
+    skipped: list[str] = []
+    try:
+        d = tdiff.diff(tdiff.load(old, skipped), tdiff.load(new, skipped))
+    except tdiff.DiffError as e:
+        fail(str(e))
+    for line in skipped:
+        console.print(f"warning: {line}", highlight=False, markup=False)
+    if skipped and fail_above is not None:
+        fail("--fail-above: cannot pass a gate over results with lines that are not records (NaN or non-positive "
+             "step times, garbage): see the warning(s) above")
+    out.print(tdiff.table(d, old, new))
+    for line in tdiff.lines(d):
+        out.print(f"  {line}", highlight=False, soft_wrap=True)
+    if json_path:
+        write_text(json_path, json.dumps(d.to_dict(), indent=1), "--json")
+    if fail_above is not None:
+        failing = d.gate(fail_above)
+        for p in failing:
+            out.print(f"  FAIL: {p.run} is slower by more than {fail_above:g}%: {tdiff.fmt_ratio(p)}", highlight=False)
+        if failing:
+            raise typer.Exit(1)
+
+
+@app.command()
+@with_spec_flags
+def advise(
+    preset: str = PRESET_OPTION,
+    framework: str = FRAMEWORK_OPTION,
+    strategies: Optional[str] = typer.Option(  # noqa: UP045
+        None, help="candidate strategies (as in compare); default: each framework's default set, "
+                   "'all' for every registered base"),
+    plan_steps: int = typer.Option(20000, help="steps of the training run you plan"),
+    changes_per_day: int = typer.Option(0, help="model changes a day; each one costs a cold compile"),
+    out_dir: Optional[Path] = typer.Option(  # noqa: UP045
+        None, "--out", help="results directory; default runs/advise-<timestamp>; runs already there are reused"),
+    timeout: float = TIMEOUT_OPTION,
+    trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
+    model: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--model", help="your own PyTorch model, FILE.py:build, advised on instead of a twin (see compare --model)"),
+    jax_model: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--jax-model", help="your own JAX port of --model, FILE.py:build_jax (strategy 'port')"),
+    **overrides: Any,
+) -> None:
+    """Measure each framework's strategies here and say which framework to use for a planned run, and why."""
+    from twinbench.advise import advise as decide
+    from twinbench.strategies import registry
+
+    if plan_steps <= 0:
+        raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
+    if changes_per_day < 0:
+        raise SpecError(f"--changes-per-day must be >= 0, got {changes_per_day}")
+    user = user_fields(model, jax_model)
+    specs = [s for s in build_specs(preset, framework, strategies, overrides, **trace_top(trace), **user)
+             if not getattr(registry.get(s.framework, s.strategy), "known_failing", False)]
+    target = out_dir or Path("runs") / time.strftime("advise-%Y%m%d-%H%M%S")
+    ready_outputs(target, None, timeout)
+    specs, _ = prepare_user(specs, target, timeout)  # --model: checked, initial weights written (exit 2 if bad)
+    records = run_and_report(specs, target, timeout, plan_steps, None, "twinbench advise", report=False)
+    advice = decide(records, plan_steps, changes_per_day, results=str(target / runner.RESULTS))
+    write_text(target / "advice.json", json.dumps(advice, indent=1), "advice.json")
+    out.print()
+    for line in advice["lines"]:
+        out.print(line, highlight=False, markup=False)
+    out.print(f"  advice: {target / 'advice.json'} (ids in [brackets] are run_ids in "
+              f"{target / runner.RESULTS})", highlight=False, markup=False)
+    write_report(target, plan_steps)
+    if advice["recommendation"]["framework"] is None:
+        raise typer.Exit(1)
+
+
+
+@app.command("explain")
+@with_spec_flags
+def explain_cmd(
+    run_a: str = typer.Argument(..., help="framework:strategy (run now), RESULTS_DIR:framework/strategy, or a "
+                                "trace file/directory (torch.profiler .json[.gz], JAX *.xplane.pb)"),
+    run_b: Optional[str] = typer.Argument(None, help="the run or trace compared with A, same forms"),  # noqa: UP045
+    preset: str = PRESET_OPTION,
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="results directory; default runs/<timestamp>"),  # noqa: UP045
+    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the explanation here"),  # noqa: UP045
+    scopes: bool = typer.Option(False, "--scopes", help="expand phases by scope (block0.attn...) not category"),
+    timeout: float = TIMEOUT_OPTION,
+    model: Optional[str] = typer.Option(None, "--model", help="your own PyTorch model, FILE.py:build"),  # noqa: UP045
+    jax_model: Optional[str] = typer.Option(None, "--jax-model", help="its JAX port, FILE.py:build_jax"),  # noqa: UP045
+    step_marker: Optional[str] = typer.Option(None, "--step-marker", help="traces: the annotation that marks a step"),  # noqa: UP045
+    rank: Optional[int] = typer.Option(None, "--rank", help="traces: which rank's file (default the lowest)"),  # noqa: UP045
+    device: Optional[int] = typer.Option(None, "--device", help="traces: which device (default the first)"),  # noqa: UP045
+    hlo: Optional[str] = typer.Option(None, "--hlo", help="JAX traces: compiled HLO text (file or --xla_dump_to dir)"),  # noqa: UP045
+    try_flags: Optional[list[str]] = typer.Option(  # noqa: UP045
+        None, "--try", help="run one side again with one option and show the rows that moved: 'B:--xla_...=V' "
+        "(an XLA flag), 'B:threads=1' (a spec option), 'A:env:NAME=V'; repeatable"),
+    depths: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--depths", help="compile each JAX side's step at these layer counts (e.g. 2,4) and name the "
+        "compiled work that grows faster than the layer count"),
+    **overrides: Any,
+) -> None:
+    """Where each run's (or trace's) step time goes (phases x op categories), and the gap between A and B."""
+    from twinbench.explain import command
+
+    target = out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    expand = "scopes" if scopes else "categories"
+    check_timeout(timeout)
+    check_json(json_path)
+    try:
+        if command.trace_file.is_trace(run_a) or run_b is None or command.trace_file.is_trace(run_b):
+            result = command.explain_traces(run_a, run_b, expand, step_marker, rank, device, hlo)
+        else:
+            result = command.explain(run_a, run_b, preset, overrides, target, timeout, model, jax_model, expand,
+                                     lambda line: out.print(line, highlight=False))
+    except command.ExplainError as e:
+        fail(str(e))
+    command.print_pair(result, out)
+    if try_flags:
+        from twinbench.explain import try_flag
+
+        try:
+            result["tries"] = [try_flag.run(result, t, target, timeout, lambda line: out.print(line, highlight=False))
+                               for t in try_flags]
+        except try_flag.TryError as e:
+            fail(str(e))
+        for t in result["tries"]:
+            try_flag.print_try(t, out)
+    if depths:
+        from twinbench.explain import depth
+
+        try:
+            layer_counts = sorted({int(d) for d in depths.split(",") if d.strip()})
+        except ValueError:
+            fail(f"--depths {depths!r}: layer counts separated by commas, e.g. 2,4")
+        if len(layer_counts) < 2 or layer_counts[0] < 1:
+            fail(f"--depths {depths!r}: at least two layer counts of 1 or more, e.g. 2,4")
+        result["depth"] = depth.for_pair(result, layer_counts, target, timeout)
+        for d in result["depth"]:
+            out.print(f"  depth: {d['sentence']}", highlight=False)
+    if json_path:
+        write_text(json_path, json.dumps(result, indent=1), "--json")
+

@@ -1,0 +1,156 @@
+"""What every command shares: the one typer ``app``, the consoles, the shared options and flags
+(``with_spec_flags``, PRESET/TIMEOUT/TRACE/CACHE options), ``fail`` and the checks of where outputs go."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from twinbench import runner
+from twinbench.spec import (
+    FLAG_HELP,
+    OVERRIDABLE,
+    PRESETS,
+    SpecError,
+    flag,
+)
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Measure the same Transformer trained in PyTorch and JAX, honestly.")
+console = Console(stderr=True)
+#: a terminal's own width; elsewhere (a log, a pipe) 100 columns: tables fold their columns, notes wrap. --wide:
+#: every table at its natural width
+NARROW = 100
+
+
+def _width() -> int | None:
+    if sys.stdout.isatty():
+        return None
+    cols = os.environ.get("COLUMNS", "")
+    return int(cols) if cols.isdigit() and int(cols) > 0 else NARROW
+
+
+out = Console(width=_width())
+#: lines saying where records that could not be written to results.jsonl were kept (runner.save_record)
+UNSAVED: list[str] = []
+
+
+def set_wide(wide: bool) -> None:
+    """``--wide``: tables and notes at their full width, never folded."""
+    if wide:
+        out.width = 400
+
+
+def check_json(json_path: Path | None, flag: str = "--json") -> None:
+    """Fail before any work when ``json_path`` cannot be written (no such folder, a directory, read-only)."""
+    if json_path is None:
+        return
+    parent = json_path.parent
+    if json_path.is_dir():
+        fail(f"{flag} {json_path}: a directory, not a file")
+    if not parent.is_dir():
+        fail(f"{flag} {json_path}: no folder {parent} (create it first)")
+    if not os.access(parent, os.W_OK) or (json_path.exists() and not os.access(json_path, os.W_OK)):
+        fail(f"{flag} {json_path}: cannot write there")
+
+
+def check_timeout(timeout: float) -> None:
+    if not timeout > 0:  # NaN too
+        fail(f"--timeout must be a positive number of seconds, got {timeout:g}")
+
+
+def ready_outputs(target: Path, json_path: Path | None, timeout: float | None = None) -> None:
+    """Every check of where results go, before anything runs: --out a writable directory, --json writable."""
+    if timeout is not None:
+        check_timeout(timeout)
+    check_json(json_path)
+    try:
+        runner.check_out_dir(target)
+    except SpecError as e:
+        fail(str(e))
+
+
+def write_text(path: Path, text: str, what: str) -> bool:
+    """Write an output file; a failure is a warning (the records are already safe in results.jsonl)."""
+    try:
+        path.write_text(text)
+        return True
+    except OSError as e:
+        console.print(f"[yellow]warning:[/] {what} not written to {path}: {e.strerror or e}", highlight=False)
+        return False
+
+
+def fail(message: str, code: int = 2) -> None:
+    """One line on stderr, a non-zero exit: how every user error ends."""
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def with_spec_flags(fn: Callable) -> Callable:
+    """Add one option per overridable RunSpec field (``--d-model`` for ``d_model``) to a command.
+
+    The command receives them in ``**overrides`` (``None`` when not given), so every field of the spec is a
+    flag without writing each one by hand in every command.
+    """
+    sig = inspect.signature(fn)
+    params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    for name, typ in OVERRIDABLE.items():
+        option = typer.Option(None, flag(name), help=FLAG_HELP.get(name, f"override the preset's {name}"),
+                              rich_help_panel="Run spec (overrides the preset)")
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                                        annotation=Optional[typ]))  # noqa: UP045 (typer needs Optional)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SpecError as e:
+            fail(str(e))
+
+    wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    return wrapper
+
+
+#: ``--cache`` / ``--cache-dir`` for every command that runs specs: pass them through with_cache().
+CACHE_OPTION = typer.Option("cold", "--cache", help="compilation cache state to measure: cold (fresh empty caches), "
+                            "warm (a second process on a filled cache) or both (cold, then warm on the same cache)")
+CACHE_DIR_OPTION = typer.Option(None, "--cache-dir", help="where compilation caches live (cold runs use fresh "
+                                "subdirectories, removed after); default ~/.cache/twinbench/compile")
+
+
+#: Options shared by every command that runs specs (compare, sweep, advise, claims).
+PRESET_OPTION = typer.Option("small", help=f"model/training preset: {', '.join(PRESETS)}")
+FRAMEWORK_OPTION = typer.Option("torch,jax", help="comma-separated: torch, jax")
+TIMEOUT_OPTION = typer.Option(900.0, help="seconds before one run is stopped and marked failed")
+
+
+#: ``--trace DIR`` for every command that runs specs (compare, sweep, claims): pass it through trace_top().
+TRACE_OPTION = typer.Option(
+    None, "--trace", help="also record a few steady-state steps of each run with the framework's profiler "
+                          "(after the measured steps, which stay unaffected) into this directory")
+
+
+def trace_top(trace: Path | None) -> dict[str, Any]:
+    """The RunSpec field for ``--trace`` (an absolute path, as the worker may run elsewhere)."""
+    return {"trace_dir": str(trace.resolve())} if trace else {}
+
+
+def write_report(out_dir: Path, plan_steps: int) -> None:
+    """report.html + report.md (+ plots/) into ``out_dir``; a failure to draw never loses the run."""
+    from twinbench.report.page import write
+
+    try:
+        html_path, md_path, _ = write(out_dir, plan_steps)
+    except Exception as e:
+        console.print(f"[yellow]warning:[/] report not written: {type(e).__name__}: {e}", highlight=False)
+        return
+    out.print(f"  report: {html_path} (Markdown: {md_path.name})", highlight=False)
+
