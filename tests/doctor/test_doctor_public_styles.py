@@ -36,6 +36,8 @@ EXPECTED: dict[str, tuple[str, str, dict[str, str], int]] = {
     "jit_once": ("<lambda>", "a jitted function", {}, 0),
     "nnx_jit_deep": ("train_step", "a jitted function", {"nnx-graph-overhead": "warning"}, 1),
     "nnx_jit_deep_cached": ("train_step", "a jitted function", {"nnx-graph-overhead": "info"}, 0),
+    "sgd_tree_map_eager": ("loss_fn", "a jitted function", {"jax-eager-ops": "warning"}, 1),
+    "sgd_tree_map_jitted": ("train_step", "a jitted function", {}, 0),
 }
 MACHINE = ("cpu-oversubscribed", "compile-dominates")  # about the machine or the run's length, not the script
 STEPS = 8
@@ -83,6 +85,8 @@ def test_costs_are_in_the_evidence(results: dict) -> None:
     assert "new function object" in recompile["title"] and "s of backend compile after step 1" in recompile["evidence"]
     graph = next(f for f in results["nnx_jit_deep"][1]["findings"] if f["id"] == "nnx-graph-overhead")
     assert "ms per step in nnx.jit's own Python" in graph["evidence"] and "cached_partial" in graph["fix"]
+    eager = next(f for f in results["sgd_tree_map_eager"][1]["findings"] if f["id"] == "jax-eager-ops")
+    assert "sgd_tree_map_eager.py:30" in eager["evidence"]  # the momentum update's lines
     bound = next(f for f in results["nnx_generator"][1]["findings"] if f["id"] == "input-bound")
     assert "the device waited for the host between steps" in bound["evidence"]
     assert "% of the iteration waiting for input" in bound["evidence"]

@@ -212,8 +212,8 @@ def jax_eager_ops(obs: Obs) -> Finding | None:
     return Finding(
         "jax-eager-ops", "warning",
         f"{ops:.0f} ops per step run one by one outside jit" + (" (the Optax update among them)" if optax_eager else ""),
-        f"{ops:.0f} eager primitive dispatches counted per step (jnp functions dispatch on a C++ path the "
-        f"count does not see) taking {eager_ms:.2f} ms of a {obs.get('step_ms') or 0:.2f} ms "
+        f"{ops:.0f} eager primitive dispatches and jax.Array operators (+ - * / ** @) counted per step (a "
+        f"jnp function called outside jit dispatches on a C++ path the count does not see) taking {eager_ms:.2f} ms of a {obs.get('step_ms') or 0:.2f} ms "
         f"step; they come from: {src or 'unknown'}; Optax updates outside jit: {optax_rate:.1f} per step; "
         f"each eager op is a separate dispatch (and its Python-number operands each a host-to-device copy: "
         f"{_per_step(obs, 'h2d_guard') or 0:.0f} per step) (warning from {EAGER_OPS_WARN} eager ops or "

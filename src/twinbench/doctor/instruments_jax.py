@@ -32,6 +32,8 @@ from twinbench.measure.compiles import JAX_BACKEND, JAX_LOWER, JAX_TRACE
 CACHE_MISS_LOGGERS = ("jax._src.interpreters.partial_eval", "jax._src.pjit")
 HOST_READS = ("__bool__", "__float__", "__int__", "__index__", "item", "tolist", "__format__", "__repr__",
               "__str__", "__array__")
+ARRAY_OPS = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+             "__pow__", "__neg__", "__matmul__", "__rmatmul__")  # eager arithmetic on jax.Array (not indexing)
 BURST_GAP_S = 0.05  # reads of one user line this close together are one burst (one call reading many values)
 _LIB_DIRS: tuple[str, ...] = ()  # package folders whose own host reads are not the user's
 
@@ -167,6 +169,7 @@ class JaxInstruments:
         self.outer_start: float | None = None  # when the user called an NNX transform that wraps a jit
         self.outer_jit, self.inner_s = False, 0.0  # its jit was called; the time in that call
         self.flax_patched = False
+        self.op_depth = 0  # > 0 inside an array operator counted as one eager op
         self.eager_depth = 0  # > 0 inside timed eager work (eager_s counts the outermost level only)
         self.watcher = ReadyWatcher(rec)  # when each step's outputs are ready (the loop is not stalled)
         rec.frameworks.add("jax")
@@ -404,7 +407,7 @@ class JaxInstruments:
         rec, sources, inst = self.rec, self.eager_sources, self
 
         def process_primitive(trace: Any, primitive: Any, args: Any, params: Any, /) -> Any:
-            if rec.internal or primitive.name in ("pjit", "jit", "pmap", "xla_pmap"):
+            if rec.internal or inst.op_depth or primitive.name in ("pjit", "jit", "pmap", "xla_pmap"):
                 return orig(trace, primitive, args, params)
             rec.counters["eager_ops"] += 1
             if rec.counters["eager_ops"] % 25 == 1:  # sample where eager work comes from
@@ -413,6 +416,38 @@ class JaxInstruments:
                 return orig(trace, primitive, args, params)
 
         self._patch(EvalTrace, "process_primitive", process_primitive)
+        self._patch_array_ops()
+
+    def _patch_array_ops(self) -> None:
+        """Count arithmetic on concrete arrays (``p - lr * g`` in an eager ``jax.tree.map`` update): jax.numpy's
+        operators are jitted functions that JAX dispatches from C++ once cached, so the primitive hook above
+        never sees them."""
+        try:
+            from jax._src.array import ArrayImpl as array_type
+        except ImportError:
+            return
+        rec, sources, inst = self.rec, self.eager_sources, self
+
+        def wrap(orig: Callable) -> Callable:
+            @functools.wraps(orig)
+            def op(*args: Any, **kwargs: Any) -> Any:
+                if rec.internal or inst.op_depth:
+                    return orig(*args, **kwargs)
+                rec.counters["eager_ops"] += 1
+                if rec.counters["eager_ops"] % 25 == 1:
+                    sources[_eager_source()] += 25
+                inst.op_depth += 1
+                try:
+                    with inst.eager_time():
+                        return orig(*args, **kwargs)
+                finally:
+                    inst.op_depth -= 1
+
+            return op
+
+        for name in ARRAY_OPS:
+            if name in array_type.__dict__:
+                self._patch(array_type, name, wrap(array_type.__dict__[name]))
 
     @contextlib.contextmanager
     def eager_time(self) -> Iterator[None]:
