@@ -642,6 +642,39 @@ def _step_location(obs: Obs) -> str:
     return ""
 
 
+# -- jax-unrolled-loop ----------------------------------------------------------------------------------------------
+UNROLL_WARN_S = 0.5  # compile seconds spent on the repeated copies (all but the first): info below, warning from
+
+
+def jax_unrolled_loop(obs: Obs) -> Finding | None:
+    """Threshold: the step's program holds >= 4 back-to-back copies of one unit of >= 8 equations (a Python loop
+    unrolled by jit); warning when the copies after the first cost >= 0.5 s of its backend compile (the compile
+    time in proportion to the equations they are), info below."""
+    prog = obs.get("info", {}).get("step_program") or {}
+    rep = prog.get("repeat")
+    if not rep:
+        return None
+    extra = (rep["copies"] - 1) * rep["period"]
+    share = extra / max(rep["eqns"], 1)
+    compile_s = prog.get("compile_s", 0.0)
+    cost = compile_s * share
+    return Finding(
+        "jax-unrolled-loop", "warning" if cost >= UNROLL_WARN_S else "info",
+        f"a Python loop is unrolled inside the jitted step: {rep['copies']} copies of the same "
+        f"{rep['period']} operations",
+        f"the step's program (jaxpr, nested calls inlined) is {rep['eqns']} equations, {rep['copies']} x "
+        f"{rep['period']} of them one unit repeated back to back (from equation {rep['start']}): "
+        f"{100 * share:.0f}% of the program is copies; its backend compile took {compile_s:.2f} s, about "
+        f"{cost:.2f} s of it for the copies, and trace and compile time grow with the loop's count (info from 4 "
+        f"copies of >= 8 operations, warning from {UNROLL_WARN_S:g} s of compile for the copies)",
+        "Loop inside the program instead of in Python, so the body is traced and compiled once:\n"
+        "  gradient accumulation: (grads, loss), _ = jax.lax.scan(micro_step, (zeros, 0.0), (xs, ys))\n"
+        "  a fixed count:         x = jax.lax.fori_loop(0, n, body, x)\n"
+        "  a stack of layers:     stack the layers' params and jax.lax.scan over them; in Flax NNX create "
+        "them with nnx.vmap and apply them with nnx.scan",
+        f"{JAX_DOCS}/control-flow.html", location=_step_location(obs))
+
+
 # -- cpu-oversubscribed ---------------------------------------------------------------------------------------------
 BUSY_INFO_SHARE = 0.10  # other processes keep this share of the cores busy during the steady steps: info
 BUSY_WARN_SHARE = 0.25  # ... a warning from this share (2.5x the info line: the margin noise cannot cross),
@@ -679,12 +712,12 @@ def cpu_oversubscribed(obs: Obs) -> Finding | None:
 CHECKS: tuple[Callable[[Obs], Finding | None], ...] = (
     script_error, jax_python_control_flow, jax_recompile, jax_eager_ops, jax_no_donation, jax_host_sync,
     jax_host_transfer, jax_replicated_batch, jax_pmap_legacy, torch_recompile, torch_graph_break,
-    torch_host_sync, input_bound, compile_dominates, cpu_oversubscribed, nnx_graph_overhead,
+    torch_host_sync, input_bound, compile_dominates, cpu_oversubscribed, nnx_graph_overhead, jax_unrolled_loop,
 )
 IDS = ("script-error", "jax-python-control-flow", "jax-recompile", "jax-eager-ops", "jax-no-donation",
        "jax-host-sync", "jax-host-transfer", "jax-replicated-batch", "jax-pmap-legacy", "torch-recompile",
        "torch-graph-break", "torch-host-sync", "input-bound", "compile-dominates", "cpu-oversubscribed",
-       "nnx-graph-overhead")
+       "nnx-graph-overhead", "jax-unrolled-loop")
 
 
 def diagnose(obs: Obs) -> list[Finding]:

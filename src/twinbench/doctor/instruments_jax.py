@@ -511,6 +511,9 @@ class JaxInstruments:
         rec.info["carried"] = wrapper.carried
         rec.info["fresh_args"] = wrapper.fresh
         rec.info["devices"] = self.jax.device_count()
+        if wrapper.specs is not None and not wrapper.kind.startswith("pmap"):
+            with self.guard("step program"):
+                _read_program(self, wrapper)
         if rec.counters.get("h2d_numpy_args") or rec.counters.get("h2d_guard_arrays"):
             rec.internal += 1
             try:
@@ -543,6 +546,31 @@ class JaxInstruments:
                 rec.info["donation_error"] = f"{type(e).__name__}: {e}"[:300]
             finally:
                 rec.internal -= 1
+
+
+def _read_program(self: JaxInstruments, wrapper: _Jitted) -> None:
+    """The step's program, traced again from its argument shapes (JAX's caches answer: no new compile): a
+    Python loop unrolled into it (its jaxpr)."""
+    from twinbench.doctor import program
+
+    rec = self.rec
+    trace = getattr(wrapper.jitted, "trace", None)
+    if trace is None:
+        return
+    rec.internal += 1
+    try:
+        with _nnx_context(wrapper.fun):
+            traced = trace(*wrapper.specs[0], **wrapper.specs[1])
+            seq = program.tokens(traced.jaxpr)
+            info: dict[str, Any] = {"eqns": len(seq), "backend": self.jax.default_backend()}
+            info["repeat"] = program.find_repeat(seq)
+        # the step's own backend compile(s), from JAX's monitoring events
+        names = (f"jit({wrapper.name})", f"pjit({wrapper.name})", wrapper.name)
+        info["compile_s"] = round(sum(n["s"] for n in rec.notes.get("compile", []) if n["fn"] in names), 4)
+        rec.info["step_program"] = info
+    finally:
+        rec.internal -= 1
+
 
 
 def _nnx_context(fun: Any) -> Any:
@@ -709,6 +737,16 @@ class _Jitted:
         rec.step_done(key)
         return out
 
+    def _specs(self, args: tuple, kwargs: dict) -> Any:
+        jax = self.inst.jax
+        pmap = self.kind.startswith("pmap")  # pmap places its inputs itself: lowered from shapes only
+
+        def spec(x: Any) -> Any:
+            if isinstance(x, jax.Array):
+                return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=None if pmap else x.sharding)
+            return x
+        return jax.tree_util.tree_map(spec, (args, kwargs))
+
     def _ready_leaf(self, leaves: list[Any]) -> Any:
         """The output to wait on for the step's end: the smallest one the next call does not take back in
         (a carried output may be donated, i.e. deleted, before the watcher waits on it). All outputs of
@@ -733,19 +771,15 @@ class _Jitted:
         out_ids = {id(x) for x in self.prev_out}
         carried = [x for x in leaves if id(x) in out_ids]
         nbytes = sum(_nbytes(x) for x in carried)
+        if self.specs is None:  # the step's argument shapes, to read its program back at the end
+            self.specs = self._specs(args, kwargs)
         if nbytes > self.carried.get("bytes", -1):
             in_ids = {id(x) for x in leaves}
             self.carried_out = {i for i, x in enumerate(self.prev_out) if id(x) in in_ids}
             self.carried = {"leaves": len(carried), "bytes": nbytes,
                             "device_bytes": max(_device_bytes(jax, carried).values(), default=0)}
             if carried:
-                pmap = self.kind.startswith("pmap")  # pmap places its inputs itself: lowered from shapes only
-
-                def spec(x: Any) -> Any:
-                    if isinstance(x, jax.Array):
-                        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=None if pmap else x.sharding)
-                    return x
-                self.specs = jax.tree_util.tree_map(spec, (args, kwargs))
+                self.specs = self._specs(args, kwargs)
         if self.ncalls == 2:
             fresh = [x for x in leaves if id(x) not in out_ids and getattr(x, "ndim", 0) >= 1]
             fresh.sort(key=_nbytes, reverse=True)
