@@ -550,7 +550,7 @@ class JaxInstruments:
 
 def _read_program(self: JaxInstruments, wrapper: _Jitted) -> None:
     """The step's program, traced again from its argument shapes (JAX's caches answer: no new compile): a
-    Python loop unrolled into it (its jaxpr)."""
+    Python loop unrolled into it (its jaxpr) and its attention (its compiled HLO)."""
     from twinbench.doctor import program
 
     rec = self.rec
@@ -564,6 +564,7 @@ def _read_program(self: JaxInstruments, wrapper: _Jitted) -> None:
             seq = program.tokens(traced.jaxpr)
             info: dict[str, Any] = {"eqns": len(seq), "backend": self.jax.default_backend()}
             info["repeat"] = program.find_repeat(seq)
+            info["attention"] = program.attention(traced.lower().compile().as_text())
         # the step's own backend compile(s), from JAX's monitoring events
         names = (f"jit({wrapper.name})", f"pjit({wrapper.name})", wrapper.name)
         info["compile_s"] = round(sum(n["s"] for n in rec.notes.get("compile", []) if n["fn"] in names), 4)

@@ -1,11 +1,13 @@
 """What the step's program says about itself: a Python loop unrolled into it (repeated identical runs of
-equations in its jaxpr).
+equations in its jaxpr), and how it computes attention (its compiled HLO text).
 
-Pure functions over a jaxpr, so the findings can be tested on any traced function.
+Pure functions over a jaxpr and over HLO text, so the findings can be tested on synthetic input (a GPU's
+HLO on a CPU machine).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 # sub-jaxprs inlined into the caller's program (a nested jit, a custom derivative, remat): their equations are
@@ -80,3 +82,47 @@ def find_repeat(seq: list[str]) -> dict[str, int] | None:
     if best is None:
         return None
     return {"period": -best[1], "copies": best[2], "start": best[3], "eqns": n}
+
+
+# -- attention ---------------------------------------------------------------------------------------------
+FUSED = re.compile(r'custom_call_target="(__cudnn\$fmha[^"]*|__cudnn\$flash[^"]*)"')
+HLO_DOT = re.compile(r"=\s*(\w+)\[([\d,]*)\][^=]*?\bdot\((.*)$")
+EXP = re.compile(r"=\s*\w+\[([\d,]*)\][^=]*?\bexponential\(")
+DPA_NAME = ("BTNH,BSNH->BNTS", "dot_product_attention")  # jax.nn.dot_product_attention's XLA implementation
+DTYPE_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "f64": 8, "f8e4m3fn": 1, "f8e5m2": 1}
+
+
+def attention(hlo: str) -> dict[str, Any] | None:
+    """How the compiled program computes attention, from its HLO text: ``fused`` (a cuDNN fused attention
+    custom call), ``unfused`` (a softmax, i.e. an exponential, between batched dots over [..., q, k]: the
+    score matrix is written to memory and read back), or None when it has no attention. For ``unfused``,
+    the largest score tensor (shape, bytes) and whether it came from jax.nn.dot_product_attention."""
+    fused = FUSED.findall(hlo)
+    if fused:
+        return {"kind": "fused", "calls": len(fused), "target": fused[0]}
+    if "exponential(" not in hlo:
+        return None
+    batched = []
+    for line in hlo.splitlines():
+        m = HLO_DOT.search(line)
+        if not m or "lhs_batch_dims={" not in line or "lhs_batch_dims={}" in line:
+            continue
+        dims = [int(d) for d in m.group(2).split(",") if d]
+        if len(dims) >= 3 and "transpose(" not in line:  # the forward pass's dots, not their gradients
+            batched.append((m.group(1), dims, line))
+    if len(batched) < 2:  # attention is two: scores = q k^T, then softmax(scores) v
+        return None
+    # the scores: the dot whose output the softmax exponentiates (the same shape as an exponential's)
+    exp_shapes = {tuple(int(d) for d in m.split(",") if d) for m in EXP.findall(hlo)}
+    scores = [b for b in batched if tuple(b[1]) in exp_shapes] or batched
+    dt, dims, line = max(scores, key=lambda s: _size(s[1]) * DTYPE_BYTES.get(s[0], 4))
+    return {"kind": "unfused", "scores_shape": dims, "dtype": dt,
+            "scores_bytes": _size(dims) * DTYPE_BYTES.get(dt, 4),
+            "dot_product_attention": any(n in line for n in DPA_NAME)}
+
+
+def _size(dims: list[int]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
