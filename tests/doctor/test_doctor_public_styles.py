@@ -80,6 +80,7 @@ def test_step_found_and_findings(results: dict, name: str) -> None:
 def test_costs_are_in_the_evidence(results: dict) -> None:
     sync = next(f for f in results["torch_manual_sgd"][1]["findings"] if f["id"] == "torch-host-sync")
     assert "torch_manual_sgd.py" in sync["evidence"] and "ms per step in these reads" in sync["evidence"]
+    assert sync["location"].startswith(str(SCRIPTS / "torch_manual_sgd.py"))  # the reading line, not the step
     transfer = next(f for f in results["nnx_cached_partial"][1]["findings"] if f["id"] == "jax-host-transfer")
     assert "0.5 KiB" in transfer["evidence"] and "GiB/s host-to-device" in transfer["evidence"]
     index = next(f for f in results["pmap_jax_index"][1]["findings"] if f["id"] == "jax-host-sync")

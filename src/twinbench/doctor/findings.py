@@ -498,7 +498,7 @@ def torch_host_sync(obs: Obs) -> Finding | None:
         "Accumulate on the device and read rarely: running = running + loss.detach() in the loop, "
         "print((running / n).item()) every 100 steps; avoid print(loss), float(loss), .tolist() and "
         "`if loss < x` in the loop.",
-        f"{TORCH_DOCS}/generated/torch.cuda.set_sync_debug_mode.html")
+        f"{TORCH_DOCS}/generated/torch.cuda.set_sync_debug_mode.html", location=_read_location(sites))
 
 
 # -- input-bound ----------------------------------------------------------------------------------------------------
