@@ -34,6 +34,8 @@ HOST_READS = ("__bool__", "__float__", "__int__", "__index__", "item", "tolist",
               "__str__", "__array__")
 ARRAY_OPS = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
              "__pow__", "__neg__", "__matmul__", "__rmatmul__")  # eager arithmetic on jax.Array (not indexing)
+LOWER_CACHED_S = 0.05  # a lowering this fast came from JAX's cache (and so will the compile)
+READ_COMPILE_MAX_S = 5.0  # a step that compiled faster may be compiled again to read its HLO
 BURST_GAP_S = 0.05  # reads of one user line this close together are one burst (one call reading many values)
 _LIB_DIRS: tuple[str, ...] = ()  # package folders whose own host reads are not the user's
 
@@ -558,16 +560,23 @@ def _read_program(self: JaxInstruments, wrapper: _Jitted) -> None:
     if trace is None:
         return
     rec.internal += 1
+    t0 = time.perf_counter()
     try:
         with _nnx_context(wrapper.fun):
             traced = trace(*wrapper.specs[0], **wrapper.specs[1])
             seq = program.tokens(traced.jaxpr)
             info: dict[str, Any] = {"eqns": len(seq), "backend": self.jax.default_backend()}
             info["repeat"] = program.find_repeat(seq)
-            info["attention"] = program.attention(traced.lower().compile().as_text())
-        # the step's own backend compile(s), from JAX's monitoring events
-        names = (f"jit({wrapper.name})", f"pjit({wrapper.name})", wrapper.name)
-        info["compile_s"] = round(sum(n["s"] for n in rec.notes.get("compile", []) if n["fn"] in names), 4)
+            # the step's own backend compile(s), from JAX's monitoring events
+            names = (f"jit({wrapper.name})", f"pjit({wrapper.name})", wrapper.name)
+            info["compile_s"] = round(sum(n["s"] for n in rec.notes.get("compile", []) if n["fn"] in names), 4)
+            t1 = time.perf_counter()
+            lowered = traced.lower()
+            if time.perf_counter() - t1 < LOWER_CACHED_S or info["compile_s"] < READ_COMPILE_MAX_S:
+                info["attention"] = program.attention(lowered.compile().as_text())
+            else:  # the lowering missed JAX's cache, so would the compile: not worth a second compile
+                info["attention_skipped"] = "the step's program is not in JAX's cache"
+        info["read_s"] = round(time.perf_counter() - t0, 4)  # the doctor's own time reading it back
         rec.info["step_program"] = info
     finally:
         rec.internal -= 1
@@ -743,8 +752,10 @@ class _Jitted:
         pmap = self.kind.startswith("pmap")  # pmap places its inputs itself: lowered from shapes only
 
         def spec(x: Any) -> Any:
-            if isinstance(x, jax.Array):
-                return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=None if pmap else x.sharding)
+            if isinstance(x, jax.Array):  # an uncommitted array (not placed by the user) has no sharding in
+                # jit's cache key: giving it one would miss the cache and compile the step again
+                sharding = x.sharding if getattr(x, "committed", True) and not pmap else None
+                return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
             return x
         return jax.tree_util.tree_map(spec, (args, kwargs))
 
