@@ -34,8 +34,15 @@ EXPECTED: dict[str, tuple[str, str, dict[str, str], int]] = {
     # the slow-port patterns of the JAX and Flax performance guides, each with its fixed twin
     "jit_in_loop": ("<lambda>", "a jitted function", {"jax-recompile": "warning", "jax-host-transfer": "info"}, 1),
     "jit_once": ("<lambda>", "a jitted function", {}, 0),
-    "nnx_jit_deep": ("train_step", "a jitted function", {"nnx-graph-overhead": "warning"}, 1),
-    "nnx_jit_deep_cached": ("train_step", "a jitted function", {"nnx-graph-overhead": "info"}, 0),
+    # 48 layers applied in a Python loop: an unrolled loop too, whose copies compile in ~0.2 s (info)
+    "nnx_jit_deep": ("train_step", "a jitted function",
+                     {"nnx-graph-overhead": "warning", "jax-unrolled-loop": "info"}, 1),
+    "nnx_jit_deep_cached": ("train_step", "a jitted function",
+                            {"nnx-graph-overhead": "info", "jax-unrolled-loop": "info"}, 0),
+    "grad_accum_unrolled": ("train_step", "a jitted function", {"jax-unrolled-loop": "warning"}, 1),
+    "grad_accum_scan": ("train_step", "a jitted function", {}, 0),
+    "sgd_tree_map_eager": ("loss_fn", "a jitted function", {"jax-eager-ops": "warning"}, 1),
+    "sgd_tree_map_jitted": ("train_step", "a jitted function", {}, 0),
 }
 MACHINE = ("cpu-oversubscribed", "compile-dominates")  # about the machine or the run's length, not the script
 STEPS = 8
@@ -73,6 +80,7 @@ def test_step_found_and_findings(results: dict, name: str) -> None:
 def test_costs_are_in_the_evidence(results: dict) -> None:
     sync = next(f for f in results["torch_manual_sgd"][1]["findings"] if f["id"] == "torch-host-sync")
     assert "torch_manual_sgd.py" in sync["evidence"] and "ms per step in these reads" in sync["evidence"]
+    assert sync["location"].startswith(str(SCRIPTS / "torch_manual_sgd.py"))  # the reading line, not the step
     transfer = next(f for f in results["nnx_cached_partial"][1]["findings"] if f["id"] == "jax-host-transfer")
     assert "0.5 KiB" in transfer["evidence"] and "GiB/s host-to-device" in transfer["evidence"]
     index = next(f for f in results["pmap_jax_index"][1]["findings"] if f["id"] == "jax-host-sync")
@@ -83,6 +91,11 @@ def test_costs_are_in_the_evidence(results: dict) -> None:
     assert "new function object" in recompile["title"] and "s of backend compile after step 1" in recompile["evidence"]
     graph = next(f for f in results["nnx_jit_deep"][1]["findings"] if f["id"] == "nnx-graph-overhead")
     assert "ms per step in nnx.jit's own Python" in graph["evidence"] and "cached_partial" in graph["fix"]
+    unrolled = next(f for f in results["grad_accum_unrolled"][1]["findings"] if f["id"] == "jax-unrolled-loop")
+    assert "24 copies" in unrolled["title"] and "s of it for the copies" in unrolled["evidence"]
+    assert "jax.lax.scan" in unrolled["fix"]
+    eager = next(f for f in results["sgd_tree_map_eager"][1]["findings"] if f["id"] == "jax-eager-ops")
+    assert "sgd_tree_map_eager.py:30" in eager["evidence"]  # the momentum update's lines
     bound = next(f for f in results["nnx_generator"][1]["findings"] if f["id"] == "input-bound")
     assert "the device waited for the host between steps" in bound["evidence"]
     assert "% of the iteration waiting for input" in bound["evidence"]

@@ -212,8 +212,8 @@ def jax_eager_ops(obs: Obs) -> Finding | None:
     return Finding(
         "jax-eager-ops", "warning",
         f"{ops:.0f} ops per step run one by one outside jit" + (" (the Optax update among them)" if optax_eager else ""),
-        f"{ops:.0f} eager primitive dispatches counted per step (jnp functions dispatch on a C++ path the "
-        f"count does not see) taking {eager_ms:.2f} ms of a {obs.get('step_ms') or 0:.2f} ms "
+        f"{ops:.0f} eager primitive dispatches and jax.Array operators (+ - * / ** @) counted per step (a "
+        f"jnp function called outside jit dispatches on a C++ path the count does not see) taking {eager_ms:.2f} ms of a {obs.get('step_ms') or 0:.2f} ms "
         f"step; they come from: {src or 'unknown'}; Optax updates outside jit: {optax_rate:.1f} per step; "
         f"each eager op is a separate dispatch (and its Python-number operands each a host-to-device copy: "
         f"{_per_step(obs, 'h2d_guard') or 0:.0f} per step) (warning from {EAGER_OPS_WARN} eager ops or "
@@ -498,7 +498,7 @@ def torch_host_sync(obs: Obs) -> Finding | None:
         "Accumulate on the device and read rarely: running = running + loss.detach() in the loop, "
         "print((running / n).item()) every 100 steps; avoid print(loss), float(loss), .tolist() and "
         "`if loss < x` in the loop.",
-        f"{TORCH_DOCS}/generated/torch.cuda.set_sync_debug_mode.html")
+        f"{TORCH_DOCS}/generated/torch.cuda.set_sync_debug_mode.html", location=_read_location(sites))
 
 
 # -- input-bound ----------------------------------------------------------------------------------------------------
@@ -642,6 +642,70 @@ def _step_location(obs: Obs) -> str:
     return ""
 
 
+# -- jax-unrolled-loop ----------------------------------------------------------------------------------------------
+UNROLL_WARN_S = 0.5  # compile seconds spent on the repeated copies (all but the first): info below, warning from
+
+
+def jax_unrolled_loop(obs: Obs) -> Finding | None:
+    """Threshold: the step's program holds >= 4 back-to-back copies of one unit of >= 8 equations (a Python loop
+    unrolled by jit); warning when the copies after the first cost >= 0.5 s of its backend compile (the compile
+    time in proportion to the equations they are), info below."""
+    prog = obs.get("info", {}).get("step_program") or {}
+    rep = prog.get("repeat")
+    if not rep:
+        return None
+    extra = (rep["copies"] - 1) * rep["period"]
+    share = extra / max(rep["eqns"], 1)
+    compile_s = prog.get("compile_s", 0.0)
+    cost = compile_s * share
+    return Finding(
+        "jax-unrolled-loop", "warning" if cost >= UNROLL_WARN_S else "info",
+        f"a Python loop is unrolled inside the jitted step: {rep['copies']} copies of the same "
+        f"{rep['period']} operations",
+        f"the step's program (jaxpr, nested calls inlined) is {rep['eqns']} equations, {rep['copies']} x "
+        f"{rep['period']} of them one unit repeated back to back (from equation {rep['start']}): "
+        f"{100 * share:.0f}% of the program is copies; its backend compile took {compile_s:.2f} s, about "
+        f"{cost:.2f} s of it for the copies, and trace and compile time grow with the loop's count (info from 4 "
+        f"copies of >= 8 operations, warning from {UNROLL_WARN_S:g} s of compile for the copies)",
+        "Loop inside the program instead of in Python, so the body is traced and compiled once:\n"
+        "  gradient accumulation: (grads, loss), _ = jax.lax.scan(micro_step, (zeros, 0.0), (xs, ys))\n"
+        "  a fixed count:         x = jax.lax.fori_loop(0, n, body, x)\n"
+        "  a stack of layers:     stack the layers' params and jax.lax.scan over them; in Flax NNX create "
+        "them with nnx.vmap and apply them with nnx.scan",
+        f"{JAX_DOCS}/control-flow.html", location=_step_location(obs))
+
+
+# -- jax-attention-kernel -------------------------------------------------------------------------------------------
+ATTN_WARN_BYTES = 1 << 20  # on a GPU, an unfused score tensor of this size (per attention call) warns
+
+
+def jax_attention_kernel(obs: Obs) -> Finding | None:
+    """Threshold: on a GPU, attention computed unfused (a softmax between two batched dots: the [.., q, k]
+    score matrix written to memory and read back) with a score tensor >= 1 MiB is a warning; on other
+    backends (no fused kernel to pick) or a smaller one, info. A cuDNN fused attention call: nothing."""
+    prog = obs.get("info", {}).get("step_program") or {}
+    att, backend = prog.get("attention"), prog.get("backend", "?")
+    if not att or att.get("kind") != "unfused":
+        return None
+    size = att["scores_bytes"]
+    gpu = backend in ("gpu", "cuda", "rocm")
+    how = ("jax.nn.dot_product_attention with its XLA implementation" if att.get("dot_product_attention")
+           else "written out: softmax(q @ k^T) @ v")
+    where = ("on this GPU no fused kernel is used" if gpu else
+             f"on the {backend} backend there is no fused kernel to choose; on a GPU this would not be fused either")
+    return Finding(
+        "jax-attention-kernel", "warning" if gpu and size >= ATTN_WARN_BYTES else "info",
+        f"attention is computed unfused ({how})",
+        f"the compiled step has a softmax between two batched dots, no fused attention call: the score tensor "
+        f"{att['dtype']}{att['scores_shape']} ({_mib(size)}) is written to memory and read back in each call; "
+        f"{where} (warning on a GPU from a {_mib(ATTN_WARN_BYTES)} score tensor)",
+        "Call the fused kernel: jax.nn.dot_product_attention(q, k, v, mask=..., is_causal=True, "
+        "implementation='cudnn') on an NVIDIA GPU, with q, k, v in bfloat16 (cuDNN's flash attention takes "
+        "bf16/fp16; its layout is [batch, seq, heads, head_dim]); in Flax NNX pass "
+        "attention_fn=partial(jax.nn.dot_product_attention, implementation='cudnn') where the layer takes one.",
+        f"{JAX_DOCS}/_autosummary/jax.nn.dot_product_attention.html", location=_step_location(obs))
+
+
 # -- cpu-oversubscribed ---------------------------------------------------------------------------------------------
 BUSY_INFO_SHARE = 0.10  # other processes keep this share of the cores busy during the steady steps: info
 BUSY_WARN_SHARE = 0.25  # ... a warning from this share (2.5x the info line: the margin noise cannot cross),
@@ -679,12 +743,13 @@ def cpu_oversubscribed(obs: Obs) -> Finding | None:
 CHECKS: tuple[Callable[[Obs], Finding | None], ...] = (
     script_error, jax_python_control_flow, jax_recompile, jax_eager_ops, jax_no_donation, jax_host_sync,
     jax_host_transfer, jax_replicated_batch, jax_pmap_legacy, torch_recompile, torch_graph_break,
-    torch_host_sync, input_bound, compile_dominates, cpu_oversubscribed, nnx_graph_overhead,
+    torch_host_sync, input_bound, compile_dominates, cpu_oversubscribed, nnx_graph_overhead, jax_unrolled_loop,
+    jax_attention_kernel,
 )
 IDS = ("script-error", "jax-python-control-flow", "jax-recompile", "jax-eager-ops", "jax-no-donation",
        "jax-host-sync", "jax-host-transfer", "jax-replicated-batch", "jax-pmap-legacy", "torch-recompile",
        "torch-graph-break", "torch-host-sync", "input-bound", "compile-dominates", "cpu-oversubscribed",
-       "nnx-graph-overhead")
+       "nnx-graph-overhead", "jax-unrolled-loop", "jax-attention-kernel")
 
 
 def diagnose(obs: Obs) -> list[Finding]:

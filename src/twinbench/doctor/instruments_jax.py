@@ -32,6 +32,10 @@ from twinbench.measure.compiles import JAX_BACKEND, JAX_LOWER, JAX_TRACE
 CACHE_MISS_LOGGERS = ("jax._src.interpreters.partial_eval", "jax._src.pjit")
 HOST_READS = ("__bool__", "__float__", "__int__", "__index__", "item", "tolist", "__format__", "__repr__",
               "__str__", "__array__")
+ARRAY_OPS = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+             "__pow__", "__neg__", "__matmul__", "__rmatmul__")  # eager arithmetic on jax.Array (not indexing)
+LOWER_CACHED_S = 0.05  # a lowering this fast came from JAX's cache (and so will the compile)
+READ_COMPILE_MAX_S = 5.0  # a step that compiled faster may be compiled again to read its HLO
 BURST_GAP_S = 0.05  # reads of one user line this close together are one burst (one call reading many values)
 _LIB_DIRS: tuple[str, ...] = ()  # package folders whose own host reads are not the user's
 
@@ -167,6 +171,7 @@ class JaxInstruments:
         self.outer_start: float | None = None  # when the user called an NNX transform that wraps a jit
         self.outer_jit, self.inner_s = False, 0.0  # its jit was called; the time in that call
         self.flax_patched = False
+        self.op_depth = 0  # > 0 inside an array operator counted as one eager op
         self.eager_depth = 0  # > 0 inside timed eager work (eager_s counts the outermost level only)
         self.watcher = ReadyWatcher(rec)  # when each step's outputs are ready (the loop is not stalled)
         rec.frameworks.add("jax")
@@ -404,7 +409,7 @@ class JaxInstruments:
         rec, sources, inst = self.rec, self.eager_sources, self
 
         def process_primitive(trace: Any, primitive: Any, args: Any, params: Any, /) -> Any:
-            if rec.internal or primitive.name in ("pjit", "jit", "pmap", "xla_pmap"):
+            if rec.internal or inst.op_depth or primitive.name in ("pjit", "jit", "pmap", "xla_pmap"):
                 return orig(trace, primitive, args, params)
             rec.counters["eager_ops"] += 1
             if rec.counters["eager_ops"] % 25 == 1:  # sample where eager work comes from
@@ -413,6 +418,38 @@ class JaxInstruments:
                 return orig(trace, primitive, args, params)
 
         self._patch(EvalTrace, "process_primitive", process_primitive)
+        self._patch_array_ops()
+
+    def _patch_array_ops(self) -> None:
+        """Count arithmetic on concrete arrays (``p - lr * g`` in an eager ``jax.tree.map`` update): jax.numpy's
+        operators are jitted functions that JAX dispatches from C++ once cached, so the primitive hook above
+        never sees them."""
+        try:
+            from jax._src.array import ArrayImpl as array_type
+        except ImportError:
+            return
+        rec, sources, inst = self.rec, self.eager_sources, self
+
+        def wrap(orig: Callable) -> Callable:
+            @functools.wraps(orig)
+            def op(*args: Any, **kwargs: Any) -> Any:
+                if rec.internal or inst.op_depth:
+                    return orig(*args, **kwargs)
+                rec.counters["eager_ops"] += 1
+                if rec.counters["eager_ops"] % 25 == 1:
+                    sources[_eager_source()] += 25
+                inst.op_depth += 1
+                try:
+                    with inst.eager_time():
+                        return orig(*args, **kwargs)
+                finally:
+                    inst.op_depth -= 1
+
+            return op
+
+        for name in ARRAY_OPS:
+            if name in array_type.__dict__:
+                self._patch(array_type, name, wrap(array_type.__dict__[name]))
 
     @contextlib.contextmanager
     def eager_time(self) -> Iterator[None]:
@@ -476,6 +513,9 @@ class JaxInstruments:
         rec.info["carried"] = wrapper.carried
         rec.info["fresh_args"] = wrapper.fresh
         rec.info["devices"] = self.jax.device_count()
+        if wrapper.specs is not None and not wrapper.kind.startswith("pmap"):
+            with self.guard("step program"):
+                _read_program(self, wrapper)
         if rec.counters.get("h2d_numpy_args") or rec.counters.get("h2d_guard_arrays"):
             rec.internal += 1
             try:
@@ -508,6 +548,39 @@ class JaxInstruments:
                 rec.info["donation_error"] = f"{type(e).__name__}: {e}"[:300]
             finally:
                 rec.internal -= 1
+
+
+def _read_program(self: JaxInstruments, wrapper: _Jitted) -> None:
+    """The step's program, traced again from its argument shapes (JAX's caches answer: no new compile): a
+    Python loop unrolled into it (its jaxpr) and its attention (its compiled HLO)."""
+    from twinbench.doctor import program
+
+    rec = self.rec
+    trace = getattr(wrapper.jitted, "trace", None)
+    if trace is None:
+        return
+    rec.internal += 1
+    t0 = time.perf_counter()
+    try:
+        with _nnx_context(wrapper.fun):
+            traced = trace(*wrapper.specs[0], **wrapper.specs[1])
+            seq = program.tokens(traced.jaxpr)
+            info: dict[str, Any] = {"eqns": len(seq), "backend": self.jax.default_backend()}
+            info["repeat"] = program.find_repeat(seq)
+            # the step's own backend compile(s), from JAX's monitoring events
+            names = (f"jit({wrapper.name})", f"pjit({wrapper.name})", wrapper.name)
+            info["compile_s"] = round(sum(n["s"] for n in rec.notes.get("compile", []) if n["fn"] in names), 4)
+            t1 = time.perf_counter()
+            lowered = traced.lower()
+            if time.perf_counter() - t1 < LOWER_CACHED_S or info["compile_s"] < READ_COMPILE_MAX_S:
+                info["attention"] = program.attention(lowered.compile().as_text())
+            else:  # the lowering missed JAX's cache, so would the compile: not worth a second compile
+                info["attention_skipped"] = "the step's program is not in JAX's cache"
+        info["read_s"] = round(time.perf_counter() - t0, 4)  # the doctor's own time reading it back
+        rec.info["step_program"] = info
+    finally:
+        rec.internal -= 1
+
 
 
 def _nnx_context(fun: Any) -> Any:
@@ -674,6 +747,18 @@ class _Jitted:
         rec.step_done(key)
         return out
 
+    def _specs(self, args: tuple, kwargs: dict) -> Any:
+        jax = self.inst.jax
+        pmap = self.kind.startswith("pmap")  # pmap places its inputs itself: lowered from shapes only
+
+        def spec(x: Any) -> Any:
+            if isinstance(x, jax.Array):  # an uncommitted array (not placed by the user) has no sharding in
+                # jit's cache key: giving it one would miss the cache and compile the step again
+                sharding = x.sharding if getattr(x, "committed", True) and not pmap else None
+                return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+            return x
+        return jax.tree_util.tree_map(spec, (args, kwargs))
+
     def _ready_leaf(self, leaves: list[Any]) -> Any:
         """The output to wait on for the step's end: the smallest one the next call does not take back in
         (a carried output may be donated, i.e. deleted, before the watcher waits on it). All outputs of
@@ -698,19 +783,15 @@ class _Jitted:
         out_ids = {id(x) for x in self.prev_out}
         carried = [x for x in leaves if id(x) in out_ids]
         nbytes = sum(_nbytes(x) for x in carried)
+        if self.specs is None:  # the step's argument shapes, to read its program back at the end
+            self.specs = self._specs(args, kwargs)
         if nbytes > self.carried.get("bytes", -1):
             in_ids = {id(x) for x in leaves}
             self.carried_out = {i for i, x in enumerate(self.prev_out) if id(x) in in_ids}
             self.carried = {"leaves": len(carried), "bytes": nbytes,
                             "device_bytes": max(_device_bytes(jax, carried).values(), default=0)}
             if carried:
-                pmap = self.kind.startswith("pmap")  # pmap places its inputs itself: lowered from shapes only
-
-                def spec(x: Any) -> Any:
-                    if isinstance(x, jax.Array):
-                        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=None if pmap else x.sharding)
-                    return x
-                self.specs = jax.tree_util.tree_map(spec, (args, kwargs))
+                self.specs = self._specs(args, kwargs)
         if self.ncalls == 2:
             fresh = [x for x in leaves if id(x) not in out_ids and getattr(x, "ndim", 0) >= 1]
             fresh.sort(key=_nbytes, reverse=True)

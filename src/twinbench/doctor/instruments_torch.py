@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from twinbench.doctor.ready import ReadyWatcher
-from twinbench.doctor.recorder import Recorder
+from twinbench.doctor.recorder import Recorder, user_location
 
 STEP_KEY = "torch:Optimizer.step"
 BACKWARD_KEY = "torch:loss.backward"  # the step when no torch.optim optimizer runs (manual SGD)
@@ -192,7 +192,10 @@ class TorchInstruments:
                     filename = frame.f_code.co_filename
                     if not filename.startswith(torch_dir):
                         rec.count("torch_host_reads")
-                        sites[f"{filename}:{frame.f_lineno} ({how.strip('_')})"] += 1
+                        # the user's line first, then the library that read (numpy indexing with a tensor)
+                        loc = user_location(frame)
+                        where = loc[0] if loc is not None else f"{filename}:{frame.f_lineno}"
+                        sites[f"{where} ({how.strip('_')})"] += 1
                         timed = True
                 local.depth = depth + 1
                 t0 = time.perf_counter()

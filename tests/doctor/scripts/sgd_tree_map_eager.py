@@ -1,0 +1,33 @@
+"""SGD with momentum the way a first JAX port writes it: the gradient is jitted, the update is a ``jax.tree.map`` over
+the parameters outside jit (every leaf's update dispatched op by op, every step)."""
+
+import jax
+import jax.numpy as jnp
+
+LR, MOMENTUM = 0.05, 0.9
+
+
+def init(key):
+    ks = jax.random.split(key, 3)
+    return [{"w": jax.random.normal(k, (32, 32)) * 0.1, "b": jnp.zeros(32)} for k in ks]
+
+
+def loss_fn(params, x, y):
+    h = x
+    for layer in params:
+        h = jnp.tanh(h @ layer["w"] + layer["b"])
+    return jnp.mean((h - y) ** 2)
+
+
+grad_fn = jax.jit(jax.value_and_grad(loss_fn))
+
+params = init(jax.random.key(0))
+x = jax.random.normal(jax.random.key(1), (16, 32))
+y = jnp.tanh(x)
+vel = jax.tree.map(jnp.zeros_like, params)
+for step in range(200):
+    loss, grads = grad_fn(params, x, y)
+    vel = jax.tree.map(lambda v, g: MOMENTUM * v + g, vel, grads)  # eager, outside jit
+    params = jax.tree.map(lambda p, v: p - LR * v, params, vel)
+    if step % 50 == 0:
+        print(f"step {step} loss {float(loss):.4f}")
