@@ -8,7 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from twinbench.cli import app
-from twinbench.models.family import BERT, GPT
+from twinbench.models.bert import FAMILY as BERT
+from twinbench.models.gpt import FAMILY as GPT
 from twinbench.spec import SpecError, from_preset, validate
 from twinbench.strategies import registry
 
