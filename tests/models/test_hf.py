@@ -216,7 +216,7 @@ def _write_config(path, **cfg):
 
 
 @pytest.mark.parametrize(("config", "message"), [
-    ({"model_type": "llama", "hidden_size": 8}, "model_type .llama. is not supported; allowed: gpt2, bert"),
+    ({"model_type": "mistral", "hidden_size": 8}, "model_type .mistral. is not supported; allowed: gpt2, bert, llama"),
     ({**GPT_CFG, "model_type": "gpt2", "activation_function": "relu"}, "activation_function 'relu'"),
     ({**GPT_CFG, "model_type": "gpt2", "layer_norm_epsilon": 1e-6}, "layer_norm_epsilon 1e-06"),
     ({"model_type": "gpt2", "n_embd": 32}, "lacks a valid GPT-2 field"),

@@ -8,5 +8,6 @@ from twinbench.models.family import FAMILIES, register
 
 register("twinbench.models.gpt")
 register("twinbench.models.bert")
+register("twinbench.models.llama")
 
 __all__ = ["FAMILIES", "register"]
