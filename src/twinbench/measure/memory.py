@@ -147,9 +147,9 @@ def jax_upper_bound(spec: Any, n_params: int) -> int:
     tokens = t.batch * t.seq  # scan-steps keeps one step's activations at a time (its stacked inputs are small)
     attention = m.layers * t.batch * m.heads * t.seq * t.seq * 4 * 4
     bound = 2 * (torch_estimate(n_params * 4, m.layers, tokens, m.d_model, m.vocab, 4) + attention)
-    from twinbench.models.family import FAMILIES
+    from twinbench.spec import USER
 
-    return bound if m.family in FAMILIES else USER_BOUND_FACTOR * bound  # a built-in twin: its shapes are known
+    return USER_BOUND_FACTOR * bound if m.family == USER else bound  # a twin: its shapes are known
 
 
 def jax_residuals(loss_of: Callable[..., Any], params: Any, *batch: Any) -> list[tuple[str, int]]:
@@ -425,9 +425,9 @@ def preflight(spec: Any, trainer: Any, batch: tuple[Any, Any], platform: str, n_
         # the arguments are the resident state and the batch: on the host all of it is resident already
         need = jax_step_estimate(sizes) - (sizes["argument"] if where == "the host" else resident)
         return Preflight(max(need, 0), avail, where, "compiled step memory_analysis()", sizes)
-    from twinbench.models.family import FAMILIES
+    from twinbench.spec import USER
 
-    if spec.model.family not in FAMILIES:  # a user's model: its insides are unknown
+    if spec.model.family == USER:  # a user's model: its insides are unknown
         return None
     import torch
 
