@@ -29,7 +29,7 @@ def bare(framework: str, preset: str, steps: int, warmup: int, sync_each: bool =
     import numpy as np
 
     from twinbench.data.text import batches, synthetic_corpus
-    from twinbench.models.weights import init_gpt
+    from twinbench.models.gpt import init_gpt
     from twinbench.spec import from_preset, validate
 
     spec = validate(from_preset(preset, {"steps": steps, "warmup": warmup}, framework=framework,
@@ -41,8 +41,8 @@ def bare(framework: str, preset: str, steps: int, warmup: int, sync_each: bool =
         import jax
         from flax import nnx
 
-        from twinbench.models import gpt_jax
-        from twinbench.models.family import GPT
+        from twinbench.models.gpt import FAMILY as GPT
+        from twinbench.models.gpt import model_jax as gpt_jax
         from twinbench.strategies.jax_jit import make_model, make_train_step, nnx_loss
 
         graphdef, params = nnx.split(make_model(spec, weights), nnx.Param)
@@ -61,7 +61,7 @@ def bare(framework: str, preset: str, steps: int, warmup: int, sync_each: bool =
 
         import torch
 
-        from twinbench.models import gpt_torch
+        from twinbench.models.gpt import model_torch as gpt_torch
         from twinbench.models.weights import canonical_to_torch
 
         torch.set_num_threads(len(os.sched_getaffinity(0)))

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from twinbench.data.text import batches, synthetic_corpus
 from twinbench.measure.device import set_fp32_matmul
-from twinbench.models.weights import init_gpt
+from twinbench.models.gpt import init_gpt
 from twinbench.spec import from_preset, validate
 from twinbench.strategies import registry
 

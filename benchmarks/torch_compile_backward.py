@@ -30,7 +30,7 @@ def main() -> None:
 
     from twinbench.data.text import batches, synthetic_corpus
     from twinbench.measure.compiles import TORCH_BACKWARD, TORCH_FRAME, TorchCompiles
-    from twinbench.models.weights import init_gpt
+    from twinbench.models.gpt import init_gpt
     from twinbench.spec import from_preset, validate
     from twinbench.strategies import registry
 

@@ -16,7 +16,7 @@ tests/data/test_pipeline.py).
 
 from __future__ import annotations
 
-FAMILIES = ("gpt", "bert")
+FAMILIES = ("gpt", "bert", "llama")
 
 # single device, in the test process (tests/strategies/test_cells.py)
 JAX_EQUAL = ["naive+remat", "jit+remat+nodonate", "scan-steps+remat+nodonate", "scan-layers+remat+nodonate"]
@@ -33,10 +33,11 @@ ANTIPATTERN = {("jax", "pmap+nosync")}  # every family: the replicas drift apart
 
 #: torch.compile cells cost a cold Inductor compile each (20-30 s on the 2-core CPU), so each runs on one
 #: family, the families taking turns: every (compiled base, modifier) is parity-tested once, and each family
-#: runs both compiled bases. The compiled strategies wrap whichever model they are given; what differs
-#: between the families (the model, its loss) is tested under every other strategy.
+#: runs at least one compiled base (llama the regional one, which compiles its own block list). The compiled
+#: strategies wrap whichever model they are given; what differs between the families (the model, its loss)
+#: is tested under every other strategy.
 COMPILED_ON = {"compile+remat+optc": "gpt", "compile-regional+remat+optc": "bert",
-               "compile+bf16+symbolic": "bert", "compile-regional+bf16": "gpt"}
+               "compile+bf16+symbolic": "bert", "compile-regional+bf16": "llama"}
 
 
 def families_of_run(name: str) -> tuple[str, ...]:
@@ -55,6 +56,7 @@ DATA_COVERED = {
     ("bert", "torch", "prefetch"),
     ("bert", "jax", "pad-max"), ("bert", "jax", "dynamic"), ("bert", "jax", "bucket"), ("bert", "jax", "prefetch"),
     ("gpt", "torch", "prefetch"), ("gpt", "jax", "prefetch"),
+    ("llama", "torch", "prefetch"), ("llama", "jax", "prefetch"),  # the same LM batches as gpt's
 }
 
 

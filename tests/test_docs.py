@@ -79,5 +79,5 @@ def test_layout_names_every_package_and_module_and_only_ones_that_exist():
             current = None
         if current is None:
             continue
-        for name in re.findall(r"\b([a-z_]+\.py)\b", line):
+        for name in re.findall(r"(?<![\w/.])((?:[a-z_]+/)*[a-z_]+\.py)\b", line):  # module.py, folder/module.py
             assert (current / name).exists(), f"docs/layout.md names {current.name}/{name}, which does not exist"

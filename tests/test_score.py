@@ -19,9 +19,10 @@ from typer.testing import CliRunner
 
 from twinbench.cli import app
 from twinbench.data.text import synthetic_corpus
-from twinbench.models import gpt_torch
+from twinbench.models.gpt import init_gpt
+from twinbench.models.gpt import model_torch as gpt_torch
 from twinbench.models.hf import save_hf
-from twinbench.models.weights import canonical_to_torch, init_gpt
+from twinbench.models.weights import canonical_to_torch
 from twinbench.score import cut_windows, tokenize
 from twinbench.spec import ModelConfig, SpecError
 
@@ -123,7 +124,7 @@ def test_score_errors_are_one_line(ckpt, tmp_path):
         (["--init-from", gpt, "--data", str(short)], "no full window of the model's context 32"),
         (["--init-from", gpt, "--data", str(tmp_path / "missing.txt")], "--data"),
         (["--init-from", str(tmp_path / "nope"), "--data", str(text)], "--init-from"),
-        (["--init-from", str(bert), "--data", str(text)], "score needs a GPT-2 checkpoint (model_type gpt2)"),
+        (["--init-from", str(bert), "--data", str(text)], "score needs a language-model checkpoint (model_type gpt2"),
         (["--init-from", gpt, "--data", str(text), "--framework", "torch,mxnet"], "--framework"),
         (["--init-from", gpt, "--data", str(text), "--batch", "0"], "--batch"),
     ]

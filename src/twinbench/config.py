@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: The family of a ModelConfig that names none (and of records written before families had names).
+DEFAULT_FAMILY = "gpt"
+
 
 class SpecError(ValueError):
     """An impossible or unknown value given by the user. The message is one line, fit to print."""
@@ -17,7 +20,7 @@ class SpecError(ValueError):
 class ModelConfig:
     """Transformer shape. ``d_ff`` of 0 means 4 * d_model (GPT-2)."""
 
-    family: str = "gpt"
+    family: str = DEFAULT_FAMILY
     layers: int = 4
     d_model: int = 256
     heads: int = 4

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twinbench.config import DEFAULT_FAMILY
 from twinbench.measure.device import platform_name
 from twinbench.record import condition_warnings, read_records, skipped_note
 
@@ -87,7 +88,7 @@ def identity(r: dict[str, Any]) -> tuple:
 
 def describe(key: tuple) -> str:
     d = dict(zip(MATCH_FIELDS, key, strict=True))
-    shape = f"{d['family'] or 'gpt'} L{d['layers']} d{d['d_model']} b{d['batch']}x{d['seq']} {d['precision']}"
+    shape = f"{d['family'] or DEFAULT_FAMILY} L{d['layers']} d{d['d_model']} b{d['batch']}x{d['seq']} {d['precision']}"
     devices = f", {d['device_count']} devices" if (d["device_count"] or 1) > 1 else ""
     return f"{d['framework']}/{d['strategy']} ({shape}{devices})"
 

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from twinbench.models.family import FAMILIES
 from twinbench.spec import RunSpec, SpecError, from_preset, one_of, validate, with_precision
 
 
@@ -64,8 +65,8 @@ def build_specs(preset: str, frameworks: str, strategies: str | None, overrides:
         from twinbench.data.text import read_text_file
 
         read_text_file(base.train.data, base.train.seq + 2)
-    if base.model.family == "bert" and csv(strategies) in (None, ["all"]):  # the bases that build a BERT
-        chosen = registry.for_bert(chosen)
+    if csv(strategies) in (None, ["all"]) and base.model.family in FAMILIES:  # the cells the family can run
+        chosen = registry.for_family(FAMILIES[base.model.family], chosen)
     specs = [validate(with_precision(RunSpec(**{**base.__dict__, "framework": fw, "strategy": name})))
              for fw, name in chosen]
     for s in specs:  # --precision bf16 may have added +bf16: it must fit the strategy too

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from twinbench.models.options import ModelOptions
 from twinbench.spec import FRAMEWORKS, ModelConfig, SpecError
 
 MODULE = "twinbench.score"
@@ -66,8 +67,11 @@ def prepare(init_from: str, data: str, tokenizer: str | None, max_windows: int) 
     from twinbench.models.hf import FLAG, SAFETENSORS, SAFETENSORS_INDEX, config_from_hf
 
     cfg = config_from_hf(init_from)
-    if cfg.family != "gpt":
-        raise SpecError(f"{FLAG} {init_from}: score needs a GPT-2 checkpoint (model_type gpt2), "
+    from twinbench.models.family import FAMILIES
+
+    if FAMILIES[cfg.family].task != "lm":
+        lm = ", ".join(f.hf.model_type for f in FAMILIES.values() if f.task == "lm" and f.hf)
+        raise SpecError(f"{FLAG} {init_from}: score needs a language-model checkpoint (model_type {lm}), "
                         f"this one is {cfg.family}")
     if max_windows < 0:
         raise SpecError(f"--max-windows must be >= 0 (0: all), got {max_windows}")
@@ -156,13 +160,13 @@ def _run_torch(cfg: ModelConfig, weights: dict[str, np.ndarray], windows: np.nda
     import torch.nn.functional as F
 
     from twinbench.measure.device import describe, set_fp32_matmul, torch_device, versions
-    from twinbench.models import gpt_torch
+    from twinbench.models.family import by_name
     from twinbench.models.weights import canonical_to_torch
 
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     precision = set_fp32_matmul("torch")
     dev = torch_device()
-    model = gpt_torch.GPT(cfg)
+    model = by_name(cfg.family).torch_model(cfg, ModelOptions())
     canonical_to_torch(model, weights)
     model.to(dev).eval()
 
@@ -186,15 +190,15 @@ def _run_jax(cfg: ModelConfig, weights: dict[str, np.ndarray], windows: np.ndarr
     from flax import nnx
 
     from twinbench.measure.device import describe, set_fp32_matmul, versions
-    from twinbench.models import gpt_jax
+    from twinbench.models.family import by_name
     from twinbench.models.weights import canonical_to_jax
 
     precision = set_fp32_matmul("jax")
-    model = gpt_jax.GPT(cfg, nnx.Rngs(0))
+    model = by_name(cfg.family).jax_model(cfg, ModelOptions(), nnx.Rngs(0))
     canonical_to_jax(model, weights)
 
     @nnx.jit
-    def forward_jit(model: gpt_jax.GPT, x: Any) -> tuple[Any, Any]:
+    def forward_jit(model: Any, x: Any) -> tuple[Any, Any]:
         logits = model(x).astype(jnp.float32)
         ce = optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], x[:, 1:]).mean(axis=1)
         return logits[:k], ce

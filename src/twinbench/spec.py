@@ -16,15 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.config import ModelConfig, SpecError, TrainConfig, flag  # the leaf; re-exported from here
+from twinbench.models.family import FAMILIES as BUILT_IN
+from twinbench.models.family import presets as _family_presets
 from twinbench.xla_flags import CHOICES as XLA_CPU_FLAG_CHOICES
 
 FRAMEWORKS = ("torch", "jax")
 PRECISIONS = ("fp32", "bf16")
 REMAT_POLICIES = ("full", "dots-saveable", "nothing-saveable")  # the names of models/options.py
 ATTENTION_IMPLS = ("default", "chunked", "jax-nn", "cudnn")  # the names of models/options.py
-FAMILIES = ("gpt", "bert", "user")  # user: --model FILE.py:build (twinbench/byo)
-TASKS = ("lm", "classify", "custom")  # next-token LM (gpt) | sequence classification (bert) | user (custom)
-MASK_IMPLS = ("where", "mul", "cond")  # how the BERT attention applies its padding mask
+USER = "user"  # the family of --model FILE.py:build (twinbench/byo)
+FAMILIES = (*BUILT_IN, USER)  # the built-in families (models/) and the user's
+TASKS = ("lm", "classify", "custom")  # next-token LM | sequence classification | the user's model (custom)
+MASK_IMPLS = ("where", "mul", "cond")  # how a masked family's attention applies its padding mask
 LENGTH_POLICIES = ("pad-max", "bucket", "dynamic")  # strategy modifiers: how classify batches are padded
 
 
@@ -104,23 +107,8 @@ class RunSpec:
         return f"{self.framework}/{self.strategy}"
 
 
-PRESETS: dict[str, tuple[ModelConfig, TrainConfig]] = {
-    "tiny": (ModelConfig(layers=2, d_model=64, heads=2, vocab=256, context=32),
-             TrainConfig(batch=4, seq=32, steps=8, warmup=2, lr=3e-3)),
-    "small": (ModelConfig(layers=4, d_model=256, heads=4, vocab=256, context=128),
-              TrainConfig(batch=8, seq=128, steps=30, warmup=5, lr=1e-3)),
-    "gpt2-124m": (ModelConfig(layers=12, d_model=768, heads=12, vocab=50257, context=1024),
-                  TrainConfig(batch=8, seq=1024, steps=30, warmup=5, lr=6e-4)),
-    "gpt-350m": (ModelConfig(layers=24, d_model=1024, heads=16, vocab=50257, context=1024),
-                 TrainConfig(batch=8, seq=1024, steps=30, warmup=5, lr=3e-4)),
-    # BERT fine-tuning on the embedded classification task; vocab 260 = 4 special tokens + 256 bytes.
-    "bert-tiny": (ModelConfig(family="bert", layers=2, d_model=128, heads=2, vocab=260, context=128),
-                  TrainConfig(batch=16, seq=128, steps=40, warmup=5, lr=2e-3, weight_decay=0.01,
-                              task="classify")),
-    "bert-base": (ModelConfig(family="bert", layers=12, d_model=768, heads=12, vocab=30522, context=512),
-                  TrainConfig(batch=32, seq=512, steps=30, warmup=5, lr=5e-5, weight_decay=0.01,
-                              task="classify")),
-}
+#: Every built-in family's presets (``Family.presets``), in registration order.
+PRESETS: dict[str, tuple[ModelConfig, TrainConfig]] = _family_presets()
 
 #: Fields of ModelConfig/TrainConfig/RunSpec a user may override by a flag, with the type of the flag.
 OVERRIDABLE: dict[str, type] = {
@@ -200,7 +188,7 @@ def adopt_checkpoint(spec: RunSpec, model_overrides: dict[str, Any], train_overr
         if name in ckpt and ckpt[name] != value:
             raise SpecError(f"{flag(name)} {value} contradicts {FLAG} {path} ({name} = {ckpt[name]} there); "
                             f"drop {flag(name)}")
-    need = {"gpt": 256, "bert": BERT_MIN_VOCAB}[ckpt["family"]]
+    need = BUILT_IN[ckpt["family"]].min_vocab
     if ckpt["vocab"] < need:
         raise SpecError(f"{FLAG} {path}: vocab_size {ckpt['vocab']} cannot hold the {need} byte-level token ids of "
                         f"the training data; allowed: vocab_size >= {need}")
@@ -208,11 +196,8 @@ def adopt_checkpoint(spec: RunSpec, model_overrides: dict[str, Any], train_overr
     if "seq" not in train_overrides:
         train = replace(train, seq=min(train.seq, ckpt["context"]))
     if "task" not in train_overrides and ckpt["family"] != spec.model.family:
-        train = replace(train, task=_TASK_OF.get(ckpt["family"], train.task))
+        train = replace(train, task=BUILT_IN[ckpt["family"]].task)
     return replace(spec, model=replace(spec.model, **ckpt), train=train)
-
-
-_TASK_OF = {"gpt": "lm", "bert": "classify"}
 
 
 def validate(spec: RunSpec) -> RunSpec:
@@ -251,8 +236,8 @@ def validate(spec: RunSpec) -> RunSpec:
     one_of("remat_policy", spec.remat_policy, REMAT_POLICIES)
     one_of("xla_cpu_flags", spec.xla_cpu_flags, XLA_CPU_FLAG_CHOICES)
     one_of("attention_impl", spec.attention_impl, ATTENTION_IMPLS)
-    if spec.attention_impl == "chunked" and spec.model.family == "bert":
-        raise SpecError("--attention-impl chunked: blocks of causal attention (GPT); the BERT twin takes default, "
+    if spec.attention_impl == "chunked" and m.family in BUILT_IN and not BUILT_IN[m.family].causal:
+        raise SpecError(f"--attention-impl chunked: blocks of causal attention; the {m.family} twin takes default, "
                         "jax-nn or cudnn")
     if spec.attention_impl == "cudnn" and spec.framework == "jax" and t.precision != "bf16":
         raise SpecError("--attention-impl cudnn: cuDNN's fused attention runs in bf16 or fp16 only; "
@@ -272,28 +257,25 @@ def validate(spec: RunSpec) -> RunSpec:
     return spec
 
 
-#: Tokens a classification batch needs besides the 256 byte values (see ``data/classify.py``).
-BERT_MIN_VOCAB = 260
-
-
 def _validate_task(spec: RunSpec) -> None:
     m, t = spec.model, spec.train
     one_of("task", t.task, TASKS)
     one_of("mask_impl", m.mask_impl, MASK_IMPLS)
-    wanted = {"gpt": "lm", "bert": "classify", "user": "custom"}[m.family]
+    family = BUILT_IN.get(m.family)
+    wanted = family.task if family else "custom"
     if t.task != wanted:
         raise SpecError(f"--task {t.task} does not fit the {m.family} family of --preset {spec.preset}; "
                         f"allowed: {wanted}")
     if t.slow_input < 0:
         raise SpecError(f"--slow-input must be >= 0 ms, got {t.slow_input}")
-    if m.family != "bert" and m.mask_impl != "where":
+    if not (family and family.masked) and m.mask_impl != "where":
         raise SpecError(f"--mask-impl {m.mask_impl} applies to the BERT padding mask; the {m.family} family "
                         "has none; allowed: where")
-    if m.family == "bert":
+    if family and family.task == "classify":
         if not isinstance(m.num_labels, int) or m.num_labels < 2:
             raise SpecError(f"--num-labels must be an integer >= 2, got {m.num_labels!r}")
-        if m.vocab < BERT_MIN_VOCAB:
-            raise SpecError(f"--vocab {m.vocab} is too small for the byte tokenizer; allowed: >= {BERT_MIN_VOCAB}")
+        if m.vocab < family.min_vocab:
+            raise SpecError(f"--vocab {m.vocab} is too small for the byte tokenizer; allowed: >= {family.min_vocab}")
         if t.seq < 16:
             raise SpecError(f"--seq {t.seq} is too short for classification; allowed: 16..{m.context}")
     lengths = [x for x in spec.modifiers if x in LENGTH_POLICIES]

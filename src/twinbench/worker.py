@@ -195,7 +195,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
     if not b.user:  # which attention kernel the twins' attention ran (after the timed steps: a small probe)
         m = spec.model
         attention = device.attention_kernel(fw, m.heads, spec.train.seq, m.d_model // m.heads, dtype,
-                                            causal=m.family == "gpt", masked=m.family == "bert",
+                                            causal=b.family.causal, masked=b.family.masked,
                                             jax_impl=spec.attention_impl)
     mem = memory.breakdown(spec, b.trainer, b.run_data.batches[0], peak_mem, mem_source, runtime_bytes,
                            env.platform, flight.sizes if flight else None)

@@ -32,6 +32,7 @@ from twinbench.strategies import registry
 
 DEVICES = 2
 SHAPES = {"gpt": ("tiny", {"batch": 8, "steps": 4, "warmup": 1}),
+          "llama": ("llama-tiny", {"batch": 8, "steps": 4, "warmup": 1}),
           "bert": ("bert-tiny", {"layers": 2, "d_model": 32, "heads": 2, "context": 32, "seq": 32, "batch": 8,
                                  "steps": 4, "warmup": 1, "lr": 3e-3})}
 

@@ -169,7 +169,8 @@ def test_attention_impl_option():
     from flax import nnx
 
     from twinbench.config import SpecError
-    from twinbench.models import gpt_jax, options
+    from twinbench.models import options
+    from twinbench.models.gpt import model_jax as gpt_jax
     from twinbench.plan import run_spec
     from twinbench.spec import ATTENTION_IMPLS
 

@@ -220,7 +220,7 @@ def test_bert_cond_asks_about_padding_once_per_forward():
     import torch
     from torch.overrides import TorchFunctionMode
 
-    from twinbench.models import bert_torch
+    from twinbench.models.bert import model_torch as bert_torch
     from twinbench.spec import from_preset
 
     s = from_preset("bert-tiny", {"layers": 3, "mask_impl": "cond"}, framework="torch", strategy="eager")

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from twinbench.models.gpt_jax import chunked_attention
+from twinbench.models.layers_jax import chunked_attention
 from twinbench.models.options import ModelOptions
 
 
@@ -48,7 +48,7 @@ def test_unknown_attention_impl_is_refused() -> None:
 @pytest.mark.parametrize("kind", ["causal", "mask", "bias"])
 def test_einsum_attention_is_jax_nn_attention(kind: str) -> None:
     """The default formulation computes what jax.nn.dot_product_attention computes (values and gradients)."""
-    from twinbench.models.gpt_jax import attention
+    from twinbench.models.layers_jax import attention
 
     q, k, v = jax.random.normal(jax.random.key(2), (3, 2, 24, 3, 8))
     keep = jnp.arange(24)[None, None, None, :] < jnp.array([24, 17])[:, None, None, None]  # padding of sample 2

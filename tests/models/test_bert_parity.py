@@ -15,11 +15,12 @@ import pytest
 import torch
 from flax import nnx
 
-from twinbench.models import bert_jax, bert_torch
+from twinbench.models.bert import init_bert
+from twinbench.models.bert import model_jax as bert_jax
+from twinbench.models.bert import model_torch as bert_torch
 from twinbench.models.weights import (
     canonical_to_jax,
     canonical_to_torch,
-    init_bert,
     jax_to_canonical,
     torch_to_canonical,
 )

@@ -14,11 +14,12 @@ import torch
 from flax import nnx
 
 from twinbench.data.text import batches, synthetic_corpus
-from twinbench.models import gpt_jax, gpt_torch
+from twinbench.models.gpt import init_gpt
+from twinbench.models.gpt import model_jax as gpt_jax
+from twinbench.models.gpt import model_torch as gpt_torch
 from twinbench.models.weights import (
     canonical_to_jax,
     canonical_to_torch,
-    init_gpt,
     jax_to_canonical,
     torch_to_canonical,
 )

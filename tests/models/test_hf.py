@@ -19,9 +19,11 @@ from typer.testing import CliRunner
 
 from twinbench.cli import app
 from twinbench.export import initial_weights
-from twinbench.models import gpt_jax, gpt_torch
+from twinbench.models.gpt import init_gpt
+from twinbench.models.gpt import model_jax as gpt_jax
+from twinbench.models.gpt import model_torch as gpt_torch
 from twinbench.models.hf import load_hf, save_hf
-from twinbench.models.weights import canonical_to_jax, canonical_to_torch, init_gpt
+from twinbench.models.weights import canonical_to_jax, canonical_to_torch
 from twinbench.spec import ModelConfig, SpecError, from_preset, validate
 
 TOL = 1e-4
@@ -214,7 +216,7 @@ def _write_config(path, **cfg):
 
 
 @pytest.mark.parametrize(("config", "message"), [
-    ({"model_type": "llama", "hidden_size": 8}, "model_type .llama. is not supported; allowed: gpt2, bert"),
+    ({"model_type": "mistral", "hidden_size": 8}, "model_type .mistral. is not supported; allowed: gpt2, bert, llama"),
     ({**GPT_CFG, "model_type": "gpt2", "activation_function": "relu"}, "activation_function 'relu'"),
     ({**GPT_CFG, "model_type": "gpt2", "layer_norm_epsilon": 1e-6}, "layer_norm_epsilon 1e-06"),
     ({"model_type": "gpt2", "n_embd": 32}, "lacks a valid GPT-2 field"),
@@ -275,7 +277,8 @@ def bert_inputs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def bert_twin_logits(cfg: ModelConfig, weights: dict, inputs: tuple) -> tuple[np.ndarray, np.ndarray]:
-    from twinbench.models import bert_jax, bert_torch
+    from twinbench.models.bert import model_jax as bert_jax
+    from twinbench.models.bert import model_torch as bert_torch
 
     tm = bert_torch.BERT(cfg)
     canonical_to_torch(tm, weights)

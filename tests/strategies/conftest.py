@@ -6,7 +6,7 @@ import pytest
 from strategy_helpers import OVERRIDES, STEPS, make_spec
 
 from twinbench.data.text import batches, synthetic_corpus
-from twinbench.models.weights import init_gpt
+from twinbench.models.gpt import init_gpt
 
 
 @pytest.fixture(scope="session")

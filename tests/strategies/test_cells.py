@@ -25,7 +25,9 @@ from twinbench.strategies import registry
 
 STEPS = 4
 LAYERS = 2
-SHAPES = {"gpt": ("tiny", {"layers": LAYERS, "d_model": 32, "heads": 2, "context": 16, "batch": 2,
+SHAPES = {"llama": ("llama-tiny", {"layers": LAYERS, "d_model": 32, "heads": 4, "d_ff": 64, "context": 16,
+                                     "batch": 2, "seq": 16, "steps": STEPS, "warmup": 1, "lr": 3e-3}),
+          "gpt": ("tiny", {"layers": LAYERS, "d_model": 32, "heads": 2, "context": 16, "batch": 2,
                             "seq": 16, "steps": STEPS, "warmup": 1, "lr": 3e-3}),
           "bert": ("bert-tiny", {"layers": LAYERS, "d_model": 32, "heads": 2, "context": 32, "seq": 32, "batch": 4,
                                  "steps": STEPS, "warmup": 1, "lr": 3e-3})}

@@ -18,7 +18,7 @@ import pytest
 from flax import nnx
 from strategy_helpers import OVERRIDES, make_spec, train
 
-from twinbench.models import gpt_jax
+from twinbench.models.gpt import model_jax as gpt_jax
 from twinbench.models.options import REMAT_POLICIES, ModelOptions
 from twinbench.models.weights import canonical_to_jax, jax_to_canonical
 from twinbench.spec import SpecError, from_preset, validate

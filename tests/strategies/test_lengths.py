@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from twinbench.data import tasks
-from twinbench.models.weights import init_bert
+from twinbench.models.bert import init_bert
 from twinbench.spec import RunSpec, SpecError, from_preset, validate
 
 SMALL = {"layers": 1, "d_model": 32, "heads": 2, "context": 64, "seq": 64, "batch": 4, "steps": 5, "warmup": 1,

@@ -17,9 +17,10 @@ import torch
 import torch._dynamo.utils as dynamo_utils
 from strategy_helpers import make_spec, train
 
-from twinbench.models import gpt_torch
+from twinbench.models.gpt import init_gpt
+from twinbench.models.gpt import model_torch as gpt_torch
 from twinbench.models.options import ModelOptions
-from twinbench.models.weights import canonical_to_torch, init_gpt
+from twinbench.models.weights import canonical_to_torch
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +87,7 @@ def test_apply_remat_wraps_the_blocks_of_a_module_that_does_not_remat_itself(mon
     its family names runs under torch.utils.checkpoint, with the same gradients."""
     from dataclasses import replace
 
-    from twinbench.models.family import GPT
+    from twinbench.models.gpt import FAMILY as GPT
     from twinbench.strategies import torch_eager
 
     plain = replace(GPT, name="user", native_options=frozenset(), torch_blocks=lambda m: list(m))

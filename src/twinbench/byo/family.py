@@ -121,21 +121,21 @@ def torch_blocks(um: UserModel) -> list[Any]:
 
 def torch_optimizer(module: Any, lr: float, weight_decay: float) -> Any:
     """The twins' AdamW (betas 0.9/0.95, eps 1e-8; decay on parameters of rank >= 2)."""
-    from twinbench.models import gpt_torch
+    from twinbench.models.gpt import model_torch as gpt_torch
 
     return gpt_torch.make_optimizer(module, lr, weight_decay)
 
 
 def clip(module: Any) -> Any:
     """Global-norm clipping at 1.0, exactly as ``optax.clip_by_global_norm``."""
-    from twinbench.models import gpt_torch
+    from twinbench.models.gpt import model_torch as gpt_torch
 
     return gpt_torch.clip_grads(module)
 
 
 def jax_optimizer(lr: float, weight_decay: float) -> Any:
     """The twins' Optax chain: clip by global norm 1.0, then AdamW with the torch side's hyperparameters."""
-    from twinbench.models import gpt_jax
+    from twinbench.models.gpt import model_jax as gpt_jax
 
     return gpt_jax.make_optimizer(lr, weight_decay)
 

@@ -147,7 +147,9 @@ def jax_upper_bound(spec: Any, n_params: int) -> int:
     tokens = t.batch * t.seq  # scan-steps keeps one step's activations at a time (its stacked inputs are small)
     attention = m.layers * t.batch * m.heads * t.seq * t.seq * 4 * 4
     bound = 2 * (torch_estimate(n_params * 4, m.layers, tokens, m.d_model, m.vocab, 4) + attention)
-    return bound if m.family in ("gpt", "bert") else USER_BOUND_FACTOR * bound
+    from twinbench.spec import USER
+
+    return USER_BOUND_FACTOR * bound if m.family == USER else bound  # a twin: its shapes are known
 
 
 def jax_residuals(loss_of: Callable[..., Any], params: Any, *batch: Any) -> list[tuple[str, int]]:
@@ -423,7 +425,9 @@ def preflight(spec: Any, trainer: Any, batch: tuple[Any, Any], platform: str, n_
         # the arguments are the resident state and the batch: on the host all of it is resident already
         need = jax_step_estimate(sizes) - (sizes["argument"] if where == "the host" else resident)
         return Preflight(max(need, 0), avail, where, "compiled step memory_analysis()", sizes)
-    if spec.model.family not in ("gpt", "bert"):
+    from twinbench.spec import USER
+
+    if spec.model.family == USER:  # a user's model: its insides are unknown
         return None
     import torch
 

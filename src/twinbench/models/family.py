@@ -4,7 +4,13 @@ A :class:`Family` holds the twin modules (torch and JAX), the canonical initiali
 the task and loss, the optimizer, the blocks that compile-regional / FSDP / remat wrap, the FLOPs per token
 (matmul parameters only, attention on the real padded length) and which options it supports (every other
 option gets a one-line reason). Strategies build ANY family the same way through it, so adding a family
-touches this file only (and its twin modules).
+is one folder and one registration line.
+
+Each family is one folder (``models/gpt/``, ``models/bert/``, ...): its twin modules and, in its
+``__init__.py``, the one :class:`Family` that owns everything the rest of the package asks of it (presets,
+task, vocabulary minimum, causal or masked attention, the block list, weights in and out, the Hugging Face
+mapping, the default strategies). ``models/__init__.py`` registers each with one line; nothing outside
+``models/`` names a family.
 
 The framework members are lazy: calling ``torch_model`` imports torch, ``jax_model`` imports JAX; building
 or listing families imports neither, so a process only ever loads the framework it runs.
@@ -22,13 +28,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from twinbench.models.weights import Canonical, init_bert, init_gpt
+from twinbench.config import ModelConfig, TrainConfig
+from twinbench.models.weights import Canonical
 
 #: The options and strategies a family may support; the ones it does not get a reason in ``unsupported``.
 OPTIONS = ("bf16", "remat", "scan-layers", "compile-regional", "multi-device")
 
 
-def _lazy(target: str) -> Callable[..., Any]:
+def lazy(target: str) -> Callable[..., Any]:
     """``"module:attr"`` -> a function that imports the module on its first call and forwards to ``attr``."""
     module_name, attr = target.split(":")
 
@@ -48,7 +55,7 @@ def _all_params(weights: Canonical) -> int:
 class Family:
     """A model family: twin modules, init, task, loss, optimizer, FLOPs and supported options."""
 
-    name: str  # "gpt" | "bert" | "user"
+    name: str  # the --family / ModelConfig.family value
     task: str  # "lm" | "classify" | "custom"
     supports: frozenset[str]
     # torch side
@@ -70,6 +77,17 @@ class Family:
     #: option -> one-line reason it cannot be honoured (for the options not in ``supports``)
     unsupported: dict[str, str] = field(default_factory=dict)
     hf_model_type: str = ""  # Hugging Face ``model_type`` of the format adapter (models/hf.py); "" = none
+    #: preset name -> (model shape, training); the model's ``family`` is this family's name
+    presets: dict[str, tuple[ModelConfig, TrainConfig]] = field(default_factory=dict)
+    min_vocab: int = 256  # token ids the training data needs (256 bytes, plus the task's special tokens)
+    causal: bool = True  # attention sees only earlier tokens (chunked attention applies)
+    masked: bool = False  # attention takes a key padding mask (--mask-impl applies)
+    #: canonical names of linear weights (stored ``[in, out]``, kept ``[out, in]`` by the twins): suffixes
+    linear_suffixes: tuple[str, ...] = ()
+    layer_list: tuple[str, ...] = ("blocks",)  # where the repeated layers live: ``blocks.{i}`` (scan-layers stacks them)
+    hf: Any = None  # the Hugging Face format adapter (models/hf.py's HFFormat), None: no import/export
+    #: cells a default (or ``all``) compare adds for this family besides the default bases
+    default_cells: tuple[tuple[str, str], ...] = ()
 
     def reason(self, option: str) -> str | None:
         """None if the family honours ``option``; else why not, in one line."""
@@ -78,68 +96,41 @@ class Family:
         return self.unsupported.get(option, f"the {self.name} family does not support {option}")
 
 
-# ------------------------------------------------------------------------------------------------- FLOPs
-GPT_FLOPS = "FLOPs/token = 6N + 12*L*d*T (N without position embeddings; remat not counted)"
-BERT_FLOPS = ("FLOPs/token = 6*(matmul weights of the encoder) + 12*L*d*T (T the padded length) + pooler and "
-              "classifier once per sequence; embedding lookups and remat not counted")
+TWIN_OPTIONS = frozenset({"bf16", "remat", "scan-layers"})  # ModelOptions both twins read themselves
+
+#: The built-in families by name, in registration order (``models/__init__.py`` registers them).
+FAMILIES: dict[str, Family] = {}
 
 
-def gpt_flops_per_token(cfg: Any, seq: int) -> int:
-    """``6 N + 12 L d T``: N every parameter but the position embeddings (the tied LM head is the one real
-    matmul of ``wte``, counted once); Kaplan et al. 2020 / PaLM appendix B, what nanoGPT prints."""
-    d, ff, L = cfg.d_model, cfg.ff, cfg.layers
-    per_layer = 4 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * ff + ff) + (ff * d + d)  # 2 LN, attn, mlp
-    n = cfg.vocab * d + L * per_layer + 2 * d  # wte (tied head), blocks, ln_f
-    return 6 * n + 12 * L * d * seq
+def register(module: str) -> Family:
+    """Register the family of the package ``module`` (its ``FAMILY``); one line per family in ``models/__init__.py``."""
+    fam = importlib.import_module(module).FAMILY
+    if fam.name in FAMILIES and FAMILIES[fam.name] is not fam:
+        raise ValueError(f"model family {fam.name!r} registered twice")
+    for preset, (m, _) in fam.presets.items():
+        if m.family != fam.name:
+            raise ValueError(f"preset {preset!r} of the {fam.name} family builds the {m.family} family")
+    FAMILIES[fam.name] = fam
+    return fam
 
 
-def bert_flops_per_token(cfg: Any, seq: int) -> int:
-    """Matmul parameters only: per token ``6 * L * (4 d^2 + 2 d ff)`` (Q, K, V, output, MLP) plus the attention
-    scores and values ``12 L d T`` on the padded length T; the pooler and classifier run once per sequence,
-    so their ``6 (d^2 + d * labels)`` is shared by its T tokens. The word, position and segment embeddings are
-    lookups, not matmuls: not counted (counting them, as 6N does, overstates MFU by 11-25%)."""
-    d, ff, L = cfg.d_model, cfg.ff, cfg.layers
-    per_token = 6 * L * (4 * d * d + 2 * d * ff) + 12 * L * d * seq
-    per_sequence = 6 * (d * d + d * cfg.num_labels)
-    return per_token + per_sequence // seq
+def jax_model_of(target: str) -> Callable[..., Any]:
+    """``Family.jax_model`` (cfg, options, rngs) of a JAX twin whose class takes (cfg, rngs, options)."""
+    cls = lazy(target)
+
+    def build(cfg: Any, options: Any, rngs: Any) -> Any:
+        return cls(cfg, rngs, options)
+
+    return build
 
 
-# ------------------------------------------------------------------------------------------------ families
-def _gpt_jax_model(cfg: Any, options: Any, rngs: Any) -> Any:
-    return _lazy("twinbench.models.gpt_jax:GPT")(cfg, rngs, options)
-
-
-def _bert_jax_model(cfg: Any, options: Any, rngs: Any) -> Any:
-    return _lazy("twinbench.models.bert_jax:BERT")(cfg, rngs, options)
-
-
-_TWIN_OPTIONS = frozenset({"bf16", "remat", "scan-layers"})  # ModelOptions both twins read themselves
-_SCAN_TORCH = "scan-layers is JAX only (nnx.scan); PyTorch's nearest is compile-regional"
-
-GPT = Family(
-    name="gpt", task="lm", supports=frozenset(OPTIONS),
-    torch_model=_lazy("twinbench.models.gpt_torch:GPT"), torch_loss=_lazy("twinbench.models.gpt_torch:loss_fn"),
-    torch_optimizer=_lazy("twinbench.models.gpt_torch:make_optimizer"), torch_blocks=lambda m: list(m.blocks),
-    jax_model=_gpt_jax_model, jax_loss=_lazy("twinbench.models.gpt_jax:loss_fn"),
-    jax_optimizer=_lazy("twinbench.models.gpt_jax:make_optimizer"),
-    init_weights=init_gpt, flops_per_token=gpt_flops_per_token, flops_convention=GPT_FLOPS,
-    native_options=_TWIN_OPTIONS, unsupported={}, hf_model_type="gpt2",
-)
-BERT = Family(
-    name="bert", task="classify", supports=frozenset(OPTIONS),
-    torch_model=_lazy("twinbench.models.bert_torch:BERT"), torch_loss=_lazy("twinbench.models.bert_torch:loss_fn"),
-    torch_optimizer=_lazy("twinbench.models.bert_torch:make_optimizer"),
-    torch_blocks=lambda m: list(m.encoder.layer),
-    jax_model=_bert_jax_model, jax_loss=_lazy("twinbench.models.bert_jax:loss_fn"),
-    jax_optimizer=_lazy("twinbench.models.bert_jax:make_optimizer"),
-    init_weights=init_bert, flops_per_token=bert_flops_per_token, flops_convention=BERT_FLOPS,
-    native_options=_TWIN_OPTIONS, unsupported={}, hf_model_type="bert",
-)
-FAMILIES: dict[str, Family] = {"gpt": GPT, "bert": BERT}
+def presets() -> dict[str, tuple[ModelConfig, TrainConfig]]:
+    """Every built-in family's presets, in registration order."""
+    return {name: p for fam in FAMILIES.values() for name, p in fam.presets.items()}
 
 
 def by_name(name: str) -> Family:
-    """The built-in family ``name`` (``gpt`` or ``bert``)."""
+    """The built-in family ``name``."""
     return FAMILIES[name]
 
 

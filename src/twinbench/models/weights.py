@@ -18,13 +18,19 @@ import numpy as np
 
 Canonical = dict[str, np.ndarray]
 
-_LINEAR_SUFFIXES = ("c_attn.weight", "c_proj.weight", "c_fc.weight",  # gpt
-                    "query.weight", "key.weight", "value.weight", "dense.weight", "classifier.weight")  # bert
 _FLAX_TO_CANON = {"kernel": "weight", "scale": "weight", "embedding": "weight"}
 
 
+def _linear_suffixes() -> tuple[str, ...]:
+    from twinbench.models.family import (
+        FAMILIES,  # each family names its linear weights (Family.linear_suffixes)
+    )
+
+    return tuple(s for f in FAMILIES.values() for s in f.linear_suffixes)
+
+
 def _is_linear(name: str) -> bool:
-    return name.endswith(_LINEAR_SUFFIXES)
+    return name.endswith(_linear_suffixes())
 
 
 # ----------------------------------------------------------------------------------------------- torch
@@ -56,15 +62,18 @@ def _flax_name(path: tuple) -> str:
     return ".".join([*head, _FLAX_TO_CANON.get(leaf, leaf)])
 
 
-#: Where each family keeps its layers: GPT ``blocks.{i}``, BERT ``encoder.layer.{i}``.
-_LAYER_LISTS = (("blocks",), ("encoder", "layer"))
+def _layer_lists() -> list[tuple[str, ...]]:
+    """Where each family keeps its layers (``Family.layer_list``): ``blocks.{i}``, ``encoder.layer.{i}``..."""
+    from twinbench.models.family import FAMILIES
+
+    return list(dict.fromkeys(f.layer_list for f in FAMILIES.values()))
 
 
 def _stack_prefix(path: tuple) -> tuple[str, ...] | None:
     """The layer-list prefix of a parameter of layers stacked on a leading axis (``scan_layers``):
     ``blocks.attn...`` or ``encoder.layer.attention...``, with no layer index after the prefix."""
     names = tuple(str(p) for p in path)
-    for prefix in _LAYER_LISTS:
+    for prefix in _layer_lists():
         n = len(prefix)
         if len(names) > n and names[:n] == prefix and not names[n].isdigit():
             return prefix
@@ -141,73 +150,3 @@ def _check_names(model_names: set[str], given: set[str]) -> None:
     missing, extra = sorted(model_names - given), sorted(given - model_names)
     if missing or extra:
         raise ValueError(f"canonical weights do not fit the model: missing {missing[:5]}, unexpected {extra[:5]}")
-
-
-def init_gpt(cfg: Any, seed: int) -> Canonical:
-    """GPT-2 initialisation in the canonical layout, from a NumPy seed, so both twins start identical.
-
-    Normal(0, 0.02) for embeddings and linear weights, residual projections (``c_proj``) scaled by
-    1/sqrt(2 * layers), zero biases, LayerNorm weight 1 and bias 0: what ``GPT.__init__`` does natively.
-    """
-    rng = np.random.default_rng(seed)
-    d, ff, proj_std = cfg.d_model, cfg.ff, 0.02 / np.sqrt(2 * cfg.layers)
-
-    def normal(shape: tuple[int, ...], std: float = 0.02) -> np.ndarray:
-        return (rng.standard_normal(shape) * std).astype(np.float32)
-
-    w: Canonical = {"wte.weight": normal((cfg.vocab, d)), "wpe.weight": normal((cfg.context, d))}
-    linears = {"attn.c_attn": (d, 3 * d, 0.02), "attn.c_proj": (d, d, proj_std),
-               "mlp.c_fc": (d, ff, 0.02), "mlp.c_proj": (ff, d, proj_std)}
-    for i in range(cfg.layers):
-        for ln in ("ln_1", "ln_2"):
-            w[f"blocks.{i}.{ln}.weight"] = np.ones(d, np.float32)
-            w[f"blocks.{i}.{ln}.bias"] = np.zeros(d, np.float32)
-        for name, (n_in, n_out, std) in linears.items():
-            w[f"blocks.{i}.{name}.weight"] = normal((n_in, n_out), std)
-            w[f"blocks.{i}.{name}.bias"] = np.zeros(n_out, np.float32)
-    w["ln_f.weight"] = np.ones(d, np.float32)
-    w["ln_f.bias"] = np.zeros(d, np.float32)
-    return w
-
-
-def init_bert(cfg: Any, seed: int) -> Canonical:
-    """BERT initialisation in the canonical layout, from a NumPy seed, so both twins start identical.
-
-    Normal(0, 0.02) for embeddings and linear weights, zero biases, LayerNorm weight 1 and bias 0: what
-    ``BERT.__init__`` does natively. Names mirror Hugging Face's BERT modules (without the ``bert.`` prefix).
-    """
-    rng = np.random.default_rng(seed)
-    d, ff = cfg.d_model, cfg.ff
-
-    def normal(shape: tuple[int, ...]) -> np.ndarray:
-        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
-
-    def linear(name: str, n_in: int, n_out: int) -> None:
-        w[f"{name}.weight"] = normal((n_in, n_out))
-        w[f"{name}.bias"] = np.zeros(n_out, np.float32)
-
-    def layer_norm(name: str) -> None:
-        w[f"{name}.weight"] = np.ones(d, np.float32)
-        w[f"{name}.bias"] = np.zeros(d, np.float32)
-
-    w: Canonical = {"embeddings.word_embeddings.weight": normal((cfg.vocab, d)),
-                    "embeddings.position_embeddings.weight": normal((cfg.context, d)),
-                    "embeddings.token_type_embeddings.weight": normal((2, d))}
-    layer_norm("embeddings.LayerNorm")
-    for i in range(cfg.layers):
-        p = f"encoder.layer.{i}"
-        for name in ("query", "key", "value"):
-            linear(f"{p}.attention.self.{name}", d, d)
-        linear(f"{p}.attention.output.dense", d, d)
-        layer_norm(f"{p}.attention.output.LayerNorm")
-        linear(f"{p}.intermediate.dense", d, ff)
-        linear(f"{p}.output.dense", ff, d)
-        layer_norm(f"{p}.output.LayerNorm")
-    linear("pooler.dense", d, d)
-    linear("classifier", d, cfg.num_labels)
-    return w
-
-
-def init_weights(cfg: Any, seed: int) -> Canonical:
-    """The canonical initial weights of ``cfg.family`` (``gpt`` or ``bert``)."""
-    return init_bert(cfg, seed) if cfg.family == "bert" else init_gpt(cfg, seed)

@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
+from twinbench.config import DEFAULT_FAMILY
 from twinbench.machine import HIGH_LOAD, MAX_SPREAD
 from twinbench.measure.device import matmul_label, platform_name
 from twinbench.measure.memory import summary as memory_summary
@@ -145,7 +146,7 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
         f"{_threads_text(ok)}; precision {r['precision']}, "
         f"matmul {_matmul_text(ok)}; compile cache "
         f"{' and '.join(dict.fromkeys(str(x.get('compile_cache')) for x in ok))}",
-        f"FLOPs: {r.get('flops_convention') or flops_convention(((r.get('spec') or {}).get('model') or {}).get('family', 'gpt'))}",
+        f"FLOPs: {r.get('flops_convention') or flops_convention(((r.get('spec') or {}).get('model') or {}).get('family', DEFAULT_FAMILY))}",
     ]
     kernels = {f"{x['framework']}/{x['strategy']}": x["attention_kernel"] for x in ok if x.get("attention_kernel")}
     if kernels:

@@ -101,18 +101,12 @@ register_modifier("symbolic", ("torch",), "torch.compile(dynamic=True): symbolic
                   "(use with +dynamic)", bases=("compile",))
 register_modifier("prefetch", ("torch", "jax"), "input pipeline with background workers (DataLoader / Grain) "
                   "and device prefetch (pinned non_blocking copies / grain.experimental.device_put)")
-#: What a default compare of a BERT preset adds to the default bases: the variable-length cases.
-BERT_COMBOS: list[tuple[str, str]] = [("torch", "eager+dynamic"), ("jax", "jit+bucket")]
-
-
-def for_bert(chosen: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The default (or ``all``) selection of a BERT preset: every cell the bert family can run (all, since the
-    strategies compose around its bundle) plus :data:`BERT_COMBOS`."""
-    from twinbench.models.family import BERT
-
+def for_family(family: Any, chosen: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The default (or ``all``) selection for a preset of ``family``: every chosen cell the family can run plus
+    the cells it adds itself (``Family.default_cells``, e.g. BERT's variable-length cases)."""
     fws = {f for f, _ in chosen}
-    keep = [(f, n) for f, n in chosen if cell_reason(BERT, f, n) is None]
-    return list(dict.fromkeys(keep + [(f, n) for f, n in BERT_COMBOS if f in fws]))
+    keep = [(f, n) for f, n in chosen if cell_reason(family, f, n) is None]
+    return list(dict.fromkeys(keep + [(f, n) for f, n in family.default_cells if f in fws]))
 #: Modifier combinations `--strategies all` runs besides every base (one representative use of each modifier).
 ALL_COMBOS: list[tuple[str, str]] = [
     ("torch", "eager+bf16"), ("torch", "eager+remat"), ("torch", "compile+optc"), ("torch", "compile+bf16"),

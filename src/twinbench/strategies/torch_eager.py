@@ -18,7 +18,7 @@ from torch.utils.checkpoint import checkpoint
 from twinbench.measure.device import torch_device
 from twinbench.models import family as families
 from twinbench.models.family import Family
-from twinbench.models.gpt_torch import clip_grads
+from twinbench.models.layers_torch import clip_grads
 from twinbench.models.weights import Canonical, canonical_to_torch, torch_to_canonical
 from twinbench.spec import RunSpec
 from twinbench.strategies.options import compute_dtype, model_options

@@ -1,4 +1,4 @@
-"""GPT-2 in PyTorch. Twin of ``gpt_jax.py``: same classes, same attribute names, same maths.
+"""GPT-2 in PyTorch. Twin of ``model_jax.py``: same classes, same attribute names, same maths.
 
 Learned position embeddings, pre-LayerNorm blocks, causal self-attention through
 ``F.scaled_dot_product_attention``, tanh-GELU MLP, LM head tied to the token embedding, GPT-2 init.
@@ -15,7 +15,10 @@ from torch.profiler import record_function
 from torch.utils.checkpoint import checkpoint
 
 from twinbench.config import ModelConfig
+from twinbench.models.layers_torch import clip_grads, make_optimizer
 from twinbench.models.options import ModelOptions
+
+__all__ = ["GPT", "clip_grads", "loss_fn", "make_optimizer"]
 
 
 class CausalSelfAttention(nn.Module):
@@ -100,28 +103,3 @@ def loss_fn(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor) -> torch
     logits = model(idx)
     with record_function("loss"):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1).long())
-
-
-def decay_mask(name: str, p: torch.Tensor) -> bool:
-    """AdamW decays every parameter of rank >= 2 (matrices and embeddings), not biases or LayerNorm."""
-    return p.ndim >= 2
-
-
-def make_optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    """AdamW with the same semantics as ``gpt_jax.make_optimizer`` (betas 0.9/0.95, eps 1e-8)."""
-    decay = [p for n, p in model.named_parameters() if decay_mask(n, p)]
-    no_decay = [p for n, p in model.named_parameters() if not decay_mask(n, p)]
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
-
-
-GRAD_CLIP = 1.0
-
-
-def clip_grads(model: nn.Module) -> torch.Tensor:
-    """Clip by global norm 1.0 exactly as ``optax.clip_by_global_norm`` does (no epsilon)."""
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-    scale = torch.clamp(GRAD_CLIP / norm, max=1.0)
-    torch._foreach_mul_(grads, scale)
-    return norm

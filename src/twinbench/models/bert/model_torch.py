@@ -1,4 +1,4 @@
-"""BERT encoder for sequence classification in PyTorch. Twin of ``bert_jax.py``: same classes, same
+"""BERT encoder for sequence classification in PyTorch. Twin of ``model_jax.py``: same classes, same
 attribute names (those of Hugging Face's ``BertForSequenceClassification``, without its ``bert.`` prefix),
 same maths.
 
@@ -21,7 +21,7 @@ from torch.profiler import record_function
 from torch.utils.checkpoint import checkpoint
 
 from twinbench.config import ModelConfig
-from twinbench.models.gpt_torch import clip_grads
+from twinbench.models.layers_torch import clip_grads
 from twinbench.models.options import ModelOptions
 
 TYPE_VOCAB = 2  # segment ids: 0 for the first text, 1 for the second of a pair
@@ -201,7 +201,7 @@ def decay_mask(name: str, p: torch.Tensor) -> bool:
 
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    """AdamW as BERT fine-tuning uses it (betas 0.9/0.999, eps 1e-6); the twin of ``bert_jax.make_optimizer``."""
+    """AdamW as BERT fine-tuning uses it (betas 0.9/0.999, eps 1e-6); the twin of ``model_jax.make_optimizer``."""
     decay = [p for n, p in model.named_parameters() if decay_mask(n, p)]
     no_decay = [p for n, p in model.named_parameters() if not decay_mask(n, p)]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

@@ -1,9 +1,9 @@
-"""BERT encoder for sequence classification in JAX (Flax NNX). Twin of ``bert_torch.py``: same classes,
+"""BERT encoder for sequence classification in JAX (Flax NNX). Twin of ``model_torch.py``: same classes,
 same attribute names (those of Hugging Face's ``BertForSequenceClassification``, without its ``bert.``
 prefix), same maths.
 
 Token + position + segment embeddings, post-LayerNorm blocks (eps 1e-12), bidirectional self-attention
-(``gpt_jax.attention``: written out with einsums by default) with a key padding mask, exact (erf) GELU, a tanh pooler over
+(``layers_jax.attention``: written out with einsums by default) with a key padding mask, exact (erf) GELU, a tanh pooler over
 the first token and a linear classifier. No dropout: the twins are deterministic, so they can be compared.
 
 ``cfg.mask_impl`` chooses how the padding mask reaches the attention (`--mask-impl`); all three give
@@ -22,7 +22,7 @@ import optax
 from flax import nnx
 
 from twinbench.config import ModelConfig
-from twinbench.models.gpt_jax import DTYPES, GRAD_CLIP, REMAT_POLICIES, Linear, attention
+from twinbench.models.layers_jax import DTYPES, GRAD_CLIP, REMAT_POLICIES, Linear, attention
 from twinbench.models.options import ModelOptions
 
 TYPE_VOCAB = 2  # segment ids: 0 for the first text, 1 for the second of a pair

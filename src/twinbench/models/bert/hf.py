@@ -1,0 +1,126 @@
+"""BERT checkpoints (``model_type: bert``) <-> the BERT twin's ModelConfig and canonical weights.
+
+The canonical names are Hugging Face's without the ``bert.`` prefix; ``nn.Linear`` weights are
+transposed (``[out, in]`` -> ``[in, out]``). ``hidden_act`` must be ``gelu`` (erf), ``layer_norm_eps`` 1e-12,
+two segment types, absolute positions. TF-converted ``gamma``/``beta`` names, the ``position_ids`` buffer
+and pre-training heads (``cls.*``) are handled; an encoder-only checkpoint gets a fresh pooler/classifier.
+Exports are ``BertForSequenceClassification`` checkpoints.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from twinbench.config import ModelConfig, SpecError
+from twinbench.models.hf import CONFIG, SHAPE_FIELDS, HFFormat
+from twinbench.models.weights import Canonical
+
+BERT_EPS = 1e-12
+BERT_TYPE_VOCAB = 2  # the twin's segment ids (first / second text of a pair)
+BERT_ACTIVATIONS = ("gelu",)  # the exact (erf) GELU of the twin
+
+
+def _bert_config(hf: dict[str, Any], where: str) -> ModelConfig:
+    try:
+        d, ff = int(hf["hidden_size"]), int(hf["intermediate_size"])
+        labels = hf.get("num_labels") or len(hf.get("id2label") or {}) or 2
+        cfg = ModelConfig(family="bert", layers=int(hf["num_hidden_layers"]), d_model=d,
+                          heads=int(hf["num_attention_heads"]), d_ff=0 if ff == 4 * d else ff,
+                          vocab=int(hf["vocab_size"]), context=int(hf["max_position_embeddings"]),
+                          num_labels=int(labels))
+    except (KeyError, TypeError, ValueError) as e:
+        raise SpecError(f"{where}: {CONFIG} lacks a valid BERT field {e}") from None
+    act = hf.get("hidden_act", "gelu")
+    if act not in BERT_ACTIVATIONS:
+        raise SpecError(f"{where}: hidden_act {act!r} is not supported; allowed: {', '.join(BERT_ACTIVATIONS)}")
+    eps = float(hf.get("layer_norm_eps", BERT_EPS))
+    if abs(eps - BERT_EPS) > 1e-15:
+        raise SpecError(f"{where}: layer_norm_eps {eps:g} is not supported; the twin BERT uses {BERT_EPS:g}")
+    for key, want in (("type_vocab_size", BERT_TYPE_VOCAB), ("position_embedding_type", "absolute"),
+                      ("is_decoder", False), ("add_cross_attention", False)):
+        if hf.get(key, want) != want:
+            raise SpecError(f"{where}: {key}={hf[key]!r} is not supported by the twin BERT (needs {want!r})")
+    if cfg.context <= 0 or cfg.d_model % cfg.heads:
+        raise SpecError(f"{where}: inconsistent BERT config (max_position_embeddings {cfg.context}, "
+                        f"hidden_size {d}, num_attention_heads {cfg.heads})")
+    return cfg
+
+
+_BERT_IGNORED = re.compile(r"^(embeddings\.position_ids|cls\..*)$")  # a buffer; pre-training heads
+_BERT_OLD_NAMES = {"gamma": "weight", "beta": "bias"}  # LayerNorm names of TF-converted checkpoints
+
+
+def _bert_is_linear(name: str, a: np.ndarray) -> bool:
+    return a.ndim == 2 and "embeddings." not in name
+
+
+def _bert_to_canonical(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: str) -> Canonical:
+    """HF ``nn.Linear`` weights are ``[out, in]``: transposed to canonical ``[in, out]``.
+
+    A checkpoint without the sequence-classification head (``BertModel``, ``BertForMaskedLM``) gets the
+    missing ``pooler``/``classifier`` freshly initialised (Normal(0, 0.02), zero bias, seed 0), as
+    transformers does when fine-tuning starts from a pre-trained encoder; both twins get the same arrays.
+    """
+    out: Canonical = {}
+    for name, a in tensors.items():
+        short = name.removeprefix("bert.")
+        if _BERT_IGNORED.match(short):
+            continue
+        head, _, leaf = short.rpartition(".")
+        short = f"{head}.{_BERT_OLD_NAMES.get(leaf, leaf)}"
+        out[short] = np.ascontiguousarray(a.T) if _bert_is_linear(short, a) else a
+    rng = np.random.default_rng(0)
+    for name, (n_in, n_out) in (("pooler.dense", (cfg.d_model, cfg.d_model)),
+                                ("classifier", (cfg.d_model, cfg.num_labels))):
+        if f"{name}.weight" not in out and f"{name}.bias" not in out:
+            out[f"{name}.weight"] = (rng.standard_normal((n_in, n_out)) * 0.02).astype(np.float32)
+            out[f"{name}.bias"] = np.zeros(n_out, np.float32)
+    return out
+
+
+def _bert_to_hf(cfg: ModelConfig, weights: Canonical) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    hf_cfg = {
+        "architectures": ["BertForSequenceClassification"], "model_type": "bert",
+        "num_hidden_layers": cfg.layers, "hidden_size": cfg.d_model, "num_attention_heads": cfg.heads,
+        "intermediate_size": cfg.ff, "vocab_size": cfg.vocab, "max_position_embeddings": cfg.context,
+        "type_vocab_size": BERT_TYPE_VOCAB, "hidden_act": "gelu", "layer_norm_eps": BERT_EPS,
+        "position_embedding_type": "absolute", "pad_token_id": 0, "num_labels": cfg.num_labels,
+        "id2label": {str(i): f"LABEL_{i}" for i in range(cfg.num_labels)},
+        "label2id": {f"LABEL_{i}": i for i in range(cfg.num_labels)},
+        # the twin has no dropout: an exported model trains and evaluates the way it was measured
+        "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "torch_dtype": "float32",
+        "initializer_range": 0.02, "exported_by": "twinbench",
+    }
+    tensors = {}
+    for k, v in weights.items():
+        hf_name = k if k.startswith("classifier.") else "bert." + k
+        tensors[hf_name] = v.T if _bert_is_linear(k, v) else v
+    return hf_cfg, tensors
+
+
+def _bert_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    d, ff = cfg.d_model, cfg.ff
+    shapes: dict[str, tuple[int, ...]] = {
+        "embeddings.word_embeddings.weight": (cfg.vocab, d), "embeddings.position_embeddings.weight": (cfg.context, d),
+        "embeddings.token_type_embeddings.weight": (BERT_TYPE_VOCAB, d),
+        "embeddings.LayerNorm.weight": (d,), "embeddings.LayerNorm.bias": (d,),
+        "pooler.dense.weight": (d, d), "pooler.dense.bias": (d,),
+        "classifier.weight": (d, cfg.num_labels), "classifier.bias": (cfg.num_labels,)}
+    per_layer = {"attention.self.query": (d, d), "attention.self.key": (d, d), "attention.self.value": (d, d),
+                 "attention.output.dense": (d, d), "intermediate.dense": (d, ff), "output.dense": (ff, d)}
+    for i in range(cfg.layers):
+        p = f"encoder.layer.{i}"
+        for name, (n_in, n_out) in per_layer.items():
+            shapes[f"{p}.{name}.weight"] = (n_in, n_out)
+            shapes[f"{p}.{name}.bias"] = (n_out,)
+        for ln in ("attention.output.LayerNorm", "output.LayerNorm"):
+            shapes[f"{p}.{ln}.weight"] = (d,)
+            shapes[f"{p}.{ln}.bias"] = (d,)
+    return shapes
+
+
+FORMAT = HFFormat(model_type="bert", architecture="Bert", fields=(*SHAPE_FIELDS, "num_labels"), config=_bert_config,
+                  to_canonical=_bert_to_canonical, to_hf=_bert_to_hf, shapes=_bert_shapes)

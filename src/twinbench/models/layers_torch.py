@@ -1,0 +1,33 @@
+"""Pieces shared by the PyTorch twins (every family): the default optimizer (AdamW, decaying matrices and
+embeddings only) and gradient clipping by global norm, exactly as ``layers_jax.py`` does them with optax.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def decay_mask(name: str, p: torch.Tensor) -> bool:
+    """AdamW decays every parameter of rank >= 2 (matrices and embeddings), not biases or LayerNorm."""
+    return p.ndim >= 2
+
+
+def make_optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """AdamW with the same semantics as ``layers_jax.make_optimizer`` (betas 0.9/0.95, eps 1e-8)."""
+    decay = [p for n, p in model.named_parameters() if decay_mask(n, p)]
+    no_decay = [p for n, p in model.named_parameters() if not decay_mask(n, p)]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
+
+
+GRAD_CLIP = 1.0
+
+
+def clip_grads(model: nn.Module) -> torch.Tensor:
+    """Clip by global norm 1.0 exactly as ``optax.clip_by_global_norm`` does (no epsilon)."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    scale = torch.clamp(GRAD_CLIP / norm, max=1.0)
+    torch._foreach_mul_(grads, scale)
+    return norm

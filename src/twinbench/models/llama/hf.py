@@ -1,0 +1,100 @@
+"""Llama checkpoints (``model_type: llama``, ``LlamaForCausalLM``) <-> the Llama twin's ModelConfig and weights.
+
+The canonical names are Hugging Face's without the ``model.`` prefix; ``nn.Linear`` weights (all bias-free,
+``lm_head`` included) are transposed (``[out, in]`` -> ``[in, out]``). The twin supports what it computes:
+``hidden_act`` silu, ``rms_norm_eps`` 1e-6, default RoPE with theta 10000, no attention/MLP biases, an untied
+head, ``num_key_value_heads`` = heads / 2 (heads even) or heads (see ``shape.KV_GROUP``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from twinbench.config import ModelConfig, SpecError
+from twinbench.models.hf import CONFIG, SHAPE_FIELDS, HFFormat
+from twinbench.models.llama.shape import EPS, ROPE_THETA, kv_heads
+from twinbench.models.weights import Canonical
+
+_IGNORED = ("rotary_emb.inv_freq",)  # buffers of old checkpoints, not weights
+
+
+def _config(hf: dict[str, Any], where: str) -> ModelConfig:
+    try:
+        d, ff = int(hf["hidden_size"]), int(hf["intermediate_size"])
+        cfg = ModelConfig(family="llama", layers=int(hf["num_hidden_layers"]), d_model=d,
+                          heads=int(hf["num_attention_heads"]), d_ff=0 if ff == 4 * d else ff,
+                          vocab=int(hf["vocab_size"]), context=int(hf["max_position_embeddings"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise SpecError(f"{where}: {CONFIG} lacks a valid Llama field {e}") from None
+    if cfg.context <= 0 or cfg.d_model % cfg.heads:
+        raise SpecError(f"{where}: inconsistent Llama config (hidden_size {d}, num_attention_heads {cfg.heads})")
+    rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+    theta = float(rope.get("rope_theta", hf.get("rope_theta", ROPE_THETA)))
+    kv = int(hf.get("num_key_value_heads") or cfg.heads)
+    checks = (("hidden_act", hf.get("hidden_act", "silu"), "silu"),
+              ("rms_norm_eps", float(hf.get("rms_norm_eps", EPS)), EPS),
+              ("rope_theta", theta, ROPE_THETA),
+              ("rope_type", rope.get("rope_type", rope.get("type", "default")), "default"),
+              ("attention_bias", bool(hf.get("attention_bias", False)), False),
+              ("mlp_bias", bool(hf.get("mlp_bias", False)), False),
+              ("tie_word_embeddings", bool(hf.get("tie_word_embeddings", False)), False),
+              ("head_dim", int(hf.get("head_dim") or d // cfg.heads), d // cfg.heads),
+              ("num_key_value_heads", kv, kv_heads(cfg)))
+    for key, got, want in checks:
+        if got != want:
+            raise SpecError(f"{where}: {key}={got!r} is not supported by the twin Llama (needs {want!r})")
+    return cfg
+
+
+def _is_linear(name: str, a: np.ndarray) -> bool:
+    return a.ndim == 2 and name != "embed_tokens.weight"
+
+
+def _to_canonical(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: str) -> Canonical:
+    out: Canonical = {}
+    for name, a in tensors.items():
+        short = name.removeprefix("model.")
+        if short.endswith(_IGNORED):
+            continue
+        out[short] = np.ascontiguousarray(a.T) if _is_linear(short, a) else a
+    if "lm_head.weight" not in out:
+        raise SpecError(f"{where}: no lm_head.weight (a tied head); the twin Llama's head is untied")
+    return out
+
+
+def _to_hf(cfg: ModelConfig, weights: Canonical) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    hf_cfg = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": cfg.layers,
+        "hidden_size": cfg.d_model, "num_attention_heads": cfg.heads, "num_key_value_heads": kv_heads(cfg),
+        "head_dim": cfg.d_model // cfg.heads, "intermediate_size": cfg.ff, "vocab_size": cfg.vocab,
+        "max_position_embeddings": cfg.context, "hidden_act": "silu", "rms_norm_eps": EPS,
+        "rope_theta": ROPE_THETA, "rope_parameters": {"rope_type": "default", "rope_theta": ROPE_THETA},
+        "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
+        "attention_dropout": 0.0, "bos_token_id": None, "eos_token_id": None, "pad_token_id": None,
+        "torch_dtype": "float32", "initializer_range": 0.02, "use_cache": True, "exported_by": "twinbench",
+    }
+    tensors = {}
+    for k, v in weights.items():
+        hf_name = k if k == "lm_head.weight" else "model." + k
+        tensors[hf_name] = v.T if _is_linear(k, v) else v
+    return hf_cfg, tensors
+
+
+def shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Canonical name -> shape of every weight of the Llama twin of ``cfg``."""
+    d, ff, kv = cfg.d_model, cfg.ff, kv_heads(cfg) * (cfg.d_model // cfg.heads)
+    out: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (cfg.vocab, d), "norm.weight": (d,),
+                                       "lm_head.weight": (d, cfg.vocab)}
+    per_layer = {"self_attn.q_proj.weight": (d, d), "self_attn.k_proj.weight": (d, kv),
+                 "self_attn.v_proj.weight": (d, kv), "self_attn.o_proj.weight": (d, d),
+                 "mlp.gate_proj.weight": (d, ff), "mlp.up_proj.weight": (d, ff), "mlp.down_proj.weight": (ff, d),
+                 "input_layernorm.weight": (d,), "post_attention_layernorm.weight": (d,)}
+    for i in range(cfg.layers):
+        out.update({f"layers.{i}.{k}": v for k, v in per_layer.items()})
+    return out
+
+
+FORMAT = HFFormat(model_type="llama", architecture="Llama", fields=SHAPE_FIELDS, config=_config,
+                  to_canonical=_to_canonical, to_hf=_to_hf, shapes=shapes)
