@@ -109,9 +109,10 @@ def decay_mask(params: nnx.State) -> nnx.State:
 GRAD_CLIP = 1.0
 
 
-def make_optimizer(lr: float, weight_decay: float) -> optax.GradientTransformation:
+def make_optimizer(lr: float, weight_decay: float, betas: tuple[float, float] = (0.9, 0.95),
+                   eps: float = 1e-8) -> optax.GradientTransformation:
     """Clip by global norm 1.0, then AdamW: the semantics of ``layers_torch.make_optimizer``."""
     return optax.chain(
         optax.clip_by_global_norm(GRAD_CLIP),
-        optax.adamw(lr, b1=0.9, b2=0.95, eps=1e-8, weight_decay=weight_decay, mask=decay_mask),
+        optax.adamw(lr, b1=betas[0], b2=betas[1], eps=eps, weight_decay=weight_decay, mask=decay_mask),
     )

@@ -13,12 +13,14 @@ def decay_mask(name: str, p: torch.Tensor) -> bool:
     return p.ndim >= 2
 
 
-def make_optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    """AdamW with the same semantics as ``layers_jax.make_optimizer`` (betas 0.9/0.95, eps 1e-8)."""
+def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float] = (0.9, 0.95),
+                   eps: float = 1e-8) -> torch.optim.Optimizer:
+    """AdamW with the same semantics as ``layers_jax.make_optimizer`` (GPT's betas 0.9/0.95, eps 1e-8 unless
+    a family gives its own)."""
     decay = [p for n, p in model.named_parameters() if decay_mask(n, p)]
     no_decay = [p for n, p in model.named_parameters() if not decay_mask(n, p)]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
 
 
 GRAD_CLIP = 1.0

@@ -22,7 +22,8 @@ import optax
 from flax import nnx
 
 from twinbench.config import ModelConfig
-from twinbench.models.layers_jax import DTYPES, GRAD_CLIP, REMAT_POLICIES, Linear, attention
+from twinbench.models import layers_jax
+from twinbench.models.layers_jax import DTYPES, REMAT_POLICIES, Linear, attention
 from twinbench.models.options import ModelOptions
 
 TYPE_VOCAB = 2  # segment ids: 0 for the first text, 1 for the second of a pair
@@ -198,14 +199,6 @@ def loss_fn(model: BERT, x: tuple[jax.Array, ...], labels: jax.Array) -> jax.Arr
     return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels.reshape(-1)).mean()
 
 
-def decay_mask(params: nnx.State) -> nnx.State:
-    """AdamW decays every parameter of rank >= 2 (matrices and embeddings), not biases or LayerNorm."""
-    return jax.tree.map(lambda p: p.ndim >= 2, params)
-
-
 def make_optimizer(lr: float, weight_decay: float) -> optax.GradientTransformation:
     """Clip by global norm 1.0, then AdamW as BERT fine-tuning uses it (betas 0.9/0.999, eps 1e-6)."""
-    return optax.chain(
-        optax.clip_by_global_norm(GRAD_CLIP),
-        optax.adamw(lr, b1=0.9, b2=0.999, eps=1e-6, weight_decay=weight_decay, mask=decay_mask),
-    )
+    return layers_jax.make_optimizer(lr, weight_decay, betas=(0.9, 0.999), eps=1e-6)

@@ -21,7 +21,8 @@ from torch.profiler import record_function
 from torch.utils.checkpoint import checkpoint
 
 from twinbench.config import ModelConfig
-from twinbench.models.layers_torch import clip_grads
+from twinbench.models import layers_torch
+from twinbench.models.layers_torch import clip_grads, decay_mask
 from twinbench.models.options import ModelOptions
 
 TYPE_VOCAB = 2  # segment ids: 0 for the first text, 1 for the second of a pair
@@ -195,14 +196,6 @@ def loss_fn(model: nn.Module, x: tuple[torch.Tensor, ...], labels: torch.Tensor)
     return F.cross_entropy(logits.float(), labels.reshape(-1).long())
 
 
-def decay_mask(name: str, p: torch.Tensor) -> bool:
-    """AdamW decays every parameter of rank >= 2 (matrices and embeddings), not biases or LayerNorm."""
-    return p.ndim >= 2
-
-
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
     """AdamW as BERT fine-tuning uses it (betas 0.9/0.999, eps 1e-6); the twin of ``model_jax.make_optimizer``."""
-    decay = [p for n, p in model.named_parameters() if decay_mask(n, p)]
-    no_decay = [p for n, p in model.named_parameters() if not decay_mask(n, p)]
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6)
+    return layers_torch.make_optimizer(model, lr, weight_decay, betas=(0.9, 0.999), eps=1e-6)
