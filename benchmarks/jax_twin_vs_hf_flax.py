@@ -8,10 +8,12 @@ same fp32 matmul precision, the same cores and the same token batches.
 
 Interleaved rounds, a fresh process per measured configuration: each round runs `ours` and `hf` (the order
 alternates between rounds), each child compiles, warms up and times `--steps` steps and prints its median.
-The Flax model needs transformers < 5, which is not a twinbench dependency: create a separate venv and pass
-its python:
+The Flax model needs transformers < 5, which is not a twinbench dependency: create a separate venv with the
+same jax, flax, optax and numpy as twinbench's and pass its python (the child finds twinbench itself: this
+checkout's ``src`` is put on its ``PYTHONPATH``):
 
-    python3 -m venv --system-site-packages /tmp/hfvenv && /tmp/hfvenv/bin/pip install 'transformers<5'
+    python3 -m venv /tmp/hfvenv && /tmp/hfvenv/bin/pip install 'transformers<5' \
+        $(.venv/bin/pip freeze | grep -E '^(jax|jaxlib|flax|optax|numpy)==')
     .venv/bin/python benchmarks/jax_twin_vs_hf_flax.py /tmp/hfvenv/bin/python [--preset small] \\
         [--rounds 3] [--steps 30] [--threads 2] [--attention-impl default] [--out runs/hf-flax]
 
@@ -144,6 +146,10 @@ def main() -> None:
              "context": m.context, "batch": t.batch, "seq": t.seq, "lr": t.lr, "weight_decay": t.weight_decay,
              "seed": t.seed, "attention_impl": args.attention_impl}
     pythons = {"ours": sys.executable, "hf": args.hf_python}
+    import twinbench
+
+    src = str(Path(twinbench.__file__).resolve().parents[1])  # the HF venv's child imports this twinbench
+    child_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     with open(args.out / "results.jsonl", "w") as f:
@@ -151,7 +157,7 @@ def main() -> None:
             for which in (("ours", "hf") if r % 2 == 0 else ("hf", "ours")):
                 cmd = [pythons[which], __file__, "--child", which, "--shape", json.dumps(shape), "--steps",
                        str(args.steps), "--threads", str(args.threads), args.hf_python]
-                proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=child_env)
                 if proc.returncode:
                     sys.exit(f"{which} failed: {proc.stderr.strip().splitlines()[-1:]}")
                 row = json.loads(proc.stdout.strip().splitlines()[-1]) | {"round": r}
