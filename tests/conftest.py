@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("TWINBENCH_CACHE", tempfile.mkdtemp(prefix="twinbench-test-cache-"))
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -30,3 +34,22 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         first_seen.setdefault(item.path, len(first_seen))
     items.sort(key=lambda item: (item.path not in slow_files, first_seen[item.path]))
+
+
+RECORDS_BEFORE = Path(__file__).resolve().parent / "fixtures" / "records_before"
+
+
+@pytest.fixture
+def records_unchanged():
+    """``check(records, name)``: the records' field names and losses are those of the same run before the
+    trainers were unified (``fixtures/records_before/NAME.json``)."""
+    return _records_unchanged
+
+
+def _records_unchanged(records: list[dict], name: str) -> None:
+    before = json.loads((RECORDS_BEFORE / f"{name}.json").read_text())
+    assert sorted(before) == sorted(f"{r['framework']}/{r['strategy']}" for r in records)
+    for r in records:
+        b = before[f"{r['framework']}/{r['strategy']}"]
+        assert sorted(r) == b["fields"], set(r) ^ set(b["fields"])
+        assert r["losses"] == pytest.approx(b["losses"], rel=1e-4)

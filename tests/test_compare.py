@@ -30,7 +30,7 @@ def twinbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_compare_gives_ok_records_for_the_first_strategies(tmp_path):
+def test_compare_gives_ok_records_for_the_first_strategies(tmp_path, records_unchanged):
     out, js = tmp_path / "run", tmp_path / "r.json"
     p = twinbench("compare", *TINY, "--framework", "torch,jax", "--strategies", "eager,naive,jit",
                   "--out", str(out), "--json", str(js))
@@ -38,6 +38,7 @@ def test_compare_gives_ok_records_for_the_first_strategies(tmp_path):
     records = json.loads(js.read_text())
     assert [(r["framework"], r["strategy"], r["status"]) for r in records] == [
         ("torch", "eager", "ok"), ("jax", "naive", "ok"), ("jax", "jit", "ok")]
+    records_unchanged(records, "compare_tiny")  # the same fields and losses as before the trainers were unified
     jit = records[2]
     assert jit["compiles_during_steps"] == 0 and jit["compile_s"] > 0
     for r in records:

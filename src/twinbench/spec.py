@@ -18,6 +18,7 @@ from typing import Any
 from twinbench.config import ModelConfig, SpecError, TrainConfig, flag  # the leaf; re-exported from here
 from twinbench.models.family import FAMILIES as BUILT_IN
 from twinbench.models.family import presets as _family_presets
+from twinbench.strategies.modifiers import LENGTH_POLICIES, Modifiers
 from twinbench.xla_flags import CHOICES as XLA_CPU_FLAG_CHOICES
 
 FRAMEWORKS = ("torch", "jax")
@@ -28,7 +29,6 @@ USER = "user"  # the family of --model FILE.py:build (twinbench/byo)
 FAMILIES = (*BUILT_IN, USER)  # the built-in families (models/) and the user's
 TASKS = ("lm", "classify", "custom")  # next-token LM | sequence classification | the user's model (custom)
 MASK_IMPLS = ("where", "mul", "cond")  # how a masked family's attention applies its padding mask
-LENGTH_POLICIES = ("pad-max", "bucket", "dynamic")  # strategy modifiers: how classify batches are padded
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,11 @@ class RunSpec:
     def modifiers(self) -> tuple[str, ...]:
         """Modifiers of the strategy name: ``"compile+bf16+remat"`` -> ``("bf16", "remat")``."""
         return tuple(self.strategy.split("+")[1:])
+
+    @property
+    def mods(self) -> Modifiers:
+        """The modifiers as one typed value (``spec.mods.remat``)."""
+        return Modifiers.parse(self.modifiers)
 
     @property
     def base_strategy(self) -> str:
@@ -244,13 +249,13 @@ def validate(spec: RunSpec) -> RunSpec:
                         "add --precision bf16 (or +bf16)")
     if spec.scan_unroll < 1:
         raise SpecError(f"--scan-unroll must be a positive integer, got {spec.scan_unroll}")
-    if spec.framework == "torch" and "remat" in spec.modifiers and spec.remat_policy != "full":
+    if spec.framework == "torch" and spec.mods.remat and spec.remat_policy != "full":
         raise SpecError(f"--remat-policy {spec.remat_policy}: torch +remat recomputes whole blocks "
                         "(torch.utils.checkpoint); allowed for torch: full")
     if spec.scan_k < 0 or (spec.scan_k and t.steps % spec.scan_k):
         raise SpecError(f"--scan-k {spec.scan_k} must divide --steps {t.steps}; allowed: "
                         f"{', '.join(str(k) for k in _divisors(t.steps) if k < t.steps)}, or 0 (automatic)")
-    if t.precision != "bf16" and "bf16" in spec.modifiers:
+    if t.precision != "bf16" and spec.mods.bf16:
         raise SpecError(f"--precision {t.precision} contradicts strategy {spec.strategy!r} "
                         "(+bf16 and --precision bf16 are one setting: see with_precision)")
     _validate_task(spec)
@@ -278,7 +283,7 @@ def _validate_task(spec: RunSpec) -> None:
             raise SpecError(f"--vocab {m.vocab} is too small for the byte tokenizer; allowed: >= {family.min_vocab}")
         if t.seq < 16:
             raise SpecError(f"--seq {t.seq} is too short for classification; allowed: 16..{m.context}")
-    lengths = [x for x in spec.modifiers if x in LENGTH_POLICIES]
+    lengths = [x for x in spec.modifiers if x in LENGTH_POLICIES]  # raw names: two policies are an error
     if len(lengths) > 1:
         raise SpecError(f"--strategies: {spec.strategy!r} combines {', '.join('+' + x for x in lengths)}; "
                         f"choose one of {', '.join(LENGTH_POLICIES)}")
@@ -293,9 +298,9 @@ def with_precision(spec: RunSpec) -> RunSpec:
     ``--precision bf16`` appends ``+bf16`` to the strategy name and ``compile+bf16`` sets precision bf16, so a
     record's ``precision`` and its ``strategy`` always say the same thing.
     """
-    if "bf16" in spec.modifiers and spec.train.precision != "bf16":
+    if spec.mods.bf16 and spec.train.precision != "bf16":
         return replace(spec, train=replace(spec.train, precision="bf16"))
-    if spec.train.precision == "bf16" and "bf16" not in spec.modifiers:
+    if spec.train.precision == "bf16" and not spec.mods.bf16:
         return replace(spec, strategy=spec.strategy + "+bf16")
     return spec
 

@@ -19,7 +19,8 @@ from typing import Any
 from twinbench import compile_cache, xla_flags
 from twinbench.errors import error_line
 from twinbench.record import Record
-from twinbench.spec import RunSpec
+from twinbench.spec import USER, RunSpec
+from twinbench.strategies.base import optional
 
 
 def prepare_process(spec: RunSpec) -> int:
@@ -100,26 +101,24 @@ def build(spec: RunSpec) -> Built:
     from twinbench.models import family
     from twinbench.strategies import registry
 
-    user = None
-    if spec.model.family == "user":  # the user's own model (--model): its weights, batches, FLOPs (byo/)
-        from twinbench.byo.run import UserRun
-
-        fam, user = None, UserRun(spec)
-        weights = user.weights
-    elif spec.train.init_from:  # start from a local Hugging Face checkpoint (models/hf.py), not the fresh init
+    fam = family.get(spec)  # a built-in family, or the user's model (--model: byo/family.py)
+    if spec.train.init_from:  # start from a local Hugging Face checkpoint (models/hf.py), not the fresh init
         from twinbench.export import initial_weights
 
-        fam = family.get(spec)
         weights = initial_weights(spec)
     else:
-        fam = family.get(spec)
         weights = fam.init_weights(spec.model, spec.train.seed)
+    user = None
+    if spec.model.family == USER:  # the user's batches and extra record fields (byo/run.py)
+        from twinbench.byo.run import UserRun
+
+        user = UserRun(spec)
     trainer = registry.builder(spec)(spec, weights)
-    k = getattr(trainer, "steps_per_call", 1)  # scan-steps: K steps per call, on K stacked batches
+    k = optional(trainer, "steps_per_call")  # scan-steps: K steps per call, on K stacked batches
     # LM windows, classification batches tokenised and padded per call, or the user's batches
     run_data = user.run_data(k, trainer) if user else tasks.run_data(spec, k)
-    predict = getattr(trainer, "predict", None) if run_data.eval_batches else None
-    n_params = user.n_params if user else int(fam.n_params(weights))
+    predict = optional(trainer, "predict") if run_data.eval_batches else None
+    n_params = int(fam.n_params(weights))
     return Built(fam, n_params, trainer, k, run_data, predict, user)
 
 
@@ -134,7 +133,7 @@ def timed_loop(spec: RunSpec, env: Setup, b: Built) -> Loop:
     n_eval = monitor.count()
     accuracy_first = tasks.accuracy(b.predict, b.run_data.eval_batches)  # before timing
     n_eval = monitor.count() - n_eval
-    feed = InputWaits(pipeline.feed(b.run_data.batches, spec.framework, "prefetch" in spec.modifiers))
+    feed = InputWaits(pipeline.feed(b.run_data.batches, spec.framework, spec.mods.prefetch))
     n_loop = monitor.count()
     with Meter() as meter:  # what other processes took from the machine while the steps were timed
         timing = time_steps(lambda i: b.trainer.step(*feed.next()), b.trainer.sync, t.steps // k,
@@ -178,12 +177,10 @@ def execute(spec: RunSpec, threads: int) -> Record:
     dtype = "bf16" if t.precision == "bf16" else "fp32"
     peak_measured, peak_fields = peak.for_record(fw, env.platform, env.device_name, dtype, threads)
     peak_sheet = peak.datasheet_tflops(env.device_name, dtype) if env.platform != "cpu" else None
-    if b.user:
-        flops_tok = b.user.flops_per_token
-    else:
-        flops_tok = b.family.flops_per_token(spec.model, attention_length(b.run_data, loop.warm_calls * b.steps_per_call))
+    flops_tok = b.family.flops_per_token(spec.model, attention_length(b.run_data, loop.warm_calls * b.steps_per_call))
     # multi-device strategies report device_count, state_bytes_per_device, sharding and warnings
-    many = b.trainer.report() if hasattr(b.trainer, "report") else {}
+    report = optional(b.trainer, "report")
+    many = report() if report else {}
     many.setdefault("device_count", 1)  # the devices the run used: one, unless a multi-device strategy says
     many.setdefault("devices_visible", env.device_count)
     parallel = (distributed.parallel_peaks(spec, env.platform, many["device_count"], threads)
@@ -232,7 +229,7 @@ def _async_window(spec: RunSpec, env: Setup, b: Built, loop: Loop) -> float | No
     from twinbench.measure.clock import time_window
 
     n = len(loop.timing.step_s)  # steady calls (per_step keeps their number)
-    prefetch = "prefetch" in spec.modifiers
+    prefetch = spec.mods.prefetch
     warm = max(loop.warm_calls, pipeline.HOST_DEPTH + pipeline.DEVICE_DEPTH if prefetch else 1)
     batches = b.run_data.batches
     steady = (batches.window(loop.warm_calls, n, warm + n) if hasattr(batches, "window")

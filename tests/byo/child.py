@@ -48,7 +48,7 @@ def parity() -> dict:
     weights = fam.state_numpy(um.module)
     ref = torch_reference(um, spec, steps=3)
 
-    from twinbench.strategies.jax_user import PureStepTrainer, TorchaxTrainer, torchax_loss
+    from twinbench.strategies.jax_user import FunctionTrainer, TorchaxTrainer, torchax_loss
 
     params, loss_of, _ = torchax_loss(spec, weights)
     x, y = um.batch(0)
@@ -56,7 +56,7 @@ def parity() -> dict:
     names = sorted(k[len("model."):] for k in grads)
     scale = max(float(np.abs(ref[f"grad/{n}"]).max()) for n in names)
     grad_diff = max(float(np.abs(np.asarray(grads[f"model.{n}"]) - ref[f"grad/{n}"]).max()) for n in names) / scale
-    trainer = PureStepTrainer(spec, params, loss_of)
+    trainer = FunctionTrainer(spec, params, loss_of)
     steps = [float(trainer.step(*um.batch(i))) for i in range(3)]
     round_trip = TorchaxTrainer(spec, weights).weights()
     return {"loss_torch": float(ref["loss0"]), "loss_torchax": float(loss), "grad_rel": grad_diff,

@@ -48,7 +48,7 @@ def test_claim_runs_on_a_user_model_are_user_specs():
 @pytest.mark.parametrize("args, message", [
     (["claims", "--quick", "--only", "C2,C13", "--model", LLAMA], "none of C2, C13 can take a user model"),
     (["claims", "--only", "C6", "--jax-model", PORT], "give --model FILE.py:build too"),
-    (["advise", "--model", LLAMA, "--strategies", "scan-steps"], "'scan-steps' does not run a user model"),
+    (["advise", "--model", LLAMA, "--strategies", "scan-steps"], "jax:scan-steps with a user model (--model): a user model has no NNX twin"),
 ])
 def test_claims_and_advise_refuse_in_one_line(args, message, tmp_path):
     p = subprocess.run([sys.executable, "-m", "twinbench.cli", *args, "--out", str(tmp_path / "o")],

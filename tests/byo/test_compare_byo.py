@@ -60,6 +60,11 @@ def test_compare_runs_a_user_model_under_torch_and_torchax(compared):
     assert (out / "byo" / "init.safetensors").exists()
 
 
+def test_user_model_records_are_unchanged_on_the_twins_trainers(compared, records_unchanged):
+    _, records, _ = compared
+    records_unchanged(list(records.values()), "compare_byo_tiny")  # fields and losses as before
+
+
 def test_compare_checks_and_measures_the_users_jax_port(compared):
     p, records, _ = compared
     torch_r, port = records["eager"], records["port"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from twinbench.byo.plan import MULTI_DEVICE, build_specs, needs_port
+from twinbench.byo.plan import build_specs, multi_device_bases, needs_port
 from twinbench.plan import build_specs as plan_build_specs
 from twinbench.spec import SpecError
 from twinbench.strategies import registry
@@ -28,10 +28,10 @@ def test_user_mesh_and_fsdp_names_select_several_devices():
                         BERT)
     assert [(s.framework, s.strategy, s.devices) for s in specs] == [
         ("torch", "fsdp", 2), ("jax", "torchax-mesh-dp", 2), ("jax", "torchax-mesh-fsdp", 2)]
-    assert set(MESH) | {"ddp", "fsdp"} == set(MULTI_DEVICE)
+    assert set(MESH) | {"ddp", "fsdp"} == set(multi_device_bases())
     for name in MESH:
         s = registry.REGISTRY[("jax", name)]
-        assert s.multi_device and s.families == ("user",) and ("jax", name) in registry.USER_BUILDERS
+        assert s.multi_device and s.families == ("user",) and s.builder == "twinbench.strategies.jax_user:build_mesh"
     with pytest.raises(SpecError, match="'torchax' runs a user model on one device; on several: ddp, fsdp, torchax-mesh-dp"):
         build_specs("tiny", ["jax"], ["torchax-mesh-dp", "torchax"], {"devices": 2}, BERT)
 

@@ -1,4 +1,4 @@
-"""The torch strategies over a user's module (in-process: torch only, torchax never imported here)."""
+"""The torch strategies over a user's module: the twins' trainers (in-process: torch only, torchax never imported)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def initial(s):
 
 
 def test_eager_and_bf16_train_the_user_module_from_the_given_weights():
-    from twinbench.strategies.torch_user import build
+    from twinbench.strategies.torch_eager import build
 
     weights, um = initial(spec("eager"))
     x, y = um.batch(0)
@@ -41,7 +41,8 @@ def test_eager_and_bf16_train_the_user_module_from_the_given_weights():
         want = float(um.loss_fn(um.module, torch.from_numpy(x), torch.from_numpy(y)))
     fp32 = build(spec("eager"), weights)
     bf16 = build(spec("eager+bf16"), weights)
-    assert bf16.bf16 and not fp32.bf16
+    assert bf16.autocast and not fp32.autocast
+    assert type(fp32).__name__ == "TorchTrainer"  # the twins' trainer, not a user-only one
     losses = [float(fp32.step(*um.batch(i))) for i in range(3)]
     assert losses[0] == pytest.approx(want, rel=1e-6)  # the step starts from exactly the given weights
     assert float(bf16.step(x, y)) == pytest.approx(want, rel=2e-2)  # bf16 compute, same function
@@ -52,7 +53,7 @@ def test_eager_and_bf16_train_the_user_module_from_the_given_weights():
 
 
 def test_remat_checkpoints_each_user_block_and_trains_the_same_function():
-    from twinbench.strategies.torch_user import build
+    from twinbench.strategies.torch_eager import build
 
     weights, um = initial(spec("eager"))
     plain, remat = build(spec("eager"), weights), build(spec("eager+remat"), weights)
@@ -63,7 +64,7 @@ def test_remat_checkpoints_each_user_block_and_trains_the_same_function():
 
 
 def test_compile_regional_compiles_each_user_block_and_nothing_else():
-    from twinbench.strategies.torch_user import build_regional
+    from twinbench.strategies.torch_compile import build_regional
 
     weights, _ = initial(spec("compile-regional"))
     t = build_regional(spec("compile-regional"), weights)

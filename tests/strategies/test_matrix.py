@@ -61,7 +61,7 @@ def test_cells_that_cannot_exist_say_why(family, framework, strategy, reason):
 def test_a_family_without_an_option_gets_its_reason():
     from dataclasses import replace
 
-    plain = replace(GPT, name="user", supports=frozenset({"bf16"}),
+    plain = replace(GPT, name="user", supports=frozenset({"bf16", "jax-twin"}),
                     unsupported={"multi-device": "the user's model was not written for several devices"})
     assert registry.cell_reason(plain, "jax", "mesh-dp") == "the user's model was not written for several devices"
     assert registry.cell_reason(plain, "torch", "eager+remat") == "the user family does not support remat"

@@ -26,7 +26,15 @@ META = "meta.json"
 REF = "torch_ref.npz"
 PARITY = "parity.json"
 name, task = "user", "custom"
-supports = frozenset({"bf16", "compile-regional", "remat"})
+supports = frozenset({"bf16", "compile-regional", "remat", "multi-device"})
+#: why the user family cannot take the other options of ``models/family.py``'s ``OPTIONS``
+unsupported = {
+    "jax-twin": "a user model has no NNX twin: its JAX side is its torch module under torchax (jax:torchax) "
+                "or its own port (--jax-model, jax:port)",
+    "scan-layers": "scan-layers stacks the layers of an NNX twin; a user model has none",
+    "prefetch": "a user model brings its own batches (batch(i), made before timing): there is no input "
+                "pipeline to prefetch",
+}
 
 
 @dataclass
@@ -121,23 +129,16 @@ def torch_blocks(um: UserModel) -> list[Any]:
 
 def torch_optimizer(module: Any, lr: float, weight_decay: float) -> Any:
     """The twins' AdamW (betas 0.9/0.95, eps 1e-8; decay on parameters of rank >= 2)."""
-    from twinbench.models.gpt import model_torch as gpt_torch
+    from twinbench.models.layers_torch import make_optimizer
 
-    return gpt_torch.make_optimizer(module, lr, weight_decay)
-
-
-def clip(module: Any) -> Any:
-    """Global-norm clipping at 1.0, exactly as ``optax.clip_by_global_norm``."""
-    from twinbench.models.gpt import model_torch as gpt_torch
-
-    return gpt_torch.clip_grads(module)
+    return make_optimizer(module, lr, weight_decay)
 
 
 def jax_optimizer(lr: float, weight_decay: float) -> Any:
     """The twins' Optax chain: clip by global norm 1.0, then AdamW with the torch side's hyperparameters."""
-    from twinbench.models.gpt import model_jax as gpt_jax
+    from twinbench.models.layers_jax import make_optimizer
 
-    return gpt_jax.make_optimizer(lr, weight_decay)
+    return make_optimizer(lr, weight_decay)
 
 
 def matmul_params(module: Any) -> int:
@@ -163,37 +164,66 @@ def flops_per_token(um: UserModel) -> int:
 
 
 class UserFamily:
-    """The ``user`` family under the names of the family contract (``models/family.py``), so that
-    ``family.get(spec)`` for a ``--model`` spec can return ``UserFamily(spec)``.
+    """The ``user`` family under the names of the family contract (``models/family.py``): what
+    ``family.get(spec)`` returns for a ``--model`` spec, so the twins' trainers (torch eager, compile,
+    compile-regional, DDP, FSDP, +bf16, +remat, +optc) build the user's module exactly as they build a twin.
 
-    The user's module is built by ``build(cfg)`` once per process (cached: the loss and the blocks belong to
-    that build). A user model has no NNX form: its JAX side is a ``loss_of(params, x, y)`` over a pytree
-    (:mod:`twinbench.strategies.jax_user`: torchax or the user's port), so ``jax_model`` / ``jax_loss`` raise.
+    The user's module is built by ``build(cfg)`` once per process (cached: the loss, the blocks and the batches
+    belong to that build). A user model has no NNX form: its JAX side is a ``loss_of(params, x, y)`` over a
+    pytree (:mod:`twinbench.strategies.jax_user`: torchax or the user's port), so ``jax_model`` / ``jax_loss``
+    raise. ``spec`` None gives the family's description only (its options, for the strategy matrix).
     """
 
-    name, task, supports = name, task, supports
+    name, task, supports, unsupported = name, task, supports, unsupported
+    native_options: frozenset[str] = frozenset()  # bf16 and remat are applied from outside (autocast, checkpoint)
+    loss_is_forward = False  # the user's loss_fn may call parts of the module: FSDP's root wraps the loss
+    causal, masked = False, False
 
-    def __init__(self, spec: Any):
+    def __init__(self, spec: Any = None):
         self.spec = spec
         self._um: UserModel | None = None
 
-    def _model(self) -> UserModel:
+    def reason(self, option: str) -> str | None:
+        """None if a user model honours ``option``; else why not, in one line."""
+        if option in self.supports:
+            return None
+        return self.unsupported.get(option, f"a user model does not support {option}")
+
+    def user_model(self) -> UserModel:
+        """The user's ``build(cfg)`` under the run's seed (module, loss, blocks, batches), dropout off, in train
+        mode; a trainer then loads the run's initial weights into it (``torch_load``)."""
         if self._um is None:
-            self._um = torch_model(self.spec, init_weights(self.spec.user_dir))
+            import torch
+
+            torch.manual_seed(self.spec.train.seed)
+            self._um = load_torch(self.spec.user_model, config(self.spec))
+            dropout_off(self._um.module)
+            self._um.module.train()
         return self._um
 
     def torch_model(self, cfg: Any = None, options: Any = None) -> Any:
-        """The user's module holding the run's initial weights (``options``: bf16 is applied by the step)."""
-        return self._model().module
+        """The user's module (``options``: bf16 and remat are applied by the trainer from outside)."""
+        return self.user_model().module
+
+    def torch_load(self, model: Any, weights: dict[str, np.ndarray]) -> None:
+        load_state(model, weights)
+
+    def torch_weights(self, model: Any) -> dict[str, np.ndarray]:
+        """The module's ``state_dict`` as NumPy arrays (the user's names and layouts, unchanged)."""
+        return state_numpy(model)
 
     def torch_loss(self, model: Any, x: Any, y: Any) -> Any:
-        return self._model().loss_fn(model, x, y)
+        return self.user_model().loss_fn(model, x, y).float().reshape(())
 
     def torch_optimizer(self, model: Any, lr: float, weight_decay: float) -> Any:
         return torch_optimizer(model, lr, weight_decay)
 
     def torch_blocks(self, model: Any) -> list[Any]:
-        return torch_blocks(self._model())
+        blocks = torch_blocks(self.user_model())
+        if not blocks:
+            raise ValueError("the user model names no blocks (UserModel.blocks) and has no nn.ModuleList: "
+                             "compile-regional, +remat and fsdp wrap blocks")
+        return blocks
 
     def jax_model(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("a user model has no NNX form: its JAX side is torchax or the user's port "

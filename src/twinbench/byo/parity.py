@@ -36,7 +36,7 @@ def check(spec: RunSpec, d: Path) -> dict[str, Any]:
     import torch
 
     from twinbench.measure.device import set_fp32_matmul
-    from twinbench.strategies.jax_user import PureStepTrainer
+    from twinbench.strategies.jax_user import FunctionTrainer
 
     set_fp32_matmul("jax")  # the same fp32 matmuls as the measured runs
     weights = fam.init_weights(d)
@@ -67,7 +67,7 @@ def check(spec: RunSpec, d: Path) -> dict[str, Any]:
     grad_rel = max(rel for _, rel in per_leaf)
     worst = sorted(per_leaf, key=lambda kv: -kv[1])[:3]
     loss_t, loss_j = float(ref["loss0"]), float(loss)
-    trainer = PureStepTrainer(spec, params, port.loss_fn)
+    trainer = FunctionTrainer(spec, params, port.loss_fn)
     ref_steps = ref["losses"]
     steps = [float(trainer.step(*batch(i))) for i in range(len(ref_steps))]
     out = {"loss_torch": loss_t, "loss_jax": loss_j, "loss_rel": abs(loss_j - loss_t) / max(abs(loss_t), 1e-12),

@@ -39,37 +39,49 @@ def needs_port(base: str) -> bool:
 
 
 def select(frameworks: list[str], names: list[str] | None, port: bool) -> list[tuple[str, str]]:
-    """The (framework, strategy) pairs of a user-model compare; names that cannot run one are errors."""
+    """The (framework, strategy) pairs of a user-model compare: the registry's cells the user family can run
+    (``registry.cell_reason``); names that cannot run one are errors with the cell's reason."""
+    from twinbench.byo.family import UserFamily
     from twinbench.strategies import registry
 
-    allowed = sorted({b for (_, b) in registry.USER_BUILDERS if port or not needs_port(b)})
-    if names is None or names == ["all"]:
-        base = DEFAULTS if names is None else [k for k in registry.USER_BUILDERS if port or not needs_port(k[1])]
-        pairs = [p for p in base if p[0] in frameworks]
-        return pairs + ([("jax", "port")] if port and names is None and "jax" in frameworks else [])
+    user = UserFamily()
+
+    def runs(fw: str, full: str) -> bool:
+        return registry.cell_reason(user, fw, full) is None and (port or not needs_port(full.split("+")[0]))
+
+    if names is None:
+        pairs = [p for p in DEFAULTS if p[0] in frameworks]
+        return pairs + ([("jax", "port")] if port and "jax" in frameworks else [])
+    if names == ["all"]:
+        return [(f, n) for (f, n) in registry.REGISTRY if f in frameworks and runs(f, n)]
+    allowed = sorted({n for (f, n) in registry.REGISTRY if f in frameworks and runs(f, n)})
     chosen: list[tuple[str, str]] = []
     for raw in names:
         fw_part, _, full = raw.rpartition(":")
-        base, mods = registry.split_name(full)
-        fws = [fw_part] if fw_part else [f for f in frameworks if (f, base) in registry.USER_BUILDERS]
-        if not fws or any((f, base) not in registry.USER_BUILDERS for f in fws):
-            raise SpecError(f"--strategies: {raw!r} does not run a user model (--model); allowed: "
-                            f"{', '.join(allowed)}")
+        base, _ = registry.split_name(full)
+        fws = [fw_part] if fw_part else [f for f in frameworks if (f, base) in registry.REGISTRY]
         if needs_port(base) and not port:
             raise SpecError(f"--strategies: {base!r} measures the user's own JAX port: give --jax-model "
                             "FILE.py:build_jax")
+        if not fws:
+            raise SpecError(f"--strategies: unknown strategy {raw!r} for a user model (--model); allowed: "
+                            f"{', '.join(allowed)}")
         for fw in fws:
-            registry.get(fw, full)  # the modifier names exist and fit the base
-            bad = [m for m in mods if m not in registry.USER_MODIFIERS[fw]]
-            if bad:
-                raise SpecError(f"--strategies: +{bad[0]} is not available for a user model under {fw} {base!r}; "
-                                f"allowed: {', '.join('+' + m for m in registry.USER_MODIFIERS[fw])}")
+            registry.get(fw, full)  # the names exist and the modifiers fit the base
+            why = registry.cell_reason(user, fw, full)
+            if why:
+                raise SpecError(f"--strategies: {fw}:{full} with a user model (--model): {why}")
             chosen.append((fw, full))
     return list(dict.fromkeys(chosen))
 
 
-#: The strategies that run a user model on several devices.
-MULTI_DEVICE = ("ddp", "fsdp", "torchax-mesh-dp", "torchax-mesh-fsdp", "port-mesh-dp", "port-mesh-fsdp")
+def multi_device_bases() -> list[str]:
+    """The bases that run a user model on several devices (the registry's multi-device cells it can run)."""
+    from twinbench.byo.family import UserFamily
+    from twinbench.strategies import registry
+
+    user = UserFamily()
+    return [n for (f, n), s in registry.REGISTRY.items() if s.multi_device and registry.cell_reason(user, f, n) is None]
 
 
 def build_specs(preset: str, frameworks: list[str], names: list[str] | None, overrides: dict[str, Any],
@@ -87,15 +99,16 @@ def build_specs(preset: str, frameworks: list[str], names: list[str] | None, ove
     from twinbench.strategies import registry
 
     chosen = select(frameworks, names, bool(jax_model))
-    one = [n for _, n in chosen if registry.split_name(n)[0] not in MULTI_DEVICE]
+    many = multi_device_bases()
+    one = [n for f, n in chosen if not registry.get(f, n).multi_device]
     if base.devices > 1 and one:
         raise SpecError(f"--devices {base.devices}: {one[0]!r} runs a user model on one device; on several: "
-                        f"{', '.join(MULTI_DEVICE)}")
+                        f"{', '.join(many)}")
     if not chosen:
         raise SpecError(f"--strategies: nothing selected for --framework {','.join(frameworks)}")
     specs = [validate(with_precision(replace(base, framework=fw, strategy=name))) for fw, name in chosen]
     for s in specs:  # --precision bf16 adds +bf16: a JAX user run has no bf16 form yet
-        if "bf16" in s.modifiers and s.framework == "jax":
+        if s.mods.bf16 and s.framework == "jax":
             raise SpecError(f"--precision bf16: jax {s.base_strategy!r} of a user model runs fp32 only; "
                             "run bf16 with the torch strategies (+bf16)")
     return list({(s.framework, s.strategy): s for s in specs}.values())

@@ -109,6 +109,8 @@ def eager_losses(um: UserModel, spec: RunSpec, steps: int) -> list[float]:
     reference every run's trajectory is compared with (the record's ``parity``)."""
     import torch
 
+    from twinbench.models.layers_torch import clip_grads
+
     model = um.module
     opt = fam.torch_optimizer(model, spec.train.lr, spec.train.weight_decay)
     losses = []
@@ -117,7 +119,7 @@ def eager_losses(um: UserModel, spec: RunSpec, steps: int) -> list[float]:
         opt.zero_grad(set_to_none=True)
         loss = um.loss_fn(model, xb, yb)
         loss.backward()
-        fam.clip(model)
+        clip_grads(model)
         opt.step()
         losses.append(float(loss))
     return losses

@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from twinbench.byo import FLOP_CONVENTION, UserConfig, load_torch
+from twinbench.byo import FLOP_CONVENTION
 from twinbench.byo import family as fam
 from twinbench.byo.plan import needs_port
 from twinbench.spec import RunSpec
@@ -29,28 +29,21 @@ class UserRun:
         self.flops_per_token = self.meta.flops_per_token
 
     def run_data(self, k: int, trainer: Any = None) -> Any:
-        """The run's batches: the user's ``batch(i)`` (the trainer's own model's, if it has one: a torch
-        trainer), made here once, before timing."""
+        """The run's batches: the user's ``batch(i)`` of the run's one ``build(cfg)`` (the family's, shared with
+        a torch trainer), made here once, before timing. The port's process builds the torch file too, for its
+        batches; it never imports torchax."""
         from twinbench.data.pipeline import HostBatches
         from twinbench.data.tasks import RunData
+        from twinbench.models import family
 
         t = self.spec.train
         if k != 1:
             raise ValueError("a user model runs one step per call")
-        um = getattr(trainer, "um", None)
-        batch = um.batch if um is not None else self._batch_fn()
+        batch = family.get(self.spec).user_model().batch
         batches = [batch(i) for i in range(t.steps)]
         n = self.meta.tokens_per_batch
         return RunData(HostBatches(batches.__getitem__, t.steps, 1, t.slow_input), [n] * t.steps,
                        [n] * t.steps, [t.seq] * t.steps)
-
-    def _batch_fn(self) -> Any:
-        """The user's batch maker, from ``build(cfg)`` under the run's seed (the port's process too: the
-        batches are the torch file's, so it imports torch for them; it never imports torchax)."""
-        import torch
-
-        torch.manual_seed(self.spec.train.seed)
-        return load_torch(self.spec.user_model, UserConfig.from_spec(self.spec)).batch
 
     def fields(self, trainer: Any, host_batches: Any, losses: list[float] | None = None) -> dict[str, Any]:
         """Record fields of a user run: FLOPs convention, dropout warning, parity (the loss trajectory against

@@ -96,9 +96,9 @@ def cost_s(spec: RunSpec) -> float:
     t = RUN_S.get(spec.preset, 60.0)
     if spec.base_strategy in ("compile", "compile-regional"):
         t += EXTRA_S["compile"] * (1 if spec.preset == "tiny" else 1.5)
-    if spec.base_strategy in ("naive", "jit") and "dynamic" in spec.modifiers and spec.framework == "jax":
+    if spec.base_strategy in ("naive", "jit") and spec.mods.length == "dynamic" and spec.framework == "jax":
         t += EXTRA_S[f"{spec.base_strategy}+dynamic"]
-    if "bf16" in spec.modifiers and spec.preset not in ("tiny", "bert-tiny"):
+    if spec.mods.bf16 and spec.preset not in ("tiny", "bert-tiny"):
         t += EXTRA_S["cpu-bf16"]  # an upper bound: on a GPU bf16 is cheaper, not dearer
     if spec.devices > 1:
         t += EXTRA_S["devices"]

@@ -120,15 +120,13 @@ def advise(
 ) -> None:
     """Measure each framework's strategies here and say which framework to use for a planned run, and why."""
     from twinbench.advise import advise as decide
-    from twinbench.strategies import registry
 
     if plan_steps <= 0:
         raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
     if changes_per_day < 0:
         raise SpecError(f"--changes-per-day must be >= 0, got {changes_per_day}")
     user = user_fields(model, jax_model)
-    specs = [s for s in build_specs(preset, framework, strategies, overrides, **trace_top(trace), **user)
-             if not getattr(registry.get(s.framework, s.strategy), "known_failing", False)]
+    specs = build_specs(preset, framework, strategies, overrides, **trace_top(trace), **user)
     target = out_dir or Path("runs") / time.strftime("advise-%Y%m%d-%H%M%S")
     ready_outputs(target, None, timeout)
     specs, _ = prepare_user(specs, target, timeout)  # --model: checked, initial weights written (exit 2 if bad)

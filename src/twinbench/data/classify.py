@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from twinbench.spec import LENGTH_POLICIES, RunSpec, SpecError
+from twinbench.spec import RunSpec, SpecError
 
 PAD, CLS, SEP, UNK = 0, 1, 2, 3
 N_SPECIAL = 4
@@ -61,7 +61,7 @@ def encode(ex: Example, max_len: int) -> tuple[np.ndarray, np.ndarray]:
 
 def length_policy(spec: RunSpec) -> str:
     """The padding policy a strategy names: ``+bucket`` or ``+dynamic``; ``pad-max`` otherwise."""
-    return next((m for m in spec.modifiers if m in LENGTH_POLICIES), "pad-max")
+    return spec.mods.length or "pad-max"
 
 
 def buckets(seq: int) -> tuple[int, ...]:

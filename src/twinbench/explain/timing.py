@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from twinbench.strategies.base import Explainable, HloExplainable, lacks
+
 REPEATS = 5
 
 
@@ -56,10 +58,11 @@ def in_worker(spec: Any, trainer: Any, host_batches: list, trace_path: str | Non
     the trace, for the trace reader. A failure is reported in the record, never fails the measured run."""
     out: dict[str, Any] = {}
     try:
-        if not hasattr(trainer, "explain_parts"):
-            raise NotImplementedError(f"{spec.framework}/{spec.strategy} has no explain_parts")
-        hlo = getattr(trainer, "explain_hlo", None)
-        if hlo is not None and trace_path:
+        why = lacks(trainer, Explainable, f"explain {spec.framework}:{spec.strategy}")
+        if why:
+            raise NotImplementedError(why)
+        if isinstance(trainer, HloExplainable) and trace_path:
+            hlo = trainer.explain_hlo
             x, y = host_batches[0]
             path = Path(trace_path)
             path = (path if path.is_dir() else path.parent) / "step.hlo.txt"

@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from twinbench.strategies.base import JaxStepTrainer, TorchModuleTrainer, lacks
+
 PARTS = ("runtime", "params", "optimizer_state", "gradients", "activations", "temporaries", "inputs")
 #: how many of the largest activation groups a breakdown lists
 TOP = 8
@@ -312,7 +314,7 @@ def summary(d: dict[str, Any]) -> str:
 def runtime_bytes(trainer: Any) -> int:
     """The process's RSS less the trainer's parameters and optimizer state (called right after building)."""
     try:
-        if hasattr(trainer, "opt_state"):  # JAX
+        if isinstance(trainer, JaxStepTrainer):
             import jax
 
             state = nbytes(jax.tree.leaves((trainer.params, trainer.opt_state)))
@@ -395,7 +397,7 @@ def resident_bytes(trainer: Any) -> int:
     """Bytes of the parameters and optimizer state the trainer holds already (in use on the device, or in the
     host's RSS): an estimate of the step's needs includes them, what is available excludes them."""
     try:
-        if hasattr(trainer, "opt_state"):
+        if isinstance(trainer, JaxStepTrainer):
             import jax
 
             return nbytes(jax.tree.leaves((trainer.params, trainer.opt_state)))
@@ -413,7 +415,7 @@ def preflight(spec: Any, trainer: Any, batch: tuple[Any, Any], platform: str, n_
     taken off the estimate, as it is off what is available: counted once, not twice."""
     resident = resident_bytes(trainer)
     if spec.framework == "jax":
-        if not all(hasattr(trainer, a) for a in ("train_step", "params", "opt_state")):
+        if lacks(trainer, JaxStepTrainer, "preflight"):
             return None
         avail, where = jax_available(platform)
         bound = max(jax_upper_bound(spec, n_params) - resident, 0)
@@ -465,14 +467,18 @@ def breakdown(spec: Any, trainer: Any, batch: tuple[Any, Any], peak_bytes: int, 
     on_cpu = platform == "cpu"
     try:
         if spec.framework == "jax":
-            if not all(hasattr(trainer, a) for a in ("train_step", "params", "opt_state", "loss_of")):
-                return {"error": "this strategy's trainer exposes no single training step"}
+            why = lacks(trainer, JaxStepTrainer, "memory breakdown")
+            if why:
+                return {"error": why}
             sizes = sizes or jax_run_sizes(trainer, batch)
-            loss_of = trainer.make_loss() if hasattr(trainer, "make_loss") else trainer.loss_of
+            loss_of = trainer.make_loss()
             residuals = jax_residuals(loss_of, trainer.params, *batch)
             b = jax_breakdown(peak_bytes, peak_source, runtime_bytes, trainer.params, trainer.opt_state,
                               batch_bytes(batch), sizes, residuals, on_cpu)
         else:
+            why = lacks(trainer, TorchModuleTrainer, "memory breakdown")
+            if why:
+                return {"error": why}
             at_peak: dict[str, int] = {}  # one profiled step gives both the parts and the activations by module
             saved = torch_saved_activations(
                 trainer.model, lambda: at_peak.update(torch_profiled_step(trainer, batch, "cpu" if on_cpu else "cuda:0")))

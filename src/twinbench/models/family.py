@@ -15,10 +15,10 @@ mapping, the default strategies). ``models/__init__.py`` registers each with one
 The framework members are lazy: calling ``torch_model`` imports torch, ``jax_model`` imports JAX; building
 or listing families imports neither, so a process only ever loads the framework it runs.
 
-The user-model family (``--model``, ``name == "user"``) lives in ``twinbench/byo/family.py``: it carries the
-same names for what a user's module can do (torch model, loss, optimizer, blocks, FLOPs, ``supports``); its
-weights come from the preparation process, not from ``init_weights(cfg, seed)``, so the worker builds user
-runs through ``byo/run.py`` and :func:`get` is for the built-in families.
+The user-model family (``--model``) lives in ``twinbench/byo/family.py``: the same names for what a user's module
+can do (torch model, loss, optimizer, blocks, weights in and out, FLOPs, ``supports``), so :func:`get` of a
+``--model`` spec returns it and every strategy builds it through the same trainers as the twins. Its weights
+come from the preparation process, not from ``init_weights(cfg, seed)``.
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twinbench.config import ModelConfig, TrainConfig
-from twinbench.models.weights import Canonical
+from twinbench.models.weights import Canonical, canonical_to_torch, torch_to_canonical
 
 #: The options and strategies a family may support; the ones it does not get a reason in ``unsupported``.
-OPTIONS = ("bf16", "remat", "scan-layers", "compile-regional", "multi-device")
+#: ``jax-twin``: the family has an NNX twin (what every JAX base open to all families builds); ``prefetch``: its
+#: batches go through the input pipeline.
+OPTIONS = ("bf16", "remat", "scan-layers", "compile-regional", "multi-device", "jax-twin", "prefetch")
 
 
 def lazy(target: str) -> Callable[..., Any]:
@@ -89,6 +91,13 @@ class Family:
     #: cells a default (or ``all``) compare adds for this family besides the default bases
     default_cells: tuple[tuple[str, str], ...] = ()
 
+    #: torch weights in and out of the canonical layout (the twins transpose linear weights; see weights.py)
+    torch_load: Callable[[Any, Canonical], None] = canonical_to_torch
+    torch_weights: Callable[[Any], Canonical] = torch_to_canonical
+    #: the loss calls the module's own ``forward`` (FSDP's root is then the module itself; else a wrapper
+    #: whose forward is the loss, so whatever the loss reaches is gathered)
+    loss_is_forward: bool = True
+
     def reason(self, option: str) -> str | None:
         """None if the family honours ``option``; else why not, in one line."""
         if option in self.supports:
@@ -139,10 +148,22 @@ def flops_convention(name: str) -> str:
     return FAMILIES[name].flops_convention if name in FAMILIES else f"FLOPs/token as the {name} family counts them"
 
 
+_USER_FAMILIES: dict[Any, Any] = {}
+
+
 def get(spec: Any) -> Family:
-    """The family bundle of ``spec`` (a built-in family; user models go through ``byo/``)."""
+    """The family bundle of ``spec``: a built-in family, or the user's (``--model``: ``byo/family.py``'s
+    ``UserFamily``, one per spec and process, so the trainer and the worker share one ``build(cfg)``)."""
+    from twinbench.spec import USER
+
     name = spec.model.family
+    if name == USER:
+        if spec not in _USER_FAMILIES:
+            from twinbench.byo.family import UserFamily
+
+            _USER_FAMILIES[spec] = UserFamily(spec)
+        return _USER_FAMILIES[spec]
     if name not in FAMILIES:
-        raise ValueError(f"no built-in model family {name!r}; allowed: {', '.join(FAMILIES)} (user models: byo/)")
+        raise ValueError(f"no model family {name!r}; allowed: {', '.join(FAMILIES)}, or --model FILE.py:build")
     return FAMILIES[name]
 

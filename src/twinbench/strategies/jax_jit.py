@@ -112,11 +112,21 @@ class JaxTrainer:
     def __init__(self, spec: RunSpec, weights: Canonical):
         self.spec = spec
         self.family = families.get(spec)
-        self.graphdef, params = nnx.split(make_model(spec, weights, self.family), nnx.Param)
         self.tx = self.family.jax_optimizer(spec.train.lr, spec.train.weight_decay)
-        self.loss_of = nnx_loss(self.family, self.graphdef)
+        params, self.loss_of = self.init_model(weights)
         self.params, self.opt_state = self.place(params)
         self.train_step = self.compile(make_train_step(self.make_loss(), self.tx, self.reduce()))
+
+    # where the model comes from ----------------------------------------------------------------------------
+    def init_model(self, weights: Canonical) -> tuple[Any, LossOf]:
+        """The parameter pytree and ``loss_of(params, x, y)``: the family's NNX twin holding ``weights``
+        (a user's model: torchax or the user's port, ``strategies/jax_user.py``)."""
+        self.graphdef, params = nnx.split(make_model(self.spec, weights, self.family), nnx.Param)
+        return params, nnx_loss(self.family, self.graphdef)
+
+    def place_buffers(self, tree: Any) -> Any:
+        """Constants of the step that are not trained (torchax's buffers) where the step runs."""
+        return tree
 
     # where a strategy differs ------------------------------------------------------------------------------
     def place(self, params: Any) -> tuple[Any, Any]:
@@ -135,7 +145,7 @@ class JaxTrainer:
         return None
 
     def compile(self, step: Callable) -> Callable:
-        donate = "nodonate" not in self.spec.modifiers
+        donate = not self.spec.mods.nodonate
         if self.steps_per_call > 1:
             step = scan_steps(step)
         return jax.jit(step, donate_argnums=(0, 1) if donate else ())

@@ -64,7 +64,7 @@ class MeshTrainer(JaxTrainer):
 
     def batch_sharding(self, a: Any) -> NamedSharding:
         # +replicate-batch (anti-pattern, claim C10): every device gets the whole batch
-        return self.replicated if "replicate-batch" in self.spec.modifiers else NamedSharding(self.mesh, batch_spec(a.ndim))
+        return self.replicated if self.spec.mods.replicate_batch else NamedSharding(self.mesh, batch_spec(a.ndim))
 
     def _first_call(self, params: Any, opt_state: Any, x: Any, y: Any) -> Any:
         x_sh, y_sh = jax.tree.map(self.batch_sharding, (x, y))
@@ -79,6 +79,9 @@ class MeshTrainer(JaxTrainer):
 
     def host_params(self) -> Any:
         return jax.tree.map(to_host, self.params)
+
+    def place_buffers(self, tree: Any) -> Any:
+        return jax.tree.map(lambda a: put_global(np.asarray(a), self.replicated), tree)
 
     def report(self) -> dict[str, Any]:
         """Record fields: the sharding report, params+optimizer bytes per device, warnings."""

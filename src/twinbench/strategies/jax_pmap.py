@@ -68,7 +68,7 @@ class PmapTrainer(JaxTrainer):
         return params, jax.pmap(self.tx.init, axis_name=AXIS, devices=self.devices)(params)
 
     def reduce(self) -> Callable[[Any, jax.Array], tuple[Any, jax.Array]]:
-        return pmean_grads("nosync" not in self.spec.modifiers)
+        return pmean_grads(not self.spec.mods.nosync)
 
     def compile(self, step: Callable) -> Callable:
         return jax.pmap(step, axis_name=AXIS, devices=self.devices, donate_argnums=(0, 1))

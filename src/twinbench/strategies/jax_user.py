@@ -1,14 +1,16 @@
-"""JAX strategies over a user's model (``--model`` / ``--jax-model``): ``torchax`` and ``port``.
+"""JAX strategies over a user's model (``--model`` / ``--jax-model``): ``torchax``, ``port`` and their mesh forms.
 
-Both are a pure ``loss_of(params, x, y)`` of a parameter pytree, trained by ONE ``jax.jit`` step
-(``jax.value_and_grad``, the twins' Optax chain: clip by global norm 1.0 + AdamW), parameters and optimizer
-state donated (``+nodonate`` keeps them):
+A user model has no NNX twin; its JAX side is a pure ``loss_of(params, x, y)`` of a parameter pytree, which
+the twins' own trainers run: :class:`~twinbench.strategies.jax_jit.JaxTrainer` (one ``jax.jit`` step,
+``jax.value_and_grad``, the twins' Optax chain, parameters and optimizer state donated; ``+nodonate`` keeps them)
+and :class:`~twinbench.strategies.jax_mesh.MeshTrainer` (``-mesh-dp``, ``-mesh-fsdp``). Only where the model
+comes from differs (``init_model``):
 
 - ``torchax``: the user's torch module run on JAX arrays by torchax. ``torchax.extract_jax`` of a small
   wrapper module whose ``forward(x, y)`` is the user's ``loss_fn(module, x, y)`` gives the state (parameters
-  and buffers, torch names) and a pure function; the parameters are trained, the buffers are constants.
-  torchax is imported through :func:`twinbench.byo.torchax_compat.import_torchax` in this (JAX) process
-  only.
+  and buffers, torch names) and a pure function; the parameters are trained, the buffers are constants (on a
+  mesh: replicated). torchax is imported through :func:`twinbench.byo.torchax_compat.import_torchax` in this
+  (JAX) process only.
 - ``port``: the user's own JAX port (``--jax-model``): its ``loss_fn(params, x, y)`` over the parameters
   its ``to_jax`` maps from the same initial torch weights.
 """
@@ -25,41 +27,14 @@ import numpy as np
 from twinbench.byo import family as fam
 from twinbench.byo import load_jax, map_to_jax
 from twinbench.spec import RunSpec
-from twinbench.strategies.jax_jit import explain_hlo, explain_parts, make_train_step
+from twinbench.strategies.jax_jit import JaxTrainer, LossOf
+from twinbench.strategies.jax_mesh import MeshTrainer
 
 
-class PureStepTrainer:
-    """A parameter pytree, its Optax state and one jitted, donated step of ``loss_of``."""
-
-    def __init__(self, spec: RunSpec, params: Any, loss_of: Callable[[Any, Any, Any], Any]):
-        tx = fam.jax_optimizer(spec.train.lr, spec.train.weight_decay)
-        self.params = params
-        self.opt_state = tx.init(params)
-        self.loss_of = loss_of
-        donate = "nodonate" not in spec.modifiers
-        self.train_step = jax.jit(make_train_step(loss_of, tx), donate_argnums=(0, 1) if donate else ())
-
-    def step(self, x: np.ndarray, y: np.ndarray) -> Any:
-        self.params, self.opt_state, loss = self.train_step(self.params, self.opt_state, x, y)
-        return loss
-
-    def sync(self) -> None:
-        jax.block_until_ready((self.params, self.opt_state))
-
-    def explain_parts(self) -> dict[str, Any]:
-        return explain_parts(self, self.loss_of)
-
-    def explain_hlo(self, x: Any, y: Any) -> str:
-        return explain_hlo(self, x, y)
-
-    def weights(self) -> dict[str, np.ndarray]:
-        return flat_weights(self.params)
-
-
-def flat_weights(params: Any, to_host: Callable[[Any], np.ndarray] = np.asarray) -> dict[str, np.ndarray]:
+def flat_weights(params: Any) -> dict[str, np.ndarray]:
     """A parameter pytree as one flat dict of host arrays, named by their paths (``blocks.0.attn.wq``)."""
     flat = jax.tree_util.tree_flatten_with_path(params)[0]
-    return {jax.tree_util.keystr(path, simple=True, separator="."): to_host(v) for path, v in flat}
+    return {jax.tree_util.keystr(path, simple=True, separator="."): np.asarray(v) for path, v in flat}
 
 
 def torchax_loss(spec: RunSpec, weights: dict[str, np.ndarray],
@@ -94,27 +69,15 @@ def tied_names(module: Any) -> dict[str, list[str]]:
     return {k: groups[id(t)] for k, t in sd.items()}
 
 
-def torch_layout(params: dict[str, Any], alias: dict[str, list[str]], initial: dict[str, np.ndarray],
-                 to_host: Callable[[Any], np.ndarray] = np.asarray) -> dict[str, np.ndarray]:
-    """torchax params (``model.<name>``) in the module's ``state_dict`` layout: torch names, tied weights under
-    each name, buffers (never trained) from ``initial``."""
+def torch_layout(params: dict[str, Any], alias: dict[str, list[str]],
+                 initial: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """torchax params (``model.<name>``, on the host) in the module's ``state_dict`` layout: torch names, tied
+    weights under each name, buffers (never trained) from ``initial``."""
     out = {}
     for k in initial:
         hit = next((f"model.{a}" for a in alias[k] if f"model.{a}" in params), None)
-        out[k] = to_host(params[hit]) if hit else initial[k]
+        out[k] = np.asarray(params[hit]) if hit else initial[k]
     return out
-
-
-class TorchaxTrainer(PureStepTrainer):
-    def __init__(self, spec: RunSpec, weights: dict[str, np.ndarray]):
-        params, loss_of, module = torchax_loss(spec, weights)
-        super().__init__(spec, params, loss_of)
-        self.alias = tied_names(module)
-        self.initial = {k: np.asarray(v) for k, v in weights.items()}
-
-    def weights(self) -> dict[str, np.ndarray]:
-        """The module's ``state_dict`` layout (torch names, tied weights under each name)."""
-        return torch_layout(self.params, self.alias, self.initial)
 
 
 def port_loss(spec: RunSpec, weights: dict[str, np.ndarray]) -> tuple[Any, Callable]:
@@ -124,9 +87,69 @@ def port_loss(spec: RunSpec, weights: dict[str, np.ndarray]) -> tuple[Any, Calla
     return params, um.loss_fn
 
 
-class PortTrainer(PureStepTrainer):
-    def __init__(self, spec: RunSpec, weights: dict[str, np.ndarray]):
-        super().__init__(spec, *port_loss(spec, weights))
+class UserModelMixin:
+    """What a user's JAX model lacks next to a twin: a prediction head twinbench knows."""
+
+    def predict(self, x: Any) -> np.ndarray:
+        raise NotImplementedError("a user model has no prediction head twinbench knows")
+
+
+class TorchaxModel(UserModelMixin):
+    """The trainer's model is the user's torch module under torchax; ``weights`` in its ``state_dict`` layout."""
+
+    spec: RunSpec
+
+    def init_model(self, weights: dict[str, np.ndarray]) -> tuple[Any, LossOf]:
+        params, loss_of, module = torchax_loss(self.spec, weights, self.place_buffers)  # type: ignore[attr-defined]
+        self.alias = tied_names(module)
+        self.initial = {k: np.asarray(v) for k, v in weights.items()}
+        return params, loss_of
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """The module's ``state_dict`` layout (torch names, tied weights under each name)."""
+        return torch_layout(self.host_params(), self.alias, self.initial)  # type: ignore[attr-defined]
+
+
+class PortModel(UserModelMixin):
+    """The trainer's model is the user's own JAX port; ``weights`` its pytree, flattened by path."""
+
+    spec: RunSpec
+
+    def init_model(self, weights: dict[str, np.ndarray]) -> tuple[Any, LossOf]:
+        return port_loss(self.spec, weights)
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return flat_weights(self.host_params())  # type: ignore[attr-defined]
+
+
+class FunctionTrainer(UserModelMixin, JaxTrainer):
+    """The twins' jit step over a given ``(params, loss_of)`` (the port's parity check, tests)."""
+
+    def __init__(self, spec: RunSpec, params: Any, loss_of: LossOf):
+        self._given = (params, loss_of)
+        super().__init__(spec, {})
+
+    def init_model(self, weights: dict[str, np.ndarray]) -> tuple[Any, LossOf]:
+        return self._given
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return flat_weights(self.host_params())
+
+
+class TorchaxTrainer(TorchaxModel, JaxTrainer):
+    """``torchax``: the twins' jit step over the user's torch module."""
+
+
+class PortTrainer(PortModel, JaxTrainer):
+    """``port``: the twins' jit step over the user's JAX port."""
+
+
+class TorchaxMeshTrainer(TorchaxModel, MeshTrainer):
+    """``torchax-mesh-dp`` / ``-fsdp``: the twins' mesh step over the user's torch module."""
+
+
+class PortMeshTrainer(PortModel, MeshTrainer):
+    """``port-mesh-dp`` / ``-fsdp``: the twins' mesh step over the user's JAX port."""
 
 
 def build_torchax(spec: RunSpec, weights: dict[str, np.ndarray]) -> TorchaxTrainer:
@@ -135,3 +158,10 @@ def build_torchax(spec: RunSpec, weights: dict[str, np.ndarray]) -> TorchaxTrain
 
 def build_port(spec: RunSpec, weights: dict[str, np.ndarray]) -> PortTrainer:
     return PortTrainer(spec, weights)
+
+
+def build_mesh(spec: RunSpec, weights: dict[str, np.ndarray]) -> MeshTrainer:
+    """``{torchax,port}-mesh-{dp,fsdp}``: the source and the sharding from the base's name."""
+    source, _, kind = spec.base_strategy.partition("-mesh-")
+    cls = TorchaxMeshTrainer if source == "torchax" else PortMeshTrainer
+    return cls(spec, weights, fsdp=kind == "fsdp")

@@ -16,7 +16,7 @@ from twinbench.spec import RunSpec
 
 def compile_dynamic(spec: RunSpec) -> bool | None:
     """The ``dynamic`` argument of ``torch.compile`` for this run."""
-    if "symbolic" in spec.modifiers:
+    if spec.mods.symbolic:
         return True
     if spec.train.task == "classify" and length_policy(spec) in ("pad-max", "bucket"):
         return False
@@ -24,4 +24,4 @@ def compile_dynamic(spec: RunSpec) -> bool | None:
 
 
 def prefetch(spec: RunSpec) -> bool:
-    return "prefetch" in spec.modifiers
+    return spec.mods.prefetch

@@ -12,14 +12,14 @@ from twinbench.spec import RunSpec
 
 
 def compute_dtype(spec: RunSpec) -> str:
-    return "bf16" if spec.train.precision == "bf16" or "bf16" in spec.modifiers else "fp32"
+    return "bf16" if spec.train.precision == "bf16" or spec.mods.bf16 else "fp32"
 
 
 def model_options(spec: RunSpec) -> ModelOptions:
     return ModelOptions(
         scan_layers=spec.base_strategy == "scan-layers",
         scan_unroll=spec.scan_unroll,
-        remat=spec.remat_policy if "remat" in spec.modifiers else "none",
+        remat=spec.remat_policy if spec.mods.remat else "none",
         compute_dtype=compute_dtype(spec),
         attention_impl=spec.attention_impl,
     )

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from twinbench.spec import FRAMEWORKS, RunSpec, SpecError
+from twinbench.spec import FRAMEWORKS, USER, RunSpec, SpecError
+from twinbench.strategies.modifiers import LENGTH_POLICIES
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Strategy:
     multi_device: bool = False  # runs on --devices N > 1 (data parallel / FSDP); others use one device
     launcher: str = ""  # "torchrun": the runner starts the worker through torchrun, one process per device
     families: tuple[str, ...] | None = None  # the model families it builds; None: every family
+    modifiers: tuple[str, ...] | None = None  # the modifiers it honours; None: every one registered for it
 
     def load(self) -> Callable:
         module, func = self.builder.split(":")
@@ -50,9 +52,10 @@ DEFAULT_COMBOS: list[tuple[str, str]] = []
 
 
 def register(framework: str, name: str, summary: str, builder: str, default: bool = True,
-             multi_device: bool = False, launcher: str = "", families: tuple[str, ...] | None = None) -> None:
+             multi_device: bool = False, launcher: str = "", families: tuple[str, ...] | None = None,
+             modifiers: tuple[str, ...] | None = None) -> None:
     REGISTRY[(framework, name)] = Strategy(framework, name, summary, builder, default, multi_device, launcher,
-                                           families)
+                                           families, modifiers)
 
 
 def register_modifier(name: str, frameworks: tuple[str, ...], summary: str,
@@ -129,44 +132,30 @@ register_modifier("replicate-batch", ("jax",), "anti-pattern (claim C10): the ba
 register_modifier("nosync", ("jax",), "anti-pattern (claim C13): no lax.pmean of the gradients, each device "
                   "trains its own model; flagged in the record's warnings", bases=("pmap",))
 
-# Bring your own model (`compare --model FILE.py:build`, see twinbench/byo): the torch bases below
-# build the user's module instead of a twin; the JAX side runs it through torchax, or the user's own port.
+# Bring your own model (`compare --model FILE.py:build`, see twinbench/byo): the user's module is one more family
+# (byo/family.py), so every torch base above builds it through the same trainers as the twins; its JAX side has
+# no NNX twin, so it runs the twins' jit and mesh steps over the torch module via torchax, or over the user's port.
+_USER_JAX = ("nodonate",)  # what a user model's JAX bases honour (no bf16 form yet)
 register("jax", "torchax", "the user's torch module (--model) under JAX via torchax.extract_jax: one jit step, "
          "value_and_grad + Optax AdamW, params+opt state donated", "twinbench.strategies.jax_user:build_torchax",
-         default=False, families=("user",))
+         default=False, families=(USER,), modifiers=_USER_JAX)
 register("jax", "port", "the user's own JAX port (--jax-model), parity-checked against the torch module: one "
          "jit step, value_and_grad + Optax AdamW, donated", "twinbench.strategies.jax_user:build_port",
-         default=False, families=("user",))
+         default=False, families=(USER,), modifiers=_USER_JAX)
 for _name, _what in (("torchax-mesh-dp", "the user's torch module via torchax"),
                      ("port-mesh-dp", "the user's own JAX port (--jax-model)")):
     register("jax", _name, f"{_what} under mesh-dp: jit + NamedSharding, batch split over the 'data' axis, "
-             "params replicated", "twinbench.strategies.jax_user_mesh:build", default=False, multi_device=True,
-             families=("user",))
+             "params replicated", "twinbench.strategies.jax_user:build_mesh", default=False, multi_device=True,
+             families=(USER,), modifiers=())
     register("jax", _name.replace("-dp", "-fsdp"), f"{_what} under mesh-fsdp: params, optimizer state and batch "
-             "sharded over the 'data' axis (the twins' rule)", "twinbench.strategies.jax_user_mesh:build",
-             default=False, multi_device=True, families=("user",))
-#: Builders of the bases a user model (family "user") runs with, and the modifiers they honour.
-USER_BUILDERS: dict[tuple[str, str], str] = {
-    ("torch", "eager"): "twinbench.strategies.torch_user:build",
-    ("torch", "compile"): "twinbench.strategies.torch_user:build_compile",
-    ("torch", "compile-regional"): "twinbench.strategies.torch_user:build_regional",
-    ("torch", "ddp"): "twinbench.strategies.torch_user:build_ddp",
-    ("torch", "fsdp"): "twinbench.strategies.torch_user:build_fsdp",
-    ("jax", "torchax"): "twinbench.strategies.jax_user:build_torchax",
-    ("jax", "port"): "twinbench.strategies.jax_user:build_port",
-    **{("jax", n): "twinbench.strategies.jax_user_mesh:build"
-       for n in ("torchax-mesh-dp", "torchax-mesh-fsdp", "port-mesh-dp", "port-mesh-fsdp")},
-}
-USER_MODIFIERS: dict[str, tuple[str, ...]] = {"torch": ("bf16", "optc", "remat"), "jax": ("nodonate",)}
+             "sharded over the 'data' axis (the twins' rule)", "twinbench.strategies.jax_user:build_mesh",
+             default=False, multi_device=True, families=(USER,), modifiers=())
 #: Bases only a user model runs (a twin has no torch module for torchax, nor a port).
-USER_ONLY = ("torchax", "port", "torchax-mesh-dp", "torchax-mesh-fsdp", "port-mesh-dp", "port-mesh-fsdp")
+USER_ONLY = tuple(n for (_, n), s in REGISTRY.items() if s.families == (USER,))
 
 
 def builder(spec: RunSpec) -> Callable:
-    """The trainer builder of ``spec``: the strategy's own, or its user-model form (family "user")."""
-    if spec.model.family == "user":
-        module, func = USER_BUILDERS[(spec.framework, spec.base_strategy)].split(":")
-        return getattr(importlib.import_module(module), func)
+    """The trainer builder of ``spec``'s strategy (the same for a twin and a user's model)."""
     return get(spec.framework, spec.strategy).load()
 
 
@@ -182,6 +171,11 @@ def get(framework: str, full: str) -> Strategy:
         if m is None or framework not in m.frameworks or (m.bases is not None and name not in m.bases):
             raise SpecError(f"--strategies: modifier {mod!r} does not apply to {framework} {name!r}; "
                             f"allowed: {', '.join(fits) or 'none'}")
+    honoured = REGISTRY[(framework, name)].modifiers
+    bad = [m for m in mods if honoured is not None and m not in honoured]
+    if bad:
+        raise SpecError(f"--strategies: {framework} {name!r} does not take +{bad[0]}; allowed: "
+                        f"{', '.join('+' + h for h in honoured) or 'no modifier'}")  # type: ignore[union-attr]
     if len(set(mods)) != len(mods):
         raise SpecError(f"--strategies: modifier repeated in {full!r}")
     return REGISTRY[(framework, name)]
@@ -235,15 +229,16 @@ def check_devices(spec: RunSpec) -> None:
 # ------------------------------------------------------------------------------------------ the matrix
 #: Modifiers that are data-side (padding policy, input pipeline): they do not touch the step.
 DATA_MODIFIERS = ("pad-max", "bucket", "dynamic", "symbolic", "prefetch")
-_LENGTHS = ("pad-max", "bucket", "dynamic")
 
 
 def _options_needed(framework: str, base: str, mods: tuple[str, ...]) -> list[str]:
     """The family options (``Family.supports``) a cell needs."""
-    need = [m for m in ("bf16", "remat") if m in mods]
+    strategy = REGISTRY[(framework, base)]
+    need = ["jax-twin"] if framework == "jax" and strategy.families is None else []  # it builds the NNX twin
+    need += [m for m in ("bf16", "remat", "prefetch") if m in mods]
     if base in ("scan-layers", "compile-regional"):
         need.append(base)
-    if REGISTRY[(framework, base)].multi_device:
+    if strategy.multi_device:
         need.append("multi-device")
     return need
 
@@ -257,10 +252,13 @@ def cell_reason(family: Any, framework: str, full: str) -> str | None:
     only = REGISTRY[(framework, base)].families
     if only is not None and family.name not in only:
         return f"{base} builds the {'/'.join(only)} family only"
+    honoured = REGISTRY[(framework, base)].modifiers
     for mod in mods:
         m = MODIFIERS.get(mod)
         if m is None:
             return f"no modifier {mod!r}"
+        if honoured is not None and mod not in honoured:
+            return f"{base} takes {', '.join('+' + h for h in honoured) or 'no modifier'}"
         if framework not in m.frameworks:
             return f"+{mod} is {'/'.join(m.frameworks)} only"
         if m.bases is not None and base not in m.bases:
@@ -269,7 +267,7 @@ def cell_reason(family: Any, framework: str, full: str) -> str | None:
         why = family.reason(option)
         if why:
             return why
-    lengths = [m for m in mods if m in _LENGTHS]
+    lengths = [m for m in mods if m in LENGTH_POLICIES]
     if lengths and family.task != "classify":
         return f"+{lengths[0]} pads variable-length text; the {family.task} task has fixed-length windows"
     if REGISTRY[(framework, base)].multi_device and "prefetch" in mods:

@@ -4,7 +4,8 @@
 torch strategy and every model family; strategies compose around it instead of writing their own:
 ``apply_remat`` (here) -> ``apply_compile`` (``torch_compile.py``, whole or regional) -> ``apply_ddp`` /
 ``apply_fsdp`` (``torch_ddp.py``, ``torch_fsdp.py``). Each applies to any ``nn.Module`` whose blocks the
-family names (``Family.torch_blocks``).
+family names (``Family.torch_blocks``). A user's module (``--model``) is one more family
+(``byo/family.py``'s ``UserFamily``): the same trainer, the same strategies.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from twinbench.measure.device import torch_device
 from twinbench.models import family as families
 from twinbench.models.family import Family
 from twinbench.models.layers_torch import clip_grads
-from twinbench.models.weights import Canonical, canonical_to_torch, torch_to_canonical
+from twinbench.models.weights import Canonical
 from twinbench.spec import RunSpec
 from twinbench.strategies.options import compute_dtype, model_options
 
@@ -28,7 +29,7 @@ def apply_remat(model: torch.nn.Module, family: Family, spec: RunSpec) -> torch.
     """``+remat``: activation checkpointing of every block the family names. The twins do it themselves
     (``ModelOptions.remat``); any other module gets each block's ``forward`` wrapped in
     ``torch.utils.checkpoint`` (non-reentrant) from outside."""
-    if "remat" not in spec.modifiers or "remat" in family.native_options:
+    if not spec.mods.remat or "remat" in family.native_options:
         return model
     for block in family.torch_blocks(model):
         forward = block.forward
@@ -36,6 +37,7 @@ def apply_remat(model: torch.nn.Module, family: Family, spec: RunSpec) -> torch.
         def remat_forward(*args: Any, _forward: Any = forward, **kwargs: Any) -> Any:
             return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
 
+        remat_forward.remat = True  # type: ignore[attr-defined]
         block.forward = remat_forward
     return model
 
@@ -53,7 +55,7 @@ class TorchTrainer:
         self.family = families.get(spec)
         self.device = torch_device()
         self.model = self.family.torch_model(spec.model, model_options(spec))
-        canonical_to_torch(self.model, weights)
+        self.family.torch_load(self.model, weights)
         self.model.to(self.device).train()
         self.module: torch.nn.Module = apply_remat(self.model, self.family, spec)
         self.autocast = compute_dtype(spec) == "bf16" and "bf16" not in self.family.native_options
@@ -116,7 +118,7 @@ class TorchTrainer:
             torch.cuda.synchronize()
 
     def weights(self) -> Canonical:
-        return torch_to_canonical(self.model)
+        return self.family.torch_weights(self.model)
 
 
 def explain_parts(trainer: Any, place: Any) -> dict[str, Any]:

@@ -3,8 +3,10 @@
 Every parameter becomes a DTensor sharded on dimension 0 across ranks (``Shard(0)``), and so does AdamW's
 state; each block's parameters are all-gathered just before its forward/backward and freed after, and the
 gradients are reduce-scattered (averaged). Launched by ``torchrun`` like DDP; each rank trains on its rows
-of the global batch. The twin model (any family) is unchanged: ``fully_shard`` is applied from outside to the
-blocks its family names.
+of the global batch. The model (any family, a user's module too) is unchanged: ``fully_shard`` is applied from
+outside to the blocks its family names. The root is the model itself, or, where the family's loss may reach
+parts of the module rather than call its forward (a user's ``loss_fn``), a :class:`LossRoot` whose forward is
+the loss, so whatever the loss touches is gathered.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from twinbench.distributed import sharding_report as sr
 from twinbench.distributed import torchrun
-from twinbench.models.weights import Canonical, torch_to_canonical
+from twinbench.models.weights import Canonical
 from twinbench.spec import RunSpec
 from twinbench.strategies.torch_ddp import RankTrainer, opt_entries
 from twinbench.strategies.torch_eager import TorchTrainer
 
 
 class _FullState:
-    """Stands in for a model in ``torch_to_canonical``: the gathered (full) tensors of a sharded model."""
+    """Stands in for a model in ``Family.torch_weights``: the gathered (full) tensors of a sharded model."""
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
@@ -33,21 +35,45 @@ class _FullState:
         return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v) for k, v in self.model.state_dict().items()}
 
 
-def apply_fsdp(trainer: TorchTrainer, world: int) -> TorchTrainer:
-    """FSDP2: ``fully_shard`` every block the family names, then the root (embeddings, heads, final norms)."""
+class LossRoot(torch.nn.Module):
+    """FSDP's root over a model whose loss may call its parts: ``forward(x, y)`` is ``loss(model, x, y)``."""
+
+    def __init__(self, model: torch.nn.Module, loss: Any):
+        super().__init__()
+        self.model, self.loss = model, loss
+
+    def forward(self, x: Any, y: Any) -> torch.Tensor:
+        return self.loss(self.model, x, y)
+
+
+def apply_fsdp(trainer: TorchTrainer, world: int) -> torch.nn.Module | None:
+    """FSDP2: ``fully_shard`` every block the family names, then the root (embeddings, heads, final norms):
+    the model, or a :class:`LossRoot` over it (returned; None when the root is the model)."""
     mesh = init_device_mesh(trainer.device.type, (world,), mesh_dim_names=("data",))
     for block in trainer.family.torch_blocks(trainer.model):
         fully_shard(block, mesh=mesh)
-    fully_shard(trainer.model, mesh=mesh)
-    return trainer
+    if trainer.family.loss_is_forward:
+        fully_shard(trainer.model, mesh=mesh)
+        return None
+    root = LossRoot(trainer.module, trainer.family.torch_loss)
+    fully_shard(root, mesh=mesh)
+    return root
 
 
 class FSDPTrainer(RankTrainer):
+    root: torch.nn.Module | None = None
+
     def parallelize(self) -> None:
-        apply_fsdp(self, self.world)  # gradients reduce-scattered (averaged); clipping sees DTensor norms
+        self.root = apply_fsdp(self, self.world)  # gradients reduce-scattered (averaged); clipping sees DTensors
+
+    def forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self.root is None:
+            return super().forward_loss(x, y)
+        with torch.autocast(self.device.type, torch.bfloat16, enabled=self.autocast):
+            return self.root(x, y)
 
     def weights(self) -> Canonical:
-        return torch_to_canonical(_FullState(self.model))
+        return self.family.torch_weights(_FullState(self.model))
 
     def report(self) -> dict[str, Any]:
         # a forward pass alone (predict) leaves the root's parameters gathered: shard them back to be read
