@@ -156,3 +156,18 @@ def test_kernel_names_tell_their_category() -> None:
     assert taxonomy.custom_call("__cublas$lt$matmul") == "matmul"
     assert taxonomy.custom_call("__cudnn$fmhaSoftmaxBackward") == "attention"
     assert taxonomy.jax_op_name("jit(f)/transpose(jvp(block0))/attn/dot_general") == "matmul"
+
+
+def test_an_xla_dump_directory_gives_the_module_the_trace_ran(tmp_path: Path) -> None:
+    """An --xla_dump_to directory holds every module a process compiled: the one the trace spent its time in
+    (jit_train_step here) is read, not the largest (another program's dump beside it)."""
+    import gzip
+
+    step = gzip.decompress((FIX / "h200_jax_jit_bf16.hlo.txt.gz").read_bytes())
+    (tmp_path / "module_0007.jit_train_step.sm_90_gpu_after_optimizations.txt").write_bytes(step)
+    decoy = b"HloModule jit_step\n" + b"// padding\n" * (len(step) // 5)
+    (tmp_path / "module_0192.jit_step.cpu_after_optimizations.txt").write_bytes(decoy)
+    _, _, b = trace_file.read(str(FIX / "h200_jax_jit_bf16.xplane.pb.gz"), hlo=str(tmp_path))
+    assert any("module_0007.jit_train_step" in n for n in b.notes), b.notes
+    text, where = trace_file.hlo_text(str(tmp_path), FIX, module="")  # no module known: the largest
+    assert "jit_step" in where and text.startswith("HloModule jit_step")

@@ -56,19 +56,35 @@ class _Kernel:
         self.op_name = str(stats.get("name", "")) if "/" in str(stats.get("name", "")) else ""
 
 
+def _profile(path: Path) -> Any:
+    from jax.profiler import ProfileData
+
+    try:
+        if path.name.endswith(".gz"):
+            return ProfileData.from_serialized_xspace(gzip.decompress(path.read_bytes()))
+        return ProfileData.from_file(str(path))
+    except Exception as e:
+        raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from e
+
+
+def main_module(trace_path: str) -> str:
+    """The XLA module the profile spent the most op time in (``jit_train_step``): which module of an
+    ``--xla_dump_to`` directory holds the traced step. "" if no op names its module."""
+    time: Counter[str] = Counter()
+    for plane in _profile(xplane_of(trace_path)).planes:
+        for line in plane.lines:
+            for ev in line.events:
+                module = dict(ev.stats).get("hlo_module")
+                if module:
+                    time[str(module)] += ev.duration_ns
+    return time.most_common(1)[0][0] if time else ""
+
+
 def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str | None = None,
          device: int | None = None) -> Breakdown:
     """The breakdown of the traced steps of ``trace_path`` (its xplane), ops named by ``hlo_text`` if given."""
-    from jax.profiler import ProfileData
-
     path = xplane_of(trace_path)
-    try:
-        if path.name.endswith(".gz"):
-            data = ProfileData.from_serialized_xspace(gzip.decompress(path.read_bytes()))
-        else:
-            data = ProfileData.from_file(str(path))
-    except Exception as e:
-        raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from e
+    data = _profile(path)
     host: list[st.Marked] = []
     step_nums: set[str] = set()
     host_ops: list[_Kernel] = []

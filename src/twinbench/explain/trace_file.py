@@ -77,16 +77,19 @@ def _pick(files: list[Path], rank: int | None, notes: list[str], what: str) -> P
     return ranks[chosen]
 
 
-def hlo_text(hlo: str | None, trace: Path) -> tuple[str, str]:
-    """(the compiled HLO text, where it came from): ``hlo`` (a file, or an ``--xla_dump_to`` directory: its
-    largest ``*after_optimizations.txt`` module), else a ``step.hlo.txt`` beside the profile, else none."""
+def hlo_text(hlo: str | None, trace: Path, module: str = "") -> tuple[str, str]:
+    """(the compiled HLO text, where it came from): ``hlo`` (a file, or an ``--xla_dump_to`` directory: the
+    ``*after_optimizations.txt`` of ``module``, the module the trace ran, else its largest), else a
+    ``step.hlo.txt`` beside the profile, else none."""
     if hlo:
         h = Path(hlo)
         if h.is_dir():
             dumps = [f for f in h.rglob("*after_optimizations.txt")]
             if not dumps:
                 raise TraceError(f"{hlo}: no *after_optimizations.txt (an --xla_dump_to directory?)")
-            h = max(dumps, key=lambda f: f.stat().st_size)
+            # module_0020.jit_train_step.cpu_after_optimizations.txt: the trace's module, its last compile
+            named = sorted(f for f in dumps if module and f.name.split(".")[1:2] == [module])
+            h = named[-1] if named else max(dumps, key=lambda f: f.stat().st_size)
         try:
             raw = h.read_bytes()
             return (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode(), str(h)
@@ -103,7 +106,8 @@ def read(arg: str, step_marker: str | None = None, rank: int | None = None, devi
     if kind == "torch":
         b = torch_trace.read(str(path), step_marker=step_marker, device=device)
     else:
-        text, where = hlo_text(hlo, path)
+        module = jax_trace.main_module(str(path)) if hlo and Path(hlo).is_dir() else ""
+        text, where = hlo_text(hlo, path, module)
         b = jax_trace.read(str(path), text, step_marker=step_marker, device=device)
         if where:
             notes.append(f"compiled HLO text: {where}")
