@@ -80,7 +80,7 @@ def test_strategy_selection_for_user_models():
     assert ("jax", "port") in select(["torch", "jax"], None, port=True)
     assert select(["torch", "jax"], ["eager+bf16", "torchax"], port=False) == [("torch", "eager+bf16"),
                                                                             ("jax", "torchax")]
-    with pytest.raises(SpecError, match="jax:jit with a user model .*: a user model has no NNX twin"):
+    with pytest.raises(SpecError, match=r"jax:jit with a user model .*: a user model has no NNX twin"):
         select(["torch", "jax"], ["jit"], port=False)
     with pytest.raises(SpecError, match="give --jax-model"):
         select(["torch", "jax"], ["port"], port=False)
