@@ -1,5 +1,14 @@
 """Our JAX twin (twinbench's jax/jit step) against Hugging Face's FlaxGPT2LMHeadModel, like with like.
 
+Usage (the Flax model needs transformers < 5, not a twinbench dependency: a separate venv with the same jax,
+flax, optax and numpy as twinbench's; the child finds twinbench itself, this checkout's ``src`` is put on its
+``PYTHONPATH``):
+
+    python3 -m venv /tmp/hfvenv && /tmp/hfvenv/bin/pip install 'transformers<5' \
+        $(.venv/bin/pip freeze | grep -E '^(jax|jaxlib|flax|optax|numpy)==')
+    .venv/bin/python benchmarks/jax_twin_vs_hf_flax.py /tmp/hfvenv/bin/python [--preset small] \
+        [--rounds 3] [--steps 30] [--threads 2] [--attention-impl default] [--out runs/hf-flax]
+
 Same shape (a preset's layers, d_model, heads, vocab, context, batch, seq), fp32, tanh GELU (HF
 "gelu_new"), tied LM head, biases, no dropout; the same optimizer chain on both (clip by global norm 1.0,
 AdamW b1 0.9, b2 0.95, eps 1e-8, weight decay on rank >= 2 parameters only) under one `jax.jit` with the
@@ -8,15 +17,6 @@ same fp32 matmul precision, the same cores and the same token batches.
 
 Interleaved rounds, a fresh process per measured configuration: each round runs `ours` and `hf` (the order
 alternates between rounds), each child compiles, warms up and times `--steps` steps and prints its median.
-The Flax model needs transformers < 5, which is not a twinbench dependency: create a separate venv with the
-same jax, flax, optax and numpy as twinbench's and pass its python (the child finds twinbench itself: this
-checkout's ``src`` is put on its ``PYTHONPATH``):
-
-    python3 -m venv /tmp/hfvenv && /tmp/hfvenv/bin/pip install 'transformers<5' \
-        $(.venv/bin/pip freeze | grep -E '^(jax|jaxlib|flax|optax|numpy)==')
-    .venv/bin/python benchmarks/jax_twin_vs_hf_flax.py /tmp/hfvenv/bin/python [--preset small] \\
-        [--rounds 3] [--steps 30] [--threads 2] [--attention-impl default] [--out runs/hf-flax]
-
 Writes `results.jsonl` (one line per child) and `summary.md` (median per configuration, the paired
 ours/hf ratio of each round) into `--out`. About 1 min per round on `small` on an idle 2-core machine.
 """
