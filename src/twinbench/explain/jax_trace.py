@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import re
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,22 +68,11 @@ def _profile(path: Path) -> Any:
         raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from e
 
 
-def main_module(trace_path: str) -> str:
-    """The XLA module the profile spent the most op time in (``jit_train_step``): which module of an
-    ``--xla_dump_to`` directory holds the traced step. "" if no op names its module."""
-    time: Counter[str] = Counter()
-    for plane in _profile(xplane_of(trace_path)).planes:
-        for line in plane.lines:
-            for ev in line.events:
-                module = dict(ev.stats).get("hlo_module")
-                if module:
-                    time[str(module)] += ev.duration_ns
-    return time.most_common(1)[0][0] if time else ""
-
-
 def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str | None = None,
-         device: int | None = None) -> Breakdown:
-    """The breakdown of the traced steps of ``trace_path`` (its xplane), ops named by ``hlo_text`` if given."""
+         device: int | None = None, hlo_for: Callable[[str], str] | None = None) -> Breakdown:
+    """The breakdown of the traced steps of ``trace_path`` (its xplane), ops named by ``hlo_text`` if given,
+    or by ``hlo_for(module)``, the HLO text of the module the traced ops ran (an ``--xla_dump_to`` directory
+    holds every module a process compiled)."""
     path = xplane_of(trace_path)
     data = _profile(path)
     host: list[st.Marked] = []
@@ -110,7 +100,6 @@ def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str
     if device is not None and device not in gpus:
         where = f"devices {', '.join(map(str, sorted(gpus)))}" if gpus else "no device activity (a CPU-only trace)"
         raise TraceError(f"{path}: no device {device} in the trace ({where})")
-    instrs = hlo.parse(hlo_text) if hlo_text else {}
     if gpus:
         dev = min(gpus) if device is None else device
         ops = gpus[dev]
@@ -121,6 +110,9 @@ def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str
         if k.module:
             modules[k.module] += int(k.end - k.start)
     main = module or (modules.most_common(1)[0][0] if modules else "")
+    if hlo_for is not None:
+        hlo_text = hlo_for(main)
+    instrs = hlo.parse(hlo_text) if hlo_text else {}
     steps = _steps(host, step_nums, step_marker, ops, main)
     source = "jax.profiler + HLO" if instrs else "jax.profiler (no HLO text: phases from op_name paths only)"
     b = Breakdown(source=source, steps_traced=len(steps.spans), step_method=steps.method)

@@ -106,10 +106,15 @@ def read(arg: str, step_marker: str | None = None, rank: int | None = None, devi
     if kind == "torch":
         b = torch_trace.read(str(path), step_marker=step_marker, device=device)
     else:
-        module = jax_trace.main_module(str(path)) if hlo and Path(hlo).is_dir() else ""
-        text, where = hlo_text(hlo, path, module)
-        b = jax_trace.read(str(path), text, step_marker=step_marker, device=device)
-        if where:
-            notes.append(f"compiled HLO text: {where}")
+        found: list[str] = []
+
+        def hlo_for(module: str) -> str:  # the HLO of the module the trace's ops ran, once the trace is read
+            text, where = hlo_text(hlo, path, module)
+            found.append(where)
+            return text
+
+        b = jax_trace.read(str(path), step_marker=step_marker, device=device, hlo_for=hlo_for)
+        if found and found[0]:
+            notes.append(f"compiled HLO text: {found[0]}")
     b.notes[:0] = notes
     return kind, path, b
