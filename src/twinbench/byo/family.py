@@ -89,15 +89,21 @@ def load_state(module: Any, weights: dict[str, np.ndarray]) -> None:
     module.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in weights.items()})
 
 
-def torch_model(spec: Any, weights: dict[str, np.ndarray]) -> UserModel:
-    """``build(cfg)`` again (same seed), then ``weights`` (the run's initial ones), dropout off, train mode."""
+def build_module(spec: Any) -> UserModel:
+    """``build(cfg)`` under the run's seed, dropout off, in train mode (its own initial weights)."""
     import torch
 
     torch.manual_seed(spec.train.seed)
     um = load_torch(spec.user_model, config(spec))
     dropout_off(um.module)
-    load_state(um.module, weights)
     um.module.train()
+    return um
+
+
+def torch_model(spec: Any, weights: dict[str, np.ndarray]) -> UserModel:
+    """``build(cfg)`` again (:func:`build_module`), then ``weights`` (the run's initial ones)."""
+    um = build_module(spec)
+    load_state(um.module, weights)
     return um
 
 
@@ -182,6 +188,8 @@ class UserFamily:
     def __init__(self, spec: Any = None):
         self.spec = spec
         self._um: UserModel | None = None
+        self._meta: Prepared | None = None
+        self._weights: dict[str, np.ndarray] | None = None
 
     def reason(self, option: str) -> str | None:
         """None if a user model honours ``option``; else why not, in one line."""
@@ -193,13 +201,14 @@ class UserFamily:
         """The user's ``build(cfg)`` under the run's seed (module, loss, blocks, batches), dropout off, in train
         mode; a trainer then loads the run's initial weights into it (``torch_load``)."""
         if self._um is None:
-            import torch
-
-            torch.manual_seed(self.spec.train.seed)
-            self._um = load_torch(self.spec.user_model, config(self.spec))
-            dropout_off(self._um.module)
-            self._um.module.train()
+            self._um = build_module(self.spec)
         return self._um
+
+    def meta(self) -> Prepared:
+        """What the preparation process wrote about the user's model (read once per process)."""
+        if self._meta is None:
+            self._meta = read_meta(self.spec.user_dir)
+        return self._meta
 
     def torch_model(self, cfg: Any = None, options: Any = None) -> Any:
         """The user's module (``options``: bf16 and remat are applied by the trainer from outside)."""
@@ -235,11 +244,14 @@ class UserFamily:
         return jax_optimizer(lr, weight_decay)
 
     def init_weights(self, cfg: Any = None, seed: int | None = None) -> dict[str, np.ndarray]:
-        """The initial weights the preparation process saved (built under ``torch.manual_seed(seed)``)."""
-        return init_weights(self.spec.user_dir)
+        """The initial weights the preparation process saved (built under ``torch.manual_seed(seed)``), read
+        once per process (the trainer and the doctor's extra steps start from them)."""
+        if self._weights is None:
+            self._weights = init_weights(self.spec.user_dir)
+        return self._weights
 
     def flops_per_token(self, cfg: Any = None, seq: int | None = None) -> int:
-        return read_meta(self.spec.user_dir).flops_per_token
+        return self.meta().flops_per_token
 
     def n_params(self, weights: Any = None) -> int:
-        return read_meta(self.spec.user_dir).n_params
+        return self.meta().n_params

@@ -38,16 +38,21 @@ def needs_port(base: str) -> bool:
     return base == "port" or base.startswith("port-")
 
 
-def select(frameworks: list[str], names: list[str] | None, port: bool) -> list[tuple[str, str]]:
-    """The (framework, strategy) pairs of a user-model compare: the registry's cells the user family can run
-    (``registry.cell_reason``); names that cannot run one are errors with the cell's reason."""
+def cell_reason(framework: str, full: str) -> str | None:
+    """None if a user model can run ``framework:full``; else the registry's one-line reason it cannot."""
     from twinbench.byo.family import UserFamily
     from twinbench.strategies import registry
 
-    user = UserFamily()
+    return registry.cell_reason(UserFamily(), framework, full)
+
+
+def select(frameworks: list[str], names: list[str] | None, port: bool) -> list[tuple[str, str]]:
+    """The (framework, strategy) pairs of a user-model compare: the registry's cells the user family can run
+    (``registry.cell_reason``); names that cannot run one are errors with the cell's reason."""
+    from twinbench.strategies import registry
 
     def runs(fw: str, full: str) -> bool:
-        return registry.cell_reason(user, fw, full) is None and (port or not needs_port(full.split("+")[0]))
+        return cell_reason(fw, full) is None and (port or not needs_port(full.split("+")[0]))
 
     if names is None:
         pairs = [p for p in DEFAULTS if p[0] in frameworks]
@@ -68,7 +73,7 @@ def select(frameworks: list[str], names: list[str] | None, port: bool) -> list[t
                             f"{', '.join(allowed)}")
         for fw in fws:
             registry.get(fw, full)  # the names exist and the modifiers fit the base
-            why = registry.cell_reason(user, fw, full)
+            why = cell_reason(fw, full)
             if why:
                 raise SpecError(f"--strategies: {fw}:{full} with a user model (--model): {why}")
             chosen.append((fw, full))
@@ -77,11 +82,9 @@ def select(frameworks: list[str], names: list[str] | None, port: bool) -> list[t
 
 def multi_device_bases() -> list[str]:
     """The bases that run a user model on several devices (the registry's multi-device cells it can run)."""
-    from twinbench.byo.family import UserFamily
     from twinbench.strategies import registry
 
-    user = UserFamily()
-    return [n for (f, n), s in registry.REGISTRY.items() if s.multi_device and registry.cell_reason(user, f, n) is None]
+    return [n for (f, n), s in registry.REGISTRY.items() if s.multi_device and cell_reason(f, n) is None]
 
 
 def build_specs(preset: str, frameworks: list[str], names: list[str] | None, overrides: dict[str, Any],
@@ -99,11 +102,10 @@ def build_specs(preset: str, frameworks: list[str], names: list[str] | None, ove
     from twinbench.strategies import registry
 
     chosen = select(frameworks, names, bool(jax_model))
-    many = multi_device_bases()
     one = [n for f, n in chosen if not registry.get(f, n).multi_device]
     if base.devices > 1 and one:
         raise SpecError(f"--devices {base.devices}: {one[0]!r} runs a user model on one device; on several: "
-                        f"{', '.join(many)}")
+                        f"{', '.join(multi_device_bases())}")
     if not chosen:
         raise SpecError(f"--strategies: nothing selected for --framework {','.join(frameworks)}")
     specs = [validate(with_precision(replace(base, framework=fw, strategy=name))) for fw, name in chosen]

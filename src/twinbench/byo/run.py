@@ -22,11 +22,11 @@ DOCTOR_STEPS = 6  # extra steps of a JAX run watched by the doctor after the mea
 
 class UserRun:
     def __init__(self, spec: RunSpec):
+        from twinbench.models import family
+
         self.spec = spec
-        self.meta = fam.read_meta(spec.user_dir)
-        self.weights = fam.init_weights(spec.user_dir)
-        self.n_params = self.meta.n_params
-        self.flops_per_token = self.meta.flops_per_token
+        self.family = family.get(spec)  # the run's user family: one build(cfg), one read of meta.json
+        self.meta = self.family.meta()
 
     def run_data(self, k: int, trainer: Any = None) -> Any:
         """The run's batches: the user's ``batch(i)`` of the run's one ``build(cfg)`` (the family's, shared with
@@ -34,12 +34,11 @@ class UserRun:
         batches; it never imports torchax."""
         from twinbench.data.pipeline import HostBatches
         from twinbench.data.tasks import RunData
-        from twinbench.models import family
 
         t = self.spec.train
         if k != 1:
             raise ValueError("a user model runs one step per call")
-        batch = family.get(self.spec).user_model().batch
+        batch = self.family.user_model().batch
         batches = [batch(i) for i in range(t.steps)]
         n = self.meta.tokens_per_batch
         return RunData(HostBatches(batches.__getitem__, t.steps, 1, t.slow_input), [n] * t.steps,
@@ -69,7 +68,7 @@ class UserRun:
         if parity:
             out["parity"] = parity
         if self.spec.framework == "jax":
-            out["doctor"] = doctor_findings(self.spec, self.weights, host_batches)
+            out["doctor"] = doctor_findings(self.spec, self.family.init_weights(), host_batches)
         return out
 
 
