@@ -44,6 +44,7 @@ def test_spec_round_trips_through_json_and_ids_are_stable():
     ({"lr": 0.0}, {}, "--lr must be > 0"),
     ({}, {"framework": "mxnet"}, "--framework: unknown value 'mxnet'; allowed: torch, jax"),
     ({"devices": 3}, {}, "--batch 8 is not divisible by --devices 3"),
+    ({"seq": 96}, {"framework": "jax", "attention_impl": "splash"}, "--seq 96 is not a multiple of 128"),
 ])
 def test_impossible_values_name_the_flag(overrides, top, message):
     with pytest.raises(SpecError) as e:

@@ -24,7 +24,7 @@ from twinbench.xla_flags import CHOICES as XLA_CPU_FLAG_CHOICES
 FRAMEWORKS = ("torch", "jax")
 PRECISIONS = ("fp32", "bf16")
 REMAT_POLICIES = ("full", "dots-saveable", "nothing-saveable")  # the names of models/options.py
-ATTENTION_IMPLS = ("default", "chunked", "jax-nn", "cudnn")  # the names of models/options.py
+ATTENTION_IMPLS = ("default", "chunked", "jax-nn", "cudnn", "splash")  # the names of models/options.py
 USER = "user"  # the family of --model FILE.py:build (twinbench/byo)
 FAMILIES = (*BUILT_IN, USER)  # the built-in families (models/) and the user's
 TASKS = ("lm", "classify", "custom")  # next-token LM | sequence classification | the user's model (custom)
@@ -133,7 +133,8 @@ FLAG_HELP: dict[str, str] = {
     "attention_impl": "JAX attention: 'default' (written out with einsums, fp32 softmax; keeps every layer's "
                       "seq x seq probabilities), 'jax-nn' (jax.nn.dot_product_attention as JAX chooses), 'chunked' "
                       "(GPT: blocks of queries rematerialised in the backward pass: no seq x seq probabilities "
-                      "kept) or 'cudnn' (cuDNN fused attention; CUDA and bf16 only); torch's SDPA picks its own "
+                      "kept), 'cudnn' (cuDNN fused attention; CUDA and bf16 only) or 'splash' (the Pallas TPU splash-attention "
+                      "kernel: fused, no seq x seq scores stored; TPU only, seq a multiple of 128); torch's SDPA picks its own "
                       "(attention_kernel in the record says which ran)",
     "xla_cpu_flags": "JAX on CPU: 'tuned' adds twinbench's measured XLA flags (YNNPACK element-wise fusions off) "
                      "to XLA_FLAGS, 'xla-default' keeps XLA's own; flags you set in XLA_FLAGS always win",
@@ -247,6 +248,13 @@ def validate(spec: RunSpec) -> RunSpec:
     if spec.attention_impl == "cudnn" and spec.framework == "jax" and t.precision != "bf16":
         raise SpecError("--attention-impl cudnn: cuDNN's fused attention runs in bf16 or fp16 only; "
                         "add --precision bf16 (or +bf16)")
+    if spec.attention_impl == "splash" and spec.framework == "jax":
+        if t.seq % 128:
+            raise SpecError(f"--attention-impl splash: the TPU kernel works in blocks of 128 tokens; --seq {t.seq} "
+                            "is not a multiple of 128")
+        if m.mask_impl == "mul":
+            raise SpecError("--attention-impl splash takes the padding mask as a mask, not an additive bias: "
+                            "use --mask-impl where or cond")
     if spec.scan_unroll < 1:
         raise SpecError(f"--scan-unroll must be a positive integer, got {spec.scan_unroll}")
     if spec.framework == "torch" and spec.mods.remat and spec.remat_policy != "full":

@@ -93,6 +93,11 @@ def setup(spec: RunSpec, threads: int) -> Setup:
     distributed.initialize(spec)  # jax.distributed / the torchrun process group: before any device query
     matmul_precision = device.set_fp32_matmul(spec.framework)
     platform, device_name, device_count = device.describe(spec.framework)
+    if spec.attention_impl == "splash" and spec.framework == "jax" and platform != "tpu":
+        from twinbench.config import SpecError
+
+        # Pallas's interpreter would run it off a TPU: the right maths, but nothing worth measuring
+        raise SpecError(f"--attention-impl splash is a TPU kernel; this run's JAX platform is {platform}")
     return Setup(threads, matmul_precision, platform, device_name, device_count, compiles.monitor(spec.framework))
 
 def build(spec: RunSpec) -> Built:

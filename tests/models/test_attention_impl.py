@@ -42,7 +42,7 @@ def test_chunked_attention_in_bf16_stays_close() -> None:
 
 def test_unknown_attention_impl_is_refused() -> None:
     with pytest.raises(ValueError, match="attention_impl"):
-        ModelOptions(attention_impl="flash")
+        ModelOptions(attention_impl="flash-ish")
 
 
 @pytest.mark.parametrize("kind", ["causal", "mask", "bias"])
@@ -65,3 +65,70 @@ def test_einsum_attention_is_jax_nn_attention(kind: str) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     for a, b in zip(g_got, g_want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["causal", "padding"])
+def test_splash_attention_is_the_default_maths(kind: str) -> None:
+    """The Pallas TPU splash kernel (Pallas's interpreter on the CPU) computes the einsum attention: values and
+    gradients, causal (GPT, Llama) and with a key padding mask (BERT; padding queries' outputs are read by no
+    loss, so they are left out of the comparison)."""
+    from twinbench.models.layers_jax import attention
+
+    T = 256  # two blocks of 128: the block loop and the causal block skipping both run
+    q, k, v = jax.random.normal(jax.random.key(3), (3, 2, T, 2, 64))
+    lengths = jnp.array([T, 130])
+    keep = jnp.arange(T)[None, None, None, :] < lengths[:, None, None, None]
+    masks = {"causal": {"is_causal": True}, "padding": {"mask": keep}}[kind]
+    real = (jnp.arange(T)[None, :] < lengths[:, None])[:, :, None, None] if kind == "padding" else 1.0
+
+    def value_and_grads(impl: str):
+        def f(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+            return attention(q, k, v, impl, **masks) * real
+        return jax.jit(lambda q, k, v: (f(q, k, v), jax.grad(lambda *a: (f(*a) ** 2).sum(), (0, 1, 2))(q, k, v)))
+
+    want, g_want = value_and_grads("default")(q, k, v)
+    got, g_got = value_and_grads("splash")(q, k, v)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    for a, b in zip(g_got, g_want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(jnp.abs(b).max()))
+
+
+def test_splash_blocks_follow_the_sequence() -> None:
+    from twinbench.models.layers_jax import splash_block
+
+    assert [splash_block(t) for t in (128, 384, 512, 1024, 2048)] == [128, 128, 512, 512, 512]
+    assert splash_block(768) == 256
+    with pytest.raises(ValueError, match="multiple of 128"):
+        splash_block(100)
+
+
+def test_splash_refuses_an_additive_bias() -> None:
+    from twinbench.models.layers_jax import attention
+
+    q = jnp.zeros((1, 128, 1, 64))
+    with pytest.raises(ValueError, match="not an additive bias"):
+        attention(q, q, q, "splash", bias=jnp.zeros((1, 1, 1, 128)))
+
+
+def test_gpt_twin_with_splash_attention_is_the_same_model() -> None:
+    """The whole GPT twin (loss and every gradient) with the splash kernel against the default attention."""
+    from flax import nnx
+
+    from twinbench.config import ModelConfig
+    from twinbench.models.gpt import init_gpt
+    from twinbench.models.gpt import model_jax as gpt_jax
+    from twinbench.models.weights import canonical_to_jax
+
+    cfg = ModelConfig(layers=2, d_model=128, heads=2, vocab=256, context=128)
+    weights = init_gpt(cfg, seed=0)
+    x = jax.random.randint(jax.random.key(4), (2, 129), 0, 256)
+    results = []
+    for impl in ("default", "splash"):
+        model = gpt_jax.GPT(cfg, nnx.Rngs(0), ModelOptions(attention_impl=impl))
+        canonical_to_jax(model, weights)
+        loss, grads = nnx.jit(nnx.value_and_grad(gpt_jax.loss_fn))(model, x[:, :-1], x[:, 1:])
+        results.append((float(loss), jax.tree.leaves(grads)))
+    (loss_d, g_d), (loss_s, g_s) = results
+    assert abs(loss_s - loss_d) <= 1e-5 * abs(loss_d)
+    for a, b in zip(g_s, g_d, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5 * float(jnp.abs(b).max()) + 1e-7)

@@ -316,7 +316,7 @@ def attention_kernel(framework: str, heads: int, seq: int, head_dim: int, dtype:
     as JAX chooses (XLA's unfused attention), blocks of queries, or cuDNN's fused kernel.
     """
     if framework == "jax":
-        return {"cudnn": "cudnn (fused)", "chunked": "chunked (blocks of queries, XLA)",
+        return {"cudnn": "cudnn (fused)", "splash": "splash (Pallas TPU, fused)", "chunked": "chunked (blocks of queries, XLA)",
                 "jax-nn": "jax.nn.dot_product_attention (xla, unfused)"}.get(jax_impl, "einsum (xla, unfused)")
     import torch
     import torch.nn.functional as F

@@ -16,9 +16,10 @@ COMPUTE_DTYPES = ("fp32", "bf16")
 #: scores on XLA:CPU; it keeps the [batch, heads, seq, seq] probabilities of every layer for the backward
 #: pass); "jax-nn" is ``jax.nn.dot_product_attention`` as JAX chooses; "chunked" computes it by blocks of queries, each block rematerialised in
 #: the backward pass, so only one block's scores are alive at a time (memory); "cudnn" is cuDNN's fused (flash)
-#: attention, CUDA + bf16 only (speed and memory on NVIDIA GPUs). PyTorch's SDPA picks its kernel itself
+#: attention, CUDA + bf16 only (speed and memory on NVIDIA GPUs); "splash" is the Pallas TPU splash-attention
+#: kernel (fused blocks, no scores stored; TPU only, Pallas's interpreter elsewhere). PyTorch's SDPA picks its kernel itself
 #: (flash / memory-efficient / cuDNN / math; the record's ``attention_kernel`` says which).
-ATTENTION_IMPLS = ("default", "chunked", "jax-nn", "cudnn")
+ATTENTION_IMPLS = ("default", "chunked", "jax-nn", "cudnn", "splash")
 
 
 @dataclass(frozen=True)
