@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# TPU check: the twins on one TPU chip, JAX against PyTorch (through torchax) and against Hugging Face's Flax
+# models, one program on the chip at a time, each run under its own timeout. Every figure lands in OUTDIR:
+# each group's records (GROUP/results.jsonl, summary.md), the profiler traces of the gpt group (traces/,
+# readable later by `twinbench explain TRACE_A TRACE_B` on any machine), conditions.txt, status.txt (one line
+# per run: its exit code) and tpu_check.json + tpu_check.md (one page: benchmarks/tpu_summary.py).
+#
+#   benchmarks/tpu_check.sh OUTDIR [GROUP ...]   # on a TPU VM, after `source benchmarks/tpu/setup.sh`
+#   benchmarks/tpu_check.sh OUTDIR --dry-run     # the same flow on tiny presets, on this machine's JAX platform
+# PYTHON: the interpreter (default python3); HF_PYTHON: one with transformers < 5 for the Flax models (default
+# PYTHON, as on a TPU VM set up by benchmarks/tpu/setup.sh).
+#
+# Groups (default: gpt bert llama, about 8 minutes on a v5e: most of it is compiling, ~40 s a program):
+#   gpt    gpt2-124m 8 x 1024 bf16: jax jit (splash attention), torch through torchax, HF FlaxGPT2 (traces of all)
+#   bert   bert-base 32 x 512 bf16: jax jit (splash attention), HF FlaxBert
+#   llama  llama-300m 8 x 1024 bf16: jax jit (splash attention)
+#   torchax  bert-base and llama-300m through torchax (about 3 minutes)
+#   scan   gpt2 at 12 and 24 layers, unrolled against scan-layers: compile and step (about 4 minutes)
+#   doctor the doctor on examples/doctor's host sync, recompile, no-donation and clean JAX scripts (~2 minutes)
+#   before gpt2-124m jit+bf16 with the default (einsum) attention: the figure before the fused kernel
+set -uo pipefail
+
+usage() { echo "usage: benchmarks/tpu_check.sh OUTDIR [--dry-run | GROUP ...]" >&2; exit 2; }
+[[ $# -ge 1 && $1 != -* ]] || usage
+OUT=$1; shift
+DRY=0; GROUPS_=()
+for a in "$@"; do
+  case $a in
+    --dry-run) DRY=1 ;;
+    gpt|bert|llama|torchax|scan|doctor|before) GROUPS_+=("$a") ;;
+    *) usage ;;
+  esac
+done
+[[ ${#GROUPS_[@]} -gt 0 ]] || GROUPS_=(gpt bert llama)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PYTHON:-python3}; [[ $PY == */* ]] && PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
+mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
+"$PY" -c "import twinbench" 2>/dev/null || export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
+TB=("$PY" -m twinbench.cli)
+HF=("$PY" "$ROOT/benchmarks/jax_twin_vs_hf_flax.py" "${HF_PYTHON:-$PY}")  # a python with transformers < 5
+TORCHAX=torch:torchax
+
+if [[ $DRY -eq 1 ]]; then  # rehearsal: tiny shapes, the default attention (splash is TPU-only), short timeouts
+  GPT=(--preset tiny --steps 4 --warmup 1); BERT=(--preset bert-tiny --steps 4 --warmup 1)
+  LLAMA=(--preset llama-tiny --steps 4 --warmup 1); ATTN=(); LIMIT=300; HFPRESET=(--preset tiny)
+else
+  "$PY" -m twinbench.environment --tpu || { echo "error: preflight failed (above); see docs/tpu.md" >&2; exit 2; }
+  GPT=(--preset gpt2-124m --batch 8 --seq 1024 --steps 15 --warmup 3)
+  BERT=(--preset bert-base --batch 32 --seq 512 --steps 15 --warmup 3)
+  LLAMA=(--preset llama-300m --batch 8 --seq 1024 --steps 15 --warmup 3)
+  ATTN=(--attention-impl splash); LIMIT=170; HFPRESET=(--preset gpt2-124m)
+fi
+
+{
+  echo "# tpu_check conditions"
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "python: $("$PY" --version 2>&1)"
+  "$PY" -c 'import jax; d = jax.devices()[0]; print(f"device: {d.device_kind} x {jax.device_count()} ({d.platform}), jax {jax.__version__}")'
+  "$PY" -c 'import importlib.metadata as m; print("versions:", ", ".join(f"{p} {m.version(p)}" for p in ("jaxlib", "libtpu", "flax", "optax", "torch", "torchax", "transformers") if __import__("importlib.util").util.find_spec(p.replace("-", "_")) or p == "libtpu"))' 2>/dev/null || true
+  echo "groups: ${GROUPS_[*]}"
+} > "$OUT/conditions.txt"
+cat "$OUT/conditions.txt"
+cd "$OUT"  # runs/ and caches stay out of the repository
+
+# run NAME SECONDS CMD...: one program, its own timeout; its exit code into status.txt, its output into NAME.log
+run() {
+  local name=$1 limit=$2; shift 2
+  echo "== $name (limit ${limit}s)"
+  local t0=$SECONDS
+  timeout --kill-after=15 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "$name rc=$rc ${SECONDS}s-${t0}s=$((SECONDS - t0))s" | tee -a "$OUT/status.txt"
+  tail -n 4 "$OUT/$name.log"
+}
+compare() {  # compare NAME EXTRA...: a twinbench compare into OUTDIR/NAME
+  local name=$1; shift
+  mkdir -p "$OUT/$name"
+  run "$name" "$LIMIT" "${TB[@]}" compare "$@" --timeout $((LIMIT - 10)) --out "$OUT/$name" --json "$OUT/$name/records.json" --wide
+}
+
+for g in "${GROUPS_[@]}"; do
+  case $g in
+    gpt)
+      compare gpt-jax "${GPT[@]}" --strategies jax:jit+bf16 "${ATTN[@]}" --trace "$OUT/traces"
+      compare gpt-torchax "${GPT[@]}" --strategies "$TORCHAX+bf16" --trace "$OUT/traces"
+      run gpt-hf "$LIMIT" "${HF[@]}" "${HFPRESET[@]}" --precision bf16 --sides hf --rounds 1 --steps 15 \
+        --trace "$OUT/traces/hf-gpt" --out "$OUT/gpt-hf" ;;
+    bert)
+      compare bert-jax "${BERT[@]}" --strategies jax:jit+bf16 "${ATTN[@]}"
+      [[ $DRY -eq 1 ]] && continue
+      run bert-hf "$LIMIT" "${HF[@]}" --preset bert-base --precision bf16 --sides hf --rounds 1 --steps 15 \
+        --out "$OUT/bert-hf" ;;
+    llama)
+      compare llama-jax "${LLAMA[@]}" --strategies jax:jit+bf16 "${ATTN[@]}" ;;
+    torchax)
+      compare bert-torchax "${BERT[@]}" --strategies "$TORCHAX+bf16"
+      compare llama-torchax "${LLAMA[@]}" --strategies "$TORCHAX+bf16" ;;
+    before)
+      compare gpt-jax-einsum "${GPT[@]}" --strategies jax:jit+bf16 ;;
+    scan)
+      for L in 12 24; do
+        compare "scan-$L" "${GPT[@]}" --layers "$L" --steps 6 --warmup 2 --strategies jax:jit+bf16,jax:scan-layers+bf16 "${ATTN[@]}"
+      done ;;
+    doctor)
+      for ex in jax_host_sync jax_recompile jax_no_donation clean_jax; do  # each finding's cost, measured on the chip
+        run "doctor-$ex" 120 "${TB[@]}" doctor "$ROOT/examples/doctor/$ex.py" --json "$OUT/doctor-$ex.json"
+      done ;;
+  esac
+done
+"$PY" "$ROOT/benchmarks/tpu_summary.py" "$OUT" || true
