@@ -68,7 +68,8 @@ def explain_trace(arg: str, step_marker: str | None = None, rank: int | None = N
     kind, path, b = trace_file.read(arg, step_marker, rank, device, hlo)
     hlo_path = hlo if hlo and not Path(hlo).is_dir() else str(path.parent / "step.hlo.txt")
     e = explain_breakdown(b, f"{kind}:{_short(path)}", b.step_ms, {}, [],
-                          {"framework": kind, "explain_hlo_path": hlo_path})
+                          {"framework": kind, "explain_hlo_path": hlo_path, "peak_tflops": b.peak_tflops,
+                           "peak_source": b.peak_source})
     e.update(run_id=None, trace_path=str(path), memory_breakdown=None)
     return e
 

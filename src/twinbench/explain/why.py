@@ -36,7 +36,8 @@ def run_extras(r: dict[str, Any], b: Breakdown, scale: float, cells: dict[str, d
     return {"ops": [g.to_dict() for g in sorted(kept + rest, key=lambda g: -g.ms)], "throughput": tput,
             "linearization": lin, "shared_forward": ops.shared_forward(groups),
             "warnings": [w for w in r.get("warnings") or [] if w.startswith("machine busy")], "peak": {"tflops": peak, "measured_at": r.get("peak_measured_at"),
-                                           "age": ops.age(r.get("peak_measured_at"))}}
+                                           "age": ops.age(r.get("peak_measured_at")),
+                                           "source": r.get("peak_source") or ""}}
 
 
 def split(a: dict[str, Any], b: dict[str, Any], peak_a: float | None, peak_b: float | None) -> dict[str, float] | None:
@@ -131,6 +132,8 @@ def _peak_text(side: dict[str, Any]) -> str:
     pk = side.get("peak", {})
     if not pk.get("tflops"):
         return f"{side['run']}: no measured peak"
+    if pk.get("source"):
+        return f"{side['run']} {pk['tflops'] * 1e3:.0f} GFLOP/s ({pk['source']})"
     age = f", measured {pk['age']}" if pk.get("age") else ""
     return f"{side['run']} {pk['tflops'] * 1e3:.0f} GFLOP/s{age}"
 
@@ -151,7 +154,7 @@ def sentences(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]],
         work = f" + work {sp['work_ms']:+.1f} ms (FLOPs differ)" if abs(sp["work_ms"]) > 0.01 * abs(r["diff_ms"]) + 1e-9 else ""
         out.append(f"{r['row']} {r['diff_ms']:+.1f} ms = peak {sp['peak_ms']:+.1f} ms + efficiency "
                    f"{sp['efficiency_ms']:+.1f} ms{work}: {a['run']} runs it at {_share(ta)} of its peak, "
-                   f"{b['run']} at {_share(tb)} (measured matmul peaks: {_peak_text(a)}; {_peak_text(b)})")
+                   f"{b['run']} at {_share(tb)} (matmul peaks: {_peak_text(a)}; {_peak_text(b)})")
     matched = [r for r in shape_rows if r["matched"]]
     if matched:
         worst = max(matched, key=lambda r: sign * r["diff_ms"])
