@@ -28,3 +28,15 @@ def test_jax_attention_products_are_attention_and_projections_matmul() -> None:
     assert hlo.category(instrs["fusion.5"]) == "attention"  # a fusion of the backward score product
     assert hlo.category(instrs["dot.3"]) == "matmul"  # the q/k/v projection stays a matmul
     assert hlo.phase(instrs["dot.1"].op_name) == "backward"
+
+
+def test_a_row_larger_than_the_gap_names_what_offsets_it() -> None:
+    from twinbench.explain import gap
+
+    a = {"run": "jax/jit", "step_ms": 100.0, "trace": {"forward": 40.0, "backward": 60.0},
+         "cells": {"forward": {"matmul": 40.0}, "backward": {"attention": 0.0, "matmul": 60.0}}, "scopes": {}}
+    b = {"run": "torch/eager", "step_ms": 104.0, "trace": {"forward": 31.0, "backward": 73.0},
+         "cells": {"forward": {"matmul": 31.0}, "backward": {"attention": 13.0, "matmul": 60.0}}, "scopes": {}}
+    text = gap.sentence(a, b, gap.rows(a, b))
+    assert "325% backward / attention" in text
+    assert "other way: forward / matmul -9.0 ms (jax/jit slower there)" in text

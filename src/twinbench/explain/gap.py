@@ -162,8 +162,16 @@ def sentence(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) 
     top = sorted((r for r in table if r["level"] == 1), key=lambda r: -sign * r["diff_ms"])[:3]
     parts = [f"{r['share']:.0%} {r['row']} ({sign * r['diff_ms']:+.1f} ms)" for r in top]
     attributed = sum(r["diff_ms"] for r in table if r["level"] == 0)
-    return (f"{slow['run']}'s extra {abs(gap):.1f} ms per step over {fast['run']}: " + "; ".join(parts)
+    text = (f"{slow['run']}'s extra {abs(gap):.1f} ms per step over {fast['run']}: " + "; ".join(parts)
             + f" (rows sum to {abs(attributed):.1f} ms of it)")
+    if top and abs(top[0]["share"]) > 1:  # a row larger than the whole gap: say what offsets it
+        back = sorted((r for r in table if r["level"] == 1 and sign * r["diff_ms"] < 0),
+                      key=lambda r: sign * r["diff_ms"])[:3]
+        if back:
+            text += (f"; {top[0]['row']} is larger than the whole gap because rows go the other way: "
+                     + ", ".join(f"{r['row']} {sign * r['diff_ms']:+.1f} ms" for r in back)
+                     + f" ({fast['run']} slower there)")
+    return text
 
 
 def explain_pair(ra: dict[str, Any], rb: dict[str, Any], expand: str = "categories") -> dict[str, Any]:
