@@ -3,6 +3,8 @@ einsums, forward and backward) are attention, as torch's SDPA and its backward a
 
 from __future__ import annotations
 
+import pytest
+
 from twinbench.explain import hlo
 
 HLO = """
@@ -40,3 +42,49 @@ def test_a_row_larger_than_the_gap_names_what_offsets_it() -> None:
     text = gap.sentence(a, b, gap.rows(a, b))
     assert "325% backward / attention" in text
     assert "other way: forward / matmul -9.0 ms (jax/jit slower there)" in text
+
+
+def _side(run: str, step: float, cells: dict, tput: dict) -> dict:
+    trace = {p: sum(c.values()) for p, c in cells.items()}
+    return {"run": run, "step_ms": step, "trace": trace, "cells": cells, "scopes": {}, "throughput": tput,
+            "peak": {"tflops": 1.0}}
+
+
+def test_gap_rows_say_framework_or_implementation() -> None:
+    from twinbench.explain import gap
+
+    # backward matmul: the same FLOPs, XLA at 50% of its peak, torch at 80% -> the framework's
+    # forward element-wise: jax/jit moves 3x the bytes -> the implementation's
+    a = _side("torch/eager", 100.0, {"backward": {"matmul": 50.0}, "forward": {"element-wise": 5.0}},
+              {"backward": {"matmul": {"flops": 4e10, "raw_ms": 50.0, "tflops": 0.8, "peak_share": 0.8}},
+               "forward": {"element-wise": {"bytes": 1e9, "raw_ms": 5.0, "gbps": 200.0}}})
+    b = _side("jax/jit", 125.0, {"backward": {"matmul": 70.0}, "forward": {"element-wise": 10.0}},
+              {"backward": {"matmul": {"flops": 4e10, "raw_ms": 70.0, "tflops": 0.5, "peak_share": 0.5}},
+               "forward": {"element-wise": {"bytes": 3e9, "raw_ms": 10.0, "gbps": 300.0}}})
+    r = gap.pair(a, b)
+    said = [w for w in r["why"] if w.startswith(("framework", "implementation"))]
+    assert said[0].startswith("framework: backward / matmul (+20.0 ms)") and "50% of jax/jit's peak" in said[0]
+    assert "torch's at 80%" in said[0]
+    assert said[1].startswith("implementation: forward / element-wise (+5.0 ms): jax/jit does 3.0x the bytes")
+
+
+def test_timing_phases_add_up_to_the_measured_step() -> None:
+    """The timing method's phases sum to its own synced step (172 ms), not the measured one (148 ms): shown
+    scaled to the measured step, with a note that says by how much; the raw figures are kept."""
+    from twinbench.explain import gap
+    from twinbench.explain.breakdown import PHASES, Breakdown
+
+    b = Breakdown(steps_traced=1)
+    b.add("forward", "matmul", 50.0)
+    b.add("backward", "matmul", 90.0)
+    b.finish(1, 148.0)
+    timing = {"input": 10.0, "forward": 60.0, "backward": 80.0, "optimizer": 22.0, "rest": 0.0, "step": 172.0}
+    e = gap.explain_breakdown(b, "torch/eager", 148.0, timing, [], {"framework": "torch"})
+    assert sum(e["timing"][p] for p in PHASES) == pytest.approx(148.0)
+    assert e["timing"]["forward"] == pytest.approx(60.0 * 148 / 172)
+    assert e["timing_raw"]["forward"] == 60.0
+    assert any("sum to 172.0 ms" in n and "scaled by 0.86" in n for n in e["notes"])
+    close = dict(timing, input=0.0, step=150.0)  # within 10%: scaled, no note
+    e = gap.explain_breakdown(b, "torch/eager", 148.0, close, [], {"framework": "torch"})
+    assert sum(e["timing"][p] for p in PHASES) == pytest.approx(148.0)
+    assert not any(n.startswith("timing:") for n in e["notes"])
