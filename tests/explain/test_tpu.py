@@ -108,3 +108,43 @@ def test_xplane_round_trip() -> None:
     raw = gzip.decompress(USER.read_bytes())
     assert xplane.encode(xplane.fields_of(raw)) == raw
     assert any(n.startswith("/device:TPU:") for n in xplane.plane_names(raw))
+
+
+#: the compiled HLO of two of the fixture's fusions, cut to what explain reads: a softmax fused on its own
+#: (its op_name says reduce_sum) and the LM head's backward dot fused with the loss's softmax
+SOFTMAX_HLO = """
+%fused_softmax (p0: f32[8,12,1024,1024]) -> f32[8,12,1024] {
+  %p0 = f32[8,12,1024,1024]{3,2,1,0} parameter(0)
+  %exponential.1 = f32[8,12,1024,1024]{3,2,1,0} exponential(%p0)
+  ROOT %reduce.1 = f32[8,12,1024]{2,1,0} reduce(%exponential.1, %c), dimensions={3}, to_apply=%add
+}
+
+%fused_head (p0: f32[8192,50257], w: f32[50257,768]) -> f32[8192,768] {
+  %p0 = f32[8192,50257]{1,0} parameter(0)
+  %exponential.2 = f32[8192,50257]{1,0} exponential(%p0)
+  %reduce.2 = f32[8192]{0} reduce(%exponential.2, %c), dimensions={1}, to_apply=%add
+  ROOT %convolution.2 = f32[8192,768]{1,0} convolution(%exponential.2, %w), dim_labels=bf_io->bf
+}
+
+ENTRY %main (a: f32[8,12,1024,1024]) -> f32[8,12,1024] {
+  %fusion.55 = f32[8,12,1024]{2,1,0} fusion(%a), kind=kLoop, calls=%fused_softmax, metadata={op_name="jit(train_step)/jvp(block0)/attn/reduce_sum"}
+  ROOT %multiply_reduce_fusion.50 = f32[8192,768]{1,0} fusion(%a, %w), kind=kOutput, calls=%fused_head, metadata={op_name="jit(train_step)/transpose(jvp(head))/dot_general"}
+}
+"""
+
+
+def test_tpu_softmax_fusion_is_attention_with_the_hlo() -> None:
+    """With the compiled HLO (``--hlo DUMP_DIR``), a softmax fused on its own counts as attention, as torch's
+    SDPA holds its softmax; a softmax fused into the LM head's matmul stays a matmul."""
+    plain = jax_trace.read(str(OWN))
+    joined = jax_trace.read(str(OWN), hlo_text=SOFTMAX_HLO)
+
+    def cat_of(b, name: str) -> set[str]:
+        return {r[1] for r in b.raw if r[4] == name}
+
+    assert cat_of(plain, "fusion.55") == {"reductions"} and cat_of(joined, "fusion.55") == {"attention"}
+    assert cat_of(joined, "multiply_reduce_fusion.50") == {"matmul"}
+    moved = joined.cells["forward"]["attention"] - plain.cells["forward"]["attention"]
+    assert moved > 0.3 and joined.cells["forward"]["reductions"] == pytest.approx(
+        plain.cells["forward"]["reductions"] - moved)
+    assert "HLO" in joined.source

@@ -79,7 +79,7 @@ def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str
     except (OSError, EOFError, ValueError, IndexError, UnicodeDecodeError) as e:
         raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from e
     if tpu:
-        return tpu_trace.read(path, raw, device, module)
+        return tpu_trace.read(path, raw, device, module, hlo_text, hlo_for)
     data = _profile(raw, path)
     host: list[st.Marked] = []
     step_nums: set[str] = set()

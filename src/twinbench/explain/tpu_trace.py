@@ -15,6 +15,7 @@ attention product or softmax is attention whatever the TPU fused it into), then 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from twinbench.explain import hlo, peaks, taxonomy, xplane
@@ -91,8 +92,11 @@ def category(hlo_category: str, op_name: str, name: str = "", target: str = "") 
     return taxonomy.hlo_op(hc) if hc else "other"
 
 
-def read(path: Path, data: bytes, device: int | None = None, module: str = "") -> Breakdown:
-    """The breakdown of a TPU profile: the main module's executions on one TPU core (default the first)."""
+def read(path: Path, data: bytes, device: int | None = None, module: str = "", hlo_text: str = "",
+         hlo_for: Callable[[str], str] | None = None) -> Breakdown:
+    """The breakdown of a TPU profile: the main module's executions on one TPU core (default the first). With
+    the module's compiled HLO text (``hlo_text``, or ``hlo_for(module name)``), a fusion whose instructions
+    make a softmax (max, exp, sum) counts as attention, as it does on the CPU and GPU."""
     planes = {int(_TPU.match(p.name).group(1)): p  # type: ignore[union-attr]
               for p in xplane.read(data, lambda n: bool(_TPU.match(n)))}
     if device is not None and device not in planes:
@@ -123,6 +127,9 @@ def read(path: Path, data: bytes, device: int | None = None, module: str = "") -
         main = chosen[0]
     else:
         main = max(runs, key=lambda m: sum(e - s for s, e in runs[m]))
+    if hlo_for is not None and not hlo_text:
+        hlo_text = hlo_for(main.split("(")[0])
+    instrs = hlo.parse(hlo_text) if hlo_text else {}
     execs = sorted(runs[main])
     if len(execs) > 1:  # start to start: a step holds the idle time before the next execution
         spans = [(execs[i][0], execs[i + 1][0]) for i in range(len(execs) - 1)]
@@ -130,7 +137,8 @@ def read(path: Path, data: bytes, device: int | None = None, module: str = "") -
     else:
         spans = [execs[0]]
         method = f"the one execution of the XLA module {main.split('(')[0]} on TPU {dev}"
-    b = Breakdown(source="jax.profiler (TPU: hlo_category, op_name and XLA's FLOPs per op)",
+    b = Breakdown(source="jax.profiler (TPU: hlo_category, op_name and XLA's FLOPs per op)"
+                  + (" + HLO" if instrs else ""),
                   steps_traced=len(spans), step_method=method)
     b.device = f"TPU {dev} ({plane.stats.get('device_type_string', 'TPU')})"
     b.idle = "the TPU idle between ops within the step (waiting on the host, the next step's dispatch)"
@@ -154,6 +162,10 @@ def read(path: Path, data: bytes, device: int | None = None, module: str = "") -
         phase_before, backward_seen = "rest", False
         for o in mine:
             cat = category(o.category, o.op_name, o.name, o.target)
+            ins = instrs.get(o.name)
+            if ins is not None and cat in ("reductions", "element-wise") and hlo.category(ins) == "attention":
+                cat = "attention"  # a softmax fused on its own (its op_name says only reduce_sum); one fused
+                # into a matmul (the LM head's backward with the loss's softmax) stays a matmul
             phase = hlo.phase(o.op_name) if o.op_name else phase_before
             if phase == "backward":
                 backward_seen = True
