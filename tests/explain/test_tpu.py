@@ -148,3 +148,11 @@ def test_tpu_softmax_fusion_is_attention_with_the_hlo() -> None:
     assert moved > 0.3 and joined.cells["forward"]["reductions"] == pytest.approx(
         plain.cells["forward"]["reductions"] - moved)
     assert "HLO" in joined.source
+
+
+def test_tpu_one_profile_prints_its_flops_against_the_peak() -> None:
+    res = CliRunner().invoke(app, ["explain", str(OWN)])
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.split())
+    assert "FLOP/s against the peak (197 TFLOP/s, TPU v5e datasheet bf16 peak)" in flat
+    assert "backward matmul" in flat and "backward attention" in flat
