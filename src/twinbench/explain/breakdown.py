@@ -55,6 +55,8 @@ class Breakdown:
     step_method: str = ""  # how the steps were found
     idle: str = ""  # what ``rest/idle`` means for this trace
     notes: list[str] = field(default_factory=list)  # what was chosen for the user (rank, device, steps)
+    peak_tflops: float | None = None  # the device's peak where the trace names the device (TPU: datasheet)
+    peak_source: str = ""
     #: every attributed op as read (phase, category, ms, scope, name, detail), summed over the steps used and
     #: not yet divided: explain/ops.py groups them (FLOPs, shapes from ``detail``) and divides as ``finish``
     #: did the cells

@@ -160,6 +160,9 @@ def print_side(e: dict[str, Any], out: Any, top_ops: bool = False) -> None:
         out.print(f"  steps: {e['steps_used']} of {e['steps_traced']} found, from {e['step_method']}", highlight=False)
     if e.get("device"):
         out.print(f"  device: {e['device']}; idle = {e['idle']}", highlight=False)
+    line = throughput_line(e)
+    if line:
+        out.print(f"  {line}", highlight=False)
     if top_ops and e.get("kernels"):
         out.print(ops_table(e))
     if e.get("other"):
@@ -168,6 +171,29 @@ def print_side(e: dict[str, Any], out: Any, top_ops: bool = False) -> None:
     for note in e["notes"]:
         out.print(f"  note: {note}", highlight=False)
     out.print(f"  trace: {e['trace_path']}", highlight=False)
+
+
+def throughput_line(e: dict[str, Any]) -> str:
+    """``FLOP/s against the peak (...): forward matmul 168 TFLOP/s (85%), ...`` for the compute rows of one
+    run or trace ('' when none has FLOPs counted)."""
+    from twinbench.explain import ops
+
+    parts = []
+    for p in gap.PHASES:
+        for c in ops.COMPUTE:
+            t = (e.get("throughput") or {}).get(p, {}).get(c) or {}
+            if t.get("tflops") and t.get("ms", 0) > 0.01 * e["step_ms"]:
+                share = f" ({t['peak_share']:.0%})" if t.get("peak_share") is not None else ""
+                parts.append(f"{p} {c} {t['tflops']:.3g} TFLOP/s{share}")
+    if not parts:
+        return ""
+    pk = e.get("peak") or {}
+    if pk.get("tflops"):
+        src = pk.get("source") or "measured" + (f" {pk['age']}" if pk.get("age") else "")
+        head = f"FLOP/s against the peak ({pk['tflops']:.3g} TFLOP/s, {src})"
+    else:
+        head = "FLOP/s (no peak known)"
+    return f"{head}: " + ", ".join(parts)
 
 
 def print_pair(result: dict[str, Any], out: Any) -> None:

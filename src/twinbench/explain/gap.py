@@ -3,7 +3,7 @@
 The trace gives each phase's and category's *share* of a traced step; profiled steps run slower than the
 measured ones, so those shares are applied to the run's measured ``step_ms`` (a share of a measured time,
 never a profiled time). The timing method gives milliseconds directly. Each run's checks: the timing phases
-sum to the measured step within 10%; the two methods agree per phase within 10% of the step (otherwise the
+sum to the measured step (scaled to it, with a note when they were off by more than 10%); the two methods agree per phase within 10% of the step (otherwise the
 output says so); categorized time >= 90% (otherwise the largest "other" members are listed).
 """
 
@@ -68,7 +68,8 @@ def explain_trace(arg: str, step_marker: str | None = None, rank: int | None = N
     kind, path, b = trace_file.read(arg, step_marker, rank, device, hlo)
     hlo_path = hlo if hlo and not Path(hlo).is_dir() else str(path.parent / "step.hlo.txt")
     e = explain_breakdown(b, f"{kind}:{_short(path)}", b.step_ms, {}, [],
-                          {"framework": kind, "explain_hlo_path": hlo_path})
+                          {"framework": kind, "explain_hlo_path": hlo_path, "peak_tflops": b.peak_tflops,
+                           "peak_source": b.peak_source})
     e.update(run_id=None, trace_path=str(path), memory_breakdown=None)
     return e
 
@@ -91,11 +92,11 @@ def explain_breakdown(b: Breakdown, run: str, step: float, timing: dict[str, flo
     trace_phases = {p: sum(cells.get(p, {}).values()) for p in PHASES}
     d = b.to_dict()
     notes = list(b.notes) + notes
+    timing_raw = dict(timing)
     if timing:
-        tsum = sum(timing.get(p, 0.0) for p in PHASES)
-        if step and abs(tsum - step) > TOLERANCE * step:
-            notes.append(f"timing: phases sum to {tsum:.1f} ms, the measured step is {step:.1f} ms "
-                         f"({tsum / step - 1:+.0%})")
+        timing, note = scale_timing(timing, step)
+        if note:
+            notes.append(note)
         for p in PHASES:
             if p in timing and step and abs(timing[p] - trace_phases[p]) > TOLERANCE * step:
                 notes.append(f"methods disagree on {p}: timing {timing[p]:.1f} ms, trace {trace_phases[p]:.1f} ms")
@@ -107,11 +108,32 @@ def explain_breakdown(b: Breakdown, run: str, step: float, timing: dict[str, flo
                      f"{DISTURBED}x the fastest (disturbed by another process?)")
     if b.overlap > 1.05:
         notes.append(f"ops overlapped (summed op time {b.overlap:.2f}x the time anything ran): scaled to it")
-    return {"run": run, "step_ms": step, "traced_step_ms": b.step_ms, "timing": timing, "trace": trace_phases,
+    return {"run": run, "step_ms": step, "traced_step_ms": b.step_ms, "timing": timing, "timing_raw": timing_raw,
+            "trace": trace_phases,
             "cells": cells, "scopes": scopes, "categorized_share": d["categorized_share"], "other": d["other"],
             "notes": notes, "source": b.source, "device": b.device, "idle": b.idle,
             "step_method": b.step_method, "steps_traced": b.steps_traced, "steps_used": b.steps_used,
             "kernels": d["ops"][:50], **extras}
+
+
+def scale_timing(timing: dict[str, float], step: float) -> tuple[dict[str, float], str]:
+    """The timing method's phases on the measured step's scale, and a note when that moved them.
+
+    The phases are differences of separately timed, synced runs (host step, placed step, forward,
+    forward+backward; see :mod:`.timing`), so they add up, by construction, to the timing's *own* step: one
+    synced step at a time, after the measured ones. That step is not the measured step (which runs without a
+    sync between steps, JAX dispatching ahead), and can differ from it by more than noise: the phases are
+    scaled by measured / timed step so that they add up to the measured step, and the note says by how much.
+    """
+    tsum = sum(timing.get(p, 0.0) for p in PHASES)
+    if not step or tsum <= 0:
+        return dict(timing), ""
+    factor = step / tsum
+    out = {k: (v * factor if k in PHASES else v) for k, v in timing.items()}
+    if abs(factor - 1) <= TOLERANCE:
+        return out, ""
+    return out, (f"timing: its phases (timed one synced step at a time) sum to {tsum:.1f} ms, the measured step "
+                 f"is {step:.1f} ms ({tsum / step - 1:+.0%}); shown scaled by {factor:.2f} to the measured step")
 
 
 def busy_warnings(r: dict[str, Any]) -> list[str]:
@@ -161,8 +183,16 @@ def sentence(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) 
     top = sorted((r for r in table if r["level"] == 1), key=lambda r: -sign * r["diff_ms"])[:3]
     parts = [f"{r['share']:.0%} {r['row']} ({sign * r['diff_ms']:+.1f} ms)" for r in top]
     attributed = sum(r["diff_ms"] for r in table if r["level"] == 0)
-    return (f"{slow['run']}'s extra {abs(gap):.1f} ms per step over {fast['run']}: " + "; ".join(parts)
+    text = (f"{slow['run']}'s extra {abs(gap):.1f} ms per step over {fast['run']}: " + "; ".join(parts)
             + f" (rows sum to {abs(attributed):.1f} ms of it)")
+    if top and abs(top[0]["share"]) > 1:  # a row larger than the whole gap: say what offsets it
+        back = sorted((r for r in table if r["level"] == 1 and sign * r["diff_ms"] < 0),
+                      key=lambda r: sign * r["diff_ms"])[:3]
+        if back:
+            text += (f"; {top[0]['row']} is larger than the whole gap because rows go the other way: "
+                     + ", ".join(f"{r['row']} {sign * r['diff_ms']:+.1f} ms" for r in back)
+                     + f" ({fast['run']} slower there)")
+    return text
 
 
 def explain_pair(ra: dict[str, Any], rb: dict[str, Any], expand: str = "categories") -> dict[str, Any]:

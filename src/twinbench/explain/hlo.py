@@ -95,6 +95,8 @@ def category(ins: Instr) -> str:
         by_scope = taxonomy.hlo_op("", ins.op_name)  # a softmax/layer-norm scope names what the fusion does
         cats = work or ins.contains
         return taxonomy.dominant([*cats, by_scope] if by_scope != "other" else cats)
+    if ins.opcode not in taxonomy.COLLECTIVE_OPCODES and taxonomy.attention_product(ins.op_name):
+        return "attention"  # an attention product (its dot, or a oneDNN/YNN call) follows the model's op
     if "ynn" in ins.kind or "dot" in ins.name or "gemm" in ins.kind:
         return "matmul"
     return _one(ins)

@@ -10,7 +10,8 @@ NCCL...), else the instruction (a fusion by what it fuses, a custom call by its 
 the fusion's name (``loop_add_fusion``) or the primitive ending its ``op_name``. Its phase: the ``op_name``
 path (``jvp(...)`` forward, ``transpose(jvp(...))`` backward, the ``optimizer`` scope); a kernel with no
 path (cuBLAS inside a command buffer) takes the phase of the kernel before it on its stream. XLA:CPU records
-each executed instruction (thunk) on the host plane's threads with the same ``hlo_op`` stat.
+each executed instruction (thunk) on the host plane's threads with the same ``hlo_op`` stat. A TPU profile
+(``/device:TPU:N`` planes) is read by :mod:`.tpu_trace`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from twinbench.explain import hlo, taxonomy
+from twinbench.explain import hlo, taxonomy, tpu_trace, xplane
 from twinbench.explain import steps as st
 from twinbench.explain.breakdown import Breakdown, undisturbed
 from twinbench.explain.steps import TraceError
@@ -57,13 +58,11 @@ class _Kernel:
         self.op_name = str(stats.get("name", "")) if "/" in str(stats.get("name", "")) else ""
 
 
-def _profile(path: Path) -> Any:
+def _profile(raw: bytes, path: Path) -> Any:
     from jax.profiler import ProfileData
 
     try:
-        if path.name.endswith(".gz"):
-            return ProfileData.from_serialized_xspace(gzip.decompress(path.read_bytes()))
-        return ProfileData.from_file(str(path))
+        return ProfileData.from_serialized_xspace(raw)
     except Exception as e:
         raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from e
 
@@ -74,7 +73,14 @@ def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str
     or by ``hlo_for(module)``, the HLO text of the module the traced ops ran (an ``--xla_dump_to`` directory
     holds every module a process compiled)."""
     path = xplane_of(trace_path)
-    data = _profile(path)
+    try:
+        raw = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
+        tpu = tpu_trace.is_tpu(xplane.plane_names(raw))
+    except (OSError, EOFError, ValueError, IndexError, UnicodeDecodeError) as e:
+        raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from e
+    if tpu:
+        return tpu_trace.read(path, raw, device, module, hlo_text, hlo_for)
+    data = _profile(raw, path)
     host: list[st.Marked] = []
     step_nums: set[str] = set()
     host_ops: list[_Kernel] = []

@@ -89,21 +89,23 @@ def groups(r: dict[str, Any], b: Breakdown, scale: float) -> list[OpGroup]:
     from twinbench.explain.linearize import classify
 
     lin, shared = classify(text) if text else (set(), set())
-    for phase, cat, ms, scope, name, _detail in b.raw:
-        shape = shapes.op(name) if shapes is not None else flops.OpShape()
+    for phase, cat, ms, scope, name, detail in b.raw:
+        counted = isinstance(detail, dict) and "flops" in detail  # TPU: XLA's own FLOPs and bytes per op
+        shape = shapes.op(name) if shapes is not None and not counted else flops.OpShape()
         is_lin = phase == "forward" and name in lin
         key = (phase, cat, name)
         g = out.get(key)
         if g is None:
             ins = shapes.table.get(name) if shapes is not None else None
+            where = detail.get("where", "") if counted else ""
             g = out[key] = OpGroup(phase, cat, name, scope, shape=shape, linearization=is_lin,
                                    shared=phase == "forward" and name in shared and cat not in COMPUTE,
-                                   where="/".join(ins.op_name.split("/")[-3:]) if ins else "")
+                                   where=where or ("/".join(ins.op_name.split("/")[-3:]) if ins else ""))
         g.ms += ms * per
         g.raw_ms += ms / steps
         g.calls += 1 / steps
-        g.flops += shape.flops / steps
-        g.bytes += shape.bytes / steps
+        g.flops += (detail["flops"] if counted else shape.flops) / steps
+        g.bytes += (detail["bytes"] if counted else shape.bytes) / steps
     return list(out.values())
 
 

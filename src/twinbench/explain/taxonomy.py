@@ -62,11 +62,47 @@ _HLO = {
                      "shift-right-logical", "shift-right-arithmetic", "popcnt", "rng-bit-generator",
                      "stochastic-convert", "real", "imag", "tan", "expm1", "log1p"},
 }
+COLLECTIVE_OPCODES = frozenset(_HLO["collectives"])
 _HLO_OF = {op: cat for cat, ops in _HLO.items() for op in ops}
 #: op_name scope fragments that decide a category whatever the opcode
 _SCOPE_CATS = [("attention", re.compile(r"softmax|dot_product_attention|attention_weights|attn_scores|"
                                         r"scaled_dot|/attn/.*(softmax|scores)")),
                ("normalization", re.compile(r"layer_?norm|rms_?norm|batch_?norm|/ln_\w+|/norm\b"))]
+_EINSUM = re.compile(r"([a-zA-Z.]+(?:,[a-zA-Z.]+)+->[a-zA-Z.]*)")
+
+
+def attention_product(op_name: str) -> bool:
+    """Whether an ``op_name`` path names an attention product: an einsum batched over two or more dimensions
+    that both operands and the result carry (batch and heads: ``bqhd,bkhd->bhqk``, ``bhqk,bkhd->bqhd``, or
+    ``...qhd,...khd->...hqk``; flax's ``vmap(BTNH,BSNH->BNTS)``). A projection (``btd,dhk->bthk``) shares no dimension between its operands and
+    result, so stays a matmul. The backward of an attention product keeps the product's name in its path
+    (``transpose(jvp(block1))/attn/bqhd,bkhd->bhqk/dot_general``), so it is attention too, as in torch's
+    SDPA backward."""
+    for spec in _EINSUM.findall(op_name):
+        ins, out = spec.split("->")
+        terms = ins.split(",")
+        if len(terms) != 2:
+            continue
+        shared = set(terms[0].replace(".", "")) & set(terms[1].replace(".", "")) & set(out.replace(".", ""))
+        ellipsis = all("..." in t for t in (*terms, out))
+        if len(shared) + ellipsis >= 2:
+            return True
+    return False
+
+
+def scope_category(op_name: str) -> str:
+    """The category an ``op_name`` path decides whatever the op's kind ("" when it decides none): attention
+    (an attention product, softmax, a fused attention primitive), normalization (a norm scope)."""
+    if not op_name:
+        return ""
+    if attention_product(op_name):
+        return "attention"
+    for scat, rx in _SCOPE_CATS:
+        if rx.search(op_name):
+            return scat
+    return ""
+
+
 _NO_TIME = {"parameter", "get-tuple-element", "tuple", "constant", "bitcast", "after-all", "partition-id",
             "replica-id", "opt-barrier"}
 
@@ -74,7 +110,11 @@ _NO_TIME = {"parameter", "get-tuple-element", "tuple", "constant", "bitcast", "a
 def hlo_op(opcode: str, op_name: str = "") -> str:
     """The category of one (non-fusion) HLO instruction, from its opcode and its ``op_name`` metadata."""
     cat = _HLO_OF.get(opcode, "other")
-    if cat in ("matmul", "collectives"):
+    if cat == "collectives":
+        return cat
+    if attention_product(op_name):  # the score/value products and everything their path names: attention
+        return "attention"
+    if cat == "matmul":
         return cat
     for scat, rx in _SCOPE_CATS:
         if rx.search(op_name):
@@ -250,7 +290,11 @@ def jax_op_name(op_name: str) -> str:
         return "other"
     last = op_name.rstrip("/").rsplit("/", 1)[-1]
     last = re.sub(r"^\w+\((.*)\)$", r"\1", last)
-    for cat, p in _PRIMS[:2]:
+    if re.search(_PRIMS[0][1], last):
+        return "collectives"
+    if attention_product(op_name):
+        return "attention"
+    for cat, p in _PRIMS[1:2]:
         if re.search(p, last):
             return cat
     for scat, rx in _SCOPE_CATS:

@@ -36,7 +36,8 @@ def run_extras(r: dict[str, Any], b: Breakdown, scale: float, cells: dict[str, d
     return {"ops": [g.to_dict() for g in sorted(kept + rest, key=lambda g: -g.ms)], "throughput": tput,
             "linearization": lin, "shared_forward": ops.shared_forward(groups),
             "warnings": [w for w in r.get("warnings") or [] if w.startswith("machine busy")], "peak": {"tflops": peak, "measured_at": r.get("peak_measured_at"),
-                                           "age": ops.age(r.get("peak_measured_at"))}}
+                                           "age": ops.age(r.get("peak_measured_at")),
+                                           "source": r.get("peak_source") or ""}}
 
 
 def split(a: dict[str, Any], b: dict[str, Any], peak_a: float | None, peak_b: float | None) -> dict[str, float] | None:
@@ -131,6 +132,8 @@ def _peak_text(side: dict[str, Any]) -> str:
     pk = side.get("peak", {})
     if not pk.get("tflops"):
         return f"{side['run']}: no measured peak"
+    if pk.get("source"):
+        return f"{side['run']} {pk['tflops'] * 1e3:.0f} GFLOP/s ({pk['source']})"
     age = f", measured {pk['age']}" if pk.get("age") else ""
     return f"{side['run']} {pk['tflops'] * 1e3:.0f} GFLOP/s{age}"
 
@@ -151,7 +154,8 @@ def sentences(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]],
         work = f" + work {sp['work_ms']:+.1f} ms (FLOPs differ)" if abs(sp["work_ms"]) > 0.01 * abs(r["diff_ms"]) + 1e-9 else ""
         out.append(f"{r['row']} {r['diff_ms']:+.1f} ms = peak {sp['peak_ms']:+.1f} ms + efficiency "
                    f"{sp['efficiency_ms']:+.1f} ms{work}: {a['run']} runs it at {_share(ta)} of its peak, "
-                   f"{b['run']} at {_share(tb)} (measured matmul peaks: {_peak_text(a)}; {_peak_text(b)})")
+                   f"{b['run']} at {_share(tb)} (matmul peaks: {_peak_text(a)}; {_peak_text(b)})")
+    out += attribution(a, b, table)
     matched = [r for r in shape_rows if r["matched"]]
     if matched:
         worst = max(matched, key=lambda r: sign * r["diff_ms"])
@@ -167,6 +171,50 @@ def sentences(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]],
                    f"{d['timing_diff_ms']:+.1f} ms ({_why_phase(d['phase'], a, b)}); read that row with care")
     if mem:
         out.append(memory_rows.sentence(mem, a["run"], b["run"]))
+    return out
+
+
+#: how much one side must differ (ratio) before a row is said to be the framework's or the implementation's
+DIFFERS = 1.2
+
+
+def _library(run: str) -> str:
+    return "XLA" if run.startswith("jax") else "torch" if run.startswith("torch") else run.split("/")[0]
+
+
+def attribution(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]], top: int = 3) -> list[str]:
+    """For the rows carrying most of the gap, whose part it is, from what both sides' ops did per step:
+
+    * implementation: the slower side does more work in the row (FLOPs, or bytes for a memory-bound row) by
+      over :data:`DIFFERS` x: extra ops, or more bytes moved;
+    * framework: the same work (within :data:`DIFFERS` x) at a lower share of its own peak (compute rows) or
+      a lower GB/s (memory rows): the framework's kernels run it slower.
+
+    A row with neither (no FLOPs or bytes counted on one side, or both differ) is left unsaid."""
+    gap = b["step_ms"] - a["step_ms"]
+    sign = 1 if gap >= 0 else -1
+    rows = sorted((r for r in table if r["level"] == 1 and sign * r["diff_ms"] > 0.02 * abs(gap) + 1e-9),
+                  key=lambda r: -sign * r["diff_ms"])[:top]
+    out = []
+    for r in rows:
+        ta, tb = r.get("a_throughput") or {}, r.get("b_throughput") or {}
+        (slow, ts), (fast, tf) = ((b, tb), (a, ta)) if sign > 0 else ((a, ta), (b, tb))
+        compute = r["row"].split(" / ")[-1] in ops.COMPUTE
+        unit, key = ("FLOPs", "flops") if compute else ("bytes", "bytes")
+        ws, wf = ts.get(key) or 0.0, tf.get(key) or 0.0
+        if not ws or not wf:
+            continue
+        what = f"{r['row']} ({sign * r['diff_ms']:+.1f} ms)"
+        if ws > DIFFERS * wf:
+            out.append(f"implementation: {what}: {slow['run']} does {ws / wf:.1f}x the {unit} of {fast['run']} "
+                       "in this row (extra ops" + ("" if compute else ", more bytes moved") + ")")
+        elif compute and ts.get("peak_share") and tf.get("peak_share") and                 tf["peak_share"] > DIFFERS * ts["peak_share"]:
+            out.append(f"framework: {what}: the same FLOPs (within {DIFFERS:.1f}x); {_library(slow['run'])}'s "
+                       f"kernels run them at {ts['peak_share']:.0%} of {slow['run']}'s peak, "
+                       f"{_library(fast['run'])}'s at {tf['peak_share']:.0%} of {fast['run']}'s")
+        elif not compute and ts.get("gbps") and tf.get("gbps") and tf["gbps"] > DIFFERS * ts["gbps"]                 and ws <= DIFFERS * wf:
+            out.append(f"framework: {what}: the same bytes (within {DIFFERS:.1f}x) moved at {ts['gbps']:.1f} GB/s "
+                       f"by {_library(slow['run'])}, {tf['gbps']:.1f} GB/s by {_library(fast['run'])}")
     return out
 
 

@@ -1,0 +1,181 @@
+"""TPU: a ``jax.profiler`` profile of a TPU (``/device:TPU:N`` planes), read with :mod:`.xplane`.
+
+The device plane's ``XLA Ops`` line holds each executed HLO instruction, and its event metadata says what
+the instruction is: ``hlo_category`` (``convolution fusion`` = a matmul, ``loop fusion``, ``data formatting``
+= a copy/transpose, ``copy-done``...), ``tf_op`` (JAX's ``op_name`` path: the phase and the model op), and
+XLA's ``flops`` and ``bytes_accessed``. Steps are the executions of the main XLA module (``XLA Modules``
+line: the module with the most device time), start to start, so a step includes the device's idle time
+before the next one; a profile needs no twinbench markers. Phases come from the ``op_name`` path
+(``jvp(...)`` forward, ``transpose(jvp(...))`` backward, an ``optimizer`` scope); an op outside both after the
+backward pass began is the parameter update (optimizer), as in a plain ``optax`` loop with no scopes; an op
+with no path takes the phase of the op before it. Categories follow the model's operation first (an
+attention product or softmax is attention whatever the TPU fused it into), then the ``hlo_category``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from twinbench.explain import hlo, peaks, taxonomy, xplane
+from twinbench.explain import steps as st
+from twinbench.explain.breakdown import Breakdown, undisturbed
+from twinbench.explain.steps import TraceError
+
+_TPU = re.compile(r"^/device:TPU:(\d+)$")
+_TARGET = re.compile(r'custom_call_target="([^"]*)"')
+
+#: ``hlo_category`` (as the TPU profiler names it) -> category; a fusion not listed is decided by its op
+_BY_HLO_CATEGORY = {
+    "convolution": "matmul", "convolution fusion": "matmul", "convolution base fusion": "matmul",
+    "data formatting": "data movement", "copy-start": "data movement", "copy-done": "data movement",
+    "async-start": "data movement", "async-done": "data movement", "iota": "data movement",
+    "gather": "data movement", "scatter": "data movement", "dynamic-update-slice": "data movement",
+    "host send": "data movement", "host recv": "data movement", "send": "data movement",
+    "recv": "data movement", "infeed": "data movement", "outfeed": "data movement",
+    "non-fusion elementwise": "element-wise", "sort": "reductions", "reduce": "reductions",
+    "reduce fusion": "reductions", "all-reduce": "collectives", "all-gather": "collectives",
+    "reduce-scatter": "collectives", "all-to-all": "collectives", "collective-permute": "collectives",
+    "all-reduce fusion": "collectives", "all-gather fusion": "collectives",
+    "reduce-scatter fusion": "collectives", "megacore fusion": "collectives",
+}
+
+
+def is_tpu(plane_names: list[str]) -> bool:
+    return any(_TPU.match(n) for n in plane_names)
+
+
+class _Op:
+    __slots__ = ("bytes", "category", "end", "flops", "name", "op_name", "program", "start", "target")
+
+    def __init__(self, md: xplane.EventMetadata, start: float, dur: float) -> None:
+        s = md.stats
+        text = md.name if md.name.startswith("%") else md.display_name  # the instruction's HLO text
+        self.name = md.display_name if md.name.startswith("%") else md.name
+        self.name = self.name or text.split(" ", 1)[0].lstrip("%")
+        self.start, self.end = start, start + dur
+        self.category = str(s.get("hlo_category", ""))
+        self.op_name = str(s.get("tf_op", "")).rstrip(":")
+        self.program = str(s.get("program_id", ""))
+        self.flops = float(s.get("flops") or 0)
+        self.bytes = float(s.get("bytes_accessed") or 0)
+        t = _TARGET.search(text)
+        self.target = t.group(1) if t else ""
+
+
+def category(hlo_category: str, op_name: str, name: str = "", target: str = "") -> str:
+    """The category of one TPU op: collectives by what they are; the model's operation when the ``op_name``
+    names attention or a normalization (a softmax or score product fused into anything); a custom call by its
+    target or op_name (a Pallas kernel: ``splash``/``flash`` attention); else the ``hlo_category``; else, for a
+    fusion, the primitive its ``op_name`` ends with; else element-wise (a fusion) or other."""
+    hc = hlo_category.lower()
+    by_cat = _BY_HLO_CATEGORY.get(hc, "")
+    if by_cat == "collectives" or taxonomy.custom_call(name) == "collectives":
+        return "collectives"
+    scoped = taxonomy.scope_category(op_name)
+    if scoped:
+        return scoped
+    if hc == "custom-call" or target:
+        cat = taxonomy.custom_call(f"{target} {op_name}")
+        if cat != "other":
+            return cat
+        if "ConcatBitcast" in target or not target:
+            return "data movement"
+    if by_cat:
+        return by_cat
+    if "fusion" in hc or hc == "custom fusion":
+        cat = taxonomy.jax_op_name(op_name)
+        if cat != "other":
+            return cat
+        return "data movement" if hc == "custom fusion" else "element-wise"
+    return taxonomy.hlo_op(hc) if hc else "other"
+
+
+def read(path: Path, data: bytes, device: int | None = None, module: str = "", hlo_text: str = "",
+         hlo_for: Callable[[str], str] | None = None) -> Breakdown:
+    """The breakdown of a TPU profile: the main module's executions on one TPU core (default the first). With
+    the module's compiled HLO text (``hlo_text``, or ``hlo_for(module name)``), a fusion whose instructions
+    make a softmax (max, exp, sum) counts as attention, as it does on the CPU and GPU."""
+    planes = {int(_TPU.match(p.name).group(1)): p  # type: ignore[union-attr]
+              for p in xplane.read(data, lambda n: bool(_TPU.match(n)))}
+    if device is not None and device not in planes:
+        raise TraceError(f"{path}: no device {device} in the trace (TPU cores {', '.join(map(str, sorted(planes)))})")
+    dev = min(planes) if device is None else device
+    plane = planes[dev]
+    lines = {ln.name: ln for ln in plane.lines}
+    op_line, mod_line = lines.get("XLA Ops"), lines.get("XLA Modules")
+    if op_line is None or not op_line.events:
+        raise TraceError(f"{path}: no XLA ops on TPU {dev} (was the profile stopped before the step ran?)")
+    base = op_line.timestamp_ns * 1000
+    ops = [_Op(plane.event_metadata[ev.metadata_id], (base + ev.offset_ps) / 1e3, ev.duration_ps / 1e3)
+           for ev in op_line.events if ev.metadata_id in plane.event_metadata]
+    runs: dict[str, list[tuple[float, float]]] = {}
+    if mod_line is not None:
+        mbase = mod_line.timestamp_ns * 1000
+        for ev in mod_line.events:
+            md = plane.event_metadata.get(ev.metadata_id)
+            if md is not None:
+                t = (mbase + ev.offset_ps) / 1e3
+                runs.setdefault(md.name, []).append((t, t + ev.duration_ps / 1e3))
+    if not runs:
+        raise TraceError(f"{path}: no XLA module executions on TPU {dev}")
+    if module:
+        chosen = [m for m in runs if m == module or m.split("(")[0] == module]
+        if not chosen:
+            raise TraceError(f"{path}: no module {module} on TPU {dev} (modules: {', '.join(sorted(runs))})")
+        main = chosen[0]
+    else:
+        main = max(runs, key=lambda m: sum(e - s for s, e in runs[m]))
+    if hlo_for is not None and not hlo_text:
+        hlo_text = hlo_for(main.split("(")[0])
+    instrs = hlo.parse(hlo_text) if hlo_text else {}
+    execs = sorted(runs[main])
+    if len(execs) > 1:  # start to start: a step holds the idle time before the next execution
+        spans = [(execs[i][0], execs[i + 1][0]) for i in range(len(execs) - 1)]
+        method = f"the executions of the XLA module {main.split('(')[0]} on TPU {dev}, start to start"
+    else:
+        spans = [execs[0]]
+        method = f"the one execution of the XLA module {main.split('(')[0]} on TPU {dev}"
+    b = Breakdown(source="jax.profiler (TPU: hlo_category, op_name and XLA's FLOPs per op)"
+                  + (" + HLO" if instrs else ""),
+                  steps_traced=len(spans), step_method=method)
+    b.device = f"TPU {dev} ({plane.stats.get('device_type_string', 'TPU')})"
+    b.idle = "the TPU idle between ops within the step (waiting on the host, the next step's dispatch)"
+    kind = str(plane.stats.get("device_type_string", ""))
+    b.peak_tflops, b.peak_source = peaks.datasheet_tflops(kind)
+    if len(planes) > 1:
+        b.notes.append(f"{len(planes)} TPU cores in the trace: TPU {dev} shown (--device N for another)")
+    keep = [spans[i] for i in undisturbed([e - s for s, e in (execs[i] for i in range(len(spans)))])]
+    per_step: list[list[_Op]] = [[] for _ in keep]
+    ops.sort(key=lambda o: o.start)
+    for o in ops:
+        for i, (s, e) in enumerate(keep):
+            if s <= o.start < e:
+                per_step[i].append(o)
+                break
+    if not any(per_step):
+        raise TraceError(f"{path}: no ops of TPU {dev} ran within the {len(keep)} steps found ({method})")
+    busy = 0.0
+    for (s, e), mine in zip(keep, per_step, strict=True):
+        busy += st.union([(o.start, o.end) for o in mine], s, e)
+        phase_before, backward_seen = "rest", False
+        for o in mine:
+            cat = category(o.category, o.op_name, o.name, o.target)
+            ins = instrs.get(o.name)
+            if ins is not None and cat in ("reductions", "element-wise") and hlo.category(ins) == "attention":
+                cat = "attention"  # a softmax fused on its own (its op_name says only reduce_sum); one fused
+                # into a matmul (the LM head's backward with the loss's softmax) stays a matmul
+            phase = hlo.phase(o.op_name) if o.op_name else phase_before
+            if phase == "backward":
+                backward_seen = True
+            elif phase == "rest" and o.op_name and backward_seen:
+                phase = "optimizer"  # outside jvp/transpose after the backward pass: the parameter update
+            if o.op_name:
+                phase_before = phase
+            b.add(phase, cat, (o.end - o.start) / 1e6, hlo.scope(o.op_name), name=o.name,
+                  op=o.op_name.rsplit("/", 1)[-1] if o.op_name else o.category,
+                  detail={"flops": o.flops, "bytes": o.bytes, "where": "/".join(o.op_name.split("/")[-3:])})
+    n = len(keep)
+    step_ms = sum(e - s for s, e in keep) / n / 1e6
+    return b.finish(n, step_ms, busy_ms=busy / n / 1e6)

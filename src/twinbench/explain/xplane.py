@@ -1,0 +1,232 @@
+"""A reader (and writer) of the ``XSpace`` protobuf a ``jax.profiler`` trace saves (``*.xplane.pb``), written
+against the wire format of tsl's ``xplane.proto`` so it needs no generated module.
+
+``jax.profiler.ProfileData`` gives each event's own stats but not its *metadata's* stats, and on a TPU those
+hold what an op is: ``hlo_category``, ``tf_op`` (the JAX ``op_name`` path), ``source``, ``flops``,
+``bytes_accessed``. This module decodes the planes named, with their event and stat metadata, and can write a
+trimmed space back (the test fixtures are TPU profiles cut to a few steps).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+# field numbers of tsl/profiler/protobuf/xplane.proto
+_SPACE_PLANES = 1
+_PLANE_ID, _PLANE_NAME, _PLANE_LINES, _PLANE_EVENT_MD, _PLANE_STAT_MD, _PLANE_STATS = 1, 2, 3, 4, 5, 6
+_LINE_ID, _LINE_NAME, _LINE_TS, _LINE_EVENTS, _LINE_DUR, _LINE_DISPLAY_ID, _LINE_DISPLAY = 1, 2, 3, 4, 9, 10, 11
+_EV_MD, _EV_OFFSET, _EV_DUR, _EV_STATS = 1, 2, 3, 4
+_EMD_ID, _EMD_NAME, _EMD_DISPLAY, _EMD_STATS = 1, 2, 4, 5
+_SMD_ID, _SMD_NAME = 1, 2
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    out = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        out |= (b & 0x7F) << shift
+        if b < 0x80:
+            return out, i
+        shift += 7
+
+
+def _fields(buf: bytes) -> list[tuple[int, int, Any]]:
+    """(field number, wire type, value) of one message: ints for varints/fixed, bytes for length-delimited."""
+    out: list[tuple[int, int, Any]] = []
+    i, n = 0, len(buf)
+    while i < n:
+        key, i = _varint(buf, i)
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = _varint(buf, i)
+        elif wt == 1:
+            v = buf[i:i + 8]
+            i += 8
+        elif wt == 2:
+            ln, i = _varint(buf, i)
+            v = buf[i:i + ln]
+            i += ln
+        elif wt == 5:
+            v = buf[i:i + 4]
+            i += 4
+        else:
+            raise ValueError(f"unsupported wire type {wt}")
+        out.append((num, wt, v))
+    return out
+
+
+def _signed(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+@dataclass
+class Event:
+    metadata_id: int
+    offset_ps: int
+    duration_ps: int
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Line:
+    name: str
+    timestamp_ns: int
+    events: list[Event] = field(default_factory=list)
+    raw: list[tuple[int, int, Any]] = field(default_factory=list)
+
+
+@dataclass
+class EventMetadata:
+    id: int
+    name: str
+    display_name: str
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Plane:
+    name: str
+    lines: list[Line] = field(default_factory=list)
+    event_metadata: dict[int, EventMetadata] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+    stat_names: dict[int, str] = field(default_factory=dict)
+    raw: list[tuple[int, int, Any]] = field(default_factory=list)  # the plane's fields as read
+
+
+def _stat(buf: bytes, names: dict[int, str]) -> tuple[str, Any]:
+    mid, val = 0, None
+    for num, _wt, v in _fields(buf):
+        if num == 1:
+            mid = v
+        elif num == 2:
+            val = struct.unpack("<d", v)[0]
+        elif num in (3,):
+            val = v
+        elif num == 4:
+            val = _signed(v)
+        elif num == 5:
+            val = v.decode("utf-8", "replace")
+        elif num == 6:
+            val = bytes(v)
+        elif num == 7:
+            val = ("ref", v)
+    return names.get(mid, str(mid)), val
+
+
+def _resolve_refs(stats: dict[str, Any], names: dict[int, str]) -> dict[str, Any]:
+    return {k: (names.get(v[1], "") if isinstance(v, tuple) else v) for k, v in stats.items()}
+
+
+def plane_names(data: bytes) -> list[str]:
+    names = []
+    for num, _wt, v in _fields(data):
+        if num == _SPACE_PLANES:
+            names.append(next((p.decode() for n, _w, p in _fields(v) if n == _PLANE_NAME), ""))
+    return names
+
+
+def read(data: bytes, want: Any = None) -> list[Plane]:
+    """The planes of a serialized ``XSpace`` whose name ``want(name)`` accepts (all when ``want`` is None)."""
+    planes = []
+    for num, _wt, v in _fields(data):
+        if num != _SPACE_PLANES:
+            continue
+        fs = _fields(v)
+        name = next((p.decode() for n, _w, p in fs if n == _PLANE_NAME), "")
+        if want is not None and not want(name):
+            continue
+        planes.append(_plane(name, fs))
+    return planes
+
+
+def _plane(name: str, fs: list[tuple[int, int, Any]]) -> Plane:
+    p = Plane(name, raw=fs)
+    for num, _wt, v in fs:
+        if num == _PLANE_STAT_MD:
+            entry = dict((n, x) for n, _w, x in _fields(v))
+            md = dict((n, x) for n, _w, x in _fields(entry.get(2, b"")))
+            p.stat_names[entry.get(1, md.get(_SMD_ID, 0))] = md.get(_SMD_NAME, b"").decode()
+    for num, _wt, v in fs:
+        if num == _PLANE_EVENT_MD:
+            entry = dict((n, x) for n, _w, x in _fields(v))
+            md = _fields(entry.get(2, b""))
+            mid, nm, disp, stats = entry.get(1, 0), "", "", {}
+            for n, _w, x in md:
+                if n == _EMD_ID:
+                    mid = x
+                elif n == _EMD_NAME:
+                    nm = x.decode("utf-8", "replace")
+                elif n == _EMD_DISPLAY:
+                    disp = x.decode("utf-8", "replace")
+                elif n == _EMD_STATS:
+                    k, val = _stat(x, p.stat_names)
+                    stats[k] = val
+            p.event_metadata[mid] = EventMetadata(mid, nm, disp, _resolve_refs(stats, p.stat_names))
+        elif num == _PLANE_STATS:
+            k, val = _stat(v, p.stat_names)
+            p.stats[k] = val
+        elif num == _PLANE_LINES:
+            p.lines.append(_line(v, p.stat_names))
+    p.stats = _resolve_refs(p.stats, p.stat_names)
+    return p
+
+
+def _line(buf: bytes, names: dict[int, str]) -> Line:
+    fs = _fields(buf)
+    line = Line("", 0, raw=fs)
+    for num, _wt, v in fs:
+        if num == _LINE_NAME:
+            line.name = v.decode("utf-8", "replace")
+        elif num == _LINE_TS:
+            line.timestamp_ns = _signed(v)
+        elif num == _LINE_EVENTS:
+            ev = Event(0, 0, 0)
+            for n, _w, x in _fields(v):
+                if n == _EV_MD:
+                    ev.metadata_id = x
+                elif n == _EV_OFFSET:
+                    ev.offset_ps = _signed(x)
+                elif n == _EV_DUR:
+                    ev.duration_ps = _signed(x)
+                elif n == _EV_STATS:
+                    k, val = _stat(x, names)
+                    ev.stats[k] = val
+            ev.stats = _resolve_refs(ev.stats, names)
+            line.events.append(ev)
+    return line
+
+
+# ------------------------------------------------------------------------------------------------ writing
+def _put_varint(v: int) -> bytes:
+    v &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def encode(fields: list[tuple[int, int, Any]]) -> bytes:
+    """One message from (field number, wire type, value) as :func:`_fields` reads them."""
+    out = bytearray()
+    for num, wt, v in fields:
+        out += _put_varint(num << 3 | wt)
+        if wt == 0:
+            out += _put_varint(v)
+        elif wt == 2:
+            out += _put_varint(len(v)) + bytes(v)
+        else:
+            out += bytes(v)
+    return bytes(out)
+
+
+def fields_of(buf: bytes) -> list[tuple[int, int, Any]]:
+    """The (field number, wire type, value) of one serialized message (for tools that rewrite a space)."""
+    return _fields(buf)

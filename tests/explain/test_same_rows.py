@@ -1,0 +1,90 @@
+"""A category follows the model's operation in both frameworks: JAX's attention products (the score and value
+einsums, forward and backward) are attention, as torch's SDPA and its backward are, not matmul."""
+
+from __future__ import annotations
+
+import pytest
+
+from twinbench.explain import hlo
+
+HLO = """
+ENTRY %main (p0: f32[8,16,64,64]) -> f32[8,64,16,64] {
+  %dot.1 = f32[8,16,64,64]{3,2,1,0} dot(%a, %b), lhs_batch_dims={0,2}, metadata={op_name="jit(train_step)/transpose(jvp(block1))/attn/bqhd,bkhd->bhqk/dot_general"}
+  %dot.2 = f32[8,16,64,64]{3,2,1,0} dot(%p, %v), metadata={op_name="jit(train_step)/jvp(block1)/attn/bhqk,bkhd->bqhd/dot_general"}
+  %dot.3 = f32[512,192]{1,0} dot(%x, %w), metadata={op_name="jit(train_step)/transpose(jvp(block1))/attn/dot_general"}
+  %transpose.4 = f32[8,64,16,64]{3,2,1,0} transpose(%dot.2), dimensions={0,2,1,3}, metadata={op_name="jit(train_step)/transpose(jvp(block1))/attn/bhqk,bkhd->bqhd/transpose"}
+  ROOT %fusion.5 = f32[8,64,16,64]{3,2,1,0} fusion(%dot.1), kind=kOutput, calls=%fused_dot, metadata={op_name="jit(train_step)/transpose(jvp(block0))/attn/bqhd,bkhd->bhqk/dot_general"}
+}
+
+%fused_dot (q: f32[8,16,64,64]) -> f32[8,64,16,64] {
+  ROOT %dot.9 = f32[8,64,16,64]{3,2,1,0} dot(%q, %q), metadata={op_name="jit(train_step)/transpose(jvp(block0))/attn/bqhd,bkhd->bhqk/dot_general"}
+}
+"""
+
+
+def test_jax_attention_products_are_attention_and_projections_matmul() -> None:
+    instrs = hlo.parse(HLO)
+    assert hlo.category(instrs["dot.1"]) == "attention"  # the backward of the score product
+    assert hlo.category(instrs["dot.2"]) == "attention"  # the forward value product
+    assert hlo.category(instrs["transpose.4"]) == "attention"  # its layout change, as inside torch's SDPA
+    assert hlo.category(instrs["fusion.5"]) == "attention"  # a fusion of the backward score product
+    assert hlo.category(instrs["dot.3"]) == "matmul"  # the q/k/v projection stays a matmul
+    assert hlo.phase(instrs["dot.1"].op_name) == "backward"
+
+
+def test_a_row_larger_than_the_gap_names_what_offsets_it() -> None:
+    from twinbench.explain import gap
+
+    a = {"run": "jax/jit", "step_ms": 100.0, "trace": {"forward": 40.0, "backward": 60.0},
+         "cells": {"forward": {"matmul": 40.0}, "backward": {"attention": 0.0, "matmul": 60.0}}, "scopes": {}}
+    b = {"run": "torch/eager", "step_ms": 104.0, "trace": {"forward": 31.0, "backward": 73.0},
+         "cells": {"forward": {"matmul": 31.0}, "backward": {"attention": 13.0, "matmul": 60.0}}, "scopes": {}}
+    text = gap.sentence(a, b, gap.rows(a, b))
+    assert "325% backward / attention" in text
+    assert "other way: forward / matmul -9.0 ms (jax/jit slower there)" in text
+
+
+def _side(run: str, step: float, cells: dict, tput: dict) -> dict:
+    trace = {p: sum(c.values()) for p, c in cells.items()}
+    return {"run": run, "step_ms": step, "trace": trace, "cells": cells, "scopes": {}, "throughput": tput,
+            "peak": {"tflops": 1.0}}
+
+
+def test_gap_rows_say_framework_or_implementation() -> None:
+    from twinbench.explain import gap
+
+    # backward matmul: the same FLOPs, XLA at 50% of its peak, torch at 80% -> the framework's
+    # forward element-wise: jax/jit moves 3x the bytes -> the implementation's
+    a = _side("torch/eager", 100.0, {"backward": {"matmul": 50.0}, "forward": {"element-wise": 5.0}},
+              {"backward": {"matmul": {"flops": 4e10, "raw_ms": 50.0, "tflops": 0.8, "peak_share": 0.8}},
+               "forward": {"element-wise": {"bytes": 1e9, "raw_ms": 5.0, "gbps": 200.0}}})
+    b = _side("jax/jit", 125.0, {"backward": {"matmul": 70.0}, "forward": {"element-wise": 10.0}},
+              {"backward": {"matmul": {"flops": 4e10, "raw_ms": 70.0, "tflops": 0.5, "peak_share": 0.5}},
+               "forward": {"element-wise": {"bytes": 3e9, "raw_ms": 10.0, "gbps": 300.0}}})
+    r = gap.pair(a, b)
+    said = [w for w in r["why"] if w.startswith(("framework", "implementation"))]
+    assert said[0].startswith("framework: backward / matmul (+20.0 ms)") and "50% of jax/jit's peak" in said[0]
+    assert "torch's at 80%" in said[0]
+    assert said[1].startswith("implementation: forward / element-wise (+5.0 ms): jax/jit does 3.0x the bytes")
+
+
+def test_timing_phases_add_up_to_the_measured_step() -> None:
+    """The timing method's phases sum to its own synced step (172 ms), not the measured one (148 ms): shown
+    scaled to the measured step, with a note that says by how much; the raw figures are kept."""
+    from twinbench.explain import gap
+    from twinbench.explain.breakdown import PHASES, Breakdown
+
+    b = Breakdown(steps_traced=1)
+    b.add("forward", "matmul", 50.0)
+    b.add("backward", "matmul", 90.0)
+    b.finish(1, 148.0)
+    timing = {"input": 10.0, "forward": 60.0, "backward": 80.0, "optimizer": 22.0, "rest": 0.0, "step": 172.0}
+    e = gap.explain_breakdown(b, "torch/eager", 148.0, timing, [], {"framework": "torch"})
+    assert sum(e["timing"][p] for p in PHASES) == pytest.approx(148.0)
+    assert e["timing"]["forward"] == pytest.approx(60.0 * 148 / 172)
+    assert e["timing_raw"]["forward"] == 60.0
+    assert any("sum to 172.0 ms" in n and "scaled by 0.86" in n for n in e["notes"])
+    close = dict(timing, input=0.0, step=150.0)  # within 10%: scaled, no note
+    e = gap.explain_breakdown(b, "torch/eager", 148.0, close, [], {"framework": "torch"})
+    assert sum(e["timing"][p] for p in PHASES) == pytest.approx(148.0)
+    assert not any(n.startswith("timing:") for n in e["notes"])
