@@ -196,6 +196,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
                                             jax_impl=spec.attention_impl)
     mem = memory.breakdown(spec, b.trainer, b.run_data.batches[0], peak_mem, mem_source, runtime_bytes,
                            env.platform, flight.sizes if flight else None)
+    peak_mem, mem_source = memory.record_peak(mem, peak_mem, mem_source)  # a TPU's: the compiled step's
     if flight is not None:
         mem["preflight"] = flight.to_dict()
     saved = _save_weights(spec, b.trainer)  # the weights of the measured steps, before any further step
