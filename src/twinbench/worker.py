@@ -6,6 +6,7 @@ Usage (by ``runner.py`` only): ``python -m twinbench.worker SPEC.json RECORD.jso
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -79,6 +80,25 @@ class Loop:
     inputs: dict[str, Any]
     tokens: dict[str, float]
     accuracy_first: float | None
+
+
+#: What this run knows of itself so far (device, platform, matmul precision, parameters): a run that fails or
+#: times out later still says what it was. Kept here and, when the runner gave a path, in a file beside the
+#: record (``RECORD.json.known``), which the runner reads when the worker ends without a record.
+KNOWN: dict[str, Any] = {}
+_KNOWN_PATH: list[Path] = []
+
+
+def known_path(out_path: Path) -> Path:
+    """Where a worker writing ``out_path`` keeps what it knows of itself before its record exists."""
+    return out_path.with_name(out_path.name + ".known")
+
+
+def _know(**fields: Any) -> None:
+    KNOWN.update(fields)
+    for path in _KNOWN_PATH:
+        with contextlib.suppress(OSError):  # telling the runner must never cost the run
+            path.write_text(json.dumps(KNOWN))
 
 
 def setup(spec: RunSpec, threads: int) -> Setup:
@@ -156,12 +176,17 @@ def execute(spec: RunSpec, threads: int) -> Record:
     from twinbench.measure import device, memory, metrics, peak
 
     env = setup(spec, threads)
+    from twinbench.measure.peak import framework_versions
+
+    _know(device=env.device_name, platform=env.platform, matmul_precision=env.matmul_precision,
+          devices_visible=env.device_count, versions=framework_versions(spec.framework))
     b = build(spec)
+    _know(n_params=b.n_params)
     runtime_bytes = memory.runtime_bytes(b.trainer)  # Python, libraries, host copies (CPU breakdown)
     flight = _preflight(spec, env, b)
     if flight is not None and not flight.fits:  # a run that cannot fit: skipped now, not failed minutes later
-        return Record.for_spec(spec, "skipped", error=flight.reason(), n_params=b.n_params, device=env.device_name,
-                               platform=env.platform, threads=threads, memory_breakdown={"preflight": flight.to_dict()})
+        return Record.for_spec(spec, "skipped", error=flight.reason(), **KNOWN, threads=threads,
+                               memory_breakdown={"preflight": flight.to_dict()})
     shared = device.other_device_processes(env.platform)  # NVML: other processes on this run's GPU(s)
     loop = timed_loop(spec, env, b)
     shared = max(shared, device.other_device_processes(env.platform))
@@ -323,12 +348,13 @@ def main(argv: list[str]) -> int:
     spec_path, out_path = Path(argv[0]), Path(argv[1])
     spec = RunSpec.from_dict(json.loads(spec_path.read_text()))
     threads = prepare_process(spec)
+    _KNOWN_PATH.append(known_path(out_path))
     try:
         record = execute(spec, threads)
         code = 0
     except Exception as e:  # the run failed: say why in one line, keep the traceback on stderr
         traceback.print_exc()
-        record = Record.for_spec(spec, "failed", error=error_line(e), threads=threads)
+        record = Record.for_spec(spec, "failed", error=error_line(e), **KNOWN, threads=threads)
         code = 1
     from twinbench import distributed
 

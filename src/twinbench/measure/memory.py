@@ -386,6 +386,8 @@ def summary(d: dict[str, Any]) -> str:
     tail = f"{acc:.0%} accounted" if acc is not None else "no peak"
     if acc is not None and abs(1 - acc) > 0.10:
         tail += f"; {d['unaccounted_bytes'] / GiB:+.2f} GiB unaccounted"
+    if d.get("peak_source") == PROGRAM_PEAK and d.get("allocator_peak_bytes") is not None:
+        tail += f"; the compiled step's peak, the allocator's was {d['allocator_peak_bytes'] / GiB:.2f} GiB"
     return f"peak {d.get('peak_bytes', 0) / GiB:.2f} GiB = {parts} GiB ({tail})"
 
 
