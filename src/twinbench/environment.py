@@ -33,7 +33,7 @@ TPU_OPTIONAL = {
              "https://download.pytorch.org/whl/cpu",
     "grain": "only the +prefetch input pipeline needs it: pip install grain (or leave +prefetch out)",
     "submitit": "only --launcher local|slurm needs it: pip install submitit (or run without --launcher)",
-    "torchax": "a PyTorch model on the TPU (--model with the jax/torchax strategy) needs it: pip install "
+    "torchax": "a PyTorch model on the TPU (--model FILE.py:build --strategies torchax) needs it: pip install "
                "torchax==0.0.13 --no-deps",
 }
 #: the TPU runtime's package names (a release, or a nightly)

@@ -52,7 +52,7 @@ TPU = Platform("tpu", "the TPU", allocator_sees_temporaries=False,
                jax_fp32_words={"highest": "fp32 as 6 bf16 passes (bf16_6x, ~fp32 accuracy)",
                                "tensorfloat32": "fp32 as 3 bf16 passes (bf16_3x, ~tf32 accuracy)",
                                "default": "fp32 operands in one bf16 pass"},
-               torch_route="torchax (a torch model as one JAX program: --model with the jax/torchax strategy)",
+               torch_route="torchax (a torch model as one JAX program: --model FILE.py:build --strategies torchax)",
                lean_attention="splash")
 
 PLATFORMS = {p.name: p for p in (CPU, GPU, TPU)}
