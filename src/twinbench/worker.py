@@ -173,7 +173,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
     """Set up, build the strategy's trainer, run the timed loop, compute the metrics, write the record."""
     from twinbench import distributed
     from twinbench.data import tasks
-    from twinbench.measure import device, memory, metrics, peak
+    from twinbench.measure import device, memory, metrics, peak, platforms
 
     env = setup(spec, threads)
     from twinbench.measure.peak import framework_versions
@@ -201,7 +201,8 @@ def execute(spec: RunSpec, threads: int) -> Record:
         compiles_total += int(folded["compiles_total"])
     dtype = "bf16" if t.precision == "bf16" else "fp32"
     peak_measured, peak_fields = peak.for_record(fw, env.platform, env.device_name, dtype, threads)
-    peak_sheet = peak.datasheet_tflops(env.device_name, dtype) if env.platform != "cpu" else None
+    accelerator = platforms.get(env.platform).accelerator
+    peak_sheet = peak.datasheet_tflops(env.device_name, dtype) if accelerator else None  # GPUs and TPUs by name
     flops_tok = b.family.flops_per_token(spec.model, attention_length(b.run_data, loop.warm_calls * b.steps_per_call))
     # multi-device strategies report device_count, state_bytes_per_device, sharding and warnings
     report = optional(b.trainer, "report")
@@ -211,7 +212,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
     parallel = (distributed.parallel_peaks(spec, env.platform, many["device_count"], threads)
                 if many["device_count"] > 1 else 1)
     tp = metrics.speed(timing, loop.tokens.pop("padded_tokens_per_step"), flops_tok, peak_measured, peak_sheet,
-                       parallel, many["device_count"] if env.platform != "cpu" else 1)
+                       parallel, many["device_count"] if accelerator else 1)
     accuracy_last = tasks.accuracy(b.predict, b.run_data.eval_batches)  # before tracing trains any further
     attention = None
     if not b.user:  # which attention kernel the twins' attention ran (after the timed steps: a small probe)
@@ -234,7 +235,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
         spec, "ok", **many, n_params=b.n_params, device=env.device_name, platform=env.platform,
         threads=threads, compile_s=timing.compile_s, first_step_s=timing.first_step_s, **metrics.step_stats(timing),
         flops_per_token=flops_tok, peak_tflops=peak_measured, peak_tflops_datasheet=peak_sheet, **peak_fields,
-        peak_mem_bytes=peak_mem, peak_mem_source=mem_source, device_shared=shared if env.platform != "cpu" else None,
+        peak_mem_bytes=peak_mem, peak_mem_source=mem_source, device_shared=shared if accelerator else None,
         compiles_during_steps=timing.compiles_during_steps, compiles_total=compiles_total,
         compile_cache_hits=env.monitor.cache_hits(), steps_per_call=b.steps_per_call,
         loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from twinbench.measure import platforms
 from twinbench.strategies.base import JaxStepTrainer, TorchModuleTrainer, lacks
 
 PARTS = ("runtime", "params", "optimizer_state", "gradients", "activations", "temporaries", "inputs")
@@ -122,8 +123,6 @@ def advice(spec: Any, need: int, fixed: int, available: int, platform: str) -> l
     """What would make a run that does not fit fit, most effective first: recomputing activations (+remat),
     a fused attention that keeps no seq x seq probabilities (the platform's: splash on a TPU, cuDNN on a GPU,
     blocks of queries elsewhere), a smaller batch."""
-    from twinbench.measure import platforms
-
     out = []
     mods = set(spec.strategy.split("+")[1:])
     if "remat" not in mods:
@@ -185,8 +184,6 @@ def device_peak(platform: str, allocator_bytes: int, allocator_source: str,
     peak is the larger of the allocator's and what the compiled step needs (:func:`jax_step_estimate`:
     arguments + outputs not aliased to them + temporaries + code). Returns ``peak_bytes``, ``peak_source``
     (which was used) and both figures (``allocator_peak_bytes``, ``program_peak_bytes``, None without sizes)."""
-    from twinbench.measure import platforms
-
     program = jax_step_estimate(sizes) if sizes else None
     out = {"peak_bytes": allocator_bytes, "peak_source": allocator_source, "allocator_peak_bytes": allocator_bytes,
            "program_peak_bytes": program}
@@ -204,13 +201,11 @@ def jax_available(platform: str) -> tuple[int, str]:
     """Free memory of this process's first device (its allocator's limit less what is in use: the run's
     parameters and optimizer state are in use already), or the host's. ``jax.local_devices()``: on several
     hosts ``jax.devices()[0]`` is another process's device, whose memory this process cannot read."""
-    if platform != "cpu":
+    if platforms.get(platform).accelerator:
         import jax
 
         stats = jax.local_devices()[0].memory_stats() or {}
         if "bytes_limit" in stats:
-            from twinbench.measure import platforms
-
             return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)), platforms.get(platform).device_word
     return host_available_bytes(), "the host"
 
@@ -587,7 +582,7 @@ def breakdown(spec: Any, trainer: Any, batch: tuple[Any, Any], peak_bytes: int, 
     A JAX run's ``peak_bytes``/``peak_source`` are :func:`device_peak`'s (on a TPU, the compiled step's when
     the allocator's peak is below it), with both figures beside them; the record's ``peak_mem_bytes`` and
     ``peak_mem_source`` follow them (:func:`record_peak`)."""
-    on_cpu = platform == "cpu"
+    on_cpu = not platforms.get(platform).accelerator
     try:
         if spec.framework == "jax":
             why = lacks(trainer, JaxStepTrainer, "memory breakdown")

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.machine import HIGH_LOAD, LOAD_ENV, MAX_SPREAD, cache_root
+from twinbench.measure import platforms
 
 GB = 10**9
 GiB = 2**30
@@ -355,7 +356,7 @@ def _write(peak: Peak) -> None:
 
 # -- measuring ---------------------------------------------------------------------------------------------
 def _sizes(platform: str) -> tuple[int, ...]:
-    return (512, 1024, 2048) if platform == "cpu" else (4096, 8192, 16384)
+    return (4096, 8192, 16384) if platforms.get(platform).accelerator else (512, 1024, 2048)
 
 
 #: On an accelerator one matmul of 4096^2 takes ~0.2 ms (bf16, H200): dispatch and the sync around a single
@@ -372,7 +373,7 @@ def spread(values: list[float]) -> float:
 
 def calls_per_repeat(platform: str, one_call_s: float) -> int:
     """Back-to-back calls per timed repeat: 1 on the CPU, enough to fill ``MIN_REPEAT_S`` on an accelerator."""
-    if platform == "cpu" or one_call_s <= 0:
+    if not platforms.get(platform).accelerator or one_call_s <= 0:
         return 1
     return max(1, min(MAX_CALLS, int(MIN_REPEAT_S / one_call_s) + 1))
 

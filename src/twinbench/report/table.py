@@ -127,7 +127,7 @@ def _model_name(r: dict[str, Any]) -> str:
 def _device_text(r: dict[str, Any]) -> str:
     """The device and the machine: "Intel Xeon (AVX-512, AMX) (cpu)"; "NVIDIA H200 (gpu), host Intel Xeon (...)"."""
     platform, host = platform_name(r.get("platform")), r.get("host_cpu")
-    if platform == "cpu" and host:
+    if platform and not platforms.get(platform).accelerator and host:
         return f"{host} (cpu)"
     return f"{r.get('device')} ({platform})" + (f", host {host}" if host else "")
 
@@ -243,7 +243,7 @@ def _matmul_text(ok: list[dict[str, Any]]) -> str:
 def _threads_text(ok: list[dict[str, Any]]) -> str:
     """``2 CPU threads for every run``, or each run's own count when they differ."""
     counts = {f"{x.get('framework')}/{x.get('strategy')}": x.get("threads") for x in ok}
-    cpu = "CPU" if all(platform_name(x.get("platform")) in ("cpu", None) for x in ok) else "host CPU"
+    cpu = "host CPU" if any(platforms.get(x.get("platform")).accelerator for x in ok) else "CPU"
     if len(set(counts.values())) <= 1:
         return f"{next(iter(counts.values()), None)} {cpu} threads for every run"
     return f"{cpu} threads per run: " + ", ".join(f"{k} {v}" for k, v in counts.items())
