@@ -111,8 +111,8 @@ def setup(spec: RunSpec, threads: int) -> Setup:
 
         torch.set_num_threads(threads)
     distributed.initialize(spec)  # jax.distributed / the torchrun process group: before any device query
-    matmul_precision = device.set_fp32_matmul(spec.framework)
     platform, device_name, device_count = device.describe(spec.framework)
+    matmul_precision = device.set_fp32_matmul(spec.framework, platform=platform)  # in the platform's words
     return Setup(threads, matmul_precision, platform, device_name, device_count, compiles.monitor(spec.framework))
 
 def build(spec: RunSpec) -> Built:

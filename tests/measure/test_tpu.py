@@ -163,7 +163,7 @@ def test_a_step_the_tpu_compiler_refuses_is_a_preflight_refusal(monkeypatch: pyt
     line = flight.reason()
     assert "\n" not in line and line.startswith("preflight: ") and "the TPU" in line
     assert "+remat" in line and "--attention-impl splash" in line and "--no-preflight" in line
-    batch = int(line.split("--batch ")[1].split(";")[0].split(",")[0])
+    batch = int(line.split("--batch ")[1].split()[0])
     assert 1 <= batch < 8
     assert flight.to_dict()["refused_by_compiler"] is True
     # a remat run that still does not fit names no +remat, and a splash run no splash
@@ -187,7 +187,7 @@ def test_a_compiled_step_too_large_for_the_hbm_is_refused_with_advice(monkeypatc
     monkeypatch.setattr(memory, "jax_sizes", lambda *a: sizes)
     flight = memory.preflight(llama(), _Trainer(3 * GiB), None, "tpu", 300_000_000)  # type: ignore[arg-type]
     assert flight is not None and not flight.fits and not flight.refused_by_compiler
-    assert flight.estimate_bytes == 17 * GiB and "would fit" in flight.reason()
+    assert flight.estimate_bytes == 17 * GiB and "to fit, try: " in flight.reason()
     assert any(a.startswith("--batch ") for a in flight.advice)
     # the same step against a v5p's HBM fits, and says nothing of what would
     _tpu(monkeypatch, stats | {"bytes_limit": peak.datasheet("TPU v5p").hbm_bytes})  # type: ignore[union-attr]

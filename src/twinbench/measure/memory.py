@@ -106,8 +106,8 @@ def fits(estimate: int, available: int, margin: float = PREFLIGHT_MARGIN) -> boo
 
 
 def skip_reason(estimate: int, available: int, where: str, how: str, advice: list[str] | None = None) -> str:
-    """The one line a skipped record carries: what the run needs, what there is, and what would fit."""
-    would = f"; would fit: {', '.join(advice)}" if advice else ""
+    """The one line a skipped record carries: what the run needs, what there is, and what to try."""
+    would = f"; to fit, try: {', '.join(advice)}" if advice else ""
     return (f"preflight: needs ~{estimate / GiB:.1f} GiB ({how}), {where} has {available / GiB:.1f} GiB "
             f"available{would}; --no-preflight runs it anyway")
 
@@ -133,7 +133,7 @@ def advice(spec: Any, need: int, fixed: int, available: int, platform: str) -> l
     batch = spec.train.batch
     smaller = fitting_batch(batch, need, fixed, available)
     if 0 < smaller < batch:
-        out.append(f"--batch {smaller}")
+        out.append(f"--batch {smaller} (estimated)")
     elif smaller == 0 and batch > 1:
         out.append("a smaller --batch (even 1 does not fit as it is)")
     return out
@@ -497,8 +497,8 @@ def jax_refusal(spec: Any, refused: tuple[int, int], resident: int, available: i
     temporaries, limit = refused
     need = temporaries + resident if temporaries else 0
     have = limit or available
-    how = (f"the compiler refused the step: its temporaries ({temporaries / GiB:.2f} GiB) exceed the "
-           f"{limit / GiB:.2f} GiB it may use" if temporaries else "the compiler refused the step: out of memory")
+    how = (f"the compiler refused the step: its temporaries alone are {temporaries / GiB:.2f} GiB" if temporaries
+           else "the compiler refused the step: out of memory")
     flight = Preflight(need, have, where, how, refused_by_compiler=True)
     flight.advice = advice(spec, temporaries or 2 * have, 0, max(have - resident, 0), platform)
     return flight
