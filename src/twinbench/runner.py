@@ -249,7 +249,8 @@ def _run_one(spec: RunSpec, timeout: float, env: dict[str, str]) -> dict[str, An
             _, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill(proc)
-            return Record.for_spec(spec, "failed", error=f"timed out after {timeout:g} s (--timeout)").to_dict()
+            return Record.for_spec(spec, "failed", error=f"timed out after {timeout:g} s (--timeout)",
+                                   **known_fields(out_path)).to_dict()
         except BaseException:  # Ctrl-C or SIGTERM: stop the child with us
             _kill(proc)
             raise
@@ -258,7 +259,24 @@ def _run_one(spec: RunSpec, timeout: float, env: dict[str, str]) -> dict[str, An
             if record["status"] == "failed" and any(m in stderr for m in OOM_MARKERS):
                 record["error"] = "out of memory: " + record["error"]
             return record
-        return Record.for_spec(spec, "failed", error=_reason_from_stderr(stderr, proc.returncode)).to_dict()
+        return Record.for_spec(spec, "failed", error=_reason_from_stderr(stderr, proc.returncode),
+                               **known_fields(out_path)).to_dict()
+
+
+#: the fields a worker that ended without a record may have told of itself (worker.KNOWN)
+KNOWN_FIELDS = ("device", "platform", "matmul_precision", "devices_visible", "versions", "n_params")
+
+
+def known_fields(out_path: Path) -> dict[str, Any]:
+    """What a worker that timed out or died knew of itself (its device, platform, matmul precision, parameter
+    count: ``worker.known_path``), so its failed record says what it was; {} when it knew nothing yet."""
+    from twinbench.worker import known_path
+
+    try:
+        known = json.loads(known_path(out_path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: known[k] for k in KNOWN_FIELDS if k in known} if isinstance(known, dict) else {}
 
 
 def run_module(module: str, args: list[str], timeout: float) -> tuple[int, str]:

@@ -6,6 +6,7 @@ Usage (by ``runner.py`` only): ``python -m twinbench.worker SPEC.json RECORD.jso
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -81,6 +82,25 @@ class Loop:
     accuracy_first: float | None
 
 
+#: What this run knows of itself so far (device, platform, matmul precision, parameters): a run that fails or
+#: times out later still says what it was. Kept here and, when the runner gave a path, in a file beside the
+#: record (``RECORD.json.known``), which the runner reads when the worker ends without a record.
+KNOWN: dict[str, Any] = {}
+_KNOWN_PATH: list[Path] = []
+
+
+def known_path(out_path: Path) -> Path:
+    """Where a worker writing ``out_path`` keeps what it knows of itself before its record exists."""
+    return out_path.with_name(out_path.name + ".known")
+
+
+def _know(**fields: Any) -> None:
+    KNOWN.update(fields)
+    for path in _KNOWN_PATH:
+        with contextlib.suppress(OSError):  # telling the runner must never cost the run
+            path.write_text(json.dumps(KNOWN))
+
+
 def setup(spec: RunSpec, threads: int) -> Setup:
     """Threads, the distributed runtime, fp32 matmul precision, the device, the compile monitor."""
     from twinbench import distributed
@@ -91,13 +111,13 @@ def setup(spec: RunSpec, threads: int) -> Setup:
 
         torch.set_num_threads(threads)
     distributed.initialize(spec)  # jax.distributed / the torchrun process group: before any device query
-    matmul_precision = device.set_fp32_matmul(spec.framework)
     platform, device_name, device_count = device.describe(spec.framework)
     if spec.attention_impl == "splash" and spec.framework == "jax" and platform != "tpu":
         from twinbench.config import SpecError
 
         # Pallas's interpreter would run it off a TPU: the right maths, but nothing worth measuring
         raise SpecError(f"--attention-impl splash is a TPU kernel; this run's JAX platform is {platform}")
+    matmul_precision = device.set_fp32_matmul(spec.framework, platform=platform)  # in the platform's words
     return Setup(threads, matmul_precision, platform, device_name, device_count, compiles.monitor(spec.framework))
 
 def build(spec: RunSpec) -> Built:
@@ -158,15 +178,20 @@ def execute(spec: RunSpec, threads: int) -> Record:
     """Set up, build the strategy's trainer, run the timed loop, compute the metrics, write the record."""
     from twinbench import distributed
     from twinbench.data import tasks
-    from twinbench.measure import device, memory, metrics, peak
+    from twinbench.measure import device, memory, metrics, peak, platforms
 
     env = setup(spec, threads)
+    from twinbench.measure.peak import framework_versions
+
+    _know(device=env.device_name, platform=env.platform, matmul_precision=env.matmul_precision,
+          devices_visible=env.device_count, versions=framework_versions(spec.framework))
     b = build(spec)
+    _know(n_params=b.n_params)
     runtime_bytes = memory.runtime_bytes(b.trainer)  # Python, libraries, host copies (CPU breakdown)
     flight = _preflight(spec, env, b)
     if flight is not None and not flight.fits:  # a run that cannot fit: skipped now, not failed minutes later
-        return Record.for_spec(spec, "skipped", error=flight.reason(), n_params=b.n_params, device=env.device_name,
-                               platform=env.platform, threads=threads, memory_breakdown={"preflight": flight.to_dict()})
+        return Record.for_spec(spec, "skipped", error=flight.reason(), **KNOWN, threads=threads,
+                               memory_breakdown={"preflight": flight.to_dict()})
     shared = device.other_device_processes(env.platform)  # NVML: other processes on this run's GPU(s)
     loop = timed_loop(spec, env, b)
     shared = max(shared, device.other_device_processes(env.platform))
@@ -181,7 +206,8 @@ def execute(spec: RunSpec, threads: int) -> Record:
         compiles_total += int(folded["compiles_total"])
     dtype = "bf16" if t.precision == "bf16" else "fp32"
     peak_measured, peak_fields = peak.for_record(fw, env.platform, env.device_name, dtype, threads)
-    peak_sheet = peak.datasheet_tflops(env.device_name, dtype) if env.platform != "cpu" else None
+    accelerator = platforms.get(env.platform).accelerator
+    peak_sheet = peak.datasheet_tflops(env.device_name, dtype) if accelerator else None  # GPUs and TPUs by name
     flops_tok = b.family.flops_per_token(spec.model, attention_length(b.run_data, loop.warm_calls * b.steps_per_call))
     # multi-device strategies report device_count, state_bytes_per_device, sharding and warnings
     report = optional(b.trainer, "report")
@@ -191,7 +217,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
     parallel = (distributed.parallel_peaks(spec, env.platform, many["device_count"], threads)
                 if many["device_count"] > 1 else 1)
     tp = metrics.speed(timing, loop.tokens.pop("padded_tokens_per_step"), flops_tok, peak_measured, peak_sheet,
-                       parallel, many["device_count"] if env.platform != "cpu" else 1)
+                       parallel, many["device_count"] if accelerator else 1)
     accuracy_last = tasks.accuracy(b.predict, b.run_data.eval_batches)  # before tracing trains any further
     attention = None
     if not b.user:  # which attention kernel the twins' attention ran (after the timed steps: a small probe)
@@ -201,6 +227,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
                                             jax_impl=spec.attention_impl)
     mem = memory.breakdown(spec, b.trainer, b.run_data.batches[0], peak_mem, mem_source, runtime_bytes,
                            env.platform, flight.sizes if flight else None)
+    peak_mem, mem_source = memory.record_peak(mem, peak_mem, mem_source)  # a TPU's: the compiled step's
     if flight is not None:
         mem["preflight"] = flight.to_dict()
     saved = _save_weights(spec, b.trainer)  # the weights of the measured steps, before any further step
@@ -213,7 +240,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
         spec, "ok", **many, n_params=b.n_params, device=env.device_name, platform=env.platform,
         threads=threads, compile_s=timing.compile_s, first_step_s=timing.first_step_s, **metrics.step_stats(timing),
         flops_per_token=flops_tok, peak_tflops=peak_measured, peak_tflops_datasheet=peak_sheet, **peak_fields,
-        peak_mem_bytes=peak_mem, peak_mem_source=mem_source, device_shared=shared if env.platform != "cpu" else None,
+        peak_mem_bytes=peak_mem, peak_mem_source=mem_source, device_shared=shared if accelerator else None,
         compiles_during_steps=timing.compiles_during_steps, compiles_total=compiles_total,
         compile_cache_hits=env.monitor.cache_hits(), steps_per_call=b.steps_per_call,
         loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
@@ -327,12 +354,13 @@ def main(argv: list[str]) -> int:
     spec_path, out_path = Path(argv[0]), Path(argv[1])
     spec = RunSpec.from_dict(json.loads(spec_path.read_text()))
     threads = prepare_process(spec)
+    _KNOWN_PATH.append(known_path(out_path))
     try:
         record = execute(spec, threads)
         code = 0
     except Exception as e:  # the run failed: say why in one line, keep the traceback on stderr
         traceback.print_exc()
-        record = Record.for_spec(spec, "failed", error=error_line(e), threads=threads)
+        record = Record.for_spec(spec, "failed", error=error_line(e), **KNOWN, threads=threads)
         code = 1
     from twinbench import distributed
 

@@ -79,7 +79,7 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
     report.md (see :func:`write_report`)."""
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from twinbench.report.table import conditions, crossings, markdown, rich_table
+    from twinbench.report.table import conditions, crossings, markdown, print_table, rich_table
 
     jobs = JOBS.get()
     if jobs is not None and jobs.dry_run:  # the jobs it would submit, and nothing else
@@ -134,7 +134,7 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
             progress.stop()
             fail(str(e))
     UNSAVED.extend(notes)
-    out.print(rich_table(records, plan_steps, title))
+    print_table(out, rich_table(records, plan_steps, title))
     parity = parity_summary(read_parity(out_dir))
     for line in conditions(records) + crossings(records) + ([parity] if parity else []):
         out.print(f"  {line}", highlight=False, markup=False)

@@ -9,17 +9,40 @@ import sys
 from functools import cache
 from typing import Any
 
+from twinbench.measure import platforms
 
-@cache
-def cpu_name() -> str:
+#: /proc/cpuinfo's vendor_id -> the vendor's name, for a host whose "model name" says nothing (a VM: "unknown")
+CPU_VENDORS = {"AuthenticAMD": "AMD", "GenuineIntel": "Intel", "HygonGenuine": "Hygon", "CentaurHauls": "Centaur"}
+
+
+def _cpuinfo_text() -> str:
     try:
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+            return f.read()
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        return ""
+
+
+@cache
+def cpu_name(cpuinfo: str | None = None) -> str:
+    """The host CPU's model ("AMD EPYC 7B13"), from /proc/cpuinfo (``cpuinfo``: its text, for tests). A VM
+    that hides the model ("model name : unknown", as on a TPU VM) is named by its vendor and family
+    ("AMD family 25"); an Arm host by its implementer ("Arm CPU"); never "unknown"."""
+    fields: dict[str, str] = {}
+    for line in (_cpuinfo_text() if cpuinfo is None else cpuinfo).splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    model = fields.get("model name", "")
+    if model and model.lower() not in ("unknown", "-", "n/a"):
+        return model
+    vendor = fields.get("vendor_id", "")
+    if vendor:
+        family = fields.get("cpu family", "")
+        return CPU_VENDORS.get(vendor, vendor) + (f" family {family}" if family else "")
+    if "CPU implementer" in fields:
+        return "Arm CPU"
+    return platform.processor() or platform.machine() or "CPU"
 
 
 #: Instruction-set extensions that change what a CPU's matmul and element-wise kernels can do, in the order a
@@ -59,15 +82,10 @@ def host_cpu() -> str:
     return f"{cpu_name()} ({isa})" if isa else cpu_name()
 
 
-#: the frameworks' names of one kind of device, mapped to the one name records use: torch says "cuda" (also on
-#: ROCm), JAX says "gpu"; records and every comparison of platforms say "gpu".
-PLATFORM_NAMES = {"cuda": "gpu", "rocm": "gpu"}
-
-
 def platform_name(platform: str | None) -> str | None:
     """The platform as records name it: ``"cuda"`` (torch) and ``"gpu"`` (JAX) are both ``"gpu"``; records of
     an older twinbench that say ``"cuda"`` compare equal to JAX's ``"gpu"`` through this."""
-    return PLATFORM_NAMES.get(platform, platform) if platform else platform
+    return platforms.name(platform)
 
 
 def describe(framework: str) -> tuple[str, str, int]:
@@ -219,24 +237,29 @@ def torch_precision_api(torch: Any) -> str:
     return "fp32_precision" if hasattr(torch.backends, "fp32_precision") else "allow_tf32"
 
 
-def set_fp32_matmul(framework: str, tf32: bool = False) -> str:
+def set_fp32_matmul(framework: str, tf32: bool = False, platform: str | None = None) -> str:
     """Make fp32 matmuls the same in both frameworks; return what was set, for the record (``matmul_precision``).
 
     On NVIDIA GPUs JAX's default fp32 matmul uses TF32 and PyTorch's does not. twinbench runs both at full
     fp32 unless ``tf32`` is asked for, in which case both use TF32. torch: one API only, never both (torch
     refuses to read a state that its two APIs set apart, in torch.compile too): the ``fp32_precision``
-    settings where torch has them, else the legacy ``allow_tf32`` flags. The record says which was set:
-    ``fp32 (no TF32; torch fp32_precision=ieee)``, ``fp32 (no TF32; jax_default_matmul_precision=highest)``.
+    settings where torch has them, else the legacy ``allow_tf32`` flags. The record says what the setting
+    means on the run's platform (``platforms.Platform.fp32_matmul_words``) and which setting it was:
+    ``fp32 (no TF32); torch fp32_precision=ieee``, ``fp32 (no TF32); jax_default_matmul_precision=highest``,
+    on a TPU ``fp32 as 6 bf16 passes (bf16_6x, ~fp32 accuracy); jax_default_matmul_precision=highest``.
+    ``platform``: the run's (default: JAX's default backend; torch's CUDA or the CPU).
     """
-    label = "tf32" if tf32 else "fp32 (no TF32)"
     if framework == "jax":
         import jax
 
         value = "tensorfloat32" if tf32 else "highest"
         jax.config.update("jax_default_matmul_precision", value)
-        return f"{label}; jax_default_matmul_precision={value}"
+        words = platforms.get(platform or jax.default_backend()).fp32_matmul_words(framework, tf32)
+        return f"{words}; jax_default_matmul_precision={value}"
     import torch
 
+    label = platforms.get(platform or ("gpu" if torch.cuda.is_available() else "cpu")).fp32_matmul_words(
+        framework, tf32)
     if torch_precision_api(torch) == "fp32_precision":
         value = "tf32" if tf32 else "ieee"
         torch.backends.fp32_precision = value  # the generic default: CUDA matmuls, cuDNN, oneDNN
@@ -256,7 +279,9 @@ def matmul_label(matmul_precision: str | None) -> str | None:
 
 
 def peak_memory_bytes(framework: str) -> tuple[int, str]:
-    """Peak memory and its source: the accelerator allocator's peak, or the process's peak RSS on CPU."""
+    """Peak memory and its source: the accelerator allocator's peak, or the process's peak RSS on CPU. On a
+    TPU the allocator's peak leaves the compiled program's temporaries out: ``memory.device_peak`` completes
+    it from the compiled step."""
     if framework == "jax":
         import jax
 
@@ -264,13 +289,16 @@ def peak_memory_bytes(framework: str) -> tuple[int, str]:
         if dev.platform != "cpu":
             stats = dev.memory_stats() or {}
             if "peak_bytes_in_use" in stats:
-                return int(stats["peak_bytes_in_use"]), "device allocator peak"
+                return int(stats["peak_bytes_in_use"]), ALLOCATOR_PEAK
     else:
         import torch
 
         if torch.cuda.is_available():
-            return int(torch.cuda.max_memory_allocated()), "device allocator peak"
+            return int(torch.cuda.max_memory_allocated()), ALLOCATOR_PEAK
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "process peak RSS"
+
+
+ALLOCATOR_PEAK = "device allocator peak"
 
 
 def versions(framework: str) -> dict[str, str]:

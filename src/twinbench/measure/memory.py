@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from twinbench.measure import platforms
 from twinbench.strategies.base import JaxStepTrainer, TorchModuleTrainer, lacks
 
 PARTS = ("runtime", "params", "optimizer_state", "gradients", "activations", "temporaries", "inputs")
@@ -104,9 +105,58 @@ def fits(estimate: int, available: int, margin: float = PREFLIGHT_MARGIN) -> boo
     return estimate <= margin * available
 
 
-def skip_reason(estimate: int, available: int, where: str, how: str) -> str:
+def skip_reason(estimate: int, available: int, where: str, how: str, advice: list[str] | None = None) -> str:
+    """The one line a skipped record carries: what the run needs, what there is, and what to try."""
+    would = f"; to fit, try: {', '.join(advice)}" if advice else ""
     return (f"preflight: needs ~{estimate / GiB:.1f} GiB ({how}), {where} has {available / GiB:.1f} GiB "
-            f"available; --no-preflight runs it anyway")
+            f"available{would}; --no-preflight runs it anyway")
+
+
+def fitting_batch(batch: int, need: int, fixed: int, available: int, margin: float = PREFLIGHT_MARGIN) -> int:
+    """The largest batch whose step would fit, if what the step needs beyond ``fixed`` (the parameters and
+    optimizer state, which do not grow with the batch) grows in proportion to the batch; 0 when none would."""
+    per_sample = max(need - fixed, 1) / max(batch, 1)
+    return max(int((margin * available - fixed) // per_sample), 0)
+
+
+def advice(spec: Any, need: int, fixed: int, available: int, platform: str) -> list[str]:
+    """What would make a run that does not fit fit, most effective first: recomputing activations (+remat),
+    a fused attention that keeps no seq x seq probabilities (the platform's: splash on a TPU, cuDNN on a GPU,
+    blocks of queries elsewhere), a smaller batch."""
+    out = []
+    mods = set(spec.strategy.split("+")[1:])
+    if "remat" not in mods:
+        out.append(f"+remat ({spec.framework}/{spec.strategy}+remat)")
+    impl = platforms.get(platform).lean_attention if spec.framework == "jax" else ""
+    if impl and spec.attention_impl == "default":
+        out.append(f"--attention-impl {impl}")
+    batch = spec.train.batch
+    smaller = fitting_batch(batch, need, fixed, available)
+    if 0 < smaller < batch:
+        out.append(f"--batch {smaller} (estimated)")
+    elif smaller == 0 and batch > 1:
+        out.append("a smaller --batch (even 1 does not fit as it is)")
+    return out
+
+
+#: what an out-of-memory refusal by the compiler says (XLA:TPU: "RESOURCE_EXHAUSTED: Ran out of memory on HBM,
+#: the total memory required for HLO temporaries (16.52G) exceeds available HBM (15.75G)")
+OOM_WORDS = ("RESOURCE_EXHAUSTED", "Ran out of memory", "out of memory", "exceeds available HBM")
+
+
+def compile_refusal(error: BaseException) -> tuple[int, int] | None:
+    """(bytes the compiler said the program needs, bytes it said there are) of a compile that ran out of
+    memory; (0, 0) when it said no sizes; None for any other error."""
+    import re
+
+    text = str(error)
+    if not any(w in text for w in OOM_WORDS):
+        return None
+    m = re.search(r"temporaries \(([\d.]+)([KMGT]?)\) exceeds available HBM \(([\d.]+)([KMGT]?)\)", text)
+    if not m:
+        return 0, 0
+    unit = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    return int(float(m.group(1)) * unit[m.group(2)]), int(float(m.group(3)) * unit[m.group(4)])
 
 
 # JAX ---------------------------------------------------------------------------------------------------
@@ -123,16 +173,40 @@ def jax_step_estimate(sizes: dict[str, int]) -> int:
     return sizes["argument"] + sizes["output"] - sizes["alias"] + sizes["temp"] + sizes.get("generated_code", 0)
 
 
+def device_peak(platform: str, allocator_bytes: int, allocator_source: str,
+                sizes: dict[str, int]) -> dict[str, Any]:
+    """The run's peak memory on its device, from the allocator's peak and the compiled step's sizes.
+
+    Where the allocator sees the compiled program's temporaries (the CPU's RSS, XLA's GPU allocator, torch's
+    caching allocator) its peak is the peak. On a TPU ``memory_stats()['peak_bytes_in_use']`` holds the
+    arrays and the program's code but not its temporaries, which the runtime reserves apart (gpt2-124m
+    8x1024 bf16 on a v5e: an allocator peak of 1.52 GiB for a step whose temporaries are 8.66 GiB), so the
+    peak is the larger of the allocator's and what the compiled step needs (:func:`jax_step_estimate`:
+    arguments + outputs not aliased to them + temporaries + code). Returns ``peak_bytes``, ``peak_source``
+    (which was used) and both figures (``allocator_peak_bytes``, ``program_peak_bytes``, None without sizes)."""
+    program = jax_step_estimate(sizes) if sizes else None
+    out = {"peak_bytes": allocator_bytes, "peak_source": allocator_source, "allocator_peak_bytes": allocator_bytes,
+           "program_peak_bytes": program}
+    if program is not None and not platforms.get(platform).allocator_sees_temporaries and program > allocator_bytes:
+        out |= {"peak_bytes": program, "peak_source": PROGRAM_PEAK}
+    return out
+
+
+#: ``peak_mem_source`` when the compiled step's sizes gave the peak (a TPU's allocator leaves temporaries out)
+PROGRAM_PEAK = ("compiled step memory_analysis() (arguments + outputs not aliased + temporaries + code; "
+                "the device allocator's peak leaves temporaries out)")
+
+
 def jax_available(platform: str) -> tuple[int, str]:
     """Free memory of this process's first device (its allocator's limit less what is in use: the run's
     parameters and optimizer state are in use already), or the host's. ``jax.local_devices()``: on several
     hosts ``jax.devices()[0]`` is another process's device, whose memory this process cannot read."""
-    if platform != "cpu":
+    if platforms.get(platform).accelerator:
         import jax
 
         stats = jax.local_devices()[0].memory_stats() or {}
         if "bytes_limit" in stats:
-            return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)), "the device"
+            return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)), platforms.get(platform).device_word
     return host_available_bytes(), "the host"
 
 
@@ -307,6 +381,8 @@ def summary(d: dict[str, Any]) -> str:
     tail = f"{acc:.0%} accounted" if acc is not None else "no peak"
     if acc is not None and abs(1 - acc) > 0.10:
         tail += f"; {d['unaccounted_bytes'] / GiB:+.2f} GiB unaccounted"
+    if d.get("peak_source") == PROGRAM_PEAK and d.get("allocator_peak_bytes") is not None:
+        tail += f"; the compiled step's peak, the allocator's was {d['allocator_peak_bytes'] / GiB:.2f} GiB"
     return f"peak {d.get('peak_bytes', 0) / GiB:.2f} GiB = {parts} GiB ({tail})"
 
 
@@ -331,13 +407,17 @@ def runtime_bytes(trainer: Any) -> int:
 class Preflight:
     estimate_bytes: int
     available_bytes: int
-    where: str  # "the host" | "the device"
+    where: str  # "the host" | "the GPU" | "the TPU" | "the device"
     how: str  # how the estimate was made
     sizes: dict[str, int] = field(default_factory=dict)  # JAX: the compiled step's memory_analysis()
     #: JAX, when the step was compiled for the estimate: that compile's programs, compile seconds (the
     #: framework's own events) and wall seconds, set by the worker around :func:`preflight`
     compile: dict[str, float] = field(default_factory=dict)
     reused: bool | None = None  # whether the first step reused that compile (set by :meth:`fold`)
+    #: what would make a run that does not fit fit (:func:`advice`): "+remat (...)", "--batch 4", ...
+    advice: list[str] = field(default_factory=list)
+    #: the compiler refused the step for want of memory (a TPU's compile checks its temporaries against HBM)
+    refused_by_compiler: bool = False
 
     def fold(self, first_step_compiles: int) -> dict[str, float]:
         """What to add to the run's compile figures for the compile done here: when the first step compiled
@@ -355,14 +435,18 @@ class Preflight:
 
     @property
     def fits(self) -> bool:
-        return fits(self.estimate_bytes, self.available_bytes)
+        return not self.refused_by_compiler and fits(self.estimate_bytes, self.available_bytes)
 
     def reason(self) -> str:
-        return skip_reason(self.estimate_bytes, self.available_bytes, self.where, self.how)
+        return skip_reason(self.estimate_bytes, self.available_bytes, self.where, self.how, self.advice)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"estimate_bytes": self.estimate_bytes, "available_bytes": self.available_bytes,
                "where": self.where, "how": self.how, "compiled": self.sizes}
+        if self.advice:
+            out["advice"] = list(self.advice)
+        if self.refused_by_compiler:
+            out["refused_by_compiler"] = True
         if self.compile:  # the step compiled for the estimate, and whether the run's first step reused it
             out |= {"compile": dict(self.compile), "compile_reused_by_the_run": self.reused}
         return out
@@ -406,6 +490,20 @@ def resident_bytes(trainer: Any) -> int:
         return 0
 
 
+def jax_refusal(spec: Any, refused: tuple[int, int], resident: int, available: int, where: str,
+                platform: str) -> Preflight:
+    """The preflight of a step the compiler refused for want of memory: its temporaries (as the compiler gave
+    them) and the state already resident against the memory the compiler said there is, with what would fit."""
+    temporaries, limit = refused
+    need = temporaries + resident if temporaries else 0
+    have = limit or available
+    how = (f"the compiler refused the step: its temporaries alone are {temporaries / GiB:.2f} GiB" if temporaries
+           else "the compiler refused the step: out of memory")
+    flight = Preflight(need, have, where, how, refused_by_compiler=True)
+    flight.advice = advice(spec, temporaries or 2 * have, 0, max(have - resident, 0), platform)
+    return flight
+
+
 def preflight(spec: Any, trainer: Any, batch: tuple[Any, Any], platform: str, n_params: int) -> Preflight | None:
     """Whether the run fits, before its first (compiling) step: JAX from the compiled step's memory
     analysis, torch twins from their shapes; None where no estimate can be made (a user's torch model).
@@ -421,12 +519,21 @@ def preflight(spec: Any, trainer: Any, batch: tuple[Any, Any], platform: str, n_
         bound = max(jax_upper_bound(spec, n_params) - resident, 0)
         if bound <= EXACT_ABOVE * avail:
             return Preflight(bound, avail, where, "upper bound from the shapes, far below what is available")
-        sizes = jax_sizes(trainer, batch)
+        try:
+            sizes = jax_sizes(trainer, batch)
+        except Exception as e:  # a TPU's compiler refuses a program whose temporaries exceed its HBM
+            refused = compile_refusal(e)
+            if refused is None:
+                raise
+            return jax_refusal(spec, refused, resident, avail, where, platform)
         if not sizes:
             return None
         # the arguments are the resident state and the batch: on the host all of it is resident already
         need = jax_step_estimate(sizes) - (sizes["argument"] if where == "the host" else resident)
-        return Preflight(max(need, 0), avail, where, "compiled step memory_analysis()", sizes)
+        flight = Preflight(max(need, 0), avail, where, "compiled step memory_analysis()", sizes)
+        if not flight.fits:  # what would fit: the step's needs beyond the state grow with the batch
+            flight.advice = advice(spec, flight.estimate_bytes, 0, avail, platform)
+        return flight
     from twinbench.spec import USER
 
     if spec.model.family == USER:  # a user's model: its insides are unknown
@@ -441,6 +548,14 @@ def preflight(spec: Any, trainer: Any, batch: tuple[Any, Any], platform: str, n_
         free, _ = torch.cuda.mem_get_info()
         return Preflight(est, int(free), "the device", "estimate from the shapes")
     return Preflight(est, host_available_bytes(), "the host", "estimate from the shapes")
+
+
+def record_peak(mem: dict[str, Any], peak_bytes: int, peak_source: str) -> tuple[int, str]:
+    """The record's ``peak_mem_bytes`` and ``peak_mem_source``: the breakdown's peak when it made one (on a TPU
+    the compiled step's), else the allocator's or the process's as measured."""
+    if isinstance(mem.get("peak_bytes"), int) and mem.get("peak_source"):
+        return mem["peak_bytes"], mem["peak_source"]
+    return peak_bytes, peak_source
 
 
 def torch_profiled_step(trainer: Any, batch: tuple[Any, Any], device: str) -> dict[str, int]:
@@ -463,18 +578,24 @@ def torch_profiled_step(trainer: Any, batch: tuple[Any, Any], device: str) -> di
 
 def breakdown(spec: Any, trainer: Any, batch: tuple[Any, Any], peak_bytes: int, peak_source: str,
               runtime_bytes: int, platform: str, sizes: dict[str, int] | None) -> dict[str, Any]:
-    """The record's ``memory_breakdown`` (after the measured steps); ``{"error": ...}`` if it cannot be made."""
-    on_cpu = platform == "cpu"
+    """The record's ``memory_breakdown`` (after the measured steps); ``{"error": ...}`` if it cannot be made.
+    A JAX run's ``peak_bytes``/``peak_source`` are :func:`device_peak`'s (on a TPU, the compiled step's when
+    the allocator's peak is below it), with both figures beside them; the record's ``peak_mem_bytes`` and
+    ``peak_mem_source`` follow them (:func:`record_peak`)."""
+    on_cpu = not platforms.get(platform).accelerator
     try:
         if spec.framework == "jax":
             why = lacks(trainer, JaxStepTrainer, "memory breakdown")
             if why:
                 return {"error": why}
             sizes = sizes or jax_run_sizes(trainer, batch)
+            peak = device_peak(platform, peak_bytes, peak_source, sizes)  # a TPU's allocator misses temporaries
             loss_of = trainer.make_loss()
             residuals = jax_residuals(loss_of, trainer.params, *batch)
-            b = jax_breakdown(peak_bytes, peak_source, runtime_bytes, trainer.params, trainer.opt_state,
-                              batch_bytes(batch), sizes, residuals, on_cpu)
+            b = jax_breakdown(peak["peak_bytes"], peak["peak_source"], runtime_bytes, trainer.params,
+                              trainer.opt_state, batch_bytes(batch), sizes, residuals, on_cpu)
+            return b.to_dict() | {"allocator_peak_bytes": peak["allocator_peak_bytes"],
+                                  "program_peak_bytes": peak["program_peak_bytes"]}
         else:
             why = lacks(trainer, TorchModuleTrainer, "memory breakdown")
             if why:

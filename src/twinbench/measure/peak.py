@@ -23,7 +23,7 @@ a better figure) and the records say so. A trusted entry is never replaced autom
 current load is high: the run's own record then carries the load warning. ``twinbench peak --remeasure``
 measures again unconditionally; a refused measurement never replaces a trusted one.
 
-For known GPUs the datasheet dense peak is reported beside the measured one.
+For known GPUs and TPUs the datasheet dense peak is reported beside the measured one (:func:`datasheet`).
 """
 
 from __future__ import annotations
@@ -38,37 +38,89 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.machine import HIGH_LOAD, LOAD_ENV, MAX_SPREAD, cache_root
+from twinbench.measure import platforms
 
-#: Dense (no sparsity) peak TFLOP/s from vendor datasheets, by GPU model and form factor, and by dtype:
-#: fp32 (no TF32), tf32, bf16. Form factors differ (an H100 PCIe has ~3/4 of an SXM's tensor throughput), so a
-#: device is matched on its model AND form factor (:func:`gpu_model`); a device that matches no entry exactly
-#: (A10G, a new GPU) has no datasheet figure, and the record says so rather than borrowing a neighbour's.
+GB = 10**9
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Datasheet:
+    """A device's vendor figures, dense (no sparsity): what a step-time model or an MFU divides by.
+
+    ``fp32_tflops``: the fp32 matmul peak (no TF32); on a TPU, whose matrix unit multiplies bf16 only, the
+    rate of fp32 matmuls at JAX's ``highest`` precision (6 bf16 passes): bf16 / 6. ``hbm_gbs``: memory
+    bandwidth (GB/s = 1e9 bytes/s); ``hbm_bytes``: memory size; ``interconnect_gbs``: the chip-to-chip
+    bandwidth of one device (NVLink, Infinity Fabric, a TPU's ICI), None where it has none."""
+
+    name: str
+    bf16_tflops: float | None
+    fp32_tflops: float | None
+    hbm_gbs: float | None
+    hbm_bytes: int | None
+    interconnect_gbs: float | None = None
+    tf32_tflops: float | None = None
+    int8_tops: float | None = None
+
+    def tflops(self, dtype: str) -> float | None:
+        """The dense peak of ``dtype`` ("bf16", "fp32", "tf32", "int8")."""
+        return {"bf16": self.bf16_tflops, "fp32": self.fp32_tflops, "tf32": self.tf32_tflops,
+                "int8": self.int8_tops}.get(dtype)
+
+
+#: Vendor datasheets, by GPU model and form factor, or TPU generation. Form factors differ (an H100 PCIe has
+#: ~3/4 of an SXM's tensor throughput), so a GPU is matched on its model AND form factor (:func:`gpu_model`);
+#: a device that matches no entry exactly (A10G, a new GPU) has no datasheet figure, and the record says so
+#: rather than borrowing a neighbour's. TPUs are matched on ``device_kind`` (:func:`tpu_model`); their
+#: interconnect is the ICI bandwidth per chip (Cloud TPU system architecture pages).
+DATASHEETS: dict[str, Datasheet] = {d.name: d for d in (
+    Datasheet("H200 SXM", 989.4, 67.0, 4800, 141 * GB, 900, 494.7, 1979),
+    Datasheet("H200 NVL", 835.5, 60.0, 4800, 141 * GB, 900, 417.5, 1671),
+    Datasheet("H100 SXM", 989.4, 67.0, 3350, 80 * GB, 900, 494.7, 1979),
+    Datasheet("H100 PCIe", 756.0, 51.2, 2000, 80 * GB, 600, 378.0, 1513),
+    Datasheet("H100 NVL", 835.5, 60.0, 3900, 94 * GB, 600, 417.5, 1671),
+    Datasheet("A100", 312.0, 19.5, 2039, 80 * GB, 600, 156.0, 624),  # SXM4 80GB; the 40GB: 1555 GB/s
+    Datasheet("L40S", 362.1, 91.6, 864, 48 * GB, None, 183.0, 733),
+    Datasheet("L40", 181.0, 90.5, 864, 48 * GB, None, 90.5, 362),
+    Datasheet("L4", 121.0, 30.3, 300, 24 * GB, None, 60.0, 242),
+    Datasheet("A10", 125.0, 31.2, 600, 24 * GB, None, 62.5, 250),
+    Datasheet("V100 SXM", None, 15.7, 900, 32 * GB, 300),
+    Datasheet("V100 PCIe", None, 14.0, 900, 32 * GB, None),
+    Datasheet("MI300X", 1307.4, 163.4, 5300, 192 * GB, 896, 653.7, 2614.9),
+    # TPUs: bf16 dense, int8, HBM bandwidth and size, ICI per chip
+    Datasheet("TPU v4", 275.0, 275.0 / 6, 1228, 32 * GiB, 300, None, 275.0),
+    Datasheet("TPU v5e", 197.0, 197.0 / 6, 819, 16 * GiB, 200, None, 394.0),
+    Datasheet("TPU v5p", 459.0, 459.0 / 6, 2765, 95 * GiB, 600, None, 918.0),
+    Datasheet("TPU v6e", 918.0, 918.0 / 6, 1640, 32 * GiB, 448, None, 1836.0),
+)}
+#: The dense peak TFLOP/s of each datasheet by dtype (fp32 = no TF32, tf32, bf16): the table older code reads.
 DATASHEET_TFLOPS: dict[str, dict[str, float]] = {
-    "H200 SXM": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4},
-    "H200 NVL": {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5},
-    "H100 SXM": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4},
-    "H100 PCIe": {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0},
-    "H100 NVL": {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5},
-    "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0},  # SXM4 and PCIe: the same dense peaks
-    "L40S": {"fp32": 91.6, "tf32": 183.0, "bf16": 362.1},
-    "L40": {"fp32": 90.5, "tf32": 90.5, "bf16": 181.0},
-    "L4": {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0},
-    "A10": {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0},
-    "V100 SXM": {"fp32": 15.7},
-    "V100 PCIe": {"fp32": 14.0},
-}
+    k: {dt: v for dt in ("fp32", "tf32", "bf16") if (v := d.tflops(dt)) is not None} for k, d in DATASHEETS.items()}
 #: Models sold in several form factors with different peaks; the others have one entry under their model name.
 FORM_FACTORS = {"H200": ("SXM", "NVL"), "H100": ("SXM", "PCIe", "NVL"), "V100": ("SXM", "PCIe")}
+#: TPU ``device_kind`` strings -> the datasheet entry: JAX names a v5e "TPU v5 lite" and a v6e "TPU v6 lite";
+#: a v5p says "TPU v5p" or, on older runtimes, "TPU v5".
+TPU_KINDS = {"v4": "TPU v4", "v5 lite": "TPU v5e", "v5e": "TPU v5e", "v5litepod": "TPU v5e", "v5": "TPU v5p",
+             "v5p": "TPU v5p", "v6 lite": "TPU v6e", "v6e": "TPU v6e"}
+
+
+def tpu_model(device_name: str) -> str | None:
+    """The datasheet entry of a TPU's ``device_kind``: ``"TPU v5 lite"`` -> ``"TPU v5e"``, ``"TPU v5"`` ->
+    ``"TPU v5p"``, ``"TPU v6 lite"`` -> ``"TPU v6e"``; None for a GPU's name or an unknown generation."""
+    import re
+
+    m = re.fullmatch(r"\s*tpu\s*(v\d+\s*(?:lite(?:pod)?|[a-z])?)\s*", device_name.lower())
+    return TPU_KINDS.get(" ".join(m.group(1).split())) if m else None
 
 
 def gpu_model(device_name: str) -> str | None:
     """The datasheet entry of a device name, matched on whole tokens: ``"NVIDIA H100 PCIe"`` -> ``"H100 PCIe"``,
     ``"NVIDIA H100 80GB HBM3"`` -> ``"H100 SXM"``, ``"NVIDIA L40S"`` -> ``"L40S"`` (never ``"L4"``),
-    ``"NVIDIA A10G"`` -> None (no datasheet of its own)."""
+    ``"AMD Instinct MI300X"`` -> ``"MI300X"``, ``"NVIDIA A10G"`` -> None (no datasheet of its own)."""
     import re
 
     tokens = [t for t in re.split(r"[\s\-_/]+", device_name.upper()) if t]
-    models = {k.split()[0].upper(): k.split()[0] for k in DATASHEET_TFLOPS}
+    models = {k.split()[0].upper(): k.split()[0] for k in DATASHEETS if not k.startswith("TPU")}
     model = next((models[t] for t in tokens if t in models), None)
     if model is None:
         return None
@@ -81,13 +133,30 @@ def gpu_model(device_name: str) -> str | None:
     else:  # SXM modules report "SXM", "SXM5" or only their memory ("80GB HBM3", "H200")
         form = "SXM"
     key = f"{model} {form}"
-    return key if key in DATASHEET_TFLOPS else None
+    return key if key in DATASHEETS else None
+
+
+def datasheet(device_name: str | None) -> Datasheet | None:
+    """The vendor datasheet of a device, by the name a record gives it (torch's CUDA device name, JAX's
+    ``device_kind``): a GPU matched on model and form factor, a TPU on its generation; None when nothing
+    matches exactly (a CPU, an unlisted device). An A100 whose name says 40GB gets the 40GB's memory."""
+    if not device_name:
+        return None
+    model = tpu_model(device_name) or gpu_model(device_name)
+    if model is None:
+        return None
+    sheet = DATASHEETS[model]
+    if model == "A100" and "40GB" in device_name.upper().replace(" ", ""):
+        from dataclasses import replace
+
+        sheet = replace(sheet, hbm_gbs=1555, hbm_bytes=40 * GB)
+    return sheet
 
 
 def datasheet_tflops(device_name: str, dtype: str) -> float | None:
     """The datasheet dense peak of this device and dtype, or None when no entry matches it exactly."""
-    model = gpu_model(device_name)
-    return DATASHEET_TFLOPS[model].get(dtype) if model else None
+    sheet = datasheet(device_name)
+    return sheet.tflops(dtype) if sheet else None
 
 
 FORMAT = 2  # entries of format 1 were bare numbers
@@ -287,7 +356,7 @@ def _write(peak: Peak) -> None:
 
 # -- measuring ---------------------------------------------------------------------------------------------
 def _sizes(platform: str) -> tuple[int, ...]:
-    return (512, 1024, 2048) if platform == "cpu" else (4096, 8192, 16384)
+    return (4096, 8192, 16384) if platforms.get(platform).accelerator else (512, 1024, 2048)
 
 
 #: On an accelerator one matmul of 4096^2 takes ~0.2 ms (bf16, H200): dispatch and the sync around a single
@@ -304,7 +373,7 @@ def spread(values: list[float]) -> float:
 
 def calls_per_repeat(platform: str, one_call_s: float) -> int:
     """Back-to-back calls per timed repeat: 1 on the CPU, enough to fill ``MIN_REPEAT_S`` on an accelerator."""
-    if platform == "cpu" or one_call_s <= 0:
+    if not platforms.get(platform).accelerator or one_call_s <= 0:
         return 1
     return max(1, min(MAX_CALLS, int(MIN_REPEAT_S / one_call_s) + 1))
 

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from twinbench.config import DEFAULT_FAMILY
 from twinbench.machine import HIGH_LOAD, MAX_SPREAD
+from twinbench.measure import platforms
 from twinbench.measure.device import matmul_label, platform_name
 from twinbench.measure.memory import summary as memory_summary
 from twinbench.measure.peak import age_s, fmt_age
@@ -126,7 +127,7 @@ def _model_name(r: dict[str, Any]) -> str:
 def _device_text(r: dict[str, Any]) -> str:
     """The device and the machine: "Intel Xeon (AVX-512, AMX) (cpu)"; "NVIDIA H200 (gpu), host Intel Xeon (...)"."""
     platform, host = platform_name(r.get("platform")), r.get("host_cpu")
-    if platform == "cpu" and host:
+    if platform and not platforms.get(platform).accelerator and host:
         return f"{host} (cpu)"
     return f"{r.get('device')} ({platform})" + (f", host {host}" if host else "")
 
@@ -171,17 +172,46 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
     if sheets:
         lines.append("datasheet dense peak: " + ", ".join(f"{v:.0f} TFLOP/s {dt}" for dt, v in sheets.items())
                      + " (mfu_datasheet in the records)")
-    platforms = sorted({str(platform_name(x.get("platform"))) for x in ok if x.get("platform")})  # cuda = gpu
-    if len(platforms) > 1:
-        lines.append(f"warning: these runs ran on different platforms ({', '.join(platforms)}): "
-                     + "; ".join(f"{x['framework']}/{x['strategy']} on {platform_name(x.get('platform'))}" for x in ok)
-                     + ". Their times do not compare (did a framework miss the GPU?)")
+    lines += _platform_lines(ok)
     vers = {}
     for x in ok:
         vers |= {k: v for k, v in (x.get("versions") or {}).items() if k != "platform"}
     if vers:
         lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in sorted(vers.items())))
     return lines
+
+
+def _platform_lines(ok: list[dict[str, Any]]) -> list[str]:
+    """A warning when the runs ran on different platforms (torch on the CPU beside JAX on a GPU or TPU): their
+    times do not compare. On a TPU, where torch has no build, it names the way torch gets onto the chip."""
+    names = sorted({str(platform_name(x.get("platform"))) for x in ok if x.get("platform")})  # cuda = gpu
+    if len(names) <= 1:
+        return []
+    line = (f"warning: these runs ran on different platforms ({', '.join(names)}): "
+            + "; ".join(f"{x['framework']}/{x['strategy']} on {platform_name(x.get('platform'))}" for x in ok)
+            + f". Their times do not compare (did a framework miss {platforms.accelerator_words(names)}?)")
+    routes = {p.torch_route for n in names if (p := platforms.get(n)).torch_route}
+    torch_off = any(x["framework"] == "torch" and not platforms.get(x.get("platform")).accelerator for x in ok)
+    if routes and torch_off:
+        line += f"; torch runs on {platforms.accelerator_words(names)} through " + "; ".join(sorted(routes))
+    return [line]
+
+
+def print_table(console: Any, table: Table) -> None:
+    """Print a table whole: on a terminal at the terminal's width (rich folds what does not fit); elsewhere
+    (a CI log, a pipe, a remote job) at the table's natural width, so that no header or cell is cut to "…"."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    from rich.measure import Measurement
+
+    natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
+    width = console.width
+    console.width = max(width, natural)
+    try:
+        console.print(table)
+    finally:
+        console.width = width
 
 
 #: the unsynchronised window's step time is shown when it differs from the per-step median by more than this
@@ -213,7 +243,7 @@ def _matmul_text(ok: list[dict[str, Any]]) -> str:
 def _threads_text(ok: list[dict[str, Any]]) -> str:
     """``2 CPU threads for every run``, or each run's own count when they differ."""
     counts = {f"{x.get('framework')}/{x.get('strategy')}": x.get("threads") for x in ok}
-    cpu = "CPU" if all(platform_name(x.get("platform")) in ("cpu", None) for x in ok) else "host CPU"
+    cpu = "host CPU" if any(platforms.get(x.get("platform")).accelerator for x in ok) else "CPU"
     if len(set(counts.values())) <= 1:
         return f"{next(iter(counts.values()), None)} {cpu} threads for every run"
     return f"{cpu} threads per run: " + ", ".join(f"{k} {v}" for k, v in counts.items())
