@@ -11,8 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from twinbench.cli import app
-from twinbench.explain import gap, jax_trace, peaks, taxonomy, tpu_trace, xplane
+from twinbench.explain import gap, jax_trace, taxonomy, tpu_trace, xplane
 from twinbench.explain.steps import TraceError
+from twinbench.measure import peak
 
 FIX = Path(__file__).parent / "fixtures"
 OWN = FIX / "tpu_v5e_jax_jit_bf16.xplane.pb.gz"
@@ -98,10 +99,10 @@ def test_tpu_category_rules() -> None:
     assert cat("outfeed", "") == "data movement"
     assert taxonomy.attention_product("jit(f)/jvp(vmap(BTNH,BSNH->BNTS))/dot_general")
     assert not taxonomy.attention_product("jit(f)/jvp(block0)/btd,dhk->bthk/dot_general")  # a projection
-    assert peaks.datasheet_tflops("TPU v6 lite")[0] == 918.0
-    assert peaks.datasheet_tflops("TPU v4")[0] == 275.0
-    assert peaks.datasheet_tflops("TPU v5p")[0] == 459.0
-    assert peaks.datasheet_tflops("NVIDIA H200")[0] is None
+    assert peak.datasheet_tflops("TPU v6 lite", "bf16") == 918.0
+    assert peak.datasheet_tflops("TPU v4", "bf16") == 275.0
+    assert peak.datasheet_tflops("TPU v5p", "bf16") == 459.0
+    assert peak.datasheet("AMD EPYC 7B13") is None  # a CPU has no datasheet peak here
 
 
 def test_xplane_round_trip() -> None:

@@ -18,10 +18,11 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from twinbench.explain import hlo, peaks, taxonomy, xplane
+from twinbench.explain import hlo, taxonomy, xplane
 from twinbench.explain import steps as st
 from twinbench.explain.breakdown import Breakdown, undisturbed
 from twinbench.explain.steps import TraceError
+from twinbench.measure import peak
 
 _TPU = re.compile(r"^/device:TPU:(\d+)$")
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
@@ -143,7 +144,9 @@ def read(path: Path, data: bytes, device: int | None = None, module: str = "", h
     b.device = f"TPU {dev} ({plane.stats.get('device_type_string', 'TPU')})"
     b.idle = "the TPU idle between ops within the step (waiting on the host, the next step's dispatch)"
     kind = str(plane.stats.get("device_type_string", ""))
-    b.peak_tflops, b.peak_source = peaks.datasheet_tflops(kind)
+    sheet = peak.datasheet(kind)  # a profile read on its own carries no measured peak: the datasheet's
+    if sheet and sheet.bf16_tflops:
+        b.peak_tflops, b.peak_source = sheet.bf16_tflops, f"{sheet.name} datasheet bf16 peak"
     if len(planes) > 1:
         b.notes.append(f"{len(planes)} TPU cores in the trace: TPU {dev} shown (--device N for another)")
     keep = [spans[i] for i in undisturbed([e - s for s, e in (execs[i] for i in range(len(spans)))])]
