@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 #: The family of a ModelConfig that names none (and of records written before families had names).
 DEFAULT_FAMILY = "gpt"
+#: The family of ``--model FILE.py:build`` (twinbench/byo); the models ask for it here, never through ``spec``.
+USER_FAMILY = "user"
 
 
 class SpecError(ValueError):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from twinbench.config import ModelConfig, SpecError, TrainConfig, flag  # the leaf; re-exported from here
+from twinbench.config import USER_FAMILY, ModelConfig, SpecError, TrainConfig, flag  # the leaf, re-exported
 from twinbench.models.family import FAMILIES as BUILT_IN
 from twinbench.models.family import presets as _family_presets
 from twinbench.strategies.modifiers import LENGTH_POLICIES, Modifiers
@@ -25,7 +25,7 @@ FRAMEWORKS = ("torch", "jax")
 PRECISIONS = ("fp32", "bf16")
 REMAT_POLICIES = ("full", "dots-saveable", "nothing-saveable")  # the names of models/options.py
 ATTENTION_IMPLS = ("default", "chunked", "jax-nn", "cudnn", "splash")  # the names of models/options.py
-USER = "user"  # the family of --model FILE.py:build (twinbench/byo)
+USER = USER_FAMILY  # the family of --model FILE.py:build (twinbench/byo); the models read it from config
 FAMILIES = (*BUILT_IN, USER)  # the built-in families (models/) and the user's
 TASKS = ("lm", "classify", "custom")  # next-token LM | sequence classification | the user's model (custom)
 MASK_IMPLS = ("where", "mul", "cond")  # how a masked family's attention applies its padding mask

@@ -366,8 +366,7 @@ def main(argv: list[str]) -> int:
 
     if distributed.local_rank() == 0:  # under torchrun every rank runs this; one record per host
         out_path.write_text(json.dumps(record.to_dict()))
-    distributed.finish()
-    return code
+    return distributed.end(code)  # a torchrun rank ends here (os._exit), see distributed.end
 
 
 if __name__ == "__main__":

@@ -23,6 +23,9 @@ import pytest
 from dist_helpers import TINY, free_port
 
 RTOL = 1e-5
+#: each host's --timeout: a run takes ~15 s (~45 s on a loaded 2-core machine); a hang fails with its record's
+#: "timed out" error and the host's output instead of stalling the suite
+HOST_TIMEOUT_S = 120
 pytestmark = pytest.mark.slow  # two processes per run, each joining a distributed runtime
 
 
@@ -32,7 +35,7 @@ def two_hosts(tmp_path: Path, framework: str, strategy: str) -> list[dict]:
     for pid in range(2):
         out = tmp_path / f"host{pid}"
         cmd = [sys.executable, "-m", "twinbench.cli", "compare", "--preset", "tiny", "--framework", framework,
-               "--strategies", strategy, "--devices", "2", "--out", str(out), "--timeout", "240",
+               "--strategies", strategy, "--devices", "2", "--out", str(out), "--timeout", str(HOST_TIMEOUT_S),
                *[a for k, v in TINY.items() for a in (f"--{k}", str(v))]]
         slurm = {"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "2", "SLURM_PROCID": str(pid), "SLURM_NODEID": str(pid),
                  "SLURM_LOCALID": "0", "SLURM_STEP_NODELIST": "127.0.0.1", "MASTER_PORT": str(port)}
@@ -40,16 +43,18 @@ def two_hosts(tmp_path: Path, framework: str, strategy: str) -> list[dict]:
                                       env={**os.environ, **slurm}))
         outs.append(out)
     records = []
-    for proc, out in zip(procs, outs, strict=True):
+    for pid, (proc, out) in enumerate(zip(procs, outs, strict=True)):
         try:
-            _, err = proc.communicate(timeout=300)
+            _, err = proc.communicate(timeout=HOST_TIMEOUT_S + 60)
         except subprocess.TimeoutExpired:
             for p in procs:
                 p.kill()
-            pytest.fail(f"{framework} 2-host run timed out")
+            pytest.fail(f"{framework} 2-host run: host {pid} still running {HOST_TIMEOUT_S + 60} s after its start")
         lines = (out / "results.jsonl").read_text().splitlines() if (out / "results.jsonl").exists() else []
         assert lines, f"no record from {out}: {err[-2000:]}"
-        records.append(json.loads(lines[-1]))
+        record = json.loads(lines[-1])
+        record["stderr_tail"] = err[-2000:]
+        records.append(record)
     return records
 
 
@@ -58,7 +63,7 @@ def test_two_processes_agree_with_one(tmp_path, one_device, framework, strategy)
     records = two_hosts(tmp_path, framework, strategy)
     ref = one_device[framework]["losses"]
     for pid, r in enumerate(records):
-        assert r["status"] == "ok", f"host {pid}: {r['error']}"
+        assert r["status"] == "ok", f"host {pid}: {r['error']}\n{r['stderr_tail']}"
         assert r["device_count"] == 2
         np.testing.assert_allclose(r["losses"], ref, rtol=RTOL, err_msg=f"{framework}/{strategy} host {pid}")
     mesh = records[0]["sharding"]["mesh"]

@@ -7,7 +7,10 @@ Nothing here is imported by the models; the strategies ``jax_mesh``, ``jax_pmap`
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
+import sys
 
 from twinbench.spec import RunSpec
 
@@ -48,11 +51,29 @@ def local_rank() -> int:
 
 def finish() -> None:
     """Leave the torch process group cleanly (no-op when none was joined)."""
-    import sys
-
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def end(code: int) -> int:
+    """The worker's last act: leave the process group; a torchrun rank then ends at once with ``code``.
+
+    A rank whose record is written must not die in the interpreter's teardown: torch's C++ state is destroyed
+    there, and now and then a thread still joinable at that point aborts the process ("terminate called
+    without an active exception", exit -6) after a clean run. torchrun counts that rank as failed, so its host's
+    agent skips the exit barrier that every agent of a multi-host run waits in, and the other hosts' agents wait
+    there for its whole timeout (300 s) before they end. So a rank runs Python's exit handlers, flushes its
+    output and leaves with ``os._exit`` (no C++ teardown); a process not started by torchrun returns ``code``.
+    """
+    finish()
+    if "TORCHELASTIC_RUN_ID" not in os.environ:  # not a torchrun rank
+        return code
+    atexit._run_exitfuncs()  # the Python-level cleanup a normal exit would run (temporary caches)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def parallel_peaks(spec: RunSpec, platform: str, device_count: int, threads: int) -> int:

@@ -26,10 +26,13 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from twinbench.config import ModelConfig, TrainConfig
-from twinbench.models.weights import Canonical, canonical_to_torch, torch_to_canonical
+from twinbench.config import USER_FAMILY, ModelConfig, TrainConfig
+from twinbench.models.registry import FAMILIES as _REGISTRY
+
+if TYPE_CHECKING:  # weights.py asks the registered families (below) for their layouts: imported lazily here
+    from twinbench.models.weights import Canonical
 
 #: The options and strategies a family may support; the ones it does not get a reason in ``unsupported``.
 #: ``jax-twin``: the family has an NNX twin (what every JAX base open to all families builds); ``prefetch``: its
@@ -47,6 +50,20 @@ def lazy(target: str) -> Callable[..., Any]:
     call.__name__ = call.__qualname__ = attr
     call.__doc__ = f"{target} (imported on first use)"
     return call
+
+
+def _canonical_to_torch(model: Any, weights: Canonical) -> None:
+    """weights.py's ``canonical_to_torch``, imported when first called (weights.py reads this registry)."""
+    from twinbench.models.weights import canonical_to_torch
+
+    canonical_to_torch(model, weights)
+
+
+def _torch_to_canonical(model: Any) -> Canonical:
+    """weights.py's ``torch_to_canonical``, imported when first called."""
+    from twinbench.models.weights import torch_to_canonical
+
+    return torch_to_canonical(model)
 
 
 def _all_params(weights: Canonical) -> int:
@@ -92,8 +109,8 @@ class Family:
     default_cells: tuple[tuple[str, str], ...] = ()
 
     #: torch weights in and out of the canonical layout (the twins transpose linear weights; see weights.py)
-    torch_load: Callable[[Any, Canonical], None] = canonical_to_torch
-    torch_weights: Callable[[Any], Canonical] = torch_to_canonical
+    torch_load: Callable[[Any, Canonical], None] = _canonical_to_torch
+    torch_weights: Callable[[Any], Canonical] = _torch_to_canonical
     #: the loss calls the module's own ``forward`` (FSDP's root is then the module itself; else a wrapper
     #: whose forward is the loss, so whatever the loss reaches is gathered)
     loss_is_forward: bool = True
@@ -107,8 +124,9 @@ class Family:
 
 TWIN_OPTIONS = frozenset({"bf16", "remat", "scan-layers"})  # ModelOptions both twins read themselves
 
-#: The built-in families by name, in registration order (``models/__init__.py`` registers them).
-FAMILIES: dict[str, Family] = {}
+#: The built-in families by name, in registration order (``models/__init__.py`` registers them); the dict lives
+#: in ``registry.py`` so that ``weights.py`` reads it without importing this module.
+FAMILIES: dict[str, Family] = _REGISTRY
 
 
 def register(module: str) -> Family:
@@ -154,10 +172,8 @@ _USER_FAMILIES: dict[Any, Any] = {}
 def get(spec: Any) -> Family:
     """The family bundle of ``spec``: a built-in family, or the user's (``--model``: ``byo/family.py``'s
     ``UserFamily``, one per spec and process, so the trainer and the worker share one ``build(cfg)``)."""
-    from twinbench.spec import USER
-
     name = spec.model.family
-    if name == USER:
+    if name == USER_FAMILY:
         if spec not in _USER_FAMILIES:
             from twinbench.byo.family import UserFamily
 

@@ -22,9 +22,8 @@ _FLAX_TO_CANON = {"kernel": "weight", "scale": "weight", "embedding": "weight"}
 
 
 def _linear_suffixes() -> tuple[str, ...]:
-    from twinbench.models.family import (
-        FAMILIES,  # each family names its linear weights (Family.linear_suffixes)
-    )
+    # each family names its linear weights (Family.linear_suffixes)
+    from twinbench.models.registry import FAMILIES
 
     return tuple(s for f in FAMILIES.values() for s in f.linear_suffixes)
 
@@ -64,7 +63,7 @@ def _flax_name(path: tuple) -> str:
 
 def _layer_lists() -> list[tuple[str, ...]]:
     """Where each family keeps its layers (``Family.layer_list``): ``blocks.{i}``, ``encoder.layer.{i}``..."""
-    from twinbench.models.family import FAMILIES
+    from twinbench.models.registry import FAMILIES
 
     return list(dict.fromkeys(f.layer_list for f in FAMILIES.values()))
 

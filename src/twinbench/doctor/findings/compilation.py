@@ -1,0 +1,72 @@
+"""Compile time: ``compile-dominates`` (compilation against the script's wall time) and ``jax-unrolled-loop``
+(repeated copies of a layer compiled one by one)."""
+
+from __future__ import annotations
+
+from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _step_location
+
+# -- compile-dominates --------------------------------------------------------------------------------------------
+COMPILE_SHARE = 0.30  # of the script's wall time
+COMPILE_MIN_S = 1.0  # below this, compilation is too short to mention whatever its share
+COMPILE_WARN_S = 120.0  # a warning from this much compilation; below it (a toy or a cut run) only info. Far
+# from the run-to-run spread of one script's compile time (+-30% on a loaded machine): 25-32 s never flips it
+
+
+def compile_dominates(obs: Obs) -> Finding | None:
+    """Threshold: compilation takes > 30% of the script's wall time: info from 1 s, warning from 120 s."""
+    compile_s, wall = obs.get("compile_s", 0.0), obs.get("wall_s", 0.0)
+    if not wall or compile_s < COMPILE_MIN_S or compile_s / wall <= COMPILE_SHARE:
+        return None
+    severity = "warning" if compile_s >= COMPILE_WARN_S else "info"
+    fws = obs.get("frameworks", [])
+    fix = []
+    if "jax" in fws:
+        fix.append("JAX: keep compiled programs across runs, jax.config.update('jax_compilation_cache_dir', "
+                   "'~/.cache/jax') (and jax_persistent_cache_min_compile_time_secs=0); compile one layer "
+                   "and scan over the stack (nnx.scan / jax.lax.scan instead of a Python loop of layers); "
+                   "fewer distinct input shapes.")
+    if "torch" in fws:
+        fix.append("PyTorch: compile the repeated block instead of the whole model (regional compilation: "
+                   "torch.compile each layer), keep the FX graph cache on (TORCHINDUCTOR_FX_GRAPH_CACHE=1), "
+                   "avoid recompiles (fixed or dynamic shapes).")
+    return Finding(
+        "compile-dominates", severity,
+        f"compilation takes {100 * compile_s / wall:.0f}% of the run",
+        f"{compile_s:.1f} s compiling of {wall:.1f} s wall time over {obs.get('steps', 0)} steps "
+        f"(above {100 * COMPILE_SHARE:.0f}%: info from {COMPILE_MIN_S:g} s of compilation, warning from "
+        f"{COMPILE_WARN_S:g} s); a longer run amortises it",
+        "\n".join(fix) or "Cache compiled programs across runs and compile fewer distinct shapes.",
+        f"{JAX_DOCS}/persistent_compilation_cache.html")
+
+
+# -- jax-unrolled-loop ----------------------------------------------------------------------------------------------
+UNROLL_WARN_S = 0.5  # compile seconds spent on the repeated copies (all but the first): info below, warning from
+
+
+def jax_unrolled_loop(obs: Obs) -> Finding | None:
+    """Threshold: the step's program holds >= 4 back-to-back copies of one unit of >= 8 equations (a Python loop
+    unrolled by jit); warning when the copies after the first cost >= 0.5 s of its backend compile (the compile
+    time in proportion to the equations they are), info below."""
+    prog = obs.get("info", {}).get("step_program") or {}
+    rep = prog.get("repeat")
+    if not rep:
+        return None
+    extra = (rep["copies"] - 1) * rep["period"]
+    share = extra / max(rep["eqns"], 1)
+    compile_s = prog.get("compile_s", 0.0)
+    cost = compile_s * share
+    return Finding(
+        "jax-unrolled-loop", "warning" if cost >= UNROLL_WARN_S else "info",
+        f"a Python loop is unrolled inside the jitted step: {rep['copies']} copies of the same "
+        f"{rep['period']} operations",
+        f"the step's program (jaxpr, nested calls inlined) is {rep['eqns']} equations, {rep['copies']} x "
+        f"{rep['period']} of them one unit repeated back to back (from equation {rep['start']}): "
+        f"{100 * share:.0f}% of the program is copies; its backend compile took {compile_s:.2f} s, about "
+        f"{cost:.2f} s of it for the copies, and trace and compile time grow with the loop's count (info from 4 "
+        f"copies of >= 8 operations, warning from {UNROLL_WARN_S:g} s of compile for the copies)",
+        "Loop inside the program instead of in Python, so the body is traced and compiled once:\n"
+        "  gradient accumulation: (grads, loss), _ = jax.lax.scan(micro_step, (zeros, 0.0), (xs, ys))\n"
+        "  a fixed count:         x = jax.lax.fori_loop(0, n, body, x)\n"
+        "  a stack of layers:     stack the layers' params and jax.lax.scan over them; in Flax NNX create "
+        "them with nnx.vmap and apply them with nnx.scan",
+        f"{JAX_DOCS}/control-flow.html", location=_step_location(obs))

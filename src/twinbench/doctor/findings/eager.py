@@ -1,0 +1,40 @@
+"""Work dispatched outside the compiled step: ``jax-eager-ops``."""
+
+from __future__ import annotations
+
+from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _per_step
+
+# -- jax-eager-ops -----------------------------------------------------------------------------------------
+EAGER_OPS_WARN = 20  # primitives dispatched one by one outside jit, per steady step
+EAGER_OPTAX_WARN = 0.5  # Optax updates run outside jit, per steady step
+
+
+def jax_eager_ops(obs: Obs) -> Finding | None:
+    """Threshold: >= 20 JAX ops dispatched one by one (outside jit) per step, or the Optax update
+    run outside jit on at least every other step."""
+    ops = _per_step(obs, "eager_ops")
+    optax_rate = _per_step(obs, "optax_eager_updates") or 0.0
+    if ops is None or (ops < EAGER_OPS_WARN and optax_rate < EAGER_OPTAX_WARN):
+        return None
+    eager_ms = (_per_step(obs, "eager_s:s") or 0.0) * 1e3
+    sources = obs.get("info", {}).get("eager_sources", {})
+    total = sum(sources.values()) or 1
+    src = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in list(sources.items())[:4])
+    optax_eager = optax_rate >= EAGER_OPTAX_WARN
+    fix = ("Put the whole step, optimizer update included, inside one jitted function:\n"
+           "  @jax.jit\n"
+           "  def train_step(params, opt_state, batch):\n"
+           "      loss, grads = jax.value_and_grad(loss_fn)(params, batch)\n"
+           "      updates, opt_state = tx.update(grads, opt_state, params)\n"
+           "      return optax.apply_updates(params, updates), opt_state, loss\n"
+           "(Flax NNX: decorate the step that calls optimizer.update(model, grads) with @nnx.jit.)")
+    return Finding(
+        "jax-eager-ops", "warning",
+        f"{ops:.0f} ops per step run one by one outside jit" + (" (the Optax update among them)" if optax_eager else ""),
+        f"{ops:.0f} eager primitive dispatches and jax.Array operators (+ - * / ** @) counted per step (a "
+        f"jnp function called outside jit dispatches on a C++ path the count does not see) taking {eager_ms:.2f} ms of a {obs.get('step_ms') or 0:.2f} ms "
+        f"step; they come from: {src or 'unknown'}; Optax updates outside jit: {optax_rate:.1f} per step; "
+        f"each eager op is a separate dispatch (and its Python-number operands each a host-to-device copy: "
+        f"{_per_step(obs, 'h2d_guard') or 0:.0f} per step) (warning from {EAGER_OPS_WARN} eager ops or "
+        f"{EAGER_OPTAX_WARN:g} eager Optax updates per step)", fix,
+        f"{JAX_DOCS}/jit-compilation.html")

@@ -1,0 +1,110 @@
+"""Device values read on the host inside the loop: ``jax-host-sync`` and ``torch-host-sync``."""
+
+from __future__ import annotations
+
+import re
+
+from twinbench.doctor.findings.base import JAX_DOCS, TORCH_DOCS, Finding, Obs, _iter_ms, _per_step, _sites
+
+# -- jax-host-sync -------------------------------------------------------------------------------------------
+HOST_SYNC_WARN = 1.0  # device values read on the host per steady step: a finding from this many
+HOST_SYNC_WAIT_SHARE = 0.05  # ... a warning when the host waits in them this share of the step, else info
+
+
+def _host_sync_cost(obs: Obs, seconds_key: str) -> tuple[str, str]:
+    """Severity and evidence from the measured time the host spent in its reads (waiting for the device)."""
+    iter_ms = _iter_ms(obs)
+    if f"{seconds_key}:s" not in obs.get("per_step", {}) or not iter_ms:
+        return "warning", " (warning from 1 per step; the wait could not be measured)"
+    wait_ms = 1e3 * (_per_step(obs, f"{seconds_key}:s") or 0.0)
+    share = wait_ms / iter_ms
+    return ("warning" if share >= HOST_SYNC_WAIT_SHARE else "info",
+            f"; measured cost: the host waited {wait_ms:.3f} ms per step in these reads, {100 * share:.1f}% of "
+            f"the {iter_ms:.2f} ms steady iteration (mean, one step start to the next; warning from "
+            f"{100 * HOST_SYNC_WAIT_SHARE:.0f}% of it, else info)")
+
+
+LIB_CONVERSIONS = ("(int)", "(bool)", "(index)")  # a library reading a JAX index element by element
+
+
+def _read_location(sites: dict[str, int]) -> str:
+    """The busiest read site, without its conversion: ``your file:line `code` -> library file:line``."""
+    top = next(iter(sites), "")
+    return re.sub(r" \((\w+)\)$", "", top)
+
+
+def jax_host_sync(obs: Obs) -> Finding | None:
+    """Threshold: >= 1 device value read on the host (float, .item(), print, bool) per step; a warning when
+    the reads cost the loop >= 5% of the mean steady iteration on the host (the time of each line's burst of
+    reads less the part spent waiting for a step still running on the device, plus that wait where the
+    device then sat idle between steps), else info."""
+    reads = _per_step(obs, "jax_host_reads")
+    if reads is None or reads < HOST_SYNC_WARN:
+        return None
+    sites = obs.get("info", {}).get("jax_host_read_sites", {})
+    iter_ms = _iter_ms(obs)
+    span = _per_step(obs, "jax_host_read_span_s:s")
+    # element-wise integer/bool reads, several per step: code (a library's, or yours) indexing with a JAX array
+    elementwise = sum(c for k, c in sites.items() if k.endswith(LIB_CONVERSIONS))
+    library_index = reads >= 4 and elementwise >= 0.5 * sum(sites.values())
+    if span is None or not iter_ms or "jax_host_read_span_s:s" not in obs.get("per_step", {}):
+        severity, cost = _host_sync_cost(obs, "jax_host_read_s")
+    else:
+        span_ms = 1e3 * span
+        blocked_ms = 1e3 * (_per_step(obs, "jax_host_read_blocked_s:s") or 0.0)
+        host_ms = max(span_ms - blocked_ms, 0.0)
+        split = obs.get("split") or {}
+        idle_ms = split.get("idle_mean_ms", split.get("idle_ms", 0.0)) if split.get("async") else 0.0
+        # the sync's lost overlap: the wait, up to the device's idle time between steps that the reads' own host
+        # work does not already explain (the split counts that work as the host's, not as idle)
+        overlap_ms = min(blocked_ms, idle_ms)
+        lost_ms = host_ms + overlap_ms
+        share = lost_ms / iter_ms
+        severity = "warning" if share >= HOST_SYNC_WAIT_SHARE else "info"
+        cost = (f"; measured cost: {span_ms:.2f} ms per step in these reads (from each line's first read to its "
+                f"last, the library's work in between included), of which {blocked_ms:.2f} ms waited for the step "
+                f"still running on the device (the step's own time) and {host_ms:.2f} ms was the host's work "
+                f"while the device sat idle; with the sync's lost overlap ({overlap_ms:.2f} ms: the device's "
+                f"other idle time between steps) the loop lost {lost_ms:.2f} ms per step, {100 * share:.1f}% of "
+                f"the {iter_ms:.2f} ms steady iteration (mean, one step start to the next; warning from "
+                f"{100 * HOST_SYNC_WAIT_SHARE:.0f}% of it, else info)")
+    where = _read_location(sites)
+    if library_index:
+        title = f"{reads:.0f} device values read on the host every step: a JAX array is read element by element"
+        fix = ("Index with NumPy, not with a JAX array (a library given one reads it element by element): batch = "
+               "dataset[np.asarray(perm)] (or build the permutation with NumPy: perms = "
+               "np.random.default_rng(seed).permutation(n)); each element of a JAX array read with int()/bool() "
+               "is a separate device read and small dispatch.")
+    else:
+        title = f"{reads:.1f} device values read on the host every step: the loop waits for the device each time"
+        fix = ("Keep values on the device and read them rarely: losses.append(loss) in the loop and "
+               "print(float(jnp.mean(jnp.stack(losses)))) every 100 steps or after it; inside jit use "
+               "jax.debug.print; for early stopping, check every N steps.")
+    return Finding(
+        "jax-host-sync", severity, title,
+        f"{reads:.1f} host reads per step ({_sites(sites)}); each one blocks until the value is computed, so "
+        f"the next step cannot be dispatched ahead{cost}", fix,
+        f"{JAX_DOCS}/async_dispatch.html", location=where)
+
+
+# -- torch-host-sync ---------------------------------------------------------------------------------------------
+def torch_host_sync(obs: Obs) -> Finding | None:
+    """Threshold: >= 1 tensor read on the host (.item(), float(), print) or CUDA sync per step."""
+    reads = _per_step(obs, "torch_host_reads")
+    syncs = _per_step(obs, "cuda_syncs") or 0.0
+    if reads is None or max(reads, syncs) < HOST_SYNC_WARN:
+        return None
+    sites = obs.get("info", {}).get("torch_host_read_sites", {})
+    severity, cost = _host_sync_cost(obs, "torch_host_read_s")
+    if syncs >= HOST_SYNC_WARN:  # synchronising CUDA calls inside torch are not timed: each drains the queue
+        severity = "warning"
+    return Finding(
+        "torch-host-sync", severity,
+        f"{max(reads, syncs):.1f} tensor values read on the host every step"
+        + (": the GPU queue drains each time" if obs.get("info", {}).get("cuda") else ""),
+        f"{reads:.1f} host reads per step ({_sites(sites)}); {syncs:.1f} synchronising CUDA calls per step "
+        f"(torch.cuda.set_sync_debug_mode, a warning from {HOST_SYNC_WARN:g} per step){cost}",
+        "Accumulate on the device and read rarely: running = running + loss.detach() in the loop, "
+        "print((running / n).item()) every 100 steps; avoid print(loss), float(loss), .tolist() and "
+        "`if loss < x` in the loop.",
+        f"{TORCH_DOCS}/generated/torch.cuda.set_sync_debug_mode.html", location=_read_location(sites))

@@ -1,0 +1,38 @@
+"""The machine itself: ``cpu-oversubscribed``."""
+
+from __future__ import annotations
+
+from twinbench.doctor.findings.base import TORCH_DOCS, Finding, Obs
+
+# -- cpu-oversubscribed ---------------------------------------------------------------------------------------------
+BUSY_INFO_SHARE = 0.10  # other processes keep this share of the cores busy during the steady steps: info
+BUSY_WARN_SHARE = 0.25  # ... a warning from this share (2.5x the info line: the margin noise cannot cross),
+# when the framework's threads and the others' load together ask for more cores than the machine has
+
+
+def cpu_oversubscribed(obs: Obs) -> Finding | None:
+    """Threshold: other processes keep >= 10% of the cores busy during the steady steps (info); a warning from
+    25% when the framework's threads plus that load ask for more cores than there are."""
+    m = obs.get("machine") or {}
+    cores, others = m.get("cores") or 0, m.get("others_cores")
+    if not cores or others is None or others < BUSY_INFO_SHARE * cores:
+        return None
+    threads = obs.get("info", {}).get("threads", {})
+    want = max(threads.values(), default=0)
+    over = others + want > cores
+    severity = "warning" if over and others >= BUSY_WARN_SHARE * cores else "info"
+    free = max(int(cores - others + 0.5), 1)
+    tdesc = ", ".join(f"{fw} {n} threads" for fw, n in threads.items()) or "threads unknown"
+    return Finding(
+        "cpu-oversubscribed", severity,
+        f"the machine is busy: other processes kept {others:.1f} of {cores} cores busy while the steps ran",
+        f"measured over {m.get('window_s', 0):.1f} s of steady steps (/proc/stat against this process's CPU time): "
+        f"other processes {others:.2f} cores, this script {m.get('own_cores', 0):.2f} cores, {cores} cores in all; "
+        f"the frameworks use {tdesc}, so {others + want:.1f} cores are asked for (info from "
+        f"{100 * BUSY_INFO_SHARE:.0f}% of the cores busy elsewhere; warning from {100 * BUSY_WARN_SHARE:.0f}% when "
+        f"more cores are asked for than there are); threads that wait for each other slow down far more than "
+        f"their share, and any timing of this run is unreliable",
+        f"Use the cores that are free (about {free} here): torch.set_num_threads({free}) or OMP_NUM_THREADS={free}; "
+        f"for JAX on the CPU, XLA_FLAGS='--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads={free}'; "
+        "or run when the machine is idle (pin with taskset -c to cores nobody else uses).",
+        f"{TORCH_DOCS}/generated/torch.set_num_threads.html")

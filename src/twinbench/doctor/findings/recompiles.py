@@ -1,0 +1,133 @@
+"""Compiling again after step 1: ``jax-recompile`` (tracing cache misses and their cause), ``torch-recompile``
+(Dynamo guard failures) and ``torch-graph-break``."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from twinbench.doctor.findings.base import JAX_DOCS, TORCH_DOCS, Finding, Obs, _steady_notes
+
+# -- jax-recompile ------------------------------------------------------------------------------------------
+RECOMPILE_WARN = 2  # tracing cache misses of a known function after step 1: 1 = info, >= 2 = warning
+RECOMPILE_FIX = {
+    "shape": "Give the step a few fixed shapes: pad the last/odd batches to the full size with a mask "
+             "(x = np.pad(x, ((0, B - len(x)), (0, 0)))), drop the remainder (drop_last=True), or bucket "
+             "sequence lengths to powers of two.",
+    "dtype": "Cast inputs to one dtype before the call, every step: x = jnp.asarray(x, jnp.float32).",
+    "weak type": "Pass the same kind of value every step: make it an array once, lr = jnp.asarray(lr, "
+                 "jnp.float32), instead of a Python float on some steps and an array on others.",
+    "static argument": "Do not mark a value that changes every step as static: drop it from "
+                       "static_argnums/static_argnames and pass it as an array, step(state, jnp.asarray(i)).",
+    "new function object": "Create the jitted function once, before the loop: step = jax.jit(train_step); "
+                           "not jax.jit(lambda ...) or jax.jit(functools.partial(...)) inside it.",
+    "pytree structure": "Keep the arguments' structure fixed: the same dict keys, list lengths and None-ness "
+                        "every step.",
+}
+
+
+def recompile_cause(message: str) -> str:
+    """Classify one ``jax_explain_cache_misses`` message."""
+    if "never seen function" in message:
+        return "new function object"
+    if "weak_type" in message:
+        return "weak type"
+    if "Static" in message or "static" in message:
+        return "static argument"
+    if "different input types" in message:
+        m = re.search(r"now (\w+)\[[^\]]*\][^ ]* and before (\w+)\[", message)
+        return "dtype" if m and m.group(1) != m.group(2) else "shape"
+    if "pytree" in message:
+        return "pytree structure"
+    return "other"
+
+
+LIBRARY_PATHS = ("/jax/", "/jaxlib/", "/flax/", "/optax/", "/site-packages/", "/dist-packages/")
+
+
+def _is_user_recompile(message: str) -> bool:
+    """A retrace of a function the script compiled before (not a first trace, not a library's own)."""
+    if "never seen function" in message and "seen another function defined on the same line" not in message:
+        return False
+    m = re.search(r"defined at (\S+)", message)
+    return not (m and any(p in m.group(1) for p in LIBRARY_PATHS))
+
+
+def jax_recompile(obs: Obs) -> Finding | None:
+    """Threshold: >= 2 recompiles (tracing cache misses) of an already-compiled function after step 1; a
+    function traced inside another one's trace (e.g. a shard_map body defined in the step) is not one."""
+    misses = [n["message"] for n in _steady_notes(obs, "cache_miss")
+              if not n.get("nested") and _is_user_recompile(n["message"])]
+    if not misses:
+        return None
+    causes = Counter(recompile_cause(m) for m in misses)
+    top = causes.most_common(1)[0][0]
+    example = next(m for m in misses if recompile_cause(m) == top)
+    detail = [ln.strip() for ln in example.splitlines()[1:] if ln.strip()][-3:]
+    compiles = _steady_notes(obs, "compile")
+    steady_compile_s = sum(n.get("s", 0.0) for n in compiles)
+    severity = "warning" if len(misses) >= RECOMPILE_WARN else "info"
+    return Finding(
+        "jax-recompile", severity,
+        f"jit traced and compiled again {len(misses)} times after step 1 (cause: {top})",
+        f"{len(misses)} tracing cache misses after step 1 (of {obs.get('steps', 0)} steps) "
+        f"({', '.join(f'{c}: {n}' for c, n in causes.items())}); {len(compiles)} XLA compiles, "
+        f"{steady_compile_s:.2f} s of backend compile after step 1; jax_explain_cache_misses says: "
+        + " | ".join(detail) + f" (warning from {RECOMPILE_WARN} recompiles)",
+        RECOMPILE_FIX.get(top, "Keep every argument's shape, dtype, weak type and structure the same each step.")
+        + " Then keep it fixed: run steps 2.. under `with jax.no_tracing(True):` in a test (a retrace raises).",
+        f"{JAX_DOCS}/jit-compilation.html#caching")
+
+
+# -- torch-recompile ---------------------------------------------------------------------------------------
+def torch_recompile(obs: Obs) -> Finding | None:
+    """Threshold: >= 1 dynamo recompilation (a guard failed after the first compile)."""
+    notes = obs.get("notes", {}).get("recompile", [])
+    if not notes:
+        return None
+    reasons = Counter(_guard_reason(n["message"]) for n in notes)
+    shape = any("size mismatch" in r or "stride" in r for r in reasons)
+    fix = ("Mark the varying dimension dynamic before the first call, torch._dynamo.mark_dynamic(x, 0), "
+           "or pad batches to a few fixed sizes; torch.compile(model, dynamic=True) compiles shape-generic "
+           "code once." if shape else
+           "Keep what the guards check constant between calls (Python numbers, attributes, globals, "
+           "tensor dtypes/devices); pass changing numbers as tensors.")
+    return Finding(
+        "torch-recompile", "warning",
+        f"torch.compile recompiled {len(notes)} times",
+        f"{len(notes)} recompilations ({obs.get('info', {}).get('torch_graphs', '?')} graphs in all); "
+        f"guard failures: " + "; ".join(f"{r} x{c}" for r, c in reasons.most_common(3))
+        + " (warning from 1 recompile)",
+        fix, f"{TORCH_DOCS}/torch.compiler_troubleshooting.html")
+
+
+def _guard_reason(message: str) -> str:
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip().startswith("- ")]
+    head = message.splitlines()[0] if message else ""
+    return (lines[0][2:] if lines else head)[:200]
+
+
+# -- torch-graph-break ------------------------------------------------------------------------------------------
+def torch_graph_break(obs: Obs) -> Finding | None:
+    """Threshold: >= 1 graph break in a compiled function."""
+    notes = obs.get("notes", {}).get("graph_break", [])
+    if not notes:
+        return None
+    reasons: Counter[str] = Counter()
+    for n in notes:
+        msg = n["message"]
+        where = re.search(r"in user code at (\S+)", msg)
+        reason = re.search(r"Graph Break Reason: (.*)", msg)
+        text, at = (reason.group(1) if reason else msg.splitlines()[0]), (where.group(1) if where else "?")
+        if "twinbench/doctor/" in at:  # the doctor's host-read wrapper: the user's code read a tensor there
+            text, at = "a tensor read on the host (.item(), float(), bool, print) inside the compiled code", "?"
+        reasons[f"{text} at {at}"] += 1
+    return Finding(
+        "torch-graph-break", "warning",
+        f"torch.compile split the function at {len(reasons)} graph breaks",
+        "dynamo's break reasons: " + "; ".join(f"{r} (x{c})" for r, c in reasons.most_common(3))
+        + " (warning from 1 break)",
+        "Remove what dynamo cannot trace from the compiled code: a branch on a tensor value -> torch.where(cond, "
+        "a, b) or torch.cond; .item()/print/numpy -> move out of the compiled function. Then compile with "
+        "fullgraph=True so a new break fails loudly; torch._dynamo.explain(fn)(*args) lists them all.",
+        f"{TORCH_DOCS}/torch.compiler_troubleshooting.html")

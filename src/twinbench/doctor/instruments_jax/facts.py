@@ -1,0 +1,125 @@
+"""Static facts about the step, read at the end of the run: donation (``Lowered.args_info``, the executable's
+aliasing), its program (a Python loop unrolled into it, its attention) and the copy bandwidth when it takes
+host arrays."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from twinbench.doctor.instruments_jax.common import Hooks, _nbytes
+from twinbench.doctor.instruments_jax.transfers import _measure_h2d
+
+if TYPE_CHECKING:
+    from twinbench.doctor.instruments_jax.steps import _Jitted
+
+
+LOWER_CACHED_S = 0.05  # a lowering this fast came from JAX's cache (and so will the compile)
+READ_COMPILE_MAX_S = 5.0  # a step that compiled faster may be compiled again to read its HLO
+
+
+class StepFacts(Hooks):
+    """``finalize``: what the step function is, once the script has run."""
+
+    # -- end of run --------------------------------------------------------------------------------------
+    def finalize(self) -> None:
+        """Add static facts about the step function: donation (Lowered.args_info), memory, sharding."""
+        rec = self.rec
+        rec.info["eager_sources"] = dict(self.eager_sources.most_common(8))
+        rec.info["jax_host_read_sites"] = dict(self.read_sites.most_common(8))
+        flags = os.environ.get("XLA_FLAGS", "")
+        m = re.search(r"intra_op_parallelism_threads=(\d+)", flags)
+        # XLA's CPU client runs one thread per core unless told otherwise
+        rec.info.setdefault("threads", {})["jax"] = int(m.group(1)) if m else len(os.sched_getaffinity(0))
+        key = rec.step_key()
+        wrapper = self.wrappers.get(key or "")
+        if wrapper is None:
+            return
+        rec.info["step_def"] = wrapper.key
+        rec.info["carried"] = wrapper.carried
+        rec.info["fresh_args"] = wrapper.fresh
+        rec.info["devices"] = self.jax.device_count()
+        if wrapper.specs is not None and not wrapper.kind.startswith("pmap"):
+            with self.guard("step program"):
+                _read_program(self, wrapper)
+        if rec.counters.get("h2d_numpy_args") or rec.counters.get("h2d_guard_arrays"):
+            rec.internal += 1
+            try:
+                rec.info["h2d"] = _measure_h2d(self.jax)
+            finally:
+                rec.internal -= 1
+        if wrapper.specs is not None and wrapper.carried.get("bytes", 0):
+            rec.internal += 1
+            try:
+                with _nnx_context(wrapper.fun):
+                    lowered = wrapper.jitted.lower(*wrapper.specs[0], **wrapper.specs[1])
+                infos = self.jax.tree_util.tree_leaves(lowered.args_info)
+                donated = sum(_nbytes(a) for a in infos if getattr(a, "donated", False))
+                rec.info["donated_bytes"] = donated
+                if donated >= 0.5 * wrapper.carried["bytes"]:
+                    return  # donated: no finding, so no need to compile (from cache, normally) for memory
+                # Lowered.args_info is not the whole truth (a pmapped step marks only the first leaf of a
+                # donated argument): what the executable aliases, per device, decides.
+                mem = lowered.compile().memory_analysis()
+                if mem is not None:
+                    rec.info["memory"] = {k: int(getattr(mem, k)) for k in (
+                        "argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
+                        "temp_size_in_bytes")}
+            except Exception as e:  # the report says what it could not learn
+                if type(wrapper.jitted).__module__.startswith("flax") or "update context" in str(e):
+                    # a Flax NNX transform (nnx.jit & co.) cannot be re-lowered from shapes outside its
+                    # graph context: the donation is not checked, which is not a failure of the doctor
+                    rec.info["donation_skipped"] = f"{type(e).__name__}: {e}"[:300]
+                    return
+                rec.info["donation_error"] = f"{type(e).__name__}: {e}"[:300]
+            finally:
+                rec.internal -= 1
+
+
+def _read_program(self: StepFacts, wrapper: _Jitted) -> None:
+    """The step's program, traced again from its argument shapes (JAX's caches answer: no new compile): a
+    Python loop unrolled into it (its jaxpr) and its attention (its compiled HLO)."""
+    from twinbench.doctor import program
+
+    rec = self.rec
+    trace = getattr(wrapper.jitted, "trace", None)
+    if trace is None:
+        return
+    rec.internal += 1
+    t0 = time.perf_counter()
+    try:
+        with _nnx_context(wrapper.fun):
+            traced = trace(*wrapper.specs[0], **wrapper.specs[1])
+            seq = program.tokens(traced.jaxpr)
+            info: dict[str, Any] = {"eqns": len(seq), "backend": self.jax.default_backend()}
+            info["repeat"] = program.find_repeat(seq)
+            # the step's own backend compile(s), from JAX's monitoring events
+            names = (f"jit({wrapper.name})", f"pjit({wrapper.name})", wrapper.name)
+            info["compile_s"] = round(sum(n["s"] for n in rec.notes.get("compile", []) if n["fn"] in names), 4)
+            t1 = time.perf_counter()
+            lowered = traced.lower()
+            if time.perf_counter() - t1 < LOWER_CACHED_S or info["compile_s"] < READ_COMPILE_MAX_S:
+                info["attention"] = program.attention(lowered.compile().as_text())
+            else:  # the lowering missed JAX's cache, so would the compile: not worth a second compile
+                info["attention_skipped"] = "the step's program is not in JAX's cache"
+        info["read_s"] = round(time.perf_counter() - t0, 4)  # the doctor's own time reading it back
+        rec.info["step_program"] = info
+    finally:
+        rec.internal -= 1
+
+
+
+def _nnx_context(fun: Any) -> Any:
+    """The context a Flax NNX transform's inner function is traced in: ``nnx.jit`` (graph mode) merges its
+    arguments back into objects inside ``nnx.update_context(tag)``, so re-lowering it from shapes (the
+    donation check) needs that same context; for anything else, none."""
+    tag = getattr(fun, "ctxtag", None)
+    if tag is None or "flax" not in sys.modules or not type(fun).__module__.startswith("flax"):
+        return contextlib.nullcontext()
+    from flax import nnx
+
+    return nnx.update_context(tag)
