@@ -1,0 +1,56 @@
+"""The step's program, read here without running it: a JAX strategy's unoptimized HLO (every backend's
+starting point), or a torch strategy's aten ops traced on fake tensors (``torch_ops.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from twinbench.predict.roofline import Op
+from twinbench.spec import RunSpec
+
+
+@dataclass
+class Program:
+    """What the roofline needs of one step."""
+
+    ops: list[Op]
+    memory_bytes: float          #: peak bytes the step holds on one device (estimate)
+    grad_bytes: float            #: bytes of the gradients one data-parallel all-reduce moves
+    n_params: int
+    tokens: int                  #: tokens per step (batch x seq)
+    source: str                  #: how the ops were read
+    steps_per_call: int = 1      #: training steps the ops stand for (scan-steps: K)
+
+
+def jax_hlo(spec: RunSpec) -> tuple[str, Any]:
+    """(the unoptimized HLO text of the strategy's train step, the trainer) for ``spec``, lowered only."""
+    import numpy as np
+
+    from twinbench.data import tasks
+    from twinbench.models import family
+    from twinbench.strategies import registry
+
+    fam = family.get(spec)
+    trainer = registry.builder(spec)(spec, fam.init_weights(spec.model, spec.train.seed))
+    k = getattr(trainer, "steps_per_call", 1) or 1
+    x, y = tasks.run_data(spec, k).batches[0]
+    lowered = trainer.train_step.lower(trainer.params, trainer.opt_state, np.asarray(x) if not isinstance(x, tuple)
+                                       else x, y)
+    return lowered.as_text(dialect="hlo"), trainer
+
+
+def jax_program(spec: RunSpec) -> Program:
+    """The JAX step's kernels, fused the way a TPU/GPU compiler would (``hlo.py``)."""
+    import jax
+
+    from twinbench.predict import hlo
+
+    text, trainer = jax_hlo(spec)
+    ops, memory = hlo.step_ops(text)
+    leaves = jax.tree_util.tree_leaves(trainer.params)
+    n_params = sum(int(x.size) for x in leaves)
+    grad_bytes = 4.0 * n_params  # fp32 master weights: fp32 gradients
+    k = getattr(trainer, "steps_per_call", 1) or 1  # scan-steps: K steps per call
+    return Program(ops, memory, grad_bytes, n_params, spec.train.batch * spec.train.seq,
+                   f"unoptimized HLO of the jitted step ({len(text.splitlines())} lines), fused by predict/hlo.py", k)
