@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
@@ -55,10 +56,15 @@ def predict_cmd(
 
         top = user_fields(model, None)
     specs = build_specs(preset, framework, strategies, overrides, **top)
-    try:
-        preds, lines = run(specs, device.strip().lower(), devices, calibrate)
-    except (CalibrationError, OSError) as e:
-        fail(str(e))
+    with tempfile.TemporaryDirectory(prefix="twinbench-predict-") as tmp:
+        if model:  # the user's model checked and its initial weights written, as compare does
+            from twinbench.byo.plan import prepare_user
+
+            specs, _ = prepare_user(specs, Path(tmp), 600.0)
+        try:
+            preds, lines = run(specs, device.strip().lower(), devices, calibrate)
+        except (CalibrationError, OSError) as e:
+            fail(str(e))
     for line in lines:
         console.print(line, highlight=False, soft_wrap=True)
     for pred in preds:

@@ -118,6 +118,9 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
                               head_dim=m.d_model // m.heads, causal=m.family in ("gpt", "llama"))
         notes.append("cudnn attention: the einsum attention's ops replaced by one fused kernel per layer "
                      "(predict/attention.py)")
+    if spec.framework == "torch" and sheet.platform == "tpu":
+        notes.append("torch on a TPU: costed as eager kernels on the TPU; torch reaches a TPU through torchax "
+                     "(jax:torchax with --model) or torch_xla, whose programs are XLA's")
     roof = roofline(ops, sheet, eff)
     kind = (sheet.platform, spec.framework)
     pred = Prediction(spec, sheet, roof, prog.memory_bytes, prog.n_params, prog.tokens, prog.grad_bytes,

@@ -257,6 +257,18 @@ def _source_bytes(name: str, by: dict[str, Instr]) -> float:
     return by[name].nbytes if name in by else 0.0
 
 
+#: the opcodes that name a fused kernel in the table of dominant ops (data movement names it otherwise)
+_TELLING = ("reduce", "exponential", "log", "tanh", "rsqrt", "sqrt", "divide", "select", "compare", "maximum",
+            "multiply", "add", "subtract", "convert", "transpose")
+
+
+def _what(members: list[Instr]) -> str:
+    """A fused kernel's name: its telling opcodes (reductions and transcendentals first), at most four."""
+    present = {m.opcode for m in members}
+    named = [op for op in _TELLING if op in present][:4]
+    return "+".join(named) or members[0].opcode
+
+
 def fused_ops(flat: Flat) -> list[Op]:
     """The step's kernels as a TPU/GPU compiler would fuse them (the rules in the module's docstring)."""
     by = {i.name: i for i in flat.instrs}
@@ -320,9 +332,7 @@ def fused_ops(flat: Flat) -> list[Op]:
                      if m.name in flat.outputs or any(u not in inside for u in users.get(m.name, [])))
         reductions = sum(1 for m in members if m.opcode in REDUCE)
         biggest = max(members, key=lambda m: m.nbytes)
-        kinds = sorted({m.opcode for m in members if m.opcode in REDUCE | {"exponential", "divide", "tanh", "log",
-                                                                            "rsqrt", "sqrt", "select", "convert"}})
-        label = f"fused {'+'.join(kinds) or members[0].opcode} {_shape_text(biggest)}"
+        label = f"fused {_what(members)} {_shape_text(biggest)}"
         ops.append(Op(members[0].name, "fused", 0.0, reads + writes, "", max(1, reductions),
                       flat.counts.get(members[0].name, 1), label))
     return ops

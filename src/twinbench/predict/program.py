@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from twinbench.predict.roofline import Op
-from twinbench.spec import RunSpec
+from twinbench.spec import USER, RunSpec
 
 
 @dataclass
@@ -23,10 +23,9 @@ class Program:
     steps_per_call: int = 1      #: training steps the ops stand for (scan-steps: K)
 
 
-def jax_hlo(spec: RunSpec) -> tuple[str, Any]:
-    """(the unoptimized HLO text of the strategy's train step, the trainer) for ``spec``, lowered only."""
-    import numpy as np
-
+def trainer_and_batch(spec: RunSpec) -> tuple[Any, Any, Any]:
+    """The strategy's trainer on the family's initial weights, and one batch (x, y) of the run's data, as the
+    worker builds them (``worker.build``); the user's model (--model) gets its own batches."""
     from twinbench.data import tasks
     from twinbench.models import family
     from twinbench.strategies import registry
@@ -34,9 +33,20 @@ def jax_hlo(spec: RunSpec) -> tuple[str, Any]:
     fam = family.get(spec)
     trainer = registry.builder(spec)(spec, fam.init_weights(spec.model, spec.train.seed))
     k = getattr(trainer, "steps_per_call", 1) or 1
-    x, y = tasks.run_data(spec, k).batches[0]
-    lowered = trainer.train_step.lower(trainer.params, trainer.opt_state, np.asarray(x) if not isinstance(x, tuple)
-                                       else x, y)
+    if spec.model.family == USER:
+        from twinbench.byo.run import UserRun
+
+        data = UserRun(spec).run_data(k, trainer)
+    else:
+        data = tasks.run_data(spec, k)
+    x, y = data.batches[0]
+    return trainer, x, y
+
+
+def jax_hlo(spec: RunSpec) -> tuple[str, Any]:
+    """(the unoptimized HLO text of the strategy's train step, the trainer) for ``spec``, lowered only."""
+    trainer, x, y = trainer_and_batch(spec)
+    lowered = trainer.train_step.lower(trainer.params, trainer.opt_state, x, y)
     return lowered.as_text(dialect="hlo"), trainer
 
 

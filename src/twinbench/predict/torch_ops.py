@@ -60,13 +60,9 @@ def trace_step(spec: RunSpec) -> tuple[Trace, Any]:
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import flop_registry
 
-    from twinbench.data import tasks
-    from twinbench.models import family
-    from twinbench.strategies import registry
+    from twinbench.predict.program import trainer_and_batch
 
-    fam = family.get(spec)
-    trainer = registry.builder(spec)(spec, fam.init_weights(spec.model, spec.train.seed))
-    x, y = tasks.run_data(spec, 1).batches[0]
+    trainer, x, y = trainer_and_batch(spec)
     trace = Trace()
 
     class Recorder(TorchDispatchMode):
