@@ -18,8 +18,8 @@ ATTENTION_EFFICIENCY = {"tpu": 0.09, "gpu": 0.30, "cpu": 0.5}
 
 
 def is_score_op(op: Op, seq: int) -> bool:
-    """An op of the einsum attention: it touches a ``[..., seq, seq]`` tensor."""
-    return f",{seq},{seq}]" in op.label or f"[{seq},{seq}]" in op.label
+    """An op of the einsum attention: it touches a ``[..., seq, seq]`` tensor (a fused kernel is none)."""
+    return op.kind != "attention" and (f",{seq},{seq}]" in op.label or f"[{seq},{seq}]" in op.label)
 
 
 def attention_op(*, layers: int, batch: int, heads: int, seq: int, head_dim: int, causal: bool,
