@@ -152,11 +152,12 @@ def test_points_from_records(tmp_path):
     rec = {"framework": "jax", "strategy": "jit+bf16", "preset": "tiny", "batch": 4, "seq": 32, "status": "ok",
            "step_ms": 12.5, "device": "TPU v5 lite", "platform": "tpu", "run_id": "a", "n_params": 1}
     other = {**rec, "device": "NVIDIA A10G", "platform": "gpu", "run_id": "b"}
+    busy = {**rec, "run_id": "c", "warnings": ["machine busy: other processes kept 1.7 of 2 core(s) busy"]}
     path = tmp_path / "results.jsonl"
-    path.write_text(json.dumps(rec) + "\n" + json.dumps(other) + "\n")
+    path.write_text("".join(json.dumps(r) + "\n" for r in (rec, other, busy)))
     pts, skipped = calibration.points_from_records(path)
     assert [(p.device, p.step_ms) for p in pts] == [("tpu-v5e", 12.5)]
-    assert skipped == ["NVIDIA A10G: no datasheet"]
+    assert skipped[0] == "NVIDIA A10G: no datasheet" and "busy machine" in skipped[1] and len(skipped) == 2
 
 
 def test_devices_curve_adds_the_allreduce_and_its_overlap():

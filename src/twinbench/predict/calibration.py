@@ -87,7 +87,7 @@ def shipped() -> list[Point]:
 
 def points_from_records(path: Path, here_label: str | None = None) -> tuple[list[Point], list[str]]:
     """The ``ok`` records of a twinbench results file as points, and one line per record left out (a device
-    without a datasheet). A CPU record is a point of ``here`` when its device is this machine's CPU."""
+    without a datasheet, a run its record marks as measured on a busy machine). A CPU record is a point of ``here`` when its device is this machine's CPU."""
     from twinbench.record import read_records
 
     records, _ = read_records(path)
@@ -96,6 +96,10 @@ def points_from_records(path: Path, here_label: str | None = None) -> tuple[list
         if r.get("status") != "ok" or not r.get("step_ms"):
             continue
         label = str(r.get("device", ""))
+        if any(str(w).startswith("machine busy") for w in r.get("warnings") or []):
+            skipped.append(f"{label} {r.get('framework')}/{r.get('strategy')}: measured on a busy machine "
+                           "(its record says its timings are not reliable)")
+            continue
         name = for_label(label) or ("here" if r.get("platform") == "cpu" and
                                     (here_label is None or label == here_label) else None)
         if name is None:

@@ -156,11 +156,14 @@ def sheet_of(device: str, spec: RunSpec, sheets: dict[str, Datasheet]) -> Datash
 def here_sheet(framework: str, dtype: str = "fp32") -> Datasheet:
     """This machine's CPU: the framework's matmul peak of ``dtype`` (cached by ``twinbench peak``, else measured
     now; the other dtype is given the same figure) and a quick memory-bandwidth measurement."""
+    import os
+
     from twinbench.measure import device, peak
     from twinbench.predict.datasheets import cpu_here
 
     name = device.cpu_name()
-    tflops = peak.measured_tflops(framework, "cpu", name, dtype, 0)
+    threads = len(os.sched_getaffinity(0))  # the cores a run uses by default (worker.prepare_process)
+    tflops = peak.measured_tflops(framework, "cpu", name, dtype, threads)
     return cpu_here({"fp32": tflops, "bf16": tflops}, _copy_gbps(), _ram_gib(), name)
 
 
