@@ -29,7 +29,8 @@ def test_jax_step_matmul_flops_match_the_model_and_attention_can_be_fused():
     flops = sum(op.flops * op.count for op in prog.ops if op.kind == "matmul")
     assert flops == pytest.approx(_model_flops(spec), rel=0.02)
     assert all(op.dtype == "bf16" for op in prog.ops if op.kind == "matmul" and op.flops > 1e6)
-    assert prog.n_params > 0 and prog.memory_bytes > 4 * prog.n_params  # params + Adam state at least
+    low, high = prog.memory_bytes
+    assert prog.n_params > 0 and 12 * prog.n_params < low <= high  # params + Adam state at least
     seq = spec.train.seq
     assert any(is_score_op(op, seq) for op in prog.ops)
     m = spec.model

@@ -173,3 +173,33 @@ def test_devices_curve_adds_the_allreduce_and_its_overlap():
     cpu = datasheets.cpu_here({"fp32": 1.0, "bf16": 1.0}, 10.0, 8.0, "cpu")
     flat = scaling.curve(100.0, grad, cpu, "jax", "mesh-dp", 4)  # a CPU's devices share its cores
     assert all(p.speedup <= 1.0 for p in flat)
+
+
+SOFTMAX = """HloModule softmax
+
+add_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[16,64]{1,0} parameter(0)
+  e = f32[16,64]{1,0} exponential(x)
+  zero = f32[] constant(0)
+  s = f32[16]{0} reduce(e, zero), dimensions={1}, to_apply=add_f32
+  sb = f32[16,64]{1,0} broadcast(s), dimensions={0}
+  ROOT p = f32[16,64]{1,0} divide(e, sb)
+}
+"""
+
+
+def test_gpu_kernels_never_contain_a_path_through_another_kernel():
+    flat = hlo.flatten(hlo.parse(SOFTMAX))
+    tpu, gpu = hlo.fused_ops(flat), hlo.fused_ops(flat, acyclic=True)
+    assert len(tpu) == 1  # exp, sum and divide in one kernel: reads x, writes p; the sum written and read back
+    assert tpu[0].bytes == 16 * 64 * 4 * 2 + 2 * 16 * 4
+    # on a GPU the divide waits for the sum: exp+sum is one kernel, the divide another, exp's result between
+    assert len(gpu) == 2 and sum(op.bytes for op in gpu) > tpu[0].bytes
+    low, high = hlo.materialized_peak(flat, acyclic=False), hlo.materialized_peak(flat, acyclic=True)
+    assert low < high  # the exp's result is kept between the GPU's two kernels

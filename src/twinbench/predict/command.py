@@ -31,7 +31,7 @@ class Prediction:
     spec: RunSpec
     sheet: Datasheet
     roof: Roofline
-    memory_bytes: float
+    memory_range: tuple[float, float]  #: (lower, upper) bound of the step's peak bytes on one device
     n_params: int
     tokens: int
     grad_bytes: float
@@ -52,8 +52,17 @@ class Prediction:
         return self.roof.flops / self.steps_per_call / (self.step_ms / 1e3) / self.sheet.peak(_dtype(self.spec))
 
     @property
-    def fits(self) -> bool:
-        return self.memory_bytes <= self.sheet.hbm_gib * 2**30
+    def memory_bytes(self) -> float:
+        """The estimate: the geometric middle of the bounds."""
+        low, high = self.memory_range
+        return math.sqrt(low * high)
+
+    @property
+    def fits(self) -> str:
+        """yes (the upper bound fits), no (the lower bound does not), or maybe."""
+        hbm = self.sheet.hbm_usable_gib * 2**30
+        low, high = self.memory_range
+        return "yes" if high <= hbm else "no" if low > hbm else "maybe"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,7 +76,8 @@ class Prediction:
                                                                                self.roof.by_kind().items()},
             "dominant": [{"op": lab, "kind": kind, "ms": round(ms, 3), "bound": b}
                          for lab, kind, ms, b in self.roof.dominant()],
-            "memory_bytes": self.memory_bytes, "hbm_bytes": self.sheet.hbm_gib * 2**30, "fits": self.fits,
+            "memory_bytes": self.memory_bytes, "memory_bytes_range": list(self.memory_range),
+            "hbm_usable_bytes": self.sheet.hbm_usable_gib * 2**30, "fits": self.fits,
             "n_params": self.n_params, "error_bar": self.error_bar,
             "devices_curve": [p.__dict__ for p in self.curve], "source": self.source, "notes": self.notes,
         }
@@ -109,7 +119,7 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
         if cache is not None:
             cache[key] = prog
     eff = efficiency(sheet, spec)
-    ops, notes = prog.ops, []
+    ops, notes = prog.ops_for(sheet.platform), []
     if spec.framework == "jax" and spec.attention_impl == "cudnn":
         from twinbench.predict.attention import fused_attention
 

@@ -35,6 +35,14 @@ class Datasheet:
     network_gbps: float = 50.0      #: per-device bandwidth between nodes (InfiniBand NDR 400 Gb/s), GB/s
     measure_key: str = ""           #: the entry of ``measure/peak.py``'s DATASHEET_TFLOPS, when it has one
 
+    @property
+    def hbm_usable_gib(self) -> float:
+        """What a program may allocate: the TPU v5e's runtime offered 15.75 of 16 GiB (its out-of-memory
+        message), ~98%; a GPU's CUDA context and allocator keep ~1 GiB (a CPU: what is installed)."""
+        if self.platform == "tpu":
+            return self.hbm_gib * 15.75 / 16
+        return self.hbm_gib - 1.0 if self.platform == "gpu" else self.hbm_gib
+
     def peak(self, dtype: str) -> float:
         """Peak FLOP/s of ``dtype`` (bf16 or fp32)."""
         return self.tflops["bf16" if dtype in ("bf16", "f16") else "fp32"] * 1e12

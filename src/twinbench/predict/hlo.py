@@ -269,17 +269,19 @@ def _what(members: list[Instr]) -> str:
     return "+".join(named) or members[0].opcode
 
 
-def fused_ops(flat: Flat) -> list[Op]:
-    """The step's kernels as a TPU/GPU compiler would fuse them (the rules in the module's docstring)."""
+def _fusible(ins: Instr) -> bool:
+    return ins.opcode not in MATMUL | FREE | OPAQUE | {"while", "call"}
+
+
+def regions(flat: Flat, acyclic: bool = False) -> dict[str, str]:
+    """Each fusible op's kernel (a representative op's name), by the rules in the module's docstring.
+
+    ``acyclic``: XLA:GPU's smaller fusions: two ops fuse only if no matmul, reduction or opaque op lies between
+    them on any path (a kernel with a path through another kernel would be a cycle), so a softmax is three
+    kernels and a forward op never shares a kernel with the backward op that reuses its input. Without it
+    (XLA:TPU's larger multi-output fusions, producers duplicated into their consumers), element-wise ops
+    join every element-wise neighbour."""
     by = {i.name: i for i in flat.instrs}
-    users: dict[str, list[str]] = {}
-    for ins in flat.instrs:
-        for o in ins.operands:
-            users.setdefault(o, []).append(ins.name)
-
-    def fusible(ins: Instr) -> bool:
-        return ins.opcode not in MATMUL | FREE | OPAQUE | {"while", "call"}
-
     parent: dict[str, str] = {}
 
     def find(x: str) -> str:
@@ -288,23 +290,40 @@ def fused_ops(flat: Flat) -> list[Op]:
             x = parent[x]
         return x
 
-    # join every element-wise op (or reduction) with its element-wise producers; generators stay out
+    # an op's stage counts the matmuls, reductions and opaque ops on its longest path from the inputs
+    stage: dict[str, int] = {}
     for ins in flat.instrs:
-        if not fusible(ins) or ins.opcode in GENERATORS:
+        stage[ins.name] = max((stage.get(o, 0) + (0 if _fusible(by[o]) and by[o].opcode not in REDUCE else 1)
+                               for o in ins.operands if o in by), default=0)
+    # join every element-wise op (or reduction) with its element-wise producers (of its stage if acyclic);
+    # generators stay out
+    for ins in flat.instrs:
+        if not _fusible(ins) or ins.opcode in GENERATORS:
             continue
         parent.setdefault(ins.name, ins.name)
         for o in ins.operands:
             p = by.get(o)
-            if p is not None and fusible(p) and p.opcode not in GENERATORS | REDUCE:
+            if p is not None and _fusible(p) and p.opcode not in GENERATORS | REDUCE and (
+                    not acyclic or stage[p.name] == stage[ins.name]):
                 parent.setdefault(p.name, p.name)
-                a, b = find(ins.name), find(p.name)
-                if a != b:
-                    parent[a] = b
+                x, y = find(ins.name), find(p.name)
+                if x != y:
+                    parent[x] = y
+    return {name: find(name) for name in parent}
 
+
+def fused_ops(flat: Flat, acyclic: bool = False) -> list[Op]:
+    """The step's kernels as a TPU (or with ``acyclic``, a GPU) compiler would fuse them (:func:`regions`)."""
+    by = {i.name: i for i in flat.instrs}
+    users: dict[str, list[str]] = {}
+    for ins in flat.instrs:
+        for o in ins.operands:
+            users.setdefault(o, []).append(ins.name)
+    region = regions(flat, acyclic)
     groups: dict[str, list[Instr]] = {}
     for ins in flat.instrs:
-        if ins.name in parent:
-            groups.setdefault(find(ins.name), []).append(ins)
+        if ins.name in region:
+            groups.setdefault(region[ins.name], []).append(ins)
 
     ops: list[Op] = []
     for ins in flat.instrs:
@@ -338,15 +357,21 @@ def fused_ops(flat: Flat) -> list[Op]:
     return ops
 
 
-def materialized_peak(flat: Flat, ops_names: set[str] | None = None) -> float:
-    """Peak bytes live at once in program order: the inputs throughout, each materialized tensor (a
-    matmul's, an opaque op's or a fused kernel's result used elsewhere) from its producer to its last use."""
-    by = {i.name: i for i in flat.instrs}
+def materialized_peak(flat: Flat, acyclic: bool) -> float:
+    """Peak bytes live at once in program order: the inputs throughout, and each materialized tensor (a
+    matmul's, a reduction's, an opaque op's, or an element-wise result used outside its kernel) from its
+    producer to its last use. With the large kernels (not ``acyclic``) few tensors are materialized: a lower
+    bound; with the acyclic ones every tensor the backward pass reuses is kept: an upper bound (a compiler
+    recomputes some of those cheaply instead)."""
+    region = regions(flat, acyclic)
     order = {i.name: n for n, i in enumerate(flat.instrs)}
     last: dict[str, int] = {}
+    crosses: set[str] = set()
     for ins in flat.instrs:
         for o in ins.operands:
             last[o] = order[ins.name]
+            if region.get(o) is None or region.get(o) != region.get(ins.name):
+                crosses.add(o)
     for o in flat.outputs:
         last[o] = len(flat.instrs)
     inputs = sum(i.nbytes for i in flat.instrs if i.opcode == "parameter")
@@ -354,9 +379,8 @@ def materialized_peak(flat: Flat, ops_names: set[str] | None = None) -> float:
     for ins in flat.instrs:
         if ins.opcode in FREE | GENERATORS or ins.name not in last:
             continue
-        if ins.opcode not in MATMUL | OPAQUE | REDUCE and not any(
-                by[u].opcode in MATMUL | OPAQUE for u in _users_of(flat, ins.name)) and ins.name not in flat.outputs:
-            continue  # fused away: never in memory
+        if ins.name in region and ins.name not in crosses and ins.name not in flat.outputs:
+            continue  # inside one kernel: never in memory
         delta[order[ins.name]] += ins.nbytes
         delta[last[ins.name] + 1] -= ins.nbytes
     live, peak = 0.0, 0.0
@@ -366,22 +390,9 @@ def materialized_peak(flat: Flat, ops_names: set[str] | None = None) -> float:
     return inputs + peak
 
 
-_USERS: dict[int, dict[str, list[str]]] = {}
-
-
-def _users_of(flat: Flat, name: str) -> list[str]:
-    key = id(flat)
-    if key not in _USERS:
-        users: dict[str, list[str]] = {}
-        for ins in flat.instrs:
-            for o in ins.operands:
-                users.setdefault(o, []).append(ins.name)
-        _USERS.clear()
-        _USERS[key] = users
-    return _USERS[key].get(name, [])
-
-
-def step_ops(hlo_text: str) -> tuple[list[Op], float]:
-    """(the kernels, peak bytes live) of an unoptimized HLO module's text."""
+def step_ops(hlo_text: str) -> tuple[list[Op], list[Op], tuple[float, float]]:
+    """(the kernels fused as on a TPU, as on a GPU, (lower, upper) bound of the peak bytes live) of an
+    unoptimized HLO module's text."""
     flat = flatten(parse(hlo_text))
-    return fused_ops(flat), materialized_peak(flat)
+    memory = (materialized_peak(flat, acyclic=False), materialized_peak(flat, acyclic=True))
+    return fused_ops(flat), fused_ops(flat, acyclic=True), memory

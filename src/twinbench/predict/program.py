@@ -15,12 +15,17 @@ class Program:
     """What the roofline needs of one step."""
 
     ops: list[Op]
-    memory_bytes: float          #: peak bytes the step holds on one device (estimate)
+    memory_bytes: tuple[float, float]  #: (lower, upper) bound of the peak bytes the step holds on one device
     grad_bytes: float            #: bytes of the gradients one data-parallel all-reduce moves
     n_params: int
     tokens: int                  #: tokens per step (batch x seq)
     source: str                  #: how the ops were read
     steps_per_call: int = 1      #: training steps the ops stand for (scan-steps: K)
+    gpu_ops: list[Op] | None = None  #: the kernels as a GPU compiler fuses them, where that differs (``hlo.py``)
+
+    def ops_for(self, platform: str) -> list[Op]:
+        """The kernels on ``platform``: XLA:GPU's smaller fusions on a GPU, the others' elsewhere."""
+        return self.gpu_ops if platform == "gpu" and self.gpu_ops is not None else self.ops
 
 
 def trainer_and_batch(spec: RunSpec) -> tuple[Any, Any, Any]:
@@ -57,10 +62,11 @@ def jax_program(spec: RunSpec) -> Program:
     from twinbench.predict import hlo
 
     text, trainer = jax_hlo(spec)
-    ops, memory = hlo.step_ops(text)
+    ops, gpu_ops, memory = hlo.step_ops(text)
     leaves = jax.tree_util.tree_leaves(trainer.params)
     n_params = sum(int(x.size) for x in leaves)
     grad_bytes = 4.0 * n_params  # fp32 master weights: fp32 gradients
     k = getattr(trainer, "steps_per_call", 1) or 1  # scan-steps: K steps per call
     return Program(ops, memory, grad_bytes, n_params, spec.train.batch * spec.train.seq,
-                   f"unoptimized HLO of the jitted step ({len(text.splitlines())} lines), fused by predict/hlo.py", k)
+                   f"unoptimized HLO of the jitted step ({len(text.splitlines())} lines), fused by predict/hlo.py", k,
+                   gpu_ops)

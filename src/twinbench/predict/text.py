@@ -35,8 +35,11 @@ def render(pred: Prediction) -> str:
     lines.append(f"  error bar: {error_text(pred)}")
     kinds = ", ".join(f"{k} {_ms(v)} ms" for k, v in sorted(pred.roof.by_kind().items(), key=lambda kv: -kv[1]))
     lines.append(f"  where the time goes: {kinds}")
-    fits = "fits" if pred.fits else "does NOT fit"
-    lines.append(f"  memory: ~{_gib(pred.memory_bytes)} needed, {fits} in {sheet.hbm_gib:.0f} GiB")
+    fits = {"yes": "fits", "no": "does NOT fit", "maybe": "may not fit"}[pred.fits]
+    low, high = pred.memory_range
+    span = "" if low == high else f" (between {_gib(low)} and {_gib(high)})"
+    lines.append(f"  memory: ~{_gib(pred.memory_bytes)} needed{span}, {fits} in the {sheet.hbm_usable_gib:.1f} GiB "
+                 "usable")
     lines.append("  dominant ops (all layers together):")
     for label, kind, ms, bound in pred.roof.dominant(6):
         lines.append(f"    {ms:8.3f} ms  {kind:9s} {bound:8s}  {label[:90]}")

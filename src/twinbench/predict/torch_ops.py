@@ -160,7 +160,7 @@ def torch_program(spec: RunSpec):
     memory = _peak_live(trace) + 16.0 * n_params  # fp32 params, grads, Adam's two moments
     source = ("one step traced on fake tensors, " + ("element-wise runs fused as Inductor would"
                                                      if compiled else "every aten op a kernel (eager)"))
-    return Program(ops, memory, 4.0 * n_params, int(n_params), spec.train.batch * spec.train.seq, source)
+    return Program(ops, (memory, memory), 4.0 * n_params, int(n_params), spec.train.batch * spec.train.seq, source)
 
 
 def _peak_live(trace: Trace) -> float:
