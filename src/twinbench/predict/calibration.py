@@ -107,7 +107,8 @@ def points_from_records(path: Path, here_label: str | None = None) -> tuple[list
             continue
         spec = r.get("spec") or {}
         points.append(Point(name, r["framework"], r["strategy"], r.get("preset", ""), int(r["batch"]),
-                            int(r["seq"]), float(r["step_ms"]), source=str(path), date=str(r.get("date", "")),
+                            int(r["seq"]), float(r["step_ms"]), source=Path(path).name,
+                            date=str(r.get("date", "")),
                             attention_impl=str(spec.get("attention_impl", "default"))))
     return points, skipped
 
