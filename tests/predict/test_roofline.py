@@ -203,3 +203,23 @@ def test_gpu_kernels_never_contain_a_path_through_another_kernel():
     assert len(gpu) == 2 and sum(op.bytes for op in gpu) > tpu[0].bytes
     low, high = hlo.materialized_peak(flat, acyclic=False), hlo.materialized_peak(flat, acyclic=True)
     assert low < high  # the exp's result is kept between the GPU's two kernels
+
+
+def test_a_slice_reads_only_what_it_takes_and_a_lone_reshape_is_free():
+    text = """HloModule slices
+
+ENTRY main {
+  stacked = f32[12,64,64]{2,1,0} parameter(0)
+  i = s32[] parameter(1)
+  zero = s32[] constant(0)
+  w = f32[1,64,64]{2,1,0} dynamic-slice(stacked, i, zero, zero), dynamic_slice_sizes={1,64,64}
+  two = f32[] constant(2)
+  twos = f32[1,64,64]{2,1,0} broadcast(two), dimensions={}
+  m = f32[1,64,64]{2,1,0} multiply(w, twos)
+  r = f32[12,4096]{1,0} reshape(stacked)
+  ROOT t = (f32[1,64,64]{2,1,0}, f32[12,4096]{1,0}) tuple(m, r)
+}
+"""
+    ops = hlo.fused_ops(hlo.flatten(hlo.parse(text)))
+    (fused,) = [o for o in ops if o.kind == "fused"]
+    assert fused.bytes == 64 * 64 * 4 * 2 + 4  # one layer's slice read, the result written, the index

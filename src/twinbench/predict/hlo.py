@@ -35,6 +35,8 @@ GENERATORS = {"constant", "iota", "broadcast"}
 FREE = {"parameter", "get-tuple-element", "tuple", "bitcast", "after-all", "partition-id", "replica-id",
         "opt-barrier", "optimization-barrier"}
 REDUCE = {"reduce", "reduce-window"}
+#: read only the part they take of their first operand (a layer's weights from a stacked [layers, ...] array)
+SLICES = {"slice", "dynamic-slice"}
 #: their own kernel, bytes = operands + result
 OPAQUE = {"gather", "scatter", "sort", "custom-call", "rng", "rng-bit-generator", "rng-get-and-update-state",
           "select-and-scatter", "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
@@ -344,9 +346,16 @@ def fused_ops(flat: Flat, acyclic: bool = False) -> list[Op]:
             ops.append(Op(ins.name, "other", 0.0, reads + ins.nbytes, "", 1, count,
                           f"{ins.opcode} {_shape_text(ins)}"))
     for members in groups.values():
+        if all(m.opcode == "reshape" for m in members):
+            continue  # a reshape alone is a bitcast: no kernel, no bytes moved
         inside = {m.name for m in members}
-        inputs = {o for m in members for o in m.operands if o not in inside}
-        reads = sum(_source_bytes(o, by) for o in inputs)
+        read: dict[str, float] = {}  # each outside input once; a slice reads only what it takes
+        for m in members:
+            for n, o in enumerate(m.operands):
+                if o not in inside:
+                    part = m.nbytes if m.opcode in SLICES and n == 0 else _source_bytes(o, by)
+                    read[o] = max(read.get(o, 0.0), part)
+        reads = sum(read.values())
         writes = sum(m.nbytes for m in members
                      if m.name in flat.outputs or any(u not in inside for u in users.get(m.name, [])))
         reductions = sum(1 for m in members if m.opcode in REDUCE)
