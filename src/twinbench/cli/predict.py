@@ -10,6 +10,7 @@ from typing import Any, Optional
 import typer
 
 from twinbench.cli.common import PRESET_OPTION, app, check_json, console, fail, with_spec_flags, write_text
+from twinbench.config import SpecError
 from twinbench.plan import build_specs
 
 
@@ -65,6 +66,12 @@ def predict_cmd(
             preds, lines = run(specs, device.strip().lower(), devices, calibrate)
         except (CalibrationError, OSError) as e:
             fail(str(e))
+        except SpecError:
+            raise  # a bad flag or a record's unknown preset: one line, exit 2 (with_spec_flags)
+        except Exception as e:  # reading the program failed: what, where and why in one line
+            from twinbench.errors import error_line
+
+            fail(f"predict: reading the step's program failed: {error_line(e)}", code=1)
     for line in lines:
         console.print(line, highlight=False, soft_wrap=True)
     for pred in preds:
