@@ -7,13 +7,13 @@ execute.py runs specs for the commands that measure (launcher flags, progress, t
 
 from __future__ import annotations
 
-from twinbench.cli import analyse, claims, doctor, models, run  # noqa: F401  (each registers its commands)
+from twinbench.cli import analyse, claims, doctor, models, predict, run  # noqa: F401  (each registers its commands)
 from twinbench.cli.common import NARROW, _width, app, console, fail, out
 from twinbench.plan import build_specs
 
 #: the order of the commands in ``twinbench --help``
 ORDER = ("compare", "sweep", "strategies", "export", "score", "claims", "peak", "report", "diff", "advise", "doctor",
-         "explain")
+         "explain", "predict")
 app.registered_commands.sort(key=lambda c: ORDER.index(c.name or c.callback.__name__))
 
 __all__ = ["NARROW", "ORDER", "_width", "app", "build_specs", "console", "fail", "main", "out"]

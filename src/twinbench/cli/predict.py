@@ -1,0 +1,80 @@
+"""``twinbench predict``: a step's time, MFU and memory on a device this machine does not have."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from twinbench.cli.common import PRESET_OPTION, app, check_json, console, fail, with_spec_flags, write_text
+from twinbench.config import SpecError
+from twinbench.plan import build_specs
+
+
+@app.command("predict")
+@with_spec_flags
+def predict_cmd(
+    preset: str = PRESET_OPTION,
+    strategies: str = typer.Option("jax:jit+bf16", help="comma-separated strategy names (framework:name to pick "
+                                   "one), as compare takes them"),
+    framework: str = typer.Option("torch,jax", help="comma-separated: torch, jax"),
+    device: str = typer.Option(..., "--device", help="tpu-v4, tpu-v5e, tpu-v5p, tpu-v6e, a100, h100, h200, mi300x, "
+                               "or here (this machine's CPU)"),
+    calibrate: Optional[Path] = typer.Option(None, "--calibrate", help="your measured twinbench results.jsonl: "  # noqa: UP045
+                                             "fit the predictions of its kinds (platform x framework) to it"),
+    model: Optional[str] = typer.Option(None, "--model", help="your own PyTorch model, FILE.py:build (as compare)"),  # noqa: UP045
+    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the predictions here"),  # noqa: UP045
+    **overrides: Any,
+) -> None:
+    """Predict the step on a device you do not have, from the program read here (no training step runs).
+
+    --devices N adds the data-parallel curve (N -> step, speed-up: the gradient all-reduce over the device's
+    interconnect, with the framework's overlap); the program itself is read for one device.
+
+    Each op of the step costs the longer of its FLOPs at the device's peak and its bytes at its memory
+    bandwidth (a roofline, docs/predict.md); the error bar is how far such predictions were from measured steps.
+    """
+    from twinbench.predict.calibration import CalibrationError
+    from twinbench.predict.command import run
+    from twinbench.predict.datasheets import DEVICES
+    from twinbench.predict.text import render
+
+    if device.strip().lower() not in DEVICES:
+        fail(f"--device: unknown device {device!r}; known: {', '.join(DEVICES)}")
+    devices = overrides.pop("devices", None)  # --devices N: the curve up to N; the program is one device's
+    devices = 1 if devices is None else devices
+    if devices < 1:
+        fail(f"--devices must be >= 1, got {devices}")
+    if calibrate is not None and not calibrate.is_file():
+        fail(f"--calibrate: {calibrate} is not a file")
+    check_json(json_path)
+    top: dict[str, Any] = {}
+    if model:
+        from twinbench.byo.plan import user_fields
+
+        top = user_fields(model, None)
+    specs = build_specs(preset, framework, strategies, overrides, **top)
+    with tempfile.TemporaryDirectory(prefix="twinbench-predict-") as tmp:
+        if model:  # the user's model checked and its initial weights written, as compare does
+            from twinbench.byo.plan import prepare_user
+
+            specs, _ = prepare_user(specs, Path(tmp), 600.0)
+        try:
+            preds, lines = run(specs, device.strip().lower(), devices, calibrate)
+        except (CalibrationError, OSError) as e:
+            fail(str(e))
+        except SpecError:
+            raise  # a bad flag or a record's unknown preset: one line, exit 2 (with_spec_flags)
+        except Exception as e:  # reading the program failed: what, where and why in one line
+            from twinbench.errors import error_line
+
+            fail(f"predict: reading the step's program failed: {error_line(e)}", code=1)
+    for line in lines:
+        console.print(line, highlight=False, soft_wrap=True)
+    for pred in preds:
+        console.print(render(pred), highlight=False, soft_wrap=True, markup=False)
+    if json_path is not None:
+        write_text(json_path, json.dumps([p.to_json() for p in preds], indent=1) + "\n", "--json")

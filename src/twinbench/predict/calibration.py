@@ -1,0 +1,130 @@
+"""Measured steps the predictions are checked against, and the factor a user's own measurements fit.
+
+``calibration.jsonl`` (shipped beside this file) holds one measured step per line::
+
+    {"device": "tpu-v5e", "framework": "jax", "strategy": "jit+bf16", "preset": "gpt2-124m", "batch": 8,
+     "seq": 1024, "step_ms": 108.1, "source": "...", "date": "2026-12-05"}
+
+plus optional ``attention_impl`` and ``predicted_ms`` (what this model predicted for it, written by
+``benchmarks/predict_validate.py --write``: the error bar of a prediction is how far the predictions of
+its kind, platform x framework, were from their measured steps). Adding a point is adding a line.
+
+``--calibrate results.jsonl`` turns a user's twinbench records into points of the same shape (their
+``device`` names the datasheet, :func:`points_from_records`); the factor fitted to them (the geometric mean of
+measured / predicted, per platform x framework) scales the predictions of that kind.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from twinbench.predict.datasheets import DATASHEETS, for_label
+
+
+@dataclass
+class Point:
+    """One measured step."""
+
+    device: str
+    framework: str
+    strategy: str
+    preset: str
+    batch: int
+    seq: int
+    step_ms: float
+    source: str = ""
+    date: str = ""
+    attention_impl: str = "default"
+    predicted_ms: float | None = None
+
+    @property
+    def platform(self) -> str:
+        return DATASHEETS[self.device].platform if self.device in DATASHEETS else "cpu"
+
+    @property
+    def kind(self) -> tuple[str, str]:
+        """What the error bar groups by: (platform, framework)."""
+        return self.platform, self.framework
+
+    @property
+    def error(self) -> float | None:
+        """predicted / measured - 1 (positive: predicted slower than measured)."""
+        return None if self.predicted_ms is None else self.predicted_ms / self.step_ms - 1.0
+
+    def to_json(self) -> str:
+        return json.dumps({k: v for k, v in asdict(self).items() if v not in (None, "")})
+
+
+class CalibrationError(ValueError):
+    """A calibration file that cannot be read."""
+
+
+def parse_points(text: str, where: str) -> list[Point]:
+    """The points of a calibration JSONL text; a bad line is a one-line error naming it."""
+    points = []
+    fields = set(Point.__dataclass_fields__)
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            points.append(Point(**{k: v for k, v in row.items() if k in fields}))
+        except (ValueError, TypeError) as e:
+            raise CalibrationError(f"{where} line {n}: not a calibration point ({e})") from None
+    return points
+
+
+def shipped() -> list[Point]:
+    """The measured points shipped in the package."""
+    text = resources.files("twinbench.predict").joinpath("calibration.jsonl").read_text()
+    return parse_points(text, "calibration.jsonl")
+
+
+def points_from_records(path: Path, here_label: str | None = None) -> tuple[list[Point], list[str]]:
+    """The ``ok`` records of a twinbench results file as points, and one line per record left out (a device
+    without a datasheet, a run its record marks as measured on a busy machine). A CPU record is a point of ``here`` when its device is this machine's CPU."""
+    from twinbench.record import read_records
+
+    records, _ = read_records(path)
+    points, skipped = [], []
+    for r in records:
+        if r.get("status") != "ok" or not r.get("step_ms"):
+            continue
+        label = str(r.get("device", ""))
+        if any(str(w).startswith("machine busy") for w in r.get("warnings") or []):
+            skipped.append(f"{label} {r.get('framework')}/{r.get('strategy')}: measured on a busy machine "
+                           "(its record says its timings are not reliable)")
+            continue
+        name = for_label(label) or ("here" if r.get("platform") == "cpu" and
+                                    (here_label is None or label == here_label) else None)
+        if name is None:
+            skipped.append(f"{label}: no datasheet")
+            continue
+        spec = r.get("spec") or {}
+        points.append(Point(name, r["framework"], r["strategy"], r.get("preset", ""), int(r["batch"]),
+                            int(r["seq"]), float(r["step_ms"]), source=Path(path).name,
+                            date=str(r.get("date", "")),
+                            attention_impl=str(spec.get("attention_impl", "default"))))
+    return points, skipped
+
+
+def fit(points: list[Point]) -> dict[tuple[str, str], float]:
+    """Per (platform, framework): the factor measured / predicted (geometric mean) of the predicted points."""
+    logs: dict[tuple[str, str], list[float]] = {}
+    for p in points:
+        if p.predicted_ms:
+            logs.setdefault(p.kind, []).append(math.log(p.step_ms / p.predicted_ms))
+    return {k: math.exp(sum(v) / len(v)) for k, v in logs.items()}
+
+
+def error_bar(points: list[Point], kind: tuple[str, str]) -> dict[str, Any] | None:
+    """How far the predictions of ``kind`` were from their measured steps: n, the errors, the largest."""
+    errors = [p.error for p in points if p.kind == kind and p.error is not None]
+    if not errors:
+        return None
+    return {"n": len(errors), "errors": [round(e, 3) for e in errors], "max_abs": max(abs(e) for e in errors)}

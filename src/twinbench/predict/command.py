@@ -1,0 +1,227 @@
+"""``twinbench predict``: a step's time, MFU and memory on a device this machine does not have.
+
+The step's program is read here without running a step (``program.py``), each op costed by a roofline
+against the target's datasheet (``roofline.py``, ``datasheets.py``), the error bar taken from how far the
+predictions of the same kind were from measured steps (``calibration.py``), and ``--devices N`` adds the
+data-parallel gradient all-reduce (``scaling.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from twinbench.predict import calibration, scaling
+from twinbench.predict.datasheets import Datasheet, lookup, op_overhead_us
+from twinbench.predict.roofline import Efficiency, Roofline, roofline
+from twinbench.spec import RunSpec
+
+#: the fraction of the datasheet a framework reaches, by platform: matmuls of the bf16 peak (the measured
+#: matmul peak over the datasheet's: 188.7 of 197 TFLOP/s on the TPU v5e, 692 of 989 on the H200, both jax;
+#: a CPU's peak is measured here, 1.0) and memory-bound ops of the bandwidth (a STREAM-like 85%)
+EFFICIENCY = {"tpu": (0.95, 0.85), "gpu": (0.70, 0.85), "cpu": (1.0, 0.85)}
+
+
+@dataclass
+class Prediction:
+    """One strategy's predicted step on one device."""
+
+    spec: RunSpec
+    sheet: Datasheet
+    roof: Roofline
+    memory_range: tuple[float, float]  #: (lower, upper) bound of the step's peak bytes on one device
+    n_params: int
+    tokens: int
+    grad_bytes: float
+    factor: float = 1.0                #: the calibration factor applied (measured / predicted of the kind)
+    steps_per_call: int = 1            #: steps the program's ops stand for (scan-steps: K)
+    error_bar: dict[str, Any] | None = None
+    curve: list[scaling.Point] = field(default_factory=list)
+    source: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def step_ms(self) -> float:
+        return self.roof.step_ms * self.factor / self.steps_per_call
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs (the matmuls' FLOPs of the step) per second over the bf16 (or fp32) peak."""
+        return self.roof.flops / self.steps_per_call / (self.step_ms / 1e3) / self.sheet.peak(_dtype(self.spec))
+
+    @property
+    def memory_bytes(self) -> float:
+        """The estimate: the geometric middle of the bounds."""
+        low, high = self.memory_range
+        return math.sqrt(low * high)
+
+    @property
+    def fits(self) -> str:
+        """yes (the upper bound fits), no (the lower bound does not), or maybe."""
+        hbm = self.sheet.hbm_usable_gib * 2**30
+        low, high = self.memory_range
+        return "yes" if high <= hbm else "no" if low > hbm else "maybe"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "framework": self.spec.framework, "strategy": self.spec.strategy, "preset": self.spec.preset,
+            "batch": self.spec.train.batch, "seq": self.spec.train.seq, "device": self.sheet.name,
+            "device_label": self.sheet.label, "platform": self.sheet.platform,
+            "attention_impl": self.spec.attention_impl, "step_ms": round(self.step_ms, 3),
+            "roofline_ms": round(self.roof.step_ms, 3), "calibration_factor": round(self.factor, 4),
+            "mfu": round(self.mfu, 4), "tokens_per_s": round(self.tokens / (self.step_ms / 1e3), 1),
+            "flops": self.roof.flops, "bytes": self.roof.bytes, "ms_by_kind": {k: round(v, 3) for k, v in
+                                                                               self.roof.by_kind().items()},
+            "dominant": [{"op": lab, "kind": kind, "ms": round(ms, 3), "bound": b}
+                         for lab, kind, ms, b in self.roof.dominant()],
+            "memory_bytes": self.memory_bytes, "memory_bytes_range": list(self.memory_range),
+            "hbm_usable_bytes": self.sheet.hbm_usable_gib * 2**30, "fits": self.fits,
+            "n_params": self.n_params, "error_bar": self.error_bar,
+            "devices_curve": [p.__dict__ for p in self.curve], "source": self.source, "notes": self.notes,
+        }
+
+
+def efficiency(sheet: Datasheet, spec: RunSpec) -> Efficiency:
+    """The stated efficiencies and per-op overhead of ``spec``'s framework on ``sheet``'s platform."""
+    from twinbench.predict.attention import ATTENTION_EFFICIENCY
+
+    mm, mem = EFFICIENCY[sheet.platform]
+    return Efficiency(mm, mem, op_overhead_us(sheet.platform, spec.framework, spec.strategy),
+                      ATTENTION_EFFICIENCY[sheet.platform])
+
+
+def program_of(spec: RunSpec):
+    """The step's ops, read here (JAX: the lowered HLO; torch: one traced step on this CPU)."""
+    from twinbench.predict import program
+
+    if spec.framework == "jax":
+        lowered = spec
+        if spec.attention_impl == "cudnn":  # not lowerable here: lower the einsum, fuse it after (attention.py)
+            from dataclasses import replace
+
+            lowered = replace(spec, attention_impl="default")
+        return program.jax_program(lowered)
+    from twinbench.predict import torch_ops
+
+    return torch_ops.torch_program(spec)
+
+
+def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point], fitted: dict,
+                devices: int = 1, cache: dict | None = None) -> Prediction:
+    """One strategy's prediction on ``sheet``, with its error bar, calibration factor and devices curve."""
+    key = (spec.framework, spec.strategy, spec.preset, spec.train.batch, spec.train.seq, spec.model,
+           spec.attention_impl)
+    prog = cache.get(key) if cache is not None else None
+    if prog is None:
+        prog = program_of(spec)
+        if cache is not None:
+            cache[key] = prog
+    eff = efficiency(sheet, spec)
+    ops, notes = prog.ops_for(sheet.platform), []
+    if spec.framework == "jax" and spec.attention_impl == "cudnn":
+        from twinbench.predict.attention import fused_attention
+
+        m = spec.model
+        ops = fused_attention(ops, layers=m.layers, batch=spec.train.batch, heads=m.heads, seq=spec.train.seq,
+                              head_dim=m.d_model // m.heads, causal=m.family in ("gpt", "llama"))
+        notes.append("cudnn attention: the einsum attention's ops replaced by one fused kernel per layer "
+                     "(predict/attention.py)")
+    if spec.framework == "torch" and sheet.platform == "tpu":
+        notes.append("torch on a TPU: costed as eager kernels on the TPU; torch reaches a TPU through torchax "
+                     "(jax:torchax with --model) or torch_xla, whose programs are XLA's")
+    roof = roofline(ops, sheet, eff)
+    kind = (sheet.platform, spec.framework)
+    pred = Prediction(spec, sheet, roof, prog.memory_bytes, prog.n_params, prog.tokens, prog.grad_bytes,
+                      factor=fitted.get(kind, 1.0), error_bar=calibration.error_bar(points, kind),
+                      steps_per_call=prog.steps_per_call, source=prog.source, notes=notes)
+    if devices > 1:
+        pred.curve = scaling.curve(pred.step_ms, pred.grad_bytes, sheet, spec.framework, spec.strategy, devices)
+    return pred
+
+
+def predict_point(point: calibration.Point, cache: dict, sheets: dict | None = None) -> float:
+    """The (uncalibrated) predicted step of a measured point."""
+    from twinbench.plan import build_specs
+
+    overrides: dict[str, Any] = {"batch": point.batch, "seq": point.seq}
+    spec = build_specs(point.preset, point.framework, point.strategy, overrides,
+                       attention_impl=point.attention_impl)[0]
+    sheet = sheet_of(point.device, spec, {} if sheets is None else sheets)
+    pred = predict_one(spec, sheet, [], {}, cache=cache)
+    return pred.roof.step_ms / pred.steps_per_call
+
+
+def sheet_of(device: str, spec: RunSpec, sheets: dict[str, Datasheet]) -> Datasheet:
+    """The datasheet of ``device`` for ``spec``; ``here`` measured once per framework and dtype (``sheets``)."""
+    if device != "here":
+        return lookup(device)
+    key = f"{spec.framework}/{_dtype(spec)}"
+    if key not in sheets:
+        sheets[key] = here_sheet(spec.framework, _dtype(spec))
+    return sheets[key]
+
+
+def here_sheet(framework: str, dtype: str = "fp32") -> Datasheet:
+    """This machine's CPU: the framework's matmul peak of ``dtype`` (cached by ``twinbench peak``, else measured
+    now; the other dtype is given the same figure) and a quick memory-bandwidth measurement."""
+    import os
+
+    from twinbench.measure import device, peak
+    from twinbench.predict.datasheets import cpu_here
+
+    name = device.cpu_name()
+    threads = len(os.sched_getaffinity(0))  # the cores a run uses by default (worker.prepare_process)
+    tflops = peak.measured_tflops(framework, "cpu", name, dtype, threads)
+    return cpu_here({"fp32": tflops, "bf16": tflops}, _copy_gbps(), _ram_gib(), name)
+
+
+def _dtype(spec: RunSpec) -> str:
+    return "bf16" if spec.train.precision == "bf16" else "fp32"
+
+
+def _copy_gbps() -> float:
+    """This machine's memory bandwidth: the best of a few 256 MiB array copies (read + write), GB/s."""
+    import time
+
+    import numpy as np
+
+    a = np.ones(2**25, dtype=np.float64)
+    b = np.empty_like(a)
+    best = math.inf
+    for _ in range(3):
+        t = time.perf_counter()
+        np.copyto(b, a)
+        best = min(best, time.perf_counter() - t)
+    return 2 * a.nbytes / best / 1e9
+
+
+def _ram_gib() -> float:
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+
+
+def run(specs: list[RunSpec], device: str, devices: int = 1, calibrate: Path | None = None) -> tuple[
+        list[Prediction], list[str]]:
+    """Every spec's prediction on ``device``; the lines to print about the calibration used."""
+    sheets: dict[str, Datasheet] = {}
+    lookup(device) if device != "here" else None  # an unknown device fails before any work
+    points, lines = calibration.shipped(), []
+    fitted: dict = {}
+    cache: dict = {}
+    if calibrate is not None:
+        from twinbench.measure.device import cpu_name
+
+        user, skipped = calibration.points_from_records(calibrate, cpu_name())
+        lines += [f"--calibrate: left out {s}" for s in skipped]
+        for p in user:
+            p.predicted_ms = predict_point(p, cache, sheets)
+        fitted = calibration.fit(user)
+        points = points + user
+        for (plat, fw), f in fitted.items():
+            n = sum(1 for p in user if p.kind == (plat, fw))
+            lines.append(f"--calibrate: {fw} on {plat}: measured / predicted = {f:.2f} over {n} point(s) of "
+                         f"{calibrate.name}; predictions of that kind are scaled by it")
+    return [predict_one(s, sheet_of(device, s, sheets), points, fitted, devices, cache) for s in specs], lines

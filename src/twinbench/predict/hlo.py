@@ -1,0 +1,407 @@
+"""A step's ops from its HLO *before* optimization, fused the way a TPU/GPU compiler would fuse them.
+
+Why before optimization: the program compiled here (XLA:CPU) is fused for a CPU, not for the target, so its
+fusions are not the target's. The unoptimized HLO (``jax.jit(f).lower(...).as_text(dialect="hlo")``) is the
+same on every backend; this module fuses it with the rules XLA:TPU and XLA:GPU share:
+
+- a ``dot``/``convolution`` is its own kernel (matmul): FLOPs = 2 x output elements x contracted size, bytes =
+  operands + result;
+- element-wise ops, converts, transposes, slices and the like join their element-wise producers into one
+  fused kernel; a ``reduce`` takes its producers in and ends its kernel (its result is materialized);
+  broadcasts, constants and iotas are re-computed inside each consumer (never materialized);
+- a fused kernel's bytes are its distinct inputs from outside (each once) plus its results used outside
+  (each once); gathers, scatters, sorts and custom calls are their own kernel (operands + result).
+
+``call`` ops are inlined; a ``while`` body's ops run ``trip count`` times (the condition's compare constant).
+The result is an estimate: XLA sometimes splits a chain (softmax: a max pass, then an exp-sum-normalize pass,
+modelled here) or duplicates a cheap producer into two consumers (modelled as one read).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from twinbench.predict.roofline import Op
+
+DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s4": 0.5, "u4": 0.5, "f8e4m3fn": 1, "f8e5m2": 1, "bf16": 2, "f16": 2,
+               "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8, "c64": 8,
+               "c128": 16, "token": 0}
+MATMUL = {"dot", "convolution"}
+#: re-computed in every consumer, never a kernel or a materialized tensor of their own
+GENERATORS = {"constant", "iota", "broadcast"}
+#: no data moved: names, tuples, the program's inputs
+FREE = {"parameter", "get-tuple-element", "tuple", "bitcast", "after-all", "partition-id", "replica-id",
+        "opt-barrier", "optimization-barrier"}
+REDUCE = {"reduce", "reduce-window"}
+#: read only the part they take of their first operand (a layer's weights from a stacked [layers, ...] array)
+SLICES = {"slice", "dynamic-slice"}
+#: their own kernel, bytes = operands + result
+OPAQUE = {"gather", "scatter", "sort", "custom-call", "rng", "rng-bit-generator", "rng-get-and-update-state",
+          "select-and-scatter", "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
+          "fft", "cholesky", "triangular-solve", "infeed", "outfeed", "send", "recv", "dynamic-update-slice",
+          "conditional", "top-k"}
+
+_SHAPE = re.compile(r"([a-z]+[0-9]*[a-z0-9]*)\[([0-9,]*)\]")
+_HEAD = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*(->.*)?\{\s*$")
+
+
+@dataclass
+class Instr:
+    name: str
+    opcode: str
+    shapes: list[tuple[str, tuple[int, ...]]]
+    operands: list[str]
+    attrs: str
+    scope: str = ""
+
+    @property
+    def nbytes(self) -> float:
+        return sum(DTYPE_BYTES.get(dt, 4) * math.prod(dims) for dt, dims in self.shapes)
+
+
+@dataclass
+class Module:
+    computations: dict[str, list[Instr]] = field(default_factory=dict)
+    entry: str = ""
+
+
+def _balanced(s: str, i: int) -> int:
+    """Index just past the bracket group opening at ``s[i]``."""
+    depth, pairs = 0, {"(": ")", "{": "}", "[": "]"}
+    closers = set(pairs.values())
+    while i < len(s):
+        c = s[i]
+        if c in pairs:
+            depth += 1
+        elif c in closers:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return i
+
+
+def _split_top(s: str) -> list[str]:
+    out, depth, cur = [], 0, []
+    for c in s:
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        if c == "," and depth == 0:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+    if "".join(cur).strip():
+        out.append("".join(cur))
+    return out
+
+
+def parse_instr(line: str) -> Instr | None:
+    """One instruction line: ``[ROOT] name = type opcode(operands), attrs``; None for anything else."""
+    s = line.strip()
+    if s.startswith("ROOT "):
+        s = s[5:]
+    if " = " not in s:
+        return None
+    name, rest = s.split(" = ", 1)
+    rest = rest.lstrip()
+    if rest.startswith("("):
+        end = _balanced(rest, 0)
+    else:
+        end = rest.find(" ")
+        if end < 0:
+            return None
+    type_text, rest = rest[:end], rest[end:].lstrip()
+    m = re.match(r"([a-z][\w\-]*)\(", rest)
+    if not m:
+        return None
+    opcode = m.group(1)
+    close = _balanced(rest, m.end() - 1)
+    operands = [o.strip().split(" ")[-1].lstrip("%") for o in _split_top(rest[m.end():close - 1]) if o.strip()]
+    shapes = [(dt, tuple(int(d) for d in dims.split(",") if d)) for dt, dims in _SHAPE.findall(type_text)
+              if dt in DTYPE_BYTES]
+    attrs = rest[close:]
+    scope = ""
+    sm = re.search(r'op_name="([^"]*)"', attrs)
+    if sm:
+        scope = sm.group(1)
+    return Instr(name.lstrip("%"), opcode, shapes, operands, attrs, scope)
+
+
+def parse(text: str) -> Module:
+    """The computations of an HLO module's text, and which one is the entry."""
+    mod, current = Module(), None
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith(("//", "HloModule", "#")):
+            continue
+        if not line.startswith((" ", "\t")) and line.rstrip().endswith("{"):
+            m = _HEAD.match(line.strip())
+            if m:
+                current = m.group(2)
+                mod.computations[current] = []
+                if m.group(1):
+                    mod.entry = current
+            continue
+        if line.strip() == "}":
+            current = None
+            continue
+        if current is not None:
+            ins = parse_instr(line)
+            if ins is not None:
+                mod.computations[current].append(ins)
+    if not mod.entry and mod.computations:
+        mod.entry = list(mod.computations)[-1]
+    return mod
+
+
+def _attr(attrs: str, key: str) -> str | None:
+    m = re.search(rf"\b{key}=%?([\w.\-]+)", attrs)
+    return m.group(1) if m else None
+
+
+def _literal(ins: Instr) -> int | None:
+    """The integer in ``parameter(N)`` / a scalar ``constant(N)``."""
+    try:
+        return int(ins.operands[0]) if ins.operands else None
+    except ValueError:
+        return None
+
+
+def _while_trips(mod: Module, cond: str | None, attrs: str) -> int:
+    """A loop's trip count: XLA's ``known_trip_count``, else the largest integer constant of its condition."""
+    m = re.search(r'known_trip_count[^0-9]*([0-9]+)', attrs)
+    if m:
+        return int(m.group(1))
+    values = [_literal(i) for i in mod.computations.get(cond or "", []) if i.opcode == "constant"]
+    return max((v for v in values if v is not None), default=1)
+
+
+@dataclass
+class Flat:
+    """The entry's instructions with ``call`` inlined, names unique, and a run count per instruction."""
+
+    instrs: list[Instr] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    outputs: set[str] = field(default_factory=set)
+
+
+def flatten(mod: Module) -> Flat:
+    """Inline the entry's calls (and loop bodies, each op counted ``trip count`` times)."""
+    flat = Flat()
+
+    def walk(comp: str, prefix: str, args: list[str] | None, count: int) -> str:
+        alias: dict[str, str] = {}
+        root = ""
+        for ins in mod.computations[comp]:
+            ops = [alias.get(o, prefix + o) for o in ins.operands]
+            if ins.opcode == "parameter" and args is not None:
+                idx = _literal(ins) or 0
+                alias[ins.name] = root = args[idx] if idx < len(args) else prefix + ins.name
+                continue
+            callee = _attr(ins.attrs, "to_apply")
+            if ins.opcode == "call" and callee in mod.computations:
+                alias[ins.name] = root = walk(callee, f"{prefix}{ins.name}/", ops, count)
+                continue
+            if ins.opcode == "while":
+                body, cond = _attr(ins.attrs, "body"), _attr(ins.attrs, "condition")
+                if body in mod.computations:
+                    walk(body, f"{prefix}{ins.name}/", ops[:1], count * _while_trips(mod, cond, ins.attrs))
+                new = Instr(prefix + ins.name, "tuple", [], ops, "", ins.scope)  # its state: the body's results
+            else:
+                new = Instr(prefix + ins.name, ins.opcode, ins.shapes, ops, ins.attrs, ins.scope)
+            flat.instrs.append(new)
+            flat.counts[new.name] = count
+            root = new.name
+        return root
+
+    root = walk(mod.entry, "", None, 1)
+    top = next((i for i in flat.instrs if i.name == root), None)
+    flat.outputs = set(top.operands) if top is not None and top.opcode == "tuple" else {root}
+    return flat
+
+
+def _shape_text(ins: Instr) -> str:
+    return ",".join(f"{dt}[{','.join(map(str, dims))}]" for dt, dims in ins.shapes)
+
+
+def _dot_flops(ins: Instr, by: dict[str, Instr]) -> float:
+    """2 x result elements x contracted size (``dot``), or x kernel elements per output feature (convolution)."""
+    out = math.prod(ins.shapes[0][1]) if ins.shapes else 0
+    lhs = by.get(ins.operands[0]) if ins.operands else None
+    rhs = by.get(ins.operands[1]) if len(ins.operands) > 1 else None
+    if ins.opcode == "dot":
+        m = re.search(r"lhs_contracting_dims=\{([0-9,]*)\}", ins.attrs)
+        dims = [int(d) for d in m.group(1).split(",") if d] if m else []
+        k = math.prod(lhs.shapes[0][1][d] for d in dims) if lhs is not None and lhs.shapes else 1
+        return 2.0 * out * k
+    m = re.search(r"dim_labels=[^_]*_([^-]*)->", ins.attrs)
+    if rhs is None or not rhs.shapes or not m:
+        return 2.0 * out
+    labels, dims = m.group(1), rhs.shapes[0][1]
+    o = labels.find("o")
+    per_out = math.prod(dims) / (dims[o] if 0 <= o < len(dims) else 1)  # the kernel's `i` is already per group
+    return 2.0 * out * per_out
+
+
+def _source_bytes(name: str, by: dict[str, Instr]) -> float:
+    """Bytes a consumer reads for operand ``name``: a broadcast/constant/iota is re-computed in the consumer,
+    so it costs its own source's bytes (a constant or iota: none)."""
+    seen = 0
+    while name in by and by[name].opcode in GENERATORS and seen < 64:
+        ins = by[name]
+        if ins.opcode != "broadcast" or not ins.operands:
+            return 0.0
+        name, seen = ins.operands[0], seen + 1
+    return by[name].nbytes if name in by else 0.0
+
+
+#: the opcodes that name a fused kernel in the table of dominant ops (data movement names it otherwise)
+_TELLING = ("reduce", "exponential", "log", "tanh", "rsqrt", "sqrt", "divide", "select", "compare", "maximum",
+            "multiply", "add", "subtract", "convert", "transpose")
+
+
+def _what(members: list[Instr]) -> str:
+    """A fused kernel's name: its telling opcodes (reductions and transcendentals first), at most four."""
+    present = {m.opcode for m in members}
+    named = [op for op in _TELLING if op in present][:4]
+    return "+".join(named) or members[0].opcode
+
+
+def _fusible(ins: Instr) -> bool:
+    return ins.opcode not in MATMUL | FREE | OPAQUE | {"while", "call"}
+
+
+def regions(flat: Flat, acyclic: bool = False) -> dict[str, str]:
+    """Each fusible op's kernel (a representative op's name), by the rules in the module's docstring.
+
+    ``acyclic``: XLA:GPU's smaller fusions: two ops fuse only if no matmul, reduction or opaque op lies between
+    them on any path (a kernel with a path through another kernel would be a cycle), so a softmax is three
+    kernels and a forward op never shares a kernel with the backward op that reuses its input. Without it
+    (XLA:TPU's larger multi-output fusions, producers duplicated into their consumers), element-wise ops
+    join every element-wise neighbour."""
+    by = {i.name: i for i in flat.instrs}
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.get(x, x) != x:
+            parent[x] = parent.get(parent[x], parent[x])
+            x = parent[x]
+        return x
+
+    # an op's stage counts the matmuls, reductions and opaque ops on its longest path from the inputs
+    stage: dict[str, int] = {}
+    for ins in flat.instrs:
+        stage[ins.name] = max((stage.get(o, 0) + (0 if _fusible(by[o]) and by[o].opcode not in REDUCE else 1)
+                               for o in ins.operands if o in by), default=0)
+    # join every element-wise op (or reduction) with its element-wise producers (of its stage if acyclic);
+    # generators stay out
+    for ins in flat.instrs:
+        if not _fusible(ins) or ins.opcode in GENERATORS:
+            continue
+        parent.setdefault(ins.name, ins.name)
+        for o in ins.operands:
+            p = by.get(o)
+            if p is not None and _fusible(p) and p.opcode not in GENERATORS | REDUCE and (
+                    not acyclic or stage[p.name] == stage[ins.name]):
+                parent.setdefault(p.name, p.name)
+                x, y = find(ins.name), find(p.name)
+                if x != y:
+                    parent[x] = y
+    return {name: find(name) for name in parent}
+
+
+def fused_ops(flat: Flat, acyclic: bool = False) -> list[Op]:
+    """The step's kernels as a TPU (or with ``acyclic``, a GPU) compiler would fuse them (:func:`regions`)."""
+    by = {i.name: i for i in flat.instrs}
+    users: dict[str, list[str]] = {}
+    for ins in flat.instrs:
+        for o in ins.operands:
+            users.setdefault(o, []).append(ins.name)
+    region = regions(flat, acyclic)
+    groups: dict[str, list[Instr]] = {}
+    for ins in flat.instrs:
+        if ins.name in region:
+            groups.setdefault(region[ins.name], []).append(ins)
+
+    ops: list[Op] = []
+    for ins in flat.instrs:
+        count = flat.counts.get(ins.name, 1)
+        if ins.opcode in MATMUL:
+            dt = by[ins.operands[0]].shapes[0][0] if ins.operands and ins.operands[0] in by and \
+                by[ins.operands[0]].shapes else "f32"
+            reads = sum(_source_bytes(o, by) for o in ins.operands)
+            shapes = "x".join(_shape_text(by[o]) for o in ins.operands if o in by)
+            ops.append(Op(ins.name, "matmul", _dot_flops(ins, by), reads + ins.nbytes, dt, 1, count,
+                          f"matmul {shapes} -> {_shape_text(ins)}"))
+        elif ins.opcode in OPAQUE:
+            reads = sum(_source_bytes(o, by) for o in ins.operands)
+            if ins.opcode == "dynamic-update-slice" and len(ins.operands) > 1:  # in place: the update only
+                reads = 2 * _source_bytes(ins.operands[1], by)
+                ops.append(Op(ins.name, "other", 0.0, reads, "", 1, count, f"{ins.opcode} {_shape_text(ins)}"))
+                continue
+            ops.append(Op(ins.name, "other", 0.0, reads + ins.nbytes, "", 1, count,
+                          f"{ins.opcode} {_shape_text(ins)}"))
+    for members in groups.values():
+        if all(m.opcode == "reshape" for m in members):
+            continue  # a reshape alone is a bitcast: no kernel, no bytes moved
+        inside = {m.name for m in members}
+        read: dict[str, float] = {}  # each outside input once; a slice reads only what it takes
+        for m in members:
+            for n, o in enumerate(m.operands):
+                if o not in inside:
+                    part = m.nbytes if m.opcode in SLICES and n == 0 else _source_bytes(o, by)
+                    read[o] = max(read.get(o, 0.0), part)
+        reads = sum(read.values())
+        writes = sum(m.nbytes for m in members
+                     if m.name in flat.outputs or any(u not in inside for u in users.get(m.name, [])))
+        reductions = sum(1 for m in members if m.opcode in REDUCE)
+        biggest = max(members, key=lambda m: m.nbytes)
+        label = f"fused {_what(members)} {_shape_text(biggest)}"
+        ops.append(Op(members[0].name, "fused", 0.0, reads + writes, "", max(1, reductions),
+                      flat.counts.get(members[0].name, 1), label))
+    return ops
+
+
+def materialized_peak(flat: Flat, acyclic: bool) -> float:
+    """Peak bytes live at once in program order: the inputs throughout, and each materialized tensor (a
+    matmul's, a reduction's, an opaque op's, or an element-wise result used outside its kernel) from its
+    producer to its last use. With the large kernels (not ``acyclic``) few tensors are materialized: a lower
+    bound; with the acyclic ones every tensor the backward pass reuses is kept: an upper bound (a compiler
+    recomputes some of those cheaply instead)."""
+    region = regions(flat, acyclic)
+    order = {i.name: n for n, i in enumerate(flat.instrs)}
+    last: dict[str, int] = {}
+    crosses: set[str] = set()
+    for ins in flat.instrs:
+        for o in ins.operands:
+            last[o] = order[ins.name]
+            if region.get(o) is None or region.get(o) != region.get(ins.name):
+                crosses.add(o)
+    for o in flat.outputs:
+        last[o] = len(flat.instrs)
+    inputs = sum(i.nbytes for i in flat.instrs if i.opcode == "parameter")
+    delta = [0.0] * (len(flat.instrs) + 2)
+    for ins in flat.instrs:
+        if ins.opcode in FREE | GENERATORS or ins.name not in last:
+            continue
+        if ins.name in region and ins.name not in crosses and ins.name not in flat.outputs:
+            continue  # inside one kernel: never in memory
+        delta[order[ins.name]] += ins.nbytes
+        delta[last[ins.name] + 1] -= ins.nbytes
+    live, peak = 0.0, 0.0
+    for d in delta:
+        live += d
+        peak = max(peak, live)
+    return inputs + peak
+
+
+def step_ops(hlo_text: str) -> tuple[list[Op], list[Op], tuple[float, float]]:
+    """(the kernels fused as on a TPU, as on a GPU, (lower, upper) bound of the peak bytes live) of an
+    unoptimized HLO module's text."""
+    flat = flatten(parse(hlo_text))
+    memory = (materialized_peak(flat, acyclic=False), materialized_peak(flat, acyclic=True))
+    return fused_ops(flat), fused_ops(flat, acyclic=True), memory

@@ -1,0 +1,72 @@
+"""The step's program, read here without running it: a JAX strategy's unoptimized HLO (every backend's
+starting point), or a torch strategy's aten ops traced on fake tensors (``torch_ops.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from twinbench.predict.roofline import Op
+from twinbench.spec import USER, RunSpec
+
+
+@dataclass
+class Program:
+    """What the roofline needs of one step."""
+
+    ops: list[Op]
+    memory_bytes: tuple[float, float]  #: (lower, upper) bound of the peak bytes the step holds on one device
+    grad_bytes: float            #: bytes of the gradients one data-parallel all-reduce moves
+    n_params: int
+    tokens: int                  #: tokens per step (batch x seq)
+    source: str                  #: how the ops were read
+    steps_per_call: int = 1      #: training steps the ops stand for (scan-steps: K)
+    gpu_ops: list[Op] | None = None  #: the kernels as a GPU compiler fuses them, where that differs (``hlo.py``)
+
+    def ops_for(self, platform: str) -> list[Op]:
+        """The kernels on ``platform``: XLA:GPU's smaller fusions on a GPU, the others' elsewhere."""
+        return self.gpu_ops if platform == "gpu" and self.gpu_ops is not None else self.ops
+
+
+def trainer_and_batch(spec: RunSpec) -> tuple[Any, Any, Any]:
+    """The strategy's trainer on the family's initial weights, and one batch (x, y) of the run's data, as the
+    worker builds them (``worker.build``); the user's model (--model) gets its own batches."""
+    from twinbench.data import tasks
+    from twinbench.models import family
+    from twinbench.strategies import registry
+
+    fam = family.get(spec)
+    trainer = registry.builder(spec)(spec, fam.init_weights(spec.model, spec.train.seed))
+    k = getattr(trainer, "steps_per_call", 1) or 1
+    if spec.model.family == USER:
+        from twinbench.byo.run import UserRun
+
+        data = UserRun(spec).run_data(k, trainer)
+    else:
+        data = tasks.run_data(spec, k)
+    x, y = data.batches[0]
+    return trainer, x, y
+
+
+def jax_hlo(spec: RunSpec) -> tuple[str, Any]:
+    """(the unoptimized HLO text of the strategy's train step, the trainer) for ``spec``, lowered only."""
+    trainer, x, y = trainer_and_batch(spec)
+    lowered = trainer.train_step.lower(trainer.params, trainer.opt_state, x, y)
+    return lowered.as_text(dialect="hlo"), trainer
+
+
+def jax_program(spec: RunSpec) -> Program:
+    """The JAX step's kernels, fused the way a TPU/GPU compiler would (``hlo.py``)."""
+    import jax
+
+    from twinbench.predict import hlo
+
+    text, trainer = jax_hlo(spec)
+    ops, gpu_ops, memory = hlo.step_ops(text)
+    leaves = jax.tree_util.tree_leaves(trainer.params)
+    n_params = sum(int(x.size) for x in leaves)
+    grad_bytes = 4.0 * n_params  # fp32 master weights: fp32 gradients
+    k = getattr(trainer, "steps_per_call", 1) or 1  # scan-steps: K steps per call
+    return Program(ops, memory, grad_bytes, n_params, spec.train.batch * spec.train.seq,
+                   f"unoptimized HLO of the jitted step ({len(text.splitlines())} lines), fused by predict/hlo.py", k,
+                   gpu_ops)

@@ -1,0 +1,100 @@
+"""The roofline of a step: each op's time is the longer of its math at the peak and its bytes at the memory
+bandwidth, plus a per-op overhead; the step is their sum (one device runs one op at a time).
+
+An :class:`Op` is one kernel as a TPU/GPU compiler would run it (``hlo.py`` and ``torch_ops.py`` make them):
+a matmul (``kind="matmul"``: compute-bound at the dtype's peak times ``Efficiency.matmul``; ``"attention"``: a fused
+attention kernel, at ``Efficiency.attention``), or memory-bound
+work (``"fused"``: a fusible chain of element-wise ops and reductions, ``"other"``: gathers, scatters,
+custom calls), whose bytes move at the bandwidth times ``Efficiency.memory``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from twinbench.predict.datasheets import Datasheet
+
+
+@dataclass
+class Op:
+    """One kernel of the step: what it computes and what it moves."""
+
+    name: str
+    kind: str            #: matmul, fused or other
+    flops: float = 0.0
+    bytes: float = 0.0
+    dtype: str = "bf16"  #: the matmul's operand dtype (its peak)
+    kernels: int = 1     #: launches it stands for (a fused chain of several reductions: several)
+    count: int = 1       #: how many times it runs per step (a loop body's ops: the trip count)
+    label: str = ""      #: where it comes from (the model's scope), for the table of dominant ops
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """What fraction of the datasheet an op reaches: matmuls of the peak, memory-bound ops of the bandwidth."""
+
+    matmul: float = 0.85
+    memory: float = 0.85
+    overhead_us: float = 1.0
+    attention: float = 0.3  #: a fused attention kernel's fraction of the peak (``attention.py``)
+
+
+@dataclass
+class OpTime:
+    op: Op
+    ms: float
+    bound: str  #: compute, memory or overhead
+
+
+@dataclass
+class Roofline:
+    """The predicted step: its ops' times, summed."""
+
+    times: list[OpTime] = field(default_factory=list)
+
+    @property
+    def step_ms(self) -> float:
+        return sum(t.ms for t in self.times)
+
+    @property
+    def flops(self) -> float:
+        return sum(t.op.flops * t.op.count for t in self.times)
+
+    @property
+    def bytes(self) -> float:
+        return sum(t.op.bytes * t.op.count for t in self.times)
+
+    def by_kind(self) -> dict[str, float]:
+        """ms per op kind (matmul, fused, other)."""
+        out: dict[str, float] = {}
+        for t in self.times:
+            out[t.op.kind] = out.get(t.op.kind, 0.0) + t.ms
+        return out
+
+    def dominant(self, n: int = 8) -> list[tuple[str, str, float, str]]:
+        """The ``n`` labels that take the most time: (label, kind, ms, bound), grouped by label and kind."""
+        groups: dict[tuple[str, str], list[OpTime]] = {}
+        for t in self.times:
+            groups.setdefault((t.op.label or t.op.name, t.op.kind), []).append(t)
+        rows = [(label, kind, sum(t.ms for t in ts), max(ts, key=lambda t: t.ms).bound)
+                for (label, kind), ts in groups.items()]
+        return sorted(rows, key=lambda r: -r[2])[:n]
+
+
+def op_ms(op: Op, sheet: Datasheet, eff: Efficiency) -> OpTime:
+    """One op's time on ``sheet``: max(math, bytes) at the efficiencies, plus the launch overhead per kernel."""
+    compute = 0.0
+    if op.kind in ("matmul", "attention"):
+        compute = op.flops / (sheet.peak(op.dtype) * (eff.matmul if op.kind == "matmul" else eff.attention))
+    memory = op.bytes / (sheet.hbm_gbps * 1e9 * eff.memory)
+    overhead = op.kernels * eff.overhead_us * 1e-6
+    body = max(compute, memory)
+    bound = "compute" if compute >= memory else "memory"
+    if overhead > body:
+        bound = "overhead"
+    return OpTime(op, (body + overhead) * 1e3 * op.count, bound)
+
+
+def roofline(ops: list[Op], sheet: Datasheet, eff: Efficiency) -> Roofline:
+    """Every op's time on ``sheet``; the step is their sum."""
+    return Roofline([op_ms(op, sheet, eff) for op in ops])

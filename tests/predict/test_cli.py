@@ -1,0 +1,67 @@
+"""``twinbench predict`` end to end on the tiny preset: a TPU target, this machine, calibration, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from twinbench.cli import app
+from twinbench.measure import peak
+
+
+@pytest.fixture(autouse=True)
+def _cpu_peak(monkeypatch):
+    """`--device here` reads this CPU's matmul peak (measure/peak.py's job, tested there): a fixed figure."""
+    monkeypatch.setattr(peak, "measured_tflops", lambda *a, **k: 0.05)
+
+
+def _predict(*args: str):
+    return CliRunner().invoke(app, ["predict", "--preset", "tiny", *args])
+
+
+def test_tpu_prediction_with_devices_curve_and_json(tmp_path):
+    out = tmp_path / "p.json"
+    r = _predict("--strategies", "jax:jit,jax:jit+bf16", "--device", "tpu-v5e", "--devices", "4", "--json", str(out))
+    assert r.exit_code == 0, r.output
+    assert "on tpu-v5e (TPU v5 lite): predicted step" in r.output and "error bar:" in r.output
+    rows = json.loads(out.read_text())
+    assert [row["strategy"] for row in rows] == ["jit", "jit+bf16"]
+    fp32, bf16 = rows
+    assert fp32["flops"] == pytest.approx(bf16["flops"], rel=0.05)  # the same work, in another dtype
+    assert fp32["step_ms"] > 0 and fp32["fits"] == "yes" and 0 < fp32["memory_bytes_range"][0] <= fp32["memory_bytes_range"][1]
+    assert [p["devices"] for p in bf16["devices_curve"]] == [1, 2, 4]
+    assert bf16["devices_curve"][-1]["allreduce_ms"] > 0 and bf16["devices_curve"][-1]["link"] == "ICI"
+    assert bf16["dominant"] and bf16["error_bar"]["n"] >= 1  # the shipped TPU point of jax
+
+
+def test_here_with_calibration_from_records(tmp_path):
+    from twinbench.measure.device import cpu_name
+
+    rec = {"framework": "jax", "strategy": "jit", "preset": "tiny", "batch": 4, "seq": 32, "status": "ok",
+           "step_ms": 40.0, "device": cpu_name(), "platform": "cpu", "run_id": "a", "n_params": 1}
+    elsewhere = {**rec, "device": "another machine's CPU", "run_id": "b", "step_ms": 400.0}
+    results = tmp_path / "results.jsonl"
+    results.write_text(json.dumps(rec) + "\n" + json.dumps(elsewhere) + "\n")
+    out = tmp_path / "p.json"
+    r = _predict("--strategies", "jax:jit", "--device", "here", "--calibrate", str(results), "--json", str(out))
+    assert r.exit_code == 0, r.output
+    (row,) = json.loads(out.read_text())
+    assert row["platform"] == "cpu"
+    # the one point is fitted exactly: the calibrated prediction of its own configuration is its measurement
+    assert row["step_ms"] == pytest.approx(40.0, rel=1e-3)
+    assert row["calibration_factor"] == pytest.approx(40.0 / row["roofline_ms"], rel=1e-3)
+    assert "measured / predicted" in r.output and "over 1 point(s)" in r.output  # not the other machine's
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--device", "tpu-v9"], "--device: unknown device 'tpu-v9'"),
+    (["--device", "h200", "--devices", "0"], "--devices must be >= 1"),
+    (["--device", "h200", "--calibrate", "/nonexistent.jsonl"], "--calibrate: /nonexistent.jsonl is not a file"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    r = _predict("--strategies", "jax:jit", *args)
+    assert r.exit_code == 2
+    assert message in r.output and "Traceback" not in r.output
+    assert len(r.output.strip().splitlines()) == 1

@@ -1,0 +1,55 @@
+"""The programs predict reads: a JAX step's HLO and a torch step's aten ops, on the tiny preset (no step runs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from twinbench.plan import build_specs
+from twinbench.predict import program, torch_ops
+from twinbench.predict.attention import fused_attention, is_score_op
+
+
+def _spec(framework: str, strategy: str):
+    return build_specs("tiny", framework, strategy, {})[0]
+
+
+def _model_flops(spec) -> float:
+    """The matmul FLOPs of one step of the tiny GPT: 6 x params-in-matmuls x tokens + attention's."""
+    m, t = spec.model, spec.train
+    tokens = t.batch * t.seq
+    per_layer = 4 * m.d_model * m.d_model + 2 * 4 * m.d_model * m.d_model  # qkv + proj, two MLP matmuls
+    dense = 6 * tokens * (m.layers * per_layer + m.d_model * m.vocab)
+    attention = 3 * 2 * 2 * t.batch * t.seq * t.seq * m.d_model * m.layers  # QK^T and PV, fwd + 2x bwd
+    return dense + attention
+
+
+def test_jax_step_matmul_flops_match_the_model_and_attention_can_be_fused():
+    spec = _spec("jax", "jit+bf16")
+    prog = program.jax_program(spec)
+    flops = sum(op.flops * op.count for op in prog.ops if op.kind == "matmul")
+    assert flops == pytest.approx(_model_flops(spec), rel=0.02)
+    assert all(op.dtype == "bf16" for op in prog.ops if op.kind == "matmul" and op.flops > 1e6)
+    low, high = prog.memory_bytes
+    assert prog.n_params > 0 and 12 * prog.n_params < low <= high  # params + Adam state at least
+    seq = spec.train.seq
+    assert any(is_score_op(op, seq) for op in prog.ops)
+    m = spec.model
+    fused = fused_attention(prog.ops, layers=m.layers, batch=spec.train.batch, heads=m.heads, seq=seq,
+                            head_dim=m.d_model // m.heads, causal=True)
+    assert not any(is_score_op(op, seq) for op in fused)
+    (att,) = [op for op in fused if op.kind == "attention"]
+    assert att.count == m.layers
+
+
+def test_torch_step_traced_on_fake_tensors_eager_and_fused():
+    spec = _spec("torch", "eager")
+    trace, _ = torch_ops.trace_step(spec)
+    eager = torch_ops.eager_ops(trace, spec)
+    fused = torch_ops.fuse_runs(trace, spec)
+    mm = sum(op.flops for op in eager if op.kind == "matmul")
+    assert mm == pytest.approx(_model_flops(spec) - 3 * 2 * 2 * spec.train.batch * spec.train.seq ** 2
+                               * spec.model.d_model * spec.model.layers, rel=0.05)  # SDPA is its own kernel
+    assert sum(op.flops for op in fused if op.kind == "matmul") == mm
+    assert len(fused) < len(eager)  # element-wise runs became kernels
+    assert sum(op.bytes for op in fused) < sum(op.bytes for op in eager)
+    assert any(op.kind == "attention" for op in eager)
