@@ -40,7 +40,18 @@ TPU_OPTIONAL = {
 LIBTPU = ("libtpu", "libtpu-nightly")
 
 
+def _import(name: str) -> object:
+    """Import a module by name: the one place this module imports what it checks (tests replace it)."""
+    return importlib.import_module(name)
+
+
+def _installed(name: str) -> bool:
+    """Whether a module can be found without importing it (tests replace it)."""
+    return importlib.util.find_spec(name) is not None
+
+
 def _version(name: str) -> str | None:
+    """The installed distribution's version, None when it is not installed (tests replace it)."""
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
@@ -52,11 +63,13 @@ def problems(gpu: bool = False, tpu: bool = False) -> list[str]:
     required (:data:`TPU_OPTIONAL`), and JAX must run on the TPU through libtpu."""
     out = []
     for name, floor in FLOORS.items():
-        if tpu and name in TPU_OPTIONAL and importlib.util.find_spec(name) is None:
+        if tpu and name in TPU_OPTIONAL and not _installed(name):
             continue  # absent, and optional on a TPU: a note (:func:`tpu_notes`), not a problem
         try:
-            importlib.import_module(name)
-            have = importlib.metadata.version(name)
+            _import(name)
+            have = _version(name)
+            if have is None:
+                raise ModuleNotFoundError(f"no installed distribution named {name}")
         except Exception as e:  # not installed, or fails to import (a broken CUDA plugin, a missing library)
             first = (str(e).strip().splitlines() or [""])[0][:120]
             out.append(f"{name}: cannot be imported ({type(e).__name__}: {first})")
@@ -93,7 +106,7 @@ def tpu_notes() -> list[str]:
     out = []
     for name, why in TPU_OPTIONAL.items():
         try:
-            importlib.import_module(name)
+            _import(name)
         except Exception as e:
             first = (str(e).strip().splitlines() or [""])[0][:80]
             out.append(f"{name} is not available ({type(e).__name__}: {first}): {why}")

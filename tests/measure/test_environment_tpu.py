@@ -4,9 +4,6 @@ non-zero exit only when something required is missing."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
-import importlib.util
 from typing import Any
 
 import jax
@@ -14,29 +11,29 @@ import pytest
 
 from twinbench import environment
 
-REAL_IMPORT, REAL_FIND, REAL_VERSION = importlib.import_module, importlib.util.find_spec, importlib.metadata.version
+REAL_INSTALLED, REAL_VERSION = environment._installed, environment._version
 
 
 def tpu_vm(monkeypatch: pytest.MonkeyPatch, missing: set[str], libtpu: str | None = "0.0.42.1",
            backend: str = "tpu") -> None:
-    def import_module(name: str, *a: Any) -> Any:
+    def import_module(name: str) -> Any:  # nothing is really imported: the check reads only the outcome
         if name.split(".")[0] in missing:
             raise ModuleNotFoundError(f"No module named '{name}'")
-        return REAL_IMPORT(name, *a)
+        return object()
 
-    def find_spec(name: str, *a: Any) -> Any:
-        return None if name.split(".")[0] in missing else REAL_FIND(name, *a)
+    def installed(name: str) -> bool:
+        return name.split(".")[0] not in missing and REAL_INSTALLED(name)
 
-    def version(name: str) -> str:
+    def version(name: str) -> str | None:
         if name == "libtpu" and libtpu:
             return libtpu
         if name in missing or name in environment.LIBTPU:
-            raise importlib.metadata.PackageNotFoundError(name)
+            return None
         return REAL_VERSION(name)
 
-    monkeypatch.setattr(environment.importlib, "import_module", import_module)
-    monkeypatch.setattr(environment.importlib.util, "find_spec", find_spec)
-    monkeypatch.setattr(environment.importlib.metadata, "version", version)
+    monkeypatch.setattr(environment, "_import", import_module)
+    monkeypatch.setattr(environment, "_installed", installed)
+    monkeypatch.setattr(environment, "_version", version)
     monkeypatch.setattr(jax, "default_backend", lambda: backend)
 
 
