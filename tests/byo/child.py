@@ -48,9 +48,11 @@ def parity() -> dict:
     weights = fam.state_numpy(um.module)
     ref = torch_reference(um, spec, steps=3)
 
-    from twinbench.strategies.jax_user import FunctionTrainer, TorchaxTrainer, torchax_loss
+    from twinbench.strategies.jax_user import FunctionTrainer
+    from twinbench.strategies.torchax_step import TorchaxTrainer
 
-    params, loss_of, _ = torchax_loss(spec, weights)
+    built = TorchaxTrainer(spec, weights)  # the one torchax integration, the twins' too
+    params, loss_of = built.params, built.loss_of
     x, y = um.batch(0)
     loss, grads = jax.jit(jax.value_and_grad(loss_of))(params, x, y)
     names = sorted(k[len("model."):] for k in grads)
@@ -77,7 +79,7 @@ def dropout_models() -> dict:
     from twinbench.byo.prepare import eager_losses
     from twinbench.byo.run import doctor_findings
     from twinbench.measure.device import set_fp32_matmul
-    from twinbench.strategies.jax_user import TorchaxTrainer
+    from twinbench.strategies.torchax_step import TorchaxTrainer
 
     set_fp32_matmul("jax")
     out = {}
@@ -119,7 +121,7 @@ def compat() -> dict:
         plain = "ok"
     except AttributeError as e:
         plain = str(e)
-    from twinbench.byo import torchax_compat
+    from twinbench.strategies import torchax_compat
 
     torchax = torchax_compat.import_torchax()
     env = torchax.default_env()

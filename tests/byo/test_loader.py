@@ -85,16 +85,18 @@ def test_strategy_selection_for_user_models():
     with pytest.raises(SpecError, match="give --jax-model"):
         select(["torch", "jax"], ["port"], port=False)
     assert select(["torch", "jax"], ["eager+remat"], port=False) == [("torch", "eager+remat")]
-    with pytest.raises(SpecError, match=r"jax 'torchax' does not take \+remat; allowed: \+nodonate"):
-        select(["torch", "jax"], ["torchax+remat"], port=False)
+    assert select(["torch", "jax"], ["torchax+remat"], port=False) == [("jax", "torchax+remat")]
+    with pytest.raises(SpecError, match=r"jax 'port' does not take \+remat; allowed: \+nodonate"):
+        select(["torch", "jax"], ["port+remat"], port=True)
 
 
 def test_twins_refuse_user_only_strategies_and_all_excludes_them():
     from twinbench.strategies import registry
 
     with pytest.raises(SpecError, match=r"give --model FILE\.py:build"):
-        registry.select(["torch", "jax"], ["torchax"])
-    assert not {n for _, n in registry.select(["torch", "jax"], ["all"])} & {"torchax", "port"}
+        registry.select(["torch", "jax"], ["port"])
+    assert registry.select(["torch", "jax"], ["torchax"]) == [("jax", "torchax")]  # a twin's torch module too
+    assert not {n for _, n in registry.select(["torch", "jax"], ["all"])} & {"port", "torchax-mesh-dp"}
 
 
 def test_run_id_ignores_where_the_initial_weights_were_written():

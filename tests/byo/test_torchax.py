@@ -67,3 +67,47 @@ def test_models_with_dropout_left_on_train_the_same_function_in_torch_and_torcha
     assert r["bert_sdpa"]["switched"] > 0
     doctor = r["encoder"]["doctor"]
     assert "error" not in doctor and isinstance(doctor.get("findings"), list)  # the doctor watched the torchax run
+
+
+UNLOWERABLE = '''
+import numpy as np
+import torch
+from torch import nn
+
+from twinbench.byo import UserModel
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(1, 4, 3, padding=1)
+        self.features = nn.Sequential(nn.ReLU(), nn.FractionalMaxPool2d(2, output_size=4))
+        self.head = nn.Linear(4 * 4 * 4, 10)
+
+    def forward(self, x):
+        return self.head(self.features(self.stem(x)).flatten(1))
+
+
+def batch(i):
+    rng = np.random.default_rng(i)
+    return rng.standard_normal((2, 1, 8, 8)).astype(np.float32), rng.integers(0, 10, 2)
+
+
+def build(cfg):
+    return UserModel(module=Net(), loss_fn=lambda m, x, y: nn.functional.cross_entropy(m(x), y), batch=batch)
+'''
+
+
+@pytest.mark.slow
+def test_an_operator_torchax_cannot_lower_is_one_line_naming_it_and_its_layer_exit_2(tmp_path):
+    """nn.FractionalMaxPool2d runs aten::fractional_max_pool2d, which torchax 0.0.13 has no lowering for."""
+    model = tmp_path / "net.py"
+    model.write_text(UNLOWERABLE)
+    p = subprocess.run([sys.executable, "-m", "twinbench.cli", "compare", "--model", f"{model}:build", "--preset",
+                        "tiny", "--steps", "2", "--warmup", "1", "--strategies", "torchax", "--out",
+                        str(tmp_path / "out")], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
+    error = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.startswith("error:")]
+    assert len(error) == 1, p.stdout + p.stderr
+    assert "aten::fractional_max_pool2d" in error[0] and "features.1 (FractionalMaxPool2d)" in error[0], error
+    assert "Traceback" not in p.stdout + p.stderr

@@ -21,7 +21,7 @@ def twinbench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def test_only_selects_in_the_given_order_and_ignores_case_and_repeats():
     assert [c.id for c in select("c7, C1,C7")] == ["C7", "C1"]
-    assert len(select(None)) == 21
+    assert len(select(None)) == 22
 
 
 def test_unknown_claim_is_a_spec_error_naming_the_allowed_ids():
@@ -106,3 +106,22 @@ def test_a_probe_that_cannot_finish_gives_not_measurable_and_exit_1(tmp_path):
     assert p.returncode == 1, p.stderr[-2000:]
     (result,) = json.loads((out / "claims.json").read_text())
     assert result["verdict"] == "not measurable" and "timed out" in result["finding"]
+
+
+@pytest.mark.slow
+def test_c22_on_a_cpu_measures_torchax_against_jit_and_gives_a_verdict(tmp_path):
+    """No accelerator: the PyTorch path is jax:torchax (the TPU path) on the tiny GPT, against jax:jit."""
+    js = tmp_path / "v.json"
+    p = twinbench("claims", "--quick", "--only", "C22", "--repeats", "1", "--out", str(tmp_path / "c"),
+                  "--json", str(js))
+    assert p.returncode == 0, p.stderr[-2000:]
+    (r,) = json.loads(js.read_text())
+    assert r["verdict"] in ("supported", "contradicted", "depends"), r["finding"]
+    nums = r["numbers"]
+    assert nums["platform"] == "cpu" and nums["jax_jit_step_ms"] > 0 and nums["jax_torchax_step_ms"] > 0
+    assert nums["pytorch_path_vs_jax_jit"] == pytest.approx(nums["jax_torchax_step_ms"] / nums["jax_jit_step_ms"],
+                                                            rel=0.02)
+    assert "No accelerator here" in r["caveat"]
+    records = read_jsonl(tmp_path / "c" / "results.jsonl")
+    assert {(x["framework"], x["strategy"]) for x in records} == {("jax", "jit"), ("jax", "torchax")}
+    assert all(x["versions"].get("torchax") for x in records if x["strategy"] == "torchax")

@@ -39,8 +39,8 @@ def judge(cid: str, records: dict[str, dict[str, Any]] | None = None, probes: di
     return CLAIMS[cid].judge(Evidence(setup, records or {}, probes or {})).verdict
 
 
-def test_all_21_claims_registered_with_a_rule_and_a_statement():
-    assert list(CLAIMS) == [f"C{i}" for i in range(1, 22)]
+def test_all_22_claims_registered_with_a_rule_and_a_statement():
+    assert list(CLAIMS) == [f"C{i}" for i in range(1, 23)]
     for c in CLAIMS.values():
         assert c.rule and c.statement and c.group
 
@@ -366,6 +366,8 @@ def two_outcomes() -> dict[str, tuple[dict, str, dict, str]]:
         "C16": (inputs(0.3, 23, 20, 10), SUPPORTED, inputs(0.01, 23, 20, 10), DEPENDS),
         "C17": (c17(12), SUPPORTED, c17(10.5), DEPENDS),
         "C20": (c20_gpu(80, 90), SUPPORTED, c20_gpu(97, 110), CONTRADICTED),
+        "C22": ({"jit": rec(10), "torchax": rec(13, strategy="torchax")}, SUPPORTED,
+                {"jit": rec(10), "torchax": rec(10.5, strategy="torchax")}, DEPENDS),
     }
 
 
@@ -444,7 +446,7 @@ def test_every_claim_gets_a_verdict_from_a_full_quick_plan_of_synthetic_records(
     probes = {"tracing": TRACING, "custom_ops": CUSTOM, "debug_print": DEBUG,
               "doctor_control_flow": {"status": "ok", "available": False}}
     results = verdicts(claims, setup, per_claim, records, probes)
-    assert [r["claim"] for r in results] == [f"C{i}" for i in range(1, 22)]
+    assert [r["claim"] for r in results] == [f"C{i}" for i in range(1, 23)]
     for r in results:
         assert r["verdict"] in VERDICTS and r["finding"], r
         assert "could not be applied" not in r["finding"], r
@@ -471,3 +473,35 @@ def test_runs_no_rule_reads_are_not_repeated():
     shown = {per_claim["C4"]["scan_lo"], per_claim["C4"]["scan_hi"], per_claim["C10"]["split"]}
     assert again and not again & {s.run_id() for s in shown}
     assert per_claim["C10"]["one"].run_id() in again and per_claim["C4"]["jit_hi"].run_id() in again
+
+
+def test_c22_tpu_meets_gpu_and_cpu_jax_wins_with_the_pytorch_path_named():
+    def ev(platform: str, **paths: float) -> dict[str, dict[str, Any]]:
+        names = {"torchax": ("jax", "torchax+bf16"), "eager": ("torch", "eager+bf16"), "compile": ("torch", "compile")}
+        out = {"jit": rec(10, platform=platform, strategy="jit+bf16")}
+        return out | {n: rec(ms, platform=platform, framework=names[n][0], strategy=names[n][1])
+                      for n, ms in paths.items()}
+
+    assert judge("C22", ev("tpu", torchax=10.5)) == SUPPORTED  # the paths meet on a TPU
+    assert judge("C22", ev("tpu", torchax=13)) == CONTRADICTED  # JAX still wins there
+    assert judge("C22", ev("tpu", torchax=8)) == CONTRADICTED  # PyTorch wins there
+    v = CLAIMS["C22"].judge(Evidence(SETUP, ev("gpu", eager=14, compile=12)))
+    assert v.verdict == SUPPORTED and v.numbers["pytorch_path_vs_jax_jit"] == 1.2 and "torch/compile" in v.finding
+    assert judge("C22", ev("gpu", eager=9, compile=12)) == CONTRADICTED
+    v = CLAIMS["C22"].judge(Evidence(SETUP, ev("cpu", torchax=10.5)))
+    assert v.verdict == DEPENDS and "No accelerator here" in v.caveat
+
+
+def test_c22_runs_the_pytorch_path_of_the_machine(monkeypatch):
+    from twinbench.claims import hardware
+
+    cpu = hardware.c22_runs(Setup(quick=True, gpt="tiny", accelerator=False))
+    assert {n: (s.framework, s.strategy, s.preset) for n, s in cpu.items()} == {
+        "jit": ("jax", "jit", "tiny"), "torchax": ("jax", "torchax", "tiny")}
+    monkeypatch.setattr(hardware, "accelerator_kind", lambda: "tpu")
+    tpu = hardware.c22_runs(Setup(quick=False, gpt="gpt2-124m"))
+    assert {n: s.strategy for n, s in tpu.items()} == {"jit": "jit+bf16", "torchax": "torchax+bf16"}
+    monkeypatch.setattr(hardware, "accelerator_kind", lambda: "gpu")
+    gpu = hardware.c22_runs(Setup(quick=True, gpt="tiny"))
+    assert {n: (s.framework, s.strategy) for n, s in gpu.items()} == {
+        "jit": ("jax", "jit+bf16"), "eager": ("torch", "eager+bf16"), "compile": ("torch", "compile+bf16")}

@@ -154,7 +154,7 @@ class Claim:
 
 CLAIMS: dict[str, Claim] = {}
 #: The claim-group modules of this package, in the order of ``docs/claims.md``.
-GROUPS = ("compilation", "speed", "multidevice", "input", "dynamic")
+GROUPS = ("compilation", "speed", "multidevice", "input", "dynamic", "hardware")
 
 
 def register(claim: Claim) -> Claim:
@@ -167,7 +167,7 @@ def no_runs(setup: Setup) -> dict[str, RunSpec]:
 
 
 def load_all() -> dict[str, Claim]:
-    """Every registered claim, C1..C21 in order (importing the group modules registers them)."""
+    """Every registered claim, C1..C22 in order (importing the group modules registers them)."""
     import importlib
 
     for group in GROUPS:

@@ -36,6 +36,7 @@ NEEDS_TWIN: dict[str, str] = {
     "C19": "its evidence is a probe of custom ops on twinbench's own examples",
     "C20": "it compares remat in both frameworks, and JAX +remat runs the twins only",
     "C21": "its evidence is a probe of printing inside jit on twinbench's own examples",
+    "C22": "it measures jax/jit, which builds a twin's NNX model, against the PyTorch path",
 }
 
 

@@ -28,7 +28,7 @@ from twinbench.spec import SpecError
 def claims(
     quick: bool = typer.Option(False, "--quick", help="small presets and short runs (under 15 minutes on a "
                                "2-core CPU); default: larger presets, longer runs"),
-    only: Optional[str] = typer.Option(None, help="comma-separated claim ids, e.g. C1,C7 (default: C1-C21)"),  # noqa: UP045
+    only: Optional[str] = typer.Option(None, help="comma-separated claim ids, e.g. C1,C7 (default: C1-C22)"),  # noqa: UP045
     preset: Optional[str] = typer.Option(  # noqa: UP045
         None, help="GPT preset of most runs (tiny, small, gpt2-124m, gpt-350m); the size claims also use the next "
                    "larger one; default: tiny with --quick, else small"),
@@ -47,7 +47,7 @@ def claims(
     jax_model: Optional[str] = typer.Option(  # noqa: UP045
         None, "--jax-model", help="your own JAX port of --model (FILE.py:build_jax): the JAX side of those claims"),
 ) -> None:
-    """Test each practitioner claim (C1-C21, docs/claims.md) here: what ran, the numbers, the verdict, its rule."""
+    """Test each practitioner claim (C1-C22, docs/claims.md) here: what ran, the numbers, the verdict, its rule."""
     from twinbench.claims import suite
     from twinbench.claims.core import GPT_LADDER, Setup, accelerator_present, select
 

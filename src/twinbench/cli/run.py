@@ -101,6 +101,9 @@ def compare(
     if model:  # the doctor's findings on the JAX side of a user model
         for line in doctor_lines(records):
             out.print(f"  {line}", highlight=False, markup=False)
+    lacking = next((r["error"] for r in records if str(r.get("error") or "").startswith("TorchaxUnsupported")), "")
+    if lacking:  # jax:torchax met an operator torchax cannot lower: the model cannot run there (one line, exit 2)
+        fail(lacking.removeprefix("TorchaxUnsupported: "), code=2)
     if not any(r.get("status") == "ok" for r in records) or UNSAVED:
         raise typer.Exit(1)
     failed = [f"{r.get('framework')}/{r.get('strategy')}" for r in records if r.get("status") == "failed"]

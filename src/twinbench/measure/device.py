@@ -315,6 +315,10 @@ def versions(framework: str) -> dict[str, str]:
                 "optax": optax.__version__}
         if "grain" in sys.modules:  # the +prefetch input pipeline (data/pipeline.py) ran on it
             out["grain"] = sys.modules["grain"].__version__
+        if "torchax" in sys.modules:  # a torch module run by torchax (jax:torchax): its torch and torchax
+            from importlib.metadata import version
+
+            out |= {"torch": sys.modules["torch"].__version__, "torchax": version("torchax")}
     else:
         import torch
 

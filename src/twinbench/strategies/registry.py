@@ -132,13 +132,18 @@ register_modifier("replicate-batch", ("jax",), "anti-pattern (claim C10): the ba
 register_modifier("nosync", ("jax",), "anti-pattern (claim C13): no lax.pmean of the gradients, each device "
                   "trains its own model; flagged in the record's warnings", bases=("pmap",))
 
+# PyTorch code compiled by XLA: a family's torch module (a twin's model_torch.py, or the user's --model) run by
+# torchax inside the twins' JAX step (strategies/torchax_step.py). A JAX run: JAX's device, peak, memory, profiler.
+register("jax", "torchax", "the family's PyTorch module (twin or --model) run by torchax: forward, backward and "
+         "Optax AdamW in one jit, params+opt state donated", "twinbench.strategies.torchax_step:build",
+         default=False, modifiers=("bf16", "remat", "nodonate"))
+#: bases whose step runs the family's torch module, not an NNX twin (so they need no "jax-twin")
+TORCH_MODULE = ("torchax",)
+
 # Bring your own model (`compare --model FILE.py:build`, see twinbench/byo): the user's module is one more family
 # (byo/family.py), so every torch base above builds it through the same trainers as the twins; its JAX side has
-# no NNX twin, so it runs the twins' jit and mesh steps over the torch module via torchax, or over the user's port.
-_USER_JAX = ("nodonate",)  # what a user model's JAX bases honour (no bf16 form yet)
-register("jax", "torchax", "the user's torch module (--model) under JAX via torchax.extract_jax: one jit step, "
-         "value_and_grad + Optax AdamW, params+opt state donated", "twinbench.strategies.jax_user:build_torchax",
-         default=False, families=(USER,), modifiers=_USER_JAX)
+# no NNX twin, so it runs torchax (above), the twins' mesh steps over the torch module, or the user's port.
+_USER_JAX = ("nodonate",)  # what a user model's port honours (no bf16 form yet)
 register("jax", "port", "the user's own JAX port (--jax-model), parity-checked against the torch module: one "
          "jit step, value_and_grad + Optax AdamW, donated", "twinbench.strategies.jax_user:build_port",
          default=False, families=(USER,), modifiers=_USER_JAX)
@@ -234,7 +239,8 @@ DATA_MODIFIERS = ("pad-max", "bucket", "dynamic", "symbolic", "prefetch")
 def _options_needed(framework: str, base: str, mods: tuple[str, ...]) -> list[str]:
     """The family options (``Family.supports``) a cell needs."""
     strategy = REGISTRY[(framework, base)]
-    need = ["jax-twin"] if framework == "jax" and strategy.families is None else []  # it builds the NNX twin
+    twin = framework == "jax" and strategy.families is None and base not in TORCH_MODULE
+    need = ["jax-twin"] if twin else []  # it builds the NNX twin
     need += [m for m in ("bf16", "remat", "prefetch") if m in mods]
     if base in ("scan-layers", "compile-regional"):
         need.append(base)

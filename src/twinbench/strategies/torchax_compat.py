@@ -17,6 +17,14 @@ the PyTorch in use lacks ``aten.prod.dim_Dimname``, only acts on a lookup that w
 removed again at once: an older PyTorch, or a torchax that no longer refers to removed overloads, is
 imported untouched.
 
+torchax 0.0.13's autocast (``torchax.amp.autocast``) casts by a policy keyed on ATen operators, but torchax runs
+``F.linear`` and ``F.scaled_dot_product_attention`` at the torch-function level, before ATen: under its autocast a
+Linear layer stays fp32 while ``x @ w`` turns bf16. :func:`import_torchax` adds those two functions to the policy
+with the class their ATen forms have there (lower precision), so bf16 autocast means what ``torch.autocast`` means.
+Its "promote" policy (``cat``, ``stack``: run in the widest dtype of the inputs) reads ``.dtype`` of every
+positional argument, so ``torch.cat([a, b], dim=-1)`` under autocast raises ``AttributeError: 'list' object has
+no attribute 'dtype'``; the promotion is taken over the floating-point tensors among the arguments instead.
+
 torchax changes global torch settings when imported (it disables the MHA fast path, renames the
 ``privateuse1`` backend to ``jax`` and registers a device module), so only the JAX worker of a
 ``--model`` run imports it, never a PyTorch measurement process.
@@ -91,6 +99,55 @@ def tolerate_removed_named_overloads() -> Iterator[list[str]]:
         packet.__getattr__ = original  # type: ignore[method-assign]
 
 
+def autocast_torch_functions() -> list[str]:
+    """Put the torch functions torchax lowers before ATen (``F.linear``, ``F.scaled_dot_product_attention``)
+    into its autocast policy as lower-precision ops, as their ATen forms are; return the names added."""
+    import torch
+    import torch.nn.functional as F
+    from torchax import amp
+
+    added = []
+    for fn, aten in ((F.linear, "linear"), (F.scaled_dot_product_attention, "scaled_dot_product_attention")):
+        policy = amp.autocast_policy.get(getattr(torch.ops.aten, aten).default)
+        if fn not in amp.autocast_policy and policy is not None:
+            amp.autocast_policy[fn] = policy
+            added.append(fn.__name__)
+    return added
+
+
+def promote_over_tensors() -> None:
+    """torchax's autocast "promote" policy over the floating-point tensors of the arguments (lists included),
+    as ``torch.autocast`` promotes, instead of over every positional argument."""
+    import torch
+    from torch.utils import _pytree as pytree
+    from torchax import amp
+
+    original = amp.execute_policy
+    if getattr(original, "promotes_over_tensors", False):
+        return
+
+    def is_float(a: Any) -> bool:
+        return isinstance(a, torch.Tensor) and a.is_floating_point()
+
+    def execute_policy(policy: Any, args: Any, kwargs: Any, target_lower_fp: Any) -> Any:
+        if policy is not amp.CastPolicy.PROMOTE:
+            return original(policy, args, kwargs, target_lower_fp)
+        floats = [a for a in pytree.tree_leaves((args, kwargs)) if is_float(a)]
+        if not floats:
+            return args, kwargs
+        widest = max(floats, key=lambda a: a.dtype.itemsize).dtype
+        return pytree.tree_map_only(is_float, lambda a: a.to(widest), (args, kwargs))
+
+    execute_policy.promotes_over_tensors = True  # type: ignore[attr-defined]
+    amp.execute_policy = execute_policy
+
+
+def fix_autocast() -> None:
+    """The two autocast fixes above (torch functions in the policy, promotion over tensors)."""
+    autocast_torch_functions()
+    promote_over_tensors()
+
+
 def import_torchax() -> ModuleType:
     """``import torchax`` (plus its decomposition table), patched only where this PyTorch needs it."""
     if "torchax" in sys.modules and "torchax.decompositions" in sys.modules:
@@ -99,6 +156,7 @@ def import_torchax() -> ModuleType:
         torchax = importlib.import_module("torchax")
         importlib.import_module("torchax.decompositions")
         torchax.default_env()
+        fix_autocast()
         return torchax
     for name in [m for m in sys.modules if m == "torchax" or m.startswith("torchax.")]:
         del sys.modules[name]  # a half-imported torchax from a failed plain import
@@ -107,4 +165,5 @@ def import_torchax() -> ModuleType:
         importlib.import_module("torchax.decompositions")  # read lazily by default_env(): load it now
         torchax.default_env()  # loads torchax.ops.* and the decomposition table
     PATCHED[:] = replaced
+    fix_autocast()
     return torchax

@@ -1,0 +1,80 @@
+"""The torchax parity runs, in a fresh process (torchax changes global torch settings on import): for each family's
+tiny preset, torch eager and jax:torchax (+remat, +nodonate, +bf16) from the same initial weights on the same
+batches. ``python torchax_child.py OUT.json [FAMILY ...]``; prints nothing, writes the losses and checks as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from twinbench.data import tasks
+from twinbench.models import family as families
+from twinbench.spec import from_preset, validate, with_precision
+from twinbench.strategies import registry
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import parity_cells  # tests/parity_cells.py, beside this folder
+
+PRESETS = {"gpt": "tiny", "bert": "bert-tiny", "llama": "llama-tiny"}
+STEPS = 10
+#: the torchax runs of each family (what the matrix test counts as covered)
+RUNS = parity_cells.TORCHAX_EQUAL + parity_cells.TORCHAX_BF16
+
+
+def spec_of(preset: str, framework: str, strategy: str):
+    base = from_preset(preset, {"steps": STEPS, "warmup": 1})
+    return validate(with_precision(replace(base, framework=framework, strategy=strategy)))
+
+
+def losses_of(spec, weights, batches) -> tuple[list[float], object]:
+    trainer = registry.builder(spec)(spec, weights)
+    out = [float(np.asarray(trainer.step(x, y))) for x, y in batches]
+    trainer.sync()
+    return out, trainer
+
+
+def family_runs(name: str) -> dict:
+    preset = PRESETS[name]
+    eager = spec_of(preset, "torch", "eager")
+    fam = families.get(eager)
+    weights = fam.init_weights(eager.model, eager.train.seed)
+    data = tasks.run_data(eager, 1).batches
+    batches = [data[i] for i in range(STEPS)]
+    out = {"eager": losses_of(eager, weights, batches)[0]}
+    for strategy in RUNS:
+        losses, trainer = losses_of(spec_of(preset, "jax", strategy), weights, batches)
+        out[strategy] = losses
+        if strategy == "torchax":
+            back = trainer.weights()
+            out["weights_keys_equal"] = sorted(back) == sorted(weights)
+            out["weights_changed"] = any(not np.array_equal(back[k], weights[k]) for k in weights)
+            out["shapes_equal"] = all(back[k].shape == weights[k].shape for k in weights)
+            out["decay"] = sorted(k for k, v in trainer.params.items() if v.ndim >= 2)[:3]
+        if "remat" in strategy:  # every block's call is a jax.checkpoint of the traced program
+            x, y = batches[0]
+            jaxpr = str(jax.make_jaxpr(trainer.loss_of)(trainer.params, x, y))
+            out["checkpoints"] = len(re.findall(r"= (?:remat\w*|checkpoint)\[", jaxpr))
+            out["layers"] = spec_of(preset, "jax", strategy).model.layers
+    return out
+
+
+def main(argv: list[str]) -> int:
+    path, names = argv[0], argv[1:] or list(PRESETS)
+    result = {name: family_runs(name) for name in names}
+    from twinbench.measure import device
+
+    result["versions"] = device.versions("jax")
+    with open(path, "w") as f:
+        json.dump(result, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
