@@ -1,18 +1,16 @@
 """Datasheet figures of the devices ``twinbench predict`` can target: peak FLOP/s per dtype, HBM, interconnect.
 
-The table lives here for now; ``measure/peak.py`` keeps the GPUs' dense peaks (``DATASHEET_TFLOPS``, keyed by
-model and form factor) and is growing per-device datasheets of its own. Each :class:`Datasheet` names its
-entry there (``measure_key``): :func:`lookup` takes the peak from ``measure/peak.py`` when that entry exists and
-falls back on this table otherwise, so switching to measure's table is deleting the figures here.
-
-Figures are vendor datasheet values (dense, no sparsity). A TPU's MXU multiplies bf16: an fp32 matmul at
-``highest`` precision runs as ~6 bf16 passes, so its fp32 peak is bf16 / 6 (an estimate, not a datasheet
-figure). Interconnect bandwidth is per chip and per direction, the figure a ring all-reduce moves data at.
+The figures are ``measure/peak.py``'s (one table of vendor datasheets in the package, dense, no sparsity);
+this module adds what the roofline needs beside them: the --device names, the label a measured record gives
+the device, how devices are linked (node size, the network between nodes) and per-op overheads. A TPU's MXU
+multiplies bf16: an fp32 matmul at ``highest`` precision runs as ~6 bf16 passes, so its fp32 peak is bf16 / 6
+(an estimate, not a datasheet figure). Interconnect bandwidth here is per chip and per direction, the figure a
+ring all-reduce moves data at.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 #: per-op cost (µs) beyond its roofline time: XLA on a TPU runs fusions back to back from one program;
 #: XLA:GPU launches kernels (CUDA graphs cut it); eager torch pays the Python dispatch of every aten op
@@ -33,7 +31,7 @@ class Datasheet:
     link: str                       #: what the interconnect is
     node_size: int = 0              #: devices one node holds on ``link`` (0: the slice is one ``link`` domain)
     network_gbps: float = 50.0      #: per-device bandwidth between nodes (InfiniBand NDR 400 Gb/s), GB/s
-    measure_key: str = ""           #: the entry of ``measure/peak.py``'s DATASHEET_TFLOPS, when it has one
+    measure_key: str = ""           #: its entry in ``measure/peak.py``'s DATASHEETS
 
     @property
     def hbm_usable_gib(self) -> float:
@@ -54,26 +52,29 @@ class Datasheet:
         return self.link_gbps, self.link
 
 
-def _tpu(name: str, label: str, bf16: float, gbps: float, gib: float, ici_gbit: float) -> Datasheet:
-    # ICI: the datasheet's per-chip figure (Gbit/s, both directions together) -> GB/s per direction
-    return Datasheet(name, label, "tpu", {"bf16": bf16, "fp32": round(bf16 / 6, 1)}, gbps, gib,
-                     ici_gbit / 8 / 2, "ICI")
+def _sheet(name: str, label: str, platform: str, model: str, link: str, node_size: int = 0) -> Datasheet:
+    """A --device entry whose figures are ``measure.peak``'s datasheet of ``model`` (one table of vendor figures
+    in the package): dense bf16/fp32 peaks, HBM, and the interconnect, whose total per chip (both directions) is
+    halved here to the per-direction rate a ring all-reduce moves data at."""
+    from twinbench.measure.peak import DATASHEETS as SHEETS
+
+    d = SHEETS[model]
+    return Datasheet(name, label, platform, {"bf16": d.bf16_tflops or 0.0, "fp32": d.fp32_tflops or 0.0},
+                     float(d.hbm_gbs or 0), (d.hbm_bytes or 0) / 2**30, (d.interconnect_gbs or 0) / 2, link,
+                     node_size=node_size, measure_key=model)
 
 
-#: Cloud TPU system-architecture pages (per chip) and the GPU vendors' datasheets (SXM/OAM parts).
+#: The devices --device names, with the figures of ``measure/peak.py``'s datasheets (Cloud TPU system
+#: architecture pages per chip; the GPU vendors' datasheets, SXM/OAM parts) and how they are linked.
 DATASHEETS: dict[str, Datasheet] = {d.name: d for d in (
-    _tpu("tpu-v4", "TPU v4", 275.0, 1200.0, 32.0, 2400.0),
-    _tpu("tpu-v5e", "TPU v5 lite", 197.0, 819.0, 16.0, 1600.0),
-    _tpu("tpu-v5p", "TPU v5", 459.0, 2765.0, 95.0, 4800.0),
-    _tpu("tpu-v6e", "TPU v6 lite", 918.0, 1640.0, 32.0, 3584.0),
-    Datasheet("a100", "NVIDIA A100-SXM4-80GB", "gpu", {"bf16": 312.0, "fp32": 19.5}, 2039.0, 80.0, 300.0,
-              "NVLink 3", node_size=8, measure_key="A100"),
-    Datasheet("h100", "NVIDIA H100 80GB HBM3", "gpu", {"bf16": 989.4, "fp32": 67.0}, 3350.0, 80.0, 450.0,
-              "NVLink 4", node_size=8, measure_key="H100 SXM"),
-    Datasheet("h200", "NVIDIA H200", "gpu", {"bf16": 989.4, "fp32": 67.0}, 4800.0, 141.0, 450.0, "NVLink 4",
-              node_size=8, measure_key="H200 SXM"),
-    Datasheet("mi300x", "AMD Instinct MI300X", "gpu", {"bf16": 1307.4, "fp32": 163.4}, 5300.0, 192.0, 448.0,
-              "Infinity Fabric", node_size=8),
+    _sheet("tpu-v4", "TPU v4", "tpu", "TPU v4", "ICI"),
+    _sheet("tpu-v5e", "TPU v5 lite", "tpu", "TPU v5e", "ICI"),
+    _sheet("tpu-v5p", "TPU v5", "tpu", "TPU v5p", "ICI"),
+    _sheet("tpu-v6e", "TPU v6 lite", "tpu", "TPU v6e", "ICI"),
+    _sheet("a100", "NVIDIA A100-SXM4-80GB", "gpu", "A100", "NVLink 3", node_size=8),
+    _sheet("h100", "NVIDIA H100 80GB HBM3", "gpu", "H100 SXM", "NVLink 4", node_size=8),
+    _sheet("h200", "NVIDIA H200", "gpu", "H200 SXM", "NVLink 4", node_size=8),
+    _sheet("mi300x", "AMD Instinct MI300X", "gpu", "MI300X", "Infinity Fabric", node_size=8),
 )}
 #: the names --device takes: the datasheets and ``here`` (this machine's CPU, measured: see cpu_here)
 DEVICES = (*DATASHEETS, "here")
@@ -84,17 +85,11 @@ class UnknownDevice(ValueError):
 
 
 def lookup(name: str) -> Datasheet:
-    """The datasheet of a --device name; GPU peaks from ``measure/peak.py`` where it has the entry."""
+    """The datasheet of a --device name."""
     key = name.strip().lower()
     if key not in DATASHEETS:
         raise UnknownDevice(f"--device: unknown device {name!r}; known: {', '.join(DEVICES)}")
-    sheet = DATASHEETS[key]
-    if sheet.measure_key:
-        from twinbench.measure.peak import DATASHEET_TFLOPS
-
-        measured = DATASHEET_TFLOPS.get(sheet.measure_key, {})
-        sheet = replace(sheet, tflops={**sheet.tflops, **{k: v for k, v in measured.items() if k in ("bf16", "fp32")}})
-    return sheet
+    return DATASHEETS[key]
 
 
 def for_label(device_label: str) -> str | None:
