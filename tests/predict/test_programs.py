@@ -9,18 +9,18 @@ from twinbench.predict import program, torch_ops
 from twinbench.predict.attention import fused_attention, is_score_op
 
 
-def _spec(framework: str, strategy: str):
-    return build_specs("tiny", framework, strategy, {})[0]
+def _spec(framework: str, strategy: str, **overrides: int):
+    return build_specs("tiny", framework, strategy, overrides)[0]
 
 
-def _model_flops(spec) -> float:
-    """The matmul FLOPs of one step of the tiny GPT: 6 x params-in-matmuls x tokens + attention's."""
+def _model_flops(spec, attention: bool = True) -> float:
+    """The matmul FLOPs of one step of the tiny GPT: 6 x params-in-matmuls x tokens (+ attention's)."""
     m, t = spec.model, spec.train
     tokens = t.batch * t.seq
     per_layer = 4 * m.d_model * m.d_model + 2 * 4 * m.d_model * m.d_model  # qkv + proj, two MLP matmuls
     dense = 6 * tokens * (m.layers * per_layer + m.d_model * m.vocab)
-    attention = 3 * 2 * 2 * t.batch * t.seq * t.seq * m.d_model * m.layers  # QK^T and PV, fwd + 2x bwd
-    return dense + attention
+    scores = 3 * 2 * 2 * t.batch * t.seq * t.seq * m.d_model * m.layers  # QK^T and PV, fwd + 2x bwd
+    return dense + scores * attention
 
 
 def test_jax_step_matmul_flops_match_the_model_and_attention_can_be_fused():
@@ -32,13 +32,24 @@ def test_jax_step_matmul_flops_match_the_model_and_attention_can_be_fused():
     low, high = prog.memory_bytes
     assert prog.n_params > 0 and 12 * prog.n_params < low <= high  # params + Adam state at least
     seq = spec.train.seq
-    assert any(is_score_op(op, seq) for op in prog.ops)
+    assert any(is_score_op(op, seq, spec.model.heads) for op in prog.ops)
     m = spec.model
     fused = fused_attention(prog.ops, layers=m.layers, batch=spec.train.batch, heads=m.heads, seq=seq,
                             head_dim=m.d_model // m.heads, causal=True)
-    assert not any(is_score_op(op, seq) for op in fused)
+    assert not any(is_score_op(op, seq, m.heads) for op in fused)
     (att,) = [op for op in fused if op.kind == "attention"]
     assert att.count == m.layers
+
+
+def test_fusing_attention_keeps_every_projection_where_the_width_is_the_sequence_length():
+    """Llama-300M's d_model equals its sequence (1024): its [batch, seq, d_model] projections are no scores."""
+    spec = _spec("jax", "jit+bf16", d_model=32, seq=32)
+    prog = program.jax_program(spec)
+    m, t = spec.model, spec.train
+    fused = fused_attention(prog.ops, layers=m.layers, batch=t.batch, heads=m.heads, seq=t.seq,
+                            head_dim=m.d_model // m.heads, causal=True)
+    flops = sum(op.flops * op.count for op in fused if op.kind == "matmul")
+    assert flops == pytest.approx(_model_flops(spec, attention=False), rel=0.02)
 
 
 def test_torch_step_traced_on_fake_tensors_eager_and_fused():

@@ -18,9 +18,11 @@ from twinbench.predict.roofline import Op
 ATTENTION_EFFICIENCY = {"tpu": 0.09, "gpu": 0.30, "cpu": 0.5}
 
 
-def is_score_op(op: Op, seq: int) -> bool:
-    """An op of the einsum attention: it touches a ``[..., seq, seq]`` tensor (a fused kernel is none)."""
-    return op.kind != "attention" and (f",{seq},{seq}]" in op.label or f"[{seq},{seq}]" in op.label)
+def is_score_op(op: Op, seq: int, heads: int) -> bool:
+    """An op of the einsum attention: it touches the ``[batch, heads, seq, seq]`` scores (or a ``[heads, seq,
+    seq]`` slice of them; a fused kernel is none). A ``[batch, seq, d_model]`` activation whose width equals the
+    sequence length (Llama-300M: 1024 and 1024) is not one."""
+    return op.kind != "attention" and (f",{heads},{seq},{seq}]" in op.label or f"[{heads},{seq},{seq}]" in op.label)
 
 
 def attention_op(*, layers: int, batch: int, heads: int, seq: int, head_dim: int, causal: bool,
@@ -35,6 +37,6 @@ def attention_op(*, layers: int, batch: int, heads: int, seq: int, head_dim: int
 def fused_attention(ops: list[Op], *, layers: int, batch: int, heads: int, seq: int, head_dim: int,
                     causal: bool) -> list[Op]:
     """``ops`` with the einsum attention's ops replaced by one fused kernel per layer (forward + backward)."""
-    kept = [op for op in ops if not is_score_op(op, seq)]
+    kept = [op for op in ops if not is_score_op(op, seq, heads)]
     return [*kept, attention_op(layers=layers, batch=batch, heads=heads, seq=seq, head_dim=head_dim,
                                 causal=causal)]

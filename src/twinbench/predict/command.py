@@ -92,13 +92,18 @@ def efficiency(sheet: Datasheet, spec: RunSpec) -> Efficiency:
                       ATTENTION_EFFICIENCY[sheet.platform])
 
 
+#: fused attention kernels (cuDNN's, the Pallas TPU splash kernel): a CPU cannot lower them as the target
+#: runs them (splash would lower Pallas's interpreter), so the einsum attention is lowered and replaced after
+FUSED_ATTENTION = ("cudnn", "splash")
+
+
 def program_of(spec: RunSpec):
     """The step's ops, read here (JAX: the lowered HLO; torch: one traced step on this CPU)."""
     from twinbench.predict import program
 
     if spec.framework == "jax":
         lowered = spec
-        if spec.attention_impl == "cudnn":  # not lowerable here: lower the einsum, fuse it after (attention.py)
+        if spec.attention_impl in FUSED_ATTENTION:  # not lowerable here: lower the einsum, fuse it after
             from dataclasses import replace
 
             lowered = replace(spec, attention_impl="default")
@@ -120,14 +125,14 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
             cache[key] = prog
     eff = efficiency(sheet, spec)
     ops, notes = prog.ops_for(sheet.platform), []
-    if spec.framework == "jax" and spec.attention_impl == "cudnn":
+    if spec.framework == "jax" and spec.attention_impl in FUSED_ATTENTION:
         from twinbench.predict.attention import fused_attention
 
         m = spec.model
         ops = fused_attention(ops, layers=m.layers, batch=spec.train.batch, heads=m.heads, seq=spec.train.seq,
                               head_dim=m.d_model // m.heads, causal=m.family in ("gpt", "llama"))
-        notes.append("cudnn attention: the einsum attention's ops replaced by one fused kernel per layer "
-                     "(predict/attention.py)")
+        notes.append(f"{spec.attention_impl} attention: the einsum attention's ops replaced by one fused kernel "
+                     "per layer (predict/attention.py)")
     if spec.framework == "torch" and sheet.platform == "tpu":
         notes.append("torch on a TPU: costed as eager kernels on the TPU; torch reaches a TPU through torchax "
                      "(jax:torchax with --model) or torch_xla, whose programs are XLA's")
