@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # TPU check: the twins on one TPU chip, JAX against PyTorch (through torchax) and against Hugging Face's Flax
 # models, one program on the chip at a time, each run under its own timeout. Every figure lands in OUTDIR:
-# each group's records (GROUP/results.jsonl, summary.md), the profiler traces of the gpt group (traces/,
+# each group's records (GROUP/results.jsonl, summary.md), the profiler traces of the gpt and bert groups (traces/,
 # readable later by `twinbench explain TRACE_A TRACE_B` on any machine), conditions.txt, status.txt (one line
 # per run: its exit code) and tpu_check.json + tpu_check.md (one page: benchmarks/tpu_summary.py).
 #
@@ -10,10 +10,10 @@
 # PYTHON: the interpreter (default python3); HF_PYTHON: one with transformers < 5 for the Flax models (default
 # PYTHON, as on a TPU VM set up by benchmarks/tpu/setup.sh).
 #
-# Groups (default: gpt bert llama, about 8 minutes on a v5e: most of it is compiling, ~40 s a program):
+# Groups, run in the order given (default: gpt llama bert, about 8 minutes on a v5e: mostly compiling):
 #   gpt    gpt2-124m 8 x 1024 bf16: jax jit (splash attention), torch through torchax, HF FlaxGPT2 (traces of all)
-#   bert   bert-base 32 x 512 bf16: jax jit (splash attention), HF FlaxBert
-#   llama  llama-300m 8 x 1024 bf16: jax jit (splash attention)
+#   bert   bert-base 32 x 512 bf16: jax jit (splash attention), HF FlaxBert (traces of both)
+#   llama  llama-300m 8 x 1024 bf16: jax jit (splash attention), with +remat if that does not fit
 #   torchax  bert-base and llama-300m through torchax (about 3 minutes)
 #   scan   gpt2 at 12 and 24 layers, unrolled against scan-layers: compile and step (about 4 minutes)
 #   doctor the doctor on examples/doctor's host sync, recompile, no-donation and clean JAX scripts (~2 minutes)
@@ -31,14 +31,14 @@ for a in "$@"; do
     *) usage ;;
   esac
 done
-[[ ${#GROUPS_[@]} -gt 0 ]] || GROUPS_=(gpt bert llama)
+[[ ${#GROUPS_[@]} -gt 0 ]] || GROUPS_=(gpt llama bert)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}; [[ $PY == */* ]] && PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
 mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 "$PY" -c "import twinbench" 2>/dev/null || export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
 TB=("$PY" -m twinbench.cli)
 HF=("$PY" "$ROOT/benchmarks/jax_twin_vs_hf_flax.py" "${HF_PYTHON:-$PY}")  # a python with transformers < 5
-TORCHAX=torch:torchax
+TORCHAX=jax:torchax
 
 if [[ $DRY -eq 1 ]]; then  # rehearsal: tiny shapes, the default attention (splash is TPU-only), short timeouts
   GPT=(--preset tiny --steps 4 --warmup 1); BERT=(--preset bert-tiny --steps 4 --warmup 1)
@@ -87,12 +87,15 @@ for g in "${GROUPS_[@]}"; do
       run gpt-hf "$LIMIT" "${HF[@]}" "${HFPRESET[@]}" --precision bf16 --sides hf --rounds 1 --steps 15 \
         --trace "$OUT/traces/hf-gpt" --out "$OUT/gpt-hf" ;;
     bert)
-      compare bert-jax "${BERT[@]}" --strategies jax:jit+bf16 "${ATTN[@]}"
+      compare bert-jax "${BERT[@]}" --strategies jax:jit+bf16 "${ATTN[@]}" --trace "$OUT/traces"
       [[ $DRY -eq 1 ]] && continue
       run bert-hf "$LIMIT" "${HF[@]}" --preset bert-base --precision bf16 --sides hf --rounds 1 --steps 15 \
-        --out "$OUT/bert-hf" ;;
+        --trace "$OUT/traces/hf-bert" --out "$OUT/bert-hf" ;;
     llama)
-      compare llama-jax "${LLAMA[@]}" --strategies jax:jit+bf16 "${ATTN[@]}" ;;
+      compare llama-jax "${LLAMA[@]}" --strategies jax:jit+bf16 "${ATTN[@]}"
+      if ! grep -q '"status": "ok"' "$OUT/llama-jax/results.jsonl" 2>/dev/null; then  # skipped or failed: remat
+        compare llama-jax-remat "${LLAMA[@]}" --strategies jax:jit+bf16+remat "${ATTN[@]}"
+      fi ;;
     torchax)
       compare bert-torchax "${BERT[@]}" --strategies "$TORCHAX+bf16"
       compare llama-torchax "${LLAMA[@]}" --strategies "$TORCHAX+bf16" ;;

@@ -104,6 +104,11 @@ class JaxUserModel:
     to_jax: Callable[[dict[str, Any]], Any] | dict[str, Any]  # torch state_dict (NumPy) -> params pytree
 
 
+def needs_port(base: str) -> bool:
+    """Whether the base strategy runs the user's own JAX port (``port``, ``port-mesh-*``)."""
+    return base == "port" or base.startswith("port-")
+
+
 def split_ref(ref: str, default: str, flag: str) -> tuple[Path, str]:
     """``"path/file.py:build"`` -> (path, "build"); a missing ``:name`` means ``default``."""
     path, sep, name = ref.rpartition(":")

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from twinbench.byo import UserModelError, split_ref
+from twinbench.byo import UserModelError, needs_port, split_ref
 from twinbench.spec import RunSpec, SpecError, from_preset, validate, with_precision
 
 #: What a --model compare runs without --strategies (plus jax/port with a --jax-model).
@@ -31,11 +31,6 @@ def _ref(ref: str, default: str, flag: str) -> str:
     except UserModelError as e:
         raise SpecError(str(e)) from None
     return f"{path}:{name}"
-
-
-def needs_port(base: str) -> bool:
-    """Whether the base strategy runs the user's own JAX port (``port``, ``port-mesh-*``)."""
-    return base == "port" or base.startswith("port-")
 
 
 def cell_reason(framework: str, full: str) -> str | None:

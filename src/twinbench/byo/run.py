@@ -12,9 +12,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from twinbench.byo import FLOP_CONVENTION
+from twinbench.byo import FLOP_CONVENTION, needs_port
 from twinbench.byo import family as fam
-from twinbench.byo.plan import needs_port
 from twinbench.spec import RunSpec
 
 DOCTOR_STEPS = 6  # extra steps of a JAX run watched by the doctor after the measured ones
@@ -90,7 +89,7 @@ def doctor_findings(spec: RunSpec, weights: Any, host_batches: Any, steps: int =
     a user's script; the measured steps stay unwatched.
     """
     try:
-        from twinbench.doctor import watch
+        from twinbench.doctor.watching import watch
         from twinbench.strategies import registry
 
         with watch(report=False) as w:

@@ -126,11 +126,12 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
     eff = efficiency(sheet, spec)
     ops, notes = prog.ops_for(sheet.platform), []
     if spec.framework == "jax" and spec.attention_impl in FUSED_ATTENTION:
+        from twinbench.models import family
         from twinbench.predict.attention import fused_attention
 
         m = spec.model
         ops = fused_attention(ops, layers=m.layers, batch=spec.train.batch, heads=m.heads, seq=spec.train.seq,
-                              head_dim=m.d_model // m.heads, causal=m.family in ("gpt", "llama"))
+                              head_dim=m.d_model // m.heads, causal=family.get(spec).causal)
         notes.append(f"{spec.attention_impl} attention: the einsum attention's ops replaced by one fused kernel "
                      "per layer (predict/attention.py)")
     if spec.framework == "torch" and sheet.platform == "tpu":

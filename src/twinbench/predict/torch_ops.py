@@ -88,11 +88,12 @@ def trace_step(spec: RunSpec) -> tuple[Trace, Any]:
 
 
 def _attention(r: Recorded, spec: RunSpec) -> Op:
+    from twinbench.models import family
     from twinbench.predict.attention import attention_op
 
     m = spec.model
     op = attention_op(layers=1, batch=spec.train.batch, heads=m.heads, seq=spec.train.seq,
-                      head_dim=m.d_model // m.heads, causal=m.family in ("gpt", "llama"), backward=False)
+                      head_dim=m.d_model // m.heads, causal=family.get(spec).causal, backward=False)
     if "backward" in r.name:
         op.flops *= 2.5
     op.bytes = sum(b for _, b in r.inputs) + sum(b for _, b in r.outputs)
