@@ -191,6 +191,18 @@ class Linear(nnx.Module):
         return jax.lax.dot_general(x.astype(self.dtype), w, (((x.ndim - 1,), (1,)), ((), ()))) + b
 
 
+def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    """Mean cross-entropy of ``logits`` (``[..., vocab]``, fp32 or bf16) against integer ``targets``, computed in
+    fp32: ``optax.softmax_cross_entropy_with_integer_labels(logits.astype(float32), targets).mean()``, the same
+    values and gradients. The target's logit is picked by a masked sum over the vocabulary rather than a gather:
+    a reduction XLA fuses with the log-sum-exp's, reading the bf16 logits, where a gather made it write a
+    whole fp32 copy of them (``[batch, seq, vocab]``: 1.6 GB for gpt2-124m at 8 x 1024) to gather one per token."""
+    x = logits.astype(jnp.float32)
+    is_target = jax.lax.broadcasted_iota(jnp.int32, x.shape, x.ndim - 1) == targets[..., None]
+    target_logit = jnp.sum(jnp.where(is_target, x, 0.0), axis=-1)
+    return (jax.nn.logsumexp(x, axis=-1) - target_logit).mean()
+
+
 def decay_mask(params: nnx.State) -> nnx.State:
     """AdamW decays every parameter of rank >= 2 (matrices and embeddings), not biases or LayerNorm."""
     return jax.tree.map(lambda p: p.ndim >= 2, params)
