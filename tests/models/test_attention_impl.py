@@ -132,3 +132,48 @@ def test_gpt_twin_with_splash_attention_is_the_same_model() -> None:
     assert abs(loss_s - loss_d) <= 1e-5 * abs(loss_d)
     for a, b in zip(g_s, g_d, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5 * float(jnp.abs(b).max()) + 1e-7)
+
+
+def _dot_input_dtypes(jaxpr: jax.extend.core.ClosedJaxpr | jax.extend.core.Jaxpr) -> list[tuple[str, ...]]:
+    """The input dtypes of every dot_general in a jaxpr, sub-jaxprs (jit, custom_vjp) included."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            found.append(tuple(str(x.aval.dtype) for x in eqn.invars))
+        for sub in jax.core.jaxprs_in_params(eqn.params):
+            found += _dot_input_dtypes(sub)
+    return found
+
+
+def test_einsum_attention_backward_in_bf16_multiplies_bf16() -> None:
+    """bf16 q, k: the scores are accumulated in fp32, and the backward pass's products (dq = ds @ k, dk = ds.T @ q)
+    take bf16 operands (the scores' gradient rounded to bf16, as torch's bf16 attention), not fp32 x fp32 ones
+    (a TPU runs those as 6 bf16 passes under jax_default_matmul_precision=highest); the gradients stay within
+    bf16 rounding of the fp32 attention's."""
+    from twinbench.models.layers_jax import attention
+
+    q, k, v = jax.random.normal(jax.random.key(4), (3, 2, 32, 2, 16))
+    keep = jnp.arange(32)[None, None, None, :] < jnp.array([32, 20])[:, None, None, None]
+
+    def grads(q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, ...]:
+        return jax.grad(lambda *a: attention(*a, "default", mask=keep).astype(jnp.float32).sum() ** 2, (0, 1, 2))(q, k, v)
+
+    low = [x.astype(jnp.bfloat16) for x in (q, k, v)]
+    dtypes = _dot_input_dtypes(jax.make_jaxpr(grads)(*low))
+    assert len(dtypes) == 6  # scores, probabilities @ v; dq, dk, dv, dp
+    assert all(d == ("bfloat16", "bfloat16") for d in dtypes), dtypes
+    got = jax.jit(grads)(*low)
+    want = jax.jit(grads)(*(x.astype(jnp.float32) for x in low))
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == jnp.bfloat16
+        scale = float(jnp.abs(b).max())
+        np.testing.assert_allclose(np.asarray(a.astype(jnp.float32)), np.asarray(b), atol=3e-2 * scale)
+
+
+def test_einsum_attention_scores_are_fp32_in_both_precisions() -> None:
+    from twinbench.models.layers_jax import attention_scores
+
+    q, k = jax.random.normal(jax.random.key(5), (2, 1, 8, 2, 4))
+    for dtype in (jnp.float32, jnp.bfloat16):
+        assert attention_scores(q.astype(dtype), k.astype(dtype)).dtype == jnp.float32

@@ -183,3 +183,18 @@ def test_ten_adamw_steps_follow_the_same_trajectory():
     wt, wj = tt.weights(), jt.weights()
     assert max(np.max(np.abs(wt[k] - wj[k])) for k in wt) <= 1e-4
     assert np.max(np.abs(wt["classifier.weight"] - weights["classifier.weight"])) > 1e-3  # it really trained
+
+
+@pytest.mark.parametrize("rows", [2, 3])
+def test_segment_lookup_is_the_gather(rows):
+    """The segment embeddings' select lookup gives the gather's values exactly, and its gradient per row."""
+    import jax
+
+    table = jax.random.normal(jax.random.key(0), (rows, 8))
+    ids = jax.random.randint(jax.random.key(1), (4, 16), 0, rows)
+    cot = jax.random.normal(jax.random.key(2), (4, 16, 8))
+    np.testing.assert_array_equal(bert_jax.lookup_few(table, ids), jnp.take(table, ids, axis=0))
+    got = jax.grad(lambda t: (bert_jax.lookup_few(t, ids) * cot).sum())(table)
+    want = jax.grad(lambda t: (jnp.take(t, ids, axis=0) * cot).sum())(table)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert set(np.unique(np.asarray(ids))) == set(range(rows))  # every row is looked up

@@ -31,6 +31,43 @@ SPLASH_BLOCKS = (512, 256, 128)
 ATTENTION_CHUNK = 128
 
 
+def _scores(q: jax.Array, k: jax.Array) -> jax.Array:
+    return jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.promote_types(q.dtype, jnp.float32))
+
+
+@jax.custom_vjp
+def _low_precision_scores(q: jax.Array, k: jax.Array) -> jax.Array:
+    return _scores(q, k)
+
+
+def _low_precision_scores_fwd(q: jax.Array, k: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    return _scores(q, k), (q, k)
+
+
+def _low_precision_scores_bwd(res: tuple[jax.Array, jax.Array], ds: jax.Array) -> tuple[jax.Array, jax.Array]:
+    q, k = res
+    ds = ds.astype(q.dtype)  # the scores' gradient in the inputs' dtype, as torch's bf16 attention hands it on
+    dq = jnp.einsum("bhqk,bkhd->bqhd", ds, k, preferred_element_type=jnp.float32).astype(q.dtype)
+    dk = jnp.einsum("bhqk,bqhd->bkhd", ds, q, preferred_element_type=jnp.float32).astype(k.dtype)
+    return dq, dk
+
+
+_low_precision_scores.defvjp(_low_precision_scores_fwd, _low_precision_scores_bwd)
+
+
+def attention_scores(q: jax.Array, k: jax.Array) -> jax.Array:
+    """``q @ k.T`` per head, ``[B, T, H, D]`` in, ``[B, H, T, S]`` fp32 scores out (accumulated in fp32).
+
+    With bf16 ``q`` and ``k``, the backward pass's two products (``dq = ds @ k``, ``dk = ds.T @ q``) take the
+    scores' gradient rounded to bf16 and accumulate in fp32, as torch's bf16 attention does (autocast's
+    matmul backward, FlashAttention's dS). Left to JAX's transpose of ``preferred_element_type=float32``, they
+    would be fp32 x fp32 products with ``k``/``q`` converted up: under ``jax_default_matmul_precision=highest``
+    (twinbench's fp32 setting, also set in bf16 runs) a TPU runs those as 6 bf16 passes."""
+    if jnp.promote_types(q.dtype, jnp.float32) == q.dtype:  # fp32 (or wider) inputs: the plain product
+        return _scores(q, k)
+    return _low_precision_scores(q, k)
+
+
 def einsum_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, is_causal: bool = False,
                      mask: jax.Array | None = None, bias: jax.Array | None = None) -> jax.Array:
     """Attention written out, ``[B, T, H, D]`` in and out: the maths of ``jax.nn.dot_product_attention``'s
@@ -40,7 +77,7 @@ def einsum_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, is_causal: boo
     ``mask``: True where a query may see a key (broadcast to ``[B, H, T, T]``); ``bias`` is added to the scores."""
     D = q.shape[-1]
     q = q * jnp.asarray(1.0 / math.sqrt(D), q.dtype)
-    s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.promote_types(q.dtype, jnp.float32))
+    s = attention_scores(q, k)
     if bias is not None:
         s = s + bias.astype(s.dtype)
     if is_causal:
@@ -152,6 +189,18 @@ class Linear(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         w, b = self.weight[...].astype(self.dtype), self.bias[...].astype(self.dtype)
         return jax.lax.dot_general(x.astype(self.dtype), w, (((x.ndim - 1,), (1,)), ((), ()))) + b
+
+
+def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    """Mean cross-entropy of ``logits`` (``[..., vocab]``, fp32 or bf16) against integer ``targets``, computed in
+    fp32: ``optax.softmax_cross_entropy_with_integer_labels(logits.astype(float32), targets).mean()``, the same
+    values and gradients. The target's logit is picked by a masked sum over the vocabulary rather than a gather:
+    a reduction XLA fuses with the log-sum-exp's, reading the bf16 logits, where a gather made it write a
+    whole fp32 copy of them (``[batch, seq, vocab]``: 1.6 GB for gpt2-124m at 8 x 1024) to gather one per token."""
+    x = logits.astype(jnp.float32)
+    is_target = jax.lax.broadcasted_iota(jnp.int32, x.shape, x.ndim - 1) == targets[..., None]
+    target_logit = jnp.sum(jnp.where(is_target, x, 0.0), axis=-1)
+    return (jax.nn.logsumexp(x, axis=-1) - target_logit).mean()
 
 
 def decay_mask(params: nnx.State) -> nnx.State:

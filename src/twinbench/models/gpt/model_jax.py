@@ -10,11 +10,18 @@ import math
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import nnx
 
 from twinbench.config import ModelConfig
-from twinbench.models.layers_jax import DTYPES, REMAT_POLICIES, Linear, attention, make_optimizer, normal
+from twinbench.models.layers_jax import (
+    DTYPES,
+    REMAT_POLICIES,
+    Linear,
+    attention,
+    cross_entropy,
+    make_optimizer,
+    normal,
+)
 from twinbench.models.options import ModelOptions
 
 __all__ = ["GPT", "loss_fn", "make_optimizer"]
@@ -102,7 +109,7 @@ class GPT(nnx.Module):
 
 
 def loss_fn(model: GPT, idx: jax.Array, targets: jax.Array) -> jax.Array:
-    """Mean next-token cross-entropy, computed in float32."""
+    """Mean next-token cross-entropy, computed in float32 (:func:`layers_jax.cross_entropy`)."""
     logits = model(idx)
     with jax.named_scope("loss"):
-        return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets).mean()
+        return cross_entropy(logits, targets)

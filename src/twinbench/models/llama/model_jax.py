@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import nnx
 
 from twinbench.config import ModelConfig
-from twinbench.models.layers_jax import DTYPES, REMAT_POLICIES, attention, make_optimizer, normal
+from twinbench.models.layers_jax import (
+    DTYPES,
+    REMAT_POLICIES,
+    attention,
+    cross_entropy,
+    make_optimizer,
+    normal,
+)
 from twinbench.models.llama.shape import EPS, inv_freq, kv_heads
 from twinbench.models.options import ModelOptions
 
@@ -140,7 +146,7 @@ class Llama(nnx.Module):
 
 
 def loss_fn(model: Llama, idx: jax.Array, targets: jax.Array) -> jax.Array:
-    """Mean next-token cross-entropy, computed in float32."""
+    """Mean next-token cross-entropy, computed in float32 (:func:`layers_jax.cross_entropy`)."""
     logits = model(idx)
     with jax.named_scope("loss"):
-        return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets).mean()
+        return cross_entropy(logits, targets)
