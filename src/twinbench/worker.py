@@ -220,7 +220,9 @@ def execute(spec: RunSpec, threads: int) -> Record:
                        parallel, many["device_count"] if accelerator else 1)
     accuracy_last = tasks.accuracy(b.predict, b.run_data.eval_batches)  # before tracing trains any further
     attention = None
-    if not b.user:  # which attention kernel the twins' attention ran (after the timed steps: a small probe)
+    if not b.user and spec.base_strategy.startswith("torchax"):  # torch's SDPA as torchax lowers it to XLA
+        attention = "torch SDPA through torchax (xla, unfused)"
+    elif not b.user:  # which attention kernel the twins' attention ran (after the timed steps: a small probe)
         m = spec.model
         attention = device.attention_kernel(fw, m.heads, spec.train.seq, m.d_model // m.heads, dtype,
                                             causal=b.family.causal, masked=b.family.masked,
