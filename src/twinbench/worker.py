@@ -117,7 +117,7 @@ def setup(spec: RunSpec, threads: int) -> Setup:
 
         # Pallas's interpreter would run it off a TPU: the right maths, but nothing worth measuring
         raise SpecError(f"--attention-impl splash is a TPU kernel; this run's JAX platform is {platform}")
-    matmul_precision = device.set_fp32_matmul(spec.framework, platform=platform)  # in the platform's words
+    matmul_precision = device.set_fp32_matmul(spec.framework, platform=platform, precision=spec.train.precision)  # in the platform's words
     return Setup(threads, matmul_precision, platform, device_name, device_count, compiles.monitor(spec.framework))
 
 def build(spec: RunSpec) -> Built:

@@ -70,6 +70,23 @@ def test_a_tpu_says_what_its_fp32_matmuls_are() -> None:
     assert device.set_fp32_matmul("jax").startswith("fp32 (no TF32); ")  # here: the CPU, as before
 
 
+def test_a_bf16_run_on_a_tpu_keeps_jax_default_precision() -> None:
+    """The TPU's Pallas kernels (Mosaic) refuse ``highest`` on bf16 operands ("Bad lhs type", seen on a v5e):
+    a bf16 run's matmuls take bf16 operands, one pass whatever the setting, so it keeps JAX's default."""
+    import jax
+
+    try:
+        words = device.set_fp32_matmul("jax", platform="tpu", precision="bf16")
+        assert jax.config.jax_default_matmul_precision == "default"
+        assert words == "bf16 operands, one bf16 pass; jax_default_matmul_precision=default"
+        device.set_fp32_matmul("jax", platform="cpu", precision="bf16")  # elsewhere: fp32 means fp32, as before
+        assert jax.config.jax_default_matmul_precision == "highest"
+        device.set_fp32_matmul("jax", platform="tpu", precision="fp32")
+        assert jax.config.jax_default_matmul_precision == "highest"
+    finally:
+        jax.config.update("jax_default_matmul_precision", "highest")
+
+
 def test_platforms_are_asked_not_branched_on() -> None:
     assert platforms.get("cuda") is platforms.get("gpu") is platforms.GPU
     assert platforms.get(None) is platforms.CPU and not platforms.CPU.accelerator

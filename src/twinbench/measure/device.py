@@ -237,7 +237,7 @@ def torch_precision_api(torch: Any) -> str:
     return "fp32_precision" if hasattr(torch.backends, "fp32_precision") else "allow_tf32"
 
 
-def set_fp32_matmul(framework: str, tf32: bool = False, platform: str | None = None) -> str:
+def set_fp32_matmul(framework: str, tf32: bool = False, platform: str | None = None, precision: str = "fp32") -> str:
     """Make fp32 matmuls the same in both frameworks; return what was set, for the record (``matmul_precision``).
 
     On NVIDIA GPUs JAX's default fp32 matmul uses TF32 and PyTorch's does not. twinbench runs both at full
@@ -247,14 +247,20 @@ def set_fp32_matmul(framework: str, tf32: bool = False, platform: str | None = N
     means on the run's platform (``platforms.Platform.fp32_matmul_words``) and which setting it was:
     ``fp32 (no TF32); torch fp32_precision=ieee``, ``fp32 (no TF32); jax_default_matmul_precision=highest``,
     on a TPU ``fp32 as 6 bf16 passes (bf16_6x, ~fp32 accuracy); jax_default_matmul_precision=highest``.
-    ``platform``: the run's (default: JAX's default backend; torch's CUDA or the CPU).
+    ``platform``: the run's (default: JAX's default backend; torch's CUDA or the CPU). A bf16 run on a TPU
+    keeps JAX's default: its matmuls take bf16 operands, one pass whatever the setting, and the TPU's Pallas
+    kernels (Mosaic) refuse ``highest`` on bf16 operands ("Bad lhs type").
     """
     if framework == "jax":
         import jax
 
+        platform = platform or jax.default_backend()
+        if platform == "tpu" and precision == "bf16" and not tf32:
+            jax.config.update("jax_default_matmul_precision", "default")
+            return "bf16 operands, one bf16 pass; jax_default_matmul_precision=default"
         value = "tensorfloat32" if tf32 else "highest"
         jax.config.update("jax_default_matmul_precision", value)
-        words = platforms.get(platform or jax.default_backend()).fp32_matmul_words(framework, tf32)
+        words = platforms.get(platform).fp32_matmul_words(framework, tf32)
         return f"{words}; jax_default_matmul_precision={value}"
     import torch
 

@@ -163,15 +163,19 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, is_causal: boo
                                     q_seq_shards=1, interpret=jax.default_backend() != "tpu")
     heads_first = functools.partial(jnp.swapaxes, axis1=1, axis2=2)  # [B, T, H, D] <-> [B, H, T, D]
     q = q * jnp.asarray(1.0 / math.sqrt(D), q.dtype)
-    if mask is None:
-        y = jax.vmap(kernel)(heads_first(q), heads_first(k), heads_first(v))
-    else:
-        if mask.shape[1:3] != (1, 1) or mask.shape[-1] != T:
-            raise ValueError(f"attention_impl 'splash' takes a key padding mask [B, 1, 1, T], got {mask.shape}")
-        ids = jnp.broadcast_to(mask, (B, 1, 1, T))[:, 0, 0, :].astype(jnp.int32)
-        y = jax.vmap(lambda q, k, v, s: kernel(q, k, v, segment_ids=splash.SegmentIds(q=s, kv=s)))(
-            heads_first(q), heads_first(k), heads_first(v), ids)
+    with jax.default_matmul_precision("default"):  # Mosaic refuses "highest" on bf16 operands
+        y = _splash_call(kernel, splash, heads_first(q), heads_first(k), heads_first(v), mask, B, T)
     return heads_first(y)
+
+
+def _splash_call(kernel, splash, q, k, v, mask, B, T):
+    """The kernel over the batch (``jax.vmap``), a key padding mask as segment ids."""
+    if mask is None:
+        return jax.vmap(kernel)(q, k, v)
+    if mask.shape[1:3] != (1, 1) or mask.shape[-1] != T:
+        raise ValueError(f"attention_impl 'splash' takes a key padding mask [B, 1, 1, T], got {mask.shape}")
+    ids = jnp.broadcast_to(mask, (B, 1, 1, T))[:, 0, 0, :].astype(jnp.int32)
+    return jax.vmap(lambda q, k, v, s: kernel(q, k, v, segment_ids=splash.SegmentIds(q=s, kv=s)))(q, k, v, ids)
 
 
 class Linear(nnx.Module):
