@@ -68,6 +68,20 @@ def test_gap_rows_say_framework_or_implementation() -> None:
     assert said[1].startswith("implementation: forward / element-wise (+5.0 ms): jax/jit does 3.0x the bytes")
 
 
+def test_two_programs_of_one_compiler_have_no_framework_gap() -> None:
+    """Two XLA programs (the JAX twin against Hugging Face's Flax model, or a torchax program): the same FLOPs
+    run slower on one side is how that side wrote the row (fp32 scores against bf16), not a framework's."""
+    from twinbench.explain import gap
+
+    a = _side("jax:hf-flax", 80.0, {"forward": {"attention": 7.0}},
+              {"forward": {"attention": {"flops": 3e11, "raw_ms": 7.0, "tflops": 46.0, "peak_share": 0.23}}})
+    b = _side("jax:twin", 94.0, {"forward": {"attention": 21.0}},
+              {"forward": {"attention": {"flops": 3e11, "raw_ms": 21.0, "tflops": 14.0, "peak_share": 0.07}}})
+    said = [w for w in gap.pair(a, b)["why"] if w.startswith(("framework", "implementation"))]
+    assert said and said[0].startswith("implementation: forward / attention (+14.0 ms): the same FLOPs")
+    assert "both compiled by XLA" in said[0] and not any(w.startswith("framework") for w in said)
+
+
 def test_timing_phases_add_up_to_the_measured_step() -> None:
     """The timing method's phases sum to its own synced step (172 ms), not the measured one (148 ms): shown
     scaled to the measured step, with a note that says by how much; the raw figures are kept."""

@@ -188,7 +188,9 @@ def attribution(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]
     * implementation: the slower side does more work in the row (FLOPs, or bytes for a memory-bound row) by
       over :data:`DIFFERS` x: extra ops, or more bytes moved;
     * framework: the same work (within :data:`DIFFERS` x) at a lower share of its own peak (compute rows) or
-      a lower GB/s (memory rows): the framework's kernels run it slower.
+      a lower GB/s (memory rows): the framework's kernels run it slower. Two runs compiled by the same
+      library (two JAX programs, a torchax program against a JAX twin: both XLA's) have no framework gap: the
+      same work run slower there is the implementation's (its dtypes, layouts, what fuses).
 
     A row with neither (no FLOPs or bytes counted on one side, or both differ) is left unsaid."""
     gap = b["step_ms"] - a["step_ms"]
@@ -205,9 +207,16 @@ def attribution(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]
         if not ws or not wf:
             continue
         what = f"{r['row']} ({sign * r['diff_ms']:+.1f} ms)"
+        same = _library(slow["run"]) == _library(fast["run"])  # one compiler on both sides: no framework gap
         if ws > DIFFERS * wf:
             out.append(f"implementation: {what}: {slow['run']} does {ws / wf:.1f}x the {unit} of {fast['run']} "
                        "in this row (extra ops" + ("" if compute else ", more bytes moved") + ")")
+        elif same and ((compute and ts.get("peak_share") and tf.get("peak_share")
+                        and tf["peak_share"] > DIFFERS * ts["peak_share"])
+                       or (not compute and ts.get("gbps") and tf.get("gbps") and tf["gbps"] > DIFFERS * ts["gbps"])):
+            out.append(f"implementation: {what}: the same {unit} (within {DIFFERS:.1f}x), both compiled by "
+                       f"{_library(slow['run'])}, run slower in {slow['run']}: how the row is written (its dtypes, "
+                       "layouts, what fuses), not the framework")
         elif compute and ts.get("peak_share") and tf.get("peak_share") and                 tf["peak_share"] > DIFFERS * ts["peak_share"]:
             out.append(f"framework: {what}: the same FLOPs (within {DIFFERS:.1f}x); {_library(slow['run'])}'s "
                        f"kernels run them at {ts['peak_share']:.0%} of {slow['run']}'s peak, "
