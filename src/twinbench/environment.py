@@ -83,6 +83,16 @@ def problems(gpu: bool = False, tpu: bool = False) -> list[str]:
     return out
 
 
+def _jax_backend() -> str:
+    """JAX's default backend, or what kept JAX from choosing one."""
+    import jax
+
+    try:
+        return jax.default_backend()
+    except Exception as e:
+        return f"none ({type(e).__name__})"
+
+
 def tpu_problems() -> list[str]:
     """Whether JAX runs on the TPU: libtpu installed, and JAX's default backend the TPU."""
     out = []
@@ -91,10 +101,7 @@ def tpu_problems() -> list[str]:
                    "libtpu release that matches jax)")
     import jax
 
-    try:
-        backend = jax.default_backend()
-    except Exception as e:
-        backend = f"none ({type(e).__name__})"
+    backend = _jax_backend()
     if backend != "tpu":
         out.append(f"jax {jax.__version__} runs on '{backend}', not the TPU: libtpu is missing, failed to load, or "
                    "the TPU is held by another process (JAX_PLATFORMS must not say cpu)")
@@ -122,10 +129,7 @@ def gpu_problems() -> list[str]:
         out.append(f"torch {torch.__version__} sees no CUDA device (a CPU build, or no driver)")
     import jax
 
-    try:
-        backend = jax.default_backend()
-    except Exception as e:
-        backend = f"none ({type(e).__name__})"
+    backend = _jax_backend()
     if backend != "gpu":
         out.append(f"jax {jax.__version__} runs on '{backend}', not the GPU: its CUDA plugin is missing or failed to "
                    "load (pip install 'jax[cuda12]'; JAX_PLATFORMS must not say cpu)")

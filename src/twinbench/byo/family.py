@@ -107,22 +107,6 @@ def torch_model(spec: Any, weights: dict[str, np.ndarray]) -> UserModel:
     return um
 
 
-def with_loss(module: Any, loss_fn: Any) -> Any:
-    """A module whose ``forward(x, y)`` is the user's ``loss_fn(module, x, y)`` as a 0-d float tensor, holding
-    ``module`` as ``.model``: what torchax extracts, and FSDP's root (whatever the loss calls runs inside it)."""
-    import torch
-
-    class WithLoss(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = module
-
-        def forward(self, x: Any, y: Any) -> Any:
-            return loss_fn(self.model, x, y).float().reshape(())
-
-    return WithLoss()
-
-
 def torch_blocks(um: UserModel) -> list[Any]:
     """What compile-regional compiles: ``um.blocks``, else the items of the largest ``nn.ModuleList``."""
     import torch
