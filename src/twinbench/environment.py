@@ -41,7 +41,13 @@ LIBTPU = ("libtpu", "libtpu-nightly")
 
 
 def _import(name: str) -> object:
-    """Import a module by name: the one place this module imports what it checks (tests replace it)."""
+    """Import a module by name: the one place this module imports what it checks (tests replace it). torchax
+    is imported as the runs import it, through twinbench's compatibility layer (its plain import fails on
+    some torch releases that the layer supports)."""
+    if name == "torchax":
+        from twinbench.strategies.torchax_compat import import_torchax
+
+        return import_torchax()
     return importlib.import_module(name)
 
 

@@ -69,3 +69,16 @@ def test_a_required_piece_missing_on_a_tpu_vm_is_a_problem(monkeypatch: pytest.M
     assert environment.main(["--tpu"]) == 2
     err = capsys.readouterr().err
     assert "preflight: flax: cannot be imported" in err and "preflight: torch: cannot" not in err
+
+
+def test_torchax_is_checked_as_the_runs_import_it() -> None:
+    """torchax 0.0.13's plain import fails on torch 2.13 ("aten.prod has no overload name dim_Dimname"), which
+    twinbench's compatibility layer handles: the preflight imports it the same way, so an installed torchax
+    gets no note. A fresh process, since an earlier import in this one would hide the difference."""
+    import subprocess
+    import sys
+
+    code = ("from twinbench import environment; "
+            "print([n for n in environment.tpu_notes() if n.startswith('torchax')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
