@@ -157,3 +157,16 @@ def test_tpu_one_profile_prints_its_flops_against_the_peak() -> None:
     flat = " ".join(res.output.split())
     assert "FLOP/s against the peak (197 TFLOP/s, TPU v5e datasheet bf16 peak)" in flat
     assert "backward matmul" in flat and "backward attention" in flat
+
+
+def test_a_pallas_kernel_leaves_its_row_without_a_rate() -> None:
+    """XLA's cost model counts no FLOPs in a Pallas kernel (a custom call): a row made mostly of one (splash
+    attention) gets no FLOP/s, so explain neither says it runs at 0% of the peak nor that the other side does
+    thousands of times its work."""
+    from twinbench.explain import ops
+
+    kernel = ops.OpGroup("backward", "attention", "custom-call.7", "", raw_ms=8.0, flops=3e6, opaque_ms=7.9)
+    dots = ops.OpGroup("backward", "matmul", "fusion.1", "", raw_ms=10.0, flops=1.7e12)
+    rows = ops.throughput([kernel, dots], peak_tflops=197.0)["backward"]
+    assert "tflops" not in rows["attention"] and rows["attention"]["flops"] == 0.0
+    assert rows["matmul"]["tflops"] == pytest.approx(170.0) and rows["matmul"]["peak_share"] == pytest.approx(170 / 197)

@@ -38,6 +38,7 @@ class OpGroup:
     linearization: bool = False
     shared: bool = False  # a primal forward op the backward reads too (JAX: kept apart for it)
     where: str = ""  # JAX: the tail of the instruction's op_name (what the model called it)
+    opaque_ms: float = 0.0  # per traced step: time of kernels whose FLOPs nobody counted (a Pallas custom call)
 
     def to_dict(self) -> dict[str, Any]:
         s = self.shape
@@ -106,6 +107,8 @@ def groups(r: dict[str, Any], b: Breakdown, scale: float) -> list[OpGroup]:
         g.calls += 1 / steps
         g.flops += (detail["flops"] if counted else shape.flops) / steps
         g.bytes += (detail["bytes"] if counted else shape.bytes) / steps
+        if counted and detail.get("opaque"):
+            g.opaque_ms += ms / steps
     return list(out.values())
 
 
@@ -156,6 +159,11 @@ def age(iso: str | None, now: datetime | None = None) -> str:
     return "just now"
 
 
+#: a row whose time is more than this share opaque kernels (FLOPs and bytes uncounted: a Pallas kernel is a
+#: custom call to XLA's cost model) gets no rate, and explain says nothing of its work or efficiency
+OPAQUE_SHARE = 0.1
+
+
 def throughput(ops: list[OpGroup], peak_tflops: float | None) -> dict[str, dict[str, dict[str, float]]]:
     """Per phase and category: ms, FLOPs and bytes per step, achieved TFLOP/s, its share of the measured
     peak, and GB/s (memory-bound categories). Rates are over the ops' own traced durations (``raw_ms``): the
@@ -164,13 +172,17 @@ def throughput(ops: list[OpGroup], peak_tflops: float | None) -> dict[str, dict[
     out: dict[str, dict[str, dict[str, float]]] = {}
     for g in ops:
         row = out.setdefault(g.phase, {}).setdefault(g.category, {"ms": 0.0, "raw_ms": 0.0, "flops": 0.0,
-                                                                  "bytes": 0.0})
+                                                                  "bytes": 0.0, "opaque_ms": 0.0})
         row["ms"] += g.ms
         row["raw_ms"] += g.raw_ms
         row["flops"] += g.flops
         row["bytes"] += g.bytes
+        row["opaque_ms"] += g.opaque_ms
     for by_cat in out.values():
         for cat, row in by_cat.items():
+            if row["opaque_ms"] > OPAQUE_SHARE * row["raw_ms"]:  # mostly kernels of uncounted work: no rate
+                row["flops"] = row["bytes"] = 0.0
+                continue
             s = row["raw_ms"] / 1e3
             if row["flops"] and s > 0:
                 row["tflops"] = row["flops"] / s / 1e12

@@ -178,7 +178,8 @@ def read(path: Path, data: bytes, device: int | None = None, module: str = "", h
                 phase_before = phase
             b.add(phase, cat, (o.end - o.start) / 1e6, hlo.scope(o.op_name), name=o.name,
                   op=o.op_name.rsplit("/", 1)[-1] if o.op_name else o.category,
-                  detail={"flops": o.flops, "bytes": o.bytes, "where": "/".join(o.op_name.split("/")[-3:])})
+                  detail={"flops": o.flops, "bytes": o.bytes, "where": "/".join(o.op_name.split("/")[-3:]),
+                          "opaque": bool(o.target) and not o.flops})  # a Pallas kernel: XLA counts nothing
     n = len(keep)
     step_ms = sum(e - s for s, e in keep) / n / 1e6
     return b.finish(n, step_ms, busy_ms=busy / n / 1e6)
