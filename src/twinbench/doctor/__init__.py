@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from twinbench.doctor.watching import watch  # in this process: notebooks, twinbench's own runs
+from twinbench.doctor.watching import Diagnosed, watch  # in this process: notebooks, twinbench's own runs
 
 __all__ = ["DoctorError", "DoctorResult", "check_script", "run_doctor", "step", "watch"]
 
@@ -47,7 +47,7 @@ class DoctorError(Exception):
 
 
 @dataclass
-class DoctorResult:
+class DoctorResult(Diagnosed):
     findings: list[Any]  # list[findings.Finding], worst first
     observations: dict[str, Any]
     output_tail: str  # the last lines the script printed
@@ -57,19 +57,6 @@ class DoctorResult:
         from twinbench.doctor.report import to_json
 
         return to_json(self.findings, self.observations, script)
-
-    @property
-    def serious(self) -> bool:
-        from twinbench.doctor.findings import serious
-
-        return serious(self.findings)
-
-    @property
-    def self_errors(self) -> list[str]:
-        """The doctor's own failures (instrument, finalizer, donation check): the findings may be incomplete."""
-        from twinbench.doctor.report import self_errors
-
-        return self_errors(self.observations)
 
 
 def check_script(script: str | Path) -> Path:

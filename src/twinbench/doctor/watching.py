@@ -7,7 +7,29 @@ import sys
 from typing import Any
 
 
-class watch:
+class Diagnosed:
+    """What a doctor's diagnosis answers, for a script's run (``DoctorResult``) and a watched block alike:
+    ``findings`` (worst first) and the ``observations`` they were made from."""
+
+    findings: list[Any]
+    observations: dict[str, Any]
+
+    @property
+    def serious(self) -> bool:
+        from twinbench.doctor.findings import serious
+
+        return serious(self.findings)
+
+    @property
+    def self_errors(self) -> list[str]:
+        """The doctor's own failures (instrument, finalizer, donation check): the findings may be incomplete
+        (see :func:`twinbench.doctor.report.self_errors`)."""
+        from twinbench.doctor.report import self_errors
+
+        return self_errors(self.observations)
+
+
+class watch(Diagnosed):
     """Watch a training loop in this process and report the doctor's findings when the block ends.
 
     ``steps=N`` ends the block cleanly after N steps. After the block, ``.findings`` (worst first) and
@@ -46,16 +68,3 @@ class watch:
 
             render(Console(stderr=True), self.findings, self.observations, "(twinbench.watch)", watching=True)
         return stopped
-
-    @property
-    def serious(self) -> bool:
-        from twinbench.doctor.findings import serious
-
-        return serious(self.findings)
-
-    @property
-    def self_errors(self) -> list[str]:
-        """The doctor's own failures during the block (see :func:`twinbench.doctor.report.self_errors`)."""
-        from twinbench.doctor.report import self_errors
-
-        return self_errors(self.observations)
