@@ -7,14 +7,17 @@
 #
 #   benchmarks/tpu_check.sh OUTDIR [GROUP ...]   # on a TPU VM, after `source benchmarks/tpu/setup.sh`
 #   benchmarks/tpu_check.sh OUTDIR --dry-run     # the same flow on tiny presets, on this machine's JAX platform
-# PYTHON: the interpreter (default python3); HF_PYTHON: one with transformers < 5 for the Flax models (default
+# SKIP: names of runs to leave out (e.g. SKIP="gpt-hf llama-torchax": figures an earlier sitting has); SCAN_LAYERS:
+# the depths of the scan group (default "12 24"). PYTHON: the interpreter (default python3); HF_PYTHON: one with transformers < 5 for the Flax models (default
 # PYTHON, as on a TPU VM set up by benchmarks/tpu/setup.sh).
 #
 # Groups, run in the order given (default: gpt llama bert, about 8 minutes on a v5e: mostly compiling):
 #   gpt    gpt2-124m 8 x 1024 bf16: jax jit (splash attention), torch through torchax, HF FlaxGPT2 (traces of all)
 #   bert   bert-base 32 x 512 bf16: jax jit (splash attention), HF FlaxBert (traces of both)
 #   llama  llama-300m 8 x 1024 bf16: jax jit (splash attention), with +remat if that does not fit
-#   torchax  bert-base and llama-300m through torchax (about 3 minutes)
+#   torchax  bert-base and llama-300m through torchax, splash attention as the twins' (traces; about 3 minutes)
+#   torchax-own  gpt2-124m through torchax with torchax's own attention lowering (what a plain torchax user gets)
+#   refuse the preflight on llama-300m with the written-out attention (too large for 16 GiB): a skipped record
 #   scan   gpt2 at 12 and 24 layers, unrolled against scan-layers: compile and step (about 4 minutes)
 #   doctor the doctor on examples/doctor's host sync, recompile, no-donation and clean JAX scripts (~2 minutes)
 #   before gpt2-124m jit+bf16 with the default (einsum) attention: the figure before the fused kernel
@@ -27,7 +30,7 @@ DRY=0; GROUPS_=()
 for a in "$@"; do
   case $a in
     --dry-run) DRY=1 ;;
-    gpt|bert|llama|torchax|scan|doctor|before) GROUPS_+=("$a") ;;
+    gpt|bert|llama|torchax|torchax-own|refuse|scan|doctor|before) GROUPS_+=("$a") ;;
     *) usage ;;
   esac
 done
@@ -42,13 +45,14 @@ TORCHAX=jax:torchax
 
 if [[ $DRY -eq 1 ]]; then  # rehearsal: tiny shapes, the default attention (splash is TPU-only), short timeouts
   GPT=(--preset tiny --steps 4 --warmup 1); BERT=(--preset bert-tiny --steps 4 --warmup 1)
-  LLAMA=(--preset llama-tiny --steps 4 --warmup 1); ATTN=(); LIMIT=300; HFPRESET=(--preset tiny)
+  LLAMA=(--preset llama-tiny --steps 4 --warmup 1); ATTN=(); LIMIT=300; TXLIMIT=300; HFPRESET=(--preset tiny)
 else
   "$PY" -m twinbench.environment --tpu || { echo "error: preflight failed (above); see docs/tpu.md" >&2; exit 2; }
   GPT=(--preset gpt2-124m --batch 8 --seq 1024 --steps 15 --warmup 3)
   BERT=(--preset bert-base --batch 32 --seq 512 --steps 15 --warmup 3)
   LLAMA=(--preset llama-300m --batch 8 --seq 1024 --steps 15 --warmup 3)
   ATTN=(--attention-impl splash); LIMIT=170; HFPRESET=(--preset gpt2-124m)
+  TXLIMIT=240  # torchax traces the torch module op by op before XLA compiles: a longer first step
 fi
 
 {
@@ -66,6 +70,7 @@ cd "$OUT"  # runs/ and caches stay out of the repository
 # run NAME SECONDS CMD...: one program, its own timeout; its exit code into status.txt, its output into NAME.log
 run() {
   local name=$1 limit=$2; shift 2
+  if [[ " ${SKIP:-} " == *" $name "* ]]; then echo "== $name skipped (SKIP)"; return; fi
   echo "== $name (limit ${limit}s)"
   local t0=$SECONDS
   timeout --kill-after=15 "$limit" "$@" > "$OUT/$name.log" 2>&1
@@ -73,17 +78,18 @@ run() {
   echo "$name rc=$rc ${SECONDS}s-${t0}s=$((SECONDS - t0))s" | tee -a "$OUT/status.txt"
   tail -n 4 "$OUT/$name.log"
 }
-compare() {  # compare NAME EXTRA...: a twinbench compare into OUTDIR/NAME
+compare() {  # compare NAME EXTRA...: a twinbench compare into OUTDIR/NAME, under LIMIT seconds
   local name=$1; shift
   mkdir -p "$OUT/$name"
   run "$name" "$LIMIT" "${TB[@]}" compare "$@" --timeout $((LIMIT - 10)) --out "$OUT/$name" --json "$OUT/$name/records.json" --wide
 }
+txcompare() { local LIMIT=$TXLIMIT; compare "$@"; }  # a torchax run: its own, longer limit
 
 for g in "${GROUPS_[@]}"; do
   case $g in
     gpt)
       compare gpt-jax "${GPT[@]}" --strategies jax:jit+bf16 "${ATTN[@]}" --trace "$OUT/traces"
-      compare gpt-torchax "${GPT[@]}" --strategies "$TORCHAX+bf16" --trace "$OUT/traces"
+      txcompare gpt-torchax "${GPT[@]}" --strategies "$TORCHAX+bf16" "${ATTN[@]}" --trace "$OUT/traces"
       run gpt-hf "$LIMIT" "${HF[@]}" "${HFPRESET[@]}" --precision bf16 --sides hf --rounds 1 --steps 15 \
         --trace "$OUT/traces/hf-gpt" --out "$OUT/gpt-hf" ;;
     bert)
@@ -97,12 +103,17 @@ for g in "${GROUPS_[@]}"; do
         compare llama-jax-remat "${LLAMA[@]}" --strategies jax:jit+bf16+remat "${ATTN[@]}"
       fi ;;
     torchax)
-      compare bert-torchax "${BERT[@]}" --strategies "$TORCHAX+bf16"
-      compare llama-torchax "${LLAMA[@]}" --strategies "$TORCHAX+bf16" ;;
+      txcompare bert-torchax "${BERT[@]}" --strategies "$TORCHAX+bf16" "${ATTN[@]}" --trace "$OUT/traces"
+      txcompare llama-torchax "${LLAMA[@]}" --strategies "$TORCHAX+bf16" "${ATTN[@]}" --trace "$OUT/traces" ;;
+    torchax-own)
+      txcompare gpt-torchax-own "${GPT[@]}" --strategies "$TORCHAX+bf16" --trace "$OUT/traces" ;;
+    refuse)  # seconds, not a compile: the preflight sizes the step against the chip's memory and skips it
+      [[ $DRY -eq 1 ]] && continue
+      compare llama-refused "${LLAMA[@]}" --strategies jax:jit+bf16 ;;
     before)
       compare gpt-jax-einsum "${GPT[@]}" --strategies jax:jit+bf16 ;;
     scan)
-      for L in 12 24; do
+      for L in ${SCAN_LAYERS:-12 24}; do
         compare "scan-$L" "${GPT[@]}" --layers "$L" --steps 6 --warmup 2 --strategies jax:jit+bf16,jax:scan-layers+bf16 "${ATTN[@]}"
       done ;;
     doctor)

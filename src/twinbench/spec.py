@@ -134,7 +134,8 @@ FLAG_HELP: dict[str, str] = {
                       "seq x seq probabilities), 'jax-nn' (jax.nn.dot_product_attention as JAX chooses), 'chunked' "
                       "(GPT: blocks of queries rematerialised in the backward pass: no seq x seq probabilities "
                       "kept), 'cudnn' (cuDNN fused attention; CUDA and bf16 only) or 'splash' (the Pallas TPU splash-attention "
-                      "kernel: fused, no seq x seq scores stored; TPU only, seq a multiple of 128); torch's SDPA picks its own "
+                      "kernel: fused, no seq x seq scores stored; TPU only, seq a multiple of 128); jax:torchax runs torch's SDPA "
+                      "as the JAX attention named (torchax's own lowering for 'default'); torch's SDPA picks its own "
                       "(attention_kernel in the record says which ran)",
     "xla_cpu_flags": "JAX on CPU: 'tuned' adds twinbench's measured XLA flags (YNNPACK element-wise fusions off) "
                      "to XLA_FLAGS, 'xla-default' keeps XLA's own; flags you set in XLA_FLAGS always win",

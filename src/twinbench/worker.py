@@ -221,7 +221,9 @@ def execute(spec: RunSpec, threads: int) -> Record:
     accuracy_last = tasks.accuracy(b.predict, b.run_data.eval_batches)  # before tracing trains any further
     attention = None
     if not b.user and spec.base_strategy.startswith("torchax"):  # torch's SDPA as torchax lowers it to XLA
-        attention = "torch SDPA through torchax (xla, unfused)"
+        attention = ("torch SDPA through torchax (xla, unfused)" if spec.attention_impl == "default" else
+                     "torch SDPA through torchax as " + device.attention_kernel("jax", 0, 0, 0, dtype, False, False,
+                                                                                jax_impl=spec.attention_impl))
     elif not b.user:  # which attention kernel the twins' attention ran (after the timed steps: a small probe)
         m = spec.model
         attention = device.attention_kernel(fw, m.heads, spec.train.seq, m.d_model // m.heads, dtype,

@@ -135,6 +135,58 @@ def remat_block(block: Any, env: Any) -> None:
     block.forward = remat_forward
 
 
+def sdpa_as(impl: str) -> Callable[..., Any]:
+    """``F.scaled_dot_product_attention`` (``[B, H, T, D]`` torch layout) as a JAX function running the twins'
+    attention ``impl``: a boolean ``attn_mask`` is the mask (True: attend), a float one an additive bias;
+    ``scale`` folds into the queries; ``enable_gqa`` repeats key/value heads as torch does. Dropout is refused
+    (the twins train without it, and the JAX attentions take none)."""
+    import jax.numpy as jnp
+
+    from twinbench.models.layers_jax import attention
+
+    def sdpa(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+             is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Any:
+        if dropout_p:
+            raise TorchaxUnsupported(f"--attention-impl {impl} under torchax: scaled_dot_product_attention with "
+                                     f"dropout_p={dropout_p} has no dropout in the JAX attentions; use "
+                                     "--attention-impl default")
+        q, k, v = (jnp.swapaxes(t, 1, 2) for t in (query, key, value))  # -> [B, T, H, D]
+        if enable_gqa and k.shape[2] != q.shape[2]:
+            k, v = (jnp.repeat(t, q.shape[2] // t.shape[2], axis=2) for t in (k, v))
+        if scale is not None:
+            q = q * jnp.asarray(scale * q.shape[-1] ** 0.5, q.dtype)
+        masks: dict[str, Any] = {"is_causal": True} if is_causal else {}
+        if attn_mask is not None:
+            masks["mask" if attn_mask.dtype == jnp.bool_ else "bias"] = attn_mask
+        return jnp.swapaxes(attention(q, k, v, impl, **masks), 1, 2)
+
+    return sdpa
+
+
+@contextlib.contextmanager
+def attention_lowered_as(env: Any, impl: str) -> Iterator[None]:
+    """While active, torchax lowers ``F.scaled_dot_product_attention`` to :func:`sdpa_as` ``(impl)`` (nothing
+    changes for ``default``); torchax's own lowering is put back on exit."""
+    if impl == "default":
+        yield
+        return
+    import torch.nn.functional as F
+    from torchax.ops import ops_registry
+
+    ops = env._ops  # torchax 0.0.13 keeps torch-function lowerings here (Environment.override_op_definition)
+    before = ops.get(F.scaled_dot_product_attention)
+    ops[F.scaled_dot_product_attention] = ops_registry.Operator(
+        F.scaled_dot_product_attention, sdpa_as(impl), is_jax_function=True, is_user_defined=True,
+        needs_env=False, is_view_op=False)
+    try:
+        yield
+    finally:
+        if before is None:
+            ops.pop(F.scaled_dot_product_attention, None)
+        else:
+            ops[F.scaled_dot_product_attention] = before
+
+
 def module_options(spec: RunSpec) -> ModelOptions:
     """The torch module's own options: fp32 and no checkpointing (torchax applies ``+bf16`` and ``+remat``)."""
     return ModelOptions(attention_impl=spec.attention_impl)
@@ -167,9 +219,10 @@ class TorchaxModel:
         bf16 = compute_dtype(self.spec) == "bf16"
         self.autocast = (lambda: torchax.amp.autocast("jax", torch.bfloat16, env)) if bf16 else contextlib.nullcontext
         self.buffers = buffers
+        self.attention = lambda: attention_lowered_as(env, self.spec.attention_impl)
 
         def loss_of(params: dict[str, Any], x: Any, y: Any) -> Any:
-            with self.layers.watch(), self.autocast():
+            with self.layers.watch(), self.autocast(), self.attention():
                 return fn({**params, **buffers}, (x, y))
 
         return params, loss_of
@@ -192,7 +245,7 @@ class TorchaxModel:
             buffers = {k: v for k, v in states.items() if k not in names}
 
             def classes(params: Any, x: Any) -> Any:
-                with self.autocast():
+                with self.autocast(), self.attention():
                     own = {k.removeprefix("model."): v for k, v in params.items()}
                     return forward({**own, **buffers}, tuple(x)).argmax(-1)
 
