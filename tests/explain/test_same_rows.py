@@ -68,6 +68,29 @@ def test_gap_rows_say_framework_or_implementation() -> None:
     assert said[1].startswith("implementation: forward / element-wise (+5.0 ms): jax/jit does 3.0x the bytes")
 
 
+def test_a_row_said_names_the_slower_sides_largest_ops_in_it() -> None:
+    """Op by op: the sentence of a gap row ends with the slower run's largest ops of that phase and category
+    (not another row's, not the faster run's)."""
+    from twinbench.explain import gap
+
+    a = _side("jax:twin", 60.0, {"backward": {"element-wise": 1.0}},
+              {"backward": {"element-wise": {"bytes": 1e8, "raw_ms": 1.0, "gbps": 100.0}}})
+    b = _side("jax:torchax", 70.0, {"backward": {"element-wise": 11.0}},
+              {"backward": {"element-wise": {"bytes": 2e9, "raw_ms": 11.0, "gbps": 180.0}}})
+    b["kernels"] = [{"name": "fusion.1", "op": "transpose(jvp())/convert_element_type", "phase": "backward",
+                     "category": "element-wise", "ms": 6.2},
+                    {"name": "fusion.9", "op": "jvp(aten::view)/reshape", "phase": "forward",
+                     "category": "element-wise", "ms": 9.0},
+                    {"name": "fusion.2", "op": "transpose(jvp())/mul", "phase": "backward", "category": "element-wise",
+                     "ms": 3.0},
+                    {"name": "fusion.3", "op": "transpose(jvp())/add", "phase": "backward", "category": "element-wise",
+                     "ms": 0.5}]
+    a["kernels"] = [{"name": "fusion.7", "op": "x", "phase": "backward", "category": "element-wise", "ms": 1.0}]
+    said = [w for w in gap.pair(a, b)["why"] if w.startswith("implementation")]
+    assert said[0].endswith("largest there in jax:torchax: fusion.1 (transpose(jvp())/convert_element_type) 6.2 ms, "
+                            "fusion.2 (transpose(jvp())/mul) 3.0 ms")
+
+
 def test_two_programs_of_one_compiler_have_no_framework_gap() -> None:
     """Two XLA programs (the JAX twin against Hugging Face's Flax model, or a torchax program): the same FLOPs
     run slower on one side is how that side wrote the row (fp32 scores against bf16), not a framework's."""

@@ -95,6 +95,10 @@ def test_tpu_category_rules() -> None:
     assert cat("all-reduce", "jit(f)/transpose(jvp(block0))/psum") == "collectives"
     assert cat("data formatting", "jit(f)/jvp(block0)/attn/split") == "data movement"
     assert cat("loop fusion", "jit(f)/jvp(loss)/reduce_max") == "reductions"
+    # the loss's softmax over the vocabulary is the loss's (torch's log_softmax rows are reductions too), not attention
+    assert cat("loop fusion", "jit(train_step)/jvp(aten::_log_softmax)/jit(log_softmax)/sub") == "reductions"
+    assert cat("loop fusion", "jit(f)/jvp(jit(log_softmax))/reduce_max") == "reductions"
+    assert cat("loop fusion", "jit(f)/jvp(block0)/attn/jit(softmax)/exp") == "attention"
     assert cat("loop fusion", "") == "element-wise"
     assert cat("outfeed", "") == "data movement"
     assert taxonomy.attention_product("jit(f)/jvp(vmap(BTNH,BSNH->BNTS))/dot_general")

@@ -65,7 +65,9 @@ _HLO = {
 COLLECTIVE_OPCODES = frozenset(_HLO["collectives"])
 _HLO_OF = {op: cat for cat, ops in _HLO.items() for op in ops}
 #: op_name scope fragments that decide a category whatever the opcode
-_SCOPE_CATS = [("attention", re.compile(r"softmax|dot_product_attention|attention_weights|attn_scores|"
+_SCOPE_CATS = [("reductions", re.compile(r"log_?softmax|cross_entropy|nll_loss|logsumexp")),  # the loss, as
+               # torch's log_softmax/nll_loss rows are: a softmax over the vocabulary is not attention
+               ("attention", re.compile(r"softmax|dot_product_attention|attention_weights|attn_scores|"
                                         r"scaled_dot|/attn/.*(softmax|scores)")),
                ("normalization", re.compile(r"layer_?norm|rms_?norm|batch_?norm|/ln_\w+|/norm\b"))]
 _EINSUM = re.compile(r"([a-zA-Z.]+(?:,[a-zA-Z.]+)+->[a-zA-Z.]*)")

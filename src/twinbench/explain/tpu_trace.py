@@ -177,7 +177,7 @@ def read(path: Path, data: bytes, device: int | None = None, module: str = "", h
             if o.op_name:
                 phase_before = phase
             b.add(phase, cat, (o.end - o.start) / 1e6, hlo.scope(o.op_name), name=o.name,
-                  op=o.op_name.rsplit("/", 1)[-1] if o.op_name else o.category,
+                  op="/".join(o.op_name.split("/")[-3:]) if o.op_name else o.category,  # what and where
                   detail={"flops": o.flops, "bytes": o.bytes, "where": "/".join(o.op_name.split("/")[-3:]),
                           "opaque": bool(o.target) and not o.flops})  # a Pallas kernel: XLA counts nothing
     n = len(keep)

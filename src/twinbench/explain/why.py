@@ -192,7 +192,8 @@ def attribution(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]
       library (two JAX programs, a torchax program against a JAX twin: both XLA's) have no framework gap: the
       same work run slower there is the implementation's (its dtypes, layouts, what fuses).
 
-    A row with neither (no FLOPs or bytes counted on one side, or both differ) is left unsaid."""
+    A row with neither (no FLOPs or bytes counted on one side, or both differ) is left unsaid. A row said
+    names the slower side's largest ops in it (:func:`row_ops`): where to look, op by op."""
     gap = b["step_ms"] - a["step_ms"]
     sign = 1 if gap >= 0 else -1
     rows = sorted((r for r in table if r["level"] == 1 and sign * r["diff_ms"] > 0.02 * abs(gap) + 1e-9),
@@ -207,6 +208,7 @@ def attribution(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]
         if not ws or not wf:
             continue
         what = f"{r['row']} ({sign * r['diff_ms']:+.1f} ms)"
+        before = len(out)
         same = _library(slow["run"]) == _library(fast["run"])  # one compiler on both sides: no framework gap
         if ws > DIFFERS * wf:
             out.append(f"implementation: {what}: {slow['run']} does {ws / wf:.1f}x the {unit} of {fast['run']} "
@@ -224,7 +226,20 @@ def attribution(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]
         elif not compute and ts.get("gbps") and tf.get("gbps") and tf["gbps"] > DIFFERS * ts["gbps"]                 and ws <= DIFFERS * wf:
             out.append(f"framework: {what}: the same bytes (within {DIFFERS:.1f}x) moved at {ts['gbps']:.1f} GB/s "
                        f"by {_library(slow['run'])}, {tf['gbps']:.1f} GB/s by {_library(fast['run'])}")
+        largest = row_ops(slow, r["row"])
+        if len(out) > before and largest:
+            out[-1] += f"; largest there in {slow['run']}: {largest}"
     return out
+
+
+def row_ops(side: dict[str, Any], row: str, n: int = 2) -> str:
+    """The ``n`` largest ops of one run in a gap row (``"backward / data movement"``), from its op list
+    (``kernels``): ``fusion.1 (transpose(jvp())/convert_element_type) 6.2 ms``; '' when it has none."""
+    phase, _, category = row.partition(" / ")
+    mine = sorted((k for k in side.get("kernels") or [] if k.get("phase") == phase and k.get("category") == category),
+                  key=lambda k: -k["ms"])[:n]
+    return ", ".join(f"{k['name']}" + (f" ({k['op']})" if k.get("op") and k["op"] != k["name"] else "")
+                     + f" {k['ms']:.1f} ms" for k in mine)
 
 
 def _share(t: dict[str, float]) -> str:
