@@ -158,11 +158,12 @@ def child(which: str, shape: dict[str, Any], steps: int, threads: int, trace: st
     from sitting import cpu_info, time_steps
 
     times, loss = time_steps(step, sync, batches, WARMUP, steps)
-    if trace:  # after the timed steps, which stay unaffected
+    if trace:  # after the timed steps, which stay unaffected; synchronised per step as they were timed (and as
+        # twinbench's own --trace runs them), so the profile's idle time between steps means the same on both sides
         with jax.profiler.trace(str(Path(trace) / which)):
             for b in batches[:3]:
                 step(*b)
-            sync()
+                sync()
 
     print(json.dumps({**cpu_info(), "which": which, "step_ms": statistics.median(times), "p10": sorted(times)[len(times) // 10],
                       "p90": sorted(times)[(9 * len(times)) // 10], "compile_s": compile_s,
