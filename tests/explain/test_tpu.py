@@ -174,3 +174,21 @@ def test_a_pallas_kernel_leaves_its_row_without_a_rate() -> None:
     rows = ops.throughput([kernel, dots], peak_tflops=197.0)["backward"]
     assert "tflops" not in rows["attention"] and rows["attention"]["flops"] == 0.0
     assert rows["matmul"]["tflops"] == pytest.approx(170.0) and rows["matmul"]["peak_share"] == pytest.approx(170 / 197)
+
+
+def test_torchax_against_the_jax_twin_on_the_chip_is_the_loss_op_by_op() -> None:
+    """The PyTorch GPT-2 twin through torchax against the JAX twin, both with the splash kernel (the fourth v5e
+    sitting): the same attention and matmuls within a couple of ms, the gap in the loss over the logits, and the
+    sentences name the torchax program's own ops (its reshape, fp32 convert and log-softmax)."""
+    from twinbench.explain.command import explain_traces
+
+    r = explain_traces(str(FIX / "tpu_v5e_gpt2_jit_splash.xplane.pb.gz"),
+                       str(FIX / "tpu_v5e_gpt2_torchax_splash.xplane.pb.gz"))
+    rows = {x["row"]: x["diff_ms"] for x in r["rows"]}
+    assert 25 < r["gap_ms"] < 40
+    assert abs(rows["forward / matmul"]) < 1 and abs(rows["backward / matmul"]) < 2
+    assert rows["forward / reductions"] > 3  # the log-softmax over the vocabulary: the loss's, not attention
+    assert rows["forward / attention"] < rows["forward / reductions"]
+    said = " ".join(r["why"])
+    assert "aten::view" in said and "convert_element_type" in said
+    assert "framework:" not in said  # two XLA programs: the implementation's
