@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.predict import calibration, scaling
+from twinbench.predict.attention import FUSED_ATTENTION
 from twinbench.predict.datasheets import Datasheet, lookup, op_overhead_us
 from twinbench.predict.roofline import Efficiency, Roofline, roofline
 from twinbench.spec import RunSpec
@@ -38,6 +39,7 @@ class Prediction:
     factor: float = 1.0                #: the calibration factor applied (measured / predicted of the kind)
     steps_per_call: int = 1            #: steps the program's ops stand for (scan-steps: K)
     error_bar: dict[str, Any] | None = None
+    memory_error_bar: dict[str, Any] | None = None  #: how far the memory estimates of the kind were
     curve: list[scaling.Point] = field(default_factory=list)
     source: str = ""
     notes: list[str] = field(default_factory=list)
@@ -59,10 +61,11 @@ class Prediction:
 
     @property
     def fits(self) -> str:
-        """yes (the upper bound fits), no (the lower bound does not), or maybe."""
+        """yes (the upper bound fits), no (the estimate does not), or maybe (the estimate fits, the upper bound
+        does not). The estimate decides "no", not the lower bound: the lower bound counts only what the
+        largest fusions materialize, and the TPU's compiled steps held more than it every time (docs/predict.md)."""
         hbm = self.sheet.hbm_usable_gib * 2**30
-        low, high = self.memory_range
-        return "yes" if high <= hbm else "no" if low > hbm else "maybe"
+        return "yes" if self.memory_range[1] <= hbm else "no" if self.memory_bytes > hbm else "maybe"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -78,7 +81,7 @@ class Prediction:
                          for lab, kind, ms, b in self.roof.dominant()],
             "memory_bytes": self.memory_bytes, "memory_bytes_range": list(self.memory_range),
             "hbm_usable_bytes": self.sheet.hbm_usable_gib * 2**30, "fits": self.fits,
-            "n_params": self.n_params, "error_bar": self.error_bar,
+            "n_params": self.n_params, "error_bar": self.error_bar, "memory_error_bar": self.memory_error_bar,
             "devices_curve": [p.__dict__ for p in self.curve], "source": self.source, "notes": self.notes,
         }
 
@@ -92,22 +95,12 @@ def efficiency(sheet: Datasheet, spec: RunSpec) -> Efficiency:
                       ATTENTION_EFFICIENCY[sheet.platform])
 
 
-#: fused attention kernels (cuDNN's, the Pallas TPU splash kernel): a CPU cannot lower them as the target
-#: runs them (splash would lower Pallas's interpreter), so the einsum attention is lowered and replaced after
-FUSED_ATTENTION = ("cudnn", "splash")
-
-
 def program_of(spec: RunSpec):
     """The step's ops, read here (JAX: the lowered HLO; torch: one traced step on this CPU)."""
     from twinbench.predict import program
 
     if spec.framework == "jax":
-        lowered = spec
-        if spec.attention_impl in FUSED_ATTENTION:  # not lowerable here: lower the einsum, fuse it after
-            from dataclasses import replace
-
-            lowered = replace(spec, attention_impl="default")
-        return program.jax_program(lowered)
+        return program.jax_program(spec)
     from twinbench.predict import torch_ops
 
     return torch_ops.torch_program(spec)
@@ -126,14 +119,8 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
     eff = efficiency(sheet, spec)
     ops, notes = prog.ops_for(sheet.platform), []
     if spec.framework == "jax" and spec.attention_impl in FUSED_ATTENTION:
-        from twinbench.models import family
-        from twinbench.predict.attention import fused_attention
-
-        m = spec.model
-        ops = fused_attention(ops, layers=m.layers, batch=spec.train.batch, heads=m.heads, seq=spec.train.seq,
-                              head_dim=m.d_model // m.heads, causal=family.get(spec).causal)
         notes.append(f"{spec.attention_impl} attention: the einsum attention's ops replaced by one fused kernel "
-                     "per layer (predict/attention.py)")
+                     "per layer, its scores left out of the memory (predict/attention.py)")
     if spec.framework == "torch" and sheet.platform == "tpu":
         notes.append("torch on a TPU: costed as eager kernels on the TPU; torch reaches a TPU through torchax "
                      "(jax:torchax with --model) or torch_xla, whose programs are XLA's")
@@ -141,6 +128,7 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
     kind = (sheet.platform, spec.framework)
     pred = Prediction(spec, sheet, roof, prog.memory_bytes, prog.n_params, prog.tokens, prog.grad_bytes,
                       factor=fitted.get(kind, 1.0), error_bar=calibration.error_bar(points, kind),
+                      memory_error_bar=calibration.error_bar(points, kind, memory=True),
                       steps_per_call=prog.steps_per_call, source=prog.source, notes=notes)
     if devices > 1:
         pred.curve = scaling.curve(pred.step_ms, pred.grad_bytes, sheet, spec.framework, spec.strategy, devices)
@@ -149,14 +137,19 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
 
 def predict_point(point: calibration.Point, cache: dict, sheets: dict | None = None) -> float:
     """The (uncalibrated) predicted step of a measured point."""
+    pred = predicted(point, cache, sheets)
+    return pred.roof.step_ms / pred.steps_per_call
+
+
+def predicted(point: calibration.Point, cache: dict, sheets: dict | None = None) -> Prediction:
+    """The (uncalibrated) prediction of a measured point's configuration on its device."""
     from twinbench.plan import build_specs
 
     overrides: dict[str, Any] = {"batch": point.batch, "seq": point.seq}
     spec = build_specs(point.preset, point.framework, point.strategy, overrides,
                        attention_impl=point.attention_impl)[0]
     sheet = sheet_of(point.device, spec, {} if sheets is None else sheets)
-    pred = predict_one(spec, sheet, [], {}, cache=cache)
-    return pred.roof.step_ms / pred.steps_per_call
+    return predict_one(spec, sheet, [], {}, cache=cache)
 
 
 def sheet_of(device: str, spec: RunSpec, sheets: dict[str, Datasheet]) -> Datasheet:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from twinbench.predict.roofline import Op
@@ -366,12 +367,13 @@ def fused_ops(flat: Flat, acyclic: bool = False) -> list[Op]:
     return ops
 
 
-def materialized_peak(flat: Flat, acyclic: bool) -> float:
+def materialized_peak(flat: Flat, acyclic: bool, on_chip: Callable[[Instr], bool] | None = None) -> float:
     """Peak bytes live at once in program order: the inputs throughout, and each materialized tensor (a
     matmul's, a reduction's, an opaque op's, or an element-wise result used outside its kernel) from its
     producer to its last use. With the large kernels (not ``acyclic``) few tensors are materialized: a lower
     bound; with the acyclic ones every tensor the backward pass reuses is kept: an upper bound (a compiler
-    recomputes some of those cheaply instead)."""
+    recomputes some of those cheaply instead). ``on_chip``: the tensors a fused kernel the target runs in
+    their place keeps in on-chip memory (a fused attention's scores), never materialized."""
     region = regions(flat, acyclic)
     order = {i.name: n for n, i in enumerate(flat.instrs)}
     last: dict[str, int] = {}
@@ -386,7 +388,7 @@ def materialized_peak(flat: Flat, acyclic: bool) -> float:
     inputs = sum(i.nbytes for i in flat.instrs if i.opcode == "parameter")
     delta = [0.0] * (len(flat.instrs) + 2)
     for ins in flat.instrs:
-        if ins.opcode in FREE | GENERATORS or ins.name not in last:
+        if ins.opcode in FREE | GENERATORS or ins.name not in last or (on_chip is not None and on_chip(ins)):
             continue
         if ins.name in region and ins.name not in crosses and ins.name not in flat.outputs:
             continue  # inside one kernel: never in memory
@@ -399,9 +401,11 @@ def materialized_peak(flat: Flat, acyclic: bool) -> float:
     return inputs + peak
 
 
-def step_ops(hlo_text: str) -> tuple[list[Op], list[Op], tuple[float, float]]:
+def step_ops(hlo_text: str, on_chip: Callable[[Instr], bool] | None = None) -> tuple[
+        list[Op], list[Op], tuple[float, float]]:
     """(the kernels fused as on a TPU, as on a GPU, (lower, upper) bound of the peak bytes live) of an
-    unoptimized HLO module's text."""
+    unoptimized HLO module's text; ``on_chip`` as in :func:`materialized_peak`."""
     flat = flatten(parse(hlo_text))
-    memory = (materialized_peak(flat, acyclic=False), materialized_peak(flat, acyclic=True))
+    memory = (materialized_peak(flat, acyclic=False, on_chip=on_chip),
+              materialized_peak(flat, acyclic=True, on_chip=on_chip))
     return fused_ops(flat), fused_ops(flat, acyclic=True), memory

@@ -56,17 +56,33 @@ def jax_hlo(spec: RunSpec) -> tuple[str, Any]:
 
 
 def jax_program(spec: RunSpec) -> Program:
-    """The JAX step's kernels, fused the way a TPU/GPU compiler would (``hlo.py``)."""
+    """The JAX step's kernels, fused the way a TPU/GPU compiler would (``hlo.py``). A fused attention
+    (``attention.FUSED_ATTENTION``) is lowered as the einsum attention, then its ops replaced by the fused
+    kernel's and its scores kept off the memory (``attention.py``)."""
+    from dataclasses import replace
+
     import jax
 
-    from twinbench.predict import hlo
+    from twinbench.models import family
+    from twinbench.predict import attention, hlo
 
-    text, trainer = jax_hlo(spec)
-    ops, gpu_ops, memory = hlo.step_ops(text)
+    fused = spec.attention_impl in attention.FUSED_ATTENTION
+    m, t = spec.model, spec.train
+    on_chip = (lambda ins: bool(ins.shapes) and attention.is_score_shape(ins.shapes[0][1], m.heads, t.seq)) \
+        if fused else None
+    text, trainer = jax_hlo(replace(spec, attention_impl="default") if fused else spec)
+    ops, gpu_ops, memory = hlo.step_ops(text, on_chip)
+    source = f"unoptimized HLO of the jitted step ({len(text.splitlines())} lines), fused by predict/hlo.py"
+    if fused:
+        shape = {"layers": m.layers, "batch": t.batch, "heads": m.heads, "seq": t.seq}
+        causal = family.get(spec).causal
+        ops, gpu_ops = (attention.fused_attention(o, **shape, head_dim=m.d_model // m.heads, causal=causal)
+                        for o in (ops, gpu_ops))
+        stats = attention.stats_bytes(**shape)
+        memory = (memory[0] + stats, memory[1] + stats)
+        source += f"; its einsum attention replaced by the {spec.attention_impl} kernel (predict/attention.py)"
     leaves = jax.tree_util.tree_leaves(trainer.params)
     n_params = sum(int(x.size) for x in leaves)
     grad_bytes = 4.0 * n_params  # fp32 master weights: fp32 gradients
     k = getattr(trainer, "steps_per_call", 1) or 1  # scan-steps: K steps per call
-    return Program(ops, memory, grad_bytes, n_params, spec.train.batch * spec.train.seq,
-                   f"unoptimized HLO of the jitted step ({len(text.splitlines())} lines), fused by predict/hlo.py", k,
-                   gpu_ops)
+    return Program(ops, memory, grad_bytes, n_params, t.batch * t.seq, source, k, gpu_ops)
