@@ -121,6 +121,11 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
     if spec.framework == "jax" and spec.attention_impl in FUSED_ATTENTION:
         notes.append(f"{spec.attention_impl} attention: the einsum attention's ops replaced by one fused kernel "
                      "per layer, its scores left out of the memory (predict/attention.py)")
+    if sheet.platform == "cpu":
+        notes.append("on a CPU the roofline has been fast (the error bar): the step's dots run below the square-"
+                     "matmul peak (0.87 of it at the small preset's shapes, alone) and its element-wise kernels "
+                     "below the copy bandwidth; other processes on the cores slow a measured step further. "
+                     "--calibrate with one measured run of yours scales the predictions of its kind")
     if spec.framework == "torch" and sheet.platform == "tpu":
         notes.append("torch on a TPU: costed as eager kernels on the TPU; torch reaches a TPU through torchax "
                      "(jax:torchax with --model) or torch_xla, whose programs are XLA's")
@@ -156,24 +161,47 @@ def sheet_of(device: str, spec: RunSpec, sheets: dict[str, Datasheet]) -> Datash
     """The datasheet of ``device`` for ``spec``; ``here`` measured once per framework and dtype (``sheets``)."""
     if device != "here":
         return lookup(device)
-    key = f"{spec.framework}/{_dtype(spec)}"
+    key = f"{spec.framework}/{_dtype(spec)}/{spec.threads}"
     if key not in sheets:
-        sheets[key] = here_sheet(spec.framework, _dtype(spec))
+        sheets[key] = here_sheet(spec.framework, _dtype(spec), spec.threads)
     return sheets[key]
 
 
-def here_sheet(framework: str, dtype: str = "fp32") -> Datasheet:
-    """This machine's CPU: the framework's matmul peak of ``dtype`` (cached by ``twinbench peak``, else measured
-    now; the other dtype is given the same figure) and a quick memory-bandwidth measurement."""
-    import os
-
-    from twinbench.measure import device, peak
+def here_sheet(framework: str, dtype: str = "fp32", threads: int = 0) -> Datasheet:
+    """This machine's CPU: the framework's matmul peak of ``dtype`` as a run of it here uses it (the same
+    ``twinbench peak`` cache entry: read, or measured, in a fresh process with the run's XLA flags; the other
+    dtype is given the same figure; ``threads``: the run's, 0 for all cores) and a quick memory-bandwidth
+    measurement."""
+    from twinbench.measure import device
     from twinbench.predict.datasheets import cpu_here
 
     name = device.cpu_name()
-    threads = len(os.sched_getaffinity(0))  # the cores a run uses by default (worker.prepare_process)
-    tflops = peak.measured_tflops(framework, "cpu", name, dtype, threads)
+    tflops = _run_peak(framework, dtype, threads)
     return cpu_here({"fp32": tflops, "bf16": tflops}, _copy_gbps(), _ram_gib(), name)
+
+
+class PeakUnavailable(RuntimeError):
+    """This machine's matmul peak could not be read or measured."""
+
+
+def _run_peak(framework: str, dtype: str, threads: int = 0) -> float:
+    """The matmul peak (TFLOP/s) a run of ``framework`` on this CPU computes its MFU against. It is looked up
+    in a fresh process, as a run does: JAX's entry is keyed on the run's XLA flags, which this process (jax
+    already loaded for lowering, without them) does not have; a peak measured in here under another key was
+    the largest part of the CPU's prediction error."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from twinbench import runner
+
+    with tempfile.TemporaryDirectory(prefix="twinbench-predict-") as tmp:
+        out = Path(tmp, "peak.json")
+        code, reason = runner.run_module("twinbench.measure.peak", [framework, dtype, str(threads), str(out)],
+                                         900.0)
+        if code != 0:
+            raise PeakUnavailable(f"--device here: this CPU's {framework} {dtype} matmul peak: {reason}")
+        return float(json.loads(out.read_text())["tflops"])
 
 
 def _dtype(spec: RunSpec) -> str:
