@@ -71,8 +71,8 @@ def test_fused_attention_program_keeps_no_scores_in_memory():
     layer, and its [batch, heads, seq, seq] tensors left out of the memory, the logsumexp kept instead."""
     from twinbench.predict import attention, hlo
 
-    einsum = _spec("jax", "jit+bf16")
-    fused = build_specs("tiny", "jax", "jit+bf16", {}, attention_impl="cudnn")[0]
+    einsum = _spec("jax", "jit+bf16", heads=8, batch=32)  # scores 4x an activation: they make the peak
+    fused = build_specs("tiny", "jax", "jit+bf16", {"heads": 8, "batch": 32}, attention_impl="cudnn")[0]
     m, t = fused.model, fused.train
     text, _ = program.jax_hlo(einsum)
     flat = hlo.flatten(hlo.parse(text))

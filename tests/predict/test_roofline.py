@@ -269,3 +269,41 @@ def test_memory_points_are_the_compiled_programs_peak_and_have_their_own_error_b
     assert calibration.error_bar([pt, other], ("tpu", "jax"), memory=True) == {
         "n": 1, "errors": [0.25], "max_abs": pytest.approx(0.25)}
     assert calibration.error_bar([pt, other], ("tpu", "jax"))["n"] == 1  # the step's: the other point only
+
+
+def test_the_upper_bound_recomputes_a_cheap_op_from_its_inputs_instead_of_storing_it():
+    """An fp32 copy of bf16 logits, read again after their max: XLA converts again in the later kernel, so the
+    bf16 input stays live, not the fp32 copy (twice its size)."""
+    text = """HloModule recompute
+
+max_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+
+add_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = bf16[16,64]{1,0} parameter(0)
+  w = bf16[64,256]{1,0} parameter(1)
+  y = bf16[16,256]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  yf = f32[16,256]{1,0} convert(y)
+  low = f32[] constant(-inf)
+  m = f32[16]{0} reduce(yf, low), dimensions={1}, to_apply=max_f32
+  mb = f32[16,256]{1,0} broadcast(m), dimensions={0}
+  d = f32[16,256]{1,0} subtract(yf, mb)
+  e = f32[16,256]{1,0} exponential(d)
+  zero = f32[] constant(0)
+  s = f32[16]{0} reduce(e, zero), dimensions={1}, to_apply=add_f32
+  ROOT t = (f32[16]{0}) tuple(s)
+}
+"""
+    flat = hlo.flatten(hlo.parse(text))
+    inputs = 16 * 64 * 2 + 64 * 256 * 2
+    # the bf16 y kept until the subtract re-converts it, beside the max; never the fp32 yf
+    assert hlo.materialized_peak(flat, acyclic=True) == inputs + 16 * 256 * 2 + 16 * 4

@@ -367,15 +367,24 @@ def fused_ops(flat: Flat, acyclic: bool = False) -> list[Op]:
     return ops
 
 
+#: element-wise ops XLA duplicates into each consumer rather than write out (not among its "expensive" ops:
+#: divides and transcendentals are); ``reshape`` is a bitcast
+CHEAP = {"convert", "select", "compare", "add", "subtract", "multiply", "negate", "maximum", "minimum", "and", "or",
+         "not", "abs", "clamp", "copy", "reshape", "bitcast-convert"}
+
+
 def materialized_peak(flat: Flat, acyclic: bool, on_chip: Callable[[Instr], bool] | None = None) -> float:
     """Peak bytes live at once in program order: the inputs throughout, and each materialized tensor (a
     matmul's, a reduction's, an opaque op's, or an element-wise result used outside its kernel) from its
     producer to its last use. With the large kernels (not ``acyclic``) few tensors are materialized: a lower
-    bound; with the acyclic ones every tensor the backward pass reuses is kept: an upper bound (a compiler
-    recomputes some of those cheaply instead). ``on_chip``: the tensors a fused kernel the target runs in
-    their place keeps in on-chip memory (a fused attention's scores), never materialized."""
+    bound. With the acyclic ones every tensor the backward pass reuses is kept, except what a cheap
+    element-wise op (``CHEAP``) makes: XLA recomputes that in its consumers, so its inputs are kept until then
+    instead (the loss's fp32 copy of the logits is recomputed from the bf16 logits): the upper bound.
+    ``on_chip``: the tensors a fused kernel the target runs in their place keeps in on-chip memory (a fused
+    attention's scores), never materialized."""
     region = regions(flat, acyclic)
     order = {i.name: n for n, i in enumerate(flat.instrs)}
+    by = {i.name: i for i in flat.instrs}
     last: dict[str, int] = {}
     crosses: set[str] = set()
     for ins in flat.instrs:
@@ -385,10 +394,20 @@ def materialized_peak(flat: Flat, acyclic: bool, on_chip: Callable[[Instr], bool
                 crosses.add(o)
     for o in flat.outputs:
         last[o] = len(flat.instrs)
+    recomputed: set[str] = set()
+    if acyclic:  # consumers first: a recomputed op's cheap producers are recomputed as far as it is
+        for ins in reversed(flat.instrs):
+            if ins.opcode in CHEAP and ins.name in crosses and ins.name not in flat.outputs and ins.name in last:
+                recomputed.add(ins.name)
+                for o in ins.operands:
+                    if o in by:
+                        last[o] = max(last.get(o, 0), last[ins.name])
+                        crosses.add(o)
     inputs = sum(i.nbytes for i in flat.instrs if i.opcode == "parameter")
     delta = [0.0] * (len(flat.instrs) + 2)
     for ins in flat.instrs:
-        if ins.opcode in FREE | GENERATORS or ins.name not in last or (on_chip is not None and on_chip(ins)):
+        if ins.opcode in FREE | GENERATORS or ins.name not in last or ins.name in recomputed or (
+                on_chip is not None and on_chip(ins)):
             continue
         if ins.name in region and ins.name not in crosses and ins.name not in flat.outputs:
             continue  # inside one kernel: never in memory
