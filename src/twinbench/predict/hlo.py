@@ -22,13 +22,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from twinbench.hlo_text import Instr, Module, parse
 from twinbench.predict.roofline import Op
 
-DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s4": 0.5, "u4": 0.5, "f8e4m3fn": 1, "f8e5m2": 1, "bf16": 2, "f16": 2,
-               "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8, "c64": 8,
-               "c128": 16, "token": 0}
 MATMUL = {"dot", "convolution"}
 #: re-computed in every consumer, never a kernel or a materialized tensor of their own
 GENERATORS = {"constant", "iota", "broadcast"}
@@ -43,120 +41,6 @@ OPAQUE = {"gather", "scatter", "sort", "custom-call", "rng", "rng-bit-generator"
           "select-and-scatter", "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
           "fft", "cholesky", "triangular-solve", "infeed", "outfeed", "send", "recv", "dynamic-update-slice",
           "conditional", "top-k"}
-
-_SHAPE = re.compile(r"([a-z]+[0-9]*[a-z0-9]*)\[([0-9,]*)\]")
-_HEAD = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*(->.*)?\{\s*$")
-
-
-@dataclass
-class Instr:
-    name: str
-    opcode: str
-    shapes: list[tuple[str, tuple[int, ...]]]
-    operands: list[str]
-    attrs: str
-    scope: str = ""
-
-    @property
-    def nbytes(self) -> float:
-        return sum(DTYPE_BYTES.get(dt, 4) * math.prod(dims) for dt, dims in self.shapes)
-
-
-@dataclass
-class Module:
-    computations: dict[str, list[Instr]] = field(default_factory=dict)
-    entry: str = ""
-
-
-def _balanced(s: str, i: int) -> int:
-    """Index just past the bracket group opening at ``s[i]``."""
-    depth, pairs = 0, {"(": ")", "{": "}", "[": "]"}
-    closers = set(pairs.values())
-    while i < len(s):
-        c = s[i]
-        if c in pairs:
-            depth += 1
-        elif c in closers:
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return i
-
-
-def _split_top(s: str) -> list[str]:
-    out, depth, cur = [], 0, []
-    for c in s:
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        if c == "," and depth == 0:
-            out.append("".join(cur))
-            cur = []
-        else:
-            cur.append(c)
-    if "".join(cur).strip():
-        out.append("".join(cur))
-    return out
-
-
-def parse_instr(line: str) -> Instr | None:
-    """One instruction line: ``[ROOT] name = type opcode(operands), attrs``; None for anything else."""
-    s = line.strip()
-    if s.startswith("ROOT "):
-        s = s[5:]
-    if " = " not in s:
-        return None
-    name, rest = s.split(" = ", 1)
-    rest = rest.lstrip()
-    if rest.startswith("("):
-        end = _balanced(rest, 0)
-    else:
-        end = rest.find(" ")
-        if end < 0:
-            return None
-    type_text, rest = rest[:end], rest[end:].lstrip()
-    m = re.match(r"([a-z][\w\-]*)\(", rest)
-    if not m:
-        return None
-    opcode = m.group(1)
-    close = _balanced(rest, m.end() - 1)
-    operands = [o.strip().split(" ")[-1].lstrip("%") for o in _split_top(rest[m.end():close - 1]) if o.strip()]
-    shapes = [(dt, tuple(int(d) for d in dims.split(",") if d)) for dt, dims in _SHAPE.findall(type_text)
-              if dt in DTYPE_BYTES]
-    attrs = rest[close:]
-    scope = ""
-    sm = re.search(r'op_name="([^"]*)"', attrs)
-    if sm:
-        scope = sm.group(1)
-    return Instr(name.lstrip("%"), opcode, shapes, operands, attrs, scope)
-
-
-def parse(text: str) -> Module:
-    """The computations of an HLO module's text, and which one is the entry."""
-    mod, current = Module(), None
-    for line in text.splitlines():
-        if not line.strip() or line.lstrip().startswith(("//", "HloModule", "#")):
-            continue
-        if not line.startswith((" ", "\t")) and line.rstrip().endswith("{"):
-            m = _HEAD.match(line.strip())
-            if m:
-                current = m.group(2)
-                mod.computations[current] = []
-                if m.group(1):
-                    mod.entry = current
-            continue
-        if line.strip() == "}":
-            current = None
-            continue
-        if current is not None:
-            ins = parse_instr(line)
-            if ins is not None:
-                mod.computations[current].append(ins)
-    if not mod.entry and mod.computations:
-        mod.entry = list(mod.computations)[-1]
-    return mod
 
 
 def _attr(attrs: str, key: str) -> str | None:
@@ -211,9 +95,10 @@ def flatten(mod: Module) -> Flat:
                 body, cond = _attr(ins.attrs, "body"), _attr(ins.attrs, "condition")
                 if body in mod.computations:
                     walk(body, f"{prefix}{ins.name}/", ops[:1], count * _while_trips(mod, cond, ins.attrs))
-                new = Instr(prefix + ins.name, "tuple", [], ops, "", ins.scope)  # its state: the body's results
+                new = replace(ins, name=prefix + ins.name, opcode="tuple", shapes=[], operands=ops, attrs="",
+                              layouts=[])  # its state: the body's results
             else:
-                new = Instr(prefix + ins.name, ins.opcode, ins.shapes, ops, ins.attrs, ins.scope)
+                new = replace(ins, name=prefix + ins.name, operands=ops)
             flat.instrs.append(new)
             flat.counts[new.name] = count
             root = new.name
