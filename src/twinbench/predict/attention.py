@@ -21,6 +21,7 @@ never the ``[batch, heads, seq, seq]`` scores or probabilities the einsum materi
 from __future__ import annotations
 
 from twinbench.predict.roofline import Op
+from twinbench.spec import USER, RunSpec
 
 #: fused attention kernels (cuDNN's, the Pallas TPU splash kernel): a CPU cannot lower them as the target
 #: runs them (splash would lower Pallas's interpreter), so the einsum attention is lowered and replaced after
@@ -35,6 +36,13 @@ def is_score_op(op: Op, seq: int, heads: int) -> bool:
     seq]`` slice of them; a fused kernel is none). A ``[batch, seq, d_model]`` activation whose width equals the
     sequence length (Llama-300M: 1024 and 1024) is not one."""
     return op.kind != "attention" and (f",{heads},{seq},{seq}]" in op.label or f"[{heads},{seq},{seq}]" in op.label)
+
+
+def fused_in(spec: RunSpec) -> bool:
+    """Whether ``spec``'s step runs a fused attention kernel: a JAX twin's step with ``--attention-impl`` cudnn or
+    splash (a PyTorch module through torchax, or a user's model, keeps its own attention)."""
+    return (spec.framework == "jax" and spec.attention_impl in FUSED_ATTENTION and spec.model.family != USER
+            and "torchax" not in spec.strategy)
 
 
 def is_score_shape(dims: tuple[int, ...], heads: int, seq: int) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.predict import calibration, scaling
-from twinbench.predict.attention import FUSED_ATTENTION
+from twinbench.predict.attention import fused_in
 from twinbench.predict.datasheets import Datasheet, lookup, op_overhead_us
 from twinbench.predict.roofline import Efficiency, Roofline, roofline
 from twinbench.spec import RunSpec
@@ -118,7 +118,7 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
             cache[key] = prog
     eff = efficiency(sheet, spec)
     ops, notes = prog.ops_for(sheet.platform), []
-    if spec.framework == "jax" and spec.attention_impl in FUSED_ATTENTION:
+    if fused_in(spec):
         notes.append(f"{spec.attention_impl} attention: the einsum attention's ops replaced by one fused kernel "
                      "per layer, its scores left out of the memory (predict/attention.py)")
     if sheet.platform == "cpu":

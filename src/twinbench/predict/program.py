@@ -63,7 +63,7 @@ def jax_hlo(spec: RunSpec) -> tuple[str, Any]:
 
 def jax_program(spec: RunSpec) -> Program:
     """The JAX step's kernels, fused the way a TPU/GPU compiler would (``hlo.py``). A fused attention
-    (``attention.FUSED_ATTENTION``) is lowered as the einsum attention, then its ops replaced by the fused
+    (``attention.fused_in``) is lowered as the einsum attention, then its ops replaced by the fused
     kernel's and its scores kept off the memory (``attention.py``)."""
     from dataclasses import replace
 
@@ -72,7 +72,7 @@ def jax_program(spec: RunSpec) -> Program:
     from twinbench.models import family
     from twinbench.predict import attention, hlo
 
-    fused = spec.attention_impl in attention.FUSED_ATTENTION
+    fused = attention.fused_in(spec)
     m, t = spec.model, spec.train
     on_chip = (lambda ins: bool(ins.shapes) and attention.is_score_shape(ins.shapes[0][1], m.heads, t.seq)) \
         if fused else None
