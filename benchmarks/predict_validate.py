@@ -8,8 +8,10 @@ Each ``ok`` record of the given twinbench results files (their ``device`` names 
 -> tpu-v5e, "NVIDIA H200" -> h200, a CPU record -> here) and, with ``--shipped`` (the default when no file is
 given), each measured point shipped in ``src/twinbench/predict/calibration.jsonl`` is predicted from this
 machine (the program is lowered or traced here, no step runs) and printed beside its measured step with the
-error (predicted / measured - 1). ``--write`` stores each shipped point's prediction back into
-calibration.jsonl (``predicted_ms``): the error bars ``twinbench predict`` prints are made of these.
+error (predicted / measured - 1), and where the point has a measured peak memory (a TPU's compiled program:
+arguments + temporaries + code), the memory estimate beside it. ``--write`` stores each shipped point's
+prediction back into calibration.jsonl (``predicted_ms``, ``predicted_memory_bytes``): the error bars
+``twinbench predict`` prints are made of these.
 ``--add`` appends the given files' points (with their predictions) to calibration.jsonl: shipping a new
 measured point is one run of this script.
 Lowering GPT-2 124M takes about a minute on a 2-core machine; each distinct configuration is lowered once.
@@ -23,7 +25,7 @@ import sys
 from pathlib import Path
 
 from twinbench.predict import calibration
-from twinbench.predict.command import predict_point
+from twinbench.predict.command import predicted
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,16 +53,24 @@ def main(argv: list[str] | None = None) -> int:
     cache: dict = {}
     rows = []
     print(f"{'device':9s} {'framework':9s} {'strategy':14s} {'preset':10s} {'attention':9s} "
-          f"{'measured':>9s} {'predicted':>9s} {'error':>7s}")
+          f"{'measured':>9s} {'predicted':>9s} {'error':>7s}   {'memory GiB: measured':>20s} {'predicted':>9s} "
+          f"{'error':>6s}")
     for p in points:
         try:
-            p.predicted_ms = round(predict_point(p, cache), 2)
+            pred = predicted(p, cache)
         except Exception as e:  # one point that cannot be predicted here must not hide the others
             print(f"{p.device} {p.framework} {p.strategy} {p.preset}: not predicted ({type(e).__name__}: {e})"[:200])
             continue
-        rows.append({**json.loads(p.to_json()), "error": round(p.error or 0.0, 4)})
+        p.predicted_ms = round(pred.roof.step_ms / pred.steps_per_call, 2)
+        if p.memory_bytes:  # a memory estimate is stored only beside a measured peak
+            p.predicted_memory_bytes = round(pred.memory_bytes)
+        rows.append({**json.loads(p.to_json()), "error": round(p.error or 0.0, 4),
+                     "memory_error": None if p.memory_error is None else round(p.memory_error, 4),
+                     "memory_bytes_range": list(pred.memory_range), "fits": pred.fits})
+        memory = (f"{p.memory_bytes / 2**30:20.2f} {p.predicted_memory_bytes / 2**30:9.2f} {p.memory_error:+6.0%}"
+                  if p.memory_bytes else f"{'-':>20s} {pred.memory_bytes / 2**30:9.2f}")
         print(f"{p.device:9s} {p.framework:9s} {p.strategy:14s} {p.preset:10s} {p.attention_impl:9s} "
-              f"{p.step_ms:9.1f} {p.predicted_ms:9.1f} {p.error:+7.0%}", flush=True)
+              f"{p.step_ms:9.1f} {p.predicted_ms:9.1f} {p.error:+7.0%}   {memory}", flush=True)
     target = Path(calibration.__file__).with_name("calibration.jsonl")
     if args.write and shipped:
         target.write_text("".join(p.to_json() + "\n" for p in shipped))

@@ -8,13 +8,14 @@ import pytest
 from typer.testing import CliRunner
 
 from twinbench.cli import app
-from twinbench.measure import peak
+from twinbench.predict import command
 
 
 @pytest.fixture(autouse=True)
 def _cpu_peak(monkeypatch):
-    """`--device here` reads this CPU's matmul peak (measure/peak.py's job, tested there): a fixed figure."""
-    monkeypatch.setattr(peak, "measured_tflops", lambda *a, **k: 0.05)
+    """`--device here` reads this CPU's matmul peak as a run does (measure/peak.py's job, tested there): a fixed
+    figure."""
+    monkeypatch.setattr(command, "_run_peak", lambda *a, **k: 0.05)
 
 
 def _predict(*args: str):
@@ -65,3 +66,15 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert r.exit_code == 2
     assert message in r.output and "Traceback" not in r.output
     assert len(r.output.strip().splitlines()) == 1
+
+
+def test_torchax_is_predicted_from_its_own_program(tmp_path):
+    """jax:torchax lowers the family's PyTorch module through torchax: its own HLO, the same model's matmuls."""
+    out = tmp_path / "p.json"
+    r = _predict("--strategies", "jax:torchax+bf16,jax:jit+bf16", "--device", "tpu-v5e", "--json", str(out))
+    assert r.exit_code == 0, r.output
+    assert "jax torchax+bf16 tiny 4x32 on tpu-v5e (TPU v5 lite): predicted step" in r.output
+    torchax, jit = json.loads(out.read_text())
+    assert torchax["strategy"] == "torchax+bf16" and torchax["step_ms"] > 0 and torchax["fits"] == "yes"
+    assert torchax["flops"] == pytest.approx(jit["flops"], rel=0.05)  # the same model's matmuls
+    assert torchax["source"].startswith("unoptimized HLO") and torchax["source"] != jit["source"]

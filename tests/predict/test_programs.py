@@ -64,3 +64,52 @@ def test_torch_step_traced_on_fake_tensors_eager_and_fused():
     assert len(fused) < len(eager)  # element-wise runs became kernels
     assert sum(op.bytes for op in fused) < sum(op.bytes for op in eager)
     assert any(op.kind == "attention" for op in eager)
+
+
+def test_fused_attention_program_keeps_no_scores_in_memory():
+    """--attention-impl cudnn (splash likewise): lowered as the einsum, its score ops replaced by one kernel per
+    layer, and its [batch, heads, seq, seq] tensors left out of the memory, the logsumexp kept instead."""
+    from twinbench.predict import attention, hlo
+
+    einsum = _spec("jax", "jit+bf16", heads=8, batch=32)  # scores 4x an activation: they make the peak
+    fused = build_specs("tiny", "jax", "jit+bf16", {"heads": 8, "batch": 32}, attention_impl="cudnn")[0]
+    m, t = fused.model, fused.train
+    text, _ = program.jax_hlo(einsum)
+    flat = hlo.flatten(hlo.parse(text))
+    scores = [i for i in flat.instrs if i.shapes and attention.is_score_shape(i.shapes[0][1], m.heads, t.seq)]
+    assert scores  # the einsum's scores are in its program
+    prog = program.jax_program(fused)
+    assert [op.count for op in prog.ops if op.kind == "attention"] == [m.layers]
+    assert not any(is_score_op(op, t.seq, m.heads) for op in [*prog.ops, *prog.gpu_ops])
+    stats = attention.stats_bytes(layers=m.layers, batch=t.batch, heads=m.heads, seq=t.seq)
+    on_chip = {i.name for i in scores}
+    for acyclic, bound in ((False, prog.memory_bytes[0]), (True, prog.memory_bytes[1])):
+        expected = hlo.materialized_peak(flat, acyclic, on_chip=lambda ins: ins.name in on_chip) + stats
+        assert bound == pytest.approx(expected)
+    assert prog.memory_bytes[1] < hlo.materialized_peak(flat, True)  # scores were live at the upper bound's peak
+
+
+def test_llama_300m_does_not_fit_a_v5e_with_einsum_attention_and_fits_with_splash(monkeypatch):
+    """The chip's own verdicts, 8 x 1024 bf16 on a TPU v5e: the einsum attention was refused ("HLO temporaries
+    16.52G > 15.75G"), the splash step ran in 10.91 GiB (its compiled program). One lowering serves both."""
+    from twinbench.predict import command
+
+    lowered: dict = {}
+    real = program.jax_hlo
+    monkeypatch.setattr(program, "jax_hlo", lambda spec: lowered.get("x") or lowered.setdefault("x", real(spec)))
+    specs = [build_specs("llama-300m", "jax", "jit+bf16", {"batch": 8, "seq": 1024}, attention_impl=impl)[0]
+             for impl in ("default", "splash")]
+    einsum, splash = command.run(specs, "tpu-v5e")[0]
+    assert einsum.fits == "no"
+    assert splash.fits == "yes" and splash.memory_bytes < einsum.memory_range[0]
+
+
+def test_only_the_jax_twins_run_the_fused_attention_they_are_asked_for():
+    from twinbench.predict.attention import fused_in
+
+    def spec(framework: str, strategy: str):
+        return build_specs("tiny", framework, strategy, {}, attention_impl="cudnn")[0]
+
+    assert fused_in(spec("jax", "jit+bf16"))
+    assert not fused_in(spec("jax", "torchax+bf16"))  # the PyTorch module's own attention, through torchax
+    assert not fused_in(_spec("jax", "jit+bf16"))  # the default (einsum) attention

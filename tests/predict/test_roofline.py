@@ -157,6 +157,7 @@ def test_points_from_records(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in (rec, other, busy)))
     pts, skipped = calibration.points_from_records(path)
     assert [(p.device, p.step_ms) for p in pts] == [("tpu-v5e", 12.5)]
+    assert pts[0].memory_bytes is None  # no compiled program's figures in the record
     assert skipped[0] == "NVIDIA A10G: no datasheet" and "busy machine" in skipped[1] and len(skipped) == 2
 
 
@@ -223,3 +224,86 @@ ENTRY main {
     ops = hlo.fused_ops(hlo.flatten(hlo.parse(text)))
     (fused,) = [o for o in ops if o.kind == "fused"]
     assert fused.bytes == 64 * 64 * 4 * 2 + 4  # one layer's slice read, the result written, the index
+
+
+def test_a_tensor_kept_on_chip_is_never_materialized():
+    """A fused kernel the target runs in place of some ops (a fused attention's scores) keeps their tensors in
+    on-chip memory: the peak loses exactly the bytes of the one that was live there."""
+    text = """HloModule onchip
+
+add_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[16,64]{1,0} parameter(0)
+  w = f32[64,256]{1,0} parameter(1)
+  s = f32[16,256]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  e = f32[16,256]{1,0} exponential(s)
+  zero = f32[] constant(0)
+  ROOT r = f32[16]{0} reduce(e, zero), dimensions={1}, to_apply=add_f32
+}
+"""
+    flat = hlo.flatten(hlo.parse(text))
+    inputs = 16 * 64 * 4 + 64 * 256 * 4
+    scores = 16 * 256 * 4
+    for acyclic in (False, True):
+        assert hlo.materialized_peak(flat, acyclic) == inputs + scores  # the dot's result, read by the exp
+        kept = hlo.materialized_peak(flat, acyclic, on_chip=lambda ins: ins.opcode == "dot")
+        assert kept == inputs + 16 * 4  # only the reduction's result is written
+
+
+def test_memory_points_are_the_compiled_programs_peak_and_have_their_own_error_bar(tmp_path):
+    compiled = {"argument": 100, "output": 60, "alias": 50, "temp": 400, "generated_code": 7}
+    rec = {"framework": "jax", "strategy": "jit+bf16", "preset": "tiny", "batch": 4, "seq": 32, "status": "ok",
+           "step_ms": 12.5, "device": "TPU v5 lite", "platform": "tpu", "run_id": "a", "n_params": 1,
+           "peak_mem_bytes": 3, "memory_breakdown": {"compiled": compiled}}
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    (pt,), _ = calibration.points_from_records(path)
+    assert pt.memory_bytes == 100 + 60 - 50 + 400 + 7  # not the allocator's peak_mem_bytes
+    pt.predicted_memory_bytes = 1.25 * pt.memory_bytes
+    other = _point("tpu-v5e", "jax", 10.0, 10.0)
+    assert calibration.error_bar([pt, other], ("tpu", "jax"), memory=True) == {
+        "n": 1, "errors": [0.25], "max_abs": pytest.approx(0.25)}
+    assert calibration.error_bar([pt, other], ("tpu", "jax"))["n"] == 1  # the step's: the other point only
+
+
+def test_the_upper_bound_recomputes_a_cheap_op_from_its_inputs_instead_of_storing_it():
+    """An fp32 copy of bf16 logits, read again after their max: XLA converts again in the later kernel, so the
+    bf16 input stays live, not the fp32 copy (twice its size)."""
+    text = """HloModule recompute
+
+max_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+
+add_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = bf16[16,64]{1,0} parameter(0)
+  w = bf16[64,256]{1,0} parameter(1)
+  y = bf16[16,256]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  yf = f32[16,256]{1,0} convert(y)
+  low = f32[] constant(-inf)
+  m = f32[16]{0} reduce(yf, low), dimensions={1}, to_apply=max_f32
+  mb = f32[16,256]{1,0} broadcast(m), dimensions={0}
+  d = f32[16,256]{1,0} subtract(yf, mb)
+  e = f32[16,256]{1,0} exponential(d)
+  zero = f32[] constant(0)
+  s = f32[16]{0} reduce(e, zero), dimensions={1}, to_apply=add_f32
+  ROOT t = (f32[16]{0}) tuple(s)
+}
+"""
+    flat = hlo.flatten(hlo.parse(text))
+    inputs = 16 * 64 * 2 + 64 * 256 * 2
+    # the bf16 y kept until the subtract re-converts it, beside the max; never the fp32 yf
+    assert hlo.materialized_peak(flat, acyclic=True) == inputs + 16 * 256 * 2 + 16 * 4

@@ -38,7 +38,7 @@ def predict_cmd(
     bandwidth (a roofline, docs/predict.md); the error bar is how far such predictions were from measured steps.
     """
     from twinbench.predict.calibration import CalibrationError
-    from twinbench.predict.command import run
+    from twinbench.predict.command import PeakUnavailable, run
     from twinbench.predict.datasheets import DEVICES
     from twinbench.predict.text import render
 
@@ -66,6 +66,8 @@ def predict_cmd(
             preds, lines = run(specs, device.strip().lower(), devices, calibrate)
         except (CalibrationError, OSError) as e:
             fail(str(e))
+        except PeakUnavailable as e:
+            fail(str(e), code=1)
         except SpecError:
             raise  # a bad flag or a record's unknown preset: one line, exit 2 (with_spec_flags)
         except Exception as e:  # reading the program failed: what, where and why in one line

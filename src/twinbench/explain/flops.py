@@ -18,12 +18,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from twinbench.explain.hlo import CALLS, COMP
+from twinbench import hlo_text
 
+#: bytes per element of the torch profiler's ``Input type`` names (an HLO type's: ``hlo_text.DTYPE_BYTES``)
 _DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
-                "bool": 1, "unsigned char": 1, "signed char": 1, "short int": 2,
-                "f32": 4, "f64": 8, "f16": 2, "bf16": 2, "s64": 8, "s32": 4, "u32": 4, "s8": 1, "u8": 1,
-                "pred": 1, "s16": 2, "u16": 2, "f8e4m3fn": 1, "f8e5m2": 1}
+                "bool": 1, "unsigned char": 1, "signed char": 1, "short int": 2}
 
 
 @dataclass
@@ -113,13 +112,6 @@ def torch_op(name: str, args: dict[str, Any] | None) -> OpShape:
 
 
 # --------------------------------------------------------------------------------------------------- HLO
-_LINE = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(\([^=]*?\)|[\w]+\[[^\]]*\](?:\{[^}]*\})?|\w+\[\])\s+"
-                   r"([a-z][\w\-]*)\(")
-_SHAPE = re.compile(r"(\w+)\[([\d,]*)\](?:\{([\d,]*))?")
-_DIMS = re.compile(r"(lhs_contracting_dims|rhs_contracting_dims|lhs_batch_dims|rhs_batch_dims)=\{([\d,]*)\}")
-_OPERAND = re.compile(r"%([\w.\-]+)")
-
-
 @dataclass
 class HloInstr:
     name: str
@@ -136,51 +128,20 @@ class HloInstr:
     out_bytes: int
 
 
-def _shape(text: str) -> tuple[str, list[int], list[int], int]:
-    """dtype, dims, layout and bytes of an HLO shape (a tuple: its elements' bytes, no dims)."""
-    found = _SHAPE.findall(text)
-    if not found:
-        return "", [], [], 0
-    total = sum(math.prod(int(x) for x in d.split(",") if x) * _DTYPE_BYTES.get(t, 4) for t, d, _ in found)
-    if text.startswith("("):
-        return "tuple", [], [], total
-    t, d, lay = found[0]
-    return t, [int(x) for x in d.split(",") if x], [int(x) for x in lay.split(",") if x], total
-
-
-def _operands(line: str, start: int) -> list[str]:
-    depth, i = 0, start
-    while i < len(line):
-        ch = line[i]
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            if depth == 0:
-                break
-            depth -= 1
-        i += 1
-    return _OPERAND.findall(line[start:i])
+_DIMS = re.compile(r"(lhs_contracting_dims|rhs_contracting_dims|lhs_batch_dims|rhs_batch_dims)=\{([\d,]*)\}")
 
 
 def parse_hlo(text: str) -> dict[str, HloInstr]:
     """Every instruction of the module (names are unique module-wide) with its shape, operands, dims."""
     out: dict[str, HloInstr] = {}
-    comp = ""
-    for line in text.splitlines():
-        c = COMP.match(line)
-        if c and " = " not in line:
-            comp = c.group(1)
-            continue
-        m = _LINE.match(line)
-        if not m:
-            continue
-        dtype, dims, layout, nbytes = _shape(m.group(3))
-        attrs = {k: [int(x) for x in v.split(",") if x] for k, v in _DIMS.findall(line)}
-        calls = CALLS.search(line)
-        op_name = re.search(r'op_name="([^"]*)"', line)
-        out.setdefault(m.group(2), HloInstr(m.group(2), m.group(4), dtype, dims, layout,
-                                            _operands(line, m.end()), attrs, calls.group(1) if calls else "",
-                                            comp, bool(m.group(1)), op_name.group(1) if op_name else "", nbytes))
+    instrs = hlo_text.parse(text).instructions()
+    for ins in instrs.values():
+        dtype, dims, layout = ("tuple", [], []) if ins.is_tuple or not ins.shapes else (
+            ins.shapes[0][0], list(ins.shapes[0][1]), list(ins.layouts[0]))
+        attrs = {k: [int(x) for x in v.split(",") if x] for k, v in _DIMS.findall(ins.attrs)}
+        operands = [o for o in ins.operands if o in instrs]  # not a parameter's number or a constant's value
+        out[ins.name] = HloInstr(ins.name, ins.opcode, dtype, dims, layout, operands, attrs, ins.calls,
+                                 ins.comp, ins.root, ins.op_name, int(ins.nbytes))
     return out
 
 

@@ -1,4 +1,5 @@
-"""The compiled HLO text of a jitted step: each instruction's opcode, ``op_name`` and fused instructions.
+"""The compiled HLO text of a jitted step: each instruction's opcode, ``op_name`` and fused instructions (the
+text read by ``twinbench.hlo_text``).
 
 ``op_name`` metadata carries JAX's transformation path: ``jvp(...)`` is the forward pass,
 ``transpose(jvp(...))`` the backward pass, and ``jax.named_scope`` names appear as path segments
@@ -10,12 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from twinbench import hlo_text
 from twinbench.explain import taxonomy
 
-COMP = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->.*\{\s*$")
-_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(?:\([^=]*?\)|\S+)\s+([a-z][\w\-]*)\(")
-CALLS = re.compile(r"calls=%?([\w.\-]+)")
-_OPNAME = re.compile(r'op_name="([^"]*)"')
 _LOSS = re.compile(r"loss|log_softmax|cross_entropy|logsumexp")
 _KIND = re.compile(r'"kind":"([\w$]+)"')
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
@@ -35,23 +33,7 @@ class Instr:
 
 def parse(text: str) -> dict[str, Instr]:
     """Every instruction of every computation by name; a fusion lists the categories it contains."""
-    comps: dict[str, list[Instr]] = {}
-    current: list[Instr] = []
-    for line in text.splitlines():
-        m = COMP.match(line)
-        if m and " = " not in line:
-            current = comps.setdefault(m.group(1), [])
-            continue
-        m = _INSTR.match(line)
-        if not m:
-            continue
-        op_name = _OPNAME.search(line)
-        calls = CALLS.search(line)
-        kind = _KIND.search(line)
-        target = _TARGET.search(line)
-        current.append(Instr(m.group(1), m.group(2), op_name.group(1) if op_name else "",
-                             calls.group(1) if calls else "", kind.group(1) if kind else "",
-                             target.group(1) if target else ""))
+    comps = {name: [_instr(i) for i in instrs] for name, instrs in hlo_text.parse(text).computations.items()}
     out: dict[str, Instr] = {}
     for instrs in comps.values():
         for ins in instrs:
@@ -62,6 +44,12 @@ def parse(text: str) -> dict[str, Instr]:
             ins.contains = [c for _, c in found]
             ins.opcodes = [o for o, _ in found]
     return out
+
+
+def _instr(ins: hlo_text.Instr) -> Instr:
+    kind, target = _KIND.search(ins.attrs), _TARGET.search(ins.attrs)
+    return Instr(ins.name, ins.opcode, ins.op_name, ins.calls, kind.group(1) if kind else "",
+                 target.group(1) if target else "")
 
 
 def by_kernel_name(instrs: dict[str, Instr]) -> dict[str, Instr]:

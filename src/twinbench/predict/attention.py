@@ -11,11 +11,21 @@ the count above (the first estimate, 9%, came from the kernel timed alone per la
 layout transposes and a jit call each); Llama-300M's step, predicted with it, is the check. The GPU's 30% is
 the usual reach of FlashAttention-class kernels at this head size, set before the H200's cuDNN step was
 predicted (it came out 4% fast).
+
+Memory follows the kernel too: a fused kernel computes the scores block by block in on-chip memory and keeps
+only O(seq) per row for the backward pass (the softmax's logsumexp, ``[batch, heads, seq]`` in fp32 per layer),
+never the ``[batch, heads, seq, seq]`` scores or probabilities the einsum materializes (:func:`is_score_shape`,
+:func:`stats_bytes`).
 """
 
 from __future__ import annotations
 
 from twinbench.predict.roofline import Op
+from twinbench.spec import USER, RunSpec
+
+#: fused attention kernels (cuDNN's, the Pallas TPU splash kernel): a CPU cannot lower them as the target
+#: runs them (splash would lower Pallas's interpreter), so the einsum attention is lowered and replaced after
+FUSED_ATTENTION = ("cudnn", "splash")
 
 #: fraction of the bf16 peak a fused attention kernel (forward + backward) reaches, per platform
 ATTENTION_EFFICIENCY = {"tpu": 0.20, "gpu": 0.30, "cpu": 0.5}
@@ -26,6 +36,24 @@ def is_score_op(op: Op, seq: int, heads: int) -> bool:
     seq]`` slice of them; a fused kernel is none). A ``[batch, seq, d_model]`` activation whose width equals the
     sequence length (Llama-300M: 1024 and 1024) is not one."""
     return op.kind != "attention" and (f",{heads},{seq},{seq}]" in op.label or f"[{heads},{seq},{seq}]" in op.label)
+
+
+def fused_in(spec: RunSpec) -> bool:
+    """Whether ``spec``'s step runs a fused attention kernel: a JAX twin's step with ``--attention-impl`` cudnn or
+    splash (a PyTorch module through torchax, or a user's model, keeps its own attention)."""
+    return (spec.framework == "jax" and spec.attention_impl in FUSED_ATTENTION and spec.model.family != USER
+            and "torchax" not in spec.strategy)
+
+
+def is_score_shape(dims: tuple[int, ...], heads: int, seq: int) -> bool:
+    """A tensor of the einsum attention's scores: ``[..., heads, seq, seq]`` (a fused kernel never writes one)."""
+    return len(dims) >= 3 and tuple(dims[-3:]) == (heads, seq, seq)
+
+
+def stats_bytes(*, layers: int, batch: int, heads: int, seq: int) -> float:
+    """What a fused kernel keeps for its backward pass beyond q, k, v and its output: the fp32 logsumexp of
+    every row, ``[batch, heads, seq]`` per layer."""
+    return 4.0 * layers * batch * heads * seq
 
 
 def attention_op(*, layers: int, batch: int, heads: int, seq: int, head_dim: int, causal: bool,

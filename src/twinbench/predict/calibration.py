@@ -5,9 +5,11 @@
     {"device": "tpu-v5e", "framework": "jax", "strategy": "jit+bf16", "preset": "gpt2-124m", "batch": 8,
      "seq": 1024, "step_ms": 108.1, "source": "...", "date": "2026-12-05"}
 
-plus optional ``attention_impl`` and ``predicted_ms`` (what this model predicted for it, written by
+plus optional ``attention_impl``, ``predicted_ms`` (what this model predicted for it, written by
 ``benchmarks/predict_validate.py --write``: the error bar of a prediction is how far the predictions of
-its kind, platform x framework, were from their measured steps). Adding a point is adding a line.
+its kind, platform x framework, were from their measured steps), ``memory_bytes`` (the step's measured peak:
+on a TPU the compiled program's, arguments + temporaries + code, as XLA assigns them) and
+``predicted_memory_bytes`` (this model's estimate of it). Adding a point is adding a line.
 
 ``--calibrate results.jsonl`` turns a user's twinbench records into points of the same shape (their
 ``device`` names the datasheet, :func:`points_from_records`); the factor fitted to them (the geometric mean of
@@ -41,6 +43,8 @@ class Point:
     date: str = ""
     attention_impl: str = "default"
     predicted_ms: float | None = None
+    memory_bytes: float | None = None
+    predicted_memory_bytes: float | None = None
 
     @property
     def platform(self) -> str:
@@ -55,6 +59,13 @@ class Point:
     def error(self) -> float | None:
         """predicted / measured - 1 (positive: predicted slower than measured)."""
         return None if self.predicted_ms is None else self.predicted_ms / self.step_ms - 1.0
+
+    @property
+    def memory_error(self) -> float | None:
+        """predicted / measured peak memory - 1 (positive: predicted more than the step held)."""
+        if not self.memory_bytes or self.predicted_memory_bytes is None:
+            return None
+        return self.predicted_memory_bytes / self.memory_bytes - 1.0
 
     def to_json(self) -> str:
         return json.dumps({k: v for k, v in asdict(self).items() if v not in (None, "")})
@@ -109,8 +120,19 @@ def points_from_records(path: Path, here_label: str | None = None) -> tuple[list
         points.append(Point(name, r["framework"], r["strategy"], r.get("preset", ""), int(r["batch"]),
                             int(r["seq"]), float(r["step_ms"]), source=Path(path).name,
                             date=str(r.get("date", "")),
-                            attention_impl=str(spec.get("attention_impl", "default"))))
+                            attention_impl=str(spec.get("attention_impl", "default")),
+                            memory_bytes=program_peak(r)))
     return points, skipped
+
+
+def program_peak(record: dict[str, Any]) -> float | None:
+    """The step's peak memory as its compiled program assigns it (arguments + outputs not aliased + temporaries
+    + code, from the record's ``memory_breakdown``), or None. A TPU's allocator peak leaves the temporaries out,
+    so the record's ``peak_mem_bytes`` is this figure only when its source says so."""
+    c = (record.get("memory_breakdown") or {}).get("compiled") or {}
+    if not all(isinstance(c.get(k), int | float) for k in ("argument", "output", "alias", "temp")):
+        return None
+    return float(c["argument"] + c["output"] - c["alias"] + c["temp"] + (c.get("generated_code") or 0))
 
 
 def fit(points: list[Point]) -> dict[tuple[str, str], float]:
@@ -122,9 +144,10 @@ def fit(points: list[Point]) -> dict[tuple[str, str], float]:
     return {k: math.exp(sum(v) / len(v)) for k, v in logs.items()}
 
 
-def error_bar(points: list[Point], kind: tuple[str, str]) -> dict[str, Any] | None:
-    """How far the predictions of ``kind`` were from their measured steps: n, the errors, the largest."""
-    errors = [p.error for p in points if p.kind == kind and p.error is not None]
+def error_bar(points: list[Point], kind: tuple[str, str], memory: bool = False) -> dict[str, Any] | None:
+    """How far the predictions of ``kind`` were from their measured steps (``memory``: from their measured peak
+    memory): n, the errors, the largest."""
+    errors = [e for p in points if p.kind == kind and (e := p.memory_error if memory else p.error) is not None]
     if not errors:
         return None
     return {"n": len(errors), "errors": [round(e, 3) for e in errors], "max_abs": max(abs(e) for e in errors)}

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.predict import calibration, scaling
+from twinbench.predict.attention import fused_in
 from twinbench.predict.datasheets import Datasheet, lookup, op_overhead_us
 from twinbench.predict.roofline import Efficiency, Roofline, roofline
 from twinbench.spec import RunSpec
@@ -38,6 +39,7 @@ class Prediction:
     factor: float = 1.0                #: the calibration factor applied (measured / predicted of the kind)
     steps_per_call: int = 1            #: steps the program's ops stand for (scan-steps: K)
     error_bar: dict[str, Any] | None = None
+    memory_error_bar: dict[str, Any] | None = None  #: how far the memory estimates of the kind were
     curve: list[scaling.Point] = field(default_factory=list)
     source: str = ""
     notes: list[str] = field(default_factory=list)
@@ -59,10 +61,11 @@ class Prediction:
 
     @property
     def fits(self) -> str:
-        """yes (the upper bound fits), no (the lower bound does not), or maybe."""
+        """yes (the upper bound fits), no (the estimate does not), or maybe (the estimate fits, the upper bound
+        does not). The estimate decides "no", not the lower bound: the lower bound counts only what the
+        largest fusions materialize, and the TPU's compiled steps held more than it every time (docs/predict.md)."""
         hbm = self.sheet.hbm_usable_gib * 2**30
-        low, high = self.memory_range
-        return "yes" if high <= hbm else "no" if low > hbm else "maybe"
+        return "yes" if self.memory_range[1] <= hbm else "no" if self.memory_bytes > hbm else "maybe"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -78,7 +81,7 @@ class Prediction:
                          for lab, kind, ms, b in self.roof.dominant()],
             "memory_bytes": self.memory_bytes, "memory_bytes_range": list(self.memory_range),
             "hbm_usable_bytes": self.sheet.hbm_usable_gib * 2**30, "fits": self.fits,
-            "n_params": self.n_params, "error_bar": self.error_bar,
+            "n_params": self.n_params, "error_bar": self.error_bar, "memory_error_bar": self.memory_error_bar,
             "devices_curve": [p.__dict__ for p in self.curve], "source": self.source, "notes": self.notes,
         }
 
@@ -92,22 +95,12 @@ def efficiency(sheet: Datasheet, spec: RunSpec) -> Efficiency:
                       ATTENTION_EFFICIENCY[sheet.platform])
 
 
-#: fused attention kernels (cuDNN's, the Pallas TPU splash kernel): a CPU cannot lower them as the target
-#: runs them (splash would lower Pallas's interpreter), so the einsum attention is lowered and replaced after
-FUSED_ATTENTION = ("cudnn", "splash")
-
-
 def program_of(spec: RunSpec):
     """The step's ops, read here (JAX: the lowered HLO; torch: one traced step on this CPU)."""
     from twinbench.predict import program
 
     if spec.framework == "jax":
-        lowered = spec
-        if spec.attention_impl in FUSED_ATTENTION:  # not lowerable here: lower the einsum, fuse it after
-            from dataclasses import replace
-
-            lowered = replace(spec, attention_impl="default")
-        return program.jax_program(lowered)
+        return program.jax_program(spec)
     from twinbench.predict import torch_ops
 
     return torch_ops.torch_program(spec)
@@ -125,15 +118,14 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
             cache[key] = prog
     eff = efficiency(sheet, spec)
     ops, notes = prog.ops_for(sheet.platform), []
-    if spec.framework == "jax" and spec.attention_impl in FUSED_ATTENTION:
-        from twinbench.models import family
-        from twinbench.predict.attention import fused_attention
-
-        m = spec.model
-        ops = fused_attention(ops, layers=m.layers, batch=spec.train.batch, heads=m.heads, seq=spec.train.seq,
-                              head_dim=m.d_model // m.heads, causal=family.get(spec).causal)
+    if fused_in(spec):
         notes.append(f"{spec.attention_impl} attention: the einsum attention's ops replaced by one fused kernel "
-                     "per layer (predict/attention.py)")
+                     "per layer, its scores left out of the memory (predict/attention.py)")
+    if sheet.platform == "cpu":
+        notes.append("on a CPU the roofline has been fast (the error bar): the step's dots run below the square-"
+                     "matmul peak (0.87 of it at the small preset's shapes, alone) and its element-wise kernels "
+                     "below the copy bandwidth; other processes on the cores slow a measured step further. "
+                     "--calibrate with one measured run of yours scales the predictions of its kind")
     if spec.framework == "torch" and sheet.platform == "tpu":
         notes.append("torch on a TPU: costed as eager kernels on the TPU; torch reaches a TPU through torchax "
                      "(jax:torchax with --model) or torch_xla, whose programs are XLA's")
@@ -141,6 +133,7 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
     kind = (sheet.platform, spec.framework)
     pred = Prediction(spec, sheet, roof, prog.memory_bytes, prog.n_params, prog.tokens, prog.grad_bytes,
                       factor=fitted.get(kind, 1.0), error_bar=calibration.error_bar(points, kind),
+                      memory_error_bar=calibration.error_bar(points, kind, memory=True),
                       steps_per_call=prog.steps_per_call, source=prog.source, notes=notes)
     if devices > 1:
         pred.curve = scaling.curve(pred.step_ms, pred.grad_bytes, sheet, spec.framework, spec.strategy, devices)
@@ -149,38 +142,66 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
 
 def predict_point(point: calibration.Point, cache: dict, sheets: dict | None = None) -> float:
     """The (uncalibrated) predicted step of a measured point."""
+    pred = predicted(point, cache, sheets)
+    return pred.roof.step_ms / pred.steps_per_call
+
+
+def predicted(point: calibration.Point, cache: dict, sheets: dict | None = None) -> Prediction:
+    """The (uncalibrated) prediction of a measured point's configuration on its device."""
     from twinbench.plan import build_specs
 
     overrides: dict[str, Any] = {"batch": point.batch, "seq": point.seq}
     spec = build_specs(point.preset, point.framework, point.strategy, overrides,
                        attention_impl=point.attention_impl)[0]
     sheet = sheet_of(point.device, spec, {} if sheets is None else sheets)
-    pred = predict_one(spec, sheet, [], {}, cache=cache)
-    return pred.roof.step_ms / pred.steps_per_call
+    return predict_one(spec, sheet, [], {}, cache=cache)
 
 
 def sheet_of(device: str, spec: RunSpec, sheets: dict[str, Datasheet]) -> Datasheet:
     """The datasheet of ``device`` for ``spec``; ``here`` measured once per framework and dtype (``sheets``)."""
     if device != "here":
         return lookup(device)
-    key = f"{spec.framework}/{_dtype(spec)}"
+    key = f"{spec.framework}/{_dtype(spec)}/{spec.threads}"
     if key not in sheets:
-        sheets[key] = here_sheet(spec.framework, _dtype(spec))
+        sheets[key] = here_sheet(spec.framework, _dtype(spec), spec.threads)
     return sheets[key]
 
 
-def here_sheet(framework: str, dtype: str = "fp32") -> Datasheet:
-    """This machine's CPU: the framework's matmul peak of ``dtype`` (cached by ``twinbench peak``, else measured
-    now; the other dtype is given the same figure) and a quick memory-bandwidth measurement."""
-    import os
-
-    from twinbench.measure import device, peak
+def here_sheet(framework: str, dtype: str = "fp32", threads: int = 0) -> Datasheet:
+    """This machine's CPU: the framework's matmul peak of ``dtype`` as a run of it here uses it (the same
+    ``twinbench peak`` cache entry: read, or measured, in a fresh process with the run's XLA flags; the other
+    dtype is given the same figure; ``threads``: the run's, 0 for all cores) and a quick memory-bandwidth
+    measurement."""
+    from twinbench.measure import device
     from twinbench.predict.datasheets import cpu_here
 
     name = device.cpu_name()
-    threads = len(os.sched_getaffinity(0))  # the cores a run uses by default (worker.prepare_process)
-    tflops = peak.measured_tflops(framework, "cpu", name, dtype, threads)
+    tflops = _run_peak(framework, dtype, threads)
     return cpu_here({"fp32": tflops, "bf16": tflops}, _copy_gbps(), _ram_gib(), name)
+
+
+class PeakUnavailable(RuntimeError):
+    """This machine's matmul peak could not be read or measured."""
+
+
+def _run_peak(framework: str, dtype: str, threads: int = 0) -> float:
+    """The matmul peak (TFLOP/s) a run of ``framework`` on this CPU computes its MFU against. It is looked up
+    in a fresh process, as a run does: JAX's entry is keyed on the run's XLA flags, which this process (jax
+    already loaded for lowering, without them) does not have; a peak measured in here under another key was
+    the largest part of the CPU's prediction error."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from twinbench import runner
+
+    with tempfile.TemporaryDirectory(prefix="twinbench-predict-") as tmp:
+        out = Path(tmp, "peak.json")
+        code, reason = runner.run_module("twinbench.measure.peak", [framework, dtype, str(threads), str(out)],
+                                         900.0)
+        if code != 0:
+            raise PeakUnavailable(f"--device here: this CPU's {framework} {dtype} matmul peak: {reason}")
+        return float(json.loads(out.read_text())["tflops"])
 
 
 def _dtype(spec: RunSpec) -> str:

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
+from twinbench.hlo_text import Instr, Module, parse
 from twinbench.predict.roofline import Op
 
-DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s4": 0.5, "u4": 0.5, "f8e4m3fn": 1, "f8e5m2": 1, "bf16": 2, "f16": 2,
-               "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8, "c64": 8,
-               "c128": 16, "token": 0}
 MATMUL = {"dot", "convolution"}
 #: re-computed in every consumer, never a kernel or a materialized tensor of their own
 GENERATORS = {"constant", "iota", "broadcast"}
@@ -42,120 +41,6 @@ OPAQUE = {"gather", "scatter", "sort", "custom-call", "rng", "rng-bit-generator"
           "select-and-scatter", "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
           "fft", "cholesky", "triangular-solve", "infeed", "outfeed", "send", "recv", "dynamic-update-slice",
           "conditional", "top-k"}
-
-_SHAPE = re.compile(r"([a-z]+[0-9]*[a-z0-9]*)\[([0-9,]*)\]")
-_HEAD = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*(->.*)?\{\s*$")
-
-
-@dataclass
-class Instr:
-    name: str
-    opcode: str
-    shapes: list[tuple[str, tuple[int, ...]]]
-    operands: list[str]
-    attrs: str
-    scope: str = ""
-
-    @property
-    def nbytes(self) -> float:
-        return sum(DTYPE_BYTES.get(dt, 4) * math.prod(dims) for dt, dims in self.shapes)
-
-
-@dataclass
-class Module:
-    computations: dict[str, list[Instr]] = field(default_factory=dict)
-    entry: str = ""
-
-
-def _balanced(s: str, i: int) -> int:
-    """Index just past the bracket group opening at ``s[i]``."""
-    depth, pairs = 0, {"(": ")", "{": "}", "[": "]"}
-    closers = set(pairs.values())
-    while i < len(s):
-        c = s[i]
-        if c in pairs:
-            depth += 1
-        elif c in closers:
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return i
-
-
-def _split_top(s: str) -> list[str]:
-    out, depth, cur = [], 0, []
-    for c in s:
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        if c == "," and depth == 0:
-            out.append("".join(cur))
-            cur = []
-        else:
-            cur.append(c)
-    if "".join(cur).strip():
-        out.append("".join(cur))
-    return out
-
-
-def parse_instr(line: str) -> Instr | None:
-    """One instruction line: ``[ROOT] name = type opcode(operands), attrs``; None for anything else."""
-    s = line.strip()
-    if s.startswith("ROOT "):
-        s = s[5:]
-    if " = " not in s:
-        return None
-    name, rest = s.split(" = ", 1)
-    rest = rest.lstrip()
-    if rest.startswith("("):
-        end = _balanced(rest, 0)
-    else:
-        end = rest.find(" ")
-        if end < 0:
-            return None
-    type_text, rest = rest[:end], rest[end:].lstrip()
-    m = re.match(r"([a-z][\w\-]*)\(", rest)
-    if not m:
-        return None
-    opcode = m.group(1)
-    close = _balanced(rest, m.end() - 1)
-    operands = [o.strip().split(" ")[-1].lstrip("%") for o in _split_top(rest[m.end():close - 1]) if o.strip()]
-    shapes = [(dt, tuple(int(d) for d in dims.split(",") if d)) for dt, dims in _SHAPE.findall(type_text)
-              if dt in DTYPE_BYTES]
-    attrs = rest[close:]
-    scope = ""
-    sm = re.search(r'op_name="([^"]*)"', attrs)
-    if sm:
-        scope = sm.group(1)
-    return Instr(name.lstrip("%"), opcode, shapes, operands, attrs, scope)
-
-
-def parse(text: str) -> Module:
-    """The computations of an HLO module's text, and which one is the entry."""
-    mod, current = Module(), None
-    for line in text.splitlines():
-        if not line.strip() or line.lstrip().startswith(("//", "HloModule", "#")):
-            continue
-        if not line.startswith((" ", "\t")) and line.rstrip().endswith("{"):
-            m = _HEAD.match(line.strip())
-            if m:
-                current = m.group(2)
-                mod.computations[current] = []
-                if m.group(1):
-                    mod.entry = current
-            continue
-        if line.strip() == "}":
-            current = None
-            continue
-        if current is not None:
-            ins = parse_instr(line)
-            if ins is not None:
-                mod.computations[current].append(ins)
-    if not mod.entry and mod.computations:
-        mod.entry = list(mod.computations)[-1]
-    return mod
 
 
 def _attr(attrs: str, key: str) -> str | None:
@@ -210,9 +95,10 @@ def flatten(mod: Module) -> Flat:
                 body, cond = _attr(ins.attrs, "body"), _attr(ins.attrs, "condition")
                 if body in mod.computations:
                     walk(body, f"{prefix}{ins.name}/", ops[:1], count * _while_trips(mod, cond, ins.attrs))
-                new = Instr(prefix + ins.name, "tuple", [], ops, "", ins.scope)  # its state: the body's results
+                new = replace(ins, name=prefix + ins.name, opcode="tuple", shapes=[], operands=ops, attrs="",
+                              layouts=[])  # its state: the body's results
             else:
-                new = Instr(prefix + ins.name, ins.opcode, ins.shapes, ops, ins.attrs, ins.scope)
+                new = replace(ins, name=prefix + ins.name, operands=ops)
             flat.instrs.append(new)
             flat.counts[new.name] = count
             root = new.name
@@ -366,14 +252,24 @@ def fused_ops(flat: Flat, acyclic: bool = False) -> list[Op]:
     return ops
 
 
-def materialized_peak(flat: Flat, acyclic: bool) -> float:
+#: element-wise ops XLA duplicates into each consumer rather than write out (not among its "expensive" ops:
+#: divides and transcendentals are); ``reshape`` is a bitcast
+CHEAP = {"convert", "select", "compare", "add", "subtract", "multiply", "negate", "maximum", "minimum", "and", "or",
+         "not", "abs", "clamp", "copy", "reshape", "bitcast-convert"}
+
+
+def materialized_peak(flat: Flat, acyclic: bool, on_chip: Callable[[Instr], bool] | None = None) -> float:
     """Peak bytes live at once in program order: the inputs throughout, and each materialized tensor (a
     matmul's, a reduction's, an opaque op's, or an element-wise result used outside its kernel) from its
     producer to its last use. With the large kernels (not ``acyclic``) few tensors are materialized: a lower
-    bound; with the acyclic ones every tensor the backward pass reuses is kept: an upper bound (a compiler
-    recomputes some of those cheaply instead)."""
+    bound. With the acyclic ones every tensor the backward pass reuses is kept, except what a cheap
+    element-wise op (``CHEAP``) makes: XLA recomputes that in its consumers, so its inputs are kept until then
+    instead (the loss's fp32 copy of the logits is recomputed from the bf16 logits): the upper bound.
+    ``on_chip``: the tensors a fused kernel the target runs in their place keeps in on-chip memory (a fused
+    attention's scores), never materialized."""
     region = regions(flat, acyclic)
     order = {i.name: n for n, i in enumerate(flat.instrs)}
+    by = {i.name: i for i in flat.instrs}
     last: dict[str, int] = {}
     crosses: set[str] = set()
     for ins in flat.instrs:
@@ -383,10 +279,20 @@ def materialized_peak(flat: Flat, acyclic: bool) -> float:
                 crosses.add(o)
     for o in flat.outputs:
         last[o] = len(flat.instrs)
+    recomputed: set[str] = set()
+    if acyclic:  # consumers first: a recomputed op's cheap producers are recomputed as far as it is
+        for ins in reversed(flat.instrs):
+            if ins.opcode in CHEAP and ins.name in crosses and ins.name not in flat.outputs and ins.name in last:
+                recomputed.add(ins.name)
+                for o in ins.operands:
+                    if o in by:
+                        last[o] = max(last.get(o, 0), last[ins.name])
+                        crosses.add(o)
     inputs = sum(i.nbytes for i in flat.instrs if i.opcode == "parameter")
     delta = [0.0] * (len(flat.instrs) + 2)
     for ins in flat.instrs:
-        if ins.opcode in FREE | GENERATORS or ins.name not in last:
+        if ins.opcode in FREE | GENERATORS or ins.name not in last or ins.name in recomputed or (
+                on_chip is not None and on_chip(ins)):
             continue
         if ins.name in region and ins.name not in crosses and ins.name not in flat.outputs:
             continue  # inside one kernel: never in memory
@@ -399,9 +305,11 @@ def materialized_peak(flat: Flat, acyclic: bool) -> float:
     return inputs + peak
 
 
-def step_ops(hlo_text: str) -> tuple[list[Op], list[Op], tuple[float, float]]:
+def step_ops(hlo_text: str, on_chip: Callable[[Instr], bool] | None = None) -> tuple[
+        list[Op], list[Op], tuple[float, float]]:
     """(the kernels fused as on a TPU, as on a GPU, (lower, upper) bound of the peak bytes live) of an
-    unoptimized HLO module's text."""
+    unoptimized HLO module's text; ``on_chip`` as in :func:`materialized_peak`."""
     flat = flatten(parse(hlo_text))
-    memory = (materialized_peak(flat, acyclic=False), materialized_peak(flat, acyclic=True))
+    memory = (materialized_peak(flat, acyclic=False, on_chip=on_chip),
+              materialized_peak(flat, acyclic=True, on_chip=on_chip))
     return fused_ops(flat), fused_ops(flat, acyclic=True), memory

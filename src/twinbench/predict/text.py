@@ -40,6 +40,11 @@ def render(pred: Prediction) -> str:
     span = "" if low == high else f" (between {_gib(low)} and {_gib(high)})"
     lines.append(f"  memory: ~{_gib(pred.memory_bytes)} needed{span}, {fits} in the {sheet.hbm_usable_gib:.1f} GiB "
                  "usable")
+    if pred.memory_error_bar:
+        bar = pred.memory_error_bar
+        errs = ", ".join(f"{e:+.0%}" for e in bar["errors"])
+        lines.append(f"  memory error bar: estimates of {s.framework} on {sheet.platform} were within "
+                     f"{bar['max_abs']:.0%} of {bar['n']} measured peak(s) ({errs})")
     lines.append("  dominant ops (all layers together):")
     for label, kind, ms, bound in pred.roof.dominant(6):
         lines.append(f"    {ms:8.3f} ms  {kind:9s} {bound:8s}  {label[:90]}")

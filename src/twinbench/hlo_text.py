@@ -1,0 +1,168 @@
+"""HLO module text, read once for every reader: its computations, each instruction's name, opcode, result
+shapes (with their layouts), operands and attributes, and which computation is the entry.
+
+The same reader serves the unoptimized HLO a jitted step lowers to (``predict/hlo.py`` fuses it as a TPU or
+GPU compiler would) and the compiled HLO a run dumps (``explain/hlo.py`` names what each executed op does,
+``explain/flops.py`` counts its FLOPs and bytes). An instruction line reads::
+
+    [ROOT] %name = TYPE opcode(operands), attribute=value, ..., metadata={op_name="..."}
+
+where TYPE is one shape (``f32[8,1024]{1,0}``, a layout after it when compiled) or a tuple of them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+#: bytes per element of each HLO element type (``token``: none); an unknown type counts 4
+DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s4": 0.5, "u4": 0.5, "f8e4m3fn": 1, "f8e5m2": 1, "bf16": 2, "f16": 2,
+               "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8, "c64": 8,
+               "c128": 16, "token": 0}
+
+_SHAPE = re.compile(r"([a-z]+[0-9]*[a-z0-9]*)\[([0-9,]*)\](?:\{([0-9,]*))?")
+_HEAD = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*(->.*)?\{\s*$")
+_OPNAME = re.compile(r'op_name="([^"]*)"')
+_CALLS = re.compile(r"calls=%?([\w.\-]+)")
+_COMMENT = re.compile(r"/\*.*?\*/")
+
+
+@dataclass
+class Instr:
+    """One instruction: its result's shapes ``(dtype, dims)`` (a tuple's elements, in order) and their layouts
+    (minor to major, as HLO prints them; empty when the text has none), operand names, and the text after the
+    operands (attributes, metadata)."""
+
+    name: str
+    opcode: str
+    shapes: list[tuple[str, tuple[int, ...]]]
+    operands: list[str]
+    attrs: str
+    layouts: list[tuple[int, ...]] = field(default_factory=list)
+    is_tuple: bool = False  #: the result type is a tuple
+    comp: str = ""          #: the computation it belongs to
+    root: bool = False
+
+    @property
+    def nbytes(self) -> float:
+        """Bytes of the result (every element of a tuple)."""
+        return sum(DTYPE_BYTES.get(dt, 4) * math.prod(dims) for dt, dims in self.shapes)
+
+    @property
+    def op_name(self) -> str:
+        """The ``op_name`` of its metadata: JAX's transformation path and named scopes ("" when none)."""
+        m = _OPNAME.search(self.attrs)
+        return m.group(1) if m else ""
+
+    @property
+    def calls(self) -> str:
+        """The computation a fusion (or call) runs, "" when none."""
+        m = _CALLS.search(self.attrs)
+        return m.group(1) if m else ""
+
+
+@dataclass
+class Module:
+    """The computations of a module, in text order, and the entry's name."""
+
+    computations: dict[str, list[Instr]] = field(default_factory=dict)
+    entry: str = ""
+
+    def instructions(self) -> dict[str, Instr]:
+        """Every instruction by name (names are unique module-wide; the first one wins otherwise)."""
+        out: dict[str, Instr] = {}
+        for instrs in self.computations.values():
+            for ins in instrs:
+                out.setdefault(ins.name, ins)
+        return out
+
+
+def _balanced(s: str, i: int) -> int:
+    """Index just past the bracket group opening at ``s[i]``."""
+    depth, pairs = 0, {"(": ")", "{": "}", "[": "]"}
+    closers = set(pairs.values())
+    while i < len(s):
+        c = s[i]
+        if c in pairs:
+            depth += 1
+        elif c in closers:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return i
+
+
+def _split_top(s: str) -> list[str]:
+    """``s`` split at its top-level commas."""
+    out, depth, cur = [], 0, []
+    for c in s:
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        if c == "," and depth == 0:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+    if "".join(cur).strip():
+        out.append("".join(cur))
+    return out
+
+
+def parse_instr(line: str, comp: str = "") -> Instr | None:
+    """One instruction line; None for anything else."""
+    s = line.strip()
+    root = s.startswith("ROOT ")
+    if root:
+        s = s[5:]
+    if " = " not in s:
+        return None
+    name, rest = s.split(" = ", 1)
+    rest = rest.lstrip()
+    if rest.startswith("("):
+        end = _balanced(rest, 0)
+    else:
+        end = rest.find(" ")
+        if end < 0:
+            return None
+    type_text, rest = rest[:end], rest[end:].lstrip()
+    m = re.match(r"([a-z][\w\-]*)\(", rest)
+    if not m:
+        return None
+    close = _balanced(rest, m.end() - 1)
+    inside = _COMMENT.sub("", rest[m.end():close - 1])  # ``/*index=5*/`` before every fifth operand
+    operands = [o.strip().split(" ")[-1].lstrip("%") for o in _split_top(inside) if o.strip()]
+    found = [(dt, dims, lay) for dt, dims, lay in _SHAPE.findall(type_text) if dt in DTYPE_BYTES]
+    shapes = [(dt, tuple(int(d) for d in dims.split(",") if d)) for dt, dims, _ in found]
+    layouts = [tuple(int(d) for d in lay.split(",") if d) for _, _, lay in found]
+    return Instr(name.strip().lstrip("%"), m.group(1), shapes, operands, rest[close:], layouts,
+                 type_text.startswith("("), comp, root)
+
+
+def parse(text: str) -> Module:
+    """The computations of an HLO module's text, and which one is the entry (the last one when none says)."""
+    mod, current = Module(), None
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith(("//", "HloModule", "#")):
+            continue
+        if not line.startswith((" ", "\t")) and line.rstrip().endswith("{"):
+            m = _HEAD.match(line.strip())
+            if m:
+                current = m.group(2)
+                mod.computations[current] = []
+                if m.group(1):
+                    mod.entry = current
+            continue
+        if line.strip() == "}":
+            current = None
+            continue
+        if current is not None:
+            ins = parse_instr(line, current)
+            if ins is not None:
+                mod.computations[current].append(ins)
+    if not mod.entry and mod.computations:
+        mod.entry = list(mod.computations)[-1]
+    return mod
