@@ -125,3 +125,31 @@ def test_timing_phases_add_up_to_the_measured_step() -> None:
     e = gap.explain_breakdown(b, "torch/eager", 148.0, close, [], {"framework": "torch"})
     assert sum(e["timing"][p] for p in PHASES) == pytest.approx(148.0)
     assert not any(n.startswith("timing:") for n in e["notes"])
+
+
+@pytest.mark.parametrize("preset", ["tiny", "bert-tiny", "llama-tiny"])
+def test_jax_twins_normalization_is_the_normalization_row(preset: str) -> None:
+    """Each JAX twin's LayerNorm/RMSNorm ops carry a norm scope, so explain counts them as normalization, as
+    torch's aten::layer_norm is; without it they fused into the blocks' element-wise and reduction rows."""
+    import jax
+    from flax import nnx
+
+    from twinbench.data import tasks
+    from twinbench.explain import taxonomy
+    from twinbench.models import family as families
+    from twinbench.models.options import ModelOptions
+    from twinbench.spec import from_preset
+
+    spec = from_preset(preset, {"steps": 1, "warmup": 0})
+    fam = families.get(spec)
+    model = fam.jax_model(spec.model, ModelOptions(), nnx.Rngs(0))
+    x, y = tasks.run_data(spec, 1).batches[0]
+    graphdef, params = nnx.split(model)
+
+    def loss(params, x, y):
+        return fam.jax_loss(nnx.merge(graphdef, params), x, y)
+
+    text = jax.jit(jax.grad(loss)).lower(params, x, y).as_text(dialect="hlo", debug_info=True)
+    names = [line.split('op_name="', 1)[1].split('"', 1)[0] for line in text.splitlines() if 'op_name="' in line]
+    norm = [n for n in names if taxonomy.scope_category(n) == "normalization"]
+    assert norm and any("transpose(" in n for n in norm)  # forward and backward

@@ -104,12 +104,13 @@ def test_llama_300m_does_not_fit_a_v5e_with_einsum_attention_and_fits_with_splas
     assert splash.fits == "yes" and splash.memory_bytes < einsum.memory_range[0]
 
 
-def test_only_the_jax_twins_run_the_fused_attention_they_are_asked_for():
+def test_the_fused_attention_is_predicted_where_the_step_runs_it():
     from twinbench.predict.attention import fused_in
 
     def spec(framework: str, strategy: str):
         return build_specs("tiny", framework, strategy, {}, attention_impl="cudnn")[0]
 
     assert fused_in(spec("jax", "jit+bf16"))
-    assert not fused_in(spec("jax", "torchax+bf16"))  # the PyTorch module's own attention, through torchax
+    assert fused_in(spec("jax", "torchax+bf16"))  # torchax lowers torch's SDPA to the kernel asked for
+    assert not fused_in(spec("torch", "eager"))  # torch's SDPA picks its own kernel
     assert not fused_in(_spec("jax", "jit+bf16"))  # the default (einsum) attention

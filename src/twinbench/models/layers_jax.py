@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -176,6 +177,16 @@ def _splash_call(kernel, splash, q, k, v, mask, B, T):
         raise ValueError(f"attention_impl 'splash' takes a key padding mask [B, 1, 1, T], got {mask.shape}")
     ids = jnp.broadcast_to(mask, (B, 1, 1, T))[:, 0, 0, :].astype(jnp.int32)
     return jax.vmap(lambda q, k, v, s: kernel(q, k, v, segment_ids=splash.SegmentIds(q=s, kv=s)))(q, k, v, ids)
+
+
+class LayerNorm(nnx.LayerNorm):
+    """``nnx.LayerNorm`` under the profiler scope ``layer_norm``: its ops are the normalization row of
+    ``twinbench explain``, as torch's ``aten::layer_norm`` is (without a scope they fuse into the block's
+    element-wise and reduction rows, and the two frameworks' rows would not mean the same)."""
+
+    def __call__(self, x: jax.Array, *args: Any, **kwargs: Any) -> jax.Array:
+        with jax.named_scope("layer_norm"):
+            return super().__call__(x, *args, **kwargs)
 
 
 class Linear(nnx.Module):

@@ -40,9 +40,10 @@ def is_score_op(op: Op, seq: int, heads: int) -> bool:
 
 def fused_in(spec: RunSpec) -> bool:
     """Whether ``spec``'s step runs a fused attention kernel: a JAX twin's step with ``--attention-impl`` cudnn or
-    splash (a PyTorch module through torchax, or a user's model, keeps its own attention)."""
-    return (spec.framework == "jax" and spec.attention_impl in FUSED_ATTENTION and spec.model.family != USER
-            and "torchax" not in spec.strategy)
+    splash, or a PyTorch module through torchax with it (torchax lowers its ``F.scaled_dot_product_attention`` to
+    that kernel: ``strategies/torchax_step.py``); a user's JAX port keeps its own attention."""
+    return (spec.framework == "jax" and spec.attention_impl in FUSED_ATTENTION
+            and (spec.model.family != USER or "torchax" in spec.strategy))
 
 
 def is_score_shape(dims: tuple[int, ...], heads: int, seq: int) -> bool:

@@ -23,7 +23,7 @@ from flax import nnx
 
 from twinbench.config import ModelConfig
 from twinbench.models import layers_jax
-from twinbench.models.layers_jax import DTYPES, REMAT_POLICIES, Linear, attention
+from twinbench.models.layers_jax import DTYPES, REMAT_POLICIES, LayerNorm, Linear, attention
 from twinbench.models.options import ModelOptions
 
 TYPE_VOCAB = 2  # segment ids: 0 for the first text, 1 for the second of a pair
@@ -73,7 +73,7 @@ class SelfAttention(nnx.Module):
 class SelfOutput(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
         self.dense = _linear(cfg.d_model, cfg.d_model, rngs, dtype)
-        self.LayerNorm = nnx.LayerNorm(cfg.d_model, epsilon=LN_EPS, rngs=rngs)
+        self.LayerNorm = LayerNorm(cfg.d_model, epsilon=LN_EPS, rngs=rngs)
 
     def __call__(self, h: jax.Array, x: jax.Array) -> jax.Array:
         return self.LayerNorm(self.dense(h) + x)
@@ -100,7 +100,7 @@ class Intermediate(nnx.Module):
 class Output(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
         self.dense = _linear(cfg.ff, cfg.d_model, rngs, dtype)
-        self.LayerNorm = nnx.LayerNorm(cfg.d_model, epsilon=LN_EPS, rngs=rngs)
+        self.LayerNorm = LayerNorm(cfg.d_model, epsilon=LN_EPS, rngs=rngs)
 
     def __call__(self, h: jax.Array, x: jax.Array) -> jax.Array:
         return self.LayerNorm(self.dense(h) + x)
@@ -164,7 +164,7 @@ class Embeddings(nnx.Module):
         self.word_embeddings = nnx.Embed(cfg.vocab, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
         self.position_embeddings = nnx.Embed(cfg.context, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
         self.token_type_embeddings = nnx.Embed(TYPE_VOCAB, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
-        self.LayerNorm = nnx.LayerNorm(cfg.d_model, epsilon=LN_EPS, rngs=rngs)
+        self.LayerNorm = LayerNorm(cfg.d_model, epsilon=LN_EPS, rngs=rngs)
 
     def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array) -> jax.Array:
         pos = jnp.arange(input_ids.shape[1])

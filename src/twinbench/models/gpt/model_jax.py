@@ -16,6 +16,7 @@ from twinbench.config import ModelConfig
 from twinbench.models.layers_jax import (
     DTYPES,
     REMAT_POLICIES,
+    LayerNorm,
     Linear,
     attention,
     cross_entropy,
@@ -57,9 +58,9 @@ class MLP(nnx.Module):
 class Block(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
                  attention_impl: str = "default"):
-        self.ln_1 = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
+        self.ln_1 = LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
         self.attn = CausalSelfAttention(cfg, rngs, dtype, attention_impl)
-        self.ln_2 = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
+        self.ln_2 = LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
         self.mlp = MLP(cfg, rngs, dtype)
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -84,7 +85,7 @@ class GPT(nnx.Module):
             self.blocks = nnx.split_rngs(splits=cfg.layers)(nnx.vmap(lambda r: Block(cfg, r, dtype, opts.attention_impl)))(rngs)
         else:
             self.blocks = nnx.List([Block(cfg, rngs, dtype, opts.attention_impl) for _ in range(cfg.layers)])
-        self.ln_f = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
+        self.ln_f = LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
 
     def __call__(self, idx: jax.Array) -> jax.Array:
         """Logits of shape [batch, seq, vocab]; the LM head is the token embedding (tied)."""

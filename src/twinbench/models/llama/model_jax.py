@@ -45,9 +45,10 @@ class RMSNorm(nnx.Module):
         self.weight = nnx.Param(jnp.ones((d,), jnp.float32))
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        h = x.astype(jnp.float32)
-        h = h * jax.lax.rsqrt(jnp.mean(h * h, axis=-1, keepdims=True) + EPS)
-        return self.weight[...] * h.astype(x.dtype)
+        with jax.named_scope("rms_norm"):  # explain's normalization row, as torch's RMSNorm module's
+            h = x.astype(jnp.float32)
+            h = h * jax.lax.rsqrt(jnp.mean(h * h, axis=-1, keepdims=True) + EPS)
+            return self.weight[...] * h.astype(x.dtype)
 
 
 def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
