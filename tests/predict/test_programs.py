@@ -114,3 +114,26 @@ def test_the_fused_attention_is_predicted_where_the_step_runs_it():
     assert fused_in(spec("jax", "torchax+bf16"))  # torchax lowers torch's SDPA to the kernel asked for
     assert not fused_in(spec("torch", "eager"))  # torch's SDPA picks its own kernel
     assert not fused_in(_spec("jax", "jit+bf16"))  # the default (einsum) attention
+
+
+def test_scores_with_batch_and_heads_merged_are_the_attentions():
+    """torch's batched matmul under torchax writes the scores as [batch * heads, seq, seq] (Llama's, after its
+    key/value heads are repeated): a fused kernel replaces those too, and a [batch, seq, d] activation whose
+    width is the sequence length is still no score."""
+    from twinbench.predict.attention import is_score_shape
+    from twinbench.predict.roofline import Op
+
+    merged = Op("dot", "matmul", label="matmul bf16[128,1024,1024]xbf16[128,1024,64] -> bf16[128,1024,64]")
+    activation = Op("dot", "matmul", label="matmul bf16[8,1024,1024]xbf16[2816,1024] -> bf16[8,1024,2816]")
+    assert is_score_op(merged, 1024, 16, batch=8) and not is_score_op(merged, 1024, 16)
+    assert not is_score_op(activation, 1024, 16, batch=8)
+    assert is_score_shape((128, 1024, 1024), 16, 1024, batch=8) and not is_score_shape((8, 1024, 1024), 16, 1024, 8)
+    assert len(fused_attention([merged, activation], layers=1, batch=8, heads=16, seq=1024, head_dim=64,
+                               causal=True)) == 2  # the score product replaced by the kernel, the projection kept
+
+
+def test_a_predictions_memory_range_is_lower_then_upper():
+    from twinbench.predict import command
+
+    pred = command.Prediction(_spec("jax", "jit"), None, None, (16.0, 11.0), 1, 1, 1.0)  # type: ignore[arg-type]
+    assert pred.memory_range == (11.0, 16.0)

@@ -142,7 +142,8 @@ def test_calibration_fits_measured_over_predicted_per_platform_and_framework():
 
 def test_shipped_points_parse_and_a_bad_line_is_named(tmp_path):
     pts = calibration.shipped()
-    assert any(p.device == "tpu-v5e" and p.step_ms == 108.1 for p in pts)
+    assert any(p.device == "tpu-v5e" and p.step_ms == 66.28 for p in pts)
+    assert all(p.date and p.source for p in pts)  # every shipped figure names where and when it was measured
     assert all(p.device in datasheets.DEVICES for p in pts)
     with pytest.raises(calibration.CalibrationError, match=r"x\.jsonl line 2"):
         calibration.parse_points(json.dumps(pts[0].__dict__) + "\n{\"device\": 1}\n", "x.jsonl")

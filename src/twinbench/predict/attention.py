@@ -31,11 +31,14 @@ FUSED_ATTENTION = ("cudnn", "splash")
 ATTENTION_EFFICIENCY = {"tpu": 0.20, "gpu": 0.30, "cpu": 0.5}
 
 
-def is_score_op(op: Op, seq: int, heads: int) -> bool:
+def is_score_op(op: Op, seq: int, heads: int, batch: int = 0) -> bool:
     """An op of the einsum attention: it touches the ``[batch, heads, seq, seq]`` scores (or a ``[heads, seq,
-    seq]`` slice of them; a fused kernel is none). A ``[batch, seq, d_model]`` activation whose width equals the
+    seq]`` slice of them, or ``[batch * heads, seq, seq]`` with the two merged, as torch's batched matmul under
+    torchax writes them; a fused kernel is none). A ``[batch, seq, d_model]`` activation whose width equals the
     sequence length (Llama-300M: 1024 and 1024) is not one."""
-    return op.kind != "attention" and (f",{heads},{seq},{seq}]" in op.label or f"[{heads},{seq},{seq}]" in op.label)
+    merged = f"[{batch * heads},{seq},{seq}]" in op.label if batch else False
+    return op.kind != "attention" and (f",{heads},{seq},{seq}]" in op.label or f"[{heads},{seq},{seq}]" in op.label
+                                       or merged)
 
 
 def fused_in(spec: RunSpec) -> bool:
@@ -46,9 +49,11 @@ def fused_in(spec: RunSpec) -> bool:
             and (spec.model.family != USER or "torchax" in spec.strategy))
 
 
-def is_score_shape(dims: tuple[int, ...], heads: int, seq: int) -> bool:
-    """A tensor of the einsum attention's scores: ``[..., heads, seq, seq]`` (a fused kernel never writes one)."""
-    return len(dims) >= 3 and tuple(dims[-3:]) == (heads, seq, seq)
+def is_score_shape(dims: tuple[int, ...], heads: int, seq: int, batch: int = 0) -> bool:
+    """A tensor of the einsum attention's scores: ``[..., heads, seq, seq]``, or ``[batch * heads, seq, seq]``
+    (a fused kernel never writes one)."""
+    return len(dims) >= 3 and (tuple(dims[-3:]) == (heads, seq, seq)
+                               or (bool(batch) and tuple(dims) == (batch * heads, seq, seq)))
 
 
 def stats_bytes(*, layers: int, batch: int, heads: int, seq: int) -> float:
@@ -69,6 +74,6 @@ def attention_op(*, layers: int, batch: int, heads: int, seq: int, head_dim: int
 def fused_attention(ops: list[Op], *, layers: int, batch: int, heads: int, seq: int, head_dim: int,
                     causal: bool) -> list[Op]:
     """``ops`` with the einsum attention's ops replaced by one fused kernel per layer (forward + backward)."""
-    kept = [op for op in ops if not is_score_op(op, seq, heads)]
+    kept = [op for op in ops if not is_score_op(op, seq, heads, batch)]
     return [*kept, attention_op(layers=layers, batch=batch, heads=heads, seq=seq, head_dim=head_dim,
                                 causal=causal)]

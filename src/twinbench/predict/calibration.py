@@ -118,11 +118,19 @@ def points_from_records(path: Path, here_label: str | None = None) -> tuple[list
             continue
         spec = r.get("spec") or {}
         points.append(Point(name, r["framework"], r["strategy"], r.get("preset", ""), int(r["batch"]),
-                            int(r["seq"]), float(r["step_ms"]), source=Path(path).name,
-                            date=str(r.get("date", "")),
+                            int(r["seq"]), round(float(r["step_ms"]), 2), source=record_source(r, path),
+                            date=str(r.get("date") or r.get("peak_measured_at") or "")[:10],
                             attention_impl=str(spec.get("attention_impl", "default")),
                             memory_bytes=program_peak(r)))
     return points, skipped
+
+
+def record_source(r: dict[str, Any], path: Path) -> str:
+    """Where a measured point comes from, in words: the machine, the versions, the steps, the file."""
+    v = r.get("versions") or {}
+    libs = ", ".join(f"{k} {v[k]}" for k in ("jax", "torch", "torchax") if v.get(k))
+    return (f"twinbench compare on {r.get('device', '?')} ({r.get('platform', '?')}), {libs}, "
+            f"{r.get('steps', '?')} steps ({Path(path).parent.name}/{Path(path).name})")
 
 
 def program_peak(record: dict[str, Any]) -> float | None:

@@ -44,6 +44,10 @@ class Prediction:
     source: str = ""
     notes: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        # the two bounds come from two fusion models, each a bound under its own assumptions: lower first
+        self.memory_range = (min(self.memory_range), max(self.memory_range))
+
     @property
     def step_ms(self) -> float:
         return self.roof.step_ms * self.factor / self.steps_per_call

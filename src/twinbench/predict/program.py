@@ -74,7 +74,7 @@ def jax_program(spec: RunSpec) -> Program:
 
     fused = attention.fused_in(spec)
     m, t = spec.model, spec.train
-    on_chip = (lambda ins: bool(ins.shapes) and attention.is_score_shape(ins.shapes[0][1], m.heads, t.seq)) \
+    on_chip = (lambda ins: bool(ins.shapes) and attention.is_score_shape(ins.shapes[0][1], m.heads, t.seq, t.batch)) \
         if fused else None
     text, trainer = jax_hlo(replace(spec, attention_impl="default") if fused else spec)
     ops, gpu_ops, memory = hlo.step_ops(text, on_chip)
