@@ -26,9 +26,11 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 demo: $(STAMP)
 	$(VENV)/bin/twinbench compare
 
+# --no-loadscope-reorder: xdist hands out the files in the order tests/conftest.py gives (the files of slow tests
+# first), not by their number of tests, which left the few-test, minute-long files for the end.
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples

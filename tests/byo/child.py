@@ -1,5 +1,6 @@
 """Run by tests/byo in a fresh process: torchax changes global torch settings on import, so it never enters
-pytest's own process. ``python tests/byo/child.py MODE OUT.json``; writes what it measured as JSON.
+pytest's own process. ``python tests/byo/child.py MODE[,MODE...] OUT.json``: runs the modes one after the other
+in this one process and writes ``{mode: what it measured}`` as JSON.
 
 - ``parity``: the example model in torch (eager) and through torchax from the same weights: loss and
   gradients on batch 0, then 3 AdamW steps each.
@@ -135,6 +136,6 @@ def compat() -> dict:
 
 
 if __name__ == "__main__":
-    mode, out = sys.argv[1], Path(sys.argv[2])
-    out.write_text(json.dumps({"parity": parity, "torch-worker": torch_worker, "compat": compat,
-                               "dropout-models": dropout_models}[mode]()))
+    modes, out = sys.argv[1].split(","), Path(sys.argv[2])
+    run = {"parity": parity, "torch-worker": torch_worker, "compat": compat, "dropout-models": dropout_models}
+    out.write_text(json.dumps({mode: run[mode]() for mode in modes}))  # in the order given

@@ -1,6 +1,8 @@
 """torchax on this torch, parity of torch and torchax on a user model, and torchax kept out of torch runs.
 
-Each check runs in a fresh process (tests/byo/child.py): torchax changes global torch settings on import.
+The checks run in fresh processes (tests/byo/child.py): torchax changes global torch settings on import. The
+compat layer, the parity and the dropout models share one process (the compat check first, before anything
+imports torchax); the torch run that must never import torchax has its own.
 """
 
 from __future__ import annotations
@@ -15,15 +17,21 @@ import pytest
 CHILD = Path(__file__).with_name("child.py")
 
 
-def child(mode: str, tmp_path: Path) -> dict:
-    out = tmp_path / f"{mode}.json"
-    p = subprocess.run([sys.executable, str(CHILD), mode, str(out)], capture_output=True, text=True, timeout=600)
+def child(modes: str, tmp_path: Path) -> dict:
+    out = tmp_path / "child.json"
+    p = subprocess.run([sys.executable, str(CHILD), modes, str(out)], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(out.read_text())
 
 
-def test_compat_layer_imports_torchax_where_the_plain_import_fails(tmp_path):
-    r = child("compat", tmp_path)
+@pytest.fixture(scope="module")
+def torchax_child(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """compat (first: the plain import before the compatibility layer), parity and dropout-models, one process."""
+    return child("compat,parity,dropout-models", tmp_path_factory.mktemp("torchax-child"))
+
+
+def test_compat_layer_imports_torchax_where_the_plain_import_fails(torchax_child):
+    r = torchax_child["compat"]
     if r["needs_patch"]:  # torch >= 2.13: the plain import fails on a removed named-tensor overload
         assert "dim_Dimname" in r["plain"]
         assert "aten.prod.dim_Dimname" in r["patched"]
@@ -34,8 +42,8 @@ def test_compat_layer_imports_torchax_where_the_plain_import_fails(tmp_path):
     assert r["value"] == 8.0  # torch.prod on a JAX array of 2s, run by torchax
 
 
-def test_torch_and_torchax_agree_on_loss_gradients_and_steps(tmp_path):
-    r = child("parity", tmp_path)
+def test_torch_and_torchax_agree_on_loss_gradients_and_steps(torchax_child):
+    r = torchax_child["parity"]
     assert r["loss_torchax"] == pytest.approx(r["loss_torch"], rel=1e-5)
     assert r["n_grads"] == r["n_params"]  # every trained parameter has a gradient
     assert r["grad_rel"] < 1e-4
@@ -45,17 +53,17 @@ def test_torch_and_torchax_agree_on_loss_gradients_and_steps(tmp_path):
 
 
 def test_a_torch_run_of_a_user_model_never_imports_torchax(tmp_path):
-    r = child("torch-worker", tmp_path)
+    r = child("torch-worker", tmp_path)["torch-worker"]
     assert r["status"] == "ok"
     assert r["torchax_imported"] is False
     assert "nn.Linear" in r["flops_convention"]
 
 
 @pytest.mark.slow
-def test_models_with_dropout_left_on_train_the_same_function_in_torch_and_torchax(tmp_path):
+def test_models_with_dropout_left_on_train_the_same_function_in_torch_and_torchax(torchax_child):
     """torch's nn.TransformerEncoder (dropout 0.1, MultiheadAttention's included) and Hugging Face BERT (sdpa
     and eager attention, default dropout): every step within 1e-5 relative, the first within 1e-6."""
-    r = child("dropout-models", tmp_path)
+    r = torchax_child["dropout-models"]
     assert r["encoder"]["switched"] == 8  # 3 nn.Dropout + MultiheadAttention's float, in each of 2 layers
     for name in ("encoder", "bert_sdpa", "bert_eager"):
         eager, jax_losses = r[name]["eager"], r[name]["torchax"]

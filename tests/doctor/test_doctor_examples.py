@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from doctor_env import doctor_env
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "doctor"
 BAD = {  # example -> the finding id it must get
@@ -38,7 +39,8 @@ pytestmark = pytest.mark.slow  # 17 scripts, each in a fresh process under the d
 
 def doctor(script: Path, out: Path, *extra: str) -> tuple[int, dict[str, Any] | None, str]:
     proc = subprocess.run([sys.executable, "-m", "twinbench.cli", "doctor", str(script), "--timeout", "240",
-                           "--json", str(out), *extra], capture_output=True, text=True, timeout=300)
+                           "--json", str(out), *extra], capture_output=True, text=True, timeout=300,
+                          env=doctor_env())
     report = json.loads(out.read_text()) if out.exists() else None
     return proc.returncode, report, proc.stdout + proc.stderr
 

@@ -7,7 +7,6 @@ One doctor process per script (the real command, ``--steps 8``), two at a time (
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from doctor_env import doctor_env
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 # script -> (step function, how it was found, {finding id: severity} expected exactly, exit code)
@@ -51,7 +51,7 @@ STEPS = 8
 def doctor(name: str, out: Path) -> tuple[int, dict[str, Any] | None, str]:
     proc = subprocess.run([sys.executable, "-m", "twinbench.cli", "doctor", str(SCRIPTS / f"{name}.py"), "--steps",
                            str(STEPS), "--timeout", "240", "--json", str(out)], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+                          timeout=300, env=doctor_env(JAX_PLATFORMS="cpu"))
     return proc.returncode, json.loads(out.read_text()) if out.exists() else None, proc.stdout + proc.stderr
 
 

@@ -1,9 +1,10 @@
-"""Fixtures of the report tests: a headless Chromium (installed from Debian's packages where missing) and
-one real traced tiny compare run shared by the end-to-end tests."""
+"""Fixtures of the report tests: a headless Chromium (installed from Debian's packages where missing) and how
+to read the page it rendered."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,12 +54,25 @@ def run_chromium(chromium: str, tmp: Path, *args: str, timeout: float = 90) -> s
                           capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture(scope="session")
-def traced_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real `twinbench compare --preset tiny --trace` of torch eager and JAX jit (one process per run)."""
-    out = tmp_path_factory.mktemp("traced")
-    cmd = [sys.executable, "-m", "twinbench.cli", "compare", "--preset", "tiny", "--strategies", "eager,jit",
-           "--steps", "6", "--warmup", "2", "--out", str(out), "--trace", str(out / "traces")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-2000:]
+PROBE = ("<script>window.addEventListener('load',()=>{for(const i of document.images){"
+         "i.setAttribute('data-natural-width',String(i.naturalWidth));}"
+         "document.body.setAttribute('data-probe','loaded');});</script>")
+
+
+def rendered_dom(chromium: str, html_path: Path, tmp: Path) -> str:
+    """The DOM after load, with each <img> marked by its decoded naturalWidth (a probe in a copy of the page)."""
+    probe = tmp / "probe.html"
+    probe.write_text(html_path.read_text().replace("</body>", PROBE + "</body>"))
+    proc = run_chromium(chromium, tmp, "--virtual-time-budget=10000", "--dump-dom", probe.as_uri())
+    assert 'data-probe="loaded"' in proc.stdout, proc.stderr[-1500:]
+    return proc.stdout
+
+
+def decoded_plots(dom: str) -> dict[str, int]:
+    out = {}
+    for tag in re.findall(r"<img\b[^>]*>", dom):
+        pid = re.search(r'data-plot-img="([a-z-]+)"', tag)
+        width = re.search(r'data-natural-width="(\d+)"', tag)
+        if pid:
+            out[pid.group(1)] = int(width.group(1)) if width else 0
     return out

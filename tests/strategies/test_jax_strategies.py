@@ -2,9 +2,10 @@
 
 Tolerances: fp32 strategies match jit's loss trajectory within 2e-5 relative per step (scan-layers reorders
 the layer loop into an XLA while loop: ~1e-6 observed); +nodonate and scan-steps are the same XLA program
-and must agree to 1e-6. bf16 stays within 2e-2 relative of fp32 over 4 steps, yet differs from it (bf16
-really is on). Gradients of scan-layers and every remat policy equal the unrolled model's within
-1e-6 + 1e-4 * max|grad| per tensor.
+and must agree to 1e-6 (scan-steps' weights within 2e-5 absolute: with XLA's classic CPU fusion emitters,
+which the suite uses (tests/conftest.py), the scan's loop body is generated apart from the plain step). bf16
+stays within 2e-2 relative of fp32 over 4 steps, yet differs from it (bf16 really is on). Gradients of
+scan-layers and every remat policy equal the unrolled model's within 1e-6 + 1e-4 * max|grad| per tensor.
 """
 
 from __future__ import annotations
@@ -49,8 +50,10 @@ def test_scan_steps_k_steps_equal_k_jit_steps(weights, host_batches, jit_run):
     assert trainer.steps_per_call == k
     np.testing.assert_allclose(losses, jit_run[0], rtol=1e-6)
     w_jit, w = jit_run[1].weights(), trainer.weights()
+    # the scan's loop body is code-generated apart from the plain step: Adam's normalised update turns ulps of a
+    # near-zero gradient into up to ~5e-6 of a weight; a state lost or stepped twice between calls moves them ~1e-3
     for name in w_jit:
-        np.testing.assert_allclose(w[name], w_jit[name], atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(w[name], w_jit[name], atol=2e-5, err_msg=name)
 
 
 @pytest.mark.parametrize(("preset", "over", "k"), [
