@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 CHILD = Path(__file__).with_name("torchax_attention_child.py")
+pytestmark = pytest.mark.slow  # one child process of ~25 s: started early by make test's scheduling
 
 
 @pytest.fixture(scope="module")
