@@ -222,8 +222,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
     attention = None
     if not b.user and spec.base_strategy.startswith("torchax"):  # torch's SDPA as torchax lowers it to XLA
         attention = ("torch SDPA through torchax (xla, unfused)" if spec.attention_impl == "default" else
-                     "torch SDPA through torchax as " + device.attention_kernel("jax", 0, 0, 0, dtype, False, False,
-                                                                                jax_impl=spec.attention_impl))
+                     "torch SDPA through torchax as " + device.jax_attention_label(spec.attention_impl))
     elif not b.user:  # which attention kernel the twins' attention ran (after the timed steps: a small probe)
         m = spec.model
         attention = device.attention_kernel(fw, m.heads, spec.train.seq, m.d_model // m.heads, dtype,

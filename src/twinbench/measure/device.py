@@ -343,6 +343,12 @@ SDPA_KERNELS = (("_scaled_dot_product_cudnn_attention", "cudnn"),
                 ("_flash_attention_forward", "flash"))
 
 
+def jax_attention_label(impl: str) -> str:
+    """The record's name of a JAX attention by ``--attention-impl``: the formulation asked for is what runs."""
+    return {"cudnn": "cudnn (fused)", "splash": "splash (Pallas TPU, fused)", "chunked": "chunked (blocks of queries, XLA)",
+            "jax-nn": "jax.nn.dot_product_attention (xla, unfused)"}.get(impl, "einsum (xla, unfused)")
+
+
 def attention_kernel(framework: str, heads: int, seq: int, head_dim: int, dtype: str, causal: bool,
                      masked: bool, jax_impl: str = "default") -> str:
     """Which attention kernel a run's attention uses, for the record: the two frameworks' defaults differ on
@@ -354,8 +360,7 @@ def attention_kernel(framework: str, heads: int, seq: int, head_dim: int, dtype:
     as JAX chooses (XLA's unfused attention), blocks of queries, or cuDNN's fused kernel.
     """
     if framework == "jax":
-        return {"cudnn": "cudnn (fused)", "splash": "splash (Pallas TPU, fused)", "chunked": "chunked (blocks of queries, XLA)",
-                "jax-nn": "jax.nn.dot_product_attention (xla, unfused)"}.get(jax_impl, "einsum (xla, unfused)")
+        return jax_attention_label(jax_impl)
     import torch
     import torch.nn.functional as F
     from torch.profiler import ProfilerActivity, profile
