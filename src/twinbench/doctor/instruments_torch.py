@@ -10,7 +10,6 @@ reads, and the DataLoader iterator's ``__next__`` is timed to see how long the l
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
@@ -22,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from twinbench.doctor.patching import Patches
 from twinbench.doctor.ready import ReadyWatcher
 from twinbench.doctor.recorder import Recorder, user_location
 
@@ -45,7 +45,7 @@ class _NoteFilter(logging.Filter):
         return False  # reported by the doctor, not printed
 
 
-class TorchInstruments:
+class TorchInstruments(Patches):
     """Installs every PyTorch hook on construction; ``uninstall()`` puts PyTorch back as it was."""
 
     def __init__(self, rec: Recorder) -> None:
@@ -83,16 +83,8 @@ class TorchInstruments:
         self._patch_backward()
         self.sync_mode_set = False
 
-    def _patch(self, owner: Any, name: str, new: Any) -> None:
-        old = owner.__dict__.get(name, None)
-        setattr(owner, name, new)
-        self.undo.append(lambda: setattr(owner, name, old) if old is not None else delattr(owner, name))
-
     def uninstall(self) -> None:
-        for fn in reversed(self.undo):
-            with contextlib.suppress(Exception):
-                fn()
-        self.undo.clear()
+        self.undo_all()
         self.watcher.close()
 
     # -- steps ------------------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ copy bandwidth), ``facts`` (donation and the step's program, at the end); ``comm
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 from collections import Counter
@@ -79,10 +78,7 @@ class JaxInstruments(CompileHooks, StepHooks, HostReads, EagerHooks, StepFacts):
         self._patch_eager_dispatch()
 
     def uninstall(self) -> None:
-        for fn in reversed(self.undo):
-            with contextlib.suppress(Exception):
-                fn()
-        self.undo.clear()
+        self.undo_all()
         self.watcher.close()
         if self.tee is not None:
             self.tee.close()

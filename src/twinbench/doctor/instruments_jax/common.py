@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from twinbench.doctor.patching import Patches
 from twinbench.doctor.recorder import Recorder
 
 _LIB_DIRS: tuple[str, ...] = ()  # package folders whose own host reads are not the user's
@@ -107,7 +108,7 @@ def _describe(jax: Any, leaf: Any) -> dict[str, Any]:
     return d
 
 
-class Hooks:
+class Hooks(Patches):
     """What every group of hooks shares: the recorder, JAX, and patches that ``uninstall()`` undoes."""
 
     rec: Recorder
@@ -128,8 +129,3 @@ class Hooks:
         old = getattr(self.jax.config, name)
         self.jax.config.update(name, value)
         self.undo.append(lambda: self.jax.config.update(name, old))
-
-    def _patch(self, owner: Any, name: str, new: Any) -> None:
-        old = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
-        setattr(owner, name, new)
-        self.undo.append(lambda: setattr(owner, name, old))
