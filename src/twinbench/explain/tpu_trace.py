@@ -176,9 +176,10 @@ def read(path: Path, data: bytes, device: int | None = None, module: str = "", h
                 phase = "optimizer"  # outside jvp/transpose after the backward pass: the parameter update
             if o.op_name:
                 phase_before = phase
+            where = "/".join(o.op_name.split("/")[-3:])  # what the op is and where in the model
             b.add(phase, cat, (o.end - o.start) / 1e6, hlo.scope(o.op_name), name=o.name,
-                  op="/".join(o.op_name.split("/")[-3:]) if o.op_name else o.category,  # what and where
-                  detail={"flops": o.flops, "bytes": o.bytes, "where": "/".join(o.op_name.split("/")[-3:]),
+                  op=where or o.category,
+                  detail={"flops": o.flops, "bytes": o.bytes, "where": where,
                           "opaque": bool(o.target) and not o.flops})  # a Pallas kernel: XLA counts nothing
     n = len(keep)
     step_ms = sum(e - s for s, e in keep) / n / 1e6
