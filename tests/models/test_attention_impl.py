@@ -110,23 +110,41 @@ def test_splash_refuses_an_additive_bias() -> None:
         attention(q, q, q, "splash", bias=jnp.zeros((1, 1, 1, 128)))
 
 
-def test_gpt_twin_with_splash_attention_is_the_same_model() -> None:
-    """The whole GPT twin (loss and every gradient) with the splash kernel against the default attention."""
+def _twin_inputs(family: str) -> tuple[object, tuple, object]:
+    """A small config of ``family``, its loss inputs (x, y) and its canonical weights."""
+    from twinbench.config import ModelConfig
+    from twinbench.models.bert import init_bert
+    from twinbench.models.gpt import init_gpt
+    from twinbench.models.llama import init_llama
+
+    cfg = ModelConfig(layers=2, d_model=128, heads=4, vocab=256, context=128)
+    if family == "bert":  # one row padded: the padding mask reaches the kernel as segment ids
+        ids = jax.random.randint(jax.random.key(4), (2, 128), 0, 256)
+        mask = (jnp.arange(128)[None, :] < jnp.array([[128], [77]])).astype(jnp.int32)
+        return cfg, ((ids, jnp.zeros_like(ids), mask), jnp.array([0, 1])), init_bert(cfg, 0)
+    x = jax.random.randint(jax.random.key(4), (2, 129), 0, 256)
+    init = init_gpt if family == "gpt" else init_llama  # llama: grouped-query, 2 key/value heads for 4
+    return cfg, (x[:, :-1], x[:, 1:]), init(cfg, 0)
+
+
+@pytest.mark.parametrize("family", ["gpt", "bert", "llama"])
+def test_twin_with_splash_attention_is_the_same_model(family: str) -> None:
+    """The whole twin (loss and every gradient) with the splash kernel, whose q, k, v its projections write
+    heads first (``layers_jax.project_heads``), against the default attention on ``[B, T, H, D]``."""
     from flax import nnx
 
-    from twinbench.config import ModelConfig
-    from twinbench.models.gpt import init_gpt
+    from twinbench.models.bert import model_jax as bert_jax
     from twinbench.models.gpt import model_jax as gpt_jax
+    from twinbench.models.llama import model_jax as llama_jax
     from twinbench.models.weights import canonical_to_jax
 
-    cfg = ModelConfig(layers=2, d_model=128, heads=2, vocab=256, context=128)
-    weights = init_gpt(cfg, seed=0)
-    x = jax.random.randint(jax.random.key(4), (2, 129), 0, 256)
+    module, cls = {"gpt": (gpt_jax, "GPT"), "bert": (bert_jax, "BERT"), "llama": (llama_jax, "Llama")}[family]
+    cfg, (x, y), weights = _twin_inputs(family)
     results = []
     for impl in ("default", "splash"):
-        model = gpt_jax.GPT(cfg, nnx.Rngs(0), ModelOptions(attention_impl=impl))
+        model = getattr(module, cls)(cfg, nnx.Rngs(0), ModelOptions(attention_impl=impl))
         canonical_to_jax(model, weights)
-        loss, grads = nnx.jit(nnx.value_and_grad(gpt_jax.loss_fn))(model, x[:, :-1], x[:, 1:])
+        loss, grads = nnx.jit(nnx.value_and_grad(module.loss_fn))(model, x, y)
         results.append((float(loss), jax.tree.leaves(grads)))
     (loss_d, g_d), (loss_s, g_s) = results
     assert abs(loss_s - loss_d) <= 1e-5 * abs(loss_d)

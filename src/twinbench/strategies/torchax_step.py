@@ -150,15 +150,15 @@ def sdpa_as(impl: str) -> Callable[..., Any]:
             raise TorchaxUnsupported(f"--attention-impl {impl} under torchax: scaled_dot_product_attention with "
                                      f"dropout_p={dropout_p} has no dropout in the JAX attentions; use "
                                      "--attention-impl default")
-        q, k, v = (jnp.swapaxes(t, 1, 2) for t in (query, key, value))  # -> [B, T, H, D]
-        if enable_gqa and k.shape[2] != q.shape[2]:
-            k, v = (jnp.repeat(t, q.shape[2] // t.shape[2], axis=2) for t in (k, v))
+        q, k, v = query, key, value  # [B, H, T, D]
+        if enable_gqa and k.shape[1] != q.shape[1]:
+            k, v = (jnp.repeat(t, q.shape[1] // t.shape[1], axis=1) for t in (k, v))
         if scale is not None:
             q = q * jnp.asarray(scale * q.shape[-1] ** 0.5, q.dtype)
         masks: dict[str, Any] = {"is_causal": True} if is_causal else {}
         if attn_mask is not None:
             masks["mask" if attn_mask.dtype == jnp.bool_ else "bias"] = attn_mask
-        return jnp.swapaxes(attention(q, k, v, impl, **masks), 1, 2)
+        return attention(q, k, v, impl, layout_heads_first=True, **masks)
 
     return sdpa
 

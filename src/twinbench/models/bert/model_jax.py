@@ -23,7 +23,7 @@ from flax import nnx
 
 from twinbench.config import ModelConfig
 from twinbench.models import layers_jax
-from twinbench.models.layers_jax import DTYPES, REMAT_POLICIES, LayerNorm, Linear, attention
+from twinbench.models.layers_jax import DTYPES, REMAT_POLICIES, LayerNorm, Linear, attention, heads_first
 from twinbench.models.options import ModelOptions
 
 TYPE_VOCAB = 2  # segment ids: 0 for the first text, 1 for the second of a pair
@@ -53,11 +53,12 @@ class SelfAttention(nnx.Module):
         self.value = _linear(cfg.d_model, cfg.d_model, rngs, dtype)
 
     def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
-        B, T, C = x.shape
-        q, k, v = (t.reshape(B, T, self.heads, C // self.heads)
-                   for t in (self.query(x), self.key(x), self.value(x)))
+        """The heads' outputs, ``[B, T, H, D]`` or, where the attention takes them heads first
+        (``layers_jax.heads_first``), ``[B, H, T, D]``: ``SelfOutput`` merges them in its product."""
+        first = heads_first(self.impl)
+        q, k, v = (proj.to_heads(x, self.heads, first) for proj in (self.query, self.key, self.value))
         keep = attention_mask[:, None, None, :].astype(bool)  # [B, 1, 1, T]: which keys each query may see
-        attend = functools.partial(attention, impl=self.impl)
+        attend = functools.partial(attention, impl=self.impl, layout_heads_first=first)
         if self.mask_impl == "mul":
             y = attend(q, k, v, bias=attention_bias(keep, q.dtype))
         elif self.mask_impl == "cond":  # no padding in this batch: no mask at all; decided on the device
@@ -67,7 +68,7 @@ class SelfAttention(nnx.Module):
                              q, k, v)
         else:
             y = attend(q, k, v, mask=keep)
-        return y.reshape(B, T, C)
+        return y
 
 
 class SelfOutput(nnx.Module):
@@ -75,8 +76,9 @@ class SelfOutput(nnx.Module):
         self.dense = _linear(cfg.d_model, cfg.d_model, rngs, dtype)
         self.LayerNorm = LayerNorm(cfg.d_model, epsilon=LN_EPS, rngs=rngs)
 
-    def __call__(self, h: jax.Array, x: jax.Array) -> jax.Array:
-        return self.LayerNorm(self.dense(h) + x)
+    def __call__(self, h: jax.Array, x: jax.Array, first: bool = False) -> jax.Array:
+        """``h``: the attention heads' outputs (``first``: ``[B, H, T, D]``, else ``[B, T, H, D]``)."""
+        return self.LayerNorm(self.dense.from_heads(h, first) + x)
 
 
 class Attention(nnx.Module):
@@ -86,7 +88,7 @@ class Attention(nnx.Module):
         self.output = SelfOutput(cfg, rngs, dtype)
 
     def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
-        return self.output(self.self(x, attention_mask), x)
+        return self.output(self.self(x, attention_mask), x, heads_first(self.self.impl))
 
 
 class Intermediate(nnx.Module):
