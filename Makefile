@@ -23,6 +23,11 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile $(CONSTRAINTS) -e '.[$(EXTRAS)]'
 	@touch $(STAMP)
 
+# Python keeps the bytecode of what it imports (__pycache__, ignored by git) even where the environment says
+# PYTHONDONTWRITEBYTECODE: otherwise every process twinbench and the tests start (a worker per run) compiles
+# torch's, JAX's and its own modules from source again, ~5 s of a tiny run's 12 on a 2-core machine.
+demo test: export PYTHONDONTWRITEBYTECODE=
+
 demo: $(STAMP)
 	$(VENV)/bin/twinbench compare
 
