@@ -89,8 +89,11 @@ def write_text(path: Path, text: str, what: str) -> bool:
 
 
 def fail(message: str, code: int = 2) -> None:
-    """One line on stderr, a non-zero exit: how every user error ends."""
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """One line on stderr, a non-zero exit: how every user error ends. The message is printed as written (its
+    brackets are no markup: a shape ``[B, 1, 1, T]`` or ``jax[tpu]`` stays whole)."""
+    from rich.markup import escape
+
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
