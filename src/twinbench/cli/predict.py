@@ -27,6 +27,9 @@ def predict_cmd(
                                              "fit the predictions of its kinds (platform x framework) to it"),
     model: Optional[str] = typer.Option(None, "--model", help="your own PyTorch model, FILE.py:build (as compare)"),  # noqa: UP045
     json_path: Optional[Path] = typer.Option(None, "--json", help="also write the predictions here"),  # noqa: UP045
+    compile_: bool = typer.Option(False, "--compile", help="TPU devices, JAX strategies: compile the step here "
+                                  "with the TPU compiler (libtpu, no TPU needed; a minute or two a strategy) for "
+                                  "the memory the chip would report, instead of the estimate from the shapes"),
     **overrides: Any,
 ) -> None:
     """Predict the step on a device you do not have, from the program read here (no training step runs).
@@ -41,6 +44,7 @@ def predict_cmd(
     from twinbench.predict.command import PeakUnavailable, run
     from twinbench.predict.datasheets import DEVICES
     from twinbench.predict.text import render
+    from twinbench.predict.tpu_compile import TpuCompileUnavailable
 
     if device.strip().lower() not in DEVICES:
         fail(f"--device: unknown device {device!r}; known: {', '.join(DEVICES)}")
@@ -63,8 +67,8 @@ def predict_cmd(
 
             specs, _ = prepare_user(specs, Path(tmp), 600.0)
         try:
-            preds, lines = run(specs, device.strip().lower(), devices, calibrate)
-        except (CalibrationError, OSError) as e:
+            preds, lines = run(specs, device.strip().lower(), devices, calibrate, compile_)
+        except (CalibrationError, OSError, TpuCompileUnavailable) as e:
             fail(str(e))
         except PeakUnavailable as e:
             fail(str(e), code=1)

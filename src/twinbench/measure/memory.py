@@ -163,7 +163,12 @@ def compile_refusal(error: BaseException) -> tuple[int, int] | None:
 def jax_compiled_sizes(jitted: Any, *args: Any) -> dict[str, int]:
     """``memory_analysis()`` of ``jitted`` compiled for ``args`` (abstract shapes suffice): argument, output,
     alias and temp bytes. Nothing is executed; with a warm compilation cache nothing is recompiled."""
-    ma = jitted.lower(*args).compile().memory_analysis()
+    return compiled_sizes(jitted.lower(*args).compile())
+
+
+def compiled_sizes(compiled: Any) -> dict[str, int]:
+    """A compiled program's ``memory_analysis()``: argument, output, alias, temp and generated code bytes."""
+    ma = compiled.memory_analysis()
     names = ("argument", "output", "alias", "temp", "generated_code")
     return {n: int(getattr(ma, f"{n}_size_in_bytes", 0) or 0) for n in names} if ma is not None else {}
 

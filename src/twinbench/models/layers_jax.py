@@ -5,7 +5,10 @@ the default optimizer (gradient clipping by global norm + AdamW). Twin of ``laye
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -25,6 +28,31 @@ KERNELS = {"jax-nn": None, "cudnn": "cudnn"}
 #: (8 x 12 heads x 1024 x 64, causal, bf16) took 4.3 ms at 256, 3.0 ms at 512 and 1024, 2.5 ms at 512 with
 #: the fused backward kernel (XLA's einsums: 6.0 ms; benchmarks/RESULTS.md). Blocks of 128 lanes at least.
 SPLASH_BLOCKS = (512, 256, 128)
+
+
+#: the platform the program being traced will run on, where that is not this process's own (``lowering_for``)
+_TARGET_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar("twinbench_target", default=None)
+
+
+@contextlib.contextmanager
+def lowering_for(platform: str) -> Iterator[None]:
+    """Trace the twins for ``platform`` (``tpu``) while this process runs on another (a TPU step compiled on
+    a CPU by ``twinbench predict --compile``): the Pallas TPU kernels are then built as Mosaic kernels, not
+    for Pallas's interpreter. Only what is traced inside the block is affected. JAX's tracing caches are
+    cleared on the way in and out: a splash kernel traced for one platform is otherwise reused for the other
+    (the kernel's cached trace does not tell them apart)."""
+    token = _TARGET_PLATFORM.set(platform)
+    jax.clear_caches()
+    try:
+        yield
+    finally:
+        _TARGET_PLATFORM.reset(token)
+        jax.clear_caches()
+
+
+def target_platform() -> str:
+    """The platform the twins are traced for: ``lowering_for``'s, else this process's default backend."""
+    return _TARGET_PLATFORM.get() or jax.default_backend()
 
 
 #: queries per block of "chunked" attention (the sequence is split into blocks of at most this many).
@@ -208,7 +236,7 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, is_causal: boo
                               block_kv_dkv=block, block_kv_dkv_compute=block, use_fused_bwd_kernel=True)
     head_mask = splash.CausalMask((T, T)) if is_causal else splash.FullMask((T, T))
     kernel = splash.make_splash_mha(splash.MultiHeadMask([head_mask] * H), block_sizes=sizes, head_shards=1,
-                                    q_seq_shards=1, interpret=jax.default_backend() != "tpu")
+                                    q_seq_shards=1, interpret=target_platform() != "tpu")
     q = q * jnp.asarray(1.0 / math.sqrt(D), q.dtype)
     with jax.default_matmul_precision("default"):  # Mosaic refuses "highest" on bf16 operands
         return _splash_call(kernel, splash, q, k, v, mask, B, T)

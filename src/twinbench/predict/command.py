@@ -111,8 +111,9 @@ def program_of(spec: RunSpec):
 
 
 def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point], fitted: dict,
-                devices: int = 1, cache: dict | None = None) -> Prediction:
-    """One strategy's prediction on ``sheet``, with its error bar, calibration factor and devices curve."""
+                devices: int = 1, cache: dict | None = None, compile_step: bool = False) -> Prediction:
+    """One strategy's prediction on ``sheet``, with its error bar, calibration factor and devices curve;
+    ``compile_step``: its memory from the step compiled for the TPU by the TPU compiler (:func:`compiled`)."""
     key = (spec.framework, spec.strategy, spec.preset, spec.train.batch, spec.train.seq, spec.model,
            spec.attention_impl)
     prog = cache.get(key) if cache is not None else None
@@ -139,9 +140,35 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
                       factor=fitted.get(kind, 1.0), error_bar=calibration.error_bar(points, kind),
                       memory_error_bar=calibration.error_bar(points, kind, memory=True),
                       steps_per_call=prog.steps_per_call, source=prog.source, notes=notes)
+    if compile_step:
+        compiled(pred)
     if devices > 1:
         pred.curve = scaling.curve(pred.step_ms, pred.grad_bytes, sheet, spec.framework, spec.strategy, devices)
     return pred
+
+
+def compiled(pred: Prediction) -> None:
+    """``pred``'s memory replaced by that of its step compiled for its TPU here (``tpu_compile.py``): the
+    figure a run on the chip reports, so the memory error bar of the estimates no longer applies. A torch
+    strategy (no XLA program) or a device that is not a TPU keeps the estimate, with a note saying why."""
+    from twinbench.predict import tpu_compile
+    from twinbench.predict.program import trainer_and_batch
+
+    if pred.sheet.platform != "tpu":
+        pred.notes.append(f"--compile: compiles for TPUs; {pred.sheet.name} keeps the estimate from the shapes")
+        return
+    if pred.spec.framework != "jax":
+        pred.notes.append("--compile: a torch strategy has no XLA program to compile; its memory is the "
+                          "estimate (jax:torchax runs the same torch model as an XLA program)")
+        return
+    step = tpu_compile.compile_step(*trainer_and_batch(pred.spec), device=pred.sheet.name)
+    pred.memory_range = (step.peak_bytes, step.peak_bytes)
+    pred.memory_error_bar = None
+    s = step.sizes
+    pred.notes.append(f"memory: the step compiled here for {step.device_kind} by {step.compiler} (no TPU used): "
+                      f"arguments {s['argument'] / 2**30:.2f} + temporaries {s['temp'] / 2**30:.2f} + code "
+                      f"{s['generated_code'] / 2**30:.2f} GiB + outputs not aliased to the arguments "
+                      f"{(s['output'] - s['alias']) / 2**30:.2f} GiB, the sum a run on the chip reports as its peak")
 
 
 def predict_point(point: calibration.Point, cache: dict, sheets: dict | None = None) -> float:
@@ -234,11 +261,16 @@ def _ram_gib() -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
 
 
-def run(specs: list[RunSpec], device: str, devices: int = 1, calibrate: Path | None = None) -> tuple[
-        list[Prediction], list[str]]:
-    """Every spec's prediction on ``device``; the lines to print about the calibration used."""
+def run(specs: list[RunSpec], device: str, devices: int = 1, calibrate: Path | None = None,
+        compile_step: bool = False) -> tuple[list[Prediction], list[str]]:
+    """Every spec's prediction on ``device``; the lines to print about the calibration used. ``compile_step``:
+    memory from the step compiled for a TPU ``device`` here (checked before any work: libtpu is needed)."""
     sheets: dict[str, Datasheet] = {}
-    lookup(device) if device != "here" else None  # an unknown device fails before any work
+    sheet = lookup(device) if device != "here" else None  # an unknown device fails before any work
+    if compile_step and sheet is not None and sheet.platform == "tpu":
+        from twinbench.predict.tpu_compile import target_device
+
+        target_device(device)  # no TPU compiler here: one line, before any program is read
     points, lines = calibration.shipped(), []
     fitted: dict = {}
     cache: dict = {}
@@ -255,4 +287,5 @@ def run(specs: list[RunSpec], device: str, devices: int = 1, calibrate: Path | N
             n = sum(1 for p in user if p.kind == (plat, fw))
             lines.append(f"--calibrate: {fw} on {plat}: measured / predicted = {f:.2f} over {n} point(s) of "
                          f"{calibrate.name}; predictions of that kind are scaled by it")
-    return [predict_one(s, sheet_of(device, s, sheets), points, fitted, devices, cache) for s in specs], lines
+    return [predict_one(s, sheet_of(device, s, sheets), points, fitted, devices, cache, compile_step)
+            for s in specs], lines
