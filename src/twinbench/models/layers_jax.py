@@ -119,9 +119,10 @@ def einsum_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, is_causal: boo
 
 
 #: attention implementations whose natural layout is ``[B, H, T, D]`` (heads first; the Pallas TPU kernels):
-#: a twin asks :func:`heads_first` and has its projections write q, k, v in that order
-#: (:func:`project_heads`), so no transpose stands between the product and the kernel. The others take
-#: ``[B, T, H, D]``, which is a plain reshape of a projection's output.
+#: a twin may ask :func:`heads_first` and have its projections write q, k, v in that order
+#: (:func:`project_heads`), so no transpose stands between the product and the kernel (BERT does: 3% faster
+#: on a TPU v5e; GPT-2 and Llama measured 2-3% slower so and give ``[B, T, H, D]``, which attention() swaps).
+#: The others take ``[B, T, H, D]``, a plain reshape of a projection's output.
 HEADS_FIRST = frozenset({"splash"})
 
 
@@ -161,7 +162,7 @@ def project_heads(x: jax.Array, w: jax.Array, heads: int, first: bool, b: jax.Ar
     """``x @ w.T (+ b)`` (``w`` ``[H*D, in]``, torch's layout) split into ``heads``: ``[B, T, H, D]`` (a reshape
     of the product), or with ``first`` ``[B, H, T, D]``, the order the product itself writes, so the compiler
     lays the output out for the kernel directly (on a TPU v5e, BERT-base's step at 32 x 512 had 26 ms of
-    layout copies by XLA's cost estimate with the reshape and transpose, 2.5 ms so)."""
+    layout copies by XLA's cost estimate with the reshape and transpose, 2.5 ms so; measured, 119.5 -> 115.6 ms)."""
     D = w.shape[0] // heads
     if first:
         y = jnp.einsum("btc,hdc->bhtd", x, w.reshape(heads, D, -1))

@@ -18,11 +18,8 @@ from twinbench.models.layers_jax import (
     REMAT_POLICIES,
     attention,
     cross_entropy,
-    heads_first,
     make_optimizer,
-    merge_heads,
     normal,
-    project_heads,
 )
 from twinbench.models.llama.shape import EPS, inv_freq, kv_heads
 from twinbench.models.options import ModelOptions
@@ -42,14 +39,6 @@ class Linear(nnx.Module):
         w = self.weight[...].astype(self.dtype)
         return jax.lax.dot_general(x.astype(self.dtype), w, (((x.ndim - 1,), (1,)), ((), ())))
 
-    def to_heads(self, x: jax.Array, heads: int, first: bool) -> jax.Array:
-        """``self(x)`` split into ``heads`` (``layers_jax.project_heads``)."""
-        return project_heads(x.astype(self.dtype), self.weight[...].astype(self.dtype), heads, first)
-
-    def from_heads(self, y: jax.Array, first: bool) -> jax.Array:
-        """``self`` over the heads of ``y`` merged (``layers_jax.merge_heads``)."""
-        return merge_heads(y.astype(self.dtype), self.weight[...].astype(self.dtype), first)
-
 
 class RMSNorm(nnx.Module):
     def __init__(self, d: int):
@@ -62,13 +51,10 @@ class RMSNorm(nnx.Module):
             return self.weight[...] * h.astype(x.dtype)
 
 
-def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, first: bool = False) -> jax.Array:
-    """RoPE on ``[B, T, H, hd]`` (``first``: ``[B, H, T, hd]``): the pairs (x1, x2) are the two halves of the
-    head dimension; ``cos`` and ``sin`` are ``[T, hd / 2]``."""
+def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """RoPE on ``[B, T, H, hd]``: the pairs (x1, x2) are the two halves of the head dimension."""
     x1, x2 = jnp.split(x, 2, axis=-1)
-    if not first:
-        cos, sin = cos[:, None, :], sin[:, None, :]
-    cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
+    cos, sin = cos[:, None, :].astype(x.dtype), sin[:, None, :].astype(x.dtype)
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
@@ -84,15 +70,19 @@ class Attention(nnx.Module):
         self.o_proj = Linear(cfg.d_model, cfg.d_model, rngs, dtype)
 
     def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-        first = heads_first(self.impl)  # [B, H, T, hd] for a kernel that takes them so, else [B, T, H, hd]
-        q, k, v = (p.to_heads(x, n, first) for p, n in ((self.q_proj, self.heads), (self.k_proj, self.kv_heads),
-                                                         (self.v_proj, self.kv_heads)))
-        q, k = rotate(q, cos, sin, first), rotate(k, cos, sin, first)
+        # [B, T, H, hd] for every attention, splash too (attention() transposes): written heads first by the
+        # projections, as BERT's are, llama-300m's step took 151.8 ms against 148.2 on a TPU v5e (8 x 1024 bf16,
+        # the same sitting; benchmarks/RESULTS.md, "On a TPU")
+        B, T, C = x.shape
+        hd = C // self.heads
+        q = self.q_proj(x).reshape(B, T, self.heads, hd)
+        k = self.k_proj(x).reshape(B, T, self.kv_heads, hd)
+        v = self.v_proj(x).reshape(B, T, self.kv_heads, hd)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         group = self.heads // self.kv_heads  # each key/value head serves `group` consecutive query heads
-        axis = 1 if first else 2
-        k, v = jnp.repeat(k, group, axis=axis), jnp.repeat(v, group, axis=axis)
-        y = attention(q, k, v, self.impl, layout_heads_first=first, is_causal=True)
-        return self.o_proj.from_heads(y, first)
+        k, v = jnp.repeat(k, group, axis=2), jnp.repeat(v, group, axis=2)
+        y = attention(q, k, v, self.impl, is_causal=True)
+        return self.o_proj(y.reshape(B, T, C))
 
 
 class MLP(nnx.Module):
