@@ -58,7 +58,10 @@ fi
 {
   echo "# tpu_check conditions"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "git: $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
+  # the code the runs import (PYTHONPATH may point at another checkout) and a digest of it: a copied working tree
+  # can carry a .git that is not the code's
+  "$PY" -c 'import hashlib, pathlib, twinbench; p = pathlib.Path(twinbench.__file__).parent; h = hashlib.sha1(); [h.update(f.read_bytes()) for f in sorted(p.rglob("*.py"))]; print(f"twinbench: {p} (sources sha1 {h.hexdigest()[:12]})")' 
   echo "python: $("$PY" --version 2>&1)"
   "$PY" -c 'import jax; d = jax.devices()[0]; print(f"device: {d.device_kind} x {jax.device_count()} ({d.platform}), jax {jax.__version__}")'
   "$PY" -c 'import importlib.metadata as m; print("versions:", ", ".join(f"{p} {m.version(p)}" for p in ("jaxlib", "libtpu", "flax", "optax", "torch", "torchax", "transformers") if __import__("importlib.util").util.find_spec(p.replace("-", "_")) or p == "libtpu"))' 2>/dev/null || true
