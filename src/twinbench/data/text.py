@@ -9,6 +9,7 @@ arrays, whichever framework consumes them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,25 +21,31 @@ CORPUS_BYTES = 1 << 20
 
 
 def synthetic_corpus(seed: int = 1234, n_bytes: int = CORPUS_BYTES) -> np.ndarray:
-    """A deterministic byte corpus (uint8) from a word-level Markov source over lowercase letters."""
+    """A deterministic byte corpus (uint8) from a word-level Markov source over lowercase letters (a fresh,
+    writable copy; the bytes are made once per process and arguments)."""
+    return np.frombuffer(_corpus_bytes(seed, n_bytes), np.uint8).copy()
+
+
+@functools.lru_cache(maxsize=8)
+def _corpus_bytes(seed: int, n_bytes: int) -> bytes:
     rng = np.random.default_rng(seed)
     letters = np.frombuffer(b"etaoinshrdlcumwfgypbvkjxqz", np.uint8)
     letter_p = 1.0 / np.arange(1, 27) ** 0.9
     letter_p /= letter_p.sum()
     n_words = 400
     words = [bytes(rng.choice(letters, size=rng.integers(2, 8), p=letter_p)) for _ in range(n_words)]
-    successors = rng.integers(0, n_words, size=(n_words, 6))
+    successors = rng.integers(0, n_words, size=(n_words, 6)).tolist()
     succ_p = np.array([0.4, 0.25, 0.15, 0.1, 0.06, 0.04])
     n_draws = n_bytes // 2  # more words than needed: every word and separator is >= 2 bytes
-    picks, seps = rng.choice(6, size=n_draws, p=succ_p), rng.random(n_draws)
+    picks, seps = rng.choice(6, size=n_draws, p=succ_p).tolist(), rng.random(n_draws).tolist()
     out, size, w, i = bytearray(), 0, 0, 0
-    while size < n_bytes:
+    while size < n_bytes:  # Python lists, not NumPy scalars, in the loop: ~5x faster, the same bytes
         word, r = words[w], seps[i]
         sep = b". " if r < 0.06 else b".\n" if r < 0.08 else b", " if r < 0.14 else b" "
         out += word + sep
         size += len(word) + len(sep)
-        w, i = successors[w, picks[i]], i + 1
-    return np.frombuffer(bytes(out[:n_bytes]), np.uint8).copy()
+        w, i = successors[w][picks[i]], i + 1
+    return bytes(out[:n_bytes])
 
 
 def read_text_file(path: str | Path, min_bytes: int) -> np.ndarray:
