@@ -19,6 +19,7 @@ examples in the same batches whatever the policy or framework, so runs differ on
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -108,7 +109,13 @@ def _sentence(rng: np.random.Generator, topic_words: list[str], common: list[str
 
 
 def synthetic_task(seq: int, n: int, seed: int) -> list[Example]:
-    """``n`` examples of the embedded topic task, token lengths log-normal with a long tail to ``seq``."""
+    """``n`` examples of the embedded topic task, token lengths log-normal with a long tail to ``seq`` (a new
+    list each call; the examples, immutable, are drawn once per process and arguments)."""
+    return list(_synthetic_task(seq, n, seed))
+
+
+@functools.lru_cache(maxsize=8)
+def _synthetic_task(seq: int, n: int, seed: int) -> tuple[Example, ...]:
     vocab_rng = np.random.default_rng(4321)  # the task itself (vocabularies) is fixed; ``seed`` draws examples
     topics = [_vocab(vocab_rng, b"aeioustrnl", 60), _vocab(vocab_rng, b"aeioubkgpdz", 60)]
     common = _vocab(vocab_rng, b"aeiouhmwyfc", 80)
@@ -124,7 +131,7 @@ def synthetic_task(seq: int, n: int, seed: int) -> list[Example]:
             cut = int(rng.integers(tokens // 3, 2 * tokens // 3 + 1))
             out.append(Example(_sentence(rng, topics[ta], common, max(cut - 2, 3)),
                                _sentence(rng, topics[tb], common, max(tokens - cut - 1, 3)), int(ta == tb)))
-    return out
+    return tuple(out)
 
 
 # ------------------------------------------------------------------------------------------- JSONL file
