@@ -28,15 +28,15 @@ CLOCK_GHZ = {"tpu-v5e": 1.5, "tpu-v4": 1.05, "tpu-v5p": 1.75, "tpu-v6e": 1.75}
 
 def cycles_by_kind(hlo: str) -> tuple[collections.Counter, collections.Counter]:
     """(estimated cycles, count) of the entry computation's ops by kind (a fusion by its name's stem)."""
-    entry = hlo[hlo.index("\nENTRY"):]
+    from twinbench.hlo_text import parse
+
+    mod = parse(hlo)
     cycles: collections.Counter = collections.Counter()
     count: collections.Counter = collections.Counter()
-    for line in entry.splitlines():
-        m = re.match(r"\s*(?:ROOT )?%(\S+) = .*? ([\w-]+)\(", line)
-        c = re.search(r'"estimated_cycles":"(\d+)"', line)
-        if m and c:
-            name, op = m.groups()
-            kind = op if op != "fusion" else "fusion:" + re.sub(r"[.\d]+$", "", name)
+    for ins in mod.computations[mod.entry]:
+        c = re.search(r'"estimated_cycles":"(\d+)"', ins.attrs)
+        if c:
+            kind = ins.opcode if ins.opcode != "fusion" else "fusion:" + re.sub(r"[.\d]+$", "", ins.name)
             cycles[kind] += int(c.group(1))
             count[kind] += 1
     return cycles, count
@@ -67,7 +67,7 @@ def main() -> None:
 
     sizes = compiled_sizes(compiled)
     hlo = compiled.as_text()
-    kernels = hlo.count('custom_call_target="tpu_custom_call"')
+    kernels = tpu_compile.mosaic_kernels(hlo)
     cycles, count = cycles_by_kind(hlo)
     ms = 1e-6 / CLOCK_GHZ[args.device]
     print(f"{args.strategy} {args.preset} {spec.train.batch}x{spec.train.seq} attention {args.attention_impl}, "

@@ -130,7 +130,7 @@ def _twin_inputs(family: str) -> tuple[object, tuple, object]:
 @pytest.mark.parametrize("family", ["gpt", "bert", "llama"])
 def test_twin_with_splash_attention_is_the_same_model(family: str) -> None:
     """The whole twin (loss and every gradient) with the splash kernel, whose q, k, v its projections write
-    heads first (``layers_jax.project_heads``), against the default attention on ``[B, T, H, D]``."""
+    heads first (``layers_jax.Linear.to_heads``), against the default attention on ``[B, T, H, D]``."""
     from flax import nnx
 
     from twinbench.models.bert import model_jax as bert_jax

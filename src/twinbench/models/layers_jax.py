@@ -120,7 +120,7 @@ def einsum_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, is_causal: boo
 
 #: attention implementations whose natural layout is ``[B, H, T, D]`` (heads first; the Pallas TPU kernels):
 #: a twin may ask :func:`heads_first` and have its projections write q, k, v in that order
-#: (:func:`project_heads`), so no transpose stands between the product and the kernel (BERT does: 3% faster
+#: (:meth:`Linear.to_heads`), so no transpose stands between the product and the kernel (BERT does: 3% faster
 #: on a TPU v5e; GPT-2 and Llama measured 2-3% slower so and give ``[B, T, H, D]``, which attention() swaps).
 #: The others take ``[B, T, H, D]``, a plain reshape of a projection's output.
 HEADS_FIRST = frozenset({"splash"})
@@ -156,31 +156,6 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str, *, layout_hea
     else:
         y = jax.nn.dot_product_attention(q, k, v, implementation=KERNELS[impl], **masks)
     return _swap_heads(y)[0] if swap else y
-
-
-def project_heads(x: jax.Array, w: jax.Array, heads: int, first: bool, b: jax.Array | None = None) -> jax.Array:
-    """``x @ w.T (+ b)`` (``w`` ``[H*D, in]``, torch's layout) split into ``heads``: ``[B, T, H, D]`` (a reshape
-    of the product), or with ``first`` ``[B, H, T, D]``, the order the product itself writes, so the compiler
-    lays the output out for the kernel directly (on a TPU v5e, BERT-base's step at 32 x 512 had 26 ms of
-    layout copies by XLA's cost estimate with the reshape and transpose, 2.5 ms so; measured, 119.5 -> 115.6 ms)."""
-    D = w.shape[0] // heads
-    if first:
-        y = jnp.einsum("btc,hdc->bhtd", x, w.reshape(heads, D, -1))
-        return y if b is None else y + b.reshape(heads, 1, D)
-    y = jax.lax.dot_general(x, w, (((x.ndim - 1,), (1,)), ((), ())))
-    return (y if b is None else y + b).reshape(*x.shape[:-1], heads, D)
-
-
-def merge_heads(y: jax.Array, w: jax.Array, first: bool, b: jax.Array | None = None) -> jax.Array:
-    """The heads of ``y`` (``[B, T, H, D]``, or ``[B, H, T, D]`` with ``first``) merged and projected by
-    ``w`` (``[out, H*D]``): ``y.reshape(B, T, H*D) @ w.T (+ b)``, as one product over (head, dim)."""
-    if first:
-        H, D = y.shape[1], y.shape[-1]
-        out = jnp.einsum("bhtd,ohd->bto", y, w.reshape(-1, H, D))
-    else:
-        flat = y.reshape(*y.shape[:-2], -1)
-        out = jax.lax.dot_general(flat, w, (((flat.ndim - 1,), (1,)), ((), ())))
-    return out if b is None else out + b
 
 
 def chunked_attention(q: jax.Array, k: jax.Array, v: jax.Array, chunk: int = ATTENTION_CHUNK) -> jax.Array:
@@ -280,14 +255,24 @@ class Linear(nnx.Module):
         return jax.lax.dot_general(x.astype(self.dtype), w, (((x.ndim - 1,), (1,)), ((), ()))) + b
 
     def to_heads(self, x: jax.Array, heads: int, first: bool) -> jax.Array:
-        """``self(x)`` split into ``heads`` (:func:`project_heads`): ``[B, T, H, D]``, or ``[B, H, T, D]``."""
-        return project_heads(x.astype(self.dtype), self.weight[...].astype(self.dtype), heads, first,
-                             self.bias[...].astype(self.dtype))
+        """``self(x)`` split into ``heads``: ``[B, T, H, D]`` (a reshape of the product), or with ``first``
+        ``[B, H, T, D]``, the order the product itself writes, so the compiler lays the output out for the kernel
+        directly (on a TPU v5e, BERT-base's step at 32 x 512 had 26 ms of layout copies by XLA's cost estimate
+        with the reshape and transpose, 2.5 ms so; measured, 119.5 -> 115.6 ms)."""
+        if not first:
+            return self(x).reshape(*x.shape[:-1], heads, -1)
+        w, b = self.weight[...].astype(self.dtype), self.bias[...].astype(self.dtype)
+        D = w.shape[0] // heads
+        return jnp.einsum("btc,hdc->bhtd", x.astype(self.dtype), w.reshape(heads, D, -1)) + b.reshape(heads, 1, D)
 
     def from_heads(self, y: jax.Array, first: bool) -> jax.Array:
-        """``self`` over the heads of ``y`` merged (:func:`merge_heads`)."""
-        return merge_heads(y.astype(self.dtype), self.weight[...].astype(self.dtype), first,
-                           self.bias[...].astype(self.dtype))
+        """``self`` over the heads of ``y`` (``[B, T, H, D]``, or ``[B, H, T, D]`` with ``first``) merged:
+        ``self(y.reshape(B, T, H * D))``, with ``first`` as one product over (head, dim)."""
+        if not first:
+            return self(y.reshape(*y.shape[:-2], -1))
+        w, b = self.weight[...].astype(self.dtype), self.bias[...].astype(self.dtype)
+        H, D = y.shape[1], y.shape[-1]
+        return jnp.einsum("bhtd,ohd->bto", y.astype(self.dtype), w.reshape(-1, H, D)) + b
 
 
 def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:

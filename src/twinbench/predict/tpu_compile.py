@@ -13,6 +13,7 @@ BERT-base on this project's 2-core machine.
 
 from __future__ import annotations
 
+import functools
 import glob
 import importlib.util
 import os
@@ -55,8 +56,10 @@ def libtpu_version() -> str | None:
         return "unknown"
 
 
+@functools.cache
 def target_device(device: str) -> Any:
-    """The first device of ``device``'s one-chip topology, compiled for from here."""
+    """The first device of ``device``'s one-chip topology, compiled for from here (described once per
+    process)."""
     if device not in TOPOLOGIES:
         raise TpuCompileUnavailable(f"no TPU topology for --device {device}")
     if libtpu_version() is None:
@@ -108,11 +111,15 @@ def compile_for(trainer: Any, x: Any, y: Any, device: str) -> Any:
         return trainer.train_step.lower(*args).compile()
 
 
+def mosaic_kernels(hlo: str) -> int:
+    """The Mosaic (Pallas TPU) kernels a compiled program's text calls."""
+    return hlo.count('custom_call_target="tpu_custom_call"')
+
+
 def compile_step(trainer: Any, x: Any, y: Any, device: str) -> CompiledStep:
     """What the TPU compiler says of ``trainer``'s step on ``device`` (:func:`compile_for`)."""
     from twinbench.measure.memory import compiled_sizes
 
     compiled = compile_for(trainer, x, y, device)
-    kernels = compiled.as_text().count('custom_call_target="tpu_custom_call"')
     return CompiledStep(compiled_sizes(compiled), target_device(device).device_kind, f"libtpu {libtpu_version()}",
-                        kernels)
+                        mosaic_kernels(compiled.as_text()))
