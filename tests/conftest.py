@@ -18,6 +18,11 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 # 100 unless COLUMNS says otherwise; tests/test_safety.py checks that default)
 os.environ.setdefault("COLUMNS", "180")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
+# OpenMP threads (torch's intra-op pool) sleep when idle instead of spinning: libgomp's default spin-wait took 11%
+# of the suite's CPU samples (perf), cores the other xdist worker and the runs' own threads needed. Set before
+# torch is imported (libgomp reads it once); the runs the tests start inherit it. Measured runs outside the
+# tests keep the OpenMP default.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # The tests check what is computed, never how fast (speed is measured in benchmarks/): XLA compiles without its
 # backend optimisations (~30% faster) and with its classic elemental fusion emitters instead of the MLIR ones
 # (FUSION_EMITTERS_OFF: the CPU backend compile of a tiny train step takes ~60% less, the suite's JAX cells ~45%
