@@ -86,6 +86,16 @@ def test_disagreeing_repeats_are_measured_again_then_refused(cache: Path, monkey
     assert p.trusted and p.method["attempts"] == 2 and p.spread < peak.MAX_SPREAD
 
 
+def test_a_busy_machine_gets_one_attempt(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured under load the figure is refused whatever its spread: disagreeing repeats are not timed again."""
+    noisy = Scripted(NOISY, STEADY)
+    monkeypatch.setattr(peak, "_per_size", noisy)
+    monkeypatch.setenv(peak.LOAD_ENV, "1.4")
+    p = peak.lookup(*ARGS)
+    assert noisy.calls == 1 and p.method["attempts"] == 1 and not p.trusted
+    assert [q.split(" (")[0] for q in p.problems()] == ["its repeats disagree by 90%", "it was measured on a busy machine"]
+
+
 def test_load_policy(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     scripted = Scripted(STEADY)
     monkeypatch.setattr(peak, "_per_size", scripted)

@@ -5,8 +5,8 @@ after one untimed warm-up call, smallest first, stopping after a size whose call
 at peak; bf16 on a CPU would otherwise take tens of seconds); the peak is the best repeat of the fastest
 size, and the *spread* of that size's repeats (max/min - 1) says how far they agree. A measurement whose
 repeats disagree by more than ``MAX_SPREAD`` (10%) is taken again (that size only), up to ``ATTEMPTS``
-times; if none agrees, the one that agrees best is kept but not trusted, and every record that uses it
-carries a warning (``twinbench peak --remeasure`` exits 1).
+times (once on a busy machine, whose figure is not trusted anyway); if none agrees, the one that agrees best is
+kept but not trusted, and every record that uses it carries a warning (``twinbench peak --remeasure`` exits 1).
 
 The cache (``peaks.json`` in the twinbench cache directory) is keyed on framework, platform, device, dtype,
 threads AND the framework's versions (torch [+ CUDA], or jax + jaxlib): an upgrade measures again. Each
@@ -445,6 +445,8 @@ def measure(framework: str, platform: str, device_name: str, dtype: str, threads
     """Measure now: up to ``ATTEMPTS`` times until the repeats of the fastest size agree within 10%.
 
     The first attempt times every size and picks the fastest (by median); later attempts time that size only.
+    On a busy machine (``load_per_core`` above ``HIGH_LOAD``) one attempt is made: its figure is not trusted
+    whatever its spread, and is measured again once the machine is quiet (:func:`lookup`).
     """
     from twinbench.measure.device import other_device_processes
 
@@ -453,7 +455,8 @@ def measure(framework: str, platform: str, device_name: str, dtype: str, threads
     best: Peak | None = None
     sizes: tuple[int, ...] | None = None
     tried: list[int] = []
-    for attempt in range(1, ATTEMPTS + 1):
+    attempts = 1 if load_per_core is not None and load_per_core > HIGH_LOAD else ATTEMPTS
+    for attempt in range(1, attempts + 1):
         per_size = _per_size(framework, platform, dtype, REPEATS, sizes)
         n = max(per_size, key=lambda s: sorted(per_size[s])[len(per_size[s]) // 2])  # fastest by median
         tried = tried if sizes else list(per_size)
@@ -469,7 +472,7 @@ def measure(framework: str, platform: str, device_name: str, dtype: str, threads
             break
     else:
         assert best is not None
-        best.method["attempts"] = ATTEMPTS
+        best.method["attempts"] = attempts
         peak = best
     others = max(others, other_device_processes(platform))
     if others:
