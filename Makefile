@@ -18,12 +18,18 @@ install: $(STAMP)
 # --no-compile: pip byte-compiles none of the ~14,000 .py files it installs (~40 s of one core: 3 ms a file; torch and
 # transformers are 5,200 of them); Python compiles the modules a run imports on first use and keeps them in the venv.
 # pip >= 25 first: a venv starts with the Python's own pip (23.2 here), whose resolver took 55% of the install
-# evaluating every file of the package indexes' pages (py-spy); pip 26 installs the same set in 33 s instead of 47.
+# evaluating every file of the package indexes' pages (py-spy); pip 25-26 install the same set in 30-33 s, not 47.
+# Since 24, pip warns once per package that an extra index of the machine's pip configuration does not hold
+# ("Location '...' is ignored: it is neither a file nor a directory"): those lines only are left out.
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+NOT_HELD := | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 $(STAMP): pyproject.toml constraints-cpu.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade 'pip>=25'
+	@echo "$(PIP) --upgrade 'pip>=25'" && $(PIP) --upgrade 'pip>=25' 2>&1 $(NOT_HELD)
 	@$(if $(GPU),echo "NVIDIA GPU found: installing JAX's CUDA plugin too (the cuda extra); twinbench checks both frameworks see the GPU: $(PY) -m twinbench.environment --gpu")
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile $(CONSTRAINTS) -e '.[$(EXTRAS)]'
+	@echo "$(PIP) --no-compile $(CONSTRAINTS) -e '.[$(EXTRAS)]'" && $(PIP) --no-compile $(CONSTRAINTS) -e '.[$(EXTRAS)]' 2>&1 $(NOT_HELD)
 	@touch $(STAMP)
 
 # Python keeps the bytecode of what it imports (__pycache__, ignored by git) even where the environment says
