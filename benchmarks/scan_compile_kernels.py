@@ -2,8 +2,8 @@
 
 For each strategy (each in its own process, one after the other, ``--repeats`` rounds), the small preset's JAX
 step at ``--layers`` layers: trace, lowering and XLA compile seconds, the steady step time (median of 5 after
-one), and what the compiled program holds: fusions, and *distinct* fused computations once their instruction
-names are stripped. XLA:CPU emits one kernel per distinct fused computation: an unrolled model's identical
+one), and what the compiled program holds: fusions, *distinct* fused computations once their instruction
+names are stripped, how many of those run inside a loop body, and how many the first run compiles too. XLA:CPU emits one kernel per distinct fused computation: an unrolled model's identical
 layers share their kernels, so unrolling costs HLO passes, not code generation.
 
     python benchmarks/scan_compile_kernels.py [--layers 12] [--repeats 3] [STRATEGY[:REMAT_POLICY] ...]
@@ -14,6 +14,7 @@ Defaults: jit, scan-layers, scan-layers+remat:dots-saveable, scan-layers+remat:f
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import statistics
@@ -26,23 +27,32 @@ from twinbench import hlo_text
 
 DEFAULT = ["jit", "scan-layers", "scan-layers+remat:dots-saveable", "scan-layers+remat:full", "jit+remat:full"]
 _METADATA = re.compile(r",?\s*metadata=\{[^}]*\}")
+_BODY = re.compile(r"body=%?([\w.\-]+)")
 _NUMBERED = re.compile(r"%?([A-Za-z_][\w\-]*?)(?:[._]\d+)+\b")  # %region_76, %add.12: the name without its number
 
 
-def kernels(hlo: str) -> tuple[int, int]:
-    """(fusion instructions, distinct fused computations): two fused computations are the same kernel when
-    their instructions have the same opcodes, shapes, layouts, operands (by position) and attributes, whatever
-    their names (compiled HLO, :mod:`twinbench.hlo_text`)."""
+def kernels(hlo: str) -> tuple[int, set[str], set[str]]:
+    """(fusion instructions, distinct fused computations, those of them called inside a loop body): two fused
+    computations are the same kernel when their instructions have the same opcodes, shapes, layouts, operands
+    (by position) and attributes, whatever their names (compiled HLO, :mod:`twinbench.hlo_text`). Each kernel
+    is named by a digest of that description, so that runs in other processes can be compared."""
     mod = hlo_text.parse(hlo)
-    called = [ins.calls for instrs in mod.computations.values() for ins in instrs if ins.opcode == "fusion"]
-    distinct = set()
-    for comp in set(called):
+    calls = [(caller, ins.calls) for caller, instrs in mod.computations.items() for ins in instrs
+             if ins.opcode == "fusion"]
+
+    def digest(comp: str) -> str:
         instrs = mod.computations.get(comp, [])
         position = {ins.name: k for k, ins in enumerate(instrs)}
-        distinct.add(tuple((ins.opcode, tuple(ins.shapes), tuple(ins.layouts),
-                            tuple(position.get(o, o) for o in ins.operands),
-                            _NUMBERED.sub(r"\1", _METADATA.sub("", ins.attrs))) for ins in instrs))
-    return len(called), len(distinct)
+        desc = tuple((ins.opcode, tuple(ins.shapes), tuple(ins.layouts),
+                      tuple(position.get(o, o) for o in ins.operands),
+                      _NUMBERED.sub(r"\1", _METADATA.sub("", ins.attrs))) for ins in instrs)
+        return hashlib.sha1(repr(desc).encode()).hexdigest()[:16]
+
+    loop_bodies = {m.group(1) for instrs in mod.computations.values() for ins in instrs if ins.opcode == "while"
+                   for m in [_BODY.search(ins.attrs)] if m}
+    distinct = {digest(comp) for _, comp in calls}
+    in_loop = {digest(comp) for caller, comp in calls if caller in loop_bodies}
+    return len(calls), distinct, in_loop
 
 
 def child(strategy: str, policy: str, layers: int) -> None:
@@ -68,7 +78,7 @@ def child(strategy: str, policy: str, layers: int) -> None:
     t2 = time.perf_counter()
     compiled = lowered.compile()
     t3 = time.perf_counter()
-    fusions, distinct = kernels(compiled.as_text())
+    fusions, distinct, in_loop = kernels(compiled.as_text())
     params, opt_state, times = t.params, t.opt_state, []
     for _ in range(6):
         s = time.perf_counter()
@@ -76,7 +86,8 @@ def child(strategy: str, policy: str, layers: int) -> None:
         jax.block_until_ready(loss)
         times.append(time.perf_counter() - s)
     print(json.dumps({"trace_s": t1 - t0, "lower_s": t2 - t1, "xla_s": t3 - t2, "compile_s": t3 - t0,
-                      "step_ms": statistics.median(times[1:]) * 1e3, "fusions": fusions, "distinct": distinct}))
+                      "step_ms": statistics.median(times[1:]) * 1e3, "fusions": fusions,
+                      "kernels": sorted(distinct), "in_loop": len(in_loop)}))
 
 
 def main() -> None:
@@ -102,7 +113,8 @@ def main() -> None:
     print(f"small preset, {args.layers} layers; median (min-max) of {args.repeats} processes per run, run in turn; "
           f"ratio = the median of each round's compile_s over {args.runs[0]}'s")
     print(f"{'run':34s} {'trace':>6s} {'lower':>6s} {'xla':>6s} {'compile s':>17s} {'ratio':>6s} "
-          f"{'step ms':>8s} {'fusions':>8s} {'distinct':>8s}")
+          f"{'step ms':>8s} {'fusions':>8s} {'distinct':>8s} {'in loop':>8s} {'shared':>7s}")
+    ref_kernels = set(ref[0]["kernels"])
     for run, rs in rows.items():
         def med(k: str, rs: list[dict] = rs) -> float:
             return statistics.median(r[k] for r in rs)
@@ -110,7 +122,10 @@ def main() -> None:
         ratio = statistics.median(r["compile_s"] / b["compile_s"] for r, b in zip(rs, ref, strict=True))
         print(f"{run:34s} {med('trace_s'):6.2f} {med('lower_s'):6.2f} {med('xla_s'):6.2f} "
               f"{med('compile_s'):5.2f} ({min(comp):.2f}-{max(comp):.2f}) {ratio:6.2f} {med('step_ms'):8.1f} "
-              f"{rs[0]['fusions']:8d} {rs[0]['distinct']:8d}")
+              f"{rs[0]['fusions']:8d} {len(rs[0]['kernels']):8d} {rs[0]['in_loop']:8d} "
+              f"{len(ref_kernels & set(rs[0]['kernels'])):7d}")
+    print(f"distinct: kernels XLA:CPU compiles; in loop: those called inside a loop body (the scan's); shared: "
+          f"those {args.runs[0]} compiles too")
 
 
 if __name__ == "__main__":
