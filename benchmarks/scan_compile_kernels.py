@@ -50,9 +50,9 @@ def kernels(hlo: str) -> tuple[int, set[str], set[str]]:
 
     loop_bodies = {m.group(1) for instrs in mod.computations.values() for ins in instrs if ins.opcode == "while"
                    for m in [_BODY.search(ins.attrs)] if m}
-    distinct = {digest(comp) for _, comp in calls}
-    in_loop = {digest(comp) for caller, comp in calls if caller in loop_bodies}
-    return len(calls), distinct, in_loop
+    named = {comp: digest(comp) for comp in {comp for _, comp in calls}}
+    in_loop = {named[comp] for caller, comp in calls if caller in loop_bodies}
+    return len(calls), set(named.values()), in_loop
 
 
 def child(strategy: str, policy: str, layers: int) -> None:

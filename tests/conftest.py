@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from suite_xla_flags import SUITE
 
 os.environ.setdefault("TWINBENCH_CACHE", tempfile.mkdtemp(prefix="twinbench-test-cache-"))
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -24,16 +25,15 @@ os.environ["CUDA_VISIBLE_DEVICES"] = ""
 # tests keep the OpenMP default.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # The tests check what is computed, never how fast (speed is measured in benchmarks/): XLA compiles without its
-# backend optimisations (~30% faster) and with its classic elemental fusion emitters instead of the MLIR ones
-# (FUSION_EMITTERS_OFF: the CPU backend compile of a tiny train step takes ~60% less, the suite's JAX cells ~45%
-# less CPU), in this process and every run it starts. Both sides of every comparison are compiled alike; the
+# backend optimisations (~30% faster) and with its classic elemental fusion emitters instead of the MLIR ones (the
+# CPU backend compile of a tiny train step takes ~60% less, the suite's JAX cells ~45% less CPU), in this process
+# and every run it starts (the flags: tests/suite_xla_flags.py). Both sides of every comparison are compiled alike; the
 # JAX-PyTorch parity tolerances hold with it (tests/models/). LLVM code generation is not split into 32 parts
 # compiled on threads (split count 1): a tiny train step's compile takes ~16% less CPU (median of 10 processes
 # each), CPU the two xdist workers need more than the threads' wall time. The doctor's own runs of example scripts
 # keep XLA's emitters and split (tests/doctor/doctor_env.py): their findings' severities are thresholds on
 # compile seconds.
-FUSION_EMITTERS_OFF = "--xla_cpu_use_fusion_emitters=false"
-for _flag in ("--xla_backend_optimization_level=0", FUSION_EMITTERS_OFF, "--xla_cpu_parallel_codegen_split_count=1"):
+for _flag in SUITE:
     if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), _flag]).strip()
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 
-SUITE_ONLY = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
+from suite_xla_flags import NOT_FOR_THE_DOCTOR
 
 
 def doctor_env(**extra: str) -> dict[str, str]:
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if f not in SUITE_ONLY]
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if f not in NOT_FOR_THE_DOCTOR]
     return {**os.environ, "XLA_FLAGS": " ".join(flags), **extra}
