@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import tempfile
 from pathlib import Path
 
@@ -36,6 +37,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 for _flag in SUITE:
     if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), _flag]).strip()
+# The Ctrl-C tests send SIGINT to a twinbench they started, as a terminal would. A suite started in the background
+# by a shell without job control (a CI step, `make test &` in a script) has SIGINT ignored, and a child started
+# while it is ignored ignores it too (Python then installs no KeyboardInterrupt handler): the interrupted compare
+# would run to its end. The tests' processes take Python's own handler, which their children leave for the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
