@@ -6,7 +6,11 @@ one), and what the compiled program holds: fusions, *distinct* fused computation
 names are stripped, how many of those run inside a loop body, and how many the first run compiles too. XLA:CPU emits one kernel per distinct fused computation: an unrolled model's identical
 layers share their kernels, so unrolling costs HLO passes, not code generation.
 
-    python benchmarks/scan_compile_kernels.py [--layers 12] [--repeats 3] [STRATEGY[:REMAT_POLICY] ...]
+    python benchmarks/scan_compile_kernels.py [--layers 12] [--repeats 3] [--xla-cpu-flags tuned|xla-default]
+        [STRATEGY[:REMAT_POLICY] ...]
+
+The XLA flags are a twinbench run's (``--xla-cpu-flags``, default ``tuned``, merged with your ``XLA_FLAGS``),
+applied before any process imports jax; the table's header prints them.
 
 Defaults: jit, scan-layers, scan-layers+remat:dots-saveable, scan-layers+remat:full, jit+remat:full.
 """
@@ -23,7 +27,7 @@ import sys
 import time
 from dataclasses import replace
 
-from twinbench import hlo_text
+from twinbench import hlo_text, xla_flags
 
 DEFAULT = ["jit", "scan-layers", "scan-layers+remat:dots-saveable", "scan-layers+remat:full", "jit+remat:full"]
 _METADATA = re.compile(r",?\s*metadata=\{[^}]*\}")
@@ -95,11 +99,13 @@ def main() -> None:
     ap.add_argument("runs", nargs="*", default=DEFAULT)
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--xla-cpu-flags", choices=xla_flags.CHOICES, default="tuned")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args.child[0], args.child[1], args.layers)
         return
+    flags = xla_flags.apply(args.xla_cpu_flags)  # into os.environ, before any child imports jax: a run's flags
     rows: dict[str, list[dict]] = {r: [] for r in args.runs}
     for _ in range(args.repeats):
         for run in args.runs:
@@ -111,7 +117,7 @@ def main() -> None:
             rows[run].append(json.loads(p.stdout.strip().splitlines()[-1]))
     ref = rows[args.runs[0]]
     print(f"small preset, {args.layers} layers; median (min-max) of {args.repeats} processes per run, run in turn; "
-          f"ratio = the median of each round's compile_s over {args.runs[0]}'s")
+          f"ratio = the median of each round's compile_s over {args.runs[0]}'s; XLA_FLAGS={flags or '(none)'}")
     print(f"{'run':34s} {'trace':>6s} {'lower':>6s} {'xla':>6s} {'compile s':>17s} {'ratio':>6s} "
           f"{'step ms':>8s} {'fusions':>8s} {'distinct':>8s} {'in loop':>8s} {'shared':>7s}")
     ref_kernels = set(ref[0]["kernels"])
