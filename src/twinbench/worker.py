@@ -77,6 +77,7 @@ class Loop:
     warm_calls: int
     compiles_in_loop: int
     compiles_eval: int
+    cache_hits_eval: int  # of those, loaded from the persistent compilation cache
     inputs: dict[str, Any]
     tokens: dict[str, float]
     accuracy_first: float | None
@@ -155,9 +156,9 @@ def timed_loop(spec: RunSpec, env: Setup, b: Built) -> Loop:
     from twinbench.measure.interference import Meter
 
     t, k, monitor = spec.train, b.steps_per_call, env.monitor
-    n_eval = monitor.count()
+    n_eval, hits_eval = monitor.count(), monitor.cache_hits()
     accuracy_first = tasks.accuracy(b.predict, b.run_data.eval_batches)  # before timing
-    n_eval = monitor.count() - n_eval
+    n_eval, hits_eval = monitor.count() - n_eval, monitor.cache_hits() - hits_eval
     feed = InputWaits(pipeline.feed(b.run_data.batches, spec.framework, spec.mods.prefetch))
     n_loop = monitor.count()
     with Meter() as meter:  # what other processes took from the machine while the steps were timed
@@ -171,7 +172,7 @@ def timed_loop(spec: RunSpec, env: Setup, b: Built) -> Loop:
     for i, loss in enumerate(timing.losses):
         if not math.isfinite(loss):
             raise FloatingPointError(f"loss became {loss} at step {i + 1}")
-    return Loop(timing, warm_calls, n_loop, n_eval, {**inputs, **meter.fields()}, tokens, accuracy_first)
+    return Loop(timing, warm_calls, n_loop, n_eval, hits_eval, {**inputs, **meter.fields()}, tokens, accuracy_first)
 
 
 def execute(spec: RunSpec, threads: int) -> Record:
@@ -198,12 +199,15 @@ def execute(spec: RunSpec, threads: int) -> Record:
     fw, t, timing = spec.framework, spec.train, loop.timing
     peak_mem, mem_source = device.peak_memory_bytes(fw)  # before the peak measurement runs its matmuls
     compiles_total = env.monitor.count() - loop.compiles_eval  # so are the programs: not the peak's matmuls
+    # the same programs' loads from the persistent cache (not the probes' and the memory breakdown's after them)
+    cache_hits = env.monitor.cache_hits() - loop.cache_hits_eval
     folded = flight.fold(timing.first_step_compiles) if flight is not None else {}
     if folded:  # the preflight compiled the step: counted once, as the run's compile when step 1 reused it
         timing.compile_s += folded["compile_s"]
         timing.first_step_s += folded["first_step_s"]
         loop.compiles_in_loop += int(folded["compiles_in_loop"])
         compiles_total += int(folded["compiles_total"])
+        cache_hits += int(folded["compile_cache_hits"])
     dtype = "bf16" if t.precision == "bf16" else "fp32"
     peak_measured, peak_fields = peak.for_record(fw, env.platform, env.device_name, dtype, threads)
     accelerator = platforms.get(env.platform).accelerator
@@ -245,7 +249,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
         flops_per_token=flops_tok, peak_tflops=peak_measured, peak_tflops_datasheet=peak_sheet, **peak_fields,
         peak_mem_bytes=peak_mem, peak_mem_source=mem_source, device_shared=shared if accelerator else None,
         compiles_during_steps=timing.compiles_during_steps, compiles_total=compiles_total,
-        compile_cache_hits=env.monitor.cache_hits(), steps_per_call=b.steps_per_call,
+        compile_cache_hits=cache_hits, steps_per_call=b.steps_per_call,
         loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
         wall_s=timing.wall_s, matmul_precision=env.matmul_precision, versions=device.versions(fw),
         xla_flags=os.environ.get("XLA_FLAGS", "") if fw == "jax" else None, attention_kernel=attention,
@@ -284,7 +288,7 @@ def _preflight(spec: RunSpec, env: Setup, b: Built) -> Any:
         return None
     from twinbench.measure import memory
 
-    n0, s0, t0 = env.monitor.count(), env.monitor.seconds(), time.perf_counter()
+    n0, s0, h0, t0 = env.monitor.count(), env.monitor.seconds(), env.monitor.cache_hits(), time.perf_counter()
     try:
         flight = memory.preflight(spec, b.trainer, b.run_data.batches[0], env.platform, b.n_params)
     except Exception:  # an estimate that cannot be made must not cost the run
@@ -292,7 +296,7 @@ def _preflight(spec: RunSpec, env: Setup, b: Built) -> Any:
         return None
     if flight is not None and flight.sizes:  # it compiled the step: the run's own compile (memory.jax_sizes)
         flight.compile = {"compiles": env.monitor.count() - n0, "compile_s": env.monitor.seconds() - s0,
-                          "wall_s": time.perf_counter() - t0}
+                          "cache_hits": env.monitor.cache_hits() - h0, "wall_s": time.perf_counter() - t0}
     return flight
 
 

@@ -34,3 +34,19 @@ def test_torch_compile_seconds_include_the_lazily_compiled_backward() -> None:
     assert total > forward_s  # the figure before this fix counted the frame compile only
     assert monitor.backward_seconds() >= backward_s
     assert model[0].weight.grad is not None and monitor.count() >= 1
+
+
+def test_torch_cache_hits_are_graphs_as_the_compile_count_is(monkeypatch) -> None:
+    """A warm process that loaded a training graph (forward and backward) and an inference graph: torch's own
+    counters then read 2 graphs, 2 AOTAutograd cache hits and 3 FX graph cache hits (seen in such a process)."""
+    pytest.importorskip("torch")
+    from collections import Counter
+
+    import torch._dynamo.utils as dynamo_utils
+
+    for group, values in {"stats": {"unique_graphs": 2}, "aot_autograd": {"autograd_cache_hit": 2},
+                          "inductor": {"fxgraph_cache_hit": 3}}.items():
+        monkeypatch.setitem(dynamo_utils.counters, group, Counter(values))
+    monitor = TorchCompiles()
+    assert monitor.count() == 2
+    assert monitor.cache_hits() == 2  # two graphs loaded whole, not five hits of two caches

@@ -156,11 +156,12 @@ def test_a_compiled_preflight_is_the_runs_own_compile(monkeypatch: pytest.Monkey
 
 def test_a_preflight_compile_the_run_did_not_reuse_is_left_out() -> None:
     flight = memory.Preflight(1, 2, "the device", "compiled step memory_analysis()", {"temp": 1},
-                              {"compiles": 1, "compile_s": 2.0, "wall_s": 2.5})
+                              {"compiles": 1, "compile_s": 2.0, "cache_hits": 1, "wall_s": 2.5})
     assert flight.fold(first_step_compiles=0) == {"compile_s": 2.0, "first_step_s": 2.5, "compiles_in_loop": 1,
-                                                  "compiles_total": 0}
+                                                  "compiles_total": 0, "compile_cache_hits": 0}
     assert flight.to_dict()["compile_reused_by_the_run"] is True
-    assert flight.fold(first_step_compiles=1)["compiles_total"] == -1 and flight.reused is False
+    left_out = flight.fold(first_step_compiles=1)  # its program, and its load from the persistent cache
+    assert left_out["compiles_total"] == -1 and left_out["compile_cache_hits"] == -1 and flight.reused is False
     assert memory.Preflight(1, 2, "the host", "upper bound").fold(0) == {}
 
 

@@ -200,6 +200,9 @@ def test_sweep_with_cold_and_warm_caches_end_to_end(tmp_path):
     cold, warm = records[0], records[1]
     assert cold["compile_cache_hits"] == 0
     assert warm["compile_cache_hits"] >= 1, "the warm run must load programs from the persistent cache"
+    # the loads are of the run's own programs, counted as compiles_total counts them (not the probes' after them)
+    assert all(r["compile_cache_hits"] <= r["compiles_total"] for r in records), [
+        (r["compile_cache_hits"], r["compiles_total"]) for r in records]
     assert warm["losses"] == cold["losses"]
     summary = (out / "summary.md").read_text()
     assert "jax/jit layers=1 cold" in summary and "jax/jit layers=2 warm" in summary  # rows tell points apart

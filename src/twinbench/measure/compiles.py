@@ -91,11 +91,11 @@ class TorchCompiles:
         return float(sum(u.compilation_time_metrics.get(TORCH_BACKWARD, ()))) if u else 0.0
 
     def cache_hits(self) -> int:
+        """Graphs loaded whole from the persistent caches: AOTAutograd's cache hits, one per graph (its forward
+        and backward, or an inference graph), as :meth:`count` counts graphs. Inductor's FX graph cache hits
+        are not added: one graph's forward and backward are two of them."""
         u = self._utils
-        if not u:
-            return 0
-        c = u.counters
-        return int(c["inductor"]["fxgraph_cache_hit"] + c["aot_autograd"]["autograd_cache_hit"])
+        return int(u.counters["aot_autograd"]["autograd_cache_hit"]) if u else 0
 
 
 def monitor(framework: str) -> CompileMonitor:

@@ -428,15 +428,17 @@ class Preflight:
         """What to add to the run's compile figures for the compile done here: when the first step compiled
         nothing, it ran this executable, so this compile IS the run's (its seconds go to ``compile_s`` and,
         with its wall time, to ``first_step_s``; its programs to the loop's compiles). Otherwise the first step
-        compiled again: this one was an extra, left out of the run's programs (``compiles_total`` -= n)."""
+        compiled again: this one was an extra, left out of the run's programs (``compiles_total`` -= n) and of
+        their loads from the persistent cache (``compile_cache_hits``)."""
         if not self.compile:
             return {}
         self.reused = first_step_compiles == 0
         n = int(self.compile.get("compiles", 0))
         if self.reused:
             return {"compile_s": self.compile.get("compile_s", 0.0), "first_step_s": self.compile.get("wall_s", 0.0),
-                    "compiles_in_loop": n, "compiles_total": 0}
-        return {"compile_s": 0.0, "first_step_s": 0.0, "compiles_in_loop": 0, "compiles_total": -n}
+                    "compiles_in_loop": n, "compiles_total": 0, "compile_cache_hits": 0}
+        return {"compile_s": 0.0, "first_step_s": 0.0, "compiles_in_loop": 0, "compiles_total": -n,
+                "compile_cache_hits": -int(self.compile.get("cache_hits", 0))}
 
     @property
     def fits(self) -> bool:
