@@ -21,6 +21,8 @@
 #   scan   gpt2 at 12 and 24 layers, unrolled against scan-layers: compile and step (about 4 minutes)
 #   doctor the doctor on examples/doctor's host sync, recompile, no-donation and clean JAX scripts (~2 minutes)
 #   before gpt2-124m jit+bf16 with the default (einsum) attention: the figure before the fused kernel
+#   cache  gpt2-124m jax jit+bf16 and through torchax, each --cache both: cold compile, then a second process on
+#          the persistent compilation cache the first one filled (about 5 minutes)
 set -uo pipefail
 
 usage() { echo "usage: benchmarks/tpu_check.sh OUTDIR [--dry-run | GROUP ...]" >&2; exit 2; }
@@ -30,7 +32,7 @@ DRY=0; GROUPS_=()
 for a in "$@"; do
   case $a in
     --dry-run) DRY=1 ;;
-    gpt|bert|llama|torchax|torchax-own|refuse|scan|doctor|before) GROUPS_+=("$a") ;;
+    gpt|bert|llama|torchax|torchax-own|refuse|scan|doctor|before|cache) GROUPS_+=("$a") ;;
     *) usage ;;
   esac
 done
@@ -119,6 +121,11 @@ for g in "${GROUPS_[@]}"; do
       for L in ${SCAN_LAYERS:-12 24}; do
         compare "scan-$L" "${GPT[@]}" --layers "$L" --steps 6 --warmup 2 --strategies jax:jit+bf16,jax:scan-layers+bf16 "${ATTN[@]}"
       done ;;
+    cache)  # two processes a configuration (cold, then warm on the cache the cold one filled): twice the limit
+      LIMIT=$((2 * LIMIT)) compare cache-gpt-jax "${GPT[@]}" --strategies jax:jit+bf16 "${ATTN[@]}" --cache both \
+        --cache-dir "$OUT/compile-cache"
+      LIMIT=$((2 * TXLIMIT)) compare cache-gpt-torchax "${GPT[@]}" --strategies "$TORCHAX+bf16" "${ATTN[@]}" \
+        --cache both --cache-dir "$OUT/compile-cache" ;;
     doctor)
       for ex in jax_host_sync jax_recompile jax_no_donation clean_jax; do  # each finding's cost, measured on the chip
         run "doctor-$ex" 120 "${TB[@]}" doctor "$ROOT/examples/doctor/$ex.py" --json "$OUT/doctor-$ex.json"

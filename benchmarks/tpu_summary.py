@@ -19,7 +19,7 @@ FIELDS = ("framework", "strategy", "preset", "batch", "seq", "status", "error", 
           "matmul_precision", "attention_impl", "attention_kernel", "step_ms", "step_ms_p10", "step_ms_p90",
           "tokens_per_s", "achieved_tflops", "peak_tflops", "mfu", "peak_tflops_datasheet", "mfu_datasheet",
           "compile_s", "first_step_s", "peak_mem_bytes", "peak_mem_source", "memory_breakdown", "versions",
-          "loss_first", "loss_last", "n_params")
+          "loss_first", "loss_last", "n_params", "compile_cache", "compile_cache_hits", "compiles_total")
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -60,7 +60,9 @@ def markdown(rows: list[dict[str, Any]], conditions: str, status: str) -> str:
         mem = r.get("peak_mem_bytes")
         mem_s = f"{mem / 2**30:.2f} ({r.get('peak_mem_source') or '-'})" if mem else "-"
         status_s = r["status"] if r["status"] == "ok" else f"{r['status']}: {(r.get('error') or '')[:80]}"
-        md.append(f"| {r['group']} | {r['framework']}/{r['strategy']} | {r.get('attention_kernel') or '-'} | "
+        warm = (f" (warm cache: {r.get('compile_cache_hits')} of {r.get('compiles_total')} programs from it)"
+                if r.get("compile_cache") == "warm" else "")
+        md.append(f"| {r['group']} | {r['framework']}/{r['strategy']}{warm} | {r.get('attention_kernel') or '-'} | "
                   f"{_fmt(r.get('step_ms'), '.1f')} | {_fmt(r.get('tokens_per_s'), ',.0f')} | "
                   f"{_fmt(r.get('achieved_tflops'), '.1f')} | {_fmt(r.get('mfu'), '.1%')} | "
                   f"{_fmt(r.get('mfu_datasheet'), '.1%')} | {_fmt(r.get('compile_s'), '.1f')} | {mem_s} | {status_s} |")
