@@ -15,7 +15,7 @@ from synthetic import record
 
 from twinbench import runner
 from twinbench.measure import device, memory
-from twinbench.report.table import conditions, print_table, rich_table
+from twinbench.report.table import conditions, markdown, print_table, rich_table
 from twinbench.spec import from_preset, validate
 
 RUN = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "tpu" / "v5e_run.json").read_text())
@@ -89,3 +89,19 @@ def test_a_run_that_times_out_still_says_what_it_was(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(runner, "worker_command", lambda spec, args: [sys.executable, "-c", "raise SystemExit(3)"])
     dead = runner.run_one(spec, timeout=30)
     assert dead["status"] == "failed" and dead["device"] is None
+
+
+def test_the_conditions_name_each_run_as_its_row_does() -> None:
+    """A cold and a warm run of one configuration (``--cache both``): the footer's lines about each (its memory,
+    its step without a sync per step, its attention kernel) say which, as the table's rows do."""
+    runs = [tpu_record(compile_cache=c, step_ms_async=6.0, attention_kernel="splash (Pallas TPU, fused)")
+            for c in ("cold", "warm")]
+    lines = conditions(runs)
+    memory_lines = [x for x in lines if x.startswith("memory ")]
+    assert [x.split(":")[0] for x in memory_lines] == ["memory jax/jit cold", "memory jax/jit warm"]
+    (async_line,) = [x for x in lines if x.startswith("step ms without a sync")]
+    assert "jax/jit cold 6.0 ms" in async_line and "jax/jit warm 6.0 ms" in async_line
+    (kernel_line,) = [x for x in lines if x.startswith("attention kernel")]
+    assert kernel_line.endswith("(jax/jit cold, jax/jit warm)")
+    table = markdown(runs, 1000)
+    assert "| jax/jit cold |" in table and "| jax/jit warm |" in table

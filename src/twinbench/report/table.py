@@ -149,13 +149,14 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
         f"{' and '.join(dict.fromkeys(str(x.get('compile_cache')) for x in ok))}",
         f"FLOPs: {r.get('flops_convention') or flops_convention(((r.get('spec') or {}).get('model') or {}).get('family', DEFAULT_FAMILY))}",
     ]
-    kernels = {f"{x['framework']}/{x['strategy']}": x["attention_kernel"] for x in ok if x.get("attention_kernel")}
+    vary = varying(records)  # the lines name each run as its row does (``jax/jit warm``, ``jax/jit layers=8``)
+    kernels = {label(x, vary): x["attention_kernel"] for x in ok if x.get("attention_kernel")}
     if kernels:
         by_kernel: dict[str, list[str]] = {}
         for run, kernel in kernels.items():
             by_kernel.setdefault(kernel, []).append(run)
         lines.append("attention kernel: " + "; ".join(f"{k} ({', '.join(runs)})" for k, runs in by_kernel.items()))
-    lines += _async_lines(ok)
+    lines += _async_lines(ok, vary)
     peaks: dict[tuple[str, str], dict[str, Any]] = {}  # by framework AND dtype: bf16 rows have their own peak
     for x in ok:
         if x.get("peak_tflops"):
@@ -165,14 +166,14 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
         lines.append("MFU against the measured matmul peak of each framework on this device: " + ", ".join(
             _peak_text(f"{fw} {dt}" if mixed else fw, x) for (fw, dt), x in peaks.items()))
     lines += _load_lines(records)
-    lines += [f"memory {x['framework']}/{x['strategy']}"
-              f"{' (attention ' + x['attention_impl'] + ')' if x.get('attention_impl', 'default') != 'default' else ''}: "
+    lines += [f"memory {label(x, vary)}"
+              f"{' (attention ' + x['attention_impl'] + ')' if _attention_unsaid(x, vary) else ''}: "
               f"{memory_summary(x['memory_breakdown'])}" for x in ok if (x.get("memory_breakdown") or {}).get("parts")]
     sheets = {_dtype(x): x["peak_tflops_datasheet"] for x in ok if x.get("peak_tflops_datasheet")}
     if sheets:
         lines.append("datasheet dense peak: " + ", ".join(f"{v:.0f} TFLOP/s {dt}" for dt, v in sheets.items())
                      + " (mfu_datasheet in the records)")
-    lines += _platform_lines(ok)
+    lines += _platform_lines(ok, vary)
     vers = {}
     for x in ok:
         vers |= {k: v for k, v in (x.get("versions") or {}).items() if k != "platform"}
@@ -181,14 +182,19 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _platform_lines(ok: list[dict[str, Any]]) -> list[str]:
+def _attention_unsaid(x: dict[str, Any], vary: list[str]) -> bool:
+    """A run's attention option is not the default and its label does not already say it."""
+    return x.get("attention_impl", "default") != "default" and "attention_impl" not in vary
+
+
+def _platform_lines(ok: list[dict[str, Any]], vary: list[str]) -> list[str]:
     """A warning when the runs ran on different platforms (torch on the CPU beside JAX on a GPU or TPU): their
     times do not compare. On a TPU, where torch has no build, it names the way torch gets onto the chip."""
     names = sorted({str(platform_name(x.get("platform"))) for x in ok if x.get("platform")})  # cuda = gpu
     if len(names) <= 1:
         return []
     line = (f"warning: these runs ran on different platforms ({', '.join(names)}): "
-            + "; ".join(f"{x['framework']}/{x['strategy']} on {platform_name(x.get('platform'))}" for x in ok)
+            + "; ".join(f"{label(x, vary)} on {platform_name(x.get('platform'))}" for x in ok)
             + f". Their times do not compare (did a framework miss {platforms.accelerator_words(names)}?)")
     routes = {p.torch_route for n in names if (p := platforms.get(n)).torch_route}
     torch_off = any(x["framework"] == "torch" and not platforms.get(x.get("platform")).accelerator for x in ok)
@@ -218,7 +224,7 @@ def print_table(console: Any, table: Table) -> None:
 ASYNC_MATERIAL = 0.05
 
 
-def _async_lines(ok: list[dict[str, Any]]) -> list[str]:
+def _async_lines(ok: list[dict[str, Any]], vary: list[str]) -> list[str]:
     """``step_ms_async`` of the runs where it differs materially from ``step_ms``: the per-step times sync after
     every step, so a launch-bound run (torch eager on a GPU) pays its launch latency in each; the window does not."""
     diff = [x for x in ok if x.get("step_ms_async") and x.get("step_ms")
@@ -227,7 +233,7 @@ def _async_lines(ok: list[dict[str, Any]]) -> list[str]:
         return []
     return ["step ms without a sync per step (the steady steps again, back to back, synchronised at both ends "
             "only: step_ms_async): " + "; ".join(
-                f"{x['framework']}/{x['strategy']} {x['step_ms_async']:.1f} ms "
+                f"{label(x, vary)} {x['step_ms_async']:.1f} ms "
                 f"({x['step_ms_async'] / x['step_ms'] - 1:+.0%} vs the per-step median)" for x in diff)]
 
 
