@@ -194,6 +194,7 @@ def test_sweep_with_cold_and_warm_caches_end_to_end(tmp_path):
         "sweep", "--preset", "tiny", "--framework", "jax", "--strategies", "jit", "--over", "layers=1,2",
         "--steps", "4", "--warmup", "1", "--cache", "both", "--cache-dir", str(cache), "--out", str(out)])
     assert result.exit_code == 0, result.output
+    assert "run 2/4 jax/jit layers=1 warm (tiny): ok" in result.output, result.output  # named as its row is
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [(r["layers"], r["compile_cache"], r["status"]) for r in records] == [
         (1, "cold", "ok"), (1, "warm", "ok"), (2, "cold", "ok"), (2, "warm", "ok")]

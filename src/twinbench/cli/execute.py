@@ -79,7 +79,7 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
     report.md (see :func:`write_report`)."""
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from twinbench.report.table import conditions, crossings, markdown, print_table, rich_table
+    from twinbench.report import table
 
     jobs = JOBS.get()
     if jobs is not None and jobs.dry_run:  # the jobs it would submit, and nothing else
@@ -96,7 +96,7 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
         if problem:
             fail(problem)
     from twinbench.byo.plan import parity_summary, read_parity
-    from twinbench.record import duplicates, latest_per_run, read_records
+    from twinbench.record import Record, duplicates, latest_per_run, read_records
 
     terminal = console.is_terminal
     started = time.perf_counter()
@@ -105,9 +105,12 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
                   transient=True, disable=not terminal) as progress:
         task = progress.add_task("starting", total=len(specs))
         count = [0]
+        planned = [Record.for_spec(s, "planned").to_dict() for s in specs]
+        vary = table.varying(planned)  # each run named as its row of the table will be: jax/jit warm, layers=8
+        names = {r["run_id"]: table.label(r, vary) for r in planned}
 
         def on_start(spec: RunSpec) -> None:
-            progress.update(task, description=f"running {spec.label()} ({spec.preset})")
+            progress.update(task, description=f"running {names[spec.run_id()]} ({spec.preset})")
 
         def on_done(spec: RunSpec, record: dict[str, Any]) -> None:
             progress.advance(task)
@@ -115,11 +118,11 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
             if not terminal:  # a log: one line per finished run, so a long compare is never silent
                 step = record.get("step_ms")
                 how = f"{step:.1f} ms/step" if isinstance(step, (int, float)) else record.get("error") or ""
-                console.print(f"run {count[0]}/{len(specs)} {spec.label()} ({spec.preset}): {record.get('status')}"
+                console.print(f"run {count[0]}/{len(specs)} {names[spec.run_id()]} ({spec.preset}): {record.get('status')}"
                               f"{', ' + how if how else ''} [{time.perf_counter() - started:.0f} s]",
                               highlight=False, markup=False, soft_wrap=True)
             elif record.get("status") != "ok":
-                progress.console.print(f"[red]{record.get('status')}[/] {spec.label()}: {record.get('error')}",
+                progress.console.print(f"[red]{record.get('status')}[/] {names[spec.run_id()]}: {record.get('error')}",
                                        highlight=False)
 
         notes: list[str] = []
@@ -134,9 +137,9 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
             progress.stop()
             fail(str(e))
     UNSAVED.extend(notes)
-    print_table(out, rich_table(records, plan_steps, title))
+    table.print_table(out, table.rich_table(records, plan_steps, title))
     parity = parity_summary(read_parity(out_dir))
-    for line in conditions(records) + crossings(records) + ([parity] if parity else []):
+    for line in table.conditions(records) + table.crossings(records) + ([parity] if parity else []):
         out.print(f"  {line}", highlight=False, markup=False)
     # summary.md: every run of the results file (an --out written by several commands shows all of them)
     try:
@@ -149,7 +152,7 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
                       f"more than once ({', '.join(f'{k} x{n}' for k, n in list(twice.items())[:4])}); the "
                       "summary and the report show the last of each", highlight=False)
     shown = latest_per_run(every) or records
-    summary = markdown(shown, plan_steps, title)
+    summary = table.markdown(shown, plan_steps, title)
     if parity:
         summary += f"\n- {parity}\n"
     write_text(out_dir / "summary.md", summary, "summary.md")
