@@ -206,3 +206,17 @@ def test_depth_growth_names_work_growing_faster_than_layers() -> None:
     assert grows and grows[0]["phase"] == "backward" and grows[0]["opcode"] == "multiply"
     assert grows[0]["counts"] == [40, 160] and grows[0]["excess"] == 80
     assert "grows faster than the layer count" in depth.sentence("jax/torchax", grows)
+
+
+def test_a_matmul_above_its_measured_peak_says_what_that_peak_is() -> None:
+    """torch's [1024,768]x[768,256] at 300 GFLOP/s against a cached peak of 268 (seen on this CPU, the peak
+    measured hours earlier): the explanation says the peak is a measured square matmul, not the hardware's limit."""
+    mm = flops.OpShape(2 * 1024 * 768 * 256, 0, 1, 1024, 768, 256, "NN")
+    ms = mm.flops / 300e9 * 1e3
+    rows = shapes.table([_op("backward", mm, ms)], [_op("backward", mm, 2 * ms)], 0.268, 0.159)
+    side = {"peak": {"tflops": 0.268, "age": "5 h ago"}}
+    a, b = {"run": "torch/eager", **side}, {"run": "jax/jit", "peak": {"tflops": 0.159}}
+    (line,) = why._above_peak(a, b, rows)
+    assert line.startswith("torch/eager's matmuls ran at up to 112% of its measured peak (backward [1024,768]x[768,256]")
+    assert "268 GFLOP/s, measured 5 h ago" in line and "twinbench peak --remeasure" in line
+    assert why._above_peak(a, b, shapes.table([_op("backward", mm, 2 * ms)], [], 0.268, 0.159)) == []

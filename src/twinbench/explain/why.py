@@ -138,6 +138,26 @@ def _peak_text(side: dict[str, Any]) -> str:
     return f"{side['run']} {pk['tflops'] * 1e3:.0f} GFLOP/s{age}"
 
 
+#: a matmul's share of its framework's measured peak above which the reader is told what the peak is
+ABOVE_PEAK = 1.02
+
+
+def _above_peak(a: dict[str, Any], b: dict[str, Any], shape_rows: list[dict[str, Any]]) -> list[str]:
+    """A line for each run whose matmuls ran above its measured peak (e.g. 112% of it): what that peak is."""
+    out = []
+    for key, side in (("a", a), ("b", b)):
+        rows = [r for r in shape_rows if (r[key].get("peak_share") or 0) > ABOVE_PEAK]
+        if not rows:
+            continue
+        top = max(rows, key=lambda r: r[key]["peak_share"])
+        out.append(f"{side['run']}'s matmuls ran at up to {top[key]['peak_share']:.0%} of its measured peak "
+                   f"({top['phase']} {top['shape']}; {_peak_text(side)}): that peak is the fastest square matmul "
+                   "twinbench timed in that framework, not the hardware's limit. A shape that suits the library's "
+                   "kernels better, or a peak measured at a slower hour of a shared host, runs above it; "
+                   "`twinbench peak --remeasure` measures it again")
+    return out
+
+
 def sentences(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]], shape_rows: list[dict[str, Any]],
               mem: dict[str, Any] | None, dis: list[dict[str, Any]]) -> list[str]:
     out = []
@@ -160,6 +180,7 @@ def sentences(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]],
     if matched:
         worst = max(matched, key=lambda r: sign * r["diff_ms"])
         out.append("largest matmul gap by shape: " + shapes.line(worst, a["run"], b["run"]))
+    out += _above_peak(a, b, shape_rows)
     for side in (a, b):
         lin = side.get("linearization") or {}
         if lin.get("ms", 0) > 0.005 * side["step_ms"]:
