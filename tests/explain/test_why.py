@@ -220,3 +220,12 @@ def test_a_matmul_above_its_measured_peak_says_what_that_peak_is() -> None:
     assert line.startswith("torch/eager's matmuls ran at up to 112% of its measured peak (backward [1024,768]x[768,256]")
     assert "268 GFLOP/s, measured 5 h ago" in line and "twinbench peak --remeasure" in line
     assert why._above_peak(a, b, shapes.table([_op("backward", mm, 2 * ms)], [], 0.268, 0.159)) == []
+
+
+def test_a_jax_peak_above_torchs_mostly_unaccounted_points_at_the_compile() -> None:
+    """On the CPU a cold JAX run's peak RSS is often the compiler's (tiny jax/jit: 0.41 GiB cold, 0.28 warm)."""
+    a = {"peak_bytes": 1000, "parts": {"params": 100}, "unaccounted_bytes": 100, "peak_source": "process peak RSS"}
+    b = {"peak_bytes": 1500, "parts": {"params": 100}, "unaccounted_bytes": 600, "peak_source": "process peak RSS"}
+    said = memory_rows.sentence(memory_rows.rows(a, b), "torch/eager", "jax/jit")
+    assert said.startswith("memory: jax/jit's peak is 0 MiB above torch/eager's") and "while XLA compiles" in said
+    assert "XLA compiles" not in memory_rows.sentence(memory_rows.rows(a, b), "jax/jit", "torch/eager")  # torch's

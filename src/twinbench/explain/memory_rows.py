@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from twinbench.measure.device import PROCESS_RSS
+
 PARTS = ("runtime", "params", "optimizer_state", "gradients", "activations", "temporaries", "inputs")
 MiB = 2**20
 
@@ -34,5 +36,10 @@ def sentence(mem: dict[str, Any], a_name: str, b_name: str) -> str:
     top = next(r for r in mem["rows"] if r["row"] == mem["largest"])
     more, less = (b_name, a_name) if gap >= 0 else (a_name, b_name)
     src = mem["a_source"] if mem["a_source"] == mem["b_source"] else f"{mem['a_source']} / {mem['b_source']}"
-    return (f"memory: {more}'s peak is {abs(gap) / MiB:.0f} MiB above {less}'s ({src}); the largest part of "
-            f"it: {top['row']} {top['diff_bytes'] / MiB:+.0f} MiB ({top['share']:.0%})")
+    out = (f"memory: {more}'s peak is {abs(gap) / MiB:.0f} MiB above {less}'s ({src}); the largest part of "
+           f"it: {top['row']} {top['diff_bytes'] / MiB:+.0f} MiB ({top['share']:.0%})")
+    more_source = mem["b_source"] if gap >= 0 else mem["a_source"]
+    if top["row"] == "unaccounted" and more.startswith("jax/") and more_source == PROCESS_RSS:
+        out += (" (a JAX run's peak RSS is often reached while XLA compiles, by the compiler's own memory: "
+                "`--cache warm` measures a run that loads its programs instead of compiling them)")
+    return out

@@ -301,10 +301,11 @@ def peak_memory_bytes(framework: str) -> tuple[int, str]:
 
         if torch.cuda.is_available():
             return int(torch.cuda.max_memory_allocated()), ALLOCATOR_PEAK
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "process peak RSS"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, PROCESS_RSS
 
 
 ALLOCATOR_PEAK = "device allocator peak"
+PROCESS_RSS = "process peak RSS"
 
 
 def versions(framework: str) -> dict[str, str]:
