@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from suite_xla_flags import SUITE
 
+from twinbench import xla_flags
+
 os.environ.setdefault("TWINBENCH_CACHE", tempfile.mkdtemp(prefix="twinbench-test-cache-"))
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # The suite checks computations on the CPU: simulated JAX devices, torchrun with gloo ranks, doctor examples that
@@ -34,9 +36,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # each), CPU the two xdist workers need more than the threads' wall time. The doctor's own runs of example scripts
 # keep XLA's emitters and split (tests/doctor/doctor_env.py): their findings' severities are thresholds on
 # compile seconds.
-for _flag in SUITE:
-    if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), _flag]).strip()
+os.environ["XLA_FLAGS"] = xla_flags.with_defaults(os.environ.get("XLA_FLAGS", ""), SUITE)
 # The Ctrl-C tests send SIGINT to a twinbench they started, as a terminal would. A suite started in the background
 # by a shell without job control (a CI step, `make test &` in a script) has SIGINT ignored, and a child started
 # while it is ignored ignores it too (Python then installs no KeyboardInterrupt handler): the interrupted compare

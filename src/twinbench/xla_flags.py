@@ -40,6 +40,12 @@ def cpu_backend(environ: dict[str, str] | None = None) -> bool:
     return not (plugin and any(os.path.exists(node) for node in DEVICE_NODES))
 
 
+def with_defaults(user_flags: str, defaults: tuple[str, ...]) -> str:
+    """``user_flags`` plus each of ``defaults`` whose flag it does not set itself (a value the user gave wins)."""
+    given = {_name(f) for f in user_flags.split()}
+    return " ".join([*user_flags.split(), *(f for f in defaults if _name(f) not in given)])
+
+
 def merged(user_flags: str, choice: str, cpu: bool = True) -> str:
     """``user_flags`` (the user's ``XLA_FLAGS``) plus the tuned CPU flags it does not set itself (only when
     ``cpu``: JAX runs on the CPU)."""
@@ -47,9 +53,7 @@ def merged(user_flags: str, choice: str, cpu: bool = True) -> str:
         raise ValueError(f"--xla-cpu-flags: unknown value {choice!r}; allowed: {', '.join(CHOICES)}")
     if choice == "xla-default" or not cpu:
         return user_flags.strip()
-    given = {_name(f) for f in user_flags.split()}
-    extra = [f for f in TUNED_CPU_FLAGS if _name(f) not in given]
-    return " ".join([*user_flags.split(), *extra])
+    return with_defaults(user_flags, TUNED_CPU_FLAGS)
 
 
 def apply(choice: str) -> str:
