@@ -22,14 +22,15 @@ install: $(STAMP)
 # Since 24, pip warns once per package that an extra index of the machine's pip configuration does not hold
 # ("Location '...' is ignored: it is neither a file nor a directory"): those lines only are left out.
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
-NOT_HELD := | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+# $(call pip,ARGS): prints the pip command (not the filter), then runs it with those lines left out
+pip = echo "$(PIP) $(1)" && $(PIP) $(1) 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 $(STAMP): pyproject.toml constraints-cpu.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@echo "$(PIP) --upgrade 'pip>=25'" && $(PIP) --upgrade 'pip>=25' 2>&1 $(NOT_HELD)
+	@$(call pip,--upgrade 'pip>=25')
 	@$(if $(GPU),echo "NVIDIA GPU found: installing JAX's CUDA plugin too (the cuda extra); twinbench checks both frameworks see the GPU: $(PY) -m twinbench.environment --gpu")
-	@echo "$(PIP) --no-compile $(CONSTRAINTS) -e '.[$(EXTRAS)]'" && $(PIP) --no-compile $(CONSTRAINTS) -e '.[$(EXTRAS)]' 2>&1 $(NOT_HELD)
+	@$(call pip,--no-compile $(CONSTRAINTS) -e '.[$(EXTRAS)]')
 	@touch $(STAMP)
 
 # Python keeps the bytecode of what it imports (__pycache__, ignored by git) even where the environment says
