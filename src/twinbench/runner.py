@@ -3,15 +3,17 @@
 A run that crashes, hangs past ``timeout``, is killed (out of memory) or yields a NaN loss becomes a
 ``failed`` record with the reason; the others go on. Every record is appended to ``results.jsonl`` the
 moment its run ends, so an interrupted sweep keeps what it finished, and ``resume`` skips those runs.
+
+This module schedules the runs and starts their processes; how a run is kept is elsewhere: its results
+directory, lock and appended record in ``results_dir.py``, the load it started under in ``load_meter.py``
+(both re-exported here, where callers have always found them).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -19,23 +21,23 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from twinbench import compile_cache
-from twinbench.machine import LOAD_ENV, cache_root
-from twinbench.record import (
-    Record,
-    RecordWriteError,
-    append_jsonl,
-    condition_warnings,
-    read_records,
-    skipped_note,
-)
+from twinbench.load_meter import SAMPLE_S, LoadMeter, runnable_tasks
+from twinbench.machine import LOAD_ENV
+from twinbench.record import Record, condition_warnings, read_records, skipped_note
+from twinbench.results_dir import LOCK, RESULTS, check_out_dir, out_lock, save_record
 from twinbench.spec import RunSpec, SpecError
 
-RESULTS = "results.jsonl"
+__all__ = [  # the names callers import from here, wherever they are defined
+    "LOAD", "LOCK", "RESULTS", "SAMPLE_S", "Interrupted", "LoadMeter", "ScriptRun", "check_out_dir", "child_env",
+    "descendants", "out_lock", "run_devices_env", "run_many", "run_module", "run_one", "run_script",
+    "runnable_tasks", "save_record", "with_conditions", "worker_command",
+]
+
 OOM_MARKERS = ("out of memory", "RESOURCE_EXHAUSTED", "MemoryError", "std::bad_alloc")
 
 
@@ -55,147 +57,7 @@ def _reason_from_stderr(stderr: str, returncode: int) -> str:
     return lines[-1] if lines else f"worker exited with code {returncode}"
 
 
-@dataclass
-class LoadMeter:
-    """The machine's load when a run starts, and how much of it twinbench's own ended runs still make.
-
-    Linux's 1-minute load average is an exponentially damped average (time constant 60 s) of the runnable
-    tasks, so a run that just used both cores of a 2-core machine leaves ~1 in it for the next minute: on
-    its own, the next run (of this command, or of the next command of a script) would be flagged as run on
-    a busy machine although nothing else runs. So each ended run's average number of runnable tasks is
-    remembered with when it ran, in this process and in ``recent_runs.jsonl`` of twinbench's cache
-    directory (shared by the twinbench commands run one after another), and its remaining share of the load
-    average, runnable x (1 - e^(-duration/60)) x e^(-since_end/60), is taken off: ``load_avg_1m_external``.
-    Runs still going are never taken off.
-
-    The runnable tasks are what the load average counts: the threads of this process's descendants in state
-    R or D, sampled every ``SAMPLE_S`` while the run goes (Linux ``/proc``). A run of more processes than
-    cores (4 torchrun ranks on 2 cores) has more runnable tasks than busy cores, so its CPU time / wall time
-    (from ``getrusage(RUSAGE_CHILDREN)``, the floor where ``/proc`` is missing) would leave part of its load
-    to be taken for another process's.
-    """
-
-    runs: list[tuple[float, float, float]] = field(default_factory=list)  # (end time, duration s, runnable)
-    shared: bool = True  # also read and write the history file of the cache directory
-    ident: str = field(default_factory=lambda: f"{os.getpid()}-{time.time_ns()}")
-
-    def _history(self) -> Path:
-        return cache_root() / "recent_runs.jsonl"
-
-    def _ended(self, now: float) -> list[tuple[float, float, float]]:
-        runs = list(self.runs)
-        if self.shared:
-            try:
-                lines = self._history().read_text().splitlines()[-1000:]
-            except OSError:
-                lines = []
-            for line in lines:
-                try:
-                    end, dur, busy, ident = json.loads(line)
-                except (ValueError, TypeError):
-                    continue
-                if ident != self.ident:
-                    runs.append((float(end), float(dur), float(busy)))
-        return [r for r in runs if 0 <= now - r[0] < 600]
-
-    def own(self, now: float) -> float:
-        return sum(busy * (1 - math.exp(-dur / 60)) * math.exp(-(now - end) / 60)
-                   for end, dur, busy in self._ended(now))
-
-    def reading(self) -> dict[str, Any]:
-        """``load_avg_1m``, ``cpu_count``, ``load_avg_1m_external`` now (None where the OS does not say)."""
-        try:
-            load = os.getloadavg()[0]
-            cpus = len(os.sched_getaffinity(0))
-        except (OSError, AttributeError):
-            return {"load_avg_1m": None, "cpu_count": os.cpu_count(), "load_avg_1m_external": None}
-        return {"load_avg_1m": round(load, 2), "cpu_count": cpus,
-                "load_avg_1m_external": round(max(load - self.own(time.time()), 0.0), 2)}
-
-    def add(self, end: float, duration: float, busy: float) -> None:
-        self.runs = [r for r in self.runs if end - r[0] < 600] + [(end, duration, busy)]
-        if not self.shared:
-            return
-        path = self._history()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "a") as f:  # one short line per write: concurrent commands do not tear it
-                f.write(json.dumps([round(end, 3), round(duration, 3), round(busy, 3), self.ident]) + "\n")
-            if path.stat().st_size > 100_000:  # keep the last 10 minutes only
-                keep = [ln for ln in path.read_text().splitlines()[-1000:] if _recent(ln, end)]
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text("".join(ln + "\n" for ln in keep))
-                tmp.replace(path)
-        except OSError:
-            pass
-
-    @contextlib.contextmanager
-    def track(self) -> Iterator[None]:
-        """Remember the runnable tasks of the children run inside this block (at least their busy cores)."""
-        def cpu() -> float:
-            ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-            return ru.ru_utime + ru.ru_stime
-
-        samples: list[int] = []
-        stop = threading.Event()
-        sampler = threading.Thread(target=_sample_runnable, args=(samples, stop), daemon=True)
-        t0, c0 = time.time(), cpu()
-        sampler.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            sampler.join()
-            end = time.time()
-            if end - t0 > 0.1:
-                busy = (cpu() - c0) / (end - t0)
-                self.add(end, end - t0, max(busy, sum(samples) / len(samples)) if samples else busy)
-
-
-SAMPLE_S = 0.25  # how often LoadMeter counts the runnable tasks of a run
-
-
-def runnable_tasks(pid: int) -> int | None:
-    """Threads of ``pid``'s descendants (not ``pid`` itself) in state R or D, the tasks Linux's load average
-    counts; None without ``/proc``."""
-    proc = Path("/proc")
-    if not (proc / str(pid) / "task").is_dir():
-        return None
-    count, todo, seen = 0, [pid], {pid}
-    while todo:
-        parent = todo.pop()
-        try:
-            tids = [t.name for t in (proc / str(parent) / "task").iterdir()]
-        except OSError:
-            continue
-        for tid in tids:
-            with contextlib.suppress(OSError):
-                kids = {int(c) for c in (proc / str(parent) / "task" / tid / "children").read_text().split()}
-                todo.extend(kids - seen)
-                seen |= kids
-            if parent != pid:
-                with contextlib.suppress(OSError, IndexError):
-                    stat = (proc / str(parent) / "task" / tid / "stat").read_text()
-                    count += stat[stat.rindex(")") + 2] in "RD"
-    return count
-
-
-def _sample_runnable(samples: list[int], stop: threading.Event) -> None:
-    while not stop.wait(SAMPLE_S):
-        n = runnable_tasks(os.getpid())
-        if n is None:
-            return
-        samples.append(n)
-
-
-def _recent(line: str, now: float) -> bool:
-    try:
-        return now - float(json.loads(line)[0]) < 600
-    except (ValueError, TypeError, IndexError):
-        return False
-
-
-LOAD = LoadMeter()
+LOAD = LoadMeter()  # this process's meter: every run it starts is read and remembered by it
 
 
 def child_env(reading: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, str]:
@@ -347,75 +209,6 @@ def _kill(proc: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-
-
-LOCK = ".twinbench.lock"
-
-
-def check_out_dir(out_dir: Path) -> None:
-    """Fail (SpecError, one line) before any run when ``out_dir`` is a file, cannot be created or written, or its
-    ``results.jsonl`` cannot be appended to: a measurement is never made only to be lost."""
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise SpecError(f"--out {out_dir}: a file, not a directory")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise SpecError(f"--out {out_dir}: cannot create it ({e.strerror or e})") from None
-    path = out_dir / RESULTS
-    if path.exists() and not path.is_file():
-        raise SpecError(f"--out {out_dir}: its {RESULTS} is not a file")
-    probe = out_dir / f".twinbench-write-check-{os.getpid()}"
-    try:
-        probe.write_text("x")
-        probe.unlink()
-        if path.exists():
-            with open(path, "a"):
-                pass
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            probe.unlink()
-        raise SpecError(f"--out {out_dir}: cannot write there ({e.strerror or e})") from None
-
-
-@contextlib.contextmanager
-def out_lock(out_dir: Path) -> Iterator[None]:
-    """Hold ``out_dir``'s lock while runs append to it: a second twinbench writing the same results directory at
-    the same time (which would run the same configurations twice and split the summary) fails at once."""
-    import fcntl
-
-    lock_path = Path(out_dir) / LOCK
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:  # a read-only place was refused by check_out_dir already; nothing to lock here
-        yield
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            raise SpecError(f"--out {out_dir}: another twinbench (pid {holder}) is writing there now; wait for it "
-                            "to end or choose another --out") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        yield
-    finally:
-        os.close(fd)
-
-
-def save_record(path: Path, record: dict[str, Any], notes: list[str] | None) -> None:
-    """Append ``record`` to ``path``; when that fails, keep it elsewhere and add a line saying where to ``notes``
-    (the runs go on: the next record may fit, and each one that does not is kept too)."""
-    try:
-        append_jsonl(path, record)
-    except RecordWriteError as e:
-        line = str(e)
-        if e.kept is not None:
-            line += f" (append it back with `cat {e.kept} >> {path}`)"
-        if notes is not None:
-            notes.append(line)
-        print(f"warning: {line}", file=sys.stderr)
 
 
 def run_many(

@@ -1,0 +1,86 @@
+"""Where a sweep's records are kept: the results directory, checked before any run starts, locked while runs
+append to it, and each record appended to ``results.jsonl`` the moment its run ends (or kept elsewhere, with a
+line saying where, when it cannot be). The runner (``runner.run_many``) schedules the runs; this keeps them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from twinbench.record import RecordWriteError, append_jsonl
+from twinbench.spec import SpecError
+
+RESULTS = "results.jsonl"
+LOCK = ".twinbench.lock"
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Fail (SpecError, one line) before any run when ``out_dir`` is a file, cannot be created or written, or its
+    ``results.jsonl`` cannot be appended to: a measurement is never made only to be lost."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise SpecError(f"--out {out_dir}: a file, not a directory")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SpecError(f"--out {out_dir}: cannot create it ({e.strerror or e})") from None
+    path = out_dir / RESULTS
+    if path.exists() and not path.is_file():
+        raise SpecError(f"--out {out_dir}: its {RESULTS} is not a file")
+    probe = out_dir / f".twinbench-write-check-{os.getpid()}"
+    try:
+        probe.write_text("x")
+        probe.unlink()
+        if path.exists():
+            with open(path, "a"):
+                pass
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+        raise SpecError(f"--out {out_dir}: cannot write there ({e.strerror or e})") from None
+
+
+@contextlib.contextmanager
+def out_lock(out_dir: Path) -> Iterator[None]:
+    """Hold ``out_dir``'s lock while runs append to it: a second twinbench writing the same results directory at
+    the same time (which would run the same configurations twice and split the summary) fails at once."""
+    import fcntl
+
+    lock_path = Path(out_dir) / LOCK
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:  # a read-only place was refused by check_out_dir already; nothing to lock here
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            raise SpecError(f"--out {out_dir}: another twinbench (pid {holder}) is writing there now; wait for it "
+                            "to end or choose another --out") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def save_record(path: Path, record: dict[str, Any], notes: list[str] | None) -> None:
+    """Append ``record`` to ``path``; when that fails, keep it elsewhere and add a line saying where to ``notes``
+    (the runs go on: the next record may fit, and each one that does not is kept too)."""
+    try:
+        append_jsonl(path, record)
+    except RecordWriteError as e:
+        line = str(e)
+        if e.kept is not None:
+            line += f" (append it back with `cat {e.kept} >> {path}`)"
+        if notes is not None:
+            notes.append(line)
+        print(f"warning: {line}", file=sys.stderr)
+
