@@ -1,4 +1,5 @@
-"""The memory breakdown and the preflight (measure/memory.py), on the tiny preset, in process.
+"""The memory breakdown and the preflight (measure/memory.py; what they read: memory_readings.py), on the tiny
+preset, in process.
 
 A planted extra buffer (a larger batch) must grow the activations and leave params, optimizer state and
 gradients alone; a run that cannot fit under a small fake memory limit becomes a ``skipped`` record with the
@@ -12,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from twinbench.measure import memory
+from twinbench.measure import memory, memory_readings
 from twinbench.record import Record
 from twinbench.spec import SpecError, from_preset, validate
 
@@ -75,7 +76,8 @@ def test_the_preflight_skips_a_run_that_cannot_fit(monkeypatch: pytest.MonkeyPat
         trainer, b = trainer_and_batch(s)
         ok = memory.preflight(s, trainer, b, "cpu", 10_000)
         assert ok is not None and ok.fits and ok.estimate_bytes > 0
-    monkeypatch.setattr(memory, "host_available_bytes", lambda: 2**20)
+    for module in (memory, memory_readings):  # the torch preflight reads it in memory.py, the JAX one through
+        monkeypatch.setattr(module, "host_available_bytes", lambda: 2**20)  # memory_readings.jax_available
     s = spec("jax")
     rec = worker.execute(s, threads=1)
     assert rec.status == "skipped" and rec.step_ms is None
