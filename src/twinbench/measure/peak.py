@@ -8,11 +8,9 @@ repeats disagree by more than ``MAX_SPREAD`` (10%) is taken again (that size onl
 times (once on a busy machine, whose figure is not trusted anyway); if none agrees, the one that agrees best is
 kept but not trusted, and every record that uses it carries a warning (``twinbench peak --remeasure`` exits 1).
 
-The cache (``peaks.json`` in the twinbench cache directory) is keyed on framework, platform, device, dtype,
-threads AND the framework's versions (torch [+ CUDA], or jax + jaxlib): an upgrade measures again. Each
-entry stores when it was measured (ISO time, UTC), how (sizes, repeats, attempts), every repeat, the
-spread, and the machine's load per core at the time. Entries of the first cache format (a bare number)
-are stale and measured again.
+The cache (``peaks.json`` in the twinbench cache directory, keyed on framework, platform, device, dtype,
+threads and the framework's versions: an upgrade measures again) and its entries (:class:`Peak`) are
+``peak_cache.py``; its names are importable from here too.
 
 Load policy. A peak measured on a busy machine is too low and inflates every later MFU (a run of 35
 GFLOP/s instead of ~190 was seen), so an entry is *trusted* only if its repeats agree and the load per core
@@ -32,13 +30,33 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from twinbench.machine import HIGH_LOAD, LOAD_ENV, MAX_SPREAD, cache_root
+from twinbench.machine import HIGH_LOAD, LOAD_ENV, MAX_SPREAD
 from twinbench.measure import platforms
+from twinbench.measure.peak_cache import (  # the cache; re-exported: callers import them from here
+    FORMAT,
+    Peak,
+    age_s,
+    cache_key,
+    cache_path,
+    cached_peaks,
+    fmt_age,
+    framework_versions,
+    read_cache,
+    table,
+    write_peak,
+)
+
+__all__ = [
+    "ATTEMPTS", "DATASHEETS", "DATASHEET_TFLOPS", "FORMAT", "LONG_CALL_S", "MAX_CALLS", "MIN_REPEAT_S", "REPEATS",
+    "Datasheet", "Peak", "age_s", "cache_key", "cache_path", "cached_peaks", "calls_per_repeat",
+    "current_load_per_core", "datasheet", "datasheet_tflops", "fmt_age", "for_record", "framework_versions",
+    "gpu_model", "lookup", "measure", "measured_tflops", "read_cache", "spread", "table", "tpu_model",
+]
 
 GB = 10**9
 GiB = 2**30
@@ -159,158 +177,9 @@ def datasheet_tflops(device_name: str, dtype: str) -> float | None:
     return sheet.tflops(dtype) if sheet else None
 
 
-FORMAT = 2  # entries of format 1 were bare numbers
 REPEATS = 7  # timed repeats per matmul size
 LONG_CALL_S = 0.05  # a matmul this long is at the device's peak already: larger sizes are not timed
 ATTEMPTS = 3  # measurements tried before a disagreeing one is kept as refused
-def cache_path() -> Path:
-    return cache_root() / "peaks.json"
-
-
-@dataclass
-class Peak:
-    """One measured peak: the value, how and when it was measured, and how far its repeats agreed."""
-
-    framework: str
-    platform: str
-    device: str
-    dtype: str
-    threads: int
-    versions: dict[str, str]
-    tflops: float  # the best timed repeat of the fastest size
-    repeats_tflops: list[float]  # every timed repeat of that size
-    spread: float  # max/min - 1 over repeats_tflops
-    measured_at: str  # ISO 8601, UTC
-    load_per_core: float | None  # the machine's load per core (others) when it was measured
-    method: dict[str, Any] = field(default_factory=dict)  # sizes, repeats, attempts, chosen size
-    format: int = FORMAT
-
-    @property
-    def key(self) -> str:
-        return cache_key(self.framework, self.platform, self.device, self.dtype, self.threads, self.versions)
-
-    def problems(self) -> list[str]:
-        """Why this peak is not to be trusted (empty when it is)."""
-        out = []
-        if self.spread > MAX_SPREAD:
-            out.append(f"its repeats disagree by {self.spread:.0%} (more than {MAX_SPREAD:.0%}) after "
-                       f"{self.method.get('attempts', 1)} attempt(s)")
-        if self.load_per_core is not None and self.load_per_core > HIGH_LOAD:
-            out.append(f"it was measured on a busy machine (load {self.load_per_core:.2f} per core, "
-                       f"above {HIGH_LOAD})")
-        if self.method.get("other_device_processes"):
-            out.append(f"{self.method['other_device_processes']} other process(es) used the device while it was "
-                       "measured")
-        return out
-
-    @property
-    def trusted(self) -> bool:
-        return not self.problems()
-
-    def status(self) -> str:
-        """``ok``, or why not in a few words: ``repeats disagree (14%)``, ``measured busy (1.20/core)``."""
-        out = []
-        if self.spread > MAX_SPREAD:
-            out.append(f"repeats disagree ({self.spread:.0%})")
-        if self.load_per_core is not None and self.load_per_core > HIGH_LOAD:
-            out.append(f"measured busy ({self.load_per_core:.2f}/core)")
-        if self.method.get("other_device_processes"):
-            out.append("device shared while measured")
-        return ", ".join(out) or "ok"
-
-    def age_s(self, now: float | None = None) -> float | None:
-        return age_s(self.measured_at, now)
-
-    def record_fields(self) -> dict[str, Any]:
-        """What a run's Record carries about the peak it was measured against (``peak_device_shared``: other
-        processes that held a context on the GPU while it was measured, 0 when none or on the CPU)."""
-        return {"peak_measured_at": self.measured_at, "peak_spread": self.spread,
-                "peak_load_per_core": self.load_per_core,
-                "peak_device_shared": int(self.method.get("other_device_processes") or 0)}
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, entry: Any) -> Peak | None:
-        """A cached entry, or None for anything not of the current format (old entries are stale)."""
-        if not isinstance(entry, dict) or entry.get("format") != FORMAT:
-            return None
-        try:
-            peak = cls(**{k: entry[k] for k in cls.__dataclass_fields__ if k in entry})
-        except TypeError:
-            return None
-        return peak if peak.tflops > 0 and peak.repeats_tflops else None
-
-
-def age_s(measured_at: str | None, now: float | None = None) -> float | None:
-    """Seconds since an ISO time (None when it cannot be read)."""
-    if not measured_at:
-        return None
-    try:
-        then = datetime.fromisoformat(measured_at)
-    except ValueError:
-        return None
-    if then.tzinfo is None:
-        then = then.replace(tzinfo=UTC)
-    return max((time.time() if now is None else now) - then.timestamp(), 0.0)
-
-
-def fmt_age(seconds: float | None) -> str:
-    """3600 -> '1.0 h'; None -> 'unknown'."""
-    if seconds is None:
-        return "unknown"
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f} {unit}"
-    return f"{seconds:.0f} s"
-
-
-def table(shown: list[tuple[str, Peak | None]]) -> Any:
-    """The terminal table of cached or just measured peaks (rich), ``(cache key, Peak)`` each; ``None``: an entry
-    of the first cache format, shown as stale."""
-    from rich.table import Table
-
-    table = Table(header_style="bold", title=f"matmul peaks ({cache_path()})", title_justify="left")
-    for c in ("framework", "device", "dtype", "threads", "versions", "GFLOP/s", "spread", "age", "load/core",
-              "status"):
-        table.add_column(c, justify="right" if c in ("threads", "GFLOP/s", "spread", "age", "load/core") else "left")
-    for key, p in shown:
-        if p is None:  # an entry of the first cache format: a bare number, never used again
-            parts = [*key.split("|"), "", "", "", ""]
-            table.add_row(parts[0], f"{parts[2]} ({parts[1]})", parts[3], parts[4].removeprefix("threads="), "—",
-                          "—", "—", "—", "—", "stale (old format)", style="dim")
-            continue
-        vers = ", ".join(f"{k} {v}" for k, v in sorted(p.versions.items()))
-        load = "—" if p.load_per_core is None else f"{p.load_per_core:.2f}"
-        table.add_row(p.framework, f"{p.device} ({p.platform})", p.dtype, str(p.threads), vers,
-                      f"{p.tflops * 1e3:,.1f}", f"{p.spread:.1%}", fmt_age(p.age_s()), load,
-                      p.status(), style=None if p.trusted else "yellow")
-    return table
-
-
-def cache_key(framework: str, platform: str, device: str, dtype: str, threads: int,
-              versions: dict[str, str]) -> str:
-    vers = ",".join(f"{k}={v}" for k, v in sorted(versions.items()))
-    return f"{framework}|{platform}|{device}|{dtype}|threads={threads}|{vers}"
-
-
-def framework_versions(framework: str) -> dict[str, str]:
-    """The versions a peak depends on: torch (and its CUDA), or jax and jaxlib (and XLA_FLAGS when set)."""
-    if framework == "jax":
-        import jax
-        import jaxlib
-
-        out = {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
-        if os.environ.get("XLA_FLAGS", "").strip():  # XLA flags change what a matmul compiles to
-            out["xla_flags"] = " ".join(sorted(os.environ["XLA_FLAGS"].split()))
-        return out
-    import torch
-
-    out = {"torch": torch.__version__}
-    if torch.version.cuda:
-        out["cuda"] = torch.version.cuda
-    return out
 
 
 def current_load_per_core() -> float | None:
@@ -325,33 +194,6 @@ def current_load_per_core() -> float | None:
         return os.getloadavg()[0] / max(len(os.sched_getaffinity(0)), 1)
     except (OSError, AttributeError):
         return None
-
-
-def read_cache(path: Path | None = None) -> dict[str, Any]:
-    """The raw cache: key -> entry (current entries are dicts, first-format entries bare numbers)."""
-    try:
-        data = json.loads((path or cache_path()).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def cached_peaks(path: Path | None = None) -> list[tuple[str, Peak | None]]:
-    """Every cache entry: (key, Peak), or (key, None) for a stale entry of an old format."""
-    return [(k, Peak.from_json(v)) for k, v in sorted(read_cache(path).items())]
-
-
-def _write(peak: Peak) -> None:
-    path = cache_path()
-    try:  # a fresh read, then an atomic replace: concurrent runs lose nothing
-        path.parent.mkdir(parents=True, exist_ok=True)
-        cached = read_cache(path)
-        cached[peak.key] = peak.to_json()
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cached, indent=1, sort_keys=True))
-        tmp.replace(path)
-    except OSError:
-        pass
 
 
 # -- measuring ---------------------------------------------------------------------------------------------
@@ -494,7 +336,7 @@ def lookup(framework: str, platform: str, device_name: str, dtype: str, threads:
         return new  # a refused or busy measurement never replaces a trusted one
     if new.method.get("other_device_processes"):
         return new  # another process shared the GPU: this figure is not cached at all
-    _write(new)
+    write_peak(new)
     return new
 
 

@@ -1,0 +1,203 @@
+"""The cache of measured matmul peaks (``peaks.json`` in the twinbench cache directory) and its entries.
+
+The cache is keyed on framework, platform, device, dtype, threads AND the framework's versions (torch [+ CUDA],
+or jax + jaxlib, and XLA_FLAGS when set): an upgrade measures again. Each entry (:class:`Peak`) stores when it
+was measured (ISO time, UTC), how (sizes, repeats, attempts), every repeat, the spread, and the machine's load
+per core at the time; entries of the first cache format (a bare number) are stale and measured again. Writes
+are a fresh read and an atomic replace, so concurrent runs lose nothing.
+
+How a peak is measured, and when a cached one is trusted or measured again, is ``peak.py`` (which re-exports
+these names).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from twinbench.machine import HIGH_LOAD, MAX_SPREAD, cache_root
+
+FORMAT = 2  # entries of format 1 were bare numbers
+
+
+def cache_path() -> Path:
+    return cache_root() / "peaks.json"
+
+
+@dataclass
+class Peak:
+    """One measured peak: the value, how and when it was measured, and how far its repeats agreed."""
+
+    framework: str
+    platform: str
+    device: str
+    dtype: str
+    threads: int
+    versions: dict[str, str]
+    tflops: float  # the best timed repeat of the fastest size
+    repeats_tflops: list[float]  # every timed repeat of that size
+    spread: float  # max/min - 1 over repeats_tflops
+    measured_at: str  # ISO 8601, UTC
+    load_per_core: float | None  # the machine's load per core (others) when it was measured
+    method: dict[str, Any] = field(default_factory=dict)  # sizes, repeats, attempts, chosen size
+    format: int = FORMAT
+
+    @property
+    def key(self) -> str:
+        return cache_key(self.framework, self.platform, self.device, self.dtype, self.threads, self.versions)
+
+    def problems(self) -> list[str]:
+        """Why this peak is not to be trusted (empty when it is)."""
+        out = []
+        if self.spread > MAX_SPREAD:
+            out.append(f"its repeats disagree by {self.spread:.0%} (more than {MAX_SPREAD:.0%}) after "
+                       f"{self.method.get('attempts', 1)} attempt(s)")
+        if self.load_per_core is not None and self.load_per_core > HIGH_LOAD:
+            out.append(f"it was measured on a busy machine (load {self.load_per_core:.2f} per core, "
+                       f"above {HIGH_LOAD})")
+        if self.method.get("other_device_processes"):
+            out.append(f"{self.method['other_device_processes']} other process(es) used the device while it was "
+                       "measured")
+        return out
+
+    @property
+    def trusted(self) -> bool:
+        return not self.problems()
+
+    def status(self) -> str:
+        """``ok``, or why not in a few words: ``repeats disagree (14%)``, ``measured busy (1.20/core)``."""
+        out = []
+        if self.spread > MAX_SPREAD:
+            out.append(f"repeats disagree ({self.spread:.0%})")
+        if self.load_per_core is not None and self.load_per_core > HIGH_LOAD:
+            out.append(f"measured busy ({self.load_per_core:.2f}/core)")
+        if self.method.get("other_device_processes"):
+            out.append("device shared while measured")
+        return ", ".join(out) or "ok"
+
+    def age_s(self, now: float | None = None) -> float | None:
+        return age_s(self.measured_at, now)
+
+    def record_fields(self) -> dict[str, Any]:
+        """What a run's Record carries about the peak it was measured against (``peak_device_shared``: other
+        processes that held a context on the GPU while it was measured, 0 when none or on the CPU)."""
+        return {"peak_measured_at": self.measured_at, "peak_spread": self.spread,
+                "peak_load_per_core": self.load_per_core,
+                "peak_device_shared": int(self.method.get("other_device_processes") or 0)}
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, entry: Any) -> Peak | None:
+        """A cached entry, or None for anything not of the current format (old entries are stale)."""
+        if not isinstance(entry, dict) or entry.get("format") != FORMAT:
+            return None
+        try:
+            peak = cls(**{k: entry[k] for k in cls.__dataclass_fields__ if k in entry})
+        except TypeError:
+            return None
+        return peak if peak.tflops > 0 and peak.repeats_tflops else None
+
+
+def age_s(measured_at: str | None, now: float | None = None) -> float | None:
+    """Seconds since an ISO time (None when it cannot be read)."""
+    if not measured_at:
+        return None
+    try:
+        then = datetime.fromisoformat(measured_at)
+    except ValueError:
+        return None
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=UTC)
+    return max((time.time() if now is None else now) - then.timestamp(), 0.0)
+
+
+def fmt_age(seconds: float | None) -> str:
+    """3600 -> '1.0 h'; None -> 'unknown'."""
+    if seconds is None:
+        return "unknown"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def table(shown: list[tuple[str, Peak | None]]) -> Any:
+    """The terminal table of cached or just measured peaks (rich), ``(cache key, Peak)`` each; ``None``: an entry
+    of the first cache format, shown as stale."""
+    from rich.table import Table
+
+    table = Table(header_style="bold", title=f"matmul peaks ({cache_path()})", title_justify="left")
+    for c in ("framework", "device", "dtype", "threads", "versions", "GFLOP/s", "spread", "age", "load/core",
+              "status"):
+        table.add_column(c, justify="right" if c in ("threads", "GFLOP/s", "spread", "age", "load/core") else "left")
+    for key, p in shown:
+        if p is None:  # an entry of the first cache format: a bare number, never used again
+            parts = [*key.split("|"), "", "", "", ""]
+            table.add_row(parts[0], f"{parts[2]} ({parts[1]})", parts[3], parts[4].removeprefix("threads="), "—",
+                          "—", "—", "—", "—", "stale (old format)", style="dim")
+            continue
+        vers = ", ".join(f"{k} {v}" for k, v in sorted(p.versions.items()))
+        load = "—" if p.load_per_core is None else f"{p.load_per_core:.2f}"
+        table.add_row(p.framework, f"{p.device} ({p.platform})", p.dtype, str(p.threads), vers,
+                      f"{p.tflops * 1e3:,.1f}", f"{p.spread:.1%}", fmt_age(p.age_s()), load,
+                      p.status(), style=None if p.trusted else "yellow")
+    return table
+
+
+def cache_key(framework: str, platform: str, device: str, dtype: str, threads: int,
+              versions: dict[str, str]) -> str:
+    vers = ",".join(f"{k}={v}" for k, v in sorted(versions.items()))
+    return f"{framework}|{platform}|{device}|{dtype}|threads={threads}|{vers}"
+
+
+def framework_versions(framework: str) -> dict[str, str]:
+    """The versions a peak depends on: torch (and its CUDA), or jax and jaxlib (and XLA_FLAGS when set)."""
+    if framework == "jax":
+        import jax
+        import jaxlib
+
+        out = {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
+        if os.environ.get("XLA_FLAGS", "").strip():  # XLA flags change what a matmul compiles to
+            out["xla_flags"] = " ".join(sorted(os.environ["XLA_FLAGS"].split()))
+        return out
+    import torch
+
+    out = {"torch": torch.__version__}
+    if torch.version.cuda:
+        out["cuda"] = torch.version.cuda
+    return out
+
+
+def read_cache(path: Path | None = None) -> dict[str, Any]:
+    """The raw cache: key -> entry (current entries are dicts, first-format entries bare numbers)."""
+    try:
+        data = json.loads((path or cache_path()).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def cached_peaks(path: Path | None = None) -> list[tuple[str, Peak | None]]:
+    """Every cache entry: (key, Peak), or (key, None) for a stale entry of an old format."""
+    return [(k, Peak.from_json(v)) for k, v in sorted(read_cache(path).items())]
+
+
+def write_peak(peak: Peak) -> None:
+    """Add or replace ``peak``'s entry in the cache (a cache that cannot be written is left as it is)."""
+    path = cache_path()
+    try:  # a fresh read, then an atomic replace: concurrent runs lose nothing
+        path.parent.mkdir(parents=True, exist_ok=True)
+        cached = read_cache(path)
+        cached[peak.key] = peak.to_json()
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cached, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError:
+        pass
