@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from twinbench.config import USER_FAMILY, ModelConfig, TrainConfig
-from twinbench.models.registry import FAMILIES as _REGISTRY
 
-if TYPE_CHECKING:  # weights.py asks the registered families (below) for their layouts: imported lazily here
+if TYPE_CHECKING:  # weights.py imports numpy: loaded when weights are first converted, not to list families
     from twinbench.models.weights import Canonical
 
 #: The options and strategies a family may support; the ones it does not get a reason in ``unsupported``.
@@ -53,7 +52,7 @@ def lazy(target: str) -> Callable[..., Any]:
 
 
 def _canonical_to_torch(model: Any, weights: Canonical) -> None:
-    """weights.py's ``canonical_to_torch``, imported when first called (weights.py reads this registry)."""
+    """weights.py's ``canonical_to_torch``, imported when first called."""
     from twinbench.models.weights import canonical_to_torch
 
     canonical_to_torch(model, weights)
@@ -124,9 +123,8 @@ class Family:
 
 TWIN_OPTIONS = frozenset({"bf16", "remat", "scan-layers"})  # ModelOptions both twins read themselves
 
-#: The built-in families by name, in registration order (``models/__init__.py`` registers them); the dict lives
-#: in ``registry.py`` so that ``weights.py`` reads it without importing this module.
-FAMILIES: dict[str, Family] = _REGISTRY
+#: The built-in families by name, in registration order (``models/__init__.py`` registers them).
+FAMILIES: dict[str, Family] = {}
 
 
 def register(module: str) -> Family:
@@ -137,6 +135,9 @@ def register(module: str) -> Family:
     for preset, (m, _) in fam.presets.items():
         if m.family != fam.name:
             raise ValueError(f"preset {preset!r} of the {fam.name} family builds the {m.family} family")
+    from twinbench.models.weights import add_layout
+
+    add_layout(fam.linear_suffixes, fam.layer_list)  # the converters transpose its linear weights, stack its layers
     FAMILIES[fam.name] = fam
     return fam
 

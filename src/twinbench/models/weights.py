@@ -21,11 +21,24 @@ Canonical = dict[str, np.ndarray]
 _FLAX_TO_CANON = {"kernel": "weight", "scale": "weight", "embedding": "weight"}
 
 
-def _linear_suffixes() -> tuple[str, ...]:
-    # each family names its linear weights (Family.linear_suffixes)
-    from twinbench.models.registry import FAMILIES
+#: the layouts of the registered families, told by ``family.register`` (:func:`add_layout`): the suffixes of
+#: their linear weights (``Family.linear_suffixes``) and where their layers live (``Family.layer_list``). Kept
+#: here, not read from the registry, so that this module imports nothing of twinbench: ``family.py`` uses its
+#: converters and no import circle goes through the family registry.
+_LINEAR_SUFFIXES: list[str] = []
+_LAYER_LISTS: list[tuple[str, ...]] = []
 
-    return tuple(s for f in FAMILIES.values() for s in f.linear_suffixes)
+
+def add_layout(linear_suffixes: tuple[str, ...], layer_list: tuple[str, ...]) -> None:
+    """Add a family's layout: the canonical names of its linear weights end in one of ``linear_suffixes``
+    (stored ``[in, out]``, transposed for the twins), its repeated layers are ``{layer_list}.{i}``."""
+    _LINEAR_SUFFIXES.extend(s for s in linear_suffixes if s not in _LINEAR_SUFFIXES)
+    if tuple(layer_list) not in _LAYER_LISTS:
+        _LAYER_LISTS.append(tuple(layer_list))
+
+
+def _linear_suffixes() -> tuple[str, ...]:
+    return tuple(_LINEAR_SUFFIXES)
 
 
 def _is_linear(name: str) -> bool:
@@ -63,9 +76,7 @@ def _flax_name(path: tuple) -> str:
 
 def _layer_lists() -> list[tuple[str, ...]]:
     """Where each family keeps its layers (``Family.layer_list``): ``blocks.{i}``, ``encoder.layer.{i}``..."""
-    from twinbench.models.registry import FAMILIES
-
-    return list(dict.fromkeys(f.layer_list for f in FAMILIES.values()))
+    return list(_LAYER_LISTS)
 
 
 def _stack_prefix(path: tuple) -> tuple[str, ...] | None:

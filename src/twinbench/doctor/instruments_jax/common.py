@@ -7,9 +7,10 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from twinbench.doctor.patching import Patches
+from twinbench.doctor.ready import ReadyWatcher
 from twinbench.doctor.recorder import Recorder
 
 _LIB_DIRS: tuple[str, ...] = ()  # package folders whose own host reads are not the user's
@@ -129,3 +130,23 @@ class Hooks(Patches):
         old = getattr(self.jax.config, name)
         self.jax.config.update(name, value)
         self.undo.append(lambda: self.jax.config.update(name, old))
+
+
+class Instruments(Protocol):
+    """What a helper holding the composed instruments (a watched jitted function, the cache-miss filter) uses
+    of them: the state ``JaxInstruments`` sets up in its ``__init__``. A protocol here, so that the hook
+    modules never import the package that composes them (no import circle, not even a type-only one)."""
+
+    rec: Recorder
+    jax: Any
+    wrappers: dict[str, Any]  # key -> the watched jitted function (steps._Jitted)
+    call_depth: int
+    call_missed: bool
+    outer_start: float | None
+    outer_jit: bool
+    inner_s: float
+    watcher: ReadyWatcher
+
+    def guard(self, what: str) -> contextlib.AbstractContextManager[None]: ...
+
+    def eager_time(self) -> contextlib.AbstractContextManager[None]: ...

@@ -4,15 +4,11 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from twinbench.doctor.instruments_jax.common import Hooks
+from twinbench.doctor.instruments_jax.common import Hooks, Instruments
 from twinbench.doctor.recorder import Recorder
 from twinbench.measure.compiles import JAX_BACKEND, JAX_LOWER, JAX_TRACE
-
-if TYPE_CHECKING:
-    from twinbench.doctor.instruments_jax import JaxInstruments
-
 
 CACHE_MISS_LOGGERS = ("jax._src.interpreters.partial_eval", "jax._src.pjit")
 
@@ -20,7 +16,7 @@ CACHE_MISS_LOGGERS = ("jax._src.interpreters.partial_eval", "jax._src.pjit")
 class _CacheMissFilter(logging.Filter):
     """Keeps ``jax_explain_cache_misses`` messages for the report instead of printing them."""
 
-    def __init__(self, rec: Recorder, inst: JaxInstruments) -> None:
+    def __init__(self, rec: Recorder, inst: Instruments) -> None:
         super().__init__()
         self.rec, self.inst = rec, inst
 

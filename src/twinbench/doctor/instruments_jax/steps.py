@@ -8,10 +8,11 @@ import sys
 import time
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from twinbench.doctor.instruments_jax.common import (
     Hooks,
+    Instruments,
     _describe,
     _device_bytes,
     _fun_key,
@@ -19,9 +20,6 @@ from twinbench.doctor.instruments_jax.common import (
     _lib_dirs,
     _nbytes,
 )
-
-if TYPE_CHECKING:
-    from twinbench.doctor.instruments_jax import JaxInstruments
 
 
 class StepHooks(Hooks):
@@ -136,7 +134,7 @@ class StepHooks(Hooks):
 class _Jitted:
     """A jitted (or pmapped) function that counts its calls as step candidates; otherwise transparent."""
 
-    def __init__(self, inst: JaxInstruments, jitted: Any, fun: Any, key: str, name: str, kind: str,
+    def __init__(self, inst: Instruments, jitted: Any, fun: Any, key: str, name: str, kind: str,
                  options: dict[str, Any]) -> None:
         self.inst, self.jitted, self.kind, self.options = inst, jitted, kind, options
         self.fun = fun
