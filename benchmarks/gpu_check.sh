@@ -4,7 +4,7 @@
 # cuDNN fused attention row, and `explain` of torch compile+bf16 against jax jit+bf16. Everything lands in
 # OUTDIR: records (results.jsonl, records.json), summary.md, report.html, explain.json/.txt, the profiler traces
 # of the explained runs (traces/, readable later by `twinbench explain TRACE_A TRACE_B`), conditions.txt, and
-# gpu_check.json + gpu_check.md (the one-page summary: benchmarks/gpu_summary.py).
+# gpu_check.json + gpu_check.md (the one-page summary: benchmarks/check_summary.py).
 #
 #   benchmarks/gpu_check.sh OUTDIR            # on a CUDA machine (python3 has torch, jax[cuda], flax, optax)
 #   benchmarks/gpu_check.sh OUTDIR --dry-run  # the same commands on the tiny preset, CPU, no torch.compile
@@ -85,4 +85,4 @@ echo "gpu_check: records in $OUT/results.jsonl and $OUT/records.json, summary in
 # where the step goes on the device: kernels on the GPU tracks (torch: by launching op; XLA: by hlo_op)
 "$PY" -m twinbench.cli explain "${EXPLAIN[@]}" "${PRESET[@]}" --timeout "$TIMEOUT" --out "$OUT/explain" \
   --json "$OUT/explain.json" | tee "$OUT/explain.txt" || echo "gpu_check: explain failed (see above)"
-"$PY" "$ROOT/benchmarks/gpu_summary.py" "$OUT" || echo "gpu_check: the summary failed (see above)" >&2
+"$PY" "$ROOT/benchmarks/check_summary.py" "$OUT" || echo "gpu_check: the summary failed (see above)" >&2

@@ -3,7 +3,7 @@
 # models, one program on the chip at a time, each run under its own timeout. Every figure lands in OUTDIR:
 # each group's records (GROUP/results.jsonl, summary.md), the profiler traces of the gpt and bert groups (traces/,
 # readable later by `twinbench explain TRACE_A TRACE_B` on any machine), conditions.txt, status.txt (one line
-# per run: its exit code) and tpu_check.json + tpu_check.md (one page: benchmarks/tpu_summary.py).
+# per run: its exit code) and tpu_check.json + tpu_check.md (one page: benchmarks/check_summary.py).
 #
 #   benchmarks/tpu_check.sh OUTDIR [GROUP ...]   # on a TPU VM, after `source benchmarks/tpu/setup.sh`
 #   benchmarks/tpu_check.sh OUTDIR --dry-run     # the same flow on tiny presets, on this machine's JAX platform
@@ -132,4 +132,4 @@ for g in "${GROUPS_[@]}"; do
       done ;;
   esac
 done
-"$PY" "$ROOT/benchmarks/tpu_summary.py" "$OUT" || true
+"$PY" "$ROOT/benchmarks/check_summary.py" "$OUT" || true
