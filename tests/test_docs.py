@@ -81,3 +81,18 @@ def test_layout_names_every_package_and_module_and_only_ones_that_exist():
             continue
         for name in re.findall(r"(?<![\w/.])((?:[a-z_]+/)*[a-z_]+\.py)\b", line):  # module.py, folder/module.py
             assert (current / name).exists(), f"docs/layout.md names {current.name}/{name}, which does not exist"
+
+
+def test_every_repository_path_the_readme_and_the_layout_name_exists():
+    """A path in backquotes under src/, tests/, benchmarks/, docs/ or examples/ (README.md, docs/layout.md) is a
+    file or folder of the repository; so is each top-level entry of the layout's tree (tests/, examples/byo/)."""
+    top = ("src/", "tests/", "benchmarks/", "docs/", "examples/")
+    missing = []
+    for page in (ROOT / "README.md", ROOT / "docs" / "layout.md"):
+        text = page.read_text()
+        named = [m.rstrip(".,:;)") for m in re.findall(r"`([^`\s]+)`", text)]
+        named += re.findall(r"^((?:tests|benchmarks|examples)/\S*)", text, re.M)  # the tree's own lines
+        for path in (re.split(r"[:(]", n)[0] for n in named if n.startswith(top)):
+            if not (ROOT / path).exists() and not (any(c in path for c in "*?[") and list(ROOT.glob(path))):
+                missing.append(f"{page.relative_to(ROOT)}: {path}")
+    assert missing == []
