@@ -350,12 +350,14 @@ def check_record(rec: Any) -> str | None:
     return None
 
 
-def read_records(path: Path, problems: list[str] | None = None) -> tuple[list[dict[str, Any]], int]:
+def read_records(path: Path, problems: list[str] | None = None,
+                 line_numbers: list[int] | None = None) -> tuple[list[dict[str, Any]], int]:
     """The twinbench records of a results file, and how many of its non-blank lines were not one (malformed
     JSON, a torn last line, JSON that is not an object with the fields every record has, a field of the wrong
     type, a timing that is NaN or not positive): the one reader of results files every command uses.
 
-    ``problems`` (when given) receives one short reason per skipped line (``line 3: not JSON``).
+    ``problems`` (when given) receives one short reason per skipped line (``line 3: not JSON``);
+    ``line_numbers`` (when given) the 1-based line of each record returned, in order.
     """
     records, bad = [], 0
     if not Path(path).is_file():  # a directory, a device (/dev/zero never ends), a FIFO: never read
@@ -371,6 +373,8 @@ def read_records(path: Path, problems: list[str] | None = None) -> tuple[list[di
             why = "not JSON (a torn or garbled line)"
         if why is None:
             records.append(rec)
+            if line_numbers is not None:
+                line_numbers.append(n)
             continue
         bad += 1
         if problems is not None:

@@ -28,6 +28,7 @@ from twinbench.cli.common import (
     with_spec_flags,
 )
 from twinbench.cli.execute import run_and_report, with_launcher_flags
+from twinbench.limits import check_host
 from twinbench.plan import build_specs, repeat_rounds, with_cache
 from twinbench.spec import SpecError
 
@@ -78,6 +79,7 @@ def compare(
     specs = with_cache(build_specs(preset, framework, strategies, overrides, **trace_top(trace), **user),
                        cache, cache_dir)
     specs = [s for round_ in repeat_rounds(specs, repeats) for s in round_]
+    check_host(specs)  # a shape the host cannot build or train: refused before any process starts
     if plan_steps <= 0:
         raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
     if resume is not None and not (resume / runner.RESULTS).exists():
@@ -150,6 +152,7 @@ def sweep(
     specs = grid_specs(axes, overrides,
                        lambda o: build_specs(preset, framework, strategies, o, **trace_top(trace), **user))
     specs = with_cache(specs, cache, cache_dir)
+    check_host(specs)  # a grid point the host cannot build or train: refused before any run
     if plan_steps <= 0:
         raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
     if resume is not None and not (resume / runner.RESULTS).exists():
