@@ -18,6 +18,7 @@ from twinbench.cli.common import (
     TRACE_OPTION,
     app,
     check_json,
+    check_places,
     check_timeout,
     console,
     fail,
@@ -130,6 +131,7 @@ def advise(
     specs = build_specs(preset, framework, strategies, overrides, **trace_top(trace), **user)
     check_host(specs)  # a shape the host cannot build or train: refused before any run
     target = out_dir or Path("runs") / time.strftime("advise-%Y%m%d-%H%M%S")
+    check_places(specs)
     ready_outputs(target, None, timeout)
     specs, _ = prepare_user(specs, target, timeout)  # --model: checked, initial weights written (exit 2 if bad)
     records = run_and_report(specs, target, timeout, plan_steps, None, "twinbench advise", report=False)

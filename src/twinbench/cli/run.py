@@ -19,6 +19,7 @@ from twinbench.cli.common import (
     TRACE_OPTION,
     UNSAVED,
     app,
+    check_places,
     check_timeout,
     fail,
     out,
@@ -85,6 +86,7 @@ def compare(
     if resume is not None and not (resume / runner.RESULTS).exists():
         raise SpecError(f"--resume {resume}: no {runner.RESULTS} there")
     target = resume or out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    check_places(specs)  # --cache-dir, --trace, --save-weights writable, before --out is even created
     ready_outputs(target, json_path, timeout)
     if explain:  # trace + explain's timing after the measured steps (twinbench/explain)
         from twinbench.explain.runs import for_explain
@@ -159,6 +161,7 @@ def sweep(
         raise SpecError(f"--resume {resume}: no {runner.RESULTS} there")
     target = resume or out_dir or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
     title = "twinbench sweep over " + ", ".join(f"{k}={','.join(map(str, v))}" for k, v in axes)
+    check_places(specs)  # --cache-dir, --trace, --save-weights writable, before --out is even created
     ready_outputs(target, json_path, timeout)
     specs, _ = prepare_user(specs, target, timeout, per_shape=True)  # --model: once per shape, before any run
     records = run_and_report(specs, target, timeout, plan_steps, json_path, title, retry_failed=retry_failed)
