@@ -80,9 +80,13 @@ def changed(spec: Any) -> str:
     if spec.preset not in PRESETS:
         return ""
     model, train = PRESETS[spec.preset]
-    diffs = [f"{k}={getattr(spec.model, k)}" for k in ("layers", "d_model", "d_ff", "vocab", "context")
+    def v(x: int) -> str:
+        return str(x) if abs(x) < 10**12 else count(x)
+
+    diffs = [f"{k}={v(getattr(spec.model, k))}" for k in ("layers", "d_model", "d_ff", "vocab", "context")
              if getattr(spec.model, k) != getattr(model, k)]
-    diffs += [f"{k}={getattr(spec.train, k)}" for k in ("batch", "seq") if getattr(spec.train, k) != getattr(train, k)]
+    diffs += [f"{k}={v(getattr(spec.train, k))}" for k in ("batch", "seq")
+              if getattr(spec.train, k) != getattr(train, k)]
     return ", ".join(diffs)
 
 

@@ -105,8 +105,9 @@ def points_from_records(path: Path, here_label: str | None = None) -> tuple[list
     from twinbench.record import read_records
 
     lines: list[int] = []
-    records, _ = read_records(path, line_numbers=lines)
-    points, skipped = [], []
+    problems: list[str] = []
+    records, _ = read_records(path, problems, line_numbers=lines)
+    points, skipped = [], [f"{path} {p} (not a record)" for p in problems]
     for r, n in zip(records, lines, strict=True):
         if r.get("status") != "ok" or not r.get("step_ms"):
             continue
