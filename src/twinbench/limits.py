@@ -50,8 +50,8 @@ def gib(n: float) -> str:
     """``n`` bytes in GiB, readable at any size (a 300-digit count too)."""
     try:
         g = n / GiB
-    except OverflowError:
-        return "more than 1e300 GiB"
+    except OverflowError:  # an int beyond a float: its order of magnitude
+        return f"~1e{len(str(int(n) // GiB)) - 1} GiB"
     return f"{g:.1f} GiB" if g < 1e6 else f"{g:.2g} GiB"
 
 
@@ -90,6 +90,11 @@ def changed(spec: Any) -> str:
     return ", ".join(diffs)
 
 
+def _sizes(spec: Any) -> str:
+    return (f"{count(params_lower_bound(spec))} parameters or more, "
+            f"{count(spec.train.batch * spec.train.seq)} tokens a step")
+
+
 def _shape(spec: Any) -> str:
     what = changed(spec)
     return f"--preset {spec.preset}" + (f" with {what}" if what else "")
@@ -115,9 +120,8 @@ def check_host(specs: list[Any], available: int | None = None) -> None:
         need = step_lower_bound(s) if on_host else 4 * params_lower_bound(s)  # the canonical weights, in fp32
         if need > avail:
             what = "one training step needs" if on_host else "its initial weights alone need"
-            raise SpecError(f"{_shape(s)}: {what} at least {gib(need)} ({count(params_lower_bound(s))} parameters "
-                            f"or more), the host has {gib(avail)} available; nothing was run (a smaller shape, "
-                            "or --no-preflight to try anyway)")
+            raise SpecError(f"{_shape(s)}: {what} at least {gib(need)} ({_sizes(s)}), the host has {gib(avail)} "
+                            "available; nothing was run (a smaller shape, or --no-preflight to try anyway)")
 
 
 def check_device(spec: Any, device_label: str, memory_bytes: float, devices: int = 1) -> None:
@@ -129,8 +133,20 @@ def check_device(spec: Any, device_label: str, memory_bytes: float, devices: int
         return
     need = step_lower_bound(spec)
     if need > memory_bytes * max(devices, 1):
-        where = f"a {device_label} has" if devices <= 1 else f"{devices} x {device_label} have"
-        raise SpecError(f"{_shape(spec)}: one training step needs at least {gib(need)} "
-                        f"({count(params_lower_bound(spec))} parameters or more), {where} "
+        where = f"one {device_label} has" if devices <= 1 else f"{devices} x {device_label} have"
+        raise SpecError(f"{_shape(spec)}: one training step needs at least {gib(need)} ({_sizes(spec)}), {where} "
                         f"{gib(memory_bytes * max(devices, 1))}: it cannot run there, so no program was read (a "
                         "smaller shape, or --no-preflight to read it anyway)")
+
+
+def check_weights(spec: Any, available: int | None = None) -> None:
+    """Refuse (SpecError) building a model's weights on this host (``export``) when they cannot fit: 4 bytes a
+    parameter, at least."""
+    from twinbench.measure.memory import host_available_bytes
+
+    avail = host_available_bytes() if available is None else available
+    need = 4 * params_lower_bound(spec)
+    if need > avail:
+        raise SpecError(f"{_shape(spec)}: its weights alone need at least {gib(need)} "
+                        f"({count(params_lower_bound(spec))} parameters or more), the host has {gib(avail)} "
+                        "available; nothing was built")

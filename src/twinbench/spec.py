@@ -191,6 +191,10 @@ def adopt_checkpoint(spec: RunSpec, model_overrides: dict[str, Any], train_overr
 
     path = spec.train.init_from
     ckpt = checkpoint_fields(config_from_hf(path))
+    for name, value in ckpt.items():  # the checkpoint's sizes, named as the checkpoint's, not as flags never given
+        if isinstance(value, int) and not isinstance(value, bool) and (
+                value < 0 or (value == 0 and name in ("layers", "d_model", "heads", "vocab", "context"))):
+            raise SpecError(f"{FLAG} {path}: its config.json gives {name} {value}; a model's sizes are positive")
     check_weights(path)  # a truncated or foreign weights file: one line now, not a failure of every run
     spec = replace(spec, train=replace(spec.train, init_from=str(Path(path).resolve())))  # workers may run elsewhere
     for name, value in model_overrides.items():

@@ -109,6 +109,9 @@ def export(
         if run is not None:
             raise SpecError("--run selects a run of --from RESULTS; give --from too")
         spec = model_spec(preset, overrides)
+        from twinbench.limits import check_weights
+
+        check_weights(spec)  # a shape whose weights the host cannot hold: refused before they are built
         weights, source = export_weights(spec, weights_file)
     try:
         path = save_hf(spec.model, weights, out_dir)

@@ -51,6 +51,8 @@ def resolve(arg: str, rank: int | None = None) -> tuple[str, Path, list[str]]:
     p = Path(arg)
     notes: list[str] = []
     if p.is_file():
+        if rank is not None:
+            notes.append(f"--rank {rank}: {p.name} is one file, one rank; --rank picks among a folder's files")
         what = files.kind(p)
         if what == "xplane":
             return "jax", p, notes
