@@ -113,6 +113,16 @@ def read(arg: str, step_marker: str | None = None, rank: int | None = None, devi
          hlo: str | None = None) -> tuple[str, Path, Breakdown]:
     """(framework, the file read, its breakdown) of any trace; :class:`TraceError` on bad input."""
     kind, path, notes = resolve(arg, rank)
+    try:
+        b = _read(kind, path, notes, step_marker, device, hlo)
+    except TraceError as e:  # every line names the file it is about
+        raise (e if str(path) in str(e) or arg in str(e) else TraceError(f"{path}: {e}")) from None
+    b.notes[:0] = notes
+    return kind, path, b
+
+
+def _read(kind: str, path: Path, notes: list[str], step_marker: str | None, device: int | None,
+          hlo: str | None) -> Breakdown:
     if kind == "torch":
         b = torch_trace.read(str(path), step_marker=step_marker, device=device)
     else:
@@ -126,5 +136,4 @@ def read(arg: str, step_marker: str | None = None, rank: int | None = None, devi
         b = jax_trace.read(str(path), step_marker=step_marker, device=device, hlo_for=hlo_for)
         if found and found[0]:
             notes.append(f"compiled HLO text: {found[0]}")
-    b.notes[:0] = notes
-    return kind, path, b
+    return b
