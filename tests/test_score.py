@@ -134,17 +134,27 @@ def test_score_errors_are_one_line(ckpt, tmp_path):
         assert message in res.output and "Traceback" not in res.output, (args, res.output)
 
 
-def test_a_failing_framework_is_reported_not_raised(ckpt, tmp_path):
+def test_a_broken_checkpoint_is_one_line_before_any_run_and_a_failing_framework_one_line_after(ckpt, tmp_path,
+                                                                                                  monkeypatch):
+    from twinbench import runner
+
     root, _, text = ckpt
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text((root / "gpt" / "config.json").read_text())
     (broken / "model.safetensors").write_bytes(b"\x00" * 16)
-    res = CliRunner().invoke(app, ["score", "--init-from", str(broken), "--data", str(text), "--framework", "torch",
-                                   "--json", str(tmp_path / "r.json")])
+    calls = []
+    monkeypatch.setattr(runner, "run_module", lambda *a: calls.append(a) or (1, "boom: the child failed"))
+    res = CliRunner().invoke(app, ["score", "--init-from", str(broken), "--data", str(text), "--framework", "torch"])
+    assert res.exit_code == 2 and "model.safetensors is not a safetensors file" in res.output, res.output
+    assert not calls  # refused before any framework started
+    res = CliRunner().invoke(app, ["score", "--init-from", str(root / "gpt"), "--data", str(text), "--framework",
+                                   "torch", "--json", str(tmp_path / "r.json")])
     assert res.exit_code == 1, res.output
+    assert [ln for ln in res.output.splitlines() if ln.strip()] == [
+        ln for ln in res.output.splitlines() if ln.startswith("error:")]  # one line, no table of failures
     r = json.loads((tmp_path / "r.json").read_text())["frameworks"]["torch"]
-    assert r["status"] == "failed" and "cannot read model.safetensors" in r["error"]
+    assert r["status"] == "failed" and "boom" in r["error"]
 
 
 def test_tokenizer_ids_must_fit_the_checkpoint(ckpt, tmp_path):

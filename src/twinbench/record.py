@@ -314,9 +314,33 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+#: a number beyond this is no measurement (a count, bytes, a rate): read as null, as NaN is
+HUGE = 1e18
+#: a timing beyond this (ms or s: over 30 years) rejects its record, as a NaN timing does
+HUGE_TIME = 1e12
+
+
+def _finite(v: Any) -> bool:
+    """A number that is finite and within :data:`HUGE` (an int of 300 digits is not; nor is NaN)."""
+    try:
+        return math.isfinite(v) and abs(v) <= HUGE
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def _scrub(v: Any) -> Any:
+    """Nested values with every NaN, infinite or :data:`HUGE` number read as None (explain_timing, breakdowns)."""
+    if isinstance(v, dict):
+        return {k: _scrub(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_scrub(x) for x in v]
+    return None if _number(v) and not _finite(v) else v
+
+
 def check_record(rec: Any) -> str | None:
-    """Why ``rec`` (a parsed line) is not a usable record, or None. Non-finite numbers outside the timings
-    become None (not measured); a timing that is not a positive finite number rejects the record."""
+    """Why ``rec`` (a parsed line) is not a usable record, or None. Non-finite numbers (and numbers beyond
+    :data:`HUGE`) outside the timings become None (not measured), in nested fields too; a timing that is not a
+    positive finite number within :data:`HUGE_TIME` rejects the record."""
     if not isinstance(rec, dict):
         return f"a JSON {type(rec).__name__}, not a record"
     missing = [k for k in REQUIRED if k not in rec]
@@ -334,14 +358,16 @@ def check_record(rec: Any) -> str | None:
               "dict": isinstance(v, dict)}[kind]
         if not ok:
             return f"{name} is a {type(v).__name__}"
-        if kind == "num" and not math.isfinite(v):
+        if kind == "num" and not (_finite(v) and (name not in TIMES or abs(v) <= HUGE_TIME)):
             if name in TIMES:
-                return f"{name} is {v}"
+                return f"{name} is {str(v)[:20]}" + ("..." if len(str(v)) > 20 else "") + " (not a time)"
             rec[name] = None
         elif name in TIMES and kind == "num" and v <= 0 and name != "compile_s":
             return f"{name} is {v:g} (not a positive time)"
+        elif kind in ("dict", "list") and name not in ("losses", "step_times_ms"):
+            rec[name] = _scrub(v)
     times = rec.get("step_times_ms") or []
-    if any(not _number(t) or not math.isfinite(t) or t <= 0 for t in times):
+    if any(not _number(t) or not _finite(t) or t <= 0 or t > HUGE_TIME for t in times):
         return "step_times_ms holds a value that is not a positive finite number"
     if any(not _number(x) for x in rec.get("losses") or []):
         return "losses holds a value that is not a number"
@@ -350,12 +376,14 @@ def check_record(rec: Any) -> str | None:
     return None
 
 
-def read_records(path: Path, problems: list[str] | None = None) -> tuple[list[dict[str, Any]], int]:
+def read_records(path: Path, problems: list[str] | None = None,
+                 line_numbers: list[int] | None = None) -> tuple[list[dict[str, Any]], int]:
     """The twinbench records of a results file, and how many of its non-blank lines were not one (malformed
     JSON, a torn last line, JSON that is not an object with the fields every record has, a field of the wrong
     type, a timing that is NaN or not positive): the one reader of results files every command uses.
 
-    ``problems`` (when given) receives one short reason per skipped line (``line 3: not JSON``).
+    ``problems`` (when given) receives one short reason per skipped line (``line 3: not JSON``);
+    ``line_numbers`` (when given) the 1-based line of each record returned, in order.
     """
     records, bad = [], 0
     if not Path(path).is_file():  # a directory, a device (/dev/zero never ends), a FIFO: never read
@@ -371,6 +399,8 @@ def read_records(path: Path, problems: list[str] | None = None) -> tuple[list[di
             why = "not JSON (a torn or garbled line)"
         if why is None:
             records.append(rec)
+            if line_numbers is not None:
+                line_numbers.append(n)
             continue
         bad += 1
         if problems is not None:

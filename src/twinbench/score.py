@@ -64,7 +64,7 @@ def cut_windows(tokens: np.ndarray, context: int, max_windows: int = 0) -> np.nd
 
 def prepare(init_from: str, data: str, tokenizer: str | None, max_windows: int) -> tuple[ModelConfig, np.ndarray]:
     """Validate the inputs (one-line :class:`SpecError`s) and return the model config and the windows."""
-    from twinbench.models.hf import FLAG, SAFETENSORS, SAFETENSORS_INDEX, config_from_hf
+    from twinbench.models.hf import FLAG, check_weights, config_from_hf
 
     cfg = config_from_hf(init_from)
     from twinbench.models.family import FAMILIES
@@ -75,8 +75,7 @@ def prepare(init_from: str, data: str, tokenizer: str | None, max_windows: int) 
                         f"this one is {cfg.family}")
     if max_windows < 0:
         raise SpecError(f"--max-windows must be >= 0 (0: all), got {max_windows}")
-    if not any((Path(init_from) / f).is_file() for f in (SAFETENSORS, SAFETENSORS_INDEX)):  # the children read it
-        raise SpecError(f"{FLAG} {init_from}: no {SAFETENSORS} there")
+    check_weights(init_from)  # the children read it: missing, truncated or foreign weights are one line here
     tokens = tokenize(data, tokenizer)
     if len(tokens) < cfg.context:
         raise SpecError(f"--data {data}: {len(tokens)} tokens make no full window of the model's context "

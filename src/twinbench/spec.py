@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -186,10 +187,15 @@ def adopt_checkpoint(spec: RunSpec, model_overrides: dict[str, Any], train_overr
     num_labels for BERT); a flag that contradicts one is an error. ``seq`` follows the checkpoint's context
     and ``task`` its family unless the user set them.
     """
-    from twinbench.models.hf import FLAG, checkpoint_fields, config_from_hf
+    from twinbench.models.hf import FLAG, check_weights, checkpoint_fields, config_from_hf
 
     path = spec.train.init_from
     ckpt = checkpoint_fields(config_from_hf(path))
+    for name, value in ckpt.items():  # the checkpoint's sizes, named as the checkpoint's, not as flags never given
+        if isinstance(value, int) and not isinstance(value, bool) and (
+                value < 0 or (value == 0 and name in ("layers", "d_model", "heads", "vocab", "context"))):
+            raise SpecError(f"{FLAG} {path}: its config.json gives {name} {value}; a model's sizes are positive")
+    check_weights(path)  # a truncated or foreign weights file: one line now, not a failure of every run
     spec = replace(spec, train=replace(spec.train, init_from=str(Path(path).resolve())))  # workers may run elsewhere
     for name, value in model_overrides.items():
         if name in ckpt and ckpt[name] != value:
@@ -222,8 +228,10 @@ def validate(spec: RunSpec) -> RunSpec:
     for name, value in {"d_ff": m.d_ff, "warmup": t.warmup, "threads": spec.threads}.items():
         if value < 0:
             raise SpecError(f"{flag(name)} must be >= 0, got {value}")
-    if t.lr <= 0:
-        raise SpecError(f"--lr must be > 0, got {t.lr}")
+    if not 0 < t.lr < math.inf:  # NaN too
+        raise SpecError(f"--lr must be > 0 and finite, got {t.lr}")
+    if not 0 <= t.weight_decay < math.inf:
+        raise SpecError(f"--weight-decay must be a finite number >= 0, got {t.weight_decay}")
     if m.d_model % m.heads:
         raise SpecError(f"--heads {m.heads} does not divide --d-model {m.d_model}; "
                         f"allowed heads: {', '.join(str(h) for h in _divisors(m.d_model) if h <= 64)}")
@@ -280,8 +288,8 @@ def _validate_task(spec: RunSpec) -> None:
     if t.task != wanted:
         raise SpecError(f"--task {t.task} does not fit the {m.family} family of --preset {spec.preset}; "
                         f"allowed: {wanted}")
-    if t.slow_input < 0:
-        raise SpecError(f"--slow-input must be >= 0 ms, got {t.slow_input}")
+    if not 0 <= t.slow_input < math.inf:  # NaN too
+        raise SpecError(f"--slow-input must be a finite number >= 0 ms, got {t.slow_input}")
     if not (family and family.masked) and m.mask_impl != "where":
         raise SpecError(f"--mask-impl {m.mask_impl} applies to the BERT padding mask; the {m.family} family "
                         "has none; allowed: where")

@@ -18,6 +18,7 @@ from twinbench.cli.common import (
     TRACE_OPTION,
     app,
     check_json,
+    check_places,
     check_timeout,
     console,
     fail,
@@ -29,6 +30,7 @@ from twinbench.cli.common import (
     write_text,
 )
 from twinbench.cli.execute import run_and_report
+from twinbench.limits import check_host
 from twinbench.plan import build_specs
 from twinbench.spec import SpecError
 
@@ -127,7 +129,9 @@ def advise(
         raise SpecError(f"--changes-per-day must be >= 0, got {changes_per_day}")
     user = user_fields(model, jax_model)
     specs = build_specs(preset, framework, strategies, overrides, **trace_top(trace), **user)
+    check_host(specs)  # a shape the host cannot build or train: refused before any run
     target = out_dir or Path("runs") / time.strftime("advise-%Y%m%d-%H%M%S")
+    check_places(specs)
     ready_outputs(target, None, timeout)
     specs, _ = prepare_user(specs, target, timeout)  # --model: checked, initial weights written (exit 2 if bad)
     records = run_and_report(specs, target, timeout, plan_steps, None, "twinbench advise", report=False)
@@ -176,8 +180,21 @@ def explain_cmd(
     expand = "scopes" if scopes else "categories"
     check_timeout(timeout)
     check_json(json_path)
+    traces = command.trace_file.is_trace(run_a) or run_b is None or command.trace_file.is_trace(run_b)
+    layer_counts = _depths(depths, traces, [run_a, run_b or ""]) if depths else []
+    if try_flags:  # every --try understood before any run
+        from twinbench.explain import try_flag
+
+        if traces:
+            fail("--try runs a side again: give two runs (framework:strategy or RESULTS_DIR:framework/strategy), "
+                 "not traces")
+        try:
+            for t in try_flags:
+                try_flag.check(t)
+        except try_flag.TryError as e:
+            fail(str(e))
     try:
-        if command.trace_file.is_trace(run_a) or run_b is None or command.trace_file.is_trace(run_b):
+        if traces:
             result = command.explain_traces(run_a, run_b, expand, step_marker, rank, device, hlo)
         else:
             result = command.explain(run_a, run_b, preset, overrides, target, timeout, model, jax_model, expand,
@@ -195,18 +212,27 @@ def explain_cmd(
             fail(str(e))
         for t in result["tries"]:
             try_flag.print_try(t, out)
-    if depths:
+    if layer_counts:
         from twinbench.explain import depth
 
-        try:
-            layer_counts = sorted({int(d) for d in depths.split(",") if d.strip()})
-        except ValueError:
-            fail(f"--depths {depths!r}: layer counts separated by commas, e.g. 2,4")
-        if len(layer_counts) < 2 or layer_counts[0] < 1:
-            fail(f"--depths {depths!r}: at least two layer counts of 1 or more, e.g. 2,4")
         result["depth"] = depth.for_pair(result, layer_counts, target, timeout)
         for d in result["depth"]:
             out.print(f"  depth: {d['sentence']}", highlight=False)
     if json_path:
         write_text(json_path, json.dumps(result, indent=1), "--json")
 
+
+def _depths(depths: str, traces: bool, sides: list[str]) -> list[int]:
+    """``--depths 2,4`` read before any run: at least two layer counts, and a JAX side to compile them for."""
+    try:
+        counts = sorted({int(d) for d in depths.split(",") if d.strip()})
+    except ValueError:
+        fail(f"--depths {depths!r}: layer counts separated by commas, e.g. 2,4")
+    if len(counts) < 2 or counts[0] < 1:
+        fail(f"--depths {depths!r}: at least two layer counts of 1 or more, e.g. 2,4")
+    frameworks = [a.rpartition(":")[2].split("/")[0] if "/" in a.rpartition(":")[2] else a.split(":")[0]
+                  for a in sides]
+    if traces or "jax" not in frameworks:
+        fail(f"--depths {depths}: compiles a JAX side's step at other depths; neither side is a JAX run "
+             "(jax:STRATEGY or RESULTS_DIR:jax/STRATEGY)")
+    return counts

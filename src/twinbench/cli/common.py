@@ -58,8 +58,43 @@ def check_json(json_path: Path | None, flag: str = "--json") -> None:
         fail(f"{flag} {json_path}: a directory, not a file")
     if not parent.is_dir():
         fail(f"{flag} {json_path}: no folder {parent} (create it first)")
-    if not os.access(parent, os.W_OK) or (json_path.exists() and not os.access(json_path, os.W_OK)):
-        fail(f"{flag} {json_path}: cannot write there")
+    try:  # tried, not asked (os.access says yes to root on a read-only place)
+        if json_path.exists():
+            with open(json_path, "a"):
+                pass
+        else:
+            probe = parent / f".twinbench-write-check-{os.getpid()}"
+            probe.write_text("x")
+            probe.unlink()
+    except OSError as e:
+        fail(f"{flag} {json_path}: cannot write there ({e.strerror or e})")
+
+
+def check_dir(path: Path | str, flag: str) -> None:
+    """Fail (one line, exit 2) before any work when ``path`` cannot be a folder written into: a file, a path
+    under a file, a place it cannot be created in, read-only. It is created, as the command would, and a probe
+    written and removed (so a read-only file system fails here even for root)."""
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        fail(f"{flag} {path}: a file, not a folder")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / f".twinbench-write-check-{os.getpid()}"
+        probe.write_text("x")
+        probe.unlink()
+    except OSError as e:
+        fail(f"{flag} {path}: cannot write there ({e.strerror or e})")
+
+
+def check_places(specs: list[Any], cache_flag: str = "--cache-dir") -> None:
+    """Every folder the runs of ``specs`` will write into (the compilation cache root, --trace, --save-weights),
+    checked before the first run: a measurement is never made only to lose its trace or fail its record."""
+    seen: set[tuple[str, str]] = set()
+    for s in specs:
+        for flag_, value in ((cache_flag, s.cache_dir), ("--trace", s.trace_dir), ("--save-weights", s.save_weights)):
+            if value and (flag_, value) not in seen:
+                seen.add((flag_, value))
+                check_dir(value, flag_)
 
 
 def check_timeout(timeout: float) -> None:

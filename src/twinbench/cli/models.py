@@ -11,6 +11,7 @@ import typer
 from twinbench import runner
 from twinbench.cli.common import (
     app,
+    check_dir,
     check_json,
     check_timeout,
     console,
@@ -98,6 +99,8 @@ def export(
     from twinbench.export import export_weights, weights_from_results
     from twinbench.models.hf import save_hf
 
+    check_dir(out_dir, "--out")  # a file, read-only: one line before any weights are built
+
     if results is not None:
         if weights_file is not None:
             raise SpecError("--from and --weights are two sources of weights; give one")
@@ -106,8 +109,14 @@ def export(
         if run is not None:
             raise SpecError("--run selects a run of --from RESULTS; give --from too")
         spec = model_spec(preset, overrides)
+        from twinbench.limits import check_weights
+
+        check_weights(spec)  # a shape whose weights the host cannot hold: refused before they are built
         weights, source = export_weights(spec, weights_file)
-    path = save_hf(spec.model, weights, out_dir)
+    try:
+        path = save_hf(spec.model, weights, out_dir)
+    except OSError as e:  # the disk filled, or the folder changed under us: one line
+        fail(f"--out {out_dir}: cannot write the checkpoint there ({e.strerror or e})")
     n = sum(w.size for w in weights.values())
     m = spec.model
     out.print(f"wrote {path}/config.json and model.safetensors: {m.family}, {m.layers} layers, d_model "
@@ -145,6 +154,12 @@ def score(
                            batch, max_windows, compare_windows, timeout)
     except SpecError as e:
         fail(str(e))
+    failed = {fw: r for fw, r in result["frameworks"].items() if r["status"] != "ok"}
+    if failed and len(failed) == len(result["frameworks"]):  # nothing scored: no table of failures, one line
+        if json_path:
+            write_text(json_path, json.dumps(result, indent=1), "--json")
+        fw, r = next(iter(failed.items()))
+        fail(f"score: no framework could score {init_from} ({fw}: {str(r.get('error') or '')[:300]})", code=1)
     out.print(score_table(result, init_from))
     tokens = "byte-level" if result["tokenizer"] == "bytes" else result["tokenizer"]
     out.print(f"  {result['windows']} windows x {result['context']} tokens ({tokens} tokens; "

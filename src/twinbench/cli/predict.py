@@ -9,7 +9,16 @@ from typing import Any, Optional
 
 import typer
 
-from twinbench.cli.common import PRESET_OPTION, app, check_json, console, fail, with_spec_flags, write_text
+from twinbench.cli.common import (
+    PRESET_OPTION,
+    app,
+    check_json,
+    check_timeout,
+    console,
+    fail,
+    with_spec_flags,
+    write_text,
+)
 from twinbench.config import SpecError
 from twinbench.plan import build_specs
 
@@ -30,6 +39,8 @@ def predict_cmd(
     compile_: bool = typer.Option(False, "--compile", help="TPU devices, JAX strategies: compile the step here "
                                   "with the TPU compiler (libtpu, no TPU needed; a minute or two a strategy) for "
                                   "the memory the chip would report, instead of the estimate from the shapes"),
+    timeout: float = typer.Option(600.0, help="seconds before checking --model (importing and building it, in its "
+                                  "own process) is stopped: a model that hangs ends in one line"),
     **overrides: Any,
 ) -> None:
     """Predict the step on a device you do not have, from the program read here (no training step runs).
@@ -55,6 +66,7 @@ def predict_cmd(
     if calibrate is not None and not calibrate.is_file():
         fail(f"--calibrate: {calibrate} is not a file")
     check_json(json_path)
+    check_timeout(timeout)
     top: dict[str, Any] = {}
     if model:
         from twinbench.byo.plan import user_fields
@@ -65,7 +77,7 @@ def predict_cmd(
         if model:  # the user's model checked and its initial weights written, as compare does
             from twinbench.byo.plan import prepare_user
 
-            specs, _ = prepare_user(specs, Path(tmp), 600.0)
+            specs, _ = prepare_user(specs, Path(tmp), timeout)
         try:
             preds, lines = run(specs, device.strip().lower(), devices, calibrate, compile_)
         except (CalibrationError, OSError, TpuCompileUnavailable) as e:

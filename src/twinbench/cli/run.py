@@ -19,6 +19,7 @@ from twinbench.cli.common import (
     TRACE_OPTION,
     UNSAVED,
     app,
+    check_places,
     check_timeout,
     fail,
     out,
@@ -28,6 +29,7 @@ from twinbench.cli.common import (
     with_spec_flags,
 )
 from twinbench.cli.execute import run_and_report, with_launcher_flags
+from twinbench.limits import check_host
 from twinbench.plan import build_specs, repeat_rounds, with_cache
 from twinbench.spec import SpecError
 
@@ -78,11 +80,13 @@ def compare(
     specs = with_cache(build_specs(preset, framework, strategies, overrides, **trace_top(trace), **user),
                        cache, cache_dir)
     specs = [s for round_ in repeat_rounds(specs, repeats) for s in round_]
+    check_host(specs)  # a shape the host cannot build or train: refused before any process starts
     if plan_steps <= 0:
         raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
     if resume is not None and not (resume / runner.RESULTS).exists():
         raise SpecError(f"--resume {resume}: no {runner.RESULTS} there")
     target = resume or out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    check_places(specs)  # --cache-dir, --trace, --save-weights writable, before --out is even created
     ready_outputs(target, json_path, timeout)
     if explain:  # trace + explain's timing after the measured steps (twinbench/explain)
         from twinbench.explain.runs import for_explain
@@ -150,12 +154,14 @@ def sweep(
     specs = grid_specs(axes, overrides,
                        lambda o: build_specs(preset, framework, strategies, o, **trace_top(trace), **user))
     specs = with_cache(specs, cache, cache_dir)
+    check_host(specs)  # a grid point the host cannot build or train: refused before any run
     if plan_steps <= 0:
         raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
     if resume is not None and not (resume / runner.RESULTS).exists():
         raise SpecError(f"--resume {resume}: no {runner.RESULTS} there")
     target = resume or out_dir or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
     title = "twinbench sweep over " + ", ".join(f"{k}={','.join(map(str, v))}" for k, v in axes)
+    check_places(specs)  # --cache-dir, --trace, --save-weights writable, before --out is even created
     ready_outputs(target, json_path, timeout)
     specs, _ = prepare_user(specs, target, timeout, per_shape=True)  # --model: once per shape, before any run
     records = run_and_report(specs, target, timeout, plan_steps, json_path, title, retry_failed=retry_failed)

@@ -52,7 +52,9 @@ def read_text_file(path: str | Path, min_bytes: int) -> np.ndarray:
     """Bytes of a UTF-8 text file as uint8 tokens; a one-line :class:`SpecError` if unusable."""
     p = Path(path)
     if not p.is_file():
-        raise SpecError(f"--data {path}: no such file")
+        what = "a folder, not a file" if p.is_dir() else "not a regular file (a device or a pipe)" if p.exists() \
+            else "no such file"
+        raise SpecError(f"--data {path}: {what}")
     raw = p.read_bytes()
     if not raw:
         raise SpecError(f"--data {path}: the file is empty")

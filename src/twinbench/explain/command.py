@@ -9,6 +9,7 @@ from typing import Any
 
 from twinbench.explain import gap, runs, trace_file, why
 from twinbench.explain.steps import TraceError
+from twinbench.limits import check_host
 from twinbench.spec import RunSpec, SpecError
 
 
@@ -35,10 +36,11 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
             built = {s.label(): s for s in specs}
         for a in (run_a, run_b):
             if runs.is_results_arg(a):
-                spec, rec = runs.from_results(a)
+                spec, rec, left = runs.from_results(a, overrides)  # what a re-run may take from a record
                 if runs.needs_run(rec):  # its spec would run again: never code the record names on its own
-                    for line in runs.check_code(a, spec, model, jax_model):
+                    for line in [*left, *runs.check_code(a, spec, model, jax_model)]:
                         say(line)
+                    spec = runs.runnable(a, spec)
                 resolved.append((spec, rec))
             else:
                 key = a.replace(":", "/")
@@ -48,6 +50,10 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
     except SpecError as e:
         raise ExplainError(str(e)) from e
     todo = [runs.for_explain(s, out_dir / "traces") for s, r in resolved if runs.needs_run(r)]
+    try:
+        check_host(todo)  # a record's shape the host cannot hold: refused before any run
+    except SpecError as e:
+        raise ExplainError(str(e)) from e
     for s, r in resolved:
         if r is not None and runs.needs_run(r):
             say(f"  re-running {s.label()} (its record has no trace/explain timing): same spec, run id {s.run_id()}")
@@ -66,7 +72,8 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
             raise ExplainError(f"{s.label()}: the run failed: {(rec or {}).get('error')}")
         final.append(rec)
     try:
-        return {**gap.explain_pair(final[0], final[1], expand), "specs": [r.get("spec") for r in final]}
+        # --try and --depths run these specs again: the record-to-run boundary's, never a record's own
+        return {**gap.explain_pair(final[0], final[1], expand), "specs": [s.to_dict() for s, _ in resolved]}
     except TraceError as e:
         raise ExplainError(str(e)) from e
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from twinbench.explain import jax_trace, torch_trace, why
+from twinbench.explain import files, jax_trace, torch_trace, why
 from twinbench.explain.breakdown import DISTURBED, PHASES, Breakdown
 from twinbench.explain.steps import TraceError
 
@@ -34,11 +34,7 @@ def read_trace(r: dict[str, Any]) -> Breakdown:
     hlo_path = r.get("explain_hlo_path")
     if not hlo_path:
         raise TraceError(f"{label(r)}: no compiled HLO text beside the trace (run with --explain)")
-    try:
-        text = Path(hlo_path).read_text()
-    except OSError as e:
-        raise TraceError(f"{hlo_path}: {e.strerror}") from e
-    return jax_trace.read(path, text)
+    return jax_trace.read(path, files.read_text(hlo_path, "compiled HLO text"))
 
 
 def explain_run(r: dict[str, Any]) -> dict[str, Any]:

@@ -16,14 +16,13 @@ each executed instruction (thunk) on the host plane's threads with the same ``hl
 
 from __future__ import annotations
 
-import gzip
 import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from twinbench.explain import hlo, taxonomy, tpu_trace, xplane
+from twinbench.explain import files, hlo, taxonomy, tpu_trace, xplane
 from twinbench.explain import steps as st
 from twinbench.explain.breakdown import Breakdown, undisturbed
 from twinbench.explain.steps import TraceError
@@ -74,7 +73,7 @@ def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str
     holds every module a process compiled)."""
     path = xplane_of(trace_path)
     try:
-        raw = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
+        raw = files.read_bytes(path, "profile")  # the one bounded reader of user-named files
         tpu = tpu_trace.is_tpu(xplane.plane_names(raw))
     except (OSError, EOFError, ValueError, IndexError, UnicodeDecodeError) as e:
         raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from e

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.record import read_records
-from twinbench.spec import RunSpec, SpecError
+from twinbench.spec import RunSpec, SpecError, validate
 
 RESULTS = "results.jsonl"
 
@@ -23,8 +23,59 @@ def needs_run(r: dict[str, Any] | None) -> bool:
             or not Path(r["trace_path"]).exists())
 
 
-def from_results(arg: str) -> tuple[RunSpec, dict[str, Any]]:
-    """``DIR:framework/strategy`` -> (its spec, its record)."""
+#: What a re-run takes from a record: what defines the measurement (the model and training config as a whole:
+#: its shape, data and checkpoint are read, never written; the framework, strategy and their settings) and the
+#: user's model, which :func:`check_code` lets run only when the user names it too. Nothing else: where to write
+#: (``save_weights``, ``cache_dir``, ``trace_dir``), what to connect to or how many processes to start
+#: (``num_processes``, ``process_id``, ``coordinator``) come from the command line, or stay off.
+FROM_RECORD = frozenset({
+    "model", "train", "framework", "strategy", "preset", "devices", "threads", "compile_cache", "scan_k",
+    "remat_policy", "scan_unroll", "xla_cpu_flags", "attention_impl", "repeat", "no_preflight",
+    "user_model", "user_jax_model", "user_dir",
+})
+#: the fields of a record never re-run, which the user may name on explain's command line
+FROM_COMMAND_LINE = ("save_weights", "num_processes", "process_id", "coordinator")
+
+
+def spec_from_record(arg: str, d: Any, named: dict[str, Any] | None = None) -> tuple[RunSpec, list[str]]:
+    """The spec a re-run of a record's ``spec`` dict may have (:data:`FROM_RECORD`, plus the fields of
+    :data:`FROM_COMMAND_LINE` the user gave in ``named``), validated; and one line naming what of the record was
+    left out. Raises SpecError on a spec that is not one (:func:`runnable` validates it before a re-run)."""
+    if not isinstance(d, dict):
+        raise SpecError(f"{arg}: its record carries no readable spec")
+    default = RunSpec()
+    kept = {k: v for k, v in d.items() if k in FROM_RECORD}
+    left = [k for k, v in d.items() if k not in FROM_RECORD and v != getattr(default, k, None)
+            and k not in ("explain", "trace_dir")]  # explain sets these two itself
+    for k in FROM_COMMAND_LINE:
+        if (named or {}).get(k) is not None:
+            kept[k] = named[k]  # type: ignore[index]
+            if k in left:
+                left.remove(k)
+    try:
+        spec = RunSpec.from_dict(kept)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise SpecError(f"{arg}: its record carries no readable spec ({type(e).__name__})") from None
+    notes = []
+    if left:
+        notes.append(f"  {arg}: not taken from the record: {', '.join(sorted(left))} (a record is data: a "
+                     "re-run writes, listens and starts processes only where the command line says)")
+    return spec, notes
+
+
+def runnable(arg: str, spec: RunSpec) -> RunSpec:
+    """``spec`` validated before it runs again (a record's values are checked as a flag's would be)."""
+    try:
+        return validate(spec)
+    except SpecError as e:
+        raise SpecError(f"{arg}: its record's spec is not runnable: {e}") from None
+    except (TypeError, ValueError, AttributeError) as e:  # a field of the wrong type
+        raise SpecError(f"{arg}: its record's spec is not runnable ({type(e).__name__}: {e})") from None
+
+
+def from_results(arg: str, named: dict[str, Any] | None = None) -> tuple[RunSpec, dict[str, Any], list[str]]:
+    """``DIR:framework/strategy`` -> (the spec a re-run of it may have: :func:`spec_from_record`, its record,
+    lines saying what of the record's spec is not used)."""
     where, _, name = arg.rpartition(":")
     path = Path(where) / RESULTS if Path(where).is_dir() else Path(where)
     if not path.exists():
@@ -37,10 +88,8 @@ def from_results(arg: str) -> tuple[RunSpec, dict[str, Any]]:
     if not records:
         raise SpecError(f"{arg}: {where} has no run {name}")
     r = records[-1]
-    try:
-        return RunSpec.from_dict(r["spec"]), r
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise SpecError(f"{arg}: its record carries no readable spec") from e
+    spec, notes = spec_from_record(arg, r.get("spec"), named)
+    return spec, r, notes
 
 
 def _same_code(given: str, named: str, default: str, flag: str) -> bool:

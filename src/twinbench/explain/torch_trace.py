@@ -13,15 +13,14 @@ exclusive (self) time is attributed and ``idle`` is the host step time no op cov
 
 from __future__ import annotations
 
-import gzip
 import json
+import math
 import re
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
+from twinbench.explain import files, taxonomy
 from twinbench.explain import steps as st
-from twinbench.explain import taxonomy
 from twinbench.explain.breakdown import Breakdown, undisturbed
 from twinbench.explain.steps import TraceError
 
@@ -38,13 +37,11 @@ PROFILER_STEPS = ("ProfilerStep", "twinbench_step")
 
 def load_json(path: str) -> dict[str, Any]:
     """A Chrome trace as a dict with ``traceEvents`` (plain or gzipped JSON; a bare event list too)."""
+    raw = files.read_bytes(path)  # a folder, unreadable, corrupt gzip, over the cap: one line
     try:
-        raw = Path(path).read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
         data = json.loads(raw)
-    except (OSError, ValueError, EOFError) as e:
-        raise TraceError(f"{path}: not a readable torch Chrome trace ({type(e).__name__})") from e
+    except (ValueError, RecursionError) as e:
+        raise TraceError(f"{path}: not a readable torch Chrome trace (not JSON: {type(e).__name__})") from None
     if isinstance(data, list):
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
@@ -55,16 +52,33 @@ def load_json(path: str) -> dict[str, Any]:
 def load(path: str) -> list[dict[str, Any]]:
     """The complete (``ph: X``) events, categories normalized (``Operator`` -> ``cpu_op``...)."""
     out = []
-    for e in load_json(path)["traceEvents"]:
+    for i, e in enumerate(load_json(path)["traceEvents"]):
         if not isinstance(e, dict) or e.get("ph") != "X" or "ts" not in e:
             continue
         cat = str(e.get("cat", "")).lower()
         e["cat"] = _CAT_ALIASES.get(cat, cat)
-        e.setdefault("dur", 0.0)
         e.setdefault("name", "")
-        e["ts"], e["dur"] = float(e["ts"]), float(e["dur"] or 0.0)
+        e["name"] = str(e["name"])
+        e["ts"], e["dur"] = _time(path, i, "ts", e["ts"]), _time(path, i, "dur", e.get("dur") or 0.0)
         out.append(e)
     return out
+
+
+#: the largest time a trace event may carry, in microseconds (a year): beyond it a field is no time
+MAX_US = 365 * 86400 * 1e6
+
+
+def _time(path: str, i: int, field: str, value: object) -> float:
+    """A ``ts``/``dur`` field as microseconds: a number (or numeric string) that is finite, and for ``dur`` not
+    negative, within a year; anything else is one :class:`TraceError` line naming the event."""
+    try:
+        t = float(value) if not isinstance(value, bool) else math.nan  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        t = math.nan
+    if not (math.isfinite(t) and abs(t) <= (MAX_US if field == "dur" else 1e18)) or (field == "dur" and t < 0):
+        raise TraceError(f"{path}: event {i} has {field} {str(value)[:40]!r}, not a time in microseconds "
+                         f"({'0 to a year' if field == 'dur' else 'a finite number'}); a corrupt or hand-edited trace")
+    return t
 
 
 def scope_of(chain: list[str]) -> str:

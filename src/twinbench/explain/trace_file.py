@@ -11,11 +11,10 @@ profile, as twinbench writes it, is found by itself): without it the categories 
 
 from __future__ import annotations
 
-import gzip
 import re
 from pathlib import Path
 
-from twinbench.explain import jax_trace, torch_trace
+from twinbench.explain import files, jax_trace, torch_trace
 from twinbench.explain.breakdown import Breakdown
 from twinbench.explain.steps import TraceError
 
@@ -27,44 +26,59 @@ def is_trace(arg: str) -> bool:
     return Path(arg).exists()
 
 
-def _looks_like_chrome(path: Path) -> bool:
-    try:
-        with (gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")) as f:
-            head = f.read(1 << 20)
-    except (OSError, EOFError):
-        return False
-    return b"traceEvents" in head or head.lstrip()[:1] == b"["
-
-
 def _rank_of(path: Path, i: int) -> int:
     m = _RANK.search(path.name)
     return int(m.group(1)) if m else i
 
 
+def _beside(p: Path) -> Path:
+    """The profile a JAX Chrome export stands for: ``HOST.xplane.pb`` of its own host beside it, else the
+    latest ``*.xplane.pb`` of its folder (a TraceError when there is none)."""
+    stem = p.name.split(".")[0]
+    own = [p.parent / f"{stem}.xplane.pb", p.parent / f"{stem}.xplane.pb.gz"]
+    found = [f for f in own if f.is_file()]
+    if found:
+        return found[0]
+    try:
+        return jax_trace.xplane_of(str(p))
+    except TraceError:
+        raise TraceError(f"{p}: the Chrome export of a JAX profile; give its *.xplane.pb (none beside it)") from None
+
+
 def resolve(arg: str, rank: int | None = None) -> tuple[str, Path, list[str]]:
-    """(``torch`` or ``jax``, the file to read, notes on what was chosen) for a trace argument."""
+    """(``torch`` or ``jax``, the file to read, notes on what was chosen) for a trace argument. A file is what
+    its content says (:func:`files.kind`), whatever lies beside it; a folder is searched for traces."""
     p = Path(arg)
     notes: list[str] = []
-    if p.is_file() and p.name.endswith((".xplane.pb", ".xplane.pb.gz")):
-        return "jax", p, notes
-    if p.is_file() and p.name.endswith((".json", ".json.gz")):
-        if any(p.parent.glob("*.xplane.pb")):  # JAX's own json beside its profile: read the profile
-            return "jax", jax_trace.xplane_of(str(p)), notes
-        return "torch", p, notes  # the reader says so when it is not a Chrome trace
+    if p.is_file():
+        if rank is not None:
+            notes.append(f"--rank {rank}: {p.name} is one file, one rank; --rank picks among a folder's files")
+        what = files.kind(p)
+        if what == "xplane":
+            return "jax", p, notes
+        if what == "jax-chrome":  # JAX's own Chrome export: the profile beside it is the full record
+            return "jax", _beside(p), notes
+        if what == "chrome":
+            return "torch", p, notes
+        files.read_bytes(p)  # unreadable, corrupt, a truncated gzip: its own line
+        raise TraceError(f"{arg}: not a trace (neither a torch.profiler Chrome trace, JSON, nor a JAX profile, "
+                         "*.xplane.pb)")
     if p.is_dir():
         xplanes = sorted(p.rglob("*.xplane.pb"))
         if xplanes:
             runs = sorted({x.parent for x in xplanes})
             if len(runs) > 1:
                 notes.append(f"{len(runs)} profiles under {arg}: the latest, {runs[-1].name}, read")
-            files = sorted(runs[-1].glob("*.xplane.pb"))
-            return "jax", _pick(files, rank, notes, "host"), notes
+            found = sorted(runs[-1].glob("*.xplane.pb"))
+            return "jax", _pick(found, rank, notes, "host"), notes
         chrome = sorted(f for f in p.rglob("*.json*") if f.name.endswith((".json", ".json.gz"))
-                        and _looks_like_chrome(f))
+                        and files.kind(f) == "chrome")
         if chrome:
             return "torch", _pick(chrome, rank, notes, "rank"), notes
         raise TraceError(f"{arg}: no trace in this directory (*.xplane.pb, or torch *.json / *.json.gz)")
-    raise TraceError(f"{arg}: not a trace (neither a torch.profiler Chrome trace nor a JAX profile)")
+    if p.exists():
+        raise TraceError(f"{arg}: not a regular file (a device or a pipe), not a trace")
+    raise TraceError(f"{arg}: no such file")
 
 
 def _pick(files: list[Path], rank: int | None, notes: list[str], what: str) -> Path:
@@ -90,19 +104,25 @@ def hlo_text(hlo: str | None, trace: Path, module: str = "") -> tuple[str, str]:
             # module_0020.jit_train_step.cpu_after_optimizations.txt: the trace's module, its last compile
             named = sorted(f for f in dumps if module and f.name.split(".")[1:2] == [module])
             h = named[-1] if named else max(dumps, key=lambda f: f.stat().st_size)
-        try:
-            raw = h.read_bytes()
-            return (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode(), str(h)
-        except (OSError, UnicodeDecodeError, EOFError) as e:
-            raise TraceError(f"{hlo}: not readable HLO text ({type(e).__name__})") from e
+        return files.read_text(h, "HLO text"), str(h)
     beside = trace.parent / "step.hlo.txt"  # what twinbench writes beside a run's profile
-    return (beside.read_text(), str(beside)) if beside.exists() else ("", "")
+    return (files.read_text(beside, "HLO text"), str(beside)) if beside.exists() else ("", "")
 
 
 def read(arg: str, step_marker: str | None = None, rank: int | None = None, device: int | None = None,
          hlo: str | None = None) -> tuple[str, Path, Breakdown]:
     """(framework, the file read, its breakdown) of any trace; :class:`TraceError` on bad input."""
     kind, path, notes = resolve(arg, rank)
+    try:
+        b = _read(kind, path, notes, step_marker, device, hlo)
+    except TraceError as e:  # every line names the file it is about
+        raise (e if str(path) in str(e) or arg in str(e) else TraceError(f"{path}: {e}")) from None
+    b.notes[:0] = notes
+    return kind, path, b
+
+
+def _read(kind: str, path: Path, notes: list[str], step_marker: str | None, device: int | None,
+          hlo: str | None) -> Breakdown:
     if kind == "torch":
         b = torch_trace.read(str(path), step_marker=step_marker, device=device)
     else:
@@ -116,5 +136,4 @@ def read(arg: str, step_marker: str | None = None, rank: int | None = None, devi
         b = jax_trace.read(str(path), step_marker=step_marker, device=device, hlo_for=hlo_for)
         if found and found[0]:
             notes.append(f"compiled HLO text: {found[0]}")
-    b.notes[:0] = notes
-    return kind, path, b
+    return b

@@ -50,6 +50,24 @@ def parse(arg: str) -> tuple[int, str, str, str]:
     return idx, "spec", name.replace("-", "_"), value
 
 
+def check(arg: str) -> None:
+    """A ``--try`` understood before any run: its syntax, and for a spec option its name and the type of its
+    value (:class:`TryError` otherwise)."""
+    from twinbench.spec import OVERRIDABLE
+
+    _, kind, name, value = parse(arg)
+    if kind != "spec":
+        return
+    if name not in OVERRIDABLE:
+        raise TryError(f"--try {arg!r}: no spec option {name!r} (one of: {', '.join(sorted(OVERRIDABLE))})")
+    typ = OVERRIDABLE[name]
+    if typ is not bool and typ is not str:
+        try:
+            typ(value)
+        except ValueError:
+            raise TryError(f"--try {arg!r}: {name}={value!r} is not a {typ.__name__}") from None
+
+
 def variant(spec_dict: dict[str, Any], kind: str, name: str, value: str) -> Any:
     """The spec of the variant run (spec options applied; XLA flags and env leave it as it is)."""
     from twinbench.spec import OVERRIDABLE, RunSpec, SpecError, validate

@@ -96,19 +96,7 @@ def read_tensors(path: str | Path, flag_name: str = FLAG) -> dict[str, np.ndarra
     """Every tensor of ``model.safetensors`` (or of the shards its index names), as float32 NumPy."""
     from safetensors.numpy import load_file
 
-    p = Path(path)
-    if (p / SAFETENSORS).is_file():
-        files = [p / SAFETENSORS]
-    elif (p / SAFETENSORS_INDEX).is_file():
-        index = json.loads((p / SAFETENSORS_INDEX).read_text())
-        files = [p / f for f in sorted(set(index.get("weight_map", {}).values()))]
-        missing = [f.name for f in files if not f.is_file()]
-        if missing or not files:
-            raise SpecError(f"{flag_name} {path}: shard files missing: {', '.join(missing) or '(index is empty)'}")
-    else:
-        bins = [f.name for f in p.glob("*.bin")] + [f.name for f in p.glob("*.h5")]
-        hint = f" (found {', '.join(bins)}: re-save it with save_pretrained(safe_serialization=True))" if bins else ""
-        raise SpecError(f"{flag_name} {path}: no {SAFETENSORS} there{hint}")
+    files = weight_files(path, flag_name)
     out: dict[str, np.ndarray] = {}
     for f in files:
         try:
@@ -120,6 +108,57 @@ def read_tensors(path: str | Path, flag_name: str = FLAG) -> dict[str, np.ndarra
         for k, v in tensors.items():
             out[k] = np.asarray(v, dtype=np.float32) if v.dtype != np.float32 else v
     return out
+
+
+def weight_files(path: str | Path, flag_name: str = FLAG) -> list[Path]:
+    """The safetensors files of a checkpoint directory: ``model.safetensors``, or the shards its index names."""
+    p = Path(path)
+    if (p / SAFETENSORS).is_file():
+        return [p / SAFETENSORS]
+    if (p / SAFETENSORS_INDEX).is_file():
+        try:
+            index = json.loads((p / SAFETENSORS_INDEX).read_text())
+            files = [p / f for f in sorted(set(index.get("weight_map", {}).values()))]
+        except (OSError, ValueError, AttributeError, TypeError) as e:
+            raise SpecError(f"{flag_name} {path}: {SAFETENSORS_INDEX} is not readable JSON ({type(e).__name__})") from None
+        missing = [f.name for f in files if not f.is_file()]
+        if missing or not files:
+            raise SpecError(f"{flag_name} {path}: shard files missing: {', '.join(missing) or '(index is empty)'}")
+        return files
+    bins = [f.name for f in p.glob("*.bin")] + [f.name for f in p.glob("*.h5")]
+    hint = f" (found {', '.join(bins)}: re-save it with save_pretrained(safe_serialization=True))" if bins else ""
+    raise SpecError(f"{flag_name} {path}: no {SAFETENSORS} there{hint}")
+
+
+def check_weights(path: str | Path, flag_name: str = FLAG) -> None:
+    """Every safetensors file of the checkpoint whole, from its header alone (the documented layout: a u64
+    header size, the JSON header, then the data every tensor's ``data_offsets`` points into): a truncated,
+    empty or foreign file is one SpecError line before any run starts, not a failure of every run."""
+    for f in weight_files(path, flag_name):
+        where = f"{flag_name} {path}: {f.name}"
+        try:
+            size = f.stat().st_size
+            with f.open("rb") as fh:
+                n = int.from_bytes(fh.read(8), "little")
+                if size < 8 or n <= 0 or 8 + n > size:
+                    raise SpecError(f"{where} is not a safetensors file (or is truncated): its header does not fit "
+                                    f"its {size} bytes")
+                header = json.loads(fh.read(n))
+        except SpecError:
+            raise
+        except OSError as e:
+            raise SpecError(f"{where}: cannot read it ({e.strerror or e})") from None
+        except (ValueError, UnicodeDecodeError):
+            raise SpecError(f"{where} is not a safetensors file: its header is not JSON") from None
+        if not isinstance(header, dict):
+            raise SpecError(f"{where} is not a safetensors file: its header is not a JSON object")
+        ends = [info.get("data_offsets", [0, 0])[1] for k, info in header.items()
+                if k != "__metadata__" and isinstance(info, dict) and isinstance(info.get("data_offsets"), list)
+                and len(info["data_offsets"]) == 2]
+        data = size - 8 - n
+        if ends and max(ends) > data:
+            raise SpecError(f"{where} is truncated: its tensors need {max(ends)} bytes of data, the file holds "
+                            f"{data}")
 
 
 _ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,

@@ -98,12 +98,17 @@ def shipped() -> list[Point]:
 
 def points_from_records(path: Path, here_label: str | None = None) -> tuple[list[Point], list[str]]:
     """The ``ok`` records of a twinbench results file as points, and one line per record left out (a device
-    without a datasheet, a run its record marks as measured on a busy machine). A CPU record is a point of ``here`` when its device is this machine's CPU."""
+    without a datasheet, a run its record marks as measured on a busy machine). A CPU record is a point of
+    ``here`` when its device is this machine's CPU. Each point's ``source`` ends with ``line N`` of ``path``;
+    a record whose batch or seq is not a positive integer, or whose step time is not a positive finite number,
+    is a :class:`CalibrationError` naming the file and the line."""
     from twinbench.record import read_records
 
-    records, _ = read_records(path)
-    points, skipped = [], []
-    for r in records:
+    lines: list[int] = []
+    problems: list[str] = []
+    records, _ = read_records(path, problems, line_numbers=lines)
+    points, skipped = [], [f"{path} {p} (not a record)" for p in problems]
+    for r, n in zip(records, lines, strict=True):
         if r.get("status") != "ok" or not r.get("step_ms"):
             continue
         label = str(r.get("device", ""))
@@ -117,8 +122,14 @@ def points_from_records(path: Path, here_label: str | None = None) -> tuple[list
             skipped.append(f"{label}: no datasheet")
             continue
         spec = r.get("spec") or {}
-        points.append(Point(name, r["framework"], r["strategy"], r.get("preset", ""), int(r["batch"]),
-                            int(r["seq"]), round(float(r["step_ms"]), 2), source=record_source(r, path),
+        batch, seq, step = r.get("batch"), r.get("seq"), r.get("step_ms")
+        for field_, value in (("batch", batch), ("seq", seq)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise CalibrationError(f"--calibrate {path} line {n}: {field_} {value!r} is not a positive integer")
+        if isinstance(step, bool) or not isinstance(step, int | float) or not 0 < step < math.inf:
+            raise CalibrationError(f"--calibrate {path} line {n}: step_ms {step!r} is not a positive number")
+        points.append(Point(name, str(r.get("framework")), str(r.get("strategy")), str(r.get("preset", "")), batch,
+                            seq, round(float(step), 2), source=f"{record_source(r, path)} line {n}",
                             date=str(r.get("date") or r.get("peak_measured_at") or "")[:10],
                             attention_impl=str(spec.get("attention_impl", "default")),
                             memory_bytes=program_peak(r)))

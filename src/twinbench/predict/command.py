@@ -17,7 +17,7 @@ from twinbench.predict import calibration, scaling
 from twinbench.predict.attention import fused_in
 from twinbench.predict.datasheets import Datasheet, lookup, op_overhead_us
 from twinbench.predict.roofline import Efficiency, Roofline, roofline
-from twinbench.spec import RunSpec
+from twinbench.spec import RunSpec, SpecError
 
 #: the fraction of the datasheet a framework reaches, by platform: matmuls of the bf16 peak (the measured
 #: matmul peak over the datasheet's: 188.7 of 197 TFLOP/s on the TPU v5e, 692 of 989 on the H200, both jax;
@@ -184,8 +184,23 @@ def predicted(point: calibration.Point, cache: dict, sheets: dict | None = None)
     overrides: dict[str, Any] = {"batch": point.batch, "seq": point.seq}
     spec = build_specs(point.preset, point.framework, point.strategy, overrides,
                        attention_impl=point.attention_impl)[0]
+    check_fits(spec, point.device)
     sheet = sheet_of(point.device, spec, {} if sheets is None else sheets)
     return predict_one(spec, sheet, [], {}, cache=cache)
+
+
+def check_fits(spec: RunSpec, device: str, devices: int = 1) -> None:
+    """Refuse (SpecError, one line) a step that cannot fit on ``device`` before its program is read: a model
+    too large for the device is too large to read here too (limits.py)."""
+    from twinbench import limits
+
+    if device == "here":
+        from twinbench.measure.memory import host_available_bytes
+
+        limits.check_device(spec, "this machine (available memory)", host_available_bytes())
+        return
+    sheet = lookup(device)
+    limits.check_device(spec, sheet.name, sheet.hbm_usable_gib * 2**30, devices)
 
 
 def sheet_of(device: str, spec: RunSpec, sheets: dict[str, Datasheet]) -> Datasheet:
@@ -271,6 +286,8 @@ def run(specs: list[RunSpec], device: str, devices: int = 1, calibrate: Path | N
         from twinbench.predict.tpu_compile import target_device
 
         target_device(device)  # no TPU compiler here: one line, before any program is read
+    for s in specs:  # a step that cannot fit the device: refused before any program is read
+        check_fits(s, device, devices)
     points, lines = calibration.shipped(), []
     fitted: dict = {}
     cache: dict = {}
@@ -279,8 +296,16 @@ def run(specs: list[RunSpec], device: str, devices: int = 1, calibrate: Path | N
 
         user, skipped = calibration.points_from_records(calibrate, cpu_name())
         lines += [f"--calibrate: left out {s}" for s in skipped]
+        if not user:
+            left = f" ({len(skipped)} left out: {skipped[0]})" if skipped else ""
+            raise calibration.CalibrationError(f"--calibrate {calibrate}: no usable record (an ok run with a step "
+                                               f"time, on a device with a datasheet){left}")
         for p in user:
-            p.predicted_ms = predict_point(p, cache, sheets)
+            try:
+                p.predicted_ms = predict_point(p, cache, sheets)
+            except SpecError as e:  # the record's values, not a flag the user gave: name the file and line
+                where = p.source.rpartition(" line ")[2]
+                raise calibration.CalibrationError(f"--calibrate {calibrate} line {where}: {e}") from None
         fitted = calibration.fit(user)
         points = points + user
         for (plat, fw), f in fitted.items():

@@ -1,0 +1,152 @@
+"""What this machine (or a target device) can hold, checked in the parent before anything is built.
+
+The worker's preflight (``measure/memory.py``) estimates a run's memory once its model is built; a model too
+large to build at all (``--layers 100000``) never reaches it: building it exhausts the host first. So the
+commands that run or read specs (compare, sweep, advise, explain, predict) first compare a *lower bound* from the
+shapes alone against the memory there is, and refuse, in one line, what cannot fit. A lower bound: a run it
+refuses could never have fitted; one it lets through meets the worker's preflight as before.
+
+The bound counts only what every twin certainly holds: the parameters (embeddings and, per layer, at least two
+``d_model x d_model`` and two ``d_model x d_ff`` matrices), their gradients and AdamW's two moments, the logits
+of one step and one activation per layer and token. ``--no-preflight`` skips the check as it skips the
+worker's. A user's own model (``--model``) is not checked: its insides are not known from the preset.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from twinbench.config import SpecError
+
+GiB = 2**30
+
+
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def params_lower_bound(spec: Any) -> int:
+    """Parameters the model has at least, from its shape (embeddings + two square and two FF matrices a layer)."""
+    m = spec.model
+    return m.vocab * m.d_model + m.layers * (2 * m.d_model * m.d_model + 2 * m.d_model * m.ff)
+
+
+def step_lower_bound(spec: Any) -> int:
+    """Bytes one training step holds at least: parameters, gradients, AdamW's two moments, the logits of the
+    step and one activation per layer and token, at the run's precision."""
+    itemsize = 2 if spec.train.precision == "bf16" else 4
+    tokens = spec.train.batch * spec.train.seq
+    m = spec.model
+    return itemsize * (4 * params_lower_bound(spec) + tokens * m.vocab + m.layers * tokens * m.d_model)
+
+
+def gib(n: float) -> str:
+    """``n`` bytes in GiB, readable at any size (a 300-digit count too)."""
+    try:
+        g = n / GiB
+    except OverflowError:  # an int beyond a float: its order of magnitude
+        return f"~1e{len(str(int(n) // GiB)) - 1} GiB"
+    return f"{g:.1f} GiB" if g < 1e6 else f"{g:.2g} GiB"
+
+
+def _accelerator_here() -> bool:
+    """Whether runs keep their state on an accelerator (a visible NVIDIA GPU, a TPU, JAX_PLATFORMS naming one)."""
+    from twinbench.measure import device
+
+    platforms = os.environ.get("JAX_PLATFORMS", "")
+    if any(p in platforms for p in ("tpu", "cuda", "gpu", "rocm")):
+        return True
+    return device.gpu_count() > 0 or any(Path("/dev").glob("accel*")) or Path("/dev/vfio").is_dir()
+
+
+def count(n: int) -> str:
+    """A count of any size, short: ``4.9e+09``; a 300-digit one as ``~1e299``."""
+    try:
+        return f"{n:.3g}"
+    except OverflowError:
+        return f"~1e{len(str(int(n))) - 1}"
+
+
+def changed(spec: Any) -> str:
+    """The shape fields of ``spec`` that differ from its preset, as ``layers=100000, batch=8`` ('' for none)."""
+    from twinbench.spec import PRESETS
+
+    if spec.preset not in PRESETS:
+        return ""
+    model, train = PRESETS[spec.preset]
+    def v(x: int) -> str:
+        return str(x) if abs(x) < 10**12 else count(x)
+
+    diffs = [f"{k}={v(getattr(spec.model, k))}" for k in ("layers", "d_model", "d_ff", "vocab", "context")
+             if getattr(spec.model, k) != getattr(model, k)]
+    diffs += [f"{k}={v(getattr(spec.train, k))}" for k in ("batch", "seq")
+              if getattr(spec.train, k) != getattr(train, k)]
+    return ", ".join(diffs)
+
+
+def _sizes(spec: Any) -> str:
+    return (f"{count(params_lower_bound(spec))} parameters or more, "
+            f"{count(spec.train.batch * spec.train.seq)} tokens a step")
+
+
+def _shape(spec: Any) -> str:
+    what = changed(spec)
+    return f"--preset {spec.preset}" + (f" with {what}" if what else "")
+
+
+def check_host(specs: list[Any], available: int | None = None) -> None:
+    """Refuse (SpecError) a run the host cannot build, or (without an accelerator) cannot train, before any
+    process starts; and ``--threads`` above this machine's cores."""
+    from twinbench.measure.memory import host_available_bytes
+    from twinbench.spec import USER
+
+    n = cores()
+    for s in specs:
+        if s.threads > n:
+            raise SpecError(f"--threads {s.threads}: this machine gives twinbench {n} cores; allowed: 0 (all) "
+                            f"to {n}")
+    todo = [s for s in specs if not s.no_preflight and s.model.family != USER]
+    if not todo:
+        return
+    avail = host_available_bytes() if available is None else available
+    on_host = not _accelerator_here()
+    for s in todo:
+        need = step_lower_bound(s) if on_host else 4 * params_lower_bound(s)  # the canonical weights, in fp32
+        if need > avail:
+            what = "one training step needs" if on_host else "its initial weights alone need"
+            raise SpecError(f"{_shape(s)}: {what} at least {gib(need)} ({_sizes(s)}), the host has {gib(avail)} "
+                            "available; nothing was run (a smaller shape, or --no-preflight to try anyway)")
+
+
+def check_device(spec: Any, device_label: str, memory_bytes: float, devices: int = 1) -> None:
+    """Refuse (SpecError) predicting a step that ``devices`` such devices together cannot hold (so no strategy,
+    fully sharded or not, could run it there): reading its program would cost this host for nothing."""
+    from twinbench.spec import USER
+
+    if spec.no_preflight or spec.model.family == USER:
+        return
+    need = step_lower_bound(spec)
+    if need > memory_bytes * max(devices, 1):
+        where = f"one {device_label} has" if devices <= 1 else f"{devices} x {device_label} have"
+        raise SpecError(f"{_shape(spec)}: one training step needs at least {gib(need)} ({_sizes(spec)}), {where} "
+                        f"{gib(memory_bytes * max(devices, 1))}: it cannot run there, so no program was read (a "
+                        "smaller shape, or --no-preflight to read it anyway)")
+
+
+def check_weights(spec: Any, available: int | None = None) -> None:
+    """Refuse (SpecError) building a model's weights on this host (``export``) when they cannot fit: 4 bytes a
+    parameter, at least."""
+    from twinbench.measure.memory import host_available_bytes
+
+    avail = host_available_bytes() if available is None else available
+    need = 4 * params_lower_bound(spec)
+    if need > avail:
+        raise SpecError(f"{_shape(spec)}: its weights alone need at least {gib(need)} "
+                        f"({count(params_lower_bound(spec))} parameters or more), the host has {gib(avail)} "
+                        "available; nothing was built")

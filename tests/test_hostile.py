@@ -1,0 +1,297 @@
+"""Hostile input on the newer surfaces: one test per class of bad input (docs/bad-input.md).
+
+Each class is fixed at its root, and each test here failed before its fix: a results folder that steers a
+re-run (the record-to-run boundary), shapes no memory can hold (checked before anything is built), a trace
+file read by its neighbours instead of its content, unbounded or corrupt decompression, files and folders a
+user names that cannot be read or written, late validation, bad checkpoints and calibration files, absurd
+numbers. Everything runs in this process; no training run starts (``runner.run_one`` is replaced by a fake).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from twinbench import runner
+from twinbench.cli import app
+from twinbench.record import Record, read_records
+
+sys.path.insert(0, str(Path(__file__).parent / "report"))
+import synthetic
+
+CLI = CliRunner()
+FIX = Path(__file__).parent / "explain" / "fixtures"
+#: a place no one may write, root included (a read-only file system)
+READ_ONLY = Path("/sys/twinbench-hostile")
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    """runner.run_one replaced: each spec it is given is recorded; an ok record comes back at once."""
+    calls = []
+
+    def run_one(spec, timeout, env=None):
+        calls.append(spec)
+        return Record.for_spec(spec, "ok", step_ms=10.0, step_ms_p10=10.0, step_ms_p90=10.0, compile_s=0.1,
+                               first_step_s=0.2, losses=[1.0], step_times_ms=[10.0]).to_dict()
+
+    monkeypatch.setattr(runner, "run_one", run_one)
+    return calls
+
+
+def one_line_error(result, code: int = 2) -> str:
+    text = result.output
+    assert result.exit_code == code, text
+    assert result.exception is None or isinstance(result.exception, SystemExit), text
+    assert "Traceback" not in text, text
+    errors = [ln for ln in text.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, text
+    return errors[0]
+
+
+# --------------------------------------------------------------------------------- the record-to-run boundary
+def steering_results(tmp_path: Path) -> tuple[Path, Path]:
+    """A results folder whose records would write outside --out, listen on a port and start processes."""
+    elsewhere = tmp_path / "elsewhere"
+    d = tmp_path / "sent"
+    recs = []
+    for fw, st in (("torch", "eager"), ("jax", "jit")):
+        r = synthetic.record(fw, st)
+        r["spec"].update(save_weights=str(elsewhere / "weights"), cache_dir=str(elsewhere / "cache"),
+                         trace_dir=str(elsewhere / "traces"), num_processes=2, process_id=0,
+                         coordinator="0.0.0.0:45679", devices=2, strategy=st)
+        r["spec"]["train"]["batch"] = 8
+        recs.append(r)
+    synthetic.write(d, recs)
+    return d, elsewhere
+
+
+def test_a_re_run_takes_from_a_record_only_what_defines_the_measurement(tmp_path, fake_runs):
+    d, elsewhere = steering_results(tmp_path)
+    res = CLI.invoke(app, ["explain", f"{d}:torch/eager", f"{d}:jax/jit", "--out", str(tmp_path / "o")])
+    assert "Traceback" not in res.output, res.output
+    assert len(fake_runs) == 2, res.output
+    for s in fake_runs:
+        assert s.save_weights == "" and s.coordinator == "" and s.num_processes == 1 and s.process_id == -1
+        assert not s.cache_dir.startswith(str(elsewhere)) and not s.trace_dir.startswith(str(elsewhere))
+        assert s.devices == 2 and s.model.layers == 4  # what defines the measurement is the record's
+    assert not elsewhere.exists()
+    assert "not taken from the record: cache_dir, coordinator, num_processes, process_id, save_weights" in res.output
+
+
+def test_a_re_run_uses_a_path_the_user_names_on_the_command_line(tmp_path, fake_runs):
+    d, _ = steering_results(tmp_path)
+    mine = tmp_path / "mine"
+    CLI.invoke(app, ["explain", f"{d}:torch/eager", f"{d}:jax/jit", "--out", str(tmp_path / "o"),
+                     "--save-weights", str(mine)])
+    assert fake_runs and all(s.save_weights == str(mine) for s in fake_runs)
+
+
+# -------------------------------------------------------------------------------- sizes before anything is built
+def test_a_shape_no_memory_holds_is_refused_before_any_run(tmp_path, fake_runs):
+    base = ["--preset", "tiny", "--layers", "100000"]
+    line = one_line_error(CLI.invoke(app, ["compare", *base, "--strategies", "torch:eager,jax:jit", "--out",
+                                           str(tmp_path / "o")]))
+    assert "layers=100000" in line and "GiB" in line and "available" in line
+    assert not (tmp_path / "o").exists()
+    line = one_line_error(CLI.invoke(app, ["sweep", "--over", "batch=1,1000000000", "--preset", "tiny",
+                                           "--strategies", "torch:eager", "--out", str(tmp_path / "s")]))
+    assert "batch=1000000000" in line
+    line = one_line_error(CLI.invoke(app, ["predict", *base, "--strategies", "jax:jit", "--device", "tpu-v5e"]))
+    assert "tpu-v5e" in line and "no program was read" in line
+    assert not fake_runs
+
+
+def test_a_300_digit_size_is_refused_in_one_readable_line(tmp_path, fake_runs):
+    line = one_line_error(CLI.invoke(app, ["compare", "--preset", "tiny", "--vocab", "9" * 300, "--strategies",
+                                           "torch:eager", "--out", str(tmp_path / "o")]))
+    assert len(line) < 400 and "GiB" in line
+
+
+def test_threads_beyond_the_cores_and_nan_learning_rates_are_refused_at_parse_time(tmp_path, fake_runs):
+    base = ["compare", "--preset", "tiny", "--strategies", "torch:eager", "--out", str(tmp_path / "o")]
+    assert "cores" in one_line_error(CLI.invoke(app, [*base, "--threads", "100000"]))
+    for flag, value in (("--lr", "nan"), ("--lr", "inf"), ("--weight-decay", "nan"), ("--slow-input", "inf")):
+        assert flag in one_line_error(CLI.invoke(app, [*base, flag, value]))
+    assert not fake_runs
+
+
+# ------------------------------------------------------------------------------------- trace files by content
+def test_a_torch_trace_beside_an_unrelated_xplane_is_read_as_torch(tmp_path):
+    from twinbench.explain import trace_file
+
+    t = tmp_path / "torch_run.json.gz"
+    shutil.copy(FIX / "hta_triton_example.json.gz", t)
+    (tmp_path / "other_job.xplane.pb").write_bytes(b"\x0a\x03abc")
+    kind, path, _ = trace_file.resolve(str(t))
+    assert (kind, path) == ("torch", t)
+    res = CLI.invoke(app, ["explain", str(t)])
+    assert res.exit_code == 0 and "torch:" in res.output and "other_job" not in res.output, res.output
+
+
+def test_a_gzip_bomb_stops_at_the_cap_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("TWINBENCH_MAX_TRACE_MB", "8")
+    bomb = tmp_path / "bomb.json.gz"
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    with bomb.open("wb") as f:
+        f.write(c.compress(b'{"traceEvents": ['))
+        for _ in range(64):
+            f.write(c.compress(b" " * 2**20))
+        f.write(c.flush())
+    assert bomb.stat().st_size < 2**20
+    line = one_line_error(CLI.invoke(app, ["explain", str(bomb)]))
+    assert "inflates past 8 MiB" in line
+
+
+def _trace(events: list[dict]) -> bytes:
+    return json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()
+
+
+def _steps(ts: object = 0, dur: object = 100.0) -> list[dict]:
+    ev = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "ts": 1000.0 * i, "dur": 900.0,
+           "tid": 1} for i in range(4)]
+    ev += [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1000.0 * i + 10, "dur": 100.0, "tid": 1}
+           for i in range(4)]
+    ev[5]["ts"], ev[5]["dur"] = ts if ts != 0 else ev[5]["ts"], dur
+    return ev
+
+
+@pytest.mark.parametrize(("name", "content", "says"), [
+    ("corrupt.json.gz", lambda: bytes(b ^ (0xFF if 12 < i < 40 else 0) for i, b in
+                                      enumerate(gzip.compress(_trace(_steps()) * 50))), "corrupt gzip"),
+    ("truncated.json.gz", lambda: gzip.compress(_trace(_steps()))[:-30], "truncated gzip"),
+    ("text_ts.json", lambda: _trace(_steps(ts="soon")), "not a time"),
+    ("huge_dur.json", lambda: _trace(_steps(dur=1e308)), "not a time"),
+    ("binary.json", lambda: b"\x00\x01\x02 not json", "not a trace"),
+    ("list.json", lambda: b"[1, 2, 3]", "no steps found"),
+])
+def test_every_bad_trace_is_one_line(tmp_path, name, content, says):
+    p = tmp_path / name
+    p.write_bytes(content())
+    line = one_line_error(CLI.invoke(app, ["explain", str(p)]))
+    assert says in line and "inf" not in line.split(says)[0].split(str(p))[-1]
+
+
+def test_a_binary_hlo_beside_a_record_and_a_folder_for_a_file_are_one_line(tmp_path):
+    from twinbench.explain import files
+    from twinbench.explain.steps import TraceError
+
+    hlo = tmp_path / "step.hlo.txt"
+    hlo.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(TraceError, match="binary, not UTF-8"):
+        files.read_text(hlo, "compiled HLO text")
+    with pytest.raises(TraceError, match="a folder, not a"):
+        files.read_bytes(tmp_path)
+    from twinbench.explain import gap
+
+    r = synthetic.record("jax", "jit")
+    r.update(trace_path=str(tmp_path / "x.trace.json.gz"), explain_hlo_path=str(hlo))
+    with pytest.raises(TraceError, match="binary"):
+        gap.read_trace(r)
+
+
+# -------------------------------------------------------------------------- places a user names, checked first
+def test_unwritable_cache_trace_and_weights_folders_fail_before_any_run(tmp_path, fake_runs):
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    out = tmp_path / "o"
+    base = ["compare", "--preset", "tiny", "--strategies", "torch:eager", "--out", str(out)]
+    assert "a file, not a folder" in one_line_error(CLI.invoke(app, [*base, "--cache-dir", str(f)]))
+    assert "cannot write there" in one_line_error(CLI.invoke(app, [*base, "--cache-dir", str(f / "sub")]))
+    assert "--trace" in one_line_error(CLI.invoke(app, [*base, "--trace", str(READ_ONLY)]))
+    assert "--save-weights" in one_line_error(CLI.invoke(app, [*base, "--save-weights", str(READ_ONLY)]))
+    assert "--cache-dir" in one_line_error(CLI.invoke(app, ["sweep", "--over", "batch=1,2", *base[1:], "--cache-dir",
+                                                            str(READ_ONLY)]))
+    assert not out.exists() and not fake_runs  # --out not even created, let alone left holding its lock
+
+
+def test_export_into_a_file_or_a_read_only_place_is_one_line(tmp_path):
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    assert "a file, not a folder" in one_line_error(CLI.invoke(app, ["export", "--preset", "tiny", "--out", str(f)]))
+    assert "cannot write there" in one_line_error(CLI.invoke(app, ["export", "--preset", "tiny", "--out",
+                                                                   str(READ_ONLY)]))
+
+
+def test_try_and_depths_are_checked_before_any_run(tmp_path, fake_runs):
+    base = ["explain", "torch:eager", "jax:jit", "--preset", "tiny", "--out", str(tmp_path / "o")]
+    assert "A:FLAG or B:FLAG" in one_line_error(CLI.invoke(app, [*base, "--try", "C:threads=1"]))
+    assert "not a int" in one_line_error(CLI.invoke(app, [*base, "--try", "B:threads=many"]))
+    assert "no spec option" in one_line_error(CLI.invoke(app, [*base, "--try", "B:nope=1"]))
+    assert "layer counts" in one_line_error(CLI.invoke(app, [*base, "--depths", "2,x"]))
+    torch_only = ["explain", "torch:eager", "torch:compile", "--preset", "tiny", "--out", str(tmp_path / "o")]
+    assert "neither side is a JAX run" in one_line_error(CLI.invoke(app, [*torch_only, "--depths", "2,4"]))
+    assert not fake_runs
+
+
+def test_truncated_init_from_weights_fail_once_before_any_run(tmp_path, fake_runs):
+    ck = tmp_path / "ck"
+    assert CLI.invoke(app, ["export", "--preset", "tiny", "--out", str(ck)]).exit_code == 0
+    st = ck / "model.safetensors"
+    st.write_bytes(st.read_bytes()[: st.stat().st_size // 2])
+    line = one_line_error(CLI.invoke(app, ["compare", "--init-from", str(ck), "--strategies", "torch:eager,jax:jit",
+                                           "--out", str(tmp_path / "o")]))
+    assert "model.safetensors is truncated" in line
+    assert not fake_runs
+
+
+# ----------------------------------------------------------------------------------------- predict --calibrate
+def _calibration(tmp_path: Path, **change) -> Path:
+    r = synthetic.record("jax", "jit")
+    r.update({"device": "TPU v5 lite", "platform": "tpu", "preset": "tiny", "batch": 8, "seq": 32, **change})
+    r["spec"]["preset"] = "tiny"
+    d = tmp_path / f"cal{len(list(tmp_path.glob('cal*')))}"
+    return synthetic.write(d, [r])
+
+
+def test_a_calibration_file_with_no_usable_record_or_a_bad_value_names_file_and_line(tmp_path):
+    base = ["predict", "--preset", "tiny", "--strategies", "jax:jit", "--device", "tpu-v5e", "--calibrate"]
+    empty = _calibration(tmp_path, status="failed")
+    assert "no usable record" in one_line_error(CLI.invoke(app, [*base, str(empty)]))
+    bad = _calibration(tmp_path, preset="no-such-preset")
+    line = one_line_error(CLI.invoke(app, [*base, str(bad)]))
+    assert f"{bad} line 1" in line and "no-such-preset" in line
+    huge = _calibration(tmp_path, batch=10**9)
+    line = one_line_error(CLI.invoke(app, [*base, str(huge)]))
+    assert f"{huge} line 1" in line and "batch=1000000000" in line
+    text = _calibration(tmp_path, batch="eight")
+    line = one_line_error(CLI.invoke(app, [*base, str(text)]))
+    assert f"{text} line 1: batch is a str" in line and "no usable record" in line
+
+
+def test_predict_timeout_ends_a_hanging_model_in_one_line_and_removes_its_temp_folder(tmp_path, monkeypatch):
+    import tempfile
+
+    model = tmp_path / "hangs.py"
+    model.write_text("import time\ntime.sleep(3600)\n")
+    seen = []
+    monkeypatch.setattr(runner, "run_module",
+                        lambda module, args, timeout: seen.append(timeout) or (124, f"timed out after {timeout:g} s"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    line = one_line_error(CLI.invoke(app, ["predict", "--model", f"{model}:build", "--strategies", "torch:eager",
+                                           "--device", "tpu-v5e", "--timeout", "3"]))
+    assert seen == [3.0] and "timed out after 3 s" in line
+    assert not list(tmp_path.glob("twinbench-predict-*"))
+
+
+# ------------------------------------------------------------------------------------------------ absurd numbers
+def test_nan_and_300_digit_numbers_in_records_read_as_null(tmp_path):
+    r = synthetic.record("torch", "eager")
+    r.update(tokens_per_s=10**300, n_params=10**310, explain_timing={"forward": float("nan"), "backward": 1.0})
+    bad = synthetic.record("jax", "jit")
+    bad["step_ms"] = 1e300
+    path = synthetic.write(tmp_path / "r", [r, bad])
+    recs, skipped = read_records(path)
+    assert skipped == 1 and len(recs) == 1
+    assert recs[0]["tokens_per_s"] is None and recs[0]["n_params"] is None
+    assert recs[0]["explain_timing"] == {"forward": None, "backward": 1.0}
+    assert CLI.invoke(app, ["report", str(path.parent)]).exit_code == 0
+    md = (path.parent / "report.md").read_text()
+    assert "0" * 40 not in md.replace(",", "") and "nan" not in md.lower().replace("nanogpt", "")
