@@ -13,9 +13,14 @@
 #
 # The lead's two calls (the `run` tool; each under 2,000 characters):
 #   1: source benchmarks/tpu/setup.sh > /dev/null && bash benchmarks/tpu_claims.sh runs/tpu-claims 420
-#   2: the same command. If the machine was released between the calls, first copy the first call's
-#      files_at/tpu-claims/ to runs/tpu-claims in this checkout and pass carry=["runs/tpu-claims"] (a carried
-#      path missing here is REMOVED there).
+#   2: on the same (warm) machine, without installing again and with a longer limit:
+#      if [ -d /tmp/site/torch ]; then export PYTHONPATH=$PWD/src:/tmp/site PYTHONUNBUFFERED=1; else source
+#      benchmarks/tpu/setup.sh > /dev/null; fi && bash benchmarks/tpu_claims.sh runs/tpu-claims 470
+#      If the machine was released between the calls, first copy the first call's files_at/tpu-claims/ to
+#      runs/tpu-claims in this checkout and pass carry=["runs/tpu-claims"] (a carried path missing here is REMOVED
+#      there), with limit 420 (the install again).
+# `twinbench claims --quick --plan --device tpu-v5e` predicts about 820 s of device time for the suite (14 runs, 2
+# probes; compiles about 590 s of it): the two limits give 890 s.
 # Every run has its own timeout (--timeout 240: the costliest, Llama-300M through torchax, is planned at ~90 s).
 set -uo pipefail
 
