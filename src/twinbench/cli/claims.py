@@ -53,7 +53,8 @@ def where(device: str | None) -> tuple[str, int, str]:
             sheet = lookup(device)
         except UnknownDevice as e:
             raise SpecError(str(e)) from None
-        return sheet.platform, 1, sheet.name
+        here = platform_here()
+        return sheet.platform, devices_here(here) if here == sheet.platform else 1, sheet.name
     platform = platform_here()
     return platform, devices_here(platform), device_here(platform)
 
