@@ -19,7 +19,8 @@ from pathlib import Path
 
 from twinbench import runner
 from twinbench.claims import suite
-from twinbench.claims.core import Setup, accelerator_present, describe, select
+from twinbench.claims.core import describe, select, setup_for
+from twinbench.claims.sizes import platform_here
 
 
 def model_table(claims: list, per_claim: dict, specs: list, rounds: list, repeated: set) -> None:
@@ -29,7 +30,7 @@ def model_table(claims: list, per_claim: dict, specs: list, rounds: list, repeat
     total = n = 0.0
     for spec in specs:
         users = [c.id for c in claims if any(x.run_id() == spec.run_id() for x in per_claim[c.id].values())]
-        k = len(rounds) if spec.run_id() in repeated else 1
+        k = len(rounds) if spec.config_id() in repeated else 1
         cost = suite.cost_s(spec)
         total, n = total + k * cost, n + k
         what = describe(spec).replace(", 30 steps", "").replace(", 12 steps", "")
@@ -55,10 +56,10 @@ def main() -> None:
     args = ap.parse_args()
 
     claims = select(args.only)
-    setup = Setup(quick=True, gpt=args.preset, repeats=args.repeats, accelerator=accelerator_present())
+    setup = setup_for(platform_here(), True, preset=args.preset, repeats=args.repeats)
     per_claim, specs = suite.plan(claims, setup)
     rounds = suite.schedule(claims, per_claim, specs, args.repeats)
-    repeated = {s.run_id() for s in (rounds[1] if len(rounds) > 1 else [])}
+    repeated = {s.config_id() for s in (rounds[1] if len(rounds) > 1 else [])}
     if args.model_only:
         model_table(claims, per_claim, specs, rounds, repeated)
         return
@@ -68,7 +69,7 @@ def main() -> None:
         rec = runner.run_one(spec, args.timeout)
         measured[spec.run_id()] = dt = time.perf_counter() - t
         status = "ok" if rec.get("status") == "ok" else f"failed: {rec.get('error')}"
-        times = args.repeats if spec.run_id() in repeated else 1
+        times = args.repeats if spec.config_id() in repeated else 1
         rows.append(f"| {describe(spec)} | {times} | {suite.cost_s(spec):.0f} | {dt:.1f} | {status} |")
         print(rows[-1], flush=True)
     probe_names = list(dict.fromkeys(p for c in claims for p in c.probes))

@@ -62,7 +62,12 @@ def parity() -> dict:
     trainer = FunctionTrainer(spec, params, loss_of)
     steps = [float(trainer.step(*um.batch(i))) for i in range(3)]
     round_trip = TorchaxTrainer(spec, weights).weights()
+    bf16 = user_spec("jax", "torchax+bf16")  # torchax's autocast on the user's module, as on the twins
+    bf16 = replace(bf16, train=replace(bf16.train, precision="bf16"))
+    half = TorchaxTrainer(bf16, weights)
+    loss_bf16 = float(jax.jit(half.loss_of)(half.params, x, y))
     return {"loss_torch": float(ref["loss0"]), "loss_torchax": float(loss), "grad_rel": grad_diff,
+            "loss_torchax_bf16": loss_bf16,
             "n_grads": len(names), "n_params": sum(1 for _ in um.module.parameters()),
             "steps_torch": [float(v) for v in ref["losses"]], "steps_torchax": steps,
             "round_trip_exact": all(np.array_equal(round_trip[k], weights[k]) for k in weights)

@@ -52,6 +52,26 @@ def test_torch_and_torchax_agree_on_loss_gradients_and_steps(torchax_child):
     assert r["round_trip_exact"]  # torchax trainer's weights() gives back the state_dict layout
 
 
+def test_torchax_bf16_runs_a_user_module_in_bf16(torchax_child):
+    r = torchax_child["parity"]
+    assert r["loss_torchax_bf16"] == pytest.approx(r["loss_torch"], rel=2e-2)  # the same function
+    assert r["loss_torchax_bf16"] != r["loss_torchax"]  # computed in bf16, not fp32
+
+
+def test_torchax_bf16_of_a_user_model_is_planned_without_precision_given():
+    from twinbench.byo.plan import build_specs
+    from twinbench.spec import SpecError
+
+    model = f"{Path(__file__).resolve().parents[2] / 'examples' / 'byo' / 'llama.py'}:build"
+    (spec,) = build_specs("tiny", ["jax"], ["torchax+bf16"], {}, user_model=model)
+    assert (spec.strategy, spec.train.precision) == ("torchax+bf16", "bf16")
+    (spec,) = build_specs("tiny", ["jax"], ["torchax"], {"precision": "bf16"}, user_model=model)
+    assert spec.strategy == "torchax+bf16"
+    port = f"{Path(__file__).resolve().parents[2] / 'examples' / 'byo' / 'llama_jax.py'}:build_jax"
+    with pytest.raises(SpecError, match=r"--precision bf16: jax 'port' of a user model runs fp32 only"):
+        build_specs("tiny", ["jax"], ["port"], {"precision": "bf16"}, user_model=model, user_jax_model=port)
+
+
 def test_a_torch_run_of_a_user_model_never_imports_torchax(tmp_path):
     r = child("torch-worker", tmp_path)["torch-worker"]
     assert r["status"] == "ok"

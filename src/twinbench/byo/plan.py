@@ -104,10 +104,12 @@ def build_specs(preset: str, frameworks: list[str], names: list[str] | None, ove
     if not chosen:
         raise SpecError(f"--strategies: nothing selected for --framework {','.join(frameworks)}")
     specs = [validate(with_precision(replace(base, framework=fw, strategy=name))) for fw, name in chosen]
-    for s in specs:  # --precision bf16 adds +bf16: a JAX user run has no bf16 form yet
-        if s.mods.bf16 and s.framework == "jax":
-            raise SpecError(f"--precision bf16: jax {s.base_strategy!r} of a user model runs fp32 only; "
-                            "run bf16 with the torch strategies (+bf16)")
+    for s in specs:  # +bf16 (or --precision bf16): the JAX bases that honour it (torchax: torchax's autocast)
+        honoured = registry.get(s.framework, s.base_strategy).modifiers
+        if s.mods.bf16 and honoured is not None and "bf16" not in honoured:
+            how = "--precision bf16" if overrides.get("precision") == "bf16" else f"{s.framework}:{s.strategy}"
+            raise SpecError(f"{how}: jax {s.base_strategy!r} of a user model runs fp32 only; bf16 runs with "
+                            "jax:torchax+bf16 and the torch strategies (+bf16)")
     return list({(s.framework, s.strategy): s for s in specs}.values())
 
 

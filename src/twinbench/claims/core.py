@@ -18,14 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from twinbench.claims.sizes import ATTENTION, PLATFORMS, REPEATS, left_out, sizes_for
 from twinbench.spec import PRESETS, RunSpec, SpecError
 
 SUPPORTED, CONTRADICTED, DEPENDS, NOT_MEASURABLE = "supported", "contradicted", "depends", "not measurable"
 #: A timed claim whose repeats fall on different sides of its threshold: the noise is larger than the effect.
 INCONCLUSIVE = "inconclusive"
 VERDICTS = (SUPPORTED, CONTRADICTED, DEPENDS, INCONCLUSIVE, NOT_MEASURABLE)
-#: Repeats of every timed run (interleaved: A B C, A B C, A B C), the default of ``--repeats``.
-REPEATS = 3
 #: A record taken at a 1-minute load average above this many runnable tasks per core: timings disturbed.
 LOAD_PER_CORE = 0.5
 #: GPT presets from small to large: the "bigger" point of a claim that compares sizes is the next one.
@@ -47,19 +46,35 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Setup:
-    """Where and how big the suite measures: presets, run lengths, the planned training run."""
+    """Where and how big the suite measures: platform, presets, run lengths, the planned training run.
+
+    ``claims/sizes.py`` (:func:`~twinbench.claims.sizes.setup_for`) fills it for a platform: a CPU keeps the small
+    presets, a GPU or TPU the seeds' sizes in bf16 with the platform's fused attention. :meth:`spec` is how a claim
+    asks for a run: on a TPU a torch run becomes the torch twin through torchax on the chip (:meth:`path`)."""
 
     quick: bool = True
     gpt: str = "tiny"  # the GPT preset of most runs
-    bert: str = "bert-tiny"  # the BERT fine-tuning preset (C1, C3, C17, C18)
+    bert: str = "bert-tiny"  # the BERT fine-tuning preset (C1, C3, C15-C18)
     plan_steps: int = 20000  # a full training run, for compile shares and break-even verdicts
     top: dict[str, Any] = field(default_factory=dict)  # RunSpec fields for every run (--trace)
     repeats: int = REPEATS  # runs of every timed configuration, interleaved (--repeats)
-    accelerator: bool = True  # False when this machine has no GPU/TPU: device-memory claims plan no runs
+    platform: str = "cpu"  # where the runs go: cpu, gpu or tpu (claims/sizes.py)
+    devices: int = 1  # accelerators on this machine: the multi-device claims need two
+    device: str = ""  # the ``predict --device`` name of the accelerator, when known (predictions of C10-C13)
+    large: str = ""  # the larger model of the size claims; "" -> the next GPT preset of GPT_LADDER
+    bert_shape: dict[str, Any] = field(default_factory=dict)  # BERT fine-tuning runs: batch, seq, steps
+
+    @property
+    def accelerator(self) -> bool:
+        """A GPU or TPU: device-memory claims run, sizes are the seeds'."""
+        return self.platform != "cpu"
 
     @property
     def big(self) -> str:
-        """The next larger GPT preset (the gpt preset itself at the top of the ladder)."""
+        """The larger model of the size claims: the accelerator's ``large`` preset, else the next GPT preset
+        (the gpt preset itself at the top of the ladder)."""
+        if self.large:
+            return self.large
         i = GPT_LADDER.index(self.gpt) if self.gpt in GPT_LADDER else len(GPT_LADDER) - 1
         return GPT_LADDER[min(i + 1, len(GPT_LADDER) - 1)]
 
@@ -72,10 +87,64 @@ class Setup:
             steps, warmup = (min(steps, 12), min(warmup, 3)) if self.quick else (min(steps, 20), min(warmup, 5))
         return {"steps": steps, "warmup": warmup}
 
-    def spec(self, framework: str, strategy: str, preset: str | None = None, **over: Any) -> RunSpec:
-        """A RunSpec of a registered strategy, with this setup's run lengths (see :func:`build_spec`)."""
+    def path(self, framework: str, strategy: str) -> tuple[str, str]:
+        """The (framework, strategy) that runs ``framework``'s ``strategy`` on this platform: on a TPU a torch
+        strategy is the torch twin through torchax on the chip (``torch:eager+remat`` -> ``jax:torchax+remat``),
+        and one torchax cannot run (torch.compile, +dynamic, +prefetch) is a SpecError; elsewhere unchanged."""
+        if self.platform != "tpu" or framework != "torch":
+            return framework, strategy
+        base, *mods = strategy.split("+")
+        bad = [m for m in mods if m not in TORCHAX_MODS]
+        if base != "eager" or bad:
+            raise SpecError(f"torch:{strategy} has no path to a TPU: torch reaches the chip through torchax "
+                            f"(jax:torchax, with {', '.join('+' + m for m in TORCHAX_MODS)})")
+        return "jax", "+".join(["torchax", *mods])
+
+    def attention(self, framework: str, strategy: str, over: dict[str, Any], bf16: bool, preset: str) -> str:
+        """The platform's fused attention for this run where it applies (JAX side, torchax included; torch's
+        SDPA picks its own kernel on a GPU), else the default."""
+        impl = ATTENTION.get(self.platform, "default")
+        seq = over.get("seq", PRESETS[preset][1].seq)
+        if framework != "jax" or not bf16 or impl == "default" or self.top.get("user_model"):
+            return "default"
+        if impl == "splash" and (seq % 128 or over.get("mask_impl") == "mul"):
+            return "default"  # the kernel works in blocks of 128 and takes the padding mask as a mask
+        return impl
+
+    def spec(self, framework: str, strategy: str, preset: str | None = None, precision: str | None = None,
+             **over: Any) -> RunSpec:
+        """A RunSpec of a registered strategy, with this setup's run lengths (see :func:`build_spec`). On an
+        accelerator: bf16 unless ``precision="fp32"`` (how people train there), the platform's fused attention,
+        and on a TPU torch through torchax (:meth:`path`)."""
         preset = preset or self.gpt
+        framework, strategy = self.path(framework, strategy)
+        if self.accelerator:
+            bf16 = (precision or "bf16") == "bf16"
+            if self.top.get("user_jax_model"):  # a user's port has no bf16 form: both sides in fp32
+                bf16 = precision == "bf16"
+            if bf16 and "bf16" not in strategy.split("+")[1:]:
+                strategy += "+bf16"
+            over.setdefault("attention_impl", self.attention(framework, strategy, over, bf16, preset))
+        elif precision == "bf16" and "bf16" not in strategy.split("+")[1:]:
+            strategy += "+bf16"
         return build_spec(framework, strategy, preset, {**self.lengths(preset), **over}, self.top)
+
+
+def setup_for(platform: str, quick: bool, *, preset: str | None = None, devices: int = 1, device: str = "",
+              plan_steps: int = 20000, top: dict[str, Any] | None = None, repeats: int | None = None) -> Setup:
+    """The suite's Setup on ``platform`` (``cpu``, ``gpu``, ``tpu``): its sizes (``sizes.sizes_for``), the
+    devices it has, the datasheet name of its device (for predictions), and ``repeats`` when given."""
+    if platform not in PLATFORMS:
+        raise ValueError(f"platform {platform!r}; allowed: {', '.join(PLATFORMS)}")
+    fields = sizes_for(platform, quick, preset)
+    if repeats is not None:
+        fields["repeats"] = repeats
+    return Setup(quick=quick, plan_steps=plan_steps, top=dict(top or {}), platform=platform, devices=devices,
+                 device=device, **fields)
+
+
+#: The modifiers the torch twin keeps through torchax (strategies/registry.py: jax:torchax honours them).
+TORCHAX_MODS = ("bf16", "remat")
 
 
 def build_spec(framework: str, strategy: str, preset: str, over: dict[str, Any], top: dict[str, Any]) -> RunSpec:
@@ -88,14 +157,6 @@ def build_spec(framework: str, strategy: str, preset: str, over: dict[str, Any],
     from twinbench.plan import run_spec
 
     return run_spec(preset, framework, strategy, over, **top)
-
-
-def accelerator_present() -> bool:
-    """Whether this machine shows a GPU or TPU device node (NVIDIA, AMD ROCm, TPU), without importing a
-    framework (the parent process stays light and never touches a device)."""
-    import glob
-
-    return any(glob.glob(p) for p in ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/accel*", "/dev/vfio/[0-9]*"))
 
 
 @dataclass
@@ -150,6 +211,17 @@ class Claim:
     caveat: str = ""  # what this experiment cannot show, whatever the numbers (printed with every verdict)
     timed: bool = True  # its rule reads timings: its runs are repeated and judged by judge_repeats()
     once: tuple[str, ...] = ()  # runs of a timed claim its rule does not read (numbers shown only): not repeated
+    #: why this claim cannot be measured with this setup ("" when it can): one line, given as its finding, and
+    #: no runs planned (e.g. torch.compile on a TPU, several devices on one chip)
+    why_not: Callable[[Setup], str] | None = None
+
+    def unmeasurable(self, setup: Setup) -> str:
+        """The one line saying why this claim runs nothing here ("" when it runs): its own reason, or the quick
+        suite leaving it out on an accelerator (claims/sizes.py)."""
+        from twinbench.claims.user import tpu_reason
+
+        return ((self.why_not(setup) if self.why_not else "") or left_out(self.id, setup.quick, setup.platform)
+                or tpu_reason(self.id, setup))
 
 
 CLAIMS: dict[str, Claim] = {}
@@ -176,14 +248,18 @@ def load_all() -> dict[str, Claim]:
 
 
 def select(only: str | None) -> list[Claim]:
-    """The claims of ``--only C1,C7`` (all when None); an unknown id is a one-line SpecError."""
+    """The claims of ``--only C1,C7`` (all when None); an unknown id, or none named (``--only ''``), is a
+    one-line SpecError."""
     claims = load_all()
-    if not only:
+    if only is None:
         return list(claims.values())
     ids = [x.strip().upper() for x in only.split(",") if x.strip()]
     unknown = [x for x in ids if x not in claims]
-    if unknown or not ids:
-        raise SpecError(f"--only: unknown claim {', '.join(unknown) or repr(only)}; allowed: {', '.join(claims)}")
+    if not ids:
+        raise SpecError(f"--only {only!r} names no claim; give ids such as C1,C7 (allowed: {', '.join(claims)}), or "
+                        "leave --only out for all of them")
+    if unknown:
+        raise SpecError(f"--only: unknown claim {', '.join(unknown)}; allowed: {', '.join(claims)}")
     return [claims[x] for x in dict.fromkeys(ids)]
 
 

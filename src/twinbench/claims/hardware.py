@@ -9,7 +9,7 @@ CPU torchax as the fallback (the TPU path, run where no accelerator is). On an a
 
 from __future__ import annotations
 
-import glob
+from typing import Any
 
 from twinbench.claims.core import (
     CONTRADICTED,
@@ -28,63 +28,107 @@ GROUP = "hardware"
 #: |PyTorch path / jax:jit - 1| within this: the two meet (a TPU's answer); JAX ahead by at least this: it wins.
 C22_TIE = 0.10
 C22_RULE = (f"ratio = best PyTorch-path step / jax/jit step (TPU: jax/torchax; GPU: the best of torch/eager, "
-            f"torch/compile; CPU: jax/torchax as the fallback). On a TPU: |ratio - 1| <= {C22_TIE:.0%} supported (the "
-            f"paths meet), ratio > {1 + C22_TIE:.2f} contradicted (JAX still wins), ratio < {1 - C22_TIE:.2f} "
-            f"contradicted (PyTorch wins). Elsewhere: ratio >= {1 + C22_TIE:.2f} supported (JAX wins), ratio <= 1 "
-            "contradicted, in between depends.")
-
-
-def accelerator_kind() -> str:
-    """``tpu``, ``gpu`` or ``cpu`` from this machine's device nodes, without importing a framework."""
-    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"):
-        return "tpu"
-    if glob.glob("/dev/nvidia[0-9]*") or glob.glob("/dev/kfd"):
-        return "gpu"
-    return "cpu"
+            f"torch/compile; CPU: jax/torchax as the fallback), at each size measured (an accelerator: GPT-2 124M and "
+            f"the ~300M Llama at 8 x 1024, bf16). On a TPU: |ratio - 1| <= {C22_TIE:.0%} supported (the paths meet), "
+            f"ratio > {1 + C22_TIE:.2f} contradicted (JAX still wins), ratio < {1 - C22_TIE:.2f} contradicted (PyTorch "
+            f"wins). Elsewhere: ratio >= {1 + C22_TIE:.2f} supported (JAX wins), ratio <= 1 contradicted, in between "
+            "depends. Sizes that disagree: depends (the size where the answer flips). A gap above "
+            f"{C22_TIE:.0%} names explain's op-by-op reason when the runs were traced, else the command that gives it.")
+PATHS = ("torchax", "eager", "compile")
 
 
 def c22_runs(s: Setup) -> dict[str, RunSpec]:
-    kind = accelerator_kind() if s.accelerator else "cpu"
-    bf16 = "+bf16" if kind != "cpu" else ""
-    preset = s.big if kind != "cpu" else s.gpt  # a CPU keeps the suite's small preset (two short runs)
-    runs = {"jit": s.spec("jax", f"jit{bf16}", preset)}
-    if kind == "gpu":
-        runs |= {"eager": s.spec("torch", f"eager{bf16}", preset), "compile": s.spec("torch", f"compile{bf16}", preset)}
-    else:
-        runs["torchax"] = s.spec("jax", f"torchax{bf16}", preset)
+    sizes = list(dict.fromkeys((s.gpt, s.big))) if s.accelerator else [s.gpt]  # a CPU: two short runs
+    runs: dict[str, RunSpec] = {}
+    for preset in sizes:
+        runs[f"jit@{preset}"] = s.spec("jax", "jit", preset)
+        if s.platform == "gpu":
+            runs |= {f"eager@{preset}": s.spec("torch", "eager", preset),
+                     f"compile@{preset}": s.spec("torch", "compile", preset)}
+        else:  # a TPU's path (s.spec makes torch there torchax); a CPU runs it too, as the fallback
+            runs[f"torchax@{preset}"] = s.spec("jax", "torchax", preset)
     return runs
 
 
-def c22_judge(ev: Evidence) -> Verdict:
-    j = ev["jit"]
-    paths = [ev.records[n] for n in ("torchax", "eager", "compile") if n in ev.records]
+def one_size(j: dict[str, Any], paths: list[dict[str, Any]]) -> tuple[str, float, dict[str, Any]]:
+    """(the verdict word at one size, the ratio, the best PyTorch-path record)."""
     best = min(paths, key=lambda r: r["step_ms"])
     ratio = best["step_ms"] / j["step_ms"]
-    platform = j.get("platform", "cpu")
-    path = f"{best['framework']}/{best['strategy']}"
-    nums = {"jax_jit_step_ms": rnd(j["step_ms"]), **{f"{r['framework']}_{r['strategy']}_step_ms": rnd(r["step_ms"])
-                                                       for r in paths},
-            "pytorch_path_vs_jax_jit": rnd(ratio), "platform": platform, "n_params": j.get("n_params")}
-    where = f"on {j.get('device') or platform} ({platform})"
-    judged = "pytorch_path_vs_jax_jit"
+    if j.get("platform", "cpu") == "tpu":
+        return (SUPPORTED if abs(ratio - 1) <= C22_TIE else CONTRADICTED), ratio, best
+    return (SUPPORTED if ratio >= 1 + C22_TIE else CONTRADICTED if ratio <= 1 else DEPENDS), ratio, best
+
+
+def reason(j: dict[str, Any], best: dict[str, Any]) -> str:
+    """explain's op-by-op reason for the gap between two runs: its summary when both records carry a trace explain
+    can read, else the command that runs both again with one."""
+    from twinbench.explain import runs
+
+    if not runs.needs_run(best) and not runs.needs_run(j):
+        try:
+            from twinbench.explain import gap
+
+            return "explain: " + gap.explain_pair(j, best)["summary"]
+        except Exception as e:  # an unreadable trace: the command still gives the reason
+            why = f" (the traces could not be read: {type(e).__name__})"
+    else:
+        why = ""
+    attn = f" --attention-impl {j['attention_impl']}" if j.get("attention_impl") not in (None, "default") else ""
+    return (f"`twinbench explain {best['framework']}:{best['strategy']} jax:{j['strategy']} --preset {j.get('preset')}"
+            f"{attn}` gives the op-by-op reason{why}")
+
+
+def c22_judge(ev: Evidence) -> Verdict:
+    sizes = [n.split("@", 1)[1] for n in ev.records if n.startswith("jit@")]
+    nums: dict[str, Any] = {}
+    per: list[tuple[str, str, float, dict[str, Any], dict[str, Any]]] = []
+    for preset in sizes:
+        j = ev[f"jit@{preset}"]
+        paths = [ev.records[f"{n}@{preset}"] for n in PATHS if f"{n}@{preset}" in ev.records]
+        word, ratio, best = one_size(j, paths)
+        per.append((preset, word, ratio, j, best))
+        nums |= {f"jax_jit_step_ms@{preset}": rnd(j["step_ms"]),
+                 **{f"{r['framework']}_{r['strategy']}_step_ms@{preset}": rnd(r["step_ms"]) for r in paths},
+                 f"pytorch_path_vs_jax_jit@{preset}": rnd(ratio), f"n_params@{preset}": j.get("n_params")}
+    j0 = per[0][3]
+    platform = j0.get("platform", "cpu")
+    nums["platform"] = platform
+    if len(per) == 1:  # one size: the plain names (the CPU's suite)
+        nums = {k.split("@")[0]: v for k, v in nums.items()}
+    where = f"on {j0.get('device') or platform} ({platform})"
+    judged = ",".join(f"pytorch_path_vs_jax_jit@{p}" for p, *_ in per) if len(per) > 1 else "pytorch_path_vs_jax_jit"
     caveat = ""
     if platform == "cpu":
         caveat = ("No accelerator here: the PyTorch path is torchax on the CPU, the TPU path run where no TPU is (on a "
                   "CPU most would run torch eager: C7 compares it); run `twinbench claims --only C22` on a TPU or GPU.")
+
+    def text(preset: str, ratio: float, j: dict[str, Any], best: dict[str, Any]) -> str:
+        t = f"{best['framework']}/{best['strategy']} takes {ratio:.2f}x jax/jit's step at {preset}"
+        if platform != "cpu" and abs(ratio - 1) > C22_TIE:
+            t += f" ({reason(j, best)})"
+        return t
+
+    parts = "; ".join(text(p, r, j, b) for p, _, r, j, b in per) + f" {where}"
+    words = {w for _, w, *_ in per}
+    if len(words) > 1:
+        meet = [p for p, w, *_ in per if w == SUPPORTED]
+        return Verdict(DEPENDS, f"the answer depends on the size ({', '.join(f'{p}: {w}' for p, w, *_ in per)}; "
+                       f"supported at {', '.join(meet) or 'none'}): {parts}", nums, caveat, judged)
+    word = words.pop()
     if platform == "tpu":
-        if abs(ratio - 1) <= C22_TIE:
-            return Verdict(SUPPORTED, f"{path} takes {ratio:.2f}x jax/jit's step {where}: on a TPU both are XLA "
-                           "programs and the two paths meet", nums, caveat, judged)
-        who = "JAX still wins" if ratio > 1 else "the PyTorch path wins"
-        return Verdict(CONTRADICTED, f"{path} takes {ratio:.2f}x jax/jit's step {where}: {who} on a TPU", nums,
-                       caveat, judged)
-    if ratio >= 1 + C22_TIE:
-        return Verdict(SUPPORTED, f"jax/jit's step is {ratio:.2f}x faster than {path} {where}", nums, caveat, judged)
-    if ratio <= 1:
-        return Verdict(CONTRADICTED, f"{path} is not slower than jax/jit {where} ({ratio:.2f}x its step): JAX does "
-                       "not win here", nums, caveat, judged)
-    return Verdict(DEPENDS, f"jax/jit leads {path} by {ratio - 1:.0%} {where}: less than the {C22_TIE:.0%} that "
-                   "counts as a win", nums, caveat, judged)
+        if word == SUPPORTED:
+            return Verdict(SUPPORTED, f"{parts}: on a TPU both are XLA programs and the two paths meet", nums, caveat,
+                           judged)
+        who = {r > 1 for _, _, r, _, _ in per}
+        winner = "JAX still wins" if who == {True} else "the PyTorch path wins" if who == {False} else "no one path wins"
+        return Verdict(CONTRADICTED, f"{parts}: {winner} on a TPU", nums, caveat, judged)
+    if word == SUPPORTED:
+        return Verdict(SUPPORTED, f"jax/jit's step is faster: {parts}", nums, caveat, judged)
+    if word == CONTRADICTED:
+        return Verdict(CONTRADICTED, f"the PyTorch path is not slower than jax/jit: {parts}: JAX does not win here",
+                       nums, caveat, judged)
+    return Verdict(DEPENDS, f"jax/jit leads by less than the {C22_TIE:.0%} that counts as a win: {parts}", nums, caveat,
+                   judged)
 
 
 register(Claim("C22", GROUP, "JAX wins unless you go to a TPU: on a TPU PyTorch runs through XLA too (torchax), and "

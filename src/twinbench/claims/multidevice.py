@@ -37,6 +37,44 @@ def simulated(r: dict[str, Any]) -> str:
     return caveat([{"platform": "cpu", "devices": r.get("device_count") or DEVICES}]) or ""
 
 
+#: What each many-device claim needs of the devices, for its one line on a machine with fewer.
+NEEDS = {"C10": "a batch split over the devices against one replicated on each",
+         "C11": "mesh-dp and pmap on the same devices", "C12": "weak scaling over the devices",
+         "C13": "the replicas of several devices compared after training"}
+
+
+def prediction(s: Setup, devices: int = 8) -> str:
+    """What ``twinbench predict --devices N`` estimates for the suite's GPT on this device (datasheet roofline +
+    ring all-reduce, predict/scaling.py), in words, marked as a prediction; the command alone when the device is
+    not known here."""
+    preset = s.gpt
+    cmd = (f"`twinbench predict --preset {preset} --strategies jax:mesh-dp+bf16 --device {s.device or 'DEVICE'} "
+           f"--devices {devices}`")
+    if not s.device:
+        return f"{cmd} estimates the step on {devices} devices instead (a prediction, not a measurement)"
+    from twinbench.claims.budget import n_params, step_ms
+    from twinbench.predict import scaling
+    from twinbench.predict.datasheets import lookup
+
+    sheet = lookup(s.device)
+    spec = s.spec("jax", "jit", preset)
+    ms, _ = step_ms(spec, sheet)
+    pts = scaling.curve(ms, 4 * n_params(spec), sheet, "jax", "mesh-dp", devices)
+    said = ", ".join(f"{p.devices}: {p.step_ms:.1f} ms a step ({p.allreduce_ms:.1f} ms all-reduce over {p.link}), "
+                     f"{p.speedup:.2f}x the throughput of one" for p in pts if p.devices > 1)
+    return (f"PREDICTION, not a measurement: {cmd} estimates, at the same per-device batch, {said}")
+
+
+def why_not(claim_id: str) -> Any:
+    """The claim's reason on an accelerator machine with fewer than ``DEVICES`` devices."""
+    def reason(s: Setup) -> str:
+        if not s.accelerator or s.devices >= DEVICES:
+            return ""
+        return (f"not measurable on one {s.platform.upper()}: {claim_id} needs {DEVICES} devices "
+                f"({NEEDS[claim_id]}) and this machine has {s.devices}; {prediction(s)}")
+    return reason
+
+
 def dp(s: Setup, strategy: str, framework: str = "jax", **over: Any) -> RunSpec:
     return s.spec(framework, strategy, devices=over.pop("devices", DEVICES), **over)
 
@@ -79,7 +117,7 @@ def c10_judge(ev: Evidence) -> Verdict:
 
 register(Claim("C10", GROUP, "Multi-GPU gives no speed-up when sharding is not really applied: with data replicated "
                "every device computes the same thing (check with jax.debug.visualize_array_sharding).",
-               C10_RULE, c10_runs, c10_judge, once=("split",)))
+               C10_RULE, c10_runs, c10_judge, once=("split",), why_not=why_not("C10")))
 
 # --------------------------------------------------------------------------------------------------- C11
 C11_RULE = ("jax/mesh-dp (jit + NamedSharding) against jax/pmap, same global batch and devices. Same final loss "
@@ -110,7 +148,7 @@ def c11_judge(ev: Evidence) -> Verdict:
 
 
 register(Claim("C11", GROUP, "Use Mesh + NamedSharding (jit with shardings) instead of hand-written pmap.",
-               C11_RULE, c11_runs, c11_judge))
+               C11_RULE, c11_runs, c11_judge, why_not=why_not("C11")))
 
 # --------------------------------------------------------------------------------------------------- C12
 C12_RULE = ("Weak-scaling efficiency of jax/mesh-dp on 2 devices (report/scaling.py: T(1 device, b) / T(2, 2b)) "
@@ -152,7 +190,7 @@ def c12_judge(ev: Evidence) -> Verdict:
 
 
 register(Claim("C12", GROUP, "At small per-device batch, communication latency eats the parallel gain; per-device "
-               "batch >= 64 is suggested before judging.", C12_RULE, c12_runs, c12_judge))
+               "batch >= 64 is suggested before judging.", C12_RULE, c12_runs, c12_judge, why_not=why_not("C12")))
 
 # --------------------------------------------------------------------------------------------------- C13
 C13_RULE = ("jax/pmap+nosync (no lax.pmean of the gradients) against jax/pmap: parameter replicas compared after "
@@ -182,7 +220,7 @@ def c13_judge(ev: Evidence) -> Verdict:
 
 
 register(Claim("C13", GROUP, "If gradient accumulation and the pmap axis_name disagree, gradients are never "
-               "synchronised and each device trains its own model.", C13_RULE, c13_runs, c13_judge, timed=False))
+               "synchronised and each device trains its own model.", C13_RULE, c13_runs, c13_judge, timed=False, why_not=why_not("C13")))
 
 # --------------------------------------------------------------------------------------------------- C14
 C14_RULE = ("Not measurable by a benchmark: 'more mature' (years of use, tooling, failure handling) and 'cleaner to "

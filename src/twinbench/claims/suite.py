@@ -33,7 +33,7 @@ REPEATS_DIR = "repeats"  # repeats 2..N of the timed runs: repeats/2/results.jso
 
 def plan(claims: list[Claim], setup: Setup) -> tuple[dict[str, dict[str, RunSpec]], list[RunSpec]]:
     """Each claim's named runs, and the distinct specs to run (one per run_id, in first-use order)."""
-    per_claim = {c.id: c.runs(setup) for c in claims}
+    per_claim = {c.id: {} if c.unmeasurable(setup) else c.runs(setup) for c in claims}
     unique: dict[str, RunSpec] = {}
     for runs in per_claim.values():
         for spec in runs.values():
@@ -117,12 +117,49 @@ def repeat_dir(out_dir: Path, k: int) -> Path:
     return out_dir if k == 0 else out_dir / REPEATS_DIR / str(k + 1)
 
 
+def platforms_problem(setup: Setup, reps: list[dict[str, dict[str, Any]]]) -> str:
+    """Why a claim's records cannot be judged together ("" when they can): records from two platforms, or
+    from another platform than the one the suite planned for (a framework that missed the accelerator). No
+    verdict is made of timings from two platforms."""
+    where: dict[str, list[str]] = {}
+    for rep in reps:
+        for r in rep.values():
+            if r.get("status") == "ok" and r.get("platform"):
+                where.setdefault(str(r["platform"]), []).append(f"{r.get('framework')}/{r.get('strategy')}")
+    if len(where) > 1:
+        parts = "; ".join(f"{p}: {', '.join(dict.fromkeys(runs))}" for p, runs in where.items())
+        return (f"not measurable here: the records come from {len(where)} platforms ({parts}), and no verdict is "
+                "made of timings from two platforms")
+    if where and setup.platform not in where:
+        (p, runs), = where.items()
+        return (f"not measurable here: planned for the {setup.platform.upper()}, but {', '.join(dict.fromkeys(runs))} "
+                f"ran on the {p} (did a framework miss the {setup.platform.upper()}?)")
+    return ""
+
+
+def measured_at(runs: dict[str, RunSpec], records: dict[str, dict[str, Any]]) -> str:
+    """The sizes a claim measured, in words: each distinct model and batch shape, its precision and attention,
+    and the device the records name."""
+    shapes = []
+    for s in runs.values():
+        m, t = s.model, s.train
+        what = f"{s.preset} (L{m.layers} d{m.d_model}) {t.batch} x {t.seq}, {t.precision}"
+        if s.attention_impl != "default":
+            what += f", {s.attention_impl} attention"
+        shapes.append(what)
+    device = next((f"{r.get('device') or r.get('platform')} ({r.get('platform')})" for r in records.values()
+                   if r.get("status") == "ok" and r.get("platform")), "")
+    return "; ".join(dict.fromkeys(shapes)) + (f" on {device}" if device and shapes else "")
+
+
 def verdicts(claims: list[Claim], setup: Setup, per_claim: dict[str, dict[str, RunSpec]],
              records: list[list[dict[str, Any]]] | list[dict[str, Any]],
              probes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Apply every claim's rule to its evidence (``records``: the records of each repeat, the first holding
     every run; a flat list is one repeat). Timed claims are judged on their repeats (core.judge_repeats).
-    A failed run or probe gives ``not measurable`` with why; so does a rule that says it cannot measure."""
+    A failed run or probe gives ``not measurable`` with why; so do a rule that says it cannot measure, a claim
+    this setup cannot run (``Claim.unmeasurable``) and records from two platforms (:func:`platforms_problem`).
+    Every finding names the sizes it measured (``measured_at``)."""
     per_repeat = [records] if records and isinstance(records[0], dict) else records or [[]]
     # a repeat's record is found by its configuration (config_id: the run_id of repeat 0)
     by_id = [{r.get("config_id") or r.get("run_id"): r for r in rep} for rep in per_repeat]  # type: ignore[union-attr]
@@ -140,8 +177,14 @@ def verdicts(claims: list[Claim], setup: Setup, per_claim: dict[str, dict[str, R
         ev = Evidence(setup, first, {p: probes.get(p, {"status": "failed", "error": "probe not run"})
                                      for p in c.probes}, reps)
         problems = ev.problems()
-        if problems:
+        why_not = c.unmeasurable(setup)
+        mixed = platforms_problem(setup, reps)
+        if why_not:
+            v_word, finding, numbers, caveat = NOT_MEASURABLE, why_not, {}, ""
+        elif problems:
             v_word, finding, numbers, caveat = NOT_MEASURABLE, "not measurable here: " + "; ".join(problems), {}, ""
+        elif mixed:
+            v_word, finding, numbers, caveat = NOT_MEASURABLE, mixed, {}, ""
         else:
             try:
                 v = judge_repeats(c, ev)
@@ -149,8 +192,11 @@ def verdicts(claims: list[Claim], setup: Setup, per_claim: dict[str, dict[str, R
             except Exception as e:  # a rule that cannot read its evidence must not lose the other claims
                 v_word, finding, numbers, caveat = (NOT_MEASURABLE, f"not measurable here: the rule could not be "
                                                     f"applied ({type(e).__name__}: {e})", {}, "")
+        at = measured_at(runs, first)
         out.append({
-            "claim": c.id, "group": c.group, "statement": c.statement, "verdict": v_word, "finding": finding,
+            "claim": c.id, "group": c.group, "statement": c.statement, "verdict": v_word,
+            "finding": f"{finding} [measured at {at}]" if at and not why_not else finding,
+            "measured_at": at, "platform": setup.platform,
             "rule": c.rule, "numbers": numbers, "runs": [s.run_id() for s in runs.values()],
             "repeats": len(reps) if runs else 0,
             "ran": [f"{n}: {describe(s)}" for n, s in runs.items()] + [f"probe {p}" for p in c.probes],

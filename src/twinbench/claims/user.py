@@ -40,6 +40,16 @@ NEEDS_TWIN: dict[str, str] = {
 }
 
 
+def tpu_reason(claim_id: str, setup: Any) -> str:
+    """On a TPU a user model's torch side runs through torchax, and so does its JAX side without ``--jax-model``:
+    a claim setting the two against each other would compare a run with itself (one line, "" otherwise)."""
+    top = setup.top
+    if setup.platform != "tpu" or not top.get("user_model") or top.get("user_jax_model") or claim_id not in ("C7", "C8"):
+        return ""
+    return (f"not measurable on a TPU without --jax-model: {claim_id} sets your model's torch side against its JAX "
+            "side, and on a TPU both are your module through torchax (jax:torchax); give your port with --jax-model")
+
+
 def jax_name(strategy: str, port: bool) -> str:
     """A twin's JAX strategy as the user model's JAX side (``jit+x`` -> ``torchax+x``, ``mesh-dp`` ->
     ``torchax-mesh-dp``; with a port: ``port``, ``port-mesh-dp``)."""

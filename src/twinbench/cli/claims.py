@@ -1,10 +1,11 @@
-"""``claims``: each practitioner claim tested here, with its verdict."""
+"""``claims``: each practitioner claim tested here, with its verdict; ``--plan`` what that will cost."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -18,27 +19,68 @@ from twinbench.cli.common import (
     ready_outputs,
     trace_top,
     write_report,
+    write_text,
 )
 from twinbench.cli.execute import run_and_report, with_launcher_flags
 from twinbench.spec import SpecError
+
+#: What a claims run was asked, kept in its results directory so that ``--resume DIR`` continues the same suite.
+SETTINGS = "claims-settings.json"
+RESUMED = ("quick", "only", "preset", "plan_steps", "repeats", "model", "jax_model", "trace", "device")
+
+
+def resumed(resume: Path) -> dict[str, Any]:
+    """The settings of the claims run in ``resume`` (a SpecError when it holds none)."""
+    path = resume / SETTINGS
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        why = "no claims run there" if isinstance(e, FileNotFoundError) else f"cannot read it ({e})"
+        raise SpecError(f"--resume {resume}: {why} ({SETTINGS} is written when a claims run starts)") from None
+    if not isinstance(saved, dict):
+        raise SpecError(f"--resume {resume}: {SETTINGS} is not a claims run's settings")
+    return {k: saved.get(k) for k in RESUMED}
+
+
+def where(device: str | None) -> tuple[str, int, str]:
+    """(platform, devices, datasheet name) the suite plans for: ``--device``'s datasheet, else this machine."""
+    from twinbench.claims.sizes import device_here, devices_here, platform_here
+
+    if device:
+        from twinbench.predict.datasheets import UnknownDevice, lookup
+
+        try:
+            sheet = lookup(device)
+        except UnknownDevice as e:
+            raise SpecError(str(e)) from None
+        here = platform_here()
+        return sheet.platform, devices_here(here) if here == sheet.platform else 1, sheet.name
+    platform = platform_here()
+    return platform, devices_here(platform), device_here(platform)
 
 
 @app.command()
 @with_launcher_flags
 def claims(
-    quick: bool = typer.Option(False, "--quick", help="small presets and short runs (under 15 minutes on a "
-                               "2-core CPU); default: larger presets, longer runs"),
+    quick: bool = typer.Option(False, "--quick", help="fewer, shorter runs: the small presets on a CPU (under 15 "
+                               "minutes on 2 cores); the seeds' sizes on a GPU/TPU, some experiments left out (under "
+                               "20 minutes on one TPU v5e)"),
     only: Optional[str] = typer.Option(None, help="comma-separated claim ids, e.g. C1,C7 (default: C1-C22)"),  # noqa: UP045
     preset: Optional[str] = typer.Option(  # noqa: UP045
         None, help="GPT preset of most runs (tiny, small, gpt2-124m, gpt-350m); the size claims also use the next "
-                   "larger one; default: tiny with --quick, else small"),
+                   "larger one; default: tiny with --quick, else small (a GPU/TPU: gpt2-124m, and llama-300m)"),
     out_dir: Optional[Path] = typer.Option(  # noqa: UP045
         None, "--out", help="results directory; default runs/claims-<timestamp>; runs and probes already there "
                             "are reused"),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the list of verdicts here"),  # noqa: UP045
+    resume: Optional[Path] = typer.Option(  # noqa: UP045
+        None, "--resume", help="continue an interrupted claims run in this results directory: its settings, its "
+                               "finished runs and probes kept, the rest run"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the list of verdicts (with --plan: "  # noqa: UP045
+                                             "the plan) here"),
     plan_steps: int = typer.Option(20000, help="steps of a full training run (compile shares, break-even verdicts)"),
-    repeats: int = typer.Option(3, help="runs of every timed configuration, interleaved; verdicts on the median, "
-                                "inconclusive when the repeats straddle a threshold"),
+    repeats: Optional[int] = typer.Option(  # noqa: UP045
+        None, help="runs of every timed configuration, interleaved; verdicts on the median, inconclusive when the "
+                   "repeats straddle a threshold (default: 3 on a CPU; 1 with --quick on a GPU/TPU, else 2)"),
     timeout: float = typer.Option(900.0, help="seconds before one run or probe is stopped and marked failed"),
     trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
     model: Optional[str] = typer.Option(  # noqa: UP045
@@ -46,18 +88,32 @@ def claims(
         "(C6, C7, C8, C12); the others say why they need a twin"),
     jax_model: Optional[str] = typer.Option(  # noqa: UP045
         None, "--jax-model", help="your own JAX port of --model (FILE.py:build_jax): the JAX side of those claims"),
+    plan_only: bool = typer.Option(False, "--plan", help="run nothing: list each claim's runs (framework, strategy, "
+                                   "size, platform) and the device time predict expects of them"),
+    device: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--device", help="the device to plan for with --plan (tpu-v5e, h200, ...: predict's datasheets); "
+                               "default: this machine"),
 ) -> None:
     """Test each practitioner claim (C1-C22, docs/claims.md) here: what ran, the numbers, the verdict, its rule."""
     from twinbench.claims import suite
-    from twinbench.claims.core import GPT_LADDER, Setup, accelerator_present, select
+    from twinbench.claims.core import GPT_LADDER, select, setup_for
 
     try:
+        if resume is not None:
+            if out_dir is not None and out_dir != resume:
+                raise SpecError(f"--resume {resume} continues in that directory; --out {out_dir} names another")
+            saved = resumed(resume)
+            quick, only, preset, plan_steps = bool(saved["quick"]), saved["only"], saved["preset"], saved["plan_steps"]
+            repeats, model, jax_model, device = saved["repeats"], saved["model"], saved["jax_model"], saved["device"]
+            trace = Path(saved["trace"]) if saved["trace"] else None
+        if device and not plan_only and resume is None:
+            raise SpecError("--device names the device to plan for: use it with --plan")
         chosen = select(only)
         if preset is not None and preset not in GPT_LADDER:
             raise SpecError(f"--preset: unknown GPT preset {preset!r}; allowed: {', '.join(GPT_LADDER)}")
         if plan_steps <= 0:
             raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
-        if repeats <= 0:
+        if repeats is not None and repeats <= 0:
             raise SpecError(f"--repeats must be a positive integer, got {repeats}")
         user = user_fields(model, jax_model)
         if model:  # only the claims whose experiment takes any model; the others say why not (claims/user.py)
@@ -66,26 +122,39 @@ def claims(
             chosen, twin_lines = split(chosen)
             for line in twin_lines:
                 out.print(f"  {line}", highlight=False, markup=False)
-        setup = Setup(quick=quick, gpt=preset or ("tiny" if quick else "small"), plan_steps=plan_steps,
-                      top={**trace_top(trace), **user}, repeats=repeats, accelerator=accelerator_present())
+        platform, devices, sheet_name = where(device if plan_only else None)
+        setup = setup_for(platform, quick, preset=preset, devices=devices, device=sheet_name, plan_steps=plan_steps,
+                          top={**trace_top(trace), **user}, repeats=repeats)
         per_claim, specs = suite.plan(chosen, setup)
     except SpecError as e:
         fail(str(e))
-    target = out_dir or Path("runs") / time.strftime("claims-%Y%m%d-%H%M%S")
+    rounds = suite.schedule(chosen, per_claim, specs, setup.repeats) if specs else []
+    if plan_only:
+        show_plan(chosen, setup, per_claim, rounds, sheet_name, json_path)
+        return
+    target = resume or out_dir or Path("runs") / time.strftime("claims-%Y%m%d-%H%M%S")
     ready_outputs(target, json_path, timeout)
+    if resume is None:
+        write_text(target / SETTINGS, json.dumps({"quick": quick, "only": only, "preset": preset, "plan_steps":
+                                                  plan_steps, "repeats": repeats, "model": model, "jax_model":
+                                                  jax_model, "trace": str(trace) if trace else None, "device": None}),
+                   SETTINGS)
     specs, _ = prepare_user(specs, target, timeout, per_shape=True)  # --model: once per shape, before any run
+    rounds = suite.schedule(chosen, per_claim, specs, setup.repeats) if specs else []
     start = time.perf_counter()
-    rounds = suite.schedule(chosen, per_claim, specs, repeats) if specs else []
-    n_probes = len({p for c in chosen for p in c.probes})
-    est = suite.estimate_s(rounds, n_probes)
+    measured = [c for c in chosen if not c.unmeasurable(setup)]
+    n_probes = len({p for c in measured for p in c.probes})
+    est = suite.estimate_s(rounds, n_probes) if not setup.accelerator else None
+    when = (f"; about {f'{est / 60:.0f} min' if est >= 120 else f'{est:.0f} s'} on an idle 2-core CPU" if est is not None
+            else f" on the {setup.platform.upper()} at the seeds' sizes (`twinbench claims --plan` estimates the time)")
     out.print(f"  claims {', '.join(c.id for c in chosen)}: {len(specs)} configurations, {sum(map(len, rounds))} runs "
-              f"({len(rounds)} repeat(s) of the timed ones, interleaved), {n_probes} probes; about "
-              f"{f'{est / 60:.0f} min' if est >= 120 else f'{est:.0f} s'} on an idle 2-core CPU", highlight=False)
+              f"({len(rounds)} repeat(s) of the timed ones, interleaved), {n_probes} probes{when}", highlight=False)
+    again = f"`twinbench claims --resume {target}`"
     records = [run_and_report(rs, suite.repeat_dir(target, k), timeout, plan_steps, None,
-                              f"twinbench claims, repeat {k + 1} of {len(rounds)}", report=False)
+                              f"twinbench claims, repeat {k + 1} of {len(rounds)}", report=False, resume_command=again)
                for k, rs in enumerate(rounds)]
     with console.status("probes") as status:
-        probes = suite.run_probes(chosen, target, timeout, lambda name: status.update(f"probe {name}"))
+        probes = suite.run_probes(measured, target, timeout, lambda name: status.update(f"probe {name}"))
     results = suite.verdicts(chosen, setup, per_claim, records, probes)
     suite.render(out, results)
     path = suite.write(results, target, json_path)
@@ -96,3 +165,39 @@ def claims(
     if all(r["verdict"] == "not measurable" for r in results):
         raise typer.Exit(1)
 
+
+def show_plan(chosen: list[Any], setup: Any, per_claim: dict[str, Any], rounds: list[list[Any]], sheet_name: str,
+              json_path: Path | None) -> None:
+    """``--plan``: each claim's runs and their expected device time, printed (and written to --json)."""
+    from rich.markup import escape
+
+    from twinbench.claims.budget import plan
+    from twinbench.predict.datasheets import lookup
+
+    sheet = lookup(sheet_name) if setup.accelerator and sheet_name else None
+    if setup.accelerator and sheet is None:
+        fail(f"--plan: this machine's {setup.platform.upper()} has no datasheet name here; give --device (e.g. "
+             f"{'tpu-v5e' if setup.platform == 'tpu' else 'h200'})")
+    p = plan(chosen, setup, per_claim, rounds, sheet)
+    where = f"{p['device']} ({p['platform']})"
+    out.print(f"claims plan on {where}: {p['configurations']} configurations, {p['runs']} runs, "
+              f"{len(p['probes'])} probes, repeats {p['repeats']}{' (--quick)' if p['quick'] else ''}", highlight=False)
+    for c in p["claims"]:
+        if c["not_run"]:
+            out.print(f"[bold]{c['claim']}[/] runs nothing: {escape(c['not_run'])}", soft_wrap=True, highlight=False)
+            continue
+        out.print(f"[bold]{c['claim']}[/]" + (f" (probes: {', '.join(c['probes'])})" if c["probes"] else ""),
+                  highlight=False)
+        for r in c["runs"]:
+            step = f", step ~{r['step_ms']:.0f} ms" if "step_ms" in r else ""
+            comp = f", compile ~{r['compile_s']:.0f} s" if "compile_s" in r else ""
+            out.print(f"  {r['name']}: {r['framework']}/{r['strategy']}, {escape(r['size'])}, {r['platform']}; "
+                      f"{r['runs']}x ~{r['total_s']:.0f} s{comp}{step}", soft_wrap=True, highlight=False)
+    total = p["predicted_total_s"]
+    out.print(f"predicted total: {total:.0f} s = {total / 60:.1f} min of device time (compiles {p['predicted_compile_s']:.0f}"
+              f" s; runs shared by several claims counted once; estimates, not measurements)", highlight=False)
+    if json_path:
+        try:
+            json_path.write_text(json.dumps(p, indent=1))
+        except OSError as e:
+            fail(f"--json {json_path}: {e.strerror or e}")

@@ -73,10 +73,12 @@ def with_launcher_flags(fn: Callable) -> Callable:
 
 
 def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_steps: int, json_path: Path | None,
-                   title: str, report: bool = True, retry_failed: bool = False) -> list[dict[str, Any]]:
+                   title: str, report: bool = True, retry_failed: bool = False,
+                   resume_command: str | None = None) -> list[dict[str, Any]]:
     """Run specs with a progress bar (one line per finished run when stderr is not a terminal), then print the
     table and write summary.md (every run of the results file) and --json; with ``report`` also report.html +
-    report.md (see :func:`write_report`)."""
+    report.md (see :func:`write_report`). ``resume_command``: what an interrupted run tells the user to run to
+    continue (default ``--resume OUT_DIR``, the compare/sweep flag)."""
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from twinbench.report import table
@@ -132,7 +134,7 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
         except runner.Interrupted:
             progress.stop()
             fail(f"interrupted; finished runs are in {out_dir / runner.RESULTS}; "
-                 f"continue with --resume {out_dir}", code=130)
+                 f"continue with {resume_command or f'--resume {out_dir}'}", code=130)
         except SpecError as e:
             progress.stop()
             fail(str(e))

@@ -1,0 +1,185 @@
+"""What a claims run costs on an accelerator, before anything runs: each run's device time (``claims --plan``).
+
+A run on a GPU or TPU costs a fresh process (imports, device start-up), its compile (on a TPU about a minute at
+the seeds' sizes: the largest part), and its steps. The steps come from ``twinbench predict``'s datasheets
+(``predict/datasheets.py``) and its measured points (``predict/calibration.jsonl``): a configuration measured on
+that device takes its measured step; another takes the model FLOPs of its step (the family's FLOPs per token)
+at the datasheet peak times the fraction of it the same framework reached in the measured points of that
+platform (its median MFU). Compile times are a stated model fitted to the TPU and GPU sittings of
+``benchmarks/RESULTS.md`` (``COMPILE``); both are estimates for a plan, never evidence for a verdict. A CPU's
+plan keeps the suite's own cost model (``suite.cost_s``, seconds on an idle 2-core CPU).
+"""
+
+from __future__ import annotations
+
+import statistics
+from functools import cache
+from typing import Any
+
+from twinbench.predict.datasheets import Datasheet
+from twinbench.spec import PRESETS, RunSpec
+
+#: A fresh process on an accelerator machine: Python, torch/jax imports, the device's runtime start-up (TPU VM:
+#: the issue's C22+C20 runs at the small preset took ~18 s each, compile included).
+START_S = {"gpu": 15.0, "tpu": 15.0}
+#: A probe (one process, small arrays) on an accelerator machine.
+PROBE_S = 12.0
+#: Cold compile, seconds, of a jax/jit step: ``base + per_layer * layers`` (+ ``classify`` for BERT's task). TPU
+#: v5e, jax 0.10.2 (benchmarks/RESULTS.md "On a TPU"): GPT-2 12 layers 44-47 s, 24 layers 74.5 s, Llama-300M 20
+#: layers 63.7 s, BERT-base 55.3 s. H200 (GPU): GPT-2 21-24 s, torch.compile 32 s, torch eager's first step 2.4 s.
+COMPILE = {"tpu": {"base": 16.0, "per_layer": 2.4, "classify": 10.0, "torch_eager": 0.0, "torch_compile": 0.0},
+           "gpu": {"base": 4.0, "per_layer": 1.5, "classify": 3.0, "torch_eager": 2.5, "torch_compile_base": 8.0,
+                   "torch_compile_per_layer": 2.0}}
+#: Factors on a jit step's compile: torchax traces the torch module first (TPU: 48.7/44.2, 72.0/63.7, 63.6/55.3 s),
+#: remat adds the recomputation to the program (stated), scan-layers compiles one block (12.9 s at 12 layers on the
+#: v5e, whatever the depth), naive compiles only the gradient function (stated).
+TORCHAX_COMPILE, REMAT_COMPILE, NAIVE_COMPILE, SCAN_LAYERS_S = 1.12, 1.1, 0.6, 13.0
+#: Programs a length policy compiles in a short run (stated): +dynamic one per new length, +bucket one per bucket.
+LENGTH_PROGRAMS = {"dynamic": 8, "bucket": 2}
+#: remat recomputes the forward pass in the backward: about 4/3 of the step's FLOPs.
+REMAT_FLOPS = 4 / 3
+
+
+def kind(spec: RunSpec) -> str:
+    """The calibration kind of a run: ``torchax`` apart from the rest of JAX (its own measured efficiency)."""
+    return "torchax" if spec.base_strategy.startswith("torchax") else spec.framework
+
+
+def flops_per_step(spec: RunSpec) -> float:
+    """The model FLOPs of one training step (the family's FLOPs per token x tokens; remat's recomputation added)."""
+    from twinbench.models.family import FAMILIES
+
+    m, t = spec.model, spec.train
+    fam = FAMILIES.get(m.family)
+    per_token = fam.flops_per_token(m, t.seq) if fam else 6 * 100e6  # a user model: an assumed 100M parameters
+    return per_token * t.batch * t.seq * (REMAT_FLOPS if spec.mods.remat else 1.0)
+
+
+def n_params(spec: RunSpec) -> float:
+    """Parameters of the run's model, from its FLOPs per token (6 N + attention): for gradient bytes."""
+    m, t = spec.model, spec.train
+    attention = 12 * m.layers * m.d_model * t.seq
+    return max(flops_per_step(spec) / (t.batch * t.seq) / (REMAT_FLOPS if spec.mods.remat else 1.0) - attention,
+               6.0) / 6
+
+
+@cache
+def efficiencies() -> dict[tuple[str, str], float]:
+    """(platform, kind) -> the median fraction of the datasheet's bf16 peak the measured points reached (MFU)."""
+    from twinbench.plan import run_spec
+    from twinbench.predict.calibration import shipped
+    from twinbench.predict.datasheets import DATASHEETS
+
+    got: dict[tuple[str, str], list[float]] = {}
+    for p in shipped():
+        if p.device not in DATASHEETS or p.preset not in PRESETS:
+            continue
+        spec = run_spec(p.preset, p.framework, p.strategy, {"batch": p.batch, "seq": p.seq})
+        sheet = DATASHEETS[p.device]
+        mfu = flops_per_step(spec) / (p.step_ms / 1e3) / sheet.peak("bf16" if spec.mods.bf16 else "fp32")
+        got.setdefault((sheet.platform, kind(spec)), []).append(mfu)
+    return {k: statistics.median(v) for k, v in got.items()}
+
+
+def measured(spec: RunSpec, sheet: Datasheet) -> tuple[float, str] | None:
+    """The measured step of this very configuration on this device, from predict's calibration points."""
+    from twinbench.predict.calibration import shipped
+
+    for p in shipped():
+        if (p.device, p.framework, p.strategy, p.preset, p.batch, p.seq, p.attention_impl) == (
+                sheet.name, spec.framework, spec.strategy, spec.preset, spec.train.batch, spec.train.seq,
+                spec.attention_impl):
+            return p.step_ms, f"measured on {sheet.name} ({p.date or 'calibration.jsonl'})"
+    return None
+
+
+def step_ms(spec: RunSpec, sheet: Datasheet) -> tuple[float, str]:
+    """The step ``predict``'s datasheet and measured points expect of ``spec`` on ``sheet``, and how it was had."""
+    hit = measured(spec, sheet)
+    if hit and not spec.mods.remat:
+        return hit
+    eff = efficiencies().get((sheet.platform, kind(spec))) or efficiencies().get((sheet.platform, "jax")) or 0.3
+    dtype = "bf16" if spec.mods.bf16 or spec.train.precision == "bf16" else "fp32"
+    ms = flops_per_step(spec) / (sheet.peak(dtype) * eff) * 1e3
+    return ms, (f"model FLOPs at {eff:.0%} of {sheet.name}'s {dtype} datasheet peak (the median MFU of the measured "
+                f"{kind(spec)} points on a {sheet.platform})")
+
+
+def compile_s(spec: RunSpec, platform: str) -> float:
+    """The cold compile the run pays on ``platform`` (``COMPILE``: a stated model of the sittings)."""
+    c = COMPILE[platform]
+    m, base = spec.model, spec.base_strategy
+    task = c["classify"] if spec.train.task == "classify" else 0.0
+    if spec.framework == "torch":
+        if base.startswith("compile"):
+            return c.get("torch_compile_base", 0.0) + c.get("torch_compile_per_layer", 0.0) * m.layers + task
+        return c["torch_eager"]
+    if base == "scan-layers":
+        one = SCAN_LAYERS_S if platform == "tpu" else c["base"] + c["per_layer"] * 2
+        return one + task
+    one = c["base"] + c["per_layer"] * m.layers + task
+    if base.startswith("torchax"):
+        one *= TORCHAX_COMPILE
+    if base == "naive":
+        one *= NAIVE_COMPILE
+    if spec.mods.remat:
+        one *= REMAT_COMPILE
+    programs = LENGTH_PROGRAMS.get(spec.mods.length or "", 1) if spec.train.task == "classify" else 1
+    if spec.framework == "jax" or base.startswith("compile"):
+        one *= min(programs, spec.train.steps)
+    return one
+
+
+def run_cost(spec: RunSpec, sheet: Datasheet) -> dict[str, Any]:
+    """One run's expected device time on ``sheet``: process start, compile, steps (the synced steps and the
+    unsynced pass after them; a --slow-input run waits for its host work), with the step estimate's source."""
+    ms, source = step_ms(spec, sheet)
+    per_step = max(ms, spec.train.slow_input)
+    steps = 2 * spec.train.steps * per_step / 1e3
+    comp = compile_s(spec, sheet.platform)
+    start = START_S.get(sheet.platform, 15.0)
+    return {"start_s": start, "compile_s": round(comp, 1), "steps_s": round(steps, 1),
+            "total_s": round(start + comp + steps, 1), "step_ms": round(ms, 2), "step_source": source}
+
+
+def size_of(spec: RunSpec) -> str:
+    """A run's size in words: preset, depth and width, batch x sequence, precision, attention."""
+    m, t = spec.model, spec.train
+    text = f"{spec.preset} L{m.layers} d{m.d_model}, {t.batch} x {t.seq}, {t.precision}"
+    return text + (f", {spec.attention_impl} attention" if spec.attention_impl != "default" else "")
+
+
+def plan(claims: list[Any], setup: Any, per_claim: dict[str, dict[str, RunSpec]], rounds: list[list[RunSpec]],
+         sheet: Datasheet | None) -> dict[str, Any]:
+    """``claims --plan``: each claim's runs (framework, strategy, size, platform, how many times) and the device
+    time expected of them, without running anything; ``predicted_total_s`` the whole suite's (every repeat, the
+    probes). ``sheet`` None: this CPU, with the suite's CPU cost model."""
+    from twinbench.claims.suite import PROBE_S as CPU_PROBE_S
+    from twinbench.claims.suite import cost_s
+
+    def cost(spec: RunSpec) -> dict[str, Any]:
+        if sheet is None:
+            return {"total_s": round(cost_s(spec), 1), "step_source": "the suite's CPU cost model (suite.RUN_S)"}
+        return run_cost(spec, sheet)
+
+    times: dict[str, int] = {}
+    for r in rounds:
+        for s in r:
+            times[s.config_id()] = times.get(s.config_id(), 0) + 1
+    costs = {cid: cost(s) for r in rounds[:1] for s in r for cid in [s.config_id()]}
+    out_claims = []
+    for c in claims:
+        runs = [{"name": n, "framework": s.framework, "strategy": s.strategy, "preset": s.preset, "size": size_of(s),
+                 "platform": setup.platform, "runs": times.get(s.config_id(), 0), **costs.get(s.config_id(), {})}
+                for n, s in per_claim[c.id].items()]
+        out_claims.append({"claim": c.id, "runs": runs, "probes": list(c.probes),
+                           "not_run": c.unmeasurable(setup) or None})
+    probes = sorted({p for c in claims if not c.unmeasurable(setup) for p in c.probes})
+    probe_s = CPU_PROBE_S if sheet is None else PROBE_S
+    runs_s = sum(costs[s.config_id()]["total_s"] for r in rounds for s in r)
+    compile_total = sum(costs[s.config_id()].get("compile_s", 0.0) for r in rounds for s in r)
+    return {"device": sheet.name if sheet else "here", "platform": setup.platform, "quick": setup.quick,
+            "repeats": setup.repeats, "configurations": len(costs), "runs": sum(map(len, rounds)),
+            "probes": probes, "claims": out_claims, "predicted_compile_s": round(compile_total, 1),
+            "predicted_runs_s": round(runs_s, 1), "predicted_probes_s": round(len(probes) * probe_s, 1),
+            "predicted_total_s": round(runs_s + len(probes) * probe_s, 1)}

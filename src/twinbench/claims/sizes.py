@@ -1,0 +1,91 @@
+"""Where the claims suite measures, and at what sizes: one function from a platform to every claim group's sizes.
+
+On a CPU the suite keeps its small presets (``tiny``, ``small``, ``bert-tiny``: minutes on two cores). On a GPU or
+TPU it measures what the two threads of ``docs/claims.md`` talk about: BERT-base fine-tuning at batch 32 with real,
+variable lengths (128 tokens; 512 in the full suite), GPT-2 124M and the ~300M Llama at 8 x 1024, in bf16 as
+people train there, with the platform's fused attention on both sides (``splash`` on a TPU, cuDNN's on a GPU;
+torchax lowers torch's SDPA to the same kernel). On a TPU every torch run is the torch twin through torchax on
+the chip (``jax:torchax``): torch has no TPU runtime of its own here. ``--quick`` runs fewer and shorter runs
+there, never smaller ones: on a chip a run's cost is its compile (about a minute at these sizes), so the quick
+suite leaves out whole experiments (each says so in one line) rather than shrinking the model.
+
+:func:`sizes_for` is the one place the choice is made (``core.setup_for`` builds the :class:`~twinbench.claims.core.Setup`
+from it); the claim modules read it from the Setup. This module imports no other of the suite's.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from typing import Any
+
+PLATFORMS = ("cpu", "gpu", "tpu")
+#: The JAX attention each platform fuses (``--attention-impl``): no seq x seq scores kept, both sides the same kernel.
+ATTENTION = {"cpu": "default", "gpu": "cudnn", "tpu": "splash"}
+#: Repeats of every timed run on a CPU (interleaved: A B C, A B C, A B C), the default of ``--repeats`` there.
+REPEATS = 3
+#: The ~300M model of the claims about size (C6-C8, C22) on an accelerator: the second thread's.
+LARGE = "llama-300m"
+#: Repeats of the timed runs on an accelerator (a CPU keeps ``REPEATS``): a step on a chip varies by less
+#: than 1% (p10-p90 of every TPU sitting, benchmarks/RESULTS.md) and each run costs a ~1-minute compile, so the
+#: quick suite runs each configuration once; the full suite twice.
+ACCELERATOR_REPEATS = {True: 1, False: 2}
+#: Claims the quick suite leaves out on a TPU, with why (the full suite runs them). Each would add compiles of
+#: about a minute each at the seeds' sizes (docs/claims.md, "Budget on an accelerator").
+QUICK_LEFT_OUT = {
+    "C3": "its +dynamic run compiles once per new length (about 40 s each at bert-base on a TPU)",
+    "C9": "it needs four more compiles (fp32 and bf16, both frameworks, with the same attention)",
+    "C18": "its +dynamic and +bucket runs compile once per length or bucket (about 40 s each at bert-base)",
+    "C17": "its three mask variants need the written-out attention, three more compiles of bert-base",
+}
+#: TPU VM accelerator types (the ``TPU_ACCELERATOR_TYPE`` a Cloud TPU VM sets) -> ``predict --device`` names.
+TPU_TYPES = {"v4": "tpu-v4", "v5litepod": "tpu-v5e", "v5e": "tpu-v5e", "v5p": "tpu-v5p", "v6e": "tpu-v6e"}
+
+
+def platform_here() -> str:
+    """``tpu``, ``gpu`` or ``cpu`` from this machine's device nodes, without importing a framework (the parent
+    process stays light and never touches a device)."""
+    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"):
+        return "tpu"
+    if glob.glob("/dev/nvidia[0-9]*") or glob.glob("/dev/kfd"):
+        return "gpu"
+    return "cpu"
+
+
+def devices_here(platform: str) -> int:
+    """How many accelerators of ``platform`` this machine shows (device nodes), 1 for a CPU."""
+    pattern = {"tpu": ("/dev/accel*", "/dev/vfio/[0-9]*"), "gpu": ("/dev/nvidia[0-9]*",)}.get(platform, ())
+    n = max((len(glob.glob(p)) for p in pattern), default=0)
+    return max(n, 1)
+
+
+def device_here(platform: str) -> str:
+    """The ``predict --device`` name of this machine's accelerator when it can be told without a framework (a
+    Cloud TPU VM's ``TPU_ACCELERATOR_TYPE``, e.g. ``v5litepod-1`` -> ``tpu-v5e``), else ``""``."""
+    if platform != "tpu":
+        return ""
+    kind = (os.environ.get("TPU_ACCELERATOR_TYPE") or os.environ.get("ACCELERATOR_TYPE") or "").lower()
+    return TPU_TYPES.get(kind.split("-")[0], "")
+
+
+def sizes_for(platform: str, quick: bool, preset: str | None = None) -> dict[str, Any]:
+    """The Setup fields that carry the sizes of ``platform``: the GPT preset of most runs, the larger model of
+    the size claims, the BERT fine-tuning preset and its batch shape, and the repeats of timed runs."""
+    if platform == "cpu":
+        bert = {"batch": 4, "steps": 12, "warmup": 3} if quick else {"batch": 8, "steps": 40, "warmup": 5}
+        return {"gpt": preset or ("tiny" if quick else "small"), "large": "", "bert": "bert-tiny",
+                "bert_shape": bert, "repeats": REPEATS}
+    bert = {"batch": 32, "seq": 128, "steps": 12, "warmup": 3} if quick else \
+        {"batch": 32, "seq": 128, "steps": 20, "warmup": 5}
+    return {"gpt": preset or "gpt2-124m", "large": LARGE, "bert": "bert-base", "bert_shape": bert,
+            "repeats": ACCELERATOR_REPEATS[quick]}
+
+
+def left_out(claim_id: str, quick: bool, platform: str) -> str:
+    """Why the quick suite does not run ``claim_id`` on a TPU ("" when it does): 20 minutes of a v5e hold the
+    rest (``twinbench claims --quick --plan --device tpu-v5e``)."""
+    why = QUICK_LEFT_OUT.get(claim_id) if quick and platform == "tpu" else None  # a GPU compiles 2-3x faster
+    if not why:
+        return ""
+    return (f"not run by --quick on a {platform.upper()} ({why}); `twinbench claims --only {claim_id}` "
+            "measures it")
