@@ -31,7 +31,7 @@ TORCH_MULTI_EQUAL = ["ddp+remat", "fsdp+remat"]
 TORCH_MULTI_BF16 = ["ddp+bf16", "fsdp+bf16"]
 # the family's torch module under torchax, in a fresh process (torchax changes global torch settings on import):
 # tests/strategies/test_torchax.py; fp32 losses equal to torch eager's within 1e-5 relative, bf16 within 2e-2
-TORCHAX_EQUAL = ["torchax", "torchax+remat+nodonate"]
+TORCHAX_EQUAL = ["torchax", "torchax+remat+nodonate+fused-loss"]
 TORCHAX_BF16 = ["torchax+bf16"]
 ANTIPATTERN = {("jax", "pmap+nosync")}  # every family: the replicas drift apart (asserted)
 

@@ -24,6 +24,7 @@ class Modifiers:
     prefetch: bool = False
     replicate_batch: bool = False
     nosync: bool = False
+    fused_loss: bool = False
     length: str | None = None
 
     @classmethod

@@ -136,7 +136,10 @@ register_modifier("nosync", ("jax",), "anti-pattern (claim C13): no lax.pmean of
 # torchax inside the twins' JAX step (strategies/torchax_step.py). A JAX run: JAX's device, peak, memory, profiler.
 register("jax", "torchax", "the family's PyTorch module (twin or --model) run by torchax: forward, backward and "
          "Optax AdamW in one jit, params+opt state donated", "twinbench.strategies.torchax_step:build",
-         default=False, modifiers=("bf16", "remat", "nodonate"))
+         default=False, modifiers=("bf16", "remat", "nodonate", "fused-loss"))
+register_modifier("fused-loss", ("jax",), "torchax: F.cross_entropy lowered as the JAX twins' loss (log-sum-exp "
+                  "and the target's logit, fused reductions in fp32) instead of torchax's own log_softmax + "
+                  "nll_loss (an fp32 copy of the logits)", bases=("torchax",))
 #: bases whose step runs the family's torch module, not an NNX twin (so they need no "jax-twin")
 TORCH_MODULE = ("torchax",)
 
