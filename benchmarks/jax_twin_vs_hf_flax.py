@@ -12,10 +12,12 @@ finds twinbench itself, this checkout's ``src`` is put on its ``PYTHONPATH``):
 
 GPT presets against FlaxGPT2LMHeadModel, BERT presets against FlaxBertForSequenceClassification: the same
 shape (layers, d_model, heads, vocab, context, batch, seq), tanh GELU for GPT-2 (HF "gelu_new"), exact GELU for
-BERT, tied LM head, biases, no dropout; the same optimizer chain on both (clip by global norm 1.0, AdamW with
-the family's betas and eps, weight decay on rank >= 2 parameters only) under one `jax.jit` with the state
-donated; the same XLA_FLAGS (twinbench's tuned CPU flags unless `--xla-cpu-flags xla-default`), the same fp32
-matmul precision, the same cores and the same token batches (BERT: full-length sequences, no padding).
+BERT, tied LM head, biases, no dropout; the same optimizer chain on both, the twin's own
+(``Family.jax_optimizer``: clip by global norm 1.0, AdamW with the family's betas and eps, weight decay on rank >= 2
+parameters only) under one `jax.jit` with the state donated; the same XLA_FLAGS (twinbench's tuned CPU flags unless
+`--xla-cpu-flags xla-default`), the same matmul precision setting as a twinbench run of that precision on that
+platform (``measure.device.set_fp32_matmul``: `highest` for fp32; JAX's default for bf16 on a TPU, as the twin's
+record says), the same cores and the same token batches (BERT: full-length sequences, no padding).
 `--precision bf16`: each side's own bf16 recipe, said in the summary: HF's `dtype=bfloat16` computes every
 layer in bf16 (LayerNorm, residual stream, softmax and loss included); the twin's +bf16 is torch.autocast's
 (bf16 matmuls, LayerNorm, residual stream, softmax statistics and loss in fp32). Parameters and optimizer
@@ -44,18 +46,15 @@ from typing import Any
 WARMUP = 5
 
 
-def decay_mask(params: Any) -> Any:
-    import jax
+def optimizer(preset: str) -> Any:
+    """The twin's own optimizer chain for the preset (``Family.jax_optimizer``: clip by global norm 1.0, then AdamW
+    with the family's betas and eps, weight decay on rank >= 2 parameters only), applied to HF's parameters: the
+    same function, not a copy of it."""
+    from twinbench.models import family
+    from twinbench.spec import from_preset
 
-    return jax.tree.map(lambda p: p.ndim >= 2, params)
-
-
-def optimizer(lr: float, weight_decay: float, bert: bool) -> Any:
-    import optax
-
-    b2, eps = (0.999, 1e-6) if bert else (0.95, 1e-8)  # each family's (models/*/model_jax.make_optimizer)
-    return optax.chain(optax.clip_by_global_norm(1.0),
-                       optax.adamw(lr, b1=0.9, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask))
+    spec = from_preset(preset)
+    return family.get(spec).jax_optimizer(spec.train.lr, spec.train.weight_decay)
 
 
 def hf_model(shape: dict[str, Any]) -> tuple[Any, Any]:
@@ -99,7 +98,7 @@ def hf_trainer(shape: dict[str, Any]) -> tuple[Any, Any]:
     import optax
 
     model, loss_of = hf_model(shape)
-    tx = optimizer(shape["lr"], shape["weight_decay"], shape["family"] == "bert")
+    tx = optimizer(shape["preset"])
     params = model.params
 
     def step(params: Any, opt_state: Any, x: Any, y: Any) -> Any:
@@ -148,7 +147,11 @@ def child(which: str, shape: dict[str, Any], steps: int, threads: int, trace: st
 
     if jax.default_backend() == "cpu":  # the same cores for both sides (an accelerator's host threads stay free)
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:threads])
-    jax.config.update("jax_default_matmul_precision", "highest")  # twinbench's fp32 (set_fp32_matmul)
+    from twinbench.measure import device
+
+    # the matmul precision a twinbench run sets for this precision on this platform (the twin's own record says
+    # it): fp32 runs `highest` on both sides; bf16 runs on a TPU keep JAX's default (bf16 operands, one pass)
+    matmul_precision = device.set_fp32_matmul("jax", precision=shape["precision"])
     step, sync = hf_trainer(shape) if which == "hf" else ours_trainer(shape["preset"], shape)
     batches = token_batches(shape)
     t0 = time.perf_counter()
@@ -167,7 +170,7 @@ def child(which: str, shape: dict[str, Any], steps: int, threads: int, trace: st
 
     print(json.dumps({**cpu_info(), "which": which, "step_ms": statistics.median(times), "p10": sorted(times)[len(times) // 10],
                       "p90": sorted(times)[(9 * len(times)) // 10], "compile_s": compile_s,
-                      "loss": float(loss), "threads": threads, "device": jax.devices()[0].device_kind,
+                      "loss": float(loss), "threads": threads, "matmul_precision": matmul_precision, "device": jax.devices()[0].device_kind,
                       "versions": {"jax": jax.__version__}, "xla_flags": os.environ.get("XLA_FLAGS", "")}))
 
 
@@ -237,6 +240,8 @@ def main() -> None:
           f"XLA flags {args.xla_cpu_flags}, our attention {args.attention_impl}{recipe})", "",
           f"machine: {rows[0].get('device')} (host {rows[0].get('cpu', 'unknown')}), jax "
           f"{rows[0].get('versions', {}).get('jax')}, {time.strftime('%Y-%m-%d')}", "",
+          "matmul precision: " + "; ".join(sorted({f"{r['which']}: {r.get('matmul_precision')}" for r in rows})),
+          "optimizer: the twin's own (Family.jax_optimizer) on both sides", "",
           "| configuration | median step ms over rounds |", "|---|---|",
           *(f"| {'twinbench jax/jit' if w == 'ours' else 'HF ' + hf_name} | {med[w]:.1f} |" for w in sides), "",
           *([f"paired ours/hf per round: {', '.join(f'{x:.2f}x' for x in ratios)}; ours faster in "
