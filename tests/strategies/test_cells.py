@@ -80,8 +80,7 @@ def _cells(names: list[str], *front: str) -> list:
             for n in names for f in families_of_run(n)]
 
 
-@pytest.mark.parametrize("fam", FAMILIES)
-@pytest.mark.parametrize("strategy", JAX_EQUAL)
+@pytest.mark.parametrize(("fam", "strategy"), _cells(JAX_EQUAL))
 def test_jax_fp32_cells_equal_jit(fam, strategy):
     np.testing.assert_allclose(run_cell(fam, "jax", strategy, **_over(strategy)), baseline(fam, "jax"), rtol=2e-5)
 

@@ -25,6 +25,7 @@ class Modifiers:
     replicate_batch: bool = False
     nosync: bool = False
     fused_loss: bool = False
+    fused_qkv: bool = False
     length: str | None = None
 
     @classmethod
