@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from parity_cells import FAMILIES, JAX_BF16, JAX_EQUAL, TORCH_BF16, TORCH_EQUAL, families_of_run
+from parity_cells import JAX_BF16, JAX_EQUAL, TORCH_BF16, TORCH_EQUAL, families_of_run
 
 from twinbench.data import tasks
 from twinbench.models import family as families
