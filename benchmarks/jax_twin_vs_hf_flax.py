@@ -8,30 +8,43 @@ finds twinbench itself, this checkout's ``src`` is put on its ``PYTHONPATH``):
         $(.venv/bin/pip freeze | grep -E '^(jax|jaxlib|flax|optax|numpy)==')
     .venv/bin/python benchmarks/jax_twin_vs_hf_flax.py /tmp/hfvenv/bin/python [--preset small|gpt2-124m|bert-base]
         [--precision fp32|bf16] [--rounds 3] [--steps 30] [--threads 2] [--attention-impl default|splash]
-        [--trace DIR] [--out runs/hf-flax]
+        [--trace DIR] [--out runs/hf-flax] [--sides ours,hf] [--compile-cache DIR] [--timeout S]
+        [--deadline UNIX_TIME] [--resume]
 
 GPT presets against FlaxGPT2LMHeadModel, BERT presets against FlaxBertForSequenceClassification: the same
 shape (layers, d_model, heads, vocab, context, batch, seq), tanh GELU for GPT-2 (HF "gelu_new"), exact GELU for
-BERT, tied LM head, biases, no dropout; the same optimizer chain on both (clip by global norm 1.0, AdamW with
-the family's betas and eps, weight decay on rank >= 2 parameters only) under one `jax.jit` with the state
-donated; the same XLA_FLAGS (twinbench's tuned CPU flags unless `--xla-cpu-flags xla-default`), the same fp32
-matmul precision, the same cores and the same token batches (BERT: full-length sequences, no padding).
+BERT, tied LM head, biases, no dropout; the same optimizer chain on both, the twin's own
+(``Family.jax_optimizer``: clip by global norm 1.0, AdamW with the family's betas and eps, weight decay on rank >= 2
+parameters only) under one `jax.jit` with the state donated; the same XLA_FLAGS (twinbench's tuned CPU flags unless
+`--xla-cpu-flags xla-default`), the same matmul precision setting as a twinbench run of that precision on that
+platform (``measure.device.set_fp32_matmul``: `highest` for fp32; JAX's default for bf16 on a TPU, as the twin's
+record says), the same cores and the same token batches (BERT: full-length sequences, no padding).
 `--precision bf16`: each side's own bf16 recipe, said in the summary: HF's `dtype=bfloat16` computes every
 layer in bf16 (LayerNorm, residual stream, softmax and loss included); the twin's +bf16 is torch.autocast's
 (bf16 matmuls, LayerNorm, residual stream, softmax statistics and loss in fp32). Parameters and optimizer
 state stay fp32 on both.
 
-Interleaved rounds, a fresh process per measured configuration: each round runs `ours` and `hf` (the order
-alternates between rounds), each child compiles, warms up and times `--steps` steps and prints its median;
-with `--trace DIR` it then records 3 steps with `jax.profiler.trace` into DIR/<ours|hf> (`twinbench explain
-DIR/ours DIR/hf` says where the difference goes). Writes `results.jsonl` (one line per child) and
-`summary.md` (median per configuration, the paired ours/hf ratio of each round) into `--out`. About 1 min
+`--sides` may also name any JAX strategy twinbench runs on the preset: `torchax` (the PyTorch twin through torchax,
+torchax's own lowering of every op: what a plain torchax user gets), `torchax+fused-loss` (its F.cross_entropy
+lowered as the JAX twin's loss), `jit+...`: the trainer twinbench measures, timed here the same way as the others
+(benchmarks/tpu_twins.sh runs the twins' sitting on a TPU so). The first side is the reference of the ratios.
+
+Interleaved rounds, a fresh process per measured configuration: each round runs every side (the order
+reversed every other round), each child compiles, warms up and times `--steps` steps (synchronised per step)
+and prints its median, tokens/s, TFLOP/s (the twin's FLOPs per token on every side: the same model) and MFU
+against twinbench's measured matmul peak (cached per machine) and the datasheet's; with `--trace DIR` it then
+records 3 steps with `jax.profiler.trace` into DIR/<side> (`twinbench explain DIR/ours DIR/hf` says where the
+difference goes). `--compile-cache DIR`: JAX's persistent compilation cache for every child (later runs of a side
+load its programs). `--deadline`: no child starts with less than `--min-left` seconds before it (nor runs past it);
+`--resume` keeps `--out`'s rows and runs only the missing ones. Writes `results.jsonl` (one line per child) and
+`summary.md` (per side: runs, median step, MFU, compile; the paired ratios of each round) into `--out`. About 1 min
 per round on `small` on an idle 2-core machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -44,18 +57,15 @@ from typing import Any
 WARMUP = 5
 
 
-def decay_mask(params: Any) -> Any:
-    import jax
+def optimizer(preset: str) -> Any:
+    """The twin's own optimizer chain for the preset (``Family.jax_optimizer``: clip by global norm 1.0, then AdamW
+    with the family's betas and eps, weight decay on rank >= 2 parameters only), applied to HF's parameters: the
+    same function, not a copy of it."""
+    from twinbench.models import family
+    from twinbench.spec import from_preset
 
-    return jax.tree.map(lambda p: p.ndim >= 2, params)
-
-
-def optimizer(lr: float, weight_decay: float, bert: bool) -> Any:
-    import optax
-
-    b2, eps = (0.999, 1e-6) if bert else (0.95, 1e-8)  # each family's (models/*/model_jax.make_optimizer)
-    return optax.chain(optax.clip_by_global_norm(1.0),
-                       optax.adamw(lr, b1=0.9, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask))
+    spec = from_preset(preset)
+    return family.get(spec).jax_optimizer(spec.train.lr, spec.train.weight_decay)
 
 
 def hf_model(shape: dict[str, Any]) -> tuple[Any, Any]:
@@ -99,7 +109,7 @@ def hf_trainer(shape: dict[str, Any]) -> tuple[Any, Any]:
     import optax
 
     model, loss_of = hf_model(shape)
-    tx = optimizer(shape["lr"], shape["weight_decay"], shape["family"] == "bert")
+    tx = optimizer(shape["preset"])
     params = model.params
 
     def step(params: Any, opt_state: Any, x: Any, y: Any) -> Any:
@@ -117,17 +127,44 @@ def hf_trainer(shape: dict[str, Any]) -> tuple[Any, Any]:
     return run, lambda: jax.block_until_ready(state)
 
 
-def ours_trainer(preset: str, shape: dict[str, Any]) -> tuple[Any, Any]:
-    """twinbench's jax/jit trainer (the measured strategy itself) on the family's twin."""
-    from twinbench.models import family
+def twin_spec(shape: dict[str, Any], strategy: str) -> Any:
+    """The twinbench RunSpec of a side: the preset at the shape's batch, seq, precision and attention, as the JAX
+    ``strategy`` (``jit``: the JAX twin; ``torchax``, ``torchax+fused-loss``: the PyTorch twin through torchax)."""
     from twinbench.spec import from_preset, validate
+
+    return validate(from_preset(shape["preset"], {"batch": shape["batch"], "seq": shape["seq"],
+                                                  "precision": shape["precision"],
+                                                  "attention_impl": shape["attention_impl"]},
+                                framework="jax", strategy=strategy))
+
+
+def ours_trainer(shape: dict[str, Any], strategy: str = "jit") -> tuple[Any, Any]:
+    """twinbench's trainer of the JAX ``strategy`` (the measured strategy itself) on the family's twin."""
+    from twinbench.models import family
     from twinbench.strategies import registry
 
-    spec = validate(from_preset(preset, {"batch": shape["batch"], "seq": shape["seq"], "precision": shape["precision"],
-                                         "attention_impl": shape["attention_impl"]}, framework="jax", strategy="jit"))
+    spec = twin_spec(shape, strategy)
     fam = family.get(spec)
     trainer = registry.builder(spec)(spec, fam.init_weights(spec.model, spec.train.seed))
     return trainer.step, trainer.sync
+
+
+def flops_and_peak(shape: dict[str, Any], device_kind: str, platform: str, threads: int) -> dict[str, Any]:
+    """The twin's training FLOPs per token for the shape (both sides train the same model: HF's TFLOP/s are counted
+    with them), the measured matmul peak of this device and dtype (twinbench's, cached per machine; measured by the
+    first child that asks) and the datasheet's, as a twinbench record gives them."""
+    from twinbench.measure import peak
+    from twinbench.models import family
+
+    spec = twin_spec(shape, "jit")
+    dtype = "bf16" if shape["precision"] == "bf16" else "fp32"
+    out: dict[str, Any] = {"flops_per_token": family.get(spec).flops_per_token(spec.model, shape["seq"])}
+    try:
+        out["peak_tflops"] = peak.measured_tflops("jax", platform, device_kind, dtype, threads)
+    except Exception as e:  # a peak that cannot be measured must not cost the run
+        out["peak_error"] = f"{type(e).__name__}: {e}"
+    out["peak_tflops_datasheet"] = peak.datasheet_tflops(device_kind, dtype) if platform != "cpu" else None
+    return out
 
 
 def token_batches(shape: dict[str, Any], n: int = 8) -> list[tuple[Any, Any]]:
@@ -148,8 +185,17 @@ def child(which: str, shape: dict[str, Any], steps: int, threads: int, trace: st
 
     if jax.default_backend() == "cpu":  # the same cores for both sides (an accelerator's host threads stay free)
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:threads])
-    jax.config.update("jax_default_matmul_precision", "highest")  # twinbench's fp32 (set_fp32_matmul)
-    step, sync = hf_trainer(shape) if which == "hf" else ours_trainer(shape["preset"], shape)
+    cache_dir = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    if cache_dir:  # --compile-cache: JAX's persistent cache, every program (what twinbench's --cache warm sets)
+        jax.config.update("jax_compilation_cache_dir", cache_dir)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    from twinbench.measure import device
+
+    # the matmul precision a twinbench run sets for this precision on this platform (the twin's own record says
+    # it): fp32 runs `highest` on both sides; bf16 runs on a TPU keep JAX's default (bf16 operands, one pass)
+    matmul_precision = device.set_fp32_matmul("jax", precision=shape["precision"])
+    step, sync = hf_trainer(shape) if which == "hf" else ours_trainer(shape, "jit" if which == "ours" else which)
     batches = token_batches(shape)
     t0 = time.perf_counter()
     step(*batches[0])
@@ -165,10 +211,95 @@ def child(which: str, shape: dict[str, Any], steps: int, threads: int, trace: st
                 step(*b)
                 sync()
 
-    print(json.dumps({**cpu_info(), "which": which, "step_ms": statistics.median(times), "p10": sorted(times)[len(times) // 10],
-                      "p90": sorted(times)[(9 * len(times)) // 10], "compile_s": compile_s,
-                      "loss": float(loss), "threads": threads, "device": jax.devices()[0].device_kind,
-                      "versions": {"jax": jax.__version__}, "xla_flags": os.environ.get("XLA_FLAGS", "")}))
+    step_ms = statistics.median(times)
+    kind, platform = jax.devices()[0].device_kind, jax.default_backend()
+    speed = flops_and_peak(shape, kind, platform, threads)
+    tflops = speed["flops_per_token"] * shape["batch"] * shape["seq"] / (step_ms / 1e3) / 1e12
+    speed |= {"achieved_tflops": tflops, "tokens_per_s": shape["batch"] * shape["seq"] / (step_ms / 1e3),
+              "mfu": tflops / speed["peak_tflops"] if speed.get("peak_tflops") else None,
+              "mfu_datasheet": tflops / speed["peak_tflops_datasheet"] if speed.get("peak_tflops_datasheet") else None}
+    import importlib.metadata as md
+
+    versions = {"jax": jax.__version__}
+    for pkg in ("jaxlib", "libtpu", "flax", "optax", "torch", "torchax", "transformers"):
+        with contextlib.suppress(md.PackageNotFoundError):
+            versions[pkg] = md.version(pkg)
+    print(json.dumps({**cpu_info(), "which": which, "step_ms": step_ms, "p10": sorted(times)[len(times) // 10],
+                      "p90": sorted(times)[(9 * len(times)) // 10], "compile_s": compile_s, **speed,
+                      "compile_cache": "persistent" if cache_dir else "none", "platform": platform,
+                      "loss": float(loss), "threads": threads, "matmul_precision": matmul_precision, "device": kind, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                      "versions": versions, "xla_flags": os.environ.get("XLA_FLAGS", "")}))
+
+
+def side_name(which: str, family: str) -> str:
+    """What a side is, in a table: the HF model, or the twinbench strategy it runs."""
+    if which == "hf":
+        return "HF " + ("FlaxBertForSequenceClassification" if family == "bert" else "FlaxGPT2LMHeadModel")
+    return "twinbench jax:" + ("jit" if which == "ours" else which)
+
+
+def check_sides(sides: tuple[str, ...], shape: dict[str, Any]) -> None:
+    """Each side is ``hf``, ``ours`` (the JAX twin's jit) or a JAX strategy twinbench runs on this preset."""
+    from twinbench.config import SpecError
+
+    if not sides:
+        sys.exit("--sides: name at least one side")
+    for side in sides:
+        if side == "hf":
+            if shape["family"] not in ("gpt", "bert"):
+                sys.exit(f"--sides hf: no Hugging Face Flax model here for the {shape['family']} family (gpt, bert)")
+            continue
+        try:
+            twin_spec(shape, "jit" if side == "ours" else side)
+        except SpecError as e:
+            sys.exit(f"--sides {side}: {e}")
+
+
+def summary(rows: list[dict[str, Any]], sides: tuple[str, ...], args: argparse.Namespace,
+            family: str) -> list[str]:
+    """The summary's lines: per side the runs' medians, MFU and compile; per round each side over the first."""
+    ok = [r for r in rows if r.get("status", "ok") == "ok"]
+    first = ok[0] if ok else {}
+    recipe = ("; bf16: HF computes every layer in bf16, the twins as torch.autocast (fp32 LayerNorm, residual, "
+              "softmax statistics, loss)") if args.precision == "bf16" else ""
+    md = [f"# {', '.join(side_name(w, family) for w in sides)} ({args.preset}, {args.precision}, "
+          f"{args.threads} threads, XLA flags {args.xla_cpu_flags}, the twins' attention {args.attention_impl}{recipe})",
+          "", f"machine: {first.get('device')} (host {first.get('cpu', 'unknown')}), versions "
+          f"{', '.join(f'{k} {v}' for k, v in first.get('versions', {}).items())}; runs "
+          f"{min((r.get('date_utc', '') for r in ok), default='')} to {max((r.get('date_utc', '') for r in ok), default='')} UTC",
+          "", "matmul precision: " + "; ".join(sorted({f"{r['which']}: {r.get('matmul_precision')}" for r in ok})),
+          "optimizer: the twin's own (Family.jax_optimizer) on every side; compile cache: "
+          + ", ".join(sorted({str(r.get("compile_cache")) for r in ok})), "",
+          "| configuration | runs | median step ms (range of the runs' medians) | MFU, measured peak | MFU, datasheet "
+          "| first-step compile s (each run) | last loss |", "|---|---|---|---|---|---|---|"]
+    for w in sides:
+        mine = [r for r in ok if r["which"] == w]
+        failed = [r for r in rows if r["which"] == w and r.get("status", "ok") != "ok"]
+        if not mine:
+            md.append(f"| {side_name(w, family)} | 0 | - | - | - | - | {failed[-1].get('error', '') if failed else ''} |")
+            continue
+        ms = [r["step_ms"] for r in mine]
+
+        def pct(key: str, mine: list[dict[str, Any]] = mine) -> str:
+            vals = [r[key] for r in mine if r.get(key) is not None]
+            return f"{100 * statistics.median(vals):.1f}%" if vals else "-"
+
+        md.append(f"| {side_name(w, family)} | {len(mine)}{f' (+{len(failed)} failed)' if failed else ''} | "
+                  f"{statistics.median(ms):.1f} ({min(ms):.1f}-{max(ms):.1f}) | {pct('mfu')} | {pct('mfu_datasheet')} | "
+                  f"{', '.join(format(r['compile_s'], '.0f') for r in mine)} | {mine[-1]['loss']:.3f} |")
+    ref = sides[0]
+    for w in sides[1:]:
+        ratios = []
+        for r in sorted({x["round"] for x in ok}):
+            a = [x["step_ms"] for x in ok if x["round"] == r and x["which"] == w]
+            b = [x["step_ms"] for x in ok if x["round"] == r and x["which"] == ref]
+            if a and b:
+                ratios.append(a[0] / b[0])
+        if ratios:
+            md += ["", f"{side_name(w, family)} / {side_name(ref, family)}, paired per round: "
+                   f"{', '.join(f'{x:.3f}' for x in ratios)}; median {statistics.median(ratios):.3f}, "
+                   f"largest {max(ratios):.3f}"]
+    return [*md, ""]
 
 
 def main() -> None:
@@ -180,12 +311,22 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--xla-cpu-flags", default="tuned", choices=("tuned", "xla-default"))
     ap.add_argument("--out", type=Path, default=Path("runs/hf-flax"))
-    ap.add_argument("--attention-impl", default="default", help="our twin's attention (default | chunked | splash)")
+    ap.add_argument("--attention-impl", default="default", help="the twins' attention (default | chunked | splash)")
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
     ap.add_argument("--trace", help="also record 3 steps of each side with jax.profiler.trace into TRACE/<side>")
-    ap.add_argument("--sides", default="ours,hf", help="which sides to run (ours,hf; hf alone when a twinbench "
-                    "record of the same run exists already, e.g. in benchmarks/tpu_check.sh)")
-    ap.add_argument("--child", choices=("ours", "hf"), help=argparse.SUPPRESS)
+    ap.add_argument("--sides", default="ours,hf", help="the sides, comma-separated, the first the reference of the "
+                    "ratios: hf (Hugging Face's Flax model), ours (the JAX twin, jax:jit) or any JAX strategy "
+                    "twinbench runs on the preset (torchax, torchax+fused-loss: the PyTorch twin through torchax)")
+    ap.add_argument("--compile-cache", type=Path, help="JAX's persistent compilation cache for every child (the "
+                    "first run of a side fills it, later ones load from it: their first-step compile says so)")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds one child may run before it is stopped "
+                    "(its row says so, the others go on)")
+    ap.add_argument("--deadline", type=float, help="Unix time after which no child starts (--min-left before it), "
+                    "and no child runs past; the summary covers the runs done")
+    ap.add_argument("--min-left", type=float, default=60.0, help="with --deadline: seconds a child needs at least")
+    ap.add_argument("--resume", action="store_true", help="keep --out's results.jsonl and run only the (round, "
+                    "side) runs it lacks")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--shape", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -202,47 +343,57 @@ def main() -> None:
              "precision": args.precision, "layers": m.layers, "d_model": m.d_model, "heads": m.heads, "vocab": m.vocab,
              "context": m.context, "batch": t.batch, "seq": t.seq, "lr": t.lr, "weight_decay": t.weight_decay,
              "seed": t.seed, "attention_impl": args.attention_impl}
-    sides = tuple(args.sides.split(","))
-    if not sides or set(sides) - {"ours", "hf"}:
-        sys.exit(f"--sides {args.sides}: choose from ours,hf")
-    pythons = {"ours": sys.executable, "hf": args.hf_python}
+    sides = tuple(s for s in args.sides.split(",") if s)
+    check_sides(sides, shape)
     import twinbench
 
     src = str(Path(twinbench.__file__).resolve().parents[1])  # the HF venv's child imports this twinbench
     child_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    if args.compile_cache:
+        child_env["JAX_COMPILATION_CACHE_DIR"] = str(args.compile_cache.resolve())
     args.out.mkdir(parents=True, exist_ok=True)
+    results = args.out / "results.jsonl"
     rows: list[dict[str, Any]] = []
-    with open(args.out / "results.jsonl", "w") as f:
+    if args.resume and results.exists():
+        rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    done = {(r["round"], r["which"]) for r in rows if r.get("status", "ok") == "ok"}
+    with open(results, "a" if args.resume else "w") as f:
         for r in range(args.rounds):
             for which in (sides if r % 2 == 0 else sides[::-1]):
-                cmd = [pythons[which], __file__, "--child", which, "--shape", json.dumps(shape), "--steps",
-                       str(args.steps), "--threads", str(args.threads), args.hf_python]
+                if (r, which) in done:
+                    continue
+                limit = args.timeout
+                if args.deadline is not None:
+                    left = args.deadline - time.time()
+                    if left < args.min_left:
+                        print(f"round {r} {which}: not started, {left:.0f} s left before the deadline", flush=True)
+                        continue
+                    limit = min(limit, left)
+                cmd = [sys.executable if which != "hf" else args.hf_python, __file__, "--child", which, "--shape",
+                       json.dumps(shape), "--steps", str(args.steps), "--threads", str(args.threads), args.hf_python]
                 cmd += ["--trace", args.trace] if args.trace else []
-                proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=child_env)
-                if proc.returncode:
-                    sys.exit(f"{which} failed: {proc.stderr.strip().splitlines()[-1:]}")
-                row = json.loads(proc.stdout.strip().splitlines()[-1]) | {"round": r}
+                try:
+                    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=child_env,
+                                          timeout=limit)
+                    lines = proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"]
+                    error = lines[-1] if proc.returncode else None
+                except subprocess.TimeoutExpired:
+                    proc, error = None, f"stopped after {limit:.0f} s"
+                if error:
+                    row = {"which": which, "round": r, "status": "failed", "error": error}
+                else:
+                    row = json.loads(proc.stdout.strip().splitlines()[-1]) | {"round": r, "status": "ok"}
                 rows.append(row)
                 f.write(json.dumps(row) + "\n")
-                print(f"round {r} {which}: {row['step_ms']:.1f} ms/step (compile {row['compile_s']:.1f} s, "
-                      f"loss {row['loss']:.3f})", flush=True)
-    med = {w: statistics.median(x["step_ms"] for x in rows if x["which"] == w) for w in sides}
-    ratios = [next(x["step_ms"] for x in rows if x["round"] == r and x["which"] == "ours")
-              / next(x["step_ms"] for x in rows if x["round"] == r and x["which"] == "hf")
-              for r in range(args.rounds)] if len(sides) == 2 else []
-    hf_name = "FlaxBertForSequenceClassification" if m.family == "bert" else "FlaxGPT2LMHeadModel"
-    recipe = ("; bf16: HF computes every layer in bf16, the twin as torch.autocast (fp32 LayerNorm, residual, "
-              "softmax statistics, loss)") if args.precision == "bf16" else ""
-    md = [f"# jax/jit twin vs Hugging Face {hf_name} ({args.preset}, {args.precision}, {args.threads} threads, "
-          f"XLA flags {args.xla_cpu_flags}, our attention {args.attention_impl}{recipe})", "",
-          f"machine: {rows[0].get('device')} (host {rows[0].get('cpu', 'unknown')}), jax "
-          f"{rows[0].get('versions', {}).get('jax')}, {time.strftime('%Y-%m-%d')}", "",
-          "| configuration | median step ms over rounds |", "|---|---|",
-          *(f"| {'twinbench jax/jit' if w == 'ours' else 'HF ' + hf_name} | {med[w]:.1f} |" for w in sides), "",
-          *([f"paired ours/hf per round: {', '.join(f'{x:.2f}x' for x in ratios)}; ours faster in "
-             f"{sum(x < 1 for x in ratios)} of {len(ratios)} rounds", ""] if ratios else [])]
+                f.flush()
+                print(f"round {r} {which}: " + (f"{row['step_ms']:.1f} ms/step, MFU "
+                      f"{100 * (row.get('mfu') or 0):.1f}% (first step {row['compile_s']:.1f} s, loss {row['loss']:.3f})"
+                      if not error else f"failed: {error}"), flush=True)
+    md = summary(rows, sides, args, m.family)
     (args.out / "summary.md").write_text("\n".join(md))
     print("\n".join(md))
+    if not any(r.get("status", "ok") == "ok" for r in rows):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -33,14 +33,16 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 WARMUP = 5
-WHICH = ("ours", "nanogpt", "nanogpt-tanh")
+WHICH = ("ours", "nanogpt", "nanogpt-tanh", "nanogpt-fused")
+DEFAULT_WHICH = ("ours", "nanogpt", "nanogpt-tanh")
 
 
-def nanogpt_step(model_py: str, shape: dict[str, Any], tanh: bool) -> tuple[Any, Any]:
+def nanogpt_step(model_py: str, shape: dict[str, Any], tanh: bool, fused: bool = False) -> tuple[Any, Any]:
     import torch
     from torch import nn
 
@@ -57,6 +59,8 @@ def nanogpt_step(model_py: str, shape: dict[str, Any], tanh: bool) -> tuple[Any,
             block.mlp.gelu = nn.GELU(approximate="tanh")
     model.train()
     optimizer = model.configure_optimizers(shape["weight_decay"], shape["lr"], (0.9, 0.95), "cpu")
+    if fused:  # nanoGPT asks for torch's fused AdamW on CUDA only; on a CPU it gets the per-tensor loop
+        optimizer = torch.optim.AdamW(optimizer.param_groups, lr=shape["lr"], betas=(0.9, 0.95), fused=True)
 
     def step(x: Any, y: Any) -> Any:  # nanoGPT train.py's loop, one micro-step per step
         _, loss = model(torch.from_numpy(x), torch.from_numpy(y))
@@ -80,7 +84,7 @@ def ours_step(preset: str, shape: dict[str, Any]) -> tuple[Any, Any]:
     return trainer.step, trainer.sync
 
 
-def child(which: str, model_py: str, shape: dict[str, Any], steps: int, threads: int) -> None:
+def child(which: str, model_py: str, shape: dict[str, Any], steps: int, threads: int, trace: str | None) -> None:
     cpus = sorted(os.sched_getaffinity(0))[:threads]
     os.sched_setaffinity(0, cpus)
     import numpy as np
@@ -88,16 +92,27 @@ def child(which: str, model_py: str, shape: dict[str, Any], steps: int, threads:
     from sitting import cpu_info, time_steps
 
     torch.set_num_threads(len(cpus))
+    load_before = os.getloadavg()[0]
     step, sync = ours_step(shape["preset"], shape) if which == "ours" else nanogpt_step(
-        model_py, shape, which == "nanogpt-tanh")
+        model_py, shape, which == "nanogpt-tanh", which == "nanogpt-fused")
     rng = np.random.default_rng(0)
     batches = [(rng.integers(0, shape["vocab"], (shape["batch"], shape["seq"]), dtype=np.int64),
                 rng.integers(0, shape["vocab"], (shape["batch"], shape["seq"]), dtype=np.int64)) for _ in range(8)]
     times, loss = time_steps(step, sync, batches, WARMUP, steps)
+    if trace:  # after the timed steps: 3 steps under torch.profiler, one ProfilerStep each (twinbench explain)
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for i in range(3):
+                with record_function(f"ProfilerStep#{i}"):
+                    step(*batches[i])
+        Path(trace).mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(Path(trace) / f"{which}.json"))
     print(json.dumps({**cpu_info(), "which": which, "step_ms": statistics.median(times),
                       "p10": sorted(times)[len(times) // 10], "p90": sorted(times)[(9 * len(times)) // 10],
                       "loss": float(loss), "threads": len(cpus), "torch": torch.__version__,
-                      "load_avg_1m": os.getloadavg()[0]}))
+                      "load_avg_1m": os.getloadavg()[0], "load_avg_1m_before": load_before,
+                      "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
 
 
 def main() -> None:
@@ -108,12 +123,20 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("runs/nanogpt"))
+    ap.add_argument("--which", default=",".join(DEFAULT_WHICH), help="configurations, comma-separated: ours, "
+                    "nanogpt, nanogpt-tanh (its GELU as the twin's), nanogpt-fused (torch's fused AdamW, which "
+                    "nanoGPT's configure_optimizers asks for on CUDA only)")
+    ap.add_argument("--trace", help="also record 3 steps of each configuration with torch.profiler into "
+                    "TRACE/<which>.json, after the timed steps (the last round's traces are kept)")
     ap.add_argument("--child", choices=WHICH, help=argparse.SUPPRESS)
     ap.add_argument("--shape", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child, args.model_py, json.loads(args.shape), args.steps, args.threads)
+        child(args.child, args.model_py, json.loads(args.shape), args.steps, args.threads, args.trace)
         return
+    which_all = tuple(w for w in args.which.split(",") if w)
+    if not which_all or set(which_all) - set(WHICH) or "ours" not in which_all:
+        sys.exit(f"--which {args.which}: choose from {', '.join(WHICH)}, ours included")
 
     from twinbench.spec import from_preset
 
@@ -126,10 +149,12 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     with open(args.out / "results.jsonl", "w") as f:
         for r in range(args.rounds):
-            order = WHICH[r % 3:] + WHICH[:r % 3]
+            n = len(which_all)
+            order = which_all[r % n:] + which_all[:r % n]
             for which in order:
                 cmd = [sys.executable, __file__, args.model_py, "--child", which, "--shape", json.dumps(shape),
                        "--steps", str(args.steps), "--threads", str(args.threads)]
+                cmd += ["--trace", args.trace] if args.trace else []
                 proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
                 if proc.returncode:
                     sys.exit(f"{which} failed: {proc.stderr.strip().splitlines()[-1:]}")
@@ -137,20 +162,26 @@ def main() -> None:
                 rows.append(row)
                 f.write(json.dumps(row) + "\n")
                 print(f"round {r} {which}: {row['step_ms']:.1f} ms/step (loss {row['loss']:.3f}, "
-                      f"load {row['load_avg_1m']:.2f})", flush=True)
+                      f"load {row['load_avg_1m_before']:.2f} -> {row['load_avg_1m']:.2f})", flush=True)
 
     def of(r: int, w: str) -> float:
         return next(x["step_ms"] for x in rows if x["round"] == r and x["which"] == w)
 
-    med = {w: statistics.median(x["step_ms"] for x in rows if x["which"] == w) for w in WHICH}
+    med = {w: statistics.median(x["step_ms"] for x in rows if x["which"] == w) for w in which_all}
     pairs = {p: [of(r, p[0]) / of(r, p[1]) for r in range(args.rounds)]
-             for p in (("ours", "nanogpt"), ("ours", "nanogpt-tanh"), ("nanogpt-tanh", "nanogpt"))}
+             for p in (("ours", "nanogpt"), ("ours", "nanogpt-tanh"), ("nanogpt-tanh", "nanogpt"),
+                       ("ours", "nanogpt-fused"), ("nanogpt-fused", "nanogpt"))
+             if set(p) <= set(which_all)}
+    loads = [x["load_avg_1m_before"] for x in rows]
     md = [f"# torch/eager twin vs nanoGPT model.py + train.py's step ({args.preset}, fp32, {args.threads} "
           "threads, clip 1.0 on both)", "", f"machine: {rows[0]['cpu']}; torch {rows[0]['torch']}", "",
           "| configuration | median step ms over rounds |", "|---|---|",
-          *(f"| {w} | {med[w]:.1f} |" for w in WHICH), ""]
+          *(f"| {w} | {med[w]:.1f} |" for w in which_all), "",
+          f"load average (1 min) when each run started: {min(loads):.2f}-{max(loads):.2f}, median "
+          f"{statistics.median(loads):.2f}; runs {rows[0]['date_utc']} to {rows[-1]['date_utc']} UTC", ""]
     for (x, y), ratios in pairs.items():
-        md.append(f"paired {x}/{y} per round: {', '.join(f'{v:.3f}x' for v in ratios)} "
+        md.append(f"paired {x}/{y} per round: {', '.join(f'{v:.3f}x' for v in ratios)}; median "
+                  f"{statistics.median(ratios):.3f}x, largest {max(ratios):.3f}x "
                   f"({x} faster in {sum(v < 1 for v in ratios)} of {len(ratios)})")
     (args.out / "summary.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))

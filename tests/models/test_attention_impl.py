@@ -127,10 +127,12 @@ def _twin_inputs(family: str) -> tuple[object, tuple, object]:
     return cfg, (x[:, :-1], x[:, 1:]), init(cfg, 0)
 
 
-@pytest.mark.parametrize("family", ["gpt", "bert", "llama"])
-def test_twin_with_splash_attention_is_the_same_model(family: str) -> None:
+@pytest.mark.parametrize(("family", "fused_qkv"), [("gpt", False), ("bert", False), ("llama", False),
+                                                 ("gpt", True), ("bert", True)])
+def test_twin_with_splash_attention_is_the_same_model(family: str, fused_qkv: bool) -> None:
     """The whole twin (loss and every gradient) with the splash kernel, whose q, k, v its projections write
-    heads first (``layers_jax.Linear.to_heads``), against the default attention on ``[B, T, H, D]``."""
+    heads first (``layers_jax.Linear.to_heads``), or with ``fused_qkv`` one product laid out by one transpose of
+    the three, against the default attention on ``[B, T, H, D]``."""
     from flax import nnx
 
     from twinbench.models.bert import model_jax as bert_jax
@@ -142,7 +144,8 @@ def test_twin_with_splash_attention_is_the_same_model(family: str) -> None:
     cfg, (x, y), weights = _twin_inputs(family)
     results = []
     for impl in ("default", "splash"):
-        model = getattr(module, cls)(cfg, nnx.Rngs(0), ModelOptions(attention_impl=impl))
+        opts = ModelOptions(attention_impl=impl, fused_qkv=fused_qkv and impl == "splash")
+        model = getattr(module, cls)(cfg, nnx.Rngs(0), opts)
         canonical_to_jax(model, weights)
         loss, grads = nnx.jit(nnx.value_and_grad(module.loss_fn))(model, x, y)
         results.append((float(loss), jax.tree.leaves(grads)))

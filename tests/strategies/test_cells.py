@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from parity_cells import FAMILIES, JAX_BF16, JAX_EQUAL, TORCH_BF16, TORCH_EQUAL, families_of_run
+from parity_cells import JAX_BF16, JAX_EQUAL, TORCH_BF16, TORCH_EQUAL, families_of_run
 
 from twinbench.data import tasks
 from twinbench.models import family as families
@@ -80,8 +80,7 @@ def _cells(names: list[str], *front: str) -> list:
             for n in names for f in families_of_run(n)]
 
 
-@pytest.mark.parametrize("fam", FAMILIES)
-@pytest.mark.parametrize("strategy", JAX_EQUAL)
+@pytest.mark.parametrize(("fam", "strategy"), _cells(JAX_EQUAL))
 def test_jax_fp32_cells_equal_jit(fam, strategy):
     np.testing.assert_allclose(run_cell(fam, "jax", strategy, **_over(strategy)), baseline(fam, "jax"), rtol=2e-5)
 

@@ -51,3 +51,14 @@ def test_torchax_remat_checkpoints_every_block(runs, family):
 
 def test_a_torchax_record_keeps_torch_and_torchax_versions(runs):
     assert {"jax", "torch", "torchax"} <= set(runs["versions"])
+
+
+@pytest.mark.parametrize("precision", ["fp32", "+bf16"])
+def test_fused_loss_gives_the_aten_loss_and_gradients_without_log_softmax(runs, precision):
+    """``+fused-loss`` lowers F.cross_entropy as the JAX twins' loss: the same loss and gradients as torchax's own
+    log_softmax + nll_loss (tiny GPT, one batch, the same weights), and no log_softmax left in its program."""
+    r = runs["fused_loss"][precision]
+    tol = 1e-6 if precision == "fp32" else 2e-2  # bf16: the same bf16 logits, fp32 losses summed in another order
+    assert r["same_keys"] and r["loss"] <= tol and r["grad"] <= 10 * tol
+    assert r["aten_log_softmax"] and not r["fused_log_softmax"]
+

@@ -65,9 +65,33 @@ def family_runs(name: str) -> dict:
     return out
 
 
+def fused_loss_against_aten(preset: str = "tiny") -> dict:
+    """The loss and every parameter's gradient of one batch, torchax's own ``F.cross_entropy`` against
+    ``+fused-loss`` from the same weights (fp32 and bf16), and whether each program holds a ``log_softmax``."""
+    import jax.numpy as jnp
+
+    out: dict = {}
+    for precision in ("", "+bf16"):
+        got = {}
+        for mod in ("", "+fused-loss"):
+            spec = spec_of(preset, "jax", f"torchax{precision}{mod}")
+            trainer = registry.builder(spec)(spec, families.get(spec).init_weights(spec.model, 0))
+            x, y = (jnp.asarray(a) for a in tasks.run_data(spec, 1).batches[0])
+            loss, grads = jax.jit(jax.value_and_grad(trainer.loss_of))(trainer.params, x, y)
+            got[mod] = (float(loss), {k: np.asarray(v) for k, v in grads.items()},
+                        "log_softmax" in str(jax.make_jaxpr(trainer.loss_of)(trainer.params, x, y)))
+        (la, ga, pa), (lf, gf, pf) = got[""], got["+fused-loss"]
+        out[precision or "fp32"] = {
+            "loss": abs(lf - la) / abs(la),
+            "grad": max(float(np.abs(gf[k] - ga[k]).max() / (np.abs(ga[k]).max() + 1e-12)) for k in ga),
+            "same_keys": sorted(ga) == sorted(gf), "aten_log_softmax": pa, "fused_log_softmax": pf}
+    return out
+
+
 def main(argv: list[str]) -> int:
     path, names = argv[0], argv[1:] or list(PRESETS)
     result = {name: family_runs(name) for name in names}
+    result["fused_loss"] = fused_loss_against_aten()
     from twinbench.measure import device
 
     result["versions"] = device.versions("jax")

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # weights.py imports numpy: loaded when weights are first con
 #: The options and strategies a family may support; the ones it does not get a reason in ``unsupported``.
 #: ``jax-twin``: the family has an NNX twin (what every JAX base open to all families builds); ``prefetch``: its
 #: batches go through the input pipeline.
-OPTIONS = ("bf16", "remat", "scan-layers", "compile-regional", "multi-device", "jax-twin", "prefetch")
+OPTIONS = ("bf16", "remat", "scan-layers", "compile-regional", "multi-device", "jax-twin", "prefetch", "fused-qkv")
 
 
 def lazy(target: str) -> Callable[..., Any]:
@@ -121,7 +121,7 @@ class Family:
         return self.unsupported.get(option, f"the {self.name} family does not support {option}")
 
 
-TWIN_OPTIONS = frozenset({"bf16", "remat", "scan-layers"})  # ModelOptions both twins read themselves
+TWIN_OPTIONS = frozenset({"bf16", "remat", "scan-layers", "fused-qkv"})  # ModelOptions both twins read themselves
 
 #: The built-in families by name, in registration order (``models/__init__.py`` registers them).
 FAMILIES: dict[str, Family] = {}

@@ -37,6 +37,11 @@ class ModelOptions:
     compute_dtype: str = "fp32"
     #: JAX only: the attention formulation or kernel, one of ATTENTION_IMPLS (the torch twin's SDPA chooses its own).
     attention_impl: str = "default"
+    #: JAX only (``+fused-qkv``): q, k and v from one product ``[B, T, 3C]`` (a full-width matmul, its biases' gradient a
+    #: plain reduction) laid out for the attention by one transpose of the three together (``[3, B, H, T, D]`` for a
+    #: heads-first kernel such as splash), instead of per-tensor layouts (GPT-2: a transpose each; BERT: three
+    #: products written heads first, 64 wide). The same maths; a layout choice measured on the chip.
+    fused_qkv: bool = False
 
     def __post_init__(self) -> None:
         if self.remat != "none" and self.remat not in REMAT_POLICIES:

@@ -24,6 +24,8 @@ class Modifiers:
     prefetch: bool = False
     replicate_batch: bool = False
     nosync: bool = False
+    fused_loss: bool = False
+    fused_qkv: bool = False
     length: str | None = None
 
     @classmethod

@@ -22,4 +22,5 @@ def model_options(spec: RunSpec) -> ModelOptions:
         remat=spec.remat_policy if spec.mods.remat else "none",
         compute_dtype=compute_dtype(spec),
         attention_impl=spec.attention_impl,
+        fused_qkv=spec.mods.fused_qkv,
     )

@@ -91,6 +91,8 @@ register_modifier("remat", ("torch", "jax"), "activation checkpointing per block
                   "use_reentrant=False / nnx.remat with --remat-policy: full, dots-saveable, nothing-saveable)")
 register_modifier("nodonate", ("jax",), "do not donate params and optimizer state to the step (shows what "
                   "donation buys)", bases=("jit", "scan-steps", "scan-layers", "torchax", "port"))
+register_modifier("fused-qkv", ("jax",), "the JAX twin's q, k, v as one full-width product laid out for the "
+                  "attention by one transpose of the three (a layout choice; ModelOptions.fused_qkv)", bases=("jit",))
 register_modifier("optc", ("torch",), "also torch.compile the optimizer half of the step (grad clipping + AdamW)",
                   bases=("compile", "compile-regional"))
 # Variable-length batches and the input pipeline (--task classify): see data/classify.py, pipeline.py.
@@ -136,7 +138,10 @@ register_modifier("nosync", ("jax",), "anti-pattern (claim C13): no lax.pmean of
 # torchax inside the twins' JAX step (strategies/torchax_step.py). A JAX run: JAX's device, peak, memory, profiler.
 register("jax", "torchax", "the family's PyTorch module (twin or --model) run by torchax: forward, backward and "
          "Optax AdamW in one jit, params+opt state donated", "twinbench.strategies.torchax_step:build",
-         default=False, modifiers=("bf16", "remat", "nodonate"))
+         default=False, modifiers=("bf16", "remat", "nodonate", "fused-loss"))
+register_modifier("fused-loss", ("jax",), "torchax: F.cross_entropy lowered as the JAX twins' loss (log-sum-exp "
+                  "and the target's logit, fused reductions in fp32) instead of torchax's own log_softmax + "
+                  "nll_loss (an fp32 copy of the logits)", bases=("torchax",))
 #: bases whose step runs the family's torch module, not an NNX twin (so they need no "jax-twin")
 TORCH_MODULE = ("torchax",)
 
@@ -241,7 +246,7 @@ def _options_needed(framework: str, base: str, mods: tuple[str, ...]) -> list[st
     strategy = REGISTRY[(framework, base)]
     twin = framework == "jax" and strategy.families is None and base not in TORCH_MODULE
     need = ["jax-twin"] if twin else []  # it builds the NNX twin
-    need += [m for m in ("bf16", "remat", "prefetch") if m in mods]
+    need += [m for m in ("bf16", "remat", "prefetch", "fused-qkv") if m in mods]
     if base in ("scan-layers", "compile-regional"):
         need.append(base)
     if strategy.multi_device:

@@ -15,6 +15,9 @@ compile events and profiler; the record's ``versions`` add torch and torchax.
 - ``+remat``: each block the family names (``Family.torch_blocks``) is called inside ``jax.checkpoint``, its
   parameters passed in explicitly (``torch.utils.checkpoint`` has no effect here: torch autograd never runs,
   JAX differentiates the traced program).
+- ``+fused-loss``: ``F.cross_entropy`` lowered as the JAX twins' loss (``strategies/torchax_loss.py``: fused
+  fp32 reductions over the logits) instead of torchax's own ``log_softmax`` + ``nll_loss``; the default is what a
+  plain torchax user gets, so both are measurable.
 - an operator torchax has no lowering for ends the build with :class:`TorchaxUnsupported`: one line naming the
   operator and the layer (module path) that called it.
 
@@ -38,6 +41,7 @@ from twinbench.strategies.jax_jit import JaxTrainer, LossOf
 from twinbench.strategies.jax_mesh import MeshTrainer
 from twinbench.strategies.options import compute_dtype
 from twinbench.strategies.torchax_compat import import_torchax
+from twinbench.strategies.torchax_loss import cross_entropy_lowered
 
 
 class TorchaxUnsupported(Exception):
@@ -220,9 +224,10 @@ class TorchaxModel:
         self.autocast = (lambda: torchax.amp.autocast("jax", torch.bfloat16, env)) if bf16 else contextlib.nullcontext
         self.buffers = buffers
         self.attention = lambda: attention_lowered_as(env, self.spec.attention_impl)
+        self.loss_lowering = lambda: cross_entropy_lowered(env, self.spec.mods.fused_loss)
 
         def loss_of(params: dict[str, Any], x: Any, y: Any) -> Any:
-            with self.layers.watch(), self.autocast(), self.attention():
+            with self.layers.watch(), self.autocast(), self.attention(), self.loss_lowering():
                 return fn({**params, **buffers}, (x, y))
 
         return params, loss_of

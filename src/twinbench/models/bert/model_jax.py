@@ -44,9 +44,10 @@ def _linear(n_in: int, n_out: int, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float3
 
 class SelfAttention(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
-                 attention_impl: str = "default"):
+                 attention_impl: str = "default", fused_qkv: bool = False):
         self.heads = cfg.heads
         self.impl = attention_impl
+        self.fused_qkv = fused_qkv
         self.mask_impl = cfg.mask_impl
         self.query = _linear(cfg.d_model, cfg.d_model, rngs, dtype)
         self.key = _linear(cfg.d_model, cfg.d_model, rngs, dtype)
@@ -59,7 +60,10 @@ class SelfAttention(nnx.Module):
         step from 119.5 to 115.6 ms: XLA had laid each of q, k, v out twice between the product and the kernel.
         (GPT-2's and Llama's steps measured slower so, 2-3%: they keep ``[B, T, H, D]``.)"""
         first = heads_first(self.impl)
-        q, k, v = (proj.to_heads(x, self.heads, first) for proj in (self.query, self.key, self.value))
+        if self.fused_qkv:
+            q, k, v = self.qkv(x, first)
+        else:
+            q, k, v = (proj.to_heads(x, self.heads, first) for proj in (self.query, self.key, self.value))
         keep = attention_mask[:, None, None, :].astype(bool)  # [B, 1, 1, T]: which keys each query may see
         attend = functools.partial(attention, impl=self.impl, layout_heads_first=first)
         if self.mask_impl == "mul":
@@ -72,6 +76,22 @@ class SelfAttention(nnx.Module):
         else:
             y = attend(q, k, v, mask=keep)
         return y
+
+    def qkv(self, x: jax.Array, first: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """``ModelOptions.fused_qkv``: q, k, v as one product ``[B, T, 3C]`` of the three weights side by side (a
+        full-width matmul; its biases' gradient a reduction over ``[B, T, 3C]``), then split into heads: with
+        ``first`` by one transpose of the three together to ``[3, B, H, T, D]``, the kernel's layout."""
+        B, T, C = x.shape
+        projs = (self.query, self.key, self.value)
+        dtype = self.query.dtype
+        w = jnp.concatenate([p.weight[...] for p in projs]).astype(dtype)  # [3C, C]
+        b = jnp.concatenate([p.bias[...] for p in projs]).astype(dtype)
+        y = jax.lax.dot_general(x.astype(dtype), w, (((2,), (1,)), ((), ()))) + b
+        y = y.reshape(B, T, 3, self.heads, C // self.heads)
+        if first:
+            q, k, v = jnp.transpose(y, (2, 0, 3, 1, 4))
+            return q, k, v
+        return y[:, :, 0], y[:, :, 1], y[:, :, 2]
 
 
 class SelfOutput(nnx.Module):
@@ -86,8 +106,8 @@ class SelfOutput(nnx.Module):
 
 class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
-                 attention_impl: str = "default"):
-        self.self = SelfAttention(cfg, rngs, dtype, attention_impl)
+                 attention_impl: str = "default", fused_qkv: bool = False):
+        self.self = SelfAttention(cfg, rngs, dtype, attention_impl, fused_qkv)
         self.output = SelfOutput(cfg, rngs, dtype)
 
     def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
@@ -115,8 +135,8 @@ class Layer(nnx.Module):
     """One post-LayerNorm block: x = LN(x + attn(x)); x = LN(x + mlp(x))."""
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
-                 attention_impl: str = "default"):
-        self.attention = Attention(cfg, rngs, dtype, attention_impl)
+                 attention_impl: str = "default", fused_qkv: bool = False):
+        self.attention = Attention(cfg, rngs, dtype, attention_impl, fused_qkv)
         self.intermediate = Intermediate(cfg, rngs, dtype)
         self.output = Output(cfg, rngs, dtype)
 
@@ -136,9 +156,11 @@ class Encoder(nnx.Module):
         self.opts = opts
         dtype = DTYPES[opts.compute_dtype]
         if opts.scan_layers:  # one Layer whose parameters carry a leading [layers] axis
-            self.layer = nnx.split_rngs(splits=cfg.layers)(nnx.vmap(lambda r: Layer(cfg, r, dtype, opts.attention_impl)))(rngs)
+            self.layer = nnx.split_rngs(splits=cfg.layers)(nnx.vmap(
+                lambda r: Layer(cfg, r, dtype, opts.attention_impl, opts.fused_qkv)))(rngs)
         else:
-            self.layer = nnx.List([Layer(cfg, rngs, dtype, opts.attention_impl) for _ in range(cfg.layers)])
+            self.layer = nnx.List([Layer(cfg, rngs, dtype, opts.attention_impl, opts.fused_qkv)
+                                   for _ in range(cfg.layers)])
 
     def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
         layer_fn = apply_layer

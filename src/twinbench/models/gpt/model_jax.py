@@ -20,6 +20,7 @@ from twinbench.models.layers_jax import (
     Linear,
     attention,
     cross_entropy,
+    heads_first,
     make_optimizer,
     normal,
 )
@@ -30,9 +31,10 @@ __all__ = ["GPT", "loss_fn", "make_optimizer"]
 
 class CausalSelfAttention(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
-                 attention_impl: str = "default"):
+                 attention_impl: str = "default", fused_qkv: bool = False):
         self.heads = cfg.heads
         self.impl = attention_impl
+        self.fused_qkv = fused_qkv
         proj_std = 0.02 / math.sqrt(2 * cfg.layers)
         self.c_attn = Linear(cfg.d_model, 3 * cfg.d_model, rngs, 0.02, dtype)
         self.c_proj = Linear(cfg.d_model, cfg.d_model, rngs, proj_std, dtype)
@@ -43,6 +45,10 @@ class CausalSelfAttention(nnx.Module):
         # 66.6 on a TPU v5e (gpt2-124m 8 x 1024 bf16, the same sitting; the biases' gradients then reduce over
         # [B, H, T, D]), where BERT-base's gained 119.5 -> 115.6 ms (benchmarks/RESULTS.md, "On a TPU").
         B, T, C = x.shape
+        if self.fused_qkv and heads_first(self.impl):  # ModelOptions.fused_qkv: one transpose of the three
+            q, k, v = jnp.transpose(self.c_attn(x).reshape(B, T, 3, self.heads, C // self.heads), (2, 0, 3, 1, 4))
+            y = attention(q, k, v, self.impl, layout_heads_first=True, is_causal=True)
+            return self.c_proj(jnp.swapaxes(y, 1, 2).reshape(B, T, C))
         q, k, v = jnp.split(self.c_attn(x), 3, axis=2)
         q, k, v = (t.reshape(B, T, self.heads, C // self.heads) for t in (q, k, v))
         y = attention(q, k, v, self.impl, is_causal=True)
@@ -61,9 +67,9 @@ class MLP(nnx.Module):
 
 class Block(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
-                 attention_impl: str = "default"):
+                 attention_impl: str = "default", fused_qkv: bool = False):
         self.ln_1 = LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
-        self.attn = CausalSelfAttention(cfg, rngs, dtype, attention_impl)
+        self.attn = CausalSelfAttention(cfg, rngs, dtype, attention_impl, fused_qkv)
         self.ln_2 = LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
         self.mlp = MLP(cfg, rngs, dtype)
 
@@ -86,9 +92,11 @@ class GPT(nnx.Module):
         self.wte = nnx.Embed(cfg.vocab, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
         self.wpe = nnx.Embed(cfg.context, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
         if opts.scan_layers:  # one Block whose parameters carry a leading [layers] axis
-            self.blocks = nnx.split_rngs(splits=cfg.layers)(nnx.vmap(lambda r: Block(cfg, r, dtype, opts.attention_impl)))(rngs)
+            self.blocks = nnx.split_rngs(splits=cfg.layers)(nnx.vmap(
+                lambda r: Block(cfg, r, dtype, opts.attention_impl, opts.fused_qkv)))(rngs)
         else:
-            self.blocks = nnx.List([Block(cfg, rngs, dtype, opts.attention_impl) for _ in range(cfg.layers)])
+            self.blocks = nnx.List([Block(cfg, rngs, dtype, opts.attention_impl, opts.fused_qkv)
+                                    for _ in range(cfg.layers)])
         self.ln_f = LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
 
     def __call__(self, idx: jax.Array) -> jax.Array:

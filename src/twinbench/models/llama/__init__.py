@@ -48,7 +48,7 @@ PRESETS: dict[str, tuple[ModelConfig, TrainConfig]] = {
 }
 
 FAMILY = Family(
-    name="llama", task="lm", supports=frozenset(OPTIONS),
+    name="llama", task="lm", supports=frozenset(OPTIONS) - {"fused-qkv"},
     torch_model=lazy("twinbench.models.llama.model_torch:Llama"),
     torch_loss=lazy("twinbench.models.llama.model_torch:loss_fn"),
     torch_optimizer=lazy("twinbench.models.llama.model_torch:make_optimizer"),
@@ -57,7 +57,8 @@ FAMILY = Family(
     jax_loss=lazy("twinbench.models.llama.model_jax:loss_fn"),
     jax_optimizer=lazy("twinbench.models.llama.model_jax:make_optimizer"),
     init_weights=init_llama, flops_per_token=flops_per_token, flops_convention=FLOPS,
-    native_options=TWIN_OPTIONS, unsupported={}, hf_model_type="llama",
+    native_options=TWIN_OPTIONS, hf_model_type="llama",
+    unsupported={"fused-qkv": "llama's grouped-query k and v have fewer heads than q: no one [3, B, H, T, D] layout"},
     presets=PRESETS, min_vocab=256, causal=True, masked=False,
     linear_suffixes=("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "gate_proj.weight",
                      "up_proj.weight", "down_proj.weight", "lm_head.weight"),
