@@ -1,5 +1,5 @@
 # On a fresh clone: `make demo` (runs twinbench compare), `make test` (ruff and the whole test suite, what CI runs) and
-# `make check` (ruff and the quick tier: the tests that start no process, about two minutes; tests/tiers.py).
+# `make check` (ruff and the quick tier: the tests that start no process, ~95 CPU-seconds; tests/tiers.py).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
