@@ -93,14 +93,17 @@ _STARTED: list[str] = []  # the Python processes started in this process, in a r
 
 def pytest_configure(config) -> None:
     """In a run of the quick tier (``-m "not heavy"``), every Python process or torchrun started is noted (its
-    fixtures' too, module-scoped ones included): the test it was started for fails (tests/tiers.py)."""
-    if not _quick_tier(config):
+    fixtures' too, module-scoped ones included): the test it was started for fails (tests/tiers.py). With
+    ``TWINBENCH_TEST_COSTS``, every process started is counted."""
+    quick, costs = _quick_tier(config), bool(os.environ.get("TWINBENCH_TEST_COSTS"))
+    if not (quick or costs):
         return
     real_init = subprocess.Popen.__init__
 
     def init(self, args, *a, **k):
+        tiers.RunCosts.started += 1
         command = tiers.python_command(args)
-        if command:
+        if command and quick:
             _STARTED.append(command)
         real_init(self, args, *a, **k)
 
@@ -125,6 +128,22 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "failed"
         report.longrepr = (f"a test of the quick tier started {started[0]!r}: add it to HEAVY_TESTS or HEAVY_FILES "
                            "in tests/tiers.py (make check starts no Python process)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With ``TWINBENCH_TEST_COSTS=DIR``: one line per test into DIR (wall and CPU seconds, processes started),
+    what ``python tests/tiers.py DIR`` proposes the tiers from."""
+    out = os.environ.get("TWINBENCH_TEST_COSTS")
+    if not out:
+        yield
+        return
+    costs = tiers.RunCosts()
+    yield
+    Path(out).mkdir(parents=True, exist_ok=True)
+    with open(Path(out) / f"{os.getpid()}.jsonl", "a") as f:
+        f.write(json.dumps({"id": item.nodeid, "slow": item.get_closest_marker("slow") is not None, **costs.end()})
+                + "\n")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

@@ -3,6 +3,7 @@ is told from another command, and the clock counts CPU seconds."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -46,3 +47,16 @@ def test_the_clock_counts_this_process_cpu():
             break
     assert clock.cpu_s() >= before + 0.3
     assert total > 0 and re.match(r"CPU [\d.]+ s \(user [\d.]+ \+ sys [\d.]+; .* wall on \d+ cores", clock.line())
+
+
+def test_the_lists_are_proposed_from_recorded_costs(tmp_path):
+    def row(test: str, started: int = 0, cpu: float = 0.1, slow: bool = False) -> str:
+        return json.dumps({"id": f"tests/{test}", "slow": slow, "wall": 1.0, "self_cpu": cpu, "child_cpu": 0.0,
+                           "started": started}) + "\n"
+
+    (tmp_path / "1.jsonl").write_text(
+        row("a/test_x.py::test_spawns[p1]", started=1) + row("a/test_x.py::test_spawns[p2]")  # one variant: all
+        + row("a/test_x.py::test_quick") + row("a/test_x.py::test_quick_too") + row("a/test_x.py::test_and_this")
+        + row("test_y.py::test_compiles", cpu=tiers.HEAVY_CPU_S) + row("test_y.py::test_slow", slow=True)
+        + row("test_z.py::test_quick"))
+    assert tiers.propose(tmp_path) == (["test_y.py"], ["a/test_x.py::test_spawns"])

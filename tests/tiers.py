@@ -8,9 +8,12 @@ lists were made). ``make test`` runs everything (what CI runs).
 A test is ``heavy`` when it is marked ``slow`` (over ~20 s), when its file is in :data:`HEAVY_FILES`, or when it
 is in :data:`HEAVY_TESTS` (a heavy test of a file whose other tests are quick); tests/conftest.py adds the marker
 at collection. The lists come from one run of the whole suite that recorded, per test, the processes it started
-and its CPU seconds (its own and its children's). A run that selects ``not heavy`` keeps them honest: a test that
-starts a Python process there fails, naming the command and this file, and the tests of the quick tier that took
-longer than :data:`QUICK_S` are listed at the end (listed, not failed: a test never asserts speed).
+and its CPU seconds (``TWINBENCH_TEST_COSTS=DIR pytest ...``, then ``python tests/tiers.py DIR``): a test that
+started any process or used :data:`HEAVY_CPU_S` of CPU or more in the pytest process (a model compiled there) is
+heavy; so is a whole file when half its tests or more are, or when its tests share a fixture that starts a
+process. A run that selects ``not heavy`` keeps the lists honest: a test that starts a Python process there
+fails, naming the command and this file, and the tests of the quick tier that took longer than :data:`QUICK_S`
+are listed at the end (listed, not failed: a test never asserts speed).
 
 The clock: at the end of every run the controller prints its CPU seconds: user + sys of the pytest process and of
 every process it waited for, with theirs (``getrusage(RUSAGE_CHILDREN)``): xdist's workers are its children and
@@ -30,6 +33,8 @@ from pathlib import Path
 
 #: a quick-tier test that ran longer than this (wall seconds) is listed at the end of a `make check`
 QUICK_S = 5.0
+#: a test that used this much CPU in the pytest process (or more) is heavy
+HEAVY_CPU_S = 2.0
 
 #: files (relative to tests/) all of whose tests are heavy: they start workers, torchrun ranks, a CLI or a
 #: script in a subprocess, or compile models for longer than a few seconds in process
@@ -129,6 +134,23 @@ def python_command(args: object) -> str | None:
     return None
 
 
+class RunCosts:
+    """What one test cost: wall seconds, CPU seconds of the pytest process and of the children it waited for
+    meanwhile, and the processes started (``started``, counted by tests/conftest.py's ``Popen`` hook)."""
+
+    started = 0  # processes started in this pytest process so far
+
+    def __init__(self) -> None:
+        self.t0, self.started0 = time.perf_counter(), RunCosts.started
+        self.self0, self.children0 = Clock._cpu(resource.RUSAGE_SELF), Clock._cpu(resource.RUSAGE_CHILDREN)
+
+    def end(self) -> dict[str, float]:
+        return {"wall": round(time.perf_counter() - self.t0, 3),
+                "self_cpu": round(sum(Clock._cpu(resource.RUSAGE_SELF)) - sum(self.self0), 3),
+                "child_cpu": round(sum(Clock._cpu(resource.RUSAGE_CHILDREN)) - sum(self.children0), 3),
+                "started": RunCosts.started - self.started0}
+
+
 class Clock:
     """CPU seconds of this process (since it started, as ``time`` counts them) and of the processes it waited
     for; wall seconds since the clock was made (when tests/conftest.py is imported, before collection)."""
@@ -162,3 +184,29 @@ class Clock:
         f = lambda x: f"{x:.0f}" if x >= 10 else f"{x:.1f}"  # noqa: E731
         return (f"CPU {f(user + sys_)} s (user {f(user)} + sys {f(sys_)}; pytest {f(own)}, the processes it "
                 f"waited for {f(user + sys_ - own)}) in {f(wall)} s wall on {cores} cores{load}")
+
+
+def propose(costs_dir: Path) -> tuple[list[str], list[str]]:
+    """(heavy files, heavy tests) by the rule above, from the costs ``TWINBENCH_TEST_COSTS`` recorded."""
+    import json
+    from collections import defaultdict
+
+    rows = [json.loads(line) for f in sorted(Path(costs_dir).glob("*.jsonl")) for line in f.read_text().splitlines()]
+    by_file: dict[str, list[tuple[str, bool]]] = defaultdict(list)
+    for r in rows:
+        path, _, test = r["id"].partition("::")
+        heavy = r["slow"] or r["started"] > 0 or r["self_cpu"] >= HEAVY_CPU_S
+        by_file[path.removeprefix("tests/")].append((test.split("[")[0], heavy))
+    files, tests = [], []
+    for path, results in sorted(by_file.items()):
+        names = {name for name, heavy in results if heavy}
+        if sum(name in names for name, _ in results) >= len(results) / 2:
+            files.append(path)
+        else:
+            tests += [f"{path}::{name}" for name in sorted(names)]
+    return files, tests
+
+
+if __name__ == "__main__":  # python tests/tiers.py DIR: the lists the costs recorded in DIR propose
+    heavy_files, heavy_tests = propose(Path(sys.argv[1]))
+    print("HEAVY_FILES:", *heavy_files, "HEAVY_TESTS:", *heavy_tests, sep="\n")
