@@ -1,4 +1,5 @@
-# Two commands on a fresh clone: `make demo` (runs twinbench compare) and `make test` (the test suite).
+# On a fresh clone: `make demo` (runs twinbench compare), `make test` (ruff and the whole test suite, what CI runs) and
+# `make check` (ruff and the quick tier: the tests that start no process, ~95 CPU-seconds; tests/tiers.py).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -11,7 +12,7 @@ GPU         := $(shell command -v nvidia-smi 2>/dev/null)
 CONSTRAINTS := $(if $(GPU),,-c constraints-cpu.txt)
 EXTRAS      := $(if $(GPU),test$(,)cuda,test)
 
-.PHONY: demo test lint install clean
+.PHONY: demo test check lint install clean
 
 install: $(STAMP)
 
@@ -36,16 +37,22 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 # Python keeps the bytecode of what it imports (__pycache__, ignored by git) even where the environment says
 # PYTHONDONTWRITEBYTECODE: otherwise every process twinbench and the tests start (a worker per run) compiles
 # torch's, JAX's and its own modules from source again, ~5 s of a tiny run's 12 on a 2-core machine.
-demo test: export PYTHONDONTWRITEBYTECODE=
+demo test check: export PYTHONDONTWRITEBYTECODE=
 
 demo: $(STAMP)
 	$(VENV)/bin/twinbench compare
 
 # --no-loadscope-reorder: xdist hands out the files in the order tests/conftest.py gives (the files of slow tests
 # first), not by their number of tests, which left the few-test, minute-long files for the end.
+# Both print the suite's CPU seconds at the end (user + sys of pytest and every process it waited for: tests/tiers.py).
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+
+# the quick tier: -m "not heavy" (a test that starts a Python process fails there, saying where to move it)
+check: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not heavy"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
+import tiers
 from suite_xla_flags import SUITE
 
 from twinbench import xla_flags
@@ -45,10 +47,17 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+CLOCK = tiers.Clock()  # the suite's CPU seconds, printed at the end (tests/tiers.py)
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    """Files holding slow tests first, each file's tests kept together and in order: with ``make test``'s two
+    """Marks the tests of the full tier only ``heavy`` (tests/tiers.py: ``make check`` runs ``-m "not heavy"``).
+    Then files holding slow tests first, each file's tests kept together and in order: with ``make test``'s two
     xdist workers taking a file at a time, the long files start early and the workers finish close together
     instead of one waiting for a long file that started last."""
+    for item in items:
+        if tiers.is_heavy(item):
+            item.add_marker("heavy")
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     first_seen: dict = {}
     for item in items:
@@ -73,3 +82,90 @@ def _records_unchanged(records: list[dict], name: str) -> None:
         b = before[f"{r['framework']}/{r['strategy']}"]
         assert sorted(r) == b["fields"], set(r) ^ set(b["fields"])
         assert r["losses"] == pytest.approx(b["losses"], rel=1e-4)
+
+
+def _quick_tier(config) -> bool:
+    return "not heavy" in (config.option.markexpr or "")
+
+
+_STARTED: list[str] = []  # the Python processes started in this process, in a run of the quick tier
+
+
+def pytest_configure(config) -> None:
+    """In a run of the quick tier (``-m "not heavy"``), every Python process or torchrun started is noted (its
+    fixtures' too, module-scoped ones included): the test it was started for fails (tests/tiers.py). With
+    ``TWINBENCH_TEST_COSTS``, every process started is counted."""
+    quick, costs = _quick_tier(config), bool(os.environ.get("TWINBENCH_TEST_COSTS"))
+    if not (quick or costs):
+        return
+    real_init = subprocess.Popen.__init__
+
+    def init(self, args, *a, **k):
+        tiers.RunCosts.started += 1
+        command = tiers.python_command(args)
+        if command and quick:
+            _STARTED.append(command)
+        real_init(self, args, *a, **k)
+
+    subprocess.Popen.__init__ = init
+
+
+_SEEN = pytest.StashKey[int]()  # how many had been started when a test's setup began
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    item.stash[_SEEN] = len(_STARTED)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test of the quick tier that started a Python process ends as failed at its teardown, naming it."""
+    outcome = yield
+    report = outcome.get_result()
+    started = _STARTED[item.stash.get(_SEEN, len(_STARTED)):]
+    if call.when == "teardown" and started and report.passed:
+        report.outcome = "failed"
+        report.longrepr = (f"a test of the quick tier started {started[0]!r}: add it to HEAVY_TESTS or HEAVY_FILES "
+                           "in tests/tiers.py (make check starts no Python process)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With ``TWINBENCH_TEST_COSTS=DIR``: one line per test into DIR (wall and CPU seconds, processes started),
+    what ``python tests/tiers.py DIR`` proposes the tiers from."""
+    out = os.environ.get("TWINBENCH_TEST_COSTS")
+    if not out:
+        yield
+        return
+    costs = tiers.RunCosts()
+    yield
+    Path(out).mkdir(parents=True, exist_ok=True)
+    with open(Path(out) / f"{os.getpid()}.jsonl", "a") as f:
+        f.write(json.dumps({"id": item.nodeid, "slow": item.get_closest_marker("slow") is not None, **costs.end()})
+                + "\n")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """The tests of the quick tier that took longer than ``tiers.QUICK_S``, then the run's CPU seconds (in the
+    controller only: with xdist, after its workers have exited)."""
+    if hasattr(config, "workerinput"):
+        return
+    if _quick_tier(config):
+        long = sorted(((sum(getattr(r, "duration", 0.0) for r in reports), nodeid) for nodeid, reports in
+                       _reports_by_test(terminalreporter).items()), reverse=True)
+        long = [(d, n) for d, n in long if d > tiers.QUICK_S]
+        if long:
+            terminalreporter.write_sep("-", f"quick-tier tests over {tiers.QUICK_S:g} s (tests/tiers.py)")
+            for d, n in long:
+                terminalreporter.write_line(f"{d:6.1f} s  {n}")
+    terminalreporter.write_sep("=", CLOCK.line())
+
+
+def _reports_by_test(terminalreporter) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for key in ("", "passed", "failed", "error", "skipped", "xfailed", "xpassed"):  # "": a passed setup/teardown
+        for report in terminalreporter.stats.get(key, []):
+            if getattr(report, "nodeid", None) and hasattr(report, "duration"):
+                out.setdefault(report.nodeid, []).append(report)
+    return out

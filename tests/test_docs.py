@@ -75,7 +75,7 @@ def test_layout_names_every_package_and_module_and_only_ones_that_exist():
         head = re.match(r"\s{2}(\S+/)\s", line)
         if head and (pkg / head.group(1)).is_dir():
             current = pkg / head.group(1)
-        elif re.match(r"\s{2}\S", line):
+        elif re.match(r"\s{2}\S|\S", line):  # another top-level entry (or one outside src/twinbench/)
             current = None
         if current is None:
             continue
