@@ -62,7 +62,10 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
                 say(f"  warning {s.label()}: {w}")
     records = {}
     if todo:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            runner.check_out_dir(out_dir)  # a file, read-only: one line before any run
+        except SpecError as e:
+            raise ExplainError(str(e)) from e
         for rec in runner.run_many(todo, out_dir, timeout):
             records[rec.get("run_id"), f"{rec.get('framework')}/{rec.get('strategy')}"] = rec
     final = []
