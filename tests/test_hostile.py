@@ -162,6 +162,19 @@ def test_a_torch_trace_beside_an_unrelated_xplane_is_read_as_torch(tmp_path):
     assert res.exit_code == 0 and "torch:" in res.output and "other_job" not in res.output, res.output
 
 
+def test_jax_own_chrome_export_stands_for_the_profile_of_its_host_beside_it(tmp_path):
+    from twinbench.explain import files, trace_file
+
+    shutil.copy(FIX / "tpu_v5e_jax_jit_bf16.xplane.pb.gz", tmp_path / "host.xplane.pb.gz")
+    shutil.copy(FIX / "h200_jax_jit_bf16.xplane.pb.gz", tmp_path / "other.xplane.pb.gz")
+    export = tmp_path / "host.trace.json.gz"
+    export.write_bytes(gzip.compress(json.dumps({"displayTimeUnit": "ns", "traceEvents": [
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/host:CPU"}}]}).encode()))
+    assert files.kind(export) == "jax-chrome"
+    assert trace_file.resolve(str(export))[:2] == ("jax", tmp_path / "host.xplane.pb.gz")
+    assert files.kind(FIX / "h200_torch_eager_bf16.json.gz") == "chrome"
+
+
 def test_a_gzip_bomb_stops_at_the_cap_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("TWINBENCH_MAX_TRACE_MB", "8")
     bomb = tmp_path / "bomb.json.gz"
