@@ -174,6 +174,7 @@ def build(t: Path) -> list[Case]:
         "binary.json": bytes(range(256)),
         "empty.json": b"",
         "names.json": torch_trace([{**e, "name": 12345} for e in steps()]),
+        "args_list.json": torch_trace([{**e, "args": [1, 2]} for e in steps()]),
         "one_step.json": torch_trace(steps(n=1)),
     }.items():
         (tr / name).write_bytes(content)
@@ -257,6 +258,8 @@ def build(t: Path) -> list[Case]:
         Case("explain", "trace: one step only", ["explain", str(tr / "one_step.json")], 0),
         Case("explain", "trace: a UTF-8 BOM before the JSON", ["explain", str(tr / "bom.json")], 0),
         Case("explain", "trace: event names that are numbers", ["explain", str(tr / "names.json")], 0),
+        Case("explain", "trace: args that are a list", ["explain", str(tr / "args_list.json")], 0),
+        Case("explain", "runs with --out a file", ["explain", "torch:eager", "jax:jit", *tiny, "--out", str(a_file)]),
         Case("explain", "a binary *.xplane.pb", ["explain", str(tr / "binary.xplane.pb")]),
         Case("explain", "a *.xplane.pb.gz of zeros", ["explain", str(tr / "gzbad.xplane.pb.gz")]),
         Case("explain", "--hlo a binary file", ["explain", str(tr / "binary.xplane.pb"), "--hlo", str(hlo_bin)]),

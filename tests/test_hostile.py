@@ -95,7 +95,33 @@ def test_a_re_run_uses_a_path_the_user_names_on_the_command_line(tmp_path, fake_
 
 
 # -------------------------------------------------------------------------------- sizes before anything is built
-def test_a_shape_no_memory_holds_is_refused_before_any_run(tmp_path, fake_runs):
+@pytest.fixture
+def host_16_gib(monkeypatch):
+    """A CPU-only host with 16 GiB available, whatever machine runs the tests."""
+    from twinbench import limits
+    from twinbench.measure import memory
+
+    monkeypatch.setattr(memory, "host_available_bytes", lambda: 16 * 2**30)
+    monkeypatch.setattr(limits, "_accelerator_here", lambda: False)
+
+
+def test_the_lower_bound_refuses_only_what_cannot_fit():
+    from twinbench import limits
+    from twinbench.config import SpecError
+    from twinbench.spec import from_preset
+
+    small = from_preset("tiny", {}, framework="torch", strategy="eager")
+    huge = from_preset("tiny", {"layers": 100000}, framework="torch", strategy="eager")
+    assert limits.step_lower_bound(small) < 2**22 < 64 * 2**30 < limits.step_lower_bound(huge)
+    limits.check_host([small], available=2**30)
+    with pytest.raises(SpecError, match="layers=100000"):
+        limits.check_host([huge], available=16 * 2**30)
+    import dataclasses
+
+    limits.check_host([dataclasses.replace(huge, no_preflight=True)], available=16 * 2**30)  # the user's call
+
+
+def test_a_shape_no_memory_holds_is_refused_before_any_run(tmp_path, fake_runs, host_16_gib):
     base = ["--preset", "tiny", "--layers", "100000"]
     line = one_line_error(CLI.invoke(app, ["compare", *base, "--strategies", "torch:eager,jax:jit", "--out",
                                            str(tmp_path / "o")]))
@@ -109,7 +135,7 @@ def test_a_shape_no_memory_holds_is_refused_before_any_run(tmp_path, fake_runs):
     assert not fake_runs
 
 
-def test_a_300_digit_size_is_refused_in_one_readable_line(tmp_path, fake_runs):
+def test_a_300_digit_size_is_refused_in_one_readable_line(tmp_path, fake_runs, host_16_gib):
     line = one_line_error(CLI.invoke(app, ["compare", "--preset", "tiny", "--vocab", "9" * 300, "--strategies",
                                            "torch:eager", "--out", str(tmp_path / "o")]))
     assert len(line) < 400 and "GiB" in line
@@ -134,6 +160,19 @@ def test_a_torch_trace_beside_an_unrelated_xplane_is_read_as_torch(tmp_path):
     assert (kind, path) == ("torch", t)
     res = CLI.invoke(app, ["explain", str(t)])
     assert res.exit_code == 0 and "torch:" in res.output and "other_job" not in res.output, res.output
+
+
+def test_jax_own_chrome_export_stands_for_the_profile_of_its_host_beside_it(tmp_path):
+    from twinbench.explain import files, trace_file
+
+    shutil.copy(FIX / "tpu_v5e_jax_jit_bf16.xplane.pb.gz", tmp_path / "host.xplane.pb.gz")
+    shutil.copy(FIX / "h200_jax_jit_bf16.xplane.pb.gz", tmp_path / "other.xplane.pb.gz")
+    export = tmp_path / "host.trace.json.gz"
+    export.write_bytes(gzip.compress(json.dumps({"displayTimeUnit": "ns", "traceEvents": [
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/host:CPU"}}]}).encode()))
+    assert files.kind(export) == "jax-chrome"
+    assert trace_file.resolve(str(export))[:2] == ("jax", tmp_path / "host.xplane.pb.gz")
+    assert files.kind(FIX / "h200_torch_eager_bf16.json.gz") == "chrome"
 
 
 def test_a_gzip_bomb_stops_at_the_cap_in_one_line(tmp_path, monkeypatch):

@@ -39,11 +39,13 @@ def params_lower_bound(spec: Any) -> int:
 
 def step_lower_bound(spec: Any) -> int:
     """Bytes one training step holds at least: parameters, gradients, AdamW's two moments, the logits of the
-    step and one activation per layer and token, at the run's precision."""
+    step (a language model's: one row of the vocabulary per token) and one activation per layer and token, at
+    the run's precision."""
     itemsize = 2 if spec.train.precision == "bf16" else 4
     tokens = spec.train.batch * spec.train.seq
     m = spec.model
-    return itemsize * (4 * params_lower_bound(spec) + tokens * m.vocab + m.layers * tokens * m.d_model)
+    logits = tokens * m.vocab if spec.train.task == "lm" else 0  # a classifier's head gives a few per sequence
+    return itemsize * (4 * params_lower_bound(spec) + logits + m.layers * tokens * m.d_model)
 
 
 def gib(n: float) -> str:

@@ -57,6 +57,10 @@ def build_specs(preset: str, frameworks: str, strategies: str | None, overrides:
     if not chosen:
         raise SpecError(f"--strategies: nothing selected for --framework {frameworks}")
     base = validate(from_preset(preset, overrides, **top))
+    if base.train.init_from:  # truncated or foreign weights: one line now, not a failure of every run
+        from twinbench.models.hf import check_weights
+
+        check_weights(base.train.init_from)
     if base.train.data and base.train.task == "classify":  # a bad data file is a user error: say so now
         from twinbench.data.classify import read_jsonl
 

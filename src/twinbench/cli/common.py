@@ -89,9 +89,13 @@ def check_dir(path: Path | str, flag: str) -> None:
 def check_places(specs: list[Any], cache_flag: str = "--cache-dir") -> None:
     """Every folder the runs of ``specs`` will write into (the compilation cache root, --trace, --save-weights),
     checked before the first run: a measurement is never made only to lose its trace or fail its record."""
+    from twinbench.compile_cache import default_root
+
     seen: set[tuple[str, str]] = set()
+    default = str(default_root().expanduser().resolve())
     for s in specs:
-        for flag_, value in ((cache_flag, s.cache_dir), ("--trace", s.trace_dir), ("--save-weights", s.save_weights)):
+        cache = f"{cache_flag} (default)" if s.cache_dir == default else cache_flag
+        for flag_, value in ((cache, s.cache_dir), ("--trace", s.trace_dir), ("--save-weights", s.save_weights)):
             if value and (flag_, value) not in seen:
                 seen.add((flag_, value))
                 check_dir(value, flag_)

@@ -50,10 +50,12 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
     except SpecError as e:
         raise ExplainError(str(e)) from e
     todo = [runs.for_explain(s, out_dir / "traces") for s, r in resolved if runs.needs_run(r)]
-    try:
-        check_host(todo)  # a record's shape the host cannot hold: refused before any run
-    except SpecError as e:
-        raise ExplainError(str(e)) from e
+    for (s, r), a in zip(resolved, (run_a, run_b), strict=True):
+        try:
+            if runs.needs_run(r):
+                check_host([s])  # a shape the host cannot hold (a record's too): refused before any run
+        except SpecError as e:  # a record's value is named as the record's, not as a flag never given
+            raise ExplainError(f"{a}: the record's {e}" if r is not None else str(e)) from e
     for s, r in resolved:
         if r is not None and runs.needs_run(r):
             say(f"  re-running {s.label()} (its record has no trace/explain timing): same spec, run id {s.run_id()}")
@@ -62,7 +64,10 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
                 say(f"  warning {s.label()}: {w}")
     records = {}
     if todo:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            runner.check_out_dir(out_dir)  # a file, read-only: one line before any run
+        except SpecError as e:
+            raise ExplainError(str(e)) from e
         for rec in runner.run_many(todo, out_dir, timeout):
             records[rec.get("run_id"), f"{rec.get('framework')}/{rec.get('strategy')}"] = rec
     final = []

@@ -33,14 +33,14 @@ FROM_RECORD = frozenset({
     "remat_policy", "scan_unroll", "xla_cpu_flags", "attention_impl", "repeat", "no_preflight",
     "user_model", "user_jax_model", "user_dir",
 })
-#: the fields of a record never re-run, which the user may name on explain's command line
+#: fields a re-run never takes from a record but takes from explain's command line when the user gives them
 FROM_COMMAND_LINE = ("save_weights", "num_processes", "process_id", "coordinator")
 
 
 def spec_from_record(arg: str, d: Any, named: dict[str, Any] | None = None) -> tuple[RunSpec, list[str]]:
     """The spec a re-run of a record's ``spec`` dict may have (:data:`FROM_RECORD`, plus the fields of
-    :data:`FROM_COMMAND_LINE` the user gave in ``named``), validated; and one line naming what of the record was
-    left out. Raises SpecError on a spec that is not one (:func:`runnable` validates it before a re-run)."""
+    :data:`FROM_COMMAND_LINE` the user gave in ``named``) and the lines naming what of the record was left out.
+    Raises SpecError on a spec that is not one; :func:`runnable` validates it before a re-run."""
     if not isinstance(d, dict):
         raise SpecError(f"{arg}: its record carries no readable spec")
     default = RunSpec()

@@ -59,6 +59,8 @@ def load(path: str) -> list[dict[str, Any]]:
         e["cat"] = _CAT_ALIASES.get(cat, cat)
         e.setdefault("name", "")
         e["name"] = str(e["name"])
+        if not isinstance(e.get("args", {}), dict):  # a hand-edited trace: args that are no mapping are none
+            e["args"] = {}
         e["ts"], e["dur"] = _time(path, i, "ts", e["ts"]), _time(path, i, "dur", e.get("dur") or 0.0)
         out.append(e)
     return out
