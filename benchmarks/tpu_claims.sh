@@ -19,7 +19,7 @@
 #      If the machine was released between the calls, first copy the first call's files_at/tpu-claims/ to
 #      runs/tpu-claims in this checkout and pass carry=["runs/tpu-claims"] (a carried path missing here is REMOVED
 #      there), with limit 420 (the install again).
-# `twinbench claims --quick --plan --device tpu-v5e` predicts about 820 s of device time for the suite (14 runs, 2
+# `twinbench claims --quick --plan --device tpu-v5e` predicts about 830 s of device time for the suite (14 runs, 2
 # probes; compiles about 590 s of it): the two limits give 890 s.
 # Every run has its own timeout (--timeout 240: the costliest, Llama-300M through torchax, is planned at ~90 s).
 set -uo pipefail
