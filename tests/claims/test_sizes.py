@@ -115,3 +115,24 @@ def test_bad_claims_input_exits_2_with_one_line(args, needle, tmp_path):
     assert p.returncode == 2, p.stdout
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in p.stderr
+
+
+def test_an_interrupted_claims_run_names_a_resume_command_that_exists(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "c"
+    p = subprocess.Popen([sys.executable, "-m", "twinbench.cli", "claims", "--quick", "--only", "C22", "--repeats", "1",
+                          "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    line = p.stdout.readline()  # the plan line: the runs start after it
+    assert "claims C22" in line, line
+    time.sleep(1.0)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert f"continue with `twinbench claims --resume {out}`" in " ".join(err.split())
+    assert json.loads((out / "claims-settings.json").read_text())["only"] == "C22"
+    q = twinbench("claims", "--resume", str(out), "--plan")  # the command exists: the saved suite, planned
+    assert q.returncode == 0, q.stderr
+    assert "C22" in q.stdout and "C7" not in q.stdout  # --only C22, from the settings
