@@ -107,6 +107,8 @@ class Setup:
         seq = over.get("seq", PRESETS[preset][1].seq)
         if framework != "jax" or not bf16 or impl == "default" or self.top.get("user_model"):
             return "default"
+        if any(m in ("dynamic", "bucket") for m in strategy.split("+")[1:]):
+            return "default"  # lengths that change per batch: the fused kernels want fixed blocks (splash: 128)
         if impl == "splash" and (seq % 128 or over.get("mask_impl") == "mul"):
             return "default"  # the kernel works in blocks of 128 and takes the padding mask as a mask
         return impl
