@@ -136,3 +136,12 @@ def test_an_interrupted_claims_run_names_a_resume_command_that_exists(tmp_path):
     q = twinbench("claims", "--resume", str(out), "--plan")  # the command exists: the saved suite, planned
     assert q.returncode == 0, q.stderr
     assert "C22" in q.stdout and "C7" not in q.stdout  # --only C22, from the settings
+
+
+@pytest.mark.parametrize("kind, chips, device", [("v5litepod-1", 1, "tpu-v5e"), ("v5litepod-8", 8, "tpu-v5e"),
+                                                 ("v4-8", 4, "tpu-v4"), ("v6e-4", 4, "tpu-v6e")])
+def test_a_tpu_vm_names_its_chip_and_counts_its_chips(kind, chips, device, monkeypatch):
+    from twinbench.claims.sizes import device_here, devices_here
+
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", kind)
+    assert (devices_here("tpu"), device_here("tpu")) == (chips, device)
