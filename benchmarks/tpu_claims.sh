@@ -19,8 +19,8 @@
 #      If the machine was released between the calls, first copy the first call's files_at/tpu-claims/ to
 #      runs/tpu-claims in this checkout and pass carry=["runs/tpu-claims"] (a carried path missing here is REMOVED
 #      there), with limit 420 (the install again).
-# `twinbench claims --quick --plan --device tpu-v5e` predicts about 830 s of device time for the suite (14 runs, 2
-# probes; compiles about 590 s of it): the two limits give 890 s.
+# `twinbench claims --quick --plan --device tpu-v5e` predicts about 860 s of device time for the suite (11 runs, 2
+# probes; compiles about 590 s of it): the two limits give 890 s; if the second call ends before the suite does, the same command again finishes it.
 # Every run has its own timeout (--timeout 240: the costliest, Llama-300M through torchax, is planned at ~90 s).
 set -uo pipefail
 
@@ -68,6 +68,8 @@ else
   echo "not finished in this sitting: run the same command again to continue (twinbench claims --resume $RESULTS)"
 fi
 if [[ -n ${OUT:-} ]]; then
-  mkdir -p "$OUT/tpu-claims" && cp -r "$RESULTS"/. "$OUT/tpu-claims/"  # the results come back with the call
+  # the results come back with the call; C22's profiles (traces/, tens of MB) stay on the VM, listed
+  mkdir -p "$OUT/tpu-claims" && tar -C "$RESULTS" --exclude=./traces -cf - . | tar -C "$OUT/tpu-claims" -xf -
+  [[ -d $RESULTS/traces ]] && du -ah "$RESULTS/traces" | tail -n 12 > "$OUT/traces-listing.txt"
 fi
 exit 0

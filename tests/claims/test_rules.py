@@ -512,6 +512,21 @@ def test_c22_on_a_tpu_judges_both_sizes_and_names_explains_reason_for_a_gap():
     assert judge("C22", both) == CONTRADICTED
 
 
+def test_c22_reads_explains_reason_from_the_runs_traces():
+    from pathlib import Path
+
+    fixtures = Path(__file__).resolve().parents[1] / "explain" / "fixtures"
+    tpu = {"platform": "tpu", "attention_impl": "splash", "preset": "gpt2-124m"}
+    records = {"jit@gpt2-124m": rec(66, strategy="jit+bf16", **tpu,
+                                    trace_path=str(fixtures / "tpu_v5e_gpt2_jit_splash.xplane.pb.gz")),
+               "torchax@gpt2-124m": rec(98, strategy="torchax+bf16", **tpu,
+                                        trace_path=str(fixtures / "tpu_v5e_gpt2_torchax_splash.xplane.pb.gz"))}
+    v = CLAIMS["C22"].judge(Evidence(SETUP, records))
+    assert v.verdict == CONTRADICTED and "explain: " in v.finding and "twinbench explain" not in v.finding
+    # torchax's loss over the 50,257-word logits, op by op: the logits' reshape copied, their fp32 conversions
+    assert "extra 31.7 ms" in v.finding and "jvp(aten::view)/reshape (forward data movement) 5.0 ms" in v.finding
+
+
 def test_c22_runs_the_pytorch_path_of_the_machine():
     from twinbench.claims import hardware
     from twinbench.claims.core import setup_for

@@ -145,3 +145,16 @@ def test_a_tpu_vm_names_its_chip_and_counts_its_chips(kind, chips, device, monke
 
     monkeypatch.setenv("TPU_ACCELERATOR_TYPE", kind)
     assert (devices_here("tpu"), device_here("tpu")) == (chips, device)
+
+
+def test_on_an_accelerator_c22s_runs_keep_a_trace_for_explain_and_the_input_runs_go_last():
+    from dataclasses import replace
+
+    setup = replace(setup_for("tpu", quick=True), reason_traces="/results/traces")
+    per_claim, specs = plan(select(None), setup)
+    traced = {s.run_id() for s in specs if s.trace_dir == "/results/traces"}
+    assert traced == {s.run_id() for s in per_claim["C22"].values()}  # the shared runs too (C2's jit, C7's ...)
+    assert {s.run_id() for s in per_claim["C8"].values()} & traced  # one process each, traced once
+    assert [s.train.slow_input > 0 for s in specs][-2:] == [True, True]  # a cut sitting loses C15/C16 first
+    _, plain = plan(select(None), setup_for("tpu", quick=True))  # without the CLI's directory: nothing traced
+    assert not any(s.trace_dir for s in plain)

@@ -63,6 +63,9 @@ class Setup:
     device: str = ""  # the ``predict --device`` name of the accelerator, when known (predictions of C10-C13)
     large: str = ""  # the larger model of the size claims; "" -> the next GPT preset of GPT_LADDER
     bert_shape: dict[str, Any] = field(default_factory=dict)  # BERT fine-tuning runs: batch, seq, steps
+    #: where the runs of a claim that names explain's reason (``Claim.traced``) profile a few steps after their
+    #: measured ones, when no --trace is given ("" : not traced); the CLI sets it on an accelerator
+    reason_traces: str = ""
 
     @property
     def accelerator(self) -> bool:
@@ -216,6 +219,9 @@ class Claim:
     #: why this claim cannot be measured with this setup ("" when it can): one line, given as its finding, and
     #: no runs planned (e.g. torch.compile on a TPU, several devices on one chip)
     why_not: Callable[[Setup], str] | None = None
+    #: its finding names explain's reason for a gap: on an accelerator its runs profile a few steps after the
+    #: measured ones (``Setup.reason_traces``), which explain reads without running anything again
+    traced: bool = False
 
     def unmeasurable(self, setup: Setup) -> str:
         """The one line saying why this claim runs nothing here ("" when it runs): its own reason, or the quick
