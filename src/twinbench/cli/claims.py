@@ -47,7 +47,7 @@ def where(device: str | None) -> tuple[str, int, str]:
     """(platform, devices, datasheet name) the suite plans for: ``--device``'s datasheet, else this machine."""
     from twinbench.claims.sizes import device_here, devices_here, platform_here
 
-    if device:
+    if device and device.strip().lower() != "here":  # "here", predict's name for this machine: as without --device
         from twinbench.predict.datasheets import UnknownDevice, lookup
 
         try:
