@@ -48,7 +48,7 @@ class Verdict:
 class Setup:
     """Where and how big the suite measures: platform, presets, run lengths, the planned training run.
 
-    ``claims/sizes.py`` (:func:`~twinbench.claims.sizes.setup_for`) fills it for a platform: a CPU keeps the small
+    :func:`setup_for` fills it for a platform from ``claims/sizes.py``: a CPU keeps the small
     presets, a GPU or TPU the seeds' sizes in bf16 with the platform's fused attention. :meth:`spec` is how a claim
     asks for a run: on a TPU a torch run becomes the torch twin through torchax on the chip (:meth:`path`)."""
 
