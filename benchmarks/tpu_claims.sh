@@ -9,18 +9,22 @@
 # RESULTS: the claims results directory, relative to the repository root (e.g. runs/tpu-claims: ignored by git,
 # kept on a warm machine between sittings). It is resumed when it holds a claims run, else started. LIMIT_S: the
 # seconds the suite may take in this sitting (420 leaves setup and copying inside 9 minutes). When $OUT is set,
-# RESULTS, the plan, the conditions, the log and the summary table are copied there.
+# RESULTS (without C22's profiles, which stay on the VM), the plan, the conditions, the log and the summary table
+# are copied there.
 #
+# torchax and grain come from ./.whl-tpu (benchmarks/tpu/fetch-wheels.sh), carried to the VM as in the earlier
+# sittings (carry=[".whl-tpu"]): without them every torchax run and the +prefetch run fail.
 # The lead's two calls (the `run` tool; each under 2,000 characters):
 #   1: source benchmarks/tpu/setup.sh > /dev/null && bash benchmarks/tpu_claims.sh runs/tpu-claims 420
 #   2: on the same (warm) machine, without installing again and with a longer limit:
 #      if [ -d /tmp/site/torch ]; then export PYTHONPATH=$PWD/src:/tmp/site PYTHONUNBUFFERED=1; else source
 #      benchmarks/tpu/setup.sh > /dev/null; fi && bash benchmarks/tpu_claims.sh runs/tpu-claims 470
 #      If the machine was released between the calls, first copy the first call's files_at/tpu-claims/ to
-#      runs/tpu-claims in this checkout and pass carry=["runs/tpu-claims"] (a carried path missing here is REMOVED
-#      there), with limit 420 (the install again).
-# `twinbench claims --quick --plan --device tpu-v5e` predicts about 820 s of device time for the suite (14 runs, 2
-# probes; compiles about 590 s of it): the two limits give 890 s.
+#      runs/tpu-claims in this checkout and pass carry=[".whl-tpu", "runs/tpu-claims"] (a carried path missing here
+#      is REMOVED there), with the first call's command (the install again, limit 420).
+# `twinbench claims --quick --plan --device tpu-v5e` predicts about 860 s of device time for the suite (11 runs, 2
+# probes; compiles about 590 s of it): the two limits give 890 s; if the second call ends before the suite does,
+# the same command again finishes it.
 # Every run has its own timeout (--timeout 240: the costliest, Llama-300M through torchax, is planned at ~90 s).
 set -uo pipefail
 
@@ -68,6 +72,8 @@ else
   echo "not finished in this sitting: run the same command again to continue (twinbench claims --resume $RESULTS)"
 fi
 if [[ -n ${OUT:-} ]]; then
-  mkdir -p "$OUT/tpu-claims" && cp -r "$RESULTS"/. "$OUT/tpu-claims/"  # the results come back with the call
+  # the results come back with the call; C22's profiles (traces/, tens of MB) stay on the VM, listed
+  mkdir -p "$OUT/tpu-claims" && tar -C "$RESULTS" --exclude=./traces -cf - . | tar -C "$OUT/tpu-claims" -xf -
+  [[ -d $RESULTS/traces ]] && du -ah "$RESULTS/traces" | tail -n 12 > "$OUT/traces-listing.txt"
 fi
 exit 0

@@ -512,6 +512,21 @@ def test_c22_on_a_tpu_judges_both_sizes_and_names_explains_reason_for_a_gap():
     assert judge("C22", both) == CONTRADICTED
 
 
+def test_c22_reads_explains_reason_from_the_runs_traces():
+    from pathlib import Path
+
+    fixtures = Path(__file__).resolve().parents[1] / "explain" / "fixtures"
+    tpu = {"platform": "tpu", "attention_impl": "splash", "preset": "gpt2-124m"}
+    records = {"jit@gpt2-124m": rec(66, strategy="jit+bf16", **tpu,
+                                    trace_path=str(fixtures / "tpu_v5e_gpt2_jit_splash.xplane.pb.gz")),
+               "torchax@gpt2-124m": rec(98, strategy="torchax+bf16", **tpu,
+                                        trace_path=str(fixtures / "tpu_v5e_gpt2_torchax_splash.xplane.pb.gz"))}
+    v = CLAIMS["C22"].judge(Evidence(SETUP, records))
+    assert v.verdict == CONTRADICTED and "explain: " in v.finding and "twinbench explain" not in v.finding
+    # torchax's loss over the 50,257-word logits, op by op: the logits' reshape copied, their fp32 conversions
+    assert "extra 31.7 ms" in v.finding and "jvp(aten::view)/reshape (forward data movement) 5.0 ms" in v.finding
+
+
 def test_c22_runs_the_pytorch_path_of_the_machine():
     from twinbench.claims import hardware
     from twinbench.claims.core import setup_for
@@ -527,3 +542,41 @@ def test_c22_runs_the_pytorch_path_of_the_machine():
     assert {n: (s.framework, s.strategy) for n, s in gpu.items() if n.endswith("gpt2-124m")} == {
         "jit@gpt2-124m": ("jax", "jit+bf16"), "eager@gpt2-124m": ("torch", "eager+bf16"),
         "compile@gpt2-124m": ("torch", "compile+bf16")}
+
+
+@pytest.mark.parametrize("platform, quick", [("tpu", True), ("tpu", False), ("gpu", True)])
+def test_every_claim_gets_a_verdict_or_one_line_on_an_accelerator_plan_of_synthetic_records(platform, quick):
+    """The accelerator's plan (seeds' sizes, torchax on a TPU, one device) judged on records shaped as the chip's:
+    every claim a verdict, or one line saying why it ran nothing; none left to a rule that cannot read its runs."""
+    from twinbench.claims.core import VERDICTS, setup_for
+    from twinbench.measure.memory import PROGRAM_PEAK
+
+    claims = list(CLAIMS.values())
+    setup = setup_for(platform, quick, device="tpu-v5e" if platform == "tpu" else "h200")
+    per_claim, specs = plan(claims, setup)
+    rounds = schedule(claims, per_claim, specs, setup.repeats)
+    memory = PROGRAM_PEAK if platform == "tpu" else "device allocator peak"
+
+    def chip(s: Any) -> dict[str, Any]:
+        slow = s.train.slow_input
+        return rec(60.0 + slow + 20 * s.mods.remat, run_id=s.run_id(), config_id=s.config_id(), framework=s.framework,
+                   strategy=s.strategy, preset=s.preset, batch=s.train.batch, seq=s.train.seq, layers=s.model.layers,
+                   steps=s.train.steps, platform=platform, peak_mem_source=memory, compile_s=45.0,
+                   peak_mem_bytes=(6 if s.mods.remat else 10) * 2**30, input_stall_pct=70.0 if slow else 1.0,
+                   input_wait_ms=slow, compiles_in_loop=3 if s.mods.length else 1,
+                   distinct_lengths=3 if s.mods.length == "dynamic" else 1)
+
+    records = [[chip(s) for s in r] for r in rounds]
+    probes = {"tracing": TRACING, "custom_ops": CUSTOM, "debug_print": DEBUG,
+              "doctor_control_flow": {"status": "ok", "available": False}}
+    results = verdicts(claims, setup, per_claim, records, probes)
+    for r in results:
+        assert r["verdict"] in VERDICTS and r["finding"] and "\n" not in r["finding"], r
+        assert "could not be applied" not in r["finding"] and "failed" not in r["finding"], r
+        if r["runs"]:
+            assert f"({platform})" in r["measured_at"], r  # every finding names its sizes and device
+    unmeasured = {r["claim"] for r in results if r["verdict"] == "not measurable"}
+    assert {"C10", "C11", "C12", "C13", "C14"} <= unmeasured
+    assert "C20" not in unmeasured and "C22" not in unmeasured  # the chip's memory and the PyTorch path judged
+    if platform == "tpu":
+        assert {"C1", "C6"} <= unmeasured

@@ -115,3 +115,46 @@ def test_bad_claims_input_exits_2_with_one_line(args, needle, tmp_path):
     assert p.returncode == 2, p.stdout
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in p.stderr
+
+
+def test_an_interrupted_claims_run_names_a_resume_command_that_exists(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "c"
+    p = subprocess.Popen([sys.executable, "-m", "twinbench.cli", "claims", "--quick", "--only", "C22", "--repeats", "1",
+                          "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    line = p.stdout.readline()  # the plan line: the runs start after it
+    assert "claims C22" in line, line
+    time.sleep(1.0)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert f"continue with `twinbench claims --resume {out}`" in " ".join(err.split())
+    assert json.loads((out / "claims-settings.json").read_text())["only"] == "C22"
+    q = twinbench("claims", "--resume", str(out), "--plan")  # the command exists: the saved suite, planned
+    assert q.returncode == 0, q.stderr
+    assert "C22" in q.stdout and "C7" not in q.stdout  # --only C22, from the settings
+
+
+@pytest.mark.parametrize("kind, chips, device", [("v5litepod-1", 1, "tpu-v5e"), ("v5litepod-8", 8, "tpu-v5e"),
+                                                 ("v4-8", 4, "tpu-v4"), ("v6e-4", 4, "tpu-v6e")])
+def test_a_tpu_vm_names_its_chip_and_counts_its_chips(kind, chips, device, monkeypatch):
+    from twinbench.claims.sizes import device_here, devices_here
+
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", kind)
+    assert (devices_here("tpu"), device_here("tpu")) == (chips, device)
+
+
+def test_on_an_accelerator_c22s_runs_keep_a_trace_for_explain_and_the_input_runs_go_last():
+    from dataclasses import replace
+
+    setup = replace(setup_for("tpu", quick=True), reason_traces="/results/traces")
+    per_claim, specs = plan(select(None), setup)
+    traced = {s.run_id() for s in specs if s.trace_dir == "/results/traces"}
+    assert traced == {s.run_id() for s in per_claim["C22"].values()}  # the shared runs too (C2's jit, C7's ...)
+    assert {s.run_id() for s in per_claim["C8"].values()} & traced  # one process each, traced once
+    assert [s.train.slow_input > 0 for s in specs][-2:] == [True, True]  # a cut sitting loses C15/C16 first
+    _, plain = plan(select(None), setup_for("tpu", quick=True))  # without the CLI's directory: nothing traced
+    assert not any(s.trace_dir for s in plain)

@@ -36,6 +36,8 @@ COMPILE = {"tpu": {"base": 16.0, "per_layer": 2.4, "classify": 10.0, "torch_eage
 TORCHAX_COMPILE, REMAT_COMPILE, NAIVE_COMPILE, SCAN_LAYERS_S = 1.12, 1.1, 0.6, 13.0
 #: Programs a length policy compiles in a short run (stated): +dynamic one per new length, +bucket one per bucket.
 LENGTH_PROGRAMS = {"dynamic": 8, "bucket": 2}
+#: A run that profiles a few steps after its measured ones (C22's, for explain): the profiler and the trace file.
+TRACE_S = 8.0
 #: remat recomputes the forward pass in the backward: about 4/3 of the step's FLOPs.
 REMAT_FLOPS = 4 / 3
 
@@ -131,13 +133,14 @@ def compile_s(spec: RunSpec, platform: str) -> float:
 
 
 def run_cost(spec: RunSpec, sheet: Datasheet) -> dict[str, Any]:
-    """One run's expected device time on ``sheet``: process start, compile, steps (the synced steps and the
-    unsynced pass after them; a --slow-input run waits for its host work), with the step estimate's source."""
+    """One run's expected device time on ``sheet``: process start (and a profile of a few steps when traced),
+    compile, steps (the synced steps and the unsynced pass after them; a --slow-input run waits for its host
+    work), with the step estimate's source."""
     ms, source = step_ms(spec, sheet)
     per_step = max(ms, spec.train.slow_input)
     steps = 2 * spec.train.steps * per_step / 1e3
     comp = compile_s(spec, sheet.platform)
-    start = START_S.get(sheet.platform, 15.0)
+    start = START_S.get(sheet.platform, 15.0) + (TRACE_S if spec.trace_dir else 0.0)
     return {"start_s": start, "compile_s": round(comp, 1), "steps_s": round(steps, 1),
             "total_s": round(start + comp + steps, 1), "step_ms": round(ms, 2), "step_source": source}
 

@@ -142,7 +142,7 @@ C3_RULE = ("From the tracing probe: a Python if on a traced value must fail with
 
 
 def c3_runs(s: Setup) -> dict[str, RunSpec]:
-    b = bert_runs(s)
+    b = bert_runs(s) | ({"attention_impl": "default"} if s.accelerator else {})  # one attention for every policy
     return {"pad_max": s.spec("jax", "jit", s.bert, **b), "bucket": s.spec("jax", "jit+bucket", s.bert, **b),
             "dynamic": s.spec("jax", "jit+dynamic", s.bert, **b)}
 

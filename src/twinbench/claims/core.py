@@ -48,7 +48,7 @@ class Verdict:
 class Setup:
     """Where and how big the suite measures: platform, presets, run lengths, the planned training run.
 
-    ``claims/sizes.py`` (:func:`~twinbench.claims.sizes.setup_for`) fills it for a platform: a CPU keeps the small
+    :func:`setup_for` fills it for a platform from ``claims/sizes.py``: a CPU keeps the small
     presets, a GPU or TPU the seeds' sizes in bf16 with the platform's fused attention. :meth:`spec` is how a claim
     asks for a run: on a TPU a torch run becomes the torch twin through torchax on the chip (:meth:`path`)."""
 
@@ -63,6 +63,9 @@ class Setup:
     device: str = ""  # the ``predict --device`` name of the accelerator, when known (predictions of C10-C13)
     large: str = ""  # the larger model of the size claims; "" -> the next GPT preset of GPT_LADDER
     bert_shape: dict[str, Any] = field(default_factory=dict)  # BERT fine-tuning runs: batch, seq, steps
+    #: where the runs of a claim that names explain's reason (``Claim.traced``) profile a few steps after their
+    #: measured ones, when no --trace is given ("" : not traced); the CLI sets it on an accelerator
+    reason_traces: str = ""
 
     @property
     def accelerator(self) -> bool:
@@ -107,6 +110,8 @@ class Setup:
         seq = over.get("seq", PRESETS[preset][1].seq)
         if framework != "jax" or not bf16 or impl == "default" or self.top.get("user_model"):
             return "default"
+        if any(m in ("dynamic", "bucket") for m in strategy.split("+")[1:]):
+            return "default"  # lengths that change per batch: the fused kernels want fixed blocks (splash: 128)
         if impl == "splash" and (seq % 128 or over.get("mask_impl") == "mul"):
             return "default"  # the kernel works in blocks of 128 and takes the padding mask as a mask
         return impl
@@ -214,6 +219,9 @@ class Claim:
     #: why this claim cannot be measured with this setup ("" when it can): one line, given as its finding, and
     #: no runs planned (e.g. torch.compile on a TPU, several devices on one chip)
     why_not: Callable[[Setup], str] | None = None
+    #: its finding names explain's reason for a gap: on an accelerator its runs profile a few steps after the
+    #: measured ones (``Setup.reason_traces``), which explain reads without running anything again
+    traced: bool = False
 
     def unmeasurable(self, setup: Setup) -> str:
         """The one line saying why this claim runs nothing here ("" when it runs): its own reason, or the quick

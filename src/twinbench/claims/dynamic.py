@@ -84,7 +84,7 @@ C18_RULE = ("BERT with per-batch lengths: jax/jit+dynamic (pad to the batch's lo
 
 
 def c18_runs(s: Setup) -> dict[str, RunSpec]:
-    b = bert_runs(s)
+    b = bert_runs(s) | ({"attention_impl": "default"} if s.accelerator else {})  # one attention for every policy
     runs = {"pad_max": s.spec("jax", "jit", s.bert, **b), "bucket": s.spec("jax", "jit+bucket", s.bert, **b),
             "dynamic": s.spec("jax", "jit+dynamic", s.bert, **b)}
     if s.platform != "tpu":  # torch eager's loop beside them (no eager path to a TPU: not run there)

@@ -9,6 +9,7 @@ CPU torchax as the fallback (the TPU path, run where no accelerator is). On an a
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from twinbench.claims.core import (
@@ -59,20 +60,32 @@ def one_size(j: dict[str, Any], paths: list[dict[str, Any]]) -> tuple[str, float
     return (SUPPORTED if ratio >= 1 + C22_TIE else CONTRADICTED if ratio <= 1 else DEPENDS), ratio, best
 
 
+def traced_reason(j: dict[str, Any], best: dict[str, Any]) -> str:
+    """explain's reason from the two records' traces (``claims --trace``): its summary of the gap by phase and
+    category, and the slower run's largest kernels in the rows that carry it, op by op."""
+    from twinbench.explain import gap
+
+    sides = [gap.explain_trace(r["trace_path"], hlo=r.get("explain_hlo_path")) for r in (j, best)]
+    result = gap.pair(*sides)
+    slow = result["b"] if result["gap_ms"] >= 0 else result["a"]
+    sign = 1 if result["gap_ms"] >= 0 else -1
+    top = sorted((r for r in result["rows"] if r["level"] == 1), key=lambda r: -sign * r["diff_ms"])[:3]
+    rows = {r["row"] for r in top if sign * r["diff_ms"] > 0}
+    ops = [k for k in slow.get("kernels", []) if f"{k.get('phase')} / {k.get('category')}" in rows][:4]
+    said = "; ".join(f"{k.get('op') or k.get('name')} ({k.get('phase')} {k.get('category')}) {float(k['ms']):.1f} ms"
+                     for k in ops)
+    return f"explain: {result['summary']}" + (f"; the largest of those kernels: {said}" if said else "")
+
+
 def reason(j: dict[str, Any], best: dict[str, Any]) -> str:
-    """explain's op-by-op reason for the gap between two runs: its summary when both records carry a trace explain
-    can read, else the command that runs both again with one."""
-    from twinbench.explain import runs
-
-    if not runs.needs_run(best) and not runs.needs_run(j):
+    """explain's op-by-op reason for the gap between two runs: from their traces when both records carry one
+    (``claims --trace``), else the command that runs both again with one."""
+    why = ""
+    if all(r.get("trace_path") and Path(r["trace_path"]).exists() for r in (j, best)):
         try:
-            from twinbench.explain import gap
-
-            return "explain: " + gap.explain_pair(j, best)["summary"]
+            return traced_reason(j, best)
         except Exception as e:  # an unreadable trace: the command still gives the reason
             why = f" (the traces could not be read: {type(e).__name__})"
-    else:
-        why = ""
     attn = f" --attention-impl {j['attention_impl']}" if j.get("attention_impl") not in (None, "default") else ""
     return (f"`twinbench explain {best['framework']}:{best['strategy']} jax:{j['strategy']} --preset {j.get('preset')}"
             f"{attn}` gives the op-by-op reason{why}")
@@ -132,4 +145,5 @@ def c22_judge(ev: Evidence) -> Verdict:
 
 
 register(Claim("C22", GROUP, "JAX wins unless you go to a TPU: on a TPU PyTorch runs through XLA too (torchax), and "
-               "the two meet; on a GPU or CPU jax/jit beats the PyTorch path.", C22_RULE, c22_runs, c22_judge))
+               "the two meet; on a GPU or CPU jax/jit beats the PyTorch path.", C22_RULE, c22_runs, c22_judge,
+               traced=True))

@@ -53,7 +53,13 @@ def platform_here() -> str:
 
 
 def devices_here(platform: str) -> int:
-    """How many accelerators of ``platform`` this machine shows (device nodes), 1 for a CPU."""
+    """How many accelerators of ``platform`` this machine has, 1 for a CPU: a Cloud TPU VM's chips from its
+    ``TPU_ACCELERATOR_TYPE`` (``v5litepod-8``: 8 chips; ``v4-8``, ``v5p-8`` count TensorCores, two a chip), else the
+    device nodes."""
+    kind = (os.environ.get("TPU_ACCELERATOR_TYPE") or "").lower()
+    name, _, count = kind.partition("-")
+    if platform == "tpu" and count.isdigit() and name in TPU_TYPES:
+        return max(int(count) // (2 if name in ("v4", "v5p") else 1), 1)
     pattern = {"tpu": ("/dev/accel*", "/dev/vfio/[0-9]*"), "gpu": ("/dev/nvidia[0-9]*",)}.get(platform, ())
     n = max((len(glob.glob(p)) for p in pattern), default=0)
     return max(n, 1)

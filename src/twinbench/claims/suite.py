@@ -11,6 +11,7 @@ read by the report page).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +32,25 @@ PROBES_DIR = "probes"
 REPEATS_DIR = "repeats"  # repeats 2..N of the timed runs: repeats/2/results.jsonl, ...
 
 
+#: Claims whose own runs an accelerator's suite runs last (a time-limited sitting loses them first).
+LAST_ON_ACCELERATOR = ("C15", "C16")
+
+
 def plan(claims: list[Claim], setup: Setup) -> tuple[dict[str, dict[str, RunSpec]], list[RunSpec]]:
     """Each claim's named runs, and the distinct specs to run (one per run_id, in first-use order)."""
     per_claim = {c.id: {} if c.unmeasurable(setup) else c.runs(setup) for c in claims}
+    if setup.reason_traces and not setup.top.get("trace_dir"):  # the runs whose traces explain reads (C22)
+        traced = {c.id for c in claims if c.traced}
+        per_claim = {cid: {n: replace(s, trace_dir=setup.reason_traces) if cid in traced else s
+                           for n, s in runs.items()} for cid, runs in per_claim.items()}
     unique: dict[str, RunSpec] = {}
-    for runs in per_claim.values():
+    # on an accelerator a sitting can end before the suite does (--resume continues it): the input pipeline's
+    # runs, which the hardware claims do not share, go last
+    order = sorted(per_claim, key=lambda cid: setup.accelerator and cid in LAST_ON_ACCELERATOR)
+    for runs in (per_claim[cid] for cid in order):
         for spec in runs.values():
-            unique.setdefault(spec.run_id(), spec)
+            if spec.trace_dir or spec.run_id() not in unique:  # a traced use of a shared run wins (same run_id)
+                unique[spec.run_id()] = spec
     return per_claim, list(unique.values())
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -46,7 +47,7 @@ def where(device: str | None) -> tuple[str, int, str]:
     """(platform, devices, datasheet name) the suite plans for: ``--device``'s datasheet, else this machine."""
     from twinbench.claims.sizes import device_here, devices_here, platform_here
 
-    if device:
+    if device and device.strip().lower() != "here":  # "here", predict's name for this machine: as without --device
         from twinbench.predict.datasheets import UnknownDevice, lookup
 
         try:
@@ -123,8 +124,11 @@ def claims(
             for line in twin_lines:
                 out.print(f"  {line}", highlight=False, markup=False)
         platform, devices, sheet_name = where(device if plan_only else None)
+        target = resume or out_dir or Path("runs") / time.strftime("claims-%Y%m%d-%H%M%S")
         setup = setup_for(platform, quick, preset=preset, devices=devices, device=sheet_name, plan_steps=plan_steps,
                           top={**trace_top(trace), **user}, repeats=repeats)
+        if setup.accelerator:  # C22's runs keep a trace explain reads for its reason
+            setup = replace(setup, reason_traces=str((target / "traces").resolve()))
         per_claim, specs = suite.plan(chosen, setup)
     except SpecError as e:
         fail(str(e))
@@ -132,7 +136,6 @@ def claims(
     if plan_only:
         show_plan(chosen, setup, per_claim, rounds, sheet_name, json_path)
         return
-    target = resume or out_dir or Path("runs") / time.strftime("claims-%Y%m%d-%H%M%S")
     ready_outputs(target, json_path, timeout)
     if resume is None:
         write_text(target / SETTINGS, json.dumps({"quick": quick, "only": only, "preset": preset, "plan_steps":
