@@ -12,16 +12,15 @@
 # RESULTS (without C22's profiles, which stay on the VM), the plan, the conditions, the log and the summary table
 # are copied there.
 #
-# torchax and grain come from ./.whl-tpu (benchmarks/tpu/fetch-wheels.sh), carried to the VM as in the earlier
-# sittings (carry=[".whl-tpu"]): without them every torchax run and the +prefetch run fail.
-# The lead's two calls (the `run` tool; each under 2,000 characters):
+# torchax and grain come from ./.whl-tpu (benchmarks/tpu/fetch-wheels.sh), copied to the VM beside the checkout:
+# without them every torchax run and the +prefetch run fail.
+# Two sittings on one VM, from the repository root:
 #   1: source benchmarks/tpu/setup.sh > /dev/null && bash benchmarks/tpu_claims.sh runs/tpu-claims 420
-#   2: on the same (warm) machine, without installing again and with a longer limit:
-#      if [ -d /tmp/site/torch ]; then export PYTHONPATH=$PWD/src:/tmp/site PYTHONUNBUFFERED=1; else source
-#      benchmarks/tpu/setup.sh > /dev/null; fi && bash benchmarks/tpu_claims.sh runs/tpu-claims 470
-#      If the machine was released between the calls, first copy the first call's files_at/tpu-claims/ to
-#      runs/tpu-claims in this checkout and pass carry=[".whl-tpu", "runs/tpu-claims"] (a carried path missing here
-#      is REMOVED there), with the first call's command (the install again, limit 420).
+#   2: source benchmarks/tpu/setup.sh > /dev/null && bash benchmarks/tpu_claims.sh runs/tpu-claims 470
+#      (sourced again, setup.sh installs nothing it has installed; it keeps the VM's own PYTHONPATH first, where
+#      its JAX and libtpu live: a PYTHONPATH set by hand to this checkout and the site alone imports a JAX without
+#      libtpu, and every run of the sitting fails with "Failed to open libtpu.so" or runs on the host CPU)
+#      On a fresh VM, copy the first sitting's runs/tpu-claims into the checkout first; `--resume` continues it.
 # `twinbench claims --quick --plan --device tpu-v5e` predicts about 860 s of device time for the suite (11 runs, 2
 # probes; compiles about 590 s of it): the two limits give 890 s; if the second call ends before the suite does,
 # the same command again finishes it.
