@@ -33,8 +33,10 @@ class StepFacts(Hooks):
         rec.info["jax_host_read_sites"] = dict(self.read_sites.most_common(8))
         flags = os.environ.get("XLA_FLAGS", "")
         m = re.search(r"intra_op_parallelism_threads=(\d+)", flags)
-        # XLA's CPU client runs one thread per core unless told otherwise
-        rec.info.setdefault("threads", {})["jax"] = int(m.group(1)) if m else len(os.sched_getaffinity(0))
+        # XLA's CPU client runs one thread per core it may run on unless told otherwise
+        one = re.search(r"--xla_cpu_multi_thread_eigen=(false|0)\b", flags)
+        rec.info.setdefault("threads", {})["jax"] = (int(m.group(1)) if m else 1 if one
+                                                     else len(os.sched_getaffinity(0)))
         key = rec.step_key()
         wrapper = self.wrappers.get(key or "")
         if wrapper is None:
