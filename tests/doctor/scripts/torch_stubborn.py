@@ -12,7 +12,7 @@ model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.Tanh(), torch.nn
                             torch.nn.Linear(512, 512))
 opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 batches = [torch.randn(256, 512) for _ in range(4)]
-for i in range(60):
+for i in range(30):
     x = batches[i % 4]
     loss = (model(x) ** 2).mean()
     opt.zero_grad()
