@@ -144,15 +144,18 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default="", help="comma-separated script names (default: all)")
     ap.add_argument("--out", type=Path, default=None, help="append every run here as a JSON line")
+    ap.add_argument("--variants", default="", help="comma-separated variant names to run (default: all)")
     ap.add_argument("--threads", choices=("one", "default"), default="one",
                     help="one: OMP_NUM_THREADS=1 and XLA's one-thread flag for every run; default: as published")
     opts = ap.parse_args(argv)
     names = [n for n in SCRIPTS if not opts.only or n in opts.only.split(",")]
+    wanted = set(opts.variants.split(",")) if opts.variants else None
+    variants = {n: {v: x for v, x in vs.items() if wanted is None or v in wanted} for n, vs in VARIANTS.items()}
     jobs = []
     for name in names:
         jobs += [(name, "doctor", None), (name, "own", None)]
-        jobs += [(name, "own", v) for v in VARIANTS.get(name, {})]
-        jobs += [(name, "doctor", v) for v in VARIANTS.get(name, {}) if (name, v) in DOCTOR_VARIANTS]
+        jobs += [(name, "own", v) for v in variants.get(name, {})]
+        jobs += [(name, "doctor", v) for v in variants.get(name, {}) if (name, v) in DOCTOR_VARIANTS]
     rows: list[dict] = []
     for r in range(opts.rounds):
         order = jobs[r % len(jobs):] + jobs[:r % len(jobs)]  # rotated each round: no job always runs first

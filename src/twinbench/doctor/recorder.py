@@ -81,6 +81,18 @@ def user_location(frame: Any) -> tuple[str, Any] | None:
     return where, f
 
 
+def completion_rates(ready: dict[int, float], steady: list[int]) -> list[float]:
+    """Seconds per step between steps' results being ready, over spans of ``w`` consecutive steady steps (``w``
+    up to 8, a quarter of them): the watcher thread notes a ready time late when it gets the GIL or a core late,
+    and then notes the steps done meanwhile at once; a span averages that lag out, and the median over the
+    spans leaves out a slow step (an evaluation every N steps)."""
+    inside = set(steady)
+    known = [i for i in steady if i in ready and i + 1 in ready]
+    w = max(1, min(8, len(known) // 4))
+    return [(ready[i + w] - ready[i]) / w for i in steady if i in ready and i + w in ready
+            and all(j in inside for j in range(i, i + w))]
+
+
 class StopScript(BaseException):
     """Raised inside the user's script to end it cleanly (``--steps N`` reached, or ``--timeout``).
 
@@ -243,8 +255,7 @@ class Recorder:
         rest. Each part is the median over the steady iterations (an evaluation or a checkpoint every N
         steps does not move it). None when no steady step's ready time is known.
 
-        An asynchronous step's own time starts when the device can start it: at its call, or when the step
-        before it was done if that was later (a loop dispatching ahead queues its steps). A PyTorch step
+        A PyTorch step
         (the optimizer's, or ``loss.backward()``) is the forward, backward and update: all of the iteration
         but the time from the step's end to the next forward pass (the next batch, zero_grad, logging) and
         the DataLoader's wait."""
@@ -265,8 +276,7 @@ class Recorder:
             # burst of reads less its wait for a busy device): jax-host-sync's cost, not input
             reads = max(diff("jax_host_read_span_s:s") - diff("jax_host_read_blocked_s:s"), 0.0)
             host = diff("eager_s:s") + diff("compile_s:s") + reads
-            begin = max(t0, ready.get(i - 1, t0)) if asynchronous else t0
-            step = min(max(ready[i] - begin, 0.0), it)
+            step = min(max(ready[i] - t0, 0.0), it)  # a late ready time makes idle smaller, never larger
             if torch_step:  # forward and backward belong to the step, wherever the step's signal sits in them
                 step = min(max(it - max(diff("to_forward_s:s"), diff("data_wait_s:s")) - host, 0.0), it)
             # PyTorch: from the optimizer step's end to the next forward, less the host reads made there
@@ -315,8 +325,8 @@ class Recorder:
         # An asynchronous loop's rate is the rate at which its steps complete (the watcher's block_until_ready
         # on each step's output), not the rate at which it dispatched them: a loop with no read of the device
         # queues its steps far ahead of the device.
-        completed = [ready[i + 1] - ready[i] for i in steady if i in ready and i + 1 in ready]
-        by_completion = asynchronous and len(completed) >= max(2, len(steady) // 2)
+        completed = completion_rates(ready, steady)
+        by_completion = asynchronous and len(completed) >= max(2, len(steady) // 4)
         # The one step definition every percentage uses: the steady iterations (one step start to the next)
         # that compiled nothing, when they are at least half of them (a one-off compile in step 2 would weigh
         # on every mean); per-step rates are means over the same iterations, so no share passes 100%.
@@ -332,10 +342,9 @@ class Recorder:
         done = [ready[i + 1] - ready[i] for i in used if i in ready and i + 1 in ready]
         if by_completion and done and iter_ms is not None:  # the slower of dispatch and completion
             iter_ms = max(iter_ms, 1e3 * statistics.fmean(done))
-        if by_completion:
-            step_ms = 1e3 * statistics.median(completed)
-        else:
-            step_ms = 1e3 * statistics.median(intervals) if intervals else None
+        step_ms = 1e3 * statistics.median(intervals) if intervals else None
+        if by_completion and step_ms is not None:  # the slower of dispatching and completing sets the pace
+            step_ms = max(step_ms, 1e3 * statistics.median(completed))
         obs: dict[str, Any] = {
             "frameworks": sorted(self.frameworks),
             "python": {"executable": sys.executable, "version": platform.python_version()},
