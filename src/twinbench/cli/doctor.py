@@ -103,8 +103,9 @@ def report_trace(trace: Path, obs: dict) -> None:
         out.print(f"  trace: {len(info['steps'])} steady steps recorded with {info['framework']}'s profiler in "
                   f"{trace}", highlight=False)
         out.print(f"  explain it: {explain_command(trace, info)}", highlight=False)
-        out.print("  against its port's trace: twinbench explain THIS_DIR OTHER_DIR (--hlo for the JAX side's hlo)",
-                  highlight=False)
+        pair = (f"twinbench explain TORCH_TRACE_DIR {trace} --hlo {info['hlo']}" if info.get("hlo") else
+                f"twinbench explain {trace} JAX_TRACE_DIR --hlo JAX_TRACE_DIR/hlo")
+        out.print(f"  against the other framework's script, traced the same way: {pair}", highlight=False)
     elif error:
         out.print(f"  [yellow]no trace: the profiler failed ({error})[/]")
     else:

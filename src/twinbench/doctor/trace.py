@@ -135,6 +135,7 @@ class StepProfiler:
         self.t0, recorded = 0.0, list(self.recorded)
         self.rec.internal += 1
         try:
+            self.dir.mkdir(parents=True, exist_ok=True)
             if self.torch_prof is not None:
                 self._next_annotation(None)
                 self.torch_prof.stop()
