@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,6 +61,7 @@ class DoctorResult(Diagnosed):
 
 
 PYTHON_SUFFIXES = (".py", ".pyw")
+CODING = re.compile(r"^[ \t\f]*#.*?coding[:=]", re.MULTILINE)  # PEP 263: a script in another encoding
 
 
 def check_script(script: str | Path) -> Path:
@@ -76,11 +78,8 @@ def check_script(script: str | Path) -> Path:
             head = f.read(65536)
     except OSError as e:
         raise DoctorError(f"SCRIPT {script}: cannot be read ({e.strerror or e})") from None
-    try:
-        text = head.decode("utf-8")
-    except UnicodeDecodeError as e:
-        text = None if e.start < len(head) - 4 else head[:e.start].decode("utf-8")  # a cut multi-byte character
-    if text is None or "\0" in text:
+    text = head.decode("utf-8", errors="replace")
+    if b"\0" in head or ("\ufffd" in text and not CODING.search("\n".join(text.splitlines()[:2]))):
         raise DoctorError(f"SCRIPT {script}: not a Python script (binary content; expected a .py file)")
     first = text.split("\n", 1)[0]
     if path.suffix not in PYTHON_SUFFIXES and not (first.startswith("#!") and "python" in first):
