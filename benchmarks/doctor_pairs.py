@@ -122,17 +122,22 @@ def own_time(folder: Path, script: str, args: list[str], env: dict[str, str]) ->
 
 
 def doctor_run(name: str, folder: Path, script: str, args: list[str], env: dict[str, str]) -> dict:
+    """The doctor's run of the script, and the script's own clock in that same process (``PAIR_TIMES``: the
+    median wall time of its steady iterations, one start to the next; the same conditions as the doctor's)."""
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp, "d.json")
+        out, times = Path(tmp, "d.json"), Path(tmp, "times.jsonl")
         steps = [f"--steps={DOCTOR_STEPS[name]}"] if name in DOCTOR_STEPS else []
         proc = subprocess.run([sys.executable, "-m", "twinbench.cli", "doctor", script, "--json", str(out),
                                "--timeout", "900", *steps, "--", *args], cwd=folder, capture_output=True,
-                              text=True, timeout=1000, env=environ(env))
+                              text=True, timeout=1000, env=environ({**env, "PAIR_TIMES": str(times)}))
         if not out.exists():
             return {"error": (proc.stderr or proc.stdout)[-500:], "code": proc.returncode}
         doc = json.loads(out.read_text())
+        lines = [json.loads(ln) for ln in times.read_text().splitlines() if ln.strip()] if times.exists() else []
+    dts = [x["dt"] for x in lines if x["i"] > SKIP]
     obs = doc["observations"]
     return {"code": proc.returncode, "step_ms": doc["step_ms"], "step_timing": obs.get("step_timing"),
+            "own_in_run_ms": 1e3 * statistics.median(dts) if dts else None, "compile_s": doc.get("compile_s"),
             "dispatch_ms": obs.get("dispatch_ms"), "read_check": obs.get("read_check"), "split": obs.get("split"),
             "machine": obs.get("machine"),
             "findings": [{k: f[k] for k in ("id", "severity", "title", "evidence")} for f in doc["findings"]]}
@@ -144,6 +149,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default="", help="comma-separated script names (default: all)")
     ap.add_argument("--out", type=Path, default=None, help="append every run here as a JSON line")
+    ap.add_argument("--kinds", default="doctor,own", help="doctor, own or both (default)")
     ap.add_argument("--variants", default="", help="comma-separated variant names to run (default: all)")
     ap.add_argument("--threads", choices=("one", "default"), default="one",
                     help="one: OMP_NUM_THREADS=1 and XLA's one-thread flag for every run; default: as published")
@@ -156,6 +162,7 @@ def main(argv: list[str]) -> int:
         jobs += [(name, "doctor", None), (name, "own", None)]
         jobs += [(name, "own", v) for v in variants.get(name, {})]
         jobs += [(name, "doctor", v) for v in variants.get(name, {}) if (name, v) in DOCTOR_VARIANTS]
+    jobs = [j for j in jobs if j[1] in opts.kinds.split(",")]
     rows: list[dict] = []
     for r in range(opts.rounds):
         order = jobs[r % len(jobs):] + jobs[:r % len(jobs)]  # rotated each round: no job always runs first
@@ -190,6 +197,10 @@ def summarize(rows: list[dict]) -> None:
         d, o = med(name, "doctor"), med(name, "own")
         ratio = f"{d / o:.2f}" if d and o else "-"
         print(f"\n== {name}: doctor {d and round(d, 2)} ms/step, own {o and round(o, 2)} ms/step, ratio {ratio}")
+        for r in rows:
+            if r["name"] == name and r["kind"] == "doctor" and r.get("own_in_run_ms") and r.get("step_ms"):
+                print(f"   round {r['round']} {r['variant']}: doctor {r['step_ms']:.2f} ms/step, the script's own clock "
+                      f"in the same run {r['own_in_run_ms']:.2f} ({r['step_ms'] / r['own_in_run_ms']:.2f}x)")
         for v in VARIANTS.get(name, {}):
             vm, vd = med(name, "own", v), med(name, "doctor", v)
             if vm and o:
