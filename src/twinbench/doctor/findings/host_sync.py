@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from twinbench.doctor.findings.base import JAX_DOCS, TORCH_DOCS, Finding, Obs, _iter_ms, _per_step, _sites
@@ -21,15 +22,22 @@ def _checked_cost(obs: Obs) -> tuple[str, str] | None:
     if not waited or not deferred or min(check.get("waited_n", 0), check.get("deferred_n", 0)) < READ_CHECK_MIN:
         return None
     gain = (waited - deferred) / waited
+    # the noise of the two medians (from each kind's spread: a median's standard error is about 0.93 IQR/sqrt(n)):
+    # a gain within twice that is not a measured gain
+    se = math.hypot(*(0.93 * (check.get(f"{m}_iqr_ms") or 0.0) / math.sqrt(check[f"{m}_n"])
+                      for m in ("waited", "deferred")))
+    real = gain >= HOST_SYNC_WAIT_SHARE and waited - deferred > 2 * se
     verdict = (f"{100 * gain:.1f}% faster without the wait" if gain > 0 else
                f"no faster without the wait ({100 * -gain:.1f}% slower)")
-    return ("warning" if gain >= HOST_SYNC_WAIT_SHARE else "info",
+    if gain >= HOST_SYNC_WAIT_SHARE and not real:
+        verdict += f", within the noise of this run (+-{2 * se:.2f} ms: twice the medians' standard error)"
+    return ("warning" if real else "info",
             f"; checked by the doctor: with these reads answered one step late (the device never waits for "
             f"them) on alternate blocks of steps, the iteration took {deferred:.2f} ms (median of "
             f"{check['deferred_n']}) against {waited:.2f} ms (median of {check['waited_n']}) as written: "
             f"{verdict} (warning from {100 * HOST_SYNC_WAIT_SHARE:.0f}%, else info"
             + ("; on a CPU backend the host's work between steps and XLA's threads share the cores, so "
-               "dispatching ahead may gain nothing)" if gain < HOST_SYNC_WAIT_SHARE else ")"))
+               "dispatching ahead may gain nothing)" if not real else ")"))
 
 
 def _host_sync_cost(obs: Obs, seconds_key: str) -> tuple[str, str]:
