@@ -106,3 +106,22 @@ def test_only_python_scripts_are_run(tmp_path: Path) -> None:
     runner = tmp_path / "train"
     runner.write_text("#!/usr/bin/env python3\nprint('hi')\n")
     assert check_script(runner) == runner.resolve()
+
+
+def test_completion_rate_survives_a_lagging_watcher_and_the_read_check() -> None:
+    """Steps dispatched 0.1 ms apart and done every 10 ms: noted 4 at a time by a watcher starved of the GIL,
+    or cut into short runs by the read check's deferred blocks (where the reads note each step's end): still
+    10 ms a step, not the 0.1 ms dispatch."""
+    from twinbench.doctor.recorder import Recorder
+
+    for lag, check in ((True, False), (False, True)):
+        rec = Recorder()
+        for i in range(60):
+            rec.calls["jit:step"].append((100.0 + 1e-4 * i, {}))
+            rec.step_ready("jit:step", i, 100.0 + 0.01 * ((i - i % 4 + 3) if lag else i))
+            if check and i >= 3:
+                rec.read_mode[i] = "deferred" if ((i - 3) // 4) % 2 else "waited"
+        rec.kinds["jit:step"] = "jit"
+        obs = rec.observations()
+        assert obs["step_timing"] == "completion" and obs["step_ms"] == pytest.approx(10.0, rel=0.2), (lag, obs)
+        assert obs["dispatch_ms"] == pytest.approx(0.1)

@@ -83,12 +83,18 @@ def user_location(frame: Any) -> tuple[str, Any] | None:
 
 def completion_rates(ready: dict[int, float], steady: list[int]) -> list[float]:
     """Seconds per step between steps' results being ready, over spans of ``w`` consecutive steady steps (``w``
-    up to 8, a quarter of them): the watcher thread notes a ready time late when it gets the GIL or a core late,
+    up to 8, a quarter of them, at most the median run of consecutive steady steps): the watcher thread notes a ready time late when it gets the GIL or a core late,
     and then notes the steps done meanwhile at once; a span averages that lag out, and the median over the
     spans leaves out a slow step (an evaluation every N steps)."""
     inside = set(steady)
     known = [i for i in steady if i in ready and i + 1 in ready]
-    w = max(1, min(8, len(known) // 4))
+    runs: list[int] = []  # runs of consecutive steady iterations (the host-read check's blocks cut them)
+    for i in steady:
+        if i - 1 in inside and runs:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+    w = max(1, min(8, len(known) // 4, int(statistics.median(runs)) if runs else 1))
     return [(ready[i + w] - ready[i]) / w for i in steady if i in ready and i + w in ready
             and all(j in inside for j in range(i, i + w))]
 
@@ -339,7 +345,7 @@ class Recorder:
         # on each step's output), not the rate at which it dispatched them: a loop with no read of the device
         # queues its steps far ahead of the device.
         completed = completion_rates(ready, steady)
-        by_completion = asynchronous and len(completed) >= max(2, len(steady) // 4)
+        by_completion = asynchronous and len(completed) >= 2
         # The one step definition every percentage uses: the steady iterations (one step start to the next)
         # that compiled nothing, when they are at least half of them (a one-off compile in step 2 would weigh
         # on every mean); per-step rates are means over the same iterations, so no share passes 100%.
