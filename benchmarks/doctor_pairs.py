@@ -64,7 +64,10 @@ VARIANTS: dict[str, dict[str, tuple[str | None, list[str] | None, dict[str, str 
 }
 DOCTOR_VARIANTS = {("nanogpt_jax", "two-threads"), ("nanogpt_torch", "two-threads"), ("nanogpt_jax", "scan-layers"),
                    ("mnist_jax", "donate")}
-DOCTOR_STEPS = {"lm_torch": 60}  # end a long epoch early (its evaluation after the loop is not the step)
+# --steps for the doctor: end a long epoch early (lm_torch: its evaluation after the loop is not the step); the JAX
+# scripts at their last step, so the doctor waits for every step dispatched and can time a loop it could not
+# wait on step by step (a step whose outputs are all donated)
+DOCTOR_STEPS = {"lm_torch": 60, "nanogpt_jax": 40, "mnist_jax": 40, "lm_jax": 40}
 SKIP = 5  # the first iterations (compilation, an evaluation at iteration 0) are not steady
 
 HARNESS = r"""
