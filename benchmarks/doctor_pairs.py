@@ -141,7 +141,7 @@ def doctor_run(name: str, folder: Path, script: str, args: list[str], env: dict[
     obs = doc["observations"]
     return {"code": proc.returncode, "step_ms": doc["step_ms"], "step_timing": obs.get("step_timing"),
             "own_in_run_ms": 1e3 * statistics.median(dts) if dts else None, "compile_s": doc.get("compile_s"),
-            "dispatch_ms": obs.get("dispatch_ms"), "read_check": obs.get("read_check"), "split": obs.get("split"),
+            "dispatch_ms": obs.get("dispatch_ms"), "end_to_end_ms": obs.get("end_to_end_ms"), "read_check": obs.get("read_check"), "split": obs.get("split"),
             "machine": obs.get("machine"),
             "findings": [{k: f[k] for k in ("id", "severity", "title", "evidence")} for f in doc["findings"]]}
 

@@ -391,6 +391,10 @@ class Recorder:
             # "dispatch" (neither: the rate the loop dispatched) or "start" (a synchronous step's calls)
             "step_timing": timing,
             "dispatch_ms": 1e3 * statistics.median(intervals) if intervals else None,
+            # at --steps N of an asynchronous step: from the 2nd step's call to every step done, per step (a mean
+            # over the whole run, slow steps included; the cross-check of step_ms)
+            "end_to_end_ms": (1e3 * (self.drained_at - calls[1][0]) / (len(calls) - 1)
+                              if self.drained_at is not None and len(calls) > 2 else None),
             "read_check": self.read_check(key) if key else None,
             "first_step_ms": (starts[1] - starts[0]) * 1e3 if len(starts) > 1 else None,
             "per_step": per_step,
