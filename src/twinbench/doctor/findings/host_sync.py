@@ -37,7 +37,7 @@ def _checked_cost(obs: Obs) -> tuple[str, str] | None:
             f"{check['deferred_n']}) against {waited:.2f} ms (median of {check['waited_n']}) as written: "
             f"{verdict} (warning from {100 * HOST_SYNC_WAIT_SHARE:.0f}%, else info"
             + ("; on a CPU backend the host's work between steps and XLA's threads share the cores, so "
-               "dispatching ahead may gain nothing)" if not real else ")"))
+               "dispatching ahead may gain nothing)" if gain < HOST_SYNC_WAIT_SHARE else ")"))
 
 
 def _host_sync_cost(obs: Obs, seconds_key: str) -> tuple[str, str]:
