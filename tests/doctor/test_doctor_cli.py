@@ -158,3 +158,12 @@ def test_no_step_found_says_what_it_looked_for(tmp_path: Path) -> None:
     assert "no training step found" in err and "Optimizer.step" in err and "loss.backward()" in err
     assert "jax.grad/value_and_grad" in err and "twinbench.doctor.step()" in err and "twinbench.watch()" in err
     assert "no findings" not in proc.stdout
+
+
+def test_trace_folder_checked_before_the_run(tmp_path: Path) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("raise SystemExit('must not run')\n")
+    taken = tmp_path / "taken.txt"
+    taken.write_text("a file, not a folder\n")
+    line = one_line_error(doctor(str(script), "--trace", str(taken)))
+    assert line.startswith("error: --trace") and "not a folder" in line, line

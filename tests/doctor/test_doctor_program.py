@@ -103,3 +103,8 @@ def test_unrolled_loop_threshold() -> None:
     warn = fd.jax_unrolled_loop(prog(0.6))  # 0.53 s for the copies
     assert warn.severity == "warning" and "24 copies of the same 50 operations" in warn.title
     assert fd.jax_unrolled_loop({"info": {"step_program": {"repeat": None, "compile_s": 9.0}}}) is None
+    # 4 copies: a scan may not pay (a 4-layer GPT's port compiled and ran slower scanned): info, saying so
+    four = {"info": {"step_program": {"repeat": {"period": 127, "copies": 4, "start": 12, "eqns": 2129},
+                                      "compile_s": 5.4}}}
+    few = fd.jax_unrolled_loop(four)
+    assert few.severity == "info" and "time both before changing" in few.evidence

@@ -29,10 +29,14 @@ def doctor(
     json_path: Optional[Path] = typer.Option(None, "--json", help="also write the findings here as JSON"),  # noqa: UP045
     python: Optional[str] = typer.Option(  # noqa: UP045
         None, help="run the script under this interpreter (its virtual environment's python); default: twinbench's"),
+    trace: Optional[Path] = typer.Option(  # noqa: UP045
+        None, "--trace", help="record a few steady steps with the framework's profiler in this folder, for explain"),
 ) -> None:
     """Run your own training script and say why it is slow: each finding with evidence and the fix.
 
-    Usage: twinbench doctor train.py [--steps N] [--timeout S] [--json FILE] [--python PATH] [-- SCRIPT_ARGS...].
+    Usage: twinbench doctor train.py [--steps N] [--timeout S] [--json FILE] [--python PATH] [--trace DIR]
+    [-- SCRIPT_ARGS...]. --trace DIR records steady steps (PyTorch: torch.profiler; JAX: jax.profiler and the
+    compiled HLO) and prints the twinbench explain command that reads them.
     Exit code 0: nothing of severity warning or worse; 1: something was found; 2: the doctor could not run
     (or found no training step: mark it with twinbench.doctor.step());
     3: one of the doctor's own instruments or checks failed (printed; the findings may be incomplete).
@@ -44,9 +48,11 @@ def doctor(
         fail(f"--steps must be a positive integer, got {steps}")
     check_timeout(timeout)
     check_json(json_path)
+    if trace is not None:
+        check_trace_dir(trace)
     try:
         with console.status(f"running {script} under the doctor"):
-            result = run_doctor(script, list(script_args or []), steps, timeout, python=python)
+            result = run_doctor(script, list(script_args or []), steps, timeout, python=python, trace_dir=trace)
     except DoctorError as e:
         fail(str(e))
     except KeyboardInterrupt:
@@ -57,13 +63,51 @@ def doctor(
             write_text(json_path, json.dumps(result.to_json(str(script)), indent=1), "--json")
         fail(no_step)
     render(out, result.findings, result.observations, str(script))
+    if trace is not None:
+        report_trace(trace, result.observations)
     if json_path:
         write_text(json_path, json.dumps(result.to_json(str(script)), indent=1), "--json")
     if result.timed_out:
+        how = ("it ignored SIGTERM and was killed; the findings above cover the steps seen until then"
+               if result.observations.get("killed") else "the findings above cover that part")
         fail(f"{script} did not finish within --timeout {timeout:g} s; stopped after "
-             f"{result.observations.get('steps', 0)} steps (the findings above cover that part); "
-             "use --steps N to diagnose a long run quickly")
+             f"{result.observations.get('steps', 0)} steps ({how}); use --steps N to diagnose a long run quickly")
     if result.self_errors:  # an incomplete report must not pass for a clean one
         raise typer.Exit(3)
     raise typer.Exit(1 if result.serious else 0)
 
+
+
+def check_trace_dir(trace: Path) -> None:
+    """--trace DIR: a folder that can be created and written, empty of an earlier trace; else one line, exit 2."""
+    if trace.exists() and not trace.is_dir():
+        fail(f"--trace {trace}: a file, not a folder")
+    try:
+        trace.mkdir(parents=True, exist_ok=True)
+        probe = trace / ".twinbench-write-probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        fail(f"--trace {trace}: cannot write there ({e.strerror or e})")
+    if (trace / "trace.json").exists():
+        fail(f"--trace {trace}: already holds a doctor trace; give an empty folder")
+
+
+def report_trace(trace: Path, obs: dict) -> None:
+    """Say where the trace is and the explain command that reads it, or why there is none."""
+    from twinbench.doctor.trace import TRACE_FROM, TRACE_STEPS, explain_command
+
+    info = (obs.get("info") or {}).get("trace")
+    error = (obs.get("info") or {}).get("trace_error")
+    if info:
+        out.print(f"  trace: {len(info['steps'])} steady steps recorded with {info['framework']}'s profiler in "
+                  f"{trace}", highlight=False)
+        out.print(f"  explain it: {explain_command(trace, info)}", highlight=False)
+        pair = (f"twinbench explain TORCH_TRACE_DIR {trace} --hlo {info['hlo']}" if info.get("hlo") else
+                f"twinbench explain {trace} JAX_TRACE_DIR --hlo JAX_TRACE_DIR/hlo")
+        out.print(f"  against the other framework's script, traced the same way: {pair}", highlight=False)
+    elif error:
+        out.print(f"  [yellow]no trace: the profiler failed ({error})[/]")
+    else:
+        out.print(f"  [yellow]no trace: the script ran {obs.get('steps', 0)} steps; the trace needs "
+                  f"{TRACE_FROM + TRACE_STEPS} (its first {TRACE_FROM} compile and warm up)[/]")

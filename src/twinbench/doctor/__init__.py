@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -59,18 +60,31 @@ class DoctorResult(Diagnosed):
         return to_json(self.findings, self.observations, script)
 
 
+PYTHON_SUFFIXES = (".py", ".pyw")
+CODING = re.compile(r"^[ \t\f]*#.*?coding[:=]", re.MULTILINE)  # PEP 263: a script in another encoding
+
+
 def check_script(script: str | Path) -> Path:
-    """The script's resolved path, or a one-line :class:`DoctorError` if it is missing or not Python."""
+    """The script's resolved path, or a one-line :class:`DoctorError` if it is missing or not Python: a
+    ``.py`` file of text, or a file without that suffix whose first line is a ``python`` shebang (a JSON, YAML
+    or notes file that happens to parse as Python is not run)."""
     path = Path(script).expanduser()
     if not path.exists():
         raise DoctorError(f"SCRIPT {script}: no such file")
     if not path.is_file():
         raise DoctorError(f"SCRIPT {script}: not a file (give the path of a Python training script)")
-    if path.suffix != ".py":
-        try:
-            compile(path.read_bytes(), str(path), "exec")
-        except (SyntaxError, ValueError, UnicodeDecodeError):
-            raise DoctorError(f"SCRIPT {script}: not a Python script (expected a .py file)") from None
+    try:
+        with open(path, "rb") as f:
+            head = f.read(65536)
+    except OSError as e:
+        raise DoctorError(f"SCRIPT {script}: cannot be read ({e.strerror or e})") from None
+    text = head.decode("utf-8", errors="replace")
+    if b"\0" in head or ("\ufffd" in text and not CODING.search("\n".join(text.splitlines()[:2]))):
+        raise DoctorError(f"SCRIPT {script}: not a Python script (binary content; expected a .py file)")
+    first = text.split("\n", 1)[0]
+    if path.suffix not in PYTHON_SUFFIXES and not (first.startswith("#!") and "python" in first):
+        raise DoctorError(f"SCRIPT {script}: not a Python script (expected a .py file, or a python shebang "
+                          "on its first line)")
     return path.resolve()
 
 
@@ -94,14 +108,17 @@ def check_python(python: str | Path | None) -> str:
 
 
 def run_doctor(script: str | Path, args: list[str] | None = None, steps: int | None = None,
-               timeout: float = 600.0, grace_s: float = 10.0, python: str | Path | None = None) -> DoctorResult:
+               timeout: float = 600.0, grace_s: float = 10.0, python: str | Path | None = None,
+               trace_dir: str | Path | None = None) -> DoctorResult:
     """Run ``script`` with ``args`` under the doctor's bootstrap and diagnose what it did.
 
     ``python``: the interpreter to run the script with (default: the one running twinbench), e.g. the
     virtual environment the script's packages live in; twinbench's own source is put on its path, and the
     bootstrap imports nothing there but the script's framework. At ``timeout`` the script is asked to stop
-    (SIGTERM: it reports what it saw); ``grace_s`` later it is killed, and then there is nothing to report
-    (:class:`DoctorError`).
+    (SIGTERM: it reports what it saw); ``grace_s`` later it is killed, and the observations it wrote as it
+    ran (at most a second old, at a step's end) are reported (``killed`` in the observations), or, when it
+    never finished a step, :class:`DoctorError`. ``trace_dir``: record a few steady steps with the framework's
+    profiler there (:mod:`twinbench.doctor.trace`), with, for JAX, the compiled HLO dumped beside them.
     """
     from twinbench import runner
     from twinbench.doctor.findings import diagnose
@@ -116,7 +133,15 @@ def run_doctor(script: str | Path, args: list[str] | None = None, steps: int | N
         if python is not None:  # twinbench itself need not be installed there: its source goes on the path
             src = str(Path(__file__).resolve().parent.parent.parent)
             env["PYTHONPATH"] = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
+        if trace_dir is not None:
+            from twinbench.doctor.trace import trace_env
+
+            env.update(trace_env(Path(trace_dir)))
         run = runner.run_script(cmd, path.parent, timeout, env=env, grace_s=grace_s)
+        partial = Path(f"{obs_path}.partial")
+        killed = not obs_path.exists() and partial.exists()
+        if killed:  # killed after the grace period: what it wrote as it ran
+            partial.replace(obs_path)
         if not obs_path.exists():
             if run.timed_out:
                 raise DoctorError(f"{script} did not finish within --timeout {timeout:g} s and did not stop "
@@ -126,6 +151,7 @@ def run_doctor(script: str | Path, args: list[str] | None = None, steps: int | N
                               + (f": {last[-1][:300]}" if last else ""))
         obs = json.loads(obs_path.read_text())
     obs["timed_out"] = obs.get("timed_out") or run.timed_out
+    obs["killed"] = killed
     obs["python_given"] = python is not None
     return DoctorResult(diagnose(obs), obs, run.output_tail, bool(obs["timed_out"]))
 

@@ -7,6 +7,10 @@ Usage (by ``twinbench doctor``, through ``runner.run_script``, with the script's
 The script sees the ``sys.argv`` and ``sys.path[0]`` it would see under ``python SCRIPT``. It is ended
 cleanly after ``MAX_STEPS`` steps (0: never) or at SIGTERM (the doctor's ``--timeout``), and whatever
 happens the observations are written to ``OBSERVATIONS.json`` (which lives outside the script's folder).
+While the steps run, the observations so far are written to ``OBSERVATIONS.json.partial`` at most once a
+second (at a step's end): a script that ignores SIGTERM is killed at the end of the grace period, and what it
+did until then is still reported. ``TWINBENCH_DOCTOR_TRACE=DIR`` records a few steady steps with the
+framework's profiler into DIR (``doctor.trace``).
 """
 
 from __future__ import annotations
@@ -53,10 +57,25 @@ def run(script: str, args: list[str], rec: Recorder) -> None:
         rec.error = describe_error(e)
 
 
+def write_json(path: str, obs: dict[str, Any]) -> None:
+    """Write ``obs`` to ``path`` whole or not at all (a reader never sees half a file)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(obs, f, default=str)
+    os.replace(tmp, path)
+
+
 def main(argv: list[str]) -> int:
     out_path, max_steps, script, *args = argv
     session = Session(max_steps=int(max_steps) or None, capture_stderr=True)
     rec = session.rec
+    rec.check_reads = True  # a run of its own: the doctor may answer some reads one step late to check their cost
+    rec.snapshot = lambda: write_json(f"{out_path}.partial", {**rec.observations(), "partial": True})
+    trace_dir = os.environ.get("TWINBENCH_DOCTOR_TRACE")
+    if trace_dir:
+        from twinbench.doctor.trace import StepProfiler
+
+        StepProfiler(rec, trace_dir).install()
 
     def on_term(signum: int, frame: Any) -> None:
         rec.timed_out = True
@@ -67,9 +86,9 @@ def main(argv: list[str]) -> int:
         run(script, args, rec)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        rec.snapshot = None
         obs = session.stop()
-        with open(out_path, "w") as f:
-            json.dump(obs, f, default=str)
+        write_json(out_path, obs)
     sys.stdout.flush()
     sys.stderr.flush()
     if rec.timed_out:  # a hung thread must not keep us alive past the doctor's grace period

@@ -20,7 +20,6 @@ the time the device waited for the host between steps (``split`` in the observat
 
 from __future__ import annotations
 
-import itertools
 import linecache
 import os
 import platform
@@ -43,6 +42,8 @@ ASYNC_KINDS = ("jit", "pmap", "jit-lib", "pmap-lib")  # steps whose call returns
 ACTIVE: list[Recorder] = []  # the recorder of the running session (for twinbench.doctor.step())
 LOAD_EVERY_S = 0.5  # the machine's load is sampled at a step start at most this often
 MAX_NOTES = 2000  # text notes kept per kind (cache-miss explanations, host-read sites, ...)
+SNAPSHOT_EVERY_S = 1.0  # the observations so far are written at a step's end this often, and at the 2**k-th step
+# (a script killed at --timeout after ignoring SIGTERM keeps what was seen until then)
 
 
 _STDLIB = os.path.dirname(os.__file__)
@@ -80,6 +81,24 @@ def user_location(frame: Any) -> tuple[str, Any] | None:
     return where, f
 
 
+def completion_rates(ready: dict[int, float], steady: list[int]) -> list[float]:
+    """Seconds per step between steps' results being ready, over spans of ``w`` consecutive steady steps (``w``
+    up to 8, a quarter of them, at most the median run of consecutive steady steps): the watcher thread notes a ready time late when it gets the GIL or a core late,
+    and then notes the steps done meanwhile at once; a span averages that lag out, and the median over the
+    spans leaves out a slow step (an evaluation every N steps)."""
+    inside = set(steady)
+    known = [i for i in steady if i in ready and i + 1 in ready]
+    runs: list[int] = []  # runs of consecutive steady iterations (the host-read check's blocks cut them)
+    for i in steady:
+        if i - 1 in inside and runs:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+    w = max(1, min(8, len(known) // 4, int(statistics.median(runs)) if runs else 1))
+    return [(ready[i + w] - ready[i]) / w for i in steady if i in ready and i + w in ready
+            and all(j in inside for j in range(i, i + w))]
+
+
 class StopScript(BaseException):
     """Raised inside the user's script to end it cleanly (``--steps N`` reached, or ``--timeout``).
 
@@ -109,6 +128,16 @@ class Recorder:
         self.error: dict[str, Any] | None = None
         self.finalizers: list[Callable[[], None]] = []  # instruments add static facts at the end
         self.load: list[tuple[float, float, float, int]] = []  # (t, all cores' busy s, own CPU s, cores)
+        # the host-read check: per step call, whether the loop's reads of that step's outputs waited for them
+        # ("waited") or were answered one step late by the doctor ("deferred"); see instruments_jax.host_reads
+        self.read_mode: dict[int, str] = {}
+        self.check_reads = False  # twinbench doctor: check the cost of reads of the step's outputs (host_reads)
+        self.drain: Callable[[], None] | None = None  # waits for every step dispatched (JAX: live arrays)
+        self.drained_at: float | None = None  # when they were all done, at --steps N
+        self.on_step_done: list[Callable[[int], None]] = []  # called with the step call's index (a profiler)
+        self.snapshot: Callable[[], None] | None = None  # writes the observations so far (the bootstrap's)
+        self.snapshot_every_s = SNAPSHOT_EVERY_S
+        self._last_snapshot = self.t_start
         self._sample_load(self.t_start)
 
     def finish(self) -> None:
@@ -173,7 +202,9 @@ class Recorder:
 
     def step_ready(self, key: str, index: int, t: float | None = None) -> None:
         """The results of call ``index`` of candidate ``key`` were ready on the device at ``t`` (now)."""
-        self.ready[key][index] = time.perf_counter() if t is None else t
+        t = time.perf_counter() if t is None else t
+        seen = self.ready[key].get(index)
+        self.ready[key][index] = t if seen is None else min(seen, t)  # whoever saw it first: reader or watcher
 
     def in_flight(self) -> tuple[str, int] | None:
         """The step call whose results are not ready yet (the device is busy with it), if any."""
@@ -188,8 +219,28 @@ class Recorder:
         script if it was the ``max_steps``-th step."""
         if synced:
             self.step_ready(key, self.call_index(key))
+        n = len(self.calls[key])
+        if self.snapshot is not None and (time.perf_counter() - self._last_snapshot >= self.snapshot_every_s
+                                          or (n & (n - 1) == 0 and self.step_key() == key)):  # also at 2**k steps
+            try:
+                self.snapshot()
+            except Exception as e:  # a snapshot is insurance: never the script's failure
+                self.info["snapshot_error"] = f"{type(e).__name__}: {e}"[:200]
+            self._last_snapshot = time.perf_counter()  # its own cost is not counted against the interval
+        if self.on_step_done and self.step_key() == key:
+            for fn in self.on_step_done:
+                fn(len(self.calls[key]) - 1)
         if self.max_steps and self.step_key() == key and len(self.calls[key]) >= self.max_steps:
             self.stopped_early = True
+            if self.drain is not None and self.kinds.get(key) in ASYNC_KINDS:  # the steps dispatched so far done
+                self.internal += 1
+                try:
+                    self.drain()
+                    self.drained_at = time.perf_counter()
+                except Exception as e:
+                    self.info["drain_error"] = f"{type(e).__name__}: {e}"[:200]
+                finally:
+                    self.internal -= 1
             raise StopScript(f"--steps {self.max_steps} reached")
 
     def steps_so_far(self) -> int:
@@ -210,16 +261,28 @@ class Recorder:
         return max(keys, key=lambda k: (not kinds.get(k, "").endswith("-lib"), len(self.calls[k]),
                                         kinds.get(k) == "jit", kinds.get(k) == "grad"))
 
+    def skipped(self, i: int) -> bool:
+        """Iteration ``i`` (step call i to i+1) ran under the host-read check's deferred reads, or right after
+        them (the queue drains): not the script as written, so left out of its step time and rates."""
+        return self.read_mode.get(i) == "deferred" or self.read_mode.get(i - 1) == "deferred"
+
     def split(self, key: str) -> dict[str, Any] | None:
         """Time per steady iteration (one step start to the next), split by where it went: the step up to its
         results being ready, the DataLoader's ``next``, known host work (eager ops, compilation), and the
         rest. Each part is the median over the steady iterations (an evaluation or a checkpoint every N
-        steps does not move it). None when no steady step's ready time is known."""
-        calls, ready = self.calls.get(key, []), self.ready.get(key, {})
+        steps does not move it). None when no steady step's ready time is known.
+
+        A PyTorch step
+        (the optimizer's, or ``loss.backward()``) is the forward, backward and update: all of the iteration
+        but the time from the step's end to the next forward pass (the next batch, zero_grad, logging) and
+        the DataLoader's wait."""
+        calls, ready = self.calls.get(key, []), dict(self.ready.get(key, {}))
+        kind = self.kinds.get(key)
+        asynchronous, torch_step = kind in ASYNC_KINDS, kind in ("torch-optimizer", "torch-backward")
         rows = []
         for i in range(1, len(calls) - 1):
             (t0, s0), (t1, s1) = calls[i], calls[i + 1]
-            if i not in ready:
+            if i not in ready or self.skipped(i):
                 continue
             it = t1 - t0
 
@@ -229,7 +292,10 @@ class Recorder:
             # known host work: eager ops, compilation, and the host's part of device-value reads (a line's
             # burst of reads less its wait for a busy device): jax-host-sync's cost, not input
             reads = max(diff("jax_host_read_span_s:s") - diff("jax_host_read_blocked_s:s"), 0.0)
-            step, host = min(max(ready[i] - t0, 0.0), it), diff("eager_s:s") + diff("compile_s:s") + reads
+            host = diff("eager_s:s") + diff("compile_s:s") + reads
+            step = min(max(ready[i] - t0, 0.0), it)  # a late ready time makes idle smaller, never larger
+            if torch_step:  # forward and backward belong to the step, wherever the step's signal sits in them
+                step = min(max(it - max(diff("to_forward_s:s"), diff("data_wait_s:s")) - host, 0.0), it)
             # PyTorch: from the optimizer step's end to the next forward, less the host reads made there
             to_forward = max(diff("to_forward_s:s") - diff("torch_host_read_s:s"), 0.0)
             rows.append((it, step, diff("data_wait_s:s"), host, max(it - step - host, 0.0), to_forward))
@@ -242,7 +308,25 @@ class Recorder:
                 "idle_mean_ms": 1e3 * statistics.fmean(r[4] for r in rows),  # the peer of per-step means
                 "idle_ms": idle_ms,  # the rest: after the step's results were ready, before the next call
                 "to_forward_ms": to_forward_ms,  # PyTorch: an optimizer step's end to the next forward
-                "async": self.kinds.get(key) in ASYNC_KINDS}
+                "async": asynchronous}
+
+    def read_check(self, key: str) -> dict[str, Any] | None:
+        """The host-read check's A/B: the median iteration (one step start to the next) while the loop's reads
+        of the step's outputs waited for them, against the same loop with those reads answered one step late
+        (the device never waits for them), over alternating blocks of steps in this run; the first iteration
+        of each block (the queue filling or draining) left out. None when the check did not run."""
+        calls, modes = self.calls.get(key, []), dict(self.read_mode)
+        if "deferred" not in modes.values():
+            return None
+        out: dict[str, Any] = {}
+        for mode in ("waited", "deferred"):
+            iv = [calls[i + 1][0] - calls[i][0] for i in range(2, len(calls) - 1)
+                  if modes.get(i) == mode and modes.get(i - 1) == mode]
+            out[f"{mode}_n"] = len(iv)
+            out[f"{mode}_ms"] = 1e3 * statistics.median(iv) if iv else None
+            q = statistics.quantiles(iv, n=4) if len(iv) >= 2 else None
+            out[f"{mode}_iqr_ms"] = 1e3 * (q[2] - q[0]) if q else None
+        return out
 
     # -- summarising -----------------------------------------------------------------------------------
     def observations(self) -> dict[str, Any]:
@@ -251,19 +335,43 @@ class Recorder:
         key = self.step_key()
         calls = self.calls.get(key, []) if key else []
         starts = [t for t, _ in calls]
-        # Steady state: the intervals between consecutive step starts, from the 2nd step on.
-        steady = list(itertools.pairwise(calls[1:]))
-        intervals = [b[0] - a[0] for a, b in steady]
+        asynchronous = bool(key) and self.kinds.get(key or "") in ASYNC_KINDS
+        ready = dict(self.ready.get(key, {})) if key else {}
+        # Steady state: the iterations between consecutive step starts, from the 2nd step on, less those the
+        # host-read check changed.
+        steady = [i for i in range(1, len(calls) - 1) if not self.skipped(i)]
+        intervals = [calls[i + 1][0] - calls[i][0] for i in steady]
+        # An asynchronous loop's rate is the rate at which its steps complete (the watcher's block_until_ready
+        # on each step's output), not the rate at which it dispatched them: a loop with no read of the device
+        # queues its steps far ahead of the device.
+        completed = completion_rates(ready, steady)
+        by_completion = asynchronous and len(completed) >= 2
         # The one step definition every percentage uses: the steady iterations (one step start to the next)
         # that compiled nothing, when they are at least half of them (a one-off compile in step 2 would weigh
         # on every mean); per-step rates are means over the same iterations, so no share passes 100%.
-        quiet = [(a, b) for a, b in steady if b[1].get("compile_s:s", 0.0) == a[1].get("compile_s:s", 0.0)]
+        quiet = [i for i in steady if calls[i + 1][1].get("compile_s:s", 0.0) == calls[i][1].get("compile_s:s", 0.0)]
         used = quiet if len(quiet) >= max(len(steady) / 2, 1) else steady
         totals: dict[str, float] = {}
-        for a, b in used:
-            for k in set(a[1]) | set(b[1]):
-                totals[k] = totals.get(k, 0) + (b[1].get(k, 0) - a[1].get(k, 0))  # counts stay exact integers
+        for i in used:
+            a, b = calls[i][1], calls[i + 1][1]
+            for k in set(a) | set(b):
+                totals[k] = totals.get(k, 0) + (b.get(k, 0) - a.get(k, 0))  # counts stay exact integers
         per_step = {k: v / len(used) for k, v in totals.items()}
+        iter_ms = 1e3 * statistics.fmean(calls[i + 1][0] - calls[i][0] for i in used) if used else None
+        done = [ready[i + 1] - ready[i] for i in used if i in ready and i + 1 in ready]
+        if by_completion and done and iter_ms is not None:  # the slower of dispatch and completion
+            iter_ms = max(iter_ms, 1e3 * statistics.fmean(done))
+        step_ms = 1e3 * statistics.median(intervals) if intervals else None
+        timing = "start" if not asynchronous else "completion" if by_completion else "dispatch"
+        if by_completion and step_ms is not None:  # the slower of dispatching and completing sets the pace
+            step_ms = max(step_ms, 1e3 * statistics.median(completed))
+        elif asynchronous and step_ms is not None and self.drained_at is not None and len(calls) > 2:
+            # no step's results could be waited on (all of them donated to the next step at once): from the 2nd
+            # step's call to all of them done at --steps N, per step
+            step_ms = max(step_ms, 1e3 * (self.drained_at - calls[1][0]) / (len(calls) - 1))
+            timing = "end-to-end"
+            if iter_ms is not None:
+                iter_ms = max(iter_ms, step_ms)
         obs: dict[str, Any] = {
             "frameworks": sorted(self.frameworks),
             "python": {"executable": sys.executable, "version": platform.python_version()},
@@ -275,9 +383,19 @@ class Recorder:
             "split": self.split(key) if key else None,
             "steady_steps": len(steady),
             "steady_s": (starts[-1] - starts[1]) if len(starts) > 2 else 0.0,
-            "iter_ms": 1e3 * statistics.fmean(b[0] - a[0] for a, b in used) if used else None,
+            "iter_ms": iter_ms,
             "iterations_used": len(used),
-            "step_ms": statistics.median(intervals) * 1e3 if intervals else None,
+            "step_ms": step_ms,
+            # how step_ms was timed: "completion" (an asynchronous step: the interval between its results
+            # being ready), "end-to-end" (asynchronous, no result could be waited on: --steps N's drain),
+            # "dispatch" (neither: the rate the loop dispatched) or "start" (a synchronous step's calls)
+            "step_timing": timing,
+            "dispatch_ms": 1e3 * statistics.median(intervals) if intervals else None,
+            # at --steps N of an asynchronous step: from the 2nd step's call to every step done, per step (a mean
+            # over the whole run, slow steps included; the cross-check of step_ms)
+            "end_to_end_ms": (1e3 * (self.drained_at - calls[1][0]) / (len(calls) - 1)
+                              if self.drained_at is not None and len(calls) > 2 else None),
+            "read_check": self.read_check(key) if key else None,
             "first_step_ms": (starts[1] - starts[0]) * 1e3 if len(starts) > 1 else None,
             "per_step": per_step,
             "counters": dict(self.counters),

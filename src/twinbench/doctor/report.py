@@ -70,6 +70,9 @@ def summary_line(obs: dict[str, Any]) -> str:
     step = (f"step = {obs['step_fn']} (found by {signal}), " if obs.get("step_fn") else "no step found, ")
     return (f"{fw}; {step}{obs.get('steps', 0)} steps"
             + (f", {step_ms:.2f} ms/step (median, steady)" if step_ms else "")
+            + (" [the rate the loop dispatched its steps: their results could not be waited on; --steps N "
+               "times them to the end]" if obs.get("step_timing") == "dispatch" else "")
+            + (" [from the 2nd step to all steps done]" if obs.get("step_timing") == "end-to-end" else "")
             + f", compile {obs.get('compile_s', 0.0):.2f} s, wall {obs.get('wall_s', 0.0):.1f} s"
             + (" (stopped at --steps)" if obs.get("stopped_early") else "")
             + (" (stopped at --timeout)" if obs.get("timed_out") else ""))

@@ -41,12 +41,16 @@ def compile_dominates(obs: Obs) -> Finding | None:
 
 # -- jax-unrolled-loop ----------------------------------------------------------------------------------------------
 UNROLL_WARN_S = 0.5  # compile seconds spent on the repeated copies (all but the first): info below, warning from
+UNROLL_WARN_COPIES = 8  # ... and only from this many copies: a scan has costs of its own (a while loop, stacked
+# parameters and gradients, dynamic slices) that few copies do not pay back; measured: 24 copies of a micro-batch
+# compiled in 2.06 s unrolled against 0.57 s scanned, but nanoGPT's Flax port with 4 layers compiled its step in
+# 10-11 s unrolled and 18 s scanned, and ran slower scanned (benchmarks/RESULTS.md, the doctor on public pairs)
 
 
 def jax_unrolled_loop(obs: Obs) -> Finding | None:
     """Threshold: the step's program holds >= 4 back-to-back copies of one unit of >= 8 equations (a Python loop
-    unrolled by jit); warning when the copies after the first cost >= 0.5 s of its backend compile (the compile
-    time in proportion to the equations they are), info below."""
+    unrolled by jit); warning when there are >= 8 copies and the copies after the first cost >= 0.5 s of its
+    backend compile (the compile time in proportion to the equations they are), info below."""
     prog = obs.get("info", {}).get("step_program") or {}
     rep = prog.get("repeat")
     if not rep:
@@ -55,15 +59,20 @@ def jax_unrolled_loop(obs: Obs) -> Finding | None:
     share = extra / max(rep["eqns"], 1)
     compile_s = prog.get("compile_s", 0.0)
     cost = compile_s * share
+    few = rep["copies"] < UNROLL_WARN_COPIES
     return Finding(
-        "jax-unrolled-loop", "warning" if cost >= UNROLL_WARN_S else "info",
+        "jax-unrolled-loop", "warning" if cost >= UNROLL_WARN_S and not few else "info",
         f"a Python loop is unrolled inside the jitted step: {rep['copies']} copies of the same "
         f"{rep['period']} operations",
         f"the step's program (jaxpr, nested calls inlined) is {rep['eqns']} equations, {rep['copies']} x "
         f"{rep['period']} of them one unit repeated back to back (from equation {rep['start']}): "
         f"{100 * share:.0f}% of the program is copies; its backend compile took {compile_s:.2f} s, about "
         f"{cost:.2f} s of it for the copies, and trace and compile time grow with the loop's count (info from 4 "
-        f"copies of >= 8 operations, warning from {UNROLL_WARN_S:g} s of compile for the copies)",
+        f"copies of >= 8 operations, warning from {UNROLL_WARN_S:g} s of compile for the copies and "
+        f"{UNROLL_WARN_COPIES} copies)"
+        + ("; with this few copies a scan's own costs (a while loop, stacked parameters, dynamic slices) may "
+           "outweigh the saving: time both before changing (a 4-layer GPT on a CPU compiled and ran slower "
+           "scanned)" if few and cost >= UNROLL_WARN_S else ""),
         "Loop inside the program instead of in Python, so the body is traced and compiled once:\n"
         "  gradient accumulation: (grads, loss), _ = jax.lax.scan(micro_step, (zeros, 0.0), (xs, ys))\n"
         "  a fixed count:         x = jax.lax.fori_loop(0, n, body, x)\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from twinbench.doctor.findings.base import JAX_DOCS, TORCH_DOCS, Finding, Obs, _iter_ms, _per_step, _sites
@@ -9,6 +10,34 @@ from twinbench.doctor.findings.base import JAX_DOCS, TORCH_DOCS, Finding, Obs, _
 # -- jax-host-sync -------------------------------------------------------------------------------------------
 HOST_SYNC_WARN = 1.0  # device values read on the host per steady step: a finding from this many
 HOST_SYNC_WAIT_SHARE = 0.05  # ... a warning when the host waits in them this share of the step, else info
+READ_CHECK_MIN = 3  # iterations of each kind the host-read check needs before its verdict replaces the estimate
+
+
+def _checked_cost(obs: Obs) -> tuple[str, str] | None:
+    """Severity and evidence from the doctor's own A/B of the reads (``Recorder.read_check``): the loop's
+    iteration while its reads of the step's outputs waited, against the same loop with those reads answered
+    one step late. None when the check did not run or saw too few iterations."""
+    check = obs.get("read_check") or {}
+    waited, deferred = check.get("waited_ms"), check.get("deferred_ms")
+    if not waited or not deferred or min(check.get("waited_n", 0), check.get("deferred_n", 0)) < READ_CHECK_MIN:
+        return None
+    gain = (waited - deferred) / waited
+    # the noise of the two medians (from each kind's spread: a median's standard error is about 0.93 IQR/sqrt(n)):
+    # a gain within twice that is not a measured gain
+    se = math.hypot(*(0.93 * (check.get(f"{m}_iqr_ms") or 0.0) / math.sqrt(check[f"{m}_n"])
+                      for m in ("waited", "deferred")))
+    real = gain >= HOST_SYNC_WAIT_SHARE and waited - deferred > 2 * se
+    verdict = (f"{100 * gain:.1f}% faster without the wait" if gain > 0 else
+               f"no faster without the wait ({100 * -gain:.1f}% slower)")
+    if gain >= HOST_SYNC_WAIT_SHARE and not real:
+        verdict += f", within the noise of this run (+-{2 * se:.2f} ms: twice the medians' standard error)"
+    return ("warning" if real else "info",
+            f"; checked by the doctor: with these reads answered one step late (the device never waits for "
+            f"them) on alternate blocks of steps, the iteration took {deferred:.2f} ms (median of "
+            f"{check['deferred_n']}) against {waited:.2f} ms (median of {check['waited_n']}) as written: "
+            f"{verdict} (warning from {100 * HOST_SYNC_WAIT_SHARE:.0f}%, else info"
+            + ("; on a CPU backend the host's work between steps and XLA's threads share the cores, so "
+               "dispatching ahead may gain nothing)" if gain < HOST_SYNC_WAIT_SHARE else ")"))
 
 
 def _host_sync_cost(obs: Obs, seconds_key: str) -> tuple[str, str]:
@@ -35,9 +64,11 @@ def _read_location(sites: dict[str, int]) -> str:
 
 def jax_host_sync(obs: Obs) -> Finding | None:
     """Threshold: >= 1 device value read on the host (float, .item(), print, bool) per step; a warning when
-    the reads cost the loop >= 5% of the mean steady iteration on the host (the time of each line's burst of
-    reads less the part spent waiting for a step still running on the device, plus that wait where the
-    device then sat idle between steps), else info."""
+    the reads cost the loop >= 5% of the steady iteration, else info. The cost is the doctor's own A/B where it
+    ran (reads of the step's scalar outputs answered one step late on alternate blocks of steps: the iteration
+    with and without the wait, ``_checked_cost``); else the estimate: the time of each line's burst of reads
+    less the part spent waiting for a step still running on the device, plus that wait where the device then
+    sat idle between steps."""
     reads = _per_step(obs, "jax_host_reads")
     if reads is None or reads < HOST_SYNC_WARN:
         return None
@@ -68,6 +99,9 @@ def jax_host_sync(obs: Obs) -> Finding | None:
                 f"other idle time between steps) the loop lost {lost_ms:.2f} ms per step, {100 * share:.1f}% of "
                 f"the {iter_ms:.2f} ms steady iteration (mean, one step start to the next; warning from "
                 f"{100 * HOST_SYNC_WAIT_SHARE:.0f}% of it, else info)")
+    checked = _checked_cost(obs)
+    if checked is not None:
+        severity, cost = checked
     where = _read_location(sites)
     if library_index:
         title = f"{reads:.0f} device values read on the host every step: a JAX array is read element by element"
@@ -77,6 +111,8 @@ def jax_host_sync(obs: Obs) -> Finding | None:
                "is a separate device read and small dispatch.")
     else:
         title = f"{reads:.1f} device values read on the host every step: the loop waits for the device each time"
+        if checked is not None and severity == "info":
+            title += ", at no measured cost here"
         fix = ("Keep values on the device and read them rarely: losses.append(loss) in the loop and "
                "print(float(jnp.mean(jnp.stack(losses)))) every 100 steps or after it; inside jit use "
                "jax.debug.print; for early stopping, check every N steps.")

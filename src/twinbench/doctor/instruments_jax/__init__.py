@@ -52,6 +52,7 @@ class JaxInstruments(CompileHooks, StepHooks, HostReads, EagerHooks, StepFacts):
         self.op_depth = 0  # > 0 inside an array operator counted as one eager op
         self.eager_depth = 0  # > 0 inside timed eager work (eager_s counts the outermost level only)
         self.watcher = ReadyWatcher(rec)  # when each step's outputs are ready (the loop is not stalled)
+        rec.drain = self._drain
         rec.frameworks.add("jax")
         rec.finalizers.append(self.finalize)
 
@@ -76,6 +77,14 @@ class JaxInstruments(CompileHooks, StepHooks, HostReads, EagerHooks, StepFacts):
             self._patch(jax, name, self._wrap_grad(getattr(jax, name), name))
         self._patch_host_reads()
         self._patch_eager_dispatch()
+
+    def _drain(self) -> None:
+        """Wait for every array alive now (the steps dispatched so far)."""
+        for arr in self.jax.live_arrays():
+            try:
+                arr.block_until_ready()
+            except Exception:  # deleted (donated) meanwhile
+                continue
 
     def uninstall(self) -> None:
         self.undo_all()

@@ -22,6 +22,15 @@ LOWER_CACHED_S = 0.05  # a lowering this fast came from JAX's cache (and so will
 READ_COMPILE_MAX_S = 5.0  # a step that compiled faster may be compiled again to read its HLO
 
 
+def jax_threads(flags: str, cores: int) -> int:
+    """The threads XLA's CPU client computes with under ``XLA_FLAGS`` ``flags``: one per core it may run on
+    (``cores``), unless told otherwise (``intra_op_parallelism_threads=N``, or Eigen's multi-threading off)."""
+    m = re.search(r"intra_op_parallelism_threads=(\d+)", flags)
+    if m:
+        return int(m.group(1))
+    return 1 if re.search(r"--xla_cpu_multi_thread_eigen=(false|0)\b", flags) else cores
+
+
 class StepFacts(Hooks):
     """``finalize``: what the step function is, once the script has run."""
 
@@ -31,10 +40,8 @@ class StepFacts(Hooks):
         rec = self.rec
         rec.info["eager_sources"] = dict(self.eager_sources.most_common(8))
         rec.info["jax_host_read_sites"] = dict(self.read_sites.most_common(8))
-        flags = os.environ.get("XLA_FLAGS", "")
-        m = re.search(r"intra_op_parallelism_threads=(\d+)", flags)
-        # XLA's CPU client runs one thread per core unless told otherwise
-        rec.info.setdefault("threads", {})["jax"] = int(m.group(1)) if m else len(os.sched_getaffinity(0))
+        rec.info.setdefault("threads", {})["jax"] = jax_threads(os.environ.get("XLA_FLAGS", ""),
+                                                                len(os.sched_getaffinity(0)))
         key = rec.step_key()
         wrapper = self.wrappers.get(key or "")
         if wrapper is None:

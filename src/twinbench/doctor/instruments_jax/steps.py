@@ -195,6 +195,8 @@ class _Jitted:
             leaf = None if self.kind.endswith("-lib") else self._ready_leaf(out_leaves)  # a library's helper
             if leaf is not None:  # is no step: no need to see when it ends
                 inst.watcher.submit(key, index, leaf.block_until_ready)
+            if leaf is not None:
+                inst.step_outputs(key, index, out_leaves)
         inst.inner_s += time.perf_counter() - t_enter  # the doctor's own work in this call is not nnx.jit's
         rec.step_done(key)
         return out

@@ -1,0 +1,171 @@
+"""``twinbench doctor --trace DIR``: a few steady steps of the user's script recorded with its framework's
+profiler, ready for ``twinbench explain DIR``.
+
+The child process (``bootstrap``) installs a :class:`StepProfiler` on the recorder: from the end of step
+call ``TRACE_FROM - 1`` (compilation is over) to the end of ``TRACE_STEPS`` steps later, PyTorch's
+``torch.profiler`` (a Chrome trace, a ``ProfilerStep#N`` from each step's end to the next) or
+JAX's ``jax.profiler`` (an xplane under ``DIR/plugins/profile/``, a ``StepTraceAnnotation`` from each step's
+end to the next, and, while it records, each step waited for at its end so that its kernels run inside its
+annotation, as docs/explain.md's recipe does) runs. For JAX, ``XLA_FLAGS=--xla_dump_to=
+DIR/hlo`` is set before the script starts (explain needs the compiled HLO to categorise XLA:CPU kernels), and
+the step's compiled module is copied to ``DIR/step.hlo.txt``. ``DIR/trace.json`` says what was recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from twinbench.doctor.recorder import Recorder
+
+TRACE_FROM = 4  # the first step call recorded (0-based): the first ones compile
+TRACE_STEPS = 5  # steps recorded
+HLO_DIR = "hlo"
+
+
+def trace_env(trace_dir: Path) -> dict[str, str]:
+    """The child's environment for ``--trace``: where to record, and XLA's HLO dump there (a flag the user's
+    XLA_FLAGS already sets wins)."""
+    from twinbench.xla_flags import with_defaults
+
+    hlo = trace_dir.resolve() / HLO_DIR
+    flags = with_defaults(os.environ.get("XLA_FLAGS", ""), (f"--xla_dump_to={hlo}",))
+    return {"TWINBENCH_DOCTOR_TRACE": str(trace_dir.resolve()), "XLA_FLAGS": flags}
+
+
+def dump_dir() -> Path | None:
+    """Where XLA dumps its HLO in this process (``--xla_dump_to`` in XLA_FLAGS), if it does."""
+    m = re.search(r"--xla_dump_to=(\S+)", os.environ.get("XLA_FLAGS", ""))
+    return Path(m.group(1)) if m else None
+
+
+def explain_command(trace_dir: Path, info: dict[str, Any]) -> str:
+    """The ``twinbench explain`` command for a trace the doctor recorded."""
+    hlo = f" --hlo {info['hlo']}" if info.get("hlo") else ""
+    return f"twinbench explain {trace_dir}{hlo}"
+
+
+class StepProfiler:
+    """Starts the framework's profiler at a steady step's end and stops it ``TRACE_STEPS`` steps later."""
+
+    def __init__(self, rec: Recorder, trace_dir: str) -> None:
+        self.rec, self.dir = rec, Path(trace_dir)
+        self.framework: str | None = None
+        self.torch_prof: Any = None
+        self.recorded: list[int] = []
+        self.t0 = 0.0
+        self.annotation: Any = None  # JAX: the open StepTraceAnnotation
+
+    def install(self) -> None:
+        self.rec.on_step_done.append(self.on_step_done)
+        self.rec.finalizers.append(self.stop)
+
+    def on_step_done(self, index: int) -> None:
+        if self.framework is None and index == TRACE_FROM - 1:
+            self.start()
+        elif self.framework is not None and self.t0:
+            self.recorded.append(index)
+            if len(self.recorded) >= TRACE_STEPS:
+                self.stop()
+            else:
+                self._next_annotation(index)
+
+    def _next_annotation(self, index: int | None) -> None:
+        """End the open step annotation and open the next one (``index`` None: none). PyTorch: a
+        ``ProfilerStep#N`` record_function, as ``profile.step()`` makes under a schedule. JAX: first wait for
+        the steps dispatched so far, then a ``StepTraceAnnotation``."""
+        self.rec.internal += 1
+        try:
+            if self.framework == "jax":
+                import jax
+
+                for arr in jax.live_arrays():
+                    with contextlib.suppress(Exception):  # deleted (donated) meanwhile
+                        arr.block_until_ready()
+            if self.annotation is not None:
+                self.annotation.__exit__(None, None, None)
+                self.annotation = None
+            if index is None:
+                return
+            if self.framework == "jax":
+                import jax
+
+                self.annotation = jax.profiler.StepTraceAnnotation("train", step_num=index + 1)
+            else:
+                import torch.profiler
+
+                self.annotation = torch.profiler.record_function(f"ProfilerStep#{index + 1}")
+            self.annotation.__enter__()
+        finally:
+            self.rec.internal -= 1
+
+    def start(self) -> None:
+        self.rec.internal += 1
+        try:
+            kind = self.rec.kinds.get(self.rec.step_key() or "", "")
+            self.framework = "torch" if kind.startswith("torch") else "jax"
+            if self.framework == "torch":
+                import torch.profiler
+
+                self.torch_prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                                         record_shapes=True, with_flops=True)
+                self.torch_prof.start()
+            else:
+                import jax
+
+                jax.profiler.start_trace(str(self.dir))
+            self.t0 = time.perf_counter()
+            self._next_annotation(TRACE_FROM - 1)
+        except Exception as e:  # the findings go on without the trace; the error is reported
+            self.rec.info["trace_error"] = f"start: {type(e).__name__}: {e}"[:300]
+            self.t0 = 0.0
+        finally:
+            self.rec.internal -= 1
+
+    def stop(self) -> None:
+        """Stop recording (at the last step, or at the script's end if it ran fewer steps) and write it."""
+        if not self.t0:
+            return
+        self.t0, recorded = 0.0, list(self.recorded)
+        self.rec.internal += 1
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            if self.torch_prof is not None:
+                self._next_annotation(None)
+                self.torch_prof.stop()
+                path = self.dir / "doctor.pt.trace.json"
+                self.torch_prof.export_chrome_trace(str(path))
+                files = [path.name]
+            else:
+                import jax
+
+                self._next_annotation(None)  # the steps dispatched so far run inside the trace
+                jax.profiler.stop_trace()
+                files = [str(p.relative_to(self.dir)) for p in self.dir.rglob("*.xplane.pb")]
+                self._copy_step_hlo()
+            info = {"framework": self.framework, "steps": recorded, "files": files,
+                    "hlo": str(dump_dir()) if self.framework == "jax" and dump_dir() else None}
+            (self.dir / "trace.json").write_text(json.dumps(info, indent=1))
+            self.rec.info["trace"] = {**info, "dir": str(self.dir)}
+        except Exception as e:
+            self.rec.info["trace_error"] = f"stop: {type(e).__name__}: {e}"[:300]
+        finally:
+            self.rec.internal -= 1
+
+    def _copy_step_hlo(self) -> None:
+        """The step's compiled module from the HLO dump, as ``step.hlo.txt`` beside the trace (the module named
+        after the step's function, else the largest one)."""
+        where = dump_dir()
+        dumps = list(where.glob("*after_optimizations.txt")) if where else []
+        if not dumps:
+            return
+        name = (self.rec.step_key() or "").rsplit(":", 1)[-1].split(".")[-1]
+        named = [p for p in dumps if f".jit_{name}." in p.name]
+        best = max(named or dumps, key=lambda p: p.stat().st_size)
+        shutil.copyfile(best, self.dir / "step.hlo.txt")

@@ -1,0 +1,127 @@
+"""The doctor's clock on loops it did not write: an asynchronous JAX loop timed by its steps' completion, a read
+of the step's output checked by the doctor's own A/B, PyTorch's forward and backward counted in its step, and a
+script that ignores SIGTERM keeping what was seen before --timeout. Three scripts, each in one doctor process."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from twinbench.doctor import DoctorError, check_script, run_doctor
+from twinbench.doctor import findings as fd
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+def own_step_ms(output: str) -> float:
+    m = re.search(r"OWN_STEP_MS ([\d.]+)", output)
+    assert m, output
+    return float(m.group(1))
+
+
+def test_async_loop_is_timed_by_its_steps_completion(tmp_path: Path) -> None:
+    """No read of the device: the loop dispatches its steps far ahead; the step time is the rate at which they
+    complete (the script's own clock, synchronised at the end), not the dispatch rate. --trace rides along."""
+    res = run_doctor(SCRIPTS / "async_step_read.py", [], timeout=180, trace_dir=tmp_path / "trace")
+    obs, own = res.observations, own_step_ms(res.output_tail)
+    assert obs["step_timing"] == "completion"
+    assert obs["dispatch_ms"] < 0.5 * own  # the loop ran ahead of the device: dispatch is not the step
+    assert 0.6 < obs["step_ms"] / own < 1.6, (obs["step_ms"], own)  # the same clock, not a speed threshold
+    info = obs["info"]["trace"]  # steady steps recorded for explain, with the step's compiled HLO beside them
+    assert info["framework"] == "jax" and len(info["steps"]) == 5 and info["files"]
+    assert (tmp_path / "trace" / "step.hlo.txt").read_text().startswith("HloModule")
+
+
+def test_a_step_whose_outputs_are_all_donated_is_timed_to_the_end() -> None:
+    """Nothing to wait on per step (its only output is donated to the next call): at --steps N the doctor waits
+    for all of them and times the steps from the 2nd call to the end, not by their dispatch."""
+    res = run_doctor(SCRIPTS / "async_step_read.py", ["--carry-only"], steps=30, timeout=180)
+    obs = res.observations
+    assert obs["step_timing"] == "end-to-end" and obs["step_ms"] > 3 * obs["dispatch_ms"], obs["step_ms"]
+
+
+def test_a_read_of_the_steps_output_is_checked_before_a_warning() -> None:
+    """loss.item() every step: the doctor answers it one step late on alternate blocks of steps and compares."""
+    res = run_doctor(SCRIPTS / "async_step_read.py", ["--read"], timeout=180)
+    check = res.observations["read_check"]
+    assert check["waited_n"] >= 3 and check["deferred_n"] >= 3, check
+    sync = next(f for f in res.findings if f.id == "jax-host-sync")
+    assert "checked by the doctor" in sync.evidence
+    assert sync.severity in ("warning", "info") and f"median of {check['waited_n']}" in sync.evidence
+
+
+def test_checked_cost_decides_the_severity() -> None:
+    """The estimate (a read's host time plus the device's idle time) said 45%; the A/B decides."""
+    base = {"steps": 40, "steady_steps": 30, "iter_ms": 10.0, "step_kind": "jit", "frameworks": ["jax"],
+            "per_step": {"jax_host_reads": 1.0, "jax_host_read_span_s:s": 0.0045, "jax_host_read_blocked_s:s": 0.0},
+            "split": {"async": True, "idle_mean_ms": 0.0}, "info": {"jax_host_read_sites": {"t.py:9 (item)": 40}}}
+    assert fd.jax_host_sync(base).severity == "warning"  # unchecked: the estimate stands
+    same = {**base, "read_check": {"waited_ms": 30.0, "waited_n": 12, "deferred_ms": 30.6, "deferred_n": 12}}
+    f = fd.jax_host_sync(same)
+    assert f.severity == "info" and "no faster without the wait" in f.evidence and "no measured cost" in f.title
+    faster = {**base, "read_check": {"waited_ms": 30.0, "waited_n": 12, "deferred_ms": 24.0, "deferred_n": 12}}
+    assert fd.jax_host_sync(faster).severity == "warning" and "20.0% faster" in fd.jax_host_sync(faster).evidence
+    noisy = {**base, "read_check": {"waited_ms": 30.0, "waited_n": 12, "deferred_ms": 28.0, "deferred_n": 12,
+                                    "waited_iqr_ms": 10.0, "deferred_iqr_ms": 10.0}}  # 6.7% faster, +-7.6 ms noise
+    f = fd.jax_host_sync(noisy)
+    assert f.severity == "info" and "within the noise" in f.evidence
+    few = {**base, "read_check": {"waited_ms": 30.0, "waited_n": 2, "deferred_ms": 30.0, "deferred_n": 2}}
+    assert fd.jax_host_sync(few).severity == "warning"  # too few iterations to check: the estimate stands
+
+
+def test_torch_step_killed_after_ignoring_sigterm_keeps_its_findings() -> None:
+    """The script trains, then ignores SIGTERM and hangs: killed after the grace period, it is still reported
+    from what it wrote as it ran; its forward and backward are the step's time, not idle."""
+    res = run_doctor(SCRIPTS / "torch_stubborn.py", [], timeout=10, grace_s=1)
+    obs = res.observations
+    assert res.timed_out and obs["killed"] and obs["steps"] >= 8, obs.get("steps")
+    assert any(f.id == "torch-host-sync" for f in res.findings)
+    split = obs["split"]
+    assert split["step_ms"] >= 0.5 * split["iter_ms"] and split["step_ms"] > split["idle_ms"], split
+
+
+def test_cpu_oversubscribed_once_the_threads_fit() -> None:
+    """Threads already within the free cores (OMP_NUM_THREADS=1, XLA on one thread): no threads fix again."""
+    from twinbench.doctor.instruments_jax.facts import jax_threads
+
+    assert jax_threads("--xla_cpu_multi_thread_eigen=false", 2) == 1 and jax_threads("", 2) == 2
+    busy = {"machine": {"cores": 2, "others_cores": 1.2, "own_cores": 0.8, "window_s": 5.0}}
+    many = fd.cpu_oversubscribed({**busy, "info": {"threads": {"torch": 2}}})
+    assert many.severity == "warning" and "set_num_threads(1)" in many.fix
+    fitted = fd.cpu_oversubscribed({**busy, "info": {"threads": {"torch": 1, "jax": 1}}})
+    assert fitted.severity == "info" and "set_num_threads" not in fitted.fix and "idle" in fitted.fix
+
+
+def test_only_python_scripts_are_run(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text('{"lr": 0.001, "batch": 32}\n')  # parses as Python, but is not a script
+    with pytest.raises(DoctorError, match="not a Python script"):
+        check_script(config)
+    binary = tmp_path / "weights.py"
+    binary.write_bytes(b"\x00\x01\x02PK\x03\x04" * 10)
+    with pytest.raises(DoctorError, match="binary"):
+        check_script(binary)
+    runner = tmp_path / "train"
+    runner.write_text("#!/usr/bin/env python3\nprint('hi')\n")
+    assert check_script(runner) == runner.resolve()
+
+
+def test_completion_rate_survives_a_lagging_watcher_and_the_read_check() -> None:
+    """Steps dispatched 0.1 ms apart and done every 10 ms: noted 4 at a time by a watcher starved of the GIL,
+    or cut into short runs by the read check's deferred blocks (where the reads note each step's end): still
+    10 ms a step, not the 0.1 ms dispatch."""
+    from twinbench.doctor.recorder import Recorder
+
+    for lag, check in ((True, False), (False, True)):
+        rec = Recorder()
+        for i in range(60):
+            rec.calls["jit:step"].append((100.0 + 1e-4 * i, {}))
+            rec.step_ready("jit:step", i, 100.0 + 0.01 * ((i - i % 4 + 3) if lag else i))
+            if check and i >= 3:
+                rec.read_mode[i] = "deferred" if ((i - 3) // 4) % 2 else "waited"
+        rec.kinds["jit:step"] = "jit"
+        obs = rec.observations()
+        assert obs["step_timing"] == "completion" and obs["step_ms"] == pytest.approx(10.0, rel=0.2), (lag, obs)
+        assert obs["dispatch_ms"] == pytest.approx(0.1)
