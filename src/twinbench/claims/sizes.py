@@ -79,12 +79,12 @@ def sizes_for(platform: str, quick: bool, preset: str | None = None) -> dict[str
     the size claims, the BERT fine-tuning preset and its batch shape, and the repeats of timed runs."""
     if platform == "cpu":
         bert = {"batch": 4, "steps": 12, "warmup": 3} if quick else {"batch": 8, "steps": 40, "warmup": 5}
-        return {"gpt": preset or ("tiny" if quick else "small"), "large": "", "bert": "bert-tiny",
-                "bert_shape": bert, "repeats": REPEATS}
+        return dict(gpt=preset or ("tiny" if quick else "small"), large="", bert="bert-tiny", bert_shape=bert,
+                    repeats=REPEATS)
     bert = {"batch": 32, "seq": 128, "steps": 12, "warmup": 3} if quick else \
         {"batch": 32, "seq": 128, "steps": 20, "warmup": 5}
-    return {"gpt": preset or "gpt2-124m", "large": LARGE, "bert": "bert-base", "bert_shape": bert,
-            "repeats": ACCELERATOR_REPEATS[quick]}
+    return dict(gpt=preset or "gpt2-124m", large=LARGE, bert="bert-base", bert_shape=bert,
+                repeats=ACCELERATOR_REPEATS[quick])
 
 
 def left_out(claim_id: str, quick: bool, platform: str) -> str:
