@@ -178,6 +178,11 @@ def explain_cmd(
     check_json(json_path)
     try:
         if command.trace_file.is_trace(run_a) or run_b is None or command.trace_file.is_trace(run_b):
+            for flag, given in (("--try", try_flags), ("--depths", depths)):
+                if given:
+                    fail(f"{flag} runs or compiles a twinbench run again (framework:strategy or "
+                         f"RESULTS_DIR:framework/strategy); a trace cannot be: change your script, trace it "
+                         "again and explain the two traces")
             result = command.explain_traces(run_a, run_b, expand, step_marker, rank, device, hlo)
         else:
             result = command.explain(run_a, run_b, preset, overrides, target, timeout, model, jax_model, expand,

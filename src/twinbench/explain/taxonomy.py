@@ -19,7 +19,7 @@ CATEGORIES = ("matmul", "attention", "normalization", "element-wise", "reduction
 DOMINANCE = ("collectives", "attention", "matmul", "normalization", "reductions", "data movement", "element-wise")
 
 _TORCH = [
-    ("attention", r"scaled_dot_product|_flash_attention|_efficient_attention|sdpa|softmax|attention"),
+    ("attention", r"scaled_dot_product|_flash_attention|_efficient_attention|sdpa|(?<!log_)softmax|attention"),
     ("matmul", r"::(mm|bmm|addmm|matmul|linear|baddbmm|addbmm|einsum|_mm|dot|mv|addmv)\b|gemm|cublas|sgemm"),
     ("normalization", r"layer_norm|batch_norm|group_norm|rms_norm|native_layer_norm|norm_backward"),
     ("collectives", r"c10d|nccl|all_reduce|allreduce|all_gather|allgather|reduce_scatter|broadcast_|gloo"),
@@ -138,7 +138,7 @@ def timed_opcode(opcode: str) -> bool:
     return opcode not in _NO_TIME
 
 
-_NODES = [("attention", ("attention", "softmaxbackward", "sdpa")), ("matmul", ("addmm", "mmbackward", "bmm", "linear")),
+_NODES = [("reductions", ("logsoftmax",)), ("attention", ("attention", "softmaxbackward", "sdpa")), ("matmul", ("addmm", "mmbackward", "bmm", "linear")),
           ("normalization", ("layernorm", "batchnorm", "groupnorm", "rmsnorm")),
           ("reductions", ("nllloss", "logsoftmax", "sumbackward", "meanbackward", "norm")),
           ("data movement", ("view", "tbackward", "transpose", "permute", "split", "embedding", "reshape",

@@ -116,5 +116,6 @@ def read(arg: str, step_marker: str | None = None, rank: int | None = None, devi
         b = jax_trace.read(str(path), step_marker=step_marker, device=device, hlo_for=hlo_for)
         if found and found[0]:
             notes.append(f"compiled HLO text: {found[0]}")
+            b.hlo_path = found[0]
     b.notes[:0] = notes
     return kind, path, b
