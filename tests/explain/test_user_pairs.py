@@ -144,3 +144,10 @@ def test_steps_cut_differently_are_said_with_their_figures() -> None:
     assert r["b"]["categorized_share"] >= 0.95 and r["b"]["trace"]["backward"] > 0  # its ops, attributed
     same = explained("nanogpt")  # both annotations span the loop iteration: nothing to say
     assert "steps cut differently" not in same["summary"]
+
+
+def test_an_interaction_layer_is_not_attention() -> None:
+    """A recommender's feature interactions (``[B, F, D] @ [B, D, F]`` into square ``[B, F, F]``) make square
+    products no softmax reads: not attention (an A100 DLRM-style job, public trace)."""
+    e = command.explain_traces(str(FIX / "hta_trace_diff_control.json.gz"), None)["a"]
+    assert _cat(e, "attention") == 0

@@ -8,9 +8,11 @@ model may or may not carry (a user's port has none of twinbench's scopes).
   one whose path names an optimizer library (``optax``, ``apply_gradients``...). The loss and metrics the
   step returns depend on the forward pass only: they stay ``rest``.
 * **Attention**: a batched product (a ``dot`` with batch dimensions) into or out of ``[..., T, T]`` scores
-  (``q @ k^T``, ``p @ v`` and their four backward products), and any instruction whose result has the
-  scores' elements and ends in their ``T`` (the scale, mask, softmax and dropout on the scores, forward and
-  backward), whatever scope names the model uses. torch's SDPA counts the same work as attention.
+  that a softmax exponentiates (``q @ k^T``, ``p @ v`` and their four backward products), and any
+  instruction whose result has the scores' elements and ends in their ``T`` (the scale, mask, softmax and
+  dropout on the scores, forward and backward), whatever scope names the model uses. torch's SDPA counts the
+  same work as attention. Products into square tensors no softmax reads (a recommender's feature
+  interactions, ``[B, F, D] @ [B, D, F]``) are not attention.
 """
 
 from __future__ import annotations
@@ -121,6 +123,19 @@ def _dots(comp: str, mod: hlo_text.Module, depth: int = 0) -> list[tuple[hlo_tex
     return found
 
 
+def _softmax_on(score: tuple[int, int], comps: dict[str, list[hlo_text.Instr]], mod: hlo_text.Module) -> bool:
+    """Whether an executed instruction exponentiates a tensor of the scores' size (the softmax's exp)."""
+    for instrs in comps.values():
+        for ins in instrs:
+            dims = _dims(ins)
+            if not dims or (math.prod(dims), dims[-1]) != score:
+                continue
+            ops = {i.opcode for i in mod.computations.get(ins.calls, [])} if ins.opcode == "fusion" else {ins.opcode}
+            if "exponential" in ops:
+                return True
+    return False
+
+
 def attention(mod: hlo_text.Module) -> set[str]:
     """The names of the executed instructions that are attention by structure (see the module's docstring)."""
     comps = executed(mod)
@@ -141,8 +156,9 @@ def attention(mod: hlo_text.Module) -> set[str]:
                     if t:
                         scores.add((math.prod(dims), t))
                         found.add(ins.name)
-    if not scores:
-        return found
+    scores = {sc for sc in scores if _softmax_on(sc, comps, mod)}  # scores have their softmax (not an
+    if not scores:  # interaction layer's [B, F, F] products)
+        return set()
     for instrs in comps.values():
         for ins in instrs:
             dims = _dims(ins)
@@ -153,6 +169,7 @@ def attention(mod: hlo_text.Module) -> set[str]:
 
 # ------------------------------------------------------------------------------------------------- torch
 _TORCH_BATCHED = re.compile(r"^aten::(bmm|matmul|baddbmm|einsum)$")
+_TORCH_SOFTMAX = re.compile(r"^aten::_?(softmax|safe_softmax)$")
 
 
 def _torch_dims(e: dict) -> list[list[int]]:
@@ -175,7 +192,9 @@ def torch_scores(events: list[dict]) -> set[tuple[int, int]]:
             t = _square(tuple(dims))
             if t:
                 out.add((math.prod(dims), t))
-    return out
+    softmaxed = {(math.prod(d), d[-1]) for e in events if e.get("cat") == "cpu_op"
+                 and _TORCH_SOFTMAX.match(str(e.get("name", ""))) for d in _torch_dims(e)}
+    return out & softmaxed  # scores have their softmax (not an interaction layer's [B, F, F] products)
 
 
 def torch_on_scores(e: dict, scores: set[tuple[int, int]]) -> bool:

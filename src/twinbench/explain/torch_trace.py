@@ -207,6 +207,8 @@ def kernel_category(kernel: dict[str, Any], op_category: str) -> str:
     if kernel["cat"] in ("gpu_memcpy", "gpu_memset"):
         return "data movement"
     by_name = taxonomy.kernel(kernel["name"])
+    if op_category == "attention" and by_name in ("matmul", "element-wise", "reductions", "data movement"):
+        return "attention"  # a gemm or softmax kernel of a written-out attention (its op works on the scores)
     if by_name:
         return by_name
     if op_category != "other":
