@@ -77,8 +77,13 @@ def test_torch_written_out_attention_is_attention_too() -> None:
 
 
 @pytest.mark.parametrize("pair", ["nanogpt", "lm"])
-def test_jax_ops_carry_flops_from_the_hlo(pair: str) -> None:
-    r = explained(pair)
+def test_jax_ops_carry_flops_from_the_hlo(pair: str, tmp_path: Path) -> None:
+    """``--hlo DIR``, the ``--xla_dump_to`` directory as the user has it, not only a file."""
+    torch_trace, jax_trace, hlo = _files(pair)
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    (dump / "module_0177.jit_train_step.cpu_after_optimizations.txt").write_bytes(gzip.decompress(Path(hlo).read_bytes()))
+    r = command.explain_traces(torch_trace, jax_trace, hlo=str(dump))
     jax_rows = r["b"]["throughput"]
     assert jax_rows["forward"]["matmul"]["flops"] > 0 and jax_rows["backward"]["matmul"]["flops"] > 0
     assert jax_rows["forward"]["attention"]["flops"] > 0
