@@ -156,3 +156,14 @@ def test_an_interaction_layer_is_not_attention() -> None:
     products no softmax reads: not attention (an A100 DLRM-style job, public trace)."""
     e = command.explain_traces(str(FIX / "hta_trace_diff_control.json.gz"), None)["a"]
     assert _cat(e, "attention") == 0
+
+
+def test_torch_convolutions_carry_their_flops() -> None:
+    """The PyTorch MNIST CNN's forward per step of 64 images: conv1 1->32 and conv2 32->64 (3x3, no padding,
+    28 -> 26 -> 24), fc1 9216->128, fc2 128->10; its backward computes the weights' gradients of all four and
+    the inputs' of all but conv1."""
+    t = explained("mnist")["a"]["throughput"]
+    conv1, conv2 = 2 * 64 * 26 * 26 * 32 * 1 * 9, 2 * 64 * 24 * 24 * 64 * 32 * 9
+    fc1, fc2 = 2 * 64 * 9216 * 128, 2 * 64 * 128 * 10
+    assert t["forward"]["matmul"]["flops"] == pytest.approx(conv1 + conv2 + fc1 + fc2, rel=1e-6)
+    assert t["backward"]["matmul"]["flops"] == pytest.approx(conv1 + 2 * conv2 + 2 * fc1 + 2 * fc2, rel=1e-6)
