@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,26 @@ def undisturbed(durations: list[float]) -> list[int]:
     another process descheduled is slow in whichever op it was running; averaging it in would blame that op."""
     fastest = min(durations, default=0.0)
     return [i for i, d in enumerate(durations) if d <= DISTURBED * fastest]
+
+
+#: an annotation covering this share of its loop's iteration (start to start) or more spans the whole iteration
+WHOLE_ITERATION = 0.95
+
+
+def step_cut(spans: list[tuple[float, float]], per_ms: float) -> dict[str, float]:
+    """What a trace's step annotation spans: its mean length and the loop's iteration (the median time from
+    one step's start to the next's), in ms (``per_ms``: the trace's time units per millisecond). An annotation
+    spanning under :data:`WHOLE_ITERATION` of the iteration leaves loop work (the batch, logging, a host read)
+    outside its steps: the compiled step only, where a ``ProfilerStep`` spans the whole iteration."""
+    if len(spans) < 2:
+        return {}
+    s = sorted(spans)
+    pairs = sorted(((a[1] - a[0]) / (b[0] - a[0]), a[1] - a[0], b[0] - a[0])
+                   for a, b in itertools.pairwise(s) if b[0] > a[0])
+    if not pairs:
+        return {}
+    coverage, span, period = pairs[len(pairs) // 2]  # the median step: a disturbed one does not decide
+    return {"span_ms": span / per_ms, "iteration_ms": period / per_ms, "coverage": coverage}
 
 
 @dataclass
@@ -57,6 +78,8 @@ class Breakdown:
     notes: list[str] = field(default_factory=list)  # what was chosen for the user (rank, device, steps)
     peak_tflops: float | None = None  # the device's peak where the trace names the device (TPU: datasheet)
     peak_source: str = ""
+    hlo_path: str = ""  # JAX: the compiled HLO text its ops were named by ("" when none)
+    cut: dict[str, float] = field(default_factory=dict)  # what the step annotation spans (:func:`steps.cut`)
     #: every attributed op as read (phase, category, ms, scope, name, detail), summed over the steps used and
     #: not yet divided: explain/ops.py groups them (FLOPs, shapes from ``detail``) and divides as ``finish``
     #: did the cells

@@ -97,7 +97,7 @@ def explain_traces(trace_a: str, trace_b: str | None, expand: str = "categories"
         raise ExplainError(str(e)) from e
     if len(explained) == 2 and explained[0]["run"] == explained[1]["run"]:
         for e, a in zip(explained, args, strict=True):
-            e["run"] = f"{e['run'].split(':')[0]}:{Path(a).resolve().parent.name}/{Path(a).name}"[:60]
+            e["run"] = f"{e['run'].split(':')[0]}:{Path(a).resolve()}"
     if len(explained) == 1:
         return {"a": explained[0]}
     return gap.pair(explained[0], explained[1], expand)
@@ -139,9 +139,9 @@ def run_table(e: dict[str, Any]) -> Any:
 def gap_table(result: dict[str, Any]) -> Any:
     from rich.table import Table
 
-    a, b = result["a"]["run"], result["b"]["run"]
-    t = Table(title=f"gap: {b} - {a} = {result['gap_ms']:+.1f} ms per step", title_justify="left")
-    for col, just in (("row", "left"), (f"{a} ms", "right"), (f"{b} ms", "right"), ("B-A ms", "right"),
+    a, b = result["a"]["run"], result["b"]["run"]  # named in the title, whole: a column header would cut them
+    t = Table(title=f"gap: B {b} - A {a} = {result['gap_ms']:+.1f} ms per step", title_justify="left")
+    for col, just in (("row", "left"), ("A ms", "right"), ("B ms", "right"), ("B-A ms", "right"),
                       ("share of gap", "right"), ("timing B-A", "right"), ("A GFLOP/s (peak)", "right"),
                       ("B GFLOP/s (peak)", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]

@@ -39,7 +39,7 @@ def counts(text: str) -> Counter[tuple[str, str, str]]:
         ins = instrs.get(name)
         if ins is None:
             continue
-        phase, cat = hlo.phase(ins.op_name), hlo.category(ins)
+        phase, cat = hlo.phase_of(ins), hlo.category(ins)
         for op in ins.opcodes or [ins.opcode]:
             out[phase, cat, op] += 1
     return out

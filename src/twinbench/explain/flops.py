@@ -101,6 +101,9 @@ def torch_op(name: str, args: dict[str, Any] | None) -> OpShape:
         mm, kk, nn = a[-2], a[-1], b[-1]
         trans = _trans_of(a, sa, True) + _trans_of(b, sb, False)
         return OpShape(matmul_flops(batch, mm, kk, nn), moved, batch, mm, kk, nn, trans)
+    conv = _torch_conv(name, dims, args.get("Concrete Inputs") or [])
+    if conv:
+        return OpShape(flops=conv, bytes=moved)
     if _TORCH_SDPA.match(name) and dims and isinstance(dims[0], list) and len(dims[0]) == 4:
         q = dims[0]
         kdims = dims[1] if len(dims) > 1 and isinstance(dims[1], list) and len(dims[1]) == 4 else q
@@ -109,6 +112,42 @@ def torch_op(name: str, args: dict[str, Any] | None) -> OpShape:
         per = matmul_flops(b * h, tq, d, tk)  # one of the two (forward) matmuls
         return OpShape(flops=(4 if "backward" in name else 2) * per, bytes=moved)
     return OpShape(bytes=moved)
+
+
+#: the convolutions that compute (their wrappers, ``aten::convolution``/``conv2d``, only call these): the
+#: position of (stride, padding) among their inputs
+_TORCH_CONV = {"aten::mkldnn_convolution": (4, 3), "aten::cudnn_convolution": (4, 3),
+               "aten::_slow_conv2d_forward": (4, 5), "aten::thnn_conv2d": (4, 5), "aten::_nnpack_spatial_convolution": (4, 3),
+               "aten::miopen_convolution": (4, 3)}
+
+
+def _ints(text: Any) -> list[int]:
+    try:
+        return [int(x) for x in str(text).strip("[]").split(",") if x.strip()]
+    except ValueError:
+        return []
+
+
+def _torch_conv(name: str, dims: list[Any], concrete: list[Any]) -> float:
+    """FLOPs of one convolution kernel op: ``2 N O prod(out) (C/g) prod(k)``, the output's size from the
+    input's, the stride and the padding (dilation 1); a ``convolution_backward`` does that once for each
+    gradient it computes (input's, weight's: its output mask)."""
+    if name == "aten::convolution_backward" and len(dims) >= 3 and all(isinstance(d, list) and len(d) >= 3 for d in dims[:3]):
+        out, w = dims[0], dims[2]
+        mask = str(concrete[10]) if len(concrete) > 10 else "[True, True, True]"
+        products = [v.strip() for v in mask.strip("[]").split(",")][:2].count("True")
+        return 2.0 * math.prod(out) * math.prod(w[1:]) * max(products, 1)
+    where = _TORCH_CONV.get(name)
+    if where is None or len(dims) < 2 or not all(isinstance(d, list) and len(d) >= 3 for d in dims[:2]):
+        return 0.0
+    x, w = dims[0], dims[1]
+    k = w[2:]
+    stride = _ints(concrete[where[0]]) if len(concrete) > where[0] else []
+    pad = _ints(concrete[where[1]]) if len(concrete) > where[1] else []
+    stride = stride if len(stride) == len(k) else [1] * len(k)
+    pad = pad if len(pad) == len(k) else [0] * len(k)
+    out = [(h + 2 * p - kk) // st + 1 for h, p, kk, st in zip(x[2:], pad, k, stride, strict=True)]
+    return 2.0 * x[0] * w[0] * math.prod(out) * math.prod(w[1:])
 
 
 # --------------------------------------------------------------------------------------------------- HLO

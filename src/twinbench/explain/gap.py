@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.explain import files, jax_trace, torch_trace, why
-from twinbench.explain.breakdown import DISTURBED, PHASES, Breakdown
+from twinbench.explain.breakdown import DISTURBED, PHASES, WHOLE_ITERATION, Breakdown
 from twinbench.explain.steps import TraceError
 
 TOLERANCE = 0.10
@@ -62,19 +62,27 @@ def explain_trace(arg: str, step_marker: str | None = None, rank: int | None = N
     from twinbench.explain import trace_file
 
     kind, path, b = trace_file.read(arg, step_marker, rank, device, hlo)
-    hlo_path = hlo if hlo and not Path(hlo).is_dir() else str(path.parent / "step.hlo.txt")
-    e = explain_breakdown(b, f"{kind}:{_short(path)}", b.step_ms, {}, [],
+    hlo_path = b.hlo_path or str(path.parent / "step.hlo.txt")
+    e = explain_breakdown(b, f"{kind}:{trace_label(path)}", b.step_ms, {}, [],
                           {"framework": kind, "explain_hlo_path": hlo_path, "peak_tflops": b.peak_tflops,
                            "peak_source": b.peak_source})
     e.update(run_id=None, trace_path=str(path), memory_breakdown=None)
     return e
 
 
-def _short(path: Path) -> str:
+def trace_label(path: Path) -> str:
+    """A trace named by where it came from, not by its file's stem alone (``jax.profiler`` names its file after
+    the host, ``vm``): a JAX profile by the folder given to ``jax.profiler`` (the one above
+    ``plugins/profile/DATE/``), any other trace by its folder and stem (``nanogpt_torch/trace``)."""
     name = path.name
-    for ext in (".gz", ".json", ".xplane.pb"):
+    for ext in (".gz", ".json", ".xplane.pb", ".pt.trace"):
         name = name.removesuffix(ext)
-    return name if len(name) <= 40 else name[:37] + "..."
+    parts = path.resolve().parts
+    if len(parts) >= 5 and parts[-4:-2] == ("plugins", "profile"):
+        return parts[-5]
+    folder = path.resolve().parent.name
+    label = f"{folder}/{name}" if folder else name
+    return label if len(label) <= 48 else "…" + label[-47:]
 
 
 def explain_breakdown(b: Breakdown, run: str, step: float, timing: dict[str, float],
@@ -109,7 +117,7 @@ def explain_breakdown(b: Breakdown, run: str, step: float, timing: dict[str, flo
             "cells": cells, "scopes": scopes, "categorized_share": d["categorized_share"], "other": d["other"],
             "notes": notes, "source": b.source, "device": b.device, "idle": b.idle,
             "step_method": b.step_method, "steps_traced": b.steps_traced, "steps_used": b.steps_used,
-            "kernels": d["ops"][:50], **extras}
+            "kernels": d["ops"][:50], "cut": dict(b.cut), **extras}
 
 
 def scale_timing(timing: dict[str, float], step: float) -> tuple[dict[str, float], str]:
@@ -167,7 +175,7 @@ def rows(a: dict[str, Any], b: dict[str, Any], expand: str = "categories") -> li
 
 def largest(table: list[dict[str, Any]], level: int = 1) -> dict[str, Any]:
     """The row (at ``level``) that carries the most of the gap, in the gap's direction."""
-    cand = [r for r in table if r["level"] == level]
+    cand = [r for r in table if r["level"] == level] or [r for r in table if r["level"] == 0]
     sign = 1 if sum(r["diff_ms"] for r in table if r["level"] == 0) >= 0 else -1
     return max(cand, key=lambda r: sign * r["diff_ms"])
 
@@ -176,19 +184,50 @@ def sentence(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) 
     gap = b["step_ms"] - a["step_ms"]
     slow, fast = (b, a) if gap >= 0 else (a, b)
     sign = 1 if gap >= 0 else -1
-    top = sorted((r for r in table if r["level"] == 1), key=lambda r: -sign * r["diff_ms"])[:3]
+    level = 1 if any(r["level"] == 1 for r in table) else 0  # --scopes on traces that name no scopes: phases
+    top = sorted((r for r in table if r["level"] == level), key=lambda r: -sign * r["diff_ms"])[:3]
     parts = [f"{r['share']:.0%} {r['row']} ({sign * r['diff_ms']:+.1f} ms)" for r in top]
     attributed = sum(r["diff_ms"] for r in table if r["level"] == 0)
     text = (f"{slow['run']}'s extra {abs(gap):.1f} ms per step over {fast['run']}: " + "; ".join(parts)
             + f" (rows sum to {abs(attributed):.1f} ms of it)")
     if top and abs(top[0]["share"]) > 1:  # a row larger than the whole gap: say what offsets it
-        back = sorted((r for r in table if r["level"] == 1 and sign * r["diff_ms"] < 0),
+        back = sorted((r for r in table if r["level"] == level and sign * r["diff_ms"] < 0),
                       key=lambda r: sign * r["diff_ms"])[:3]
         if back:
             text += (f"; {top[0]['row']} is larger than the whole gap because rows go the other way: "
                      + ", ".join(f"{r['row']} {sign * r['diff_ms']:+.1f} ms" for r in back)
                      + f" ({fast['run']} slower there)")
     return text
+
+
+def cut_line(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """One line when the two runs' step annotations span different things (one the whole loop iteration, the
+    other the compiled step only), with the figures and how much of the gap that difference is ("" when they
+    are cut alike or a trace has too few steps to tell)."""
+    ca, cb = a.get("cut") or {}, b.get("cut") or {}
+    if not ca or not cb:
+        return ""
+    whole = {x["run"]: c["coverage"] >= WHOLE_ITERATION for x, c in ((a, ca), (b, cb))}
+    if len(set(whole.values())) < 2:
+        return ""
+
+    def said(x: dict[str, Any], c: dict[str, float]) -> str:
+        if c["coverage"] >= WHOLE_ITERATION:
+            return f"{x['run']}'s steps span the whole loop iteration ({c['span_ms']:.1f} ms)"
+        if c.get("aligned"):
+            return (f"{x['run']}'s annotation only {c['span_ms']:.1f} ms of its {c['iteration_ms']:.1f} ms iteration "
+                    "(its ops ran after it), so its steps were taken start to start")
+        return (f"{x['run']}'s only {c['span_ms']:.1f} ms of its {c['iteration_ms']:.1f} ms iteration "
+                f"({c['iteration_ms'] - c['span_ms']:.1f} ms of loop work between its steps: the batch, logging, "
+                "host reads)")
+
+    gap_traced = b.get("traced_step_ms", b["step_ms"]) - a.get("traced_step_ms", a["step_ms"])
+    gap_iter = cb["iteration_ms"] - ca["iteration_ms"]
+    if ca.get("aligned") or cb.get("aligned"):
+        return f"steps cut differently, aligned: {said(a, ca)}; {said(b, cb)}. The gap is iteration against iteration"
+    return (f"steps cut differently: {said(a, ca)}; {said(b, cb)}. Iteration against iteration (start to start) "
+            f"the gap is {gap_iter:+.1f} ms, not {gap_traced:+.1f} ms: {gap_traced - gap_iter:+.1f} ms of the "
+            "traced gap is what the two annotations leave in or out (its rest / idle row), not the step")
 
 
 def explain_pair(ra: dict[str, Any], rb: dict[str, Any], expand: str = "categories") -> dict[str, Any]:
@@ -200,6 +239,12 @@ def pair(a: dict[str, Any], b: dict[str, Any], expand: str = "categories") -> di
     table = rows(a, b, expand)
     extras = why.pair_extras(a, b, table if expand != "scopes" else [])
     summary = sentence(a, b, table)
+    if expand == "scopes" and not any(r["level"] for r in table):
+        summary = ("--scopes: neither run names twinbench's scopes (embed, block{i}.attn, block{i}.mlp, head, loss "
+                   "as jax.named_scope / record_function names): rows by phase only. " + summary)
+    cut = cut_line(a, b)
+    if cut:
+        summary = f"{summary}\n  {cut}"
     busy = [x["run"] for x in (a, b) if x.get("busy")]
     if busy:
         summary = (f"the machine was busy while {' and '.join(busy)} ran: this gap is not a reliable measurement "

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from twinbench import hlo_text
-from twinbench.explain import taxonomy
+from twinbench.explain import structure, taxonomy
 
 _LOSS = re.compile(r"loss|log_softmax|cross_entropy|logsumexp")
 _KIND = re.compile(r'"kind":"([\w$]+)"')
@@ -29,11 +29,15 @@ class Instr:
     target: str = ""  # a custom call's ``custom_call_target``
     contains: list[str] = field(default_factory=list)  # categories of the fused instructions
     opcodes: list[str] = field(default_factory=list)  # their opcodes
+    update: bool = False  # part of the optimizer update, found by the program's data flow (:mod:`.structure`)
+    attention: bool = False  # an attention product or an op on the scores, by shape (:mod:`.structure`)
+    inherited: str = ""  # the phase of an instruction without op_name, from its operands (:mod:`.structure`)
 
 
 def parse(text: str) -> dict[str, Instr]:
     """Every instruction of every computation by name; a fusion lists the categories it contains."""
-    comps = {name: [_instr(i) for i in instrs] for name, instrs in hlo_text.parse(text).computations.items()}
+    mod = hlo_text.parse(text)
+    comps = {name: [_instr(i) for i in instrs] for name, instrs in mod.computations.items()}
     out: dict[str, Instr] = {}
     for instrs in comps.values():
         for ins in instrs:
@@ -43,6 +47,13 @@ def parse(text: str) -> dict[str, Instr]:
             found = _flatten(ins.calls, comps, 0)
             ins.contains = [c for _, c in found]
             ins.opcodes = [o for o, _ in found]
+    for name, ph in structure.inherited(mod).items():
+        if name in out and not out[name].op_name:
+            out[name].inherited = ph
+    for name in structure.update(mod):
+        out[name].update = True
+    for name in structure.attention(mod):
+        out[name].attention = True
     return out
 
 
@@ -76,6 +87,8 @@ def _flatten(comp: str, comps: dict[str, list[Instr]], depth: int) -> list[tuple
 
 def category(ins: Instr) -> str:
     """The taxonomy category of one executed instruction (a fusion: its dominant contained category)."""
+    if ins.attention and "collectives" not in ins.contains and ins.opcode not in taxonomy.COLLECTIVE_OPCODES:
+        return "attention"  # by structure: a product into or out of [.., T, T] scores, or an op on them
     if ins.contains:
         if "exponential" in ins.opcodes and "reductions" in ins.contains and not _LOSS.search(ins.op_name):
             return "attention"  # max/exp/sum: a softmax (the loss's log-softmax excepted)
@@ -87,6 +100,8 @@ def category(ins: Instr) -> str:
         return "attention"  # an attention product (its dot, or a oneDNN/YNN call) follows the model's op
     if "ynn" in ins.kind or "dot" in ins.name or "gemm" in ins.kind:
         return "matmul"
+    if ins.opcode in ("while", "call", "conditional"):  # control flow: its own time is its loop's glue, named
+        return taxonomy.jax_op_name(ins.op_name) if ins.op_name else "data movement"  # by what it loops for
     return _one(ins)
 
 
@@ -98,6 +113,11 @@ def _one(ins: Instr) -> str:
     return taxonomy.hlo_op(ins.opcode, ins.op_name)
 
 
+def phase_of(ins: Instr) -> str:
+    """The phase of one instruction: the optimizer update when the program's data flow says so, else its path."""
+    return "optimizer" if ins.update else phase(ins.op_name) if ins.op_name else ins.inherited or "rest"
+
+
 def phase(op_name: str) -> str:
     """forward / backward / optimizer / rest from an ``op_name`` path."""
     if "/optimizer" in op_name or op_name.startswith("optimizer"):
@@ -107,6 +127,14 @@ def phase(op_name: str) -> str:
     if "jvp(" in op_name:
         return "forward"
     return "rest"
+
+
+def where(op_name: str, parts: int = 4) -> str:
+    """What the model called an instruction: the tail of its ``op_name`` path, its first ``;``-joined name
+    (``.../h_2/mlp/c_fc/dot_general``), "" when it has none."""
+    path = op_name.split(";")[0]
+    segs = [s for s in path.split("/") if s]
+    return ("…/" if len(segs) > parts else "") + "/".join(segs[-parts:])
 
 
 _BLOCK = re.compile(r"(?<![\w.])(block\d*)\)*[./](attn|mlp)(?!\w)")

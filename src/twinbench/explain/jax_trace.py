@@ -16,6 +16,7 @@ each executed instruction (thunk) on the host plane's threads with the same ``hl
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from typing import Any
 
 from twinbench.explain import files, hlo, taxonomy, tpu_trace, xplane
 from twinbench.explain import steps as st
-from twinbench.explain.breakdown import Breakdown, undisturbed
+from twinbench.explain.breakdown import WHOLE_ITERATION, Breakdown, step_cut, undisturbed
 from twinbench.explain.steps import TraceError
 
 __all__ = ["TraceError", "read", "xplane_of"]
@@ -47,11 +48,12 @@ def xplane_of(trace_path: str) -> Path:
 
 
 class _Kernel:
-    __slots__ = ("end", "hlo_op", "line", "module", "name", "op_name", "start")
+    __slots__ = ("child", "end", "hlo_op", "line", "module", "name", "op_name", "start")
 
     def __init__(self, name: str, start: float, dur: float, line: str, stats: dict[str, Any]) -> None:
         self.name = name.removesuffix(".kd")
         self.start, self.end, self.line = start, start + dur, line
+        self.child = 0.0  # time of the thunks nested in it (a while loop's body): XLA:CPU's own time excludes it
         self.hlo_op = str(stats.get("hlo_op", ""))
         self.module = str(stats.get("hlo_module", ""))
         self.op_name = str(stats.get("name", "")) if "/" in str(stats.get("name", "")) else ""
@@ -120,7 +122,8 @@ def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str
     instrs = hlo.parse(hlo_text) if hlo_text else {}
     steps = _steps(host, step_nums, step_marker, ops, main)
     source = "jax.profiler + HLO" if instrs else "jax.profiler (no HLO text: phases from op_name paths only)"
-    b = Breakdown(source=source, steps_traced=len(steps.spans), step_method=steps.method)
+    b = Breakdown(source=source, steps_traced=len(steps.spans), step_method=steps.method,
+                  cut=step_cut(steps.spans, 1e6))
     if len(gpus) > 1:
         b.notes.append(f"kernels of {len(gpus)} devices ({', '.join(map(str, sorted(gpus)))}) in the trace: "
                        f"device {dev} shown (--device N for another)")
@@ -131,7 +134,62 @@ def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str
         return _device(b, steps, ops, instrs, main, f"GPU {dev}")
     if not ops:
         raise TraceError(f"{path}: no XLA ops in the trace (neither device kernels nor XLA:CPU thunks)")
-    return _host(b, steps, ops, instrs, main)
+    b = _host(b, steps, ops, instrs, main)
+    if not instrs:
+        _needs_hlo(b, path)
+    return b
+
+
+def _aligned(b: Breakdown, spans: list[tuple[float, float]], ops: list[_Kernel],
+             main: str) -> list[tuple[float, float]]:
+    """The step windows to attribute: the annotations themselves, or, when an annotation spans only the step's
+    dispatch (no ``block_until_ready`` inside it: most of the program's ops run after it ends), each step from
+    its start to the next one's, the whole loop iteration, and a note saying so."""
+    mine = [k for k in ops if k.module == main] or ops
+    total = sum(k.end - k.start for k in mine)
+    inside = sum(k.end - k.start for k in mine if any(s <= k.start <= e for s, e in spans))
+    if len(spans) < 3 or not total or inside >= 0.5 * total or b.cut.get("coverage", 1.0) >= WHOLE_ITERATION:
+        return spans
+    s = sorted(spans)
+    b.notes.append(f"the step annotation spans only {b.cut['span_ms']:.1f} ms of the loop's "
+                   f"{b.cut['iteration_ms']:.1f} ms iteration and {1 - inside / total:.0%} of the XLA ops ran "
+                   "after it (no block_until_ready inside it?): steps taken start to start, the whole iteration")
+    b.cut["aligned"] = 1.0
+    return [(a[0], c[0]) for a, c in itertools.pairwise(s)]
+
+
+def _nest(ops: list[_Kernel]) -> None:
+    """Each thunk's nested thunks' time (``child``): a ``while`` thunk's event spans its body's thunks on the
+    same thread, which are recorded too; only its own time is its."""
+    by_line: dict[str, list[_Kernel]] = {}
+    for k in ops:
+        by_line.setdefault(k.line, []).append(k)
+    for mine in by_line.values():
+        stack: list[_Kernel] = []
+        for k in sorted(mine, key=lambda k: (k.start, -k.end)):
+            while stack and k.start >= stack[-1].end:
+                stack.pop()
+            if stack:
+                stack[-1].child += k.end - k.start
+            stack.append(k)
+
+
+def _needs_hlo(b: Breakdown, path: Path) -> None:
+    """An XLA:CPU profile without its compiled HLO: its thunks are named only by their fusion
+    (``ynn_fusion.67``) and carry no ``op_name``, so most of the step would be 'other' and 'rest'. Rather
+    than a table and a gap that mean nothing, one line naming the flag and what it adds."""
+    cats = b.categories()
+    work = sum(v for k, v in cats.items() if k != "idle")
+    if not work:
+        return
+    categorized = 1 - cats.get("other", 0.0) / work
+    phased = 1 - sum(v for k, v in b.cells.get("rest", {}).items() if k != "idle") / work
+    if categorized >= 0.9 and phased >= 0.5:
+        return
+    raise TraceError(f"{path}: this XLA:CPU profile names its ops only by fusion ({categorized:.0%} of op time "
+                     f"categorized, {phased:.0%} in a phase): give --hlo DIR, the compiled HLO of the same run "
+                     "(XLA_FLAGS=--xla_dump_to=DIR), for every op's category, phase (forward, backward, update), "
+                     "FLOPs and bytes")
 
 
 def _steps(host: list[st.Marked], step_nums: set[str], marker: str | None, ops: list[_Kernel],
@@ -167,8 +225,9 @@ def _executions(ops: list[_Kernel], main: str) -> list[tuple[float, float]]:
 
 
 def _resolve(k: _Kernel, instrs: dict[str, hlo.Instr], by_name: dict[str, hlo.Instr],
-             main: str) -> tuple[str, str, str, str]:
-    """(category, op_name path, scope, the instruction's name) of one kernel."""
+             main: str) -> tuple[str, str, str, str, str]:
+    """(category, op_name path, scope, the instruction's name, its phase: "" when no instruction says) of one
+    kernel."""
     ins = None
     if instrs and (not main or k.module in ("", main)):
         ins = instrs.get(k.hlo_op) or by_name.get(k.name) or by_name.get(re.sub(r"[.\-]", "_", k.hlo_op))
@@ -177,13 +236,13 @@ def _resolve(k: _Kernel, instrs: dict[str, hlo.Instr], by_name: dict[str, hlo.In
         cat = hlo.category(ins)
         if cat == "other" or (by_kernel and by_kernel not in ("element-wise",)):
             cat = by_kernel or cat
-        return cat, ins.op_name, hlo.scope(ins.op_name), ins.name
+        return cat, ins.op_name, hlo.scope(ins.op_name), ins.name, hlo.phase_of(ins)
     cat = by_kernel or taxonomy.custom_call(k.hlo_op)
     if cat == "other":
         cat = taxonomy.xla_kernel(k.hlo_op) or taxonomy.jax_op_name(k.op_name)
     if cat == "other":
         cat = taxonomy.generic_kernel(k.name)
-    return cat, k.op_name, hlo.scope(k.op_name), k.hlo_op
+    return cat, k.op_name, hlo.scope(k.op_name), k.hlo_op, ""
 
 
 def _device(b: Breakdown, steps: st.Steps, ops: list[_Kernel], instrs: dict[str, hlo.Instr], main: str,
@@ -214,8 +273,8 @@ def _device(b: Breakdown, steps: st.Steps, ops: list[_Kernel], instrs: dict[str,
                 phase = "input" if "h2d" in k.name.lower() else "rest"
                 b.add(phase, "data movement", (k.end - k.start) / 1e6, name=k.name, op=k.hlo_op)
                 continue
-            cat, op_name, scope, op = _resolve(k, instrs, by_name, main)
-            phase = hlo.phase(op_name) if op_name else last_phase.get(k.line, "rest")
+            cat, op_name, scope, op, ph = _resolve(k, instrs, by_name, main)
+            phase = ph or (hlo.phase(op_name) if op_name else last_phase.get(k.line, "rest"))
             if op_name:
                 last_phase[k.line] = phase
             b.add(phase, cat, (k.end - k.start) / 1e6, scope, name=k.name, op=op)
@@ -228,20 +287,22 @@ def _host(b: Breakdown, steps: st.Steps, ops: list[_Kernel], instrs: dict[str, h
           main: str) -> Breakdown:
     """XLA:CPU: the thunks on the host's XLA threads; ``idle`` is the step time no thunk covers."""
     b.device, b.idle = "CPU", "host step time no XLA op covers (dispatch, Python, idle threads)"
-    spans = [steps.spans[i] for i in undisturbed([t1 - t0 for t0, t1 in steps.spans])]
+    windows = _aligned(b, steps.spans, ops, main)
+    spans = [windows[i] for i in undisturbed([t1 - t0 for t0, t1 in windows])]
+    _nest(ops)
     for k in ops:
         if not any(s <= k.start <= e for s, e in spans):
             continue
         ins = instrs.get(k.hlo_op) if k.module == main else None
         if ins is None:
             if instrs:
-                b.add("rest", "other", (k.end - k.start) / 1e6, name=f"{k.module}:{k.hlo_op}")
+                b.add("rest", "other", (k.end - k.start - k.child) / 1e6, name=f"{k.module}:{k.hlo_op}")
             else:
-                cat, op_name, scope, op = _resolve(k, instrs, {}, main)
-                b.add(hlo.phase(op_name) if op_name else "rest", cat, (k.end - k.start) / 1e6, scope,
-                      name=k.hlo_op, op=op)
+                cat, op_name, scope, op, _ = _resolve(k, instrs, {}, main)
+                b.add(hlo.phase(op_name) if op_name else "rest", cat, (k.end - k.start - k.child) / 1e6, scope,
+                      name=k.hlo_op, op=hlo.where(op_name) or op)
             continue
-        b.add(hlo.phase(ins.op_name), hlo.category(ins), (k.end - k.start) / 1e6, hlo.scope(ins.op_name),
-              name=k.hlo_op, op=ins.name)
+        b.add(hlo.phase_of(ins), hlo.category(ins), (k.end - k.start - k.child) / 1e6, hlo.scope(ins.op_name),
+              name=k.hlo_op, op=hlo.where(ins.op_name) or ins.name)
     step_ms = sum(e - s for s, e in spans) / len(spans) / 1e6
     return b.finish(len(spans), step_ms)

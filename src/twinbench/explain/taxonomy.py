@@ -19,11 +19,14 @@ CATEGORIES = ("matmul", "attention", "normalization", "element-wise", "reduction
 DOMINANCE = ("collectives", "attention", "matmul", "normalization", "reductions", "data movement", "element-wise")
 
 _TORCH = [
-    ("attention", r"scaled_dot_product|_flash_attention|_efficient_attention|sdpa|softmax|attention"),
-    ("matmul", r"::(mm|bmm|addmm|matmul|linear|baddbmm|addbmm|einsum|_mm|dot|mv|addmv)\b|gemm|cublas|sgemm"),
+    ("attention", r"scaled_dot_product|_flash_attention|_efficient_attention|sdpa|(?<!log_)softmax|attention"),
+    ("matmul", r"::(mm|bmm|addmm|matmul|linear|baddbmm|addbmm|einsum|_mm|dot|mv|addmv)\b|gemm|cublas|sgemm|"
+               r"::(_?convolution\w*|conv\dd|conv_transpose\dd|mkldnn_convolution\w*|cudnn_convolution\w*|"
+               r"_slow_conv\w*|thnn_conv\w*)\b"),  # a convolution is XLA's matmul category too
     ("normalization", r"layer_norm|batch_norm|group_norm|rms_norm|native_layer_norm|norm_backward"),
     ("collectives", r"c10d|nccl|all_reduce|allreduce|all_gather|allgather|reduce_scatter|broadcast_|gloo"),
     ("reductions", r"::(sum|mean|max|min|amax|amin|argmax|norm|linalg_vector_norm|prod|var|std|_foreach_norm|"
+                   r"max_pool\dd\w*|avg_pool\dd\w*|adaptive_\w+_pool\dd\w*|"
                    r"nll_loss\w*|cross_entropy\w*|log_softmax\w*|_log_softmax\w*|logsumexp|all|any)\b"),
     ("data movement", r"::(copy_|_to_copy|to|clone|contiguous|transpose|t|permute|cat|stack|index\w*|gather|"
                       r"scatter\w*|embedding\w*|split\w*|chunk|narrow|slice\w*|select\w*|view|reshape|"
@@ -138,7 +141,8 @@ def timed_opcode(opcode: str) -> bool:
     return opcode not in _NO_TIME
 
 
-_NODES = [("attention", ("attention", "softmaxbackward", "sdpa")), ("matmul", ("addmm", "mmbackward", "bmm", "linear")),
+_NODES = [("reductions", ("logsoftmax", "pool")), ("attention", ("attention", "softmaxbackward", "sdpa")),
+          ("matmul", ("addmm", "mmbackward", "bmm", "linear", "convolution")),
           ("normalization", ("layernorm", "batchnorm", "groupnorm", "rmsnorm")),
           ("reductions", ("nllloss", "logsoftmax", "sumbackward", "meanbackward", "norm")),
           ("data movement", ("view", "tbackward", "transpose", "permute", "split", "embedding", "reshape",

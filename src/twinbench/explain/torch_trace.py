@@ -19,9 +19,9 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from twinbench.explain import files, taxonomy
+from twinbench.explain import files, structure, taxonomy
 from twinbench.explain import steps as st
-from twinbench.explain.breakdown import Breakdown, undisturbed
+from twinbench.explain.breakdown import Breakdown, step_cut, undisturbed
 from twinbench.explain.steps import TraceError
 
 _SCOPE = re.compile(r"^(block\d+(?:\.(?:attn|mlp))?|embed|head|loss)$")
@@ -93,6 +93,8 @@ def scope_of(chain: list[str]) -> str:
 
 
 def _phase(chain: list[str]) -> str:
+    if chain and _UPDATE_OP.match(chain[-1]) and not any(_is_backward(n) for n in chain):
+        return "optimizer"  # a multi-tensor (foreach) or fused update outside Optimizer.step: clipping, a manual loop
     for name in reversed(chain):  # innermost decides
         if name == "optimizer" or name.startswith("Optimizer.step"):
             return "optimizer"
@@ -103,6 +105,13 @@ def _phase(chain: list[str]) -> str:
         if name.startswith("autograd::engine::evaluate_function") or name.endswith("Backward0"):
             return "backward"
     return "forward"
+
+
+_UPDATE_OP = re.compile(r"^aten::(_foreach_\w+|_fused_(adam|adamw|sgd|adagrad)\w*)$")
+
+
+def _is_backward(name: str) -> bool:
+    return name.startswith("autograd::engine::evaluate_function") or name.endswith("Backward0")
 
 
 def _device_of(e: dict[str, Any]) -> int:
@@ -151,6 +160,7 @@ def read(path: str, step_marker: str | None = None, device: int | None = None) -
     by_tid: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for e in host + launches:
         by_tid[e.get("tid")].append(e)
+    scores = structure.torch_scores(host)  # attention by structure: ops on [..., T, T] scores
     info: dict[int, tuple[str, str, str]] = {}  # id(event) -> (phase, category, scope)
     owner: dict[int, dict[str, Any] | None] = {}  # id(launch) -> the innermost cpu_op around it
     for evs in by_tid.values():
@@ -160,14 +170,18 @@ def read(path: str, step_marker: str | None = None, device: int | None = None) -
             while stack and e["ts"] >= stack[-1]["ts"] + stack[-1]["dur"]:
                 stack.pop()
             chain = [s["name"] for s in stack] + [e["name"]]
-            info[id(e)] = (_phase(chain), taxonomy.torch_any(e["name"]), scope_of(chain))
+            cat = taxonomy.torch_any(e["name"])
+            if cat not in ("collectives", "attention") and e["cat"] == "cpu_op" and structure.torch_on_scores(e, scores):
+                cat = "attention"
+            info[id(e)] = (_phase(chain), cat, scope_of(chain))
             if e["cat"] in LAUNCH_CATS:
                 owner[id(e)] = next((s for s in reversed(stack) if s["cat"] == "cpu_op"), None)
                 continue
             if stack:
                 stack[-1]["_child"] = stack[-1].get("_child", 0.0) + e["dur"]
             stack.append(e)
-    b = Breakdown(source="torch.profiler", steps_traced=len(steps.spans), step_method=steps.method)
+    b = Breakdown(source="torch.profiler", steps_traced=len(steps.spans), step_method=steps.method,
+                  cut=step_cut(steps.spans, 1e3))
     if not devices:
         return _host_only(b, steps, host, info)
     dev = devices[0] if device is None else device
@@ -209,6 +223,8 @@ def kernel_category(kernel: dict[str, Any], op_category: str) -> str:
     if kernel["cat"] in ("gpu_memcpy", "gpu_memset"):
         return "data movement"
     by_name = taxonomy.kernel(kernel["name"])
+    if op_category == "attention" and by_name in ("matmul", "element-wise", "reductions", "data movement"):
+        return "attention"  # a gemm or softmax kernel of a written-out attention (its op works on the scores)
     if by_name:
         return by_name
     if op_category != "other":

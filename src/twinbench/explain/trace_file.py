@@ -136,4 +136,5 @@ def _read(kind: str, path: Path, notes: list[str], step_marker: str | None, devi
         b = jax_trace.read(str(path), step_marker=step_marker, device=device, hlo_for=hlo_for)
         if found and found[0]:
             notes.append(f"compiled HLO text: {found[0]}")
+            b.hlo_path = found[0]
     return b

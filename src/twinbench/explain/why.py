@@ -290,10 +290,10 @@ def print_extras(result: dict[str, Any], out: Any) -> None:
 
     a, b = result["a"]["run"], result["b"]["run"]
     if result.get("shapes"):
-        t = Table(title="matmuls by shape (largest of each run, matched where phase and shape agree)",
+        t = Table(title=f"matmuls by shape (largest of each run, matched where phase and shape agree; A {a}, B {b})",
                   title_justify="left")
-        for col, just in (("phase", "left"), ("shape", "left"), (f"{a} ms", "right"), ("layout", "left"),
-                          ("GFLOP/s (peak)", "right"), (f"{b} ms", "right"), ("layout", "left"),
+        for col, just in (("phase", "left"), ("shape", "left"), ("A ms", "right"), ("layout", "left"),
+                          ("GFLOP/s (peak)", "right"), ("B ms", "right"), ("layout", "left"),
                           ("GFLOP/s (peak)", "right"), ("B-A ms", "right")):
             t.add_column(col, justify=just)  # type: ignore[arg-type]
         for r in result["shapes"]:
@@ -304,9 +304,9 @@ def print_extras(result: dict[str, Any], out: Any) -> None:
         out.print(t)
     mem = result.get("memory")
     if mem:
-        t = Table(title=f"memory: {b} - {a} = {mem['gap_bytes'] / memory_rows.MiB:+.0f} MiB at the peak",
+        t = Table(title=f"memory: B {b} - A {a} = {mem['gap_bytes'] / memory_rows.MiB:+.0f} MiB at the peak",
                   title_justify="left")
-        for col in ("part", f"{a} MiB", f"{b} MiB", "B-A MiB", "share of gap"):
+        for col in ("part", "A MiB", "B MiB", "B-A MiB", "share of gap"):
             t.add_column(col, justify="left" if col == "part" else "right")
         for r in mem["rows"]:
             t.add_row(r["row"], f"{r['a_bytes'] / memory_rows.MiB:.0f}", f"{r['b_bytes'] / memory_rows.MiB:.0f}",
