@@ -324,6 +324,8 @@ def main() -> None:
     ap.add_argument("--deadline", type=float, help="Unix time after which no child starts (--min-left before it), "
                     "and no child runs past; the summary covers the runs done")
     ap.add_argument("--min-left", type=float, default=60.0, help="with --deadline: seconds a child needs at least")
+    ap.add_argument("--min-left-cold", type=float, default=None, help="with --deadline: the same for the first run "
+                    "of a side (a cold compile; default --min-left)")
     ap.add_argument("--resume", action="store_true", help="keep --out's results.jsonl and run only the (round, "
                     "side) runs it lacks")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -365,7 +367,9 @@ def main() -> None:
                 limit = args.timeout
                 if args.deadline is not None:
                     left = args.deadline - time.time()
-                    if left < args.min_left:
+                    ran = any(x["which"] == which and x.get("status", "ok") == "ok" for x in rows)
+                    need = args.min_left if ran or args.min_left_cold is None else args.min_left_cold
+                    if left < need:
                         print(f"round {r} {which}: not started, {left:.0f} s left before the deadline", flush=True)
                         continue
                     limit = min(limit, left)

@@ -13,8 +13,9 @@
   one difference in what the two compute; ``ours`` against ``nanogpt-tanh`` is the rest (code, not maths).
 
 Interleaved rounds, a fresh process per configuration, the order rotating between rounds; each child warms
-up and times ``--steps`` steps on the preset's shape and prints its median. Every row records the CPU
-model and its instruction-set extensions. nanoGPT (MIT) is not part of twinbench: pass its ``model.py``
+up and times ``--steps`` steps on the preset's shape and prints its median, then runs as many again and prints
+the median of its own CPU time per step (on a machine other processes load, with ``--threads 1``, the figure that
+does not count the waits). Every row records the CPU model, its instruction-set extensions and the load. nanoGPT (MIT) is not part of twinbench: pass its ``model.py``
 (https://github.com/karpathy/nanoGPT)::
 
     .venv/bin/python benchmarks/sitting.py --wait      # an idle machine first
@@ -99,6 +100,12 @@ def child(which: str, model_py: str, shape: dict[str, Any], steps: int, threads:
     batches = [(rng.integers(0, shape["vocab"], (shape["batch"], shape["seq"]), dtype=np.int64),
                 rng.integers(0, shape["vocab"], (shape["batch"], shape["seq"]), dtype=np.int64)) for _ in range(8)]
     times, loss = time_steps(step, sync, batches, WARMUP, steps)
+    cpu_ms = []  # the same steps again, this process's CPU time per step: what a step costs whatever else runs
+    for i in range(steps):  # (one thread: no spinning worker threads counted; a loaded machine's robust figure)
+        c = time.process_time()
+        step(*batches[i % len(batches)])
+        sync()
+        cpu_ms.append((time.process_time() - c) * 1e3)
     if trace:  # after the timed steps: 3 steps under torch.profiler, one ProfilerStep each (twinbench explain)
         from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -109,6 +116,7 @@ def child(which: str, model_py: str, shape: dict[str, Any], steps: int, threads:
         Path(trace).mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(Path(trace) / f"{which}.json"))
     print(json.dumps({**cpu_info(), "which": which, "step_ms": statistics.median(times),
+                      "cpu_ms": statistics.median(cpu_ms),
                       "p10": sorted(times)[len(times) // 10], "p90": sorted(times)[(9 * len(times)) // 10],
                       "loss": float(loss), "threads": len(cpus), "torch": torch.__version__,
                       "load_avg_1m": os.getloadavg()[0], "load_avg_1m_before": load_before,
@@ -161,26 +169,28 @@ def main() -> None:
                 row = json.loads(proc.stdout.strip().splitlines()[-1]) | {"round": r}
                 rows.append(row)
                 f.write(json.dumps(row) + "\n")
-                print(f"round {r} {which}: {row['step_ms']:.1f} ms/step (loss {row['loss']:.3f}, "
+                print(f"round {r} {which}: {row['step_ms']:.1f} ms/step, {row['cpu_ms']:.1f} CPU-ms (loss {row['loss']:.3f}, "
                       f"load {row['load_avg_1m_before']:.2f} -> {row['load_avg_1m']:.2f})", flush=True)
 
-    def of(r: int, w: str) -> float:
-        return next(x["step_ms"] for x in rows if x["round"] == r and x["which"] == w)
+    def of(r: int, w: str, key: str = "step_ms") -> float:
+        return next(x[key] for x in rows if x["round"] == r and x["which"] == w)
 
     med = {w: statistics.median(x["step_ms"] for x in rows if x["which"] == w) for w in which_all}
-    pairs = {p: [of(r, p[0]) / of(r, p[1]) for r in range(args.rounds)]
-             for p in (("ours", "nanogpt"), ("ours", "nanogpt-tanh"), ("nanogpt-tanh", "nanogpt"),
-                       ("ours", "nanogpt-fused"), ("nanogpt-fused", "nanogpt"))
-             if set(p) <= set(which_all)}
+    med_cpu = {w: statistics.median(x["cpu_ms"] for x in rows if x["which"] == w) for w in which_all}
+    wanted = [p for p in (("ours", "nanogpt"), ("ours", "nanogpt-tanh"), ("nanogpt-tanh", "nanogpt"),
+                          ("ours", "nanogpt-fused"), ("nanogpt-fused", "nanogpt")) if set(p) <= set(which_all)]
+    pairs = {(*p, k): [of(r, p[0], k) / of(r, p[1], k) for r in range(args.rounds)]
+             for k in ("step_ms", "cpu_ms") for p in wanted}
     loads = [x["load_avg_1m_before"] for x in rows]
     md = [f"# torch/eager twin vs nanoGPT model.py + train.py's step ({args.preset}, fp32, {args.threads} "
           "threads, clip 1.0 on both)", "", f"machine: {rows[0]['cpu']}; torch {rows[0]['torch']}", "",
-          "| configuration | median step ms over rounds |", "|---|---|",
-          *(f"| {w} | {med[w]:.1f} |" for w in which_all), "",
+          "| configuration | median step ms over rounds | median CPU-ms per step |", "|---|---|---|",
+          *(f"| {w} | {med[w]:.1f} | {med_cpu[w]:.1f} |" for w in which_all), "",
           f"load average (1 min) when each run started: {min(loads):.2f}-{max(loads):.2f}, median "
           f"{statistics.median(loads):.2f}; runs {rows[0]['date_utc']} to {rows[-1]['date_utc']} UTC", ""]
-    for (x, y), ratios in pairs.items():
-        md.append(f"paired {x}/{y} per round: {', '.join(f'{v:.3f}x' for v in ratios)}; median "
+    for (x, y, k), ratios in pairs.items():
+        md.append(f"paired {x}/{y} ({'wall' if k == 'step_ms' else 'CPU'} time) per round: "
+                  f"{', '.join(f'{v:.3f}x' for v in ratios)}; median "
                   f"{statistics.median(ratios):.3f}x, largest {max(ratios):.3f}x "
                   f"({x} faster in {sum(v < 1 for v in ratios)} of {len(ratios)})")
     (args.out / "summary.md").write_text("\n".join(md) + "\n")

@@ -20,12 +20,14 @@
 #   extra   bert-base: jit, torchax (torchax's own loss: 2 labels, expected level with +fused-loss)
 # ROUNDS (default 3): runs per configuration, interleaved (round r runs every side, the order reversed every other
 #   round); the ratios are paired per round against the JAX twin.
-# BUDGET (default 450): seconds from this script's start; no run starts with less than MIN_LEFT (default 75) s left
-#   and none runs past it, so one call of the device tool (10 minutes, setup.sh's ~90 s included) always returns.
+# BUDGET (default 450): seconds from this script's start; no run starts with less than MIN_LEFT (default 60) s left,
+#   a configuration's first (cold) run with less than MIN_LEFT_COLD (150), and none runs past it, so one call of the
+#   device tool (10 minutes, setup.sh's ~90 s included) always returns.
 # STATE (default /tmp/tpu_twins): kept on the VM for as long as it stays warm: JAX's persistent compilation cache
 #   (the first run of a configuration compiles cold, the later ones load its programs: their first-step compile
 #   says so) and every finished run. Calling the script again with the same STATE runs only what is missing
-#   (rounds not yet run, runs that failed): a second call on the warm VM continues the first.
+#   (rounds not yet run, runs that failed): a second call on the warm VM continues the first. A fresh sitting:
+#   remove STATE (or name another).
 # Cost on a v5e, estimated from the sittings (not yet measured this way): a cold run 45-90 s (compile 45-72 s), a
 #   warm one 20-35 s; gpt ~5.5 min, bert ~7 min, llama ~7 min: one call does gpt and starts bert.
 # OUTDIR gets each group's results.jsonl and summary.md, conditions.txt, status.txt and twins.md (all summaries).
@@ -50,7 +52,7 @@ mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 STATE=${STATE:-/tmp/tpu_twins}; [[ $DRY -eq 1 ]] && STATE=$OUT/state
 mkdir -p "$STATE"; STATE=$(cd "$STATE" && pwd)
 "$PY" -c "import twinbench" 2>/dev/null || export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
-ROUNDS=${ROUNDS:-3}; BUDGET=${BUDGET:-450}; MIN_LEFT=${MIN_LEFT:-75}
+ROUNDS=${ROUNDS:-3}; BUDGET=${BUDGET:-450}; MIN_LEFT=${MIN_LEFT:-60}; MIN_LEFT_COLD=${MIN_LEFT_COLD:-150}
 DEADLINE=$(( $(date +%s) + BUDGET ))
 
 if [[ $DRY -eq 1 ]]; then  # rehearsal: tiny shapes, the default attention (splash is TPU-only)
@@ -97,6 +99,7 @@ for g in "${GROUPS_[@]}"; do
   timeout --kill-after=10 $(( left + 20 )) "$PY" "$ROOT/benchmarks/jax_twin_vs_hf_flax.py" "${HF_PYTHON:-$PY}" \
     --preset "${PRESET[$g]}" --precision bf16 --attention-impl "$ATTN" --sides "${SIDES[$g]}" --rounds "$ROUNDS" \
     --steps "$STEPS" --threads "$(nproc)" --timeout "$LIMIT" --deadline "$DEADLINE" --min-left "$MIN_LEFT" \
+    --min-left-cold "$MIN_LEFT_COLD" \
     --compile-cache "$STATE/cache" --resume --out "$STATE/$g" 2>&1 | tee "$OUT/$g.log"
   echo "$g rc=${PIPESTATUS[0]} $((SECONDS - t0))s" | tee -a "$OUT/status.txt"
   collect

@@ -62,3 +62,10 @@ def test_fused_loss_gives_the_aten_loss_and_gradients_without_log_softmax(runs, 
     assert r["same_keys"] and r["loss"] <= tol and r["grad"] <= 10 * tol
     assert r["aten_log_softmax"] and not r["fused_log_softmax"]
 
+
+@pytest.mark.parametrize("case", ["label_smoothing", "weight", "ignore_index"])
+def test_fused_loss_computes_torchs_cross_entropy_where_it_covers_the_call_and_where_it_does_not(runs, case):
+    """A call +fused-loss does not cover (label smoothing, a class weight) runs torchax's own lowering; one it
+    covers (ignore_index, a sum) the fused one: torch's value either way."""
+    assert runs["fused_loss_fallback"][case] < 1e-5
+

@@ -88,10 +88,37 @@ def fused_loss_against_aten(preset: str = "tiny") -> dict:
     return out
 
 
+def fused_loss_fallback() -> dict:
+    """``+fused-loss`` on calls it does not cover (label smoothing, a class weight) and on one it does (ignore_index,
+    a sum), under torchax: the largest difference from torch's own F.cross_entropy of each."""
+    import jax.numpy as jnp
+    import torch
+    import torch.nn.functional as F
+
+    from twinbench.strategies.torchax_compat import import_torchax
+    from twinbench.strategies.torchax_loss import cross_entropy_lowered
+
+    env = import_torchax().default_env()
+    rng = np.random.default_rng(0)
+    x, t, w = rng.standard_normal((6, 5)).astype(np.float32), np.array([0, 1, 2, 3, 4, 1]), np.linspace(0.5, 2, 5)
+    out = {}
+    for name, kw in {"label_smoothing": {"label_smoothing": 0.1}, "weight": {"weight": w.astype(np.float32)},
+                     "ignore_index": {"reduction": "sum", "ignore_index": 1}}.items():
+        want = F.cross_entropy(torch.tensor(x), torch.tensor(t), **{k: torch.tensor(v) if isinstance(v, np.ndarray)
+                                                                    else v for k, v in kw.items()})
+        xj, tj, kwj = env.j2t_iso((jnp.asarray(x), jnp.asarray(t, jnp.int32),
+                                   {k: jnp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in kw.items()}))
+        with env, cross_entropy_lowered(env, True):
+            got = F.cross_entropy(xj, tj, **kwj)
+        out[name] = abs(float(np.asarray(env.t2j_iso(got))) - float(want))
+    return out
+
+
 def main(argv: list[str]) -> int:
     path, names = argv[0], argv[1:] or list(PRESETS)
     result = {name: family_runs(name) for name in names}
     result["fused_loss"] = fused_loss_against_aten()
+    result["fused_loss_fallback"] = fused_loss_fallback()
     from twinbench.measure import device
 
     result["versions"] = device.versions("jax")

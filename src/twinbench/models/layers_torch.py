@@ -39,9 +39,11 @@ GRAD_CLIP = 1.0
 
 
 def clip_grads(model: nn.Module) -> torch.Tensor:
-    """Clip by global norm 1.0 exactly as ``optax.clip_by_global_norm`` does (no epsilon)."""
+    """Clip by global norm 1.0 exactly as ``optax.clip_by_global_norm`` does (no epsilon). The norm is
+    ``torch.nn.utils.get_total_norm``'s, the one ``clip_grad_norm_`` computes: one ``_foreach_norm`` over the
+    gradients where the device has it, not one ``vector_norm`` call per gradient."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
-    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    norm = torch.nn.utils.get_total_norm(grads, 2.0)
     scale = torch.clamp(GRAD_CLIP / norm, max=1.0)
     torch._foreach_mul_(grads, scale)
     return norm
