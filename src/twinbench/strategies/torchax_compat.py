@@ -148,6 +148,32 @@ def fix_autocast() -> None:
     promote_over_tensors()
 
 
+@contextlib.contextmanager
+def lowered(env: Any, fn: Any, lowering: Any, *, is_jax_function: bool, fp32_under_autocast: bool = False
+            ) -> Iterator[None]:
+    """While active, torchax lowers the torch function ``fn`` to ``lowering`` (a JAX function, or one on torch
+    tensors that torchax traces: ``is_jax_function``); ``fp32_under_autocast``: torchax's autocast runs it in
+    fp32, as ``torch.autocast`` does. torchax's own lowering and policy are put back on exit."""
+    from torchax import amp
+    from torchax.ops import ops_registry
+
+    ops = env._ops  # torchax 0.0.13 keeps torch-function lowerings here (Environment.override_op_definition)
+    saved = [(ops, ops.get(fn))]
+    ops[fn] = ops_registry.Operator(fn, lowering, is_jax_function=is_jax_function, is_user_defined=True,
+                                    needs_env=False, is_view_op=False)
+    if fp32_under_autocast:
+        saved.append((amp.autocast_policy, amp.autocast_policy.get(fn)))
+        amp.autocast_policy[fn] = amp.CastPolicy.FP32
+    try:
+        yield
+    finally:
+        for table, before in saved:
+            if before is None:
+                table.pop(fn, None)
+            else:
+                table[fn] = before
+
+
 def import_torchax() -> ModuleType:
     """``import torchax`` (plus its decomposition table), patched only where this PyTorch needs it."""
     if "torchax" in sys.modules and "torchax.decompositions" in sys.modules:

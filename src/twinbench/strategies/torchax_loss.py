@@ -25,6 +25,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from twinbench.strategies.torchax_compat import lowered
+
 
 def cross_entropy_jax(logits: jax.Array, target: jax.Array, ignore_index: int = -100,
                       reduction: str = "mean") -> jax.Array:
@@ -80,23 +82,6 @@ def cross_entropy_lowered(env: Any, fused: bool) -> Iterator[None]:
         yield
         return
     import torch.nn.functional as F
-    from torchax import amp
-    from torchax.ops import ops_registry
 
-    ops = env._ops  # torchax 0.0.13 keeps torch-function lowerings here (Environment.override_op_definition)
-    before = ops.get(F.cross_entropy)
-    policy_before = amp.autocast_policy.get(F.cross_entropy)
-    ops[F.cross_entropy] = ops_registry.Operator(F.cross_entropy, fused_cross_entropy, is_jax_function=False,
-                                                 is_user_defined=True, needs_env=False, is_view_op=False)
-    amp.autocast_policy[F.cross_entropy] = amp.CastPolicy.FP32
-    try:
+    with lowered(env, F.cross_entropy, fused_cross_entropy, is_jax_function=False, fp32_under_autocast=True):
         yield
-    finally:
-        if before is None:
-            ops.pop(F.cross_entropy, None)
-        else:
-            ops[F.cross_entropy] = before
-        if policy_before is None:
-            amp.autocast_policy.pop(F.cross_entropy, None)
-        else:
-            amp.autocast_policy[F.cross_entropy] = policy_before

@@ -40,7 +40,7 @@ from twinbench.spec import RunSpec
 from twinbench.strategies.jax_jit import JaxTrainer, LossOf
 from twinbench.strategies.jax_mesh import MeshTrainer
 from twinbench.strategies.options import compute_dtype
-from twinbench.strategies.torchax_compat import import_torchax
+from twinbench.strategies.torchax_compat import import_torchax, lowered
 from twinbench.strategies.torchax_loss import cross_entropy_lowered
 
 
@@ -175,20 +175,9 @@ def attention_lowered_as(env: Any, impl: str) -> Iterator[None]:
         yield
         return
     import torch.nn.functional as F
-    from torchax.ops import ops_registry
 
-    ops = env._ops  # torchax 0.0.13 keeps torch-function lowerings here (Environment.override_op_definition)
-    before = ops.get(F.scaled_dot_product_attention)
-    ops[F.scaled_dot_product_attention] = ops_registry.Operator(
-        F.scaled_dot_product_attention, sdpa_as(impl), is_jax_function=True, is_user_defined=True,
-        needs_env=False, is_view_op=False)
-    try:
+    with lowered(env, F.scaled_dot_product_attention, sdpa_as(impl), is_jax_function=True):
         yield
-    finally:
-        if before is None:
-            ops.pop(F.scaled_dot_product_attention, None)
-        else:
-            ops[F.scaled_dot_product_attention] = before
 
 
 def module_options(spec: RunSpec) -> ModelOptions:
