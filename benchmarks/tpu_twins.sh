@@ -13,11 +13,12 @@
 #
 # Groups, in this order by default (the order is the priority when time runs out):
 #   gpt     gpt2-124m 8 x 1024: jit, torchax+fused-loss, torchax
-#   bert    bert-base 32 x 512: jit, hf (FlaxBert), jit+fused-qkv (q, k, v one full-width product, one transpose of
-#           the three for the kernel, instead of three products written heads first), torchax+fused-loss
+#   bert    bert-base 32 x 512: jit, hf (FlaxBert), torchax+fused-loss
 #   llama   llama-300m 8 x 1024: jit, torchax+fused-loss, torchax
-#   lever   gpt2-124m: jit, jit+fused-qkv (the same layout option: one transpose of the three, not three)
 #   extra   bert-base: jit, torchax (torchax's own loss: 2 labels, expected level with +fused-loss)
+#   lever   (only when named) bert-base: jit against jit+fused-qkv (q, k, v one full-width product,
+#           one transpose of the three for the kernel); compiled without the chip XLA estimated it slower on both
+#           (GPT-2 83.9 against 71.0 ms, BERT-base 139.2 against 105.2; benchmarks/RESULTS.md)
 # ROUNDS (default 3): runs per configuration, interleaved (round r runs every side, the order reversed every other
 #   round); the ratios are paired per round against the JAX twin.
 # BUDGET (default 450): seconds from this script's start; no run starts with less than MIN_LEFT (default 60) s left,
@@ -29,7 +30,7 @@
 #   (rounds not yet run, runs that failed): a second call on the warm VM continues the first. A fresh sitting:
 #   remove STATE (or name another).
 # Cost on a v5e, estimated from the sittings (not yet measured this way): a cold run 45-90 s (compile 45-72 s), a
-#   warm one 20-35 s; gpt ~5.5 min, bert ~7 min, llama ~7 min: one call does gpt and starts bert.
+#   warm one 20-35 s; gpt ~5.5 min, bert ~6 min, llama ~7 min: one call does gpt and starts bert.
 # OUTDIR gets each group's results.jsonl and summary.md, conditions.txt, status.txt and twins.md (all summaries).
 set -uo pipefail
 
@@ -45,7 +46,7 @@ for a in "$@"; do
     *) usage ;;
   esac
 done
-[[ ${#GROUPS_[@]} -gt 0 ]] || GROUPS_=(gpt bert llama lever extra)
+[[ ${#GROUPS_[@]} -gt 0 ]] || GROUPS_=(gpt bert llama extra)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}; [[ $PY == */* ]] && PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
 mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
@@ -56,16 +57,16 @@ ROUNDS=${ROUNDS:-3}; BUDGET=${BUDGET:-450}; MIN_LEFT=${MIN_LEFT:-60}; MIN_LEFT_C
 DEADLINE=$(( $(date +%s) + BUDGET ))
 
 if [[ $DRY -eq 1 ]]; then  # rehearsal: tiny shapes, the default attention (splash is TPU-only)
-  declare -A PRESET=([gpt]=tiny [bert]=bert-tiny [llama]=llama-tiny [lever]=tiny [extra]=bert-tiny)
+  declare -A PRESET=([gpt]=tiny [bert]=bert-tiny [llama]=llama-tiny [lever]=bert-tiny [extra]=bert-tiny)
   ATTN=default; STEPS=6; LIMIT=300
 else
   "$PY" -m twinbench.environment --tpu || { echo "error: preflight failed (above); see docs/tpu.md" >&2; exit 2; }
   "$PY" -c 'import transformers, sys; sys.exit(int(transformers.__version__.split(".")[0]) >= 5)' 2>/dev/null ||
     echo "warning: no transformers < 5 here (Flax models): the hf runs will fail; carry .whl-tpu (benchmarks/tpu/fetch-wheels.sh WITH_HF=1) before setup.sh" >&2
-  declare -A PRESET=([gpt]=gpt2-124m [bert]=bert-base [llama]=llama-300m [lever]=gpt2-124m [extra]=bert-base)
+  declare -A PRESET=([gpt]=gpt2-124m [bert]=bert-base [llama]=llama-300m [lever]=bert-base [extra]=bert-base)
   ATTN=splash; STEPS=15; LIMIT=240
 fi
-declare -A SIDES=([gpt]=ours,torchax+fused-loss,torchax [bert]=ours,hf,jit+fused-qkv,torchax+fused-loss
+declare -A SIDES=([gpt]=ours,torchax+fused-loss,torchax [bert]=ours,hf,torchax+fused-loss
                   [llama]=ours,torchax+fused-loss,torchax [lever]=ours,jit+fused-qkv [extra]=ours,torchax)
 
 {

@@ -99,7 +99,10 @@ class GPT(nn.Module):
 
 
 def loss_fn(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy, computed in float32."""
+    """Mean next-token cross-entropy, computed in float32. The logits are flattened before they are converted:
+    the same values, and under torchax (``+fused-loss``) XLA then fuses the gradient's conversion back to bf16
+    into the head's product; converted first, it wrote a copy of the ``[8192, 50257]`` gradient (GPT-2 124M on a
+    TPU v5e, compiled without the chip: 7.19 against 4.98 GiB, XLA's estimate 87.8 against 75.9 ms)."""
     logits = model(idx)
     with record_function("loss"):
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1).long())
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.reshape(-1).long())
