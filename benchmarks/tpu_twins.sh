@@ -22,8 +22,8 @@
 # ROUNDS (default 3): runs per configuration, interleaved (round r runs every side, the order reversed every other
 #   round); the ratios are paired per round against the JAX twin.
 # BUDGET (default 450): seconds from this script's start; no run starts with less than MIN_LEFT (default 60) s left,
-#   a configuration's first (cold) run with less than MIN_LEFT_COLD (150), and none runs past it, so one call of the
-#   device tool (10 minutes, setup.sh's ~90 s included) always returns.
+#   a configuration's first (cold) run with less than MIN_LEFT_COLD (150), and none runs past it, so a session with a
+#   10-minute limit per command (setup.sh's ~90 s included) always gets its results back.
 # STATE (default /tmp/tpu_twins): kept on the VM for as long as it stays warm: JAX's persistent compilation cache
 #   (the first run of a configuration compiles cold, the later ones load its programs: their first-step compile
 #   says so) and every finished run. Calling the script again with the same STATE runs only what is missing
