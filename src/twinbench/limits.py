@@ -15,7 +15,6 @@ worker's. A user's own model (``--model``) is not checked: its insides are not k
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from twinbench.config import SpecError
@@ -59,12 +58,12 @@ def gib(n: float) -> str:
 
 def _accelerator_here() -> bool:
     """Whether runs keep their state on an accelerator (a visible NVIDIA GPU, a TPU, JAX_PLATFORMS naming one)."""
-    from twinbench.measure import device
+    from twinbench.measure import device, platforms
 
-    platforms = os.environ.get("JAX_PLATFORMS", "")
-    if any(p in platforms for p in ("tpu", "cuda", "gpu", "rocm")):
+    named = os.environ.get("JAX_PLATFORMS", "")
+    if any(p in named for p in ("tpu", "cuda", "gpu", "rocm")):
         return True
-    return device.gpu_count() > 0 or any(Path("/dev").glob("accel*")) or Path("/dev/vfio").is_dir()
+    return device.gpu_count() > 0 or platforms.here() != "cpu"
 
 
 def count(n: int) -> str:

@@ -19,6 +19,8 @@ import glob
 import os
 from typing import Any
 
+from twinbench.measure.platforms import DEVICE_NODES
+
 PLATFORMS = ("cpu", "gpu", "tpu")
 #: The JAX attention each platform fuses (``--attention-impl``): no seq x seq scores kept, both sides the same kernel.
 ATTENTION = {"cpu": "default", "gpu": "cudnn", "tpu": "splash"}
@@ -42,16 +44,6 @@ QUICK_LEFT_OUT = {
 TPU_TYPES = {"v4": "tpu-v4", "v5litepod": "tpu-v5e", "v5e": "tpu-v5e", "v5p": "tpu-v5p", "v6e": "tpu-v6e"}
 
 
-def platform_here() -> str:
-    """``tpu``, ``gpu`` or ``cpu`` from this machine's device nodes, without importing a framework (the parent
-    process stays light and never touches a device)."""
-    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"):
-        return "tpu"
-    if glob.glob("/dev/nvidia[0-9]*") or glob.glob("/dev/kfd"):
-        return "gpu"
-    return "cpu"
-
-
 def devices_here(platform: str) -> int:
     """How many accelerators of ``platform`` this machine has, 1 for a CPU: a Cloud TPU VM's chips from its
     ``TPU_ACCELERATOR_TYPE`` (``v5litepod-8``: 8 chips; ``v4-8``, ``v5p-8`` count TensorCores, two a chip), else the
@@ -60,7 +52,7 @@ def devices_here(platform: str) -> int:
     name, _, count = kind.partition("-")
     if platform == "tpu" and count.isdigit() and name in TPU_TYPES:
         return max(int(count) // (2 if name in ("v4", "v5p") else 1), 1)
-    pattern = {"tpu": ("/dev/accel*", "/dev/vfio/[0-9]*"), "gpu": ("/dev/nvidia[0-9]*",)}.get(platform, ())
+    pattern = {"tpu": DEVICE_NODES["tpu"], "gpu": ("/dev/nvidia[0-9]*",)}.get(platform, ())
     n = max((len(glob.glob(p)) for p in pattern), default=0)
     return max(n, 1)
 

@@ -45,7 +45,8 @@ def resumed(resume: Path) -> dict[str, Any]:
 
 def where(device: str | None) -> tuple[str, int, str]:
     """(platform, devices, datasheet name) the suite plans for: ``--device``'s datasheet, else this machine."""
-    from twinbench.claims.sizes import device_here, devices_here, platform_here
+    from twinbench.claims.sizes import device_here, devices_here
+    from twinbench.measure.platforms import here as platform_here
 
     if device and device.strip().lower() != "here":  # "here", predict's name for this machine: as without --device
         from twinbench.predict.datasheets import UnknownDevice, lookup

@@ -9,6 +9,7 @@ bandwidth) live in :mod:`twinbench.measure.peak`, keyed on the device's name.
 
 from __future__ import annotations
 
+import glob
 from dataclasses import dataclass
 
 
@@ -78,3 +79,13 @@ def accelerator_words(platforms: list[str]) -> str:
     """"the GPU", "the TPU", or "the accelerator" for a mix: what a framework may have missed."""
     devices = {get(p).device_word for p in platforms if get(p).accelerator}
     return devices.pop() if len(devices) == 1 else "the accelerator"
+
+
+#: The device nodes that show an accelerator without importing a framework, by platform.
+DEVICE_NODES = {"tpu": ("/dev/accel*", "/dev/vfio/[0-9]*"), "gpu": ("/dev/nvidia[0-9]*", "/dev/kfd")}
+
+
+def here() -> str:
+    """``tpu``, ``gpu`` or ``cpu`` from this machine's device nodes, without importing a framework (a parent
+    process stays light and never touches a device)."""
+    return next((p for p, nodes in DEVICE_NODES.items() if any(glob.glob(n) for n in nodes)), "cpu")
