@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 #: bytes per element of each HLO element type (``token``: none); an unknown type counts 4
 DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s4": 0.5, "u4": 0.5, "f8e4m3fn": 1, "f8e5m2": 1, "bf16": 2, "f16": 2,
@@ -166,3 +167,15 @@ def parse(text: str) -> Module:
     if not mod.entry and mod.computations:
         mod.entry = list(mod.computations)[-1]
     return mod
+
+
+def dumped_module(directory: Path, module: str) -> Path | None:
+    """The compiled HLO of ``module`` (e.g. ``jit_train_step``) in an ``--xla_dump_to`` directory: its
+    ``*after_optimizations.txt``, the last compile of that module, else the largest module; None when the
+    directory holds none."""
+    dumps = list(directory.rglob("*after_optimizations.txt"))
+    if not dumps:
+        return None
+    # module_0020.jit_train_step.cpu_after_optimizations.txt: the module, its last compile
+    named = sorted(f for f in dumps if module and f.name.split(".")[1:2] == [module])
+    return named[-1] if named else max(dumps, key=lambda f: f.stat().st_size)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.doctor.recorder import Recorder
+from twinbench.hlo_text import dumped_module
 
 TRACE_FROM = 4  # the first step call recorded (0-based): the first ones compile
 TRACE_STEPS = 5  # steps recorded
@@ -159,13 +160,10 @@ class StepProfiler:
             self.rec.internal -= 1
 
     def _copy_step_hlo(self) -> None:
-        """The step's compiled module from the HLO dump, as ``step.hlo.txt`` beside the trace (the module named
-        after the step's function, else the largest one)."""
+        """The step's compiled module from the HLO dump, as ``step.hlo.txt`` beside the trace (the last compile
+        of the module named after the step's function, else the largest one: ``hlo_text.dumped_module``)."""
         where = dump_dir()
-        dumps = list(where.glob("*after_optimizations.txt")) if where else []
-        if not dumps:
-            return
         name = (self.rec.step_key() or "").rsplit(":", 1)[-1].split(".")[-1]
-        named = [p for p in dumps if f".jit_{name}." in p.name]
-        best = max(named or dumps, key=lambda p: p.stat().st_size)
-        shutil.copyfile(best, self.dir / "step.hlo.txt")
+        best = dumped_module(where, f"jit_{name}") if where else None
+        if best is not None:
+            shutil.copyfile(best, self.dir / "step.hlo.txt")

@@ -17,6 +17,7 @@ from pathlib import Path
 from twinbench.explain import files, jax_trace, torch_trace
 from twinbench.explain.breakdown import Breakdown
 from twinbench.explain.steps import TraceError
+from twinbench.hlo_text import dumped_module
 
 _RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
@@ -98,12 +99,10 @@ def hlo_text(hlo: str | None, trace: Path, module: str = "") -> tuple[str, str]:
     if hlo:
         h = Path(hlo)
         if h.is_dir():
-            dumps = [f for f in h.rglob("*after_optimizations.txt")]
-            if not dumps:
+            found = dumped_module(h, module)
+            if found is None:
                 raise TraceError(f"{hlo}: no *after_optimizations.txt (an --xla_dump_to directory?)")
-            # module_0020.jit_train_step.cpu_after_optimizations.txt: the trace's module, its last compile
-            named = sorted(f for f in dumps if module and f.name.split(".")[1:2] == [module])
-            h = named[-1] if named else max(dumps, key=lambda f: f.stat().st_size)
+            h = found
         return files.read_text(h, "HLO text"), str(h)
     beside = trace.parent / "step.hlo.txt"  # what twinbench writes beside a run's profile
     return (files.read_text(beside, "HLO text"), str(beside)) if beside.exists() else ("", "")
