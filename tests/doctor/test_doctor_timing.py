@@ -125,3 +125,24 @@ def test_completion_rate_survives_a_lagging_watcher_and_the_read_check() -> None
         obs = rec.observations()
         assert obs["step_timing"] == "completion" and obs["step_ms"] == pytest.approx(10.0, rel=0.2), (lag, obs)
         assert obs["dispatch_ms"] == pytest.approx(0.1)
+
+
+def test_the_step_calls_own_python_after_its_results_is_not_input() -> None:
+    """nnx.jit: the device is done 3 ms into a 5 ms call, the graph's merge returns at 4.5 ms, the next call at
+    5 ms: 1.5 ms the call's own tail, 0.5 ms waiting for the loop (no input-bound finding); a loop that spends
+    2 ms between the call's return and the next call is still input-bound."""
+    from twinbench.doctor.recorder import Recorder
+
+    for gap_ms, bound in ((0.5, False), (4.0, True)):
+        rec = Recorder()
+        it = 4.5e-3 + gap_ms * 1e-3
+        for i in range(20):
+            t0 = 100.0 + it * i
+            rec.calls["jit:step"].append((t0, {}))
+            rec.step_ready("jit:step", i, t0 + 3e-3)
+            rec.step_returned("jit:step", i, t0 + 4.5e-3)
+        rec.kinds["jit:step"] = "jit"
+        split = rec.split("jit:step")
+        assert split["call_tail_ms"] == pytest.approx(1.5) and split["idle_ms"] == pytest.approx(gap_ms), split
+        obs = {"steady_steps": 18, "split": split, "step_kind": "jit"}
+        assert (fd.input_bound(obs) is not None) == bound, split

@@ -116,6 +116,7 @@ class Recorder:
         self.seconds: Counter[str] = Counter()  # data_wait_s, eager_s, compile_s, ...
         self.calls: dict[str, list[tuple[float, dict[str, float]]]] = defaultdict(list)
         self.ready: dict[str, dict[int, float]] = defaultdict(dict)  # candidate -> call index -> results ready
+        self.returned: dict[str, dict[int, float]] = defaultdict(dict)  # ... -> the call returned to the user
         self.kinds: dict[str, str] = {}  # candidate key -> "jit" | "pmap" | "optax" | "torch-optimizer"; "-lib"
         # appended for a library's own jitted helpers (a step only when nothing else is called)
         self.notes: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -206,6 +207,11 @@ class Recorder:
         seen = self.ready[key].get(index)
         self.ready[key][index] = t if seen is None else min(seen, t)  # whoever saw it first: reader or watcher
 
+    def step_returned(self, key: str, index: int, t: float | None = None) -> None:
+        """Call ``index`` of candidate ``key`` returned to the user's code at ``t`` (now); a wrapper around the
+        call (``nnx.jit``'s graph merge) returns later and says so last."""
+        self.returned[key][index] = time.perf_counter() if t is None else t
+
     def in_flight(self) -> tuple[str, int] | None:
         """The step call whose results are not ready yet (the device is busy with it), if any."""
         key = self.step_key()
@@ -219,6 +225,7 @@ class Recorder:
         script if it was the ``max_steps``-th step."""
         if synced:
             self.step_ready(key, self.call_index(key))
+        self.step_returned(key, self.call_index(key))
         n = len(self.calls[key])
         if self.snapshot is not None and (time.perf_counter() - self._last_snapshot >= self.snapshot_every_s
                                           or (n & (n - 1) == 0 and self.step_key() == key)):  # also at 2**k steps
@@ -277,6 +284,7 @@ class Recorder:
         but the time from the step's end to the next forward pass (the next batch, zero_grad, logging) and
         the DataLoader's wait."""
         calls, ready = self.calls.get(key, []), dict(self.ready.get(key, {}))
+        returned = self.returned.get(key, {})
         kind = self.kinds.get(key)
         asynchronous, torch_step = kind in ASYNC_KINDS, kind in ("torch-optimizer", "torch-backward")
         rows = []
@@ -294,19 +302,23 @@ class Recorder:
             reads = max(diff("jax_host_read_span_s:s") - diff("jax_host_read_blocked_s:s"), 0.0)
             host = diff("eager_s:s") + diff("compile_s:s") + reads
             step = min(max(ready[i] - t0, 0.0), it)  # a late ready time makes idle smaller, never larger
+            # the step call's own Python after its results were ready (dispatch, nnx.jit's graph merge): the
+            # device waits for it, but it is the step's overhead, not the loop's work between steps
+            own = min(max(returned.get(i, ready[i]) - ready[i], 0.0), it - step) if asynchronous else 0.0
             if torch_step:  # forward and backward belong to the step, wherever the step's signal sits in them
                 step = min(max(it - max(diff("to_forward_s:s"), diff("data_wait_s:s")) - host, 0.0), it)
             # PyTorch: from the optimizer step's end to the next forward, less the host reads made there
             to_forward = max(diff("to_forward_s:s") - diff("torch_host_read_s:s"), 0.0)
-            rows.append((it, step, diff("data_wait_s:s"), host, max(it - step - host, 0.0), to_forward))
+            rows.append((it, step, diff("data_wait_s:s"), host, max(it - step - own - host, 0.0), to_forward, own))
         if not rows:
             return None
-        iter_ms, step_ms, data_ms, host_ms, idle_ms, to_forward_ms = (1e3 * statistics.median(r[j] for r in rows)
-                                                                      for j in range(6))
+        iter_ms, step_ms, data_ms, host_ms, idle_ms, to_forward_ms, own_ms = (
+            1e3 * statistics.median(r[j] for r in rows) for j in range(7))
         return {"iterations": len(rows), "iter_ms": iter_ms,
                 "step_ms": step_ms, "data_ms": data_ms, "host_ms": host_ms,
+                "call_tail_ms": own_ms,  # asynchronous: the step call's return after its results were ready
                 "idle_mean_ms": 1e3 * statistics.fmean(r[4] for r in rows),  # the peer of per-step means
-                "idle_ms": idle_ms,  # the rest: after the step's results were ready, before the next call
+                "idle_ms": idle_ms,  # the rest: after the step's results and its call's return, before the next call
                 "to_forward_ms": to_forward_ms,  # PyTorch: an optimizer step's end to the next forward
                 "async": asynchronous}
 

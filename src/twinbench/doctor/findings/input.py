@@ -28,7 +28,9 @@ def _input_wait(obs: Obs) -> tuple[float, float, str] | None:
             head + f"{wait:.2f} ms the device waited for the host between steps (the next batch, or other Python "
             f"work of the loop; DataLoader next: {data:.2f} ms), {step:.2f} ms the step from its call to its "
             f"results being ready (block_until_ready on its output, in the doctor's watcher thread, so the "
-            f"loop keeps its asynchronous dispatch), {host:.2f} ms known host work (eager ops, compilation)")
+            f"loop keeps its asynchronous dispatch), {split.get('call_tail_ms', 0.0):.2f} ms the step call's own "
+            f"Python after its results were ready (dispatch, nnx.jit's graph merge), {host:.2f} ms known host "
+            f"work (eager ops, compilation)")
     gap = split.get("to_forward_ms", 0.0) if obs.get("step_kind") == "torch-optimizer" else 0.0
     wait = max(data, gap)
     where = (f"the optimizer step's end to the next forward pass: the next batch from any Python iterator "

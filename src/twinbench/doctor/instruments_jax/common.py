@@ -145,6 +145,7 @@ class Instruments(Protocol):
     outer_start: float | None
     outer_jit: bool
     inner_s: float
+    outer_call: tuple[str, int] | None
     watcher: ReadyWatcher
 
     def guard(self, what: str) -> contextlib.AbstractContextManager[None]: ...

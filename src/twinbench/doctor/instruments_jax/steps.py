@@ -66,11 +66,13 @@ class StepHooks(Hooks):
                 if inst.outer_start is not None or inst.rec.internal:  # nested, or the doctor's own call
                     return _orig(obj, *args, **kwargs)
                 inst.outer_start = t0 = time.perf_counter()
-                inst.outer_jit, inst.inner_s = False, 0.0
+                inst.outer_jit, inst.inner_s, inst.outer_call = False, 0.0, None
                 try:
                     out = _orig(obj, *args, **kwargs)
                 finally:
                     inst.outer_start = None
+                if inst.outer_call is not None:  # the step returns to the user after the graph's merge
+                    inst.rec.step_returned(*inst.outer_call)
                 if inst.outer_jit:  # nnx.jit's own Python (graph split before, merge after): the call less the
                     # jitted call inside it, both timed here, so it can never exceed the call
                     inst.rec.seconds["nnx_graph_s"] += max(time.perf_counter() - t0 - inst.inner_s, 0.0)
@@ -177,6 +179,8 @@ class _Jitted:
             inst.outer_jit = True  # nnx.jit's call: its own Python is the whole call less this one
         rec.step_call(key, self.kind, t_enter if inst.outer_start is None else inst.outer_start)
         index = rec.call_index(key)
+        if inst.outer_start is not None and not self.kind.endswith("-lib"):
+            inst.outer_call = (key, index)
         self.ncalls += 1
         if not inst.call_depth:
             inst.call_missed = False
