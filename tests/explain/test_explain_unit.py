@@ -115,10 +115,10 @@ def _jax_run(tmp_path: Path, slow: bool) -> dict:
         with jax.named_scope("block0.attn"):
             s = x @ p["w"]
             if slow:  # the planted cause: softmaxes of the scores recomputed over and over (forward only)
-                extra = s
+                extra = jnp.tile(s, (4, 1))  # 4x the scores: a cause far above a busy machine's noise
                 for _ in range(300):
                     extra = jax.nn.softmax(extra * 1.0001, axis=-1) * 8.0
-                s = s + 1e-6 * jax.lax.stop_gradient(extra)
+                s = s + 1e-6 * jax.lax.stop_gradient(extra[: s.shape[0]])
             s = jax.nn.softmax(s, axis=-1)
         return jnp.mean(s @ p["v"])
 

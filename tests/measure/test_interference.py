@@ -31,16 +31,18 @@ def test_own_work_is_not_interference_and_others_work_is():
 
 
 def test_tree_cpu_counts_children():
+    """A child that has burnt 0.4 s of CPU (it says so when done, however long a busy machine makes that take)."""
     child = subprocess.Popen(["python3", "-c", "import time\nt=time.process_time()+0.4\nwhile time.process_time()<t: pass\n"
-                              "time.sleep(5)"])
+                              "print('burnt', flush=True)\ntime.sleep(60)"], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(1.5)
+        assert child.stdout is not None and child.stdout.readline().strip() == "burnt"
         assert tree_cpu_s(child.pid) >= 0.3
         import os
 
         assert tree_cpu_s(os.getpid()) >= tree_cpu_s(child.pid)  # the child is below this process
     finally:
         child.kill()
+        child.wait()
 
 
 def test_busy_warning_comes_from_the_measured_figure():
