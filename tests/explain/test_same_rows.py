@@ -153,3 +153,27 @@ def test_jax_twins_normalization_is_the_normalization_row(preset: str) -> None:
     names = [line.split('op_name="', 1)[1].split('"', 1)[0] for line in text.splitlines() if 'op_name="' in line]
     norm = [n for n in names if taxonomy.scope_category(n) == "normalization"]
     assert norm and any("transpose(" in n for n in norm)  # forward and backward
+
+
+def test_work_a_compiler_fused_into_another_row_is_not_named() -> None:
+    """Eager torch files a GELU's backward under element-wise; XLA fuses it into a layer norm's kernel, filed
+    under normalization: element-wise -2.2 ms and normalization +1.5 ms are mostly one piece of work, so the
+    summary names the element-wise row for no more than the two together (-0.7 ms: under 10% of the gap, not
+    named), and never the idle row (host time, the profiler's own cost among it)."""
+    from twinbench.explain import gap
+
+    a = _side("torch:nanogpt", 40.0, {"backward": {"matmul": 17.5, "element-wise": 2.3, "normalization": 0.4},
+                                      "forward": {"matmul": 8.8}, "rest": {"idle": 11.0}}, {})
+    b = _side("jax:port", 20.0, {"backward": {"matmul": 6.3, "element-wise": 0.1, "normalization": 1.9},
+                                 "forward": {"matmul": 2.9}, "rest": {"idle": 8.8}}, {})
+    r = gap.pair(a, b)
+    first = r["summary"].splitlines()[0]
+    assert "backward / matmul" in first and "forward / matmul" in first
+    assert "element-wise" not in first.split("rows sum")[0] and "not named" in first
+    assert "rest / idle +2.2 ms is host time no op covers" in first
+    row = next(x for x in r["rows"] if x["row"] == "backward / element-wise")
+    assert row["named_ms"] == pytest.approx(-0.7) and row["fused_with"] == ["backward / normalization"]
+    # two eager programs: nothing fuses, the element-wise row is named for all of its difference
+    b["run"] = "torch:other"
+    row = next(x for x in gap.pair(a, b)["rows"] if x["row"] == "backward / element-wise")
+    assert row["named_ms"] == pytest.approx(-2.2) and "fused_with" not in row

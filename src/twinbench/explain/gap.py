@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from twinbench.explain import files, jax_trace, torch_trace, why
+from twinbench.explain import causes, files, jax_trace, torch_trace, why
 from twinbench.explain.breakdown import DISTURBED, PHASES, WHOLE_ITERATION, Breakdown
 from twinbench.explain.steps import TraceError
 
@@ -185,11 +185,26 @@ def sentence(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) 
     slow, fast = (b, a) if gap >= 0 else (a, b)
     sign = 1 if gap >= 0 else -1
     level = 1 if any(r["level"] == 1 for r in table) else 0  # --scopes on traces that name no scopes: phases
-    top = sorted((r for r in table if r["level"] == level), key=lambda r: -sign * r["diff_ms"])[:3]
-    parts = [f"{r['share']:.0%} {r['row']} ({sign * r['diff_ms']:+.1f} ms)" for r in top]
+    top = causes.named(table, gap, level)
+
+    def part(r: dict[str, Any]) -> str:
+        ms = r.get("named_ms", r["diff_ms"])
+        said = f"{ms / gap if gap else 0.0:.0%} {r['row']} ({sign * ms:+.1f} ms"
+        if r.get("fused_with"):  # capped: the rest of the row's difference is work the other side fused elsewhere
+            said += (f" of its {sign * r['diff_ms']:+.1f}: the rest is the same work fused into "
+                     f"{', '.join(r['fused_with'])} on the other side")
+        return said + ")"
+
     attributed = sum(r["diff_ms"] for r in table if r["level"] == 0)
-    text = (f"{slow['run']}'s extra {abs(gap):.1f} ms per step over {fast['run']}: " + "; ".join(parts)
-            + f" (rows sum to {abs(attributed):.1f} ms of it)")
+    small = (f"; rows under {causes.NAMED_SHARE:.0%} of the gap each are not named"
+             if len(top) < 3 and sum(r["level"] == level for r in table) > len(top) else "")
+    text = (f"{slow['run']}'s extra {abs(gap):.1f} ms per step over {fast['run']}: " + "; ".join(map(part, top))
+            + small + f" (rows sum to {abs(attributed):.1f} ms of it)")
+    idle = [r for r in table if causes.unattributed(r) and sign * r["diff_ms"] >= causes.NAMED_SHARE * abs(gap)]
+    if idle:
+        text += ("; " + ", ".join(f"{r['row']} {sign * r['diff_ms']:+.1f} ms" for r in idle)
+                 + " is host time no op covers (the loop's Python, dispatch, and the profiler's own cost per op): "
+                 "a trace cannot say which; time the loop without the profiler (twinbench doctor SCRIPT)")
     if top and abs(top[0]["share"]) > 1:  # a row larger than the whole gap: say what offsets it
         back = sorted((r for r in table if r["level"] == level and sign * r["diff_ms"] < 0),
                       key=lambda r: sign * r["diff_ms"])[:3]
@@ -237,6 +252,7 @@ def explain_pair(ra: dict[str, Any], rb: dict[str, Any], expand: str = "categori
 def pair(a: dict[str, Any], b: dict[str, Any], expand: str = "categories") -> dict[str, Any]:
     """The gap table of two explained runs or traces."""
     table = rows(a, b, expand)
+    causes.mark(a, b, table)
     extras = why.pair_extras(a, b, table if expand != "scopes" else [])
     summary = sentence(a, b, table)
     if expand == "scopes" and not any(r["level"] for r in table):

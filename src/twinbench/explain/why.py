@@ -217,8 +217,9 @@ def attribution(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]
     names the slower side's largest ops in it (:func:`row_ops`): where to look, op by op."""
     gap = b["step_ms"] - a["step_ms"]
     sign = 1 if gap >= 0 else -1
-    rows = sorted((r for r in table if r["level"] == 1 and sign * r["diff_ms"] > 0.02 * abs(gap) + 1e-9),
-                  key=lambda r: -sign * r["diff_ms"])[:top]
+    rows = sorted((r for r in table if r["level"] == 1  # the part a fused row may be named for (explain.causes)
+                   and sign * r.get("named_ms", r["diff_ms"]) > 0.02 * abs(gap) + 1e-9),
+                  key=lambda r: -sign * r.get("named_ms", r["diff_ms"]))[:top]
     out = []
     for r in rows:
         ta, tb = r.get("a_throughput") or {}, r.get("b_throughput") or {}
