@@ -4,7 +4,7 @@ Usage (the scripts are not fetched or copied here: PAIRS_DIR holds copies of pub
 below, each loop calling ``pairprof.tick(i)`` at the start of every iteration, which with ``PAIR_TIMES=FILE``
 appends that iteration's wall time; see docs/doctor.md, "Proven on public pairs")::
 
-    python benchmarks/doctor_pairs.py PAIRS_DIR [--rounds 3] [--only nanogpt_jax,...] [--out FILE.jsonl]
+    python benchmarks/doctor_pairs.py PAIRS_DIR [--rounds 3] [--only nanogpt_jax,...] [--out FILE.jsonl] [--keep DIR]
 
 For each script, in every round (the runs of one round interleaved, each in its own process):
 
@@ -124,7 +124,8 @@ def own_time(folder: Path, script: str, args: list[str], env: dict[str, str]) ->
     return out
 
 
-def doctor_run(name: str, folder: Path, script: str, args: list[str], env: dict[str, str]) -> dict:
+def doctor_run(name: str, folder: Path, script: str, args: list[str], env: dict[str, str],
+               keep: Path | None = None) -> dict:
     """The doctor's run of the script, and the script's own clock in that same process (``PAIR_TIMES``: the
     median wall time of its steady iterations, one start to the next; the same conditions as the doctor's)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -136,6 +137,9 @@ def doctor_run(name: str, folder: Path, script: str, args: list[str], env: dict[
         if not out.exists():
             return {"error": (proc.stderr or proc.stdout)[-500:], "code": proc.returncode}
         doc = json.loads(out.read_text())
+        if keep is not None:  # the doctor's whole report (findings and the observations they came from)
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            keep.write_text(out.read_text())
         lines = [json.loads(ln) for ln in times.read_text().splitlines() if ln.strip()] if times.exists() else []
     dts = [x["dt"] for x in lines if x["i"] > SKIP]
     obs = doc["observations"]
@@ -152,6 +156,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default="", help="comma-separated script names (default: all)")
     ap.add_argument("--out", type=Path, default=None, help="append every run here as a JSON line")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="keep each doctor run's whole --json report here, as NAME[-VARIANT]-rROUND.json")
     ap.add_argument("--kinds", default="doctor,own", help="doctor, own or both (default)")
     ap.add_argument("--variants", default="", help="comma-separated variant names to run (default: all)")
     ap.add_argument("--threads", choices=("one", "default"), default="one",
@@ -176,7 +182,8 @@ def main(argv: list[str]) -> int:
                 v_folder, v_args, v_env = VARIANTS[name][variant]
                 folder, args, env = v_folder or folder, v_args or args, {**env, **v_env}
             t0 = time.time()
-            got = (doctor_run(name, opts.pairs / folder, script, args, env) if kind == "doctor" else
+            keep = opts.keep / f"{name}{'-' + variant if variant else ''}-r{r}.json" if opts.keep else None
+            got = (doctor_run(name, opts.pairs / folder, script, args, env, keep) if kind == "doctor" else
                    own_time(opts.pairs / folder, script, args, env))
             row = {"name": name, "kind": kind, "variant": variant or "as published", "round": r,
                    "load1": os.getloadavg()[0], "wall_s": round(time.time() - t0, 1), **got}
