@@ -4,6 +4,7 @@ script that ignores SIGTERM keeping what was seen before --timeout. Three script
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -32,6 +33,11 @@ def test_async_loop_is_timed_by_its_steps_completion(tmp_path: Path) -> None:
     info = obs["info"]["trace"]  # steady steps recorded for explain, with the step's compiled HLO beside them
     assert info["framework"] == "jax" and len(info["steps"]) == 5 and info["files"]
     assert (tmp_path / "trace" / "step.hlo.txt").read_text().startswith("HloModule")
+    # the steps under the profiler are left out of the step time, and trace.json says it with and without them
+    timing, written = obs["trace_timing"], json.loads((tmp_path / "trace" / "trace.json").read_text())
+    assert not info["step_time_includes_trace"] and timing["untraced_step_ms"] == obs["step_ms"]
+    assert written["untraced_step_ms"] == pytest.approx(obs["step_ms"], abs=1e-3)
+    assert written["traced_steps"] == 4 and written["traced_step_ms"] > 0 and written["untraced_steps"] >= 20
 
 
 def test_a_step_whose_outputs_are_all_donated_is_timed_to_the_end() -> None:
@@ -125,6 +131,43 @@ def test_completion_rate_survives_a_lagging_watcher_and_the_read_check() -> None
         obs = rec.observations()
         assert obs["step_timing"] == "completion" and obs["step_ms"] == pytest.approx(10.0, rel=0.2), (lag, obs)
         assert obs["dispatch_ms"] == pytest.approx(0.1)
+
+
+def _traced_loop(n: int, kind: str, key: str) -> object:
+    """A loop of ``n`` steps 10 ms apart, but 40 ms under the profiler (``--trace``: it started at the end of
+    step call 3 and stopped at the end of call 8, the first after it still slow: its waits, its export), each
+    step's results ready 8 ms after its call."""
+    from twinbench.doctor.recorder import Recorder
+    from twinbench.doctor.trace import TRACE_FROM, TRACE_STEPS
+
+    rec, t = Recorder(), 100.0
+    first, last = TRACE_FROM - 1, TRACE_FROM - 1 + TRACE_STEPS
+    rec.kinds[key] = kind
+    for i in range(n):
+        rec.calls[key].append((t, {}))
+        rec.step_ready(key, i, t + 0.008)
+        rec.step_returned(key, i, t + (0.008 if kind.startswith("torch") else 1e-4))
+        t += 0.040 if first <= i <= last + 1 else 0.010
+    rec.traced = (first, last)
+    rec.info["trace"] = {"framework": "torch" if kind.startswith("torch") else "jax"}
+    return rec
+
+
+@pytest.mark.parametrize(("kind", "key"), [("torch-optimizer", "torch:Optimizer.step"), ("jit", "jit:step")])
+def test_the_steps_under_the_profiler_are_left_out_of_the_step_time(kind: str, key: str) -> None:
+    """--trace: the iterations the profiler weighed on are not the script's steady step (4x slower here), like
+    the host-read check's; too few steps outside them, and they stay in, the observations saying so."""
+    obs = _traced_loop(14, kind, key).observations()  # --steps 14: 7 of its 12 steady iterations traced
+    assert obs["step_ms"] == pytest.approx(10.0, rel=0.05) and obs["split"]["iter_ms"] == pytest.approx(10.0)
+    assert obs["iter_ms"] == pytest.approx(10.0, rel=0.05) and obs["steady_steps"] == 5
+    t = obs["trace_timing"]
+    assert t["traced_step_ms"] == pytest.approx(40.0) and t["traced_steps"] == 4
+    assert t["untraced_step_ms"] == obs["step_ms"] and not obs["info"]["trace"]["step_time_includes_trace"]
+    rec = _traced_loop(10, kind, key)
+    rec.read_mode.update({1: "deferred"})  # the host-read check took iterations 1 and 2: none left outside
+    obs = rec.observations()
+    assert obs["step_ms"] == pytest.approx(40.0, rel=0.05) and obs["info"]["trace"]["step_time_includes_trace"]
+    assert obs["trace_timing"]["untraced_step_ms"] is None
 
 
 def test_the_step_calls_own_python_after_its_results_is_not_input() -> None:

@@ -111,6 +111,7 @@ def test_runs_are_named_by_where_they_came_from(tmp_path: Path) -> None:
     out = json.loads((tmp_path / "e.json").read_text())
     assert out["a"]["run"] == "torch:nanogpt_torch/trace" and out["b"]["run"] == "jax:nanogpt_port"
     assert "A ms" in res.output and "B ms" in res.output  # columns never cut the names to a common prefix
+    assert "twinbench doctor" not in res.output  # a Chrome trace named trace.json is not the doctor's file
 
 
 def test_a_cpu_profile_without_its_hlo_asks_for_it_by_name() -> None:
@@ -167,3 +168,59 @@ def test_torch_convolutions_carry_their_flops() -> None:
     fc1, fc2 = 2 * 64 * 9216 * 128, 2 * 64 * 128 * 10
     assert t["forward"]["matmul"]["flops"] == pytest.approx(conv1 + conv2 + fc1 + fc2, rel=1e-6)
     assert t["backward"]["matmul"]["flops"] == pytest.approx(conv1 + 2 * conv2 + 2 * fc1 + 2 * fc2, rel=1e-6)
+
+
+def _doctor_dirs(tmp_path: Path, torch_timing: dict, jax_timing: dict) -> tuple[Path, Path, str]:
+    """The nanogpt pair laid out as ``twinbench doctor --trace DIR`` writes it (torch: ``DIR/doctor.pt.trace.json``;
+    JAX: an xplane under ``DIR/plugins/profile/RUN/``), each with the doctor's ``DIR/trace.json``."""
+    torch_trace, jax_trace, hlo = _files("nanogpt")
+    tdir, jdir = tmp_path / "tr-torch", tmp_path / "tr-jax"
+    run = jdir / "plugins" / "profile" / "2026_12_06_15_28_49"
+    run.mkdir(parents=True)
+    tdir.mkdir()
+    (tdir / "doctor.pt.trace.json").write_bytes(gzip.decompress(Path(torch_trace).read_bytes()))
+    (run / "vm.xplane.pb").write_bytes(gzip.decompress(Path(jax_trace).read_bytes()))
+    for d, fw, timing in ((tdir, "torch", torch_timing), (jdir, "jax", jax_timing)):
+        (d / "trace.json").write_text(json.dumps({"framework": fw, "steps": [4, 5, 6, 7, 8], "files": [],
+                                                  "hlo": None, **timing}))
+    return tdir, run / "vm.xplane.pb", hlo
+
+
+def test_the_doctors_step_without_the_profiler_is_the_measured_step(tmp_path: Path) -> None:
+    """twinbench doctor timed each script's step without the profiler and wrote it beside the trace: explain
+    shows it as the run's measured step, says how much the profiler added, and the gap without it."""
+    tdir, xplane, hlo = _doctor_dirs(
+        tmp_path, {"traced_step_ms": 60.0, "traced_steps": 4, "untraced_step_ms": 30.0, "untraced_steps": 11},
+        {"traced_step_ms": 27.0, "traced_steps": 4, "untraced_step_ms": 25.5, "untraced_steps": 11})
+    res = CliRunner().invoke(app, ["explain", str(tdir), str(xplane), "--hlo", hlo, "--json", str(tmp_path / "e.json")],
+                             terminal_width=200)
+    assert res.exit_code == 0, res.output
+    out = json.loads((tmp_path / "e.json").read_text())
+    assert out["a"]["measured"]["untraced_step_ms"] == 30.0 and out["b"]["measured"]["untraced_step_ms"] == 25.5
+    assert "2 trace files" not in res.output  # the doctor's trace.json is no trace of the folder
+    sums = [ln for ln in res.output.splitlines() if ln.startswith("│ sum")]
+    assert len(sums) == 2 and "30.0" in sums[0] and "25.5" in sums[1], sums  # the timing column's sum
+    added = [ln for ln in res.output.splitlines() if "the profiler added" in ln]
+    assert len(added) == 1 and "added 100% to this run's step (traced 60.0 ms, untraced 30.0 ms" in added[0], added
+    gap = out["gap_ms"]
+    line = next(ln for ln in out["summary"].splitlines() if "measured without the profiler" in ln)
+    assert line.strip() == f"measured without the profiler the gap is -4.5 ms (traced: {gap:+.1f} ms)"
+    assert line.strip() in res.output
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"framework": "torch", "untraced_step_ms": "fast"}',
+                                     '{"framework": "torch", "untraced_step_ms": true}',
+                                     '{"framework": "torch", "untraced_step_ms": NaN}'])
+def test_a_malformed_doctor_trace_json_is_a_note(tmp_path: Path, content: str) -> None:
+    tdir, _, _ = _doctor_dirs(tmp_path, {}, {})
+    (tdir / "trace.json").write_text(content)
+    e = command.explain_traces(str(tdir / "doctor.pt.trace.json"), None)["a"]
+    notes = [n for n in e["notes"] if "trace.json" in n]
+    assert "measured" not in e and len(notes) == 1 and "\n" not in notes[0], e["notes"]
+    assert e["trace"]["forward"] > 0  # the trace itself is read all the same
+
+
+def test_a_doctor_run_too_short_to_time_without_the_profiler_says_so(tmp_path: Path) -> None:
+    tdir, _, _ = _doctor_dirs(tmp_path, {"traced_step_ms": 60.0, "traced_steps": 4}, {})
+    e = command.explain_traces(str(tdir), None)["a"]
+    assert "measured" not in e and any("could not time the step without the profiler" in n for n in e["notes"])

@@ -95,14 +95,23 @@ def check_trace_dir(trace: Path) -> None:
 
 def report_trace(trace: Path, obs: dict) -> None:
     """Say where the trace is and the explain command that reads it, or why there is none."""
+    from rich.markup import escape
+
     from twinbench.doctor.trace import TRACE_FROM, TRACE_STEPS, explain_command
 
     info = (obs.get("info") or {}).get("trace")
     error = (obs.get("info") or {}).get("trace_error")
     if info:
-        out.print(f"  trace: {len(info['steps'])} steady steps recorded with {info['framework']}'s profiler in "
-                  f"{trace}", highlight=False)
-        out.print(f"  explain it: {explain_command(trace, info)}", highlight=False)
+        timing = obs.get("trace_timing") or {}
+        at = f" at {timing['traced_step_ms']:.1f} ms a step" if timing.get("traced_step_ms") else ""
+        if timing.get("untraced_step_ms"):
+            at += f" (the profiler's own cost: the untraced step is {timing['untraced_step_ms']:.1f} ms)"
+        elif timing.get("step_time_includes_trace"):
+            at += " (too few steps ran outside the trace: the step time above includes the traced ones)"
+        out.print(f"  trace: {len(info['steps'])} steps recorded with {info['framework']}'s profiler in {trace}{at}; "
+                  f"explain with: {explain_command(trace, info)}", highlight=False)
+        if info.get("timing_error"):
+            out.print(f"  [yellow]the step times were not written beside the trace: {escape(info['timing_error'])}[/]")
         pair = (f"twinbench explain TORCH_TRACE_DIR {trace} --hlo {info['hlo']}" if info.get("hlo") else
                 f"twinbench explain {trace} JAX_TRACE_DIR --hlo JAX_TRACE_DIR/hlo")
         out.print(f"  against the other framework's script, traced the same way: {pair}", highlight=False)

@@ -150,6 +150,10 @@ def run_doctor(script: str | Path, args: list[str] | None = None, steps: int | N
             raise DoctorError(f"{script} ended (exit code {run.returncode}) before the doctor could report"
                               + (f": {last[-1][:300]}" if last else ""))
         obs = json.loads(obs_path.read_text())
+    if trace_dir is not None:  # the step time with and without the profiler, beside the trace
+        from twinbench.doctor.trace import write_timing
+
+        write_timing(Path(trace_dir), obs)
     obs["timed_out"] = obs.get("timed_out") or run.timed_out
     obs["killed"] = killed
     obs["python_given"] = python is not None

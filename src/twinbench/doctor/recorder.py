@@ -31,6 +31,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from twinbench.doctor.findings.base import MIN_STEADY_STEPS
+
 MARK_KEY = "mark:twinbench.doctor.step()"  # the user marked the step explicitly
 SIGNALS = {  # step candidate kind -> how the step was found (the report names it)
     "marked": "twinbench.doctor.step()", "torch-optimizer": "torch Optimizer.step",
@@ -135,6 +137,8 @@ class Recorder:
         self.check_reads = False  # twinbench doctor: check the cost of reads of the step's outputs (host_reads)
         self.drain: Callable[[], None] | None = None  # waits for every step dispatched (JAX: live arrays)
         self.drained_at: float | None = None  # when they were all done, at --steps N
+        # --trace: the step calls at whose end the profiler started and stopped (None: not stopped yet)
+        self.traced: tuple[int, int | None] | None = None
         self.on_step_done: list[Callable[[int], None]] = []  # called with the step call's index (a profiler)
         self.snapshot: Callable[[], None] | None = None  # writes the observations so far (the bootstrap's)
         self.snapshot_every_s = SNAPSHOT_EVERY_S
@@ -273,6 +277,44 @@ class Recorder:
         them (the queue drains): not the script as written, so left out of its step time and rates."""
         return self.read_mode.get(i) == "deferred" or self.read_mode.get(i - 1) == "deferred"
 
+    def traced_iterations(self, key: str) -> tuple[set[int], list[int]]:
+        """(the steady iterations the profiler weighed on, those wholly under it) for ``--trace``: from the one it
+        started in (after a step call's end) to the one after the one it stopped in (the export, the first step
+        after the profiler's waits), less the host-read check's; wholly under it: one step start to the next
+        inside the profiler's span. Both empty without a trace."""
+        if self.traced is None:
+            return set(), []
+        n = len(self.calls.get(key, []))
+        first, last = self.traced[0], n - 1 if self.traced[1] is None else self.traced[1]
+        weighed = {i for i in range(max(first, 1), min(last + 1, n - 2) + 1) if not self.skipped(i)}
+        return weighed, [i for i in range(first + 1, min(last, n - 1)) if i >= 1 and not self.skipped(i)]
+
+    def left_out(self, key: str) -> set[int]:
+        """The iterations left out of the step time, the split and the rates: the host-read check's
+        (:meth:`skipped`), and the profiler's (:meth:`traced_iterations`) when at least ``MIN_STEADY_STEPS``
+        steady iterations remain without them (otherwise they stay in: ``trace_timing`` says so)."""
+        n = len(self.calls.get(key, []))
+        out = {i for i in range(1, n - 1) if self.skipped(i)}
+        weighed = self.traced_iterations(key)[0]
+        if weighed and n - 2 - len(out | weighed) >= MIN_STEADY_STEPS:
+            out |= weighed
+        return out
+
+    def trace_timing(self, key: str, step_ms: float | None, steady: list[int], included: bool) -> dict[str, Any] | None:
+        """``--trace``: the traced iterations' median wall time (one step start to the next, under the profiler)
+        and the step time without them (``untraced_step_ms``: None when too few steps ran outside the trace to
+        leave them out of ``step_ms``, which then ``included`` them)."""
+        if self.traced is None:
+            return None
+        whole = self.traced_iterations(key)[1]
+        calls = self.calls.get(key, [])
+        if isinstance(self.info.get("trace"), dict):  # the report's observations say so
+            self.info["trace"]["step_time_includes_trace"] = included
+        return {"traced_step_ms": 1e3 * statistics.median(calls[i + 1][0] - calls[i][0] for i in whole)
+                if whole else None, "traced_steps": len(whole),
+                "untraced_step_ms": None if included else step_ms, "untraced_steps": 0 if included else len(steady),
+                "step_time_includes_trace": included}
+
     def split(self, key: str) -> dict[str, Any] | None:
         """Time per steady iteration (one step start to the next), split by where it went: the step up to its
         results being ready, the DataLoader's ``next``, known host work (eager ops, compilation), and the
@@ -287,10 +329,11 @@ class Recorder:
         returned = self.returned.get(key, {})
         kind = self.kinds.get(key)
         asynchronous, torch_step = kind in ASYNC_KINDS, kind in ("torch-optimizer", "torch-backward")
+        left_out = self.left_out(key)
         rows = []
         for i in range(1, len(calls) - 1):
             (t0, s0), (t1, s1) = calls[i], calls[i + 1]
-            if i not in ready or self.skipped(i):
+            if i not in ready or i in left_out:
                 continue
             it = t1 - t0
 
@@ -326,14 +369,17 @@ class Recorder:
         """The host-read check's A/B: the median iteration (one step start to the next) while the loop's reads
         of the step's outputs waited for them, against the same loop with those reads answered one step late
         (the device never waits for them), over alternating blocks of steps in this run; the first iteration
-        of each block (the queue filling or draining) left out. None when the check did not run."""
+        of each block (the queue filling or draining) left out, and so are the profiler's when the step time
+        leaves them out. None when the check did not run."""
         calls, modes = self.calls.get(key, []), dict(self.read_mode)
         if "deferred" not in modes.values():
             return None
+        traced = self.traced_iterations(key)[0]
+        traced = traced if traced <= self.left_out(key) else set()
         out: dict[str, Any] = {}
         for mode in ("waited", "deferred"):
             iv = [calls[i + 1][0] - calls[i][0] for i in range(2, len(calls) - 1)
-                  if modes.get(i) == mode and modes.get(i - 1) == mode]
+                  if modes.get(i) == mode and modes.get(i - 1) == mode and i not in traced]
             out[f"{mode}_n"] = len(iv)
             out[f"{mode}_ms"] = 1e3 * statistics.median(iv) if iv else None
             q = statistics.quantiles(iv, n=4) if len(iv) >= 2 else None
@@ -350,8 +396,11 @@ class Recorder:
         asynchronous = bool(key) and self.kinds.get(key or "") in ASYNC_KINDS
         ready = dict(self.ready.get(key, {})) if key else {}
         # Steady state: the iterations between consecutive step starts, from the 2nd step on, less those the
-        # host-read check changed.
-        steady = [i for i in range(1, len(calls) - 1) if not self.skipped(i)]
+        # host-read check changed and those the profiler weighed on (when enough remain without them).
+        left_out = self.left_out(key) if key else set()
+        steady = [i for i in range(1, len(calls) - 1) if i not in left_out]
+        weighed = self.traced_iterations(key)[0] if key else set()
+        trace_in = not weighed <= left_out  # too few steps outside the trace to leave it out
         intervals = [calls[i + 1][0] - calls[i][0] for i in steady]
         # An asynchronous loop's rate is the rate at which its steps complete (the watcher's block_until_ready
         # on each step's output), not the rate at which it dispatched them: a loop with no read of the device
@@ -379,8 +428,13 @@ class Recorder:
             step_ms = max(step_ms, 1e3 * statistics.median(completed))
         elif asynchronous and step_ms is not None and self.drained_at is not None and len(calls) > 2:
             # no step's results could be waited on (all of them donated to the next step at once): from the 2nd
-            # step's call to all of them done at --steps N, per step
-            step_ms = max(step_ms, 1e3 * (self.drained_at - calls[1][0]) / (len(calls) - 1))
+            # step's call to all of them done at --steps N, per step (after a trace, from the first call after
+            # the profiler stopped, every step waited for then, when enough steps follow it)
+            k, stop = 1, self.traced[1] if self.traced else None
+            if weighed and not trace_in and stop is not None and len(calls) - stop - 1 >= MIN_STEADY_STEPS:
+                k = stop + 1
+            trace_in = trace_in or (bool(weighed) and k == 1)
+            step_ms = max(step_ms, 1e3 * (self.drained_at - calls[k][0]) / (len(calls) - k))
             timing = "end-to-end"
             if iter_ms is not None:
                 iter_ms = max(iter_ms, step_ms)
@@ -408,6 +462,7 @@ class Recorder:
             "end_to_end_ms": (1e3 * (self.drained_at - calls[1][0]) / (len(calls) - 1)
                               if self.drained_at is not None and len(calls) > 2 else None),
             "read_check": self.read_check(key) if key else None,
+            "trace_timing": self.trace_timing(key, step_ms, steady, trace_in) if key else None,
             "first_step_ms": (starts[1] - starts[0]) * 1e3 if len(starts) > 1 else None,
             "per_step": per_step,
             "counters": dict(self.counters),

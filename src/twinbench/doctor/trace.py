@@ -9,6 +9,10 @@ end to the next, and, while it records, each step waited for at its end so that 
 annotation, as docs/explain.md's recipe does) runs. For JAX, ``XLA_FLAGS=--xla_dump_to=
 DIR/hlo`` is set before the script starts (explain needs the compiled HLO to categorise XLA:CPU kernels), and
 the step's compiled module is copied to ``DIR/step.hlo.txt``. ``DIR/trace.json`` says what was recorded.
+
+A profiler slows the steps it records: the recorder leaves the iterations it weighed on out of the doctor's
+step time (``Recorder.left_out``), and once the run's observations exist :func:`write_timing` adds the step
+time with and without the profiler to ``DIR/trace.json``, for explain to show.
 """
 
 from __future__ import annotations
@@ -44,6 +48,28 @@ def dump_dir() -> Path | None:
     """Where XLA dumps its HLO in this process (``--xla_dump_to`` in XLA_FLAGS), if it does."""
     m = re.search(r"--xla_dump_to=(\S+)", os.environ.get("XLA_FLAGS", ""))
     return Path(m.group(1)) if m else None
+
+
+def write_timing(trace_dir: Path, obs: dict[str, Any]) -> None:
+    """Add the run's step time with and without the profiler to ``DIR/trace.json`` once its observations exist
+    (``Recorder.trace_timing``): ``traced_step_ms`` (median, one traced step's start to the next) and
+    ``traced_steps``; ``untraced_step_ms`` and ``untraced_steps`` (the doctor's steady step time with the
+    traced iterations left out) only where enough steps ran outside the trace. ``twinbench explain`` reads
+    them (:mod:`twinbench.explain.doctor_timing`). A failure is noted in the observations, never raised."""
+    timing, path = obs.get("trace_timing"), trace_dir / "trace.json"
+    if not isinstance(timing, dict) or not path.is_file():
+        return
+    try:
+        info = json.loads(path.read_text())
+        for k in ("traced", "untraced"):
+            ms = timing.get(f"{k}_step_ms")
+            if isinstance(ms, (int, float)) and ms > 0:
+                info[f"{k}_step_ms"], info[f"{k}_steps"] = round(ms, 3), int(timing.get(f"{k}_steps") or 0)
+        path.write_text(json.dumps(info, indent=1))
+    except (OSError, ValueError, AttributeError) as e:
+        trace = (obs.get("info") or {}).get("trace")
+        if isinstance(trace, dict):
+            trace["timing_error"] = f"{path}: {type(e).__name__}: {e}"[:300]
 
 
 def explain_command(trace_dir: Path, info: dict[str, Any]) -> str:
@@ -122,10 +148,11 @@ class StepProfiler:
 
                 jax.profiler.start_trace(str(self.dir))
             self.t0 = time.perf_counter()
+            self.rec.traced = (TRACE_FROM - 1, None)  # the step time leaves these iterations out (Recorder.left_out)
             self._next_annotation(TRACE_FROM - 1)
         except Exception as e:  # the findings go on without the trace; the error is reported
             self.rec.info["trace_error"] = f"start: {type(e).__name__}: {e}"[:300]
-            self.t0 = 0.0
+            self.t0, self.rec.traced = 0.0, None
         finally:
             self.rec.internal -= 1
 
@@ -134,6 +161,8 @@ class StepProfiler:
         if not self.t0:
             return
         self.t0, recorded = 0.0, list(self.recorded)
+        key = self.rec.step_key()
+        self.rec.traced = (TRACE_FROM - 1, self.rec.call_index(key) if key else None)
         self.rec.internal += 1
         try:
             self.dir.mkdir(parents=True, exist_ok=True)

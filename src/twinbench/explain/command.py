@@ -120,7 +120,10 @@ def run_table(e: dict[str, Any]) -> Any:
     from rich.table import Table
 
     kind = "measured" if e.get("run_id") else "traced"
-    t = Table(title=f"{e['run']}: {e['step_ms']:.1f} ms per {kind} step", title_justify="left")
+    measured = (e.get("measured") or {}).get("untraced_step_ms")  # twinbench doctor's, without the profiler
+    title = f"{e['run']}: {e['step_ms']:.1f} ms per {kind} step" + (
+        f", {measured:.1f} ms measured without the profiler (twinbench doctor)" if measured else "")
+    t = Table(title=title, title_justify="left")
     t.add_column("phase")
     t.add_column("timing ms", justify="right")
     t.add_column("trace ms", justify="right")
@@ -131,7 +134,8 @@ def run_table(e: dict[str, Any]) -> Any:
         t.add_row(p, "" if tm is None else f"{tm:.1f}", f"{e['trace'].get(p, 0.0):.1f}",
                   ", ".join(f"{c} {v:.1f}" for c, v in cats))
     tsum = sum(e["timing"].get(p, 0.0) for p in gap.PHASES)
-    t.add_row("sum", f"{tsum:.1f}" if e["timing"] else "", f"{sum(e['trace'].values()):.1f}",
+    t.add_row("sum", f"{tsum:.1f}" if e["timing"] else f"{measured:.1f}" if measured else "",
+              f"{sum(e['trace'].values()):.1f}",
               f"categorized {e['categorized_share']:.0%}")
     return t
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from twinbench.explain import causes, files, jax_trace, torch_trace, why
+from twinbench.explain import causes, doctor_timing, files, jax_trace, torch_trace, why
 from twinbench.explain.breakdown import DISTURBED, PHASES, WHOLE_ITERATION, Breakdown
 from twinbench.explain.steps import TraceError
 
@@ -67,6 +67,12 @@ def explain_trace(arg: str, step_marker: str | None = None, rank: int | None = N
                           {"framework": kind, "explain_hlo_path": hlo_path, "peak_tflops": b.peak_tflops,
                            "peak_source": b.peak_source})
     e.update(run_id=None, trace_path=str(path), memory_breakdown=None)
+    measured, note = doctor_timing.read(arg, path)  # the step twinbench doctor timed without the profiler
+    if measured:
+        e["measured"] = measured
+        e["notes"] += doctor_timing.notes(e)
+    if note:
+        e["notes"].append(note)
     return e
 
 
@@ -258,9 +264,9 @@ def pair(a: dict[str, Any], b: dict[str, Any], expand: str = "categories") -> di
     if expand == "scopes" and not any(r["level"] for r in table):
         summary = ("--scopes: neither run names twinbench's scopes (embed, block{i}.attn, block{i}.mlp, head, loss "
                    "as jax.named_scope / record_function names): rows by phase only. " + summary)
-    cut = cut_line(a, b)
-    if cut:
-        summary = f"{summary}\n  {cut}"
+    for line in (cut_line(a, b), doctor_timing.gap_line(a, b)):
+        if line:
+            summary = f"{summary}\n  {line}"
     busy = [x["run"] for x in (a, b) if x.get("busy")]
     if busy:
         summary = (f"the machine was busy while {' and '.join(busy)} ran: this gap is not a reliable measurement "
