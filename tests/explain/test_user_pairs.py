@@ -111,7 +111,7 @@ def test_runs_are_named_by_where_they_came_from(tmp_path: Path) -> None:
     out = json.loads((tmp_path / "e.json").read_text())
     assert out["a"]["run"] == "torch:nanogpt_torch/trace" and out["b"]["run"] == "jax:nanogpt_port"
     assert "A ms" in res.output and "B ms" in res.output  # columns never cut the names to a common prefix
-    assert "twinbench doctor" not in res.output  # a Chrome trace named trace.json is not the doctor's file
+    assert "measured without the profiler" not in res.output  # a Chrome trace named trace.json is not the doctor's file
 
 
 def test_a_cpu_profile_without_its_hlo_asks_for_it_by_name() -> None:
