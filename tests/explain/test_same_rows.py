@@ -177,3 +177,18 @@ def test_work_a_compiler_fused_into_another_row_is_not_named() -> None:
     b["run"] = "torch:other"
     row = next(x for x in gap.pair(a, b)["rows"] if x["row"] == "backward / element-wise")
     assert row["named_ms"] == pytest.approx(-2.2) and "fused_with" not in row
+
+
+def test_a_row_within_the_traced_steps_own_spread_is_not_named() -> None:
+    """One recording's steps moved by 4 ms from one to the next: a 3 ms row is not told apart from that."""
+    from twinbench.explain import gap
+
+    a = _side("torch:a", 60.0, {"backward": {"matmul": 40.0, "element-wise": 5.0}, "forward": {"matmul": 15.0}}, {})
+    b = _side("torch:b", 35.0, {"backward": {"matmul": 20.0, "element-wise": 2.0}, "forward": {"matmul": 13.0}}, {})
+    a["step_spread_ms"] = 4.0
+    r = gap.pair(a, b)
+    first = r["summary"].splitlines()[0]
+    assert "backward / matmul" in first and "element-wise" not in first.split("rows sum")[0]
+    assert "within the traced steps' own spread (4.0 ms)" in first
+    a["step_spread_ms"] = 1.0  # steadier steps: the same row is named
+    assert "backward / element-wise" in gap.pair(a, b)["summary"].splitlines()[0]

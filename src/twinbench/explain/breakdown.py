@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,11 +12,16 @@ PHASES = ("input", "forward", "backward", "optimizer", "rest")
 DISTURBED = 1.25  # a traced step this much slower than the fastest was disturbed (descheduled, preempted)
 
 
-def undisturbed(durations: list[float]) -> list[int]:
+def undisturbed(durations: list[float], b: Breakdown | None = None) -> list[int]:
     """The indices of the traced steps to attribute: those within ``DISTURBED`` x the fastest. A step that
-    another process descheduled is slow in whichever op it was running; averaging it in would blame that op."""
+    another process descheduled is slow in whichever op it was running; averaging it in would blame that op.
+    With ``b``: the kept steps' spread ((slowest - fastest) / median) goes to ``b.step_spread``."""
     fastest = min(durations, default=0.0)
-    return [i for i, d in enumerate(durations) if d <= DISTURBED * fastest]
+    keep = [i for i, d in enumerate(durations) if d <= DISTURBED * fastest]
+    kept = [durations[i] for i in keep]
+    if b is not None and len(kept) >= 2 and statistics.median(kept) > 0:
+        b.step_spread = (max(kept) - min(kept)) / statistics.median(kept)
+    return keep
 
 
 #: an annotation covering this share of its loop's iteration (start to start) or more spans the whole iteration
@@ -80,6 +86,7 @@ class Breakdown:
     peak_source: str = ""
     hlo_path: str = ""  # JAX: the compiled HLO text its ops were named by ("" when none)
     cut: dict[str, float] = field(default_factory=dict)  # what the step annotation spans (:func:`steps.cut`)
+    step_spread: float = 0.0  # the attributed steps' (slowest - fastest) / median: how much one step moves
     #: every attributed op as read (phase, category, ms, scope, name, detail), summed over the steps used and
     #: not yet divided: explain/ops.py groups them (FLOPs, shapes from ``detail``) and divides as ``finish``
     #: did the cells

@@ -9,7 +9,9 @@ no more than its phase's memory-bound rows together confirm: its difference, cap
 differences, and nothing when that sum goes the other way.
 
 A row is named when this part carries at least :data:`NAMED_SHARE` of the gap (the largest row is named
-always): smaller rows are in the table, not in the sentence. An idle row (host time no op covers: the loop's
+always) and is larger than either trace's steps move from one to the next (the slowest attributed step less
+the fastest): a difference smaller than that is not told apart from noise by one recording. Smaller rows are
+in the table, not in the sentence. An idle row (host time no op covers: the loop's
 Python, dispatch, and the profiler's own cost per op, which lands between ops) is never named as where the
 gap comes from: a trace cannot tell those apart, only the loop timed without the profiler can.
 """
@@ -36,6 +38,7 @@ def mark(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) -> N
     """Give each category row (level 1) ``named_ms``: the part of its B-A that may be named (see the module),
     and for a memory-bound row capped by fusion, ``fused_with``: the rows of its phase that went the other way."""
     fused = fuses(a) or fuses(b)
+    noise = max(a.get("step_spread_ms") or 0.0, b.get("step_spread_ms") or 0.0)
     phase_sum: dict[str, float] = {}
     for r in table:
         if r["level"] == 1 and _category(r) in MEMORY_BOUND:
@@ -44,14 +47,15 @@ def mark(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) -> N
         if r["level"] != 1:
             continue
         d = r["diff_ms"]
-        if not fused or _category(r) not in MEMORY_BOUND:
-            r["named_ms"] = d
-            continue
-        g = phase_sum.get(_phase(r), 0.0)
-        r["named_ms"] = (1 if d >= 0 else -1) * min(abs(d), abs(g)) if d * g > 0 else 0.0
-        if abs(r["named_ms"]) < abs(d) - 1e-9:
-            r["fused_with"] = [o["row"] for o in table if o["level"] == 1 and _phase(o) == _phase(r)
-                               and _category(o) in MEMORY_BOUND and o["diff_ms"] * d < 0]
+        r["named_ms"] = d
+        if fused and _category(r) in MEMORY_BOUND:
+            g = phase_sum.get(_phase(r), 0.0)
+            r["named_ms"] = (1 if d >= 0 else -1) * min(abs(d), abs(g)) if d * g > 0 else 0.0
+            if abs(r["named_ms"]) < abs(d) - 1e-9:
+                r["fused_with"] = [o["row"] for o in table if o["level"] == 1 and _phase(o) == _phase(r)
+                                   and _category(o) in MEMORY_BOUND and o["diff_ms"] * d < 0]
+        if 0 < abs(r["named_ms"]) <= noise:
+            r["named_ms"], r["within_noise_ms"] = 0.0, noise
 
 
 def named(table: list[dict[str, Any]], gap: float, level: int, top: int = 3) -> list[dict[str, Any]]:

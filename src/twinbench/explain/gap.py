@@ -123,7 +123,7 @@ def explain_breakdown(b: Breakdown, run: str, step: float, timing: dict[str, flo
             "cells": cells, "scopes": scopes, "categorized_share": d["categorized_share"], "other": d["other"],
             "notes": notes, "source": b.source, "device": b.device, "idle": b.idle,
             "step_method": b.step_method, "steps_traced": b.steps_traced, "steps_used": b.steps_used,
-            "kernels": d["ops"][:50], "cut": dict(b.cut), **extras}
+            "kernels": d["ops"][:50], "cut": dict(b.cut), "step_spread_ms": b.step_spread * step, **extras}
 
 
 def scale_timing(timing: dict[str, float], step: float) -> tuple[dict[str, float], str]:
@@ -202,7 +202,9 @@ def sentence(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) 
         return said + ")"
 
     attributed = sum(r["diff_ms"] for r in table if r["level"] == 0)
-    small = (f"; rows under {causes.NAMED_SHARE:.0%} of the gap each are not named"
+    noise = max((r.get("within_noise_ms", 0.0) for r in table), default=0.0)
+    small = (f"; rows under {causes.NAMED_SHARE:.0%} of the gap each" + (
+             f" or within the traced steps' own spread ({noise:.1f} ms)" if noise else "") + " are not named"
              if len(top) < 3 and sum(r["level"] == level for r in table) > len(top) else "")
     text = (f"{slow['run']}'s extra {abs(gap):.1f} ms per step over {fast['run']}: " + "; ".join(map(part, top))
             + small + f" (rows sum to {abs(attributed):.1f} ms of it)")

@@ -265,7 +265,7 @@ def _device(b: Breakdown, steps: st.Steps, ops: list[_Kernel], instrs: dict[str,
                                 max((k.end for k in ops if k.start < t0), default=t0))
     busy = [st.union(iv, *w) for iv, w in zip(intervals, windows, strict=True)]
     with_kernels = [i for i, mine in enumerate(per_step) if mine]
-    keep = [with_kernels[j] for j in undisturbed([windows[i][1] - windows[i][0] for i in with_kernels])]
+    keep = [with_kernels[j] for j in undisturbed([windows[i][1] - windows[i][0] for i in with_kernels], b)]
     last_phase: dict[str, str] = {}
     for i in keep:
         for k in per_step[i]:
@@ -288,7 +288,7 @@ def _host(b: Breakdown, steps: st.Steps, ops: list[_Kernel], instrs: dict[str, h
     """XLA:CPU: the thunks on the host's XLA threads; ``idle`` is the step time no thunk covers."""
     b.device, b.idle = "CPU", "host step time no XLA op covers (dispatch, Python, idle threads)"
     windows = _aligned(b, steps.spans, ops, main)
-    spans = [windows[i] for i in undisturbed([t1 - t0 for t0, t1 in windows])]
+    spans = [windows[i] for i in undisturbed([t1 - t0 for t0, t1 in windows], b)]
     _nest(ops)
     for k in ops:
         if not any(s <= k.start <= e for s, e in spans):

@@ -199,7 +199,7 @@ def _host_only(b: Breakdown, steps: st.Steps, host: list[dict[str, Any]],
                info: dict[int, tuple[str, str, str]]) -> Breakdown:
     b.device, b.idle = "CPU", "host step time no op covers (dispatch, Python, idle threads)"
     durations = [t1 - t0 for t0, t1 in steps.spans]
-    spans = [steps.spans[i] for i in undisturbed(durations)]
+    spans = [steps.spans[i] for i in undisturbed(durations, b)]
     for e in host:
         if e["cat"] != "cpu_op" or not any(t0 <= e["ts"] <= t1 for t0, t1 in spans):
             continue
@@ -253,7 +253,7 @@ def _device(b: Breakdown, steps: st.Steps, launched: list[tuple[dict[str, Any], 
                                                               if k["ts"] < t0), default=t0))
     busy = [st.union(iv, *w) for iv, w in zip(intervals, windows, strict=True)]
     with_kernels = [i for i, mine in enumerate(per_step) if mine]
-    keep = [with_kernels[j] for j in undisturbed([windows[i][1] - windows[i][0] for i in with_kernels])]
+    keep = [with_kernels[j] for j in undisturbed([windows[i][1] - windows[i][0] for i in with_kernels], b)]
     unlinked = 0
     for i in keep:
         for k, lk in per_step[i]:
