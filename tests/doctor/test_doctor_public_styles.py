@@ -26,6 +26,8 @@ EXPECTED: dict[str, tuple[str, str, dict[str, str], int]] = {
     "nnx_split_merge": ("train_step", "a jitted function", {}, 0),
     "optax_loop": ("train_step", "a jitted function", {}, 0),
     "torch_compile_dataloader": ("Optimizer.step", "torch Optimizer.step", {}, 0),
+    # 10 loss.backward() micro-steps per optimizer step: --steps 8 counts the optimizer's steps
+    "torch_grad_accum": ("Optimizer.step", "torch Optimizer.step", {}, 0),
     # Hugging Face's Flax GLUE pattern: a donating pmap step, a collator indexing with a JAX row
     "pmap_jax_index": ("train_step", "a pmapped function",
                        {"jax-host-sync": "warning", "jax-pmap-legacy": "warning", "jax-host-transfer": "info"}, 1),

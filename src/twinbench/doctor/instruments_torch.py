@@ -81,6 +81,7 @@ class TorchInstruments(Patches):
         self._patch_host_reads()
         self._patch_dataloader()
         self._patch_backward()
+        self._patch_optimizer_init()
         self.sync_mode_set = False
 
     def uninstall(self) -> None:
@@ -142,6 +143,20 @@ class TorchInstruments(Patches):
             return out
 
         self._patch(torch.autograd, "backward", backward)
+
+    def _patch_optimizer_init(self) -> None:
+        """Count the torch optimizers the script makes: once one exists, a ``loss.backward()`` is a micro-step
+        of its step (gradient accumulation), not the step (``Recorder.step_key``)."""
+        from torch.optim import Optimizer
+
+        orig, rec = Optimizer.__init__, self.rec
+
+        @functools.wraps(orig)
+        def init(opt: Any, *args: Any, **kwargs: Any) -> None:
+            orig(opt, *args, **kwargs)
+            rec.torch_optimizers += 1
+
+        self._patch(Optimizer, "__init__", init)
 
     def _cuda_sync_debug(self) -> None:
         """On CUDA, make every synchronising call a warning (counted by ``_on_warning``, not printed)."""

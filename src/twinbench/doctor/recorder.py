@@ -126,6 +126,7 @@ class Recorder:
         self.frameworks: set[str] = set()
         self.lock = threading.Lock()
         self.internal = 0  # > 0 while the doctor itself runs framework code (not the user's)
+        self.torch_optimizers = 0  # torch.optim optimizers the script made (their step is the training step)
         self.stopped_early = False
         self.timed_out = False
         self.error: dict[str, Any] | None = None
@@ -258,10 +259,17 @@ class Recorder:
         key = self.step_key()
         return len(self.calls[key]) if key else 0
 
-    def step_key(self) -> str | None:
-        """The step: torch's Optimizer.step if used, else the most-called jitted function or Optax update."""
+    def step_key(self, final: bool = False) -> str | None:
+        """The step: torch's Optimizer.step if used, else the most-called jitted function or Optax update.
+
+        While the run goes on (``final`` False), a ``loss.backward()`` is not the step once a torch optimizer
+        exists: with gradient accumulation it is one of the step's micro-steps, and ``--steps``, the trace
+        and the snapshots wait for the optimizer's step. At the end a script whose optimizer never stepped
+        has ``loss.backward()`` as its step."""
         for key in (MARK_KEY, "torch:Optimizer.step", "torch:loss.backward"):  # most specific signal first
             if key in self.calls:
+                if key == "torch:loss.backward" and self.torch_optimizers and not final:
+                    return None
                 return key
         if not self.calls:
             return None
@@ -390,7 +398,7 @@ class Recorder:
     def observations(self) -> dict[str, Any]:
         """Everything ``findings.diagnose`` needs, as plain JSON-serialisable data."""
         wall = time.perf_counter() - self.t_start
-        key = self.step_key()
+        key = self.step_key(final=True)
         calls = self.calls.get(key, []) if key else []
         starts = [t for t, _ in calls]
         asynchronous = bool(key) and self.kinds.get(key or "") in ASYNC_KINDS
