@@ -45,7 +45,12 @@ def test_a_step_whose_outputs_are_all_donated_is_timed_to_the_end() -> None:
     for all of them and times the steps from the 2nd call to the end, not by their dispatch."""
     res = run_doctor(SCRIPTS / "async_step_read.py", ["--carry-only"], steps=30, timeout=180)
     obs = res.observations
-    assert obs["step_timing"] == "end-to-end" and obs["step_ms"] > 3 * obs["dispatch_ms"], obs["step_ms"]
+    # end to end: from the 2nd call to all steps done, per step; or by completion where the watcher reached a
+    # carried output before the next call took it (a race, either way a rate of completed steps), never the
+    # dispatch rate
+    assert obs["step_timing"] in ("end-to-end", "completion") and obs["end_to_end_ms"], obs["step_timing"]
+    if obs["step_timing"] == "end-to-end":
+        assert obs["step_ms"] == pytest.approx(max(obs["end_to_end_ms"], obs["dispatch_ms"])), obs
 
 
 def test_a_read_of_the_steps_output_is_checked_before_a_warning() -> None:
@@ -189,3 +194,24 @@ def test_the_step_calls_own_python_after_its_results_is_not_input() -> None:
         assert split["call_tail_ms"] == pytest.approx(1.5) and split["idle_ms"] == pytest.approx(gap_ms), split
         obs = {"steady_steps": 18, "split": split, "step_kind": "jit"}
         assert (fd.input_bound(obs) is not None) == bound, split
+
+
+def test_time_the_loop_waited_for_a_cpu_is_not_input() -> None:
+    """A 0.2 ms step in a loop that does nothing else, on a machine whose other processes hold the cores: the
+    loop's thread waits 1.4 ms a step in the runqueue between the call's return and the next call. That is
+    the machine's contention (cpu-oversubscribed), not the loop waiting for its input."""
+    from twinbench.doctor.recorder import Recorder
+
+    rec = Recorder()
+    for i in range(20):
+        t0 = 100.0 + 1.8e-3 * i
+        rec.calls["jit:step"].append((t0, {"runq_s:s": 1.4e-3 * i}))  # the thread's runqueue wait so far
+        rec.step_ready("jit:step", i, t0 + 2e-4)
+        rec.step_returned("jit:step", i, t0 + 3e-4)
+        rec.returned_runq["jit:step"][i] = 1.4e-3 * i  # none of it during the call
+    rec.kinds["jit:step"] = "jit"
+    split = rec.split("jit:step")
+    assert split["descheduled_ms"] == pytest.approx(1.4) and split["idle_ms"] == pytest.approx(0.1), split
+    assert fd.input_bound({"steady_steps": 18, "split": split, "step_kind": "jit"}) is None
+    rec.returned_runq["jit:step"].clear()  # a kernel that does not say: the wait stays idle, as before
+    assert rec.split("jit:step")["idle_ms"] == pytest.approx(1.5)

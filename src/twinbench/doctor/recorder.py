@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from twinbench.doctor.findings.base import MIN_STEADY_STEPS
+from twinbench.measure.interference import runqueue_wait_s
 
 MARK_KEY = "mark:twinbench.doctor.step()"  # the user marked the step explicitly
 SIGNALS = {  # step candidate kind -> how the step was found (the report names it)
@@ -119,6 +120,7 @@ class Recorder:
         self.calls: dict[str, list[tuple[float, dict[str, float]]]] = defaultdict(list)
         self.ready: dict[str, dict[int, float]] = defaultdict(dict)  # candidate -> call index -> results ready
         self.returned: dict[str, dict[int, float]] = defaultdict(dict)  # ... -> the call returned to the user
+        self.returned_runq: dict[str, dict[int, float | None]] = defaultdict(dict)  # runqueue_wait_s() then
         self.kinds: dict[str, str] = {}  # candidate key -> "jit" | "pmap" | "optax" | "torch-optimizer"; "-lib"
         # appended for a library's own jitted helpers (a step only when nothing else is called)
         self.notes: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -172,6 +174,9 @@ class Recorder:
     def step_call(self, key: str, kind: str, t: float | None = None) -> None:
         """A step candidate starts (at ``t`` when the user's call began earlier, in a wrapper around it)."""
         snap = {**self.counters, **{f"{k}:s": v for k, v in self.seconds.items()}}
+        runq = runqueue_wait_s()  # the loop's thread's wait for a CPU so far (None where the kernel does not say)
+        if runq is not None:
+            snap["runq_s:s"] = runq
         self.kinds[key] = kind
         now = time.perf_counter() if t is None else t
         self.calls[key].append((now, snap))
@@ -216,6 +221,7 @@ class Recorder:
         """Call ``index`` of candidate ``key`` returned to the user's code at ``t`` (now); a wrapper around the
         call (``nnx.jit``'s graph merge) returns later and says so last."""
         self.returned[key][index] = time.perf_counter() if t is None else t
+        self.returned_runq[key][index] = runqueue_wait_s()  # the loop's thread: its wait for a CPU so far
 
     def in_flight(self) -> tuple[str, int] | None:
         """The step call whose results are not ready yet (the device is busy with it), if any."""
@@ -230,7 +236,6 @@ class Recorder:
         script if it was the ``max_steps``-th step."""
         if synced:
             self.step_ready(key, self.call_index(key))
-        self.step_returned(key, self.call_index(key))
         n = len(self.calls[key])
         if self.snapshot is not None and (time.perf_counter() - self._last_snapshot >= self.snapshot_every_s
                                           or (n & (n - 1) == 0 and self.step_key() == key)):  # also at 2**k steps
@@ -242,6 +247,7 @@ class Recorder:
         if self.on_step_done and self.step_key() == key:
             for fn in self.on_step_done:
                 fn(len(self.calls[key]) - 1)
+        self.step_returned(key, n - 1)  # after the doctor's own work above: the call's, not the loop's
         if self.max_steps and self.step_key() == key and len(self.calls[key]) >= self.max_steps:
             self.stopped_early = True
             if self.drain is not None and self.kinds.get(key) in ASYNC_KINDS:  # the steps dispatched so far done
@@ -356,18 +362,24 @@ class Recorder:
             # the step call's own Python after its results were ready (dispatch, nnx.jit's graph merge): the
             # device waits for it, but it is the step's overhead, not the loop's work between steps
             own = min(max(returned.get(i, ready[i]) - ready[i], 0.0), it - step) if asynchronous else 0.0
+            # between the call's return and the next call, the time the loop's thread waited for a CPU that
+            # other processes held: the machine's contention (cpu-oversubscribed), not the loop's input
+            r0, r1 = self.returned_runq.get(key, {}).get(i), s1.get("runq_s:s")
+            runq = max(r1 - r0, 0.0) if asynchronous and r0 is not None and r1 is not None else 0.0
             if torch_step:  # forward and backward belong to the step, wherever the step's signal sits in them
                 step = min(max(it - max(diff("to_forward_s:s"), diff("data_wait_s:s")) - host, 0.0), it)
             # PyTorch: from the optimizer step's end to the next forward, less the host reads made there
             to_forward = max(diff("to_forward_s:s") - diff("torch_host_read_s:s"), 0.0)
-            rows.append((it, step, diff("data_wait_s:s"), host, max(it - step - own - host, 0.0), to_forward, own))
+            rows.append((it, step, diff("data_wait_s:s"), host, max(it - step - own - host - runq, 0.0), to_forward,
+                         own, runq))
         if not rows:
             return None
-        iter_ms, step_ms, data_ms, host_ms, idle_ms, to_forward_ms, own_ms = (
-            1e3 * statistics.median(r[j] for r in rows) for j in range(7))
+        iter_ms, step_ms, data_ms, host_ms, idle_ms, to_forward_ms, own_ms, runq_ms = (
+            1e3 * statistics.median(r[j] for r in rows) for j in range(8))
         return {"iterations": len(rows), "iter_ms": iter_ms,
                 "step_ms": step_ms, "data_ms": data_ms, "host_ms": host_ms,
                 "call_tail_ms": own_ms,  # asynchronous: the step call's return after its results were ready
+                "descheduled_ms": runq_ms,  # ... then the loop's thread waiting for a CPU others held
                 "idle_mean_ms": 1e3 * statistics.fmean(r[4] for r in rows),  # the peer of per-step means
                 "idle_ms": idle_ms,  # the rest: after the step's results and its call's return, before the next call
                 "to_forward_ms": to_forward_ms,  # PyTorch: an optimizer step's end to the next forward

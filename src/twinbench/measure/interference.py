@@ -55,6 +55,17 @@ def _cpu_s(pid: int) -> float:
     return sum(int(v) for v in fields[11:15]) / _TICK  # utime stime cutime cstime
 
 
+def runqueue_wait_s() -> float | None:
+    """Seconds the calling thread has waited for a CPU while ready to run (``/proc/thread-self/schedstat``,
+    its second field): time other processes took from it, not time it waited for input. None where the
+    kernel does not say."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def tree_cpu_s(root: int) -> float:
     """CPU seconds of ``root`` and every process below it."""
     total, todo, seen = 0.0, [root], set()

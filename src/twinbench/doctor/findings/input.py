@@ -30,7 +30,8 @@ def _input_wait(obs: Obs) -> tuple[float, float, str] | None:
             f"results being ready (block_until_ready on its output, in the doctor's watcher thread, so the "
             f"loop keeps its asynchronous dispatch), {split.get('call_tail_ms', 0.0):.2f} ms the step call's own "
             f"Python after its results were ready (dispatch, nnx.jit's graph merge), {host:.2f} ms known host "
-            f"work (eager ops, compilation)")
+            f"work (eager ops, compilation), {split.get('descheduled_ms', 0.0):.2f} ms the loop's thread waited "
+            f"for a CPU other processes held")
     gap = split.get("to_forward_ms", 0.0) if obs.get("step_kind") == "torch-optimizer" else 0.0
     wait = max(data, gap)
     where = (f"the optimizer step's end to the next forward pass: the next batch from any Python iterator "
