@@ -364,6 +364,34 @@ def test_script_run_leaves_no_forked_child_or_daemon(tmp_path):
     assert runner.descendants(os.getpid()) - before == set()
 
 
+def test_a_terminated_script_runner_takes_the_script_with_it(tmp_path):
+    """`twinbench doctor` sent SIGTERM (a job scheduler's stop) ends the user's script too: it used to leave it
+    running, its process group orphaned."""
+    import signal
+    import subprocess
+    import time
+
+    pid_file = tmp_path / "pid"
+    script = tmp_path / "hang.py"
+    script.write_text("import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\ntime.sleep(60)\n")
+    code = ("import sys; from pathlib import Path; from twinbench import runner; "
+            f"runner.run_script([sys.executable, {str(script)!r}, {str(pid_file)!r}], Path({str(tmp_path)!r}), 120)")
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(timeout=30) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 10
+        while runner_alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not runner_alive(child), "the script outlived its runner"
+    finally:
+        parent.kill()
+
+
 def test_a_second_command_into_a_busy_out_fails_and_the_summary_shows_every_run(tmp_path, fake_runs):
     import fcntl
 

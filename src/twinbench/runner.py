@@ -293,7 +293,7 @@ def run_script(cmd: list[str], cwd: Path, timeout: float, env: dict[str, str] | 
     """
     start = time.perf_counter()
     before = descendants(os.getpid())
-    with tempfile.TemporaryFile(prefix="twinbench-script-") as log, _subreaper():
+    with tempfile.TemporaryFile(prefix="twinbench-script-") as log, _subreaper(), _sigterm_raises():
         proc = _start(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                       env={**os.environ, **(env or {})})
         timed_out = False
@@ -334,6 +334,25 @@ def descendants(pid: int) -> set[int]:
                 out |= kids
                 todo.extend(kids)
     return out
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While the script runs, a SIGTERM to this process raises ``SystemExit(143)`` (in the main thread), so the
+    script's process group is stopped with it, as on Ctrl-C; Python's default would end this process at once
+    and leave the script running."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 _SUBREAPER = False
