@@ -52,3 +52,29 @@ def test_busy_warning_comes_from_the_measured_figure():
     assert any("during the timed steps" in w for w in condition_warnings(busy))
     old_record = {"cpu_count": 2, "load_avg_1m": 3.0}  # no measurement: the load average decides, as before
     assert any(w.startswith("machine busy") for w in condition_warnings(old_record))
+
+
+def test_runqueue_wait_is_the_calling_threads_own():
+    """The second field of the calling thread's schedstat (Linux), read again on each call, in each thread."""
+    import threading
+    from pathlib import Path
+
+    import pytest
+
+    from twinbench.measure.interference import runqueue_wait_s
+
+    def direct() -> float:
+        return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
+
+    if not Path("/proc/thread-self/schedstat").exists():
+        pytest.skip("no schedstat on this kernel")
+    for _ in range(2):  # the second call reads the kept-open file again
+        before = direct()
+        got = runqueue_wait_s()
+        assert got is not None and before <= got <= direct()
+    seen: list[tuple[float, float | None, float]] = []
+    worker = threading.Thread(target=lambda: seen.append((direct(), runqueue_wait_s(), direct())))
+    worker.start()
+    worker.join()
+    lo, got, hi = seen[0]
+    assert got is not None and lo <= got <= hi  # the worker's own figure, not the main thread's
