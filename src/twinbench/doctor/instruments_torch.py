@@ -21,9 +21,10 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from twinbench.doctor.locations import user_location
 from twinbench.doctor.patching import Patches
 from twinbench.doctor.ready import ReadyWatcher
-from twinbench.doctor.recorder import Recorder, user_location
+from twinbench.doctor.recorder import Recorder
 
 STEP_KEY = "torch:Optimizer.step"
 BACKWARD_KEY = "torch:loss.backward"  # the step when no torch.optim optimizer runs (manual SGD)

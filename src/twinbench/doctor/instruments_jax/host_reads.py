@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from twinbench.doctor.instruments_jax.common import Hooks, _user_site
-from twinbench.doctor.recorder import user_location
+from twinbench.doctor.locations import user_location
 
 HOST_READS = ("__bool__", "__float__", "__int__", "__index__", "item", "tolist", "__format__", "__repr__",
               "__str__", "__array__")
