@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-ACCUM = 24  # micro-batches per step
+ACCUM = 64  # micro-batches per step, as in grad_accum_unrolled.py
 
 
 def init(key):
