@@ -47,8 +47,8 @@ class JaxInstruments(CompileHooks, StepHooks, HostReads, EagerHooks, StepFacts):
         self.in_optax = False
         self.call_depth, self.call_missed = 0, False  # inside a watched jitted call; a cache miss seen in it
         self.outer_start: float | None = None  # when the user called an NNX transform that wraps a jit
-        self.outer_jit, self.inner_s = False, 0.0  # its jit was called; the time in that call
-        self.outer_call: tuple[str, int] | None = None  # that jit's step candidate and call index
+        self.inner_s = 0.0  # the time in the jit it called
+        self.outer_call: tuple[str, int] | None = None  # that jit's step candidate and call index, once called
         self.flax_patched = False
         self.op_depth = 0  # > 0 inside an array operator counted as one eager op
         self.eager_depth = 0  # > 0 inside timed eager work (eager_s counts the outermost level only)

@@ -143,7 +143,6 @@ class Instruments(Protocol):
     call_depth: int
     call_missed: bool
     outer_start: float | None
-    outer_jit: bool
     inner_s: float
     outer_call: tuple[str, int] | None
     watcher: ReadyWatcher

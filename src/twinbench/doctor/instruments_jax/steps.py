@@ -66,15 +66,13 @@ class StepHooks(Hooks):
                 if inst.outer_start is not None or inst.rec.internal:  # nested, or the doctor's own call
                     return _orig(obj, *args, **kwargs)
                 inst.outer_start = t0 = time.perf_counter()
-                inst.outer_jit, inst.inner_s, inst.outer_call = False, 0.0, None
+                inst.inner_s, inst.outer_call = 0.0, None
                 try:
                     out = _orig(obj, *args, **kwargs)
                 finally:
                     inst.outer_start = None
-                if inst.outer_call is not None:  # the step returns to the user after the graph's merge
-                    inst.rec.step_returned(*inst.outer_call)
-                if inst.outer_jit:  # nnx.jit's own Python (graph split before, merge after): the call less the
-                    # jitted call inside it, both timed here, so it can never exceed the call
+                if inst.outer_call is not None:  # nnx.jit called a jit: its own Python (graph split before, merge
+                    # after) is the call less the jitted call inside it, both timed here, so never more than the call
                     inst.rec.seconds["nnx_graph_s"] += max(time.perf_counter() - t0 - inst.inner_s, 0.0)
                     with inst.guard("nnx graph args"):  # modules/optimizers passed in: traversed every call
                         cached = sys._getframe(1).f_code.co_name == "cache_args_wrapper"  # nnx.cached_partial
@@ -90,6 +88,7 @@ class StepHooks(Hooks):
                                         inst.jax.tree_util.tree_leaves(nnx.state(tuple(nodes))))
                                 finally:
                                     inst.rec.internal -= 1
+                    inst.rec.step_returned(*inst.outer_call)  # the step returns after the merge and the doctor's work
                 return out
 
             functools.update_wrapper(outer_call, cls.__dict__["__call__"])
@@ -175,12 +174,10 @@ class _Jitted:
             self._host_arrays(leaves)
             if self.ncalls in (1, 2):
                 self._inspect_inputs(leaves, args, kwargs)
-        if inst.outer_start is not None and not self.kind.endswith("-lib"):
-            inst.outer_jit = True  # nnx.jit's call: its own Python is the whole call less this one
         rec.step_call(key, self.kind, t_enter if inst.outer_start is None else inst.outer_start)
         index = rec.call_index(key)
-        if inst.outer_start is not None and not self.kind.endswith("-lib"):
-            inst.outer_call = (key, index)
+        if inst.outer_start is not None and not self.kind.endswith("-lib"):  # nnx.jit's call: its own Python is
+            inst.outer_call = (key, index)  # the whole call less this one, and it returns after the graph's merge
         self.ncalls += 1
         if not inst.call_depth:
             inst.call_missed = False
