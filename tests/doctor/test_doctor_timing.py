@@ -35,7 +35,7 @@ def test_async_loop_is_timed_by_its_steps_completion(tmp_path: Path) -> None:
     assert (tmp_path / "trace" / "step.hlo.txt").read_text().startswith("HloModule")
     # the steps under the profiler are left out of the step time, and trace.json says it with and without them
     timing, written = obs["trace_timing"], json.loads((tmp_path / "trace" / "trace.json").read_text())
-    assert not info["step_time_includes_trace"] and timing["untraced_step_ms"] == obs["step_ms"]
+    assert not timing["step_time_includes_trace"] and timing["untraced_step_ms"] == obs["step_ms"]
     assert written["untraced_step_ms"] == pytest.approx(obs["step_ms"], abs=1e-3)
     assert written["traced_steps"] == 4 and written["traced_step_ms"] > 0 and written["untraced_steps"] >= 20
 
@@ -167,11 +167,11 @@ def test_the_steps_under_the_profiler_are_left_out_of_the_step_time(kind: str, k
     assert obs["iter_ms"] == pytest.approx(10.0, rel=0.05) and obs["steady_steps"] == 5
     t = obs["trace_timing"]
     assert t["traced_step_ms"] == pytest.approx(40.0) and t["traced_steps"] == 4
-    assert t["untraced_step_ms"] == obs["step_ms"] and not obs["info"]["trace"]["step_time_includes_trace"]
+    assert t["untraced_step_ms"] == obs["step_ms"] and not t["step_time_includes_trace"]
     rec = _traced_loop(10, kind, key)
     rec.read_mode.update({1: "deferred"})  # the host-read check took iterations 1 and 2: none left outside
     obs = rec.observations()
-    assert obs["step_ms"] == pytest.approx(40.0, rel=0.05) and obs["info"]["trace"]["step_time_includes_trace"]
+    assert obs["step_ms"] == pytest.approx(40.0, rel=0.05) and obs["trace_timing"]["step_time_includes_trace"]
     assert obs["trace_timing"]["untraced_step_ms"] is None
 
 

@@ -286,8 +286,6 @@ class Recorder:
             return None
         whole = self.traced_iterations(key)[1]
         calls = self.calls.get(key, [])
-        if isinstance(self.info.get("trace"), dict):  # the report's observations say so
-            self.info["trace"]["step_time_includes_trace"] = included
         return {"traced_step_ms": 1e3 * statistics.median(calls[i + 1][0] - calls[i][0] for i in whole)
                 if whole else None, "traced_steps": len(whole),
                 "untraced_step_ms": None if included else step_ms, "untraced_steps": 0 if included else len(steady),
