@@ -32,11 +32,11 @@ def candidates(arg: str, trace: Path) -> list[Path]:
     out.append(folder / NAME)
     if folder.parent.name == "profile" and folder.parent.parent.name == "plugins":
         out.append(folder.parent.parent.parent / NAME)
-    seen: list[Path] = []
+    unique: dict[Path, Path] = {}  # each place once (a folder given and the trace's own folder may be one)
     for p in out:
-        if p.resolve() not in [s.resolve() for s in seen] and p.resolve() != trace.resolve():
-            seen.append(p)
-    return seen
+        if p.resolve() != trace.resolve():
+            unique.setdefault(p.resolve(), p)
+    return list(unique.values())
 
 
 def load(path: Path) -> dict[str, Any] | None:
