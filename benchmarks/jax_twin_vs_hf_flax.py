@@ -201,9 +201,10 @@ def child(which: str, shape: dict[str, Any], steps: int, threads: int, trace: st
     step(*batches[0])
     sync()
     compile_s = time.perf_counter() - t0
-    from sitting import cpu_info, time_steps
+    from sitting import cpu_info, time_steps, time_window
 
     times, loss = time_steps(step, sync, batches, WARMUP, steps)
+    window_ms = time_window(step, sync, batches, steps)  # the same steps again, synchronised at the two ends only
     if trace:  # after the timed steps, which stay unaffected; synchronised per step as they were timed (and as
         # twinbench's own --trace runs them), so the profile's idle time between steps means the same on both sides
         with jax.profiler.trace(str(Path(trace) / which)):
@@ -218,6 +219,11 @@ def child(which: str, shape: dict[str, Any], steps: int, threads: int, trace: st
     speed |= {"achieved_tflops": tflops, "tokens_per_s": shape["batch"] * shape["seq"] / (step_ms / 1e3),
               "mfu": tflops / speed["peak_tflops"] if speed.get("peak_tflops") else None,
               "mfu_datasheet": tflops / speed["peak_tflops_datasheet"] if speed.get("peak_tflops_datasheet") else None}
+    window_tflops = tflops * step_ms / window_ms  # the same work in the window's time per step
+    speed |= {"window_ms": window_ms, "window_tflops": window_tflops,
+              "mfu_window": window_tflops / speed["peak_tflops"] if speed.get("peak_tflops") else None,
+              "mfu_datasheet_window": (window_tflops / speed["peak_tflops_datasheet"]
+                                       if speed.get("peak_tflops_datasheet") else None)}
     import importlib.metadata as md
 
     versions = {"jax": jax.__version__}
@@ -270,35 +276,45 @@ def summary(rows: list[dict[str, Any]], sides: tuple[str, ...], args: argparse.N
           "", "matmul precision: " + "; ".join(sorted({f"{r['which']}: {r.get('matmul_precision')}" for r in ok})),
           "optimizer: the twin's own (Family.jax_optimizer) on every side; compile cache: "
           + ", ".join(sorted({str(r.get("compile_cache")) for r in ok})), "",
-          "| configuration | runs | median step ms (range of the runs' medians) | MFU, measured peak | MFU, datasheet "
-          "| first-step compile s (each run) | last loss |", "|---|---|---|---|---|---|---|"]
+          "Each run times its steps twice: synchronised after every step (the device idles while the host dispatches "
+          "the next), then the same number again dispatched back to back and synchronised at the window's two ends "
+          "(the host's work overlaps the device's, as in a training loop that reads nothing back per step).", "",
+          "| configuration | runs | median step ms, synchronised per step (range of the runs' medians) | MFU, "
+          "measured peak | MFU, datasheet | ms per step, back to back (range) | MFU back to back, measured peak "
+          "(datasheet) | first-step compile s (each run) | last loss |", "|---|---|---|---|---|---|---|---|---|"]
     for w in sides:
         mine = [r for r in ok if r["which"] == w]
         failed = [r for r in rows if r["which"] == w and r.get("status", "ok") != "ok"]
         if not mine:
-            md.append(f"| {side_name(w, family)} | 0 | - | - | - | - | {failed[-1].get('error', '') if failed else ''} |")
+            md.append(f"| {side_name(w, family)} | 0 | - | - | - | - | - | - | "
+                      f"{failed[-1].get('error', '') if failed else ''} |")
             continue
-        ms = [r["step_ms"] for r in mine]
+
+        def spread(key: str, mine: list[dict[str, Any]] = mine) -> str:
+            vals = [r[key] for r in mine if r.get(key) is not None]
+            return f"{statistics.median(vals):.1f} ({min(vals):.1f}-{max(vals):.1f})" if vals else "-"
 
         def pct(key: str, mine: list[dict[str, Any]] = mine) -> str:
             vals = [r[key] for r in mine if r.get(key) is not None]
             return f"{100 * statistics.median(vals):.1f}%" if vals else "-"
 
         md.append(f"| {side_name(w, family)} | {len(mine)}{f' (+{len(failed)} failed)' if failed else ''} | "
-                  f"{statistics.median(ms):.1f} ({min(ms):.1f}-{max(ms):.1f}) | {pct('mfu')} | {pct('mfu_datasheet')} | "
+                  f"{spread('step_ms')} | {pct('mfu')} | {pct('mfu_datasheet')} | {spread('window_ms')} | "
+                  f"{pct('mfu_window')} ({pct('mfu_datasheet_window')}) | "
                   f"{', '.join(format(r['compile_s'], '.0f') for r in mine)} | {mine[-1]['loss']:.3f} |")
     ref = sides[0]
     for w in sides[1:]:
-        ratios = []
-        for r in sorted({x["round"] for x in ok}):
-            a = [x["step_ms"] for x in ok if x["round"] == r and x["which"] == w]
-            b = [x["step_ms"] for x in ok if x["round"] == r and x["which"] == ref]
-            if a and b:
-                ratios.append(a[0] / b[0])
-        if ratios:
-            md += ["", f"{side_name(w, family)} / {side_name(ref, family)}, paired per round: "
-                   f"{', '.join(f'{x:.3f}' for x in ratios)}; median {statistics.median(ratios):.3f}, "
-                   f"largest {max(ratios):.3f}"]
+        for key, how in (("step_ms", "synchronised per step"), ("window_ms", "back to back")):
+            ratios = []
+            for r in sorted({x["round"] for x in ok}):
+                a = [x[key] for x in ok if x["round"] == r and x["which"] == w and x.get(key) is not None]
+                b = [x[key] for x in ok if x["round"] == r and x["which"] == ref and x.get(key) is not None]
+                if a and b:
+                    ratios.append(a[0] / b[0])
+            if ratios:
+                md += ["", f"{side_name(w, family)} / {side_name(ref, family)}, {how}, paired per round: "
+                       f"{', '.join(f'{x:.3f}' for x in ratios)}; median {statistics.median(ratios):.3f}, "
+                       f"largest {max(ratios):.3f}"]
     return [*md, ""]
 
 
@@ -390,7 +406,8 @@ def main() -> None:
                 rows.append(row)
                 f.write(json.dumps(row) + "\n")
                 f.flush()
-                print(f"round {r} {which}: " + (f"{row['step_ms']:.1f} ms/step, MFU "
+                print(f"round {r} {which}: " + (f"{row['step_ms']:.1f} ms/step ({row.get('window_ms') or 0:.1f} "
+                      f"back to back), MFU "
                       f"{100 * (row.get('mfu') or 0):.1f}% (first step {row['compile_s']:.1f} s, loss {row['loss']:.3f})"
                       if not error else f"failed: {error}"), flush=True)
     md = summary(rows, sides, args, m.family)

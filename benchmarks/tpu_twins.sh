@@ -19,6 +19,7 @@
 #   lever   (only when named) bert-base: jit against jit+fused-qkv (q, k, v one full-width product,
 #           one transpose of the three for the kernel); compiled without the chip XLA estimated it slower on both
 #           (GPT-2 83.9 against 71.0 ms, BERT-base 139.2 against 105.2; benchmarks/RESULTS.md)
+# SIDES_<group> (e.g. SIDES_llama=ours,torchax+fused-loss): the sides of that group instead of the ones above.
 # ROUNDS (default 3): runs per configuration, interleaved (round r runs every side, the order reversed every other
 #   round); the ratios are paired per round against the JAX twin.
 # BUDGET (default 450): seconds from this script's start; no run starts with less than MIN_LEFT (default 60) s left,
@@ -94,11 +95,12 @@ trap collect EXIT
 for g in "${GROUPS_[@]}"; do
   left=$(( DEADLINE - $(date +%s) ))
   if (( left < MIN_LEFT )); then echo "== $g not started: ${left}s left of the budget" | tee -a "$OUT/status.txt"; continue; fi
-  echo "== $g (${SIDES[$g]}, ${left}s left)"
+  var=SIDES_$g; sides=${!var:-${SIDES[$g]}}  # SIDES_gpt=ours,torchax+fused-loss ...: another set of sides
+  echo "== $g ($sides, ${left}s left)"
   t0=$SECONDS
   # the script stops its own children at the deadline; the outer timeout is a backstop
   timeout --kill-after=10 $(( left + 20 )) "$PY" "$ROOT/benchmarks/jax_twin_vs_hf_flax.py" "${HF_PYTHON:-$PY}" \
-    --preset "${PRESET[$g]}" --precision bf16 --attention-impl "$ATTN" --sides "${SIDES[$g]}" --rounds "$ROUNDS" \
+    --preset "${PRESET[$g]}" --precision bf16 --attention-impl "$ATTN" --sides "$sides" --rounds "$ROUNDS" \
     --steps "$STEPS" --threads "$(nproc)" --timeout "$LIMIT" --deadline "$DEADLINE" --min-left "$MIN_LEFT" \
     --min-left-cold "$MIN_LEFT_COLD" \
     --compile-cache "$STATE/cache" --resume --out "$STATE/$g" 2>&1 | tee "$OUT/$g.log"
