@@ -39,16 +39,15 @@ def bare(framework: str, preset: str, steps: int, warmup: int, sync_each: bool =
     host = [next(data) for _ in range(steps)]
     if framework == "jax":
         import jax
-        from flax import nnx
 
         from twinbench.models.gpt import FAMILY as GPT
         from twinbench.models.gpt import model_jax as gpt_jax
-        from twinbench.strategies.jax_jit import make_model, make_train_step, nnx_loss
+        from twinbench.strategies.jax_jit import Split, make_model, make_train_step, nnx_loss
 
-        graphdef, params = nnx.split(make_model(spec, weights), nnx.Param)
+        split, params = Split.of(make_model(spec, weights))
         tx = gpt_jax.make_optimizer(spec.train.lr, spec.train.weight_decay)
         opt_state = tx.init(params)
-        step = jax.jit(make_train_step(nnx_loss(GPT, graphdef), tx), donate_argnums=(0, 1))
+        step = jax.jit(make_train_step(nnx_loss(GPT, split), tx), donate_argnums=(0, 1))
         for x, y in host[:warmup]:
             params, opt_state, _ = step(params, opt_state, x, y)
         jax.block_until_ready(params)

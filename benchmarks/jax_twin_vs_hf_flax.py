@@ -261,6 +261,19 @@ def check_sides(sides: tuple[str, ...], shape: dict[str, Any]) -> None:
             sys.exit(f"--sides {side}: {e}")
 
 
+def versions_line(rows: list[dict[str, Any]]) -> str:
+    """The package versions the runs used: those every side shared, then any a side had of its own (the Hugging
+    Face side may run in another environment, with another transformers)."""
+    per_side: dict[str, dict[str, str]] = {}
+    for r in rows:
+        per_side.setdefault(r["which"], r.get("versions", {}))
+    shared = {k: v for k, v in next(iter(per_side.values()), {}).items()
+              if all(vs.get(k) == v for vs in per_side.values())}
+    own = [f"{w}: " + ", ".join(f"{k} {v}" for k, v in vs.items() if k not in shared)
+           for w, vs in per_side.items() if set(vs) - set(shared)]
+    return ", ".join(f"{k} {v}" for k, v in shared.items()) + "".join(f"; {o}" for o in own)
+
+
 def summary(rows: list[dict[str, Any]], sides: tuple[str, ...], args: argparse.Namespace,
             family: str) -> list[str]:
     """The summary's lines: per side the runs' medians, MFU and compile; per round each side over the first."""
@@ -269,9 +282,9 @@ def summary(rows: list[dict[str, Any]], sides: tuple[str, ...], args: argparse.N
     recipe = ("; bf16: HF computes every layer in bf16, the twins as torch.autocast (fp32 LayerNorm, residual, "
               "softmax statistics, loss)") if args.precision == "bf16" else ""
     md = [f"# {', '.join(side_name(w, family) for w in sides)} ({args.preset}, {args.precision}, "
-          f"{args.threads} threads, XLA flags {args.xla_cpu_flags}, the twins' attention {args.attention_impl}{recipe})",
+          f"{args.threads} threads, XLA_FLAGS {first.get('xla_flags') or '(none)'}, the twins' attention {args.attention_impl}{recipe})",
           "", f"machine: {first.get('device')} (host {first.get('cpu', 'unknown')}), versions "
-          f"{', '.join(f'{k} {v}' for k, v in first.get('versions', {}).items())}; runs "
+          f"{versions_line(ok)}; runs "
           f"{min((r.get('date_utc', '') for r in ok), default='')} to {max((r.get('date_utc', '') for r in ok), default='')} UTC",
           "", "matmul precision: " + "; ".join(sorted({f"{r['which']}: {r.get('matmul_precision')}" for r in ok})),
           "optimizer: the twin's own (Family.jax_optimizer) on every side; compile cache: "

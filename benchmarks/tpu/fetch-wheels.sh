@@ -11,6 +11,6 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 -
   grain==0.2.18 array_record etils portpicker cloudpickle submitit torchax==0.0.13
 if [ "${WITH_HF:-0}" = 1 ]; then
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 --implementation cp $P -d "$D" \
-    transformers==4.49.0 tokenizers==0.21.4 huggingface_hub==0.36.2
+    transformers==4.49.0 tokenizers==0.21.4 huggingface_hub==0.36.2 tqdm  # huggingface_hub imports tqdm
 fi
 ls "$D"; du -sh "$D"

@@ -141,3 +141,28 @@ def test_naive_sync_waits_for_the_parameters_too(weights, host_batches, monkeypa
     ids = {id(a) for a in waited}
     params = jax.tree.leaves(nnx.state(trainer.model, nnx.Param))
     assert params and all(id(p) in ids for p in params)
+
+
+@pytest.mark.parametrize("preset", ["tiny", "bert-tiny", "llama-tiny"])
+def test_the_step_takes_plain_dicts_and_rebuilds_the_same_model(preset):
+    """The jitted step's state is plain nested dicts (flattened by jax.jit in C++ at every call), not nnx.State
+    objects (flattened in Python: 1.3 ms more per call for BERT-base's 604 leaves), and the module rebuilt from
+    them inside the step is the twin itself: every parameter under its own name."""
+    from twinbench.models import family
+    from twinbench.strategies import registry
+
+    spec = validate(from_preset(preset, framework="jax", strategy="jit"))
+    fam = family.get(spec)
+    weights = fam.init_weights(spec.model, 0)
+    trainer = registry.builder(spec)(spec, weights)
+    for path, _ in jax.tree_util.tree_flatten_with_path((trainer.params, trainer.opt_state))[0]:
+        assert not any(isinstance(k, jax.tree_util.GetAttrKey) and k.name == "value" for k in path), path
+    assert type(trainer.params) is dict
+    from twinbench.strategies.jax_jit import Split, make_model
+
+    module = make_model(spec, weights, fam)
+    split, pure = Split.of(module)
+    rebuilt = split.module(pure)
+    assert jax_to_canonical(rebuilt).keys() == weights.keys()
+    for name, w in jax_to_canonical(rebuilt).items():
+        np.testing.assert_array_equal(w, weights[name], err_msg=name)  # each array under its own name
