@@ -98,10 +98,12 @@ def main(framework: str, out_path: str) -> None:
                 res[f"{cell}:late_compiles"] = n
     if int(os.environ.get("RANK", "0")) == 0:
         Path(out_path).write_text(json.dumps(result))
-    if framework == "torch":
-        import torch.distributed as dist
+    if framework == "torch":  # leave the group, then end without torch's C++ teardown, which now and then
+        # aborts a rank after a clean run ("terminate called without an active exception", exit -6): the worker's own
+        # way out (distributed.end)
+        from twinbench import distributed
 
-        dist.destroy_process_group()
+        distributed.end(0)
 
 
 if __name__ == "__main__":
