@@ -15,6 +15,8 @@ from __future__ import annotations
 import importlib.util
 import os
 
+from twinbench.measure import platforms
+
 #: ``--xla-cpu-flags`` values: twinbench's measured CPU default, or XLA's own defaults.
 CHOICES = ("tuned", "xla-default")
 TUNED_CPU_FLAGS = ("--xla_cpu_experimental_ynn_fusion_type=-eltwise",)
@@ -24,20 +26,19 @@ def _name(flag: str) -> str:
     return flag.split("=", 1)[0]
 
 
-#: JAX's accelerator plugins (module names) and the device nodes that show their hardware is present.
+#: JAX's accelerator plugins (module names); ``platforms.DEVICE_NODES`` says whether their hardware is present.
 ACCELERATOR_PLUGINS = ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_rocm7_plugin", "jax_rocm60_plugin", "libtpu")
-DEVICE_NODES = ("/dev/nvidiactl", "/dev/kfd", "/dev/accel0", "/dev/vfio/0")
 
 
 def cpu_backend(environ: dict[str, str] | None = None) -> bool:
     """Whether JAX will run on the CPU, decided before jax is imported: ``JAX_PLATFORMS`` when set (its first
     platform), else the CPU unless an accelerator plugin is installed and its device node exists."""
     env = os.environ if environ is None else environ
-    platforms = [p.strip() for p in env.get("JAX_PLATFORMS", "").split(",") if p.strip()]
-    if platforms:
-        return platforms[0] == "cpu"
+    named = [p.strip() for p in env.get("JAX_PLATFORMS", "").split(",") if p.strip()]
+    if named:
+        return named[0] == "cpu"
     plugin = any(importlib.util.find_spec(name) is not None for name in ACCELERATOR_PLUGINS)
-    return not (plugin and any(os.path.exists(node) for node in DEVICE_NODES))
+    return not (plugin and platforms.here() != "cpu")
 
 
 def with_defaults(user_flags: str, defaults: tuple[str, ...]) -> str:

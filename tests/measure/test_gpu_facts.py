@@ -3,6 +3,7 @@ matching, the GPU matmul peak's method, CPU-only XLA flags, the environment pref
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import subprocess
@@ -96,12 +97,20 @@ def test_cpu_xla_flags_only_when_jax_runs_on_the_cpu(monkeypatch):
     assert xla_flags.cpu_backend({"JAX_PLATFORMS": "cpu"})
     assert not xla_flags.cpu_backend({"JAX_PLATFORMS": "cuda"})
     assert xla_flags.merged("--xla_dump_to=/d", "tuned", cpu=False) == "--xla_dump_to=/d"
+    from twinbench.measure import platforms
+
+    def nodes(*present: str):  # the device nodes this machine shows, matched as platforms.here() globs them
+        return lambda pattern: [p for p in present if fnmatch.fnmatch(p, pattern)]
+
     monkeypatch.setattr(xla_flags.importlib.util, "find_spec", lambda name: name == "jax_cuda12_plugin" or None)
-    monkeypatch.setattr(xla_flags.os.path, "exists", lambda p: p == "/dev/nvidiactl")
+    monkeypatch.setattr(platforms.glob, "glob", nodes("/dev/nvidia0", "/dev/nvidiactl"))
     assert not xla_flags.cpu_backend({})  # a CUDA plugin and an NVIDIA device: JAX will take the GPU
-    monkeypatch.setattr(xla_flags.os.path, "exists", lambda p: False)
+    monkeypatch.setattr(platforms.glob, "glob", nodes())
     assert xla_flags.cpu_backend({})  # the plugin without a device falls back to the CPU
-    monkeypatch.setattr(xla_flags.os.path, "exists", lambda p: p == "/dev/nvidiactl")
+    monkeypatch.setattr(xla_flags.importlib.util, "find_spec", lambda name: name == "libtpu" or None)
+    monkeypatch.setattr(platforms.glob, "glob", nodes("/dev/vfio/vfio", "/dev/vfio/3"))
+    assert not xla_flags.cpu_backend({})  # libtpu and a TPU's VFIO group other than 0: the TPU, no CPU flags
+    monkeypatch.setattr(platforms.glob, "glob", nodes("/dev/nvidia0"))
     monkeypatch.setenv("JAX_PLATFORMS", "cuda")
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     assert xla_flags.apply("tuned") == ""
