@@ -291,7 +291,7 @@ class Recorder:
                 "untraced_step_ms": None if included else step_ms, "untraced_steps": 0 if included else len(steady),
                 "step_time_includes_trace": included}
 
-    def split(self, key: str) -> dict[str, Any] | None:
+    def split(self, key: str, left_out: set[int] | None = None) -> dict[str, Any] | None:
         """Time per steady iteration (one step start to the next), split by where it went: the step up to its
         results being ready, the DataLoader's ``next``, known host work (eager ops, compilation), and the
         rest. Each part is the median over the steady iterations (an evaluation or a checkpoint every N
@@ -300,12 +300,12 @@ class Recorder:
         A PyTorch step
         (the optimizer's, or ``loss.backward()``) is the forward, backward and update: all of the iteration
         but the time from the step's end to the next forward pass (the next batch, zero_grad, logging) and
-        the DataLoader's wait."""
+        the DataLoader's wait. ``left_out``: the iterations :meth:`left_out` leaves out (computed when not given)."""
         calls, ready = self.calls.get(key, []), dict(self.ready.get(key, {}))
         returned = self.returned.get(key, {})
         kind = self.kinds.get(key)
         asynchronous, torch_step = kind in ASYNC_KINDS, kind in ("torch-optimizer", "torch-backward")
-        left_out = self.left_out(key)
+        left_out = self.left_out(key) if left_out is None else left_out
         rows = []
         for i in range(1, len(calls) - 1):
             (t0, s0), (t1, s1) = calls[i], calls[i + 1]
@@ -347,17 +347,15 @@ class Recorder:
                 "to_forward_ms": to_forward_ms,  # PyTorch: an optimizer step's end to the next forward
                 "async": asynchronous}
 
-    def read_check(self, key: str) -> dict[str, Any] | None:
+    def read_check(self, key: str, traced: set[int]) -> dict[str, Any] | None:
         """The host-read check's A/B: the median iteration (one step start to the next) while the loop's reads
         of the step's outputs waited for them, against the same loop with those reads answered one step late
         (the device never waits for them), over alternating blocks of steps in this run; the first iteration
         of each block (the queue filling or draining) left out, and so are the profiler's when the step time
-        leaves them out. None when the check did not run."""
+        leaves them out (``traced``). None when the check did not run."""
         calls, modes = self.calls.get(key, []), dict(self.read_mode)
         if "deferred" not in modes.values():
             return None
-        traced = self.traced_iterations(key)[0]
-        traced = traced if traced <= self.left_out(key) else set()
         out: dict[str, Any] = {}
         for mode in ("waited", "deferred"):
             iv = [calls[i + 1][0] - calls[i][0] for i in range(2, len(calls) - 1)
@@ -383,6 +381,7 @@ class Recorder:
         steady = [i for i in range(1, len(calls) - 1) if i not in left_out]
         weighed = self.traced_iterations(key)[0] if key else set()
         trace_in = not weighed <= left_out  # too few steps outside the trace to leave it out
+        traced_out = set() if trace_in else weighed  # the profiler's iterations the step time leaves out
         intervals = [calls[i + 1][0] - calls[i][0] for i in steady]
         # An asynchronous loop's rate is the rate at which its steps complete (the watcher's block_until_ready
         # on each step's output), not the rate at which it dispatched them: a loop with no read of the device
@@ -428,7 +427,7 @@ class Recorder:
             "step_fn": key.split(":", 1)[1] if key else None,
             "step_kind": self.kinds.get(key) if key else None,
             "step_signal": SIGNALS.get(self.kinds.get(key, ""), self.kinds.get(key)) if key else None,
-            "split": self.split(key) if key else None,
+            "split": self.split(key, left_out) if key else None,
             "steady_steps": len(steady),
             "steady_s": (starts[-1] - starts[1]) if len(starts) > 2 else 0.0,
             "iter_ms": iter_ms,
@@ -443,7 +442,7 @@ class Recorder:
             # over the whole run, slow steps included; the cross-check of step_ms)
             "end_to_end_ms": (1e3 * (self.drained_at - calls[1][0]) / (len(calls) - 1)
                               if self.drained_at is not None and len(calls) > 2 else None),
-            "read_check": self.read_check(key) if key else None,
+            "read_check": self.read_check(key, traced_out) if key else None,
             "trace_timing": self.trace_timing(key, step_ms, steady, trace_in) if key else None,
             "first_step_ms": (starts[1] - starts[0]) * 1e3 if len(starts) > 1 else None,
             "per_step": per_step,
