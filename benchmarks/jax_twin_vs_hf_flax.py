@@ -201,10 +201,16 @@ def child(which: str, shape: dict[str, Any], steps: int, threads: int, trace: st
     step(*batches[0])
     sync()
     compile_s = time.perf_counter() - t0
-    from sitting import cpu_info, time_steps, time_window
+    from sitting import cpu_info, time_steps
 
+    from twinbench.measure.clock import time_window
+    from twinbench.measure.compiles import JaxCompiles
+
+    compiles = JaxCompiles()  # a program compiled inside the window makes it no steady-state time (None)
     times, loss = time_steps(step, sync, batches, WARMUP, steps)
-    window_ms = time_window(step, sync, batches, steps)  # the same steps again, synchronised at the two ends only
+    # the same number of steps again, dispatched back to back, synchronised at the window's two ends only
+    window_s = time_window(lambda i: step(*batches[i % len(batches)]), sync, steps, compiles)
+    window_ms = window_s * 1e3 if window_s is not None else None
     if trace:  # after the timed steps, which stay unaffected; synchronised per step as they were timed (and as
         # twinbench's own --trace runs them), so the profile's idle time between steps means the same on both sides
         with jax.profiler.trace(str(Path(trace) / which)):
@@ -219,11 +225,11 @@ def child(which: str, shape: dict[str, Any], steps: int, threads: int, trace: st
     speed |= {"achieved_tflops": tflops, "tokens_per_s": shape["batch"] * shape["seq"] / (step_ms / 1e3),
               "mfu": tflops / speed["peak_tflops"] if speed.get("peak_tflops") else None,
               "mfu_datasheet": tflops / speed["peak_tflops_datasheet"] if speed.get("peak_tflops_datasheet") else None}
-    window_tflops = tflops * step_ms / window_ms  # the same work in the window's time per step
+    window_tflops = tflops * step_ms / window_ms if window_ms else None  # the same work in the window's time
     speed |= {"window_ms": window_ms, "window_tflops": window_tflops,
-              "mfu_window": window_tflops / speed["peak_tflops"] if speed.get("peak_tflops") else None,
+              "mfu_window": window_tflops / speed["peak_tflops"] if window_tflops and speed.get("peak_tflops") else None,
               "mfu_datasheet_window": (window_tflops / speed["peak_tflops_datasheet"]
-                                       if speed.get("peak_tflops_datasheet") else None)}
+                                       if window_tflops and speed.get("peak_tflops_datasheet") else None)}
     import importlib.metadata as md
 
     versions = {"jax": jax.__version__}

@@ -68,19 +68,6 @@ def time_steps(step: Callable[..., Any], sync: Callable[[], None], batches: list
     return times, out
 
 
-def time_window(step: Callable[..., Any], sync: Callable[[], None], batches: list[Any], steps: int) -> float:
-    """Milliseconds per step of ``steps`` steps dispatched back to back, the device synchronised before the first
-    and after the last only (twinbench's ``measure.clock.time_window``): the host's dispatch of step i+1 overlaps
-    the device's step i, as in a training loop that reads nothing back per step, where :func:`time_steps` leaves
-    the device idle for each step's dispatch and the read of its result."""
-    sync()
-    t = time.perf_counter()
-    for i in range(steps):
-        step(*batches[i % len(batches)])
-    sync()
-    return (time.perf_counter() - t) * 1e3 / steps
-
-
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--wait", action="store_true")
