@@ -51,6 +51,7 @@ def main() -> None:
     ap.add_argument("--attention-impl", default="default")
     ap.add_argument("--device", default="tpu-v5e", choices=sorted(CLOCK_GHZ))
     ap.add_argument("--top", type=int, default=8, help="kinds of op to list")
+    ap.add_argument("--hlo-out", help="write the compiled program's HLO text here")
     args = ap.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # this process runs on the CPU; it compiles for the TPU
 
@@ -67,6 +68,9 @@ def main() -> None:
 
     sizes = compiled_sizes(compiled)
     hlo = compiled.as_text()
+    if args.hlo_out:
+        with open(args.hlo_out, "w") as f:
+            f.write(hlo)
     kernels = tpu_compile.mosaic_kernels(hlo)
     cycles, count = cycles_by_kind(hlo)
     ms = 1e-6 / CLOCK_GHZ[args.device]

@@ -93,6 +93,45 @@ def test_splash_attention_is_the_default_maths(kind: str) -> None:
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(jnp.abs(b).max()))
 
 
+@pytest.mark.parametrize("impl", ["default", "jax-nn", "chunked", "splash"])
+@pytest.mark.parametrize("heads_first_in", [False, True])
+def test_grouped_query_heads_are_the_repeated_heads(impl: str, heads_first_in: bool) -> None:
+    """Fewer key/value heads than query heads (grouped-query) give the attention of the key/value heads repeated
+    in torch's ``repeat_interleave`` order, values and gradients, in both layouts: the kernels that take groups
+    themselves (splash, jax-nn) get them as they are, the others repeat them inside ``attention()``."""
+    from twinbench.models.layers_jax import attention
+
+    T, H, G = 256, 4, 2  # 2 key/value heads, each serving 2 consecutive query heads
+    kq, kk, kv = jax.random.split(jax.random.key(5), 3)
+    q = jax.random.normal(kq, (2, T, H, 64))
+    k, v = jax.random.normal(kk, (2, T, H // G, 64)), jax.random.normal(kv, (2, T, H // G, 64))
+    axis = 1 if heads_first_in else 2
+    if heads_first_in:
+        q, k, v = (jnp.swapaxes(t, 1, 2) for t in (q, k, v))
+
+    def value_and_grads(repeat: bool):
+        def f(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+            if repeat:
+                k, v = jnp.repeat(k, G, axis=axis), jnp.repeat(v, G, axis=axis)
+            return attention(q, k, v, impl, layout_heads_first=heads_first_in, is_causal=True)
+        return jax.jit(lambda q, k, v: (f(q, k, v), jax.grad(lambda *a: (f(*a) ** 2).sum(), (0, 1, 2))(q, k, v)))
+
+    want, g_want = value_and_grads(True)(q, k, v)
+    got, g_got = value_and_grads(False)(q, k, v)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    for a, b in zip(g_got, g_want, strict=True):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(jnp.abs(b).max()))
+
+
+def test_grouped_query_heads_must_divide_the_query_heads() -> None:
+    from twinbench.models.layers_jax import attention
+
+    q, kv = jnp.zeros((1, 128, 4, 64)), jnp.zeros((1, 128, 3, 64))
+    with pytest.raises(ValueError, match="dividing the query heads"):
+        attention(q, kv, kv, "default", is_causal=True)
+
+
 def test_splash_blocks_follow_the_sequence() -> None:
     from twinbench.models.layers_jax import splash_block
 

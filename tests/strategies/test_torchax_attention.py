@@ -27,7 +27,7 @@ def found(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 @pytest.mark.parametrize("case", ["causal/splash", "causal/jax-nn", "causal/chunked", "padding/splash",
-                                  "padding/jax-nn", "scale-gqa/jax-nn"])
+                                  "padding/jax-nn", "scale-gqa/jax-nn", "scale-gqa/splash", "scale-gqa/chunked"])
 def test_lowered_attention_is_torchs(found: dict, case: str) -> None:
     """Values and the gradient of q equal torch's own scaled_dot_product_attention: causal, a boolean key padding
     mask (padding queries' outputs read by no loss), an explicit scale with grouped key/value heads."""
@@ -50,6 +50,10 @@ def test_a_torchax_run_with_splash_trains_as_with_torchaxs_own_attention(found: 
     for a, b in zip(runs["splash"]["losses"], runs["default"]["losses"], strict=True):
         assert abs(a - b) <= 1e-5 * abs(b)
     assert runs["default"]["losses"][-1] < runs["default"]["losses"][0]
+
+
+def test_fewer_key_heads_without_enable_gqa_are_refused_in_one_line(found: dict) -> None:
+    assert "2 key heads for 4 query heads" in found["gqa-without-flag"] and "\n" not in found["gqa-without-flag"]
 
 
 def test_dropout_is_refused_in_one_line_and_the_lowering_restored(found: dict) -> None:

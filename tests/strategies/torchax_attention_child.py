@@ -35,7 +35,7 @@ real = keep[:, 0, 0, :, None][:, None].float()  # padding queries' outputs are r
 CASES = {  # name: (impls, kwargs, k/v)
     "causal": (("splash", "jax-nn", "chunked"), {"is_causal": True}, (k, v)),
     "padding": (("splash", "jax-nn"), {"attn_mask": keep}, (k, v)),
-    "scale-gqa": (("jax-nn",), {"is_causal": True, "scale": 0.3, "enable_gqa": True}, kv2),
+    "scale-gqa": (("jax-nn", "splash", "chunked"), {"is_causal": True, "scale": 0.3, "enable_gqa": True}, kv2),
 }
 
 
@@ -105,5 +105,11 @@ try:
     out["dropout"] = "accepted"
 except TorchaxUnsupported as e:
     out["dropout"] = str(e)
+try:
+    with env, attention_lowered_as(env, "splash"):
+        F.scaled_dot_product_attention(*env.j2t_iso(tuple(as_jax(t) for t in (q, *kv2))), is_causal=True)
+    out["gqa-without-flag"] = "accepted"
+except TorchaxUnsupported as e:
+    out["gqa-without-flag"] = str(e)
 out["restored"] = env._ops[F.scaled_dot_product_attention].is_user_defined is False  # torchax's own again
 Path(sys.argv[1]).write_text(json.dumps(out))

@@ -131,6 +131,17 @@ def heads_first(impl: str) -> bool:
     return impl in HEADS_FIRST
 
 
+#: attention implementations that take fewer key/value heads than query heads themselves (grouped-query).
+GROUPED = frozenset({"splash", "jax-nn", "cudnn"})
+
+
+def _group(q_heads: int, kv_heads: int) -> int:
+    if kv_heads < 1 or q_heads % kv_heads:
+        raise ValueError(f"grouped-query attention needs key/value heads dividing the query heads: got {q_heads} "
+                         f"query heads and {kv_heads} key/value heads")
+    return q_heads // kv_heads
+
+
 def _swap_heads(*ts: jax.Array) -> tuple[jax.Array, ...]:
     return tuple(jnp.swapaxes(t, 1, 2) for t in ts)  # [B, T, H, D] <-> [B, H, T, D]
 
@@ -141,7 +152,18 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str, *, layout_hea
     ``jax-nn`` or ``cudnn`` (``jax.nn.dot_product_attention``, JAX's choice or cuDNN's fused kernel),
     ``chunked`` (:func:`chunked_attention`, causal only), ``splash`` (:func:`splash_attention`, the Pallas
     TPU kernel). q, k, v and the output are ``[B, T, H, D]``, or ``[B, H, T, D]`` with ``layout_heads_first``
-    (torch's layout; what :func:`heads_first` implementations take without a transpose)."""
+    (torch's layout; what :func:`heads_first` implementations take without a transpose).
+
+    Grouped-query attention: ``k`` and ``v`` may carry fewer heads than ``q`` (a divisor of its count; key/value
+    head ``j`` serves query heads ``j * group ... (j + 1) * group - 1``, torch's ``repeat_interleave`` and
+    ``enable_gqa``). The kernels that take groups themselves get them as they are (``splash``, ``jax-nn``,
+    ``cudnn``); for the others the key/value heads are repeated here. On a TPU v5e, llama-300m's step with the
+    heads repeated before splash carried a broadcast and, in the backward pass, a reduction of each of k and v
+    in every layer (benchmarks/RESULTS.md, "On a TPU")."""
+    head_axis = 1 if layout_heads_first else 2
+    if q.shape[head_axis] != k.shape[head_axis] and impl not in GROUPED:
+        group = _group(q.shape[head_axis], k.shape[head_axis])
+        k, v = (jnp.repeat(t, group, axis=head_axis) for t in (k, v))
     swap = layout_heads_first != heads_first(impl)
     if swap:
         q, k, v = _swap_heads(q, k, v)

@@ -142,7 +142,8 @@ def remat_block(block: Any, env: Any) -> None:
 def sdpa_as(impl: str) -> Callable[..., Any]:
     """``F.scaled_dot_product_attention`` (``[B, H, T, D]`` torch layout) as a JAX function running the twins'
     attention ``impl``: a boolean ``attn_mask`` is the mask (True: attend), a float one an additive bias;
-    ``scale`` folds into the queries; ``enable_gqa`` repeats key/value heads as torch does. Dropout is refused
+    ``scale`` folds into the queries; with ``enable_gqa`` the key/value heads go to the attention grouped
+    (:func:`twinbench.models.layers_jax.attention` repeats them for kernels that do not take groups). Dropout is refused
     (the twins train without it, and the JAX attentions take none)."""
     import jax.numpy as jnp
 
@@ -154,9 +155,10 @@ def sdpa_as(impl: str) -> Callable[..., Any]:
             raise TorchaxUnsupported(f"--attention-impl {impl} under torchax: scaled_dot_product_attention with "
                                      f"dropout_p={dropout_p} has no dropout in the JAX attentions; use "
                                      "--attention-impl default")
-        q, k, v = query, key, value  # [B, H, T, D]
-        if enable_gqa and k.shape[1] != q.shape[1]:
-            k, v = (jnp.repeat(t, q.shape[1] // t.shape[1], axis=1) for t in (k, v))
+        q, k, v = query, key, value  # [B, H, T, D]; with enable_gqa k and v may have fewer heads (attention() groups)
+        if k.shape[1] != q.shape[1] and not enable_gqa:
+            raise TorchaxUnsupported(f"scaled_dot_product_attention: {k.shape[1]} key heads for {q.shape[1]} query "
+                                     "heads without enable_gqa=True (torch refuses this too)")
         if scale is not None:
             q = q * jnp.asarray(scale * q.shape[-1] ** 0.5, q.dtype)
         masks: dict[str, Any] = {"is_causal": True} if is_causal else {}

@@ -79,8 +79,8 @@ class Attention(nnx.Module):
         k = self.k_proj(x).reshape(B, T, self.kv_heads, hd)
         v = self.v_proj(x).reshape(B, T, self.kv_heads, hd)
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-        group = self.heads // self.kv_heads  # each key/value head serves `group` consecutive query heads
-        k, v = jnp.repeat(k, group, axis=2), jnp.repeat(v, group, axis=2)
+        # grouped-query: each key/value head serves `heads // kv_heads` consecutive query heads (attention()
+        # repeats them where the kernel does not take groups itself)
         y = attention(q, k, v, self.impl, is_causal=True)
         return self.o_proj(y.reshape(B, T, C))
 

@@ -57,9 +57,9 @@ class Attention(nn.Module):
         k = self.k_proj(x).view(B, T, self.kv_heads, hd).transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.kv_heads, hd).transpose(1, 2)
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-        group = self.heads // self.kv_heads  # each key/value head serves `group` consecutive query heads
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        # grouped-query: each key/value head serves `heads // kv_heads` consecutive query heads
+        # (repeat_interleave's order), which SDPA's kernels take without the heads repeated
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, C))
 
 
