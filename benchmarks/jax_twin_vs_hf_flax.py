@@ -27,7 +27,9 @@ state stay fp32 on both.
 `--sides` may also name any JAX strategy twinbench runs on the preset: `torchax` (the PyTorch twin through torchax,
 torchax's own lowering of every op: what a plain torchax user gets), `torchax+fused-loss` (its F.cross_entropy
 lowered as the JAX twin's loss), `jit+...`: the trainer twinbench measures, timed here the same way as the others
-(benchmarks/tpu_twins.sh runs the twins' sitting on a TPU so). The first side is the reference of the ratios.
+(benchmarks/tpu_twins.sh runs the twins' sitting on a TPU so). A twin side may carry spec options after `@`, as
+twinbench's flags name them: `ours@mask-impl=cond` (BERT's padding mask by `lax.cond`: no mask in a batch without
+padding). The first side is the reference of the ratios.
 
 Interleaved rounds, a fresh process per measured configuration: each round runs every side (the order
 reversed every other round), each child compiles, warms up and times `--steps` steps (synchronised per step)
@@ -127,23 +129,41 @@ def hf_trainer(shape: dict[str, Any]) -> tuple[Any, Any]:
     return run, lambda: jax.block_until_ready(state)
 
 
-def twin_spec(shape: dict[str, Any], strategy: str) -> Any:
+def side_strategy(side: str) -> tuple[str, dict[str, Any]]:
+    """A twin side's JAX strategy (``ours``: ``jit``) and the spec options it carries after ``@``
+    (``ours@mask-impl=cond`` -> ``("jit", {"mask_impl": "cond"})``; numbers become numbers)."""
+    name, *opts = side.split("@")
+    overrides: dict[str, Any] = {}
+    for opt in opts:
+        key, sep, value = opt.partition("=")
+        if not sep or not key:
+            sys.exit(f"--sides {side}: {opt!r} is not OPTION=VALUE")
+        for cast in (int, float):
+            with contextlib.suppress(ValueError):
+                value = cast(value)
+                break
+        overrides[key.replace("-", "_")] = value
+    return ("jit" if name == "ours" else name), overrides
+
+
+def twin_spec(shape: dict[str, Any], strategy: str, options: dict[str, Any] | None = None) -> Any:
     """The twinbench RunSpec of a side: the preset at the shape's batch, seq, precision and attention, as the JAX
     ``strategy`` (``jit``: the JAX twin; ``torchax``, ``torchax+fused-loss``: the PyTorch twin through torchax)."""
     from twinbench.spec import from_preset, validate
 
     return validate(from_preset(shape["preset"], {"batch": shape["batch"], "seq": shape["seq"],
                                                   "precision": shape["precision"],
-                                                  "attention_impl": shape["attention_impl"]},
+                                                  "attention_impl": shape["attention_impl"], **(options or {})},
                                 framework="jax", strategy=strategy))
 
 
-def ours_trainer(shape: dict[str, Any], strategy: str = "jit") -> tuple[Any, Any]:
-    """twinbench's trainer of the JAX ``strategy`` (the measured strategy itself) on the family's twin."""
+def ours_trainer(shape: dict[str, Any], side: str = "ours") -> tuple[Any, Any]:
+    """twinbench's trainer of the side's JAX strategy (the measured strategy itself, with the side's options) on the
+    family's twin."""
     from twinbench.models import family
     from twinbench.strategies import registry
 
-    spec = twin_spec(shape, strategy)
+    spec = twin_spec(shape, *side_strategy(side))
     fam = family.get(spec)
     trainer = registry.builder(spec)(spec, fam.init_weights(spec.model, spec.train.seed))
     return trainer.step, trainer.sync
@@ -195,7 +215,7 @@ def child(which: str, shape: dict[str, Any], steps: int, threads: int, trace: st
     # the matmul precision a twinbench run sets for this precision on this platform (the twin's own record says
     # it): fp32 runs `highest` on both sides; bf16 runs on a TPU keep JAX's default (bf16 operands, one pass)
     matmul_precision = device.set_fp32_matmul("jax", precision=shape["precision"])
-    step, sync = hf_trainer(shape) if which == "hf" else ours_trainer(shape, "jit" if which == "ours" else which)
+    step, sync = hf_trainer(shape) if which == "hf" else ours_trainer(shape, which)
     batches = token_batches(shape)
     t0 = time.perf_counter()
     step(*batches[0])
@@ -247,7 +267,8 @@ def side_name(which: str, family: str) -> str:
     """What a side is, in a table: the HF model, or the twinbench strategy it runs."""
     if which == "hf":
         return "HF " + ("FlaxBertForSequenceClassification" if family == "bert" else "FlaxGPT2LMHeadModel")
-    return "twinbench jax:" + ("jit" if which == "ours" else which)
+    strategy, options = side_strategy(which)
+    return "twinbench jax:" + strategy + "".join(f" --{k.replace('_', '-')} {v}" for k, v in options.items())
 
 
 def check_sides(sides: tuple[str, ...], shape: dict[str, Any]) -> None:
@@ -262,7 +283,7 @@ def check_sides(sides: tuple[str, ...], shape: dict[str, Any]) -> None:
                 sys.exit(f"--sides hf: no Hugging Face Flax model here for the {shape['family']} family (gpt, bert)")
             continue
         try:
-            twin_spec(shape, "jit" if side == "ours" else side)
+            twin_spec(shape, *side_strategy(side))
         except SpecError as e:
             sys.exit(f"--sides {side}: {e}")
 

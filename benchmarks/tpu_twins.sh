@@ -16,10 +16,13 @@
 #   bert    bert-base 32 x 512: jit, hf (FlaxBert), torchax+fused-loss
 #   llama   llama-300m 8 x 1024: jit, torchax+fused-loss, torchax
 #   extra   bert-base: jit, torchax (torchax's own loss: 2 labels, expected level with +fused-loss)
-#   lever   (only when named) bert-base: jit against jit+fused-qkv (q, k, v one full-width product,
-#           one transpose of the three for the kernel); compiled without the chip XLA estimated it slower on both
-#           (GPT-2 83.9 against 71.0 ms, BERT-base 139.2 against 105.2; benchmarks/RESULTS.md)
-# SIDES_<group> (e.g. SIDES_llama=ours,torchax+fused-loss): the sides of that group instead of the ones above.
+#   lever   (only when named) bert-base: jit against jit with --mask-impl cond (no mask, so no segment ids in the
+#           splash kernel, in a batch without padding, as these are; the mask decided per batch on the device).
+#           SIDES_lever=ours,jit+fused-qkv: q, k, v one full-width product, one transpose of the three for the
+#           kernel; compiled without the chip XLA estimated it slower on both GPT-2 and BERT-base
+#           (83.9 against 71.0 ms, 139.2 against 105.2; benchmarks/RESULTS.md)
+# SIDES_<group> (e.g. SIDES_llama=ours,torchax+fused-loss): the sides of that group instead of the ones above; a twin
+#   side may carry spec options after @ (ours@mask-impl=cond), as benchmarks/jax_twin_vs_hf_flax.py says.
 # ROUNDS (default 3): runs per configuration, interleaved (round r runs every side, the order reversed every other
 #   round); the ratios are paired per round against the JAX twin.
 # BUDGET (default 450): seconds from this script's start; no run starts with less than MIN_LEFT (default 60) s left,
@@ -68,7 +71,7 @@ else
   ATTN=splash; STEPS=15; LIMIT=240
 fi
 declare -A SIDES=([gpt]=ours,torchax+fused-loss,torchax [bert]=ours,hf,torchax+fused-loss
-                  [llama]=ours,torchax+fused-loss,torchax [lever]=ours,jit+fused-qkv [extra]=ours,torchax)
+                  [llama]=ours,torchax+fused-loss,torchax [lever]=ours,ours@mask-impl=cond [extra]=ours,torchax)
 
 {
   echo "# tpu_twins conditions"
