@@ -127,6 +127,11 @@ class Record:
     interference_cores: float | None = None
     cpu_busy_per_core: dict[str, float] = field(default_factory=dict)
     interference_window_s: float | None = None
+    # the run's own process over its steady steps (measure/page_faults.py): page faults a step, and the kernel's
+    # share of its CPU time; the host allocator setting it ran under (the GLIBC_TUNABLES it had, host_malloc.py)
+    page_faults_per_step: float | None = None
+    kernel_cpu_share: float | None = None
+    glibc_tunables: str | None = None
     peak_measured_at: str | None = None  # ISO time (UTC) the peak was measured
     peak_spread: float | None = None  # max/min - 1 over the peak's timed repeats
     peak_load_per_core: float | None = None  # load per core while the peak was measured

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from twinbench import compile_cache
+from twinbench import compile_cache, host_malloc
 from twinbench.load_meter import SAMPLE_S, LoadMeter, runnable_tasks
 from twinbench.machine import LOAD_ENV
 from twinbench.record import Record, condition_warnings, read_records, skipped_note
@@ -86,7 +86,9 @@ def run_one(spec: RunSpec, timeout: float, env: dict[str, str] | None = None) ->
     """
     reading = LOAD.reading()
     with LOAD.track():
-        record = _run_one(spec, timeout, child_env(reading, {**run_devices_env(spec), **(env or {})}))
+        record = _run_one(spec, timeout, child_env(reading, {**run_devices_env(spec),
+                                                             **host_malloc.worker_env(spec.host_malloc),
+                                                             **(env or {})}))
     return with_conditions(record, reading)
 
 

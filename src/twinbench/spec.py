@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.config import USER_FAMILY, ModelConfig, SpecError, TrainConfig, flag  # the leaf, re-exported
+from twinbench.host_malloc import CHOICES as HOST_MALLOC_CHOICES
 from twinbench.models.family import FAMILIES as BUILT_IN
 from twinbench.models.family import presets as _family_presets
 from twinbench.strategies.modifiers import LENGTH_POLICIES, Modifiers
@@ -49,6 +50,7 @@ class RunSpec:
     remat_policy: str = "full"  # +remat: full | dots-saveable | nothing-saveable (jax.checkpoint_policies)
     scan_unroll: int = 1  # scan-layers: layers per loop trip of the layer scan (nnx.scan unroll)
     xla_cpu_flags: str = "tuned"  # JAX on CPU: twinbench's measured XLA flags, or "xla-default" (xla_flags.py)
+    host_malloc: str = "tuned"  # glibc malloc: twinbench's measured GLIBC_TUNABLES, or "system" (host_malloc.py)
     attention_impl: str = "default"  # JAX attention: "default" (XLA) | "chunked" (memory) | "cudnn" (CUDA + bf16)
     trace_dir: str = ""  # profile a few steps after the measured ones into this directory ("": off)
     save_weights: str = ""  # write the trained canonical weights (safetensors) into this directory ("": off)
@@ -121,7 +123,8 @@ OVERRIDABLE: dict[str, type] = {
     "layers": int, "d_model": int, "heads": int, "d_ff": int, "vocab": int, "context": int,
     "batch": int, "seq": int, "steps": int, "warmup": int, "lr": float, "weight_decay": float,
     "seed": int, "precision": str, "data": str, "devices": int, "threads": int,
-    "scan_k": int, "remat_policy": str, "scan_unroll": int, "xla_cpu_flags": str, "attention_impl": str,
+    "scan_k": int, "remat_policy": str, "scan_unroll": int, "xla_cpu_flags": str, "host_malloc": str,
+    "attention_impl": str,
     "init_from": str, "save_weights": str,
     "num_processes": int, "process_id": int, "coordinator": str,
     "task": str, "num_labels": int, "mask_impl": str, "slow_input": float,
@@ -140,6 +143,10 @@ FLAG_HELP: dict[str, str] = {
                       "(attention_kernel in the record says which ran)",
     "xla_cpu_flags": "JAX on CPU: 'tuned' adds twinbench's measured XLA flags (YNNPACK element-wise fusions off) "
                      "to XLA_FLAGS, 'xla-default' keeps XLA's own; flags you set in XLA_FLAGS always win",
+    "host_malloc": "the host allocator of every run (both frameworks): 'tuned' sets twinbench's measured glibc "
+                   "malloc tunables in GLIBC_TUNABLES (huge pages, or freed memory kept where the kernel has none: "
+                   "XLA:CPU's per-step buffers are then not faulted in afresh every step), 'system' keeps glibc's "
+                   "own; tunables you set in GLIBC_TUNABLES always win",
     "init_from": "start from a local Hugging Face GPT-2/BERT checkpoint directory (config.json + "
                  "model.safetensors); its shape replaces the preset's",
     "save_weights": "write each run's trained canonical weights (safetensors) into this directory "
@@ -249,6 +256,7 @@ def validate(spec: RunSpec) -> RunSpec:
     one_of("compile_cache", spec.compile_cache, ("cold", "warm"))
     one_of("remat_policy", spec.remat_policy, REMAT_POLICIES)
     one_of("xla_cpu_flags", spec.xla_cpu_flags, XLA_CPU_FLAG_CHOICES)
+    one_of("host_malloc", spec.host_malloc, HOST_MALLOC_CHOICES)
     one_of("attention_impl", spec.attention_impl, ATTENTION_IMPLS)
     if spec.attention_impl == "chunked" and m.family in BUILT_IN and not BUILT_IN[m.family].causal:
         raise SpecError(f"--attention-impl chunked: blocks of causal attention; the {m.family} twin takes default, "

@@ -253,6 +253,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
         loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
         wall_s=timing.wall_s, matmul_precision=env.matmul_precision, versions=device.versions(fw),
         xla_flags=os.environ.get("XLA_FLAGS", "") if fw == "jax" else None, attention_kernel=attention,
+        **timing.os_usage, glibc_tunables=os.environ.get("GLIBC_TUNABLES"),
         **saved, **(traced := _trace(spec, b.trainer, b.run_data.batches)),
         **_explain(spec, b.trainer, b.run_data.batches, traced), **tp, **loop.tokens,
         **loop.inputs, compiles_in_loop=loop.compiles_in_loop, accuracy_first=loop.accuracy_first,

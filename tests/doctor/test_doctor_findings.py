@@ -183,3 +183,48 @@ def test_errors_and_ordering() -> None:
     assert "jax-python-control-flow" in found[0].fix and "jnp.where" in found[1].fix
     assert fd.serious(found) and not fd.serious([f for f in found if f.severity == "info"])
     assert fd.diagnose(obs()) == []
+
+
+def test_page_faults_need_both_the_faults_and_the_kernels_share(monkeypatch) -> None:
+    from twinbench import host_malloc
+
+    monkeypatch.setattr(host_malloc, "thp_mode", lambda: "madvise")
+    machine = {"page_faults_per_s": 368_000.0, "kernel_cpu_share": 0.31, "window_s": 3.0, "cores": 2}
+    found = fd.page_faults(obs(step_ms=100.0, machine=machine))  # a small GPT's XLA:CPU step, as measured
+    assert found is not None and found.severity == "warning"
+    assert "144 MiB of fresh memory" in found.title and "31%" in found.title
+    assert "36,800 a step" in found.evidence
+    assert "GLIBC_TUNABLES=glibc.malloc.hugetlb=1" in found.fix
+    monkeypatch.setattr(host_malloc, "thp_mode", lambda: "never")  # no huge pages here: keep freed memory instead
+    assert "glibc.malloc.arena_max=1" in fd.page_faults(obs(step_ms=100.0, machine=machine)).fix
+    assert fd.page_faults(obs(step_ms=100.0, machine=machine | {"kernel_cpu_share": 0.05})) is None
+    assert fd.page_faults(obs(step_ms=100.0, machine=machine | {"page_faults_per_s": 5_000.0})) is None  # 500 a step
+    assert fd.page_faults(obs(step_ms=100.0, steady_steps=1, machine=machine)) is None
+    assert fd.page_faults(obs(step_ms=100.0, machine={"others_cores": 0.0})) is None  # not measured
+    assert "page-faults" in fd.IDS and fd.page_faults in fd.CHECKS
+
+
+def test_the_recorder_measures_the_page_faults_of_its_window() -> None:
+    import mmap
+    import sys
+    import time
+
+    import pytest
+
+    from twinbench.doctor.recorder import Recorder
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("page faults of fresh anonymous memory: Linux")
+    rec = Recorder()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        m = mmap.mmap(-1, 8 << 20)
+        m.madvise(mmap.MADV_NOHUGEPAGE)
+        for off in range(0, 8 << 20, mmap.PAGESIZE):
+            m[off] = 1
+        m.close()
+        time.sleep(0.4)
+        rec._sample_load(time.perf_counter())
+    machine = rec.machine_load(t0, time.perf_counter())
+    assert machine is not None and machine["page_faults_per_s"] * machine["window_s"] >= 2 * 2048
+    assert 0 <= machine["kernel_cpu_share"] <= 1

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from twinbench.doctor.findings.base import MIN_STEADY_STEPS
+from twinbench.measure import page_faults
 from twinbench.measure.interference import runqueue_wait_s
 
 MARK_KEY = "mark:twinbench.doctor.step()"  # the user marked the step explicitly
@@ -97,7 +98,8 @@ class Recorder:
         self.timed_out = False
         self.error: dict[str, Any] | None = None
         self.finalizers: list[Callable[[], None]] = []  # instruments add static facts at the end
-        self.load: list[tuple[float, float, float, int]] = []  # (t, all cores' busy s, own CPU s, cores)
+        # (t, all cores' busy s, own CPU s, cores, this process's page faults and CPU time: measure/page_faults)
+        self.load: list[tuple[float, float, float, int, Any]] = []
         # the host-read check: per step call, whether the loop's reads of that step's outputs waited for them
         # ("waited") or were answered one step late by the doctor ("deferred"); see instruments_jax.host_reads
         self.read_mode: dict[int, str] = {}
@@ -153,7 +155,7 @@ class Recorder:
 
         busy = core_busy_s()
         if busy is not None:
-            self.load.append((now, sum(busy.values()), tree_cpu_s(os.getpid()), len(busy)))
+            self.load.append((now, sum(busy.values()), tree_cpu_s(os.getpid()), len(busy), page_faults.usage()))
 
     def machine_load(self, t0: float | None, t1: float | None) -> dict[str, Any] | None:
         """Cores that other processes kept busy between the samples nearest ``t0``..``t1`` (the steady steps;
@@ -168,8 +170,13 @@ class Recorder:
         if wall <= 0:
             return None
         own = (b[2] - a[2]) / wall
-        return {"others_cores": round(max((b[1] - a[1]) / wall - own, 0.0), 3), "own_cores": round(own, 3),
-                "cores": b[3], "window_s": round(wall, 2)}
+        out = {"others_cores": round(max((b[1] - a[1]) / wall - own, 0.0), 3), "own_cores": round(own, 3),
+               "cores": b[3], "window_s": round(wall, 2)}
+        if a[4] is not None and b[4] is not None:  # the script's page faults a second, the kernel's share of its CPU
+            faults = page_faults.per_step(a[4], b[4], 1)
+            out |= {"page_faults_per_s": round(faults["page_faults_per_step"] / wall, 1),
+                    "kernel_cpu_share": faults["kernel_cpu_share"]}
+        return out
 
     def call_index(self, key: str) -> int:
         """The index of the candidate's call that started last (for :meth:`step_ready`)."""

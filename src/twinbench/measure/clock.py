@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from twinbench.measure import page_faults
 from twinbench.measure.compiles import CompileMonitor
 
 
@@ -25,6 +26,8 @@ class Timing:
     #: when not measured (or when something compiled inside it)
     async_step_s: float | None = None
     first_step_compiles: int = 0  # programs compiled during step 1 (0 when an earlier compile was reused)
+    #: the process's page faults and kernel share over the steady steps (measure/page_faults.py), per step
+    os_usage: dict[str, Any] = field(default_factory=dict)
 
 
 def _floats(handle: Any) -> list[float]:
@@ -62,8 +65,10 @@ def per_step(timing: Timing, k: int) -> Timing:
     steps = [s / k for s in timing.step_s]
     first = timing.first_step_s - (k - 1) * (percentile(steps, 50) if steps else timing.first_step_s / k)
     window = timing.async_step_s / k if timing.async_step_s is not None else None
+    faults = timing.os_usage.get("page_faults_per_step")
+    os_usage = {**timing.os_usage, "page_faults_per_step": round(faults / k, 1)} if faults is not None else {}
     return replace(timing, first_step_s=first, step_s=steps, extra={**timing.extra, "steps_per_call": k},
-                   async_step_s=window)
+                   async_step_s=window, os_usage=os_usage or timing.os_usage)
 
 
 def time_steps(
@@ -84,10 +89,11 @@ def time_steps(
     compiles_at_steady = 0
     warm = max(warmup, 1)
     compile_s0, compiles_at_start, first_compiles = compiles.seconds(), compiles.count(), 0
+    usage0 = None
     start = time.perf_counter()
     for i in range(steps):
         if i == warm:
-            compiles_at_steady = compiles.count()
+            compiles_at_steady, usage0 = compiles.count(), page_faults.usage()  # outside any timed step
         t0 = time.perf_counter()
         handles.append(step(i))
         sync()
@@ -95,11 +101,12 @@ def time_steps(
         if i == 0:
             first_compiles = compiles.count() - compiles_at_start
     wall = time.perf_counter() - start
+    os_usage = page_faults.per_step(usage0, page_faults.usage(), steps - warm)
     compiles_during = compiles.count() - compiles_at_steady if steps > warm else 0
     losses = [v for h in handles for v in _floats(h)]  # a K-step call returns K losses
     return Timing(first_step_s=times[0], step_s=times[warm:], losses=losses,
                   compiles_during_steps=compiles_during, compile_s=compiles.seconds() - compile_s0,
-                  wall_s=wall, first_step_compiles=first_compiles)
+                  wall_s=wall, first_step_compiles=first_compiles, os_usage=os_usage)
 
 
 def time_window(step: Callable[[int], Any], sync: Callable[[], None], n: int, compiles: CompileMonitor,

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from twinbench.config import DEFAULT_FAMILY
 from twinbench.machine import HIGH_LOAD, MAX_SPREAD
-from twinbench.measure import platforms
+from twinbench.measure import page_faults, platforms
 from twinbench.measure.device import matmul_label, platform_name
 from twinbench.measure.memory import summary as memory_summary
 from twinbench.measure.peak import age_s, fmt_age
@@ -166,6 +166,7 @@ def conditions(records: list[dict[str, Any]]) -> list[str]:
         lines.append("MFU against the measured matmul peak of each framework on this device: " + ", ".join(
             _peak_text(f"{fw} {dt}" if mixed else fw, x) for (fw, dt), x in peaks.items()))
     lines += _load_lines(records)
+    lines += _host_lines(ok, vary)
     lines += [f"memory {label(x, vary)}"
               f"{' (attention ' + x['attention_impl'] + ')' if _attention_unsaid(x, vary) else ''}: "
               f"{memory_summary(x['memory_breakdown'])}" for x in ok if (x.get("memory_breakdown") or {}).get("parts")]
@@ -323,6 +324,27 @@ def _load_lines(records: list[dict[str, Any]]) -> list[str]:
     out += [f"warning: the {fw} matmul peak is not to be trusted: {' and '.join(why)}, so its MFU is uncertain; "
             "`twinbench peak --remeasure` on an idle machine" for fw, why in peaks.items() if why]
     return out
+
+
+def _host_lines(ok: list[dict[str, Any]], vary: list[str]) -> list[str]:
+    """The host allocator the runs had (``GLIBC_TUNABLES``, host_malloc.py), and every run whose steady steps
+    spent a material share of their CPU time in the kernel faulting fresh pages (measure/page_faults.py)."""
+    measured = [x for x in ok if x.get("page_faults_per_step") is not None]
+    if not measured:  # records of an older twinbench
+        return []
+    settings = {label(x, vary): x.get("glibc_tunables") or "glibc's own" for x in measured}
+    if len(set(settings.values())) == 1:
+        out = [f"host allocator: {_tunables_text(next(iter(settings.values())))} for every run"]
+    else:
+        out = ["host allocator per run: " + "; ".join(f"{k} {_tunables_text(v)}" for k, v in settings.items())]
+    out += [f"page faults: {label(x, vary)} {page_faults.describe(x)} over its steady steps: the step is given fresh "
+            "memory, which the kernel zeroes, every time (--host-malloc tuned keeps freed memory for reuse)"
+            for x in measured if page_faults.costly(x)]
+    return out
+
+
+def _tunables_text(value: str) -> str:
+    return value if value == "glibc's own" else f"GLIBC_TUNABLES={value}"
 
 
 def _span(values: list[float]) -> str:

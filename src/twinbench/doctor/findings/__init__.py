@@ -69,6 +69,7 @@ from twinbench.doctor.findings.machine import (
     BUSY_INFO_SHARE,
     BUSY_WARN_SHARE,
     cpu_oversubscribed,
+    page_faults,
 )
 from twinbench.doctor.findings.overhead import (
     NNX_GRAPH_INFO_SHARE,
@@ -96,12 +97,12 @@ CHECKS: tuple[Callable[[Obs], Finding | None], ...] = (
     script_error, jax_python_control_flow, jax_recompile, jax_eager_ops, jax_no_donation, jax_host_sync,
     jax_host_transfer, jax_replicated_batch, jax_pmap_legacy, torch_recompile, torch_graph_break,
     torch_host_sync, input_bound, compile_dominates, cpu_oversubscribed, nnx_graph_overhead, jax_unrolled_loop,
-    jax_attention_kernel,
+    jax_attention_kernel, page_faults,
 )
 IDS = ("script-error", "jax-python-control-flow", "jax-recompile", "jax-eager-ops", "jax-no-donation",
        "jax-host-sync", "jax-host-transfer", "jax-replicated-batch", "jax-pmap-legacy", "torch-recompile",
        "torch-graph-break", "torch-host-sync", "input-bound", "compile-dominates", "cpu-oversubscribed",
-       "nnx-graph-overhead", "jax-unrolled-loop", "jax-attention-kernel")
+       "nnx-graph-overhead", "jax-unrolled-loop", "jax-attention-kernel", "page-faults")
 
 
 def diagnose(obs: Obs) -> list[Finding]:
@@ -109,7 +110,8 @@ def diagnose(obs: Obs) -> list[Finding]:
     found = [f for check in CHECKS if (f := check(obs)) is not None]
     where = _step_location(obs)
     for f in found:  # a finding about the step, with no line of its own: the step's definition
-        if not f.location and where and f.id not in ("script-error", "compile-dominates", "cpu-oversubscribed"):
+        if not f.location and where and f.id not in ("script-error", "compile-dominates", "cpu-oversubscribed",
+                                                            "page-faults"):
             f.location = where
     return sorted(found, key=lambda f: SEVERITIES.index(f.severity))
 
@@ -169,6 +171,7 @@ __all__ = [
     "jax_replicated_batch",
     "jax_unrolled_loop",
     "nnx_graph_overhead",
+    "page_faults",
     "recompile_cause",
     "script_error",
     "serious",

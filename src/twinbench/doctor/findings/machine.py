@@ -1,8 +1,8 @@
-"""The machine itself: ``cpu-oversubscribed``."""
+"""The machine itself: ``cpu-oversubscribed``, ``page-faults``."""
 
 from __future__ import annotations
 
-from twinbench.doctor.findings.base import TORCH_DOCS, Finding, Obs
+from twinbench.doctor.findings.base import MIN_STEADY_STEPS, TORCH_DOCS, Finding, Obs, _iter_ms
 
 # -- cpu-oversubscribed ---------------------------------------------------------------------------------------------
 BUSY_INFO_SHARE = 0.10  # other processes keep this share of the cores busy during the steady steps: info
@@ -51,3 +51,43 @@ def cpu_oversubscribed(obs: Obs) -> Finding | None:
         "XLA_FLAGS=--xla_cpu_multi_thread_eigen=false; "
         "or run when the machine is idle (pin with taskset -c to cores nobody else uses).",
         f"{TORCH_DOCS}/generated/torch.set_num_threads.html")
+
+
+# -- page-faults ----------------------------------------------------------------------------------------------------
+MALLOC_DOC = "https://sourceware.org/glibc/manual/latest/html_node/Memory-Allocation-Tunables.html"
+
+
+def page_faults(obs: Obs) -> Finding | None:
+    """Threshold (measure/page_faults.py): over the steady steps the script faulted at least 1,000 fresh pages a
+    step and spent at least 10% of its CPU time in the kernel (a warning). XLA:CPU's temporary buffers, freed to
+    the kernel after every execution by glibc and faulted in again by the next, are the case it was built on:
+    on this project's CPU a third of a small GPT step."""
+    from twinbench import host_malloc
+    from twinbench.measure.page_faults import FAULTS_PER_STEP, KERNEL_SHARE, PAGE
+
+    m = obs.get("machine") or {}
+    rate, share = m.get("page_faults_per_s"), m.get("kernel_cpu_share")
+    step_ms = _iter_ms(obs)
+    if rate is None or share is None or not step_ms or obs.get("steady_steps", 0) < MIN_STEADY_STEPS:
+        return None
+    per_step = rate * step_ms / 1e3
+    if per_step < FAULTS_PER_STEP or share < KERNEL_SHARE:
+        return None
+    mode = host_malloc.thp_mode()
+    tunables = host_malloc.merged("", "tuned", mode)
+    how = ("glibc then asks the kernel for 2 MiB pages (transparent huge pages, here in mode "
+           f"'{mode}'), 512 times fewer faults" if tunables == ":".join(host_malloc.HUGE_PAGES) else
+           "glibc then keeps freed memory in the process for the next step (this kernel gives no transparent huge "
+           "pages)")
+    return Finding(
+        "page-faults", "warning",
+        f"the steps fault in {per_step * PAGE / 2**20:,.0f} MiB of fresh memory each: {share:.0%} of the script's "
+        "CPU time goes to the kernel",
+        f"over {m.get('window_s', 0):.1f} s of steady steps the process took {rate:,.0f} page faults a second, "
+        f"{per_step:,.0f} a step of {step_ms:.1f} ms (about {per_step * PAGE / 2**20:,.0f} MiB of 4 KiB pages), and "
+        f"{share:.0%} of its CPU time was the kernel's (warning from {FAULTS_PER_STEP:,} faults a step and "
+        f"{KERNEL_SHARE:.0%} in the kernel); memory the allocator returns to the kernel after a step (XLA:CPU's "
+        "temporary buffers, large tensors) is mapped and zeroed again by the next",
+        f"Nothing in the code: start the script with GLIBC_TUNABLES={tunables} in its environment (glibc reads it "
+        f"at start-up; {how}); then run the doctor again: this warning should be gone and the step shorter.",
+        MALLOC_DOC)

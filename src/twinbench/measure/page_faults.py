@@ -1,0 +1,62 @@
+"""Page faults and kernel time of the run's own process over its steady steps: what the operating system did
+for the step, which no framework profiler shows.
+
+On this project's 2-core CPU, a JAX step of the ``small`` preset page-faulted about 36,800 fresh 4 KiB pages
+every step (its 134 MB of temporary buffers, which glibc's allocator hands back to the kernel after each
+execution and maps afresh for the next), and a third of the step went to the kernel zeroing them
+(benchmarks/RESULTS.md, "Where a third of JAX's CPU step went"). ``getrusage`` of the process counts those
+faults and that kernel time, for every thread of the process. Linux and macOS; elsewhere the fields are absent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: kernel (system) time above this share of the process's CPU time over the steady steps, with at least
+#: FAULTS_PER_STEP minor faults a step: the step pays for fresh memory every time (the summary says so)
+KERNEL_SHARE = 0.10
+FAULTS_PER_STEP = 1000
+PAGE = 4096
+
+
+@dataclass(frozen=True)
+class Usage:
+    minor_faults: int
+    major_faults: int
+    user_s: float
+    system_s: float
+
+
+def usage() -> Usage | None:
+    """This process's (all threads') faults and CPU time so far; None where ``resource`` is missing."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return Usage(r.ru_minflt, r.ru_majflt, r.ru_utime, r.ru_stime)
+
+
+def per_step(start: Usage | None, end: Usage | None, steps: int) -> dict[str, Any]:
+    """The record's fields for ``steps`` steps between two readings: page faults per step and the kernel's share
+    of the process's CPU time ({} when not measured)."""
+    if start is None or end is None or steps < 1:
+        return {}
+    cpu = (end.user_s - start.user_s) + (end.system_s - start.system_s)
+    return {"page_faults_per_step": round((end.minor_faults - start.minor_faults
+                                           + end.major_faults - start.major_faults) / steps, 1),
+            "kernel_cpu_share": round((end.system_s - start.system_s) / cpu, 3) if cpu > 0 else None}
+
+
+def costly(record: dict[str, Any]) -> bool:
+    """Whether a run's steady steps spent a material share in the kernel faulting fresh pages."""
+    share, faults = record.get("kernel_cpu_share"), record.get("page_faults_per_step")
+    return bool(share is not None and faults is not None and share >= KERNEL_SHARE and faults >= FAULTS_PER_STEP)
+
+
+def describe(record: dict[str, Any]) -> str:
+    """``36,800 page faults a step (about 144 MiB of fresh pages), 31% of its CPU time in the kernel``."""
+    faults, share = record.get("page_faults_per_step") or 0, record.get("kernel_cpu_share")
+    text = f"{faults:,.0f} page faults a step (about {faults * PAGE / 2**20:,.0f} MiB of fresh 4 KiB pages)"
+    return text + (f", {share:.0%} of its CPU time in the kernel" if share is not None else "")

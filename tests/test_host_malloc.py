@@ -1,0 +1,134 @@
+"""The host allocator of a run: twinbench's glibc malloc tunables, added to the user's GLIBC_TUNABLES and given to
+every worker; the page faults and kernel share a record carries, and what the summary says of them."""
+
+from __future__ import annotations
+
+import dataclasses
+import mmap
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from twinbench import host_malloc, runner
+from twinbench.measure import page_faults
+from twinbench.measure.clock import per_step, time_steps
+from twinbench.report.table import conditions
+from twinbench.spec import SpecError, from_preset, validate
+
+
+class NoCompiles:
+    def count(self) -> int:
+        return 0
+
+    def seconds(self) -> float:
+        return 0.0
+
+    def cache_hits(self) -> int:
+        return 0
+
+
+HUGE = "glibc.malloc.hugetlb=1"
+KEEP = "glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296"
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("madvise", HUGE), ("always", HUGE), ("never", KEEP), (None, KEEP)])
+def test_tuned_asks_for_huge_pages_where_the_kernel_gives_them(mode: str | None, expected: str) -> None:
+    assert host_malloc.merged("", "tuned", mode) == expected
+
+
+def test_the_users_tunables_are_kept_and_win() -> None:
+    assert host_malloc.merged("glibc.malloc.hugetlb=0", "tuned", "madvise") == "glibc.malloc.hugetlb=0"
+    assert host_malloc.merged("glibc.malloc.tcache_count=0", "tuned", "madvise") == f"glibc.malloc.tcache_count=0:{HUGE}"
+    assert host_malloc.merged("glibc.malloc.mmap_max=5", "tuned", "never") == (
+        "glibc.malloc.mmap_max=5:glibc.malloc.arena_max=1:glibc.malloc.trim_threshold=4294967296")
+    assert host_malloc.merged("glibc.malloc.tcache_count=0", "system", "madvise") == "glibc.malloc.tcache_count=0"
+    assert host_malloc.merged("", "system", "madvise") == ""
+    with pytest.raises(ValueError, match="allowed: tuned, system"):
+        host_malloc.merged("", "fast", "madvise")
+
+
+def test_the_thp_mode_is_read_from_the_kernels_file(tmp_path: Path) -> None:
+    f = tmp_path / "enabled"
+    f.write_text("always [madvise] never\n")
+    assert host_malloc.thp_mode(f) == "madvise"
+    f.write_text("[always] madvise never\n")
+    assert host_malloc.thp_mode(f) == "always"
+    f.write_text("garbage")
+    assert host_malloc.thp_mode(f) is None
+    assert host_malloc.thp_mode(tmp_path / "missing") is None
+
+
+def test_nothing_is_set_without_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host_malloc, "glibc", lambda: False)
+    assert host_malloc.worker_env("tuned", {}) == {}
+
+
+def test_every_worker_gets_the_setting_of_its_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host_malloc, "glibc", lambda: True)
+    monkeypatch.setattr(host_malloc, "thp_mode", lambda: "madvise")
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    seen: list[dict[str, str]] = []
+
+    def fake_worker(spec: Any, timeout: float, env: dict[str, str]) -> dict[str, Any]:
+        seen.append(dict(env))
+        return {"status": "ok", "warnings": []}
+
+    monkeypatch.setattr(runner, "_run_one", fake_worker)
+    monkeypatch.setattr(runner, "LOAD", runner.LoadMeter(shared=False))
+    spec = validate(from_preset("tiny", {"steps": 3, "warmup": 1}, framework="jax", strategy="jit"))
+    runner.run_one(spec, timeout=10)
+    runner.run_one(dataclasses.replace(spec, host_malloc="system"), timeout=10)
+    runner.run_one(spec, timeout=10, env={"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"})  # explain --try env:...
+    assert [e.get("GLIBC_TUNABLES") for e in seen] == [HUGE, None, "glibc.malloc.hugetlb=0"]
+
+
+def test_the_spec_refuses_an_unknown_choice() -> None:
+    with pytest.raises(SpecError, match="--host-malloc: unknown value 'fast'; allowed: tuned, system"):
+        validate(from_preset("tiny", {"host_malloc": "fast"}, framework="jax", strategy="jit"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="page faults of fresh anonymous memory: Linux")
+def test_the_steady_steps_page_faults_are_counted_per_step() -> None:
+    size = 8 << 20  # 2048 pages of 4 KiB
+
+    def step(i: int) -> float:  # a step given fresh memory every time, as XLA:CPU's temporaries are
+        m = mmap.mmap(-1, size)
+        m.madvise(mmap.MADV_NOHUGEPAGE)  # 4 KiB pages whatever the kernel's THP mode
+        for off in range(0, size, mmap.PAGESIZE):
+            m[off] = 1
+        m.close()
+        return 1.0
+
+    timing = time_steps(step, lambda: None, steps=6, warmup=2, compiles=NoCompiles())
+    assert timing.os_usage["page_faults_per_step"] >= 0.9 * size / mmap.PAGESIZE
+    assert 0 < timing.os_usage["kernel_cpu_share"] <= 1
+    quiet = time_steps(lambda i: 1.0, lambda: None, steps=6, warmup=2, compiles=NoCompiles())
+    assert quiet.os_usage["page_faults_per_step"] < 100
+    assert per_step(timing, 2).os_usage["page_faults_per_step"] == pytest.approx(
+        timing.os_usage["page_faults_per_step"] / 2, abs=0.1)
+
+
+def _record(name: str, faults: float | None, share: float | None, tunables: str | None) -> dict[str, Any]:
+    return {"status": "ok", "framework": "jax", "strategy": name, "page_faults_per_step": faults,
+            "kernel_cpu_share": share, "glibc_tunables": tunables}
+
+
+def test_the_summary_names_the_allocator_and_a_step_paying_for_fresh_pages() -> None:
+    lines = conditions([_record("jit", 36846.1, 0.31, None), _record("naive", 12.0, 0.02, None)])
+    assert "host allocator: glibc's own for every run" in lines
+    faults = [x for x in lines if x.startswith("page faults:")]
+    assert len(faults) == 1 and "jax/jit 36,846 page faults a step (about 144 MiB" in faults[0]
+    assert "31% of its CPU time in the kernel" in faults[0]
+    lines = conditions([_record("jit", 736.4, 0.10, HUGE), _record("naive", 12.0, 0.02, None)])
+    assert f"host allocator per run: jax/jit GLIBC_TUNABLES={HUGE}; jax/naive glibc's own" in lines
+    assert not [x for x in lines if x.startswith("page faults:")]
+    assert not [x for x in conditions([_record("jit", None, None, None)]) if "allocator" in x]  # an older record
+
+
+def test_costly_needs_both_the_faults_and_the_kernel_share() -> None:
+    assert page_faults.costly({"page_faults_per_step": 5000, "kernel_cpu_share": 0.2})
+    assert not page_faults.costly({"page_faults_per_step": 5000, "kernel_cpu_share": 0.05})
+    assert not page_faults.costly({"page_faults_per_step": 500, "kernel_cpu_share": 0.5})
+    assert not page_faults.costly({})
