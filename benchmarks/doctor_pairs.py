@@ -32,9 +32,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from twinbench import host_malloc
+
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
 NANOGPT = ["--n_layer=4", "--n_head=4", "--n_embd=128", "--batch_size=8", "--block_size=64", "--max_iters=40",
            "--eval_interval=100000", "--eval_iters=1", "--log_interval=1", "--dropout=0.0", "--dataset=synth"]
+NANOGPT_256 = [a.replace("--n_embd=128", "--n_embd=256").replace("--block_size=64", "--block_size=128") for a in NANOGPT]
 LM_TORCH = ["--data", "./data/synth", "--model", "Transformer", "--emsize", "128", "--nhid", "512", "--nlayers",
             "4", "--nhead", "4", "--bptt", "64", "--batch_size", "8", "--dropout", "0.0", "--use-optimizer",
             "--lr", "0.001", "--epochs", "1", "--log-interval", "40"]
@@ -43,12 +46,19 @@ SCRIPTS = {  # name -> (folder in PAIRS_DIR, script, arguments, extra environmen
                       [*NANOGPT, "--device=cpu", "--compile=False", "--dtype=float32",
                        "--gradient_accumulation_steps=1"], {}),
     "nanogpt_jax": ("nanogpt/jax", "train.py", [*NANOGPT, "--max_new_tokens=2"], {}),
+    # a width at which XLA:CPU's step buffers are tens of MB (glibc maps them afresh each step: page-faults)
+    "nanogpt_torch_256": ("nanogpt/torch", "train.py",
+                          [*NANOGPT_256, "--device=cpu", "--compile=False", "--dtype=float32",
+                           "--gradient_accumulation_steps=1"], {}),
+    "nanogpt_jax_256": ("nanogpt/jax", "train.py", [*NANOGPT_256, "--max_new_tokens=2"], {}),
     "mnist_torch": ("mnist/torch", "main.py", ["--epochs", "1", "--batch-size", "64", "--log-interval", "10"],
                     {"PAIR_MNIST_N": "2560"}),
     "mnist_jax": ("mnist/jax", "run_mnist.py", ["--steps", "40", "--batch-size", "64"], {}),
     "lm_torch": ("lm/torch", "main.py", LM_TORCH, {}),
     "lm_jax": ("lm/jax", "run_lm.py", ["--steps", "40"], {}),
 }
+#: page-faults' fix, as the doctor words it on this machine: glibc's malloc tunables of ``--host-malloc tuned``
+HOST_MALLOC = {"GLIBC_TUNABLES": host_malloc.merged("", "tuned", host_malloc.thp_mode())}
 TWO_THREADS = {"OMP_NUM_THREADS": None, "XLA_FLAGS": None}  # as published: each framework's own thread count
 # name -> {variant: (folder or None, arguments or None, environment)}: one finding's fix applied (or, for
 # "two-threads", the script as published on every core: cpu-oversubscribed's fix is the one-thread default)
@@ -60,10 +70,12 @@ VARIANTS: dict[str, dict[str, tuple[str | None, list[str] | None, dict[str, str 
         "two-threads": (None, None, TWO_THREADS),
     },
     "nanogpt_torch": {"two-threads": (None, None, TWO_THREADS)},
+    "nanogpt_jax_256": {"host-malloc": (None, None, HOST_MALLOC)},  # page-faults' fix
+    "nanogpt_torch_256": {"host-malloc": (None, None, HOST_MALLOC)},
     "mnist_jax": {"donate": ("doctor-variants/mnist_jax_donate", None, {})},  # jax-no-donation's fix
 }
 DOCTOR_VARIANTS = {("nanogpt_jax", "two-threads"), ("nanogpt_torch", "two-threads"), ("nanogpt_jax", "scan-layers"),
-                   ("mnist_jax", "donate")}
+                   ("mnist_jax", "donate"), ("nanogpt_jax_256", "host-malloc"), ("nanogpt_torch_256", "host-malloc")}
 # --steps for the doctor: end a long epoch early (lm_torch: its evaluation after the loop is not the step); the JAX
 # scripts at their last step, so the doctor waits for every step dispatched and can time a loop it could not
 # wait on step by step (a step whose outputs are all donated)

@@ -8,6 +8,7 @@ finds twinbench itself, this checkout's ``src`` is put on its ``PYTHONPATH``):
         $(.venv/bin/pip freeze | grep -E '^(jax|jaxlib|flax|optax|numpy)==')
     .venv/bin/python benchmarks/jax_twin_vs_hf_flax.py /tmp/hfvenv/bin/python [--preset small|gpt2-124m|bert-base]
         [--precision fp32|bf16] [--rounds 3] [--steps 30] [--threads 2] [--attention-impl default|splash]
+        [--host-malloc tuned|system]
         [--trace DIR] [--out runs/hf-flax] [--sides ours,hf] [--compile-cache DIR] [--timeout S]
         [--deadline UNIX_TIME] [--resume]
 
@@ -260,7 +261,8 @@ def child(which: str, shape: dict[str, Any], steps: int, threads: int, trace: st
                       "p90": sorted(times)[(9 * len(times)) // 10], "compile_s": compile_s, **speed,
                       "compile_cache": "persistent" if cache_dir else "none", "platform": platform,
                       "loss": float(loss), "threads": threads, "matmul_precision": matmul_precision, "device": kind, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                      "versions": versions, "xla_flags": os.environ.get("XLA_FLAGS", "")}))
+                      "versions": versions, "xla_flags": os.environ.get("XLA_FLAGS", ""),
+                      "glibc_tunables": os.environ.get("GLIBC_TUNABLES")}))
 
 
 def side_name(which: str, family: str) -> str:
@@ -309,7 +311,8 @@ def summary(rows: list[dict[str, Any]], sides: tuple[str, ...], args: argparse.N
     recipe = ("; bf16: HF computes every layer in bf16, the twins as torch.autocast (fp32 LayerNorm, residual, "
               "softmax statistics, loss)") if args.precision == "bf16" else ""
     md = [f"# {', '.join(side_name(w, family) for w in sides)} ({args.preset}, {args.precision}, "
-          f"{args.threads} threads, XLA_FLAGS {first.get('xla_flags') or '(none)'}, the twins' attention {args.attention_impl}{recipe})",
+          f"{args.threads} threads, XLA_FLAGS {first.get('xla_flags') or '(none)'}, "
+          f"GLIBC_TUNABLES {first.get('glibc_tunables') or '(none)'}, the twins' attention {args.attention_impl}{recipe})",
           "", f"machine: {first.get('device')} (host {first.get('cpu', 'unknown')}), versions "
           f"{versions_line(ok)}; runs "
           f"{min((r.get('date_utc', '') for r in ok), default='')} to {max((r.get('date_utc', '') for r in ok), default='')} UTC",
@@ -366,6 +369,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--xla-cpu-flags", default="tuned", choices=("tuned", "xla-default"))
+    ap.add_argument("--host-malloc", default="tuned", choices=("tuned", "system"),
+                    help="glibc malloc tunables for both sides' processes, as twinbench's own runs have them")
     ap.add_argument("--out", type=Path, default=Path("runs/hf-flax"))
     ap.add_argument("--attention-impl", default="default", help="the twins' attention (default | chunked | splash)")
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
@@ -391,7 +396,7 @@ def main() -> None:
         child(args.child, json.loads(args.shape), args.steps, args.threads, args.trace)
         return
 
-    from twinbench import xla_flags
+    from twinbench import host_malloc, xla_flags
     from twinbench.spec import from_preset
 
     xla_flags.apply(args.xla_cpu_flags)  # into os.environ: both children inherit the same XLA_FLAGS
@@ -406,7 +411,8 @@ def main() -> None:
     import twinbench
 
     src = str(Path(twinbench.__file__).resolve().parents[1])  # the HF venv's child imports this twinbench
-    child_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    child_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
+                 **host_malloc.worker_env(args.host_malloc)}  # the same allocator settings on both sides
     if args.compile_cache:
         child_env["JAX_COMPILATION_CACHE_DIR"] = str(args.compile_cache.resolve())
     args.out.mkdir(parents=True, exist_ok=True)

@@ -229,3 +229,23 @@ def test_a_jax_peak_above_torchs_mostly_unaccounted_points_at_the_compile() -> N
     said = memory_rows.sentence(memory_rows.rows(a, b), "torch/eager", "jax/jit")
     assert said.startswith("memory: jax/jit's peak is 0 MiB above torch/eager's") and "while XLA compiles" in said
     assert "XLA compiles" not in memory_rows.sentence(memory_rows.rows(a, b), "jax/jit", "torch/eager")  # torch's
+
+
+def test_a_step_paying_for_fresh_pages_is_said_with_its_a_b() -> None:
+    from twinbench.explain import gap
+
+    def side(run: str, step: float, **extra: object) -> dict:
+        cells = {"forward": {"matmul": step / 2}, "backward": {"matmul": step / 2}}
+        return {"run": run, "step_ms": step, "trace": {p: sum(c.values()) for p, c in cells.items()}, "cells": cells,
+                "scopes": {}, **extra}
+
+    faults = "36,846 page faults a step (about 144 MiB of fresh 4 KiB pages), 31% of its CPU time in the kernel"
+    why = gap.pair(side("torch/eager", 125.0), side("jax/jit", 103.0, page_faults=faults, host_malloc="system"))["why"]
+    said = [w for w in why if "page faults" in w]
+    assert said == [f"jax/jit: {faults} over its steady steps: part of every row of its step is the kernel zeroing "
+                    "fresh pages for the ops (`--try B:host-malloc=tuned` runs it again with glibc's memory kept for "
+                    "reuse)"]
+    why = gap.pair(side("jax/jit", 103.0, page_faults=faults, host_malloc="tuned", glibc_tunables="x=1"),
+                   side("torch/eager", 125.0))["why"]
+    assert [w for w in why if "page faults" in w][0].endswith("(under GLIBC_TUNABLES=x=1)")
+    assert not [w for w in gap.pair(side("a/b", 1.0), side("c/d", 2.0))["why"] if "page faults" in w]

@@ -192,6 +192,13 @@ def sentences(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]],
                    f"{d['timing_diff_ms']:+.1f} ms ({_why_phase(d['phase'], a, b)}); read that row with care")
     if mem:
         out.append(memory_rows.sentence(mem, a["run"], b["run"]))
+    for letter, side in (("A", a), ("B", b)):
+        if side.get("page_faults"):  # kernel time inside the ops' rows, which no trace row tells apart
+            fix = ("`--try " + letter + ":host-malloc=tuned` runs it again with glibc's memory kept for reuse"
+                   if side.get("host_malloc") == "system" else
+                   f"under GLIBC_TUNABLES={side.get('glibc_tunables') or '(unset)'}")
+            out.append(f"{side['run']}: {side['page_faults']} over its steady steps: part of every row of its "
+                       f"step is the kernel zeroing fresh pages for the ops ({fix})")
     return out
 
 

@@ -334,11 +334,15 @@ def _host_lines(ok: list[dict[str, Any]], vary: list[str]) -> list[str]:
         return []
     settings = {label(x, vary): x.get("glibc_tunables") or "glibc's own" for x in measured}
     if len(set(settings.values())) == 1:
-        out = [f"host allocator: {_tunables_text(next(iter(settings.values())))} for every run"]
+        value = next(iter(settings.values()))
+        out = [f"host allocator: {_tunables_text(value)} for every run"
+               + (" (--host-malloc tuned; 'system' keeps glibc's own)" if value != "glibc's own" else "")]
     else:
         out = ["host allocator per run: " + "; ".join(f"{k} {_tunables_text(v)}" for k, v in settings.items())]
     out += [f"page faults: {label(x, vary)} {page_faults.describe(x)} over its steady steps: the step is given fresh "
-            "memory, which the kernel zeroes, every time (--host-malloc tuned keeps freed memory for reuse)"
+            "memory, which the kernel zeroes, every time "
+            + (f"(under GLIBC_TUNABLES={x['glibc_tunables']})" if x.get("glibc_tunables") else
+               "(--host-malloc tuned, the default, sets glibc's malloc to avoid it)")
             for x in measured if page_faults.costly(x)]
     return out
 
