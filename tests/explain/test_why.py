@@ -247,5 +247,5 @@ def test_a_step_paying_for_fresh_pages_is_said_with_its_a_b() -> None:
                     "reuse)"]
     why = gap.pair(side("jax/jit", 103.0, page_faults=faults, host_malloc="tuned", glibc_tunables="x=1"),
                    side("torch/eager", 125.0))["why"]
-    assert [w for w in why if "page faults" in w][0].endswith("(under GLIBC_TUNABLES=x=1)")
+    assert next(w for w in why if "page faults" in w).endswith("(under GLIBC_TUNABLES=x=1)")
     assert not [w for w in gap.pair(side("a/b", 1.0), side("c/d", 2.0))["why"] if "page faults" in w]
