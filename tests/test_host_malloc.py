@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from twinbench import host_malloc, runner
-from twinbench.measure import page_faults
+from twinbench.measure import page_faults, platforms
 from twinbench.measure.clock import per_step, time_steps
 from twinbench.report.table import conditions
 from twinbench.spec import SpecError, from_preset, validate
@@ -33,14 +33,19 @@ HUGE = "glibc.malloc.hugetlb=1"
 KEEP = "glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296"
 
 
-@pytest.mark.parametrize(("mode", "expected"), [("madvise", HUGE), ("always", HUGE), ("never", KEEP), (None, KEEP)])
-def test_tuned_asks_for_huge_pages_where_the_kernel_gives_them(mode: str | None, expected: str) -> None:
-    assert host_malloc.merged("", "tuned", mode) == expected
+@pytest.mark.parametrize(("mode", "cpu", "expected"), [
+    ("madvise", True, f"{HUGE}:{KEEP}"), ("always", True, f"{HUGE}:{KEEP}"), ("never", True, KEEP), (None, True, KEEP),
+    ("madvise", False, HUGE), ("never", False, ""),  # an accelerator's host: huge pages only
+])
+def test_tuned_keeps_freed_memory_and_asks_for_huge_pages_where_the_kernel_gives_them(
+        mode: str | None, cpu: bool, expected: str) -> None:
+    assert host_malloc.merged("", "tuned", mode, cpu) == expected
 
 
 def test_the_users_tunables_are_kept_and_win() -> None:
-    assert host_malloc.merged("glibc.malloc.hugetlb=0", "tuned", "madvise") == "glibc.malloc.hugetlb=0"
-    assert host_malloc.merged("glibc.malloc.tcache_count=0", "tuned", "madvise") == f"glibc.malloc.tcache_count=0:{HUGE}"
+    assert host_malloc.merged("glibc.malloc.hugetlb=0", "tuned", "madvise") == f"glibc.malloc.hugetlb=0:{KEEP}"
+    assert host_malloc.merged("glibc.malloc.tcache_count=0", "tuned", "madvise") == (
+        f"glibc.malloc.tcache_count=0:{HUGE}:{KEEP}")
     assert host_malloc.merged("glibc.malloc.mmap_max=5", "tuned", "never") == (
         "glibc.malloc.mmap_max=5:glibc.malloc.arena_max=1:glibc.malloc.trim_threshold=4294967296")
     assert host_malloc.merged("glibc.malloc.tcache_count=0", "system", "madvise") == "glibc.malloc.tcache_count=0"
@@ -68,6 +73,7 @@ def test_nothing_is_set_without_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_worker_gets_the_setting_of_its_spec(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(host_malloc, "glibc", lambda: True)
     monkeypatch.setattr(host_malloc, "thp_mode", lambda: "madvise")
+    monkeypatch.setattr(platforms, "here", lambda: "cpu")
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     seen: list[dict[str, str]] = []
 
@@ -81,7 +87,9 @@ def test_every_worker_gets_the_setting_of_its_spec(monkeypatch: pytest.MonkeyPat
     runner.run_one(spec, timeout=10)
     runner.run_one(dataclasses.replace(spec, host_malloc="system"), timeout=10)
     runner.run_one(spec, timeout=10, env={"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"})  # explain --try env:...
-    assert [e.get("GLIBC_TUNABLES") for e in seen] == [HUGE, None, "glibc.malloc.hugetlb=0"]
+    monkeypatch.setattr(platforms, "here", lambda: "tpu")  # an accelerator's host: huge pages only
+    runner.run_one(spec, timeout=10)
+    assert [e.get("GLIBC_TUNABLES") for e in seen] == [f"{HUGE}:{KEEP}", None, "glibc.malloc.hugetlb=0", HUGE]
 
 
 def test_the_spec_refuses_an_unknown_choice() -> None:

@@ -75,10 +75,9 @@ def page_faults(obs: Obs) -> Finding | None:
         return None
     mode = host_malloc.thp_mode()
     tunables = host_malloc.merged("", "tuned", mode)
-    how = ("glibc then asks the kernel for 2 MiB pages (transparent huge pages, here in mode "
-           f"'{mode}'), 512 times fewer faults" if tunables == ":".join(host_malloc.HUGE_PAGES) else
-           "glibc then keeps freed memory in the process for the next step (this kernel gives no transparent huge "
-           "pages)")
+    how = ("glibc then keeps what a step frees for the next one and maps new memory in 2 MiB pages (transparent "
+           f"huge pages, here in mode '{mode}')" if host_malloc.HUGE_PAGES[0] in tunables else
+           "glibc then keeps what a step frees for the next one (this kernel gives no transparent huge pages)")
     return Finding(
         "page-faults", "warning",
         f"the steps fault in {per_step * PAGE / 2**20:,.0f} MiB of fresh memory each: {share:.0%} of the script's "
