@@ -34,18 +34,17 @@ KEEP = "glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_thres
 
 
 @pytest.mark.parametrize(("mode", "cpu", "expected"), [
-    ("madvise", True, f"{HUGE}:{KEEP}"), ("always", True, f"{HUGE}:{KEEP}"), ("never", True, KEEP), (None, True, KEEP),
-    ("madvise", False, HUGE), ("never", False, ""),  # an accelerator's host: huge pages only
+    ("madvise", True, HUGE), ("always", True, HUGE), ("never", True, KEEP), (None, True, KEEP),
+    ("madvise", False, HUGE), ("never", False, ""),  # an accelerator's host: huge pages or glibc's own
 ])
-def test_tuned_keeps_freed_memory_and_asks_for_huge_pages_where_the_kernel_gives_them(
+def test_tuned_asks_for_huge_pages_and_keeps_freed_memory_only_without_them(
         mode: str | None, cpu: bool, expected: str) -> None:
     assert host_malloc.merged("", "tuned", mode, cpu) == expected
 
 
 def test_the_users_tunables_are_kept_and_win() -> None:
-    assert host_malloc.merged("glibc.malloc.hugetlb=0", "tuned", "madvise") == f"glibc.malloc.hugetlb=0:{KEEP}"
-    assert host_malloc.merged("glibc.malloc.tcache_count=0", "tuned", "madvise") == (
-        f"glibc.malloc.tcache_count=0:{HUGE}:{KEEP}")
+    assert host_malloc.merged("glibc.malloc.hugetlb=0", "tuned", "madvise") == "glibc.malloc.hugetlb=0"
+    assert host_malloc.merged("glibc.malloc.tcache_count=0", "tuned", "madvise") == f"glibc.malloc.tcache_count=0:{HUGE}"
     assert host_malloc.merged("glibc.malloc.mmap_max=5", "tuned", "never") == (
         "glibc.malloc.mmap_max=5:glibc.malloc.arena_max=1:glibc.malloc.trim_threshold=4294967296")
     assert host_malloc.merged("glibc.malloc.tcache_count=0", "system", "madvise") == "glibc.malloc.tcache_count=0"
@@ -89,7 +88,9 @@ def test_every_worker_gets_the_setting_of_its_spec(monkeypatch: pytest.MonkeyPat
     runner.run_one(spec, timeout=10, env={"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"})  # explain --try env:...
     monkeypatch.setattr(platforms, "here", lambda: "tpu")  # an accelerator's host: huge pages only
     runner.run_one(spec, timeout=10)
-    assert [e.get("GLIBC_TUNABLES") for e in seen] == [f"{HUGE}:{KEEP}", None, "glibc.malloc.hugetlb=0", HUGE]
+    monkeypatch.setattr(host_malloc, "thp_mode", lambda: "never")  # ... and no huge pages: glibc's own there
+    runner.run_one(spec, timeout=10)
+    assert [e.get("GLIBC_TUNABLES") for e in seen] == [HUGE, None, "glibc.malloc.hugetlb=0", HUGE, None]
 
 
 def test_the_spec_refuses_an_unknown_choice() -> None:

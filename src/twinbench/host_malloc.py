@@ -10,13 +10,15 @@ did not move; benchmarks/RESULTS.md, "Where a third of JAX's CPU step went"). Th
 - ``glibc.malloc.hugetlb=1``: glibc asks for transparent huge pages on the memory it maps (``madvise``), so a
   step faults 2 MiB pages, 512 times fewer; it needs the kernel's THP in ``madvise`` or ``always`` mode;
 - one arena, no ``mmap`` and no trimming (``arena_max=1``, ``mmap_max=0``, a trim threshold of 4 GiB), so freed
-  buffers stay in the process and are reused: no faults at all after the first steps. With huge pages alone the
-  naive port (many small programs a step) still faulted 4,100-4,400 pages a step, 16-20% of its CPU time in the
-  kernel; with both, 1-2 pages and 5%, and its step 13% shorter.
+  buffers stay in the process and are reused: no faults at all after the first steps, but the process keeps what
+  it ever held: jax/jit's peak memory on ``small`` went from 606 to 1,088 MiB with it (torch's did not move), which
+  would make every memory comparison of the two frameworks on a CPU a comparison of allocators.
 
-``tuned`` (the default) gives every worker both where the run is on the CPU (the second alone where the kernel has
-no transparent huge pages), and huge pages only on an accelerator's host, for both frameworks alike; ``system``
-keeps glibc's own. The variable must be in a process's environment when it starts, so the runner
+``tuned`` (the default) gives every worker, of both frameworks alike, huge pages where the kernel has them, and
+only where it has none (and the run is on the CPU) the freed-memory settings, whose memory cost is then the price
+of not faulting; ``system`` keeps glibc's own. With huge pages alone the naive port (many small programs a step)
+still faults about 4,300 pages a step (16-20% of its CPU time in the kernel; 13% of its step in two rounds, with the
+freed-memory settings added); jax/jit, 700-800 (9-11%). The variable must be in a process's environment when it starts, so the runner
 sets it for each worker (and torchrun's ranks inherit it). A tunable the user already sets in
 ``GLIBC_TUNABLES`` is never overridden; elsewhere than Linux with glibc nothing is set. Every record carries
 the ``GLIBC_TUNABLES`` it ran with, its page faults a step and the kernel's share of its CPU time
@@ -53,12 +55,17 @@ def glibc() -> bool:
     return sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
 
+def thp(mode: str | None) -> bool:
+    """Whether the kernel gives transparent huge pages to memory that asks for them (THP mode)."""
+    return mode in ("always", "madvise")
+
+
 def tuned_tunables(mode: str | None, cpu: bool = True) -> tuple[str, ...]:
-    """The tunables ``tuned`` applies under THP mode ``mode``: huge pages where the kernel gives them, and freed
-    memory kept where the step runs on the CPU (an accelerator's host keeps glibc's arenas as they are: its
-    runtime's many threads allocate concurrently, and nothing there was measured)."""
-    huge = HUGE_PAGES if mode in ("always", "madvise") else ()
-    return (*huge, *KEEP_FREED) if cpu else huge
+    """The tunables ``tuned`` applies under THP mode ``mode``: huge pages where the kernel gives them; else, for a
+    run on the CPU, freed memory kept (an accelerator's host keeps glibc's own then: nothing was measured there)."""
+    if thp(mode):
+        return HUGE_PAGES
+    return KEEP_FREED if cpu else ()
 
 
 def merged(user: str, choice: str, mode: str | None, cpu: bool = True) -> str:

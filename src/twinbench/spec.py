@@ -144,9 +144,9 @@ FLAG_HELP: dict[str, str] = {
     "xla_cpu_flags": "JAX on CPU: 'tuned' adds twinbench's measured XLA flags (YNNPACK element-wise fusions off) "
                      "to XLA_FLAGS, 'xla-default' keeps XLA's own; flags you set in XLA_FLAGS always win",
     "host_malloc": "the host allocator of every run (both frameworks): 'tuned' sets twinbench's measured glibc "
-                   "malloc tunables in GLIBC_TUNABLES (on a CPU run freed memory kept for reuse, and huge pages "
-                   "where the kernel has them: XLA:CPU's per-step buffers are then not faulted in afresh every "
-                   "step), 'system' keeps glibc's own; tunables you set in GLIBC_TUNABLES always win",
+                   "malloc tunables in GLIBC_TUNABLES (huge pages, or on a CPU without them freed memory kept: "
+                   "XLA:CPU's per-step buffers are then not faulted in 4 KiB at a time every step), 'system' keeps "
+                   "glibc's own; tunables you set in GLIBC_TUNABLES always win",
     "init_from": "start from a local Hugging Face GPT-2/BERT checkpoint directory (config.json + "
                  "model.safetensors); its shape replaces the preset's",
     "save_weights": "write each run's trained canonical weights (safetensors) into this directory "

@@ -189,15 +189,22 @@ def test_page_faults_need_both_the_faults_and_the_kernels_share(monkeypatch) -> 
     from twinbench import host_malloc
 
     monkeypatch.setattr(host_malloc, "thp_mode", lambda: "madvise")
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     machine = {"page_faults_per_s": 368_000.0, "kernel_cpu_share": 0.31, "window_s": 3.0, "cores": 2}
     found = fd.page_faults(obs(step_ms=100.0, machine=machine))  # a small GPT's XLA:CPU step, as measured
     assert found is not None and found.severity == "warning"
     assert "144 MiB of fresh memory" in found.title and "31%" in found.title
     assert "36,800 a step" in found.evidence
-    assert "GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:" in found.fix
+    assert "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 in its environment" in found.fix  # huge pages first: no memory cost
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")  # the script has them and still faults
+    kept = fd.page_faults(obs(step_ms=100.0, machine=machine)).fix
+    assert "GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:" in kept
+    assert "already asks for huge pages" in kept
+    monkeypatch.delenv("GLIBC_TUNABLES")
     monkeypatch.setattr(host_malloc, "thp_mode", lambda: "never")  # no huge pages here: keep freed memory instead
     no_thp = fd.page_faults(obs(step_ms=100.0, machine=machine)).fix
     assert "GLIBC_TUNABLES=glibc.malloc.arena_max=1" in no_thp and "hugetlb" not in no_thp
+    assert "no transparent huge pages" in no_thp
     assert fd.page_faults(obs(step_ms=100.0, machine=machine | {"kernel_cpu_share": 0.05})) is None
     assert fd.page_faults(obs(step_ms=100.0, machine=machine | {"page_faults_per_s": 5_000.0})) is None  # 500 a step
     assert fd.page_faults(obs(step_ms=100.0, steady_steps=1, machine=machine)) is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from twinbench.doctor.findings.base import MIN_STEADY_STEPS, TORCH_DOCS, Finding, Obs, _iter_ms
 
 # -- cpu-oversubscribed ---------------------------------------------------------------------------------------------
@@ -73,11 +75,16 @@ def page_faults(obs: Obs) -> Finding | None:
     per_step = rate * step_ms / 1e3
     if per_step < FAULTS_PER_STEP or share < KERNEL_SHARE:
         return None
-    mode = host_malloc.thp_mode()
-    tunables = host_malloc.merged("", "tuned", mode)
-    how = ("glibc then keeps what a step frees for the next one and maps new memory in 2 MiB pages (transparent "
-           f"huge pages, here in mode '{mode}')" if host_malloc.HUGE_PAGES[0] in tunables else
-           "glibc then keeps what a step frees for the next one (this kernel gives no transparent huge pages)")
+    mode, current = host_malloc.thp_mode(), os.environ.get(host_malloc.ENV, "")
+    if host_malloc.thp(mode) and host_malloc.HUGE_PAGES[0] not in current:  # the first thing to try: no memory cost
+        tunables = ":".join([*filter(None, [current]), *host_malloc.HUGE_PAGES])
+        how = (f"glibc then maps memory in 2 MiB pages (transparent huge pages, here in mode '{mode}'): 512 times "
+               "fewer faults, the same memory")
+    else:  # no huge pages here, or the script has them and still faults: keep freed memory, at a memory cost
+        tunables = ":".join([*filter(None, [current]), *host_malloc.KEEP_FREED])
+        how = ("glibc then keeps what a step frees for the next one: no faults, but the process keeps the most it "
+               "ever held (" + ("the script already asks for huge pages" if current else
+                                "this kernel gives no transparent huge pages") + ")")
     return Finding(
         "page-faults", "warning",
         f"the steps fault in {per_step * PAGE / 2**20:,.0f} MiB of fresh memory each: {share:.0%} of the script's "
