@@ -27,6 +27,7 @@ VARYING = {"compile_s", "first_step_s", "step_ms", "step_ms_p10", "step_ms_p90",
            "step_ms_async",
            "tokens_per_s", "achieved_tflops", "mfu", "mfu_datasheet", "wall_s", "peak_mem_bytes", "load_avg_1m",
            "load_avg_1m_external", "cpu_count", "interference_cores", "cpu_busy_per_core", "interference_window_s",
+           "page_faults_per_step", "kernel_cpu_share",
            "warnings", "peak_tflops", "peak_measured_at", "peak_spread", "peak_load_per_core", "input_wait_ms",
            "input_stall_pct", "real_tokens_per_s", "spec", "launcher", "job_id", "job_nodes", "launcher_state",
            "memory_breakdown"}

@@ -61,7 +61,7 @@ MALLOC_DOC = "https://sourceware.org/glibc/manual/latest/html_node/Memory-Alloca
 
 def page_faults(obs: Obs) -> Finding | None:
     """Threshold (measure/page_faults.py): over the steady steps the script faulted at least 1,000 fresh pages a
-    step and spent at least 10% of its CPU time in the kernel (a warning). XLA:CPU's temporary buffers, freed to
+    step and spent at least 10% of its CPU time in the kernel (a warning), and nothing compiled in them. XLA:CPU's temporary buffers, freed to
     the kernel after every execution by glibc and faulted in again by the next, are the case it was built on:
     on this project's CPU a third of a small GPT step."""
     from twinbench import host_malloc
@@ -75,6 +75,9 @@ def page_faults(obs: Obs) -> Finding | None:
     per_step = rate * step_ms / 1e3
     if per_step < FAULTS_PER_STEP or share < KERNEL_SHARE:
         return None
+    steady = obs.get("per_step") or {}
+    if steady.get("compiles") or steady.get("compile_s:s"):  # a compiler at work in the steady steps allocates
+        return None  # and frees too: its faults are the recompiles' (jax-recompile, torch-recompile say the fix)
     mode, current = host_malloc.thp_mode(), os.environ.get(host_malloc.ENV, "")
     if host_malloc.thp(mode) and host_malloc.HUGE_PAGES[0] not in current:  # the first thing to try: no memory cost
         tunables = ":".join([*filter(None, [current]), *host_malloc.HUGE_PAGES])
