@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
+from twinbench import host_malloc
 from twinbench.config import DEFAULT_FAMILY
 from twinbench.machine import HIGH_LOAD, MAX_SPREAD
 from twinbench.measure import page_faults, platforms
@@ -341,8 +342,10 @@ def _host_lines(ok: list[dict[str, Any]], vary: list[str]) -> list[str]:
         out = ["host allocator per run: " + "; ".join(f"{k} {_tunables_text(v)}" for k, v in settings.items())]
     out += [f"page faults: {label(x, vary)} {page_faults.describe(x)} over its steady steps: the step is given fresh "
             "memory, which the kernel zeroes, every time "
-            + (f"(under GLIBC_TUNABLES={x['glibc_tunables']})" if x.get("glibc_tunables") else
-               "(--host-malloc tuned, the default, sets glibc's malloc to avoid it)")
+            + (f"(under GLIBC_TUNABLES={x['glibc_tunables']}; with "
+               f"GLIBC_TUNABLES={x['glibc_tunables']}:{':'.join(host_malloc.KEEP_FREED)} set, glibc keeps freed "
+               "memory for reuse, at the cost of the process keeping the most it ever held)"
+               if x.get("glibc_tunables") else "(--host-malloc tuned, the default, sets glibc's malloc to avoid it)")
             for x in measured if page_faults.costly(x)]
     return out
 
