@@ -243,8 +243,8 @@ def test_a_step_paying_for_fresh_pages_is_said_with_its_a_b() -> None:
     why = gap.pair(side("torch/eager", 125.0), side("jax/jit", 103.0, page_faults=faults, host_malloc="system"))["why"]
     said = [w for w in why if "page faults" in w]
     assert said == [f"jax/jit: {faults} over its steady steps: part of every row of its step is the kernel zeroing "
-                    "fresh pages for the ops (`--try B:host-malloc=tuned` runs it again with glibc's memory kept for "
-                    "reuse)"]
+                    "fresh pages for the ops (`--try B:host-malloc=tuned` runs it again with twinbench's malloc "
+                    "settings)"]
     why = gap.pair(side("jax/jit", 103.0, page_faults=faults, host_malloc="tuned", glibc_tunables="x=1"),
                    side("torch/eager", 125.0))["why"]
     assert next(w for w in why if "page faults" in w).endswith("(under GLIBC_TUNABLES=x=1)")

@@ -194,7 +194,7 @@ def sentences(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]],
         out.append(memory_rows.sentence(mem, a["run"], b["run"]))
     for letter, side in (("A", a), ("B", b)):
         if side.get("page_faults"):  # kernel time inside the ops' rows, which no trace row tells apart
-            fix = ("`--try " + letter + ":host-malloc=tuned` runs it again with glibc's memory kept for reuse"
+            fix = ("`--try " + letter + ":host-malloc=tuned` runs it again with twinbench's malloc settings"
                    if side.get("host_malloc") == "system" else
                    f"under GLIBC_TUNABLES={side.get('glibc_tunables') or '(unset)'}")
             out.append(f"{side['run']}: {side['page_faults']} over its steady steps: part of every row of its "
