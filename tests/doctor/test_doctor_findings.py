@@ -205,6 +205,10 @@ def test_page_faults_need_both_the_faults_and_the_kernels_share(monkeypatch) -> 
     no_thp = fd.page_faults(obs(step_ms=100.0, machine=machine)).fix
     assert "GLIBC_TUNABLES=glibc.malloc.arena_max=1" in no_thp and "hugetlb" not in no_thp
     assert "no transparent huge pages" in no_thp
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0")  # another tunable of the user's: kept
+    other = fd.page_faults(obs(step_ms=100.0, machine=machine)).fix
+    assert "GLIBC_TUNABLES=glibc.malloc.tcache_count=0:glibc.malloc.arena_max=1" in other
+    assert "no transparent huge pages" in other
     assert fd.page_faults(obs(step_ms=100.0, machine=machine | {"kernel_cpu_share": 0.05})) is None
     assert fd.page_faults(obs(step_ms=100.0, machine=machine | {"page_faults_per_s": 5_000.0})) is None  # 500 a step
     assert fd.page_faults(obs(step_ms=100.0, steady_steps=1, machine=machine)) is None

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 
+from twinbench import host_malloc
 from twinbench.doctor.findings.base import MIN_STEADY_STEPS, TORCH_DOCS, Finding, Obs, _iter_ms
+from twinbench.measure.page_faults import FAULTS_PER_STEP, KERNEL_SHARE, PAGE
 
 # -- cpu-oversubscribed ---------------------------------------------------------------------------------------------
 BUSY_INFO_SHARE = 0.10  # other processes keep this share of the cores busy during the steady steps: info
@@ -61,12 +63,9 @@ MALLOC_DOC = "https://sourceware.org/glibc/manual/latest/html_node/Memory-Alloca
 
 def page_faults(obs: Obs) -> Finding | None:
     """Threshold (measure/page_faults.py): over the steady steps the script faulted at least 1,000 fresh pages a
-    step and spent at least 10% of its CPU time in the kernel (a warning), and nothing compiled in them. XLA:CPU's temporary buffers, freed to
-    the kernel after every execution by glibc and faulted in again by the next, are the case it was built on:
-    on this project's CPU a third of a small GPT step."""
-    from twinbench import host_malloc
-    from twinbench.measure.page_faults import FAULTS_PER_STEP, KERNEL_SHARE, PAGE
-
+    step and spent at least 10% of its CPU time in the kernel (a warning), and nothing compiled in them. XLA:CPU's
+    temporary buffers, freed to the kernel after every execution by glibc and faulted in again by the next, are
+    the case it was built on: on this project's CPU a third of a small GPT step."""
     m = obs.get("machine") or {}
     rate, share = m.get("page_faults_per_s"), m.get("kernel_cpu_share")
     step_ms = _iter_ms(obs)
@@ -86,8 +85,8 @@ def page_faults(obs: Obs) -> Finding | None:
     else:  # no huge pages here, or the script has them and still faults: keep freed memory, at a memory cost
         tunables = ":".join([*filter(None, [current]), *host_malloc.KEEP_FREED])
         how = ("glibc then keeps what a step frees for the next one: no faults, but the process keeps the most it "
-               "ever held (" + ("the script already asks for huge pages" if current else
-                                "this kernel gives no transparent huge pages") + ")")
+               "ever held (" + ("the script already asks for huge pages" if host_malloc.HUGE_PAGES[0] in current
+                                else "this kernel gives no transparent huge pages") + ")")
     return Finding(
         "page-faults", "warning",
         f"the steps fault in {per_step * PAGE / 2**20:,.0f} MiB of fresh memory each: {share:.0%} of the script's "
