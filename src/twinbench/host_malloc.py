@@ -2,8 +2,9 @@
 ``GLIBC_TUNABLES``.
 
 XLA:CPU takes a step's temporary buffers (134 MB on the ``small`` preset) from ``malloc`` at every execution
-and frees them after it. glibc serves an allocation that large from a fresh ``mmap`` and unmaps it on ``free``,
-so the next step faults every page in again, 4 KiB at a time, and the kernel zeroes each one: on this project's
+and frees them after it. glibc hands memory that large back to the kernel on ``free`` (from the worker thread's
+arena, or its own ``mmap``), so the next step faults every page in again, 4 KiB at a time, and the kernel zeroes
+each one: on this project's
 2-core CPU a third of the JAX step (110 -> 73 ms with huge pages; torch's eager step, whose tensors glibc reuses,
 did not move; benchmarks/RESULTS.md, "Where a third of JAX's CPU step went"). The settings:
 
@@ -18,9 +19,11 @@ did not move; benchmarks/RESULTS.md, "Where a third of JAX's CPU step went"). Th
 only where it has none (and the run is on the CPU) the freed-memory settings, whose memory cost is then the price
 of not faulting; ``system`` keeps glibc's own. With huge pages alone the naive port (many small programs a step)
 still faults about 4,300 pages a step (16-20% of its CPU time in the kernel; 13% of its step in two rounds, with the
-freed-memory settings added); jax/jit, 700-800 (9-11%). The variable must be in a process's environment when it starts, so the runner
-sets it for each worker (and torchrun's ranks inherit it). A tunable the user already sets in
-``GLIBC_TUNABLES`` is never overridden; elsewhere than Linux with glibc nothing is set. Every record carries
+freed-memory settings added); jax/jit, 700-800 (9-11%).
+
+The variable must be in a process's environment when it starts, so the runner sets it for each worker (and
+torchrun's ranks inherit it). A tunable the user already sets in ``GLIBC_TUNABLES`` is never overridden; elsewhere
+than Linux with glibc nothing is set. Every record carries
 the ``GLIBC_TUNABLES`` it ran with, its page faults a step and the kernel's share of its CPU time
 (measure/page_faults.py).
 """
