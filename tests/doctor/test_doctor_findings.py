@@ -212,6 +212,9 @@ def test_page_faults_need_both_the_faults_and_the_kernels_share(monkeypatch) -> 
     assert fd.page_faults(obs(step_ms=100.0, machine=machine | {"kernel_cpu_share": 0.05})) is None
     assert fd.page_faults(obs(step_ms=100.0, machine=machine | {"page_faults_per_s": 5_000.0})) is None  # 500 a step
     assert fd.page_faults(obs(step_ms=100.0, steady_steps=1, machine=machine)) is None
+    # a busy machine: the faults are not the script's allocations alone (cpu-oversubscribed's to say)
+    assert fd.page_faults(obs(step_ms=100.0, machine=machine | {"others_cores": 1.2})) is None
+    assert fd.page_faults(obs(step_ms=100.0, machine=machine | {"others_cores": 0.1})) is not None
     # a step compiled again every time faults for its compiler: jax-recompile's, not this finding's
     assert fd.page_faults(obs(step_ms=100.0, machine=machine, per_step={"compiles": 1.0, "compile_s:s": 0.09})) is None
     assert fd.page_faults(obs(step_ms=100.0, machine={"others_cores": 0.0})) is None  # not measured
