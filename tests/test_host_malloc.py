@@ -14,20 +14,9 @@ import pytest
 from twinbench import host_malloc, runner
 from twinbench.measure import page_faults, platforms
 from twinbench.measure.clock import per_step, time_steps
+from twinbench.measure.compiles import TorchCompiles
 from twinbench.report.table import conditions
 from twinbench.spec import SpecError, from_preset, validate
-
-
-class NoCompiles:
-    def count(self) -> int:
-        return 0
-
-    def seconds(self) -> float:
-        return 0.0
-
-    def cache_hits(self) -> int:
-        return 0
-
 
 HUGE = "glibc.malloc.hugetlb=1"
 KEEP = "glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296"
@@ -110,10 +99,10 @@ def test_the_steady_steps_page_faults_are_counted_per_step() -> None:
         m.close()
         return 1.0
 
-    timing = time_steps(step, lambda: None, steps=6, warmup=2, compiles=NoCompiles())
+    timing = time_steps(step, lambda: None, steps=6, warmup=2, compiles=TorchCompiles())
     assert timing.os_usage["page_faults_per_step"] >= 0.9 * size / mmap.PAGESIZE
     assert 0 < timing.os_usage["kernel_cpu_share"] <= 1
-    quiet = time_steps(lambda i: 1.0, lambda: None, steps=6, warmup=2, compiles=NoCompiles())
+    quiet = time_steps(lambda i: 1.0, lambda: None, steps=6, warmup=2, compiles=TorchCompiles())
     assert quiet.os_usage["page_faults_per_step"] < 100
     assert per_step(timing, 2).os_usage["page_faults_per_step"] == pytest.approx(
         timing.os_usage["page_faults_per_step"] / 2, abs=0.1)

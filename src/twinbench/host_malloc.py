@@ -4,9 +4,9 @@
 XLA:CPU takes a step's temporary buffers (134 MB on the ``small`` preset) from ``malloc`` at every execution
 and frees them after it. glibc hands memory that large back to the kernel on ``free`` (from the worker thread's
 arena, or its own ``mmap``), so the next step faults every page in again, 4 KiB at a time, and the kernel zeroes
-each one: on this project's
-2-core CPU a third of the JAX step (110 -> 73 ms with huge pages; torch's eager step, whose tensors glibc reuses,
-did not move; benchmarks/RESULTS.md, "Where a third of JAX's CPU step went"). The settings:
+each one: on this project's 2-core CPU a third of the JAX step (110 -> 73 ms with huge pages; torch's eager step,
+whose tensors glibc reuses, did not move; benchmarks/RESULTS.md, "Where a third of JAX's CPU step went"). The
+settings:
 
 - ``glibc.malloc.hugetlb=1``: glibc asks for transparent huge pages on the memory it maps (``madvise``), so a
   step faults 2 MiB pages, 512 times fewer; it needs the kernel's THP in ``madvise`` or ``always`` mode;
@@ -23,9 +23,8 @@ freed-memory settings added); jax/jit, 700-800 (9-11%).
 
 The variable must be in a process's environment when it starts, so the runner sets it for each worker (and
 torchrun's ranks inherit it). A tunable the user already sets in ``GLIBC_TUNABLES`` is never overridden; elsewhere
-than Linux with glibc nothing is set. Every record carries
-the ``GLIBC_TUNABLES`` it ran with, its page faults a step and the kernel's share of its CPU time
-(measure/page_faults.py).
+than Linux with glibc nothing is set. Every record carries the ``GLIBC_TUNABLES`` it ran with, its page faults a
+step and the kernel's share of its CPU time (measure/page_faults.py).
 """
 
 from __future__ import annotations

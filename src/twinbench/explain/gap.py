@@ -53,7 +53,8 @@ def explain_run(r: dict[str, Any]) -> dict[str, Any]:
                      f"{'the machine was busy' if busy else 'noise larger than the phase'})")
     e = explain_breakdown(b, label(r), float(r.get("step_ms") or 0.0), timing, notes, r)
     e.update(run_id=r.get("run_id"), trace_path=r.get("trace_path"), memory_breakdown=r.get("memory_breakdown"),
-             busy=bool(busy), host_malloc=((r.get("spec") or {}).get("host_malloc")), glibc_tunables=r.get("glibc_tunables"),
+             busy=bool(busy), host_malloc=(r.get("spec") or {}).get("host_malloc"),
+             glibc_tunables=r.get("glibc_tunables"),
              page_faults=page_faults.describe(r) if page_faults.costly(r) else None)
     return e
 

@@ -66,9 +66,9 @@ def per_step(timing: Timing, k: int) -> Timing:
     first = timing.first_step_s - (k - 1) * (percentile(steps, 50) if steps else timing.first_step_s / k)
     window = timing.async_step_s / k if timing.async_step_s is not None else None
     faults = timing.os_usage.get("page_faults_per_step")
-    os_usage = {**timing.os_usage, "page_faults_per_step": round(faults / k, 1)} if faults is not None else {}
+    os_usage = timing.os_usage if faults is None else {**timing.os_usage, "page_faults_per_step": round(faults / k, 1)}
     return replace(timing, first_step_s=first, step_s=steps, extra={**timing.extra, "steps_per_call": k},
-                   async_step_s=window, os_usage=os_usage or timing.os_usage)
+                   async_step_s=window, os_usage=os_usage)
 
 
 def time_steps(

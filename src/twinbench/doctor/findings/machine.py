@@ -66,9 +66,9 @@ def page_faults(obs: Obs) -> Finding | None:
     step and spent at least 10% of its CPU time in the kernel (a warning), nothing compiled in them and other
     processes kept under 10% of the cores busy (a script that faulted 120-260 pages a step on the idle machine
     faulted 3,400 a step, 17% in the kernel, while others kept 1.2 of its 2 cores busy: not its own allocations
-    alone, and huge pages did not shorten its step). XLA:CPU's
-    temporary buffers, freed to the kernel after every execution by glibc and faulted in again by the next, are
-    the case it was built on: on this project's CPU a third of a small GPT step."""
+    alone, and huge pages did not shorten its step). XLA:CPU's temporary buffers, freed to the kernel after every
+    execution by glibc and faulted in again by the next, are the case it was built on: on this project's CPU a
+    third of a small GPT step."""
     m = obs.get("machine") or {}
     rate, share = m.get("page_faults_per_s"), m.get("kernel_cpu_share")
     step_ms = _iter_ms(obs)
@@ -83,15 +83,17 @@ def page_faults(obs: Obs) -> Finding | None:
     if steady.get("compiles") or steady.get("compile_s:s"):  # a compiler at work in the steady steps allocates
         return None  # and frees too: its faults are the recompiles' (jax-recompile, torch-recompile say the fix)
     mode, current = host_malloc.thp_mode(), os.environ.get(host_malloc.ENV, "")
-    if host_malloc.thp(mode) and host_malloc.HUGE_PAGES[0] not in current:  # the first thing to try: no memory cost
-        tunables = ":".join([*filter(None, [current]), *host_malloc.HUGE_PAGES])
+    has_huge = host_malloc.HUGE_PAGES[0] in current
+    if host_malloc.thp(mode) and not has_huge:  # the first thing to try: no memory cost
+        extra = host_malloc.HUGE_PAGES
         how = (f"glibc then maps memory in 2 MiB pages (transparent huge pages, here in mode '{mode}'): 512 times "
                "fewer faults, the same memory")
     else:  # no huge pages here, or the script has them and still faults: keep freed memory, at a memory cost
-        tunables = ":".join([*filter(None, [current]), *host_malloc.KEEP_FREED])
+        extra = host_malloc.KEEP_FREED
         how = ("glibc then keeps what a step frees for the next one: no faults, but the process keeps the most it "
-               "ever held (" + ("the script already asks for huge pages" if host_malloc.HUGE_PAGES[0] in current
+               "ever held (" + ("the script already asks for huge pages" if has_huge
                                 else "this kernel gives no transparent huge pages") + ")")
+    tunables = ":".join([*filter(None, [current]), *extra])
     return Finding(
         "page-faults", "warning",
         f"the steps fault in {per_step * PAGE / 2**20:,.0f} MiB of fresh memory each: {share:.0%} of the script's "
