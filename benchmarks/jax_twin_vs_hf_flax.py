@@ -132,18 +132,20 @@ def hf_trainer(shape: dict[str, Any]) -> tuple[Any, Any]:
 
 def side_strategy(side: str) -> tuple[str, dict[str, Any]]:
     """A twin side's JAX strategy (``ours``: ``jit``) and the spec options it carries after ``@``
-    (``ours@mask-impl=cond`` -> ``("jit", {"mask_impl": "cond"})``; numbers become numbers)."""
+    (``ours@mask-impl=cond`` -> ``("jit", {"mask_impl": "cond"})``; each value of its option's type, as twinbench's
+    flags take it)."""
+    from twinbench.spec import SpecError, option_value
+
     name, *opts = side.split("@")
     overrides: dict[str, Any] = {}
     for opt in opts:
         key, sep, value = opt.partition("=")
         if not sep or not key:
             sys.exit(f"--sides {side}: {opt!r} is not OPTION=VALUE")
-        for cast in (int, float):
-            with contextlib.suppress(ValueError):
-                value = cast(value)
-                break
-        overrides[key.replace("-", "_")] = value
+        try:
+            overrides[key.replace("-", "_")] = option_value(key.replace("-", "_"), value)
+        except SpecError as e:
+            sys.exit(f"--sides {side}: {e}")
     return ("jit" if name == "ours" else name), overrides
 
 

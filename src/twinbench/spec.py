@@ -152,6 +152,23 @@ FLAG_HELP: dict[str, str] = {
     "save_weights": "write each run's trained canonical weights (safetensors) into this directory "
                     "(for twinbench export --from RESULTS)",
 }
+
+
+def option_value(name: str, text: str) -> Any:
+    """The value of spec option ``name`` written as text (``NAME=VALUE`` of ``explain --try`` or of a benchmark
+    side), by its type in :data:`OVERRIDABLE` (a bool: 1, true or yes). SpecError for an unknown option or a
+    value that is not of its type."""
+    if name not in OVERRIDABLE:
+        raise SpecError(f"no spec option {name!r} (one of: {', '.join(sorted(OVERRIDABLE))})")
+    typ = OVERRIDABLE[name]
+    if typ is bool:
+        return text.lower() in ("1", "true", "yes")
+    try:
+        return typ(text)
+    except ValueError:
+        raise SpecError(f"{name}={text!r} is not a {typ.__name__}") from None
+
+
 _MODEL_FIELDS = {f.name for f in fields(ModelConfig)}
 _TRAIN_FIELDS = {f.name for f in fields(TrainConfig)}
 

@@ -53,34 +53,27 @@ def parse(arg: str) -> tuple[int, str, str, str]:
 def check(arg: str) -> None:
     """A ``--try`` understood before any run: its syntax, and for a spec option its name and the type of its
     value (:class:`TryError` otherwise)."""
-    from twinbench.spec import OVERRIDABLE
+    from twinbench.spec import SpecError, option_value
 
     _, kind, name, value = parse(arg)
     if kind != "spec":
         return
-    if name not in OVERRIDABLE:
-        raise TryError(f"--try {arg!r}: no spec option {name!r} (one of: {', '.join(sorted(OVERRIDABLE))})")
-    typ = OVERRIDABLE[name]
-    if typ is not bool and typ is not str:
-        try:
-            typ(value)
-        except ValueError:
-            raise TryError(f"--try {arg!r}: {name}={value!r} is not a {typ.__name__}") from None
+    try:
+        option_value(name, value)
+    except SpecError as e:
+        raise TryError(f"--try {arg!r}: {e}") from None
 
 
 def variant(spec_dict: dict[str, Any], kind: str, name: str, value: str) -> Any:
     """The spec of the variant run (spec options applied; XLA flags and env leave it as it is)."""
-    from twinbench.spec import OVERRIDABLE, RunSpec, SpecError, validate
+    from twinbench.spec import RunSpec, SpecError, option_value, validate
 
     d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in spec_dict.items()}
     if kind == "spec":
-        if name not in OVERRIDABLE:
-            raise TryError(f"--try: no spec option {name!r} (one of: {', '.join(sorted(OVERRIDABLE))})")
-        typ = OVERRIDABLE[name]
         try:
-            val: Any = (value.lower() in ("1", "true", "yes")) if typ is bool else typ(value)
-        except ValueError as e:
-            raise TryError(f"--try: {name}={value!r} is not a {typ.__name__}") from e
+            val = option_value(name, value)
+        except SpecError as e:
+            raise TryError(f"--try: {e}") from e
         where = next((part for part in ("model", "train") if name in d.get(part, {})), None)
         (d[where] if where else d)[name] = val
     try:
