@@ -32,6 +32,8 @@ def test_spec_round_trips_through_json_and_ids_are_stable():
     again = RunSpec.from_dict(spec.to_dict())
     assert again == spec and again.run_id() == spec.run_id()
     assert from_preset("tiny", {"layers": 4}).run_id() != spec.run_id()
+    seq_minor = from_preset("tiny", {"layers": 3}, framework="jax", strategy="jit", splash_layout="seq-minor")
+    assert seq_minor.run_id() != spec.run_id()
 
 
 @pytest.mark.parametrize(("overrides", "top", "message"), [
@@ -45,6 +47,9 @@ def test_spec_round_trips_through_json_and_ids_are_stable():
     ({}, {"framework": "mxnet"}, "--framework: unknown value 'mxnet'; allowed: torch, jax"),
     ({"devices": 3}, {}, "--batch 8 is not divisible by --devices 3"),
     ({"seq": 96}, {"framework": "jax", "attention_impl": "splash"}, "--seq 96 is not a multiple of 128"),
+    ({}, {"framework": "jax", "attention_impl": "splash", "splash_layout": "lanes"},
+     "--splash-layout: unknown value 'lanes'; allowed: auto, head-dim-minor, seq-minor"),
+    ({}, {"framework": "jax", "splash_layout": "seq-minor"}, "it needs --attention-impl splash (this run has default)"),
 ])
 def test_impossible_values_name_the_flag(overrides, top, message):
     with pytest.raises(SpecError) as e:

@@ -20,6 +20,7 @@ from twinbench.config import USER_FAMILY, ModelConfig, SpecError, TrainConfig, f
 from twinbench.host_malloc import CHOICES as HOST_MALLOC_CHOICES
 from twinbench.models.family import FAMILIES as BUILT_IN
 from twinbench.models.family import presets as _family_presets
+from twinbench.models.options import SPLASH_LAYOUTS
 from twinbench.strategies.modifiers import LENGTH_POLICIES, Modifiers
 from twinbench.xla_flags import CHOICES as XLA_CPU_FLAG_CHOICES
 
@@ -52,6 +53,7 @@ class RunSpec:
     xla_cpu_flags: str = "tuned"  # JAX on CPU: twinbench's measured XLA flags, or "xla-default" (xla_flags.py)
     host_malloc: str = "tuned"  # glibc malloc: twinbench's measured GLIBC_TUNABLES, or "system" (host_malloc.py)
     attention_impl: str = "default"  # JAX attention: "default" (XLA) | "chunked" (memory) | "cudnn" (CUDA + bf16)
+    splash_layout: str = "auto"  # how the splash kernel reads q, k, v (models/options.py: SPLASH_LAYOUTS)
     trace_dir: str = ""  # profile a few steps after the measured ones into this directory ("": off)
     save_weights: str = ""  # write the trained canonical weights (safetensors) into this directory ("": off)
     explain: bool = False  # after the measured steps (and the trace): phases by timing (twinbench/explain)
@@ -86,7 +88,7 @@ class RunSpec:
         d.pop("explain", None)  # and explain's timing of the step's parts
         d.pop("cache_dir", None)  # where the compilation cache lives is not what is measured (its state is)
         d.pop("user_dir", None)  # likewise where the user model's initial weights were written
-        for name, default in (("attention_impl", "default"), ("repeat", 0)):  # fields added later: records
+        for name, default in (("attention_impl", "default"), ("repeat", 0), ("splash_layout", "auto")):  # fields added later: records
             if d.get(name) == default:  # made before them keep their ids
                 d.pop(name)
         d.pop("no_preflight", None)  # whether memory was estimated first does not change the measurement
@@ -124,7 +126,7 @@ OVERRIDABLE: dict[str, type] = {
     "batch": int, "seq": int, "steps": int, "warmup": int, "lr": float, "weight_decay": float,
     "seed": int, "precision": str, "data": str, "devices": int, "threads": int,
     "scan_k": int, "remat_policy": str, "scan_unroll": int, "xla_cpu_flags": str, "host_malloc": str,
-    "attention_impl": str,
+    "attention_impl": str, "splash_layout": str,
     "init_from": str, "save_weights": str,
     "num_processes": int, "process_id": int, "coordinator": str,
     "task": str, "num_labels": int, "mask_impl": str, "slow_input": float,
@@ -141,6 +143,11 @@ FLAG_HELP: dict[str, str] = {
                       "kernel: fused, no seq x seq scores stored; TPU only, seq a multiple of 128); jax:torchax runs torch's SDPA "
                       "as the JAX attention named (torchax's own lowering for 'default'); torch's SDPA picks its own "
                       "(attention_kernel in the record says which ran)",
+    "splash_layout": "how the splash kernel reads q, k and v (the same maths): 'head-dim-minor' (the kernel's "
+                     "default), 'seq-minor' (the sequence in the lanes: a projection written heads first then "
+                     "fills them, where a 64-wide head fills half), or 'auto': seq-minor where the twin's "
+                     "projections write q, k, v heads first (BERT), head-dim-minor elsewhere; with "
+                     "--attention-impl splash only",
     "xla_cpu_flags": "JAX on CPU: 'tuned' adds twinbench's measured XLA flags (YNNPACK element-wise fusions off) "
                      "to XLA_FLAGS, 'xla-default' keeps XLA's own; flags you set in XLA_FLAGS always win",
     "host_malloc": "the host allocator of every run (both frameworks): 'tuned' sets twinbench's measured glibc "
@@ -275,6 +282,10 @@ def validate(spec: RunSpec) -> RunSpec:
     one_of("xla_cpu_flags", spec.xla_cpu_flags, XLA_CPU_FLAG_CHOICES)
     one_of("host_malloc", spec.host_malloc, HOST_MALLOC_CHOICES)
     one_of("attention_impl", spec.attention_impl, ATTENTION_IMPLS)
+    one_of("splash_layout", spec.splash_layout, SPLASH_LAYOUTS)
+    if spec.splash_layout != "auto" and spec.attention_impl != "splash":
+        raise SpecError(f"--splash-layout {spec.splash_layout} is how the splash kernel reads q, k, v; it needs "
+                        f"--attention-impl splash (this run has {spec.attention_impl})")
     if spec.attention_impl == "chunked" and m.family in BUILT_IN and not BUILT_IN[m.family].causal:
         raise SpecError(f"--attention-impl chunked: blocks of causal attention; the {m.family} twin takes default, "
                         "jax-nn or cudnn")

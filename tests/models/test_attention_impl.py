@@ -67,11 +67,12 @@ def test_einsum_attention_is_jax_nn_attention(kind: str) -> None:
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("seq_minor", [False, True])
 @pytest.mark.parametrize("kind", ["causal", "padding"])
-def test_splash_attention_is_the_default_maths(kind: str) -> None:
+def test_splash_attention_is_the_default_maths(kind: str, seq_minor: bool) -> None:
     """The Pallas TPU splash kernel (Pallas's interpreter on the CPU) computes the einsum attention: values and
     gradients, causal (GPT, Llama) and with a key padding mask (BERT; padding queries' outputs are read by no
-    loss, so they are left out of the comparison)."""
+    loss, so they are left out of the comparison), reading q, k, v head-dim-minor or sequence-minor."""
     from twinbench.models.layers_jax import attention
 
     T = 256  # two blocks of 128: the block loop and the causal block skipping both run
@@ -83,7 +84,7 @@ def test_splash_attention_is_the_default_maths(kind: str) -> None:
 
     def value_and_grads(impl: str):
         def f(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
-            return attention(q, k, v, impl, **masks) * real
+            return attention(q, k, v, impl, seq_minor=seq_minor, **masks) * real
         return jax.jit(lambda q, k, v: (f(q, k, v), jax.grad(lambda *a: (f(*a) ** 2).sum(), (0, 1, 2))(q, k, v)))
 
     want, g_want = value_and_grads("default")(q, k, v)
@@ -141,6 +142,35 @@ def test_splash_blocks_follow_the_sequence() -> None:
         splash_block(100)
 
 
+def test_splash_layout_auto_is_sequence_minor_only_where_the_projections_write_heads_first() -> None:
+    """``ModelOptions.splash_layout``: "auto" resolves per twin (BERT's projections write q, k, v heads first,
+    GPT-2's and Llama's come through a transpose, as BERT's do with ``fused_qkv``); a named layout is taken as
+    named; an unknown one is refused."""
+    from flax import nnx
+
+    from twinbench.config import ModelConfig
+    from twinbench.models.bert import model_jax as bert_jax
+    from twinbench.models.gpt import model_jax as gpt_jax
+    from twinbench.models.llama import model_jax as llama_jax
+
+    cfg = ModelConfig(layers=1, d_model=32, heads=2, vocab=64, context=128)
+
+    def seq_minor(family: str, **opts: object) -> bool:
+        o = ModelOptions(attention_impl="splash", **opts)
+        if family == "bert":
+            return bert_jax.BERT(cfg, nnx.Rngs(0), o).encoder.layer[0].attention.self.seq_minor
+        if family == "gpt":
+            return gpt_jax.GPT(cfg, nnx.Rngs(0), o).blocks[0].attn.seq_minor
+        return llama_jax.Llama(cfg, nnx.Rngs(0), o).layers[0].self_attn.seq_minor
+
+    assert [seq_minor(f) for f in ("bert", "gpt", "llama")] == [True, False, False]
+    assert not seq_minor("bert", fused_qkv=True)
+    assert not seq_minor("bert", splash_layout="head-dim-minor")
+    assert seq_minor("gpt", splash_layout="seq-minor") and seq_minor("llama", splash_layout="seq-minor")
+    with pytest.raises(ValueError, match="splash_layout"):
+        ModelOptions(splash_layout="lanes")
+
+
 def test_splash_refuses_an_additive_bias() -> None:
     from twinbench.models.layers_jax import attention
 
@@ -166,12 +196,15 @@ def _twin_inputs(family: str) -> tuple[object, tuple, object]:
     return cfg, (x[:, :-1], x[:, 1:]), init(cfg, 0)
 
 
-@pytest.mark.parametrize(("family", "fused_qkv"), [("gpt", False), ("bert", False), ("llama", False),
-                                                 ("gpt", True), ("bert", True)])
-def test_twin_with_splash_attention_is_the_same_model(family: str, fused_qkv: bool) -> None:
+@pytest.mark.parametrize(("family", "fused_qkv", "layout"), [
+    ("gpt", False, "auto"), ("bert", False, "auto"), ("llama", False, "auto"), ("gpt", True, "auto"),
+    ("bert", True, "auto"), ("gpt", False, "seq-minor"), ("llama", False, "seq-minor"),
+    ("bert", False, "head-dim-minor")])
+def test_twin_with_splash_attention_is_the_same_model(family: str, fused_qkv: bool, layout: str) -> None:
     """The whole twin (loss and every gradient) with the splash kernel, whose q, k, v its projections write
     heads first (``layers_jax.Linear.to_heads``), or with ``fused_qkv`` one product laid out by one transpose of
-    the three, against the default attention on ``[B, T, H, D]``."""
+    the three, against the default attention on ``[B, T, H, D]``; the kernel reading q, k, v in either layout
+    (``splash_layout``: "auto" is sequence-minor for BERT's heads-first projections, head-dim-minor elsewhere)."""
     from flax import nnx
 
     from twinbench.models.bert import model_jax as bert_jax
@@ -183,7 +216,9 @@ def test_twin_with_splash_attention_is_the_same_model(family: str, fused_qkv: bo
     cfg, (x, y), weights = _twin_inputs(family)
     results = []
     for impl in ("default", "splash"):
-        opts = ModelOptions(attention_impl=impl, fused_qkv=fused_qkv and impl == "splash")
+        splash = impl == "splash"
+        opts = ModelOptions(attention_impl=impl, fused_qkv=fused_qkv and splash,
+                            splash_layout=layout if splash else "auto")
         model = getattr(module, cls)(cfg, nnx.Rngs(0), opts)
         canonical_to_jax(model, weights)
         loss, grads = nnx.jit(nnx.value_and_grad(module.loss_fn))(model, x, y)

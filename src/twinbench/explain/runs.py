@@ -30,7 +30,8 @@ def needs_run(r: dict[str, Any] | None) -> bool:
 #: (``num_processes``, ``process_id``, ``coordinator``) come from the command line, or stay off.
 FROM_RECORD = frozenset({
     "model", "train", "framework", "strategy", "preset", "devices", "threads", "compile_cache", "scan_k",
-    "remat_policy", "scan_unroll", "xla_cpu_flags", "host_malloc", "attention_impl", "repeat", "no_preflight",
+    "remat_policy", "scan_unroll", "xla_cpu_flags", "host_malloc", "attention_impl", "splash_layout", "repeat",
+    "no_preflight",
     "user_model", "user_jax_model", "user_dir",
 })
 #: fields a re-run never takes from a record but takes from explain's command line when the user gives them

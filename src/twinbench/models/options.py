@@ -20,6 +20,12 @@ COMPUTE_DTYPES = ("fp32", "bf16")
 #: kernel (fused blocks, no scores stored; TPU only, Pallas's interpreter elsewhere). PyTorch's SDPA picks its kernel itself
 #: (flash / memory-efficient / cuDNN / math; the record's ``attention_kernel`` says which).
 ATTENTION_IMPLS = ("default", "chunked", "jax-nn", "cudnn", "splash")
+#: How the splash kernel reads q, k and v (its ``QKVLayout``; the same maths): "head-dim-minor" (``[T, D]`` tiles,
+#: the kernel's default), "seq-minor" (``[D, T]``: a projection written heads first then lays its product out with
+#: the sequence in the 128 lanes instead of a 64-wide head), "auto" (seq-minor where the twin's projections write
+#: q, k, v heads first themselves (BERT), head-dim-minor where they come through a transpose (GPT-2, Llama, torchax).
+#: On a TPU v5e, BERT-base 32 x 512's step took 107.2 ms seq-minor against 110.1 (benchmarks/RESULTS.md).
+SPLASH_LAYOUTS = ("auto", "head-dim-minor", "seq-minor")
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,13 @@ class ModelOptions:
     #: heads-first kernel such as splash), instead of per-tensor layouts (GPT-2: a transpose each; BERT: three
     #: products written heads first, 64 wide). The same maths; a layout choice measured on the chip.
     fused_qkv: bool = False
+    #: JAX only, splash only: how the kernel reads q, k, v, one of SPLASH_LAYOUTS (:meth:`splash_seq_minor`).
+    splash_layout: str = "auto"
+
+    def splash_seq_minor(self, written_heads_first: bool) -> bool:
+        """Whether the splash kernel reads q, k, v sequence-minor, for a twin whose projections write them heads
+        first (``written_heads_first``) or not: ``splash_layout``, "auto" resolved."""
+        return self.splash_layout == "seq-minor" or (self.splash_layout == "auto" and written_heads_first)
 
     def __post_init__(self) -> None:
         if self.remat != "none" and self.remat not in REMAT_POLICIES:
@@ -50,5 +63,7 @@ class ModelOptions:
             raise ValueError(f"compute_dtype: {self.compute_dtype!r}; allowed: {', '.join(COMPUTE_DTYPES)}")
         if self.attention_impl not in ATTENTION_IMPLS:
             raise ValueError(f"attention_impl: {self.attention_impl!r}; allowed: {', '.join(ATTENTION_IMPLS)}")
+        if self.splash_layout not in SPLASH_LAYOUTS:
+            raise ValueError(f"splash_layout: {self.splash_layout!r}; allowed: {', '.join(SPLASH_LAYOUTS)}")
         if self.scan_unroll < 1:
             raise ValueError(f"scan_unroll must be >= 1, got {self.scan_unroll}")

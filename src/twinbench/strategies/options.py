@@ -23,4 +23,5 @@ def model_options(spec: RunSpec) -> ModelOptions:
         compute_dtype=compute_dtype(spec),
         attention_impl=spec.attention_impl,
         fused_qkv=spec.mods.fused_qkv,
+        splash_layout=spec.splash_layout,
     )

@@ -139,12 +139,13 @@ def remat_block(block: Any, env: Any) -> None:
     block.forward = remat_forward
 
 
-def sdpa_as(impl: str) -> Callable[..., Any]:
+def sdpa_as(impl: str, seq_minor: bool = False) -> Callable[..., Any]:
     """``F.scaled_dot_product_attention`` (``[B, H, T, D]`` torch layout) as a JAX function running the twins'
     attention ``impl``: a boolean ``attn_mask`` is the mask (True: attend), a float one an additive bias;
     ``scale`` folds into the queries; with ``enable_gqa`` the key/value heads go to the attention grouped
     (:func:`twinbench.models.layers_jax.attention` repeats them for kernels that do not take groups). Dropout is refused
-    (the twins train without it, and the JAX attentions take none)."""
+    (the twins train without it, and the JAX attentions take none). ``seq_minor``: the splash kernel reads q, k, v
+    sequence-minor (``--splash-layout seq-minor``; torch's q, k, v come through a transpose, so "auto" is not)."""
     import jax.numpy as jnp
 
     from twinbench.models.layers_jax import attention
@@ -164,13 +165,13 @@ def sdpa_as(impl: str) -> Callable[..., Any]:
         masks: dict[str, Any] = {"is_causal": True} if is_causal else {}
         if attn_mask is not None:
             masks["mask" if attn_mask.dtype == jnp.bool_ else "bias"] = attn_mask
-        return attention(q, k, v, impl, layout_heads_first=True, **masks)
+        return attention(q, k, v, impl, layout_heads_first=True, seq_minor=seq_minor, **masks)
 
     return sdpa
 
 
 @contextlib.contextmanager
-def attention_lowered_as(env: Any, impl: str) -> Iterator[None]:
+def attention_lowered_as(env: Any, impl: str, seq_minor: bool = False) -> Iterator[None]:
     """While active, torchax lowers ``F.scaled_dot_product_attention`` to :func:`sdpa_as` ``(impl)`` (nothing
     changes for ``default``); torchax's own lowering is put back on exit."""
     if impl == "default":
@@ -178,7 +179,7 @@ def attention_lowered_as(env: Any, impl: str) -> Iterator[None]:
         return
     import torch.nn.functional as F
 
-    with lowered(env, F.scaled_dot_product_attention, sdpa_as(impl), is_jax_function=True):
+    with lowered(env, F.scaled_dot_product_attention, sdpa_as(impl, seq_minor), is_jax_function=True):
         yield
 
 
@@ -214,7 +215,8 @@ class TorchaxModel:
         bf16 = compute_dtype(self.spec) == "bf16"
         self.autocast = (lambda: torchax.amp.autocast("jax", torch.bfloat16, env)) if bf16 else contextlib.nullcontext
         self.buffers = buffers
-        self.attention = lambda: attention_lowered_as(env, self.spec.attention_impl)
+        seq_minor = ModelOptions(splash_layout=self.spec.splash_layout).splash_seq_minor(written_heads_first=False)
+        self.attention = lambda: attention_lowered_as(env, self.spec.attention_impl, seq_minor)
         self.loss_lowering = lambda: cross_entropy_lowered(env, self.spec.mods.fused_loss)
 
         def loss_of(params: dict[str, Any], x: Any, y: Any) -> Any:

@@ -44,10 +44,11 @@ def _linear(n_in: int, n_out: int, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float3
 
 class SelfAttention(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
-                 attention_impl: str = "default", fused_qkv: bool = False):
+                 attention_impl: str = "default", fused_qkv: bool = False, seq_minor: bool = False):
         self.heads = cfg.heads
         self.impl = attention_impl
         self.fused_qkv = fused_qkv
+        self.seq_minor = seq_minor  # ModelOptions.splash_layout, resolved
         self.mask_impl = cfg.mask_impl
         self.query = _linear(cfg.d_model, cfg.d_model, rngs, dtype)
         self.key = _linear(cfg.d_model, cfg.d_model, rngs, dtype)
@@ -65,7 +66,7 @@ class SelfAttention(nnx.Module):
         else:
             q, k, v = (proj.to_heads(x, self.heads, first) for proj in (self.query, self.key, self.value))
         keep = attention_mask[:, None, None, :].astype(bool)  # [B, 1, 1, T]: which keys each query may see
-        attend = functools.partial(attention, impl=self.impl, layout_heads_first=first)
+        attend = functools.partial(attention, impl=self.impl, layout_heads_first=first, seq_minor=self.seq_minor)
         if self.mask_impl == "mul":
             y = attend(q, k, v, bias=attention_bias(keep, q.dtype))
         elif self.mask_impl == "cond":  # no padding in this batch: no mask at all; decided on the device
@@ -106,8 +107,8 @@ class SelfOutput(nnx.Module):
 
 class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
-                 attention_impl: str = "default", fused_qkv: bool = False):
-        self.self = SelfAttention(cfg, rngs, dtype, attention_impl, fused_qkv)
+                 attention_impl: str = "default", fused_qkv: bool = False, seq_minor: bool = False):
+        self.self = SelfAttention(cfg, rngs, dtype, attention_impl, fused_qkv, seq_minor)
         self.output = SelfOutput(cfg, rngs, dtype)
 
     def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
@@ -135,8 +136,8 @@ class Layer(nnx.Module):
     """One post-LayerNorm block: x = LN(x + attn(x)); x = LN(x + mlp(x))."""
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
-                 attention_impl: str = "default", fused_qkv: bool = False):
-        self.attention = Attention(cfg, rngs, dtype, attention_impl, fused_qkv)
+                 attention_impl: str = "default", fused_qkv: bool = False, seq_minor: bool = False):
+        self.attention = Attention(cfg, rngs, dtype, attention_impl, fused_qkv, seq_minor)
         self.intermediate = Intermediate(cfg, rngs, dtype)
         self.output = Output(cfg, rngs, dtype)
 
@@ -155,11 +156,12 @@ class Encoder(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, opts: ModelOptions = ModelOptions()):
         self.opts = opts
         dtype = DTYPES[opts.compute_dtype]
+        # the projections write q, k, v heads first themselves, unless fused (then one transpose of the three)
+        layer = (opts.attention_impl, opts.fused_qkv, opts.splash_seq_minor(written_heads_first=not opts.fused_qkv))
         if opts.scan_layers:  # one Layer whose parameters carry a leading [layers] axis
-            self.layer = nnx.split_rngs(splits=cfg.layers)(nnx.vmap(
-                lambda r: Layer(cfg, r, dtype, opts.attention_impl, opts.fused_qkv)))(rngs)
+            self.layer = nnx.split_rngs(splits=cfg.layers)(nnx.vmap(lambda r: Layer(cfg, r, dtype, *layer)))(rngs)
         else:
-            self.layer = nnx.List([Layer(cfg, rngs, dtype, opts.attention_impl, opts.fused_qkv)
+            self.layer = nnx.List([Layer(cfg, rngs, dtype, *layer)
                                    for _ in range(cfg.layers)])
 
     def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:

@@ -31,10 +31,11 @@ __all__ = ["GPT", "loss_fn", "make_optimizer"]
 
 class CausalSelfAttention(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
-                 attention_impl: str = "default", fused_qkv: bool = False):
+                 attention_impl: str = "default", fused_qkv: bool = False, seq_minor: bool = False):
         self.heads = cfg.heads
         self.impl = attention_impl
         self.fused_qkv = fused_qkv
+        self.seq_minor = seq_minor  # ModelOptions.splash_layout, resolved
         proj_std = 0.02 / math.sqrt(2 * cfg.layers)
         self.c_attn = Linear(cfg.d_model, 3 * cfg.d_model, rngs, 0.02, dtype)
         self.c_proj = Linear(cfg.d_model, cfg.d_model, rngs, proj_std, dtype)
@@ -47,11 +48,11 @@ class CausalSelfAttention(nnx.Module):
         B, T, C = x.shape
         if self.fused_qkv and heads_first(self.impl):  # ModelOptions.fused_qkv: one transpose of the three
             q, k, v = jnp.transpose(self.c_attn(x).reshape(B, T, 3, self.heads, C // self.heads), (2, 0, 3, 1, 4))
-            y = attention(q, k, v, self.impl, layout_heads_first=True, is_causal=True)
+            y = attention(q, k, v, self.impl, layout_heads_first=True, seq_minor=self.seq_minor, is_causal=True)
             return self.c_proj(jnp.swapaxes(y, 1, 2).reshape(B, T, C))
         q, k, v = jnp.split(self.c_attn(x), 3, axis=2)
         q, k, v = (t.reshape(B, T, self.heads, C // self.heads) for t in (q, k, v))
-        y = attention(q, k, v, self.impl, is_causal=True)
+        y = attention(q, k, v, self.impl, seq_minor=self.seq_minor, is_causal=True)
         return self.c_proj(y.reshape(B, T, C))
 
 
@@ -67,9 +68,9 @@ class MLP(nnx.Module):
 
 class Block(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
-                 attention_impl: str = "default", fused_qkv: bool = False):
+                 attention_impl: str = "default", fused_qkv: bool = False, seq_minor: bool = False):
         self.ln_1 = LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
-        self.attn = CausalSelfAttention(cfg, rngs, dtype, attention_impl, fused_qkv)
+        self.attn = CausalSelfAttention(cfg, rngs, dtype, attention_impl, fused_qkv, seq_minor)
         self.ln_2 = LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
         self.mlp = MLP(cfg, rngs, dtype)
 
@@ -89,13 +90,14 @@ class GPT(nnx.Module):
         self.cfg = cfg
         self.opts = opts
         dtype = DTYPES[opts.compute_dtype]
+        block = (opts.attention_impl, opts.fused_qkv, opts.splash_seq_minor(written_heads_first=False))
         self.wte = nnx.Embed(cfg.vocab, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
         self.wpe = nnx.Embed(cfg.context, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
         if opts.scan_layers:  # one Block whose parameters carry a leading [layers] axis
             self.blocks = nnx.split_rngs(splits=cfg.layers)(nnx.vmap(
-                lambda r: Block(cfg, r, dtype, opts.attention_impl, opts.fused_qkv)))(rngs)
+                lambda r: Block(cfg, r, dtype, *block)))(rngs)
         else:
-            self.blocks = nnx.List([Block(cfg, rngs, dtype, opts.attention_impl, opts.fused_qkv)
+            self.blocks = nnx.List([Block(cfg, rngs, dtype, *block)
                                     for _ in range(cfg.layers)])
         self.ln_f = LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
 

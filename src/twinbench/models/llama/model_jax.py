@@ -60,9 +60,10 @@ def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 
 class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
-                 attention_impl: str = "default"):
+                 attention_impl: str = "default", seq_minor: bool = False):
         self.heads, self.kv_heads = cfg.heads, kv_heads(cfg)
         self.impl = attention_impl
+        self.seq_minor = seq_minor  # ModelOptions.splash_layout, resolved
         hd = cfg.d_model // cfg.heads
         self.q_proj = Linear(cfg.d_model, cfg.d_model, rngs, dtype)
         self.k_proj = Linear(cfg.d_model, self.kv_heads * hd, rngs, dtype)
@@ -81,7 +82,7 @@ class Attention(nnx.Module):
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         # grouped-query: each key/value head serves `heads // kv_heads` consecutive query heads (attention()
         # repeats them where the kernel does not take groups itself)
-        y = attention(q, k, v, self.impl, is_causal=True)
+        y = attention(q, k, v, self.impl, seq_minor=self.seq_minor, is_causal=True)
         return self.o_proj(y.reshape(B, T, C))
 
 
@@ -97,9 +98,9 @@ class MLP(nnx.Module):
 
 class Block(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
-                 attention_impl: str = "default"):
+                 attention_impl: str = "default", seq_minor: bool = False):
         self.input_layernorm = RMSNorm(cfg.d_model)
-        self.self_attn = Attention(cfg, rngs, dtype, attention_impl)
+        self.self_attn = Attention(cfg, rngs, dtype, attention_impl, seq_minor)
         self.post_attention_layernorm = RMSNorm(cfg.d_model)
         self.mlp = MLP(cfg, rngs, dtype)
 
@@ -120,11 +121,12 @@ class Llama(nnx.Module):
         self.opts = opts
         dtype = DTYPES[opts.compute_dtype]
         self.embed_tokens = nnx.Embed(cfg.vocab, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
+        block = (opts.attention_impl, opts.splash_seq_minor(written_heads_first=False))
         if opts.scan_layers:  # one Block whose parameters carry a leading [layers] axis
-            make = nnx.vmap(lambda r: Block(cfg, r, dtype, opts.attention_impl))
+            make = nnx.vmap(lambda r: Block(cfg, r, dtype, *block))
             self.layers = nnx.split_rngs(splits=cfg.layers)(make)(rngs)
         else:
-            self.layers = nnx.List([Block(cfg, rngs, dtype, opts.attention_impl) for _ in range(cfg.layers)])
+            self.layers = nnx.List([Block(cfg, rngs, dtype, *block) for _ in range(cfg.layers)])
         self.norm = RMSNorm(cfg.d_model)
         self.lm_head = Linear(cfg.d_model, cfg.vocab, rngs, dtype)
 
