@@ -16,11 +16,13 @@
 #   bert    bert-base 32 x 512: jit, hf (FlaxBert), torchax+fused-loss
 #   llama   llama-300m 8 x 1024: jit, torchax+fused-loss, torchax
 #   extra   bert-base: jit, torchax (torchax's own loss: 2 labels, expected level with +fused-loss)
-#   lever   (only when named) bert-base: jit against jit with --mask-impl cond (no mask, so no segment ids in the
-#           splash kernel, in a batch without padding, as these are; the mask decided per batch on the device).
-#           SIDES_lever=ours,jit+fused-qkv: q, k, v one full-width product, one transpose of the three for the
-#           kernel; compiled without the chip XLA estimated it slower on both GPT-2 and BERT-base
-#           (83.9 against 71.0 ms, 139.2 against 105.2; benchmarks/RESULTS.md)
+#   lever   (only when named) bert-base: jit against jit with --splash-layout head-dim-minor (the kernel's own
+#           layout, which `auto` replaced for BERT's heads-first projections: 110.1 against 107.2 ms back to back).
+#           SIDES_gpt=ours,ours@splash-layout=seq-minor (and for llama, or torchax@splash-layout=seq-minor): the
+#           A/B of the sequence-minor layout where q, k, v come through a transpose, not yet run on the chip.
+#           Measured slower on BERT-base (benchmarks/RESULTS.md): ours@mask-impl=cond (no segment ids, the mask
+#           chosen per batch on the device: 1.007x) and, compiled without the chip, jit+fused-qkv (XLA's estimate
+#           139.2 against 105.2 ms).
 # SIDES_<group> (e.g. SIDES_llama=ours,torchax+fused-loss): the sides of that group instead of the ones above; a twin
 #   side may carry spec options after @ (ours@mask-impl=cond), as benchmarks/jax_twin_vs_hf_flax.py says.
 # ROUNDS (default 3): runs per configuration, interleaved (round r runs every side, the order reversed every other
@@ -71,7 +73,7 @@ else
   ATTN=splash; STEPS=15; LIMIT=240
 fi
 declare -A SIDES=([gpt]=ours,torchax+fused-loss,torchax [bert]=ours,hf,torchax+fused-loss
-                  [llama]=ours,torchax+fused-loss,torchax [lever]=ours,ours@mask-impl=cond [extra]=ours,torchax)
+                  [llama]=ours,torchax+fused-loss,torchax [lever]=ours,ours@splash-layout=head-dim-minor [extra]=ours,torchax)
 
 {
   echo "# tpu_twins conditions"
