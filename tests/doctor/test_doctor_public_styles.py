@@ -73,9 +73,12 @@ def test_step_found_and_findings(results: dict, name: str) -> None:
     assert (report["step_fn"], report["step_signal"]) == (step_fn, signal), output
     assert report["steps"] == STEPS and report["stopped_early"], output  # --steps ended the loop
     got = {f["id"]: f["severity"] for f in report["findings"] if f["id"] not in MACHINE}
-    assert got == findings, output  # compile-dominates (info in a short run) may come or not
     assert all(f["severity"] == "info" for f in report["findings"] if f["id"] == "compile-dominates")
     busy = any(f["id"] == "cpu-oversubscribed" and f["severity"] == "warning" for f in report["findings"])
+    if busy:  # the doctor says its timings are unreliable then: a severity set by a measured cost may differ
+        assert set(got) == set(findings), output  # (a host read: 16% of a step under the suite's load, 0.2-0.3% idle)
+    else:
+        assert got == findings, output  # compile-dominates (info in a short run) may come or not
     assert code == (1 if busy else exit_code), output  # a machine busy with others' work warns too
 
 
