@@ -74,6 +74,8 @@ else
 fi
 declare -A SIDES=([gpt]=ours,torchax+fused-loss,torchax [bert]=ours,hf,torchax+fused-loss
                   [llama]=ours,torchax+fused-loss,torchax [lever]=ours,ours@splash-layout=head-dim-minor [extra]=ours,torchax)
+# the rehearsal has no splash kernel, so no --splash-layout: its lever runs a side with another spec option instead
+[[ $DRY -eq 1 ]] && SIDES[lever]=ours,ours@mask-impl=cond
 
 {
   echo "# tpu_twins conditions"
