@@ -364,14 +364,16 @@ def summary(rows: list[dict[str, Any]], sides: tuple[str, ...], args: argparse.N
 
 
 def main() -> None:
+    from twinbench import host_malloc, xla_flags
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("hf_python", help="python of a venv with transformers<5 (FlaxGPT2LMHeadModel, FlaxBert...)")
     ap.add_argument("--preset", default="small")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--xla-cpu-flags", default="tuned", choices=("tuned", "xla-default"))
-    ap.add_argument("--host-malloc", default="tuned", choices=("tuned", "system"),
+    ap.add_argument("--xla-cpu-flags", default="tuned", choices=xla_flags.CHOICES)
+    ap.add_argument("--host-malloc", default="tuned", choices=host_malloc.CHOICES,
                     help="glibc malloc tunables for both sides' processes, as twinbench's own runs have them")
     ap.add_argument("--out", type=Path, default=Path("runs/hf-flax"))
     ap.add_argument("--attention-impl", default="default", help="the twins' attention (default | chunked | splash)")
@@ -398,7 +400,6 @@ def main() -> None:
         child(args.child, json.loads(args.shape), args.steps, args.threads, args.trace)
         return
 
-    from twinbench import host_malloc, xla_flags
     from twinbench.spec import from_preset
 
     xla_flags.apply(args.xla_cpu_flags)  # into os.environ: both children inherit the same XLA_FLAGS

@@ -20,10 +20,11 @@ import time
 import jax
 import jax.numpy as jnp
 
-#: name -> BlockSizes keyword arguments (None: the block size the twins use for the sequence, ``splash_block``)
+#: name -> the BlockSizes keyword arguments it changes from the first's (every block the sequence's size,
+#: ``splash_block``; the fused backward kernel; the kernel's own head-dim-minor layout)
 VARIANTS: dict[str, dict] = {
-    "twin (all b, fused bwd)": {},
-    "separate dq / dkv kernels": {"use_fused_bwd_kernel": False, "block_q_dq": None, "block_kv_dq": None},
+    "blocks of the sequence's size, fused backward, head-dim-minor": {},
+    "separate dq / dkv kernels": {"use_fused_bwd_kernel": False},
     "kv compute 256": {"block_kv_compute": 256, "block_kv_dkv_compute": 256},
     "kv compute 128": {"block_kv_compute": 128, "block_kv_dkv_compute": 128},
     "q 256 (fwd), q 256 (dkv)": {"block_q": 256, "block_q_dkv": 256},
@@ -45,7 +46,7 @@ def sizes(splash, T: int, over: dict):
     b = splash_block(T)
     kw = dict(block_q=b, block_kv=b, block_kv_compute=b, block_q_dkv=b, block_kv_dkv=b, block_kv_dkv_compute=b,
               use_fused_bwd_kernel=True)
-    kw |= {k: v for k, v in over.items() if v is not None and k not in LAYOUTS}
+    kw |= {k: v for k, v in over.items() if k not in LAYOUTS}
     kw |= {k: splash.QKVLayout[over[k]] for k in LAYOUTS if k in over}
     if not kw["use_fused_bwd_kernel"]:
         kw |= {"block_q_dq": b, "block_kv_dq": b}

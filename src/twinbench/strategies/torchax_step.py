@@ -184,8 +184,9 @@ def attention_lowered_as(env: Any, impl: str, seq_minor: bool = False) -> Iterat
 
 
 def module_options(spec: RunSpec) -> ModelOptions:
-    """The torch module's own options: fp32 and no checkpointing (torchax applies ``+bf16`` and ``+remat``)."""
-    return ModelOptions(attention_impl=spec.attention_impl)
+    """The torch module's own options: fp32 and no checkpointing (torchax applies ``+bf16`` and ``+remat``); the
+    attention and the splash layout its SDPA is lowered to."""
+    return ModelOptions(attention_impl=spec.attention_impl, splash_layout=spec.splash_layout)
 
 
 class TorchaxModel:
@@ -200,7 +201,8 @@ class TorchaxModel:
 
         torchax = import_torchax()
         env = torchax.default_env()
-        self.module = self.family.torch_model(self.spec.model, module_options(self.spec))
+        opts = module_options(self.spec)
+        self.module = self.family.torch_model(self.spec.model, opts)
         self.family.torch_load(self.module, weights)
         self.module.train()
         wrapper = with_loss(self.module, self.family.torch_loss)
@@ -215,8 +217,8 @@ class TorchaxModel:
         bf16 = compute_dtype(self.spec) == "bf16"
         self.autocast = (lambda: torchax.amp.autocast("jax", torch.bfloat16, env)) if bf16 else contextlib.nullcontext
         self.buffers = buffers
-        seq_minor = ModelOptions(splash_layout=self.spec.splash_layout).splash_seq_minor(written_heads_first=False)
-        self.attention = lambda: attention_lowered_as(env, self.spec.attention_impl, seq_minor)
+        seq_minor = opts.splash_seq_minor(written_heads_first=False)  # torch's q, k, v come through a transpose
+        self.attention = lambda: attention_lowered_as(env, opts.attention_impl, seq_minor)
         self.loss_lowering = lambda: cross_entropy_lowered(env, self.spec.mods.fused_loss)
 
         def loss_of(params: dict[str, Any], x: Any, y: Any) -> Any:
