@@ -13,15 +13,20 @@ from twinbench import runner
 from twinbench.byo.plan import prepare_user, user_fields
 from twinbench.cli.common import (
     FRAMEWORK_OPTION,
+    OUTPUT_PANEL,
+    OWN_MODEL_PANEL,
     PRESET_OPTION,
+    RUN_PANEL,
     TIMEOUT_OPTION,
     TRACE_OPTION,
+    TRACES_PANEL,
     app,
     check_json,
     check_places,
     check_timeout,
     console,
     fail,
+    in_panel,
     out,
     ready_outputs,
     trace_top,
@@ -111,13 +116,16 @@ def advise(
     plan_steps: int = typer.Option(20000, help="steps of the training run you plan"),
     changes_per_day: int = typer.Option(0, help="model changes a day; each one costs a cold compile"),
     out_dir: Optional[Path] = typer.Option(  # noqa: UP045
-        None, "--out", help="results directory; default runs/advise-<timestamp>; runs already there are reused"),
+        None, "--out", help="results directory; default runs/advise-<timestamp>; runs already there are reused",
+        rich_help_panel=OUTPUT_PANEL),
     timeout: float = TIMEOUT_OPTION,
     trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
     model: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--model", help="your own PyTorch model, FILE.py:build, advised on instead of a twin (see compare --model)"),
+        None, "--model", help="your own PyTorch model, FILE.py:build, advised on instead of a twin (see compare --model)",
+        rich_help_panel=OWN_MODEL_PANEL),
     jax_model: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--jax-model", help="your own JAX port of --model, FILE.py:build_jax (strategy 'port')"),
+        None, "--jax-model", help="your own JAX port of --model, FILE.py:build_jax (strategy 'port')",
+        rich_help_panel=OWN_MODEL_PANEL),
     **overrides: Any,
 ) -> None:
     """Measure each framework's strategies here and say which framework to use for a planned run, and why."""
@@ -151,26 +159,38 @@ def advise(
 @app.command("explain")
 @with_spec_flags
 def explain_cmd(
-    run_a: str = typer.Argument(..., help="framework:strategy (run now), RESULTS_DIR:framework/strategy, or a "
-                                "trace file/directory (torch.profiler .json[.gz], JAX *.xplane.pb)"),
+    run_a: str = typer.Argument(..., help="a trace file/directory (torch.profiler .json[.gz], JAX *.xplane.pb or "
+                                "the folder jax.profiler wrote), framework:strategy (run now), or "
+                                "RESULTS_DIR:framework/strategy"),
     run_b: Optional[str] = typer.Argument(None, help="the run or trace compared with A, same forms"),  # noqa: UP045
-    preset: str = PRESET_OPTION,
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="results directory; default runs/<timestamp>"),  # noqa: UP045
     json_path: Optional[Path] = typer.Option(None, "--json", help="also write the explanation here"),  # noqa: UP045
     scopes: bool = typer.Option(False, "--scopes", help="expand phases by scope (block0.attn...) not category"),
-    timeout: float = TIMEOUT_OPTION,
-    model: Optional[str] = typer.Option(None, "--model", help="your own PyTorch model, FILE.py:build"),  # noqa: UP045
-    jax_model: Optional[str] = typer.Option(None, "--jax-model", help="its JAX port, FILE.py:build_jax"),  # noqa: UP045
-    step_marker: Optional[str] = typer.Option(None, "--step-marker", help="traces: the annotation that marks a step"),  # noqa: UP045
-    rank: Optional[int] = typer.Option(None, "--rank", help="traces: which rank's file (default the lowest)"),  # noqa: UP045
-    device: Optional[int] = typer.Option(None, "--device", help="traces: which device (default the first)"),  # noqa: UP045
-    hlo: Optional[str] = typer.Option(None, "--hlo", help="JAX traces: compiled HLO text (file or --xla_dump_to dir)"),  # noqa: UP045
+    step_marker: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--step-marker", help="the annotation that marks a step (default: ProfilerStep#N, your "
+        "StepTraceAnnotation or record_function names, else the repeating pattern)", rich_help_panel=TRACES_PANEL),
+    rank: Optional[int] = typer.Option(None, "--rank", help="which rank's file (default the lowest)",  # noqa: UP045
+                                       rich_help_panel=TRACES_PANEL),
+    device_index: Optional[int] = typer.Option(  # noqa: UP045
+        None, "--device-index", help="which device of the trace, counted from 0 (default the first)",
+        rich_help_panel=TRACES_PANEL),
+    device_alias: Optional[int] = typer.Option(None, "--device", hidden=True),  # noqa: UP045  (earlier spelling)
+    hlo: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--hlo", help="JAX traces: the compiled HLO text (a file, or the --xla_dump_to folder)",
+        rich_help_panel=TRACES_PANEL),
+    preset: str = in_panel(PRESET_OPTION, RUN_PANEL),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="results directory; default runs/<timestamp>",  # noqa: UP045
+                                           rich_help_panel=RUN_PANEL),
+    timeout: float = in_panel(TIMEOUT_OPTION, RUN_PANEL),
+    model: Optional[str] = typer.Option(None, "--model", help="your own PyTorch model, FILE.py:build",  # noqa: UP045
+                                        rich_help_panel=RUN_PANEL),
+    jax_model: Optional[str] = typer.Option(None, "--jax-model", help="its JAX port, FILE.py:build_jax",  # noqa: UP045
+                                            rich_help_panel=RUN_PANEL),
     try_flags: Optional[list[str]] = typer.Option(  # noqa: UP045
         None, "--try", help="run one side again with one option and show the rows that moved: 'B:--xla_...=V' "
-        "(an XLA flag), 'B:threads=1' (a spec option), 'A:env:NAME=V'; repeatable"),
+        "(an XLA flag), 'B:threads=1' (a spec option), 'A:env:NAME=V'; repeatable", rich_help_panel=RUN_PANEL),
     depths: Optional[str] = typer.Option(  # noqa: UP045
         None, "--depths", help="compile each JAX side's step at these layer counts (e.g. 2,4) and name the "
-        "compiled work that grows faster than the layer count"),
+        "compiled work that grows faster than the layer count", rich_help_panel=RUN_PANEL),
     **overrides: Any,
 ) -> None:
     """Where each run's (or trace's) step time goes (phases x op categories), and the gap between A and B."""
@@ -195,6 +215,7 @@ def explain_cmd(
             fail(str(e))
     try:
         if traces:
+            device = device_index if device_index is not None else device_alias
             result = command.explain_traces(run_a, run_b, expand, step_marker, rank, device, hlo)
         else:
             result = command.explain(run_a, run_b, preset, overrides, target, timeout, model, jax_model, expand,

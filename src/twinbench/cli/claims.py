@@ -12,6 +12,10 @@ import typer
 
 from twinbench.byo.plan import prepare_user, user_fields
 from twinbench.cli.common import (
+    MEASURE_PANEL,
+    OUTPUT_PANEL,
+    OWN_MODEL_PANEL,
+    PLAN_PANEL,
     TRACE_OPTION,
     app,
     console,
@@ -67,36 +71,41 @@ def claims(
     quick: bool = typer.Option(False, "--quick", help="fewer, shorter runs: the small presets on a CPU (under 15 "
                                "minutes on 2 cores); the seeds' sizes on a GPU/TPU, some experiments left out (under "
                                "20 minutes on one TPU v5e)"),
-    only: Optional[str] = typer.Option(None, help="comma-separated claim ids, e.g. C1,C7 (default: C1-C22)"),  # noqa: UP045
+    only: Optional[str] = typer.Option(None, help="comma-separated claim ids, e.g. C1,C7 (default: every claim)"),  # noqa: UP045
     preset: Optional[str] = typer.Option(  # noqa: UP045
         None, help="GPT preset of most runs (tiny, small, gpt2-124m, gpt-350m); the size claims also use the next "
                    "larger one; default: tiny with --quick, else small (a GPU/TPU: gpt2-124m, and llama-300m)"),
     out_dir: Optional[Path] = typer.Option(  # noqa: UP045
         None, "--out", help="results directory; default runs/claims-<timestamp>; runs and probes already there "
-                            "are reused"),
+                            "are reused", rich_help_panel=OUTPUT_PANEL),
     resume: Optional[Path] = typer.Option(  # noqa: UP045
         None, "--resume", help="continue an interrupted claims run in this results directory: its settings, its "
-                               "finished runs and probes kept, the rest run"),
+                               "finished runs and probes kept, the rest run", rich_help_panel=OUTPUT_PANEL),
     json_path: Optional[Path] = typer.Option(None, "--json", help="also write the list of verdicts (with --plan: "  # noqa: UP045
-                                             "the plan) here"),
-    plan_steps: int = typer.Option(20000, help="steps of a full training run (compile shares, break-even verdicts)"),
+                                             "the plan) here", rich_help_panel=OUTPUT_PANEL),
+    plan_steps: int = typer.Option(20000, help="steps of a full training run (compile shares, break-even verdicts)",
+                                   rich_help_panel=MEASURE_PANEL),
     repeats: Optional[int] = typer.Option(  # noqa: UP045
         None, help="runs of every timed configuration, interleaved; verdicts on the median, inconclusive when the "
-                   "repeats straddle a threshold (default: 3 on a CPU; 1 with --quick on a GPU/TPU, else 2)"),
-    timeout: float = typer.Option(900.0, help="seconds before one run or probe is stopped and marked failed"),
+                   "repeats straddle a threshold (default: 3 on a CPU; 1 with --quick on a GPU/TPU, else 2)",
+        rich_help_panel=MEASURE_PANEL),
+    timeout: float = typer.Option(900.0, help="seconds before one run or probe is stopped and marked failed",
+                                  rich_help_panel=MEASURE_PANEL),
     trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
     model: Optional[str] = typer.Option(  # noqa: UP045
         None, "--model", help="your own PyTorch model, FILE.py:build, in the claims whose experiment takes any model "
-        "(C6, C7, C8, C12); the others say why they need a twin"),
+        "(C6, C7, C8, C12); the others say why they need a twin", rich_help_panel=OWN_MODEL_PANEL),
     jax_model: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--jax-model", help="your own JAX port of --model (FILE.py:build_jax): the JAX side of those claims"),
+        None, "--jax-model", help="your own JAX port of --model (FILE.py:build_jax): the JAX side of those claims",
+        rich_help_panel=OWN_MODEL_PANEL),
     plan_only: bool = typer.Option(False, "--plan", help="run nothing: list each claim's runs (framework, strategy, "
-                                   "size, platform) and the device time predict expects of them"),
+                                   "size, platform) and the device time predict expects of them",
+                                   rich_help_panel=PLAN_PANEL),
     device: Optional[str] = typer.Option(  # noqa: UP045
         None, "--device", help="the device to plan for with --plan (tpu-v5e, h200, ...: predict's datasheets); "
-                               "default: this machine"),
+                               "default: this machine", rich_help_panel=PLAN_PANEL),
 ) -> None:
-    """Test each practitioner claim (C1-C22, docs/claims.md) here: what ran, the numbers, the verdict, its rule."""
+    """Test each practitioner claim (docs/claims.md) here: what ran, the numbers, the verdict, its rule."""
     from twinbench.claims import suite
     from twinbench.claims.core import GPT_LADDER, select, setup_for
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import os
@@ -161,23 +162,44 @@ def with_spec_flags(fn: Callable) -> Callable:
     return wrapper
 
 
+#: The panels of ``--help`` beside typer's own "Options" (printed first: what to run or read) and the run spec's:
+#: a reader meets the options of their question first and the rest grouped after it.
+OWN_MODEL_PANEL = "Your own model"
+MEASURE_PANEL = "Measurement"
+OUTPUT_PANEL = "Output"
+PLAN_PANEL = "Planning (runs nothing)"
+TRACES_PANEL = "Reading traces (TRACE [TRACE]: profiles you already have)"
+RUN_PANEL = "Running both sides now (framework:strategy, RESULTS_DIR:framework/strategy)"
+
+
+def in_panel(option: Any, panel: str) -> Any:
+    """A copy of a shared option declaration shown under another ``--help`` panel in one command."""
+    moved = copy.copy(option)
+    moved.rich_help_panel = panel
+    return moved
+
+
 #: ``--cache`` / ``--cache-dir`` for every command that runs specs: pass them through with_cache().
 CACHE_OPTION = typer.Option("cold", "--cache", help="compilation cache state to measure: cold (fresh empty caches), "
-                            "warm (a second process on a filled cache) or both (cold, then warm on the same cache)")
+                            "warm (a second process on a filled cache) or both (cold, then warm on the same cache)",
+                            rich_help_panel=MEASURE_PANEL)
 CACHE_DIR_OPTION = typer.Option(None, "--cache-dir", help="where compilation caches live (cold runs use fresh "
-                                "subdirectories, removed after); default ~/.cache/twinbench/compile")
+                                "subdirectories, removed after); default ~/.cache/twinbench/compile",
+                                rich_help_panel=MEASURE_PANEL)
 
 
 #: Options shared by every command that runs specs (compare, sweep, advise, claims).
 PRESET_OPTION = typer.Option("small", help=f"model/training preset: {', '.join(PRESETS)}")
 FRAMEWORK_OPTION = typer.Option("torch,jax", help="comma-separated: torch, jax")
-TIMEOUT_OPTION = typer.Option(900.0, help="seconds before one run is stopped and marked failed")
+TIMEOUT_OPTION = typer.Option(900.0, help="seconds before one run is stopped and marked failed",
+                              rich_help_panel=MEASURE_PANEL)
 
 
 #: ``--trace DIR`` for every command that runs specs (compare, sweep, claims): pass it through trace_top().
 TRACE_OPTION = typer.Option(
     None, "--trace", help="also record a few steady-state steps of each run with the framework's profiler "
-                          "(after the measured steps, which stay unaffected) into this directory")
+                          "(after the measured steps, which stay unaffected) into this directory",
+    rich_help_panel=MEASURE_PANEL)
 
 
 def trace_top(trace: Path | None) -> dict[str, Any]:

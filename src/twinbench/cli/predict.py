@@ -21,6 +21,7 @@ from twinbench.cli.common import (
 )
 from twinbench.config import SpecError
 from twinbench.plan import build_specs
+from twinbench.predict.datasheets import DATASHEETS
 
 
 @app.command("predict")
@@ -30,8 +31,8 @@ def predict_cmd(
     strategies: str = typer.Option("jax:jit+bf16", help="comma-separated strategy names (framework:name to pick "
                                    "one), as compare takes them"),
     framework: str = typer.Option("torch,jax", help="comma-separated: torch, jax"),
-    device: str = typer.Option(..., "--device", help="tpu-v4, tpu-v5e, tpu-v5p, tpu-v6e, a100, h100, h200, mi300x, "
-                               "or here (this machine's CPU)"),
+    device: str = typer.Option(..., "--device", help=f"the device to predict for: {', '.join(DATASHEETS)}, or "
+                               "here (this machine's CPU)"),
     calibrate: Optional[Path] = typer.Option(None, "--calibrate", help="your measured twinbench results.jsonl: "  # noqa: UP045
                                              "fit the predictions of its kinds (platform x framework) to it"),
     model: Optional[str] = typer.Option(None, "--model", help="your own PyTorch model, FILE.py:build (as compare)"),  # noqa: UP045

@@ -14,6 +14,9 @@ from twinbench.cli.common import (
     CACHE_DIR_OPTION,
     CACHE_OPTION,
     FRAMEWORK_OPTION,
+    MEASURE_PANEL,
+    OUTPUT_PANEL,
+    OWN_MODEL_PANEL,
     PRESET_OPTION,
     TIMEOUT_OPTION,
     TRACE_OPTION,
@@ -43,33 +46,43 @@ def compare(
     strategies: Optional[str] = typer.Option(  # noqa: UP045
         None, help="comma-separated strategy names (framework:name to pick one), or 'all'; "
                    "default: the representative set (see `twinbench strategies`)"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="results directory; default runs/<timestamp>"),  # noqa: UP045
-    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the list of records here"),  # noqa: UP045
-    resume: Optional[Path] = typer.Option(None, help="continue an interrupted compare in this directory"),  # noqa: UP045
-    show_sharding: bool = typer.Option(False, "--show-sharding",
-                                       help="print where the batch, parameters and optimizer state live"),
-    timeout: float = TIMEOUT_OPTION,
-    plan_steps: int = typer.Option(1000, help="steps of the planned run whose total wall time is shown"),
-    trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
-    explain: bool = typer.Option(False, "--explain", help="also break each run's step into phases and op "
-                                 "categories (traced and timed after the measured steps; see docs/explain.md)"),
-    cache: str = CACHE_OPTION,
-    cache_dir: Optional[Path] = CACHE_DIR_OPTION,  # noqa: UP045
     model: Optional[str] = typer.Option(  # noqa: UP045
         None, "--model", help="your own PyTorch model, FILE.py:build: build(cfg) returns a twinbench.byo.UserModel "
         "(module, loss_fn, batch); runs under torch eager/compile/compile-regional (+remat, +bf16), ddp/fsdp "
-        "on several devices, and JAX via torchax (also torchax-mesh-dp/-fsdp) (see docs/own-model.md)"),
+        "on several devices, and JAX via torchax (also torchax-mesh-dp/-fsdp) (see docs/own-model.md)",
+        rich_help_panel=OWN_MODEL_PANEL),
     jax_model: Optional[str] = typer.Option(  # noqa: UP045
         None, "--jax-model", help="your own JAX port of --model, FILE.py:build_jax returning a "
-        "twinbench.byo.JaxUserModel (loss_fn, to_jax): parity-checked, then measured as strategy 'port'"),
+        "twinbench.byo.JaxUserModel (loss_fn, to_jax): parity-checked, then measured as strategy 'port'",
+        rich_help_panel=OWN_MODEL_PANEL),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="results directory; default runs/<timestamp>",  # noqa: UP045
+                                           rich_help_panel=OUTPUT_PANEL),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the list of records here",  # noqa: UP045
+                                             rich_help_panel=OUTPUT_PANEL),
+    resume: Optional[Path] = typer.Option(None, help="continue an interrupted compare in this directory",  # noqa: UP045
+                                          rich_help_panel=OUTPUT_PANEL),
+    show_sharding: bool = typer.Option(False, "--show-sharding", rich_help_panel=OUTPUT_PANEL,
+                                       help="print where the batch, parameters and optimizer state live"),
+    timeout: float = TIMEOUT_OPTION,
+    plan_steps: int = typer.Option(1000, help="steps of the planned run whose total wall time is shown",
+                                   rich_help_panel=OUTPUT_PANEL),
+    trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
+    explain: bool = typer.Option(False, "--explain", help="also break each run's step into phases and op "
+                                 "categories (traced and timed after the measured steps; see docs/explain.md)",
+                                 rich_help_panel=MEASURE_PANEL),
+    cache: str = CACHE_OPTION,
+    cache_dir: Optional[Path] = CACHE_DIR_OPTION,  # noqa: UP045
     repeats: int = typer.Option(1, help="run every configuration N times, interleaved (A B, A B, ...), each a "
-                                        "fresh process: the repeats `twinbench diff` needs to tell code from drift"),
+                                        "fresh process: the repeats `twinbench diff` needs to tell code from drift",
+                                rich_help_panel=MEASURE_PANEL),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="with --resume: run again the runs whose "
-                                      "record says failed (the new record replaces the failed one in the reports)"),
+                                      "record says failed (the new record replaces the failed one in the reports)",
+                                      rich_help_panel=OUTPUT_PANEL),
     allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help="with --jax-model: exit 0 even when the "
-                                        "port fails its parity check against the torch model (default: exit 1)"),
+                                        "port fails its parity check against the torch model (default: exit 1)",
+                                        rich_help_panel=OWN_MODEL_PANEL),
     wide: bool = typer.Option(False, "--wide", help="print tables at their full width (default: fit the terminal, "
-                              "or 100 columns when the output is not a terminal)"),
+                              "or 100 columns when the output is not a terminal)", rich_help_panel=OUTPUT_PANEL),
     **overrides: Any,
 ) -> None:
     """Train the same model with each framework and strategy, one fresh process per run, and compare."""
@@ -129,18 +142,24 @@ def sweep(
     framework: str = FRAMEWORK_OPTION,
     strategies: Optional[str] = typer.Option(  # noqa: UP045
         None, help="comma-separated strategy names, or 'all'; the same at every point"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="results directory; default runs/sweep-<timestamp>"),  # noqa: UP045
-    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the list of records here"),  # noqa: UP045
-    resume: Optional[Path] = typer.Option(None, help="continue an interrupted sweep in this directory"),  # noqa: UP045
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="results directory; default runs/sweep-<timestamp>",  # noqa: UP045
+                                           rich_help_panel=OUTPUT_PANEL),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the list of records here",  # noqa: UP045
+                                             rich_help_panel=OUTPUT_PANEL),
+    resume: Optional[Path] = typer.Option(None, help="continue an interrupted sweep in this directory",  # noqa: UP045
+                                          rich_help_panel=OUTPUT_PANEL),
     timeout: float = TIMEOUT_OPTION,
-    plan_steps: int = typer.Option(1000, help="steps of the planned run whose total wall time is shown"),
+    plan_steps: int = typer.Option(1000, help="steps of the planned run whose total wall time is shown",
+                                   rich_help_panel=OUTPUT_PANEL),
     trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
     cache: str = CACHE_OPTION,
     cache_dir: Optional[Path] = CACHE_DIR_OPTION,  # noqa: UP045
     model: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--model", help="your own PyTorch model, FILE.py:build, swept instead of a twin (see compare --model)"),
-    retry_failed: bool = typer.Option(False, "--retry-failed", help="with --resume: run the failed runs again"),
-    wide: bool = typer.Option(False, "--wide", help="print tables at their full width"),
+        None, "--model", help="your own PyTorch model, FILE.py:build, swept instead of a twin (see compare --model)",
+        rich_help_panel=OWN_MODEL_PANEL),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="with --resume: run the failed runs again",
+                                      rich_help_panel=OUTPUT_PANEL),
+    wide: bool = typer.Option(False, "--wide", help="print tables at their full width", rich_help_panel=OUTPUT_PANEL),
     **overrides: Any,
 ) -> None:
     """Run compare at every point of a grid (same strategies), into one results file and one table."""
