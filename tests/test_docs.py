@@ -4,10 +4,12 @@ record field is documented, and no text speaks of internal work items or files o
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
+import typer
 
 from twinbench.cli import app
 from twinbench.record import Record
@@ -96,3 +98,126 @@ def test_every_repository_path_the_readme_and_the_layout_name_exists():
             if not (ROOT / path).exists() and not (any(c in path for c in "*?[") and list(ROOT.glob(path))):
                 missing.append(f"{page.relative_to(ROOT)}: {path}")
     assert missing == []
+
+
+def _code_commands(text: str) -> list[tuple[int, str]]:
+    """(line number, command) of every ``twinbench ...`` line in a code block (fenced, or indented four spaces)
+    of a Markdown page, continuation lines (``\\``) joined; a ``$ `` prompt, a path to the executable and a
+    ``time`` in front are allowed."""
+    lines, found, fenced, i = text.splitlines(), [], False, 0
+    while i < len(lines):
+        line = lines[i]
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif (fenced or line.startswith("    ")) and re.match(
+                r"(\$\s+)?(\S*/)?(time\s+(-v\s+)?)?(\S*/)?twinbench\s", line.strip()):
+            start, command = i, line.strip()
+            while command.endswith("\\") and i + 1 < len(lines):
+                i += 1
+                command = command[:-1] + " " + lines[i].strip()
+            found.append((start + 1, command))
+        i += 1
+    return found
+
+
+def test_the_command_finder_sees_blocks_prompts_and_continuations():
+    text = ("```bash\ntwinbench compare --preset tiny  # a comment\n$ twinbench diff a b \\\n  --fail-above 5\n```\n"
+            "prose naming twinbench compare, not code\n\n    /usr/bin/time -v .venv/bin/twinbench claims --quick\n")
+    assert _code_commands(text) == [(2, "twinbench compare --preset tiny  # a comment"),
+                                    (3, "$ twinbench diff a b  --fail-above 5"),
+                                    (8, "/usr/bin/time -v .venv/bin/twinbench claims --quick")]
+
+
+def _parse(command: str) -> str:
+    """"" when ``command`` parses against the CLI (its command exists, every option is one of it and takes the
+    value given, nothing required is missing), else the parser's message. Nothing runs: click's own parser."""
+    tokens = shlex.split(command.removeprefix("$ "), comments=True)
+    args = tokens[next(k for k, t in enumerate(tokens) if t.rsplit("/", 1)[-1] == "twinbench") + 1:]
+    group = typer.main.get_command(app)
+    if not args or args[0] not in group.commands:
+        return f"no command {args[:1]}"
+    try:
+        group.commands[args[0]].make_context(args[0], args[1:])
+    except Exception as e:  # click's UsageError, BadParameter, MissingParameter: what a user would be told
+        message = e.format_message() if hasattr(e, "format_message") else ""
+        return message or f"{type(e).__name__} {e}"
+    return ""
+
+
+def test_the_parser_check_catches_what_a_user_would_be_told():
+    assert _parse("twinbench compare --preset tiny --strategies eager,jit --layers 2") == ""
+    assert "No such option" in _parse("twinbench compare --no-such-flag")
+    assert "--device" in _parse("twinbench predict --preset tiny")  # a required option left out
+    assert "valid integer" in _parse("twinbench compare --layers two")
+    assert _parse("twinbench frobnicate") == "no command ['frobnicate']"
+
+
+@pytest.mark.parametrize("page", PAGES[:-1], ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_documented_command_parses(page):
+    """Every ``twinbench ...`` line of a code block in README.md and docs/ is a command the CLI accepts as
+    written: a user who copies it gets a run, not a usage error."""
+    bad = [f"{page.name}:{n}: {cmd[:90]} -> {why}" for n, cmd in _code_commands(page.read_text())
+           if (why := _parse(cmd))]
+    assert bad == []
+
+
+def test_every_count_of_the_claims_is_the_registrys():
+    """"C1-CN" (and "all N verdicts") in the README, the docs and the CLI's help say as many claims as the
+    registry holds; a range of claims other than all of them is one of the registry's groups."""
+    from itertools import groupby
+
+    from twinbench.claims.core import load_all
+
+    claims = load_all()
+    n = len(claims)
+    ids = [int(c[1:]) for c in claims]
+    groups = {(min(g), max(g)) for _, g in ((k, [int(c.id[1:]) for c in v])
+                                            for k, v in groupby(claims.values(), key=lambda c: c.runs.__module__))}
+    assert ids == list(range(1, n + 1)) and len(groups) > 1
+    texts = {p.relative_to(ROOT): p.read_text() for p in PAGES[:-1]}
+    texts.update({p.relative_to(ROOT): p.read_text() for p in (ROOT / "src" / "twinbench" / "cli").glob("*.py")})
+    wrong = [f"{name}: {m.group(0)}" for name, text in texts.items()
+             for m in re.finditer(r"\bC1\s*(?:-|–|\.\.)\s*C(\d+)\b|\ball (\d+) (?:verdicts|claims)\b", text)
+             if (m.group(1) and int(m.group(1)) != n and (1, int(m.group(1))) not in groups)
+             or (m.group(2) and int(m.group(2)) != n)]
+    assert wrong == []
+
+
+def test_the_presets_table_is_the_registry():
+    """docs/getting-started.md's table of presets has one row per registered preset, with its shape."""
+    from twinbench.spec import PRESETS
+
+    doc = (ROOT / "docs" / "getting-started.md").read_text()
+    rows = re.findall(r"^\| `([\w.-]+)` \| (\w+) \| (\d+) \| (\d+) \| (\d+) \| ([\d,]+) \| (\d+) x (\d+) \|", doc, re.M)
+    table = {r[0]: (r[1], *(int(v.replace(",", "")) for v in r[2:])) for r in rows}
+    registry = {name: (m.family, m.layers, m.d_model, m.heads, m.vocab, t.batch, t.seq)
+                for name, (m, t) in PRESETS.items()}
+    assert table == registry
+
+
+def test_device_names_a_device_in_every_command():
+    """``--device NAME`` is a device to plan or predict for wherever it is shown; ``--devices N`` a count; explain's
+    index into a trace's devices is ``--device-index`` (its earlier spelling ``--device`` still parses, hidden)."""
+    group = typer.main.get_command(app)
+    shown = {name: {o for p in cmd.params if not p.hidden for o in p.opts if o.startswith("--device")}
+             for name, cmd in group.commands.items()}
+    assert set().union(*shown.values()) == {"--device", "--devices", "--device-index"}, shown
+    assert [c for c, opts in shown.items() if "--device-index" in opts] == ["explain"]
+    for command in (c for c, opts in shown.items() if "--device" in opts):  # a name, as predict's datasheets
+        assert _parse(f"twinbench {command} --device h200") == "", command
+    assert "integer" in _parse("twinbench compare --devices h200")
+    ctx = group.commands["explain"].make_context("explain", ["rank0.json.gz", "--device", "1"])
+    assert ctx.params["device_alias"] == 1 and ctx.params["device_index"] is None
+
+
+def test_the_strategies_named_in_the_docs_are_the_registrys():
+    """docs/comparing.md names every registered strategy and modifier (own-model.md the ones only a user's model
+    runs), and every `+modifier` the docs name is registered."""
+    from twinbench.strategies.registry import MODIFIERS, REGISTRY, USER_ONLY
+
+    comparing = (ROOT / "docs" / "comparing.md").read_text()
+    own = (ROOT / "docs" / "own-model.md").read_text()
+    assert [n for (_, n) in REGISTRY if f"`{n}" not in (own if n in USER_ONLY else comparing)] == []
+    assert [m for m in MODIFIERS if f"+{m}" not in comparing] == []
+    named = {m for page in PAGES[:-1] for m in re.findall(r"`[\w:-]*\+([a-z][\w-]*)", page.read_text())}
+    assert sorted(named - set(MODIFIERS)) == []
