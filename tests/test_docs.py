@@ -221,3 +221,18 @@ def test_the_strategies_named_in_the_docs_are_the_registrys():
     assert [m for m in MODIFIERS if f"+{m}" not in comparing] == []
     named = {m for page in PAGES[:-1] for m in re.findall(r"`[\w:-]*\+([a-z][\w-]*)", page.read_text())}
     assert sorted(named - set(MODIFIERS)) == []
+
+
+def test_the_readme_answers_the_three_questions_on_its_first_screen():
+    """README.md is at most 150 lines, and its first 60 hold the set-up (make demo, make test: what CI runs) and a
+    command for each question users come with: a slower port (doctor --trace on both scripts, then explain), the
+    other framework's speed for their model (compare --model/--jax-model, predict), the claims (claims)."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 150
+    first = "\n".join(lines[:60])
+    commands = [c for _, c in _code_commands(first)]
+    for needed in (r"^make demo\b", r"^make test\b", r"twinbench doctor .*--trace", r"twinbench explain \S+ \S+",
+                   r"twinbench compare .*--model .*--jax-model", r"twinbench predict .*--device",
+                   r"twinbench claims"):
+        assert re.search(needed, "\n".join([first, *commands]), re.M), needed  # commands: continuations joined
+    assert [c for c in commands if _parse(c)] == []
