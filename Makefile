@@ -47,15 +47,18 @@ demo: $(STAMP)
 # Both print the suite's CPU seconds at the end (user + sys of pytest and every process it waited for: tests/tiers.py).
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # the quick tier: -m "not heavy" (a test that starts a Python process fails there, saying where to move it)
 check: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not heavy"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

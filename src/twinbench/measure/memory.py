@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from twinbench.config import USER_FAMILY
 from twinbench.measure import platforms
 from twinbench.measure.memory_readings import (  # what is measured; re-exported: callers import them from here
     TORCH_CATEGORIES,
@@ -196,9 +197,7 @@ def jax_upper_bound(spec: Any, n_params: int) -> int:
     tokens = t.batch * t.seq  # scan-steps keeps one step's activations at a time (its stacked inputs are small)
     attention = m.layers * t.batch * m.heads * t.seq * t.seq * 4 * 4
     bound = 2 * (torch_estimate(n_params * 4, m.layers, tokens, m.d_model, m.vocab, 4) + attention)
-    from twinbench.spec import USER
-
-    return USER_BOUND_FACTOR * bound if m.family == USER else bound  # a twin: its shapes are known
+    return USER_BOUND_FACTOR * bound if m.family == USER_FAMILY else bound  # a twin: its shapes are known
 
 
 def jax_breakdown(peak_bytes: int, peak_source: str, runtime_bytes: int, params: Any, opt_state: Any,
@@ -353,9 +352,7 @@ def preflight(spec: Any, trainer: Any, batch: tuple[Any, Any], platform: str, n_
         if not flight.fits:  # what would fit: the step's needs beyond the state grow with the batch
             flight.advice = advice(spec, flight.estimate_bytes, 0, avail, platform)
         return flight
-    from twinbench.spec import USER
-
-    if spec.model.family == USER:  # a user's model: its insides are unknown
+    if spec.model.family == USER_FAMILY:  # a user's model: its insides are unknown
         return None
     import torch
 

@@ -35,8 +35,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from twinbench import xla_flags
 from twinbench.machine import HIGH_LOAD, LOAD_ENV, MAX_SPREAD
-from twinbench.measure import platforms
+from twinbench.measure import device, platforms
 from twinbench.measure.peak_cache import (  # the cache; re-exported: callers import them from here
     FORMAT,
     Peak,
@@ -290,10 +291,8 @@ def measure(framework: str, platform: str, device_name: str, dtype: str, threads
     On a busy machine (``load_per_core`` above ``HIGH_LOAD``) one attempt is made: its figure is not trusted
     whatever its spread, and is measured again once the machine is quiet (:func:`lookup`).
     """
-    from twinbench.measure.device import other_device_processes
-
     versions = framework_versions(framework)
-    others = other_device_processes(platform)  # before and after: a job that used the GPU meanwhile shows
+    others = device.other_device_processes(platform)  # before and after: a job that used the GPU meanwhile shows
     best: Peak | None = None
     sizes: tuple[int, ...] | None = None
     tried: list[int] = []
@@ -316,7 +315,7 @@ def measure(framework: str, platform: str, device_name: str, dtype: str, threads
         assert best is not None
         best.method["attempts"] = attempts
         peak = best
-    others = max(others, other_device_processes(platform))
+    others = max(others, device.other_device_processes(platform))
     if others:
         peak.method["other_device_processes"] = others
     return peak
@@ -365,9 +364,6 @@ def main(argv: list[str]) -> int:
     if threads and threads < len(cpus):
         cpus = cpus[:threads]
         os.sched_setaffinity(0, cpus)  # XLA and torch both size their thread pools from the affinity mask
-    from twinbench import xla_flags
-    from twinbench.measure import device
-
     xla_flags.apply("tuned")  # the XLA flags a default run uses (part of a JAX peak's key), before jax loads
     if framework == "torch":
         import torch
