@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from twinbench import compile_cache, distributed, xla_flags
+from twinbench import backends, compile_cache, distributed, xla_flags
 from twinbench.config import SpecError
 from twinbench.data import pipeline, tasks
 from twinbench.errors import error_line
 from twinbench.lifeline import watch_parent
-from twinbench.measure import compiles, device, memory, metrics, peak, platforms
+from twinbench.measure import device, memory, metrics, peak, platforms
 from twinbench.measure.clock import per_step, time_steps, time_window
 from twinbench.measure.inputs import InputWaits
 from twinbench.measure.interference import Meter
@@ -113,17 +113,15 @@ def _know(**fields: Any) -> None:
 
 def setup(spec: RunSpec, threads: int) -> Setup:
     """Threads, the distributed runtime, fp32 matmul precision, the device, the compile monitor."""
-    if spec.framework == "torch":
-        import torch
-
-        torch.set_num_threads(threads)
+    backend = backends.get(spec.framework)
+    backend.set_threads(threads)
     distributed.initialize(spec)  # jax.distributed / the torchrun process group: before any device query
     platform, device_name, device_count = device.describe(spec.framework)
-    if spec.attention_impl == "splash" and spec.framework == "jax" and platform != "tpu":
+    if backend.attention_impl(spec.attention_impl) == "splash" and platform != "tpu":
         # Pallas's interpreter would run it off a TPU: the right maths, but nothing worth measuring
         raise SpecError(f"--attention-impl splash is a TPU kernel; this run's JAX platform is {platform}")
     matmul_precision = device.set_fp32_matmul(spec.framework, platform=platform, precision=spec.train.precision)  # in the platform's words
-    return Setup(threads, matmul_precision, platform, device_name, device_count, compiles.monitor(spec.framework))
+    return Setup(threads, matmul_precision, platform, device_name, device_count, backend.compile_monitor())
 
 def build(spec: RunSpec) -> Built:
     """The family's initial (or ``--init-from``) weights, the strategy's trainer on them, the run's data."""
@@ -241,13 +239,12 @@ def execute(spec: RunSpec, threads: int) -> Record:
         compile_cache_hits=cache_hits, steps_per_call=b.steps_per_call,
         loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
         wall_s=timing.wall_s, matmul_precision=env.matmul_precision, versions=device.versions(fw),
-        xla_flags=os.environ.get("XLA_FLAGS", "") if fw == "jax" else None, attention_kernel=attention,
+        attention_kernel=attention, **backends.get(fw).record_fields(spec.attention_impl),
         **timing.os_usage, glibc_tunables=os.environ.get("GLIBC_TUNABLES"),
         **saved, **(traced := _trace(spec, b.trainer, b.run_data.batches)),
         **_explain(spec, b.trainer, b.run_data.batches, traced), **tp, **loop.tokens,
         **loop.inputs, compiles_in_loop=loop.compiles_in_loop, accuracy_first=loop.accuracy_first,
-        accuracy_last=accuracy_last, memory_breakdown=mem,
-        attention_impl=spec.attention_impl if fw == "jax" else "default")  # the torch twin reads no option
+        accuracy_last=accuracy_last, memory_breakdown=mem)
 
 
 def _async_window(spec: RunSpec, env: Setup, b: Built, loop: Loop) -> float | None:
@@ -310,11 +307,7 @@ def _trace(spec: RunSpec, trainer: object, host_batches: list) -> dict[str, str 
     if not spec.trace_dir:
         return {}
     out = Path(spec.trace_dir) / f"{spec.framework}-{spec.strategy}-{spec.run_id()}"
-    rank = int(os.environ.get("RANK", "0"))  # torchrun: every rank steps (collectives), each its own trace
-    if spec.framework == "jax" and spec.num_processes > 1:
-        import jax
-
-        rank = jax.process_index()
+    rank = backends.get(spec.framework).process_index(spec.num_processes)  # every rank traces its own steps
     if rank or int(os.environ.get("WORLD_SIZE", "1")) > 1 or spec.num_processes > 1:
         out = out / f"rank{rank}"
     try:
