@@ -27,6 +27,7 @@ __all__ = ["ALLOCATOR_PEAK", "ATTENTION_LABELS", "CPU_VENDORS", "ISA_FLAGS", "PR
            "own_gpus", "peak_memory_bytes", "platform_name", "set_fp32_matmul", "torch_device",
            "torch_precision_api", "versions", "visible_gpu_ids"]
 
+
 def platform_name(platform: str | None) -> str | None:
     """The platform as records name it: ``"cuda"`` (torch) and ``"gpu"`` (JAX) are both ``"gpu"``; records of
     an older twinbench that say ``"cuda"`` compare equal to JAX's ``"gpu"`` through this."""
