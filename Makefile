@@ -1,5 +1,6 @@
-# On a fresh clone: `make demo` (runs twinbench compare), `make test` (ruff and the whole test suite, what CI runs) and
-# `make check` (ruff and the quick tier: the tests that start no process, ~95 CPU-seconds; tests/tiers.py).
+# On a fresh clone: `make demo` (runs twinbench compare), `make test` (ruff, the import contracts of docs/layout.md
+# and the whole test suite, what CI runs) and `make check` (ruff, the import contracts and the quick tier: the tests
+# that start no process; tests/tiers.py).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -16,10 +17,10 @@ EXTRAS      := $(if $(GPU),test$(,)cuda,test)
 
 install: $(STAMP)
 
-# --no-compile: pip byte-compiles none of the ~14,000 .py files it installs (~40 s of one core: 3 ms a file; torch and
-# transformers are 5,200 of them); Python compiles the modules a run imports on first use and keeps them in the venv.
-# pip >= 25 first: a venv starts with the Python's own pip (23.2 here), whose resolver took 55% of the install
-# evaluating every file of the package indexes' pages (py-spy); pip 25-26 install the same set in 30-33 s, not 47.
+# --no-compile: pip byte-compiles none of the .py files it installs (tens of thousands with torch and transformers,
+# most never imported); Python compiles the modules a run imports on first use and keeps them in the venv.
+# pip >= 25 first: a venv starts with the Python's own pip, whose older resolver evaluates every file listed on the
+# package indexes' pages, a large share of the install; a current pip resolves the same set faster.
 # Since 24, pip warns once per package that an extra index of the machine's pip configuration does not hold
 # ("Location '...' is ignored: it is neither a file nor a directory"): those lines only are left out.
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
@@ -36,7 +37,7 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 
 # Python keeps the bytecode of what it imports (__pycache__, ignored by git) even where the environment says
 # PYTHONDONTWRITEBYTECODE: otherwise every process twinbench and the tests start (a worker per run) compiles
-# torch's, JAX's and its own modules from source again, ~5 s of a tiny run's 12 on a 2-core machine.
+# torch's, JAX's and its own modules from source again, a large share of a tiny run.
 demo test check: export PYTHONDONTWRITEBYTECODE=
 
 demo: $(STAMP)
@@ -47,15 +48,18 @@ demo: $(STAMP)
 # Both print the suite's CPU seconds at the end (user + sys of pytest and every process it waited for: tests/tiers.py).
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # the quick tier: -m "not heavy" (a test that starts a Python process fails there, saying where to move it)
 check: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not heavy"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -1,25 +1,25 @@
 """The host allocator of a run: twinbench's measured glibc ``malloc`` settings, merged with the user's
 ``GLIBC_TUNABLES``.
 
-XLA:CPU takes a step's temporary buffers (134 MB on the ``small`` preset) from ``malloc`` at every execution
-and frees them after it. glibc hands memory that large back to the kernel on ``free`` (from the worker thread's
-arena, or its own ``mmap``), so the next step faults every page in again, 4 KiB at a time, and the kernel zeroes
-each one: on this project's 2-core CPU a third of the JAX step (110 -> 73 ms with huge pages; torch's eager step,
-whose tensors glibc reuses, did not move; benchmarks/RESULTS.md, "Where a third of JAX's CPU step went"). The
-settings:
+XLA:CPU takes a step's temporary buffers (a hundred megabytes and more on the ``small`` preset) from ``malloc``
+at every execution and frees them after it. glibc hands memory that large back to the kernel on ``free`` (from
+the worker thread's arena, or its own ``mmap``), so the next step faults every page in again, one base page at a
+time, and the kernel zeroes each one: a large share of the JAX step, which huge pages take back (torch's eager
+step, whose tensors glibc reuses, does not move; benchmarks/RESULTS.md, "Where a third of JAX's CPU step went").
+The settings:
 
 - ``glibc.malloc.hugetlb=1``: glibc asks for transparent huge pages on the memory it maps (``madvise``), so a
   step faults 2 MiB pages, 512 times fewer; it needs the kernel's THP in ``madvise`` or ``always`` mode;
 - one arena, no ``mmap`` and no trimming (``arena_max=1``, ``mmap_max=0``, a trim threshold of 4 GiB), so freed
   buffers stay in the process and are reused: no faults at all after the first steps, but the process keeps what
-  it ever held: jax/jit's peak memory on ``small`` went from 606 to 1,088 MiB with it (torch's did not move), which
+  it ever held: jax/jit's peak memory grows by most of a step's temporaries with it (torch's does not move), which
   would make every memory comparison of the two frameworks on a CPU a comparison of allocators.
 
 ``tuned`` (the default) gives every worker, of both frameworks alike, huge pages where the kernel has them, and
 only where it has none (and the run is on the CPU) the freed-memory settings, whose memory cost is then the price
 of not faulting; ``system`` keeps glibc's own. With huge pages alone the naive port (many small programs a step)
-still faults about 4,300 pages a step (16-20% of its CPU time in the kernel; 13% of its step in two rounds, with the
-freed-memory settings added); jax/jit, 700-800 (9-11%).
+still faults thousands of pages a step, a sizeable share of its CPU time in the kernel (which the freed-memory
+settings take back); jax/jit far fewer (benchmarks/RESULTS.md, "Where a third of JAX's CPU step went").
 
 The variable must be in a process's environment when it starts, so the runner sets it for each worker (and
 torchrun's ranks inherit it). A tunable the user already sets in ``GLIBC_TUNABLES`` is never overridden; elsewhere

@@ -27,7 +27,7 @@ class LoadMeter:
     """The machine's load when a run starts, and how much of it twinbench's own ended runs still make.
 
     Linux's 1-minute load average is an exponentially damped average (time constant 60 s) of the runnable
-    tasks, so a run that just used both cores of a 2-core machine leaves ~1 in it for the next minute: on
+    tasks, so a run that just used every core leaves a good part of that in it for the next minute: on
     its own, the next run (of this command, or of the next command of a script) would be flagged as run on
     a busy machine although nothing else runs. So each ended run's average number of runnable tasks is
     remembered with when it ran, in this process and in ``recent_runs.jsonl`` of twinbench's cache

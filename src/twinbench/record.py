@@ -20,6 +20,9 @@ from twinbench.measure.device import host_cpu
 from twinbench.measure.interference import busy_warning
 from twinbench.spec import RunSpec
 
+#: The version of the record's fields (``schema_version``): raised when a field changes its meaning or type, so a
+#: reader can tell which fields a record may carry; docs/record.schema.json is the schema of this version.
+SCHEMA_VERSION = 1
 #: Record warnings about the conditions of a measurement start with one of these (the others are sharding's).
 CONDITION_WARNINGS = ("machine busy:", "matmul peak:", "device shared:")
 
@@ -155,6 +158,8 @@ class Record:
     # the machine: the host's CPU model and instruction set (the same comparison differs by machine; on a GPU
     # the host still feeds the device), measure/device.py host_cpu()
     host_cpu: str | None = None
+    # the version of this field list (records written before it was added have none: version 0)
+    schema_version: int = SCHEMA_VERSION
 
     @classmethod
     def for_spec(cls, spec: RunSpec, status: str, **measured: Any) -> Record:

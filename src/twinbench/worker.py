@@ -17,10 +17,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from twinbench import compile_cache, xla_flags
+from twinbench import backends, compile_cache, distributed, xla_flags
+from twinbench.config import SpecError
+from twinbench.data import pipeline, tasks
 from twinbench.errors import error_line
+from twinbench.lifeline import watch_parent
+from twinbench.measure import device, memory, metrics, peak, platforms
+from twinbench.measure.clock import per_step, time_steps, time_window
+from twinbench.measure.inputs import InputWaits
+from twinbench.measure.interference import Meter
+from twinbench.measure.trace import trace_steps
+from twinbench.models import family
+from twinbench.models.weights import save
 from twinbench.record import Record
 from twinbench.spec import USER, RunSpec
+from twinbench.strategies import registry
 from twinbench.strategies.base import optional
 
 
@@ -35,9 +46,7 @@ def prepare_process(spec: RunSpec) -> int:
         per, rank = max(len(cpus) // local_world, 1), int(os.environ.get("LOCAL_RANK", "0"))
         cpus = [cpus[(rank * per + k) % len(cpus)] for k in range(per)]
         os.sched_setaffinity(0, cpus)
-    from twinbench.distributed import process_env
-
-    os.environ.update(process_env(spec))  # JAX: simulated CPU devices, collectives between processes
+    os.environ.update(distributed.process_env(spec))  # JAX: simulated CPU devices, collectives between processes
     xla_flags.apply(spec.xla_cpu_flags)  # twinbench's measured XLA CPU flags, unless the user set them
     compile_cache.apply(spec)  # the run's own compilation caches (cold: fresh and empty), before any import
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -104,29 +113,18 @@ def _know(**fields: Any) -> None:
 
 def setup(spec: RunSpec, threads: int) -> Setup:
     """Threads, the distributed runtime, fp32 matmul precision, the device, the compile monitor."""
-    from twinbench import distributed
-    from twinbench.measure import compiles, device
-
-    if spec.framework == "torch":
-        import torch
-
-        torch.set_num_threads(threads)
+    backend = backends.get(spec.framework)
+    backend.set_threads(threads)
     distributed.initialize(spec)  # jax.distributed / the torchrun process group: before any device query
     platform, device_name, device_count = device.describe(spec.framework)
-    if spec.attention_impl == "splash" and spec.framework == "jax" and platform != "tpu":
-        from twinbench.config import SpecError
-
+    if backend.attention_impl(spec.attention_impl) == "splash" and platform != "tpu":
         # Pallas's interpreter would run it off a TPU: the right maths, but nothing worth measuring
         raise SpecError(f"--attention-impl splash is a TPU kernel; this run's JAX platform is {platform}")
     matmul_precision = device.set_fp32_matmul(spec.framework, platform=platform, precision=spec.train.precision)  # in the platform's words
-    return Setup(threads, matmul_precision, platform, device_name, device_count, compiles.monitor(spec.framework))
+    return Setup(threads, matmul_precision, platform, device_name, device_count, backend.compile_monitor())
 
 def build(spec: RunSpec) -> Built:
     """The family's initial (or ``--init-from``) weights, the strategy's trainer on them, the run's data."""
-    from twinbench.data import tasks
-    from twinbench.models import family
-    from twinbench.strategies import registry
-
     fam = family.get(spec)  # a built-in family, or the user's model (--model: byo/family.py)
     if spec.train.init_from:  # start from a local Hugging Face checkpoint (models/hf.py), not the fresh init
         from twinbench.export import initial_weights
@@ -150,11 +148,6 @@ def build(spec: RunSpec) -> Built:
 
 def timed_loop(spec: RunSpec, env: Setup, b: Built) -> Loop:
     """Accuracy before training (its compiles set apart), then the timed steps through the input pipeline."""
-    from twinbench.data import pipeline, tasks
-    from twinbench.measure.clock import per_step, time_steps
-    from twinbench.measure.inputs import InputWaits
-    from twinbench.measure.interference import Meter
-
     t, k, monitor = spec.train, b.steps_per_call, env.monitor
     n_eval, hits_eval = monitor.count(), monitor.cache_hits()
     accuracy_first = tasks.accuracy(b.predict, b.run_data.eval_batches)  # before timing
@@ -177,15 +170,9 @@ def timed_loop(spec: RunSpec, env: Setup, b: Built) -> Loop:
 
 def execute(spec: RunSpec, threads: int) -> Record:
     """Set up, build the strategy's trainer, run the timed loop, compute the metrics, write the record."""
-    from twinbench import distributed
-    from twinbench.data import tasks
-    from twinbench.measure import device, memory, metrics, peak, platforms
-
     env = setup(spec, threads)
-    from twinbench.measure.peak import framework_versions
-
     _know(device=env.device_name, platform=env.platform, matmul_precision=env.matmul_precision,
-          devices_visible=env.device_count, versions=framework_versions(spec.framework))
+          devices_visible=env.device_count, versions=peak.framework_versions(spec.framework))
     b = build(spec)
     _know(n_params=b.n_params)
     runtime_bytes = memory.runtime_bytes(b.trainer)  # Python, libraries, host copies (CPU breakdown)
@@ -252,22 +239,18 @@ def execute(spec: RunSpec, threads: int) -> Record:
         compile_cache_hits=cache_hits, steps_per_call=b.steps_per_call,
         loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
         wall_s=timing.wall_s, matmul_precision=env.matmul_precision, versions=device.versions(fw),
-        xla_flags=os.environ.get("XLA_FLAGS", "") if fw == "jax" else None, attention_kernel=attention,
+        attention_kernel=attention, **backends.get(fw).record_fields(spec.attention_impl),
         **timing.os_usage, glibc_tunables=os.environ.get("GLIBC_TUNABLES"),
         **saved, **(traced := _trace(spec, b.trainer, b.run_data.batches)),
         **_explain(spec, b.trainer, b.run_data.batches, traced), **tp, **loop.tokens,
         **loop.inputs, compiles_in_loop=loop.compiles_in_loop, accuracy_first=loop.accuracy_first,
-        accuracy_last=accuracy_last, memory_breakdown=mem,
-        attention_impl=spec.attention_impl if fw == "jax" else "default")  # the torch twin reads no option
+        accuracy_last=accuracy_last, memory_breakdown=mem)
 
 
 def _async_window(spec: RunSpec, env: Setup, b: Built, loop: Loop) -> float | None:
     """Seconds per step of the steady steps run again, back to back, synchronised at the window's ends only
     (measure/clock.py ``time_window``): the same batches, fed the same way, after as many untimed steps as the
     run's warm-up (with +prefetch, at least the pipeline's depth) so that its feed is running, as the loop's was."""
-    from twinbench.data import pipeline
-    from twinbench.measure.clock import time_window
-
     n = len(loop.timing.step_s)  # steady calls (per_step keeps their number)
     prefetch = spec.mods.prefetch
     warm = max(loop.warm_calls, pipeline.HOST_DEPTH + pipeline.DEVICE_DEPTH if prefetch else 1)
@@ -287,8 +270,6 @@ def _preflight(spec: RunSpec, env: Setup, b: Built) -> Any:
     """The memory estimate of measure/memory.py before the first step (None: off, or no estimate)."""
     if spec.no_preflight:
         return None
-    from twinbench.measure import memory
-
     n0, s0, h0, t0 = env.monitor.count(), env.monitor.seconds(), env.monitor.cache_hits(), time.perf_counter()
     try:
         flight = memory.preflight(spec, b.trainer, b.run_data.batches[0], env.platform, b.n_params)
@@ -313,8 +294,6 @@ def _save_weights(spec: RunSpec, trainer: object) -> dict[str, str]:
     """With ``spec.save_weights``: the trained weights as a canonical safetensors file (before any trace step)."""
     if not spec.save_weights:
         return {}
-    from twinbench.models.weights import save
-
     out = Path(spec.save_weights).resolve() / f"{spec.framework}-{spec.strategy}-{spec.run_id()}.safetensors"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
@@ -327,14 +306,8 @@ def _trace(spec: RunSpec, trainer: object, host_batches: list) -> dict[str, str 
     """With ``spec.trace_dir``: profile a few steps AFTER the measured ones (their timing stays clean)."""
     if not spec.trace_dir:
         return {}
-    from twinbench.measure.trace import trace_steps
-
     out = Path(spec.trace_dir) / f"{spec.framework}-{spec.strategy}-{spec.run_id()}"
-    rank = int(os.environ.get("RANK", "0"))  # torchrun: every rank steps (collectives), each its own trace
-    if spec.framework == "jax" and spec.num_processes > 1:
-        import jax
-
-        rank = jax.process_index()
+    rank = backends.get(spec.framework).process_index(spec.num_processes)  # every rank traces its own steps
     if rank or int(os.environ.get("WORLD_SIZE", "1")) > 1 or spec.num_processes > 1:
         out = out / f"rank{rank}"
     try:
@@ -356,8 +329,6 @@ def _explain(spec: RunSpec, trainer: object, host_batches: list, traced: dict) -
 
 
 def main(argv: list[str]) -> int:
-    from twinbench.lifeline import watch_parent
-
     watch_parent()  # end with the runner, even when it is killed with SIGKILL
     spec_path, out_path = Path(argv[0]), Path(argv[1])
     spec = RunSpec.from_dict(json.loads(spec_path.read_text()))
@@ -370,8 +341,6 @@ def main(argv: list[str]) -> int:
         traceback.print_exc()
         record = Record.for_spec(spec, "failed", error=error_line(e), **KNOWN, threads=threads)
         code = 1
-    from twinbench import distributed
-
     if distributed.local_rank() == 0:  # under torchrun every rank runs this; one record per host
         out_path.write_text(json.dumps(record.to_dict()))
     return distributed.end(code)  # a torchrun rank ends here (os._exit), see distributed.end

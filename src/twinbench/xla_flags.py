@@ -2,8 +2,8 @@
 
 jaxlib 0.10 routes dots, reductions and element-wise fusions through YNNPACK on the CPU by default. On the
 ``small`` preset, turning the YNNPACK element-wise fusions off (``-eltwise``) made the whole-step ``jit``
-faster in 9 of 10 interleaved pairs over three idle sittings (median -8% per step), with the same losses
-(benchmarks/RESULTS.md, "XLA CPU flags"). So twinbench applies it to every run unless ``--xla-cpu-flags xla-default`` asks for
+faster in nearly every interleaved pair over several idle sittings, with the same losses (benchmarks/RESULTS.md,
+"XLA CPU flags"). So twinbench applies it to every run unless ``--xla-cpu-flags xla-default`` asks for
 XLA's own defaults. A flag the user already sets in ``XLA_FLAGS`` is never overridden. The flags are
 CPU-only (``xla_cpu_*``), and they are added only when JAX will run on the CPU (:func:`cpu_backend`): a jaxlib
 that does not know a flag aborts at start-up, so a GPU run must not carry them. Every record carries the

@@ -19,20 +19,20 @@ from typing import Any
 from twinbench.predict.datasheets import Datasheet
 from twinbench.spec import PRESETS, RunSpec
 
-#: A fresh process on an accelerator machine: Python, torch/jax imports, the device's runtime start-up (TPU VM:
-#: the issue's C22+C20 runs at the small preset took ~18 s each, compile included).
+#: A fresh process on an accelerator machine: Python, torch/jax imports, the device's runtime start-up (fitted to
+#: the TPU sittings of benchmarks/RESULTS.md, "How long does the claims suite take?").
 START_S = {"gpu": 15.0, "tpu": 15.0}
 #: A probe (one process, small arrays) on an accelerator machine.
 PROBE_S = 12.0
-#: Cold compile, seconds, of a jax/jit step: ``base + per_layer * layers`` (+ ``classify`` for BERT's task). TPU
-#: v5e, jax 0.10.2 (benchmarks/RESULTS.md "On a TPU"): GPT-2 12 layers 44-47 s, 24 layers 74.5 s, Llama-300M 20
-#: layers 63.7 s, BERT-base 55.3 s. H200 (GPU): GPT-2 21-24 s, torch.compile 32 s, torch eager's first step 2.4 s.
+#: Cold compile, seconds, of a jax/jit step: ``base + per_layer * layers`` (+ ``classify`` for BERT's task),
+#: fitted to the cold compiles of GPT-2 at two depths, Llama-300M and BERT-base in benchmarks/RESULTS.md ("On a
+#: TPU", "On a GPU"), with torch.compile's and torch eager's first step beside them.
 COMPILE = {"tpu": {"base": 16.0, "per_layer": 2.4, "classify": 10.0, "torch_eager": 0.0, "torch_compile": 0.0},
            "gpu": {"base": 4.0, "per_layer": 1.5, "classify": 3.0, "torch_eager": 2.5, "torch_compile_base": 8.0,
                    "torch_compile_per_layer": 2.0}}
-#: Factors on a jit step's compile: torchax traces the torch module first (TPU: 48.7/44.2, 72.0/63.7, 63.6/55.3 s),
-#: remat adds the recomputation to the program (stated), scan-layers compiles one block (12.9 s at 12 layers on the
-#: v5e, whatever the depth), naive compiles only the gradient function (stated).
+#: Factors on a jit step's compile: torchax traces the torch module first (the ratio of its compiles to the
+#: twins' in the same sittings), remat adds the recomputation to the program (stated), scan-layers compiles one
+#: block whatever the depth, naive compiles only the gradient function (stated).
 TORCHAX_COMPILE, REMAT_COMPILE, NAIVE_COMPILE, SCAN_LAYERS_S = 1.12, 1.1, 0.6, 13.0
 #: Programs a length policy compiles in a short run (stated): +dynamic one per new length, +bucket one per bucket.
 LENGTH_PROGRAMS = {"dynamic": 8, "bucket": 2}

@@ -29,8 +29,8 @@ from twinbench.spec import RunSpec
 GROUP = "input pipeline"
 #: Simulated host work per batch: several times a tiny step here; the rules check it exceeded the step.
 SLOW_MS = 20.0
-#: On an accelerator, two to three times the GPT-2 124M step at 8 x 1024 in bf16 (66 ms on a TPU v5e, 27-47 ms on
-#: an H200, benchmarks/RESULTS.md), so the slow case is input-bound there too.
+#: On an accelerator, two to three times the GPT-2 124M step at 8 x 1024 in bf16 (benchmarks/RESULTS.md, "On a
+#: GPU" and "On a TPU"), so the slow case is input-bound there too.
 SLOW_MS_ACCELERATOR = {"gpu": 100.0, "tpu": 200.0}
 #: Slow-input runs: warm-up past the buffers (host + device depth, refilled while step 1 compiles), then
 #: enough steady steps for a median. At 20 ms a batch this is about a second of steps.

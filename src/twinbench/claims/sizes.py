@@ -28,9 +28,9 @@ ATTENTION = {"cpu": "default", "gpu": "cudnn", "tpu": "splash"}
 REPEATS = 3
 #: The ~300M model of the claims about size (C6-C8, C22) on an accelerator: the second thread's.
 LARGE = "llama-300m"
-#: Repeats of the timed runs on an accelerator (a CPU keeps ``REPEATS``): a step on a chip varies by less
-#: than 1% (p10-p90 of every TPU sitting, benchmarks/RESULTS.md) and each run costs a ~1-minute compile, so the
-#: quick suite runs each configuration once; the full suite twice.
+#: Repeats of the timed runs on an accelerator (a CPU keeps ``REPEATS``): a step on a chip varies far less than
+#: on a shared CPU (p10-p90 of every TPU sitting, benchmarks/RESULTS.md, "On a TPU") and each run costs a long
+#: compile, so the quick suite runs each configuration once; the full suite twice.
 ACCELERATOR_REPEATS = {True: 1, False: 2}
 #: Claims the quick suite leaves out on a TPU, with why (the full suite runs them). Each would add compiles of
 #: about a minute each at the seeds' sizes (docs/claims.md, "Budget on an accelerator").
@@ -80,9 +80,9 @@ def sizes_for(platform: str, quick: bool, preset: str | None = None) -> dict[str
 
 
 def left_out(claim_id: str, quick: bool, platform: str) -> str:
-    """Why the quick suite does not run ``claim_id`` on a TPU ("" when it does): 20 minutes of a v5e hold the
-    rest (``twinbench claims --quick --plan --device tpu-v5e``)."""
-    why = QUICK_LEFT_OUT.get(claim_id) if quick and platform == "tpu" else None  # a GPU compiles 2-3x faster
+    """Why the quick suite does not run ``claim_id`` on a TPU ("" when it does): what a short TPU session holds
+    is the rest (``twinbench claims --quick --plan --device tpu-v5e``)."""
+    why = QUICK_LEFT_OUT.get(claim_id) if quick and platform == "tpu" else None  # a GPU compiles the same steps faster
     if not why:
         return ""
     return (f"not run by --quick on a {platform.upper()} ({why}); `twinbench claims --only {claim_id}` "

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -96,14 +95,14 @@ def check_python(python: str | Path | None) -> str:
     exe = shutil.which(str(Path(python).expanduser())) or str(Path(python).expanduser())
     if not os.path.isfile(exe) or not os.access(exe, os.X_OK):
         raise DoctorError(f"--python {python}: no such executable")
+    from twinbench import runner  # the one place that starts a process
+
     try:
-        out = subprocess.run([exe, "-c", "import sys; print(sys.version_info >= (3, 10))"], capture_output=True,
-                             text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as e:
+        code, said = runner.probe([exe, "-c", "import sys; print(sys.version_info >= (3, 10))"], timeout=60)
+    except OSError as e:
         raise DoctorError(f"--python {python}: could not run it ({e})") from None
-    if out.returncode != 0 or out.stdout.strip() != "True":
-        raise DoctorError(f"--python {python}: not a Python 3.10+ interpreter "
-                          f"({(out.stderr or out.stdout).strip()[-200:]})")
+    if code != 0 or said.strip() != "True":
+        raise DoctorError(f"--python {python}: not a Python 3.10+ interpreter ({said.strip()[-200:]})")
     return exe
 
 

@@ -69,7 +69,7 @@ class JaxCompiles:
 class TorchCompiles:
     """Counts graphs dynamo compiled (``counters['stats']['unique_graphs']``) and their compile time, forward
     and lazily compiled backward. Dynamo is read only once something imported it (``torch.compile`` does):
-    an eager run compiles nothing and does not pay its import (~1.5 s)."""
+    an eager run compiles nothing and does not pay dynamo's import."""
 
     @property
     def _utils(self) -> Any:
@@ -96,7 +96,3 @@ class TorchCompiles:
         are not added: one graph's forward and backward are two of them."""
         u = self._utils
         return int(u.counters["aot_autograd"]["autograd_cache_hit"]) if u else 0
-
-
-def monitor(framework: str) -> CompileMonitor:
-    return JaxCompiles() if framework == "jax" else TorchCompiles()

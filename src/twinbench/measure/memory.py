@@ -32,6 +32,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from twinbench import backends
+from twinbench.config import USER_FAMILY
 from twinbench.measure import platforms
 from twinbench.measure.memory_readings import (  # what is measured; re-exported: callers import them from here
     TORCH_CATEGORIES,
@@ -124,7 +126,7 @@ def advice(spec: Any, need: int, fixed: int, available: int, platform: str) -> l
     mods = set(spec.strategy.split("+")[1:])
     if "remat" not in mods:
         out.append(f"+remat ({spec.framework}/{spec.strategy}+remat)")
-    impl = platforms.get(platform).lean_attention if spec.framework == "jax" else ""
+    impl = backends.get(spec.framework).lean_attention(platform)
     if impl and spec.attention_impl == "default":
         out.append(f"--attention-impl {impl}")
     batch = spec.train.batch
@@ -165,8 +167,8 @@ def device_peak(platform: str, allocator_bytes: int, allocator_source: str,
 
     Where the allocator sees the compiled program's temporaries (the CPU's RSS, XLA's GPU allocator, torch's
     caching allocator) its peak is the peak. On a TPU ``memory_stats()['peak_bytes_in_use']`` holds the
-    arrays and the program's code but not its temporaries, which the runtime reserves apart (gpt2-124m
-    8x1024 bf16 on a v5e: an allocator peak of 1.52 GiB for a step whose temporaries are 8.66 GiB), so the
+    arrays and the program's code but not its temporaries, which the runtime reserves apart (its peak can be a
+    fraction of the step's temporaries: benchmarks/RESULTS.md, "Where does memory go"), so the
     peak is the larger of the allocator's and what the compiled step needs (:func:`jax_step_estimate`:
     arguments + outputs not aliased to them + temporaries + code). Returns ``peak_bytes``, ``peak_source``
     (which was used) and both figures (``allocator_peak_bytes``, ``program_peak_bytes``, None without sizes)."""
@@ -196,9 +198,7 @@ def jax_upper_bound(spec: Any, n_params: int) -> int:
     tokens = t.batch * t.seq  # scan-steps keeps one step's activations at a time (its stacked inputs are small)
     attention = m.layers * t.batch * m.heads * t.seq * t.seq * 4 * 4
     bound = 2 * (torch_estimate(n_params * 4, m.layers, tokens, m.d_model, m.vocab, 4) + attention)
-    from twinbench.spec import USER
-
-    return USER_BOUND_FACTOR * bound if m.family == USER else bound  # a twin: its shapes are known
+    return USER_BOUND_FACTOR * bound if m.family == USER_FAMILY else bound  # a twin: its shapes are known
 
 
 def jax_breakdown(peak_bytes: int, peak_source: str, runtime_bytes: int, params: Any, opt_state: Any,
@@ -330,32 +330,40 @@ def preflight(spec: Any, trainer: Any, batch: tuple[Any, Any], platform: str, n_
     compiled for the estimate; above it, the step is compiled here once, and that compile is the run's own
     (:func:`jax_sizes`). What the trainer holds already (parameters, optimizer state) is in use, so it is
     taken off the estimate, as it is off what is available: counted once, not twice."""
-    resident = resident_bytes(trainer)
-    if spec.framework == "jax":
-        if lacks(trainer, JaxStepTrainer, "preflight"):
-            return None
-        avail, where = jax_available(platform)
-        bound = max(jax_upper_bound(spec, n_params) - resident, 0)
-        if bound <= EXACT_ABOVE * avail:
-            return Preflight(bound, avail, where, "upper bound from the shapes, far below what is available")
-        try:
-            sizes = jax_sizes(trainer, batch)
-        except Exception as e:  # a TPU's compiler refuses a program whose temporaries exceed its HBM
-            refused = compile_refusal(e)
-            if refused is None:
-                raise
-            return jax_refusal(spec, refused, resident, avail, where, platform)
-        if not sizes:
-            return None
-        # the arguments are the resident state and the batch: on the host all of it is resident already
-        need = jax_step_estimate(sizes) - (sizes["argument"] if where == "the host" else resident)
-        flight = Preflight(max(need, 0), avail, where, "compiled step memory_analysis()", sizes)
-        if not flight.fits:  # what would fit: the step's needs beyond the state grow with the batch
-            flight.advice = advice(spec, flight.estimate_bytes, 0, avail, platform)
-        return flight
-    from twinbench.spec import USER
+    read = _PREFLIGHTS[backends.get(spec.framework).MEMORY_PROTOCOL]
+    return read(spec, trainer, batch, platform, n_params, resident_bytes(trainer))
 
-    if spec.model.family == USER:  # a user's model: its insides are unknown
+
+def _jax_preflight(spec: Any, trainer: Any, batch: tuple[Any, Any], platform: str, n_params: int,
+                   resident: int) -> Preflight | None:
+    """A JAX step's: its upper bound from the shapes, else the compiled step's memory analysis."""
+    if lacks(trainer, JaxStepTrainer, "preflight"):
+        return None
+    avail, where = jax_available(platform)
+    bound = max(jax_upper_bound(spec, n_params) - resident, 0)
+    if bound <= EXACT_ABOVE * avail:
+        return Preflight(bound, avail, where, "upper bound from the shapes, far below what is available")
+    try:
+        sizes = jax_sizes(trainer, batch)
+    except Exception as e:  # a TPU's compiler refuses a program whose temporaries exceed its HBM
+        refused = compile_refusal(e)
+        if refused is None:
+            raise
+        return jax_refusal(spec, refused, resident, avail, where, platform)
+    if not sizes:
+        return None
+    # the arguments are the resident state and the batch: on the host all of it is resident already
+    need = jax_step_estimate(sizes) - (sizes["argument"] if where == "the host" else resident)
+    flight = Preflight(max(need, 0), avail, where, "compiled step memory_analysis()", sizes)
+    if not flight.fits:  # what would fit: the step's needs beyond the state grow with the batch
+        flight.advice = advice(spec, flight.estimate_bytes, 0, avail, platform)
+    return flight
+
+
+def _torch_preflight(spec: Any, trainer: Any, batch: tuple[Any, Any], platform: str, n_params: int,
+                     resident: int) -> Preflight | None:
+    """A torch twin's: an estimate from its shapes (None for a user's model: its insides are unknown)."""
+    if spec.model.family == USER_FAMILY:
         return None
     import torch
 
@@ -367,6 +375,10 @@ def preflight(spec: Any, trainer: Any, batch: tuple[Any, Any], platform: str, n_
         free, _ = torch.cuda.mem_get_info()
         return Preflight(est, int(free), "the device", "estimate from the shapes")
     return Preflight(est, host_available_bytes(), "the host", "estimate from the shapes")
+
+
+#: how a run's preflight is estimated, by the trainer protocol its framework's backend names
+_PREFLIGHTS = {JaxStepTrainer: _jax_preflight, TorchModuleTrainer: _torch_preflight}
 
 
 def record_peak(mem: dict[str, Any], peak_bytes: int, peak_source: str) -> tuple[int, str]:
@@ -384,11 +396,12 @@ def breakdown(spec: Any, trainer: Any, batch: tuple[Any, Any], peak_bytes: int, 
     the allocator's peak is below it), with both figures beside them; the record's ``peak_mem_bytes`` and
     ``peak_mem_source`` follow them (:func:`record_peak`)."""
     on_cpu = not platforms.get(platform).accelerator
+    protocol = backends.get(spec.framework).MEMORY_PROTOCOL
+    why = lacks(trainer, protocol, "memory breakdown")
+    if why:
+        return {"error": why}
     try:
-        if spec.framework == "jax":
-            why = lacks(trainer, JaxStepTrainer, "memory breakdown")
-            if why:
-                return {"error": why}
+        if protocol is JaxStepTrainer:
             sizes = sizes or jax_run_sizes(trainer, batch)
             peak = device_peak(platform, peak_bytes, peak_source, sizes)  # a TPU's allocator misses temporaries
             loss_of = trainer.make_loss()
@@ -397,14 +410,9 @@ def breakdown(spec: Any, trainer: Any, batch: tuple[Any, Any], peak_bytes: int, 
                               trainer.opt_state, batch_bytes(batch), sizes, residuals, on_cpu)
             return b.to_dict() | {"allocator_peak_bytes": peak["allocator_peak_bytes"],
                                   "program_peak_bytes": peak["program_peak_bytes"]}
-        else:
-            why = lacks(trainer, TorchModuleTrainer, "memory breakdown")
-            if why:
-                return {"error": why}
-            at_peak: dict[str, int] = {}  # one profiled step gives both the parts and the activations by module
-            saved = torch_saved_activations(
-                trainer.model, lambda: at_peak.update(torch_profiled_step(trainer, batch, "cpu" if on_cpu else "cuda:0")))
-            b = torch_breakdown(peak_bytes, peak_source, runtime_bytes, at_peak, saved, on_cpu)
-        return b.to_dict()
+        at_peak: dict[str, int] = {}  # one profiled step gives both the parts and the activations by module
+        saved = torch_saved_activations(
+            trainer.model, lambda: at_peak.update(torch_profiled_step(trainer, batch, "cpu" if on_cpu else "cuda:0")))
+        return torch_breakdown(peak_bytes, peak_source, runtime_bytes, at_peak, saved, on_cpu).to_dict()
     except Exception as e:  # a breakdown must never cost the measured run
         return {"error": f"{type(e).__name__}: {e}"[:300]}

@@ -1,10 +1,9 @@
 """Page faults and kernel time of the run's own process over its steady steps: what the operating system did
 for the step, which no framework profiler shows.
 
-On this project's 2-core CPU, a JAX step of the ``small`` preset page-faulted about 36,800 fresh 4 KiB pages
-every step (its 134 MB of temporary buffers, which glibc's allocator hands back to the kernel after each
-execution and maps afresh for the next), and a third of the step went to the kernel zeroing them
-(benchmarks/RESULTS.md, "Where a third of JAX's CPU step went"). ``getrusage`` of the process counts those
+On the CPU, a JAX step faults in every page of its temporary buffers afresh each step (glibc's allocator hands
+them back to the kernel after each execution and maps them again for the next), and the kernel's zeroing of
+those pages can be a large share of the step (benchmarks/RESULTS.md, "Where a third of JAX's CPU step went"). ``getrusage`` of the process counts those
 faults and that kernel time, for every thread of the process. Linux and macOS; elsewhere the fields are absent.
 """
 

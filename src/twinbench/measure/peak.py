@@ -12,8 +12,8 @@ The cache (``peaks.json`` in the twinbench cache directory, keyed on framework, 
 threads and the framework's versions: an upgrade measures again) and its entries (:class:`Peak`) are
 ``peak_cache.py``; its names are importable from here too.
 
-Load policy. A peak measured on a busy machine is too low and inflates every later MFU (a run of 35
-GFLOP/s instead of ~190 was seen), so an entry is *trusted* only if its repeats agree and the load per core
+Load policy. A peak measured on a busy machine is too low, by any factor, and inflates every later MFU, so an
+entry is *trusted* only if its repeats agree and the load per core
 (1-minute load average / cores, other processes only: see ``runner.py``) was at most ``HIGH_LOAD`` (0.5)
 when it was measured. An untrusted entry is measured again as soon as the machine is quiet (load per core
 <= 0.5); while it is busy the untrusted entry is used as it is (measuring again under load would not give
@@ -35,8 +35,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from twinbench import backends, xla_flags
 from twinbench.machine import HIGH_LOAD, LOAD_ENV, MAX_SPREAD
-from twinbench.measure import platforms
+from twinbench.measure import device, platforms
 from twinbench.measure.peak_cache import (  # the cache; re-exported: callers import them from here
     FORMAT,
     Peak,
@@ -148,7 +149,7 @@ def gpu_model(device_name: str) -> str | None:
         form = "PCIe"
     elif "NVL" in tokens:
         form = "NVL"
-    else:  # SXM modules report "SXM", "SXM5" or only their memory ("80GB HBM3", "H200")
+    else:  # SXM modules report ``SXM``, ``SXM5`` or only their memory (``80GB HBM3``, ``H200``)
         form = "SXM"
     key = f"{model} {form}"
     return key if key in DATASHEETS else None
@@ -157,7 +158,7 @@ def gpu_model(device_name: str) -> str | None:
 def datasheet(device_name: str | None) -> Datasheet | None:
     """The vendor datasheet of a device, by the name a record gives it (torch's CUDA device name, JAX's
     ``device_kind``): a GPU matched on model and form factor, a TPU on its generation; None when nothing
-    matches exactly (a CPU, an unlisted device). An A100 whose name says 40GB gets the 40GB's memory."""
+    matches exactly (a CPU, an unlisted device). An A100 whose name says ``40GB`` gets that model's memory."""
     if not device_name:
         return None
     model = tpu_model(device_name) or gpu_model(device_name)
@@ -201,8 +202,8 @@ def _sizes(platform: str) -> tuple[int, ...]:
     return (4096, 8192, 16384) if platforms.get(platform).accelerator else (512, 1024, 2048)
 
 
-#: On an accelerator one matmul of 4096^2 takes ~0.2 ms (bf16, H200): dispatch and the sync around a single
-#: call would cost 5-20% of it. A timed repeat there runs as many back-to-back calls as fill this long (after
+#: On an accelerator one matmul of the smallest size is short enough that the dispatch and the sync around a
+#: single call would be a visible share of it. A timed repeat there runs as many back-to-back calls as fill this long (after
 #: one timed call estimates a call's length), then syncs once. On the CPU a call is long already: one per repeat.
 MIN_REPEAT_S = 0.05
 MAX_CALLS = 1000
@@ -249,36 +250,12 @@ def _per_size(framework: str, platform: str, dtype: str, reps: int,
     """Timed repeats (TFLOP/s) for each matmul size (``sizes``, default all of the platform's)."""
     out: dict[int, list[float]] = {}
     sizes = sizes or _sizes(platform)
-    if framework == "jax":
-        import jax
-        import jax.numpy as jnp
-
-        jdt = jnp.bfloat16 if dtype == "bf16" else jnp.float32
-        for n in sizes:
-            a = jax.random.normal(jax.random.key(0), (n, n), jdt)
-            b = jax.random.normal(jax.random.key(1), (n, n), jdt)
-            mm = jax.jit(jnp.matmul)
-            last: list = []
-
-            def run(mm=mm, a=a, b=b, last=last):
-                last[:] = [mm(a, b)]
-
-            out[n] = _rates(run, lambda last=last: last[0].block_until_ready(), n, reps, platform)
-            if _long(n, out[n]):
-                break
-    else:
-        import torch
-
-        on_gpu = platform != "cpu"  # "gpu" (older records and caches: "cuda")
-        dev = torch.device("cuda" if on_gpu else "cpu")
-        tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
-        sync = torch.cuda.synchronize if on_gpu else (lambda: None)
-        for n in sizes:
-            a = torch.randn(n, n, device=dev, dtype=tdt)
-            b = torch.randn(n, n, device=dev, dtype=tdt)
-            out[n] = _rates(lambda a=a, b=b: torch.mm(a, b), sync, n, reps, platform)
-            if _long(n, out[n]):
-                break
+    backend = backends.get(framework)
+    for n in sizes:
+        run, sync = backend.matmul(platform, dtype, n)
+        out[n] = _rates(run, sync, n, reps, platform)
+        if _long(n, out[n]):
+            break
     return out
 
 
@@ -290,10 +267,8 @@ def measure(framework: str, platform: str, device_name: str, dtype: str, threads
     On a busy machine (``load_per_core`` above ``HIGH_LOAD``) one attempt is made: its figure is not trusted
     whatever its spread, and is measured again once the machine is quiet (:func:`lookup`).
     """
-    from twinbench.measure.device import other_device_processes
-
     versions = framework_versions(framework)
-    others = other_device_processes(platform)  # before and after: a job that used the GPU meanwhile shows
+    others = device.other_device_processes(platform)  # before and after: a job that used the GPU meanwhile shows
     best: Peak | None = None
     sizes: tuple[int, ...] | None = None
     tried: list[int] = []
@@ -316,7 +291,7 @@ def measure(framework: str, platform: str, device_name: str, dtype: str, threads
         assert best is not None
         best.method["attempts"] = attempts
         peak = best
-    others = max(others, other_device_processes(platform))
+    others = max(others, device.other_device_processes(platform))
     if others:
         peak.method["other_device_processes"] = others
     return peak
@@ -365,14 +340,8 @@ def main(argv: list[str]) -> int:
     if threads and threads < len(cpus):
         cpus = cpus[:threads]
         os.sched_setaffinity(0, cpus)  # XLA and torch both size their thread pools from the affinity mask
-    from twinbench import xla_flags
-    from twinbench.measure import device
-
     xla_flags.apply("tuned")  # the XLA flags a default run uses (part of a JAX peak's key), before jax loads
-    if framework == "torch":
-        import torch
-
-        torch.set_num_threads(len(cpus))
+    backends.get(framework).set_threads(len(cpus))
     device.set_fp32_matmul(framework)
     platform, device_name, _ = device.describe(framework)
     peak = lookup(framework, platform, device_name, dtype, len(cpus), remeasure="--remeasure" in argv)

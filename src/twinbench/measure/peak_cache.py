@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from twinbench import backends
 from twinbench.machine import HIGH_LOAD, MAX_SPREAD, cache_root
 
 FORMAT = 2  # entries of format 1 were bare numbers
@@ -159,20 +160,7 @@ def cache_key(framework: str, platform: str, device: str, dtype: str, threads: i
 
 def framework_versions(framework: str) -> dict[str, str]:
     """The versions a peak depends on: torch (and its CUDA), or jax and jaxlib (and XLA_FLAGS when set)."""
-    if framework == "jax":
-        import jax
-        import jaxlib
-
-        out = {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
-        if os.environ.get("XLA_FLAGS", "").strip():  # XLA flags change what a matmul compiles to
-            out["xla_flags"] = " ".join(sorted(os.environ["XLA_FLAGS"].split()))
-        return out
-    import torch
-
-    out = {"torch": torch.__version__}
-    if torch.version.cuda:
-        out["cuda"] = torch.version.cuda
-    return out
+    return backends.get(framework).peak_versions()
 
 
 def read_cache(path: Path | None = None) -> dict[str, Any]:

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from twinbench import backends
+
 #: Steady-state steps recorded in a trace: enough to see a step repeat, few enough to keep files small.
 TRACE_STEPS = 3
 
@@ -33,44 +35,11 @@ def trace_steps(framework: str, step: Callable[[int], Any], sync: Callable[[], N
     ``step(i)`` dispatches step ``i``; ``sync()`` waits for the device. One untraced step is run first so
     the profiler starts on a warm, steady-state step.
     """
+    backend = backends.get(framework)  # ValueError for a framework without a profiler
     out_dir.mkdir(parents=True, exist_ok=True)
     step(0)
     sync()
-    if framework == "torch":
-        return _torch(step, sync, out_dir, n)
-    if framework == "jax":
-        return _jax(step, sync, out_dir, n)
-    raise ValueError(f"no profiler for framework {framework!r}")
-
-
-def _torch(step: Callable[[int], Any], sync: Callable[[], None], out_dir: Path, n: int) -> str:
-    import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    activities = [ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities, record_shapes=True) as prof:
-        for i in range(n):
-            with record_function(f"twinbench_step_{i}"):
-                step(i + 1)
-                sync()
-    path = out_dir / "trace.json"
-    prof.export_chrome_trace(str(path))
-    return str(path)
-
-
-def _jax(step: Callable[[int], Any], sync: Callable[[], None], out_dir: Path, n: int) -> str:
-    import jax
-
-    with jax.profiler.trace(str(out_dir), create_perfetto_trace=True):
-        for i in range(n):
-            with jax.profiler.StepTraceAnnotation("twinbench_step", step_num=i):
-                step(i + 1)
-                sync()
-    found = (sorted(out_dir.rglob("perfetto_trace.json.gz")) or sorted(out_dir.rglob("*.trace.json.gz"))
-             or sorted(out_dir.rglob("*.xplane.pb")))
-    return str(found[-1]) if found else str(out_dir)
+    return backend.profile_steps(step, sync, out_dir, n)
 
 
 def hint(framework: str) -> str:

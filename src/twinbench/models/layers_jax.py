@@ -24,9 +24,9 @@ REMAT_POLICIES = {"full": None, "dots-saveable": jax.checkpoint_policies.dots_sa
                   "nothing-saveable": jax.checkpoint_policies.nothing_saveable}
 #: ``implementation`` of jax.nn.dot_product_attention by ModelOptions.attention_impl (None: JAX's choice).
 KERNELS = {"jax-nn": None, "cudnn": "cudnn"}
-#: block sizes (queries and keys) "splash" tries, largest first: on a TPU v5e, fwd+bwd of gpt2-124m's attention
-#: (8 x 12 heads x 1024 x 64, causal, bf16) took 4.3 ms at 256, 3.0 ms at 512 and 1024, 2.5 ms at 512 with
-#: the fused backward kernel (XLA's einsums: 6.0 ms; benchmarks/RESULTS.md). Blocks of 128 lanes at least.
+#: block sizes (queries and keys) "splash" tries, largest first: on a TPU, gpt2-124m's attention forward and
+#: backward ran fastest at 512 with the fused backward kernel, 256 slower, and all of them faster than XLA's
+#: einsums (benchmarks/RESULTS.md, "On a TPU"). Blocks of 128 lanes at least.
 SPLASH_BLOCKS = (512, 256, 128)
 
 
@@ -120,8 +120,9 @@ def einsum_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, is_causal: boo
 
 #: attention implementations whose natural layout is ``[B, H, T, D]`` (heads first; the Pallas TPU kernels):
 #: a twin may ask :func:`heads_first` and have its projections write q, k, v in that order
-#: (:meth:`Linear.to_heads`), so no transpose stands between the product and the kernel (BERT does: 3% faster
-#: on a TPU v5e; GPT-2 and Llama measured 2-3% slower so and give ``[B, T, H, D]``, which attention() swaps).
+#: (:meth:`Linear.to_heads`), so no transpose stands between the product and the kernel (BERT does: faster on a
+#: TPU; GPT-2 and Llama were slower so and give ``[B, T, H, D]``, which attention() swaps; benchmarks/RESULTS.md,
+#: "The fifth sitting").
 #: The others take ``[B, T, H, D]``, a plain reshape of a projection's output.
 HEADS_FIRST = frozenset({"splash"})
 
@@ -158,7 +159,7 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str, *, layout_hea
     Grouped-query attention: ``k`` and ``v`` may carry fewer heads than ``q`` (a divisor of its count; key/value
     head ``j`` serves query heads ``j * group ... (j + 1) * group - 1``, torch's ``repeat_interleave`` and
     ``enable_gqa``). The kernels that take groups themselves get them as they are (``splash``, ``jax-nn``,
-    ``cudnn``); for the others the key/value heads are repeated here. On a TPU v5e, llama-300m's step with the
+    ``cudnn``); for the others the key/value heads are repeated here. On a TPU, llama-300m's step with the
     heads repeated before splash carried a broadcast and, in the backward pass, a reduction of each of k and v
     in every layer (benchmarks/RESULTS.md, "On a TPU")."""
     head_axis = 1 if layout_heads_first else 2
@@ -221,10 +222,9 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, is_causal: boo
     statistics) in fused blocks, so no ``[B, H, T, T]`` scores are ever stored: the backward pass recomputes
     them block by block (the fused dq/dk/dv kernel). Block sizes follow the sequence (:func:`splash_block`).
     ``seq_minor``: the kernel reads q, k, v as ``[D, T]`` tiles (``QKVLayout.SEQ_MINOR``), so a projection that
-    writes them heads first lays its product out with the sequence in the lanes. On a TPU v5e, an attention block
-    of BERT-base 32 x 512 (the three projections written heads first, the kernel, the output projection; forward
-    and backward) took 4.03 ms against 4.39 (``benchmarks/tpu_splash_blocks.py``; block sizes other than the
-    sequence's were all slower).
+    writes them heads first lays its product out with the sequence in the lanes. On a TPU, BERT's attention block
+    (the three projections written heads first, the kernel, the output projection; forward and backward) was
+    faster so (``benchmarks/tpu_splash_blocks.py``; block sizes other than the sequence's were all slower).
 
     ``mask`` must be a key padding mask (``[B, 1, 1, T]``, True for real tokens): it becomes segment ids (real
     tokens one segment, padding another), which keep every real query's attention to real keys exactly; a
@@ -273,8 +273,8 @@ class Linear(nnx.Module):
     """``y = x @ weight.T + bias`` with ``weight`` of shape ``[out, in]``, as torch's ``nn.Linear`` (and Hugging
     Face's Flax GPT-2) keep it, not ``nnx.Linear``'s ``[in, out]``: the backward pass's weight gradient is then
     ``dy.T @ x``, a plain matrix product XLA:CPU hands to its fast matmul library, where ``[in, out]`` asks
-    for ``x.T @ dy`` with both operands transposed, which it leaves to a slower one (about 15% of a ``small``
-    training step). The maths is nnx.Linear's: inputs and parameters cast to ``dtype``, then the product."""
+    for ``x.T @ dy`` with both operands transposed, which it leaves to a slower one (a visible share of a
+    ``small`` training step). The maths is nnx.Linear's: inputs and parameters cast to ``dtype``, then the product."""
 
     def __init__(self, n_in: int, n_out: int, rngs: nnx.Rngs, std: float = 0.02, dtype: jnp.dtype = jnp.float32):
         self.weight = nnx.Param(normal(std)(rngs.params(), (n_out, n_in)))
@@ -288,8 +288,8 @@ class Linear(nnx.Module):
     def to_heads(self, x: jax.Array, heads: int, first: bool) -> jax.Array:
         """``self(x)`` split into ``heads``: ``[B, T, H, D]`` (a reshape of the product), or with ``first``
         ``[B, H, T, D]``, the order the product itself writes, so the compiler lays the output out for the kernel
-        directly (on a TPU v5e, BERT-base's step at 32 x 512 had 26 ms of layout copies by XLA's cost estimate
-        with the reshape and transpose, 2.5 ms so; measured, 119.5 -> 115.6 ms)."""
+        directly (on a TPU, BERT's step lost most of its layout copies by XLA's cost estimate, and ran faster:
+        benchmarks/RESULTS.md, "The fifth sitting")."""
         if not first:
             return self(x).reshape(*x.shape[:-1], heads, -1)
         w, b = self.weight[...].astype(self.dtype), self.bias[...].astype(self.dtype)

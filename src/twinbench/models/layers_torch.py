@@ -20,8 +20,8 @@ FUSED_ADAMW_DEVICES = ("cpu", "cuda")
 def fused_adamw(params: list[torch.Tensor]) -> bool:
     """Whether every parameter can take torch's fused AdamW: floating point, on a CPU or a CUDA GPU. torch picks
     the per-tensor loop by default on a CPU (``foreach`` only where a device has foreach kernels): about ten
-    element-wise ops per parameter, each a pass over its memory, where the fused kernel makes one (on the
-    ``small`` GPT on a 2-core CPU, hundreds of op calls a step). The same update, to float rounding."""
+    element-wise ops per parameter, each a pass over its memory, where the fused kernel makes one (hundreds of op
+    calls a step fewer on the ``small`` GPT). The same update, to float rounding."""
     return bool(params) and all(p.is_floating_point() and p.device.type in FUSED_ADAMW_DEVICES for p in params)
 
 

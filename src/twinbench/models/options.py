@@ -24,7 +24,7 @@ ATTENTION_IMPLS = ("default", "chunked", "jax-nn", "cudnn", "splash")
 #: the kernel's default), "seq-minor" (``[D, T]``: a projection written heads first then lays its product out with
 #: the sequence in the 128 lanes instead of a 64-wide head), "auto": seq-minor where the twin's projections write
 #: q, k, v heads first themselves (BERT), head-dim-minor where they come through a transpose (GPT-2, Llama, torchax).
-#: On a TPU v5e, BERT-base 32 x 512's step took 107.2 ms seq-minor against 110.1 back to back (benchmarks/RESULTS.md);
+#: BERT's step on a TPU was faster seq-minor, measured back to back (benchmarks/RESULTS.md, "The ninth sitting");
 #: the others have not been measured seq-minor.
 SPLASH_LAYOUTS = ("auto", "head-dim-minor", "seq-minor")
 

@@ -5,12 +5,11 @@ The program is lowered with the einsum attention (any machine can lower it); its
 FLOPs = 3.5 x 4 x batch x heads x seq^2 x head_dim (the forward's two matmuls, the backward's five), halved
 when causal (the masked blocks are skipped), at ``ATTENTION_EFFICIENCY`` of the peak (``Efficiency.attention``).
 Fused attention at a head size of 64 keeps the matrix units far from full (softmax and masking run on the
-vector units). The TPU's fraction is measured inside a training step: GPT-2 124M's splash attention took
-13.75 ms of its 66.3 ms step on a v5e (its profile: forward 5.2, backward 8.5 ms), 20% of the bf16 peak by
-the count above (the first estimate, 9%, came from the kernel timed alone per layer, 2.45 ms, with its
-layout transposes and a jit call each); Llama-300M's step, predicted with it, is the check. The GPU's 30% is
-the usual reach of FlashAttention-class kernels at this head size, set before the H200's cuDNN step was
-predicted (it came out 4% fast).
+vector units). The TPU's fraction is measured inside a training step, from GPT-2 124M's splash attention in
+its profile, by the count above (the kernel timed alone per layer, with its layout transposes and a jit call
+each, gave less than half of it); Llama-300M's step, predicted with it, is the check (benchmarks/RESULTS.md,
+"How far is `twinbench predict` from the chip?"). The GPU's fraction is the usual reach of FlashAttention-class
+kernels at this head size, set before a GPU's cuDNN step was predicted.
 
 Memory follows the kernel too: a fused kernel computes the scores block by block in on-chip memory and keeps
 only O(seq) per row for the backward pass (the softmax's logsumexp, ``[batch, heads, seq]`` in fp32 per layer),

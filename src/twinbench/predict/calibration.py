@@ -3,7 +3,7 @@
 ``calibration.jsonl`` (shipped beside this file) holds one measured step per line::
 
     {"device": "tpu-v5e", "framework": "jax", "strategy": "jit+bf16", "preset": "gpt2-124m", "batch": 8,
-     "seq": 1024, "step_ms": 108.1, "source": "...", "date": "2026-12-05"}
+     "seq": 1024, "step_ms": 108.1, "source": "...", "date": "YYYY-MM-DD"}
 
 plus optional ``attention_impl``, ``predicted_ms`` (what this model predicted for it, written by
 ``benchmarks/predict_validate.py --write``: the error bar of a prediction is how far the predictions of

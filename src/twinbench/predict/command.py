@@ -20,8 +20,9 @@ from twinbench.predict.roofline import Efficiency, Roofline, roofline
 from twinbench.spec import RunSpec, SpecError
 
 #: the fraction of the datasheet a framework reaches, by platform: matmuls of the bf16 peak (the measured
-#: matmul peak over the datasheet's: 188.7 of 197 TFLOP/s on the TPU v5e, 692 of 989 on the H200, both jax;
-#: a CPU's peak is measured here, 1.0) and memory-bound ops of the bandwidth (a STREAM-like 85%)
+#: matmul peak over the datasheet's, JAX's, on the TPU and the GPU of benchmarks/RESULTS.md, "On a GPU" and "On
+#: a TPU"; a CPU has no datasheet, its measured peak is the peak: 1.0) and memory-bound ops of the bandwidth
+#: (what a STREAM-like copy reaches)
 EFFICIENCY = {"tpu": (0.95, 0.85), "gpu": (0.70, 0.85), "cpu": (1.0, 0.85)}
 
 

@@ -35,8 +35,8 @@ class Datasheet:
 
     @property
     def hbm_usable_gib(self) -> float:
-        """What a program may allocate: the TPU v5e's runtime offered 15.75 of 16 GiB (its out-of-memory
-        message), ~98%; a GPU's CUDA context and allocator keep ~1 GiB (a CPU: what is installed)."""
+        """What a program may allocate: a TPU's runtime keeps a 64th of the HBM for itself (what its
+        out-of-memory message offers); a GPU's CUDA context and allocator keep a GiB (a CPU: what is installed)."""
         if self.platform == "tpu":
             return self.hbm_gib * 15.75 / 16
         return self.hbm_gib - 1.0 if self.platform == "gpu" else self.hbm_gib

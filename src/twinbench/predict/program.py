@@ -25,8 +25,8 @@ class Program:
 
     def ops_for(self, platform: str) -> list[Op]:
         """The kernels on ``platform``: XLA:TPU's large fusions on a TPU, the smaller acyclic ones of XLA:GPU
-        and XLA:CPU elsewhere (the CPU program compiled here for the ``small`` preset moves 880 MB per step
-        outside its dots; the acyclic model 801 MB, the TPU's 331 MB)."""
+        and XLA:CPU elsewhere (the CPU program of the ``small`` preset moves a little more outside its dots than
+        the acyclic model says, and more than twice what the TPU's large fusions move)."""
         return self.gpu_ops if platform in ("gpu", "cpu") and self.gpu_ops is not None else self.ops
 
 

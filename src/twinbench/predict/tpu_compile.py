@@ -3,13 +3,12 @@ ahead-of-time compilation (``jax.experimental.topologies``), run on this CPU.
 
 The compiled program's ``memory_analysis()`` is what a run on the chip reports as its peak (``measure/memory.py``:
 arguments + outputs not aliased + temporaries + code; a TPU's allocator leaves the temporaries out), so the
-memory ``twinbench predict --compile`` gives is the chip's own figure, not a model of it: on a TPU v5e, the
-compiled GPT-2 124M, BERT-base and Llama-300M steps (bf16, splash) need 4.95, 6.73 and 10.91 GiB here, the figures
-the chip reported for the same code (benchmarks/RESULTS.md; BERT-base's before its q, k, v were written heads
-first: 6.98, also the chip's). It needs the ``libtpu``
+memory ``twinbench predict --compile`` gives is the chip's own figure, not a model of it: the GPT-2 124M,
+BERT-base and Llama-300M steps (bf16, splash) compiled so need what the chip reported for the same code
+(benchmarks/RESULTS.md, "The fifth sitting"). It needs the ``libtpu``
 package matching the installed JAX (``pip install "jax[tpu]==$JAX_VERSION"``, or the libtpu wheel alone); a CPU
-is enough, no TPU is touched. The compile is the one the chip's first step would do: about a minute and a half for
-BERT-base on this project's 2-core machine.
+is enough, no TPU is touched. The compile is the one the chip's first step would do, as long on a CPU as the
+TPU compiler takes for the model.
 """
 
 from __future__ import annotations

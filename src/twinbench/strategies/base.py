@@ -19,8 +19,6 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from twinbench.models.weights import Canonical
-
 
 @runtime_checkable
 class Trainer(Protocol):
@@ -34,8 +32,9 @@ class Trainer(Protocol):
         """Block until every dispatched step has finished on the device."""
         ...
 
-    def weights(self) -> Canonical:
-        """Current parameters in the canonical layout (for parity tests and export)."""
+    def weights(self) -> dict[str, np.ndarray]:
+        """Current parameters in the canonical layout (``models.weights.Canonical``: for parity tests and
+        export)."""
         ...
 
 

@@ -36,7 +36,7 @@ def make_model(spec: RunSpec, weights: Canonical, family: Family | None = None) 
     family = family or families.get(spec)
     options = model_options(spec)
     # Built abstract (shapes and dtypes only, nnx.eval_shape): ``weights`` replace every parameter, so a random
-    # init would be thrown away, and on a CPU it costs ~2 s per process (one small XLA compile per shape).
+    # init would be thrown away, and on a CPU it costs a small XLA compile per parameter shape in every process.
     model = nnx.eval_shape(lambda: family.jax_model(spec.model, options, nnx.Rngs(spec.train.seed)))
     canonical_to_jax(model, weights)
     abstract = [jax.tree_util.keystr(p) for p, v in jax.tree_util.tree_leaves_with_path(nnx.state(model))
@@ -52,10 +52,9 @@ class Split:
     ``nnx.State``, beside the parameters themselves as plain nested dicts (``State.to_pure_dict``).
 
     The step's arguments are plain dicts and lists of arrays, which ``jax.jit`` flattens in C++ at every call; an
-    ``nnx.State`` of ``nnx.Param`` objects is flattened and rebuilt in Python: on this project's 2-core CPU,
-    BERT-base's 604 parameter and optimizer-state leaves cost 2.7 ms per synchronised call of a jitted step as
-    ``nnx.State`` against 1.4 ms as dicts (the device idles for that host time when a loop reads a value back
-    every step). The module is rebuilt only inside the traced function (:meth:`module`), once per compile."""
+    ``nnx.State`` of ``nnx.Param`` objects is flattened and rebuilt in Python, a cost per leaf: with BERT-base's
+    hundreds of parameter and optimizer-state leaves the call's host time doubles (the device idles for that host
+    time when a loop reads a value back every step; benchmarks/RESULTS.md, "the plain-dict step"). The module is rebuilt only inside the traced function (:meth:`module`), once per compile."""
 
     graphdef: nnx.GraphDef
     statedef: Any  # the PyTreeDef of the nnx.State, whose leaves are in the pure dict's order

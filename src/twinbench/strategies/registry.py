@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from twinbench.models import family as model_family
 from twinbench.spec import FRAMEWORKS, USER, RunSpec, SpecError
 from twinbench.strategies.modifiers import LENGTH_POLICIES
 
@@ -224,14 +225,12 @@ def select(frameworks: list[str], names: list[str] | None) -> list[tuple[str, st
 def check_devices(spec: RunSpec) -> None:
     """A single-device strategy asked to run on several devices is a user error, not a silent 1-device run;
     so is a cell of the matrix that cannot exist (one line, with the reason)."""
-    from twinbench.models import family as families
-
     strategy = get(spec.framework, spec.strategy)
     if spec.devices > 1 and not strategy.multi_device:
         many = ", ".join(n for (f, n), s in REGISTRY.items() if f == spec.framework and s.multi_device)
         raise SpecError(f"--devices {spec.devices}: {spec.framework} strategy {spec.base_strategy!r} runs on one "
                         f"device; allowed with --devices > 1: {many}")
-    reason = cell_reason(families.get(spec), spec.framework, spec.strategy)
+    reason = cell_reason(model_family.get(spec), spec.framework, spec.strategy)
     if reason:
         raise SpecError(f"--strategies: {spec.framework}:{spec.strategy} with the {spec.model.family} family: {reason}")
 
@@ -304,9 +303,7 @@ class Cell:
 def matrix(families: list[Any] | None = None) -> list[Cell]:
     """Every (family, framework, strategy, modifier) cell: ok (reason None) or why it cannot exist."""
     if families is None:
-        from twinbench.models.family import FAMILIES
-
-        families = list(FAMILIES.values())
+        families = list(model_family.FAMILIES.values())
     cells = []
     for fam in families:
         for (fw, base) in REGISTRY:

@@ -2,8 +2,9 @@
 
 What a plain torchax user gets (the default): ``F.cross_entropy`` decomposes into ATen's ``_log_softmax`` and
 ``nll_loss``, which torchax lowers one by one. The log-probabilities are a materialised fp32 array the size of
-the logits, kept for the backward pass, with copies and conversions around it: on GPT-2 124M at 8 x 1024
-(a ``[8192, 50257]`` logits matrix) about 32 ms of a 98 ms step on a TPU v5e and 6 GiB of memory.
+the logits, kept for the backward pass, with copies and conversions around it: with a large vocabulary (GPT-2's
+``[8192, 50257]`` logits at 8 x 1024) a large share of the step's time and memory (benchmarks/RESULTS.md,
+"On a TPU").
 
 With ``+fused-loss`` the same call is lowered to :func:`cross_entropy_jax`, the JAX twins' loss
 (``layers_jax.cross_entropy``): the log-sum-exp over the classes and the target's logit picked by a masked sum,

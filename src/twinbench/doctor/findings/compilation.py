@@ -9,7 +9,7 @@ from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _step_locatio
 COMPILE_SHARE = 0.30  # of the script's wall time
 COMPILE_MIN_S = 1.0  # below this, compilation is too short to mention whatever its share
 COMPILE_WARN_S = 120.0  # a warning from this much compilation; below it (a toy or a cut run) only info. Far
-# from the run-to-run spread of one script's compile time (+-30% on a loaded machine): 25-32 s never flips it
+# above the run-to-run spread of a typical script's compile time on a loaded machine, so that spread never flips it
 
 
 def compile_dominates(obs: Obs) -> Finding | None:
@@ -42,9 +42,9 @@ def compile_dominates(obs: Obs) -> Finding | None:
 # -- jax-unrolled-loop ----------------------------------------------------------------------------------------------
 UNROLL_WARN_S = 0.5  # compile seconds spent on the repeated copies (all but the first): info below, warning from
 UNROLL_WARN_COPIES = 8  # ... and only from this many copies: a scan has costs of its own (a while loop, stacked
-# parameters and gradients, dynamic slices) that few copies do not pay back; measured: 24 copies of a micro-batch
-# compiled in 2.06 s unrolled against 0.57 s scanned, but nanoGPT's Flax port with 4 layers compiled its step in
-# 10-11 s unrolled and 18 s scanned, and ran slower scanned (benchmarks/RESULTS.md, the doctor on public pairs)
+# parameters and gradients, dynamic slices) that few copies do not pay back: many copies of a micro-batch compile
+# faster scanned, but a 4-layer model's step compiled slower scanned and ran slower (benchmarks/RESULTS.md, "The
+# doctor on public script pairs")
 
 
 def jax_unrolled_loop(obs: Obs) -> Finding | None:

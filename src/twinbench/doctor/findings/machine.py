@@ -64,11 +64,10 @@ MALLOC_DOC = "https://sourceware.org/glibc/manual/latest/html_node/Memory-Alloca
 def page_faults(obs: Obs) -> Finding | None:
     """Threshold (measure/page_faults.py): over the steady steps the script faulted at least 1,000 fresh pages a
     step and spent at least 10% of its CPU time in the kernel (a warning), nothing compiled in them and other
-    processes kept under 10% of the cores busy (a script that faulted 120-260 pages a step on the idle machine
-    faulted 3,400 a step, 17% in the kernel, while others kept 1.2 of its 2 cores busy: not its own allocations
-    alone, and huge pages did not shorten its step). XLA:CPU's temporary buffers, freed to the kernel after every
-    execution by glibc and faulted in again by the next, are the case it was built on: on this project's CPU a
-    third of a small GPT step."""
+    processes kept under 10% of the cores busy (on a busy machine a script faults many times more pages than on
+    an idle one: not its own allocations alone, and huge pages do not shorten its step). XLA:CPU's temporary
+    buffers, freed to the kernel after every execution by glibc and faulted in again by the next, are the case it
+    was built on (benchmarks/RESULTS.md, "Where a third of JAX's CPU step went")."""
     m = obs.get("machine") or {}
     rate, share = m.get("page_faults_per_s"), m.get("kernel_cpu_share")
     step_ms = _iter_ms(obs)

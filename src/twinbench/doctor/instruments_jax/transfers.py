@@ -79,5 +79,5 @@ def _measure_h2d(jax: Any) -> dict[str, float]:
 
     big = np.ones(2**23, np.float32)  # 32 MiB: long enough that the copy, not the call, is timed
     latency = best(np.ones(16, np.float32))
-    # The whole copy's time, latency included (subtracting it can leave ~0 s and an impossible bandwidth).
+    # The whole copy's time, latency included (subtracting it can leave nothing and an impossible bandwidth).
     return {"bytes_per_s": big.nbytes / max(best(big), 1e-6), "latency_s": latency}

@@ -57,9 +57,9 @@ class SelfAttention(nnx.Module):
     def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
         """The heads' outputs, ``[B, T, H, D]`` or, where the attention takes them heads first
         (``layers_jax.heads_first``: splash), ``[B, H, T, D]``, written so by the projections' own products;
-        ``SelfOutput`` merges them in its product. On a TPU v5e (bert-base 32 x 512 bf16, splash) that took the
-        step from 119.5 to 115.6 ms: XLA had laid each of q, k, v out twice between the product and the kernel.
-        (GPT-2's and Llama's steps measured slower so, 2-3%: they keep ``[B, T, H, D]``.)"""
+        ``SelfOutput`` merges them in its product. On a TPU with splash that made BERT's step faster: XLA had laid
+        each of q, k, v out twice between the product and the kernel. (GPT-2's and Llama's steps were slower so:
+        they keep ``[B, T, H, D]``; benchmarks/RESULTS.md, "The fifth sitting".)"""
         first = heads_first(self.impl)
         if self.fused_qkv:
             q, k, v = self.qkv(x, first)

@@ -42,9 +42,9 @@ class CausalSelfAttention(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         # q, k, v stay [B, T, H, D] for every attention, splash too (it takes [B, H, T, D]: attention()
-        # transposes): written heads first by c_attn's own product, as BERT's are, the step took 68.6 ms against
-        # 66.6 on a TPU v5e (gpt2-124m 8 x 1024 bf16, the same sitting; the biases' gradients then reduce over
-        # [B, H, T, D]), where BERT-base's gained 119.5 -> 115.6 ms (benchmarks/RESULTS.md, "On a TPU").
+        # transposes): written heads first by c_attn's own product, as BERT's are, the step was slower on a TPU
+        # (the biases' gradients then reduce over [B, H, T, D]), where BERT's was faster (benchmarks/RESULTS.md,
+        # "The fifth sitting").
         B, T, C = x.shape
         if self.fused_qkv and heads_first(self.impl):  # ModelOptions.fused_qkv: one transpose of the three
             q, k, v = jnp.transpose(self.c_attn(x).reshape(B, T, 3, self.heads, C // self.heads), (2, 0, 3, 1, 4))
@@ -109,8 +109,8 @@ class GPT(nnx.Module):
         with jax.named_scope("embed"):
             # one position per token, [B, T], as Hugging Face's Flax GPT-2: the table's gradient is then one
             # scatter-add of every token's row. Looked up once per position ([T]) and broadcast over the batch, it
-            # was first a reduction over the batch, which XLA:CPU's YNNPACK fusion ran in 0.36-0.42 ms against the
-            # scatter's 0.08 (8 x 128 x 256; benchmarks/position_lookup.py). For a TPU XLA compiles the same ops.
+            # was first a reduction over the batch, which XLA:CPU's YNNPACK fusion ran several times slower than
+            # the scatter (benchmarks/position_lookup.py). For a TPU XLA compiles the same ops.
             pos = jnp.broadcast_to(jnp.arange(idx.shape[1]), idx.shape)
             x = self.wte(idx) + self.wpe(pos)
         block_fn = apply_block

@@ -101,8 +101,8 @@ class GPT(nn.Module):
 def loss_fn(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy, computed in float32. The logits are flattened before they are converted:
     the same values, and under torchax (``+fused-loss``) XLA then fuses the gradient's conversion back to bf16
-    into the head's product; converted first, it wrote a copy of the ``[8192, 50257]`` gradient (GPT-2 124M on a
-    TPU v5e, compiled without the chip: 7.19 against 4.98 GiB, XLA's estimate 87.8 against 75.9 ms)."""
+    into the head's product; converted first, it wrote a copy of the logits' gradient, ``[8192, 50257]`` for GPT-2
+    124M at 8 x 1024 (more memory and a longer step by XLA's estimate: benchmarks/RESULTS.md, "The fifth sitting")."""
     logits = model(idx)
     with record_function("loss"):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.reshape(-1).long())

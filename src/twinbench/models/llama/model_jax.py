@@ -72,8 +72,8 @@ class Attention(nnx.Module):
 
     def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
         # [B, T, H, hd] for every attention, splash too (attention() transposes): written heads first by the
-        # projections, as BERT's are, llama-300m's step took 151.8 ms against 148.2 on a TPU v5e (8 x 1024 bf16,
-        # the same sitting; benchmarks/RESULTS.md, "On a TPU")
+        # projections, as BERT's are, llama-300m's step was slower on a TPU (benchmarks/RESULTS.md, "The fifth
+        # sitting")
         B, T, C = x.shape
         hd = C // self.heads
         q = self.q_proj(x).reshape(B, T, self.heads, hd)

@@ -1,0 +1,53 @@
+"""One backend per framework: the only modules that know which framework they run (torch.py, jax.py).
+
+Measurement, the strategies and the worker ask :func:`get` for the run's framework and call what every
+backend provides (:class:`Backend`): the device it runs on, its fp32 matmul precision, its allocator's peak,
+its versions, a compile monitor, its profiler, a timed matmul for the peak, the attention label of a run,
+and the record fields only one framework has. Each backend imports its framework inside its functions, so
+importing this package loads neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from twinbench.backends import jax as jax_backend
+from twinbench.backends import torch as torch_backend
+from twinbench.measure.compiles import CompileMonitor
+
+
+class Backend(Protocol):
+    """What a framework's backend module provides (each a module-level name of backends/torch.py, jax.py)."""
+
+    NAME: str
+    #: the trainer protocol (strategies/base.py) the memory breakdown and preflight read of this framework
+    MEMORY_PROTOCOL: type
+
+    def describe(self) -> tuple[str, str, int]: ...  # (platform, device name, devices visible)
+    def set_threads(self, threads: int) -> None: ...  # the framework's own CPU thread pool
+    def set_fp32_matmul(self, tf32: bool, platform: str | None, precision: str) -> str: ...
+    def allocator_peak(self) -> int | None: ...  # the accelerator allocator's peak; None on the CPU
+    def versions(self) -> dict[str, str]: ...  # the framework's packages, for the record
+    def peak_versions(self) -> dict[str, str]: ...  # what a matmul peak depends on (its cache key)
+    def compile_monitor(self) -> CompileMonitor: ...
+    def profile_steps(self, step: Callable[[int], Any], sync: Callable[[], None], out_dir: Path, n: int) -> str: ...
+    def matmul(self, platform: str, dtype: str, n: int) -> tuple[Callable[[], Any], Callable[[], Any]]: ...
+    def attention_label(self, heads: int, seq: int, head_dim: int, dtype: str, causal: bool, masked: bool,
+                        impl: str) -> str: ...
+    def lean_attention(self, platform: str) -> str: ...  # an --attention-impl keeping no seq x seq scores
+    def attention_impl(self, asked: str) -> str: ...  # the --attention-impl this framework's twins run
+    def record_fields(self, asked_impl: str) -> dict[str, Any]: ...  # xla_flags, attention_impl
+    def process_index(self, num_processes: int) -> int: ...  # this process's rank among a run's processes
+
+
+BACKENDS: dict[str, Backend] = {"torch": torch_backend, "jax": jax_backend}  # type: ignore[dict-item]
+
+
+def get(framework: str) -> Backend:
+    """The backend of ``framework`` ("torch" or "jax"); ValueError for any other name."""
+    try:
+        return BACKENDS[framework]
+    except KeyError:
+        raise ValueError(f"no backend for framework {framework!r} (known: {', '.join(BACKENDS)})") from None

@@ -1,0 +1,167 @@
+"""The JAX backend: what measurement, the strategies and the worker ask of JAX (see backends/__init__.py).
+
+jax is imported inside each function: importing this module loads nothing of it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from twinbench.measure import platforms
+from twinbench.measure.compiles import CompileMonitor, JaxCompiles
+from twinbench.measure.host import cpu_name
+from twinbench.strategies.base import JaxStepTrainer
+
+NAME = "jax"
+#: what the memory breakdown and preflight read of a JAX trainer: one jitted step over a parameter pytree
+MEMORY_PROTOCOL = JaxStepTrainer
+
+#: the record's name of each ``--attention-impl``; any other (the default) is the twins' einsums
+ATTENTION_LABELS = {"cudnn": "cudnn (fused)", "splash": "splash (Pallas TPU, fused)",
+                    "chunked": "chunked (blocks of queries, XLA)",
+                    "jax-nn": "jax.nn.dot_product_attention (xla, unfused)"}
+
+
+def describe() -> tuple[str, str, int]:
+    """(platform, device name, devices visible) of JAX's default backend; a CPU is named by the host's model."""
+    import jax
+
+    dev = jax.local_devices()[0]
+    name = cpu_name() if dev.platform == "cpu" else dev.device_kind
+    return platforms.name(dev.platform) or "cpu", name, jax.local_device_count()
+
+
+def set_threads(threads: int) -> None:
+    """Nothing: XLA sizes its pools from the process's CPU affinity, which the worker has set."""
+
+
+def set_fp32_matmul(tf32: bool, platform: str | None, precision: str) -> str:
+    """``jax_default_matmul_precision``: highest (full fp32) or tensorfloat32. A bf16 run on a TPU keeps
+    JAX's default: its matmuls take bf16 operands, one pass whatever the setting, and the TPU's Pallas
+    kernels (Mosaic) refuse ``highest`` on bf16 operands ("Bad lhs type")."""
+    import jax
+
+    platform = platform or jax.default_backend()
+    if platform == "tpu" and precision == "bf16" and not tf32:
+        jax.config.update("jax_default_matmul_precision", "default")
+        return "bf16 operands, one bf16 pass; jax_default_matmul_precision=default"
+    value = "tensorfloat32" if tf32 else "highest"
+    jax.config.update("jax_default_matmul_precision", value)
+    words = platforms.get(platform).fp32_matmul_words(NAME, tf32)
+    return f"{words}; jax_default_matmul_precision={value}"
+
+
+def allocator_peak() -> int | None:
+    """The first local device's allocator peak (``memory_stats``); None on the CPU or where it has none."""
+    import jax
+
+    dev = jax.local_devices()[0]  # on several hosts, jax.devices()[0] may be another process's device
+    if dev.platform == "cpu":
+        return None
+    stats = dev.memory_stats() or {}
+    return int(stats["peak_bytes_in_use"]) if "peak_bytes_in_use" in stats else None
+
+
+def versions() -> dict[str, str]:
+    """jax, jaxlib, flax, optax; grain when the +prefetch pipeline ran on it; torch and torchax when a torch
+    module ran through torchax (jax:torchax)."""
+    import flax
+    import jax
+    import jaxlib
+    import optax
+
+    out = {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "flax": flax.__version__,
+           "optax": optax.__version__}
+    if "grain" in sys.modules:  # the +prefetch input pipeline (data/pipeline.py) ran on it
+        out["grain"] = sys.modules["grain"].__version__
+    if "torchax" in sys.modules:  # a torch module run by torchax (jax:torchax): its torch and torchax
+        from importlib.metadata import version
+
+        out |= {"torch": sys.modules["torch"].__version__, "torchax": version("torchax")}
+    return out
+
+
+def peak_versions() -> dict[str, str]:
+    """What a matmul peak depends on: jax and jaxlib, and XLA_FLAGS when set (they change what a matmul
+    compiles to)."""
+    import jax
+    import jaxlib
+
+    out = {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
+    if os.environ.get("XLA_FLAGS", "").strip():
+        out["xla_flags"] = " ".join(sorted(os.environ["XLA_FLAGS"].split()))
+    return out
+
+
+def compile_monitor() -> CompileMonitor:
+    return JaxCompiles()
+
+
+def profile_steps(step: Callable[[int], Any], sync: Callable[[], None], out_dir: Path, n: int) -> str:
+    """``n`` steps under ``jax.profiler.trace``: the Perfetto trace's path (else the XPlane's, else the folder)."""
+    import jax
+
+    with jax.profiler.trace(str(out_dir), create_perfetto_trace=True):
+        for i in range(n):
+            with jax.profiler.StepTraceAnnotation("twinbench_step", step_num=i):
+                step(i + 1)
+                sync()
+    found = (sorted(out_dir.rglob("perfetto_trace.json.gz")) or sorted(out_dir.rglob("*.trace.json.gz"))
+             or sorted(out_dir.rglob("*.xplane.pb")))
+    return str(found[-1]) if found else str(out_dir)
+
+
+def matmul(platform: str, dtype: str, n: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """An n x n jitted matmul of ``dtype`` on JAX's default device, and the wait for its last result."""
+    import jax
+    import jax.numpy as jnp
+
+    jdt = jnp.bfloat16 if dtype == "bf16" else jnp.float32
+    a = jax.random.normal(jax.random.key(0), (n, n), jdt)
+    b = jax.random.normal(jax.random.key(1), (n, n), jdt)
+    mm = jax.jit(jnp.matmul)
+    last: list = []
+
+    def run() -> None:
+        last[:] = [mm(a, b)]
+
+    return run, lambda: last[0].block_until_ready()
+
+
+def impl_label(impl: str) -> str:
+    """The record's name of a JAX attention by ``--attention-impl``: the formulation asked for is what runs."""
+    return ATTENTION_LABELS.get(impl, "einsum (xla, unfused)")
+
+
+def attention_label(heads: int, seq: int, head_dim: int, dtype: str, causal: bool, masked: bool,
+                    impl: str = "default") -> str:
+    """:func:`impl_label` of the run's ``--attention-impl`` (no probe needed: the shape does not change it)."""
+    return impl_label(impl)
+
+
+def lean_attention(platform: str) -> str:
+    """The ``--attention-impl`` that keeps no seq x seq probabilities on ``platform``."""
+    return platforms.get(platform).lean_attention
+
+
+def attention_impl(asked: str) -> str:
+    """The ``--attention-impl`` the JAX twins run: the one asked for."""
+    return asked
+
+
+def record_fields(asked_impl: str) -> dict[str, Any]:
+    """The XLA flags the run's compiles saw, and the attention formulation it ran."""
+    return {"xla_flags": os.environ.get("XLA_FLAGS", ""), "attention_impl": attention_impl(asked_impl)}
+
+
+def process_index(num_processes: int) -> int:
+    """This process's index among a multi-process run's (``jax.process_index``); else torchrun's RANK, 0 alone."""
+    if num_processes > 1:
+        import jax
+
+        return jax.process_index()
+    return int(os.environ.get("RANK", "0"))

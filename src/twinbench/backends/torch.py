@@ -1,0 +1,174 @@
+"""The PyTorch backend: what measurement, the strategies and the worker ask of torch (see backends/__init__.py).
+
+torch is imported inside each function: importing this module loads nothing of it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from twinbench.measure import platforms
+from twinbench.measure.compiles import CompileMonitor, TorchCompiles
+from twinbench.measure.host import cpu_name
+from twinbench.strategies.base import TorchModuleTrainer
+
+NAME = "torch"
+#: what the memory breakdown reads of a torch trainer: its nn.Module, optimizer and the step's loss half
+MEMORY_PROTOCOL = TorchModuleTrainer
+
+#: torch's SDPA kernels by the aten op that runs them (the first found in a profiled call names the kernel).
+SDPA_KERNELS = (("_scaled_dot_product_cudnn_attention", "cudnn"),
+                ("_scaled_dot_product_flash_attention_for_cpu", "flash (CPU)"),
+                ("_scaled_dot_product_flash_attention", "flash"),
+                ("_scaled_dot_product_efficient_attention", "memory-efficient"),
+                ("_efficient_attention_forward", "memory-efficient"),
+                ("_flash_attention_forward", "flash"))
+
+
+def device() -> Any:
+    """The torch device a run uses: the first CUDA device when there is one, else the CPU."""
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def describe() -> tuple[str, str, int]:
+    """(platform, device name, devices visible): the CUDA devices when torch sees one, else the host's CPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "gpu", torch.cuda.get_device_name(0), torch.cuda.device_count()
+    return "cpu", cpu_name(), 1
+
+
+def set_threads(threads: int) -> None:
+    """torch's intra-op pool: sized to the run's cores (it would take every core of the machine)."""
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def precision_api(torch: Any) -> str:
+    """Which of torch's two APIs for TF32 this torch has: ``"fp32_precision"`` (torch >= 2.9:
+    ``torch.backends.fp32_precision`` and ``torch.backends.{cuda.matmul,cudnn.conv,cudnn.rnn}.fp32_precision``)
+    or ``"allow_tf32"`` (the legacy flags, deprecated since 2.9)."""
+    return "fp32_precision" if hasattr(torch.backends, "fp32_precision") else "allow_tf32"
+
+
+def set_fp32_matmul(tf32: bool, platform: str | None, precision: str) -> str:
+    """One API only, never both (torch refuses to read a state that its two APIs set apart, in torch.compile
+    too): the ``fp32_precision`` settings where torch has them, else the legacy ``allow_tf32`` flags.
+    ``precision`` (the run's dtype) does not change torch's setting."""
+    import torch
+
+    label = platforms.get(platform or ("gpu" if torch.cuda.is_available() else "cpu")).fp32_matmul_words(
+        NAME, tf32)
+    if precision_api(torch) == "fp32_precision":
+        value = "tf32" if tf32 else "ieee"
+        torch.backends.fp32_precision = value  # the generic default: CUDA matmuls, cuDNN, oneDNN
+        for backend in (torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.cudnn.rnn):
+            backend.fp32_precision = value
+        return f"{label}; torch fp32_precision={value}"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    return f"{label}; torch allow_tf32={tf32}"
+
+
+def allocator_peak() -> int | None:
+    """The CUDA caching allocator's peak; None on the CPU (the process's RSS is the measure there)."""
+    import torch
+
+    return int(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else None
+
+
+def versions() -> dict[str, str]:
+    """torch, and the CUDA it was built for (a CUDA build)."""
+    import torch
+
+    out = {"torch": torch.__version__}
+    if torch.version.cuda:
+        out["cuda"] = torch.version.cuda
+    return out
+
+
+def peak_versions() -> dict[str, str]:
+    """What a matmul peak depends on: torch and its CUDA."""
+    return versions()
+
+
+def compile_monitor() -> CompileMonitor:
+    return TorchCompiles()
+
+
+def profile_steps(step: Callable[[int], Any], sync: Callable[[], None], out_dir: Path, n: int) -> str:
+    """``n`` steps under ``torch.profiler`` (CPU, and CUDA when present), exported as a Chrome trace."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities, record_shapes=True) as prof:
+        for i in range(n):
+            with record_function(f"twinbench_step_{i}"):
+                step(i + 1)
+                sync()
+    path = out_dir / "trace.json"
+    prof.export_chrome_trace(str(path))
+    return str(path)
+
+
+def matmul(platform: str, dtype: str, n: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """An n x n matmul of ``dtype`` on the platform's device, and the sync that waits for it."""
+    import torch
+
+    on_gpu = platform != "cpu"  # "gpu" (older records and caches: "cuda")
+    dev = torch.device("cuda" if on_gpu else "cpu")
+    tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+    a = torch.randn(n, n, device=dev, dtype=tdt)
+    b = torch.randn(n, n, device=dev, dtype=tdt)
+    return (lambda: torch.mm(a, b)), sync
+
+
+def attention_label(heads: int, seq: int, head_dim: int, dtype: str, causal: bool, masked: bool,
+                    impl: str = "default") -> str:
+    """The kernel SDPA dispatches a run's attention to: one small ``scaled_dot_product_attention`` call of the
+    run's shape (batch 1), dtype and masking, profiled ("math" when none of its fused kernels ran). The torch
+    twins read no ``--attention-impl``."""
+    import torch
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile
+
+    dev = device()
+    tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
+    q, k, v = (torch.randn(1, heads, seq, head_dim, device=dev, dtype=tdt) for _ in range(3))
+    mask = torch.ones(1, 1, 1, seq, dtype=torch.bool, device=dev) if masked else None
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+    names = {e.name.removeprefix("aten::") for e in prof.events()}
+    return next((kernel for op, kernel in SDPA_KERNELS if op in names), "math")
+
+
+def lean_attention(platform: str) -> str:
+    """None to suggest: the torch twins read no ``--attention-impl`` (SDPA chooses its kernel)."""
+    return ""
+
+
+def attention_impl(asked: str) -> str:
+    """The torch twins read no ``--attention-impl``: SDPA picks its kernel (:func:`attention_label`)."""
+    return "default"
+
+
+def record_fields(asked_impl: str) -> dict[str, Any]:
+    """No XLA flags, and the attention the twin ran whatever was asked (:func:`attention_impl`)."""
+    return {"xla_flags": None, "attention_impl": attention_impl(asked_impl)}
+
+
+def process_index(num_processes: int) -> int:
+    """torchrun's rank of this process (0 alone)."""
+    return int(os.environ.get("RANK", "0"))

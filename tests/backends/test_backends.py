@@ -1,0 +1,63 @@
+"""The framework backends: each provides every member of the Backend protocol, and they are the only place
+that branches on the framework's name (a ratchet on the branches left elsewhere)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from twinbench import backends
+from twinbench.strategies.base import JaxStepTrainer, TorchModuleTrainer
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "twinbench"
+#: framework branches outside backends/ when they became the place for them; lower it as branches move there
+BRANCHES_ELSEWHERE = 37
+BRANCH = re.compile(r"""[!=]= ["'](?:jax|torch)["']""")
+
+
+@pytest.mark.parametrize("name", ["torch", "jax"])
+def test_each_backend_provides_the_whole_protocol(name):
+    backend = backends.get(name)
+    members = [m for m in backends.Backend.__dict__ if not m.startswith("_")]
+    members += list(backends.Backend.__annotations__)
+    assert [m for m in members if not hasattr(backend, m)] == []
+    assert name == backend.NAME
+
+
+def test_an_unknown_framework_is_a_one_line_error():
+    with pytest.raises(ValueError, match="no backend for framework 'mxnet'"):
+        backends.get("mxnet")
+
+
+def test_what_only_one_framework_records(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_flag=1")
+    assert backends.get("jax").record_fields("chunked") == {"xla_flags": "--xla_cpu_flag=1",
+                                                             "attention_impl": "chunked"}
+    # the torch twins read no --attention-impl and no XLA flags, whatever the spec says
+    assert backends.get("torch").record_fields("chunked") == {"xla_flags": None, "attention_impl": "default"}
+    assert backends.get("jax").attention_impl("splash") == "splash"
+    assert backends.get("torch").attention_impl("splash") == "default"
+
+
+def test_the_memory_protocols_and_labels():
+    assert backends.get("jax").MEMORY_PROTOCOL is JaxStepTrainer
+    assert backends.get("torch").MEMORY_PROTOCOL is TorchModuleTrainer
+    assert backends.get("jax").attention_label(2, 32, 16, "bf16", True, False, "cudnn") == "cudnn (fused)"
+    assert backends.get("jax").lean_attention("tpu") == "splash"
+    assert backends.get("torch").lean_attention("tpu") == ""
+
+
+def test_process_index_reads_torchrun_s_rank_alone(monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    assert backends.get("torch").process_index(1) == 3
+    assert backends.get("jax").process_index(1) == 3  # one JAX process: torchrun's rank where it set one
+
+
+def test_framework_branches_stay_in_the_backends():
+    found = [f"{p.relative_to(SRC)}:{i}" for p in sorted(SRC.rglob("*.py")) if "backends" not in p.parts
+             for i, line in enumerate(p.read_text().splitlines(), 1) if BRANCH.search(line)]
+    assert len(found) <= BRANCHES_ELSEWHERE, (
+        f"{len(found)} branches on the framework's name outside src/twinbench/backends (at most "
+        f"{BRANCHES_ELSEWHERE}): ask backends.get(framework) instead\n" + "\n".join(found))
