@@ -53,8 +53,10 @@ def report_cmd(
         fail(f"--plan-steps must be a positive integer, got {plan_steps}")
     try:
         html_path, md_path, res = write(directory, plan_steps, against=against)
-    except (ReportError, DiffError) as e:
+    except (ReportError, DiffError, SpecError) as e:  # SpecError: a link where the report goes (folder_io)
         fail(str(e))
+    except OSError as e:
+        fail(f"{directory}: cannot write the report there ({e.strerror or e})")
     if res.skipped:
         console.print(f"[yellow]warning:[/] skipped {res.skipped} malformed line(s) of "
                       f"{directory / runner.RESULTS}", highlight=False)
@@ -136,7 +138,7 @@ def advise(
     specs, _ = prepare_user(specs, target, timeout)  # --model: checked, initial weights written (exit 2 if bad)
     records = run_and_report(specs, target, timeout, plan_steps, None, "twinbench advise", report=False)
     advice = decide(records, plan_steps, changes_per_day, results=str(target / runner.RESULTS))
-    write_text(target / "advice.json", json.dumps(advice, indent=1), "advice.json")
+    write_text(target / "advice.json", json.dumps(advice, indent=1), "advice.json", inside=target)
     out.print()
     for line in advice["lines"]:
         out.print(line, highlight=False, markup=False)

@@ -101,9 +101,15 @@ def check_places(specs: list[Any], cache_flag: str = "--cache-dir") -> None:
                 check_dir(value, flag_)
 
 
+#: the longest --timeout taken: a week (a longer one overflows the clocks it is added to; use a week)
+MAX_TIMEOUT = 7 * 24 * 3600.0
+
+
 def check_timeout(timeout: float) -> None:
     if not timeout > 0:  # NaN too
         fail(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    if not timeout <= MAX_TIMEOUT:  # inf, 1e308: an OverflowError where it is added to a clock
+        fail(f"--timeout {timeout:g}: at most {MAX_TIMEOUT:g} seconds (a week)")
 
 
 def ready_outputs(target: Path, json_path: Path | None, timeout: float | None = None) -> None:
@@ -117,13 +123,20 @@ def ready_outputs(target: Path, json_path: Path | None, timeout: float | None = 
         fail(str(e))
 
 
-def write_text(path: Path, text: str, what: str) -> bool:
-    """Write an output file; a failure is a warning (the records are already safe in results.jsonl)."""
+def write_text(path: Path, text: str, what: str, inside: Path | None = None) -> bool:
+    """Write an output file; a failure is a warning (the records are already safe in results.jsonl). With
+    ``inside`` (the results folder ``path`` is in) it is written by folder_io's writer: never through a link."""
+    from twinbench.folder_io import write_file
+
     try:
-        path.write_text(text)
+        if inside is not None:
+            write_file(inside, Path(path).relative_to(inside), text)
+        else:
+            path.write_text(text)
         return True
-    except OSError as e:
-        console.print(f"[yellow]warning:[/] {what} not written to {path}: {e.strerror or e}", highlight=False)
+    except (OSError, SpecError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else e
+        console.print(f"[yellow]warning:[/] {what} not written to {path}: {why}", highlight=False)
         return False
 
 

@@ -207,8 +207,11 @@ def peak_cmd(
             fail(f"--precision: unknown value {dt!r}; allowed: fp32, bf16")
     if threads < 0:
         fail(f"--threads must be >= 0 (0: all cores), got {threads}")
-    if timeout <= 0:
-        fail(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    from twinbench.limits import cores
+
+    if threads > cores():
+        fail(f"--threads {threads}: this machine gives twinbench {cores()} cores; allowed: 0 (all) to {cores()}")
+    check_timeout(timeout)
     shown: list[tuple[str, Peak | None]] = []
     problems = []
     if remeasure:
