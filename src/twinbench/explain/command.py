@@ -18,7 +18,10 @@ class ExplainError(ValueError):
 
 
 def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_dir: Path, timeout: float,
-            model: str | None, jax_model: str | None, expand: str, say: Callable[[str], None]) -> dict[str, Any]:
+            model: str | None, jax_model: str | None, expand: str, say: Callable[[str], None],
+            before: Callable[[list[RunSpec]], None] | None = None) -> dict[str, Any]:
+    """Explain the pair ``run_a`` ``run_b``; ``before`` is given the sides' specs once they are known, before
+    any run starts (``--try``/``--depths``: their variants preflighted as compare's runs are)."""
     from twinbench import runner
     from twinbench.plan import build_specs
 
@@ -56,6 +59,11 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
                 check_host([s])  # a shape the host cannot hold (a record's too): refused before any run
         except SpecError as e:  # a record's value is named as the record's, not as a flag never given
             raise ExplainError(f"{a}: the record's {e}" if r is not None else str(e)) from e
+    if before is not None:
+        try:
+            before([s for s, _ in resolved])
+        except SpecError as e:
+            raise ExplainError(str(e)) from e
     for s, r in resolved:
         if r is not None and runs.needs_run(r):
             say(f"  re-running {s.label()} (its record has no trace/explain timing): same spec, run id {s.run_id()}")
