@@ -275,10 +275,17 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number a file of twinbench may hold")
 
 
+#: what no string read from a folder keeps: control characters but newline and tab (a terminal's escape codes,
+#: a carriage return that rewrites a printed line) and the bidirectional overrides that reorder one
+_STORED = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
 def cut(v: Any, limit: int = MAX_STRING) -> Any:
-    """``v`` with every string (in nested lists and dicts too) cut to ``limit`` characters."""
+    """``v`` with every string (in nested lists and dicts too) cut to ``limit`` characters and stripped of
+    control characters (newlines and tabs kept): what a record or a settings file says is printed as text."""
     if isinstance(v, str):
-        return v if len(v) <= limit else v[:limit] + "..."
+        v = v if len(v) <= limit else v[:limit] + "..."
+        return _STORED.sub("", v) if _STORED.search(v) else v
     if isinstance(v, dict):
         return {cut(k, MAX_NAME) if isinstance(k, str) else k: cut(x, limit) for k, x in v.items()}
     if isinstance(v, list):
@@ -313,7 +320,6 @@ def typed(path: Path | str, data: Any, allowed: dict[str, tuple[type, ...]]) -> 
 
 # ------------------------------------------------------------------------------------------- the terminal
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 #: data printed to the terminal is cut to this many characters (a name, a record's field, an op name)
 WIDTH = 200
 
@@ -325,5 +331,5 @@ def terminal(text: Any, width: int = WIDTH) -> str:
     s = str(text)
     if len(s) > width * 4:
         s = s[:width * 4]
-    s = _CONTROL.sub("", s.replace("\n", " ").replace("\t", " "))
+    s = _STORED.sub("", s.replace("\n", " ").replace("\t", " "))
     return s if len(s) <= width else s[:width - 3] + "..."

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.config import SpecError
-from twinbench.folder_io import MAX_NAME, MAX_STRING, LinkRefused, cut, lines, open_append, write_all
+from twinbench.folder_io import MAX_NAME, LinkRefused, cut, lines, open_append, write_all
 from twinbench.machine import HIGH_LOAD, MAX_SPREAD
 from twinbench.measure.device import host_cpu
 from twinbench.measure.interference import busy_warning
@@ -366,6 +366,9 @@ def check_record(rec: Any) -> str | None:
     for name in NAMES:  # what labels a run: a long one is no run's name (and would fill a terminal)
         if isinstance(rec.get(name), str) and len(rec[name]) > MAX_NAME:
             return f"{name} is a {len(rec[name])}-character string (at most {MAX_NAME})"
+    long_key = next((k for k in rec if len(k) > MAX_NAME), None)
+    if long_key is not None:
+        return f"a field name of {len(long_key)} characters"
     for name, (kind, nullable) in _FIELD_TYPES.items():
         if name not in rec:
             continue
@@ -386,8 +389,8 @@ def check_record(rec: Any) -> str | None:
             return f"{name} is {v:g} (not a positive time)"
         elif kind in ("dict", "list") and name not in ("losses", "step_times_ms"):
             rec[name] = _scrub(v)
-        elif kind == "str" and len(v) > MAX_STRING:
-            rec[name] = cut(v)
+        elif kind == "str":
+            rec[name] = cut(v)  # cut to folder_io's cap, no control characters (nothing a terminal obeys)
     times = rec.get("step_times_ms") or []
     if any(not _number(t) or not _finite(t) or t <= 0 or t > HUGE_TIME for t in times):
         return "step_times_ms holds a value that is not a positive finite number"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -23,8 +24,30 @@ from twinbench.spec import (
     flag,
 )
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Measure the same Transformer trained in PyTorch and JAX, honestly.")
+
+class App(typer.Typer):
+    """The command line, whose output that cannot be written ends in one line: stdout on a full device (or a
+    read error of the terminal) is exit 2 with one line on stderr, a closed pipe (``| head``) a quiet exit."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import errno
+
+        try:
+            return super().__call__(*args, **kwargs)
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EPIPE):
+                raise
+            with contextlib.suppress(OSError):  # nothing more reaches the broken stdout, at exit neither
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            if e.errno == errno.EPIPE:
+                raise SystemExit(141) from None
+            with contextlib.suppress(OSError):
+                sys.stderr.write(f"error: cannot write the output: {e.strerror or e}\n")
+            raise SystemExit(2) from None
+
+
+app = App(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+          help="Measure the same Transformer trained in PyTorch and JAX, honestly.")
 console = Console(stderr=True)
 #: a terminal's own width; elsewhere (a log, a pipe) 100 columns: tables fold their columns, notes wrap. --wide:
 #: every table at its natural width

@@ -9,6 +9,7 @@ from typing import Any
 
 from twinbench.explain import gap, runs, trace_file, why
 from twinbench.explain.steps import TraceError
+from twinbench.folder_io import terminal
 from twinbench.limits import check_host
 from twinbench.spec import RunSpec, SpecError
 
@@ -129,7 +130,7 @@ def run_table(e: dict[str, Any]) -> Any:
 
     kind = "measured" if e.get("run_id") else "traced"
     measured = (e.get("measured") or {}).get("untraced_step_ms")  # twinbench doctor's, without the profiler
-    title = f"{e['run']}: {e['step_ms']:.1f} ms per {kind} step" + (
+    title = f"{shown(e['run'], 200)}: {e['step_ms']:.1f} ms per {kind} step" + (
         f", {measured:.1f} ms measured without the profiler (twinbench doctor)" if measured else "")
     t = Table(title=title, title_justify="left")
     t.add_column("phase")
@@ -151,7 +152,7 @@ def run_table(e: dict[str, Any]) -> Any:
 def gap_table(result: dict[str, Any]) -> Any:
     from rich.table import Table
 
-    a, b = result["a"]["run"], result["b"]["run"]  # named in the title, whole: a column header would cut them
+    a, b = shown(result["a"]["run"], 200), shown(result["b"]["run"], 200)  # in the title: a header would cut them
     t = Table(title=f"gap: B {b} - A {a} = {result['gap_ms']:+.1f} ms per step", title_justify="left")
     for col, just in (("row", "left"), ("A ms", "right"), ("B ms", "right"), ("B-A ms", "right"),
                       ("share of gap", "right"), ("timing B-A", "right"), ("A GFLOP/s (peak)", "right"),
@@ -160,7 +161,7 @@ def gap_table(result: dict[str, Any]) -> Any:
     for r in result["rows"]:
         if r["level"] and abs(r["diff_ms"]) < 0.005 * max(result["a"]["step_ms"], 1e-9) and not r["a_ms"]:
             continue
-        name = ("  " * r["level"]) + r["row"].split(" / ")[-1]
+        name = ("  " * r["level"]) + shown(r["row"].split(" / ")[-1], 80)
         t.add_row(name if r["level"] else f"[bold]{name}[/]", f"{r['a_ms']:.2f}", f"{r['b_ms']:.2f}",
                   f"{r['diff_ms']:+.2f}", f"{r['share']:.0%}", *why.throughput_cells(r))
     return t
@@ -169,13 +170,21 @@ def gap_table(result: dict[str, Any]) -> Any:
 def ops_table(e: dict[str, Any], n: int = 10) -> Any:
     from rich.table import Table
 
-    t = Table(title=f"{e['run']}: top ops (traced ms per step)", title_justify="left")
+    t = Table(title=f"{shown(e['run'], 200)}: top ops (traced ms per step)", title_justify="left")
     for col, just in (("kernel / op", "left"), ("launched by", "left"), ("category", "left"), ("phase", "left"),
                       ("ms", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for o in e.get("kernels", [])[:n]:
-        t.add_row(o["name"][:70], o["op"][:40], o["category"], o["phase"], f"{o['ms']:.3f}")
+        t.add_row(shown(o["name"], 70), shown(o["op"], 40), shown(o["category"], 30), o["phase"], f"{o['ms']:.3f}")
     return t
+
+
+def shown(text: Any, width: int) -> str:
+    """A name from a trace or a record as a table cell: as text (folder_io.terminal: no control characters,
+    cut to ``width``), its brackets no markup."""
+    from rich.markup import escape
+
+    return escape(terminal(text, width))
 
 
 def print_side(e: dict[str, Any], out: Any, top_ops: bool = False) -> None:
@@ -190,7 +199,7 @@ def print_side(e: dict[str, Any], out: Any, top_ops: bool = False) -> None:
     if top_ops and e.get("kernels"):
         out.print(ops_table(e))
     if e.get("other"):
-        out.print("  other: " + ", ".join(f"{k[:60]} {v:.2f} ms" for k, v in list(e["other"].items())[:5]),
+        out.print("  other: " + ", ".join(f"{shown(k, 60)} {v:.2f} ms" for k, v in list(e["other"].items())[:5]),
                   highlight=False)
     for note in e["notes"]:
         out.print(f"  note: {note}", highlight=False)
