@@ -231,9 +231,10 @@ def check_readable(path: Path, cap: int | None = None) -> int:
     return st.st_size
 
 
-def lines(path: Path, cap: int | None = None, max_line: int = MAX_LINE) -> Iterator[tuple[int, bytes | None]]:
-    """``(line number, line)`` of a file within its cap, read as a stream; a line over ``max_line`` bytes comes
-    as ``None`` (its bytes are read past in chunks, never held whole)."""
+def lines(path: Path, cap: int | None = None, max_line: int | None = None) -> Iterator[tuple[int, bytes | None]]:
+    """``(line number, line)`` of a file within its cap, read as a stream; a line over ``max_line`` bytes
+    (default :data:`MAX_LINE`) comes as ``None`` (its bytes are read past in chunks, never held whole)."""
+    max_line = MAX_LINE if max_line is None else max_line
     check_readable(path, cap)
     with open(path, "rb") as f:
         n = 0

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from twinbench import folder_io
 from twinbench.config import SpecError
 from twinbench.folder_io import MAX_NAME, LinkRefused, cut, lines, open_append, write_all
 from twinbench.machine import HIGH_LOAD, MAX_SPREAD
@@ -416,7 +417,7 @@ def read_records(path: Path, problems: list[str] | None = None,
         if raw is not None and not raw.strip():
             continue
         if raw is None:
-            why = "a line of over 8 MB (no record is that long)"
+            why = f"a line of over {folder_io.MAX_LINE / 2**20:g} MB (no record is that long)"
         else:
             try:
                 rec = json.loads(raw.decode(errors="replace"))
