@@ -189,8 +189,13 @@ def claims(
     records = [run_and_report(rs, suite.repeat_dir(target, k), timeout, plan_steps, None,
                               f"twinbench claims, repeat {k + 1} of {len(rounds)}", report=False, resume_command=again)
                for k, rs in enumerate(rounds)]
-    with console.status("probes") as status:
-        probes = suite.run_probes(measured, target, timeout, lambda name: status.update(f"probe {name}"))
+    from twinbench import runner
+
+    try:  # the probes write into --out too: under its lock, as the runs are (another twinbench there: one line)
+        with runner.out_lock(target), console.status("probes") as status:
+            probes = suite.run_probes(measured, target, timeout, lambda name: status.update(f"probe {name}"))
+    except SpecError as e:
+        fail(str(e))
     results = suite.verdicts(chosen, setup, per_claim, records, probes)
     suite.render(out, results)
     path = suite.write(results, target, json_path)
