@@ -375,9 +375,9 @@ def test_claims_resume_takes_no_path_from_its_folder(tmp_path, fake_runs):
 
 
 @pytest.mark.parametrize(("settings", "says"), [
-    ({"repeats": "3"}, "repeats is \"3\" (str), not a int"),
+    ({"repeats": "3"}, "repeats is \"3\" (str), not an int"),
     ({"only": ["C1"]}, "only is [\"C1\"] (list), not a str"),
-    ({"plan_steps": 1.5}, "plan_steps is 1.5 (float), not a int"),
+    ({"plan_steps": 1.5}, "plan_steps is 1.5 (float), not an int"),
     ([1, 2], "is not a claims run's settings"),
 ])
 def test_claims_settings_of_the_wrong_type_are_one_line(tmp_path, fake_runs, settings, says):

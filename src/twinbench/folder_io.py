@@ -314,7 +314,9 @@ def typed(path: Path | str, data: Any, allowed: dict[str, tuple[type, ...]]) -> 
             raise SpecError(f"{path}: {name} is a {len(v)}-character string; at most {MAX_NAME}")
         if not ok:
             want = " or ".join(t.__name__ for t in types)
-            raise SpecError(f"{path}: {name} is {terminal(json.dumps(v), 40)} ({type(v).__name__}), not a {want}")
+            article = "an" if want[0] in "aeiou" else "a"
+            raise SpecError(f"{path}: {name} is {terminal(json.dumps(v), 40)} ({type(v).__name__}), not {article} "
+                            f"{want}")
         out[name] = v
     return out
 

@@ -166,6 +166,12 @@ def claims(
         show_plan(chosen, setup, per_claim, rounds, sheet_name, json_path)
         return
     check_timeout(timeout)
+    from twinbench.limits import check_host
+
+    try:
+        check_host(specs)  # the same preflight as compare's runs: a shape the host cannot hold, refused now
+    except SpecError as e:
+        fail(str(e))
     check_places(specs)  # --trace, the caches: writable, before any run
     ready_outputs(target, json_path, timeout)
     if resume is None:
