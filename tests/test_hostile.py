@@ -601,3 +601,16 @@ def test_stdout_on_a_full_device_is_one_line(monkeypatch, capsys):
         app(["strategies"])
     assert e.value.code == 2
     assert capsys.readouterr().err.strip() == "error: cannot write the output: No space left on device"
+
+
+def test_claims_checks_its_trace_folder_and_takes_outs_lock_for_its_probes(tmp_path, fake_runs, monkeypatch):
+    out = tmp_path / "o"
+    line = one_line_error(CLI.invoke(app, ["claims", "--quick", "--only", "C1", "--trace", str(READ_ONLY), "--out",
+                                           str(out)]))
+    assert line.startswith("error: --trace") and not fake_runs
+    probed = []
+    monkeypatch.setattr(runner, "run_module", lambda *a, **k: probed.append(a) or (1, "not run here"))
+    out.mkdir()
+    with runner.out_lock(out):  # another twinbench writing there now
+        line = one_line_error(CLI.invoke(app, ["claims", "--quick", "--only", "C21", "--out", str(out)]))
+    assert "another twinbench" in line and not probed

@@ -252,5 +252,11 @@ def print_runs(records: list[dict[str, Any]], out_dir: Path, out: Any) -> None:
         out.print(run_table(e))
         for note in e["notes"]:
             out.print(f"  note: {note}", highlight=False)
-    (out_dir / "explain.json").write_text(json.dumps(explained, indent=1))
+    from twinbench.folder_io import write_file
+
+    try:  # inside --out, never through a link (folder_io); the records are safe already: a warning at most
+        write_file(out_dir, "explain.json", json.dumps(explained, indent=1))
+    except (OSError, SpecError) as e:
+        out.print(f"  warning: explain.json not written: {e}", highlight=False, markup=False)
+        return
     out.print(f"  explain: {out_dir / 'explain.json'}", highlight=False)
