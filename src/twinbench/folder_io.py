@@ -20,9 +20,10 @@ import json
 import math
 import os
 import re
+import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from twinbench.config import SpecError
 
@@ -215,14 +216,8 @@ def _size(n: float) -> str:
     return f"{n / 2**30:.1f} GB" if n >= 2**30 else f"{n / 2**20:.0f} MB" if n >= 2**20 else f"{n:.0f} bytes"
 
 
-def check_readable(path: Path, cap: int | None = None) -> int:
-    """The size of ``path``, a regular file within ``cap`` bytes (default :func:`max_file_bytes`); an OSError
-    (:class:`TooLarge` over the cap) that says why not. A device, a FIFO or a folder is never opened."""
-    path = Path(path)
-    st = os.stat(path)
-    import stat as stat_
-
-    if not stat_.S_ISREG(st.st_mode):
+def _check(path: Path, st: os.stat_result, cap: int | None) -> int:
+    if not stat.S_ISREG(st.st_mode):
         raise OSError(f"{path} is not a regular file")
     cap = max_file_bytes() if cap is None else cap
     if st.st_size > cap:
@@ -231,12 +226,30 @@ def check_readable(path: Path, cap: int | None = None) -> int:
     return st.st_size
 
 
+def check_readable(path: Path, cap: int | None = None) -> int:
+    """The size of ``path``, a regular file within ``cap`` bytes (default :func:`max_file_bytes`); an OSError
+    (:class:`TooLarge` over the cap) that says why not. A device, a FIFO or a folder is never opened."""
+    return _check(Path(path), os.stat(path), cap)
+
+
+def _open(path: Path, cap: int | None) -> BinaryIO:
+    """``path`` opened for reading once it is known to be a regular file within ``cap`` (checked on the open file:
+    a FIFO swapped in after a check is never waited on)."""
+    check_readable(path, cap)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        _check(Path(path), os.fstat(fd), cap)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
 def lines(path: Path, cap: int | None = None, max_line: int | None = None) -> Iterator[tuple[int, bytes | None]]:
     """``(line number, line)`` of a file within its cap, read as a stream; a line over ``max_line`` bytes
     (default :data:`MAX_LINE`) comes as ``None`` (its bytes are read past in chunks, never held whole)."""
     max_line = MAX_LINE if max_line is None else max_line
-    check_readable(path, cap)
-    with open(path, "rb") as f:
+    with _open(Path(path), cap) as f:
         n = 0
         while True:
             line = f.readline(max_line + 1)
@@ -255,8 +268,7 @@ def lines(path: Path, cap: int | None = None, max_line: int | None = None) -> It
 
 def read_small(path: Path, cap: int = MAX_SETTINGS) -> bytes:
     """A whole small file (settings, state, a verdicts file) within ``cap`` bytes; OSError otherwise."""
-    check_readable(path, cap)
-    with open(path, "rb") as f:
+    with _open(Path(path), cap) as f:
         data = f.read(cap + 1)
     if len(data) > cap:  # grew since its size was read
         raise TooLarge(f"{path} is over the {_size(cap)} twinbench reads of such a file")

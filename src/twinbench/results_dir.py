@@ -22,8 +22,8 @@ LOCK = ".twinbench.lock"
 
 def check_out_dir(out_dir: Path) -> None:
     """Fail (SpecError, one line) before any run when ``out_dir`` is a file, cannot be created or written, its
-    ``results.jsonl`` cannot be appended to or is over the reader's cap, or a name twinbench writes there is a
-    symbolic link (folder_io): a measurement is never made only to be lost, nor written outside ``out_dir``."""
+    ``results.jsonl`` cannot be appended to or is over the reader's cap, or it holds a symbolic link
+    (folder_io.check_folder): a measurement is never made only to be lost, nor written outside ``out_dir``."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise SpecError(f"--out {out_dir}: a file, not a directory")
@@ -32,7 +32,7 @@ def check_out_dir(out_dir: Path) -> None:
     except OSError as e:
         raise SpecError(f"--out {out_dir}: cannot create it ({e.strerror or e})") from None
     path = out_dir / RESULTS
-    check_folder(out_dir)  # a link where twinbench writes: refused now, not after the runs
+    check_folder(out_dir)  # a link twinbench could write through: refused now, not after the runs
     if path.exists() and not path.is_file():
         raise SpecError(f"--out {out_dir}: its {RESULTS} is not a file")
     if path.exists():
@@ -42,6 +42,8 @@ def check_out_dir(out_dir: Path) -> None:
             raise SpecError(f"--out {out_dir}: {e}") from None
     probe = out_dir / f".twinbench-write-check-{os.getpid()}"
     try:
+        with contextlib.suppress(FileNotFoundError):  # one a crashed twinbench of this pid left (never followed)
+            probe.unlink()
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         os.close(fd)
         probe.unlink()
