@@ -614,3 +614,12 @@ def test_claims_checks_its_trace_folder_and_takes_outs_lock_for_its_probes(tmp_p
     with runner.out_lock(out):  # another twinbench writing there now
         line = one_line_error(CLI.invoke(app, ["claims", "--quick", "--only", "C21", "--out", str(out)]))
     assert "another twinbench" in line and not probed
+
+
+def test_a_refused_export_leaves_no_out_and_reads_no_device(tmp_path):
+    d = tmp_path / "saved"
+    r = synthetic.record("torch", "eager", weights_path="/dev/zero")
+    synthetic.write(d, [r])
+    out = tmp_path / "new-out"
+    line = one_line_error(CLI.invoke(app, ["export", "--from", str(d), "--out", str(out)]))
+    assert "/dev/zero is not a regular file" in line and not out.exists()
