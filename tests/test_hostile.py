@@ -623,3 +623,10 @@ def test_a_refused_export_leaves_no_out_and_reads_no_device(tmp_path):
     out = tmp_path / "new-out"
     line = one_line_error(CLI.invoke(app, ["export", "--from", str(d), "--out", str(out)]))
     assert "/dev/zero is not a regular file" in line and not out.exists()
+
+
+def test_another_protobuf_named_xplane_is_one_line(tmp_path):
+    pb = tmp_path / "run.xplane.pb"
+    pb.write_bytes(b"\x08\x96\x01\x12\x04name")  # a valid protobuf message, not an XSpace
+    line = one_line_error(CLI.invoke(app, ["explain", str(pb)]))
+    assert f"{pb}: not a trace explain reads" in line or "not a readable profile" in line

@@ -7,11 +7,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from twinbench.errors import error_line
 from twinbench.explain import gap, runs, trace_file, why
 from twinbench.explain.steps import TraceError
 from twinbench.folder_io import terminal
 from twinbench.limits import check_host
 from twinbench.spec import RunSpec, SpecError
+
+#: what a reader of a file may raise on content it did not foresee: the file's fault, one line (bad-input.md)
+UNEXPECTED = (TypeError, ValueError, KeyError, IndexError, AttributeError, UnicodeError, RecursionError,
+              OverflowError, EOFError)
 
 
 class ExplainError(ValueError):
@@ -100,10 +105,14 @@ def explain_traces(trace_a: str, trace_b: str | None, expand: str = "categories"
         if not trace_file.is_trace(a):
             raise ExplainError(f"{a}: no such trace (to compare a trace, give two traces; runs are "
                                "framework:strategy or RESULTS_DIR:framework/strategy)")
-    try:
-        explained = [gap.explain_trace(a, step_marker, rank, device, hlo) for a in args]
-    except TraceError as e:
-        raise ExplainError(str(e)) from e
+    explained = []
+    for a in args:
+        try:
+            explained.append(gap.explain_trace(a, step_marker, rank, device, hlo))
+        except TraceError as e:
+            raise ExplainError(str(e)) from e
+        except UNEXPECTED as e:  # a file its reader did not foresee (another protobuf named *.xplane.pb): data
+            raise ExplainError(f"{a}: not a trace explain reads ({error_line(e)})") from e
     if len(explained) == 2 and explained[0]["run"] == explained[1]["run"]:
         for e, a in zip(explained, args, strict=True):
             e["run"] = f"{e['run'].split(':')[0]}:{Path(a).resolve()}"
