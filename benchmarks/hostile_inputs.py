@@ -28,6 +28,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from dataclasses import replace as dataclass_replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,6 +46,7 @@ class Case:
     expect: int = 2  # the exit code the docs promise
     env: dict[str, str] = field(default_factory=dict)
     check: Callable[[], str] | None = None  # '' when fine, else what went wrong (written outside --out...)
+    tag: str = ""  # "folder": the cases of a results folder read as data (folder_io.py), run with --tag folder
 
 
 def record(framework: str, strategy: str, **extra: object) -> dict:
@@ -457,7 +459,106 @@ def build(t: Path) -> list[Case]:
         Case("score", "--json into a folder", ["score", "--init-from", str(ck), "--data", str(text), "--json",
                                                str(a_dir)]),
     ]
-    return cases
+    return cases + [dataclass_replace(c, tag="folder") for c in folder_cases(t)]
+
+
+def folder_cases(t: Path) -> list[Case]:
+    """A results folder is data: settings that name code and paths, links out of the folder, a 2 GB file,
+    variants that must pass compare's checks, interrupts and endless timeouts (docs/bad-input.md 2-10)."""
+    f = t / "folder"
+    f.mkdir()
+    marker = f / "IMPORTED"
+    planted = f / "planted.py"
+    planted.write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\ndef build(): ...\n")
+    outside = f / "outside"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("keep")
+
+    def untouched() -> str:
+        wrong = []
+        if marker.exists():
+            wrong.append("imported a file the folder names")
+        if sorted(p.name for p in outside.iterdir()) != ["precious.txt"] or \
+                (outside / "precious.txt").read_text() != "keep":
+            wrong.append("wrote outside the folder")
+        return "; ".join(wrong)
+
+    def settings(name: str, value: object) -> Path:
+        d = f / name
+        d.mkdir()
+        (d / "claims-settings.json").write_text(json.dumps(value))
+        return d
+
+    model_claims = settings("claims-model", {"quick": True, "only": "C6", "model": f"{planted}:build"})
+    trace_claims = settings("claims-trace", {"quick": True, "only": "C1", "trace": str(outside / "traces")})
+    typed_claims = settings("claims-typed", {"repeats": "3"})
+    null_claims = settings("claims-null", {"plan_steps": None, "only": None})
+    linked = {}
+    for name in ("report.html", "plots", "results.jsonl", "summary.md"):
+        d = results(f / f"link-{name}", [record("torch", "eager"), record("jax", "jit")])
+        target = outside if name == "plots" else outside / "precious.txt"
+        if name == "results.jsonl":  # a link to a results file outside: the resumed runs would append to it
+            target = outside / "precious.txt"
+            (d / name).unlink()
+        (d / name).symlink_to(target)
+        linked[name] = d
+
+    big = f / "big"
+    big.mkdir()
+    with open(big / "results.jsonl", "wb") as fh:
+        fh.truncate(2 * 2**30)  # sparse: a 2 GB file of NUL bytes that takes no disk
+    pair = results(f / "pair", [record("torch", "eager"), record("jax", "jit")])
+    rejected = results(f / "rejected", [record("torch", "eager", step_ms=1e300), record("jax", "jit")])
+    trace_dir = f / "old-profile"
+    (trace_dir / "plugins" / "profile").mkdir(parents=True)
+    script = f / "train.py"
+    script.write_text("print('a script')\n")
+    silent = f / "never-answers"
+    silent.write_text("#!/bin/sh\nsleep 600\n")
+    silent.chmod(0o755)
+    out = str(f / "o")
+    ex = ["explain", f"{pair}:torch/eager", f"{pair}:jax/jit", "--out", out]
+    cmp_ = ["compare", "--preset", "tiny", "--strategies", "torch:eager", "--out", out]
+    return [
+        Case("claims", "--resume: settings name a model", ["claims", "--resume", str(model_claims)], check=untouched),
+        Case("claims", "--resume: settings name a trace folder (--plan)", ["claims", "--resume", str(trace_claims),
+                                                                           "--plan"], 0, check=untouched),
+        Case("claims", "--resume: repeats \"3\"", ["claims", "--resume", str(typed_claims)]),
+        Case("claims", "--resume: plan_steps null (--plan)", ["claims", "--resume", str(null_claims), "--plan"], 0),
+        Case("claims", "--timeout inf", ["claims", "--quick", "--only", "C1", "--timeout", "inf", "--out", out]),
+        Case("report", "report.html a link out of the folder", ["report", str(linked["report.html"])],
+             check=untouched),
+        Case("report", "plots/ a link out of the folder", ["report", str(linked["plots"])], check=untouched),
+        Case("compare", "--resume: results.jsonl a link out of the folder",
+             [*cmp_[:-2], "--resume", str(linked["results.jsonl"])], check=untouched),
+        Case("compare", "--resume: summary.md a link out of the folder",
+             [*cmp_[:-2], "--resume", str(linked["summary.md"])], check=untouched),
+        Case("compare", "--timeout 1e308", [*cmp_, "--timeout", "1e308"]),
+        Case("report", "a 2 GB sparse results.jsonl", ["report", str(big)]),
+        Case("diff", "a 2 GB sparse results.jsonl", ["diff", str(big), str(big)]),
+        Case("explain", "a 2 GB sparse results.jsonl", ["explain", f"{big}:torch/eager", f"{big}:jax/jit"]),
+        Case("predict", "--calibrate a 2 GB sparse results.jsonl",
+             ["predict", "--preset", "tiny", "--device", "tpu-v5e", "--calibrate", str(big / "results.jsonl")]),
+        Case("explain", "a record with step_ms 1e300", ["explain", f"{rejected}:torch/eager", f"{rejected}:jax/jit",
+                                                        "--out", out]),
+        Case("explain", "--try B:layers=100000", [*ex, "--try", "B:layers=100000"]),
+        Case("explain", "--try B:lr=nan", [*ex, "--try", "B:lr=nan"]),
+        Case("explain", "--try B:batch=1e23", [*ex, "--try", "B:batch=1e23"]),
+        Case("explain", "--try B:init_from=DIR", [*ex, "--try", f"B:init_from={pair}"]),
+        Case("explain", "--try B:data=/dev/zero", [*ex, "--try", "B:data=/dev/zero"]),
+        Case("explain", "--try B:save_weights=DIR", [*ex, "--try", f"B:save_weights={outside}"], check=untouched),
+        Case("explain", "--try A:--xla_... on the torch side", [*ex, "--try", "A:--xla_cpu_use_thunk_runtime=false"]),
+        Case("explain", "--depths 2,100000", [*ex, "--depths", "2,100000"]),
+        Case("predict", "--strategies jax:pmap", ["predict", "--preset", "tiny", "--strategies", "jax:pmap",
+                                                  "--device", "tpu-v5e"]),
+        Case("predict", "--strategies torch:fsdp", ["predict", "--preset", "tiny", "--strategies", "torch:fsdp",
+                                                    "--device", "h200"]),
+        Case("doctor", "--trace a folder holding an older profile", ["doctor", str(script),
+                                                                     "--trace", str(trace_dir)]),
+        Case("doctor", "--python that never answers, --timeout 3",
+             ["doctor", str(script), "--python", str(silent), "--timeout", "3"]),
+        Case("peak", "--threads 100000", ["peak", "--threads", "100000"]),
+    ]
 
 
 def _export(ck: Path) -> None:
@@ -487,15 +588,13 @@ def run_case(c: Case, timeout: float, t: Path) -> dict:
         shutil.rmtree(out)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200", **c.env}
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", "from twinbench.cli import app; app()", *c.args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=t, start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-        code: int | str = proc.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        code = "timeout"
+    with tempfile.TemporaryFile() as so, tempfile.TemporaryFile() as se:
+        proc = subprocess.Popen([sys.executable, "-c", "from twinbench.cli import app; app()", *c.args], env=env,
+                                stdout=so, stderr=se, cwd=t, start_new_session=True)
+        code, rss_kib = _wait(proc, started + timeout)
+        so.seek(0)
+        se.seek(0)
+        stdout, stderr = (x.read().decode(errors="replace") for x in (so, se))
     seconds = time.perf_counter() - started
     text = stderr + stdout
     errors = [ln for ln in text.splitlines() if ln.startswith("error:")]
@@ -505,18 +604,35 @@ def run_case(c: Case, timeout: float, t: Path) -> dict:
     one_line = code != 2 or len(errors) == 1
     ok = code == c.expect and not traceback and one_line and not problem
     return {"command": c.command, "what": c.what, "expect": c.expect, "code": code, "seconds": round(seconds, 1),
+            "max_rss_mb": round(rss_kib / 1024),
             "first_line": first[:240], "traceback": traceback, "problem": problem, "ok": ok}
 
 
+def _wait(proc: subprocess.Popen, deadline: float) -> tuple[int | str, int]:
+    """(exit code or "timeout", the process's peak resident memory in KiB): os.wait4's own figure of that one
+    process, the case's memory."""
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return proc.returncode, usage.ru_maxrss
+        if time.perf_counter() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = -9
+            return "timeout", usage.ru_maxrss
+        time.sleep(0.05)
+
+
 def markdown(rows: list[dict]) -> str:
-    lines = ["| # | command | hostile input | exit (expected) | s | first line of the error / output | verdict |",
-             "|---:|---|---|---|---:|---|---|"]
+    lines = ["| # | command | hostile input | exit (expected) | s | MB | first line of the error / output | verdict |",
+             "|---:|---|---|---|---:|---:|---|---|"]
     for i, r in enumerate(rows, 1):
         first = r["first_line"].replace("|", "\\|").replace(str(Path(tempfile.gettempdir())), "TMP")
         verdict = "ok" if r["ok"] else "NOT OK" + (f": {r['problem']}" if r["problem"] else "") + \
             (": traceback" if r["traceback"] else "")
         lines.append(f"| {i} | {r['command']} | {r['what']} | {r['code']} ({r['expect']}) | {r['seconds']} | "
-                     f"{first} | {verdict} |")
+                     f"{r.get('max_rss_mb', '')} | {first} | {verdict} |")
     n_ok = sum(r["ok"] for r in rows)
     lines.append("")
     lines.append(f"{n_ok} of {len(rows)} as promised.")
@@ -527,6 +643,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default="", help="comma-separated commands (explain,predict,...); default: all")
     p.add_argument("--timeout", type=float, default=180.0, help="seconds before a case is killed")
+    p.add_argument("--tag", default="", help="only the cases of this tag (folder: a results folder read as data)")
     p.add_argument("--markdown", type=Path, help="also write the table here")
     p.add_argument("--json", type=Path, help="also write the rows here")
     args = p.parse_args()
@@ -534,7 +651,7 @@ def main() -> None:
     only = {x for x in args.only.split(",") if x}
     with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
         t = Path(tmp)
-        cases = [c for c in build(t) if not only or c.command in only]
+        cases = [c for c in build(t) if (not only or c.command in only) and (not args.tag or c.tag == args.tag)]
         rows = []
         for i, c in enumerate(cases, 1):
             r = run_case(c, args.timeout, t)

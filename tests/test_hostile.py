@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import sys
 import zlib
@@ -334,3 +335,298 @@ def test_nan_and_300_digit_numbers_in_records_read_as_null(tmp_path):
     assert CLI.invoke(app, ["report", str(path.parent)]).exit_code == 0
     md = (path.parent / "report.md").read_text()
     assert "0" * 40 not in md.replace(",", "") and "nan" not in md.lower().replace("nanogpt", "")
+
+
+# ==================================================================== a results folder is data (folder_io.py)
+def _importing_model(tmp_path: Path) -> tuple[Path, Path]:
+    """A model file that leaves a marker when imported: a folder that names it must never run it."""
+    marker = tmp_path / "imported"
+    model = tmp_path / "planted.py"
+    model.write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\ndef build(): ...\n")
+    return model, marker
+
+
+def _claims_folder(tmp_path: Path, settings: object) -> Path:
+    d = tmp_path / "sent-claims"
+    d.mkdir(exist_ok=True)
+    (d / "claims-settings.json").write_text(json.dumps(settings))
+    return d
+
+
+def test_claims_resume_imports_no_model_its_folder_names(tmp_path, fake_runs):
+    model, marker = _importing_model(tmp_path)
+    d = _claims_folder(tmp_path, {"quick": True, "only": "C6", "model": f"{model}:build"})
+    line = one_line_error(CLI.invoke(app, ["claims", "--resume", str(d)]))
+    assert "--model" in line and "give --model again" in line
+    other = tmp_path / "other.py"
+    other.write_text("def build(): ...\n")
+    line = one_line_error(CLI.invoke(app, ["claims", "--resume", str(d), "--model", f"{other}:build"]))
+    assert "is not the model its claims ran" in line
+    assert not marker.exists() and not fake_runs
+
+
+def test_claims_resume_takes_no_path_from_its_folder(tmp_path, fake_runs):
+    elsewhere = tmp_path / "elsewhere"
+    d = _claims_folder(tmp_path, {"quick": True, "only": "C1", "repeats": 1, "trace": str(elsewhere)})
+    res = CLI.invoke(app, ["claims", "--resume", str(d)])
+    assert "Traceback" not in res.output, res.output
+    assert fake_runs and all(not s.trace_dir for s in fake_runs), res.output
+    assert not elsewhere.exists()
+
+
+@pytest.mark.parametrize(("settings", "says"), [
+    ({"repeats": "3"}, "repeats is \"3\" (str), not an int"),
+    ({"only": ["C1"]}, "only is [\"C1\"] (list), not a str"),
+    ({"plan_steps": 1.5}, "plan_steps is 1.5 (float), not an int"),
+    ([1, 2], "is not a claims run's settings"),
+])
+def test_claims_settings_of_the_wrong_type_are_one_line(tmp_path, fake_runs, settings, says):
+    d = _claims_folder(tmp_path, settings)
+    assert says in one_line_error(CLI.invoke(app, ["claims", "--resume", str(d)]))
+    assert not fake_runs
+
+
+def test_claims_settings_left_empty_take_the_command_lines(tmp_path, fake_runs):
+    d = _claims_folder(tmp_path, {"plan_steps": None, "repeats": None})
+    res = CLI.invoke(app, ["claims", "--resume", str(d), "--plan"])
+    assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+
+
+def _linked(tmp_path: Path) -> tuple[Path, Path]:
+    """A results folder of two records, and a folder outside it its links may point into."""
+    d = tmp_path / "sent"
+    synthetic.write(d, [synthetic.record("torch", "eager"), synthetic.record("jax", "jit")])
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("keep")
+    return d, outside
+
+
+@pytest.mark.parametrize("name", ["report.html", "report.md", "plots"])
+def test_report_writes_nothing_through_a_link_its_folder_holds(tmp_path, name):
+    d, outside = _linked(tmp_path)
+    (d / name).symlink_to(outside if name == "plots" else outside / "precious.txt")
+    line = one_line_error(CLI.invoke(app, ["report", str(d)]))
+    assert f"{d / name}: a symbolic link" in line
+    assert (outside / "precious.txt").read_text() == "keep" and sorted(os.listdir(outside)) == ["precious.txt"]
+
+
+@pytest.mark.parametrize("name", ["results.jsonl", "summary.md", ".twinbench.lock"])
+def test_compare_resume_writes_nothing_through_a_link_its_folder_holds(tmp_path, fake_runs, name):
+    d, outside = _linked(tmp_path)
+    target = outside / "precious.txt"
+    if name == "results.jsonl":
+        target = outside / "results.jsonl"
+        (d / name).rename(target)
+    (d / name).symlink_to(target)
+    before = target.read_bytes()
+    line = one_line_error(CLI.invoke(app, ["compare", "--preset", "tiny", "--strategies", "torch:eager",
+                                           "--resume", str(d)]))
+    assert f"{d / name}: a symbolic link" in line
+    assert target.read_bytes() == before and not fake_runs
+
+
+def test_the_writer_refuses_a_link_below_its_folder_and_writes_whole_files(tmp_path):
+    from twinbench import folder_io
+
+    d, outside = _linked(tmp_path)
+    (d / "sub").symlink_to(outside)
+    with pytest.raises(folder_io.LinkRefused, match="sub: a symbolic link"):
+        folder_io.write_file(d, "sub/x.png", b"png")
+    with pytest.raises(folder_io.LinkRefused, match="sub: a symbolic link"):
+        folder_io.make_dir(d, "sub/deeper")
+    os.link(outside / "precious.txt", d / "hard.txt")
+    with pytest.raises(folder_io.LinkRefused, match="other hard links"):
+        folder_io.open_append(d / "hard.txt")
+    folder_io.write_file(d, "hard.txt", "replaced")  # written beside and renamed: the other name keeps its file
+    assert (outside / "precious.txt").read_text() == "keep" and (d / "hard.txt").read_text() == "replaced"
+    assert sorted(os.listdir(outside)) == ["precious.txt"]
+
+
+def _sparse_results(tmp_path: Path, size: int) -> Path:
+    d = tmp_path / "big"
+    d.mkdir()
+    with open(d / "results.jsonl", "wb") as f:
+        f.truncate(size)  # sparse: no disk, but every byte reads as NUL
+    return d
+
+
+def test_a_2_gb_results_file_is_refused_from_its_size(tmp_path):
+    import resource
+
+    d = _sparse_results(tmp_path, 2 * 2**30)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for args in (["report", str(d)], ["diff", str(d), str(d)], ["explain", f"{d}:torch/eager", f"{d}:jax/jit"],
+                 ["export", "--from", str(d), "--out", str(tmp_path / "e")],
+                 ["predict", "--preset", "tiny", "--strategies", "jax:jit", "--device", "tpu-v5e", "--calibrate",
+                  str(d / "results.jsonl")],
+                 ["compare", "--preset", "tiny", "--strategies", "torch:eager", "--resume", str(d)]):
+        line = one_line_error(CLI.invoke(app, args))
+        assert "2.0 GB, over the 256 MB" in line, (args, line)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 200 * 2**10  # KiB: no file was held
+
+
+def test_a_line_or_a_name_too_long_is_skipped_and_a_long_string_cut(tmp_path, monkeypatch):
+    from twinbench import folder_io
+
+    monkeypatch.setattr(folder_io, "MAX_LINE", 2**20)
+    ok = synthetic.record("torch", "eager", error="e" * (folder_io.MAX_STRING * 4))
+    long_name = synthetic.record("jax", "jit")
+    long_name["strategy"] = "jit" * 10**5
+    path = synthetic.write(tmp_path / "r", [ok, long_name])
+    with path.open("ab") as f:
+        f.write(b"\x00" * (8 * 2**20) + b"\n")  # one line over the cap, no newline for 8 MB
+    problems: list[str] = []
+    recs, bad = read_records(path, problems)
+    assert bad == 2 and len(recs) == 1
+    assert "strategy is a 300000-character string" in problems[0] and "a line of over 1 MB" in problems[1]
+    assert len(recs[0]["error"]) == folder_io.MAX_STRING + 3
+
+
+def test_a_rejected_record_says_why_where_it_was_asked_for(tmp_path, fake_runs):
+    bad = synthetic.record("torch", "eager")
+    bad["step_ms"] = 1e300
+    d = synthetic.write(tmp_path / "r", [bad, synthetic.record("jax", "jit")]).parent
+    line = one_line_error(CLI.invoke(app, ["explain", f"{d}:torch/eager", f"{d}:jax/jit"]))
+    assert "has no run torch/eager" in line and "line 1: step_ms is 1e+300" in line
+    assert not fake_runs
+
+
+def test_terminal_escapes_in_a_record_never_reach_the_terminal(tmp_path):
+    r = synthetic.record("torch", "eager", failed="\x1b[2K\rerror: spoofed \x1b]8;;http://x\x07link")
+    path = synthetic.write(tmp_path / "r", [r, synthetic.record("jax", "jit")])
+    recs, _ = read_records(path)
+    assert recs[0]["error"] == "[2Kerror: spoofed ]8;;http://xlink"
+    from twinbench.folder_io import terminal
+
+    assert terminal("a\x1b[31mb\nc\u202ed" + "x" * 500, 20) == "a[31mb cd" + "x" * 8 + "..."
+
+
+# ============================================================================ the same input, the same path
+def _sides(tmp_path: Path) -> list[str]:
+    d = synthetic.write(tmp_path / "r", [synthetic.record("torch", "eager"), synthetic.record("jax", "jit")]).parent
+    return ["explain", f"{d}:torch/eager", f"{d}:jax/jit", "--out", str(tmp_path / "o")]
+
+
+@pytest.mark.parametrize(("flag", "says"), [
+    (["--try", "B:layers=100000"], "--try B:layers=100000: --preset small with layers=100000"),
+    (["--try", "B:lr=nan"], "--lr must be > 0 and finite"),
+    (["--try", "B:batch=1e23"], "batch='1e23' is not a int"),
+    (["--try", "B:init_from=/tmp"], "init_from is not varied by --try"),
+    (["--try", "B:save_weights=/tmp/w"], "save_weights is not varied by --try"),
+    (["--try", "B:data=/no/such/file.txt"], "--data /no/such/file.txt"),
+    (["--try", "A:--xla_cpu_foo=true"], "an XLA flag changes JAX runs only; side A is torch/eager"),
+    (["--depths", "2,100000"], "--depths 100000:"),
+])
+def test_a_variant_passes_compares_checks_before_any_run(tmp_path, fake_runs, host_16_gib, flag, says):
+    line = one_line_error(CLI.invoke(app, [*_sides(tmp_path), *flag]))
+    assert says in line
+    assert not fake_runs
+
+
+def test_explain_interrupted_in_its_own_runs_exits_130_in_one_line(tmp_path, monkeypatch):
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "run_one", interrupted)
+    line = one_line_error(CLI.invoke(app, _sides(tmp_path)), code=130)
+    assert line.startswith("error: interrupted")
+
+
+def test_predict_names_what_it_covers_for_a_strategy_it_does_not_read(tmp_path):
+    for s in ("jax:pmap", "jax:mesh-fsdp", "jax:naive", "torch:ddp", "torch:fsdp"):
+        line = one_line_error(CLI.invoke(app, ["predict", "--preset", "tiny", "--strategies", s, "--device",
+                                               "tpu-v5e"]))
+        assert "predict reads one device's program of jax: jit" in line, line
+
+
+def test_doctor_refuses_a_trace_folder_with_an_older_profile_and_bounds_its_python(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    trace = tmp_path / "trace"
+    (trace / "plugins" / "profile").mkdir(parents=True)
+    line = one_line_error(CLI.invoke(app, ["doctor", str(script), "--trace", str(trace)]))
+    assert "not empty (holds plugins)" in line
+    silent = tmp_path / "never-answers"
+    silent.write_text("#!/bin/sh\nsleep 600\n")
+    silent.chmod(0o755)
+    line = one_line_error(CLI.invoke(app, ["doctor", str(script), "--python", str(silent), "--timeout", "1"]))
+    assert "did not answer within 1 s" in line
+
+
+@pytest.mark.parametrize("value", ["inf", "1e308"])
+def test_an_endless_timeout_is_one_line(tmp_path, fake_runs, value):
+    for cmd in (["compare", "--strategies", "torch:eager"], ["sweep", "--over", "batch=1,2"], ["advise"],
+                ["claims", "--only", "C1"], ["score", "--init-from", "ck", "--data", "d.txt"],
+                ["predict", "--device", "tpu-v5e", "--model", "x.py:build"]):
+        line = one_line_error(CLI.invoke(app, [*cmd, "--timeout", value, "--out", str(tmp_path / "o")]
+                                         if cmd[0] not in ("score", "predict") else [*cmd, "--timeout", value]))
+        assert "--timeout" in line and "a week" in line, (cmd, line)
+    assert not fake_runs
+
+
+def test_claims_with_a_model_whose_check_fails_is_one_line(tmp_path, fake_runs, monkeypatch):
+    from twinbench.byo import plan as byo_plan
+    from twinbench.config import SpecError
+
+    def fails(*a, **k):
+        raise SpecError("--model x.py:build: build() returned a str, not a torch.nn.Module")
+
+    monkeypatch.setattr(byo_plan, "prepare", fails)
+    model = tmp_path / "m.py"
+    model.write_text("def build(): return 'no'\n")
+    line = one_line_error(CLI.invoke(app, ["claims", "--quick", "--only", "C6", "--model", f"{model}:build",
+                                           "--out", str(tmp_path / "o")]))
+    assert "returned a str" in line and not fake_runs
+
+
+def test_stdout_on_a_full_device_is_one_line(monkeypatch, capsys):
+    import errno
+
+    class Full:
+        def write(self, s):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def flush(self):
+            pass
+
+        def fileno(self):
+            raise OSError(errno.EBADF, "no fd")
+
+        def isatty(self):
+            return False
+
+    monkeypatch.setattr(sys, "stdout", Full())
+    with pytest.raises(SystemExit) as e:
+        app(["strategies"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip() == "error: cannot write the output: No space left on device"
+
+
+def test_claims_checks_its_trace_folder_and_takes_outs_lock_for_its_probes(tmp_path, fake_runs, monkeypatch):
+    out = tmp_path / "o"
+    line = one_line_error(CLI.invoke(app, ["claims", "--quick", "--only", "C1", "--trace", str(READ_ONLY), "--out",
+                                           str(out)]))
+    assert line.startswith("error: --trace") and not fake_runs
+    probed = []
+    monkeypatch.setattr(runner, "run_module", lambda *a, **k: probed.append(a) or (1, "not run here"))
+    out.mkdir()
+    with runner.out_lock(out):  # another twinbench writing there now
+        line = one_line_error(CLI.invoke(app, ["claims", "--quick", "--only", "C21", "--out", str(out)]))
+    assert "another twinbench" in line and not probed
+
+
+def test_a_refused_export_leaves_no_out_and_reads_no_device(tmp_path):
+    d = tmp_path / "saved"
+    r = synthetic.record("torch", "eager", weights_path="/dev/zero")
+    synthetic.write(d, [r])
+    out = tmp_path / "new-out"
+    line = one_line_error(CLI.invoke(app, ["export", "--from", str(d), "--out", str(out)]))
+    assert "/dev/zero is not a regular file" in line and not out.exists()
+
+
+def test_another_protobuf_named_xplane_is_one_line(tmp_path):
+    pb = tmp_path / "run.xplane.pb"
+    pb.write_bytes(b"\x08\x96\x01\x12\x04name")  # a valid protobuf message, not an XSpace
+    line = one_line_error(CLI.invoke(app, ["explain", str(pb)]))
+    assert f"{pb}: not a trace explain reads" in line or "not a readable profile" in line

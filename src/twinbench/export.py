@@ -88,8 +88,10 @@ def weights_from_results(results: str | Path, run: str | None = None) -> tuple[R
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise SpecError(f"--from {results}: the record's spec is not readable by this version ({e})") from None
     wpath = Path(record["weights_path"])
-    if not wpath.is_file():
+    if not wpath.exists():
         raise SpecError(f"--from {results}: the weights file {wpath} is gone")
+    if not wpath.is_file():  # a device (/dev/zero), a pipe, a folder: never read
+        raise SpecError(f"--from {results}: the weights file {wpath} is not a regular file")
     try:
         w = {k: np.asarray(v, dtype=np.float32) for k, v in canonical.load(wpath).items()}
     except Exception as e:  # not a safetensors file

@@ -37,6 +37,24 @@ def run_spec(preset: str, framework: str, strategy: str, overrides: dict[str, An
     return spec
 
 
+def check_inputs(spec: RunSpec) -> None:
+    """The files a spec reads, checked before any run (SpecError, one line): ``init_from``'s weights (truncated
+    or foreign: one line now, not a failure of every run) and ``data`` (a bad data file is a user error). Every
+    path from flags, a ``--try`` variant or a sweep point to a run passes here."""
+    if spec.train.init_from:
+        from twinbench.models.hf import check_weights
+
+        check_weights(spec.train.init_from)
+    if spec.train.data and spec.train.task == "classify":
+        from twinbench.data.classify import read_jsonl
+
+        read_jsonl(spec.train.data, spec.model.num_labels)
+    elif spec.train.data:
+        from twinbench.data.text import read_text_file
+
+        read_text_file(spec.train.data, spec.train.seq + 2)
+
+
 def build_specs(preset: str, frameworks: str, strategies: str | None, overrides: dict[str, Any],
                 **top: Any) -> list[RunSpec]:
     """One validated RunSpec per selected (framework, strategy)."""
@@ -57,18 +75,7 @@ def build_specs(preset: str, frameworks: str, strategies: str | None, overrides:
     if not chosen:
         raise SpecError(f"--strategies: nothing selected for --framework {frameworks}")
     base = validate(from_preset(preset, overrides, **top))
-    if base.train.init_from:  # truncated or foreign weights: one line now, not a failure of every run
-        from twinbench.models.hf import check_weights
-
-        check_weights(base.train.init_from)
-    if base.train.data and base.train.task == "classify":  # a bad data file is a user error: say so now
-        from twinbench.data.classify import read_jsonl
-
-        read_jsonl(base.train.data, base.model.num_labels)
-    elif base.train.data:
-        from twinbench.data.text import read_text_file
-
-        read_text_file(base.train.data, base.train.seq + 2)
+    check_inputs(base)
     if csv(strategies) in (None, ["all"]) and base.model.family in FAMILIES:  # the cells the family can run
         chosen = registry.for_family(FAMILIES[base.model.family], chosen)
     specs = [validate(with_precision(RunSpec(**{**base.__dict__, "framework": fw, "strategy": name})))

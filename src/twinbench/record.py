@@ -7,6 +7,7 @@ too, with ``status == "failed"``, the reason in ``error`` and the measured field
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -15,6 +16,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from twinbench import folder_io
+from twinbench.config import SpecError
+from twinbench.folder_io import MAX_NAME, LinkRefused, cut, lines, open_append, write_all
 from twinbench.machine import HIGH_LOAD, MAX_SPREAD
 from twinbench.measure.device import host_cpu
 from twinbench.measure.interference import busy_warning
@@ -231,9 +235,7 @@ class RecordWriteError(OSError):
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+    write_all(fd, data)
 
 
 def unsaved_dir() -> Path:
@@ -251,14 +253,14 @@ def keep_unsaved(record: dict[str, Any], path: Path) -> Path | None:
     for target in (Path(path).with_name(Path(path).name + ".unsaved.jsonl"), unsaved_dir() / name):
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            fd = open_append(target, os.O_WRONLY)  # never through a link the results folder holds
             try:
                 _write_all(fd, _newline_first(fd) + line)
                 os.fsync(fd)
             finally:
                 os.close(fd)
             return target
-        except OSError:
+        except (OSError, SpecError):
             continue
     return None
 
@@ -281,12 +283,16 @@ def append_jsonl(path: Path, record: dict[str, Any]) -> None:
     """Append one record and flush it to disk, so an interrupted run keeps every finished row.
 
     The record starts on a line of its own (after a torn last line, a newline first). When the write fails
-    (disk full, no permission, ``path`` a directory), what was written of it is cut off again and the record is
-    kept elsewhere (:func:`keep_unsaved`); :class:`RecordWriteError` says where.
+    (disk full, no permission, ``path`` a directory, a symbolic link: folder_io.open_append), what was written
+    of it is cut off again and the record is kept elsewhere (:func:`keep_unsaved`); :class:`RecordWriteError`
+    says where.
     """
     line = (json.dumps(record) + "\n").encode()
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = open_append(path)
+    except LinkRefused as e:
+        raise RecordWriteError(path, OSError(errno.ELOOP, str(e).partition(": ")[2]), keep_unsaved(record, path)) \
+            from None
     except OSError as e:
         raise RecordWriteError(path, e, keep_unsaved(record, path)) from None
     try:
@@ -304,6 +310,10 @@ def append_jsonl(path: Path, record: dict[str, Any]) -> None:
 
 #: the fields every record has, whatever its status
 REQUIRED = ("framework", "strategy", "status")
+#: fields that name a run (its label, identity, the conditions it is grouped by): over folder_io's MAX_NAME
+#: characters, the record is rejected
+NAMES = ("framework", "strategy", "status", "preset", "precision", "run_id", "config_id", "task", "device",
+         "platform", "compile_cache", "attention_impl")
 #: fields whose non-finite or non-positive value makes a record unusable (skipped, counted as malformed)
 TIMES = ("step_ms", "step_ms_p10", "step_ms_p90", "step_ms_mean", "compile_s", "first_step_s")
 
@@ -339,11 +349,14 @@ def _finite(v: Any) -> bool:
 
 
 def _scrub(v: Any) -> Any:
-    """Nested values with every NaN, infinite or :data:`HUGE` number read as None (explain_timing, breakdowns)."""
+    """Nested values with every NaN, infinite or :data:`HUGE` number read as None (explain_timing, breakdowns),
+    every string cut to folder_io's cap."""
     if isinstance(v, dict):
-        return {k: _scrub(x) for k, x in v.items()}
+        return {cut(k, MAX_NAME) if isinstance(k, str) else k: _scrub(x) for k, x in v.items()}
     if isinstance(v, list):
         return [_scrub(x) for x in v]
+    if isinstance(v, str):
+        return cut(v)
     return None if _number(v) and not _finite(v) else v
 
 
@@ -356,6 +369,12 @@ def check_record(rec: Any) -> str | None:
     missing = [k for k in REQUIRED if k not in rec]
     if missing:
         return f"no {missing[0]!r} field"
+    for name in NAMES:  # what labels a run: a long one is no run's name (and would fill a terminal)
+        if isinstance(rec.get(name), str) and len(rec[name]) > MAX_NAME:
+            return f"{name} is a {len(rec[name])}-character string (at most {MAX_NAME})"
+    long_key = next((k for k in rec if len(k) > MAX_NAME), None)
+    if long_key is not None:
+        return f"a field name of {len(long_key)} characters"
     for name, (kind, nullable) in _FIELD_TYPES.items():
         if name not in rec:
             continue
@@ -376,6 +395,8 @@ def check_record(rec: Any) -> str | None:
             return f"{name} is {v:g} (not a positive time)"
         elif kind in ("dict", "list") and name not in ("losses", "step_times_ms"):
             rec[name] = _scrub(v)
+        elif kind == "str":
+            rec[name] = cut(v)  # cut to folder_io's cap, no control characters (nothing a terminal obeys)
     times = rec.get("step_times_ms") or []
     if any(not _number(t) or not _finite(t) or t <= 0 or t > HUGE_TIME for t in times):
         return "step_times_ms holds a value that is not a positive finite number"
@@ -389,24 +410,25 @@ def check_record(rec: Any) -> str | None:
 def read_records(path: Path, problems: list[str] | None = None,
                  line_numbers: list[int] | None = None) -> tuple[list[dict[str, Any]], int]:
     """The twinbench records of a results file, and how many of its non-blank lines were not one (malformed
-    JSON, a torn last line, JSON that is not an object with the fields every record has, a field of the wrong
-    type, a timing that is NaN or not positive): the one reader of results files every command uses.
+    JSON, a torn last line, a line over folder_io's cap, JSON that is not an object with the fields every record
+    has, a field of the wrong type, a timing that is NaN or not positive): the one reader of results files every
+    command uses, bounded by folder_io (a file over its cap is an OSError from its size alone).
 
     ``problems`` (when given) receives one short reason per skipped line (``line 3: not JSON``);
     ``line_numbers`` (when given) the 1-based line of each record returned, in order.
     """
     records, bad = [], 0
-    if not Path(path).is_file():  # a directory, a device (/dev/zero never ends), a FIFO: never read
-        raise OSError(f"{path} is not a regular file")
-    text = Path(path).read_bytes().decode(errors="replace")
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
+    for n, raw in lines(path):
+        if raw is not None and not raw.strip():
             continue
-        try:
-            rec = json.loads(line)
-            why = check_record(rec)
-        except (ValueError, RecursionError):
-            why = "not JSON (a torn or garbled line)"
+        if raw is None:
+            why = f"a line of over {folder_io.MAX_LINE / 2**20:g} MB (no record is that long)"
+        else:
+            try:
+                rec = json.loads(raw.decode(errors="replace"))
+                why = check_record(rec)
+            except (ValueError, RecursionError):
+                why = "not JSON (a torn or garbled line)"
         if why is None:
             records.append(rec)
             if line_numbers is not None:
@@ -450,17 +472,18 @@ def skipped_note(path: Path, bad: int, problems: list[str]) -> str:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every complete record of a results file; a torn last line (killed mid-write) is skipped."""
+    """Every complete record of a results file (bounded as :func:`read_records` is); a torn last line (killed
+    mid-write) is skipped."""
     out = []
     if not Path(path).is_file():
         return out
-    for line in Path(path).read_bytes().decode(errors="replace").splitlines():
+    for _, raw in lines(path):
         try:
-            rec = json.loads(line)
+            rec = json.loads(raw.decode(errors="replace")) if raw else None
         except (ValueError, RecursionError):
             continue
         if isinstance(rec, dict):
-            out.append(rec)
+            out.append(cut(rec))
     return out
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from twinbench.folder_io import check_folder, check_readable, open_append
 from twinbench.record import RecordWriteError, append_jsonl
 from twinbench.spec import SpecError
 
@@ -20,8 +21,9 @@ LOCK = ".twinbench.lock"
 
 
 def check_out_dir(out_dir: Path) -> None:
-    """Fail (SpecError, one line) before any run when ``out_dir`` is a file, cannot be created or written, or its
-    ``results.jsonl`` cannot be appended to: a measurement is never made only to be lost."""
+    """Fail (SpecError, one line) before any run when ``out_dir`` is a file, cannot be created or written, its
+    ``results.jsonl`` cannot be appended to or is over the reader's cap, or it holds a symbolic link
+    (folder_io.check_folder): a measurement is never made only to be lost, nor written outside ``out_dir``."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise SpecError(f"--out {out_dir}: a file, not a directory")
@@ -30,15 +32,23 @@ def check_out_dir(out_dir: Path) -> None:
     except OSError as e:
         raise SpecError(f"--out {out_dir}: cannot create it ({e.strerror or e})") from None
     path = out_dir / RESULTS
+    check_folder(out_dir)  # a link twinbench could write through: refused now, not after the runs
     if path.exists() and not path.is_file():
         raise SpecError(f"--out {out_dir}: its {RESULTS} is not a file")
+    if path.exists():
+        try:
+            check_readable(path)
+        except OSError as e:
+            raise SpecError(f"--out {out_dir}: {e}") from None
     probe = out_dir / f".twinbench-write-check-{os.getpid()}"
     try:
-        probe.write_text("x")
+        with contextlib.suppress(FileNotFoundError):  # one a crashed twinbench of this pid left (never followed)
+            probe.unlink()
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        os.close(fd)
         probe.unlink()
         if path.exists():
-            with open(path, "a"):
-                pass
+            os.close(open_append(path))
     except OSError as e:
         with contextlib.suppress(OSError):
             probe.unlink()
@@ -53,8 +63,9 @@ def out_lock(out_dir: Path) -> Iterator[None]:
 
     lock_path = Path(out_dir) / LOCK
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:  # a read-only place was refused by check_out_dir already; nothing to lock here
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # never through a link
+    except OSError:
+        check_folder(Path(out_dir), (LOCK,))  # a link: one line naming it  # a read-only place was refused by check_out_dir already; nothing to lock here
         yield
         return
     try:

@@ -34,7 +34,7 @@ from twinbench.spec import RunSpec, SpecError
 
 __all__ = [  # the names callers import from here, wherever they are defined
     "LOAD", "LOCK", "RESULTS", "SAMPLE_S", "Interrupted", "LoadMeter", "ScriptRun", "check_out_dir", "child_env",
-    "descendants", "out_lock", "run_devices_env", "run_many", "run_module", "run_one", "run_script",
+    "descendants", "interruptible", "out_lock", "run_devices_env", "run_many", "run_module", "run_one", "run_script",
     "runnable_tasks", "save_record", "with_conditions", "worker_command",
 ]
 
@@ -274,6 +274,22 @@ def run_many(
 
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interruptible(where: str) -> Iterator[None]:
+    """Ctrl-C or SIGTERM anywhere inside (a run, a module run by :func:`run_module`, the reading between) as
+    :class:`Interrupted`, as :func:`run_many` does: every command that runs things ends the same way (exit 130,
+    one line), whichever of its own runs was stopped."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt) if main else None
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted(where) from None
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 @dataclass

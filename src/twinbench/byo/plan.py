@@ -214,12 +214,15 @@ def _parity_summary(parity: dict[str, Any]) -> str:
 
 
 def read_parity(out_dir: Path) -> dict[str, Any]:
-    """The port's parity check of a results directory (``byo/parity.json``), {} when none or unreadable."""
+    """The port's parity check of a results directory (``byo/parity.json``), {} when none or unreadable; read
+    bounded, its strings stripped (folder_io: a results folder is data)."""
+    from twinbench.folder_io import cut, read_json
+
     try:
-        data = json.loads((Path(out_dir) / DIR / "parity.json").read_text())
+        data = read_json(Path(out_dir) / DIR / "parity.json")
     except (OSError, ValueError):
         return {}
-    return data if isinstance(data, dict) else {}
+    return cut(data) if isinstance(data, dict) else {}
 
 
 def _uses_nnx(r: dict[str, Any]) -> bool:
@@ -227,8 +230,10 @@ def _uses_nnx(r: dict[str, Any]) -> bool:
     ref = str((r.get("spec") or {}).get("user_jax_model") or "")
     if not needs_port(str(r.get("strategy", "")).split("+")[0]) or not ref:
         return False
-    try:
-        return "nnx" in Path(ref.rpartition(":")[0] or ref).read_text(errors="replace")
+    from twinbench.folder_io import read_small
+
+    try:  # a file a record names: a regular file of at most 4 MB (never /dev/zero), read as text
+        return b"nnx" in read_small(Path(ref.rpartition(":")[0] or ref), 4 << 20)
     except OSError:
         return True  # cannot tell: keep the advice
 

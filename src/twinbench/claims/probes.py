@@ -262,15 +262,18 @@ def debug_print() -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    from twinbench.folder_io import write_file
+
     name, out = argv[0], Path(argv[1])
     if name not in PROBES:
-        out.write_text(json.dumps({"status": "failed", "error": f"unknown probe {name!r}; allowed: {', '.join(PROBES)}"}))
+        write_file(out.parent, out.name, json.dumps({"status": "failed", "error": f"unknown probe {name!r}; allowed: "
+                                                                                 f"{', '.join(PROBES)}"}))
         return 2
     try:
         result = {"status": "ok", **PROBES[name]()}
     except Exception as e:
         result = {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
-    out.write_text(json.dumps(result, indent=1))
+    write_file(out.parent, out.name, json.dumps(result, indent=1))  # never through a link in the folder
     return 0 if result["status"] == "ok" else 1
 
 

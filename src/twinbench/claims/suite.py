@@ -25,6 +25,7 @@ from twinbench.claims.core import (
     describe,
     judge_repeats,
 )
+from twinbench.folder_io import check_inside, cut, make_dir, read_json, write_file
 from twinbench.spec import RunSpec
 
 CLAIMS_JSON = "claims.json"
@@ -61,22 +62,32 @@ def run_probes(claims: list[Claim], out_dir: Path, timeout: float,
     A probe already finished in ``out_dir/probes`` is reused (like ``--resume`` for runs).
     """
     results: dict[str, dict[str, Any]] = {}
-    (out_dir / PROBES_DIR).mkdir(parents=True, exist_ok=True)
+    make_dir(out_dir, PROBES_DIR)  # inside out_dir, never through a link (folder_io)
     for name in dict.fromkeys(p for c in claims for p in c.probes):
         path = out_dir / PROBES_DIR / f"{name}.json"
-        if path.exists():
-            previous = json.loads(path.read_text())
-            if previous.get("status") == "ok":
-                results[name] = previous
-                continue
+        check_inside(out_dir, f"{PROBES_DIR}/{name}.json")  # the probe's process writes it: never a link
+        previous = _probe_result(path)
+        if previous is not None and previous.get("status") == "ok":
+            results[name] = previous
+            continue
         on_start(name)
         code, reason = runner.run_module("twinbench.claims.probes", [name, str(path)], timeout)
-        if path.exists():
-            results[name] = json.loads(path.read_text())
+        found = _probe_result(path)
+        if found is not None:
+            results[name] = found
         else:
             results[name] = {"status": "failed", "error": reason or f"probe exited with code {code}"}
-            path.write_text(json.dumps(results[name]))
+            write_file(out_dir, f"{PROBES_DIR}/{name}.json", json.dumps(results[name]))
     return results
+
+
+def _probe_result(path: Path) -> dict[str, Any] | None:
+    """A probe's result as its file holds it (bounded, read as data: folder_io), None when it has none."""
+    try:
+        found = cut(read_json(path))
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def schedule(claims: list[Claim], per_claim: dict[str, dict[str, RunSpec]], specs: list[RunSpec],
@@ -221,8 +232,7 @@ def verdicts(claims: list[Claim], setup: Setup, per_claim: dict[str, dict[str, R
 def write(results: list[dict[str, Any]], out_dir: Path, json_path: Path | None) -> Path:
     """``claims.json`` in the results directory (the report reads it), and ``--json FILE`` when given."""
     text = json.dumps(results, indent=1)
-    path = out_dir / CLAIMS_JSON
-    path.write_text(text)
+    path = write_file(out_dir, CLAIMS_JSON, text)
     if json_path:
         json_path.write_text(text)
     return path

@@ -58,8 +58,10 @@ def report_cmd(
         fail(f"--plan-steps must be a positive integer, got {plan_steps}")
     try:
         html_path, md_path, res = write(directory, plan_steps, against=against)
-    except (ReportError, DiffError) as e:
+    except (ReportError, DiffError, SpecError) as e:  # SpecError: a link where the report goes (folder_io)
         fail(str(e))
+    except OSError as e:
+        fail(f"{directory}: cannot write the report there ({e.strerror or e})")
     if res.skipped:
         console.print(f"[yellow]warning:[/] skipped {res.skipped} malformed line(s) of "
                       f"{directory / runner.RESULTS}", highlight=False)
@@ -144,7 +146,7 @@ def advise(
     specs, _ = prepare_user(specs, target, timeout)  # --model: checked, initial weights written (exit 2 if bad)
     records = run_and_report(specs, target, timeout, plan_steps, None, "twinbench advise", report=False)
     advice = decide(records, plan_steps, changes_per_day, results=str(target / runner.RESULTS))
-    write_text(target / "advice.json", json.dumps(advice, indent=1), "advice.json")
+    write_text(target / "advice.json", json.dumps(advice, indent=1), "advice.json", inside=target)
     out.print()
     for line in advice["lines"]:
         out.print(line, highlight=False, markup=False)
@@ -213,34 +215,56 @@ def explain_cmd(
                 try_flag.check(t)
         except try_flag.TryError as e:
             fail(str(e))
+    device = device_index if device_index is not None else device_alias
+    try:
+        with runner.interruptible(str(target)):  # Ctrl-C or SIGTERM in any of explain's runs: exit 130, one line
+            result = _explain(run_a, run_b, traces, preset, overrides, target, timeout, model, jax_model, expand,
+                              step_marker, rank, device, hlo, try_flags or [], layer_counts)
+    except runner.Interrupted:
+        fail(f"interrupted; what finished is in {target}", code=130)
+    if json_path:
+        write_text(json_path, json.dumps(result, indent=1), "--json")
+
+
+def _explain(run_a: str, run_b: str | None, traces: bool, preset: str, overrides: dict[str, Any], target: Path,
+             timeout: float, model: str | None, jax_model: str | None, expand: str, step_marker: str | None,
+             rank: int | None, device: int | None, hlo: str | None, try_flags: list[str],
+             layer_counts: list[int]) -> dict[str, Any]:
+    """explain's work after its flags are read: the pair, then each --try and --depths. Their variants pass
+    compare's checks (validation, the files they read, the memory their shape needs) before any run starts."""
+    from twinbench.explain import command, depth, try_flag
+
+    def before(sides: list[Any]) -> None:
+        for t in try_flags:
+            try_flag.preflight(t, sides)
+        if layer_counts:
+            depth.preflight(layer_counts, sides)
+
     try:
         if traces:
-            device = device_index if device_index is not None else device_alias
             result = command.explain_traces(run_a, run_b, expand, step_marker, rank, device, hlo)
         else:
             result = command.explain(run_a, run_b, preset, overrides, target, timeout, model, jax_model, expand,
-                                     lambda line: out.print(line, highlight=False))
-    except command.ExplainError as e:
+                                     lambda line: out.print(line, highlight=False), before=before)
+    except (command.ExplainError, try_flag.TryError) as e:
         fail(str(e))
     command.print_pair(result, out)
     if try_flags:
-        from twinbench.explain import try_flag
-
         try:
             result["tries"] = [try_flag.run(result, t, target, timeout, lambda line: out.print(line, highlight=False))
                                for t in try_flags]
-        except try_flag.TryError as e:
+        except (try_flag.TryError, SpecError) as e:
             fail(str(e))
         for t in result["tries"]:
             try_flag.print_try(t, out)
     if layer_counts:
-        from twinbench.explain import depth
-
-        result["depth"] = depth.for_pair(result, layer_counts, target, timeout)
+        try:
+            result["depth"] = depth.for_pair(result, layer_counts, target, timeout)
+        except SpecError as e:
+            fail(str(e))
         for d in result["depth"]:
             out.print(f"  depth: {d['sentence']}", highlight=False)
-    if json_path:
-        write_text(json_path, json.dumps(result, indent=1), "--json")
+    return result
 
 
 def _depths(depths: str, traces: bool, sides: list[str]) -> list[int]:

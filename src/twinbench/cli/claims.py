@@ -18,6 +18,8 @@ from twinbench.cli.common import (
     PLAN_PANEL,
     TRACE_OPTION,
     app,
+    check_places,
+    check_timeout,
     console,
     fail,
     out,
@@ -31,20 +33,43 @@ from twinbench.spec import SpecError
 
 #: What a claims run was asked, kept in its results directory so that ``--resume DIR`` continues the same suite.
 SETTINGS = "claims-settings.json"
-RESUMED = ("quick", "only", "preset", "plan_steps", "repeats", "model", "jax_model", "trace", "device")
+#: what a claims run's settings may set when resumed: the suite's choices, each of its JSON type. A model to
+#: import and a place to write are never taken from a folder (``model``, ``jax_model`` are only checked against
+#: the command line's; ``trace`` is not read)
+RESUMED: dict[str, tuple[type, ...]] = {"quick": (bool,), "only": (str,), "preset": (str,), "plan_steps": (int,),
+                                        "repeats": (int,), "device": (str,), "model": (str,), "jax_model": (str,)}
 
 
 def resumed(resume: Path) -> dict[str, Any]:
-    """The settings of the claims run in ``resume`` (a SpecError when it holds none)."""
+    """The settings of the claims run in ``resume`` through the allow-list :data:`RESUMED` (a SpecError, one
+    line, when it holds none or a field of the wrong type). Read bounded, as data: folder_io."""
+    from twinbench.folder_io import read_json, typed
+
     path = resume / SETTINGS
     try:
-        saved = json.loads(path.read_text())
+        saved = read_json(path)
     except (OSError, ValueError) as e:
         why = "no claims run there" if isinstance(e, FileNotFoundError) else f"cannot read it ({e})"
         raise SpecError(f"--resume {resume}: {why} ({SETTINGS} is written when a claims run starts)") from None
     if not isinstance(saved, dict):
         raise SpecError(f"--resume {resume}: {SETTINGS} is not a claims run's settings")
-    return {k: saved.get(k) for k in RESUMED}
+    return typed(path, saved, RESUMED)
+
+
+def same_model(flag: str, saved: str | None, given: str | None, resume: Path) -> None:
+    """A resumed claims run imports a model only when the command line names it again, and the same one."""
+    from twinbench.folder_io import terminal
+
+    def where(spec: str | None) -> str:
+        file, _, attr = (spec or "").rpartition(":")
+        return f"{Path(file).expanduser().resolve()}:{attr}" if file else str(spec)
+
+    if saved and not given:
+        raise SpecError(f"--resume {resume}: its claims ran {flag} {terminal(saved, 120)}; a results folder never "
+                        f"chooses the code that runs: give {flag} again to resume")
+    if given and where(saved) != where(given):
+        raise SpecError(f"--resume {resume}: {flag} {given} is not the model its claims ran "
+                        f"({terminal(saved, 120) if saved else 'the twins'})")
 
 
 def where(device: str | None) -> tuple[str, int, str]:
@@ -114,9 +139,12 @@ def claims(
             if out_dir is not None and out_dir != resume:
                 raise SpecError(f"--resume {resume} continues in that directory; --out {out_dir} names another")
             saved = resumed(resume)
-            quick, only, preset, plan_steps = bool(saved["quick"]), saved["only"], saved["preset"], saved["plan_steps"]
-            repeats, model, jax_model, device = saved["repeats"], saved["model"], saved["jax_model"], saved["device"]
-            trace = Path(saved["trace"]) if saved["trace"] else None
+            same_model("--model", saved["model"], model, resume)
+            same_model("--jax-model", saved["jax_model"], jax_model, resume)
+            quick = bool(saved["quick"]) or quick  # a setting the file leaves out: the command line's
+            only, preset = saved["only"] or only, saved["preset"] or preset
+            plan_steps, repeats = saved["plan_steps"] or plan_steps, saved["repeats"] or repeats
+            device = saved["device"] or device  # --trace: the command line's only (a folder names no place)
         if device and not plan_only and resume is None:
             raise SpecError("--device names the device to plan for: use it with --plan")
         chosen = select(only)
@@ -146,13 +174,23 @@ def claims(
     if plan_only:
         show_plan(chosen, setup, per_claim, rounds, sheet_name, json_path)
         return
+    check_timeout(timeout)
+    from twinbench.limits import check_host
+
+    try:
+        check_host(specs)  # the same preflight as compare's runs: a shape the host cannot hold, refused now
+    except SpecError as e:
+        fail(str(e))
+    check_places(specs)  # --trace, the caches: writable, before any run
     ready_outputs(target, json_path, timeout)
     if resume is None:
         write_text(target / SETTINGS, json.dumps({"quick": quick, "only": only, "preset": preset, "plan_steps":
                                                   plan_steps, "repeats": repeats, "model": model, "jax_model":
-                                                  jax_model, "trace": str(trace) if trace else None, "device": None}),
-                   SETTINGS)
-    specs, _ = prepare_user(specs, target, timeout, per_shape=True)  # --model: once per shape, before any run
+                                                  jax_model, "device": None}), SETTINGS, inside=target)
+    try:
+        specs, _ = prepare_user(specs, target, timeout, per_shape=True)  # --model: once per shape, before any run
+    except SpecError as e:  # the model's check failed: one line, as in compare
+        fail(str(e))
     rounds = suite.schedule(chosen, per_claim, specs, setup.repeats) if specs else []
     start = time.perf_counter()
     measured = [c for c in chosen if not c.unmeasurable(setup)]
@@ -166,8 +204,13 @@ def claims(
     records = [run_and_report(rs, suite.repeat_dir(target, k), timeout, plan_steps, None,
                               f"twinbench claims, repeat {k + 1} of {len(rounds)}", report=False, resume_command=again)
                for k, rs in enumerate(rounds)]
-    with console.status("probes") as status:
-        probes = suite.run_probes(measured, target, timeout, lambda name: status.update(f"probe {name}"))
+    from twinbench import runner
+
+    try:  # the probes write into --out too: under its lock, as the runs are (another twinbench there: one line)
+        with runner.out_lock(target), console.status("probes") as status:
+            probes = suite.run_probes(measured, target, timeout, lambda name: status.update(f"probe {name}"))
+    except SpecError as e:
+        fail(str(e))
     results = suite.verdicts(chosen, setup, per_claim, records, probes)
     suite.render(out, results)
     path = suite.write(results, target, json_path)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import inspect
@@ -24,8 +25,30 @@ from twinbench.spec import (
     flag,
 )
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Measure the same Transformer trained in PyTorch and JAX, honestly.")
+
+class App(typer.Typer):
+    """The command line, whose output that cannot be written ends in one line: stdout on a full device (or a
+    read error of the terminal) is exit 2 with one line on stderr, a closed pipe (``| head``) a quiet exit."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import errno
+
+        try:
+            return super().__call__(*args, **kwargs)
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EPIPE):
+                raise
+            with contextlib.suppress(OSError):  # nothing more reaches the broken stdout, at exit neither
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            if e.errno == errno.EPIPE:
+                raise SystemExit(141) from None
+            with contextlib.suppress(OSError):
+                sys.stderr.write(f"error: cannot write the output: {e.strerror or e}\n")
+            raise SystemExit(2) from None
+
+
+app = App(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+          help="Measure the same Transformer trained in PyTorch and JAX, honestly.")
 console = Console(stderr=True)
 #: a terminal's own width; elsewhere (a log, a pipe) 100 columns: tables fold their columns, notes wrap. --wide:
 #: every table at its natural width
@@ -102,9 +125,15 @@ def check_places(specs: list[Any], cache_flag: str = "--cache-dir") -> None:
                 check_dir(value, flag_)
 
 
+#: the longest --timeout taken: a week (a longer one overflows the clocks it is added to; use a week)
+MAX_TIMEOUT = 7 * 24 * 3600.0
+
+
 def check_timeout(timeout: float) -> None:
     if not timeout > 0:  # NaN too
         fail(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    if not timeout <= MAX_TIMEOUT:  # inf, 1e308: an OverflowError where it is added to a clock
+        fail(f"--timeout {timeout:g}: at most {MAX_TIMEOUT:g} seconds (a week)")
 
 
 def ready_outputs(target: Path, json_path: Path | None, timeout: float | None = None) -> None:
@@ -118,13 +147,20 @@ def ready_outputs(target: Path, json_path: Path | None, timeout: float | None = 
         fail(str(e))
 
 
-def write_text(path: Path, text: str, what: str) -> bool:
-    """Write an output file; a failure is a warning (the records are already safe in results.jsonl)."""
+def write_text(path: Path, text: str, what: str, inside: Path | None = None) -> bool:
+    """Write an output file; a failure is a warning (the records are already safe in results.jsonl). With
+    ``inside`` (the results folder ``path`` is in) it is written by folder_io's writer: never through a link."""
+    from twinbench.folder_io import write_file
+
     try:
-        path.write_text(text)
+        if inside is not None:
+            write_file(inside, Path(path).relative_to(inside), text)
+        else:
+            path.write_text(text)
         return True
-    except OSError as e:
-        console.print(f"[yellow]warning:[/] {what} not written to {path}: {e.strerror or e}", highlight=False)
+    except (OSError, SpecError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else e
+        console.print(f"[yellow]warning:[/] {what} not written to {path}: {why}", highlight=False)
         return False
 
 

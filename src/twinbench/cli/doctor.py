@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -17,6 +18,7 @@ from twinbench.cli.common import (
     out,
     write_text,
 )
+from twinbench.folder_io import terminal
 
 
 @app.command()
@@ -91,6 +93,11 @@ def check_trace_dir(trace: Path) -> None:
         fail(f"--trace {trace}: cannot write there ({e.strerror or e})")
     if (trace / "trace.json").exists():
         fail(f"--trace {trace}: already holds a doctor trace; give an empty folder")
+    with os.scandir(trace) as it:  # an older profile there would be explained with this run's timing
+        held = next((e.name for e in it if e.name != ".twinbench-write-probe"), None)
+    if held is not None:
+        fail(f"--trace {trace}: not empty (holds {terminal(held, 80)}); a profile there from another run would be "
+             "read as this one's: give an empty or new folder")
 
 
 def report_trace(trace: Path, obs: dict) -> None:

@@ -157,7 +157,7 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
     summary = table.markdown(shown, plan_steps, title)
     if parity:
         summary += f"\n- {parity}\n"
-    write_text(out_dir / "summary.md", summary, "summary.md")
+    write_text(out_dir / "summary.md", summary, "summary.md", inside=out_dir)
     if json_path:
         write_text(json_path, json.dumps(records, indent=1), "--json")
     out.print(f"  results: {out_dir / runner.RESULTS}, {out_dir / 'summary.md'}", highlight=False)

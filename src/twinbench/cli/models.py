@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any, Optional
@@ -96,10 +97,27 @@ def export(
     initial weights (the preset's shape and --seed: exactly what a compare run starts from).
     Load the result with transformers' GPT2LMHeadModel / BertForSequenceClassification.from_pretrained(DIR).
     """
+    created = not out_dir.exists()
+    check_dir(out_dir, "--out")  # a file, read-only: one line before any weights are built
+    try:
+        spec, weights, source, path = _export(out_dir, preset, weights_file, results, run, overrides)
+    except BaseException:  # a refusal leaves no --out it created (an empty folder is all it could hold)
+        if created:
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
+        raise
+    n = sum(w.size for w in weights.values())
+    m = spec.model
+    out.print(f"wrote {path}/config.json and model.safetensors: {m.family}, {m.layers} layers, d_model "
+              f"{m.d_model}, {m.heads} heads, vocab {m.vocab}, context {m.context}, {n / 1e6:.2f} M params "
+              f"(from {source})", highlight=False)
+
+
+def _export(out_dir: Path, preset: str, weights_file: Path | None, results: Path | None, run: str | None,
+            overrides: dict[str, Any]) -> tuple[Any, dict[str, Any], str, Path]:
+    """export's work after its --out is checked: the weights and their spec, written as a checkpoint."""
     from twinbench.export import export_weights, weights_from_results
     from twinbench.models.hf import save_hf
-
-    check_dir(out_dir, "--out")  # a file, read-only: one line before any weights are built
 
     if results is not None:
         if weights_file is not None:
@@ -113,15 +131,14 @@ def export(
 
         check_weights(spec)  # a shape whose weights the host cannot hold: refused before they are built
         weights, source = export_weights(spec, weights_file)
+    from twinbench.folder_io import check_folder
+
+    check_folder(out_dir)  # a config.json or model.safetensors there that links elsewhere: refused, not followed
     try:
         path = save_hf(spec.model, weights, out_dir)
     except OSError as e:  # the disk filled, or the folder changed under us: one line
         fail(f"--out {out_dir}: cannot write the checkpoint there ({e.strerror or e})")
-    n = sum(w.size for w in weights.values())
-    m = spec.model
-    out.print(f"wrote {path}/config.json and model.safetensors: {m.family}, {m.layers} layers, d_model "
-              f"{m.d_model}, {m.heads} heads, vocab {m.vocab}, context {m.context}, {n / 1e6:.2f} M params "
-              f"(from {source})", highlight=False)
+    return spec, weights, source, path
 
 
 @app.command()
@@ -207,8 +224,11 @@ def peak_cmd(
             fail(f"--precision: unknown value {dt!r}; allowed: fp32, bf16")
     if threads < 0:
         fail(f"--threads must be >= 0 (0: all cores), got {threads}")
-    if timeout <= 0:
-        fail(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    from twinbench.limits import cores
+
+    if threads > cores():
+        fail(f"--threads {threads}: this machine gives twinbench {cores()} cores; allowed: 0 (all) to {cores()}")
+    check_timeout(timeout)
     shown: list[tuple[str, Peak | None]] = []
     problems = []
     if remeasure:

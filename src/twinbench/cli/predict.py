@@ -74,6 +74,9 @@ def predict_cmd(
 
         top = user_fields(model, None)
     specs = build_specs(preset, framework, strategies, overrides, **top)
+    from twinbench.predict.command import check_covered
+
+    check_covered(specs)  # a strategy predict does not read: one line before --model is prepared
     with tempfile.TemporaryDirectory(prefix="twinbench-predict-") as tmp:
         if model:  # the user's model checked and its initial weights written, as compare does
             from twinbench.byo.plan import prepare_user

@@ -87,22 +87,29 @@ def check_script(script: str | Path) -> Path:
     return path.resolve()
 
 
-def check_python(python: str | Path | None) -> str:
+def check_python(python: str | Path | None, timeout: float = 60.0) -> str:
     """The interpreter the script runs under: ``python`` (a path, or a name on PATH) after checking that it
-    runs and is Python >= 3.10 (twinbench's bootstrap needs nothing else there), else this one."""
+    runs and is Python >= 3.10 (twinbench's bootstrap needs nothing else there), else this one. The check is
+    bounded by ``timeout`` (at most a minute): an interpreter that never answers, or leaves a child holding its
+    output, is stopped with its process group (``runner.run_script``) and named in one line."""
+    from twinbench import runner
+
     if python is None:
         return sys.executable
     exe = shutil.which(str(Path(python).expanduser())) or str(Path(python).expanduser())
     if not os.path.isfile(exe) or not os.access(exe, os.X_OK):
         raise DoctorError(f"--python {python}: no such executable")
-    from twinbench import runner  # the one place that starts a process
-
+    limit = min(timeout, 60.0)
     try:
-        code, said = runner.probe([exe, "-c", "import sys; print(sys.version_info >= (3, 10))"], timeout=60)
+        out = runner.run_script([exe, "-c", "import sys; print(sys.version_info >= (3, 10))"], Path.cwd(), limit,
+                                grace_s=1.0, tail_lines=5)
     except OSError as e:
         raise DoctorError(f"--python {python}: could not run it ({e})") from None
-    if code != 0 or said.strip() != "True":
-        raise DoctorError(f"--python {python}: not a Python 3.10+ interpreter ({said.strip()[-200:]})")
+    if out.timed_out:
+        raise DoctorError(f"--python {python}: did not answer within {limit:g} s (is it a Python interpreter?)")
+    last = [ln.strip() for ln in out.output_tail.splitlines() if ln.strip()]
+    if out.returncode != 0 or not last or last[-1] != "True":
+        raise DoctorError(f"--python {python}: not a Python 3.10+ interpreter ({out.output_tail.strip()[-200:]})")
     return exe
 
 
@@ -123,7 +130,7 @@ def run_doctor(script: str | Path, args: list[str] | None = None, steps: int | N
     from twinbench.doctor.findings import diagnose
 
     path = check_script(script)
-    exe = check_python(python)
+    exe = check_python(python, timeout)
     with tempfile.TemporaryDirectory(prefix="twinbench-doctor-") as tmp:
         obs_path = Path(tmp, "observations.json")
         cmd = [exe, "-m", "twinbench.doctor.bootstrap", str(obs_path), str(steps or 0), str(path),

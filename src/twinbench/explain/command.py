@@ -7,10 +7,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from twinbench.errors import error_line
 from twinbench.explain import gap, runs, trace_file, why
 from twinbench.explain.steps import TraceError
+from twinbench.folder_io import terminal
 from twinbench.limits import check_host
 from twinbench.spec import RunSpec, SpecError
+
+#: what a reader of a file may raise on content it did not foresee: the file's fault, one line (bad-input.md)
+UNEXPECTED = (TypeError, ValueError, KeyError, IndexError, AttributeError, UnicodeError, RecursionError,
+              OverflowError, EOFError)
 
 
 class ExplainError(ValueError):
@@ -18,7 +24,10 @@ class ExplainError(ValueError):
 
 
 def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_dir: Path, timeout: float,
-            model: str | None, jax_model: str | None, expand: str, say: Callable[[str], None]) -> dict[str, Any]:
+            model: str | None, jax_model: str | None, expand: str, say: Callable[[str], None],
+            before: Callable[[list[RunSpec]], None] | None = None) -> dict[str, Any]:
+    """Explain the pair ``run_a`` ``run_b``; ``before`` is given the sides' specs once they are known, before
+    any run starts (``--try``/``--depths``: their variants preflighted as compare's runs are)."""
     from twinbench import runner
     from twinbench.plan import build_specs
 
@@ -56,6 +65,11 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
                 check_host([s])  # a shape the host cannot hold (a record's too): refused before any run
         except SpecError as e:  # a record's value is named as the record's, not as a flag never given
             raise ExplainError(f"{a}: the record's {e}" if r is not None else str(e)) from e
+    if before is not None:
+        try:
+            before([s for s, _ in resolved])
+        except SpecError as e:
+            raise ExplainError(str(e)) from e
     for s, r in resolved:
         if r is not None and runs.needs_run(r):
             say(f"  re-running {s.label()} (its record has no trace/explain timing): same spec, run id {s.run_id()}")
@@ -91,10 +105,14 @@ def explain_traces(trace_a: str, trace_b: str | None, expand: str = "categories"
         if not trace_file.is_trace(a):
             raise ExplainError(f"{a}: no such trace (to compare a trace, give two traces; runs are "
                                "framework:strategy or RESULTS_DIR:framework/strategy)")
-    try:
-        explained = [gap.explain_trace(a, step_marker, rank, device, hlo) for a in args]
-    except TraceError as e:
-        raise ExplainError(str(e)) from e
+    explained = []
+    for a in args:
+        try:
+            explained.append(gap.explain_trace(a, step_marker, rank, device, hlo))
+        except TraceError as e:
+            raise ExplainError(str(e)) from e
+        except UNEXPECTED as e:  # a file its reader did not foresee (another protobuf named *.xplane.pb): data
+            raise ExplainError(f"{a}: not a trace explain reads ({error_line(e)})") from e
     if len(explained) == 2 and explained[0]["run"] == explained[1]["run"]:
         for e, a in zip(explained, args, strict=True):
             e["run"] = f"{e['run'].split(':')[0]}:{Path(a).resolve()}"
@@ -121,7 +139,7 @@ def run_table(e: dict[str, Any]) -> Any:
 
     kind = "measured" if e.get("run_id") else "traced"
     measured = (e.get("measured") or {}).get("untraced_step_ms")  # twinbench doctor's, without the profiler
-    title = f"{e['run']}: {e['step_ms']:.1f} ms per {kind} step" + (
+    title = f"{shown(e['run'], 200)}: {e['step_ms']:.1f} ms per {kind} step" + (
         f", {measured:.1f} ms measured without the profiler (twinbench doctor)" if measured else "")
     t = Table(title=title, title_justify="left")
     t.add_column("phase")
@@ -143,7 +161,7 @@ def run_table(e: dict[str, Any]) -> Any:
 def gap_table(result: dict[str, Any]) -> Any:
     from rich.table import Table
 
-    a, b = result["a"]["run"], result["b"]["run"]  # named in the title, whole: a column header would cut them
+    a, b = shown(result["a"]["run"], 200), shown(result["b"]["run"], 200)  # in the title: a header would cut them
     t = Table(title=f"gap: B {b} - A {a} = {result['gap_ms']:+.1f} ms per step", title_justify="left")
     for col, just in (("row", "left"), ("A ms", "right"), ("B ms", "right"), ("B-A ms", "right"),
                       ("share of gap", "right"), ("timing B-A", "right"), ("A GFLOP/s (peak)", "right"),
@@ -152,7 +170,7 @@ def gap_table(result: dict[str, Any]) -> Any:
     for r in result["rows"]:
         if r["level"] and abs(r["diff_ms"]) < 0.005 * max(result["a"]["step_ms"], 1e-9) and not r["a_ms"]:
             continue
-        name = ("  " * r["level"]) + r["row"].split(" / ")[-1]
+        name = ("  " * r["level"]) + shown(r["row"].split(" / ")[-1], 80)
         t.add_row(name if r["level"] else f"[bold]{name}[/]", f"{r['a_ms']:.2f}", f"{r['b_ms']:.2f}",
                   f"{r['diff_ms']:+.2f}", f"{r['share']:.0%}", *why.throughput_cells(r))
     return t
@@ -161,13 +179,21 @@ def gap_table(result: dict[str, Any]) -> Any:
 def ops_table(e: dict[str, Any], n: int = 10) -> Any:
     from rich.table import Table
 
-    t = Table(title=f"{e['run']}: top ops (traced ms per step)", title_justify="left")
+    t = Table(title=f"{shown(e['run'], 200)}: top ops (traced ms per step)", title_justify="left")
     for col, just in (("kernel / op", "left"), ("launched by", "left"), ("category", "left"), ("phase", "left"),
                       ("ms", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for o in e.get("kernels", [])[:n]:
-        t.add_row(o["name"][:70], o["op"][:40], o["category"], o["phase"], f"{o['ms']:.3f}")
+        t.add_row(shown(o["name"], 70), shown(o["op"], 40), shown(o["category"], 30), o["phase"], f"{o['ms']:.3f}")
     return t
+
+
+def shown(text: Any, width: int) -> str:
+    """A name from a trace or a record as a table cell: as text (folder_io.terminal: no control characters,
+    cut to ``width``), its brackets no markup."""
+    from rich.markup import escape
+
+    return escape(terminal(text, width))
 
 
 def print_side(e: dict[str, Any], out: Any, top_ops: bool = False) -> None:
@@ -182,7 +208,7 @@ def print_side(e: dict[str, Any], out: Any, top_ops: bool = False) -> None:
     if top_ops and e.get("kernels"):
         out.print(ops_table(e))
     if e.get("other"):
-        out.print("  other: " + ", ".join(f"{k[:60]} {v:.2f} ms" for k, v in list(e["other"].items())[:5]),
+        out.print("  other: " + ", ".join(f"{shown(k, 60)} {v:.2f} ms" for k, v in list(e["other"].items())[:5]),
                   highlight=False)
     for note in e["notes"]:
         out.print(f"  note: {note}", highlight=False)
@@ -235,5 +261,11 @@ def print_runs(records: list[dict[str, Any]], out_dir: Path, out: Any) -> None:
         out.print(run_table(e))
         for note in e["notes"]:
             out.print(f"  note: {note}", highlight=False)
-    (out_dir / "explain.json").write_text(json.dumps(explained, indent=1))
+    from twinbench.folder_io import write_file
+
+    try:  # inside --out, never through a link (folder_io); the records are safe already: a warning at most
+        write_file(out_dir, "explain.json", json.dumps(explained, indent=1))
+    except (OSError, SpecError) as e:
+        out.print(f"  warning: explain.json not written: {e}", highlight=False, markup=False)
+        return
     out.print(f"  explain: {out_dir / 'explain.json'}", highlight=False)

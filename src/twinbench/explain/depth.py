@@ -73,10 +73,30 @@ def sentence(run: str, found: list[dict[str, Any]]) -> str:
             "layer enlarges every layer's fusions (a cause in the compiled program, not the model)")
 
 
+def preflight(depths: list[int], sides: list[Any]) -> None:
+    """Each JAX side at each of ``depths``, before any run: validated and its shape checked against the host's
+    memory as compare's runs are (SpecError, one line: ``--depths 2,100000`` never starts compiling)."""
+    from dataclasses import replace
+
+    from twinbench.limits import check_host
+    from twinbench.spec import SpecError, validate
+
+    for side in sides:
+        if side.framework != "jax":
+            continue
+        for d in depths:
+            spec = replace(side, model=replace(side.model, layers=d))
+            try:
+                check_host([validate(spec)])
+            except SpecError as e:
+                raise SpecError(f"--depths {d}: {e}") from None
+
+
 def compile_at(spec_dict: dict[str, Any], depths: list[int], out_dir: Path, timeout: float) -> dict[int, str]:
     """The JAX step's HLO text at each depth, compiled in a fresh process (``runner.run_module``). A user
     model (``--model``) gets its initial weights at each depth first (``twinbench.byo.prepare``)."""
     from twinbench import runner
+    from twinbench.folder_io import write_file
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -86,11 +106,11 @@ def compile_at(spec_dict: dict[str, Any], depths: list[int], out_dir: Path, time
         if spec["model"].get("family") == "user":
             target = (out_dir / f"byo-layers{d}").resolve()
             spec["user_dir"] = str(target)
-            path.write_text(json.dumps(spec))
+            write_file(out_dir, path.name, json.dumps(spec))
             code, reason = runner.run_module("twinbench.byo.prepare", [str(path), str(target)], timeout)
             if code:
                 raise RuntimeError(f"preparing the model at {d} layers failed: {reason}")
-        path.write_text(json.dumps(spec))
+        write_file(out_dir, path.name, json.dumps(spec))  # never through a link in the folder
         paths.append(str(path))
     code, reason = runner.run_module("twinbench.explain.depth", [str(out_dir), *paths], timeout)
     if code != 0:

@@ -10,6 +10,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from twinbench.folder_io import terminal
 from twinbench.record import read_records
 from twinbench.spec import RunSpec, SpecError, validate
 
@@ -81,13 +82,15 @@ def from_results(arg: str, named: dict[str, Any] | None = None) -> tuple[RunSpec
     path = Path(where) / RESULTS if Path(where).is_dir() else Path(where)
     if not path.exists():
         raise SpecError(f"{arg}: no {RESULTS} in {where}")
+    problems: list[str] = []
     try:
-        every, _ = read_records(path)
+        every, _ = read_records(path, problems)
     except OSError as e:
         raise SpecError(f"{arg}: cannot read {path} ({e})") from None
     records = [r for r in every if f"{r.get('framework')}/{r.get('strategy')}" == name]
-    if not records:
-        raise SpecError(f"{arg}: {where} has no run {name}")
+    if not records:  # a record of it may have been rejected (a step_ms of 1e300): say why, not only "no run"
+        skipped = f" ({len(problems)} line(s) are not records; first: {problems[0]})" if problems else ""
+        raise SpecError(f"{arg}: {where} has no run {terminal(name, 80)}{skipped}")
     r = records[-1]
     spec, notes = spec_from_record(arg, r.get("spec"), named)
     return spec, r, notes

@@ -50,18 +50,56 @@ def parse(arg: str) -> tuple[int, str, str, str]:
     return idx, "spec", name.replace("-", "_"), value
 
 
+#: spec options a --try never varies, and why: where a run writes and what it connects to come from explain's
+#: own command line; a checkpoint sets the model's whole shape (compare --init-from measures it)
+NOT_VARIED = {
+    "save_weights": "where a run writes comes from the command line (compare --save-weights)",
+    "num_processes": "a re-run starts no other processes", "process_id": "a re-run starts no other processes",
+    "coordinator": "a re-run connects to nothing",
+    "init_from": "a checkpoint sets the model's whole shape: measure it with compare --init-from",
+}
+
+
 def check(arg: str) -> None:
     """A ``--try`` understood before any run: its syntax, and for a spec option its name and the type of its
-    value (:class:`TryError` otherwise)."""
+    value (:class:`TryError` otherwise). :func:`preflight` checks the variant itself once the sides are known."""
     from twinbench.spec import SpecError, option_value
 
     _, kind, name, value = parse(arg)
     if kind != "spec":
         return
+    if name in NOT_VARIED:
+        raise TryError(f"--try {arg!r}: {name} is not varied by --try ({NOT_VARIED[name]})")
     try:
         option_value(name, value)
     except SpecError as e:
         raise TryError(f"--try {arg!r}: {e}") from None
+
+
+def preflight(arg: str, sides: list[Any]) -> Any:
+    """The variant ``arg`` makes of its side (one of ``sides``, the explained pair's RunSpecs), through the same
+    checks as a run of ``compare`` before any run starts: validation, the strategy's registry, the files it
+    reads (plan.check_inputs), the memory its shape needs (limits.check_host). An XLA flag on a torch side is
+    refused (it would change nothing it measures). Returns the variant's spec; :class:`TryError` otherwise."""
+    from twinbench.limits import check_host
+    from twinbench.plan import check_inputs
+    from twinbench.spec import SpecError
+    from twinbench.strategies import registry
+
+    idx, kind, name, value = parse(arg)
+    side = sides[idx]
+    if kind == "xla" and side.framework != "jax":
+        raise TryError(f"--try {arg!r}: an XLA flag changes JAX runs only; side {'AB'[idx]} is "
+                       f"{side.framework}/{side.strategy}")
+    spec = variant(side.to_dict(), kind, name, value)
+    try:
+        registry.get(spec.framework, spec.strategy)
+        registry.check_devices(spec)
+        check_inputs(spec)
+        check_host([spec])
+    except SpecError as e:
+        raise TryError(f"--try {arg}: {e}") from None
+    return spec
 
 
 def variant(spec_dict: dict[str, Any], kind: str, name: str, value: str) -> Any:
@@ -102,14 +140,15 @@ def run(result: dict[str, Any], arg: str, out_dir: Path, timeout: float, say: Ca
         raise TryError("--try: this explanation carries no spec of its runs")
     spec = variant(spec_dict, kind, name, value)
     base_spec = variant(spec_dict, "env", "", "")  # the side as it was, run again in the same sitting
-    target = out_dir / f"try-{len(list(out_dir.glob('try-*')))}"
-    target.mkdir(parents=True, exist_ok=True)
+    from twinbench.folder_io import make_dir, write_file
+
+    target = make_dir(out_dir, f"try-{len(list(out_dir.glob('try-*')))}")  # inside --out, never through a link
     env = env_of(kind, name, value)
     label = f"{base['run']} with {value if kind == 'xla' else f'{name}={value}'}"
     say(f"  --try {arg}: running {base['run']} again, then {label} (fresh processes, measured, then traced)")
     recs = [runner.run_one(runs.for_explain(base_spec, target / "base"), timeout),
             runner.run_one(runs.for_explain(spec, target / "try"), timeout, env)]
-    (target / runs.RESULTS).write_text("".join(json.dumps(r) + "\n" for r in recs))
+    write_file(target, runs.RESULTS, "".join(json.dumps(r) + "\n" for r in recs))
     for r in recs:
         if r.get("status") != "ok":
             raise TryError(f"--try {arg}: the run failed: {r.get('error')}")

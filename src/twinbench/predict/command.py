@@ -277,6 +277,23 @@ def _ram_gib() -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
 
 
+#: the strategies whose one-device program predict reads (a JAX step it lowers, a torch step it traces on fake
+#: tensors); the multi-device ones are the curve of --devices N over one of these, the naive port has no step
+PREDICTED = {"jax": ("jit", "scan-layers", "scan-steps", "torchax", "port"),
+             "torch": ("eager", "compile", "compile-regional")}
+
+
+def check_covered(specs: list[RunSpec]) -> None:
+    """A strategy predict does not read: one line naming what it covers (SpecError), before any work."""
+    from twinbench.strategies.registry import split_name
+
+    for s in specs:
+        if split_name(s.strategy)[0] not in PREDICTED.get(s.framework, ()):
+            covered = "; ".join(f"{fw}: {', '.join(names)}" for fw, names in PREDICTED.items())
+            raise SpecError(f"--strategies {s.framework}:{s.strategy}: predict reads one device's program of "
+                            f"{covered} (with modifiers such as +bf16); --devices N adds the data-parallel curve")
+
+
 def run(specs: list[RunSpec], device: str, devices: int = 1, calibrate: Path | None = None,
         compile_step: bool = False) -> tuple[list[Prediction], list[str]]:
     """Every spec's prediction on ``device``; the lines to print about the calibration used. ``compile_step``:
@@ -287,6 +304,7 @@ def run(specs: list[RunSpec], device: str, devices: int = 1, calibrate: Path | N
         from twinbench.predict.tpu_compile import target_device
 
         target_device(device)  # no TPU compiler here: one line, before any program is read
+    check_covered(specs)
     for s in specs:  # a step that cannot fit the device: refused before any program is read
         check_fits(s, device, devices)
     points, lines = calibration.shipped(), []

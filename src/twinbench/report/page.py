@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 import os
 import time
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twinbench.folder_io import check_inside, cut, read_json, write_file
 from twinbench.measure.device import platform_name
 from twinbench.measure.trace import HINTS as TRACE_HINTS
 from twinbench.record import latest_per_run, read_records
@@ -28,6 +28,8 @@ from twinbench.report.table import COLUMNS, conditions, row
 RESULTS = "results.jsonl"
 CLAIMS = "claims.json"
 ADVICE = "advice.json"
+#: claims.json and advice.json are read up to this size (a verdicts file is a few hundred KB)
+MAX_SIDE_FILE = 32 << 20
 
 
 class ReportError(ValueError):
@@ -62,14 +64,16 @@ def load(directory: Path) -> Results:
     claims: list[dict[str, Any]] = []
     if (directory / CLAIMS).is_file():
         try:
-            loaded = json.loads((directory / CLAIMS).read_bytes().decode(errors="replace"))
-            claims = [c for c in loaded if isinstance(c, dict)] if isinstance(loaded, list) else []
+            loaded = read_json(directory / CLAIMS, MAX_SIDE_FILE)
+            claims = [cut(c) for c in loaded if isinstance(c, dict)] if isinstance(loaded, list) else []
         except (ValueError, RecursionError) as e:
             raise ReportError(f"{directory / CLAIMS}: not valid JSON ({e})") from None
+        except OSError as e:
+            raise ReportError(f"{directory / CLAIMS}: cannot read it ({e})") from None
     advice = None
     if (directory / ADVICE).is_file():
         try:
-            advice = json.loads((directory / ADVICE).read_bytes().decode(errors="replace"))
+            advice = cut(read_json(directory / ADVICE, MAX_SIDE_FILE))
         except (ValueError, RecursionError, OSError):
             advice = None
         if not isinstance(advice, dict):
@@ -92,14 +96,14 @@ def write(directory: Path, plan_steps: int | None = None,
         d = diff.diff(diff.load(against), res.records)
         res.against = {"old": str(against), "diff": d.to_dict(), "lines": diff.lines(d)}
         plots.insert(0, diff_ratios(res.against["diff"]["pairs"]))
-    plot_dir = res.directory / "plots"
-    plot_dir.mkdir(exist_ok=True)
+    # every file inside the folder, none through a link it holds (folder_io: LinkRefused, one line)
+    for name in ("plots", "report.html", "report.md"):
+        check_inside(res.directory, name)
     for p in plots:
         if p.png is not None:
-            (plot_dir / f"{p.id}.png").write_bytes(p.png)
-    html_path, md_path = res.directory / "report.html", res.directory / "report.md"
-    html_path.write_text(render_html(res, plots, plan_steps))
-    md_path.write_text(render_markdown(res, plots, plan_steps))
+            write_file(res.directory, f"plots/{p.id}.png", p.png)
+    html_path = write_file(res.directory, "report.html", render_html(res, plots, plan_steps))
+    md_path = write_file(res.directory, "report.md", render_markdown(res, plots, plan_steps))
     return html_path, md_path, res
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from twinbench import host_malloc
 from twinbench.config import DEFAULT_FAMILY
+from twinbench.folder_io import terminal
 from twinbench.machine import HIGH_LOAD, MAX_SPREAD
 from twinbench.measure import page_faults, platforms
 from twinbench.measure.device import matmul_label, platform_name
@@ -402,7 +404,8 @@ def rich_table(records: list[dict[str, Any]], plan_steps: int, title: str = "twi
     vary = varying(records)
     for r in records:
         style = None if r.get("status") == "ok" else "red"
-        table.add_row(*row(r, plan_steps, vary, extra), style=style)
+        # a cell is text from a record: no markup, no control characters, cut (folder_io.terminal)
+        table.add_row(*(escape(terminal(c)) for c in row(r, plan_steps, vary, extra)), style=style)
     return table
 
 

@@ -1,0 +1,184 @@
+"""The promise of docs/bad-input.md, for every reader of a folder, on inputs Hypothesis makes up.
+
+Hostile records (valid ones with fields changed to any JSON value: text with terminal escapes, NaN, 400-digit
+integers, nested lists; garbage and torn lines), claims settings files, torch traces; folders that hold links
+out of themselves and records that name a model to import and places to write. Every command that reads them
+must exit 0, or 2 with one ``error:`` line and no traceback; import nothing; write nothing outside the folders
+it was given. Everything runs in this process (typer's CliRunner); ``runner.run_one`` is a fake that fails, so
+no training starts. A small number of examples with a deadline each: the quick tier runs it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from twinbench import runner
+from twinbench.cli import app
+from twinbench.record import Record
+
+sys.path.insert(0, str(Path(__file__).parent / "report"))
+import synthetic
+
+CLI = CliRunner()
+FIELDS = sorted(f.name for f in dataclasses.fields(Record))
+#: the deadline of one example (all its commands): a bound on time, not a measurement
+QUICK = settings(max_examples=5, deadline=20_000, derandomize=True, database=None,
+                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+hostile_text = st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(["\x1b[2K\rerror: spoofed", "[bold red]markup[/]", "../../outside", "torch", "eager", "jax",
+                     "jit", "ok", "failed", "\u202eevil", "x" * 300]),
+)
+numbers = st.one_of(st.integers(min_value=-(10**20), max_value=10**20), st.sampled_from([10**400, -(10**400)]),
+                    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([1e300, 0, -1, 0.0]))
+leaf = st.one_of(hostile_text, numbers, st.booleans(), st.none())
+json_value = st.recursive(leaf, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(hostile_text, inner,
+                                                                                               max_size=3),
+                          max_leaves=8)
+
+
+def _json(v: object) -> str:
+    return json.dumps(v, allow_nan=True)
+
+
+@st.composite
+def hostile_line(draw: st.DrawFn, marker_model: str, elsewhere: str) -> str:
+    """One line of a results.jsonl: a real record with fields changed, garbage, or a torn record."""
+    kind = draw(st.sampled_from(["changed", "changed", "steering", "garbage", "torn"]))
+    if kind == "garbage":
+        return draw(st.binary(max_size=40)).decode(errors="replace").replace("\n", " ")
+    rec = synthetic.record(*draw(st.sampled_from([("torch", "eager"), ("jax", "jit")])))
+    if kind == "steering":  # a record that names code to import and places to write
+        rec["spec"].update(user_model=marker_model, user_jax_model=marker_model, save_weights=elsewhere,
+                           trace_dir=elsewhere, cache_dir=elsewhere, user_dir=elsewhere)
+        rec.update(trace_path=elsewhere, weights_path=elsewhere, explain_hlo_path=elsewhere)
+    for name, value in draw(st.dictionaries(st.sampled_from(FIELDS), json_value, max_size=4)).items():
+        rec[name] = value
+    line = _json(rec)
+    return line[: draw(st.integers(1, max(1, len(line) - 1)))] if kind == "torn" else line
+
+
+class Sandbox:
+    """A results folder beside a folder its links point into (and a model that leaves a marker when imported):
+    what the commands may not touch is checked unchanged after every example."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.d, self.outside = root, root / "sent", root / "outside"
+        self.d.mkdir()
+        self.outside.mkdir()
+        (self.outside / "precious.txt").write_text("keep")
+        self.marker = root / "imported"
+        self.model = root / "planted.py"
+        self.model.write_text(f"import pathlib\npathlib.Path({str(self.marker)!r}).write_text('ran')\n"
+                              "def build(): ...\ndef build_jax(): ...\n")
+        self.elsewhere = str(self.outside / "written-here")
+
+    def link(self, names: list[str]) -> None:
+        for name in names:
+            (self.d / name).symlink_to(self.outside if name == "plots" else self.outside / "precious.txt")
+
+    def untouched(self) -> None:
+        assert not self.marker.exists(), "a file a folder names was imported"
+        assert sorted(p.name for p in self.outside.iterdir()) == ["precious.txt"], "written outside the folder"
+        assert (self.outside / "precious.txt").read_text() == "keep", "written through a link"
+
+
+def promise(result, args: list[str]) -> None:
+    """Exit 0, or 2 with one error line; never a traceback."""
+    text = result.output
+    assert result.exit_code in (0, 2), (args, text)
+    assert result.exception is None or isinstance(result.exception, SystemExit), (args, text)
+    assert "Traceback" not in text, (args, text)
+    if result.exit_code == 2:
+        assert len([ln for ln in text.splitlines() if ln.startswith("error:")]) == 1, (args, text)
+    assert "\x1b" not in text, (args, "a terminal escape from the data reached the output")
+
+
+@pytest.fixture
+def failing_runs(monkeypatch):
+    """Every run a command would start fails at once (no training), and is counted."""
+    started = []
+
+    def run_one(spec, timeout, env=None):
+        started.append(spec)
+        return Record.for_spec(spec, "failed", error="not run in this test").to_dict()
+
+    monkeypatch.setattr(runner, "run_one", run_one)
+    monkeypatch.setattr(runner, "run_module", lambda *a, **k: started.append(a) or (1, "not run in this test"))
+    from twinbench.report import plots
+
+    def no_raster(fig):  # the plots are built from the records; only their rasterising (the slow part) is skipped
+        plots.plt.close(fig)
+        return b"\x89PNG"
+
+    monkeypatch.setattr(plots, "_png", no_raster)
+    return started
+
+
+@QUICK
+@given(data=st.data())
+def test_every_reader_of_a_hostile_results_folder_keeps_the_promise(data, failing_runs):
+    with tempfile.TemporaryDirectory() as tmp:
+        box = Sandbox(Path(tmp))
+        lines = data.draw(st.lists(hostile_line(f"{box.model}:build", box.elsewhere), min_size=1, max_size=5))
+        (box.d / "results.jsonl").write_text("\n".join(lines) + "\n")
+        if data.draw(st.booleans()):
+            (box.d / "claims.json").write_text(_json(data.draw(json_value)))
+        box.link(data.draw(st.lists(st.sampled_from(["report.html", "report.md", "plots", "summary.md"]),
+                                    unique=True, max_size=2)))
+        for args in (["diff", str(box.d), str(box.d)], ["report", str(box.d)],
+                     ["explain", f"{box.d}:torch/eager", f"{box.d}:jax/jit", "--out", str(box.root / "o")],
+                     ["export", "--from", str(box.d), "--out", str(box.root / "e")]):
+            promise(CLI.invoke(app, args), args)
+        box.untouched()
+
+
+@QUICK
+@given(data=st.data())
+def test_a_hostile_claims_settings_file_keeps_the_promise(data, failing_runs):
+    with tempfile.TemporaryDirectory() as tmp:
+        box = Sandbox(Path(tmp))
+        allowed = ["quick", "only", "preset", "plan_steps", "repeats", "device", "model", "jax_model", "trace"]
+        settings_ = data.draw(st.one_of(
+            json_value,
+            st.dictionaries(st.sampled_from(allowed), json_value | st.sampled_from([f"{box.model}:build",
+                                                                                   box.elsewhere]), max_size=5)))
+        (box.d / "claims-settings.json").write_text(_json(settings_))
+        args = ["claims", "--resume", str(box.d), "--plan"]
+        promise(CLI.invoke(app, args), args)
+        box.untouched()
+        assert not failing_runs
+
+
+@st.composite
+def hostile_trace(draw: st.DrawFn) -> bytes:
+    """A torch profiler trace: real-looking steps and ops, any of their fields replaced by any JSON value."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "ts": 1000.0 * i, "dur": 900.0,
+               "tid": 1, "pid": 1} for i in range(4)]
+    events += [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1000.0 * i + 10, "dur": 100.0, "tid": 1,
+                "pid": 1} for i in range(4)]
+    for _ in range(draw(st.integers(0, 3))):
+        ev = events[draw(st.integers(0, len(events) - 1))]
+        ev[draw(st.sampled_from(["ph", "cat", "name", "ts", "dur", "tid", "args"]))] = draw(json_value)
+    top = {"schemaVersion": 1, "traceEvents": events}
+    return _json(draw(st.sampled_from([top, events, top["traceEvents"][:1]]))).encode()
+
+
+@QUICK
+@given(trace=hostile_trace())
+def test_a_hostile_trace_keeps_the_promise(trace):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "run.json")
+        path.write_bytes(trace)
+        args = ["explain", str(path)]
+        promise(CLI.invoke(app, args), args)
