@@ -9,7 +9,7 @@ no more than its phase's memory-bound rows together confirm: its difference, cap
 differences, and nothing when that sum goes the other way.
 
 A row is named when this part carries at least :data:`NAMED_SHARE` of the gap (the largest row is named
-always) and is larger than either trace's steps move from one to the next (the slowest attributed step less
+when none does, if any part of it goes the gap's way) and is larger than either trace's steps move from one to the next (the slowest attributed step less
 the fastest): a difference smaller than that is not told apart from noise by one recording. Smaller rows are
 in the table, not in the sentence. An idle row (host time no op covers: the loop's
 Python, dispatch, and the profiler's own cost per op, which lands between ops) is never named as where the
@@ -64,7 +64,8 @@ def named(table: list[dict[str, Any]], gap: float, level: int, top: int = 3) -> 
     rows = sorted((r for r in table if r["level"] == level and not unattributed(r)),
                   key=lambda r: -sign * r.get("named_ms", r["diff_ms"]))
     keep = [r for r in rows if sign * r.get("named_ms", r["diff_ms"]) >= NAMED_SHARE * abs(gap) - 1e-9]
-    return (keep or rows[:1])[:top]
+    # else the largest row, when it goes the gap's way at all (a row within the steps' spread has none of it)
+    return (keep or [r for r in rows[:1] if sign * r.get("named_ms", r["diff_ms"]) > 1e-9])[:top]
 
 
 def unattributed(r: dict[str, Any]) -> bool:

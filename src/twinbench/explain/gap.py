@@ -258,7 +258,8 @@ def sentence(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) 
     small = (f"; rows under {causes.NAMED_SHARE:.0%} of the gap each" + (
              f" or within the traced steps' own spread ({noise:.1f} ms)" if noise else "") + " are not named"
              if len(top) < 3 and sum(r["level"] == level for r in table) > len(top) else "")
-    text = (f"{slow['run']}'s extra {abs(gap):.1f} ms per step over {fast['run']}: " + "; ".join(map(part, top))
+    said = "; ".join(map(part, top)) if top else "no row carries a part of it beyond the traced steps' own spread"
+    text = (f"{slow['run']}'s extra {abs(gap):.1f} ms per step over {fast['run']}: " + said
             + small + f" (rows sum to {abs(attributed):.1f} ms of it)")
     idle = [r for r in table if causes.unattributed(r) and sign * r["diff_ms"] >= causes.NAMED_SHARE * abs(gap)]
     if idle:
@@ -322,9 +323,6 @@ def pair(a: dict[str, Any], b: dict[str, Any], expand: str = "categories") -> di
     for line in (cut_line(a, b), doctor_timing.gap_line(a, b)):
         if line:
             summary = f"{summary}\n  {line}"
-    busy = [x["run"] for x in (a, b) if x.get("busy")]
-    if busy:
-        summary = (f"the machine was busy while {' and '.join(busy)} ran: this gap is not a reliable measurement "
-                   f"(run again on an idle machine). {summary}")
+    busy = [x["run"] for x in (a, b) if x.get("busy")]  # said by the quiet check (causes.gates)
     return {"a": a, "b": b, "gap_ms": b["step_ms"] - a["step_ms"], "rows": table,
             "largest": largest(table), "summary": summary, **extras, "busy": busy, "gates": failed}
