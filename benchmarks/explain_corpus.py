@@ -70,10 +70,34 @@ PAIRS = {
 }
 
 
+def laid_out(tmp: Path, p: Pair) -> tuple[str, str, str | None]:
+    """The pair's traces as they were left: a pair recorded by ``twinbench doctor --trace`` (``*.doctor.json``
+    beside its fixtures) in the doctor's folders, its ``trace.json`` (the load it saw) beside each trace; the
+    others as the profilers' files, with the HLO to give as ``--hlo``."""
+    import gzip
+
+    recs = [FIX / f.replace(".json.gz", ".doctor.json").replace(".xplane.pb.gz", ".doctor.json")
+            for f in (p.torch, p.jax)]
+    if not all(r.is_file() for r in recs):
+        return str(FIX / p.torch), str(FIX / p.jax), str(FIX / p.hlo)
+    t, j = tmp / "torch", tmp / "jax"
+    run = j / "plugins" / "profile" / "run"
+    t.mkdir(parents=True)
+    run.mkdir(parents=True)
+    (t / "doctor.pt.trace.json").write_bytes(gzip.decompress((FIX / p.torch).read_bytes()))
+    (run / "vm.xplane.pb").write_bytes(gzip.decompress((FIX / p.jax).read_bytes()))
+    (j / "step.hlo.txt").write_bytes(gzip.decompress((FIX / p.hlo).read_bytes()))
+    for d, rec in ((t, recs[0]), (j, recs[1])):
+        (d / "trace.json").write_bytes(rec.read_bytes())
+    return str(t), str(j), None
+
+
 def what_explain_says(p: Pair) -> dict[str, Any]:
     from twinbench.explain import command
 
-    r = command.explain_traces(str(FIX / p.torch), str(FIX / p.jax), hlo=str(FIX / p.hlo))
+    with tempfile.TemporaryDirectory() as tmp:
+        t, j, hlo = laid_out(Path(tmp), p)
+        r = command.explain_traces(t, j, hlo=hlo)
     return {"summary": r["summary"], "gates": r["gates"],
             "why": [w for w in r["why"] if w.startswith(("implementation:", "framework:"))]}
 

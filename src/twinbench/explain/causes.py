@@ -225,5 +225,5 @@ def refusal(failed: list[dict[str, str]]) -> str:
               "phases": "phases consistent with the program", "rates": "every rate possible on its device",
               "quiet": "the machine quiet"}
     which = ", ".join(dict.fromkeys(checks[f["check"]] for f in failed))
-    return (f"no row is named as a cause: the check{'s' if ',' in which else ''} {which} failed. "
-            + "; ".join(f["fact"] for f in failed))
+    return f"no row is named as a cause; check{'s' if ',' in which else ''} failed: {which}. " + "; ".join(
+        f["fact"] for f in failed)
