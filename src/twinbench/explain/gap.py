@@ -120,7 +120,8 @@ def explain_breakdown(b: Breakdown, run: str, step: float, timing: dict[str, flo
         unmeasured = apart(timing, trace_phases, step)
         for p in PHASES:
             if p in unmeasured:
-                notes.append(f"timing's {p} is {timing_raw[p]:.1f} ms against the trace's {trace_phases[p]:.1f} ms "
+                shown = f" ({timing_raw[p]:.1f} ms timed, scaled to the step)" if abs(timing_scale - 1) > 1e-9 else ""
+                notes.append(f"timing's {p} is {timing[p]:.1f} ms{shown} against the trace's {trace_phases[p]:.1f} ms "
                              f"({unmeasured[p]:.1f}x apart): a figure two methods disagree on by that much is not a "
                              "measurement; the trace's figure is the one the gap table uses, timing's is left out "
                              "of its B-A")
