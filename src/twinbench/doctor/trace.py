@@ -98,8 +98,9 @@ def conditions(obs: dict[str, Any]) -> dict[str, Any]:
 
 
 def explain_command(trace_dir: Path, info: dict[str, Any]) -> str:
-    """The ``twinbench explain`` command for a trace the doctor recorded."""
-    hlo = f" --hlo {info['hlo']}" if info.get("hlo") else ""
+    """The ``twinbench explain`` command for a trace the doctor recorded (explain reads the folder's
+    ``step.hlo.txt`` itself: ``--hlo`` only where the step's module was not found in the dump)."""
+    hlo = f" --hlo {info['hlo']}" if info.get("hlo") and not (trace_dir / "step.hlo.txt").is_file() else ""
     return f"twinbench explain {trace_dir}{hlo}"
 
 
