@@ -189,8 +189,8 @@ def gates(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]]:
             out.append({"check": "rates", "fact": f"{side['run']}: {line}: its count is not what ran"})
     for side in (a, b):
         if side.get("busy"):
-            why = (side.get("warnings") or ["the machine was busy"])[0]
-            out.append({"check": "quiet", "fact": f"{side['run']}: {why}"})
+            why = (side.get("warnings") or ["the run's record says so"])[0]
+            out.append({"check": "quiet", "fact": f"the machine was busy while {side['run']} ran ({why})"})
     return out
 
 
