@@ -233,11 +233,17 @@ def test_a_rate_no_device_reaches_is_withheld_and_names_no_row() -> None:
     """A 2-core CPU cannot move 6582 GB/s: the rate is not shown, and no row is named."""
     a = _side("torch:x", throughput={"forward": {"matmul": {"flops": 1e9}}, "backward": {"matmul": {"flops": 2e9}},
                                       "optimizer": {"optimizer": {"bytes": 6.6e9, "gbps": 6582.0}}})
+    a["ops"] = [{"phase": "forward", "name": "aten::mm", "shape": "[64,64]x[64,64]", "flops": 5e11, "raw_ms": 0.1,
+                 "ms": 5.0},  # 5000 TFLOP/s: withheld from the shapes table, and said
+                {"phase": "forward", "name": "aten::mm", "shape": "[8,8]x[8,8]", "flops": 5e9, "raw_ms": 0.001,
+                 "ms": 0.001}]  # a tiny op's rate is the clock's grain: withheld, not said
     a["impossible"] = causes.physical(a)
-    assert "gbps" not in a["throughput"]["optimizer"]["optimizer"]
-    assert a["impossible"] == ["optimizer / optimizer counted at 6582 GB/s, over 2000 GB/s (a 2 cores CPU's bound)"]
+    assert "gbps" not in a["throughput"]["optimizer"]["optimizer"] and a["ops"][0]["flops"] == a["ops"][1]["flops"] == 0
+    assert a["impossible"] == ["optimizer / optimizer counted at 6582 GB/s, over 2000 GB/s (a 2 cores CPU's bound)",
+                               "forward [64,64]x[64,64] counted at 5000000 GFLOP/s, over 2000 GFLOP/s (a 2 cores CPU's "
+                               "bound)"]
     r = gap.pair(a, _side("jax:y", step_ms=50.0))
-    assert [g["check"] for g in r["gates"]] == ["rates"] and r["summary"].startswith("no row is named")
+    assert {g["check"] for g in r["gates"]} == {"rates"} and r["summary"].startswith("no row is named")
     assert "6582" not in json.dumps(r["rows"])
 
 
