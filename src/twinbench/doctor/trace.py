@@ -12,7 +12,10 @@ the step's compiled module is copied to ``DIR/step.hlo.txt``. ``DIR/trace.json``
 
 A profiler slows the steps it records: the recorder leaves the iterations it weighed on out of the doctor's
 step time (``Recorder.left_out``), and once the run's observations exist :func:`write_timing` adds the step
-time with and without the profiler to ``DIR/trace.json``, for explain to show.
+time with and without the profiler to ``DIR/trace.json``, for explain to show, with what else the doctor saw
+that decides whether a trace can name a cause: the load other processes put on the machine while the steps
+ran (``load``), and how the step ran (``step_kind``, ``eager_ops_per_step``: JAX primitives dispatched one by
+one outside jit per step).
 """
 
 from __future__ import annotations
@@ -57,14 +60,15 @@ def write_timing(trace_dir: Path, obs: dict[str, Any]) -> None:
     traced iterations left out) only where enough steps ran outside the trace. ``twinbench explain`` reads
     them (:mod:`twinbench.explain.doctor_timing`). A failure is noted in the observations, never raised."""
     timing, path = obs.get("trace_timing"), trace_dir / "trace.json"
-    if not isinstance(timing, dict) or not path.is_file():
+    if not path.is_file():
         return
     try:
         info = json.loads(path.read_text())
         for k in ("traced", "untraced"):
-            ms = timing.get(f"{k}_step_ms")
+            ms = timing.get(f"{k}_step_ms") if isinstance(timing, dict) else None
             if isinstance(ms, (int, float)) and ms > 0:
                 info[f"{k}_step_ms"], info[f"{k}_steps"] = round(ms, 3), int(timing.get(f"{k}_steps") or 0)
+        info.update(conditions(obs))
         path.write_text(json.dumps(info, indent=1))
     except (OSError, ValueError, AttributeError) as e:
         trace = (obs.get("info") or {}).get("trace")
@@ -72,9 +76,31 @@ def write_timing(trace_dir: Path, obs: dict[str, Any]) -> None:
             trace["timing_error"] = f"{path}: {type(e).__name__}: {e}"[:300]
 
 
+def conditions(obs: dict[str, Any]) -> dict[str, Any]:
+    """What the doctor saw of the run that decides whether its trace may name a cause (see the module):
+    ``load`` (the cores other processes kept busy over the steady steps, the machine's cores, and ``busy``
+    when that is the share the doctor warns at), ``step_kind`` and ``eager_ops_per_step``."""
+    from twinbench.doctor.findings.base import _per_step
+    from twinbench.doctor.findings.machine import BUSY_WARN_SHARE
+
+    out: dict[str, Any] = {}
+    m = obs.get("machine") or {}
+    cores, others = m.get("cores"), m.get("others_cores")
+    if isinstance(cores, int) and cores > 0 and isinstance(others, (int, float)):
+        out["load"] = {"others_cores": round(float(others), 3), "cores": cores,
+                       "busy": bool(others >= BUSY_WARN_SHARE * cores)}
+    if isinstance(obs.get("step_kind"), str):
+        out["step_kind"] = obs["step_kind"]
+    eager = _per_step(obs, "eager_ops")
+    if eager is not None:
+        out["eager_ops_per_step"] = round(eager, 1)
+    return out
+
+
 def explain_command(trace_dir: Path, info: dict[str, Any]) -> str:
-    """The ``twinbench explain`` command for a trace the doctor recorded."""
-    hlo = f" --hlo {info['hlo']}" if info.get("hlo") else ""
+    """The ``twinbench explain`` command for a trace the doctor recorded (explain reads the folder's
+    ``step.hlo.txt`` itself: ``--hlo`` only where the step's module was not found in the dump)."""
+    hlo = f" --hlo {info['hlo']}" if info.get("hlo") and not (trace_dir / "step.hlo.txt").is_file() else ""
     return f"twinbench explain {trace_dir}{hlo}"
 
 

@@ -9,7 +9,7 @@ no more than its phase's memory-bound rows together confirm: its difference, cap
 differences, and nothing when that sum goes the other way.
 
 A row is named when this part carries at least :data:`NAMED_SHARE` of the gap (the largest row is named
-always) and is larger than either trace's steps move from one to the next (the slowest attributed step less
+when none does, if any part of it goes the gap's way) and is larger than either trace's steps move from one to the next (the slowest attributed step less
 the fastest): a difference smaller than that is not told apart from noise by one recording. Smaller rows are
 in the table, not in the sentence. An idle row (host time no op covers: the loop's
 Python, dispatch, and the profiler's own cost per op, which lands between ops) is never named as where the
@@ -64,7 +64,8 @@ def named(table: list[dict[str, Any]], gap: float, level: int, top: int = 3) -> 
     rows = sorted((r for r in table if r["level"] == level and not unattributed(r)),
                   key=lambda r: -sign * r.get("named_ms", r["diff_ms"]))
     keep = [r for r in rows if sign * r.get("named_ms", r["diff_ms"]) >= NAMED_SHARE * abs(gap) - 1e-9]
-    return (keep or rows[:1])[:top]
+    # else the largest row, when it goes the gap's way at all (a row within the steps' spread has none of it)
+    return (keep or [r for r in rows[:1] if sign * r.get("named_ms", r["diff_ms"]) > 1e-9])[:top]
 
 
 def unattributed(r: dict[str, Any]) -> bool:
@@ -78,3 +79,154 @@ def _phase(r: dict[str, Any]) -> str:
 
 def _category(r: dict[str, Any]) -> str:
     return r["row"].split(" / ")[-1]
+
+
+# ------------------------------------------------------------------------------------------------- evidence
+# A row is named as a cause only when both runs' traces can carry one: both categorized, their phases the
+# program's, every rate they print possible on their device, the machine quiet while they ran. Where a check
+# fails, no row is named and the summary says which check failed and the fact that decides it.
+
+CATEGORIZED_MIN = 0.90
+#: a step's backward matmul FLOPs over its forward's: each forward product has its weight gradient (1x) and,
+#: but for the first layer's, its input gradient (2x); recomputation in the backward (remat) adds up to 1x more
+BACKWARD_OVER_FORWARD = (0.9, 3.2)
+#: a conservative bound per CPU core on what any op can reach: FLOP/s (fp32 FMA on AVX-512 units at 5 GHz,
+#: two units, with margin) and bytes/s (two 64-byte loads and a store a cycle from L1 at 5 GHz, with margin)
+CPU_CORE_FLOPS = 1.0e12
+CPU_CORE_BYTES = 1.0e12
+#: a device's bytes/s bound over its datasheet memory bandwidth: ops whose working set stays in its caches
+#: move bytes faster than its memory does, not this much faster
+CACHE_OVER_HBM = 4.0
+#: eager dispatches a step from which a JAX step is said to run op by op (the doctor's jax-eager-ops warning)
+EAGER_OPS = 20
+
+
+def limits(e: dict[str, Any]) -> tuple[float | None, float | None, str]:
+    """(FLOP/s bound, bytes/s bound, what they are) of the device an explained run ran on; (None, None, '')
+    when nothing is known of it (a GPU trace that names no model)."""
+    from twinbench.measure import peak
+
+    sheet = peak.datasheet(e.get("device_name") or "")
+    if sheet is not None:
+        flops = max(v for v in (sheet.bf16_tflops, sheet.fp32_tflops, sheet.tf32_tflops, sheet.int8_tops) if v)
+        gbs = (sheet.hbm_gbs or 0) * CACHE_OVER_HBM
+        return flops * 1e12 * 1.05, gbs * 1e9 or None, f"{sheet.name} datasheet"
+    if e.get("device") != "CPU":
+        return None, None, ""
+    cores = e.get("cores")
+    where = f"{cores} cores" if cores else ""
+    if not cores:
+        import os
+
+        cores = os.cpu_count() or 1
+        where = f"{cores} cores (this machine's; the trace names none)"
+    return cores * CPU_CORE_FLOPS, cores * CPU_CORE_BYTES, f"a {where} CPU's bound"
+
+
+def physical(e: dict[str, Any]) -> list[str]:
+    """Withhold every rate of an explained run above its device's bound (:func:`limits`) from its throughput
+    cells and op rows (a rate no device can reach is a count of FLOPs or bytes that is not what ran: data
+    a cache served, or work counted twice), and return a line for each."""
+    fl, by, what = limits(e)
+    out = []
+    for p, by_cat in (e.get("throughput") or {}).items():
+        for c, row in by_cat.items():
+            if fl and (row.get("tflops") or 0) * 1e12 > fl:
+                out.append(f"{p} / {c} counted at {row['tflops'] * 1e3:.0f} GFLOP/s, over {fl / 1e9:.0f} GFLOP/s "
+                           f"({what})")
+                row.pop("tflops")
+                row.pop("peak_share", None)
+            if by and (row.get("gbps") or 0) * 1e9 > by:
+                out.append(f"{p} / {c} counted at {row['gbps']:.0f} GB/s, over {by / 1e9:.0f} GB/s ({what})")
+                row.pop("gbps")
+    for op in e.get("ops") or []:  # the matmuls-by-shape table rates each op over its own traced time
+        rate = op.get("flops", 0.0) / (op["raw_ms"] / 1e3) if op.get("raw_ms") else 0.0
+        if fl and rate > fl:
+            if op.get("ms", 0.0) > 0.01 * (e.get("step_ms") or 0.0):  # a tiny op's rate is the clock's grain
+                out.append(f"{op['phase']} {op.get('shape') or op['name']} counted at {rate / 1e9:.0f} GFLOP/s, "
+                           f"over {fl / 1e9:.0f} GFLOP/s ({what})")
+            op["flops"] = 0.0
+    return out
+
+
+def eager_dispatches(e: dict[str, Any]) -> tuple[float, str] | None:
+    """(dispatches a step, where that figure comes from) when a JAX run's step ran op by op: the doctor's count
+    of eager dispatches recorded beside the trace, else the XLA programs a step other than the step's own
+    compiled module (each eager op runs as a program of its own: ``jit_dot_general``, ``jit_add``...)."""
+    if not str(e.get("run", "")).startswith("jax"):
+        return None
+    recorded = (e.get("recorded") or {}).get("eager_ops_per_step")
+    if recorded is not None:
+        return (recorded, "counted by twinbench doctor") if recorded >= EAGER_OPS else None
+    programs = e.get("programs") or {}
+    n = sum(programs.values())
+    if n >= EAGER_OPS:
+        top = ", ".join(sorted(programs, key=lambda k: -programs[k])[:3])
+        return n, f"XLA programs run a step besides the compiled step ({top}...)"
+    return None
+
+
+def gates(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]]:
+    """The evidence checks that failed for a pair (see the block's comment): each its ``check`` and the
+    ``fact`` that decides it; [] when a row may be named."""
+    out = []
+    for side in (a, b):
+        share = side.get("categorized_share", 1.0)
+        if share < CATEGORIZED_MIN:
+            t = side.get("trace") or {}
+            fact = (f"{side['run']}: only {share:.0%} of its op time is categorized (forward {t.get('forward', 0):.1f}, "
+                    f"backward {t.get('backward', 0):.1f}, optimizer {t.get('optimizer', 0):.1f} ms)")
+            eager = eager_dispatches(side)
+            if eager:
+                fact += (f"; the JAX step runs op by op: {eager[0]:.0f} dispatches a step ({eager[1]}): jit it first "
+                         "(twinbench doctor SCRIPT says how)")
+            elif side.get("other"):
+                fact += "; largest uncategorized: " + ", ".join(list(side["other"])[:3])
+            out.append({"check": "categorized", "fact": fact})
+    for side in (a, b):
+        fact = phase_check(side)
+        if fact:
+            out.append({"check": "phases", "fact": fact})
+    for side in (a, b):
+        for line in side.get("impossible") or []:
+            out.append({"check": "rates", "fact": f"{side['run']}: {line}: its count is not what ran"})
+    for side in (a, b):
+        if side.get("busy"):
+            why = (side.get("warnings") or ["the run's record says so"])[0]
+            out.append({"check": "quiet", "fact": f"the machine was busy while {side['run']} ran ({why})"})
+    return out
+
+
+def phase_check(e: dict[str, Any]) -> str:
+    """'' when a run's phases are consistent with a training step, else the fact that says they are not: its
+    backward matmul FLOPs over its forward's outside :data:`BACKWARD_OVER_FORWARD`, or (no FLOPs counted) a
+    backward with no forward."""
+    t = e.get("throughput") or {}
+
+    def flops(p: str) -> float:
+        return sum((t.get(p, {}).get(c) or {}).get("flops", 0.0) for c in ("matmul", "attention"))
+
+    fw, bw = flops("forward"), flops("backward")
+    lo, hi = BACKWARD_OVER_FORWARD
+    if bw and not fw:
+        return (f"{e['run']}: its backward does {bw / 1e9:.3g} GFLOP of matmuls a step and its forward none: the "
+                "forward pass was not found")
+    if fw and bw and not lo <= bw / fw <= hi:
+        return (f"{e['run']}: its backward does {bw / fw:.2f}x its forward's matmul FLOPs ({bw / 1e9:.3g} against "
+                f"{fw / 1e9:.3g} GFLOP a step), where a training step does {lo:g}-{hi:g}x: its phases are not the "
+                "program's")
+    tr = e.get("trace") or {}
+    if not fw and not bw and tr.get("backward", 0) > 0 and tr.get("forward", 0) < 0.1 * tr["backward"]:
+        return (f"{e['run']}: its forward is {tr.get('forward', 0):.1f} ms against a {tr['backward']:.1f} ms "
+                "backward: the forward pass was not found")
+    return ""
+
+
+def refusal(failed: list[dict[str, str]]) -> str:
+    """The summary's sentence when a check failed: no row named, which checks failed, and their facts."""
+    checks = {"categorized": f"both runs categorized ({CATEGORIZED_MIN:.0%} of op time)",
+              "phases": "phases consistent with the program", "rates": "every rate possible on its device",
+              "quiet": "the machine quiet"}
+    which = ", ".join(dict.fromkeys(checks[f["check"]] for f in failed))
+    return f"no row is named as a cause; check{'s' if ',' in which else ''} failed: {which}. " + "; ".join(
+        f["fact"] for f in failed)

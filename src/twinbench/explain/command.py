@@ -142,19 +142,25 @@ def run_table(e: dict[str, Any]) -> Any:
     title = f"{shown(e['run'], 200)}: {e['step_ms']:.1f} ms per {kind} step" + (
         f", {measured:.1f} ms measured without the profiler (twinbench doctor)" if measured else "")
     t = Table(title=title, title_justify="left")
+    scale = e.get("timing_scale", 1.0)
+    apart = e.get("timing_apart") or {}
     t.add_column("phase")
-    t.add_column("timing ms", justify="right")
+    # a column scaled to the measured step adds up to it by construction: its header says so, and by how much
+    t.add_column("timing ms" if abs(scale - 1) < 1e-9 else f"timing ms (scaled x{scale:.2f})", justify="right")
     t.add_column("trace ms", justify="right")
     t.add_column("top categories (trace)")
     for p in gap.PHASES:
         cats = sorted(e["cells"].get(p, {}).items(), key=lambda kv: -kv[1])[:3]
         tm = e["timing"].get(p)
-        t.add_row(p, "" if tm is None else f"{tm:.1f}", f"{e['trace'].get(p, 0.0):.1f}",
-                  ", ".join(f"{c} {v:.1f}" for c, v in cats))
+        cell = "" if tm is None else f"{tm:.1f}"
+        if p in apart:  # not a measurement: two methods disagree by that much (the note says so)
+            cell = f"[dim]{cell} ({apart[p]:.1f}x apart)[/]"
+        t.add_row(p, cell, f"{e['trace'].get(p, 0.0):.1f}", ", ".join(f"{c} {v:.1f}" for c, v in cats))
     tsum = sum(e["timing"].get(p, 0.0) for p in gap.PHASES)
-    t.add_row("sum", f"{tsum:.1f}" if e["timing"] else f"{measured:.1f}" if measured else "",
-              f"{sum(e['trace'].values()):.1f}",
-              f"categorized {e['categorized_share']:.0%}")
+    raw = sum((e.get("timing_raw") or {}).get(p, 0.0) for p in gap.PHASES)
+    said = (f"{raw:.1f} -> {tsum:.1f}" if abs(scale - 1) >= 1e-9 else f"{tsum:.1f}") if e["timing"] else \
+        f"{measured:.1f}" if measured else ""
+    t.add_row("sum", said, f"{sum(e['trace'].values()):.1f}", f"categorized {e['categorized_share']:.0%}")
     return t
 
 

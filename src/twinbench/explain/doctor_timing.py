@@ -6,6 +6,12 @@ traced ones left out, and writes that beside the trace (``untraced_step_ms``, wi
 traced steps' own wall time). explain shows it as the run's measured step, says how much the profiler added,
 and, for a pair, the gap without the profiler.
 
+Beside the timing, the doctor records what decides whether the trace may name a cause (read by
+:func:`conditions`): the load other processes put on the machine (``load``: ``others_cores``, ``cores``,
+``busy``), how the step ran (``step_kind``) and the JAX primitives it dispatched one by one a step
+(``eager_ops_per_step``). A JAX trace folder holds the step's compiled HLO as ``step.hlo.txt``
+(:func:`step_hlo`), which explain reads without ``--hlo``.
+
 The file is data: read with :mod:`json` (never executed), only when small (a Chrome trace that happens to be
 named ``trace.json`` is not the doctor's, and is left alone), each field a positive number or absent. A
 malformed one is one note; the trace itself is read all the same.
@@ -111,3 +117,53 @@ def gap_line(a: dict[str, Any], b: dict[str, Any]) -> str:
     traced = b["traced_step_ms"] - a["traced_step_ms"]
     return (f"measured without the profiler the gap is {mb['untraced_step_ms'] - ma['untraced_step_ms']:+.1f} ms "
             f"(traced: {traced:+.1f} ms)")
+
+
+STEP_HLO = "step.hlo.txt"
+
+
+def step_hlo(arg: str) -> str | None:
+    """The doctor's ``step.hlo.txt`` for a trace argument: in the folder given, or beside the trace file, or
+    (a JAX profile under ``DIR/plugins/profile/RUN/``) in ``DIR``; None when there is none."""
+    p = Path(arg)
+    places = [p] if p.is_dir() else [p.parent]
+    if p.parent.parent.name == "profile" and p.parent.parent.parent.name == "plugins":
+        places.append(p.parent.parent.parent.parent)
+    for d in places:
+        if (d / STEP_HLO).is_file():
+            return str(d / STEP_HLO)
+    return None
+
+
+def conditions(arg: str, trace: Path) -> dict[str, Any]:
+    """What twinbench doctor recorded of the run beside its trace (see the module): ``load`` (a dict of
+    ``others_cores``, ``cores``, ``busy``), ``step_kind``, ``eager_ops_per_step``; a field of the wrong type is
+    left out, {} when there is no doctor ``trace.json``."""
+    for path in candidates(arg, trace):
+        if not path.is_file():
+            continue
+        try:
+            data = load(path)
+        except (OSError, ValueError):
+            return {}
+        if data is None:
+            continue
+        out: dict[str, Any] = {}
+        ld = data.get("load")
+        if isinstance(ld, dict) and _count(ld.get("cores")) and _number(ld.get("others_cores")) \
+                and isinstance(ld.get("busy"), bool):
+            out["load"] = {"others_cores": float(ld["others_cores"]), "cores": int(ld["cores"]), "busy": ld["busy"]}
+        if isinstance(data.get("step_kind"), str):
+            out["step_kind"] = data["step_kind"][:40]
+        if _number(data.get("eager_ops_per_step")):
+            out["eager_ops_per_step"] = float(data["eager_ops_per_step"])
+        return out
+    return {}
+
+
+def _number(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+
+
+def _count(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int) and v > 0

@@ -75,9 +75,17 @@ def _trans_of(dims: list[int], strides: list[int] | None, contracted_last: bool)
     return "N" if unit else "T"
 
 
+#: torch ops that return a view of their input: metadata only, no byte of the tensor read or written (counted,
+#: a ``select`` of one sample from a whole dataset tensor would "move" the dataset at every call)
+_TORCH_VIEW = re.compile(r"^aten::(view|_?reshape_alias|_unsafe_view|select|slice|as_strided|unsqueeze|squeeze|"
+                         r"expand|expand_as|t|transpose|permute|detach|alias|narrow|unbind|split|split_with_sizes|"
+                         r"chunk|view_as|unfold|diagonal|_indices|_values|lift_fresh|numpy_T|flatten|unflatten)$")
+
+
 def torch_op(name: str, args: dict[str, Any] | None) -> OpShape:
-    """FLOPs/bytes (and matmul shape) of one torch profiler op from its ``Input Dims`` / ``Input Strides``."""
-    if not args:
+    """FLOPs/bytes (and matmul shape) of one torch profiler op from its ``Input Dims`` / ``Input Strides``; a
+    view (:data:`_TORCH_VIEW`) moves no bytes."""
+    if not args or _TORCH_VIEW.match(name):
         return OpShape()
     dims = args.get("Input Dims") or []
     strides = args.get("Input Strides") or []

@@ -64,12 +64,16 @@ def explain_trace(arg: str, step_marker: str | None = None, rank: int | None = N
     """Any trace file (see :mod:`.trace_file`): its own traced step, no timing method, the same checks."""
     from twinbench.explain import trace_file
 
-    kind, path, b = trace_file.read(arg, step_marker, rank, device, hlo)
+    kind, path, b = trace_file.read(arg, step_marker, rank, device, hlo or doctor_timing.step_hlo(arg))
     hlo_path = b.hlo_path or str(path.parent / "step.hlo.txt")
-    e = explain_breakdown(b, f"{kind}:{trace_label(path)}", b.step_ms, {}, [],
+    recorded = doctor_timing.conditions(arg, path)  # the load and step kind twinbench doctor saw, if it ran
+    load = recorded.get("load") or {}
+    busy = [f"machine busy: other processes kept {load['others_cores']:.1f} of {load['cores']} cores busy while "
+            "twinbench doctor recorded the steps"] if load.get("busy") else []
+    e = explain_breakdown(b, f"{kind}:{trace_label(path)}", b.step_ms, {}, list(busy),
                           {"framework": kind, "explain_hlo_path": hlo_path, "peak_tflops": b.peak_tflops,
-                           "peak_source": b.peak_source})
-    e.update(run_id=None, trace_path=str(path), memory_breakdown=None)
+                           "peak_source": b.peak_source, "warnings": busy, "cpu_count": load.get("cores")})
+    e.update(run_id=None, trace_path=str(path), memory_breakdown=None, recorded=recorded, busy=bool(busy))
     measured, note = doctor_timing.read(arg, path)  # the step twinbench doctor timed without the profiler
     if measured:
         e["measured"] = measured
@@ -106,12 +110,22 @@ def explain_breakdown(b: Breakdown, run: str, step: float, timing: dict[str, flo
     d = b.to_dict()
     notes = list(b.notes) + notes
     timing_raw = dict(timing)
+    timing_scale, unmeasured = 1.0, {}
     if timing:
         timing, note = scale_timing(timing, step)
         if note:
             notes.append(note)
+        raw_sum = sum(timing_raw.get(p, 0.0) for p in PHASES)
+        timing_scale = step / raw_sum if step and raw_sum > 0 else 1.0  # the column's header says it
+        unmeasured = apart(timing, trace_phases, step)
         for p in PHASES:
-            if p in timing and step and abs(timing[p] - trace_phases[p]) > TOLERANCE * step:
+            if p in unmeasured:
+                shown = f" ({timing_raw[p]:.1f} ms timed, scaled to the step)" if abs(timing_scale - 1) > 1e-9 else ""
+                notes.append(f"timing's {p} is {timing[p]:.1f} ms{shown} against the trace's {trace_phases[p]:.1f} ms "
+                             f"({unmeasured[p]:.1f}x apart): a figure two methods disagree on by that much is not a "
+                             "measurement; the trace's figure is the one the gap table uses, timing's is left out "
+                             "of its B-A")
+            elif p in timing and step and abs(timing[p] - trace_phases[p]) > TOLERANCE * step:
                 notes.append(f"methods disagree on {p}: timing {timing[p]:.1f} ms, trace {trace_phases[p]:.1f} ms")
     if d["categorized_share"] < CATEGORIZED_MIN:
         top = ", ".join(f"{k} {v:.2f} ms" for k, v in list(d["other"].items())[:5])
@@ -121,12 +135,29 @@ def explain_breakdown(b: Breakdown, run: str, step: float, timing: dict[str, flo
                      f"{DISTURBED}x the fastest (disturbed by another process?)")
     if b.overlap > 1.05:
         notes.append(f"ops overlapped (summed op time {b.overlap:.2f}x the time anything ran): scaled to it")
-    return {"run": run, "step_ms": step, "traced_step_ms": b.step_ms, "timing": timing, "timing_raw": timing_raw,
-            "trace": trace_phases,
-            "cells": cells, "scopes": scopes, "categorized_share": d["categorized_share"], "other": d["other"],
-            "notes": notes, "source": b.source, "device": b.device, "idle": b.idle,
-            "step_method": b.step_method, "steps_traced": b.steps_traced, "steps_used": b.steps_used,
-            "kernels": d["ops"][:50], "cut": dict(b.cut), "step_spread_ms": b.step_spread * step, **extras}
+    e = {"run": run, "step_ms": step, "traced_step_ms": b.step_ms, "timing": timing, "timing_raw": timing_raw,
+         "timing_scale": timing_scale, "timing_apart": unmeasured, "trace": trace_phases,
+         "cells": cells, "scopes": scopes, "categorized_share": d["categorized_share"], "other": d["other"],
+         "notes": notes, "source": b.source, "device": b.device, "idle": b.idle,
+         "device_name": r.get("device_name") or r.get("device"), "cores": r.get("cpu_count"), "programs": programs(b),
+         "step_method": b.step_method, "steps_traced": b.steps_traced, "steps_used": b.steps_used,
+         "kernels": d["ops"][:50], "cut": dict(b.cut), "step_spread_ms": b.step_spread * step, **extras}
+    e["impossible"] = causes.physical(e)  # rates no device reaches are withheld, and said
+    for line in e["impossible"]:
+        notes.append(f"{line}: not shown (its FLOPs or bytes are not what ran: a cache served them, or they "
+                     "were counted twice)")
+    return e
+
+
+def programs(b: Breakdown) -> dict[str, int]:
+    """XLA programs other than the step's compiled module that ran each step, with their executions a step
+    (a JAX step dispatched op by op runs each op as one: ``jit_dot_general``, ``jit_add``...); {} for torch."""
+    out: dict[str, int] = {}
+    for t in b.ops.values():
+        module, sep, _ = t.name.partition(":")
+        if sep and t.phase == "rest" and t.category == "other" and module.startswith("jit_"):
+            out[module] = max(out.get(module, 0), t.count)
+    return out
 
 
 def scale_timing(timing: dict[str, float], step: float) -> tuple[dict[str, float], str]:
@@ -147,6 +178,25 @@ def scale_timing(timing: dict[str, float], step: float) -> tuple[dict[str, float
         return out, ""
     return out, (f"timing: its phases (timed one synced step at a time) sum to {tsum:.1f} ms, the measured step "
                  f"is {step:.1f} ms ({tsum / step - 1:+.0%}); shown scaled by {factor:.2f} to the measured step")
+
+
+#: a phase whose timing and trace figures are this many times apart (the larger over the smaller, each above
+#: :data:`TOLERANCE` of the step apart) has no measurement, only two methods that disagree
+APART = 2.0
+
+
+def apart(timing: dict[str, float], trace: dict[str, float], step: float) -> dict[str, float]:
+    """The phases whose timing (as shown) and trace figures are over :data:`APART` times apart, and by how
+    much (the larger over the smaller; a phase one method puts at zero: the other's ms over 1% of the step)."""
+    out = {}
+    for p in PHASES:
+        t, r = timing.get(p), trace.get(p, 0.0)
+        if t is None or not step or abs(t - r) <= TOLERANCE * step:
+            continue
+        lo = max(min(t, r), 0.01 * step)
+        if max(t, r) / lo > APART:
+            out[p] = max(t, r) / lo
+    return out
 
 
 def busy_warnings(r: dict[str, Any]) -> list[str]:
@@ -209,7 +259,8 @@ def sentence(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) 
     small = (f"; rows under {causes.NAMED_SHARE:.0%} of the gap each" + (
              f" or within the traced steps' own spread ({noise:.1f} ms)" if noise else "") + " are not named"
              if len(top) < 3 and sum(r["level"] == level for r in table) > len(top) else "")
-    text = (f"{slow['run']}'s extra {abs(gap):.1f} ms per step over {fast['run']}: " + "; ".join(map(part, top))
+    said = "; ".join(map(part, top)) if top else "no row carries a part of it beyond the traced steps' own spread"
+    text = (f"{slow['run']}'s extra {abs(gap):.1f} ms per step over {fast['run']}: " + said
             + small + f" (rows sum to {abs(attributed):.1f} ms of it)")
     idle = [r for r in table if causes.unattributed(r) and sign * r["diff_ms"] >= causes.NAMED_SHARE * abs(gap)]
     if idle:
@@ -264,17 +315,15 @@ def pair(a: dict[str, Any], b: dict[str, Any], expand: str = "categories") -> di
     """The gap table of two explained runs or traces."""
     table = rows(a, b, expand)
     causes.mark(a, b, table)
-    extras = why.pair_extras(a, b, table if expand != "scopes" else [])
-    summary = sentence(a, b, table)
+    failed = causes.gates(a, b)  # the evidence a named row needs; where it fails, no row is named
+    extras = why.pair_extras(a, b, table if expand != "scopes" else [], named=not failed)
+    summary = causes.refusal(failed) if failed else sentence(a, b, table)
     if expand == "scopes" and not any(r["level"] for r in table):
         summary = ("--scopes: neither run names twinbench's scopes (embed, block{i}.attn, block{i}.mlp, head, loss "
                    "as jax.named_scope / record_function names): rows by phase only. " + summary)
     for line in (cut_line(a, b), doctor_timing.gap_line(a, b)):
         if line:
             summary = f"{summary}\n  {line}"
-    busy = [x["run"] for x in (a, b) if x.get("busy")]
-    if busy:
-        summary = (f"the machine was busy while {' and '.join(busy)} ran: this gap is not a reliable measurement "
-                   f"(run again on an idle machine). {summary}")
+    busy = [x["run"] for x in (a, b) if x.get("busy")]  # said by the quiet check (causes.gates)
     return {"a": a, "b": b, "gap_ms": b["step_ms"] - a["step_ms"], "rows": table,
-            "largest": largest(table), "summary": summary, **extras, "busy": busy}
+            "largest": largest(table), "summary": summary, **extras, "busy": busy, "gates": failed}

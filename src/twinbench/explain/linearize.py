@@ -9,6 +9,12 @@ the trace's forward longer than the timing's and put backward work in the forwar
 From the compiled step's data flow: a forward instruction is *primal* when the step's result (its ROOT) or a
 primal forward (or unscoped) instruction uses it; a forward instruction none of whose uses is primal feeds
 only the backward pass (and the update): it is linearization, attributed to backward.
+
+A step that returns only its new state (``state.apply_gradients(grads=grads)``, the usual ``TrainState``
+step) has no forward result in its ROOT: XLA removes the unused loss, and every forward result is used by
+the backward pass only, so by that rule the whole forward pass would read as linearization. There, the
+forward's end stands for the loss: the forward instruction at the end of the longest chain of forward
+instructions (the network's last layer), primal with every forward instruction it is computed from.
 """
 
 from __future__ import annotations
@@ -37,13 +43,42 @@ def classify(text: str) -> tuple[set[str], set[str]]:
         by_comp.setdefault(ins.comp, []).append(ins)
         for o in ins.operands:
             users.setdefault(o, []).append(ins)
-    primal: dict[str, bool] = {}
+    if _returns_forward(by_comp, table):
+        return _walk(by_comp, users, {})
+    return _walk(by_comp, users, dict.fromkeys(forward_chain(by_comp, table), True))  # the loss is not returned
+
+
+def _returns_forward(by_comp: dict[str, list[HloInstr]], table: dict[str, HloInstr]) -> bool:
+    """Whether the entry's ROOT (the last computation of HLO text) is computed from a forward instruction other
+    than through the backward pass (the loss or a metric returned), or the program has no forward pass."""
+    seen: set[str] = set()
+    entry = list(by_comp.values())[-1] if by_comp else []
+    todo = [i.name for i in entry if i.root]
+    any_forward = False
+    for instrs in by_comp.values():
+        any_forward = any_forward or any(hlo.phase(i.op_name) == "forward" for i in instrs)
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in table:
+            continue
+        seen.add(name)
+        ph = hlo.phase(table[name].op_name)
+        if ph == "forward":
+            return True
+        if ph == "rest":
+            todo += table[name].operands
+    return not any_forward
+
+
+def _walk(by_comp: dict[str, list[HloInstr]], users: dict[str, list[HloInstr]],
+          primal: dict[str, bool]) -> tuple[set[str], set[str]]:
+    """(linearization, shared) with the instructions of ``primal`` primal from the start."""
     out: set[str] = set()
     shared: set[str] = set()
     for instrs in by_comp.values():
         for ins in reversed(instrs):  # HLO text lists an instruction after its operands: users come later
             ph = hlo.phase(ins.op_name)
-            if ins.root or ins.opcode in ("while", "call", "conditional"):
+            if ins.root or ins.opcode in ("while", "call", "conditional") or primal.get(ins.name):
                 primal[ins.name] = True
                 continue
             if ph in ("backward", "optimizer"):
@@ -57,3 +92,30 @@ def classify(text: str) -> tuple[set[str], set[str]]:
             elif ph == "forward" and any(hlo.phase(u.op_name) == "backward" for u in uses):
                 shared.add(ins.name)
     return out, shared
+
+
+def forward_chain(by_comp: dict[str, list[HloInstr]], table: dict[str, HloInstr]) -> set[str]:
+    """The forward's end (the forward instruction ending the longest chain of forward instructions; unscoped
+    ones pass a chain on) and the forward instructions it is computed from."""
+    depth: dict[str, int] = {}
+    end, best = "", 0
+    for instrs in by_comp.values():
+        for ins in instrs:  # operands are listed before their users
+            ph = hlo.phase(ins.op_name) if ins.op_name else "rest"
+            if ph in ("backward", "optimizer"):
+                continue
+            d = max((depth[o] for o in ins.operands if o in depth), default=0) + (ph == "forward")
+            depth[ins.name] = d
+            if ph == "forward" and d > best:
+                end, best = ins.name, d
+    out: set[str] = set()
+    todo = [end] if end else []
+    while todo:
+        name = todo.pop()
+        if name in out or name not in depth:
+            continue
+        ins = table[name]
+        if ins.op_name and hlo.phase(ins.op_name) == "forward":
+            out.add(name)
+        todo += [o for o in ins.operands if o in depth]
+    return out

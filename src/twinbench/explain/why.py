@@ -62,7 +62,7 @@ def disagreements(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     step = max(a["step_ms"], b["step_ms"])
     out = []
     for p in PHASES:
-        if p not in a["timing"] or p not in b["timing"]:
+        if p not in a["timing"] or p not in b["timing"] or any(p in (x.get("timing_apart") or {}) for x in (a, b)):
             continue
         td = b["timing"][p] - a["timing"][p]
         rd = b["trace"].get(p, 0.0) - a["trace"].get(p, 0.0)
@@ -93,15 +93,17 @@ def _why_phase(p: str, a: dict[str, Any], b: dict[str, Any]) -> str:
     return "idle time has no op in the trace"
 
 
-def pair_extras(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) -> dict[str, Any]:
+def pair_extras(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]], named: bool = True) -> dict[str, Any]:
     """Annotate the gap rows (throughput of both sides; a compute row's split; the phases' timing B-A)
-    and build the matmul shapes table, the memory rows, and the sentences that say why."""
+    and build the matmul shapes table, the memory rows, and the sentences that say why (``named`` False: the
+    evidence checks failed, so no sentence attributes a row: :func:`twinbench.explain.causes.gates`)."""
     pa, pb = a.get("peak", {}).get("tflops"), b.get("peak", {}).get("tflops")
     timing_ok = bool(a.get("timing") and b.get("timing"))
     for row in table:
         if row["level"] == 0:
             p = row["row"]
-            if timing_ok and p in a["timing"] and p in b["timing"]:
+            if timing_ok and p in a["timing"] and p in b["timing"] and not any(
+                    p in (x.get("timing_apart") or {}) for x in (a, b)):  # no timing B-A from a figure that is none
                 row["timing_diff_ms"] = b["timing"][p] - a["timing"][p]
             continue
         p, c = row["row"].split(" / ")
@@ -117,7 +119,7 @@ def pair_extras(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]
     mem = memory_rows.rows(a.get("memory_breakdown"), b.get("memory_breakdown"))
     dis = disagreements(a, b)
     return {"shapes": shape_rows, "memory": mem, "disagreements": dis,
-            "why": sentences(a, b, table, shape_rows, mem, dis)}
+            "why": sentences(a, b, table if named else [], shape_rows, mem, dis)}
 
 
 def _cell(t: dict[str, float] | None, ms: float) -> dict[str, float]:

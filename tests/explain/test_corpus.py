@@ -1,0 +1,286 @@
+"""explain on a corpus of public PyTorch/JAX training-script pairs (tests/explain/fixtures/README.md, "Public
+training scripts"): a cause is named only on evidence. Before any gap row is named, both sides are
+categorized (>= 90% of their op time), their phases are the program's (a step's backward matmul FLOPs about
+twice its forward's, the forward found by data flow whether or not the step returns its loss), every rate
+printed is possible on the device, and the machine was quiet; where a check fails, no row is named and the
+summary says which check and the fact that decides it (an eager JAX step: its dispatches a step).
+
+The corpus differs on purpose: a Transformer (nanoGPT, the word-language-model / lm1b pair), a convnet (MNIST,
+Flax NNX), a VAE (an MLP encoder/decoder: the Flax example's linen ``TrainState`` step that returns only the
+new state, the same step returning its loss, and the same step not jitted), torch loaders in the main
+process. The VAE traces were recorded by ``twinbench doctor --trace`` and keep the doctor's ``trace.json``
+(``*.doctor.json``): its load, step kind and eager dispatches."""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from twinbench.cli import app
+from twinbench.explain import causes, command, gap
+
+FIX = Path(__file__).parent / "fixtures"
+#: pair -> (torch trace, JAX profile, the JAX step's compiled HLO)
+CORPUS = {
+    "nanogpt": ("pair_nanogpt_torch.json.gz", "pair_nanogpt_jax.xplane.pb.gz", "pair_nanogpt_jax.hlo.txt.gz"),
+    "lm": ("pair_lm_torch.json.gz", "pair_lm_jax.xplane.pb.gz", "pair_lm_jax.hlo.txt.gz"),
+    "mnist": ("pair_mnist_torch.json.gz", "pair_mnist_jax.xplane.pb.gz", "pair_mnist_jax.hlo.txt.gz"),
+    "vae": ("pair_vae_torch.json.gz", "pair_vae_jax.xplane.pb.gz", "pair_vae_jax.hlo.txt.gz"),
+    "vae_loss": ("pair_vae_torch.json.gz", "pair_vae_jax_loss.xplane.pb.gz", "pair_vae_jax_loss.hlo.txt.gz"),
+    "vae_eager": ("pair_vae_torch.json.gz", "pair_vae_jax_eager.xplane.pb.gz", "pair_vae_jax_eager.hlo.txt.gz"),
+}
+#: the pairs whose JAX step is jitted (the eager one's forward and backward are not told apart: no jit, no grad
+#: transformation in one program)
+JITTED = [p for p in CORPUS if p != "vae_eager"]
+#: the cores of the machine every pair was recorded on (the README): the bound its rates are checked against
+CORES = 2
+
+
+@functools.cache
+def explained(pair: str) -> dict[str, Any]:
+    """The pair explained as its traces were left: a pair recorded by twinbench doctor in the folders it writes
+    (its ``trace.json`` beside each trace: the load it saw), the others as the files the profilers wrote."""
+    t, j, h = CORPUS[pair]
+    records = [FIX / f.replace(".json.gz", ".doctor.json").replace(".xplane.pb.gz", ".doctor.json") for f in (t, j)]
+    if not all(r.is_file() for r in records):
+        return command.explain_traces(str(FIX / t), str(FIX / j), hlo=str(FIX / h))
+    tmp = Path(tempfile.mkdtemp(prefix="twinbench-corpus-"))
+    return command.explain_traces(str(_doctor_dir(tmp, "torch", t, records[0].name)),
+                                  str(_doctor_dir(tmp, "jax", j, records[1].name, h)))
+
+
+def _mm_flops(e: dict[str, Any], phase: str) -> float:
+    t = e.get("throughput") or {}
+    return sum((t.get(phase, {}).get(c) or {}).get("flops", 0.0) for c in ("matmul", "attention"))
+
+
+def _named(r: dict[str, Any]) -> list[str]:
+    """The sentences that name a row as a cause: the summary's rows and the why lines that attribute one."""
+    said = [w for w in r.get("why", []) if w.startswith(("implementation:", "framework:"))
+            or re.match(r"^\w+ / [\w\- ]+ [+-]\d", w)]
+    return said + ([] if r["summary"].startswith("no row is named") else [r["summary"]])
+
+
+@pytest.mark.parametrize("pair", sorted(CORPUS))
+def test_no_row_is_named_on_a_side_under_90_percent_categorized(pair: str) -> None:
+    r = explained(pair)
+    low = [s for s in ("a", "b") if r[s]["categorized_share"] < causes.CATEGORIZED_MIN]
+    if low:
+        assert r["summary"].startswith("no row is named as a cause"), r["summary"]
+        assert not _named(r), _named(r)
+        assert any(g["check"] == "categorized" for g in r["gates"])
+    else:
+        assert not any(g["check"] == "categorized" for g in r["gates"])
+
+
+def test_a_pair_the_doctor_saw_on_a_busy_machine_names_no_row() -> None:
+    """Every VAE trace was recorded while other processes kept most of the 2 cores busy (the doctor's load)."""
+    for pair in ("vae", "vae_loss"):
+        r = explained(pair)
+        assert {g["check"] for g in r["gates"]} == {"quiet"} and not _named(r), (pair, r["gates"])
+
+
+def test_the_corpus_has_a_side_under_90_percent_categorized() -> None:
+    """The eager Flax step: its ops run as programs of their own, which no category covers."""
+    assert explained("vae_eager")["b"]["categorized_share"] < causes.CATEGORIZED_MIN
+
+
+@pytest.mark.parametrize("pair", JITTED)
+def test_backward_matmul_flops_are_about_twice_the_forwards(pair: str) -> None:
+    """Each forward product has its weight gradient and (but the first layer's) its input gradient: the
+    backward's matmul FLOPs are 1-2x the forward's on both sides, whatever the step returns."""
+    r = explained(pair)
+    for s in ("a", "b"):
+        fw, bw = _mm_flops(r[s], "forward"), _mm_flops(r[s], "backward")
+        assert fw > 0 and 0.9 <= bw / fw <= 3.2, (pair, s, fw, bw)
+    assert not any(g["check"] == "phases" for g in r["gates"]), r["gates"]
+
+
+def test_a_trainstate_step_that_returns_only_its_state_has_its_forward() -> None:
+    """The Flax VAE's published step (``jax.grad``, ``return state.apply_gradients(grads=grads)``): XLA drops the
+    unused loss and every forward result feeds only the backward. Its forward, found by data flow, is the same
+    as the same step's that also returns the loss: the same matmuls, none of them filed as backward."""
+    state_only, with_loss = explained("vae")["b"], explained("vae_loss")["b"]
+    assert _mm_flops(state_only, "forward") > 0
+    assert _mm_flops(state_only, "forward") == pytest.approx(_mm_flops(with_loss, "forward"))
+    assert _mm_flops(state_only, "backward") == pytest.approx(_mm_flops(with_loss, "backward"))
+    def where(phase: str) -> set[str]:
+        return {o["where"] for o in state_only["ops"] if o["phase"] == phase and o["shape"]}
+
+    layers = {f"{m}/{fc}/dot_general" for m, fc in (("encoder", "fc1"), ("encoder", "fc2_mean"), ("decoder", "fc1"),
+                                                     ("decoder", "fc2"))}
+    assert where("forward") >= layers, where("forward")  # every layer's product, none filed as backward
+    assert state_only["trace"]["forward"] > 0.2 * state_only["trace"]["backward"], state_only["trace"]
+
+
+@pytest.mark.parametrize("pair", sorted(CORPUS))
+def test_every_printed_rate_is_physically_possible(pair: str) -> None:
+    """No rate above what the recording machine's cores can reach (1 TFLOP/s and 1 TB/s a core, a bound
+    no CPU core meets), in the tables or the output."""
+    r = explained(pair)
+    for s in ("a", "b"):
+        for p, by_cat in r[s]["throughput"].items():
+            for c, row in by_cat.items():
+                assert (row.get("gbps") or 0) <= CORES * 1e3, (pair, s, p, c, row)
+                assert (row.get("tflops") or 0) <= CORES * 1.0, (pair, s, p, c, row)
+    rates = [float(x) for x in re.findall(r"([\d.]+) GB/s", json.dumps(r["rows"]) + " ".join(r["why"]))]
+    assert all(x <= CORES * 1e3 for x in rates), rates
+
+
+def test_the_eager_jax_side_is_named_as_op_by_op() -> None:
+    r = explained("vae_eager")
+    assert r["summary"].startswith("no row is named as a cause"), r["summary"]
+    assert re.search(r"the JAX step runs op by op: \d+ dispatches a step .*jit it first", r["summary"]), r["summary"]
+    assert not _named(r)
+
+
+# ------------------------------------------------------------------------ as twinbench doctor --trace lays out
+def _doctor_dir(tmp: Path, name: str, trace: str, record: str, hlo: str | None = None,
+                **changes: Any) -> Path:
+    """A ``twinbench doctor --trace DIR`` folder from the fixtures: torch's ``DIR/doctor.pt.trace.json``, JAX's
+    ``DIR/plugins/profile/RUN/vm.xplane.pb`` and ``DIR/step.hlo.txt``; the doctor's ``DIR/trace.json``."""
+    d = tmp / name
+    if trace.endswith(".json.gz"):
+        d.mkdir(parents=True)
+        (d / "doctor.pt.trace.json").write_bytes(gzip.decompress((FIX / trace).read_bytes()))
+    else:
+        run = d / "plugins" / "profile" / "2026_12_07_03_30_00"
+        run.mkdir(parents=True)
+        (run / "vm.xplane.pb").write_bytes(gzip.decompress((FIX / trace).read_bytes()))
+    if hlo:
+        (d / "step.hlo.txt").write_bytes(gzip.decompress((FIX / hlo).read_bytes()))
+    info = {**json.loads((FIX / record).read_text()), **changes}
+    (d / "trace.json").write_text(json.dumps(info))
+    return d
+
+
+def test_explain_finds_the_step_hlo_in_the_doctors_jax_folder(tmp_path: Path) -> None:
+    """``twinbench explain DIR`` on the folder the doctor wrote: its ``step.hlo.txt`` is read, no ``--hlo``."""
+    jdir = _doctor_dir(tmp_path, "tr-jax", "pair_vae_jax.xplane.pb.gz", "pair_vae_jax.doctor.json",
+                       "pair_vae_jax.hlo.txt.gz")
+    res = CliRunner().invoke(app, ["explain", str(jdir), "--json", str(tmp_path / "e.json")])
+    assert res.exit_code == 0, res.output
+    e = json.loads((tmp_path / "e.json").read_text())["a"]
+    assert e["source"] == "jax.profiler + HLO" and e["categorized_share"] >= 0.9
+
+
+def test_the_doctors_folder_carries_the_load_it_recorded(tmp_path: Path) -> None:
+    """The doctor saw other processes keep most of the 2 cores busy: explain says so and names no row; the same
+    traces recorded quiet name one."""
+    def pair(busy: bool) -> dict[str, Any]:
+        load = {"others_cores": 1.75 if busy else 0.05, "cores": 2, "busy": busy}
+        t = _doctor_dir(tmp_path / str(busy), "tr-torch", "pair_vae_torch.json.gz", "pair_vae_torch.doctor.json",
+                        load=load)
+        j = _doctor_dir(tmp_path / str(busy), "tr-jax", "pair_vae_jax_loss.xplane.pb.gz",
+                        "pair_vae_jax_loss.doctor.json", "pair_vae_jax_loss.hlo.txt.gz", load=load)
+        return command.explain_traces(str(t), str(j))
+
+    busy = pair(True)
+    assert busy["a"]["busy"] and busy["b"]["busy"]
+    quiet = [g for g in busy["gates"] if g["check"] == "quiet"]
+    assert len(quiet) == 2 and "1.8 of 2 cores busy" in quiet[0]["fact"], busy["gates"]
+    assert busy["summary"].startswith("no row is named") and "the machine quiet" in busy["summary"]
+    calm = pair(False)
+    assert not calm["a"]["busy"] and not any(g["check"] == "quiet" for g in calm["gates"]), calm["gates"]
+
+
+def test_the_doctors_dispatch_count_decides_the_eager_side(tmp_path: Path) -> None:
+    t = _doctor_dir(tmp_path, "tr-torch", "pair_vae_torch.json.gz", "pair_vae_torch.doctor.json")
+    j = _doctor_dir(tmp_path, "tr-jax", "pair_vae_jax_eager.xplane.pb.gz", "pair_vae_jax_eager.doctor.json",
+                    "pair_vae_jax_eager.hlo.txt.gz")
+    r = command.explain_traces(str(t), str(j))
+    n = json.loads((FIX / "pair_vae_jax_eager.doctor.json").read_text())["eager_ops_per_step"]
+    assert f"the JAX step runs op by op: {n:.0f} dispatches a step (counted by twinbench doctor)" in r["summary"]
+
+
+def test_the_doctor_writes_what_decides_a_trace_beside_it(tmp_path: Path) -> None:
+    from twinbench.doctor import trace
+
+    (tmp_path / "trace.json").write_text(json.dumps({"framework": "jax", "steps": [4, 5], "files": [], "hlo": None}))
+    obs = {"trace_timing": {"traced_step_ms": 30.0, "traced_steps": 4, "untraced_step_ms": 20.0, "untraced_steps": 9},
+           "machine": {"others_cores": 1.6, "own_cores": 0.4, "cores": 2}, "step_kind": "jax-eager",
+           "steady_steps": 10, "per_step": {"eager_ops": 245.0}}
+    trace.write_timing(tmp_path, obs)
+    info = json.loads((tmp_path / "trace.json").read_text())
+    assert info["load"] == {"others_cores": 1.6, "cores": 2, "busy": True}
+    assert info["eager_ops_per_step"] == 245.0 and info["untraced_step_ms"] == 20.0
+    from twinbench.explain import doctor_timing
+
+    got = doctor_timing.conditions(str(tmp_path), tmp_path / "x.xplane.pb")
+    assert got["load"]["busy"] and got["eager_ops_per_step"] == 245.0 and got["step_kind"] == "jax-eager"
+
+
+# ---------------------------------------------------------------------------------------------- unit checks
+def _side(run: str, **kw: Any) -> dict[str, Any]:
+    e = {"run": run, "step_ms": 40.0, "traced_step_ms": 40.0, "categorized_share": 1.0, "device": "CPU",
+         "cores": 2, "trace": {"forward": 10.0, "backward": 20.0, "optimizer": 5.0, "input": 0.0, "rest": 5.0},
+         "cells": {"forward": {"matmul": 10.0}, "backward": {"matmul": 20.0}, "optimizer": {"optimizer": 5.0},
+                   "rest": {"idle": 5.0}},
+         "scopes": {}, "timing": {}, "throughput": {"forward": {"matmul": {"flops": 1e9}},
+                                                     "backward": {"matmul": {"flops": 2e9}}}, "notes": []}
+    return {**e, **kw}
+
+
+def test_a_rate_no_device_reaches_is_withheld_and_names_no_row() -> None:
+    """A 2-core CPU cannot move 6582 GB/s: the rate is not shown, and no row is named."""
+    a = _side("torch:x", throughput={"forward": {"matmul": {"flops": 1e9}}, "backward": {"matmul": {"flops": 2e9}},
+                                      "optimizer": {"optimizer": {"bytes": 6.6e9, "gbps": 6582.0}}})
+    a["ops"] = [{"phase": "forward", "name": "aten::mm", "shape": "[64,64]x[64,64]", "flops": 5e11, "raw_ms": 0.1,
+                 "ms": 5.0},  # 5000 TFLOP/s: withheld from the shapes table, and said
+                {"phase": "forward", "name": "aten::mm", "shape": "[8,8]x[8,8]", "flops": 5e9, "raw_ms": 0.001,
+                 "ms": 0.001}]  # a tiny op's rate is the clock's grain: withheld, not said
+    a["impossible"] = causes.physical(a)
+    assert "gbps" not in a["throughput"]["optimizer"]["optimizer"] and a["ops"][0]["flops"] == a["ops"][1]["flops"] == 0
+    assert a["impossible"] == ["optimizer / optimizer counted at 6582 GB/s, over 2000 GB/s (a 2 cores CPU's bound)",
+                               "forward [64,64]x[64,64] counted at 5000000 GFLOP/s, over 2000 GFLOP/s (a 2 cores CPU's "
+                               "bound)"]
+    r = gap.pair(a, _side("jax:y", step_ms=50.0))
+    assert {g["check"] for g in r["gates"]} == {"rates"} and r["summary"].startswith("no row is named")
+    assert "6582" not in json.dumps(r["rows"])
+
+
+def test_a_forward_counted_as_backward_fails_the_phase_check() -> None:
+    b = _side("jax:y", throughput={"backward": {"matmul": {"flops": 5e9}}})
+    assert "the forward pass was not found" in causes.phase_check(b)
+    odd = _side("jax:y", throughput={"forward": {"matmul": {"flops": 1e8}}, "backward": {"matmul": {"flops": 5e9}}})
+    assert "50.00x its forward's" in causes.phase_check(odd)
+    assert causes.phase_check(_side("torch:x")) == ""
+
+
+def test_timing_two_methods_disagree_on_is_not_shown_as_a_measurement() -> None:
+    """The JAX twin's optimizer: 58.8 ms by timing (a difference of two whole steps) against 4.6 ms by trace.
+    The column says it is scaled, the cell says the two are apart, and the gap table takes no timing B-A
+    from it."""
+    from rich.console import Console
+
+    from twinbench.explain.breakdown import Breakdown
+
+    b = Breakdown(steps_traced=1)
+    b.add("forward", "matmul", 30.0)
+    b.add("backward", "matmul", 60.0)
+    b.add("optimizer", "optimizer", 4.6)
+    b.finish(1, 94.6)
+    timing = {"input": 0.0, "forward": 40.0, "backward": 44.0, "optimizer": 58.8, "rest": 0.0}
+    e = gap.explain_breakdown(b, "jax/jit", 94.6, timing, [], {"framework": "jax"})
+    assert e["timing_scale"] == pytest.approx(94.6 / 142.8)
+    assert "optimizer" in e["timing_apart"] and "forward" not in e["timing_apart"]
+    assert any(f"timing's optimizer is {58.8 * 94.6 / 142.8:.1f} ms (58.8 ms timed, scaled to the step) against the "
+               "trace's 4.6 ms" in n for n in e["notes"]), e["notes"]
+    console = Console(width=200, record=True)
+    console.print(command.run_table(e))
+    out = console.export_text()
+    assert "timing ms (scaled x0.66)" in out and "x apart)" in out and "142.8 -> 94.6" in out
+    other = gap.explain_breakdown(b, "torch/eager", 94.6, dict(timing, optimizer=5.0, backward=49.6), [],
+                                  {"framework": "torch"})
+    r = gap.pair(other, e)
+    opt = next(row for row in r["rows"] if row["row"] == "optimizer")
+    fwd = next(row for row in r["rows"] if row["row"] == "forward")
+    assert "timing_diff_ms" not in opt and "timing_diff_ms" in fwd
