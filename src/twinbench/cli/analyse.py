@@ -165,6 +165,9 @@ def explain_cmd(
     rank: Optional[int] = typer.Option(None, "--rank", help="traces: which rank's file (default the lowest)"),  # noqa: UP045
     device: Optional[int] = typer.Option(None, "--device", help="traces: which device (default the first)"),  # noqa: UP045
     hlo: Optional[str] = typer.Option(None, "--hlo", help="JAX traces: compiled HLO text (file or --xla_dump_to dir)"),  # noqa: UP045
+    steps: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--steps", help="traces: a window of the steps found, A:B (from 0, A to B-1; A: or :B), e.g. 100:120; "
+        "default every step. Runs: the number of training steps (the preset's override)"),
     try_flags: Optional[list[str]] = typer.Option(  # noqa: UP045
         None, "--try", help="run one side again with one option and show the rows that moved: 'B:--xla_...=V' "
         "(an XLA flag), 'B:threads=1' (a spec option), 'A:env:NAME=V'; repeatable"),
@@ -182,6 +185,12 @@ def explain_cmd(
     check_json(json_path)
     traces = command.trace_file.is_trace(run_a) or run_b is None or command.trace_file.is_trace(run_b)
     layer_counts = _depths(depths, traces, [run_a, run_b or ""]) if depths else []
+    if steps is not None and not traces:  # runs: --steps N is the spec's training steps, as for compare
+        if not steps.strip().isdigit():
+            fail(f"--steps {steps!r}: for runs, the number of training steps (an integer); A:B picks a window of "
+                 "a trace's steps")
+        overrides["steps"] = int(steps)
+        steps = None
     if try_flags:  # every --try understood before any run
         from twinbench.explain import try_flag
 
@@ -195,7 +204,7 @@ def explain_cmd(
             fail(str(e))
     try:
         if traces:
-            result = command.explain_traces(run_a, run_b, expand, step_marker, rank, device, hlo)
+            result = command.explain_traces(run_a, run_b, expand, step_marker, rank, device, hlo, steps)
         else:
             result = command.explain(run_a, run_b, preset, overrides, target, timeout, model, jax_model, expand,
                                      lambda line: out.print(line, highlight=False))

@@ -24,6 +24,11 @@ class TraceError(ValueError):
     """A trace that cannot be read, or one in which no steps can be found."""
 
 
+def is_steplike(name: str) -> bool:
+    """Whether an annotation's name says step or iteration (what :func:`from_markers` looks for)."""
+    return bool(_STEPLIKE.search(name))
+
+
 def base(name: str) -> str:
     """A marker's name without its step number: ``ProfilerStep#7`` and ``twinbench_step_3`` -> their stem."""
     return _NUMBERED.sub("", name)
@@ -60,20 +65,26 @@ def parse_window(text: str) -> tuple[int | None, int | None]:
     return lo, hi
 
 
+def bounds(n: int, window: tuple[int | None, int | None], method: str) -> tuple[int, int, list[str]]:
+    """(first, past the last, notes) of a ``--steps`` window among ``n`` steps found by ``method``: an end past
+    the last step is cut there (and said); a start past it is one :class:`TraceError` line."""
+    lo, hi = window[0] or 0, n if window[1] is None else window[1]
+    if lo >= n:
+        raise TraceError(f"--steps {lo}:{'' if window[1] is None else hi}: the trace has {n} steps "
+                         f"(0 to {n - 1}, from {method})")
+    if hi > n:
+        return lo, n, [f"--steps {lo}:{hi}: the trace has {n} steps, {lo} to {n - 1} explained"]
+    return lo, hi, []
+
+
 def select(found: Steps, window: tuple[int | None, int | None] | None) -> Steps:
     """The steps of ``window`` (:func:`parse_window`) among those found; all of them when None."""
     if window is None:
         return found
     n = len(found.spans)
-    lo, hi = window[0] or 0, n if window[1] is None else window[1]
-    if lo >= n:
-        raise TraceError(f"--steps {lo}:{'' if window[1] is None else hi}: the trace has {n} steps "
-                         f"(0 to {n - 1}, from {found.method})")
-    notes = list(found.notes)
-    if hi > n:
-        notes.append(f"--steps {lo}:{hi}: the trace has {n} steps, {lo} to {n - 1} explained")
-        hi = n
-    return Steps(found.spans[lo:hi], f"{found.method}; steps {lo} to {hi - 1} of {n} (--steps)", notes)
+    lo, hi, notes = bounds(n, window, found.method)
+    return Steps(found.spans[lo:hi], f"{found.method}; steps {lo} to {hi - 1} of {n} (--steps)",
+                 [*found.notes, *notes])
 
 
 class Within:

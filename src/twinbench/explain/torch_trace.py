@@ -45,6 +45,12 @@ MAX_NAME = 4096
 _ARGS = ("Input Dims", "Input Strides", "Input type", "Concrete Inputs")
 _KEPT_CATS = (*HOST_CATS, *LAUNCH_CATS, *DEVICE_CATS)
 _NO_CORR = -1
+_CAT_CODE = {c: i for i, c in enumerate(_KEPT_CATS)}
+_CPU_OP, _USER = _CAT_CODE["cpu_op"], _CAT_CODE["user_annotation"]
+_HOST = {_CAT_CODE[c] for c in HOST_CATS}
+_LAUNCH = {_CAT_CODE[c] for c in LAUNCH_CATS}
+_DEVICE = {_CAT_CODE[c] for c in DEVICE_CATS}
+
 
 
 def _parse_events(path: str, f: Any) -> Iterator[Any]:
@@ -70,10 +76,10 @@ class Events:
         self.cat = array("b")  # index into _KEPT_CATS
         self.name = array("i")  # index into names
         self.ts, self.dur = array("d"), array("d")
-        self.tid = array("i")  # index into tids
-        self.corr = array("q")  # correlation id, _NO_CORR when none (other values interned: _corr)
-        self.dev = array("i")  # device events: the device
-        self.args = array("i")  # index into args (-1: none)
+        self.tid = array("i")  # index into tids; a device event's device (its thread is never read)
+        #: a cpu_op's shapes (index into args_of, -1: none); a launch's or device event's correlation id
+        #: (_NO_CORR: none; a value no plain id is interned, :meth:`_corr`)
+        self.extra = array("q")
         self.names: list[str] = []
         self.args_of: list[dict[str, Any]] = []
         self._name_ids: dict[str, int] = {}
@@ -130,23 +136,22 @@ class Events:
         args = args if isinstance(args, dict) else {}  # a hand-edited trace: args that are no mapping are none
         name = e.get("name", "")
         name = name if isinstance(name, str) else str(name)
-        self.cat.append(_CAT_CODE[cat])
+        code = _CAT_CODE[cat]
+        self.cat.append(code)
         self.name.append(self.name_id(name[:MAX_NAME]))
         self.ts.append(ts)
         self.dur.append(dur)
-        self.tid.append(self._tid(e.get("tid")))
-        self.corr.append(self._corr(args.get("correlation")))
-        d = args.get("device")
-        pid = e.get("pid")
-        self.dev.append(d if isinstance(d, int) else pid if isinstance(pid, int) else 0)
-        self.args.append(self._args(args) if cat == "cpu_op" else -1)
+        if code in _DEVICE:
+            d, pid = args.get("device"), e.get("pid")
+            self.tid.append(d if isinstance(d, int) else pid if isinstance(pid, int) else 0)
+        else:
+            self.tid.append(self._tid(e.get("tid")))
+        self.extra.append(self._args(args) if code == _CPU_OP else
+                          self._corr(args.get("correlation")) if code in _LAUNCH or code in _DEVICE else -1)
 
-
-_CAT_CODE = {c: i for i, c in enumerate(_KEPT_CATS)}
-_CPU_OP, _USER = _CAT_CODE["cpu_op"], _CAT_CODE["user_annotation"]
-_HOST = {_CAT_CODE[c] for c in HOST_CATS}
-_LAUNCH = {_CAT_CODE[c] for c in LAUNCH_CATS}
-_DEVICE = {_CAT_CODE[c] for c in DEVICE_CATS}
+    def args_at(self, i: int) -> int:
+        """The shapes of event ``i`` (an index into :attr:`args_of`; -1: none): only a cpu_op has them."""
+        return self.extra[i] if self.cat[i] == _CPU_OP else -1
 
 
 def load(path: str) -> Events:
@@ -259,10 +264,10 @@ class _Ops:
     """What the nesting of host ops says of each host op and launch: its (phase, category, scope), interned;
     each launch's innermost enclosing ``cpu_op``; each host op's time in ops nested in it."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, child: bool) -> None:
         self.info = array("i", bytes(4 * n))  # index into kinds
-        self.owner = array("q", [-1]) * n  # launch -> the cpu_op around it (-1: none)
-        self.child = array("d", bytes(8 * n))
+        self.owner = array("i", [-1]) * n  # launch -> the cpu_op around it (-1: none)
+        self.child = array("d", bytes(8 * n if child else 0))  # only a CPU-only trace reads it (self time)
         self.kinds: list[tuple[str, str, str]] = []
         self._kind_ids: dict[tuple[str, str, str], int] = {}
 
@@ -274,17 +279,19 @@ class _Ops:
         return i
 
 
-def _nest(ev: Events, host: np.ndarray, launches: np.ndarray) -> _Ops:
+def _nest(ev: Events, host: np.ndarray, launches: np.ndarray, child: bool) -> _Ops:
     """Each thread's host ops and launches in time order (outer before inner), walked with a stack: a launch's
-    op and every event's phase, category and scope (from its parent chain), each op's nested time."""
-    out = _Ops(len(ev))
+    op and every event's phase, category and scope (from its parent chain); with ``child``, each op's nested
+    time."""
+    out = _Ops(len(ev), child)
     both = np.concatenate([host, launches])
     ts, dur = np.frombuffer(ev.ts), np.frombuffer(ev.dur)
-    tids = np.frombuffer(ev.tid, dtype=np.int32)[both]
-    # per thread, by (start, longest first), ties in the order host ops then launches, each in file order
-    order = both[np.lexsort((np.arange(len(both)), -dur[both], ts[both], tids))]
+    # per thread, by (start, longest first); lexsort is stable: ties in the order host ops then launches,
+    # each in file order
+    order = both[np.lexsort((-dur[both], ts[both], np.frombuffer(ev.tid, dtype=np.int32)[both]))]
+    del both
     cats_h = np.frombuffer(ev.cat, dtype=np.int8)[host]
-    args_h = np.frombuffer(ev.args, dtype=np.int32)[host]
+    args_h = np.frombuffer(ev.extra, dtype=np.int64)[host]
     shaped = (cats_h == _CPU_OP) & (args_h >= 0)  # the ops with shapes: each (name, shapes) once
     pairs = np.unique(np.stack([np.frombuffer(ev.name, dtype=np.int32)[host][shaped], args_h[shaped]]), axis=1)
     scores = structure.torch_scores([{"cat": "cpu_op", "name": ev.names[n], "args": ev.args_of[a]}
@@ -292,7 +299,7 @@ def _nest(ev: Events, host: np.ndarray, launches: np.ndarray) -> _Ops:
     by_name: dict[int, str] = {}
     on_scores: dict[tuple[int, int], bool] = {}
     chains: dict[tuple[int, ...], tuple[str, str]] = {}
-    names, args, cats, tid_of = ev.names, ev.args, ev.cat, ev.tid
+    names, args, cats, tid_of = ev.names, ev.extra, ev.cat, ev.tid
     stack: list[int] = []
     ends: list[float] = []
     chain: list[int] = []
@@ -326,7 +333,7 @@ def _nest(ev: Events, host: np.ndarray, launches: np.ndarray) -> _Ops:
         if cats[i] in _LAUNCH:
             out.owner[i] = next((s for s in reversed(stack) if cats[s] == _CPU_OP), -1)
             continue
-        if stack:
+        if stack and child:
             out.child[stack[-1]] += ev.dur[i]
         stack.append(i)
         ends.append(t + ev.dur[i])
@@ -350,7 +357,7 @@ def read(path: str, step_marker: str | None = None, device: int | None = None,
     markers = set(found.spans)  # the step annotations themselves are no op, whichever steps are explained
     found = st.select(found, steps)
     cat = np.frombuffer(ev.cat, dtype=np.int8)
-    dev_of = np.frombuffer(ev.dev, dtype=np.int32)
+    dev_of = np.frombuffer(ev.tid, dtype=np.int32)  # a device event's device
     device_idx = np.flatnonzero(np.isin(cat, list(_DEVICE)))
     devices = sorted(set(dev_of[device_idx].tolist()))
     if device is not None and device not in devices:
@@ -362,7 +369,7 @@ def read(path: str, step_marker: str | None = None, device: int | None = None,
         is_host[i] = (ev.ts[i], ev.ts[i] + ev.dur[i]) not in markers
     host = np.flatnonzero(is_host)
     launches = np.flatnonzero(np.isin(cat, list(_LAUNCH)))
-    nest = _nest(ev, host, launches)
+    nest = _nest(ev, host, launches, child=not devices)
     b = Breakdown(source="torch.profiler", steps_traced=len(found.spans), step_method=found.method,
                   cut=step_cut(found.spans, 1e3))
     b.notes.extend(found.notes)
@@ -380,7 +387,7 @@ def read(path: str, step_marker: str | None = None, device: int | None = None,
 def _launch_of(ev: Events, kernels: np.ndarray, launches: np.ndarray) -> np.ndarray:
     """Each kernel's launch (-1: none in the trace), joined by correlation id; of launches sharing an id, the
     last in the file."""
-    corr = np.frombuffer(ev.corr, dtype=np.int64)
+    corr = np.frombuffer(ev.extra, dtype=np.int64)  # a launch's and a kernel's correlation id
     lc = corr[launches]
     order = np.argsort(lc, kind="stable")
     sorted_c = lc[order]
@@ -403,7 +410,7 @@ def _host_only(b: Breakdown, steps: st.Steps, ev: Events, host: np.ndarray, nest
             continue
         phase, cat, scope = nest.kinds[nest.info[i]]
         self_us = max(ev.dur[i] - nest.child[i], 0.0)
-        a = ev.args[i]
+        a = ev.args_at(i)
         b.add(phase, cat, self_us / 1e3, scope, name=ev.names[ev.name[i]], shapes=_shapes(ev, a),
               detail={"args": ev.args_of[a] if a >= 0 else {}, "id": i})
     step_ms = sum(t1 - t0 for t0, t1 in spans) / len(spans) / 1e3
@@ -475,11 +482,11 @@ def _device(b: Breakdown, steps: st.Steps, ev: Events, kernels: np.ndarray, laun
             if op >= 0:
                 detail = details.get(op)
                 if detail is None:
-                    a = ev.args[op]
+                    a = ev.args_at(op)
                     detail = details[op] = {"op": ev.names[ev.name[op]], "args": ev.args_of[a] if a >= 0 else {},
                                             "id": op}
             b.add(phase, cat, dur[k] / 1e3, scope, name=ev.names[ev.name[k]],
-                  op=ev.names[ev.name[op]] if op >= 0 else "", shapes=_shapes(ev, ev.args[op]) if op >= 0 else "",
+                  op=ev.names[ev.name[op]] if op >= 0 else "", shapes=_shapes(ev, ev.args_at(op)) if op >= 0 else "",
                   detail=detail)
     n = len(keep)
     total = sum(dur[int(kernels[j])] for i in keep for j in per_step[i])
