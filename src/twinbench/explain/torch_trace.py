@@ -86,6 +86,7 @@ class Events:
         self._tid_ids: dict[Any, int] = {}
         self._args_ids: dict[str, int] = {}
         self._corr_ids: dict[Any, int] = {}
+        self._codes: dict[str, int] = {}  # a category as the file spells it -> its code (-1: not read)
 
     def __len__(self) -> int:
         return len(self.cat)
@@ -116,9 +117,9 @@ class Events:
             return _NO_CORR
 
     def _args(self, args: dict[str, Any]) -> int:
-        kept = {k: args[k] for k in _ARGS if k in args}
-        if not kept:
+        if "Input Dims" not in args and "Concrete Inputs" not in args and "Input type" not in args:
             return -1
+        kept = {k: args[k] for k in _ARGS if k in args}
         key = json.dumps(kept, sort_keys=True, default=str)
         i = self._args_ids.get(key)
         if i is None:
@@ -127,16 +128,24 @@ class Events:
         return i
 
     def add(self, path: str, i: int, e: dict[str, Any]) -> None:
-        cat = str(e.get("cat", "")).lower()
-        cat = _CAT_ALIASES.get(cat, cat)
-        ts, dur = _time(path, i, "ts", e["ts"]), _time(path, i, "dur", e.get("dur") or 0.0)
-        if cat not in _CAT_CODE:
+        raw_cat = e.get("cat", "")
+        code = self._codes.get(raw_cat) if isinstance(raw_cat, str) else None
+        if code is None:
+            cat = str(raw_cat).lower()
+            code = _CAT_CODE.get(_CAT_ALIASES.get(cat, cat), -1)
+            if isinstance(raw_cat, str):
+                self._codes[raw_cat] = code
+        ts, dur = e["ts"], e.get("dur") or 0.0
+        if type(ts) is not float or not -1e18 <= ts <= 1e18:  # a float in range is a time as it is
+            ts = _time(path, i, "ts", ts)
+        if type(dur) is not float or not 0.0 <= dur <= MAX_US:
+            dur = _time(path, i, "dur", dur)
+        if code < 0:
             return
         args = e.get("args")
         args = args if isinstance(args, dict) else {}  # a hand-edited trace: args that are no mapping are none
         name = e.get("name", "")
         name = name if isinstance(name, str) else str(name)
-        code = _CAT_CODE[cat]
         self.cat.append(code)
         self.name.append(self.name_id(name[:MAX_NAME]))
         self.ts.append(ts)
