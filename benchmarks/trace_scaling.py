@@ -97,6 +97,18 @@ def make_trace(source: str, dst: Path, size_mb: float) -> tuple[int, int]:
     return copies, n
 
 
+def _trace(source: str, work: Path, mb: float, reuse: bool) -> tuple[Path, int]:
+    """(the trace of ``mb`` MB made from ``source`` in ``work``, its events); with ``reuse``, one a --work
+    folder kept from an earlier run (a sidecar says what it was made from)."""
+    path = work / f"trace_{mb:.0f}mb.json"
+    made = path.with_suffix(".made.json")
+    if reuse and path.exists() and made.exists() and json.loads(made.read_text()).get("source") == source:
+        return path, json.loads(made.read_text())["events"]
+    copies, events = make_trace(source, path, mb)
+    made.write_text(json.dumps({"source": source, "copies": copies, "events": events}))
+    return path, events
+
+
 CHILD = r"""
 import json, sys
 from twinbench.explain import gap
@@ -177,8 +189,7 @@ def main() -> None:
     sizes = [float(s) for s in a.sizes_mb.split(",")]
     print(f"source {a.source}; {os.cpu_count()} cores; python {sys.version.split()[0]}")
     if a.parsers:
-        path = work / f"trace_{sizes[0]:.0f}mb.json"
-        make_trace(a.source, path, sizes[0])
+        path, _ = _trace(a.source, work, sizes[0], reuse=bool(a.work))
         print("| parser | trace MB | wall s | CPU s | peak RSS GiB | load |")
         print("|---|---:|---:|---:|---:|---:|")
         for name, code in PARSERS.items():
@@ -192,13 +203,7 @@ def main() -> None:
           "| load |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for mb in sizes:
-        path = work / f"trace_{mb:.0f}mb.json"
-        made = path.with_suffix(".made.json")  # what a trace kept in --work was made from, to reuse it
-        if a.work and path.exists() and made.exists() and json.loads(made.read_text()).get("source") == a.source:
-            events = json.loads(made.read_text())["events"]
-        else:
-            copies, events = make_trace(a.source, path, mb)
-            made.write_text(json.dumps({"source": a.source, "copies": copies, "events": events}))
+        path, events = _trace(a.source, work, mb, reuse=bool(a.work))
         size = path.stat().st_size
         r = run_one(path)
         out = r["out"]
@@ -207,7 +212,7 @@ def main() -> None:
               f"{_max_cell_diff(out, orig):.3f} | {r['load']:.1f} |", flush=True)
         if not a.work:
             path.unlink()
-            made.unlink()
+            path.with_suffix(".made.json").unlink()
 
 
 if __name__ == "__main__":

@@ -106,6 +106,21 @@ def test_steps_for_runs_stays_the_number_of_training_steps(tmp_path: Path) -> No
     assert res.exit_code == 2 and "number of training steps" in res.output, res.output
 
 
+def test_steps_n_for_runs_reaches_the_spec(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from twinbench.explain import command
+
+    seen: dict[str, Any] = {}
+
+    def fake(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], *rest: Any) -> dict[str, Any]:
+        seen.update(overrides)
+        raise command.ExplainError("stopped before any run")
+
+    monkeypatch.setattr(command, "explain", fake)
+    res = CliRunner().invoke(app, ["explain", "torch:eager", "jax:jit", "--steps", "4", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "stopped before any run" in res.output, res.output
+    assert seen["steps"] == 4
+
+
 def test_a_jax_and_a_tpu_trace_take_a_window_too() -> None:
     whole = trace_file.read(str(FIX / "pair_nanogpt_jax.xplane.pb.gz"), hlo=str(FIX / "pair_nanogpt_jax.hlo.txt.gz"))
     _, _, two = trace_file.read(str(FIX / "pair_nanogpt_jax.xplane.pb.gz"),

@@ -53,10 +53,19 @@ _DEVICE = {_CAT_CODE[c] for c in DEVICE_CATS}
 
 
 
+def _ijson() -> Any:
+    """The streaming JSON parser (a dependency of twinbench); its absence is one line, not a traceback."""
+    try:
+        import ijson
+    except ImportError:
+        raise TraceError("reading a torch Chrome trace needs ijson (pip install 'ijson>=3.2')") from None
+    return ijson
+
+
 def _parse_events(path: str, f: Any) -> Iterator[Any]:
     """The trace's events one at a time, from ``traceEvents`` or a bare list: ijson's C backend (yajl2_c), so
     that only the event being read is held, never the file."""
-    import ijson
+    ijson = _ijson()
 
     head = files.head(path).removeprefix(b"\xef\xbb\xbf").lstrip()
     prefix = "item" if head[:1] == b"[" else "traceEvents.item"
@@ -181,7 +190,7 @@ def load(path: str) -> Events:
 
 def _has_events(path: str) -> bool:
     """Whether a trace with no events has a ``traceEvents`` list at all (an empty one: no steps, said later)."""
-    import ijson
+    ijson = _ijson()
 
     head = files.head(path).removeprefix(b"\xef\xbb\xbf").lstrip()
     if head[:1] == b"[":
