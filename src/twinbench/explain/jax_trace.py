@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import struct
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -70,10 +71,10 @@ class _HostNames:
         self.seen: dict[str, bool] = {}
 
     def __call__(self, name: str) -> bool:
-        hit = self.seen.get(name)
+        n = name[:MAX_NAME]  # the key too: a 10 MB name is not kept whole
+        hit = self.seen.get(n)
         if hit is None:
-            n = name[:MAX_NAME]
-            hit = self.seen[name] = bool(st.base(n) in PROFILER_STEPS or st.is_steplike(n) or (
+            hit = self.seen[n] = bool(st.base(n) in PROFILER_STEPS or st.is_steplike(n) or (
                 self.marker and (n == self.marker or st.base(n) == self.marker)))
         return hit
 
@@ -101,10 +102,13 @@ def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str
     try:
         raw = files.read_bytes(path, "profile")  # the one bounded reader of user-named files
         tpu = tpu_trace.is_tpu(xplane.plane_names(raw))
-    except (OSError, EOFError, ValueError, IndexError, UnicodeDecodeError) as e:
+    except (OSError, EOFError, ValueError, IndexError, TypeError, UnicodeDecodeError) as e:
         raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from e
     if tpu:
-        return tpu_trace.read(path, raw, device, module, hlo_text, hlo_for, steps)
+        try:
+            return tpu_trace.read(path, raw, device, module, hlo_text, hlo_for, steps)
+        except (IndexError, KeyError, TypeError, AttributeError, struct.error) as e:  # a prepared protobuf
+            raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from None
     data = _profile(raw, path)
     del raw  # the decoded profile holds what is read from here on
     host: list[st.Marked] = []

@@ -132,8 +132,8 @@ def _text(v: bytes | memoryview) -> str:
 
 def plane_names(data: bytes) -> list[str]:
     names = []
-    for num, _wt, v in _fields(memoryview(data)):  # views, not copies, of the planes' bytes
-        if num == _SPACE_PLANES:
+    for num, wt, v in _fields(memoryview(data)):  # views, not copies, of the planes' bytes
+        if num == _SPACE_PLANES and wt == 2:  # another message's field 1 (a number) is no plane
             names.append(next((_text(p) for n, _w, p in _fields(v) if n == _PLANE_NAME), ""))
     return names
 
@@ -145,8 +145,8 @@ def read(data: bytes, want: Any = None, keep_raw: bool = False) -> list[Plane]:
     is the planes asked for, read through views of ``data`` (no copies), their fields as read (``raw``, the
     trimming tools' input) only with ``keep_raw``."""
     planes = []
-    for num, _wt, v in _fields(data if keep_raw else memoryview(data)):
-        if num != _SPACE_PLANES:
+    for num, wt, v in _fields(data if keep_raw else memoryview(data)):
+        if num != _SPACE_PLANES or wt != 2:
             continue
         fs = _fields(v)
         name = next((_text(p) for n, _w, p in fs if n == _PLANE_NAME), "")
