@@ -9,6 +9,10 @@ same way), its category told by the kernel's name when the name says (cuBLAS/CUT
 attention, NCCL, Triton by what it fuses), else by the launching op's aten name. ``idle`` is the device idle
 between kernels within each step's window (:func:`steps.device_window`). On a CPU-only trace each op's
 exclusive (self) time is attributed and ``idle`` is the host step time no op covers.
+
+The file is never held whole: :func:`load` streams it (ijson's C backend) and keeps each event it reads as a
+few columns (:class:`Events`); the nesting of host ops (:func:`_nest`) and the attribution work on those
+columns. Memory grows with the events, at tens of bytes each; time with the file.
 """
 
 from __future__ import annotations
@@ -37,7 +41,6 @@ _CAT_ALIASES = {"operator": "cpu_op", "runtime": "cuda_runtime", "driver": "cuda
                 "memset": "gpu_memset", "cuda_driver_api": "cuda_driver", "cuda_runtime_api": "cuda_runtime"}
 PROFILER_STEPS = ("ProfilerStep", "twinbench_step")
 
-
 #: the longest name kept (an event's, a kernel's): a longer one is cut where it is read, so that no name makes
 #: the classification or the printed table slow (templated kernel names run to a few thousand characters)
 MAX_NAME = 4096
@@ -50,7 +53,6 @@ _CPU_OP, _USER = _CAT_CODE["cpu_op"], _CAT_CODE["user_annotation"]
 _HOST = {_CAT_CODE[c] for c in HOST_CATS}
 _LAUNCH = {_CAT_CODE[c] for c in LAUNCH_CATS}
 _DEVICE = {_CAT_CODE[c] for c in DEVICE_CATS}
-
 
 
 def _ijson() -> Any:
@@ -252,13 +254,14 @@ def _is_backward(name: str) -> bool:
 
 def find_steps(ev: Events, marker: str | None) -> st.Steps:
     """The steps of a torch trace (see :mod:`.steps`); raises :class:`TraceError` when none can be found."""
-    cats, names = ev.cat, ev.name
-    users = {names[i] for i in range(len(ev)) if cats[i] == _USER}
+    cat, name_of = np.frombuffer(ev.cat, dtype=np.int8), np.frombuffer(ev.name, dtype=np.int32)
+    users = set(np.unique(name_of[cat == _USER]).tolist())
     # from_markers looks only at events named by the marker, the profiler's step names or a user annotation
-    wanted = {n for n, name in enumerate(ev.names) if n in users or st.base(name) in PROFILER_STEPS
-              or (marker and (name == marker or st.base(name) == marker))}
-    host = [st.Marked(ev.names[names[i]], ev.ts[i], ev.ts[i] + ev.dur[i]) for i in range(len(ev))
-            if cats[i] in (_CPU_OP, _USER) and names[i] in wanted]
+    wanted = np.array([n in users or st.base(name) in PROFILER_STEPS
+                       or bool(marker and (name == marker or st.base(name) == marker))
+                       for n, name in enumerate(ev.names)] or [False], dtype=bool)
+    marked = np.flatnonzero(((cat == _CPU_OP) | (cat == _USER)) & wanted[name_of])
+    host = [st.Marked(ev.names[ev.name[i]], ev.ts[i], ev.ts[i] + ev.dur[i]) for i in marked.tolist()]
     found = st.from_markers(host, marker, PROFILER_STEPS, {ev.names[n] for n in users})
     if found:
         return found
@@ -270,7 +273,7 @@ def find_steps(ev: Events, marker: str | None) -> st.Steps:
         firsts = sorted(zip(order[1], order[0], strict=True))  # threads in the order their first op appears
         busiest = max((t for _, t in firsts), key=lambda t: busy[t])  # the first of equals, as before
         mine = cpu[tids == busiest]
-        top = st.top_level([st.Marked(ev.names[names[i]], ev.ts[i], ev.ts[i] + ev.dur[i]) for i in mine])
+        top = st.top_level([st.Marked(ev.names[ev.name[i]], ev.ts[i], ev.ts[i] + ev.dur[i]) for i in mine.tolist()])
         found = st.repeating_pattern(top)
         if found:
             return found
