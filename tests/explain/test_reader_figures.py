@@ -67,6 +67,7 @@ def test_every_fixture_is_pinned() -> None:
     assert traces == set(EXPECTED)
 
 
+@pytest.mark.heavy  # every fixture read whole: a CPU-second or two each (tests/tiers.py)
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_the_reader_gives_the_pinned_figures(name: str) -> None:
     _same(figures(name), EXPECTED[name], name)
