@@ -39,8 +39,9 @@ _CHUNK = 1 << 20
 
 
 def max_bytes() -> int:
-    """The cap on a file's (inflated) size: TWINBENCH_MAX_TRACE_MB, else :data:`MAX_BYTES` or a tenth of the
-    memory available now, the smaller (parsing a JSON trace takes several times its size)."""
+    """The cap on the (inflated) size of a file read whole (an xplane): TWINBENCH_MAX_TRACE_MB, else
+    :data:`MAX_BYTES` or a tenth of the memory available now, the smaller (decoding it takes several times its
+    size)."""
     mb = os.environ.get("TWINBENCH_MAX_TRACE_MB", "")
     if mb.isdigit() and int(mb) > 0:
         return int(mb) * 2**20
