@@ -27,6 +27,8 @@ _HEAD = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*(->.*)?\{\s*$")
 _OPNAME = re.compile(r'op_name="([^"]*)"')
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
 _COMMENT = re.compile(r"/\*.*?\*/")
+#: the longest ``op_name`` kept (a path of JAX scopes runs to a few hundred characters; a longer one is cut)
+MAX_OP_NAME = 4096
 
 
 @dataclass
@@ -54,7 +56,7 @@ class Instr:
     def op_name(self) -> str:
         """The ``op_name`` of its metadata: JAX's transformation path and named scopes ("" when none)."""
         m = _OPNAME.search(self.attrs)
-        return m.group(1) if m else ""
+        return m.group(1)[:MAX_OP_NAME] if m else ""
 
     @property
     def calls(self) -> str:

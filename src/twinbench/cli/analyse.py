@@ -187,6 +187,9 @@ def explain_cmd(
                                         rich_help_panel=RUN_PANEL),
     jax_model: Optional[str] = typer.Option(None, "--jax-model", help="its JAX port, FILE.py:build_jax",  # noqa: UP045
                                             rich_help_panel=RUN_PANEL),
+    steps: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--steps", help="traces: a window of the steps found, A:B (from 0, A to B-1; A: or :B), e.g. 100:120; "
+        "default every step. Runs: the number of training steps (the preset's override)", rich_help_panel=TRACES_PANEL),
     try_flags: Optional[list[str]] = typer.Option(  # noqa: UP045
         None, "--try", help="run one side again with one option and show the rows that moved: 'B:--xla_...=V' "
         "(an XLA flag), 'B:threads=1' (a spec option), 'A:env:NAME=V'; repeatable", rich_help_panel=RUN_PANEL),
@@ -204,6 +207,12 @@ def explain_cmd(
     check_json(json_path)
     traces = command.trace_file.is_trace(run_a) or run_b is None or command.trace_file.is_trace(run_b)
     layer_counts = _depths(depths, traces, [run_a, run_b or ""]) if depths else []
+    if steps is not None and not traces:  # runs: --steps N is the spec's training steps, as for compare
+        if not steps.strip().isdigit():
+            fail(f"--steps {steps!r}: for runs, the number of training steps (an integer); A:B picks a window of "
+                 "a trace's steps")
+        overrides["steps"] = int(steps)
+        steps = None
     if try_flags:  # every --try understood before any run
         from twinbench.explain import try_flag
 
@@ -219,7 +228,7 @@ def explain_cmd(
     try:
         with runner.interruptible(str(target)):  # Ctrl-C or SIGTERM in any of explain's runs: exit 130, one line
             result = _explain(run_a, run_b, traces, preset, overrides, target, timeout, model, jax_model, expand,
-                              step_marker, rank, device, hlo, try_flags or [], layer_counts)
+                              step_marker, rank, device, hlo, steps, try_flags or [], layer_counts)
     except runner.Interrupted:
         fail(f"interrupted; what finished is in {target}", code=130)
     if json_path:
@@ -228,7 +237,7 @@ def explain_cmd(
 
 def _explain(run_a: str, run_b: str | None, traces: bool, preset: str, overrides: dict[str, Any], target: Path,
              timeout: float, model: str | None, jax_model: str | None, expand: str, step_marker: str | None,
-             rank: int | None, device: int | None, hlo: str | None, try_flags: list[str],
+             rank: int | None, device: int | None, hlo: str | None, steps: str | None, try_flags: list[str],
              layer_counts: list[int]) -> dict[str, Any]:
     """explain's work after its flags are read: the pair, then each --try and --depths. Their variants pass
     compare's checks (validation, the files they read, the memory their shape needs) before any run starts."""
@@ -242,7 +251,7 @@ def _explain(run_a: str, run_b: str | None, traces: bool, preset: str, overrides
 
     try:
         if traces:
-            result = command.explain_traces(run_a, run_b, expand, step_marker, rank, device, hlo)
+            result = command.explain_traces(run_a, run_b, expand, step_marker, rank, device, hlo, steps)
         else:
             result = command.explain(run_a, run_b, preset, overrides, target, timeout, model, jax_model, expand,
                                      lambda line: out.print(line, highlight=False), before=before)

@@ -182,6 +182,8 @@ def with_spec_flags(fn: Callable) -> Callable:
     sig = inspect.signature(fn)
     params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
     for name, typ in OVERRIDABLE.items():
+        if name in sig.parameters:  # the command's own option of that name serves the field too (explain's --steps)
+            continue
         option = typer.Option(None, flag(name), help=FLAG_HELP.get(name, f"override the preset's {name}"),
                               rich_help_panel="Run spec (overrides the preset)")
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,

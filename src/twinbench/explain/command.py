@@ -9,7 +9,7 @@ from typing import Any
 
 from twinbench.errors import error_line
 from twinbench.explain import gap, runs, trace_file, why
-from twinbench.explain.steps import TraceError
+from twinbench.explain.steps import TraceError, parse_window
 from twinbench.folder_io import terminal
 from twinbench.limits import check_host
 from twinbench.spec import RunSpec, SpecError
@@ -98,17 +98,23 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
 
 
 def explain_traces(trace_a: str, trace_b: str | None, expand: str = "categories", step_marker: str | None = None,
-                   rank: int | None = None, device: int | None = None, hlo: str | None = None) -> dict[str, Any]:
-    """``twinbench explain TRACE [TRACE_B]``: one trace's table, or two traces' gap table (any frameworks)."""
+                   rank: int | None = None, device: int | None = None, hlo: str | None = None,
+                   steps: str | None = None) -> dict[str, Any]:
+    """``twinbench explain TRACE [TRACE_B]``: one trace's table, or two traces' gap table (any frameworks);
+    ``steps``: ``--steps A:B``, a window of each trace's steps (:func:`steps.parse_window`)."""
     args = [a for a in (trace_a, trace_b) if a]
     for a in args:
         if not trace_file.is_trace(a):
             raise ExplainError(f"{a}: no such trace (to compare a trace, give two traces; runs are "
                                "framework:strategy or RESULTS_DIR:framework/strategy)")
+    try:
+        window = parse_window(steps) if steps else None
+    except TraceError as e:
+        raise ExplainError(str(e)) from e
     explained = []
     for a in args:
         try:
-            explained.append(gap.explain_trace(a, step_marker, rank, device, hlo))
+            explained.append(gap.explain_trace(a, step_marker, rank, device, hlo, window))
         except TraceError as e:
             raise ExplainError(str(e)) from e
         except UNEXPECTED as e:  # a file its reader did not foresee (another protobuf named *.xplane.pb): data
@@ -205,7 +211,10 @@ def shown(text: Any, width: int) -> str:
 def print_side(e: dict[str, Any], out: Any, top_ops: bool = False) -> None:
     out.print(run_table(e))
     if e.get("step_method"):
-        out.print(f"  steps: {e['steps_used']} of {e['steps_traced']} found, from {e['step_method']}", highlight=False)
+        spread = f"; spread {e['step_spread_ms']:.2f} ms (slowest - fastest)" if e.get("steps_used", 0) >= 2 and \
+            e.get("step_spread_ms") is not None else ""
+        out.print(f"  steps: {e['steps_used']} of {e['steps_traced']} found, from {e['step_method']}{spread}",
+                  highlight=False)
     if e.get("device"):
         out.print(f"  device: {e['device']}; idle = {e['idle']}", highlight=False)
     line = throughput_line(e)

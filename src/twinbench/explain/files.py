@@ -5,19 +5,33 @@ a device or FIFO, a corrupt or truncated gzip, and a file that inflates past :da
 :class:`TraceError` line naming the file and the reason, never a traceback and never an exhausted memory (the
 gzip is inflated in bounded chunks and stopped at the cap). What a file *is* is decided by its content
 (:func:`kind`: gzip's magic bytes, then JSON or not), never by its name alone or by the files beside it.
+
+A Chrome trace is never held whole: :func:`stream` hands its reader the inflated bytes chunk by chunk (the
+streaming JSON parser keeps only the event it is on), so its cap (:func:`max_stream_bytes`) bounds the time a
+read takes, not its memory. Whatever is parsed whole (an xplane protobuf, HLO text) is held in memory, several
+times its size once decoded: its cap (:func:`max_bytes`, :data:`HLO_MAX_BYTES`) bounds that memory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from twinbench.explain.steps import TraceError
 
-#: the most bytes a trace (inflated) or an HLO text may hold; JSON parsing takes several times this in memory.
-#: TWINBENCH_MAX_TRACE_MB overrides it.
+#: the most bytes a file parsed whole (an xplane protobuf) may hold (inflated); decoding it takes several times
+#: this in memory. TWINBENCH_MAX_TRACE_MB overrides it.
 MAX_BYTES = 2 * 2**30
+#: the most bytes a streamed Chrome trace may inflate to: a bound on the time its read takes (its memory does not
+#: grow with it). TWINBENCH_MAX_TRACE_MB overrides it.
+MAX_STREAM_BYTES = 64 * 2**30
+#: the most bytes of compiled HLO text read: it is parsed whole, into several times its size (every instruction,
+#: and again for FLOPs). TWINBENCH_MAX_HLO_MB overrides it.
+HLO_MAX_BYTES = 64 * 2**20
 GZIP_MAGIC = b"\x1f\x8b"
 #: the head of a file :func:`kind` reads (inflated) to tell what it is
 HEAD = 1 << 16
@@ -25,14 +39,32 @@ _CHUNK = 1 << 20
 
 
 def max_bytes() -> int:
-    """The cap on a file's (inflated) size: TWINBENCH_MAX_TRACE_MB, else :data:`MAX_BYTES` or a tenth of the
-    memory available now, the smaller (parsing a JSON trace takes several times its size)."""
+    """The cap on the (inflated) size of a file read whole (an xplane): TWINBENCH_MAX_TRACE_MB, else
+    :data:`MAX_BYTES` or a tenth of the memory available now, the smaller (decoding it takes several times its
+    size)."""
     mb = os.environ.get("TWINBENCH_MAX_TRACE_MB", "")
     if mb.isdigit() and int(mb) > 0:
         return int(mb) * 2**20
     from twinbench.measure.memory import host_available_bytes
 
     return max(min(MAX_BYTES, host_available_bytes() // 10), 64 * 2**20)
+
+
+def max_stream_bytes() -> int:
+    """The cap on a streamed trace's inflated size: TWINBENCH_MAX_TRACE_MB, else :data:`MAX_STREAM_BYTES`."""
+    mb = os.environ.get("TWINBENCH_MAX_TRACE_MB", "")
+    return int(mb) * 2**20 if mb.isdigit() and int(mb) > 0 else MAX_STREAM_BYTES
+
+
+def max_hlo_bytes() -> int:
+    """The cap on an HLO text's size: TWINBENCH_MAX_HLO_MB, else :data:`HLO_MAX_BYTES` or a tenth of the memory
+    available now, the smaller (its instructions parsed take several times the text)."""
+    mb = os.environ.get("TWINBENCH_MAX_HLO_MB", "")
+    if mb.isdigit() and int(mb) > 0:
+        return int(mb) * 2**20
+    from twinbench.measure.memory import host_available_bytes
+
+    return max(min(HLO_MAX_BYTES, host_available_bytes() // 10), 16 * 2**20)
 
 
 def _open_checked(path: str | Path, what: str) -> Path:
@@ -46,7 +78,8 @@ def _open_checked(path: str | Path, what: str) -> Path:
     return p
 
 
-def _inflate(f: object, path: str | Path, limit: int, stop_at: int | None = None) -> bytes:
+def _inflate(f: object, path: str | Path, limit: int, stop_at: int | None = None,
+             env: str = "TWINBENCH_MAX_TRACE_MB") -> bytes:
     """The gzip stream of the open file ``f`` inflated (every member), at most ``limit`` bytes; ``stop_at``: stop
     quietly once that many bytes are out (a head)."""
     out = bytearray()
@@ -62,7 +95,7 @@ def _inflate(f: object, path: str | Path, limit: int, stop_at: int | None = None
                     if stop_at is not None and stop_at <= limit:
                         return bytes(out[:stop_at])
                     raise TraceError(f"{path}: inflates past {limit / 2**20:.0f} MiB, the cap on a trace's size "
-                                     "(TWINBENCH_MAX_TRACE_MB raises it): a gzip bomb, or trim the trace")
+                                     f"({env} raises it): a gzip bomb, or trim the trace")
                 chunk = d.unused_data if d.eof else d.unconsumed_tail
     except zlib.error as e:
         raise TraceError(f"{path}: a corrupt gzip file ({e})") from None
@@ -71,7 +104,8 @@ def _inflate(f: object, path: str | Path, limit: int, stop_at: int | None = None
     return bytes(out)
 
 
-def read_bytes(path: str | Path, what: str = "trace", limit: int | None = None) -> bytes:
+def read_bytes(path: str | Path, what: str = "trace", limit: int | None = None,
+               env: str = "TWINBENCH_MAX_TRACE_MB") -> bytes:
     """The bytes of a user-named file, inflated when it is gzip (by content, whatever its name); one
     :class:`TraceError` line on any problem (see the module doc)."""
     limit = max_bytes() if limit is None else limit
@@ -81,18 +115,96 @@ def read_bytes(path: str | Path, what: str = "trace", limit: int | None = None) 
             magic = f.read(2)
             f.seek(0)
             if magic == GZIP_MAGIC:
-                return _inflate(f, path, limit)
+                return _inflate(f, path, limit, env=env)
             if p.stat().st_size > limit:
                 raise TraceError(f"{path}: {p.stat().st_size / 2**20:.0f} MiB, over the cap on a {what}'s size "
-                                 f"({limit / 2**20:.0f} MiB; TWINBENCH_MAX_TRACE_MB raises it)")
+                                 f"({limit / 2**20:.0f} MiB; {env} raises it)")
             return f.read()
     except OSError as e:
         raise TraceError(f"{path}: cannot read it ({e.strerror or e})") from None
 
 
+class Stream:
+    """The inflated bytes of an open file, read in chunks (``read(n)``, as a streaming parser asks): gzip (every
+    member) by content, stopped at ``limit`` bytes out; a corrupt or truncated gzip and the cap are one
+    :class:`TraceError` line naming the file."""
+
+    def __init__(self, f: Any, path: str | Path, limit: int, gz: bool) -> None:
+        self._f, self._path, self._limit, self.gzip = f, path, limit, gz
+        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS) if gz else None
+        self._pending = b""  # compressed bytes not yet inflated (the decompressor's unconsumed tail)
+        self.out = 0  # bytes handed out so far
+
+    def read(self, n: int = _CHUNK) -> bytes:
+        if n == 0:  # a parser's probe of what the stream yields (bytes or text): nothing is consumed
+            return b""
+        n = _CHUNK if n < 0 else n
+        chunk = self._f.read(n) if self._d is None else self._inflate(n)
+        self.out += len(chunk)
+        if self.out > self._limit:
+            raise TraceError(f"{self._path}: inflates past {self._limit / 2**20:.0f} MiB, the cap on a trace's "
+                             "size (TWINBENCH_MAX_TRACE_MB raises it): a gzip bomb, or trim the trace")
+        return chunk
+
+    def _inflate(self, n: int) -> bytes:
+        d = self._d
+        assert d is not None
+        try:
+            while True:
+                if d.eof:  # a second gzip member follows (concatenated .gz files are one stream)
+                    rest = d.unused_data + self._pending
+                    if not rest:
+                        rest = self._f.read(_CHUNK)
+                        if not rest:
+                            return b""
+                    self._d = d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    self._pending = rest
+                if not self._pending:
+                    self._pending = self._f.read(_CHUNK)
+                    if not self._pending:
+                        raise TraceError(f"{self._path}: a truncated gzip file (it ends inside its compressed data)")
+                out = d.decompress(self._pending, n)
+                self._pending = d.unconsumed_tail if not d.eof else b""
+                if out:
+                    return out
+        except zlib.error as e:
+            raise TraceError(f"{self._path}: a corrupt gzip file ({e})") from None
+
+
+@contextlib.contextmanager
+def stream(path: str | Path, what: str = "trace", limit: int | None = None) -> Iterator[Stream]:
+    """A user-named file opened for streaming (plain or gzip, by content): its checks and errors are
+    :func:`read_bytes`'s, its cap :func:`max_stream_bytes` (the time a read takes, not its memory)."""
+    limit = max_stream_bytes() if limit is None else limit
+    p = _open_checked(path, what)
+    try:
+        with p.open("rb") as f:
+            gz = f.read(2) == GZIP_MAGIC
+            f.seek(0)
+            if not gz and p.stat().st_size > limit:
+                raise TraceError(f"{path}: {p.stat().st_size / 2**20:.0f} MiB, over the cap on a {what}'s size "
+                                 f"({limit / 2**20:.0f} MiB; TWINBENCH_MAX_TRACE_MB raises it)")
+            yield Stream(f, path, limit, gz)
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read it ({e.strerror or e})") from None
+
+
+def check_readable(path: str | Path, what: str = "trace") -> None:
+    """Read a user-named file through to its end without keeping it: one :class:`TraceError` line when it is
+    unreadable, a corrupt or truncated gzip, or over the cap."""
+    with stream(path, what) as s:
+        if not s.gzip:  # a plain file has nothing to inflate: opening it is the check
+            return
+        while s.read(_CHUNK):
+            pass
+
+
 def read_text(path: str | Path, what: str) -> str:
-    """A user-named text file (plain or gzip) as text; a binary file is one :class:`TraceError` line."""
-    raw = read_bytes(path, what)
+    """A user-named text file (plain or gzip) as text; a binary file is one :class:`TraceError` line. HLO text
+    is capped at :func:`max_hlo_bytes` (parsed whole: its memory grows with it)."""
+    hlo = "HLO" in what
+    raw = read_bytes(path, what, limit=max_hlo_bytes() if hlo else None,
+                     env="TWINBENCH_MAX_HLO_MB" if hlo else "TWINBENCH_MAX_TRACE_MB")
     try:
         return raw.decode()
     except UnicodeDecodeError:

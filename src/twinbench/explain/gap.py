@@ -60,11 +60,11 @@ def explain_run(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def explain_trace(arg: str, step_marker: str | None = None, rank: int | None = None, device: int | None = None,
-                  hlo: str | None = None) -> dict[str, Any]:
+                  hlo: str | None = None, steps: tuple[int | None, int | None] | None = None) -> dict[str, Any]:
     """Any trace file (see :mod:`.trace_file`): its own traced step, no timing method, the same checks."""
     from twinbench.explain import trace_file
 
-    kind, path, b = trace_file.read(arg, step_marker, rank, device, hlo or doctor_timing.step_hlo(arg))
+    kind, path, b = trace_file.read(arg, step_marker, rank, device, hlo or doctor_timing.step_hlo(arg), steps)
     hlo_path = b.hlo_path or str(path.parent / "step.hlo.txt")
     recorded = doctor_timing.conditions(arg, path)  # the load and step kind twinbench doctor saw, if it ran
     load = recorded.get("load") or {}

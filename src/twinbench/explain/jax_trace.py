@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import struct
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,7 @@ from twinbench.explain import files, hlo, taxonomy, tpu_trace, xplane
 from twinbench.explain import steps as st
 from twinbench.explain.breakdown import WHOLE_ITERATION, Breakdown, step_cut, undisturbed
 from twinbench.explain.steps import TraceError
+from twinbench.explain.torch_trace import MAX_NAME
 
 __all__ = ["TraceError", "read", "xplane_of"]
 
@@ -51,12 +53,30 @@ class _Kernel:
     __slots__ = ("child", "end", "hlo_op", "line", "module", "name", "op_name", "start")
 
     def __init__(self, name: str, start: float, dur: float, line: str, stats: dict[str, Any]) -> None:
-        self.name = name.removesuffix(".kd")
+        self.name = name[:MAX_NAME].removesuffix(".kd")  # a name is cut where it is read (see MAX_NAME)
         self.start, self.end, self.line = start, start + dur, line
         self.child = 0.0  # time of the thunks nested in it (a while loop's body): XLA:CPU's own time excludes it
-        self.hlo_op = str(stats.get("hlo_op", ""))
-        self.module = str(stats.get("hlo_module", ""))
-        self.op_name = str(stats.get("name", "")) if "/" in str(stats.get("name", "")) else ""
+        self.hlo_op = str(stats.get("hlo_op", ""))[:MAX_NAME]
+        self.module = str(stats.get("hlo_module", ""))[:MAX_NAME]
+        op_name = str(stats.get("name", ""))[:MAX_NAME]
+        self.op_name = op_name if "/" in op_name else ""
+
+
+class _HostNames:
+    """Which host events steps may be found from (:func:`_steps`): the marker's, the profilers' step names and
+    step-like annotations; decided once per name. The host's other events are not kept."""
+
+    def __init__(self, marker: str | None) -> None:
+        self.marker = marker
+        self.seen: dict[str, bool] = {}
+
+    def __call__(self, name: str) -> bool:
+        n = name[:MAX_NAME]  # the key too: a 10 MB name is not kept whole
+        hit = self.seen.get(n)
+        if hit is None:
+            hit = self.seen[n] = bool(st.base(n) in PROFILER_STEPS or st.is_steplike(n) or (
+                self.marker and (n == self.marker or st.base(n) == self.marker)))
+        return hit
 
 
 def _profile(raw: bytes, path: Path) -> Any:
@@ -69,23 +89,34 @@ def _profile(raw: bytes, path: Path) -> Any:
 
 
 def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str | None = None,
-         device: int | None = None, hlo_for: Callable[[str], str] | None = None) -> Breakdown:
-    """The breakdown of the traced steps of ``trace_path`` (its xplane), ops named by ``hlo_text`` if given,
-    or by ``hlo_for(module)``, the HLO text of the module the traced ops ran (an ``--xla_dump_to`` directory
-    holds every module a process compiled)."""
+         device: int | None = None, hlo_for: Callable[[str], str] | None = None,
+         steps: tuple[int | None, int | None] | None = None) -> Breakdown:
+    """The breakdown of the traced steps of ``trace_path`` (its xplane; ``steps``: a window of them,
+    :func:`steps.select`), ops named by ``hlo_text`` if given, or by ``hlo_for(module)``, the HLO text of the
+    module the traced ops ran (an ``--xla_dump_to`` directory holds every module a process compiled).
+
+    A protobuf is decoded whole, so the file is read whole: it is capped (:func:`files.max_bytes`); of its
+    events only the device's kernels (or XLA:CPU's thunks) and the host's annotations are kept, as small
+    records, and the decoded profile is dropped before any step is attributed."""
     path = xplane_of(trace_path)
     try:
         raw = files.read_bytes(path, "profile")  # the one bounded reader of user-named files
         tpu = tpu_trace.is_tpu(xplane.plane_names(raw))
-    except (OSError, EOFError, ValueError, IndexError, UnicodeDecodeError) as e:
+    except (OSError, EOFError, ValueError, IndexError, TypeError, UnicodeDecodeError) as e:
         raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from e
     if tpu:
-        return tpu_trace.read(path, raw, device, module, hlo_text, hlo_for)
+        try:
+            return tpu_trace.read(path, raw, device, module, hlo_text, hlo_for, steps)
+        except (IndexError, KeyError, TypeError, AttributeError, struct.error) as e:  # a prepared protobuf
+            raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from None
     data = _profile(raw, path)
+    del raw  # the decoded profile holds what is read from here on
     host: list[st.Marked] = []
     step_nums: set[str] = set()
     host_ops: list[_Kernel] = []
-    gpus: dict[int, list[_Kernel]] = {}
+    gpus: dict[int, list[_Kernel]] = {}  # the one device read: its kernels
+    found_gpus: set[int] = set()  # every device with kernels
+    keep = _HostNames(step_marker)
     for plane in data.planes:
         name = plane.name
         g = _GPU.match(name)
@@ -95,17 +126,28 @@ def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str
                     stats = dict(ev.stats)
                     if "hlo_op" in stats and "device_id" not in stats:  # an XLA:CPU thunk (not a GPU launch)
                         host_ops.append(_Kernel(ev.name, ev.start_ns, ev.duration_ns, line.name, stats))
-                    else:
-                        host.append(st.Marked(ev.name, ev.start_ns, ev.start_ns + ev.duration_ns))
-                        if "step_num" in stats or ("_r" in stats and "step_num" in stats):
-                            step_nums.add(ev.name)
+                        continue
+                    stepped = "step_num" in stats
+                    if stepped:
+                        step_nums.add(ev.name[:MAX_NAME])
+                    if stepped or keep(ev.name):  # only what steps are found from is kept
+                        host.append(st.Marked(ev.name[:MAX_NAME], ev.start_ns, ev.start_ns + ev.duration_ns))
         elif g:
+            n = int(g.group(2))
+            if (device is not None and n != device) or (device is None and gpus and min(gpus) < n):
+                if any(ln.name not in _DERIVED and next(iter(ln.events), None) is not None for ln in plane.lines):
+                    found_gpus.add(n)  # another device's kernels: only that it has some is kept
+                continue
             ks = [_Kernel(ev.name, ev.start_ns, ev.duration_ns, line.name, dict(ev.stats))
                   for line in plane.lines if line.name not in _DERIVED for ev in line.events]
             if ks:
-                gpus[int(g.group(2))] = ks
-    if device is not None and device not in gpus:
-        where = f"devices {', '.join(map(str, sorted(gpus)))}" if gpus else "no device activity (a CPU-only trace)"
+                found_gpus.update(gpus)
+                gpus = {n: ks}
+    del data  # what is kept is the records above
+    found_gpus.update(gpus)
+    if device is not None and device not in found_gpus:
+        where = (f"devices {', '.join(map(str, sorted(found_gpus)))}" if found_gpus
+                 else "no device activity (a CPU-only trace)")
         raise TraceError(f"{path}: no device {device} in the trace ({where})")
     if gpus:
         dev = min(gpus) if device is None else device
@@ -120,21 +162,22 @@ def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str
     if hlo_for is not None:
         hlo_text = hlo_for(main)
     instrs = hlo.parse(hlo_text) if hlo_text else {}
-    steps = _steps(host, step_nums, step_marker, ops, main)
+    found = st.select(_steps(host, step_nums, step_marker, ops, main), steps)
     source = "jax.profiler + HLO" if instrs else "jax.profiler (no HLO text: phases from op_name paths only)"
-    b = Breakdown(source=source, steps_traced=len(steps.spans), step_method=steps.method,
-                  cut=step_cut(steps.spans, 1e6))
-    if len(gpus) > 1:
-        b.notes.append(f"kernels of {len(gpus)} devices ({', '.join(map(str, sorted(gpus)))}) in the trace: "
-                       f"device {dev} shown (--device N for another)")
+    b = Breakdown(source=source, steps_traced=len(found.spans), step_method=found.method,
+                  cut=step_cut(found.spans, 1e6))
+    b.notes.extend(found.notes)
+    if len(found_gpus) > 1:
+        b.notes.append(f"kernels of {len(found_gpus)} devices ({', '.join(map(str, sorted(found_gpus)))}) in the "
+                       f"trace: device {dev} shown (--device N for another)")
     if not instrs:
         b.notes.append("no compiled HLO text: categories from kernel, hlo_op and op_name names; phases where "
                        "the trace names them (--hlo FILE for more)")
     if gpus:
-        return _device(b, steps, ops, instrs, main, f"GPU {dev}")
+        return _device(b, found, ops, instrs, main, f"GPU {dev}")
     if not ops:
         raise TraceError(f"{path}: no XLA ops in the trace (neither device kernels nor XLA:CPU thunks)")
-    b = _host(b, steps, ops, instrs, main)
+    b = _host(b, found, ops, instrs, main)
     if not instrs:
         _needs_hlo(b, path)
     return b

@@ -8,7 +8,6 @@ by the overlap the reader found, times ``step_ms / traced_step_ms`` (the measure
 
 from __future__ import annotations
 
-import gzip
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,12 +48,15 @@ class OpGroup:
 
 
 def _hlo_text(r: dict[str, Any]) -> str:
-    """The run's compiled HLO text (plain or gzipped), "" where there is none."""
+    """The run's compiled HLO text (plain or gzipped), "" where there is none or it cannot be read (the one
+    bounded reader: over its cap it is not read)."""
+    from twinbench.explain import files
+    from twinbench.explain.steps import TraceError
+
     path = r.get("explain_hlo_path")
     try:
-        raw = Path(path).read_bytes() if path else b""
-        return (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode()
-    except (OSError, EOFError, UnicodeDecodeError):
+        return files.read_text(path, "compiled HLO text") if path and Path(path).is_file() else ""
+    except TraceError:
         return ""
 
 

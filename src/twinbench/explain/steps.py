@@ -9,11 +9,12 @@ the executions of the main XLA module on the device). Each reader says which it 
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _NUMBERED = re.compile(r"(#\d+.*|_\d+)$")
 _STEPLIKE = re.compile(r"step|iter", re.IGNORECASE)
@@ -21,6 +22,11 @@ _STEPLIKE = re.compile(r"step|iter", re.IGNORECASE)
 
 class TraceError(ValueError):
     """A trace that cannot be read, or one in which no steps can be found."""
+
+
+def is_steplike(name: str) -> bool:
+    """Whether an annotation's name says step or iteration (what :func:`from_markers` looks for)."""
+    return bool(_STEPLIKE.search(name))
 
 
 def base(name: str) -> str:
@@ -41,6 +47,63 @@ class Marked:
 class Steps:
     spans: list[tuple[float, float]]
     method: str
+    notes: list[str] = field(default_factory=list)
+
+
+def parse_window(text: str) -> tuple[int | None, int | None]:
+    """``--steps A:B`` (``A:``, ``:B``): the steps found, counted from 0 in trace order, A to B-1, as a Python
+    slice reads; a :class:`TraceError` line for anything else."""
+    a, sep, b = text.partition(":")
+    try:
+        lo, hi = (int(a) if a.strip() else None), (int(b) if b.strip() else None)
+    except ValueError:
+        lo = hi = -1
+    if not sep or (lo is not None and lo < 0) or (hi is not None and hi < 1) or (
+            lo is not None and hi is not None and hi <= lo):
+        raise TraceError(f"--steps {text!r}: a window A:B of the steps found, counted from 0 (A:B takes A to B-1; "
+                         "A: and :B leave one end open), e.g. 100:120")
+    return lo, hi
+
+
+def bounds(n: int, window: tuple[int | None, int | None], method: str) -> tuple[int, int, list[str]]:
+    """(first, past the last, notes) of a ``--steps`` window among ``n`` steps found by ``method``: an end past
+    the last step is cut there (and said); a start past it is one :class:`TraceError` line."""
+    lo, hi = window[0] or 0, n if window[1] is None else window[1]
+    if lo >= n:
+        raise TraceError(f"--steps {lo}:{'' if window[1] is None else hi}: the trace has {n} steps "
+                         f"(0 to {n - 1}, from {method})")
+    if hi > n:
+        return lo, n, [f"--steps {lo}:{hi}: the trace has {n} steps, {lo} to {n - 1} explained"]
+    return lo, hi, []
+
+
+def select(found: Steps, window: tuple[int | None, int | None] | None) -> Steps:
+    """The steps of ``window`` (:func:`parse_window`) among those found; all of them when None."""
+    if window is None:
+        return found
+    n = len(found.spans)
+    lo, hi, notes = bounds(n, window, found.method)
+    return Steps(found.spans[lo:hi], f"{found.method}; steps {lo} to {hi - 1} of {n} (--steps)",
+                 [*found.notes, *notes])
+
+
+class Within:
+    """Which of ``spans`` holds a time: the first (in their order) with start <= t <= end, by bisection when
+    the spans are sorted by start (a long trace has thousands), else by a scan."""
+
+    def __init__(self, spans: Sequence[tuple[float, float]]) -> None:
+        self.spans = list(spans)
+        self.starts = [s for s, _ in self.spans]
+        self.sorted = all(a <= b for a, b in itertools.pairwise(self.starts))
+        self.reach = list(itertools.accumulate((e for _, e in self.spans), max))  # the latest end so far
+
+    def first(self, t: float) -> int:
+        """The index of the first span holding ``t``, -1 when none does."""
+        if not self.sorted:
+            return next((i for i, (s, e) in enumerate(self.spans) if s <= t <= e), -1)
+        last = bisect.bisect_right(self.starts, t) - 1  # spans after it start after t
+        i = bisect.bisect_left(self.reach, t)  # the first span whose end reaches t
+        return i if i <= last else -1
 
 
 def top_level(events: Sequence[Marked]) -> list[Marked]:

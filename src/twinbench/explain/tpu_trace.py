@@ -94,16 +94,17 @@ def category(hlo_category: str, op_name: str, name: str = "", target: str = "") 
 
 
 def read(path: Path, data: bytes, device: int | None = None, module: str = "", hlo_text: str = "",
-         hlo_for: Callable[[str], str] | None = None) -> Breakdown:
-    """The breakdown of a TPU profile: the main module's executions on one TPU core (default the first). With
-    the module's compiled HLO text (``hlo_text``, or ``hlo_for(module name)``), a fusion whose instructions
-    make a softmax (max, exp, sum) counts as attention, as it does on the CPU and GPU."""
-    planes = {int(_TPU.match(p.name).group(1)): p  # type: ignore[union-attr]
-              for p in xplane.read(data, lambda n: bool(_TPU.match(n)))}
+         hlo_for: Callable[[str], str] | None = None,
+         steps: tuple[int | None, int | None] | None = None) -> Breakdown:
+    """The breakdown of a TPU profile: the main module's executions on one TPU core (default the first;
+    ``steps``: a window of them, :func:`steps.select`). With the module's compiled HLO text (``hlo_text``, or
+    ``hlo_for(module name)``), a fusion whose instructions make a softmax (max, exp, sum) counts as attention,
+    as it does on the CPU and GPU. Only the chosen core's plane is decoded."""
+    planes = sorted(int(m.group(1)) for m in map(_TPU.match, xplane.plane_names(data)) if m)
     if device is not None and device not in planes:
-        raise TraceError(f"{path}: no device {device} in the trace (TPU cores {', '.join(map(str, sorted(planes)))})")
+        raise TraceError(f"{path}: no device {device} in the trace (TPU cores {', '.join(map(str, planes))})")
     dev = min(planes) if device is None else device
-    plane = planes[dev]
+    plane = xplane.read(data, lambda n: n == f"/device:TPU:{dev}")[0]
     lines = {ln.name: ln for ln in plane.lines}
     op_line, mod_line = lines.get("XLA Ops"), lines.get("XLA Modules")
     if op_line is None or not op_line.events:
@@ -138,6 +139,11 @@ def read(path: Path, data: bytes, device: int | None = None, module: str = "", h
     else:
         spans = [execs[0]]
         method = f"the one execution of the XLA module {main.split('(')[0]} on TPU {dev}"
+    window_notes: list[str] = []
+    if steps is not None:
+        lo, hi, window_notes = st.bounds(len(spans), steps, method)
+        method = f"{method}; steps {lo} to {hi - 1} of {len(spans)} (--steps)"
+        spans, execs = spans[lo:hi], execs[lo:hi]
     b = Breakdown(source="jax.profiler (TPU: hlo_category, op_name and XLA's FLOPs per op)"
                   + (" + HLO" if instrs else ""),
                   steps_traced=len(spans), step_method=method)
@@ -147,6 +153,7 @@ def read(path: Path, data: bytes, device: int | None = None, module: str = "", h
     sheet = peak.datasheet(kind)  # a profile read on its own carries no measured peak: the datasheet's
     if sheet and sheet.bf16_tflops:
         b.peak_tflops, b.peak_source = sheet.bf16_tflops, f"{sheet.name} datasheet bf16 peak"
+    b.notes.extend(window_notes)
     if len(planes) > 1:
         b.notes.append(f"{len(planes)} TPU cores in the trace: TPU {dev} shown (--device N for another)")
     keep = [spans[i] for i in undisturbed([e - s for s, e in (execs[i] for i in range(len(spans)))], b)]

@@ -19,6 +19,9 @@ from twinbench.explain.breakdown import Breakdown
 from twinbench.explain.steps import TraceError
 from twinbench.hlo_text import dumped_module
 
+#: ``--steps A:B`` as :func:`steps.parse_window` reads it; None: every step found
+Window = tuple[int | None, int | None] | None
+
 _RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
@@ -61,7 +64,7 @@ def resolve(arg: str, rank: int | None = None) -> tuple[str, Path, list[str]]:
             return "jax", _beside(p), notes
         if what == "chrome":
             return "torch", p, notes
-        files.read_bytes(p)  # unreadable, corrupt, a truncated gzip: its own line
+        files.check_readable(p)  # unreadable, corrupt, a truncated gzip: its own line (read through, not kept)
         raise TraceError(f"{arg}: not a trace (neither a torch.profiler Chrome trace, JSON, nor a JAX profile, "
                          "*.xplane.pb)")
     if p.is_dir():
@@ -109,11 +112,12 @@ def hlo_text(hlo: str | None, trace: Path, module: str = "") -> tuple[str, str]:
 
 
 def read(arg: str, step_marker: str | None = None, rank: int | None = None, device: int | None = None,
-         hlo: str | None = None) -> tuple[str, Path, Breakdown]:
-    """(framework, the file read, its breakdown) of any trace; :class:`TraceError` on bad input."""
+         hlo: str | None = None, steps: Window = None) -> tuple[str, Path, Breakdown]:
+    """(framework, the file read, its breakdown) of any trace (``steps``: a window of its steps,
+    :func:`steps.select`); :class:`TraceError` on bad input."""
     kind, path, notes = resolve(arg, rank)
     try:
-        b = _read(kind, path, notes, step_marker, device, hlo)
+        b = _read(kind, path, notes, step_marker, device, hlo, steps)
     except TraceError as e:  # every line names the file it is about
         raise (e if str(path) in str(e) or arg in str(e) else TraceError(f"{path}: {e}")) from None
     b.notes[:0] = notes
@@ -121,9 +125,9 @@ def read(arg: str, step_marker: str | None = None, rank: int | None = None, devi
 
 
 def _read(kind: str, path: Path, notes: list[str], step_marker: str | None, device: int | None,
-          hlo: str | None) -> Breakdown:
+          hlo: str | None, steps: Window) -> Breakdown:
     if kind == "torch":
-        b = torch_trace.read(str(path), step_marker=step_marker, device=device)
+        b = torch_trace.read(str(path), step_marker=step_marker, device=device, steps=steps)
     else:
         found: list[str] = []
 
@@ -132,7 +136,7 @@ def _read(kind: str, path: Path, notes: list[str], step_marker: str | None, devi
             found.append(where)
             return text
 
-        b = jax_trace.read(str(path), step_marker=step_marker, device=device, hlo_for=hlo_for)
+        b = jax_trace.read(str(path), step_marker=step_marker, device=device, hlo_for=hlo_for, steps=steps)
         if found and found[0]:
             notes.append(f"compiled HLO text: {found[0]}")
             b.hlo_path = found[0]

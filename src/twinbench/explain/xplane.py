@@ -108,7 +108,7 @@ def _stat(buf: bytes, names: dict[int, str]) -> tuple[str, Any]:
         elif num == 4:
             val = _signed(v)
         elif num == 5:
-            val = v.decode("utf-8", "replace")
+            val = _text(v)
         elif num == 6:
             val = bytes(v)
         elif num == 7:
@@ -120,35 +120,49 @@ def _resolve_refs(stats: dict[str, Any], names: dict[int, str]) -> dict[str, Any
     return {k: (names.get(v[1], "") if isinstance(v, tuple) else v) for k, v in stats.items()}
 
 
+#: the longest string kept from a profile (a name, a stat): a longer one is cut where it is read. An event's
+#: metadata may hold its instruction's HLO text (a custom call's target after its operands): room for that
+MAX_TEXT = 1 << 16
+
+
+def _text(v: bytes | memoryview) -> str:
+    """A string field, cut at :data:`MAX_TEXT` (a 10 MB name costs no more than a long one from here on)."""
+    return bytes(v[:MAX_TEXT * 4]).decode("utf-8", "replace")[:MAX_TEXT]
+
+
 def plane_names(data: bytes) -> list[str]:
     names = []
-    for num, _wt, v in _fields(data):
-        if num == _SPACE_PLANES:
-            names.append(next((p.decode() for n, _w, p in _fields(v) if n == _PLANE_NAME), ""))
+    for num, wt, v in _fields(memoryview(data)):  # views, not copies, of the planes' bytes
+        if num == _SPACE_PLANES and wt == 2:  # another message's field 1 (a number) is no plane
+            names.append(next((_text(p) for n, _w, p in _fields(v) if n == _PLANE_NAME), ""))
     return names
 
 
-def read(data: bytes, want: Any = None) -> list[Plane]:
-    """The planes of a serialized ``XSpace`` whose name ``want(name)`` accepts (all when ``want`` is None)."""
+def read(data: bytes, want: Any = None, keep_raw: bool = False) -> list[Plane]:
+    """The planes of a serialized ``XSpace`` whose name ``want(name)`` accepts (all when ``want`` is None).
+
+    Decoding is whole-message (a protobuf has no index), so ``data`` is the whole file; what is built from it
+    is the planes asked for, read through views of ``data`` (no copies), their fields as read (``raw``, the
+    trimming tools' input) only with ``keep_raw``."""
     planes = []
-    for num, _wt, v in _fields(data):
-        if num != _SPACE_PLANES:
+    for num, wt, v in _fields(data if keep_raw else memoryview(data)):
+        if num != _SPACE_PLANES or wt != 2:
             continue
         fs = _fields(v)
-        name = next((p.decode() for n, _w, p in fs if n == _PLANE_NAME), "")
+        name = next((_text(p) for n, _w, p in fs if n == _PLANE_NAME), "")
         if want is not None and not want(name):
             continue
-        planes.append(_plane(name, fs))
+        planes.append(_plane(name, fs, keep_raw))
     return planes
 
 
-def _plane(name: str, fs: list[tuple[int, int, Any]]) -> Plane:
-    p = Plane(name, raw=fs)
+def _plane(name: str, fs: list[tuple[int, int, Any]], keep_raw: bool = False) -> Plane:
+    p = Plane(name, raw=fs if keep_raw else [])
     for num, _wt, v in fs:
         if num == _PLANE_STAT_MD:
             entry = dict((n, x) for n, _w, x in _fields(v))
             md = dict((n, x) for n, _w, x in _fields(entry.get(2, b"")))
-            p.stat_names[entry.get(1, md.get(_SMD_ID, 0))] = md.get(_SMD_NAME, b"").decode()
+            p.stat_names[entry.get(1, md.get(_SMD_ID, 0))] = _text(md.get(_SMD_NAME, b""))
     for num, _wt, v in fs:
         if num == _PLANE_EVENT_MD:
             entry = dict((n, x) for n, _w, x in _fields(v))
@@ -158,9 +172,9 @@ def _plane(name: str, fs: list[tuple[int, int, Any]]) -> Plane:
                 if n == _EMD_ID:
                     mid = x
                 elif n == _EMD_NAME:
-                    nm = x.decode("utf-8", "replace")
+                    nm = _text(x)
                 elif n == _EMD_DISPLAY:
-                    disp = x.decode("utf-8", "replace")
+                    disp = _text(x)
                 elif n == _EMD_STATS:
                     k, val = _stat(x, p.stat_names)
                     stats[k] = val
@@ -169,17 +183,17 @@ def _plane(name: str, fs: list[tuple[int, int, Any]]) -> Plane:
             k, val = _stat(v, p.stat_names)
             p.stats[k] = val
         elif num == _PLANE_LINES:
-            p.lines.append(_line(v, p.stat_names))
+            p.lines.append(_line(v, p.stat_names, keep_raw))
     p.stats = _resolve_refs(p.stats, p.stat_names)
     return p
 
 
-def _line(buf: bytes, names: dict[int, str]) -> Line:
+def _line(buf: bytes, names: dict[int, str], keep_raw: bool = False) -> Line:
     fs = _fields(buf)
-    line = Line("", 0, raw=fs)
+    line = Line("", 0, raw=fs if keep_raw else [])
     for num, _wt, v in fs:
         if num == _LINE_NAME:
-            line.name = v.decode("utf-8", "replace")
+            line.name = _text(v)
         elif num == _LINE_TS:
             line.timestamp_ns = _signed(v)
         elif num == _LINE_EVENTS:

@@ -1,0 +1,73 @@
+"""The trace readers give the same figures as before they streamed: every fixture's step, its steps, its phase x
+category cells, its op count, top ops and the FLOPs, bytes and calls the op groups count.
+
+The expected values in reader_figures.json were taken from the previous reader (the whole file parsed into
+Python objects, before the streaming readers), one entry per fixture in tests/explain/fixtures; a reader change
+that moves any figure beyond rounding fails here. Fixtures and their sources: fixtures/README.md."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from twinbench.explain import ops, trace_file
+
+FIX = Path(__file__).parent / "fixtures"
+EXPECTED: dict[str, dict[str, Any]] = json.loads((Path(__file__).parent / "reader_figures.json").read_text())
+
+
+def _hlo(name: str) -> str | None:
+    """The compiled HLO text each JAX fixture was pinned with (the same HLO for the no-block variant)."""
+    if name == "h200_jax_jit_bf16.xplane.pb.gz":
+        return str(FIX / "h200_jax_jit_bf16.hlo.txt.gz")
+    if name.startswith("pair_") and "_jax" in name:
+        return str(FIX / f"{name.split('_jax')[0]}_jax.hlo.txt.gz")
+    return None
+
+
+def figures(name: str) -> dict[str, Any]:
+    """The figures pinned for one fixture, as the reader gives them now (the same rounding as when pinned)."""
+    h = _hlo(name)
+    kind, _, b = trace_file.read(str(FIX / name), hlo=h)
+    d = b.to_dict()
+    groups = ops.groups({"framework": kind, "explain_hlo_path": b.hlo_path or ""}, b, 1.0)
+    return {
+        "hlo": bool(h), "step_ms": round(b.step_ms, 4), "steps_traced": b.steps_traced, "steps_used": b.steps_used,
+        "overlap": round(b.overlap, 4), "spread": round(b.step_spread, 4), "categorized": d["categorized_share"],
+        "device": b.device,
+        "cells": {p: {c: round(v, 4) for c, v in sorted(row.items()) if round(v, 4)}
+                  for p, row in sorted(d["cells"].items()) if row},
+        "n_ops": len(b.ops), "gflops": round(sum(g.flops for g in groups) / 1e9, 4),
+        "gbytes": round(sum(g.bytes for g in groups) / 1e9, 4), "calls": round(sum(g.calls for g in groups), 2),
+        "top": [[o["name"][:80], o["phase"], o["category"], round(o["ms"], 4), o["count"]] for o in d["ops"][:5]],
+    }
+
+
+def _same(got: Any, want: Any, where: str) -> None:
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), (where, sorted(got), sorted(want))
+        for k in want:
+            _same(got[k], want[k], f"{where}.{k}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), (where, got, want)
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            _same(g, w, f"{where}[{i}]")
+    elif isinstance(want, float):  # within rounding: the pinned values are rounded to 4 decimals
+        assert math.isclose(got, want, rel_tol=1e-4, abs_tol=2e-4), (where, got, want)
+    else:
+        assert got == want, (where, got, want)
+
+
+def test_every_fixture_is_pinned() -> None:
+    traces = {f.name for f in FIX.glob("*.gz") if ".hlo." not in f.name}
+    assert traces == set(EXPECTED)
+
+
+@pytest.mark.heavy  # every fixture read whole: a CPU-second or two each (tests/tiers.py)
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_the_reader_gives_the_pinned_figures(name: str) -> None:
+    _same(figures(name), EXPECTED[name], name)
