@@ -57,8 +57,8 @@ def test_process_index_reads_torchrun_s_rank_alone(monkeypatch):
 
 def test_what_each_framework_asks_of_the_spec_and_the_platform():
     jax, torch = backends.get("jax"), backends.get("torch")
-    assert jax.remat_refusal("dots") == "" and torch.remat_refusal("full") == ""
-    assert torch.remat_refusal("dots").startswith("--remat-policy dots: torch +remat recomputes whole blocks")
+    assert jax.remat_refusal("dots-saveable") == "" and torch.remat_refusal("full") == ""
+    assert torch.remat_refusal("dots-saveable").startswith("--remat-policy dots-saveable: torch +remat recomputes whole blocks")
     assert "6 bf16 passes" in jax.fp32_matmul_words("tpu", False) and jax.fp32_matmul_words("gpu", True) == "tf32"
     assert torch.fp32_matmul_words("gpu", False) == "fp32 (no TF32)" and torch.fp32_matmul_words("cpu", True) == "tf32"
     assert (jax.TWIN_OPTION, torch.TWIN_OPTION) == ("jax-twin", "")

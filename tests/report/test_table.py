@@ -65,7 +65,9 @@ def test_a_tpu_run_is_described_in_a_tpus_words() -> None:
 def test_torch_on_the_cpu_beside_jax_on_a_tpu_names_torchax() -> None:
     lines = "\n".join(conditions([record("torch", "eager"), tpu_record()]))
     assert "did a framework miss the TPU?" in lines and "GPU" not in lines
-    assert "torchax" in lines
+    assert "; torch runs on the TPU through torchax (a torch model as one JAX program" in lines
+    jax_off = "\n".join(conditions([record("jax", "jit"), tpu_record()]))
+    assert "did a framework miss the TPU?" in jax_off and "torchax" not in jax_off  # JAX has a TPU build
     gpu = "\n".join(conditions([record("torch", "eager"), record("jax", "jit", platform="gpu", device="NVIDIA H100")]))
     assert "did a framework miss the GPU?" in gpu and "torchax" not in gpu
 
