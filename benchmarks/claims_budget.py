@@ -20,7 +20,7 @@ from pathlib import Path
 from twinbench import runner
 from twinbench.claims import suite
 from twinbench.claims.core import describe, select, setup_for
-from twinbench.claims.sizes import platform_here
+from twinbench.measure import platforms
 
 
 def model_table(claims: list, per_claim: dict, specs: list, rounds: list, repeated: set) -> None:
@@ -56,7 +56,7 @@ def main() -> None:
     args = ap.parse_args()
 
     claims = select(args.only)
-    setup = setup_for(platform_here(), True, preset=args.preset, repeats=args.repeats)
+    setup = setup_for(platforms.here(), True, preset=args.preset, repeats=args.repeats)
     per_claim, specs = suite.plan(claims, setup)
     rounds = suite.schedule(claims, per_claim, specs, args.repeats)
     repeated = {s.config_id() for s in (rounds[1] if len(rounds) > 1 else [])}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from twinbench.spec import PRESETS, RunSpec, SpecError, from_preset, validate
@@ -63,3 +65,11 @@ def test_unknown_preset_and_option():
         from_preset("huge")
     with pytest.raises(SpecError, match="unknown option --colour"):
         from_preset("small", {"colour": 1})
+
+
+@pytest.mark.parametrize("impl, needle", [("cudnn", "runs in bf16 or fp16 only"),
+                                          ("splash", "--seq 32 is not a multiple of 128")])
+def test_a_jax_attention_kernel_s_limits_bind_the_jax_twins_only(impl, needle):
+    with pytest.raises(SpecError, match=needle):
+        validate(replace(from_preset("tiny", framework="jax", strategy="jit"), attention_impl=impl))
+    validate(replace(from_preset("tiny", framework="torch", strategy="eager"), attention_impl=impl))  # SDPA picks

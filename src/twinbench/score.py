@@ -229,6 +229,10 @@ def _loop(forward: Any, windows: np.ndarray, batch: int, to_host: Any) -> tuple[
     return first, np.concatenate(losses), time.perf_counter() - start
 
 
+#: each framework's scoring loop, by the framework the parent names
+RUNS = {"torch": _run_torch, "jax": _run_jax}
+
+
 def main(argv: list[str]) -> int:
     """Child: ``python -m twinbench.score FRAMEWORK CHECKPOINT TMPDIR BATCH K``."""
     from twinbench.lifeline import watch_parent
@@ -241,8 +245,7 @@ def main(argv: list[str]) -> int:
 
         cfg, weights = load_hf(ckpt)
         windows = np.load(tmp / "windows.npy")
-        run = _run_torch if fw == "torch" else _run_jax
-        first, losses, info = run(cfg, weights, windows, batch, k)
+        first, losses, info = RUNS[fw](cfg, weights, windows, batch, k)
     except Exception as e:
         traceback.print_exc()
         print(f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:500], file=sys.stderr)

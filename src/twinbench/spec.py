@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from twinbench import backends
 from twinbench.config import USER_FAMILY, ModelConfig, SpecError, TrainConfig, flag  # the leaf, re-exported
 from twinbench.host_malloc import CHOICES as HOST_MALLOC_CHOICES
 from twinbench.models.family import FAMILIES as BUILT_IN
@@ -289,10 +290,11 @@ def validate(spec: RunSpec) -> RunSpec:
     if spec.attention_impl == "chunked" and m.family in BUILT_IN and not BUILT_IN[m.family].causal:
         raise SpecError(f"--attention-impl chunked: blocks of causal attention; the {m.family} twin takes default, "
                         "jax-nn or cudnn")
-    if spec.attention_impl == "cudnn" and spec.framework == "jax" and t.precision != "bf16":
+    runs = backends.get(spec.framework).attention_impl(spec.attention_impl)  # torch's twins: SDPA's own
+    if runs == "cudnn" and t.precision != "bf16":
         raise SpecError("--attention-impl cudnn: cuDNN's fused attention runs in bf16 or fp16 only; "
                         "add --precision bf16 (or +bf16)")
-    if spec.attention_impl == "splash" and spec.framework == "jax":
+    if runs == "splash":
         if t.seq % 128:
             raise SpecError(f"--attention-impl splash: the TPU kernel works in blocks of 128 tokens; --seq {t.seq} "
                             "is not a multiple of 128")
@@ -301,9 +303,8 @@ def validate(spec: RunSpec) -> RunSpec:
                             "use --mask-impl where or cond")
     if spec.scan_unroll < 1:
         raise SpecError(f"--scan-unroll must be a positive integer, got {spec.scan_unroll}")
-    if spec.framework == "torch" and spec.mods.remat and spec.remat_policy != "full":
-        raise SpecError(f"--remat-policy {spec.remat_policy}: torch +remat recomputes whole blocks "
-                        "(torch.utils.checkpoint); allowed for torch: full")
+    if spec.mods.remat and (refused := backends.get(spec.framework).remat_refusal(spec.remat_policy)):
+        raise SpecError(refused)
     if spec.scan_k < 0 or (spec.scan_k and t.steps % spec.scan_k):
         raise SpecError(f"--scan-k {spec.scan_k} must divide --steps {t.steps}; allowed: "
                         f"{', '.join(str(k) for k in _divisors(t.steps) if k < t.steps)}, or 0 (automatic)")

@@ -13,7 +13,7 @@ from twinbench.strategies.base import JaxStepTrainer, TorchModuleTrainer
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "twinbench"
 #: framework branches outside backends/ when they became the place for them; lower it as branches move there
-BRANCHES_ELSEWHERE = 37
+BRANCHES_ELSEWHERE = 20
 BRANCH = re.compile(r"""[!=]= ["'](?:jax|torch)["']""")
 
 
@@ -53,6 +53,27 @@ def test_process_index_reads_torchrun_s_rank_alone(monkeypatch):
     monkeypatch.setenv("RANK", "3")
     assert backends.get("torch").process_index(1) == 3
     assert backends.get("jax").process_index(1) == 3  # one JAX process: torchrun's rank where it set one
+
+
+def test_what_each_framework_asks_of_the_spec_and_the_platform():
+    jax, torch = backends.get("jax"), backends.get("torch")
+    assert jax.remat_refusal("dots-saveable") == "" and torch.remat_refusal("full") == ""
+    assert torch.remat_refusal("dots-saveable").startswith("--remat-policy dots-saveable: torch +remat recomputes whole blocks")
+    assert "6 bf16 passes" in jax.fp32_matmul_words("tpu", False) and jax.fp32_matmul_words("gpu", True) == "tf32"
+    assert torch.fp32_matmul_words("gpu", False) == "fp32 (no TF32)" and torch.fp32_matmul_words("cpu", True) == "tf32"
+    assert (jax.TWIN_OPTION, torch.TWIN_OPTION) == ("jax-twin", "")
+
+
+def test_how_a_run_s_processes_start(monkeypatch):
+    jax, torch = backends.get("jax"), backends.get("torch")
+    assert jax.process_env(4, 2) == {"JAX_NUM_CPU_DEVICES": "2", "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo"}
+    assert jax.process_env(1, 1) == {} and torch.process_env(4, 1) == {}
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    torch.join(1, "", -1)  # not a torchrun rank: joins nothing (and imports no torch.distributed)
+    jax.join(1, "", -1)  # one process: nothing to join
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert jax.cpu_peaks(2, 4, 2) == 2  # JAX's simulated devices share their process's threads
+    assert torch.cpu_peaks(1, 4, 2) == 4 and torch.cpu_peaks(1, 4, 4) == 2  # ranks at once: cores / threads
 
 
 def test_framework_branches_stay_in_the_backends():

@@ -72,10 +72,10 @@ def main(framework: str, out_path: str) -> None:
     if framework == "torch":
         import torch
 
-        from twinbench.distributed.torchrun import initialize_torch
+        from twinbench.backends.torch import join_process_group
 
         torch.set_num_threads(1)  # the ranks share the machine's cores
-        initialize_torch()
+        join_process_group()
     else:
         from twinbench.measure.compiles import JaxCompiles
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from twinbench import backends
 from twinbench.measure import device, memory, peak, platforms
 from twinbench.spec import from_preset
 
@@ -58,15 +59,15 @@ def test_no_datasheet_is_borrowed() -> None:
 
 
 def test_a_tpu_says_what_its_fp32_matmuls_are() -> None:
-    tpu = platforms.get("tpu")
-    assert "6 bf16 passes" in tpu.fp32_matmul_words("jax", tf32=False)
-    assert "3 bf16 passes" in tpu.fp32_matmul_words("jax", tf32=True)
-    assert "TF32" not in tpu.fp32_matmul_words("jax", tf32=False)
+    jax_words = backends.get("jax").fp32_matmul_words
+    assert "6 bf16 passes" in jax_words("tpu", tf32=False)
+    assert "3 bf16 passes" in jax_words("tpu", tf32=True)
+    assert "TF32" not in jax_words("tpu", tf32=False)
     for p in ("cpu", "gpu", "cuda"):
-        assert platforms.get(p).fp32_matmul_words("jax", tf32=False) == "fp32 (no TF32)"
+        assert jax_words(p, tf32=False) == "fp32 (no TF32)"
     words = device.set_fp32_matmul("jax", platform="tpu")
     assert words.endswith("; jax_default_matmul_precision=highest") and "6 bf16 passes" in words
-    assert device.matmul_label(words) == tpu.fp32_matmul_words("jax", tf32=False)
+    assert device.matmul_label(words) == jax_words("tpu", tf32=False)
     assert device.set_fp32_matmul("jax").startswith("fp32 (no TF32); ")  # here: the CPU, as before
 
 
@@ -90,7 +91,8 @@ def test_a_bf16_run_on_a_tpu_keeps_jax_default_precision() -> None:
 def test_platforms_are_asked_not_branched_on() -> None:
     assert platforms.get("cuda") is platforms.get("gpu") is platforms.GPU
     assert platforms.get(None) is platforms.CPU and not platforms.CPU.accelerator
-    assert platforms.get("tpu").torch_route.startswith("torchax")
+    assert platforms.get("tpu").routes["torch"].startswith("torchax")
+    assert platforms.get("gpu").routes == {}
     assert platforms.accelerator_words(["cpu", "tpu"]) == "the TPU"
     assert platforms.accelerator_words(["gpu", "tpu"]) == "the accelerator"
 

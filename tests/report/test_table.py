@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 from synthetic import record
 
-from twinbench import runner
+from twinbench import backends, runner
 from twinbench.measure import device, memory
 from twinbench.report.table import conditions, markdown, print_table, rich_table
 from twinbench.spec import from_preset, validate
@@ -46,7 +46,7 @@ def test_off_a_terminal_the_table_is_whole() -> None:
 def tpu_record(**extra: Any) -> dict[str, Any]:
     gpt = RUN["gpt2_124m"]
     return record("jax", "jit", device=RUN["device_kind"], platform="tpu", precision="bf16",
-                  matmul_precision=device.platforms.get("tpu").fp32_matmul_words("jax", False)
+                  matmul_precision=backends.get("jax").fp32_matmul_words("tpu", False)
                   + "; jax_default_matmul_precision=highest",
                   host_cpu="AMD (AVX2, FMA)", peak_tflops_datasheet=197.0, **extra) | {
         "memory_breakdown": memory.device_peak("tpu", gpt["allocator_peak_bytes"], device.ALLOCATOR_PEAK,
@@ -65,7 +65,9 @@ def test_a_tpu_run_is_described_in_a_tpus_words() -> None:
 def test_torch_on_the_cpu_beside_jax_on_a_tpu_names_torchax() -> None:
     lines = "\n".join(conditions([record("torch", "eager"), tpu_record()]))
     assert "did a framework miss the TPU?" in lines and "GPU" not in lines
-    assert "torchax" in lines
+    assert "; torch runs on the TPU through torchax (a torch model as one JAX program" in lines
+    jax_off = "\n".join(conditions([record("jax", "jit"), tpu_record()]))
+    assert "did a framework miss the TPU?" in jax_off and "torchax" not in jax_off  # JAX has a TPU build
     gpu = "\n".join(conditions([record("torch", "eager"), record("jax", "jit", platform="gpu", device="NVIDIA H100")]))
     assert "did a framework miss the GPU?" in gpu and "torchax" not in gpu
 

@@ -3,7 +3,7 @@
 Measurement, the strategies and the worker ask :func:`get` for the run's framework and call what every
 backend provides (:class:`Backend`): the device it runs on, its fp32 matmul precision, its allocator's peak,
 its versions, a compile monitor, its profiler, a timed matmul for the peak, the attention label of a run,
-and the record fields only one framework has. Each backend imports its framework inside its functions, so
+the record fields only one framework has, and how its processes join a multi-process run. Each backend imports its framework inside its functions, so
 importing this package loads neither.
 """
 
@@ -24,6 +24,8 @@ class Backend(Protocol):
     NAME: str
     #: the trainer protocol (strategies/base.py) the memory breakdown and preflight read of this framework
     MEMORY_PROTOCOL: type
+    #: the family option (``Family.supports``) a strategy building this framework's own twin needs ("" none)
+    TWIN_OPTION: str
 
     def describe(self) -> tuple[str, str, int]: ...  # (platform, device name, devices visible)
     def set_threads(self, threads: int) -> None: ...  # the framework's own CPU thread pool
@@ -40,6 +42,11 @@ class Backend(Protocol):
     def attention_impl(self, asked: str) -> str: ...  # the --attention-impl this framework's twins run
     def record_fields(self, asked_impl: str) -> dict[str, Any]: ...  # xla_flags, attention_impl
     def process_index(self, num_processes: int) -> int: ...  # this process's rank among a run's processes
+    def fp32_matmul_words(self, platform: str, tf32: bool) -> str: ...  # what an fp32 matmul is there
+    def remat_refusal(self, policy: str) -> str: ...  # why +remat cannot take --remat-policy ("" if it can)
+    def process_env(self, devices: int, num_processes: int) -> dict[str, str]: ...  # set before the import
+    def join(self, num_processes: int, coordinator: str, process_id: int) -> None: ...  # the distributed runtime
+    def cpu_peaks(self, num_processes: int, device_count: int, threads: int) -> int: ...  # matmul peaks at once
 
 
 BACKENDS: dict[str, Backend] = {"torch": torch_backend, "jax": jax_backend}  # type: ignore[dict-item]

@@ -19,6 +19,8 @@ from twinbench.strategies.base import JaxStepTrainer
 NAME = "jax"
 #: what the memory breakdown and preflight read of a JAX trainer: one jitted step over a parameter pytree
 MEMORY_PROTOCOL = JaxStepTrainer
+#: a JAX strategy that builds the family's NNX twin needs the family to have one
+TWIN_OPTION = "jax-twin"
 
 #: the record's name of each ``--attention-impl``; any other (the default) is the twins' einsums
 ATTENTION_LABELS = {"cudnn": "cudnn (fused)", "splash": "splash (Pallas TPU, fused)",
@@ -51,8 +53,13 @@ def set_fp32_matmul(tf32: bool, platform: str | None, precision: str) -> str:
         return "bf16 operands, one bf16 pass; jax_default_matmul_precision=default"
     value = "tensorfloat32" if tf32 else "highest"
     jax.config.update("jax_default_matmul_precision", value)
-    words = platforms.get(platform).fp32_matmul_words(NAME, tf32)
+    words = fp32_matmul_words(platform, tf32)
     return f"{words}; jax_default_matmul_precision={value}"
+
+
+def fp32_matmul_words(platform: str, tf32: bool) -> str:
+    """What JAX's fp32 matmuls are on ``platform``: ``fp32 (no TF32)``, ``tf32``, or on a TPU its bf16 passes."""
+    return platforms.get(platform).jax_fp32_words["tensorfloat32" if tf32 else "highest"]
 
 
 def allocator_peak() -> int | None:
@@ -165,3 +172,47 @@ def process_index(num_processes: int) -> int:
 
         return jax.process_index()
     return int(os.environ.get("RANK", "0"))
+
+
+def remat_refusal(policy: str) -> str:
+    """Nothing: the JAX twins take every ``--remat-policy`` (``jax.checkpoint_policies``)."""
+    return ""
+
+
+def process_env(devices: int, num_processes: int) -> dict[str, str]:
+    """On the CPU: ``devices / num_processes`` simulated devices (``jax_num_cpu_devices``, read from
+    ``JAX_NUM_CPU_DEVICES`` at import) and, for several processes, gloo collectives between them. It only
+    affects JAX's host platform: on a GPU machine ``jax.devices()`` stays the GPUs."""
+    env: dict[str, str] = {}
+    local = max(devices // max(num_processes, 1), 1)
+    if local > 1:
+        env["JAX_NUM_CPU_DEVICES"] = str(local)
+    if num_processes > 1:
+        env["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] = "gloo"
+    return env
+
+
+def join(num_processes: int, coordinator: str, process_id: int) -> None:
+    """``jax.distributed.initialize`` for a run spread over ``num_processes`` processes (hosts).
+
+    The coordinator address comes from ``--coordinator`` or ``JAX_COORDINATOR_ADDRESS``, the process id
+    from ``--process-id`` (-1: unset) or ``JAX_PROCESS_ID``; whatever is still unset JAX detects itself on a
+    cluster it knows (SLURM, Open MPI, Kubernetes, Cloud TPU).
+    """
+    import jax
+
+    if num_processes <= 1 or jax.distributed.is_initialized():
+        return
+    address = coordinator or os.environ.get("JAX_COORDINATOR_ADDRESS") or None
+    pid: int | None = process_id if process_id >= 0 else None
+    if pid is None and os.environ.get("JAX_PROCESS_ID"):
+        pid = int(os.environ["JAX_PROCESS_ID"])
+    if os.environ.get("JAX_CPU_COLLECTIVES_IMPLEMENTATION"):  # set by process_env (CPU runs)
+        jax.config.update("jax_cpu_collectives_implementation", os.environ["JAX_CPU_COLLECTIVES_IMPLEMENTATION"])
+    jax.distributed.initialize(coordinator_address=address, num_processes=num_processes,
+                               process_id=pid, initialization_timeout=120)
+
+
+def cpu_peaks(num_processes: int, device_count: int, threads: int) -> int:
+    """JAX's simulated CPU devices share the threads of their process: one peak per process."""
+    return num_processes

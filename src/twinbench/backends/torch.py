@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from twinbench.measure import platforms
 from twinbench.measure.compiles import CompileMonitor, TorchCompiles
 from twinbench.measure.host import cpu_name
 from twinbench.strategies.base import TorchModuleTrainer
@@ -18,6 +17,8 @@ from twinbench.strategies.base import TorchModuleTrainer
 NAME = "torch"
 #: what the memory breakdown reads of a torch trainer: its nn.Module, optimizer and the step's loss half
 MEMORY_PROTOCOL = TorchModuleTrainer
+#: the torch twins need no family option: every family has its torch module
+TWIN_OPTION = ""
 
 #: torch's SDPA kernels by the aten op that runs them (the first found in a profiled call names the kernel).
 SDPA_KERNELS = (("_scaled_dot_product_cudnn_attention", "cudnn"),
@@ -64,8 +65,7 @@ def set_fp32_matmul(tf32: bool, platform: str | None, precision: str) -> str:
     ``precision`` (the run's dtype) does not change torch's setting."""
     import torch
 
-    label = platforms.get(platform or ("gpu" if torch.cuda.is_available() else "cpu")).fp32_matmul_words(
-        NAME, tf32)
+    label = fp32_matmul_words(platform or ("gpu" if torch.cuda.is_available() else "cpu"), tf32)
     if precision_api(torch) == "fp32_precision":
         value = "tf32" if tf32 else "ieee"
         torch.backends.fp32_precision = value  # the generic default: CUDA matmuls, cuDNN, oneDNN
@@ -76,6 +76,11 @@ def set_fp32_matmul(tf32: bool, platform: str | None, precision: str) -> str:
     torch.backends.cudnn.allow_tf32 = tf32
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
     return f"{label}; torch allow_tf32={tf32}"
+
+
+def fp32_matmul_words(platform: str, tf32: bool) -> str:
+    """What torch's fp32 matmuls are: TF32 or not (torch never runs on a TPU without torchax, which is JAX)."""
+    return "tf32" if tf32 else "fp32 (no TF32)"
 
 
 def allocator_peak() -> int | None:
@@ -172,3 +177,48 @@ def record_fields(asked_impl: str) -> dict[str, Any]:
 def process_index(num_processes: int) -> int:
     """torchrun's rank of this process (0 alone)."""
     return int(os.environ.get("RANK", "0"))
+
+
+def remat_refusal(policy: str) -> str:
+    """torch +remat recomputes whole blocks (``torch.utils.checkpoint``): any other policy is refused."""
+    if policy == "full":
+        return ""
+    return (f"--remat-policy {policy}: torch +remat recomputes whole blocks (torch.utils.checkpoint); "
+            "allowed for torch: full")
+
+
+def process_env(devices: int, num_processes: int) -> dict[str, str]:
+    """Nothing: torchrun sets each rank's environment."""
+    return {}
+
+
+def join(num_processes: int, coordinator: str, process_id: int) -> None:
+    """Join the process group when torchrun started this process (``WORLD_SIZE`` set); else nothing."""
+    if "WORLD_SIZE" in os.environ:
+        join_process_group()
+
+
+def join_process_group() -> None:
+    """Join the process group torchrun set up: NCCL with one GPU per rank, gloo on the CPU."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    if torch.cuda.is_available():
+        rank, count = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+        if rank >= count:  # said now, in one line, instead of CUDA's "invalid device ordinal" later
+            raise RuntimeError(f"--devices: local rank {rank} has no GPU: this host has {count} visible "
+                               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        dist.init_process_group("gloo")
+
+
+def cpu_peaks(num_processes: int, device_count: int, threads: int) -> int:
+    """torchrun ranks each measured their peak on ``threads`` threads; a host runs at most ``cores / threads``
+    of them at once."""
+    ranks_per_host = max(device_count // num_processes, 1)
+    return num_processes * max(1, min(ranks_per_host, (os.cpu_count() or 1) // max(threads, 1)))

@@ -110,16 +110,24 @@ def step_ms(spec: RunSpec, sheet: Datasheet) -> tuple[float, str]:
 def compile_s(spec: RunSpec, platform: str) -> float:
     """The cold compile the run pays on ``platform`` (``COMPILE``: a stated model of the sittings)."""
     c = COMPILE[platform]
-    m, base = spec.model, spec.base_strategy
     task = c["classify"] if spec.train.task == "classify" else 0.0
-    if spec.framework == "torch":
-        if base.startswith("compile"):
-            return c.get("torch_compile_base", 0.0) + c.get("torch_compile_per_layer", 0.0) * m.layers + task
-        return c["torch_eager"]
+    return COMPILE_MODELS[spec.framework](spec, platform, c, task)
+
+
+def _torch_compile_s(spec: RunSpec, platform: str, c: dict[str, float], task: float) -> float:
+    """torch.compile's cold compile grows with the layers; eager compiles nothing but a start-up."""
+    if spec.base_strategy.startswith("compile"):
+        return c.get("torch_compile_base", 0.0) + c.get("torch_compile_per_layer", 0.0) * spec.model.layers + task
+    return c["torch_eager"]
+
+
+def _jax_compile_s(spec: RunSpec, platform: str, c: dict[str, float], task: float) -> float:
+    """One jit of the step (scan-layers: of one block), by the base's factors, once per program a length
+    policy makes (a classify run's padding)."""
+    base = spec.base_strategy
     if base == "scan-layers":
-        one = SCAN_LAYERS_S if platform == "tpu" else c["base"] + c["per_layer"] * 2
-        return one + task
-    one = c["base"] + c["per_layer"] * m.layers + task
+        return (SCAN_LAYERS_S if platform == "tpu" else c["base"] + c["per_layer"] * 2) + task
+    one = c["base"] + c["per_layer"] * spec.model.layers + task
     if base.startswith("torchax"):
         one *= TORCHAX_COMPILE
     if base == "naive":
@@ -127,9 +135,11 @@ def compile_s(spec: RunSpec, platform: str) -> float:
     if spec.mods.remat:
         one *= REMAT_COMPILE
     programs = LENGTH_PROGRAMS.get(spec.mods.length or "", 1) if spec.train.task == "classify" else 1
-    if spec.framework == "jax" or base.startswith("compile"):
-        one *= min(programs, spec.train.steps)
-    return one
+    return one * min(programs, spec.train.steps)
+
+
+#: each framework's compile model, by the record's framework
+COMPILE_MODELS = {"torch": _torch_compile_s, "jax": _jax_compile_s}
 
 
 def run_cost(spec: RunSpec, sheet: Datasheet) -> dict[str, Any]:

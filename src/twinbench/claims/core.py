@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from twinbench import backends
 from twinbench.claims.sizes import ATTENTION, PLATFORMS, REPEATS, left_out, sizes_for
+from twinbench.measure import platforms
 from twinbench.spec import PRESETS, RunSpec, SpecError
 
 SUPPORTED, CONTRADICTED, DEPENDS, NOT_MEASURABLE = "supported", "contradicted", "depends", "not measurable"
@@ -94,7 +96,7 @@ class Setup:
         """The (framework, strategy) that runs ``framework``'s ``strategy`` on this platform: on a TPU a torch
         strategy is the torch twin through torchax on the chip (``torch:eager+remat`` -> ``jax:torchax+remat``),
         and one torchax cannot run (torch.compile, +dynamic, +prefetch) is a SpecError; elsewhere unchanged."""
-        if self.platform != "tpu" or framework != "torch":
+        if framework not in platforms.get(self.platform).routes:  # it has a build here
             return framework, strategy
         base, *mods = strategy.split("+")
         bad = [m for m in mods if m not in TORCHAX_MODS]
@@ -108,8 +110,8 @@ class Setup:
         SDPA picks its own kernel on a GPU), else the default."""
         impl = ATTENTION.get(self.platform, "default")
         seq = over.get("seq", PRESETS[preset][1].seq)
-        if framework != "jax" or not bf16 or impl == "default" or self.top.get("user_model"):
-            return "default"
+        if backends.get(framework).attention_impl(impl) == "default" or not bf16 or self.top.get("user_model"):
+            return "default"  # torch's twins take none (SDPA picks), or the platform has no fused one
         if any(m in ("dynamic", "bucket") for m in strategy.split("+")[1:]):
             return "default"  # lengths that change per batch: the fused kernels want fixed blocks (splash: 128)
         if impl == "splash" and (seq % 128 or over.get("mask_impl") == "mul"):

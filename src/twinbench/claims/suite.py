@@ -108,7 +108,7 @@ RUN_S = {"tiny": 6.0, "bert-tiny": 8.0, "small": 10.0}
 #: What some runs add: a cold torch.compile, a JAX step recompiled for each new length (naive: per function;
 #: jit: the whole step), a simulated device mesh, a torchrun launch, bf16 emulated on a CPU; plus the
 #: simulated host work of --slow-input runs (steps x ms).
-EXTRA_S = {"compile": 15.0, "naive+dynamic": 12.0, "jit+dynamic": 18.0, "devices": 2.0, "torchrun": 8.0,
+EXTRA_S = {"compile": 15.0, "jax:naive+dynamic": 12.0, "jax:jit+dynamic": 18.0, "devices": 2.0, "torchrun": 8.0,
            "cpu-bf16": 30.0}
 PROBE_S = 8.0  # a probe: one process importing one or both frameworks
 
@@ -120,8 +120,7 @@ def cost_s(spec: RunSpec) -> float:
     t = RUN_S.get(spec.preset, 60.0)
     if spec.base_strategy in ("compile", "compile-regional"):
         t += EXTRA_S["compile"] * (1 if spec.preset == "tiny" else 1.5)
-    if spec.base_strategy in ("naive", "jit") and spec.mods.length == "dynamic" and spec.framework == "jax":
-        t += EXTRA_S[f"{spec.base_strategy}+dynamic"]
+    t += EXTRA_S.get(f"{spec.framework}:{spec.base_strategy}+{spec.mods.length}", 0.0)  # a compile per length
     if spec.mods.bf16 and spec.preset not in ("tiny", "bert-tiny"):
         t += EXTRA_S["cpu-bf16"]  # an upper bound: on a GPU bf16 is cheaper, not dearer
     if spec.devices > 1:

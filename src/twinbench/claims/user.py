@@ -59,6 +59,14 @@ def jax_name(strategy: str, port: bool) -> str:
     return "+".join([base, *mods])
 
 
+def _same(strategy: str, port: bool) -> str:
+    return strategy
+
+
+#: a twin's strategy as the user model's, by framework (the torch side runs the user's module unchanged)
+SIDE_NAMES = {"jax": jax_name}
+
+
 def split(claims: list[Any]) -> tuple[list[Any], list[str]]:
     """The claims a user model can run, and one line for each of the others; SpecError if none can run."""
     runnable = [c for c in claims if c.id in ANY_MODEL]
@@ -76,5 +84,5 @@ def user_spec(framework: str, strategy: str, preset: str, over: dict[str, Any], 
     recipe of ``compare --model``."""
     from twinbench.byo.plan import build_specs
 
-    name = jax_name(strategy, bool(top.get("user_jax_model"))) if framework == "jax" else strategy
+    name = SIDE_NAMES.get(framework, _same)(strategy, bool(top.get("user_jax_model")))
     return build_specs(preset, [framework], [name], dict(over), **top)[0]

@@ -85,9 +85,7 @@ def feed(batches: HostBatches, framework: str, prefetch: bool) -> Iterator[Batch
     """The batches in order, as the step loop consumes them (see the module docstring)."""
     if not prefetch:
         return (batches[i] for i in range(len(batches)))
-    if framework == "torch":
-        return _torch_device_prefetch(_torch_loader(batches))
-    return _jax_grain(batches)
+    return PREFETCH[framework](batches)
 
 
 # ------------------------------------------------------------------------------------------------ torch
@@ -170,3 +168,11 @@ def _jax_grain(batches: HostBatches) -> Iterator[Batch]:
             yield batch
     finally:  # an early stop (an error in the loop, or the consumer closing the generator)
         it.close()
+
+
+def _torch_prefetch(batches: HostBatches) -> Iterator[Batch]:
+    return _torch_device_prefetch(_torch_loader(batches))
+
+
+#: each framework's prefetching pipeline (the module docstring), by the run's framework
+PREFETCH: dict[str, Callable[[HostBatches], Iterator[Batch]]] = {"torch": _torch_prefetch, "jax": _jax_grain}

@@ -12,36 +12,19 @@ import contextlib
 import os
 import sys
 
+from twinbench import backends
 from twinbench.spec import RunSpec
 
 
 def process_env(spec: RunSpec) -> dict[str, str]:
-    """Environment a run's own process needs before any framework is imported.
-
-    JAX on the CPU gets ``devices / num_processes`` simulated devices (``jax_num_cpu_devices``, read from
-    ``JAX_NUM_CPU_DEVICES`` at import) and, for several processes, gloo collectives between them. It only
-    affects JAX's host platform: on a GPU machine ``jax.devices()`` stays the GPUs.
-    """
-    env: dict[str, str] = {}
-    if spec.framework == "jax":
-        local = max(spec.devices // max(spec.num_processes, 1), 1)
-        if local > 1:
-            env["JAX_NUM_CPU_DEVICES"] = str(local)
-        if spec.num_processes > 1:
-            env["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] = "gloo"
-    return env
+    """Environment a run's own process needs before any framework is imported (its backend's
+    ``process_env``: JAX's simulated CPU devices and collectives between processes; nothing for torch)."""
+    return backends.get(spec.framework).process_env(spec.devices, spec.num_processes)
 
 
 def initialize(spec: RunSpec) -> None:
     """Join the run's distributed runtime (a no-op for a one-process run); call before any device query."""
-    if spec.framework == "jax":
-        from twinbench.distributed.mesh import initialize_jax
-
-        initialize_jax(spec)
-    elif "WORLD_SIZE" in os.environ:  # started by torchrun
-        from twinbench.distributed.torchrun import initialize_torch
-
-        initialize_torch()
+    backends.get(spec.framework).join(spec.num_processes, spec.coordinator, spec.process_id)
 
 
 def local_rank() -> int:
@@ -85,7 +68,4 @@ def parallel_peaks(spec: RunSpec, platform: str, device_count: int, threads: int
     """
     if platform != "cpu":
         return device_count
-    if spec.framework == "jax":
-        return spec.num_processes
-    ranks_per_host = max(device_count // spec.num_processes, 1)
-    return spec.num_processes * max(1, min(ranks_per_host, (os.cpu_count() or 1) // max(threads, 1)))
+    return backends.get(spec.framework).cpu_peaks(spec.num_processes, device_count, threads)

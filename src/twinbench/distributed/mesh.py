@@ -1,4 +1,4 @@
-"""JAX meshes and shardings: the ``data`` mesh axis, the FSDP sharding rule, multi-process start-up.
+"""JAX meshes and shardings: the ``data`` mesh axis, the FSDP sharding rule (a run's processes join in backends/jax.py).
 
 One axis, ``data``, carries both data parallelism (the batch is split along it) and FSDP (every parameter
 and optimizer-state leaf is split along it too, ZeRO-3 style). Arrays are built with
@@ -8,7 +8,6 @@ the slices its own devices hold, cut from the same deterministic global array.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import jax
@@ -16,28 +15,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from twinbench.spec import RunSpec
-
 AXIS = "data"
-
-
-def initialize_jax(spec: RunSpec) -> None:
-    """``jax.distributed.initialize`` for a run spread over ``spec.num_processes`` processes (hosts).
-
-    The coordinator address comes from ``--coordinator`` or ``JAX_COORDINATOR_ADDRESS``, the process id
-    from ``--process-id`` or ``JAX_PROCESS_ID``; whatever is still unset JAX detects itself on a cluster
-    it knows (SLURM, Open MPI, Kubernetes, Cloud TPU).
-    """
-    if spec.num_processes <= 1 or jax.distributed.is_initialized():
-        return
-    coordinator = spec.coordinator or os.environ.get("JAX_COORDINATOR_ADDRESS") or None
-    pid: int | None = spec.process_id if spec.process_id >= 0 else None
-    if pid is None and os.environ.get("JAX_PROCESS_ID"):
-        pid = int(os.environ["JAX_PROCESS_ID"])
-    if os.environ.get("JAX_CPU_COLLECTIVES_IMPLEMENTATION"):  # set by distributed.process_env (CPU runs)
-        jax.config.update("jax_cpu_collectives_implementation", os.environ["JAX_CPU_COLLECTIVES_IMPLEMENTATION"])
-    jax.distributed.initialize(coordinator_address=coordinator, num_processes=spec.num_processes,
-                               process_id=pid, initialization_timeout=120)
 
 
 def data_mesh(n: int) -> Mesh:

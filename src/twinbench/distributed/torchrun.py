@@ -1,4 +1,4 @@
-"""PyTorch's distributed runtime: the ``torchrun`` command the runner launches, and the process group.
+"""PyTorch's distributed runtime: the ``torchrun`` command the runner launches (ranks join in backends/torch.py).
 
 The runner stays the only place that spawns processes: for a strategy registered with the ``torchrun``
 launcher it starts ``python -m torch.distributed.run ... --module twinbench.worker SPEC RECORD`` instead of
@@ -55,25 +55,6 @@ def node_rank(spec: RunSpec) -> int:
     if os.environ.get("NODE_RANK", "").isdigit():
         return int(os.environ["NODE_RANK"])
     raise SpecError("--process-id: a multi-host torch run needs this host's rank (or NODE_RANK)")
-
-
-def initialize_torch() -> None:
-    """Join the process group torchrun set up: NCCL with one GPU per rank, gloo on the CPU."""
-    import torch
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        return
-    if torch.cuda.is_available():
-        rank, count = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
-        if rank >= count:  # said now, in one line, instead of CUDA's "invalid device ordinal" later
-            raise RuntimeError(f"--devices: local rank {rank} has no GPU: this host has {count} visible "
-                               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
-        device = torch.device("cuda", rank)
-        torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device)
-    else:
-        dist.init_process_group("gloo")
 
 
 def describe() -> str:

@@ -165,7 +165,7 @@ def set_fp32_matmul(framework: str, tf32: bool = False, platform: str | None = N
 
     On NVIDIA GPUs JAX's default fp32 matmul uses TF32 and PyTorch's does not. twinbench runs both at full
     fp32 unless ``tf32`` is asked for, in which case both use TF32 (each backend's ``set_fp32_matmul`` says
-    how). The record says what the setting means on the run's platform (``platforms.Platform.fp32_matmul_words``)
+    how). The record says what the setting means on the run's platform (each backend's ``fp32_matmul_words``)
     and which setting it was: ``fp32 (no TF32); torch fp32_precision=ieee``, ``fp32 (no TF32);
     jax_default_matmul_precision=highest``, on a TPU ``fp32 as 6 bf16 passes (bf16_6x, ~fp32 accuracy);
     jax_default_matmul_precision=highest``. ``platform``: the run's (default: the framework's default device).

@@ -1,16 +1,16 @@
 """What differs between the platforms a run can measure on (cpu, gpu, tpu), in one place.
 
 Every other module asks :func:`get` for the run's platform and reads what it needs from the answer, instead
-of branching on the platform's name: what an fp32 matmul means there (TF32 or not, bf16 passes on a TPU),
+of branching on the platform's name: what JAX's fp32 matmul means there (TF32 or not, bf16 passes on a TPU),
 whether the allocator's peak sees the compiled program's temporaries, what the accelerator is called in a
-warning, and how a framework that has no build for it gets onto it. The datasheets (peak FLOP/s, memory,
-bandwidth) live in :mod:`twinbench.measure.peak`, keyed on the device's name.
+warning, and how a framework that has no build for it gets onto it (``routes``). The datasheets (peak
+FLOP/s, memory, bandwidth) live in :mod:`twinbench.measure.peak`, keyed on the device's name.
 """
 
 from __future__ import annotations
 
 import glob
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -26,21 +26,14 @@ class Platform:
     allocator_sees_temporaries: bool
     #: JAX's fp32 matmul precision setting -> what it means on this device
     jax_fp32_words: dict[str, str]
-    #: how a PyTorch program gets onto this device, when torch has no build for it ("" where it has)
-    torch_route: str = ""
+    #: how a framework with no build for this device gets onto it, by framework (none where both have one)
+    routes: dict[str, str] = field(default_factory=dict)
     #: the JAX ``--attention-impl`` that keeps no seq x seq probabilities here (what a preflight suggests)
     lean_attention: str = "chunked"
 
     @property
     def accelerator(self) -> bool:
         return self.name != "cpu"
-
-    def fp32_matmul_words(self, framework: str, tf32: bool) -> str:
-        """What the run's fp32 matmuls are on this device: ``fp32 (no TF32)``, ``tf32``, or on a TPU
-        ``fp32 as 6 bf16 passes (bf16_6x)``. torch never runs on a TPU without torchax (which is JAX)."""
-        if framework == "jax":
-            return self.jax_fp32_words["tensorfloat32" if tf32 else "highest"]
-        return "tf32" if tf32 else "fp32 (no TF32)"
 
 
 CPU = Platform("cpu", "the CPU", allocator_sees_temporaries=True,
@@ -53,7 +46,8 @@ TPU = Platform("tpu", "the TPU", allocator_sees_temporaries=False,
                jax_fp32_words={"highest": "fp32 as 6 bf16 passes (bf16_6x, ~fp32 accuracy)",
                                "tensorfloat32": "fp32 as 3 bf16 passes (bf16_3x, ~tf32 accuracy)",
                                "default": "fp32 operands in one bf16 pass"},
-               torch_route="torchax (a torch model as one JAX program: --model FILE.py:build --strategies torchax)",
+               routes={"torch": "torchax (a torch model as one JAX program: --model FILE.py:build "
+                                "--strategies torchax)"},
                lean_attention="splash")
 
 PLATFORMS = {p.name: p for p in (CPU, GPU, TPU)}

@@ -193,17 +193,22 @@ def _attention_unsaid(x: dict[str, Any], vary: list[str]) -> bool:
 
 def _platform_lines(ok: list[dict[str, Any]], vary: list[str]) -> list[str]:
     """A warning when the runs ran on different platforms (torch on the CPU beside JAX on a GPU or TPU): their
-    times do not compare. On a TPU, where torch has no build, it names the way torch gets onto the chip."""
+    times do not compare. Where a framework that ran on the CPU has no build (torch on a TPU), it names the way
+    that framework gets onto the chip (``Platform.routes``)."""
     names = sorted({str(platform_name(x.get("platform"))) for x in ok if x.get("platform")})  # cuda = gpu
     if len(names) <= 1:
         return []
     line = (f"warning: these runs ran on different platforms ({', '.join(names)}): "
             + "; ".join(f"{label(x, vary)} on {platform_name(x.get('platform'))}" for x in ok)
             + f". Their times do not compare (did a framework miss {platforms.accelerator_words(names)}?)")
-    routes = {p.torch_route for n in names if (p := platforms.get(n)).torch_route}
-    torch_off = any(x["framework"] == "torch" and not platforms.get(x.get("platform")).accelerator for x in ok)
-    if routes and torch_off:
-        line += f"; torch runs on {platforms.accelerator_words(names)} through " + "; ".join(sorted(routes))
+    off = {x["framework"] for x in ok if not platforms.get(x.get("platform")).accelerator}
+    routes: dict[str, set[str]] = {}  # a framework that ran off the accelerator -> how it gets onto one there
+    for n in names:
+        for fw, route in platforms.get(n).routes.items():
+            if fw in off:
+                routes.setdefault(fw, set()).add(route)
+    for fw, ways in sorted(routes.items()):
+        line += f"; {fw} runs on {platforms.accelerator_words(names)} through " + "; ".join(sorted(ways))
     return [line]
 
 

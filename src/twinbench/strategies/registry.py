@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from twinbench import backends
 from twinbench.models import family as model_family
 from twinbench.spec import FRAMEWORKS, USER, RunSpec, SpecError
 from twinbench.strategies.modifiers import LENGTH_POLICIES
@@ -243,8 +244,8 @@ DATA_MODIFIERS = ("pad-max", "bucket", "dynamic", "symbolic", "prefetch")
 def _options_needed(framework: str, base: str, mods: tuple[str, ...]) -> list[str]:
     """The family options (``Family.supports``) a cell needs."""
     strategy = REGISTRY[(framework, base)]
-    twin = framework == "jax" and strategy.families is None and base not in TORCH_MODULE
-    need = ["jax-twin"] if twin else []  # it builds the NNX twin
+    twin = backends.get(framework).TWIN_OPTION  # "jax-twin": a JAX strategy builds the family's NNX twin
+    need = [twin] if twin and strategy.families is None and base not in TORCH_MODULE else []
     need += [m for m in ("bf16", "remat", "prefetch", "fused-qkv") if m in mods]
     if base in ("scan-layers", "compile-regional"):
         need.append(base)

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from twinbench.backends import torch as torch_backend
 from twinbench.distributed import sharding_report as sr
 from twinbench.distributed import torchrun
 from twinbench.distributed.sharding_report import batch_leaves
@@ -41,7 +42,7 @@ class RankTrainer(TorchTrainer):
     ``b = batch / world``; the loss it returns is the mean over ranks."""
 
     def init_process(self) -> None:
-        torchrun.initialize_torch()
+        torch_backend.join_process_group()
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.rows = self.spec.train.batch // self.world
         self.last_batch: tuple[Any, Any] | None = None
