@@ -104,12 +104,15 @@ def _code_commands(text: str) -> list[tuple[int, str]]:
     """(line number, command) of every ``twinbench ...`` line in a code block (fenced, or indented four spaces)
     of a Markdown page, continuation lines (``\\``) joined; a ``$ `` prompt, a path to the executable and a
     ``time`` in front are allowed."""
-    lines, found, fenced, i = text.splitlines(), [], False, 0
+    lines, found, fenced, i, indented = text.splitlines(), [], False, 0, False
     while i < len(lines):
         line = lines[i]
+        # an indented block starts after a blank line: an indented line that continues a paragraph or a list
+        # item is prose; in a fenced block, a command starts near the margin (a deeper line is a tree or output)
+        indented = line.startswith("    ") and (indented or i == 0 or not lines[i - 1].strip())
         if line.lstrip().startswith("```"):
             fenced = not fenced
-        elif (fenced or line.startswith("    ")) and re.match(
+        elif ((fenced and len(line) - len(line.lstrip()) <= 4) or (not fenced and indented)) and re.match(
                 r"(\$\s+)?(\S*/)?(time\s+(-v\s+)?)?(\S*/)?twinbench\s", line.strip()):
             start, command = i, line.strip()
             while command.endswith("\\") and i + 1 < len(lines):
@@ -122,7 +125,9 @@ def _code_commands(text: str) -> list[tuple[int, str]]:
 
 def test_the_command_finder_sees_blocks_prompts_and_continuations():
     text = ("```bash\ntwinbench compare --preset tiny  # a comment\n$ twinbench diff a b \\\n  --fail-above 5\n```\n"
-            "prose naming twinbench compare, not code\n\n    /usr/bin/time -v .venv/bin/twinbench claims --quick\n")
+            "prose naming twinbench compare, not code\n\n    /usr/bin/time -v .venv/bin/twinbench claims --quick\n"
+            "1. a list item whose text goes on\n    twinbench compare is prose here\n"
+            "```\nsrc/\n          twinbench in a tree is prose\n```\n")
     assert _code_commands(text) == [(2, "twinbench compare --preset tiny  # a comment"),
                                     (3, "$ twinbench diff a b  --fail-above 5"),
                                     (8, "/usr/bin/time -v .venv/bin/twinbench claims --quick")]

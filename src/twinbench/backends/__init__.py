@@ -26,6 +26,8 @@ class Backend(Protocol):
     MEMORY_PROTOCOL: type
     #: the family option (``Family.supports``) a strategy building this framework's own twin needs ("" none)
     TWIN_OPTION: str
+    #: whether XLA_FLAGS change this framework's runs (an XLA flag given to another framework is refused)
+    READS_XLA_FLAGS: bool
 
     def describe(self) -> tuple[str, str, int]: ...  # (platform, device name, devices visible)
     def set_threads(self, threads: int) -> None: ...  # the framework's own CPU thread pool

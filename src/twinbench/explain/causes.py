@@ -88,7 +88,8 @@ def _category(r: dict[str, Any]) -> str:
 
 CATEGORIZED_MIN = 0.90
 #: a step's backward matmul FLOPs over its forward's: each forward product has its weight gradient (1x) and,
-#: but for the first layer's, its input gradient (2x); recomputation in the backward (remat) adds up to 1x more
+#: but for the first layer's, its input gradient (twice the forward in all); recomputing the forward in the
+#: backward (remat) adds at most the forward's once more
 BACKWARD_OVER_FORWARD = (0.9, 3.2)
 #: a conservative bound per CPU core on what any op can reach: FLOP/s (fp32 FMA on AVX-512 units at 5 GHz,
 #: two units, with margin) and bytes/s (two 64-byte loads and a store a cycle from L1 at 5 GHz, with margin)

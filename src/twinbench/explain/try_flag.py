@@ -81,6 +81,7 @@ def preflight(arg: str, sides: list[Any]) -> Any:
     checks as a run of ``compare`` before any run starts: validation, the strategy's registry, the files it
     reads (plan.check_inputs), the memory its shape needs (limits.check_host). An XLA flag on a torch side is
     refused (it would change nothing it measures). Returns the variant's spec; :class:`TryError` otherwise."""
+    from twinbench import backends
     from twinbench.limits import check_host
     from twinbench.plan import check_inputs
     from twinbench.spec import SpecError
@@ -88,7 +89,7 @@ def preflight(arg: str, sides: list[Any]) -> Any:
 
     idx, kind, name, value = parse(arg)
     side = sides[idx]
-    if kind == "xla" and side.framework != "jax":
+    if kind == "xla" and not backends.get(side.framework).READS_XLA_FLAGS:
         raise TryError(f"--try {arg!r}: an XLA flag changes JAX runs only; side {'AB'[idx]} is "
                        f"{side.framework}/{side.strategy}")
     spec = variant(side.to_dict(), kind, name, value)

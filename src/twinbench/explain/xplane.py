@@ -126,7 +126,7 @@ MAX_TEXT = 1 << 16
 
 
 def _text(v: bytes | memoryview) -> str:
-    """A string field, cut at :data:`MAX_TEXT` (a 10 MB name costs no more than a long one from here on)."""
+    """A string field, cut at :data:`MAX_TEXT` (a name of any length costs no more than a long one from here on)."""
     return bytes(v[:MAX_TEXT * 4]).decode("utf-8", "replace")[:MAX_TEXT]
 
 
