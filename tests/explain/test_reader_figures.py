@@ -3,7 +3,9 @@ category cells, its op count, top ops and the FLOPs, bytes and calls the op grou
 
 The expected values in reader_figures.json were taken from the previous reader (the whole file parsed into
 Python objects, before the streaming readers), one entry per fixture in tests/explain/fixtures; a reader change
-that moves any figure beyond rounding fails here. Fixtures and their sources: fixtures/README.md."""
+that moves any figure beyond rounding fails here. Two changes since, each deliberate: the torch traces' bytes
+(``gbytes``) no longer count a view op (``aten::select``, ``as_strided``...) as moving its whole input, and the
+VAE pairs, added after the readers streamed, are pinned from the streaming reader. Fixtures and their sources: fixtures/README.md."""
 
 from __future__ import annotations
 

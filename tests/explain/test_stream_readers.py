@@ -114,7 +114,7 @@ def test_steps_n_for_runs_reaches_the_spec(monkeypatch: pytest.MonkeyPatch, tmp_
 
     seen: dict[str, Any] = {}
 
-    def fake(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], *rest: Any) -> dict[str, Any]:
+    def fake(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], *rest: Any, **kw: Any) -> dict[str, Any]:
         seen.update(overrides)
         raise command.ExplainError("stopped before any run")
 

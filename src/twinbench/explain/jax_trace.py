@@ -101,9 +101,12 @@ def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str
     path = xplane_of(trace_path)
     try:
         raw = files.read_bytes(path, "profile")  # the one bounded reader of user-named files
-        tpu = tpu_trace.is_tpu(xplane.plane_names(raw))
+        names = xplane.plane_names(raw)
+        tpu = tpu_trace.is_tpu(names)
     except (OSError, EOFError, ValueError, IndexError, TypeError, UnicodeDecodeError) as e:
         raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from e
+    if not names:  # a protobuf of another message decodes as an XSpace with no planes
+        raise TraceError(f"{path}: not a readable profile (no planes: not a JAX profile's XSpace)")
     if tpu:
         try:
             return tpu_trace.read(path, raw, device, module, hlo_text, hlo_for, steps)
