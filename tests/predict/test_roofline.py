@@ -351,6 +351,6 @@ def test_the_splash_efficiency_gives_back_the_in_step_time_it_was_taken_from():
     g = attention.SPLASH_IN_STEP
     op = attention.attention_op(layers=g["layers"], batch=g["batch"], heads=g["heads"], seq=g["seq"],
                                 head_dim=g["head_dim"], causal=g["causal"], splash=True)
-    eff = Efficiency(0.95, 0.85, 0.0, attention.ATTENTION_EFFICIENCY["tpu"])
+    eff = Efficiency(0.95, 0.85, 0.0, attention.attention_efficiency("tpu"))
     assert op_ms(op, datasheets.lookup("tpu-v5e"), eff).ms == pytest.approx(g["ms"], rel=1e-6)
-    assert 0.0 < attention.ATTENTION_EFFICIENCY["tpu"] < 1.0
+    assert 0.0 < attention.attention_efficiency("tpu") < 1.0

@@ -25,6 +25,8 @@ never the ``[batch, heads, seq, seq]`` scores or probabilities the einsum materi
 
 from __future__ import annotations
 
+import functools
+
 from twinbench.predict.roofline import Op
 from twinbench.spec import USER, RunSpec
 
@@ -72,8 +74,16 @@ def splash_efficiency() -> float:
     return flops / (_V5E_BF16_TFLOPS * 1e12 * (g["ms"] * 1e-3 - steps * SPLASH_STEP_US * 1e-6))
 
 
-#: fraction of the bf16 peak a fused attention kernel (forward + backward) reaches, per platform
-ATTENTION_EFFICIENCY = {"tpu": splash_efficiency(), "gpu": 0.30, "cpu": 0.5}
+#: fraction of the bf16 peak a fused attention kernel (forward + backward) reaches, per platform (the TPU's:
+#: :func:`attention_efficiency`, read from its splash kernel's measurements when first asked for)
+ATTENTION_EFFICIENCY = {"gpu": 0.30, "cpu": 0.5}
+
+
+@functools.cache
+def attention_efficiency(platform: str) -> float:
+    """:data:`ATTENTION_EFFICIENCY` of ``platform``; a TPU's is :func:`splash_efficiency` (computed on first use:
+    the splash block sizes live with the JAX layers, which a torch-only prediction never imports)."""
+    return splash_efficiency() if platform == "tpu" else ATTENTION_EFFICIENCY[platform]
 
 
 def is_score_op(op: Op, seq: int, heads: int, batch: int = 0) -> bool:
