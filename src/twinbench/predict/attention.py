@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 
+from twinbench.predict.datasheets import lookup
 from twinbench.predict.roofline import Op
 from twinbench.spec import USER, RunSpec
 
@@ -36,15 +37,13 @@ FUSED_ATTENTION = ("cudnn", "splash")
 
 #: the splash kernel's fixed cost of one computed grid step, µs: BERT-base's attention block (32 x 12 heads x 512
 #: x 64, fused backward) on a TPU v5e with every block 256 against every block 512 (benchmarks/RESULTS.md, "Where
-#: BERT-base's attention goes"): the same FLOPs in 2304 more steps, (ms with 256, ms with 512, steps added)
+#: BERT-base's attention goes"): the same FLOPs in more steps, (ms with 256, ms with 512, steps added)
 SPLASH_BLOCKS_AB = (6.23, 4.39, 2 * 32 * 12 * (2 * 2 - 1))
 SPLASH_STEP_US = (SPLASH_BLOCKS_AB[0] - SPLASH_BLOCKS_AB[1]) * 1e3 / SPLASH_BLOCKS_AB[2]
 
 #: GPT-2 124M's splash attention inside its measured TPU v5e step (benchmarks/RESULTS.md, the kernel's rows of
 #: the step's profile): ms for every layer, forward and backward, and the shape
 SPLASH_IN_STEP = {"ms": 13.75, "layers": 12, "batch": 8, "heads": 12, "seq": 1024, "head_dim": 64, "causal": True}
-#: the TPU v5e's bf16 peak the in-step fraction is taken of, TFLOP/s (its datasheet's, as ``datasheets.py``)
-_V5E_BF16_TFLOPS = 197.0
 
 
 def splash_blocks(seq: int, causal: bool) -> tuple[int, int]:
@@ -71,7 +70,8 @@ def splash_efficiency() -> float:
     flops = g["layers"] * attention_flops(batch=g["batch"], heads=g["heads"], seq=g["seq"], head_dim=g["head_dim"],
                                           causal=True, computed=done / square)
     steps = g["layers"] * 2 * g["batch"] * g["heads"] * done
-    return flops / (_V5E_BF16_TFLOPS * 1e12 * (g["ms"] * 1e-3 - steps * SPLASH_STEP_US * 1e-6))
+    peak = lookup("tpu-v5e").peak("bf16")  # the chip it was measured on, by its datasheet
+    return flops / (peak * (g["ms"] * 1e-3 - steps * SPLASH_STEP_US * 1e-6))
 
 
 #: fraction of the bf16 peak a fused attention kernel (forward + backward) reaches, per platform (the TPU's:
