@@ -41,6 +41,7 @@ HEAVY_CPU_S = 2.0
 HEAVY_FILES: frozenset[str] = frozenset({
     "byo/test_claims_advise_byo.py",
     "byo/test_compare_byo.py",
+    "byo/test_hf_floor.py",
     "byo/test_sweep_byo.py",
     "byo/test_torchax.py",
     "claims/test_claims_cli.py",

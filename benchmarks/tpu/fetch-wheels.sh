@@ -2,6 +2,8 @@
 # Run on a machine with pip and package-index access, in the project's root: downloads the wheels a TPU VM's own
 # package index may lack (grain, submitit, torchax; transformers < 5 for the Hugging Face Flax comparisons with
 # WITH_HF=1) into ./.whl-tpu (kept out of git through .git/info/exclude), for a TPU VM whose Python is 3.11.
+# The transformers release also runs a user's Hugging Face model under torchax (tests/byo/test_hf_floor.py trains
+# examples/byo/hf_bert.py with it and with the lowest release pyproject.toml accepts).
 # Then copy .whl-tpu to the TPU VM (or carry it) and `source benchmarks/tpu/setup.sh` there.
 set -eu
 D=${1:-.whl-tpu}

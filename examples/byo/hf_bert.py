@@ -6,33 +6,21 @@ initialisation, nothing downloaded), its own dropout settings left at their defa
 
 ``build`` uses ``attn_implementation="sdpa"``, ``build_eager_attention`` ``"eager"``. twinbench sets every
 dropout probability to 0 (``nn.Dropout`` modules keep their type: BERT's attention reads ``self.dropout.p``).
+
+The loss calls the model as a user does, ``model(input_ids=x)``, with no attention mask: under torchax every
+transformers version twinbench accepts runs it (transformers 4.x looks at the token values to warn of padding
+unless it is being compiled, and twinbench's torchax step tells it that it is:
+``strategies/torchax_compat.traced_as_compiled``).
 """
 
 from __future__ import annotations
 
 import numpy as np
-import torch
 import torch.nn.functional as F
 
 from twinbench.byo import UserConfig, UserModel
 
 CLASSES = 3
-
-
-def mask_for(x: torch.Tensor) -> dict[str, torch.Tensor]:
-    """What BERT needs besides the tokens to run traced (torchax under jax.jit) on transformers 4.x and 5.x.
-
-    transformers 4.x, given no mask, looks at the token values (``warn_if_padding_and_no_attention_mask``) and,
-    given a (batch, seq) mask, at the mask's values (``_prepare_4d_attention_mask_for_sdpa``), each in a Python
-    ``if`` that a traced value cannot answer (ConcretizationTypeError); a (batch, seq, seq) all-ones mask is used
-    as it is. transformers 5.x builds its masks without such branches, and needs none (its sdpa_mask does not
-    take the 3-D form under torchax). Either way nothing computed changes: every token attends to every token.
-    """
-    import transformers
-
-    if int(transformers.__version__.split(".")[0]) >= 5:
-        return {}
-    return {"attention_mask": torch.ones(x.shape[0], x.shape[1], x.shape[1], dtype=torch.long, device=x.device)}
 
 
 def make(cfg: UserConfig, attn_implementation: str) -> UserModel:
@@ -45,7 +33,7 @@ def make(cfg: UserConfig, attn_implementation: str) -> UserModel:
     model = BertForSequenceClassification(config)
 
     def loss_fn(m, x, y):
-        return F.cross_entropy(m(input_ids=x, **mask_for(x)).logits.float(), y.long())
+        return F.cross_entropy(m(input_ids=x).logits.float(), y.long())
 
     def batch(i: int) -> tuple[np.ndarray, np.ndarray]:
         """Token sequences whose class is the most frequent of three token ranges (seeded by (seed, i))."""

@@ -8,6 +8,9 @@ in this one process and writes ``{mode: what it measured}`` as JSON.
   imported (it must not be).
 - ``dropout-models``: examples/byo/encoder.py and hf_bert.py (dropout 0.1 left on) in torch eager and
   torchax, and the doctor on a torchax run.
+- ``hf-bert``: examples/byo/hf_bert.py (sdpa and eager attention) through torchax in fp32 and bf16 against
+  torch eager, with whichever transformers is first on the path (tests/byo/test_hf_floor.py puts the lowest
+  version pyproject.toml accepts there); ``hf-bert-sdpa``: the sdpa one only.
 - ``compat``: plain ``import torchax`` (expected to fail on torch >= 2.13), then the compatibility layer.
 """
 
@@ -108,6 +111,39 @@ def dropout_models() -> dict:
     return out
 
 
+def hf_bert(builds: tuple[str, ...] = ("build", "build_eager_attention")) -> dict:
+    """Hugging Face BERT, as a user writes it (``model(input_ids=x)``, no mask), 2 steps under torchax in fp32
+    and bf16 and in torch eager from the same weights, for each of ``builds``; the transformers version that
+    ran."""
+    import torch
+    import transformers
+
+    from twinbench.byo import family as fam
+    from twinbench.byo import load_torch
+    from twinbench.byo.prepare import eager_losses
+    from twinbench.measure.device import set_fp32_matmul
+    from twinbench.strategies.torchax_step import TorchaxTrainer
+
+    set_fp32_matmul("jax")
+    out: dict = {"transformers": transformers.__version__, "file": transformers.__file__}
+    for ref in (f"hf_bert.py:{b}" for b in builds):
+        s = user_spec("jax", "torchax")
+        s = replace(s, user_model=str(EXAMPLE.with_name(ref)), model=replace(s.model, layers=2, d_model=32, heads=2),
+                    train=replace(s.train, steps=2))
+        torch.manual_seed(s.train.seed)
+        um = load_torch(s.user_model, fam.config(s))
+        fam.dropout_off(um.module)
+        weights = fam.state_numpy(um.module)
+        batches = [um.batch(i) for i in range(2)]
+        row = {"eager": eager_losses(um, s, 2)}
+        for strategy, precision in (("torchax", "fp32"), ("torchax+bf16", "bf16")):
+            spec = replace(s, strategy=strategy, train=replace(s.train, precision=precision))
+            trainer = TorchaxTrainer(spec, weights)
+            row[strategy] = [float(trainer.step(*b)) for b in batches]
+        out[ref.partition(":")[2]] = row
+    return out
+
+
 def torch_worker() -> dict:
     from twinbench.byo.prepare import prepare
     from twinbench.worker import execute
@@ -142,5 +178,6 @@ def compat() -> dict:
 
 if __name__ == "__main__":
     modes, out = sys.argv[1].split(","), Path(sys.argv[2])
-    run = {"parity": parity, "torch-worker": torch_worker, "compat": compat, "dropout-models": dropout_models}
+    run = {"parity": parity, "torch-worker": torch_worker, "compat": compat, "dropout-models": dropout_models,
+           "hf-bert": hf_bert, "hf-bert-sdpa": lambda: hf_bert(("build",))}
     out.write_text(json.dumps({mode: run[mode]() for mode in modes}))  # in the order given

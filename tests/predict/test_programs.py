@@ -137,3 +137,41 @@ def test_a_predictions_memory_range_is_lower_then_upper():
 
     pred = command.Prediction(_spec("jax", "jit"), None, None, (16.0, 11.0), 1, 1, 1.0)  # type: ignore[arg-type]
     assert pred.memory_range == (11.0, 16.0)
+
+
+def test_an_op_that_reads_the_scores_into_a_smaller_tensor_is_the_attentions():
+    """A softmax's row sums read the [batch, heads, seq, seq] scores and write [batch, heads, seq]: the fused
+    kernel replaces them too (their label names only what they write)."""
+    from twinbench.predict import attention, hlo
+
+    text = """HloModule rowsum
+
+add_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  q = f32[2,4,8,16]{3,2,1,0} parameter(0)
+  k = f32[2,4,8,16]{3,2,1,0} parameter(1)
+  s = f32[2,4,8,8]{3,2,1,0} dot(q, k), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={3}
+  zero = f32[] constant(0)
+  r = f32[2,4,8]{2,1,0} reduce(s, zero), dimensions={3}, to_apply=add_f32
+  w = f32[2,4,8]{2,1,0} parameter(2)
+  ROOT m = f32[2,4,8]{2,1,0} multiply(r, w)
+}
+"""
+    flat = hlo.flatten(hlo.parse(text))
+
+    def on_chip(ins):
+        return bool(ins.shapes) and attention.is_score_shape(ins.shapes[0][1], 4, 8, 2)
+
+    ops = hlo.fused_ops(flat, on_chip=on_chip)
+    (rowsum,) = [op for op in ops if "reduce" in op.label]
+    assert "[2,4,8,8]" not in rowsum.label and rowsum.scores  # named by what it writes, marked by what it reads
+    assert not any(op.scores for op in hlo.fused_ops(flat))  # nothing marked without a tensor kept on chip
+    fused = fused_attention(ops, layers=1, batch=2, heads=4, seq=8, head_dim=16, causal=False)
+    # the scores' product and their row sums replaced; the multiply of the sums (it reads no scores) kept
+    assert sorted(op.kind for op in fused) == ["attention", "fused"]
+    assert [op.label for op in fused if op.kind == "fused"] == ["fused multiply f32[2,4,8]"]

@@ -308,3 +308,49 @@ ENTRY main {
     inputs = 16 * 64 * 2 + 64 * 256 * 2
     # the bf16 y kept until the subtract re-converts it, beside the max; never the fp32 yf
     assert hlo.materialized_peak(flat, acyclic=True) == inputs + 16 * 256 * 2 + 16 * 4
+
+
+def test_an_ops_fixed_time_is_added_to_its_roofline_every_run():
+    eff = Efficiency(1.0, 1.0, 0.0, 1.0)
+    base = Op("k", "attention", flops=1e12, bytes=0.0, dtype="bf16")
+    timed = Op("k", "attention", flops=1e12, bytes=0.0, dtype="bf16", fixed_us=250.0, count=2)
+    assert op_ms(timed, SHEET, eff).ms == pytest.approx(op_ms(base, SHEET, eff).ms * 2 + 0.5)
+
+
+def test_the_splash_kernel_computes_the_blocks_its_grid_visits():
+    """A causal kernel computes the diagonal's blocks in full: n (n + 1) / 2 of n^2 (the block follows the
+    sequence: 512 up to 1024 tokens and beyond, 128 at 128)."""
+    from twinbench.predict.attention import splash_blocks
+
+    assert splash_blocks(1024, causal=True) == (3, 4)  # two blocks of 512: three quarters, not half
+    assert splash_blocks(2048, causal=True) == (10, 16)
+    assert splash_blocks(512, causal=False) == (1, 1) and splash_blocks(128, causal=True) == (1, 1)
+    assert splash_blocks(1024, causal=False) == (4, 4)
+
+
+def test_a_splash_kernel_costs_its_computed_blocks_and_a_fixed_time_per_grid_step():
+    from twinbench.predict import attention
+
+    shape = {"layers": 2, "batch": 4, "heads": 3, "seq": 1024, "head_dim": 64, "causal": True}
+    plain, splash = attention.attention_op(**shape), attention.attention_op(**shape, splash=True)
+    assert plain.flops == 4.0 * 4 * 3 * 1024 * 1024 * 64 * 0.5 * 3.5 and plain.fixed_us == 0.0
+    assert splash.flops == plain.flops * 1.5  # 3 of 4 blocks against half the square
+    assert splash.fixed_us == pytest.approx(2 * 4 * 3 * 3 * attention.SPLASH_STEP_US)  # fwd + fused bwd
+    # the A/B the step's cost comes from: BERT-base at 512 tokens, blocks of 256 (4 a head) against 512 (1)
+    ab = attention.attention_op(layers=1, batch=32, heads=12, seq=512, head_dim=64, causal=False, splash=True)
+    assert attention.SPLASH_BLOCKS_AB[2] == 3 * ab.fixed_us / attention.SPLASH_STEP_US
+    fused = attention.fused_attention([], **shape, splash=True)
+    assert fused[0].fixed_us == splash.fixed_us and "grid steps" in fused[0].label
+
+
+def test_the_splash_efficiency_gives_back_the_in_step_time_it_was_taken_from():
+    """The kernel's fraction of the peak is GPT-2's in-step attention time less its grid steps, over the FLOPs of
+    the blocks it computes: costed back on the v5e's datasheet, that op takes the measured time."""
+    from twinbench.predict import attention
+
+    g = attention.SPLASH_IN_STEP
+    op = attention.attention_op(layers=g["layers"], batch=g["batch"], heads=g["heads"], seq=g["seq"],
+                                head_dim=g["head_dim"], causal=g["causal"], splash=True)
+    eff = Efficiency(0.95, 0.85, 0.0, attention.attention_efficiency("tpu"))
+    assert op_ms(op, datasheets.lookup("tpu-v5e"), eff).ms == pytest.approx(g["ms"], rel=1e-6)
+    assert 0.0 < attention.attention_efficiency("tpu") < 1.0

@@ -93,11 +93,11 @@ class Prediction:
 
 def efficiency(sheet: Datasheet, spec: RunSpec) -> Efficiency:
     """The stated efficiencies and per-op overhead of ``spec``'s framework on ``sheet``'s platform."""
-    from twinbench.predict.attention import ATTENTION_EFFICIENCY
+    from twinbench.predict.attention import attention_efficiency
 
     mm, mem = EFFICIENCY[sheet.platform]
     return Efficiency(mm, mem, op_overhead_us(sheet.platform, spec.framework, spec.strategy),
-                      ATTENTION_EFFICIENCY[sheet.platform])
+                      attention_efficiency(sheet.platform))
 
 
 def program_of(spec: RunSpec):

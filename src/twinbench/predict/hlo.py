@@ -200,9 +200,16 @@ def regions(flat: Flat, acyclic: bool = False) -> dict[str, str]:
     return {name: find(name) for name in parent}
 
 
-def fused_ops(flat: Flat, acyclic: bool = False) -> list[Op]:
-    """The step's kernels as a TPU (or with ``acyclic``, a GPU) compiler would fuse them (:func:`regions`)."""
+def fused_ops(flat: Flat, acyclic: bool = False, on_chip: Callable[[Instr], bool] | None = None) -> list[Op]:
+    """The step's kernels as a TPU (or with ``acyclic``, a GPU) compiler would fuse them (:func:`regions`);
+    ``on_chip`` (as in :func:`materialized_peak`) marks the kernels that read or write such a tensor
+    (``Op.scores``), whatever their own shapes: a softmax's row sums read the scores and write ``[b, h, t]``."""
     by = {i.name: i for i in flat.instrs}
+    touches = on_chip or (lambda ins: False)
+
+    def scores(names: list[str]) -> bool:
+        return any(n in by and touches(by[n]) for n in names)
+
     users: dict[str, list[str]] = {}
     for ins in flat.instrs:
         for o in ins.operands:
@@ -222,15 +229,16 @@ def fused_ops(flat: Flat, acyclic: bool = False) -> list[Op]:
             reads = sum(_source_bytes(o, by) for o in ins.operands)
             shapes = "x".join(_shape_text(by[o]) for o in ins.operands if o in by)
             ops.append(Op(ins.name, "matmul", _dot_flops(ins, by), reads + ins.nbytes, dt, 1, count,
-                          f"matmul {shapes} -> {_shape_text(ins)}"))
+                          f"matmul {shapes} -> {_shape_text(ins)}", scores([ins.name, *ins.operands])))
         elif ins.opcode in OPAQUE:
             reads = sum(_source_bytes(o, by) for o in ins.operands)
             if ins.opcode == "dynamic-update-slice" and len(ins.operands) > 1:  # in place: the update only
                 reads = 2 * _source_bytes(ins.operands[1], by)
-                ops.append(Op(ins.name, "other", 0.0, reads, "", 1, count, f"{ins.opcode} {_shape_text(ins)}"))
+                ops.append(Op(ins.name, "other", 0.0, reads, "", 1, count, f"{ins.opcode} {_shape_text(ins)}",
+                              scores([ins.name, *ins.operands])))
                 continue
             ops.append(Op(ins.name, "other", 0.0, reads + ins.nbytes, "", 1, count,
-                          f"{ins.opcode} {_shape_text(ins)}"))
+                          f"{ins.opcode} {_shape_text(ins)}", scores([ins.name, *ins.operands])))
     for members in groups.values():
         if all(m.opcode == "reshape" for m in members):
             continue  # a reshape alone is a bitcast: no kernel, no bytes moved
@@ -248,7 +256,7 @@ def fused_ops(flat: Flat, acyclic: bool = False) -> list[Op]:
         biggest = max(members, key=lambda m: m.nbytes)
         label = f"fused {_what(members)} {_shape_text(biggest)}"
         ops.append(Op(members[0].name, "fused", 0.0, reads + writes, "", max(1, reductions),
-                      flat.counts.get(members[0].name, 1), label))
+                      flat.counts.get(members[0].name, 1), label, scores([*inside, *read])))
     return ops
 
 
@@ -312,4 +320,4 @@ def step_ops(hlo_text: str, on_chip: Callable[[Instr], bool] | None = None) -> t
     flat = flatten(parse(hlo_text))
     memory = (materialized_peak(flat, acyclic=False, on_chip=on_chip),
               materialized_peak(flat, acyclic=True, on_chip=on_chip))
-    return fused_ops(flat), fused_ops(flat, acyclic=True), memory
+    return fused_ops(flat, on_chip=on_chip), fused_ops(flat, acyclic=True, on_chip=on_chip), memory

@@ -82,8 +82,10 @@ def jax_program(spec: RunSpec) -> Program:
     if fused:
         shape = {"layers": m.layers, "batch": t.batch, "heads": m.heads, "seq": t.seq}
         causal = family.get(spec).causal
-        ops, gpu_ops = (attention.fused_attention(o, **shape, head_dim=m.d_model // m.heads, causal=causal)
-                        for o in (ops, gpu_ops))
+        # the TPU's kernels run splash (a GPU's, cuDNN's); each list is costed on its own platform
+        ops, gpu_ops = (attention.fused_attention(o, **shape, head_dim=m.d_model // m.heads, causal=causal,
+                                                  splash=tpu and spec.attention_impl == "splash")
+                        for o, tpu in ((ops, True), (gpu_ops, False)))
         stats = attention.stats_bytes(**shape)
         memory = (memory[0] + stats, memory[1] + stats)
         source += f"; its einsum attention replaced by the {spec.attention_impl} kernel (predict/attention.py)"

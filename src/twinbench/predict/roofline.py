@@ -27,6 +27,8 @@ class Op:
     kernels: int = 1     #: launches it stands for (a fused chain of several reductions: several)
     count: int = 1       #: how many times it runs per step (a loop body's ops: the trip count)
     label: str = ""      #: where it comes from (the model's scope), for the table of dominant ops
+    scores: bool = False  #: it reads or writes the einsum attention's scores (a fused attention replaces it)
+    fixed_us: float = 0.0  #: time per run beyond its math and bytes (a Pallas kernel's grid steps)
 
 
 @dataclass(frozen=True)
@@ -82,13 +84,14 @@ class Roofline:
 
 
 def op_ms(op: Op, sheet: Datasheet, eff: Efficiency) -> OpTime:
-    """One op's time on ``sheet``: max(math, bytes) at the efficiencies, plus the launch overhead per kernel."""
+    """One op's time on ``sheet``: max(math, bytes) at the efficiencies, plus its fixed time (``Op.fixed_us``)
+    and the launch overhead per kernel."""
     compute = 0.0
     if op.kind in ("matmul", "attention"):
         compute = op.flops / (sheet.peak(op.dtype) * (eff.matmul if op.kind == "matmul" else eff.attention))
     memory = op.bytes / (sheet.hbm_gbps * 1e9 * eff.memory)
     overhead = op.kernels * eff.overhead_us * 1e-6
-    body = max(compute, memory)
+    body = max(compute, memory) + op.fixed_us * 1e-6
     bound = "compute" if compute >= memory else "memory"
     if overhead > body:
         bound = "overhead"

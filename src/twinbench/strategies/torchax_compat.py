@@ -25,6 +25,13 @@ Its "promote" policy (``cat``, ``stack``: run in the widest dtype of the inputs)
 positional argument, so ``torch.cat([a, b], dim=-1)`` under autocast raises ``AttributeError: 'list' object has
 no attribute 'dtype'``; the promotion is taken over the floating-point tensors among the arguments instead.
 
+torchax runs the module's Python code on JAX tracers, so a value the code reads in a Python ``if`` (``bool(t)``,
+``x in t``, ``t.item()``) cannot be answered (``ConcretizationTypeError``). Libraries keep such checks out of
+compiled code behind ``torch.compiler.is_compiling()`` (torch.export sets it while it traces a module in Python,
+as torchax does): transformers 4.x's padding warning and its all-ones-mask shortcut, for example, look at the
+token and mask values unless it is true. :func:`traced_as_compiled` makes it true while torchax traces the step,
+so every such check of any library version steps aside; what the step computes does not change.
+
 torchax changes global torch settings when imported (it disables the MHA fast path, renames the
 ``privateuse1`` backend to ``jax`` and registers a device module), so only the JAX worker of a
 ``--model`` run imports it, never a PyTorch measurement process.
@@ -172,6 +179,21 @@ def lowered(env: Any, fn: Any, lowering: Any, *, is_jax_function: bool, fp32_und
                 table.pop(fn, None)
             else:
                 table[fn] = before
+
+
+@contextlib.contextmanager
+def traced_as_compiled() -> Iterator[None]:
+    """While active, ``torch.compiler.is_compiling()`` is True: the module's code is being traced into one
+    program, and its data-dependent Python checks (warnings, shortcuts on the values) are skipped as under
+    ``torch.compile``. The function is put back on exit."""
+    import torch.compiler
+
+    original = torch.compiler.is_compiling
+    torch.compiler.is_compiling = lambda: True  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.compiler.is_compiling = original  # type: ignore[assignment]
 
 
 def import_torchax() -> ModuleType:

@@ -40,7 +40,7 @@ from twinbench.spec import RunSpec
 from twinbench.strategies.jax_jit import JaxTrainer, LossOf
 from twinbench.strategies.jax_mesh import MeshTrainer
 from twinbench.strategies.options import compute_dtype
-from twinbench.strategies.torchax_compat import import_torchax, lowered
+from twinbench.strategies.torchax_compat import import_torchax, lowered, traced_as_compiled
 from twinbench.strategies.torchax_loss import cross_entropy_lowered
 
 
@@ -222,7 +222,7 @@ class TorchaxModel:
         self.loss_lowering = lambda: cross_entropy_lowered(env, self.spec.mods.fused_loss)
 
         def loss_of(params: dict[str, Any], x: Any, y: Any) -> Any:
-            with self.layers.watch(), self.autocast(), self.attention(), self.loss_lowering():
+            with traced_as_compiled(), self.layers.watch(), self.autocast(), self.attention(), self.loss_lowering():
                 return fn({**params, **buffers}, (x, y))
 
         return params, loss_of
@@ -245,7 +245,7 @@ class TorchaxModel:
             buffers = {k: v for k, v in states.items() if k not in names}
 
             def classes(params: Any, x: Any) -> Any:
-                with self.autocast(), self.attention():
+                with traced_as_compiled(), self.autocast(), self.attention():
                     own = {k.removeprefix("model."): v for k, v in params.items()}
                     return forward({**own, **buffers}, tuple(x)).argmax(-1)
 
