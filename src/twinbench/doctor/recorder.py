@@ -402,9 +402,11 @@ class Recorder:
         host = min(host, rest)
         runq = min(runq, rest - host)
         data = 0.0 if asynchronous else min(data, rest - host)  # asynchronous: the DataLoader's next is idle
-        between = max(t0 + it - returned, 0.0) if returned is not None else 0.0
+        # asynchronous: the loop's code between the call's return and the next call (a synchronous step's calls
+        # hold its forward and backward between them: not the loop's own work)
+        between = max(t0 + it - returned, 0.0) if returned is not None and asynchronous else 0.0
         between_cpu = (max(s1.get("loop_cpu_s:s", 0.0) - returned_cpu, 0.0)
-                       if returned_cpu is not None and "loop_cpu_s:s" in s1 else 0.0)
+                       if returned_cpu is not None and "loop_cpu_s:s" in s1 and asynchronous else 0.0)
         # asynchronous: the DataLoader's next runs while the device works or idles (inside idle, not a part)
         return {"it": it, "step": step, "own": own, "host": host, "runq": runq,
                 "data": diff("data_wait_s:s") if asynchronous else data,

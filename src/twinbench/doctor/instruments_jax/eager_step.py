@@ -41,7 +41,7 @@ def needs_static(jax: Any, value: Any) -> str | None:
     if isinstance(value, tuple) and value and all(isinstance(v, int) for v in value):
         return "a shape"
     leaves = jax.tree_util.tree_leaves(value)
-    if callable(value) and not leaves:
+    if callable(value) and (not leaves or (len(leaves) == 1 and leaves[0] is value)):
         return "a function"
     numeric = (jax.Array, np.ndarray, np.generic, float, complex, int)
     if any(not isinstance(x, numeric) for x in leaves):
@@ -55,6 +55,7 @@ class EagerStep:
     def __init__(self) -> None:
         self.chains: dict[str, list[list[Any]]] = {"grad": [], "optax": []}
         self.static: dict[Any, dict[str, str]] = {}  # a function's code -> its static arguments' names -> why
+        self.nnx: dict[Any, bool] = {}  # ... -> whether it is given Flax NNX modules (then nnx.jit)
 
     def seen(self, jax: Any, kind: str, depth: int = 2) -> None:
         chains = self.chains[kind]
@@ -67,29 +68,50 @@ class EagerStep:
             if code.co_name == "<module>" or code in self.static:
                 continue
             names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
-            self.static[code] = {n: why for n in names if n in f.f_locals
-                                 and (why := needs_static(jax, f.f_locals[n])) is not None}
+            values = {n: f.f_locals[n] for n in names if n in f.f_locals}
+            self.nnx[code] = any(_is_nnx(v) for v in values.values())
+            self.static[code] = {n: why for n, v in values.items()
+                                 if not _is_nnx(v) and (why := needs_static(jax, v)) is not None}
+
+    def _function(self, frame: Any) -> dict[str, Any]:
+        code = frame.f_code
+        return {"name": code.co_name, "file": code.co_filename, "line": code.co_firstlineno,
+                "params": list(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]),
+                "static": self.static.get(code, {}), "nnx": self.nnx.get(code, False)}
 
     def describe(self) -> dict[str, Any] | None:
-        """The step function to jit (innermost user function both kinds of call ran in), its static arguments,
-        and whether that one frame made the calls of two steps (the loop itself); None when nothing was seen."""
+        """The user functions to jit: the innermost one both kinds of call (gradient, update) ran in, when it runs
+        one step; else, where that one holds the loop (the same frame made the calls of two steps) or there is
+        none, the innermost function of each kind's calls that is neither the loop nor the module. Each with its
+        parameters and the ones a jit must take as static. None when nothing was seen."""
         kinds = [c for c in self.chains.values() if c]
         if not kinds:
             return None
+
+        def is_loop(frame: Any) -> bool:  # the same frame made the calls of two steps: it runs the loop
+            return frame.f_code.co_name == "<module>" or any(
+                len(c) > 1 and any(f is frame for f in c[1]) for c in kinds)
+
         first = [c[0] for c in kinds]
         common = [f for f in first[0] if all(any(g.f_code is f.f_code for g in other) for other in first[1:])]
         target = next(iter(common), None)
-        out: dict[str, Any]
-        if target is None or target.f_code.co_name == "<module>":
-            where = first[0][0] if first[0] else None
-            out = {"module": True, "at": f"{where.f_code.co_filename}:{where.f_lineno}" if where else ""}
+        if target is not None and not is_loop(target):
+            funcs = [self._function(target)]
         else:
-            code = target.f_code
-            calls = next(c for c in kinds if any(f is target for f in c[0]))
-            loop = len(calls) > 1 and any(f is target for f in calls[1])  # the same frame, a second step
-            out = {"module": False, "name": code.co_name, "file": code.co_filename, "line": code.co_firstlineno,
-                   "params": list(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]),
-                   "static": self.static.get(code, {}), "loop": loop,
-                   "at": f"{code.co_filename}:{target.f_lineno}"}
+            funcs = []
+            for frames in first:
+                f = next((f for f in frames if not is_loop(f)), None)
+                if f is not None and all(g["name"] != f.f_code.co_name or g["line"] != f.f_code.co_firstlineno
+                                         for g in funcs):
+                    funcs.append(self._function(f))
+        where = first[0][0] if first[0] else None
+        out = {"functions": funcs, "loop": target is not None and is_loop(target),
+               "at": f"{where.f_code.co_filename}:{where.f_lineno}" if where is not None else ""}
         self.chains = {"grad": [], "optax": []}  # frames hold the script's locals: let them go
         return out
+
+
+def _is_nnx(value: Any) -> bool:
+    """A Flax NNX graph node (a Module, an Optimizer): nnx.jit takes it as it is, neither traced nor static."""
+    nnx = sys.modules.get("flax.nnx")
+    return nnx is not None and bool(getattr(nnx, "is_graph_node", lambda v: False)(value))
