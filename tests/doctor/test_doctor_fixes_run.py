@@ -74,20 +74,26 @@ def test_the_eager_steps_jit_runs_as_printed(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script, donated", [(SCRIPTS / "linen_trainstate_step.py", "donate_argnums=(0,)"),
-                                              (EXAMPLES / "jax_no_donation.py", "donate_argnums=(0, 1)")])
-def test_donation_of_the_carried_arguments_runs_as_printed(tmp_path: Path, script: Path, donated: str) -> None:
-    """Only the arguments carried from one step to the next are donated (not the NumPy batch), and the printed
-    decorator, in place of the script's @jax.jit, runs and leaves nothing undonated."""
-    res = run_doctor(script, [], timeout=300)
+@pytest.mark.parametrize("script, args, donated", [
+    (SCRIPTS / "linen_trainstate_step.py", [], "donate_argnums=(0,)"),
+    (EXAMPLES / "jax_no_donation.py", [], "donate_argnums=(0, 1)"),
+    (SCRIPTS / "nnx_tokenizer_input.py", ["24", "prebuilt"], "donate_argnames=('model', 'optimizer')"),
+])
+def test_donation_of_the_carried_arguments_runs_as_printed(tmp_path: Path, script: Path, args: list[str],
+                                                           donated: str) -> None:
+    """Only the arguments carried from one step to the next are donated (not the batch), and the printed
+    decorator, in place of the script's jit decorator, runs and leaves nothing undonated (for the NNX step, with
+    the input check's calls of a donating step on copies of its state)."""
+    res = run_doctor(script, args, timeout=300)
     fix = finding(res, "jax-no-donation").fix
     assert donated in fix, fix
     line = int(res.observations["info"]["step_def"].split(":")[-2])
     fixed = apply_decorators(fix, script, tmp_path / script.name, at=[line])
-    run = run_script(fixed)
+    run = run_script(fixed, *args)
     assert run.returncode == 0, run.stderr[-2000:]
-    after = run_doctor(fixed, [], timeout=300)
+    after = run_doctor(fixed, args, timeout=300)
     assert "jax-no-donation" not in {f.id for f in after.findings}
+    assert not after.observations["info"].get("input_check_error"), after.observations["info"]
 
 
 @pytest.mark.slow

@@ -369,9 +369,14 @@ class Recorder:
                "idle_mean_ms": 1e3 * statistics.fmean(r["idle"] for r in rows),  # over every iteration
                "to_forward_ms": mean("to_forward"),  # PyTorch: an optimizer step's end to the next forward
                "between_ms": mean("between"), "between_cpu_ms": mean("between_cpu"),
+               # the medians over every split iteration, as input-bound's estimate without the input check reads
+               # them (an iteration that waited once for a slow batch does not move it)
+               "medians": {k: 1e3 * statistics.median(r[k] for r in rows)
+                           for k in ("it", "step", "data_raw", "host", "idle", "to_forward")},
                "async": asynchronous}
         if self.sampler is not None:
             out["between_sites"] = self.sampler.sites(set(kept), out["between_ms"])
+            out["between_jax_share"] = self.sampler.jax_share()
         return out
 
     def _cut(self, it: float, t0: float, s0: dict[str, float], s1: dict[str, float], ready: float,
@@ -409,7 +414,7 @@ class Recorder:
                        if returned_cpu is not None and "loop_cpu_s:s" in s1 and asynchronous else 0.0)
         # asynchronous: the DataLoader's next runs while the device works or idles (inside idle, not a part)
         return {"it": it, "step": step, "own": own, "host": host, "runq": runq,
-                "data": diff("data_wait_s:s") if asynchronous else data,
+                "data": diff("data_wait_s:s") if asynchronous else data, "data_raw": diff("data_wait_s:s"),
                 "idle": max(rest - host - runq - data, 0.0), "to_forward": to_forward, "between": between,
                 "between_cpu": min(between_cpu, between)}
 

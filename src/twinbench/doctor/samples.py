@@ -19,7 +19,8 @@ from twinbench.doctor.locations import is_library_file, short_path
 if TYPE_CHECKING:
     from twinbench.doctor.recorder import Recorder
 
-DOCTOR = "/twinbench/doctor/"
+STEP_WRAPPERS = "/twinbench/doctor/instruments_jax/steps.py"  # the doctor's wrappers of the step call
+JAX_LIBS = ("/jax/", "/jaxlib/", "/flax/", "/optax/")  # the frameworks' own dispatch of operations outside jit
 PERIOD_S = 0.002  # between samples; each takes the GIL for a few microseconds
 MAX_SAMPLES = 50_000  # kept per run (the rest are not counted)
 
@@ -32,7 +33,7 @@ def _site(frame: Any, loop_code: Any) -> str:
     lib = frame if is_library_file(frame.f_code.co_filename) else None
     f = frame
     while f is not None and is_library_file(f.f_code.co_filename):
-        if DOCTOR in f.f_code.co_filename:  # the doctor's wrapper of the step: the call, not between calls
+        if f.f_code.co_filename.endswith(STEP_WRAPPERS):  # the doctor's wrapper of the step: the call, not between
             return ""
         f = f.f_back
     if f is None:
@@ -63,6 +64,7 @@ class LoopSampler:
             frame = frame.f_back
         self.loop_code = frame.f_code if frame is not None else None  # the frame that calls the step
         self.samples: list[tuple[int, str]] = []  # (steps so far, site)
+        self.jax_samples = 0  # of them, those whose innermost frame was JAX's, Flax's or Optax's own code
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="twinbench-doctor-sampler", daemon=True)
         self.thread.start()
@@ -78,10 +80,17 @@ class LoopSampler:
             site = _site(frame, self.loop_code)
             if site:
                 self.samples.append((len(rec.calls[self.key]) - 1, site))
+                if any(m in frame.f_code.co_filename for m in JAX_LIBS):  # JAX at work, not the user's input
+                    self.jax_samples += 1
             del frame
 
     def stop(self) -> None:
         self.stopped.set()
+
+    def jax_share(self) -> float | None:
+        """The share of the samples between calls in JAX's (Flax's, Optax's) own code: operations dispatched
+        outside jit (an index of a device array, a conversion), not the user's input work; None without samples."""
+        return self.jax_samples / len(self.samples) if self.samples else None
 
     def sites(self, iterations: set[int], between_ms: float, n: int = 4) -> dict[str, float]:
         """The ``n`` sites the loop ran most between calls in ``iterations``: ms per iteration each, as their

@@ -15,6 +15,13 @@ def donation_fix(obs: Obs) -> str:
     info = obs.get("info", {})
     args = info.get("carried_args") or []
     name = obs.get("step_fn") or "train_step"
+    nodes = tuple(n for n in info.get("nnx_node_args") or [] if not n.isdigit())
+    if info.get("jit_kind") == "nnx" and nodes:  # nnx.jit: the user's modules and optimizers are the state
+        where = _step_location(obs)
+        return (f"Donate the modules and optimizers the step updates, {', '.join(nodes)} (not the batch). Put this "
+                f"decorator on the line above the step's definition{f' ({where})' if where else ''} in place of "
+                f"its @nnx.jit:\n  @nnx.jit(donate_argnames={nodes!r})\n(or where it is jitted: "
+                f"nnx.jit({name}, donate_argnames={nodes!r})). Do not use their old arrays after the call.")
     if info.get("jit_kind") == "nnx" or not args:  # nnx.jit: the user's own arguments are not the inner jit's
         return ("Donate the state the step replaces (the arguments it returns updated, not the batch): "
                 f"jax.jit({name}, donate_argnums=...) with the positions of those arguments; with Flax NNX: "

@@ -81,6 +81,8 @@ class StepHooks(Hooks):
                     with inst.guard("nnx graph args"):  # modules/optimizers passed in: traversed every call
                         cached = sys._getframe(1).f_code.co_name == "cache_args_wrapper"  # nnx.cached_partial
                         nodes = [] if cached else [a for a in (*args, *kwargs.values()) if is_node(a)]
+                        if nodes and "nnx_node_args" not in inst.rec.info:  # the user's arguments that are
+                            inst.rec.info["nnx_node_args"] = _node_args(obj, args, kwargs, is_node)  # modules
                         if nodes:
                             inst.rec.count("nnx_graph_calls")
                             if "nnx_graph_leaves" not in inst.rec.info:  # the graph's size: its state leaves
@@ -288,3 +290,16 @@ def _carried_args(jax: Any, fun: Any, args: tuple, kwargs: dict, out_ids: set[in
         if any(id(x) in out_ids for x in jax.tree_util.tree_leaves(v)):
             out.append(k)
     return out
+
+
+def _node_args(obj: Any, args: tuple, kwargs: dict, is_node: Callable[[Any], bool]) -> list[str]:
+    """The names of an ``nnx.jit`` call's arguments that are graph nodes (modules, optimizers: state the call
+    updates in place), from the user's function's signature (``obj.fun``); positions where it has no name."""
+    import inspect
+
+    try:
+        names = list(inspect.signature(getattr(obj, "fun", None)).parameters)
+    except (TypeError, ValueError):
+        names = []
+    return [names[i] if i < len(names) else str(i) for i, a in enumerate(args) if is_node(a)] + \
+        [k for k, v in kwargs.items() if is_node(v)]
