@@ -3,8 +3,8 @@
 What a loop does between its step calls (building the next batch, a tokenizer, logging) costs it either as the
 device idle, waiting for the next call, or, where the host and the "device" share cores (JAX on a CPU), as a slower
 step: the loop's Python takes cores from XLA's threads while the step runs. Neither shows as idle time alone. So
-the doctor times the step as it would run with the input already there: after step call ``INPUT_CHECK_FROM`` and
-then every ``INPUT_CHECK_EVERY`` calls, it calls the compiled step itself ``INPUT_REPLAYS`` times back to back with
+the doctor times the step as it would run with the input already there: after the step calls
+``INPUT_CHECK_FIRST`` and then every ``INPUT_CHECK_EVERY`` calls, it calls the compiled step itself ``INPUT_REPLAYS`` times back to back with
 the same arguments (the batch just used, the state it was given: or, when the step donates its state, a copy of
 the state it returned, carried from one call to the next), nothing of the loop in between, each timed to its
 results being ready, and discards what they return. The recorder keeps the time of each call (``Recorder.input_blocks``); the iteration that holds a
@@ -22,8 +22,8 @@ from twinbench.doctor.instruments_jax.common import Hooks, _nbytes
 if TYPE_CHECKING:
     from twinbench.doctor.instruments_jax.steps import _Jitted
 
-INPUT_CHECK_FROM = 4  # the first step call (0-based) after which a block runs (compilation and warm-up done)
-INPUT_CHECK_EVERY = 5  # step calls from one block to the next: the loop's own iterations in between
+INPUT_CHECK_FIRST = (2, 5, 8, 11)  # the step calls (0-based) after which a block runs: early and close together,
+INPUT_CHECK_EVERY = 6  # so that a short run (--steps 8) has two; after the last of them, every this many calls
 INPUT_REPLAYS = 4  # timed calls of the step per block
 MAX_COPY_BYTES = 1 << 30  # a donated state larger than this is not copied for the check (device memory)
 
@@ -33,7 +33,9 @@ class InputCheck(Hooks):
 
     def input_check(self, wrapper: _Jitted, index: int, args: tuple, kwargs: dict, out: Any) -> None:
         rec = self.rec
-        if (not rec.check_input or index < INPUT_CHECK_FROM or (index - INPUT_CHECK_FROM) % INPUT_CHECK_EVERY
+        last = INPUT_CHECK_FIRST[-1]
+        due = index in INPUT_CHECK_FIRST or (index > last and (index - last) % INPUT_CHECK_EVERY == 0)
+        if (not rec.check_input or not due
                 or wrapper.kind.endswith("-lib") or wrapper.rec_key != rec.step_key()
                 or rec.info.get("input_check_error") or rec.stopped_early):
             return
