@@ -25,6 +25,7 @@ from twinbench.doctor.locations import short_path, user_location
 from twinbench.doctor.patching import Patches
 from twinbench.doctor.ready import ReadyWatcher
 from twinbench.doctor.recorder import Recorder
+from twinbench.measure.interference import runqueue_wait_s
 
 STEP_KEY = "torch:Optimizer.step"
 BACKWARD_KEY = "torch:loss.backward"  # the step when no torch.optim optimizer runs (manual SGD)
@@ -72,6 +73,7 @@ class TorchInstruments(Patches):
         from torch.nn.modules.module import register_module_forward_pre_hook
 
         self.step_end: float | None = None
+        self.step_end_runq: float | None = None
         self.undo.append(register_module_forward_pre_hook(self._before_forward).remove)
 
         torch._logging.set_logs(recompiles=True, graph_breaks=True)
@@ -101,7 +103,7 @@ class TorchInstruments(Patches):
 
     def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.torch.compiler.is_compiling():
-            self.step_end = time.perf_counter()
+            self.step_end, self.step_end_runq = time.perf_counter(), runqueue_wait_s()
             self._done(STEP_KEY)
 
     def _before_forward(self, module: Any, args: Any) -> None:
@@ -109,6 +111,10 @@ class TorchInstruments(Patches):
         if self.torch.compiler.is_compiling() or self.step_end is None:  # dynamo traces this: nothing to trace
             return
         self.rec.seconds["to_forward_s"] += time.perf_counter() - self.step_end
+        # ... less the time the loop's thread waited for a CPU other processes held (a busy machine, not input)
+        runq = runqueue_wait_s()
+        if runq is not None and self.step_end_runq is not None:
+            self.rec.seconds["to_forward_runq_s"] += runq - self.step_end_runq
         self.step_end = None
 
     def _done(self, key: str) -> None:
@@ -245,13 +251,16 @@ class TorchInstruments(Patches):
         loading = self.loading
 
         def __next__(it: Any) -> Any:
-            t0 = time.perf_counter()
+            t0, r0 = time.perf_counter(), runqueue_wait_s()
             loading.depth = getattr(loading, "depth", 0) + 1
             try:
                 return orig(it)
             finally:
                 loading.depth -= 1
                 rec.seconds["data_wait_s"] += time.perf_counter() - t0
+                r1 = runqueue_wait_s()  # the part of it the thread waited for a CPU others held: not input
+                if r0 is not None and r1 is not None:
+                    rec.seconds["data_wait_runq_s"] += r1 - r0
 
         self._patch(_BaseDataLoaderIter, "__next__", __next__)
 

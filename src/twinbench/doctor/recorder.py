@@ -372,10 +372,10 @@ class Recorder:
                # the medians over every split iteration, as input-bound's estimate without the input check reads
                # them (an iteration that waited once for a slow batch does not move it)
                "medians": {k: 1e3 * statistics.median(r[k] for r in rows)
-                           for k in ("it", "step", "data_raw", "host", "idle", "to_forward")},
+                           for k in ("it", "step", "data_raw", "host", "idle", "to_forward", "input_own")},
                "async": asynchronous}
         if self.sampler is not None:
-            out["between_sites"] = self.sampler.sites(set(kept), out["between_ms"])
+            out["between_sites"] = self.sampler.sites(set(kept))  # CPU ms per iteration at each site
             out["between_jax_share"] = self.sampler.jax_share()
         return out
 
@@ -415,6 +415,11 @@ class Recorder:
         # asynchronous: the DataLoader's next runs while the device works or idles (inside idle, not a part)
         return {"it": it, "step": step, "own": own, "host": host, "runq": runq,
                 "data": diff("data_wait_s:s") if asynchronous else data, "data_raw": diff("data_wait_s:s"),
+                # PyTorch: the wait for input less the time the loop's thread waited for a CPU that other processes
+                # held (the DataLoader's next; with an optimizer, its step's end to the next forward, less host reads)
+                "input_own": max(diff("data_wait_s:s") - diff("data_wait_runq_s:s"),
+                                 diff("to_forward_s:s") - diff("to_forward_runq_s:s") - diff("torch_host_read_s:s")
+                                 if self.kinds.get(self.step_key(final=True) or "") == "torch-optimizer" else 0.0),
                 "idle": max(rest - host - runq - data, 0.0), "to_forward": to_forward, "between": between,
                 "between_cpu": min(between_cpu, between)}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -63,15 +64,28 @@ class LoopSampler:
         while frame is not None and is_library_file(frame.f_code.co_filename):
             frame = frame.f_back
         self.loop_code = frame.f_code if frame is not None else None  # the frame that calls the step
-        self.samples: list[tuple[int, str]] = []  # (steps so far, site)
-        self.jax_samples = 0  # of them, those whose innermost frame was JAX's, Flax's or Optax's own code
+        self.samples: list[tuple[int, str, float]] = []  # (steps so far, site, the loop thread's CPU s it weighs)
+        self.jax_weight = 0.0  # of them, those whose innermost frame was JAX's, Flax's or Optax's own code
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="twinbench-doctor-sampler", daemon=True)
         self.thread.start()
 
+    def _cpu(self) -> float | None:
+        """The loop thread's CPU time so far (None where the platform cannot say)."""
+        try:
+            return time.clock_gettime(time.pthread_getcpuclockid(self.thread_id))
+        except (AttributeError, OSError, TypeError):
+            return None
+
     def _run(self) -> None:
         rec = self.rec
+        last = self._cpu()
         while not self.stopped.wait(PERIOD_S) and len(self.samples) < MAX_SAMPLES:
+            now = self._cpu()
+            # each sample weighs the CPU the loop's thread used since the last one (time it spent descheduled, on
+            # a busy machine, weighs nothing); where the clock is unknown, one sample one unit
+            weight = (now - last) if now is not None and last is not None else PERIOD_S
+            last = now
             if rec.in_call or rec.internal:
                 continue
             frame = sys._current_frames().get(self.thread_id)
@@ -79,24 +93,27 @@ class LoopSampler:
                 return  # the loop's thread ended
             site = _site(frame, self.loop_code)
             if site:
-                self.samples.append((len(rec.calls[self.key]) - 1, site))
+                self.samples.append((len(rec.calls[self.key]) - 1, site, weight))
                 if any(m in frame.f_code.co_filename for m in JAX_LIBS):  # JAX at work, not the user's input
-                    self.jax_samples += 1
+                    self.jax_weight += weight
             del frame
 
     def stop(self) -> None:
         self.stopped.set()
 
     def jax_share(self) -> float | None:
-        """The share of the samples between calls in JAX's (Flax's, Optax's) own code: operations dispatched
-        outside jit (an index of a device array, a conversion), not the user's input work; None without samples."""
-        return self.jax_samples / len(self.samples) if self.samples else None
+        """The share of the loop thread's CPU time between calls spent in JAX's (Flax's, Optax's) own code:
+        operations dispatched outside jit (an index of a device array, a conversion), not the user's input work;
+        None without samples."""
+        total = sum(w for _, _, w in self.samples)
+        return self.jax_weight / total if total > 0 else None
 
-    def sites(self, iterations: set[int], between_ms: float, n: int = 4) -> dict[str, float]:
-        """The ``n`` sites the loop ran most between calls in ``iterations``: ms per iteration each, as their
-        share of the samples times ``between_ms``."""
-        counts = Counter(site for i, site in self.samples if i in iterations)
-        total = sum(counts.values())
-        if not total:
-            return {}
-        return {site: round(between_ms * c / total, 3) for site, c in counts.most_common(n)}
+    def sites(self, iterations: set[int], n: int = 4) -> dict[str, float]:
+        """The ``n`` sites where the loop's thread spent most CPU time between calls in ``iterations``: ms of its
+        CPU time per iteration each."""
+        weights: Counter[str] = Counter()
+        for i, site, w in self.samples:
+            if i in iterations:
+                weights[site] += w
+        return {site: round(1e3 * w / len(iterations), 3) for site, w in weights.most_common(n) if w > 0} \
+            if iterations else {}

@@ -38,8 +38,11 @@ def _input_wait(obs: Obs) -> tuple[float, float, str] | None:
             f"for a CPU other processes held")
     gap = gap_ms if obs.get("step_kind") == "torch-optimizer" else 0.0
     wait = max(data, gap)
+    if "input_own" in med:  # less the loop thread's wait for a CPU others held (a busy machine is not input)
+        wait = min(wait, med["input_own"])
     where = (f"the optimizer step's end to the next forward pass: the next batch from any Python iterator "
-             f"(DataLoader next: {data:.2f} ms), zero_grad, the loop's Python; host reads left out"
+             f"(DataLoader next: {data:.2f} ms), zero_grad, the loop's Python; host reads and the time the loop's "
+             "thread waited for a CPU other processes held left out"
              if gap > data else "DataLoader next")
     return wait, it, (head + f"{wait:.2f} ms waiting for the next batch ({where}), {step:.2f} ms in the "
                       f"step ({obs.get('step_signal') or obs.get('step_kind')}), {max(it - wait - step, 0.0):.2f} "
@@ -72,11 +75,15 @@ def _checked(obs: Obs) -> tuple[bool, float, str] | None:
     # of the loop's work between calls, the part in JAX's own code (operations dispatched outside jit: indexing a
     # device array, conversions) is not input work: jax-eager-ops' ground; only the rest counts here
     jax_share = split.get("between_jax_share") or 0.0
-    lost_all, lost = lost, lost * (1.0 - jax_share)
+    # the loop's own work runs between its calls: its cost is at most the time (CPU time, on a CPU backend) the
+    # loop's thread spent there; the rest of the difference is the call's (the doctor's wrapper, nnx.jit)
+    cap = split.get("between_cpu_ms" if clock == "cpu" else "between_ms")
+    lost_all = min(lost, cap) if cap is not None else lost
+    lost = lost_all * (1.0 - jax_share)
     share = lost / loop if loop else 0.0
     bound = share >= INPUT_GAIN and m["p"] < INPUT_P and lost >= INPUT_MIN_MS
     sites = split.get("between_sites") or {}
-    where = ("; where the loop ran between step calls (sampled): "
+    where = ("; where the loop's thread spent its CPU time between step calls (sampled, ms per iteration): "
              + "; ".join(f"{s} {ms:.2f} ms" for s, ms in sites.items())) if sites else ""
     between = (f"; the loop's thread ran {split['between_cpu_ms']:.2f} ms of CPU between calls "
                f"({split.get('between_ms', 0.0):.2f} ms from a call's return to the next call)"
