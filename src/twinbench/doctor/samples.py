@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 STEP_WRAPPERS = "/twinbench/doctor/instruments_jax/steps.py"  # the doctor's wrappers of the step call
 JAX_LIBS = ("/jax/", "/jaxlib/", "/flax/", "/optax/")  # the frameworks' own dispatch of operations outside jit
-PERIOD_S = 0.002  # between samples; each takes the GIL for a few microseconds
+PERIOD_S = 0.005  # between samples; each takes the GIL for a few microseconds
 MAX_SAMPLES = 50_000  # kept per run (the rest are not counted)
 
 

@@ -35,7 +35,7 @@ def tokenize(text):
 
 def batches(rng):
     while True:
-        texts = [" ".join(rng.choice(WORDS) for _ in range(400)) for _ in range(BATCH)]
+        texts = [" ".join(rng.choice(WORDS) for _ in range(800)) for _ in range(BATCH)]
         toks = np.array([tokenize(t) for t in texts], dtype=np.int32)
         yield toks[:, :-1], toks[:, 1:]
 

@@ -83,7 +83,6 @@ class InputCheck(Hooks):
             a, k = tree.tree_unflatten(treedef, leaves)
             res = tree.tree_leaves(wrapper.jitted(*a, **k))
             if donated:  # carry the state to the next call, as the loop does
-                leaves[:] = list(leaves)
                 for i, o in wrapper.carry_map.items():
                     leaves[i] = res[o]
             return res
