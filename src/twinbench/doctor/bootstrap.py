@@ -72,6 +72,7 @@ def main(argv: list[str]) -> int:
     rec.check_reads = True  # a run of its own: the doctor may answer some reads one step late to check their cost
     rec.snapshot = lambda: write_json(f"{out_path}.partial", {**rec.observations(), "partial": True})
     trace_dir = os.environ.get("TWINBENCH_DOCTOR_TRACE")
+    rec.check_input = not trace_dir  # the input check's own calls of the step stay out of a profiler's trace
     if trace_dir:
         from twinbench.doctor.trace import StepProfiler
 

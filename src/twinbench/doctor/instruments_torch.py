@@ -21,10 +21,11 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from twinbench.doctor.locations import user_location
+from twinbench.doctor.locations import short_path, user_location
 from twinbench.doctor.patching import Patches
 from twinbench.doctor.ready import ReadyWatcher
 from twinbench.doctor.recorder import Recorder
+from twinbench.measure.interference import runqueue_wait_s
 
 STEP_KEY = "torch:Optimizer.step"
 BACKWARD_KEY = "torch:loss.backward"  # the step when no torch.optim optimizer runs (manual SGD)
@@ -58,6 +59,8 @@ class TorchInstruments(Patches):
         self.watcher = ReadyWatcher(rec)  # CUDA: when each step's kernels are done (the loop is not stalled)
         self.undo: list[Callable[[], None]] = []
         self.read_sites: Counter[str] = Counter()
+        self.loader_sites: Counter[str] = Counter()  # reads made inside the DataLoader's fetch (a dataset's code)
+        self.loading = threading.local()  # depth > 0: inside the DataLoader iterator's __next__
         self.torch_dir = os.path.dirname(torch.__file__)
         rec.frameworks.add("torch")
         rec.finalizers.append(self.finalize)
@@ -70,6 +73,7 @@ class TorchInstruments(Patches):
         from torch.nn.modules.module import register_module_forward_pre_hook
 
         self.step_end: float | None = None
+        self.step_end_runq: float | None = None
         self.undo.append(register_module_forward_pre_hook(self._before_forward).remove)
 
         torch._logging.set_logs(recompiles=True, graph_breaks=True)
@@ -99,7 +103,7 @@ class TorchInstruments(Patches):
 
     def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.torch.compiler.is_compiling():
-            self.step_end = time.perf_counter()
+            self.step_end, self.step_end_runq = time.perf_counter(), runqueue_wait_s()
             self._done(STEP_KEY)
 
     def _before_forward(self, module: Any, args: Any) -> None:
@@ -107,6 +111,10 @@ class TorchInstruments(Patches):
         if self.torch.compiler.is_compiling() or self.step_end is None:  # dynamo traces this: nothing to trace
             return
         self.rec.seconds["to_forward_s"] += time.perf_counter() - self.step_end
+        # ... less the time the loop's thread waited for a CPU other processes held (a busy machine, not input)
+        runq = runqueue_wait_s()
+        if runq is not None and self.step_end_runq is not None:
+            self.rec.seconds["to_forward_runq_s"] += runq - self.step_end_runq
         self.step_end = None
 
     def _done(self, key: str) -> None:
@@ -186,6 +194,7 @@ class TorchInstruments(Patches):
     def _patch_host_reads(self) -> None:
         tensor = self.torch.Tensor
         rec, sites, torch_dir, local = self.rec, self.read_sites, self.torch_dir, threading.local()
+        inst = self
         is_compiling = self.torch.compiler.is_compiling
 
         def wrap(how: str, orig: Callable) -> Callable:
@@ -195,10 +204,18 @@ class TorchInstruments(Patches):
                     return orig(self, *args, **kwargs)
                 depth = getattr(local, "depth", 0)
                 timed = False
+                loader = False
                 if depth == 0 and not rec.internal:
                     frame = sys._getframe(1)
                     filename = frame.f_code.co_filename
-                    if not filename.startswith(torch_dir):
+                    loader = getattr(inst.loading, "depth", 0) > 0
+                    if loader and not filename.startswith(torch_dir):  # a dataset's __getitem__, run by the
+                        # DataLoader's fetch: the input's work (a library's, often), not the loop's reads
+                        rec.count("torch_loader_reads")
+                        inst.loader_sites[f"{short_path(filename)}:{frame.f_lineno} in {frame.f_code.co_name}() "
+                                          f"({how.strip('_')})"] += 1
+                        timed = True
+                    elif not filename.startswith(torch_dir):
                         rec.count("torch_host_reads")
                         # the user's line first, then the library that read (numpy indexing with a tensor)
                         loc = user_location(frame)
@@ -212,7 +229,8 @@ class TorchInstruments(Patches):
                 finally:
                     local.depth = depth
                     if timed:  # the wait for the device (and the conversion): the read's cost
-                        rec.seconds["torch_host_read_s"] += time.perf_counter() - t0
+                        rec.seconds["torch_loader_read_s" if loader else "torch_host_read_s"] += \
+                            time.perf_counter() - t0
 
             return read
 
@@ -230,12 +248,19 @@ class TorchInstruments(Patches):
         orig = _BaseDataLoaderIter.__next__
         rec = self.rec
 
+        loading = self.loading
+
         def __next__(it: Any) -> Any:
-            t0 = time.perf_counter()
+            t0, r0 = time.perf_counter(), runqueue_wait_s()
+            loading.depth = getattr(loading, "depth", 0) + 1
             try:
                 return orig(it)
             finally:
+                loading.depth -= 1
                 rec.seconds["data_wait_s"] += time.perf_counter() - t0
+                r1 = runqueue_wait_s()  # the part of it the thread waited for a CPU others held: not input
+                if r0 is not None and r1 is not None:
+                    rec.seconds["data_wait_runq_s"] += r1 - r0
 
         self._patch(_BaseDataLoaderIter, "__next__", __next__)
 
@@ -243,6 +268,7 @@ class TorchInstruments(Patches):
     def finalize(self) -> None:
         rec = self.rec
         rec.info["torch_host_read_sites"] = dict(self.read_sites.most_common(8))
+        rec.info["torch_loader_read_sites"] = dict(self.loader_sites.most_common(8))
         rec.info.setdefault("threads", {})["torch"] = self.torch.get_num_threads()
         if "torch._dynamo" in sys.modules:
             from twinbench.measure.compiles import TorchCompiles

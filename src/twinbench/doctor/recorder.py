@@ -86,6 +86,14 @@ class Recorder:
         self.ready: dict[str, dict[int, float]] = defaultdict(dict)  # candidate -> call index -> results ready
         self.returned: dict[str, dict[int, float]] = defaultdict(dict)  # ... -> the call returned to the user
         self.returned_runq: dict[str, dict[int, float | None]] = defaultdict(dict)  # runqueue_wait_s() then
+        self.returned_cpu: dict[str, dict[int, float]] = defaultdict(dict)  # ... the loop thread's CPU time then
+        self.in_call = False  # the loop's thread is inside a step candidate's call (the sampler's test)
+        self.loop_thread: int | None = None  # the thread that calls the step (the loop's)
+        self.sampler: Any = None  # samples.LoopSampler: where in the user's code the loop runs between calls
+        # the input check (instruments_jax.input_check): per step call that ran one, the step called back to back
+        # on the batch already built, per step ({"index", "replay_ms", "n"}); those iterations are left out
+        self.input_blocks: list[dict[str, Any]] = []
+        self.check_input = False  # twinbench doctor: time the step on a pre-built batch between the loop's steps
         self.kinds: dict[str, str] = {}  # candidate key -> "jit" | "pmap" | "optax" | "torch-optimizer"; "-lib"
         # appended for a library's own jitted helpers (a step only when nothing else is called)
         self.notes: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -116,6 +124,8 @@ class Recorder:
 
     def finish(self) -> None:
         """Run every instrument's finalizer once (they may call framework code: marked internal)."""
+        if self.sampler is not None:
+            self.sampler.stop()
         finalizers, self.finalizers = self.finalizers, []
         for fn in finalizers:
             try:
@@ -140,6 +150,14 @@ class Recorder:
     def step_call(self, key: str, kind: str, t: float | None = None) -> None:
         """A step candidate starts (at ``t`` when the user's call began earlier, in a wrapper around it)."""
         snap = {**self.counters, **{f"{k}:s": v for k, v in self.seconds.items()}}
+        snap["loop_cpu_s:s"] = time.thread_time()  # the loop's thread's CPU time (host work between calls)
+        snap["proc_cpu_s:s"] = time.process_time()  # the process's (the input check's A/B on a CPU backend)
+        self.in_call, self.loop_thread = True, threading.get_ident()
+        if self.sampler is None and self.check_input and kind in ASYNC_KINDS and len(self.calls.get(key, ())) == 1:
+            # the 2nd call of an asynchronous step: steady steps begin; where the loop's thread runs between calls
+            from twinbench.doctor.samples import LoopSampler
+
+            self.sampler = LoopSampler(self, key)
         runq = runqueue_wait_s()  # the loop's thread's wait for a CPU so far (None where the kernel does not say)
         if runq is not None:
             snap["runq_s:s"] = runq
@@ -193,6 +211,8 @@ class Recorder:
         call (``nnx.jit``'s graph merge) returns later and says so last."""
         self.returned[key][index] = time.perf_counter() if t is None else t
         self.returned_runq[key][index] = runqueue_wait_s()  # the loop's thread: its wait for a CPU so far
+        self.returned_cpu[key][index] = time.thread_time()
+        self.in_call = False
 
     def in_flight(self) -> tuple[str, int] | None:
         """The step call whose results are not ready yet (the device is busy with it), if any."""
@@ -259,8 +279,14 @@ class Recorder:
 
     def skipped(self, i: int) -> bool:
         """Iteration ``i`` (step call i to i+1) ran under the host-read check's deferred reads, or right after
-        them (the queue drains): not the script as written, so left out of its step time and rates."""
-        return self.read_mode.get(i) == "deferred" or self.read_mode.get(i - 1) == "deferred"
+        them (the queue drains), or whose step call the input check followed with its own calls of the step: not
+        the script as written, so left out of its step time and rates."""
+        return (self.read_mode.get(i) == "deferred" or self.read_mode.get(i - 1) == "deferred"
+                or i in self.replayed())
+
+    def replayed(self) -> set[int]:
+        """The step calls after which the input check called the step itself (their iterations hold its calls)."""
+        return {b["index"] for b in self.input_blocks}
 
     def traced_iterations(self, key: str) -> tuple[set[int], list[int]]:
         """(the steady iterations the profiler weighed on, those wholly under it) for ``--trace``: from the one it
@@ -299,60 +325,103 @@ class Recorder:
                 "step_time_includes_trace": included}
 
     def split(self, key: str, left_out: set[int] | None = None) -> dict[str, Any] | None:
-        """Time per steady iteration (one step start to the next), split by where it went: the step up to its
-        results being ready, the DataLoader's ``next``, known host work (eager ops, compilation), and the
-        rest. Each part is the median over the steady iterations (an evaluation or a checkpoint every N
-        steps does not move it). None when no steady step's ready time is known.
+        """Time per steady iteration (one step start to the next), split by where it went, so that the parts add
+        up to the iteration: the step up to its results being ready, the call's tail after that (asynchronous),
+        the DataLoader's ``next``, known host work (eager ops, compilation, host reads), the loop's thread
+        descheduled, and the rest (the device idle while the loop's own Python ran). Each iteration is cut into
+        these parts, and each part is the mean over the central iterations (those between the 10th and 90th
+        percentile of the iteration time: an evaluation or a checkpoint every N steps does not move it), so the
+        parts sum to ``iter_ms``. Beside them, overlapping the step: ``between_ms`` (the call's return to the next
+        call: the loop's code), ``between_cpu_ms`` (the loop thread's CPU time in it) and ``between_sites`` (where
+        in the user's code it ran, sampled). None when no steady step's ready time is known.
 
-        A PyTorch step
-        (the optimizer's, or ``loss.backward()``) is the forward, backward and update: all of the iteration
-        but the time from the step's end to the next forward pass (the next batch, zero_grad, logging) and
-        the DataLoader's wait. ``left_out``: the iterations :meth:`left_out` leaves out (computed when not given)."""
+        A PyTorch step (the optimizer's, or ``loss.backward()``) is the forward, backward and update: all of the
+        iteration but the time from the step's end to the next forward pass (the next batch, zero_grad, logging)
+        and the DataLoader's wait. ``left_out``: the iterations :meth:`left_out` leaves out (computed when not
+        given)."""
         calls, ready = self.calls.get(key, []), dict(self.ready.get(key, {}))
-        returned = self.returned.get(key, {})
+        returned, returned_cpu = self.returned.get(key, {}), self.returned_cpu.get(key, {})
         kind = self.kinds.get(key)
         asynchronous, torch_step = kind in ASYNC_KINDS, kind in ("torch-optimizer", "torch-backward")
         left_out = self.left_out(key) if left_out is None else left_out
-        rows = []
+        rows, kept = [], []
         for i in range(1, len(calls) - 1):
             (t0, s0), (t1, s1) = calls[i], calls[i + 1]
             if i not in ready or i in left_out:
                 continue
-            it = t1 - t0
-
-            def diff(k: str, s0: dict[str, float] = s0, s1: dict[str, float] = s1) -> float:
-                return s1.get(k, 0.0) - s0.get(k, 0.0)
-
-            # known host work: eager ops, compilation, and the host's part of device-value reads (a line's
-            # burst of reads less its wait for a busy device): jax-host-sync's cost, not input
-            reads = max(diff("jax_host_read_span_s:s") - diff("jax_host_read_blocked_s:s"), 0.0)
-            host = diff("eager_s:s") + diff("compile_s:s") + reads
-            step = min(max(ready[i] - t0, 0.0), it)  # a late ready time makes idle smaller, never larger
-            # the step call's own Python after its results were ready (dispatch, nnx.jit's graph merge): the
-            # device waits for it, but it is the step's overhead, not the loop's work between steps
-            own = min(max(returned.get(i, ready[i]) - ready[i], 0.0), it - step) if asynchronous else 0.0
-            # between the call's return and the next call, the time the loop's thread waited for a CPU that
-            # other processes held: the machine's contention (cpu-oversubscribed), not the loop's input
-            r0, r1 = self.returned_runq.get(key, {}).get(i), s1.get("runq_s:s")
-            runq = max(r1 - r0, 0.0) if asynchronous and r0 is not None and r1 is not None else 0.0
-            if torch_step:  # forward and backward belong to the step, wherever the step's signal sits in them
-                step = min(max(it - max(diff("to_forward_s:s"), diff("data_wait_s:s")) - host, 0.0), it)
-            # PyTorch: from the optimizer step's end to the next forward, less the host reads made there
-            to_forward = max(diff("to_forward_s:s") - diff("torch_host_read_s:s"), 0.0)
-            rows.append((it, step, diff("data_wait_s:s"), host, max(it - step - own - host - runq, 0.0), to_forward,
-                         own, runq))
+            rows.append(self._cut(t1 - t0, t0, s0, s1, ready[i], returned.get(i), returned_cpu.get(i),
+                                  self.returned_runq.get(key, {}).get(i), asynchronous, torch_step))
+            kept.append(i)
         if not rows:
             return None
-        iter_ms, step_ms, data_ms, host_ms, idle_ms, to_forward_ms, own_ms, runq_ms = (
-            1e3 * statistics.median(r[j] for r in rows) for j in range(8))
-        return {"iterations": len(rows), "iter_ms": iter_ms,
-                "step_ms": step_ms, "data_ms": data_ms, "host_ms": host_ms,
-                "call_tail_ms": own_ms,  # asynchronous: the step call's return after its results were ready
-                "descheduled_ms": runq_ms,  # ... then the loop's thread waiting for a CPU others held
-                "idle_mean_ms": 1e3 * statistics.fmean(r[4] for r in rows),  # the peer of per-step means
-                "idle_ms": idle_ms,  # the rest: after the step's results and its call's return, before the next call
-                "to_forward_ms": to_forward_ms,  # PyTorch: an optimizer step's end to the next forward
-                "async": asynchronous}
+        its = sorted(r["it"] for r in rows)
+        lo, hi = its[len(its) // 10], its[-1 - len(its) // 10]
+        band = [r for r in rows if lo <= r["it"] <= hi] or rows
+
+        def mean(k: str) -> float:
+            return 1e3 * statistics.fmean(r[k] for r in band)
+
+        out = {"iterations": len(rows), "iterations_split": len(band), "iter_ms": mean("it"),
+               "step_ms": mean("step"), "data_ms": mean("data"), "host_ms": mean("host"),
+               "call_tail_ms": mean("own"),  # asynchronous: the step call's return after its results were ready
+               "descheduled_ms": mean("runq"),  # ... then the loop's thread waiting for a CPU others held
+               "idle_ms": mean("idle"),  # the rest: the device idle while the loop's own Python ran
+               "idle_mean_ms": 1e3 * statistics.fmean(r["idle"] for r in rows),  # over every iteration
+               "to_forward_ms": mean("to_forward"),  # PyTorch: an optimizer step's end to the next forward
+               "between_ms": mean("between"), "between_cpu_ms": mean("between_cpu"),
+               # the medians over every split iteration, as input-bound's estimate without the input check reads
+               # them (an iteration that waited once for a slow batch does not move it)
+               "medians": {k: 1e3 * statistics.median(r[k] for r in rows)
+                           for k in ("it", "step", "data_raw", "host", "idle", "to_forward", "input_own")},
+               "async": asynchronous}
+        if self.sampler is not None:
+            out["between_sites"] = self.sampler.sites(set(kept))  # CPU ms per iteration at each site
+            out["between_jax_share"] = self.sampler.jax_share()
+        return out
+
+    def _cut(self, it: float, t0: float, s0: dict[str, float], s1: dict[str, float], ready: float,
+             returned: float | None, returned_cpu: float | None, runq0: float | None, asynchronous: bool,
+             torch_step: bool) -> dict[str, float]:
+        """One iteration (``it`` s from the step call at ``t0``) cut into parts that add up to it."""
+        def diff(k: str) -> float:
+            return s1.get(k, 0.0) - s0.get(k, 0.0)
+
+        # known host work: eager ops, compilation, and the host's part of device-value reads (a line's burst of
+        # reads less its wait for a busy device): jax-host-sync's cost, not input
+        reads = max(diff("jax_host_read_span_s:s") - diff("jax_host_read_blocked_s:s"), 0.0)
+        host = diff("eager_s:s") + diff("compile_s:s") + reads
+        data = min(diff("data_wait_s:s"), it)
+        step = min(max(ready - t0, 0.0), it)  # a late ready time makes idle smaller, never larger
+        # the step call's own Python after its results were ready (dispatch, nnx.jit's graph merge): the device
+        # waits for it, but it is the step's overhead, not the loop's work between steps
+        own = min(max((returned or ready) - ready, 0.0), it - step) if asynchronous else 0.0
+        # between the call's return and the next call, the time the loop's thread waited for a CPU that other
+        # processes held: the machine's contention (cpu-oversubscribed), not the loop's input
+        r1 = s1.get("runq_s:s")
+        runq = max(r1 - runq0, 0.0) if asynchronous and runq0 is not None and r1 is not None else 0.0
+        if torch_step:  # forward and backward belong to the step, wherever the step's signal sits in them
+            step = min(max(it - max(diff("to_forward_s:s"), data) - host, 0.0), it)
+        # PyTorch: from the optimizer step's end to the next forward, less the host reads made there
+        to_forward = max(diff("to_forward_s:s") - diff("torch_host_read_s:s"), 0.0)
+        rest = it - step - own  # the parts below share what the step and its tail leave, in this order
+        host = min(host, rest)
+        runq = min(runq, rest - host)
+        data = 0.0 if asynchronous else min(data, rest - host)  # asynchronous: the DataLoader's next is idle
+        # asynchronous: the loop's code between the call's return and the next call (a synchronous step's calls
+        # hold its forward and backward between them: not the loop's own work)
+        between = max(t0 + it - returned, 0.0) if returned is not None and asynchronous else 0.0
+        between_cpu = (max(s1.get("loop_cpu_s:s", 0.0) - returned_cpu, 0.0)
+                       if returned_cpu is not None and "loop_cpu_s:s" in s1 and asynchronous else 0.0)
+        # asynchronous: the DataLoader's next runs while the device works or idles (inside idle, not a part)
+        return {"it": it, "step": step, "own": own, "host": host, "runq": runq,
+                "data": diff("data_wait_s:s") if asynchronous else data, "data_raw": diff("data_wait_s:s"),
+                # PyTorch: the wait for input less the time the loop's thread waited for a CPU that other processes
+                # held (the DataLoader's next; with an optimizer, its step's end to the next forward, less host reads)
+                "input_own": max(diff("data_wait_s:s") - diff("data_wait_runq_s:s"),
+                                 diff("to_forward_s:s") - diff("to_forward_runq_s:s") - diff("torch_host_read_s:s")
+                                 if self.kinds.get(self.step_key(final=True) or "") == "torch-optimizer" else 0.0),
+                "idle": max(rest - host - runq - data, 0.0), "to_forward": to_forward, "between": between,
+                "between_cpu": min(between_cpu, between)}
 
     def read_check(self, key: str, traced: set[int]) -> dict[str, Any] | None:
         """The host-read check's A/B: the median iteration (one step start to the next) while the loop's reads
@@ -363,6 +432,7 @@ class Recorder:
         calls, modes = self.calls.get(key, []), dict(self.read_mode)
         if "deferred" not in modes.values():
             return None
+        traced = traced | self.replayed()  # the input check's iterations are neither kind
         out: dict[str, Any] = {}
         for mode in ("waited", "deferred"):
             iv = [calls[i + 1][0] - calls[i][0] for i in range(2, len(calls) - 1)
@@ -371,6 +441,54 @@ class Recorder:
             out[f"{mode}_ms"] = 1e3 * statistics.median(iv) if iv else None
             q = statistics.quantiles(iv, n=4) if len(iv) >= 2 else None
             out[f"{mode}_iqr_ms"] = 1e3 * (q[2] - q[0]) if q else None
+        return out
+
+    def input_ab(self, key: str, left_out: set[int]) -> dict[str, Any] | None:
+        """The input check's A/B (``instruments_jax.input_check``): the step called on a batch already built, call
+        by call, against the loop's own steady iterations as written, less the host work the doctor names
+        elsewhere (eager ops, compilation, host reads, nnx.jit's graph traversal), in wall time and in the
+        process's CPU time (on a CPU backend the host's work and the step share the cores: what the loop's own
+        work costs is its CPU time, which a busy machine does not stretch as it stretches the wall time). Both
+        kinds are spread over the same span of the run (blocks every few steps), so a load that comes and goes
+        weighs on both alike; their medians and a one-sided Mann-Whitney test (the loop slower) say whether the
+        difference is more than the noise. None when no block ran."""
+        if not self.input_blocks:
+            return None
+        calls = self.calls.get(key, [])
+        loop: dict[str, list[float]] = {"wall": [], "wall_less": [], "cpu": [], "cpu_less": []}
+        for i in range(1, len(calls) - 1):
+            if i in left_out:
+                continue
+            (t0, s0), (t1, s1) = calls[i], calls[i + 1]
+
+            def diff(k: str, s0: dict[str, float] = s0, s1: dict[str, float] = s1) -> float:
+                return s1.get(k, 0.0) - s0.get(k, 0.0)
+
+            reads = max(diff("jax_host_read_span_s:s") - diff("jax_host_read_blocked_s:s"), 0.0)
+            known = diff("compile_s:s") + reads
+            cpu = diff("proc_cpu_s:s")
+            for k, v in (("wall", t1 - t0 - known - diff("eager_s:s") - diff("nnx_graph_s:s")),
+                         ("cpu", cpu - known - diff("eager_cpu_s:s") - diff("nnx_graph_cpu_s:s"))):
+                loop[f"{k}_less"].append(1e3 * max(v, 0.0))
+            for k, v in (("wall", t1 - t0), ("cpu", cpu)):
+                loop[k].append(1e3 * max(v, 0.0))
+        replays = {"wall": [t for b in self.input_blocks for t in b["replay_ms"]],
+                   "cpu": [t for b in self.input_blocks for t in b.get("replay_cpu_ms", [])]}
+        out: dict[str, Any] = {"blocks": len(self.input_blocks), "replays": len(replays["wall"]),
+                               "iterations": len(loop["wall"])}
+        if len(loop["wall"]) < 3 or len(replays["wall"]) < 3:
+            return out
+        from scipy.stats import mannwhitneyu
+
+        for clock in ("wall", "cpu"):
+            if len(replays[clock]) < 3:
+                continue
+            whole, less, pre = (statistics.median(x) for x in (loop[clock], loop[f"{clock}_less"], replays[clock]))
+            out[clock] = {"loop_ms": whole, "loop_less_known_ms": less, "prebuilt_ms": pre,
+                          "gain": (less - pre) / whole if whole else 0.0,
+                          "p": float(mannwhitneyu(loop[f"{clock}_less"], replays[clock], alternative="greater").pvalue),
+                          "block_ms": [round(statistics.median(b["replay_ms" if clock == "wall" else "replay_cpu_ms"]),
+                                             3) for b in self.input_blocks]}
         return out
 
     # -- summarising -----------------------------------------------------------------------------------
@@ -450,6 +568,7 @@ class Recorder:
             "end_to_end_ms": (1e3 * (self.drained_at - calls[1][0]) / (len(calls) - 1)
                               if self.drained_at is not None and len(calls) > 2 else None),
             "read_check": self.read_check(key, traced_out) if key else None,
+            "input_check": self.input_ab(key, left_out) if key else None,
             "trace_timing": self.trace_timing(key, step_ms, steady, trace_in) if key else None,
             "first_step_ms": (starts[1] - starts[0]) * 1e3 if len(starts) > 1 else None,
             "per_step": per_step,

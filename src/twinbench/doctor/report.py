@@ -68,8 +68,14 @@ def summary_line(obs: dict[str, Any]) -> str:
     fw = "+".join(obs.get("frameworks", [])) or "no framework seen"
     signal = obs.get("step_signal") or obs.get("step_kind")
     step = (f"step = {obs['step_fn']} (found by {signal}), " if obs.get("step_fn") else "no step found, ")
-    return (f"{fw}; {step}{obs.get('steps', 0)} steps"
-            + (f", {step_ms:.2f} ms/step (median, steady)" if step_ms else "")
+    it = obs.get("iter_ms")
+    device = (obs.get("split") or {}).get("step_ms")
+    pace = (f", {it:.2f} ms per iteration (the loop end to end: mean of the steady iterations, one step start to "
+            f"the next)" + (f"; the step itself {device:.2f} ms (its call to its results ready), median step "
+                            f"interval {step_ms:.2f} ms" if device is not None and step_ms else
+                            f"; median step {step_ms:.2f} ms" if step_ms else "")) if it else \
+        (f", {step_ms:.2f} ms/step (median, steady)" if step_ms else "")
+    return (f"{fw}; {step}{obs.get('steps', 0)} steps" + pace
             + (" [the rate the loop dispatched its steps: their results could not be waited on; --steps N "
                "times them to the end]" if obs.get("step_timing") == "dispatch" else "")
             + (" [from the 2nd step to all steps done]" if obs.get("step_timing") == "end-to-end" else "")

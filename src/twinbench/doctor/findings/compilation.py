@@ -3,13 +3,36 @@
 
 from __future__ import annotations
 
-from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _step_location
+import re
+from collections import Counter
+
+from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _per_step, _step_location
 
 # -- compile-dominates --------------------------------------------------------------------------------------------
 COMPILE_SHARE = 0.30  # of the script's wall time
 COMPILE_MIN_S = 1.0  # below this, compilation is too short to mention whatever its share
 COMPILE_WARN_S = 120.0  # a warning from this much compilation; below it (a toy or a cut run) only info. Far
 # above the run-to-run spread of a typical script's compile time on a loaded machine, so that spread never flips it
+
+
+EAGER_COMPILES = 20  # compiles of single operations (an eager step's) from which they are the compile time's story
+
+
+def eager_compiles(obs: Obs) -> tuple[int, float, str] | None:
+    """(count, seconds, the commonest) of the backend compiles of single operations run eagerly (``jit(add)``: JAX
+    compiles each primitive the first time it runs outside jit with new shapes), when the step runs op by op
+    (jax-eager-ops' threshold) and they are at least ``EAGER_COMPILES``; else None."""
+    from twinbench.doctor.findings.eager import EAGER_OPS_WARN
+
+    if (_per_step(obs, "eager_ops") or 0.0) < EAGER_OPS_WARN:
+        return None
+    user = set(obs.get("candidates") or {})
+    ops = [n for n in obs.get("notes", {}).get("compile", [])
+           if (m := re.fullmatch(r"jit\((\w+)\)", str(n.get("fn", "")))) and m.group(1) not in user]
+    if len(ops) < EAGER_COMPILES:
+        return None
+    common = Counter(n["fn"] for n in ops).most_common(4)
+    return len(ops), sum(n.get("s", 0.0) for n in ops), ", ".join(f"{fn} x{c}" for fn, c in common)
 
 
 def compile_dominates(obs: Obs) -> Finding | None:
@@ -20,7 +43,13 @@ def compile_dominates(obs: Obs) -> Finding | None:
     severity = "warning" if compile_s >= COMPILE_WARN_S else "info"
     fws = obs.get("frameworks", [])
     fix = []
-    if "jax" in fws:
+    eager = eager_compiles(obs) if "jax" in fws else None
+    if eager is not None:
+        fix.append(f"JAX: most of it is {eager[0]} compiles of single operations ({eager[1]:.1f} s; {eager[2]}): the "
+                   "step runs op by op outside jit and each new operation and shape compiles on its own. Jit the "
+                   "step (jax-eager-ops, its fix): it then compiles once as one program; then keep compiled programs "
+                   "across runs, jax.config.update('jax_compilation_cache_dir', '~/.cache/jax').")
+    elif "jax" in fws:
         fix.append("JAX: keep compiled programs across runs, jax.config.update('jax_compilation_cache_dir', "
                    "'~/.cache/jax') (and jax_persistent_cache_min_compile_time_secs=0); compile one layer "
                    "and scan over the stack (nnx.scan / jax.lax.scan instead of a Python loop of layers); "
@@ -33,7 +62,8 @@ def compile_dominates(obs: Obs) -> Finding | None:
         "compile-dominates", severity,
         f"compilation takes {100 * compile_s / wall:.0f}% of the run",
         f"{compile_s:.1f} s compiling of {wall:.1f} s wall time over {obs.get('steps', 0)} steps "
-        f"(above {100 * COMPILE_SHARE:.0f}%: info from {COMPILE_MIN_S:g} s of compilation, warning from "
+        + (f"({eager[0]} backend compiles of single operations run outside jit: {eager[2]}) " if eager else "")
+        + f"(above {100 * COMPILE_SHARE:.0f}%: info from {COMPILE_MIN_S:g} s of compilation, warning from "
         f"{COMPILE_WARN_S:g} s); a longer run amortises it",
         "\n".join(fix) or "Cache compiled programs across runs and compile fewer distinct shapes.",
         f"{JAX_DOCS}/persistent_compilation_cache.html")

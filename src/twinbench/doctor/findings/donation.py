@@ -2,11 +2,43 @@
 
 from __future__ import annotations
 
-from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _mib
+from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _mib, _step_location
 
 # -- jax-no-donation ---------------------------------------------------------------------------------------
 DONATION_MIN_BYTES = 1 << 20  # state replaced every step, not donated, at least this large
 DONATION_SHARE = 0.5  # ... and less than this share of it donated
+
+
+def donation_fix(obs: Obs) -> str:
+    """Donate exactly the step's arguments that carry state from one call to the next (the doctor saw which: a
+    batch is not one of them), in a decorator that keeps the jit's other options as the script gave them."""
+    info = obs.get("info", {})
+    args = info.get("carried_args") or []
+    name = obs.get("step_fn") or "train_step"
+    nodes = tuple(n for n in info.get("nnx_node_args") or [] if not n.isdigit())
+    if info.get("jit_kind") == "nnx" and nodes:  # nnx.jit: the user's modules and optimizers are the state
+        where = _step_location(obs)
+        return (f"Donate the modules and optimizers the step updates, {', '.join(nodes)} (not the batch). Put this "
+                f"decorator on the line above the step's definition{f' ({where})' if where else ''} in place of "
+                f"its @nnx.jit:\n  @nnx.jit(donate_argnames={nodes!r})\n(or where it is jitted: "
+                f"nnx.jit({name}, donate_argnames={nodes!r})). Do not use their old arrays after the call.")
+    if info.get("jit_kind") == "nnx" or not args:  # nnx.jit: the user's own arguments are not the inner jit's
+        return ("Donate the state the step replaces (the arguments it returns updated, not the batch): "
+                f"jax.jit({name}, donate_argnums=...) with the positions of those arguments; with Flax NNX: "
+                f"nnx.jit({name}, donate_argnames=(...)) naming the model and optimizer arguments. Do not use the "
+                "old arrays after the call.")
+    nums = tuple(int(a.split(":", 1)[0]) for a in args if a.split(":", 1)[0].isdigit())
+    names = tuple(a.split(":", 1)[-1] for a in args)
+    opts = {k: v for k, v in (info.get("jit_options") or {}).items() if not k.startswith("donate")}
+    kw = ", ".join([*(f"{k}={v!r}" for k, v in opts.items()),
+                    f"donate_argnums={nums!r}" if nums else f"donate_argnames={names!r}"])
+    where = _step_location(obs)
+    return (f"Donate the arguments the step replaces, those carried from one call to the next: "
+            f"{', '.join(names)} (not the batch: the step does not return it). Put this decorator on the line above "
+            f"the step's definition{f' ({where})' if where else ''} in place of its @jax.jit:\n"
+            f"  @functools.partial(jax.jit, {kw})\n"
+            f"(with import functools at the top of the file), or where it is jitted: jax.jit({name}, {kw}). "
+            "Do not use the old arrays after the call.")
 
 
 def jax_no_donation(obs: Obs) -> Finding | None:
@@ -33,7 +65,5 @@ def jax_no_donation(obs: Obs) -> Finding | None:
         f"(Lowered.args_info; the executable aliases {_mib(mem.get('alias_size_in_bytes', 0))}), so the step holds old and new copies "
         f"at once: about {_mib(carried - donated)} more device memory at peak{mem_txt} "
         f"(warning from {_mib(DONATION_MIN_BYTES)} not donated)",
-        "Donate the state the step replaces: jax.jit(train_step, donate_argnums=(0, 1)) "
-        "(or donate_argnames=('params', 'opt_state')); with Flax NNX: "
-        "nnx.jit(train_step, donate_argnames=('model', 'optimizer')). Do not use the old arrays after the call.",
+        donation_fix(obs),
         f"{JAX_DOCS}/faq.html#buffer-donation")

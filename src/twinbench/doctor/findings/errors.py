@@ -14,6 +14,10 @@ TRACER_ERRORS = ("TracerBoolConversionError", "ConcretizationTypeError", "Tracer
 MEANINGS: list[tuple[Callable[[dict[str, Any]], bool], str]] = [
     (lambda e: e["type"] in TRACER_ERRORS,
      "a Python `if`/`while`/`int()` on a value traced by jit: see jax-python-control-flow"),
+    (lambda e: any(m in e["message"] for m in ("concrete values", "Traced<", "tracer", "Tracer")),
+     "a value traced by jit sets an array's shape or a Python decision: make that argument of the jitted "
+     "function static, @functools.partial(jax.jit, static_argnames=('name',)) (an int, a shape, a flag or a "
+     "function argument: jax-eager-ops' fix names them from the values the step was called with)"),
     (lambda e: any(m in e["message"] + e["traceback_tail"] for m in
                    ("out of memory", "RESOURCE_EXHAUSTED", "OutOfMemoryError")),
      "out of memory: lower the batch size, use bf16, or rematerialise activations (jax.checkpoint, "

@@ -125,21 +125,43 @@ def jax_host_sync(obs: Obs) -> Finding | None:
 
 # -- torch-host-sync ---------------------------------------------------------------------------------------------
 def torch_host_sync(obs: Obs) -> Finding | None:
-    """Threshold: >= 1 tensor read on the host (.item(), float(), print) or CUDA sync per step."""
+    """Threshold: >= 1 tensor read on the host (.item(), float(), print) or CUDA sync per step in the loop's code.
+    Reads made inside the DataLoader's fetch (a dataset's ``__getitem__``: often a library's, torchvision's
+    ``int(self.targets[index])``) are counted apart: the loop's fix cannot remove them; alone they are info."""
     reads = _per_step(obs, "torch_host_reads")
     syncs = _per_step(obs, "cuda_syncs") or 0.0
-    if reads is None or max(reads, syncs) < HOST_SYNC_WARN:
+    loader = _per_step(obs, "torch_loader_reads") or 0.0
+    if reads is None or max(reads, syncs, loader) < HOST_SYNC_WARN:
         return None
-    sites = obs.get("info", {}).get("torch_host_read_sites", {})
+    info = obs.get("info", {})
+    sites, loader_sites = info.get("torch_host_read_sites", {}), info.get("torch_loader_read_sites", {})
+    in_loader = (f"; {loader:.1f} more reads per step inside the DataLoader's fetch, in the dataset's code "
+                 f"({_sites(loader_sites)}): that is the input's work, which the fix below does not remove"
+                 if loader >= HOST_SYNC_WARN else "")
+    if max(reads, syncs) < HOST_SYNC_WARN:  # only the dataset reads: say where, and that the loop is not the cause
+        loader_ms = 1e3 * (_per_step(obs, "torch_loader_read_s:s") or 0.0)
+        top = _read_location(loader_sites)
+        return Finding(
+            "torch-host-sync", "info",
+            f"{loader:.0f} tensor values read per step inside the DataLoader, by the dataset's own code",
+            f"{loader:.1f} reads per step inside the DataLoader's fetch ({_sites(loader_sites)}), taking "
+            f"{loader_ms:.2f} ms per step; the loop's own code reads {reads:.1f} per step (a finding from "
+            f"{HOST_SYNC_WARN:g}); the dataset's __getitem__ converts its tensors one item at a time"
+            + (": CPU tensors, no device sync" if not info.get("cuda") else ""),
+            "Nothing to change in the loop: these reads are in the dataset's code"
+            + (f" ({top.split(' in ')[0]}, a library's)" if top and not top.startswith("/") else "")
+            + ". If the input costs the loop (input-bound), convert the dataset to tensors once, before training "
+            "(e.g. a TensorDataset of the pre-converted images and labels), so that no item is converted per step.",
+            f"{TORCH_DOCS}/data.html", location=top)
     severity, cost = _host_sync_cost(obs, "torch_host_read_s")
     if syncs >= HOST_SYNC_WARN:  # synchronising CUDA calls inside torch are not timed: each drains the queue
         severity = "warning"
     return Finding(
         "torch-host-sync", severity,
         f"{max(reads, syncs):.1f} tensor values read on the host every step"
-        + (": the GPU queue drains each time" if obs.get("info", {}).get("cuda") else ""),
-        f"{reads:.1f} host reads per step ({_sites(sites)}); {syncs:.1f} synchronising CUDA calls per step "
-        f"(torch.cuda.set_sync_debug_mode, a warning from {HOST_SYNC_WARN:g} per step){cost}",
+        + (": the GPU queue drains each time" if info.get("cuda") else ""),
+        f"{reads:.1f} host reads per step in the loop's code ({_sites(sites)}); {syncs:.1f} synchronising CUDA calls "
+        f"per step (torch.cuda.set_sync_debug_mode, a warning from {HOST_SYNC_WARN:g} per step){cost}{in_loader}",
         "Accumulate on the device and read rarely: running = running + loss.detach() in the loop, "
         "print((running / n).item()) every 100 steps; avoid print(loss), float(loss), .tolist() and "
         "`if loss < x` in the loop.",

@@ -20,10 +20,14 @@ def _input_wait(obs: Obs) -> tuple[float, float, str] | None:
             return None
         return wait * 1e3, step_ms, (f"{wait * 1e3:.1f} ms per step waiting for the next batch of a "
                                      f"{step_ms:.1f} ms step (DataLoader iterator)")
-    it, step, data, host = split["iter_ms"], split["step_ms"], split["data_ms"], split["host_ms"]
+    med = split.get("medians") or {}  # robust to one slow batch; an older record has the medians at the top
+    it, step, data, host = (med.get(k, split.get(f"{k}_ms", 0.0)) for k in ("it", "step", "data_raw", "host"))
+    if "medians" not in split:
+        it, data = split["iter_ms"], split["data_ms"]
+    idle, gap_ms = med.get("idle", split.get("idle_ms")), med.get("to_forward", split.get("to_forward_ms", 0.0))
     head = f"per iteration (medians over {split['iterations']} steady iterations, {it:.2f} ms): "
     if split.get("async"):  # the device's idle time: from the step's results being ready to the next call
-        wait = split.get("idle_ms", max(it - step - host, 0.0))
+        wait = idle if idle is not None else max(it - step - host, 0.0)
         return wait, it, (
             head + f"{wait:.2f} ms the device waited for the host between steps (the next batch, or other Python "
             f"work of the loop; DataLoader next: {data:.2f} ms), {step:.2f} ms the step from its call to its "
@@ -32,22 +36,125 @@ def _input_wait(obs: Obs) -> tuple[float, float, str] | None:
             f"Python after its results were ready (dispatch, nnx.jit's graph merge), {host:.2f} ms known host "
             f"work (eager ops, compilation), {split.get('descheduled_ms', 0.0):.2f} ms the loop's thread waited "
             f"for a CPU other processes held")
-    gap = split.get("to_forward_ms", 0.0) if obs.get("step_kind") == "torch-optimizer" else 0.0
+    gap = gap_ms if obs.get("step_kind") == "torch-optimizer" else 0.0
     wait = max(data, gap)
+    if "input_own" in med:  # less the loop thread's wait for a CPU others held (a busy machine is not input)
+        wait = min(wait, med["input_own"])
     where = (f"the optimizer step's end to the next forward pass: the next batch from any Python iterator "
-             f"(DataLoader next: {data:.2f} ms), zero_grad, the loop's Python; host reads left out"
+             f"(DataLoader next: {data:.2f} ms), zero_grad, the loop's Python; host reads and the time the loop's "
+             "thread waited for a CPU other processes held left out"
              if gap > data else "DataLoader next")
     return wait, it, (head + f"{wait:.2f} ms waiting for the next batch ({where}), {step:.2f} ms in the "
                       f"step ({obs.get('step_signal') or obs.get('step_kind')}), {max(it - wait - step, 0.0):.2f} "
                       f"ms the rest (forward, backward, the loop's Python)")
 
 
-def input_bound(obs: Obs) -> Finding | None:
-    """Threshold: the loop waits for its next batch > 20% of each steady iteration (and >= 1 ms).
+INPUT_GAIN = 0.20  # the input check: the loop's iteration this much slower than the step on a pre-built batch
+INPUT_P = 0.01  # ... and the loop slower by a one-sided Mann-Whitney test at this level (not the load's noise)
+INPUT_CHECK_MIN = 8  # calls of the step on a pre-built batch the input check needs before its verdict decides
 
-    For an asynchronous step (JAX jit) the wait is the device's idle time between steps; for a synchronous
-    one (PyTorch), the DataLoader's ``next``, or with an optimizer the time from its step's end to the next
-    forward pass (a batch from any Python iterator)."""
+
+def _checked(obs: Obs) -> tuple[bool, float, str] | None:
+    """(input-bound, the share of the iteration lost, evidence) from the doctor's A/B (``Recorder.input_ab``), or
+    None when it did not run on enough calls to decide. On a CPU backend it compares CPU time (the loop's Python and
+    XLA's threads share the cores: the input's cost is the cores it takes, and a busy machine stretches wall time
+    on both sides unevenly), on an accelerator wall time (the device's wait)."""
+    ab = obs.get("input_check") or {}
+    cpu_backend = (obs.get("info") or {}).get("backend") == "cpu"
+    clock = "cpu" if cpu_backend and "cpu" in ab else "wall"
+    m = ab.get(clock)
+    if ab.get("replays", 0) < INPUT_CHECK_MIN or not m:
+        return None
+    loop, less, pre = m["loop_ms"], m["loop_less_known_ms"], m["prebuilt_ms"]
+    lost = max(less - pre, 0.0)
+    # a loop whose reads of the step's outputs cost it (jax-host-sync's own A/B) is not input-bound by that cost
+    rc = obs.get("read_check") or {}
+    if clock == "wall" and rc.get("waited_ms") and rc.get("deferred_ms"):
+        lost = max(lost - max(rc["waited_ms"] - rc["deferred_ms"], 0.0), 0.0)
+    split = obs.get("split") or {}
+    # of the loop's work between calls, the part in JAX's own code (operations dispatched outside jit: indexing a
+    # device array, conversions) is not input work: jax-eager-ops' ground; only the rest counts here
+    jax_share = split.get("between_jax_share") or 0.0
+    # the loop's own work runs between its calls: its cost is at most the time (CPU time, on a CPU backend) the
+    # loop's thread spent there; the rest of the difference is the call's (the doctor's wrapper, nnx.jit)
+    cap = split.get("between_cpu_ms" if clock == "cpu" else "between_ms")
+    lost_all = min(lost, cap) if cap is not None else lost
+    lost = lost_all * (1.0 - jax_share)
+    share = lost / loop if loop else 0.0
+    bound = share >= INPUT_GAIN and m["p"] < INPUT_P and lost >= INPUT_MIN_MS
+    sites = split.get("between_sites") or {}
+    where = ("; where the loop's thread spent its CPU time between step calls (sampled, ms per iteration): "
+             + "; ".join(f"{s} {ms:.2f} ms" for s, ms in sites.items())) if sites else ""
+    between = (f"; the loop's thread ran {split['between_cpu_ms']:.2f} ms of CPU between calls "
+               f"({split.get('between_ms', 0.0):.2f} ms from a call's return to the next call)"
+               if split.get("between_cpu_ms") is not None else "")
+    what = "of the process's CPU time" if clock == "cpu" else ""
+    wall = ab.get("wall") or {}
+    evidence = (
+        f"checked by the doctor: {ab['blocks']} times in the run, after one of the loop's step calls, it called the "
+        f"compiled step on the batch already built, {ab['replays']} calls in all, nothing of the loop in between: "
+        f"{pre:.2f} ms {what} per step (median; per block: {', '.join(f'{b:.1f}' for b in m.get('block_ms', []))}) "
+        f"against {loop:.2f} ms {what} per iteration as written (median of {ab['iterations']} steady iterations; "
+        f"{less:.2f} ms less the host work named elsewhere: eager ops, compilation, host reads, nnx.jit's graph); "
+        f"the loop's own work between calls costs {lost_all:.2f} ms per iteration"
+        + (f", of which {100 * jax_share:.0f}% ran in JAX's own code (operations dispatched outside jit, sampled: "
+           f"not input)" if jax_share >= 0.05 else "")
+        + f"; its input work (the next batch, ...) {lost:.2f} ms, {100 * share:.0f}% of the iteration (one-sided Mann-Whitney p = {m['p']:.2g}; a warning from "
+        f"{100 * INPUT_GAIN:.0f}% of the iteration at p < {INPUT_P:g})"
+        + ("" if bound else ": not input-bound")
+        + (f"; wall time: {wall['prebuilt_ms']:.2f} ms per step on the pre-built batch against {wall['loop_ms']:.2f} "
+           f"ms per iteration as written" if clock == "cpu" and wall else "")
+        + between + where
+        + ("; on a CPU backend the loop's Python and XLA's threads share the cores, so input work slows the step "
+           "itself instead of leaving the device idle: its cost is the CPU time it takes" if cpu_backend else ""))
+    return bound, share, evidence
+
+
+def _free_cores(obs: Obs) -> float | None:
+    """Cores neither the script nor other processes kept busy during the steady steps (None: not measured)."""
+    m = obs.get("machine") or {}
+    if not m.get("cores"):
+        return None
+    return m["cores"] - (m.get("others_cores") or 0.0) - (m.get("own_cores") or 0.0)
+
+
+def input_fix(obs: Obs) -> str:
+    """The fix for an input-bound loop: background workers only where cores are free for them (a worker on a busy
+    or small machine takes its core from the step); else work the loop need not do every step."""
+    free = _free_cores(obs)
+    cores = (obs.get("machine") or {}).get("cores")
+    ahead = ("Do the input work once, before the loop, not every step: tokenise or decode the whole dataset ahead "
+             "of training and keep it as arrays (np.save / a memory-mapped file), or convert the dataset to "
+             "tensors once (a TensorDataset of pre-converted images instead of a per-item transform); make "
+             "per-item transforms cheaper (vectorised over the batch, not per sample in Python).")
+    if free is None or free < 1.5:
+        busy = (f"this machine has {cores} cores and {max(free, 0.0):.1f} free during the steps"
+                if free is not None else "the machine's free cores were not measured")
+        return (ahead + f" Background loading (DataLoader num_workers, a prefetch thread) needs free cores: {busy}, "
+                "so a worker would take its core from the step.")
+    workers = max(1, min(4, int(free)))
+    return (ahead + f" Or load ahead of the step in background workers ({free:.1f} cores were free during the "
+            f"steps): DataLoader(ds, batch_size=B, num_workers={workers}, persistent_workers=True, "
+            "prefetch_factor=2); for a Python generator, grain.DataLoader with worker_count, or a thread feeding a "
+            "queue; for JAX, jax.device_put the next batch one step ahead.")
+
+
+def input_bound(obs: Obs) -> Finding | None:
+    """For an asynchronous step (JAX jit) the doctor's A/B decides where it ran (``_checked``): the loop's
+    iteration against the step called back to back on a batch already built, a warning when the loop is >= 20%
+    slower for its own work between calls (and >= 1 ms). Where it did not run, the threshold: the loop waits for
+    its next batch > 20% of each steady iteration (and >= 1 ms): for an asynchronous step the device's idle time
+    between steps; for a synchronous one (PyTorch), the DataLoader's ``next``, or with an optimizer the time from
+    its step's end to the next forward pass (a batch from any Python iterator)."""
+    checked = _checked(obs)
+    if checked is not None:
+        bound, share, evidence = checked
+        if not bound:
+            return None
+        return Finding(
+            "input-bound", "warning",
+            f"the loop's work between steps (its input) costs {100 * share:.0f}% of each iteration",
+            evidence, input_fix(obs), f"{TORCH_DOCS}/data.html#multi-process-data-loading")
     measured = _input_wait(obs)
     if measured is None:
         return None
@@ -60,9 +167,4 @@ def input_bound(obs: Obs) -> Finding | None:
         f"the loop waits for its input {100 * share:.0f}% of the time",
         f"{evidence}; {100 * share:.0f}% of the iteration waiting for input (warning above "
         f"{100 * INPUT_WAIT_SHARE:.0f}% of the iteration and from {INPUT_MIN_MS:g} ms)",
-        "Load ahead of the training step: DataLoader(ds, batch_size=B, num_workers=4, pin_memory=True, "
-        "persistent_workers=True, prefetch_factor=2); move per-sample work (decoding, tokenising) offline or "
-        "into the workers; a Python generator: tokenise once ahead of training, or produce batches in "
-        "background workers (grain.DataLoader with worker_count, or a thread feeding a queue); for JAX, "
-        "prefetch batches to the device (jax.device_put one step ahead).",
-        f"{TORCH_DOCS}/data.html#multi-process-data-loading")
+        input_fix(obs), f"{TORCH_DOCS}/data.html#multi-process-data-loading")

@@ -23,15 +23,17 @@ from collections.abc import Callable
 
 from twinbench.doctor.instruments_jax.compiles import CACHE_MISS_LOGGERS, CompileHooks, _CacheMissFilter
 from twinbench.doctor.instruments_jax.eager import EagerHooks
+from twinbench.doctor.instruments_jax.eager_step import EagerStep
 from twinbench.doctor.instruments_jax.facts import StepFacts
 from twinbench.doctor.instruments_jax.host_reads import HostReads
+from twinbench.doctor.instruments_jax.input_check import InputCheck
 from twinbench.doctor.instruments_jax.steps import StepHooks, _Jitted
 from twinbench.doctor.instruments_jax.transfers import StderrTee
 from twinbench.doctor.ready import ReadyWatcher
 from twinbench.doctor.recorder import Recorder
 
 
-class JaxInstruments(CompileHooks, StepHooks, HostReads, EagerHooks, StepFacts):
+class JaxInstruments(CompileHooks, StepHooks, HostReads, EagerHooks, StepFacts, InputCheck):
     """Installs every JAX hook on construction; ``uninstall()`` puts JAX back as it was."""
 
     def __init__(self, rec: Recorder, capture_stderr: bool = False) -> None:
@@ -43,11 +45,13 @@ class JaxInstruments(CompileHooks, StepHooks, HostReads, EagerHooks, StepFacts):
         self.undo: list[Callable[[], None]] = []
         self.wrappers: dict[str, _Jitted] = {}
         self.eager_sources: Counter[str] = Counter()
+        self.eager_step = EagerStep()  # the user's function an eager step runs in (jax-eager-ops's fix)
         self.read_sites: Counter[str] = Counter()
         self.in_optax = False
         self.call_depth, self.call_missed = 0, False  # inside a watched jitted call; a cache miss seen in it
         self.outer_start: float | None = None  # when the user called an NNX transform that wraps a jit
         self.inner_s = 0.0  # the time in the jit it called
+        self.inner_cpu = 0.0  # ... and the loop thread's CPU time in it
         self.outer_call: tuple[str, int] | None = None  # that jit's step candidate and call index, once called
         self.flax_patched = False
         self.op_depth = 0  # > 0 inside an array operator counted as one eager op

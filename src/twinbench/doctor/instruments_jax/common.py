@@ -144,9 +144,13 @@ class Instruments(Protocol):
     call_missed: bool
     outer_start: float | None
     inner_s: float
+    inner_cpu: float
     outer_call: tuple[str, int] | None
     watcher: ReadyWatcher
+    eager_step: Any  # eager_step.EagerStep
 
     def guard(self, what: str) -> contextlib.AbstractContextManager[None]: ...
 
     def eager_time(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def input_check(self, wrapper: Any, index: int, args: tuple, kwargs: dict, out: Any) -> None: ...

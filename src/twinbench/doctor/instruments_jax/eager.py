@@ -76,13 +76,14 @@ class EagerHooks(Hooks):
     def eager_time(self) -> Iterator[None]:
         """Time eager JAX work on the host into ``eager_s``, once for nested calls (an op in an update)."""
         self.eager_depth += 1
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             yield
         finally:
             self.eager_depth -= 1
             if not self.eager_depth:
                 self.rec.seconds["eager_s"] += time.perf_counter() - t0
+                self.rec.seconds["eager_cpu_s"] += time.thread_time() - c0  # a busy machine does not stretch it
 
     # -- Optax ------------------------------------------------------------------------------------------
     def patch_optax(self) -> None:
@@ -106,6 +107,8 @@ class EagerHooks(Hooks):
         if self.in_optax or self.rec.internal or _has_tracer(self.jax, (args, kwargs)):
             return fn(*args, **kwargs)  # inside jit, or an inner transform of a chain: not a step
         self.rec.count("optax_eager_updates")
+        with self.guard("eager step"):
+            self.eager_step.seen(self.jax, "optax", 1)
         self.rec.step_call("optax:optax update", "optax")
         self.in_optax = True
         try:

@@ -42,12 +42,20 @@ class StepFacts(Hooks):
         rec.info["jax_host_read_sites"] = dict(self.read_sites.most_common(8))
         rec.info.setdefault("threads", {})["jax"] = jax_threads(os.environ.get("XLA_FLAGS", ""),
                                                                 len(os.sched_getaffinity(0)))
+        with self.guard("eager step"):
+            rec.info["eager_step"] = self.eager_step.describe()
+        with self.guard("backend"):
+            rec.info["backend"] = self.jax.default_backend()
         key = rec.step_key()
         wrapper = self.wrappers.get(key or "")
         if wrapper is None:
             return
         rec.info["step_def"] = wrapper.key
         rec.info["carried"] = wrapper.carried
+        rec.info["carried_args"] = wrapper.carried_args  # the arguments holding state carried step to step
+        rec.info["jit_options"] = {k: v for k, v in wrapper.options.items()  # as the script gave them
+                                   if isinstance(v, (int, str, tuple, list, type(None)))}
+        rec.info["jit_kind"] = "nnx" if type(wrapper.fun).__module__.startswith("flax") else wrapper.kind
         rec.info["fresh_args"] = wrapper.fresh
         rec.info["devices"] = self.jax.device_count()
         if wrapper.specs is not None and not wrapper.kind.startswith("pmap"):

@@ -66,7 +66,9 @@ class StepHooks(Hooks):
                 if inst.outer_start is not None or inst.rec.internal:  # nested, or the doctor's own call
                     return _orig(obj, *args, **kwargs)
                 inst.outer_start = t0 = time.perf_counter()
-                inst.inner_s, inst.outer_call = 0.0, None
+                c0 = time.thread_time()
+                inst.rec.in_call = True  # nnx.jit's graph split is the call's, not the loop's between calls
+                inst.inner_s, inst.inner_cpu, inst.outer_call = 0.0, 0.0, None
                 try:
                     out = _orig(obj, *args, **kwargs)
                 finally:
@@ -74,9 +76,13 @@ class StepHooks(Hooks):
                 if inst.outer_call is not None:  # nnx.jit called a jit: its own Python (graph split before, merge
                     # after) is the call less the jitted call inside it, both timed here, so never more than the call
                     inst.rec.seconds["nnx_graph_s"] += max(time.perf_counter() - t0 - inst.inner_s, 0.0)
+                    # ... and in the loop thread's CPU time (a busy machine stretches the wall time, not this)
+                    inst.rec.seconds["nnx_graph_cpu_s"] += max(time.thread_time() - c0 - inst.inner_cpu, 0.0)
                     with inst.guard("nnx graph args"):  # modules/optimizers passed in: traversed every call
                         cached = sys._getframe(1).f_code.co_name == "cache_args_wrapper"  # nnx.cached_partial
                         nodes = [] if cached else [a for a in (*args, *kwargs.values()) if is_node(a)]
+                        if nodes and "nnx_node_args" not in inst.rec.info:  # the user's arguments that are
+                            inst.rec.info["nnx_node_args"] = _node_args(obj, args, kwargs, is_node)  # modules
                         if nodes:
                             inst.rec.count("nnx_graph_calls")
                             if "nnx_graph_leaves" not in inst.rec.info:  # the graph's size: its state leaves
@@ -110,6 +116,8 @@ class StepHooks(Hooks):
                 rec = inst.rec
                 if rec.internal or _has_tracer(inst.jax, (a, k)):  # inside jit: part of a jitted step
                     return grad_fun(*a, **k)
+                with inst.guard("eager step"):
+                    inst.eager_step.seen(inst.jax, "grad", 1)
                 rec.step_call(key, "grad")
                 out = grad_fun(*a, **k)
                 rec.step_done(key)
@@ -145,6 +153,8 @@ class _Jitted:
         self.prev_out: list[Any] = []
         self.carried: dict[str, Any] = {}
         self.carried_out: set[int] = set()  # positions of the outputs that the next call takes back in
+        self.carry_map: dict[int, int] = {}  # input leaf position -> the output leaf position it came from
+        self.carried_args: list[str] = []  # the step's arguments that hold carried state (named or positional)
         self.fresh: list[dict[str, Any]] = []
         self.specs: tuple[tuple, dict] | None = None
         functools.update_wrapper(self, fun, updated=())
@@ -157,6 +167,7 @@ class _Jitted:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         t_enter = time.perf_counter()  # the doctor's own work below is part of the call, not between steps
+        c_enter = time.thread_time()
         inst = self.inst
         rec, jax = inst.rec, inst.jax
         if rec.internal:
@@ -199,6 +210,11 @@ class _Jitted:
             if leaf is not None:
                 inst.step_outputs(key, index, out_leaves)
         inst.inner_s += time.perf_counter() - t_enter  # the doctor's own work in this call is not nnx.jit's
+        if leaf is not None:
+            t_check = time.perf_counter()
+            inst.input_check(self, index, args, kwargs, out)
+            inst.inner_s += time.perf_counter() - t_check
+        inst.inner_cpu += time.thread_time() - c_enter
         rec.step_done(key)
         return out
 
@@ -243,6 +259,9 @@ class _Jitted:
         if nbytes > self.carried.get("bytes", -1):
             in_ids = {id(x) for x in leaves}
             self.carried_out = {i for i, x in enumerate(self.prev_out) if id(x) in in_ids}
+            out_pos = {id(x): j for j, x in enumerate(self.prev_out)}
+            self.carry_map = {i: out_pos[id(x)] for i, x in enumerate(leaves) if id(x) in out_pos}
+            self.carried_args = _carried_args(jax, self.fun, args, kwargs, out_ids)
             self.carried = {"leaves": len(carried), "bytes": nbytes,
                             "device_bytes": max(_device_bytes(jax, carried).values(), default=0)}
             if carried:
@@ -251,3 +270,36 @@ class _Jitted:
             fresh = [x for x in leaves if id(x) not in out_ids and getattr(x, "ndim", 0) >= 1]
             fresh.sort(key=_nbytes, reverse=True)
             self.fresh = [_describe(jax, x) for x in fresh[:4]]
+
+
+def _carried_args(jax: Any, fun: Any, args: tuple, kwargs: dict, out_ids: set[int]) -> list[str]:
+    """The step's arguments that hold the previous call's outputs (the state carried from step to step), each as
+    ``"name"`` with its position where the signature gives one (``"0:state"``), else ``"0"``/``"name"``."""
+    import inspect
+
+    try:
+        names = list(inspect.signature(fun).parameters)
+    except (TypeError, ValueError):
+        names = []
+    out = []
+    for i, a in enumerate(args):
+        leaves = jax.tree_util.tree_leaves(a)
+        if leaves and any(id(x) in out_ids for x in leaves):
+            out.append(f"{i}:{names[i]}" if i < len(names) else str(i))
+    for k, v in kwargs.items():
+        if any(id(x) in out_ids for x in jax.tree_util.tree_leaves(v)):
+            out.append(k)
+    return out
+
+
+def _node_args(obj: Any, args: tuple, kwargs: dict, is_node: Callable[[Any], bool]) -> list[str]:
+    """The names of an ``nnx.jit`` call's arguments that are graph nodes (modules, optimizers: state the call
+    updates in place), from the user's function's signature (``obj.fun``); positions where it has no name."""
+    import inspect
+
+    try:
+        names = list(inspect.signature(getattr(obj, "fun", None)).parameters)
+    except (TypeError, ValueError):
+        names = []
+    return [names[i] if i < len(names) else str(i) for i, a in enumerate(args) if is_node(a)] + \
+        [k for k, v in kwargs.items() if is_node(v)]

@@ -1,0 +1,155 @@
+"""The doctor's fixes run as printed: the decorator a finding prints is put in a copy of the script it read, at the
+line it names, and the copy runs (and the doctor no longer finds what it fixed). Scripts shaped like the public
+examples: a Flax linen TrainState loop with ``train_epoch(state, ds, batch_size, rng)`` and its steps not jitted
+(one of them takes the number of classes, which sets an array's shape), a linen TrainState step whose batch is a
+dict of NumPy arrays, the doctor's own bad example of a step without donation, and a PyTorch loop over a map-style
+Dataset whose ``__getitem__`` reads its tensors item by item. Each script runs under the doctor in a fresh process.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from doctor_env import doctor_env
+
+from twinbench.doctor import run_doctor
+from twinbench.doctor.findings import compile_dominates, donation, input, jax_eager_ops
+from twinbench.doctor.report import summary_line
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "doctor"
+
+
+def apply_decorators(fix: str, script: Path, out: Path, at: list[int] | None = None) -> Path:
+    """Put each decorator the fix prints (``@...`` on its own line, after the ``file:line`` it belongs at, or at
+    the lines ``at``) on the line above that definition, in place of a jit decorator already there."""
+    pairs = [(int(line), deco) for _, line, deco in re.findall(r"^\s*(\S+\.py):(\d+)\n\s*(@.+)$", fix, re.M)]
+    if at is not None:
+        pairs = list(zip(at, re.findall(r"^\s*(@.+)$", fix, re.M), strict=True))
+    assert pairs, fix
+    lines = script.read_text().splitlines()
+    for line, deco in sorted(pairs, reverse=True):
+        idx = line - 1  # a decorated function's first line is its first decorator
+        indent = re.match(r"\s*", lines[idx]).group(0)
+        if lines[idx].strip().startswith("@") and "jit" in lines[idx]:
+            lines[idx] = indent + deco
+        else:
+            lines.insert(idx, indent + deco)
+    imports = [m for m in ("import functools", "from flax import nnx", "import jax") if m in fix]
+    out.write_text("\n".join([*imports, *lines]) + "\n")
+    return out
+
+
+def run_script(path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, timeout=300,
+                          cwd=path.parent, env=doctor_env())
+
+
+def finding(res: object, fid: str) -> object:
+    found = [f for f in res.findings if f.id == fid]  # type: ignore[attr-defined]
+    assert found, [f.id for f in res.findings]  # type: ignore[attr-defined]
+    return found[0]
+
+
+@pytest.mark.slow
+def test_the_eager_steps_jit_runs_as_printed(tmp_path: Path) -> None:
+    """jax-eager-ops names the functions to jit and the argument that must be static (num_classes sets the
+    one-hot's shape: a plain @jax.jit of apply_model fails); compile-dominates points to it, not to scans."""
+    script = SCRIPTS / "linen_mnist_eager.py"
+    res = run_doctor(script, [], timeout=300)
+    eager = finding(res, "jax-eager-ops")
+    assert "static_argnames=('num_classes',)" in eager.fix and "def apply_model(" in eager.fix
+    fixed = apply_decorators(eager.fix, script, tmp_path / script.name)
+    run = run_script(fixed)
+    assert run.returncode == 0, run.stderr[-2000:]
+    after = run_doctor(fixed, [], timeout=300)
+    assert "jax-eager-ops" not in {f.id for f in after.findings}, [f.evidence for f in after.findings]
+    compiles = next((f for f in res.findings if f.id == "compile-dominates"), None)
+    if compiles is not None:  # above its threshold on this machine: its fix is the eager step's
+        assert "jax-eager-ops" in compiles.fix and "scan" not in compiles.fix
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, args, donated", [
+    (SCRIPTS / "linen_trainstate_step.py", [], "donate_argnums=(0,)"),
+    (EXAMPLES / "jax_no_donation.py", [], "donate_argnums=(0, 1)"),
+    (SCRIPTS / "nnx_tokenizer_input.py", ["24", "prebuilt"], "donate_argnames=('model', 'optimizer')"),
+])
+def test_donation_of_the_carried_arguments_runs_as_printed(tmp_path: Path, script: Path, args: list[str],
+                                                           donated: str) -> None:
+    """Only the arguments carried from one step to the next are donated (not the batch), and the printed
+    decorator, in place of the script's jit decorator, runs and leaves nothing undonated (for the NNX step, with
+    the input check's calls of a donating step on copies of its state)."""
+    res = run_doctor(script, args, timeout=300)
+    fix = finding(res, "jax-no-donation").fix
+    assert donated in fix, fix
+    line = int(res.observations["info"]["step_def"].split(":")[-2])
+    fixed = apply_decorators(fix, script, tmp_path / script.name, at=[line])
+    run = run_script(fixed, *args)
+    assert run.returncode == 0, run.stderr[-2000:]
+    after = run_doctor(fixed, args, timeout=300)
+    assert "jax-no-donation" not in {f.id for f in after.findings}
+    assert not after.observations["info"].get("input_check_error"), after.observations["info"]
+
+
+@pytest.mark.slow
+def test_reads_in_a_datasets_getitem_are_named_as_the_datasets() -> None:
+    """The dataset's own int(self.targets[index]) per item is not the loop's host sync: said where it is, info."""
+    res = run_doctor(SCRIPTS / "torch_map_dataset.py", [], timeout=300)
+    sync = finding(res, "torch-host-sync")
+    assert sync.severity == "info" and "DataLoader" in sync.title, sync
+    assert "__getitem__" in sync.location and "Nothing to change in the loop" in sync.fix
+
+
+def test_the_static_argument_of_an_eager_step_is_found_from_its_values() -> None:
+    from twinbench.doctor.instruments_jax.eager_step import needs_static
+
+    jax = pytest.importorskip("jax")
+    import numpy as np
+
+    assert needs_static(jax, 10) == "an int" and needs_static(jax, (32, 784)) == "a shape"
+    assert needs_static(jax, {"image": np.zeros((2, 3))}) is None and needs_static(jax, jax.numpy.ones(3)) is None
+    assert needs_static(jax, print) == "a function" and needs_static(jax, 0.1) is None
+
+
+def test_compile_dominates_on_an_eager_step_points_to_jitting_it() -> None:
+    notes = [{"fn": f"jit({op})", "s": 0.1} for op in ("add", "mul", "dot_general", "reshape") * 8]
+    obs = {"compile_s": 10.0, "wall_s": 12.0, "frameworks": ["jax"], "steady_steps": 10, "candidates": {"step": 10},
+           "per_step": {"eager_ops": 150.0}, "notes": {"compile": notes}, "steps": 12}
+    f = compile_dominates(obs)
+    assert f is not None and "jax-eager-ops" in f.fix and "scan" not in f.fix and "32 backend compiles" in f.evidence
+    obs["per_step"]["eager_ops"] = 0.0  # a jitted step: the usual advice
+    assert "scan" in compile_dominates(obs).fix
+
+
+def test_workers_are_suggested_only_where_cores_are_free() -> None:
+    busy = {"machine": {"cores": 2, "others_cores": 1.2, "own_cores": 0.8}}
+    assert "num_workers=" not in input.input_fix(busy) and "before the loop" in input.input_fix(busy)
+    idle = {"machine": {"cores": 16, "others_cores": 0.5, "own_cores": 1.5}}
+    assert "num_workers=4" in input.input_fix(idle)
+
+
+def test_the_donation_keeps_the_jits_options_and_names_only_carried_arguments() -> None:
+    obs = {"step_fn": "train_step", "info": {"carried_args": ["0:state"], "jit_options": {"static_argnums": (2,)},
+                                             "step_def": "jit:/s.py:12:train_step"}}
+    fix = donation.donation_fix(obs)
+    assert "@functools.partial(jax.jit, static_argnums=(2,), donate_argnums=(0,))" in fix and "state" in fix
+
+
+def test_the_headline_is_the_loops_iteration_with_the_step_beside_it() -> None:
+    obs = {"frameworks": ["jax"], "step_fn": "train_step", "step_signal": "a jitted function", "steps": 40,
+           "step_ms": 18.0, "iter_ms": 26.8, "split": {"step_ms": 17.2}, "compile_s": 1.0, "wall_s": 3.0}
+    line = summary_line(obs)
+    assert line.index("26.80 ms per iteration") < line.index("17.20 ms")
+
+
+def test_an_eager_fix_names_its_function_and_decorator() -> None:
+    step = {"functions": [{"name": "apply_model", "file": "/s.py", "line": 27, "params": ["state", "n"],
+                           "static": {"n": "an int"}, "nnx": False}], "loop": False, "at": "/s.py:30"}
+    obs = {"steady_steps": 10, "per_step": {"eager_ops": 100.0}, "info": {"eager_step": step}}
+    fix = jax_eager_ops(obs).fix
+    assert "/s.py:27\n  @functools.partial(jax.jit, static_argnames=('n',))\n  def apply_model(state, n):" in fix
