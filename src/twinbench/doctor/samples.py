@@ -13,12 +13,18 @@ import sys
 import threading
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from twinbench.doctor.locations import is_library_file, short_path
 
-if TYPE_CHECKING:
-    from twinbench.doctor.recorder import Recorder
+
+class Recorder(Protocol):
+    """What the sampler reads of the doctor's recorder (doctor/recorder.py, which owns the sampler)."""
+
+    loop_thread: int | None
+    in_call: bool
+    internal: int
+    calls: dict[str, list[Any]]
 
 STEP_WRAPPERS = "/twinbench/doctor/instruments_jax/steps.py"  # the doctor's wrappers of the step call
 JAX_LIBS = ("/jax/", "/jaxlib/", "/flax/", "/optax/")  # the frameworks' own dispatch of operations outside jit
