@@ -76,7 +76,10 @@ def test_step_found_and_findings(results: dict, name: str) -> None:
     assert all(f["severity"] == "info" for f in report["findings"] if f["id"] == "compile-dominates")
     busy = any(f["id"] == "cpu-oversubscribed" and f["severity"] == "warning" for f in report["findings"])
     if busy:  # the doctor says its timings are unreliable then: a severity set by a measured cost may differ
-        assert set(got) == set(findings), output  # (a host read: 16% of a step under the suite's load, 0.2-0.3% idle)
+        # (a host read's share of a step grows under the suite's load), and an info whose threshold is a measured
+        # share may come (nnx.jit's graph traversal): every expected finding, and no other warning
+        assert set(findings) <= set(got), output
+        assert {i for i, sev in got.items() if sev == "warning"} <= set(findings), output
     else:
         assert got == findings, output  # compile-dominates (info in a short run) may come or not
     assert code == (1 if busy else exit_code), output  # a machine busy with others' work warns too

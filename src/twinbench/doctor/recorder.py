@@ -376,6 +376,7 @@ class Recorder:
                "async": asynchronous}
         if self.sampler is not None:
             out["between_sites"] = self.sampler.sites(set(kept))  # CPU ms per iteration at each site
+            out["between_sampled_ms"] = self.sampler.sampled_ms(set(kept))  # ... and at all sites together
             out["between_jax_share"] = self.sampler.jax_share()
         return out
 

@@ -114,6 +114,13 @@ class LoopSampler:
         total = sum(w for _, _, w in self.samples)
         return self.jax_weight / total if total > 0 else None
 
+    def sampled_ms(self, iterations: set[int]) -> float | None:
+        """The loop thread's CPU time per iteration seen in the user's code between calls in ``iterations`` (every
+        site): the doctor's own work around the calls is not in it. None without iterations."""
+        if not iterations:
+            return None
+        return round(1e3 * sum(w for i, _, w in self.samples if i in iterations) / len(iterations), 3)
+
     def sites(self, iterations: set[int], n: int = 4) -> dict[str, float]:
         """The ``n`` sites where the loop's thread spent most CPU time between calls in ``iterations``: ms of its
         CPU time per iteration each."""

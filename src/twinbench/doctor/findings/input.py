@@ -78,6 +78,11 @@ def _checked(obs: Obs) -> tuple[bool, float, str] | None:
     # the loop's own work runs between its calls: its cost is at most the time (CPU time, on a CPU backend) the
     # loop's thread spent there; the rest of the difference is the call's (the doctor's wrapper, nnx.jit)
     cap = split.get("between_cpu_ms" if clock == "cpu" else "between_ms")
+    # ... and at most the CPU time the sampler saw it spend in the script's own code (the doctor's bookkeeping
+    # around each call, which a busy machine stretches, is in the thread's time between calls but not the script's)
+    seen = split.get("between_sampled_ms")
+    if seen is not None and clock == "cpu":
+        cap = seen if cap is None else min(cap, seen)
     lost_all = min(lost, cap) if cap is not None else lost
     lost = lost_all * (1.0 - jax_share)
     share = lost / loop if loop else 0.0

@@ -53,8 +53,8 @@ class StepFacts(Hooks):
         rec.info["step_def"] = wrapper.key
         rec.info["carried"] = wrapper.carried
         rec.info["carried_args"] = wrapper.carried_args  # the arguments holding state carried step to step
-        rec.info["jit_options"] = {k: v for k, v in wrapper.options.items()  # as the script gave them
-                                   if isinstance(v, (int, str, tuple, list, type(None)))}
+        rec.info["jit_options"] = {k: v for k, v in wrapper.options.items()  # as the script gave them, where
+                                   if _plain(v)}  # printable as code and kept in a JSON record (no shardings)
         rec.info["jit_kind"] = "nnx" if type(wrapper.fun).__module__.startswith("flax") else wrapper.kind
         rec.info["fresh_args"] = wrapper.fresh
         rec.info["devices"] = self.jax.device_count()
@@ -138,3 +138,11 @@ def _nnx_context(fun: Any) -> Any:
     from flax import nnx
 
     return nnx.update_context(tag)
+
+
+def _plain(v: object) -> bool:
+    """A jit option's value made of ints, strings, bools and None only (nested in tuples or lists): one the
+    doctor can print back as Python and a record can hold as JSON."""
+    if isinstance(v, (tuple, list)):
+        return all(_plain(x) for x in v)
+    return isinstance(v, (int, str, type(None)))
