@@ -3,6 +3,7 @@ HLO computes attention (small functions traced and compiled in-process on the CP
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -63,6 +64,30 @@ def test_attention_formulation_on_the_cpu() -> None:
     assert dpa is not None and dpa["kind"] == "unfused" and dpa["dot_product_attention"]  # XLA's, on a CPU
     mlp = jax.jit(lambda x: jax.nn.softmax(jnp.tanh(x @ x.T))).lower(X).compile().as_text()
     assert program.attention(mlp) is None  # a softmax without two batched dots: no attention
+
+
+def causal_written_out(q: Any, k: Any, v: Any) -> Any:
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k)
+    t = q.shape[1]
+    scores = jnp.where(jnp.tril(jnp.ones((t, t), bool)), scores, -1e9)
+    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
+
+
+def padded_written_out(q: Any, k: Any, v: Any) -> Any:
+    keep = (jnp.arange(q.shape[0] * q.shape[1]).reshape(q.shape[:2]) % 5 != 0)[:, None, None, :]  # [b, 1, 1, k]
+    scores = jnp.where(keep, jnp.einsum("bqhd,bkhd->bhqk", q, k), -1e9)
+    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
+
+
+def test_a_causal_mask_is_told_from_a_padding_mask_and_the_fix_follows() -> None:
+    assert program.attention(attention_hlo(causal_written_out))["causal"]
+    dpa = functools.partial(jax.nn.dot_product_attention, is_causal=True)
+    assert program.attention(attention_hlo(dpa))["causal"]
+    assert not program.attention(attention_hlo(written_out))["causal"]
+    padded = program.attention(attention_hlo(padded_written_out))
+    assert padded is not None and not padded["causal"]
+    fix = fd.jax_attention_kernel({"info": {"step_program": {"attention": padded, "backend": "gpu"}}}).fix
+    assert "is_causal=True" not in fix and "mask=" in fix  # an encoder's padding mask is not made causal
 
 
 GPU_FUSED = """HloModule jit_step

@@ -74,7 +74,8 @@ def traced_reason(j: dict[str, Any], best: dict[str, Any]) -> str:
     ops = [k for k in slow.get("kernels", []) if f"{k.get('phase')} / {k.get('category')}" in rows][:4]
     said = "; ".join(f"{k.get('op') or k.get('name')} ({k.get('phase')} {k.get('category')}) {float(k['ms']):.1f} ms"
                      for k in ops)
-    return f"explain: {result['summary']}" + (f"; the largest of those kernels: {said}" if said else "")
+    named = not result.get("gates")  # explain named no row when its evidence checks failed: no kernels of one
+    return f"explain: {result['summary']}" + (f"; the largest of those kernels: {said}" if said and named else "")
 
 
 def reason(j: dict[str, Any], best: dict[str, Any]) -> str:

@@ -118,7 +118,15 @@ def attention(hlo: str) -> dict[str, Any] | None:
     dt, dims, line = max(scores, key=lambda s: _size(s[1]) * DTYPE_BYTES.get(s[0], 4))
     return {"kind": "unfused", "scores_shape": dims, "dtype": dt,
             "scores_bytes": _size(dims) * DTYPE_BYTES.get(dt, 4),
-            "dot_product_attention": any(n in line for n in DPA_NAME)}
+            "dot_product_attention": any(n in line for n in DPA_NAME), "causal": _causal(hlo, dims[-2], dims[-1])}
+
+
+def _causal(hlo: str, q: int, k: int) -> bool:
+    """Whether the program masks its scores causally: a [.., q, k] boolean compared from positions (an ``iota``),
+    as ``jnp.tril``, a ``where(i >= j, ...)`` or ``is_causal=True`` lower to. A padding mask compares token ids
+    ([batch, k]), not positions over [q, k]."""
+    shape = re.compile(rf"=\s*pred\[(?:[\d,]*,)?{q},{k}\][^=]*\bcompare\(")
+    return "iota(" in hlo and any(shape.search(line) for line in hlo.splitlines())
 
 
 def _size(dims: list[int]) -> int:

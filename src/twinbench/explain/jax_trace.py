@@ -172,7 +172,7 @@ def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str
     b.notes.extend(found.notes)
     if len(found_gpus) > 1:
         b.notes.append(f"kernels of {len(found_gpus)} devices ({', '.join(map(str, sorted(found_gpus)))}) in the "
-                       f"trace: device {dev} shown (--device N for another)")
+                       f"trace: device {dev} shown (--device-index N for another)")
     if not instrs:
         b.notes.append("no compiled HLO text: categories from kernel, hlo_op and op_name names; phases where "
                        "the trace names them (--hlo FILE for more)")

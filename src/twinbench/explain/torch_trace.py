@@ -399,7 +399,7 @@ def read(path: str, step_marker: str | None = None, device: int | None = None,
     dev = devices[0] if device is None else device
     if len(devices) > 1:
         b.notes.append(f"kernels of {len(devices)} devices ({', '.join(map(str, devices))}) in the trace: "
-                       f"device {dev} shown (--device N for another)")
+                       f"device {dev} shown (--device-index N for another)")
     mine = device_idx[dev_of[device_idx] == dev]
     kernels = mine[np.argsort(np.frombuffer(ev.ts)[mine], kind="stable")]
     return _device(b, found, ev, kernels, _launch_of(ev, kernels, launches), nest, f"GPU {dev}")

@@ -155,7 +155,7 @@ def read(path: Path, data: bytes, device: int | None = None, module: str = "", h
         b.peak_tflops, b.peak_source = sheet.bf16_tflops, f"{sheet.name} datasheet bf16 peak"
     b.notes.extend(window_notes)
     if len(planes) > 1:
-        b.notes.append(f"{len(planes)} TPU cores in the trace: TPU {dev} shown (--device N for another)")
+        b.notes.append(f"{len(planes)} TPU cores in the trace: TPU {dev} shown (--device-index N for another)")
     keep = [spans[i] for i in undisturbed([e - s for s, e in (execs[i] for i in range(len(spans)))], b)]
     per_step: list[list[_Op]] = [[] for _ in keep]
     ops.sort(key=lambda o: o.start)

@@ -20,6 +20,9 @@ def jax_attention_kernel(obs: Obs) -> Finding | None:
     gpu = backend in ("gpu", "cuda", "rocm")
     how = ("jax.nn.dot_product_attention with its XLA implementation" if att.get("dot_product_attention")
            else "written out: softmax(q @ k^T) @ v")
+    # the mask the program has: a causal one becomes is_causal=True; any other (padding) stays the caller's mask
+    masking = ("is_causal=True" if att.get("causal") else
+               "mask=your_mask (a [batch, 1, q, k] boolean, or None; the step has no causal mask, so not is_causal)")
     where = ("on this GPU no fused kernel is used" if gpu else
              f"on the {backend} backend there is no fused kernel to choose; on a GPU this would not be fused either")
     return Finding(
@@ -28,7 +31,7 @@ def jax_attention_kernel(obs: Obs) -> Finding | None:
         f"the compiled step has a softmax between two batched dots, no fused attention call: the score tensor "
         f"{att['dtype']}{att['scores_shape']} ({_mib(size)}) is written to memory and read back in each call; "
         f"{where} (warning on a GPU from a {_mib(ATTN_WARN_BYTES)} score tensor)",
-        "Call the fused kernel: jax.nn.dot_product_attention(q, k, v, mask=..., is_causal=True, "
+        f"Call the fused kernel: jax.nn.dot_product_attention(q, k, v, {masking}, "
         "implementation='cudnn') on an NVIDIA GPU, with q, k, v in bfloat16 (cuDNN's flash attention takes "
         "bf16/fp16; its layout is [batch, seq, heads, head_dim]); in Flax NNX pass "
         "attention_fn=partial(jax.nn.dot_product_attention, implementation='cudnn') where the layer takes one.",
