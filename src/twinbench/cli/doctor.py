@@ -120,8 +120,9 @@ def report_trace(trace: Path, obs: dict) -> None:
         if info.get("timing_error"):
             out.print(f"  [yellow]the step times were not written beside the trace: {escape(info['timing_error'])}[/]")
         # explain finds the compiled step (step.hlo.txt) in a JAX folder the doctor wrote; --hlo only without it
-        hlo = f" --hlo {info['hlo']}" if info.get("hlo") and not (Path(trace) / "step.hlo.txt").is_file() else ""
-        pair = (f"twinbench explain TORCH_TRACE_DIR {trace}{hlo}" if info.get("framework") == "jax" else
+        kept = (Path(trace) / "step.hlo.txt").is_file()
+        hlo = f" --hlo {info['hlo']}" if info.get("hlo") and not kept else ""
+        pair = (f"twinbench explain TORCH_TRACE_DIR {trace}{hlo}" if info.get("hlo") or kept else  # a JAX trace
                 f"twinbench explain {trace} JAX_TRACE_DIR")
         out.print(f"  against the other framework's script, traced the same way: {pair}", highlight=False)
     elif error:
