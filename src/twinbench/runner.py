@@ -302,16 +302,6 @@ class ScriptRun:
     wall_s: float
 
 
-def probe(cmd: list[str], timeout: float) -> tuple[int, str]:
-    """Run a short command for its answer (the doctor's check of a ``--python`` interpreter): its exit code and
-    its output (stderr when that is all it said). OSError when it cannot start or gives no answer in time."""
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as e:
-        raise OSError(f"no answer within {timeout:g} s") from e
-    return out.returncode, out.stderr if out.stderr and (out.returncode or not out.stdout) else out.stdout
-
-
 def run_script(cmd: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None,
                grace_s: float = 10.0, tail_lines: int = 60) -> ScriptRun:
     """Run ``cmd`` (a user's script under a bootstrap, e.g. ``twinbench doctor``) in ``cwd``.
