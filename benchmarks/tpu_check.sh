@@ -23,6 +23,8 @@
 #   before gpt2-124m jit+bf16 with the default (einsum) attention: the figure before the fused kernel
 #   cache  gpt2-124m jax jit+bf16 and through torchax, each --cache both: cold compile, then a second process on
 #          the persistent compilation cache the first one filled (about 5 minutes)
+#   points predict's held-out chip points: gpt-350m 4 x 1024, llama-300m 4 x 2048, bert-base 64 x 128 (jax jit,
+#          splash) and gpt2-124m 16 x 512 through torchax, with a trace of each (about 7 minutes)
 set -uo pipefail
 
 usage() { echo "usage: benchmarks/tpu_check.sh OUTDIR [--dry-run | GROUP ...]" >&2; exit 2; }
@@ -32,7 +34,7 @@ DRY=0; GROUPS_=()
 for a in "$@"; do
   case $a in
     --dry-run) DRY=1 ;;
-    gpt|bert|llama|torchax|torchax-own|refuse|scan|doctor|before|cache) GROUPS_+=("$a") ;;
+    gpt|bert|llama|torchax|torchax-own|refuse|scan|doctor|before|cache|points) GROUPS_+=("$a") ;;
     *) usage ;;
   esac
 done
@@ -110,6 +112,15 @@ for g in "${GROUPS_[@]}"; do
     torchax)
       txcompare bert-torchax "${BERT[@]}" --strategies "$TORCHAX+bf16" "${ATTN[@]}" --trace "$OUT/traces"
       txcompare llama-torchax "${LLAMA[@]}" --strategies "$TORCHAX+bf16" "${ATTN[@]}" --trace "$OUT/traces" ;;
+    points)  # predict's held-out chip points: shapes its calibration never saw (a trace of each for explain)
+      compare pt-gpt350m --preset gpt-350m --batch 4 --seq 1024 --steps 15 --warmup 3 --strategies jax:jit+bf16 \
+        "${ATTN[@]}" --trace "$OUT/traces"
+      compare pt-llama-2048 --preset llama-300m --batch 4 --seq 2048 --context 2048 --steps 15 --warmup 3 \
+        --strategies jax:jit+bf16 "${ATTN[@]}" --trace "$OUT/traces"
+      compare pt-bert-128 --preset bert-base --batch 64 --seq 128 --steps 15 --warmup 3 --strategies jax:jit+bf16 \
+        "${ATTN[@]}" --trace "$OUT/traces"
+      txcompare pt-gpt-torchax-512 --preset gpt2-124m --batch 16 --seq 512 --steps 15 --warmup 3 \
+        --strategies "$TORCHAX+bf16" "${ATTN[@]}" --trace "$OUT/traces" ;;
     torchax-own)
       txcompare gpt-torchax-own "${GPT[@]}" --strategies "$TORCHAX+bf16" --trace "$OUT/traces" ;;
     refuse)  # seconds, not a compile: the preflight sizes the step against the chip's memory and skips it

@@ -175,3 +175,17 @@ ENTRY main {
     # the scores' product and their row sums replaced; the multiply of the sums (it reads no scores) kept
     assert sorted(op.kind for op in fused) == ["attention", "fused"]
     assert [op.label for op in fused if op.kind == "fused"] == ["fused multiply f32[2,4,8]"]
+
+
+def test_a_point_longer_than_its_presets_context_is_predicted_at_its_own_length(monkeypatch):
+    """A chip point measured with ``--context`` raised to its sequence (llama-300m at 2048 tokens) is predicted with
+    that context, not refused as a sequence beyond the preset's positions."""
+    from twinbench.models.family import presets
+    from twinbench.predict import calibration, command
+
+    seen = []
+    monkeypatch.setattr(command, "predict_one", lambda spec, *a, **k: seen.append(spec) or "prediction")
+    context = presets()["tiny"][0].context
+    point = calibration.Point("here", "jax", "jit", "tiny", 2, 2 * context, 1.0)
+    assert command.predicted(point, {}, {"jax/fp32/0": object()}) == "prediction"
+    assert seen[0].train.seq == seen[0].model.context == 2 * context
