@@ -98,6 +98,20 @@ def test_missing_extra_and_non_float_tensors_are_named(tmp_path):
         _rewrite(ck, lambda t, change=change: (t.clear(), t.update(original), change(t)))
         with pytest.raises(SpecError, match=says):
             check_weights(ck)
+    _rewrite(ck, lambda t: (t.clear(), t.update(original)))
+    check_weights(ck)
+    st = ck / "model.safetensors"
+    raw = st.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    start, end = header["transformer.ln_f.bias"]["data_offsets"]
+    header["transformer.ln_f.bias"]["data_offsets"] = [start, end - 4]  # one element short, the file still whole
+    text = json.dumps(header, separators=(",", ":")).encode()
+    assert len(text) <= n  # the header keeps its size: the data stays where it was
+    text = text.ljust(n)
+    st.write_bytes(raw[:8] + text + raw[8 + n:])
+    with pytest.raises(SpecError, match=r"data_offsets .* do not hold a F32 tensor of shape"):
+        check_weights(ck)
 
 
 def test_what_the_loader_accepts_the_header_check_accepts(tmp_path):

@@ -16,6 +16,7 @@ configs set dropout to 0: the twins have none, so the exported model behaves as 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,8 +139,8 @@ def weight_files(path: str | Path, flag_name: str = FLAG) -> list[Path]:
 
 #: the most a safetensors header may hold (the safetensors library refuses a larger one)
 MAX_HEADER = 100_000_000
-#: the tensor types ``read_tensors`` reads as float32 weights
-FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
+#: the tensor types ``read_tensors`` reads as float32 weights, and the bytes of one element of each
+FLOAT_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
 
 
 def check_weights(path: str | Path, flag_name: str = FLAG) -> None:
@@ -212,9 +213,14 @@ def check_header_shapes(path: str | Path, tensors: dict[str, tuple[str, dict[str
         if tuple(shape) != tuple(expected):
             raise SpecError(f"{where} has shape {list(shape)}; the model its {CONFIG} describes needs "
                             f"{list(expected)}")
-        if info.get("dtype") not in FLOAT_DTYPES:
-            raise SpecError(f"{where} is of type {str(info.get('dtype'))[:20]}, not a weight's "
-                            f"({', '.join(FLOAT_DTYPES)})")
+        dtype = info.get("dtype")
+        if dtype not in FLOAT_DTYPES:
+            raise SpecError(f"{where} is of type {str(dtype)[:20]}, not a weight's ({', '.join(FLOAT_DTYPES)})")
+        offsets = info.get("data_offsets")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
+                and offsets[0] >= 0 and offsets[1] - offsets[0] == math.prod(shape) * FLOAT_DTYPES[dtype]):
+            raise SpecError(f"{where}: its data_offsets {str(offsets)[:60]} do not hold a {dtype} tensor of shape "
+                            f"{list(shape)}")
         seen.add(canonical)
     fresh = {m for m in fmt.fresh if not any(n.startswith(m + ".") for n in seen)}
     missing = [n for n in want if n not in seen and n.rsplit(".", 1)[0] not in fresh]
