@@ -32,6 +32,7 @@ from dataclasses import replace as dataclass_replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"  # the twinbench the cases run (another checkout's src to compare)
 FIX = ROOT / "tests" / "explain" / "fixtures"
 #: a place no one may write, root included (sysfs), and a folder there that exists
 RO = "/sys/twinbench-hostile"
@@ -47,6 +48,10 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     check: Callable[[], str] | None = None  # '' when fine, else what went wrong (written outside --out...)
     tag: str = ""  # "folder": the cases of a results folder read as data (folder_io.py), run with --tag folder
+    max_mb: int = 0  # the most peak resident memory (MB) the case may take (0: no bound)
+    max_output: int = 0  # the most characters of output the case may print (0: no bound): a long name cut
+    stdout: str = ""  # where its stdout goes instead of a file (/dev/full)
+    sigterm_after: float = 0.0  # seconds after its start a SIGTERM is sent to the command (0: none)
 
 
 def record(framework: str, strategy: str, **extra: object) -> dict:
@@ -586,12 +591,13 @@ def run_case(c: Case, timeout: float, t: Path) -> dict:
     out = t / "out"
     if out.exists():
         shutil.rmtree(out)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200", **c.env}
+    env = {**os.environ, "PYTHONPATH": str(SRC), "COLUMNS": "200", **c.env}
     started = time.perf_counter()
-    with tempfile.TemporaryFile() as so, tempfile.TemporaryFile() as se:
+    with tempfile.TemporaryFile() as so, tempfile.TemporaryFile() as se, \
+            open(c.stdout or os.devnull, "wb") as device:
         proc = subprocess.Popen([sys.executable, "-c", "from twinbench.cli import app; app()", *c.args], env=env,
-                                stdout=so, stderr=se, cwd=t, start_new_session=True)
-        code, rss_kib = _wait(proc, started + timeout)
+                                stdout=device if c.stdout else so, stderr=se, cwd=t, start_new_session=True)
+        code, rss_kib = _wait(proc, started + timeout, started + c.sigterm_after if c.sigterm_after else None)
         so.seek(0)
         se.seek(0)
         stdout, stderr = (x.read().decode(errors="replace") for x in (so, se))
@@ -600,6 +606,10 @@ def run_case(c: Case, timeout: float, t: Path) -> dict:
     errors = [ln for ln in text.splitlines() if ln.startswith("error:")]
     first = errors[0] if errors else next((ln for ln in stderr.splitlines() if ln.strip()), "")
     problem = c.check() if c.check else ""
+    bounds = [f"{rss_kib // 1024} MB, over {c.max_mb}" if c.max_mb and rss_kib > c.max_mb * 1024 else "",
+              f"printed {len(text)} characters" if c.max_output and len(text) > c.max_output else "",
+              "printed an escape code" if "\x1b" in text else ""]
+    problem = "; ".join(x for x in (problem, *bounds) if x)
     traceback = "Traceback" in text
     one_line = code != 2 or len(errors) == 1
     ok = code == c.expect and not traceback and one_line and not problem
@@ -608,10 +618,13 @@ def run_case(c: Case, timeout: float, t: Path) -> dict:
             "first_line": first[:240], "traceback": traceback, "problem": problem, "ok": ok}
 
 
-def _wait(proc: subprocess.Popen, deadline: float) -> tuple[int | str, int]:
+def _wait(proc: subprocess.Popen, deadline: float, sigterm_at: float | None = None) -> tuple[int | str, int]:
     """(exit code or "timeout", the process's peak resident memory in KiB): os.wait4's own figure of that one
-    process, the case's memory."""
+    process, the case's memory. ``sigterm_at``: when to send the command a SIGTERM (once)."""
     while True:
+        if sigterm_at is not None and time.perf_counter() > sigterm_at:
+            os.kill(proc.pid, signal.SIGTERM)
+            sigterm_at = None
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             proc.returncode = os.waitstatus_to_exitcode(status)

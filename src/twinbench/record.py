@@ -22,6 +22,7 @@ from twinbench.folder_io import MAX_NAME, LinkRefused, cut, lines, open_append, 
 from twinbench.machine import HIGH_LOAD, MAX_SPREAD
 from twinbench.measure.device import host_cpu
 from twinbench.measure.interference import busy_warning
+from twinbench.models.family import n_params_of
 from twinbench.spec import RunSpec
 
 #: The version of the record's fields (``schema_version``): raised when a field changes its meaning or type, so a
@@ -169,7 +170,8 @@ class Record:
     def for_spec(cls, spec: RunSpec, status: str, **measured: Any) -> Record:
         """A record carrying the spec's identifying fields; ``measured`` fills the rest."""
         m, t = spec.model, spec.train
-        base = dict(framework=spec.framework, strategy=spec.strategy, preset=spec.preset, n_params=None,
+        base = dict(framework=spec.framework, strategy=spec.strategy, preset=spec.preset,
+                    n_params=n_params_of(spec.model),  # known from the shape, also of a run that never started
                     batch=t.batch, seq=t.seq, layers=m.layers, d_model=m.d_model, precision=t.precision,
                     device=None, device_count=spec.devices, status=status, run_id=spec.run_id(),
                     heads=m.heads, vocab=m.vocab, context=m.context, steps=t.steps, warmup=t.warmup,

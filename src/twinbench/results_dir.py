@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from twinbench.folder_io import check_folder, check_readable, open_append
+from twinbench.folder_io import check_folder, check_readable, open_append, terminal
 from twinbench.record import RecordWriteError, append_jsonl
 from twinbench.spec import SpecError
 
@@ -40,6 +40,9 @@ def check_out_dir(out_dir: Path) -> None:
             check_readable(path)
         except OSError as e:
             raise SpecError(f"--out {out_dir}: {e}") from None
+    holder = lock_holder(out_dir)
+    if holder is not None:  # nothing (settings, a probe's output) is written into a folder another run holds
+        raise SpecError(busy(out_dir, holder))
     probe = out_dir / f".twinbench-write-check-{os.getpid()}"
     try:
         with contextlib.suppress(FileNotFoundError):  # one a crashed twinbench of this pid left (never followed)
@@ -53,6 +56,30 @@ def check_out_dir(out_dir: Path) -> None:
         with contextlib.suppress(OSError):
             probe.unlink()
         raise SpecError(f"--out {out_dir}: cannot write there ({e.strerror or e})") from None
+
+
+def busy(out_dir: Path, holder: str) -> str:
+    """The line for a results folder another twinbench holds the lock of (``holder``: what its lock file says)."""
+    return (f"--out {out_dir}: another twinbench (pid {terminal(holder, 20)}) is writing there now; wait for it to end "
+            "or choose another --out")
+
+
+def lock_holder(out_dir: Path) -> str | None:
+    """Who holds ``out_dir``'s lock now (its lock file's pid, "?" if it says none), or None when no one does: the
+    lock is tried and let go at once (a lock file that is a link was refused by check_folder)."""
+    import fcntl
+
+    try:
+        fd = os.open(Path(out_dir) / LOCK, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return None  # closing the descriptor lets it go
+    except OSError:
+        return os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -72,9 +99,7 @@ def out_lock(out_dir: Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            raise SpecError(f"--out {out_dir}: another twinbench (pid {holder}) is writing there now; wait for it "
-                            "to end or choose another --out") from None
+            raise SpecError(busy(out_dir, os.pread(fd, 64, 0).decode(errors="replace").strip() or "?")) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield

@@ -229,8 +229,8 @@ def explain_cmd(
         with runner.interruptible(str(target)):  # Ctrl-C or SIGTERM in any of explain's runs: exit 130, one line
             result = _explain(run_a, run_b, traces, preset, overrides, target, timeout, model, jax_model, expand,
                               step_marker, rank, device, hlo, steps, try_flags or [], layer_counts)
-    except runner.Interrupted:
-        fail(f"interrupted; what finished is in {target}", code=130)
+    except runner.Interrupted:  # a folder is named only where runs wrote one (traces are only read)
+        fail("interrupted" + (f"; what finished is in {target}" if not traces and target.is_dir() else ""), code=130)
     if json_path:
         write_text(json_path, json.dumps(result, indent=1), "--json")
 

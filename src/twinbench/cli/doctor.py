@@ -51,6 +51,7 @@ def doctor(
     check_timeout(timeout)
     check_json(json_path)
     if trace is not None:
+        check_trace_steps(steps)
         check_trace_dir(trace)
     try:
         with console.status(f"running {script} under the doctor"):
@@ -78,6 +79,16 @@ def doctor(
         raise typer.Exit(3)
     raise typer.Exit(1 if result.serious else 0)
 
+
+
+def check_trace_steps(steps: int | None) -> None:
+    """--trace with --steps N: N must reach the end of the trace (its first steps compile and warm up, the next
+    ones are recorded); a shorter run would record a part of it, or nothing. One line, exit 2."""
+    from twinbench.doctor.trace import TRACE_FROM, TRACE_STEPS
+
+    if steps is not None and steps < TRACE_FROM + TRACE_STEPS:
+        fail(f"--steps {steps}: --trace records steps {TRACE_FROM + 1} to {TRACE_FROM + TRACE_STEPS} (the first "
+             f"{TRACE_FROM} compile and warm up); give --steps {TRACE_FROM + TRACE_STEPS} or more, or no --steps")
 
 
 def check_trace_dir(trace: Path) -> None:
@@ -128,5 +139,5 @@ def report_trace(trace: Path, obs: dict) -> None:
     elif error:
         out.print(f"  [yellow]no trace: the profiler failed ({error})[/]")
     else:
-        out.print(f"  [yellow]no trace: the script ran {obs.get('steps', 0)} steps; the trace needs "
-                  f"{TRACE_FROM + TRACE_STEPS} (its first {TRACE_FROM} compile and warm up)[/]")
+        out.print(f"  [yellow]no trace: the script ran {obs.get('steps', 0)} steps; the trace records steps "
+                  f"{TRACE_FROM + 1} to {TRACE_FROM + TRACE_STEPS} (the first {TRACE_FROM} compile and warm up)[/]")

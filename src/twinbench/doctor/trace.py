@@ -191,6 +191,9 @@ class StepProfiler:
         self.rec.traced = (TRACE_FROM - 1, self.rec.call_index(key) if key else None)
         self.rec.internal += 1
         try:
+            if not recorded:  # the script ended at the step the profiler started on: no step to explain
+                self._discard()
+                return
             self.dir.mkdir(parents=True, exist_ok=True)
             if self.torch_prof is not None:
                 self._next_annotation(None)
@@ -213,6 +216,19 @@ class StepProfiler:
             self.rec.info["trace_error"] = f"stop: {type(e).__name__}: {e}"[:300]
         finally:
             self.rec.internal -= 1
+
+    def _discard(self) -> None:
+        """Stop the profiler and keep nothing of it: the folder holds no trace (``--trace`` took it empty or new,
+        so the profile under it is this run's), and the report says why."""
+        if self.torch_prof is not None:
+            self._next_annotation(None)
+            self.torch_prof.stop()
+        else:
+            import jax
+
+            self._next_annotation(None)
+            jax.profiler.stop_trace()
+            shutil.rmtree(self.dir / "plugins", ignore_errors=True)
 
     def _copy_step_hlo(self) -> None:
         """The step's compiled module from the HLO dump, as ``step.hlo.txt`` beside the trace (the last compile

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.errors import error_line
-from twinbench.explain import gap, runs, trace_file, why
+from twinbench.explain import files, gap, runs, trace_file, why
 from twinbench.explain.steps import TraceError, parse_window
 from twinbench.folder_io import terminal
 from twinbench.limits import check_host
@@ -109,6 +109,8 @@ def explain_traces(trace_a: str, trace_b: str | None, expand: str = "categories"
                                "framework:strategy or RESULTS_DIR:framework/strategy)")
     try:
         window = parse_window(steps) if steps else None
+        if hlo and Path(hlo).is_file():  # a file over the cap is refused before any trace is parsed
+            files.check_hlo_size(hlo)
     except TraceError as e:
         raise ExplainError(str(e)) from e
     explained = []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +37,16 @@ GZIP_MAGIC = b"\x1f\x8b"
 #: the head of a file :func:`kind` reads (inflated) to tell what it is
 HEAD = 1 << 16
 _CHUNK = 1 << 20
+#: the read size a streaming JSON parser asks for: a token longer than one read is re-scanned from its start on
+#: each read (yajl), so larger reads keep a long string's cost near its length
+JSON_READ = 1 << 22
+#: the longest JSON token (a string, a number) a streamed trace may hold: no profiler writes a name or an
+#: argument this long, and the parser holds a token whole (twice) while it is read
+MAX_TOKEN = 32 * 2**20
+#: a JSON string's closing (or opening) quote: one no backslash escapes. A quote after an escaped backslash
+#: (``\\"``) is taken for an escaped one: a token looks longer than it is, never shorter.
+_QUOTE = re.compile(rb'(?<!\\)"')
+_QUOTE_REVERSED = re.compile(rb'"(?!\\)')
 
 
 def max_bytes() -> int:
@@ -129,11 +140,14 @@ class Stream:
     member) by content, stopped at ``limit`` bytes out; a corrupt or truncated gzip and the cap are one
     :class:`TraceError` line naming the file."""
 
-    def __init__(self, f: Any, path: str | Path, limit: int, gz: bool) -> None:
+    def __init__(self, f: Any, path: str | Path, limit: int, gz: bool, json_tokens: bool = False) -> None:
         self._f, self._path, self._limit, self.gzip = f, path, limit, gz
         self._d = zlib.decompressobj(16 + zlib.MAX_WBITS) if gz else None
         self._pending = b""  # compressed bytes not yet inflated (the decompressor's unconsumed tail)
         self.out = 0  # bytes handed out so far
+        #: JSON: the bytes since the last quote (:data:`_QUOTE`), checked against :data:`MAX_TOKEN`; None: not JSON
+        self._run: int | None = 0 if json_tokens else None
+        self._last = b""  # the last byte handed out (a quote at a chunk's start may be escaped by it)
 
     def read(self, n: int = _CHUNK) -> bytes:
         if n == 0:  # a parser's probe of what the stream yields (bytes or text): nothing is consumed
@@ -144,7 +158,24 @@ class Stream:
         if self.out > self._limit:
             raise TraceError(f"{self._path}: inflates past {self._limit / 2**20:.0f} MiB, the cap on a trace's "
                              "size (TWINBENCH_MAX_TRACE_MB raises it): a gzip bomb, or trim the trace")
+        if self._run is not None and chunk:
+            self._tokens(chunk)
         return chunk
+
+    def _tokens(self, chunk: bytes) -> None:
+        """Count the bytes since the last quote through ``chunk``: a run past :data:`MAX_TOKEN` is a string or
+        number no trace holds, refused in one line before the parser holds it whole (and re-scans it). A run
+        inside a chunk is shorter than the chunk; only runs across chunks are counted."""
+        run, seen = self._run or 0, self._last + chunk
+        start = self.out - len(chunk) - run  # where the run began
+        first = _QUOTE.search(seen)
+        long = run + len(chunk) if first is None else run + first.start() - len(self._last)
+        if long > MAX_TOKEN:
+            raise TraceError(f"{self._path}: holds a string or number over {MAX_TOKEN // 2**20} MiB long, at byte "
+                             f"{start:,} (no profiler writes one): not a trace explain reads")
+        last = _QUOTE_REVERSED.search(seen[::-1]) if first is not None else None
+        self._run = long if last is None else last.start()
+        self._last = chunk[-1:]
 
     def _inflate(self, n: int) -> bytes:
         d = self._d
@@ -172,9 +203,11 @@ class Stream:
 
 
 @contextlib.contextmanager
-def stream(path: str | Path, what: str = "trace", limit: int | None = None) -> Iterator[Stream]:
+def stream(path: str | Path, what: str = "trace", limit: int | None = None, json_tokens: bool = False
+           ) -> Iterator[Stream]:
     """A user-named file opened for streaming (plain or gzip, by content): its checks and errors are
-    :func:`read_bytes`'s, its cap :func:`max_stream_bytes` (the time a read takes, not its memory)."""
+    :func:`read_bytes`'s, its cap :func:`max_stream_bytes` (the time a read takes, not its memory); with
+    ``json_tokens``, a JSON token over :data:`MAX_TOKEN` too (what a streaming parser would hold whole)."""
     limit = max_stream_bytes() if limit is None else limit
     p = _open_checked(path, what)
     try:
@@ -184,7 +217,7 @@ def stream(path: str | Path, what: str = "trace", limit: int | None = None) -> I
             if not gz and p.stat().st_size > limit:
                 raise TraceError(f"{path}: {p.stat().st_size / 2**20:.0f} MiB, over the cap on a {what}'s size "
                                  f"({limit / 2**20:.0f} MiB; TWINBENCH_MAX_TRACE_MB raises it)")
-            yield Stream(f, path, limit, gz)
+            yield Stream(f, path, limit, gz, json_tokens)
     except OSError as e:
         raise TraceError(f"{path}: cannot read it ({e.strerror or e})") from None
 
@@ -197,6 +230,22 @@ def check_readable(path: str | Path, what: str = "trace") -> None:
             return
         while s.read(_CHUNK):
             pass
+
+
+def check_hlo_size(path: str | Path) -> None:
+    """A compiled HLO text a user names, refused from its size alone when it is plain text over
+    :func:`max_hlo_bytes` (before any trace is read; a gzip is stopped at the cap where it is read)."""
+    p = _open_checked(path, "compiled HLO text")
+    try:
+        with p.open("rb") as f:
+            if f.read(2) == GZIP_MAGIC:
+                return
+            size, limit = os.fstat(f.fileno()).st_size, max_hlo_bytes()
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read it ({e.strerror or e})") from None
+    if size > limit:
+        raise TraceError(f"{path}: {size / 2**20:.0f} MiB, over the cap on a HLO text's size ({limit / 2**20:.0f} "
+                         "MiB; TWINBENCH_MAX_HLO_MB raises it)")
 
 
 def read_text(path: str | Path, what: str) -> str:

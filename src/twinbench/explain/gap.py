@@ -15,6 +15,7 @@ from typing import Any
 from twinbench.explain import causes, doctor_timing, files, jax_trace, torch_trace, why
 from twinbench.explain.breakdown import DISTURBED, PHASES, WHOLE_ITERATION, Breakdown
 from twinbench.explain.steps import TraceError
+from twinbench.folder_io import terminal
 from twinbench.measure import page_faults
 
 TOLERANCE = 0.10
@@ -128,7 +129,7 @@ def explain_breakdown(b: Breakdown, run: str, step: float, timing: dict[str, flo
             elif p in timing and step and abs(timing[p] - trace_phases[p]) > TOLERANCE * step:
                 notes.append(f"methods disagree on {p}: timing {timing[p]:.1f} ms, trace {trace_phases[p]:.1f} ms")
     if d["categorized_share"] < CATEGORIZED_MIN:
-        top = ", ".join(f"{k} {v:.2f} ms" for k, v in list(d["other"].items())[:5])
+        top = ", ".join(f"{terminal(k, 80)} {v:.2f} ms" for k, v in list(d["other"].items())[:5])  # op names: data
         notes.append(f"only {d['categorized_share']:.0%} of op time categorized; largest 'other': {top}")
     if b.steps_used < b.steps_traced:
         notes.append(f"{b.steps_traced - b.steps_used} of {b.steps_traced} traced steps left out: over "

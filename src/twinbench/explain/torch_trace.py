@@ -72,7 +72,7 @@ def _parse_events(path: str, f: Any) -> Iterator[Any]:
     head = files.head(path).removeprefix(b"\xef\xbb\xbf").lstrip()
     prefix = "item" if head[:1] == b"[" else "traceEvents.item"
     try:
-        yield from ijson.items(f, prefix, use_float=True)
+        yield from ijson.items(f, prefix, use_float=True, buf_size=files.JSON_READ)
     except (ijson.JSONError, RecursionError, UnicodeDecodeError) as e:
         raise TraceError(f"{path}: not a readable torch Chrome trace (not JSON: {type(e).__name__})") from None
 
@@ -180,7 +180,7 @@ def load(path: str) -> Events:
     file that is no trace, an event whose time is no time, or a read past the cap."""
     ev = Events()
     seen = False
-    with files.stream(path) as f:  # a folder, unreadable, corrupt gzip, over the cap: one line
+    with files.stream(path, json_tokens=True) as f:  # a folder, unreadable, corrupt gzip, over a cap: one line
         for i, e in enumerate(_parse_events(path, f)):
             seen = True
             if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e:
@@ -197,9 +197,9 @@ def _has_events(path: str) -> bool:
     head = files.head(path).removeprefix(b"\xef\xbb\xbf").lstrip()
     if head[:1] == b"[":
         return True
-    with files.stream(path) as f:
+    with files.stream(path, json_tokens=True) as f:
         try:
-            return any(p == "traceEvents" and ev == "start_array" for p, ev, _ in ijson.parse(f))
+            return any(p == "traceEvents" and ev == "start_array" for p, ev, _ in ijson.parse(f, buf_size=files.JSON_READ))
         except (ijson.JSONError, RecursionError, UnicodeDecodeError) as e:
             raise TraceError(f"{path}: not a readable torch Chrome trace (not JSON: {type(e).__name__})") from None
 

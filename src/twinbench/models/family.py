@@ -167,6 +167,23 @@ def flops_convention(name: str) -> str:
     return FAMILIES[name].flops_convention if name in FAMILIES else f"FLOPs/token as the {name} family counts them"
 
 
+def n_params_of(cfg: ModelConfig) -> int | None:
+    """The parameter count a run of ``cfg`` records (its family's ``n_params`` of its canonical weights), from the
+    canonical layout's shapes alone (``HFFormat.shapes``): nothing is built. None for a model whose weights only
+    its run knows (the user's ``--model``, a family without a canonical layout) or a shape that is no model."""
+    fam = FAMILIES.get(cfg.family)
+    if fam is None or fam.hf is None:
+        return None
+    import numpy as np
+
+    try:
+        shapes = fam.hf.shapes(cfg)
+        stand_ins = {name: np.broadcast_to(np.float32(0), shape) for name, shape in shapes.items()}  # no memory
+        return int(fam.n_params(stand_ins))
+    except (ArithmeticError, ValueError, TypeError):  # sizes no array can have (refused elsewhere, one line)
+        return None
+
+
 _USER_FAMILIES: dict[Any, Any] = {}
 
 

@@ -16,6 +16,7 @@ configs set dropout to 0: the twins have none, so the exported model behaves as 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,12 @@ class HFFormat:
     to_canonical: Callable[[dict[str, np.ndarray], ModelConfig, str], Canonical]  # (tensors, cfg, where)
     to_hf: Callable[[ModelConfig, Canonical], tuple[dict[str, Any], dict[str, np.ndarray]]]  # -> config, tensors
     shapes: Callable[[ModelConfig], dict[str, tuple[int, ...]]]  # canonical name -> shape
+    #: (a checkpoint's tensor name, its number of dimensions) -> (its canonical name, whether it is a linear weight
+    #: that ``to_canonical`` transposes), or None for a tensor ``to_canonical`` leaves out (a buffer, another head):
+    #: what ``to_canonical`` does to a name, so that a checkpoint's header is checked without its tensors
+    name: Callable[[str, int], tuple[str, bool] | None]
+    #: modules ``to_canonical`` initialises itself when a checkpoint has none of their weights (BERT's head)
+    fresh: tuple[str, ...] = ()
 
 
 #: The ModelConfig fields every checkpoint determines (a family's ``fields`` starts with them).
@@ -130,35 +137,96 @@ def weight_files(path: str | Path, flag_name: str = FLAG) -> list[Path]:
     raise SpecError(f"{flag_name} {path}: no {SAFETENSORS} there{hint}")
 
 
+#: the most a safetensors header may hold (the safetensors library refuses a larger one)
+MAX_HEADER = 100_000_000
+#: the tensor types ``read_tensors`` reads as float32 weights, and the bytes of one element of each
+FLOAT_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
+
+
 def check_weights(path: str | Path, flag_name: str = FLAG) -> None:
     """Every safetensors file of the checkpoint whole, from its header alone (the documented layout: a u64
-    header size, the JSON header, then the data every tensor's ``data_offsets`` points into): a truncated,
-    empty or foreign file is one SpecError line before any run starts, not a failure of every run."""
+    header size, the JSON header, then the data every tensor's ``data_offsets`` points into), and every tensor
+    it names of the name, shape and type the model of its ``config.json`` needs: a truncated, empty or foreign
+    file, or one of another shape, is one SpecError line before any run starts, not a failure of every run.
+    No tensor is read."""
+    tensors: dict[str, tuple[str, dict[str, Any]]] = {}
     for f in weight_files(path, flag_name):
-        where = f"{flag_name} {path}: {f.name}"
-        try:
-            size = f.stat().st_size
-            with f.open("rb") as fh:
-                n = int.from_bytes(fh.read(8), "little")
-                if size < 8 or n <= 0 or 8 + n > size:
-                    raise SpecError(f"{where} is not a safetensors file (or is truncated): its header does not fit "
-                                    f"its {size} bytes")
-                header = json.loads(fh.read(n))
-        except SpecError:
-            raise
-        except OSError as e:
-            raise SpecError(f"{where}: cannot read it ({e.strerror or e})") from None
-        except (ValueError, UnicodeDecodeError):
-            raise SpecError(f"{where} is not a safetensors file: its header is not JSON") from None
-        if not isinstance(header, dict):
-            raise SpecError(f"{where} is not a safetensors file: its header is not a JSON object")
-        ends = [info.get("data_offsets", [0, 0])[1] for k, info in header.items()
-                if k != "__metadata__" and isinstance(info, dict) and isinstance(info.get("data_offsets"), list)
-                and len(info["data_offsets"]) == 2]
-        data = size - 8 - n
-        if ends and max(ends) > data:
-            raise SpecError(f"{where} is truncated: its tensors need {max(ends)} bytes of data, the file holds "
-                            f"{data}")
+        header = _header(f, f"{flag_name} {path}: {f.name}")
+        tensors.update((k, (f.name, info)) for k, info in header.items() if k != "__metadata__")
+    check_header_shapes(path, tensors, flag_name)
+
+
+def _header(f: Path, where: str) -> dict[str, Any]:
+    """The JSON header of the safetensors file ``f``, its data offsets checked against the file's size."""
+    try:
+        size = f.stat().st_size
+        with f.open("rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            if size < 8 or n <= 0 or 8 + n > size:
+                raise SpecError(f"{where} is not a safetensors file (or is truncated): its header does not fit "
+                                f"its {size} bytes")
+            if n > MAX_HEADER:
+                raise SpecError(f"{where} is not a safetensors file: its header would be {n} bytes, over the "
+                                f"{MAX_HEADER} a safetensors header may hold")
+            header = json.loads(fh.read(n))
+    except SpecError:
+        raise
+    except OSError as e:
+        raise SpecError(f"{where}: cannot read it ({e.strerror or e})") from None
+    except (ValueError, UnicodeDecodeError):
+        raise SpecError(f"{where} is not a safetensors file: its header is not JSON") from None
+    if not isinstance(header, dict):
+        raise SpecError(f"{where} is not a safetensors file: its header is not a JSON object")
+    ends = [info.get("data_offsets", [0, 0])[1] for k, info in header.items()
+            if k != "__metadata__" and isinstance(info, dict) and isinstance(info.get("data_offsets"), list)
+            and len(info["data_offsets"]) == 2]
+    data = size - 8 - n
+    if ends and all(isinstance(e, int) for e in ends) and max(ends) > data:
+        raise SpecError(f"{where} is truncated: its tensors need {max(ends)} bytes of data, the file holds {data}")
+    return header
+
+
+def check_header_shapes(path: str | Path, tensors: dict[str, tuple[str, dict[str, Any]]],
+                        flag_name: str = FLAG) -> None:
+    """The tensors a checkpoint's headers name (name -> (its file, its header entry)) against the canonical
+    layout of the model its ``config.json`` describes, through the family's own naming (``HFFormat.name``):
+    each weight there, of that shape (``[out, in]`` where the family transposes it), of a float type; one
+    SpecError line naming the first tensor that is not, with the shape expected and the shape found."""
+    hf = read_config(path, flag_name)
+    cfg = config_from_hf(path, flag_name)
+    fmt = _formats()[model_type(hf)][1]
+    want = fmt.shapes(cfg)
+    seen: set[str] = set()
+    for name, (file, info) in tensors.items():
+        where = f"{flag_name} {path}: {file}: tensor {name}"
+        shape = info.get("shape") if isinstance(info, dict) else None
+        if not isinstance(shape, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                  for x in shape):
+            raise SpecError(f"{where} has no valid shape in the header ({str(shape)[:80]})")
+        mapped = fmt.name(name, len(shape))
+        if mapped is None:
+            continue
+        canonical, transposed = mapped
+        if canonical not in want:
+            raise SpecError(f"{where} is not a weight of the {cfg.family} model its {CONFIG} describes")
+        expected = want[canonical][::-1] if transposed else want[canonical]
+        if tuple(shape) != tuple(expected):
+            raise SpecError(f"{where} has shape {list(shape)}; the model its {CONFIG} describes needs "
+                            f"{list(expected)}")
+        dtype = info.get("dtype")
+        if dtype not in FLOAT_DTYPES:
+            raise SpecError(f"{where} is of type {str(dtype)[:20]}, not a weight's ({', '.join(FLOAT_DTYPES)})")
+        offsets = info.get("data_offsets")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
+                and offsets[0] >= 0 and offsets[1] - offsets[0] == math.prod(shape) * FLOAT_DTYPES[dtype]):
+            raise SpecError(f"{where}: its data_offsets {str(offsets)[:60]} do not hold a {dtype} tensor of shape "
+                            f"{list(shape)}")
+        seen.add(canonical)
+    fresh = {m for m in fmt.fresh if not any(n.startswith(m + ".") for n in seen)}
+    missing = [n for n in want if n not in seen and n.rsplit(".", 1)[0] not in fresh]
+    if missing:
+        raise SpecError(f"{flag_name} {path}: no tensor for the weight {missing[0]} (the model its {CONFIG} "
+                        f"describes has it{f', and {len(missing) - 1} more missing' if len(missing) > 1 else ''})")
 
 
 _ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,

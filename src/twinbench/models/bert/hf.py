@@ -57,6 +57,17 @@ def _bert_is_linear(name: str, a: np.ndarray) -> bool:
     return a.ndim == 2 and "embeddings." not in name
 
 
+def _bert_name(name: str, ndim: int) -> tuple[str, bool] | None:
+    """The canonical name of a checkpoint's tensor of ``ndim`` dimensions and whether it is a linear weight
+    (transposed); None for what is not a weight of the twin (a buffer, a pre-training head)."""
+    short = name.removeprefix("bert.")
+    if _BERT_IGNORED.match(short):
+        return None
+    head, _, leaf = short.rpartition(".")
+    short = f"{head}.{_BERT_OLD_NAMES.get(leaf, leaf)}"
+    return short, ndim == 2 and "embeddings." not in short
+
+
 def _bert_to_canonical(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: str) -> Canonical:
     """HF ``nn.Linear`` weights are ``[out, in]``: transposed to canonical ``[in, out]``.
 
@@ -66,12 +77,10 @@ def _bert_to_canonical(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: 
     """
     out: Canonical = {}
     for name, a in tensors.items():
-        short = name.removeprefix("bert.")
-        if _BERT_IGNORED.match(short):
-            continue
-        head, _, leaf = short.rpartition(".")
-        short = f"{head}.{_BERT_OLD_NAMES.get(leaf, leaf)}"
-        out[short] = np.ascontiguousarray(a.T) if _bert_is_linear(short, a) else a
+        canonical = _bert_name(name, a.ndim)
+        if canonical is not None:
+            short, linear = canonical
+            out[short] = np.ascontiguousarray(a.T) if linear else a
     rng = np.random.default_rng(0)
     for name, (n_in, n_out) in (("pooler.dense", (cfg.d_model, cfg.d_model)),
                                 ("classifier", (cfg.d_model, cfg.num_labels))):
@@ -123,4 +132,5 @@ def _bert_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 FORMAT = HFFormat(model_type="bert", architecture="Bert", fields=(*SHAPE_FIELDS, "num_labels"), config=_bert_config,
-                  to_canonical=_bert_to_canonical, to_hf=_bert_to_hf, shapes=_bert_shapes)
+                  to_canonical=_bert_to_canonical, to_hf=_bert_to_hf, shapes=_bert_shapes, name=_bert_name,
+                  fresh=("pooler.dense", "classifier"))

@@ -47,6 +47,15 @@ def _gpt2_config(hf: dict[str, Any], where: str) -> ModelConfig:
 _GPT2_IGNORED = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")  # causal-mask buffers, not weights
 
 
+def _gpt2_name(name: str, ndim: int) -> tuple[str, bool] | None:
+    """The canonical name of a checkpoint's tensor (Conv1D weights are already ``[in, out]``: never transposed);
+    ``lm_head.weight`` is the tied head, ``wte.weight``'s shape; None for a causal-mask buffer."""
+    if name == "lm_head.weight":
+        return "wte.weight", False
+    short = name.removeprefix("transformer.")
+    return None if _GPT2_IGNORED.match(short) else (re.sub(r"^h\.", "blocks.", short), False)
+
+
 def _gpt2_to_canonical(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: str) -> Canonical:
     out: Canonical = {}
     lm_head = None
@@ -54,10 +63,9 @@ def _gpt2_to_canonical(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: 
         if name == "lm_head.weight":
             lm_head = a
             continue
-        short = name.removeprefix("transformer.")
-        if _GPT2_IGNORED.match(short):
-            continue
-        out[re.sub(r"^h\.", "blocks.", short)] = a
+        canonical = _gpt2_name(name, a.ndim)
+        if canonical is not None:
+            out[canonical[0]] = a
     if lm_head is not None and "wte.weight" in out and not np.array_equal(lm_head, out["wte.weight"]):
         raise SpecError(f"{where}: lm_head.weight is not tied to wte.weight; the twin GPT ties them")
     if "wte.weight" not in out and lm_head is not None:
@@ -96,4 +104,4 @@ def _gpt_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 FORMAT = HFFormat(model_type="gpt2", architecture="GPT2", fields=SHAPE_FIELDS, config=_gpt2_config,
-                  to_canonical=_gpt2_to_canonical, to_hf=_gpt2_to_hf, shapes=_gpt_shapes)
+                  to_canonical=_gpt2_to_canonical, to_hf=_gpt2_to_hf, shapes=_gpt_shapes, name=_gpt2_name)

@@ -52,13 +52,20 @@ def _is_linear(name: str, a: np.ndarray) -> bool:
     return a.ndim == 2 and name != "embed_tokens.weight"
 
 
+def _name(name: str, ndim: int) -> tuple[str, bool] | None:
+    """The canonical name of a checkpoint's tensor of ``ndim`` dimensions and whether it is a linear weight
+    (transposed); None for a buffer."""
+    short = name.removeprefix("model.")
+    return None if short.endswith(_IGNORED) else (short, ndim == 2 and short != "embed_tokens.weight")
+
+
 def _to_canonical(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: str) -> Canonical:
     out: Canonical = {}
     for name, a in tensors.items():
-        short = name.removeprefix("model.")
-        if short.endswith(_IGNORED):
-            continue
-        out[short] = np.ascontiguousarray(a.T) if _is_linear(short, a) else a
+        canonical = _name(name, a.ndim)
+        if canonical is not None:
+            short, linear = canonical
+            out[short] = np.ascontiguousarray(a.T) if linear else a
     if "lm_head.weight" not in out:
         raise SpecError(f"{where}: no lm_head.weight (a tied head); the twin Llama's head is untied")
     return out
@@ -97,4 +104,4 @@ def shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 FORMAT = HFFormat(model_type="llama", architecture="Llama", fields=SHAPE_FIELDS, config=_config,
-                  to_canonical=_to_canonical, to_hf=_to_hf, shapes=shapes)
+                  to_canonical=_to_canonical, to_hf=_to_hf, shapes=shapes, name=_name)

@@ -1,0 +1,268 @@
+"""A results folder (and a file) read as data, every class of docs/bad-input.md run as a user would, and checked.
+
+Each case is a fresh ``twinbench`` process (``hostile_inputs.run_case``: a time limit, its peak resident memory
+from ``wait4``) on an input built under a temporary folder: settings that name code and paths, links out of the
+folder, a 2 GB sparse results file and HLO text, 10 MB and 100 MB op names, variants, endless timeouts, models
+whose check fails, interrupts, another protobuf named ``*.xplane.pb``, stdout on a full device, escape codes,
+broken and misshapen checkpoints, a locked ``--out``, a run stopped by its timeout. A case is ``ok`` when it ended
+as the docs promise: exit 2 with one ``error:`` line naming the input (or its own expected code), no traceback,
+no escape code printed, within its memory bound (1 GB for the 2 GB files) and output (an op name is cut), and
+nothing written or imported outside the folders the command was told to write (every file under the temporary
+folder is compared before and after, a planted module leaves a marker if imported).
+
+    PYTHONPATH=src python benchmarks/hostile_folder.py [--only explain,doctor] [--markdown FILE] [--json FILE]
+
+It exits 1 when a case is not as promised (a reproducer: run it after changing a command). A few cases start
+real tiny runs (the interrupted explain, the run stopped by its timeout), so the whole takes minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import hostile_inputs
+from hostile_inputs import (
+    ROOT,
+    Case,
+    _export,
+    folder_cases,
+    markdown,
+    record,
+    results,
+    run_case,
+    steps,
+    torch_trace,
+)
+
+FIX = ROOT / "tests" / "explain" / "fixtures"
+RO = "/sys/twinbench-hostile"  # a place no one may write, root included
+GB2 = 2 * 2**30
+
+
+def _sparse(path: Path, size: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(size)  # every byte reads as NUL, none takes disk
+    return path
+
+
+def _named_op(path: Path, mb: int) -> Path:
+    """A trace whose second op has a name of ``mb`` MB, written in pieces (this process never holds it: a command's
+    peak memory, read from wait4, starts from what its parent held when it forked)."""
+    ev = steps(n=4)
+    ev[5]["name"] = "@NAME@"
+    head, tail = torch_trace(ev).split(b"@NAME@")
+    with open(path, "wb") as f:
+        f.write(head)
+        for _ in range(mb):
+            f.write(b"x" * 2**20)
+        f.write(tail)
+    return path
+
+
+def _snapshot(t: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``t``: (size, mtime in ns), links not followed."""
+    seen = {}
+    for root, dirs, names in os.walk(t):
+        for n in names + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            p = os.path.join(root, n)
+            st = os.lstat(p)
+            seen[p] = (st.st_size, st.st_mtime_ns)
+    return seen
+
+
+def _written(before: dict, after: dict, allowed: list[str]) -> str:
+    """Files created, changed or removed under the folder outside ``allowed`` (the places the command names)."""
+    changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p)
+                     and not any(p == a or p.startswith(a.rstrip("/") + "/") for a in allowed))
+    return f"wrote outside its folders: {', '.join(changed[:3])}" if changed else ""
+
+
+def _allowed(c: Case) -> list[str]:
+    """The places a case's command is told to write: --out, --json, --resume, a folder report draws into."""
+    a = c.args
+    named = [a[i + 1] for i, x in enumerate(a[:-1]) if x in ("--out", "--json", "--resume", "--trace")]
+    if a and a[0] == "report":
+        named.append(a[1])
+    return named
+
+
+def more_cases(t: Path) -> tuple[list[Case], Callable[[], str]]:
+    """The classes folder_cases leaves out, every one of the hostile trial's and its lesser list; and the check
+    that no planted module was imported."""
+    m = t / "more"
+    m.mkdir()
+    marker = m / "IMPORTED"
+    out = str(m / "o")
+    pair = results(m / "pair", [record("torch", "eager"), record("jax", "jit")])
+    big_hlo = _sparse(m / "big.hlo.txt", GB2)
+    name10, name100 = _named_op(m / "name10.json", 10), _named_op(m / "name100.json", 100)
+    xplane_pb = m / "run.xplane.pb"
+    xplane_pb.write_bytes(b"\x08\x96\x01\x12\x04name")  # a valid protobuf message, not an XSpace
+    escapes = results(m / "escapes", [record("torch", "eager", device="\x1b[2J\x1b[31mcpu\nerror: spoofed"),
+                                      record("jax", "jit")])
+    ev = steps(n=4)
+    ev[5]["name"] = "\x1b[31maten::mm\rerror: spoofed"
+    esc_trace = m / "escapes.json"
+    esc_trace.write_bytes(torch_trace(ev))
+    zero = results(m / "zero", [record("torch", "eager", weights_path="/dev/zero")])
+    ck = m / "ck"
+    _export(ck)
+    truncated = m / "truncated"
+    truncated.mkdir()
+    (truncated / "config.json").write_text((ck / "config.json").read_text())
+    st = (ck / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(st[: len(st) // 2])
+    misshapen = _misshapen(ck, m / "misshapen")
+    text = m / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    importing = m / "importing.py"
+    importing.write_text("import no_such_module\n")  # named on the command line: importing it is the check
+    wrong = m / "wrong.py"
+    wrong.write_text("def build(cfg=None):\n    return 'not a module'\n")
+    hangs = m / "hangs.py"
+    hangs.write_text("import time\ntime.sleep(600)\n")
+    only_list, only_obj = _settings(m, "only-list", {"only": ["C1"]}), _settings(m, "only-obj", {"only": {}})
+    script = m / "train.py"
+    script.write_text("print('a script')\n")
+    locked = m / "locked"
+    locked.mkdir()
+
+    def imported() -> str:
+        return "imported a file it was only to read" if marker.exists() else ""
+
+    def n_params_recorded() -> str:
+        f = Path(out) / "results.jsonl"
+        recs = [json.loads(ln) for ln in f.read_text().splitlines()] if f.is_file() else []
+        return "" if recs and all(isinstance(r.get("n_params"), int) and r["n_params"] > 0 for r in recs) else \
+            f"a record without n_params ({[r.get('n_params') for r in recs]})"
+
+    def no_out() -> str:
+        return "--out created" if Path(out).exists() else ""
+
+    ex = ["explain", f"{pair}:torch/eager", f"{pair}:jax/jit", "--out", out]
+    tiny = ["--preset", "tiny"]
+    return [
+        Case("explain", "TRACE --hlo a 2 GB sparse file", ["explain", str(FIX / "pair_lm_jax.xplane.pb.gz"), "--hlo",
+                                                          str(big_hlo)], max_mb=1024),
+        Case("explain", "a 10 MB op name", ["explain", str(name10)], 0, max_mb=1024, max_output=5000),
+        Case("explain", "a 100 MB op name", ["explain", str(name100)], max_mb=1024, max_output=5000),
+        Case("explain", "--try B:threads=-3", [*ex, "--try", "B:threads=-3"]),
+        *[Case("predict", f"--strategies {s}", ["predict", *tiny, "--strategies", s, "--device", dev])
+          for s, dev in (("jax:mesh-dp", "tpu-v5e"), ("jax:mesh-fsdp", "tpu-v5e"), ("jax:naive", "tpu-v5e"),
+                         ("torch:ddp", "h200"))],
+        Case("doctor", "--steps 5 --trace DIR", ["doctor", str(script), "--steps", "5", "--trace", str(m / "tr")],
+             check=lambda: "--trace folder made" if (m / "tr").exists() else ""),
+        *[Case(cmd[0], f"--timeout {v}", [*cmd, "--timeout", v]) for v in ("inf", "1e308") for cmd in (
+            ["sweep", *tiny, "--over", "batch=1,2", "--strategies", "torch:eager", "--out", out],
+            ["advise", *tiny, "--out", out], ["score", "--init-from", str(ck), "--data", str(text)],
+            ["predict", "--device", "tpu-v5e", "--model", f"{wrong}:build"])],
+        Case("claims", "--model that fails to import", ["claims", "--quick", "--only", "C6", "--model",
+                                                        f"{importing}:build", "--out", out, "--timeout", "60"]),
+        Case("claims", "--model returning a str", ["claims", "--quick", "--only", "C6", "--model", f"{wrong}:build",
+                                                   "--out", out, "--timeout", "60"]),
+        Case("claims", "--model that hangs at import, --timeout 5",
+             ["claims", "--quick", "--only", "C6", "--model", f"{hangs}:build", "--out", out, "--timeout", "5"]),
+        Case("claims", "--resume: only a list (--plan)", ["claims", "--resume", str(only_list), "--plan"]),
+        Case("claims", "--resume: only an object", ["claims", "--resume", str(only_obj), "--plan"]),
+        Case("explain", "SIGTERM during its own runs", ["explain", "torch:eager", "jax:jit", *tiny, "--out", out],
+             130, sigterm_after=12.0),
+        Case("explain", "another protobuf named *.xplane.pb", ["explain", str(xplane_pb)]),
+        Case("strategies", "stdout on a full device", ["strategies"], stdout="/dev/full"),
+        Case("report", "escape codes in a record's field", ["report", str(escapes)], 0),
+        Case("explain", "escape codes in a trace's op name", ["explain", str(esc_trace)], 0),
+        Case("export", "--from a record naming /dev/zero", ["export", "--from", str(zero), "--out", out],
+             check=no_out),
+        Case("score", "a truncated checkpoint", ["score", "--init-from", str(truncated), "--data", str(text)]),
+        Case("score", "a tensor of another shape", ["score", "--init-from", str(misshapen), "--data", str(text)]),
+        Case("compare", "--init-from a tensor of another shape",
+             ["compare", "--init-from", str(misshapen), "--strategies", "torch:eager,jax:jit", "--out", out],
+             check=no_out),
+        Case("claims", "--trace in a read-only place", ["claims", "--quick", "--only", "C1", "--trace", RO, "--out",
+                                                        out], check=no_out),
+        Case("claims", "probes only, --out locked by another twinbench",
+             ["claims", "--quick", "--only", "C21", "--out", str(locked)], check=_locker(locked)),
+        Case("compare", "a run stopped by --timeout before it started",
+             ["compare", *tiny, "--strategies", "torch:eager", "--timeout", "0.5", "--out", out], 1,
+             check=n_params_recorded),
+    ], imported
+
+
+def _settings(m: Path, name: str, value: object) -> Path:
+    d = m / name
+    d.mkdir()
+    (d / "claims-settings.json").write_text(json.dumps(value))
+    return d
+
+
+def _misshapen(ck: Path, to: Path) -> Path:
+    """``ck`` with one tensor a row short (a whole, valid safetensors file whose shape is not its config's)."""
+    from safetensors.numpy import load_file, save_file
+
+    to.mkdir()
+    (to / "config.json").write_text((ck / "config.json").read_text())
+    t = dict(load_file(str(ck / "model.safetensors")))
+    t["transformer.wpe.weight"] = t["transformer.wpe.weight"][:-1].copy()
+    save_file(t, str(to / "model.safetensors"), metadata={"format": "pt"})
+    return to
+
+
+_HELD: list = []
+
+
+def _locker(out: Path) -> Callable[[], str]:
+    """The lock another twinbench holds on ``out`` (runner.out_lock's file, flock'd here), taken when the case is
+    built and kept while it runs; the check says whether the probes wrote anything."""
+    f = open(out / ".twinbench.lock", "a")  # noqa: SIM115 - held while the case runs
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    _HELD.append(f)
+    return lambda: "wrote into a locked --out" if {p.name for p in out.iterdir()} - {".twinbench.lock"} else ""
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", default="", help="comma-separated commands (explain,predict,...); default: all")
+    p.add_argument("--timeout", type=float, default=180.0, help="seconds before a case is killed")
+    p.add_argument("--markdown", type=Path, help="also write the table here")
+    p.add_argument("--json", type=Path, help="also write the rows here")
+    p.add_argument("--src", type=Path, help="run the twinbench of this src folder (another checkout's, to compare)")
+    args = p.parse_args()
+    if args.src:
+        hostile_inputs.SRC = args.src.resolve()
+    sys.path.insert(0, str(ROOT / "src"))
+    only = {x for x in args.only.split(",") if x}
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="hostile-folder-") as tmp:
+        t = Path(tmp)
+        extra, imported = more_cases(t)
+        cases = [c for c in folder_cases(t) + extra if not only or c.command in only]
+        for i, c in enumerate(cases, 1):
+            shutil.rmtree(t / "more" / "o", ignore_errors=True)  # the --out of the case before
+            before = _snapshot(t)
+            r = run_case(c, args.timeout, t)
+            wrong = "; ".join(x for x in (_written(before, _snapshot(t), _allowed(c)), imported()) if x)
+            if wrong:
+                r = {**r, "ok": False, "problem": "; ".join(x for x in (r["problem"], wrong) if x)}
+            rows.append(r)
+            print(f"[{i}/{len(cases)}] {r['command']} {r['what']}: {r['code']} in {r['seconds']} s, "
+                  f"{r['max_rss_mb']} MB {'ok' if r['ok'] else 'NOT OK: ' + r['problem']}: {r['first_line'][:150]}",
+                  file=sys.stderr, flush=True)
+    table = markdown(rows)
+    print(table)
+    if args.markdown:
+        args.markdown.write_text(table + "\n")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    sys.exit(0 if all(r["ok"] for r in rows) else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""A checkpoint whose tensors do not fit its config.json is refused from the safetensors header alone, in one
+line naming the tensor, the shape expected and the shape found, before any framework starts (``compare
+--init-from``, ``score``): docs/bad-input.md, promise 6. No run starts here (``runner`` is replaced)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+from typer.testing import CliRunner
+
+from twinbench import runner
+from twinbench.cli import app
+from twinbench.config import SpecError
+from twinbench.models.hf import check_weights
+
+CLI = CliRunner()
+
+
+def _checkpoint(tmp_path: Path, preset: str) -> Path:
+    ck = tmp_path / preset
+    assert CLI.invoke(app, ["export", "--preset", preset, "--out", str(ck)]).exit_code == 0
+    return ck
+
+
+def _rewrite(ck: Path, change) -> None:
+    """``model.safetensors`` rewritten with ``change(tensors)`` applied (a whole, valid file of other tensors)."""
+    st = ck / "model.safetensors"
+    tensors = dict(load_file(str(st)))
+    change(tensors)
+    save_file(tensors, str(st), metadata={"format": "pt"})
+
+
+def _one_line(result) -> str:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output, result.output
+    errors = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, result.output
+    return errors[0]
+
+
+@pytest.fixture
+def no_runs(monkeypatch):
+    calls = []
+    monkeypatch.setattr(runner, "run_one", lambda spec, *a, **k: calls.append(spec) or {})
+    monkeypatch.setattr(runner, "run_module", lambda *a, **k: calls.append(a) or (1, "a framework started"))
+    return calls
+
+
+# (preset, the tensor made narrower, its shape in the checkpoint: [out, in] where the family transposes)
+NARROWED = [("tiny", "transformer.h.1.mlp.c_fc.weight", [64, 256]),
+            ("bert-tiny", "bert.encoder.layer.0.intermediate.dense.weight", None),
+            ("llama-tiny", "model.layers.0.self_attn.k_proj.weight", None)]
+
+
+@pytest.mark.parametrize(("preset", "name", "shape"), NARROWED)
+def test_a_tensor_of_another_shape_is_named_with_both_shapes_before_any_run(tmp_path, no_runs, preset, name, shape):
+    ck = _checkpoint(tmp_path, preset)
+    found = {}
+
+    def narrow(t: dict) -> None:
+        assert shape is None or list(t[name].shape) == shape  # the layout the test assumes
+        found["was"] = list(t[name].shape)
+        t[name] = np.ascontiguousarray(t[name][:, :-1])
+
+    _rewrite(ck, narrow)
+    was, now = found["was"], [found["was"][0], found["was"][1] - 1]
+    line = _one_line(CLI.invoke(app, ["compare", "--init-from", str(ck), "--strategies", "torch:eager,jax:jit",
+                                      "--out", str(tmp_path / "o")]))
+    assert f"tensor {name} has shape {now}" in line and f"needs {was}" in line, line
+    assert not no_runs and not (tmp_path / "o").exists()
+
+
+def test_score_refuses_a_checkpoint_of_another_shape_before_either_framework_starts(tmp_path, no_runs):
+    ck = _checkpoint(tmp_path, "tiny")
+    _rewrite(ck, lambda t: t.update({"transformer.wpe.weight": np.zeros((31, 64), np.float32)}))
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    line = _one_line(CLI.invoke(app, ["score", "--init-from", str(ck), "--data", str(text)]))
+    assert "tensor transformer.wpe.weight has shape [31, 64]" in line and "needs [32, 64]" in line, line
+    assert not no_runs
+
+
+def test_missing_extra_and_non_float_tensors_are_named(tmp_path):
+    ck = _checkpoint(tmp_path, "tiny")
+    original = dict(load_file(str(ck / "model.safetensors")))
+    cases = [
+        (lambda t: t.pop("transformer.ln_f.bias"), r"no tensor for the weight ln_f\.bias"),
+        (lambda t: t.update({"transformer.h.2.ln_1.weight": np.ones(64, np.float32)}),
+         "tensor transformer.h.2.ln_1.weight is not a weight of the gpt model"),
+        (lambda t: t.update({"transformer.ln_f.bias": np.zeros(64, np.int32)}),
+         "tensor transformer.ln_f.bias is of type I32"),
+    ]
+    for change, says in cases:
+        _rewrite(ck, lambda t, change=change: (t.clear(), t.update(original), change(t)))
+        with pytest.raises(SpecError, match=says):
+            check_weights(ck)
+    _rewrite(ck, lambda t: (t.clear(), t.update(original)))
+    check_weights(ck)
+    st = ck / "model.safetensors"
+    raw = st.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    start, end = header["transformer.ln_f.bias"]["data_offsets"]
+    header["transformer.ln_f.bias"]["data_offsets"] = [start, end - 4]  # one element short, the file still whole
+    text = json.dumps(header, separators=(",", ":")).encode()
+    assert len(text) <= n  # the header keeps its size: the data stays where it was
+    text = text.ljust(n)
+    st.write_bytes(raw[:8] + text + raw[8 + n:])
+    with pytest.raises(SpecError, match=r"data_offsets .* do not hold a F32 tensor of shape"):
+        check_weights(ck)
+
+
+def test_what_the_loader_accepts_the_header_check_accepts(tmp_path):
+    """A tied GPT-2 head, causal-mask buffers and BERT without its pooler and classifier (both made fresh)."""
+    gpt = _checkpoint(tmp_path, "tiny")
+    _rewrite(gpt, lambda t: t.update({"lm_head.weight": t["transformer.wte.weight"],
+                                      "transformer.h.0.attn.bias": np.ones((1, 1, 32, 32), np.float32)}))
+    check_weights(gpt)
+    bert = _checkpoint(tmp_path, "bert-tiny")
+    _rewrite(bert, lambda t: [t.pop(k) for k in list(t) if k.startswith(("bert.pooler.", "classifier."))])
+    check_weights(bert)
+    from twinbench.models.hf import load_hf
+
+    load_hf(bert)  # and the loader agrees
+    _rewrite(bert, lambda t: t.pop("bert.embeddings.LayerNorm.bias"))
+    with pytest.raises(SpecError, match=r"embeddings\.LayerNorm\.bias"):
+        check_weights(bert)
+
+
+def test_a_header_over_what_safetensors_allows_is_refused_unread(tmp_path):
+    ck = _checkpoint(tmp_path, "tiny")
+    with open(ck / "model.safetensors", "wb") as f:
+        f.write((2**31).to_bytes(8, "little"))
+        f.truncate(2**31 + 16)  # sparse: a 2 GB "header" that takes no disk
+    with pytest.raises(SpecError, match="over the 100000000 a safetensors header may hold"):
+        check_weights(ck)
+    json.loads((ck / "config.json").read_text())  # the config stays as export wrote it
