@@ -11,9 +11,11 @@ pass it as ``--scripts DIR``; a lever whose scripts are missing is skipped, said
 doctor SCRIPT --steps N --json F -- ARGS --steps N`` in its own process, one thread (``OMP_NUM_THREADS=1``,
 XLA's Eigen pool off) unless the lever sets otherwise, stopped after ``--run-timeout`` seconds. Its figures:
 the doctor's end-to-end iteration time (``iter_ms``: one loop iteration start to the next over the steady
-steps, compilation left out), the script's CPU time (user+sys of its process tree) per iteration over the same
-steady steps (the doctor's ``own_cores`` times ``iter_ms``), and the cores other processes kept busy meanwhile
-(the doctor's ``others_cores``). Rounds run A B, B A, ...; the table gives each side's median over rounds with
+steps, compilation left out), the script's process CPU time (user+sys, all its threads) per iteration over the
+same steady steps (the doctor's ``per_step["proc_cpu_s:s"]``: ``time.process_time()`` at each step call; the
+iterations its own checks changed are left out, as from ``iter_ms``), the time the loop's thread waited for a
+CPU per iteration (``runq_s:s``, from ``/proc/thread-self/schedstat``), and the cores other processes kept
+busy meanwhile (the doctor's ``others_cores``). Rounds run A B, B A, ...; the table gives each side's median over rounds with
 its range, and says where the rounds do not separate A from B, or where the machine was loaded (a wall-clock
 difference read under load is no result: the CPU time per iteration is the figure to read then).
 
@@ -48,6 +50,7 @@ QUIET_OTHERS = 0.25
 class Run:
     wall_ms: float | None = None
     cpu_ms: float | None = None
+    runq_ms: float | None = None
     others: float | None = None
     error: str = ""
     findings: list[str] = field(default_factory=list)
@@ -107,8 +110,10 @@ def timed(scripts: Path, argv: list[str], env: dict[str, str], steps: int, limit
         found = [f"{f['id']} ({f['severity']})" for f in d.get("findings", [])]
         if not isinstance(ms, (int, float)):
             return Run(error="no steady iteration", findings=found)
-        own = machine.get("own_cores")
-        return Run(wall_ms=float(ms), cpu_ms=float(own) * float(ms) if isinstance(own, (int, float)) else None,
+        per = (d.get("observations") or {}).get("per_step") or {}
+        cpu, runq = per.get("proc_cpu_s:s"), per.get("runq_s:s")
+        return Run(wall_ms=float(ms), cpu_ms=1e3 * cpu if isinstance(cpu, (int, float)) else None,
+                   runq_ms=1e3 * runq if isinstance(runq, (int, float)) else None,
                    others=machine.get("others_cores"), findings=found)
 
 
@@ -127,6 +132,7 @@ def ab(scripts: Path, lever: Lever, rounds: int, steps: int, limit_s: int) -> di
         out[f"{side}_ms"] = [r.wall_ms for r in rs if r.wall_ms is not None]
         out[f"{side}_cpu_ms"] = [r.cpu_ms for r in rs if r.cpu_ms is not None]
         out[f"{side}_others"] = [r.others for r in rs if r.others is not None]
+        out[f"{side}_runq_ms"] = [r.runq_ms for r in rs if r.runq_ms is not None]
         out[f"{side}_errors"] = sorted({r.error for r in rs if r.error})
         out[f"{side}_findings"] = sorted({f for r in rs for f in r.findings})
     out["verdict"] = verdict(out)
@@ -134,29 +140,46 @@ def ab(scripts: Path, lever: Lever, rounds: int, steps: int, limit_s: int) -> di
 
 
 def _sep(a: list[float], b: list[float]) -> str:
-    """'faster'/'slower' (B against A) where every round of one side lies beyond every round of the other,
-    else 'not separated'."""
+    """B against A over the interleaved rounds: 'faster'/'slower' where every round of one side lies beyond every
+    round of the other; else, where each round's B beats (or trails) its own round's A, 'faster (slower) in
+    every round, ranges overlapping'; else 'not separated'."""
     if len(a) < 2 or len(b) < 2:
         return "too few runs"
     if max(b) < min(a):
         return "faster"
     if min(b) > max(a):
         return "slower"
+    paired = list(zip(a, b, strict=False))
+    if all(y < x for x, y in paired):
+        return f"faster in each of {len(paired)} rounds, ranges overlapping"
+    if all(y > x for x, y in paired):
+        return f"slower in each of {len(paired)} rounds, ranges overlapping"
     return "not separated"
 
 
 def verdict(r: dict[str, Any]) -> str:
+    parts = []
     if r["a_errors"] or r["b_errors"]:
         failed = "; ".join(f"{s.upper()}: {', '.join(r[f'{s}_errors'])}" for s in ("a", "b") if r[f"{s}_errors"])
         if not (r["a_ms"] and r["b_ms"]):
             return f"failed ({failed})"
+        parts.append(f"some runs failed ({failed})")
+    source = r.get("source", "")
+    if source.startswith("doctor") or "doctor:" in source:  # the warning's own test: gone once its fix is applied
+        wid = source.rsplit(":", 1)[-1].strip()
+        a_has = any(f.startswith(wid + " ") for f in r["a_findings"])
+        b_has = any(f.startswith(wid + " ") for f in r["b_findings"])
+        parts.append(f"{wid}: {'raised' if a_has else 'not raised'} on A, {'still raised' if b_has else 'gone'} "
+                     "on B (fix applied as printed ran)")
     others = r["a_others"] + r["b_others"]
     loaded = bool(others) and statistics.median(others) > QUIET_OTHERS
     cpu, wall = _sep(r["a_cpu_ms"], r["b_cpu_ms"]), _sep(r["a_ms"], r["b_ms"])
     if loaded:
-        return f"CPU time: B {cpu}; wall clock not read (machine loaded: others kept " \
-               f"{min(others):.1f}-{max(others):.1f} cores busy)"
-    return f"wall clock: B {wall}; CPU time: B {cpu}"
+        parts.append(f"CPU time: B {cpu}; wall clock not read (machine loaded: others kept "
+                     f"{min(others):.1f}-{max(others):.1f} cores busy)")
+    else:
+        parts.append(f"wall clock: B {wall}; CPU time: B {cpu}")
+    return "; ".join(parts)
 
 
 def _ms(xs: list[float]) -> str:
@@ -172,18 +195,43 @@ def table(results: dict[str, Any], meta: dict[str, Any]) -> str:
              f"rounds, --steps {meta['steps']}, one thread a run unless the lever says otherwise; 1-minute load "
              f"average {meta['load'][0]:.1f} at the start, {meta['load'][1]:.1f} at the end.", "",
              "| pair | source | statement tested (A -> B) | expected | A wall ms | B wall ms | B/A wall | A CPU ms/iter "
-             "| B CPU ms/iter | B/A CPU | others' cores | read |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| B CPU ms/iter | B/A CPU | waited for a CPU, ms/iter (A; B) | others' cores | read |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for pair, res in results.items():
         for r in res["ab"]:
             others = r["a_others"] + r["b_others"]
             load = f"{min(others):.1f}-{max(others):.1f}" if others else "-"
+            runq = "; ".join(f"{statistics.median(r.get(f'{s}_runq_ms') or [0]):.0f}" for s in ("a", "b"))
             lines.append(f"| {pair} | {r['source']} | {r['pair_statement']} | {r['expect']} | {_ms(r['a_ms'])} | "
                          f"{_ms(r['b_ms'])} | {_ratio(r['a_ms'], r['b_ms'])} | {_ms(r['a_cpu_ms'])} | "
-                         f"{_ms(r['b_cpu_ms'])} | {_ratio(r['a_cpu_ms'], r['b_cpu_ms'])} | {load} | {r['verdict']} |")
+                         f"{_ms(r['b_cpu_ms'])} | {_ratio(r['a_cpu_ms'], r['b_cpu_ms'])} | {runq} | {load} | "
+                         f"{r['verdict']} |")
         for s in res["skipped"]:
-            lines.append(f"| {pair} | - | {s} | - | - | - | - | - | - | - | - | skipped: scripts missing |")
+            lines.append(f"| {pair} | - | {s} | - | - | - | - | - | - | - | - | - | skipped: scripts missing |")
     return "\n".join(lines) + "\n"
+
+
+def retable(files: list[Path], out: Path | None) -> int:
+    """The table of earlier sittings' ``--out`` files, each A/B read again (one table per file)."""
+    parts = []
+    for f in files:
+        data = json.loads(f.read_text())
+        meta = data.pop("meta", None)
+        if meta is None:
+            print(f"{f}: no sitting's metadata (a sitting stopped part-way); its A/Bs are tabled alone",
+                  file=sys.stderr)
+            meta = {"started": "?", "ended": "?", "machine": "?", "rounds": "?", "steps": "?", "load": [0.0, 0.0]}
+        for res in data.values():
+            res.setdefault("skipped", [])
+            for r in res["ab"]:
+                r["verdict"] = verdict(r)
+        parts.append(table(data, meta))
+    text = "\n".join(parts)
+    if out:
+        out.write_text(text)
+    else:
+        print(text)
+    return 0
 
 
 def main() -> int:
@@ -195,7 +243,10 @@ def main() -> int:
     ap.add_argument("--run-timeout", type=int, default=300, help="seconds one doctor run may take")
     ap.add_argument("--out", type=Path, help="every run's figures, JSON")
     ap.add_argument("--table", type=Path, help="the table, markdown")
+    ap.add_argument("--from-json", type=Path, nargs="+", help="write --table from earlier --out files, run nothing")
     args = ap.parse_args()
+    if args.from_json:
+        return retable(args.from_json, args.table)
     names = args.pairs.split(",")
     unknown = [n for n in names if n not in PAIRS]
     if unknown:
