@@ -2,7 +2,10 @@
 benchmarks/explain_corpus.py runs it: each pair's traces, and the levers that test what explain names on them
 and what the doctor warns of on their scripts. A lever is one change to one script (or one script against its
 twin), run A against B; its script paths are relative to the folder of adapted scripts (``--scripts``), laid
-out as the README says."""
+out as the README says.
+
+Usage: no command of its own; ``benchmarks/explain_corpus.py`` imports it (``--pairs`` picks among its pairs).
+"""
 
 from __future__ import annotations
 

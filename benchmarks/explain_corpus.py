@@ -5,6 +5,9 @@ A/B of each change that tests one of those statements, or one of the doctor's wa
 (its fix applied as printed), on the scripts themselves: the change made, the step timed again, rounds
 interleaved.
 
+    python benchmarks/explain_corpus.py --scripts DIR [--pairs a,b] [--rounds 3] [--steps 20] \\
+        [--run-timeout 300] [--out results.json] [--table table.md]
+
 The scripts are not in the repository (fetched code is never committed): put the adapted copies the README
 describes in one folder, laid out as the README says (``nanogpt_torch/train.py``, ``vae/vae_flax.py``, ...), and
 pass it as ``--scripts DIR``; a lever whose scripts are missing is skipped, said so. Each run is ``twinbench
@@ -18,9 +21,6 @@ CPU per iteration (``runq_s:s``, from ``/proc/thread-self/schedstat``), and the 
 busy meanwhile (the doctor's ``others_cores``). Rounds run A B, B A, ...; the table gives each side's median over rounds with
 its range, and says where the rounds do not separate A from B, or where the machine was loaded (a wall-clock
 difference read under load is no result: the CPU time per iteration is the figure to read then).
-
-    python benchmarks/explain_corpus.py --scripts DIR [--pairs a,b] [--rounds 3] [--steps 20] \\
-        [--run-timeout 300] [--out results.json] [--table table.md]
 """
 
 from __future__ import annotations
