@@ -52,6 +52,7 @@ class Run:
     cpu_ms: float | None = None
     runq_ms: float | None = None
     others: float | None = None
+    frameworks: list[str] = field(default_factory=list)
     error: str = ""
     findings: list[str] = field(default_factory=list)
 
@@ -114,7 +115,7 @@ def timed(scripts: Path, argv: list[str], env: dict[str, str], steps: int, limit
         cpu, runq = per.get("proc_cpu_s:s"), per.get("runq_s:s")
         return Run(wall_ms=float(ms), cpu_ms=1e3 * cpu if isinstance(cpu, (int, float)) else None,
                    runq_ms=1e3 * runq if isinstance(runq, (int, float)) else None,
-                   others=machine.get("others_cores"), findings=found)
+                   others=machine.get("others_cores"), frameworks=list(d.get("frameworks") or []), findings=found)
 
 
 def ab(scripts: Path, lever: Lever, rounds: int, steps: int, limit_s: int) -> dict[str, Any]:
@@ -133,6 +134,7 @@ def ab(scripts: Path, lever: Lever, rounds: int, steps: int, limit_s: int) -> di
         out[f"{side}_cpu_ms"] = [r.cpu_ms for r in rs if r.cpu_ms is not None]
         out[f"{side}_others"] = [r.others for r in rs if r.others is not None]
         out[f"{side}_runq_ms"] = [r.runq_ms for r in rs if r.runq_ms is not None]
+        out[f"{side}_frameworks"] = sorted({f for r in rs for f in r.frameworks})
         out[f"{side}_errors"] = sorted({r.error for r in rs if r.error})
         out[f"{side}_findings"] = sorted({f for r in rs for f in r.findings})
     out["verdict"] = verdict(out)
@@ -170,16 +172,27 @@ def verdict(r: dict[str, Any]) -> str:
         a_has = any(f.startswith(wid + " ") for f in r["a_findings"])
         b_has = any(f.startswith(wid + " ") for f in r["b_findings"])
         parts.append(f"{wid}: {'raised' if a_has else 'not raised'} on A, {'still raised' if b_has else 'gone'} "
-                     "on B (fix applied as printed ran)")
+                     "on B, the printed fix ran")
     others = r["a_others"] + r["b_others"]
     loaded = bool(others) and statistics.median(others) > QUIET_OTHERS
     cpu, wall = _sep(r["a_cpu_ms"], r["b_cpu_ms"]), _sep(r["a_ms"], r["b_ms"])
-    if loaded:
-        parts.append(f"CPU time: B {cpu}; wall clock not read (machine loaded: others kept "
-                     f"{min(others):.1f}-{max(others):.1f} cores busy)")
+    if loaded and _jax(r):
+        parts.append(f"**not readable under this load** (a JAX loop's CPU per iteration is not its step's while it "
+                     f"waits for a CPU; CPU: B {cpu}); wall not read")
+    elif loaded:
+        parts.append(f"CPU: B {cpu}; wall not read (loaded)")
     else:
         parts.append(f"wall clock: B {wall}; CPU time: B {cpu}")
     return "; ".join(parts)
+
+
+def _jax(r: dict[str, Any]) -> bool:
+    """Whether either side ran a JAX loop: by the doctor's frameworks, else (an older ``--out``) by the script's
+    name (the adapted scripts' folders say which framework: ``*_jax``, ``*_flax.py``)."""
+    named = [f for s in ("a", "b") for f in r.get(f"{s}_frameworks", [])]
+    if named:
+        return "jax" in named
+    return any(k in str(r[s][0]) for s in ("a", "b") for k in ("jax", "flax"))
 
 
 def _ms(xs: list[float]) -> str:
