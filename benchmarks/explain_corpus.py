@@ -1,17 +1,26 @@
-"""Is what ``twinbench explain`` names on the corpus of public script pairs true of the scripts? For each pair of
-tests/explain/fixtures (README, "Public training scripts"): what explain says on the pair's traces (the rows it
-names, or the check that stopped it naming any, with its fact), then an A/B of each change that tests one of
-those statements on the scripts themselves: the change made, the step timed again, rounds interleaved.
+"""Is what ``twinbench explain`` names, and what ``twinbench doctor`` warns of, on the corpus of public script pairs
+true of the scripts? For each pair of tests/explain/fixtures (README, "Public training scripts"): what explain
+says on the pair's traces (the rows it names, or the check that stopped it naming any, with its fact), then an
+A/B of each change that tests one of those statements, or one of the doctor's warnings on the pair's scripts
+(its fix applied as printed), on the scripts themselves: the change made, the step timed again, rounds
+interleaved.
+
+    python benchmarks/explain_corpus.py --scripts DIR [--pairs a,b] [--rounds 3] [--steps 20] \\
+        [--run-timeout 300] [--out results.json] [--table table.md]
 
 The scripts are not in the repository (fetched code is never committed): put the adapted copies the README
-describes in one folder and pass it as ``--scripts DIR``; a pair whose scripts are missing is explained and its
-A/B skipped, said so. Each run is ``twinbench doctor SCRIPT --steps N --json F -- ARGS`` in its own process; its
-figure is the doctor's end-to-end iteration time (``iter_ms``: one loop iteration start to the next over the
-steady steps, compilation left out). Rounds run A B, B A, ...; the table gives the median over rounds with its
-range, and the load average (1 min) before and after each A/B: a figure taken while other jobs load the machine
-is no result (benchmarks/RESULTS.md says which were taken quiet).
-
-    python benchmarks/explain_corpus.py --scripts /tmp/corpus [--rounds 3] [--steps 20] [--out results.json]
+describes in one folder, laid out as the README says (``nanogpt_torch/train.py``, ``vae/vae_flax.py``, ...), and
+pass it as ``--scripts DIR``; a lever whose scripts are missing is skipped, said so. Each run is ``twinbench
+doctor SCRIPT --steps N --json F -- ARGS --steps N`` in its own process, one thread (``OMP_NUM_THREADS=1``,
+XLA's Eigen pool off) unless the lever sets otherwise, stopped after ``--run-timeout`` seconds. Its figures:
+the doctor's end-to-end iteration time (``iter_ms``: one loop iteration start to the next over the steady
+steps, compilation left out), the script's process CPU time (user+sys, all its threads) per iteration over the
+same steady steps (the doctor's ``per_step["proc_cpu_s:s"]``: ``time.process_time()`` at each step call; the
+iterations its own checks changed are left out, as from ``iter_ms``), the time the loop's thread waited for a
+CPU per iteration (``runq_s:s``, from ``/proc/thread-self/schedstat``), and the cores other processes kept
+busy meanwhile (the doctor's ``others_cores``). Rounds run A B, B A, ...; the table gives each side's median over rounds with
+its range, and says where the rounds do not separate A from B, or where the machine was loaded (a wall-clock
+difference read under load is no result: the CPU time per iteration is the figure to read then).
 """
 
 from __future__ import annotations
@@ -23,51 +32,29 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from corpus_levers import PAIRS, Lever, Pair
+
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "explain" / "fixtures"
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
+#: cores other processes may keep busy for a run to count as taken on a quiet machine
+QUIET_OTHERS = 0.25
 
 
 @dataclass
-class Lever:
-    """One change that tests a statement of explain's on the scripts: run ``a`` against ``b``."""
-
-    tests: str  # the statement (a gate's fact, a named row) it checks
-    a: list[str]  # script and its arguments, before the change
-    b: list[str]  # after it
-    env_a: dict[str, str] = field(default_factory=dict)
-    env_b: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class Pair:
-    torch: str
-    jax: str
-    hlo: str
-    levers: list[Lever]
-
-
-PAIRS = {
-    "vae_eager": Pair("pair_vae_torch.json.gz", "pair_vae_jax_eager.xplane.pb.gz", "pair_vae_jax_eager.hlo.txt.gz", [
-        Lever("the JAX step runs op by op: jit it first",
-              ["vae_flax.py", "--no-profile", "--variant", "eager"],
-              ["vae_flax.py", "--no-profile", "--variant", "published"])]),
-    "vae": Pair("pair_vae_torch.json.gz", "pair_vae_jax.xplane.pb.gz", "pair_vae_jax.hlo.txt.gz", [
-        Lever("the forward found by data flow: returning the loss adds no work to the step",
-              ["vae_flax.py", "--no-profile", "--variant", "published"],
-              ["vae_flax.py", "--no-profile", "--variant", "loss"]),
-        Lever("the machine busy: torch at one thread against two on the shared cores",
-              ["vae_torch.py", "--no-profile"], ["vae_torch.py", "--no-profile"],
-              env_a={"OMP_NUM_THREADS": "2"}, env_b={"OMP_NUM_THREADS": "1"})]),
-    "vae_loss": Pair("pair_vae_torch.json.gz", "pair_vae_jax_loss.xplane.pb.gz", "pair_vae_jax_loss.hlo.txt.gz", []),
-    "nanogpt": Pair("pair_nanogpt_torch.json.gz", "pair_nanogpt_jax.xplane.pb.gz", "pair_nanogpt_jax.hlo.txt.gz", []),
-    "lm": Pair("pair_lm_torch.json.gz", "pair_lm_jax.xplane.pb.gz", "pair_lm_jax.hlo.txt.gz", []),
-    "mnist": Pair("pair_mnist_torch.json.gz", "pair_mnist_jax.xplane.pb.gz", "pair_mnist_jax.hlo.txt.gz", []),
-}
+class Run:
+    wall_ms: float | None = None
+    cpu_ms: float | None = None
+    runq_ms: float | None = None
+    others: float | None = None
+    frameworks: list[str] = field(default_factory=list)
+    error: str = ""
+    findings: list[str] = field(default_factory=list)
 
 
 def laid_out(tmp: Path, p: Pair) -> tuple[str, str, str | None]:
@@ -102,39 +89,162 @@ def what_explain_says(p: Pair) -> dict[str, Any]:
             "why": [w for w in r["why"] if w.startswith(("implementation:", "framework:"))]}
 
 
-def timed(scripts: Path, argv: list[str], env: dict[str, str], steps: int) -> float | None:
-    """The doctor's end-to-end iteration time (ms) of one run of a script, None when it failed."""
+def timed(scripts: Path, argv: list[str], env: dict[str, str], steps: int, limit_s: int) -> Run:
+    """One doctor run of a script: its end-to-end iteration time, its CPU time per iteration and the others'
+    load over the steady steps; the error where it gave none."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "doctor.json"
         cmd = [sys.executable, "-m", "twinbench.cli", "doctor", str(scripts / argv[0]), "--steps", str(steps),
-               "--json", str(out), "--", *argv[1:], "--steps", str(steps)]
+               "--timeout", str(limit_s), "--json", str(out), "--", *argv[1:], "--steps", str(steps)]
         run_env = {**os.environ, **ONE_THREAD, **env, "PYTHONPATH": str(ROOT / "src")}
-        subprocess.run(cmd, cwd=scripts, env=run_env, capture_output=True, timeout=900)
+        try:
+            proc = subprocess.run(cmd, cwd=scripts, env=run_env, capture_output=True, text=True,
+                                  timeout=limit_s + 60)
+        except subprocess.TimeoutExpired:
+            return Run(error=f"no result in {limit_s + 60} s")
         if not out.is_file():
-            return None
-        ms = json.loads(out.read_text()).get("iter_ms")
-        return float(ms) if isinstance(ms, (int, float)) else None
+            return Run(error=(proc.stderr or proc.stdout).strip().splitlines()[-1:][0][:200]
+                       if (proc.stderr or proc.stdout).strip() else f"exit {proc.returncode}")
+        d = json.loads(out.read_text())
+        ms = d.get("iter_ms")
+        machine = (d.get("observations") or {}).get("machine") or {}
+        found = [f"{f['id']} ({f['severity']})" for f in d.get("findings", [])]
+        if not isinstance(ms, (int, float)):
+            return Run(error="no steady iteration", findings=found)
+        per = (d.get("observations") or {}).get("per_step") or {}
+        cpu, runq = per.get("proc_cpu_s:s"), per.get("runq_s:s")
+        return Run(wall_ms=float(ms), cpu_ms=1e3 * cpu if isinstance(cpu, (int, float)) else None,
+                   runq_ms=1e3 * runq if isinstance(runq, (int, float)) else None,
+                   others=machine.get("others_cores"), frameworks=list(d.get("frameworks") or []), findings=found)
 
 
-def ab(scripts: Path, lever: Lever, rounds: int, steps: int) -> dict[str, Any]:
+def ab(scripts: Path, lever: Lever, rounds: int, steps: int, limit_s: int) -> dict[str, Any]:
     load0 = os.getloadavg()[0]
-    a: list[float] = []
-    b: list[float] = []
+    runs: dict[str, list[Run]] = {"a": [], "b": []}
     for i in range(rounds):  # A B, B A, ...: drift in the machine's speed falls on both sides alike
         order = [("a", lever.a, lever.env_a), ("b", lever.b, lever.env_b)]
         for side, argv, env in (order if i % 2 == 0 else order[::-1]):
-            ms = timed(scripts, argv, env, steps)
-            if ms is not None:
-                (a if side == "a" else b).append(ms)
-    out: dict[str, Any] = {"tests": lever.tests, "a": lever.a, "b": lever.b, "env_a": lever.env_a,
-                           "env_b": lever.env_b, "a_ms": a, "b_ms": b, "load_1m": [load0, os.getloadavg()[0]]}
-    if a and b:
-        out["ratio_b_over_a"] = statistics.median(b) / statistics.median(a)
+            runs[side].append(timed(scripts, argv, env, steps, limit_s))
+    out: dict[str, Any] = {"pair_statement": lever.tests, "source": lever.source, "expect": lever.expect,
+                           "a": lever.a, "b": lever.b, "env_a": lever.env_a, "env_b": lever.env_b,
+                           "load_1m": [load0, os.getloadavg()[0]]}
+    for side in ("a", "b"):
+        rs = runs[side]
+        out[f"{side}_ms"] = [r.wall_ms for r in rs if r.wall_ms is not None]
+        out[f"{side}_cpu_ms"] = [r.cpu_ms for r in rs if r.cpu_ms is not None]
+        out[f"{side}_others"] = [r.others for r in rs if r.others is not None]
+        out[f"{side}_runq_ms"] = [r.runq_ms for r in rs if r.runq_ms is not None]
+        out[f"{side}_frameworks"] = sorted({f for r in rs for f in r.frameworks})
+        out[f"{side}_errors"] = sorted({r.error for r in rs if r.error})
+        out[f"{side}_findings"] = sorted({f for r in rs for f in r.findings})
+    out["verdict"] = verdict(out)
     return out
 
 
+def _sep(a: list[float], b: list[float]) -> str:
+    """B against A over the interleaved rounds: 'faster'/'slower' where every round of one side lies beyond every
+    round of the other; else, where each round's B beats (or trails) its own round's A, 'faster (slower) in
+    every round, ranges overlapping'; else 'not separated'."""
+    if len(a) < 2 or len(b) < 2:
+        return "too few runs"
+    if max(b) < min(a):
+        return "faster"
+    if min(b) > max(a):
+        return "slower"
+    paired = list(zip(a, b, strict=False))
+    if all(y < x for x, y in paired):
+        return f"faster in each of {len(paired)} rounds, ranges overlapping"
+    if all(y > x for x, y in paired):
+        return f"slower in each of {len(paired)} rounds, ranges overlapping"
+    return "not separated"
+
+
+def verdict(r: dict[str, Any]) -> str:
+    parts = []
+    if r["a_errors"] or r["b_errors"]:
+        failed = "; ".join(f"{s.upper()}: {', '.join(r[f'{s}_errors'])}" for s in ("a", "b") if r[f"{s}_errors"])
+        if not (r["a_ms"] and r["b_ms"]):
+            return f"failed ({failed})"
+        parts.append(f"some runs failed ({failed})")
+    source = r.get("source", "")
+    if source.startswith("doctor") or "doctor:" in source:  # the warning's own test: gone once its fix is applied
+        wid = source.rsplit(":", 1)[-1].strip()
+        a_has = any(f.startswith(wid + " ") for f in r["a_findings"])
+        b_has = any(f.startswith(wid + " ") for f in r["b_findings"])
+        parts.append(f"{wid}: {'raised' if a_has else 'not raised'} on A, {'still raised' if b_has else 'gone'} "
+                     "on B, the printed fix ran")
+    others = r["a_others"] + r["b_others"]
+    loaded = bool(others) and statistics.median(others) > QUIET_OTHERS
+    cpu, wall = _sep(r["a_cpu_ms"], r["b_cpu_ms"]), _sep(r["a_ms"], r["b_ms"])
+    if loaded and _jax(r):
+        parts.append(f"**not readable under this load** (a JAX loop's CPU per iteration is not its step's while it "
+                     f"waits for a CPU; CPU: B {cpu}); wall not read")
+    elif loaded:
+        parts.append(f"CPU: B {cpu}; wall not read (loaded)")
+    else:
+        parts.append(f"wall clock: B {wall}; CPU time: B {cpu}")
+    return "; ".join(parts)
+
+
+def _jax(r: dict[str, Any]) -> bool:
+    """Whether either side ran a JAX loop: by the doctor's frameworks, else (an older ``--out``) by the script's
+    name (the adapted scripts' folders say which framework: ``*_jax``, ``*_flax.py``)."""
+    named = [f for s in ("a", "b") for f in r.get(f"{s}_frameworks", [])]
+    if named:
+        return "jax" in named
+    return any(k in str(r[s][0]) for s in ("a", "b") for k in ("jax", "flax"))
+
+
 def _ms(xs: list[float]) -> str:
-    return f"{statistics.median(xs):.1f} ({min(xs):.1f}-{max(xs):.1f})" if xs else "failed"
+    return f"{statistics.median(xs):.1f} ({min(xs):.1f}-{max(xs):.1f})" if xs else "-"
+
+
+def _ratio(a: list[float], b: list[float]) -> str:
+    return f"{statistics.median(b) / statistics.median(a):.2f}" if a and b else "-"
+
+
+def table(results: dict[str, Any], meta: dict[str, Any]) -> str:
+    lines = [f"Run {meta['started']} - {meta['ended']} UTC on {meta['machine']}; {meta['rounds']} interleaved "
+             f"rounds, --steps {meta['steps']}, one thread a run unless the lever says otherwise; 1-minute load "
+             f"average {meta['load'][0]:.1f} at the start, {meta['load'][1]:.1f} at the end.", "",
+             "| pair | source | statement tested (A -> B) | expected | A wall ms | B wall ms | B/A wall | A CPU ms/iter "
+             "| B CPU ms/iter | B/A CPU | waited for a CPU, ms/iter (A; B) | others' cores | read |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for pair, res in results.items():
+        for r in res["ab"]:
+            others = r["a_others"] + r["b_others"]
+            load = f"{min(others):.1f}-{max(others):.1f}" if others else "-"
+            runq = "; ".join(f"{statistics.median(r.get(f'{s}_runq_ms') or [0]):.0f}" for s in ("a", "b"))
+            lines.append(f"| {pair} | {r['source']} | {r['pair_statement']} | {r['expect']} | {_ms(r['a_ms'])} | "
+                         f"{_ms(r['b_ms'])} | {_ratio(r['a_ms'], r['b_ms'])} | {_ms(r['a_cpu_ms'])} | "
+                         f"{_ms(r['b_cpu_ms'])} | {_ratio(r['a_cpu_ms'], r['b_cpu_ms'])} | {runq} | {load} | "
+                         f"{r['verdict']} |")
+        for s in res["skipped"]:
+            lines.append(f"| {pair} | - | {s} | - | - | - | - | - | - | - | - | - | skipped: scripts missing |")
+    return "\n".join(lines) + "\n"
+
+
+def retable(files: list[Path], out: Path | None) -> int:
+    """The table of earlier sittings' ``--out`` files, each A/B read again (one table per file)."""
+    parts = []
+    for f in files:
+        data = json.loads(f.read_text())
+        meta = data.pop("meta", None)
+        if meta is None:
+            print(f"{f}: no sitting's metadata (a sitting stopped part-way); its A/Bs are tabled alone",
+                  file=sys.stderr)
+            meta = {"started": "?", "ended": "?", "machine": "?", "rounds": "?", "steps": "?", "load": [0.0, 0.0]}
+        for res in data.values():
+            res.setdefault("skipped", [])
+            for r in res["ab"]:
+                r["verdict"] = verdict(r)
+        parts.append(table(data, meta))
+    text = "\n".join(parts)
+    if out:
+        out.write_text(text)
+    else:
+        print(text)
+    return 0
 
 
 def main() -> int:
@@ -143,32 +253,49 @@ def main() -> int:
     ap.add_argument("--pairs", default=",".join(PAIRS), help="comma-separated pairs (default: all)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--out", type=Path)
+    ap.add_argument("--run-timeout", type=int, default=300, help="seconds one doctor run may take")
+    ap.add_argument("--out", type=Path, help="every run's figures, JSON")
+    ap.add_argument("--table", type=Path, help="the table, markdown")
+    ap.add_argument("--from-json", type=Path, nargs="+", help="write --table from earlier --out files, run nothing")
     args = ap.parse_args()
-    results = {}
-    for name in args.pairs.split(","):
-        if name not in PAIRS:
-            print(f"unknown pair {name!r}; known: {', '.join(PAIRS)}", file=sys.stderr)
-            return 2
+    if args.from_json:
+        return retable(args.from_json, args.table)
+    names = args.pairs.split(",")
+    unknown = [n for n in names if n not in PAIRS]
+    if unknown:
+        print(f"unknown pair {unknown[0]!r}; known: {', '.join(PAIRS)}", file=sys.stderr)
+        return 2
+    if args.scripts is not None and not args.scripts.is_dir():
+        print(f"--scripts {args.scripts}: no such folder", file=sys.stderr)
+        return 2
+    meta: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "rounds": args.rounds,
+                            "steps": args.steps, "machine": f"{os.cpu_count()} cores", "load": [os.getloadavg()[0]]}
+    results: dict[str, Any] = {}
+    for name in names:
         p = PAIRS[name]
         said = what_explain_says(p)
-        print(f"\n## {name}\n  explain: {said['summary']}")
+        print(f"\n## {name}\n  explain: {said['summary']}", flush=True)
         for w in said["why"]:
             print(f"  why: {w}")
-        runs = []
+        runs, skipped = [], []
         for lever in p.levers:
             missing = [s for s in {lever.a[0], lever.b[0]} if args.scripts is None or not (args.scripts / s).is_file()]
             if missing:
                 print(f"  A/B skipped ({', '.join(missing)} not in --scripts): {lever.tests}")
+                skipped.append(lever.tests)
                 continue
-            r = ab(args.scripts, lever, args.rounds, args.steps)
+            r = ab(args.scripts, lever, args.rounds, args.steps, args.run_timeout)
             runs.append(r)
-            ratio = f"{r['ratio_b_over_a']:.2f}" if "ratio_b_over_a" in r else "-"
-            print(f"  A/B {lever.tests}: A {_ms(r['a_ms'])} ms, B {_ms(r['b_ms'])} ms, B/A {ratio} "
-                  f"(load {r['load_1m'][0]:.1f} -> {r['load_1m'][1]:.1f})")
-        results[name] = {"explain": said, "ab": runs}
+            print(f"  A/B {lever.tests}: A {_ms(r['a_ms'])} ms (CPU {_ms(r['a_cpu_ms'])}), B {_ms(r['b_ms'])} ms "
+                  f"(CPU {_ms(r['b_cpu_ms'])}): {r['verdict']}", flush=True)
+            if args.out:  # kept as it goes: a long sitting stopped part-way still leaves its figures
+                args.out.write_text(json.dumps({**results, name: {"explain": said, "ab": runs}}, indent=1))
+        results[name] = {"explain": said, "ab": runs, "skipped": skipped}
+    meta |= {"ended": time.strftime("%H:%M", time.gmtime()), "load": [*meta["load"], os.getloadavg()[0]]}
     if args.out:
-        args.out.write_text(json.dumps(results, indent=1))
+        args.out.write_text(json.dumps({"meta": meta, **results}, indent=1))
+    if args.table:
+        args.table.write_text(table(results, meta))
     return 0
 
 

@@ -7,9 +7,10 @@ summary says which check and the fact that decides it (an eager JAX step: its di
 
 The corpus differs on purpose: a Transformer (nanoGPT, the word-language-model / lm1b pair), a convnet (MNIST,
 Flax NNX), a VAE (an MLP encoder/decoder: the Flax example's linen ``TrainState`` step that returns only the
-new state, the same step returning its loss, and the same step not jitted), torch loaders in the main
-process. The VAE traces were recorded by ``twinbench doctor --trace`` and keep the doctor's ``trace.json``
-(``*.doctor.json``): its load, step kind and eager dispatches."""
+new state, the same step returning its loss, and the same step not jitted), a recurrent pair (an LSTM
+classifier: torch's ``nn.LSTM``, one fused oneDNN op a layer, against Flax's ``nn.scan`` of an LSTM cell), torch
+loaders in the main process. The VAE and LSTM traces were recorded by ``twinbench doctor --trace`` and keep the
+doctor's ``trace.json`` (``*.doctor.json``): its load, step kind and eager dispatches."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ CORPUS = {
     "vae": ("pair_vae_torch.json.gz", "pair_vae_jax.xplane.pb.gz", "pair_vae_jax.hlo.txt.gz"),
     "vae_loss": ("pair_vae_torch.json.gz", "pair_vae_jax_loss.xplane.pb.gz", "pair_vae_jax_loss.hlo.txt.gz"),
     "vae_eager": ("pair_vae_torch.json.gz", "pair_vae_jax_eager.xplane.pb.gz", "pair_vae_jax_eager.hlo.txt.gz"),
+    "rnn": ("pair_rnn_torch.json.gz", "pair_rnn_jax.xplane.pb.gz", "pair_rnn_jax.hlo.txt.gz"),
 }
 #: the pairs whose JAX step is jitted (the eager one's forward and backward are not told apart: no jit, no grad
 #: transformation in one program)
@@ -83,7 +85,7 @@ def test_no_row_is_named_on_a_side_under_90_percent_categorized(pair: str) -> No
 
 def test_a_pair_the_doctor_saw_on_a_busy_machine_names_no_row() -> None:
     """Every VAE trace was recorded while other processes kept most of the 2 cores busy (the doctor's load)."""
-    for pair in ("vae", "vae_loss"):
+    for pair in ("vae", "vae_loss", "rnn"):
         r = explained(pair)
         assert {g["check"] for g in r["gates"]} == {"quiet"} and not _named(r), (pair, r["gates"])
 
@@ -140,6 +142,30 @@ def test_the_eager_jax_side_is_named_as_op_by_op() -> None:
     assert r["summary"].startswith("no row is named as a cause"), r["summary"]
     assert re.search(r"the JAX step runs op by op: \d+ dispatches a step .*jit it first", r["summary"]), r["summary"]
     assert not _named(r)
+
+
+def test_a_fused_recurrent_layer_is_counted_as_its_gate_products() -> None:
+    """torch's ``nn.LSTM`` on the CPU is one ``aten::mkldnn_rnn_layer`` op a layer (and one backward op): every
+    step's gate products, ``2 T B 4H (I + H)`` FLOPs (the script's T 28, B 64, H 64, I 28). It is a matmul
+    row with those FLOPs, its backward twice them, not element-wise work no FLOP is counted for."""
+    a = explained("rnn")["a"]
+    once = 2.0 * 28 * 64 * 4 * 64 * (28 + 64)
+    assert _mm_flops(a, "forward") >= once and _mm_flops(a, "backward") >= 2 * once, a["throughput"]
+    assert a["cells"]["forward"].get("matmul", 0) > a["cells"]["forward"].get("element-wise", 0), a["cells"]
+
+
+def test_a_quiet_recording_of_the_lstm_pair_names_no_element_wise_row_for_the_lstm(tmp_path: Path) -> None:
+    """Recorded quiet, the pair's gap would be named: as torch's LSTM layers' matmuls, never as element-wise
+    work or bytes "moved" by the LSTM op (the rows a fused recurrent op filed as element-wise gave)."""
+    quiet = {"others_cores": 0.05, "cores": 2, "busy": False}
+    t = _doctor_dir(tmp_path, "tr-torch", "pair_rnn_torch.json.gz", "pair_rnn_torch.doctor.json", load=quiet)
+    j = _doctor_dir(tmp_path, "tr-jax", "pair_rnn_jax.xplane.pb.gz", "pair_rnn_jax.doctor.json",
+                    "pair_rnn_jax.hlo.txt.gz", load=quiet)
+    r = command.explain_traces(str(t), str(j))
+    named = _named(r)
+    assert named and not r["gates"], (r["summary"], r["gates"])
+    assert "matmul" in r["summary"] and not re.search(r"\d+% \w+ / element-wise", r["summary"]), r["summary"]
+    assert not any("rnn_layer" in w for w in r["why"] if "element-wise" in w), r["why"]
 
 
 # ------------------------------------------------------------------------ as twinbench doctor --trace lays out

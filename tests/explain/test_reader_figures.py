@@ -5,7 +5,8 @@ The expected values in reader_figures.json were taken from the previous reader (
 Python objects, before the streaming readers), one entry per fixture in tests/explain/fixtures; a reader change
 that moves any figure beyond rounding fails here. Two changes since, each deliberate: the torch traces' bytes
 (``gbytes``) no longer count a view op (``aten::select``, ``as_strided``...) as moving its whole input, and the
-VAE pairs, added after the readers streamed, are pinned from the streaming reader. Fixtures and their sources: fixtures/README.md."""
+VAE pairs and the LSTM pair, added after the readers streamed, are pinned from the streaming reader (the LSTM pair with
+its fused recurrent layers counted as matmuls). Fixtures and their sources: fixtures/README.md."""
 
 from __future__ import annotations
 

@@ -112,6 +112,9 @@ def torch_op(name: str, args: dict[str, Any] | None) -> OpShape:
     conv = _torch_conv(name, dims, args.get("Concrete Inputs") or [])
     if conv:
         return OpShape(flops=conv, bytes=moved)
+    rnn = _torch_rnn(name, dims)
+    if rnn:
+        return OpShape(flops=rnn, bytes=moved)
     if _TORCH_SDPA.match(name) and dims and isinstance(dims[0], list) and len(dims[0]) == 4:
         q = dims[0]
         kdims = dims[1] if len(dims) > 1 and isinstance(dims[1], list) and len(dims[1]) == 4 else q
@@ -127,6 +130,25 @@ def torch_op(name: str, args: dict[str, Any] | None) -> OpShape:
 _TORCH_CONV = {"aten::mkldnn_convolution": (4, 3), "aten::cudnn_convolution": (4, 3),
                "aten::_slow_conv2d_forward": (4, 5), "aten::thnn_conv2d": (4, 5), "aten::_nnpack_spatial_convolution": (4, 3),
                "aten::miopen_convolution": (4, 3)}
+
+
+#: a fused recurrent layer: one op runs the layer over every time step (oneDNN's RNN primitive behind
+#: ``nn.LSTM``/``nn.GRU``/``nn.RNN`` on the CPU); its first inputs are the sequence ``[T, B, I]`` and the weights
+#: ``[G*H, I]`` (input to gates) and ``[G*H, H]`` (hidden to gates)
+_TORCH_RNN = re.compile(r"^aten::mkldnn_rnn_layer(_backward)?$")
+
+
+def _torch_rnn(name: str, dims: list[Any]) -> float:
+    """FLOPs of a fused recurrent layer: the gate products of every step, ``2 T B G H (I + H)``; its backward
+    computes the input's and the weights' gradients, twice that."""
+    if not _TORCH_RNN.match(name) or len(dims) < 3:
+        return 0.0
+    x, w_ih, w_hh = dims[0], dims[1], dims[2]
+    if not (isinstance(x, list) and len(x) == 3 and all(isinstance(w, list) and len(w) == 2 for w in (w_ih, w_hh))
+            and w_ih[0] == w_hh[0]):
+        return 0.0
+    once = 2.0 * x[0] * x[1] * w_ih[0] * (w_ih[1] + w_hh[1])
+    return 2 * once if name.endswith("_backward") else once
 
 
 def _ints(text: Any) -> list[int]:

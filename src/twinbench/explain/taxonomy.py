@@ -22,7 +22,9 @@ _TORCH = [
     ("attention", r"scaled_dot_product|_flash_attention|_efficient_attention|sdpa|(?<!log_)softmax|attention"),
     ("matmul", r"::(mm|bmm|addmm|matmul|linear|baddbmm|addbmm|einsum|_mm|dot|mv|addmv)\b|gemm|cublas|sgemm|"
                r"::(_?convolution\w*|conv\dd|conv_transpose\dd|mkldnn_convolution\w*|cudnn_convolution\w*|"
-               r"_slow_conv\w*|thnn_conv\w*)\b"),  # a convolution is XLA's matmul category too
+               r"_slow_conv\w*|thnn_conv\w*)\b|"  # a convolution is XLA's matmul category too
+               r"::(mkldnn_rnn_layer\w*|_cudnn_rnn\w*|miopen_rnn\w*|lstm|gru|rnn_tanh|rnn_relu)\b"),  # a fused
+    # recurrent layer runs its gate products for every step (XLA's are dots)
     ("normalization", r"layer_norm|batch_norm|group_norm|rms_norm|native_layer_norm|norm_backward"),
     ("collectives", r"c10d|nccl|all_reduce|allreduce|all_gather|allgather|reduce_scatter|broadcast_|gloo"),
     ("reductions", r"::(sum|mean|max|min|amax|amin|argmax|norm|linalg_vector_norm|prod|var|std|_foreach_norm|"
@@ -142,7 +144,7 @@ def timed_opcode(opcode: str) -> bool:
 
 
 _NODES = [("reductions", ("logsoftmax", "pool")), ("attention", ("attention", "softmaxbackward", "sdpa")),
-          ("matmul", ("addmm", "mmbackward", "bmm", "linear", "convolution")),
+          ("matmul", ("addmm", "mmbackward", "bmm", "linear", "convolution", "rnnlayer", "cudnnrnn", "miopenrnn")),
           ("normalization", ("layernorm", "batchnorm", "groupnorm", "rmsnorm")),
           ("reductions", ("nllloss", "logsoftmax", "sumbackward", "meanbackward", "norm")),
           ("data movement", ("view", "tbackward", "transpose", "permute", "split", "embedding", "reshape",
