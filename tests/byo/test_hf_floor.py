@@ -76,10 +76,12 @@ def unmet(target: Path) -> list[str]:
 
 
 def pip_target(target: Path, requirements: list[str]) -> None:
-    """``pip install --target`` without dependencies; skip the test when the index cannot be reached."""
+    """``pip install --target`` without dependencies, and without byte-compiling the thousands of modules
+    transformers ships (the child compiles the few it imports, once: the folder is kept); skip the test when the
+    index cannot be reached."""
     p = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                        "--no-deps", "--target", str(target), *requirements], capture_output=True, text=True,
-                       timeout=900)
+                        "--no-deps", "--no-compile", "--target", str(target), *requirements], capture_output=True,
+                       text=True, timeout=900)
     if p.returncode != 0:
         said = (p.stderr or p.stdout).strip()
         if any(s in said for s in UNREACHABLE):

@@ -1,5 +1,6 @@
 """The doctor's fixes run as printed: the decorator a finding prints is put in a copy of the script it read, at the
-line it names, and the copy runs (and the doctor no longer finds what it fixed). Scripts shaped like the public
+line it names, and the copy runs to its end under the doctor (no error, no timeout), which no longer finds what it
+fixed. Scripts shaped like the public
 examples: a Flax linen TrainState loop with ``train_epoch(state, ds, batch_size, rng)`` and its steps not jitted
 (one of them takes the number of classes, which sets an array's shape), a linen TrainState step whose batch is a
 dict of NumPy arrays, the doctor's own bad example of a step without donation, and a PyTorch loop over a map-style
@@ -9,12 +10,9 @@ Dataset whose ``__getitem__`` reads its tensors item by item. Each script runs u
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from doctor_env import doctor_env
 
 from twinbench.doctor import run_doctor
 from twinbench.doctor.findings import compile_dominates, donation, input, jax_eager_ops
@@ -44,9 +42,12 @@ def apply_decorators(fix: str, script: Path, out: Path, at: list[int] | None = N
     return out
 
 
-def run_script(path: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, timeout=300,
-                          cwd=path.parent, env=doctor_env())
+def script_ran(res: object) -> None:
+    """The script ran to its end under the doctor: no exception, no non-zero exit, no timeout."""
+    obs = res.observations  # type: ignore[attr-defined]
+    assert obs.get("error") is None, obs["error"]
+    assert not res.timed_out and not obs.get("killed"), res.output_tail[-2000:]  # type: ignore[attr-defined]
+    assert "script-error" not in {f.id for f in res.findings}  # type: ignore[attr-defined]
 
 
 def finding(res: object, fid: str) -> object:
@@ -64,34 +65,68 @@ def test_the_eager_steps_jit_runs_as_printed(tmp_path: Path) -> None:
     eager = finding(res, "jax-eager-ops")
     assert "static_argnames=('num_classes',)" in eager.fix and "def apply_model(" in eager.fix
     fixed = apply_decorators(eager.fix, script, tmp_path / script.name)
-    run = run_script(fixed)
-    assert run.returncode == 0, run.stderr[-2000:]
     after = run_doctor(fixed, [], timeout=300)
+    script_ran(after)
     assert "jax-eager-ops" not in {f.id for f in after.findings}, [f.evidence for f in after.findings]
     compiles = next((f for f in res.findings if f.id == "compile-dominates"), None)
     if compiles is not None:  # above its threshold on this machine: its fix is the eager step's
         assert "jax-eager-ops" in compiles.fix and "scan" not in compiles.fix
 
 
+TOKENIZER = SCRIPTS / "nnx_tokenizer_input.py"
+
+
+@pytest.fixture(scope="module")
+def tokenizer_runs() -> dict[str, object]:
+    """The NNX loop whose batches come from a pure-Python tokenizer under the doctor, as written and with its
+    batches built before the loop (input-bound's fix), 40 steps each: the prebuilt run is also the donation
+    test's run of that script."""
+    return {mode: run_doctor(TOKENIZER, ["40", *extra], steps=40, timeout=240)
+            for mode, extra in (("written", []), ("prebuilt", ["prebuilt"]))}
+
+
+def _parts_ms(split: dict) -> float:
+    return sum(split[k] for k in ("step_ms", "call_tail_ms", "host_ms", "descheduled_ms", "idle_ms"))
+
+
+@pytest.mark.slow
+def test_tokenizer_in_the_loop_is_input_bound_and_prebuilt_batches_are_not(tokenizer_runs: dict) -> None:
+    """The input cost of a JAX loop on a CPU, where the input work and the step share the cores: found by the
+    doctor's own A/B (the step called back to back on a batch already built, between the loop's steps), not by
+    idle time; gone with the batches built before the loop; every iteration's time in the split."""
+    written, prebuilt = tokenizer_runs["written"], tokenizer_runs["prebuilt"]
+    ab = written.observations["input_check"]
+    assert ab["replays"] >= input.INPUT_CHECK_MIN, ab
+    found = next((f for f in written.findings if f.id == "input-bound"), None)
+    assert found is not None, (ab.get("cpu"), ab.get("wall"), written.observations["split"])
+    assert "checked by the doctor" in found.evidence and "tokenize()" in found.evidence  # the A/B, and where
+    assert "num_workers=" not in found.fix or "cores were free" in found.fix  # workers only on free cores
+    assert "input-bound" not in {f.id for f in prebuilt.findings}, prebuilt.observations["input_check"].get("cpu")
+    for res in (written, prebuilt):  # every iteration's time is in a row of the split
+        split = res.observations["split"]
+        assert _parts_ms(split) == pytest.approx(split["iter_ms"], rel=0.10), split
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script, args, donated", [
     (SCRIPTS / "linen_trainstate_step.py", [], "donate_argnums=(0,)"),
     (EXAMPLES / "jax_no_donation.py", [], "donate_argnums=(0, 1)"),
-    (SCRIPTS / "nnx_tokenizer_input.py", ["24", "prebuilt"], "donate_argnames=('model', 'optimizer')"),
+    (TOKENIZER, ["24", "prebuilt"], "donate_argnames=('model', 'optimizer')"),
 ])
 def test_donation_of_the_carried_arguments_runs_as_printed(tmp_path: Path, script: Path, args: list[str],
-                                                           donated: str) -> None:
+                                                           donated: str, request: pytest.FixtureRequest) -> None:
     """Only the arguments carried from one step to the next are donated (not the batch), and the printed
     decorator, in place of the script's jit decorator, runs and leaves nothing undonated (for the NNX step, with
-    the input check's calls of a donating step on copies of its state)."""
-    res = run_doctor(script, args, timeout=300)
+    the input check's calls of a donating step on copies of its state; its run before the fix is the input-bound
+    test's prebuilt one, its fixed copy runs 24 steps)."""
+    shared = script == TOKENIZER
+    res = request.getfixturevalue("tokenizer_runs")["prebuilt"] if shared else run_doctor(script, args, timeout=300)
     fix = finding(res, "jax-no-donation").fix
     assert donated in fix, fix
     line = int(res.observations["info"]["step_def"].split(":")[-2])
     fixed = apply_decorators(fix, script, tmp_path / script.name, at=[line])
-    run = run_script(fixed, *args)
-    assert run.returncode == 0, run.stderr[-2000:]
     after = run_doctor(fixed, args, timeout=300)
+    script_ran(after)
     assert "jax-no-donation" not in {f.id for f in after.findings}
     assert not after.observations["info"].get("input_check_error"), after.observations["info"]
 

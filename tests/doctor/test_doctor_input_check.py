@@ -1,43 +1,19 @@
 """The input cost of a JAX loop on a CPU, where the input work and the step share the cores: found by the doctor's
 own A/B (the step called back to back on a batch already built, between the loop's steps), not by idle time; and
-every iteration's time in the split. One Flax NNX loop whose batches come from a pure-Python tokenizer, run twice
-under the doctor: as written, and with its batches built before the loop."""
+every iteration's time in the split, on recorded calls and made-up A/B figures. The doctor's runs of a Flax NNX loop
+whose batches come from a pure-Python tokenizer, as written and with its batches built before the loop, are in
+test_doctor_fixes_run.py (the prebuilt run is also a donation fix's run there)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
 from twinbench.doctor import findings as fd
-from twinbench.doctor import run_doctor
 from twinbench.doctor.recorder import Recorder
-
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
-
-
-def _ids(res: object) -> set[str]:
-    return {f.id for f in res.findings}  # type: ignore[attr-defined]
 
 
 def _parts_ms(split: dict) -> float:
     return sum(split[k] for k in ("step_ms", "call_tail_ms", "host_ms", "descheduled_ms", "idle_ms"))
-
-
-@pytest.mark.slow
-def test_tokenizer_in_the_loop_is_input_bound_and_prebuilt_batches_are_not() -> None:
-    written = run_doctor(SCRIPTS / "nnx_tokenizer_input.py", ["40"], steps=40, timeout=240)
-    prebuilt = run_doctor(SCRIPTS / "nnx_tokenizer_input.py", ["40", "prebuilt"], steps=40, timeout=240)
-    ab = written.observations["input_check"]
-    assert ab["replays"] >= fd.input.INPUT_CHECK_MIN, ab
-    found = next((f for f in written.findings if f.id == "input-bound"), None)
-    assert found is not None, (ab.get("cpu"), ab.get("wall"), written.observations["split"])
-    assert "checked by the doctor" in found.evidence and "tokenize()" in found.evidence  # the A/B, and where
-    assert "num_workers=" not in found.fix or "cores were free" in found.fix  # workers only on free cores
-    assert "input-bound" not in _ids(prebuilt), prebuilt.observations["input_check"].get("cpu")
-    for res in (written, prebuilt):  # every iteration's time is in a row of the split
-        split = res.observations["split"]
-        assert _parts_ms(split) == pytest.approx(split["iter_ms"], rel=0.10), split
 
 
 def test_the_split_adds_up_to_the_iteration() -> None:
