@@ -74,10 +74,10 @@ class Prediction:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "framework": self.spec.framework, "strategy": self.spec.strategy, "preset": self.spec.preset,
+            "framework": self.spec.framework, "strategy": self.spec.strategy.name, "preset": self.spec.preset,
             "batch": self.spec.train.batch, "seq": self.spec.train.seq, "device": self.sheet.name,
             "device_label": self.sheet.label, "platform": self.sheet.platform,
-            "attention_impl": self.spec.attention_impl, "step_ms": round(self.step_ms, 3),
+            "attention_impl": self.spec.strategy.attention_impl, "step_ms": round(self.step_ms, 3),
             "roofline_ms": round(self.roof.step_ms, 3), "calibration_factor": round(self.factor, 4),
             "mfu": round(self.mfu, 4), "tokens_per_s": round(self.tokens / (self.step_ms / 1e3), 1),
             "flops": self.roof.flops, "bytes": self.roof.bytes, "ms_by_kind": {k: round(v, 3) for k, v in
@@ -96,7 +96,7 @@ def efficiency(sheet: Datasheet, spec: RunSpec) -> Efficiency:
     from twinbench.predict.attention import attention_efficiency
 
     mm, mem = EFFICIENCY[sheet.platform]
-    return Efficiency(mm, mem, op_overhead_us(sheet.platform, spec.framework, spec.strategy),
+    return Efficiency(mm, mem, op_overhead_us(sheet.platform, spec.framework, spec.strategy.name),
                       attention_efficiency(sheet.platform))
 
 
@@ -115,8 +115,8 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
                 devices: int = 1, cache: dict | None = None, compile_step: bool = False) -> Prediction:
     """One strategy's prediction on ``sheet``, with its error bar, calibration factor and devices curve;
     ``compile_step``: its memory from the step compiled for the TPU by the TPU compiler (:func:`compiled`)."""
-    key = (spec.framework, spec.strategy, spec.preset, spec.train.batch, spec.train.seq, spec.model,
-           spec.attention_impl)
+    key = (spec.framework, spec.strategy.name, spec.preset, spec.train.batch, spec.train.seq, spec.model,
+           spec.strategy.attention_impl)
     prog = cache.get(key) if cache is not None else None
     if prog is None:
         prog = program_of(spec)
@@ -125,7 +125,7 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
     eff = efficiency(sheet, spec)
     ops, notes = prog.ops_for(sheet.platform), []
     if fused_in(spec):
-        notes.append(f"{spec.attention_impl} attention: the einsum attention's ops replaced by one fused kernel "
+        notes.append(f"{spec.strategy.attention_impl} attention: the einsum attention's ops replaced by one fused kernel "
                      "per layer, its scores left out of the memory (predict/attention.py)")
     if sheet.platform == "cpu":
         notes.append("on a CPU the roofline has been fast (the error bar): the step's dots run below the square-"
@@ -144,7 +144,7 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
     if compile_step:
         compiled(pred)
     if devices > 1:
-        pred.curve = scaling.curve(pred.step_ms, pred.grad_bytes, sheet, spec.framework, spec.strategy, devices)
+        pred.curve = scaling.curve(pred.step_ms, pred.grad_bytes, sheet, spec.framework, spec.strategy.name, devices)
     return pred
 
 
@@ -208,9 +208,9 @@ def sheet_of(device: str, spec: RunSpec, sheets: dict[str, Datasheet]) -> Datash
     """The datasheet of ``device`` for ``spec``; ``here`` measured once per framework and dtype (``sheets``)."""
     if device != "here":
         return lookup(device)
-    key = f"{spec.framework}/{_dtype(spec)}/{spec.threads}"
+    key = f"{spec.framework}/{_dtype(spec)}/{spec.host.threads}"
     if key not in sheets:
-        sheets[key] = here_sheet(spec.framework, _dtype(spec), spec.threads)
+        sheets[key] = here_sheet(spec.framework, _dtype(spec), spec.host.threads)
     return sheets[key]
 
 
@@ -285,12 +285,10 @@ PREDICTED = {"jax": ("jit", "scan-layers", "scan-steps", "torchax", "port"),
 
 def check_covered(specs: list[RunSpec]) -> None:
     """A strategy predict does not read: one line naming what it covers (SpecError), before any work."""
-    from twinbench.strategies.registry import split_name
-
     for s in specs:
-        if split_name(s.strategy)[0] not in PREDICTED.get(s.framework, ()):
+        if s.strategy.base not in PREDICTED.get(s.framework, ()):
             covered = "; ".join(f"{fw}: {', '.join(names)}" for fw, names in PREDICTED.items())
-            raise SpecError(f"--strategies {s.framework}:{s.strategy}: predict reads one device's program of "
+            raise SpecError(f"--strategies {s.framework}:{s.strategy.name}: predict reads one device's program of "
                             f"{covered} (with modifiers such as +bf16); --devices N adds the data-parallel curve")
 
 
