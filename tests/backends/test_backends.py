@@ -13,7 +13,7 @@ from twinbench.strategies.base import JaxStepTrainer, TorchModuleTrainer
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "twinbench"
 #: framework branches outside backends/ when they became the place for them; lower it as branches move there
-BRANCHES_ELSEWHERE = 21
+BRANCHES_ELSEWHERE = 9
 BRANCH = re.compile(r"""[!=]= ["'](?:jax|torch)["']""")
 
 
