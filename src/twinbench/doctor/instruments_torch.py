@@ -50,7 +50,7 @@ class _NoteFilter(logging.Filter):
 class TorchInstruments(Patches):
     """Installs every PyTorch hook on construction; ``uninstall()`` puts PyTorch back as it was."""
 
-    def __init__(self, rec: Recorder, capture_stderr: bool = False) -> None:  # the JAX instruments' option: unused
+    def __init__(self, rec: Recorder) -> None:
         import torch
         import torch._logging
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook

@@ -18,9 +18,9 @@ from typing import Any
 from twinbench.doctor.recorder import ACTIVE, Recorder
 
 WATCHED = ("jax", "torch", "optax")
-#: each framework's instruments ("module:class"), imported when the framework is
-INSTRUMENTS = {"jax": "twinbench.doctor.instruments_jax:JaxInstruments",
-               "torch": "twinbench.doctor.instruments_torch:TorchInstruments"}
+#: each framework's instruments ("module:class", imported when the framework is) and the session's options they take
+INSTRUMENTS = {"jax": ("twinbench.doctor.instruments_jax:JaxInstruments", ("capture_stderr",)),
+               "torch": ("twinbench.doctor.instruments_torch:TorchInstruments", ())}
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -77,9 +77,10 @@ class Session:
                     self.instruments["jax"].patch_optax()
                     self.instruments[name] = True
                 return
-            module, cls = INSTRUMENTS[name].split(":")
+            target, options = INSTRUMENTS[name]
+            module, cls = target.split(":")
             make = getattr(importlib.import_module(module), cls)
-            self.instruments[name] = make(self.rec, capture_stderr=self.capture_stderr)
+            self.instruments[name] = make(self.rec, **{o: getattr(self, o) for o in options})
             if "optax" in sys.modules:
                 self._on_import("optax")
         except Exception as e:  # never break the user's import: report what could not be watched

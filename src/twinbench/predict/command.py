@@ -8,17 +8,25 @@ data-parallel gradient all-reduce (``scaling.py``).
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twinbench import backends
 from twinbench.predict import calibration, scaling
 from twinbench.predict.attention import fused_in
 from twinbench.predict.datasheets import Datasheet, lookup, op_overhead_us
 from twinbench.predict.roofline import Efficiency, Roofline, roofline
 from twinbench.spec import RunSpec, SpecError
 
+#: where each framework's step program is read ("module:function" of the spec): JAX's lowered HLO, torch's one
+#: traced step on this CPU
+PROGRAM_OF = {"jax": "twinbench.predict.program:jax_program", "torch": "twinbench.predict.torch_ops:torch_program"}
+#: what a prediction of a framework on a platform it reaches another way says
+PLATFORM_NOTES = {("torch", "tpu"): "torch on a TPU: costed as eager kernels on the TPU; torch reaches a TPU through "
+                                    "torchax (jax:torchax with --model) or torch_xla, whose programs are XLA's"}
 #: the fraction of the datasheet a framework reaches, by platform: matmuls of the bf16 peak (the measured
 #: matmul peak over the datasheet's, JAX's, on the TPU and the GPU of benchmarks/RESULTS.md, "On a GPU" and "On
 #: a TPU"; a CPU has no datasheet, its measured peak is the peak: 1.0) and memory-bound ops of the bandwidth
@@ -102,13 +110,8 @@ def efficiency(sheet: Datasheet, spec: RunSpec) -> Efficiency:
 
 def program_of(spec: RunSpec):
     """The step's ops, read here (JAX: the lowered HLO; torch: one traced step on this CPU)."""
-    from twinbench.predict import program
-
-    if spec.framework == "jax":
-        return program.jax_program(spec)
-    from twinbench.predict import torch_ops
-
-    return torch_ops.torch_program(spec)
+    module, func = PROGRAM_OF[spec.framework].split(":")
+    return getattr(importlib.import_module(module), func)(spec)
 
 
 def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point], fitted: dict,
@@ -132,9 +135,8 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
                      "matmul peak (0.87 of it at the small preset's shapes, alone) and its element-wise kernels "
                      "below the copy bandwidth; other processes on the cores slow a measured step further. "
                      "--calibrate with one measured run of yours scales the predictions of its kind")
-    if spec.framework == "torch" and sheet.platform == "tpu":
-        notes.append("torch on a TPU: costed as eager kernels on the TPU; torch reaches a TPU through torchax "
-                     "(jax:torchax with --model) or torch_xla, whose programs are XLA's")
+    if note := PLATFORM_NOTES.get((spec.framework, sheet.platform)):
+        notes.append(note)
     roof = roofline(ops, sheet, eff)
     kind = (sheet.platform, spec.framework)
     pred = Prediction(spec, sheet, roof, prog.memory_bytes, prog.n_params, prog.tokens, prog.grad_bytes,
@@ -158,7 +160,7 @@ def compiled(pred: Prediction) -> None:
     if pred.sheet.platform != "tpu":
         pred.notes.append(f"--compile: compiles for TPUs; {pred.sheet.name} keeps the estimate from the shapes")
         return
-    if pred.spec.framework != "jax":
+    if not backends.get(pred.spec.framework).READS_XLA_FLAGS:  # its step is no XLA program
         pred.notes.append("--compile: a torch strategy has no XLA program to compile; its memory is the "
                           "estimate (jax:torchax runs the same torch model as an XLA program)")
         return
