@@ -7,6 +7,11 @@ also reads the flat form records of earlier versions hold. Presets are plain cod
 can be overridden by a CLI flag named after it (``--d-model`` for ``d_model``): :data:`FLAGS` is read off the
 sections' declarations. :func:`validate` turns impossible values into a :class:`SpecError` whose message names
 the flag and the allowed values.
+
+The sections are frozen standard-library dataclasses, not a validation library's models: ``config.py`` is the leaf
+the models import (it may import nothing), a spec is hashable (``models.family.get`` keys the user's family by
+it), every worker imports it before its framework, and the checks that matter cross sections and frameworks
+(``validate``), beyond what a field's type can say.
 """
 
 from __future__ import annotations
@@ -21,8 +26,6 @@ from typing import Any, get_type_hints
 from twinbench import backends
 from twinbench.config import (  # the leaf, re-exported
     MASK_IMPLS,
-    PRECISIONS,
-    TASKS,
     USER_FAMILY,
     ModelConfig,
     SpecError,
@@ -34,7 +37,7 @@ from twinbench.config import (  # the leaf, re-exported
 )
 from twinbench.models.family import FAMILIES as BUILT_IN
 from twinbench.models.family import presets as _family_presets
-from twinbench.models.options import ATTENTION_IMPLS, REMAT_POLICIES
+from twinbench.models.options import ATTENTION_IMPLS
 from twinbench.spec_sections import (
     NAME_PARTS,
     HostConfig,
@@ -44,9 +47,9 @@ from twinbench.spec_sections import (
     UserModel,
     split_name,
 )
-from twinbench.strategies.modifiers import LENGTH_POLICIES, Modifiers
+from twinbench.strategies.modifiers import LENGTH_POLICIES
 
-__all__ = ["ATTENTION_IMPLS", "MASK_IMPLS", "PRECISIONS", "REMAT_POLICIES", "TASKS", "Modifiers", "StrategySpec"]
+__all__ = ["ATTENTION_IMPLS", "MASK_IMPLS", "SpecError", "StrategySpec"]  # re-exported: read from here too
 
 FRAMEWORKS = ("torch", "jax")
 USER = USER_FAMILY  # the family of --model FILE.py:build (twinbench/byo); the models read it from config
