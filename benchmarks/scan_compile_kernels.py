@@ -25,7 +25,6 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import replace
 
 from twinbench import hlo_text, xla_flags
 
@@ -72,7 +71,7 @@ def child(strategy: str, policy: str, layers: int) -> None:
     set_fp32_matmul("jax")
     base = from_preset("small", {"layers": layers, "remat_policy": policy})
     x, y = next(batches(synthetic_corpus(), base.train.batch, base.train.seq, 0))
-    spec = validate(replace(base, framework="jax", strategy=strategy))
+    spec = validate(base.evolve(framework="jax", strategy=strategy))
     t = registry.get("jax", strategy).load()(spec, init_gpt(base.model, 0))
     step = jax.jit(make_train_step(t.loss_of, t.tx), donate_argnums=(0, 1))
     t0 = time.perf_counter()

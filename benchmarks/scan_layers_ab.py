@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from dataclasses import replace
 
 from twinbench.data.text import batches, synthetic_corpus
 from twinbench.measure.device import set_fp32_matmul
@@ -35,7 +34,7 @@ def main() -> None:
     host = [next(data) for _ in range(args.steps)]
     trainers = {}
     for name in ("jit", "scan-layers"):
-        spec = validate(replace(base, framework="jax", strategy=name))
+        spec = validate(base.evolve(framework="jax", strategy=name))
         t = registry.get("jax", name).load()(spec, weights)
         for x, y in host[:3]:  # compile and warm up
             t.step(x, y)

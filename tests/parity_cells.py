@@ -8,7 +8,7 @@ what really runs. A run named ``base+m1+m2`` covers the cells (base), (base, +m1
 - ``*_BF16``: losses within 2e-2 relative of the fp32 baseline, yet different from it (bf16 really on);
 - ``ANTIPATTERN``: the deliberately wrong modifiers (claims C10, C13): their effect is asserted instead.
 
-Data-side modifiers (padding policy, input pipeline: ``DATA_MODIFIERS`` of the registry) do not touch the
+Data-side modifiers (padding policy, input pipeline: ``DATA_MODIFIERS`` of strategies/modifiers.py) do not touch the
 train step; a data cell is covered when its base is, and the modifier is covered for that family and
 framework on some base (``DATA_COVERED``: tests/strategies/test_lengths.py, tests/test_classify_compare.py,
 tests/data/test_pipeline.py).

@@ -3,7 +3,6 @@ every worker; the page faults and kernel share a record carries, and what the su
 
 from __future__ import annotations
 
-import dataclasses
 import mmap
 import sys
 from pathlib import Path
@@ -73,7 +72,7 @@ def test_every_worker_gets_the_setting_of_its_spec(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(runner, "LOAD", runner.LoadMeter(shared=False))
     spec = validate(from_preset("tiny", {"steps": 3, "warmup": 1}, framework="jax", strategy="jit"))
     runner.run_one(spec, timeout=10)
-    runner.run_one(dataclasses.replace(spec, host_malloc="system"), timeout=10)
+    runner.run_one(spec.evolve(host_malloc="system"), timeout=10)
     runner.run_one(spec, timeout=10, env={"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"})  # explain --try env:...
     monkeypatch.setattr(platforms, "here", lambda: "tpu")  # an accelerator's host: huge pages only
     runner.run_one(spec, timeout=10)

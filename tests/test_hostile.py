@@ -80,9 +80,9 @@ def test_a_re_run_takes_from_a_record_only_what_defines_the_measurement(tmp_path
     assert "Traceback" not in res.output, res.output
     assert len(fake_runs) == 2, res.output
     for s in fake_runs:
-        assert s.save_weights == "" and s.coordinator == "" and s.num_processes == 1 and s.process_id == -1
-        assert not s.cache_dir.startswith(str(elsewhere)) and not s.trace_dir.startswith(str(elsewhere))
-        assert s.devices == 2 and s.model.layers == 4  # what defines the measurement is the record's
+        assert s.output.save_weights == "" and s.launch.coordinator == "" and s.launch.num_processes == 1 and s.launch.process_id == -1
+        assert not s.host.cache_dir.startswith(str(elsewhere)) and not s.output.trace_dir.startswith(str(elsewhere))
+        assert s.launch.devices == 2 and s.model.layers == 4  # what defines the measurement is the record's
     assert not elsewhere.exists()
     assert "not taken from the record: cache_dir, coordinator, num_processes, process_id, save_weights" in res.output
 
@@ -92,7 +92,7 @@ def test_a_re_run_uses_a_path_the_user_names_on_the_command_line(tmp_path, fake_
     mine = tmp_path / "mine"
     CLI.invoke(app, ["explain", f"{d}:torch/eager", f"{d}:jax/jit", "--out", str(tmp_path / "o"),
                      "--save-weights", str(mine)])
-    assert fake_runs and all(s.save_weights == str(mine) for s in fake_runs)
+    assert fake_runs and all(s.output.save_weights == str(mine) for s in fake_runs)
 
 
 # -------------------------------------------------------------------------------- sizes before anything is built
@@ -117,9 +117,8 @@ def test_the_lower_bound_refuses_only_what_cannot_fit():
     limits.check_host([small], available=2**30)
     with pytest.raises(SpecError, match="layers=100000"):
         limits.check_host([huge], available=16 * 2**30)
-    import dataclasses
 
-    limits.check_host([dataclasses.replace(huge, no_preflight=True)], available=16 * 2**30)  # the user's call
+    limits.check_host([huge.evolve(no_preflight=True)], available=16 * 2**30)  # the user's call
 
 
 def test_a_shape_no_memory_holds_is_refused_before_any_run(tmp_path, fake_runs, host_16_gib):
@@ -370,7 +369,7 @@ def test_claims_resume_takes_no_path_from_its_folder(tmp_path, fake_runs):
     d = _claims_folder(tmp_path, {"quick": True, "only": "C1", "repeats": 1, "trace": str(elsewhere)})
     res = CLI.invoke(app, ["claims", "--resume", str(d)])
     assert "Traceback" not in res.output, res.output
-    assert fake_runs and all(not s.trace_dir for s in fake_runs), res.output
+    assert fake_runs and all(not s.output.trace_dir for s in fake_runs), res.output
     assert not elsewhere.exists()
 
 

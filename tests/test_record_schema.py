@@ -43,7 +43,7 @@ def test_records_a_run_writes_validate(validator):
 
 @pytest.mark.parametrize("status", ["failed", "skipped"])
 def test_records_of_runs_that_did_not_measure_validate(validator, status):
-    spec = RunSpec(framework="jax", strategy="jit+remat")
+    spec = RunSpec.of(framework="jax", strategy="jit+remat")
     rec = Record.for_spec(spec, status, error="RuntimeError: out of memory (worker.py:1)", threads=2)
     validator.validate(json.loads(json.dumps(rec.to_dict())))
 

@@ -199,7 +199,7 @@ def test_a_record_naming_user_code_never_runs_it(tmp_path, fake_runs):
     a = CLI.invoke(app, ["advise", "--preset", "tiny", "--framework", "torch", "--strategies", "eager", "--out",
                          str(d)])
     assert "Traceback" not in a.output, a.output
-    assert all(not s.user_model for s in fake_runs)
+    assert all(not s.user.user_model for s in fake_runs)
     assert not marker.exists(), "a record's user_model was executed"
 
 
@@ -209,9 +209,8 @@ def test_explain_runs_a_records_model_only_when_the_user_names_the_same_file(tmp
     code = tmp_path / "m.py"
     code.write_text("def build(cfg): ...\n")
     spec = from_preset("tiny", {}, framework="torch", strategy="eager")
-    import dataclasses
 
-    spec = dataclasses.replace(spec, user_model=f"{code}:build")
+    spec = spec.evolve(user_model=f"{code}:build")
     said = runs.check_code("D:torch/eager", spec, str(code), None)
     assert said and "named on the command line" in said[0]
 
@@ -447,7 +446,7 @@ def test_parity_mismatch_names_the_parameters_exits_1_and_is_in_every_report(tmp
 
     def run_one(spec, timeout, env=None):
         r = real(spec, timeout) if False else fake_record(spec)
-        if spec.strategy == "port":
+        if spec.strategy.name == "port":
             r["parity"] = parity
         return r
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from twinbench.spec import PRESETS, RunSpec, SpecError, from_preset, validate
@@ -24,7 +22,7 @@ def test_overrides_reach_the_right_part_of_the_spec():
     spec = validate(from_preset("small", {"layers": 2, "d_model": 128, "batch": 4, "lr": 0.01, "threads": 1,
                                           "heads": None}))
     assert (spec.model.layers, spec.model.d_model, spec.model.heads) == (2, 128, 4)
-    assert (spec.train.batch, spec.train.lr, spec.threads) == (4, 0.01, 1)
+    assert (spec.train.batch, spec.train.lr, spec.host.threads) == (4, 0.01, 1)
     # a smaller context alone pulls seq down with it rather than failing
     assert validate(from_preset("small", {"context": 64})).train.seq == 64
 
@@ -71,5 +69,5 @@ def test_unknown_preset_and_option():
                                           ("splash", "--seq 32 is not a multiple of 128")])
 def test_a_jax_attention_kernel_s_limits_bind_the_jax_twins_only(impl, needle):
     with pytest.raises(SpecError, match=needle):
-        validate(replace(from_preset("tiny", framework="jax", strategy="jit"), attention_impl=impl))
-    validate(replace(from_preset("tiny", framework="torch", strategy="eager"), attention_impl=impl))  # SDPA picks
+        validate(from_preset("tiny", framework="jax", strategy="jit").evolve(attention_impl=impl))
+    validate(from_preset("tiny", framework="torch", strategy="eager").evolve(attention_impl=impl))  # SDPA picks

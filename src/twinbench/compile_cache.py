@@ -11,7 +11,7 @@ Every record says which cache state it measured (``compile_cache``):
   the persistent ``<cache dir>/warm``; if this configuration never ran there, an unrecorded priming run
   fills it first.
 
-The cache root is ``--cache-dir`` (``spec.cache_dir`` in the parent), by default ``~/.cache/twinbench/compile``.
+The cache root is ``--cache-dir`` (``spec.host.cache_dir`` in the parent), by default ``~/.cache/twinbench/compile``.
 The worker calls :func:`apply` before it imports a framework; the runner drives :class:`CachePlan`.
 """
 
@@ -24,7 +24,6 @@ import tempfile
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +53,12 @@ def worker_env(cache_dir: str | Path) -> dict[str, str]:
 
 
 def apply(spec: RunSpec) -> str:
-    """In the worker, before torch or jax is imported: use ``spec.cache_dir``, or a fresh temporary one.
+    """In the worker, before torch or jax is imported: use ``spec.host.cache_dir``, or a fresh temporary one.
 
     A spec without a cache directory (a worker started by hand, a test) still gets a cold, private cache:
     never the user's default ``/tmp/torchinductor_$USER``.
     """
-    cache_dir = spec.cache_dir
+    cache_dir = spec.host.cache_dir
     if not cache_dir:
         cache_dir = tempfile.mkdtemp(prefix="twinbench-cache-")
         atexit.register(shutil.rmtree, cache_dir, True)
@@ -69,13 +68,13 @@ def apply(spec: RunSpec) -> str:
 
 def twin_key(spec: RunSpec) -> str:
     """The same configuration whatever its cache state: pairs a warm run with its cold twin."""
-    return replace(spec, compile_cache="cold").run_id()
+    return spec.evolve(compile_cache="cold").run_id()
 
 
 def expand(specs: Iterable[RunSpec], mode: str, root: Path) -> list[RunSpec]:
     """``--cache cold|warm|both``: each spec with its cache state(s) and the cache root to run under."""
     states = ("cold", "warm") if mode == "both" else (mode,)
-    return [replace(s, compile_cache=c, cache_dir=str(root)) for s in specs for c in states]
+    return [s.evolve(compile_cache=c, cache_dir=str(root)) for s in specs for c in states]
 
 
 class CachePlan:
@@ -83,21 +82,21 @@ class CachePlan:
 
     def __init__(self, specs: Iterable[RunSpec]):
         specs = list(specs)
-        self.warm_waiting = Counter(twin_key(s) for s in specs if s.compile_cache == "warm")
+        self.warm_waiting = Counter(twin_key(s) for s in specs if s.host.compile_cache == "warm")
         self.cold_dirs: dict[str, Path] = {}
 
     @staticmethod
     def root(spec: RunSpec) -> Path:
-        return Path(spec.cache_dir) if spec.cache_dir else default_root()
+        return Path(spec.host.cache_dir) if spec.host.cache_dir else default_root()
 
     def run(self, spec: RunSpec, run: Callable[[RunSpec], dict[str, Any]]) -> dict[str, Any]:
         """Run ``spec`` through ``run`` (the runner's subprocess launcher) on the right cache directory."""
         key = twin_key(spec)
-        if spec.compile_cache == "cold":
+        if spec.host.compile_cache == "cold":
             d = self.root(spec) / f"cold-{key}-{uuid.uuid4().hex[:8]}"
             d.mkdir(parents=True)
             try:
-                record = run(replace(spec, cache_dir=str(d)))
+                record = run(spec.evolve(cache_dir=str(d)))
             finally:
                 if self.warm_waiting[key] and d.exists():
                     self.cold_dirs[key] = d  # its warm twin runs next on it
@@ -108,20 +107,20 @@ class CachePlan:
         if key in self.cold_dirs:
             d = self.cold_dirs.pop(key)
             try:
-                return run(replace(spec, cache_dir=str(d)))
+                return run(spec.evolve(cache_dir=str(d)))
             finally:
                 shutil.rmtree(d, ignore_errors=True)
         d = self.root(spec) / "warm"
         marker = d / ".primed" / key
         if not marker.exists():
             d.mkdir(parents=True, exist_ok=True)
-            prime = run(replace(spec, compile_cache="cold", cache_dir=str(d)))
+            prime = run(spec.evolve(compile_cache="cold", cache_dir=str(d)))
             if prime.get("status") != "ok":
                 return {**prime, "compile_cache": "warm", "run_id": spec.run_id(),
                         "error": f"priming the warm cache failed: {prime.get('error')}"}
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.touch()
-        return run(replace(spec, cache_dir=str(d)))
+        return run(spec.evolve(cache_dir=str(d)))
 
     def close(self) -> None:
         """Delete cold directories whose warm twin never ran (an interrupted compare)."""

@@ -1,4 +1,5 @@
-"""The leaf of the package: the model and training configuration dataclasses, and the user-error type.
+"""The leaf of the package: the model and training sections of a run spec, how a section's field is declared
+(:func:`option`), and the user-error type.
 
 Imported by the models, the Hugging Face format adapter and ``spec.py`` alike; it imports nothing of
 twinbench, so no import cycle can run through it (``spec`` -> ``models.hf`` -> ``config``).
@@ -6,7 +7,8 @@ twinbench, so no import cycle can run through it (``spec`` -> ``models.hf`` -> `
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import Field, dataclass, field
+from typing import Any
 
 #: The family of a ModelConfig that names none (and of records written before families had names).
 DEFAULT_FAMILY = "gpt"
@@ -18,19 +20,51 @@ class SpecError(ValueError):
     """An impossible or unknown value given by the user. The message is one line, fit to print."""
 
 
+#: the values of the string fields of ModelConfig and TrainConfig (spec.validate checks every declared choice)
+PRECISIONS = ("fp32", "bf16")
+TASKS = ("lm", "classify", "custom")  # next-token LM | sequence classification | the user's model (custom)
+MASK_IMPLS = ("where", "mul", "cond")  # how a masked family's attention applies its padding mask
+
+
+def option(default: Any, doc: str, *, flag: bool = True, choices: tuple[str, ...] = ()) -> Any:
+    """A field of a spec section, declared once: its default, its description (the ``--help`` of its flag), and
+    whether a CLI flag named after it sets it (``--d-model`` for ``d_model``; the commands add one per such field).
+    Fields set by the commands' own options (``--cache``, ``--trace``, ``--model``...) or by twinbench itself
+    are declared with ``flag=False``. ``choices``: the values allowed (``spec.validate`` refuses any other, naming
+    the flag)."""
+    return field(default=default, metadata={"doc": doc, "flag": flag, "choices": choices})
+
+
+def doc(f: Field[Any]) -> str:
+    """The description of a field declared by :func:`option`."""
+    return str(f.metadata.get("doc", ""))
+
+
+def choices(f: Field[Any]) -> tuple[str, ...]:
+    """The values a field declared by :func:`option` allows (empty: any value of its type)."""
+    return tuple(f.metadata.get("choices", ()))
+
+
+def is_flag(f: Field[Any]) -> bool:
+    """Whether a CLI flag sets the field (:func:`option`'s ``flag``)."""
+    return bool(f.metadata.get("flag"))
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Transformer shape. ``d_ff`` of 0 means 4 * d_model (GPT-2)."""
 
-    family: str = DEFAULT_FAMILY
-    layers: int = 4
-    d_model: int = 256
-    heads: int = 4
-    d_ff: int = 0
-    vocab: int = 256
-    context: int = 128
-    num_labels: int = 2  # classifier classes (bert)
-    mask_impl: str = "where"  # bert padding mask: "where" (select) | "mul" (0/1 -> additive bias) | "cond"
+    family: str = option(DEFAULT_FAMILY, "the model family (models/): its twins, task and presets; 'user' for "
+                         "--model FILE.py:build", flag=False)
+    layers: int = option(4, "override the preset's layers (Transformer blocks)")
+    d_model: int = option(256, "override the preset's d_model (the width of the residual stream)")
+    heads: int = option(4, "override the preset's heads (attention heads; they divide d_model)")
+    d_ff: int = option(0, "override the preset's d_ff (the MLP's hidden width; 0: 4 * d_model)")
+    vocab: int = option(256, "override the preset's vocab (the embedding's rows)")
+    context: int = option(128, "override the preset's context (the longest sequence the model takes)")
+    num_labels: int = option(2, "override the preset's num_labels (the classifier's classes: BERT)")
+    mask_impl: str = option("where", "override the preset's mask_impl: how BERT applies its padding mask, 'where' "
+                            "(a select), 'mul' (0/1 -> an additive bias) or 'cond'", choices=MASK_IMPLS)
 
     @property
     def ff(self) -> int:
@@ -41,18 +75,24 @@ class ModelConfig:
 class TrainConfig:
     """What is trained and how long. ``warmup`` steps run but are excluded from step-time statistics."""
 
-    batch: int = 8
-    seq: int = 128
-    steps: int = 30
-    warmup: int = 5
-    lr: float = 1e-3
-    weight_decay: float = 0.1
-    seed: int = 0
-    precision: str = "fp32"
-    data: str = ""  # path of a UTF-8 text file; "" means the embedded synthetic corpus
-    init_from: str = ""  # local Hugging Face GPT-2/BERT checkpoint directory to start from; "" = fresh init
-    task: str = "lm"  # "lm" (next-token, gpt) | "classify" (sequence classification, bert)
-    slow_input: float = 0.0  # ms of simulated extra host work per batch in the input pipeline
+    batch: int = option(8, "override the preset's batch (sequences per step, over all devices)")
+    seq: int = option(128, "override the preset's seq (tokens per sequence; at most context)")
+    steps: int = option(30, "override the preset's steps (training steps, warmup included)")
+    warmup: int = option(5, "override the preset's warmup (first steps run but left out of the step-time "
+                         "statistics)")
+    lr: float = option(1e-3, "override the preset's lr (AdamW's learning rate)")
+    weight_decay: float = option(0.1, "override the preset's weight_decay (AdamW's)")
+    seed: int = option(0, "override the preset's seed (initial weights and data order)")
+    precision: str = option("fp32", "override the preset's precision: fp32, or bf16 (the same as the +bf16 "
+                            "modifier)", choices=PRECISIONS)
+    data: str = option("", "override the preset's data: a UTF-8 text file (classify: JSON lines); default the "
+                       "embedded synthetic corpus")
+    init_from: str = option("", "start from a local Hugging Face GPT-2/BERT checkpoint directory (config.json + "
+                            "model.safetensors); its shape replaces the preset's")
+    task: str = option("lm", "override the preset's task: 'lm' (next-token: GPT, Llama), 'classify' (sequence "
+                       "classification: BERT) or 'custom' (the user's model)", choices=TASKS)
+    slow_input: float = option(0.0, "override the preset's slow_input: ms of simulated extra host work per batch "
+                               "in the input pipeline")
 
 
 def flag(name: str) -> str:

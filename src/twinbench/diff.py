@@ -31,6 +31,7 @@ from typing import Any
 from twinbench.config import DEFAULT_FAMILY
 from twinbench.measure.device import platform_name
 from twinbench.record import condition_warnings, read_records, skipped_note
+from twinbench.spec_sections import flat_spec
 
 METHOD = ("per-repeat median step times; ratio NEW/OLD = exp(mean log NEW - mean log OLD); 95% CI: Welch's t "
           "interval on the log medians (scipy.stats.ttest_ind, equal_var=False), exponentiated")
@@ -75,7 +76,7 @@ def load(path: Path, skipped: list[str] | None = None) -> list[dict[str, Any]]:
 
 def identity(r: dict[str, Any]) -> tuple:
     """What a record ran, for matching across result sets."""
-    spec = r.get("spec") or {}
+    spec = flat_spec(r.get("spec"))
     model, train = spec.get("model") or {}, spec.get("train") or {}
     out = []
     for k in MATCH_FIELDS:

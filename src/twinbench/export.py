@@ -16,6 +16,7 @@ from twinbench.models.hf import FLAG, check_shapes, checkpoint_fields, expected_
 from twinbench.models.weights import Canonical
 from twinbench.record import read_records
 from twinbench.spec import RunSpec, SpecError
+from twinbench.spec_sections import flat_spec
 
 
 def initial_weights(spec: RunSpec) -> Canonical:
@@ -70,12 +71,12 @@ def weights_from_results(results: str | Path, run: str | None = None) -> tuple[R
              and r.get("weights_path")]
     if run:
         saved = [r for r in saved if run in (r.get("run_id"), f"{r.get('framework')}/{r.get('strategy')}")]
-    own = [r for r in saved if isinstance(r.get("spec"), dict) and (r["spec"].get("user_model") or
-                                                                     (r["spec"].get("model") or {}).get("family") == "user")]
+    flat = [(r, flat_spec(r.get("spec"))) for r in saved]
+    own = [r for r, d in flat if d.get("user_model") or (d.get("model") or {}).get("family") == "user"]
     if own:
         raise SpecError(f"--from {results}: {own[0].get('framework')}/{own[0].get('strategy')} is a run of your own "
-                        f"model ({own[0]['spec'].get('user_model') or 'user'}), which export does not write as a "
-                        "Hugging Face checkpoint (and never runs)")
+                        f"model ({flat_spec(own[0]['spec']).get('user_model') or 'user'}), which export does not "
+                        "write as a Hugging Face checkpoint (and never runs)")
     labels = ", ".join(f"{r.get('framework')}/{r.get('strategy')} ({r.get('run_id')})" for r in saved)
     if not saved:
         raise SpecError(f"--from {results}: no successful run{' ' + run if run else ''} saved its weights there; "

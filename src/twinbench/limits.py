@@ -109,8 +109,8 @@ def check_host(specs: list[Any], available: int | None = None) -> None:
 
     n = cores()
     for s in specs:
-        if s.threads > n:
-            raise SpecError(f"--threads {s.threads}: this machine gives twinbench {n} cores; allowed: 0 (all) "
+        if s.host.threads > n:
+            raise SpecError(f"--threads {s.host.threads}: this machine gives twinbench {n} cores; allowed: 0 (all) "
                             f"to {n}")
     todo = [s for s in specs if not s.no_preflight and s.model.family != USER]
     if not todo:

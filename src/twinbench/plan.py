@@ -32,7 +32,7 @@ def run_spec(preset: str, framework: str, strategy: str, overrides: dict[str, An
     from twinbench.strategies import registry
 
     spec = validate(with_precision(from_preset(preset, overrides, framework=framework, strategy=strategy, **top)))
-    registry.get(spec.framework, spec.strategy)
+    registry.get(spec.framework, spec.strategy.name)
     registry.check_devices(spec)
     return spec
 
@@ -78,12 +78,12 @@ def build_specs(preset: str, frameworks: str, strategies: str | None, overrides:
     check_inputs(base)
     if csv(strategies) in (None, ["all"]) and base.model.family in FAMILIES:  # the cells the family can run
         chosen = registry.for_family(FAMILIES[base.model.family], chosen)
-    specs = [validate(with_precision(RunSpec(**{**base.__dict__, "framework": fw, "strategy": name})))
+    specs = [validate(with_precision(base.evolve(framework=fw, strategy=name)))
              for fw, name in chosen]
     for s in specs:  # --precision bf16 may have added +bf16: it must fit the strategy too
-        registry.get(s.framework, s.strategy)
+        registry.get(s.framework, s.strategy.name)
         registry.check_devices(s)  # --devices > 1 needs a multi-device strategy
-    return list({(s.framework, s.strategy): s for s in specs}.values())
+    return list({(s.framework, s.strategy.name): s for s in specs}.values())
 
 
 def repeat_rounds(specs: list[RunSpec], repeats: int) -> list[list[RunSpec]]:

@@ -170,14 +170,14 @@ class Record:
     def for_spec(cls, spec: RunSpec, status: str, **measured: Any) -> Record:
         """A record carrying the spec's identifying fields; ``measured`` fills the rest."""
         m, t = spec.model, spec.train
-        base = dict(framework=spec.framework, strategy=spec.strategy, preset=spec.preset,
+        base = dict(framework=spec.framework, strategy=spec.strategy.name, preset=spec.preset,
                     n_params=n_params_of(spec.model),  # known from the shape, also of a run that never started
                     batch=t.batch, seq=t.seq, layers=m.layers, d_model=m.d_model, precision=t.precision,
-                    device=None, device_count=spec.devices, status=status, run_id=spec.run_id(),
+                    device=None, device_count=spec.launch.devices, status=status, run_id=spec.run_id(),
                     heads=m.heads, vocab=m.vocab, context=m.context, steps=t.steps, warmup=t.warmup,
-                    threads=spec.threads or _cores(), compile_cache=spec.compile_cache, spec=spec.to_dict(),
+                    threads=spec.host.threads or _cores(), compile_cache=spec.host.compile_cache, spec=spec.to_dict(),
                     task=spec.train.task, repeat=spec.repeat, config_id=spec.config_id(),
-                    attention_impl=spec.attention_impl, host_cpu=host_cpu())
+                    attention_impl=spec.strategy.attention_impl, host_cpu=host_cpu())
         return cls(**(base | measured))
 
     def to_dict(self) -> dict[str, Any]:

@@ -87,7 +87,7 @@ def run_one(spec: RunSpec, timeout: float, env: dict[str, str] | None = None) ->
     reading = LOAD.reading()
     with LOAD.track():
         record = _run_one(spec, timeout, child_env(reading, {**run_devices_env(spec),
-                                                             **host_malloc.worker_env(spec.host_malloc),
+                                                             **host_malloc.worker_env(spec.host.host_malloc),
                                                              **(env or {})}))
     return with_conditions(record, reading)
 
@@ -97,7 +97,7 @@ def run_devices_env(spec: RunSpec) -> dict[str, str]:
     run holds no context on the others and NVML's count of processes sharing its GPU is about its own."""
     from twinbench.measure.device import devices_env
 
-    return devices_env(spec.devices // max(spec.num_processes, 1))
+    return devices_env(spec.launch.devices // max(spec.launch.num_processes, 1))
 
 
 def _run_one(spec: RunSpec, timeout: float, env: dict[str, str]) -> dict[str, Any]:
@@ -173,7 +173,7 @@ def worker_command(spec: RunSpec, args: list[str]) -> list[str]:
     strategies registered with that launcher; every rank runs the same measurement code path."""
     from twinbench.strategies import registry
 
-    if registry.get(spec.framework, spec.strategy).launcher == "torchrun":
+    if registry.get(spec.framework, spec.strategy.name).launcher == "torchrun":
         from twinbench.distributed.torchrun import launch_command
 
         return launch_command(spec, args)

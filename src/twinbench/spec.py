@@ -1,89 +1,146 @@
-"""One description of a run, shared by both frameworks: model, training, strategy, devices.
+"""One description of a run, shared by both frameworks, in sections: model, train, strategy, host, launch, user
+model, output (``config.py``, ``spec_sections.py``).
 
-A :class:`RunSpec` is a frozen dataclass that round-trips through JSON, so the parent process can hand it
-to the worker subprocess that executes it. Presets are plain code; every field can be overridden by a CLI
-flag named after it (``--d-model`` for ``d_model``). :func:`validate` turns impossible values into a
-:class:`SpecError` whose message names the flag and the allowed values.
+A :class:`RunSpec` is a frozen dataclass of frozen sections that round-trips through JSON (:meth:`RunSpec.to_dict`,
+versioned), so the parent process can hand it to the worker subprocess that executes it; :meth:`RunSpec.from_dict`
+also reads the flat form records of earlier versions hold. Presets are plain code; every field declared as a flag
+can be overridden by a CLI flag named after it (``--d-model`` for ``d_model``): :data:`FLAGS` is read off the
+sections' declarations. :func:`validate` turns impossible values into a :class:`SpecError` whose message names
+the flag and the allowed values.
+
+The sections are frozen standard-library dataclasses, not a validation library's models: ``config.py`` is the leaf
+the models import (it may import nothing), a spec is hashable (``models.family.get`` keys the user's family by
+it), every worker imports it before its framework, and the checks that matter cross sections and frameworks
+(``validate``), beyond what a field's type can say.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import Field, asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 from twinbench import backends
-from twinbench.config import USER_FAMILY, ModelConfig, SpecError, TrainConfig, flag  # the leaf, re-exported
-from twinbench.host_malloc import CHOICES as HOST_MALLOC_CHOICES
+from twinbench.config import (  # the leaf, re-exported
+    MASK_IMPLS,
+    USER_FAMILY,
+    ModelConfig,
+    SpecError,
+    TrainConfig,
+    choices,
+    flag,
+    is_flag,
+    option,
+)
 from twinbench.models.family import FAMILIES as BUILT_IN
 from twinbench.models.family import presets as _family_presets
-from twinbench.models.options import SPLASH_LAYOUTS
-from twinbench.strategies.modifiers import LENGTH_POLICIES, Modifiers
-from twinbench.xla_flags import CHOICES as XLA_CPU_FLAG_CHOICES
+from twinbench.models.options import ATTENTION_IMPLS
+from twinbench.spec_sections import (
+    NAME_PARTS,
+    HostConfig,
+    LaunchConfig,
+    OutputConfig,
+    StrategySpec,
+    UserModel,
+    split_name,
+)
+from twinbench.strategies.modifiers import LENGTH_POLICIES
+
+__all__ = ["ATTENTION_IMPLS", "MASK_IMPLS", "SpecError", "StrategySpec"]  # re-exported: read from here too
 
 FRAMEWORKS = ("torch", "jax")
-PRECISIONS = ("fp32", "bf16")
-REMAT_POLICIES = ("full", "dots-saveable", "nothing-saveable")  # the names of models/options.py
-ATTENTION_IMPLS = ("default", "chunked", "jax-nn", "cudnn", "splash")  # the names of models/options.py
 USER = USER_FAMILY  # the family of --model FILE.py:build (twinbench/byo); the models read it from config
 FAMILIES = (*BUILT_IN, USER)  # the built-in families (models/) and the user's
-TASKS = ("lm", "classify", "custom")  # next-token LM | sequence classification | the user's model (custom)
-MASK_IMPLS = ("where", "mul", "cond")  # how a masked family's attention applies its padding mask
+#: the version of :meth:`RunSpec.to_dict`'s form: 2, in sections (a dict without ``version``: the flat form of 1)
+SPEC_VERSION = 2
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """Everything one measured run needs. One spec drives either framework."""
+    """Everything one measured run needs, in sections. One spec drives either framework."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    framework: str = "torch"
-    strategy: str = "eager"
-    preset: str = "small"
-    devices: int = 1
-    threads: int = 0  # 0: all cores of the machine, the same for both frameworks
-    compile_cache: str = "cold"  # "cold" | "warm": the compilation cache state the run measures
-    cache_dir: str = ""  # the compilation cache directory the worker uses (set by the runner; "" = fresh)
-    scan_k: int = 0  # scan-steps: training steps per call (0: chosen from --steps, see strategies/jax_scan.py)
-    remat_policy: str = "full"  # +remat: full | dots-saveable | nothing-saveable (jax.checkpoint_policies)
-    scan_unroll: int = 1  # scan-layers: layers per loop trip of the layer scan (nnx.scan unroll)
-    xla_cpu_flags: str = "tuned"  # JAX on CPU: twinbench's measured XLA flags, or "xla-default" (xla_flags.py)
-    host_malloc: str = "tuned"  # glibc malloc: twinbench's measured GLIBC_TUNABLES, or "system" (host_malloc.py)
-    attention_impl: str = "default"  # JAX attention: "default" (XLA) | "chunked" (memory) | "cudnn" (CUDA + bf16)
-    splash_layout: str = "auto"  # how the splash kernel reads q, k, v (models/options.py: SPLASH_LAYOUTS)
-    trace_dir: str = ""  # profile a few steps after the measured ones into this directory ("": off)
-    save_weights: str = ""  # write the trained canonical weights (safetensors) into this directory ("": off)
-    explain: bool = False  # after the measured steps (and the trace): phases by timing (twinbench/explain)
-    # many hosts: `devices` counts all of them; one twinbench per host (see distributed/)
-    num_processes: int = 1  # hosts (processes) the run spans: jax.distributed / torchrun --nnodes
-    process_id: int = -1  # this host's index; -1: from JAX_PROCESS_ID / NODE_RANK / the cluster
-    coordinator: str = ""  # HOST:PORT of process 0 (jax coordinator, torchrun master); "" = env / cluster
-    # bring your own model (twinbench/byo): FILE.py:build (absolute path), its JAX port, the prepared dir
-    user_model: str = ""  # --model: the user's torch model (family "user")
-    user_jax_model: str = ""  # --jax-model: the user's own JAX port of it (strategy jax/port)
-    user_dir: str = ""  # initial weights and metadata written by the preparation process (set by compare)
-    repeat: int = 0  # which repeat of its configuration this run is (compare --repeats, claims): 0-based
-    no_preflight: bool = False  # True: no memory preflight (measure/memory.py) before the timed steps
+    strategy: StrategySpec = field(default_factory=StrategySpec)
+    host: HostConfig = field(default_factory=HostConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+    user: UserModel = field(default_factory=UserModel)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    framework: str = option("torch", "the framework the run trains in: torch or jax (--framework)", flag=False)
+    preset: str = option("small", "the preset the model and training come from (--preset)", flag=False)
+    repeat: int = option(0, "which repeat of its configuration this run is (compare --repeats, claims): 0-based",
+                         flag=False)
+    no_preflight: bool = option(False, "do not estimate each run's memory before its timed steps (by default a run "
+                                "that cannot fit in the free memory is skipped, with the estimate, instead of "
+                                "failing late)")
 
     @property
     def tokens_per_step(self) -> int:
         return self.train.batch * self.train.seq
 
+    @classmethod
+    def of(cls, **flat: Any) -> RunSpec:
+        """The default spec with fields set by their flat names (``RunSpec.of(framework="jax", strategy="jit",
+        devices=2)``): see :meth:`evolve`."""
+        return cls().evolve(**flat)
+
+    def evolve(self, **flat: Any) -> RunSpec:
+        """This spec with fields set by their flat names, each routed to its section: ``strategy`` a full name
+        (``"jit+remat"``) or a whole StrategySpec, ``model``, ``train`` (any section) whole, any other a field of a
+        section (``devices``, ``compile_cache``) or of the spec itself. TypeError for a name no section has."""
+        whole = [k for k, v in flat.items() if k in _TOP or (k in SECTIONS and not isinstance(v, str))]
+        top = {k: flat.pop(k) for k in whole}
+        spec = replace(self, **top)
+        parts: dict[str, dict[str, Any]] = {}
+        for name, value in flat.items():
+            if name == "strategy":
+                parts.setdefault("strategy", {}).update(zip(NAME_PARTS, split_name(value), strict=True))
+            elif name in SECTION_OF:
+                parts.setdefault(SECTION_OF[name], {})[name] = value
+            else:
+                raise TypeError(f"RunSpec has no field {name!r}")
+        return replace(spec, **{sec: replace(getattr(spec, sec), **kw) for sec, kw in parts.items()})
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The spec in its sections, with its :data:`SPEC_VERSION` (what the worker and records read back)."""
+        out: dict[str, Any] = {"version": SPEC_VERSION}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = _section_dict(value) if f.name in SECTIONS else value
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSpec:
+        """A spec from :meth:`to_dict`'s form, or from the flat form of earlier versions (a record's ``spec``:
+        ``framework``, ``strategy`` as a full name, ``devices``... beside ``model`` and ``train``; fields missing
+        from it take their defaults). TypeError for a field no section has."""
         d = dict(d)
-        return cls(model=ModelConfig(**d.pop("model")), train=TrainConfig(**d.pop("train")), **d)
+        if "version" not in d:  # the flat form (version 1)
+            model, train = d.pop("model", {}), d.pop("train", {})
+            return cls(model=ModelConfig(**model), train=TrainConfig(**train)).evolve(**d)
+        version = d.pop("version")
+        if version != SPEC_VERSION:
+            raise ValueError(f"spec version {version!r}: this twinbench reads versions 1 and {SPEC_VERSION}")
+        sections = {name: SECTIONS[name](**d.pop(name)) for name in list(d) if name in SECTIONS}
+        return cls(**sections, **d)
+
+    def flat(self) -> dict[str, Any]:
+        """The flat form of earlier versions (version 1): ``model`` and ``train`` as dicts, every other section's
+        fields beside them, the strategy as its full name. Run ids are computed from it, so they never change."""
+        out: dict[str, Any] = {"model": asdict(self.model), "train": asdict(self.train),
+                               "framework": self.framework, "strategy": self.strategy.name}
+        for name in SECTIONS:
+            if name not in ("model", "train"):
+                section = getattr(self, name)
+                out |= {f.name: getattr(section, f.name) for f in _declared(section) if f.name not in NAME_PARTS}
+        return out | {name: getattr(self, name) for name in _TOP}
 
     def run_id(self) -> str:
         """A stable key of the measured configuration (used by ``--resume``)."""
-        d = self.to_dict()
+        d = self.flat()
         d.pop("trace_dir", None)  # tracing runs after the measured steps: same measurement, same id
         d.pop("save_weights", None)  # so does saving the weights
         d.pop("explain", None)  # and explain's timing of the step's parts
@@ -98,68 +155,49 @@ class RunSpec:
 
     def config_id(self) -> str:
         """The run id of the configuration, whichever repeat this is: the repeats of one configuration share it."""
-        return dataclasses.replace(self, repeat=0).run_id()
-
-    @property
-    def modifiers(self) -> tuple[str, ...]:
-        """Modifiers of the strategy name: ``"compile+bf16+remat"`` -> ``("bf16", "remat")``."""
-        return tuple(self.strategy.split("+")[1:])
-
-    @property
-    def mods(self) -> Modifiers:
-        """The modifiers as one typed value (``spec.mods.remat``)."""
-        return Modifiers.parse(self.modifiers)
-
-    @property
-    def base_strategy(self) -> str:
-        return self.strategy.split("+")[0]
+        return replace(self, repeat=0).run_id()
 
     def label(self) -> str:
-        return f"{self.framework}/{self.strategy}"
+        return f"{self.framework}/{self.strategy.name}"
 
 
+def _declared(section: Any) -> list[Field[Any]]:
+    """The fields of a section that are its data (a StrategySpec's parsed ``mods`` is not)."""
+    return [f for f in fields(section) if f.init]
+
+
+def _section_dict(section: Any) -> dict[str, Any]:
+    out = {f.name: getattr(section, f.name) for f in _declared(section)}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+
+
+#: the sections of a RunSpec by field name, each a frozen dataclass of declared fields
+SECTIONS: dict[str, type] = {"model": ModelConfig, "train": TrainConfig, "strategy": StrategySpec,
+                             "host": HostConfig, "launch": LaunchConfig, "user": UserModel, "output": OutputConfig}
+#: the RunSpec's own fields that are not sections (framework, preset, repeat, no_preflight)
+_TOP = tuple(f.name for f in fields(RunSpec) if f.name not in SECTIONS)
+#: each section field's name -> its section (the names are unique across sections: they are the flags' names)
+SECTION_OF: dict[str, str] = {f.name: sec for sec, cls in SECTIONS.items() for f in fields(cls)
+                              if f.init and f.name not in NAME_PARTS}
+
+
+def _field_table() -> dict[str, tuple[Field[Any], type]]:
+    """Every declared field by its flat name, with its type: the sections' in their order, then the spec's own."""
+    out: dict[str, tuple[Field[Any], type]] = {}
+    for cls in (*SECTIONS.values(), RunSpec):
+        hints = get_type_hints(cls)
+        out |= {f.name: (f, hints[f.name]) for f in fields(cls) if "doc" in f.metadata}
+    return out
+
+
+#: Every declared field (flat name -> (its dataclass field, its type)): its description, flag and choices.
+FIELDS = _field_table()
+#: Fields a user may override by a flag (``--d-model``), with the type of the flag: read off the declarations.
+OVERRIDABLE: dict[str, type] = {name: typ for name, (f, typ) in FIELDS.items() if is_flag(f)}
+#: The --help text of each flag: the field's description.
+FLAG_HELP: dict[str, str] = {name: str(FIELDS[name][0].metadata["doc"]) for name in OVERRIDABLE}
 #: Every built-in family's presets (``Family.presets``), in registration order.
 PRESETS: dict[str, tuple[ModelConfig, TrainConfig]] = _family_presets()
-
-#: Fields of ModelConfig/TrainConfig/RunSpec a user may override by a flag, with the type of the flag.
-OVERRIDABLE: dict[str, type] = {
-    "layers": int, "d_model": int, "heads": int, "d_ff": int, "vocab": int, "context": int,
-    "batch": int, "seq": int, "steps": int, "warmup": int, "lr": float, "weight_decay": float,
-    "seed": int, "precision": str, "data": str, "devices": int, "threads": int,
-    "scan_k": int, "remat_policy": str, "scan_unroll": int, "xla_cpu_flags": str, "host_malloc": str,
-    "attention_impl": str, "splash_layout": str,
-    "init_from": str, "save_weights": str,
-    "num_processes": int, "process_id": int, "coordinator": str,
-    "task": str, "num_labels": int, "mask_impl": str, "slow_input": float,
-    "no_preflight": bool,
-}
-#: --help text of flags that "override the preset's NAME" does not explain (used by the CLI).
-FLAG_HELP: dict[str, str] = {
-    "no_preflight": "do not estimate each run's memory before its timed steps (by default a run that cannot "
-                    "fit in the free memory is skipped, with the estimate, instead of failing late)",
-    "attention_impl": "JAX attention: 'default' (written out with einsums, fp32 softmax; keeps every layer's "
-                      "seq x seq probabilities), 'jax-nn' (jax.nn.dot_product_attention as JAX chooses), 'chunked' "
-                      "(GPT: blocks of queries rematerialised in the backward pass: no seq x seq probabilities "
-                      "kept), 'cudnn' (cuDNN fused attention; CUDA and bf16 only) or 'splash' (the Pallas TPU splash-attention "
-                      "kernel: fused, no seq x seq scores stored; TPU only, seq a multiple of 128); jax:torchax runs torch's SDPA "
-                      "as the JAX attention named (torchax's own lowering for 'default'); torch's SDPA picks its own "
-                      "(attention_kernel in the record says which ran)",
-    "splash_layout": "how the splash kernel reads q, k and v (the same maths): 'head-dim-minor' (the kernel's "
-                     "default), 'seq-minor' (the sequence in the lanes: a projection written heads first then "
-                     "fills them, where a 64-wide head fills half), or 'auto': seq-minor where the twin's "
-                     "projections write q, k, v heads first (BERT), head-dim-minor elsewhere; with "
-                     "--attention-impl splash only",
-    "xla_cpu_flags": "JAX on CPU: 'tuned' adds twinbench's measured XLA flags (YNNPACK element-wise fusions off) "
-                     "to XLA_FLAGS, 'xla-default' keeps XLA's own; flags you set in XLA_FLAGS always win",
-    "host_malloc": "the host allocator of every run (both frameworks): 'tuned' sets twinbench's measured glibc "
-                   "malloc tunables in GLIBC_TUNABLES (huge pages, or on a CPU without them freed memory kept: "
-                   "XLA:CPU's per-step buffers are then not faulted in 4 KiB at a time every step), 'system' keeps "
-                   "glibc's own; tunables you set in GLIBC_TUNABLES always win",
-    "init_from": "start from a local Hugging Face GPT-2/BERT checkpoint directory (config.json + "
-                 "model.safetensors); its shape replaces the preset's",
-    "save_weights": "write each run's trained canonical weights (safetensors) into this directory "
-                    "(for twinbench export --from RESULTS)",
-}
 
 
 def option_value(name: str, text: str) -> Any:
@@ -177,36 +215,26 @@ def option_value(name: str, text: str) -> Any:
         raise SpecError(f"{name}={text!r} is not a {typ.__name__}") from None
 
 
-_MODEL_FIELDS = {f.name for f in fields(ModelConfig)}
-_TRAIN_FIELDS = {f.name for f in fields(TrainConfig)}
-
-
 def one_of(name: str, value: Any, allowed: tuple[str, ...] | list[str]) -> None:
     if value not in allowed:
         raise SpecError(f"{flag(name)}: unknown value {value!r}; allowed: {', '.join(allowed)}")
 
 
 def from_preset(preset: str, overrides: dict[str, Any] | None = None, **top: Any) -> RunSpec:
-    """The preset's spec with ``overrides`` (flag name -> value) applied. Not yet validated."""
+    """The preset's spec with ``overrides`` (flag name -> value) and ``top`` (any field by its flat name:
+    ``framework``, ``strategy``, ``trace_dir``...) applied. Not yet validated."""
     one_of("preset", preset, list(PRESETS))
     model, train = PRESETS[preset]
-    m_over, t_over, s_over = {}, {}, {}
-    for key, value in (overrides or {}).items():
-        if value is None:
-            continue
-        if key in _MODEL_FIELDS:
-            m_over[key] = value
-        elif key in _TRAIN_FIELDS:
-            t_over[key] = value
-        elif key in OVERRIDABLE:
-            s_over[key] = value
-        else:
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    for key in given:
+        if key not in OVERRIDABLE:
             raise SpecError(f"unknown option {flag(key)}; allowed: {', '.join(flag(k) for k in OVERRIDABLE)}")
+    m_over = {k: v for k, v in given.items() if SECTION_OF.get(k) == "model"}
+    t_over = {k: v for k, v in given.items() if SECTION_OF.get(k) == "train"}
     # A preset's seq follows its context unless the user sets it: `--context 64` alone stays valid.
     if "context" in m_over and "seq" not in t_over:
-        t_over["seq"] = min(train.seq, m_over["context"])
-    spec = RunSpec(model=replace(model, **m_over), train=replace(train, **t_over), preset=preset,
-                   **s_over, **top)
+        given["seq"] = min(train.seq, m_over["context"])
+    spec = RunSpec(model=model, train=train, preset=preset).evolve(**given, **top)
     if spec.train.init_from:  # the checkpoint decides the model's shape (models/hf.py reads it)
         spec = adopt_checkpoint(spec, m_over, t_over)
     return spec
@@ -244,19 +272,27 @@ def adopt_checkpoint(spec: RunSpec, model_overrides: dict[str, Any], train_overr
     return replace(spec, model=replace(spec.model, **ckpt), train=train)
 
 
+def check_choices(spec: RunSpec) -> None:
+    """Every field declared with choices holds one of them (SpecError naming the flag otherwise)."""
+    for name, (f, _) in FIELDS.items():
+        if choices(f):
+            section = spec if name in _TOP else getattr(spec, SECTION_OF[name])
+            one_of(name, getattr(section, name), choices(f))
+
+
 def validate(spec: RunSpec) -> RunSpec:
     """Raise :class:`SpecError` for impossible values; return the spec unchanged otherwise."""
-    m, t = spec.model, spec.train
+    m, t, launch = spec.model, spec.train, spec.launch
     one_of("framework", spec.framework, FRAMEWORKS)
-    one_of("precision", t.precision, PRECISIONS)
     one_of("family", m.family, FAMILIES)
+    check_choices(spec)
     positive = {"layers": m.layers, "d_model": m.d_model, "heads": m.heads, "vocab": m.vocab,
                 "context": m.context, "batch": t.batch, "seq": t.seq, "steps": t.steps,
-                "devices": spec.devices}
+                "devices": launch.devices}
     for name, value in positive.items():
         if not isinstance(value, int) or value <= 0:
             raise SpecError(f"{flag(name)} must be a positive integer, got {value!r}")
-    for name, value in {"d_ff": m.d_ff, "warmup": t.warmup, "threads": spec.threads}.items():
+    for name, value in {"d_ff": m.d_ff, "warmup": t.warmup, "threads": spec.host.threads}.items():
         if value < 0:
             raise SpecError(f"{flag(name)} must be >= 0, got {value}")
     if not 0 < t.lr < math.inf:  # NaN too
@@ -271,26 +307,28 @@ def validate(spec: RunSpec) -> RunSpec:
     if t.warmup >= t.steps:
         raise SpecError(f"--warmup {t.warmup} leaves no measured step of --steps {t.steps}; "
                         f"allowed: 0..{t.steps - 1}")
-    if t.batch % spec.devices:
-        raise SpecError(f"--batch {t.batch} is not divisible by --devices {spec.devices}")
-    if spec.num_processes < 1 or spec.devices % spec.num_processes:
-        raise SpecError(f"--num-processes {spec.num_processes} must be >= 1 and divide --devices {spec.devices} "
-                        "(--devices counts the devices of all processes)")
-    if spec.process_id >= spec.num_processes:
-        raise SpecError(f"--process-id {spec.process_id}; allowed: 0..{spec.num_processes - 1} (or -1: from the environment)")
-    one_of("compile_cache", spec.compile_cache, ("cold", "warm"))
-    one_of("remat_policy", spec.remat_policy, REMAT_POLICIES)
-    one_of("xla_cpu_flags", spec.xla_cpu_flags, XLA_CPU_FLAG_CHOICES)
-    one_of("host_malloc", spec.host_malloc, HOST_MALLOC_CHOICES)
-    one_of("attention_impl", spec.attention_impl, ATTENTION_IMPLS)
-    one_of("splash_layout", spec.splash_layout, SPLASH_LAYOUTS)
-    if spec.splash_layout != "auto" and spec.attention_impl != "splash":
-        raise SpecError(f"--splash-layout {spec.splash_layout} is how the splash kernel reads q, k, v; it needs "
-                        f"--attention-impl splash (this run has {spec.attention_impl})")
-    if spec.attention_impl == "chunked" and m.family in BUILT_IN and not BUILT_IN[m.family].causal:
+    if t.batch % launch.devices:
+        raise SpecError(f"--batch {t.batch} is not divisible by --devices {launch.devices}")
+    if launch.num_processes < 1 or launch.devices % launch.num_processes:
+        raise SpecError(f"--num-processes {launch.num_processes} must be >= 1 and divide --devices "
+                        f"{launch.devices} (--devices counts the devices of all processes)")
+    if launch.process_id >= launch.num_processes:
+        raise SpecError(f"--process-id {launch.process_id}; allowed: 0..{launch.num_processes - 1} (or -1: from "
+                        "the environment)")
+    _validate_strategy(spec)
+    _validate_task(spec)
+    return spec
+
+
+def _validate_strategy(spec: RunSpec) -> None:
+    m, t, st = spec.model, spec.train, spec.strategy
+    if st.splash_layout != "auto" and st.attention_impl != "splash":
+        raise SpecError(f"--splash-layout {st.splash_layout} is how the splash kernel reads q, k, v; it needs "
+                        f"--attention-impl splash (this run has {st.attention_impl})")
+    if st.attention_impl == "chunked" and m.family in BUILT_IN and not BUILT_IN[m.family].causal:
         raise SpecError(f"--attention-impl chunked: blocks of causal attention; the {m.family} twin takes default, "
                         "jax-nn or cudnn")
-    runs = backends.get(spec.framework).attention_impl(spec.attention_impl)  # torch's twins: SDPA's own
+    runs = backends.get(spec.framework).attention_impl(st.attention_impl)  # torch's twins: SDPA's own
     if runs == "cudnn" and t.precision != "bf16":
         raise SpecError("--attention-impl cudnn: cuDNN's fused attention runs in bf16 or fp16 only; "
                         "add --precision bf16 (or +bf16)")
@@ -301,24 +339,20 @@ def validate(spec: RunSpec) -> RunSpec:
         if m.mask_impl == "mul":
             raise SpecError("--attention-impl splash takes the padding mask as a mask, not an additive bias: "
                             "use --mask-impl where or cond")
-    if spec.scan_unroll < 1:
-        raise SpecError(f"--scan-unroll must be a positive integer, got {spec.scan_unroll}")
-    if spec.mods.remat and (refused := backends.get(spec.framework).remat_refusal(spec.remat_policy)):
+    if st.scan_unroll < 1:
+        raise SpecError(f"--scan-unroll must be a positive integer, got {st.scan_unroll}")
+    if st.mods.remat and (refused := backends.get(spec.framework).remat_refusal(st.remat_policy)):
         raise SpecError(refused)
-    if spec.scan_k < 0 or (spec.scan_k and t.steps % spec.scan_k):
-        raise SpecError(f"--scan-k {spec.scan_k} must divide --steps {t.steps}; allowed: "
+    if st.scan_k < 0 or (st.scan_k and t.steps % st.scan_k):
+        raise SpecError(f"--scan-k {st.scan_k} must divide --steps {t.steps}; allowed: "
                         f"{', '.join(str(k) for k in _divisors(t.steps) if k < t.steps)}, or 0 (automatic)")
-    if t.precision != "bf16" and spec.mods.bf16:
-        raise SpecError(f"--precision {t.precision} contradicts strategy {spec.strategy!r} "
+    if t.precision != "bf16" and st.mods.bf16:
+        raise SpecError(f"--precision {t.precision} contradicts strategy {st.name!r} "
                         "(+bf16 and --precision bf16 are one setting: see with_precision)")
-    _validate_task(spec)
-    return spec
 
 
 def _validate_task(spec: RunSpec) -> None:
     m, t = spec.model, spec.train
-    one_of("task", t.task, TASKS)
-    one_of("mask_impl", m.mask_impl, MASK_IMPLS)
     family = BUILT_IN.get(m.family)
     wanted = family.task if family else "custom"
     if t.task != wanted:
@@ -336,9 +370,9 @@ def _validate_task(spec: RunSpec) -> None:
             raise SpecError(f"--vocab {m.vocab} is too small for the byte tokenizer; allowed: >= {family.min_vocab}")
         if t.seq < 16:
             raise SpecError(f"--seq {t.seq} is too short for classification; allowed: 16..{m.context}")
-    lengths = [x for x in spec.modifiers if x in LENGTH_POLICIES]  # raw names: two policies are an error
+    lengths = [x for x in spec.strategy.modifiers if x in LENGTH_POLICIES]  # raw names: two policies are an error
     if len(lengths) > 1:
-        raise SpecError(f"--strategies: {spec.strategy!r} combines {', '.join('+' + x for x in lengths)}; "
+        raise SpecError(f"--strategies: {spec.strategy.name!r} combines {', '.join('+' + x for x in lengths)}; "
                         f"choose one of {', '.join(LENGTH_POLICIES)}")
     if lengths and t.task != "classify":
         raise SpecError(f"--strategies: +{lengths[0]} pads variable-length text, so it needs --task classify "
@@ -351,10 +385,10 @@ def with_precision(spec: RunSpec) -> RunSpec:
     ``--precision bf16`` appends ``+bf16`` to the strategy name and ``compile+bf16`` sets precision bf16, so a
     record's ``precision`` and its ``strategy`` always say the same thing.
     """
-    if spec.mods.bf16 and spec.train.precision != "bf16":
+    if spec.strategy.mods.bf16 and spec.train.precision != "bf16":
         return replace(spec, train=replace(spec.train, precision="bf16"))
-    if spec.train.precision == "bf16" and not spec.mods.bf16:
-        return replace(spec, strategy=spec.strategy + "+bf16")
+    if spec.train.precision == "bf16" and not spec.strategy.mods.bf16:
+        return spec.evolve(strategy=spec.strategy.name + "+bf16")
     return spec
 
 

@@ -38,8 +38,8 @@ from twinbench.strategies.base import optional
 def prepare_process(spec: RunSpec) -> int:
     """Pin threads and set the environment; return the number of CPU threads the run may use."""
     cpus = sorted(os.sched_getaffinity(0))
-    if spec.threads and spec.threads < len(cpus):
-        cpus = cpus[: spec.threads]
+    if spec.host.threads and spec.host.threads < len(cpus):
+        cpus = cpus[: spec.host.threads]
         os.sched_setaffinity(0, cpus)  # XLA and torch both size their thread pools from the affinity mask
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # torchrun: one process per device
     if local_world > 1:  # the ranks of one host share its cores instead of each taking all of them
@@ -47,7 +47,7 @@ def prepare_process(spec: RunSpec) -> int:
         cpus = [cpus[(rank * per + k) % len(cpus)] for k in range(per)]
         os.sched_setaffinity(0, cpus)
     os.environ.update(distributed.process_env(spec))  # JAX: simulated CPU devices, collectives between processes
-    xla_flags.apply(spec.xla_cpu_flags)  # twinbench's measured XLA CPU flags, unless the user set them
+    xla_flags.apply(spec.host.xla_cpu_flags)  # twinbench's measured XLA CPU flags, unless the user set them
     compile_cache.apply(spec)  # the run's own compilation caches (cold: fresh and empty), before any import
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return len(cpus)
@@ -117,7 +117,7 @@ def setup(spec: RunSpec, threads: int) -> Setup:
     backend.set_threads(threads)
     distributed.initialize(spec)  # jax.distributed / the torchrun process group: before any device query
     platform, device_name, device_count = device.describe(spec.framework)
-    if backend.attention_impl(spec.attention_impl) == "splash" and platform != "tpu":
+    if backend.attention_impl(spec.strategy.attention_impl) == "splash" and platform != "tpu":
         # Pallas's interpreter would run it off a TPU: the right maths, but nothing worth measuring
         raise SpecError(f"--attention-impl splash is a TPU kernel; this run's JAX platform is {platform}")
     matmul_precision = device.set_fp32_matmul(spec.framework, platform=platform, precision=spec.train.precision)  # in the platform's words
@@ -152,7 +152,7 @@ def timed_loop(spec: RunSpec, env: Setup, b: Built) -> Loop:
     n_eval, hits_eval = monitor.count(), monitor.cache_hits()
     accuracy_first = tasks.accuracy(b.predict, b.run_data.eval_batches)  # before timing
     n_eval, hits_eval = monitor.count() - n_eval, monitor.cache_hits() - hits_eval
-    feed = InputWaits(pipeline.feed(b.run_data.batches, spec.framework, spec.mods.prefetch))
+    feed = InputWaits(pipeline.feed(b.run_data.batches, spec.framework, spec.strategy.mods.prefetch))
     n_loop = monitor.count()
     with Meter() as meter:  # what other processes took from the machine while the steps were timed
         timing = time_steps(lambda i: b.trainer.step(*feed.next()), b.trainer.sync, t.steps // k,
@@ -211,14 +211,14 @@ def execute(spec: RunSpec, threads: int) -> Record:
                        parallel, many["device_count"] if accelerator else 1)
     accuracy_last = tasks.accuracy(b.predict, b.run_data.eval_batches)  # before tracing trains any further
     attention = None
-    if not b.user and spec.base_strategy.startswith("torchax"):  # torch's SDPA as torchax lowers it to XLA
-        attention = ("torch SDPA through torchax (xla, unfused)" if spec.attention_impl == "default" else
-                     "torch SDPA through torchax as " + device.jax_attention_label(spec.attention_impl))
+    if not b.user and spec.strategy.base.startswith("torchax"):  # torch's SDPA as torchax lowers it to XLA
+        attention = ("torch SDPA through torchax (xla, unfused)" if spec.strategy.attention_impl == "default" else
+                     "torch SDPA through torchax as " + device.jax_attention_label(spec.strategy.attention_impl))
     elif not b.user:  # which attention kernel the twins' attention ran (after the timed steps: a small probe)
         m = spec.model
         attention = device.attention_kernel(fw, m.heads, spec.train.seq, m.d_model // m.heads, dtype,
                                             causal=b.family.causal, masked=b.family.masked,
-                                            jax_impl=spec.attention_impl)
+                                            jax_impl=spec.strategy.attention_impl)
     mem = memory.breakdown(spec, b.trainer, b.run_data.batches[0], peak_mem, mem_source, runtime_bytes,
                            env.platform, flight.sizes if flight else None)
     peak_mem, mem_source = memory.record_peak(mem, peak_mem, mem_source)  # a TPU's: the compiled step's
@@ -239,7 +239,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
         compile_cache_hits=cache_hits, steps_per_call=b.steps_per_call,
         loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
         wall_s=timing.wall_s, matmul_precision=env.matmul_precision, versions=device.versions(fw),
-        attention_kernel=attention, **backends.get(fw).record_fields(spec.attention_impl),
+        attention_kernel=attention, **backends.get(fw).record_fields(spec.strategy.attention_impl),
         **timing.os_usage, glibc_tunables=os.environ.get("GLIBC_TUNABLES"),
         **saved, **(traced := _trace(spec, b.trainer, b.run_data.batches)),
         **_explain(spec, b.trainer, b.run_data.batches, traced), **tp, **loop.tokens,
@@ -252,7 +252,7 @@ def _async_window(spec: RunSpec, env: Setup, b: Built, loop: Loop) -> float | No
     (measure/clock.py ``time_window``): the same batches, fed the same way, after as many untimed steps as the
     run's warm-up (with +prefetch, at least the pipeline's depth) so that its feed is running, as the loop's was."""
     n = len(loop.timing.step_s)  # steady calls (per_step keeps their number)
-    prefetch = spec.mods.prefetch
+    prefetch = spec.strategy.mods.prefetch
     warm = max(loop.warm_calls, pipeline.HOST_DEPTH + pipeline.DEVICE_DEPTH if prefetch else 1)
     batches = b.run_data.batches
     steady = (batches.window(loop.warm_calls, n, warm + n) if hasattr(batches, "window")
@@ -291,10 +291,10 @@ def attention_length(run_data: object, steady_from: int) -> int:
 
 
 def _save_weights(spec: RunSpec, trainer: object) -> dict[str, str]:
-    """With ``spec.save_weights``: the trained weights as a canonical safetensors file (before any trace step)."""
-    if not spec.save_weights:
+    """With ``spec.output.save_weights``: the trained weights as a canonical safetensors file (before any trace step)."""
+    if not spec.output.save_weights:
         return {}
-    out = Path(spec.save_weights).resolve() / f"{spec.framework}-{spec.strategy}-{spec.run_id()}.safetensors"
+    out = Path(spec.output.save_weights).resolve() / f"{spec.framework}-{spec.strategy.name}-{spec.run_id()}.safetensors"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
     save(trainer.weights(), tmp)  # type: ignore[attr-defined]
@@ -303,12 +303,12 @@ def _save_weights(spec: RunSpec, trainer: object) -> dict[str, str]:
 
 
 def _trace(spec: RunSpec, trainer: object, host_batches: list) -> dict[str, str | None]:
-    """With ``spec.trace_dir``: profile a few steps AFTER the measured ones (their timing stays clean)."""
-    if not spec.trace_dir:
+    """With ``spec.output.trace_dir``: profile a few steps AFTER the measured ones (their timing stays clean)."""
+    if not spec.output.trace_dir:
         return {}
-    out = Path(spec.trace_dir) / f"{spec.framework}-{spec.strategy}-{spec.run_id()}"
-    rank = backends.get(spec.framework).process_index(spec.num_processes)  # every rank traces its own steps
-    if rank or int(os.environ.get("WORLD_SIZE", "1")) > 1 or spec.num_processes > 1:
+    out = Path(spec.output.trace_dir) / f"{spec.framework}-{spec.strategy.name}-{spec.run_id()}"
+    rank = backends.get(spec.framework).process_index(spec.launch.num_processes)  # every rank traces its own steps
+    if rank or int(os.environ.get("WORLD_SIZE", "1")) > 1 or spec.launch.num_processes > 1:
         out = out / f"rank{rank}"
     try:
         path = trace_steps(spec.framework, lambda i: trainer.step(*host_batches[i % len(host_batches)]),
@@ -320,8 +320,8 @@ def _trace(spec: RunSpec, trainer: object, host_batches: list) -> dict[str, str 
 
 
 def _explain(spec: RunSpec, trainer: object, host_batches: list, traced: dict) -> dict:
-    """With ``spec.explain``: the step's phases by timing, after the measured and traced steps."""
-    if not spec.explain:
+    """With ``spec.output.explain``: the step's phases by timing, after the measured and traced steps."""
+    if not spec.output.explain:
         return {}
     from twinbench.explain.timing import in_worker
 

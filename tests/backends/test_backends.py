@@ -13,7 +13,7 @@ from twinbench.strategies.base import JaxStepTrainer, TorchModuleTrainer
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "twinbench"
 #: framework branches outside backends/ when they became the place for them; lower it as branches move there
-BRANCHES_ELSEWHERE = 21
+BRANCHES_ELSEWHERE = 9
 BRANCH = re.compile(r"""[!=]= ["'](?:jax|torch)["']""")
 
 
@@ -82,3 +82,18 @@ def test_framework_branches_stay_in_the_backends():
     assert len(found) <= BRANCHES_ELSEWHERE, (
         f"{len(found)} branches on the framework's name outside src/twinbench/backends (at most "
         f"{BRANCHES_ELSEWHERE}): ask backends.get(framework) instead\n" + "\n".join(found))
+
+
+def test_the_doctor_s_trace_of_a_script_s_steps(tmp_path):
+    import torch
+
+    backend = backends.get("torch")
+    started = backend.start_trace(tmp_path)
+    for i in range(2):
+        with backend.step_annotation(i):
+            torch.ones(4) @ torch.ones(4)
+        backend.wait_dispatched()
+    assert backend.stop_trace(started, tmp_path) == ["doctor.pt.trace.json"]
+    text = (tmp_path / "doctor.pt.trace.json").read_text()
+    assert "ProfilerStep#1" in text and "ProfilerStep#2" in text  # the steps as profile.step() names them
+    assert type(backends.get("jax").step_annotation(0)).__name__ == "StepTraceAnnotation"

@@ -31,7 +31,7 @@ def user_spec(framework: str, strategy: str):
     from twinbench.spec import from_preset
 
     s = from_preset("tiny", {"steps": 4, "warmup": 1})
-    return replace(s, model=replace(s.model, family="user"), train=replace(s.train, task="custom"),
+    return s.evolve(model=replace(s.model, family="user"), train=replace(s.train, task="custom"),
                    user_model=f"{EXAMPLE}:build", framework=framework, strategy=strategy)
 
 
@@ -47,7 +47,7 @@ def parity() -> dict:
     set_fp32_matmul("jax")
     spec = user_spec("jax", "torchax")
     torch.manual_seed(spec.train.seed)
-    um = load_torch(spec.user_model, fam.config(spec))
+    um = load_torch(spec.user.user_model, fam.config(spec))
     fam.dropout_off(um.module)
     weights = fam.state_numpy(um.module)
     ref = torch_reference(um, spec, steps=3)
@@ -95,10 +95,10 @@ def dropout_models() -> dict:
     for name, ref, steps in [("encoder", "encoder.py:build", 12), ("bert_sdpa", "hf_bert.py:build", 4),
                              ("bert_eager", "hf_bert.py:build_eager_attention", 4)]:
         s = user_spec("jax", "torchax")
-        s = replace(s, user_model=str(EXAMPLE.with_name(ref)), model=replace(s.model, layers=2, d_model=32, heads=2),
+        s = s.evolve(user_model=str(EXAMPLE.with_name(ref)), model=replace(s.model, layers=2, d_model=32, heads=2),
                     train=replace(s.train, steps=steps))
         torch.manual_seed(s.train.seed)
-        um = load_torch(s.user_model, fam.config(s))
+        um = load_torch(s.user.user_model, fam.config(s))
         switched = fam.dropout_off(um.module)
         weights = fam.state_numpy(um.module)
         ref_losses = eager_losses(um, s, steps)
@@ -128,16 +128,16 @@ def hf_bert(builds: tuple[str, ...] = ("build", "build_eager_attention")) -> dic
     out: dict = {"transformers": transformers.__version__, "file": transformers.__file__}
     for ref in (f"hf_bert.py:{b}" for b in builds):
         s = user_spec("jax", "torchax")
-        s = replace(s, user_model=str(EXAMPLE.with_name(ref)), model=replace(s.model, layers=2, d_model=32, heads=2),
+        s = s.evolve(user_model=str(EXAMPLE.with_name(ref)), model=replace(s.model, layers=2, d_model=32, heads=2),
                     train=replace(s.train, steps=2))
         torch.manual_seed(s.train.seed)
-        um = load_torch(s.user_model, fam.config(s))
+        um = load_torch(s.user.user_model, fam.config(s))
         fam.dropout_off(um.module)
         weights = fam.state_numpy(um.module)
         batches = [um.batch(i) for i in range(2)]
         row = {"eager": eager_losses(um, s, 2)}
         for strategy, precision in (("torchax", "fp32"), ("torchax+bf16", "bf16")):
-            spec = replace(s, strategy=strategy, train=replace(s.train, precision=precision))
+            spec = s.evolve(strategy=strategy, train=replace(s.train, precision=precision))
             trainer = TorchaxTrainer(spec, weights)
             row[strategy] = [float(trainer.step(*b)) for b in batches]
         out[ref.partition(":")[2]] = row
@@ -151,7 +151,7 @@ def torch_worker() -> dict:
     spec = user_spec("torch", "eager")
     with tempfile.TemporaryDirectory() as tmp:
         prepare(spec, Path(tmp), with_ref=False)
-        record = execute(replace(spec, user_dir=tmp), threads=1)
+        record = execute(spec.evolve(user_dir=tmp), threads=1)
     return {"status": record.status, "torchax_imported": any(m.split(".")[0] == "torchax" for m in sys.modules),
             "jax_imported": "jax" in sys.modules, "flops_convention": record.flops_convention}
 

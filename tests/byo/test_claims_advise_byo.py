@@ -37,12 +37,12 @@ def test_jax_twin_names_read_as_the_user_models_jax_side():
 def test_claim_runs_on_a_user_model_are_user_specs():
     setup = Setup(quick=True, gpt="tiny", top={"user_model": LLAMA, "user_jax_model": ""}, repeats=1)
     per_claim, specs = suite.plan(select("C6,C12"), setup)
-    assert {s.model.family for s in specs} == {"user"} and all(s.user_model.endswith("llama.py:build") for s in specs)
-    assert {(s.framework, s.strategy) for s in per_claim["C6"].values()} == {
+    assert {s.model.family for s in specs} == {"user"} and all(s.user.user_model.endswith("llama.py:build") for s in specs)
+    assert {(s.framework, s.strategy.name) for s in per_claim["C6"].values()} == {
         ("torch", "eager"), ("torch", "compile"), ("jax", "torchax")}
-    assert {(s.strategy, s.devices) for s in per_claim["C12"].values()} == {("torchax-mesh-dp", 1), ("torchax-mesh-dp", 2)}
+    assert {(s.strategy.name, s.launch.devices) for s in per_claim["C12"].values()} == {("torchax-mesh-dp", 1), ("torchax-mesh-dp", 2)}
     port = Setup(quick=True, gpt="tiny", top={"user_model": LLAMA, "user_jax_model": PORT}, repeats=1)
-    assert {s.strategy for s in suite.plan(select("C12"), port)[1]} == {"port-mesh-dp"}
+    assert {s.strategy.name for s in suite.plan(select("C12"), port)[1]} == {"port-mesh-dp"}
 
 
 @pytest.mark.parametrize("args, message", [

@@ -100,10 +100,9 @@ def test_twins_refuse_user_only_strategies_and_all_excludes_them():
 
 
 def test_run_id_ignores_where_the_initial_weights_were_written():
-    from dataclasses import replace
 
     s = from_preset("tiny", {})
-    assert replace(s, user_dir="/a").run_id() == replace(s, user_dir="/b").run_id()
+    assert s.evolve(user_dir="/a").run_id() == s.evolve(user_dir="/b").run_id()
 
 
 def twinbench(*args: str) -> subprocess.CompletedProcess:

@@ -26,7 +26,7 @@ MESH = ("torchax-mesh-dp", "torchax-mesh-fsdp", "port-mesh-dp", "port-mesh-fsdp"
 def test_user_mesh_and_fsdp_names_select_several_devices():
     specs = build_specs("tiny", ["torch", "jax"], ["fsdp", "torchax-mesh-dp", "torchax-mesh-fsdp"], {"devices": 2},
                         BERT)
-    assert [(s.framework, s.strategy, s.devices) for s in specs] == [
+    assert [(s.framework, s.strategy.name, s.launch.devices) for s in specs] == [
         ("torch", "fsdp", 2), ("jax", "torchax-mesh-dp", 2), ("jax", "torchax-mesh-fsdp", 2)]
     assert set(MESH) | {"ddp", "fsdp"} == set(multi_device_bases())
     for name in MESH:
@@ -40,7 +40,7 @@ def test_port_mesh_needs_a_port_and_twins_refuse_user_only_names():
     assert needs_port("port-mesh-fsdp") and needs_port("port") and not needs_port("torchax-mesh-dp")
     with pytest.raises(SpecError, match="'port-mesh-dp' measures the user's own JAX port: give --jax-model"):
         build_specs("tiny", ["jax"], ["port-mesh-dp"], {"devices": 2}, LLAMA)
-    every = [s.strategy for s in build_specs("tiny", ["torch", "jax"], ["all"], {}, LLAMA)]
+    every = [s.strategy.name for s in build_specs("tiny", ["torch", "jax"], ["all"], {}, LLAMA)]
     assert "torchax-mesh-fsdp" in every and "fsdp" in every and not any(needs_port(n) for n in every)
     with pytest.raises(SpecError, match="'torchax-mesh-dp' runs a user's own model: give --model"):
         plan_build_specs("tiny", "jax", "torchax-mesh-dp", {"devices": 2})

@@ -17,7 +17,7 @@ LLAMA = Path(__file__).resolve().parents[2] / "examples" / "byo" / "llama.py"
 
 def test_several_devices_take_only_multi_device_strategies():
     specs = build_specs("tiny", ["torch"], ["ddp"], {"devices": 2}, f"{LLAMA}:build")
-    assert [(s.strategy, s.devices) for s in specs] == [("ddp", 2)]
+    assert [(s.strategy.name, s.launch.devices) for s in specs] == [("ddp", 2)]
     with pytest.raises(SpecError, match="'eager' runs a user model on one device"):
         build_specs("tiny", ["torch"], ["ddp", "eager"], {"devices": 2}, f"{LLAMA}:build")
 

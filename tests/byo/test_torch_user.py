@@ -19,14 +19,14 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "byo" / "llama.py"
 
 def spec(strategy: str):
     s = from_preset("tiny", {"layers": 2, "d_model": 32, "heads": 2})
-    s = replace(s, model=replace(s.model, family="user"), train=replace(s.train, task="custom"),
+    s = s.evolve(model=replace(s.model, family="user"), train=replace(s.train, task="custom"),
                 user_model=f"{EXAMPLE}:build", framework="torch", strategy=strategy)
     return with_precision(s)
 
 
 def initial(s):
     torch.manual_seed(s.train.seed)
-    um = load_torch(s.user_model, fam.config(s))
+    um = load_torch(s.user.user_model, fam.config(s))
     assert fam.dropout_off(um.module) == 2  # the example's two blocks each hold an nn.Dropout(0.1)
     assert all(m.p == 0.0 for m in um.module.modules() if isinstance(m, torch.nn.Dropout))  # kept, p = 0
     return fam.state_numpy(um.module), um
@@ -86,7 +86,7 @@ def test_user_family_gives_the_family_contract_names(tmp_path):
 
     s = spec("eager")
     meta = prepare(s, tmp_path, with_ref=False)
-    f = UserFamily(replace(s, user_dir=str(tmp_path)))
+    f = UserFamily(s.evolve(user_dir=str(tmp_path)))
     assert (f.name, f.task) == ("user", "custom") and "compile-regional" in f.supports
     model = f.torch_model(s.model, None)
     weights = f.init_weights(s.model, s.train.seed)
@@ -95,7 +95,7 @@ def test_user_family_gives_the_family_contract_names(tmp_path):
     assert f.torch_blocks(model) == list(model.blocks)
     assert f.flops_per_token(s.model, s.train.seq) == meta["flops_per_token"]
     assert f.n_params(weights) == meta["n_params"] == sum(p.numel() for p in model.parameters())
-    x, y = (torch.from_numpy(a) for a in load_torch(s.user_model, fam.config(s)).batch(0))
+    x, y = (torch.from_numpy(a) for a in load_torch(s.user.user_model, fam.config(s)).batch(0))
     assert float(f.torch_loss(model, x, y)) == pytest.approx(meta["loss0"], rel=1e-6)
     with pytest.raises(NotImplementedError, match="no NNX form"):
         f.jax_model(s.model, None, None)

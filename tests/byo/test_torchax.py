@@ -64,9 +64,9 @@ def test_torchax_bf16_of_a_user_model_is_planned_without_precision_given():
 
     model = f"{Path(__file__).resolve().parents[2] / 'examples' / 'byo' / 'llama.py'}:build"
     (spec,) = build_specs("tiny", ["jax"], ["torchax+bf16"], {}, user_model=model)
-    assert (spec.strategy, spec.train.precision) == ("torchax+bf16", "bf16")
+    assert (spec.strategy.name, spec.train.precision) == ("torchax+bf16", "bf16")
     (spec,) = build_specs("tiny", ["jax"], ["torchax"], {"precision": "bf16"}, user_model=model)
-    assert spec.strategy == "torchax+bf16"
+    assert spec.strategy.name == "torchax+bf16"
     port = f"{Path(__file__).resolve().parents[2] / 'examples' / 'byo' / 'llama_jax.py'}:build_jax"
     with pytest.raises(SpecError, match=r"--precision bf16: jax 'port' of a user model runs fp32 only"):
         build_specs("tiny", ["jax"], ["port"], {"precision": "bf16"}, user_model=model, user_jax_model=port)

@@ -47,7 +47,7 @@ def test_runs_shared_between_claims_are_planned_once():
     assert len(specs) == len(set(named)) < len(named)  # C3/C18, C2/C5, C6/C7, ... share runs
     c3, c18 = per_claim["C3"], per_claim["C18"]
     assert c3["dynamic"].run_id() == c18["dynamic"].run_id()
-    assert sum(s.base_strategy == "compile" for s in specs) <= 2  # --quick: few cold torch.compile runs
+    assert sum(s.strategy.base == "compile" for s in specs) <= 2  # --quick: few cold torch.compile runs
     assert all(per_claim[c.id] or c.probes for c in claims if c.id not in ("C14", "C20"))  # not measurable here
 
 
@@ -69,7 +69,7 @@ def test_quick_on_a_cpu_plans_every_claim_within_the_budget():
     assert per_claim["C20"] == {} and per_claim["C14"] == {}  # not measurable here: nothing runs for them
     probes = len({p for c in claims for p in c.probes})
     assert estimate_s(rounds, probes) <= 15 * 60  # the --quick budget: 15 min on an idle 2-core CPU
-    assert sum(s.base_strategy == "compile" for s in specs) == 1  # one cold torch.compile configuration
+    assert sum(s.strategy.base == "compile" for s in specs) == 1  # one cold torch.compile configuration
 
 
 @pytest.mark.slow

@@ -174,7 +174,7 @@ def test_c10_replicated_batch_against_one_device():
 
 def test_c10_plans_a_one_device_run_of_the_same_global_batch():
     runs = CLAIMS["C10"].runs(SETUP)
-    assert runs["one"].devices == 1 and runs["split"].devices == runs["replicated"].devices == 2
+    assert runs["one"].launch.devices == 1 and runs["split"].launch.devices == runs["replicated"].launch.devices == 2
     assert runs["one"].train.batch == runs["split"].train.batch == runs["replicated"].train.batch
 
 
@@ -237,7 +237,7 @@ def test_c15_c16_slow_runs_are_input_bound_and_long_enough_to_drain_the_buffers(
 
     runs = input_runs(SETUP)
     slow, pre = runs["jax_slow"], runs["jax_slow_prefetch"]
-    assert slow.train.slow_input == pre.train.slow_input > 0 and pre.strategy == "jit+prefetch"
+    assert slow.train.slow_input == pre.train.slow_input > 0 and pre.strategy.name == "jit+prefetch"
     buffered = pipeline.HOST_DEPTH + pipeline.DEVICE_DEPTH
     assert slow.train.warmup >= 2 * buffered  # the buffers filled during compile drain in the warm-up
     assert slow.train.steps - slow.train.warmup >= 20
@@ -403,7 +403,7 @@ def test_schedule_interleaves_the_timed_runs_and_runs_the_others_once():
     chosen = [CLAIMS["C11"], CLAIMS["C13"]]  # C11 timed (mesh-dp, pmap), C13 counts (pmap, pmap+nosync)
     per_claim, specs = plan(chosen, SETUP)
     rounds = schedule(chosen, per_claim, specs, 3)
-    names = [[s.strategy for s in r] for r in rounds]
+    names = [[s.strategy.name for s in r] for r in rounds]
     assert names == [["mesh-dp", "pmap", "pmap+nosync"], ["mesh-dp", "pmap"], ["mesh-dp", "pmap"]]
     assert schedule(chosen, per_claim, specs, 1) == [specs]
 
@@ -413,8 +413,8 @@ def test_verdicts_judge_the_repeats_and_a_failed_repeat_is_not_measurable():
     per_claim, specs = plan(chosen, SETUP)
     rounds = schedule(chosen, per_claim, specs, 3)
     steps = iter([10, 10, 0, 10, 10, 12, 10])  # mesh/pmap step per run, in run order (nosync's unused)
-    recs = [[rec(next(steps), run_id=s.run_id(), config_id=s.config_id(), strategy=s.strategy,
-                 sharding={"replicas_max_abs_diff": 0.01 if "nosync" in s.strategy else 0.0}) for s in r]
+    recs = [[rec(next(steps), run_id=s.run_id(), config_id=s.config_id(), strategy=s.strategy.name,
+                 sharding={"replicas_max_abs_diff": 0.01 if "nosync" in s.strategy.name else 0.0}) for s in r]
             for r in rounds]
     out = {r["claim"]: r for r in verdicts(chosen, SETUP, per_claim, recs, {})}
     assert out["C11"]["verdict"] == INCONCLUSIVE and out["C11"]["repeats"] == 3  # 1.0, 1.0, 1.2
@@ -441,7 +441,7 @@ def test_every_claim_gets_a_verdict_from_a_full_quick_plan_of_synthetic_records(
     setup = Setup(quick=True, gpt="tiny", platform="cpu")
     per_claim, specs = plan(claims, setup)
     rounds = schedule(claims, per_claim, specs, 3)
-    records = [[rec(run_id=s.run_id(), config_id=s.config_id(), framework=s.framework, strategy=s.strategy, batch=s.train.batch,
+    records = [[rec(run_id=s.run_id(), config_id=s.config_id(), framework=s.framework, strategy=s.strategy.name, batch=s.train.batch,
                     layers=s.model.layers, steps=s.train.steps) for s in r] for r in rounds]
     probes = {"tracing": TRACING, "custom_ops": CUSTOM, "debug_print": DEBUG,
               "doctor_control_flow": {"status": "ok", "available": False}}
@@ -460,8 +460,8 @@ def test_c9_runs_bf16_on_the_base_model_without_an_accelerator():
     cpu, gpu = CLAIMS["C9"].runs(Setup(platform="cpu")), CLAIMS["C9"].runs(setup_for("gpu", quick=False))
     assert {s.preset for s in cpu.values()} == {"tiny"} and {s.preset for s in gpu.values()} == {"gpt2-124m"}
     assert {s.train.precision for s in gpu.values()} == {"fp32", "bf16"}  # the accelerator's bf16 default not forced
-    assert {s.attention_impl for s in gpu.values()} == {"default"}  # the fused kernels run bf16 only
-    assert cpu["torch_bf16"].strategy == "eager+bf16" and cpu["jax_bf16"].train.precision == "bf16"
+    assert {s.strategy.attention_impl for s in gpu.values()} == {"default"}  # the fused kernels run bf16 only
+    assert cpu["torch_bf16"].strategy.name == "eager+bf16" and cpu["jax_bf16"].train.precision == "bf16"
 
 
 def test_c10_one_device_baseline_is_shared_with_c12():
@@ -532,14 +532,14 @@ def test_c22_runs_the_pytorch_path_of_the_machine():
     from twinbench.claims.core import setup_for
 
     cpu = hardware.c22_runs(Setup(quick=True, gpt="tiny", platform="cpu"))
-    assert {n: (s.framework, s.strategy, s.preset) for n, s in cpu.items()} == {
+    assert {n: (s.framework, s.strategy.name, s.preset) for n, s in cpu.items()} == {
         "jit@tiny": ("jax", "jit", "tiny"), "torchax@tiny": ("jax", "torchax", "tiny")}
     tpu = hardware.c22_runs(setup_for("tpu", quick=True))
-    assert {n: (s.strategy, s.attention_impl) for n, s in tpu.items()} == {
+    assert {n: (s.strategy.name, s.strategy.attention_impl) for n, s in tpu.items()} == {
         "jit@gpt2-124m": ("jit+bf16", "splash"), "torchax@gpt2-124m": ("torchax+bf16", "splash"),
         "jit@llama-300m": ("jit+bf16", "splash"), "torchax@llama-300m": ("torchax+bf16", "splash")}
     gpu = hardware.c22_runs(setup_for("gpu", quick=True))
-    assert {n: (s.framework, s.strategy) for n, s in gpu.items() if n.endswith("gpt2-124m")} == {
+    assert {n: (s.framework, s.strategy.name) for n, s in gpu.items() if n.endswith("gpt2-124m")} == {
         "jit@gpt2-124m": ("jax", "jit+bf16"), "eager@gpt2-124m": ("torch", "eager+bf16"),
         "compile@gpt2-124m": ("torch", "compile+bf16")}
 
@@ -559,12 +559,12 @@ def test_every_claim_gets_a_verdict_or_one_line_on_an_accelerator_plan_of_synthe
 
     def chip(s: Any) -> dict[str, Any]:
         slow = s.train.slow_input
-        return rec(60.0 + slow + 20 * s.mods.remat, run_id=s.run_id(), config_id=s.config_id(), framework=s.framework,
-                   strategy=s.strategy, preset=s.preset, batch=s.train.batch, seq=s.train.seq, layers=s.model.layers,
+        return rec(60.0 + slow + 20 * s.strategy.mods.remat, run_id=s.run_id(), config_id=s.config_id(), framework=s.framework,
+                   strategy=s.strategy.name, preset=s.preset, batch=s.train.batch, seq=s.train.seq, layers=s.model.layers,
                    steps=s.train.steps, platform=platform, peak_mem_source=memory, compile_s=45.0,
-                   peak_mem_bytes=(6 if s.mods.remat else 10) * 2**30, input_stall_pct=70.0 if slow else 1.0,
-                   input_wait_ms=slow, compiles_in_loop=3 if s.mods.length else 1,
-                   distinct_lengths=3 if s.mods.length == "dynamic" else 1)
+                   peak_mem_bytes=(6 if s.strategy.mods.remat else 10) * 2**30, input_stall_pct=70.0 if slow else 1.0,
+                   input_wait_ms=slow, compiles_in_loop=3 if s.strategy.mods.length else 1,
+                   distinct_lengths=3 if s.strategy.mods.length == "dynamic" else 1)
 
     records = [[chip(s) for s in r] for r in rounds]
     probes = {"tracing": TRACING, "custom_ops": CUSTOM, "debug_print": DEBUG,

@@ -34,16 +34,16 @@ def test_a_tpu_plans_the_seeds_sizes_in_bf16_with_torch_through_torchax():
     assert {s.preset for s in specs} == {"gpt2-124m", "llama-300m", "bert-base"}
     assert all(s.train.precision == "bf16" for s in specs)
     torch_runs = [s for runs in per_claim.values() for n, s in runs.items() if n.startswith(("torch", "eager"))]
-    assert torch_runs and all(s.base_strategy == "torchax" for s in torch_runs)
+    assert torch_runs and all(s.strategy.base == "torchax" for s in torch_runs)
     gpt = next(s for s in specs if s.preset == "gpt2-124m")
-    assert (gpt.train.batch, gpt.train.seq, gpt.attention_impl) == (8, 1024, "splash")
+    assert (gpt.train.batch, gpt.train.seq, gpt.strategy.attention_impl) == (8, 1024, "splash")
     bert = next(s for s in specs if s.preset == "bert-base")
     assert (bert.train.batch, bert.train.seq) == (32, 128)
     # the CPU keeps its small sizes, and a GPU runs torch itself
     _, cpu = plan(select(None), setup_for("cpu", quick=True))
     assert {s.preset for s in cpu} == {"tiny", "small", "bert-tiny"}
     _, gpu = plan(select("C7"), setup_for("gpu", quick=True))
-    assert {(s.framework, s.strategy) for s in gpu} == {("torch", "eager+bf16"), ("torch", "compile+bf16"),
+    assert {(s.framework, s.strategy.name) for s in gpu} == {("torch", "eager+bf16"), ("torch", "compile+bf16"),
                                                         ("jax", "jit+bf16")}
 
 
@@ -73,14 +73,14 @@ def test_a_memory_claim_judges_the_compiled_steps_memory_on_a_tpu():
     allocator = {n: r | {"peak_mem_source": "device allocator peak"} for n, r in runs.items()}
     v = CLAIMS["C20"].judge(Evidence(setup_for("tpu", quick=True), allocator))
     assert v.verdict == NOT_MEASURABLE and "compiled step" in v.finding
-    assert CLAIMS["C20"].runs(setup_for("tpu", quick=True))["torch_remat"].strategy == "torchax+remat+bf16"
+    assert CLAIMS["C20"].runs(setup_for("tpu", quick=True))["torch_remat"].strategy.name == "torchax+remat+bf16"
 
 
 def test_a_verdict_refuses_records_from_two_platforms():
     setup = setup_for("tpu", quick=True)
     chosen = [CLAIMS["C22"]]
     per_claim, specs = plan(chosen, setup)
-    ok = [rec(66 if s.base_strategy == "jit" else 70, run_id=s.run_id(), strategy=s.strategy, preset=s.preset)
+    ok = [rec(66 if s.strategy.base == "jit" else 70, run_id=s.run_id(), strategy=s.strategy.name, preset=s.preset)
           for s in specs]
     (good,) = verdicts(chosen, setup, per_claim, ok, {})
     assert good["verdict"] != NOT_MEASURABLE and "measured at gpt2-124m (L12 d768) 8 x 1024" in good["finding"]
@@ -152,9 +152,9 @@ def test_on_an_accelerator_c22s_runs_keep_a_trace_for_explain_and_the_input_runs
 
     setup = replace(setup_for("tpu", quick=True), reason_traces="/results/traces")
     per_claim, specs = plan(select(None), setup)
-    traced = {s.run_id() for s in specs if s.trace_dir == "/results/traces"}
+    traced = {s.run_id() for s in specs if s.output.trace_dir == "/results/traces"}
     assert traced == {s.run_id() for s in per_claim["C22"].values()}  # the shared runs too (C2's jit, C7's ...)
     assert {s.run_id() for s in per_claim["C8"].values()} & traced  # one process each, traced once
     assert [s.train.slow_input > 0 for s in specs][-2:] == [True, True]  # a cut sitting loses C15/C16 first
     _, plain = plan(select(None), setup_for("tpu", quick=True))  # without the CLI's directory: nothing traced
-    assert not any(s.trace_dir for s in plain)
+    assert not any(s.output.trace_dir for s in plain)

@@ -35,9 +35,9 @@ def test_both_frameworks_derive_their_place_from_slurm(monkeypatch):
     port = cluster.PORT_BASE + 81234 % cluster.PORT_SPAN
     jax_spec, torch_spec = build_specs("tiny", "jax,torch", "mesh-fsdp,ddp", {"devices": 16, "batch": 16})
     for spec in (jax_spec, torch_spec):
-        assert (spec.num_processes, spec.process_id, spec.coordinator) == (2, 1, f"gpu07:{port}")
+        assert (spec.launch.num_processes, spec.launch.process_id, spec.launch.coordinator) == (2, 1, f"gpu07:{port}")
     cmd = launch_command(torch_spec, ["SPEC", "OUT"])
     assert cmd[cmd.index("--nnodes") + 1] == "2" and cmd[cmd.index("--nproc-per-node") + 1] == "8"
     assert cmd[cmd.index("--rdzv-backend") + 1] == "c10d" and cmd[cmd.index("--rdzv-endpoint") + 1] == f"gpu07:{port}"
     explicit = build_specs("tiny", "jax", "mesh-fsdp", {"devices": 16, "batch": 16, "process_id": 0, "coordinator": "h:1"})[0]
-    assert (explicit.process_id, explicit.coordinator) == (0, "h:1")  # the command line wins
+    assert (explicit.launch.process_id, explicit.launch.coordinator) == (0, "h:1")  # the command line wins

@@ -177,7 +177,7 @@ def test_try_flags_parse_into_xla_spec_and_env() -> None:
     assert try_flag.parse("a:attention-impl=chunked") == (0, "spec", "attention_impl", "chunked")
     assert try_flag.parse("B:env:OMP_NUM_THREADS=1") == (1, "env", "OMP_NUM_THREADS", "1")
     spec = from_preset("tiny", {}, framework="jax", strategy="jit").to_dict()
-    assert try_flag.variant(spec, "spec", "threads", "1").threads == 1
+    assert try_flag.variant(spec, "spec", "threads", "1").host.threads == 1
     assert try_flag.variant(spec, "spec", "layers", "3").model.layers == 3
     assert try_flag.env_of("xla", "--xla_x", "--xla_x=1")["XLA_FLAGS"].endswith("--xla_x=1")
     for bad in ("C:threads=1", "B:threads", "B:"):

@@ -187,7 +187,7 @@ def test_attention_impl_option():
     with pytest.raises(SpecError, match="bf16"):
         run_spec("tiny", "jax", "jit", attention_impl="cudnn")
     spec = run_spec("tiny", "jax", "jit+bf16", attention_impl="cudnn")
-    assert spec.attention_impl == "cudnn" and spec.train.precision == "bf16"
+    assert spec.strategy.attention_impl == "cudnn" and spec.train.precision == "bf16"
     assert spec.run_id() != run_spec("tiny", "jax", "jit+bf16").run_id()
     model = nnx.eval_shape(lambda: gpt_jax.GPT(spec.model, nnx.Rngs(0), options.ModelOptions(attention_impl="cudnn")))
     assert model.blocks[0].attn.impl == "cudnn"

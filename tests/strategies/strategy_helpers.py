@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from twinbench.spec import RunSpec, from_preset, validate, with_precision
@@ -19,7 +17,7 @@ def make_spec(framework: str, strategy: str, **fields) -> RunSpec:
     over = {k: v for k, v in fields.items() if k in OVERRIDES}
     top = {k: v for k, v in fields.items() if k not in OVERRIDES}
     base = from_preset("tiny", {**OVERRIDES, **over})
-    return validate(with_precision(replace(base, framework=framework, strategy=strategy, **top)))
+    return validate(with_precision(base.evolve(framework=framework, strategy=strategy, **top)))
 
 
 def train(framework: str, strategy: str, weights, host_batches, **fields):

@@ -4,6 +4,7 @@ once, and the user's model on the twins' trainers (no user-only trainer class)."
 from __future__ import annotations
 
 import re
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +24,24 @@ def test_modifiers_are_parsed_once_into_flags():
     assert (m.bf16, m.remat, m.replicate_batch, m.length) == (True, True, True, "bucket")
     assert not (m.nodonate or m.optc or m.prefetch or m.nosync or m.symbolic)
     assert Modifiers.parse(()) == Modifiers() and Modifiers().length is None
-    assert make_spec("jax", "jit+nodonate").mods.nodonate and not make_spec("jax", "jit").mods.nodonate
+    assert make_spec("jax", "jit+nodonate").strategy.mods.nodonate and not make_spec("jax", "jit").strategy.mods.nodonate
+
+
+def test_every_modifier_is_declared_once_and_fits_the_family_options():
+    from twinbench.models.family import OPTIONS
+    from twinbench.strategies import registry
+    from twinbench.strategies.modifiers import DECLARED, LENGTH_POLICIES
+
+    assert registry.MODIFIERS is DECLARED
+    flags = {f.name.replace("_", "-") for f in fields(Modifiers)} - {"length"}
+    assert set(DECLARED) == flags | set(LENGTH_POLICIES)  # a flag per modifier, a length policy per padding
+    assert [n for n, m in DECLARED.items() if m.family_option and n not in OPTIONS] == []
+    assert Modifiers.parse([n for n in DECLARED if n not in LENGTH_POLICIES]) == Modifiers(
+        **{f.name: True for f in fields(Modifiers) if f.name != "length"})
 
 
 def test_no_module_tests_modifiers_as_strings():
-    pattern = re.compile(r"""["'][a-z-]+["']\s+(not\s+)?in\s+[\w.]*spec\.modifiers""")
+    pattern = re.compile(r"""["'][a-z-]+["']\s+(not\s+)?in\s+[\w.]*spec(\.strategy)?\.modifiers""")
     hits = [f"{p.relative_to(SRC)}:{i}" for p in SRC.rglob("*.py")
             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert hits == []

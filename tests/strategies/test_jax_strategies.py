@@ -10,8 +10,6 @@ scan-layers and every remat policy equal the unrolled model's within 1e-6 + 1e-4
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,7 +61,7 @@ def test_scan_steps_k_steps_equal_k_jit_steps(weights, host_batches, jit_run):
     ("tiny", {"scan_k": 4}, 4),  # --scan-k wins
 ])
 def test_scan_k_choice(preset, over, k):
-    spec = validate(replace(from_preset(preset, over), framework="jax", strategy="scan-steps"))
+    spec = validate(from_preset(preset, over).evolve(framework="jax", strategy="scan-steps"))
     assert resolve_k(spec) == k
 
 

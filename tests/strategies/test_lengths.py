@@ -22,7 +22,7 @@ def train(spec: RunSpec, monitor=None) -> tuple[list[float], int, tasks.RunData]
     from twinbench.strategies import registry
 
     data = tasks.run_data(spec)
-    trainer = registry.get(spec.framework, spec.strategy).load()(spec, init_bert(spec.model, 0))
+    trainer = registry.get(spec.framework, spec.strategy.name).load()(spec, init_bert(spec.model, 0))
     before = monitor.count() if monitor else 0
     losses = []
     for i in range(len(data.batches)):

@@ -12,6 +12,7 @@ from twinbench.models.bert import FAMILY as BERT
 from twinbench.models.gpt import FAMILY as GPT
 from twinbench.spec import SpecError, from_preset, validate
 from twinbench.strategies import registry
+from twinbench.strategies.modifiers import DATA_MODIFIERS
 
 
 def test_every_ok_cell_is_covered_by_a_parity_test():
@@ -22,7 +23,7 @@ def test_every_ok_cell_is_covered_by_a_parity_test():
             continue
         key = (c.family, c.framework, c.strategy, c.modifier)
         ok = key in covered or parity_cells.compiled_elsewhere(*key, covered)
-        if c.modifier in registry.DATA_MODIFIERS:  # data-side: the base's step, and the modifier on some base
+        if c.modifier in DATA_MODIFIERS:  # data-side: the base's step, and the modifier on some base
             base = (c.family, c.framework, c.strategy, "")
             ok = ok or ((base in covered or parity_cells.compiled_elsewhere(*base, covered))
                         and (c.family, c.framework, c.modifier) in parity_cells.DATA_COVERED)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,7 @@ from twinbench.sweep import grid_specs, parse_over, points
 
 
 def _spec(framework="jax", strategy="jit", **over):
-    return replace(from_preset("tiny", over), framework=framework, strategy=strategy)
+    return from_preset("tiny", over).evolve(framework=framework, strategy=strategy)
 
 
 # ------------------------------------------------------------------------------------------- naming
@@ -59,7 +58,7 @@ def test_modifiers_that_do_not_apply_are_refused(framework, name, msg):
 
 def test_precision_flag_and_bf16_modifier_are_one_setting():
     assert with_precision(_spec(strategy="jit+bf16")).train.precision == "bf16"
-    assert with_precision(_spec(strategy="jit", precision="bf16")).strategy == "jit+bf16"
+    assert with_precision(_spec(strategy="jit", precision="bf16")).strategy.name == "jit+bf16"
     assert with_precision(_spec(strategy="jit")).train.precision == "fp32"
     with pytest.raises(SpecError, match="contradicts"):
         validate(_spec(strategy="jit+bf16"))  # built by hand without the rule
@@ -74,7 +73,7 @@ def test_torch_remat_policy_is_full_only():
 
 
 def test_scan_unroll_must_be_positive():
-    assert validate(_spec("jax", "scan-layers", scan_unroll=2)).scan_unroll == 2
+    assert validate(_spec("jax", "scan-layers", scan_unroll=2)).strategy.scan_unroll == 2
     with pytest.raises(SpecError, match="--scan-unroll must be a positive integer"):
         validate(_spec("jax", "scan-layers", scan_unroll=0))
 
@@ -115,15 +114,15 @@ class FakeRuns:
         self.seen = []
 
     def __call__(self, spec):
-        d = Path(spec.cache_dir)
-        self.seen.append((spec.compile_cache, d, sorted(p.name for p in d.iterdir() if p.name != ".primed")))
-        (d / f"program-{spec.strategy}").write_text("compiled")
-        return {"status": "ok", "compile_cache": spec.compile_cache, "run_id": spec.run_id()}
+        d = Path(spec.host.cache_dir)
+        self.seen.append((spec.host.compile_cache, d, sorted(p.name for p in d.iterdir() if p.name != ".primed")))
+        (d / f"program-{spec.strategy.name}").write_text("compiled")
+        return {"status": "ok", "compile_cache": spec.host.compile_cache, "run_id": spec.run_id()}
 
 
 def test_both_runs_cold_on_an_empty_cache_then_warm_on_the_same(tmp_path):
     specs = compile_cache.expand([_spec(strategy="jit"), _spec(strategy="scan-steps")], "both", tmp_path)
-    assert [s.compile_cache for s in specs] == ["cold", "warm", "cold", "warm"]
+    assert [s.host.compile_cache for s in specs] == ["cold", "warm", "cold", "warm"]
     plan, runs = compile_cache.CachePlan(specs), FakeRuns()
     for s in specs:
         plan.run(s, runs)

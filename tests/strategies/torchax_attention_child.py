@@ -89,7 +89,7 @@ def trainer_run(impl: str) -> dict:
     """jax:torchax on llama-tiny at 128 tokens (one splash block), three steps from the same weights: the losses,
     and whether the step's program holds a Pallas kernel."""
     base = from_preset("llama-tiny", {"seq": 128, "steps": 3, "warmup": 1})
-    spec = validate(replace(base, model=replace(base.model, context=128), framework="jax", strategy="torchax",
+    spec = validate(base.evolve(model=replace(base.model, context=128), framework="jax", strategy="torchax",
                             attention_impl=impl))
     weights = families.get(spec).init_weights(spec.model, 0)
     trainer = registry.builder(spec)(spec, weights)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import jax
@@ -30,7 +29,7 @@ RUNS = parity_cells.TORCHAX_EQUAL + parity_cells.TORCHAX_BF16
 
 def spec_of(preset: str, framework: str, strategy: str):
     base = from_preset(preset, {"steps": STEPS, "warmup": 1})
-    return validate(with_precision(replace(base, framework=framework, strategy=strategy)))
+    return validate(with_precision(base.evolve(framework=framework, strategy=strategy)))
 
 
 def losses_of(spec, weights, batches) -> tuple[list[float], object]:

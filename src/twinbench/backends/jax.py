@@ -5,6 +5,7 @@ jax is imported inside each function: importing this module loads nothing of it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -121,6 +122,38 @@ def profile_steps(step: Callable[[int], Any], sync: Callable[[], None], out_dir:
     found = (sorted(out_dir.rglob("perfetto_trace.json.gz")) or sorted(out_dir.rglob("*.trace.json.gz"))
              or sorted(out_dir.rglob("*.xplane.pb")))
     return str(found[-1]) if found else str(out_dir)
+
+
+def start_trace(out_dir: Path) -> Any:
+    """Start the profiler around a script's own steps (the doctor's trace): ``jax.profiler.start_trace``."""
+    import jax
+
+    jax.profiler.start_trace(str(out_dir))
+    return out_dir
+
+
+def stop_trace(started: Any, out_dir: Path) -> list[str]:
+    """Stop :func:`start_trace`'s profiler; the files it wrote (XPlanes), relative to ``out_dir``."""
+    import jax
+
+    jax.profiler.stop_trace()
+    return [str(p.relative_to(out_dir)) for p in out_dir.rglob("*.xplane.pb")]
+
+
+def step_annotation(index: int) -> Any:
+    """The trace's mark of a script's step ``index`` (0-based): a ``StepTraceAnnotation`` numbered from 1."""
+    import jax
+
+    return jax.profiler.StepTraceAnnotation("train", step_num=index + 1)
+
+
+def wait_dispatched() -> None:
+    """Wait for every step dispatched so far (each live array ready), so a step's mark closes on its work."""
+    import jax
+
+    for arr in jax.live_arrays():
+        with contextlib.suppress(Exception):  # deleted (donated) meanwhile
+            arr.block_until_ready()
 
 
 def matmul(platform: str, dtype: str, n: int) -> tuple[Callable[[], Any], Callable[[], Any]]:

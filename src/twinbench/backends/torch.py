@@ -128,6 +128,37 @@ def profile_steps(step: Callable[[int], Any], sync: Callable[[], None], out_dir:
     return str(path)
 
 
+def start_trace(out_dir: Path) -> Any:
+    """Start the profiler around a script's own steps (the doctor's trace): a CPU ``torch.profiler.profile``
+    recording shapes and FLOPs."""
+    import torch.profiler
+
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
+                                  with_flops=True)
+    prof.start()
+    return prof
+
+
+def stop_trace(started: Any, out_dir: Path) -> list[str]:
+    """Stop :func:`start_trace`'s profiler and write its Chrome trace into ``out_dir``: the file's name."""
+    started.stop()
+    path = out_dir / "doctor.pt.trace.json"
+    started.export_chrome_trace(str(path))
+    return [path.name]
+
+
+def step_annotation(index: int) -> Any:
+    """The trace's mark of a script's step ``index`` (0-based): a ``ProfilerStep#N`` record_function, as
+    ``profile.step()`` makes under a schedule."""
+    import torch.profiler
+
+    return torch.profiler.record_function(f"ProfilerStep#{index + 1}")
+
+
+def wait_dispatched() -> None:
+    """Nothing to wait for: the doctor's torch trace is of the CPU, where an op has run when it returns."""
+
+
 def matmul(platform: str, dtype: str, n: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """An n x n matmul of ``dtype`` on the platform's device, and the sync that waits for it."""
     import torch

@@ -94,7 +94,7 @@ def build_module(spec: Any) -> UserModel:
     import torch
 
     torch.manual_seed(spec.train.seed)
-    um = load_torch(spec.user_model, config(spec))
+    um = load_torch(spec.user.user_model, config(spec))
     dropout_off(um.module)
     um.module.train()
     return um
@@ -191,7 +191,7 @@ class UserFamily:
     def meta(self) -> Prepared:
         """What the preparation process wrote about the user's model (read once per process)."""
         if self._meta is None:
-            self._meta = read_meta(self.spec.user_dir)
+            self._meta = read_meta(self.spec.user.user_dir)
         return self._meta
 
     def torch_model(self, cfg: Any = None, options: Any = None) -> Any:
@@ -231,7 +231,7 @@ class UserFamily:
         """The initial weights the preparation process saved (built under ``torch.manual_seed(seed)``), read
         once per process (the trainer and the doctor's extra steps start from them)."""
         if self._weights is None:
-            self._weights = init_weights(self.spec.user_dir)
+            self._weights = init_weights(self.spec.user.user_dir)
         return self._weights
 
     def flops_per_token(self, cfg: Any = None, seq: int | None = None) -> int:

@@ -42,9 +42,9 @@ def check(spec: RunSpec, d: Path) -> dict[str, Any]:
     weights = fam.init_weights(d)
     ref = dict(np.load(d / fam.REF))
     torch.manual_seed(spec.train.seed)
-    batch = load_torch(spec.user_model, UserConfig.from_spec(spec)).batch
-    port = load_jax(spec.user_jax_model, fam.config(spec))
-    name = spec.user_jax_model
+    batch = load_torch(spec.user.user_model, UserConfig.from_spec(spec)).batch
+    port = load_jax(spec.user.user_jax_model, fam.config(spec))
+    name = spec.user.user_jax_model
     try:
         params = jax.tree.map(jnp.asarray, map_to_jax(port.to_jax, weights))
     except Exception as e:

@@ -18,6 +18,7 @@ from typing import Any
 
 from twinbench.byo import UserModelError, needs_port, split_ref
 from twinbench.spec import RunSpec, SpecError, from_preset, validate, with_precision
+from twinbench.spec_sections import flat_spec, split_name
 
 #: What a --model compare runs without --strategies (plus jax/port with a --jax-model).
 DEFAULTS = [("torch", "eager"), ("torch", "compile-regional"), ("jax", "torchax")]
@@ -58,7 +59,7 @@ def select(frameworks: list[str], names: list[str] | None, port: bool) -> list[t
     chosen: list[tuple[str, str]] = []
     for raw in names:
         fw_part, _, full = raw.rpartition(":")
-        base, _ = registry.split_name(full)
+        base, _ = split_name(full)
         fws = [fw_part] if fw_part else [f for f in frameworks if (f, base) in registry.REGISTRY]
         if needs_port(base) and not port:
             raise SpecError(f"--strategies: {base!r} measures the user's own JAX port: give --jax-model "
@@ -91,26 +92,26 @@ def build_specs(preset: str, frameworks: list[str], names: list[str] | None, ove
         raise SpecError("--model: the user's model brings its own batches and weights; --task, --data and "
                         "--init-from do not apply")
     base = from_preset(preset, overrides, **top)
-    base = replace(base, model=replace(base.model, family="user"), train=replace(base.train, task="custom"),
+    base = base.evolve(model=replace(base.model, family="user"), train=replace(base.train, task="custom"),
                    user_model=model, user_jax_model=jax_model)
     validate(base)
     from twinbench.strategies import registry
 
     chosen = select(frameworks, names, bool(jax_model))
     one = [n for f, n in chosen if not registry.get(f, n).multi_device]
-    if base.devices > 1 and one:
-        raise SpecError(f"--devices {base.devices}: {one[0]!r} runs a user model on one device; on several: "
+    if base.launch.devices > 1 and one:
+        raise SpecError(f"--devices {base.launch.devices}: {one[0]!r} runs a user model on one device; on several: "
                         f"{', '.join(multi_device_bases())}")
     if not chosen:
         raise SpecError(f"--strategies: nothing selected for --framework {','.join(frameworks)}")
-    specs = [validate(with_precision(replace(base, framework=fw, strategy=name))) for fw, name in chosen]
+    specs = [validate(with_precision(base.evolve(framework=fw, strategy=name))) for fw, name in chosen]
     for s in specs:  # +bf16 (or --precision bf16): the JAX bases that honour it (torchax: torchax's autocast)
-        honoured = registry.get(s.framework, s.base_strategy).modifiers
-        if s.mods.bf16 and honoured is not None and "bf16" not in honoured:
-            how = "--precision bf16" if overrides.get("precision") == "bf16" else f"{s.framework}:{s.strategy}"
-            raise SpecError(f"{how}: jax {s.base_strategy!r} of a user model runs fp32 only; bf16 runs with "
+        honoured = registry.get(s.framework, s.strategy.base).modifiers
+        if s.strategy.mods.bf16 and honoured is not None and "bf16" not in honoured:
+            how = "--precision bf16" if overrides.get("precision") == "bf16" else f"{s.framework}:{s.strategy.name}"
+            raise SpecError(f"{how}: jax {s.strategy.base!r} of a user model runs fp32 only; bf16 runs with "
                             "jax:torchax+bf16 and the torch strategies (+bf16)")
-    return list({(s.framework, s.strategy): s for s in specs}.values())
+    return list({(s.framework, s.strategy.name): s for s in specs}.values())
 
 
 def user_fields(model: str | None, jax_model: str | None) -> dict[str, str]:
@@ -129,7 +130,7 @@ def prepare_user(specs: list[RunSpec], out_dir: Path, timeout: float,
     written (a SpecError, exit 2, when it is bad): once for them all with the port's parity (:func:`prepare`),
     or with ``per_shape`` once per shape of a grid (:func:`prepare_points`, sweep and claims; no parity).
     """
-    if not any(s.user_model for s in specs):
+    if not any(s.user.user_model for s in specs):
         return specs, None
     if per_shape:
         return prepare_points(specs, out_dir, timeout), None
@@ -142,7 +143,7 @@ def prepare_points(specs: list[RunSpec], out_dir: Path, timeout: float) -> list[
     for the others."""
     groups: dict[str, list[int]] = {}
     for i, s in enumerate(specs):
-        key = replace(s, framework="torch", strategy="eager", devices=1).run_id()
+        key = s.evolve(framework="torch", strategy="eager", devices=1).run_id()
         groups.setdefault(key, []).append(i)
     done: list[RunSpec | None] = [None] * len(specs)
     for n, idx in enumerate(groups.values()):
@@ -161,19 +162,19 @@ def prepare(specs: list[RunSpec], out_dir: Path, timeout: float) -> tuple[list[R
 
     target = (out_dir / DIR).resolve()
     target.mkdir(parents=True, exist_ok=True)
-    specs = [replace(s, user_dir=str(target)) for s in specs]
+    specs = [s.evolve(user_dir=str(target)) for s in specs]
     first = specs[0]
     with tempfile.TemporaryDirectory(prefix="twinbench-byo-") as tmp:
         spec_path = Path(tmp, "spec.json")
         spec_path.write_text(json.dumps(first.to_dict()))
         code, reason = runner.run_module("twinbench.byo.prepare", [str(spec_path), str(target)], timeout)
         if code:
-            raise SpecError(reason if code == 2 else f"--model {first.user_model}: checking the model failed: {reason}")
-        if not first.user_jax_model:
+            raise SpecError(reason if code == 2 else f"--model {first.user.user_model}: checking the model failed: {reason}")
+        if not first.user.user_jax_model:
             return specs, None
         code, reason = runner.run_module("twinbench.byo.parity", [str(spec_path), str(target)], timeout)
         if code:
-            raise SpecError(reason if code == 2 else f"--jax-model {first.user_jax_model}: the parity check failed: "
+            raise SpecError(reason if code == 2 else f"--jax-model {first.user.user_jax_model}: the parity check failed: "
                             f"{reason}")
     return specs, json.loads((target / "parity.json").read_text())
 
@@ -227,7 +228,7 @@ def read_parity(out_dir: Path) -> dict[str, Any]:
 
 def _uses_nnx(r: dict[str, Any]) -> bool:
     """Whether the run's JAX code is Flax NNX: a port whose file mentions ``nnx`` (read, never run)."""
-    ref = str((r.get("spec") or {}).get("user_jax_model") or "")
+    ref = str(flat_spec(r.get("spec")).get("user_jax_model") or "")
     if not needs_port(str(r.get("strategy", "")).split("+")[0]) or not ref:
         return False
     from twinbench.folder_io import read_small

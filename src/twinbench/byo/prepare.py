@@ -56,7 +56,7 @@ def prepare(spec: RunSpec, out: Path, with_ref: bool) -> dict[str, Any]:
     from safetensors.numpy import save_file
 
     torch.manual_seed(spec.train.seed)
-    ref = spec.user_model
+    ref = spec.user.user_model
     um = load_torch(ref, fam.config(spec))
     um.module.train()
     x, y = check_batch(um, ref)
@@ -131,7 +131,7 @@ def main(argv: list[str]) -> int:
     watch_parent()  # end with the runner, even when it is killed with SIGKILL
     spec = RunSpec.from_dict(json.loads(Path(argv[0]).read_text()))
     try:
-        prepare(spec, Path(argv[1]), with_ref=bool(spec.user_jax_model))
+        prepare(spec, Path(argv[1]), with_ref=bool(spec.user.user_jax_model))
     except UserModelError as e:
         print(str(e), file=sys.stderr)
         return 2

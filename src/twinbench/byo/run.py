@@ -47,15 +47,15 @@ class UserRun:
         """Record fields of a user run: FLOPs convention, dropout warning, parity (the loss trajectory against
         torch eager's; the port's check too), doctor (JAX)."""
         out: dict[str, Any] = {"flops_convention": FLOP_CONVENTION, "warnings": []}
-        if self.meta.dropout_off and not needs_port(self.spec.base_strategy):  # the port is the user's own code
+        if self.meta.dropout_off and not needs_port(self.spec.strategy.base):  # the port is the user's own code
             names = ", ".join(self.meta.switched_off[:3]) or f"{self.meta.dropout_off} module(s)"
             if len(self.meta.switched_off) > 3:
                 names = f"{len(self.meta.switched_off)} in all: {names}, ..."
             out["warnings"].append(f"dropout switched off ({names}): deterministic training, the same function "
                                    "in both frameworks")
         parity: dict[str, Any] = {}
-        port_check = Path(self.spec.user_dir) / fam.PARITY
-        if needs_port(self.spec.base_strategy) and port_check.exists():
+        port_check = Path(self.spec.user.user_dir) / fam.PARITY
+        if needs_port(self.spec.strategy.base) and port_check.exists():
             parity = json.loads(port_check.read_text())
         if losses and self.meta.eager_losses:
             parity["trajectory"] = trajectory(losses, self.meta.eager_losses)

@@ -44,7 +44,7 @@ REMAT_FLOPS = 4 / 3
 
 def kind(spec: RunSpec) -> str:
     """The calibration kind of a run: ``torchax`` apart from the rest of JAX (its own measured efficiency)."""
-    return "torchax" if spec.base_strategy.startswith("torchax") else spec.framework
+    return "torchax" if spec.strategy.base.startswith("torchax") else spec.framework
 
 
 def flops_per_step(spec: RunSpec) -> float:
@@ -54,14 +54,14 @@ def flops_per_step(spec: RunSpec) -> float:
     m, t = spec.model, spec.train
     fam = FAMILIES.get(m.family)
     per_token = fam.flops_per_token(m, t.seq) if fam else 6 * 100e6  # a user model: an assumed 100M parameters
-    return per_token * t.batch * t.seq * (REMAT_FLOPS if spec.mods.remat else 1.0)
+    return per_token * t.batch * t.seq * (REMAT_FLOPS if spec.strategy.mods.remat else 1.0)
 
 
 def n_params(spec: RunSpec) -> float:
     """Parameters of the run's model, from its FLOPs per token (6 N + attention): for gradient bytes."""
     m, t = spec.model, spec.train
     attention = 12 * m.layers * m.d_model * t.seq
-    return max(flops_per_step(spec) / (t.batch * t.seq) / (REMAT_FLOPS if spec.mods.remat else 1.0) - attention,
+    return max(flops_per_step(spec) / (t.batch * t.seq) / (REMAT_FLOPS if spec.strategy.mods.remat else 1.0) - attention,
                6.0) / 6
 
 
@@ -78,7 +78,7 @@ def efficiencies() -> dict[tuple[str, str], float]:
             continue
         spec = run_spec(p.preset, p.framework, p.strategy, {"batch": p.batch, "seq": p.seq})
         sheet = DATASHEETS[p.device]
-        mfu = flops_per_step(spec) / (p.step_ms / 1e3) / sheet.peak("bf16" if spec.mods.bf16 else "fp32")
+        mfu = flops_per_step(spec) / (p.step_ms / 1e3) / sheet.peak("bf16" if spec.strategy.mods.bf16 else "fp32")
         got.setdefault((sheet.platform, kind(spec)), []).append(mfu)
     return {k: statistics.median(v) for k, v in got.items()}
 
@@ -89,8 +89,8 @@ def measured(spec: RunSpec, sheet: Datasheet) -> tuple[float, str] | None:
 
     for p in shipped():
         if (p.device, p.framework, p.strategy, p.preset, p.batch, p.seq, p.attention_impl) == (
-                sheet.name, spec.framework, spec.strategy, spec.preset, spec.train.batch, spec.train.seq,
-                spec.attention_impl):
+                sheet.name, spec.framework, spec.strategy.name, spec.preset, spec.train.batch, spec.train.seq,
+                spec.strategy.attention_impl):
             return p.step_ms, f"measured on {sheet.name} ({p.date or 'calibration.jsonl'})"
     return None
 
@@ -98,10 +98,10 @@ def measured(spec: RunSpec, sheet: Datasheet) -> tuple[float, str] | None:
 def step_ms(spec: RunSpec, sheet: Datasheet) -> tuple[float, str]:
     """The step ``predict``'s datasheet and measured points expect of ``spec`` on ``sheet``, and how it was had."""
     hit = measured(spec, sheet)
-    if hit and not spec.mods.remat:
+    if hit and not spec.strategy.mods.remat:
         return hit
     eff = efficiencies().get((sheet.platform, kind(spec))) or efficiencies().get((sheet.platform, "jax")) or 0.3
-    dtype = "bf16" if spec.mods.bf16 or spec.train.precision == "bf16" else "fp32"
+    dtype = "bf16" if spec.strategy.mods.bf16 or spec.train.precision == "bf16" else "fp32"
     ms = flops_per_step(spec) / (sheet.peak(dtype) * eff) * 1e3
     return ms, (f"model FLOPs at {eff:.0%} of {sheet.name}'s {dtype} datasheet peak (the median MFU of the measured "
                 f"{kind(spec)} points on a {sheet.platform})")
@@ -116,7 +116,7 @@ def compile_s(spec: RunSpec, platform: str) -> float:
 
 def _torch_compile_s(spec: RunSpec, platform: str, c: dict[str, float], task: float) -> float:
     """torch.compile's cold compile grows with the layers; eager compiles nothing but a start-up."""
-    if spec.base_strategy.startswith("compile"):
+    if spec.strategy.base.startswith("compile"):
         return c.get("torch_compile_base", 0.0) + c.get("torch_compile_per_layer", 0.0) * spec.model.layers + task
     return c["torch_eager"]
 
@@ -124,7 +124,7 @@ def _torch_compile_s(spec: RunSpec, platform: str, c: dict[str, float], task: fl
 def _jax_compile_s(spec: RunSpec, platform: str, c: dict[str, float], task: float) -> float:
     """One jit of the step (scan-layers: of one block), by the base's factors, once per program a length
     policy makes (a classify run's padding)."""
-    base = spec.base_strategy
+    base = spec.strategy.base
     if base == "scan-layers":
         return (SCAN_LAYERS_S if platform == "tpu" else c["base"] + c["per_layer"] * 2) + task
     one = c["base"] + c["per_layer"] * spec.model.layers + task
@@ -132,9 +132,9 @@ def _jax_compile_s(spec: RunSpec, platform: str, c: dict[str, float], task: floa
         one *= TORCHAX_COMPILE
     if base == "naive":
         one *= NAIVE_COMPILE
-    if spec.mods.remat:
+    if spec.strategy.mods.remat:
         one *= REMAT_COMPILE
-    programs = LENGTH_PROGRAMS.get(spec.mods.length or "", 1) if spec.train.task == "classify" else 1
+    programs = LENGTH_PROGRAMS.get(spec.strategy.mods.length or "", 1) if spec.train.task == "classify" else 1
     return one * min(programs, spec.train.steps)
 
 
@@ -150,7 +150,7 @@ def run_cost(spec: RunSpec, sheet: Datasheet) -> dict[str, Any]:
     per_step = max(ms, spec.train.slow_input)
     steps = 2 * spec.train.steps * per_step / 1e3
     comp = compile_s(spec, sheet.platform)
-    start = START_S.get(sheet.platform, 15.0) + (TRACE_S if spec.trace_dir else 0.0)
+    start = START_S.get(sheet.platform, 15.0) + (TRACE_S if spec.output.trace_dir else 0.0)
     return {"start_s": start, "compile_s": round(comp, 1), "steps_s": round(steps, 1),
             "total_s": round(start + comp + steps, 1), "step_ms": round(ms, 2), "step_source": source}
 
@@ -159,7 +159,7 @@ def size_of(spec: RunSpec) -> str:
     """A run's size in words: preset, depth and width, batch x sequence, precision, attention."""
     m, t = spec.model, spec.train
     text = f"{spec.preset} L{m.layers} d{m.d_model}, {t.batch} x {t.seq}, {t.precision}"
-    return text + (f", {spec.attention_impl} attention" if spec.attention_impl != "default" else "")
+    return text + (f", {spec.strategy.attention_impl} attention" if spec.strategy.attention_impl != "default" else "")
 
 
 def plan(claims: list[Any], setup: Any, per_claim: dict[str, dict[str, RunSpec]], rounds: list[list[RunSpec]],
@@ -182,7 +182,7 @@ def plan(claims: list[Any], setup: Any, per_claim: dict[str, dict[str, RunSpec]]
     costs = {cid: cost(s) for r in rounds[:1] for s in r for cid in [s.config_id()]}
     out_claims = []
     for c in claims:
-        runs = [{"name": n, "framework": s.framework, "strategy": s.strategy, "preset": s.preset, "size": size_of(s),
+        runs = [{"name": n, "framework": s.framework, "strategy": s.strategy.name, "preset": s.preset, "size": size_of(s),
                  "platform": setup.platform, "runs": times.get(s.config_id(), 0), **costs.get(s.config_id(), {})}
                 for n, s in per_claim[c.id].items()]
         out_claims.append({"claim": c.id, "runs": runs, "probes": list(c.probes),

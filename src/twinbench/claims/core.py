@@ -337,10 +337,10 @@ def label(r: dict[str, Any]) -> str:
 def describe(spec: RunSpec) -> str:
     """One short line saying what a run is: strategy, preset, and the shape fields that matter."""
     m, t = spec.model, spec.train
-    parts = [f"{spec.framework}/{spec.strategy}", spec.preset, f"L{m.layers} d{m.d_model}", f"b{t.batch}",
+    parts = [f"{spec.framework}/{spec.strategy.name}", spec.preset, f"L{m.layers} d{m.d_model}", f"b{t.batch}",
              f"seq {t.seq}", f"{t.steps} steps"]
-    if spec.devices > 1:
-        parts.append(f"{spec.devices} devices")
+    if spec.launch.devices > 1:
+        parts.append(f"{spec.launch.devices} devices")
     if t.slow_input:
         parts.append(f"slow-input {t.slow_input:g} ms")
     if m.mask_impl != "where":

@@ -11,7 +11,6 @@ read by the report page).
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,7 @@ def plan(claims: list[Claim], setup: Setup) -> tuple[dict[str, dict[str, RunSpec
     per_claim = {c.id: {} if c.unmeasurable(setup) else c.runs(setup) for c in claims}
     if setup.reason_traces and not setup.top.get("trace_dir"):  # the runs whose traces explain reads (C22)
         traced = {c.id for c in claims if c.traced}
-        per_claim = {cid: {n: replace(s, trace_dir=setup.reason_traces) if cid in traced else s
+        per_claim = {cid: {n: s.evolve(trace_dir=setup.reason_traces) if cid in traced else s
                            for n, s in runs.items()} for cid, runs in per_claim.items()}
     unique: dict[str, RunSpec] = {}
     # on an accelerator a sitting can end before the suite does (--resume continues it): the input pipeline's
@@ -50,7 +49,7 @@ def plan(claims: list[Claim], setup: Setup) -> tuple[dict[str, dict[str, RunSpec
     order = sorted(per_claim, key=lambda cid: setup.accelerator and cid in LAST_ON_ACCELERATOR)
     for runs in (per_claim[cid] for cid in order):
         for spec in runs.values():
-            if spec.trace_dir or spec.run_id() not in unique:  # a traced use of a shared run wins (same run_id)
+            if spec.output.trace_dir or spec.run_id() not in unique:  # a traced use of a shared run wins (same run_id)
                 unique[spec.run_id()] = spec
     return per_claim, list(unique.values())
 
@@ -118,14 +117,14 @@ def cost_s(spec: RunSpec) -> float:
     from twinbench.strategies import registry
 
     t = RUN_S.get(spec.preset, 60.0)
-    if spec.base_strategy in ("compile", "compile-regional"):
+    if spec.strategy.base in ("compile", "compile-regional"):
         t += EXTRA_S["compile"] * (1 if spec.preset == "tiny" else 1.5)
-    t += EXTRA_S.get(f"{spec.framework}:{spec.base_strategy}+{spec.mods.length}", 0.0)  # a compile per length
-    if spec.mods.bf16 and spec.preset not in ("tiny", "bert-tiny"):
+    t += EXTRA_S.get(f"{spec.framework}:{spec.strategy.base}+{spec.strategy.mods.length}", 0.0)  # a compile per length
+    if spec.strategy.mods.bf16 and spec.preset not in ("tiny", "bert-tiny"):
         t += EXTRA_S["cpu-bf16"]  # an upper bound: on a GPU bf16 is cheaper, not dearer
-    if spec.devices > 1:
+    if spec.launch.devices > 1:
         t += EXTRA_S["devices"]
-    if registry.get(spec.framework, spec.strategy).launcher == "torchrun":
+    if registry.get(spec.framework, spec.strategy.name).launcher == "torchrun":
         t += EXTRA_S["torchrun"]
     return t + spec.train.steps * spec.train.slow_input / 1e3
 
@@ -167,8 +166,8 @@ def measured_at(runs: dict[str, RunSpec], records: dict[str, dict[str, Any]]) ->
     for s in runs.values():
         m, t = s.model, s.train
         what = f"{s.preset} (L{m.layers} d{m.d_model}) {t.batch} x {t.seq}, {t.precision}"
-        if s.attention_impl != "default":
-            what += f", {s.attention_impl} attention"
+        if s.strategy.attention_impl != "default":
+            what += f", {s.strategy.attention_impl} attention"
         shapes.append(what)
     device = next((f"{r.get('device') or r.get('platform')} ({r.get('platform')})" for r in records.values()
                    if r.get("status") == "ok" and r.get("platform")), "")
@@ -190,7 +189,7 @@ def verdicts(claims: list[Claim], setup: Setup, per_claim: dict[str, dict[str, R
     for c in claims:
         runs = per_claim[c.id]
         missing = {"status": "failed", "error": "no record (the run did not happen)"}
-        first = {n: by_id[0].get(s.run_id(), {**missing, "framework": s.framework, "strategy": s.strategy})
+        first = {n: by_id[0].get(s.run_id(), {**missing, "framework": s.framework, "strategy": s.strategy.name})
                  for n, s in runs.items()}
         reps = [first]
         for rep in by_id[1:] if c.timed else []:

@@ -118,8 +118,8 @@ def check_places(specs: list[Any], cache_flag: str = "--cache-dir") -> None:
     seen: set[tuple[str, str]] = set()
     default = str(default_root().expanduser().resolve())
     for s in specs:
-        cache = f"{cache_flag} (default)" if s.cache_dir == default else cache_flag
-        for flag_, value in ((cache, s.cache_dir), ("--trace", s.trace_dir), ("--save-weights", s.save_weights)):
+        cache = f"{cache_flag} (default)" if s.host.cache_dir == default else cache_flag
+        for flag_, value in ((cache, s.host.cache_dir), ("--trace", s.output.trace_dir), ("--save-weights", s.output.save_weights)):
             if value and (flag_, value) not in seen:
                 seen.add((flag_, value))
                 check_dir(value, flag_)
@@ -174,7 +174,8 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def with_spec_flags(fn: Callable) -> Callable:
-    """Add one option per overridable RunSpec field (``--d-model`` for ``d_model``) to a command.
+    """Add one option per RunSpec field declared as a flag (``--d-model`` for ``d_model``) to a command, its type
+    and its help read off the field's declaration (``spec.OVERRIDABLE``, ``spec.FLAG_HELP``).
 
     The command receives them in ``**overrides`` (``None`` when not given), so every field of the spec is a
     flag without writing each one by hand in every command.
@@ -184,7 +185,7 @@ def with_spec_flags(fn: Callable) -> Callable:
     for name, typ in OVERRIDABLE.items():
         if name in sig.parameters:  # the command's own option of that name serves the field too (explain's --steps)
             continue
-        option = typer.Option(None, flag(name), help=FLAG_HELP.get(name, f"override the preset's {name}"),
+        option = typer.Option(None, flag(name), help=FLAG_HELP[name],
                               rich_help_panel="Run spec (overrides the preset)")
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
                                         annotation=Optional[typ]))  # noqa: UP045 (typer needs Optional)

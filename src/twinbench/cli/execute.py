@@ -93,7 +93,7 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
     if jobs is None or not jobs.jobs:  # runs on this host: the GPUs they ask for must be here, before any starts
         from twinbench.measure import device
 
-        problem = device.devices_problem([(s.label(), s.devices // max(s.num_processes, 1)) for s in specs],
+        problem = device.devices_problem([(s.label(), s.launch.devices // max(s.launch.num_processes, 1)) for s in specs],
                                          device.gpu_count(), os.environ.get("JAX_PLATFORMS"))
         if problem:
             fail(problem)

@@ -21,8 +21,9 @@ from twinbench.cli.common import (
     with_spec_flags,
     write_text,
 )
+from twinbench.config import PRECISIONS
 from twinbench.plan import csv, model_spec
-from twinbench.spec import PRESETS, SpecError
+from twinbench.spec import FRAMEWORKS, PRESETS, SpecError
 
 
 @app.command("strategies")
@@ -217,11 +218,11 @@ def peak_cmd(
 
     fws, dtypes = csv(framework) or [], csv(precision) or []
     for fw in fws:
-        if fw not in ("torch", "jax"):
-            fail(f"--framework: unknown framework {fw!r}; allowed: torch, jax")
+        if fw not in FRAMEWORKS:
+            fail(f"--framework: unknown framework {fw!r}; allowed: {', '.join(FRAMEWORKS)}")
     for dt in dtypes:
-        if dt not in ("fp32", "bf16"):
-            fail(f"--precision: unknown value {dt!r}; allowed: fp32, bf16")
+        if dt not in PRECISIONS:
+            fail(f"--precision: unknown value {dt!r}; allowed: {', '.join(PRECISIONS)}")
     if threads < 0:
         fail(f"--threads must be >= 0 (0: all cores), got {threads}")
     from twinbench.limits import cores

@@ -62,7 +62,7 @@ def encode(ex: Example, max_len: int) -> tuple[np.ndarray, np.ndarray]:
 
 def length_policy(spec: RunSpec) -> str:
     """The padding policy a strategy names: ``+bucket`` or ``+dynamic``; ``pad-max`` otherwise."""
-    return spec.mods.length or "pad-max"
+    return spec.strategy.mods.length or "pad-max"
 
 
 def buckets(seq: int) -> tuple[int, ...]:

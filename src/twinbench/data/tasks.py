@@ -58,7 +58,7 @@ def _classify(spec: RunSpec, k: int, n_calls: int) -> RunData:
     t = spec.train
     policy = classify.length_policy(spec)
     if k > 1 and policy != "pad-max":
-        raise SpecError(f"--strategies: {spec.strategy!r} stacks {k} batches per call, which needs one shape: "
+        raise SpecError(f"--strategies: {spec.strategy.name!r} stacks {k} batches per call, which needs one shape: "
                         "use +pad-max")
     data = classify.load(t.data, t.batch, t.seq, spec.model.num_labels, policy, t.seed)
     order = data.batch_indices(n_calls * k)

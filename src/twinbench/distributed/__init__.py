@@ -19,12 +19,12 @@ from twinbench.spec import RunSpec
 def process_env(spec: RunSpec) -> dict[str, str]:
     """Environment a run's own process needs before any framework is imported (its backend's
     ``process_env``: JAX's simulated CPU devices and collectives between processes; nothing for torch)."""
-    return backends.get(spec.framework).process_env(spec.devices, spec.num_processes)
+    return backends.get(spec.framework).process_env(spec.launch.devices, spec.launch.num_processes)
 
 
 def initialize(spec: RunSpec) -> None:
     """Join the run's distributed runtime (a no-op for a one-process run); call before any device query."""
-    backends.get(spec.framework).join(spec.num_processes, spec.coordinator, spec.process_id)
+    backends.get(spec.framework).join(spec.launch.num_processes, spec.launch.coordinator, spec.launch.process_id)
 
 
 def local_rank() -> int:
@@ -68,4 +68,4 @@ def parallel_peaks(spec: RunSpec, platform: str, device_count: int, threads: int
     """
     if platform != "cpu":
         return device_count
-    return backends.get(spec.framework).cpu_peaks(spec.num_processes, device_count, threads)
+    return backends.get(spec.framework).cpu_peaks(spec.launch.num_processes, device_count, threads)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import replace
 
 from twinbench.distributed.cluster import slurm_identity
 from twinbench.spec import RunSpec, SpecError
@@ -21,17 +20,17 @@ WORKER = "twinbench.worker"
 
 
 def launch_command(spec: RunSpec, worker_args: list[str]) -> list[str]:
-    """The torchrun command line that runs the worker on ``spec.devices`` processes in all."""
-    per_node = spec.devices // spec.num_processes
+    """The torchrun command line that runs the worker on ``spec.launch.devices`` processes in all."""
+    per_node = spec.launch.devices // spec.launch.num_processes
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(per_node)]
     slurm = slurm_identity()
-    if spec.num_processes > 1 and slurm is not None:  # in a SLURM job: torchrun's own c10d rendezvous
+    if spec.launch.num_processes > 1 and slurm is not None:  # in a SLURM job: torchrun's own c10d rendezvous
         host, port = coordinator(spec)
-        cmd += ["--nnodes", str(spec.num_processes), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{host}:{port}",
-                "--rdzv-id", f"twinbench-{slurm.job_id}-{replace(spec, process_id=-1).run_id()}"]  # same on every host
-    elif spec.num_processes > 1:
+        cmd += ["--nnodes", str(spec.launch.num_processes), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{host}:{port}",
+                "--rdzv-id", f"twinbench-{slurm.job_id}-{spec.evolve(process_id=-1).run_id()}"]  # same on every host
+    elif spec.launch.num_processes > 1:
         host, port = coordinator(spec)
-        cmd += ["--nnodes", str(spec.num_processes), "--node-rank", str(node_rank(spec)),
+        cmd += ["--nnodes", str(spec.launch.num_processes), "--node-rank", str(node_rank(spec)),
                 "--master-addr", host, "--master-port", str(port)]
     else:
         cmd += ["--standalone"]
@@ -40,7 +39,7 @@ def launch_command(spec: RunSpec, worker_args: list[str]) -> list[str]:
 
 def coordinator(spec: RunSpec) -> tuple[str, int]:
     """(host, port) of the rendezvous: ``--coordinator HOST:PORT`` or ``MASTER_ADDR``/``MASTER_PORT``."""
-    address = spec.coordinator or (f"{os.environ['MASTER_ADDR']}:{os.environ.get('MASTER_PORT', '29500')}"
+    address = spec.launch.coordinator or (f"{os.environ['MASTER_ADDR']}:{os.environ.get('MASTER_PORT', '29500')}"
                                    if os.environ.get("MASTER_ADDR") else "")
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
@@ -50,8 +49,8 @@ def coordinator(spec: RunSpec) -> tuple[str, int]:
 
 def node_rank(spec: RunSpec) -> int:
     """This host's rank: ``--process-id`` or ``NODE_RANK``."""
-    if spec.process_id >= 0:
-        return spec.process_id
+    if spec.launch.process_id >= 0:
+        return spec.launch.process_id
     if os.environ.get("NODE_RANK", "").isdigit():
         return int(os.environ["NODE_RANK"])
     raise SpecError("--process-id: a multi-host torch run needs this host's rank (or NODE_RANK)")

@@ -7,6 +7,7 @@ session started (a notebook) is instrumented at once.
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import sys
@@ -17,6 +18,9 @@ from typing import Any
 from twinbench.doctor.recorder import ACTIVE, Recorder
 
 WATCHED = ("jax", "torch", "optax")
+#: each framework's instruments ("module:class", imported when the framework is) and the session's options they take
+INSTRUMENTS = {"jax": ("twinbench.doctor.instruments_jax:JaxInstruments", ("capture_stderr",)),
+               "torch": ("twinbench.doctor.instruments_torch:TorchInstruments", ())}
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -68,19 +72,17 @@ class Session:
         if name in self.instruments:
             return
         try:
-            if name == "jax":
-                from twinbench.doctor.instruments_jax import JaxInstruments
-
-                self.instruments[name] = JaxInstruments(self.rec, capture_stderr=self.capture_stderr)
-                if "optax" in sys.modules:
-                    self._on_import("optax")
-            elif name == "optax" and "jax" in self.instruments:
-                self.instruments["jax"].patch_optax()
-                self.instruments[name] = True
-            elif name == "torch":
-                from twinbench.doctor.instruments_torch import TorchInstruments
-
-                self.instruments[name] = TorchInstruments(self.rec)
+            if name == "optax":  # JAX's optimizers: watched by the JAX instruments, once both are imported
+                if "jax" in self.instruments:
+                    self.instruments["jax"].patch_optax()
+                    self.instruments[name] = True
+                return
+            target, options = INSTRUMENTS[name]
+            module, cls = target.split(":")
+            make = getattr(importlib.import_module(module), cls)
+            self.instruments[name] = make(self.rec, **{o: getattr(self, o) for o in options})
+            if "optax" in sys.modules:
+                self._on_import("optax")
         except Exception as e:  # never break the user's import: report what could not be watched
             self.rec.info.setdefault("instrument_errors", []).append(f"{name}: {type(e).__name__}: {e}"[:300])
 

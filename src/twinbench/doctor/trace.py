@@ -20,7 +20,6 @@ one outside jit per step).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -29,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from twinbench import backends
 from twinbench.doctor.recorder import Recorder
 from twinbench.hlo_text import dumped_module
 
@@ -110,7 +110,7 @@ class StepProfiler:
     def __init__(self, rec: Recorder, trace_dir: str) -> None:
         self.rec, self.dir = rec, Path(trace_dir)
         self.framework: str | None = None
-        self.torch_prof: Any = None
+        self.started: Any = None  # the backend's profiler, from start_trace
         self.recorded: list[int] = []
         self.t0 = 0.0
         self.annotation: Any = None  # JAX: the open StepTraceAnnotation
@@ -130,30 +130,19 @@ class StepProfiler:
                 self._next_annotation(index)
 
     def _next_annotation(self, index: int | None) -> None:
-        """End the open step annotation and open the next one (``index`` None: none). PyTorch: a
-        ``ProfilerStep#N`` record_function, as ``profile.step()`` makes under a schedule. JAX: first wait for
-        the steps dispatched so far, then a ``StepTraceAnnotation``."""
+        """End the open step annotation and open the next one (``index`` None: none): the backend's mark of a
+        step (PyTorch: a ``ProfilerStep#N`` record_function; JAX: a ``StepTraceAnnotation``, after waiting for
+        the steps dispatched so far)."""
         self.rec.internal += 1
         try:
-            if self.framework == "jax":
-                import jax
-
-                for arr in jax.live_arrays():
-                    with contextlib.suppress(Exception):  # deleted (donated) meanwhile
-                        arr.block_until_ready()
+            backend = backends.get(str(self.framework))
+            backend.wait_dispatched()
             if self.annotation is not None:
                 self.annotation.__exit__(None, None, None)
                 self.annotation = None
             if index is None:
                 return
-            if self.framework == "jax":
-                import jax
-
-                self.annotation = jax.profiler.StepTraceAnnotation("train", step_num=index + 1)
-            else:
-                import torch.profiler
-
-                self.annotation = torch.profiler.record_function(f"ProfilerStep#{index + 1}")
+            self.annotation = backend.step_annotation(index)
             self.annotation.__enter__()
         finally:
             self.rec.internal -= 1
@@ -163,16 +152,7 @@ class StepProfiler:
         try:
             kind = self.rec.kinds.get(self.rec.step_key() or "", "")
             self.framework = "torch" if kind.startswith("torch") else "jax"
-            if self.framework == "torch":
-                import torch.profiler
-
-                self.torch_prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                                         record_shapes=True, with_flops=True)
-                self.torch_prof.start()
-            else:
-                import jax
-
-                jax.profiler.start_trace(str(self.dir))
+            self.started = backends.get(self.framework).start_trace(self.dir)
             self.t0 = time.perf_counter()
             self.rec.traced = (TRACE_FROM - 1, None)  # the step time leaves these iterations out (Recorder.left_out)
             self._next_annotation(TRACE_FROM - 1)
@@ -195,21 +175,13 @@ class StepProfiler:
                 self._discard()
                 return
             self.dir.mkdir(parents=True, exist_ok=True)
-            if self.torch_prof is not None:
-                self._next_annotation(None)
-                self.torch_prof.stop()
-                path = self.dir / "doctor.pt.trace.json"
-                self.torch_prof.export_chrome_trace(str(path))
-                files = [path.name]
-            else:
-                import jax
-
-                self._next_annotation(None)  # the steps dispatched so far run inside the trace
-                jax.profiler.stop_trace()
-                files = [str(p.relative_to(self.dir)) for p in self.dir.rglob("*.xplane.pb")]
+            backend = backends.get(str(self.framework))
+            self._next_annotation(None)  # the steps dispatched so far run inside the trace
+            files = backend.stop_trace(self.started, self.dir)
+            hlo = dump_dir() if backend.READS_XLA_FLAGS else None  # --xla_dump_to: the compiled step's HLO
+            if hlo:
                 self._copy_step_hlo()
-            info = {"framework": self.framework, "steps": recorded, "files": files,
-                    "hlo": str(dump_dir()) if self.framework == "jax" and dump_dir() else None}
+            info = {"framework": self.framework, "steps": recorded, "files": files, "hlo": str(hlo) if hlo else None}
             (self.dir / "trace.json").write_text(json.dumps(info, indent=1))
             self.rec.info["trace"] = {**info, "dir": str(self.dir)}
         except Exception as e:

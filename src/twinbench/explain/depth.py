@@ -97,7 +97,9 @@ def compile_at(spec_dict: dict[str, Any], depths: list[int], out_dir: Path, time
     model (``--model``) gets its initial weights at each depth first (``twinbench.byo.prepare``)."""
     from twinbench import runner
     from twinbench.folder_io import write_file
+    from twinbench.spec_sections import flat_spec
 
+    spec_dict = flat_spec(spec_dict)  # either version: the flat form sets trace_dir, explain, user_dir by name
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for d in depths:

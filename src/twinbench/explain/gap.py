@@ -17,6 +17,7 @@ from twinbench.explain.breakdown import DISTURBED, PHASES, WHOLE_ITERATION, Brea
 from twinbench.explain.steps import TraceError
 from twinbench.folder_io import terminal
 from twinbench.measure import page_faults
+from twinbench.spec_sections import flat_spec
 
 TOLERANCE = 0.10
 CATEGORIZED_MIN = 0.90
@@ -54,7 +55,7 @@ def explain_run(r: dict[str, Any]) -> dict[str, Any]:
                      f"{'the machine was busy' if busy else 'noise larger than the phase'})")
     e = explain_breakdown(b, label(r), float(r.get("step_ms") or 0.0), timing, notes, r)
     e.update(run_id=r.get("run_id"), trace_path=r.get("trace_path"), memory_breakdown=r.get("memory_breakdown"),
-             busy=bool(busy), host_malloc=(r.get("spec") or {}).get("host_malloc"),
+             busy=bool(busy), host_malloc=flat_spec(r.get("spec")).get("host_malloc"),
              glibc_tunables=r.get("glibc_tunables"),
              page_faults=page_faults.describe(r) if page_faults.costly(r) else None)
     return e

@@ -6,13 +6,13 @@ A run is ``framework:strategy`` (run now, with the command's spec flags) or ``RE
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 from twinbench.folder_io import terminal
 from twinbench.record import read_records
 from twinbench.spec import RunSpec, SpecError, validate
+from twinbench.spec_sections import flat_spec
 
 RESULTS = "results.jsonl"
 
@@ -45,9 +45,9 @@ def spec_from_record(arg: str, d: Any, named: dict[str, Any] | None = None) -> t
     Raises SpecError on a spec that is not one; :func:`runnable` validates it before a re-run."""
     if not isinstance(d, dict):
         raise SpecError(f"{arg}: its record carries no readable spec")
-    default = RunSpec()
+    d, default = flat_spec(d), RunSpec().flat()  # a record's spec of any version, in the flat form
     kept = {k: v for k, v in d.items() if k in FROM_RECORD}
-    left = [k for k, v in d.items() if k not in FROM_RECORD and v != getattr(default, k, None)
+    left = [k for k, v in d.items() if k not in FROM_RECORD and v != default.get(k)
             and k not in ("explain", "trace_dir")]  # explain sets these two itself
     for k in FROM_COMMAND_LINE:
         if (named or {}).get(k) is not None:
@@ -116,8 +116,8 @@ def check_code(arg: str, spec: RunSpec, model: str | None, jax_model: str | None
     when the user named the same file on the command line (a results folder from someone else must never run
     their Python). Returns the lines saying what will run; raises SpecError otherwise."""
     said = []
-    for flag, named, given, default in (("--model", spec.user_model, model, "build"),
-                                        ("--jax-model", spec.user_jax_model, jax_model, "build_jax")):
+    for flag, named, given, default in (("--model", spec.user.user_model, model, "build"),
+                                        ("--jax-model", spec.user.user_jax_model, jax_model, "build_jax")):
         if not named:
             continue
         if not given or not _same_code(given, named, default, flag):
@@ -135,4 +135,4 @@ def is_results_arg(arg: str) -> bool:
 
 def for_explain(spec: RunSpec, trace_dir: Path) -> RunSpec:
     """The same measured run (same run_id) with a trace and explain's timing after the measured steps."""
-    return dataclasses.replace(spec, trace_dir=str(trace_dir.resolve()), explain=True)
+    return spec.evolve(trace_dir=str(trace_dir.resolve()), explain=True)

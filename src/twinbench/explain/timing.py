@@ -58,7 +58,7 @@ def in_worker(spec: Any, trainer: Any, host_batches: list, trace_path: str | Non
     the trace, for the trace reader. A failure is reported in the record, never fails the measured run."""
     out: dict[str, Any] = {}
     try:
-        why = lacks(trainer, Explainable, f"explain {spec.framework}:{spec.strategy}")
+        why = lacks(trainer, Explainable, f"explain {spec.framework}:{spec.strategy.name}")
         if why:
             raise NotImplementedError(why)
         if isinstance(trainer, HloExplainable) and trace_path:

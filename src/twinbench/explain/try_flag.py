@@ -91,10 +91,10 @@ def preflight(arg: str, sides: list[Any]) -> Any:
     side = sides[idx]
     if kind == "xla" and not backends.get(side.framework).READS_XLA_FLAGS:
         raise TryError(f"--try {arg!r}: an XLA flag changes JAX runs only; side {'AB'[idx]} is "
-                       f"{side.framework}/{side.strategy}")
+                       f"{side.framework}/{side.strategy.name}")
     spec = variant(side.to_dict(), kind, name, value)
     try:
-        registry.get(spec.framework, spec.strategy)
+        registry.get(spec.framework, spec.strategy.name)
         registry.check_devices(spec)
         check_inputs(spec)
         check_host([spec])
@@ -106,8 +106,9 @@ def preflight(arg: str, sides: list[Any]) -> Any:
 def variant(spec_dict: dict[str, Any], kind: str, name: str, value: str) -> Any:
     """The spec of the variant run (spec options applied; XLA flags and env leave it as it is)."""
     from twinbench.spec import RunSpec, SpecError, option_value, validate
+    from twinbench.spec_sections import flat_spec
 
-    d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in spec_dict.items()}
+    d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in flat_spec(spec_dict).items()}
     if kind == "spec":
         try:
             val = option_value(name, value)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 import shutil
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from twinbench.spec import RunSpec, SpecError
 
@@ -88,14 +88,14 @@ def shape(spec: RunSpec, opts: JobOptions) -> JobShape:
     """A run's job: within one node, one task with ``devices`` GPUs; more devices than ``--gpus-per-node``,
     that many nodes, one task per node (each task one host of the multi-host run)."""
     gpus = opts.gpus_per_node
-    if gpus <= 0 or spec.devices <= gpus:
-        return JobShape(1, 1, min(spec.devices, gpus) if gpus > 0 else 0)
-    if spec.devices % gpus:
-        raise SpecError(f"--devices {spec.devices} is not a multiple of --gpus-per-node {gpus}: a job uses whole "
+    if gpus <= 0 or spec.launch.devices <= gpus:
+        return JobShape(1, 1, min(spec.launch.devices, gpus) if gpus > 0 else 0)
+    if spec.launch.devices % gpus:
+        raise SpecError(f"--devices {spec.launch.devices} is not a multiple of --gpus-per-node {gpus}: a job uses whole "
                         "nodes")
-    return JobShape(math.ceil(spec.devices / gpus), 1, gpus)
+    return JobShape(math.ceil(spec.launch.devices / gpus), 1, gpus)
 
 
 def job_spec(spec: RunSpec, js: JobShape) -> RunSpec:
     """The spec a job runs: a job of several nodes is a multi-host run of as many processes."""
-    return replace(spec, num_processes=js.nodes) if js.nodes > 1 else spec
+    return spec.evolve(num_processes=js.nodes) if js.nodes > 1 else spec

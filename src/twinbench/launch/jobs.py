@@ -12,7 +12,6 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +33,8 @@ def run_job(spec_dict: dict[str, Any], timeout: float,
 
     spec = RunSpec.from_dict(spec_dict)
     ident = slurm_identity()
-    if spec.num_processes > 1 and ident is not None:
-        spec = replace(spec, process_id=ident.process_id, coordinator=ident.coordinator)
+    if spec.launch.num_processes > 1 and ident is not None:
+        spec = spec.evolve(process_id=ident.process_id, coordinator=ident.coordinator)
     record = run_one(spec, timeout)
     record["job_nodes"] = list(ident.hosts) if ident else [socket.gethostname()]
     return record
@@ -79,8 +78,8 @@ def describe(spec: RunSpec, opts: JobOptions, timeout: float) -> str:
     where = "this machine (submitit LocalExecutor)" if opts.launcher == "local" else "sbatch (submitit SlurmExecutor)"
     text = (f"{spec.label()} [{spec.run_id()}]: {where}: {js.nodes} node(s), {js.tasks_per_node} task(s) per node, "
             f"{js.gpus_per_node} GPU(s) per node, time {opts.time_min} min; runs "
-            f"twinbench.launch.jobs.run_job(spec) -> runner.run_one: devices {run.devices}, "
-            f"{run.num_processes} process(es)")
+            f"twinbench.launch.jobs.run_job(spec) -> runner.run_one: devices {run.launch.devices}, "
+            f"{run.launch.num_processes} process(es)")
     if opts.launcher == "slurm":
         params = slurm_parameters(opts, js)
         text += "; sbatch " + " ".join(f"--{k.replace('_', '-')}={v}" for k, v in params.items()
@@ -154,7 +153,7 @@ def submit_many(specs: list[RunSpec], out_dir: Path, timeout: float, opts: JobOp
     :func:`run_job` with ``run_one`` (the runner's)."""
     path = out_dir / "results.jsonl"
     folder = private_folder(Path(opts.folder) if opts.folder else out_dir / "jobs")
-    parallel = 1 if opts.launcher == "local" or any(s.compile_cache == "warm" for s in specs) else opts.max_parallel
+    parallel = 1 if opts.launcher == "local" or any(s.host.compile_cache == "warm" for s in specs) else opts.max_parallel
     records: dict[str, dict[str, Any]] = {}
     waiting = [s for s in specs if s.run_id() not in done]
     running: list[tuple[RunSpec, Any, Path | None]] = []
@@ -166,10 +165,10 @@ def submit_many(specs: list[RunSpec], out_dir: Path, timeout: float, opts: JobOp
                 js = shape(spec, opts)
                 cold = None
                 run = job_spec(spec, js)
-                if run.compile_cache == "cold":  # a fresh, empty cache directory of its own (on shared storage)
+                if run.host.compile_cache == "cold":  # a fresh, empty cache directory of its own (on shared storage)
                     cold = cache_root(run) / f"cold-job-{uuid.uuid4().hex[:8]}"
                     cold.mkdir(parents=True)
-                    run = replace(run, cache_dir=str(cold))
+                    run = run.evolve(cache_dir=str(cold))
                 with _stderr_to(folder / "controller.err", opts.launcher == "local"):
                     job = executor(opts, folder, js, timeout).submit(run_job, run.to_dict(), timeout, run_one)
                 if opts.launcher == "local":

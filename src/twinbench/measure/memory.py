@@ -123,11 +123,10 @@ def advice(spec: Any, need: int, fixed: int, available: int, platform: str) -> l
     a fused attention that keeps no seq x seq probabilities (the platform's: splash on a TPU, cuDNN on a GPU,
     blocks of queries elsewhere), a smaller batch."""
     out = []
-    mods = set(spec.strategy.split("+")[1:])
-    if "remat" not in mods:
-        out.append(f"+remat ({spec.framework}/{spec.strategy}+remat)")
+    if not spec.strategy.mods.remat:
+        out.append(f"+remat ({spec.framework}/{spec.strategy.name}+remat)")
     impl = backends.get(spec.framework).lean_attention(platform)
-    if impl and spec.attention_impl == "default":
+    if impl and spec.strategy.attention_impl == "default":
         out.append(f"--attention-impl {impl}")
     batch = spec.train.batch
     smaller = fitting_batch(batch, need, fixed, available)

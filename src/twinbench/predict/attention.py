@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 
+from twinbench import backends
 from twinbench.predict.datasheets import lookup
 from twinbench.predict.roofline import Op
 from twinbench.spec import USER, RunSpec
@@ -103,8 +104,8 @@ def fused_in(spec: RunSpec) -> bool:
     """Whether ``spec``'s step runs a fused attention kernel: a JAX twin's step with ``--attention-impl`` cudnn or
     splash, or a PyTorch module through torchax with it (torchax lowers its ``F.scaled_dot_product_attention`` to
     that kernel: ``strategies/torchax_step.py``); a user's JAX port keeps its own attention."""
-    return (spec.framework == "jax" and spec.attention_impl in FUSED_ATTENTION
-            and (spec.model.family != USER or "torchax" in spec.strategy))
+    runs = backends.get(spec.framework).attention_impl(spec.strategy.attention_impl)  # torch's SDPA: "default"
+    return runs in FUSED_ATTENTION and (spec.model.family != USER or "torchax" in spec.strategy.name)
 
 
 def is_score_shape(dims: tuple[int, ...], heads: int, seq: int, batch: int = 0) -> bool:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.predict.datasheets import DATASHEETS, for_label
+from twinbench.spec_sections import flat_spec
 
 
 @dataclass
@@ -121,7 +122,7 @@ def points_from_records(path: Path, here_label: str | None = None) -> tuple[list
         if name is None:
             skipped.append(f"{label}: no datasheet")
             continue
-        spec = r.get("spec") or {}
+        spec = flat_spec(r.get("spec"))
         batch, seq, step = r.get("batch"), r.get("seq"), r.get("step_ms")
         for field_, value in (("batch", batch), ("seq", seq)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -8,17 +8,25 @@ data-parallel gradient all-reduce (``scaling.py``).
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twinbench import backends
 from twinbench.predict import calibration, scaling
 from twinbench.predict.attention import fused_in
 from twinbench.predict.datasheets import Datasheet, lookup, op_overhead_us
 from twinbench.predict.roofline import Efficiency, Roofline, roofline
 from twinbench.spec import RunSpec, SpecError
 
+#: where each framework's step program is read ("module:function" of the spec): JAX's lowered HLO, torch's one
+#: traced step on this CPU
+PROGRAM_OF = {"jax": "twinbench.predict.program:jax_program", "torch": "twinbench.predict.torch_ops:torch_program"}
+#: what a prediction of a framework on a platform it reaches another way says
+PLATFORM_NOTES = {("torch", "tpu"): "torch on a TPU: costed as eager kernels on the TPU; torch reaches a TPU through "
+                                    "torchax (jax:torchax with --model) or torch_xla, whose programs are XLA's"}
 #: the fraction of the datasheet a framework reaches, by platform: matmuls of the bf16 peak (the measured
 #: matmul peak over the datasheet's, JAX's, on the TPU and the GPU of benchmarks/RESULTS.md, "On a GPU" and "On
 #: a TPU"; a CPU has no datasheet, its measured peak is the peak: 1.0) and memory-bound ops of the bandwidth
@@ -74,10 +82,10 @@ class Prediction:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "framework": self.spec.framework, "strategy": self.spec.strategy, "preset": self.spec.preset,
+            "framework": self.spec.framework, "strategy": self.spec.strategy.name, "preset": self.spec.preset,
             "batch": self.spec.train.batch, "seq": self.spec.train.seq, "device": self.sheet.name,
             "device_label": self.sheet.label, "platform": self.sheet.platform,
-            "attention_impl": self.spec.attention_impl, "step_ms": round(self.step_ms, 3),
+            "attention_impl": self.spec.strategy.attention_impl, "step_ms": round(self.step_ms, 3),
             "roofline_ms": round(self.roof.step_ms, 3), "calibration_factor": round(self.factor, 4),
             "mfu": round(self.mfu, 4), "tokens_per_s": round(self.tokens / (self.step_ms / 1e3), 1),
             "flops": self.roof.flops, "bytes": self.roof.bytes, "ms_by_kind": {k: round(v, 3) for k, v in
@@ -96,27 +104,22 @@ def efficiency(sheet: Datasheet, spec: RunSpec) -> Efficiency:
     from twinbench.predict.attention import attention_efficiency
 
     mm, mem = EFFICIENCY[sheet.platform]
-    return Efficiency(mm, mem, op_overhead_us(sheet.platform, spec.framework, spec.strategy),
+    return Efficiency(mm, mem, op_overhead_us(sheet.platform, spec.framework, spec.strategy.name),
                       attention_efficiency(sheet.platform))
 
 
 def program_of(spec: RunSpec):
     """The step's ops, read here (JAX: the lowered HLO; torch: one traced step on this CPU)."""
-    from twinbench.predict import program
-
-    if spec.framework == "jax":
-        return program.jax_program(spec)
-    from twinbench.predict import torch_ops
-
-    return torch_ops.torch_program(spec)
+    module, func = PROGRAM_OF[spec.framework].split(":")
+    return getattr(importlib.import_module(module), func)(spec)
 
 
 def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point], fitted: dict,
                 devices: int = 1, cache: dict | None = None, compile_step: bool = False) -> Prediction:
     """One strategy's prediction on ``sheet``, with its error bar, calibration factor and devices curve;
     ``compile_step``: its memory from the step compiled for the TPU by the TPU compiler (:func:`compiled`)."""
-    key = (spec.framework, spec.strategy, spec.preset, spec.train.batch, spec.train.seq, spec.model,
-           spec.attention_impl)
+    key = (spec.framework, spec.strategy.name, spec.preset, spec.train.batch, spec.train.seq, spec.model,
+           spec.strategy.attention_impl)
     prog = cache.get(key) if cache is not None else None
     if prog is None:
         prog = program_of(spec)
@@ -125,16 +128,15 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
     eff = efficiency(sheet, spec)
     ops, notes = prog.ops_for(sheet.platform), []
     if fused_in(spec):
-        notes.append(f"{spec.attention_impl} attention: the einsum attention's ops replaced by one fused kernel "
+        notes.append(f"{spec.strategy.attention_impl} attention: the einsum attention's ops replaced by one fused kernel "
                      "per layer, its scores left out of the memory (predict/attention.py)")
     if sheet.platform == "cpu":
         notes.append("on a CPU the roofline has been fast (the error bar): the step's dots run below the square-"
                      "matmul peak (0.87 of it at the small preset's shapes, alone) and its element-wise kernels "
                      "below the copy bandwidth; other processes on the cores slow a measured step further. "
                      "--calibrate with one measured run of yours scales the predictions of its kind")
-    if spec.framework == "torch" and sheet.platform == "tpu":
-        notes.append("torch on a TPU: costed as eager kernels on the TPU; torch reaches a TPU through torchax "
-                     "(jax:torchax with --model) or torch_xla, whose programs are XLA's")
+    if note := PLATFORM_NOTES.get((spec.framework, sheet.platform)):
+        notes.append(note)
     roof = roofline(ops, sheet, eff)
     kind = (sheet.platform, spec.framework)
     pred = Prediction(spec, sheet, roof, prog.memory_bytes, prog.n_params, prog.tokens, prog.grad_bytes,
@@ -144,7 +146,7 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
     if compile_step:
         compiled(pred)
     if devices > 1:
-        pred.curve = scaling.curve(pred.step_ms, pred.grad_bytes, sheet, spec.framework, spec.strategy, devices)
+        pred.curve = scaling.curve(pred.step_ms, pred.grad_bytes, sheet, spec.framework, spec.strategy.name, devices)
     return pred
 
 
@@ -158,7 +160,7 @@ def compiled(pred: Prediction) -> None:
     if pred.sheet.platform != "tpu":
         pred.notes.append(f"--compile: compiles for TPUs; {pred.sheet.name} keeps the estimate from the shapes")
         return
-    if pred.spec.framework != "jax":
+    if not backends.get(pred.spec.framework).READS_XLA_FLAGS:  # its step is no XLA program
         pred.notes.append("--compile: a torch strategy has no XLA program to compile; its memory is the "
                           "estimate (jax:torchax runs the same torch model as an XLA program)")
         return
@@ -212,9 +214,9 @@ def sheet_of(device: str, spec: RunSpec, sheets: dict[str, Datasheet]) -> Datash
     """The datasheet of ``device`` for ``spec``; ``here`` measured once per framework and dtype (``sheets``)."""
     if device != "here":
         return lookup(device)
-    key = f"{spec.framework}/{_dtype(spec)}/{spec.threads}"
+    key = f"{spec.framework}/{_dtype(spec)}/{spec.host.threads}"
     if key not in sheets:
-        sheets[key] = here_sheet(spec.framework, _dtype(spec), spec.threads)
+        sheets[key] = here_sheet(spec.framework, _dtype(spec), spec.host.threads)
     return sheets[key]
 
 
@@ -289,12 +291,10 @@ PREDICTED = {"jax": ("jit", "scan-layers", "scan-steps", "torchax", "port"),
 
 def check_covered(specs: list[RunSpec]) -> None:
     """A strategy predict does not read: one line naming what it covers (SpecError), before any work."""
-    from twinbench.strategies.registry import split_name
-
     for s in specs:
-        if split_name(s.strategy)[0] not in PREDICTED.get(s.framework, ()):
+        if s.strategy.base not in PREDICTED.get(s.framework, ()):
             covered = "; ".join(f"{fw}: {', '.join(names)}" for fw, names in PREDICTED.items())
-            raise SpecError(f"--strategies {s.framework}:{s.strategy}: predict reads one device's program of "
+            raise SpecError(f"--strategies {s.framework}:{s.strategy.name}: predict reads one device's program of "
                             f"{covered} (with modifiers such as +bf16); --devices N adds the data-parallel curve")
 
 

@@ -116,6 +116,5 @@ def op_overhead_us(platform: str, framework: str, strategy: str) -> float:
     per = OP_OVERHEAD_US[platform]
     if isinstance(per, float):
         return per
-    if framework == "jax":
-        return per["jax"]
-    return per["torch-compile" if strategy.startswith("compile") else "torch-eager"]
+    how = f"{framework}-compile" if strategy.startswith("compile") else f"{framework}-eager"
+    return per[how] if how in per else per[framework]  # torch's by compile or eager, JAX's one

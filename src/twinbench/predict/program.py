@@ -65,7 +65,6 @@ def jax_program(spec: RunSpec) -> Program:
     """The JAX step's kernels, fused the way a TPU/GPU compiler would (``hlo.py``). A fused attention
     (``attention.fused_in``) is lowered as the einsum attention, then its ops replaced by the fused
     kernel's and its scores kept off the memory (``attention.py``)."""
-    from dataclasses import replace
 
     import jax
 
@@ -76,7 +75,7 @@ def jax_program(spec: RunSpec) -> Program:
     m, t = spec.model, spec.train
     on_chip = (lambda ins: bool(ins.shapes) and attention.is_score_shape(ins.shapes[0][1], m.heads, t.seq, t.batch)) \
         if fused else None
-    text, trainer = jax_hlo(replace(spec, attention_impl="default") if fused else spec)
+    text, trainer = jax_hlo(spec.evolve(attention_impl="default") if fused else spec)
     ops, gpu_ops, memory = hlo.step_ops(text, on_chip)
     source = f"unoptimized HLO of the jitted step ({len(text.splitlines())} lines), fused by predict/hlo.py"
     if fused:
@@ -84,11 +83,11 @@ def jax_program(spec: RunSpec) -> Program:
         causal = family.get(spec).causal
         # the TPU's kernels run splash (a GPU's, cuDNN's); each list is costed on its own platform
         ops, gpu_ops = (attention.fused_attention(o, **shape, head_dim=m.d_model // m.heads, causal=causal,
-                                                  splash=tpu and spec.attention_impl == "splash")
+                                                  splash=tpu and spec.strategy.attention_impl == "splash")
                         for o, tpu in ((ops, True), (gpu_ops, False)))
         stats = attention.stats_bytes(**shape)
         memory = (memory[0] + stats, memory[1] + stats)
-        source += f"; its einsum attention replaced by the {spec.attention_impl} kernel (predict/attention.py)"
+        source += f"; its einsum attention replaced by the {spec.strategy.attention_impl} kernel (predict/attention.py)"
     leaves = jax.tree_util.tree_leaves(trainer.params)
     n_params = sum(int(x.size) for x in leaves)
     grad_bytes = 4.0 * n_params  # fp32 master weights: fp32 gradients

@@ -16,6 +16,8 @@ from twinbench.predict.datasheets import Datasheet
 #: fraction of the all-reduce hidden behind compute, by framework and strategy family
 OVERLAP = {("jax", "mesh-dp"): 0.7, ("jax", "jit"): 0.7, ("jax", "mesh-fsdp"): 0.5, ("jax", "pmap"): 0.0,
            ("torch", "ddp"): 0.6, ("torch", "fsdp"): 0.5}
+#: the fraction hidden for a strategy OVERLAP does not name, by framework
+UNKNOWN_OVERLAP = {"jax": 0.6, "torch": 0.5}
 #: an all-reduce's fixed cost per step (latency of the ring's 2 (N - 1) hops and launches), ms
 LATENCY_MS = {"tpu": 0.05, "gpu": 0.1, "cpu": 1.0}
 #: fraction of the interconnect's datasheet bandwidth a ring all-reduce reaches
@@ -34,7 +36,7 @@ class Point:
 def overlap(framework: str, strategy: str) -> float:
     """The stated overlap of ``strategy`` (its base name), 0 when unknown."""
     base = strategy.split("+")[0]
-    return OVERLAP.get((framework, base), 0.6 if framework == "jax" else 0.5)
+    return OVERLAP.get((framework, base), UNKNOWN_OVERLAP[framework])
 
 
 def allreduce_ms(grad_bytes: float, devices: int, sheet: Datasheet) -> tuple[float, str]:

@@ -26,8 +26,8 @@ def error_text(pred: Prediction) -> str:
 def render(pred: Prediction) -> str:
     """One strategy's prediction: step, MFU, memory, the dominant ops, the error bar, the devices curve."""
     s, sheet = pred.spec, pred.sheet
-    lines = [f"{s.framework} {s.strategy} {s.preset} {s.train.batch}x{s.train.seq}"
-             f"{'' if s.attention_impl == 'default' else ' attention ' + s.attention_impl} on {sheet.name} "
+    lines = [f"{s.framework} {s.strategy.name} {s.preset} {s.train.batch}x{s.train.seq}"
+             f"{'' if s.strategy.attention_impl == 'default' else ' attention ' + s.strategy.attention_impl} on {sheet.name} "
              f"({sheet.label}): predicted step {_ms(pred.step_ms)} ms, MFU {pred.mfu:.0%}, "
              f"{pred.tokens / (pred.step_ms / 1e3):,.0f} tokens/s"]
     if pred.factor != 1.0:

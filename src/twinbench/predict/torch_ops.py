@@ -155,7 +155,7 @@ def torch_program(spec: RunSpec):
     from twinbench.predict.program import Program
 
     trace, trainer = trace_step(spec)
-    compiled = spec.strategy.startswith("compile")
+    compiled = spec.strategy.base.startswith("compile")
     ops = fuse_runs(trace, spec) if compiled else eager_ops(trace, spec)
     n_params = sum(p.numel() for p in trainer.model.parameters())
     memory = _peak_live(trace) + 16.0 * n_params  # fp32 params, grads, Adam's two moments

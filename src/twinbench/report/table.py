@@ -19,6 +19,7 @@ from twinbench.models.family import flops_convention
 from twinbench.record import CONDITION_WARNINGS
 from twinbench.report.breakeven import crossing_sentence, total_s
 from twinbench.report.escape import md
+from twinbench.spec_sections import flat_spec
 
 COLUMNS = ("run", "compile s", "1st step s", "step ms (p10-p90)", "tokens/s", "TFLOP/s", "MFU",
            "peak mem", "recompiles", "loss first→last", "total s @ plan")
@@ -74,7 +75,7 @@ def field_value(r: dict[str, Any], key: str) -> Any:
     """A run-spec field of a record: a record field, else the spec's model/train/top-level field."""
     if key in r and key not in _NOT_LABELS:
         return r[key]
-    spec = r.get("spec") or {}
+    spec = flat_spec(r.get("spec"))
     for part in (spec.get("model") or {}, spec.get("train") or {}, spec):
         if key in part:
             return part[key]
@@ -85,7 +86,7 @@ def varying(records: list[dict[str, Any]]) -> list[str]:
     """Spec fields (and the cache state) whose values differ between the runs: a sweep's axes, ``--cache both``."""
     keys: list[str] = []
     for r in records:
-        spec = r.get("spec") or {}
+        spec = flat_spec(r.get("spec"))
         for k in [*(spec.get("model") or {}), *(spec.get("train") or {}), *spec]:
             if k not in _NOT_LABELS and k not in ("model", "train", "precision") and k not in keys:  # +bf16 says it
                 keys.append(k)
@@ -123,7 +124,7 @@ def row(r: dict[str, Any], plan_steps: int, vary: list[str] | tuple[str, ...] = 
 
 def _model_name(r: dict[str, Any]) -> str:
     """``small preset``, or the user's own model (``--model FILE.py:build``, shaped by the preset)."""
-    user = (r.get("spec") or {}).get("user_model")
+    user = flat_spec(r.get("spec")).get("user_model")
     return f"{user} (--model) shaped by the {r['preset']} preset" if user else f"{r['preset']} preset"
 
 

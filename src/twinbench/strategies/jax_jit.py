@@ -183,7 +183,7 @@ class JaxTrainer:
         return None
 
     def compile(self, step: Callable) -> Callable:
-        donate = not self.spec.mods.nodonate
+        donate = not self.spec.strategy.mods.nodonate
         if self.steps_per_call > 1:
             step = scan_steps(step)
         return jax.jit(step, donate_argnums=(0, 1) if donate else ())
@@ -198,7 +198,7 @@ class JaxTrainer:
 
     def explain_parts(self) -> dict[str, Any]:
         if self.steps_per_call > 1 or self.reduce() is not None:
-            raise NotImplementedError(f"explain: no forward/backward parts for jax/{self.spec.strategy}")
+            raise NotImplementedError(f"explain: no forward/backward parts for jax/{self.spec.strategy.name}")
         return explain_parts(self, self.make_loss())
 
     def explain_hlo(self, x: Any, y: Any) -> str:

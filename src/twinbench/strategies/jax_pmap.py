@@ -48,13 +48,13 @@ class FirstCopy:
 
 class PmapTrainer(JaxTrainer):
     def __init__(self, spec: RunSpec, weights: Canonical):
-        self.n = spec.devices
-        if spec.devices % jax.process_count():
-            raise RuntimeError(f"--devices {spec.devices} does not split over {jax.process_count()} processes")
-        self.n_local = spec.devices // jax.process_count()
+        self.n = spec.launch.devices
+        if spec.launch.devices % jax.process_count():
+            raise RuntimeError(f"--devices {spec.launch.devices} does not split over {jax.process_count()} processes")
+        self.n_local = spec.launch.devices // jax.process_count()
         self.devices = jax.local_devices()[: self.n_local]
         if len(self.devices) < self.n_local:
-            raise RuntimeError(f"--devices {spec.devices}: only {len(jax.local_devices())} local device(s) visible")
+            raise RuntimeError(f"--devices {spec.launch.devices}: only {len(jax.local_devices())} local device(s) visible")
         # where pmap keeps its stacked arrays: axis 0 over the local devices (jax >= 0.10 says so with a
         # NamedSharding; older versions had a PmapSharding)
         self.stacked = NamedSharding(Mesh(np.array(self.devices), (AXIS,)), P(AXIS))
@@ -68,7 +68,7 @@ class PmapTrainer(JaxTrainer):
         return params, jax.pmap(self.tx.init, axis_name=AXIS, devices=self.devices)(params)
 
     def reduce(self) -> Callable[[Any, jax.Array], tuple[Any, jax.Array]]:
-        return pmean_grads(not self.spec.mods.nosync)
+        return pmean_grads(not self.spec.strategy.mods.nosync)
 
     def compile(self, step: Callable) -> Callable:
         return jax.pmap(step, axis_name=AXIS, devices=self.devices, donate_argnums=(0, 1))

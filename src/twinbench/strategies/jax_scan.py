@@ -18,9 +18,9 @@ AUTO_K = (8, 5, 4, 2)
 
 
 def resolve_k(spec: RunSpec) -> int:
-    """K of a scan-steps run: ``spec.scan_k`` if set, else the automatic choice (1 if none fits)."""
-    if spec.scan_k:
-        return spec.scan_k
+    """K of a scan-steps run: ``spec.strategy.scan_k`` if set, else the automatic choice (1 if none fits)."""
+    if spec.strategy.scan_k:
+        return spec.strategy.scan_k
     t = spec.train
     for k in AUTO_K:
         if t.steps % k == 0 and t.steps // k - max(math.ceil(t.warmup / k), 1) >= 2:

@@ -38,7 +38,7 @@ def flat_weights(params: Any) -> dict[str, np.ndarray]:
 
 def port_loss(spec: RunSpec, weights: dict[str, np.ndarray]) -> tuple[Any, Callable]:
     """(params mapped by the user's ``to_jax``, the port's ``loss_fn``)."""
-    um = load_jax(spec.user_jax_model, fam.config(spec))
+    um = load_jax(spec.user.user_jax_model, fam.config(spec))
     params = jax.tree.map(jnp.asarray, map_to_jax(um.to_jax, weights))
     return params, um.loss_fn
 
@@ -90,6 +90,6 @@ def build_port(spec: RunSpec, weights: dict[str, np.ndarray]) -> PortTrainer:
 
 def build_mesh(spec: RunSpec, weights: dict[str, np.ndarray]) -> MeshTrainer:
     """``{torchax,port}-mesh-{dp,fsdp}``: the source and the sharding from the base's name."""
-    source, _, kind = spec.base_strategy.partition("-mesh-")
+    source, _, kind = spec.strategy.base.partition("-mesh-")
     cls = TorchaxMeshTrainer if source == "torchax" else PortMeshTrainer
     return cls(spec, weights, fsdp=kind == "fsdp")

@@ -16,7 +16,7 @@ from twinbench.spec import RunSpec
 
 def compile_dynamic(spec: RunSpec) -> bool | None:
     """The ``dynamic`` argument of ``torch.compile`` for this run."""
-    if spec.mods.symbolic:
+    if spec.strategy.mods.symbolic:
         return True
     if spec.train.task == "classify" and length_policy(spec) in ("pad-max", "bucket"):
         return False
@@ -24,4 +24,4 @@ def compile_dynamic(spec: RunSpec) -> bool | None:
 
 
 def prefetch(spec: RunSpec) -> bool:
-    return spec.mods.prefetch
+    return spec.strategy.mods.prefetch

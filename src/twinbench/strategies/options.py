@@ -12,16 +12,16 @@ from twinbench.spec import RunSpec
 
 
 def compute_dtype(spec: RunSpec) -> str:
-    return "bf16" if spec.train.precision == "bf16" or spec.mods.bf16 else "fp32"
+    return "bf16" if spec.train.precision == "bf16" or spec.strategy.mods.bf16 else "fp32"
 
 
 def model_options(spec: RunSpec) -> ModelOptions:
     return ModelOptions(
-        scan_layers=spec.base_strategy == "scan-layers",
-        scan_unroll=spec.scan_unroll,
-        remat=spec.remat_policy if spec.mods.remat else "none",
+        scan_layers=spec.strategy.base == "scan-layers",
+        scan_unroll=spec.strategy.scan_unroll,
+        remat=spec.strategy.remat_policy if spec.strategy.mods.remat else "none",
         compute_dtype=compute_dtype(spec),
-        attention_impl=spec.attention_impl,
-        fused_qkv=spec.mods.fused_qkv,
-        splash_layout=spec.splash_layout,
+        attention_impl=spec.strategy.attention_impl,
+        fused_qkv=spec.strategy.mods.fused_qkv,
+        splash_layout=spec.strategy.splash_layout,
     )

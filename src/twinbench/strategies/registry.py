@@ -2,8 +2,8 @@
 
 A strategy name is a base strategy optionally followed by modifiers joined with ``+``, the one naming
 scheme used everywhere (CLI, records, reports): ``compile+bf16+remat``, ``jit+nodonate``. Bases build a
-trainer; modifiers are registered here with the frameworks (and bases) they apply to, and the builders read
-them from ``spec.modifiers``.
+trainer; modifiers are declared in ``strategies/modifiers.py`` with the frameworks (and bases) they apply to, and
+the builders read them from ``spec.strategy.mods``.
 
 Builders are named as ``"module:function"`` strings and imported only when a run needs them, so listing
 strategies (or the parent process of a compare) never imports torch or jax.
@@ -19,7 +19,8 @@ from typing import Any
 from twinbench import backends
 from twinbench.models import family as model_family
 from twinbench.spec import FRAMEWORKS, USER, RunSpec, SpecError
-from twinbench.strategies.modifiers import LENGTH_POLICIES
+from twinbench.spec_sections import split_name
+from twinbench.strategies.modifiers import DECLARED, LENGTH_POLICIES, Modifier
 
 
 @dataclass(frozen=True)
@@ -39,16 +40,9 @@ class Strategy:
         return getattr(importlib.import_module(module), func)
 
 
-@dataclass(frozen=True)
-class Modifier:
-    name: str
-    frameworks: tuple[str, ...]
-    summary: str
-    bases: tuple[str, ...] | None = None  # None: every base of those frameworks
-
-
 REGISTRY: dict[tuple[str, str], Strategy] = {}
-MODIFIERS: dict[str, Modifier] = {}
+#: every modifier, declared in strategies/modifiers.py (frameworks, bases, summary, family option, data-side)
+MODIFIERS: dict[str, Modifier] = DECLARED
 #: Full names (base+modifiers) that `compare` runs by default in addition to the default bases.
 DEFAULT_COMBOS: list[tuple[str, str]] = []
 
@@ -58,17 +52,6 @@ def register(framework: str, name: str, summary: str, builder: str, default: boo
              modifiers: tuple[str, ...] | None = None) -> None:
     REGISTRY[(framework, name)] = Strategy(framework, name, summary, builder, default, multi_device, launcher,
                                            families, modifiers)
-
-
-def register_modifier(name: str, frameworks: tuple[str, ...], summary: str,
-                      bases: tuple[str, ...] | None = None) -> None:
-    MODIFIERS[name] = Modifier(name, frameworks, summary, bases)
-
-
-def split_name(full: str) -> tuple[str, tuple[str, ...]]:
-    """``"compile+bf16+remat"`` -> ``("compile", ("bf16", "remat"))``."""
-    base, *mods = full.split("+")
-    return base, tuple(mods)
 
 
 register("torch", "eager", "PyTorch eager: forward, backward, clip, AdamW op by op; no compilation",
@@ -87,27 +70,6 @@ register("jax", "scan-steps", "K whole jitted steps per call (lax.scan over K st
          "step time = call time / K", "twinbench.strategies.jax_scan:build", default=False)
 register("jax", "scan-layers", "jit step over a model whose blocks are stacked (nnx.vmap) and applied with "
          "nnx.scan: one block compiled (--scan-unroll)", "twinbench.strategies.jax_jit:build", default=False)
-register_modifier("bf16", ("torch", "jax"), "bf16 compute (torch.autocast / bf16 Linear+attention), fp32 master "
-                  "weights and optimizer state; same as --precision bf16")
-register_modifier("remat", ("torch", "jax"), "activation checkpointing per block (torch.utils.checkpoint, "
-                  "use_reentrant=False / nnx.remat with --remat-policy: full, dots-saveable, nothing-saveable)")
-register_modifier("nodonate", ("jax",), "do not donate params and optimizer state to the step (shows what "
-                  "donation buys)", bases=("jit", "scan-steps", "scan-layers", "torchax", "port"))
-register_modifier("fused-qkv", ("jax",), "the JAX twin's q, k, v as one full-width product laid out for the "
-                  "attention by one transpose of the three (a layout choice; ModelOptions.fused_qkv)", bases=("jit",))
-register_modifier("optc", ("torch",), "also torch.compile the optimizer half of the step (grad clipping + AdamW)",
-                  bases=("compile", "compile-regional"))
-# Variable-length batches and the input pipeline (--task classify): see data/classify.py, pipeline.py.
-register_modifier("pad-max", ("torch", "jax"), "classify: pad every batch to --seq (the default): one shape, "
-                  "one compiled program")
-register_modifier("bucket", ("torch", "jax"), "classify: pad each batch to the smallest bucket (seq/8, seq/4, "
-                  "seq/2, seq) that fits: one program per bucket (torch.compile: dynamic=False)")
-register_modifier("dynamic", ("torch", "jax"), "classify: pad each batch only to its longest example: JAX "
-                  "compiles per new length; torch.compile default (dynamic=None: marks dynamic on recompile)")
-register_modifier("symbolic", ("torch",), "torch.compile(dynamic=True): symbolic shapes from the first call "
-                  "(use with +dynamic)", bases=("compile",))
-register_modifier("prefetch", ("torch", "jax"), "input pipeline with background workers (DataLoader / Grain) "
-                  "and device prefetch (pinned non_blocking copies / grain.experimental.device_put)")
 def for_family(family: Any, chosen: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The default (or ``all``) selection for a preset of ``family``: every chosen cell the family can run plus
     the cells it adds itself (``Family.default_cells``, e.g. BERT's variable-length cases)."""
@@ -131,19 +93,12 @@ register("torch", "ddp", "PyTorch DistributedDataParallel, one process per devic
          "twinbench.strategies.torch_ddp:build", default=False, multi_device=True, launcher="torchrun")
 register("torch", "fsdp", "PyTorch FSDP2 (fully_shard per block), one process per device via torchrun",
          "twinbench.strategies.torch_fsdp:build", default=False, multi_device=True, launcher="torchrun")
-register_modifier("replicate-batch", ("jax",), "anti-pattern (claim C10): the batch replicated on every device "
-                  "instead of split; flagged in the record's warnings", bases=("mesh-dp",))
-register_modifier("nosync", ("jax",), "anti-pattern (claim C13): no lax.pmean of the gradients, each device "
-                  "trains its own model; flagged in the record's warnings", bases=("pmap",))
 
 # PyTorch code compiled by XLA: a family's torch module (a twin's model_torch.py, or the user's --model) run by
 # torchax inside the twins' JAX step (strategies/torchax_step.py). A JAX run: JAX's device, peak, memory, profiler.
 register("jax", "torchax", "the family's PyTorch module (twin or --model) run by torchax: forward, backward and "
          "Optax AdamW in one jit, params+opt state donated", "twinbench.strategies.torchax_step:build",
          default=False, modifiers=("bf16", "remat", "nodonate", "fused-loss"))
-register_modifier("fused-loss", ("jax",), "torchax: F.cross_entropy lowered as the JAX twins' loss (log-sum-exp "
-                  "and the target's logit, fused reductions in fp32) instead of torchax's own log_softmax + "
-                  "nll_loss (an fp32 copy of the logits)", bases=("torchax",))
 #: bases whose step runs the family's torch module, not an NNX twin (so they need no "jax-twin")
 TORCH_MODULE = ("torchax",)
 
@@ -168,7 +123,7 @@ USER_ONLY = tuple(n for (_, n), s in REGISTRY.items() if s.families == (USER,))
 
 def builder(spec: RunSpec) -> Callable:
     """The trainer builder of ``spec``'s strategy (the same for a twin and a user's model)."""
-    return get(spec.framework, spec.strategy).load()
+    return get(spec.framework, spec.strategy.name).load()
 
 
 def get(framework: str, full: str) -> Strategy:
@@ -226,19 +181,17 @@ def select(frameworks: list[str], names: list[str] | None) -> list[tuple[str, st
 def check_devices(spec: RunSpec) -> None:
     """A single-device strategy asked to run on several devices is a user error, not a silent 1-device run;
     so is a cell of the matrix that cannot exist (one line, with the reason)."""
-    strategy = get(spec.framework, spec.strategy)
-    if spec.devices > 1 and not strategy.multi_device:
+    strategy = get(spec.framework, spec.strategy.name)
+    if spec.launch.devices > 1 and not strategy.multi_device:
         many = ", ".join(n for (f, n), s in REGISTRY.items() if f == spec.framework and s.multi_device)
-        raise SpecError(f"--devices {spec.devices}: {spec.framework} strategy {spec.base_strategy!r} runs on one "
+        raise SpecError(f"--devices {spec.launch.devices}: {spec.framework} strategy {spec.strategy.base!r} runs on one "
                         f"device; allowed with --devices > 1: {many}")
-    reason = cell_reason(model_family.get(spec), spec.framework, spec.strategy)
+    reason = cell_reason(model_family.get(spec), spec.framework, spec.strategy.name)
     if reason:
-        raise SpecError(f"--strategies: {spec.framework}:{spec.strategy} with the {spec.model.family} family: {reason}")
+        raise SpecError(f"--strategies: {spec.framework}:{spec.strategy.name} with the {spec.model.family} family: {reason}")
 
 
 # ------------------------------------------------------------------------------------------ the matrix
-#: Modifiers that are data-side (padding policy, input pipeline): they do not touch the step.
-DATA_MODIFIERS = ("pad-max", "bucket", "dynamic", "symbolic", "prefetch")
 
 
 def _options_needed(framework: str, base: str, mods: tuple[str, ...]) -> list[str]:
@@ -246,7 +199,7 @@ def _options_needed(framework: str, base: str, mods: tuple[str, ...]) -> list[st
     strategy = REGISTRY[(framework, base)]
     twin = backends.get(framework).TWIN_OPTION  # "jax-twin": a JAX strategy builds the family's NNX twin
     need = [twin] if twin and strategy.families is None and base not in TORCH_MODULE else []
-    need += [m for m in ("bf16", "remat", "prefetch", "fused-qkv") if m in mods]
+    need += [name for name, m in MODIFIERS.items() if m.family_option and name in mods]
     if base in ("scan-layers", "compile-regional"):
         need.append(base)
     if strategy.multi_device:

@@ -28,7 +28,7 @@ def apply_compile(trainer: TorchTrainer, spec: RunSpec, regional: bool) -> Torch
             block.compile()
     else:
         trainer.forward_loss = torch.compile(trainer.forward_loss, dynamic=compile_dynamic(spec))
-    if spec.mods.optc:
+    if spec.strategy.mods.optc:
         trainer.update = torch.compile(trainer.update)
     return trainer
 

@@ -29,7 +29,7 @@ def apply_remat(model: torch.nn.Module, family: Family, spec: RunSpec) -> torch.
     """``+remat``: activation checkpointing of every block the family names. The twins do it themselves
     (``ModelOptions.remat``); any other module gets each block's ``forward`` wrapped in
     ``torch.utils.checkpoint`` (non-reentrant) from outside."""
-    if not spec.mods.remat or "remat" in family.native_options:
+    if not spec.strategy.mods.remat or "remat" in family.native_options:
         return model
     for block in family.torch_blocks(model):
         forward = block.forward

@@ -186,7 +186,7 @@ def attention_lowered_as(env: Any, impl: str, seq_minor: bool = False) -> Iterat
 def module_options(spec: RunSpec) -> ModelOptions:
     """The torch module's own options: fp32 and no checkpointing (torchax applies ``+bf16`` and ``+remat``); the
     attention and the splash layout its SDPA is lowered to."""
-    return ModelOptions(attention_impl=spec.attention_impl, splash_layout=spec.splash_layout)
+    return ModelOptions(attention_impl=spec.strategy.attention_impl, splash_layout=spec.strategy.splash_layout)
 
 
 class TorchaxModel:
@@ -207,7 +207,7 @@ class TorchaxModel:
         self.module.train()
         wrapper = with_loss(self.module, self.family.torch_loss)
         self.layers = LayerStack(wrapper)
-        if self.spec.mods.remat:
+        if self.spec.strategy.mods.remat:
             for block in self.family.torch_blocks(self.module):
                 remat_block(block, env)
         states, fn = torchax.extract_jax(wrapper)
@@ -219,7 +219,7 @@ class TorchaxModel:
         self.buffers = buffers
         seq_minor = opts.splash_seq_minor(written_heads_first=False)  # torch's q, k, v come through a transpose
         self.attention = lambda: attention_lowered_as(env, opts.attention_impl, seq_minor)
-        self.loss_lowering = lambda: cross_entropy_lowered(env, self.spec.mods.fused_loss)
+        self.loss_lowering = lambda: cross_entropy_lowered(env, self.spec.strategy.mods.fused_loss)
 
         def loss_of(params: dict[str, Any], x: Any, y: Any) -> Any:
             with traced_as_compiled(), self.layers.watch(), self.autocast(), self.attention(), self.loss_lowering():
