@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -192,15 +193,10 @@ class StepProfiler:
     def _discard(self) -> None:
         """Stop the profiler and keep nothing of it: the folder holds no trace (``--trace`` took it empty or new,
         so the profile under it is this run's), and the report says why."""
-        if self.torch_prof is not None:
-            self._next_annotation(None)
-            self.torch_prof.stop()
-        else:
-            import jax
-
-            self._next_annotation(None)
-            jax.profiler.stop_trace()
-            shutil.rmtree(self.dir / "plugins", ignore_errors=True)
+        self._next_annotation(None)
+        with tempfile.TemporaryDirectory() as scratch:  # what the profiler writes as it stops goes nowhere
+            backends.get(str(self.framework)).stop_trace(self.started, Path(scratch))
+        shutil.rmtree(self.dir / "plugins", ignore_errors=True)  # a JAX profile is written where it started
 
     def _copy_step_hlo(self) -> None:
         """The step's compiled module from the HLO dump, as ``step.hlo.txt`` beside the trace (the last compile
