@@ -58,9 +58,6 @@ class Columns:
     def __len__(self) -> int:
         return self.on_disk + len(getattr(self, next(iter(self._spec))))
 
-    def full(self) -> bool:
-        return len(getattr(self, next(iter(self._spec)))) >= self.chunk
-
     def flush(self) -> None:
         """The rows in memory, written to their columns' files."""
         for k in self._spec:

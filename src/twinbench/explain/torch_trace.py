@@ -162,8 +162,9 @@ class Events(spill.Columns):
         args = e.get("args")
         args = args if isinstance(args, dict) else {}  # a hand-edited trace: args that are no mapping are none
         name = e.get("name", "")
-        name = name if isinstance(name, str) else str(name)
-        n = self.name_id(name[:MAX_NAME])
+        n = self._name_ids.get(name) if type(name) is str else None
+        if n is None:
+            n = self.name_id((name if isinstance(name, str) else str(name))[:MAX_NAME])
         self.cat.append(code)
         self.name.append(n)
         self.ts.append(ts)
@@ -173,7 +174,11 @@ class Events(spill.Columns):
             tid = d if isinstance(d, int) else pid if isinstance(pid, int) else 0
             self.devices[tid] = self.devices.get(tid, 0) + 1
         else:
-            tid = self._tid(e.get("tid"))
+            t = e.get("tid")
+            try:
+                tid = self._tid_ids[t]
+            except (KeyError, TypeError):
+                tid = self._tid(t)
             if code == _USER:
                 self.users.add(n)
             elif code == _CPU_OP:
@@ -181,7 +186,7 @@ class Events(spill.Columns):
         self.tid.append(tid)
         self.extra.append(self._args(args) if code == _CPU_OP else
                           self._corr(args.get("correlation")) if code in _LAUNCH or code in _DEVICE else -1)
-        if self.full():
+        if len(self.cat) >= self.chunk:
             self.flush()
 
 

@@ -1,0 +1,93 @@
+"""A long torch trace, read in bounded memory, gives its original's per-step figures: fixtures repeated to ~20 steps
+by benchmarks/trace_scaling.py's generator (the one that makes the 1 GB and 2 GB traces), read with chunks and
+buckets small enough that the events go to disk, the host ops are walked bucket after bucket and the kernels
+joined over several partitions. Fixtures and their sources: fixtures/README.md."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from twinbench.explain import ops, spill, torch_trace
+from twinbench.explain.breakdown import Breakdown
+from twinbench.explain.steps import TraceError
+
+FIX = Path(__file__).parent / "fixtures"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _scaling() -> Any:
+    spec = importlib.util.spec_from_file_location("trace_scaling", ROOT / "benchmarks" / "trace_scaling.py")
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+def _long(name: str, steps: int, dst: Path) -> tuple[Path, int]:
+    """``name`` repeated to about ``steps`` steps; (the trace, its copies)."""
+    events = json.loads(gzip.decompress((FIX / name).read_bytes()))["traceEvents"]
+    per_copy = sum(len(json.dumps(e)) + 2 for e in events if e.get("ph") != "M") / 1e6
+    original_steps = torch_trace.read(str(FIX / name)).steps_traced
+    copies, _ = _scaling().make_trace(name, dst, per_copy * steps / original_steps)
+    return dst, copies
+
+
+def _per_step(b: Breakdown, kind: str = "torch") -> dict[str, Any]:
+    groups = ops.groups({"framework": kind}, b, 1.0)
+    return {"step_ms": b.step_ms, "overlap": b.overlap, "spread": b.step_spread, "device": b.device,
+            "cells": {(p, c): v for p, row in b.cells.items() for c, v in row.items() if v},
+            "ops": {k: (round(t.ms, 6), t.count, t.category) for k, t in b.ops.items()},
+            "calls": sum(g.calls for g in groups), "gflops": sum(g.flops for g in groups) / 1e9,
+            "gbytes": sum(g.bytes for g in groups) / 1e9}
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert a["device"] == b["device"] and set(a["cells"]) == set(b["cells"]) and set(a["ops"]) == set(b["ops"])
+    for k in ("step_ms", "overlap", "spread", "calls", "gflops", "gbytes"):
+        assert a[k] == pytest.approx(b[k], rel=1e-6, abs=1e-9), k
+    for k, v in a["cells"].items():
+        assert v == pytest.approx(b["cells"][k], rel=1e-6, abs=1e-9), k
+    for k, (ms, count, cat) in a["ops"].items():
+        assert (count, cat) == b["ops"][k][1:] and ms == pytest.approx(b["ops"][k][0], rel=1e-5, abs=1e-6), k
+
+
+@pytest.mark.parametrize(("name", "part"), [("hta_amd_mi250_minitoy_train.json.gz", 23),
+                                           ("pair_mnist_torch.json.gz", 301)])
+def test_a_long_trace_read_in_buckets_gives_its_originals_per_step_figures(
+        name: str, part: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU trace (its 16 kernels a copy joined to their launches over many partitions) and a CPU-only one
+    (ops' self time), ~20 steps each."""
+    original = torch_trace.read(str(FIX / name))
+    path, copies = _long(name, 20, tmp_path / "long.json")
+    monkeypatch.setattr(spill, "CHUNK", 97)  # rows in memory before they go to disk
+    monkeypatch.setattr(spill, "PART", part)  # events a bucket or partition holds: many of them
+    ev = torch_trace.load(str(path))
+    try:
+        assert ev.on_disk > len(ev) / 2  # the columns went to disk
+    finally:
+        ev.close()
+    long = torch_trace.read(str(path))
+    assert copies >= 6 and long.steps_traced == copies * original.steps_traced >= 18
+    assert long.steps_used == copies * original.steps_used
+    _same(_per_step(long), _per_step(original))
+
+
+def test_the_spilled_columns_are_removed_once_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[str] = []
+
+    def mkdtemp(prefix: str) -> str:
+        made.append(str(tmp_path / f"{prefix}{len(made)}"))
+        Path(made[-1]).mkdir()
+        return made[-1]
+
+    monkeypatch.setattr(spill.tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(spill, "CHUNK", 500)
+    torch_trace.read(str(FIX / "pair_mnist_torch.json.gz"))
+    with pytest.raises(TraceError, match="no device 7"):
+        torch_trace.read(str(FIX / "pair_mnist_torch.json.gz"), device=7)
+    assert len(made) == 2 and list(tmp_path.iterdir()) == []  # each read made its folder, and removed it
