@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from twinbench.explain import files, hlo, taxonomy, tpu_trace, xplane
+from twinbench.explain import files, hlo, taxonomy, tpu_trace, xplane_stream
 from twinbench.explain import steps as st
 from twinbench.explain.breakdown import WHOLE_ITERATION, Breakdown, step_cut, undisturbed
 from twinbench.explain.steps import TraceError
@@ -99,19 +99,22 @@ def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str
     events only the device's kernels (or XLA:CPU's thunks) and the host's annotations are kept, as small
     records, and the decoded profile is dropped before any step is attributed."""
     path = xplane_of(trace_path)
-    try:
-        raw = files.read_bytes(path, "profile")  # the one bounded reader of user-named files
-        names = xplane.plane_names(raw)
-        tpu = tpu_trace.is_tpu(names)
-    except (OSError, EOFError, ValueError, IndexError, TypeError, UnicodeDecodeError) as e:
-        raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from e
-    if not names:  # a protobuf of another message decodes as an XSpace with no planes
-        raise TraceError(f"{path}: not a readable profile (no planes: not a JAX profile's XSpace)")
-    if tpu:
+    with xplane_stream.Source(path) as src:  # a TPU profile is read from the file, a field at a time
+        assert src.f is not None
         try:
-            return tpu_trace.read(path, raw, device, module, hlo_text, hlo_for, steps)
-        except (IndexError, KeyError, TypeError, AttributeError, struct.error) as e:  # a prepared protobuf
-            raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from None
+            names = [p.name for p in xplane_stream.planes(src.f, src.size())]
+        except (OSError, EOFError, ValueError, IndexError, TypeError, UnicodeDecodeError) as e:
+            raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from e
+        if not names:  # a protobuf of another message decodes as an XSpace with no planes
+            raise TraceError(f"{path}: not a readable profile (no planes: not a JAX profile's XSpace)")
+        if tpu_trace.is_tpu(names):
+            try:
+                return tpu_trace.read(path, src, device, module, hlo_text, hlo_for, steps)
+            except TraceError:
+                raise
+            except (IndexError, KeyError, TypeError, AttributeError, ValueError, struct.error) as e:
+                raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from None  # prepared
+    raw = files.read_bytes(path, "profile")  # the one bounded reader of user-named files
     data = _profile(raw, path)
     del raw  # the decoded profile holds what is read from here on
     host: list[st.Marked] = []
