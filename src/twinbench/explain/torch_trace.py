@@ -273,21 +273,34 @@ def _is_backward(name: str) -> bool:
     return name.startswith("autograd::engine::evaluate_function") or name.endswith("Backward0")
 
 
-def find_steps(ev: Events, marker: str | None) -> st.Steps:
-    """The steps of a torch trace (see :mod:`.steps`); raises :class:`TraceError` when none can be found."""
-    # from_markers looks only at events named by the marker, the profiler's step names or a user annotation
-    wanted = np.array([n in ev.users or st.base(name) in PROFILER_STEPS
-                       or bool(marker and (name == marker or st.base(name) == marker))
-                       for n, name in enumerate(ev.names)] or [False], dtype=bool)
+def _marked(ev: Events, wanted: np.ndarray) -> list[st.Marked]:
+    """The cpu_ops and user annotations whose names ``wanted`` holds (by name index)."""
     host: list[st.Marked] = []
     for _, c in ev.chunks(("cat", "name", "ts", "dur")):
         cat, name_of = c["cat"], c["name"]
         m = ((cat == _CPU_OP) | (cat == _USER)) & wanted[name_of]
         host.extend(st.Marked(ev.names[n], t, t + d) for n, t, d in
                     zip(name_of[m].tolist(), c["ts"][m].tolist(), c["dur"][m].tolist(), strict=True))
-    found = st.from_markers(host, marker, PROFILER_STEPS, {ev.names[n] for n in ev.users})
-    if found:
-        return found
+    return host
+
+
+def find_steps(ev: Events, marker: str | None) -> st.Steps:
+    """The steps of a torch trace (see :mod:`.steps`); raises :class:`TraceError` when none can be found."""
+    # from_markers looks only at events named by the marker, the profiler's step names or a user annotation;
+    # the user annotations only where there is neither (a long trace has many, its steps few)
+    profiler = np.array([st.base(name) in PROFILER_STEPS for name in ev.names] or [False], dtype=bool)
+    named = np.array([bool(marker and (name == marker or st.base(name) == marker)) for name in ev.names] or [False],
+                     dtype=bool)
+    users = np.zeros(len(named), dtype=bool)
+    users[list(ev.users)] = True
+    user_names = {ev.names[n] for n in ev.users}
+    found = None
+    for wanted in ([named] if marker else [profiler, profiler | users]):
+        host = _marked(ev, wanted)
+        if marker or host:
+            found = st.from_markers(host, marker, PROFILER_STEPS, user_names)
+        if found:
+            return found
     if ev.threads:
         busiest = max(ev.threads, key=lambda t: ev.threads[t])  # the first of equals, as before
         mine: list[st.Marked] = []  # no markers: that thread's ops are held to find the pattern (a short trace)

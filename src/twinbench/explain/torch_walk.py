@@ -89,7 +89,7 @@ class _Walk:
                                       (("corr", "q"), ("row", "q"), ("ts", "d"), ("kind", "i"), ("op", "q"),
                                        ("op_kind", "i"), ("op_name", "i"), ("op_args", "i"))}
         current, stack, chain = -1, [], []
-        for row, cat, n, t, dur, tid, extra in zip(*(r[k].tolist() for k in EVENT.names), strict=True):
+        for row, cat, n, t, dur, tid, extra in _rows(r):
             if tid != current:
                 current = tid
                 stack, chain = self._threads.setdefault(tid, ([], []))
@@ -146,6 +146,14 @@ class _Walk:
                 top = stack.pop()
                 if self.on_pop is not None:
                     self.on_pop(top)
+
+
+def _rows(r: np.ndarray, chunk: int = 1 << 15) -> Iterator[tuple[Any, ...]]:
+    """A bucket's events as tuples of Python values, a slice at a time (whole columns as lists would hold
+    tens of bytes an event more)."""
+    for lo in range(0, len(r), chunk):
+        part = r[lo:lo + chunk]
+        yield from zip(*(part[k].tolist() for k in EVENT.names), strict=True)
 
 
 def buckets(ev: Any, spans: list[tuple[float, float]], wanted: Callable[[dict[str, np.ndarray]], np.ndarray],

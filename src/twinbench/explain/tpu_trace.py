@@ -18,6 +18,7 @@ import bisect
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from twinbench.explain import hlo, taxonomy, xplane, xplane_stream
 from twinbench.explain import steps as st
@@ -49,9 +50,10 @@ def is_tpu(plane_names: list[str]) -> bool:
 
 
 class _Info:
-    """What an op's event metadata says of it, read once per metadata (every execution of an op shares it)."""
+    """What an op's event metadata says of it, read once per metadata (every execution of an op shares it);
+    what it is attributed as (:meth:`attributed`), decided once too."""
 
-    __slots__ = ("bytes", "category", "flops", "name", "op_name", "program", "target")
+    __slots__ = ("_as", "bytes", "category", "flops", "name", "op_name", "program", "target")
 
     def __init__(self, md: xplane.EventMetadata) -> None:
         s = md.stats
@@ -65,6 +67,21 @@ class _Info:
         self.bytes = float(s.get("bytes_accessed") or 0)
         t = _TARGET.search(text)
         self.target = t.group(1) if t else ""
+        self._as: tuple[str, str, str, str, dict[str, Any]] | None = None
+
+    def attributed(self, instrs: dict[str, hlo.Instr]) -> tuple[str, str, str, str, dict[str, Any]]:
+        """(category, the op_name's phase or "", scope, where in the model, the detail the op groups read)."""
+        if self._as is None:
+            cat = category(self.category, self.op_name, self.name, self.target)
+            ins = instrs.get(self.name)
+            if ins is not None and cat in ("reductions", "element-wise") and hlo.category(ins) == "attention":
+                cat = "attention"  # a softmax fused on its own (its op_name says only reduce_sum); one fused
+                # into a matmul (the LM head's backward with the loss's softmax) stays a matmul
+            where = "/".join(self.op_name.split("/")[-3:])  # what the op is and where in the model
+            self._as = (cat, hlo.phase(self.op_name) if self.op_name else "", hlo.scope(self.op_name), where,
+                        {"flops": self.flops, "bytes": self.bytes, "where": where,
+                         "opaque": bool(self.target) and not self.flops})  # a Pallas kernel: XLA counts nothing
+        return self._as
 
 
 class _Op:
@@ -235,22 +252,14 @@ def _step(b: Breakdown, span: tuple[float, float], mine: list[_Op], instrs: dict
     phase_before, backward_seen = "rest", False
     for o in mine:
         p = o.info
-        cat = category(p.category, p.op_name, p.name, p.target)
-        ins = instrs.get(p.name)
-        if ins is not None and cat in ("reductions", "element-wise") and hlo.category(ins) == "attention":
-            cat = "attention"  # a softmax fused on its own (its op_name says only reduce_sum); one fused
-            # into a matmul (the LM head's backward with the loss's softmax) stays a matmul
-        phase = hlo.phase(p.op_name) if p.op_name else phase_before
+        cat, op_phase, scope, where, detail = p.attributed(instrs)
+        phase = op_phase if p.op_name else phase_before
         if phase == "backward":
             backward_seen = True
         elif phase == "rest" and p.op_name and backward_seen:
             phase = "optimizer"  # outside jvp/transpose after the backward pass: the parameter update
         if p.op_name:
             phase_before = phase
-        where = "/".join(p.op_name.split("/")[-3:])  # what the op is and where in the model
-        b.add(phase, cat, (o.end - o.start) / 1e6, hlo.scope(p.op_name), name=p.name,
-              op=where or p.category,
-              detail={"flops": p.flops, "bytes": p.bytes, "where": where,
-                      "opaque": bool(p.target) and not p.flops})  # a Pallas kernel: XLA counts nothing
+        b.add(phase, cat, (o.end - o.start) / 1e6, scope, name=p.name, op=where or p.category, detail=detail)
     b.close_ops()
     return st.union([(o.start, o.end) for o in mine], *span)

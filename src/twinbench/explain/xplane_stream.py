@@ -211,17 +211,57 @@ def _line_head(f: IO[bytes], start: int, end: int) -> LineHead:
 
 
 def events(f: IO[bytes], line: LineHead) -> Iterator[tuple[int, int, int]]:
-    """A line's events, one at a time: (metadata id, offset ps, duration ps); their own stats are not read."""
-    walk = _Fields(f, line.start, line.end)
-    for num, wt, ln, off in walk:
-        if num != xplane._LINE_EVENTS or wt != 2:
-            continue
-        mid = offset = dur = 0
-        for n, _w, x in xplane._fields(walk.payload(off, ln)):
-            if n == xplane._EV_MD:
-                mid = x
-            elif n == xplane._EV_OFFSET:
-                offset = xplane._signed(x)
-            elif n == xplane._EV_DUR:
-                dur = xplane._signed(x)
-        yield mid, offset, dur
+    """A line's events, one at a time: (metadata id, offset ps, duration ps); their own stats are skipped."""
+    varint, signed = xplane._varint, xplane._signed
+    pos, end = line.start, line.end
+    buf, at = b"", pos
+
+    def fill(start: int, n: int) -> tuple[bytes, int]:
+        f.seek(start)
+        return f.read(min(max(n, BUFFER), end - start)), start
+
+    while pos < end:
+        if pos + 20 > at + len(buf):  # a key and a length
+            buf, at = fill(pos, 20)
+        i = pos - at
+        key, i = varint(buf, i)
+        wt = key & 7
+        if wt == 0:
+            _, i = varint(buf, i)
+            pos = at + i
+        elif wt == 1 or wt == 5:
+            pos = at + i + (8 if wt == 1 else 4)
+        elif wt == 2:
+            ln, i = varint(buf, i)
+            start = at + i
+            if start + ln > end:
+                raise ValueError("an event past the end of its line")
+            if key >> 3 == xplane._LINE_EVENTS:
+                if i + ln > len(buf):
+                    buf, at = fill(start, ln)
+                    i = 0
+                j, stop = i, i + ln
+                mid = offset = dur = 0
+                while j < stop:
+                    k, j = varint(buf, j)
+                    w = k & 7
+                    if w == 0:
+                        v, j = varint(buf, j)
+                        n = k >> 3
+                        if n == xplane._EV_MD:
+                            mid = v
+                        elif n == xplane._EV_OFFSET:
+                            offset = signed(v)
+                        elif n == xplane._EV_DUR:
+                            dur = signed(v)
+                    elif w == 2:
+                        n2, j = varint(buf, j)
+                        j += n2
+                    elif w == 1 or w == 5:
+                        j += 8 if w == 1 else 4
+                    else:
+                        raise ValueError(f"unsupported wire type {w}")
+                yield mid, offset, dur
+            pos = start + ln
+        else:
+            raise ValueError(f"unsupported wire type {wt}")
