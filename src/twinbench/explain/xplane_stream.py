@@ -142,6 +142,7 @@ class Plane:
     event_metadata: dict[int, xplane.EventMetadata] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
     lines: list[LineHead] = field(default_factory=list)
+    stat_names: dict[int, str] = field(default_factory=dict)
 
 
 def planes(f: IO[bytes], size: int) -> list[PlaneAt]:
@@ -161,7 +162,7 @@ def planes(f: IO[bytes], size: int) -> list[PlaneAt]:
 def plane(f: IO[bytes], at: PlaneAt) -> Plane:
     """One plane's stats, event metadata (with their stats) and lines' heads, its events left in the file."""
     p = Plane(at.name)
-    stat_names: dict[int, str] = {}
+    stat_names = p.stat_names
     stats: dict[str, Any] = {}
     walk = _Fields(f, at.start, at.end)
     for num, wt, ln, off in walk:
@@ -208,6 +209,29 @@ def _line_head(f: IO[bytes], start: int, end: int) -> LineHead:
         elif num == xplane._LINE_EVENTS and seen:  # name and timestamp come first, as a profiler writes a line
             break
     return head
+
+
+def events_with_stats(f: IO[bytes], line: LineHead, names: dict[int, str]) -> Iterator[tuple[int, int, int,
+                                                                                        dict[str, Any]]]:
+    """A line's events with their own stats (by name, a reference resolved to the name it refers to, as
+    ``jax.profiler.ProfileData`` gives them): (metadata id, offset ps, duration ps, stats)."""
+    walk = _Fields(f, line.start, line.end)
+    for num, wt, ln, off in walk:
+        if num != xplane._LINE_EVENTS or wt != 2:
+            continue
+        mid = offset = dur = 0
+        stats: dict[str, Any] = {}
+        for n, _w, x in xplane._fields(walk.payload(off, ln)):
+            if n == xplane._EV_MD:
+                mid = x
+            elif n == xplane._EV_OFFSET:
+                offset = xplane._signed(x)
+            elif n == xplane._EV_DUR:
+                dur = xplane._signed(x)
+            elif n == xplane._EV_STATS:
+                k, val = xplane._stat(x, names)
+                stats[k] = val
+        yield mid, offset, dur, xplane._resolve_refs(stats, names) if stats else stats
 
 
 def events(f: IO[bytes], line: LineHead) -> Iterator[tuple[int, int, int]]:
