@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from twinbench.explain import ops, spill, torch_trace
+from twinbench.explain import jax_trace, ops, spill, torch_trace, tpu_trace
 from twinbench.explain.breakdown import Breakdown
 from twinbench.explain.steps import TraceError
 
@@ -91,3 +91,29 @@ def test_the_spilled_columns_are_removed_once_read(tmp_path: Path, monkeypatch: 
     with pytest.raises(TraceError, match="no device 7"):
         torch_trace.read(str(FIX / "pair_mnist_torch.json.gz"), device=7)
     assert len(made) == 2 and list(tmp_path.iterdir()) == []  # each read made its folder, and removed it
+
+
+def test_a_long_tpu_profile_read_a_field_at_a_time_gives_its_originals_per_step_figures(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TPU profile's steps repeated (trace_scaling.py --xplane), gzipped as profiles are kept: the streamed
+    reader gives its original's per-step figures, every step found, each step attributed as the line's events
+    come (not the fallback that holds them all)."""
+    name = "tpu_v5e_user_flax.xplane.pb.gz"
+    original = jax_trace.read(str(FIX / name))
+    streamed: list[bool] = []
+    attribute = tpu_trace._attribute
+
+    def spy(*a: Any, stream: bool) -> Any:
+        streamed.append(stream)
+        return attribute(*a, stream=stream)
+
+    monkeypatch.setattr(tpu_trace, "_attribute", spy)
+    raw = tmp_path / "long.xplane.pb"
+    copies, _ = _scaling().make_xplane(name, raw, 0.04)
+    path = tmp_path / "long.xplane.pb.gz"
+    path.write_bytes(gzip.compress(raw.read_bytes()))
+    long = jax_trace.read(str(path))
+    assert copies >= 6 and long.steps_traced == copies * original.steps_traced >= 12
+    assert long.steps_used == copies * original.steps_used
+    _same(_per_step(long, "jax"), _per_step(original, "jax"))
+    assert streamed == [True]

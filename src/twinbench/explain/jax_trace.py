@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import re
 import struct
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -56,10 +57,11 @@ class _Kernel:
         self.name = name[:MAX_NAME].removesuffix(".kd")  # a name is cut where it is read (see MAX_NAME)
         self.start, self.end, self.line = start, start + dur, line
         self.child = 0.0  # time of the thunks nested in it (a while loop's body): XLA:CPU's own time excludes it
-        self.hlo_op = str(stats.get("hlo_op", ""))[:MAX_NAME]
-        self.module = str(stats.get("hlo_module", ""))[:MAX_NAME]
+        # interned: every execution of an op names the same instruction, module and path
+        self.hlo_op = sys.intern(str(stats.get("hlo_op", ""))[:MAX_NAME])
+        self.module = sys.intern(str(stats.get("hlo_module", ""))[:MAX_NAME])
         op_name = str(stats.get("name", ""))[:MAX_NAME]
-        self.op_name = op_name if "/" in op_name else ""
+        self.op_name = sys.intern(op_name) if "/" in op_name else ""
 
 
 class _HostNames:
