@@ -117,3 +117,12 @@ def test_a_long_tpu_profile_read_a_field_at_a_time_gives_its_originals_per_step_
     assert long.steps_used == copies * original.steps_used
     _same(_per_step(long, "jax"), _per_step(original, "jax"))
     assert streamed == [True]
+
+
+def test_an_unwritable_temporary_folder_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(prefix: str) -> str:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(spill.tempfile, "mkdtemp", refuse)
+    with pytest.raises(TraceError, match="TMPDIR to a writable folder"):
+        torch_trace.read(str(FIX / "pair_mnist_torch.json.gz"))

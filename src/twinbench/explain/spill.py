@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from twinbench.explain.steps import TraceError
+
 #: rows held in memory before they go to disk, and the rows read back at a time
 CHUNK = 1 << 18
 #: the records a part (a bucket of events, a partition of launches) is meant to hold: what is in memory at once
@@ -33,7 +35,10 @@ class Spill:
 
     def path(self, stem: str) -> Path:
         if self._dir is None:
-            self._dir = Path(tempfile.mkdtemp(prefix="twinbench_trace_"))
+            try:
+                self._dir = Path(tempfile.mkdtemp(prefix="twinbench_trace_"))
+            except OSError as e:
+                raise TraceError(_unwritable(e)) from None
         self._n += 1
         return self._dir / f"{stem}_{self._n}"
 
@@ -41,6 +46,20 @@ class Spill:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+
+
+def _unwritable(e: OSError) -> str:
+    return (f"cannot write the temporary folder a trace's reader keeps its records in ({e.strerror or e}): set "
+            "TMPDIR to a writable folder with room")
+
+
+def _append(path: Path, data: Any) -> None:
+    """``data`` (an array or numpy records) appended to ``path``; a full or unwritable disk is one line."""
+    try:
+        with path.open("ab") as f:
+            data.tofile(f)
+    except OSError as e:
+        raise TraceError(_unwritable(e)) from None
 
 
 class Columns:
@@ -65,8 +84,7 @@ class Columns:
             path = self._files.get(k)
             if path is None:
                 path = self._files[k] = self._spill.path(k)
-            with path.open("ab") as f:
-                col.tofile(f)
+            _append(path, col)
         self.on_disk += len(getattr(self, next(iter(self._spec))))
         for k, t in self._spec.items():
             setattr(self, k, array(t))
@@ -103,8 +121,7 @@ class Parts:
         cuts = np.flatnonzero(np.diff(part)) + 1
         for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(part)], strict=True):
             p = int(part[lo])
-            with self._paths[p].open("ab") as f:
-                records[lo:hi].tofile(f)
+            _append(self._paths[p], records[lo:hi])
             self.sizes[p] += int(hi - lo)
 
     def read(self, p: int, keep: bool = False) -> np.ndarray:

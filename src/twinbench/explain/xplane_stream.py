@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from twinbench.explain import files, spill, xplane
+from twinbench.explain.steps import TraceError
 
 #: bytes read from the file at a time
 BUFFER = 1 << 20
@@ -37,8 +38,12 @@ class Source:
         with files.stream(self.path, "profile") as s:
             if s.gzip:
                 plain = self._store.path("xplane")
-                with plain.open("wb") as out:
-                    shutil.copyfileobj(s, out, BUFFER)
+                try:
+                    with plain.open("wb") as out:
+                        shutil.copyfileobj(s, out, BUFFER)
+                except OSError as e:
+                    self._store.close()
+                    raise TraceError(spill._unwritable(e)) from None
             else:
                 plain = self.path
         self.f = plain.open("rb")
