@@ -23,7 +23,7 @@ from twinbench.explain.steps import TraceError
 #: rows held in memory before they go to disk, and the rows read back at a time
 CHUNK = 1 << 18
 #: the records a part (a bucket of events, a partition of launches) is meant to hold: what is in memory at once
-PART = 1 << 19
+PART = 1 << 18
 
 
 class Spill:

@@ -39,6 +39,15 @@ JOINED = np.dtype([("row", "i8"), ("ts", "f8"), ("dur", "f8"), ("cat", "i1"), ("
 _MEMO = 1 << 16
 
 
+#: launches held by the walk before they go to their partitions
+_LAUNCHES_HELD = 1 << 16
+
+
+def _launch_columns() -> dict[str, array[Any]]:
+    return {k: array(t) for k, t in (("corr", "q"), ("row", "q"), ("ts", "d"), ("kind", "i"), ("op", "q"),
+                                     ("op_kind", "i"), ("op_name", "i"), ("op_args", "i"))}
+
+
 class Codes:
     """The category codes the walk tells apart (from :mod:`.torch_trace`, which owns them)."""
 
@@ -85,9 +94,7 @@ class _Walk:
         # per thread, by (start, longest first); ties: host ops before launches, each in file order
         r = r[np.lexsort((is_launch, -r["dur"], r["ts"], r["tid"]))]
         names, args_of = self.ev.names, self.ev.args_of
-        out: dict[str, array[Any]] = {k: array(t) for k, t in
-                                      (("corr", "q"), ("row", "q"), ("ts", "d"), ("kind", "i"), ("op", "q"),
-                                       ("op_kind", "i"), ("op_name", "i"), ("op_args", "i"))}
+        out = _launch_columns()
         current, stack, chain = -1, [], []
         for row, cat, n, t, dur, tid, extra in _rows(r):
             if tid != current:
@@ -127,12 +134,19 @@ class _Walk:
                     for k, v in (("op", -1), ("op_kind", -1), ("op_name", -1), ("op_args", -1)) if owner is None else \
                             (("op", owner[0]), ("op_kind", owner[4]), ("op_name", owner[2]), ("op_args", owner[5])):
                         out[k].append(v)
+                    if len(out["row"]) >= _LAUNCHES_HELD:
+                        self._launched(out)
+                        out = _launch_columns()
                 continue
             if stack:
                 stack[-1][7] += dur  # the parent's time in ops nested in it
             # [row, end, name, cat, kind, shapes (a cpu_op's args index), dur, child time, start]
             stack.append([row, t + dur, n, cat, kind, extra if cat == c.cpu_op else -1, dur, 0.0, t])
             chain.append(n)
+        self._launched(out)
+
+    def _launched(self, out: dict[str, array[Any]]) -> None:
+        """The launches walked so far, to their partitions by correlation id."""
         if self.launches is not None and len(out["row"]):
             rec = np.empty(len(out["row"]), dtype=LAUNCH)
             for k, col in out.items():
