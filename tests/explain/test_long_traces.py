@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from twinbench.explain import jax_trace, ops, spill, torch_trace, tpu_trace
+from twinbench.explain import jax_trace, ops, spill, torch_trace, tpu_trace, xplane
 from twinbench.explain.breakdown import Breakdown
 from twinbench.explain.steps import TraceError
 
@@ -126,3 +126,28 @@ def test_an_unwritable_temporary_folder_is_one_line(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(spill.tempfile, "mkdtemp", refuse)
     with pytest.raises(TraceError, match="TMPDIR to a writable folder"):
         torch_trace.read(str(FIX / "pair_mnist_torch.json.gz"))
+
+
+def test_a_tpu_line_out_of_time_order_is_attributed_as_one_in_order() -> None:
+    """Streaming attributes a step once an op starts past its end; an op of a step already attributed (a line
+    out of time order) is said (_Unsorted), and holding the ops then gives what the ordered line gives."""
+    md = {i: xplane.EventMetadata(i, f"fusion.{i}", f"fusion.{i}", {"hlo_category": "loop fusion",
+                                                                    "tf_op": f"jit(step)/jvp(m)/op{i}"})
+          for i in range(3)}
+    infos = {i: tpu_trace._Info(m) for i, m in md.items()}
+    ordered = [(0, 1.0e6, 2.0e6), (1, 3.0e6, 1.0e6), (2, 5.0e6, 2.0e6), (0, 8.0e6, 1.0e6)]
+    keep = [(0.0, 4.5e6), (4.5e6, 9.0e6)]
+
+    def run(order: list[tuple[int, float, float]], stream: bool) -> Breakdown:
+        b = Breakdown()
+        busy, seen = tpu_trace._attribute(b, keep, (tpu_trace._Op(infos[i], s, d) for i, s, d in order), {}, stream)
+        assert seen
+        return b.finish(2, 4.5, busy_ms=busy / 2 / 1e6)
+
+    want = run(ordered, stream=True)
+    shuffled = [ordered[2], ordered[0], ordered[3], ordered[1]]
+    with pytest.raises(tpu_trace._Unsorted):
+        run(shuffled, stream=True)
+    got = run(shuffled, stream=False)
+    assert got.to_dict() == want.to_dict() and [r[:7] for r in got.raw] == [r[:7] for r in want.raw]
+    assert want.cells["forward"] and sum(t.count for t in want.ops.values()) >= 3

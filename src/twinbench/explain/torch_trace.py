@@ -366,7 +366,7 @@ def _read(path: str, ev: Events, step_marker: str | None, device: int | None,
                        f"device {dev} shown (--device-index N for another)")
     n = max(1, -(-max(ev.devices[dev], 1) // spill.PART))  # partitions by correlation id
     launches = spill.Parts(ev.store, torch_walk.LAUNCH, n)
-    w = torch_walk._Walk(ev, _CODES, scores, _phase_scope, launches, None)
+    w = torch_walk.Walk(ev, _CODES, scores, _phase_scope, launches, None)
     torch_walk.walk(ev, parts, w)
     kernels = spill.Parts(ev.store, torch_walk.KERNEL, n)
     before = torch_walk.kernels_of(ev, dev, _CODES, kernels, found.spans[0][0])
@@ -415,7 +415,7 @@ def _host_only(b: Breakdown, steps: st.Steps, ev: Events, parts: spill.Parts, sc
         b.add(phase, cat, max(op[6] - op[7], 0.0) / 1e3, scope, name=ev.names[op[2]], shapes=shapes[a],
               detail=details[a])
 
-    w = torch_walk._Walk(ev, _CODES, scores, _phase_scope, None, on_pop)
+    w = torch_walk.Walk(ev, _CODES, scores, _phase_scope, None, on_pop)
     torch_walk.walk(ev, parts, w)
     step_ms = sum(t1 - t0 for t0, t1 in spans) / len(spans) / 1e3
     return b.finish(len(spans), step_ms)

@@ -1,7 +1,7 @@
 """A torch trace's events, once parsed into columns (:class:`torch_trace.Events`), attributed in bounded memory.
 
 The host ops and launches are cut into buckets of time (whole steps each, :data:`spill.PART` events or so) and
-each thread's ops are walked in time order, bucket after bucket, its stack carried over (:class:`_Walk`): each
+each thread's ops are walked in time order, bucket after bucket, its stack carried over (:class:`Walk`): each
 op's phase, category and scope come from its parent chain, each launch's op is the innermost ``cpu_op`` around
 it. A launch leaves a record (its correlation id, time, op) in a partition by correlation id; the device's
 kernels are partitioned alike and joined to their launches one partition at a time; each kernel then goes to the
@@ -12,6 +12,7 @@ bucket and the tables of distinct names, shapes and chains, whatever the trace's
 
 from __future__ import annotations
 
+import json
 from array import array
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -66,7 +67,7 @@ def step_of(inside: st.Within, times: np.ndarray) -> np.ndarray:
     return np.where(first <= last, first, -1)
 
 
-class _Walk:
+class Walk:
     """Each thread's host ops and launches in time order (outer before inner), walked with a stack."""
 
     def __init__(self, ev: Any, codes: Codes, scores: Any, phase_scope: Callable[[list[str]], tuple[str, str]],
@@ -198,7 +199,7 @@ def buckets(ev: Any, spans: list[tuple[float, float]], wanted: Callable[[dict[st
     return parts
 
 
-def walk(ev: Any, parts: spill.Parts, w: _Walk) -> None:
+def walk(ev: Any, parts: spill.Parts, w: Walk) -> None:
     for p in range(parts.n):
         w.bucket(parts.read(p))
     w.end()
@@ -275,7 +276,7 @@ def windows(steps: st.Steps, joined: spill.Parts, before: float) -> tuple[list[t
     return st.device_windows(steps.spans, first, before), [i for i, f in enumerate(first) if f]
 
 
-def attribute(b: Breakdown, steps: st.Steps, joined: spill.Parts, before: float, ev: Any, w: _Walk,
+def attribute(b: Breakdown, steps: st.Steps, joined: spill.Parts, before: float, ev: Any, w: Walk,
               category: Callable[[int, str, str], str], device: str) -> Breakdown:
     """The kernels of the undisturbed steps, added to ``b`` a step at a time."""
     b.device = device
@@ -331,7 +332,6 @@ def attribute(b: Breakdown, steps: st.Steps, joined: spill.Parts, before: float,
 
 
 def shapes_text(args_of: list[dict[str, Any]], a: int) -> str:
-    import json
-
+    """The input shapes of args ``a`` as the ops table shows them ("" when none)."""
     dims = args_of[a].get("Input Dims") if a >= 0 else None
     return json.dumps(dims, separators=(",", ":")) if dims else ""
