@@ -24,7 +24,8 @@ from typing import Any
 
 from twinbench.explain.steps import TraceError
 
-#: the most bytes a file read whole may hold (inflated); decoding it takes several times this in memory. TWINBENCH_MAX_TRACE_MB overrides it.
+#: the most bytes a file read whole may hold (inflated); decoding it takes several times this in memory.
+#: TWINBENCH_MAX_TRACE_MB overrides it.
 MAX_BYTES = 2 * 2**30
 #: the most bytes a streamed trace (Chrome JSON, xplane) may inflate to: a bound on the time its read takes (its
 #: memory does not grow with it). TWINBENCH_MAX_TRACE_MB overrides it.
