@@ -56,6 +56,7 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> None:
         assert (count, cat) == b["ops"][k][1:] and ms == pytest.approx(b["ops"][k][0], rel=1e-5, abs=1e-6), k
 
 
+@pytest.mark.heavy  # a long trace made and read twice over: a few CPU-seconds (tests/tiers.py)
 @pytest.mark.parametrize(("name", "part"), [("hta_amd_mi250_minitoy_train.json.gz", 23),
                                            ("pair_mnist_torch.json.gz", 301)])
 def test_a_long_trace_read_in_buckets_gives_its_originals_per_step_figures(
@@ -93,6 +94,7 @@ def test_the_spilled_columns_are_removed_once_read(tmp_path: Path, monkeypatch: 
     assert len(made) == 2 and list(tmp_path.iterdir()) == []  # each read made its folder, and removed it
 
 
+@pytest.mark.heavy  # a long profile made and read: a few CPU-seconds (tests/tiers.py)
 def test_a_long_tpu_profile_read_a_field_at_a_time_gives_its_originals_per_step_figures(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A TPU profile's steps repeated (trace_scaling.py --xplane), gzipped as profiles are kept: the streamed
