@@ -221,7 +221,8 @@ def _aligned(b: Breakdown, spans: list[tuple[float, float]], ops: list[_Kernel],
     its start to the next one's, the whole loop iteration, and a note saying so."""
     mine = [k for k in ops if k.module == main] or ops
     total = sum(k.end - k.start for k in mine)
-    inside = sum(k.end - k.start for k in mine if any(s <= k.start <= e for s, e in spans))
+    within = st.Within(spans)
+    inside = sum(k.end - k.start for k in mine if within.first(k.start) >= 0)
     if len(spans) < 3 or not total or inside >= 0.5 * total or b.cut.get("coverage", 1.0) >= WHOLE_ITERATION:
         return spans
     s = sorted(spans)
@@ -326,11 +327,11 @@ def _device(b: Breakdown, steps: st.Steps, ops: list[_Kernel], instrs: dict[str,
     by_name = hlo.by_kernel_name(instrs) if instrs else {}
     ops = sorted(ops, key=lambda k: k.start)
     per_step: list[list[_Kernel]] = [[] for _ in steps.spans]
+    inside = st.Within(steps.spans)
     for k in ops:
-        for i, (t0, t1) in enumerate(steps.spans):
-            if t0 <= k.start <= t1:
-                per_step[i].append(k)
-                break
+        i = inside.first(k.start)  # the first step holding it
+        if i >= 0:
+            per_step[i].append(k)
     if not any(per_step):
         raise TraceError(f"no kernels of {device} ran within the {len(steps.spans)} steps found ({steps.method})")
     intervals = [[(k.start, k.end) for k in mine] for mine in per_step]
@@ -364,8 +365,9 @@ def _host(b: Breakdown, steps: st.Steps, ops: list[_Kernel], instrs: dict[str, h
     windows = _aligned(b, steps.spans, ops, main)
     spans = [windows[i] for i in undisturbed([t1 - t0 for t0, t1 in windows], b)]
     _nest(ops)
+    within = st.Within(spans)
     for k in ops:
-        if not any(s <= k.start <= e for s, e in spans):
+        if within.first(k.start) < 0:
             continue
         ins = instrs.get(k.hlo_op) if k.module == main else None
         if ins is None:
