@@ -11,6 +11,13 @@ fixture's own (the same steps, repeated: the same figures within rounding).
     python benchmarks/trace_scaling.py --sizes-mb 100,500   # other sizes
     python benchmarks/trace_scaling.py --parsers            # ijson (yajl2_c) against msgspec on one trace
 
+    python benchmarks/trace_scaling.py --xplane --sizes-mb 50,200   # TPU profiles (*.xplane.pb) alike
+
+A long TPU profile (``--xplane``, from tpu_v5e_jax_jit_bf16) is its steps repeated the same way: the events of
+the main module's executions but the last (the steps, start to start) copied with their offsets shifted by the
+steps' span, so that copy k's first execution starts where copy k-1's last began; the last execution closes the
+last step. Its per-step figures are its original's exactly.
+
 Traces are written under --work (default a temporary folder, each trace removed once measured; in a --work
 folder they are kept and reused by the next run) and read plain (not gzipped).
 CPU-seconds are the figure to compare across runs on a busy machine; the load is printed with each row.
@@ -97,14 +104,99 @@ def make_trace(source: str, dst: Path, size_mb: float) -> tuple[int, int]:
     return copies, n
 
 
+def _varint(v: int) -> bytes:
+    v &= (1 << 64) - 1
+    out = bytearray()
+    while v >= 0x80:
+        out.append(v & 0x7F | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def _field(num: int, payload: bytes) -> bytes:
+    return _varint(num << 3 | 2) + _varint(len(payload)) + payload
+
+
+def make_xplane(source: str, dst: Path, size_mb: float) -> tuple[int, int]:
+    """A TPU profile of about ``size_mb`` MB from ``source``'s steps repeated (see the module doc); returns
+    (copies, events)."""
+    from twinbench.explain import xplane
+
+    data = gzip.decompress((FIX / source).read_bytes())
+    space = xplane.fields_of(data)
+    tpu = next(v for n, _w, v in space if n == 1
+               and any(m == 2 and x.startswith(b"/device:TPU:") for m, _w, x in xplane.fields_of(v)))
+    plane = xplane.read(xplane.encode([(1, 2, tpu)]), keep_raw=True)[0]
+    mods = next(ln for ln in plane.lines if ln.name == "XLA Modules")
+    totals: dict[int, int] = {}
+    for e in mods.events:
+        totals[e.metadata_id] = totals.get(e.metadata_id, 0) + e.duration_ps
+    main = max(totals, key=lambda m: totals[m])
+    execs = sorted(mods.timestamp_ns * 1000 + e.offset_ps for e in mods.events if e.metadata_id == main)
+    lo, hi = execs[0], execs[-1]  # the steps: first execution's start to the last's
+    shift = hi - lo
+    lines: list[tuple[list[tuple[int, int, Any]], list[tuple[bytes, int, bytes, int]], list[bytes]]] = []
+    per_copy = 0
+    for num, _wt, v in plane.raw:
+        if num != 3:
+            continue
+        lf = xplane.fields_of(v)
+        base = next((x for n, _w, x in lf if n == 3), 0) * 1000
+        inside, last = [], []  # events of the steps (prefix, offset, rest); those from the last execution on
+        for n, _w, x in lf:
+            if n != 4:
+                continue
+            ef = xplane.fields_of(x)
+            off = next((y for m, _w, y in ef if m == 2), 0)
+            if lo <= base + off < hi:
+                inside.append((xplane.encode([f for f in ef if f[0] < 2]), off,
+                               xplane.encode([f for f in ef if f[0] > 2]), len(x) + 3))
+                per_copy += len(x) + 3
+            elif base + off >= hi:
+                last.append(x)
+        lines.append(([f for f in lf if f[0] != 4], inside, last))
+    copies = max(1, round(size_mb * 1e6 / max(per_copy, 1)))
+    n = 0
+    out_lines = []
+    for head, inside, last in lines:
+        body = bytearray(xplane.encode(head))
+        for k in range(copies):
+            for pre, off, rest, _ in inside:
+                body += _field(4, pre + b"\x10" + _varint(off + k * shift) + rest)
+                n += 1
+        for x in last:  # the last execution, moved after the copies
+            ef = xplane.fields_of(x)
+            body += _field(4, xplane.encode([(m, w, y + (copies - 1) * shift if m == 2 else y) for m, w, y in ef]))
+            n += 1
+        out_lines.append(bytes(body))
+    fields = []
+    put = False
+    for num, wt, v in plane.raw:
+        if num == 3:
+            if not put:
+                fields.extend((3, 2, b) for b in out_lines)
+                put = True
+            continue
+        fields.append((num, wt, v))
+    dst.write_bytes(xplane.encode([(1, 2, xplane.encode(fields))]))
+    return copies, n
+
+
+def _made(path: Path) -> Path:
+    """The sidecar saying what a kept trace was made from."""
+    return path.with_name(path.name + ".made.json")
+
+
 def _trace(source: str, work: Path, mb: float, reuse: bool) -> tuple[Path, int]:
     """(the trace of ``mb`` MB made from ``source`` in ``work``, its events); with ``reuse``, one a --work
     folder kept from an earlier run (a sidecar says what it was made from)."""
-    path = work / f"trace_{mb:.0f}mb.json"
-    made = path.with_suffix(".made.json")
+    xp = source.endswith(".xplane.pb.gz")
+    path = work / (f"trace_{mb:.0f}mb.xplane.pb" if xp else f"trace_{mb:.0f}mb.json")
+    made = _made(path)
     if reuse and path.exists() and made.exists() and json.loads(made.read_text()).get("source") == source:
         return path, json.loads(made.read_text())["events"]
-    copies, events = make_trace(source, path, mb)
+    copies, events = (make_xplane if xp else make_trace)(source, path, mb)
     made.write_text(json.dumps({"source": source, "copies": copies, "events": events}))
     return path, events
 
@@ -179,11 +271,14 @@ print('{"events": %d}' % sum(e.ph == "X" for e in t.traceEvents))
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--source", default="hta_nccl_data.json.gz", help="a Kineto fixture in tests/explain/fixtures")
+    ap.add_argument("--source", default=None, help="a fixture in tests/explain/fixtures (default hta_nccl_data.json.gz;"
+                    " with --xplane, tpu_v5e_jax_jit_bf16.xplane.pb.gz)")
+    ap.add_argument("--xplane", action="store_true", help="long TPU profiles (*.xplane.pb) rather than Kineto JSON")
     ap.add_argument("--sizes-mb", default="45,230,1000,2000", help="trace sizes to make, MB")
     ap.add_argument("--work", default=None, help="where the traces are written (default: a temporary folder)")
     ap.add_argument("--parsers", action="store_true", help="time the JSON parsers alone on the first size")
     a = ap.parse_args()
+    a.source = a.source or ("tpu_v5e_jax_jit_bf16.xplane.pb.gz" if a.xplane else "hta_nccl_data.json.gz")
     work = Path(a.work or tempfile.mkdtemp(prefix="trace_scaling_"))
     work.mkdir(parents=True, exist_ok=True)
     sizes = [float(s) for s in a.sizes_mb.split(",")]
@@ -212,7 +307,7 @@ def main() -> None:
               f"{_max_cell_diff(out, orig):.3f} | {r['load']:.1f} |", flush=True)
         if not a.work:
             path.unlink()
-            path.with_suffix(".made.json").unlink()
+            _made(path).unlink()
 
 
 if __name__ == "__main__":

@@ -87,16 +87,40 @@ class Breakdown:
     hlo_path: str = ""  # JAX: the compiled HLO text its ops were named by ("" when none)
     cut: dict[str, float] = field(default_factory=dict)  # what the step annotation spans (:func:`steps.cut`)
     step_spread: float = 0.0  # the attributed steps' (slowest - fastest) / median: how much one step moves
-    #: every attributed op as read (phase, category, ms, scope, name, detail), summed over the steps used and
-    #: not yet divided: explain/ops.py groups them (FLOPs, shapes from ``detail``) and divides as ``finish``
-    #: did the cells
-    raw: list[tuple[str, str, float, str, str, Any]] = field(default_factory=list)
+    #: every attributed op as read, one row per (phase, category, scope, name, detail): ``[phase, category, ms,
+    #: scope, name, detail, times, loose]``, ms summed over the steps used and not yet divided, ``times`` the
+    #: entries summed, ``loose`` those that named no op (``ident``); explain/ops.py groups them (FLOPs, shapes
+    #: from ``detail``) and divides as ``finish`` did the cells. A row per distinct op, not per event: a long
+    #: trace's rows are its step's
+    raw: list[list[Any]] = field(default_factory=list)
+    #: the ops (``ident``) that launched entries, as the rows of their entries in order (each row once): how many
+    #: ops had each such signature. explain/ops.py counts an op's call and FLOPs once, on its first row that
+    #: computes (its compute kernel, not a copy it also launched)
+    signatures: dict[tuple[int, ...], int] = field(default_factory=dict)
+    _rows: dict[tuple[Any, ...], int] = field(default_factory=dict, repr=False)
+    _open: dict[int, list[int]] = field(default_factory=dict, repr=False)
 
     def add(self, phase: str, category: str, ms: float, scope: str = "", name: str = "", op: str = "",
-            shapes: str = "", detail: Any = None) -> None:
+            shapes: str = "", detail: Any = None, ident: int | None = None) -> None:
+        """One op's (or kernel's) time in one step. ``detail``: what the op groups read (a reader passes one
+        object per distinct detail, so that entries sharing it share a row); ``ident``: the launching op, whose
+        entries :meth:`close_ops` turns into a signature."""
         if phase == "optimizer" and category not in ("matmul", "collectives"):
             category = "optimizer"  # the update is one category, whatever its element-wise ops are
-        self.raw.append((phase, category, ms, scope, name, detail))
+        key = (phase, category, scope, name, _detail_key(detail))
+        r = self._rows.get(key)
+        if r is None:
+            r = self._rows[key] = len(self.raw)
+            self.raw.append([phase, category, 0.0, scope, name, detail, 0, 0])
+        row = self.raw[r]
+        row[2] += ms
+        row[6] += 1
+        if ident is None:
+            row[7] += 1
+        else:
+            sig = self._open.setdefault(ident, [])
+            if r not in sig:
+                sig.append(r)
         self.cells[phase][category] += ms
         if scope:
             self.scopes[scope][phase] += ms
@@ -109,6 +133,13 @@ class Breakdown:
                 t = self.ops[key] = OpTime(name, category, phase, op, shapes)
             t.ms += ms
             t.count += 1
+
+    def close_ops(self) -> None:
+        """The ops whose entries are all added (a reader calls it after each step): their signatures counted."""
+        for sig in self._open.values():
+            t = tuple(sig)
+            self.signatures[t] = self.signatures.get(t, 0) + 1
+        self._open.clear()
 
     def phases(self) -> dict[str, float]:
         return {p: sum(self.cells.get(p, {}).values()) for p in PHASES}
@@ -125,6 +156,7 @@ class Breakdown:
         """Divide sums over ``steps`` traced steps; scale ops down when they overlap; fill ``rest/idle``.
         ``busy_ms``: the per-step time anything ran (a device's kernels, their union); without it, the ops'
         sum capped at the step."""
+        self.close_ops()
         n = max(steps, 1)
         for table in (self.cells, self.scopes):
             for row in table.values():
@@ -186,3 +218,15 @@ class Breakdown:
                        o.get("count", 0))
             b.ops[t.name, t.op, t.phase, t.shapes] = t
         return b
+
+
+def _detail_key(detail: Any) -> Any:
+    """What makes two entries' details the same row: equal hashable contents, else the same object."""
+    if detail is None:
+        return None
+    try:
+        k = tuple(detail.items()) if isinstance(detail, dict) else detail
+        hash(k)
+        return k
+    except TypeError:
+        return id(detail)

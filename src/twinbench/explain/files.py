@@ -6,10 +6,11 @@ a device or FIFO, a corrupt or truncated gzip, and a file that inflates past :da
 gzip is inflated in bounded chunks and stopped at the cap). What a file *is* is decided by its content
 (:func:`kind`: gzip's magic bytes, then JSON or not), never by its name alone or by the files beside it.
 
-A Chrome trace is never held whole: :func:`stream` hands its reader the inflated bytes chunk by chunk (the
-streaming JSON parser keeps only the event it is on), so its cap (:func:`max_stream_bytes`) bounds the time a
-read takes, not its memory. Whatever is parsed whole (an xplane protobuf, HLO text) is held in memory, several
-times its size once decoded: its cap (:func:`max_bytes`, :data:`HLO_MAX_BYTES`) bounds that memory.
+A trace is never held whole: :func:`stream` hands its reader the inflated bytes chunk by chunk (the streaming
+JSON parser keeps only the event it is on; an xplane is inflated to a temporary file and walked a field at a
+time), so its cap (:func:`max_stream_bytes`) bounds the time a read takes, not its memory. Whatever is parsed
+whole (HLO text) is held in memory, several times its size once decoded: its cap (:func:`max_bytes`,
+:data:`HLO_MAX_BYTES`) bounds that memory.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from typing import Any
 
 from twinbench.explain.steps import TraceError
 
-#: the most bytes a file parsed whole (an xplane protobuf) may hold (inflated); decoding it takes several times
-#: this in memory. TWINBENCH_MAX_TRACE_MB overrides it.
+#: the most bytes a file read whole may hold (inflated); decoding it takes several times this in memory.
+#: TWINBENCH_MAX_TRACE_MB overrides it.
 MAX_BYTES = 2 * 2**30
-#: the most bytes a streamed Chrome trace may inflate to: a bound on the time its read takes (its memory does not
-#: grow with it). TWINBENCH_MAX_TRACE_MB overrides it.
+#: the most bytes a streamed trace (Chrome JSON, xplane) may inflate to: a bound on the time its read takes (its
+#: memory does not grow with it). TWINBENCH_MAX_TRACE_MB overrides it.
 MAX_STREAM_BYTES = 64 * 2**30
 #: the most bytes of compiled HLO text read: it is parsed whole, into several times its size (every instruction,
 #: and again for FLOPs). TWINBENCH_MAX_HLO_MB overrides it.
@@ -50,7 +51,7 @@ _QUOTE_REVERSED = re.compile(rb'"(?!\\)')
 
 
 def max_bytes() -> int:
-    """The cap on the (inflated) size of a file read whole (an xplane): TWINBENCH_MAX_TRACE_MB, else
+    """The cap on the (inflated) size of a file read whole: TWINBENCH_MAX_TRACE_MB, else
     :data:`MAX_BYTES` or a tenth of the memory available now, the smaller (decoding it takes several times its
     size)."""
     mb = os.environ.get("TWINBENCH_MAX_TRACE_MB", "")

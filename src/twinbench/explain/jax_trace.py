@@ -1,4 +1,4 @@
-"""JAX: a ``jax.profiler`` trace (its ``*.xplane.pb``, read with ``jax.profiler.ProfileData``, no TensorFlow),
+"""JAX: a ``jax.profiler`` trace (its ``*.xplane.pb``, walked a field at a time by :mod:`.xplane_stream`),
 joined, when there is one, to the compiled HLO text of the step.
 
 XLA:GPU records kernels on the ``/device:GPU:N`` planes with ``hlo_op``/``hlo_module`` stats (and on some
@@ -19,12 +19,13 @@ from __future__ import annotations
 import itertools
 import re
 import struct
+import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from twinbench.explain import files, hlo, taxonomy, tpu_trace, xplane
+from twinbench.explain import hlo, taxonomy, tpu_trace, xplane_stream
 from twinbench.explain import steps as st
 from twinbench.explain.breakdown import WHOLE_ITERATION, Breakdown, step_cut, undisturbed
 from twinbench.explain.steps import TraceError
@@ -56,10 +57,11 @@ class _Kernel:
         self.name = name[:MAX_NAME].removesuffix(".kd")  # a name is cut where it is read (see MAX_NAME)
         self.start, self.end, self.line = start, start + dur, line
         self.child = 0.0  # time of the thunks nested in it (a while loop's body): XLA:CPU's own time excludes it
-        self.hlo_op = str(stats.get("hlo_op", ""))[:MAX_NAME]
-        self.module = str(stats.get("hlo_module", ""))[:MAX_NAME]
+        # interned: every execution of an op names the same instruction, module and path
+        self.hlo_op = sys.intern(str(stats.get("hlo_op", ""))[:MAX_NAME])
+        self.module = sys.intern(str(stats.get("hlo_module", ""))[:MAX_NAME])
         op_name = str(stats.get("name", ""))[:MAX_NAME]
-        self.op_name = op_name if "/" in op_name else ""
+        self.op_name = sys.intern(op_name) if "/" in op_name else ""
 
 
 class _HostNames:
@@ -79,54 +81,44 @@ class _HostNames:
         return hit
 
 
-def _profile(raw: bytes, path: Path) -> Any:
-    from jax.profiler import ProfileData
+class _Ev:
+    """One event as ``jax.profiler.ProfileData`` gives it: its metadata's name, start and duration in ns, its own
+    stats."""
 
-    try:
-        return ProfileData.from_serialized_xspace(raw)
-    except Exception as e:
-        raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from e
+    __slots__ = ("duration_ns", "name", "start_ns", "stats")
+
+    def __init__(self, name: str, start_ns: float, duration_ns: float, stats: dict[str, Any]) -> None:
+        self.name, self.start_ns, self.duration_ns, self.stats = name, start_ns, duration_ns, stats
 
 
-def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str | None = None,
-         device: int | None = None, hlo_for: Callable[[str], str] | None = None,
-         steps: tuple[int | None, int | None] | None = None) -> Breakdown:
-    """The breakdown of the traced steps of ``trace_path`` (its xplane; ``steps``: a window of them,
-    :func:`steps.select`), ops named by ``hlo_text`` if given, or by ``hlo_for(module)``, the HLO text of the
-    module the traced ops ran (an ``--xla_dump_to`` directory holds every module a process compiled).
+def _events(f: IO[bytes], plane: xplane_stream.Plane, line: xplane_stream.LineHead) -> Iterator[_Ev]:
+    md = plane.event_metadata
+    for mid, offset, dur, stats in xplane_stream.events_with_stats(f, line, plane.stat_names):
+        m = md.get(mid)
+        yield _Ev(m.name if m is not None else "", line.timestamp_ns + offset / 1000, dur / 1000, stats)
 
-    A protobuf is decoded whole, so the file is read whole: it is capped (:func:`files.max_bytes`); of its
-    events only the device's kernels (or XLA:CPU's thunks) and the host's annotations are kept, as small
-    records, and the decoded profile is dropped before any step is attributed."""
-    path = xplane_of(trace_path)
-    try:
-        raw = files.read_bytes(path, "profile")  # the one bounded reader of user-named files
-        names = xplane.plane_names(raw)
-        tpu = tpu_trace.is_tpu(names)
-    except (OSError, EOFError, ValueError, IndexError, TypeError, UnicodeDecodeError) as e:
-        raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from e
-    if not names:  # a protobuf of another message decodes as an XSpace with no planes
-        raise TraceError(f"{path}: not a readable profile (no planes: not a JAX profile's XSpace)")
-    if tpu:
-        try:
-            return tpu_trace.read(path, raw, device, module, hlo_text, hlo_for, steps)
-        except (IndexError, KeyError, TypeError, AttributeError, struct.error) as e:  # a prepared protobuf
-            raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from None
-    data = _profile(raw, path)
-    del raw  # the decoded profile holds what is read from here on
+
+def _planes(f: IO[bytes], at: list[xplane_stream.PlaneAt], device: int | None, step_marker: str | None) -> tuple[
+        list[st.Marked], set[str], list[_Kernel], dict[int, list[_Kernel]], set[int]]:
+    """One pass over the host's and the GPUs' planes, a line and an event at a time: (the host's step
+    annotations, the names of those with a step number, XLA:CPU's thunks, the kernels of the one device read,
+    every device with kernels)."""
     host: list[st.Marked] = []
     step_nums: set[str] = set()
     host_ops: list[_Kernel] = []
     gpus: dict[int, list[_Kernel]] = {}  # the one device read: its kernels
     found_gpus: set[int] = set()  # every device with kernels
     keep = _HostNames(step_marker)
-    for plane in data.planes:
-        name = plane.name
+    for where in at:
+        name = where.name
         g = _GPU.match(name)
+        if name != "/host:CPU" and not g:
+            continue
+        plane = xplane_stream.plane(f, where)
         if name == "/host:CPU":
             for line in plane.lines:
-                for ev in line.events:
-                    stats = dict(ev.stats)
+                for ev in _events(f, plane, line):
+                    stats = ev.stats
                     if "hlo_op" in stats and "device_id" not in stats:  # an XLA:CPU thunk (not a GPU launch)
                         host_ops.append(_Kernel(ev.name, ev.start_ns, ev.duration_ns, line.name, stats))
                         continue
@@ -138,15 +130,51 @@ def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str
         elif g:
             n = int(g.group(2))
             if (device is not None and n != device) or (device is None and gpus and min(gpus) < n):
-                if any(ln.name not in _DERIVED and next(iter(ln.events), None) is not None for ln in plane.lines):
+                if any(ln.name not in _DERIVED and next(xplane_stream.events(f, ln), None) is not None
+                       for ln in plane.lines):
                     found_gpus.add(n)  # another device's kernels: only that it has some is kept
                 continue
-            ks = [_Kernel(ev.name, ev.start_ns, ev.duration_ns, line.name, dict(ev.stats))
-                  for line in plane.lines if line.name not in _DERIVED for ev in line.events]
+            ks = [_Kernel(ev.name, ev.start_ns, ev.duration_ns, line.name, ev.stats)
+                  for line in plane.lines if line.name not in _DERIVED for ev in _events(f, plane, line)]
             if ks:
                 found_gpus.update(gpus)
                 gpus = {n: ks}
-    del data  # what is kept is the records above
+    return host, step_nums, host_ops, gpus, found_gpus
+
+
+def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str | None = None,
+         device: int | None = None, hlo_for: Callable[[str], str] | None = None,
+         steps: tuple[int | None, int | None] | None = None) -> Breakdown:
+    """The breakdown of the traced steps of ``trace_path`` (its xplane; ``steps``: a window of them,
+    :func:`steps.select`), ops named by ``hlo_text`` if given, or by ``hlo_for(module)``, the HLO text of the
+    module the traced ops ran (an ``--xla_dump_to`` directory holds every module a process compiled).
+
+    The profile is walked from its file a field at a time (:mod:`.xplane_stream`), never decoded whole; of its
+    events only the device's kernels (or XLA:CPU's thunks) and the host's step annotations are kept, as small
+    records (a TPU's ops are attributed a step at a time, :mod:`.tpu_trace`)."""
+    path = xplane_of(trace_path)
+    with xplane_stream.Source(path) as src:  # read from the file, a field at a time
+        assert src.f is not None
+        try:
+            at = xplane_stream.planes(src.f, src.size())
+        except (OSError, EOFError, ValueError, IndexError, TypeError, UnicodeDecodeError) as e:
+            raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from e
+        names = [p.name for p in at]
+        if not names:  # a protobuf of another message decodes as an XSpace with no planes
+            raise TraceError(f"{path}: not a readable profile (no planes: not a JAX profile's XSpace)")
+        if tpu_trace.is_tpu(names):
+            try:
+                return tpu_trace.read(path, src, device, module, hlo_text, hlo_for, steps)
+            except TraceError:
+                raise
+            except (IndexError, KeyError, TypeError, AttributeError, ValueError, struct.error) as e:
+                raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from None  # prepared
+        try:
+            host, step_nums, host_ops, gpus, found_gpus = _planes(src.f, at, device, step_marker)
+        except TraceError:
+            raise
+        except (EOFError, ValueError, IndexError, TypeError, UnicodeDecodeError, struct.error) as e:
+            raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from None
     found_gpus.update(gpus)
     if device is not None and device not in found_gpus:
         where = (f"devices {', '.join(map(str, sorted(found_gpus)))}" if found_gpus
@@ -193,7 +221,8 @@ def _aligned(b: Breakdown, spans: list[tuple[float, float]], ops: list[_Kernel],
     its start to the next one's, the whole loop iteration, and a note saying so."""
     mine = [k for k in ops if k.module == main] or ops
     total = sum(k.end - k.start for k in mine)
-    inside = sum(k.end - k.start for k in mine if any(s <= k.start <= e for s, e in spans))
+    within = st.Within(spans)
+    inside = sum(k.end - k.start for k in mine if within.first(k.start) >= 0)
     if len(spans) < 3 or not total or inside >= 0.5 * total or b.cut.get("coverage", 1.0) >= WHOLE_ITERATION:
         return spans
     s = sorted(spans)
@@ -298,11 +327,11 @@ def _device(b: Breakdown, steps: st.Steps, ops: list[_Kernel], instrs: dict[str,
     by_name = hlo.by_kernel_name(instrs) if instrs else {}
     ops = sorted(ops, key=lambda k: k.start)
     per_step: list[list[_Kernel]] = [[] for _ in steps.spans]
+    inside = st.Within(steps.spans)
     for k in ops:
-        for i, (t0, t1) in enumerate(steps.spans):
-            if t0 <= k.start <= t1:
-                per_step[i].append(k)
-                break
+        i = inside.first(k.start)  # the first step holding it
+        if i >= 0:
+            per_step[i].append(k)
     if not any(per_step):
         raise TraceError(f"no kernels of {device} ran within the {len(steps.spans)} steps found ({steps.method})")
     intervals = [[(k.start, k.end) for k in mine] for mine in per_step]
@@ -336,8 +365,9 @@ def _host(b: Breakdown, steps: st.Steps, ops: list[_Kernel], instrs: dict[str, h
     windows = _aligned(b, steps.spans, ops, main)
     spans = [windows[i] for i in undisturbed([t1 - t0 for t0, t1 in windows], b)]
     _nest(ops)
+    within = st.Within(spans)
     for k in ops:
-        if not any(s <= k.start <= e for s, e in spans):
+        if within.first(k.start) < 0:
             continue
         ins = instrs.get(k.hlo_op) if k.module == main else None
         if ins is None:

@@ -66,8 +66,8 @@ def groups(r: dict[str, Any], b: Breakdown, scale: float) -> list[OpGroup]:
     per = scale / steps / max(b.overlap, 1e-9)
     out: dict[tuple[Any, ...], OpGroup] = {}
     if r.get("framework") == "torch":
-        seen: set[int] = set()
-        for phase, cat, ms, scope, name, detail in b.raw:
+        computes: list[tuple[OpGroup, flops.OpShape] | None] = []  # per raw row: where an op's call counts
+        for phase, cat, ms, scope, name, detail, _, loose in b.raw:
             detail = detail or {}
             op = detail.get("op", name)
             shape = flops.torch_op(op, detail.get("args"))
@@ -77,22 +77,22 @@ def groups(r: dict[str, Any], b: Breakdown, scale: float) -> list[OpGroup]:
                 g = out[key] = OpGroup(phase, cat, op, scope if not shape.batch else "", shape=shape)
             g.ms += ms * per
             g.raw_ms += ms / steps
-            ident = detail.get("id")
-            if "op" in detail and shape.flops and cat not in COMPUTE:
-                continue  # a GPU op's FLOPs go to its compute kernel (a gemm), not a copy it also launched
-            if ident is None or ident not in seen:  # a GPU op's kernels: its FLOPs once
-                if ident is not None:
-                    seen.add(ident)
-                g.calls += 1 / steps
-                g.flops += shape.flops / steps
-                g.bytes += shape.bytes / steps
+            # a GPU op's FLOPs go to its compute kernel (a gemm), not a copy it also launched
+            counts = not ("op" in detail and shape.flops and cat not in COMPUTE)
+            computes.append((g, shape) if counts else None)
+            if counts and loose:  # entries of no op: each is a call
+                _calls(g, shape, loose / steps)
+        for sig, n in b.signatures.items():  # an op's kernels: its call and FLOPs once, on its first that counts
+            first = next((computes[i] for i in sig if computes[i] is not None), None)
+            if first is not None:
+                _calls(*first, n / steps)
         return list(out.values())
     text = _hlo_text(r)
     shapes = flops.HloShapes(text) if text else None
     from twinbench.explain.linearize import classify
 
     lin, shared = classify(text) if text else (set(), set())
-    for phase, cat, ms, scope, name, detail in b.raw:
+    for phase, cat, ms, scope, name, detail, times, _ in b.raw:
         counted = isinstance(detail, dict) and "flops" in detail  # TPU: XLA's own FLOPs and bytes per op
         shape = shapes.op(name) if shapes is not None and not counted else flops.OpShape()
         is_lin = phase == "forward" and name in lin
@@ -106,12 +106,18 @@ def groups(r: dict[str, Any], b: Breakdown, scale: float) -> list[OpGroup]:
                                    where=where or ("/".join(ins.op_name.split("/")[-3:]) if ins else ""))
         g.ms += ms * per
         g.raw_ms += ms / steps
-        g.calls += 1 / steps
-        g.flops += (detail["flops"] if counted else shape.flops) / steps
-        g.bytes += (detail["bytes"] if counted else shape.bytes) / steps
+        g.calls += times / steps
+        g.flops += (detail["flops"] if counted else shape.flops) * times / steps
+        g.bytes += (detail["bytes"] if counted else shape.bytes) * times / steps
         if counted and detail.get("opaque"):
             g.opaque_ms += ms / steps
     return list(out.values())
+
+
+def _calls(g: OpGroup, shape: flops.OpShape, calls: float) -> None:
+    g.calls += calls
+    g.flops += shape.flops * calls
+    g.bytes += shape.bytes * calls
 
 
 def move_linearization(ops: list[OpGroup], cells: dict[str, dict[str, float]],

@@ -11,8 +11,10 @@ between kernels within each step's window (:func:`steps.device_window`). On a CP
 exclusive (self) time is attributed and ``idle`` is the host step time no op covers.
 
 The file is never held whole: :func:`load` streams it (ijson's C backend) and keeps each event it reads as a
-few columns (:class:`Events`); the nesting of host ops (:func:`_nest`) and the attribution work on those
-columns. Memory grows with the events, at tens of bytes each; time with the file.
+few columns (:class:`Events`), which go to a temporary folder a chunk at a time (:mod:`.spill`); the nesting of
+host ops, the join of kernels to their launches and the attribution read them back a bucket of steps at a time
+(:mod:`.torch_walk`). Memory is bounded by a chunk, a bucket and the trace's distinct names; time grows with
+the file.
 """
 
 from __future__ import annotations
@@ -20,13 +22,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from twinbench.explain import files, structure, taxonomy
+from twinbench.explain import files, spill, structure, taxonomy, torch_walk
 from twinbench.explain import steps as st
 from twinbench.explain.breakdown import Breakdown, step_cut, undisturbed
 from twinbench.explain.steps import TraceError
@@ -77,30 +78,35 @@ def _parse_events(path: str, f: Any) -> Iterator[Any]:
         raise TraceError(f"{path}: not a readable torch Chrome trace (not JSON: {type(e).__name__})") from None
 
 
-class Events:
+class Events(spill.Columns):
     """A torch Chrome trace's complete (``ph: X``) events of the categories explain reads, as columns: one
     pass over the file, each event reduced to its category, name (interned, cut at :data:`MAX_NAME`), times,
     thread, correlation id, device and the shape ``args`` FLOPs are read from (interned). A few tens of bytes
-    an event, where the parsed JSON held hundreds."""
+    an event, where the parsed JSON held hundreds; past a chunk they go to disk (:class:`spill.Columns`), and
+    what the steps need without reading them back is counted as they come: the user annotations' names, each
+    device's kernels."""
 
-    def __init__(self) -> None:
-        self.cat = array("b")  # index into _KEPT_CATS
-        self.name = array("i")  # index into names
-        self.ts, self.dur = array("d"), array("d")
-        self.tid = array("i")  # index into tids; a device event's device (its thread is never read)
-        #: a cpu_op's shapes (index into args_of, -1: none); a launch's or device event's correlation id
-        #: (_NO_CORR: none; a value no plain id is interned, :meth:`_corr`)
-        self.extra = array("q")
+    def __init__(self, store: spill.Spill | None = None, chunk: int | None = None) -> None:
+        self.store = store or spill.Spill()
+        # cat: index into _KEPT_CATS; name: into names; tid: into tids, a device event's device (its thread is
+        # never read); extra: a cpu_op's shapes (index into args_of, -1: none), a launch's or device event's
+        # correlation id (_NO_CORR: none; a value no plain id is interned, :meth:`_corr`)
+        super().__init__(self.store, {"cat": "b", "name": "i", "ts": "d", "dur": "d", "tid": "i", "extra": "q"},
+                         chunk)
         self.names: list[str] = []
         self.args_of: list[dict[str, Any]] = []
+        self.users: set[int] = set()  # the names of user annotations
+        self.devices: dict[int, int] = {}  # device -> its kernels, memcpys and memsets
+        self.threads: dict[int, float] = {}  # thread -> its cpu_ops' time
         self._name_ids: dict[str, int] = {}
         self._tid_ids: dict[Any, int] = {}
         self._args_ids: dict[str, int] = {}
         self._corr_ids: dict[Any, int] = {}
         self._codes: dict[str, int] = {}  # a category as the file spells it -> its code (-1: not read)
 
-    def __len__(self) -> int:
-        return len(self.cat)
+    def close(self) -> None:
+        """The columns on disk, removed."""
+        self.store.close()
 
     def name_id(self, name: str) -> int:
         i = self._name_ids.get(name)
@@ -156,37 +162,52 @@ class Events:
         args = e.get("args")
         args = args if isinstance(args, dict) else {}  # a hand-edited trace: args that are no mapping are none
         name = e.get("name", "")
-        name = name if isinstance(name, str) else str(name)
+        n = self._name_ids.get(name) if type(name) is str else None
+        if n is None:
+            n = self.name_id((name if isinstance(name, str) else str(name))[:MAX_NAME])
         self.cat.append(code)
-        self.name.append(self.name_id(name[:MAX_NAME]))
+        self.name.append(n)
         self.ts.append(ts)
         self.dur.append(dur)
         if code in _DEVICE:
             d, pid = args.get("device"), e.get("pid")
-            self.tid.append(d if isinstance(d, int) else pid if isinstance(pid, int) else 0)
+            tid = d if isinstance(d, int) else pid if isinstance(pid, int) else 0
+            self.devices[tid] = self.devices.get(tid, 0) + 1
         else:
-            self.tid.append(self._tid(e.get("tid")))
+            t = e.get("tid")
+            try:
+                tid = self._tid_ids[t]
+            except (KeyError, TypeError):
+                tid = self._tid(t)
+            if code == _USER:
+                self.users.add(n)
+            elif code == _CPU_OP:
+                self.threads[tid] = self.threads.get(tid, 0.0) + dur
+        self.tid.append(tid)
         self.extra.append(self._args(args) if code == _CPU_OP else
                           self._corr(args.get("correlation")) if code in _LAUNCH or code in _DEVICE else -1)
-
-    def args_at(self, i: int) -> int:
-        """The shapes of event ``i`` (an index into :attr:`args_of`; -1: none): only a cpu_op has them."""
-        return self.extra[i] if self.cat[i] == _CPU_OP else -1
+        if len(self.cat) >= self.chunk:
+            self.flush()
 
 
-def load(path: str) -> Events:
+def load(path: str, chunk: int | None = None) -> Events:
     """The complete (``ph: X``) events explain reads, categories normalized (``Operator`` -> ``cpu_op``...),
     streamed from the file (plain or gzipped JSON; a bare event list too); one :class:`TraceError` line for a
-    file that is no trace, an event whose time is no time, or a read past the cap."""
-    ev = Events()
+    file that is no trace, an event whose time is no time, or a read past the cap. The caller closes the
+    events (:meth:`Events.close`: what went to disk)."""
+    ev = Events(chunk=chunk)
     seen = False
-    with files.stream(path, json_tokens=True) as f:  # a folder, unreadable, corrupt gzip, over a cap: one line
-        for i, e in enumerate(_parse_events(path, f)):
-            seen = True
-            if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e:
-                ev.add(path, i, e)
-    if not seen and not _has_events(path):
-        raise TraceError(f"{path}: not a torch Chrome trace (no traceEvents)")
+    try:
+        with files.stream(path, json_tokens=True) as f:  # a folder, unreadable, corrupt gzip, over a cap: one line
+            for i, e in enumerate(_parse_events(path, f)):
+                seen = True
+                if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e:
+                    ev.add(path, i, e)
+        if not seen and not _has_events(path):
+            raise TraceError(f"{path}: not a torch Chrome trace (no traceEvents)")
+    except BaseException:
+        ev.close()
+        raise
     return ev
 
 
@@ -252,195 +273,152 @@ def _is_backward(name: str) -> bool:
     return name.startswith("autograd::engine::evaluate_function") or name.endswith("Backward0")
 
 
+def _marked(ev: Events, wanted: np.ndarray) -> list[st.Marked]:
+    """The cpu_ops and user annotations whose names ``wanted`` holds (by name index)."""
+    host: list[st.Marked] = []
+    for _, c in ev.chunks(("cat", "name", "ts", "dur")):
+        cat, name_of = c["cat"], c["name"]
+        m = ((cat == _CPU_OP) | (cat == _USER)) & wanted[name_of]
+        host.extend(st.Marked(ev.names[n], t, t + d) for n, t, d in
+                    zip(name_of[m].tolist(), c["ts"][m].tolist(), c["dur"][m].tolist(), strict=True))
+    return host
+
+
 def find_steps(ev: Events, marker: str | None) -> st.Steps:
     """The steps of a torch trace (see :mod:`.steps`); raises :class:`TraceError` when none can be found."""
-    cat, name_of = np.frombuffer(ev.cat, dtype=np.int8), np.frombuffer(ev.name, dtype=np.int32)
-    users = set(np.unique(name_of[cat == _USER]).tolist())
-    # from_markers looks only at events named by the marker, the profiler's step names or a user annotation
-    wanted = np.array([n in users or st.base(name) in PROFILER_STEPS
-                       or bool(marker and (name == marker or st.base(name) == marker))
-                       for n, name in enumerate(ev.names)] or [False], dtype=bool)
-    marked = np.flatnonzero(((cat == _CPU_OP) | (cat == _USER)) & wanted[name_of])
-    host = [st.Marked(ev.names[ev.name[i]], ev.ts[i], ev.ts[i] + ev.dur[i]) for i in marked.tolist()]
-    found = st.from_markers(host, marker, PROFILER_STEPS, {ev.names[n] for n in users})
-    if found:
-        return found
-    cpu = np.flatnonzero(np.frombuffer(ev.cat, dtype=np.int8) == _CPU_OP)
-    if len(cpu):
-        tids = np.frombuffer(ev.tid, dtype=np.int32)[cpu]
-        busy = np.bincount(tids, weights=np.frombuffer(ev.dur)[cpu])
-        order = np.unique(tids, return_index=True)
-        firsts = sorted(zip(order[1], order[0], strict=True))  # threads in the order their first op appears
-        busiest = max((t for _, t in firsts), key=lambda t: busy[t])  # the first of equals, as before
-        mine = cpu[tids == busiest]
-        top = st.top_level([st.Marked(ev.names[ev.name[i]], ev.ts[i], ev.ts[i] + ev.dur[i]) for i in mine.tolist()])
-        found = st.repeating_pattern(top)
+    # from_markers looks only at events named by the marker, the profiler's step names or a user annotation;
+    # the user annotations only where there is neither (a long trace has many, its steps few)
+    profiler = np.array([st.base(name) in PROFILER_STEPS for name in ev.names] or [False], dtype=bool)
+    named = np.array([bool(marker and (name == marker or st.base(name) == marker)) for name in ev.names] or [False],
+                     dtype=bool)
+    users = np.zeros(len(named), dtype=bool)
+    users[list(ev.users)] = True
+    user_names = {ev.names[n] for n in ev.users}
+    found = None
+    for wanted in ([named] if marker else [profiler, profiler | users]):
+        host = _marked(ev, wanted)
+        if marker or host:
+            found = st.from_markers(host, marker, PROFILER_STEPS, user_names)
+        if found:
+            return found
+    if ev.threads:
+        busiest = max(ev.threads, key=lambda t: ev.threads[t])  # the first of equals, as before
+        mine: list[st.Marked] = []  # no markers: that thread's ops are held to find the pattern (a short trace)
+        for _, c in ev.chunks(("cat", "name", "ts", "dur", "tid")):
+            m = (c["cat"] == _CPU_OP) & (c["tid"] == busiest)
+            mine.extend(st.Marked(ev.names[n], t, t + d) for n, t, d in
+                        zip(c["name"][m].tolist(), c["ts"][m].tolist(), c["dur"][m].tolist(), strict=True))
+        found = st.repeating_pattern(st.top_level(mine))
         if found:
             return found
     raise TraceError("no steps found (no ProfilerStep#N, no step-like record_function annotation, no repeating "
                      "top-level op); name the step's annotation with --step-marker NAME")
 
 
-class _Ops:
-    """What the nesting of host ops says of each host op and launch: its (phase, category, scope), interned;
-    each launch's innermost enclosing ``cpu_op``; each host op's time in ops nested in it."""
-
-    def __init__(self, n: int, child: bool) -> None:
-        self.info = array("i", bytes(4 * n))  # index into kinds
-        self.owner = array("i", [-1]) * n  # launch -> the cpu_op around it (-1: none)
-        self.child = array("d", bytes(8 * n if child else 0))  # only a CPU-only trace reads it (self time)
-        self.kinds: list[tuple[str, str, str]] = []
-        self._kind_ids: dict[tuple[str, str, str], int] = {}
-
-    def kind(self, k: tuple[str, str, str]) -> int:
-        i = self._kind_ids.get(k)
-        if i is None:
-            i = self._kind_ids[k] = len(self.kinds)
-            self.kinds.append(k)
-        return i
-
-
-def _nest(ev: Events, host: np.ndarray, launches: np.ndarray, child: bool) -> _Ops:
-    """Each thread's host ops and launches in time order (outer before inner), walked with a stack: a launch's
-    op and every event's phase, category and scope (from its parent chain); with ``child``, each op's nested
-    time."""
-    out = _Ops(len(ev), child)
-    both = np.concatenate([host, launches])
-    ts, dur = np.frombuffer(ev.ts), np.frombuffer(ev.dur)
-    # per thread, by (start, longest first); lexsort is stable: ties in the order host ops then launches,
-    # each in file order
-    order = both[np.lexsort((-dur[both], ts[both], np.frombuffer(ev.tid, dtype=np.int32)[both]))]
-    del both
-    cats_h = np.frombuffer(ev.cat, dtype=np.int8)[host]
-    args_h = np.frombuffer(ev.extra, dtype=np.int64)[host]
-    shaped = (cats_h == _CPU_OP) & (args_h >= 0)  # the ops with shapes: each (name, shapes) once
-    pairs = np.unique(np.stack([np.frombuffer(ev.name, dtype=np.int32)[host][shaped], args_h[shaped]]), axis=1)
-    scores = structure.torch_scores([{"cat": "cpu_op", "name": ev.names[n], "args": ev.args_of[a]}
-                                     for n, a in pairs.T.tolist()])
-    by_name: dict[int, str] = {}
-    on_scores: dict[tuple[int, int], bool] = {}
-    chains: dict[tuple[int, ...], tuple[str, str]] = {}
-    names, args, cats, tid_of = ev.names, ev.extra, ev.cat, ev.tid
-    stack: list[int] = []
-    ends: list[float] = []
-    chain: list[int] = []
-    current = -1
-    for i in _ints(order):
-        if tid_of[i] != current:
-            current, stack, ends, chain = tid_of[i], [], [], []
-        t = ev.ts[i]
-        while stack and t >= ends[-1]:
-            stack.pop()
-            ends.pop()
-            chain.pop()
-        n = ev.name[i]
-        key = (*chain, n)
-        pc = chains.get(key)
-        if pc is None:
-            named = [names[x] for x in key]
-            pc = chains[key] = (_phase(named), scope_of(named))
-        cat = by_name.get(n)
-        if cat is None:
-            cat = by_name[n] = taxonomy.torch_any(names[n])
-        if cat not in ("collectives", "attention") and cats[i] == _CPU_OP and scores:
-            a = args[i]
-            hit = on_scores.get((n, a))
-            if hit is None:
-                hit = on_scores[n, a] = structure.torch_on_scores(
-                    {"name": names[n], "args": ev.args_of[a] if a >= 0 else {}}, scores)
-            if hit:
-                cat = "attention"
-        out.info[i] = out.kind((pc[0], cat, pc[1]))
-        if cats[i] in _LAUNCH:
-            out.owner[i] = next((s for s in reversed(stack) if cats[s] == _CPU_OP), -1)
-            continue
-        if stack and child:
-            out.child[stack[-1]] += ev.dur[i]
-        stack.append(i)
-        ends.append(t + ev.dur[i])
-        chain.append(n)
-    return out
-
-
-def _ints(idx: np.ndarray, chunk: int = 1 << 16) -> Iterator[int]:
-    """The indices of ``idx`` as Python ints, a chunk at a time (a whole list would hold ~36 bytes an event)."""
-    for s in range(0, len(idx), chunk):
-        yield from idx[s:s + chunk].tolist()
+_CODES = torch_walk.Codes(_CPU_OP, _USER, _HOST, _LAUNCH, _DEVICE, _NO_CORR)
 
 
 def read(path: str, step_marker: str | None = None, device: int | None = None,
-         steps: tuple[int | None, int | None] | None = None) -> Breakdown:
+         steps: tuple[int | None, int | None] | None = None, chunk: int | None = None) -> Breakdown:
     """The breakdown of a torch profiler trace: its steps (``steps``: a window of them, :func:`steps.select`),
     on one device (``device``; default the first with kernels), or its host ops when it has no device
-    activity."""
-    ev = load(path)
+    activity. ``chunk``: the events held in memory at a time (default :data:`spill.CHUNK`)."""
+    ev = load(path, chunk)
+    try:
+        return _read(path, ev, step_marker, device, steps)
+    finally:
+        ev.close()
+
+
+def _read(path: str, ev: Events, step_marker: str | None, device: int | None,
+          steps: tuple[int | None, int | None] | None) -> Breakdown:
     found = find_steps(ev, step_marker)
     markers = set(found.spans)  # the step annotations themselves are no op, whichever steps are explained
     found = st.select(found, steps)
-    cat = np.frombuffer(ev.cat, dtype=np.int8)
-    dev_of = np.frombuffer(ev.tid, dtype=np.int32)  # a device event's device
-    device_idx = np.flatnonzero(np.isin(cat, list(_DEVICE)))
-    devices = sorted(set(dev_of[device_idx].tolist()))
+    devices = sorted(ev.devices)
     if device is not None and device not in devices:
         where = f"devices {', '.join(map(str, devices))}" if devices else "no device activity (a CPU-only trace)"
         raise TraceError(f"{path}: no device {device} in the trace ({where})")
     step_name = np.array([st.base(n) in PROFILER_STEPS for n in ev.names] or [False], dtype=bool)
-    is_host = np.isin(cat, list(_HOST)) & ~step_name[np.frombuffer(ev.name, dtype=np.int32)]
-    for i in np.flatnonzero(is_host & (cat == _USER)).tolist():  # a user annotation that marks the steps
-        is_host[i] = (ev.ts[i], ev.ts[i] + ev.dur[i]) not in markers
-    host = np.flatnonzero(is_host)
-    launches = np.flatnonzero(np.isin(cat, list(_LAUNCH)))
-    nest = _nest(ev, host, launches, child=not devices)
+    marker_starts = np.array(sorted({t0 for t0, _ in markers}), dtype=np.float64)
+    host_cats, launch_cats = np.array(sorted(_HOST), dtype=np.int8), np.array(sorted(_LAUNCH), dtype=np.int8)
+
+    def walked(c: dict[str, np.ndarray]) -> np.ndarray:
+        """The host ops (not the step annotations) and launches of a chunk."""
+        cat = c["cat"]
+        is_host = np.isin(cat, host_cats) & ~step_name[c["name"]]
+        user = np.flatnonzero(is_host & (cat == _USER) & np.isin(c["ts"], marker_starts))
+        for i, t, d in zip(user.tolist(), c["ts"][user].tolist(), c["dur"][user].tolist(), strict=True):
+            is_host[i] = (t, t + d) not in markers  # a user annotation that marks the steps
+        return is_host | np.isin(cat, launch_cats)
+
     b = Breakdown(source="torch.profiler", steps_traced=len(found.spans), step_method=found.method,
                   cut=step_cut(found.spans, 1e3))
     b.notes.extend(found.notes)
+    parts = torch_walk.buckets(ev, found.spans, walked, ev.store)
+    scores = structure.torch_scores([{"cat": "cpu_op", "name": ev.names[n], "args": ev.args_of[a]}
+                                     for n, a in _shaped(ev, walked)])
     if not devices:
-        return _host_only(b, found, ev, host, nest)
+        return _host_only(b, found, ev, parts, scores)
     dev = devices[0] if device is None else device
     if len(devices) > 1:
         b.notes.append(f"kernels of {len(devices)} devices ({', '.join(map(str, devices))}) in the trace: "
                        f"device {dev} shown (--device-index N for another)")
-    mine = device_idx[dev_of[device_idx] == dev]
-    kernels = mine[np.argsort(np.frombuffer(ev.ts)[mine], kind="stable")]
-    return _device(b, found, ev, kernels, _launch_of(ev, kernels, launches), nest, f"GPU {dev}")
+    n = max(1, -(-max(ev.devices[dev], 1) // spill.PART))  # partitions by correlation id
+    launches = spill.Parts(ev.store, torch_walk.LAUNCH, n)
+    w = torch_walk.Walk(ev, _CODES, scores, _phase_scope, launches, None)
+    torch_walk.walk(ev, parts, w)
+    kernels = spill.Parts(ev.store, torch_walk.KERNEL, n)
+    before = torch_walk.kernels_of(ev, dev, _CODES, kernels, found.spans[0][0])
+    per_bucket = max(1, len(found.spans) * spill.PART // max(ev.devices[dev], 1))
+    joined = spill.Parts(ev.store, torch_walk.JOINED, -(-len(found.spans) // per_bucket))
+    torch_walk.join(launches, kernels, st.Within(found.spans), per_bucket, _NO_CORR, joined)
+
+    def category(cat: int, name: str, op_cat: str) -> str:
+        return kernel_category({"cat": _KEPT_CATS[cat], "name": name}, op_cat)
+
+    return torch_walk.attribute(b, found, joined, before, ev, w, category, f"GPU {dev}")
 
 
-def _launch_of(ev: Events, kernels: np.ndarray, launches: np.ndarray) -> np.ndarray:
-    """Each kernel's launch (-1: none in the trace), joined by correlation id; of launches sharing an id, the
-    last in the file."""
-    corr = np.frombuffer(ev.extra, dtype=np.int64)  # a launch's and a kernel's correlation id
-    lc = corr[launches]
-    order = np.argsort(lc, kind="stable")
-    sorted_c = lc[order]
-    kc = corr[kernels]
-    j = np.searchsorted(sorted_c, kc, side="right") - 1
-    ok = (j >= 0) & (kc != _NO_CORR)
-    ok[ok] &= sorted_c[j[ok]] == kc[ok]
-    out = np.full(len(kernels), -1, dtype=np.int64)
-    out[ok] = launches[order[j[ok]]]
-    return out
+def _phase_scope(chain: list[str]) -> tuple[str, str]:
+    return _phase(chain), scope_of(chain)
 
 
-def _host_only(b: Breakdown, steps: st.Steps, ev: Events, host: np.ndarray, nest: _Ops) -> Breakdown:
+def _shaped(ev: Events, walked: Callable[[dict[str, np.ndarray]], np.ndarray]) -> list[tuple[int, int]]:
+    """The host ops with shapes, each (name, shapes) once, in order: what the attention scores are read from."""
+    pairs: set[tuple[int, int]] = set()
+    for _, c in ev.chunks(("cat", "name", "ts", "dur", "extra")):
+        m = walked(c) & (c["cat"] == _CPU_OP) & (c["extra"] >= 0)
+        if m.any():
+            both = np.unique(np.stack([c["name"][m].astype(np.int64), c["extra"][m]]), axis=1)
+            pairs.update(zip(both[0].tolist(), both[1].tolist(), strict=True))
+    return sorted(pairs)
+
+
+def _host_only(b: Breakdown, steps: st.Steps, ev: Events, parts: spill.Parts, scores: Any) -> Breakdown:
+    """A CPU-only trace: each cpu_op's self time (its time less its nested ops') in the undisturbed steps."""
     b.device, b.idle = "CPU", "host step time no op covers (dispatch, Python, idle threads)"
     durations = [t1 - t0 for t0, t1 in steps.spans]
     spans = [steps.spans[i] for i in undisturbed(durations, b)]
     inside = st.Within(spans)
-    for i in _ints(host):
-        if ev.cat[i] != _CPU_OP or inside.first(ev.ts[i]) < 0:
-            continue
-        phase, cat, scope = nest.kinds[nest.info[i]]
-        self_us = max(ev.dur[i] - nest.child[i], 0.0)
-        a = ev.args_at(i)
-        b.add(phase, cat, self_us / 1e3, scope, name=ev.names[ev.name[i]], shapes=_shapes(ev, a),
-              detail={"args": ev.args_of[a] if a >= 0 else {}, "id": i})
+    details: dict[int, dict[str, Any]] = {}
+    shapes: dict[int, str] = {}
+
+    def on_pop(op: list[Any]) -> None:  # [row, end, name, cat, kind, shapes, dur, child time, start]
+        if op[3] != _CPU_OP or inside.first(op[8]) < 0:
+            return
+        phase, cat, scope = w.kinds[op[4]]
+        a = op[5]
+        if a not in details:
+            details[a] = {"args": ev.args_of[a] if a >= 0 else {}}
+            shapes[a] = torch_walk.shapes_text(ev.args_of, a)
+        b.add(phase, cat, max(op[6] - op[7], 0.0) / 1e3, scope, name=ev.names[op[2]], shapes=shapes[a],
+              detail=details[a])
+
+    w = torch_walk.Walk(ev, _CODES, scores, _phase_scope, None, on_pop)
+    torch_walk.walk(ev, parts, w)
     step_ms = sum(t1 - t0 for t0, t1 in spans) / len(spans) / 1e3
     return b.finish(len(spans), step_ms)
-
-
-def _shapes(ev: Events, a: int) -> str:
-    dims = ev.args_of[a].get("Input Dims") if a >= 0 else None
-    return json.dumps(dims, separators=(",", ":")) if dims else ""
 
 
 def kernel_category(kernel: dict[str, Any], op_category: str) -> str:
@@ -457,66 +435,3 @@ def kernel_category(kernel: dict[str, Any], op_category: str) -> str:
     if op_category != "other":
         return op_category
     return taxonomy.generic_kernel(kernel["name"])
-
-
-def _device(b: Breakdown, steps: st.Steps, ev: Events, kernels: np.ndarray, launch: np.ndarray, nest: _Ops,
-            device: str) -> Breakdown:
-    b.device = device
-    b.idle = "the device idle between kernels within the step"
-    per_step: list[list[int]] = [[] for _ in steps.spans]  # positions in kernels
-    ts, dur = ev.ts, ev.dur
-    when = np.where(launch >= 0, np.frombuffer(ts)[np.maximum(launch, 0)], np.frombuffer(ts)[kernels])
-    inside = st.Within(steps.spans)  # unlinked: by when it ran
-    for j, t in enumerate(when.tolist()):
-        i = inside.first(t)
-        if i >= 0:
-            per_step[i].append(j)
-    if not any(per_step):
-        raise TraceError(f"no kernels of {device} were launched within the {len(steps.spans)} steps found "
-                         f"({steps.method})")
-    k_ts = np.frombuffer(ts)[kernels]
-    k_end = k_ts + np.frombuffer(dur)[kernels]
-    intervals = [[(ts[kernels[j]], ts[kernels[j]] + dur[kernels[j]]) for j in mine] for mine in per_step]
-    t0 = steps.spans[0][0]
-    before = k_end[k_ts < t0]
-    windows = st.device_windows(steps.spans, intervals, float(before.max()) if len(before) else t0)
-    busy = [st.union(iv, *w) for iv, w in zip(intervals, windows, strict=True)]
-    with_kernels = [i for i, mine in enumerate(per_step) if mine]
-    keep = [with_kernels[j] for j in undisturbed([windows[i][1] - windows[i][0] for i in with_kernels], b)]
-    unlinked = 0.0
-    categories: dict[tuple[int, int, str], str] = {}
-    for i in keep:
-        details: dict[int, dict[str, Any]] = {}  # one per op: its kernels share it
-        for j in per_step[i]:
-            k, lk = int(kernels[j]), int(launch[j])
-            op = nest.owner[lk] if lk >= 0 else -1
-            if lk < 0:
-                unlinked += dur[k]
-            phase, op_cat, scope = nest.kinds[nest.info[op]] if op >= 0 else \
-                (nest.kinds[nest.info[lk]][0] if lk >= 0 else "rest", "other", "")
-            key = (ev.cat[k], ev.name[k], op_cat)
-            cat = categories.get(key)
-            if cat is None:
-                cat = categories[key] = kernel_category({"cat": _KEPT_CATS[ev.cat[k]], "name": ev.names[ev.name[k]]},
-                                                        op_cat)
-            detail = None
-            if op >= 0:
-                detail = details.get(op)
-                if detail is None:
-                    a = ev.args_at(op)
-                    detail = details[op] = {"op": ev.names[ev.name[op]], "args": ev.args_of[a] if a >= 0 else {},
-                                            "id": op}
-            b.add(phase, cat, dur[k] / 1e3, scope, name=ev.names[ev.name[k]],
-                  op=ev.names[ev.name[op]] if op >= 0 else "", shapes=_shapes(ev, ev.args_at(op)) if op >= 0 else "",
-                  detail=detail)
-    n = len(keep)
-    total = sum(dur[int(kernels[j])] for i in keep for j in per_step[i])
-    if unlinked > 0.01 * total:
-        b.notes.append(f"{unlinked / total:.0%} of kernel time has no launch in the trace: charged by when it "
-                       "ran, phase 'rest'")
-    step_ms = sum(windows[i][1] - windows[i][0] for i in keep) / n / 1e3
-    host_ms = sum(steps.spans[i][1] - steps.spans[i][0] for i in keep) / n / 1e3
-    if abs(host_ms - step_ms) > 0.05 * step_ms:
-        b.notes.append(f"the host's step is {host_ms:.2f} ms, the device's {step_ms:.2f} ms (from the host step's "
-                       "start, or the end of the device's earlier work, to its last kernel's end)")
-    return b.finish(n, step_ms, busy_ms=sum(busy[i] for i in keep) / n / 1e3)

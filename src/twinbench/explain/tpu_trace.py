@@ -14,11 +14,13 @@ attention product or softmax is attention whatever the TPU fused it into), then 
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
-from twinbench.explain import hlo, taxonomy, xplane
+from twinbench.explain import hlo, taxonomy, xplane, xplane_stream
 from twinbench.explain import steps as st
 from twinbench.explain.breakdown import Breakdown, undisturbed
 from twinbench.explain.steps import TraceError
@@ -47,15 +49,17 @@ def is_tpu(plane_names: list[str]) -> bool:
     return any(_TPU.match(n) for n in plane_names)
 
 
-class _Op:
-    __slots__ = ("bytes", "category", "end", "flops", "name", "op_name", "program", "start", "target")
+class _Info:
+    """What an op's event metadata says of it, read once per metadata (every execution of an op shares it);
+    what it is attributed as (:meth:`attributed`), decided once too."""
 
-    def __init__(self, md: xplane.EventMetadata, start: float, dur: float) -> None:
+    __slots__ = ("_as", "bytes", "category", "flops", "name", "op_name", "program", "target")
+
+    def __init__(self, md: xplane.EventMetadata) -> None:
         s = md.stats
         text = md.name if md.name.startswith("%") else md.display_name  # the instruction's HLO text
         self.name = md.display_name if md.name.startswith("%") else md.name
         self.name = self.name or text.split(" ", 1)[0].lstrip("%")
-        self.start, self.end = start, start + dur
         self.category = str(s.get("hlo_category", ""))
         self.op_name = str(s.get("tf_op", "")).rstrip(":")
         self.program = str(s.get("program_id", ""))
@@ -63,6 +67,32 @@ class _Op:
         self.bytes = float(s.get("bytes_accessed") or 0)
         t = _TARGET.search(text)
         self.target = t.group(1) if t else ""
+        self._as: tuple[str, str, str, str, dict[str, Any]] | None = None
+
+    def attributed(self, instrs: dict[str, hlo.Instr]) -> tuple[str, str, str, str, dict[str, Any]]:
+        """(category, the op_name's phase or "", scope, where in the model, the detail the op groups read)."""
+        if self._as is None:
+            cat = category(self.category, self.op_name, self.name, self.target)
+            ins = instrs.get(self.name)
+            if ins is not None and cat in ("reductions", "element-wise") and hlo.category(ins) == "attention":
+                cat = "attention"  # a softmax fused on its own (its op_name says only reduce_sum); one fused
+                # into a matmul (the LM head's backward with the loss's softmax) stays a matmul
+            where = "/".join(self.op_name.split("/")[-3:])  # what the op is and where in the model
+            self._as = (cat, hlo.phase(self.op_name) if self.op_name else "", hlo.scope(self.op_name), where,
+                        {"flops": self.flops, "bytes": self.bytes, "where": where,
+                         "opaque": bool(self.target) and not self.flops})  # a Pallas kernel: XLA counts nothing
+        return self._as
+
+
+class _Op:
+    __slots__ = ("end", "info", "start")
+
+    def __init__(self, info: _Info, start: float, dur: float) -> None:
+        self.info, self.start, self.end = info, start, start + dur
+
+
+class _Unsorted(Exception):
+    """An op of a step already attributed: the line's ops are not in time order."""
 
 
 def category(hlo_category: str, op_name: str, name: str = "", target: str = "") -> str:
@@ -93,33 +123,35 @@ def category(hlo_category: str, op_name: str, name: str = "", target: str = "") 
     return taxonomy.hlo_op(hc) if hc else "other"
 
 
-def read(path: Path, data: bytes, device: int | None = None, module: str = "", hlo_text: str = "",
-         hlo_for: Callable[[str], str] | None = None,
+def read(path: Path, src: xplane_stream.Source, device: int | None = None, module: str = "",
+         hlo_text: str = "", hlo_for: Callable[[str], str] | None = None,
          steps: tuple[int | None, int | None] | None = None) -> Breakdown:
     """The breakdown of a TPU profile: the main module's executions on one TPU core (default the first;
     ``steps``: a window of them, :func:`steps.select`). With the module's compiled HLO text (``hlo_text``, or
     ``hlo_for(module name)``), a fusion whose instructions make a softmax (max, exp, sum) counts as attention,
-    as it does on the CPU and GPU. Only the chosen core's plane is decoded."""
-    planes = sorted(int(m.group(1)) for m in map(_TPU.match, xplane.plane_names(data)) if m)
+    as it does on the CPU and GPU. Only the chosen core's plane is read, from the file (``src``), its ``XLA
+    Ops`` one event at a time and attributed a step at a time (:func:`_attribute`): what is held is the
+    plane's metadata, the module's executions and one step's ops."""
+    assert src.f is not None
+    f = src.f
+    found = {int(m.group(1)): at for at in xplane_stream.planes(f, src.size()) for m in [_TPU.match(at.name)] if m}
+    planes = sorted(found)
     if device is not None and device not in planes:
         raise TraceError(f"{path}: no device {device} in the trace (TPU cores {', '.join(map(str, planes))})")
     dev = min(planes) if device is None else device
-    plane = xplane.read(data, lambda n: n == f"/device:TPU:{dev}")[0]
+    plane = xplane_stream.plane(f, found[dev])
     lines = {ln.name: ln for ln in plane.lines}
     op_line, mod_line = lines.get("XLA Ops"), lines.get("XLA Modules")
-    if op_line is None or not op_line.events:
+    if op_line is None or next(xplane_stream.events(f, op_line), None) is None:
         raise TraceError(f"{path}: no XLA ops on TPU {dev} (was the profile stopped before the step ran?)")
-    base = op_line.timestamp_ns * 1000
-    ops = [_Op(plane.event_metadata[ev.metadata_id], (base + ev.offset_ps) / 1e3, ev.duration_ps / 1e3)
-           for ev in op_line.events if ev.metadata_id in plane.event_metadata]
     runs: dict[str, list[tuple[float, float]]] = {}
     if mod_line is not None:
         mbase = mod_line.timestamp_ns * 1000
-        for ev in mod_line.events:
-            md = plane.event_metadata.get(ev.metadata_id)
+        for mid, offset, dur in xplane_stream.events(f, mod_line):
+            md = plane.event_metadata.get(mid)
             if md is not None:
-                t = (mbase + ev.offset_ps) / 1e3
-                runs.setdefault(md.name, []).append((t, t + ev.duration_ps / 1e3))
+                t = (mbase + offset) / 1e3
+                runs.setdefault(md.name, []).append((t, t + dur / 1e3))
     if not runs:
         raise TraceError(f"{path}: no XLA module executions on TPU {dev}")
     if module:
@@ -144,50 +176,90 @@ def read(path: Path, data: bytes, device: int | None = None, module: str = "", h
         lo, hi, window_notes = st.bounds(len(spans), steps, method)
         method = f"{method}; steps {lo} to {hi - 1} of {len(spans)} (--steps)"
         spans, execs = spans[lo:hi], execs[lo:hi]
-    b = Breakdown(source="jax.profiler (TPU: hlo_category, op_name and XLA's FLOPs per op)"
-                  + (" + HLO" if instrs else ""),
-                  steps_traced=len(spans), step_method=method)
-    b.device = f"TPU {dev} ({plane.stats.get('device_type_string', 'TPU')})"
-    b.idle = "the TPU idle between ops within the step (waiting on the host, the next step's dispatch)"
-    kind = str(plane.stats.get("device_type_string", ""))
-    sheet = peak.datasheet(kind)  # a profile read on its own carries no measured peak: the datasheet's
-    if sheet and sheet.bf16_tflops:
-        b.peak_tflops, b.peak_source = sheet.bf16_tflops, f"{sheet.name} datasheet bf16 peak"
-    b.notes.extend(window_notes)
-    if len(planes) > 1:
-        b.notes.append(f"{len(planes)} TPU cores in the trace: TPU {dev} shown (--device-index N for another)")
+
+    def breakdown() -> Breakdown:
+        b = Breakdown(source="jax.profiler (TPU: hlo_category, op_name and XLA's FLOPs per op)"
+                      + (" + HLO" if instrs else ""),
+                      steps_traced=len(spans), step_method=method)
+        b.device = f"TPU {dev} ({plane.stats.get('device_type_string', 'TPU')})"
+        b.idle = "the TPU idle between ops within the step (waiting on the host, the next step's dispatch)"
+        kind = str(plane.stats.get("device_type_string", ""))
+        sheet = peak.datasheet(kind)  # a profile read on its own carries no measured peak: the datasheet's
+        if sheet and sheet.bf16_tflops:
+            b.peak_tflops, b.peak_source = sheet.bf16_tflops, f"{sheet.name} datasheet bf16 peak"
+        b.notes.extend(window_notes)
+        if len(planes) > 1:
+            b.notes.append(f"{len(planes)} TPU cores in the trace: TPU {dev} shown (--device-index N for another)")
+        return b
+
+    b = breakdown()
     keep = [spans[i] for i in undisturbed([e - s for s, e in (execs[i] for i in range(len(spans)))], b)]
-    per_step: list[list[_Op]] = [[] for _ in keep]
-    ops.sort(key=lambda o: o.start)
-    for o in ops:
-        for i, (s, e) in enumerate(keep):
-            if s <= o.start < e:
-                per_step[i].append(o)
-                break
-    if not any(per_step):
+    infos: dict[int, _Info] = {}
+    base = op_line.timestamp_ns * 1000
+
+    def ops() -> Iterator[_Op]:
+        for mid, offset, dur in xplane_stream.events(f, op_line):
+            info = infos.get(mid)
+            if info is None:
+                md = plane.event_metadata.get(mid)
+                if md is None:
+                    continue
+                info = infos[mid] = _Info(md)
+            yield _Op(info, (base + offset) / 1e3, dur / 1e3)
+
+    try:
+        busy, any_op = _attribute(b, keep, ops(), instrs, stream=True)
+    except _Unsorted:  # ops out of time order: a step's ops are complete only at the line's end
+        b = breakdown()
+        undisturbed([e - s for s, e in (execs[i] for i in range(len(spans)))], b)
+        busy, any_op = _attribute(b, keep, ops(), instrs, stream=False)
+    if not any_op:
         raise TraceError(f"{path}: no ops of TPU {dev} ran within the {len(keep)} steps found ({method})")
-    busy = 0.0
-    for (s, e), mine in zip(keep, per_step, strict=True):
-        busy += st.union([(o.start, o.end) for o in mine], s, e)
-        phase_before, backward_seen = "rest", False
-        for o in mine:
-            cat = category(o.category, o.op_name, o.name, o.target)
-            ins = instrs.get(o.name)
-            if ins is not None and cat in ("reductions", "element-wise") and hlo.category(ins) == "attention":
-                cat = "attention"  # a softmax fused on its own (its op_name says only reduce_sum); one fused
-                # into a matmul (the LM head's backward with the loss's softmax) stays a matmul
-            phase = hlo.phase(o.op_name) if o.op_name else phase_before
-            if phase == "backward":
-                backward_seen = True
-            elif phase == "rest" and o.op_name and backward_seen:
-                phase = "optimizer"  # outside jvp/transpose after the backward pass: the parameter update
-            if o.op_name:
-                phase_before = phase
-            where = "/".join(o.op_name.split("/")[-3:])  # what the op is and where in the model
-            b.add(phase, cat, (o.end - o.start) / 1e6, hlo.scope(o.op_name), name=o.name,
-                  op=where or o.category,
-                  detail={"flops": o.flops, "bytes": o.bytes, "where": where,
-                          "opaque": bool(o.target) and not o.flops})  # a Pallas kernel: XLA counts nothing
     n = len(keep)
     step_ms = sum(e - s for s, e in keep) / n / 1e6
     return b.finish(n, step_ms, busy_ms=busy / n / 1e6)
+
+
+def _attribute(b: Breakdown, keep: list[tuple[float, float]], ops: Iterator[_Op], instrs: dict[str, hlo.Instr],
+               stream: bool) -> tuple[float, bool]:
+    """Each op of the steps ``keep`` added to ``b``, a step at a time in time order; (the steps' busy time, any
+    op seen). With ``stream``, a step is attributed once an op starts past its end (the line in time order;
+    :class:`_Unsorted` otherwise), so that one step's ops are held, not the line's."""
+    starts = [s for s, _ in keep]
+    pending: dict[int, list[_Op]] = {}
+    done = -1  # the steps up to this one are attributed
+    busy, seen = 0.0, False
+    for o in ops:
+        i = bisect.bisect_right(starts, o.start) - 1
+        if stream:
+            while done + 1 < len(keep) and keep[done + 1][1] <= o.start:
+                done += 1
+                busy += _step(b, keep[done], pending.pop(done, []), instrs)
+        if i < 0 or not (keep[i][0] <= o.start < keep[i][1]):
+            continue
+        if i <= done:
+            raise _Unsorted
+        pending.setdefault(i, []).append(o)
+        seen = True
+    for i in range(done + 1, len(keep)):
+        busy += _step(b, keep[i], pending.pop(i, []), instrs)
+    return busy, seen
+
+
+def _step(b: Breakdown, span: tuple[float, float], mine: list[_Op], instrs: dict[str, hlo.Instr]) -> float:
+    """One step's ops (in time order) added to ``b``; returns the time any op ran within the step."""
+    mine.sort(key=lambda o: o.start)
+    phase_before, backward_seen = "rest", False
+    for o in mine:
+        p = o.info
+        cat, op_phase, scope, where, detail = p.attributed(instrs)
+        phase = op_phase if p.op_name else phase_before
+        if phase == "backward":
+            backward_seen = True
+        elif phase == "rest" and p.op_name and backward_seen:
+            phase = "optimizer"  # outside jvp/transpose after the backward pass: the parameter update
+        if p.op_name:
+            phase_before = phase
+        b.add(phase, cat, (o.end - o.start) / 1e6, scope, name=p.name, op=where or p.category, detail=detail)
+    b.close_ops()
+    return st.union([(o.start, o.end) for o in mine], *span)

@@ -4,7 +4,9 @@ against the wire format of tsl's ``xplane.proto`` so it needs no generated modul
 ``jax.profiler.ProfileData`` gives each event's own stats but not its *metadata's* stats, and on a TPU those
 hold what an op is: ``hlo_category``, ``tf_op`` (the JAX ``op_name`` path), ``source``, ``flops``,
 ``bytes_accessed``. This module decodes the planes named, with their event and stat metadata, and can write a
-trimmed space back (the test fixtures are TPU profiles cut to a few steps).
+trimmed space back (the test fixtures are TPU profiles cut to a few steps). explain's readers walk a profile
+from its file with :mod:`.xplane_stream` (which uses this module's field decoders); :func:`read` decodes a
+space held whole (the trimming tools, the benchmark's generator).
 """
 
 from __future__ import annotations
