@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.models.family import FAMILIES
-from twinbench.spec import RunSpec, SpecError, from_preset, one_of, validate, with_precision
+from twinbench.spec import (
+    RunSpec,
+    SpecError,
+    check_framework_options,
+    from_preset,
+    one_of,
+    validate,
+    with_precision,
+)
 
 
 def csv(value: str | None) -> list[str] | None:
@@ -83,6 +91,7 @@ def build_specs(preset: str, frameworks: str, strategies: str | None, overrides:
     for s in specs:  # --precision bf16 may have added +bf16: it must fit the strategy too
         registry.get(s.framework, s.strategy.name)
         registry.check_devices(s)  # --devices > 1 needs a multi-device strategy
+        check_framework_options(s)
     return list({(s.framework, s.strategy.name): s for s in specs}.values())
 
 

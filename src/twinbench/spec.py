@@ -146,7 +146,8 @@ class RunSpec:
         d.pop("explain", None)  # and explain's timing of the step's parts
         d.pop("cache_dir", None)  # where the compilation cache lives is not what is measured (its state is)
         d.pop("user_dir", None)  # likewise where the user model's initial weights were written
-        for name, default in (("attention_impl", "default"), ("repeat", 0), ("splash_layout", "auto")):  # fields added later: records
+        for name, default in (("attention_impl", "default"), ("repeat", 0), ("splash_layout", "auto"),
+                              ("mlp_activation", "fused")):  # fields added later: records
             if d.get(name) == default:  # made before them keep their ids
                 d.pop(name)
         d.pop("no_preflight", None)  # whether memory was estimated first does not change the measurement
@@ -318,6 +319,15 @@ def validate(spec: RunSpec) -> RunSpec:
     _validate_strategy(spec)
     _validate_task(spec)
     return spec
+
+
+def check_framework_options(spec: RunSpec) -> None:
+    """Refuse (one line) an option the spec's framework does not read: the base spec is validated before its
+    frameworks are chosen, so this runs on each (framework, strategy) spec."""
+    st = spec.strategy
+    if st.mlp_activation != "fused" and not backends.get(spec.framework).READS_XLA_FLAGS:
+        raise SpecError(f"--mlp-activation {st.mlp_activation} is a choice of XLA's fusion in the JAX twins; the "
+                        f"{spec.framework} twin does not run through XLA")
 
 
 def _validate_strategy(spec: RunSpec) -> None:

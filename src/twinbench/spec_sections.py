@@ -12,7 +12,7 @@ from typing import Any
 
 from twinbench.config import option
 from twinbench.host_malloc import CHOICES as HOST_MALLOC_CHOICES
-from twinbench.models.options import ATTENTION_IMPLS, REMAT_POLICIES, SPLASH_LAYOUTS
+from twinbench.models.options import ATTENTION_IMPLS, MLP_ACTIVATIONS, REMAT_POLICIES, SPLASH_LAYOUTS
 from twinbench.strategies.modifiers import Modifiers
 from twinbench.xla_flags import CHOICES as XLA_CPU_FLAG_CHOICES
 
@@ -48,6 +48,10 @@ class StrategySpec:
         "'seq-minor' (the sequence in the lanes: a projection written heads first then fills them, where a 64-wide "
         "head fills half), or 'auto': seq-minor where the twin's projections write q, k, v heads first (BERT), "
         "head-dim-minor elsewhere; with --attention-impl splash only", choices=SPLASH_LAYOUTS)
+    mlp_activation: str = option(
+        "fused", "JAX twins: how the MLP's activation reaches the products that read it (the same maths): 'fused' "
+        "(XLA may recompute it inside them) or 'stored' (written once, read by the next product and the backward "
+        "pass: one activation a layer more of memory)", choices=MLP_ACTIVATIONS)
     mods: Modifiers = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

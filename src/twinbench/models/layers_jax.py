@@ -259,6 +259,13 @@ def _splash_call(kernel, splash, q, k, v, mask, B, T):
     return jax.vmap(lambda q, k, v, s: kernel(q, k, v, segment_ids=splash.SegmentIds(q=s, kv=s)))(q, k, v, ids)
 
 
+def activation(h: jax.Array, stored: bool) -> jax.Array:
+    """The MLP's activation as the products after it read it: written once (an ``optimization_barrier``: XLA may
+    not fuse its computation into the products that read it) when ``stored``, else as XLA fuses it
+    (models/options.py: MLP_ACTIVATIONS)."""
+    return jax.lax.optimization_barrier(h) if stored else h
+
+
 class LayerNorm(nnx.LayerNorm):
     """``nnx.LayerNorm`` under the profiler scope ``layer_norm``: its ops are the normalization row of
     ``twinbench explain``, as torch's ``aten::layer_norm`` is (without a scope they fuse into the block's

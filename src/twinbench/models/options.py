@@ -27,6 +27,12 @@ ATTENTION_IMPLS = ("default", "chunked", "jax-nn", "cudnn", "splash")
 #: BERT's step on a TPU was faster seq-minor, measured back to back (benchmarks/RESULTS.md, "The ninth sitting");
 #: the others have not been measured seq-minor.
 SPLASH_LAYOUTS = ("auto", "head-dim-minor", "seq-minor")
+#: How the JAX twins hand the MLP's activation to the products that read it (the same maths): "fused" lets XLA
+#: decide, and on a TPU it recomputes the activation inside each product that reads it (the second projection and
+#: its weight gradient), where an exact (erf) GELU keeps the matrix unit waiting; "stored" writes it once (an
+#: ``optimization_barrier``), to be read by the next product and the backward pass, for one activation a layer
+#: more of memory. benchmarks/RESULTS.md, "The tenth sitting", has BERT-base's A/B on a TPU v5e.
+MLP_ACTIVATIONS = ("fused", "stored")
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,8 @@ class ModelOptions:
     fused_qkv: bool = False
     #: JAX only, splash only: how the kernel reads q, k, v, one of SPLASH_LAYOUTS (:meth:`splash_seq_minor`).
     splash_layout: str = "auto"
+    #: JAX only: how the MLP's activation reaches the products that read it, one of MLP_ACTIVATIONS.
+    mlp_activation: str = "fused"
 
     def splash_seq_minor(self, written_heads_first: bool) -> bool:
         """Whether the splash kernel reads q, k, v sequence-minor, for a twin whose projections write them heads
@@ -66,5 +74,7 @@ class ModelOptions:
             raise ValueError(f"attention_impl: {self.attention_impl!r}; allowed: {', '.join(ATTENTION_IMPLS)}")
         if self.splash_layout not in SPLASH_LAYOUTS:
             raise ValueError(f"splash_layout: {self.splash_layout!r}; allowed: {', '.join(SPLASH_LAYOUTS)}")
+        if self.mlp_activation not in MLP_ACTIVATIONS:
+            raise ValueError(f"mlp_activation: {self.mlp_activation!r}; allowed: {', '.join(MLP_ACTIVATIONS)}")
         if self.scan_unroll < 1:
             raise ValueError(f"scan_unroll must be >= 1, got {self.scan_unroll}")

@@ -24,4 +24,5 @@ def model_options(spec: RunSpec) -> ModelOptions:
         attention_impl=spec.strategy.attention_impl,
         fused_qkv=spec.strategy.mods.fused_qkv,
         splash_layout=spec.strategy.splash_layout,
+        mlp_activation=spec.strategy.mlp_activation,
     )

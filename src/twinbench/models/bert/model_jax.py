@@ -23,7 +23,15 @@ from flax import nnx
 
 from twinbench.config import ModelConfig
 from twinbench.models import layers_jax
-from twinbench.models.layers_jax import DTYPES, REMAT_POLICIES, LayerNorm, Linear, attention, heads_first
+from twinbench.models.layers_jax import (
+    DTYPES,
+    REMAT_POLICIES,
+    LayerNorm,
+    Linear,
+    activation,
+    attention,
+    heads_first,
+)
 from twinbench.models.options import ModelOptions
 
 TYPE_VOCAB = 2  # segment ids: 0 for the first text, 1 for the second of a pair
@@ -116,11 +124,12 @@ class Attention(nnx.Module):
 
 
 class Intermediate(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32, stored: bool = False):
         self.dense = _linear(cfg.d_model, cfg.ff, rngs, dtype)
+        self.stored = stored  # ModelOptions.mlp_activation == "stored"
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return jax.nn.gelu(self.dense(x), approximate=False)  # exact erf GELU, as BERT
+        return activation(jax.nn.gelu(self.dense(x), approximate=False), self.stored)  # exact erf GELU, as BERT
 
 
 class Output(nnx.Module):
@@ -136,9 +145,10 @@ class Layer(nnx.Module):
     """One post-LayerNorm block: x = LN(x + attn(x)); x = LN(x + mlp(x))."""
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
-                 attention_impl: str = "default", fused_qkv: bool = False, seq_minor: bool = False):
+                 attention_impl: str = "default", fused_qkv: bool = False, seq_minor: bool = False,
+                 stored: bool = False):
         self.attention = Attention(cfg, rngs, dtype, attention_impl, fused_qkv, seq_minor)
-        self.intermediate = Intermediate(cfg, rngs, dtype)
+        self.intermediate = Intermediate(cfg, rngs, dtype, stored)
         self.output = Output(cfg, rngs, dtype)
 
     def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
@@ -157,7 +167,8 @@ class Encoder(nnx.Module):
         self.opts = opts
         dtype = DTYPES[opts.compute_dtype]
         # the projections write q, k, v heads first themselves, unless fused (then one transpose of the three)
-        layer = (opts.attention_impl, opts.fused_qkv, opts.splash_seq_minor(written_heads_first=not opts.fused_qkv))
+        layer = (opts.attention_impl, opts.fused_qkv, opts.splash_seq_minor(written_heads_first=not opts.fused_qkv),
+                 opts.mlp_activation == "stored")
         if opts.scan_layers:  # one Layer whose parameters carry a leading [layers] axis
             self.layer = nnx.split_rngs(splits=cfg.layers)(nnx.vmap(lambda r: Layer(cfg, r, dtype, *layer)))(rngs)
         else:

@@ -18,6 +18,7 @@ from twinbench.models.layers_jax import (
     REMAT_POLICIES,
     LayerNorm,
     Linear,
+    activation,
     attention,
     cross_entropy,
     heads_first,
@@ -57,22 +58,24 @@ class CausalSelfAttention(nnx.Module):
 
 
 class MLP(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32, stored: bool = False):
         proj_std = 0.02 / math.sqrt(2 * cfg.layers)
         self.c_fc = Linear(cfg.d_model, cfg.ff, rngs, 0.02, dtype)
         self.c_proj = Linear(cfg.ff, cfg.d_model, rngs, proj_std, dtype)
+        self.stored = stored  # ModelOptions.mlp_activation == "stored"
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.c_proj(jax.nn.gelu(self.c_fc(x), approximate=True))
+        return self.c_proj(activation(jax.nn.gelu(self.c_fc(x), approximate=True), self.stored))
 
 
 class Block(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
-                 attention_impl: str = "default", fused_qkv: bool = False, seq_minor: bool = False):
+                 attention_impl: str = "default", fused_qkv: bool = False, seq_minor: bool = False,
+                 stored: bool = False):
         self.ln_1 = LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
         self.attn = CausalSelfAttention(cfg, rngs, dtype, attention_impl, fused_qkv, seq_minor)
         self.ln_2 = LayerNorm(cfg.d_model, epsilon=1e-5, rngs=rngs)
-        self.mlp = MLP(cfg, rngs, dtype)
+        self.mlp = MLP(cfg, rngs, dtype, stored)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         with jax.named_scope("attn"):  # profiler scopes (twinbench explain), as the torch twin's record_function
@@ -90,7 +93,8 @@ class GPT(nnx.Module):
         self.cfg = cfg
         self.opts = opts
         dtype = DTYPES[opts.compute_dtype]
-        block = (opts.attention_impl, opts.fused_qkv, opts.splash_seq_minor(written_heads_first=False))
+        block = (opts.attention_impl, opts.fused_qkv, opts.splash_seq_minor(written_heads_first=False),
+                 opts.mlp_activation == "stored")
         self.wte = nnx.Embed(cfg.vocab, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
         self.wpe = nnx.Embed(cfg.context, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
         if opts.scan_layers:  # one Block whose parameters carry a leading [layers] axis

@@ -16,6 +16,7 @@ from twinbench.config import ModelConfig
 from twinbench.models.layers_jax import (
     DTYPES,
     REMAT_POLICIES,
+    activation,
     attention,
     cross_entropy,
     make_optimizer,
@@ -87,22 +88,23 @@ class Attention(nnx.Module):
 
 
 class MLP(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32, stored: bool = False):
         self.gate_proj = Linear(cfg.d_model, cfg.ff, rngs, dtype)
         self.up_proj = Linear(cfg.d_model, cfg.ff, rngs, dtype)
         self.down_proj = Linear(cfg.ff, cfg.d_model, rngs, dtype)
+        self.stored = stored  # ModelOptions.mlp_activation == "stored"
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(activation(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x), self.stored))
 
 
 class Block(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: jnp.dtype = jnp.float32,
-                 attention_impl: str = "default", seq_minor: bool = False):
+                 attention_impl: str = "default", seq_minor: bool = False, stored: bool = False):
         self.input_layernorm = RMSNorm(cfg.d_model)
         self.self_attn = Attention(cfg, rngs, dtype, attention_impl, seq_minor)
         self.post_attention_layernorm = RMSNorm(cfg.d_model)
-        self.mlp = MLP(cfg, rngs, dtype)
+        self.mlp = MLP(cfg, rngs, dtype, stored)
 
     def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
         with jax.named_scope("attn"):
@@ -121,7 +123,7 @@ class Llama(nnx.Module):
         self.opts = opts
         dtype = DTYPES[opts.compute_dtype]
         self.embed_tokens = nnx.Embed(cfg.vocab, cfg.d_model, embedding_init=normal(0.02), rngs=rngs)
-        block = (opts.attention_impl, opts.splash_seq_minor(written_heads_first=False))
+        block = (opts.attention_impl, opts.splash_seq_minor(written_heads_first=False), opts.mlp_activation == "stored")
         if opts.scan_layers:  # one Block whose parameters carry a leading [layers] axis
             make = nnx.vmap(lambda r: Block(cfg, r, dtype, *block))
             self.layers = nnx.split_rngs(splits=cfg.layers)(make)(rngs)
