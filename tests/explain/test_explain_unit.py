@@ -190,3 +190,14 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str]) -> No
     res = CliRunner().invoke(app, ["explain", *args, "--preset", "tiny", "--out", str(tmp_path / "o")])
     assert res.exit_code == 2, res.output
     assert "Traceback" not in res.output
+
+
+def test_a_torch_op_no_rule_names_is_other_not_element_wise():
+    """The element-wise row holds pointwise arithmetic by name; a library's own fused op nobody named is other, so
+    a trace of such ops does not pass explain's 90%-categorized check as element-wise."""
+    from twinbench.explain.taxonomy import torch_op
+
+    assert [torch_op(n) for n in ("aten::add_", "aten::gelu_backward", "aten::_foreach_addcdiv_",
+                                  "autograd::engine::evaluate_function: MulBackward0")] == ["element-wise"] * 4
+    assert [torch_op(n) for n in ("fb::offsets_range", "aten::fused_moe_kernel", "mylib::rotary")] == ["other"] * 3
+    assert torch_op("aten::item") == torch_op("aten::alias") == "data movement"

@@ -6,7 +6,9 @@ Python objects, before the streaming readers), one entry per fixture in tests/ex
 that moves any figure beyond rounding fails here. Two changes since, each deliberate: the torch traces' bytes
 (``gbytes``) no longer count a view op (``aten::select``, ``as_strided``...) as moving its whole input, and the
 VAE pairs and the LSTM pair, added after the readers streamed, are pinned from the streaming reader (the LSTM pair with
-its fused recurrent layers counted as matmuls). Fixtures and their sources: fixtures/README.md."""
+its fused recurrent layers counted as matmuls), and the torch traces' element-wise row counting only ops named as
+pointwise (views and bookkeeping such as ``aten::item`` moved to data movement, an unknown op to other).
+Fixtures and their sources: fixtures/README.md."""
 
 from __future__ import annotations
 
