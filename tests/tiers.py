@@ -102,7 +102,6 @@ HEAVY_TESTS: frozenset[str] = frozenset({
     "strategies/test_jax_strategies.py::test_naive_sync_waits_for_the_parameters_too",
     "strategies/test_lengths.py::test_jax_bucket_compiles_at_most_one_program_per_bucket_and_dynamic_one_per_length",
     "strategies/test_naming_cache_sweep.py::test_sweep_with_cold_and_warm_caches_end_to_end",
-    "strategies/test_torch_strategies.py::test_compile_regional_compiles_one_block_for_all_layers",
     "test_conditions.py::test_a_run_of_more_processes_than_cores_is_remembered_by_its_runnable_tasks",
     "test_safety.py::test_a_terminated_script_runner_takes_the_script_with_it",
     "test_safety.py::test_killed_parent_takes_its_worker_with_it",

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from doctor_env import doctor_env
+from doctor_fixes import apply_decorators, script_ran
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "doctor"
 BAD = {  # example -> the finding id it must get
@@ -120,3 +121,20 @@ def test_torch_graph_break_gives_dynamo_reason(results: dict) -> None:
     _, report, _ = results["torch_graph_break"]
     f = next(f for f in report["findings"] if f["id"] == "torch-graph-break")
     assert "Data-dependent branching" in f["evidence"] and "torch_graph_break.py:14" in f["evidence"]
+
+
+def test_the_printed_donation_runs_and_leaves_nothing_undonated(results: dict, tmp_path: Path) -> None:
+    """jax-no-donation's decorator (the carried params and optimizer state donated, not the batch), put in place of
+    the example's jit decorator, runs to its end under the doctor, which no longer finds it."""
+    from twinbench.doctor import run_doctor
+
+    _, report, output = results["jax_no_donation"]
+    assert report is not None, output
+    fix = next(f for f in report["findings"] if f["id"] == "jax-no-donation")["fix"]
+    assert "donate_argnums=(0, 1)" in fix, fix
+    line = int(report["observations"]["info"]["step_def"].split(":")[-2])
+    script = EXAMPLES / "jax_no_donation.py"
+    after = run_doctor(apply_decorators(fix, script, tmp_path / script.name, at=[line]), [], timeout=300)
+    script_ran(after)
+    assert "jax-no-donation" not in {f.id for f in after.findings}
+    assert not after.observations["info"].get("input_check_error"), after.observations["info"]

@@ -1,59 +1,25 @@
 """The doctor's fixes run as printed: the decorator a finding prints is put in a copy of the script it read, at the
 line it names, and the copy runs to its end under the doctor (no error, no timeout), which no longer finds what it
-fixed. Scripts shaped like the public
-examples: a Flax linen TrainState loop with ``train_epoch(state, ds, batch_size, rng)`` and its steps not jitted
-(one of them takes the number of classes, which sets an array's shape), a linen TrainState step whose batch is a
-dict of NumPy arrays, the doctor's own bad example of a step without donation, and a PyTorch loop over a map-style
-Dataset whose ``__getitem__`` reads its tensors item by item. Each script runs under the doctor in a fresh process.
+fixed. Scripts shaped like the public examples: a Flax linen TrainState loop with ``train_epoch(state, ds,
+batch_size, rng)`` and its steps not jitted (one of them takes the number of classes, which sets an array's shape),
+a linen TrainState step whose batch is a dict of NumPy arrays, an NNX loop with a pure-Python tokenizer, and a
+PyTorch loop over a map-style Dataset whose ``__getitem__`` reads its tensors item by item. Each script runs under
+the doctor in a fresh process. The doctor's own bad example of a step without donation is fixed the same way in
+test_doctor_examples.py, from that file's run of it under the doctor.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
+from doctor_fixes import apply_decorators, finding, script_ran
 
 from twinbench.doctor import run_doctor
 from twinbench.doctor.findings import compile_dominates, donation, input, jax_eager_ops
 from twinbench.doctor.report import summary_line
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "doctor"
-
-
-def apply_decorators(fix: str, script: Path, out: Path, at: list[int] | None = None) -> Path:
-    """Put each decorator the fix prints (``@...`` on its own line, after the ``file:line`` it belongs at, or at
-    the lines ``at``) on the line above that definition, in place of a jit decorator already there."""
-    pairs = [(int(line), deco) for _, line, deco in re.findall(r"^\s*(\S+\.py):(\d+)\n\s*(@.+)$", fix, re.M)]
-    if at is not None:
-        pairs = list(zip(at, re.findall(r"^\s*(@.+)$", fix, re.M), strict=True))
-    assert pairs, fix
-    lines = script.read_text().splitlines()
-    for line, deco in sorted(pairs, reverse=True):
-        idx = line - 1  # a decorated function's first line is its first decorator
-        indent = re.match(r"\s*", lines[idx]).group(0)
-        if lines[idx].strip().startswith("@") and "jit" in lines[idx]:
-            lines[idx] = indent + deco
-        else:
-            lines.insert(idx, indent + deco)
-    imports = [m for m in ("import functools", "from flax import nnx", "import jax") if m in fix]
-    out.write_text("\n".join([*imports, *lines]) + "\n")
-    return out
-
-
-def script_ran(res: object) -> None:
-    """The script ran to its end under the doctor: no exception, no non-zero exit, no timeout."""
-    obs = res.observations  # type: ignore[attr-defined]
-    assert obs.get("error") is None, obs["error"]
-    assert not res.timed_out and not obs.get("killed"), res.output_tail[-2000:]  # type: ignore[attr-defined]
-    assert "script-error" not in {f.id for f in res.findings}  # type: ignore[attr-defined]
-
-
-def finding(res: object, fid: str) -> object:
-    found = [f for f in res.findings if f.id == fid]  # type: ignore[attr-defined]
-    assert found, [f.id for f in res.findings]  # type: ignore[attr-defined]
-    return found[0]
 
 
 @pytest.mark.slow
@@ -110,7 +76,6 @@ def test_tokenizer_in_the_loop_is_input_bound_and_prebuilt_batches_are_not(token
 @pytest.mark.slow
 @pytest.mark.parametrize("script, args, donated", [
     (SCRIPTS / "linen_trainstate_step.py", [], "donate_argnums=(0,)"),
-    (EXAMPLES / "jax_no_donation.py", [], "donate_argnums=(0, 1)"),
     (TOKENIZER, ["24", "prebuilt"], "donate_argnames=('model', 'optimizer')"),
 ])
 def test_donation_of_the_carried_arguments_runs_as_printed(tmp_path: Path, script: Path, args: list[str],
@@ -118,7 +83,8 @@ def test_donation_of_the_carried_arguments_runs_as_printed(tmp_path: Path, scrip
     """Only the arguments carried from one step to the next are donated (not the batch), and the printed
     decorator, in place of the script's jit decorator, runs and leaves nothing undonated (for the NNX step, with
     the input check's calls of a donating step on copies of its state; its run before the fix is the input-bound
-    test's prebuilt one, its fixed copy runs 24 steps)."""
+    test's prebuilt one, its fixed copy runs 24 steps). The doctor's own example without donation is fixed the
+    same way in test_doctor_examples.py, from that file's run of it."""
     shared = script == TOKENIZER
     res = request.getfixturevalue("tokenizer_runs")["prebuilt"] if shared else run_doctor(script, args, timeout=300)
     fix = finding(res, "jax-no-donation").fix
