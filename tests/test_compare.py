@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from twinbench import runner
@@ -51,6 +52,9 @@ def test_compare_gives_ok_records_for_the_first_strategies(tmp_path, records_unc
     # the same weights and batches: both frameworks start from the same loss
     assert records[0]["loss_first"] == pytest.approx(records[2]["loss_first"], rel=1e-5)
     assert len(read_jsonl(out / "results.jsonl")) == 3
+    schema = json.loads((Path(__file__).resolve().parents[1] / "docs" / "record.schema.json").read_text())
+    for line in (out / "results.jsonl").read_text().splitlines():  # every record a run writes: the schema's
+        jsonschema.validate(json.loads(line), schema)
     summary = (out / "summary.md").read_text()
     assert "jax/jit" in summary and r"6N + 12\*L\*d\*T" in summary  # Markdown-escaped: renders as 6N + 12*L*d*T
     assert "torch/eager" in p.stdout and "MFU" in p.stdout

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from twinbench import diff
 from twinbench.cli import app
+from twinbench.record import as_record
 
 #: The spread of real CPU step times: torch/eager on `small`, an idle 2-core EPYC (the README's demo record):
 #: p10-p90 154.2-172.7 ms within one run, and medians 154-173 ms across three processes of one sitting.
@@ -130,7 +131,7 @@ def test_cli_gate_and_table(sittings, tmp_path):
 def test_changed_loss_trajectory_is_flagged():
     old = [_record("torch/eager", [150.0, 151.0], k) for k in range(2)]
     new = [_record("torch/eager", [150.0, 151.0], k, losses=[5.5, 4.1, 2.9]) for k in range(2)]
-    d = diff.diff(old, new)
+    d = diff.diff([as_record(r) for r in old], [as_record(r) for r in new])
     assert d.pairs[0].losses_agree is False
     assert any("did not compute the same thing" in x for x in diff.lines(d))
 

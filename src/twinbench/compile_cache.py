@@ -90,7 +90,7 @@ class CachePlan:
     def root(spec: RunSpec) -> Path:
         return Path(spec.cache_dir) if spec.cache_dir else default_root()
 
-    def run(self, spec: RunSpec, run: Callable[[RunSpec], dict[str, Any]]) -> dict[str, Any]:
+    def run(self, spec: RunSpec, run: Callable[[RunSpec], Any]) -> Any:
         """Run ``spec`` through ``run`` (the runner's subprocess launcher) on the right cache directory."""
         key = twin_key(spec)
         if spec.compile_cache == "cold":

@@ -6,7 +6,6 @@ wiring: one results file, cold and warm rows, warm runs loading from the persist
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +17,7 @@ from typer.testing import CliRunner
 from twinbench import compile_cache
 from twinbench.cli import app
 from twinbench.measure.clock import Timing, per_step, stack_calls
+from twinbench.record import read_jsonl
 from twinbench.spec import SpecError, from_preset, validate, with_precision
 from twinbench.strategies import registry
 from twinbench.sweep import grid_specs, parse_over, points
@@ -195,7 +195,7 @@ def test_sweep_with_cold_and_warm_caches_end_to_end(tmp_path):
         "--steps", "4", "--warmup", "1", "--cache", "both", "--cache-dir", str(cache), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "run 2/4 jax/jit layers=1 warm (tiny): ok" in result.output, result.output  # named as its row is
-    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    records = read_jsonl(out / "results.jsonl")  # the flat view of each record
     assert [(r["layers"], r["compile_cache"], r["status"]) for r in records] == [
         (1, "cold", "ok"), (1, "warm", "ok"), (2, "cold", "ok"), (2, "warm", "ok")]
     cold, warm = records[0], records[1]

@@ -26,6 +26,7 @@ from twinbench.claims.core import (
     judge_repeats,
 )
 from twinbench.folder_io import check_inside, cut, make_dir, read_json, write_file
+from twinbench.record import Record
 from twinbench.spec import RunSpec
 
 CLAIMS_JSON = "claims.json"
@@ -176,14 +177,17 @@ def measured_at(runs: dict[str, RunSpec], records: dict[str, dict[str, Any]]) ->
 
 
 def verdicts(claims: list[Claim], setup: Setup, per_claim: dict[str, dict[str, RunSpec]],
-             records: list[list[dict[str, Any]]] | list[dict[str, Any]],
+             records: list[list[Record]] | list[Record] | list[list[dict[str, Any]]] | list[dict[str, Any]],
              probes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Apply every claim's rule to its evidence (``records``: the records of each repeat, the first holding
     every run; a flat list is one repeat). Timed claims are judged on their repeats (core.judge_repeats).
     A failed run or probe gives ``not measurable`` with why; so do a rule that says it cannot measure, a claim
     this setup cannot run (``Claim.unmeasurable``) and records from two platforms (:func:`platforms_problem`).
     Every finding names the sizes it measured (``measured_at``)."""
-    per_repeat = [records] if records and isinstance(records[0], dict) else records or [[]]
+    one = bool(records) and not isinstance(records[0], list)
+    per_repeat = [records] if one else records or [[]]
+    # the rules read the flat layout (Record.flat); a typed record is given to them so
+    per_repeat = [[r.flat() if isinstance(r, Record) else r for r in rep] for rep in per_repeat]  # type: ignore[union-attr]
     # a repeat's record is found by its configuration (config_id: the run_id of repeat 0)
     by_id = [{r.get("config_id") or r.get("run_id"): r for r in rep} for rep in per_repeat]  # type: ignore[union-attr]
     out = []

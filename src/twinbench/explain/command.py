@@ -82,7 +82,7 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
             runner.check_out_dir(out_dir)  # a file, read-only: one line before any run
         except SpecError as e:
             raise ExplainError(str(e)) from e
-        for rec in runner.run_many(todo, out_dir, timeout):
+        for rec in (r.flat() for r in runner.run_many(todo, out_dir, timeout)):  # explain reads the flat layout
             records[rec.get("run_id"), f"{rec.get('framework')}/{rec.get('strategy')}"] = rec
     final = []
     for s, r in resolved:

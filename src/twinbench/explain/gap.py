@@ -55,7 +55,8 @@ def explain_run(r: dict[str, Any]) -> dict[str, Any]:
     e.update(run_id=r.get("run_id"), trace_path=r.get("trace_path"), memory_breakdown=r.get("memory_breakdown"),
              busy=bool(busy), host_malloc=(r.get("spec") or {}).get("host_malloc"),
              glibc_tunables=r.get("glibc_tunables"),
-             page_faults=page_faults.describe(r) if page_faults.costly(r) else None)
+             page_faults=page_faults.describe(r.get("page_faults_per_step"), r.get("kernel_cpu_share"))
+             if page_faults.costly(r.get("kernel_cpu_share"), r.get("page_faults_per_step")) else None)
     return e
 
 

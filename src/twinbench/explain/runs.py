@@ -84,7 +84,7 @@ def from_results(arg: str, named: dict[str, Any] | None = None) -> tuple[RunSpec
         raise SpecError(f"{arg}: no {RESULTS} in {where}")
     problems: list[str] = []
     try:
-        every, _ = read_records(path, problems)
+        every = [r.flat() for r in read_records(path, problems)[0]]  # explain reads the flat layout
     except OSError as e:
         raise SpecError(f"{arg}: cannot read {path} ({e})") from None
     records = [r for r in every if f"{r.get('framework')}/{r.get('strategy')}" == name]

@@ -147,9 +147,10 @@ def run(result: dict[str, Any], arg: str, out_dir: Path, timeout: float, say: Ca
     env = env_of(kind, name, value)
     label = f"{base['run']} with {value if kind == 'xla' else f'{name}={value}'}"
     say(f"  --try {arg}: running {base['run']} again, then {label} (fresh processes, measured, then traced)")
-    recs = [runner.run_one(runs.for_explain(base_spec, target / "base"), timeout),
-            runner.run_one(runs.for_explain(spec, target / "try"), timeout, env)]
-    write_file(target, runs.RESULTS, "".join(json.dumps(r) + "\n" for r in recs))
+    typed = [runner.run_one(runs.for_explain(base_spec, target / "base"), timeout),
+             runner.run_one(runs.for_explain(spec, target / "try"), timeout, env)]
+    write_file(target, runs.RESULTS, "".join(json.dumps(r.to_dict()) + "\n" for r in typed))
+    recs = [r.flat() for r in typed]  # explain reads the flat layout
     for r in recs:
         if r.get("status") != "ok":
             raise TryError(f"--try {arg}: the run failed: {r.get('error')}")

@@ -106,7 +106,8 @@ def points_from_records(path: Path, here_label: str | None = None) -> tuple[list
 
     lines: list[int] = []
     problems: list[str] = []
-    records, _ = read_records(path, problems, line_numbers=lines)
+    typed, _ = read_records(path, problems, line_numbers=lines)
+    records = [r.flat() for r in typed]  # calibration reads the flat layout
     points, skipped = [], [f"{path} {p} (not a record)" for p in problems]
     for r, n in zip(records, lines, strict=True):
         if r.get("status") != "ok" or not r.get("step_ms"):
