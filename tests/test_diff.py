@@ -167,3 +167,27 @@ def test_report_against_adds_the_diff(sittings):
     html = html_path.read_text()
     assert "data-section='diff'" in html and "data-plot='diff'" in html.replace('"', "'")
     assert "| torch/eager" in md_path.read_text() and diff.SLOWER in md_path.read_text()
+
+
+def test_report_and_diff_read_records_of_before_the_sections_beside_new_ones(tmp_path):
+    """Flat records (schema version 1, as twinbench wrote them before the sections) and records in sections:
+    diff compares one against the other, and report reads a results file holding both."""
+    from pathlib import Path
+
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "record_schema"
+    old_lines = (fixtures / "results_v1.jsonl").read_text().splitlines()
+    new_lines = (fixtures / "results.jsonl").read_text().splitlines()
+    assert all("run" not in json.loads(x) for x in old_lines) and all("run" in json.loads(x) for x in new_lines)
+    old, new, mixed = tmp_path / "old", tmp_path / "new", tmp_path / "mixed"
+    for d, lines in ((old, old_lines), (new, new_lines), (mixed, [old_lines[0], new_lines[1]])):
+        d.mkdir()
+        (d / "results.jsonl").write_text("\n".join(lines) + "\n")
+    runner = CliRunner()
+    res = runner.invoke(app, ["diff", str(old), str(new), "--json", str(tmp_path / "d.json")])
+    assert res.exit_code == 0, res.output
+    pairs = {p["run"].split(" ")[0] for p in json.loads((tmp_path / "d.json").read_text())["pairs"]}
+    assert pairs == {"torch/eager", "jax/jit"}  # every run of OLD matched its run in NEW
+    rep = runner.invoke(app, ["report", str(mixed)])
+    assert rep.exit_code == 0 and "skipped" not in rep.output, rep.output
+    md = (mixed / "report.md").read_text()
+    assert "torch/eager" in md and "jax/jit" in md and "2 run(s): 2 ok" in md
