@@ -148,12 +148,12 @@ def test_a_compiled_preflight_is_the_runs_own_compile(monkeypatch: pytest.Monkey
         runs[no_preflight] = worker.execute(spec("jax", steps=3, no_preflight=no_preflight), threads=1)
     without, with_ = runs[True], runs[False]
     assert with_.status == without.status == "ok", with_.error
-    pre = with_.memory_breakdown["preflight"]
+    pre = with_.memory.breakdown["preflight"]
     assert pre["how"] == "compiled step memory_analysis()" and pre["compile_reused_by_the_run"] is True
-    assert with_.compiles_total == without.compiles_total  # the step's programs counted once
-    assert with_.compiles_in_loop == without.compiles_in_loop
-    assert with_.compile_s > 0 and 1 / 3 < with_.compile_s / without.compile_s < 3  # not ~0, not twice
-    assert with_.first_step_s >= with_.compile_s
+    assert with_.compile.compiles_total == without.compile.compiles_total  # the step's programs counted once
+    assert with_.compile.compiles_in_loop == without.compile.compiles_in_loop
+    assert with_.compile.compile_s > 0 and 1 / 3 < with_.compile.compile_s / without.compile.compile_s < 3  # not ~0, not twice
+    assert with_.timing.first_step_s >= with_.compile.compile_s
 
 
 def test_a_preflight_compile_the_run_did_not_reuse_is_left_out() -> None:

@@ -207,7 +207,7 @@ def print_sharding(records: list[Record], drawings: bool) -> None:
                 out.print(f"  [bold red]warning[/] {r.label()}: {w}", highlight=False)
     from twinbench.report.scaling import caveat, efficiency
 
-    note = caveat(efficiency([r.flat() for r in records]))  # scaling.py reads the flat layout
+    note = caveat(efficiency(records))
     if note:
         out.print(f"  {note}", highlight=False)
 
@@ -217,6 +217,6 @@ def print_scaling(records: list[Record]) -> None:
     from twinbench.report.scaling import lines
 
     if len({r.run.device_count for r in records if r.ok}) > 1:
-        for line in lines([r.flat() for r in records]):
+        for line in lines(records):
             out.print(f"  {line}", highlight=False)
 

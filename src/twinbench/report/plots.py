@@ -317,7 +317,7 @@ def dp_payoff(records: list[Record], styles: Styles) -> Plot:
                 "Speed-up of n devices over one device on the same global batch (T(1, n b) / T(n, n b)), against "
                 "the batch per device b. Above the dashed line at 1.0 the n devices finish a batch sooner; twinbench "
                 f"says data parallelism pays from a speed-up of {PAYS}.")
-    rows = payoff([r.flat() for r in records])  # scaling.py reads the flat layout
+    rows = payoff(records)
     lines = {k: pts for k, pts in curves(rows).items() if len(pts) > 1}
     if not lines:
         plot.note = ("no per-device batch sweep with one-device runs on the same global batches; `twinbench sweep "
