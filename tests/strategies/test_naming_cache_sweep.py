@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from twinbench import compile_cache
 from twinbench.cli import app
 from twinbench.measure.clock import Timing, per_step, stack_calls
-from twinbench.record import read_jsonl
+from twinbench.record import as_record, read_jsonl
 from twinbench.spec import SpecError, from_preset, validate, with_precision
 from twinbench.strategies import registry
 from twinbench.sweep import grid_specs, parse_over, points
@@ -118,7 +118,7 @@ class FakeRuns:
         d = Path(spec.cache_dir)
         self.seen.append((spec.compile_cache, d, sorted(p.name for p in d.iterdir() if p.name != ".primed")))
         (d / f"program-{spec.strategy}").write_text("compiled")
-        return {"status": "ok", "compile_cache": spec.compile_cache, "run_id": spec.run_id()}
+        return as_record({"status": "ok", "compile_cache": spec.compile_cache, "run_id": spec.run_id()})
 
 
 def test_both_runs_cold_on_an_empty_cache_then_warm_on_the_same(tmp_path):
@@ -142,7 +142,7 @@ def test_warm_alone_primes_the_persistent_cache_once(tmp_path):
     plan, fake = runs
     record = plan.run(spec, fake)
     assert [c for c, _, _ in fake.seen] == ["cold", "warm"]  # an unrecorded priming run, then the measured one
-    assert record["compile_cache"] == "warm" and fake.seen[1][1] == tmp_path / "warm"
+    assert record.run.compile_cache == "warm" and fake.seen[1][1] == tmp_path / "warm"
     compile_cache.CachePlan([spec]).run(spec, fake)  # a later compare: already primed
     assert [c for c, _, _ in fake.seen] == ["cold", "warm", "warm"]
 
