@@ -520,10 +520,10 @@ def test_compare_explain_section_is_in_report_md_too(tmp_path, monkeypatch):
     recs = [synthetic.record("torch", "eager", explain_timing={"forward": 3.0, "optimizer": -1.0},
                              trace_path=str(trace))]
     monkeypatch.setattr(command, "explain_records", lambda rs: [{
-        "run": "torch/eager", "run_id": rs[0]["run_id"], "step_ms": 10.0, "timing": {"forward": 3.0,
+        "run": "torch/eager", "run_id": rs[0].run.run_id, "step_ms": 10.0, "timing": {"forward": 3.0,
                                                                                       "optimizer": -1.0},
         "trace": {"forward": 4.0}, "cells": {}, "scopes": {}, "notes": ["a note"], "trace_path": str(trace)}])
-    assert rexplain.markdown_section(recs)
+    assert rexplain.markdown_section(synthetic.typed(recs))
     synthetic.write(tmp_path / "r", recs)
     _, md_path, _ = page.write(tmp_path / "r")
     md = md_path.read_text()

@@ -115,7 +115,7 @@ def compare(
     if explain:
         from twinbench.explain.command import print_runs
 
-        print_runs([r.flat() for r in records], target, out)  # explain reads the flat layout
+        print_runs(records, target, out)
     if model:  # the doctor's findings on the JAX side of a user model
         for line in doctor_lines([r.flat() for r in records]):
             out.print(f"  {line}", highlight=False, markup=False)

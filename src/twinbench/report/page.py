@@ -380,7 +380,7 @@ def render_html(res: Results, plots: list[Plot], plan_steps: int) -> str:
                   '<ul class="findings" data-section="traces">', *items, "</ul>"]
     from twinbench.report.explain import html_section
 
-    parts += html_section([r.flat() for r in res.records])  # compare --explain: phases per run and the gap table
+    parts += html_section(res.records)  # compare --explain: phases per run and the gap table
     parts += ["<h2>Conditions</h2><ul class='cond'>", *[f"<li>{_e(c)}</li>" for c in conditions(res.records)],
               "</ul>",
               "<footer>Timings on a shared or busy machine are noisy: compare runs taken in one sitting. "
@@ -444,6 +444,6 @@ def render_markdown(res: Results, plots: list[Plot], plan_steps: int) -> str:
         out.append("")
     from twinbench.report.explain import markdown_section
 
-    out += markdown_section([r.flat() for r in res.records])  # compare --explain: phases per run and the gap table
+    out += markdown_section(res.records)  # compare --explain: phases per run and the gap table
     out += ["## Conditions", "", *[f"- {md(c)}" for c in conditions(res.records)], ""]
     return "\n".join(out)
