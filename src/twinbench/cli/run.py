@@ -117,7 +117,7 @@ def compare(
 
         print_runs(records, target, out)
     if model:  # the doctor's findings on the JAX side of a user model
-        for line in doctor_lines([r.flat() for r in records]):
+        for line in doctor_lines(records):
             out.print(f"  {line}", highlight=False, markup=False)
     lacking = next((r.error for r in records if (r.error or "").startswith("TorchaxUnsupported")), "")
     if lacking:  # jax:torchax met an operator torchax cannot lower: the model cannot run there (one line, exit 2)
