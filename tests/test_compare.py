@@ -85,11 +85,11 @@ def test_failures_become_rows_and_the_others_go_on(tmp_path):
                                 strategy="eager"))
     text.unlink()  # the file vanishes after validation: the worker itself fails
     records = runner.run_many([nan, gone, ok], tmp_path, timeout=300)
-    assert [r["status"] for r in records] == ["failed", "failed", "ok"]
-    assert "loss became" in records[0]["error"] and "nan" in records[0]["error"].lower()
-    assert "no such file" in records[1]["error"]
+    assert [r.status for r in records] == ["failed", "failed", "ok"]
+    assert "loss became" in records[0].error and "nan" in records[0].error.lower()
+    assert "no such file" in records[1].error
     timed_out = runner.run_one(slow, timeout=0.5)
-    assert timed_out["status"] == "failed" and "timed out after 0.5 s" in timed_out["error"]
+    assert timed_out.status == "failed" and "timed out after 0.5 s" in timed_out.error
     assert len(read_jsonl(tmp_path / "results.jsonl")) == 3
 
 

@@ -416,9 +416,21 @@ def skipped_note(path: Path, bad: int, problems: list[str]) -> str:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every complete record of a results file (bounded as :func:`read_records` is) in the flat layout
-    (:meth:`Record.flat`); a line that is no record (a torn last line, killed mid-write) is skipped."""
-    return [r.flat() for r in read_records(path)[0]] if Path(path).is_file() else []
+    """Every complete JSON object of a results file (bounded as :func:`read_records` is), a record in the flat
+    layout (:meth:`Record.flat`), an object that is no record as it is; a torn last line (killed mid-write) is
+    skipped."""
+    out: list[dict[str, Any]] = []
+    if not Path(path).is_file():
+        return out
+    for _, raw in lines(path):
+        try:
+            rec = json.loads(raw.decode(errors="replace")) if raw else None
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(rec, dict):
+            got = load(dict(rec))
+            out.append(got.flat() if isinstance(got, Record) else cut(rec))
+    return out
 
 
 _FIELD_TYPES = _field_types()
