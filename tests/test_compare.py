@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from twinbench import runner
@@ -51,6 +52,9 @@ def test_compare_gives_ok_records_for_the_first_strategies(tmp_path, records_unc
     # the same weights and batches: both frameworks start from the same loss
     assert records[0]["loss_first"] == pytest.approx(records[2]["loss_first"], rel=1e-5)
     assert len(read_jsonl(out / "results.jsonl")) == 3
+    schema = json.loads((Path(__file__).resolve().parents[1] / "docs" / "record.schema.json").read_text())
+    for line in (out / "results.jsonl").read_text().splitlines():  # every record a run writes: the schema's
+        jsonschema.validate(json.loads(line), schema)
     summary = (out / "summary.md").read_text()
     assert "jax/jit" in summary and r"6N + 12\*L\*d\*T" in summary  # Markdown-escaped: renders as 6N + 12*L*d*T
     assert "torch/eager" in p.stdout and "MFU" in p.stdout
@@ -81,11 +85,11 @@ def test_failures_become_rows_and_the_others_go_on(tmp_path):
                                 strategy="eager"))
     text.unlink()  # the file vanishes after validation: the worker itself fails
     records = runner.run_many([nan, gone, ok], tmp_path, timeout=300)
-    assert [r["status"] for r in records] == ["failed", "failed", "ok"]
-    assert "loss became" in records[0]["error"] and "nan" in records[0]["error"].lower()
-    assert "no such file" in records[1]["error"]
+    assert [r.status for r in records] == ["failed", "failed", "ok"]
+    assert "loss became" in records[0].error and "nan" in records[0].error.lower()
+    assert "no such file" in records[1].error
     timed_out = runner.run_one(slow, timeout=0.5)
-    assert timed_out["status"] == "failed" and "timed out after 0.5 s" in timed_out["error"]
+    assert timed_out.status == "failed" and "timed out after 0.5 s" in timed_out.error
     assert len(read_jsonl(tmp_path / "results.jsonl")) == 3
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from twinbench import runner
 from twinbench.machine import LOAD_ENV
-from twinbench.record import CONDITION_WARNINGS, condition_warnings
+from twinbench.record import CONDITION_WARNINGS, Record, as_record, condition_warnings
 from twinbench.report.table import conditions, markdown
 from twinbench.spec import from_preset, validate
 
@@ -23,22 +23,23 @@ SPEC = validate(from_preset("tiny", {"steps": 3, "warmup": 1}, framework="torch"
 def test_run_one_records_the_load_the_worker_started_under(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: dict[str, Any] = {}
 
-    def fake_worker(spec: Any, timeout: float, env: dict[str, str]) -> dict[str, Any]:
+    def fake_worker(spec: Any, timeout: float, env: dict[str, str]) -> Record:
         seen.update(env)
-        return {"status": "ok", "warnings": ["the batch is replicated"]}
+        return as_record({"status": "ok", "warnings": ["the batch is replicated"]})
 
     monkeypatch.setattr(runner, "_run_one", fake_worker)
     monkeypatch.setattr(runner, "LOAD", runner.LoadMeter(shared=False))
     monkeypatch.setattr(runner.os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr(runner.os, "getloadavg", lambda: (0.4, 0.0, 0.0))
     quiet = runner.run_one(SPEC, timeout=10)
-    assert (quiet["load_avg_1m"], quiet["cpu_count"], quiet["load_avg_1m_external"]) == (0.4, 2, 0.4)
-    assert quiet["warnings"] == ["the batch is replicated"]  # 0.2 per core: no warning
+    c = quiet.conditions
+    assert (c.load_avg_1m, c.cpu_count, c.load_avg_1m_external) == (0.4, 2, 0.4)
+    assert quiet.warnings == ["the batch is replicated"]  # 0.2 per core: no warning
     assert seen[LOAD_ENV] == "0.200"  # the worker knows it, for its peak measurement
     monkeypatch.setattr(runner.os, "getloadavg", lambda: (1.5, 0.0, 0.0))
     busy = runner.run_one(SPEC, timeout=10)
-    assert busy["warnings"][0] == "the batch is replicated"
-    assert busy["warnings"][1].startswith("machine busy: load average 1.50 on 2 core(s) (0.75 per core")
+    assert busy.warnings[0] == "the batch is replicated"
+    assert busy.warnings[1].startswith("machine busy: load average 1.50 on 2 core(s) (0.75 per core")
 
 
 def test_own_earlier_runs_are_not_counted_as_load() -> None:

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from twinbench import diff
 from twinbench.cli import app
+from twinbench.record import as_record
 
 #: The spread of real CPU step times: torch/eager on `small`, an idle 2-core EPYC (the README's demo record):
 #: p10-p90 154.2-172.7 ms within one run, and medians 154-173 ms across three processes of one sitting.
@@ -130,7 +131,7 @@ def test_cli_gate_and_table(sittings, tmp_path):
 def test_changed_loss_trajectory_is_flagged():
     old = [_record("torch/eager", [150.0, 151.0], k) for k in range(2)]
     new = [_record("torch/eager", [150.0, 151.0], k, losses=[5.5, 4.1, 2.9]) for k in range(2)]
-    d = diff.diff(old, new)
+    d = diff.diff([as_record(r) for r in old], [as_record(r) for r in new])
     assert d.pairs[0].losses_agree is False
     assert any("did not compute the same thing" in x for x in diff.lines(d))
 
@@ -166,3 +167,27 @@ def test_report_against_adds_the_diff(sittings):
     html = html_path.read_text()
     assert "data-section='diff'" in html and "data-plot='diff'" in html.replace('"', "'")
     assert "| torch/eager" in md_path.read_text() and diff.SLOWER in md_path.read_text()
+
+
+def test_report_and_diff_read_records_of_before_the_sections_beside_new_ones(tmp_path):
+    """Flat records (schema version 1, as twinbench wrote them before the sections) and records in sections:
+    diff compares one against the other, and report reads a results file holding both."""
+    from pathlib import Path
+
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "record_schema"
+    old_lines = (fixtures / "results_v1.jsonl").read_text().splitlines()
+    new_lines = (fixtures / "results.jsonl").read_text().splitlines()
+    assert all("run" not in json.loads(x) for x in old_lines) and all("run" in json.loads(x) for x in new_lines)
+    old, new, mixed = tmp_path / "old", tmp_path / "new", tmp_path / "mixed"
+    for d, lines in ((old, old_lines), (new, new_lines), (mixed, [old_lines[0], new_lines[1]])):
+        d.mkdir()
+        (d / "results.jsonl").write_text("\n".join(lines) + "\n")
+    runner = CliRunner()
+    res = runner.invoke(app, ["diff", str(old), str(new), "--json", str(tmp_path / "d.json")])
+    assert res.exit_code == 0, res.output
+    pairs = {p["run"].split(" ")[0] for p in json.loads((tmp_path / "d.json").read_text())["pairs"]}
+    assert pairs == {"torch/eager", "jax/jit"}  # every run of OLD matched its run in NEW
+    rep = runner.invoke(app, ["report", str(mixed)])
+    assert rep.exit_code == 0 and "skipped" not in rep.output, rep.output
+    md = (mixed / "report.md").read_text()
+    assert "torch/eager" in md and "jax/jit" in md and "2 run(s): 2 ok" in md

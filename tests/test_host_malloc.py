@@ -14,6 +14,7 @@ from twinbench import host_malloc, runner
 from twinbench.measure import page_faults, platforms
 from twinbench.measure.clock import per_step, time_steps
 from twinbench.measure.compiles import TorchCompiles
+from twinbench.record import Record, as_record
 from twinbench.report.table import conditions
 from twinbench.spec import SpecError, from_preset, validate
 
@@ -64,9 +65,9 @@ def test_every_worker_gets_the_setting_of_its_spec(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     seen: list[dict[str, str]] = []
 
-    def fake_worker(spec: Any, timeout: float, env: dict[str, str]) -> dict[str, Any]:
+    def fake_worker(spec: Any, timeout: float, env: dict[str, str]) -> Record:
         seen.append(dict(env))
-        return {"status": "ok", "warnings": []}
+        return as_record({"status": "ok", "warnings": []})
 
     monkeypatch.setattr(runner, "_run_one", fake_worker)
     monkeypatch.setattr(runner, "LOAD", runner.LoadMeter(shared=False))
@@ -129,7 +130,7 @@ def test_the_summary_names_the_allocator_and_a_step_paying_for_fresh_pages() -> 
 
 
 def test_costly_needs_both_the_faults_and_the_kernel_share() -> None:
-    assert page_faults.costly({"page_faults_per_step": 5000, "kernel_cpu_share": 0.2})
-    assert not page_faults.costly({"page_faults_per_step": 5000, "kernel_cpu_share": 0.05})
-    assert not page_faults.costly({"page_faults_per_step": 500, "kernel_cpu_share": 0.5})
-    assert not page_faults.costly({})
+    assert page_faults.costly(0.2, 5000)
+    assert not page_faults.costly(0.05, 5000)
+    assert not page_faults.costly(0.5, 500)
+    assert not page_faults.costly(None, None)

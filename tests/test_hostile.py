@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from twinbench import runner
 from twinbench.cli import app
-from twinbench.record import Record, read_records
+from twinbench.record import for_spec, read_records
 
 sys.path.insert(0, str(Path(__file__).parent / "report"))
 import synthetic
@@ -40,8 +40,8 @@ def fake_runs(monkeypatch):
 
     def run_one(spec, timeout, env=None):
         calls.append(spec)
-        return Record.for_spec(spec, "ok", step_ms=10.0, step_ms_p10=10.0, step_ms_p90=10.0, compile_s=0.1,
-                               first_step_s=0.2, losses=[1.0], step_times_ms=[10.0]).to_dict()
+        return for_spec(spec, "ok", step_ms=10.0, step_ms_p10=10.0, step_ms_p90=10.0, compile_s=0.1,
+                               first_step_s=0.2, losses=[1.0], step_times_ms=[10.0])
 
     monkeypatch.setattr(runner, "run_one", run_one)
     return calls
@@ -329,8 +329,8 @@ def test_nan_and_300_digit_numbers_in_records_read_as_null(tmp_path):
     path = synthetic.write(tmp_path / "r", [r, bad])
     recs, skipped = read_records(path)
     assert skipped == 1 and len(recs) == 1
-    assert recs[0]["tokens_per_s"] is None and recs[0]["n_params"] is None
-    assert recs[0]["explain_timing"] == {"forward": None, "backward": 1.0}
+    assert recs[0].speed.tokens_per_s is None and recs[0].run.n_params is None
+    assert recs[0].explain.timing == {"forward": None, "backward": 1.0}
     assert CLI.invoke(app, ["report", str(path.parent)]).exit_code == 0
     md = (path.parent / "report.md").read_text()
     assert "0" * 40 not in md.replace(",", "") and "nan" not in md.lower().replace("nanogpt", "")
@@ -479,7 +479,7 @@ def test_a_line_or_a_name_too_long_is_skipped_and_a_long_string_cut(tmp_path, mo
     recs, bad = read_records(path, problems)
     assert bad == 2 and len(recs) == 1
     assert "strategy is a 300000-character string" in problems[0] and "a line of over 1 MB" in problems[1]
-    assert len(recs[0]["error"]) == folder_io.MAX_STRING + 3
+    assert len(recs[0].error) == folder_io.MAX_STRING + 3
 
 
 def test_a_rejected_record_says_why_where_it_was_asked_for(tmp_path, fake_runs):
@@ -495,7 +495,7 @@ def test_terminal_escapes_in_a_record_never_reach_the_terminal(tmp_path):
     r = synthetic.record("torch", "eager", failed="\x1b[2K\rerror: spoofed \x1b]8;;http://x\x07link")
     path = synthetic.write(tmp_path / "r", [r, synthetic.record("jax", "jit")])
     recs, _ = read_records(path)
-    assert recs[0]["error"] == "[2Kerror: spoofed ]8;;http://xlink"
+    assert recs[0].error == "[2Kerror: spoofed ]8;;http://xlink"
     from twinbench.folder_io import terminal
 
     assert terminal("a\x1b[31mb\nc\u202ed" + "x" * 500, 20) == "a[31mb cd" + "x" * 8 + "..."

@@ -10,7 +10,6 @@ no training starts. A small number of examples with a deadline each: the quick t
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 import tempfile
@@ -23,13 +22,14 @@ from typer.testing import CliRunner
 
 from twinbench import runner
 from twinbench.cli import app
-from twinbench.record import Record
+from twinbench.record import FLAT, Record, for_spec
+from twinbench.record_sections import SECTIONS
 
 sys.path.insert(0, str(Path(__file__).parent / "report"))
 import synthetic
 
 CLI = CliRunner()
-FIELDS = sorted(f.name for f in dataclasses.fields(Record))
+FIELDS = sorted({*FLAT, *Record.__struct_fields__} - set(SECTIONS))  # a record's fields by their flat names
 #: the deadline of one example (all its commands): a bound on time, not a measurement
 QUICK = settings(max_examples=5, deadline=20_000, derandomize=True, database=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -111,7 +111,7 @@ def failing_runs(monkeypatch):
 
     def run_one(spec, timeout, env=None):
         started.append(spec)
-        return Record.for_spec(spec, "failed", error="not run in this test").to_dict()
+        return for_spec(spec, "failed", error="not run in this test")
 
     monkeypatch.setattr(runner, "run_one", run_one)
     monkeypatch.setattr(runner, "run_module", lambda *a, **k: started.append(a) or (1, "not run in this test"))

@@ -38,9 +38,9 @@ def test_a_run_stopped_by_its_timeout_before_it_started_records_its_count(monkey
     spec = run_spec("llama-tiny", "jax", "jit")
     monkeypatch.setattr(runner, "worker_command", lambda spec, args: ["sleep", "30"])  # a worker that never speaks
     record = runner._run_one(spec, 0.2, {})
-    assert record["status"] == "failed" and "timed out" in record["error"]
+    assert record.status == "failed" and "timed out" in record.error
     fam = FAMILIES["llama"]
-    assert record["n_params"] == int(fam.n_params(fam.init_weights(spec.model, spec.train.seed))) > 0
+    assert record.run.n_params == int(fam.n_params(fam.init_weights(spec.model, spec.train.seed))) > 0
 
 
 def test_a_model_only_its_run_knows_has_no_count():

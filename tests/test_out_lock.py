@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from twinbench import results_dir, runner
 from twinbench.cli import app
-from twinbench.record import Record
+from twinbench.record import for_spec
 
 CLI = CliRunner()
 
@@ -25,7 +25,7 @@ def _one_line(result) -> str:
 def test_a_locked_out_is_refused_before_anything_is_written_into_it(tmp_path, monkeypatch):
     started = []
     monkeypatch.setattr(runner, "run_one", lambda spec, *a, **k: started.append(spec) or
-                        Record.for_spec(spec, "failed", error="not run here").to_dict())
+                        for_spec(spec, "failed", error="not run here"))
     monkeypatch.setattr(runner, "run_module", lambda *a, **k: started.append(a) or (1, "not run here"))
     out = tmp_path / "o"
     out.mkdir()

@@ -1,5 +1,5 @@
-"""The published JSON Schema of a record (docs/record.schema.json) is the Record dataclass's, and the records
-twinbench writes, and wrote before, validate against it."""
+"""The published JSON Schema of a record (docs/record.schema.json) is the typed Record's, the records twinbench
+writes validate against it, and the records it wrote before (flat, schema version 1) migrate into it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from twinbench import record_schema
-from twinbench.record import SCHEMA_VERSION, Record
+from twinbench.record import FLAT, SCHEMA_VERSION, Record, for_spec, load, read_records
 from twinbench.spec import RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ def validator() -> jsonschema.protocols.Validator:
     return cls(schema)
 
 
-def test_the_published_schema_is_the_dataclass_s():
+def test_the_published_schema_is_the_typed_record_s():
     assert PUBLISHED.read_text() == record_schema.text(), (
         "docs/record.schema.json is stale: python -m twinbench.record_schema docs/record.schema.json")
     assert json.loads(PUBLISHED.read_text())["x-schema-version"] == SCHEMA_VERSION
@@ -35,7 +35,7 @@ def test_the_published_schema_is_the_dataclass_s():
 def test_records_a_run_writes_validate(validator):
     # a tiny compare (torch eager, jax jit) as twinbench writes it: tests/fixtures/record_schema/README.md
     records = [json.loads(line) for line in (FIXTURES / "record_schema" / "results.jsonl").read_text().splitlines()]
-    assert {(r["framework"], r["status"]) for r in records} == {("torch", "ok"), ("jax", "ok")}
+    assert {(r["run"]["framework"], r["status"]) for r in records} == {("torch", "ok"), ("jax", "ok")}
     for r in records:
         assert r["schema_version"] == SCHEMA_VERSION
         validator.validate(r)
@@ -44,33 +44,43 @@ def test_records_a_run_writes_validate(validator):
 @pytest.mark.parametrize("status", ["failed", "skipped"])
 def test_records_of_runs_that_did_not_measure_validate(validator, status):
     spec = RunSpec.of(framework="jax", strategy="jit+remat")
-    rec = Record.for_spec(spec, status, error="RuntimeError: out of memory (worker.py:1)", threads=2)
+    rec = for_spec(spec, status, error="RuntimeError: out of memory (worker.py:1)", threads=2)
     validator.validate(json.loads(json.dumps(rec.to_dict())))
 
 
-def test_records_of_earlier_versions_have_every_required_field():
-    required = set(json.loads(PUBLISHED.read_text())["required"])
-    named = set(json.loads(PUBLISHED.read_text())["properties"])
+def test_records_of_earlier_versions_migrate_whole(validator):
+    # every field a flat record of schema version 1 had has a place in the sections: nothing is lost on read
+    top = set(Record.__struct_fields__)
     for path in sorted((FIXTURES / "records_before").glob("*.json")):
         for run, reduced in json.loads(path.read_text()).items():
-            fields = set(reduced["fields"])
-            assert required <= fields, f"{path.name} {run}: lacks {sorted(required - fields)}"
-            assert fields <= named, f"{path.name} {run}: fields the schema does not name {sorted(fields - named)}"
+            lost = set(reduced["fields"]) - set(FLAT) - top
+            assert not lost, f"{path.name} {run}: fields no section holds {sorted(lost)}"
+    old = FIXTURES / "record_schema" / "results_v1.jsonl"
+    flat = [json.loads(line) for line in old.read_text().splitlines()]
+    records, bad = read_records(old)
+    assert bad == 0 and len(records) == len(flat) == 2
+    for before, rec in zip(flat, records, strict=True):
+        assert rec.schema_version == SCHEMA_VERSION
+        assert rec.flat() == {k: v for k, v in before.items() if k != "schema_version"} | {
+            "schema_version": SCHEMA_VERSION}  # the flat view gives back every value
+        validator.validate(json.loads(json.dumps(rec.to_dict())))
+        assert load(json.loads(json.dumps(rec.to_dict()))) == rec  # written and read again: the same record
 
 
-@pytest.mark.parametrize(("change", "why"), [
-    ({"batch": "eight"}, "'eight' is not of type 'integer'"),
-    ({"step_ms": [1.0]}, "is not valid under any of the given schemas"),
-    ({"losses": {"0": 1.0}}, "is not of type 'array'"),
+@pytest.mark.parametrize(("section", "change", "why"), [
+    ("run", {"repeat": "eight"}, "'eight' is not of type 'integer'"),
+    ("timing", {"step_ms": [1.0]}, "is not valid under any of the given schemas"),
+    ("loss", {"losses": {"0": 1.0}}, "is not of type 'array'"),
 ])
-def test_a_record_of_the_wrong_shape_does_not_validate(validator, change, why):
-    rec = json.loads(json.dumps(Record.for_spec(RunSpec(), "ok").to_dict())) | change
+def test_a_record_of_the_wrong_shape_does_not_validate(validator, section, change, why):
+    rec = json.loads(json.dumps(for_spec(RunSpec(), "ok").to_dict()))
+    rec[section] |= change
     with pytest.raises(jsonschema.ValidationError, match=why):
         validator.validate(rec)
 
 
 def test_a_record_missing_a_required_field_does_not_validate(validator):
-    rec = json.loads(json.dumps(Record.for_spec(RunSpec(), "ok").to_dict()))
-    del rec["framework"]
+    rec = json.loads(json.dumps(for_spec(RunSpec(), "ok").to_dict()))
+    del rec["run"]["framework"]
     with pytest.raises(jsonschema.ValidationError, match="'framework' is a required property"):
         validator.validate(rec)

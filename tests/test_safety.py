@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from twinbench import record as rec_mod
 from twinbench import runner
 from twinbench.cli import app
-from twinbench.record import Record, append_jsonl, read_records
+from twinbench.record import append_jsonl, as_record, for_spec, read_records
 from twinbench.spec import from_preset, validate
 
 sys.path.insert(0, str(Path(__file__).parent / "report"))
@@ -46,11 +46,11 @@ def results_dir(tmp_path: Path, name: str) -> Path:
 def fake_record(spec, status="ok"):
     step = 10.0 if spec.framework == "torch" else 8.0
     if status != "ok":
-        return Record.for_spec(spec, status, error="boom").to_dict()
-    return Record.for_spec(spec, "ok", n_params=1000, device="cpu", platform="cpu", compile_s=0.5,
+        return for_spec(spec, status, error="boom")
+    return for_spec(spec, "ok", n_params=1000, device="cpu", platform="cpu", compile_s=0.5,
                            first_step_s=0.6, step_ms=step, step_ms_p10=step, step_ms_p90=step, tokens_per_s=1e4,
                            peak_mem_bytes=2**20, compiles_during_steps=0, loss_first=5.0, loss_last=4.0,
-                           losses=[5.0, 4.0], step_times_ms=[step, step]).to_dict()
+                           losses=[5.0, 4.0], step_times_ms=[step, step])
 
 
 @pytest.fixture
@@ -113,7 +113,7 @@ def test_resume_and_advise_onto_bad_files_skip_the_bad_lines(tmp_path, name, fak
     assert r.exit_code == 0 and "Traceback" not in r.output, r.output
     assert "skipped" in r.output  # says it skipped lines that are not records
     lines = (d / "results.jsonl").read_bytes().split(b"\n")
-    assert json.loads(lines[-2])["strategy"] == "eager"  # the new record on a line of its own
+    assert json.loads(lines[-2])["run"]["strategy"] == "eager"  # the new record on a line of its own
     a = CLI.invoke(app, ["advise", "--preset", "tiny", "--framework", "torch", "--strategies", "eager",
                          "--out", str(d)])
     assert "Traceback" not in a.output and a.exit_code in (0, 1), a.output
@@ -283,15 +283,15 @@ def test_disk_full_keeps_every_record_and_the_next_runs_go_on(tmp_path, monkeypa
     kept = out / "results.jsonl.unsaved.jsonl"
     assert "kept in" in r.output and str(kept) in r.output.replace("\n", "")
     saved = read_records(out / "results.jsonl")[0] + read_records(kept)[0]
-    assert sorted(x["strategy"] for x in saved) == ["compile", "eager", "jit"]
+    assert sorted(x.run.strategy for x in saved) == ["compile", "eager", "jit"]
 
 
 def test_unwritable_results_file_keeps_the_record_elsewhere(tmp_path, monkeypatch):
     monkeypatch.setenv("TWINBENCH_UNSAVED_DIR", str(tmp_path / "unsaved"))
     failing_writes(monkeypatch, {1})
     notes: list[str] = []
-    runner.save_record(tmp_path / "results.jsonl", {"framework": "torch", "strategy": "eager", "status": "ok",
-                                                    "run_id": "r1"}, notes)
+    runner.save_record(tmp_path / "results.jsonl", as_record({"framework": "torch", "strategy": "eager",
+                                                              "status": "ok", "run_id": "r1"}), notes)
     assert len(notes) == 1 and "kept in" in notes[0]
     assert (tmp_path / "results.jsonl").read_text() == ""
 
@@ -301,7 +301,7 @@ def test_a_record_always_starts_on_a_new_line(tmp_path):
     shutil.copy(BAD / "torn.jsonl", path)
     append_jsonl(path, {"framework": "jax", "strategy": "jit", "status": "ok", "run_id": "new"})
     records, bad = read_records(path)
-    assert [r["strategy"] for r in records] == ["eager", "jit"] and bad == 1
+    assert [r.run.strategy for r in records] == ["eager", "jit"] and bad == 1
 
 
 def test_killed_parent_takes_its_worker_with_it(tmp_path):
@@ -416,7 +416,7 @@ def test_retry_failed_runs_the_failed_ones_again(tmp_path, fake_runs):
     spec = validate(from_preset("tiny", {}, framework="torch", strategy="eager"))
     out = tmp_path / "o"
     out.mkdir()
-    append_jsonl(out / "results.jsonl", fake_record(spec, "failed"))
+    append_jsonl(out / "results.jsonl", fake_record(spec, "failed").to_dict())
     base = ["compare", "--preset", "tiny", "--framework", "torch", "--strategies", "eager",
             "--resume", str(out)]
     assert CLI.invoke(app, base).exit_code == 1 and not fake_runs  # a plain resume keeps the failed row
@@ -447,7 +447,7 @@ def test_parity_mismatch_names_the_parameters_exits_1_and_is_in_every_report(tmp
     def run_one(spec, timeout, env=None):
         r = real(spec, timeout) if False else fake_record(spec)
         if spec.strategy.name == "port":
-            r["parity"] = parity
+            r.parity = parity
         return r
 
     monkeypatch.setattr(runner, "run_one", run_one)
@@ -519,10 +519,10 @@ def test_compare_explain_section_is_in_report_md_too(tmp_path, monkeypatch):
     recs = [synthetic.record("torch", "eager", explain_timing={"forward": 3.0, "optimizer": -1.0},
                              trace_path=str(trace))]
     monkeypatch.setattr(command, "explain_records", lambda rs: [{
-        "run": "torch/eager", "run_id": rs[0]["run_id"], "step_ms": 10.0, "timing": {"forward": 3.0,
+        "run": "torch/eager", "run_id": rs[0].run.run_id, "step_ms": 10.0, "timing": {"forward": 3.0,
                                                                                       "optimizer": -1.0},
         "trace": {"forward": 4.0}, "cells": {}, "scopes": {}, "notes": ["a note"], "trace_path": str(trace)}])
-    assert rexplain.markdown_section(recs)
+    assert rexplain.markdown_section(synthetic.typed(recs))
     synthetic.write(tmp_path / "r", recs)
     _, md_path, _ = page.write(tmp_path / "r")
     md = md_path.read_text()

@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from twinbench.record import Record, typed
+
 #: Below this relative difference in planned total, the answer is a close call (timing noise on a busy
 #: machine is of this order; see the step-time spread p10-p90 in the records).
 CLOSE_CALL = 0.05
@@ -26,34 +28,34 @@ ASSUMPTION = ("the planned steps are one day's training; each model change that 
               "(compile overhead = first-step time minus one steady step); steady steps at the median step time")
 
 
-def label(r: dict[str, Any]) -> str:
-    return f"{r['framework']}/{r['strategy']}"
+def label(r: Record) -> str:
+    return r.label()
 
 
-def usable(r: dict[str, Any]) -> bool:
-    """An ok run measured from a cold compile cache (the plan's compiles are cold: see ASSUMPTION)."""
-    return (r.get("status") == "ok" and r.get("first_step_s") is not None and r.get("step_ms") is not None
-            and r.get("compile_cache", "cold") == "cold")
+def usable(r: Record) -> bool:
+    """A usable run (``Record.usable``) measured from a cold compile cache (the plan's compiles are cold: see
+    ASSUMPTION)."""
+    return r.usable() and r.run.compile_cache == "cold"
 
 
-def overhead_s(r: dict[str, Any]) -> float:
+def overhead_s(r: Record) -> float:
     """Compile (and other one-off) cost of a run: first step minus one steady step, never negative."""
-    return max(0.0, r["first_step_s"] - r["step_ms"] / 1e3)
+    return max(0.0, r.timing.first_step_s - r.timing.step_ms / 1e3)
 
 
-def planned_total_s(r: dict[str, Any], plan_steps: int, changes_per_day: int = 0) -> float:
+def planned_total_s(r: Record, plan_steps: int, changes_per_day: int = 0) -> float:
     """Wall time of the planned run (see the module docstring)."""
-    return r["first_step_s"] + (plan_steps - 1) * r["step_ms"] / 1e3 + changes_per_day * overhead_s(r)
+    return r.timing.first_step_s + (plan_steps - 1) * r.timing.step_ms / 1e3 + changes_per_day * overhead_s(r)
 
 
-def break_even(a: dict[str, Any], b: dict[str, Any], changes_per_day: int = 0) -> float | None:
+def break_even(a: Record, b: Record, changes_per_day: int = 0) -> float | None:
     """Plan length (steps) from which ``a`` has the lower planned total than ``b``.
 
     ``0`` when ``a`` is never behind, ``inf`` when it never catches up. With K changes a day, each of the
     1 + K compiles is paid again, so the break-even moves out by the factor 1 + K.
     """
     oa, ob = overhead_s(a), overhead_s(b)
-    sa, sb = a["step_ms"] / 1e3, b["step_ms"] / 1e3
+    sa, sb = a.timing.step_ms / 1e3, b.timing.step_ms / 1e3
     extra = (1 + changes_per_day) * (oa - ob)  # a's extra one-off cost over the day
     saving = sb - sa  # a's saving per step
     if extra <= 0 and saving >= 0:
@@ -63,17 +65,17 @@ def break_even(a: dict[str, Any], b: dict[str, Any], changes_per_day: int = 0) -
     return extra / saving
 
 
-def best_per_framework(records: list[dict[str, Any]], plan_steps: int,
-                       changes_per_day: int = 0) -> dict[str, dict[str, Any]]:
+def best_per_framework(records: list[Record], plan_steps: int,
+                       changes_per_day: int = 0) -> dict[str, Record]:
     """The usable record of least planned total, per framework."""
-    best: dict[str, dict[str, Any]] = {}
+    best: dict[str, Record] = {}
     for r in records:
         if not usable(r):
             continue
-        cur = best.get(r["framework"])
+        cur = best.get(r.run.framework)
         if cur is None or planned_total_s(r, plan_steps, changes_per_day) < planned_total_s(
                 cur, plan_steps, changes_per_day):
-            best[r["framework"]] = r
+            best[r.run.framework] = r
     return best
 
 
@@ -89,9 +91,10 @@ def _dur(s: float) -> str:
     return f"{s:.1f} s"
 
 
-def advise(records: list[dict[str, Any]], plan_steps: int, changes_per_day: int = 0,
+def advise(records: list[Record] | list[dict[str, Any]], plan_steps: int, changes_per_day: int = 0,
            results: str = "") -> dict[str, Any]:
     """The advice as a JSON-able dict: per-framework best, break-even, recommendation, reasons, lines."""
+    records = typed(records)
     if plan_steps <= 0:
         raise ValueError(f"plan_steps must be positive, got {plan_steps}")
     if changes_per_day < 0:
@@ -99,23 +102,24 @@ def advise(records: list[dict[str, Any]], plan_steps: int, changes_per_day: int 
     best = best_per_framework(records, plan_steps, changes_per_day)
     frameworks: dict[str, Any] = {}
     for fw, r in sorted(best.items()):
-        cands = sorted((x for x in records if x.get("framework") == fw and usable(x)),
+        cands = sorted((x for x in records if x.run.framework == fw and usable(x)),
                        key=lambda x: planned_total_s(x, plan_steps, changes_per_day))
         frameworks[fw] = {
-            "strategy": r["strategy"], "run_id": r.get("run_id", ""), "first_step_s": r["first_step_s"],
-            "step_ms": r["step_ms"], "step_ms_p10": r.get("step_ms_p10"), "step_ms_p90": r.get("step_ms_p90"),
-            "compile_s": r.get("compile_s"), "compile_overhead_s": overhead_s(r), "compiles": 1 + changes_per_day,
+            "strategy": r.run.strategy, "run_id": r.run.run_id, "first_step_s": r.timing.first_step_s,
+            "step_ms": r.timing.step_ms, "step_ms_p10": r.timing.step_ms_p10, "step_ms_p90": r.timing.step_ms_p90,
+            "compile_s": r.compile.compile_s, "compile_overhead_s": overhead_s(r), "compiles": 1 + changes_per_day,
             "total_s": planned_total_s(r, plan_steps, changes_per_day),
-            "peak_mem_bytes": r.get("peak_mem_bytes"), "peak_mem_source": r.get("peak_mem_source"),
-            "candidates": [{"strategy": x["strategy"], "run_id": x.get("run_id", ""),
+            "peak_mem_bytes": r.memory.peak_mem_bytes, "peak_mem_source": r.memory.peak_mem_source,
+            "candidates": [{"strategy": x.run.strategy, "run_id": x.run.run_id,
                             "total_s": planned_total_s(x, plan_steps, changes_per_day)} for x in cands],
         }
-    failed = [{"run": label(r), "run_id": r.get("run_id", ""), "error": r.get("error")}
-              for r in records if r.get("status") != "ok"]
-    first = next((r for r in records if usable(r)), records[0] if records else {})
-    measured_on = (f"{first.get('preset')} preset, batch {first.get('batch')} x seq {first.get('seq')}, "
-                   f"{first.get('precision')}, on {first.get('device')} ({first.get('platform')}, "
-                   f"{first.get('device_count')} device(s), {first.get('threads')} threads); one run per "
+    failed = [{"run": label(r), "run_id": r.run.run_id, "error": r.error}
+              for r in records if r.status != "ok"]
+    first = next((r for r in records if usable(r)), records[0] if records else None)
+    run, cond = (first.run, first.conditions) if first else (None, None)
+    measured_on = (f"{run and run.preset} preset, batch {run and run.batch} x seq {run and run.seq}, "
+                   f"{run and run.precision}, on {run and run.device} ({cond and cond.platform}, "
+                   f"{run and run.device_count} device(s), {cond and cond.threads} threads); one run per "
                    "strategy: on a busy machine timings are noisy")
     out: dict[str, Any] = {"plan_steps": plan_steps, "changes_per_day": changes_per_day,
                            "measured_on": measured_on,
@@ -133,7 +137,7 @@ def advise(records: list[dict[str, Any]], plan_steps: int, changes_per_day: int 
     reasons: list[str] = []
     close = False
     if len(ranked) == 1:
-        others = sorted({r["framework"] for r in records} - {win["framework"]})
+        others = sorted({r.run.framework for r in records} - {win.run.framework})
         reasons.append(f"the only framework with a successful run; {', '.join(others) or 'no other'} "
                        "had none" if others else "only one framework was measured")
         out["recommendation"] = _rec(win, reasons, False, plan_steps, changes_per_day)
@@ -143,19 +147,19 @@ def advise(records: list[dict[str, Any]], plan_steps: int, changes_per_day: int 
         margin = (tl - tw) / tl if tl > 0 else 0.0
         close = margin < CLOSE_CALL
         lo = label(lose)
-        wid, lid = win.get("run_id", ""), lose.get("run_id", "")
-        ratio = lose["step_ms"] / win["step_ms"]
+        wid, lid = win.run.run_id, lose.run.run_id
+        ratio = lose.timing.step_ms / win.timing.step_ms
         if ratio >= 1:
-            reasons.append(f"its steady step is {ratio:.2f}x as fast: {win['step_ms']:.2f} ms [{wid}] vs "
-                           f"{lose['step_ms']:.2f} ms [{lid}]")
+            reasons.append(f"its steady step is {ratio:.2f}x as fast: {win.timing.step_ms:.2f} ms [{wid}] vs "
+                           f"{lose.timing.step_ms:.2f} ms [{lid}]")
         else:
-            reasons.append(f"its steady step is slower ({win['step_ms']:.2f} ms [{wid}] vs "
-                           f"{lose['step_ms']:.2f} ms [{lid}]), but it compiles less: "
+            reasons.append(f"its steady step is slower ({win.timing.step_ms:.2f} ms [{wid}] vs "
+                           f"{lose.timing.step_ms:.2f} ms [{lid}]), but it compiles less: "
                            f"{overhead_s(win):.2f} s vs {overhead_s(lose):.2f} s per compile")
         n_cmp = 1 + changes_per_day
         if overhead_s(win) > overhead_s(lose):
             reasons.append(f"it pays {overhead_s(win) - overhead_s(lose):.2f} s more per compile "
-                           f"(first step {win['first_step_s']:.2f} s [{wid}] vs {lose['first_step_s']:.2f} s "
+                           f"(first step {win.timing.first_step_s:.2f} s [{wid}] vs {lose.timing.first_step_s:.2f} s "
                            f"[{lid}]), x {n_cmp} compile(s) a day")
         # break-even between the two leaders, stated from the side of the one that compiles longer
         slow_start, quick_start = (win, lose) if overhead_s(win) >= overhead_s(lose) else (lose, win)
@@ -176,23 +180,23 @@ def advise(records: list[dict[str, Any]], plan_steps: int, changes_per_day: int 
         if close:
             reasons.append(f"the planned totals differ by only {margin:.1%} (< {CLOSE_CALL:.0%}): within the "
                            "noise of one measurement on a busy machine; either framework will do")
-        mw, ml = win.get("peak_mem_bytes"), lose.get("peak_mem_bytes")
+        mw, ml = win.memory.peak_mem_bytes, lose.memory.peak_mem_bytes
         if mw and ml and mw > ml * (1 + MEMORY_CAVEAT):
             reasons.append(f"mind the memory: it needs {mw / ml - 1:.0%} more peak memory ({_mem(mw)} [{wid}] vs "
-                           f"{_mem(ml)} [{lid}], {win.get('peak_mem_source') or 'peak memory'})")
+                           f"{_mem(ml)} [{lid}], {win.memory.peak_mem_source or 'peak memory'})")
         out["recommendation"] = _rec(win, reasons, close, plan_steps, changes_per_day, tl - tw, lo)
     out["lines"] = lines(out)
     return out
 
 
-def _rec(win: dict[str, Any], reasons: list[str], close: bool, plan_steps: int, changes: int,
+def _rec(win: Record, reasons: list[str], close: bool, plan_steps: int, changes: int,
          saved: float | None = None, other: str | None = None) -> dict[str, Any]:
     total = planned_total_s(win, plan_steps, changes)
     verb = "slightly prefer" if close else "use"
-    summary = f"{verb} {win['framework']} ({win['strategy']}): {_dur(total)} for {plan_steps:,} steps"
+    summary = f"{verb} {win.run.framework} ({win.run.strategy}): {_dur(total)} for {plan_steps:,} steps"
     if saved is not None and other:
         summary += f", {_dur(saved)} less than {other}"
-    return {"framework": win["framework"], "strategy": win["strategy"], "run_id": win.get("run_id", ""),
+    return {"framework": win.run.framework, "strategy": win.run.strategy, "run_id": win.run.run_id,
             "total_s": total, "saved_s": saved, "close_call": close, "summary": summary, "reasons": reasons}
 
 

@@ -89,7 +89,7 @@ class CachePlan:
     def root(spec: RunSpec) -> Path:
         return Path(spec.host.cache_dir) if spec.host.cache_dir else default_root()
 
-    def run(self, spec: RunSpec, run: Callable[[RunSpec], dict[str, Any]]) -> dict[str, Any]:
+    def run(self, spec: RunSpec, run: Callable[[RunSpec], Any]) -> Any:  # -> record.Record
         """Run ``spec`` through ``run`` (the runner's subprocess launcher) on the right cache directory."""
         key = twin_key(spec)
         if spec.host.compile_cache == "cold":
@@ -115,9 +115,10 @@ class CachePlan:
         if not marker.exists():
             d.mkdir(parents=True, exist_ok=True)
             prime = run(spec.evolve(compile_cache="cold", cache_dir=str(d)))
-            if prime.get("status") != "ok":
-                return {**prime, "compile_cache": "warm", "run_id": spec.run_id(),
-                        "error": f"priming the warm cache failed: {prime.get('error')}"}
+            if prime.status != "ok":  # the record of the warm run that could not be: the cold run's why
+                prime.run.compile_cache, prime.run.run_id = "warm", spec.run_id()
+                prime.error = f"priming the warm cache failed: {prime.error}"
+                return prime
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.touch()
         return run(spec.evolve(cache_dir=str(d)))

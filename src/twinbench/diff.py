@@ -30,7 +30,7 @@ from typing import Any
 
 from twinbench.config import DEFAULT_FAMILY
 from twinbench.measure.device import platform_name
-from twinbench.record import condition_warnings, read_records, skipped_note
+from twinbench.record import FLAT, Record, condition_warnings, read_records, skipped_note, typed
 from twinbench.spec_sections import flat_spec
 
 METHOD = ("per-repeat median step times; ratio NEW/OLD = exp(mean log NEW - mean log OLD); 95% CI: Welch's t "
@@ -53,7 +53,7 @@ class DiffError(ValueError):
     """Input that cannot be diffed: the message is one line, fit to print."""
 
 
-def load(path: Path, skipped: list[str] | None = None) -> list[dict[str, Any]]:
+def load(path: Path, skipped: list[str] | None = None) -> list[Record]:
     """The twinbench records of a results directory or a ``results.jsonl`` file (one line error otherwise);
     ``skipped`` (when given) receives a line saying how many lines were not records, and why the first was."""
     path = Path(path)
@@ -74,13 +74,13 @@ def load(path: Path, skipped: list[str] | None = None) -> list[dict[str, Any]]:
     return records
 
 
-def identity(r: dict[str, Any]) -> tuple:
+def identity(r: Record) -> tuple:
     """What a record ran, for matching across result sets."""
-    spec = flat_spec(r.get("spec"))
+    spec = flat_spec(r.spec)
     model, train = spec.get("model") or {}, spec.get("train") or {}
     out = []
     for k in MATCH_FIELDS:
-        v = r.get(k, model.get(k, train.get(k, spec.get(k))))
+        v = r.field(k) if k in FLAT else model.get(k, train.get(k, spec.get(k)))
         if k == "attention_impl" and v is None:
             v = "default"
         out.append(v)
@@ -94,12 +94,12 @@ def describe(key: tuple) -> str:
     return f"{d['framework']}/{d['strategy']} ({shape}{devices})"
 
 
-def repeat_medians(records: list[dict[str, Any]]) -> list[float]:
+def repeat_medians(records: list[Record]) -> list[float]:
     """The median step time (ms) of each repeat: recomputed from ``step_times_ms`` where the record has them."""
     out = []
     for r in records:
-        times = r.get("step_times_ms")
-        out.append(statistics.median(times) if times else r.get("step_ms"))
+        times = r.timing.step_times_ms
+        out.append(statistics.median(times) if times else r.timing.step_ms)
     return [float(x) for x in out if x]
 
 
@@ -133,14 +133,14 @@ def ratio_interval(old: list[float], new: list[float], confidence: float = CONFI
     return Interval(ratio, math.exp(ci.low), math.exp(ci.high))
 
 
-def _median(records: list[dict[str, Any]], key: str) -> float | None:
-    vals = [r[key] for r in records if isinstance(r.get(key), (int, float))]
+def _median(records: list[Record], key: str) -> float | None:
+    vals = [v for r in records if isinstance(v := r.field(key), (int, float))]
     return statistics.median(vals) if vals else None
 
 
-def _loss_gap(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> float | None:
+def _loss_gap(old: list[Record], new: list[Record]) -> float | None:
     """Largest relative difference between the two sides' loss trajectories (first repeat of each), or None."""
-    a, b = (old[0].get("losses") or []), (new[0].get("losses") or [])
+    a, b = old[0].loss.losses, new[0].loss.losses
     n = min(len(a), len(b))
     if not n:
         return None
@@ -180,21 +180,21 @@ class Diff:
                 and p.ci_low > 1 + fail_above_pct / 100]
 
 
-def _versions(records: list[dict[str, Any]]) -> dict[str, set[str]]:
+def _versions(records: list[Record]) -> dict[str, set[str]]:
     """Every version each library had in these records: ``{"jax": {"0.10.2"}, ...}``."""
     out: dict[str, set[str]] = {}
     for r in records:
-        for name, v in (r.get("versions") or {}).items():
+        for name, v in (r.conditions.versions or {}).items():
             out.setdefault(name, set()).add(v)
     return out
 
 
-def _condition(r: dict[str, Any], k: str) -> Any:
+def _condition(r: Record, k: str) -> Any:
     """A condition of a record as compared: the platform by its one name (torch's "cuda" is JAX's "gpu")."""
-    return platform_name(r.get(k)) if k == "platform" else r.get(k)
+    return platform_name(r.field(k)) if k == "platform" else r.field(k)
 
 
-def _conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
+def _conditions(old: list[Record], new: list[Record]) -> list[str]:
     out = []
     for k in CONDITION_FIELDS:
         if k == "versions":
@@ -204,10 +204,10 @@ def _conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[st
                     out.append(f"{name}: {', '.join(sorted(vo.get(name, {'-'})))} -> "
                                f"{', '.join(sorted(vn.get(name, {'-'})))}")
             continue
-        so = sorted({json.dumps(_condition(r, k)) for r in old if r.get(k) is not None})
-        sn = sorted({json.dumps(_condition(r, k)) for r in new if r.get(k) is not None})
+        so = sorted({json.dumps(_condition(r, k)) for r in old if r.field(k) is not None})
+        sn = sorted({json.dumps(_condition(r, k)) for r in new if r.field(k) is not None})
         if k in ("load_avg_1m_external", "interference_cores", "peak_tflops"):
-            fo, fn = [r[k] for r in old if r.get(k) is not None], [r[k] for r in new if r.get(k) is not None]
+            fo, fn = [r.field(k) for r in old if r.field(k) is not None], [r.field(k) for r in new if r.field(k) is not None]
             if fo and fn:
                 mo, mn = statistics.median(fo), statistics.median(fn)
                 if abs(mn - mo) > (0.05 * max(mo, mn) if k == "peak_tflops" else 0.2):
@@ -224,10 +224,11 @@ def _conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[st
     return out
 
 
-def diff(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> Diff:
+def diff(old: list[Record] | list[dict[str, Any]], new: list[Record] | list[dict[str, Any]]) -> Diff:
     """Match OLD and NEW records on what ran and compare every matched run (see the module docstring)."""
-    groups_old: dict[tuple, list[dict[str, Any]]] = {}
-    groups_new: dict[tuple, list[dict[str, Any]]] = {}
+    old, new = typed(old), typed(new)
+    groups_old: dict[tuple, list[Record]] = {}
+    groups_new: dict[tuple, list[Record]] = {}
     for recs, groups in ((old, groups_old), (new, groups_new)):
         for r in recs:
             groups.setdefault(identity(r), []).append(r)
@@ -238,8 +239,8 @@ def diff(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> Diff:
                         f"{', '.join(sorted({describe(k) for k in groups_new}))}")
     pairs, failed = [], []
     for k in common:
-        o = [r for r in groups_old[k] if r.get("status") == "ok"]
-        n = [r for r in groups_new[k] if r.get("status") == "ok"]
+        o = [r for r in groups_old[k] if r.status == "ok"]
+        n = [r for r in groups_new[k] if r.status == "ok"]
         if not o or not n:
             failed.append(f"{describe(k)}: no ok run in {'OLD' if not o else 'NEW'}")
             continue

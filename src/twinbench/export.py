@@ -16,7 +16,6 @@ from twinbench.models.hf import FLAG, check_shapes, checkpoint_fields, expected_
 from twinbench.models.weights import Canonical
 from twinbench.record import read_records
 from twinbench.spec import RunSpec, SpecError
-from twinbench.spec_sections import flat_spec
 
 
 def initial_weights(spec: RunSpec) -> Canonical:
@@ -67,17 +66,16 @@ def weights_from_results(results: str | Path, run: str | None = None) -> tuple[R
         records, _ = read_records(path)
     except OSError as e:
         raise SpecError(f"--from {results}: cannot read {path} ({e})") from None
-    saved = [r for r in records if r.get("status") == "ok" and isinstance(r.get("weights_path"), str)
-             and r.get("weights_path")]
+    saved = [r for r in records if r.status == "ok" and isinstance(r.outputs.weights_path, str)
+             and r.outputs.weights_path]
     if run:
-        saved = [r for r in saved if run in (r.get("run_id"), f"{r.get('framework')}/{r.get('strategy')}")]
-    flat = [(r, flat_spec(r.get("spec"))) for r in saved]
-    own = [r for r, d in flat if d.get("user_model") or (d.get("model") or {}).get("family") == "user"]
+        saved = [r for r in saved if run in (r.run.run_id, f"{r.run.framework}/{r.run.strategy}")]
+    own = [r for r in saved if r.value("user_model") or r.value("family") == "user"]
     if own:
-        raise SpecError(f"--from {results}: {own[0].get('framework')}/{own[0].get('strategy')} is a run of your own "
-                        f"model ({flat_spec(own[0]['spec']).get('user_model') or 'user'}), which export does not "
-                        "write as a Hugging Face checkpoint (and never runs)")
-    labels = ", ".join(f"{r.get('framework')}/{r.get('strategy')} ({r.get('run_id')})" for r in saved)
+        raise SpecError(f"--from {results}: {own[0].label()} is a run of your own "
+                        f"model ({own[0].value('user_model') or 'user'}), which export does not write as a "
+                        "Hugging Face checkpoint (and never runs)")
+    labels = ", ".join(f"{r.run.framework}/{r.run.strategy} ({r.run.run_id})" for r in saved)
     if not saved:
         raise SpecError(f"--from {results}: no successful run{' ' + run if run else ''} saved its weights there; "
                         "run compare with --save-weights DIR first")
@@ -85,10 +83,10 @@ def weights_from_results(results: str | Path, run: str | None = None) -> tuple[R
         raise SpecError(f"--from {results}: several runs saved weights; choose one with --run: {labels}")
     record = saved[0]
     try:
-        spec = RunSpec.from_dict(record["spec"])
+        spec = RunSpec.from_dict(record.spec)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise SpecError(f"--from {results}: the record's spec is not readable by this version ({e})") from None
-    wpath = Path(record["weights_path"])
+    wpath = Path(record.outputs.weights_path)
     if not wpath.exists():
         raise SpecError(f"--from {results}: the weights file {wpath} is gone")
     if not wpath.is_file():  # a device (/dev/zero), a pipe, a folder: never read

@@ -12,9 +12,13 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field, fields
+import types
+import typing
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from twinbench import folder_io
 from twinbench.config import SpecError
@@ -23,11 +27,11 @@ from twinbench.machine import HIGH_LOAD, MAX_SPREAD
 from twinbench.measure.device import host_cpu
 from twinbench.measure.interference import busy_warning
 from twinbench.models.family import n_params_of
+from twinbench.record_sections import FLAT, SCHEMA_VERSION, SECTIONS, Conditions, Record, Run, varying
 from twinbench.spec import RunSpec
 
-#: The version of the record's fields (``schema_version``): raised when a field changes its meaning or type, so a
-#: reader can tell which fields a record may carry; docs/record.schema.json is the schema of this version.
-SCHEMA_VERSION = 1
+__all__ = ["FLAT", "SCHEMA_VERSION", "Record", "varying"]
+
 #: Record warnings about the conditions of a measurement start with one of these (the others are sharding's).
 CONDITION_WARNINGS = ("machine busy:", "matmul peak:", "device shared:")
 
@@ -41,155 +45,44 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-@dataclass
-class Record:
-    # what was run
-    framework: str
-    strategy: str
-    preset: str
-    n_params: int | None
-    batch: int
-    seq: int
-    layers: int
-    d_model: int
-    precision: str
-    device: str | None
-    device_count: int
-    status: str  # "ok" | "failed"
-    error: str | None = None
-    # measured
-    compile_s: float | None = None
-    first_step_s: float | None = None
-    step_ms: float | None = None
-    step_ms_p10: float | None = None
-    step_ms_p90: float | None = None
-    tokens_per_s: float | None = None
-    flops_per_token: int | None = None
-    achieved_tflops: float | None = None
-    peak_tflops: float | None = None
-    mfu: float | None = None
-    peak_mem_bytes: int | None = None
-    compiles_during_steps: int | None = None
-    loss_first: float | None = None
-    loss_last: float | None = None
-    versions: dict[str, str] = field(default_factory=dict)
-    # conditions and extras
-    run_id: str = ""
-    heads: int = 0
-    vocab: int = 0
-    context: int = 0
-    steps: int = 0
-    warmup: int = 0
-    threads: int = 0
-    compile_cache: str = "cold"
-    platform: str | None = None
-    matmul_precision: str | None = None
-    attention_kernel: str | None = None  # the twins' attention: torch SDPA's kernel, JAX's implementation
-    devices_visible: int | None = None  # devices the process saw (device_count: the devices the run used)
-    peak_tflops_datasheet: float | None = None
-    mfu_datasheet: float | None = None
-    peak_mem_source: str | None = None
-    compiles_total: int | None = None
-    wall_s: float | None = None
-    step_ms_mean: float | None = None  # mean steady-state step (the median is step_ms)
-    step_ms_async: float | None = None  # per step, the steady steps again unsynchronised (sync at the ends only)
-    step_times_ms: list[float] = field(default_factory=list)  # every steady-state step, in order (scan-steps: /K)
-    repeat: int = 0  # compare --repeats N: which repeat of its configuration this run is (0-based)
-    config_id: str = ""  # the run_id of its configuration, shared by its repeats
-    losses: list[float] = field(default_factory=list)
-    # compilation cache evidence (compile_cache says cold/warm): programs loaded from the persistent cache
-    # (JAX) or FX-graph/AOTAutograd cache hits (torch)
-    compile_cache_hits: int | None = None
-    steps_per_call: int = 1  # scan-steps: K steps per call; step times are call time / K
-    spec: dict[str, Any] = field(default_factory=dict)
-    # profiler trace of a few steps run after the measured ones (--trace DIR); None when not traced
-    trace_path: str | None = None
-    trace_error: str | None = None
-    # --explain: phases by timing (after the measured steps) and the JAX step's HLO text (twinbench/explain)
-    explain_timing: dict[str, float] = field(default_factory=dict)
-    explain_hlo_path: str | None = None
-    explain_error: str | None = None
-    weights_path: str | None = None  # the trained canonical weights, with --save-weights (twinbench export --from)
-    # many devices: params + optimizer state one device holds, where each array lives, what looks wrong
-    state_bytes_per_device: int | None = None
-    sharding: dict[str, Any] = field(default_factory=dict)  # distributed/sharding_report.py: build()
-    warnings: list[str] = field(default_factory=list)
-    # variable-length text and the input pipeline (task "classify"; input fields for every task)
-    task: str = "lm"
-    pad_pct: float | None = None  # share of processed tokens that are padding, whole run
-    real_tokens_per_s: float | None = None  # steady state, counting only real (non-pad) tokens
-    distinct_lengths: int | None = None  # distinct padded batch lengths the run fed the model
-    compiles_in_loop: int | None = None  # programs compiled during the training steps, the first included
-    input_wait_ms: float | None = None  # median time a steady step waited for its batch
-    input_stall_pct: float | None = None  # steady-state waiting share of step time
-    accuracy_first: float | None = None  # held-out accuracy before training (classify)
-    accuracy_last: float | None = None  # held-out accuracy after the run (classify)
-    # the conditions of the measurement: the machine's load when the run started (read by the runner right
-    # before it started the worker) and how trustworthy the matmul peak behind the MFU is (measure/peak.py)
-    xla_flags: str | None = None  # JAX runs: the XLA_FLAGS the run used (xla_flags.py adds the tuned CPU flags)
-    load_avg_1m: float | None = None  # os.getloadavg()[0]
-    cpu_count: int | None = None  # cores available to the run (the runner's CPU affinity)
-    load_avg_1m_external: float | None = None  # load_avg_1m less what twinbench's own ended runs still add
-    # measured during the timed steps (measure/interference.py): cores other processes kept busy, every core's
-    # busy share, the window's length; the "machine busy" warning comes from these when present
-    interference_cores: float | None = None
-    cpu_busy_per_core: dict[str, float] = field(default_factory=dict)
-    interference_window_s: float | None = None
-    # the run's own process over its steady steps (measure/page_faults.py): page faults a step, and the kernel's
-    # share of its CPU time; the host allocator setting it ran under (the GLIBC_TUNABLES it had, host_malloc.py)
-    page_faults_per_step: float | None = None
-    kernel_cpu_share: float | None = None
-    glibc_tunables: str | None = None
-    peak_measured_at: str | None = None  # ISO time (UTC) the peak was measured
-    peak_spread: float | None = None  # max/min - 1 over the peak's timed repeats
-    peak_load_per_core: float | None = None  # load per core while the peak was measured
-    peak_device_shared: int | None = None  # other processes on the GPU while the peak was measured (NVML)
-    device_shared: int | None = None  # other processes on the run's GPU(s) around its timed steps (NVML)
-    # bring your own model (--model, twinbench/byo): how FLOPs were counted, the port's parity check
-    # (--jax-model), the doctor's findings over a few extra steps of a JAX run
-    # where it ran when submitted as a job (--launcher local|slurm, launch/): the launcher, the job's id and
-    # nodes, and for a job the scheduler ended (killed, preempted, node failure...) its state
-    launcher: str | None = None
-    job_id: str | None = None
-    job_nodes: list[str] = field(default_factory=list)
-    launcher_state: str | None = None
-    flops_convention: str | None = None
-    parity: dict[str, Any] = field(default_factory=dict)
-    doctor: dict[str, Any] = field(default_factory=dict)
-    # where the peak memory went (measure/memory.py: parts, unaccounted, the preflight's estimate) and the
-    # twins' attention formulation (models/options.py ATTENTION_IMPLS)
-    memory_breakdown: dict[str, Any] = field(default_factory=dict)
-    attention_impl: str = "default"
-    # the machine: the host's CPU model and instruction set (the same comparison differs by machine; on a GPU
-    # the host still feeds the device), measure/device.py host_cpu()
-    host_cpu: str | None = None
-    # the version of this field list (records written before it was added have none: version 0)
-    schema_version: int = SCHEMA_VERSION
-
-    @classmethod
-    def for_spec(cls, spec: RunSpec, status: str, **measured: Any) -> Record:
-        """A record carrying the spec's identifying fields; ``measured`` fills the rest."""
-        m, t = spec.model, spec.train
-        base = dict(framework=spec.framework, strategy=spec.strategy.name, preset=spec.preset,
-                    n_params=n_params_of(spec.model),  # known from the shape, also of a run that never started
-                    batch=t.batch, seq=t.seq, layers=m.layers, d_model=m.d_model, precision=t.precision,
-                    device=None, device_count=spec.launch.devices, status=status, run_id=spec.run_id(),
-                    heads=m.heads, vocab=m.vocab, context=m.context, steps=t.steps, warmup=t.warmup,
-                    threads=spec.host.threads or _cores(), compile_cache=spec.host.compile_cache, spec=spec.to_dict(),
-                    task=spec.train.task, repeat=spec.repeat, config_id=spec.config_id(),
-                    attention_impl=spec.strategy.attention_impl, host_cpu=host_cpu())
-        return cls(**(base | measured))
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Record:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+def for_spec(spec: RunSpec, status: str, **measured: Any) -> Record:
+    """A record of ``spec`` with its identifying fields, the machine and ``status``; ``measured`` (flat
+    field names: ``error``, ``step_ms``, ``memory_breakdown``...) fills the rest, for the records made outside
+    the worker (failed, skipped, timed out, planned, a job the scheduler ended)."""
+    m, t = spec.model, spec.train
+    run = Run(framework=spec.framework, strategy=spec.strategy.name, preset=spec.preset, task=t.task,
+              run_id=spec.run_id(), config_id=spec.config_id(), repeat=spec.repeat, batch=t.batch, seq=t.seq,
+              layers=m.layers, d_model=m.d_model, heads=m.heads, vocab=m.vocab, context=m.context, steps=t.steps,
+              warmup=t.warmup, precision=t.precision, attention_impl=spec.strategy.attention_impl,
+              compile_cache=spec.host.compile_cache, device_count=spec.launch.devices,
+              n_params=n_params_of(spec.model))  # known from the shape, also of a run that never started
+    conditions = Conditions(threads=spec.host.threads or _cores(), host_cpu=host_cpu())
+    rec = Record(status=status, run=run, conditions=conditions, spec=spec.to_dict())
+    return with_fields(rec, measured) if measured else rec
 
 
-def condition_warnings(r: dict[str, Any]) -> list[str]:
+def with_fields(rec: Record, flat: dict[str, Any]) -> Record:
+    """``rec`` with the fields ``flat`` names (flat names, as :meth:`Record.flat` has them) set."""
+    return Record.from_flat(rec.flat() | flat)
+
+
+def as_record(r: Record | dict[str, Any]) -> Record:
+    """``r`` typed: a record as it is, a dict as :func:`load` reads a line (flat or in sections; a hand-made
+    one lacking a record's identity is given ``?`` for framework and strategy). ValueError when it is none."""
+    if isinstance(r, Record):
+        return r
+    got = load({"framework": "?", "strategy": "?", "status": "ok"} | r)
+    if isinstance(got, str):
+        raise ValueError(f"not a record: {got}")
+    return got
+
+
+def typed(records: Iterable[Record | dict[str, Any]]) -> list[Record]:
+    """:func:`as_record` of each: what the commands' entry points do with the records they are given."""
+    return [as_record(r) for r in records]
+
+
+def condition_warnings(r: Record | dict[str, Any]) -> list[str]:
     """Warnings about the conditions of a run: a busy machine, a matmul peak that is not to be trusted.
 
     Busy: from the CPU time other processes used during the timed steps (``interference_cores``,
@@ -199,30 +92,29 @@ def condition_warnings(r: dict[str, Any]) -> list[str]:
     twinbench's own ended runs still contribute to it), else ``load_avg_1m``; per core of ``cpu_count``.
     """
     out = []
-    load = r.get("load_avg_1m_external")
-    load = r.get("load_avg_1m") if load is None else load
-    cpus = r.get("cpu_count")
-    measured = busy_warning(r)
+    r = as_record(r)
+    c, sp = r.conditions, r.speed
+    load = c.load_avg_1m if c.load_avg_1m_external is None else c.load_avg_1m_external
+    cpus = c.cpu_count
+    measured = busy_warning(c.interference_cores, cpus)
     if measured:
         out.append(measured)
-    elif r.get("interference_cores") is not None:
+    elif c.interference_cores is not None:
         pass  # measured during the steps and quiet: the load average at the start is only secondary
     elif load is not None and cpus and load / cpus > HIGH_LOAD:
         out.append(f"machine busy: load average {load:.2f} on {cpus} core(s) ({load / cpus:.2f} per core, above "
                    f"{HIGH_LOAD}) when the run started; its timings are not reliable")
-    spread = r.get("peak_spread")
-    if spread is not None and spread > MAX_SPREAD:
-        out.append(f"matmul peak: its repeats disagree by {spread:.0%} (above {MAX_SPREAD:.0%}), so the MFU is "
-                   "uncertain; `twinbench peak --remeasure` on an idle machine")
-    peak_load = r.get("peak_load_per_core")
-    if peak_load is not None and peak_load > HIGH_LOAD:
-        out.append(f"matmul peak: measured on a busy machine ({peak_load:.2f} load per core), so the MFU is "
-                   "overstated; `twinbench peak --remeasure` on an idle machine")
-    if r.get("peak_device_shared"):
-        out.append(f"matmul peak: measured while {r['peak_device_shared']} other process(es) used the GPU, so the "
+    if sp.peak_spread is not None and sp.peak_spread > MAX_SPREAD:
+        out.append(f"matmul peak: its repeats disagree by {sp.peak_spread:.0%} (above {MAX_SPREAD:.0%}), so the "
+                   "MFU is uncertain; `twinbench peak --remeasure` on an idle machine")
+    if sp.peak_load_per_core is not None and sp.peak_load_per_core > HIGH_LOAD:
+        out.append(f"matmul peak: measured on a busy machine ({sp.peak_load_per_core:.2f} load per core), so the "
+                   "MFU is overstated; `twinbench peak --remeasure` on an idle machine")
+    if sp.peak_device_shared:
+        out.append(f"matmul peak: measured while {sp.peak_device_shared} other process(es) used the GPU, so the "
                    "MFU is overstated; `twinbench peak --remeasure` on an idle GPU")
-    if r.get("device_shared"):
-        out.append(f"device shared: {r['device_shared']} other process(es) held a context on this run's GPU(s) "
+    if c.device_shared:
+        out.append(f"device shared: {c.device_shared} other process(es) held a context on this run's GPU(s) "
                    "around its timed steps; its timings are not reliable")
     return out
 
@@ -320,15 +212,21 @@ NAMES = ("framework", "strategy", "status", "preset", "precision", "run_id", "co
 TIMES = ("step_ms", "step_ms_p10", "step_ms_p90", "step_ms_mean", "compile_s", "first_step_s")
 
 
-def _field_types() -> dict[str, tuple[str, bool]]:
-    """Each Record field: its kind (str, num, list, dict) and whether None is allowed."""
-    out = {}
-    for f in fields(Record):
-        t = str(f.type)
-        kind = ("list" if t.startswith("list") else "dict" if t.startswith("dict")
-                else "num" if t.split(" |")[0] in ("int", "float") else "str" if t.split(" |")[0] == "str" else "")
-        if kind:
-            out[f.name] = (kind, "None" in t)
+def _kind(t: Any) -> tuple[str, bool, bool]:
+    """A field's annotation as the gate checks it: its kind (str, num, list, dict), whether None is allowed and
+    whether it is a whole number (``int``, not ``int | float``)."""
+    args = typing.get_args(t) if typing.get_origin(t) in (types.UnionType, typing.Union) else (t,)
+    base = next(a for a in args if a is not type(None))
+    origin = typing.get_origin(base) or base
+    kind = {list: "list", dict: "dict", int: "num", float: "num", str: "str"}.get(origin, "")
+    return kind, type(None) in args, int in args and float not in args
+
+
+def _field_types() -> dict[str, tuple[str, bool, bool]]:
+    """Each field of a record by its flat name: :func:`_kind` of its annotation."""
+    out = {name: _kind(t) for name, t in typing.get_type_hints(Record).items() if name not in SECTIONS}
+    for name, (section, field) in FLAT.items():
+        out[name] = _kind(typing.get_type_hints(SECTIONS[section])[field])
     return out
 
 
@@ -377,7 +275,7 @@ def check_record(rec: Any) -> str | None:
     long_key = next((k for k in rec if len(k) > MAX_NAME), None)
     if long_key is not None:
         return f"a field name of {len(long_key)} characters"
-    for name, (kind, nullable) in _FIELD_TYPES.items():
+    for name, (kind, nullable, whole) in _FIELD_TYPES.items():
         if name not in rec:
             continue
         v = rec[name]
@@ -389,6 +287,10 @@ def check_record(rec: Any) -> str | None:
               "dict": isinstance(v, dict)}[kind]
         if not ok:
             return f"{name} is a {type(v).__name__}"
+        if whole and isinstance(v, float) and v.is_integer() and _finite(v):
+            rec[name] = v = int(v)  # a count written as 4.0
+        elif whole and isinstance(v, float) and _finite(v):
+            return f"{name} is {v:g} (not a whole number)"
         if kind == "num" and not (_finite(v) and (name not in TIMES or abs(v) <= HUGE_TIME)):
             if name in TIMES:
                 return f"{name} is {str(v)[:20]}" + ("..." if len(str(v)) > 20 else "") + " (not a time)"
@@ -409,12 +311,55 @@ def check_record(rec: Any) -> str | None:
     return None
 
 
+#: (section, field) -> the field's flat name, for the fields a section holds under a shorter name
+_FLAT_NAME = {where: name for name, where in FLAT.items()}
+
+
+def _flatten(rec: dict[str, Any]) -> dict[str, Any] | str:
+    """A record of schema version 2 (in sections) in the flat layout the gate checks, or why it cannot be."""
+    flat = {k: v for k, v in rec.items() if k not in SECTIONS}
+    for section in SECTIONS:
+        part = rec.get(section)
+        if part is None:
+            continue
+        if not isinstance(part, dict):
+            return f"{section} is a {type(part).__name__}"
+        flat |= {_FLAT_NAME.get((section, k), k): v for k, v in part.items()}
+    return flat
+
+
+def load(rec: Any) -> Record | str:
+    """A parsed line as a typed record, or why it is not one: the one way a record is read. A line in the
+    flat layout (schema versions 0 and 1) migrates into sections; the gate (:func:`check_record`: the
+    fields every record has, types, NaN and huge numbers, long strings) is the same for every version."""
+    if isinstance(rec, dict) and isinstance(rec.get("schema_version"), int) and rec["schema_version"] >= 2:
+        rec = _flatten(rec)
+        if isinstance(rec, str):
+            return rec
+    why = check_record(rec)
+    if why is not None:
+        return why
+    try:
+        return Record.from_flat(rec)
+    except msgspec.ValidationError as e:
+        return str(e)
+
+
+def _parse(raw: bytes) -> Any:
+    """A line's JSON; Python's parser for what msgspec's strict one refuses (NaN, Infinity, 1e400)."""
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return json.loads(raw.decode(errors="replace"))
+
+
 def read_records(path: Path, problems: list[str] | None = None,
-                 line_numbers: list[int] | None = None) -> tuple[list[dict[str, Any]], int]:
-    """The twinbench records of a results file, and how many of its non-blank lines were not one (malformed
-    JSON, a torn last line, a line over folder_io's cap, JSON that is not an object with the fields every record
-    has, a field of the wrong type, a timing that is NaN or not positive): the one reader of results files every
-    command uses, bounded by folder_io (a file over its cap is an OSError from its size alone).
+                 line_numbers: list[int] | None = None) -> tuple[list[Record], int]:
+    """The twinbench records of a results file, typed, and how many of its non-blank lines were not one
+    (malformed JSON, a torn last line, a line over folder_io's cap, JSON that is not an object with the fields
+    every record has, a field of the wrong type, a timing that is NaN or not positive): the one reader of
+    results files every command uses, bounded by folder_io (a file over its cap is an OSError from its size
+    alone). Records of every schema version load (:func:`load`).
 
     ``problems`` (when given) receives one short reason per skipped line (``line 3: not JSON``);
     ``line_numbers`` (when given) the 1-based line of each record returned, in order.
@@ -424,31 +369,30 @@ def read_records(path: Path, problems: list[str] | None = None,
         if raw is not None and not raw.strip():
             continue
         if raw is None:
-            why = f"a line of over {folder_io.MAX_LINE / 2**20:g} MB (no record is that long)"
+            got: Record | str = f"a line of over {folder_io.MAX_LINE / 2**20:g} MB (no record is that long)"
         else:
             try:
-                rec = json.loads(raw.decode(errors="replace"))
-                why = check_record(rec)
+                got = load(_parse(raw))
             except (ValueError, RecursionError):
-                why = "not JSON (a torn or garbled line)"
-        if why is None:
-            records.append(rec)
+                got = "not JSON (a torn or garbled line)"
+        if isinstance(got, Record):
+            records.append(got)
             if line_numbers is not None:
                 line_numbers.append(n)
             continue
         bad += 1
         if problems is not None:
-            problems.append(f"line {n}: {why}")
+            problems.append(f"line {n}: {got}")
     return records, bad
 
 
-def latest_per_run(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def latest_per_run(records: list[Record]) -> list[Record]:
     """One record per run id, the last one written (a run retried with ``--retry-failed`` replaces its failed
     row; records without a run id are all kept), in the order the runs were first written."""
     first: dict[Any, int] = {}
-    out: list[dict[str, Any]] = []
+    out: list[Record] = []
     for r in records:
-        rid = r.get("run_id")
+        rid = r.run.run_id
         if rid and rid in first:
             out[first[rid]] = r
             continue
@@ -458,12 +402,12 @@ def latest_per_run(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def duplicates(records: list[dict[str, Any]]) -> dict[str, int]:
+def duplicates(records: list[Record]) -> dict[str, int]:
     """Run ids that appear more than once, with how many times (the same configuration measured twice)."""
     counts: dict[str, int] = {}
     for r in records:
-        if r.get("run_id"):
-            counts[r["run_id"]] = counts.get(r["run_id"], 0) + 1
+        if r.run.run_id:
+            counts[r.run.run_id] = counts.get(r.run.run_id, 0) + 1
     return {k: n for k, n in counts.items() if n > 1}
 
 
@@ -474,9 +418,10 @@ def skipped_note(path: Path, bad: int, problems: list[str]) -> str:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every complete record of a results file (bounded as :func:`read_records` is); a torn last line (killed
-    mid-write) is skipped."""
-    out = []
+    """Every complete JSON object of a results file (bounded as :func:`read_records` is), a record in the flat
+    layout (:meth:`Record.flat`), an object that is no record as it is; a torn last line (killed mid-write) is
+    skipped."""
+    out: list[dict[str, Any]] = []
     if not Path(path).is_file():
         return out
     for _, raw in lines(path):
@@ -485,7 +430,8 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         except (ValueError, RecursionError):
             continue
         if isinstance(rec, dict):
-            out.append(cut(rec))
+            got = load(dict(rec))
+            out.append(got.flat() if isinstance(got, Record) else cut(rec))
     return out
 
 

@@ -1,9 +1,11 @@
-"""The JSON Schema of a record, generated from the :class:`~twinbench.record.Record` dataclass (pydantic's
-``TypeAdapter``), published as docs/record.schema.json.
+"""The JSON Schema of a record, generated from the typed :class:`~twinbench.record.Record` (its msgspec structs,
+``msgspec.json.schema``), published as docs/record.schema.json.
 
-``python -m twinbench.record_schema [PATH]`` writes it (default: stdout). The schema requires the fields every
-record has carried since the first version and types every other one; it allows fields it does not name, as the
-reader does (``read_records``), so a record of a later twinbench validates against an earlier schema.
+``python -m twinbench.record_schema [PATH]`` writes it (default: stdout). It is the schema of the current
+``schema_version``: a record in sections. Records of earlier versions (flat, ``schema_version`` 1 or none) are
+not described by it; the loader (``record.read_records``) migrates them on read. The schema requires what every
+record has (``status``, ``run.framework``, ``run.strategy``) and types every other field; it allows fields it does
+not name, as the reader does, so a record of a later twinbench validates against an earlier schema.
 """
 
 from __future__ import annotations
@@ -13,17 +15,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from twinbench.record import SCHEMA_VERSION, Record
 
 
 def json_schema() -> dict[str, Any]:
     """The record's JSON Schema (``draft 2020-12``), its ``schema_version`` in ``x-schema-version``."""
-    from pydantic import TypeAdapter
-
-    schema = TypeAdapter(Record).json_schema()
-    schema.pop("description", None)  # the dataclass has no docstring of its own: pydantic would print its signature
+    schema = msgspec.json.schema(Record)
+    defs = schema.pop("$defs")
+    top = defs.pop("Record")
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "x-schema-version": SCHEMA_VERSION,
-            "description": "One twinbench run: a line of results.jsonl (docs/records.md).", **schema}
+            **top, "description": "One twinbench run: a line of results.jsonl (docs/records.md).", "$defs": defs}
 
 
 def text() -> str:

@@ -10,10 +10,9 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from twinbench.folder_io import check_folder, check_readable, open_append, terminal
-from twinbench.record import RecordWriteError, append_jsonl
+from twinbench.record import Record, RecordWriteError, append_jsonl
 from twinbench.spec import SpecError
 
 RESULTS = "results.jsonl"
@@ -107,11 +106,11 @@ def out_lock(out_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def save_record(path: Path, record: dict[str, Any], notes: list[str] | None) -> None:
+def save_record(path: Path, record: Record, notes: list[str] | None) -> None:
     """Append ``record`` to ``path``; when that fails, keep it elsewhere and add a line saying where to ``notes``
     (the runs go on: the next record may fit, and each one that does not is kept too)."""
     try:
-        append_jsonl(path, record)
+        append_jsonl(path, record.to_dict())
     except RecordWriteError as e:
         line = str(e)
         if e.kept is not None:

@@ -28,7 +28,15 @@ from typing import Any
 from twinbench import compile_cache, host_malloc
 from twinbench.load_meter import SAMPLE_S, LoadMeter, runnable_tasks
 from twinbench.machine import LOAD_ENV
-from twinbench.record import Record, condition_warnings, read_records, skipped_note
+from twinbench.record import (
+    Record,
+    as_record,
+    condition_warnings,
+    for_spec,
+    read_records,
+    skipped_note,
+    with_fields,
+)
 from twinbench.results_dir import LOCK, RESULTS, check_out_dir, out_lock, save_record
 from twinbench.spec import RunSpec, SpecError
 
@@ -71,15 +79,16 @@ def child_env(reading: dict[str, Any], env: dict[str, str] | None = None) -> dic
     return out
 
 
-def with_conditions(record: dict[str, Any], reading: dict[str, Any]) -> dict[str, Any]:
-    """The record with the load it started under and the warnings about its conditions."""
-    record.update(reading)
-    record["warnings"] = list(dict.fromkeys([*(record.get("warnings") or []), *condition_warnings(record)]))
+def with_conditions(record: Record, reading: dict[str, Any]) -> Record:
+    """The record with the load it started under (``reading``: load_meter's flat fields) and the warnings about
+    its conditions."""
+    record = with_fields(record, reading)
+    record.warnings = list(dict.fromkeys([*record.warnings, *condition_warnings(record)]))
     return record
 
 
-def run_one(spec: RunSpec, timeout: float, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Execute ``spec`` in a fresh ``python -m twinbench.worker`` process and return its record dict.
+def run_one(spec: RunSpec, timeout: float, env: dict[str, str] | None = None) -> Record:
+    """Execute ``spec`` in a fresh ``python -m twinbench.worker`` process and return its record.
 
     The record carries the machine's load right before the worker started (``load_avg_1m``, ``cpu_count``)
     and a warning when it was above 0.5 per core.
@@ -100,31 +109,31 @@ def run_devices_env(spec: RunSpec) -> dict[str, str]:
     return devices_env(spec.launch.devices // max(spec.launch.num_processes, 1))
 
 
-def _run_one(spec: RunSpec, timeout: float, env: dict[str, str]) -> dict[str, Any]:
+def _run_one(spec: RunSpec, timeout: float, env: dict[str, str]) -> Record:
     with tempfile.TemporaryDirectory(prefix="twinbench-run-") as tmp:
         spec_path, out_path = Path(tmp, "spec.json"), Path(tmp, "record.json")
         spec_path.write_text(json.dumps(spec.to_dict()))
         try:
             cmd = worker_command(spec, [str(spec_path), str(out_path)])
         except SpecError as e:
-            return Record.for_spec(spec, "failed", error=str(e)).to_dict()
+            return for_spec(spec, "failed", error=str(e))
         proc = _start(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         try:
             _, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill(proc)
-            return Record.for_spec(spec, "failed", error=f"timed out after {timeout:g} s (--timeout)",
-                                   **known_fields(out_path)).to_dict()
+            return for_spec(spec, "failed", error=f"timed out after {timeout:g} s (--timeout)",
+                            **known_fields(out_path))
         except BaseException:  # Ctrl-C or SIGTERM: stop the child with us
             _kill(proc)
             raise
         if out_path.exists():
-            record = json.loads(out_path.read_text())
-            if record["status"] == "failed" and any(m in stderr for m in OOM_MARKERS):
-                record["error"] = "out of memory: " + record["error"]
+            record = as_record(json.loads(out_path.read_text()))
+            if record.status == "failed" and any(m in stderr for m in OOM_MARKERS):
+                record.error = f"out of memory: {record.error}"
             return record
-        return Record.for_spec(spec, "failed", error=_reason_from_stderr(stderr, proc.returncode),
-                               **known_fields(out_path)).to_dict()
+        return for_spec(spec, "failed", error=_reason_from_stderr(stderr, proc.returncode),
+                        **known_fields(out_path))
 
 
 #: the fields a worker that ended without a record may have told of itself (worker.KNOWN)
@@ -218,11 +227,11 @@ def run_many(
     out_dir: Path,
     timeout: float,
     on_start: Callable[[RunSpec], None] = lambda s: None,
-    on_done: Callable[[RunSpec, dict[str, Any]], None] = lambda s, r: None,
+    on_done: Callable[[RunSpec, Record], None] = lambda s, r: None,
     jobs: Any = None,
     retry_failed: bool = False,
     notes: list[str] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[Record]:
     """Run every spec not already in ``out_dir/results.jsonl``; return all records for these specs.
 
     Each run is a fresh local subprocess, or with ``jobs`` (``launch.JobOptions`` of ``--launcher local|slurm``)
@@ -244,8 +253,8 @@ def run_many(
             found, bad = read_records(path, problems) if path.is_file() else ([], 0)
             if bad:  # garbage, a torn last line: skipped (the next record starts on a line of its own)
                 print(f"warning: {skipped_note(path, bad, problems)}", file=sys.stderr)
-            done = {r.get("run_id"): r for r in found if not r.get("launcher_state")
-                    and not (retry_failed and r.get("status") == "failed")}
+            done = {r.run.run_id: r for r in found if not r.launch.launcher_state
+                    and not (retry_failed and r.status == "failed")}
             caches = compile_cache.CachePlan(specs)  # each run's compilation cache directory, cold or warm
             if jobs is not None and jobs.jobs:
                 from twinbench.launch.jobs import submit_many

@@ -29,7 +29,8 @@ from twinbench.measure.interference import Meter
 from twinbench.measure.trace import trace_steps
 from twinbench.models import family
 from twinbench.models.weights import save
-from twinbench.record import Record
+from twinbench.record import Record, for_spec
+from twinbench.record_sections import Compile, Explain, Input, Loss, Memory, Outputs, Speed, Timing, Trace
 from twinbench.spec import USER, RunSpec
 from twinbench.strategies import registry
 from twinbench.strategies.base import optional
@@ -87,9 +88,10 @@ class Loop:
     compiles_in_loop: int
     compiles_eval: int
     cache_hits_eval: int  # of those, loaded from the persistent compilation cache
-    inputs: dict[str, Any]
-    tokens: dict[str, float]
+    inputs: dict[str, Any]  # the input pipeline's waits (measure/inputs.py)
+    tokens: dict[str, float]  # padding, real tokens (data/tasks.py)
     accuracy_first: float | None
+    meter: dict[str, Any]  # what other processes took during the timed steps (measure/interference.py)
 
 
 #: What this run knows of itself so far (device, platform, matmul precision, parameters): a run that fails or
@@ -165,7 +167,8 @@ def timed_loop(spec: RunSpec, env: Setup, b: Built) -> Loop:
     for i, loss in enumerate(timing.losses):
         if not math.isfinite(loss):
             raise FloatingPointError(f"loss became {loss} at step {i + 1}")
-    return Loop(timing, warm_calls, n_loop, n_eval, hits_eval, {**inputs, **meter.fields()}, tokens, accuracy_first)
+    return Loop(timing, warm_calls, n_loop, n_eval, hits_eval, inputs, tokens, accuracy_first,
+                meter.fields())
 
 
 def execute(spec: RunSpec, threads: int) -> Record:
@@ -178,8 +181,8 @@ def execute(spec: RunSpec, threads: int) -> Record:
     runtime_bytes = memory.runtime_bytes(b.trainer)  # Python, libraries, host copies (CPU breakdown)
     flight = _preflight(spec, env, b)
     if flight is not None and not flight.fits:  # a run that cannot fit: skipped now, not failed minutes later
-        return Record.for_spec(spec, "skipped", error=flight.reason(), **KNOWN, threads=threads,
-                               memory_breakdown={"preflight": flight.to_dict()})
+        return for_spec(spec, "skipped", error=flight.reason(), **KNOWN, threads=threads,
+                        memory_breakdown={"preflight": flight.to_dict()})
     shared = device.other_device_processes(env.platform)  # NVML: other processes on this run's GPU(s)
     loop = timed_loop(spec, env, b)
     shared = max(shared, device.other_device_processes(env.platform))
@@ -226,25 +229,46 @@ def execute(spec: RunSpec, threads: int) -> Record:
         mem["preflight"] = flight.to_dict()
     saved = _save_weights(spec, b.trainer)  # the weights of the measured steps, before any further step
     timing.async_step_s = _async_window(spec, env, b, loop)  # after the measured steps and what reads them
-    if b.user:  # after the measured steps: the doctor's extra steps (JAX), parity, FLOPs convention
-        extra = b.user.fields(b.trainer, b.run_data.batches, timing.losses)
-        many["warnings"] = list(many.get("warnings", [])) + extra.pop("warnings")
-        many.update(extra)
-    return Record.for_spec(
-        spec, "ok", **many, n_params=b.n_params, device=env.device_name, platform=env.platform,
-        threads=threads, compile_s=timing.compile_s, first_step_s=timing.first_step_s, **metrics.step_stats(timing),
-        flops_per_token=flops_tok, peak_tflops=peak_measured, peak_tflops_datasheet=peak_sheet, **peak_fields,
-        peak_mem_bytes=peak_mem, peak_mem_source=mem_source, device_shared=shared if accelerator else None,
-        compiles_during_steps=timing.compiles_during_steps, compiles_total=compiles_total,
-        compile_cache_hits=cache_hits, steps_per_call=b.steps_per_call,
-        loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
-        wall_s=timing.wall_s, matmul_precision=env.matmul_precision, versions=device.versions(fw),
-        attention_kernel=attention, **backends.get(fw).record_fields(spec.strategy.attention_impl),
-        **timing.os_usage, glibc_tunables=os.environ.get("GLIBC_TUNABLES"),
-        **saved, **(traced := _trace(spec, b.trainer, b.run_data.batches)),
-        **_explain(spec, b.trainer, b.run_data.batches, traced), **tp, **loop.tokens,
-        **loop.inputs, compiles_in_loop=loop.compiles_in_loop, accuracy_first=loop.accuracy_first,
-        accuracy_last=accuracy_last, memory_breakdown=mem)
+    user = b.user.fields(b.trainer, b.run_data.batches, timing.losses) if b.user else {}  # after the steps
+    traced = _trace(spec, b.trainer, b.run_data.batches)  # profiled steps after the measured ones
+    explained = _explain(spec, b.trainer, b.run_data.batches, traced)
+    chosen = backends.get(fw).record_fields(spec.strategy.attention_impl)  # xla_flags, the attention that ran
+
+    rec = for_spec(spec, "ok")
+    rec.warnings = [*many.get("warnings", []), *user.get("warnings", [])]
+    run = rec.run
+    run.n_params, run.device, run.steps_per_call = b.n_params, env.device_name, b.steps_per_call
+    run.device_count, run.devices_visible = many["device_count"], many["devices_visible"]
+    run.attention_impl = chosen["attention_impl"]
+    c = rec.conditions
+    c.threads, c.platform, c.versions, c.matmul_precision = threads, env.platform, device.versions(fw), \
+        env.matmul_precision
+    c.attention_kernel, c.xla_flags, c.glibc_tunables = attention, chosen["xla_flags"], \
+        os.environ.get("GLIBC_TUNABLES")
+    c.device_shared = shared if accelerator else None
+    c.interference_cores = loop.meter.get("interference_cores")
+    c.cpu_busy_per_core = loop.meter.get("cpu_busy_per_core") or {}
+    c.interference_window_s = loop.meter.get("interference_window_s")
+    c.page_faults_per_step = timing.os_usage.get("page_faults_per_step")
+    c.kernel_cpu_share = timing.os_usage.get("kernel_cpu_share")
+    rec.timing = Timing(first_step_s=timing.first_step_s, wall_s=timing.wall_s, **metrics.step_stats(timing))
+    rec.speed = Speed(flops_per_token=flops_tok, flops_convention=user.get("flops_convention"),
+                      peak_tflops=peak_measured, peak_tflops_datasheet=peak_sheet, **peak_fields, **tp)
+    rec.compile = Compile(compile_s=timing.compile_s, compiles_during_steps=timing.compiles_during_steps,
+                          compiles_total=compiles_total, compiles_in_loop=loop.compiles_in_loop,
+                          compile_cache_hits=cache_hits)
+    rec.memory = Memory(peak_mem_bytes=peak_mem, peak_mem_source=mem_source, breakdown=mem,
+                        state_bytes_per_device=many.get("state_bytes_per_device"))
+    rec.input = Input(**loop.inputs, **loop.tokens)
+    rec.loss = Loss(loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
+                    accuracy_first=loop.accuracy_first, accuracy_last=accuracy_last)
+    rec.trace = Trace(path=traced.get("trace_path"), error=traced.get("trace_error"))
+    rec.explain = Explain(timing=explained.get("explain_timing") or {}, hlo_path=explained.get("explain_hlo_path"),
+                          error=explained.get("explain_error"))
+    rec.outputs = Outputs(weights_path=saved.get("weights_path"))
+    rec.sharding, rec.parity, rec.doctor = many.get("sharding") or {}, user.get("parity") or {}, \
+        user.get("doctor") or {}
+    return rec
 
 
 def _async_window(spec: RunSpec, env: Setup, b: Built, loop: Loop) -> float | None:
@@ -339,7 +363,7 @@ def main(argv: list[str]) -> int:
         code = 0
     except Exception as e:  # the run failed: say why in one line, keep the traceback on stderr
         traceback.print_exc()
-        record = Record.for_spec(spec, "failed", error=error_line(e), **KNOWN, threads=threads)
+        record = for_spec(spec, "failed", error=error_line(e), **KNOWN, threads=threads)
         code = 1
     if distributed.local_rank() == 0:  # under torchrun every rank runs this; one record per host
         out_path.write_text(json.dumps(record.to_dict()))

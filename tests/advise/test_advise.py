@@ -9,16 +9,17 @@ import re
 import pytest
 
 from twinbench.advise import CLOSE_CALL, advise, break_even, planned_total_s
+from twinbench.record import Record, as_record
 from twinbench.report.breakeven import break_even_steps
 
 
 def rec(fw: str, strategy: str, first_step_s: float, step_ms: float, mem_mib: int = 300, run_id: str = "",
-        status: str = "ok") -> dict:
-    return {"framework": fw, "strategy": strategy, "status": status, "run_id": run_id or f"{fw}-{strategy}-id",
+        status: str = "ok", **extra) -> Record:
+    return as_record(extra | {"framework": fw, "strategy": strategy, "status": status, "run_id": run_id or f"{fw}-{strategy}-id",
             "first_step_s": first_step_s if status == "ok" else None, "step_ms": step_ms if status == "ok" else None,
-            "step_ms_p10": step_ms * 0.9, "step_ms_p90": step_ms * 1.2, "compile_s": first_step_s,
+            "step_ms_p10": step_ms * 0.9 or None, "step_ms_p90": step_ms * 1.2 or None, "compile_s": first_step_s,
             "peak_mem_bytes": mem_mib * 2**20, "peak_mem_source": "process peak RSS",
-            "error": None if status == "ok" else "boom"}
+            "error": None if status == "ok" else "boom"})
 
 
 # torch eager: no compile, 12 ms steps; JAX jit: 4 s compile, 7 ms steps -> break-even at 4/0.005 = 800 steps
@@ -78,16 +79,16 @@ def test_failed_runs_are_skipped_and_listed() -> None:
 def test_every_number_is_traceable_to_a_record() -> None:
     recs = [EAGER, JIT, NAIVE]
     out = advise(recs, plan_steps=20000, changes_per_day=1)
-    ids = {r["run_id"] for r in recs}
+    ids = {r.run.run_id for r in recs}
     for line in out["lines"]:
         for rid in re.findall(r"\[([^\]]+)\]", line):
             assert rid in ids
     for fw, f in out["frameworks"].items():
-        r = next(x for x in recs if x["run_id"] == f["run_id"])
+        r = next(x for x in recs if x.run.run_id == f["run_id"])
         assert (f["first_step_s"], f["step_ms"], f["peak_mem_bytes"]) == (
-            r["first_step_s"], r["step_ms"], r["peak_mem_bytes"])
+            r.timing.first_step_s, r.timing.step_ms, r.memory.peak_mem_bytes)
         assert f["total_s"] == pytest.approx(planned_total_s(r, 20000, 1))
-        assert r["framework"] == fw
+        assert r.run.framework == fw
     assert "cold compile" in out["assumption"]
 
 
@@ -99,7 +100,7 @@ def test_bad_arguments() -> None:
 
 
 def test_warm_cache_runs_do_not_stand_for_cold_compiles() -> None:
-    warm = rec("jax", "jit", 0.5, 7.0, run_id="warm-id") | {"compile_cache": "warm"}
+    warm = rec("jax", "jit", 0.5, 7.0, run_id="warm-id", compile_cache="warm")
     out = advise([EAGER, JIT, warm], plan_steps=500)
     assert out["frameworks"]["jax"]["run_id"] == "jax-jit-id"
     assert out["recommendation"]["framework"] == "torch"  # 500 steps < the cold break-even of 800

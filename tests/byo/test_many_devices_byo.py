@@ -79,9 +79,9 @@ def test_hf_bert_under_fsdp_and_torchax_mesh_dp_follows_one_device_eager(bert_on
 
 
 def test_where_a_shapes_initial_weights_live_does_not_label_rows():
-    from twinbench.report.table import varying
+    from twinbench.record import typed, varying
 
-    records = [{"framework": "jax", "strategy": "torchax-mesh-dp",
-                "spec": {"model": {}, "train": {"batch": b}, "user_dir": f"/out/shape-{i}/byo"}}
-               for i, b in enumerate((2, 4))]
+    records = typed({"framework": "jax", "strategy": "torchax-mesh-dp",
+                     "spec": {"model": {}, "train": {"batch": b}, "user_dir": f"/out/shape-{i}/byo"}}
+                    for i, b in enumerate((2, 4)))
     assert varying(records) == ["batch"]  # a sweep or claims prepares each shape in its own directory

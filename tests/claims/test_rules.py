@@ -412,7 +412,7 @@ def test_verdicts_judge_the_repeats_and_a_failed_repeat_is_not_measurable():
     chosen = [CLAIMS["C11"], CLAIMS["C13"]]
     per_claim, specs = plan(chosen, SETUP)
     rounds = schedule(chosen, per_claim, specs, 3)
-    steps = iter([10, 10, 0, 10, 10, 12, 10])  # mesh/pmap step per run, in run order (nosync's unused)
+    steps = iter([10, 10, 1, 10, 10, 12, 10])  # mesh/pmap step per run, in run order (nosync's unused)
     recs = [[rec(next(steps), run_id=s.run_id(), config_id=s.config_id(), strategy=s.strategy.name,
                  sharding={"replicas_max_abs_diff": 0.01 if "nosync" in s.strategy.name else 0.0}) for s in r]
             for r in rounds]

@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 from dist_helpers import TINY, free_port
 
+from twinbench.record import as_record
+
 RTOL = 1e-5
 #: each host's --timeout: a run takes ~15 s (~45 s on a loaded 2-core machine); a hang fails with its record's
 #: "timed out" error and the host's output instead of stalling the suite
@@ -52,7 +54,7 @@ def two_hosts(tmp_path: Path, framework: str, strategy: str) -> list[dict]:
             pytest.fail(f"{framework} 2-host run: host {pid} still running {HOST_TIMEOUT_S + 60} s after its start")
         lines = (out / "results.jsonl").read_text().splitlines() if (out / "results.jsonl").exists() else []
         assert lines, f"no record from {out}: {err[-2000:]}"
-        record = json.loads(lines[-1])
+        record = as_record(json.loads(lines[-1])).flat()
         record["stderr_tail"] = err[-2000:]
         records.append(record)
     return records

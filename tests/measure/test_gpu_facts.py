@@ -72,7 +72,7 @@ def test_one_device_run_on_an_eight_gpu_box_records_one_device(monkeypatch):
     monkeypatch.setattr(device, "describe", lambda fw: ("cuda", "NVIDIA H100 80GB HBM3", 8))
     monkeypatch.setattr(peak, "for_record", lambda *a: (1.0, {}))
     spec = run_spec("tiny", "torch", "eager", {"steps": 3, "warmup": 1})
-    r = worker.execute(spec, 1).to_dict()
+    r = worker.execute(spec, 1).flat()
     assert (r["device_count"], r["devices_visible"]) == (1, 8)
     assert r["mfu"] == pytest.approx(r["achieved_tflops"] / 1.0, rel=1e-6)
     assert r["mfu_datasheet"] == pytest.approx(r["achieved_tflops"] / 67.0, rel=1e-6)  # H100 SXM fp32

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from twinbench.measure import clock, device, peak
-from twinbench.record import condition_warnings
+from twinbench.record import condition_warnings, typed
 from twinbench.report.table import conditions, fmt_flops
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,8 +43,11 @@ def test_torch_cuda_and_jax_gpu_are_one_platform():
 def test_diff_compares_platforms_by_their_one_name():
     from twinbench.diff import _conditions
 
-    assert not any(x.startswith("platform") for x in _conditions([rec("torch")], [rec("torch", platform="gpu")]))
-    assert any(x.startswith("platform") for x in _conditions([rec("torch")], [rec("torch", platform="cpu")]))
+    def conditions(old: dict, new: dict) -> list[str]:
+        return _conditions(typed([old]), typed([new]))
+
+    assert not any(x.startswith("platform") for x in conditions(rec("torch"), rec("torch", platform="gpu")))
+    assert any(x.startswith("platform") for x in conditions(rec("torch"), rec("torch", platform="cpu")))
 
 
 def test_describe_names_a_torch_gpu_gpu(monkeypatch):

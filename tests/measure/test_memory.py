@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from twinbench.measure import memory, memory_readings
-from twinbench.record import Record
+from twinbench.record import for_spec
 from twinbench.spec import SpecError, from_preset, validate
 
 
@@ -80,12 +80,12 @@ def test_the_preflight_skips_a_run_that_cannot_fit(monkeypatch: pytest.MonkeyPat
         monkeypatch.setattr(module, "host_available_bytes", lambda: 2**20)  # memory_readings.jax_available
     s = spec("jax")
     rec = worker.execute(s, threads=1)
-    assert rec.status == "skipped" and rec.step_ms is None
+    assert rec.status == "skipped" and rec.timing.step_ms is None
     assert "preflight" in (rec.error or "") and "GiB" in (rec.error or "")
-    pre = rec.memory_breakdown["preflight"]
+    pre = rec.memory.breakdown["preflight"]
     assert pre["available_bytes"] == 2**20 and pre["estimate_bytes"] > 2**20
     assert pre["compiled"]["temp"] > 0
-    assert rec.threads == 1 and rec.precision == "fp32" and rec.device_count == 1
+    assert rec.conditions.threads == 1 and rec.run.precision == "fp32" and rec.run.device_count == 1
     assert memory.preflight(spec("torch"), *trainer_and_batch(spec("torch")), "cpu", 10_000).fits is False
 
 
@@ -97,9 +97,9 @@ def test_a_small_jax_twin_is_compiled_once_and_still_broken_down(monkeypatch: py
     monkeypatch.setattr(memory, "jax_sizes", lambda *a: pytest.fail("the step was compiled for the preflight"))
     rec = worker.execute(spec("jax"), threads=1)
     assert rec.status == "ok", rec.error
-    pre = rec.memory_breakdown["preflight"]
+    pre = rec.memory.breakdown["preflight"]
     assert pre["how"].startswith("upper bound") and pre["compiled"] == {} and pre["estimate_bytes"] > 0
-    assert rec.memory_breakdown["compiled"]["temp"] > 0
+    assert rec.memory.breakdown["compiled"]["temp"] > 0
 
 
 @pytest.mark.parametrize(("preset", "strategy"), [("bert-tiny", "jit"), ("tiny", "scan-layers")])
@@ -122,9 +122,9 @@ def test_no_preflight_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_failed_records_keep_the_threads_they_were_given() -> None:
-    rec = Record.for_spec(spec("torch"), "failed", error="x")
-    assert rec.threads >= 1 and rec.attention_impl == "default"
-    assert Record.for_spec(spec("torch", threads=3), "failed").threads == 3
+    rec = for_spec(spec("torch"), "failed", error="x")
+    assert rec.conditions.threads >= 1 and rec.run.attention_impl == "default"
+    assert for_spec(spec("torch", threads=3), "failed").conditions.threads == 3
 
 
 def test_attention_impl_is_checked() -> None:
@@ -148,12 +148,12 @@ def test_a_compiled_preflight_is_the_runs_own_compile(monkeypatch: pytest.Monkey
         runs[no_preflight] = worker.execute(spec("jax", steps=3, no_preflight=no_preflight), threads=1)
     without, with_ = runs[True], runs[False]
     assert with_.status == without.status == "ok", with_.error
-    pre = with_.memory_breakdown["preflight"]
+    pre = with_.memory.breakdown["preflight"]
     assert pre["how"] == "compiled step memory_analysis()" and pre["compile_reused_by_the_run"] is True
-    assert with_.compiles_total == without.compiles_total  # the step's programs counted once
-    assert with_.compiles_in_loop == without.compiles_in_loop
-    assert with_.compile_s > 0 and 1 / 3 < with_.compile_s / without.compile_s < 3  # not ~0, not twice
-    assert with_.first_step_s >= with_.compile_s
+    assert with_.compile.compiles_total == without.compile.compiles_total  # the step's programs counted once
+    assert with_.compile.compiles_in_loop == without.compile.compiles_in_loop
+    assert with_.compile.compile_s > 0 and 1 / 3 < with_.compile.compile_s / without.compile.compile_s < 3  # not ~0, not twice
+    assert with_.timing.first_step_s >= with_.compile.compile_s
 
 
 def test_a_preflight_compile_the_run_did_not_reuse_is_left_out() -> None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from twinbench.record import Record
+from twinbench.record import Record, as_record, for_spec
 from twinbench.spec import from_preset
 
 STEP_BASE_MS = {("torch", "eager"): 12.0, ("torch", "compile"): 8.0, ("jax", "jit"): 7.0,
@@ -27,7 +27,7 @@ def record(framework: str, strategy: str, *, layers: int = 4, batch: int = 8, se
     spec = from_preset("small", {"layers": layers, "batch": batch, "seq": seq, "devices": devices},
                        framework=framework, strategy=strategy)
     if failed:
-        return Record.for_spec(spec, "failed", error=failed).to_dict() | extra
+        return for_spec(spec, "failed", error=failed).flat() | extra
     key = (framework, strategy)
     step_ms = STEP_BASE_MS[key] * (batch * seq / 1024) * (layers / 4) / devices ** 0.8
     compile_s = 0.2 + COMPILE_PER_LAYER_S[key] * (1 if strategy == "scan-layers" else layers)
@@ -44,7 +44,7 @@ def record(framework: str, strategy: str, *, layers: int = 4, batch: int = 8, se
         loss_first=losses[0], loss_last=losses[-1], losses=losses, matmul_precision="fp32 (no TF32)",
         versions={"python": "3.11.7", framework: "0.0-synthetic"}, wall_s=30 * step_ms / 1e3 + compile_s,
     )
-    rec = Record.for_spec(spec, "ok", **measured).to_dict()
+    rec = for_spec(spec, "ok", **measured).flat()
     if stall is not None:
         rec["input_stall_pct"] = stall
         rec["input_wait_ms"] = stall / 100 * step_ms
@@ -69,6 +69,11 @@ def compare_set() -> list[dict[str, Any]]:
     """One configuration, several strategies: what a plain `twinbench compare` writes."""
     return [record("torch", "eager"), record("torch", "compile"), record("jax", "jit"),
             record("jax", "scan-layers")]
+
+
+def typed(records: list[dict[str, Any]]) -> list[Record]:
+    """The records as the loader reads them (``record.as_record``): what the commands are given in-process."""
+    return [as_record(r) for r in records]
 
 
 def write(directory: Path, records: list[dict[str, Any]], extra_lines: Sequence[str] = ()) -> Path:

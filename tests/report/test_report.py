@@ -80,7 +80,7 @@ def test_plots_without_data_are_omitted_with_a_note(tmp_path: Path) -> None:
 def test_colour_of_a_framework_is_the_same_in_every_plot() -> None:
     from twinbench.report.plots import PALETTES, Styles
 
-    styles = Styles(synthetic.full_set())
+    styles = Styles(synthetic.typed(synthetic.full_set()))
     for lab in ("torch/eager", "torch/compile", "torch/ddp"):
         assert styles.color(lab) in PALETTES["torch"]
     for lab in ("jax/jit", "jax/scan-layers", "jax/mesh-dp"):
@@ -92,12 +92,12 @@ def test_break_even_is_marked_where_the_fastest_run_changes() -> None:
     from twinbench.report.breakeven import total_s
     from twinbench.report.plots import _leader, leader_changes
 
-    recs = synthetic.compare_set()
+    recs = synthetic.typed(synthetic.compare_set())
     eager, compile_, jit, _ = recs
     assert _leader(recs, 1) is eager  # no compile: fastest start
     assert _leader(recs, 1e6) is jit  # fastest steady step wins a long run
     changes = leader_changes(recs)
-    assert [(a["strategy"], b["strategy"]) for _, a, b in changes] == [("eager", "scan-layers"),
+    assert [(a.run.strategy, b.run.strategy) for _, a, b in changes] == [("eager", "scan-layers"),
                                                                        ("scan-layers", "jit")]
     for n, a, b in changes:  # at each change both totals are equal, and the newcomer leads after it
         assert total_s(a, n) == pytest.approx(total_s(b, n), rel=1e-9)
@@ -129,7 +129,7 @@ def test_report_command_warns_of_skipped_lines(tmp_path: Path) -> None:
 def test_warm_cache_runs_are_told_apart() -> None:
     from twinbench.report.plots import Styles, label
 
-    cold, warm = synthetic.record("jax", "jit"), synthetic.record("jax", "jit", compile_cache="warm")
+    cold, warm = synthetic.typed([synthetic.record("jax", "jit"), synthetic.record("jax", "jit", compile_cache="warm")])
     assert (label(cold), label(warm)) == ("jax/jit", "jax/jit warm")
     styles = Styles([cold, warm])
     assert styles.color("jax/jit") != styles.color("jax/jit warm")
@@ -145,8 +145,9 @@ def test_break_evens_are_said_once_for_repeated_runs() -> None:
         for fw, st in (("torch", "eager"), ("jax", "jit")):
             r = synthetic.record(fw, st)
             recs.append(r | {"repeat": i, "step_ms": r["step_ms"] * scale})
+    recs = synthetic.typed(recs)
     lines = crossings(recs)
     assert len(lines) == 1 and "repeat" not in lines[0] and "jax/jit" in lines[0], lines
     medians = median_repeats(recs, varying(recs))
-    assert sorted(r["repeat"] for r in medians) == [0, 0]  # scale 1.0 is the median of 0.9, 1.0, 1.3
+    assert sorted(r.run.repeat for r in medians) == [0, 0]  # scale 1.0 is the median of 0.9, 1.0, 1.3
     assert crossings(medians) == lines

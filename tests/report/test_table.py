@@ -11,12 +11,19 @@ from typing import Any
 
 import pytest
 from rich.console import Console
-from synthetic import record
+from synthetic import record as flat_record
 
 from twinbench import backends, runner
 from twinbench.measure import device, memory
+from twinbench.record import Record, as_record
 from twinbench.report.table import conditions, markdown, print_table, rich_table
 from twinbench.spec import from_preset, validate
+
+
+def record(*args: Any, **kwargs: Any) -> Record:
+    """A synthetic record as the commands are given it (typed)."""
+    return as_record(flat_record(*args, **kwargs))
+
 
 RUN = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "tpu" / "v5e_run.json").read_text())
 
@@ -43,15 +50,15 @@ def test_off_a_terminal_the_table_is_whole() -> None:
     assert max(len(line) for line in narrow.splitlines()) <= 60
 
 
-def tpu_record(**extra: Any) -> dict[str, Any]:
+def tpu_record(**extra: Any) -> Record:
     gpt = RUN["gpt2_124m"]
-    return record("jax", "jit", device=RUN["device_kind"], platform="tpu", precision="bf16",
+    return as_record(flat_record("jax", "jit", device=RUN["device_kind"], platform="tpu", precision="bf16",
                   matmul_precision=backends.get("jax").fp32_matmul_words("tpu", False)
                   + "; jax_default_matmul_precision=highest",
                   host_cpu="AMD (AVX2, FMA)", peak_tflops_datasheet=197.0, **extra) | {
         "memory_breakdown": memory.device_peak("tpu", gpt["allocator_peak_bytes"], device.ALLOCATOR_PEAK,
                                                gpt["memory_analysis"]) | {"parts": {"params": 1}, "accounted": 0.99,
-                                                                          "unaccounted_bytes": 0}}
+                                                                          "unaccounted_bytes": 0}})
 
 
 def test_a_tpu_run_is_described_in_a_tpus_words() -> None:
@@ -82,15 +89,15 @@ def test_a_run_that_times_out_still_says_what_it_was(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(runner, "worker_command", lambda spec, args: [sys.executable, "-c", code, *args])
     spec = validate(from_preset("tiny", {"steps": 2, "warmup": 1}, framework="jax", strategy="jit"))
     rec = runner.run_one(spec, timeout=3)
-    assert rec["status"] == "failed" and "timed out" in rec["error"]
+    assert rec.status == "failed" and "timed out" in rec.error
     for k, v in known.items():
-        assert rec[k] == v, k
+        assert rec.field(k) == v, k
     text = "\n".join(conditions([rec]))
     assert "124.44 M params" in text and "TPU v5 lite (tpu)" in text and "matmul None" not in text
     # a worker that died before it knew anything: the record is as before, without those fields
     monkeypatch.setattr(runner, "worker_command", lambda spec, args: [sys.executable, "-c", "raise SystemExit(3)"])
     dead = runner.run_one(spec, timeout=30)
-    assert dead["status"] == "failed" and dead["device"] is None
+    assert dead.status == "failed" and dead.run.device is None
 
 
 def test_the_conditions_name_each_run_as_its_row_does() -> None:

@@ -6,7 +6,6 @@ wiring: one results file, cold and warm rows, warm runs loading from the persist
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from typer.testing import CliRunner
 from twinbench import compile_cache
 from twinbench.cli import app
 from twinbench.measure.clock import Timing, per_step, stack_calls
+from twinbench.record import as_record, read_jsonl
 from twinbench.spec import SpecError, from_preset, validate, with_precision
 from twinbench.strategies import registry
 from twinbench.sweep import grid_specs, parse_over, points
@@ -117,7 +117,7 @@ class FakeRuns:
         d = Path(spec.host.cache_dir)
         self.seen.append((spec.host.compile_cache, d, sorted(p.name for p in d.iterdir() if p.name != ".primed")))
         (d / f"program-{spec.strategy.name}").write_text("compiled")
-        return {"status": "ok", "compile_cache": spec.host.compile_cache, "run_id": spec.run_id()}
+        return as_record({"status": "ok", "compile_cache": spec.host.compile_cache, "run_id": spec.run_id()})
 
 
 def test_both_runs_cold_on_an_empty_cache_then_warm_on_the_same(tmp_path):
@@ -141,7 +141,7 @@ def test_warm_alone_primes_the_persistent_cache_once(tmp_path):
     plan, fake = runs
     record = plan.run(spec, fake)
     assert [c for c, _, _ in fake.seen] == ["cold", "warm"]  # an unrecorded priming run, then the measured one
-    assert record["compile_cache"] == "warm" and fake.seen[1][1] == tmp_path / "warm"
+    assert record.run.compile_cache == "warm" and fake.seen[1][1] == tmp_path / "warm"
     compile_cache.CachePlan([spec]).run(spec, fake)  # a later compare: already primed
     assert [c for c, _, _ in fake.seen] == ["cold", "warm", "warm"]
 
@@ -194,7 +194,7 @@ def test_sweep_with_cold_and_warm_caches_end_to_end(tmp_path):
         "--steps", "4", "--warmup", "1", "--cache", "both", "--cache-dir", str(cache), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "run 2/4 jax/jit layers=1 warm (tiny): ok" in result.output, result.output  # named as its row is
-    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    records = read_jsonl(out / "results.jsonl")  # the flat view of each record
     assert [(r["layers"], r["compile_cache"], r["status"]) for r in records] == [
         (1, "cold", "ok"), (1, "warm", "ok"), (2, "cold", "ok"), (2, "warm", "ok")]
     cold, warm = records[0], records[1]

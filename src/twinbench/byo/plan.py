@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.byo import UserModelError, needs_port, split_ref
+from twinbench.record import Record, typed
 from twinbench.spec import RunSpec, SpecError, from_preset, validate, with_precision
-from twinbench.spec_sections import flat_spec, split_name
+from twinbench.spec_sections import split_name
 
 #: What a --model compare runs without --strategies (plus jax/port with a --jax-model).
 DEFAULTS = [("torch", "eager"), ("torch", "compile-regional"), ("jax", "torchax")]
@@ -226,10 +227,10 @@ def read_parity(out_dir: Path) -> dict[str, Any]:
     return cut(data) if isinstance(data, dict) else {}
 
 
-def _uses_nnx(r: dict[str, Any]) -> bool:
+def _uses_nnx(r: Record) -> bool:
     """Whether the run's JAX code is Flax NNX: a port whose file mentions ``nnx`` (read, never run)."""
-    ref = str(flat_spec(r.get("spec")).get("user_jax_model") or "")
-    if not needs_port(str(r.get("strategy", "")).split("+")[0]) or not ref:
+    ref = str(r.value("user_jax_model") or "")
+    if not needs_port(r.run.strategy.split("+")[0]) or not ref:
         return False
     from twinbench.folder_io import read_small
 
@@ -239,29 +240,27 @@ def _uses_nnx(r: dict[str, Any]) -> bool:
         return True  # cannot tell: keep the advice
 
 
-def _fix_for(fix: str, r: dict[str, Any]) -> str:
+def _fix_for(fix: str, r: Record) -> str:
     """A finding's fix as it applies to this run: a JAX run drops the PyTorch advice, a run that is not Flax NNX
     the NNX advice."""
     lines = [ln for ln in str(fix).splitlines() if ln.strip()]
-    if r.get("framework") == "jax":
+    if r.run.framework == "jax":
         lines = [ln for ln in lines if not ln.lstrip().startswith(("PyTorch:", "torch:"))] or lines
     text = " ".join(lines)
-    if r.get("framework") == "jax" and not _uses_nnx(r):
+    if r.run.framework == "jax" and not _uses_nnx(r):
         text = re.sub(r"\s*\(Flax NNX:[^)]*\)", "", text).replace("nnx.scan / ", "")
         text = re.sub(r"nnx\.jit\([^)]*\)", "jax.jit(train_step, donate_argnums=...)", text)
     return text
 
 
-def doctor_lines(records: list[dict[str, Any]]) -> list[str]:
+def doctor_lines(records: list[Record] | list[dict[str, Any]]) -> list[str]:
     """The doctor's findings on each JAX run of a user model (record field ``doctor``), one line per distinct
     finding: the same finding on several runs is one line naming them all; the advice is the run's own (no
     PyTorch advice on a JAX run, no Flax NNX advice for code that is not NNX)."""
     seen: dict[str, list[str]] = {}
-    for r in records:
-        doc = r.get("doctor")
-        if not isinstance(doc, dict):
-            continue
-        label = f"{r.get('framework')}/{r.get('strategy')}"
+    for r in typed(records):
+        doc = r.doctor
+        label = r.label()
         if doc.get("error"):
             seen.setdefault(f"could not watch the run: {doc['error']}", []).append(label)
         findings = doc.get("findings") if isinstance(doc.get("findings"), list) else []

@@ -14,11 +14,11 @@ from twinbench.claims.core import (
     Evidence,
     Setup,
     Verdict,
-    label,
     pct,
     register,
     rnd,
 )
+from twinbench.record import Record
 from twinbench.report.breakeven import break_even_steps, total_s
 from twinbench.spec import RunSpec
 
@@ -34,14 +34,14 @@ def bert_runs(setup: Setup) -> dict[str, Any]:
     return {"batch": 4, "steps": 12, "warmup": 3} if setup.quick else {"batch": 8, "steps": 40, "warmup": 5}
 
 
-def scale_caveat(r: dict[str, Any]) -> str:
+def scale_caveat(r: Record) -> str:
     """The CPU's caveat (small sizes), none on an accelerator (the seeds' sizes)."""
-    return CPU_SCALE if r.get("platform", "cpu") == "cpu" else ""
+    return CPU_SCALE if (r.conditions.platform or "cpu") == "cpu" else ""
 
 
-def loop_s(r: dict[str, Any]) -> float:
+def loop_s(r: Record) -> float:
     """Wall time of the whole measured loop, compiles and recompiles included (the user's wait)."""
-    return r["wall_s"] if r.get("wall_s") else total_s(r, r["steps"])
+    return r.timing.wall_s if r.timing.wall_s else total_s(r, r.run.steps)
 
 
 # ---------------------------------------------------------------------------------------------------- C1
@@ -60,24 +60,24 @@ def c1_runs(s: Setup) -> dict[str, RunSpec]:
 def c1_judge(ev: Evidence) -> Verdict:
     t, j = ev["torch"], ev["jax_naive"]
     r = loop_s(j) / loop_s(t)
-    steady = j["step_ms"] / t["step_ms"]
+    steady = j.timing.step_ms / t.timing.step_ms
     nums = {"torch_loop_s": rnd(loop_s(t)), "jax_naive_loop_s": rnd(loop_s(j)),
             "loop_ratio_jax_naive_vs_torch": rnd(r), "steady_ratio": rnd(steady),
-            "jax_naive_compiles_in_loop": j.get("compiles_in_loop"), "distinct_lengths": j.get("distinct_lengths"),
-            "steps": t["steps"], "batch": t["batch"]}
+            "jax_naive_compiles_in_loop": j.compile.compiles_in_loop, "distinct_lengths": j.input.distinct_lengths,
+            "steps": t.run.steps, "batch": t.run.batch}
     judged = "loop_ratio_jax_naive_vs_torch,steady_ratio"
     if r <= 1.0:
-        return Verdict(CONTRADICTED, f"naive JAX took {r:.2f}x the time of torch eager over the {t['steps']}-step "
+        return Verdict(CONTRADICTED, f"naive JAX took {r:.2f}x the time of torch eager over the {t.run.steps}-step "
                        "loop: not slower here, compiles included", nums, judged=judged)
     if steady >= 1.0:
-        return Verdict(SUPPORTED, f"naive JAX took {r:.2f}x torch eager's time over {t['steps']} steps "
-                       f"({j.get('compiles_in_loop')} compiles, {j.get('distinct_lengths')} lengths) and its median "
+        return Verdict(SUPPORTED, f"naive JAX took {r:.2f}x torch eager's time over {t.run.steps} steps "
+                       f"({j.compile.compiles_in_loop} compiles, {j.input.distinct_lengths} lengths) and its median "
                        f"step is {steady:.2f}x too, so the gap does not close while new lengths keep coming", nums,
                        judged=judged)
-    overhead = loop_s(j) - loop_s(t) - t["steps"] * (j["step_ms"] - t["step_ms"]) / 1e3  # fixed cost: compiles
-    n = overhead / ((t["step_ms"] - j["step_ms"]) / 1e3)
+    overhead = loop_s(j) - loop_s(t) - t.run.steps * (j.timing.step_ms - t.timing.step_ms) / 1e3  # fixed cost: compiles
+    n = overhead / ((t.timing.step_ms - j.timing.step_ms) / 1e3)
     nums["break_even_steps"] = rnd(n)
-    return Verdict(DEPENDS, f"naive JAX took {r:.2f}x torch eager's time over {t['steps']} steps (compiles), but its "
+    return Verdict(DEPENDS, f"naive JAX took {r:.2f}x torch eager's time over {t.run.steps} steps (compiles), but its "
                    f"median step is {steady:.2f}x: it catches up after ~{math.ceil(n)} steps if no new lengths appear",
                    nums, judged=judged)
 
@@ -107,25 +107,25 @@ def c2_runs(s: Setup) -> dict[str, RunSpec]:
 
 def c2_judge(ev: Evidence) -> Verdict:
     t = ev["torch"]
-    best_name = min(("jit", "scan"), key=lambda n: ev[n]["step_ms"])
+    best_name = min(("jit", "scan"), key=lambda n: ev[n].timing.step_ms)
     b = ev[best_name]
     n = break_even_steps(b, t)
     plan = ev.setup.plan_steps
-    nums = {"torch_eager_step_ms": rnd(t["step_ms"]), "jax_jit_step_ms": rnd(ev["jit"]["step_ms"]),
-            "jax_scan_steps_step_ms": rnd(ev["scan"]["step_ms"]), "scan_steps_per_call": ev["scan"].get("steps_per_call"),
-            "scan_compiles_in_loop": ev["scan"].get("compiles_in_loop"), "best": b["strategy"],
-            "best_first_step_s": rnd(b["first_step_s"]), "best_vs_torch_eager_step": rnd(b["step_ms"] / t["step_ms"]),
+    nums = {"torch_eager_step_ms": rnd(t.timing.step_ms), "jax_jit_step_ms": rnd(ev["jit"].timing.step_ms),
+            "jax_scan_steps_step_ms": rnd(ev["scan"].timing.step_ms), "scan_steps_per_call": ev["scan"].run.steps_per_call,
+            "scan_compiles_in_loop": ev["scan"].compile.compiles_in_loop, "best": b.run.strategy,
+            "best_first_step_s": rnd(b.timing.first_step_s), "best_vs_torch_eager_step": rnd(b.timing.step_ms / t.timing.step_ms),
             "break_even_steps": rnd(n), "plan_steps": plan}
     judged = "best_vs_torch_eager_step,break_even_steps"
-    tn, cav = label(t), scale_caveat(t)
-    if b["step_ms"] >= t["step_ms"]:
-        return Verdict(CONTRADICTED, f"the best whole-step JAX ({b['strategy']}, {b['step_ms']:.2f} ms) is not faster "
-                       f"per step than {tn} ({t['step_ms']:.2f} ms): it never overtakes", nums, cav, judged)
+    tn, cav = t.label(), scale_caveat(t)
+    if b.timing.step_ms >= t.timing.step_ms:
+        return Verdict(CONTRADICTED, f"the best whole-step JAX ({b.run.strategy}, {b.timing.step_ms:.2f} ms) is not faster "
+                       f"per step than {tn} ({t.timing.step_ms:.2f} ms): it never overtakes", nums, cav, judged)
     if n is not None and n <= plan:
-        return Verdict(SUPPORTED, f"a jax/{b['strategy']} step takes {b['step_ms'] / t['step_ms']:.2f}x {tn}'s, "
-                       f"compiles {b.get('compiles_in_loop')} time(s) and overtakes after {math.ceil(n)} steps", nums,
+        return Verdict(SUPPORTED, f"a jax/{b.run.strategy} step takes {b.timing.step_ms / t.timing.step_ms:.2f}x {tn}'s, "
+                       f"compiles {b.compile.compiles_in_loop} time(s) and overtakes after {math.ceil(n)} steps", nums,
                        cav, judged)
-    return Verdict(DEPENDS, f"jax/{b['strategy']} steps faster but overtakes {tn} only after "
+    return Verdict(DEPENDS, f"jax/{b.run.strategy} steps faster but overtakes {tn} only after "
                    f"{math.ceil(n) if n is not None else '?'} steps, beyond the planned {plan}", nums, cav, judged)
 
 
@@ -155,15 +155,15 @@ def c3_judge(ev: Evidence) -> Verdict:
             "hyperparameter_values": p["hyperparameter_values"],
             "traced_hyperparameter_traces": p["traced_hyperparameter_traces"],
             "unpadded_traces": p["unpadded_traces"], "padded_traces": p["padded_traces"],
-            "bert_compiles_pad_max": pad.get("compiles_in_loop"), "bert_compiles_bucket": buck.get("compiles_in_loop"),
-            "bert_compiles_dynamic": dyn.get("compiles_in_loop"), "bert_distinct_lengths": dyn.get("distinct_lengths")}
+            "bert_compiles_pad_max": pad.compile.compiles_in_loop, "bert_compiles_bucket": buck.compile.compiles_in_loop,
+            "bert_compiles_dynamic": dyn.compile.compiles_in_loop, "bert_distinct_lengths": dyn.input.distinct_lengths}
     if_result = p["python_if_on_traced_value"]
     if if_result != "ran" and not p.get("python_if_error_expected"):
         return Verdict(NOT_MEASURABLE, "not measurable here: the Python-if probe failed with another error than "
                        f"the tracer error it tests for (jax.errors.TracerBoolConversionError): {if_result}", nums)
     if_fails = if_result != "ran"
     static_recompiles = p["static_hyperparameter_traces"] >= p["hyperparameter_values"] > 1
-    pad_helps = p["padded_traces"] == 1 < p["unpadded_traces"] and pad["compiles_in_loop"] < dyn["compiles_in_loop"]
+    pad_helps = p["padded_traces"] == 1 < p["unpadded_traces"] and pad.compile.compiles_in_loop < dyn.compile.compiles_in_loop
     if not if_fails or not pad_helps:
         why = "a Python if on a traced value ran under jit" if not if_fails else "padding did not cut the compiles"
         return Verdict(CONTRADICTED, why, nums)
@@ -171,11 +171,11 @@ def c3_judge(ev: Evidence) -> Verdict:
     if doc.get("available"):
         nums["doctor_findings_on_python_if_example"] = ", ".join(doc["finding_ids"]) or "none"
     doctor_sees = not doc.get("available") or doc.get("flagged")
-    if static_recompiles and pad["compiles_in_loop"] == 1 and doctor_sees:
+    if static_recompiles and pad.compile.compiles_in_loop == 1 and doctor_sees:
         return Verdict(SUPPORTED, f"the Python if on a tracer fails ({p['python_if_on_traced_value']}); a static "
                        f"hyperparameter compiled {p['static_hyperparameter_traces']}x for {p['hyperparameter_values']} "
                        f"values (traced: {p['traced_hyperparameter_traces']}x); BERT pad-max compiled once, dynamic "
-                       f"{dyn['compiles_in_loop']}x" + ("; the doctor flags the Python if" if doc.get("flagged") else ""),
+                       f"{dyn.compile.compiles_in_loop}x" + ("; the doctor flags the Python if" if doc.get("flagged") else ""),
                        nums)
     return Verdict(DEPENDS, "padding cuts compiles but not to one program, static values did not recompile, or the "
                    "doctor did not flag the Python if", nums)
@@ -210,54 +210,54 @@ def c4_runs(s: Setup) -> dict[str, RunSpec]:
             "scan_lo": s.spec("jax", "scan-layers", layers=lo), "scan_hi": s.spec("jax", "scan-layers", layers=hi)}
 
 
-def compile_share(r: dict[str, Any], steps: int) -> float:
-    c = r["compile_s"] or 0.0
-    return c / (c + steps * r["step_ms"] / 1e3)
+def compile_share(r: Record, steps: int) -> float:
+    c = r.compile.compile_s or 0.0
+    return c / (c + steps * r.timing.step_ms / 1e3)
 
 
-def family_of(r: dict[str, Any]) -> str:
+def family_of(r: Record) -> str:
     from twinbench.spec import PRESETS
 
-    return PRESETS[r["preset"]][0].family if r.get("preset") in PRESETS else ""
+    return PRESETS[r.run.preset][0].family if r.run.preset in PRESETS else ""
 
 
 def c4_judge(ev: Evidence) -> Verdict:
     lo, hi = ev["jit_lo"], ev["jit_hi"]
     plan = ev.setup.plan_steps
     s_short, s_plan = compile_share(hi, C4_SHORT), compile_share(hi, plan)
-    threshold = hi["compile_s"] * (1 - C4_SHARE) / C4_SHARE / (hi["step_ms"] / 1e3)
-    nums = {f"jit_compile_s_L{lo['layers']}": rnd(lo["compile_s"]), f"jit_compile_s_L{hi['layers']}": rnd(hi["compile_s"]),
+    threshold = hi.compile.compile_s * (1 - C4_SHARE) / C4_SHARE / (hi.timing.step_ms / 1e3)
+    nums = {f"jit_compile_s_L{lo.run.layers}": rnd(lo.compile.compile_s), f"jit_compile_s_L{hi.run.layers}": rnd(hi.compile.compile_s),
             f"share_at_{C4_SHORT}_steps": rnd(s_short), f"share_at_{plan}_steps": rnd(s_plan),
             "steps_where_share_drops_below_10pct": rnd(threshold)}
-    if family_of(lo) == family_of(hi) and hi["layers"] != lo["layers"]:  # growth per layer: one family's depths
-        per_layer = (hi["compile_s"] - lo["compile_s"]) / (hi["layers"] - lo["layers"])
+    if family_of(lo) == family_of(hi) and hi.run.layers != lo.run.layers:  # growth per layer: one family's depths
+        per_layer = (hi.compile.compile_s - lo.compile.compile_s) / (hi.run.layers - lo.run.layers)
         nums |= {"jit_compile_s_per_layer": rnd(per_layer),
-                 "jit_compile_s_at_24_layers_extrapolated": rnd(lo["compile_s"] + per_layer * (24 - lo["layers"]))}
+                 "jit_compile_s_at_24_layers_extrapolated": rnd(lo.compile.compile_s + per_layer * (24 - lo.run.layers))}
     else:
-        nums |= {f"{lo.get('preset')}_compile_s": rnd(lo["compile_s"]), f"{hi.get('preset')}_compile_s":
-                 rnd(hi["compile_s"]), f"{hi.get('preset')}_n_params": hi.get("n_params")}
+        nums |= {f"{lo.run.preset}_compile_s": rnd(lo.compile.compile_s), f"{hi.run.preset}_compile_s":
+                 rnd(hi.compile.compile_s), f"{hi.run.preset}_n_params": hi.run.n_params}
     if "scan_lo" in ev.records and "scan_hi" in ev.records:
         scan_lo, scan_hi = ev["scan_lo"], ev["scan_hi"]
-        nums |= {f"scan_layers_compile_s_L{lo['layers']}": rnd(scan_lo["compile_s"]),
-                 f"scan_layers_compile_s_L{hi['layers']}": rnd(scan_hi["compile_s"]),
-                 "scan_layers_compile_s_per_layer": rnd((scan_hi["compile_s"] - scan_lo["compile_s"])
-                                                        / (hi["layers"] - lo["layers"]))}
-    if hi.get("platform", "cpu") == "cpu":
+        nums |= {f"scan_layers_compile_s_L{lo.run.layers}": rnd(scan_lo.compile.compile_s),
+                 f"scan_layers_compile_s_L{hi.run.layers}": rnd(scan_hi.compile.compile_s),
+                 "scan_layers_compile_s_per_layer": rnd((scan_hi.compile.compile_s - scan_lo.compile.compile_s)
+                                                        / (hi.run.layers - lo.run.layers))}
+    if (hi.conditions.platform or "cpu") == "cpu":
         caveat = ("The claim's minutes are for ~300M-parameter models on GPUs; this measures the same quantities at "
-                  f"{hi['layers']} layers x d{hi['d_model']} here, so only the shares and the growth per layer carry "
+                  f"{hi.run.layers} layers x d{hi.run.d_model} here, so only the shares and the growth per layer carry "
                   "over.")
     else:
-        caveat = (f"A cold compile ({hi.get('compile_cache') or 'cold'} cache) of {hi.get('preset')} "
-                  f"({(hi.get('n_params') or 0) / 1e6:.0f}M parameters); `--cache warm` measures what JAX's "
+        caveat = (f"A cold compile ({hi.run.compile_cache or 'cold'} cache) of {hi.run.preset} "
+                  f"({(hi.run.n_params or 0) / 1e6:.0f}M parameters); `--cache warm` measures what JAX's "
                   "persistent compilation cache saves of it.")
     judged = f"share_at_{C4_SHORT}_steps,share_at_{plan}_steps"
     if s_short >= C4_SHARE and s_plan >= C4_SHARE:
-        return Verdict(SUPPORTED, f"compile is {s_plan:.0%} of a {plan}-step run ({hi['compile_s']:.1f} s)", nums, caveat,
+        return Verdict(SUPPORTED, f"compile is {s_plan:.0%} of a {plan}-step run ({hi.compile.compile_s:.1f} s)", nums, caveat,
                        judged)
     if s_short < C4_SHARE and s_plan < C4_SHARE:
         return Verdict(CONTRADICTED, f"compile is only {s_short:.1%} of even a {C4_SHORT}-step run", nums, caveat,
                        judged)
-    return Verdict(DEPENDS, f"compile ({hi['compile_s']:.1f} s) is >= 10% of runs shorter than {math.ceil(threshold)} "
+    return Verdict(DEPENDS, f"compile ({hi.compile.compile_s:.1f} s) is >= 10% of runs shorter than {math.ceil(threshold)} "
                    f"steps and less beyond ({s_plan:.1%} of {plan} steps)", nums, caveat, judged)
 
 
@@ -277,19 +277,19 @@ def c5_runs(s: Setup) -> dict[str, RunSpec]:
 
 def c5_judge(ev: Evidence) -> Verdict:
     plan, e = ev.setup.plan_steps, ev["eager"]
-    nums: dict[str, Any] = {"torch_eager_first_step_s": rnd(e["first_step_s"]), "torch_eager_step_ms": rnd(e["step_ms"])}
+    nums: dict[str, Any] = {"torch_eager_first_step_s": rnd(e.timing.first_step_s), "torch_eager_step_ms": rnd(e.timing.step_ms)}
     crossings = []
     for name in ("jit", "scan"):
         r = ev[name]
-        nums[f"jax_{r['strategy']}_first_step_s"] = rnd(r["first_step_s"])
-        nums[f"jax_{r['strategy']}_step_ms"] = rnd(r["step_ms"])
+        nums[f"jax_{r.run.strategy}_first_step_s"] = rnd(r.timing.first_step_s)
+        nums[f"jax_{r.run.strategy}_step_ms"] = rnd(r.timing.step_ms)
         for a, b in ((r, e), (e, r)):
             n = break_even_steps(a, b)
             if n is not None and 1 < n < math.inf:
-                nums[f"break_even_{a['strategy']}_overtakes_{b['strategy']}"] = math.ceil(n)
-                crossings.append((n, f"{a['framework']}/{a['strategy']} overtakes {b['framework']}/{b['strategy']} "
+                nums[f"break_even_{a.run.strategy}_overtakes_{b.run.strategy}"] = math.ceil(n)
+                crossings.append((n, f"{a.run.framework}/{a.run.strategy} overtakes {b.run.framework}/{b.run.strategy} "
                                      f"after {math.ceil(n)} steps"))
-    nums["best_compiled_vs_eager_step"] = rnd(min(ev[n]["step_ms"] for n in ("jit", "scan")) / e["step_ms"])
+    nums["best_compiled_vs_eager_step"] = rnd(min(ev[n].timing.step_ms for n in ("jit", "scan")) / e.timing.step_ms)
     judged = "best_compiled_vs_eager_step,first_crossing_steps"
     cav = scale_caveat(e)
     if not crossings:
@@ -324,23 +324,23 @@ def c6_runs(s: Setup) -> dict[str, RunSpec]:
 
 def c6_judge(ev: Evidence) -> Verdict:
     e, c, j = ev["eager"], ev["compile"], ev["jit"]
-    gap = e["step_ms"] - j["step_ms"]
+    gap = e.timing.step_ms - j.timing.step_ms
     n = break_even_steps(c, e)
-    nums = {"torch_eager_step_ms": rnd(e["step_ms"]), "torch_compile_step_ms": rnd(c["step_ms"]),
-            "jax_jit_step_ms": rnd(j["step_ms"]), "torch_compile_s": rnd(c["compile_s"]),
-            "jax_jit_compile_s": rnd(j["compile_s"]), "compile_overtakes_eager_after_steps": rnd(n)}
-    nums["jit_vs_eager_step"] = rnd(j["step_ms"] / e["step_ms"])
+    nums = {"torch_eager_step_ms": rnd(e.timing.step_ms), "torch_compile_step_ms": rnd(c.timing.step_ms),
+            "jax_jit_step_ms": rnd(j.timing.step_ms), "torch_compile_s": rnd(c.compile.compile_s),
+            "jax_jit_compile_s": rnd(j.compile.compile_s), "compile_overtakes_eager_after_steps": rnd(n)}
+    nums["jit_vs_eager_step"] = rnd(j.timing.step_ms / e.timing.step_ms)
     if gap <= 0:
-        return Verdict(DEPENDS, f"no gap to close here: jax/jit ({j['step_ms']:.2f} ms) is not faster than torch eager "
-                       f"({e['step_ms']:.2f} ms); torch.compile steps {pct(c['step_ms'] / e['step_ms'] - 1)} vs eager",
+        return Verdict(DEPENDS, f"no gap to close here: jax/jit ({j.timing.step_ms:.2f} ms) is not faster than torch eager "
+                       f"({e.timing.step_ms:.2f} ms); torch.compile steps {pct(c.timing.step_ms / e.timing.step_ms - 1)} vs eager",
                        nums, judged="gap_closed,jit_vs_eager_step")
-    closed = (e["step_ms"] - c["step_ms"]) / gap
+    closed = (e.timing.step_ms - c.timing.step_ms) / gap
     nums["gap_closed"] = rnd(closed)
     if closed >= 0.5:
         return Verdict(SUPPORTED, f"torch.compile closes {closed:.0%} of the eager-to-jit gap", nums, judged="gap_closed,jit_vs_eager_step")
     if closed <= 0:
-        return Verdict(CONTRADICTED, f"torch.compile is no faster than eager ({c['step_ms']:.2f} vs "
-                       f"{e['step_ms']:.2f} ms): it closes none of the gap", nums, judged="gap_closed,jit_vs_eager_step")
+        return Verdict(CONTRADICTED, f"torch.compile is no faster than eager ({c.timing.step_ms:.2f} vs "
+                       f"{e.timing.step_ms:.2f} ms): it closes none of the gap", nums, judged="gap_closed,jit_vs_eager_step")
     return Verdict(DEPENDS, f"torch.compile closes {closed:.0%} of the gap: part, not most", nums, judged="gap_closed,jit_vs_eager_step")
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from twinbench import backends
 from twinbench.claims.sizes import ATTENTION, PLATFORMS, REPEATS, left_out, sizes_for
 from twinbench.measure import platforms
+from twinbench.record import Record, as_record
 from twinbench.spec import PRESETS, RunSpec, SpecError
 
 SUPPORTED, CONTRADICTED, DEPENDS, NOT_MEASURABLE = "supported", "contradicted", "depends", "not measurable"
@@ -171,12 +172,18 @@ class Evidence:
     """What a claim's judge sees: its runs' records by name, its probes' results by name."""
 
     setup: Setup
-    records: dict[str, dict[str, Any]]
+    records: dict[str, Record]
     probes: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: the records of every repeat by name, the first being ``records``; a run not repeated keeps its one record
-    repeats: list[dict[str, dict[str, Any]]] = field(default_factory=list)
+    repeats: list[dict[str, Record]] = field(default_factory=list)
 
-    def __getitem__(self, name: str) -> dict[str, Any]:
+    def __post_init__(self) -> None:
+        """Records given as dicts (a placeholder for a run that did not happen, a hand-made one) are read as a
+        results file's line is (``record.as_record``)."""
+        self.records = {n: as_record(r) for n, r in self.records.items()}
+        self.repeats = [{n: as_record(r) for n, r in rep.items()} for rep in self.repeats]
+
+    def __getitem__(self, name: str) -> Record:
         return self.records[name]
 
     def views(self) -> list[Evidence]:
@@ -187,18 +194,18 @@ class Evidence:
 
     def problems(self) -> list[str]:
         """One line per failed run or probe (a judge never sees partial evidence unless it asks)."""
-        out = [f"{n} ({r.get('framework')}/{r.get('strategy')}) failed: {r.get('error')}"
-               for n, r in self.records.items() if r.get("status") != "ok"]
-        out += [f"{n} ({r.get('framework')}/{r.get('strategy')}) failed in a repeat: {r.get('error')}"
-                for rep in self.repeats[1:] for n, r in rep.items() if r.get("status") != "ok"]
+        out = [f"{n} ({r.run.framework}/{r.run.strategy}) failed: {r.error}"
+               for n, r in self.records.items() if r.status != "ok"]
+        out += [f"{n} ({r.run.framework}/{r.run.strategy}) failed in a repeat: {r.error}"
+                for rep in self.repeats[1:] for n, r in rep.items() if r.status != "ok"]
         out += [f"probe {n} failed: {p.get('error')}" for n, p in self.probes.items() if p.get("status") != "ok"]
         return list(dict.fromkeys(out))
 
     def loaded(self) -> str:
         """A caveat when any record was taken at a 1-minute load average above ``LOAD_PER_CORE`` per core."""
         rs = [r for rep in (self.repeats or [self.records]) for r in rep.values()]
-        per_core = [r["load_avg_1m"] / r["cpu_count"] for r in rs
-                    if r.get("load_avg_1m") is not None and r.get("cpu_count")]
+        per_core = [r.conditions.load_avg_1m / r.conditions.cpu_count for r in rs
+                    if r.conditions.load_avg_1m is not None and r.conditions.cpu_count]
         high = [x for x in per_core if x > LOAD_PER_CORE]
         if not high:
             return ""
@@ -328,10 +335,6 @@ def rnd(x: float | None, digits: int = 3) -> float | None:
 
 def pct(x: float) -> str:
     return f"{x * 100:+.0f}%"
-
-
-def label(r: dict[str, Any]) -> str:
-    return f"{r.get('framework')}/{r.get('strategy')}"
 
 
 def describe(spec: RunSpec) -> str:

@@ -14,12 +14,12 @@ from twinbench.claims.core import (
     Evidence,
     Setup,
     Verdict,
-    label,
     no_runs,
     pct,
     register,
     rnd,
 )
+from twinbench.record import Record
 from twinbench.spec import MASK_IMPLS, RunSpec
 
 GROUP = "dynamic control flow, masks, custom ops"
@@ -52,12 +52,12 @@ def c17_judge(ev: Evidence) -> Verdict:
             continue
         ref = rs["where"]
         for m, r in rs.items():
-            nums[f"{fw}_{m}_step_ms"] = rnd(r["step_ms"])
-            worst_first = max(worst_first, abs(r["loss_first"] - ref["loss_first"]) / abs(ref["loss_first"]))
-            worst_last = max(worst_last, abs(r["loss_last"] - ref["loss_last"]) / abs(ref["loss_last"]))
-        steps = [r["step_ms"] for r in rs.values()]
+            nums[f"{fw}_{m}_step_ms"] = rnd(r.timing.step_ms)
+            worst_first = max(worst_first, abs(r.loss.loss_first - ref.loss.loss_first) / abs(ref.loss.loss_first))
+            worst_last = max(worst_last, abs(r.loss.loss_last - ref.loss.loss_last) / abs(ref.loss.loss_last))
+        steps = [r.timing.step_ms for r in rs.values()]
         spreads.append(max(steps) / min(steps) - 1)
-        fastest = min(rs, key=lambda m: rs[m]["step_ms"])
+        fastest = min(rs, key=lambda m: rs[m].timing.step_ms)
         nums[f"{fw}_fastest"] = fastest
     spread = max(spreads)
     nums |= {"loss_first_max_rel_diff": rnd(worst_first), "loss_last_max_rel_diff": rnd(worst_last),
@@ -94,22 +94,22 @@ def c18_runs(s: Setup) -> dict[str, RunSpec]:
 
 def c18_judge(ev: Evidence) -> Verdict:
     pad, buck, dyn = ev["pad_max"], ev["bucket"], ev["dynamic"]
-    nd = dyn.get("distinct_lengths") or 0
-    nums = {"dynamic_distinct_lengths": nd, "dynamic_compiles": dyn.get("compiles_in_loop"),
-            "bucket_distinct_lengths": buck.get("distinct_lengths"), "bucket_compiles": buck.get("compiles_in_loop"),
-            "pad_max_compiles": pad.get("compiles_in_loop"),
+    nd = dyn.input.distinct_lengths or 0
+    nums = {"dynamic_distinct_lengths": nd, "dynamic_compiles": dyn.compile.compiles_in_loop,
+            "bucket_distinct_lengths": buck.input.distinct_lengths, "bucket_compiles": buck.compile.compiles_in_loop,
+            "pad_max_compiles": pad.compile.compiles_in_loop,
             "dynamic_loop_s": rnd(loop_s(dyn)), "bucket_loop_s": rnd(loop_s(buck)), "pad_max_loop_s": rnd(loop_s(pad)),
             "torch_eager_dynamic_loop_s": rnd(loop_s(ev["torch_dynamic"])) if "torch_dynamic" in ev.records else None,
-            "pad_pct_pad_max": rnd(pad.get("pad_pct")), "pad_pct_dynamic": rnd(dyn.get("pad_pct"))}
+            "pad_pct_pad_max": rnd(pad.input.pad_pct), "pad_pct_dynamic": rnd(dyn.input.pad_pct)}
     best = min(("pad_max", "bucket", "dynamic"), key=lambda n: loop_s(ev[n]))
-    if nd > 1 and (dyn.get("compiles_in_loop") or 0) <= 1:
+    if nd > 1 and (dyn.compile.compiles_in_loop or 0) <= 1:
         return Verdict(CONTRADICTED, f"{nd} distinct lengths compiled only once", nums)
-    if (dyn["compiles_in_loop"] >= 0.8 * nd and pad["compiles_in_loop"] == 1
-            and buck["compiles_in_loop"] <= (buck.get("distinct_lengths") or 4)):
-        return Verdict(SUPPORTED, f"each new length recompiled ({dyn['compiles_in_loop']} compiles for {nd} lengths); "
-                       f"padding: 1, buckets: {buck['compiles_in_loop']}; fastest loop overall: {best}", nums)
-    return Verdict(DEPENDS, f"dynamic compiled {dyn['compiles_in_loop']}x for {nd} lengths, pad-max "
-                   f"{pad['compiles_in_loop']}x; fastest loop overall: {best}", nums)
+    if (dyn.compile.compiles_in_loop >= 0.8 * nd and pad.compile.compiles_in_loop == 1
+            and buck.compile.compiles_in_loop <= (buck.input.distinct_lengths or 4)):
+        return Verdict(SUPPORTED, f"each new length recompiled ({dyn.compile.compiles_in_loop} compiles for {nd} lengths); "
+                       f"padding: 1, buckets: {buck.compile.compiles_in_loop}; fastest loop overall: {best}", nums)
+    return Verdict(DEPENDS, f"dynamic compiled {dyn.compile.compiles_in_loop}x for {nd} lengths, pad-max "
+                   f"{pad.compile.compiles_in_loop}x; fastest loop overall: {best}", nums)
 
 
 register(Claim("C18", GROUP, "Dynamic shapes need padding, bucketing or scan; otherwise each new shape recompiles.",
@@ -174,10 +174,10 @@ def c20_runs(s: Setup) -> dict[str, RunSpec]:
             "jax": s.spec("jax", "jit"), "jax_remat": s.spec("jax", "jit+remat")}
 
 
-def memory_figure(r: dict[str, Any]) -> str | None:
+def memory_figure(r: Record) -> str | None:
     """Which platform figure a record's peak is (``MEMORY_FIGURE``'s key), or None: a process RSS, or a figure
     its platform does not report for a step (a TPU's allocator peak)."""
-    src, platform = str(r.get("peak_mem_source") or ""), r.get("platform")
+    src, platform = str(r.memory.peak_mem_source or ""), r.conditions.platform
     want = MEMORY_FIGURE.get(str(platform))
     return platform if want and src.startswith(want) else None  # type: ignore[return-value]
 
@@ -187,22 +187,22 @@ def c20_judge(ev: Evidence) -> Verdict:
         return Verdict(NOT_MEASURABLE, C20_CPU + " (no accelerator found on this machine, so nothing ran).")
     for r in ev.records.values():
         if memory_figure(r) is None:
-            want = MEMORY_FIGURE.get(str(r.get("platform")))
+            want = MEMORY_FIGURE.get(str(r.conditions.platform))
             wanted = f"the {want}" if want else "a device's memory"
-            return Verdict(NOT_MEASURABLE, C20_CPU + f" ({label(r)}'s memory figure is the {r.get('peak_mem_source')}, "
+            return Verdict(NOT_MEASURABLE, C20_CPU + f" ({r.label()}'s memory figure is the {r.memory.peak_mem_source}, "
                            f"not {wanted}).")
-    nums: dict[str, Any] = {"memory_figure": ev["jax"].get("peak_mem_source")}
+    nums: dict[str, Any] = {"memory_figure": ev["jax"].memory.peak_mem_source}
     trades = saves = 0
     for fw in ("torch", "jax"):
         a, b = ev[fw], ev[f"{fw}_remat"]
-        mem = 1 - b["peak_mem_bytes"] / a["peak_mem_bytes"]
-        cost = b["step_ms"] / a["step_ms"] - 1
-        nums |= {f"{fw}_peak_mem_MiB": rnd(a["peak_mem_bytes"] / 2**20), f"{fw}_remat_peak_mem_MiB":
-                 rnd(b["peak_mem_bytes"] / 2**20), f"{fw}_mem_saving": rnd(mem), f"{fw}_time_cost": rnd(cost)}
+        mem = 1 - b.memory.peak_mem_bytes / a.memory.peak_mem_bytes
+        cost = b.timing.step_ms / a.timing.step_ms - 1
+        nums |= {f"{fw}_peak_mem_MiB": rnd(a.memory.peak_mem_bytes / 2**20), f"{fw}_remat_peak_mem_MiB":
+                 rnd(b.memory.peak_mem_bytes / 2**20), f"{fw}_mem_saving": rnd(mem), f"{fw}_time_cost": rnd(cost)}
         saves += mem >= C20_MEM
         trades += mem >= C20_MEM and cost > 0
     caveat = "'Awkward in Flax' is not measured."
-    t = label(ev["torch"])
+    t = ev["torch"].label()
     summary = (f"{t}: memory {pct(-nums['torch_mem_saving'])}, time {pct(nums['torch_time_cost'])}; jax/jit: memory "
                f"{pct(-nums['jax_mem_saving'])}, time {pct(nums['jax_time_cost'])}")
     judged = "torch_mem_saving,jax_mem_saving,torch_time_cost,jax_time_cost"

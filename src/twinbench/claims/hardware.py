@@ -23,6 +23,7 @@ from twinbench.claims.core import (
     register,
     rnd,
 )
+from twinbench.record import Record
 from twinbench.spec import RunSpec
 
 GROUP = "hardware"
@@ -51,21 +52,21 @@ def c22_runs(s: Setup) -> dict[str, RunSpec]:
     return runs
 
 
-def one_size(j: dict[str, Any], paths: list[dict[str, Any]]) -> tuple[str, float, dict[str, Any]]:
+def one_size(j: Record, paths: list[Record]) -> tuple[str, float, Record]:
     """(the verdict word at one size, the ratio, the best PyTorch-path record)."""
-    best = min(paths, key=lambda r: r["step_ms"])
-    ratio = best["step_ms"] / j["step_ms"]
-    if j.get("platform", "cpu") == "tpu":
+    best = min(paths, key=lambda r: r.timing.step_ms)
+    ratio = best.timing.step_ms / j.timing.step_ms
+    if (j.conditions.platform or "cpu") == "tpu":
         return (SUPPORTED if abs(ratio - 1) <= C22_TIE else CONTRADICTED), ratio, best
     return (SUPPORTED if ratio >= 1 + C22_TIE else CONTRADICTED if ratio <= 1 else DEPENDS), ratio, best
 
 
-def traced_reason(j: dict[str, Any], best: dict[str, Any]) -> str:
+def traced_reason(j: Record, best: Record) -> str:
     """explain's reason from the two records' traces (``claims --trace``): its summary of the gap by phase and
     category, and the slower run's largest kernels in the rows that carry it, op by op."""
     from twinbench.explain import gap
 
-    sides = [gap.explain_trace(r["trace_path"], hlo=r.get("explain_hlo_path")) for r in (j, best)]
+    sides = [gap.explain_trace(r.trace.path, hlo=r.explain.hlo_path) for r in (j, best)]
     result = gap.pair(*sides)
     slow = result["b"] if result["gap_ms"] >= 0 else result["a"]
     sign = 1 if result["gap_ms"] >= 0 else -1
@@ -78,17 +79,17 @@ def traced_reason(j: dict[str, Any], best: dict[str, Any]) -> str:
     return f"explain: {result['summary']}" + (f"; the largest of those kernels: {said}" if said and named else "")
 
 
-def reason(j: dict[str, Any], best: dict[str, Any]) -> str:
+def reason(j: Record, best: Record) -> str:
     """explain's op-by-op reason for the gap between two runs: from their traces when both records carry one
     (``claims --trace``), else the command that runs both again with one."""
     why = ""
-    if all(r.get("trace_path") and Path(r["trace_path"]).exists() for r in (j, best)):
+    if all(r.trace.path and Path(r.trace.path).exists() for r in (j, best)):
         try:
             return traced_reason(j, best)
         except Exception as e:  # an unreadable trace: the command still gives the reason
             why = f" (the traces could not be read: {type(e).__name__})"
-    attn = f" --attention-impl {j['attention_impl']}" if j.get("attention_impl") not in (None, "default") else ""
-    return (f"`twinbench explain {best['framework']}:{best['strategy']} jax:{j['strategy']} --preset {j.get('preset')}"
+    attn = f" --attention-impl {j.run.attention_impl}" if j.run.attention_impl not in (None, "default") else ""
+    return (f"`twinbench explain {best.run.framework}:{best.run.strategy} jax:{j.run.strategy} --preset {j.run.preset}"
             f"{attn}` gives the op-by-op reason{why}")
 
 
@@ -101,23 +102,23 @@ def c22_judge(ev: Evidence) -> Verdict:
         paths = [ev.records[f"{n}@{preset}"] for n in PATHS if f"{n}@{preset}" in ev.records]
         word, ratio, best = one_size(j, paths)
         per.append((preset, word, ratio, j, best))
-        nums |= {f"jax_jit_step_ms@{preset}": rnd(j["step_ms"]),
-                 **{f"{r['framework']}_{r['strategy']}_step_ms@{preset}": rnd(r["step_ms"]) for r in paths},
-                 f"pytorch_path_vs_jax_jit@{preset}": rnd(ratio), f"n_params@{preset}": j.get("n_params")}
+        nums |= {f"jax_jit_step_ms@{preset}": rnd(j.timing.step_ms),
+                 **{f"{r.run.framework}_{r.run.strategy}_step_ms@{preset}": rnd(r.timing.step_ms) for r in paths},
+                 f"pytorch_path_vs_jax_jit@{preset}": rnd(ratio), f"n_params@{preset}": j.run.n_params}
     j0 = per[0][3]
-    platform = j0.get("platform", "cpu")
+    platform = j0.conditions.platform or "cpu"
     nums["platform"] = platform
     if len(per) == 1:  # one size: the plain names (the CPU's suite)
         nums = {k.split("@")[0]: v for k, v in nums.items()}
-    where = f"on {j0.get('device') or platform} ({platform})"
+    where = f"on {j0.run.device or platform} ({platform})"
     judged = ",".join(f"pytorch_path_vs_jax_jit@{p}" for p, *_ in per) if len(per) > 1 else "pytorch_path_vs_jax_jit"
     caveat = ""
     if platform == "cpu":
         caveat = ("No accelerator here: the PyTorch path is torchax on the CPU, the TPU path run where no TPU is (on a "
                   "CPU most would run torch eager: C7 compares it); run `twinbench claims --only C22` on a TPU or GPU.")
 
-    def text(preset: str, ratio: float, j: dict[str, Any], best: dict[str, Any]) -> str:
-        t = f"{best['framework']}/{best['strategy']} takes {ratio:.2f}x jax/jit's step at {preset}"
+    def text(preset: str, ratio: float, j: dict[str, Any], best: Record) -> str:
+        t = f"{best.run.framework}/{best.run.strategy} takes {ratio:.2f}x jax/jit's step at {preset}"
         if platform != "cpu" and abs(ratio - 1) > C22_TIE:
             t += f" ({reason(j, best)})"
         return t

@@ -24,6 +24,7 @@ from twinbench.claims.core import (
     register,
     rnd,
 )
+from twinbench.record import Record
 from twinbench.spec import RunSpec
 
 GROUP = "input pipeline"
@@ -62,17 +63,17 @@ def input_runs(s: Setup) -> dict[str, RunSpec]:
     return out
 
 
-def stall(r: dict[str, Any]) -> float:
+def stall(r: Record) -> float:
     """The steady-state input stall as a fraction of the step (the record holds it in percent)."""
-    return (r.get("input_stall_pct") or 0.0) / 100
+    return (r.input.input_stall_pct or 0.0) / 100
 
 
 def numbers(ev: Evidence) -> dict[str, Any]:
     out: dict[str, Any] = {"slow_input_ms": slow_ms(ev.setup), "prefetch_workers": workers()}
     for name, r in ev.records.items():
-        out[f"{name}_stall_pct"] = rnd(r.get("input_stall_pct") or 0.0)
-        out[f"{name}_step_ms"] = rnd(r["step_ms"])
-        out[f"{name}_input_wait_ms"] = rnd(r.get("input_wait_ms"))
+        out[f"{name}_stall_pct"] = rnd(r.input.input_stall_pct or 0.0)
+        out[f"{name}_step_ms"] = rnd(r.timing.step_ms)
+        out[f"{name}_input_wait_ms"] = rnd(r.input.input_wait_ms)
     return out
 
 
@@ -82,7 +83,7 @@ def not_input_bound(ev: Evidence, nums: dict[str, Any], judged: str) -> Verdict 
     if stall(slow) >= INPUT_BOUND:
         return None
     return Verdict(NOT_MEASURABLE, f"not measurable here: {slow_ms(ev.setup):g} ms of host work per batch stalled only "
-                   f"{stall(slow):.0%} of a {slow['step_ms']:.1f} ms step, so the slow case was not input-bound (the "
+                   f"{stall(slow):.0%} of a {slow.timing.step_ms:.1f} ms step, so the slow case was not input-bound (the "
                    "host work must exceed the step)", nums, judged=judged)
 
 
@@ -99,16 +100,16 @@ def c15_judge(ev: Evidence) -> Verdict:
     slow, pre = ev["jax_slow"], ev["jax_slow_prefetch"]
     nums = numbers(ev)
     judged = "removed_share"
-    wait = slow.get("input_wait_ms") or 0.0
-    compute = max(slow["step_ms"] - wait, 0.0)
+    wait = slow.input.input_wait_ms or 0.0
+    compute = max(slow.timing.step_ms - wait, 0.0)
     ideal = max(compute, wait / workers())
-    removable = slow["step_ms"] - ideal
-    removed = (slow["step_ms"] - pre["step_ms"]) / removable if removable > 0 else 0.0
+    removable = slow.timing.step_ms - ideal
+    removed = (slow.timing.step_ms - pre.timing.step_ms) / removable if removable > 0 else 0.0
     nums |= {"compute_ms": rnd(compute), "ideal_prefetch_step_ms": rnd(ideal), "removed_share": rnd(removed)}
     if (bad := not_input_bound(ev, nums, judged)) is not None:
         return bad
-    how = (f"{slow['step_ms']:.1f} ms a step with the plain hand-off (stall {stall(slow):.0%}), "
-           f"{pre['step_ms']:.1f} ms with +prefetch (stall {stall(pre):.0%}; best possible {ideal:.1f} ms)")
+    how = (f"{slow.timing.step_ms:.1f} ms a step with the plain hand-off (stall {stall(slow):.0%}), "
+           f"{pre.timing.step_ms:.1f} ms with +prefetch (stall {stall(pre):.0%}; best possible {ideal:.1f} ms)")
     if removed >= C15_HI:
         share = "all" if removed >= 1 else f"{removed:.0%}"
         return Verdict(SUPPORTED, f"making and putting batches on the device ahead removed {share} of the "
@@ -144,9 +145,9 @@ def c16_judge(ev: Evidence) -> Verdict:
     if stall(slow) < C16_HI:
         return Verdict(CONTRADICTED, f"even {slow_ms(ev.setup):g} ms of host work per batch stalls only "
                        f"{stall(slow):.0%}", nums, judged=judged)
-    return Verdict(DEPENDS, f"the real BERT pipeline stalls {stall(real):.1%} ({real.get('input_wait_ms') or 0:.2f} ms "
-                   f"a batch vs a {real['step_ms']:.1f} ms step); {slow_ms(ev.setup):g} ms of host work per batch "
-                   f"stalls {stall(slow):.0%} of a {slow['step_ms']:.1f} ms step: input-bound once a batch costs more "
+    return Verdict(DEPENDS, f"the real BERT pipeline stalls {stall(real):.1%} ({real.input.input_wait_ms or 0:.2f} ms "
+                   f"a batch vs a {real.timing.step_ms:.1f} ms step); {slow_ms(ev.setup):g} ms of host work per batch "
+                   f"stalls {stall(slow):.0%} of a {slow.timing.step_ms:.1f} ms step: input-bound once a batch costs more "
                    "host time than a step", nums, judged=judged)
 
 

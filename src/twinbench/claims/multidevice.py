@@ -22,19 +22,20 @@ from twinbench.claims.core import (
     register,
     rnd,
 )
+from twinbench.record import Record
 from twinbench.spec import PRESETS, RunSpec
 
 GROUP = "multi-device"
 DEVICES = 2
 
 
-def simulated(r: dict[str, Any]) -> str:
+def simulated(r: Record) -> str:
     """The caveat for runs on simulated devices (empty on real accelerators)."""
-    if r.get("platform") != "cpu":
+    if r.conditions.platform != "cpu":
         return ""
     from twinbench.report.scaling import caveat
 
-    return caveat([{"platform": "cpu", "devices": r.get("device_count") or DEVICES}]) or ""
+    return caveat([{"platform": "cpu", "devices": r.run.device_count or DEVICES}]) or ""
 
 
 #: What each many-device claim needs of the devices, for its one line on a machine with fewer.
@@ -96,12 +97,12 @@ def c10_runs(s: Setup) -> dict[str, RunSpec]:
 
 def c10_judge(ev: Evidence) -> Verdict:
     one, sp, rp = ev["one"], ev["split"], ev["replicated"]
-    flagged = any("replicated" in w for w in rp.get("warnings") or [])
-    ratio = rp["step_ms"] / one["step_ms"]
-    nums = {"one_device_step_ms": rnd(one["step_ms"]), "split_step_ms": rnd(sp["step_ms"]),
-            "replicated_step_ms": rnd(rp["step_ms"]), "replicated_vs_one_device": rnd(ratio),
-            "split_vs_one_device": rnd(sp["step_ms"] / one["step_ms"]), "replicated_flagged": flagged,
-            "split_flagged": bool(sp.get("warnings")), "devices": sp.get("device_count"), "global_batch": sp["batch"]}
+    flagged = any("replicated" in w for w in rp.warnings or [])
+    ratio = rp.timing.step_ms / one.timing.step_ms
+    nums = {"one_device_step_ms": rnd(one.timing.step_ms), "split_step_ms": rnd(sp.timing.step_ms),
+            "replicated_step_ms": rnd(rp.timing.step_ms), "replicated_vs_one_device": rnd(ratio),
+            "split_vs_one_device": rnd(sp.timing.step_ms / one.timing.step_ms), "replicated_flagged": flagged,
+            "split_flagged": bool(sp.warnings), "devices": sp.run.device_count, "global_batch": sp.run.batch}
     cav = simulated(sp)
     judged = "replicated_vs_one_device"
     if not flagged:
@@ -110,7 +111,7 @@ def c10_judge(ev: Evidence) -> Verdict:
     if ratio >= 0.9:
         return Verdict(SUPPORTED, f"with the batch replicated every device computes the whole batch: the sharding "
                        f"report flags it and the step takes {ratio:.2f}x the one-device step (no speed-up; split: "
-                       f"{sp['step_ms'] / one['step_ms']:.2f}x)", nums, cav, judged)
+                       f"{sp.timing.step_ms / one.timing.step_ms:.2f}x)", nums, cav, judged)
     return Verdict(CONTRADICTED, f"the replicated run was flagged but steps faster ({ratio:.2f}x) than one device",
                    nums, cav, judged)
 
@@ -131,10 +132,10 @@ def c11_runs(s: Setup) -> dict[str, RunSpec]:
 
 def c11_judge(ev: Evidence) -> Verdict:
     m, p = ev["mesh"], ev["pmap"]
-    ratio = m["step_ms"] / p["step_ms"]
-    loss_diff = abs(m["loss_last"] - p["loss_last"]) / max(abs(p["loss_last"]), 1e-9)
-    nums = {"mesh_dp_step_ms": rnd(ratio * p["step_ms"]), "pmap_step_ms": rnd(p["step_ms"]),
-            "mesh_vs_pmap": rnd(ratio), "mesh_compile_s": rnd(m["compile_s"]), "pmap_compile_s": rnd(p["compile_s"]),
+    ratio = m.timing.step_ms / p.timing.step_ms
+    loss_diff = abs(m.loss.loss_last - p.loss.loss_last) / max(abs(p.loss.loss_last), 1e-9)
+    nums = {"mesh_dp_step_ms": rnd(ratio * p.timing.step_ms), "pmap_step_ms": rnd(p.timing.step_ms),
+            "mesh_vs_pmap": rnd(ratio), "mesh_compile_s": rnd(m.compile.compile_s), "pmap_compile_s": rnd(p.compile.compile_s),
             "final_loss_rel_diff": rnd(loss_diff)}
     cav = simulated(m)
     if loss_diff > 1e-3 or ratio > 1.25:
@@ -172,10 +173,10 @@ def c12_runs(s: Setup) -> dict[str, RunSpec]:
 
 def c12_judge(ev: Evidence) -> Verdict:
     lo, hi = c12_batches(ev.setup)
-    eff = {b: ev[f"one@{b}"]["step_ms"] / ev[f"two@{b}"]["step_ms"] for b in (lo, hi)}
+    eff = {b: ev[f"one@{b}"].timing.step_ms / ev[f"two@{b}"].timing.step_ms for b in (lo, hi)}
     nums = {f"weak_efficiency_per_device_batch_{b}": rnd(e) for b, e in eff.items()}
-    nums.update({f"step_ms_1dev_b{b}": rnd(ev[f"one@{b}"]["step_ms"]) for b in (lo, hi)})
-    nums.update({f"step_ms_2dev_b{2 * b}": rnd(ev[f"two@{b}"]["step_ms"]) for b in (lo, hi)})
+    nums.update({f"step_ms_1dev_b{b}": rnd(ev[f"one@{b}"].timing.step_ms) for b in (lo, hi)})
+    nums.update({f"step_ms_2dev_b{2 * b}": rnd(ev[f"two@{b}"].timing.step_ms) for b in (lo, hi)})
     cav = simulated(ev[f"two@{lo}"])
     nums["efficiency_small_vs_large"] = rnd(eff[lo] / eff[hi])
     judged = "efficiency_small_vs_large"
@@ -203,13 +204,13 @@ def c13_runs(s: Setup) -> dict[str, RunSpec]:
 
 
 def c13_judge(ev: Evidence) -> Verdict:
-    def diff(r: dict[str, Any]) -> float:
-        return float((r.get("sharding") or {}).get("replicas_max_abs_diff") or 0.0)
+    def diff(r: Record) -> float:
+        return float((r.sharding or {}).get("replicas_max_abs_diff") or 0.0)
 
     ds, dn = diff(ev["sync"]), diff(ev["nosync"])
     nums = {"sync_replicas_max_abs_diff": rnd(ds), "nosync_replicas_max_abs_diff": rnd(dn),
-            "nosync_warnings": len(ev["nosync"].get("warnings") or []),
-            "sync_loss_last": rnd(ev["sync"]["loss_last"], 5), "nosync_loss_last": rnd(ev["nosync"]["loss_last"], 5)}
+            "nosync_warnings": len(ev["nosync"].warnings or []),
+            "sync_loss_last": rnd(ev["sync"].loss.loss_last, 5), "nosync_loss_last": rnd(ev["nosync"].loss.loss_last, 5)}
     cav = simulated(ev["sync"])
     if dn <= 1e-6:
         return Verdict(CONTRADICTED, "without the gradient pmean the replicas still agree", nums, cav)

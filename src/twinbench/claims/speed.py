@@ -12,7 +12,6 @@ from twinbench.claims.core import (
     Evidence,
     Setup,
     Verdict,
-    label,
     pct,
     register,
     rnd,
@@ -62,24 +61,24 @@ def c7_runs(s: Setup) -> dict[str, RunSpec]:
 def c7_judge(ev: Evidence) -> Verdict:
     j = ev["jit"]
     paths = [ev.records[n] for n in ("eager", "compile") if n in ev.records]
-    best = min(paths, key=lambda r: r["step_ms"])
-    adv = best["step_ms"] / j["step_ms"] - 1
-    nums = {f"{r['framework']}_{r['strategy']}_step_ms": rnd(r["step_ms"]) for r in paths}
-    nums |= {"jax_jit_step_ms": rnd(j["step_ms"]), "jax_advantage_vs_best_torch": rnd(adv),
-             "n_params": j.get("n_params"), "batch": j["batch"], "seq": j["seq"]}
-    params = f"{(j.get('n_params') or 0) / 1e6:.1f}M"
-    caveat = (f"{params} parameters on {j.get('platform')} in {j.get('precision') or 'fp32'}, one device: "
-              + ("not the claim's ~300M with large batches on GPUs; " if (j.get("n_params") or 0) < 2e8 else "")
+    best = min(paths, key=lambda r: r.timing.step_ms)
+    adv = best.timing.step_ms / j.timing.step_ms - 1
+    nums = {f"{r.run.framework}_{r.run.strategy}_step_ms": rnd(r.timing.step_ms) for r in paths}
+    nums |= {"jax_jit_step_ms": rnd(j.timing.step_ms), "jax_advantage_vs_best_torch": rnd(adv),
+             "n_params": j.run.n_params, "batch": j.run.batch, "seq": j.run.seq}
+    params = f"{(j.run.n_params or 0) / 1e6:.1f}M"
+    caveat = (f"{params} parameters on {j.conditions.platform} in {j.run.precision or 'fp32'}, one device: "
+              + ("not the claim's ~300M with large batches on GPUs; " if (j.run.n_params or 0) < 2e8 else "")
               + "the DDP + mixed-precision half is not measured here.")
-    where = f"at {params} params, batch {j['batch']} x {j['seq']}"
-    name = f"{best['framework']}/{best['strategy']}"
+    where = f"at {params} params, batch {j.run.batch} x {j.run.seq}"
+    name = f"{best.run.framework}/{best.run.strategy}"
     judged = "jax_advantage_vs_best_torch"
     if adv >= C7_HI:
         return Verdict(SUPPORTED, f"the best torch step ({name}) takes {1 + adv:.2f}x jax/jit's {where}",
                        nums, caveat, judged)
     if adv <= C7_LO:
         return Verdict(CONTRADICTED, f"jax/jit is not faster than {name} {where} "
-                       f"({j['step_ms']:.2f} vs {best['step_ms']:.2f} ms)", nums, caveat, judged)
+                       f"({j.timing.step_ms:.2f} vs {best.timing.step_ms:.2f} ms)", nums, caveat, judged)
     return Verdict(DEPENDS, f"jax/jit is {adv:.0%} faster than {name} {where}: less than the claimed "
                    "20-30%", nums, caveat, judged)
 
@@ -100,15 +99,15 @@ def c8_judge(ev: Evidence) -> Verdict:
     rows = []
     for name, _, _ in points(ev.setup):
         e, j = ev[f"eager@{name}"], ev[f"jit@{name}"]
-        work = (j.get("flops_per_token") or 1) * j["batch"] * j["seq"]
-        rows.append((work, name, e["step_ms"] / j["step_ms"]))
+        work = (j.speed.flops_per_token or 1) * j.run.batch * j.run.seq
+        rows.append((work, name, e.timing.step_ms / j.timing.step_ms))
     rows.sort()
     nums = {f"speedup_{name}": rnd(sp) for _, name, sp in rows}
     first_sp = rows[0][2]
     nums["speedup_largest_vs_smallest"] = rnd(rows[-1][2] / first_sp)
     judged = f"speedup_{rows[0][1]},speedup_{rows[-1][1]}"
     if first_sp > 1.05:
-        return Verdict(CONTRADICTED, f"JAX is already {first_sp:.2f}x {label(ev[f'eager@{rows[0][1]}'])} at the smallest point "
+        return Verdict(CONTRADICTED, f"JAX is already {first_sp:.2f}x {ev[f'eager@{rows[0][1]}'].label()} at the smallest point "
                        f"({rows[0][1]}): its advantage does not need large models or batches", nums, judged=judged)
     ahead = [name for _, name, sp in rows if sp > 1.05]
     if ahead:
@@ -145,12 +144,12 @@ def c9_runs(s: Setup) -> dict[str, RunSpec]:
 
 
 def c9_judge(ev: Evidence) -> Verdict:
-    st = 1 - ev["torch_bf16"]["step_ms"] / ev["torch"]["step_ms"]
-    sj = 1 - ev["jax_bf16"]["step_ms"] / ev["jax"]["step_ms"]
-    nums = {"torch_fp32_step_ms": rnd(ev["torch"]["step_ms"]), "torch_bf16_step_ms": rnd(ev["torch_bf16"]["step_ms"]),
-            "jax_fp32_step_ms": rnd(ev["jax"]["step_ms"]), "jax_bf16_step_ms": rnd(ev["jax_bf16"]["step_ms"]),
+    st = 1 - ev["torch_bf16"].timing.step_ms / ev["torch"].timing.step_ms
+    sj = 1 - ev["jax_bf16"].timing.step_ms / ev["jax"].timing.step_ms
+    nums = {"torch_fp32_step_ms": rnd(ev["torch"].timing.step_ms), "torch_bf16_step_ms": rnd(ev["torch_bf16"].timing.step_ms),
+            "jax_fp32_step_ms": rnd(ev["jax"].timing.step_ms), "jax_bf16_step_ms": rnd(ev["jax_bf16"].timing.step_ms),
             "torch_saving": rnd(st), "jax_saving": rnd(sj)}
-    platform = ev["jax"].get("platform")
+    platform = ev["jax"].conditions.platform
     caveat = ("Measured on CPU, which has no bf16 tensor cores: bf16 there is usually emulated or converted and "
               "slower; on a GPU with bf16 units the answer can differ.") if platform == "cpu" else ""
     judged = "torch_saving,jax_saving"

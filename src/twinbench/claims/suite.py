@@ -25,6 +25,7 @@ from twinbench.claims.core import (
     judge_repeats,
 )
 from twinbench.folder_io import check_inside, cut, make_dir, read_json, write_file
+from twinbench.record import Record, typed
 from twinbench.spec import RunSpec
 
 CLAIMS_JSON = "claims.json"
@@ -146,8 +147,8 @@ def platforms_problem(setup: Setup, reps: list[dict[str, dict[str, Any]]]) -> st
     where: dict[str, list[str]] = {}
     for rep in reps:
         for r in rep.values():
-            if r.get("status") == "ok" and r.get("platform"):
-                where.setdefault(str(r["platform"]), []).append(f"{r.get('framework')}/{r.get('strategy')}")
+            if r.status == "ok" and r.conditions.platform:
+                where.setdefault(str(r.conditions.platform), []).append(f"{r.run.framework}/{r.run.strategy}")
     if len(where) > 1:
         parts = "; ".join(f"{p}: {', '.join(dict.fromkeys(runs))}" for p, runs in where.items())
         return (f"not measurable here: the records come from {len(where)} platforms ({parts}), and no verdict is "
@@ -159,7 +160,7 @@ def platforms_problem(setup: Setup, reps: list[dict[str, dict[str, Any]]]) -> st
     return ""
 
 
-def measured_at(runs: dict[str, RunSpec], records: dict[str, dict[str, Any]]) -> str:
+def measured_at(runs: dict[str, RunSpec], records: dict[str, Record]) -> str:
     """The sizes a claim measured, in words: each distinct model and batch shape, its precision and attention,
     and the device the records name."""
     shapes = []
@@ -169,22 +170,24 @@ def measured_at(runs: dict[str, RunSpec], records: dict[str, dict[str, Any]]) ->
         if s.strategy.attention_impl != "default":
             what += f", {s.strategy.attention_impl} attention"
         shapes.append(what)
-    device = next((f"{r.get('device') or r.get('platform')} ({r.get('platform')})" for r in records.values()
-                   if r.get("status") == "ok" and r.get("platform")), "")
+    device = next((f"{r.run.device or r.conditions.platform} ({r.conditions.platform})" for r in records.values()
+                   if r.status == "ok" and r.conditions.platform), "")
     return "; ".join(dict.fromkeys(shapes)) + (f" on {device}" if device and shapes else "")
 
 
 def verdicts(claims: list[Claim], setup: Setup, per_claim: dict[str, dict[str, RunSpec]],
-             records: list[list[dict[str, Any]]] | list[dict[str, Any]],
+             records: list[list[Record]] | list[Record] | list[list[dict[str, Any]]] | list[dict[str, Any]],
              probes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Apply every claim's rule to its evidence (``records``: the records of each repeat, the first holding
     every run; a flat list is one repeat). Timed claims are judged on their repeats (core.judge_repeats).
     A failed run or probe gives ``not measurable`` with why; so do a rule that says it cannot measure, a claim
     this setup cannot run (``Claim.unmeasurable``) and records from two platforms (:func:`platforms_problem`).
     Every finding names the sizes it measured (``measured_at``)."""
-    per_repeat = [records] if records and isinstance(records[0], dict) else records or [[]]
+    one = bool(records) and not isinstance(records[0], list)
+    per_repeat = [records] if one else records or [[]]
+    per_repeat = [typed(rep) for rep in per_repeat]  # type: ignore[arg-type]
     # a repeat's record is found by its configuration (config_id: the run_id of repeat 0)
-    by_id = [{r.get("config_id") or r.get("run_id"): r for r in rep} for rep in per_repeat]  # type: ignore[union-attr]
+    by_id = [{r.run.config_id or r.run.run_id: r for r in rep} for rep in per_repeat]  # type: ignore[union-attr]
     out = []
     for c in claims:
         runs = per_claim[c.id]

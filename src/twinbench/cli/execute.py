@@ -17,6 +17,7 @@ import typer
 
 from twinbench import runner
 from twinbench.cli.common import UNSAVED, console, fail, out, write_report, write_text
+from twinbench.record import Record
 from twinbench.spec import RunSpec, SpecError
 
 #: The launcher options of the command being run (``with_launcher_flags``), read by run_and_report.
@@ -74,7 +75,7 @@ def with_launcher_flags(fn: Callable) -> Callable:
 
 def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_steps: int, json_path: Path | None,
                    title: str, report: bool = True, retry_failed: bool = False,
-                   resume_command: str | None = None) -> list[dict[str, Any]]:
+                   resume_command: str | None = None) -> list[Record]:
     """Run specs with a progress bar (one line per finished run when stderr is not a terminal), then print the
     table and write summary.md (every run of the results file) and --json; with ``report`` also report.html +
     report.md (see :func:`write_report`). ``resume_command``: what an interrupted run tells the user to run to
@@ -98,7 +99,7 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
         if problem:
             fail(problem)
     from twinbench.byo.plan import parity_summary, read_parity
-    from twinbench.record import Record, duplicates, latest_per_run, read_records
+    from twinbench.record import duplicates, for_spec, latest_per_run, read_records, varying
 
     terminal = console.is_terminal
     started = time.perf_counter()
@@ -107,24 +108,24 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
                   transient=True, disable=not terminal) as progress:
         task = progress.add_task("starting", total=len(specs))
         count = [0]
-        planned = [Record.for_spec(s, "planned").to_dict() for s in specs]
-        vary = table.varying(planned)  # each run named as its row of the table will be: jax/jit warm, layers=8
-        names = {r["run_id"]: table.label(r, vary) for r in planned}
+        planned = [for_spec(s, "planned") for s in specs]
+        vary = varying(planned)  # each run named as its row of the table will be: jax/jit warm, layers=8
+        names = {r.run.run_id: r.label(vary) for r in planned}
 
         def on_start(spec: RunSpec) -> None:
             progress.update(task, description=f"running {names[spec.run_id()]} ({spec.preset})")
 
-        def on_done(spec: RunSpec, record: dict[str, Any]) -> None:
+        def on_done(spec: RunSpec, record: Record) -> None:
             progress.advance(task)
             count[0] += 1
             if not terminal:  # a log: one line per finished run, so a long compare is never silent
-                step = record.get("step_ms")
-                how = f"{step:.1f} ms/step" if isinstance(step, (int, float)) else record.get("error") or ""
-                console.print(f"run {count[0]}/{len(specs)} {names[spec.run_id()]} ({spec.preset}): {record.get('status')}"
+                step = record.timing.step_ms
+                how = f"{step:.1f} ms/step" if isinstance(step, (int, float)) else record.error or ""
+                console.print(f"run {count[0]}/{len(specs)} {names[spec.run_id()]} ({spec.preset}): {record.status}"
                               f"{', ' + how if how else ''} [{time.perf_counter() - started:.0f} s]",
                               highlight=False, markup=False, soft_wrap=True)
-            elif record.get("status") != "ok":
-                progress.console.print(f"[red]{record.get('status')}[/] {names[spec.run_id()]}: {record.get('error')}",
+            elif record.status != "ok":
+                progress.console.print(f"[red]{record.status}[/] {names[spec.run_id()]}: {record.error}",
                                        highlight=False)
 
         notes: list[str] = []
@@ -159,7 +160,7 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
         summary += f"\n- {parity}\n"
     write_text(out_dir / "summary.md", summary, "summary.md", inside=out_dir)
     if json_path:
-        write_text(json_path, json.dumps(records, indent=1), "--json")
+        write_text(json_path, json.dumps([r.flat() for r in records], indent=1), "--json")  # the flat layout
     out.print(f"  results: {out_dir / runner.RESULTS}, {out_dir / 'summary.md'}", highlight=False)
     if report:
         write_report(out_dir, plan_steps)

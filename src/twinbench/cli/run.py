@@ -34,6 +34,7 @@ from twinbench.cli.common import (
 from twinbench.cli.execute import run_and_report, with_launcher_flags
 from twinbench.limits import check_host
 from twinbench.plan import build_specs, repeat_rounds, with_cache
+from twinbench.record import Record
 from twinbench.spec import SpecError
 
 
@@ -118,12 +119,12 @@ def compare(
     if model:  # the doctor's findings on the JAX side of a user model
         for line in doctor_lines(records):
             out.print(f"  {line}", highlight=False, markup=False)
-    lacking = next((r["error"] for r in records if str(r.get("error") or "").startswith("TorchaxUnsupported")), "")
+    lacking = next((r.error for r in records if (r.error or "").startswith("TorchaxUnsupported")), "")
     if lacking:  # jax:torchax met an operator torchax cannot lower: the model cannot run there (one line, exit 2)
         fail(lacking.removeprefix("TorchaxUnsupported: "), code=2)
-    if not any(r.get("status") == "ok" for r in records) or UNSAVED:
+    if not any(r.ok for r in records) or UNSAVED:
         raise typer.Exit(1)
-    failed = [f"{r.get('framework')}/{r.get('strategy')}" for r in records if r.get("status") == "failed"]
+    failed = [r.label() for r in records if r.status == "failed"]
     if model and failed:  # a run of the user's own model that failed is their problem to see, not a footnote
         fail(f"{len(failed)} of {len(records)} run(s) of your model failed: {', '.join(failed)} (reasons in the "
              "rows above)", code=1)
@@ -185,25 +186,25 @@ def sweep(
     specs, _ = prepare_user(specs, target, timeout, per_shape=True)  # --model: once per shape, before any run
     records = run_and_report(specs, target, timeout, plan_steps, json_path, title, retry_failed=retry_failed)
     print_scaling(records)
-    if not any(r.get("status") == "ok" for r in records) or UNSAVED:
+    if not any(r.ok for r in records) or UNSAVED:
         raise typer.Exit(1)
 
 
-def print_sharding(records: list[dict[str, Any]], drawings: bool) -> None:
+def print_sharding(records: list[Record], drawings: bool) -> None:
     """Every run's sharding warnings; with ``drawings`` (--show-sharding) its whole sharding report."""
     from twinbench.distributed.sharding_report import render
     from twinbench.record import CONDITION_WARNINGS
 
     for r in records:
-        if drawings and r.get("status") == "ok":
+        if drawings and r.ok:
             out.print()
-            for item in render(r):
+            for item in render(r.flat()):
                 out.print(item)
-        elif r.get("warnings"):
-            for w in r["warnings"]:
+        elif r.warnings:
+            for w in r.warnings:
                 if w.startswith(CONDITION_WARNINGS):  # the conditions under the table say these once
                     continue
-                out.print(f"  [bold red]warning[/] {r['framework']}/{r['strategy']}: {w}", highlight=False)
+                out.print(f"  [bold red]warning[/] {r.label()}: {w}", highlight=False)
     from twinbench.report.scaling import caveat, efficiency
 
     note = caveat(efficiency(records))
@@ -211,11 +212,11 @@ def print_sharding(records: list[dict[str, Any]], drawings: bool) -> None:
         out.print(f"  {note}", highlight=False)
 
 
-def print_scaling(records: list[dict[str, Any]]) -> None:
+def print_scaling(records: list[Record]) -> None:
     """Strong and weak scaling efficiency per strategy (report/scaling.py) when the runs span device counts."""
     from twinbench.report.scaling import lines
 
-    if len({r.get("device_count") for r in records if r.get("status") == "ok"}) > 1:
+    if len({r.run.device_count for r in records if r.ok}) > 1:
         for line in lines(records):
             out.print(f"  {line}", highlight=False)
 

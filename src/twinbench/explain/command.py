@@ -12,6 +12,7 @@ from twinbench.explain import files, gap, runs, trace_file, why
 from twinbench.explain.steps import TraceError, parse_window
 from twinbench.folder_io import terminal
 from twinbench.limits import check_host
+from twinbench.record import Record
 from twinbench.spec import RunSpec, SpecError
 
 #: what a reader of a file may raise on content it did not foresee: the file's fault, one line (bad-input.md)
@@ -83,12 +84,12 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
         except SpecError as e:
             raise ExplainError(str(e)) from e
         for rec in runner.run_many(todo, out_dir, timeout):
-            records[rec.get("run_id"), f"{rec.get('framework')}/{rec.get('strategy')}"] = rec
+            records[rec.run.run_id, rec.label()] = rec
     final = []
     for s, r in resolved:
         rec = r if not runs.needs_run(r) else records.get((s.run_id(), s.label()))
-        if rec is None or rec.get("status") != "ok":
-            raise ExplainError(f"{s.label()}: the run failed: {(rec or {}).get('error')}")
+        if rec is None or not rec.ok:
+            raise ExplainError(f"{s.label()}: the run failed: {rec.error if rec else None}")
         final.append(rec)
     try:
         # --try and --depths run these specs again: the record-to-run boundary's, never a record's own
@@ -129,16 +130,16 @@ def explain_traces(trace_a: str, trace_b: str | None, expand: str = "categories"
     return gap.pair(explained[0], explained[1], expand)
 
 
-def explain_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def explain_records(records: list[Record]) -> list[dict[str, Any]]:
     """``compare --explain``: each ok record explained (an unreadable trace: its error instead)."""
     out = []
     for r in records:
-        if r.get("status") != "ok":
+        if not r.ok:
             continue
         try:
             out.append(gap.explain_run(r))
         except TraceError as e:
-            out.append({"run": gap.label(r), "error": str(e)})
+            out.append({"run": r.label(), "error": str(e)})
     return out
 
 
@@ -266,7 +267,7 @@ def print_pair(result: dict[str, Any], out: Any) -> None:
     why.print_extras(result, out)
 
 
-def print_runs(records: list[dict[str, Any]], out_dir: Path, out: Any) -> None:
+def print_runs(records: list[Record], out_dir: Path, out: Any) -> None:
     """``compare --explain``: each run's phases (and notes), written to ``out_dir/explain.json`` too."""
     import json
 

@@ -17,47 +17,51 @@ from twinbench.explain.breakdown import DISTURBED, PHASES, WHOLE_ITERATION, Brea
 from twinbench.explain.steps import TraceError
 from twinbench.folder_io import terminal
 from twinbench.measure import page_faults
-from twinbench.spec_sections import flat_spec
+from twinbench.record import Record, as_record, condition_warnings
 
 TOLERANCE = 0.10
 CATEGORIZED_MIN = 0.90
 
 
-def label(r: dict[str, Any]) -> str:
-    return f"{r.get('framework')}/{r.get('strategy')}"
+def label(r: Record | dict[str, Any]) -> str:
+    """``torch/eager`` (``Record.label``)."""
+    return as_record(r).label()
 
 
-def read_trace(r: dict[str, Any]) -> Breakdown:
+def read_trace(r: Record | dict[str, Any]) -> Breakdown:
     """The breakdown of a record's trace (raises :class:`TraceError` when it has none or it is unreadable)."""
-    path = r.get("trace_path")
+    r = as_record(r)
+    path = r.trace.path
     if not path:
-        raise TraceError(f"{label(r)}: no trace ({r.get('trace_error') or 'run without --trace/--explain'})")
-    if r.get("framework") == "torch":
+        raise TraceError(f"{r.label()}: no trace ({r.trace.error or 'run without --trace/--explain'})")
+    if r.run.framework == "torch":
         return torch_trace.read(path)
-    hlo_path = r.get("explain_hlo_path")
+    hlo_path = r.explain.hlo_path
     if not hlo_path:
-        raise TraceError(f"{label(r)}: no compiled HLO text beside the trace (run with --explain)")
+        raise TraceError(f"{r.label()}: no compiled HLO text beside the trace (run with --explain)")
     return jax_trace.read(path, files.read_text(hlo_path, "compiled HLO text"))
 
 
-def explain_run(r: dict[str, Any]) -> dict[str, Any]:
+def explain_run(r: Record | dict[str, Any]) -> dict[str, Any]:
     """One run: measured step, phases by timing and by trace (scaled to the measured step), checks."""
+    r = as_record(r)
     b = read_trace(r)
-    timing = dict(r.get("explain_timing") or {})
+    timing = dict(r.explain.timing or {})
     busy = busy_warnings(r)
     notes = list(busy)
-    if not timing and r.get("explain_error"):
-        notes.append(f"timing: {r['explain_error']}")
+    if not timing and r.explain.error:
+        notes.append(f"timing: {r.explain.error}")
     negative = {p: v for p, v in timing.items() if not isinstance(v, (int, float)) or v < 0}
     for p, v in negative.items():  # a phase that came out negative is no measurement: not shown as one
         del timing[p]
         notes.append(f"timing: {p} not measured (its difference of timed runs came out {v} ms: "
                      f"{'the machine was busy' if busy else 'noise larger than the phase'})")
-    e = explain_breakdown(b, label(r), float(r.get("step_ms") or 0.0), timing, notes, r)
-    e.update(run_id=r.get("run_id"), trace_path=r.get("trace_path"), memory_breakdown=r.get("memory_breakdown"),
-             busy=bool(busy), host_malloc=flat_spec(r.get("spec")).get("host_malloc"),
-             glibc_tunables=r.get("glibc_tunables"),
-             page_faults=page_faults.describe(r) if page_faults.costly(r) else None)
+    c = r.conditions
+    e = explain_breakdown(b, r.label(), float(r.timing.step_ms or 0.0), timing, notes, r.flat())  # why reads it flat
+    e.update(run_id=r.run.run_id, trace_path=r.trace.path, memory_breakdown=r.memory.breakdown,
+             busy=bool(busy), host_malloc=r.value("host_malloc"), glibc_tunables=c.glibc_tunables,
+             page_faults=page_faults.describe(c.page_faults_per_step, c.kernel_cpu_share)
+             if page_faults.costly(c.kernel_cpu_share, c.page_faults_per_step) else None)
     return e
 
 
@@ -201,12 +205,11 @@ def apart(timing: dict[str, float], trace: dict[str, float], step: float) -> dic
     return out
 
 
-def busy_warnings(r: dict[str, Any]) -> list[str]:
+def busy_warnings(r: Record | dict[str, Any]) -> list[str]:
     """The record's warnings that the machine was busy while it ran (its own, or from its measured load): a
     gap or a phase measured under contention is not a result, and every explain output says so."""
-    from twinbench.record import condition_warnings
-
-    saved = [w for w in (r.get("warnings") or []) if isinstance(w, str) and w.startswith("machine busy")]
+    r = as_record(r)
+    saved = [w for w in r.warnings if w.startswith("machine busy")]
     return list(dict.fromkeys(saved + [w for w in condition_warnings(r) if w.startswith("machine busy")]))
 
 

@@ -10,18 +10,20 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.folder_io import terminal
-from twinbench.record import read_records
+from twinbench.record import Record, as_record, read_records
 from twinbench.spec import RunSpec, SpecError, validate
 from twinbench.spec_sections import flat_spec
 
 RESULTS = "results.jsonl"
 
 
-def needs_run(r: dict[str, Any] | None) -> bool:
+def needs_run(r: Record | dict[str, Any] | None) -> bool:
     """A record explain cannot read as it is: none, failed, no trace, or no timing."""
-    return (r is None or r.get("status") != "ok" or not r.get("trace_path") or not r.get("explain_timing")
-            or (r.get("framework") == "jax" and not r.get("explain_hlo_path"))
-            or not Path(r["trace_path"]).exists())
+    if r is None:
+        return True
+    r = as_record(r)
+    return (not r.ok or not r.trace.path or not r.explain.timing
+            or (r.run.framework == "jax" and not r.explain.hlo_path) or not Path(r.trace.path).exists())
 
 
 #: What a re-run takes from a record: what defines the measurement (the model and training config as a whole:
@@ -87,12 +89,12 @@ def from_results(arg: str, named: dict[str, Any] | None = None) -> tuple[RunSpec
         every, _ = read_records(path, problems)
     except OSError as e:
         raise SpecError(f"{arg}: cannot read {path} ({e})") from None
-    records = [r for r in every if f"{r.get('framework')}/{r.get('strategy')}" == name]
+    records = [r for r in every if r.label() == name]
     if not records:  # a record of it may have been rejected (a step_ms of 1e300): say why, not only "no run"
         skipped = f" ({len(problems)} line(s) are not records; first: {problems[0]})" if problems else ""
         raise SpecError(f"{arg}: {where} has no run {terminal(name, 80)}{skipped}")
     r = records[-1]
-    spec, notes = spec_from_record(arg, r.get("spec"), named)
+    spec, notes = spec_from_record(arg, r.spec, named)
     return spec, r, notes
 
 

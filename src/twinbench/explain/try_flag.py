@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.explain import gap, why
+from twinbench.record import Record
 
 MOVED = 0.02  # a row moved when it changed by more than this share of the side's step (and 0.2 ms)
 
@@ -150,10 +151,10 @@ def run(result: dict[str, Any], arg: str, out_dir: Path, timeout: float, say: Ca
     say(f"  --try {arg}: running {base['run']} again, then {label} (fresh processes, measured, then traced)")
     recs = [runner.run_one(runs.for_explain(base_spec, target / "base"), timeout),
             runner.run_one(runs.for_explain(spec, target / "try"), timeout, env)]
-    write_file(target, runs.RESULTS, "".join(json.dumps(r) + "\n" for r in recs))
+    write_file(target, runs.RESULTS, "".join(json.dumps(r.to_dict()) + "\n" for r in recs))
     for r in recs:
-        if r.get("status") != "ok":
-            raise TryError(f"--try {arg}: the run failed: {r.get('error')}")
+        if not r.ok:
+            raise TryError(f"--try {arg}: the run failed: {r.error}")
     again, var = gap.explain_run(recs[0]), gap.explain_run(recs[1])
     var["run"] = label
     table = gap.rows(again, var)
@@ -163,12 +164,12 @@ def run(result: dict[str, Any], arg: str, out_dir: Path, timeout: float, say: Ca
     return {"try": arg, "label": label, "base": base["run"], "base_step_ms": again["step_ms"],
             "step_ms": var["step_ms"], "base_p10_p90": _spread(recs[0]), "p10_p90": _spread(recs[1]),
             "rows": table, "moved": moved, "shapes": extras["shapes"], "results": str(target),
-            "warnings": sorted({w for r in recs for w in r.get("warnings") or []}),
-            "load_avg_1m": [r.get("load_avg_1m") for r in recs]}
+            "warnings": sorted({w for r in recs for w in r.warnings}),
+            "load_avg_1m": [r.conditions.load_avg_1m for r in recs]}
 
 
-def _spread(rec: dict[str, Any]) -> list[float] | None:
-    lo, hi = rec.get("step_ms_p10"), rec.get("step_ms_p90")
+def _spread(rec: Record) -> list[float] | None:
+    lo, hi = rec.timing.step_ms_p10, rec.timing.step_ms_p90
     return [lo, hi] if lo is not None and hi is not None else None
 
 

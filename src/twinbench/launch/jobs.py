@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.launch import JobOptions, JobShape, job_spec, shape
-from twinbench.record import Record, append_jsonl
+from twinbench.record import Record, append_jsonl, for_spec
 from twinbench.spec import RunSpec
 
 POLL_S = 1.0
@@ -26,7 +26,7 @@ ENDED_BADLY = {"FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "
 
 
 def run_job(spec_dict: dict[str, Any], timeout: float,
-            run_one: Callable[[RunSpec, float], dict[str, Any]]) -> dict[str, Any]:
+            run_one: Callable[[RunSpec, float], Record]) -> Record:
     """Inside a job: this task's place in a multi-host run from SLURM, then the run through the runner
     (``run_one``: ``runner.run_one``, passed in by the runner, which imports this module, not the reverse)."""
     from twinbench.distributed.cluster import slurm_identity
@@ -36,7 +36,7 @@ def run_job(spec_dict: dict[str, Any], timeout: float,
     if spec.launch.num_processes > 1 and ident is not None:
         spec = spec.evolve(process_id=ident.process_id, coordinator=ident.coordinator)
     record = run_one(spec, timeout)
-    record["job_nodes"] = list(ident.hosts) if ident else [socket.gethostname()]
+    record.launch.job_nodes = list(ident.hosts) if ident else [socket.gethostname()]
     return record
 
 
@@ -138,23 +138,23 @@ def private_folder(parent: Path) -> Path:
         raise SpecError(f"{parent}: cannot make the jobs folder ({e.strerror or e})") from None
 
 
-def _failed(spec: RunSpec, job: Any, state: str, why: str) -> dict[str, Any]:
-    return Record.for_spec(spec, "failed", error=f"job {job.job_id} {state}: {why}"[:500], launcher_state=state,
-                           job_id=str(job.job_id)).to_dict()
+def _failed(spec: RunSpec, job: Any, state: str, why: str) -> Record:
+    return for_spec(spec, "failed", error=f"job {job.job_id} {state}: {why}"[:500], launcher_state=state,
+                    job_id=str(job.job_id))
 
 
 def submit_many(specs: list[RunSpec], out_dir: Path, timeout: float, opts: JobOptions,
-                done: dict[str, dict[str, Any]], on_start: Callable[[RunSpec], None],
-                on_done: Callable[[RunSpec, dict[str, Any]], None], cache_root: Callable[[RunSpec], Path],
-                run_one: Callable[[RunSpec, float], dict[str, Any]],
-                save: Callable[[Path, dict[str, Any]], None] = append_jsonl) -> list:
+                done: dict[str, Record], on_start: Callable[[RunSpec], None],
+                on_done: Callable[[RunSpec, Record], None], cache_root: Callable[[RunSpec], Path],
+                run_one: Callable[[RunSpec, float], Record],
+                save: Callable[[Path, Record], None] = lambda p, r: append_jsonl(p, r.to_dict())) -> list:
     """Submit every spec not in ``done`` as a job (at most ``max_parallel`` at once; one at a time locally),
     append each record to results.jsonl as its job ends; Ctrl-C cancels the jobs not finished. Each job runs
     :func:`run_job` with ``run_one`` (the runner's)."""
     path = out_dir / "results.jsonl"
     folder = private_folder(Path(opts.folder) if opts.folder else out_dir / "jobs")
     parallel = 1 if opts.launcher == "local" or any(s.host.compile_cache == "warm" for s in specs) else opts.max_parallel
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, Record] = {}
     waiting = [s for s in specs if s.run_id() not in done]
     running: list[tuple[RunSpec, Any, Path | None]] = []
     try:
@@ -185,7 +185,7 @@ def submit_many(specs: list[RunSpec], out_dir: Path, timeout: float, opts: JobOp
                 if cold is not None:
                     shutil.rmtree(cold, ignore_errors=True)
                 record = _collect(spec, job)
-                record.update(launcher=opts.launcher, job_id=str(job.job_id))
+                record.launch.launcher, record.launch.job_id = opts.launcher, str(job.job_id)
                 save(path, record)
                 records[spec.run_id()] = record
                 on_done(spec, record)
@@ -202,7 +202,7 @@ def submit_many(specs: list[RunSpec], out_dir: Path, timeout: float, opts: JobOp
     return [records.get(s.run_id()) or done[s.run_id()] for s in specs if s.run_id() in records or s.run_id() in done]
 
 
-def _collect(spec: RunSpec, job: Any) -> dict[str, Any]:
+def _collect(spec: RunSpec, job: Any) -> Record:
     """The record a finished job returned (task 0's), or a failed row with the job's state and reason."""
     state = str(job.state).upper()
     try:

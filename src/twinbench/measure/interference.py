@@ -126,10 +126,11 @@ class Meter:
         return dict(self.result)
 
 
-def busy_warning(record: dict[str, object]) -> str | None:
-    """The "machine busy" warning from the measured interference (None: quiet, or not measured)."""
-    ext, cpus = record.get("interference_cores"), record.get("cpu_count") or os.cpu_count() or 1
-    if not isinstance(ext, (int, float)) or ext <= BUSY_SHARE * float(cpus):  # type: ignore[arg-type]
+def busy_warning(interference_cores: float | None, cpu_count: int | None) -> str | None:
+    """The "machine busy" warning from the measured interference (None: quiet, or not measured): the cores
+    other processes kept busy during the timed steps, of the run's ``cpu_count``."""
+    ext, cpus = interference_cores, cpu_count or os.cpu_count() or 1
+    if ext is None or ext <= BUSY_SHARE * float(cpus):
         return None
     return (f"machine busy: other processes kept {ext:.2f} of {cpus} core(s) busy during the timed steps "
             f"(above {BUSY_SHARE:.0%} of the machine); its timings are not reliable")

@@ -48,14 +48,14 @@ def per_step(start: Usage | None, end: Usage | None, steps: int) -> dict[str, An
             "kernel_cpu_share": round((end.system_s - start.system_s) / cpu, 3) if cpu > 0 else None}
 
 
-def costly(record: dict[str, Any]) -> bool:
-    """Whether a run's steady steps spent a material share in the kernel faulting fresh pages."""
-    share, faults = record.get("kernel_cpu_share"), record.get("page_faults_per_step")
+def costly(share: float | None, faults: float | None) -> bool:
+    """Whether a run's steady steps spent a material share (``share``: the kernel's share of its CPU time) in the
+    kernel faulting fresh pages (``faults`` a step)."""
     return bool(share is not None and faults is not None and share >= KERNEL_SHARE and faults >= FAULTS_PER_STEP)
 
 
-def describe(record: dict[str, Any]) -> str:
+def describe(faults: float | None, share: float | None) -> str:
     """``36,800 page faults a step (about 144 MiB of fresh pages), 31% of its CPU time in the kernel``."""
-    faults, share = record.get("page_faults_per_step") or 0, record.get("kernel_cpu_share")
+    faults = faults or 0
     text = f"{faults:,.0f} page faults a step (about {faults * PAGE / 2**20:,.0f} MiB of fresh 4 KiB pages)"
     return text + (f", {share:.0%} of its CPU time in the kernel" if share is not None else "")

@@ -23,10 +23,13 @@ import math
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twinbench.predict.datasheets import DATASHEETS, for_label
 from twinbench.spec_sections import flat_spec
+
+if TYPE_CHECKING:
+    from twinbench.record import Record
 
 
 @dataclass
@@ -110,46 +113,45 @@ def points_from_records(path: Path, here_label: str | None = None) -> tuple[list
     records, _ = read_records(path, problems, line_numbers=lines)
     points, skipped = [], [f"{path} {p} (not a record)" for p in problems]
     for r, n in zip(records, lines, strict=True):
-        if r.get("status") != "ok" or not r.get("step_ms"):
+        if not r.ok or not r.timing.step_ms:
             continue
-        label = str(r.get("device", ""))
-        if any(str(w).startswith("machine busy") for w in r.get("warnings") or []):
-            skipped.append(f"{label} {r.get('framework')}/{r.get('strategy')}: measured on a busy machine "
+        label = str(r.run.device or "")
+        if any(str(w).startswith("machine busy") for w in r.warnings):
+            skipped.append(f"{label} {r.label()}: measured on a busy machine "
                            "(its record says its timings are not reliable)")
             continue
-        name = for_label(label) or ("here" if r.get("platform") == "cpu" and
+        name = for_label(label) or ("here" if r.conditions.platform == "cpu" and
                                     (here_label is None or label == here_label) else None)
         if name is None:
             skipped.append(f"{label}: no datasheet")
             continue
-        spec = flat_spec(r.get("spec"))
-        batch, seq, step = r.get("batch"), r.get("seq"), r.get("step_ms")
+        batch, seq, step = r.run.batch, r.run.seq, r.timing.step_ms
         for field_, value in (("batch", batch), ("seq", seq)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise CalibrationError(f"--calibrate {path} line {n}: {field_} {value!r} is not a positive integer")
         if isinstance(step, bool) or not isinstance(step, int | float) or not 0 < step < math.inf:
             raise CalibrationError(f"--calibrate {path} line {n}: step_ms {step!r} is not a positive number")
-        points.append(Point(name, str(r.get("framework")), str(r.get("strategy")), str(r.get("preset", "")), batch,
+        points.append(Point(name, r.run.framework, r.run.strategy, r.run.preset or "", batch,
                             seq, round(float(step), 2), source=f"{record_source(r, path)} line {n}",
-                            date=str(r.get("date") or r.get("peak_measured_at") or "")[:10],
-                            attention_impl=str(spec.get("attention_impl", "default")),
+                            date=(r.speed.peak_measured_at or "")[:10],
+                            attention_impl=str(flat_spec(r.spec).get("attention_impl", "default")),
                             memory_bytes=program_peak(r)))
     return points, skipped
 
 
-def record_source(r: dict[str, Any], path: Path) -> str:
+def record_source(r: Record, path: Path) -> str:
     """Where a measured point comes from, in words: the machine, the versions, the steps, the file."""
-    v = r.get("versions") or {}
+    v = r.conditions.versions
     libs = ", ".join(f"{k} {v[k]}" for k in ("jax", "torch", "torchax") if v.get(k))
-    return (f"twinbench compare on {r.get('device', '?')} ({r.get('platform', '?')}), {libs}, "
-            f"{r.get('steps', '?')} steps ({Path(path).parent.name}/{Path(path).name})")
+    return (f"twinbench compare on {r.run.device} ({r.conditions.platform}), {libs}, "
+            f"{r.run.steps} steps ({Path(path).parent.name}/{Path(path).name})")
 
 
-def program_peak(record: dict[str, Any]) -> float | None:
+def program_peak(record: Record) -> float | None:
     """The step's peak memory as its compiled program assigns it (arguments + outputs not aliased + temporaries
     + code, from the record's ``memory_breakdown``), or None. A TPU's allocator peak leaves the temporaries out,
     so the record's ``peak_mem_bytes`` is this figure only when its source says so."""
-    c = (record.get("memory_breakdown") or {}).get("compiled") or {}
+    c = record.memory.breakdown.get("compiled") or {}
     if not all(isinstance(c.get(k), int | float) for k in ("argument", "output", "alias", "temp")):
         return None
     return float(c["argument"] + c["output"] - c["alias"] + c["temp"] + (c.get("generated_code") or 0))

@@ -5,24 +5,30 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from twinbench.record import Record, as_record
 
-def total_s(record: dict[str, Any], steps: int) -> float | None:
+
+def total_s(record: Record | dict[str, Any], steps: int) -> float | None:
     """Wall time of ``steps`` training steps: the first (with its compile) plus steady-state steps."""
-    if record.get("status") != "ok" or record.get("first_step_s") is None or record.get("step_ms") is None:
+    record = as_record(record)
+    t = record.timing
+    if not record.usable() or t.first_step_s is None or t.step_ms is None:
         return None
-    return record["first_step_s"] + (steps - 1) * record["step_ms"] / 1e3
+    return t.first_step_s + (steps - 1) * t.step_ms / 1e3
 
 
-def break_even_steps(a: dict[str, Any], b: dict[str, Any]) -> float | None:
+def break_even_steps(a: Record | dict[str, Any], b: Record | dict[str, Any]) -> float | None:
     """Steps after which ``a`` (slower start, faster steps) has the lower total time than ``b``.
 
     ``0`` when ``a`` is never behind (it starts and steps at least as fast), ``inf`` when it never catches
     up (its steps are no faster), ``None`` when either run failed.
     """
-    if any(r.get("status") != "ok" or r.get("first_step_s") is None or r.get("step_ms") is None for r in (a, b)):
+    a, b = as_record(a), as_record(b)
+    ta, tb = a.timing, b.timing
+    if not (a.usable() and b.usable()) or None in (ta.first_step_s, tb.first_step_s, ta.step_ms, tb.step_ms):
         return None
-    da = a["first_step_s"] - b["first_step_s"]  # extra start-up cost of a
-    ds = (b["step_ms"] - a["step_ms"]) / 1e3  # per-step saving of a
+    da = ta.first_step_s - tb.first_step_s  # type: ignore[operator]  # extra start-up cost of a
+    ds = (tb.step_ms - ta.step_ms) / 1e3  # type: ignore[operator]  # per-step saving of a
     if da <= 0 and ds >= 0:
         return 0.0
     if ds <= 0:
@@ -30,9 +36,9 @@ def break_even_steps(a: dict[str, Any], b: dict[str, Any]) -> float | None:
     return 1 + da / ds
 
 
-def crossing_sentence(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+def crossing_sentence(a: Record, b: Record) -> str | None:
     """One line saying which of two ok runs wins at what number of steps."""
-    la, lb = f"{a['framework']}/{a['strategy']}", f"{b['framework']}/{b['strategy']}"
+    la, lb = a.label(), b.label()
     n_ab, n_ba = break_even_steps(a, b), break_even_steps(b, a)
     if n_ab is None or n_ba is None:
         return None

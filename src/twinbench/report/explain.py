@@ -6,6 +6,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from twinbench.record import Record
+
 COLORS = {"input": "#8c8c8c", "forward": "#4e79a7", "backward": "#f28e2b", "optimizer": "#59a14f",
           "rest": "#d3d3d3"}
 LINKS = {"torch": "open in https://ui.perfetto.dev (Chrome trace)",
@@ -23,14 +25,13 @@ def _bar(e: dict[str, Any], scale: float) -> str:
     return f'<div style="width:100%;white-space:nowrap">{"".join(segs)}</div>'
 
 
-def _explained(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _explained(records: list[Record]) -> tuple[list[Record], list[dict[str, Any]]]:
     """The records made with ``--explain`` whose traces are regular files, and their explanations."""
     from pathlib import Path
 
     from twinbench.explain.command import explain_records
 
-    wanted = [r for r in records if r.get("status") == "ok" and isinstance(r.get("explain_timing"), dict)
-              and r.get("explain_timing") and isinstance(r.get("trace_path"), str) and Path(r["trace_path"]).is_file()]
+    wanted = [r for r in records if r.ok and r.explain.timing and r.trace.path and Path(r.trace.path).is_file()]
     if not wanted:
         return [], []
     try:
@@ -39,7 +40,7 @@ def _explained(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
         return wanted, []
 
 
-def markdown_section(records: list[dict[str, Any]]) -> list[str]:
+def markdown_section(records: list[Record]) -> list[str]:
     """The same section for report.md: each explained run's phases (timing and trace), the gap of the first two."""
     from twinbench.explain import gap
     from twinbench.report.escape import md
@@ -70,7 +71,7 @@ def markdown_section(records: list[dict[str, Any]]) -> list[str]:
     return [*out, ""]
 
 
-def html_section(records: list[dict[str, Any]]) -> list[str]:
+def html_section(records: list[Record]) -> list[str]:
     """HTML parts; empty when no record was made with ``--explain``."""
     from twinbench.explain import gap
 
@@ -81,7 +82,7 @@ def html_section(records: list[dict[str, Any]]) -> list[str]:
     legend = " ".join(f'<span style="background:{c};padding:0 6px">{p}</span>' for p, c in COLORS.items())
     parts = ["<h2>Where the step time goes</h2><p class='sub'>Phases from each run's profiler trace, as shares "
              f"of its measured step (explain). {legend}</p>", "<table class='findings' data-section='explain'>"]
-    by_fw = {r.get("run_id"): r.get("framework") for r in wanted}
+    by_fw = {r.run.run_id: r.run.framework for r in wanted}
     for e in runs:
         notes = "<br>".join(escape(n) for n in e["notes"])
         parts.append(f"<tr><td><b>{escape(e['run'])}</b> {e['step_ms']:.1f} ms</td><td style='width:60%'>"

@@ -19,7 +19,7 @@ from typing import Any
 from twinbench.folder_io import check_inside, cut, read_json, write_file
 from twinbench.measure.device import platform_name
 from twinbench.measure.trace import HINTS as TRACE_HINTS
-from twinbench.record import latest_per_run, read_records
+from twinbench.record import Record, latest_per_run, read_records
 from twinbench.report.breakeven import total_s
 from twinbench.report.escape import file_href, md
 from twinbench.report.plots import PALETTES, Plot, all_plots, label, leader_changes, shape_text, varying
@@ -39,7 +39,7 @@ class ReportError(ValueError):
 @dataclass
 class Results:
     directory: Path
-    records: list[dict[str, Any]]
+    records: list[Record]
     skipped: int = 0  # malformed lines of results.jsonl
     claims: list[dict[str, Any]] = field(default_factory=list)
     advice: dict[str, Any] | None = None
@@ -119,10 +119,10 @@ def _ec(x: Any) -> str:
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
 
-def _trace_rel(res: Results, r: dict[str, Any]) -> str | None:
+def _trace_rel(res: Results, r: Record) -> str | None:
     """The trace's path relative to the report, or None when the record's ``trace_path`` is not a file path (a
     URL such as ``javascript:...`` never becomes a link)."""
-    tp = r.get("trace_path")
+    tp = r.trace.path
     if not tp or file_href(tp) is None:
         return None
     try:
@@ -138,8 +138,8 @@ def _parity_notes(res: Results) -> list[str]:
 
     out = []
     for r in res.records:
-        if r.get("status") == "ok" and _parity_failed(r):
-            p = r["parity"]
+        if r.status == "ok" and _parity_failed(r):
+            p = r.parity
             if p.get("ok") is False:
                 worst = p.get("grad_worst") if isinstance(p.get("grad_worst"), list) else []
                 where = ", ".join(str(w[0]) for w in worst if isinstance(w, list) and w)
@@ -153,7 +153,7 @@ def _parity_notes(res: Results) -> list[str]:
 
 
 def _summary(res: Results) -> str:
-    ok = [r for r in res.records if r.get("status") == "ok"]
+    ok = [r for r in res.records if r.status == "ok"]
     failed = len(res.records) - len(ok)
     text = f"{len(res.records)} run(s): {len(ok)} ok, {failed} failed"
     if res.skipped:
@@ -163,39 +163,38 @@ def _summary(res: Results) -> str:
 
 def _findings(res: Results) -> list[str]:
     """Headline sentences: the break-evens and the fastest steady step of each framework."""
-    ok = [r for r in res.records if r.get("status") == "ok" and r.get("step_ms") is not None
-          and r.get("first_step_s") is not None]
+    ok = [r for r in res.records if r.usable()]
     out = _parity_notes(res)
     vary = varying(ok)
-    groups: dict[tuple, list[dict[str, Any]]] = {}
+    groups: dict[tuple, list[Record]] = {}
     for r in ok:
-        groups.setdefault(tuple(r.get(k) for k in vary), []).append(r)
+        groups.setdefault(tuple(r.field(k) for k in vary), []).append(r)
     for runs in groups.values():
         if len(runs) < 2:
             continue
         prefix = f"{shape_text(runs[0], vary)}: " if vary else ""
         changes = leader_changes(runs)
         first = changes[0][1] if changes else min(runs, key=lambda r: total_s(r, 10**9))
-        text = f"{prefix}{label(first)} [{first.get('run_id', '')}] has the least total wall time"
+        text = f"{prefix}{label(first)} [{first.run.run_id}] has the least total wall time"
         if not changes:
             out.append(text + " at every run length (quickest start and fastest step)")
             continue
         for n, a, b in changes:
             text += (f" up to {math.ceil(n) - 1:,} steps; from {math.ceil(n):,} steps {label(b)} "
-                     f"[{b.get('run_id', '')}] (first step {b['first_step_s'] - a['first_step_s']:+.2f} s, "
-                     f"step {a['step_ms'] / b['step_ms']:.2f}x as fast)")
+                     f"[{b.run.run_id}] (first step {b.timing.first_step_s - a.timing.first_step_s:+.2f} s, "
+                     f"step {a.timing.step_ms / b.timing.step_ms:.2f}x as fast)")
         out.append(text)
     if len(out) > 12:
         out = [*out[:12], f"... and {len(out) - 12} more break-evens (see the cumulative plot)"]
-    for fw in sorted({str(r["framework"]) for r in ok}):
-        best = min((r for r in ok if r["framework"] == fw), key=lambda r: r["step_ms"])
+    for fw in sorted({str(r.run.framework) for r in ok}):
+        best = min((r for r in ok if r.run.framework == fw), key=lambda r: r.timing.step_ms)
         extra = f" ({shape_text(best, varying(ok))})" if varying(ok) else ""
-        out.append(f"fastest {fw} step: {label(best)}{extra} at {best['step_ms']:.2f} ms "
-                   f"[{best.get('run_id', '')}]")
+        out.append(f"fastest {fw} step: {label(best)}{extra} at {best.timing.step_ms:.2f} ms "
+                   f"[{best.run.run_id}]")
     return out
 
 
-def _table_rows(res: Results, plan_steps: int) -> tuple[list[str], list[tuple[dict[str, Any], list[str]]]]:
+def _table_rows(res: Results, plan_steps: int) -> tuple[list[str], list[tuple[Record, list[str]]]]:
     vary = varying(res.records)
     cols = [c.replace("plan", str(plan_steps)) for c in COLUMNS]
     if vary:
@@ -251,8 +250,8 @@ footer { margin-top:40px; color:var(--muted); font-size:12px; }
 """ % {"torch": PALETTES["torch"][0], "jax": PALETTES["jax"][0]}  # noqa: UP031 (CSS braces)
 
 
-def _chip(r: dict[str, Any]) -> str:
-    color = PALETTES.get(r.get("framework", ""), ["#495057"])[0]
+def _chip(r: Record) -> str:
+    color = PALETTES.get(r.run.framework, ["#495057"])[0]
     return f'<span class="chip" style="background:{color}"></span>'
 
 
@@ -261,11 +260,11 @@ def _html_table(res: Results, plan_steps: int) -> str:
     head = "".join(f"<th>{_e(c)}</th>" for c in cols)
     body = []
     for r, cells in rows:
-        cls = "" if r.get("status") == "ok" else ' class="failed"'
+        cls = "" if r.status == "ok" else ' class="failed"'
         tds = [f"<td>{_chip(r)}{_e(cells[0])}</td>"]
         tds += [f'<td class="l">{_e(c)}</td>' if i == 0 and len(cols) > len(COLUMNS) else f"<td>{_e(c)}</td>"
                 for i, c in enumerate(cells[1:])]
-        body.append(f'<tr{cls} data-run="{_e(r.get("run_id", ""))}">{"".join(tds)}</tr>')
+        body.append(f'<tr{cls} data-run="{_e(r.run.run_id)}">{"".join(tds)}</tr>')
     return f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
 
 
@@ -323,15 +322,15 @@ def _html_diff(against: dict[str, Any]) -> str:
 
 
 def render_html(res: Results, plots: list[Plot], plan_steps: int) -> str:
-    ok = [r for r in res.records if r.get("status") == "ok"]
+    ok = [r for r in res.records if r.status == "ok"]
     first = (ok or res.records)[0]
     cards = [(len(ok), "runs ok"), (len(res.records) - len(ok), "runs failed")]
-    for fw in sorted({str(r["framework"]) for r in ok}):
-        steps = [r["step_ms"] for r in ok if r["framework"] == fw and r.get("step_ms") is not None]
+    for fw in sorted({str(r.run.framework) for r in ok}):
+        steps = [r.timing.step_ms for r in ok if r.run.framework == fw and r.timing.step_ms is not None]
         if steps:
             cards.append((f"{min(steps):.2f} ms", f"fastest {fw} step"))
     totals = [(total_s(r, plan_steps), r) for r in ok
-              if r.get("first_step_s") is not None and r.get("step_ms") is not None]
+              if r.timing.first_step_s is not None and r.timing.step_ms is not None]
     if totals:
         t, r = min(totals, key=lambda x: x[0])
         cards.append((f"{t:,.1f} s", f"least total @ {plan_steps:,} steps (one compile): {label(r)}"))
@@ -340,8 +339,8 @@ def render_html(res: Results, plots: list[Plot], plan_steps: int) -> str:
         "<meta name='viewport' content='width=device-width,initial-scale=1'>",
         f"<title>twinbench report: {_e(res.directory.name)}</title><style>{CSS}</style></head><body><main>",
         "<header><h1>twinbench: <span class='t'>PyTorch</span> vs <span class='j'>JAX</span></h1>",
-        f"<div class='sub'>{_e(first.get('preset', ''))} preset on {_e(first.get('device'))} "
-        f"({_e(platform_name(first.get('platform')))}) · {_e(_summary(res))} · results <code>{_e(res.directory)}</code> · "
+        f"<div class='sub'>{_e(first.run.preset)} preset on {_e(first.run.device)} "
+        f"({_e(platform_name(first.conditions.platform))}) · {_e(_summary(res))} · results <code>{_e(res.directory)}</code> · "
         f"generated {_e(time.strftime('%Y-%m-%d %H:%M'))}</div></header>",
         '<div class="cards">' + "".join(f"<div class='card'><b>{_e(v)}</b><span>{_e(k)}</span></div>"
                                         for v, k in cards) + "</div>",
@@ -355,14 +354,14 @@ def render_html(res: Results, plots: list[Plot], plan_steps: int) -> str:
         parts += [f"<h2>Against {_e(res.against['old'])}</h2>", _html_diff(res.against)]
     parts += ["<h2>Results</h2>", _html_table(res, plan_steps)]
     parts += ["<h2>Plots</h2>", *[_html_plot(p) for p in plots]]
-    failed = [r for r in res.records if r.get("status") != "ok"]
+    failed = [r for r in res.records if r.status != "ok"]
     if failed:
         parts += ['<h2>Failed runs</h2><ul class="findings" data-section="failed">',
-                  *[f"<li><b>{_e(label(r))}</b> [{_e(r.get('run_id', ''))}]: {_e(r.get('error'))}</li>"
+                  *[f"<li><b>{_e(label(r))}</b> [{_e(r.run.run_id)}]: {_e(r.error)}</li>"
                     for r in failed], "</ul>"]
     if res.claims:
         parts += ["<h2>Claims</h2>", _html_claims(res.claims)]
-    traced = [r for r in res.records if r.get("trace_path") or r.get("trace_error")]
+    traced = [r for r in res.records if r.trace.path or r.trace.error]
     if traced:
         items = []
         for r in traced:
@@ -370,12 +369,12 @@ def render_html(res: Results, plots: list[Plot], plan_steps: int) -> str:
             href = file_href(rel) if rel else None
             if href:
                 items.append(f"<li><b>{_e(label(r))}</b>: <a href='{_e(href)}'>{_e(rel)}</a><br>"
-                             f"<span class='sub'>{_ec(TRACE_HINTS.get(r['framework'], ''))}</span></li>")
-            elif r.get("trace_path"):
-                items.append(f"<li><b>{_e(label(r))}</b>: trace {_e(r.get('trace_path'))} (not a file path: "
+                             f"<span class='sub'>{_ec(TRACE_HINTS.get(r.run.framework, ''))}</span></li>")
+            elif r.trace.path:
+                items.append(f"<li><b>{_e(label(r))}</b>: trace {_e(r.trace.path)} (not a file path: "
                              "not linked)</li>")
             else:
-                items.append(f"<li><b>{_e(label(r))}</b>: no trace ({_e(r.get('trace_error'))})</li>")
+                items.append(f"<li><b>{_e(label(r))}</b>: no trace ({_e(r.trace.error)})</li>")
         parts += ["<h2>Profiler traces</h2><p class='sub'>A few steady-state steps, recorded after the measured "
                   "steps (so the profiler never slows the numbers above).</p>",
                   '<ul class="findings" data-section="traces">', *items, "</ul>"]
@@ -414,9 +413,9 @@ def render_markdown(res: Results, plots: list[Plot], plan_steps: int) -> str:
             out += [f"- **{md(p.title)}**: omitted: {md(p.note)}", ""]
         else:
             out += [f"![{md(p.title)}](plots/{p.id}.png)", "", f"*{md(p.title)}.* {md(p.caption)}", ""]
-    failed = [r for r in res.records if r.get("status") != "ok"]
+    failed = [r for r in res.records if r.status != "ok"]
     if failed:
-        out += ["## Failed runs", "", *[f"- {md(label(r))} \\[{md(r.get('run_id', ''))}\\]: {md(r.get('error'))}"
+        out += ["## Failed runs", "", *[f"- {md(label(r))} \\[{md(r.run.run_id)}\\]: {md(r.error)}"
                                         for r in failed], ""]
     if res.claims:
         out += ["## Claims", "", "| claim | verdict | rule | numbers | runs |", "|---|---|---|---|---|"]
@@ -429,19 +428,19 @@ def render_markdown(res: Results, plots: list[Plot], plan_steps: int) -> str:
             out.append(f"| {md(c.get('claim', ''))} | {md(verdict)} | {md(c.get('rule', ''))} | {md(nums_text)} | "
                        f"{md(', '.join(map(str, runs)))} |")
         out.append("")
-    traced = [r for r in res.records if r.get("trace_path") or r.get("trace_error")]
+    traced = [r for r in res.records if r.trace.path or r.trace.error]
     if traced:
         out += ["## Profiler traces", "", "A few steady-state steps recorded after the measured ones.", ""]
         for r in traced:
             rel = _trace_rel(res, r)
             href = file_href(rel) if rel else None
-            hint = md(TRACE_HINTS.get(r["framework"], ""))
+            hint = md(TRACE_HINTS.get(r.run.framework, ""))
             if href:
                 out.append(f"- {md(label(r))}: [{md(rel)}](<{href}>) ({hint})")
-            elif r.get("trace_path"):
-                out.append(f"- {md(label(r))}: trace {md(r.get('trace_path'))} (not a file path: not linked)")
+            elif r.trace.path:
+                out.append(f"- {md(label(r))}: trace {md(r.trace.path)} (not a file path: not linked)")
             else:
-                out.append(f"- {md(label(r))}: no trace ({md(r.get('trace_error'))})")
+                out.append(f"- {md(label(r))}: no trace ({md(r.trace.error)})")
         out.append("")
     from twinbench.report.explain import markdown_section
 

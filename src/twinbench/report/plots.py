@@ -11,13 +11,14 @@ import io
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from twinbench import record
+from twinbench.record import Record
 from twinbench.report.breakeven import break_even_steps
 
 #: Shades of one hue per framework: the first strategy of a framework gets the first shade, and so on.
@@ -40,24 +41,24 @@ class Plot:
     note: str = ""  # why it is omitted and what run would produce it (when png is None)
 
 
-def label(r: dict[str, Any]) -> str:
+def label(r: Record) -> str:
     """``torch/compile``; a run measured on a warm compile cache says so (``torch/compile warm``)."""
-    return f"{r['framework']}/{r['strategy']}" + (" warm" if r.get("compile_cache") == "warm" else "")
+    return r.label(warm=True)
 
 
 class Styles:
     """Colour and marker per run label, consistent across every plot of one report."""
 
-    def __init__(self, records: list[dict[str, Any]]) -> None:
+    def __init__(self, records: list[Record]) -> None:
         self._style: dict[str, tuple[str, str]] = {}
         per_fw: dict[str, int] = {}
         for r in records:
             key = label(r)
             if key in self._style:
                 continue
-            k = per_fw.get(r["framework"], 0)
-            per_fw[r["framework"]] = k + 1
-            palette = PALETTES.get(r["framework"], OTHER)
+            k = per_fw.get(r.run.framework, 0)
+            per_fw[r.run.framework] = k + 1
+            palette = PALETTES.get(r.run.framework, OTHER)
             self._style[key] = (palette[k % len(palette)], MARKERS[k % len(MARKERS)])
 
     def color(self, key: str) -> str:
@@ -70,9 +71,8 @@ class Styles:
         return {fw: pal[0] for fw, pal in PALETTES.items()}
 
 
-def _ok(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in records if r.get("status") == "ok" and r.get("step_ms") is not None
-            and r.get("first_step_s") is not None]  # a record without them (hand-made, older) has no curve
+def _ok(records: list[Record]) -> list[Record]:
+    return [r for r in records if r.usable()]  # a record without them (hand-made, older) has no curve
 
 
 def _png(fig: plt.Figure) -> bytes:
@@ -92,21 +92,21 @@ def _axes(title: str, xlabel: str, ylabel: str, size: tuple[float, float] = (7.5
     return fig, ax
 
 
-def _shape(r: dict[str, Any], keys: tuple[str, ...]) -> tuple:
-    return tuple(r.get(k) for k in keys)
+def _shape(r: Record, keys: tuple[str, ...]) -> tuple:
+    return tuple(r.field(k) for k in keys)
 
 
-def varying(records: list[dict[str, Any]], keys: tuple[str, ...] = SHAPE_KEYS) -> list[str]:
-    """The shape keys whose value differs between records."""
-    return [k for k in keys if len({r.get(k) for r in records}) > 1]
+def varying(records: list[Record], keys: tuple[str, ...] = SHAPE_KEYS) -> list[str]:
+    """The shape keys whose value differs between records (``record.varying`` over ``keys``)."""
+    return record.varying(records, keys)
 
 
-def shape_text(r: dict[str, Any], keys: list[str]) -> str:
+def shape_text(r: Record, keys: list[str]) -> str:
     short = {"layers": "L", "d_model": "d", "batch": "b", "seq": "s", "device_count": "dev"}
-    return " ".join(f"{short.get(k, k + ' ')}{r.get(k)}" for k in keys)
+    return " ".join(f"{short.get(k, k + ' ')}{r.field(k)}" for k in keys)
 
 
-def cumulative(records: list[dict[str, Any]], styles: Styles, plan_steps: int) -> Plot:
+def cumulative(records: list[Record], styles: Styles, plan_steps: int) -> Plot:
     """Total wall time against steps (first step with its compile, then steady steps), break-evens marked."""
     plot = Plot("cumulative", "Cumulative wall time against steps",
                 "Wall time of a run of n steps: first step (with its compilation) + (n-1) x median step time, "
@@ -118,7 +118,7 @@ def cumulative(records: list[dict[str, Any]], styles: Styles, plan_steps: int) -
         plot.note = "no successful run: `twinbench compare` produces it"
         return plot
     vary = varying(ok)
-    groups: dict[tuple, list[dict[str, Any]]] = {}
+    groups: dict[tuple, list[Record]] = {}
     for r in ok:
         groups.setdefault(_shape(r, tuple(vary)), []).append(r)
     shown = sorted(groups.items(), key=lambda kv: -len(kv[1]))[:4]
@@ -142,13 +142,13 @@ def cumulative(records: list[dict[str, Any]], styles: Styles, plan_steps: int) -
     steps = [1, *sorted({round(10 ** (k / 40)) for k in range(0, 40 * int(math.log10(top)) + 1)} - {1})]
     for ax, (_, runs) in zip(flat, shown, strict=False):
         for r in runs:
-            ys = [r["first_step_s"] + (n - 1) * r["step_ms"] / 1e3 for n in steps]
+            ys = [r.timing.first_step_s + (n - 1) * r.timing.step_ms / 1e3 for n in steps]
             ax.plot(steps, ys, color=styles.color(label(r)), lw=2, label=label(r))
             ax.plot([1], [ys[0]], marker=styles.marker(label(r)), color=styles.color(label(r)), ms=6)
         for n, x, y in crossings:
             if not any(x is r for r in runs):
                 continue
-            t = x["first_step_s"] + (n - 1) * x["step_ms"] / 1e3
+            t = x.timing.first_step_s + (n - 1) * x.timing.step_ms / 1e3
             if not any(x is b and y is a for _, a, b in leader_changes(runs)):
                 ax.plot([n], [t], marker="o", color="#868e96", ms=4, zorder=4)  # a crossing off the front
                 continue
@@ -177,29 +177,29 @@ def cumulative(records: list[dict[str, Any]], styles: Styles, plan_steps: int) -
     return plot
 
 
-def _leader(runs: list[dict[str, Any]], n: float) -> dict[str, Any]:
+def _leader(runs: list[Record], n: float) -> Record:
     """The run with the least cumulative wall time after ``n`` steps."""
-    return min(runs, key=lambda r: r["first_step_s"] + (n - 1) * r["step_ms"] / 1e3)
+    return min(runs, key=lambda r: r.timing.first_step_s + (n - 1) * r.timing.step_ms / 1e3)
 
 
-def leader_changes(runs: list[dict[str, Any]]) -> list[tuple[float, dict[str, Any], dict[str, Any]]]:
+def leader_changes(runs: list[Record]) -> list[tuple[float, Record, Record]]:
     """Where the run with the least cumulative wall time changes: ``[(steps, previous, next), ...]``.
 
     Totals are lines in n (first step + (n-1) steps), so the fastest choice follows their lower envelope:
     from the quickest start, each change goes to a faster-stepping run at the earliest crossing.
     """
-    ok = [r for r in runs if r.get("first_step_s") is not None and r.get("step_ms") is not None]
+    ok = [r for r in runs if r.timing.first_step_s is not None and r.timing.step_ms is not None]
     if not ok:
         return []
-    cur = min(ok, key=lambda r: (r["first_step_s"], r["step_ms"]))
+    cur = min(ok, key=lambda r: (r.timing.first_step_s, r.timing.step_ms))
     at, out = 1.0, []
     while True:
         nxt = []
         for r in ok:
-            if r["step_ms"] < cur["step_ms"]:
+            if r.timing.step_ms < cur.timing.step_ms:
                 n = break_even_steps(r, cur)
                 if n is not None and math.isfinite(n) and n >= at:
-                    nxt.append((n, r["step_ms"], r))
+                    nxt.append((n, r.timing.step_ms, r))
         if not nxt:
             return out
         n, _, r = min(nxt, key=lambda x: (x[0], x[1]))
@@ -207,23 +207,23 @@ def leader_changes(runs: list[dict[str, Any]]) -> list[tuple[float, dict[str, An
         cur, at = r, n
 
 
-def _against(records: list[dict[str, Any]], styles: Styles, key: str, y: Callable[[dict], float | None],
+def _against(records: list[Record], styles: Styles, key: str, y: Callable[[Record], float | None],
              plot: Plot, ylabel: str, xlabel: str, logx: bool = True,
-             style_of: Callable[[dict], str] = lambda r: "-") -> Plot:
+             style_of: Callable[[Record], str] = lambda r: "-") -> Plot:
     """One line per run label (and per value of the other varying shape keys) of ``y`` against ``key``."""
     ok = [r for r in _ok(records) if y(r) is not None]
     others = [k for k in varying(ok) if k != key]
-    lines: dict[tuple, list[dict[str, Any]]] = {}
+    lines: dict[tuple, list[Record]] = {}
     for r in ok:
         lines.setdefault((label(r), *_shape(r, tuple(others))), []).append(r)
-    lines = {k: v for k, v in lines.items() if len({r[key] for r in v}) > 1}
+    lines = {k: v for k, v in lines.items() if len({r.field(key) for r in v}) > 1}
     if not lines:
         return plot
     fig, ax = _axes(plot.title, xlabel, ylabel)
     for (lab, *_), runs in sorted(lines.items(), key=lambda kv: str(kv[0])):
-        runs = sorted(runs, key=lambda r: r[key])
+        runs = sorted(runs, key=lambda r: r.field(key))
         extra = f" ({shape_text(runs[0], others)})" if others else ""
-        ax.plot([r[key] for r in runs], [y(r) for r in runs], marker=styles.marker(lab), ls=style_of(runs[0]),
+        ax.plot([r.field(key) for r in runs], [y(r) for r in runs], marker=styles.marker(lab), ls=style_of(runs[0]),
                 color=styles.color(lab), lw=1.8, label=lab + extra)
     if logx:
         ax.set_xscale("log", base=2)
@@ -233,84 +233,84 @@ def _against(records: list[dict[str, Any]], styles: Styles, key: str, y: Callabl
     return plot
 
 
-def step_vs(records: list[dict[str, Any]], styles: Styles, key: str) -> Plot:
+def step_vs(records: list[Record], styles: Styles, key: str) -> Plot:
     name = {"batch": "batch size", "seq": "sequence length"}[key]
     plot = Plot(f"step-vs-{key}", f"Step time against {name}",
                 f"Median steady-state step time (ms) of each strategy as the {name} grows.")
-    _against(records, styles, key, lambda r: r["step_ms"], plot, "step time (ms)", name)
+    _against(records, styles, key, lambda r: r.timing.step_ms, plot, "step time (ms)", name)
     if plot.png is None:
-        values = sorted({r.get(key) for r in _ok(records)} - {None})
+        values = sorted({r.field(key) for r in _ok(records)} - {None})
         example = "4,8,16,32" if key == "batch" else "32,64,128"
         plot.note = (f"the runs share one {name} ({', '.join(map(str, values)) or 'none'}); "
                      f"`twinbench sweep --over {key}={example}` produces it")
     return plot
 
 
-def compile_vs_depth(records: list[dict[str, Any]], styles: Styles) -> Plot:
+def compile_vs_depth(records: list[Record], styles: Styles) -> Plot:
     plot = Plot("compile-vs-depth", "Compile time against depth",
                 "Compile time (s) as layers are added: an unrolled model (dashed) compiles every block, "
                 "scan-layers (solid) compiles one block and loops over it. Where the framework reported no "
                 "compile time, the first step's time is used.")
 
     def compile_time(r: dict) -> float | None:
-        return r.get("compile_s") or r.get("first_step_s")
+        return r.compile.compile_s or r.timing.first_step_s
 
     _against(records, styles, "layers", compile_time, plot, "compile time (s)", "layers", logx=False,
-             style_of=lambda r: "-" if "scan-layers" in r["strategy"] else "--")
+             style_of=lambda r: "-" if "scan-layers" in r.run.strategy else "--")
     ok = _ok(records)
     if plot.png is None:
         plot.note = ("the runs share one depth; `twinbench sweep --over layers=2,4,8,12 "
                      "--strategies jit,scan-layers` produces it")
-    elif not any("scan-layers" in r["strategy"] for r in ok):
+    elif not any("scan-layers" in r.run.strategy for r in ok):
         plot.caption += " (No scan-layers run here: add `--strategies jit,scan-layers` to compare.)"
     return plot
 
 
-def scaling(records: list[dict[str, Any]], styles: Styles) -> Plot:
+def scaling(records: list[Record], styles: Styles) -> Plot:
     plot = Plot("scaling", "Scaling against devices",
                 "Throughput (tokens/s) against the number of devices; the dotted grey line is perfect "
                 "linear scaling from each strategy's fewest-device run.")
     ok = _ok(records)
-    _against(records, styles, "device_count", lambda r: r.get("tokens_per_s"), plot, "tokens/s", "devices")
+    _against(records, styles, "device_count", lambda r: r.speed.tokens_per_s, plot, "tokens/s", "devices")
     if plot.png is None:
         plot.note = ("all runs use one device count; `twinbench sweep --over devices=1,2,4 "
                      "--strategies mesh-dp,ddp` produces it")
         return plot
-    if any(r.get("platform") == "cpu" for r in ok):
+    if any(r.conditions.platform == "cpu" for r in ok):
         plot.caption += (" On CPU the devices are simulated and share the same cores: these figures speak "
                          "of correctness and overhead, not speed-up.")
     # redraw with the ideal line: one line per strategy and per value of the other varying keys (weak scaling
     # sweeps vary the batch with the devices: those points stay on one line only when batch/device is fixed)
     others = [k for k in varying(ok) if k not in ("device_count", "batch")]
     for per_device in (False, True):  # strong scaling (same global batch) first; weak scaling if none
-        lines: dict[tuple, list[dict[str, Any]]] = {}
+        lines: dict[tuple, list[Record]] = {}
         for r in ok:
-            if r.get("tokens_per_s"):
-                b = r["batch"] / r["device_count"] if per_device else r["batch"]
+            if r.speed.tokens_per_s:
+                b = r.run.batch / r.run.device_count if per_device else r.run.batch
                 lines.setdefault((label(r), b, *_shape(r, tuple(others))), []).append(r)
-        if any(len({r["device_count"] for r in v}) > 1 for v in lines.values()):
+        if any(len({r.run.device_count for r in v}) > 1 for v in lines.values()):
             break
     if per_device:
         plot.caption += " Weak scaling: the batch grows with the devices (same batch per device)."
     fig, ax = _axes(plot.title, "devices", "tokens/s")
     for (lab, *_), runs in sorted(lines.items(), key=lambda kv: str(kv[0])):
-        runs = sorted(runs, key=lambda r: r["device_count"])
-        if len({r["device_count"] for r in runs}) < 2:
+        runs = sorted(runs, key=lambda r: r.run.device_count)
+        if len({r.run.device_count for r in runs}) < 2:
             continue
-        xs = [r["device_count"] for r in runs]
-        extra = f" (batch {runs[0]['batch']})" if len({r["batch"] for r in ok}) > 1 and not per_device else ""
+        xs = [r.run.device_count for r in runs]
+        extra = f" (batch {runs[0].run.batch})" if len({r.run.batch for r in ok}) > 1 and not per_device else ""
         extra += f" ({shape_text(runs[0], others)})" if others else ""
-        ax.plot(xs, [r["tokens_per_s"] for r in runs], marker=styles.marker(lab), color=styles.color(lab),
+        ax.plot(xs, [r.speed.tokens_per_s for r in runs], marker=styles.marker(lab), color=styles.color(lab),
                 lw=1.8, label=lab + extra)
         base = runs[0]
-        ax.plot(xs, [base["tokens_per_s"] * x / base["device_count"] for x in xs], ls=":", color="#adb5bd")
-    ax.set_xticks(sorted({r["device_count"] for r in ok}))
+        ax.plot(xs, [base.speed.tokens_per_s * x / base.run.device_count for x in xs], ls=":", color="#adb5bd")
+    ax.set_xticks(sorted({r.run.device_count for r in ok}))
     ax.legend(fontsize=8, frameon=False)
     plot.png = _png(fig)
     return plot
 
 
-def dp_payoff(records: list[dict[str, Any]], styles: Styles) -> Plot:
+def dp_payoff(records: list[Record], styles: Styles) -> Plot:
     from twinbench.report.scaling import PAYS, curves, payoff, pays_from
 
     plot = Plot("dp-payoff", "Where data parallelism pays",
@@ -339,7 +339,7 @@ def dp_payoff(records: list[dict[str, Any]], styles: Styles) -> Plot:
               if b is not None and (fw, st, n) in lines]
     plot.caption += (" It pays: " + "; ".join(paying) + "." if paying
                      else " It does not pay at any batch per device measured here.")
-    if any(r.get("platform") == "cpu" for r in rows):
+    if any(r.get("platform") == "cpu" for r in rows):  # scaling rows (flat)
         plot.caption += (" On CPU the devices are simulated and share the same cores: a speed-up there means the "
                          "simulated devices kept the cores busier than one device did, not that data "
                          "parallelism pays.")
@@ -347,11 +347,11 @@ def dp_payoff(records: list[dict[str, Any]], styles: Styles) -> Plot:
     return plot
 
 
-def input_stall(records: list[dict[str, Any]], styles: Styles) -> Plot:
+def input_stall(records: list[Record], styles: Styles) -> Plot:
     plot = Plot("input-stall", "Input stall",
                 "Share of wall time the training loop waited for its next batch (bar), with the median wait "
                 "per step (ms) written on the bar.")
-    ok = [r for r in _ok(records) if r.get("input_stall_pct") is not None]
+    ok = [r for r in _ok(records) if r.input.input_stall_pct is not None]
     if not ok:
         plot.note = ("no run measured its input pipeline; a run with the host input pipeline "
                      "(e.g. `--slow-input 5` on a BERT preset) records input_stall_pct and produces it")
@@ -361,27 +361,27 @@ def input_stall(records: list[dict[str, Any]], styles: Styles) -> Plot:
     fig, ax = _axes(plot.title, "input stall (% of wall time)", "",
                     size=(7.5, max(2.2, 0.45 * len(ok) + 1.2)))
     ys = range(len(ok))
-    ax.barh(list(ys), [r["input_stall_pct"] for r in ok], color=[styles.color(label(r)) for r in ok])
+    ax.barh(list(ys), [r.input.input_stall_pct for r in ok], color=[styles.color(label(r)) for r in ok])
     for i, r in zip(ys, ok, strict=True):
-        wait = r.get("input_wait_ms")
-        text = f" {r['input_stall_pct']:.1f}%" + (f"  (wait {wait:.2f} ms/step)" if wait is not None else "")
-        ax.text(r["input_stall_pct"], i, text, va="center", fontsize=8)
+        wait = r.input.input_wait_ms
+        text = f" {r.input.input_stall_pct:.1f}%" + (f"  (wait {wait:.2f} ms/step)" if wait is not None else "")
+        ax.text(r.input.input_stall_pct, i, text, va="center", fontsize=8)
     ax.set_yticks(list(ys), names, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlim(0, min(100, max(5, max(r["input_stall_pct"] for r in ok) * 1.3)))
+    ax.set_xlim(0, min(100, max(5, max(r.input.input_stall_pct for r in ok) * 1.3)))
     plot.png = _png(fig)
     return plot
 
 
-def _parity_failed(r: dict[str, Any]) -> bool:
+def _parity_failed(r: Record) -> bool:
     """A run of a user model whose port failed its parity check, or whose losses left torch eager's."""
-    parity = r.get("parity") if isinstance(r.get("parity"), dict) else {}
+    parity = r.parity if isinstance(r.parity, dict) else {}
     trajectory = parity.get("trajectory") if isinstance(parity.get("trajectory"), dict) else {}
     return parity.get("ok") is False or trajectory.get("ok") is False
 
 
-def losses(records: list[dict[str, Any]], styles: Styles) -> Plot:
-    ok = [r for r in _ok(records) if r.get("losses")]
+def losses(records: list[Record], styles: Styles) -> Plot:
+    ok = [r for r in _ok(records) if r.loss.losses]
     mismatch = [label(r) for r in ok if _parity_failed(r)]
     claim = ("the twins learn the same thing" if not mismatch else
              f"NOT the same computation: {', '.join(mismatch)} failed the parity check against the torch model, so "
@@ -395,7 +395,7 @@ def losses(records: list[dict[str, Any]], styles: Styles) -> Plot:
     fig, ax = _axes(plot.title, "step", "loss")
     for r in ok:
         extra = f" ({shape_text(r, vary)})" if vary else ""
-        ax.plot(range(1, len(r["losses"]) + 1), r["losses"], color=styles.color(label(r)), lw=1.5,
+        ax.plot(range(1, len(r.loss.losses) + 1), r.loss.losses, color=styles.color(label(r)), lw=1.5,
                 marker=styles.marker(label(r)), ms=3, alpha=0.85, label=label(r) + extra)
     if len(ok) <= 12:
         ax.legend(fontsize=8, frameon=False)
@@ -403,7 +403,7 @@ def losses(records: list[dict[str, Any]], styles: Styles) -> Plot:
     return plot
 
 
-def all_plots(records: list[dict[str, Any]], plan_steps: int) -> list[Plot]:
+def all_plots(records: list[Record], plan_steps: int) -> list[Plot]:
     """Every plot of the report, in page order (omitted ones carry their note)."""
     styles = Styles(records)
     return [cumulative(records, styles, plan_steps), step_vs(records, styles, "batch"),
@@ -411,7 +411,7 @@ def all_plots(records: list[dict[str, Any]], plan_steps: int) -> list[Plot]:
             dp_payoff(records, styles), input_stall(records, styles), losses(records, styles)]
 
 
-def diff_ratios(pairs: list[dict[str, Any]]) -> Plot:
+def diff_ratios(pairs: list[Record]) -> Plot:
     """``twinbench report NEW --against OLD``: each matched run's step-time ratio NEW/OLD with its 95% interval."""
     title = "Step time NEW / OLD, with 95% intervals over repeats"
     caption = ("One row per run matched between the two result sets; the point is the ratio of step times "

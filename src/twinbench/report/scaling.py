@@ -21,31 +21,34 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from twinbench.record import Record, typed
+
 PAYS = 1.05  # the speed-up over one device from which data parallelism counts as paying
 
 
-def _group(r: dict[str, Any]) -> tuple:
-    return (r["framework"], r["strategy"], r.get("preset"), r.get("layers"), r.get("d_model"), r.get("seq"),
-            r.get("precision"))
+def _group(r: Record) -> tuple:
+    return (r.run.framework, r.run.strategy, r.run.preset, r.run.layers, r.run.d_model, r.run.seq, r.run.precision)
 
 
-def efficiency(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def efficiency(records: Iterable[Record | dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per ok record: devices, batches, step time and both efficiencies (None without a reference)."""
-    ok = [r for r in records if r.get("status") == "ok" and r.get("step_ms")]
-    one = {(_group(r), r["batch"]): r for r in ok if (r.get("device_count") or 1) == 1}
+    ok = [r for r in typed(records) if r.ok and r.timing.step_ms]
+    one = {(_group(r), r.run.batch): r for r in ok if (r.run.device_count or 1) == 1}
     rows = []
     for r in ok:
-        n = r.get("device_count") or 1
-        per_device = r["batch"] // n
-        strong_ref = one.get((_group(r), r["batch"]))
-        weak_ref = one.get((_group(r), per_device)) if r["batch"] % n == 0 else None
+        n, batch, step = r.run.device_count or 1, r.run.batch or 0, r.timing.step_ms
+        per_device = batch // n
+        strong = one.get((_group(r), batch))
+        weak = one.get((_group(r), per_device)) if batch % n == 0 else None
+        strong_ms = strong.timing.step_ms if strong else None
+        weak_ms = weak.timing.step_ms if weak else None
         rows.append({
-            "framework": r["framework"], "strategy": r["strategy"], "devices": n, "batch": r["batch"],
-            "batch_per_device": per_device, "step_ms": r["step_ms"],
-            "strong_efficiency": strong_ref["step_ms"] / (n * r["step_ms"]) if strong_ref else None,
-            "weak_efficiency": weak_ref["step_ms"] / r["step_ms"] if weak_ref else None,
-            "time_vs_one_device": r["step_ms"] / strong_ref["step_ms"] if strong_ref else None,
-            "platform": r.get("platform"), "threads": r.get("threads"),
+            "framework": r.run.framework, "strategy": r.run.strategy, "devices": n, "batch": batch,
+            "batch_per_device": per_device, "step_ms": step,
+            "strong_efficiency": strong_ms / (n * step) if strong_ms else None,
+            "weak_efficiency": weak_ms / step if weak_ms else None,
+            "time_vs_one_device": step / strong_ms if strong_ms else None,
+            "platform": r.conditions.platform, "threads": r.conditions.threads,
         })
     return sorted(rows, key=lambda x: (x["framework"], x["strategy"], x["batch_per_device"], x["devices"]))
 
@@ -62,7 +65,7 @@ def caveat(rows: list[dict[str, Any]], cores: int | None = None) -> str | None:
             f"formulation, not a speed-up; on n real accelerators the ideal is 1.0.")
 
 
-def lines(records: Iterable[dict[str, Any]]) -> list[str]:
+def lines(records: Iterable[Record | dict[str, Any]]) -> list[str]:
     """Plain-text lines for a report: one per multi-device run, then the caveat where it applies."""
     rows = efficiency(records)
     out = []
@@ -79,7 +82,7 @@ def lines(records: Iterable[dict[str, Any]]) -> list[str]:
     return out + ([note] if note and out else [])
 
 
-def payoff(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def payoff(records: Iterable[Record | dict[str, Any]]) -> list[dict[str, Any]]:
     """Per multi-device run that has a one-device run of the same strategy on the same global batch: its
     per-device batch and the speed-up ``T(1, B) / T(n, B)`` (> 1: the n devices finish the batch sooner)."""
     return [r | {"speedup": 1.0 / r["time_vs_one_device"]} for r in efficiency(records)
@@ -109,7 +112,7 @@ def pays_from(rows: list[dict[str, Any]]) -> dict[tuple[str, str, int], int | No
     return {key: _pays_from(pts) for key, pts in curves(rows).items()}
 
 
-def payoff_lines(records: Iterable[dict[str, Any]]) -> list[str]:
+def payoff_lines(records: Iterable[Record | dict[str, Any]]) -> list[str]:
     """One line per (strategy, devices): the speed-up at each per-device batch and where it starts to pay."""
     out = []
     for (fw, st, n), pts in curves(payoff(records)).items():
