@@ -34,7 +34,7 @@ def op_counts(hlo: str) -> dict[str, Any]:
     kinds: Counter[str] = Counter(re.findall(r"kind=(k\w+)", hlo))
     ops: Counter[str] = Counter()
     for line in hlo.splitlines():
-        m = re.match(r"\s*(?:ROOT )?[\w.\-]+ = [^ ]+(?: [^ ]+)*? ([a-z\-]+)\(", line)
+        m = re.match(r"\s*(?:ROOT )?%[\w.\-]+ = (?:\([^=]*\)|\S+) ([a-z\-]+)\(", line)
         if m:
             ops[m.group(1)] += 1
     ynn = len(re.findall(r'"__ynn|ynn_fusion|kind=kCustom, calls=.*ynn', hlo))
