@@ -54,6 +54,8 @@ def main() -> None:
     ap.add_argument("--import", dest="imports", default="", help="modules to import first, comma-separated (what "
                     "the other side's process holds: transformers imports torch)")
     ap.add_argument("--perf", help="record the timed steps with `perf record` (software clock) into this file")
+    ap.add_argument("--fresh-state", action="store_true", help="copy the parameters and optimizer state into "
+                    "fresh buffers before compiling (where the buffers came from, as a factor)")
     ap.add_argument("--hlo", help="write the compiled step's HLO text here")
     args = ap.parse_args()
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.cores])  # before XLA sizes its thread pool
@@ -96,6 +98,9 @@ def main() -> None:
         tspec = pair.twin_spec(shape, "jit")
         trainer = registry.builder(tspec)(tspec, family.get(tspec).init_weights(tspec.model, tspec.train.seed))
         jitted, state = trainer.train_step, [trainer.params, trainer.opt_state]
+    if args.fresh_state:  # every state buffer copied into a fresh one of XLA's, as a model initialised by JAX has
+        state = [jax.tree.map(lambda a: a.copy(), s) for s in state]
+        jax.block_until_ready(state)
     batches = pair.token_batches(shape)
     compiled = jitted.lower(state[0], state[1], *batches[0]).compile()
     hlo = compiled.as_text()
