@@ -39,7 +39,9 @@ against twinbench's measured matmul peak (cached per machine) and the datasheet'
 records 3 steps with `jax.profiler.trace` into DIR/<side> (`twinbench explain DIR/ours DIR/hf` says where the
 difference goes). `--compile-cache DIR`: JAX's persistent compilation cache for every child (later runs of a side
 load its programs). `--deadline`: no child starts with less than `--min-left` seconds before it (nor runs past it);
-`--resume` keeps `--out`'s rows and runs only the missing ones. Writes `results.jsonl` (one line per child) and
+`--resume` keeps `--out`'s rows and runs only the missing ones. Each row also carries its process's page faults and
+CPU-seconds (all threads, user and kernel) per step over its synchronised steps: the summary gives both per side and
+the CPU-seconds' ratio per round, a proxy that other jobs on the machine disturb much less than wall time. Writes `results.jsonl` (one line per child) and
 `summary.md` (per side: runs, median step, MFU, compile; the paired ratios of each round) into `--out`. About 1 min
 per round on `small` on an idle 2-core machine.
 """
@@ -226,11 +228,19 @@ def child(which: str, shape: dict[str, Any], steps: int, threads: int, trace: st
     compile_s = time.perf_counter() - t0
     from sitting import cpu_info, time_steps
 
+    from twinbench.measure import page_faults
     from twinbench.measure.clock import time_window
     from twinbench.measure.compiles import JaxCompiles
 
     compiles = JaxCompiles()  # a program compiled inside the window makes it no steady-state time (None)
+    before = page_faults.usage()
     times, loss = time_steps(step, sync, batches, WARMUP, steps)
+    # what the operating system saw over those steps (warm-up included: every one is past the compile): page faults
+    # and the process's CPU-seconds per step, which other jobs on the machine disturb much less than wall time
+    after = page_faults.usage()
+    host = page_faults.per_step(before, after, WARMUP + steps)
+    if before is not None and after is not None:
+        host["cpu_s_per_step"] = (after.user_s - before.user_s + after.system_s - before.system_s) / (WARMUP + steps)
     # the same number of steps again, dispatched back to back, synchronised at the window's two ends only
     window_s = time_window(lambda i: step(*batches[i % len(batches)]), sync, steps, compiles)
     window_ms = window_s * 1e3 if window_s is not None else None
@@ -260,7 +270,7 @@ def child(which: str, shape: dict[str, Any], steps: int, threads: int, trace: st
         with contextlib.suppress(md.PackageNotFoundError):
             versions[pkg] = md.version(pkg)
     print(json.dumps({**cpu_info(), "which": which, "step_ms": step_ms, "p10": sorted(times)[len(times) // 10],
-                      "p90": sorted(times)[(9 * len(times)) // 10], "compile_s": compile_s, **speed,
+                      "p90": sorted(times)[(9 * len(times)) // 10], "compile_s": compile_s, **speed, **host,
                       "compile_cache": "persistent" if cache_dir else "none", "platform": platform,
                       "loss": float(loss), "threads": threads, "matmul_precision": matmul_precision, "device": kind, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       "versions": versions, "xla_flags": os.environ.get("XLA_FLAGS", ""),
@@ -305,6 +315,18 @@ def versions_line(rows: list[dict[str, Any]]) -> str:
     return ", ".join(f"{k} {v}" for k, v in shared.items()) + "".join(f"; {o}" for o in own)
 
 
+def faults(mine: list[dict[str, Any]]) -> str:
+    """The runs' median page faults a step (``-`` where not measured)."""
+    vals = [r["page_faults_per_step"] for r in mine if r.get("page_faults_per_step") is not None]
+    return f"{statistics.median(vals):,.0f}" if vals else "-"
+
+
+def spread3(key: str, mine: list[dict[str, Any]]) -> str:
+    """The runs' median of ``key`` and its range, to three decimals (``-`` where not measured)."""
+    vals = [r[key] for r in mine if r.get(key) is not None]
+    return f"{statistics.median(vals):.3f} ({min(vals):.3f}-{max(vals):.3f})" if vals else "-"
+
+
 def summary(rows: list[dict[str, Any]], sides: tuple[str, ...], args: argparse.Namespace,
             family: str) -> list[str]:
     """The summary's lines: per side the runs' medians, MFU and compile; per round each side over the first."""
@@ -326,13 +348,14 @@ def summary(rows: list[dict[str, Any]], sides: tuple[str, ...], args: argparse.N
           "(the host's work overlaps the device's, as in a training loop that reads nothing back per step).", "",
           "| configuration | runs | median step ms, synchronised per step (range of the runs' medians) | MFU, "
           "measured peak | MFU, datasheet | ms per step, back to back (range) | MFU back to back, measured peak "
-          "(datasheet) | first-step compile s (each run) | last loss |", "|---|---|---|---|---|---|---|---|---|"]
+          "(datasheet) | first-step compile s (each run) | last loss | page faults a step | CPU-s a step, all threads "
+          "(range) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for w in sides:
         mine = [r for r in ok if r["which"] == w]
         failed = [r for r in rows if r["which"] == w and r.get("status", "ok") != "ok"]
         if not mine:
             md.append(f"| {side_name(w, family)} | 0 | - | - | - | - | - | - | "
-                      f"{failed[-1].get('error', '') if failed else ''} |")
+                      f"{failed[-1].get('error', '') if failed else ''} | - | - |")
             continue
 
         def spread(key: str, mine: list[dict[str, Any]] = mine) -> str:
@@ -346,10 +369,12 @@ def summary(rows: list[dict[str, Any]], sides: tuple[str, ...], args: argparse.N
         md.append(f"| {side_name(w, family)} | {len(mine)}{f' (+{len(failed)} failed)' if failed else ''} | "
                   f"{spread('step_ms')} | {pct('mfu')} | {pct('mfu_datasheet')} | {spread('window_ms')} | "
                   f"{pct('mfu_window')} ({pct('mfu_datasheet_window')}) | "
-                  f"{', '.join(format(r['compile_s'], '.0f') for r in mine)} | {mine[-1]['loss']:.3f} |")
+                  f"{', '.join(format(r['compile_s'], '.0f') for r in mine)} | {mine[-1]['loss']:.3f} | "
+                  f"{faults(mine)} | {spread3('cpu_s_per_step', mine)} |")
     ref = sides[0]
     for w in sides[1:]:
-        for key, how in (("step_ms", "synchronised per step"), ("window_ms", "back to back")):
+        for key, how in (("step_ms", "synchronised per step"), ("window_ms", "back to back"),
+                         ("cpu_s_per_step", "CPU-seconds a step (all threads; a proxy, less disturbed by other jobs)")):
             ratios = []
             for r in sorted({x["round"] for x in ok}):
                 a = [x[key] for x in ok if x["round"] == r and x["which"] == w and x.get(key) is not None]
