@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from twinbench.record import read_jsonl  # every line in the flat layout, whatever its version
+
 FIELDS = ("framework", "strategy", "preset", "batch", "seq", "status", "error", "device", "platform", "precision",
           "matmul_precision", "attention_impl", "attention_kernel", "step_ms", "step_ms_p10", "step_ms_p90",
           "tokens_per_s", "achieved_tflops", "peak_tflops", "mfu", "peak_tflops_datasheet", "mfu_datasheet",
@@ -28,15 +30,7 @@ NOT_GROUPS = {"traces", "explain", "compile-cache", "runs"}
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
+    return [row for row in read_jsonl(path) if isinstance(row, dict)]
 
 
 def runs(out: Path) -> list[dict[str, Any]]:

@@ -68,7 +68,7 @@ def main() -> None:
         t = time.perf_counter()
         rec = runner.run_one(spec, args.timeout)
         measured[spec.run_id()] = dt = time.perf_counter() - t
-        status = "ok" if rec.get("status") == "ok" else f"failed: {rec.get('error')}"
+        status = "ok" if rec.status == "ok" else f"failed: {rec.error}"
         times = args.repeats if spec.config_id() in repeated else 1
         rows.append(f"| {describe(spec)} | {times} | {suite.cost_s(spec):.0f} | {dt:.1f} | {status} |")
         print(rows[-1], flush=True)

@@ -8,16 +8,17 @@ and every ratio the median (min-max) of the ratios within each repeat (the runs 
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
+
+from twinbench.record import read_jsonl  # every line in the flat layout, whatever its version
 
 
 def load(path: Path) -> list[dict]:
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path)
 
 
 def pick(records: list[dict], **want) -> list[dict]:

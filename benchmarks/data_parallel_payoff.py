@@ -26,6 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from twinbench.record import read_jsonl  # every line in the flat layout, whatever its version
 from twinbench.report.scaling import payoff, pays_from
 
 TWINBENCH = str(Path(sys.executable).with_name("twinbench"))
@@ -37,7 +38,7 @@ def sweep(out: Path, devices: str, batch: int, strategies: str, extra: list[str]
     print("$", " ".join(["twinbench", *cmd[1:]]), flush=True)
     subprocess.run(cmd, check=False)
     path = out / "results.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return read_jsonl(path)
 
 
 def repeat(out: Path, devices: list[str], batches: list[int], strategies: str, extra: list[str]) -> list[dict]:

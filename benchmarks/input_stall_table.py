@@ -6,10 +6,11 @@ Usage: python benchmarks/input_stall_table.py OUTDIR   (the OUTDIR given to inpu
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
+
+from twinbench.record import read_jsonl  # every line in the flat layout, whatever its version
 
 
 def _cell(values: list[float | None], fmt: str) -> str:
@@ -23,8 +24,7 @@ def table(root: Path, model: str) -> list[str]:
     rounds = sorted(root.glob(f"r*/{model}/results.jsonl"), key=lambda p: int(p.parent.parent.name[1:]))
     runs: dict[str, list[dict | None]] = {}
     for n, path in enumerate(rounds):
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
+        for r in read_jsonl(path):
             runs.setdefault(f"{r['framework']}/{r['strategy']}", [None] * len(rounds))[n] = r
     out = [f"### {model}: {len(rounds)} rounds, --slow-input 20 ms; each cell: median of the rounds (each round)\n",
            "| run | input wait ms (median step) | input stall % | step ms (median) |", "|---|---|---|---|"]

@@ -13,12 +13,12 @@ machine's cores: the step-time ratios are the overhead of each parallel formulat
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 from twinbench.distributed.sharding_report import fmt_bytes
+from twinbench.record import read_jsonl  # every line in the flat layout, whatever its version
 from twinbench.report import scaling
 
 STRATEGIES = "mesh-dp,mesh-fsdp,pmap,ddp,fsdp"
@@ -30,7 +30,7 @@ def compare(preset: str, devices: int, strategies: str, out: Path, extra: list[s
            str(devices), "--strategies", strategies, "--out", str(out), *extra]
     print("$", " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=False)
-    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    return read_jsonl(out / "results.jsonl")
 
 
 def table(one: list[dict], many: list[dict], n: int) -> list[str]:

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -14,6 +13,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from twinbench.record import read_jsonl  # every line in the flat layout, whatever its version
 
 
 def wait_quiet(max_load_per_core: float = 0.3, timeout_s: float = 600.0) -> float:
@@ -32,7 +33,7 @@ def wait_quiet(max_load_per_core: float = 0.3, timeout_s: float = 600.0) -> floa
 def records(out: Path) -> list[dict]:
     """Every record of a results directory (or of its sub-directories, one per round)."""
     files = [out / "results.jsonl"] if (out / "results.jsonl").exists() else sorted(out.glob("*/results.jsonl"))
-    return [json.loads(line) for f in files for line in f.read_text().splitlines() if line.strip()]
+    return [r for f in files for r in read_jsonl(f)]
 
 
 def median_range(values: list[float], fmt: str = "{:.0f}") -> str:

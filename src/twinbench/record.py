@@ -418,9 +418,9 @@ def skipped_note(path: Path, bad: int, problems: list[str]) -> str:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every complete JSON object of a results file (bounded as :func:`read_records` is), a record in the flat
-    layout (:meth:`Record.flat`), an object that is no record as it is; a torn last line (killed mid-write) is
-    skipped."""
+    """Every complete JSON object of a results file (bounded as :func:`read_records` is): a record in sections as
+    its flat view (:meth:`Record.flat`), a flat line (a record of before the sections, or no record) as it is;
+    a torn last line (killed mid-write) is skipped."""
     out: list[dict[str, Any]] = []
     if not Path(path).is_file():
         return out
@@ -430,7 +430,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         except (ValueError, RecursionError):
             continue
         if isinstance(rec, dict):
-            got = load(dict(rec))
+            got = load(dict(rec)) if isinstance(rec.get("run"), dict) else None
             out.append(got.flat() if isinstance(got, Record) else cut(rec))
     return out
 

@@ -153,7 +153,7 @@ def torch_worker() -> dict:
         prepare(spec, Path(tmp), with_ref=False)
         record = execute(spec.evolve(user_dir=tmp), threads=1)
     return {"status": record.status, "torchax_imported": any(m.split(".")[0] == "torchax" for m in sys.modules),
-            "jax_imported": "jax" in sys.modules, "flops_convention": record.flops_convention}
+            "jax_imported": "jax" in sys.modules, "flops_convention": record.speed.flops_convention}
 
 
 def compat() -> dict:

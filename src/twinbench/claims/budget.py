@@ -76,7 +76,7 @@ def efficiencies() -> dict[tuple[str, str], float]:
     for p in shipped():
         if p.device not in DATASHEETS or p.preset not in PRESETS:
             continue
-        spec = run_spec(p.preset, p.framework, p.strategy, {"batch": p.batch, "seq": p.seq})
+        spec = run_spec(p.preset, p.framework, p.strategy, p.overrides())
         sheet = DATASHEETS[p.device]
         mfu = flops_per_step(spec) / (p.step_ms / 1e3) / sheet.peak("bf16" if spec.strategy.mods.bf16 else "fp32")
         got.setdefault((sheet.platform, kind(spec)), []).append(mfu)

@@ -50,6 +50,17 @@ class Point:
     memory_bytes: float | None = None
     predicted_memory_bytes: float | None = None
 
+    def overrides(self) -> dict[str, int]:
+        """The flags its run set beyond its preset: batch and seq, and the context raised to the sequence where
+        the preset's is shorter (a run of a longer sequence had to raise it)."""
+        from twinbench.models.family import presets
+
+        out = {"batch": self.batch, "seq": self.seq}
+        model = presets().get(self.preset, (None,))[0]
+        if model is not None and self.seq > model.context:
+            out["context"] = self.seq
+        return out
+
     @property
     def platform(self) -> str:
         return DATASHEETS[self.device].platform if self.device in DATASHEETS else "cpu"

@@ -182,13 +182,9 @@ def predict_point(point: calibration.Point, cache: dict, sheets: dict | None = N
 
 def predicted(point: calibration.Point, cache: dict, sheets: dict | None = None) -> Prediction:
     """The (uncalibrated) prediction of a measured point's configuration on its device."""
-    from twinbench.models.family import presets
     from twinbench.plan import build_specs
 
-    overrides: dict[str, Any] = {"batch": point.batch, "seq": point.seq}
-    model = presets().get(point.preset, (None,))[0]
-    if model is not None and point.seq > model.context:  # the run had to raise --context to its sequence
-        overrides["context"] = point.seq
+    overrides: dict[str, Any] = point.overrides()
     spec = build_specs(point.preset, point.framework, point.strategy, overrides,
                        attention_impl=point.attention_impl)[0]
     check_fits(spec, point.device)
