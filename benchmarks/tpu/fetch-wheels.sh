@@ -10,7 +10,7 @@ D=${1:-.whl-tpu}
 grep -qx "/$D/" .git/info/exclude 2>/dev/null || echo "/$D/" >> .git/info/exclude
 P="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 --implementation cp $P -d "$D" \
-  grain==0.2.18 array_record etils portpicker cloudpickle submitit torchax==0.0.13 ijson==3.6.0
+  grain==0.2.18 array_record etils portpicker cloudpickle submitit torchax==0.0.13 ijson==3.6.0 msgspec==0.23.0
 if [ "${WITH_HF:-0}" = 1 ]; then
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 --implementation cp $P -d "$D" \
     transformers==4.49.0 tokenizers==0.21.4 huggingface_hub==0.36.2 tqdm  # huggingface_hub imports tqdm

@@ -38,7 +38,7 @@ sys.stdout.write("".join(w + "\n" for w in sys.argv[2:] if norm(w) not in have))
 EOF
   }
   mapfile -t missing < <(_twinbench_missing flax optax rich typer safetensors tokenizers matplotlib scipy packaging \
-    absl-py protobuf fsspec zipp importlib_resources typing-extensions ijson)
+    absl-py protobuf fsspec zipp importlib_resources typing-extensions ijson msgspec)
   if [ ${#missing[@]} -gt 0 ]; then
     PIP_CONFIG_FILE=/dev/null "${pip[@]}" --only-binary=:all: --index-url "$index" "${missing[@]}" || return
   fi
