@@ -42,6 +42,8 @@ from hostile_inputs import (
     torch_trace,
 )
 
+from twinbench.record import read_jsonl
+
 FIX = ROOT / "tests" / "explain" / "fixtures"
 RO = "/sys/twinbench-hostile"  # a place no one may write, root included
 GB2 = 2 * 2**30
@@ -141,7 +143,7 @@ def more_cases(t: Path) -> tuple[list[Case], Callable[[], str]]:
 
     def n_params_recorded() -> str:
         f = Path(out) / "results.jsonl"
-        recs = [json.loads(ln) for ln in f.read_text().splitlines()] if f.is_file() else []
+        recs = read_jsonl(f)  # the flat view of each record, whatever its layout
         return "" if recs and all(isinstance(r.get("n_params"), int) and r["n_params"] > 0 for r in recs) else \
             f"a record without n_params ({[r.get('n_params') for r in recs]})"
 

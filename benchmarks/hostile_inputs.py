@@ -55,15 +55,16 @@ class Case:
 
 
 def record(framework: str, strategy: str, **extra: object) -> dict:
-    """A minimal ok record of the tiny preset (what a compare writes), with ``extra`` fields on top."""
-    from twinbench.record import Record
+    """A minimal ok record of the tiny preset in the flat layout (``compare --json``'s; the loader reads it as it
+    reads a line of before the sections), with ``extra`` fields on top, by their flat names."""
+    from twinbench.record import for_spec
     from twinbench.spec import from_preset
 
     spec = from_preset("tiny", {}, framework=framework, strategy=strategy)
-    r = Record.for_spec(spec, "ok", n_params=100_000, device="cpu", platform="cpu", compile_s=0.5,
-                        first_step_s=0.6, step_ms=10.0, step_ms_p10=9.0, step_ms_p90=11.0, tokens_per_s=1e4,
-                        peak_mem_bytes=2**20, compiles_during_steps=0, loss_first=5.0, loss_last=4.0,
-                        losses=[5.0, 4.0], step_times_ms=[10.0, 10.0]).to_dict()
+    r = for_spec(spec, "ok", n_params=100_000, device="cpu", platform="cpu", compile_s=0.5,
+                 first_step_s=0.6, step_ms=10.0, step_ms_p10=9.0, step_ms_p90=11.0, tokens_per_s=1e4,
+                 peak_mem_bytes=2**20, compiles_during_steps=0, loss_first=5.0, loss_last=4.0,
+                 losses=[5.0, 4.0], step_times_ms=[10.0, 10.0]).flat()
     r.update(extra)
     return r
 
