@@ -12,6 +12,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 from typer.testing import CliRunner
 
+from tests.test_hostile import one_line_error
 from twinbench import runner
 from twinbench.cli import app
 from twinbench.config import SpecError
@@ -33,13 +34,6 @@ def _rewrite(ck: Path, change) -> None:
     change(tensors)
     save_file(tensors, str(st), metadata={"format": "pt"})
 
-
-def _one_line(result) -> str:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output, result.output
-    errors = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1, result.output
-    return errors[0]
 
 
 @pytest.fixture
@@ -68,7 +62,7 @@ def test_a_tensor_of_another_shape_is_named_with_both_shapes_before_any_run(tmp_
 
     _rewrite(ck, narrow)
     was, now = found["was"], [found["was"][0], found["was"][1] - 1]
-    line = _one_line(CLI.invoke(app, ["compare", "--init-from", str(ck), "--strategies", "torch:eager,jax:jit",
+    line = one_line_error(CLI.invoke(app, ["compare", "--init-from", str(ck), "--strategies", "torch:eager,jax:jit",
                                       "--out", str(tmp_path / "o")]))
     assert f"tensor {name} has shape {now}" in line and f"needs {was}" in line, line
     assert not no_runs and not (tmp_path / "o").exists()
@@ -79,7 +73,7 @@ def test_score_refuses_a_checkpoint_of_another_shape_before_either_framework_sta
     _rewrite(ck, lambda t: t.update({"transformer.wpe.weight": np.zeros((31, 64), np.float32)}))
     text = tmp_path / "text.txt"
     text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
-    line = _one_line(CLI.invoke(app, ["score", "--init-from", str(ck), "--data", str(text)]))
+    line = one_line_error(CLI.invoke(app, ["score", "--init-from", str(ck), "--data", str(text)]))
     assert "tensor transformer.wpe.weight has shape [31, 64]" in line and "needs [32, 64]" in line, line
     assert not no_runs
 

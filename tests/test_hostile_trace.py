@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.test_hostile import one_line_error
 from twinbench import runner
 from twinbench.cli import app
 from twinbench.explain import files, gap, trace_file
@@ -29,13 +30,6 @@ def _trace(name: str, n: int = 4) -> bytes:
     return json.dumps({"schemaVersion": 1, "traceEvents": ev}).encode()
 
 
-def _one_line(result, code: int = 2) -> str:
-    assert result.exit_code == code, result.output
-    assert "Traceback" not in result.output, result.output
-    errors = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1, result.output
-    return errors[0]
-
 
 @pytest.fixture
 def small_token_cap(monkeypatch):
@@ -49,7 +43,7 @@ def test_a_string_no_profiler_writes_is_refused_in_one_line(tmp_path, small_toke
     data = _trace(name)
     path = tmp_path / ("long.json.gz" if gz else "long.json")
     path.write_bytes(gzip.compress(data, 1) if gz else data)
-    line = _one_line(CLI.invoke(app, ["explain", str(path)]))
+    line = one_line_error(CLI.invoke(app, ["explain", str(path)]))
     assert f"{path}: holds a string or number over 1 MiB long" in line, line
 
 
@@ -78,7 +72,7 @@ def test_an_hlo_text_over_its_cap_is_refused_before_the_trace_is_read(tmp_path, 
     read = []
     monkeypatch.setattr(trace_file, "read", lambda *a, **k: read.append(a) or pytest.fail("the trace was parsed"))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    line = _one_line(CLI.invoke(app, ["explain", str(FIX / "pair_lm_jax.xplane.pb.gz"), "--hlo", str(hlo)]))
+    line = one_line_error(CLI.invoke(app, ["explain", str(FIX / "pair_lm_jax.xplane.pb.gz"), "--hlo", str(hlo)]))
     assert f"{hlo}: 2048 MiB, over the cap on a HLO text's size" in line and not read
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 200 * 2**10  # KiB: nothing was held
 
@@ -89,5 +83,5 @@ def test_an_interrupted_explain_of_traces_names_no_folder(tmp_path, monkeypatch)
 
     monkeypatch.setattr(gap, "explain_trace", interrupted)
     monkeypatch.chdir(tmp_path)
-    line = _one_line(CLI.invoke(app, ["explain", str(FIX / "pair_lm_torch.json.gz")]), code=130)
+    line = one_line_error(CLI.invoke(app, ["explain", str(FIX / "pair_lm_torch.json.gz")]), code=130)
     assert line == "error: interrupted" and not (tmp_path / "runs").exists()

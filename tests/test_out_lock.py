@@ -7,19 +7,13 @@ import os
 
 from typer.testing import CliRunner
 
+from tests.test_hostile import one_line_error
 from twinbench import results_dir, runner
 from twinbench.cli import app
 from twinbench.record import for_spec
 
 CLI = CliRunner()
 
-
-def _one_line(result) -> str:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output, result.output
-    errors = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1, result.output
-    return errors[0]
 
 
 def test_a_locked_out_is_refused_before_anything_is_written_into_it(tmp_path, monkeypatch):
@@ -33,7 +27,7 @@ def test_a_locked_out_is_refused_before_anything_is_written_into_it(tmp_path, mo
         for args in (["claims", "--quick", "--only", "C21", "--out", str(out)],  # probes only
                      ["claims", "--quick", "--only", "C1", "--out", str(out)],
                      ["compare", "--preset", "tiny", "--strategies", "torch:eager", "--out", str(out)]):
-            line = _one_line(CLI.invoke(app, args))
+            line = one_line_error(CLI.invoke(app, args))
             assert f"--out {out}: another twinbench (pid {os.getpid()}) is writing there now" in line, (args, line)
             assert sorted(os.listdir(out)) == [".twinbench.lock"], (args, os.listdir(out))
         assert results_dir.lock_holder(out) == str(os.getpid())
@@ -53,7 +47,7 @@ def test_what_a_lock_file_says_is_printed_as_text(tmp_path):
 
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        line = _one_line(CLI.invoke(app, ["compare", "--preset", "tiny", "--strategies", "torch:eager",
+        line = one_line_error(CLI.invoke(app, ["compare", "--preset", "tiny", "--strategies", "torch:eager",
                                           "--out", str(out)]))
     finally:
         os.close(fd)
