@@ -19,7 +19,7 @@ FLAT_KEYS = {"framework", "strategy", "preset", "devices", "threads", "compile_c
              "trace_dir", "save_weights", "explain", "num_processes", "process_id", "coordinator", "user_model",
              "user_jax_model", "user_dir", "repeat", "no_preflight"}
 #: fields added since, left out of a run id at their defaults (earlier records keep their ids)
-ADDED = {"mlp_activation"}
+ADDED = {"mlp_activation", "optimizer_state"}
 #: the flags a command took before they were read off the declarations
 FLAGS = {"layers", "d_model", "heads", "d_ff", "vocab", "context", "batch", "seq", "steps", "warmup", "lr",
          "weight_decay", "seed", "precision", "data", "devices", "threads", "scan_k", "remat_policy", "scan_unroll",

@@ -147,7 +147,7 @@ class RunSpec:
         d.pop("cache_dir", None)  # where the compilation cache lives is not what is measured (its state is)
         d.pop("user_dir", None)  # likewise where the user model's initial weights were written
         for name, default in (("attention_impl", "default"), ("repeat", 0), ("splash_layout", "auto"),
-                              ("mlp_activation", "fused")):  # fields added later: records
+                              ("mlp_activation", "fused"), ("optimizer_state", "tree")):  # fields added later: records
             if d.get(name) == default:  # made before them keep their ids
                 d.pop(name)
         d.pop("no_preflight", None)  # whether memory was estimated first does not change the measurement
@@ -328,6 +328,9 @@ def check_framework_options(spec: RunSpec) -> None:
     if st.mlp_activation != "fused" and not backends.get(spec.framework).READS_XLA_FLAGS:
         raise SpecError(f"--mlp-activation {st.mlp_activation} is a choice of XLA's fusion in the JAX twins; the "
                         f"{spec.framework} twin does not run through XLA")
+    if st.optimizer_state != "tree" and not backends.get(spec.framework).READS_XLA_FLAGS:
+        raise SpecError(f"--optimizer-state {st.optimizer_state} is how the JAX side's Optax chain keeps its "
+                        f"moments; the {spec.framework} side runs torch.optim")
 
 
 def _validate_strategy(spec: RunSpec) -> None:

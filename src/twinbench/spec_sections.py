@@ -12,7 +12,13 @@ from typing import Any
 
 from twinbench.config import option
 from twinbench.host_malloc import CHOICES as HOST_MALLOC_CHOICES
-from twinbench.models.options import ATTENTION_IMPLS, MLP_ACTIVATIONS, REMAT_POLICIES, SPLASH_LAYOUTS
+from twinbench.models.options import (
+    ATTENTION_IMPLS,
+    MLP_ACTIVATIONS,
+    OPTIMIZER_STATES,
+    REMAT_POLICIES,
+    SPLASH_LAYOUTS,
+)
 from twinbench.strategies.modifiers import Modifiers
 from twinbench.xla_flags import CHOICES as XLA_CPU_FLAG_CHOICES
 
@@ -52,6 +58,10 @@ class StrategySpec:
         "fused", "JAX twins: how the MLP's activation reaches the products that read it (the same maths): 'fused' "
         "(XLA may recompute it inside them) or 'stored' (written once, read by the next product and the backward "
         "pass: one activation a layer more of memory)", choices=MLP_ACTIVATIONS)
+    optimizer_state: str = option(
+        "tree", "JAX twins: how AdamW's moments are kept (the same maths): 'tree' (an array per parameter, as optax "
+        "does) or 'flat' (clipping and moments over one vector of all parameters, optax.flatten: the step takes and "
+        "returns two arrays a parameter fewer)", choices=OPTIMIZER_STATES)
     mods: Modifiers = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

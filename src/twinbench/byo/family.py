@@ -124,11 +124,11 @@ def torch_optimizer(module: Any, lr: float, weight_decay: float) -> Any:
     return make_optimizer(module, lr, weight_decay)
 
 
-def jax_optimizer(lr: float, weight_decay: float) -> Any:
+def jax_optimizer(lr: float, weight_decay: float, flat: bool = False) -> Any:
     """The twins' Optax chain: clip by global norm 1.0, then AdamW with the torch side's hyperparameters."""
     from twinbench.models.layers_jax import make_optimizer
 
-    return make_optimizer(lr, weight_decay)
+    return make_optimizer(lr, weight_decay, flat=flat)
 
 
 def matmul_params(module: Any) -> int:
@@ -224,8 +224,8 @@ class UserFamily:
 
     jax_loss = jax_model
 
-    def jax_optimizer(self, lr: float, weight_decay: float) -> Any:
-        return jax_optimizer(lr, weight_decay)
+    def jax_optimizer(self, lr: float, weight_decay: float, flat: bool = False) -> Any:
+        return jax_optimizer(lr, weight_decay, flat=flat)
 
     def init_weights(self, cfg: Any = None, seed: int | None = None) -> dict[str, np.ndarray]:
         """The initial weights the preparation process saved (built under ``torch.manual_seed(seed)``), read

@@ -334,9 +334,21 @@ GRAD_CLIP = 1.0
 
 
 def make_optimizer(lr: float, weight_decay: float, betas: tuple[float, float] = (0.9, 0.95),
-                   eps: float = 1e-8) -> optax.GradientTransformation:
-    """Clip by global norm 1.0, then AdamW: the semantics of ``layers_torch.make_optimizer``."""
+                   eps: float = 1e-8, flat: bool = False) -> optax.GradientTransformation:
+    """Clip by global norm 1.0, then AdamW: the semantics of ``layers_torch.make_optimizer``.
+
+    ``flat`` (``--optimizer-state flat``): the clipping and Adam's moments run over all parameters raveled into one
+    vector (``optax.flatten``), so the state is two vectors, not two arrays a parameter. The decay, whose mask is
+    read from the parameters' ranks, and the learning rate stay per parameter, outside the flattened part: AdamW's
+    order (moments, then decay, then the rate) and maths are unchanged."""
+    if not flat:
+        return optax.chain(
+            optax.clip_by_global_norm(GRAD_CLIP),
+            optax.adamw(lr, b1=betas[0], b2=betas[1], eps=eps, weight_decay=weight_decay, mask=decay_mask),
+        )
     return optax.chain(
-        optax.clip_by_global_norm(GRAD_CLIP),
-        optax.adamw(lr, b1=betas[0], b2=betas[1], eps=eps, weight_decay=weight_decay, mask=decay_mask),
+        optax.flatten(optax.chain(optax.clip_by_global_norm(GRAD_CLIP),
+                                  optax.scale_by_adam(b1=betas[0], b2=betas[1], eps=eps))),
+        optax.add_decayed_weights(weight_decay, mask=decay_mask),
+        optax.scale_by_learning_rate(lr),
     )

@@ -33,6 +33,10 @@ SPLASH_LAYOUTS = ("auto", "head-dim-minor", "seq-minor")
 #: ``optimization_barrier``), to be read by the next product and the backward pass, for one activation a layer
 #: more of memory. benchmarks/RESULTS.md, "The tenth sitting", has BERT-base's A/B on a TPU v5e.
 MLP_ACTIVATIONS = ("fused", "stored")
+#: How the JAX twins keep AdamW's moments (the same maths): "tree", one array per parameter, as optax does; "flat",
+#: the clipping and moments over all parameters as one vector (``optax.flatten``), so a call of the step takes and
+#: returns three arrays a parameter fewer, which the host flattens, dispatches and donates one by one.
+OPTIMIZER_STATES = ("tree", "flat")
 
 
 @dataclass(frozen=True)

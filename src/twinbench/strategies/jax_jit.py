@@ -150,7 +150,7 @@ class JaxTrainer:
     def __init__(self, spec: RunSpec, weights: Canonical):
         self.spec = spec
         self.family = families.get(spec)
-        self.tx = self.family.jax_optimizer(spec.train.lr, spec.train.weight_decay)
+        self.tx = self.family.jax_optimizer(spec.train.lr, spec.train.weight_decay, flat=spec.strategy.optimizer_state == "flat")
         params, self.loss_of = self.init_model(weights)
         self.params, self.opt_state = self.place(params)
         self.train_step = self.compile(make_train_step(self.make_loss(), self.tx, self.reduce()))

@@ -27,7 +27,7 @@ class NaiveTrainer:
     def __init__(self, spec: RunSpec, weights: Canonical):
         fam = families.get(spec)
         self.model = make_model(spec, weights, fam)
-        tx = fam.jax_optimizer(spec.train.lr, spec.train.weight_decay)
+        tx = fam.jax_optimizer(spec.train.lr, spec.train.weight_decay, flat=spec.strategy.optimizer_state == "flat")
         self.grad_step = nnx.jit(nnx.value_and_grad(fam.jax_loss))  # the model's loss, jitted with its gradient
         self.optimizer = nnx.Optimizer(self.model, tx, wrt=nnx.Param)
 

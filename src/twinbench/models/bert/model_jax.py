@@ -249,6 +249,6 @@ def loss_fn(model: BERT, x: tuple[jax.Array, ...], labels: jax.Array) -> jax.Arr
     return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels.reshape(-1)).mean()
 
 
-def make_optimizer(lr: float, weight_decay: float) -> optax.GradientTransformation:
+def make_optimizer(lr: float, weight_decay: float, flat: bool = False) -> optax.GradientTransformation:
     """Clip by global norm 1.0, then AdamW as BERT fine-tuning uses it (betas 0.9/0.999, eps 1e-6)."""
-    return layers_jax.make_optimizer(lr, weight_decay, betas=(0.9, 0.999), eps=1e-6)
+    return layers_jax.make_optimizer(lr, weight_decay, betas=(0.9, 0.999), eps=1e-6, flat=flat)
