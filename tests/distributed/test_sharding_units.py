@@ -123,6 +123,21 @@ def _rendered(record: Record) -> str:
     return console.export_text()
 
 
+def test_show_sharding_draws_each_ok_records_report(monkeypatch):
+    """``run --show-sharding`` hands each ok run's typed record to the drawing; a failed run's warnings are
+    listed on their own, with the run's label."""
+    from twinbench.cli import run as cli_run
+
+    console = Console(record=True, width=100)
+    monkeypatch.setattr(cli_run, "out", console)
+    drawn = Record(status="ok", run=Run(framework="jax", strategy="mesh-dp"), sharding=_report((4, 32)))
+    failed = Record(status="failed", run=Run(framework="torch", strategy="ddp"), warnings=["params replicated"])
+    cli_run.print_sharding([drawn, failed], drawings=True)
+    text = console.export_text()
+    assert "jax/mesh-dp: " in text and "batch x" in text
+    assert "warning torch/ddp: params replicated" in text
+
+
 def test_a_record_without_a_sharding_report_says_so():
     """A single-device run's record (its sharding section empty) renders one line naming the run."""
     text = _rendered(Record(status="ok", run=Run(framework="torch", strategy="eager")))
