@@ -1,6 +1,6 @@
 """The ops of one traced run, grouped, with what they compute: FLOPs and bytes per op (:mod:`.flops`), each
 category's achieved FLOP/s and its share of the framework's *measured* matmul peak (the record's
-``peak_tflops``), and JAX's forward-pass linearization moved to the backward phase (:mod:`.linearize`).
+``speed.peak_tflops``), and JAX's forward-pass linearization moved to the backward phase (:mod:`.linearize`).
 
 Every millisecond here is on the scale of the gap table: an op's traced time per undisturbed step, divided
 by the overlap the reader found, times ``step_ms / traced_step_ms`` (the measured step over the profiled one).
