@@ -13,6 +13,7 @@ from twinbench.distributed import process_env
 from twinbench.distributed import sharding_report as sr
 from twinbench.distributed.mesh import fsdp_spec
 from twinbench.distributed.torchrun import launch_command
+from twinbench.record_sections import Record, Run
 from twinbench.report import scaling
 from twinbench.spec import RunSpec, SpecError, from_preset, validate
 from twinbench.strategies import registry
@@ -106,15 +107,41 @@ def test_torch_chunks_follow_torch_chunk():
 def test_drawing_names_the_devices_of_each_block():
     layout = [(f"CPU {d}", [(0, 8), (16 * d, 16 * (d + 1))]) for d in range(2)]
     e = sr.entry("w", (8, 32), "float32", 4, "P(None, 'data')", (8, 16), 2, layout)
-    record = {"framework": "jax", "strategy": "mesh-fsdp", "sharding": _report((4, 32)) | {"drawn": [e]},
-              "warnings": ["batch x is replicated"]}
-    console = Console(record=True, width=100)
-    for item in sr.render(record):
-        console.print(item)
-    text = console.export_text()
+    record = Record(status="ok", run=Run(framework="jax", strategy="mesh-fsdp"),
+                    sharding=_report((4, 32)) | {"drawn": [e]}, warnings=["batch x is replicated"])
+    text = _rendered(record)
     assert "│" in text and "CPU 0" in text and "CPU 1" in text
     assert "P(None, 'data')" in text and "warning: batch x is replicated" in text
     assert text.index("CPU 0") < text.index("CPU 1")
+    assert text.startswith("jax/mesh-fsdp: ")  # the label from the record's run section
+
+
+def _rendered(record: Record) -> str:
+    console = Console(record=True, width=100)
+    for item in sr.render(record):
+        console.print(item)
+    return console.export_text()
+
+
+def test_show_sharding_draws_each_ok_records_report(monkeypatch):
+    """``run --show-sharding`` hands each ok run's typed record to the drawing; a failed run's warnings are
+    listed on their own, with the run's label."""
+    from twinbench.cli import run as cli_run
+
+    console = Console(record=True, width=100)
+    monkeypatch.setattr(cli_run, "out", console)
+    drawn = Record(status="ok", run=Run(framework="jax", strategy="mesh-dp"), sharding=_report((4, 32)))
+    failed = Record(status="failed", run=Run(framework="torch", strategy="ddp"), warnings=["params replicated"])
+    cli_run.print_sharding([drawn, failed], drawings=True)
+    text = console.export_text()
+    assert "jax/mesh-dp: " in text and "batch x" in text
+    assert "warning torch/ddp: params replicated" in text
+
+
+def test_a_record_without_a_sharding_report_says_so():
+    """A single-device run's record (its sharding section empty) renders one line naming the run."""
+    text = _rendered(Record(status="ok", run=Run(framework="torch", strategy="eager")))
+    assert text.strip() == "torch/eager: no sharding report (single-device strategy or failed run)"
 
 
 def test_scaling_efficiency_strong_and_weak():

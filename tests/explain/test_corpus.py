@@ -295,7 +295,7 @@ def test_timing_two_methods_disagree_on_is_not_shown_as_a_measurement() -> None:
     b.add("optimizer", "optimizer", 4.6)
     b.finish(1, 94.6)
     timing = {"input": 0.0, "forward": 40.0, "backward": 44.0, "optimizer": 58.8, "rest": 0.0}
-    e = gap.explain_breakdown(b, "jax/jit", 94.6, timing, [], {"framework": "jax"})
+    e = gap.explain_breakdown(b, "jax/jit", 94.6, timing, [], gap.trace_record("jax"))
     assert e["timing_scale"] == pytest.approx(94.6 / 142.8)
     assert "optimizer" in e["timing_apart"] and "forward" not in e["timing_apart"]
     assert any(f"timing's optimizer is {58.8 * 94.6 / 142.8:.1f} ms (58.8 ms timed, scaled to the step) against the "
@@ -305,7 +305,7 @@ def test_timing_two_methods_disagree_on_is_not_shown_as_a_measurement() -> None:
     out = console.export_text()
     assert "timing ms (scaled x0.66)" in out and "x apart)" in out and "142.8 -> 94.6" in out
     other = gap.explain_breakdown(b, "torch/eager", 94.6, dict(timing, optimizer=5.0, backward=49.6), [],
-                                  {"framework": "torch"})
+                                  gap.trace_record("torch"))
     r = gap.pair(other, e)
     opt = next(row for row in r["rows"] if row["row"] == "optimizer")
     fwd = next(row for row in r["rows"] if row["row"] == "forward")

@@ -93,6 +93,29 @@ def test_planted_backward_matmul_is_the_largest_gap_row(tmp_path: Path) -> None:
     assert "backward / matmul" in res["summary"]
 
 
+def test_the_why_rows_read_the_typed_records_sections(tmp_path: Path) -> None:
+    """explain_run hands the typed record itself to the why rows and the op tables: the peak and its time from
+    ``speed``, the device from ``run``, the cores from ``conditions``, the busy warnings from ``warnings``; a
+    flat dict is no record there."""
+    from twinbench.explain import ops, why
+    from twinbench.explain.breakdown import Breakdown
+    from twinbench.record_sections import Conditions, Record, Run, Speed, Timing, Trace
+
+    rec = Record(status="ok", run=Run(framework="torch", strategy="eager", run_id="r", device="Tesla X"),
+                 timing=Timing(step_ms=0.61), speed=Speed(peak_tflops=0.25, peak_measured_at="2000-01-01T00:00:00"),
+                 conditions=Conditions(cpu_count=3), trace=Trace(path=synthetic_torch_trace(tmp_path / "a.json", 0.0)),
+                 warnings=["machine busy: planted", "batch x is replicated"])
+    e = gap.explain_run(rec)
+    assert e["peak"] == {"tflops": 0.25, "measured_at": "2000-01-01T00:00:00", "age": e["peak"]["age"], "source": ""}
+    assert e["peak"]["age"].endswith(" d ago")
+    assert (e["device_name"], e["cores"], e["warnings"]) == ("Tesla X", 3, ["machine busy: planted"])
+    assert e["busy"] and any(k["name"] == "aten::mm" for k in e["kernels"])
+    with pytest.raises(AttributeError):
+        ops.groups(rec.flat(), Breakdown(), 1.0)  # type: ignore[arg-type]
+    with pytest.raises(AttributeError):
+        why.run_extras(rec.flat(), Breakdown(), 1.0, {}, {})  # type: ignore[arg-type]
+
+
 def test_an_even_spread_names_no_planted_row() -> None:
     """The planted-cause assertion above fails on a breakdown that spreads the gap evenly."""
     even = {"run": "a", "step_ms": 10.0, "trace": dict.fromkeys(PHASES, 2.0),

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from twinbench.explain import jax_trace, ops, spill, torch_trace, tpu_trace, xplane
+from twinbench.explain import gap, jax_trace, ops, spill, torch_trace, tpu_trace, xplane
 from twinbench.explain.breakdown import Breakdown
 from twinbench.explain.steps import TraceError
 
@@ -38,7 +38,7 @@ def _long(name: str, steps: int, dst: Path) -> tuple[Path, int]:
 
 
 def _per_step(b: Breakdown, kind: str = "torch") -> dict[str, Any]:
-    groups = ops.groups({"framework": kind}, b, 1.0)
+    groups = ops.groups(gap.trace_record(kind), b, 1.0)
     return {"step_ms": b.step_ms, "overlap": b.overlap, "spread": b.step_spread, "device": b.device,
             "cells": {(p, c): v for p, row in b.cells.items() for c, v in row.items() if v},
             "ops": {k: (round(t.ms, 6), t.count, t.category) for k, t in b.ops.items()},

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from twinbench.explain import ops, trace_file
+from twinbench.explain import gap, ops, trace_file
 
 FIX = Path(__file__).parent / "fixtures"
 EXPECTED: dict[str, dict[str, Any]] = json.loads((Path(__file__).parent / "reader_figures.json").read_text())
@@ -39,7 +39,7 @@ def figures(name: str) -> dict[str, Any]:
     h = _hlo(name)
     kind, _, b = trace_file.read(str(FIX / name), hlo=h)
     d = b.to_dict()
-    groups = ops.groups({"framework": kind, "explain_hlo_path": b.hlo_path or ""}, b, 1.0)
+    groups = ops.groups(gap.trace_record(kind, b.hlo_path), b, 1.0)
     return {
         "hlo": bool(h), "step_ms": round(b.step_ms, 4), "steps_traced": b.steps_traced, "steps_used": b.steps_used,
         "overlap": round(b.overlap, 4), "spread": round(b.step_spread, 4), "categorized": d["categorized_share"],

@@ -123,13 +123,13 @@ def test_timing_phases_add_up_to_the_measured_step() -> None:
     b.add("backward", "matmul", 90.0)
     b.finish(1, 148.0)
     timing = {"input": 10.0, "forward": 60.0, "backward": 80.0, "optimizer": 22.0, "rest": 0.0, "step": 172.0}
-    e = gap.explain_breakdown(b, "torch/eager", 148.0, timing, [], {"framework": "torch"})
+    e = gap.explain_breakdown(b, "torch/eager", 148.0, timing, [], gap.trace_record("torch"))
     assert sum(e["timing"][p] for p in PHASES) == pytest.approx(148.0)
     assert e["timing"]["forward"] == pytest.approx(60.0 * 148 / 172)
     assert e["timing_raw"]["forward"] == 60.0
     assert any("sum to 172.0 ms" in n and "scaled by 0.86" in n for n in e["notes"])
     close = dict(timing, input=0.0, step=150.0)  # within 10%: scaled, no note
-    e = gap.explain_breakdown(b, "torch/eager", 148.0, close, [], {"framework": "torch"})
+    e = gap.explain_breakdown(b, "torch/eager", 148.0, close, [], gap.trace_record("torch"))
     assert sum(e["timing"][p] for p in PHASES) == pytest.approx(148.0)
     assert not any(n.startswith("timing:") for n in e["notes"])
 

@@ -198,7 +198,7 @@ def print_sharding(records: list[Record], drawings: bool) -> None:
     for r in records:
         if drawings and r.ok:
             out.print()
-            for item in render(r.flat()):
+            for item in render(r):
                 out.print(item)
         elif r.warnings:
             for w in r.warnings:

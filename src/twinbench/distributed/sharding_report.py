@@ -17,6 +17,7 @@ import math
 from collections import Counter
 from typing import Any
 
+from twinbench.record_sections import Record
 from twinbench.report.table import fmt_bytes
 
 Entry = dict[str, Any]
@@ -267,13 +268,14 @@ def _devices_label(devs: list[str]) -> str:
     return ",".join(devs)
 
 
-def render(record: dict[str, Any]) -> list[Any]:
-    """The sharding report of one record as rich renderables (a heading, a table, drawings, warnings)."""
+def render(record: Record) -> list[Any]:
+    """The sharding report of one record (its ``sharding`` section, the dict :func:`build` made) as rich
+    renderables (a heading, a table, drawings, the record's warnings)."""
     from rich.table import Table
     from rich.text import Text
 
-    label = f"{record.get('framework')}/{record.get('strategy')}"
-    rep = record.get("sharding") or {}
+    label = f"{record.run.framework}/{record.run.strategy}"
+    rep = record.sharding
     if not rep:
         return [Text(f"{label}: no sharding report (single-device strategy or failed run)", style="dim")]
     head = Text.assemble((f"{label}", "bold"), f": {rep['mesh']}, {rep['device_count']} device(s); params + "
@@ -296,6 +298,6 @@ def render(record: dict[str, Any]) -> list[Any]:
     diff = rep.get("replicas_max_abs_diff")
     if diff is not None:
         out.append(Text(f"replicas identical after the run: {'yes' if diff == 0 else f'no (max |diff| {diff:.3g})'}"))
-    for w in record.get("warnings") or []:
+    for w in record.warnings:
         out.append(Text(f"warning: {w}", style="bold red"))
     return out

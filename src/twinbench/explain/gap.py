@@ -18,6 +18,7 @@ from twinbench.explain.steps import TraceError
 from twinbench.folder_io import terminal
 from twinbench.measure import page_faults
 from twinbench.record import Record, as_record, condition_warnings
+from twinbench.record_sections import Conditions, Explain, Run, Speed
 
 TOLERANCE = 0.10
 CATEGORIZED_MIN = 0.90
@@ -57,7 +58,7 @@ def explain_run(r: Record | dict[str, Any]) -> dict[str, Any]:
         notes.append(f"timing: {p} not measured (its difference of timed runs came out {v} ms: "
                      f"{'the machine was busy' if busy else 'noise larger than the phase'})")
     c = r.conditions
-    e = explain_breakdown(b, r.label(), float(r.timing.step_ms or 0.0), timing, notes, r.flat())  # why reads it flat
+    e = explain_breakdown(b, r.label(), float(r.timing.step_ms or 0.0), timing, notes, r)
     e.update(run_id=r.run.run_id, trace_path=r.trace.path, memory_breakdown=r.memory.breakdown,
              busy=bool(busy), host_malloc=r.value("host_malloc"), glibc_tunables=c.glibc_tunables,
              page_faults=page_faults.describe(c.page_faults_per_step, c.kernel_cpu_share)
@@ -77,8 +78,7 @@ def explain_trace(arg: str, step_marker: str | None = None, rank: int | None = N
     busy = [f"machine busy: other processes kept {load['others_cores']:.1f} of {load['cores']} cores busy while "
             "twinbench doctor recorded the steps"] if load.get("busy") else []
     e = explain_breakdown(b, f"{kind}:{trace_label(path)}", b.step_ms, {}, list(busy),
-                          {"framework": kind, "explain_hlo_path": hlo_path, "peak_tflops": b.peak_tflops,
-                           "peak_source": b.peak_source, "warnings": busy, "cpu_count": load.get("cores")})
+                          trace_record(kind, hlo_path, b.peak_tflops, busy, load.get("cores")), b.peak_source)
     e.update(run_id=None, trace_path=str(path), memory_breakdown=None, recorded=recorded, busy=bool(busy))
     measured, note = doctor_timing.read(arg, path)  # the step twinbench doctor timed without the profiler
     if measured:
@@ -87,6 +87,16 @@ def explain_trace(arg: str, step_marker: str | None = None, rank: int | None = N
     if note:
         e["notes"].append(note)
     return e
+
+
+def trace_record(framework: str, hlo_path: str | None = None, peak_tflops: float | None = None,
+                 warnings: list[str] | None = None, cpu_count: int | None = None) -> Record:
+    """What a trace file says of its run, as the record :func:`explain_breakdown` reads: its framework, the
+    compiled HLO text beside it, the device's peak and the warnings of the steps twinbench doctor recorded.
+    No run was measured (strategy ``?``, as :func:`twinbench.record.as_record` gives a hand-made record)."""
+    return Record(status="ok", run=Run(framework=framework, strategy="?"), warnings=list(warnings or []),
+                  conditions=Conditions(cpu_count=cpu_count), speed=Speed(peak_tflops=peak_tflops),
+                  explain=Explain(hlo_path=hlo_path))
 
 
 def trace_label(path: Path) -> str:
@@ -105,13 +115,14 @@ def trace_label(path: Path) -> str:
 
 
 def explain_breakdown(b: Breakdown, run: str, step: float, timing: dict[str, float],
-                      notes: list[str], r: dict[str, Any]) -> dict[str, Any]:
+                      notes: list[str], r: Record, peak_source: str = "") -> dict[str, Any]:
     """A breakdown's shares applied to ``step`` ms (the measured step of a run, the traced one of a trace);
-    ``r``: the run's record (for a trace file, its framework and HLO path), read by the why rows."""
+    ``r``: the run's record (for a trace file, :func:`trace_record`), read by the why rows; ``peak_source``:
+    where a peak that is not the record's measured one came from (:func:`twinbench.explain.why.run_extras`)."""
     scale = step / b.step_ms if b.step_ms else 0.0
     cells = {p: {c: v * scale for c, v in row.items() if v} for p, row in b.cells.items()}
     scopes = {s: {p: v * scale for p, v in row.items() if v} for s, row in b.scopes.items()}
-    extras = why.run_extras(r, b, scale, cells, scopes)  # (JAX) moves forward-pass linearization to backward
+    extras = why.run_extras(r, b, scale, cells, scopes, peak_source)  # (JAX) moves forward-pass linearization to backward
     trace_phases = {p: sum(cells.get(p, {}).values()) for p in PHASES}
     d = b.to_dict()
     notes = list(b.notes) + notes
@@ -145,7 +156,7 @@ def explain_breakdown(b: Breakdown, run: str, step: float, timing: dict[str, flo
          "timing_scale": timing_scale, "timing_apart": unmeasured, "trace": trace_phases,
          "cells": cells, "scopes": scopes, "categorized_share": d["categorized_share"], "other": d["other"],
          "notes": notes, "source": b.source, "device": b.device, "idle": b.idle,
-         "device_name": r.get("device_name") or r.get("device"), "cores": r.get("cpu_count"), "programs": programs(b),
+         "device_name": r.run.device, "cores": r.conditions.cpu_count, "programs": programs(b),
          "step_method": b.step_method, "steps_traced": b.steps_traced, "steps_used": b.steps_used,
          "kernels": d["ops"][:50], "cut": dict(b.cut), "step_spread_ms": b.step_spread * step, **extras}
     e["impossible"] = causes.physical(e)  # rates no device reaches are withheld, and said

@@ -1,6 +1,6 @@
 """The ops of one traced run, grouped, with what they compute: FLOPs and bytes per op (:mod:`.flops`), each
 category's achieved FLOP/s and its share of the framework's *measured* matmul peak (the record's
-``peak_tflops``), and JAX's forward-pass linearization moved to the backward phase (:mod:`.linearize`).
+``speed.peak_tflops``), and JAX's forward-pass linearization moved to the backward phase (:mod:`.linearize`).
 
 Every millisecond here is on the scale of the gap table: an op's traced time per undisturbed step, divided
 by the overlap the reader found, times ``step_ms / traced_step_ms`` (the measured step over the profiled one).
@@ -15,6 +15,7 @@ from typing import Any
 
 from twinbench.explain import flops
 from twinbench.explain.breakdown import Breakdown
+from twinbench.record_sections import Record
 
 #: categories whose throughput is FLOP/s; the others (memory-bound) are told in bytes per second
 COMPUTE = ("matmul", "attention")
@@ -47,25 +48,26 @@ class OpGroup:
                 "trans": s.trans if s else "", "linearization": self.linearization, "shared": self.shared, "where": self.where}
 
 
-def _hlo_text(r: dict[str, Any]) -> str:
-    """The run's compiled HLO text (plain or gzipped), "" where there is none or it cannot be read (the one
+def _hlo_text(r: Record) -> str:
+    """The run's compiled HLO text (``explain.hlo_path``) (plain or gzipped), "" where there is none or it cannot be read (the one
     bounded reader: over its cap it is not read)."""
     from twinbench.explain import files
     from twinbench.explain.steps import TraceError
 
-    path = r.get("explain_hlo_path")
+    path = r.explain.hlo_path
     try:
         return files.read_text(path, "compiled HLO text") if path and Path(path).is_file() else ""
     except TraceError:
         return ""
 
 
-def groups(r: dict[str, Any], b: Breakdown, scale: float) -> list[OpGroup]:
-    """The run's ops grouped per step, on the gap table's scale (``scale``: measured / traced step)."""
+def groups(r: Record, b: Breakdown, scale: float) -> list[OpGroup]:
+    """The run's ops grouped per step, on the gap table's scale (``scale``: measured / traced step); ``r``: the
+    run's record, for its framework and its compiled HLO text."""
     steps = max(b.steps_used, 1)
     per = scale / steps / max(b.overlap, 1e-9)
     out: dict[tuple[Any, ...], OpGroup] = {}
-    if r.get("framework") == "torch":
+    if r.run.framework == "torch":
         computes: list[tuple[OpGroup, flops.OpShape] | None] = []  # per raw row: where an op's call counts
         for phase, cat, ms, scope, name, detail, _, loose in b.raw:
             detail = detail or {}

@@ -18,26 +18,28 @@ from typing import Any
 
 from twinbench.explain import memory_rows, ops, shapes
 from twinbench.explain.breakdown import PHASES, Breakdown
+from twinbench.record_sections import Record
 
 TOLERANCE = 0.10
 KEEP_OPS = 40  # op rows kept in a run's explanation besides every matmul-shaped one
 
 
-def run_extras(r: dict[str, Any], b: Breakdown, scale: float, cells: dict[str, dict[str, float]],
-               scopes: dict[str, dict[str, float]]) -> dict[str, Any]:
+def run_extras(r: Record, b: Breakdown, scale: float, cells: dict[str, dict[str, float]],
+               scopes: dict[str, dict[str, float]], peak_source: str = "") -> dict[str, Any]:
     """A run's ops with FLOPs, its per-category throughput and peak, and (JAX) the forward-pass
-    linearization moved to backward in ``cells``/``scopes`` (in place). Returns fields for its explanation."""
+    linearization moved to backward in ``cells``/``scopes`` (in place). Returns fields for its explanation.
+    ``r``: the run's record (its framework, HLO text, matmul peak and warnings); ``peak_source``: where a peak
+    that is not the record's measured one came from (a trace file's device datasheet), "" for a measured one."""
     groups = ops.groups(r, b, scale)
     lin = ops.move_linearization(groups, cells, scopes)
-    peak = r.get("peak_tflops")
+    peak, measured_at = r.speed.peak_tflops, r.speed.peak_measured_at
     tput = ops.throughput(groups, peak)
     kept = [g for g in groups if g.shape is not None and g.shape.key()]
     rest = sorted((g for g in groups if g not in kept), key=lambda g: -g.ms)[:KEEP_OPS]
     return {"ops": [g.to_dict() for g in sorted(kept + rest, key=lambda g: -g.ms)], "throughput": tput,
             "linearization": lin, "shared_forward": ops.shared_forward(groups),
-            "warnings": [w for w in r.get("warnings") or [] if w.startswith("machine busy")], "peak": {"tflops": peak, "measured_at": r.get("peak_measured_at"),
-                                           "age": ops.age(r.get("peak_measured_at")),
-                                           "source": r.get("peak_source") or ""}}
+            "warnings": [w for w in r.warnings if w.startswith("machine busy")],
+            "peak": {"tflops": peak, "measured_at": measured_at, "age": ops.age(measured_at), "source": peak_source}}
 
 
 def split(a: dict[str, Any], b: dict[str, Any], peak_a: float | None, peak_b: float | None) -> dict[str, float] | None:
