@@ -44,6 +44,7 @@ ASYNC_KINDS = ("jit", "pmap", "jit-lib", "pmap-lib")  # steps whose call returns
 ACTIVE: list[Recorder] = []  # the recorder of the running session (for twinbench.doctor.step())
 LOAD_EVERY_S = 0.5  # the machine's load is sampled at a step start at most this often
 MAX_NOTES = 2000  # text notes kept per kind (cache-miss explanations, host-read sites, ...)
+OWN_SHARE = 0.1  # an iteration whose doctor's own work stretched the loop's part of it by this share is left out
 SNAPSHOT_EVERY_S = 1.0  # the observations so far are written at a step's end this often, and at the 2**k-th step
 # (a script killed at --timeout after ignoring SIGTERM keeps what was seen until then)
 
@@ -76,6 +77,9 @@ class Recorder:
         # on the batch already built, per step ({"index", "replay_ms", "n"}); those iterations are left out
         self.input_blocks: list[dict[str, Any]] = []
         self.check_input = False  # twinbench doctor: time the step on a pre-built batch between the loop's steps
+        # the doctor's own work in the loop's thread (the observations' snapshot, the input check's block): step
+        # key -> the step's call index whose iteration held it -> its seconds (:meth:`own_work`)
+        self.own_s: dict[str, dict[int, float]] = defaultdict(dict)
         self.kinds: dict[str, str] = {}  # candidate key -> "jit" | "pmap" | "optax" | "torch-optimizer"; "-lib"
         # appended for a library's own jitted helpers (a step only when nothing else is called)
         self.notes: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -212,11 +216,13 @@ class Recorder:
         n = len(self.calls[key])
         if self.snapshot is not None and (time.perf_counter() - self._last_snapshot >= self.snapshot_every_s
                                           or (n & (n - 1) == 0 and self.step_key() == key)):  # also at 2**k steps
+            t_snap = time.perf_counter()
             try:
                 self.snapshot()
             except Exception as e:  # a snapshot is insurance: never the script's failure
                 self.info["snapshot_error"] = f"{type(e).__name__}: {e}"[:200]
             self._last_snapshot = time.perf_counter()  # its own cost is not counted against the interval
+            self.own_work(self._last_snapshot - t_snap)
         if self.on_step_done and self.step_key() == key:
             for fn in self.on_step_done:
                 fn(len(self.calls[key]) - 1)
@@ -266,6 +272,19 @@ class Recorder:
         return (self.read_mode.get(i) == "deferred" or self.read_mode.get(i - 1) == "deferred"
                 or i in self.replayed())
 
+    def own_work(self, s: float) -> None:
+        """The doctor spent ``s`` seconds of its own in the loop's thread, in the step's iteration in progress
+        (from its latest call to the next): not the loop's time (:meth:`left_out`, ``end_to_end_ms``)."""
+        key = self.step_key()
+        if key is not None and self.calls.get(key):
+            own = self.own_s[key]
+            i = len(self.calls[key]) - 1
+            own[i] = own.get(i, 0.0) + s
+
+    def own_iterations(self, key: str) -> set[int]:
+        """The step's iterations that held the doctor's own work (:meth:`own_work`)."""
+        return set(self.own_s.get(key, {}))
+
     def replayed(self) -> set[int]:
         """The step calls after which the input check called the step itself (their iterations hold its calls)."""
         return {b["index"] for b in self.input_blocks}
@@ -285,9 +304,17 @@ class Recorder:
     def left_out(self, key: str) -> set[int]:
         """The iterations left out of the step time, the split and the rates: the host-read check's
         (:meth:`skipped`), and the profiler's (:meth:`traced_iterations`) when at least ``MIN_STEADY_STEPS``
-        steady iterations remain without them (otherwise they stay in: ``trace_timing`` says so)."""
-        n = len(self.calls.get(key, []))
+        steady iterations remain without them (otherwise they stay in: ``trace_timing`` says so); and so the
+        iterations that held the doctor's own work (:meth:`own_work`: a snapshot of the observations so far)
+        where it stretched the loop's part of the iteration by ``OWN_SHARE`` or more (a slow step's iteration keeps
+        a snapshot's few milliseconds), under the same condition."""
+        calls = self.calls.get(key, [])
+        n = len(calls)
         out = {i for i in range(1, n - 1) if self.skipped(i)}
+        own = {i for i, s in self.own_s.get(key, {}).items()
+               if 1 <= i < n - 1 and s >= OWN_SHARE * (calls[i + 1][0] - calls[i][0] - s)}
+        if own and n - 2 - len(out | own) >= MIN_STEADY_STEPS:
+            out |= own
         weighed = self.traced_iterations(key)[0]
         if weighed and n - 2 - len(out | weighed) >= MIN_STEADY_STEPS:
             out |= weighed

@@ -60,7 +60,7 @@ def read_check(rec: Recorder, key: str, traced: set[int]) -> dict[str, Any] | No
     calls, modes = rec.calls.get(key, []), dict(rec.read_mode)
     if "deferred" not in modes.values():
         return None
-    traced = traced | rec.replayed()  # the input check's iterations are neither kind
+    traced = traced | rec.replayed() | rec.own_iterations(key)  # the doctor's own iterations are neither kind
     out: dict[str, Any] = {}
     for mode in ("waited", "deferred"):
         iv = [calls[i + 1][0] - calls[i][0] for i in range(2, len(calls) - 1)
@@ -130,10 +130,17 @@ def observations(rec: Recorder) -> dict[str, Any]:
     asynchronous = bool(key) and rec.kinds.get(key or "") in ASYNC_KINDS
     ready = dict(rec.ready.get(key, {})) if key else {}
     # Steady state: the iterations between consecutive step starts, from the 2nd step on, less those the
-    # host-read check changed and those the profiler weighed on (when enough remain without them).
+    # host-read check changed, those that held the input check's calls, and those the profiler weighed on or the
+    # doctor's own work ran in (the last two when enough remain without them).
     left_out = rec.left_out(key) if key else set()
     steady = [i for i in range(1, len(calls) - 1) if i not in left_out]
     weighed = rec.traced_iterations(key)[0] if key else set()
+    own = rec.own_s.get(key or "", {})
+
+    def own_after(k: int) -> float:
+        """The doctor's own seconds in the loop's thread from the step's call ``k`` on."""
+        return sum(s for i, s in own.items() if i >= k)
+
     trace_in = not weighed <= left_out  # too few steps outside the trace to leave it out
     traced_out = set() if trace_in else weighed  # the profiler's iterations the step time leaves out
     intervals = [calls[i + 1][0] - calls[i][0] for i in steady]
@@ -169,7 +176,7 @@ def observations(rec: Recorder) -> dict[str, Any]:
         if weighed and not trace_in and stop is not None and len(calls) - stop - 1 >= MIN_STEADY_STEPS:
             k = stop + 1
         trace_in = trace_in or (bool(weighed) and k == 1)
-        step_ms = max(step_ms, 1e3 * (rec.drained_at - calls[k][0]) / (len(calls) - k))
+        step_ms = max(step_ms, 1e3 * (rec.drained_at - calls[k][0] - own_after(k)) / (len(calls) - k))
         timing = "end-to-end"
         if iter_ms is not None:
             iter_ms = max(iter_ms, step_ms)
@@ -194,8 +201,12 @@ def observations(rec: Recorder) -> dict[str, Any]:
         "dispatch_ms": 1e3 * statistics.median(intervals) if intervals else None,
         # at --steps N of an asynchronous step: from the 2nd step's call to every step done, per step (a mean
         # over the whole run, slow steps included; the cross-check of step_ms)
-        "end_to_end_ms": (1e3 * (rec.drained_at - calls[1][0]) / (len(calls) - 1)
+        # less the doctor's own work in the loop's thread meanwhile (the input check's blocks, the snapshots)
+        "end_to_end_ms": (1e3 * (rec.drained_at - calls[1][0] - own_after(1)) / (len(calls) - 1)
                           if rec.drained_at is not None and len(calls) > 2 else None),
+        # the doctor's own work in the loop's thread (Recorder.own_work): its seconds from the 2nd step call on, and
+        # the steady iterations that held it which the step time leaves out
+        "own_work": {"s": own_after(1), "left_out": len(rec.own_iterations(key or "") & left_out)},
         "read_check": read_check(rec, key, traced_out) if key else None,
         "input_check": input_ab(rec, key, left_out) if key else None,
         "trace_timing": trace_timing(rec, key, step_ms, steady, trace_in) if key else None,
