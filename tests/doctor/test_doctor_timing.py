@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,7 @@ def test_a_step_whose_outputs_are_all_donated_is_timed_to_the_end() -> None:
     assert obs["step_timing"] in ("end-to-end", "completion") and obs["end_to_end_ms"], obs["step_timing"]
     if obs["step_timing"] == "end-to-end":
         assert obs["step_ms"] == pytest.approx(max(obs["end_to_end_ms"], obs["dispatch_ms"])), obs
+    assert obs["input_check"]["blocks"] >= 3 and obs["own_work"]["s"] > 0  # its calls: the doctor's, not the loop's
 
 
 def test_a_read_of_the_steps_output_is_checked_before_a_warning() -> None:
@@ -215,3 +217,44 @@ def test_time_the_loop_waited_for_a_cpu_is_not_input() -> None:
     assert fd.input_bound({"steady_steps": 18, "split": split, "step_kind": "jit"}) is None
     rec.returned_runq["jit:step"].clear()  # a kernel that does not say: the wait stays idle, as before
     assert rec.split("jit:step")["idle_ms"] == pytest.approx(1.5)
+
+
+def test_the_doctors_own_work_in_the_loops_thread_is_not_the_loops_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A jitted loop of 10 ms iterations, each step's results ready 8 ms after its call, on the recorder's clock:
+    the snapshot of the observations at the 8th step call takes 3 s (as the first input A/B's import of its test
+    did, inside a steady iteration), and the input check's block after call 5 takes 40 ms. The iterations that
+    held the doctor's own work are left out of the headline and the step time, and its seconds come off the
+    end-to-end rate: the loop's 10 ms, not 3 s spread over the run."""
+    import types
+
+    from twinbench.doctor import recorder
+
+    now = [1000.0]
+    clock = types.SimpleNamespace(perf_counter=lambda: now[0], thread_time=time.thread_time,
+                                  process_time=time.process_time)
+    monkeypatch.setattr(recorder, "time", clock)
+    rec, key = recorder.Recorder(), "jit:step"
+    rec.snapshot_every_s = 1e9  # snapshots at the 2**k-th step call only
+
+    def snapshot() -> None:
+        now[0] += 3.0 if rec.steps_so_far() == 8 else 0.0
+
+    rec.snapshot = snapshot
+    for i in range(30):
+        t = now[0]
+        rec.step_call(key, "jit")
+        rec.step_ready(key, i, t + 0.008)
+        now[0] += 1e-4  # the call's dispatch
+        if i == 5:  # the input check's block: four calls of the step on the batch already built
+            now[0] += 0.040
+            rec.own_work(0.040)
+            rec.input_blocks.append({"index": i, "replay_ms": [9.0, 9.5, 9.2, 9.1], "n": 4,
+                                     "replay_cpu_ms": [9.0, 9.4, 9.3, 9.1]})
+        rec.step_done(key)
+        now[0] += 0.010 - 1e-4  # the loop's own work until its next call
+    rec.drained_at = rec.calls[key][-1][0] + 0.008
+    obs = rec.observations()
+    assert obs["step_timing"] == "completion"
+    assert obs["iter_ms"] == pytest.approx(10.0, rel=0.02) and obs["step_ms"] == pytest.approx(10.0, rel=0.02), obs
+    assert obs["end_to_end_ms"] == pytest.approx(10.0, rel=0.05), obs["end_to_end_ms"]
+    assert obs["own_work"]["s"] == pytest.approx(3.04) and obs["own_work"]["left_out"] >= 2

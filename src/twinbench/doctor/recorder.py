@@ -8,7 +8,8 @@ by ``twinbench.watch()``.
 Steps. Every call of a *step candidate* (a jitted function, an eager Optax update, ``Optimizer.step``) is
 recorded with a snapshot of all counters taken when it starts. Which candidate is the step is decided at
 the end (the most-called one; PyTorch's ``Optimizer.step`` wins when present), and per-step rates come from
-counter differences between consecutive step starts, skipping the first step (it carries compilation).
+counter differences between consecutive step starts, skipping the first step (it carries compilation): ``summary``
+turns the calls into the observations.
 
 Where each step's time goes. Each step call also records when its results were ready on the device: at once
 for a synchronous step (PyTorch on the CPU; on CUDA after ``torch.cuda.synchronize()``), and for a JAX
@@ -21,9 +22,7 @@ the time the device waited for the host between steps (``split`` in the observat
 from __future__ import annotations
 
 import os
-import platform
 import statistics
-import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -45,26 +44,10 @@ ASYNC_KINDS = ("jit", "pmap", "jit-lib", "pmap-lib")  # steps whose call returns
 ACTIVE: list[Recorder] = []  # the recorder of the running session (for twinbench.doctor.step())
 LOAD_EVERY_S = 0.5  # the machine's load is sampled at a step start at most this often
 MAX_NOTES = 2000  # text notes kept per kind (cache-miss explanations, host-read sites, ...)
+OWN_SHARE = 0.1  # an iteration whose doctor's own work stretched the loop's part of it by this share is left out
 SNAPSHOT_EVERY_S = 1.0  # the observations so far are written at a step's end this often, and at the 2**k-th step
 # (a script killed at --timeout after ignoring SIGTERM keeps what was seen until then)
 
-
-def completion_rates(ready: dict[int, float], steady: list[int]) -> list[float]:
-    """Seconds per step between steps' results being ready, over spans of ``w`` consecutive steady steps (``w``
-    up to 8, a quarter of them, at most the median run of consecutive steady steps): the watcher thread notes a ready time late when it gets the GIL or a core late,
-    and then notes the steps done meanwhile at once; a span averages that lag out, and the median over the
-    spans leaves out a slow step (an evaluation every N steps)."""
-    inside = set(steady)
-    known = [i for i in steady if i in ready and i + 1 in ready]
-    runs: list[int] = []  # runs of consecutive steady iterations (the host-read check's blocks cut them)
-    for i in steady:
-        if i - 1 in inside and runs:
-            runs[-1] += 1
-        else:
-            runs.append(1)
-    w = max(1, min(8, len(known) // 4, int(statistics.median(runs)) if runs else 1))
-    return [(ready[i + w] - ready[i]) / w for i in steady if i in ready and i + w in ready
-            and all(j in inside for j in range(i, i + w))]
 
 
 class StopScript(BaseException):
@@ -94,6 +77,9 @@ class Recorder:
         # on the batch already built, per step ({"index", "replay_ms", "n"}); those iterations are left out
         self.input_blocks: list[dict[str, Any]] = []
         self.check_input = False  # twinbench doctor: time the step on a pre-built batch between the loop's steps
+        # the doctor's own work in the loop's thread (the observations' snapshot, the input check's block): step
+        # key -> the step's call index whose iteration held it -> its seconds (:meth:`own_work`)
+        self.own_s: dict[str, dict[int, float]] = defaultdict(dict)
         self.kinds: dict[str, str] = {}  # candidate key -> "jit" | "pmap" | "optax" | "torch-optimizer"; "-lib"
         # appended for a library's own jitted helpers (a step only when nothing else is called)
         self.notes: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -230,11 +216,13 @@ class Recorder:
         n = len(self.calls[key])
         if self.snapshot is not None and (time.perf_counter() - self._last_snapshot >= self.snapshot_every_s
                                           or (n & (n - 1) == 0 and self.step_key() == key)):  # also at 2**k steps
+            t_snap = time.perf_counter()
             try:
                 self.snapshot()
             except Exception as e:  # a snapshot is insurance: never the script's failure
                 self.info["snapshot_error"] = f"{type(e).__name__}: {e}"[:200]
             self._last_snapshot = time.perf_counter()  # its own cost is not counted against the interval
+            self.own_work(self._last_snapshot - t_snap)
         if self.on_step_done and self.step_key() == key:
             for fn in self.on_step_done:
                 fn(len(self.calls[key]) - 1)
@@ -284,6 +272,19 @@ class Recorder:
         return (self.read_mode.get(i) == "deferred" or self.read_mode.get(i - 1) == "deferred"
                 or i in self.replayed())
 
+    def own_work(self, s: float) -> None:
+        """The doctor spent ``s`` seconds of its own in the loop's thread, in the step's iteration in progress
+        (from its latest call to the next): not the loop's time (:meth:`left_out`, ``end_to_end_ms``)."""
+        key = self.step_key()
+        if key is not None and self.calls.get(key):
+            own = self.own_s[key]
+            i = len(self.calls[key]) - 1
+            own[i] = own.get(i, 0.0) + s
+
+    def own_iterations(self, key: str) -> set[int]:
+        """The step's iterations that held the doctor's own work (:meth:`own_work`)."""
+        return set(self.own_s.get(key, {}))
+
     def replayed(self) -> set[int]:
         """The step calls after which the input check called the step itself (their iterations hold its calls)."""
         return {b["index"] for b in self.input_blocks}
@@ -303,26 +304,21 @@ class Recorder:
     def left_out(self, key: str) -> set[int]:
         """The iterations left out of the step time, the split and the rates: the host-read check's
         (:meth:`skipped`), and the profiler's (:meth:`traced_iterations`) when at least ``MIN_STEADY_STEPS``
-        steady iterations remain without them (otherwise they stay in: ``trace_timing`` says so)."""
-        n = len(self.calls.get(key, []))
+        steady iterations remain without them (otherwise they stay in: ``trace_timing`` says so); and so the
+        iterations that held the doctor's own work (:meth:`own_work`: a snapshot of the observations so far)
+        where it stretched the loop's part of the iteration by ``OWN_SHARE`` or more (a slow step's iteration keeps
+        a snapshot's few milliseconds), under the same condition."""
+        calls = self.calls.get(key, [])
+        n = len(calls)
         out = {i for i in range(1, n - 1) if self.skipped(i)}
+        own = {i for i, s in self.own_s.get(key, {}).items()
+               if 1 <= i < n - 1 and s >= OWN_SHARE * (calls[i + 1][0] - calls[i][0] - s)}
+        if own and n - 2 - len(out | own) >= MIN_STEADY_STEPS:
+            out |= own
         weighed = self.traced_iterations(key)[0]
         if weighed and n - 2 - len(out | weighed) >= MIN_STEADY_STEPS:
             out |= weighed
         return out
-
-    def trace_timing(self, key: str, step_ms: float | None, steady: list[int], included: bool) -> dict[str, Any] | None:
-        """``--trace``: the traced iterations' median wall time (one step start to the next, under the profiler)
-        and the step time without them (``untraced_step_ms``: None when too few steps ran outside the trace to
-        leave them out of ``step_ms``, which then ``included`` them)."""
-        if self.traced is None:
-            return None
-        whole = self.traced_iterations(key)[1]
-        calls = self.calls.get(key, [])
-        return {"traced_step_ms": 1e3 * statistics.median(calls[i + 1][0] - calls[i][0] for i in whole)
-                if whole else None, "traced_steps": len(whole),
-                "untraced_step_ms": None if included else step_ms, "untraced_steps": 0 if included else len(steady),
-                "step_time_includes_trace": included}
 
     def split(self, key: str, left_out: set[int] | None = None) -> dict[str, Any] | None:
         """Time per steady iteration (one step start to the next), split by where it went, so that the parts add
@@ -424,165 +420,9 @@ class Recorder:
                 "idle": max(rest - host - runq - data, 0.0), "to_forward": to_forward, "between": between,
                 "between_cpu": min(between_cpu, between)}
 
-    def read_check(self, key: str, traced: set[int]) -> dict[str, Any] | None:
-        """The host-read check's A/B: the median iteration (one step start to the next) while the loop's reads
-        of the step's outputs waited for them, against the same loop with those reads answered one step late
-        (the device never waits for them), over alternating blocks of steps in this run; the first iteration
-        of each block (the queue filling or draining) left out, and so are the profiler's when the step time
-        leaves them out (``traced``). None when the check did not run."""
-        calls, modes = self.calls.get(key, []), dict(self.read_mode)
-        if "deferred" not in modes.values():
-            return None
-        traced = traced | self.replayed()  # the input check's iterations are neither kind
-        out: dict[str, Any] = {}
-        for mode in ("waited", "deferred"):
-            iv = [calls[i + 1][0] - calls[i][0] for i in range(2, len(calls) - 1)
-                  if modes.get(i) == mode and modes.get(i - 1) == mode and i not in traced]
-            out[f"{mode}_n"] = len(iv)
-            out[f"{mode}_ms"] = 1e3 * statistics.median(iv) if iv else None
-            q = statistics.quantiles(iv, n=4) if len(iv) >= 2 else None
-            out[f"{mode}_iqr_ms"] = 1e3 * (q[2] - q[0]) if q else None
-        return out
-
-    def input_ab(self, key: str, left_out: set[int]) -> dict[str, Any] | None:
-        """The input check's A/B (``instruments_jax.input_check``): the step called on a batch already built, call
-        by call, against the loop's own steady iterations as written, less the host work the doctor names
-        elsewhere (eager ops, compilation, host reads, nnx.jit's graph traversal), in wall time and in the
-        process's CPU time (on a CPU backend the host's work and the step share the cores: what the loop's own
-        work costs is its CPU time, which a busy machine does not stretch as it stretches the wall time). Both
-        kinds are spread over the same span of the run (blocks every few steps), so a load that comes and goes
-        weighs on both alike; their medians and a one-sided Mann-Whitney test (the loop slower) say whether the
-        difference is more than the noise. None when no block ran."""
-        if not self.input_blocks:
-            return None
-        calls = self.calls.get(key, [])
-        loop: dict[str, list[float]] = {"wall": [], "wall_less": [], "cpu": [], "cpu_less": []}
-        for i in range(1, len(calls) - 1):
-            if i in left_out:
-                continue
-            (t0, s0), (t1, s1) = calls[i], calls[i + 1]
-
-            def diff(k: str, s0: dict[str, float] = s0, s1: dict[str, float] = s1) -> float:
-                return s1.get(k, 0.0) - s0.get(k, 0.0)
-
-            reads = max(diff("jax_host_read_span_s:s") - diff("jax_host_read_blocked_s:s"), 0.0)
-            known = diff("compile_s:s") + reads
-            cpu = diff("proc_cpu_s:s")
-            for k, v in (("wall", t1 - t0 - known - diff("eager_s:s") - diff("nnx_graph_s:s")),
-                         ("cpu", cpu - known - diff("eager_cpu_s:s") - diff("nnx_graph_cpu_s:s"))):
-                loop[f"{k}_less"].append(1e3 * max(v, 0.0))
-            for k, v in (("wall", t1 - t0), ("cpu", cpu)):
-                loop[k].append(1e3 * max(v, 0.0))
-        replays = {"wall": [t for b in self.input_blocks for t in b["replay_ms"]],
-                   "cpu": [t for b in self.input_blocks for t in b.get("replay_cpu_ms", [])]}
-        out: dict[str, Any] = {"blocks": len(self.input_blocks), "replays": len(replays["wall"]),
-                               "iterations": len(loop["wall"])}
-        if len(loop["wall"]) < 3 or len(replays["wall"]) < 3:
-            return out
-        from scipy.stats import mannwhitneyu
-
-        for clock in ("wall", "cpu"):
-            if len(replays[clock]) < 3:
-                continue
-            whole, less, pre = (statistics.median(x) for x in (loop[clock], loop[f"{clock}_less"], replays[clock]))
-            out[clock] = {"loop_ms": whole, "loop_less_known_ms": less, "prebuilt_ms": pre,
-                          "gain": (less - pre) / whole if whole else 0.0,
-                          "p": float(mannwhitneyu(loop[f"{clock}_less"], replays[clock], alternative="greater").pvalue),
-                          "block_ms": [round(statistics.median(b["replay_ms" if clock == "wall" else "replay_cpu_ms"]),
-                                             3) for b in self.input_blocks]}
-        return out
-
     # -- summarising -----------------------------------------------------------------------------------
     def observations(self) -> dict[str, Any]:
-        """Everything ``findings.diagnose`` needs, as plain JSON-serialisable data."""
-        wall = time.perf_counter() - self.t_start
-        key = self.step_key(final=True)
-        calls = self.calls.get(key, []) if key else []
-        starts = [t for t, _ in calls]
-        asynchronous = bool(key) and self.kinds.get(key or "") in ASYNC_KINDS
-        ready = dict(self.ready.get(key, {})) if key else {}
-        # Steady state: the iterations between consecutive step starts, from the 2nd step on, less those the
-        # host-read check changed and those the profiler weighed on (when enough remain without them).
-        left_out = self.left_out(key) if key else set()
-        steady = [i for i in range(1, len(calls) - 1) if i not in left_out]
-        weighed = self.traced_iterations(key)[0] if key else set()
-        trace_in = not weighed <= left_out  # too few steps outside the trace to leave it out
-        traced_out = set() if trace_in else weighed  # the profiler's iterations the step time leaves out
-        intervals = [calls[i + 1][0] - calls[i][0] for i in steady]
-        # An asynchronous loop's rate is the rate at which its steps complete (the watcher's block_until_ready
-        # on each step's output), not the rate at which it dispatched them: a loop with no read of the device
-        # queues its steps far ahead of the device.
-        completed = completion_rates(ready, steady)
-        by_completion = asynchronous and len(completed) >= 2
-        # The one step definition every percentage uses: the steady iterations (one step start to the next)
-        # that compiled nothing, when they are at least half of them (a one-off compile in step 2 would weigh
-        # on every mean); per-step rates are means over the same iterations, so no share passes 100%.
-        quiet = [i for i in steady if calls[i + 1][1].get("compile_s:s", 0.0) == calls[i][1].get("compile_s:s", 0.0)]
-        used = quiet if len(quiet) >= max(len(steady) / 2, 1) else steady
-        totals: dict[str, float] = {}
-        for i in used:
-            a, b = calls[i][1], calls[i + 1][1]
-            for k in set(a) | set(b):
-                totals[k] = totals.get(k, 0) + (b.get(k, 0) - a.get(k, 0))  # counts stay exact integers
-        per_step = {k: v / len(used) for k, v in totals.items()}
-        iter_ms = 1e3 * statistics.fmean(calls[i + 1][0] - calls[i][0] for i in used) if used else None
-        done = [ready[i + 1] - ready[i] for i in used if i in ready and i + 1 in ready]
-        if by_completion and done and iter_ms is not None:  # the slower of dispatch and completion
-            iter_ms = max(iter_ms, 1e3 * statistics.fmean(done))
-        step_ms = 1e3 * statistics.median(intervals) if intervals else None
-        timing = "start" if not asynchronous else "completion" if by_completion else "dispatch"
-        if by_completion and step_ms is not None:  # the slower of dispatching and completing sets the pace
-            step_ms = max(step_ms, 1e3 * statistics.median(completed))
-        elif asynchronous and step_ms is not None and self.drained_at is not None and len(calls) > 2:
-            # no step's results could be waited on (all of them donated to the next step at once): from the 2nd
-            # step's call to all of them done at --steps N, per step (after a trace, from the first call after
-            # the profiler stopped, every step waited for then, when enough steps follow it)
-            k, stop = 1, self.traced[1] if self.traced else None
-            if weighed and not trace_in and stop is not None and len(calls) - stop - 1 >= MIN_STEADY_STEPS:
-                k = stop + 1
-            trace_in = trace_in or (bool(weighed) and k == 1)
-            step_ms = max(step_ms, 1e3 * (self.drained_at - calls[k][0]) / (len(calls) - k))
-            timing = "end-to-end"
-            if iter_ms is not None:
-                iter_ms = max(iter_ms, step_ms)
-        obs: dict[str, Any] = {
-            "frameworks": sorted(self.frameworks),
-            "python": {"executable": sys.executable, "version": platform.python_version()},
-            "wall_s": wall,
-            "steps": len(starts),
-            "step_fn": key.split(":", 1)[1] if key else None,
-            "step_kind": self.kinds.get(key) if key else None,
-            "step_signal": SIGNALS.get(self.kinds.get(key, ""), self.kinds.get(key)) if key else None,
-            "split": self.split(key, left_out) if key else None,
-            "steady_steps": len(steady),
-            "steady_s": (starts[-1] - starts[1]) if len(starts) > 2 else 0.0,
-            "iter_ms": iter_ms,
-            "iterations_used": len(used),
-            "step_ms": step_ms,
-            # how step_ms was timed: "completion" (an asynchronous step: the interval between its results
-            # being ready), "end-to-end" (asynchronous, no result could be waited on: --steps N's drain),
-            # "dispatch" (neither: the rate the loop dispatched) or "start" (a synchronous step's calls)
-            "step_timing": timing,
-            "dispatch_ms": 1e3 * statistics.median(intervals) if intervals else None,
-            # at --steps N of an asynchronous step: from the 2nd step's call to every step done, per step (a mean
-            # over the whole run, slow steps included; the cross-check of step_ms)
-            "end_to_end_ms": (1e3 * (self.drained_at - calls[1][0]) / (len(calls) - 1)
-                              if self.drained_at is not None and len(calls) > 2 else None),
-            "read_check": self.read_check(key, traced_out) if key else None,
-            "input_check": self.input_ab(key, left_out) if key else None,
-            "trace_timing": self.trace_timing(key, step_ms, steady, trace_in) if key else None,
-            "first_step_ms": (starts[1] - starts[0]) * 1e3 if len(starts) > 1 else None,
-            "per_step": per_step,
-            "counters": dict(self.counters),
-            "seconds": dict(self.seconds),
-            "candidates": {k.split(":", 1)[1]: len(v) for k, v in self.calls.items()},
-            "notes": {k: v for k, v in self.notes.items()},
-            "info": self.info,
-            "compile_s": self.seconds.get("compile_s", 0.0),
-            "stopped_early": self.stopped_early,
-            "timed_out": self.timed_out,
-            "error": self.error,
-            "steady_from_t": (starts[1] - self.t_start) if len(starts) > 1 else None,
-            "machine": self.machine_load(starts[1] if len(starts) > 2 else None, starts[-1] if starts else None),
-        }
-        return obs
+        """Everything ``findings.diagnose`` needs, as plain JSON-serialisable data (``doctor.summary``)."""
+        from twinbench.doctor.summary import observations
+
+        return observations(self)

@@ -14,7 +14,7 @@ READ_CHECK_MIN = 3  # iterations of each kind the host-read check needs before i
 
 
 def _checked_cost(obs: Obs) -> tuple[str, str] | None:
-    """Severity and evidence from the doctor's own A/B of the reads (``Recorder.read_check``): the loop's
+    """Severity and evidence from the doctor's own A/B of the reads (``summary.read_check``): the loop's
     iteration while its reads of the step's outputs waited, against the same loop with those reads answered
     one step late. None when the check did not run or saw too few iterations."""
     check = obs.get("read_check") or {}

@@ -55,7 +55,7 @@ INPUT_CHECK_MIN = 8  # calls of the step on a pre-built batch the input check ne
 
 
 def _checked(obs: Obs) -> tuple[bool, float, str] | None:
-    """(input-bound, the share of the iteration lost, evidence) from the doctor's A/B (``Recorder.input_ab``), or
+    """(input-bound, the share of the iteration lost, evidence) from the doctor's A/B (``summary.input_ab``), or
     None when it did not run on enough calls to decide. On a CPU backend it compares CPU time (the loop's Python and
     XLA's threads share the cores: the input's cost is the cores it takes, and a busy machine stretches wall time
     on both sides unevenly), on an accelerator wall time (the device's wait)."""

@@ -7,7 +7,7 @@ depends on the machine (on a CPU backend the host's work between steps and XLA's
 dispatching ahead may gain nothing). So from step call ``READ_CHECK_FROM`` on, every other block of
 ``READ_CHECK_BLOCK`` steps answers those reads with the same output of the step before (ready by then: the
 device never waits for the read), and the recorder compares the iterations of the two kinds of block
-(``Recorder.read_check``). The script sees those values one step late during those blocks.
+(``summary.read_check``). The script sees those values one step late during those blocks.
 """
 
 from __future__ import annotations

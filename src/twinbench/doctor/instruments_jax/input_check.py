@@ -8,7 +8,8 @@ the doctor times the step as it would run with the input already there: after th
 the same arguments (the batch just used, the state it was given: or, when the step donates its state, a copy of
 the state it returned, carried from one call to the next), nothing of the loop in between, each timed to its
 results being ready, and discards what they return. The recorder keeps the time of each call (``Recorder.input_blocks``); the iteration that holds a
-block is left out of the loop's own timing, and ``findings.input`` compares the blocks with the loop's iterations
+block is left out of the loop's own timing (and the check's own seconds are taken off the loop's end-to-end rate:
+``Recorder.own_work``), and ``findings.input`` compares the blocks with the loop's iterations
 around them. ``twinbench doctor`` only (not ``watch()``), and not under ``--trace``.
 """
 
@@ -43,6 +44,11 @@ class InputCheck(Hooks):
             return
         rec.internal += 1
         try:
+            if not rec.input_blocks:  # the A/B's test (summary.input_ab) imported now, in an iteration the check
+                t0 = time.perf_counter()  # leaves out, not by a snapshot of the observations inside a steady one
+                import scipy.stats  # noqa: F401
+
+                rec.own_work(time.perf_counter() - t0)
             per_step = self._replay(wrapper, args, kwargs, out)
         except Exception as e:  # the check is the doctor's: the script goes on as written
             rec.info["input_check_error"] = f"{type(e).__name__}: {e}"[:300]
@@ -65,6 +71,17 @@ class InputCheck(Hooks):
         leaves, treedef = tree.tree_flatten((args, kwargs))
         out_leaves = tree.tree_leaves(out)
         _wait(jax, out_leaves)  # the user's step is done: the blocks do not overlap it
+        t_own = time.perf_counter()  # from here on the doctor's own time, not the loop's (Recorder.own_work)
+        try:
+            return self._timed_calls(wrapper, leaves, treedef, out_leaves)
+        finally:
+            self.rec.own_work(time.perf_counter() - t_own)
+
+    def _timed_calls(self, wrapper: _Jitted, leaves: list[Any], treedef: Any,
+                     out_leaves: list[Any]) -> list[tuple[float, float]] | None:
+        """The block's calls of the step on ``leaves`` (the user's call's arguments, flattened), timed."""
+        jax = self.jax
+        tree = jax.tree_util
         donated = any(k.startswith("donate") and v not in (None, (), [], {}) for k, v in wrapper.options.items())
         if donated:  # the inputs the step replaced are gone: start from a copy of the state it returned
             if not wrapper.carry_map or sum(_nbytes(out_leaves[o]) for o in wrapper.carry_map.values()) > \
