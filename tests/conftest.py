@@ -52,17 +52,20 @@ CLOCK = tiers.Clock()  # the suite's CPU seconds, printed at the end (tests/tier
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Marks the tests of the full tier only ``heavy`` (tests/tiers.py: ``make check`` runs ``-m "not heavy"``).
-    Then files holding slow tests first, each file's tests kept together and in order: with ``make test``'s two
-    xdist workers taking a file at a time, the long files start early and the workers finish close together
-    instead of one waiting for a long file that started last."""
+    Then files holding slow tests first, then those all of whose tests are heavy, each file's tests kept together
+    and in order: with ``make test``'s two xdist workers taking a file at a time, the long files start early and
+    the workers finish close together instead of one waiting for a long file that started last."""
     for item in items:
         if tiers.is_heavy(item):
             item.add_marker("heavy")
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    # then the files all of whose tests are heavy (processes, compiles in process) before the quick ones: a file
+    # of in-process compiles with no slow test of its own (the uncompiled parity cells) does not start last
+    light_files = {item.path for item in items if not item.get_closest_marker("heavy")}
     first_seen: dict = {}
     for item in items:
         first_seen.setdefault(item.path, len(first_seen))
-    items.sort(key=lambda item: (item.path not in slow_files, first_seen[item.path]))
+    items.sort(key=lambda item: (item.path not in slow_files, item.path in light_files, first_seen[item.path]))
 
 
 RECORDS_BEFORE = Path(__file__).resolve().parent / "fixtures" / "records_before"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 FAMILIES = ("gpt", "bert", "llama")
 
-# single device, in the test process (tests/strategies/test_cells.py)
+# single device, in the test process (tests/strategies/test_cells.py; torch.compile's: test_cells_compiled.py)
 JAX_EQUAL = ["naive+remat", "jit+remat+nodonate", "scan-steps+remat+nodonate", "scan-layers+remat+nodonate",
              "jit+fused-qkv"]
 JAX_BF16 = ["naive+bf16", "jit+bf16", "scan-steps+bf16", "scan-layers+bf16"]

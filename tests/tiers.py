@@ -61,6 +61,7 @@ HEAVY_FILES: frozenset[str] = frozenset({
     "report/test_browser.py",
     "report/test_trace.py",
     "strategies/test_cells.py",
+    "strategies/test_cells_compiled.py",
     "strategies/test_gpu_check.py",
     "strategies/test_torchax_attention.py",
     "strategies/test_torchax_twins.py",

@@ -6,8 +6,8 @@ arithmetic, and AdamW divides by sqrt(v), which magnifies tiny gradient differen
 ops, so its gradients equal eager's within 1e-6 + 1e-5 * max|grad|. bf16 stays within 2e-2 relative of
 fp32 over 4 steps, yet differs from it, with fp32 parameters and optimizer state.
 
-No torch.compile here: the compiled strategies are cells of tests/strategies/test_cells.py (the regional one also
-counts its graphs there: one block's, reused for every layer).
+No torch.compile here: the compiled strategies are cells of tests/strategies/test_cells_compiled.py (the
+regional one also counts its graphs there: one block's, reused for every layer).
 """
 
 from __future__ import annotations
