@@ -5,6 +5,9 @@ torchrun launch (PyTorch, a process per device), so every cell does not pay a pr
 with 2 devices, and of the one-device reference (``jit`` / ``eager``) on the same global batches. JAX also reports
 how far the ``pmap+nosync`` replicas drifted apart, whether ``mesh-dp+replicate-batch`` split its batch, and the
 warnings the records of those two anti-patterns carry. Rank 0 writes OUT.json.
+
+Every family runs one layer: what a multi-device cell adds (the batch split, gradients averaged or sharded, the
+state placed per device) is the same at any depth, and each cell's compile grows with the unrolled depth.
 """
 
 from __future__ import annotations
@@ -31,9 +34,9 @@ from twinbench.spec import from_preset, validate, with_precision
 from twinbench.strategies import registry
 
 DEVICES = 2
-SHAPES = {"gpt": ("tiny", {"batch": 8, "steps": 4, "warmup": 1}),
-          "llama": ("llama-tiny", {"batch": 8, "steps": 4, "warmup": 1}),
-          "bert": ("bert-tiny", {"layers": 2, "d_model": 32, "heads": 2, "context": 32, "seq": 32, "batch": 8,
+SHAPES = {"gpt": ("tiny", {"layers": 1, "batch": 8, "steps": 4, "warmup": 1}),
+          "llama": ("llama-tiny", {"layers": 1, "batch": 8, "steps": 4, "warmup": 1}),
+          "bert": ("bert-tiny", {"layers": 1, "d_model": 32, "heads": 2, "context": 32, "seq": 32, "batch": 8,
                                  "steps": 4, "warmup": 1, "lr": 3e-3})}
 
 
