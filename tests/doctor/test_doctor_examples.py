@@ -1,20 +1,17 @@
 """The doctor on every example script: each bad one gets its finding id, the clean ones nothing serious.
 
-Each example runs through the real command (``python -m twinbench.cli doctor ... --json``), i.e. a fresh
-bootstrap process per script, two at a time (the CPU machine has 2 cores).
+Each example runs as the command runs it (doctor_env.run_like_the_command: a fresh bootstrap process per script,
+the command's exit code and JSON report), one at a time; the diagnosis runs in the test process, so SciPy (the
+input check's test) is imported once, not once per script (tests/doctor/test_doctor_cli.py runs the command).
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from doctor_env import doctor_env
+from doctor_env import run_like_the_command
 from doctor_fixes import apply_decorators, script_ran
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "doctor"
@@ -38,22 +35,10 @@ CLEAN = ("clean_jax", "clean_nnx", "clean_torch")
 pytestmark = pytest.mark.slow  # 17 scripts, each in a fresh process under the doctor
 
 
-def doctor(script: Path, out: Path, *extra: str) -> tuple[int, dict[str, Any] | None, str]:
-    proc = subprocess.run([sys.executable, "-m", "twinbench.cli", "doctor", str(script), "--timeout", "240",
-                           "--json", str(out), *extra], capture_output=True, text=True, timeout=300,
-                          env=doctor_env())
-    report = json.loads(out.read_text()) if out.exists() else None
-    return proc.returncode, report, proc.stdout + proc.stderr
-
-
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, dict[str, Any] | None, str]]:
-    """Run the doctor on every example once, two at a time."""
-    tmp = tmp_path_factory.mktemp("doctor")
-    names = [*BAD, *CLEAN]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = pool.map(lambda n: doctor(EXAMPLES / f"{n}.py", tmp / f"{n}.json"), names)
-        return dict(zip(names, runs, strict=True))
+def results() -> dict[str, tuple[int, dict[str, Any] | None, str]]:
+    """Run the doctor on every example once."""
+    return {n: run_like_the_command(EXAMPLES / f"{n}.py") for n in [*BAD, *CLEAN]}
 
 
 def test_every_finding_id_has_a_bad_example() -> None:

@@ -1,20 +1,17 @@
 """The doctor on scripts written the way the frameworks' public examples are (tests/doctor/scripts/): the
 step is found (and by which signal), the findings and their severities, no self-check failure.
 
-One doctor process per script (the real command, ``--steps 8``), two at a time (the CPU machine has 2 cores).
+Each script runs as ``twinbench doctor SCRIPT --steps 8 --json FILE`` runs it (doctor_env.run_like_the_command: a
+fresh bootstrap process per script, the command's exit code and JSON report), one at a time.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from doctor_env import doctor_env
+from doctor_env import run_like_the_command
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 # script -> (step function, how it was found, {finding id: severity} expected exactly, exit code)
@@ -50,18 +47,9 @@ MACHINE = ("cpu-oversubscribed", "compile-dominates")  # about the machine or th
 STEPS = 8
 
 
-def doctor(name: str, out: Path) -> tuple[int, dict[str, Any] | None, str]:
-    proc = subprocess.run([sys.executable, "-m", "twinbench.cli", "doctor", str(SCRIPTS / f"{name}.py"), "--steps",
-                           str(STEPS), "--timeout", "240", "--json", str(out)], capture_output=True, text=True,
-                          timeout=300, env=doctor_env(JAX_PLATFORMS="cpu"))
-    return proc.returncode, json.loads(out.read_text()) if out.exists() else None, proc.stdout + proc.stderr
-
-
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, dict[str, Any] | None, str]]:
-    tmp = tmp_path_factory.mktemp("styles")
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(EXPECTED, pool.map(lambda n: doctor(n, tmp / f"{n}.json"), EXPECTED), strict=True))
+def results() -> dict[str, tuple[int, dict[str, Any] | None, str]]:
+    return {n: run_like_the_command(SCRIPTS / f"{n}.py", steps=STEPS, JAX_PLATFORMS="cpu") for n in EXPECTED}
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))

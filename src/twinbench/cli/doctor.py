@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -19,6 +19,9 @@ from twinbench.cli.common import (
     write_text,
 )
 from twinbench.folder_io import terminal
+
+if TYPE_CHECKING:
+    from twinbench.doctor import DoctorResult
 
 
 @app.command()
@@ -75,9 +78,21 @@ def doctor(
                if result.observations.get("killed") else "the findings above cover that part")
         fail(f"{script} did not finish within --timeout {timeout:g} s; stopped after "
              f"{result.observations.get('steps', 0)} steps ({how}); use --steps N to diagnose a long run quickly")
-    if result.self_errors:  # an incomplete report must not pass for a clean one
-        raise typer.Exit(3)
-    raise typer.Exit(1 if result.serious else 0)
+    raise typer.Exit(exit_code(result, str(script)))
+
+
+def exit_code(result: DoctorResult, script: str) -> int:
+    """The command's exit code for a run the doctor finished (what its help says): 2 when no step was found (and
+    nothing of the doctor's own failed) or the script ran past --timeout, 3 when an instrument or check of the
+    doctor failed (an incomplete report must not pass for a clean one), 1 when something of severity warning or
+    worse was found, else 0."""
+    from twinbench.doctor.report import no_step_message
+
+    if (no_step_message(result.observations, script) and not result.self_errors) or result.timed_out:
+        return 2
+    if result.self_errors:
+        return 3
+    return 1 if result.serious else 0
 
 
 

@@ -79,8 +79,8 @@ def input_ab(rec: Recorder, key: str, left_out: set[int]) -> dict[str, Any] | No
     process's CPU time (on a CPU backend the host's work and the step share the cores: what the loop's own
     work costs is its CPU time, which a busy machine does not stretch as it stretches the wall time). Both
     kinds are spread over the same span of the run (blocks every few steps), so a load that comes and goes
-    weighs on both alike; their medians and a one-sided Mann-Whitney test (the loop slower) say whether the
-    difference is more than the noise. None when no block ran."""
+    weighs on both alike; their medians and a one-sided Mann-Whitney test (the loop slower: findings/input.py, on
+    the samples given here) say whether the difference is more than the noise. None when no block ran."""
     if not rec.input_blocks:
         return None
     calls = rec.calls.get(key, [])
@@ -107,15 +107,16 @@ def input_ab(rec: Recorder, key: str, left_out: set[int]) -> dict[str, Any] | No
                            "iterations": len(loop["wall"])}
     if len(loop["wall"]) < 3 or len(replays["wall"]) < 3:
         return out
-    from scipy.stats import mannwhitneyu
-
     for clock in ("wall", "cpu"):
         if len(replays[clock]) < 3:
             continue
         whole, less, pre = (statistics.median(x) for x in (loop[clock], loop[f"{clock}_less"], replays[clock]))
+        # the samples themselves: the one-sided Mann-Whitney test on them is made where the findings are
+        # (findings/input.py), so the script's process never imports SciPy
         out[clock] = {"loop_ms": whole, "loop_less_known_ms": less, "prebuilt_ms": pre,
                       "gain": (less - pre) / whole if whole else 0.0,
-                      "p": float(mannwhitneyu(loop[f"{clock}_less"], replays[clock], alternative="greater").pvalue),
+                      "loop_less_known_samples_ms": [round(x, 4) for x in loop[f"{clock}_less"]],
+                      "prebuilt_samples_ms": [round(x, 4) for x in replays[clock]],
                       "block_ms": [round(statistics.median(b["replay_ms" if clock == "wall" else "replay_cpu_ms"]),
                                          3) for b in rec.input_blocks]}
     return out

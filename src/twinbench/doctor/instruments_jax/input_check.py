@@ -44,11 +44,6 @@ class InputCheck(Hooks):
             return
         rec.internal += 1
         try:
-            if not rec.input_blocks:  # the A/B's test (summary.input_ab) imported now, in an iteration the check
-                t0 = time.perf_counter()  # leaves out, not by a snapshot of the observations inside a steady one
-                import scipy.stats  # noqa: F401
-
-                rec.own_work(time.perf_counter() - t0)
             per_step = self._replay(wrapper, args, kwargs, out)
         except Exception as e:  # the check is the doctor's: the script goes on as written
             rec.info["input_check_error"] = f"{type(e).__name__}: {e}"[:300]
