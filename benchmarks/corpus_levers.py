@@ -76,7 +76,7 @@ PAIRS = {
     "lm": Pair("pair_lm_torch.json.gz", "pair_lm_jax.xplane.pb.gz", "pair_lm_jax.hlo.txt.gz", [
         _gap(LM_TORCH, LM_JAX, "37% of it backward / matmul, 19% forward / element-wise"),
         Lever("implementation: forward / element-wise: torch's dropout masks (aten::bernoulli_) move 5.7x JAX's "
-              "bytes (A dropout 0.1, B torch's dropout 0)", LM_TORCH,
+              "bytes (A dropout 0.1, B torch's dropout 0: every layer's, as the adapted model passes it on)", LM_TORCH,
               [*LM_TORCH[:LM_TORCH.index("--dropout")], "--dropout", "0.0",
                *LM_TORCH[LM_TORCH.index("--dropout") + 2:]])]),
     "mnist": Pair("pair_mnist_torch.json.gz", "pair_mnist_jax.xplane.pb.gz", "pair_mnist_jax.hlo.txt.gz", [

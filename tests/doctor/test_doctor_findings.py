@@ -64,6 +64,9 @@ def test_no_donation_threshold() -> None:
     info = {"carried": {"leaves": 4, "bytes": 3 * mib}, "donated_bytes": 0}
     f = fd.jax_no_donation(obs(info=info))
     assert f is not None and "3.00 MiB" in f.title and "donate_argnums" in f.fix
+    # what donation gains is memory: the title claims no copy a step, the evidence says it is no speed-up
+    assert "copied every step" not in f.title and "old and new copies at once" in f.title
+    assert "saves that memory, not time" in f.evidence
     assert fd.jax_no_donation(obs(info={**info, "donated_bytes": 3 * mib})) is None
     assert fd.jax_no_donation(obs(info={"carried": {"bytes": mib // 2}, "donated_bytes": 0})) is None
 

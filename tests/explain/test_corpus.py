@@ -87,7 +87,8 @@ def test_a_pair_the_doctor_saw_on_a_busy_machine_names_no_row() -> None:
     """Every VAE trace was recorded while other processes kept most of the 2 cores busy (the doctor's load)."""
     for pair in ("vae", "vae_loss", "rnn"):
         r = explained(pair)
-        assert {g["check"] for g in r["gates"]} == {"quiet"} and not _named(r), (pair, r["gates"])
+        assert "quiet" in {g["check"] for g in r["gates"]} and not _named(r), (pair, r["gates"])
+        assert {g["check"] for g in r["gates"]} <= {"quiet", "clock"}, (pair, r["gates"])
 
 
 def test_the_corpus_has_a_side_under_90_percent_categorized() -> None:
@@ -154,18 +155,34 @@ def test_a_fused_recurrent_layer_is_counted_as_its_gate_products() -> None:
     assert a["cells"]["forward"].get("matmul", 0) > a["cells"]["forward"].get("element-wise", 0), a["cells"]
 
 
-def test_a_quiet_recording_of_the_lstm_pair_names_no_element_wise_row_for_the_lstm(tmp_path: Path) -> None:
-    """Recorded quiet, the pair's gap would be named: as torch's LSTM layers' matmuls, never as element-wise
-    work or bytes "moved" by the LSTM op (the rows a fused recurrent op filed as element-wise gave)."""
+def test_a_quiet_recording_of_the_lstm_pair_names_no_row_the_clock_contradicts(tmp_path: Path) -> None:
+    """Recorded quiet, the LSTM pair's traces would split a gap with torch the slower side (its LSTM layers'
+    matmuls, never element-wise work: the rows a fused recurrent op filed as element-wise once gave), but the
+    doctor's own clock without the profiler, beside each trace, has the JAX script the slower one, as the
+    scripts' A/B on a quiet machine has it (benchmarks/RESULTS.md): no row is named, and the summary says the
+    profiler turned the gap around."""
     quiet = {"others_cores": 0.05, "cores": 2, "busy": False}
     t = _doctor_dir(tmp_path, "tr-torch", "pair_rnn_torch.json.gz", "pair_rnn_torch.doctor.json", load=quiet)
     j = _doctor_dir(tmp_path, "tr-jax", "pair_rnn_jax.xplane.pb.gz", "pair_rnn_jax.doctor.json",
                     "pair_rnn_jax.hlo.txt.gz", load=quiet)
     r = command.explain_traces(str(t), str(j))
-    named = _named(r)
-    assert named and not r["gates"], (r["summary"], r["gates"])
-    assert "matmul" in r["summary"] and not re.search(r"\d+% \w+ / element-wise", r["summary"]), r["summary"]
-    assert not any("rnn_layer" in w for w in r["why"] if "element-wise" in w), r["why"]
+    assert [g["check"] for g in r["gates"]] == ["clock"] and not _named(r), (r["summary"], r["gates"])
+    assert "the profiler turned the gap around" in r["summary"], r["summary"]
+    assert r["gap_ms"] < 0 < r["b"]["measured"]["untraced_step_ms"] - r["a"]["measured"]["untraced_step_ms"]
+    # the rows themselves still file the LSTM as matmul work
+    torch_rows = {row["row"]: row for row in r["rows"]}
+    assert not any("element-wise" in k and "rnn" in k for k in torch_rows), list(torch_rows)
+
+
+def test_the_clock_check_fires_only_on_a_gap_turned_around_beyond_its_floor() -> None:
+    def side(run: str, traced: float, untraced: float | None) -> dict[str, Any]:
+        return {"run": run, "step_ms": traced, **({"measured": {"untraced_step_ms": untraced}} if untraced else {})}
+
+    turned = causes.clock_check(side("torch", 40.0, 43.0), side("jax", 30.0, 70.0))
+    assert "turned the gap around" in turned and "torch is slower by 10.0" in turned and "jax is, by 27.0" in turned
+    assert causes.clock_check(side("torch", 40.0, 43.0), side("jax", 90.0, 70.0)) == ""  # the same way
+    assert causes.clock_check(side("torch", 40.0, 43.0), side("jax", 38.0, 46.0)) == ""  # both within the floor
+    assert causes.clock_check(side("torch", 40.0, None), side("jax", 30.0, 70.0)) == ""  # no untraced step
 
 
 # ------------------------------------------------------------------------ as twinbench doctor --trace lays out

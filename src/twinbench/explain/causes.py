@@ -100,6 +100,10 @@ CPU_CORE_BYTES = 1.0e12
 CACHE_OVER_HBM = 4.0
 #: eager dispatches a step from which a JAX step is said to run op by op (the doctor's jax-eager-ops warning)
 EAGER_OPS = 20
+#: where both traces carry the step twinbench doctor timed without the profiler: the traced gap and that untraced
+#: gap may point opposite ways by this share of the faster untraced step before the traces are said not to hold
+#: the clock's gap (the profiler's cost per op differs between the sides: many small ops grow most)
+CLOCK_FLOOR = 0.10
 
 
 def limits(e: dict[str, Any]) -> tuple[float | None, float | None, str]:
@@ -191,11 +195,32 @@ def gates(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]]:
     for side in (a, b):
         for line in side.get("impossible") or []:
             out.append({"check": "rates", "fact": f"{side['run']}: {line}: its count is not what ran"})
+    fact = clock_check(a, b)
+    if fact:
+        out.append({"check": "clock", "fact": fact})
     for side in (a, b):
         if side.get("busy"):
             why = (side.get("warnings") or ["the run's record says so"])[0]
             out.append({"check": "quiet", "fact": f"the machine was busy while {side['run']} ran ({why})"})
     return out
+
+
+def clock_check(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """'' unless both runs carry the doctor's untraced step and the traced gap points the other way from it, each
+    by more than :data:`CLOCK_FLOOR` of the faster untraced step: then the rows would split a gap the clock does not
+    show, and the fact says so."""
+    ma, mb = a.get("measured"), b.get("measured")
+    if not ma or not mb or not ma.get("untraced_step_ms") or not mb.get("untraced_step_ms"):
+        return ""
+    untraced = mb["untraced_step_ms"] - ma["untraced_step_ms"]
+    traced = b["step_ms"] - a["step_ms"]  # the gap the rows split: each trace's own step
+    floor = CLOCK_FLOOR * min(ma["untraced_step_ms"], mb["untraced_step_ms"])
+    if traced * untraced >= 0 or abs(traced) <= floor or abs(untraced) <= floor:
+        return ""
+    slower = lambda gap: b["run"] if gap > 0 else a["run"]  # noqa: E731
+    return (f"the profiler turned the gap around: traced, {slower(traced)} is slower by {abs(traced):.1f} ms a step; "
+            f"measured without the profiler (twinbench doctor), {slower(untraced)} is, by {abs(untraced):.1f} ms: "
+            "the traces' rows would split a gap the clock does not show")
 
 
 def phase_check(e: dict[str, Any]) -> str:
@@ -227,7 +252,7 @@ def refusal(failed: list[dict[str, str]]) -> str:
     """The summary's sentence when a check failed: no row named, which checks failed, and their facts."""
     checks = {"categorized": f"both runs categorized ({CATEGORIZED_MIN:.0%} of op time)",
               "phases": "phases consistent with the program", "rates": "every rate possible on its device",
-              "quiet": "the machine quiet"}
+              "clock": "the traced gap the clock's", "quiet": "the machine quiet"}
     which = ", ".join(dict.fromkeys(checks[f["check"]] for f in failed))
     return f"no row is named as a cause; check{'s' if ',' in which else ''} failed: {which}. " + "; ".join(
         f["fact"] for f in failed)

@@ -59,11 +59,12 @@ def jax_no_donation(obs: Obs) -> Finding | None:
                if mem else "")
     return Finding(
         "jax-no-donation", "warning",
-        f"{_mib(carried)} of params/optimizer state is copied every step instead of updated in place",
+        f"{_mib(carried)} of params/optimizer state is not donated: the step holds its old and new copies at once",
         f"{info['carried'].get('leaves', 0)} arrays ({_mib(carried)}" + (" per device" if mem else "")
         + f") that each step returns are passed to the next step; {_mib(donated)} of them donated "
         f"(Lowered.args_info; the executable aliases {_mib(mem.get('alias_size_in_bytes', 0))}), so the step holds old and new copies "
         f"at once: about {_mib(carried - donated)} more device memory at peak{mem_txt} "
-        f"(warning from {_mib(DONATION_MIN_BYTES)} not donated)",
+        f"(warning from {_mib(DONATION_MIN_BYTES)} not donated). Donation saves that memory, not time: the step "
+        "computes the same, and an asynchronous loop on a CPU can even run slower donated; time it both ways",
         donation_fix(obs),
         f"{JAX_DOCS}/faq.html#buffer-donation")
