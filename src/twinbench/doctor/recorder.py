@@ -30,17 +30,11 @@ from collections.abc import Callable
 from typing import Any
 
 from twinbench.doctor.findings.base import MIN_STEADY_STEPS
+from twinbench.doctor.summary import ASYNC_KINDS, observations
 from twinbench.measure import page_faults
 from twinbench.measure.interference import runqueue_wait_s
 
 MARK_KEY = "mark:twinbench.doctor.step()"  # the user marked the step explicitly
-SIGNALS = {  # step candidate kind -> how the step was found (the report names it)
-    "marked": "twinbench.doctor.step()", "torch-optimizer": "torch Optimizer.step",
-    "torch-backward": "loss.backward()", "jit": "a jitted function", "pmap": "a pmapped function",
-    "grad": "a jax.grad/value_and_grad call outside jit", "optax": "an Optax update outside jit",
-    "jit-lib": "a library's jitted function", "pmap-lib": "a library's pmapped function",
-}
-ASYNC_KINDS = ("jit", "pmap", "jit-lib", "pmap-lib")  # steps whose call returns before the device is done
 ACTIVE: list[Recorder] = []  # the recorder of the running session (for twinbench.doctor.step())
 LOAD_EVERY_S = 0.5  # the machine's load is sampled at a step start at most this often
 MAX_NOTES = 2000  # text notes kept per kind (cache-miss explanations, host-read sites, ...)
@@ -423,6 +417,4 @@ class Recorder:
     # -- summarising -----------------------------------------------------------------------------------
     def observations(self) -> dict[str, Any]:
         """Everything ``findings.diagnose`` needs, as plain JSON-serialisable data (``doctor.summary``)."""
-        from twinbench.doctor.summary import observations
-
         return observations(self)

@@ -16,7 +16,16 @@ import time
 from typing import Any
 
 from twinbench.doctor.findings.base import MIN_STEADY_STEPS
-from twinbench.doctor.recorder import ASYNC_KINDS, SIGNALS, Recorder
+
+SIGNALS = {  # step candidate kind -> how the step was found (the report names it)
+    "marked": "twinbench.doctor.step()", "torch-optimizer": "torch Optimizer.step",
+    "torch-backward": "loss.backward()", "jit": "a jitted function", "pmap": "a pmapped function",
+    "grad": "a jax.grad/value_and_grad call outside jit", "optax": "an Optax update outside jit",
+    "jit-lib": "a library's jitted function", "pmap-lib": "a library's pmapped function",
+}
+ASYNC_KINDS = ("jit", "pmap", "jit-lib", "pmap-lib")  # steps whose call returns before the device is done
+#: a doctor.recorder.Recorder (not imported: the recorder imports this module)
+Recorder = Any
 
 
 def completion_rates(ready: dict[int, float], steady: list[int]) -> list[float]:
