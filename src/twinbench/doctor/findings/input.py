@@ -120,7 +120,7 @@ def _checked(obs: Obs) -> tuple[bool, float, str] | None:
 
 def p_value(m: dict[str, Any]) -> float:
     """The one-sided Mann-Whitney p of one clock of the input check (the loop's iterations, less the host work named
-    elsewhere, slower than the step on a pre-built batch), from the samples ``Recorder.input_ab`` gave; a
+    elsewhere, slower than the step on a pre-built batch), from the samples ``summary.input_ab`` gave; a
     measurement that carries its p already keeps it."""
     if "p" in m:
         return float(m["p"])
