@@ -175,8 +175,9 @@ def more_cases(t: Path) -> tuple[list[Case], Callable[[], str]]:
              ["claims", "--quick", "--only", "C6", "--model", f"{hangs}:build", "--out", out, "--timeout", "5"]),
         Case("claims", "--resume: only a list (--plan)", ["claims", "--resume", str(only_list), "--plan"]),
         Case("claims", "--resume: only an object", ["claims", "--resume", str(only_obj), "--plan"]),
-        Case("explain", "SIGTERM during its own runs", ["explain", "torch:eager", "jax:jit", *tiny, "--out", out],
-             130, sigterm_after=12.0),
+        # runs long enough (--steps 1500) that the signal at 12 s lands inside them on a quiet machine too
+        Case("explain", "SIGTERM during its own runs",
+             ["explain", "torch:eager", "jax:jit", *tiny, "--steps", "1500", "--out", out], 130, sigterm_after=12.0),
         Case("explain", "another protobuf named *.xplane.pb", ["explain", str(xplane_pb)]),
         Case("strategies", "stdout on a full device", ["strategies"], stdout="/dev/full"),
         Case("report", "escape codes in a record's field", ["report", str(escapes)], 0),
