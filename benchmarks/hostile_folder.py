@@ -34,7 +34,6 @@ from hostile_inputs import (
     Case,
     _export,
     folder_cases,
-    markdown,
     record,
     results,
     run_case,
@@ -258,12 +257,7 @@ def main() -> None:
             print(f"[{i}/{len(cases)}] {r['command']} {r['what']}: {r['code']} in {r['seconds']} s, "
                   f"{r['max_rss_mb']} MB {'ok' if r['ok'] else 'NOT OK: ' + r['problem']}: {r['first_line'][:150]}",
                   file=sys.stderr, flush=True)
-    table = markdown(rows)
-    print(table)
-    if args.markdown:
-        args.markdown.write_text(table + "\n")
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+    hostile_inputs.write(rows, args.markdown, args.json)
     sys.exit(0 if all(r["ok"] for r in rows) else 1)
 
 

@@ -672,12 +672,17 @@ def main() -> None:
             rows.append(r)
             print(f"[{i}/{len(cases)}] {r['command']} {r['what']}: {r['code']} in {r['seconds']} s "
                   f"{'ok' if r['ok'] else 'NOT OK'}: {r['first_line'][:150]}", file=sys.stderr, flush=True)
+    write(rows, args.markdown, args.json)
+
+
+def write(rows: list[dict], markdown_path: Path | None, json_path: Path | None) -> None:
+    """The rows' table on stdout, and into ``--markdown`` and (the rows) ``--json`` when given."""
     table = markdown(rows)
     print(table)
-    if args.markdown:
-        args.markdown.write_text(table + "\n")
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+    if markdown_path:
+        markdown_path.write_text(table + "\n")
+    if json_path:
+        json_path.write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

@@ -192,6 +192,19 @@ def flops_and_peak(shape: dict[str, Any], device_kind: str, platform: str, threa
     return out
 
 
+def shape_of(preset: str, precision: str, attention_impl: str) -> dict[str, Any]:
+    """What both sides build from: the preset's model and training shape, the precision and the twins' attention
+    (a plain dict: it crosses to the children as JSON)."""
+    from twinbench.spec import from_preset
+
+    spec = from_preset(preset)
+    m, t = spec.model, spec.train
+    return {"preset": preset, "family": m.family, "ff": m.ff, "num_labels": m.num_labels, "precision": precision,
+            "layers": m.layers, "d_model": m.d_model, "heads": m.heads, "vocab": m.vocab, "context": m.context,
+            "batch": t.batch, "seq": t.seq, "lr": t.lr, "weight_decay": t.weight_decay, "seed": t.seed,
+            "attention_impl": attention_impl}
+
+
 def token_batches(shape: dict[str, Any], n: int = 8) -> list[tuple[Any, Any]]:
     """The same batches for both sides: LM windows (GPT), or full-length sequences and labels (BERT)."""
     import numpy as np
@@ -425,15 +438,8 @@ def main() -> None:
         child(args.child, json.loads(args.shape), args.steps, args.threads, args.trace)
         return
 
-    from twinbench.spec import from_preset
-
     xla_flags.apply(args.xla_cpu_flags)  # into os.environ: both children inherit the same XLA_FLAGS
-    spec = from_preset(args.preset)
-    m, t = spec.model, spec.train
-    shape = {"preset": args.preset, "family": m.family, "ff": m.ff, "num_labels": m.num_labels,
-             "precision": args.precision, "layers": m.layers, "d_model": m.d_model, "heads": m.heads, "vocab": m.vocab,
-             "context": m.context, "batch": t.batch, "seq": t.seq, "lr": t.lr, "weight_decay": t.weight_decay,
-             "seed": t.seed, "attention_impl": args.attention_impl}
+    shape = shape_of(args.preset, args.precision, args.attention_impl)
     sides = tuple(s for s in args.sides.split(",") if s)
     check_sides(sides, shape)
     import twinbench
@@ -484,7 +490,7 @@ def main() -> None:
                       f"back to back), MFU "
                       f"{100 * (row.get('mfu') or 0):.1f}% (first step {row['compile_s']:.1f} s, loss {row['loss']:.3f})"
                       if not error else f"failed: {error}"), flush=True)
-    md = summary(rows, sides, args, m.family)
+    md = summary(rows, sides, args, shape["family"])
     (args.out / "summary.md").write_text("\n".join(md))
     print("\n".join(md))
     if not any(r.get("status", "ok") == "ok" for r in rows):

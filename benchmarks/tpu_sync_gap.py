@@ -29,14 +29,9 @@ def trainer(preset: str, side: str) -> tuple[Any, dict[str, Any]]:
 
     from twinbench.measure import device
     from twinbench.models import family
-    from twinbench.spec import from_preset
     from twinbench.strategies import registry
 
-    m, t = (s := from_preset(preset)).model, s.train
-    shape = {"preset": preset, "family": m.family, "ff": m.ff, "num_labels": m.num_labels, "precision": "bf16",
-             "layers": m.layers, "d_model": m.d_model, "heads": m.heads, "vocab": m.vocab, "context": m.context,
-             "batch": t.batch, "seq": t.seq, "lr": t.lr, "weight_decay": t.weight_decay, "seed": t.seed,
-             "attention_impl": os.environ.get("ATTENTION", "splash")}
+    shape = hf.shape_of(preset, "bf16", os.environ.get("ATTENTION", "splash"))
     device.set_fp32_matmul("jax", precision="bf16")
     spec = hf.twin_spec(shape, *hf.side_strategy(side))
     fam = family.get(spec)
