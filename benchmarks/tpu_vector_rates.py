@@ -18,14 +18,25 @@ import jax.numpy as jnp
 
 
 def timed(fn, *args, calls: int) -> float:
+    """The device's time per call: ``calls`` calls back to back (the host's dispatch overlaps the device's work),
+    synchronised at the window's ends; the median of five windows."""
     for _ in range(3):
         jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(calls):
+    windows = []
+    for _ in range(5):
         t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        out = [fn(*args) for _ in range(calls)]
+        jax.block_until_ready(out)
+        windows.append((time.perf_counter() - t0) / calls)
+    return statistics.median(windows)
+
+
+def chain(v: jax.Array, n: int) -> jax.Array:
+    """``n`` multiply-adds in fp32 on every element (2n vector ops an element, none of them transcendental)."""
+    v = v.astype(jnp.float32)
+    for i in range(n):
+        v = v * (1.0 + 1e-3 * i) + 1e-3
+    return v.astype(jnp.bfloat16)
 
 
 def main() -> None:
@@ -41,6 +52,7 @@ def main() -> None:
     w1 = jax.random.normal(k[1], (a.d, a.ff), bf) * 0.02
     h = jax.random.normal(k[2], (a.rows, a.ff), bf)
     w2 = jax.random.normal(k[3], (a.ff, a.d), bf) * 0.02
+    lg = jax.random.normal(k[3], (8192, 50257), bf)
     erf = lambda v: jax.nn.gelu(v, approximate=False)  # noqa: E731
     tanh = lambda v: jax.nn.gelu(v, approximate=True)  # noqa: E731
     silu = jax.nn.silu
@@ -63,6 +75,14 @@ def main() -> None:
         # the weight gradient of the second product reads the activation: [ff, rows] x [rows, d]
         "erf_into_wgrad": (lambda h, g: erf(h).T @ g, (h, x), 2 * a.rows * a.d * a.ff),
         "plain_wgrad": (lambda h, g: h.T @ g, (h, x), 2 * a.rows * a.d * a.ff),
+        # plain vector work, its op count known: 2 x 8 and 2 x 32 fp32 ops an element, alone and fused into a product
+        "chain8_bf16": (lambda v: chain(v, 8), (h,), h.size),
+        "chain32_bf16": (lambda v: chain(v, 32), (h,), h.size),
+        "chain8_into_dot_down": (lambda h, w: chain(h, 8) @ w, (h, w2), 2 * a.rows * a.d * a.ff),
+        "chain32_into_dot_down": (lambda h, w: chain(h, 32) @ w, (h, w2), 2 * a.rows * a.d * a.ff),
+        "dot_up_then_chain32": (lambda x, w: chain(x @ w, 32), (x, w1), 2 * a.rows * a.d * a.ff),
+        # the loss's fp32 log-softmax over a vocabulary (GPT-2's, at 8 x 1024 tokens)
+        "log_softmax_fp32": (lambda v: jax.nn.log_softmax(v.astype(jnp.float32), -1), (lg,), lg.size),
     }
     print(json.dumps({"device": jax.devices()[0].device_kind, "jax": jax.__version__, "rows": a.rows, "d": a.d,
                       "ff": a.ff}), flush=True)

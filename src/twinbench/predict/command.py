@@ -151,8 +151,9 @@ def predict_one(spec: RunSpec, sheet: Datasheet, points: list[calibration.Point]
 
 
 def compiled(pred: Prediction) -> None:
-    """``pred``'s memory replaced by that of its step compiled for its TPU here (``tpu_compile.py``): the
-    figure a run on the chip reports, so the memory error bar of the estimates no longer applies. A torch
+    """``pred``'s step and memory replaced by those of its step compiled for its TPU here (``tpu_compile.py``):
+    the step costed kernel by kernel as XLA:TPU built them, the memory the figure a run on the chip reports, so
+    the memory error bar of the estimates no longer applies. A torch
     strategy (no XLA program) or a device that is not a TPU keeps the estimate, with a note saying why."""
     from twinbench.predict import tpu_compile
     from twinbench.predict.program import trainer_and_batch
@@ -165,6 +166,15 @@ def compiled(pred: Prediction) -> None:
                           "estimate (jax:torchax runs the same torch model as an XLA program)")
         return
     step = tpu_compile.compile_step(*trainer_and_batch(pred.spec), device=pred.sheet.name)
+    if step.ops:
+        ops = list(step.ops)
+        if fused_in(pred.spec):  # the Mosaic kernels (splash) are costed as without --compile
+            ops += [t.op for t in pred.roof.times if t.op.kind == "attention"]
+        ops += [t.op for t in pred.roof.times if t.op.kind == "dispatch"]
+        pred.roof = roofline(ops, pred.sheet, efficiency(pred.sheet, pred.spec))
+        pred.notes.append(f"step: the {len(step.ops)} kernels of the step compiled here for {step.device_kind}, "
+                          "each costed by the products, element-wise work and HBM bytes XLA:TPU put in it; "
+                          f"{step.kernels} Mosaic kernels (attention) costed by predict/attention.py")
     pred.memory_range = (step.peak_bytes, step.peak_bytes)
     pred.memory_error_bar = None
     s = step.sizes

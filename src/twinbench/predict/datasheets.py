@@ -12,6 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: element-wise ops a second, measured: a v5e's vector unit on 64 fp32 multiply-adds an element
+#: (benchmarks/tpu_vector_rates.py's chain32 case; its exact GELU, 69 ops an element, agrees within 1%)
+VECTOR_OPS_PER_S = {"tpu-v5e": 4.49e12}
+
+#: host time (µs) per argument array of a jitted call before the chip starts it, in a step synchronised each time:
+#: a TPU v5e VM's, measured by benchmarks/tpu_sync_gap.py (the call returned after 3.3 ms for GPT-2's 447 arrays,
+#: 4.1-4.6 ms for BERT-base's 608, all of the synchronised step's lead over the back-to-back one)
+DISPATCH_US_PER_ARRAY = {"tpu": 7.0}
+
 #: per-op cost (µs) beyond its roofline time: XLA on a TPU runs fusions back to back from one program;
 #: XLA:GPU launches kernels (CUDA graphs cut it); eager torch pays the Python dispatch of every aten op
 OP_OVERHEAD_US = {"tpu": 1.0, "gpu": {"jax": 3.0, "torch-eager": 8.0, "torch-compile": 4.0}, "cpu": 2.0}
@@ -32,6 +41,17 @@ class Datasheet:
     node_size: int = 0              #: devices one node holds on ``link`` (0: the slice is one ``link`` domain)
     network_gbps: float = 50.0      #: per-device bandwidth between nodes (InfiniBand NDR 400 Gb/s), GB/s
     measure_key: str = ""           #: its entry in ``measure/peak.py``'s DATASHEETS
+
+    @property
+    def vector_ops_per_s(self) -> float:
+        """Element-wise ops a second (``hlo.VECTOR``, one an element). A v5e's is measured
+        (``VECTOR_OPS_PER_S``); another TPU's is the v5e's in proportion to its matrix peak (an estimate); a GPU's or
+        a CPU's is its fp32 peak (its vector units are its fp32 units)."""
+        if self.name in VECTOR_OPS_PER_S:
+            return VECTOR_OPS_PER_S[self.name]
+        if self.platform == "tpu":
+            return VECTOR_OPS_PER_S["tpu-v5e"] * self.tflops["bf16"] / DATASHEETS["tpu-v5e"].tflops["bf16"]
+        return self.tflops["fp32"] * 1e12
 
     @property
     def hbm_usable_gib(self) -> float:

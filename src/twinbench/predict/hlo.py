@@ -12,6 +12,13 @@ same on every backend; this module fuses it with the rules XLA:TPU and XLA:GPU s
 - a fused kernel's bytes are its distinct inputs from outside (each once) plus its results used outside
   (each once); gathers, scatters, sorts and custom calls are their own kernel (operands + result).
 
+Each kernel also carries its vector work (``Op.vector_ops``: one per element of every arithmetic op, a reduction's
+per input element). XLA:TPU does not write an element-wise result that only products read: it recomputes it inside
+every product that reads it (an exact GELU's seventy-odd ops, once in the forward product and once in the weight
+gradient's), so with the large fusions a product carries the vector work of its operands' element-wise producers,
+back to the nearest written tensor (a product's, a reduction's, or one a reduction's input is computed from), and
+the fused kernel the rest. With the acyclic fusions each kernel's result is written once and read by its consumers: it carries its own.
+
 ``call`` ops are inlined; a ``while`` body's ops run ``trip count`` times (the condition's compare constant).
 The result is an estimate: XLA sometimes splits a chain (softmax: a max pass, then an exp-sum-normalize pass,
 modelled here) or duplicates a cheap producer into two consumers (modelled as one read).
@@ -124,13 +131,72 @@ def _dot_flops(ins: Instr, by: dict[str, Instr]) -> float:
         dims = [int(d) for d in m.group(1).split(",") if d] if m else []
         k = math.prod(lhs.shapes[0][1][d] for d in dims) if lhs is not None and lhs.shapes else 1
         return 2.0 * out * k
-    m = re.search(r"dim_labels=[^_]*_([^-]*)->", ins.attrs)
-    if rhs is None or not rhs.shapes or not m:
+    return _conv_flops(ins, lhs, rhs, out)
+
+
+def _window_dims(attrs: str) -> list[dict[str, tuple[int, ...]]]:
+    """A convolution's ``window={size=AxB pad=L_HxL_H stride=.. lhs_dilate=.. rhs_dilate=..}``, per spatial dim."""
+    m = re.search(r"window=\{([^}]*)\}", attrs)
+    fields = dict(kv.split("=", 1) for kv in m.group(1).split()) if m else {}
+    sizes = [int(v) for v in fields["size"].split("x")] if "size" in fields else []
+    out: list[dict[str, tuple[int, ...]]] = []
+    for d, w in enumerate(sizes):
+        def at(key: str, default: tuple[int, ...], d: int = d) -> tuple[int, ...]:
+            if key not in fields:
+                return default
+            part = fields[key].split("x")[d]
+            return tuple(int(v) for v in part.split("_"))
+        out.append({"size": (w,), "pad": at("pad", (0, 0)), "stride": at("stride", (1,)),
+                    "lhs_dilate": at("lhs_dilate", (1,)), "rhs_dilate": at("rhs_dilate", (1,))})
+    return out
+
+
+def _valid_taps(n: int, out: int, w: dict[str, tuple[int, ...]]) -> int:
+    """Over every output position of one spatial dim, the kernel taps that land on an input element (not on
+    padding or between dilated inputs): what a convolution multiplies there (XLA's cost analysis counts the same)."""
+    (size,), (lo, _hi), (stride,), (ldil,), (rdil,) = w["size"], w["pad"], w["stride"], w["lhs_dilate"], w["rhs_dilate"]
+    span = (n - 1) * ldil + 1  # the dilated input's extent
+    taps = 0
+    for k in range(size):
+        # output p reads dilated input index p * stride + k * rdil - lo: valid inside [0, span) and on the grid
+        offset = k * rdil - lo
+        first = max(0, -(offset // stride) if offset < 0 else 0)
+        while first < out and first * stride + offset < 0:
+            first += 1
+        last = min(out - 1, (span - 1 - offset) // stride) if span - 1 - offset >= 0 else -1
+        if last < first:
+            continue
+        if ldil == 1:
+            taps += last - first + 1
+        else:
+            taps += sum(1 for p in range(first, last + 1) if (p * stride + offset) % ldil == 0)
+    return taps
+
+
+def _conv_flops(ins: Instr, lhs: Instr | None, rhs: Instr | None, out: int) -> float:
+    """2 x batch x output features x input features per group x the valid taps of every spatial dim: a product
+    XLA:TPU writes as a convolution (a padded window standing for a batch or an outer-product dim) counts what it
+    multiplies, not its window's full size."""
+    m = re.search(r"dim_labels=([^_]+)_([^-]+)->(\S+?)[,\s]", ins.attrs + " ")
+    if lhs is None or rhs is None or not lhs.shapes or not rhs.shapes or not ins.shapes or not m:
         return 2.0 * out
-    labels, dims = m.group(1), rhs.shapes[0][1]
-    o = labels.find("o")
-    per_out = math.prod(dims) / (dims[o] if 0 <= o < len(dims) else 1)  # the kernel's `i` is already per group
-    return 2.0 * out * per_out
+    lhs_l, _rhs_l, out_l = m.group(1), m.group(2), m.group(3).rstrip(",")
+    ldims, odims = lhs.shapes[0][1], ins.shapes[0][1]
+    if len(lhs_l) != len(ldims) or len(out_l) != len(odims):
+        return 2.0 * out
+    groups = re.search(r"feature_group_count=(\d+)", ins.attrs)
+    fma = float(odims[out_l.index("b")] * odims[out_l.index("f")] * ldims[lhs_l.index("f")])
+    fma /= int(groups.group(1)) if groups else 1
+    windows = _window_dims(ins.attrs)
+    for d, w in enumerate(windows):
+        c = str(d)
+        if c not in lhs_l or c not in out_l:
+            return 2.0 * out
+        fma *= _valid_taps(ldims[lhs_l.index(c)], odims[out_l.index(c)], w)
+    for c in out_l:  # spatial dims the window does not name (none: a 1 x 1 window each)
+        if c.isdigit() and int(c) >= len(windows):
+            fma *= odims[out_l.index(c)]
+    return 2.0 * fma
 
 
 def _source_bytes(name: str, by: dict[str, Instr]) -> float:
@@ -157,8 +223,35 @@ def _what(members: list[Instr]) -> str:
     return "+".join(named) or members[0].opcode
 
 
+#: element-wise arithmetic: vector work, one op an element (a transcendental too: it runs on its own unit, beside)
+VECTOR = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "compare", "select", "and", "or", "xor",
+          "not", "negate", "abs", "exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "tanh",
+          "rsqrt", "sqrt", "cbrt", "power", "convert", "clamp", "sign", "floor", "ceil", "round-nearest-even",
+          "round-nearest-afz", "erf", "atan2", "remainder", "is-finite", "cosine", "sine", "shift-left",
+          "shift-right-logical", "shift-right-arithmetic", "popcnt", "reduce", "reduce-window"}
+
+
+def _vector_ops(ins: Instr, by: dict[str, Instr]) -> float:
+    """An op's vector work: its result's elements (a reduction: its input's), if it computes (``VECTOR``)."""
+    if ins.opcode not in VECTOR:
+        return 0.0
+    source = by.get(ins.operands[0]) if ins.opcode in REDUCE and ins.operands else ins
+    return float(math.prod(source.shapes[0][1])) if source is not None and source.shapes else 0.0
+
+
 def _fusible(ins: Instr) -> bool:
     return ins.opcode not in MATMUL | FREE | OPAQUE | {"while", "call"}
+
+
+def stages(flat: Flat) -> dict[str, int]:
+    """Each op's stage: the products, reductions and opaque ops on its longest path from the program's inputs
+    (ops of one stage lie between the same kernels that must write their results)."""
+    by = {i.name: i for i in flat.instrs}
+    stage: dict[str, int] = {}
+    for ins in flat.instrs:
+        stage[ins.name] = max((stage.get(o, 0) + (0 if _fusible(by[o]) and by[o].opcode not in REDUCE else 1)
+                               for o in ins.operands if o in by), default=0)
+    return stage
 
 
 def regions(flat: Flat, acyclic: bool = False) -> dict[str, str]:
@@ -178,11 +271,7 @@ def regions(flat: Flat, acyclic: bool = False) -> dict[str, str]:
             x = parent[x]
         return x
 
-    # an op's stage counts the matmuls, reductions and opaque ops on its longest path from the inputs
-    stage: dict[str, int] = {}
-    for ins in flat.instrs:
-        stage[ins.name] = max((stage.get(o, 0) + (0 if _fusible(by[o]) and by[o].opcode not in REDUCE else 1)
-                               for o in ins.operands if o in by), default=0)
+    stage = stages(flat)
     # join every element-wise op (or reduction) with its element-wise producers (of its stage if acyclic);
     # generators stay out
     for ins in flat.instrs:
@@ -219,6 +308,27 @@ def fused_ops(flat: Flat, acyclic: bool = False, on_chip: Callable[[Instr], bool
     for ins in flat.instrs:
         if ins.name in region:
             groups.setdefault(region[ins.name], []).append(ins)
+    # a reduction's operand is written (its kernel writes it beside its result: a gradient its bias sums)
+    read_by_reduce = {o for ins in flat.instrs if ins.opcode in REDUCE for o in ins.operands}
+    stage = stages(flat)
+
+    def cone(starts: list[str], into: set[str], within: dict[str, str] | set[str], same_stage: bool) -> None:
+        """Add to ``into`` the element-wise ops of ``within`` computed to produce ``starts``. A product's
+        (``same_stage``) recomputes back to the nearest written tensor: one a product, reduction or other kernel
+        between made (a residual stream, a gradient summed over layers), or one a reduction reads."""
+        todo = [n for n in starts if n in within and by[n].opcode not in GENERATORS]
+        while todo:
+            n = todo.pop()
+            if n in into:
+                continue
+            into.add(n)
+            if same_stage and by[n].opcode in REDUCE:
+                continue
+            todo += [o for o in by[n].operands if o in within and by[o].opcode not in GENERATORS and (
+                not same_stage or (stage[o] == stage[n] and o not in read_by_reduce and by[o].opcode not in REDUCE))]
+
+    def work(names: set[str]) -> float:
+        return sum(_vector_ops(by[n], by) for n in names)
 
     ops: list[Op] = []
     for ins in flat.instrs:
@@ -228,8 +338,12 @@ def fused_ops(flat: Flat, acyclic: bool = False, on_chip: Callable[[Instr], bool
                 by[ins.operands[0]].shapes else "f32"
             reads = sum(_source_bytes(o, by) for o in ins.operands)
             shapes = "x".join(_shape_text(by[o]) for o in ins.operands if o in by)
+            recomputed: set[str] = set()
+            if not acyclic:  # its operands' element-wise producers, recomputed inside it
+                cone([o for o in ins.operands if o not in read_by_reduce], recomputed, region, same_stage=True)
             ops.append(Op(ins.name, "matmul", _dot_flops(ins, by), reads + ins.nbytes, dt, 1, count,
-                          f"matmul {shapes} -> {_shape_text(ins)}", scores([ins.name, *ins.operands])))
+                          f"matmul {shapes} -> {_shape_text(ins)}", scores([ins.name, *ins.operands]),
+                          vector_ops=work(recomputed)))
         elif ins.opcode in OPAQUE:
             reads = sum(_source_bytes(o, by) for o in ins.operands)
             if ins.opcode == "dynamic-update-slice" and len(ins.operands) > 1:  # in place: the update only
@@ -255,8 +369,17 @@ def fused_ops(flat: Flat, acyclic: bool = False, on_chip: Callable[[Instr], bool
         reductions = sum(1 for m in members if m.opcode in REDUCE)
         biggest = max(members, key=lambda m: m.nbytes)
         label = f"fused {_what(members)} {_shape_text(biggest)}"
+        if acyclic:
+            vector = work(inside)
+        else:  # what it writes (its reductions, what they read, what an op other than a product reads) and their inputs
+            computed: set[str] = set()
+            cone([m.name for m in members if m.opcode in REDUCE or m.name in read_by_reduce
+                  or m.name in flat.outputs
+                  or any(u not in inside and by[u].opcode not in MATMUL for u in users.get(m.name, []))], computed,
+                 inside, same_stage=False)
+            vector = work(computed)
         ops.append(Op(members[0].name, "fused", 0.0, reads + writes, "", max(1, reductions),
-                      flat.counts.get(members[0].name, 1), label, scores([*inside, *read])))
+                      flat.counts.get(members[0].name, 1), label, scores([*inside, *read]), vector_ops=vector))
     return ops
 
 

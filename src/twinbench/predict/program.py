@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from twinbench.predict.datasheets import DISPATCH_US_PER_ARRAY
 from twinbench.predict.roofline import Op
 from twinbench.spec import USER, RunSpec
 
@@ -22,12 +23,23 @@ class Program:
     source: str                  #: how the ops were read
     steps_per_call: int = 1      #: training steps the ops stand for (scan-steps: K)
     gpu_ops: list[Op] | None = None  #: the kernels as XLA:GPU/CPU fuse them, where that differs (``hlo.py``)
+    arguments: int = 0           #: arrays the jitted step takes (its state's and the batch's): the host's dispatch
 
     def ops_for(self, platform: str) -> list[Op]:
         """The kernels on ``platform``: XLA:TPU's large fusions on a TPU, the smaller acyclic ones of XLA:GPU
         and XLA:CPU elsewhere (the CPU program of the ``small`` preset moves a little more outside its dots than
         the acyclic model says, and more than twice what the TPU's large fusions move)."""
-        return self.gpu_ops if platform in ("gpu", "cpu") and self.gpu_ops is not None else self.ops
+        ops = self.gpu_ops if platform in ("gpu", "cpu") and self.gpu_ops is not None else self.ops
+        if platform in DISPATCH_US_PER_ARRAY and self.arguments:
+            ops = [*ops, dispatch_op(self.arguments, platform)]
+        return ops
+
+
+def dispatch_op(arguments: int, platform: str) -> Op:
+    """The host's dispatch of a step synchronised each time: the chip waits while the jitted call hands over
+    its argument arrays (``datasheets.DISPATCH_US_PER_ARRAY``)."""
+    return Op("dispatch", "dispatch", kernels=0, label=f"host dispatch of {arguments} argument arrays",
+              fixed_us=arguments * DISPATCH_US_PER_ARRAY[platform])
 
 
 def trainer_and_batch(spec: RunSpec) -> tuple[Any, Any, Any]:
@@ -92,4 +104,5 @@ def jax_program(spec: RunSpec) -> Program:
     n_params = sum(int(x.size) for x in leaves)
     grad_bytes = 4.0 * n_params  # fp32 master weights: fp32 gradients
     k = getattr(trainer, "steps_per_call", 1) or 1  # scan-steps: K steps per call
-    return Program(ops, memory, grad_bytes, n_params, t.batch * t.seq, source, k, gpu_ops)
+    arguments = len(jax.tree_util.tree_leaves((trainer.params, trainer.opt_state))) + 2  # and the batch's (x, y)
+    return Program(ops, memory, grad_bytes, n_params, t.batch * t.seq, source, k, gpu_ops, arguments)

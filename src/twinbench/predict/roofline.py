@@ -20,7 +20,7 @@ class Op:
     """One kernel of the step: what it computes and what it moves."""
 
     name: str
-    kind: str            #: matmul, fused or other
+    kind: str            #: matmul, attention, fused, other, or dispatch (the host's, its fixed time only)
     flops: float = 0.0
     bytes: float = 0.0
     dtype: str = "bf16"  #: the matmul's operand dtype (its peak)
@@ -29,6 +29,7 @@ class Op:
     label: str = ""      #: where it comes from (the model's scope), for the table of dominant ops
     scores: bool = False  #: it reads or writes the einsum attention's scores (a fused attention replaces it)
     fixed_us: float = 0.0  #: time per run beyond its math and bytes (a Pallas kernel's grid steps)
+    vector_ops: float = 0.0  #: element-wise ops it computes on the vector unit (a product: those fused into it)
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Efficiency:
     memory: float = 0.85
     overhead_us: float = 1.0
     attention: float = 0.3  #: a fused attention kernel's fraction of the peak (``attention.py``)
+    vector_overlap: float = 0.2  #: the share of a product's time the vector work fused into it hides in
 
 
 @dataclass
@@ -85,14 +87,25 @@ class Roofline:
 
 def op_ms(op: Op, sheet: Datasheet, eff: Efficiency) -> OpTime:
     """One op's time on ``sheet``: max(math, bytes) at the efficiencies, plus its fixed time (``Op.fixed_us``)
-    and the launch overhead per kernel."""
+    and the launch overhead per kernel. Vector work (``Op.vector_ops`` at the sheet's vector rate) bounds a fused
+    kernel as its bytes do; inside a product it runs after the matrix unit's work but for ``vector_overlap`` of it
+    (the chip's product with an element-wise producer fused in: ``benchmarks/tpu_vector_rates.py``)."""
     compute = 0.0
     if op.kind in ("matmul", "attention"):
         compute = op.flops / (sheet.peak(op.dtype) * (eff.matmul if op.kind == "matmul" else eff.attention))
     memory = op.bytes / (sheet.hbm_gbps * 1e9 * eff.memory)
+    vector = op.vector_ops / sheet.vector_ops_per_s
     overhead = op.kernels * eff.overhead_us * 1e-6
-    body = max(compute, memory) + op.fixed_us * 1e-6
+    if op.kind == "matmul":
+        body = max(compute, memory) + max(0.0, vector - eff.vector_overlap * compute)
+    else:
+        body = max(compute, memory, vector)
+    body += op.fixed_us * 1e-6
     bound = "compute" if compute >= memory else "memory"
+    if op.kind != "matmul" and vector > max(compute, memory):
+        bound = "vector"
+    if op.kind == "dispatch":
+        bound = "host"
     if overhead > body:
         bound = "overhead"
     return OpTime(op, (body + overhead) * 1e3 * op.count, bound)

@@ -1,6 +1,9 @@
 """The step compiled for a TPU this machine does not have, by the TPU compiler itself: libtpu's deviceless
 ahead-of-time compilation (``jax.experimental.topologies``), run on this CPU.
 
+The compiled program's kernels are what the chip runs: which element-wise work XLA:TPU fused into which product
+(and recomputes there), what an asynchronous copy placed on the chip ahead, how each array is tiled; predict
+--compile costs the step from them (:func:`compiled_ops`) rather than from its own fusion of the unoptimized program.
 The compiled program's ``memory_analysis()`` is what a run on the chip reports as its peak (``measure/memory.py``:
 arguments + outputs not aliased + temporaries + code; a TPU's allocator leaves the temporaries out), so the
 memory ``twinbench predict --compile`` gives is the chip's own figure, not a model of it: the GPT-2 124M,
@@ -16,9 +19,13 @@ from __future__ import annotations
 import functools
 import glob
 import importlib.util
+import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
+
+from twinbench.predict.roofline import Op
 
 #: --device name -> the one-chip topology libtpu compiles for (v4 and v5p chips are 3-D slices, v5e and v6e 2-D)
 TOPOLOGIES = {"tpu-v4": "v4:1x1x1", "tpu-v5e": "v5e:1x1", "tpu-v5p": "v5p:1x1x1", "tpu-v6e": "v6e:1x1"}
@@ -36,6 +43,7 @@ class CompiledStep:
     device_kind: str        #: the compiled-for device ("TPU v5 lite")
     compiler: str           #: "libtpu 0.0.42.1"
     kernels: int = 0        #: Mosaic (Pallas TPU) kernels in the compiled program
+    ops: tuple[Op, ...] = ()  #: its other kernels as XLA:TPU built them (:func:`compiled_ops`)
 
     @property
     def peak_bytes(self) -> int:
@@ -121,5 +129,112 @@ def compile_step(trainer: Any, x: Any, y: Any, device: str) -> CompiledStep:
     from twinbench.measure.memory import compiled_sizes
 
     compiled = compile_for(trainer, x, y, device)
+    text = compiled.as_text()
     return CompiledStep(compiled_sizes(compiled), target_device(device).device_kind, f"libtpu {libtpu_version()}",
-                        mosaic_kernels(compiled.as_text()))
+                        mosaic_kernels(text), tuple(compiled_ops(text)))
+
+
+#: top-level ops of a compiled program that move nothing themselves: names, tuples, and the asynchronous copies and
+#: slices XLA:TPU overlaps with the kernels around them (their device time hides behind those)
+_NOT_KERNELS = {"parameter", "get-tuple-element", "tuple", "bitcast", "constant", "after-all", "opt-barrier",
+                "optimization-barrier", "copy-start", "copy-done", "slice-start", "slice-done", "async-start",
+                "async-done", "async-update", "partition-id", "replica-id"}
+
+
+_ELEMENT = re.compile(r"([a-z]+[0-9a-z]*)\[([0-9,]*)\](\{[^}]*\})?")
+_DEFINES = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*")
+
+
+def hbm_bytes(text: str) -> dict[str, float]:
+    """Each instruction's result bytes in the chip's HBM: a result (or tuple element) whose layout names another
+    memory space (``S(1)``: on-chip memory an asynchronous copy filled ahead) moves nothing through HBM."""
+    from twinbench.hlo_text import DTYPE_BYTES
+
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _DEFINES.match(line)
+        if not m:
+            continue
+        rest = line[m.end():]
+        if rest.startswith("("):  # a tuple's type: up to its closing parenthesis
+            depth, end = 0, len(rest)
+            for i, ch in enumerate(rest):
+                depth += (ch == "(") - (ch == ")")
+                if depth == 0:
+                    end = i + 1
+                    break
+            kind = rest[:end]
+        else:
+            kind = rest.split(" ", 1)[0]
+        out[m.group(1)] = sum(DTYPE_BYTES.get(dt, 4) * _tiled(dims, layout or "")
+                              for dt, dims, layout in _ELEMENT.findall(kind) if "S(" not in (layout or ""))
+    return out
+
+
+def _tiled(dims: str, layout: str) -> int:
+    """Elements an array takes in memory with its layout's tiling (``{1,0:T(8,128)}``: its two most minor dims
+    padded to multiples of 8 and 128), as the chip stores it: a ``[..., 128, 1]`` array takes 128 times its size."""
+    shape = [int(d) for d in dims.split(",") if d]
+    m = re.match(r"\{([0-9,]*)(?::T\(([0-9,]+)\))?", layout)
+    if not m or not m.group(2) or not shape:
+        return math.prod(shape)
+    order = [int(d) for d in m.group(1).split(",") if d]  # minor to major
+    tile = [int(t) for t in m.group(2).split(",")]
+    padded = list(shape)
+    for t, d in zip(reversed(tile), order, strict=False):  # the tile's last size pads the most minor dim
+        padded[d] = -(-padded[d] // t) * t
+    return math.prod(padded)
+
+
+def _work(fusion: Any, by: dict[str, Any], computations: dict[str, list[Any]], depth: int = 0) -> tuple[
+        float, float, str]:
+    """(FLOPs of its products, its element-wise ops, its first product's operand dtype or "") of a fusion, through the
+    fusions nested in it (XLA:TPU fuses a loop fusion into a product's as a fusion of its own)."""
+    from twinbench.predict import hlo
+
+    inner = computations.get(hlo._attr(fusion.attrs, "calls") or "", [])
+    inner_by = {i.name: i for i in inner}
+    flops = vector = 0.0
+    dtype = ""
+    for i in inner:
+        if i.opcode == "fusion" and depth < 8:
+            f, v, d = _work(i, inner_by, computations, depth + 1)
+            flops, vector, dtype = flops + f, vector + v, dtype or d
+        elif i.opcode in hlo.MATMUL:
+            flops += hlo._dot_flops(i, inner_by)
+            if not dtype and i.operands and i.operands[0] in inner_by and inner_by[i.operands[0]].shapes:
+                dtype = inner_by[i.operands[0]].shapes[0][0]
+        else:
+            vector += hlo._vector_ops(i, inner_by)
+    return flops, vector, dtype
+
+
+def compiled_ops(text: str) -> list[Op]:
+    """The kernels of a program compiled for a TPU (its optimized HLO text), each costed by what XLA:TPU put in it:
+    a fusion's products (FLOPs), the element-wise work fused with them (``Op.vector_ops``) and its operands and
+    results in HBM (bytes: what an asynchronous copy placed on the chip ahead is not read from HBM again). The Mosaic kernels (``tpu_custom_call``: splash attention) are left out: the caller costs them
+    (``attention.py``). A loop's body counts its trip count (``hlo.flatten``)."""
+    from twinbench.hlo_text import parse
+    from twinbench.predict import hlo
+
+    mod = parse(text)
+    flat = hlo.flatten(mod)
+    by = {i.name: i for i in flat.instrs}
+    hbm = hbm_bytes(text)
+
+    def in_hbm(name: str) -> float:  # a loop body's names carry its prefix (hlo.flatten)
+        return hbm.get(name.rsplit("/", 1)[-1], by[name].nbytes if name in by else 0.0)
+
+    ops: list[Op] = []
+    for ins in flat.instrs:
+        if ins.opcode in _NOT_KERNELS or (ins.opcode == "custom-call" and "tpu_custom_call" in ins.attrs):
+            continue
+        if ins.opcode == "custom-call" and "ConcatBitcast" in ins.attrs:
+            continue  # a view of its operands laid side by side: no data moved
+        flops, vector, dtype = _work(ins, by, mod.computations) if ins.opcode == "fusion" else (
+            0.0, hlo._vector_ops(ins, by), "")
+        moved = sum(in_hbm(o) for o in ins.operands if o in by) + in_hbm(ins.name)
+        ops.append(Op(ins.name, "matmul" if flops else "fused", flops, moved, dtype or "f32", 1, flat.counts.get(ins.name, 1),
+                      f"{'fusion with a product' if flops else ins.opcode} {hlo._shape_text(ins)[:80]}",
+                      vector_ops=vector))
+    return ops
