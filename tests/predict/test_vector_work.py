@@ -166,3 +166,9 @@ def test_a_tpu_step_synchronised_each_time_waits_for_the_hosts_dispatch_of_its_a
     assert prog.ops_for("gpu") == prog.ops
     roof = roofline(tpu, lookup("tpu-v5e"), Efficiency(overhead_us=0.0))
     assert roof.by_kind()["dispatch"] == pytest.approx(447 * DISPATCH_US_PER_ARRAY["tpu"] / 1e3)
+
+
+def test_a_compiled_program_with_a_loop_is_not_costed_from_its_kernels():
+    looped = COMPILED.replace("  %t = f32[4,128,1]{2,1,0:T(8,128)} copy(%s)",
+                              "  %t = f32[4,128,1]{2,1,0:T(8,128)} while(%s), condition=%c, body=%b")
+    assert tpu_compile.compiled_ops(looped) == []

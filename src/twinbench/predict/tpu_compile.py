@@ -213,11 +213,13 @@ def compiled_ops(text: str) -> list[Op]:
     """The kernels of a program compiled for a TPU (its optimized HLO text), each costed by what XLA:TPU put in it:
     a fusion's products (FLOPs), the element-wise work fused with them (``Op.vector_ops``) and its operands and
     results in HBM (bytes: what an asynchronous copy placed on the chip ahead is not read from HBM again). The Mosaic kernels (``tpu_custom_call``: splash attention) are left out: the caller costs them
-    (``attention.py``). A loop's body counts its trip count (``hlo.flatten``)."""
+    (``attention.py``). A program with a loop gives none: its step stays the model's of the unoptimized program."""
     from twinbench.hlo_text import parse
     from twinbench.predict import hlo
 
     mod = parse(text)
+    if any(i.opcode == "while" for i in mod.computations.get(mod.entry, [])):
+        return []  # a loop's compiled body is not costed yet (scan-layers read 5x its step): the model's step stays
     flat = hlo.flatten(mod)
     by = {i.name: i for i in flat.instrs}
     hbm = hbm_bytes(text)
