@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: element-wise ops a second, measured: a v5e's vector unit on 64 fp32 multiply-adds an element
-#: (benchmarks/tpu_vector_rates.py's chain32 case; its exact GELU, 69 ops an element, agrees within 1%)
+#: element-wise ops a second, measured: a v5e's vector unit on fp32 multiply-adds (benchmarks/tpu_vector_rates.py;
+#: the figures and the exact GELU's check against them are in benchmarks/RESULTS.md, "The twelfth sitting")
 VECTOR_OPS_PER_S = {"tpu-v5e": 4.49e12}
 
 #: host time (µs) per argument array of a jitted call before the chip starts it, in a step synchronised each time:
-#: a TPU v5e VM's, measured by benchmarks/tpu_sync_gap.py (the call returned after 3.3 ms for GPT-2's 447 arrays,
-#: 4.1-4.6 ms for BERT-base's 608, all of the synchronised step's lead over the back-to-back one)
+#: a TPU v5e VM's, measured by benchmarks/tpu_sync_gap.py (the whole of the synchronised step's lead over the
+#: back-to-back one; benchmarks/RESULTS.md, "The eleventh sitting")
 DISPATCH_US_PER_ARRAY = {"tpu": 7.0}
 
 #: per-op cost (µs) beyond its roofline time: XLA on a TPU runs fusions back to back from one program;

@@ -14,7 +14,7 @@ same on every backend; this module fuses it with the rules XLA:TPU and XLA:GPU s
 
 Each kernel also carries its vector work (``Op.vector_ops``: one per element of every arithmetic op, a reduction's
 per input element). XLA:TPU does not write an element-wise result that only products read: it recomputes it inside
-every product that reads it (an exact GELU's seventy-odd ops, once in the forward product and once in the weight
+every product that reads it (an exact GELU's polynomial, once in the forward product and once in the weight
 gradient's), so with the large fusions a product carries the vector work of its operands' element-wise producers,
 back to the nearest written tensor (a product's, a reduction's, or one a reduction's input is computed from), and
 the fused kernel the rest. With the acyclic fusions each kernel's result is written once and read by its consumers: it carries its own.
