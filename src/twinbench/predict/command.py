@@ -175,9 +175,6 @@ def compiled(pred: Prediction) -> None:
         pred.notes.append(f"step: the {len(step.ops)} kernels of the step compiled here for {step.device_kind}, "
                           "each costed by the products, element-wise work and HBM bytes XLA:TPU put in it; "
                           f"{step.kernels} Mosaic kernels (attention) costed by predict/attention.py")
-    else:
-        pred.notes.append("step: the compiled program loops (scan); its step stays the model's of the unoptimized "
-                          "program")
     pred.memory_range = (step.peak_bytes, step.peak_bytes)
     pred.memory_error_bar = None
     s = step.sizes

@@ -209,17 +209,82 @@ def _work(fusion: Any, by: dict[str, Any], computations: dict[str, list[Any]], d
     return flops, vector, dtype
 
 
+_SLICING = {"dynamic-slice", "slice"}
+
+
+def _param_read(inner: list[Any], param: str, computations: dict[str, list[Any]], depth: int = 0) -> float | None:
+    """Bytes a fused computation reads of its parameter ``param`` when it only slices it or updates it in place
+    (through the fusions nested in it), or None: it reads the whole array."""
+    from twinbench.predict import hlo
+
+    total = 0.0
+    uses = [i for i in inner if param in i.operands]
+    if not uses:
+        return None
+    for u in uses:
+        if u.opcode in _SLICING and u.operands[0] == param:
+            total += u.nbytes
+        elif u.opcode == "dynamic-update-slice" and u.operands[0] == param and param not in u.operands[1:]:
+            continue  # updated in place: the array is not read
+        elif u.opcode == "fusion" and depth < 8:
+            nested = computations.get(hlo._attr(u.attrs, "calls") or "", [])
+            names = {hlo._literal(i): i.name for i in nested if i.opcode == "parameter"}
+            parts = [_param_read(nested, names.get(j, ""), computations, depth + 1)
+                     for j, o in enumerate(u.operands) if o == param]
+            if any(x is None for x in parts):
+                return None
+            total += sum(x for x in parts if x is not None)
+        else:
+            return None
+    return total
+
+
+def _moved(ins: Any, by: dict[str, Any], computations: dict[str, list[Any]], in_hbm: Any) -> float:
+    """HBM bytes a kernel reads and writes: its operands and results, except that an operand it only slices (a
+    layer's weights from the stacked array a loop body indexes) costs the slices it takes, and a result it updates
+    in place (``dynamic-update-slice``: a layer's gradient into the stacked array) costs the update, neither the
+    whole array."""
+    from twinbench.predict import hlo
+
+    if ins.opcode in _SLICING:
+        return 2.0 * ins.nbytes
+    if ins.opcode == "dynamic-update-slice" and len(ins.operands) > 1 and ins.operands[1] in by:
+        return 2.0 * by[ins.operands[1]].nbytes
+    if ins.opcode != "fusion":
+        return sum(in_hbm(o) for o in ins.operands if o in by) + in_hbm(ins.name)
+    inner = computations.get(hlo._attr(ins.attrs, "calls") or "", [])
+    inner_by = {i.name: i for i in inner}
+    params = {hlo._literal(i): i.name for i in inner if i.opcode == "parameter"}
+    users: dict[str, list[Any]] = {}
+    for i in inner:
+        for o in i.operands:
+            users.setdefault(o, []).append(i)
+    root = next((i for i in inner if i.root), None)
+    outs = [inner_by[o] for o in root.operands if o in inner_by] if root is not None and root.opcode == "tuple" else (
+        [root] if root is not None else [])
+    read = 0.0
+    for k, operand in enumerate(ins.operands):
+        if operand not in by:
+            continue
+        part = _param_read(inner, params.get(k, ""), computations) if k in params else None
+        read += in_hbm(operand) if part is None else part
+    if not any(o.opcode == "dynamic-update-slice" for o in outs):
+        return read + in_hbm(ins.name)
+    written = sum(inner_by[o.operands[1]].nbytes if o.opcode == "dynamic-update-slice" and len(o.operands) > 1
+                  and o.operands[1] in inner_by else o.nbytes for o in outs)
+    return read + written
+
+
 def compiled_ops(text: str) -> list[Op]:
     """The kernels of a program compiled for a TPU (its optimized HLO text), each costed by what XLA:TPU put in it:
     a fusion's products (FLOPs), the element-wise work fused with them (``Op.vector_ops``) and its operands and
     results in HBM (bytes: what an asynchronous copy placed on the chip ahead is not read from HBM again). The Mosaic kernels (``tpu_custom_call``: splash attention) are left out: the caller costs them
-    (``attention.py``). A program with a loop gives none: its step stays the model's of the unoptimized program."""
+    (``attention.py``). A loop's body counts its trip count (``hlo.flatten``); what it reads of a stacked array
+    through a slice, and writes into one in place, is the slice's bytes (:func:`_moved`)."""
     from twinbench.hlo_text import parse
     from twinbench.predict import hlo
 
     mod = parse(text)
-    if any(i.opcode == "while" for i in mod.computations.get(mod.entry, [])):
-        return []  # a loop's compiled body is not costed yet (scan-layers read 5x its step): the model's step stays
     flat = hlo.flatten(mod)
     by = {i.name: i for i in flat.instrs}
     hbm = hbm_bytes(text)
@@ -231,11 +296,11 @@ def compiled_ops(text: str) -> list[Op]:
     for ins in flat.instrs:
         if ins.opcode in _NOT_KERNELS or (ins.opcode == "custom-call" and "tpu_custom_call" in ins.attrs):
             continue
-        if ins.opcode == "custom-call" and "ConcatBitcast" in ins.attrs:
-            continue  # a view of its operands laid side by side: no data moved
+        if ins.opcode == "custom-call" and ("ConcatBitcast" in ins.attrs or "AllocateBuffer" in ins.attrs):
+            continue  # a view of its operands laid side by side, or a buffer reserved: no data moved
         flops, vector, dtype = _work(ins, by, mod.computations) if ins.opcode == "fusion" else (
             0.0, hlo._vector_ops(ins, by), "")
-        moved = sum(in_hbm(o) for o in ins.operands if o in by) + in_hbm(ins.name)
+        moved = _moved(ins, by, mod.computations, in_hbm)
         ops.append(Op(ins.name, "matmul" if flops else "fused", flops, moved, dtype or "f32", 1, flat.counts.get(ins.name, 1),
                       f"{'fusion with a product' if flops else ins.opcode} {hlo._shape_text(ins)[:80]}",
                       vector_ops=vector))
