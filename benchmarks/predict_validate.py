@@ -17,7 +17,8 @@ prediction back into calibration.jsonl (``predicted_ms``, ``predicted_memory_byt
 measured point is one run of this script.
 ``--compile`` also predicts each TPU point of a JAX strategy from its step compiled here by libtpu (``twinbench
 predict --compile``; needs the libtpu package) and prints that prediction and its error beside the model's; the
-stored predictions stay the model's.
+model's predictions are stored as before, and with ``--write`` these beside them (``compiled_ms``: the error bar
+``predict --compile`` prints).
 Lowering GPT-2 124M takes about a minute on a 2-core machine; each distinct configuration is lowered once, and
 compiled for a TPU in another minute or two.
 """
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             except TpuCompileUnavailable as e:
                 print(f"error: --compile: {e}", file=sys.stderr)
                 return 2
-            from_compiled = round(step.roof.step_ms / step.steps_per_call, 2)
+            from_compiled = p.compiled_ms = round(step.roof.step_ms / step.steps_per_call, 2)
         rows.append({**json.loads(p.to_json()), "error": round(p.error or 0.0, 4),
                      "compiled_ms": from_compiled,
                      "compiled_error": None if from_compiled is None else round(from_compiled / p.step_ms - 1, 4),

@@ -95,3 +95,25 @@ def test_a_splash_step_compiled_for_a_v5e_holds_mosaic_kernels_and_its_sizes():
     assert step.device_kind == "TPU v5 lite" and step.peak_bytes == jax_step_estimate(step.sizes) > 0
     assert step.kernels >= 2 * spec.model.layers  # each layer's forward and backward kernel
     assert step.sizes["alias"] > 0  # the donated state is updated in place
+
+
+def test_the_compiled_steps_kernels_replace_the_models_step_and_carry_their_own_error_bar(monkeypatch):
+    """With the compiled program's kernels the step is theirs (plus the host's dispatch the model adds), and the
+    error bar is that of ``--compile``'s own predictions of the shipped points, not the model's."""
+    from twinbench.predict import calibration
+    from twinbench.predict.roofline import Op
+
+    kernels = (Op("fusion.1", "matmul", 2e12, 1e8, "bf16"), Op("fusion.2", "fused", 0.0, 4e9, ""))
+    step = tpu_compile.CompiledStep(_fake_step(2.0).sizes, "TPU v5 lite", "libtpu test", 0, kernels)
+    monkeypatch.setattr(tpu_compile, "target_device", lambda device: None)
+    monkeypatch.setattr(tpu_compile, "compile_step", lambda trainer, x, y, device: step)
+    spec = build_specs("tiny", "jax", "jit+bf16", {})[0]
+    estimate = command.run([spec], "tpu-v5e")[0][0]
+    pred = command.run([spec], "tpu-v5e", compile_step=True)[0][0]
+    names = [t.op.name for t in pred.roof.times]
+    assert names == ["fusion.1", "fusion.2", "dispatch"]
+    assert pred.step_ms > 10 * estimate.step_ms  # 2 TFLOP and 4 GB against the tiny model's own
+    shipped = [p.compiled_error for p in calibration.shipped() if p.kind == ("tpu", "jax") and p.compiled_ms]
+    assert shipped and pred.error_bar["n"] == len(shipped)
+    assert pred.error_bar["errors"] != estimate.error_bar["errors"]
+    assert pred.error_bar["max_abs"] == pytest.approx(max(abs(e) for e in shipped))

@@ -49,6 +49,7 @@ class Point:
     predicted_ms: float | None = None
     memory_bytes: float | None = None
     predicted_memory_bytes: float | None = None
+    compiled_ms: float | None = None  #: what ``predict --compile`` predicted (a TPU point of a JAX strategy)
 
     def overrides(self) -> dict[str, int]:
         """The flags its run set beyond its preset: batch and seq, and the context raised to the sequence where
@@ -74,6 +75,11 @@ class Point:
     def error(self) -> float | None:
         """predicted / measured - 1 (positive: predicted slower than measured)."""
         return None if self.predicted_ms is None else self.predicted_ms / self.step_ms - 1.0
+
+    @property
+    def compiled_error(self) -> float | None:
+        """``compiled_ms`` / measured - 1."""
+        return None if self.compiled_ms is None else self.compiled_ms / self.step_ms - 1.0
 
     @property
     def memory_error(self) -> float | None:
@@ -177,10 +183,12 @@ def fit(points: list[Point]) -> dict[tuple[str, str], float]:
     return {k: math.exp(sum(v) / len(v)) for k, v in logs.items()}
 
 
-def error_bar(points: list[Point], kind: tuple[str, str], memory: bool = False) -> dict[str, Any] | None:
+def error_bar(points: list[Point], kind: tuple[str, str], memory: bool = False,
+              compiled: bool = False) -> dict[str, Any] | None:
     """How far the predictions of ``kind`` were from their measured steps (``memory``: from their measured peak
-    memory): n, the errors, the largest."""
-    errors = [e for p in points if p.kind == kind and (e := p.memory_error if memory else p.error) is not None]
+    memory; ``compiled``: those of ``predict --compile``): n, the errors, the largest."""
+    errors = [e for p in points if p.kind == kind and (
+        e := p.memory_error if memory else p.compiled_error if compiled else p.error) is not None]
     if not errors:
         return None
     return {"n": len(errors), "errors": [round(e, 3) for e in errors], "max_abs": max(abs(e) for e in errors)}

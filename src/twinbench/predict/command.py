@@ -172,6 +172,12 @@ def compiled(pred: Prediction) -> None:
             ops += [t.op for t in pred.roof.times if t.op.kind == "attention"]
         ops += [t.op for t in pred.roof.times if t.op.kind == "dispatch"]
         pred.roof = roofline(ops, pred.sheet, efficiency(pred.sheet, pred.spec))
+        pred.error_bar = calibration.error_bar(calibration.shipped(), (pred.sheet.platform, pred.spec.framework),
+                                               compiled=True)
+        if pred.factor != 1.0:  # --calibrate's factor was fitted to the model's predictions, not to these
+            pred.notes.append(f"--calibrate: its factor ({pred.factor:.3f}) scales the model's predictions; the "
+                              "compiled step's is given unscaled")
+            pred.factor = 1.0
         pred.notes.append(f"step: the {len(step.ops)} kernels of the step compiled here for {step.device_kind}, "
                           "each costed by the products, element-wise work and HBM bytes XLA:TPU put in it; "
                           f"{step.kernels} Mosaic kernels (attention) costed by predict/attention.py")
