@@ -22,7 +22,7 @@ DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s4": 0.5, "u4": 0.5, "f8e4m3fn": 1,
                "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8, "c64": 8,
                "c128": 16, "token": 0}
 
-_SHAPE = re.compile(r"([a-z]+[0-9]*[a-z0-9]*)\[([0-9,]*)\](?:\{([0-9,]*))?")
+_SHAPE = re.compile(r"([a-z]+[0-9]*[a-z0-9]*)\[([0-9,]*)\](?:\{([0-9,]*)([^}]*)\}?)?")
 _HEAD = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*(->.*)?\{\s*$")
 _OPNAME = re.compile(r'op_name="([^"]*)"')
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
@@ -46,6 +46,9 @@ class Instr:
     is_tuple: bool = False  #: the result type is a tuple
     comp: str = ""          #: the computation it belongs to
     root: bool = False
+    #: the rest of each element's layout, after its minor-to-major order: a compiled TPU program's tiling and
+    #: memory space (``:T(8,128)(2,1)S(1)``); empty when the text has none
+    tilings: list[str] = field(default_factory=list)
 
     @property
     def nbytes(self) -> float:
@@ -138,11 +141,11 @@ def parse_instr(line: str, comp: str = "") -> Instr | None:
     close = _balanced(rest, m.end() - 1)
     inside = _COMMENT.sub("", rest[m.end():close - 1])  # ``/*index=5*/`` before every fifth operand
     operands = [o.strip().split(" ")[-1].lstrip("%") for o in _split_top(inside) if o.strip()]
-    found = [(dt, dims, lay) for dt, dims, lay in _SHAPE.findall(type_text) if dt in DTYPE_BYTES]
-    shapes = [(dt, tuple(int(d) for d in dims.split(",") if d)) for dt, dims, _ in found]
-    layouts = [tuple(int(d) for d in lay.split(",") if d) for _, _, lay in found]
+    found = [(dt, dims, lay, tiling) for dt, dims, lay, tiling in _SHAPE.findall(type_text) if dt in DTYPE_BYTES]
+    shapes = [(dt, tuple(int(d) for d in dims.split(",") if d)) for dt, dims, _, _ in found]
+    layouts = [tuple(int(d) for d in lay.split(",") if d) for _, _, lay, _ in found]
     return Instr(name.strip().lstrip("%"), m.group(1), shapes, operands, rest[close:], layouts,
-                 type_text.startswith("("), comp, root)
+                 type_text.startswith("("), comp, root, [tiling for _, _, _, tiling in found])
 
 
 def parse(text: str) -> Module:

@@ -146,13 +146,14 @@ def test_the_compiled_programs_kernels_carry_their_products_nested_vector_work_a
 
 
 def test_hbm_bytes_leave_out_what_lives_on_the_chip_and_pad_to_the_tiles():
-    hbm = tpu_compile.hbm_bytes(COMPILED)
+    mod = parse(COMPILED)
+    hbm = {i.name: tpu_compile.hbm_bytes(i) for i in mod.computations[mod.entry]}
     assert hbm["w"] == 0.0
     assert hbm["x"] == 4 * 128 * 256
     assert hbm["s"] == 4 * 4 * 128 * 128
     assert hbm["r"] == 4 * 128 * 512 + 4 * 4 * 128 * 128
-    assert math.isclose(tpu_compile._tiled("3,5", "{1,0:T(8,128)}"), 8 * 128)
-    assert tpu_compile._tiled("3,5", "{1,0}") == 15
+    assert math.isclose(tpu_compile._tiled((3, 5), (1, 0), ":T(8,128)"), 8 * 128)
+    assert tpu_compile._tiled((3, 5), (1, 0), "") == 15
 
 
 LOOPED = """HloModule jit_scan

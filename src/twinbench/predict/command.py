@@ -167,11 +167,10 @@ def compiled(pred: Prediction) -> None:
         return
     step = tpu_compile.compile_step(*trainer_and_batch(pred.spec), device=pred.sheet.name)
     if step.ops:
-        ops = list(step.ops)
-        if fused_in(pred.spec):  # the Mosaic kernels (splash) are costed as without --compile
-            ops += [t.op for t in pred.roof.times if t.op.kind == "attention"]
-        ops += [t.op for t in pred.roof.times if t.op.kind == "dispatch"]
-        pred.roof = roofline(ops, pred.sheet, efficiency(pred.sheet, pred.spec))
+        # what the compiled program's kernels leave out is costed as without --compile: the Mosaic kernels (a
+        # fused attention's) and the host's dispatch
+        kept = [t.op for t in pred.roof.times if t.op.kind in ("attention", "dispatch")]
+        pred.roof = roofline([*step.ops, *kept], pred.sheet, efficiency(pred.sheet, pred.spec))
         pred.error_bar = calibration.error_bar(calibration.shipped(), (pred.sheet.platform, pred.spec.framework),
                                                compiled=True)
         if pred.factor != 1.0:  # --calibrate's factor was fitted to the model's predictions, not to these

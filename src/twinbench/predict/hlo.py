@@ -138,17 +138,11 @@ def _window_dims(attrs: str) -> list[dict[str, tuple[int, ...]]]:
     """A convolution's ``window={size=AxB pad=L_HxL_H stride=.. lhs_dilate=.. rhs_dilate=..}``, per spatial dim."""
     m = re.search(r"window=\{([^}]*)\}", attrs)
     fields = dict(kv.split("=", 1) for kv in m.group(1).split()) if m else {}
-    sizes = [int(v) for v in fields["size"].split("x")] if "size" in fields else []
-    out: list[dict[str, tuple[int, ...]]] = []
-    for d, w in enumerate(sizes):
-        def at(key: str, default: tuple[int, ...], d: int = d) -> tuple[int, ...]:
-            if key not in fields:
-                return default
-            part = fields[key].split("x")[d]
-            return tuple(int(v) for v in part.split("_"))
-        out.append({"size": (w,), "pad": at("pad", (0, 0)), "stride": at("stride", (1,)),
-                    "lhs_dilate": at("lhs_dilate", (1,)), "rhs_dilate": at("rhs_dilate", (1,))})
-    return out
+    defaults = {"pad": (0, 0), "stride": (1,), "lhs_dilate": (1,), "rhs_dilate": (1,)}
+    parts = {k: [tuple(int(v) for v in dim.split("_")) for dim in fields[k].split("x")]
+             for k in ("size", *defaults) if k in fields}
+    return [{"size": size, **{k: parts[k][d] if k in parts else default for k, default in defaults.items()}}
+            for d, size in enumerate(parts.get("size", []))]
 
 
 def _valid_taps(n: int, out: int, w: dict[str, tuple[int, ...]]) -> int:
@@ -158,16 +152,11 @@ def _valid_taps(n: int, out: int, w: dict[str, tuple[int, ...]]) -> int:
     span = (n - 1) * ldil + 1  # the dilated input's extent
     taps = 0
     for k in range(size):
-        # output p reads dilated input index p * stride + k * rdil - lo: valid inside [0, span) and on the grid
+        # output p reads dilated input index p * stride + offset: valid inside [0, span) and on the dilation's grid
         offset = k * rdil - lo
-        first = max(0, -(offset // stride) if offset < 0 else 0)
-        while first < out and first * stride + offset < 0:
-            first += 1
-        last = min(out - 1, (span - 1 - offset) // stride) if span - 1 - offset >= 0 else -1
-        if last < first:
-            continue
+        first, last = max(0, -(offset // stride)), min(out - 1, (span - 1 - offset) // stride)
         if ldil == 1:
-            taps += last - first + 1
+            taps += max(0, last - first + 1)
         else:
             taps += sum(1 for p in range(first, last + 1) if (p * stride + offset) % ldil == 0)
     return taps

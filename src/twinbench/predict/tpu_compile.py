@@ -141,49 +141,37 @@ _NOT_KERNELS = {"parameter", "get-tuple-element", "tuple", "bitcast", "constant"
                 "async-done", "async-update", "partition-id", "replica-id"}
 
 
-_ELEMENT = re.compile(r"([a-z]+[0-9a-z]*)\[([0-9,]*)\](\{[^}]*\})?")
-_DEFINES = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*")
-
-
-def hbm_bytes(text: str) -> dict[str, float]:
-    """Each instruction's result bytes in the chip's HBM: a result (or tuple element) whose layout names another
-    memory space (``S(1)``: on-chip memory an asynchronous copy filled ahead) moves nothing through HBM."""
+def hbm_bytes(ins: Any) -> float:
+    """An instruction's result bytes in the chip's HBM, tiled as the chip stores them (:func:`_tiled`): an element
+    whose layout names another memory space (``S(1)``: on-chip memory an asynchronous copy filled ahead) moves
+    nothing through HBM."""
     from twinbench.hlo_text import DTYPE_BYTES
 
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        m = _DEFINES.match(line)
-        if not m:
-            continue
-        rest = line[m.end():]
-        if rest.startswith("("):  # a tuple's type: up to its closing parenthesis
-            depth, end = 0, len(rest)
-            for i, ch in enumerate(rest):
-                depth += (ch == "(") - (ch == ")")
-                if depth == 0:
-                    end = i + 1
-                    break
-            kind = rest[:end]
-        else:
-            kind = rest.split(" ", 1)[0]
-        out[m.group(1)] = sum(DTYPE_BYTES.get(dt, 4) * _tiled(dims, layout or "")
-                              for dt, dims, layout in _ELEMENT.findall(kind) if "S(" not in (layout or ""))
-    return out
+    tilings = ins.tilings or [""] * len(ins.shapes)
+    layouts = ins.layouts or [()] * len(ins.shapes)
+    return float(sum(DTYPE_BYTES.get(dt, 4) * _tiled(dims, order, tiling)
+                     for (dt, dims), order, tiling in zip(ins.shapes, layouts, tilings, strict=False)
+                     if "S(" not in tiling))
 
 
-def _tiled(dims: str, layout: str) -> int:
-    """Elements an array takes in memory with its layout's tiling (``{1,0:T(8,128)}``: its two most minor dims
-    padded to multiples of 8 and 128), as the chip stores it: a ``[..., 128, 1]`` array takes 128 times its size."""
-    shape = [int(d) for d in dims.split(",") if d]
-    m = re.match(r"\{([0-9,]*)(?::T\(([0-9,]+)\))?", layout)
-    if not m or not m.group(2) or not shape:
+def _tiled(shape: tuple[int, ...], order: tuple[int, ...], tiling: str) -> int:
+    """Elements an array takes in memory with its layout's tiling (``:T(8,128)`` after the minor-to-major
+    ``order``: its two most minor dims padded to multiples of 8 and 128), as the chip stores it: a ``[..., 128, 1]``
+    array takes 128 times its size."""
+    m = re.match(r":T\(([0-9,]+)\)", tiling)
+    if not m or not shape:
         return math.prod(shape)
-    order = [int(d) for d in m.group(1).split(",") if d]  # minor to major
-    tile = [int(t) for t in m.group(2).split(",")]
     padded = list(shape)
-    for t, d in zip(reversed(tile), order, strict=False):  # the tile's last size pads the most minor dim
-        padded[d] = -(-padded[d] // t) * t
+    for t, d in zip(reversed([int(t) for t in m.group(1).split(",")]), order, strict=False):
+        padded[d] = -(-padded[d] // t) * t  # the tile's last size pads the most minor dim
     return math.prod(padded)
+
+
+def _called(ins: Any, computations: dict[str, list[Any]]) -> list[Any]:
+    """The instructions of the computation a fusion calls."""
+    from twinbench.predict import hlo
+
+    return computations.get(hlo._attr(ins.attrs, "calls") or "", [])
 
 
 def _work(fusion: Any, by: dict[str, Any], computations: dict[str, list[Any]], depth: int = 0) -> tuple[
@@ -192,7 +180,7 @@ def _work(fusion: Any, by: dict[str, Any], computations: dict[str, list[Any]], d
     fusions nested in it (XLA:TPU fuses a loop fusion into a product's as a fusion of its own)."""
     from twinbench.predict import hlo
 
-    inner = computations.get(hlo._attr(fusion.attrs, "calls") or "", [])
+    inner = _called(fusion, computations)
     inner_by = {i.name: i for i in inner}
     flops = vector = 0.0
     dtype = ""
@@ -227,7 +215,7 @@ def _param_read(inner: list[Any], param: str, computations: dict[str, list[Any]]
         elif u.opcode == "dynamic-update-slice" and u.operands[0] == param and param not in u.operands[1:]:
             continue  # updated in place: the array is not read
         elif u.opcode == "fusion" and depth < 8:
-            nested = computations.get(hlo._attr(u.attrs, "calls") or "", [])
+            nested = _called(u, computations)
             names = {hlo._literal(i): i.name for i in nested if i.opcode == "parameter"}
             parts = [_param_read(nested, names.get(j, ""), computations, depth + 1)
                      for j, o in enumerate(u.operands) if o == param]
@@ -252,13 +240,9 @@ def _moved(ins: Any, by: dict[str, Any], computations: dict[str, list[Any]], in_
         return 2.0 * by[ins.operands[1]].nbytes
     if ins.opcode != "fusion":
         return sum(in_hbm(o) for o in ins.operands if o in by) + in_hbm(ins.name)
-    inner = computations.get(hlo._attr(ins.attrs, "calls") or "", [])
+    inner = _called(ins, computations)
     inner_by = {i.name: i for i in inner}
     params = {hlo._literal(i): i.name for i in inner if i.opcode == "parameter"}
-    users: dict[str, list[Any]] = {}
-    for i in inner:
-        for o in i.operands:
-            users.setdefault(o, []).append(i)
     root = next((i for i in inner if i.root), None)
     outs = [inner_by[o] for o in root.operands if o in inner_by] if root is not None and root.opcode == "tuple" else (
         [root] if root is not None else [])
@@ -287,10 +271,9 @@ def compiled_ops(text: str) -> list[Op]:
     mod = parse(text)
     flat = hlo.flatten(mod)
     by = {i.name: i for i in flat.instrs}
-    hbm = hbm_bytes(text)
 
-    def in_hbm(name: str) -> float:  # a loop body's names carry its prefix (hlo.flatten)
-        return hbm.get(name.rsplit("/", 1)[-1], by[name].nbytes if name in by else 0.0)
+    def in_hbm(name: str) -> float:
+        return hbm_bytes(by[name]) if name in by else 0.0
 
     ops: list[Op] = []
     for ins in flat.instrs:
