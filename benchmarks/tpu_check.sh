@@ -25,6 +25,8 @@
 #          the persistent compilation cache the first one filled (about 5 minutes)
 #   points predict's held-out chip points: gpt-350m 4 x 1024, llama-300m 4 x 2048, bert-base 64 x 128 (jax jit,
 #          splash) and gpt2-124m 16 x 512 through torchax, with a trace of each (about 7 minutes)
+#   predict  the traces predict --compile is checked against, kernel by kernel: bert-base 64 x 128 and 32 x 512 (jax
+#          jit, splash) and gpt2-124m 8 x 1024 through torchax (about 5 minutes)
 set -uo pipefail
 
 usage() { echo "usage: benchmarks/tpu_check.sh OUTDIR [--dry-run | GROUP ...]" >&2; exit 2; }
@@ -34,7 +36,7 @@ DRY=0; GROUPS_=()
 for a in "$@"; do
   case $a in
     --dry-run) DRY=1 ;;
-    gpt|bert|llama|torchax|torchax-own|refuse|scan|doctor|before|cache|points) GROUPS_+=("$a") ;;
+    gpt|bert|llama|torchax|torchax-own|refuse|scan|doctor|before|cache|points|predict) GROUPS_+=("$a") ;;
     *) usage ;;
   esac
 done
@@ -121,6 +123,11 @@ for g in "${GROUPS_[@]}"; do
         "${ATTN[@]}" --trace "$OUT/traces"
       txcompare pt-gpt-torchax-512 --preset gpt2-124m --batch 16 --seq 512 --steps 15 --warmup 3 \
         --strategies "$TORCHAX+bf16" "${ATTN[@]}" --trace "$OUT/traces" ;;
+    predict)  # each kernel's device time, to join to the kernels predict --compile costs
+      compare pr-bert-128 --preset bert-base --batch 64 --seq 128 --steps 15 --warmup 3 --strategies jax:jit+bf16 \
+        "${ATTN[@]}" --trace "$OUT/traces"
+      compare pr-bert-512 "${BERT[@]}" --strategies jax:jit+bf16 "${ATTN[@]}" --trace "$OUT/traces"
+      txcompare pr-gpt-torchax "${GPT[@]}" --strategies "$TORCHAX+bf16" "${ATTN[@]}" --trace "$OUT/traces" ;;
     torchax-own)
       txcompare gpt-torchax-own "${GPT[@]}" --strategies "$TORCHAX+bf16" --trace "$OUT/traces" ;;
     refuse)  # seconds, not a compile: the preflight sizes the step against the chip's memory and skips it
