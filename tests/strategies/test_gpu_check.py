@@ -27,7 +27,11 @@ def test_gpu_check_dry_run_writes_records_and_summary(tmp_path):
     assert "command: twinbench compare --preset tiny" in (out / "conditions.txt").read_text()
     assert not (out / "compile-cache").exists()
     explained = json.loads((out / "explain.json").read_text())  # torch:eager against jax:jit, side by side
-    assert explained["rows"] and "torch/eager" in explained["summary"] and "jax/jit" in explained["summary"]
+    assert explained["rows"] and [explained[s]["run"] for s in ("a", "b")] == ["torch/eager", "jax/jit"]
+    # the summary names the two runs, or says which check refused a cause (a busy CI machine fails the quiet one)
+    summary = explained["summary"]
+    assert ("torch/eager" in summary and "jax/jit" in summary) or (summary.startswith("no row is named")
+                                                                    and explained["gates"])
 
 
 def test_gpu_check_usage_errors(tmp_path):
