@@ -35,7 +35,7 @@ def _gelu_ops() -> int:
 
 
 def test_a_product_carries_the_element_wise_work_it_reads_and_a_reduction_stops_it():
-    x = jnp.ones((64, 32), jnp.bfloat16)
+    x = jnp.ones((hlo.PACKED_ROWS, 32), jnp.bfloat16)
     w = jnp.ones((32, 16), jnp.bfloat16)
     per = _gelu_ops()
     assert per > 40  # the erf polynomial, not one op
@@ -53,6 +53,29 @@ def test_a_product_carries_the_element_wise_work_it_reads_and_a_reduction_stops_
     gpu = hlo.fused_ops(hlo.flatten(parse(text)), acyclic=True)
     assert [o.vector_ops for o in gpu if o.kind == "matmul"] == [0.0]
     assert sum(o.vector_ops for o in gpu if o.kind == "fused") >= per * x.size
+
+
+def test_a_branchy_producer_with_more_rows_than_bits_is_computed_once_and_written():
+    """The erf polynomial branches (a compare): with more rows than XLA:TPU keeps branch outcomes for as bits, the
+    GELU is computed once by its fused kernel and both products read it; a branch-free producer (tanh's GELU) is
+    still recomputed in each, whatever its rows."""
+    per = _gelu_ops()
+    w = jnp.ones((32, 16), jnp.bfloat16)
+
+    def two_products(x, w):  # the forward product and the weight gradient's both read the activation
+        a = jax.nn.gelu(x, approximate=False)
+        return a @ w, a.T @ x
+
+    for rows, stored in ((hlo.PACKED_ROWS, False), (hlo.PACKED_ROWS + 1, True)):
+        x = jnp.ones((rows, 32), jnp.bfloat16)
+        ops = _ops(two_products, x, w)
+        in_products = sum(o.vector_ops for o in ops if o.kind == "matmul")
+        in_kernels = sum(o.vector_ops for o in ops if o.kind == "fused")
+        assert in_products == (0 if stored else 2 * per * x.size), rows
+        assert (in_kernels >= per * x.size) == stored, rows
+    x = jnp.ones((hlo.PACKED_ROWS + 1, 32), jnp.bfloat16)
+    [mm] = [o for o in _ops(lambda x, w: jax.nn.gelu(x, approximate=True) @ w, x, w) if o.kind == "matmul"]
+    assert mm.vector_ops > 5 * x.size  # tanh's polynomial, recomputed in the product
 
 
 def test_vector_work_bounds_a_kernel_and_adds_to_a_product_past_its_overlap():

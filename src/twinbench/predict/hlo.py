@@ -17,7 +17,9 @@ per input element). XLA:TPU does not write an element-wise result that only prod
 every product that reads it (an exact GELU's polynomial, once in the forward product and once in the weight
 gradient's), so with the large fusions a product carries the vector work of its operands' element-wise producers,
 back to the nearest written tensor (a product's, a reduction's, or one a reduction's input is computed from), and
-the fused kernel the rest. With the acyclic fusions each kernel's result is written once and read by its consumers: it carries its own.
+the fused kernel the rest. A branchy producer (an erf's polynomial has a ``compare``) is the exception where its
+leading dimension is longer than XLA:TPU can keep the branch outcomes as bits (:data:`PACKED_ROWS`): BERT's GELU at
+batch 64 is computed once, by the kernel that makes it, and written. With the acyclic fusions each kernel's result is written once and read by its consumers: it carries its own.
 
 ``call`` ops are inlined; a ``while`` body's ops run ``trip count`` times (the condition's compare constant).
 The result is an estimate: XLA sometimes splits a chain (softmax: a max pass, then an exp-sum-normalize pass,
@@ -44,6 +46,11 @@ REDUCE = {"reduce", "reduce-window"}
 #: read only the part they take of their first operand (a layer's weights from a stacked [layers, ...] array)
 SLICES = {"slice", "dynamic-slice"}
 #: their own kernel, bytes = operands + result
+#: XLA:TPU recomputes a branchy element-wise cone (one with a ``compare``: an exact GELU's erf polynomial) inside
+#: every product that reads it only where it can keep the branch outcomes as bits along the leading dimension, one
+#: 32-bit word per column (a ``reduce`` with ``or`` into ``u16``/``u32``): at most this many rows. With more, it
+#: computes the cone once and writes it (read from the steps libtpu compiles for a v5e: docs/predict.md)
+PACKED_ROWS = 32
 OPAQUE = {"gather", "scatter", "sort", "custom-call", "rng", "rng-bit-generator", "rng-get-and-update-state",
           "select-and-scatter", "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
           "fft", "cholesky", "triangular-solve", "infeed", "outfeed", "send", "recv", "dynamic-update-slice",
@@ -320,6 +327,7 @@ def fused_ops(flat: Flat, acyclic: bool = False, on_chip: Callable[[Instr], bool
         return sum(_vector_ops(by[n], by) for n in names)
 
     ops: list[Op] = []
+    stored: set[str] = set()  # products' operands written by their fused kernel, not recomputed (PACKED_ROWS)
     for ins in flat.instrs:
         count = flat.counts.get(ins.name, 1)
         if ins.opcode in MATMUL:
@@ -328,8 +336,15 @@ def fused_ops(flat: Flat, acyclic: bool = False, on_chip: Callable[[Instr], bool
             reads = sum(_source_bytes(o, by) for o in ins.operands)
             shapes = "x".join(_shape_text(by[o]) for o in ins.operands if o in by)
             recomputed: set[str] = set()
-            if not acyclic:  # its operands' element-wise producers, recomputed inside it
-                cone([o for o in ins.operands if o not in read_by_reduce], recomputed, region, same_stage=True)
+            for o in ins.operands if not acyclic else ():  # its operands' element-wise producers, recomputed inside it
+                if o in read_by_reduce:
+                    continue
+                mine: set[str] = set()
+                cone([o], mine, region, same_stage=True)
+                if _branch_stored(mine, by):
+                    stored.add(o)  # computed once by the kernel that makes it, and read
+                else:
+                    recomputed |= mine
             ops.append(Op(ins.name, "matmul", _dot_flops(ins, by), reads + ins.nbytes, dt, 1, count,
                           f"matmul {shapes} -> {_shape_text(ins)}", scores([ins.name, *ins.operands]),
                           vector_ops=work(recomputed)))
@@ -363,13 +378,21 @@ def fused_ops(flat: Flat, acyclic: bool = False, on_chip: Callable[[Instr], bool
         else:  # what it writes (its reductions, what they read, what an op other than a product reads) and their inputs
             computed: set[str] = set()
             cone([m.name for m in members if m.opcode in REDUCE or m.name in read_by_reduce
-                  or m.name in flat.outputs
+                  or m.name in flat.outputs or m.name in stored
                   or any(u not in inside and by[u].opcode not in MATMUL for u in users.get(m.name, []))], computed,
                  inside, same_stage=False)
             vector = work(computed)
         ops.append(Op(members[0].name, "fused", 0.0, reads + writes, "", max(1, reductions),
                       flat.counts.get(members[0].name, 1), label, scores([*inside, *read]), vector_ops=vector))
     return ops
+
+
+def _branch_stored(cone: set[str], by: dict[str, Instr]) -> bool:
+    """Whether XLA:TPU writes a product's operand rather than recompute its element-wise ``cone`` in the product: a
+    cone with a branch (``compare``) whose leading dimension is too long to keep its outcomes as bits
+    (:data:`PACKED_ROWS`)."""
+    return any(by[n].opcode == "compare" and by[n].shapes and by[n].shapes[0][1]
+               and by[n].shapes[0][1][0] > PACKED_ROWS for n in cone)
 
 
 #: element-wise ops XLA duplicates into each consumer rather than write out (not among its "expensive" ops:
