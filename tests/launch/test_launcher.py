@@ -38,12 +38,14 @@ def _compare(out: Path, *extra: str, strategies: str = "torch:eager,torch:eager+
                           capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.slow  # four tiny runs
+@pytest.mark.slow  # two tiny runs
 def test_local_launcher_gives_the_records_of_the_default_one(tmp_path):
-    default, local = _compare(tmp_path / "default"), _compare(tmp_path / "local", "--launcher", "local")
+    one = "torch:eager+bf16"  # every field of its record but the varying ones must come back the same
+    default = _compare(tmp_path / "default", strategies=one)
+    local = _compare(tmp_path / "local", "--launcher", "local", strategies=one)
     assert default.returncode == 0 and local.returncode == 0, local.stderr[-2000:]
     a, b = read_jsonl(tmp_path / "default" / "results.jsonl"), read_jsonl(tmp_path / "local" / "results.jsonl")
-    assert len(a) == len(b) == 2
+    assert len(a) == len(b) == 1
     for x, y in zip(a, b, strict=True):
         differ = sorted(k for k in x.keys() | y.keys() if k not in VARYING and x.get(k) != y.get(k))
         assert differ == [], f"{x['strategy']}: {[(k, x.get(k), y.get(k)) for k in differ]}"
