@@ -66,6 +66,21 @@ def test_torch_step_traced_on_fake_tensors_eager_and_fused():
     assert any(op.kind == "attention" for op in eager)
 
 
+@pytest.mark.parametrize("strategy", ["jit+bf16", "scan-steps"])
+def test_the_step_is_lowered_from_traced_state_nothing_of_its_size_allocated(strategy):
+    """predict reads a model it could not train here: the parameters and optimizer state are traced (shapes), and
+    no device array of a parameter's shape is alive after the lowering (the embedding's is the largest)."""
+    import jax
+
+    spec = _spec("jax", strategy, vocab=4099)  # an embedding shape no other array of the test process has
+    text, state, k = program.jax_hlo(spec)
+    leaves = jax.tree_util.tree_leaves(state)
+    assert leaves and all(isinstance(x, jax.ShapeDtypeStruct) for x in leaves)
+    embedding = [x.shape for x in leaves if 4099 in x.shape]
+    assert embedding and not [a for a in jax.live_arrays() if a.shape in embedding]
+    assert "4099" in text and k >= 1
+
+
 def test_fused_attention_program_keeps_no_scores_in_memory():
     """--attention-impl cudnn (splash likewise): lowered as the einsum, its score ops replaced by one kernel per
     layer, and its [batch, heads, seq, seq] tensors left out of the memory, the logsumexp kept instead."""
@@ -74,7 +89,7 @@ def test_fused_attention_program_keeps_no_scores_in_memory():
     einsum = _spec("jax", "jit+bf16", heads=8, batch=32)  # scores 4x an activation: they make the peak
     fused = build_specs("tiny", "jax", "jit+bf16", {"heads": 8, "batch": 32}, attention_impl="cudnn")[0]
     m, t = fused.model, fused.train
-    text, _ = program.jax_hlo(einsum)
+    text, _, _ = program.jax_hlo(einsum)
     flat = hlo.flatten(hlo.parse(text))
     scores = [i for i in flat.instrs if i.shapes and attention.is_score_shape(i.shapes[0][1], m.heads, t.seq)]
     assert scores  # the einsum's scores are in its program

@@ -55,7 +55,7 @@ def test_the_compiled_steps_memory_replaces_the_estimate(monkeypatch, temp_gib, 
     """The prediction's memory is the compiled step's (arguments + temporaries + code + outputs not aliased),
     a single figure without the estimates' error bar, and it decides whether the step fits the chip."""
     monkeypatch.setattr(tpu_compile, "target_device", lambda device: None)
-    monkeypatch.setattr(tpu_compile, "compile_step", lambda trainer, x, y, device: _fake_step(temp_gib))
+    monkeypatch.setattr(tpu_compile, "compile_step", lambda trainer, x, y, device, state=None: _fake_step(temp_gib))
     spec = build_specs("tiny", "jax", "jit+bf16", {})[0]
     estimate = command.run([spec], "tpu-v5e")[0][0]
     compiled = command.run([spec], "tpu-v5e", compile_step=True)[0][0]
@@ -106,7 +106,7 @@ def test_the_compiled_steps_kernels_replace_the_models_step_and_carry_their_own_
     kernels = (Op("fusion.1", "matmul", 2e12, 1e8, "bf16"), Op("fusion.2", "fused", 0.0, 4e9, ""))
     step = tpu_compile.CompiledStep(_fake_step(2.0).sizes, "TPU v5 lite", "libtpu test", 0, kernels)
     monkeypatch.setattr(tpu_compile, "target_device", lambda device: None)
-    monkeypatch.setattr(tpu_compile, "compile_step", lambda trainer, x, y, device: step)
+    monkeypatch.setattr(tpu_compile, "compile_step", lambda trainer, x, y, device, state=None: step)
     spec = build_specs("tiny", "jax", "jit+bf16", {})[0]
     estimate = command.run([spec], "tpu-v5e")[0][0]
     pred = command.run([spec], "tpu-v5e", compile_step=True)[0][0]

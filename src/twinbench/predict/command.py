@@ -156,7 +156,7 @@ def compiled(pred: Prediction) -> None:
     the memory error bar of the estimates no longer applies. A torch
     strategy (no XLA program) or a device that is not a TPU keeps the estimate, with a note saying why."""
     from twinbench.predict import tpu_compile
-    from twinbench.predict.program import trainer_and_batch
+    from twinbench.predict.program import traced_trainer
 
     if pred.sheet.platform != "tpu":
         pred.notes.append(f"--compile: compiles for TPUs; {pred.sheet.name} keeps the estimate from the shapes")
@@ -165,7 +165,8 @@ def compiled(pred: Prediction) -> None:
         pred.notes.append("--compile: a torch strategy has no XLA program to compile; its memory is the "
                           "estimate (jax:torchax runs the same torch model as an XLA program)")
         return
-    step = tpu_compile.compile_step(*trainer_and_batch(pred.spec), device=pred.sheet.name)
+    trainer, state, x, y = traced_trainer(pred.spec)
+    step = tpu_compile.compile_step(trainer, x, y, device=pred.sheet.name, state=state)
     if step.ops:
         # what the compiled program's kernels leave out is costed as without --compile: the Mosaic kernels (a
         # fused attention's) and the host's dispatch

@@ -3,6 +3,7 @@ starting point), or a torch strategy's aten ops traced on fake tensors (``torch_
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,15 +63,40 @@ def trainer_and_batch(spec: RunSpec) -> tuple[Any, Any, Any]:
     return trainer, x, y
 
 
-def jax_hlo(spec: RunSpec) -> tuple[str, Any]:
-    """(the unoptimized HLO text of the strategy's train step, the trainer) for ``spec``, lowered only."""
+def traced_trainer(spec: RunSpec) -> tuple[Any, Any, Any, Any]:
+    """(the strategy's trainer, its (params, optimizer state) as shapes, x, y) for ``spec``. The trainer is built
+    under ``jax.eval_shape``: its parameters, their layouts and the optimizer's state are traced, never allocated
+    (the weights themselves are the host's arrays), so a model is read in a fraction of the memory its training
+    would hold; a strategy whose set-up needs concrete values is built as a run builds it. Only the trainer's
+    step (and attributes such as ``steps_per_call``) may be used: its own state is the trace's."""
+    import jax
+
+    built: dict[str, Any] = {}
+
+    def build() -> tuple[Any, Any]:
+        built["trainer"], built["x"], built["y"] = trainer_and_batch(spec)
+        return built["trainer"].params, built["trainer"].opt_state
+
+    try:
+        state = jax.eval_shape(build)
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+            jax.errors.TracerIntegerConversionError, jax.errors.TracerBoolConversionError):
+        trainer, x, y = trainer_and_batch(spec)
+        built.update(trainer=trainer, x=x, y=y)
+        state = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), (trainer.params, trainer.opt_state))
+    return built["trainer"], state, built["x"], built["y"]
+
+
+def jax_hlo(spec: RunSpec) -> tuple[str, Any, int]:
+    """(the unoptimized HLO text of the strategy's train step, its (params, optimizer state) as shapes, the steps
+    one call runs) for ``spec``, lowered only, from traced state (:func:`traced_trainer`)."""
     import warnings
 
     with warnings.catch_warnings():  # torchax's int64 -> int32 notice, once per tensor: the program is the same
         warnings.filterwarnings("ignore", message="Explicitly requested dtype int64", category=UserWarning)
-        trainer, x, y = trainer_and_batch(spec)
-        lowered = trainer.train_step.lower(trainer.params, trainer.opt_state, x, y)
-    return lowered.as_text(dialect="hlo"), trainer
+        trainer, state, x, y = traced_trainer(spec)
+        lowered = trainer.train_step.lower(*state, x, y)
+    return lowered.as_text(dialect="hlo"), state, getattr(trainer, "steps_per_call", 1) or 1
 
 
 def jax_program(spec: RunSpec) -> Program:
@@ -87,7 +113,7 @@ def jax_program(spec: RunSpec) -> Program:
     m, t = spec.model, spec.train
     on_chip = (lambda ins: bool(ins.shapes) and attention.is_score_shape(ins.shapes[0][1], m.heads, t.seq, t.batch)) \
         if fused else None
-    text, trainer = jax_hlo(spec.evolve(attention_impl="default") if fused else spec)
+    text, (params, opt_state), k = jax_hlo(spec.evolve(attention_impl="default") if fused else spec)
     ops, gpu_ops, memory = hlo.step_ops(text, on_chip)
     source = f"unoptimized HLO of the jitted step ({len(text.splitlines())} lines), fused by predict/hlo.py"
     if fused:
@@ -100,9 +126,8 @@ def jax_program(spec: RunSpec) -> Program:
         stats = attention.stats_bytes(**shape)
         memory = (memory[0] + stats, memory[1] + stats)
         source += f"; its einsum attention replaced by the {spec.strategy.attention_impl} kernel (predict/attention.py)"
-    leaves = jax.tree_util.tree_leaves(trainer.params)
-    n_params = sum(int(x.size) for x in leaves)
+    leaves = jax.tree_util.tree_leaves(params)
+    n_params = sum(math.prod(x.shape) for x in leaves)
     grad_bytes = 4.0 * n_params  # fp32 master weights: fp32 gradients
-    k = getattr(trainer, "steps_per_call", 1) or 1  # scan-steps: K steps per call
-    arguments = len(jax.tree_util.tree_leaves((trainer.params, trainer.opt_state))) + 2  # and the batch's (x, y)
+    arguments = len(jax.tree_util.tree_leaves((params, opt_state))) + 2  # and the batch's (x, y)
     return Program(ops, memory, grad_bytes, n_params, t.batch * t.seq, source, k, gpu_ops, arguments)

@@ -101,9 +101,10 @@ def _no_tpu_here() -> None:
         jax.config.update("jax_platforms", "cpu")
 
 
-def compile_for(trainer: Any, x: Any, y: Any, device: str) -> Any:
+def compile_for(trainer: Any, x: Any, y: Any, device: str, state: Any = None) -> Any:
     """``trainer``'s jitted step compiled for ``device`` (a --device TPU name) by libtpu, for abstract arguments
-    of the shapes of its state and one batch (nothing is placed on any device): JAX's ``Compiled``."""
+    of the shapes of its state (``state``: its (params, optimizer state), shapes will do) and one batch (nothing
+    is placed on any device): JAX's ``Compiled``."""
     import jax
     from jax.sharding import SingleDeviceSharding
 
@@ -114,7 +115,8 @@ def compile_for(trainer: Any, x: Any, y: Any, device: str) -> Any:
     def abstract(a: Any) -> jax.ShapeDtypeStruct:
         return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=place)
 
-    args = jax.tree.map(abstract, (trainer.params, trainer.opt_state, x, y))
+    params, opt_state = state if state is not None else (trainer.params, trainer.opt_state)
+    args = jax.tree.map(abstract, (params, opt_state, x, y))
     with lowering_for("tpu"):  # the Pallas kernels as Mosaic kernels, as on the chip
         return trainer.train_step.lower(*args).compile()
 
@@ -124,11 +126,11 @@ def mosaic_kernels(hlo: str) -> int:
     return hlo.count('custom_call_target="tpu_custom_call"')
 
 
-def compile_step(trainer: Any, x: Any, y: Any, device: str) -> CompiledStep:
+def compile_step(trainer: Any, x: Any, y: Any, device: str, state: Any = None) -> CompiledStep:
     """What the TPU compiler says of ``trainer``'s step on ``device`` (:func:`compile_for`)."""
     from twinbench.measure.memory import compiled_sizes
 
-    compiled = compile_for(trainer, x, y, device)
+    compiled = compile_for(trainer, x, y, device, state)
     text = compiled.as_text()
     return CompiledStep(compiled_sizes(compiled), target_device(device).device_kind, f"libtpu {libtpu_version()}",
                         mosaic_kernels(text), tuple(compiled_ops(text)))
