@@ -250,7 +250,7 @@ def stages(flat: Flat) -> dict[str, int]:
     return stage
 
 
-def regions(flat: Flat, acyclic: bool = False) -> dict[str, str]:
+def regions(flat: Flat, acyclic: bool = False, stage: dict[str, int] | None = None) -> dict[str, str]:
     """Each fusible op's kernel (a representative op's name), by the rules in the module's docstring.
 
     ``acyclic``: XLA:GPU's smaller fusions: two ops fuse only if no matmul, reduction or opaque op lies between
@@ -267,7 +267,7 @@ def regions(flat: Flat, acyclic: bool = False) -> dict[str, str]:
             x = parent[x]
         return x
 
-    stage = stages(flat)
+    stage = stage if stage is not None else stages(flat)
     # join every element-wise op (or reduction) with its element-wise producers (of its stage if acyclic);
     # generators stay out
     for ins in flat.instrs:
@@ -299,14 +299,14 @@ def fused_ops(flat: Flat, acyclic: bool = False, on_chip: Callable[[Instr], bool
     for ins in flat.instrs:
         for o in ins.operands:
             users.setdefault(o, []).append(ins.name)
-    region = regions(flat, acyclic)
+    stage = stages(flat)
+    region = regions(flat, acyclic, stage)
     groups: dict[str, list[Instr]] = {}
     for ins in flat.instrs:
         if ins.name in region:
             groups.setdefault(region[ins.name], []).append(ins)
     # a reduction's operand is written (its kernel writes it beside its result: a gradient its bias sums)
     read_by_reduce = {o for ins in flat.instrs if ins.opcode in REDUCE for o in ins.operands}
-    stage = stages(flat)
 
     def cone(starts: list[str], into: set[str], within: dict[str, str] | set[str], same_stage: bool) -> None:
         """Add to ``into`` the element-wise ops of ``within`` computed to produce ``starts``. A product's
