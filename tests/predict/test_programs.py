@@ -81,6 +81,24 @@ def test_the_step_is_lowered_from_traced_state_nothing_of_its_size_allocated(str
     assert "4099" in text and k >= 1
 
 
+def test_a_set_up_that_reads_a_value_back_is_built_concretely(monkeypatch):
+    """A trainer whose set-up needs a concrete value (a norm read back) cannot be traced: it is built as a run builds
+    it, and the step is lowered from its state's shapes all the same."""
+    import jax
+
+    real, calls = program.trainer_and_batch, []
+
+    def reads_back(spec):
+        trainer, x, y = real(spec)
+        calls.append(float(sum(leaf.sum() for leaf in jax.tree.leaves(trainer.params))))  # needs values
+        return trainer, x, y
+
+    monkeypatch.setattr(program, "trainer_and_batch", reads_back)
+    text, state, k = program.jax_hlo(_spec("jax", "jit+bf16"))
+    assert len(calls) == 1  # the traced build failed before its read; the concrete one read once
+    assert all(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(state)) and "ENTRY" in text and k == 1
+
+
 def test_fused_attention_program_keeps_no_scores_in_memory():
     """--attention-impl cudnn (splash likewise): lowered as the einsum, its score ops replaced by one kernel per
     layer, and its [batch, heads, seq, seq] tensors left out of the memory, the logsumexp kept instead."""
