@@ -111,6 +111,28 @@ def test_load_policy(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert peak.lookup(*ARGS) == quiet and scripted.calls == 2  # a trusted peak is kept, whatever the load now
 
 
+def test_runs_starting_together_measure_once(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two lookups at once with nothing cached: the second waits while the first measures (their matmuls are not
+    timed against each other) and takes its figure."""
+    import threading
+    import time
+
+    scripted = Scripted(STEADY)
+
+    def measuring_slowly(*args: Any, **kwargs: Any) -> dict[int, list[float]]:
+        time.sleep(0.3)  # long enough for the other lookup to arrive meanwhile
+        return scripted(*args, **kwargs)
+
+    monkeypatch.setattr(peak, "_per_size", measuring_slowly)
+    got: list[peak.Peak] = []
+    runs = [threading.Thread(target=lambda: got.append(peak.lookup(*ARGS))) for _ in range(2)]
+    for t in runs:
+        t.start()
+    for t in runs:
+        t.join()
+    assert scripted.calls == 1 and len(got) == 2 and got[0] == got[1] and got[0].trusted
+
+
 def test_remeasure_never_replaces_a_trusted_peak_with_a_refused_one(cache: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(peak, "_per_size", Scripted(STEADY))

@@ -47,6 +47,7 @@ from twinbench.measure.peak_cache import (  # the cache; re-exported: callers im
     cached_peaks,
     fmt_age,
     framework_versions,
+    measuring,
     read_cache,
     table,
     write_peak,
@@ -306,13 +307,18 @@ def lookup(framework: str, platform: str, device_name: str, dtype: str, threads:
     old = Peak.from_json(read_cache().get(key))
     if old is not None and not remeasure and (old.trusted or (load is not None and load > HIGH_LOAD)):
         return old
-    new = measure(framework, platform, device_name, dtype, threads, load)
-    if old is not None and old.trusted and not new.trusted:
-        return new  # a refused or busy measurement never replaces a trusted one
-    if new.method.get("other_device_processes"):
-        return new  # another process shared the GPU: this figure is not cached at all
-    write_peak(new)
-    return new
+    with measuring():  # one measurement at a time here; another process may have measured it meanwhile
+        newer = Peak.from_json(read_cache().get(key))
+        if not remeasure and newer is not None and newer.trusted and (old is None or newer.measured_at !=
+                                                                       old.measured_at):
+            return newer
+        new = measure(framework, platform, device_name, dtype, threads, current_load_per_core())
+        if old is not None and old.trusted and not new.trusted:
+            return new  # a refused or busy measurement never replaces a trusted one
+        if new.method.get("other_device_processes"):
+            return new  # another process shared the GPU: this figure is not cached at all
+        write_peak(new)
+        return new
 
 
 def for_record(framework: str, platform: str, device_name: str, dtype: str,

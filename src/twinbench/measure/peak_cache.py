@@ -12,9 +12,11 @@ these names).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -175,6 +177,26 @@ def read_cache(path: Path | None = None) -> dict[str, Any]:
 def cached_peaks(path: Path | None = None) -> list[tuple[str, Peak | None]]:
     """Every cache entry: (key, Peak), or (key, None) for a stale entry of an old format."""
     return [(k, Peak.from_json(v)) for k, v in sorted(read_cache(path).items())]
+
+
+@contextlib.contextmanager
+def measuring() -> Iterator[None]:
+    """Held while this process measures a peak: one measurement at a time on the machine (a lock file beside the
+    cache), so two runs starting together do not time their matmuls against each other, and the second reads what
+    the first measured. Where the lock cannot be taken (no ``fcntl``, a cache that cannot be written) it is not."""
+    try:
+        import fcntl
+
+        cache_root().mkdir(parents=True, exist_ok=True)
+        fd = os.open(cache_root() / "peaks.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def write_peak(peak: Peak) -> None:
