@@ -28,6 +28,7 @@ modelled here) or duplicates a cheap producer into two consumers (modelled as on
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -45,12 +46,12 @@ FREE = {"parameter", "get-tuple-element", "tuple", "bitcast", "after-all", "part
 REDUCE = {"reduce", "reduce-window"}
 #: read only the part they take of their first operand (a layer's weights from a stacked [layers, ...] array)
 SLICES = {"slice", "dynamic-slice"}
-#: their own kernel, bytes = operands + result
 #: XLA:TPU recomputes a branchy element-wise cone (one with a ``compare``: an exact GELU's erf polynomial) inside
 #: every product that reads it only where it can keep the branch outcomes as bits along the leading dimension, one
 #: 32-bit word per column (a ``reduce`` with ``or`` into ``u16``/``u32``): at most this many rows. With more, it
 #: computes the cone once and writes it (read from the steps libtpu compiles for a v5e: docs/predict.md)
 PACKED_ROWS = 32
+#: their own kernel, bytes = operands + result
 OPAQUE = {"gather", "scatter", "sort", "custom-call", "rng", "rng-bit-generator", "rng-get-and-update-state",
           "select-and-scatter", "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
           "fft", "cholesky", "triangular-solve", "infeed", "outfeed", "send", "recv", "dynamic-update-slice",
@@ -86,6 +87,11 @@ class Flat:
     instrs: list[Instr] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     outputs: set[str] = field(default_factory=set)
+
+    @functools.cached_property
+    def stage(self) -> dict[str, int]:
+        """Each op's stage (:func:`stages`), computed once: both fusions and both memory bounds read it."""
+        return stages(self)
 
 
 def flatten(mod: Module) -> Flat:
@@ -250,7 +256,7 @@ def stages(flat: Flat) -> dict[str, int]:
     return stage
 
 
-def regions(flat: Flat, acyclic: bool = False, stage: dict[str, int] | None = None) -> dict[str, str]:
+def regions(flat: Flat, acyclic: bool = False) -> dict[str, str]:
     """Each fusible op's kernel (a representative op's name), by the rules in the module's docstring.
 
     ``acyclic``: XLA:GPU's smaller fusions: two ops fuse only if no matmul, reduction or opaque op lies between
@@ -267,7 +273,7 @@ def regions(flat: Flat, acyclic: bool = False, stage: dict[str, int] | None = No
             x = parent[x]
         return x
 
-    stage = stage if stage is not None else stages(flat)
+    stage = flat.stage
     # join every element-wise op (or reduction) with its element-wise producers (of its stage if acyclic);
     # generators stay out
     for ins in flat.instrs:
@@ -299,8 +305,8 @@ def fused_ops(flat: Flat, acyclic: bool = False, on_chip: Callable[[Instr], bool
     for ins in flat.instrs:
         for o in ins.operands:
             users.setdefault(o, []).append(ins.name)
-    stage = stages(flat)
-    region = regions(flat, acyclic, stage)
+    stage = flat.stage
+    region = regions(flat, acyclic)
     groups: dict[str, list[Instr]] = {}
     for ins in flat.instrs:
         if ins.name in region:
