@@ -309,8 +309,7 @@ def lookup(framework: str, platform: str, device_name: str, dtype: str, threads:
         return old
     with measuring():  # one measurement at a time here; another process may have measured it meanwhile
         newer = Peak.from_json(read_cache().get(key))
-        if not remeasure and newer is not None and newer.trusted and (old is None or newer.measured_at !=
-                                                                       old.measured_at):
+        if not remeasure and newer is not None and newer.trusted:  # old was missing or untrusted: another's
             return newer
         new = measure(framework, platform, device_name, dtype, threads, current_load_per_core())
         if old is not None and old.trusted and not new.trusted:
