@@ -59,12 +59,13 @@ def main() -> None:
     from twinbench.measure.memory import compiled_sizes, jax_step_estimate
     from twinbench.plan import build_specs
     from twinbench.predict import tpu_compile
-    from twinbench.predict.program import trainer_and_batch
+    from twinbench.predict.program import traced_trainer
 
     framework, strategy = args.strategy.split(":", 1)
     overrides = {k: v for k, v in (("batch", args.batch), ("seq", args.seq)) if v is not None}
     spec = build_specs(args.preset, framework, strategy, overrides, attention_impl=args.attention_impl)[0]
-    compiled = tpu_compile.compile_for(*trainer_and_batch(spec), device=args.device)
+    trainer, state, x, y = traced_trainer(spec)  # as predict --compile builds it: its state traced, not allocated
+    compiled = tpu_compile.compile_for(trainer, x, y, args.device, state)
 
     sizes = compiled_sizes(compiled)
     hlo = compiled.as_text()
