@@ -106,6 +106,20 @@ def test_the_steady_steps_page_faults_are_counted_per_step() -> None:
     assert quiet.os_usage["page_faults_per_step"] < 100
     assert per_step(timing, 2).os_usage["page_faults_per_step"] == pytest.approx(
         timing.os_usage["page_faults_per_step"] / 2, abs=0.1)
+    # costed: the faults at one fault's measured cost are a share of the CPU time no larger than the kernel's
+    # (with a margin for the two clocks' resolution), and a step of no faults is not costed at all
+    assert 0 < timing.os_usage["fault_cpu_share"] <= timing.os_usage["kernel_cpu_share"] + 0.1
+    assert "fault_cpu_share" not in quiet.os_usage
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="page faults of fresh anonymous memory: Linux")
+def test_one_faults_cost_is_measured_and_turns_faults_into_a_share() -> None:
+    cost = page_faults.fault_us()
+    assert cost is not None and 0.01 < cost < 1000  # from tens of ns to a ms: a fault, not a clock's tick
+    assert page_faults.fault_us() == cost  # once a process
+    assert page_faults.fault_share(10_000, 1.0, 2.0) == 0.02  # 10,000 faults of 2 µs in a CPU-second
+    assert page_faults.fault_share(10_000, 0.5, 2.0) == 0.04
+    assert page_faults.fault_share(10_000, None, 2.0) is None and page_faults.fault_share(10_000, 1.0, None) is None
 
 
 def _record(name: str, faults: float | None, share: float | None, tunables: str | None) -> dict[str, Any]:
@@ -127,6 +141,9 @@ def test_the_summary_names_the_allocator_and_a_step_paying_for_fresh_pages() -> 
     assert (f"host allocator: GLIBC_TUNABLES={HUGE} for every run (--host-malloc tuned; 'system' keeps glibc's own)"
             in conditions([_record("jit", 736.4, 0.10, HUGE)]))
     assert not [x for x in conditions([_record("jit", None, None, None)]) if "allocator" in x]  # an older record
+    # faults whose measured cost is a small share of the CPU time are not named, whatever the kernel's share
+    cheap = _record("naive", 4546.0, 0.16, HUGE) | {"fault_cpu_share": 0.02}
+    assert not [x for x in conditions([cheap]) if x.startswith("page faults:")]
 
 
 def test_costly_needs_both_the_faults_and_the_kernel_share() -> None:
@@ -134,3 +151,7 @@ def test_costly_needs_both_the_faults_and_the_kernel_share() -> None:
     assert not page_faults.costly(0.05, 5000)
     assert not page_faults.costly(0.5, 500)
     assert not page_faults.costly(None, None)
+    # where the faults are costed, their own share must reach the threshold too: the kernel's time was not theirs
+    assert page_faults.costly(0.2, 5000, 0.15)
+    assert not page_faults.costly(0.2, 5000, 0.03)
+    assert not page_faults.costly(0.05, 5000, 0.3)  # nor more than the kernel's time

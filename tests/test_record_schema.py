@@ -61,8 +61,10 @@ def test_records_of_earlier_versions_migrate_whole(validator):
     assert bad == 0 and len(records) == len(flat) == 2
     for before, rec in zip(flat, records, strict=True):
         assert rec.schema_version == SCHEMA_VERSION
-        assert rec.flat() == {k: v for k, v in before.items() if k != "schema_version"} | {
+        now = rec.flat()
+        assert {k: now[k] for k in before} == {k: v for k, v in before.items() if k != "schema_version"} | {
             "schema_version": SCHEMA_VERSION}  # the flat view gives back every value
+        assert all(now[k] is None for k in set(now) - set(before))  # a field added since: not measured then
         validator.validate(json.loads(json.dumps(rec.to_dict())))
         assert load(json.loads(json.dumps(rec.to_dict()))) == rec  # written and read again: the same record
 

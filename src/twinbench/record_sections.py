@@ -71,6 +71,7 @@ class Conditions(Section):
     # the run's own process over its steady steps (measure/page_faults.py)
     page_faults_per_step: float | None = None
     kernel_cpu_share: float | None = None
+    fault_cpu_share: float | None = None  # the faults a step times one fault's measured cost, of the same CPU time
     device_shared: int | None = None  # other processes on the run's GPU(s) around its timed steps (NVML)
 
 

@@ -251,6 +251,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
     c.interference_window_s = loop.meter.get("interference_window_s")
     c.page_faults_per_step = timing.os_usage.get("page_faults_per_step")
     c.kernel_cpu_share = timing.os_usage.get("kernel_cpu_share")
+    c.fault_cpu_share = timing.os_usage.get("fault_cpu_share")
     rec.timing = Timing(first_step_s=timing.first_step_s, wall_s=timing.wall_s, **metrics.step_stats(timing))
     rec.speed = Speed(flops_per_token=flops_tok, flops_convention=user.get("flops_convention"),
                       peak_tflops=peak_measured, peak_tflops_datasheet=peak_sheet, **peak_fields, **tp)

@@ -221,6 +221,14 @@ def test_page_faults_need_both_the_faults_and_the_kernels_share(monkeypatch) -> 
     # a step compiled again every time faults for its compiler: jax-recompile's, not this finding's
     assert fd.page_faults(obs(step_ms=100.0, machine=machine, per_step={"compiles": 1.0, "compile_s:s": 0.09})) is None
     assert fd.page_faults(obs(step_ms=100.0, machine={"others_cores": 0.0})) is None  # not measured
+    # costed on the machine: 36,800 faults of 1.5 µs in a step of one core's 100 ms are 55% of its CPU time
+    costed = fd.page_faults(obs(step_ms=100.0, machine=machine | {"fault_us": 1.5, "own_cores": 1.0}))
+    assert costed is not None and "1.5 µs each (measured on this machine) are 31%" in costed.evidence  # <= kernel's
+    # a tokeniser's 3,300 faults a step of 130 ms at 2.7 µs: 7% of its CPU time, though the kernel had 14%
+    tokeniser = {"page_faults_per_s": 25_400.0, "kernel_cpu_share": 0.14, "window_s": 3.0, "cores": 2,
+                 "own_cores": 1.0, "fault_us": 2.7}
+    assert fd.page_faults(obs(step_ms=130.0, machine=tokeniser)) is None
+    assert fd.page_faults(obs(step_ms=130.0, machine=tokeniser | {"fault_us": 5.0})) is not None  # 13%
     assert "page-faults" in fd.IDS and fd.page_faults in fd.CHECKS
 
 

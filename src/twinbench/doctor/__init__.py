@@ -162,6 +162,11 @@ def run_doctor(script: str | Path, args: list[str] | None = None, steps: int | N
         write_timing(Path(trace_dir), obs)
     obs["timed_out"] = obs.get("timed_out") or run.timed_out
     obs["killed"] = killed
+    machine = obs.get("machine")
+    if isinstance(machine, dict) and machine.get("page_faults_per_s"):  # one fault's cost, measured here, where
+        from twinbench.measure.page_faults import fault_us  # the script ran (its own process stays untouched)
+
+        machine["fault_us"] = fault_us()
     obs["python_given"] = python is not None
     return DoctorResult(diagnose(obs), obs, run.output_tail, bool(obs["timed_out"]))
 

@@ -62,7 +62,7 @@ def explain_run(r: Record | dict[str, Any]) -> dict[str, Any]:
     e.update(run_id=r.run.run_id, trace_path=r.trace.path, memory_breakdown=r.memory.breakdown,
              busy=bool(busy), host_malloc=r.value("host_malloc"), glibc_tunables=c.glibc_tunables,
              page_faults=page_faults.describe(c.page_faults_per_step, c.kernel_cpu_share)
-             if page_faults.costly(c.kernel_cpu_share, c.page_faults_per_step) else None)
+             if page_faults.costly(c.kernel_cpu_share, c.page_faults_per_step, c.fault_cpu_share) else None)
     return e
 
 

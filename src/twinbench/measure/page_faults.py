@@ -5,10 +5,18 @@ On the CPU, a JAX step faults in every page of its temporary buffers afresh each
 them back to the kernel after each execution and maps them again for the next), and the kernel's zeroing of
 those pages can be a large share of the step (benchmarks/RESULTS.md, "Where a third of JAX's CPU step went"). ``getrusage`` of the process counts those
 faults and that kernel time, for every thread of the process. Linux and macOS; elsewhere the fields are absent.
+
+The kernel's share of the CPU time is not the faults' alone (system calls, the scheduler, a busy machine's
+interrupts), and a few thousand faults a step can cost little. So a run's faults are also costed on their own:
+their number times one fault's cost, measured on this machine (:func:`fault_us`), as a share of the process's
+CPU time (``fault_cpu_share``). Both shares must reach ``KERNEL_SHARE`` before the faults are called costly.
 """
 
 from __future__ import annotations
 
+import functools
+import mmap
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,21 +45,62 @@ def usage() -> Usage | None:
     return Usage(r.ru_minflt, r.ru_majflt, r.ru_utime, r.ru_stime)
 
 
-def per_step(start: Usage | None, end: Usage | None, steps: int) -> dict[str, Any]:
-    """The record's fields for ``steps`` steps between two readings: page faults per step and the kernel's share
-    of the process's CPU time ({} when not measured)."""
+@functools.cache
+def fault_us(pages: int = 4096, rounds: int = 5) -> float | None:
+    """CPU time (µs) one fault on a fresh page of anonymous memory costs on this machine, the kernel's zeroing
+    included: the median of ``rounds`` first touches of ``pages`` pages newly mapped (huge pages declined, so each
+    page faults once), timed by this thread's CPU clock. Measured once a process; None where it cannot be."""
+    import numpy as np
+
+    costs = []
+    try:
+        for _ in range(rounds):
+            with mmap.mmap(-1, pages * PAGE) as m:
+                if hasattr(mmap, "MADV_NOHUGEPAGE"):
+                    m.madvise(mmap.MADV_NOHUGEPAGE)
+                view = np.frombuffer(m, np.uint8)
+                t0 = time.thread_time()
+                view[::PAGE] = 1  # one write a page: one fault a page
+                costs.append((time.thread_time() - t0) / pages * 1e6)
+                del view  # the buffer's export ends before the map closes
+    except (OSError, ValueError, BufferError):
+        return None
+    costs.sort()
+    return round(costs[len(costs) // 2], 3) if costs and costs[len(costs) // 2] > 0 else None
+
+
+def fault_share(faults: float | None, cpu_s: float | None, cost_us: float | None) -> float | None:
+    """The faults' own share of a process's CPU time: ``faults`` times one fault's cost (``cost_us``,
+    :func:`fault_us`) over the CPU seconds (``cpu_s``) of the same span (or both a second: faults a second and
+    cores busy); None where one is unknown."""
+    if faults is None or not cpu_s or cost_us is None:
+        return None
+    return round(faults * cost_us * 1e-6 / cpu_s, 3)
+
+
+def per_step(start: Usage | None, end: Usage | None, steps: int, cost_us: float | None = None) -> dict[str, Any]:
+    """The record's fields for ``steps`` steps between two readings: page faults per step, the kernel's share
+    of the process's CPU time, and, given one fault's cost (``cost_us``), the faults' own share of it
+    (``fault_cpu_share``) ({} when not measured)."""
     if start is None or end is None or steps < 1:
         return {}
     cpu = (end.user_s - start.user_s) + (end.system_s - start.system_s)
-    return {"page_faults_per_step": round((end.minor_faults - start.minor_faults
-                                           + end.major_faults - start.major_faults) / steps, 1),
-            "kernel_cpu_share": round((end.system_s - start.system_s) / cpu, 3) if cpu > 0 else None}
+    faults = end.minor_faults - start.minor_faults + end.major_faults - start.major_faults
+    out: dict[str, Any] = {"page_faults_per_step": round(faults / steps, 1),
+                           "kernel_cpu_share": round((end.system_s - start.system_s) / cpu, 3) if cpu > 0 else None}
+    if cost_us is not None and cpu > 0:
+        out["fault_cpu_share"] = fault_share(faults, cpu, cost_us)
+    return out
 
 
-def costly(share: float | None, faults: float | None) -> bool:
-    """Whether a run's steady steps spent a material share (``share``: the kernel's share of its CPU time) in the
-    kernel faulting fresh pages (``faults`` a step)."""
-    return bool(share is not None and faults is not None and share >= KERNEL_SHARE and faults >= FAULTS_PER_STEP)
+def costly(share: float | None, faults: float | None, faults_share: float | None = None) -> bool:
+    """Whether a run's steady steps spent a material share of their CPU time in the kernel faulting fresh pages
+    (``faults`` a step): the kernel's share (``share``) and, where measured, the faults' own (``faults_share``,
+    :func:`fault_share`) both reach ``KERNEL_SHARE``. A record of before the faults were costed has only the
+    first."""
+    if share is None or faults is None or faults < FAULTS_PER_STEP:
+        return False
+    return min(share, share if faults_share is None else faults_share) >= KERNEL_SHARE
 
 
 def describe(faults: float | None, share: float | None) -> str:

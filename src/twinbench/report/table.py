@@ -334,7 +334,8 @@ def _host_lines(ok: list[Record], vary: list[str]) -> list[str]:
                f"GLIBC_TUNABLES={x.conditions.glibc_tunables}:{':'.join(host_malloc.KEEP_FREED)} set, glibc keeps freed "
                "memory for reuse, at the cost of the process keeping the most it ever held)"
                if x.conditions.glibc_tunables else "(--host-malloc tuned, the default, sets glibc's malloc to avoid it)")
-            for x in measured if page_faults.costly(x.conditions.kernel_cpu_share, x.conditions.page_faults_per_step)]
+            for x in measured if page_faults.costly(x.conditions.kernel_cpu_share, x.conditions.page_faults_per_step,
+                                                    x.conditions.fault_cpu_share)]
     return out
 
 

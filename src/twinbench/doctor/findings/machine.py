@@ -6,7 +6,7 @@ import os
 
 from twinbench import host_malloc
 from twinbench.doctor.findings.base import MIN_STEADY_STEPS, TORCH_DOCS, Finding, Obs, _iter_ms
-from twinbench.measure.page_faults import FAULTS_PER_STEP, KERNEL_SHARE, PAGE
+from twinbench.measure.page_faults import FAULTS_PER_STEP, KERNEL_SHARE, PAGE, costly, fault_share
 
 # -- cpu-oversubscribed ---------------------------------------------------------------------------------------------
 BUSY_INFO_SHARE = 0.10  # other processes keep this share of the cores busy during the steady steps: info
@@ -63,18 +63,21 @@ MALLOC_DOC = "https://sourceware.org/glibc/manual/latest/html_node/Memory-Alloca
 
 def page_faults(obs: Obs) -> Finding | None:
     """Threshold (measure/page_faults.py): over the steady steps the script faulted at least 1,000 fresh pages a
-    step and spent at least 10% of its CPU time in the kernel (a warning), nothing compiled in them and other
-    processes kept under 10% of the cores busy (on a busy machine a script faults many times more pages than on
-    an idle one: not its own allocations alone, and huge pages do not shorten its step). XLA:CPU's temporary
-    buffers, freed to the kernel after every execution by glibc and faulted in again by the next, are the case it
-    was built on (benchmarks/RESULTS.md, "Where a third of JAX's CPU step went")."""
+    step, spent at least 10% of its CPU time in the kernel, and, where the observations carry one fault's cost
+    measured on the machine (``fault_us``), those faults at that cost are 10% of its CPU time too (the kernel's
+    time may be something else's, and a few thousand faults a step can cost little); nothing compiled in the
+    steps, and other processes kept under 10% of the cores busy (on a busy machine a script faults many times
+    more pages than on an idle one: not its own allocations alone, and huge pages do not shorten its step): a
+    warning. XLA:CPU's temporary buffers, freed to the kernel after every execution by glibc and faulted in again
+    by the next, are the case it was built on (benchmarks/RESULTS.md, "Where a third of JAX's CPU step went")."""
     m = obs.get("machine") or {}
     rate, share = m.get("page_faults_per_s"), m.get("kernel_cpu_share")
     step_ms = _iter_ms(obs)
     if rate is None or share is None or not step_ms or obs.get("steady_steps", 0) < MIN_STEADY_STEPS:
         return None
     per_step = rate * step_ms / 1e3
-    if per_step < FAULTS_PER_STEP or share < KERNEL_SHARE:
+    own = fault_share(rate, m.get("own_cores"), m.get("fault_us"))
+    if not costly(share, per_step, own):
         return None
     if (m.get("others_cores") or 0) >= BUSY_INFO_SHARE * (m.get("cores") or 1):  # on a busy machine the faults are
         return None  # not the script's allocations alone (cpu-oversubscribed says to measure again when idle)
@@ -99,8 +102,12 @@ def page_faults(obs: Obs) -> Finding | None:
         "CPU time goes to the kernel",
         f"over {m.get('window_s', 0):.1f} s of steady steps the process took {rate:,.0f} page faults a second, "
         f"{per_step:,.0f} a step of {step_ms:.1f} ms (about {per_step * PAGE / 2**20:,.0f} MiB of 4 KiB pages), and "
-        f"{share:.0%} of its CPU time was the kernel's (warning from {FAULTS_PER_STEP:,} faults a step and "
-        f"{KERNEL_SHARE:.0%} in the kernel); memory the allocator returns to the kernel after a step (XLA:CPU's "
+        f"{share:.0%} of its CPU time was the kernel's"
+        + (f", of which the faults at {m['fault_us']:.1f} µs each (measured on this machine) are "
+           f"{min(own, share):.0%}"
+           if own is not None else "")
+        + f" (warning from {FAULTS_PER_STEP:,} faults a step and {KERNEL_SHARE:.0%} in the kernel, for the faults"
+        f" alone where their cost is measured); memory the allocator returns to the kernel after a step (XLA:CPU's "
         "temporary buffers, large tensors) is mapped and zeroed again by the next",
         f"Nothing in the code: start the script with GLIBC_TUNABLES={tunables} in its environment (glibc reads it "
         f"at start-up; {how}); then run the doctor again: this warning should be gone and the step shorter.",
