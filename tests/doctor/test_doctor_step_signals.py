@@ -100,3 +100,37 @@ def test_split_of_each_iteration() -> None:
     assert split["host_ms"] == pytest.approx(2.0) and split["idle_ms"] == pytest.approx(38.0)
     del rec.ready["jit:step"]
     assert rec.split("jit:step") is None  # no step end known: nothing to split
+
+
+@pytest.mark.parametrize(("critic_steps", "step_fn"), [(1, "Optimizer.step"), (5, "Optimizer.step#2")])
+def test_a_loop_of_two_optimizers_steps_once_an_iteration(critic_steps: int, step_fn: str) -> None:
+    """A GAN's iteration steps its discriminator's optimizer, then its generator's (a WGAN's critic several
+    times a generator step): one iteration is one step, marked by the optimizer stepping least often, so
+    --steps, the step time and per-step rates count iterations, not optimizer calls."""
+    torch = pytest.importorskip("torch")
+    from twinbench.doctor.session import Session
+
+    d, g = torch.nn.Linear(4, 1), torch.nn.Linear(2, 4)
+    opt_d, opt_g = torch.optim.SGD(d.parameters(), lr=0.1), torch.optim.SGD(g.parameters(), lr=0.1)
+    session = Session(max_steps=6)  # more than the critic's steps before the generator's first
+    iterations = 0
+    with pytest.raises(StopScript):
+        for _ in range(20):
+            for _ in range(critic_steps):
+                opt_d.zero_grad()
+                d(g(torch.randn(8, 2)).detach()).mean().backward()
+                opt_d.step()
+            opt_g.zero_grad()
+            (-d(g(torch.randn(8, 2))).mean()).backward()
+            opt_g.step()  # the doctor ends the loop at the 6th step of the step's optimizer
+            iterations += 1
+    obs = session.stop()
+    assert obs["step_fn"] == step_fn and obs["steps"] == 6
+    # stopped in the 6th iteration, at the step optimizer's 6th call: before the generator's when it is the
+    # discriminator's (the first to step, where both step as often), after it when it is the generator's
+    assert (obs["candidates"]["Optimizer.step"], obs["candidates"]["Optimizer.step#2"]) == (
+        (6, 5) if critic_steps == 1 else (30, 6)) and iterations == 5
+    assert obs["info"]["torch_optimizers"] == {"Optimizer.step": "SGD", "Optimizer.step#2": "SGD"}
+    from twinbench.doctor.report import summary_line
+
+    assert "one of 2 optimizers stepping in the loop (Optimizer.step SGD: " in summary_line(obs)

@@ -170,6 +170,34 @@ def test_torch_convolutions_carry_their_flops() -> None:
     assert t["backward"]["matmul"]["flops"] == pytest.approx(conv1 + 2 * conv2 + 2 * fc1 + 2 * fc2, rel=1e-6)
 
 
+@pytest.mark.parametrize("layers", ["transposed-2d", "transposed-1d", "strided-2d"])
+def test_torch_convolution_flops_agree_with_torchs_own_counter(tmp_path: Path, layers: str) -> None:
+    """A generator's transposed convolutions (a DCGAN's) and a strided one, forward and backward, profiled as
+    the doctor profiles them: explain's FLOPs from each op's shapes sum to what ``FlopCounterMode`` counts for
+    the same calls. On a CPU a transposed convolution computes inside ``aten::_convolution`` (no kernel op below
+    it), and its backward's products run over its input, not its larger output."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from twinbench.explain import flops
+
+    torch.manual_seed(0)
+    nets = {"transposed-2d": (torch.nn.Sequential(torch.nn.ConvTranspose2d(8, 4, 4, 2, 1),
+                                                  torch.nn.ConvTranspose2d(4, 3, 3, 1, 0)), (3, 8, 5, 7)),
+            "transposed-1d": (torch.nn.ConvTranspose1d(6, 5, 4, 2, 1), (2, 6, 9)),
+            "strided-2d": (torch.nn.Conv2d(3, 8, 4, 2, 1), (3, 3, 12, 10))}
+    net, shape = nets[layers]
+    x = torch.randn(*shape, requires_grad=layers != "strided-2d")  # an input's gradient too, or the weights' only
+    with FlopCounterMode(display=False) as counter:
+        net(x).sum().backward()
+    with torch.profiler.profile(record_shapes=True) as prof:
+        net(x).sum().backward()
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    counted = sum(flops.torch_op(e["name"], e.get("args")).flops for e in events if e.get("cat") == "cpu_op")
+    assert counter.get_total_flops() > 0 and counted == pytest.approx(counter.get_total_flops(), rel=1e-9)
+
+
 def _doctor_dirs(tmp_path: Path, torch_timing: dict, jax_timing: dict) -> tuple[Path, Path, str]:
     """The nanogpt pair laid out as ``twinbench doctor --trace DIR`` writes it (torch: ``DIR/doctor.pt.trace.json``;
     JAX: an xplane under ``DIR/plugins/profile/RUN/``), each with the doctor's ``DIR/trace.json``."""

@@ -24,10 +24,10 @@ from typing import Any
 from twinbench.doctor.locations import short_path, user_location
 from twinbench.doctor.patching import Patches
 from twinbench.doctor.ready import ReadyWatcher
-from twinbench.doctor.recorder import Recorder
+from twinbench.doctor.recorder import OPTIMIZER_KEY, Recorder
 from twinbench.measure.interference import runqueue_wait_s
 
-STEP_KEY = "torch:Optimizer.step"
+STEP_KEY = OPTIMIZER_KEY  # the first optimizer to step; another: STEP_KEY#2, ...
 BACKWARD_KEY = "torch:loss.backward"  # the step when no torch.optim optimizer runs (manual SGD)
 HOST_READS = ("item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__", "__repr__",
               "__format__")
@@ -56,6 +56,7 @@ class TorchInstruments(Patches):
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         self.rec, self.torch = rec, torch
+        self.optimizer_keys: dict[int, str] = {}  # id of each optimizer that stepped -> its step candidate's key
         self.watcher = ReadyWatcher(rec)  # CUDA: when each step's kernels are done (the loop is not stalled)
         self.undo: list[Callable[[], None]] = []
         self.read_sites: Counter[str] = Counter()
@@ -94,17 +95,28 @@ class TorchInstruments(Patches):
         self.watcher.close()
 
     # -- steps ------------------------------------------------------------------------------------------
+    def _key(self, optimizer: Any) -> str:
+        """Each optimizer's steps are a candidate of their own: the first to step is ``STEP_KEY``, the next
+        ``STEP_KEY#2`` and so on (a GAN's discriminator and generator; ``Recorder.step_key`` picks the one that
+        marks the loop's iteration), named with its class in the observations."""
+        key = self.optimizer_keys.get(id(optimizer))
+        if key is None:
+            n = len(self.optimizer_keys)
+            key = self.optimizer_keys[id(optimizer)] = STEP_KEY if n == 0 else f"{STEP_KEY}#{n + 1}"
+            self.rec.info.setdefault("torch_optimizers", {})[key.split(":", 1)[1]] = type(optimizer).__name__
+        return key
+
     def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self.torch.compiler.is_compiling():  # a compiled optimizer step: stay out of dynamo's graph
             return
         if not self.sync_mode_set:
             self._cuda_sync_debug()
-        self.rec.step_call(STEP_KEY, "torch-optimizer")
+        self.rec.step_call(self._key(optimizer), "torch-optimizer")
 
     def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.torch.compiler.is_compiling():
             self.step_end, self.step_end_runq = time.perf_counter(), runqueue_wait_s()
-            self._done(STEP_KEY)
+            self._done(self._key(optimizer))
 
     def _before_forward(self, module: Any, args: Any) -> None:
         """The first module called after an optimizer step: the next iteration's forward starts."""

@@ -35,6 +35,7 @@ from twinbench.measure import page_faults
 from twinbench.measure.interference import runqueue_wait_s
 
 MARK_KEY = "mark:twinbench.doctor.step()"  # the user marked the step explicitly
+OPTIMIZER_KEY = "torch:Optimizer.step"  # a torch optimizer's steps (a second optimizer's: OPTIMIZER_KEY#2, ...)
 ACTIVE: list[Recorder] = []  # the recorder of the running session (for twinbench.doctor.step())
 LOAD_EVERY_S = 0.5  # the machine's load is sampled at a step start at most this often
 MAX_NOTES = 2000  # text notes kept per kind (cache-miss explanations, host-read sites, ...)
@@ -239,17 +240,22 @@ class Recorder:
         return len(self.calls[key]) if key else 0
 
     def step_key(self, final: bool = False) -> str | None:
-        """The step: torch's Optimizer.step if used, else the most-called jitted function or Optax update.
+        """The step: torch's Optimizer.step if used (of the optimizer stepping least often, where several
+        do), else the most-called jitted function or Optax update.
 
         While the run goes on (``final`` False), a ``loss.backward()`` is not the step once a torch optimizer
         exists: with gradient accumulation it is one of the step's micro-steps, and ``--steps``, the trace
         and the snapshots wait for the optimizer's step. At the end a script whose optimizer never stepped
         has ``loss.backward()`` as its step."""
-        for key in (MARK_KEY, "torch:Optimizer.step", "torch:loss.backward"):  # most specific signal first
-            if key in self.calls:
-                if key == "torch:loss.backward" and self.torch_optimizers and not final:
-                    return None
-                return key
+        if MARK_KEY in self.calls:  # most specific signal first
+            return MARK_KEY
+        stepped = [k for k in self.calls if k == OPTIMIZER_KEY or k.startswith(OPTIMIZER_KEY + "#")]
+        if stepped:  # several optimizers (a GAN's two, a critic stepped 5 times a generator's step): the one
+            # stepping least often marks an iteration; within one call of it, the first to step (first seen)
+            fewest = min(len(self.calls[k]) for k in stepped)
+            return next(k for k in stepped if len(self.calls[k]) <= fewest + 1)
+        if "torch:loss.backward" in self.calls:
+            return None if self.torch_optimizers and not final else "torch:loss.backward"
         if not self.calls:
             return None
         kinds = self.kinds

@@ -68,6 +68,12 @@ def summary_line(obs: dict[str, Any]) -> str:
     fw = "+".join(obs.get("frameworks", [])) or "no framework seen"
     signal = obs.get("step_signal") or obs.get("step_kind")
     step = (f"step = {obs['step_fn']} (found by {signal}), " if obs.get("step_fn") else "no step found, ")
+    stepped = (obs.get("info") or {}).get("torch_optimizers") or {}
+    if len(stepped) > 1 and obs.get("step_fn") in stepped:  # one iteration steps each: its calls are the step's
+        counts = obs.get("candidates") or {}
+        step += (f"one of {len(stepped)} optimizers stepping in the loop ("
+                 + ", ".join(f"{k} {v}: {counts.get(k, 0)} steps" for k, v in stepped.items())
+                 + "; the one stepping least often marks an iteration), ")
     it = obs.get("iter_ms")
     device = (obs.get("split") or {}).get("step_ms")
     pace = (f", {it:.2f} ms per iteration (the loop end to end: mean of the steady iterations, one step start to "

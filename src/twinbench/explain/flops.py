@@ -161,12 +161,20 @@ def _ints(text: Any) -> list[int]:
 def _torch_conv(name: str, dims: list[Any], concrete: list[Any]) -> float:
     """FLOPs of one convolution kernel op: ``2 N O prod(out) (C/g) prod(k)``, the output's size from the
     input's, the stride and the padding (dilation 1); a ``convolution_backward`` does that once for each
-    gradient it computes (input's, weight's: its output mask)."""
+    gradient it computes (input's, weight's: its output mask). A transposed convolution (weight ``[C, O/g, k..]``)
+    multiplies every *input* element by ``O/g prod(k)`` weights: ``2 N C prod(in) (O/g) prod(k)``. On a CPU its
+    forward runs inside ``aten::_convolution`` itself (no kernel op below it), so it is counted there."""
     if name == "aten::convolution_backward" and len(dims) >= 3 and all(isinstance(d, list) and len(d) >= 3 for d in dims[:3]):
         out, w = dims[0], dims[2]
+        transposed = len(concrete) > 7 and str(concrete[7]) == "True"
         mask = str(concrete[10]) if len(concrete) > 10 else "[True, True, True]"
         products = [v.strip() for v in mask.strip("[]").split(",")][:2].count("True")
-        return 2.0 * math.prod(out) * math.prod(w[1:]) * max(products, 1)
+        return 2.0 * math.prod(dims[1] if transposed else out) * math.prod(w[1:]) * max(products, 1)
+    if name == "aten::_convolution":  # only where it computes itself: a transposed convolution
+        transposed = len(concrete) > 6 and str(concrete[6]) == "True"
+        if not transposed or len(dims) < 2 or not all(isinstance(d, list) and len(d) >= 3 for d in dims[:2]):
+            return 0.0
+        return 2.0 * math.prod(dims[0]) * math.prod(dims[1][1:])
     where = _TORCH_CONV.get(name)
     if where is None or len(dims) < 2 or not all(isinstance(d, list) and len(d) >= 3 for d in dims[:2]):
         return 0.0
