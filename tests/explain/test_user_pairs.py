@@ -170,7 +170,8 @@ def test_torch_convolutions_carry_their_flops() -> None:
     assert t["backward"]["matmul"]["flops"] == pytest.approx(conv1 + 2 * conv2 + 2 * fc1 + 2 * fc2, rel=1e-6)
 
 
-@pytest.mark.parametrize("layers", ["transposed-2d", "transposed-1d", "strided-2d"])
+@pytest.mark.parametrize("layers", ["transposed-2d", "transposed-1d", "transposed-3d", "strided-2d", "dilated-2d",
+                                    "conv-1d", "conv-3d"])
 def test_torch_convolution_flops_agree_with_torchs_own_counter(tmp_path: Path, layers: str) -> None:
     """A generator's transposed convolutions (a DCGAN's) and a strided one, forward and backward, profiled as
     the doctor profiles them: explain's FLOPs from each op's shapes sum to what ``FlopCounterMode`` counts for
@@ -185,7 +186,11 @@ def test_torch_convolution_flops_agree_with_torchs_own_counter(tmp_path: Path, l
     nets = {"transposed-2d": (torch.nn.Sequential(torch.nn.ConvTranspose2d(8, 4, 4, 2, 1),
                                                   torch.nn.ConvTranspose2d(4, 3, 3, 1, 0)), (3, 8, 5, 7)),
             "transposed-1d": (torch.nn.ConvTranspose1d(6, 5, 4, 2, 1), (2, 6, 9)),
-            "strided-2d": (torch.nn.Conv2d(3, 8, 4, 2, 1), (3, 3, 12, 10))}
+            "transposed-3d": (torch.nn.ConvTranspose3d(2, 3, 3, 2, 1), (2, 2, 4, 4, 4)),
+            "strided-2d": (torch.nn.Conv2d(3, 8, 4, 2, 1), (3, 3, 12, 10)),
+            "dilated-2d": (torch.nn.Conv2d(4, 6, 3, 1, 2, dilation=2), (2, 4, 9, 9)),
+            "conv-1d": (torch.nn.Conv1d(4, 6, 5, 1, 2), (2, 4, 11)),
+            "conv-3d": (torch.nn.Conv3d(2, 3, 3, 1, 1), (2, 2, 5, 5, 5))}
     net, shape = nets[layers]
     x = torch.randn(*shape, requires_grad=layers != "strided-2d")  # an input's gradient too, or the weights' only
     with FlopCounterMode(display=False) as counter:
@@ -196,6 +201,20 @@ def test_torch_convolution_flops_agree_with_torchs_own_counter(tmp_path: Path, l
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     counted = sum(flops.torch_op(e["name"], e.get("args")).flops for e in events if e.get("cat") == "cpu_op")
     assert counter.get_total_flops() > 0 and counted == pytest.approx(counter.get_total_flops(), rel=1e-9)
+
+
+def test_the_convolutions_argument_positions_are_torchs() -> None:
+    """Where each convolution kernel op keeps its stride, padding and dilation among its inputs (the profiler's
+    ``Concrete Inputs``, in schema order): as torch's own schemas name them, for every op explain costs."""
+    import torch
+
+    from twinbench.explain.flops import _TORCH_CONV
+
+    for name, places in _TORCH_CONV.items():
+        schema = getattr(torch.ops.aten, name.split("::")[1]).default._schema
+        args = [a.name for a in schema.arguments]
+        for at, what in zip(places, ("stride", "padding", "dilation"), strict=True):
+            assert (at is None and what not in args) or (at is not None and args[at] == what), (name, what, args)
 
 
 def _doctor_dirs(tmp_path: Path, torch_timing: dict, jax_timing: dict) -> tuple[Path, Path, str]:

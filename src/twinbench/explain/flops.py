@@ -126,10 +126,15 @@ def torch_op(name: str, args: dict[str, Any] | None) -> OpShape:
 
 
 #: the convolutions that compute (their wrappers, ``aten::convolution``/``conv2d``, only call these): the
-#: position of (stride, padding) among their inputs
-_TORCH_CONV = {"aten::mkldnn_convolution": (4, 3), "aten::cudnn_convolution": (4, 3),
-               "aten::_slow_conv2d_forward": (4, 5), "aten::thnn_conv2d": (4, 5), "aten::_nnpack_spatial_convolution": (4, 3),
-               "aten::miopen_convolution": (4, 3)}
+#: positions of (stride, padding, dilation) among their inputs, as their schemas give them (None: no dilation,
+#: always 1); a test checks them against torch's own schemas
+_TORCH_CONV: dict[str, tuple[int, int, int | None]] = {
+    "aten::mkldnn_convolution": (4, 3, 5), "aten::cudnn_convolution": (3, 2, 4),
+    "aten::miopen_convolution": (4, 3, 5), "aten::miopen_depthwise_convolution": (4, 3, 5),
+    "aten::_slow_conv2d_forward": (4, 5, None), "aten::thnn_conv2d": (4, 5, None),
+    "aten::slow_conv3d_forward": (4, 5, None), "aten::_nnpack_spatial_convolution": (4, 3, None),
+    "aten::slow_conv_dilated2d": (4, 5, 6), "aten::slow_conv_dilated3d": (4, 5, 6),
+    "aten::_conv_depthwise2d": (4, 5, 6)}
 
 
 #: a fused recurrent layer: one op runs the layer over every time step (oneDNN's RNN primitive behind
@@ -160,7 +165,7 @@ def _ints(text: Any) -> list[int]:
 
 def _torch_conv(name: str, dims: list[Any], concrete: list[Any]) -> float:
     """FLOPs of one convolution kernel op: ``2 N O prod(out) (C/g) prod(k)``, the output's size from the
-    input's, the stride and the padding (dilation 1); a ``convolution_backward`` does that once for each
+    input's, the stride, the padding and the dilation; a ``convolution_backward`` does that once for each
     gradient it computes (input's, weight's: its output mask). A transposed convolution (weight ``[C, O/g, k..]``)
     multiplies every *input* element by ``O/g prod(k)`` weights: ``2 N C prod(in) (O/g) prod(k)``. On a CPU its
     forward runs inside ``aten::_convolution`` itself (no kernel op below it), so it is counted there."""
@@ -180,11 +185,13 @@ def _torch_conv(name: str, dims: list[Any], concrete: list[Any]) -> float:
         return 0.0
     x, w = dims[0], dims[1]
     k = w[2:]
-    stride = _ints(concrete[where[0]]) if len(concrete) > where[0] else []
-    pad = _ints(concrete[where[1]]) if len(concrete) > where[1] else []
-    stride = stride if len(stride) == len(k) else [1] * len(k)
-    pad = pad if len(pad) == len(k) else [0] * len(k)
-    out = [(h + 2 * p - kk) // st + 1 for h, p, kk, st in zip(x[2:], pad, k, stride, strict=True)]
+
+    def ints(at: int | None, default: int) -> list[int]:
+        got = _ints(concrete[at]) if at is not None and len(concrete) > at else []
+        return got if len(got) == len(k) else [default] * len(k)
+
+    stride, pad, dil = ints(where[0], 1), ints(where[1], 0), ints(where[2], 1)
+    out = [(h + 2 * p - d * (kk - 1) - 1) // st + 1 for h, p, kk, st, d in zip(x[2:], pad, k, stride, dil, strict=True)]
     return 2.0 * x[0] * w[0] * math.prod(out) * math.prod(w[1:])
 
 
