@@ -184,3 +184,68 @@ def dumped_module(directory: Path, module: str) -> Path | None:
     # module_0020.jit_train_step.cpu_after_optimizations.txt: the module, its last compile
     named = sorted(f for f in dumps if module and f.name.split(".")[1:2] == [module])
     return named[-1] if named else max(dumps, key=lambda f: f.stat().st_size)
+
+
+def _window_dims(attrs: str) -> list[dict[str, tuple[int, ...]]]:
+    """A convolution's ``window={size=AxB pad=L_HxL_H stride=.. lhs_dilate=.. rhs_dilate=..}``, per spatial dim."""
+    m = re.search(r"window=\{([^}]*)\}", attrs)
+    fields = dict(kv.split("=", 1) for kv in m.group(1).split()) if m else {}
+    defaults = {"pad": (0, 0), "stride": (1,), "lhs_dilate": (1,), "rhs_dilate": (1,)}
+    parts = {k: [tuple(int(v) for v in dim.split("_")) for dim in fields[k].split("x")]
+             for k in ("size", *defaults) if k in fields}
+    return [{"size": size, **{k: parts[k][d] if k in parts else default for k, default in defaults.items()}}
+            for d, size in enumerate(parts.get("size", []))]
+
+
+def _valid_taps(n: int, out: int, w: dict[str, tuple[int, ...]]) -> int:
+    """Over every output position of one spatial dim, the kernel taps that land on an input element (not on
+    padding or between dilated inputs): what a convolution multiplies there (XLA's cost analysis counts the same)."""
+    (size,), (lo, _hi), (stride,), (ldil,), (rdil,) = w["size"], w["pad"], w["stride"], w["lhs_dilate"], w["rhs_dilate"]
+    span = (n - 1) * ldil + 1  # the dilated input's extent
+    taps = 0
+    for k in range(size):
+        # output p reads dilated input index p * stride + offset: valid inside [0, span) and on the dilation's grid
+        offset = k * rdil - lo
+        first, last = max(0, -(offset // stride)), min(out - 1, (span - 1 - offset) // stride)
+        if ldil == 1:
+            taps += max(0, last - first + 1)
+        else:
+            taps += sum(1 for p in range(first, last + 1) if (p * stride + offset) % ldil == 0)
+    return taps
+
+
+def conv_flops(ins: Instr, by: dict[str, Instr]) -> float | None:
+    """A ``convolution``'s FLOPs as XLA's cost analysis counts them: 2 x batch x output features x input features
+    per group x the valid taps of every spatial dim (padding, and the holes of an input dilation, a transposed
+    convolution's, multiply nothing; a product XLA:TPU writes as a convolution, a padded window standing for a
+    batch or an outer-product dim, counts what it multiplies, not its window's full size), the dimensions placed
+    by its ``dim_labels``; None where its operands or labels cannot be read. ``by``: the module's instructions."""
+    lhs = by.get(ins.operands[0]) if ins.operands else None
+    rhs = by.get(ins.operands[1]) if len(ins.operands) > 1 else None
+    m = re.search(r"dim_labels=([^_]+)_([^-]+)->(\S+?)[,\s]", ins.attrs + " ")
+    if lhs is None or rhs is None or not lhs.shapes or not rhs.shapes or not ins.shapes or not m:
+        return None
+    lhs_l, _rhs_l, out_l = m.group(1), m.group(2), m.group(3).rstrip(",")
+    ldims, odims = lhs.shapes[0][1], ins.shapes[0][1]
+    if len(lhs_l) != len(ldims) or len(out_l) != len(odims):
+        return None
+    try:  # a text not spelled as XLA spells it (labels without a batch, a window of other lengths): not read
+        return _conv_fma(ins.attrs, lhs_l, out_l, ldims, odims) * 2.0
+    except (ValueError, IndexError, ZeroDivisionError):
+        return None
+
+
+def _conv_fma(attrs: str, lhs_l: str, out_l: str, ldims: tuple[int, ...], odims: tuple[int, ...]) -> float:
+    groups = re.search(r"feature_group_count=(\d+)", attrs)
+    fma = float(odims[out_l.index("b")] * odims[out_l.index("f")] * ldims[lhs_l.index("f")])
+    fma /= int(groups.group(1)) if groups else 1
+    windows = _window_dims(attrs)
+    for d, w in enumerate(windows):
+        c = str(d)
+        if c not in lhs_l or c not in out_l:
+            raise ValueError(f"spatial dimension {c} is not labelled")
+        fma *= _valid_taps(ldims[lhs_l.index(c)], odims[out_l.index(c)], w)
+    for c in out_l:  # spatial dims the window does not name (none: a 1 x 1 window each)
+        if c.isdigit() and int(c) >= len(windows):
+            fma *= odims[out_l.index(c)]
+    return fma

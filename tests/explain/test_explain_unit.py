@@ -224,3 +224,62 @@ def test_a_torch_op_no_rule_names_is_other_not_element_wise():
                                   "autograd::engine::evaluate_function: MulBackward0")] == ["element-wise"] * 4
     assert [torch_op(n) for n in ("fb::offsets_range", "aten::fused_moe_kernel", "mylib::rotary")] == ["other"] * 3
     assert torch_op("aten::item") == torch_op("aten::alias") == "data movement"
+
+
+CONVS = {  # lax.conv_general_dilated's arguments: strides, padding, and the rest by name
+    "strided": ((2, 9, 10, 4), (3, 3, 4, 6), (2, 2), "SAME", {}),
+    "transposed": ((2, 5, 6, 4), (4, 4, 4, 3), (1, 1), ((2, 2), (2, 2)), {"lhs_dilation": (2, 2)}),
+    "dilated": ((2, 11, 11, 4), (3, 3, 4, 5), (1, 1), "VALID", {"rhs_dilation": (2, 2)}),
+    "grouped": ((2, 8, 8, 6), (3, 3, 3, 4), (1, 1), "SAME", {"feature_group_count": 2}),
+    "1-d": ((3, 17, 5), (5, 5, 7), (2,), "SAME", {}),
+}
+
+
+@pytest.mark.parametrize("conv", sorted(CONVS))
+def test_hlo_convolution_flops_are_xlas(conv: str) -> None:
+    """A convolution's FLOPs from its compiled HLO text (dim_labels, window: padding and a transposed
+    convolution's input dilation compute nothing) are what XLA's own cost analysis counts, forward and both
+    gradients (a program of convolutions only, so its total is theirs)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    from twinbench.explain import flops
+
+    xs, ws, strides, padding, kw = CONVS[conv]
+    spec = ("NWC", "WIO", "NWC") if len(xs) == 3 else ("NHWC", "HWIO", "NHWC")
+
+    def f(x: jax.Array, w: jax.Array) -> jax.Array:
+        return lax.conv_general_dilated(x, w, strides, padding, dimension_numbers=spec, **kw)
+
+    x, w = jnp.ones(xs), jnp.ones(ws)
+    y, vjp = jax.vjp(f, x, w)
+    for fn, args in ((f, (x, w)), (vjp, (y,))):
+        compiled = jax.jit(fn).lower(*args).compile()
+        shapes = flops.HloShapes(compiled.as_text())
+        ours = sum(shapes.op(i.name).flops for i in shapes.table.values() if i.opcode == "convolution")
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        assert ours > 0 and ours == pytest.approx(cost["flops"], rel=1e-9)
+
+
+def test_a_convolution_spelled_otherwise_is_not_costed_and_raises_nothing() -> None:
+    """An HLO text is data: a convolution whose window or labels are not XLA's spelling has no FLOPs (None),
+    never an exception; a well-formed one beside them is costed (3 x 3 taps over a padded 5 x 5 input: 13 valid
+    (output, tap) pairs a dimension)."""
+    from twinbench import hlo_text
+
+    text = """HloModule m
+ENTRY e {
+  a = f32[2,5,5,3]{3,2,1,0} parameter(0)
+  w = f32[3,3,3,4]{3,2,1,0} parameter(1)
+  zero = f32[2,5,5,4]{3,2,1,0} convolution(a, w), window={size=3x3 pad=1_1x1_1 stride=0x0}, dim_labels=b01f_01io->b01f
+  word = f32[2,5,5,4]{3,2,1,0} convolution(a, w), window={size=3xq}, dim_labels=b01f_01io->b01f
+  nobatch = f32[2,5,5,4]{3,2,1,0} convolution(a, w), window={size=3x3 pad=1_1x1_1}, dim_labels=x01f_01io->x01f
+  short = f32[2,5,5,4]{3,2,1,0} convolution(a, w), window={size=3x3x3}, dim_labels=b01f_01io->b01f
+  good = f32[2,5,5,4]{3,2,1,0} convolution(a, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+}
+"""
+    by = hlo_text.parse(text).instructions()
+    assert [hlo_text.conv_flops(by[n], by) for n in ("zero", "word", "nobatch", "short")] == [None] * 4
+    assert hlo_text.conv_flops(by["good"], by) == 2 * 2 * 4 * 3 * 13 * 13

@@ -210,6 +210,7 @@ class HloInstr:
     root: bool
     op_name: str
     out_bytes: int
+    conv_flops: float = 0.0  # a convolution's (hlo_text.conv_flops)
 
 
 _DIMS = re.compile(r"(lhs_contracting_dims|rhs_contracting_dims|lhs_batch_dims|rhs_batch_dims)=\{([\d,]*)\}")
@@ -224,8 +225,9 @@ def parse_hlo(text: str) -> dict[str, HloInstr]:
             ins.shapes[0][0], list(ins.shapes[0][1]), list(ins.layouts[0]))
         attrs = {k: [int(x) for x in v.split(",") if x] for k, v in _DIMS.findall(ins.attrs)}
         operands = [o for o in ins.operands if o in instrs]  # not a parameter's number or a constant's value
+        conv = (hlo_text.conv_flops(ins, instrs) or 0.0) if ins.opcode == "convolution" else 0.0
         out[ins.name] = HloInstr(ins.name, ins.opcode, dtype, dims, layout, operands, attrs, ins.calls,
-                                 ins.comp, ins.root, ins.op_name, int(ins.nbytes))
+                                 ins.comp, ins.root, ins.op_name, int(ins.nbytes), conv)
     return out
 
 
@@ -255,14 +257,9 @@ def hlo_dot(ins: HloInstr, table: dict[str, HloInstr]) -> OpShape:
 
 
 def _conv(ins: HloInstr, table: dict[str, HloInstr]) -> OpShape:
-    """A convolution: 2 x output elements x (kernel elements / output features); no matmul shape."""
-    if len(ins.operands) < 2 or not ins.dims:
-        return OpShape()
-    kern = table.get(ins.operands[1])
-    if kern is None or not kern.dims:
-        return OpShape()
-    out_feat = max(kern.dims)  # the kernel's output-feature dimension is not told apart here: an upper bound
-    return OpShape(flops=2.0 * math.prod(ins.dims) * math.prod(kern.dims) / max(out_feat, 1))
+    """A convolution: its FLOPs as XLA counts them (``hlo_text.conv_flops``, read when the module was parsed);
+    no matmul shape."""
+    return OpShape(flops=ins.conv_flops)
 
 
 class HloShapes:

@@ -34,7 +34,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from twinbench.hlo_text import Instr, Module, parse
+from twinbench.hlo_text import Instr, Module, conv_flops, parse
 from twinbench.predict.roofline import Op
 
 MATMUL = {"dot", "convolution"}
@@ -138,67 +138,13 @@ def _dot_flops(ins: Instr, by: dict[str, Instr]) -> float:
     """2 x result elements x contracted size (``dot``), or x kernel elements per output feature (convolution)."""
     out = math.prod(ins.shapes[0][1]) if ins.shapes else 0
     lhs = by.get(ins.operands[0]) if ins.operands else None
-    rhs = by.get(ins.operands[1]) if len(ins.operands) > 1 else None
     if ins.opcode == "dot":
         m = re.search(r"lhs_contracting_dims=\{([0-9,]*)\}", ins.attrs)
         dims = [int(d) for d in m.group(1).split(",") if d] if m else []
         k = math.prod(lhs.shapes[0][1][d] for d in dims) if lhs is not None and lhs.shapes else 1
         return 2.0 * out * k
-    return _conv_flops(ins, lhs, rhs, out)
-
-
-def _window_dims(attrs: str) -> list[dict[str, tuple[int, ...]]]:
-    """A convolution's ``window={size=AxB pad=L_HxL_H stride=.. lhs_dilate=.. rhs_dilate=..}``, per spatial dim."""
-    m = re.search(r"window=\{([^}]*)\}", attrs)
-    fields = dict(kv.split("=", 1) for kv in m.group(1).split()) if m else {}
-    defaults = {"pad": (0, 0), "stride": (1,), "lhs_dilate": (1,), "rhs_dilate": (1,)}
-    parts = {k: [tuple(int(v) for v in dim.split("_")) for dim in fields[k].split("x")]
-             for k in ("size", *defaults) if k in fields}
-    return [{"size": size, **{k: parts[k][d] if k in parts else default for k, default in defaults.items()}}
-            for d, size in enumerate(parts.get("size", []))]
-
-
-def _valid_taps(n: int, out: int, w: dict[str, tuple[int, ...]]) -> int:
-    """Over every output position of one spatial dim, the kernel taps that land on an input element (not on
-    padding or between dilated inputs): what a convolution multiplies there (XLA's cost analysis counts the same)."""
-    (size,), (lo, _hi), (stride,), (ldil,), (rdil,) = w["size"], w["pad"], w["stride"], w["lhs_dilate"], w["rhs_dilate"]
-    span = (n - 1) * ldil + 1  # the dilated input's extent
-    taps = 0
-    for k in range(size):
-        # output p reads dilated input index p * stride + offset: valid inside [0, span) and on the dilation's grid
-        offset = k * rdil - lo
-        first, last = max(0, -(offset // stride)), min(out - 1, (span - 1 - offset) // stride)
-        if ldil == 1:
-            taps += max(0, last - first + 1)
-        else:
-            taps += sum(1 for p in range(first, last + 1) if (p * stride + offset) % ldil == 0)
-    return taps
-
-
-def _conv_flops(ins: Instr, lhs: Instr | None, rhs: Instr | None, out: int) -> float:
-    """2 x batch x output features x input features per group x the valid taps of every spatial dim: a product
-    XLA:TPU writes as a convolution (a padded window standing for a batch or an outer-product dim) counts what it
-    multiplies, not its window's full size."""
-    m = re.search(r"dim_labels=([^_]+)_([^-]+)->(\S+?)[,\s]", ins.attrs + " ")
-    if lhs is None or rhs is None or not lhs.shapes or not rhs.shapes or not ins.shapes or not m:
-        return 2.0 * out
-    lhs_l, _rhs_l, out_l = m.group(1), m.group(2), m.group(3).rstrip(",")
-    ldims, odims = lhs.shapes[0][1], ins.shapes[0][1]
-    if len(lhs_l) != len(ldims) or len(out_l) != len(odims):
-        return 2.0 * out
-    groups = re.search(r"feature_group_count=(\d+)", ins.attrs)
-    fma = float(odims[out_l.index("b")] * odims[out_l.index("f")] * ldims[lhs_l.index("f")])
-    fma /= int(groups.group(1)) if groups else 1
-    windows = _window_dims(ins.attrs)
-    for d, w in enumerate(windows):
-        c = str(d)
-        if c not in lhs_l or c not in out_l:
-            return 2.0 * out
-        fma *= _valid_taps(ldims[lhs_l.index(c)], odims[out_l.index(c)], w)
-    for c in out_l:  # spatial dims the window does not name (none: a 1 x 1 window each)
-        if c.isdigit() and int(c) >= len(windows):
-            fma *= odims[out_l.index(c)]
-    return 2.0 * fma
+    flops = conv_flops(ins, by)
+    return 2.0 * out if flops is None else flops
 
 
 def _source_bytes(name: str, by: dict[str, Instr]) -> float:
