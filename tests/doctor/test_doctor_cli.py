@@ -160,6 +160,29 @@ def test_no_step_found_says_what_it_looked_for(tmp_path: Path) -> None:
     assert "no findings" not in proc.stdout
 
 
+def test_a_loop_trained_in_child_processes_is_said_to_be_there(tmp_path: Path) -> None:
+    """Hogwild-style training (PyTorch examples' mnist_hogwild: the loop runs in processes the script starts):
+    the doctor watches its own process only, and says the loop ran in the children, by the function they ran,
+    instead of asking the user to mark a step they cannot mark there."""
+    (tmp_path / "work.py").write_text("def train(rank):\n    return sum(i * i for i in range(10_000))\n")
+    script = tmp_path / "hogwild.py"
+    script.write_text("import multiprocessing as mp\nfrom work import train\n\nif __name__ == '__main__':\n"
+                      "    mp.set_start_method('spawn', force=True)\n"
+                      "    ps = [mp.Process(target=train, args=(r,)) for r in range(2)]\n"
+                      "    [p.start() for p in ps]\n    [p.join() for p in ps]\n")
+    proc = doctor(str(script))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    err = " ".join(proc.stderr.split())
+    assert "no training step found" in err and "it started 2 Python process(es) (train x2)" in err, err
+    assert "in the script's own process" in err and "twinbench.doctor.step()" not in err
+    from twinbench.doctor.report import no_step_message
+
+    loaders = {"frameworks": ["torch"], "wall_s": 1.0,  # a DataLoader's workers load batches: not the loop
+               "info": {"child_processes": {"torch.utils.data._utils.worker:_worker_loop": 2}}}
+    said = no_step_message(loaders, "s.py") or ""
+    assert "twinbench.doctor.step()" in said and "Python process" not in said
+
+
 def test_trace_folder_checked_before_the_run(tmp_path: Path) -> None:
     script = tmp_path / "t.py"
     script.write_text("raise SystemExit('must not run')\n")

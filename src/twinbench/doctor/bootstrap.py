@@ -57,6 +57,29 @@ def run(script: str, args: list[str], rec: Recorder) -> None:
         rec.error = describe_error(e)
 
 
+#: the child processes noted (a pool of thousands is summed, not listed)
+MAX_CHILDREN = 64
+
+
+def note_children(rec: Recorder) -> None:
+    """Note every Python process the script starts (``multiprocessing``'s, and torch's and a process pool's
+    through it) with the function it runs, in ``rec.info["child_processes"]``: the doctor watches this process
+    only, so a loop trained in children (Hogwild, a hand-made spawn) is said to be there when no step is found."""
+    import multiprocessing.process as mpp
+
+    start = mpp.BaseProcess.start
+
+    def started(self: Any) -> None:
+        target = getattr(self, "_target", None)
+        name = f"{getattr(target, '__module__', '') or ''}:{getattr(target, '__qualname__', '') or type(self).__name__}"
+        seen = rec.info.setdefault("child_processes", {})
+        if name in seen or len(seen) < MAX_CHILDREN:
+            seen[name] = seen.get(name, 0) + 1
+        return start(self)
+
+    mpp.BaseProcess.start = started  # type: ignore[method-assign]
+
+
 def write_json(path: str, obs: dict[str, Any]) -> None:
     """Write ``obs`` to ``path`` whole or not at all (a reader never sees half a file)."""
     tmp = f"{path}.tmp"
@@ -83,6 +106,7 @@ def main(argv: list[str]) -> int:
         raise StopScript("--timeout reached")
 
     signal.signal(signal.SIGTERM, on_term)
+    note_children(rec)
     try:
         run(script, args, rec)
     finally:

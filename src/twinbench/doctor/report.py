@@ -53,14 +53,26 @@ MARK_STEP = ("mark the step yourself: call twinbench.doctor.step() once per loop
 HOW_TO_MARK = f"{MARK_STEP}, or run the loop inside `with twinbench.watch():`"
 
 
+#: the module of torch's DataLoader worker loop (a process started for it is no training)
+LOADER_WORKERS = "torch.utils.data"
+
+
 def no_step_message(obs: dict[str, Any], script: str) -> str | None:
     """The one-line reason to stop when the script ran to its end but no training step was found, else None
     (a script that failed or timed out is reported as such)."""
     if obs.get("step_fn") or obs.get("error") or obs.get("timed_out"):
         return None
     seen = "+".join(obs.get("frameworks", [])) or "neither JAX nor PyTorch imported"
+    children = {k: n for k, n in ((obs.get("info") or {}).get("child_processes") or {}).items()
+                if not k.startswith(LOADER_WORKERS)}  # a DataLoader's workers load; they do not train
+    where = ""
+    if children:
+        runs = ", ".join(f"{k.rsplit(':', 1)[-1]} x{n}" for k, n in children.items())
+        where = (f"; it started {sum(children.values())} Python process(es) ({runs}), which the doctor does not "
+                 "watch: a loop trained there is not seen (nor marked there), so call its training function in the "
+                 "script's own process (one worker, no Process) to have it diagnosed")
     return (f"no training step found in {script} ({seen}; it ran {obs.get('wall_s', 0.0):.1f} s): looked for "
-            f"{LOOKED_FOR}; {HOW_TO_MARK}")
+            f"{LOOKED_FOR}" + (where if where else f"; {HOW_TO_MARK}"))
 
 
 def summary_line(obs: dict[str, Any]) -> str:
