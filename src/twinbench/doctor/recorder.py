@@ -36,6 +36,7 @@ from twinbench.measure.interference import runqueue_wait_s
 
 MARK_KEY = "mark:twinbench.doctor.step()"  # the user marked the step explicitly
 OPTIMIZER_KEY = "torch:Optimizer.step"  # a torch optimizer's steps (a second optimizer's: OPTIMIZER_KEY#2, ...)
+OPTIMIZER_RATIO = 8  # an optimizer stepped more rarely than this against the most stepped one marks no iteration
 ACTIVE: list[Recorder] = []  # the recorder of the running session (for twinbench.doctor.step())
 LOAD_EVERY_S = 0.5  # the machine's load is sampled at a step start at most this often
 MAX_NOTES = 2000  # text notes kept per kind (cache-miss explanations, host-read sites, ...)
@@ -251,9 +252,12 @@ class Recorder:
             return MARK_KEY
         stepped = [k for k in self.calls if k == OPTIMIZER_KEY or k.startswith(OPTIMIZER_KEY + "#")]
         if stepped:  # several optimizers (a GAN's two, a critic stepped 5 times a generator's step): the one
-            # stepping least often marks an iteration; within one call of it, the first to step (first seen)
-            fewest = min(len(self.calls[k]) for k in stepped)
-            return next(k for k in stepped if len(self.calls[k]) <= fewest + 1)
+            # stepping least often marks an iteration; within one call of it, the first to step (first seen).
+            # One stepped far more rarely than the others (an auxiliary head's, now and then) marks none
+            most = max(len(self.calls[k]) for k in stepped)
+            regular = [k for k in stepped if most <= OPTIMIZER_RATIO * (len(self.calls[k]) + 1)]
+            fewest = min(len(self.calls[k]) for k in regular)
+            return next(k for k in regular if len(self.calls[k]) <= fewest + 1)
         if "torch:loss.backward" in self.calls:
             return None if self.torch_optimizers and not final else "torch:loss.backward"
         if not self.calls:
