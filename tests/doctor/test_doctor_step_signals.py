@@ -148,3 +148,23 @@ def test_an_optimizer_stepped_now_and_then_does_not_mark_the_iteration() -> None
             if i % every == every - 1:
                 rec.step_call(f"{OPTIMIZER_KEY}#2", "torch-optimizer")
         assert rec.step_key() == step, every
+
+
+def test_an_optimizer_made_again_each_epoch_is_the_same_step() -> None:
+    """A loop that makes its optimizer again every epoch (for the same model) steps one optimizer as far as the
+    step goes: --steps counts across the epochs."""
+    torch = pytest.importorskip("torch")
+    from twinbench.doctor.session import Session
+
+    net = torch.nn.Linear(4, 1)
+    session = Session(max_steps=7)
+    with pytest.raises(StopScript):
+        for _ in range(5):
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)  # made again, epoch after epoch
+            for _ in range(3):
+                opt.zero_grad()
+                net(torch.randn(8, 4)).mean().backward()
+                opt.step()
+    obs = session.stop()
+    assert obs["step_fn"] == "Optimizer.step" and obs["steps"] == 7
+    assert list(obs["candidates"]) == ["loss.backward", "Optimizer.step"]

@@ -56,7 +56,7 @@ class TorchInstruments(Patches):
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         self.rec, self.torch = rec, torch
-        self.optimizer_keys: dict[int, str] = {}  # id of each optimizer that stepped -> its step candidate's key
+        self.optimizer_keys: dict[int, str] = {}  # each stepping optimizer's first parameter's id -> its key
         self.watcher = ReadyWatcher(rec)  # CUDA: when each step's kernels are done (the loop is not stalled)
         self.undo: list[Callable[[], None]] = []
         self.read_sites: Counter[str] = Counter()
@@ -98,11 +98,17 @@ class TorchInstruments(Patches):
     def _key(self, optimizer: Any) -> str:
         """Each optimizer's steps are a candidate of their own: the first to step is ``STEP_KEY``, the next
         ``STEP_KEY#2`` and so on (a GAN's discriminator and generator; ``Recorder.step_key`` picks the one that
-        marks the loop's iteration), named with its class in the observations."""
-        key = self.optimizer_keys.get(id(optimizer))
+        marks the loop's iteration), named with its class in the observations. An optimizer is known by the
+        parameters it updates (its first one), so one made again for the same model (each epoch, say) keeps the
+        key of the one before."""
+        try:
+            who = id(optimizer.param_groups[0]["params"][0])
+        except (AttributeError, IndexError, KeyError, TypeError):
+            who = id(optimizer)
+        key = self.optimizer_keys.get(who)
         if key is None:
             n = len(self.optimizer_keys)
-            key = self.optimizer_keys[id(optimizer)] = STEP_KEY if n == 0 else f"{STEP_KEY}#{n + 1}"
+            key = self.optimizer_keys[who] = STEP_KEY if n == 0 else f"{STEP_KEY}#{n + 1}"
             self.rec.info.setdefault("torch_optimizers", {})[key.split(":", 1)[1]] = type(optimizer).__name__
         return key
 
