@@ -178,6 +178,29 @@ def test_torch_findings_from_logs() -> None:
     assert "Data-dependent branching at t.py:14 (x2)" in f.evidence
 
 
+def test_graph_breaks_of_torch_itself_and_at_backward_are_not_the_scripts(tmp_path) -> None:
+    """A whole step under torch.compile: torch's optimizer breaks the graph around its step on purpose (not the
+    script's to remove), and loss.backward() always does (info, the code around it still compiled); a skipped
+    call in the script (opt.zero_grad()) is a warning whose fix does not ask for fullgraph=True."""
+    step = tmp_path / "step.py"
+    step.write_text("def train_step(x, y):\n    opt.zero_grad()\n    loss = f(x, y)\n    loss.backward()\n"
+                    "    opt.step()\n")
+
+    def brk(at: str, reason: str = "Encountered graph break", extra: str = "") -> dict:
+        return {"message": f"Graph break in user code at {at}\nGraph Break Reason: {reason}\n{extra}"}
+
+    torch_own = brk("/venv/lib/python3.11/site-packages/torch/optim/optimizer.py:79", "User-inserted graph break")
+    doctors = brk("/src/twinbench/doctor/instruments_torch.py:162", extra="qualname: backward, skip reason: ...")
+    backward, zero = brk(f"{step}:4"), brk(f"{step}:2")
+    assert fd.torch_graph_break(obs(notes={"graph_break": [torch_own, torch_own]})) is None
+    info = fd.torch_graph_break(obs(notes={"graph_break": [backward, doctors, torch_own]}))
+    assert info.severity == "info" and f"{step}:4" in info.title and "compiled_autograd" in info.fix
+    warn = fd.torch_graph_break(obs(notes={"graph_break": [zero, backward, doctors, torch_own]}))
+    assert warn.severity == "warning" and "at 1 graph breaks" in warn.title
+    assert f"{step}:2 (x1)" in warn.evidence and "(inherent)" in warn.evidence and "optimizer.py" not in warn.evidence
+    assert "zero_grad" in warn.fix and "fullgraph=True would fail" in warn.fix
+
+
 def test_errors_and_ordering() -> None:
     err = {"type": "TracerBoolConversionError", "module": "jax.errors", "message": "Attempted boolean conversion",
            "traceback_tail": 'File "t.py", line 9, in train_step\n    if loss > 1.0:'}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from twinbench.doctor.recorder import MARK_KEY, Recorder, StopScript
@@ -168,3 +170,30 @@ def test_an_optimizer_made_again_each_epoch_is_the_same_step() -> None:
     obs = session.stop()
     assert obs["step_fn"] == "Optimizer.step" and obs["steps"] == 7
     assert list(obs["candidates"]) == ["loss.backward", "Optimizer.step"]
+
+
+def test_a_whole_step_under_torch_compile_is_the_step() -> None:
+    """torch's compiled-optimizer pattern: forward, backward and the update in one torch.compile'd function. No
+    optimizer hook and no loss.backward() is seen from outside it; its calls are the step, --steps counts them."""
+    torch = pytest.importorskip("torch")
+    from twinbench.doctor.session import Session
+
+    net = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    session = Session(max_steps=5)
+    try:
+        @torch.compile(backend="eager")  # the decorator form, with an option: dynamo alone, fast
+        def train_step(x: Any) -> Any:
+            loss = net(x).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        with pytest.raises(StopScript):
+            for _ in range(20):
+                opt.zero_grad()
+                train_step(torch.randn(8, 4))
+    finally:
+        obs = session.stop()
+    assert obs["step_fn"] == "train_step" and obs["step_kind"] == "torch-compiled" and obs["steps"] == 5
+    assert torch.compile.__module__ == "torch"  # put back as it was

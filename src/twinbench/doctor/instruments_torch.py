@@ -34,6 +34,7 @@ HOST_READS = ("item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__
 # torch._logging artifact loggers (module + "__" + artifact); getLogger creates them if torch has not yet.
 RECOMPILE_LOGGER = "torch._dynamo.guards.__recompiles"
 GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
+WATCHED = "_twinbench_doctor_step"  # marks a torch.compile'd function whose calls the doctor counts
 
 
 class _NoteFilter(logging.Filter):
@@ -87,6 +88,7 @@ class TorchInstruments(Patches):
         self._patch_host_reads()
         self._patch_dataloader()
         self._patch_backward()
+        self._patch_compile()
         self._patch_optimizer_init()
         self.sync_mode_set = False
 
@@ -170,6 +172,41 @@ class TorchInstruments(Patches):
             return out
 
         self._patch(torch.autograd, "backward", backward)
+
+    def _patch_compile(self) -> None:
+        """A function the script compiles with ``torch.compile`` (as a call or a decorator, with or without
+        options) is a step candidate, its calls counted as a jitted JAX function's are: a whole training step
+        compiled, its optimizer's update included, runs no optimizer hook and no ``loss.backward()`` the doctor
+        can see. A compiled module is left as it is (its forward is part of a step found otherwise)."""
+        torch, rec, done = self.torch, self.rec, self._done
+        orig = torch.compile
+
+        def watch(compiled: Any, fn: Any) -> Any:
+            if (isinstance(fn, torch.nn.Module) or not callable(compiled) or not callable(fn)
+                    or getattr(compiled, WATCHED, False)):  # the decorator form compiles through this patch too
+                return compiled
+            key = f"torch-compile:{getattr(fn, '__name__', None) or type(fn).__name__}"
+
+            @functools.wraps(fn)
+            def call(*args: Any, **kwargs: Any) -> Any:
+                if torch.compiler.is_compiling() or rec.internal:  # called from compiled code: part of a step
+                    return compiled(*args, **kwargs)
+                rec.step_call(key, "torch-compiled")
+                out = compiled(*args, **kwargs)
+                done(key)
+                return out
+
+            setattr(call, WATCHED, True)
+            return call
+
+        @functools.wraps(orig)
+        def compile(model: Any = None, *args: Any, **kwargs: Any) -> Any:
+            made = orig(model, *args, **kwargs)
+            if model is None:  # @torch.compile(mode=...): the decorator it returns compiles the function
+                return lambda fn: watch(made(fn), fn)
+            return watch(made, model)
+
+        self._patch(torch, "compile", compile)
 
     def _patch_optimizer_init(self) -> None:
         """Count the torch optimizers the script makes: once one exists, a ``loss.backward()`` is a micro-step

@@ -258,6 +258,9 @@ class Recorder:
             regular = [k for k in stepped if most <= OPTIMIZER_RATIO * (len(self.calls[k]) + 1)]
             fewest = min(len(self.calls[k]) for k in regular)
             return next(k for k in regular if len(self.calls[k]) <= fewest + 1)
+        compiled = [k for k in self.calls if self.kinds.get(k) == "torch-compiled"]
+        if compiled:  # a torch.compile'd function: the whole step where no optimizer step is seen outside it
+            return max(compiled, key=lambda k: len(self.calls[k]))
         if "torch:loss.backward" in self.calls:
             return None if self.torch_optimizers and not final else "torch:loss.backward"
         if not self.calls:

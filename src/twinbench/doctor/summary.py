@@ -22,6 +22,7 @@ SIGNALS = {  # step candidate kind -> how the step was found (the report names i
     "torch-backward": "loss.backward()", "jit": "a jitted function", "pmap": "a pmapped function",
     "grad": "a jax.grad/value_and_grad call outside jit", "optax": "an Optax update outside jit",
     "jit-lib": "a library's jitted function", "pmap-lib": "a library's pmapped function",
+    "torch-compiled": "a torch.compile'd function",
 }
 ASYNC_KINDS = ("jit", "pmap", "jit-lib", "pmap-lib")  # steps whose call returns before the device is done
 #: a doctor.recorder.Recorder (not imported: the recorder imports this module)

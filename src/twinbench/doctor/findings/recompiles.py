@@ -108,26 +108,65 @@ def _guard_reason(message: str) -> str:
 
 
 # -- torch-graph-break ------------------------------------------------------------------------------------------
+#: where installed packages live: a break there is the library's own (torch's optimizer breaks the graph around
+#: its step on purpose), not the script's to remove
+LIBRARY_DIRS = ("/site-packages/", "/dist-packages/")
+
+
+def _break_line(at: str) -> str:
+    """The source line of a break's ``path:line`` ("" where it cannot be read)."""
+    import linecache
+
+    path, _, line = at.rpartition(":")
+    return linecache.getline(path, int(line)).strip() if line.isdigit() else ""
+
+
 def torch_graph_break(obs: Obs) -> Finding | None:
-    """Threshold: >= 1 graph break in a compiled function."""
+    """Threshold: >= 1 graph break in the script's own compiled code (a warning). Breaks inside installed
+    libraries (torch's optimizer breaks around its step on purpose) are not counted; a break at a
+    ``.backward()`` call is inherent (dynamo does not trace autograd's backward: the code before and after it
+    is still compiled), so breaks there alone are info."""
     notes = obs.get("notes", {}).get("graph_break", [])
-    if not notes:
-        return None
     reasons: Counter[str] = Counter()
+    backward: Counter[str] = Counter()
     for n in notes:
         msg = n["message"]
         where = re.search(r"in user code at (\S+)", msg)
         reason = re.search(r"Graph Break Reason: (.*)", msg)
         text, at = (reason.group(1) if reason else msg.splitlines()[0]), (where.group(1) if where else "?")
-        if "twinbench/doctor/" in at:  # the doctor's host-read wrapper: the user's code read a tensor there
+        if any(d in at for d in LIBRARY_DIRS):
+            continue
+        if "twinbench/doctor/" in at:
+            if "qualname: backward" in msg:  # the doctor's own count of loss.backward(): the script's break there
+                continue  # is reported at its own line
             text, at = "a tensor read on the host (.item(), float(), bool, print) inside the compiled code", "?"
+        if ".backward(" in _break_line(at):
+            backward[at] += 1
+            continue
         reasons[f"{text} at {at}"] += 1
+    if not reasons and not backward:
+        return None
+    said = "; ".join(f"{r} (x{c})" for r, c in reasons.most_common(3))
+    at_backward = ", ".join(backward)
+    if not reasons:
+        return Finding(
+            "torch-graph-break", "info",
+            f"torch.compile splits the function at its backward call ({at_backward})",
+            f"dynamo breaks the graph at {at_backward}: it does not trace autograd's backward, so the code before "
+            "and after it is compiled as separate graphs; nothing else splits it (breaks inside installed "
+            "libraries, such as torch's optimizer's own around its step, are not counted)",
+            "Nothing to remove: the forward and the update are still compiled. Compiling the backward too is "
+            "torch's compiled autograd (torch._dynamo.config.compiled_autograd = True); time it both ways.",
+            f"{TORCH_DOCS}/torch.compiler_troubleshooting.html")
     return Finding(
         "torch-graph-break", "warning",
         f"torch.compile split the function at {len(reasons)} graph breaks",
-        "dynamo's break reasons: " + "; ".join(f"{r} (x{c})" for r, c in reasons.most_common(3))
-        + " (warning from 1 break)",
+        "dynamo's break reasons: " + said + (f"; and at the backward call {at_backward} (inherent)" if backward
+                                             else "")
+        + " (warning from 1 break in the script's code; breaks inside installed libraries are not counted)",
         "Remove what dynamo cannot trace from the compiled code: a branch on a tensor value -> torch.where(cond, "
-        "a, b) or torch.cond; .item()/print/numpy -> move out of the compiled function. Then compile with "
-        "fullgraph=True so a new break fails loudly; torch._dynamo.explain(fn)(*args) lists them all.",
+        "a, b) or torch.cond; .item()/print/numpy -> move out of the compiled function; a call dynamo skips "
+        "(opt.zero_grad()) -> make it outside the compiled function. torch._dynamo.explain(fn)(*args) lists the "
+        "breaks" + ("; compile with fullgraph=True once none is left, so a new one fails loudly." if not backward
+                    else " (the backward call's stays: fullgraph=True would fail on it)."),
         f"{TORCH_DOCS}/torch.compiler_troubleshooting.html")
