@@ -141,14 +141,13 @@ def test_a_loop_of_two_optimizers_steps_once_an_iteration(critic_steps: int, ste
 def test_an_optimizer_stepped_now_and_then_does_not_mark_the_iteration() -> None:
     """A second optimizer stepped every 20 iterations (an auxiliary head's) is not the loop's iteration: the step
     stays the one stepped every iteration; one stepped every 5th (a critic's ratio turned round) would be."""
-    from twinbench.doctor.recorder import OPTIMIZER_KEY
-
-    for every, step in ((20, OPTIMIZER_KEY), (5, f"{OPTIMIZER_KEY}#2")):
+    first = "torch:Optimizer.step"  # instruments_torch.STEP_KEY: the first optimizer's, the next one's with #2
+    for every, step in ((20, first), (5, f"{first}#2")):
         rec = Recorder()
         for i in range(60):
-            rec.step_call(OPTIMIZER_KEY, "torch-optimizer")
+            rec.step_call(first, "torch-optimizer")
             if i % every == every - 1:
-                rec.step_call(f"{OPTIMIZER_KEY}#2", "torch-optimizer")
+                rec.step_call(f"{first}#2", "torch-optimizer")
         assert rec.step_key() == step, every
 
 

@@ -24,10 +24,10 @@ from typing import Any
 from twinbench.doctor.locations import short_path, user_location
 from twinbench.doctor.patching import Patches
 from twinbench.doctor.ready import ReadyWatcher
-from twinbench.doctor.recorder import OPTIMIZER_KEY, Recorder
+from twinbench.doctor.recorder import Recorder
 from twinbench.measure.interference import runqueue_wait_s
 
-STEP_KEY = OPTIMIZER_KEY  # the first optimizer to step; another: STEP_KEY#2, ...
+STEP_KEY = "torch:Optimizer.step"  # the first optimizer to step; another: STEP_KEY#2, ...
 BACKWARD_KEY = "torch:loss.backward"  # the step when no torch.optim optimizer runs (manual SGD)
 HOST_READS = ("item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__", "__repr__",
               "__format__")

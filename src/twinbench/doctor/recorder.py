@@ -35,7 +35,6 @@ from twinbench.measure import page_faults
 from twinbench.measure.interference import runqueue_wait_s
 
 MARK_KEY = "mark:twinbench.doctor.step()"  # the user marked the step explicitly
-OPTIMIZER_KEY = "torch:Optimizer.step"  # a torch optimizer's steps (a second optimizer's: OPTIMIZER_KEY#2, ...)
 OPTIMIZER_RATIO = 8  # an optimizer stepped more rarely than this against the most stepped one marks no iteration
 ACTIVE: list[Recorder] = []  # the recorder of the running session (for twinbench.doctor.step())
 LOAD_EVERY_S = 0.5  # the machine's load is sampled at a step start at most this often
@@ -250,7 +249,7 @@ class Recorder:
         has ``loss.backward()`` as its step."""
         if MARK_KEY in self.calls:  # most specific signal first
             return MARK_KEY
-        stepped = [k for k in self.calls if k == OPTIMIZER_KEY or k.startswith(OPTIMIZER_KEY + "#")]
+        stepped = [k for k in self.calls if self.kinds.get(k) == "torch-optimizer"]  # one key an optimizer
         if stepped:  # several optimizers (a GAN's two, a critic stepped 5 times a generator's step): the one
             # stepping least often marks an iteration; within one call of it, the first to step (first seen).
             # One stepped far more rarely than the others (an auxiliary head's, now and then) marks none
