@@ -122,6 +122,20 @@ def test_one_faults_cost_is_measured_and_turns_faults_into_a_share() -> None:
     assert page_faults.fault_share(10_000, None, 2.0) is None and page_faults.fault_share(10_000, 1.0, None) is None
 
 
+def test_the_faults_are_never_priced_above_the_kernels_own_share() -> None:
+    # a fault measured dearer than the step's own (issue 76: 102% of the CPU time against the kernel's 82% on an
+    # Intel Xeon): the faults' share stops at the kernel's, whatever one fault was measured to cost
+    start = page_faults.Usage(minor_faults=0, major_faults=0, user_s=0.0, system_s=0.0)
+    end = page_faults.Usage(minor_faults=20_000, major_faults=0, user_s=0.2, system_s=0.8)
+    for cost_us in (1.0, 40.0, 51.0, 1000.0):
+        shares = page_faults.per_step(start, end, steps=10, cost_us=cost_us)
+        assert shares["kernel_cpu_share"] == 0.8
+        assert 0 < shares["fault_cpu_share"] <= shares["kernel_cpu_share"]
+    assert page_faults.per_step(start, end, steps=10, cost_us=1.0)["fault_cpu_share"] == 0.02  # below: as costed
+    assert page_faults.fault_share(100_000, 1.0, 10.0, kernel_share=0.3) == 0.3
+    assert page_faults.fault_share(100_000, 1.0, 10.0) == 1.0  # no kernel share known: the cost alone
+
+
 def _record(name: str, faults: float | None, share: float | None, tunables: str | None) -> dict[str, Any]:
     return {"status": "ok", "framework": "jax", "strategy": name, "page_faults_per_step": faults,
             "kernel_cpu_share": share, "glibc_tunables": tunables}

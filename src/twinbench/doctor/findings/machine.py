@@ -76,7 +76,7 @@ def page_faults(obs: Obs) -> Finding | None:
     if rate is None or share is None or not step_ms or obs.get("steady_steps", 0) < MIN_STEADY_STEPS:
         return None
     per_step = rate * step_ms / 1e3
-    own = fault_share(rate, m.get("own_cores"), m.get("fault_us"))
+    own = fault_share(rate, m.get("own_cores"), m.get("fault_us"), share)
     if not costly(share, per_step, own):
         return None
     if (m.get("others_cores") or 0) >= BUSY_INFO_SHARE * (m.get("cores") or 1):  # on a busy machine the faults are
@@ -104,7 +104,7 @@ def page_faults(obs: Obs) -> Finding | None:
         f"{per_step:,.0f} a step of {step_ms:.1f} ms (about {per_step * PAGE / 2**20:,.0f} MiB of 4 KiB pages), and "
         f"{share:.0%} of its CPU time was the kernel's"
         + (f", of which the faults at {m['fault_us']:.1f} µs each (measured on this machine) are "
-           f"{min(own, share):.0%}"
+           f"{own:.0%}"
            if own is not None else "")
         + f" (warning from {FAULTS_PER_STEP:,} faults a step and {KERNEL_SHARE:.0%} in the kernel, for the faults"
         f" alone where their cost is measured); memory the allocator returns to the kernel after a step (XLA:CPU's "
