@@ -1,6 +1,6 @@
-# On a fresh clone: `make demo` (runs twinbench compare), `make test` (ruff, the import contracts of docs/layout.md
-# and the whole test suite, what CI runs) and `make check` (ruff, the import contracts and the quick tier: the tests
-# that start no process; tests/tiers.py).
+# On a fresh clone: `make install` (then `source .venv/bin/activate`), `make demo` (runs twinbench compare),
+# `make test` (ruff, the import contracts of docs/layout.md and the whole test suite, what CI runs) and `make check`
+# (ruff, the import contracts and the quick tier: the tests that start no process; tests/tiers.py).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -15,7 +15,9 @@ EXTRAS      := $(if $(GPU),test$(,)cuda,test)
 
 .PHONY: demo test check lint install clean
 
+# prints how to put `twinbench` on the PATH: a make recipe cannot change its caller's shell
 install: $(STAMP)
+	@echo "twinbench is installed in $(VENV). To put it on your PATH: source $(VENV)/bin/activate  (or call $(VENV)/bin/twinbench)"
 
 # --no-compile: pip byte-compiles none of the .py files it installs (tens of thousands with torch and transformers,
 # most never imported); Python compiles the modules a run imports on first use and keeps them in the venv.

@@ -231,15 +231,26 @@ def test_the_strategies_named_in_the_docs_are_the_registrys():
 
 
 def test_the_readme_answers_the_three_questions_on_its_first_screen():
-    """README.md is at most 150 lines, and its first 60 hold the set-up (make demo, make test: what CI runs) and a
-    command for each question users come with: a slower port (doctor --trace on both scripts, then explain), the
-    other framework's speed for their model (compare --model/--jax-model, predict), the claims (claims)."""
+    """README.md is at most 150 lines, and its first 60 hold the set-up (make install and the line that puts
+    twinbench on the PATH, make demo, make test: what CI runs) and a command for each question users come with: a
+    slower port (doctor --trace on both scripts, then explain), the other framework's speed for their model
+    (compare --model/--jax-model, predict), the claims (claims)."""
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 150
     first = "\n".join(lines[:60])
     commands = [c for _, c in _code_commands(first)]
-    for needed in (r"^make demo\b", r"^make test\b", r"twinbench doctor .*--trace", r"twinbench explain \S+ \S+",
+    for needed in (r"^make install && source \.venv/bin/activate\b", r"^make demo\b", r"^make test\b", r"twinbench doctor .*--trace", r"twinbench explain \S+ \S+",
                    r"twinbench compare .*--model .*--jax-model", r"twinbench predict .*--device",
                    r"twinbench claims"):
         assert re.search(needed, "\n".join([first, *commands]), re.M), needed  # commands: continuations joined
     assert [c for c in commands if _parse(c)] == []
+
+
+def test_make_install_says_the_line_that_puts_twinbench_on_the_path():
+    """A make recipe cannot change its caller's shell: ``make install`` prints the activation line, and the README's
+    set-up gives it, so ``twinbench`` is found after the set-up the README names."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile[makefile.index("\ninstall: $(STAMP)\n"):].split("\n\n")[0]
+    assert "source $(VENV)/bin/activate" in recipe and "@echo" in recipe
+    setup = (ROOT / "README.md").read_text().split("```")[1]
+    assert "make install && source .venv/bin/activate" in setup
