@@ -10,6 +10,7 @@ import pytest
 from twinbench.claims.core import (
     CONTRADICTED,
     DEPENDS,
+    FAR_BEYOND,
     INCONCLUSIVE,
     NOT_MEASURABLE,
     SUPPORTED,
@@ -52,6 +53,26 @@ def test_c1_slower_loop_with_slower_steps_supports_faster_steps_depends_faster_l
     v = CLAIMS["C1"].judge(Evidence(SETUP, {"torch": t, "jax_naive": rec(step_ms=5, wall_s=2.0), "jax_jit": jit}))
     assert v.verdict == DEPENDS and v.numbers["break_even_steps"] == pytest.approx(1.05 / 0.005, rel=0.01)
     assert judge("C1", {"torch": t, "jax_naive": rec(step_ms=5, wall_s=0.8), "jax_jit": jit}) == CONTRADICTED
+
+
+def test_a_result_far_beyond_the_claimed_size_is_supported_in_direction_only():
+    """C1 says "~30% slower": a 14.1x loop is the direction, not the size (far beyond); a 1.3x loop supports it,
+    and both findings set the measured size against the claimed one. The suite prints the size rule with it."""
+    t = rec(step_ms=10, wall_s=1.0, framework="torch", strategy="eager+dynamic")
+    far = {"torch": t, "jax_naive": rec(step_ms=12, wall_s=14.1), "jax_jit": rec(wall_s=5.0)}
+    assert judge("C1", far) == SUPPORTED  # the rule's own direction, before the size is set against it
+    v = judge_repeats(CLAIMS["C1"], Evidence(SETUP, far))
+    assert v.verdict == FAR_BEYOND and v.finding.startswith("supported in direction: 14.1x, not ~30% slower;")
+    near = judge_repeats(CLAIMS["C1"], Evidence(SETUP, far | {"jax_naive": rec(step_ms=12, wall_s=1.35)}))
+    assert near.verdict == SUPPORTED and "(measured +35%; the claim: ~30% slower)" in near.finding
+    just = judge_repeats(CLAIMS["C1"], Evidence(SETUP, far | {"jax_naive": rec(step_ms=12, wall_s=1.85)}))
+    assert just.verdict == SUPPORTED  # +85%: under 3x the claimed 30%
+    c9 = {"torch": rec(10), "torch_bf16": rec(0.5), "jax": rec(10), "jax_bf16": rec(0.4)}  # 95% and 96% saved
+    assert judge_repeats(CLAIMS["C9"], Evidence(SETUP, c9)).verdict == FAR_BEYOND
+    c9["jax_bf16"] = rec(7)  # one framework within the claim: the claim's size holds somewhere, supported
+    assert judge_repeats(CLAIMS["C9"], Evidence(SETUP, c9)).verdict == SUPPORTED
+    (out,) = verdicts([CLAIMS["C1"]], SETUP, {"C1": {}}, [], {})
+    assert "far beyond" in out["rule"] and "~30% slower" in out["rule"]
 
 
 def test_c2_overtake_within_plan_supports_beyond_plan_depends_slower_steps_contradict():
@@ -347,7 +368,7 @@ def two_outcomes() -> dict[str, tuple[dict, str, dict, str]]:
     c6 = {"eager": rec(step_ms=20, framework="torch", strategy="eager"), "jit": rec(step_ms=10)}
     one = rec(10, device_count=1)
     return {
-        "C1": ({"torch": t, "jax_naive": rec(step_ms=12, wall_s=2.0), "jax_jit": rec(wall_s=5.0)}, SUPPORTED,
+        "C1": ({"torch": t, "jax_naive": rec(step_ms=12, wall_s=1.3), "jax_jit": rec(wall_s=5.0)}, SUPPORTED,
                {"torch": t, "jax_naive": rec(step_ms=5, wall_s=0.8), "jax_jit": rec(wall_s=5.0)}, CONTRADICTED),
         "C2": (fast, SUPPORTED, fast | {"jit": rec(step_ms=11), "scan": rec(step_ms=12)}, CONTRADICTED),
         "C4": (c4(100.0), SUPPORTED, c4(1.0 + 1e-9), CONTRADICTED),

@@ -12,6 +12,7 @@ from twinbench.claims.core import (
     SUPPORTED,
     Claim,
     Evidence,
+    Magnitude,
     Setup,
     Verdict,
     pct,
@@ -93,7 +94,8 @@ def c1_why_not(s: Setup) -> str:
 
 register(Claim("C1", GROUP, "A straight port of a small-batch fine-tuning loop runs ~30% slower in JAX than PyTorch "
                "eager (compiles per function, retraces on new shapes; not amortised at small batch).",
-               C1_RULE, c1_runs, c1_judge, caveat=CPU_SCALE, why_not=c1_why_not))
+               C1_RULE, c1_runs, c1_judge, caveat=CPU_SCALE, why_not=c1_why_not,
+               magnitude=Magnitude(("loop_ratio_jax_naive_vs_torch",), 0.3, 0.3, "~30% slower", lambda r: r - 1)))
 
 # ---------------------------------------------------------------------------------------------------- C2
 C2_RULE = ("best = the faster steady step of jax/jit and jax/scan-steps (whole step in one jit; K steps per call). "
@@ -262,7 +264,8 @@ def c4_judge(ev: Evidence) -> Verdict:
 
 
 register(Claim("C4", GROUP, "XLA compile of a ~300M model takes minutes after every model change; compile is 10-15% "
-               "of a full training cycle.", C4_RULE, c4_runs, c4_judge, once=("scan_lo", "scan_hi")))
+               "of a full training cycle.", C4_RULE, c4_runs, c4_judge, once=("scan_lo", "scan_hi"),
+               magnitude=Magnitude(("share_at_{plan}_steps",), 0.10, 0.15, "10-15% of the run")))
 
 # ---------------------------------------------------------------------------------------------------- C5
 C5_RULE = ("For each compiled strategy (jax/jit, jax/scan-steps) against torch/eager: break-even steps from first-step "

@@ -27,7 +27,12 @@ from twinbench.spec import PRESETS, RunSpec, SpecError
 SUPPORTED, CONTRADICTED, DEPENDS, NOT_MEASURABLE = "supported", "contradicted", "depends", "not measurable"
 #: A timed claim whose repeats fall on different sides of its threshold: the noise is larger than the effect.
 INCONCLUSIVE = "inconclusive"
-VERDICTS = (SUPPORTED, CONTRADICTED, DEPENDS, INCONCLUSIVE, NOT_MEASURABLE)
+#: A claim that states a size, measured going its way but far past it (14x slower against "~30% slower"): the
+#: direction holds, the size does not, and "supported" would tell the reader the size held too.
+FAR_BEYOND = "far beyond"
+VERDICTS = (SUPPORTED, FAR_BEYOND, CONTRADICTED, DEPENDS, INCONCLUSIVE, NOT_MEASURABLE)
+#: A measured effect more than this many times the top of the claim's stated range is "far beyond" it.
+FAR = 3.0
 #: A record taken at a 1-minute load average above this many runnable tasks per core: timings disturbed.
 LOAD_PER_CORE = 0.5
 #: GPT presets from small to large: the "bigger" point of a claim that compares sizes is the next one.
@@ -214,6 +219,49 @@ class Evidence:
 
 
 @dataclass(frozen=True)
+class Magnitude:
+    """The size a claim states, to set the measured one against: ``keys`` name the numbers of the verdict that
+    measure it (``{plan}``: the planned run's steps), ``effect`` turns each into the claim's quantity (a fraction:
+    0.3 for "30% slower"), ``low``-``high`` is the claimed range of it, ``words`` how the claim says it."""
+
+    keys: tuple[str, ...]
+    low: float
+    high: float
+    words: str
+    effect: Callable[[float], float] = lambda x: x
+
+    def rule(self) -> str:
+        return (f"Size: the claim says {self.words}; a supported direction whose measured size is over {FAR:g}x the "
+                f"top of that ({self.high:.0%}) is '{FAR_BEYOND}' (supported in direction only), not supported.")
+
+    def measured(self, numbers: dict[str, Any], plan_steps: int) -> list[float] | None:
+        """The measured effect of every key, None when a number is missing (the rule then says nothing)."""
+        vals = [numbers.get(k.format(plan=plan_steps)) for k in self.keys]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in vals):
+            return None
+        return [self.effect(float(v)) for v in vals]  # type: ignore[arg-type]
+
+
+def size_text(effect: float) -> str:
+    """An effect in the words a reader compares with the claim's: ``+45%``, or from +100% on ``14.1x``."""
+    return f"{1 + effect:.1f}x" if effect >= 1 else f"{effect:+.0%}"
+
+
+def against_claim(claim: Claim, v: Verdict, plan_steps: int) -> Verdict:
+    """The verdict with the measured size set against the claimed one: a claim stating a size says both in its
+    finding, and a supported direction over :data:`FAR` times the claimed size becomes :data:`FAR_BEYOND`."""
+    m = claim.magnitude
+    got = m.measured(v.numbers, plan_steps) if m and v.verdict in (SUPPORTED, CONTRADICTED, DEPENDS) else None
+    if m is None or got is None:
+        return v
+    sizes = " and ".join(size_text(e) for e in got)
+    if v.verdict == SUPPORTED and min(got) > FAR * m.high:
+        return Verdict(FAR_BEYOND, f"supported in direction: {sizes}, not {m.words}; {v.finding}", v.numbers,
+                       v.caveat, v.judged)
+    return Verdict(v.verdict, f"{v.finding} (measured {sizes}; the claim: {m.words})", v.numbers, v.caveat, v.judged)
+
+
+@dataclass(frozen=True)
 class Claim:
     id: str
     group: str
@@ -231,6 +279,13 @@ class Claim:
     #: its finding names explain's reason for a gap: on an accelerator its runs profile a few steps after the
     #: measured ones (``Setup.reason_traces``), which explain reads without running anything again
     traced: bool = False
+    #: the size the statement gives ("~30% slower"), set against the measured one (None: it states none)
+    magnitude: Magnitude | None = None
+
+    @property
+    def full_rule(self) -> str:
+        """The rule printed with the verdict: its own, and the size rule where the claim states a size."""
+        return f"{self.rule} {self.magnitude.rule()}" if self.magnitude else self.rule
 
     def unmeasurable(self, setup: Setup) -> str:
         """The one line saying why this claim runs nothing here ("" when it runs): its own reason, or the quick
@@ -288,12 +343,13 @@ def judge_repeats(claim: Claim, ev: Evidence) -> Verdict:
     the median repeat is the one whose judged number (``Verdict.judged``) is the median. All repeats agree:
     that verdict, with the median repeat's finding and numbers and the judged number's min-max range. They
     disagree: the spread straddles a threshold, and the answer is inconclusive (the median repeat's verdict
-    is shown with it). An untimed claim, or a single repeat, is the rule on the first repeat.
+    is shown with it). An untimed claim, or a single repeat, is the rule on the first repeat. A claim that
+    states a size has it set against the measured one in every repeat (:func:`against_claim`).
     """
     views = ev.views()
     if not claim.timed or len(views) <= 1:
-        return claim.judge(ev)
-    vs = [claim.judge(v) for v in views]
+        return against_claim(claim, claim.judge(ev), ev.setup.plan_steps)
+    vs = [against_claim(claim, claim.judge(v), ev.setup.plan_steps) for v in views]
     keys = [k.strip() for k in next((v.judged for v in vs if v.judged), "").split(",") if k.strip()]
 
     def values(key: str) -> list[float] | None:

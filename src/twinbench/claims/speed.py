@@ -10,6 +10,7 @@ from twinbench.claims.core import (
     SUPPORTED,
     Claim,
     Evidence,
+    Magnitude,
     Setup,
     Verdict,
     pct,
@@ -85,7 +86,8 @@ def c7_judge(ev: Evidence) -> Verdict:
 
 register(Claim("C7", GROUP, "Once compiled, JAX runs 20-30% faster per step than PyTorch at ~300M parameters with "
                "large batches and no dynamic shapes (others: at most 15-20% vs DDP + mixed precision).",
-               C7_RULE, c7_runs, c7_judge))
+               C7_RULE, c7_runs, c7_judge,
+               magnitude=Magnitude(("jax_advantage_vs_best_torch",), 0.2, 0.3, "20-30% faster")))
 
 # ---------------------------------------------------------------------------------------------------- C8
 C8_RULE = ("speedup = torch/eager step (on a TPU: the torch twin through torchax) / jax/jit step at each point (model "
@@ -163,4 +165,5 @@ def c9_judge(ev: Evidence) -> Verdict:
                    caveat, judged)
 
 
-register(Claim("C9", GROUP, "bf16 mixed precision saves 20-30% of training time.", C9_RULE, c9_runs, c9_judge))
+register(Claim("C9", GROUP, "bf16 mixed precision saves 20-30% of training time.", C9_RULE, c9_runs, c9_judge,
+               magnitude=Magnitude(("torch_saving", "jax_saving"), 0.2, 0.3, "20-30% saved")))

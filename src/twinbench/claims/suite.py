@@ -16,6 +16,7 @@ from typing import Any
 
 from twinbench import runner
 from twinbench.claims.core import (
+    FAR_BEYOND,
     INCONCLUSIVE,
     NOT_MEASURABLE,
     Claim,
@@ -222,7 +223,7 @@ def verdicts(claims: list[Claim], setup: Setup, per_claim: dict[str, dict[str, R
             "claim": c.id, "group": c.group, "statement": c.statement, "verdict": v_word,
             "finding": f"{finding} [measured at {at}]" if at and not why_not else finding,
             "measured_at": at, "platform": setup.platform,
-            "rule": c.rule, "numbers": numbers, "runs": [s.run_id() for s in runs.values()],
+            "rule": c.full_rule, "numbers": numbers, "runs": [s.run_id() for s in runs.values()],
             "repeats": len(reps) if runs else 0,
             "ran": [f"{n}: {describe(s)}" for n, s in runs.items()] + [f"probe {p}" for p in c.probes],
             "caveat": " ".join(x for x in (caveat, c.caveat, ev.loaded() if c.timed else "") if x),
@@ -239,7 +240,7 @@ def write(results: list[dict[str, Any]], out_dir: Path, json_path: Path | None) 
     return path
 
 
-COLOURS = {"supported": "green", "contradicted": "red", "depends": "yellow", INCONCLUSIVE: "cyan",
+COLOURS = {"supported": "green", FAR_BEYOND: "blue", "contradicted": "red", "depends": "yellow", INCONCLUSIVE: "cyan",
            NOT_MEASURABLE: "magenta"}
 
 
