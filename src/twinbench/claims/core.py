@@ -214,8 +214,12 @@ class Evidence:
         high = [x for x in per_core if x > LOAD_PER_CORE]
         if not high:
             return ""
+        from twinbench.measure.interference import disturbed
+
+        which = " ".join(disturbed(rs))  # which runs, and `--threads N` where their threads outnumber the cores left
         return (f"{len(high)} of {len(rs)} runs were measured at a load average above {LOAD_PER_CORE} per core "
-                f"(up to {max(high):.2f}): other work shared the machine, so the timings are disturbed.")
+                f"(up to {max(high):.2f}): other work shared the machine, so the timings are disturbed."
+                + (f" {which}." if which else ""))
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,8 @@ SETTINGS = "claims-settings.json"
 #: import and a place to write are never taken from a folder (``model``, ``jax_model`` are only checked against
 #: the command line's; ``trace`` is not read)
 RESUMED: dict[str, tuple[type, ...]] = {"quick": (bool,), "only": (str,), "preset": (str,), "plan_steps": (int,),
-                                        "repeats": (int,), "device": (str,), "model": (str,), "jax_model": (str,)}
+                                        "repeats": (int,), "device": (str,), "model": (str,), "jax_model": (str,),
+                                        "threads": (int,)}
 
 
 def resumed(resume: Path) -> dict[str, Any]:
@@ -116,6 +117,9 @@ def claims(
         rich_help_panel=MEASURE_PANEL),
     timeout: float = typer.Option(900.0, help="seconds before one run or probe is stopped and marked failed",
                                   rich_help_panel=MEASURE_PANEL),
+    threads: int = typer.Option(0, "--threads", help="CPU threads of every run (0: all cores); on a machine other "
+                                "processes share, the cores they leave (a verdict's caveat names the number)",
+                                rich_help_panel=MEASURE_PANEL),
     trace: Optional[Path] = TRACE_OPTION,  # noqa: UP045
     model: Optional[str] = typer.Option(  # noqa: UP045
         None, "--model", help="your own PyTorch model, FILE.py:build, in the claims whose experiment takes any model "
@@ -144,6 +148,7 @@ def claims(
             quick = bool(saved["quick"]) or quick  # a setting the file leaves out: the command line's
             only, preset = saved["only"] or only, saved["preset"] or preset
             plan_steps, repeats = saved["plan_steps"] or plan_steps, saved["repeats"] or repeats
+            threads = saved["threads"] or threads
             device = saved["device"] or device  # --trace: the command line's only (a folder names no place)
         if device and not plan_only and resume is None:
             raise SpecError("--device names the device to plan for: use it with --plan")
@@ -152,6 +157,8 @@ def claims(
             raise SpecError(f"--preset: unknown GPT preset {preset!r}; allowed: {', '.join(GPT_LADDER)}")
         if plan_steps <= 0:
             raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
+        if threads < 0:
+            raise SpecError(f"--threads must be 0 (all cores) or a positive integer, got {threads}")
         if repeats is not None and repeats <= 0:
             raise SpecError(f"--repeats must be a positive integer, got {repeats}")
         user = user_fields(model, jax_model)
@@ -164,7 +171,8 @@ def claims(
         platform, devices, sheet_name = where(device if plan_only else None)
         target = resume or out_dir or Path("runs") / time.strftime("claims-%Y%m%d-%H%M%S")
         setup = setup_for(platform, quick, preset=preset, devices=devices, device=sheet_name, plan_steps=plan_steps,
-                          top={**trace_top(trace), **user}, repeats=repeats)
+                          top={**trace_top(trace), **user, **({"threads": threads} if threads else {})},
+                          repeats=repeats)
         if setup.accelerator:  # C22's runs keep a trace explain reads for its reason
             setup = replace(setup, reason_traces=str((target / "traces").resolve()))
         per_claim, specs = suite.plan(chosen, setup)
@@ -186,7 +194,8 @@ def claims(
     if resume is None:
         write_text(target / SETTINGS, json.dumps({"quick": quick, "only": only, "preset": preset, "plan_steps":
                                                   plan_steps, "repeats": repeats, "model": model, "jax_model":
-                                                  jax_model, "device": None}), SETTINGS, inside=target)
+                                                  jax_model, "device": None, "threads": threads or None}),
+                   SETTINGS, inside=target)
     try:
         specs, _ = prepare_user(specs, target, timeout, per_shape=True)  # --model: once per shape, before any run
     except SpecError as e:  # the model's check failed: one line, as in compare

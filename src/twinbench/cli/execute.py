@@ -142,7 +142,10 @@ def run_and_report(specs: list[RunSpec], out_dir: Path, timeout: float, plan_ste
     UNSAVED.extend(notes)
     table.print_table(out, table.rich_table(records, plan_steps, title))
     parity = parity_summary(read_parity(out_dir))
-    for line in table.conditions(records) + table.crossings(records) + ([parity] if parity else []):
+    from twinbench.measure.interference import disturbed
+
+    shaken = disturbed(records, names)  # which side other processes disturbed, and the flag that fixes it
+    for line in table.conditions(records) + shaken + table.crossings(records) + ([parity] if parity else []):
         out.print(f"  {line}", highlight=False, markup=False)
     # summary.md: every run of the results file (an --out written by several commands shows all of them)
     try:

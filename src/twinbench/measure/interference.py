@@ -15,6 +15,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 #: other processes using more than this share of the machine's cores during the timed steps: "machine busy"
 BUSY_SHARE = 0.10
@@ -134,3 +135,91 @@ def busy_warning(interference_cores: float | None, cpu_count: int | None) -> str
         return None
     return (f"machine busy: other processes kept {ext:.2f} of {cpus} core(s) busy during the timed steps "
             f"(above {BUSY_SHARE:.0%} of the machine); its timings are not reliable")
+
+
+#: a run's steady steps spreading wider than this (p90 / p10) while other processes used the cores: that run is
+#: the one they disturbed (a run that kept its pace lost a share of the cores, not its steadiness)
+SPREAD_DISTURBED = 1.5
+#: load average per core from other processes above which a run without a measured interference counts as busy
+#: (machine.HIGH_LOAD, repeated: measure/ reads no configuration module)
+LOAD_BUSY = 0.5
+
+
+def _others(r: Any) -> float | None:
+    """Cores other processes kept busy around a run: measured during its steps, else its load average's."""
+    c = r.conditions
+    if c.interference_cores is not None:
+        return float(c.interference_cores)
+    load = c.load_avg_1m_external if c.load_avg_1m_external is not None else c.load_avg_1m
+    return None if load is None else float(load)
+
+
+def _busy(r: Any) -> bool:
+    c, others = r.conditions, _others(r)
+    cpus = c.cpu_count or os.cpu_count() or 1
+    if others is None:
+        return False
+    share = BUSY_SHARE if c.interference_cores is not None else LOAD_BUSY
+    return others > share * cpus
+
+
+def disturbed(records: list[Any], names: dict[str, str] | None = None, threads_flag: str = "--threads") -> list[str]:
+    """Which side of a comparison the other processes on this machine disturbed, and the one flag that fixes it.
+
+    A run other processes shared the cores with (measured interference over ``BUSY_SHARE`` of the cores, or a
+    load average over ``LOAD_BUSY`` per core where not measured) is named disturbed when its steps spread more
+    than ``SPREAD_DISTURBED`` (p90 / p10), and as sharing its cores when it ran more threads than the cores the
+    others left: a framework that splits every op over all the cores (torch's intra-op pool) waits at each op
+    for its slowest thread, so one descheduled thread stalls the step. The others are steady. The flag:
+    ``--threads N``, N the cores the others left (at least 1), the same for both frameworks; where every named
+    run already fits in those, no flag fixes it and the line says to measure on a quiet machine. No line on a
+    quiet machine. ``names``: run_id -> the name its table row shows."""
+    ok = [r for r in records if r.status == "ok" and r.timing.step_ms]
+    busy = [r for r in ok if _busy(r)]
+    if not busy:
+        return []
+    names = names or {}
+    cpus = max(r.conditions.cpu_count or os.cpu_count() or 1 for r in busy)
+    others = max(_others(r) or 0.0 for r in busy)
+    free = max(int(cpus - others), 1)
+
+    def name(r: Any) -> str:
+        return names.get(r.run.run_id) or f"{r.run.framework}/{r.run.strategy}"
+
+    def spread(r: Any) -> float | None:
+        lo, hi = r.timing.step_ms_p10, r.timing.step_ms_p90
+        return hi / lo if lo and hi else None
+
+    def threads(r: Any) -> int:
+        return r.conditions.threads or r.conditions.cpu_count or cpus
+
+    hit = [r for r in busy if (s := spread(r)) is not None and s > SPREAD_DISTURBED]
+    crowded = [r for r in busy if r not in hit and threads(r) > free]
+
+    def what(r: Any) -> str:
+        s = spread(r)
+        steps = (f"steps p10-p90 {r.timing.step_ms_p10:.3g}-{r.timing.step_ms_p90:.3g} ms, {s:.1f}x" if s
+                 else f"median {r.timing.step_ms:.3g} ms")
+        return f"{name(r)} ({threads(r)} thread(s), {steps})"
+
+    how = "measured during its steps" if any(r.conditions.interference_cores is not None for r in busy) else \
+        "by the load average"
+    line = f"busy machine: other processes kept up to {others:.2f} of {cpus} core(s) busy ({how})"
+    if hit:
+        line += "; disturbed (its steps spread): " + ", ".join(what(r) for r in hit)
+    if crowded:
+        line += (f"; {'also ' if hit else ''}sharing its cores (more threads than the {free} core(s) left, so a "
+                 "descheduled thread stalls each op): " + ", ".join(what(r) for r in crowded))
+    steady = [r for r in ok if r not in hit and r not in crowded]
+    if steady and (hit or crowded):
+        line += "; steady: " + ", ".join(what(r) for r in steady)
+    if not hit and not crowded:
+        return [f"{line}; every run kept its pace within a {SPREAD_DISTURBED:g}x spread and fits in the cores left: "
+                "absolute times are slower than on a quiet machine, the comparison holds"]
+    if any(threads(r) > free for r in hit + crowded):
+        line += (f". The flag that fixes it: `{threads_flag} {free}` (every run on the {free} core(s) the others "
+                 "leave, the same for both frameworks)")
+    else:
+        line += ". No flag fixes it (each run already fits in the cores the others leave): measure again on a quiet "\
+                "machine"
+    return [line]
