@@ -107,7 +107,7 @@ def test_table_footer_shows_peak_age_spread_load_and_warnings() -> None:
                    warnings=[busy, "matmul peak: its repeats disagree by 14% (above 10%), so the MFU is uncertain"])]
     lines = conditions(recs)
     peak_line = next(ln for ln in lines if ln.startswith("MFU against"))
-    assert "torch 165 GFLOP/s (spread 3%, measured 2026-12-03 05:00 UTC," in peak_line and " ago)" in peak_line
+    assert "torch 165 GFLOP/s (spread 3%, measured 2026-12-03 05:00 UTC," in peak_line and " ago" in peak_line
     assert "jax 190 GFLOP/s (spread 14%" in peak_line
     assert "load: 1-minute load average 0.30-1.60 when the runs started, on 2 core(s)" in lines
     assert [ln for ln in lines if ln.startswith("warning:")] == [

@@ -131,6 +131,41 @@ def fmt_age(seconds: float | None) -> str:
     return f"{seconds:.0f} s"
 
 
+def installed_at() -> float | None:
+    """When this twinbench was installed (its package metadata's time), None when that cannot be read."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("twinbench")
+        files = [f for f in dist.files or [] if f.name == "METADATA"]
+        return os.path.getmtime(str(dist.locate_file(files[0]))) if files else None
+    except (metadata.PackageNotFoundError, OSError, IndexError):
+        return None
+
+
+def provenance(measured_at: str | None, now: float | None = None, installed: float | None = None) -> str:
+    """Where a run's peak came from, in words: when it was measured, and that it is the machine's cached figure
+    (``cache_path``, shared by every twinbench on the machine with the same framework versions and threads), so
+    a peak older than this install reads "before this twinbench was installed" instead of passing for this
+    checkout's own measurement. ``installed``: the install time (default :func:`installed_at`); the path and
+    the way to measure again are :func:`cache_note`, said once per line of peaks."""
+    when = (measured_at or "").replace("T", " ")[:16]
+    age = age_s(measured_at, now)
+    if age is None:
+        return "from the machine's peak cache"
+    then = (time.time() if now is None else now) - age
+    installed = installed_at() if installed is None else installed
+    if installed is not None and then < installed:
+        return (f"measured {when} UTC, {fmt_age(age)} ago, before this twinbench was installed: reused from the "
+                "machine's shared peak cache")
+    return f"measured {when} UTC, {fmt_age(age)} ago"
+
+
+def cache_note() -> str:
+    """The line's end that says where every peak is kept and how to measure it again."""
+    return f"peaks kept in {cache_path()} (shared by every twinbench here); `twinbench peak --remeasure` measures again"
+
+
 def table(shown: list[tuple[str, Peak | None]]) -> Any:
     """The terminal table of cached or just measured peaks (rich), ``(cache key, Peak)`` each; ``None``: an entry
     of the first cache format, shown as stale."""

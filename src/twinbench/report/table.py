@@ -15,7 +15,7 @@ from twinbench.machine import HIGH_LOAD, MAX_SPREAD
 from twinbench.measure import page_faults, platforms
 from twinbench.measure.device import matmul_label, platform_name
 from twinbench.measure.memory import summary as memory_summary
-from twinbench.measure.peak import age_s, fmt_age
+from twinbench.measure.peak_cache import cache_note, provenance
 from twinbench.models.family import flops_convention
 from twinbench.record import CONDITION_WARNINGS, Record, as_record, typed, varying
 from twinbench.report.breakeven import crossing_sentence, total_s
@@ -148,7 +148,8 @@ def conditions(records: list[Record] | list[dict[str, Any]]) -> list[str]:
     if peaks:
         mixed = len({dt for _, dt in peaks}) > 1
         lines.append("MFU against the measured matmul peak of each framework on this device: " + ", ".join(
-            _peak_text(f"{fw} {dt}" if mixed else fw, x) for (fw, dt), x in peaks.items()))
+            _peak_text(f"{fw} {dt}" if mixed else fw, x) for (fw, dt), x in peaks.items())
+            + (f"; {cache_note()}" if any(x.speed.peak_measured_at for x in peaks.values()) else ""))
     lines += _load_lines(records)
     lines += _host_lines(ok, vary)
     lines += [f"memory {label(x, vary)}"
@@ -255,9 +256,7 @@ def _peak_text(framework: str, r: Record) -> str:
     text = f"{framework} {fmt_flops(r.speed.peak_tflops)}"
     if r.speed.peak_measured_at is None:  # a record of an older twinbench: nothing more is known
         return text
-    when = r.speed.peak_measured_at.replace("T", " ")[:16]
-    return (f"{text} (spread {r.speed.peak_spread or 0:.0%}, measured {when} UTC, "
-            f"{fmt_age(age_s(r.speed.peak_measured_at))} ago)")
+    return f"{text} (spread {r.speed.peak_spread or 0:.0%}, {provenance(r.speed.peak_measured_at)})"
 
 
 def fmt_flops(tflops: float) -> str:
