@@ -168,11 +168,13 @@ def plan(claims: list[Any], setup: Any, per_claim: dict[str, dict[str, RunSpec]]
     time expected of them, without running anything; ``predicted_total_s`` the whole suite's (every repeat, the
     probes). ``sheet`` None: this CPU, with the suite's CPU cost model."""
     from twinbench.claims.suite import PROBE_S as CPU_PROBE_S
+    from twinbench.claims.suite import compile_s as cpu_compile_s
     from twinbench.claims.suite import cost_s
 
     def cost(spec: RunSpec) -> dict[str, Any]:
         if sheet is None:
-            return {"total_s": round(cost_s(spec), 1), "step_source": "the suite's CPU cost model (suite.RUN_S)"}
+            return {"total_s": round(cost_s(spec), 1), "compile_s": round(cpu_compile_s(spec), 1),
+                    "step_source": "the suite's CPU cost model (suite.RUN_S)"}
         return run_cost(spec, sheet)
 
     times: dict[str, int] = {}
@@ -191,7 +193,14 @@ def plan(claims: list[Any], setup: Any, per_claim: dict[str, dict[str, RunSpec]]
     probe_s = CPU_PROBE_S if sheet is None else PROBE_S
     runs_s = sum(costs[s.config_id()]["total_s"] for r in rounds for s in r)
     compile_total = sum(costs[s.config_id()].get("compile_s", 0.0) for r in rounds for s in r)
-    return {"device": sheet.name if sheet else "here", "platform": setup.platform, "quick": setup.quick,
+    out: dict[str, Any] = {}
+    if sheet is None:  # this CPU: its load now stretches every run (an accelerator's device time does not)
+        from twinbench.claims.suite import load_factor
+
+        factor, load = load_factor()
+        out = {"load": load, "load_factor": round(factor, 2),
+               "predicted_total_s_at_load": round((runs_s + len(probes) * probe_s) * factor, 1)}
+    return out | {"device": sheet.name if sheet else "here", "platform": setup.platform, "quick": setup.quick,
             "repeats": setup.repeats, "configurations": len(costs), "runs": sum(map(len, rounds)),
             "probes": probes, "claims": out_claims, "predicted_compile_s": round(compile_total, 1),
             "predicted_runs_s": round(runs_s, 1), "predicted_probes_s": round(len(probes) * probe_s, 1),

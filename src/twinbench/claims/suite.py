@@ -114,6 +114,38 @@ EXTRA_S = {"compile": 15.0, "jax:naive+dynamic": 12.0, "jax:jit+dynamic": 18.0, 
 PROBE_S = 8.0  # a probe: one process importing one or both frameworks
 
 
+#: Of RUN_S, the one compile of a JAX step at these sizes (jit, naive's functions, scan), by preset; stated, a
+#: share of the process's seconds, so the plan can say how much of a run is compiling.
+JIT_S = {"tiny": 2.0, "bert-tiny": 3.0, "small": 4.0}
+
+
+def compile_s(spec: RunSpec) -> float:
+    """The compiling part of :func:`cost_s`: a cold torch.compile, a JAX step's one compile (JIT_S) and the
+    recompiles a length policy makes (one per new length)."""
+    c = 0.0
+    if spec.strategy.base in ("compile", "compile-regional"):
+        c += EXTRA_S["compile"] * (1 if spec.preset == "tiny" else 1.5)
+    if spec.framework == "jax" and not spec.strategy.base.startswith("torchax"):
+        c += JIT_S.get(spec.preset, 10.0)
+    return c + EXTRA_S.get(f"{spec.framework}:{spec.strategy.base}+{spec.strategy.mods.length}", 0.0)
+
+
+def load_factor(reading: dict[str, Any] | None = None) -> tuple[float, str]:
+    """How much longer the runs take at the load measured now than on an idle machine, and that load in words.
+
+    Every run wants all the cores; with ``L`` runnable tasks of other processes on ``C`` cores it gets about
+    ``C / (C + L)`` of them, so it takes ``(C + L) / C`` times as long (more where a framework's threads wait for
+    each other, less where the others stop). ``L``: the 1-minute load average less what twinbench's own ended runs
+    still add (load_meter.py). (1.0, "") when the OS does not say, or the others keep under a tenth of a core."""
+    from twinbench.load_meter import LoadMeter
+
+    r = reading if reading is not None else LoadMeter().reading()
+    others, cores = r.get("load_avg_1m_external"), r.get("cpu_count")
+    if others is None or not cores or others < 0.1:
+        return 1.0, ""
+    return (cores + others) / cores, f"1-minute load {others:.2f} from other processes on {cores} core(s)"
+
+
 def cost_s(spec: RunSpec) -> float:
     """The expected seconds of one run (see RUN_S): for the budget, never for a verdict."""
     from twinbench.strategies import registry

@@ -205,7 +205,13 @@ def claims(
     measured = [c for c in chosen if not c.unmeasurable(setup)]
     n_probes = len({p for c in measured for p in c.probes})
     est = suite.estimate_s(rounds, n_probes) if not setup.accelerator else None
-    when = (f"; about {f'{est / 60:.0f} min' if est >= 120 else f'{est:.0f} s'} on an idle 2-core CPU" if est is not None
+    factor, load = suite.load_factor()
+
+    def span(s: float) -> str:
+        return f"{s / 60:.0f} min" if s >= 120 else f"{s:.0f} s"
+
+    when = (f"; about {span(est)} on an idle 2-core CPU" + (f", {span(est * factor)} at the load now ({load})"
+                                                          if load else "") if est is not None
             else f" on the {setup.platform.upper()} at the seeds' sizes (`twinbench claims --plan` estimates the time)")
     out.print(f"  claims {', '.join(c.id for c in chosen)}: {len(specs)} configurations, {sum(map(len, rounds))} runs "
               f"({len(rounds)} repeat(s) of the timed ones, interleaved), {n_probes} probes{when}", highlight=False)
@@ -259,8 +265,13 @@ def show_plan(chosen: list[Any], setup: Any, per_claim: dict[str, Any], rounds: 
             out.print(f"  {r['name']}: {r['framework']}/{r['strategy']}, {escape(r['size'])}, {r['platform']}; "
                       f"{r['runs']}x ~{r['total_s']:.0f} s{comp}{step}", soft_wrap=True, highlight=False)
     total = p["predicted_total_s"]
-    out.print(f"predicted total: {total:.0f} s = {total / 60:.1f} min of device time (compiles {p['predicted_compile_s']:.0f}"
-              f" s; runs shared by several claims counted once; estimates, not measurements)", highlight=False)
+    idle = " on an idle 2-core CPU" if sheet is None else " of device time"
+    out.print(f"predicted total: {total:.0f} s = {total / 60:.1f} min{idle} (compiles {p['predicted_compile_s']:.0f}"
+              f" s of it; runs shared by several claims counted once; estimates, not measurements)", highlight=False)
+    if p.get("load"):
+        at = p["predicted_total_s_at_load"]
+        out.print(f"at the load measured now ({p['load']}): about {at / 60:.1f} min, {p['load_factor']:.1f}x as long "
+                  "(each run gets a share of the cores); on a quiet machine the figure above", highlight=False)
     if json_path:
         try:
             json_path.write_text(json.dumps(p, indent=1))
