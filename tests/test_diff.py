@@ -191,3 +191,18 @@ def test_report_and_diff_read_records_of_before_the_sections_beside_new_ones(tmp
     assert rep.exit_code == 0 and "skipped" not in rep.output, rep.output
     md = (mixed / "report.md").read_text()
     assert "torch/eager" in md and "jax/jit" in md and "2 run(s): 2 ok" in md
+
+
+def test_runs_differing_in_a_strategy_option_are_not_pooled_as_repeats():
+    """Two runs that differ only in what +remat keeps are two configurations: diff pairs each with its own (it
+    once matched on a list of fields that left the strategy's options out, and pooled them as repeats)."""
+    from twinbench.record import for_spec
+    from twinbench.spec import from_preset
+
+    def run(policy: str, ms: float):
+        spec = from_preset("tiny", {"remat_policy": policy}, framework="jax", strategy="jit+remat")
+        return for_spec(spec, "ok", step_ms=ms, step_times_ms=[ms] * 5, first_step_s=1.0)
+
+    d = diff.diff([run("full", 10.0), run("nothing-saveable", 20.0)], [run("full", 10.5)])
+    assert [(len(p.old_ms), p.old_ms) for p in d.pairs] == [(1, [10.0])]
+    assert d.only_old == ["jax/jit+remat (gpt L2 d64 b4x32 fp32) remat_policy=nothing-saveable"]

@@ -8,6 +8,7 @@ twinbench, so no import cycle can run through it (``spec`` -> ``models.hf`` -> `
 from __future__ import annotations
 
 from dataclasses import Field, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 #: The family of a ModelConfig that names none (and of records written before families had names).
@@ -26,13 +27,45 @@ TASKS = ("lm", "classify", "custom")  # next-token LM | sequence classification 
 MASK_IMPLS = ("where", "mul", "cond")  # how a masked family's attention applies its padding mask
 
 
-def option(default: Any, doc: str, *, flag: bool = True, choices: tuple[str, ...] = ()) -> Any:
+class Identity(StrEnum):
+    """What a spec field says of a run: declared once on the field (:func:`option`'s ``identity``), read by the
+    run id (``RunSpec.run_id``), the records' labels (``record_sections.NOT_LABELS``) and ``twinbench diff``'s
+    matching (``diff.MATCH_FIELDS``)."""
+
+    #: what ran (the model, its training, the strategy and its options, the devices): in the run id and the
+    #: labels, and diff matches runs on it (runs differing here are never repeats of one configuration)
+    CONFIG = "config"
+    #: how the host ran it (threads, XLA flags, allocator, compile cache state, which host): in the run id and
+    #: the labels; diff matches across it and lists a difference as a condition (what a diff is usually about)
+    CONDITION = "condition"
+    #: which repeat of its configuration the run is: in the run id and the labels; the repeats share a config id
+    #: and diff pools them
+    REPEAT = "repeat"
+    #: where things are kept and what runs after the measured steps (a trace, saved weights): none of the three
+    NONE = "none"
+
+
+def option(default: Any, doc: str, *, flag: bool = True, choices: tuple[str, ...] = (),
+           identity: Identity = Identity.CONFIG, later: bool = False) -> Any:
     """A field of a spec section, declared once: its default, its description (the ``--help`` of its flag), and
     whether a CLI flag named after it sets it (``--d-model`` for ``d_model``; the commands add one per such field).
     Fields set by the commands' own options (``--cache``, ``--trace``, ``--model``...) or by twinbench itself
     are declared with ``flag=False``. ``choices``: the values allowed (``spec.validate`` refuses any other, naming
-    the flag)."""
-    return field(default=default, metadata={"doc": doc, "flag": flag, "choices": choices})
+    the flag). ``identity``: what the field says of a run (:class:`Identity`). ``later``: the field came after run
+    ids were first made, so at its default it is left out of the run id and the runs made before it keep their
+    ids (a new identifying field is declared ``later=True``; tests/test_spec_ids.py pins the ids)."""
+    return field(default=default, metadata={"doc": doc, "flag": flag, "choices": choices,
+                                            "identity": Identity(identity), "later": later})
+
+
+def identity(f: Field[Any]) -> Identity:
+    """What a field declared by :func:`option` says of a run."""
+    return Identity(f.metadata.get("identity", Identity.NONE))
+
+
+def later(f: Field[Any]) -> bool:
+    """Whether a field declared by :func:`option` is left out of the run id at its default (``later``)."""
+    return bool(f.metadata.get("later"))
 
 
 def doc(f: Field[Any]) -> str:

@@ -1,9 +1,10 @@
 """``twinbench diff OLD NEW``: did a change make training faster or slower, beyond the noise?
 
 Two sets of results (results directories or ``results.jsonl`` files) are matched run by run on *what* ran:
-framework, strategy with its modifiers, model family and shape, batch, sequence, precision, devices and task;
-never the run id or the time, and not the conditions (threads, versions, XLA flags, machine), which are what a
-diff is usually about and are listed under the table instead.
+every spec field declared to say so (``config.Identity.CONFIG``: framework, strategy with its modifiers and
+options, model family and shape, the training, precision, devices and task); never the run id or the time, and
+not the conditions (threads, versions, XLA flags, machine), which are what a diff is usually about and are
+listed under the table instead.
 
 **The statistics.** The unit of replication is the repeat: one process, one run (``compare --repeats N``). The
 steps of one run are correlated (same compiled program, same allocator state, same machine minute) and a
@@ -28,21 +29,29 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from twinbench.config import DEFAULT_FAMILY
+from twinbench.config import DEFAULT_FAMILY, Identity
 from twinbench.measure.device import platform_name
 from twinbench.record import FLAT, Record, condition_warnings, read_records, skipped_note, typed
+from twinbench.spec import ID_FIELDS, IDENTITY
 from twinbench.spec_sections import flat_spec
 
 METHOD = ("per-repeat median step times; ratio NEW/OLD = exp(mean log NEW - mean log OLD); 95% CI: Welch's t "
           "interval on the log medians (scipy.stats.ttest_ind, equal_var=False), exponentiated")
 CONFIDENCE = 0.95
 SLOWER, FASTER, SAME, SINGLE = "slower", "faster", "no detectable change", "one repeat a side: cannot separate code from drift"
-#: what a run is, for matching (a record field, or a field of its spec)
-MATCH_FIELDS = ("framework", "strategy", "family", "layers", "d_model", "heads", "d_ff", "vocab", "context",
-                "batch", "seq", "precision", "device_count", "task", "user_model", "attention_impl")
-#: conditions listed under the table when the two sides differ in them
-CONDITION_FIELDS = ("versions", "xla_flags", "threads", "device", "host_cpu", "platform", "matmul_precision", "compile_cache",
-                    "peak_tflops", "load_avg_1m_external", "interference_cores")
+#: what a run is, for matching: the spec's fields declared to say what ran (a record field of the same name where
+#: the record has one, else its spec's)
+MATCH_FIELDS = tuple(k for k, kind in IDENTITY.items() if kind is Identity.CONFIG)
+#: the record field that says a spec field where the names differ (a record without its spec: hand-made, old)
+RECORD_NAME = {"devices": "device_count"}
+#: the match fields a run's name shows (describe); any other that differs between runs is added to it
+SHOWN = ("framework", "strategy", "family", "layers", "d_model", "batch", "seq", "precision", "devices")
+#: conditions listed under the table when the two sides differ in them: the record's, then the spec's fields
+#: declared conditions (config.Identity.CONDITION) that no record field already says
+CONDITION_FIELDS = ("versions", "xla_flags", "threads", "device", "host_cpu", "platform", "matmul_precision",
+                    "compile_cache", "peak_tflops", "load_avg_1m_external", "interference_cores")
+CONDITION_FIELDS += tuple(k for k, kind in IDENTITY.items() if kind is Identity.CONDITION
+                          and k not in CONDITION_FIELDS)
 #: two runs whose losses differ by more than this (relative, any step) did not compute the same thing
 LOSS_RTOL = 1e-4
 #: one side's measured interference (cores other processes kept busy) this much above the other's is reported
@@ -75,23 +84,35 @@ def load(path: Path, skipped: list[str] | None = None) -> list[Record]:
 
 
 def identity(r: Record) -> tuple:
-    """What a record ran, for matching across result sets."""
+    """What a record ran, for matching across result sets: each of :data:`MATCH_FIELDS` from the record's field of
+    that name, else from its spec; a field its spec lacks (a record made before the field existed) has its
+    declared default, as ``RunSpec.from_dict`` reads such a spec."""
     spec = flat_spec(r.spec)
     model, train = spec.get("model") or {}, spec.get("train") or {}
     out = []
     for k in MATCH_FIELDS:
-        v = r.field(k) if k in FLAT else model.get(k, train.get(k, spec.get(k)))
-        if k == "attention_impl" and v is None:
-            v = "default"
+        name = RECORD_NAME.get(k, k)
+        v = r.field(name) if name in FLAT else None
+        if v is None:
+            v = model.get(k, train.get(k, spec.get(k)))
+        if v is None and spec:
+            v = ID_FIELDS[k].default
         out.append(v)
     return tuple(out)
 
 
-def describe(key: tuple) -> str:
+def describe(key: tuple, vary: tuple[str, ...] | list[str] = ()) -> str:
+    """A run's name: its framework and strategy, shape, and any match field of ``vary`` its name does not show."""
     d = dict(zip(MATCH_FIELDS, key, strict=True))
     shape = f"{d['family'] or DEFAULT_FAMILY} L{d['layers']} d{d['d_model']} b{d['batch']}x{d['seq']} {d['precision']}"
-    devices = f", {d['device_count']} devices" if (d["device_count"] or 1) > 1 else ""
-    return f"{d['framework']}/{d['strategy']} ({shape}{devices})"
+    devices = f", {d['devices']} devices" if (d["devices"] or 1) > 1 else ""
+    extra = "".join(f" {k}={d[k]}" for k in vary if k not in SHOWN)
+    return f"{d['framework']}/{d['strategy']} ({shape}{devices}){extra}"
+
+
+def _varying(keys: list[tuple]) -> list[str]:
+    """The match fields whose values differ between these runs (a name shows them)."""
+    return [k for i, k in enumerate(MATCH_FIELDS) if len({repr(key[i]) for key in keys}) > 1]
 
 
 def repeat_medians(records: list[Record]) -> list[float]:
@@ -190,8 +211,10 @@ def _versions(records: list[Record]) -> dict[str, set[str]]:
 
 
 def _condition(r: Record, k: str) -> Any:
-    """A condition of a record as compared: the platform by its one name (torch's "cuda" is JAX's "gpu")."""
-    return platform_name(r.field(k)) if k == "platform" else r.field(k)
+    """A condition of a record as compared (a record field, else its spec's): the platform by its one name
+    (torch's "cuda" is JAX's "gpu")."""
+    v = r.field(k) if k in FLAT else r.value(k)
+    return platform_name(v) if k == "platform" else v
 
 
 def _conditions(old: list[Record], new: list[Record]) -> list[str]:
@@ -204,8 +227,8 @@ def _conditions(old: list[Record], new: list[Record]) -> list[str]:
                     out.append(f"{name}: {', '.join(sorted(vo.get(name, {'-'})))} -> "
                                f"{', '.join(sorted(vn.get(name, {'-'})))}")
             continue
-        so = sorted({json.dumps(_condition(r, k)) for r in old if r.field(k) is not None})
-        sn = sorted({json.dumps(_condition(r, k)) for r in new if r.field(k) is not None})
+        so = sorted({json.dumps(v) for r in old if (v := _condition(r, k)) is not None})
+        sn = sorted({json.dumps(v) for r in new if (v := _condition(r, k)) is not None})
         if k in ("load_avg_1m_external", "interference_cores", "peak_tflops"):
             fo, fn = [r.field(k) for r in old if r.field(k) is not None], [r.field(k) for r in new if r.field(k) is not None]
             if fo and fn:
@@ -233,16 +256,17 @@ def diff(old: list[Record] | list[dict[str, Any]], new: list[Record] | list[dict
         for r in recs:
             groups.setdefault(identity(r), []).append(r)
     common = [k for k in groups_old if k in groups_new]
+    vary = _varying([*groups_old, *groups_new])
     if not common:
-        raise DiffError("no run of OLD matches a run of NEW (framework, strategy, model shape, batch, precision, "
-                        f"devices): OLD has {', '.join(sorted({describe(k) for k in groups_old}))}; NEW has "
-                        f"{', '.join(sorted({describe(k) for k in groups_new}))}")
+        raise DiffError("no run of OLD matches a run of NEW (framework, strategy and its options, model shape, "
+                        f"training, devices): OLD has {', '.join(sorted({describe(k, vary) for k in groups_old}))}; "
+                        f"NEW has {', '.join(sorted({describe(k, vary) for k in groups_new}))}")
     pairs, failed = [], []
     for k in common:
         o = [r for r in groups_old[k] if r.status == "ok"]
         n = [r for r in groups_new[k] if r.status == "ok"]
         if not o or not n:
-            failed.append(f"{describe(k)}: no ok run in {'OLD' if not o else 'NEW'}")
+            failed.append(f"{describe(k, vary)}: no ok run in {'OLD' if not o else 'NEW'}")
             continue
         om, nm = repeat_medians(o), repeat_medians(n)
         iv = ratio_interval(om, nm)
@@ -254,10 +278,10 @@ def diff(old: list[Record] | list[dict[str, Any]], new: list[Record] | list[dict
         if io is not None and inn is not None and abs(io - inn) > INTERFERENCE_GAP:
             notes.append(f"other processes kept {io:.2f} core(s) busy during OLD's timed steps and {inn:.2f} during "
                          "NEW's: the ratio mixes code and interference")
-        pairs.append(Pair(describe(k), om, nm, iv.ratio, iv.low, iv.high, iv.verdict(), deltas, gap,
+        pairs.append(Pair(describe(k, vary), om, nm, iv.ratio, iv.low, iv.high, iv.verdict(), deltas, gap,
                           None if gap is None else gap <= LOSS_RTOL, notes))
-    only_old = sorted(describe(k) for k in groups_old if k not in groups_new)
-    only_new = sorted(describe(k) for k in groups_new if k not in groups_old)
+    only_old = sorted(describe(k, vary) for k in groups_old if k not in groups_new)
+    only_new = sorted(describe(k, vary) for k in groups_new if k not in groups_old)
     return Diff(METHOD, pairs, only_old, only_new, failed, _conditions(old, new))
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import msgspec
 
+from twinbench.config import Identity
+from twinbench.spec import IDENTITY
 from twinbench.spec_sections import flat_spec
 
 
@@ -216,8 +218,9 @@ def _plain(v: Any) -> Any:
 #: place, so a reader can tell which fields a record may carry; docs/record.schema.json is this version's
 #: schema. 0: records before the field existed; 1: flat; 2: in sections.
 SCHEMA_VERSION = 2
-#: Spec fields never used to tell runs apart (where things live, not what was measured).
-NOT_LABELS = {"framework", "strategy", "cache_dir", "trace_dir", "spec", "user_dir"}
+#: Spec fields never used to tell runs apart: those that do not identify a run (where things live, what runs after
+#: the measured steps: their declared identity), and the framework and strategy, which the label's name says.
+NOT_LABELS = {"framework", "strategy", "spec", *(k for k, kind in IDENTITY.items() if kind is Identity.NONE)}
 
 
 class Record(msgspec.Struct, kw_only=True):

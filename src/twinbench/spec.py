@@ -27,12 +27,15 @@ from twinbench import backends
 from twinbench.config import (  # the leaf, re-exported
     MASK_IMPLS,
     USER_FAMILY,
+    Identity,
     ModelConfig,
     SpecError,
     TrainConfig,
     choices,
     flag,
+    identity,
     is_flag,
+    later,
     option,
 )
 from twinbench.models.family import FAMILIES as BUILT_IN
@@ -72,10 +75,10 @@ class RunSpec:
     framework: str = option("torch", "the framework the run trains in: torch or jax (--framework)", flag=False)
     preset: str = option("small", "the preset the model and training come from (--preset)", flag=False)
     repeat: int = option(0, "which repeat of its configuration this run is (compare --repeats, claims): 0-based",
-                         flag=False)
+                         flag=False, identity=Identity.REPEAT, later=True)
     no_preflight: bool = option(False, "do not estimate each run's memory before its timed steps (by default a run "
                                 "that cannot fit in the free memory is skipped, with the estimate, instead of "
-                                "failing late)")
+                                "failing late)", identity=Identity.NONE)
 
     @property
     def tokens_per_step(self) -> int:
@@ -139,24 +142,15 @@ class RunSpec:
         return out | {name: getattr(self, name) for name in _TOP}
 
     def run_id(self) -> str:
-        """A stable key of the measured configuration (used by ``--resume``)."""
-        d = self.flat()
-        d.pop("trace_dir", None)  # tracing runs after the measured steps: same measurement, same id
-        d.pop("save_weights", None)  # so does saving the weights
-        d.pop("explain", None)  # and explain's timing of the step's parts
-        d.pop("cache_dir", None)  # where the compilation cache lives is not what is measured (its state is)
-        d.pop("user_dir", None)  # likewise where the user model's initial weights were written
-        for name, default in (("attention_impl", "default"), ("repeat", 0), ("splash_layout", "auto"),
-                              ("mlp_activation", "fused"), ("optimizer_state", "tree")):  # fields added later: records
-            if d.get(name) == default:  # made before them keep their ids
-                d.pop(name)
-        d.pop("no_preflight", None)  # whether memory was estimated first does not change the measurement
-        blob = json.dumps(d, sort_keys=True)
+        """A stable key of the measured configuration (used by ``--resume``): the flat form's fields that identify
+        a run (:class:`~twinbench.config.Identity`), a field declared ``later`` left out at its default."""
+        blob = json.dumps(_identifying(self.flat()), sort_keys=True)
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
     def config_id(self) -> str:
         """The run id of the configuration, whichever repeat this is: the repeats of one configuration share it."""
-        return replace(self, repeat=0).run_id()
+        return self.evolve(**{k: ID_FIELDS[k].default for k, kind in IDENTITY.items()
+                              if kind is Identity.REPEAT}).run_id()
 
     def label(self) -> str:
         return f"{self.framework}/{self.strategy.name}"
@@ -193,6 +187,26 @@ def _field_table() -> dict[str, tuple[Field[Any], type]]:
 
 #: Every declared field (flat name -> (its dataclass field, its type)): its description, flag and choices.
 FIELDS = _field_table()
+#: Every declared field by its flat name as the flat form writes it (``strategy``: its base's declaration).
+ID_FIELDS: dict[str, Field[Any]] = {("strategy" if name in NAME_PARTS else name): f for name, (f, _) in FIELDS.items()}
+#: What each field of the flat form says of a run, read off its declaration: the run id, the records' labels
+#: (``record_sections.NOT_LABELS``) and diff's matching (``diff.MATCH_FIELDS``) all read this.
+IDENTITY: dict[str, Identity] = {name: identity(f) for name, f in ID_FIELDS.items()}
+
+
+def _identifying(flat: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a flat spec that identify its run (model and train nested, as the flat form has them)."""
+    out: dict[str, Any] = {}
+    for name, value in flat.items():
+        if name in SECTIONS and isinstance(value, dict):
+            out[name] = _identifying(value)
+            continue
+        f = ID_FIELDS[name]
+        if identity(f) is not Identity.NONE and not (later(f) and value == f.default):
+            out[name] = value
+    return out
+
+
 #: Fields a user may override by a flag (``--d-model``), with the type of the flag: read off the declarations.
 OVERRIDABLE: dict[str, type] = {name: typ for name, (f, typ) in FIELDS.items() if is_flag(f)}
 #: The --help text of each flag: the field's description.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from twinbench.config import option
+from twinbench.config import Identity, option
 from twinbench.host_malloc import CHOICES as HOST_MALLOC_CHOICES
 from twinbench.models.options import (
     ATTENTION_IMPLS,
@@ -48,20 +48,20 @@ class StrategySpec:
         "and bf16 only) or 'splash' (the Pallas TPU splash-attention kernel: fused, no seq x seq scores stored; TPU "
         "only, seq a multiple of 128); jax:torchax runs torch's SDPA as the JAX attention named (torchax's own "
         "lowering for 'default'); torch's SDPA picks its own (attention_kernel in the record says which ran)",
-        choices=ATTENTION_IMPLS)
+        choices=ATTENTION_IMPLS, later=True)
     splash_layout: str = option(
         "auto", "how the splash kernel reads q, k and v (the same maths): 'head-dim-minor' (the kernel's default), "
         "'seq-minor' (the sequence in the lanes: a projection written heads first then fills them, where a 64-wide "
         "head fills half), or 'auto': seq-minor where the twin's projections write q, k, v heads first (BERT), "
-        "head-dim-minor elsewhere; with --attention-impl splash only", choices=SPLASH_LAYOUTS)
+        "head-dim-minor elsewhere; with --attention-impl splash only", choices=SPLASH_LAYOUTS, later=True)
     mlp_activation: str = option(
         "fused", "JAX twins: how the MLP's activation reaches the products that read it (the same maths): 'fused' "
         "(XLA may recompute it inside them) or 'stored' (written once, read by the next product and the backward "
-        "pass: one activation a layer more of memory)", choices=MLP_ACTIVATIONS)
+        "pass: one activation a layer more of memory)", choices=MLP_ACTIVATIONS, later=True)
     optimizer_state: str = option(
         "tree", "JAX twins: how AdamW's moments are kept (the same maths): 'tree' (an array per parameter, as optax "
         "does) or 'flat' (clipping and moments over one vector of all parameters, optax.flatten: the step takes and "
-        "returns two arrays a parameter fewer)", choices=OPTIMIZER_STATES)
+        "returns two arrays a parameter fewer)", choices=OPTIMIZER_STATES, later=True)
     mods: Modifiers = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -103,20 +103,20 @@ class HostConfig:
     """The host a run executes on: its threads, allocator, XLA:CPU flags and compilation cache."""
 
     threads: int = option(0, "override the preset's threads: CPU threads of each run (0: all cores of the machine, "
-                          "the same for both frameworks)")
+                          "the same for both frameworks)", identity=Identity.CONDITION)
     xla_cpu_flags: str = option(
         "tuned", "JAX on CPU: 'tuned' adds twinbench's measured XLA flags (YNNPACK element-wise fusions off) to "
         "XLA_FLAGS, 'xla-default' keeps XLA's own; flags you set in XLA_FLAGS always win",
-        choices=XLA_CPU_FLAG_CHOICES)
+        choices=XLA_CPU_FLAG_CHOICES, identity=Identity.CONDITION)
     host_malloc: str = option(
         "tuned", "the host allocator of every run (both frameworks): 'tuned' sets twinbench's measured glibc malloc "
         "tunables in GLIBC_TUNABLES (huge pages, or on a CPU without them freed memory kept: XLA:CPU's per-step "
         "buffers are then not faulted in 4 KiB at a time every step), 'system' keeps glibc's own; tunables you set "
-        "in GLIBC_TUNABLES always win", choices=HOST_MALLOC_CHOICES)
+        "in GLIBC_TUNABLES always win", choices=HOST_MALLOC_CHOICES, identity=Identity.CONDITION)
     compile_cache: str = option("cold", "the compilation cache state the run measures: cold or warm (--cache)",
-                                flag=False, choices=COMPILE_CACHE_STATES)
+                                flag=False, choices=COMPILE_CACHE_STATES, identity=Identity.CONDITION)
     cache_dir: str = option("", "the compilation cache directory the worker uses (set by the runner; '': fresh)",
-                            flag=False)
+                            flag=False, identity=Identity.NONE)
 
 
 @dataclass(frozen=True)
@@ -127,9 +127,9 @@ class LaunchConfig:
     num_processes: int = option(1, "override the preset's num_processes: hosts (processes) the run spans: "
                                 "jax.distributed / torchrun --nnodes")
     process_id: int = option(-1, "override the preset's process_id: this host's index (-1: from JAX_PROCESS_ID, "
-                             "NODE_RANK or the cluster)")
+                             "NODE_RANK or the cluster)", identity=Identity.CONDITION)
     coordinator: str = option("", "override the preset's coordinator: HOST:PORT of process 0 (JAX's coordinator, "
-                              "torchrun's master; '': from the environment or the cluster)")
+                              "torchrun's master; '': from the environment or the cluster)", identity=Identity.CONDITION)
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ class UserModel:
     user_jax_model: str = option("", "the user's own JAX port of it, FILE.py:build (--jax-model; strategy jax/port)",
                                  flag=False)
     user_dir: str = option("", "initial weights and metadata written by the preparation process (set by compare)",
-                           flag=False)
+                           flag=False, identity=Identity.NONE)
 
 
 @dataclass(frozen=True)
@@ -148,11 +148,11 @@ class OutputConfig:
     """What a run writes besides its record, after the measured steps (the measurement stays unaffected)."""
 
     trace_dir: str = option("", "profile a few steps after the measured ones into this directory ('': off; --trace)",
-                            flag=False)
+                            flag=False, identity=Identity.NONE)
     save_weights: str = option("", "write each run's trained canonical weights (safetensors) into this directory "
-                               "(for twinbench export --from RESULTS)")
+                               "(for twinbench export --from RESULTS)", identity=Identity.NONE)
     explain: bool = option(False, "after the measured steps (and the trace): time the step's phases "
-                           "(twinbench/explain)", flag=False)
+                           "(twinbench/explain)", flag=False, identity=Identity.NONE)
 
 
 def flat_spec(d: Any) -> dict[str, Any]:
