@@ -69,6 +69,15 @@ def test_no_donation_threshold() -> None:
     assert "saves that memory, not time" in f.evidence
     assert fd.jax_no_donation(obs(info={**info, "donated_bytes": 3 * mib})) is None
     assert fd.jax_no_donation(obs(info={"carried": {"bytes": mib // 2}, "donated_bytes": 0})) is None
+    # it saves memory, not time: info (not counted in the exit code) unless memory is short (issue 76: 7.6 MiB on
+    # a CPU was a warning)
+    assert f.severity == "info" and not fd.serious([f])
+    mem = {"argument_size_in_bytes": 8 * mib, "output_size_in_bytes": 8 * mib, "alias_size_in_bytes": 0,
+           "temp_size_in_bytes": 4 * mib}
+    roomy = fd.jax_no_donation(obs(info={**info, "memory": mem, "memory_capacity_bytes": 16 << 30}))
+    assert roomy.severity == "info" and "memory is not short" in roomy.evidence
+    short = fd.jax_no_donation(obs(info={**info, "memory": mem, "memory_capacity_bytes": 32 * mib}))
+    assert short.severity == "warning" and "memory is short" in short.evidence
 
 
 def test_replicated_batch_needs_several_devices() -> None:
@@ -158,6 +167,62 @@ def test_transfer_figures_are_possible() -> None:
     f = fd.jax_host_transfer(obs(per_step=per, iter_ms=12.0,
                                  info={"h2d": {"bytes_per_s": 1.5 * 2**30, "latency_s": 1e-4}}))
     assert f.severity == "info" and "1.50 GiB/s" in f.evidence  # 0.8 ms with latencies, 0.06% for the bytes
+
+
+BERT = SHAPE.replace("* at x, now f32[4] and before f32[3]", "* at batch['input_ids'], now i32[32,55] and before "
+                     "i32[32,39]")
+
+
+def _code(fix: str) -> str:
+    """The fix's code lines (indented by two spaces), as the user would paste them."""
+    return "\n".join(ln.split("  # ")[0].strip() for ln in fix.splitlines() if ln.startswith("  "))
+
+
+def test_the_recompile_fix_pads_the_axis_that_changes_and_runs_as_printed() -> None:
+    import numpy as np
+
+    f = fd.jax_recompile(obs(notes={"cache_miss": [{"message": BERT, "t": 2.0}] * 3}))
+    assert "axis 1" in f.fix and "(0, B - len(x))" not in f.fix  # the sequence length, not the batch (issue 76)
+    shapes = set()
+    for n in (55, 39, 40, 17):  # every length lands in one of a few buckets, the batch untouched
+        ns: dict[str, Any] = {"np": np, "x": np.ones((32, n), np.int32)}
+        exec(_code(f.fix), ns)
+        assert ns["x"].shape[0] == 32 and (ns["x"][:, :n] == 1).all() and (ns["x"][:, n:] == 0).all()
+        shapes.add(ns["x"].shape)
+    assert shapes == {(32, 64), (32, 32)}
+    batch = SHAPE.replace("now f32[4] and before f32[3]", "now f32[17,8] and before f32[32,8]")
+    fb = fd.jax_recompile(obs(notes={"cache_miss": [{"message": batch, "t": 2.0}] * 2}))
+    ns = {"np": np, "x": np.ones((17, 8), np.float32)}
+    exec(_code(fb.fix), ns)
+    assert ns["x"].shape == (32, 8) and "drop_last=True" in fb.fix
+
+
+def test_compile_dominates_points_at_the_recompiles_that_cause_it(tmp_path, monkeypatch) -> None:
+    import os
+
+    import jax
+
+    recompiling = obs(compile_s=10.0, wall_s=12.0, notes={"cache_miss": [{"message": BERT, "t": 2.0}] * 24})
+    f = fd.compile_dominates(recompiling)
+    assert f.caused_by == "jax-recompile" and "24 recompiles" in f.evidence
+    assert f.fix.index("fewer distinct input shapes") < f.fix.index("jax_compilation_cache_dir")
+    assert fd.compile_dominates(obs(compile_s=10.0, wall_s=12.0)).caused_by == ""
+    # the cache line runs as printed and names the home folder, not a folder literally called ~ (issue 73)
+    line = next(ln for ln in f.fix.splitlines() if "jax_compilation_cache_dir" in ln)
+    code = line[line.index("import os"):line.index("'~/.cache/jax'))") + len("'~/.cache/jax'))")]
+    monkeypatch.setenv("HOME", str(tmp_path))
+    before = jax.config.jax_compilation_cache_dir
+    try:
+        exec(code, {"jax": jax})
+        assert jax.config.jax_compilation_cache_dir == os.path.join(str(tmp_path), ".cache", "jax")
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)
+
+
+def test_speed_findings_come_before_memory_ones() -> None:
+    mib = 1 << 20
+    seen = obs(info={"carried": {"leaves": 4, "bytes": 3 * mib}, "donated_bytes": 0}, compile_s=5.0, wall_s=10.0)
+    assert [f.id for f in fd.diagnose(seen)] == ["compile-dominates", "jax-no-donation"]  # both info
 
 
 def test_compile_dominates_tiers() -> None:

@@ -115,6 +115,14 @@ def test_attention_finding_on_a_gpu() -> None:
     assert "32.00 MiB" in gpu.evidence and "implementation='cudnn'" in gpu.fix
     cpu = fd.jax_attention_kernel(step_obs(GPU_UNFUSED, "cpu"))
     assert cpu is not None and cpu.severity == "info"  # no fused kernel to choose on a CPU
+    assert "cudnn" not in (cpu.fix + cpu.title).lower()  # no advice for a GPU the run does not have (issue 76)
+    # a port that calls jax.nn.dot_product_attention: on a CPU nothing to say (it is not written out), on a GPU
+    # the title names the call, not softmax(q @ k^T) @ v
+    called = GPU_UNFUSED.replace('op_name="jit(step)/bhqk,bkhd->bhqd', 'op_name="jit(step)/dot_product_attention')
+    assert program.attention(called)["dot_product_attention"]  # named on a dot that is not the scores' own
+    assert fd.jax_attention_kernel(step_obs(called, "cpu")) is None
+    on_gpu = fd.jax_attention_kernel(step_obs(called, "gpu"))
+    assert "jax.nn.dot_product_attention" in on_gpu.title and "softmax(q @ k^T)" not in on_gpu.title
     small = GPU_UNFUSED.replace("512,512", "16,16")
     assert fd.jax_attention_kernel(step_obs(small, "gpu")).severity == "info"  # 8 KiB of scores
 

@@ -118,7 +118,10 @@ def attention(hlo: str) -> dict[str, Any] | None:
     dt, dims, line = max(scores, key=lambda s: _size(s[1]) * DTYPE_BYTES.get(s[0], 4))
     return {"kind": "unfused", "scores_shape": dims, "dtype": dt,
             "scores_bytes": _size(dims) * DTYPE_BYTES.get(dt, 4),
-            "dot_product_attention": any(n in line for n in DPA_NAME), "causal": _causal(hlo, dims[-2], dims[-1])}
+            # any of the program's batched dots named by jax.nn.dot_product_attention (the largest scores may be
+            # another one's, or a fusion's line whose name is the fusion's): the script calls it
+            "dot_product_attention": any(n in b[2] for b in batched for n in DPA_NAME),
+            "causal": _causal(hlo, dims[-2], dims[-1])}
 
 
 def _causal(hlo: str, q: int, k: int) -> bool:

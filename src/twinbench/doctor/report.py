@@ -87,12 +87,8 @@ def summary_line(obs: dict[str, Any]) -> str:
                  + ", ".join(f"{k} {v}: {counts.get(k, 0)} steps" for k, v in stepped.items())
                  + "; the one stepping least often marks an iteration), ")
     it = obs.get("iter_ms")
-    device = (obs.get("split") or {}).get("step_ms")
-    pace = (f", {it:.2f} ms per iteration (the loop end to end: mean of the steady iterations, one step start to "
-            f"the next)" + (f"; the step itself {device:.2f} ms (its call to its results ready), median step "
-                            f"interval {step_ms:.2f} ms" if device is not None and step_ms else
-                            f"; median step {step_ms:.2f} ms" if step_ms else "")) if it else \
-        (f", {step_ms:.2f} ms/step (median, steady)" if step_ms else "")
+    pace = (f": {it:.2f} ms a step (the mean steady iteration, one step start to the next: the time per step the "
+            "script's own clock shows)") if it else (f": {step_ms:.2f} ms a step (median, steady)" if step_ms else "")
     return (f"{fw}; {step}{obs.get('steps', 0)} steps" + pace
             + (" [the rate the loop dispatched its steps: their results could not be waited on; --steps N "
                "times them to the end]" if obs.get("step_timing") == "dispatch" else "")
@@ -102,11 +98,38 @@ def summary_line(obs: dict[str, Any]) -> str:
             + (" (stopped at --timeout)" if obs.get("timed_out") else ""))
 
 
+#: the median step differs from the headline's mean by more than this share: the steps vary (said beside it)
+VARY_SHARE = 0.10
+
+
+def pace_details(obs: dict[str, Any]) -> str | None:
+    """What the headline's one step time holds, each other figure named for what it is: the step function's
+    own part of each step (a torch step's forward, backward and update; a jitted step's call to its results
+    ready), and the median step where slow steps move the mean (a busy machine, an evaluation every N steps).
+    None when there is nothing beside the headline."""
+    it, median = obs.get("iter_ms"), obs.get("step_ms")
+    if not it:
+        return None
+    parts = []
+    own = (obs.get("split") or {}).get("step_ms")
+    if own is not None:
+        kind = obs.get("step_kind") or ""
+        what = ("the forward, backward and update" if kind.startswith("torch") else
+                f"{obs.get('step_fn') or 'the step'} from its call to its results ready")
+        parts.append(f"{what} {own:.2f} ms of it (central steps; the rest is the loop's own code and its input)")
+    if median and abs(median - it) > VARY_SHARE * it:
+        parts.append(f"the steps vary: the median step is {median:.2f} ms, "
+                     + ("slow steps raise the mean" if median < it else "fast steps lower the mean"))
+    return "; ".join(parts) or None
+
+
 def render(console: Console, findings: list[Finding], obs: dict[str, Any], title: str,
            watching: bool = False) -> None:
     """Print one panel per finding, worst first, under a one-line summary of the run."""
     console.print(f"[bold]twinbench doctor[/] {title}", highlight=False)
     console.print(f"  {summary_line(obs)}", highlight=False)
+    if details := pace_details(obs):
+        console.print(f"  of each step: {details}", highlight=False)
     py = obs.get("python") or {}
     if py:
         console.print(f"  python: {py.get('executable')} ({py.get('version')})"
@@ -131,6 +154,7 @@ def render(console: Console, findings: list[Finding], obs: dict[str, Any], title
     for f in findings:
         body = Group(
             *([Text.assemble(("at: ", "bold"), f.location)] if f.location else []),
+            *([Text.assemble(("caused by: ", "bold"), f"{f.caused_by} (its fix first)")] if f.caused_by else []),
             Text(f.evidence, style="default"),
             Text.assemble(("fix: ", "bold"), f.fix),
             Text(f.doc, style="dim underline") if f.doc else Text(""),

@@ -105,6 +105,9 @@ IDS = ("script-error", "jax-python-control-flow", "jax-recompile", "jax-eager-op
        "nnx-graph-overhead", "jax-unrolled-loop", "jax-attention-kernel", "page-faults")
 
 
+MEMORY_ONLY = ("jax-no-donation",)  # findings whose fix saves memory, not time
+
+
 def diagnose(obs: Obs) -> list[Finding]:
     """Every finding for these observations, worst first."""
     found = [f for check in CHECKS if (f := check(obs)) is not None]
@@ -113,7 +116,8 @@ def diagnose(obs: Obs) -> list[Finding]:
         if not f.location and where and f.id not in ("script-error", "compile-dominates", "cpu-oversubscribed",
                                                             "page-faults"):
             f.location = where
-    return sorted(found, key=lambda f: SEVERITIES.index(f.severity))
+    # worst first; within a severity, the findings about speed before those about memory alone
+    return sorted(found, key=lambda f: (SEVERITIES.index(f.severity), f.id in MEMORY_ONLY))
 
 
 def serious(findings: list[Finding]) -> bool:

@@ -11,28 +11,36 @@ ATTN_WARN_BYTES = 1 << 20  # on a GPU, an unfused score tensor of this size (per
 def jax_attention_kernel(obs: Obs) -> Finding | None:
     """Threshold: on a GPU, attention computed unfused (a softmax between two batched dots: the [.., q, k]
     score matrix written to memory and read back) with a score tensor >= 1 MiB is a warning; on other
-    backends (no fused kernel to pick) or a smaller one, info. A cuDNN fused attention call: nothing."""
+    backends (no fused kernel to pick) or a smaller one, info, whose fix names no GPU kernel. A cuDNN fused
+    attention call, or jax.nn.dot_product_attention called off a GPU: nothing."""
     prog = obs.get("info", {}).get("step_program") or {}
     att, backend = prog.get("attention"), prog.get("backend", "?")
     if not att or att.get("kind") != "unfused":
         return None
     size = att["scores_bytes"]
     gpu = backend in ("gpu", "cuda", "rocm")
-    how = ("jax.nn.dot_product_attention with its XLA implementation" if att.get("dot_product_attention")
-           else "written out: softmax(q @ k^T) @ v")
+    called = bool(att.get("dot_product_attention"))
+    if called and not gpu:  # the script calls the API that picks a fused kernel where there is one: nothing to do
+        return None
+    how = "jax.nn.dot_product_attention with its XLA implementation" if called else "written out: softmax(q @ k^T) @ v"
     # the mask the program has: a causal one becomes is_causal=True; any other (padding) stays the caller's mask
     masking = ("is_causal=True" if att.get("causal") else
                "mask=your_mask (a [batch, 1, q, k] boolean, or None; the step has no causal mask, so not is_causal)")
     where = ("on this GPU no fused kernel is used" if gpu else
-             f"on the {backend} backend there is no fused kernel to choose; on a GPU this would not be fused either")
+             f"on the {backend} backend there is no fused kernel to choose")
+    if gpu:
+        fix = (f"Call the fused kernel: jax.nn.dot_product_attention(q, k, v, {masking}, implementation='cudnn') "
+               "on an NVIDIA GPU, with q, k, v in bfloat16 (cuDNN's flash attention takes bf16/fp16; its layout is "
+               "[batch, seq, heads, head_dim]); in Flax NNX pass attention_fn=partial(jax.nn.dot_product_attention, "
+               "implementation='cudnn') where the layer takes one.")
+    else:  # no cuDNN here: advice for a machine the script does not run on would be untested
+        fix = (f"Nothing to change for this {backend} run. Calling jax.nn.dot_product_attention(q, k, v, {masking}) "
+               "instead of writing attention out lets JAX choose a fused kernel on a machine that has one; the "
+               "doctor checks it there.")
     return Finding(
         "jax-attention-kernel", "warning" if gpu and size >= ATTN_WARN_BYTES else "info",
         f"attention is computed unfused ({how})",
         f"the compiled step has a softmax between two batched dots, no fused attention call: the score tensor "
         f"{att['dtype']}{att['scores_shape']} ({_mib(size)}) is written to memory and read back in each call; "
         f"{where} (warning on a GPU from a {_mib(ATTN_WARN_BYTES)} score tensor)",
-        f"Call the fused kernel: jax.nn.dot_product_attention(q, k, v, {masking}, "
-        "implementation='cudnn') on an NVIDIA GPU, with q, k, v in bfloat16 (cuDNN's flash attention takes "
-        "bf16/fp16; its layout is [batch, seq, heads, head_dim]); in Flax NNX pass "
-        "attention_fn=partial(jax.nn.dot_product_attention, implementation='cudnn') where the layer takes one.",
-        f"{JAX_DOCS}/_autosummary/jax.nn.dot_product_attention.html", location=_step_location(obs))
+        fix, f"{JAX_DOCS}/_autosummary/jax.nn.dot_product_attention.html", location=_step_location(obs))

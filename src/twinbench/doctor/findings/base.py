@@ -21,6 +21,7 @@ class Finding:
     fix: str  # a concrete code change
     doc: str = ""  # where the frameworks document it
     location: str = ""  # the first frame in the user's own files (-> the library frame that did the work)
+    caused_by: str = ""  # the id of the finding that causes this one (its fix comes first), "" when none
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

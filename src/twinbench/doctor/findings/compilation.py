@@ -7,6 +7,7 @@ import re
 from collections import Counter
 
 from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _per_step, _step_location
+from twinbench.doctor.findings.recompiles import RECOMPILE_WARN, user_recompiles
 
 # -- compile-dominates --------------------------------------------------------------------------------------------
 COMPILE_SHARE = 0.30  # of the script's wall time
@@ -43,17 +44,22 @@ def compile_dominates(obs: Obs) -> Finding | None:
     severity = "warning" if compile_s >= COMPILE_WARN_S else "info"
     fws = obs.get("frameworks", [])
     fix = []
+    recompiled = user_recompiles(obs) if "jax" in fws else []
     eager = eager_compiles(obs) if "jax" in fws else None
     if eager is not None:
         fix.append(f"JAX: most of it is {eager[0]} compiles of single operations ({eager[1]:.1f} s; {eager[2]}): the "
                    "step runs op by op outside jit and each new operation and shape compiles on its own. Jit the "
                    "step (jax-eager-ops, its fix): it then compiles once as one program; then keep compiled programs "
-                   "across runs, jax.config.update('jax_compilation_cache_dir', '~/.cache/jax').")
+                   "across runs, import os; jax.config.update('jax_compilation_cache_dir', "
+                   "os.path.expanduser('~/.cache/jax')).")
     elif "jax" in fws:
-        fix.append("JAX: keep compiled programs across runs, jax.config.update('jax_compilation_cache_dir', "
-                   "'~/.cache/jax') (and jax_persistent_cache_min_compile_time_secs=0); compile one layer "
-                   "and scan over the stack (nnx.scan / jax.lax.scan instead of a Python loop of layers); "
-                   "fewer distinct input shapes.")
+        fix.append("JAX: " + (f"fewer distinct input shapes first: {len(recompiled)} of the compiles are recompiles "
+                              "of the step after step 1 (jax-recompile: apply its fix); then " if recompiled else
+                              "fewer distinct input shapes; ")
+                   + "keep compiled programs across runs, import os; jax.config.update('jax_compilation_cache_dir', "
+                   "os.path.expanduser('~/.cache/jax')) (and jax_persistent_cache_min_compile_time_secs=0); "
+                   "compile one layer and scan over the stack (nnx.scan / jax.lax.scan instead of a Python loop of "
+                   "layers).")
     if "torch" in fws:
         fix.append("PyTorch: compile the repeated block instead of the whole model (regional compilation: "
                    "torch.compile each layer), keep the FX graph cache on (TORCHINDUCTOR_FX_GRAPH_CACHE=1), "
@@ -62,11 +68,13 @@ def compile_dominates(obs: Obs) -> Finding | None:
         "compile-dominates", severity,
         f"compilation takes {100 * compile_s / wall:.0f}% of the run",
         f"{compile_s:.1f} s compiling of {wall:.1f} s wall time over {obs.get('steps', 0)} steps "
+        + (f"({len(recompiled)} recompiles of the step after step 1: see jax-recompile) " if recompiled else "")
         + (f"({eager[0]} backend compiles of single operations run outside jit: {eager[2]}) " if eager else "")
         + f"(above {100 * COMPILE_SHARE:.0f}%: info from {COMPILE_MIN_S:g} s of compilation, warning from "
         f"{COMPILE_WARN_S:g} s); a longer run amortises it",
-        "\n".join(fix) or "Cache compiled programs across runs and compile fewer distinct shapes.",
-        f"{JAX_DOCS}/persistent_compilation_cache.html")
+        "\n".join(fix) or "Compile fewer distinct shapes, and cache compiled programs across runs.",
+        f"{JAX_DOCS}/persistent_compilation_cache.html",
+        caused_by="jax-recompile" if len(recompiled) >= RECOMPILE_WARN else "")
 
 
 # -- jax-unrolled-loop ----------------------------------------------------------------------------------------------

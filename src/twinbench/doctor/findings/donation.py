@@ -7,6 +7,8 @@ from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _mib, _step_l
 # -- jax-no-donation ---------------------------------------------------------------------------------------
 DONATION_MIN_BYTES = 1 << 20  # state replaced every step, not donated, at least this large
 DONATION_SHARE = 0.5  # ... and less than this share of it donated
+MEMORY_SHORT_SHARE = 0.5  # the step's buffers (arguments, outputs, temporaries) take this share of the memory
+# they compete for: the copy donation saves may decide whether the step fits; below it, it saves memory and no time
 
 
 def donation_fix(obs: Obs) -> str:
@@ -42,7 +44,9 @@ def donation_fix(obs: Obs) -> str:
 
 
 def jax_no_donation(obs: Obs) -> Finding | None:
-    """Threshold: >= 1 MiB of state is passed in and returned every step, and < 50% of it is donated."""
+    """Threshold: >= 1 MiB of state is passed in and returned every step, and < 50% of it is donated: info (it
+    saves memory, not time), a warning where memory is short (the step's buffers take >= 50% of the memory they
+    compete for: an accelerator's limit, the CPU's available memory)."""
     info = obs.get("info", {})
     carried = info.get("carried", {}).get("bytes", 0)
     donated = info.get("donated_bytes")
@@ -54,17 +58,25 @@ def jax_no_donation(obs: Obs) -> Finding | None:
         return None  # the executable aliases (donates) the state on each device, whatever args_info says
     if mem:  # compare like with like: XLA's memory analysis is per device
         carried, donated = per_device, max(donated * per_device // max(carried, 1), 0)
+    capacity = info.get("memory_capacity_bytes")
+    peak = (mem.get("argument_size_in_bytes", 0) + mem.get("output_size_in_bytes", 0)
+            + mem.get("temp_size_in_bytes", 0) - mem.get("alias_size_in_bytes", 0)) if mem else 0
+    short = bool(capacity) and peak >= MEMORY_SHORT_SHARE * capacity
+    room = (f"; the step's buffers take {_mib(peak)} of {_mib(capacity)} of memory "
+            + ("(memory is short: " if short else "(memory is not short: ")
+            + f"warning from {MEMORY_SHORT_SHARE:.0%}, else info)") if capacity and mem else \
+        f" (info: a warning only where the step's buffers take {MEMORY_SHORT_SHARE:.0%} of the memory)"
     mem_txt = (f"; XLA memory analysis of the step: arguments {_mib(mem['argument_size_in_bytes'])}, outputs "
                f"{_mib(mem['output_size_in_bytes'])}, aliased (donated) {_mib(mem['alias_size_in_bytes'])}"
                if mem else "")
     return Finding(
-        "jax-no-donation", "warning",
+        "jax-no-donation", "warning" if short else "info",
         f"{_mib(carried)} of params/optimizer state is not donated: the step holds its old and new copies at once",
         f"{info['carried'].get('leaves', 0)} arrays ({_mib(carried)}" + (" per device" if mem else "")
         + f") that each step returns are passed to the next step; {_mib(donated)} of them donated "
         f"(Lowered.args_info; the executable aliases {_mib(mem.get('alias_size_in_bytes', 0))}), so the step holds old and new copies "
         f"at once: about {_mib(carried - donated)} more device memory at peak{mem_txt} "
-        f"(warning from {_mib(DONATION_MIN_BYTES)} not donated). Donation saves that memory, not time: the step "
+        f"({_mib(DONATION_MIN_BYTES)} not donated{room}). Donation saves that memory, not time: the step "
         "computes the same, and an asynchronous loop on a CPU can even run slower donated; time it both ways",
         donation_fix(obs),
         f"{JAX_DOCS}/faq.html#buffer-donation")

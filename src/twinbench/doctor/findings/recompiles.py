@@ -11,9 +11,8 @@ from twinbench.doctor.findings.base import JAX_DOCS, TORCH_DOCS, Finding, Obs, _
 # -- jax-recompile ------------------------------------------------------------------------------------------
 RECOMPILE_WARN = 2  # tracing cache misses of a known function after step 1: 1 = info, >= 2 = warning
 RECOMPILE_FIX = {
-    "shape": "Give the step a few fixed shapes: pad the last/odd batches to the full size with a mask "
-             "(x = np.pad(x, ((0, B - len(x)), (0, 0)))), drop the remainder (drop_last=True), or bucket "
-             "sequence lengths to powers of two.",
+    "shape": "Give the step a few fixed shapes: pad the inputs whose shape changes to a few fixed sizes (with a "
+             "mask), or drop a smaller last batch (drop_last=True).",
     "dtype": "Cast inputs to one dtype before the call, every step: x = jnp.asarray(x, jnp.float32).",
     "weak type": "Pass the same kind of value every step: make it an array once, lr = jnp.asarray(lr, "
                  "jnp.float32), instead of a Python float on some steps and an array on others.",
@@ -53,11 +52,65 @@ def _is_user_recompile(message: str) -> bool:
     return not (m and any(p in m.group(1) for p in LIBRARY_PATHS))
 
 
+SHAPES = re.compile(r"\* at ([^,]+), now (\w+)\[([\d,]*)\]\S* and before (\w+)\[([\d,]*)\]")
+
+
+def changed_axes(messages: list[str]) -> tuple[dict[int, set[int]], int, str]:
+    """From ``jax_explain_cache_misses``' ``now i32[32,55] and before i32[32,39]``: each axis that changed with
+    the sizes seen on it, the arrays' rank, and the argument named (the first), over every message."""
+    axes: dict[int, set[int]] = {}
+    rank, arg = 0, ""
+    for msg in messages:
+        for m in SHAPES.finditer(msg):
+            now = [int(d) for d in m.group(3).split(",") if d]
+            before = [int(d) for d in m.group(5).split(",") if d]
+            if len(now) != len(before) or now == before:
+                continue
+            rank, arg = rank or len(now), arg or m.group(1).strip()
+            for k, (a, b) in enumerate(zip(now, before, strict=True)):
+                if a != b:
+                    axes.setdefault(k, set()).update((a, b))
+    return axes, rank, arg
+
+
+def pad_code(axis: int, rank: int, size: str) -> str:
+    """``np.pad``'s call that pads ``x``'s ``axis`` (of ``rank``) up to ``size`` (an expression)."""
+    widths = ", ".join(f"(0, {size} - x.shape[{axis}])" if k == axis else "(0, 0)" for k in range(rank))
+    return f"x = np.pad(x, ({widths}{',' if rank == 1 else ''}), constant_values=0)"
+
+
+def shape_fix(messages: list[str]) -> str:
+    """The shape cause's fix, derived from the evidence: the axis that changes is padded (axis 0: the batch, to
+    its full size, or the remainder dropped; another axis, a sequence length: bucketed to a few lengths), in
+    code lines that run as printed on the array ``x`` (the doctor's tests execute them)."""
+    axes, rank, arg = changed_axes(messages)
+    if not axes or not rank:
+        return RECOMPILE_FIX["shape"]
+    seen = "; ".join(f"axis {k}: {', '.join(map(str, sorted(v)))}" for k, v in sorted(axes.items()))
+    lines = [f"The shapes of {arg or 'an input'} change ({seen}). Give the step a few fixed shapes, "
+             "with numpy (import numpy as np), for each input x of that shape:"]
+    for k in sorted(axes):
+        if k == 0:
+            lines += [f"  {pad_code(0, rank, str(max(axes[0])))}  # the batch, padded to its full size "
+                      "(mask the padded rows out of the loss), or drop_last=True in the loader"]
+        else:
+            lines += [f"  L = max(16, 1 << (x.shape[{k}] - 1).bit_length())  # axis {k} (a sequence length) "
+                      "bucketed to 16, 32, 64, ...: one compile a bucket, not one a length",
+                      f"  {pad_code(k, rank, 'L')}  # 0: your pad token's id; pad the attention "
+                      "mask with 0s alike"]
+    return "\n".join(lines)
+
+
+def user_recompiles(obs: Obs) -> list[str]:
+    """The cache misses after step 1 of the script's own functions (what jax-recompile counts)."""
+    return [n["message"] for n in _steady_notes(obs, "cache_miss")
+            if not n.get("nested") and _is_user_recompile(n["message"])]
+
+
 def jax_recompile(obs: Obs) -> Finding | None:
     """Threshold: >= 2 recompiles (tracing cache misses) of an already-compiled function after step 1; a
     function traced inside another one's trace (e.g. a shard_map body defined in the step) is not one."""
-    misses = [n["message"] for n in _steady_notes(obs, "cache_miss")
-              if not n.get("nested") and _is_user_recompile(n["message"])]
+    misses = user_recompiles(obs)
     if not misses:
         return None
     causes = Counter(recompile_cause(m) for m in misses)
@@ -74,8 +127,9 @@ def jax_recompile(obs: Obs) -> Finding | None:
         f"({', '.join(f'{c}: {n}' for c, n in causes.items())}); {len(compiles)} XLA compiles, "
         f"{steady_compile_s:.2f} s of backend compile after step 1; jax_explain_cache_misses says: "
         + " | ".join(detail) + f" (warning from {RECOMPILE_WARN} recompiles)",
-        RECOMPILE_FIX.get(top, "Keep every argument's shape, dtype, weak type and structure the same each step.")
-        + " Then keep it fixed: run steps 2.. under `with jax.no_tracing(True):` in a test (a retrace raises).",
+        (shape_fix([m for m in misses if recompile_cause(m) == "shape"]) if top == "shape" else
+         RECOMPILE_FIX.get(top, "Keep every argument's shape, dtype, weak type and structure the same each step."))
+        + "\nThen keep it fixed: run steps 2.. under `with jax.no_tracing(True):` in a test (a retrace raises).",
         f"{JAX_DOCS}/jit-compilation.html#caching")
 
 

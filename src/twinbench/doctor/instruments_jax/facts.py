@@ -84,6 +84,7 @@ class StepFacts(Hooks):
                     rec.info["memory"] = {k: int(getattr(mem, k)) for k in (
                         "argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
                         "temp_size_in_bytes")}
+                    rec.info["memory_capacity_bytes"] = memory_capacity(self.jax)
             except Exception as e:  # the report says what it could not learn
                 if type(wrapper.jitted).__module__.startswith("flax") or "update context" in str(e):
                     # a Flax NNX transform (nnx.jit & co.) cannot be re-lowered from shapes outside its
@@ -126,6 +127,25 @@ def _read_program(self: StepFacts, wrapper: _Jitted) -> None:
     finally:
         rec.internal -= 1
 
+
+
+def memory_capacity(jax: Any) -> int | None:
+    """The memory a step's buffers compete for: the first device's limit (``memory_stats``' ``bytes_limit``, an
+    accelerator's), else, on the CPU, the host memory available now (``MemAvailable``); None where unknown."""
+    try:
+        stats = jax.devices()[0].memory_stats() or {}
+    except Exception:  # a backend without memory stats
+        stats = {}
+    if stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def _nnx_context(fun: Any) -> Any:
