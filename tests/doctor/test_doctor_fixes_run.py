@@ -161,6 +161,22 @@ def test_the_headline_gives_one_step_time_and_names_every_other_figure() -> None
     assert "train_step from its call to its results ready 3.20 ms" in pace_details(jitted)
 
 
+def test_a_skipped_check_is_said_in_the_text_and_the_json() -> None:
+    import io
+
+    from rich.console import Console
+
+    from twinbench.doctor.report import render, to_json
+
+    why = "a pmapped step is not traced again from its shapes"
+    obs = {"frameworks": ["jax"], "step_fn": "train_step", "steps": 6, "steady_steps": 4, "iter_ms": 2.0,
+           "info": {"skipped": {"the step's program (unrolled layers, attention kernel)": why}}}
+    out = io.StringIO()
+    render(Console(file=out, width=200), [], obs, "s.py")
+    assert f"not checked: the step's program (unrolled layers, attention kernel): {why}" in out.getvalue()
+    assert to_json([], obs)["not_checked"] == obs["info"]["skipped"]
+
+
 def test_an_eager_fix_names_its_function_and_decorator() -> None:
     step = {"functions": [{"name": "apply_model", "file": "/s.py", "line": 27, "params": ["state", "n"],
                            "static": {"n": "an int"}, "nnx": False}], "loop": False, "at": "/s.py:30"}

@@ -42,6 +42,7 @@ def to_json(findings: list[Finding], obs: dict[str, Any], script: str | None = N
         "self_errors": self_errors(obs),
         "python": obs.get("python"),
         "iter_ms": obs.get("iter_ms"),
+        "not_checked": dict(not_checked(obs)),  # checks skipped for this step, with why
         "observations": obs,  # everything the text is made from (split, per-step rates, notes, info)
     }
 
@@ -98,6 +99,12 @@ def summary_line(obs: dict[str, Any]) -> str:
             + (" (stopped at --timeout)" if obs.get("timed_out") else ""))
 
 
+def not_checked(obs: dict[str, Any]) -> list[tuple[str, str]]:
+    """The checks the doctor skipped for this step, each with why (``info.skipped``: a pmapped step's program is not
+    read back, so neither unrolled layers nor the attention kernel is checked)."""
+    return [(k, v) for k, v in ((obs.get("info") or {}).get("skipped") or {}).items()]
+
+
 #: the median step differs from the headline's mean by more than this share: the steps vary (said beside it)
 VARY_SHARE = 0.10
 
@@ -130,6 +137,8 @@ def render(console: Console, findings: list[Finding], obs: dict[str, Any], title
     console.print(f"  {summary_line(obs)}", highlight=False)
     if details := pace_details(obs):
         console.print(f"  of each step: {details}", highlight=False)
+    for what, why in not_checked(obs):
+        console.print(f"  not checked: {what}: {why}", highlight=False)
     py = obs.get("python") or {}
     if py:
         console.print(f"  python: {py.get('executable')} ({py.get('version')})"

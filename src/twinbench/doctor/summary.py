@@ -24,6 +24,10 @@ SIGNALS = {  # step candidate kind -> how the step was found (the report names i
     "jit-lib": "a library's jitted function", "pmap-lib": "a library's pmapped function",
     "torch-compiled": "a torch.compile'd function",
 }
+#: step candidate kind -> the framework whose work it is (a framework with no candidate called and no eager op run
+#: is one the script only imports: its threads are not the script's)
+KIND_FRAMEWORK = {"torch-optimizer": "torch", "torch-backward": "torch", "torch-compiled": "torch", "jit": "jax",
+                  "pmap": "jax", "grad": "jax", "optax": "jax", "jit-lib": "jax", "pmap-lib": "jax"}
 ASYNC_KINDS = ("jit", "pmap", "jit-lib", "pmap-lib")  # steps whose call returns before the device is done
 #: a doctor.recorder.Recorder (not imported: the recorder imports this module)
 Recorder = Any
@@ -191,8 +195,12 @@ def observations(rec: Recorder) -> dict[str, Any]:
         timing = "end-to-end"
         if iter_ms is not None:
             iter_ms = max(iter_ms, step_ms)
+    used = {KIND_FRAMEWORK[k] for c, k in rec.kinds.items() if k in KIND_FRAMEWORK and rec.calls.get(c)}
+    if rec.counters.get("eager_ops"):
+        used.add("jax")
     obs: dict[str, Any] = {
         "frameworks": sorted(rec.frameworks),
+        "frameworks_used": sorted(used),  # those whose work the script ran (not only imported)
         "python": {"executable": sys.executable, "version": platform.python_version()},
         "wall_s": wall,
         "steps": len(starts),

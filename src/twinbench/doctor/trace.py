@@ -95,7 +95,36 @@ def conditions(obs: dict[str, Any]) -> dict[str, Any]:
     eager = _per_step(obs, "eager_ops")
     if eager is not None:
         out["eager_ops_per_step"] = round(eager, 1)
+    log = compile_log(obs)
+    if log:
+        out["compiles"] = log
     return out
+
+
+def compile_log(obs: dict[str, Any]) -> dict[str, Any]:
+    """What compiled after step 1, for explain's compilation row (:mod:`twinbench.explain.compilation`): the
+    steps, the backend compiles and their seconds, the script's retraces (JAX's cache misses, Dynamo's
+    recompiles) by cause with up to 3 of the shape changes ``jax_explain_cache_misses`` printed, and the
+    finding that says the fix. {} when nothing compiled after step 1."""
+    from twinbench.doctor.findings.base import _steady_notes
+    from twinbench.doctor.findings.recompiles import _is_user_recompile, recompile_cause
+
+    compiles = _steady_notes(obs, "compile")
+    misses = [n["message"] for n in _steady_notes(obs, "cache_miss")
+              if not n.get("nested") and _is_user_recompile(n["message"])]
+    torch_recompiles = obs.get("notes", {}).get("recompile", [])
+    if not compiles and not misses and not torch_recompiles:
+        return {}
+    causes: dict[str, int] = {}
+    for m in misses:
+        causes[recompile_cause(m)] = causes.get(recompile_cause(m), 0) + 1
+    shapes = [ln.strip().lstrip("* ")[:200] for m in misses for ln in m.splitlines() if " now " in ln
+              and " and before " in ln][:3]
+    finding = "jax-recompile" if misses else "torch-recompile" if torch_recompiles else ""
+    return {"steps": int(obs.get("steps") or 0), "compiles": len(compiles),
+            "compile_s": round(sum(float(n.get("s", 0.0)) for n in compiles), 3),
+            "retraces": len(misses) or len(torch_recompiles), "causes": causes, "shapes": shapes,
+            "finding": finding}
 
 
 def explain_command(trace_dir: Path, info: dict[str, Any]) -> str:

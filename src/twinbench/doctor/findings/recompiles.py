@@ -107,12 +107,61 @@ def user_recompiles(obs: Obs) -> list[str]:
             if not n.get("nested") and _is_user_recompile(n["message"])]
 
 
+def step_compiled_again(obs: Obs) -> list[dict]:
+    """The backend compiles after step 1 of the program step 1 compiled (its largest compile, by name) when no
+    trace missed JAX's cache: the same program compiled again for its inputs' placement (a pmapped step whose
+    first inputs sit on one device, then its own outputs sharded over all of them), which
+    ``jax_explain_cache_misses`` does not report."""
+    if obs.get("step_kind") not in ("jit", "pmap"):
+        return []
+    compiles = obs.get("notes", {}).get("compile", [])
+    first = [n for n in compiles if n.get("step") == 1]
+    if not first:
+        return []
+    fn = max(first, key=lambda n: n.get("s", 0.0))["fn"]
+    return [n for n in compiles if n.get("step", 0) >= 2 and n["fn"] == fn]
+
+
+def placement_recompile(obs: Obs, again: list[dict]) -> Finding:
+    """jax-recompile for a step compiled again with no new trace (:func:`step_compiled_again`)."""
+    info = obs.get("info", {})
+    pmap = obs.get("step_kind") == "pmap"
+    axis = (info.get("jit_options") or {}).get("axis_name")
+    args = [a.split(":", 1)[-1] for a in info.get("carried_args") or []]
+    secs = sum(n.get("s", 0.0) for n in again)
+    steps = sorted({n.get("step", 0) for n in again})
+    if pmap and axis and args:
+        fix = ("Before the loop, place what the step carries as the pmapped step returns it (sharded over the "
+               "devices on its axis), so the first call compiles the program every later call runs:\n"
+               "  from jax.sharding import AxisType, NamedSharding, PartitionSpec as P\n"
+               f"  mesh = jax.make_mesh((jax.local_device_count(),), ({axis!r},), axis_types=(AxisType.Auto,))\n"
+               + "".join(f"  {a} = jax.device_put({a}, NamedSharding(mesh, P({axis!r})))\n" for a in args)
+               + "or move from pmap to jit (jax-pmap-legacy).")
+    else:
+        fix = ("Give the step its inputs where it leaves its outputs from the first call on: jax.device_put the "
+               "state with the sharding the step returns (out.sharding) before the loop"
+               + (", or move from pmap to jit (jax-pmap-legacy)." if pmap else "."))
+    return Finding(
+        "jax-recompile", "warning" if len(again) >= RECOMPILE_WARN or secs >= 1.0 else "info",
+        f"the step's program compiled again {len(again)} time(s) after step 1, with no new trace (cause: "
+        "input placement)",
+        f"{again[0]['fn']} was compiled at step 1 and again at step(s) {', '.join(map(str, steps))} "
+        f"({secs:.2f} s of backend compile), while no trace missed JAX's cache: the same shapes, placed "
+        "differently"
+        + ("; a pmapped step's first inputs sit on one device and its outputs, the next inputs, are sharded over "
+           "all of them" if pmap else "")
+        + f" (warning from {RECOMPILE_WARN} compiles or 1 s)",
+        fix, f"{JAX_DOCS}/migrate_pmap.html" if pmap else f"{JAX_DOCS}/jit-compilation.html#caching")
+
+
 def jax_recompile(obs: Obs) -> Finding | None:
     """Threshold: >= 2 recompiles (tracing cache misses) of an already-compiled function after step 1; a
-    function traced inside another one's trace (e.g. a shard_map body defined in the step) is not one."""
+    function traced inside another one's trace (e.g. a shard_map body defined in the step) is not one. With no
+    miss, the step's program compiled again after step 1 (its inputs placed differently) is one too."""
     misses = user_recompiles(obs)
     if not misses:
-        return None
+        again = step_compiled_again(obs)
+        return placement_recompile(obs, again) if again else None
     causes = Counter(recompile_cause(m) for m in misses)
     top = causes.most_common(1)[0][0]
     example = next(m for m in misses if recompile_cause(m) == top)

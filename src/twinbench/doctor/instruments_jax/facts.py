@@ -61,6 +61,9 @@ class StepFacts(Hooks):
         if wrapper.specs is not None and not wrapper.kind.startswith("pmap"):
             with self.guard("step program"):
                 _read_program(self, wrapper)
+        elif wrapper.kind.startswith("pmap"):  # said, not silently left out
+            rec.info.setdefault("skipped", {})["the step's program (unrolled layers, attention kernel)"] = (
+                "a pmapped step is not traced again from its shapes; jit it (jax-pmap-legacy) to have it checked")
         if rec.counters.get("h2d_numpy_args") or rec.counters.get("h2d_guard_arrays"):
             rec.internal += 1
             try:
