@@ -98,6 +98,7 @@ HEAVY_TESTS: frozenset[str] = frozenset({
     "models/test_hf.py::test_compare_run_starts_from_the_checkpoint",
     "models/test_llama_hf.py::test_llama_checkpoint_logits_match_transformers_in_both_twins",
     "models/test_llama_hf.py::test_score_agrees_with_transformers_in_both_frameworks",
+    "predict/test_cli.py::test_model_and_its_port_are_predicted_from_one_build_with_no_step_run",
     "predict/test_programs.py::test_llama_300m_does_not_fit_a_v5e_with_einsum_attention_and_fits_with_splash",
     "report/test_table.py::test_a_run_that_times_out_still_says_what_it_was",
     "strategies/test_jax_strategies.py::test_naive_sync_waits_for_the_parameters_too",

@@ -78,3 +78,20 @@ def test_torchax_is_predicted_from_its_own_program(tmp_path):
     assert torchax["strategy"] == "torchax+bf16" and torchax["step_ms"] > 0 and torchax["fits"] == "yes"
     assert torchax["flops"] == pytest.approx(jit["flops"], rel=0.05)  # the same model's matmuls
     assert torchax["source"].startswith("unoptimized HLO") and torchax["source"] != jit["source"]
+
+
+def test_model_and_its_port_are_predicted_from_one_build_with_no_step_run(monkeypatch):
+    """predict --model builds the user's module once, in its own process, and traces its step (fake tensors; the
+    port's under jax.eval_shape): not compare's check (byo.prepare, byo.parity: real training steps, at BERT-base
+    size minutes and gigabytes); progress printed; --jax-model predicts the port (jax:port)."""
+    from twinbench import runner
+
+    started, real = [], runner.run_module
+    monkeypatch.setattr(runner, "run_module", lambda module, *a, **k: started.append(module) or real(module, *a, **k))
+    r = _predict("--model", "examples/flax_port/model_torch.py:build", "--jax-model",
+                 "examples/flax_port/model_nnx.py:build_jax", "--device", "h200")
+    assert r.exit_code == 0, r.output
+    assert started == ["twinbench.predict.user"]
+    assert "torch eager tiny" in r.output and "jax port tiny" in r.output and "error bar:" in r.output
+    assert "predict [" in r.output and "no training step is run" in r.output
+    assert "reading jax:port's step" in r.output

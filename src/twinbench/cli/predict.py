@@ -28,20 +28,24 @@ from twinbench.predict.datasheets import DATASHEETS
 @with_spec_flags
 def predict_cmd(
     preset: str = PRESET_OPTION,
-    strategies: str = typer.Option("jax:jit+bf16", help="comma-separated strategy names (framework:name to pick "
-                                   "one), as compare takes them"),
+    strategies: Optional[str] = typer.Option(  # noqa: UP045
+        None, help="comma-separated strategy names (framework:name to pick one), as compare takes them; default "
+                   "jax:jit+bf16, with --model torch:eager and jax:torchax (jax:port with --jax-model)"),
     framework: str = typer.Option("torch,jax", help="comma-separated: torch, jax"),
     device: str = typer.Option(..., "--device", help=f"the device to predict for: {', '.join(DATASHEETS)}, or "
                                "here (this machine's CPU)"),
     calibrate: Optional[Path] = typer.Option(None, "--calibrate", help="your measured twinbench results.jsonl: "  # noqa: UP045
                                              "fit the predictions of its kinds (platform x framework) to it"),
-    model: Optional[str] = typer.Option(None, "--model", help="your own PyTorch model, FILE.py:build (as compare)"),  # noqa: UP045
+    model: Optional[str] = typer.Option(None, "--model", help="your own PyTorch model, FILE.py:build (as compare; "  # noqa: UP045
+                                        "built once and traced, no step run)"),
+    jax_model: Optional[str] = typer.Option(None, "--jax-model", help="your own JAX port of --model, "  # noqa: UP045
+                                            "FILE.py:build_jax: its step is the jax:port strategy"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="also write the predictions here"),  # noqa: UP045
     compile_: bool = typer.Option(False, "--compile", help="TPU devices, JAX strategies: compile the step here "
                                   "with the TPU compiler (libtpu, no TPU needed; a minute or two a strategy) for "
                                   "the memory the chip would report, instead of the estimate from the shapes"),
-    timeout: float = typer.Option(600.0, help="seconds before checking --model (importing and building it, in its "
-                                  "own process) is stopped: a model that hangs ends in one line"),
+    timeout: float = typer.Option(600.0, help="seconds before building --model (importing and building it once, in "
+                                  "its own process) is stopped: a model that hangs ends in one line"),
     **overrides: Any,
 ) -> None:
     """Predict the step on a device you do not have, from the program read here (no training step runs).
@@ -69,21 +73,24 @@ def predict_cmd(
     check_json(json_path)
     check_timeout(timeout)
     top: dict[str, Any] = {}
-    if model:
+    if model or jax_model:
         from twinbench.byo.plan import user_fields
 
-        top = user_fields(model, None)
+        top = user_fields(model, jax_model)  # --jax-model alone: one line, as compare
+    if strategies is None:  # a user's model has no JAX twin: its JAX side is torchax or the port
+        strategies = ("torch:eager,jax:port" if jax_model else "torch:eager,jax:torchax") if model else "jax:jit+bf16"
     specs = build_specs(preset, framework, strategies, overrides, **top)
     from twinbench.predict.command import check_covered
 
     check_covered(specs)  # a strategy predict does not read: one line before --model is prepared
+    say = progress() if model else None
     with tempfile.TemporaryDirectory(prefix="twinbench-predict-") as tmp:
-        if model:  # the user's model checked and its initial weights written, as compare does
-            from twinbench.byo.plan import prepare_user
+        if model:  # built once, its initial weights written; no check run (predict/user.py)
+            from twinbench.predict.user import prepare
 
-            specs, _ = prepare_user(specs, Path(tmp), timeout)
+            specs = prepare(specs, Path(tmp), timeout, say or (lambda line: None))
         try:
-            preds, lines = run(specs, device.strip().lower(), devices, calibrate, compile_)
+            preds, lines = run(specs, device.strip().lower(), devices, calibrate, compile_, say)
         except (CalibrationError, OSError, TpuCompileUnavailable) as e:
             fail(str(e))
         except PeakUnavailable as e:
@@ -100,3 +107,17 @@ def predict_cmd(
         console.print(render(pred), highlight=False, soft_wrap=True, markup=False)
     if json_path is not None:
         write_text(json_path, json.dumps([p.to_json() for p in preds], indent=1) + "\n", "--json")
+
+
+def progress() -> Any:
+    """``say(line)``: one line on stderr with the seconds since predict started, so a model read at the sizes
+    people train is never silent."""
+    import time
+
+    start = time.perf_counter()
+
+    def say(line: str) -> None:
+        console.print(f"predict [{time.perf_counter() - start:.0f} s]: {line}", highlight=False, markup=False,
+                      soft_wrap=True)
+
+    return say

@@ -311,9 +311,10 @@ def check_covered(specs: list[RunSpec]) -> None:
 
 
 def run(specs: list[RunSpec], device: str, devices: int = 1, calibrate: Path | None = None,
-        compile_step: bool = False) -> tuple[list[Prediction], list[str]]:
+        compile_step: bool = False, say: Any = None) -> tuple[list[Prediction], list[str]]:
     """Every spec's prediction on ``device``; the lines to print about the calibration used. ``compile_step``:
-    memory from the step compiled for a TPU ``device`` here (checked before any work: libtpu is needed)."""
+    memory from the step compiled for a TPU ``device`` here (checked before any work: libtpu is needed).
+    ``say(line)``: told before each strategy's program is read (progress)."""
     sheets: dict[str, Datasheet] = {}
     sheet = lookup(device) if device != "here" else None  # an unknown device fails before any work
     if compile_step and sheet is not None and sheet.platform == "tpu":
@@ -347,5 +348,10 @@ def run(specs: list[RunSpec], device: str, devices: int = 1, calibrate: Path | N
             n = sum(1 for p in user if p.kind == (plat, fw))
             lines.append(f"--calibrate: {fw} on {plat}: measured / predicted = {f:.2f} over {n} point(s) of "
                          f"{calibrate.name}; predictions of that kind are scaled by it")
-    return [predict_one(s, sheet_of(device, s, sheets), points, fitted, devices, cache, compile_step)
-            for s in specs], lines
+    preds = []
+    for s in specs:
+        if say is not None:
+            how = "traced on fake tensors" if s.framework == "torch" else "lowered from state traced by jax.eval_shape"
+            say(f"reading {s.framework}:{s.strategy.name}'s step ({how})")
+        preds.append(predict_one(s, sheet_of(device, s, sheets), points, fitted, devices, cache, compile_step))
+    return preds, lines
