@@ -254,3 +254,26 @@ def test_make_install_says_the_line_that_puts_twinbench_on_the_path():
     assert "source $(VENV)/bin/activate" in recipe and "@echo" in recipe
     setup = (ROOT / "README.md").read_text().split("```")[1]
     assert "make install && source .venv/bin/activate" in setup
+
+
+def test_the_table_width_outside_a_terminal_is_the_one_getting_started_states():
+    """getting-started says what a log or a file gets: notes at 100 columns and every table at its natural width
+    (no cell cut to "..."); the CLI's console and print_table do that."""
+    import io
+    import sys
+
+    from rich.console import Console
+
+    sys.path.insert(0, str(ROOT / "tests" / "report"))
+    import synthetic
+
+    from twinbench.cli.common import NARROW
+    from twinbench.report.table import print_table, rich_table
+
+    doc = " ".join((ROOT / "docs" / "getting-started.md").read_text().split())
+    assert f"notes wrapped at {NARROW} columns" in doc and "every table at its natural width" in doc
+    recs = [synthetic.record("torch", "eager"), synthetic.record("jax", "jit")]
+    buf = io.StringIO()
+    print_table(Console(file=buf, width=NARROW, force_terminal=False), rich_table(recs, 1000, "t"))
+    widths = [len(line) for line in buf.getvalue().splitlines()]
+    assert max(widths) > NARROW and "…" not in buf.getvalue()
