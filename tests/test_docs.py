@@ -277,3 +277,14 @@ def test_the_table_width_outside_a_terminal_is_the_one_getting_started_states():
     print_table(Console(file=buf, width=NARROW, force_terminal=False), rich_table(recs, 1000, "t"))
     widths = [len(line) for line in buf.getvalue().splitlines()]
     assert max(widths) > NARROW and "…" not in buf.getvalue()
+
+
+#: the pages a newcomer reads first, each one story: README.md and these stay under 300 lines (reference details
+#: on pages behind them, e.g. claims-budget.md)
+SHORT = ("README.md", "docs/getting-started.md", "docs/claims.md", "docs/claims-budget.md", "docs/predict.md",
+         "docs/own-model.md", "docs/comparing.md", "docs/tpu.md", "docs/gpu.md", "docs/torchax.md",
+         "docs/memory.md", "docs/many-devices.md")
+
+
+def test_no_story_page_is_over_300_lines():
+    assert {p: n for p in SHORT if (n := len((ROOT / p).read_text().splitlines())) > 300} == {}
