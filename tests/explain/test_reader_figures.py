@@ -10,7 +10,7 @@ its fused recurrent layers counted as matmuls), and the torch traces' element-wi
 pointwise (views and bookkeeping such as ``aten::item`` moved to data movement, an unknown op to other), and a
 JAX convolution's FLOPs counted as XLA's cost analysis counts them, its dimensions read from its ``dim_labels``
 (the Flax MNIST pair: 1.6226 GFLOP a step, where the kernel's largest dimension taken for its output features
-halved two of its five convolutions).
+halved two of its five convolutions). The recompile pair (issue 73) is pinned as compilation became a row.
 Fixtures and their sources: fixtures/README.md."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _hlo(name: str) -> str | None:
     """The compiled HLO text each JAX fixture was pinned with (the same HLO for the no-block variant)."""
     if name == "h200_jax_jit_bf16.xplane.pb.gz":
         return str(FIX / "h200_jax_jit_bf16.hlo.txt.gz")
-    if name.startswith("pair_") and "_jax" in name:
+    if name.startswith(("pair_", "recompile_")) and "_jax" in name:
         return str(FIX / f"{name.split('_jax')[0]}_jax.hlo.txt.gz")
     return None
 

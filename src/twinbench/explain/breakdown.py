@@ -8,20 +8,65 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from twinbench.explain.taxonomy import COMPILATION, one_compile
+
 PHASES = ("input", "forward", "backward", "optimizer", "rest")
+#: a reader's phase for an op a compiler ran (:meth:`Breakdown.add` files it as ``rest / compilation``)
+COMPILING = "compiling"
 DISTURBED = 1.25  # a traced step this much slower than the fastest was disturbed (descheduled, preempted)
 
 
-def undisturbed(durations: list[float], b: Breakdown | None = None) -> list[int]:
+def undisturbed(durations: list[float], b: Breakdown | None = None, compiling: list[float] | None = None) -> list[int]:
     """The indices of the traced steps to attribute: those within ``DISTURBED`` x the fastest. A step that
     another process descheduled is slow in whichever op it was running; averaging it in would blame that op.
-    With ``b``: the kept steps' spread ((slowest - fastest) / median) goes to ``b.step_spread``."""
-    fastest = min(durations, default=0.0)
-    keep = [i for i, d in enumerate(durations) if d <= DISTURBED * fastest]
-    kept = [durations[i] for i in keep]
-    if b is not None and len(kept) >= 2 and statistics.median(kept) > 0:
-        b.step_spread = (max(kept) - min(kept)) / statistics.median(kept)
+    ``compiling``: each step's time a compiler ran in it (:func:`compile_time`): a step that compiled is slow
+    for a reason the trace names (the compile, and the first run of what it compiled), not disturbed: it is
+    kept. With ``b``: the spread of the kept steps that compiled nothing ((slowest - fastest) / median) goes to
+    ``b.step_spread``, and those steps' times over the same mean (``b.step_times``) to the noise explain
+    measures."""
+    less = compiling or [0.0] * len(durations)
+    plain = [i for i, c in enumerate(less) if c <= 0]
+    fastest = min((durations[i] for i in plain), default=0.0)
+    keep = [i for i, d in enumerate(durations) if less[i] > 0 or d <= DISTURBED * fastest]
+    kept = [durations[i] for i in keep if less[i] <= 0]
+    if b is not None:
+        mean = statistics.fmean(durations[i] for i in keep) if keep else 0.0
+        if mean > 0:  # over the attributed step (their mean), which a reader scales to its step
+            b.step_times = [t / mean for t in kept]
+        if len(kept) >= 2 and statistics.median(kept) > 0:
+            b.step_spread = (max(kept) - min(kept)) / statistics.median(kept)
     return keep
+
+
+def compile_time(spans: list[tuple[float, float]], events: list[tuple[float, float, str]]) -> tuple[
+        list[float], list[int]]:
+    """Per step span: the time a compiler ran inside it (the union of the compile events ``events``, each
+    ``(start, end, name)``, clipped to the span) and the compiles that started in it (the events that are one
+    compile each, :func:`taxonomy.one_compile`, else the outermost compile events)."""
+    evs = sorted(events)
+    counted = [e for e in evs if one_compile(e[2])]
+    if not counted:  # each outermost compile event is one
+        reach = float("-inf")
+        for e in evs:
+            if e[0] >= reach:
+                counted.append(e)
+            reach = max(reach, e[1])
+    ms, count = [], []
+    for s0, s1 in spans:
+        ms.append(union_within([(a, b) for a, b, _ in evs if a < s1 and b > s0], s0, s1))
+        count.append(sum(1 for a, _, _ in counted if s0 <= a < s1))
+    return ms, count
+
+
+def union_within(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """The length of the union of ``intervals`` clipped to ``[lo, hi]``."""
+    total, end = 0.0, lo
+    for a, b in sorted(intervals):
+        a, b = max(a, end), min(b, hi)
+        if b > a:
+            total += b - a
+            end = b
+    return total
 
 
 #: an annotation covering this share of its loop's iteration (start to start) or more spans the whole iteration
@@ -87,6 +132,8 @@ class Breakdown:
     hlo_path: str = ""  # JAX: the compiled HLO text its ops were named by ("" when none)
     cut: dict[str, float] = field(default_factory=dict)  # what the step annotation spans (:func:`steps.cut`)
     step_spread: float = 0.0  # the attributed steps' (slowest - fastest) / median: how much one step moves
+    step_times: list[float] = field(default_factory=list)  # the attributed steps that compiled nothing, / mean step
+    compiles: int = 0  # compiles that started inside the attributed steps (:func:`compile_time`)
     #: every attributed op as read, one row per (phase, category, scope, name, detail): ``[phase, category, ms,
     #: scope, name, detail, times, loose]``, ms summed over the steps used and not yet divided, ``times`` the
     #: entries summed, ``loose`` those that named no op (``ident``); explain/ops.py groups them (FLOPs, shapes
@@ -105,6 +152,8 @@ class Breakdown:
         """One op's (or kernel's) time in one step. ``detail``: what the op groups read (a reader passes one
         object per distinct detail, so that entries sharing it share a row); ``ident``: the launching op, whose
         entries :meth:`close_ops` turns into a signature."""
+        if phase == COMPILING:  # an op run by a compiler at work (torch.compile's tracing, its autotuning)
+            phase, category = "rest", COMPILATION
         if phase == "optimizer" and category not in ("matmul", "collectives"):
             category = "optimizer"  # the update is one category, whatever its element-wise ops are
         key = (phase, category, scope, name, _detail_key(detail))
@@ -141,6 +190,14 @@ class Breakdown:
             self.signatures[t] = self.signatures.get(t, 0) + 1
         self._open.clear()
 
+    def compiling(self, ms: list[float], count: list[int], keep: list[int]) -> None:
+        """The kept steps' compile time (:func:`compile_time`, ms each) as ``rest / compilation``, their
+        compiles counted."""
+        for i in keep:
+            if ms[i] > 0:
+                self.cells["rest"][COMPILATION] += ms[i]
+            self.compiles += count[i]
+
     def phases(self) -> dict[str, float]:
         return {p: sum(self.cells.get(p, {}).values()) for p in PHASES}
 
@@ -168,6 +225,8 @@ class Breakdown:
             t.ms /= n
             t.count = round(t.count / n) or 1
         total = sum(sum(r.values()) for r in self.cells.values())
+        if busy_ms is not None:  # a compiler runs on the host while the device waits: busy all the same
+            busy_ms += self.cells.get("rest", {}).get(COMPILATION, 0.0)
         busy = min(total, step_ms) if busy_ms is None else min(busy_ms, step_ms)
         if total > busy > 0:
             self.overlap = total / busy
@@ -189,9 +248,10 @@ class Breakdown:
         d["other"] = dict(sorted(((k, round(v, 4)) for k, v in self.other.items()), key=lambda kv: -kv[1])[:8])
         d["phases"] = {p: round(v, 4) for p, v in self.phases().items()}
         cats = self.categories()
-        op_ms = sum(v for k, v in cats.items() if k != "idle")
+        op_ms = sum(v for k, v in cats.items() if k not in ("idle", COMPILATION))  # ops' time, categorized or not
         d["categorized_share"] = round(1 - cats.get("other", 0.0) / op_ms, 4) if op_ms else 0.0
-        d.update(device=self.device, step_method=self.step_method, idle=self.idle, notes=list(self.notes))
+        d.update(device=self.device, step_method=self.step_method, idle=self.idle, notes=list(self.notes),
+                 compiles=self.compiles)
         d["ops"] = [t.to_dict() for t in self.top_ops(200)]
         return d
 

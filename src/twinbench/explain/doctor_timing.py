@@ -8,8 +8,8 @@ and, for a pair, the gap without the profiler.
 
 Beside the timing, the doctor records what decides whether the trace may name a cause (read by
 :func:`conditions`): the load other processes put on the machine (``load``: ``others_cores``, ``cores``,
-``busy``), how the step ran (``step_kind``) and the JAX primitives it dispatched one by one a step
-(``eager_ops_per_step``). A JAX trace folder holds the step's compiled HLO as ``step.hlo.txt``
+``busy``), how the step ran (``step_kind``), the JAX primitives it dispatched one by one a step
+(``eager_ops_per_step``) and what compiled after step 1 (``compiles``: :func:`compile_log`). A JAX trace folder holds the step's compiled HLO as ``step.hlo.txt``
 (:func:`step_hlo`), which explain reads without ``--hlo``.
 
 The file is data: read with :mod:`json` (never executed), only when small (a Chrome trace that happens to be
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -157,8 +158,33 @@ def conditions(arg: str, trace: Path) -> dict[str, Any]:
             out["step_kind"] = data["step_kind"][:40]
         if _number(data.get("eager_ops_per_step")):
             out["eager_ops_per_step"] = float(data["eager_ops_per_step"])
+        log = compile_log(data.get("compiles"))
+        if log:
+            out["compiles"] = log
         return out
     return {}
+
+
+def compile_log(v: Any) -> dict[str, Any]:
+    """The doctor's log of what compiled after step 1 (``compiles`` in its ``trace.json``: ``steps``,
+    ``compiles``, ``compile_s``, ``retraces``, ``causes``, ``shapes``, ``finding``), each field of the right type
+    or left out; {} when there is none."""
+    if not isinstance(v, dict):
+        return {}
+    out: dict[str, Any] = {k: int(v[k]) for k in ("steps", "compiles", "retraces")
+                           if _number(v.get(k)) and float(v[k]).is_integer()}
+    if _number(v.get("compile_s")):
+        out["compile_s"] = float(v["compile_s"])
+    causes = v.get("causes")
+    if isinstance(causes, dict):
+        out["causes"] = {str(k)[:40]: int(n) for k, n in list(causes.items())[:8]
+                         if _number(n) and float(n).is_integer()}
+    shapes = v.get("shapes")
+    if isinstance(shapes, list):
+        out["shapes"] = [s[:200] for s in shapes[:3] if isinstance(s, str)]
+    if isinstance(v.get("finding"), str) and re.fullmatch(r"[a-z][a-z0-9-]{0,40}", v["finding"]):
+        out["finding"] = v["finding"]
+    return out if out.get("compiles") or out.get("retraces") else {}
 
 
 def _number(v: Any) -> bool:

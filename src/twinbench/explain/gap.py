@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from twinbench.explain import causes, doctor_timing, files, jax_trace, torch_trace, why
+from twinbench.explain import causes, compilation, doctor_timing, files, jax_trace, torch_trace, why
 from twinbench.explain.breakdown import DISTURBED, PHASES, WHOLE_ITERATION, Breakdown
 from twinbench.explain.steps import TraceError
 from twinbench.folder_io import terminal
@@ -158,12 +158,20 @@ def explain_breakdown(b: Breakdown, run: str, step: float, timing: dict[str, flo
          "notes": notes, "source": b.source, "device": b.device, "idle": b.idle,
          "device_name": r.run.device, "cores": r.conditions.cpu_count, "programs": programs(b),
          "step_method": b.step_method, "steps_traced": b.steps_traced, "steps_used": b.steps_used,
-         "kernels": d["ops"][:50], "cut": dict(b.cut), "step_spread_ms": b.step_spread * step, **extras}
+         "kernels": d["ops"][:50], "cut": dict(b.cut), "step_spread_ms": spread_ms(b, step),
+         "step_times_ms": [t * step for t in b.step_times], "compiles": b.compiles,
+         **extras}
     e["impossible"] = causes.physical(e)  # rates no device reaches are withheld, and said
     for line in e["impossible"]:
         notes.append(f"{line}: not shown (its FLOPs or bytes are not what ran: a cache served them, or they "
                      "were counted twice)")
     return e
+
+
+def spread_ms(b: Breakdown, step: float) -> float:
+    """How much the attributed steps that compiled nothing move, slowest less fastest, on ``step``'s scale."""
+    t = b.step_times
+    return (max(t) - min(t)) * step if len(t) >= 2 else b.step_spread * step
 
 
 def programs(b: Breakdown) -> dict[str, int]:
@@ -264,6 +272,8 @@ def sentence(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) 
 
     def part(r: dict[str, Any]) -> str:
         ms = r.get("named_ms", r["diff_ms"])
+        if r["row"] == compilation.ROW:  # its count, and what the doctor recorded of why it compiled
+            return f"{ms / gap if gap else 0.0:.0%} {compilation.said(r, a, b)}"
         said = f"{ms / gap if gap else 0.0:.0%} {r['row']} ({sign * ms:+.1f} ms"
         if r.get("fused_with"):  # capped: the rest of the row's difference is work the other side fused elsewhere
             said += (f" of its {sign * r['diff_ms']:+.1f}: the rest is the same work fused into "

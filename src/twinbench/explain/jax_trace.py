@@ -27,7 +27,7 @@ from typing import IO, Any
 
 from twinbench.explain import hlo, taxonomy, tpu_trace, xplane_stream
 from twinbench.explain import steps as st
-from twinbench.explain.breakdown import WHOLE_ITERATION, Breakdown, step_cut, undisturbed
+from twinbench.explain.breakdown import WHOLE_ITERATION, Breakdown, compile_time, step_cut, undisturbed
 from twinbench.explain.steps import TraceError
 from twinbench.explain.torch_trace import MAX_NAME
 
@@ -98,11 +98,13 @@ def _events(f: IO[bytes], plane: xplane_stream.Plane, line: xplane_stream.LineHe
         yield _Ev(m.name if m is not None else "", line.timestamp_ns + offset / 1000, dur / 1000, stats)
 
 
-def _planes(f: IO[bytes], at: list[xplane_stream.PlaneAt], device: int | None, step_marker: str | None) -> tuple[
+def _planes(f: IO[bytes], at: list[xplane_stream.PlaneAt], device: int | None, step_marker: str | None,
+            compiling: list[tuple[float, float, str]]) -> tuple[
         list[st.Marked], set[str], list[_Kernel], dict[int, list[_Kernel]], set[int]]:
     """One pass over the host's and the GPUs' planes, a line and an event at a time: (the host's step
     annotations, the names of those with a step number, XLA:CPU's thunks, the kernels of the one device read,
-    every device with kernels)."""
+    every device with kernels); the host's compile events go to ``compiling``."""
+    compile_names: dict[str, bool] = {}
     host: list[st.Marked] = []
     step_nums: set[str] = set()
     host_ops: list[_Kernel] = []
@@ -121,6 +123,12 @@ def _planes(f: IO[bytes], at: list[xplane_stream.PlaneAt], device: int | None, s
                     stats = ev.stats
                     if "hlo_op" in stats and "device_id" not in stats:  # an XLA:CPU thunk (not a GPU launch)
                         host_ops.append(_Kernel(ev.name, ev.start_ns, ev.duration_ns, line.name, stats))
+                        continue
+                    hit = compile_names.get(ev.name)
+                    if hit is None:
+                        hit = compile_names[ev.name[:MAX_NAME]] = taxonomy.compile_event(ev.name[:MAX_NAME])
+                    if hit:  # a compiler at work inside a step: its own row (breakdown.compile_time)
+                        compiling.append((ev.start_ns, ev.start_ns + ev.duration_ns, ev.name[:MAX_NAME]))
                         continue
                     stepped = "step_num" in stats
                     if stepped:
@@ -160,6 +168,7 @@ def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str
         except (OSError, EOFError, ValueError, IndexError, TypeError, UnicodeDecodeError) as e:
             raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from e
         names = [p.name for p in at]
+        compiling: list[tuple[float, float, str]] = []
         if not names:  # a protobuf of another message decodes as an XSpace with no planes
             raise TraceError(f"{path}: not a readable profile (no planes: not a JAX profile's XSpace)")
         if tpu_trace.is_tpu(names):
@@ -170,7 +179,7 @@ def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str
             except (IndexError, KeyError, TypeError, AttributeError, ValueError, struct.error) as e:
                 raise TraceError(f"{path}: not a readable profile ({type(e).__name__})") from None  # prepared
         try:
-            host, step_nums, host_ops, gpus, found_gpus = _planes(src.f, at, device, step_marker)
+            host, step_nums, host_ops, gpus, found_gpus = _planes(src.f, at, device, step_marker, compiling)
         except TraceError:
             raise
         except (EOFError, ValueError, IndexError, TypeError, UnicodeDecodeError, struct.error) as e:
@@ -205,10 +214,10 @@ def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str
         b.notes.append("no compiled HLO text: categories from kernel, hlo_op and op_name names; phases where "
                        "the trace names them (--hlo FILE for more)")
     if gpus:
-        return _device(b, found, ops, instrs, main, f"GPU {dev}")
+        return _device(b, found, ops, instrs, main, f"GPU {dev}", compiling)
     if not ops:
         raise TraceError(f"{path}: no XLA ops in the trace (neither device kernels nor XLA:CPU thunks)")
-    b = _host(b, found, ops, instrs, main)
+    b = _host(b, found, ops, instrs, main, compiling)
     if not instrs:
         _needs_hlo(b, path)
     return b
@@ -321,7 +330,7 @@ def _resolve(k: _Kernel, instrs: dict[str, hlo.Instr], by_name: dict[str, hlo.In
 
 
 def _device(b: Breakdown, steps: st.Steps, ops: list[_Kernel], instrs: dict[str, hlo.Instr], main: str,
-            device: str) -> Breakdown:
+            device: str, compiling: list[tuple[float, float, str]] | None = None) -> Breakdown:
     b.device = device
     b.idle = "the device idle between kernels within the step"
     by_name = hlo.by_kernel_name(instrs) if instrs else {}
@@ -340,7 +349,10 @@ def _device(b: Breakdown, steps: st.Steps, ops: list[_Kernel], instrs: dict[str,
                                 max((k.end for k in ops if k.start < t0), default=t0))
     busy = [st.union(iv, *w) for iv, w in zip(intervals, windows, strict=True)]
     with_kernels = [i for i, mine in enumerate(per_step) if mine]
-    keep = [with_kernels[j] for j in undisturbed([windows[i][1] - windows[i][0] for i in with_kernels], b)]
+    comp_ms, comp_n = compile_time([windows[i] for i in with_kernels], compiling or [])
+    kept = undisturbed([windows[i][1] - windows[i][0] for i in with_kernels], b, comp_ms)
+    keep = [with_kernels[j] for j in kept]
+    b.compiling([v / 1e6 for v in comp_ms], comp_n, kept)
     last_phase: dict[str, str] = {}
     for i in keep:
         for k in per_step[i]:
@@ -359,11 +371,15 @@ def _device(b: Breakdown, steps: st.Steps, ops: list[_Kernel], instrs: dict[str,
 
 
 def _host(b: Breakdown, steps: st.Steps, ops: list[_Kernel], instrs: dict[str, hlo.Instr],
-          main: str) -> Breakdown:
-    """XLA:CPU: the thunks on the host's XLA threads; ``idle`` is the step time no thunk covers."""
+          main: str, compiling: list[tuple[float, float, str]] | None = None) -> Breakdown:
+    """XLA:CPU: the thunks on the host's XLA threads; ``idle`` is the step time neither a thunk nor a compile
+    covers."""
     b.device, b.idle = "CPU", "host step time no XLA op covers (dispatch, Python, idle threads)"
     windows = _aligned(b, steps.spans, ops, main)
-    spans = [windows[i] for i in undisturbed([t1 - t0 for t0, t1 in windows], b)]
+    comp_ms, comp_n = compile_time(windows, compiling or [])
+    kept = undisturbed([t1 - t0 for t0, t1 in windows], b, comp_ms)
+    b.compiling([v / 1e6 for v in comp_ms], comp_n, kept)
+    spans = [windows[i] for i in kept]
     _nest(ops)
     within = st.Within(spans)
     for k in ops:

@@ -1,7 +1,8 @@
 """One op taxonomy for both frameworks: an aten op name or an XLA HLO instruction -> a category.
 
 Categories: matmul, attention (scores/softmax/SDPA), normalization, element-wise, reductions, data movement
-(copy, transpose, concatenate, gather/scatter), collectives, optimizer, other. A torch op is named by its
+(copy, transpose, concatenate, gather/scatter), collectives, optimizer, compilation (a compiler at work
+inside a step: :func:`compile_event`), other. A torch op is named by its
 aten name; an HLO instruction by its opcode, and a fusion by the instructions it contains: the fusion counts
 whole for its *dominant* category (the first present in :data:`DOMINANCE`: a fusion holding a dot is a
 matmul even if it also adds a bias). The ``optimizer`` category is decided by scope (the update marked
@@ -13,7 +14,37 @@ from __future__ import annotations
 import re
 
 CATEGORIES = ("matmul", "attention", "normalization", "element-wise", "reductions", "data movement",
-              "collectives", "optimizer", "other")
+              "collectives", "optimizer", "compilation", "other")
+
+#: time a compiler ran inside a step (a recompile, an autotuning pass): a row of its own, never idle
+COMPILATION = "compilation"
+
+#: host events of a compiler at work, as the profilers record them: JAX's ``backend_compile`` (named
+#: ``backend_compile_and_load`` from 0.5), PJRT's ``PjRtCpuClient::Compile``/``PjRtStreamExecutorClient::Compile``
+#: and the compilers' own passes (``CpuCompiler::RunBackend``, ``GpuCompiler::RunHloPasses``, the GEMM
+#: autotuners), jit's tracing and lowering where a TraceMe or the Python tracer names them
+#: (``trace_to_jaxpr_dynamic``, ``$pjit.py:466 _trace_for_jit``, ``lower_sharding_computation``); torch's
+#: Dynamo and Inductor phases (every ``dynamo_timed`` span is recorded as ``NAME (dynamo_timed)``: the
+#: frame's ``_compile.compile_inner``, ``compile_fx_inner``...) and Inductor's benchmarking of candidate
+#: kernels (``inductor_do_bench_using_profiling``, ``autotune_select_algorithm``)
+_COMPILE = re.compile(r"^(backend_compile\w*|\w*Client::Compile|\w*Compiler::(RunBackend|RunHloPasses|Compile\w*)|"
+                      r"\w*[Aa]utotun\w*|trace_to_jaxpr\w*|lower_sharding_computation|lower_mesh_computation|"
+                      r"\$\S+ (_trace_for_jit|trace_to_jaxpr\w*|lower_sharding_computation|backend_compile\w*)|"
+                      r".+ \(dynamo_timed\)|inductor_do_bench_using_profiling|autotune_select_algorithm)$")
+#: the compile events that are one compile each (a module's backend compile, a Dynamo frame's); where a
+#: trace has none of these, each outermost compile event is one
+_ONE_COMPILE = re.compile(r"^(backend_compile\w*|_compile\.compile_inner \(dynamo_timed\))$")
+
+
+def compile_event(name: str) -> bool:
+    """Whether a host event's name is a compiler at work (see :data:`_COMPILE`)."""
+    return bool(_COMPILE.match(name))
+
+
+def one_compile(name: str) -> bool:
+    """Whether a compile event is one compile of its own (see :data:`_ONE_COMPILE`)."""
+    return bool(_ONE_COMPILE.match(name))
+
 
 #: when a fusion mixes categories it is counted whole for the first of these it contains
 DOMINANCE = ("collectives", "attention", "matmul", "normalization", "reductions", "data movement", "element-wise")

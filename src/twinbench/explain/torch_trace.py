@@ -29,7 +29,7 @@ import numpy as np
 
 from twinbench.explain import files, spill, structure, taxonomy, torch_walk
 from twinbench.explain import steps as st
-from twinbench.explain.breakdown import Breakdown, step_cut, undisturbed
+from twinbench.explain.breakdown import COMPILING, Breakdown, compile_time, step_cut, undisturbed
 from twinbench.explain.steps import TraceError
 
 _SCOPE = re.compile(r"^(block\d+(?:\.(?:attn|mlp))?|embed|head|loss)$")
@@ -252,6 +252,8 @@ def scope_of(chain: list[str]) -> str:
 
 
 def _phase(chain: list[str]) -> str:
+    if any(taxonomy.compile_event(n) for n in chain):  # torch.compile at work: its ops are its compile time
+        return COMPILING
     if chain and _UPDATE_OP.match(chain[-1]) and not any(_is_backward(n) for n in chain):
         return "optimizer"  # a multi-tensor (foreach) or fused update outside Optimizer.step: clipping, a manual loop
     for name in reversed(chain):  # innermost decides
@@ -358,8 +360,9 @@ def _read(path: str, ev: Events, step_marker: str | None, device: int | None,
     parts = torch_walk.buckets(ev, found.spans, walked, ev.store)
     scores = structure.torch_scores([{"cat": "cpu_op", "name": ev.names[n], "args": ev.args_of[a]}
                                      for n, a in _shaped(ev, walked)])
+    compiling = _compiling(ev)
     if not devices:
-        return _host_only(b, found, ev, parts, scores)
+        return _host_only(b, found, ev, parts, scores, compiling)
     dev = devices[0] if device is None else device
     if len(devices) > 1:
         b.notes.append(f"kernels of {len(devices)} devices ({', '.join(map(str, devices))}) in the trace: "
@@ -377,7 +380,7 @@ def _read(path: str, ev: Events, step_marker: str | None, device: int | None,
     def category(cat: int, name: str, op_cat: str) -> str:
         return kernel_category({"cat": _KEPT_CATS[cat], "name": name}, op_cat)
 
-    return torch_walk.attribute(b, found, joined, before, ev, w, category, f"GPU {dev}")
+    return torch_walk.attribute(b, found, joined, before, ev, w, category, f"GPU {dev}", compiling)
 
 
 def _phase_scope(chain: list[str]) -> tuple[str, str]:
@@ -395,11 +398,30 @@ def _shaped(ev: Events, walked: Callable[[dict[str, np.ndarray]], np.ndarray]) -
     return sorted(pairs)
 
 
-def _host_only(b: Breakdown, steps: st.Steps, ev: Events, parts: spill.Parts, scores: Any) -> Breakdown:
-    """A CPU-only trace: each cpu_op's self time (its time less its nested ops') in the undisturbed steps."""
+def _compiling(ev: Events) -> list[tuple[float, float, str]]:
+    """The host's compile events (``torch.compile``'s Dynamo and Inductor phases: :func:`taxonomy.compile_event`),
+    as ``(start, end, name)`` in microseconds."""
+    wanted = np.array([taxonomy.compile_event(n) for n in ev.names] or [False], dtype=bool)
+    out: list[tuple[float, float, str]] = []
+    if not wanted.any():
+        return out
+    for _, c in ev.chunks(("cat", "name", "ts", "dur")):
+        m = ((c["cat"] == _USER) | (c["cat"] == _CPU_OP)) & wanted[c["name"]]
+        out.extend((t, t + d, ev.names[n]) for n, t, d in
+                   zip(c["name"][m].tolist(), c["ts"][m].tolist(), c["dur"][m].tolist(), strict=True))
+    return out
+
+
+def _host_only(b: Breakdown, steps: st.Steps, ev: Events, parts: spill.Parts, scores: Any,
+               compiling: list[tuple[float, float, str]]) -> Breakdown:
+    """A CPU-only trace: each cpu_op's self time (its time less its nested ops') in the undisturbed steps; the
+    time a compiler ran in a step is its compilation, the ops it ran inside it none of their own."""
     b.device, b.idle = "CPU", "host step time no op covers (dispatch, Python, idle threads)"
     durations = [t1 - t0 for t0, t1 in steps.spans]
-    spans = [steps.spans[i] for i in undisturbed(durations, b)]
+    comp_ms, comp_n = compile_time(steps.spans, compiling)
+    kept = undisturbed(durations, b, comp_ms)
+    b.compiling([v / 1e3 for v in comp_ms], comp_n, kept)
+    spans = [steps.spans[i] for i in kept]
     inside = st.Within(spans)
     details: dict[int, dict[str, Any]] = {}
     shapes: dict[int, str] = {}
@@ -408,6 +430,8 @@ def _host_only(b: Breakdown, steps: st.Steps, ev: Events, parts: spill.Parts, sc
         if op[3] != _CPU_OP or inside.first(op[8]) < 0:
             return
         phase, cat, scope = w.kinds[op[4]]
+        if phase == COMPILING:  # inside a compile event: counted in the step's compile time
+            return
         a = op[5]
         if a not in details:
             details[a] = {"args": ev.args_of[a] if a >= 0 else {}}

@@ -21,7 +21,7 @@ import numpy as np
 
 from twinbench.explain import spill, structure, taxonomy
 from twinbench.explain import steps as st
-from twinbench.explain.breakdown import Breakdown, undisturbed
+from twinbench.explain.breakdown import Breakdown, compile_time, undisturbed
 from twinbench.explain.steps import TraceError
 
 #: a host op or launch, as a time bucket holds it
@@ -277,15 +277,20 @@ def windows(steps: st.Steps, joined: spill.Parts, before: float) -> tuple[list[t
 
 
 def attribute(b: Breakdown, steps: st.Steps, joined: spill.Parts, before: float, ev: Any, w: Walk,
-              category: Callable[[int, str, str], str], device: str) -> Breakdown:
-    """The kernels of the undisturbed steps, added to ``b`` a step at a time."""
+              category: Callable[[int, str, str], str], device: str,
+              compiling: list[tuple[float, float, str]] | None = None) -> Breakdown:
+    """The kernels of the undisturbed steps, added to ``b`` a step at a time; the host's compile events
+    (``compiling``, :func:`breakdown.compile_time`) in each step are its compilation."""
     b.device = device
     b.idle = "the device idle between kernels within the step"
     win, with_kernels = windows(steps, joined, before)
     if not with_kernels:
         raise TraceError(f"no kernels of {device} were launched within the {len(steps.spans)} steps found "
                          f"({steps.method})")
-    keep = {with_kernels[j] for j in undisturbed([win[i][1] - win[i][0] for i in with_kernels], b)}
+    comp_ms, comp_n = compile_time([win[i] for i in with_kernels], compiling or [])
+    kept = undisturbed([win[i][1] - win[i][0] for i in with_kernels], b, comp_ms)
+    b.compiling([v / 1e3 for v in comp_ms], comp_n, kept)
+    keep = {with_kernels[j] for j in kept}
     names, args_of, kinds = ev.names, ev.args_of, w.kinds
     categories: dict[tuple[int, int, str], str] = {}
     details: dict[tuple[int, int], dict[str, Any]] = {}
