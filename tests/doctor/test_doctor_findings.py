@@ -277,6 +277,40 @@ def test_the_pmap_fixes_run_as_printed_and_keep_the_donation() -> None:
     assert ns["w"].sharding.spec == jax.sharding.PartitionSpec("d")
 
 
+def test_a_finding_is_one_declaration_and_a_misspelled_id_fails() -> None:
+    from pathlib import Path
+
+    import pytest
+
+    from twinbench.doctor.findings import base
+
+    assert tuple(k.id for k in fd.KINDS) == fd.IDS and set(fd.IDS) == set(base.REGISTRY)
+    assert [k.check for k in fd.KINDS] == list(fd.CHECKS)
+    with pytest.raises(ValueError, match="not registered"):
+        fd.Finding("jax-recompiles", "warning", "t", "e", "f")  # a misspelled id, where the finding is made
+    with pytest.raises(ValueError, match="severity"):
+        fd.Finding("jax-recompile", "warn", "t", "e", "f")
+    with pytest.raises(ValueError, match="registered twice"):
+        base.finding("jax-recompile", severity="info", about="speed", threshold="t", fix="f", example="x")
+    with pytest.raises(ValueError, match="example"):
+        base.finding("a-new-one", severity="info", about="speed", threshold="t", fix="f")
+
+    @base.finding("test-only-finding", severity="info", about="speed", threshold="t", fix="f", tested_by="here")
+    def wrong(o: Any) -> fd.Finding:
+        return fd.Finding("jax-recompile", "info", "t", "e", "f")
+
+    try:
+        with pytest.raises(ValueError, match="registered as 'test-only-finding'"):
+            wrong({})
+    finally:
+        del base.REGISTRY["test-only-finding"]
+    # every example a finding names exists; the reference page's table is the registry's
+    examples = Path(__file__).resolve().parents[2] / "examples" / "doctor"
+    assert all((examples / f"{k.example}.py").exists() for k in fd.KINDS if k.example)
+    page = (Path(__file__).resolve().parents[2] / "docs" / "doctor-findings.md").read_text()
+    assert base.docs_table() in page, "docs/doctor-findings.md: paste findings.base.docs_table() between its markers"
+
+
 def test_compile_dominates_tiers() -> None:
     assert fd.compile_dominates(obs(compile_s=0.9, wall_s=1.0)) is None  # too short to matter
     assert fd.compile_dominates(obs(compile_s=2.0, wall_s=10.0)) is None  # 20%

@@ -20,13 +20,16 @@ from twinbench.doctor.findings.attention import (
     jax_attention_kernel,
 )
 from twinbench.doctor.findings.base import (
+    ABOUT,
     JAX_DOCS,
     MIN_STEADY_STEPS,
+    REGISTRY,
     SEVERITIES,
     TORCH_DOCS,
     Finding,
     Obs,
     _step_location,
+    rank,
 )
 from twinbench.doctor.findings.compilation import (
     COMPILE_MIN_S,
@@ -93,31 +96,33 @@ from twinbench.doctor.findings.transfers import (
     jax_replicated_batch,
 )
 
-CHECKS: tuple[Callable[[Obs], Finding | None], ...] = (
-    script_error, jax_python_control_flow, jax_recompile, jax_eager_ops, jax_no_donation, jax_host_sync,
-    jax_host_transfer, jax_replicated_batch, jax_pmap_legacy, torch_recompile, torch_graph_break,
-    torch_host_sync, input_bound, compile_dominates, cpu_oversubscribed, nnx_graph_overhead, jax_unrolled_loop,
-    jax_attention_kernel, page_faults,
-)
-IDS = ("script-error", "jax-python-control-flow", "jax-recompile", "jax-eager-ops", "jax-no-donation",
-       "jax-host-sync", "jax-host-transfer", "jax-replicated-batch", "jax-pmap-legacy", "torch-recompile",
-       "torch-graph-break", "torch-host-sync", "input-bound", "compile-dominates", "cpu-oversubscribed",
-       "nnx-graph-overhead", "jax-unrolled-loop", "jax-attention-kernel", "page-faults")
+
+def _register_all() -> None:
+    """Import every module of this package: each registers its findings where they are defined (a new module
+    needs no line here)."""
+    import importlib
+    import pkgutil
+
+    for m in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{m.name}")
 
 
-MEMORY_ONLY = ("jax-no-donation",)  # findings whose fix saves memory, not time
+_register_all()
+#: derived from the registry (findings.base.finding): the script's failures, then speed, the machine, memory
+KINDS = tuple(sorted(REGISTRY.values(), key=lambda k: ABOUT.index(k.about)))
+IDS: tuple[str, ...] = tuple(k.id for k in KINDS)
+CHECKS: tuple[Callable[[Obs], Finding | None], ...] = tuple(k.check for k in KINDS)
 
 
 def diagnose(obs: Obs) -> list[Finding]:
-    """Every finding for these observations, worst first."""
+    """Every finding for these observations, worst first; within a severity, speed before the machine's load
+    before memory alone (each finding's ``about``)."""
     found = [f for check in CHECKS if (f := check(obs)) is not None]
     where = _step_location(obs)
     for f in found:  # a finding about the step, with no line of its own: the step's definition
-        if not f.location and where and f.id not in ("script-error", "compile-dominates", "cpu-oversubscribed",
-                                                            "page-faults"):
+        if not f.location and where and REGISTRY[f.id].locate:
             f.location = where
-    # worst first; within a severity, the findings about speed before those about memory alone
-    return sorted(found, key=lambda f: (SEVERITIES.index(f.severity), f.id in MEMORY_ONLY))
+    return sorted(found, key=lambda f: (SEVERITIES.index(f.severity), rank(REGISTRY[f.id].about)))
 
 
 def serious(findings: list[Finding]) -> bool:
@@ -144,6 +149,7 @@ __all__ = [
     "INPUT_MIN_MS",
     "INPUT_WAIT_SHARE",
     "JAX_DOCS",
+    "KINDS",
     "LIBRARY_PATHS",
     "LIB_CONVERSIONS",
     "MEANINGS",
@@ -153,6 +159,7 @@ __all__ = [
     "NNX_GRAPH_WARN_SHARE",
     "RECOMPILE_FIX",
     "RECOMPILE_WARN",
+    "REGISTRY",
     "SEVERITIES",
     "TORCH_DOCS",
     "TRACER_ERRORS",

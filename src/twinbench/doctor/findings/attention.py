@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _mib, _step_location
+from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _mib, _step_location, finding
 
 # -- jax-attention-kernel -------------------------------------------------------------------------------------------
 ATTN_WARN_BYTES = 1 << 20  # on a GPU, an unfused score tensor of this size (per attention call) warns
 
 
+@finding(
+    id='jax-attention-kernel',
+    severity='warning / info',
+    about='speed',
+    threshold='the compiled HLO computes attention unfused (a softmax between two batched dots, no cuDNN fused call): on a GPU a warning from a 1 MiB score tensor, else info; nothing off a GPU when the script calls `jax.nn.dot_product_attention`',
+    fix="on a GPU `jax.nn.dot_product_attention(..., implementation='cudnn')` with bf16 inputs; elsewhere nothing to change (no GPU advice off a GPU)",
+    tested_by="tests/doctor/test_doctor_program.py (CPU-compiled HLO and a GPU's HLO text)",
+)
 def jax_attention_kernel(obs: Obs) -> Finding | None:
     """Threshold: on a GPU, attention computed unfused (a softmax between two batched dots: the [.., q, k]
     score matrix written to memory and read back) with a score tensor >= 1 MiB is a warning; on other

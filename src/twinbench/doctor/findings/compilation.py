@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _per_step, _step_location
+from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _per_step, _step_location, finding
 from twinbench.doctor.findings.recompiles import RECOMPILE_WARN, user_recompiles
 
 # -- compile-dominates --------------------------------------------------------------------------------------------
@@ -36,6 +36,15 @@ def eager_compiles(obs: Obs) -> tuple[int, float, str] | None:
     return len(ops), sum(n.get("s", 0.0) for n in ops), ", ".join(f"{fn} x{c}" for fn, c in common)
 
 
+@finding(
+    id='compile-dominates',
+    severity='warning from 120 s, info from 1 s',
+    about='speed',
+    threshold="compilation > 30% of the script's wall time; points at `jax-recompile` (`caused_by`) when the step recompiled",
+    fix="fewer distinct input shapes first (the recompile's fix), then a persistent compilation cache under the home folder, scan over layers; regional `torch.compile`; jit an op-by-op step",
+    example='jax_compile_dominates',
+    locate=False,
+)
 def compile_dominates(obs: Obs) -> Finding | None:
     """Threshold: compilation takes > 30% of the script's wall time: info from 1 s, warning from 120 s."""
     compile_s, wall = obs.get("compile_s", 0.0), obs.get("wall_s", 0.0)
@@ -85,6 +94,14 @@ UNROLL_WARN_COPIES = 8  # ... and only from this many copies: a scan has costs o
 # doctor on public script pairs")
 
 
+@finding(
+    id='jax-unrolled-loop',
+    severity='warning / info',
+    about='speed',
+    threshold="the step's jaxpr holds >= 4 back-to-back copies of one unit of >= 8 equations (a Python loop unrolled by `jit`); a warning from 8 copies costing >= 0.5 s of compile",
+    fix='`jax.lax.scan` over micro-batches, `jax.lax.fori_loop`; layers stacked and scanned (`nnx.vmap`, `nnx.scan`)',
+    tested_by='tests/doctor/test_doctor_program.py; tests/doctor/scripts/grad_accum_unrolled.py in test_doctor_public_styles.py',
+)
 def jax_unrolled_loop(obs: Obs) -> Finding | None:
     """Threshold: the step's program holds >= 4 back-to-back copies of one unit of >= 8 equations (a Python loop
     unrolled by jit); warning when there are >= 8 copies and the copies after the first cost >= 0.5 s of its

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _mib, _step_location
+from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _mib, _step_location, finding
 
 # -- jax-no-donation ---------------------------------------------------------------------------------------
 DONATION_MIN_BYTES = 1 << 20  # state replaced every step, not donated, at least this large
@@ -43,6 +43,14 @@ def donation_fix(obs: Obs) -> str:
             "Do not use the old arrays after the call.")
 
 
+@finding(
+    id='jax-no-donation',
+    severity='info, warning when memory is short',
+    about='memory',
+    threshold=">= 1 MiB of arrays returned by the step and passed back into it, < 50% of it donated (`Lowered.args_info`, and what the executable aliases per device); a warning only where the step's buffers take >= 50% of the memory they compete for (an accelerator's limit, the CPU's available memory)",
+    fix="the decorator `@functools.partial(jax.jit, ..., donate_argnums=...)` donating exactly the carried state and keeping the jit's other options; `nnx.jit(..., donate_argnames=...)` for NNX. It saves memory, not time",
+    example='jax_no_donation',
+)
 def jax_no_donation(obs: Obs) -> Finding | None:
     """Threshold: >= 1 MiB of state is passed in and returned every step, and < 50% of it is donated: info (it
     saves memory, not time), a warning where memory is short (the step's buffers take >= 50% of the memory they

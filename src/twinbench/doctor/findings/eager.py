@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _per_step
+from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _per_step, finding
 
 # -- jax-eager-ops -----------------------------------------------------------------------------------------
 EAGER_OPS_WARN = 20  # primitives dispatched one by one outside jit, per steady step
@@ -51,6 +51,14 @@ def eager_fix(step: dict[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
+@finding(
+    id='jax-eager-ops',
+    severity='warning',
+    about='speed',
+    threshold='>= 20 JAX primitives or `jax.Array` operators dispatched outside `jit` per step, or the Optax update run outside `jit` on >= 0.5 of the steps',
+    fix='the decorator for your own step function(s) at their `file:line`, with `static_argnames` for the arguments that cannot be traced; `@nnx.jit` for functions given NNX modules',
+    example='jax_eager_ops',
+)
 def jax_eager_ops(obs: Obs) -> Finding | None:
     """Threshold: >= 20 JAX ops dispatched one by one (outside jit) per step, or the Optax update
     run outside jit on at least every other step."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from twinbench.doctor.findings.base import JAX_DOCS, TORCH_DOCS, Finding, Obs
+from twinbench.doctor.findings.base import JAX_DOCS, TORCH_DOCS, Finding, Obs, finding
 
 # -- script-error -----------------------------------------------------------------------------------------
 TRACER_ERRORS = ("TracerBoolConversionError", "ConcretizationTypeError", "TracerIntegerConversionError",
@@ -35,6 +35,15 @@ ERROR_DOCS = {"jax": f"{JAX_DOCS}/errors.html", "torch": f"{TORCH_DOCS}/torch.co
               "builtins": "https://docs.python.org/3/library/exceptions.html"}
 
 
+@finding(
+    id='script-error',
+    severity='error',
+    about='script',
+    threshold='the script raised, or exited non-zero',
+    fix='the traceback tail and, where known, what it means (tracer errors, out of memory, missing module, relative paths)',
+    example='script_error',
+    locate=False,
+)
 def script_error(obs: Obs) -> Finding | None:
     """Threshold: the script raised, or exited with a non-zero code."""
     err = obs.get("error")
@@ -49,6 +58,14 @@ def script_error(obs: Obs) -> Finding | None:
 
 
 # -- jax-python-control-flow --------------------------------------------------------------------------------
+@finding(
+    id='jax-python-control-flow',
+    severity='error',
+    about='script',
+    threshold='the script failed with `TracerBoolConversionError` / `ConcretizationTypeError` / `TracerIntegerConversionError`',
+    fix='`jnp.where`, `lax.cond`, `lax.while_loop`; or `static_argnames` for a Python setting',
+    example='jax_python_control_flow',
+)
 def jax_python_control_flow(obs: Obs) -> Finding | None:
     """Threshold: the script failed with a tracer conversion error (a Python branch on a traced value)."""
     err = obs.get("error")

@@ -5,7 +5,16 @@ from __future__ import annotations
 import math
 import re
 
-from twinbench.doctor.findings.base import JAX_DOCS, TORCH_DOCS, Finding, Obs, _iter_ms, _per_step, _sites
+from twinbench.doctor.findings.base import (
+    JAX_DOCS,
+    TORCH_DOCS,
+    Finding,
+    Obs,
+    _iter_ms,
+    _per_step,
+    _sites,
+    finding,
+)
 
 # -- jax-host-sync -------------------------------------------------------------------------------------------
 HOST_SYNC_WARN = 1.0  # device values read on the host per steady step: a finding from this many
@@ -62,6 +71,14 @@ def _read_location(sites: dict[str, int]) -> str:
     return re.sub(r" \((\w+)\)$", "", top)
 
 
+@finding(
+    id='jax-host-sync',
+    severity='warning / info',
+    about='speed',
+    threshold=">= 1 device value read on the host per step (`float`, `.item()`, printing...); a warning when what the reads cost the loop is >= 5% of the iteration, measured by the doctor's own A/B where the reads are of the step's outputs (the host-read check), else estimated",
+    fix='by cause: a JAX array read element by element (`dataset[np.asarray(perm)]`); else keep losses on device, read every N steps, `jax.debug.print` inside `jit`',
+    example='jax_host_sync',
+)
 def jax_host_sync(obs: Obs) -> Finding | None:
     """Threshold: >= 1 device value read on the host (float, .item(), print, bool) per step; a warning when
     the reads cost the loop >= 5% of the steady iteration, else info. The cost is the doctor's own A/B where it
@@ -124,6 +141,14 @@ def jax_host_sync(obs: Obs) -> Finding | None:
 
 
 # -- torch-host-sync ---------------------------------------------------------------------------------------------
+@finding(
+    id='torch-host-sync',
+    severity='warning / info',
+    about='speed',
+    threshold='>= 1 tensor read on the host per step or >= 1 synchronising CUDA call per step; a warning when the measured wait is >= 5% of the step or on any untimed synchronising CUDA call, else info',
+    fix="accumulate `loss.detach()` on device, read every N steps; reads inside a dataset's `__getitem__` are counted apart (alone: info)",
+    example='torch_host_sync',
+)
 def torch_host_sync(obs: Obs) -> Finding | None:
     """Threshold: >= 1 tensor read on the host (.item(), float(), print) or CUDA sync per step in the loop's code.
     Reads made inside the DataLoader's fetch (a dataset's ``__getitem__``: often a library's, torchvision's

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from twinbench.doctor.findings.base import MIN_STEADY_STEPS, TORCH_DOCS, Finding, Obs, _per_step
+from twinbench.doctor.findings.base import MIN_STEADY_STEPS, TORCH_DOCS, Finding, Obs, _per_step, finding
 
 # -- input-bound ----------------------------------------------------------------------------------------------------
 INPUT_WAIT_SHARE = 0.20  # of each steady iteration spent waiting for the next batch
@@ -158,6 +158,14 @@ def input_fix(obs: Obs) -> str:
             "queue; for JAX, jax.device_put the next batch one step ahead.")
 
 
+@finding(
+    id='input-bound',
+    severity='warning',
+    about='speed',
+    threshold="for a jitted JAX step, the doctor's input check (an A/B: the loop as written against the step called on a batch already built) finds the loop's own work >= 20% of the iteration at a one-sided Mann-Whitney p < 0.01; elsewhere the loop waits for its next batch > 20% of each steady iteration (and >= 1 ms)",
+    fix='do the input work once before the loop (tokenise ahead, a dataset converted to tensors once); background workers only where the steps left cores free',
+    example='input_bound',
+)
 def input_bound(obs: Obs) -> Finding | None:
     """For an asynchronous step (JAX jit) the doctor's A/B decides where it ran (``_checked``): the loop's
     iteration against the step called back to back on a batch already built, a warning when the loop is >= 20%

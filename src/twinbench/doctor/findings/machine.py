@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from twinbench import host_malloc
-from twinbench.doctor.findings.base import MIN_STEADY_STEPS, TORCH_DOCS, Finding, Obs, _iter_ms
+from twinbench.doctor.findings.base import MIN_STEADY_STEPS, TORCH_DOCS, Finding, Obs, _iter_ms, finding
 from twinbench.measure.page_faults import FAULTS_PER_STEP, KERNEL_SHARE, PAGE, costly, fault_share
 
 # -- cpu-oversubscribed ---------------------------------------------------------------------------------------------
@@ -14,6 +14,15 @@ BUSY_WARN_SHARE = 0.25  # ... a warning from this share (2.5x the info line: the
 # when the framework's threads and the others' load together ask for more cores than the machine has
 
 
+@finding(
+    id='cpu-oversubscribed',
+    severity='warning / info',
+    about='machine',
+    threshold="other processes keep >= 10% of the cores busy during the steady steps (info); a warning from 25% when torch's threads plus that load ask for more cores than there are (threads of a framework the script only imports do not count)",
+    fix='`torch.set_num_threads(k)` for the free cores; no JAX thread setting (one XLA thread made a public script slower); else an idle machine, or the jobs pinned apart',
+    tested_by='tests/doctor/test_doctor_findings.py, test_doctor_timing.py',
+    locate=False,
+)
 def cpu_oversubscribed(obs: Obs) -> Finding | None:
     """Threshold: other processes keep >= 10% of the cores busy during the steady steps (info); a warning from
     25% when torch's threads plus that load ask for more cores than there are. Only the threads of a framework the
@@ -71,6 +80,15 @@ def cpu_oversubscribed(obs: Obs) -> Finding | None:
 MALLOC_DOC = "https://sourceware.org/glibc/manual/latest/html_node/Memory-Allocation-Tunables.html"
 
 
+@finding(
+    id='page-faults',
+    severity='warning, info on a busy machine',
+    about='speed',
+    threshold=">= 1,000 fresh pages faulted a step, >= 10% of the CPU time in the kernel, and those faults at one fault's measured cost (bounded by the kernel's share) >= 10% too, with nothing compiled in the steps",
+    fix='nothing in the code: `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` (or freed memory kept where there are no huge pages): the doctor prints the line that applies',
+    tested_by='tests/doctor/test_doctor_findings.py; public scripts in benchmarks/doctor_pairs.py',
+    locate=False,
+)
 def page_faults(obs: Obs) -> Finding | None:
     """Threshold (measure/page_faults.py): over the steady steps the script faulted at least 1,000 fresh pages a
     step, spent at least 10% of its CPU time in the kernel, and, where the observations carry one fault's cost

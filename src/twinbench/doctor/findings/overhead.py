@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from twinbench.doctor.findings.base import Finding, Obs, _iter_ms, _per_step, _step_location
+from twinbench.doctor.findings.base import Finding, Obs, _iter_ms, _per_step, _step_location, finding
 
 # -- nnx-graph-overhead ---------------------------------------------------------------------------------------------
 NNX_GRAPH_INFO_SHARE = 0.05  # nnx.jit's Python graph traversal per call, as a share of the steady iteration: info
@@ -12,6 +12,14 @@ NNX_GRAPH_WARN_SHARE = 0.15  # ... a warning from this share (3x the info line) 
 NNX_GRAPH_WARN_LEAVES = 64  # state leaves (params, optimizer state, rngs) traversed per call
 
 
+@finding(
+    id='nnx-graph-overhead',
+    severity='warning / info',
+    about='speed',
+    threshold="`nnx.jit`'s own Python per call >= 5% of the step (info); a warning from 15% when modules of >= 64 state leaves are passed per call",
+    fix='`nnx.cached_partial(train_step, model, optimizer)`, or `nnx.split` once + `jax.jit` on the state',
+    tested_by='tests/doctor/test_doctor_public_styles.py',
+)
 def nnx_graph_overhead(obs: Obs) -> Finding | None:
     """Threshold: ``nnx.jit``'s own Python around the jitted call (splitting the module graph into state and
     merging it back) takes >= 5% of the steady iteration (info), >= 15% (warning)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from twinbench.doctor.findings.base import JAX_DOCS, TORCH_DOCS, Finding, Obs, _steady_notes
+from twinbench.doctor.findings.base import JAX_DOCS, TORCH_DOCS, Finding, Obs, _steady_notes, finding
 
 # -- jax-recompile ------------------------------------------------------------------------------------------
 RECOMPILE_WARN = 2  # tracing cache misses of a known function after step 1: 1 = info, >= 2 = warning
@@ -154,6 +154,14 @@ def placement_recompile(obs: Obs, again: list[dict]) -> Finding:
         fix, f"{JAX_DOCS}/migrate_pmap.html" if pmap else f"{JAX_DOCS}/jit-compilation.html#caching")
 
 
+@finding(
+    id='jax-recompile',
+    severity='warning from 2, info at 1',
+    about='speed',
+    threshold="retraces of an already-compiled user function after step 1 (`jax_explain_cache_misses`; functions traced inside one retrace of the step are not counted); with no retrace, the step's program compiled again after step 1 (a pmapped step's inputs placed differently): a warning from 2 or 1 s",
+    fix='by cause: shape (the axis that changes, read from the evidence, padded in code that runs as printed: the batch to its full size, a sequence length bucketed), dtype (cast once), weak type (`jnp.asarray(lr, jnp.float32)`), static argument (pass as array), new function object (`jax.jit` once), pytree structure; input placement (`jax.device_put` the carried state as the step returns it)',
+    example='jax_recompile',
+)
 def jax_recompile(obs: Obs) -> Finding | None:
     """Threshold: >= 2 recompiles (tracing cache misses) of an already-compiled function after step 1; a
     function traced inside another one's trace (e.g. a shard_map body defined in the step) is not one. With no
@@ -183,6 +191,14 @@ def jax_recompile(obs: Obs) -> Finding | None:
 
 
 # -- torch-recompile ---------------------------------------------------------------------------------------
+@finding(
+    id='torch-recompile',
+    severity='warning',
+    about='speed',
+    threshold='>= 1 dynamo recompilation (guard failure logged by `torch._logging` `recompiles`)',
+    fix='`torch._dynamo.mark_dynamic(x, 0)`, fixed/padded sizes, `dynamic=True`; or keep guarded values constant',
+    example='torch_recompile',
+)
 def torch_recompile(obs: Obs) -> Finding | None:
     """Threshold: >= 1 dynamo recompilation (a guard failed after the first compile)."""
     notes = obs.get("notes", {}).get("recompile", [])
@@ -224,6 +240,14 @@ def _break_line(at: str) -> str:
     return linecache.getline(path, int(line)).strip() if line.isdigit() else ""
 
 
+@finding(
+    id='torch-graph-break',
+    severity='warning / info',
+    about='speed',
+    threshold=">= 1 graph break in the script's own code (`torch._logging` `graph_breaks`, with dynamo's reason and location); breaks inside installed libraries are not counted, and a break at a `.backward()` call alone is info",
+    fix='`torch.where` / `torch.cond`, move `.item()`/print and skipped calls such as `opt.zero_grad()` out, `torch._dynamo.explain`; `fullgraph=True` only where no backward call is compiled',
+    example='torch_graph_break',
+)
 def torch_graph_break(obs: Obs) -> Finding | None:
     """Threshold: >= 1 graph break in the script's own compiled code (a warning). Breaks inside installed
     libraries (torch's optimizer breaks around its step on purpose) are not counted; a break at a

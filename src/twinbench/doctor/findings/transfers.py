@@ -3,12 +3,20 @@ replicated over devices that should be sharded) and ``jax-pmap-legacy``."""
 
 from __future__ import annotations
 
-from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _iter_ms, _mib, _per_step
+from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _iter_ms, _mib, _per_step, finding
 
 # -- jax-host-transfer ---------------------------------------------------------------------------------------
 TRANSFER_WARN_SHARE = 0.05  # estimated copy time per step, as a share of the step, from which it is a warning
 
 
+@finding(
+    id='jax-host-transfer',
+    severity='warning / info',
+    about='speed',
+    threshold='>= 1 NumPy array passed to the jitted step per step, or >= 1 shaped implicit host-to-device transfer per step (the transfer guard); a warning when the bytes over the measured bandwidth reach 5% of the step',
+    fix='`jax.device_put` one step ahead (prefetch to device), or build data on the device',
+    example='jax_host_transfer',
+)
 def jax_host_transfer(obs: Obs) -> Finding | None:
     """Threshold: >= 1 host (NumPy) array implicitly copied to the device per step by the step call."""
     arrays = _per_step(obs, "h2d_numpy_args")
@@ -46,6 +54,14 @@ def jax_host_transfer(obs: Obs) -> Finding | None:
 
 
 # -- jax-replicated-batch ------------------------------------------------------------------------------------
+@finding(
+    id='jax-replicated-batch',
+    severity='warning',
+    about='speed',
+    threshold='> 1 device visible and every per-step input of the jitted step unsharded (`Array.sharding`)',
+    fix="`jax.make_mesh(..., axis_types=(AxisType.Auto,))` + `NamedSharding(mesh, P('data'))` for the batch",
+    example='jax_replicated_batch',
+)
 def jax_replicated_batch(obs: Obs) -> Finding | None:
     """Threshold: > 1 device, and every per-step input of the jitted step sits whole on each device."""
     info = obs.get("info", {})
@@ -83,6 +99,14 @@ def jit_call(obs: Obs) -> str:
     return f"jax.jit({obs.get('step_fn') or 'train_step'}" + "".join(f", {k}={v!r}" for k, v in keep.items()) + ")"
 
 
+@finding(
+    id='jax-pmap-legacy',
+    severity='info',
+    about='speed',
+    threshold='a `pmap`-ed function was called (no speed-up claimed: a migration gained nothing on a public script)',
+    fix="one `jit` with `NamedSharding` keeping the step's donation (code that runs as printed on the installed JAX)",
+    example='jax_pmap_legacy',
+)
 def jax_pmap_legacy(obs: Obs) -> Finding | None:
     """Threshold: a pmap-ed function was called at all (pmap is in maintenance; jit + shardings replaces it): info,
     a way to keep up with JAX, not a speed-up (made to run on a public pair's script, it gained nothing)."""
