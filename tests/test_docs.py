@@ -288,3 +288,52 @@ SHORT = ("README.md", "docs/getting-started.md", "docs/claims.md", "docs/claims-
 
 def test_no_story_page_is_over_300_lines():
     assert {p: n for p in SHORT if (n := len((ROOT / p).read_text().splitlines())) > 300} == {}
+
+
+#: how each command of the story pages (SHORT) is checked beyond parsing, the first pattern that matches it:
+#: "run" ones run here as printed (in process, in an empty folder, the repository's examples/ beside them);
+#: the others say why not: minutes of CPU (each kind is run by the suite's own tests at a smaller size, or by
+#: benchmarks/), an accelerator or cluster, or a file the reader brings
+DOC_COMMANDS: tuple[tuple[str, str, str], ...] = (
+    (r"claims .*--plan", "run", "plans, runs nothing"),
+    (r"^twinbench peak$", "run", "reads the cache"),
+    (r"--coordinator|--launcher|--num-processes", "not here", "a cluster"),
+    (r"--compile\b", "not here", "the TPU compiler (the libtpu package)"),
+    (r"(compare|sweep) --preset (gpt2-124m|llama-300m|llama-small)\b", "not here",
+     "a GPU or TPU's size (minutes a run on a CPU)"),
+    (r"train_torch\.py|train_flax\.py|explain traces/|--resume|--calibrate|report runs/", "not here",
+     "files the reader brings"),
+    (r"twinbench (claims|advise|sweep)\b", "costly", "minutes of runs; tests/claims, tests/report run them small"),
+    (r"twinbench (compare|doctor|predict)\b", "costly", "a run or a traced program per strategy (10-60 s each); "
+     "the suite's tests run each kind at the tiny preset (tests/test_compare.py, tests/byo, tests/doctor, "
+     "tests/predict)"),
+    (r"twinbench peak --remeasure", "costly", "measures every framework's peak again (minutes)"),
+)
+
+
+def _doc_command_kind(command: str) -> tuple[str, str]:
+    bare = re.sub(r"^(\$\s+)?(\S*/)?(time\s+(-v\s+)?)?(\S*/)?twinbench", "twinbench", command.split("  #")[0].strip())
+    return next(((kind, why) for pattern, kind, why in DOC_COMMANDS if re.search(pattern, bare)), ("", ""))
+
+
+def test_every_command_of_the_story_pages_is_run_or_says_why_not(tmp_path, monkeypatch):
+    """Every ``twinbench`` command of README.md and the story pages is either run here as printed (exit 0: the
+    cheap ones) or classified with the reason it is not (DOC_COMMANDS), so a command added to a page is one or
+    the other."""
+    from typer.testing import CliRunner
+
+    commands = [(p, n, c) for p in SHORT for n, c in _code_commands((ROOT / p).read_text())]
+    unclassified = [f"{p}:{n}: {c}" for p, n, c in commands if not _doc_command_kind(c)[0]]
+    assert unclassified == []
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    monkeypatch.chdir(tmp_path)
+    ran = []
+    for page, n, command in commands:
+        if _doc_command_kind(command)[0] != "run":
+            continue
+        tokens = shlex.split(command.removeprefix("$ "), comments=True)
+        args = tokens[next(k for k, tok in enumerate(tokens) if tok.rsplit("/", 1)[-1] == "twinbench") + 1:]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, f"{page}:{n}: {command}\n{result.output}"
+        ran.append(command)
+    assert len(ran) >= 3  # the README's plan, claims.md's TPU plan, comparing.md's peak
