@@ -95,3 +95,16 @@ def test_model_and_its_port_are_predicted_from_one_build_with_no_step_run(monkey
     assert "torch eager tiny" in r.output and "jax port tiny" in r.output and "error bar:" in r.output
     assert "predict [" in r.output and "no training step is run" in r.output
     assert "reading jax:port's step" in r.output
+
+
+def test_here_on_a_busy_machine_says_so_with_the_threads_flag():
+    """--device here reads this CPU's sheet now: with other processes taking cores it says the figure is this
+    moment's and gives the flag (`--threads N`, the cores left); a quiet machine gets no line."""
+    from twinbench.plan import build_specs
+
+    specs = build_specs("tiny", "jax", "jit", {})
+    (line,) = command.busy_here(specs, {"load_avg_1m_external": 3.0, "cpu_count": 4})
+    assert line.startswith("busy machine: other processes' load 3.00 on 4 core(s)") and "`--threads 1`" in line
+    assert command.busy_here(specs, {"load_avg_1m_external": 0.4, "cpu_count": 4}) == []
+    one = build_specs("tiny", "jax", "jit", {"threads": 1})
+    assert "--threads" not in command.busy_here(one, {"load_avg_1m_external": 3.0, "cpu_count": 4})[0]

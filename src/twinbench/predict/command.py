@@ -295,6 +295,24 @@ def _ram_gib() -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
 
 
+def busy_here(specs: list[RunSpec], reading: dict[str, Any] | None = None) -> list[str]:
+    """``--device here`` on a machine other processes share: this CPU's sheet (its matmul peak, its copy
+    bandwidth, measured now when not cached) is read while they take cores, so it says so, and the flag that
+    keeps a predicted run's threads off theirs: ``--threads N``, N the cores they leave."""
+    from twinbench.load_meter import LoadMeter
+
+    r = reading if reading is not None else LoadMeter().reading()
+    others, cores = r.get("load_avg_1m_external"), r.get("cpu_count")
+    if others is None or not cores or others <= 0.5 * cores:
+        return []
+    free = max(int(cores - others), 1)
+    threads = {s.host.threads or cores for s in specs}
+    fix = (f"; `--threads {free}` predicts a run on the {free} core(s) they leave (its peak measured at that count)"
+           if max(threads) > free else "; measure on a quiet machine for the quiet figure")
+    return [f"busy machine: other processes' load {others:.2f} on {cores} core(s) while this CPU's peak and memory "
+            f"bandwidth were read: the prediction for `here` is this moment's, slower than a quiet machine's{fix}"]
+
+
 #: the strategies whose one-device program predict reads (a JAX step it lowers, a torch step it traces on fake
 #: tensors); the multi-device ones are the curve of --devices N over one of these, the naive port has no step
 PREDICTED = {"jax": ("jit", "scan-layers", "scan-steps", "torchax", "port"),
@@ -348,6 +366,8 @@ def run(specs: list[RunSpec], device: str, devices: int = 1, calibrate: Path | N
             n = sum(1 for p in user if p.kind == (plat, fw))
             lines.append(f"--calibrate: {fw} on {plat}: measured / predicted = {f:.2f} over {n} point(s) of "
                          f"{calibrate.name}; predictions of that kind are scaled by it")
+    if device == "here":
+        lines += busy_here(specs)
     preds = []
     for s in specs:
         if say is not None:
