@@ -18,6 +18,7 @@ from twinbench.cli.common import (
     out,
     write_text,
 )
+from twinbench.config import SpecError
 from twinbench.folder_io import terminal
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ def doctor(
     render(out, result.findings, result.observations, str(script))
     if trace is not None:
         report_trace(trace, result.observations)
+        keep_report(trace, result, str(script))
     if json_path:
         write_text(json_path, json.dumps(result.to_json(str(script)), indent=1), "--json")
     if result.timed_out:
@@ -124,6 +126,19 @@ def check_trace_dir(trace: Path) -> None:
     if held is not None:
         fail(f"--trace {trace}: not empty (holds {terminal(held, 80)}); a profile there from another run would be "
              "read as this one's: give an empty or new folder")
+
+
+def keep_report(trace: Path, result: DoctorResult, script: str) -> None:
+    """The doctor's report (what --json writes) beside its trace, as ``doctor.json``: explain joins its findings
+    with the gap (twinbench.explain.answer). A folder it cannot be written to costs a line, not the run."""
+    from twinbench.explain.answer import NAME
+    from twinbench.folder_io import write_file
+
+    try:
+        write_file(trace, NAME, json.dumps(result.to_json(script), indent=1))
+    except (OSError, SpecError) as e:
+        out.print(f"  [yellow]the findings were not kept beside the trace ({e}); explain will not join them[/]",
+                  highlight=False)
 
 
 def report_trace(trace: Path, obs: dict) -> None:

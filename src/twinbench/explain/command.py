@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from twinbench.errors import error_line
-from twinbench.explain import files, gap, runs, trace_file, why
+from twinbench.explain import answer, files, gap, runs, trace_file, why
 from twinbench.explain.steps import TraceError, parse_window
 from twinbench.folder_io import terminal
 from twinbench.limits import check_host
@@ -127,7 +127,11 @@ def explain_traces(trace_a: str, trace_b: str | None, expand: str = "categories"
             e["run"] = f"{e['run'].split(':')[0]}:{Path(a).resolve()}"
     if len(explained) == 1:
         return {"a": explained[0]}
-    return gap.pair(explained[0], explained[1], expand)
+    result = gap.pair(explained[0], explained[1], expand)
+    joined = answer.join(result, args[0], args[1])  # the doctor's findings beside the traces, with the gap
+    if joined is not None:
+        result["answer"] = answer.to_builtins(joined)
+    return result
 
 
 def explain_records(records: list[Record]) -> list[dict[str, Any]]:
@@ -264,6 +268,8 @@ def print_pair(result: dict[str, Any], out: Any) -> None:
         print_side(result[side], out)
     out.print(gap_table(result))
     out.print(f"  {result['summary']}", highlight=False)
+    for line in answer.lines(answer.from_builtins(result["answer"])) if result.get("answer") else []:
+        out.print(line, highlight=False, markup=False)  # findings' text is the doctor's data, not markup
     why.print_extras(result, out)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from twinbench.explain import doctor_timing, files, jax_trace, torch_trace
+from twinbench.explain import answer, doctor_timing, files, jax_trace, torch_trace
 from twinbench.explain.breakdown import Breakdown
 from twinbench.explain.steps import TraceError
 from twinbench.hlo_text import dumped_module
@@ -76,7 +76,8 @@ def resolve(arg: str, rank: int | None = None) -> tuple[str, Path, list[str]]:
             found = sorted(runs[-1].glob("*.xplane.pb"))
             return "jax", _pick(found, rank, notes, "host"), notes
         chrome = sorted(f for f in p.rglob("*.json*") if f.name.endswith((".json", ".json.gz"))
-                        and files.kind(f) == "chrome" and not doctor_timing.is_doctor_file(f))
+                        and files.kind(f) == "chrome" and not doctor_timing.is_doctor_file(f)
+                        and f.name != answer.NAME)  # the doctor's report beside its trace: not a trace
         if chrome:
             return "torch", _pick(chrome, rank, notes, "rank"), notes
         raise TraceError(f"{arg}: no trace in this directory (*.xplane.pb, or torch *.json / *.json.gz)")

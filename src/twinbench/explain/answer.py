@@ -1,0 +1,340 @@
+"""One ranked answer to "why is my port slower": explain's gap joined with the doctor's findings.
+
+Where both traces are folders ``twinbench doctor SCRIPT --trace DIR`` wrote, each holds the doctor's report
+(``doctor.json``: the findings with their evidence, the user's line and the fix, and the observations with the
+doctor's own A/Bs). The answer puts each finding of the slower side on the gap rows it shows in, one declaration
+per finding kind (:data:`CAUSES`: jax-recompile -> compilation, a host sync -> host time no op covers, eager
+ops -> the ops dispatched one by one, input-bound -> the input phase, thread oversubscription -> the whole
+side...), sizes it in ms a step from those rows (the slower side's less the faster side's, each side's rows put
+on its step measured without the profiler where the doctor measured one), ranks the causes by size, and says
+what is left as unexplained, with the largest rows no finding names. A finding whose rows do not go the gap's
+way beyond the noise, a finding of the faster side and a memory finding are said as not in the gap.
+
+Each row is claimed by one cause (the largest first), so two findings of the same rows (a host sync and the
+nnx graph traversal both land in host time) are not counted twice; a finding of the whole side (the machine's
+threads) takes only what the specific causes leave. The noise a cause is told apart from is the larger of the
+two sides' spread of traced steps (``step_spread_ms``), or explain's own measured noise where it gives one.
+
+``doctor.json`` is data: read bounded (:func:`twinbench.folder_io.read_small`) and decoded into the typed
+:class:`DoctorReport` (msgspec, as the record is); a file that is not one is a note, the gap is explained all
+the same.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from twinbench.folder_io import read_small, terminal
+
+NAME = "doctor.json"
+MAX_BYTES = 8 << 20  # the doctor's report with its observations is tens of KB
+SAID = 240  # characters of a finding's evidence and fix in the answer (the doctor's report has the rest)
+
+
+# ------------------------------------------------------------------------------- the doctor's report, typed
+
+class Finding(msgspec.Struct, frozen=True):
+    id: str
+    severity: str = "info"
+    title: str = ""
+    evidence: str = ""
+    fix: str = ""
+    location: str = ""
+    caused_by: str = ""  # the finding that causes this one (compile-dominates <- jax-recompile)
+
+
+class ReadCheck(msgspec.Struct, frozen=True):
+    """The doctor's A/B of a loop's reads of the step's results (summary.read_check)."""
+    waited_ms: float | None = None
+    deferred_ms: float | None = None
+    waited_n: int = 0
+    deferred_n: int = 0
+
+
+class ClockAB(msgspec.Struct, frozen=True):
+    loop_less_known_ms: float
+    prebuilt_ms: float
+
+
+class InputCheck(msgspec.Struct, frozen=True):
+    """The doctor's A/B of the input: the step on a batch already built against the loop (summary.input_ab)."""
+    wall: ClockAB | None = None
+
+
+class Observations(msgspec.Struct, frozen=True):
+    read_check: ReadCheck | None = None
+    input_check: InputCheck | None = None
+
+
+class DoctorReport(msgspec.Struct, frozen=True):
+    """What of ``twinbench doctor --json`` (docs/doctor.md) the answer reads; every other field is ignored."""
+    findings: list[Finding] = []
+    script: str | None = None
+    iter_ms: float | None = None
+    observations: Observations = msgspec.field(default_factory=Observations)
+
+
+def doctor_file(arg: str) -> Path | None:
+    """The doctor's report of a trace argument: ``doctor.json`` in the folder given, or beside the trace file,
+    or above a JAX profile's ``plugins/profile/RUN/``; None when there is none."""
+    p = Path(arg)
+    places = [p] if p.is_dir() else [p.parent]
+    if len(p.parts) >= 4 and p.parent.parent.name == "profile" and p.parent.parent.parent.name == "plugins":
+        places.append(p.parent.parent.parent.parent)
+    return next((d / NAME for d in places if (d / NAME).is_file()), None)
+
+
+def read_report(arg: str) -> tuple[DoctorReport | None, str | None]:
+    """(the doctor's report beside a trace, a note): (None, None) when there is none, (None, note) when one is
+    there but unreadable or not the doctor's."""
+    path = doctor_file(arg)
+    if path is None:
+        return None, None
+    try:
+        return msgspec.json.decode(read_small(path, MAX_BYTES), type=DoctorReport), None
+    except (OSError, msgspec.DecodeError) as e:
+        return None, f"{path}: not twinbench doctor's report ({terminal(e, 120)}); the answer leaves that side's findings out"
+
+
+# ------------------------------------------------------------------------- which rows each finding shows in
+
+@dataclass(frozen=True)
+class AB:
+    """An A/B the doctor ran of a finding: the loop as written against it with the cause removed, ms a step."""
+    as_written_ms: float
+    without_ms: float
+
+    @property
+    def gain_ms(self) -> float:
+        return self.as_written_ms - self.without_ms
+
+
+def _read_ab(r: DoctorReport) -> AB | None:
+    c = r.observations.read_check
+    return AB(c.waited_ms, c.deferred_ms) if c and c.waited_ms and c.deferred_ms else None
+
+
+def _input_ab(r: DoctorReport) -> AB | None:
+    c = r.observations.input_check
+    return AB(c.wall.loop_less_known_ms, c.wall.prebuilt_ms) if c and c.wall else None
+
+
+@dataclass(frozen=True)
+class Cause:
+    """How the answer reads one kind of finding: what it names (``what``), the gap rows (``phase / category``
+    patterns) where its time shows, and the doctor's A/B of it where it runs one. No rows: not a time cause
+    (memory, an error). ``whole``: the whole side (the machine), sized as what the specific causes leave."""
+    what: str
+    rows: tuple[str, ...] = ()
+    whole: bool = False
+    ab: Any = None  # Callable[[DoctorReport], AB | None]
+
+
+COMPILATION = ("* / compilation",)
+HOST = ("rest / idle",)  # host time no op covers: the loop's Python, waits, dispatch
+#: one declaration per finding id of the doctor (tests/explain/test_answer.py checks every registered id has one)
+CAUSES: dict[str, Cause] = {
+    "jax-recompile": Cause("compilation: the step compiled again for new input shapes", COMPILATION),
+    "torch-recompile": Cause("compilation: torch.compile recompiling for new inputs", COMPILATION),
+    "compile-dominates": Cause("compilation", COMPILATION),
+    "jax-unrolled-loop": Cause("compilation of an unrolled loop", COMPILATION),
+    "torch-graph-break": Cause("graph breaks: the compiled step split, Python between its parts", HOST),
+    "jax-eager-ops": Cause("the step run op by op (not jitted): one dispatch per operation", ("rest / *",)),
+    "jax-python-control-flow": Cause("an error in the step (Python control flow on traced values)"),
+    "script-error": Cause("the script failed"),
+    "jax-host-sync": Cause("the host waiting for each step (a result read every step)", HOST, ab=_read_ab),
+    "torch-host-sync": Cause("the host waiting for the device (a result read every step)", HOST, ab=_read_ab),
+    "nnx-graph-overhead": Cause("nnx.jit's graph traversal each step", HOST),
+    "input-bound": Cause("waiting for the next batch (the input pipeline)", ("input / *", *HOST), ab=_input_ab),
+    "jax-host-transfer": Cause("the batch copied to the device each step", ("input / *", "* / data movement")),
+    "jax-replicated-batch": Cause("the batch replicated to every device", ("input / *", "* / data movement")),
+    "jax-pmap-legacy": Cause("legacy pmap (an API to move off; its step is sized by the findings about it)"),
+    "jax-no-donation": Cause("memory (the step's buffers not donated), not time"),
+    "jax-attention-kernel": Cause("attention written out (unfused)", ("* / attention",)),
+    "cpu-oversubscribed": Cause("more threads than free cores (the whole side slowed)", whole=True),
+    "page-faults": Cause("page faults (memory mapped afresh each step)", whole=True),
+}
+
+
+# ----------------------------------------------------------------------------------------------- the answer
+
+class Named(msgspec.Struct):
+    """One ranked cause: ``ms`` of the gap a step, ``noise`` its uncertainty, the doctor's finding behind it."""
+    what: str
+    ms: float
+    noise: float
+    rows: list[str]
+    finding: str = ""
+    evidence: str = ""
+    location: str = ""
+    fix: str = ""
+    ab: str = "not run"  # confirmed (gain ms) / not confirmed / not run: the doctor's own A/B
+
+
+class Answer(msgspec.Struct):
+    gap_ms: float
+    clock: str  # "untraced" (the doctor's step without the profiler) or "traced"
+    slower: str
+    faster: str
+    causes: list[Named]
+    unexplained_ms: float
+    unnamed_rows: list[tuple[str, float]]  # rows beyond the noise that no finding names
+    not_in_gap: list[tuple[str, str]]  # (finding id, why)
+    notes: list[str]
+
+
+def _cells(side: dict[str, Any]) -> tuple[dict[str, float], float]:
+    """(``phase / category`` -> ms a step, the step) of one explained trace, its rows put on the step the doctor
+    measured without the profiler when it measured one (the profiler's cost spread as the trace spread it)."""
+    traced = float(side.get("step_ms") or 0.0)
+    untraced = float((side.get("measured") or {}).get("untraced_step_ms") or 0.0)
+    scale = untraced / traced if untraced and traced else 1.0
+    cells = {f"{p} / {c}": v * scale for p, row in (side.get("cells") or {}).items() for c, v in row.items()}
+    return cells, (untraced or traced)
+
+
+def _noise(result: dict[str, Any]) -> float:
+    """What a cause must exceed to be told apart: explain's measured noise of the gap where it gives one
+    (``noise_ms``), else the larger of the two sides' spread of traced steps."""
+    given = result.get("noise_ms")
+    if isinstance(given, (int, float)) and given >= 0:
+        return float(given)
+    return max(float(result[s].get("step_spread_ms") or 0.0) for s in ("a", "b"))
+
+
+def _ab_said(cause: Cause, r: DoctorReport, f: Finding) -> str:
+    ab = cause.ab(r) if cause.ab else None
+    if ab is None:
+        return "not run"
+    if ab.gain_ms > 0 and f.severity in ("warning", "error"):
+        return f"confirmed by the doctor's A/B ({ab.as_written_ms:.2f} -> {ab.without_ms:.2f} ms a step)"
+    return f"not confirmed by the doctor's A/B ({ab.as_written_ms:.2f} -> {ab.without_ms:.2f} ms a step)"
+
+
+def join(result: dict[str, Any], arg_a: str, arg_b: str) -> Answer | None:
+    """The ranked answer for an explained pair of traces (``gap.pair``'s result) and the trace arguments, or None
+    when neither trace has the doctor's report beside it."""
+    reports, notes = [], []
+    for arg in (arg_a, arg_b):
+        rep, note = read_report(arg)
+        reports.append(rep)
+        if note:
+            notes.append(note)
+    if reports[0] is None and reports[1] is None:
+        return None if not notes else Answer(0.0, "traced", "", "", [], 0.0, [], [], notes)
+    (cells_a, step_a), (cells_b, step_b) = _cells(result["a"]), _cells(result["b"])
+    measured = all((result[s].get("measured") or {}).get("untraced_step_ms") for s in ("a", "b"))
+    gap = step_b - step_a
+    slow, fast = ("b", "a") if gap >= 0 else ("a", "b")
+    sc, fc = (cells_b, cells_a) if slow == "b" else (cells_a, cells_b)
+    rep_slow, rep_fast = reports[1 if slow == "b" else 0], reports[0 if slow == "b" else 1]
+    noise = _noise(result)
+    excess = {row: sc.get(row, 0.0) - fc.get(row, 0.0) for row in set(sc) | set(fc)}
+    claimed: set[str] = set()
+    not_in: list[tuple[str, str]] = []
+    for rep, why in ((rep_fast, f"on the faster side ({result[fast]['run']})"),):
+        for f in rep.findings if rep else []:
+            if CAUSES.get(f.id, Cause("")).rows or CAUSES.get(f.id, Cause("")).whole:
+                not_in.append((f.id, why))
+    pending = list(rep_slow.findings) if rep_slow else []
+    causes: list[Named] = []
+    # the specific causes, largest first, each row claimed once; then the whole side's, from what is left
+    while True:
+        best: tuple[float, Finding, Cause, list[str]] | None = None
+        for f in pending:
+            cause = CAUSES.get(f.id)
+            if cause is None or cause.whole or not cause.rows:
+                continue
+            rows = [r for r in excess if r not in claimed and any(fnmatch.fnmatch(r, p) for p in cause.rows)]
+            ms = sum(excess[r] for r in rows)
+            # a finding another causes (compile-dominates <- jax-recompile) yields the rows to its cause
+            key = ms - (1e-6 if f.caused_by else 0.0)
+            if best is None or key > best[0]:
+                best = (key, f, cause, rows)
+        if best is None:
+            break
+        _, f, cause, rows = best
+        pending.remove(f)
+        ms = sum(excess[r] for r in rows)
+        if f.caused_by and any(c.finding == f.caused_by for c in causes):
+            not_in.append((f.id, f"caused by {f.caused_by}: counted there"))
+            continue
+        if ms <= noise or ms <= 0:
+            not_in.append((f.id, f"its rows ({', '.join(cause.rows)}) are {ms:+.1f} ms, within the noise "
+                                 f"(+-{noise:.1f} ms)" if ms > 0 else
+                           f"its rows ({', '.join(cause.rows)}) are not slower on this side ({ms:+.1f} ms)"))
+            continue
+        claimed.update(rows)
+        causes.append(_named(cause, f, rep_slow, ms, noise, rows, excess))
+    left = abs(gap) - sum(c.ms for c in causes)
+    for f in pending:
+        cause = CAUSES.get(f.id)
+        if cause is None:
+            not_in.append((f.id, "a finding the answer has no rows for"))
+        elif not cause.whole:
+            not_in.append((f.id, f"no time of its own: {cause.what}"))
+        elif left > noise and not any(c.finding and CAUSES[c.finding].whole for c in causes):
+            rows = sorted(r for r in excess if r not in claimed)
+            causes.append(_named(cause, f, rep_slow, left, noise, rows, excess))
+            claimed.update(rows)
+            left = 0.0
+        else:
+            not_in.append((f.id, "the whole side, and nothing is left of the gap beyond the noise"
+                           if left <= noise else "the whole side, already named"))
+    causes.sort(key=lambda c: -c.ms)
+    unnamed = sorted(((r, round(v, 3)) for r, v in excess.items() if r not in claimed and v > noise),
+                     key=lambda rv: -rv[1])[:3]
+    return Answer(round(abs(gap), 3), "untraced" if measured else "traced", result[slow]["run"], result[fast]["run"],
+                  causes, round(left, 3), unnamed, not_in, notes)
+
+
+def _named(cause: Cause, f: Finding, rep: DoctorReport | None, ms: float, noise: float, rows: list[str],
+           excess: dict[str, float]) -> Named:
+    shown = sorted(rows, key=lambda r: -excess[r])[:4]
+    return Named(cause.what, round(ms, 3), round(noise, 3), shown, f.id, terminal(f.evidence, SAID),
+                 terminal(f.location, 160), terminal(f.fix, SAID),
+                 _ab_said(cause, rep, f) if rep is not None else "not run")
+
+
+def lines(a: Answer) -> list[str]:
+    """The answer as the lines that end explain's summary."""
+    if not a.slower:
+        return [f"answer: {n}" for n in a.notes]
+    clock = "measured without the profiler" if a.clock == "untraced" else "traced (no untraced step measured)"
+    out = [f"answer: of the gap of {a.gap_ms:.1f} ms a step ({a.slower} slower than {a.faster}, {clock}):"]
+    for i, c in enumerate(a.causes, 1):
+        head = f"  {i}. {c.ms:.1f} ms +-{c.noise:.1f}: {c.what}"
+        if c.finding:
+            head += f" (the doctor's {c.finding}"
+            head += f", at {c.location}" if c.location else ""
+            head += f"; A/B: {c.ab})"
+        out.append(head)
+        if c.evidence:
+            out.append(f"       evidence: {c.evidence}")
+        if c.fix:
+            out.append(f"       fix: {c.fix}")
+    unnamed = "; rows beyond the noise no finding names: " + ", ".join(f"{r} {v:+.1f} ms" for r, v in a.unnamed_rows) \
+        if a.unnamed_rows else ""
+    if a.unexplained_ms >= 0:
+        out.append(f"  {a.unexplained_ms:.1f} ms unexplained{unnamed}")
+    else:  # the causes add up to more than the gap: the faster side is slower elsewhere
+        out.append(f"  {-a.unexplained_ms:.1f} ms the other way: the rest of the step is faster on {a.slower}, so the "
+                   f"causes above add up to more than the gap{unnamed}")
+    for fid, why in a.not_in_gap:
+        out.append(f"  not in the gap: {fid} ({why})")
+    out += [f"  note: {n}" for n in a.notes]
+    return out
+
+
+def to_builtins(a: Answer) -> dict[str, Any]:
+    """The answer as explain's JSON holds it."""
+    return msgspec.to_builtins(a)
+
+
+def from_builtins(d: dict[str, Any]) -> Answer:
+    return msgspec.convert(d, Answer)

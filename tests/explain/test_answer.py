@@ -1,0 +1,159 @@
+"""The ranked answer (explain/answer.py): the doctor's findings beside two traces joined with their gap rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from twinbench.explain import answer
+
+
+def side(run: str, cells: dict[str, dict[str, float]], untraced: float | None = None,
+         spread: float = 0.5) -> dict[str, Any]:
+    step = sum(v for row in cells.values() for v in row.values())
+    out: dict[str, Any] = {"run": run, "step_ms": step, "cells": cells, "step_spread_ms": spread}
+    if untraced is not None:
+        out["measured"] = {"untraced_step_ms": untraced, "traced_step_ms": step}
+    return out
+
+
+def finding(id: str, severity: str = "warning", **kw: str) -> dict[str, str]:
+    return {"id": id, "severity": severity, "title": id, "evidence": f"{id}'s evidence", "fix": f"{id}'s fix",
+            "doc": "", "location": "train.py:12 (def train_step)", **kw}
+
+
+def folder(tmp: Path, name: str, findings: list[dict[str, str]], obs: dict[str, Any] | None = None) -> str:
+    d = tmp / name
+    d.mkdir()
+    (d / answer.NAME).write_text(json.dumps({"findings": findings, "script": f"{name}.py", "steps": 12,
+                                             "observations": obs or {"per_step": {}, "notes": {}}}))
+    return str(d)
+
+
+TORCH = {"forward": {"matmul": 2.0, "element-wise": 1.0}, "backward": {"matmul": 3.0}, "optimizer": {"optimizer": 1.0},
+         "rest": {"idle": 1.0}}
+
+
+def recompiling(compile_ms: float = 400.0) -> dict[str, dict[str, float]]:
+    return {"forward": {"matmul": 1.5, "element-wise": 0.5}, "backward": {"matmul": 2.5},
+            "optimizer": {"optimizer": 0.5}, "rest": {"idle": 2.0, "compilation": compile_ms}}
+
+
+def test_the_recompiles_are_the_first_cause_sized_by_the_compilation_row(tmp_path: Path) -> None:
+    a = folder(tmp_path, "torch", [finding("cpu-oversubscribed")])
+    b = folder(tmp_path, "flax", [finding("jax-recompile"), finding("compile-dominates", "info", caused_by="jax-recompile"),
+                                  finding("jax-no-donation", "info")])
+    result = {"a": side("torch:t", TORCH), "b": side("jax:f", recompiling())}
+    got = answer.join(result, a, b)
+    assert got is not None and got.slower == "jax:f" and got.clock == "traced"
+    first = got.causes[0]
+    assert first.finding == "jax-recompile" and first.rows == ["rest / compilation"]
+    assert first.ms == pytest.approx(400.0)
+    assert first.fix == "jax-recompile's fix" and first.location.startswith("train.py:12")
+    assert got.unexplained_ms == pytest.approx(got.gap_ms - 400.0)
+    said = dict(got.not_in_gap)
+    assert said["compile-dominates"].startswith("caused by jax-recompile")  # not counted twice
+    assert "faster side" in said["cpu-oversubscribed"] and "not time" in said["jax-no-donation"]
+    text = "\n".join(answer.lines(got))
+    # torch:t is slower in every other row: the causes add up to more than the gap, and the answer says so
+    assert "1. 400.0 ms" in text and "jax-recompile" in text and "1.0 ms the other way" in text
+
+
+def test_rows_are_put_on_the_step_measured_without_the_profiler_and_the_clock_decides_the_slower_side(
+        tmp_path: Path) -> None:
+    """Traced, B is slower; the doctor's untraced clocks say A is: the answer is framed on A, its cause sized
+    on A's untraced step (its rows scaled by untraced / traced)."""
+    slow = {"forward": {"matmul": 2.0}, "rest": {"idle": 8.0}}  # traced 10 ms, untraced 20 ms
+    fast = {"forward": {"matmul": 2.0}, "rest": {"idle": 10.0}}  # traced 12 ms, untraced 6 ms
+    a = folder(tmp_path, "a", [finding("jax-host-sync")])
+    b = folder(tmp_path, "b", [])
+    got = answer.join({"a": side("jax:a", slow, untraced=20.0), "b": side("torch:b", fast, untraced=6.0)}, a, b)
+    assert got is not None and got.slower == "jax:a" and got.clock == "untraced"
+    assert got.gap_ms == pytest.approx(14.0)
+    assert got.causes[0].finding == "jax-host-sync"
+    assert got.causes[0].ms == pytest.approx(16.0 - 5.0)  # idle 8 x 2 against 10 x 0.5
+
+
+def test_a_row_is_claimed_by_one_cause_and_a_cause_within_the_noise_is_not_named(tmp_path: Path) -> None:
+    slow = {"forward": {"matmul": 2.0}, "rest": {"idle": 6.0}, "input": {"data movement": 0.7}}
+    fast = {"forward": {"matmul": 2.0}, "rest": {"idle": 1.0}, "input": {"data movement": 0.5}}
+    a = folder(tmp_path, "a", [])
+    b = folder(tmp_path, "b", [finding("nnx-graph-overhead"), finding("jax-host-sync"),
+                               finding("jax-host-transfer", "info")])
+    got = answer.join({"a": side("torch:a", fast), "b": side("jax:b", slow, spread=1.0)}, a, b)
+    assert got is not None
+    assert [c.finding for c in got.causes] == ["nnx-graph-overhead"]  # the first of two of equal size claims idle
+    said = dict(got.not_in_gap)
+    assert "not slower" in said["jax-host-sync"] or "+0.0" in said["jax-host-sync"]
+    assert "within the noise" in said["jax-host-transfer"]
+
+
+def test_a_whole_side_finding_takes_what_the_specific_causes_leave(tmp_path: Path) -> None:
+    slow = {"forward": {"matmul": 6.0}, "backward": {"matmul": 9.0}, "rest": {"idle": 5.0}}
+    a = folder(tmp_path, "a", [finding("cpu-oversubscribed"), finding("torch-host-sync")])
+    b = folder(tmp_path, "b", [])
+    got = answer.join({"a": side("torch:a", slow), "b": side("jax:b", TORCH)}, a, b)
+    assert got is not None and got.slower == "torch:a"
+    by = {c.finding: c.ms for c in got.causes}
+    assert by["torch-host-sync"] == pytest.approx(4.0)
+    assert by["cpu-oversubscribed"] == pytest.approx(got.gap_ms - 4.0)
+    assert got.causes[0].finding == "cpu-oversubscribed" and got.unexplained_ms == pytest.approx(0.0)
+
+
+def test_the_doctors_own_ab_is_said(tmp_path: Path) -> None:
+    slow = {"forward": {"matmul": 2.0}, "rest": {"idle": 12.0}}
+    obs = {"read_check": {"waited_ms": 8.0, "deferred_ms": 3.0, "waited_n": 10, "deferred_n": 10}}
+    a = folder(tmp_path, "a", [finding("jax-host-sync")], obs)
+    got = answer.join({"a": side("jax:a", slow), "b": side("torch:b", TORCH)}, a, folder(tmp_path, "b", []))
+    assert got is not None and got.causes[0].ab.startswith("confirmed by the doctor's A/B (8.00 -> 3.00")
+
+
+def test_rows_no_finding_names_are_left_unexplained_and_listed(tmp_path: Path) -> None:
+    slow = {"forward": {"matmul": 12.0}, "backward": {"matmul": 3.0}, "rest": {"idle": 1.0}}
+    got = answer.join({"a": side("torch:a", TORCH), "b": side("jax:b", slow)}, folder(tmp_path, "a", []),
+                      folder(tmp_path, "b", []))
+    assert got is not None and not got.causes
+    assert got.unexplained_ms == pytest.approx(got.gap_ms)
+    assert got.unnamed_rows[0] == ("forward / matmul", pytest.approx(10.0))
+    assert "ms unexplained; rows beyond the noise no finding names: forward / matmul +10.0 ms" in "\n".join(answer.lines(got))
+
+
+def test_no_report_no_answer_and_a_broken_one_is_a_note(tmp_path: Path) -> None:
+    result = {"a": side("torch:a", TORCH), "b": side("jax:b", recompiling())}
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert answer.join(result, str(plain), str(plain)) is None
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / answer.NAME).write_text(json.dumps({"findings": [{"id": 3}]}))
+    got = answer.join(result, str(plain), str(bad))
+    assert got is not None and "not twinbench doctor's report" in got.notes[0]
+    assert answer.lines(got)[0].startswith("answer: ")
+    (bad / answer.NAME).write_text("{not json")
+    got = answer.join(result, str(bad), str(plain))
+    assert got is not None and got.notes
+
+
+def test_the_report_is_found_above_a_jax_profile(tmp_path: Path) -> None:
+    d = Path(folder(tmp_path, "flax", []))
+    run = d / "plugins" / "profile" / "2026_01_01"
+    run.mkdir(parents=True)
+    assert answer.doctor_file(str(run / "vm.xplane.pb")) == d / answer.NAME
+
+
+def test_every_finding_the_doctor_can_make_has_its_rows_declared() -> None:
+    from twinbench.doctor import findings
+
+    ids = set(getattr(findings, "REGISTRY", None) or findings.IDS)
+    assert ids <= set(answer.CAUSES), sorted(ids - set(answer.CAUSES))
+
+
+def test_the_answer_survives_explains_json() -> None:
+    a = answer.Answer(10.0, "untraced", "jax:b", "torch:a", [answer.Named("compilation", 9.0, 0.5, ["rest / compilation"],
+                                                                    "jax-recompile")], 1.0, [("forward / matmul", 1.0)],
+                      [("jax-no-donation", "memory")], [])
+    back = answer.from_builtins(json.loads(json.dumps(answer.to_builtins(a))))
+    assert back == a
