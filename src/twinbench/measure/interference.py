@@ -193,20 +193,25 @@ def disturbed(records: list[Any], names: dict[str, str] | None = None, threads_f
     def threads(r: Any) -> int:
         return r.conditions.threads or r.conditions.cpu_count or cpus
 
-    hit = [r for r in busy if (s := spread(r)) is not None and s > SPREAD_DISTURBED]
+    hit = sorted((r for r in busy if (s := spread(r)) is not None and s > SPREAD_DISTURBED),
+                 key=lambda r: -(spread(r) or 0.0))  # the most disturbed first
     crowded = [r for r in busy if r not in hit and threads(r) > free]
+
+    def ms(x: float) -> str:
+        return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
 
     def what(r: Any) -> str:
         s = spread(r)
-        steps = (f"steps p10-p90 {r.timing.step_ms_p10:.3g}-{r.timing.step_ms_p90:.3g} ms, {s:.1f}x" if s
-                 else f"median {r.timing.step_ms:.3g} ms")
+        steps = (f"steps p10-p90 {ms(r.timing.step_ms_p10)}-{ms(r.timing.step_ms_p90)} ms, {s:.1f}x" if s
+                 else f"median {ms(r.timing.step_ms)} ms")
         return f"{name(r)} ({threads(r)} thread(s), {steps})"
 
     how = "measured during its steps" if any(r.conditions.interference_cores is not None for r in busy) else \
         "by the load average"
     line = f"busy machine: other processes kept up to {others:.2f} of {cpus} core(s) busy ({how})"
     if hit:
-        line += "; disturbed (its steps spread): " + ", ".join(what(r) for r in hit)
+        line += (f"; disturbed ({'their' if len(hit) > 1 else 'its'} steps spread, most first): "
+                 + ", ".join(what(r) for r in hit))
     if crowded:
         line += (f"; {'also ' if hit else ''}sharing its cores (more threads than the {free} core(s) left, so a "
                  "descheduled thread stalls each op): " + ", ".join(what(r) for r in crowded))
