@@ -103,14 +103,14 @@ def test_a_torch_compile_frame_compiling_in_a_step_is_compilation(tmp_path: Path
 def test_the_doctor_writes_its_compile_log_and_explain_reads_it(tmp_path: Path) -> None:
     from twinbench.doctor import trace
 
-    (tmp_path / "trace.json").write_text(json.dumps({"framework": "jax", "steps": [4, 5], "files": [], "hlo": None}))
     miss = ("TRACING CACHE MISS at /u/train.py:20:4 (train_step) because:\n  all previously seen cache keys differ."
             " For the closest previous key:\n  different input types:\n  * at ids, now i32[32,55] and before "
             "i32[32,39]")
     obs = {"trace_timing": {}, "steady_from_t": 1.0, "steps": 60,
            "notes": {"compile": [{"t": 2.0, "fn": "train_step", "s": 0.4}] * 24,
                      "cache_miss": [{"t": 2.0, "message": miss}] * 24}}
-    trace.write_timing(tmp_path, obs)
+    log = trace.compile_log(obs)  # what write_timing adds to DIR/trace.json as "compiles"
+    (tmp_path / "trace.json").write_text(json.dumps({"framework": "jax", "steps": [4, 5], "compiles": log}))
     got = doctor_timing.conditions(str(tmp_path), tmp_path / "x.xplane.pb")["compiles"]
     assert got["compiles"] == 24 and got["steps"] == 60 and got["finding"] == "jax-recompile"
     assert got["causes"] == {"shape": 24} and got["shapes"][0] == "at ids, now i32[32,55] and before i32[32,39]"

@@ -106,13 +106,17 @@ def compile_log(obs: dict[str, Any]) -> dict[str, Any]:
     steps, the backend compiles and their seconds, the script's retraces (JAX's cache misses, Dynamo's
     recompiles) by cause with up to 3 of the shape changes ``jax_explain_cache_misses`` printed, and the
     finding that says the fix. {} when nothing compiled after step 1."""
-    from twinbench.doctor.findings.base import _steady_notes
     from twinbench.doctor.findings.recompiles import _is_user_recompile, recompile_cause
 
-    compiles = _steady_notes(obs, "compile")
-    misses = [n["message"] for n in _steady_notes(obs, "cache_miss")
+    t0, notes = obs.get("steady_from_t"), obs.get("notes") or {}
+
+    def steady(kind: str) -> list[dict[str, Any]]:  # the notes after step 1 (as the findings read them)
+        return [] if t0 is None else [n for n in notes.get(kind, []) if n.get("t", -1.0) >= t0]
+
+    compiles = steady("compile")
+    misses = [n["message"] for n in steady("cache_miss")
               if not n.get("nested") and _is_user_recompile(n["message"])]
-    torch_recompiles = obs.get("notes", {}).get("recompile", [])
+    torch_recompiles = notes.get("recompile", [])
     if not compiles and not misses and not torch_recompiles:
         return {}
     causes: dict[str, int] = {}
