@@ -81,8 +81,12 @@ def one_line_error(result, code=2) -> str:
 def test_reader_skips_every_bad_line_and_says_why(name):
     problems: list[str] = []
     records, bad = read_records(BAD / f"{name}.jsonl", problems)
-    assert records == [] and bad >= 1 and len(problems) == bad
-    assert all(p.startswith("line ") for p in problems)
+    assert records == [] and bad >= 1
+    # the first few lines by name, then (past them) one line counting the rest by reason: bounded, whatever the file
+    from twinbench.record import MAX_EXAMPLES
+
+    assert len(problems) == min(bad, MAX_EXAMPLES) + (bad > MAX_EXAMPLES)
+    assert all(p.startswith("line ") for p in problems[:MAX_EXAMPLES])
 
 
 def test_reader_keeps_minimal_and_torn_files_usable():

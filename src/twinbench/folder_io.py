@@ -49,6 +49,112 @@ class TooLarge(OSError):
     """A file read from a folder over its cap: the message says its size, the cap and how to raise it."""
 
 
+# ----------------------------------------------------------------------------------------------- the opener
+
+class NotRegular(OSError):
+    """A path twinbench was to open that is not a regular file (a FIFO, a device, a socket, a folder): refused
+    without waiting on it."""
+
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+
+_MODES = {"r": os.O_RDONLY, "r+": os.O_RDWR, "w": os.O_WRONLY | os.O_CREAT, "w+": os.O_RDWR | os.O_CREAT,
+          "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND, "a+": os.O_RDWR | os.O_CREAT | os.O_APPEND,
+          "x": os.O_WRONLY | os.O_CREAT | os.O_EXCL}
+
+
+def kind_of(st: os.stat_result) -> str:
+    """What a non-regular file is, in words (``a FIFO``)."""
+    return next((what for test, what in _KINDS if test(st.st_mode)), "not a regular file")
+
+
+def open_fd(path: str | Path, mode: str = "r", *, root: str | Path | None = None, cap: int | None = None,
+            perm: int = 0o644) -> int:
+    """The one opener: an fd of ``path`` opened in ``mode`` (``r``, ``r+``, ``w``, ``w+``, ``a``, ``a+``, ``x``;
+    ``b``/``t`` ignored), never blocking and never through a link.
+
+    Every component of ``path`` below ``root`` (default: its own folder, so the file itself) is opened with
+    ``O_NOFOLLOW`` relative to its parent's fd: a symbolic link there is :class:`LinkRefused` naming it, found as
+    it is opened (no scan of the folder first, so none can be outrun). The file is opened ``O_NONBLOCK`` and
+    checked on the open fd: what is not a regular file (a FIFO, a device) is :class:`NotRegular` at once, never
+    waited on; a file read (``r``) over ``cap`` bytes is :class:`TooLarge`. ``w`` truncates only once the file is
+    known to be regular. ``root`` itself (the folder the user named) is taken as named."""
+    path = Path(path)
+    base = mode.replace("b", "").replace("t", "")
+    if base not in _MODES:
+        raise ValueError(f"open_fd: mode {mode!r}")
+    if root is None:
+        root, parts = path.parent, [path.name]
+    else:
+        rel = path.relative_to(root) if path.is_absolute() == Path(root).is_absolute() else path
+        parts = _parts(rel)
+    if not parts or parts[-1] in ("", ".", ".."):
+        raise NotRegular(errno.EISDIR, "a folder, not a file", str(path))
+    flags = _MODES[base] | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    with _folder(Path(root), parts[:-1], create=False) as dfd:
+        try:
+            fd = os.open(parts[-1], flags, perm, dir_fd=dfd)
+        except OSError as e:
+            target = _is_link(dfd, parts[-1])
+            if target is not None or e.errno == errno.ELOOP:
+                raise _refuse(path, target or "?") from None
+            if e.errno in (errno.ENXIO, errno.EISDIR):  # a FIFO no one reads (write, O_NONBLOCK); a folder
+                what = "a FIFO" if e.errno == errno.ENXIO else "a folder"
+                raise NotRegular(e.errno, f"{what}, not a regular file", str(path)) from None
+            raise OSError(e.errno, e.strerror, str(path)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular(errno.EINVAL, f"{kind_of(st)}, not a regular file", str(path))
+        if base == "r" and cap is not None and st.st_size > cap:
+            hint = f"; {MAX_FILE_ENV} raises the cap" if cap == max_file_bytes() else ""
+            raise TooLarge(f"{path} is {_size(st.st_size)}, over the {_size(cap)} twinbench reads of such a "
+                           f"file{hint}")
+        if base in ("w", "w+"):
+            os.ftruncate(fd, 0)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_file(path: str | Path, mode: str = "rb", *, root: str | Path | None = None, cap: int | None = None,
+              perm: int = 0o644, encoding: str = "utf-8") -> Any:
+    """:func:`open_fd` as a file object (binary with ``b`` in ``mode``, else text in ``encoding``)."""
+    fd = open_fd(path, mode, root=root, cap=cap, perm=perm)
+    py_mode = mode.replace("x", "w") if "b" in mode else mode.replace("t", "").replace("x", "w")
+    try:
+        if "b" in py_mode:
+            return os.fdopen(fd, py_mode)
+        return os.fdopen(fd, py_mode, encoding=encoding, errors="replace")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_file(path: str | Path, cap: int, *, root: str | Path | None = None) -> bytes:
+    """A whole regular file of at most ``cap`` bytes through the opener; :class:`TooLarge` over it (also when it
+    grew since its size was read)."""
+    with open_file(path, "rb", root=root, cap=cap) as f:
+        data = f.read(cap + 1)
+    if len(data) > cap:
+        raise TooLarge(f"{path} is over the {_size(cap)} twinbench reads of such a file")
+    return bytes(data)
+
+
+def write_text(path: str | Path, data: bytes | str, *, root: str | Path | None = None) -> None:
+    """Write ``data`` to the file ``path`` (created or truncated) through the opener: never through a link, never
+    into a FIFO or a device. Whole files in a results folder go through :func:`write_file` instead."""
+    blob = data.encode() if isinstance(data, str) else bytes(data)
+    fd = open_fd(path, "w", root=root)
+    try:
+        write_all(fd, blob)
+    finally:
+        os.close(fd)
+
+
 # ----------------------------------------------------------------------------------------------- the writer
 
 def _is_link(dir_fd: int, name: str) -> str | None:
@@ -73,7 +179,10 @@ def _parts(rel: str | Path) -> list[str]:
 
 @contextlib.contextmanager
 def _folder(root: Path, parts: list[str], create: bool) -> Iterator[int]:
-    """An fd of ``root/parts...``: each part below ``root`` created when ``create``, and never a link."""
+    """An fd of ``root/parts...``: each part below ``root`` created when ``create`` (``root`` too: the folder the
+    user named, with its parents, as ``mkdir -p``), and never a link."""
+    if create:
+        Path(root).mkdir(parents=True, exist_ok=True)
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for i, part in enumerate(parts):
@@ -99,6 +208,27 @@ def make_dir(root: Path, rel: str | Path) -> Path:
     with _folder(Path(root), _parts(rel), create=True):
         pass
     return Path(root, rel)
+
+
+def fresh_dir(path: str | Path) -> Path:
+    """A new, empty folder at ``path`` (an absolute path with no links, as ``Path.resolve`` gives), or beside it
+    (``path.1``, ``path.2``...) when ``path`` exists: every component opened without following a link from ``/``
+    down, the last one made by this call. What a framework then writes into it by name (a profiler's trace)
+    cannot be sent elsewhere by a link planted before (it is empty) or above it (each component was checked as
+    it was opened), however many entries the folders around it hold."""
+    path = Path(path)
+    if not path.is_absolute():
+        path = Path.cwd() / path
+    parts = _parts(path.relative_to(path.anchor))
+    with _folder(Path(path.anchor), parts[:-1], create=True) as fd:
+        for n in range(1000):
+            name = parts[-1] if n == 0 else f"{parts[-1]}.{n}"
+            try:
+                os.mkdir(name, 0o755, dir_fd=fd)
+            except FileExistsError:
+                continue
+            return path.with_name(name)
+    raise OSError(errno.EEXIST, "1000 folders of that name exist already", str(path))
 
 
 def check_inside(root: Path, rel: str | Path) -> None:
@@ -147,17 +277,10 @@ def write_file(root: Path, rel: str | Path, data: bytes | str) -> Path:
 
 
 def open_append(path: Path, flags: int = os.O_RDWR) -> int:
-    """An fd appending to ``path`` (created when missing), never through a link: a symbolic link, or a file with
-    other hard links (an append would change the file they name), is :class:`LinkRefused`."""
+    """An fd appending to ``path`` (created when missing) through the opener: a symbolic link, a FIFO, or a file
+    with other hard links (an append would change the file they name) is refused in one line."""
     path = Path(path)
-    with _folder(path.parent, [], create=False) as dfd:
-        try:
-            fd = os.open(path.name, flags | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644, dir_fd=dfd)
-        except OSError as e:
-            target = _is_link(dfd, path.name)
-            if target is not None or e.errno == errno.ELOOP:
-                raise _refuse(path, target or "?") from None
-            raise
+    fd = open_fd(path, "a+" if flags & os.O_RDWR else "a")
     if os.fstat(fd).st_nlink > 1:
         os.close(fd)
         raise LinkRefused(f"{path}: has other hard links; twinbench appends to no file another name shares (copy "
@@ -233,16 +356,9 @@ def check_readable(path: Path, cap: int | None = None) -> int:
 
 
 def _open(path: Path, cap: int | None) -> BinaryIO:
-    """``path`` opened for reading once it is known to be a regular file within ``cap`` (checked on the open file:
-    a FIFO swapped in after a check is never waited on)."""
-    check_readable(path, cap)
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        _check(Path(path), os.fstat(fd), cap)
-    except BaseException:
-        os.close(fd)
-        raise
-    return os.fdopen(fd, "rb")
+    """``path`` opened for reading through the opener: a regular file within ``cap`` (default
+    :func:`max_file_bytes`), checked on the open file (a FIFO is never waited on)."""
+    return open_file(path, "rb", cap=max_file_bytes() if cap is None else cap)  # type: ignore[no-any-return]
 
 
 def lines(path: Path, cap: int | None = None, max_line: int | None = None) -> Iterator[tuple[int, bytes | None]]:

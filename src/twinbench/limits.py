@@ -101,12 +101,85 @@ def _shape(spec: Any) -> str:
     return f"--preset {spec.preset}" + (f" with {what}" if what else "")
 
 
+#: host bytes a run keeps per training step until it ends, at most: the step's time and loss handle (a device
+#: scalar, a Python object of a few hundred bytes), its loss as a float, its token counts (``--steps``' bound)
+PER_STEP_BYTES = 1024
+#: host bytes twinbench keeps per run it schedules (its spec, its record, its row of the table), at most: the
+#: bound of ``--repeats`` and of a sweep's grid
+PER_RUN_BYTES = 64 << 10
+#: the share of the available memory a count's bookkeeping may take (the rest is the runs' own)
+BOOKKEEPING_SHARE = 4
+#: the environment variable that sets the cap on a --data file (a whole number of MB)
+MAX_DATA_ENV = "TWINBENCH_MAX_DATA_MB"
+
+
+def _available(available: int | None = None) -> int:
+    from twinbench.measure.memory import host_available_bytes
+
+    return host_available_bytes() if available is None else available
+
+
+def max_data_bytes(available: int | None = None) -> int:
+    """The largest ``--data`` file a run reads (held whole, as bytes, once; a JSONL file as examples several
+    times its size): :data:`MAX_DATA_ENV`, else an eighth of the memory available now (at least 64 MiB)."""
+    raw = os.environ.get(MAX_DATA_ENV, "")
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw) << 20
+    return max(_available(available) // 8, 64 << 20)
+
+
+def data_refusal(flag: str, path: Any, cap: int) -> str:
+    """The line refusing a data file over ``cap`` bytes (its size read from the file)."""
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        size = cap + 1
+    return (f"{flag}: {gib(size)}, over the {gib(cap)} a data file may hold on this host (a share of the memory "
+            f"available now; {MAX_DATA_ENV} sets it)")
+
+
+def check_count(n: Any, flag: str, per_item: int, what: str, available: int | None = None,
+                given: Any = None) -> None:
+    """Refuse (SpecError) a count whose bookkeeping (``per_item`` bytes each) cannot fit in a
+    :data:`BOOKKEEPING_SHARE`-th of the host's available memory, before anything of it is allocated: one line
+    naming ``flag`` (and the value ``given`` there, when ``n`` is computed from it), the figure it would need and
+    the largest count allowed here."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise SpecError(f"{flag} must be a positive integer, got {count(n) if isinstance(n, int) else n!r}")
+    avail = _available(available)
+    most = max(avail // BOOKKEEPING_SHARE // per_item, 1)
+    if n > most:
+        head = f"{flag} {count(n)}" if given is None else f"{flag} {count(given)} ({count(n)} in all)"
+        raise SpecError(f"{head}: {what} ~{per_item} bytes each, {gib(n * per_item)} in all, and this host has "
+                        f"{gib(avail)} available; at most {count(most)}{' in all' if given is not None else ''} here")
+
+
+def check_steps(spec: Any, available: int | None = None) -> None:
+    """``--steps`` within what the host can keep a step of (:data:`PER_STEP_BYTES`, and a classification
+    run's drawn example indices)."""
+    per = PER_STEP_BYTES + (8 * spec.train.batch if spec.train.task == "classify" else 0)
+    check_count(spec.train.steps, "--steps", per, "a run keeps its steps' times and losses until it ends,",
+                available)
+
+
+def check_runs(n: int, flag: str, given: Any = None, available: int | None = None) -> None:
+    """``n`` runs (``--repeats`` times the configurations, a sweep's grid points) within what twinbench can keep
+    a run of (:data:`PER_RUN_BYTES`), checked before any spec of them is built; ``given``: the flag's value."""
+    check_count(n, flag, PER_RUN_BYTES, "twinbench keeps a spec and a record a run,", available, given)
+
+
 def check_host(specs: list[Any], available: int | None = None) -> None:
     """Refuse (SpecError) a run the host cannot build, or (without an accelerator) cannot train, before any
-    process starts; and ``--threads`` above this machine's cores."""
+    process starts; ``--steps`` whose bookkeeping the host cannot keep; and ``--threads`` above this machine's
+    cores."""
     from twinbench.measure.memory import host_available_bytes
     from twinbench.spec import USER
 
+    checked: set[tuple[int, int, str]] = set()
+    for s in specs:
+        if (key := (s.train.steps, s.train.batch, s.train.task)) not in checked:
+            checked.add(key)
+            check_steps(s, available)
     n = cores()
     for s in specs:
         if s.host.threads > n:

@@ -100,6 +100,9 @@ def repeat_rounds(specs: list[RunSpec], repeats: int) -> list[list[RunSpec]]:
     A B C, ...), so host drift falls on every configuration alike. ``compare --repeats`` and the claims suite."""
     if repeats < 1:
         raise SpecError(f"--repeats must be a positive integer, got {repeats}")
+    from twinbench.limits import check_runs
+
+    check_runs(len(specs) * repeats, "--repeats", repeats)  # a billion repeats: one line, before a spec of them is built
     return [[replace(s, repeat=k) for s in specs] for k in range(repeats)]
 
 

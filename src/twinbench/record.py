@@ -167,10 +167,8 @@ def _newline_first(fd: int) -> bytes:
         return b""
     try:
         return b"" if os.pread(fd, 1, size - 1) == b"\n" else b"\n"
-    except OSError:  # opened write-only
-        with open(fd, "rb", closefd=False) as f:
-            f.seek(size - 1)
-            return b"" if f.read(1) == b"\n" else b"\n"
+    except OSError:  # opened write-only: a newline first is harmless (the reader skips a blank line)
+        return b"\n"
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
@@ -361,10 +359,12 @@ def read_records(path: Path, problems: list[str] | None = None,
     results files every command uses, bounded by folder_io (a file over its cap is an OSError from its size
     alone). Records of every schema version load (:func:`load`).
 
-    ``problems`` (when given) receives one short reason per skipped line (``line 3: not JSON``);
-    ``line_numbers`` (when given) the 1-based line of each record returned, in order.
+    ``problems`` (when given) receives the first :data:`MAX_EXAMPLES` skipped lines with their reasons (``line 3:
+    not JSON``) and, when more were skipped, one line counting them by reason (:class:`Reasons`): a file of 31
+    million bad lines costs a few counters, not a string each. ``line_numbers`` (when given) the 1-based line
+    of each record returned, in order.
     """
-    records, bad = [], 0
+    records, bad, why = [], 0, Reasons()
     for n, raw in lines(path):
         if raw is not None and not raw.strip():
             continue
@@ -381,9 +381,42 @@ def read_records(path: Path, problems: list[str] | None = None,
                 line_numbers.append(n)
             continue
         bad += 1
-        if problems is not None:
-            problems.append(f"line {n}: {got}")
+        why.add(n, got)
+    if problems is not None:
+        problems += why.lines()
     return records, bad
+
+
+#: skipped lines a reader names one by one (the rest are counted by reason)
+MAX_EXAMPLES = 5
+#: distinct reasons a reader counts apart (the rest are counted together as "other reasons")
+MAX_REASONS = 16
+
+
+class Reasons:
+    """Why lines were skipped, bounded whatever the file holds: the first :data:`MAX_EXAMPLES` lines with their
+    reason, and a count per reason (at most :data:`MAX_REASONS` kept apart)."""
+
+    def __init__(self) -> None:
+        self.examples: list[str] = []
+        self.counts: dict[str, int] = {}
+        self.total = 0
+
+    def add(self, line: int, reason: str) -> None:
+        self.total += 1
+        if len(self.examples) < MAX_EXAMPLES:
+            self.examples.append(f"line {line}: {reason}")
+        key = reason if reason in self.counts or len(self.counts) < MAX_REASONS else "other reasons"
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    def lines(self) -> list[str]:
+        """The examples, then (when there were more) one line of the counts by reason, most frequent first."""
+        if self.total <= len(self.examples):
+            return list(self.examples)
+        by = sorted(self.counts.items(), key=lambda kv: -kv[1])
+        counted = "; ".join(f"{n:,} {folder_io.terminal(r, 80)}" for r, n in by[:4])
+        more = f"; {len(by) - 4} more reasons" if len(by) > 4 else ""
+        return [*self.examples, f"{self.total:,} lines in all: {counted}{more}"]
 
 
 def latest_per_run(records: list[Record]) -> list[Record]:

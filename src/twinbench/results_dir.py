@@ -11,7 +11,15 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from twinbench.folder_io import check_folder, check_readable, open_append, terminal
+from twinbench.folder_io import (
+    LinkRefused,
+    NotRegular,
+    check_folder,
+    check_readable,
+    open_append,
+    open_fd,
+    terminal,
+)
 from twinbench.record import Record, RecordWriteError, append_jsonl
 from twinbench.spec import SpecError
 
@@ -46,8 +54,7 @@ def check_out_dir(out_dir: Path) -> None:
     try:
         with contextlib.suppress(FileNotFoundError):  # one a crashed twinbench of this pid left (never followed)
             probe.unlink()
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        os.close(fd)
+        os.close(open_fd(probe, "x", perm=0o600))
         probe.unlink()
         if path.exists():
             os.close(open_append(path))
@@ -65,11 +72,14 @@ def busy(out_dir: Path, holder: str) -> str:
 
 def lock_holder(out_dir: Path) -> str | None:
     """Who holds ``out_dir``'s lock now (its lock file's pid, "?" if it says none), or None when no one does: the
-    lock is tried and let go at once (a lock file that is a link was refused by check_folder)."""
+    lock is tried and let go at once. Opened through the opener: a lock that is a link or not a regular file (a
+    FIFO, which a blocking open would wait on forever) is a SpecError naming it."""
     import fcntl
 
     try:
-        fd = os.open(Path(out_dir) / LOCK, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_fd(Path(out_dir) / LOCK, "r")
+    except (LinkRefused, NotRegular) as e:
+        raise SpecError(_bad_lock(out_dir, e)) from None
     except OSError:
         return None
     try:
@@ -81,17 +91,24 @@ def lock_holder(out_dir: Path) -> str | None:
         os.close(fd)
 
 
+def _bad_lock(out_dir: Path, e: OSError | SpecError) -> str:
+    if isinstance(e, LinkRefused):
+        return str(e)
+    return (f"--out {out_dir}: its {LOCK} is {e.strerror or e}; twinbench locks only a file it made (remove it, "
+            "or choose another --out)")
+
+
 @contextlib.contextmanager
 def out_lock(out_dir: Path) -> Iterator[None]:
     """Hold ``out_dir``'s lock while runs append to it: a second twinbench writing the same results directory at
     the same time (which would run the same configurations twice and split the summary) fails at once."""
     import fcntl
 
-    lock_path = Path(out_dir) / LOCK
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # never through a link
-    except OSError:
-        check_folder(Path(out_dir), (LOCK,))  # a link: one line naming it  # a read-only place was refused by check_out_dir already; nothing to lock here
+        fd = open_fd(Path(out_dir) / LOCK, "a+")  # never through a link, never a FIFO
+    except (LinkRefused, NotRegular) as e:
+        raise SpecError(_bad_lock(out_dir, e)) from None
+    except OSError:  # a read-only place was refused by check_out_dir already; nothing to lock here
         yield
         return
     try:

@@ -8,6 +8,7 @@ flag can override is an axis (``layers``, ``batch``, ``seq``, ``d_model``, ``dev
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,9 @@ def parse_over(items: list[str]) -> list[Axis]:
 
 def points(axes: list[Axis]) -> list[dict[str, Any]]:
     """Every point of the grid, in order (the last axis varies fastest)."""
+    from twinbench.limits import check_runs
+
+    check_runs(math.prod(len(v) for _, v in axes), "--over")  # the grid's size, before a point of it is made
     keys = [k for k, _ in axes]
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(v for _, v in axes))]
 

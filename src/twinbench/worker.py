@@ -21,6 +21,7 @@ from twinbench import backends, compile_cache, distributed, xla_flags
 from twinbench.config import SpecError
 from twinbench.data import pipeline, tasks
 from twinbench.errors import error_line
+from twinbench.folder_io import fresh_dir
 from twinbench.lifeline import watch_parent
 from twinbench.measure import device, memory, metrics, peak, platforms
 from twinbench.measure.clock import per_step, time_steps, time_window
@@ -336,6 +337,8 @@ def _trace(spec: RunSpec, trainer: object, host_batches: list) -> dict[str, str 
     if rank or int(os.environ.get("WORLD_SIZE", "1")) > 1 or spec.launch.num_processes > 1:
         out = out / f"rank{rank}"
     try:
+        # a new, empty folder reached through no link: the profiler writes by name into it (folder_io.fresh_dir)
+        out = fresh_dir(out)
         path = trace_steps(spec.framework, lambda i: trainer.step(*host_batches[i % len(host_batches)]),
                            trainer.sync, out)
         return {"trace_path": str(Path(path).resolve())}

@@ -82,10 +82,11 @@ def check_json(json_path: Path | None, flag: str = "--json") -> None:
         fail(f"{flag} {json_path}: a directory, not a file")
     if not parent.is_dir():
         fail(f"{flag} {json_path}: no folder {parent} (create it first)")
+    from twinbench.folder_io import open_fd
+
     try:  # tried, not asked (os.access says yes to root on a read-only place)
-        if json_path.exists():
-            with open(json_path, "a"):
-                pass
+        if json_path.exists() or json_path.is_symlink():
+            os.close(open_fd(json_path.resolve(), "a"))  # through the opener: a FIFO is refused, never waited on
         else:
             probe = parent / f".twinbench-write-check-{os.getpid()}"
             probe.write_text("x")
@@ -150,13 +151,14 @@ def ready_outputs(target: Path, json_path: Path | None, timeout: float | None = 
 def write_text(path: Path, text: str, what: str, inside: Path | None = None) -> bool:
     """Write an output file; a failure is a warning (the records are already safe in results.jsonl). With
     ``inside`` (the results folder ``path`` is in) it is written by folder_io's writer: never through a link."""
+    from twinbench import folder_io
     from twinbench.folder_io import write_file
 
     try:
         if inside is not None:
             write_file(inside, Path(path).relative_to(inside), text)
         else:
-            path.write_text(text)
+            folder_io.write_text(Path(path).resolve(), text)  # the one opener: never a FIFO or a device
         return True
     except (OSError, SpecError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else e

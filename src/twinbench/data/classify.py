@@ -140,14 +140,26 @@ def read_jsonl(path: str | Path, num_labels: int) -> list[Example]:
 
     ``label`` is an integer in ``0..num_labels-1`` or a string; string labels are numbered in sorted order.
     """
-    p = Path(path)
+    from twinbench.folder_io import NotRegular, TooLarge, read_file
+    from twinbench.limits import data_refusal, max_data_bytes
+
     flag = f"--data {path}"
-    if not p.is_file():
-        raise SpecError(f"{flag}: no such file")
+    cap = max_data_bytes() // 8  # examples as Python objects: several times the file's bytes
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        raw = read_file(Path(path).resolve(), cap)  # the one opener: a FIFO or device is refused, never waited on
+    except TooLarge:
+        raise SpecError(data_refusal(flag, path, cap)) from None
+    except NotRegular as e:
+        raise SpecError(f"{flag}: {e.strerror}") from None
+    except FileNotFoundError:
+        raise SpecError(f"{flag}: no such file") from None
+    except OSError as e:
+        raise SpecError(f"{flag}: cannot read it ({e.strerror or e})") from None
+    try:
+        lines = raw.decode("utf-8").splitlines()
     except UnicodeDecodeError as e:
         raise SpecError(f"{flag}: not UTF-8 text (bad byte at offset {e.start})") from None
+    del raw
     rows: list[tuple[int, str, str | None, int | str]] = []
     for n, line in enumerate(lines, start=1):
         if not line.strip():
@@ -155,7 +167,9 @@ def read_jsonl(path: str | Path, num_labels: int) -> list[Example]:
         try:
             obj = json.loads(line)
         except ValueError as e:
-            raise SpecError(f"{flag} line {n}: not valid JSON ({e.msg})") from None
+            raise SpecError(f"{flag} line {n}: not valid JSON ({getattr(e, 'msg', e)})") from None
+        except RecursionError:
+            raise SpecError(f"{flag} line {n}: JSON nested too deeply") from None
         if not isinstance(obj, dict):
             raise SpecError(f"{flag} line {n}: expected a JSON object with text, label (and text_pair)")
         text, pair, label = obj.get("text"), obj.get("text_pair"), obj.get("label")

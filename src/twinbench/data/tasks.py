@@ -10,6 +10,7 @@ Batches are handed out by :class:`~twinbench.data.pipeline.HostBatches` (K stack
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,12 +20,29 @@ from twinbench.data.pipeline import HostBatches
 from twinbench.spec import RunSpec, SpecError
 
 
+class Same(Sequence[int]):
+    """``n`` steps of one value (an LM step's token counts): a list of any length in the memory of one int."""
+
+    def __init__(self, value: int, n: int) -> None:
+        self.value, self.n = value, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return Same(self.value, len(range(*i.indices(self.n))))
+        if not -self.n <= i < self.n:
+            raise IndexError(i)
+        return self.value
+
+
 @dataclass
 class RunData:
     batches: HostBatches
-    real_tokens: list[int]  # per training step: tokens that are not padding
-    padded_tokens: list[int]  # per training step: tokens the model processes (batch x padded length)
-    lengths: list[int] = field(default_factory=list)  # per step: the padded batch length
+    real_tokens: Sequence[int]  # per training step: tokens that are not padding
+    padded_tokens: Sequence[int]  # per training step: tokens the model processes (batch x padded length)
+    lengths: Sequence[int] = field(default_factory=list)  # per step: the padded batch length
     eval_batches: list[Any] = field(default_factory=list)  # classify: held-out batches for accuracy
 
     def token_stats(self, steady_from: int, steady_s: float) -> dict[str, float]:
@@ -43,13 +61,15 @@ def run_data(spec: RunSpec, k: int = 1) -> RunData:
     n_calls = t.steps // k
     if t.task == "classify":
         return _classify(spec, k, n_calls)
-    from twinbench.data.text import batches, load_tokens
+    from twinbench.data.text import load_tokens, window
 
-    data = batches(load_tokens(t.data, t.seq, t.seed), t.batch, t.seq, t.seed)
-    windows = [next(data) for _ in range(n_calls * k)]  # cut before timing: an LM batch costs nothing to make
-    n = t.batch * t.seq
-    return RunData(HostBatches(windows.__getitem__, n_calls, k, t.slow_input), [n] * len(windows),
-                   [n] * len(windows), [t.seq] * len(windows))
+    tokens = load_tokens(t.data, t.seq, t.seed)
+    n, steps = t.batch * t.seq, n_calls * k
+
+    def make(i: int) -> Any:  # step i's windows, cut when the pipeline asks: one batch held, not every step's
+        return window(tokens, t.batch, t.seq, t.seed, i)
+
+    return RunData(HostBatches(make, n_calls, k, t.slow_input), Same(n, steps), Same(n, steps), Same(t.seq, steps))
 
 
 def _classify(spec: RunSpec, k: int, n_calls: int) -> RunData:

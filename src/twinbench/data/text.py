@@ -49,13 +49,23 @@ def _corpus_bytes(seed: int, n_bytes: int) -> bytes:
 
 
 def read_text_file(path: str | Path, min_bytes: int) -> np.ndarray:
-    """Bytes of a UTF-8 text file as uint8 tokens; a one-line :class:`SpecError` if unusable."""
-    p = Path(path)
-    if not p.is_file():
-        what = "a folder, not a file" if p.is_dir() else "not a regular file (a device or a pipe)" if p.exists() \
-            else "no such file"
-        raise SpecError(f"--data {path}: {what}")
-    raw = p.read_bytes()
+    """Bytes of a UTF-8 text file as uint8 tokens; a one-line :class:`SpecError` if unusable. Read through the
+    one opener (a FIFO or device is refused, never waited on) within :func:`limits.max_data_bytes`, checked from
+    its size before a byte is read."""
+    from twinbench.folder_io import NotRegular, TooLarge, read_file
+    from twinbench.limits import data_refusal, max_data_bytes
+
+    cap = max_data_bytes()
+    try:
+        raw = read_file(Path(path).resolve(), cap)  # the path you name is yours: resolved once, then read
+    except TooLarge:
+        raise SpecError(data_refusal(f"--data {path}", path, cap)) from None
+    except NotRegular as e:
+        raise SpecError(f"--data {path}: {e.strerror}") from None
+    except FileNotFoundError:
+        raise SpecError(f"--data {path}: no such file") from None
+    except OSError as e:
+        raise SpecError(f"--data {path}: cannot read it ({e.strerror or e})") from None
     if not raw:
         raise SpecError(f"--data {path}: the file is empty")
     if b"\x00" in raw[:65536]:
@@ -66,7 +76,7 @@ def read_text_file(path: str | Path, min_bytes: int) -> np.ndarray:
         raise SpecError(f"--data {path}: not UTF-8 text (bad byte at offset {e.start})") from None
     if len(raw) < min_bytes:
         raise SpecError(f"--data {path}: {len(raw)} bytes is too short for --seq; need at least {min_bytes}")
-    return np.frombuffer(raw, np.uint8).copy()
+    return np.frombuffer(raw, np.uint8)  # read-only, not copied: the file's bytes are held once
 
 
 def load_tokens(data: str, seq: int, seed: int) -> np.ndarray:
@@ -82,3 +92,13 @@ def batches(tokens: np.ndarray, batch: int, seq: int, seed: int) -> Iterator[tup
         starts = rng.integers(0, len(tokens) - seq - 1, size=batch)
         window = tokens[starts[:, None] + offsets].astype(np.int32)
         yield window[:, :-1], window[:, 1:]
+
+
+def window(tokens: np.ndarray, batch: int, seq: int, seed: int, i: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (inputs, targets) int32 pair of step ``i``, made when the step asks for it: random windows drawn by a
+    generator seeded by (``seed``, ``i``), so any step's batch is the same in every framework and process, and a
+    run of any length holds one batch at a time (not every step's, built up front)."""
+    rng = np.random.default_rng((seed, i))
+    starts = rng.integers(0, len(tokens) - seq - 1, size=batch)
+    w = tokens[starts[:, None] + np.arange(seq + 1)].astype(np.int32)
+    return w[:, :-1], w[:, 1:]

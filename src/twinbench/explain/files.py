@@ -90,6 +90,17 @@ def _open_checked(path: str | Path, what: str) -> Path:
     return p
 
 
+def _open(p: Path, what: str) -> Any:
+    """``p`` opened through folder_io's one opener (a FIFO swapped in after :func:`_open_checked` is refused,
+    never waited on); the path the user named is resolved once, as named."""
+    from twinbench.folder_io import NotRegular, open_file
+
+    try:
+        return open_file(p.resolve(), "rb")
+    except NotRegular as e:
+        raise TraceError(f"{p}: {e.strerror}, not a {what}") from None
+
+
 def _inflate(f: object, path: str | Path, limit: int, stop_at: int | None = None,
              env: str = "TWINBENCH_MAX_TRACE_MB") -> bytes:
     """The gzip stream of the open file ``f`` inflated (every member), at most ``limit`` bytes; ``stop_at``: stop
@@ -123,7 +134,7 @@ def read_bytes(path: str | Path, what: str = "trace", limit: int | None = None,
     limit = max_bytes() if limit is None else limit
     p = _open_checked(path, what)
     try:
-        with p.open("rb") as f:
+        with _open(p, what) as f:
             magic = f.read(2)
             f.seek(0)
             if magic == GZIP_MAGIC:
@@ -212,7 +223,7 @@ def stream(path: str | Path, what: str = "trace", limit: int | None = None, json
     limit = max_stream_bytes() if limit is None else limit
     p = _open_checked(path, what)
     try:
-        with p.open("rb") as f:
+        with _open(p, what) as f:
             gz = f.read(2) == GZIP_MAGIC
             f.seek(0)
             if not gz and p.stat().st_size > limit:
@@ -238,7 +249,7 @@ def check_hlo_size(path: str | Path) -> None:
     :func:`max_hlo_bytes` (before any trace is read; a gzip is stopped at the cap where it is read)."""
     p = _open_checked(path, "compiled HLO text")
     try:
-        with p.open("rb") as f:
+        with _open(p, "compiled HLO text") as f:
             if f.read(2) == GZIP_MAGIC:
                 return
             size, limit = os.fstat(f.fileno()).st_size, max_hlo_bytes()
@@ -265,7 +276,7 @@ def head(path: str | Path) -> bytes:
     """The first :data:`HEAD` bytes of a file, inflated when it is gzip; b"" when it cannot be read."""
     try:
         p = _open_checked(path, "trace")
-        with p.open("rb") as f:
+        with _open(p, "trace") as f:
             if f.read(2) == GZIP_MAGIC:
                 f.seek(0)
                 return _inflate(f, path, max_bytes(), stop_at=HEAD)

@@ -39,6 +39,25 @@ FROM_RECORD = frozenset({
 })
 #: fields a re-run never takes from a record but takes from explain's command line when the user gives them
 FROM_COMMAND_LINE = ("save_weights", "num_processes", "process_id", "coordinator")
+#: the files a record's train section names (read by the run): a record never picks a path, so a re-run takes
+#: each from the command line, and is refused (one line naming the flag) when the record names one you did not
+RECORD_PATHS = ("data", "init_from")
+
+
+def _paths(d: Any, named: dict[str, Any] | None) -> tuple[dict[str, str], list[str]]:
+    """The train section's paths a re-run uses (the command line's) and the flags the record needs but the
+    command line does not give."""
+    train = d.get("train") if isinstance(d, dict) else None
+    train = train if isinstance(train, dict) else {}
+    use, missing = {}, []
+    for k in RECORD_PATHS:
+        given = (named or {}).get(k)
+        if given:
+            use[k] = str(Path(given).resolve())
+        elif train.get(k):
+            use[k] = ""
+            missing.append(f"--{k.replace('_', '-')}")
+    return use, missing
 
 
 def spec_from_record(arg: str, d: Any, named: dict[str, Any] | None = None) -> tuple[RunSpec, list[str]]:
@@ -49,6 +68,9 @@ def spec_from_record(arg: str, d: Any, named: dict[str, Any] | None = None) -> t
         raise SpecError(f"{arg}: its record carries no readable spec")
     d, default = flat_spec(d), RunSpec().flat()  # a record's spec of any version, in the flat form
     kept = {k: v for k, v in d.items() if k in FROM_RECORD}
+    paths, _ = _paths(kept, named)
+    if paths and isinstance(kept.get("train"), dict):  # data, init_from: the command line's, never the record's
+        kept["train"] = {**kept["train"], **paths}
     left = [k for k, v in d.items() if k not in FROM_RECORD and v != default.get(k)
             and k not in ("explain", "trace_dir")]  # explain sets these two itself
     for k in FROM_COMMAND_LINE:
@@ -69,8 +91,12 @@ def spec_from_record(arg: str, d: Any, named: dict[str, Any] | None = None) -> t
 
 def runnable(arg: str, spec: RunSpec) -> RunSpec:
     """``spec`` validated before it runs again (a record's values are checked as a flag's would be)."""
+    from twinbench.plan import check_inputs
+
     try:
-        return validate(spec)
+        spec = validate(spec)
+        check_inputs(spec)  # the files the command line named for it, checked here, not in the worker
+        return spec
     except SpecError as e:
         raise SpecError(f"{arg}: its record's spec is not runnable: {e}") from None
     except (TypeError, ValueError, AttributeError) as e:  # a field of the wrong type
@@ -86,14 +112,20 @@ def from_results(arg: str, named: dict[str, Any] | None = None) -> tuple[RunSpec
         raise SpecError(f"{arg}: no {RESULTS} in {where}")
     problems: list[str] = []
     try:
-        every, _ = read_records(path, problems)
+        every, bad = read_records(path, problems)
     except OSError as e:
         raise SpecError(f"{arg}: cannot read {path} ({e})") from None
     records = [r for r in every if r.label() == name]
     if not records:  # a record of it may have been rejected (a step_ms of 1e300): say why, not only "no run"
-        skipped = f" ({len(problems)} line(s) are not records; first: {problems[0]})" if problems else ""
+        skipped = f" ({bad} line(s) are not records; first: {problems[0]})" if problems else ""
         raise SpecError(f"{arg}: {where} has no run {terminal(name, 80)}{skipped}")
     r = records[-1]
+    if needs_run(r):  # its spec will run again: the files it reads come from the command line alone
+        _, missing = _paths(flat_spec(r.spec) if isinstance(r.spec, dict) else None, named)
+        if missing:
+            flags = " and ".join(f"{f} FILE" for f in missing)
+            raise SpecError(f"{arg}: its record trains on a file it names ({', '.join(missing)}); a record never "
+                            f"picks a file twinbench reads: give {flags} on the command line to re-run it")
     spec, notes = spec_from_record(arg, r.spec, named)
     return spec, r, notes
 

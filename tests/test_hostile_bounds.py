@@ -1,0 +1,290 @@
+"""Issue 75: nothing a folder, a file or a number says makes twinbench read, write, wait or grow without bound.
+
+One test per hole, each run in this process (runner.run_one faked where a command would run), each failing on
+the code before the fix: counts bounded from the machine before anything is built, one opener (FIFOs and links),
+bounded reasons for bad lines, a record that never picks a path, ``--try --out NEWDIR``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from twinbench import runner
+from twinbench.cli import app
+from twinbench.record import for_spec, read_records
+
+sys.path.insert(0, str(Path(__file__).parent / "report"))
+import synthetic
+
+CLI = CliRunner()
+SRC = Path(__file__).resolve().parents[1] / "src" / "twinbench"
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    calls = []
+
+    def run_one(spec, timeout, env=None):
+        calls.append(spec)
+        return for_spec(spec, "ok", step_ms=10.0, step_ms_p10=10.0, step_ms_p90=10.0, compile_s=0.1,
+                        first_step_s=0.2, losses=[1.0], step_times_ms=[10.0])
+
+    monkeypatch.setattr(runner, "run_one", run_one)
+    return calls
+
+
+def one_line_error(result, code: int = 2) -> str:
+    text = result.output
+    assert result.exit_code == code, text
+    assert result.exception is None or isinstance(result.exception, SystemExit), text
+    assert "Traceback" not in text, text
+    errors = [ln for ln in text.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, text
+    return errors[0]
+
+
+# ----------------------------------------------------------------------------------- 1. counts, from the machine
+@pytest.mark.parametrize("args, flag", [
+    (["--steps", str(10**30)], "--steps"),
+    (["--repeats", str(10**9), "--dry-run"], "--repeats"),
+    (["--repeats", str(10**9)], "--repeats"),
+])
+def test_a_count_no_host_can_keep_is_one_line_before_anything_is_built(args, flag, fake_runs):
+    line = one_line_error(CLI.invoke(app, ["compare", "--framework", "torch", "--strategies", "eager", *args]))
+    assert line.startswith(f"error: {flag} ") and "at most" in line and "available" in line, line
+    assert not fake_runs
+
+
+def test_a_sweep_grid_no_host_can_keep_is_one_line(fake_runs):
+    many = ",".join(str(v) for v in range(1, 2001))
+    line = one_line_error(CLI.invoke(app, ["sweep", "--framework", "torch", "--strategies", "eager", "--over",
+                                           f"steps={many}", "--over", f"seed={many}"]))
+    assert line.startswith("error: --over ") and "at most" in line, line
+    assert not fake_runs
+
+
+def test_the_lm_batches_are_made_as_the_steps_ask_for_them():
+    """A run of 700,000 steps holds one batch, not 700,000 (the windows were built up front): the batches'
+    memory does not grow with --steps, and step i's batch is the same whenever it is asked for."""
+    import tracemalloc
+
+    import numpy as np
+
+    from twinbench.data import tasks
+    from twinbench.spec import from_preset
+
+    spec = from_preset("tiny", {"steps": 700_000, "batch": 8, "seq": 64}, framework="torch", strategy="eager")
+    tracemalloc.start()
+    data = tasks.run_data(spec)
+    x, y = data.batches[123_456]
+    held = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert held < 64 << 20, held  # the corpus and one batch; 700,000 windows of 8x65 int32 are 2.9 GB
+    assert len(data.batches) == 700_000 and x.shape == (8, 64) and np.array_equal(x[:, 1:], y[:, :-1])
+    assert np.array_equal(data.batches[123_456][0], x) and not np.array_equal(data.batches[0][0], x)
+    assert sum(data.real_tokens[5:]) == (700_000 - 5) * 8 * 64
+
+
+# -------------------------------------------------------------------------------------------- 2. one opener
+def test_a_fifo_lock_or_json_never_hangs(tmp_path, fake_runs):
+    out = tmp_path / "o"
+    out.mkdir()
+    os.mkfifo(out / ".twinbench.lock")
+    line = one_line_error(CLI.invoke(app, ["compare", "--framework", "torch", "--strategies", "eager",
+                                           "--out", str(out)]))
+    assert ".twinbench.lock" in line and "FIFO" in line, line
+    (out / "results.jsonl").write_text("")
+    line = one_line_error(CLI.invoke(app, ["compare", "--framework", "torch", "--strategies", "eager",
+                                           "--resume", str(out)]))
+    assert "FIFO" in line, line
+    fifo = tmp_path / "j.json"
+    os.mkfifo(fifo)
+    d = tmp_path / "r"
+    synthetic.write(d, [synthetic.record("torch", "eager")])
+    line = one_line_error(CLI.invoke(app, ["diff", str(d), str(d), "--json", str(fifo)]))
+    assert "--json" in line and "FIFO" in line, line
+    assert not fake_runs
+
+
+def test_the_opener_refuses_links_at_every_component_and_what_is_not_a_file(tmp_path):
+    from twinbench.folder_io import LinkRefused, NotRegular, open_file
+
+    root, away = tmp_path / "root", tmp_path / "away"
+    (root / "a" / "b").mkdir(parents=True)
+    away.mkdir()
+    (away / "f").write_text("secret")
+    (root / "a" / "link").symlink_to(away)
+    (root / "a" / "b" / "f").symlink_to(away / "f")
+    for rel in ("a/link/f", "a/b/f"):
+        with pytest.raises(LinkRefused):
+            open_file(root / rel, "rb", root=root)
+        with pytest.raises(LinkRefused):
+            open_file(root / rel, "wb", root=root)
+    assert (away / "f").read_text() == "secret"
+    os.mkfifo(root / "fifo")
+    for mode in ("rb", "wb", "ab", "r+b"):
+        with pytest.raises(NotRegular, match="FIFO"):
+            open_file(root / "fifo", mode)
+    with pytest.raises(NotRegular):
+        open_file(root / "a", "rb")
+    with open_file(root / "a" / "b" / "g", "wb", root=root) as f:
+        f.write(b"ok")
+    assert (root / "a" / "b" / "g").read_bytes() == b"ok"
+
+
+def test_a_trace_is_written_into_a_fresh_folder_reached_through_no_link(tmp_path):
+    """The profiler writes by name; its folder is made new under components opened without following a
+    link, so a link planted anywhere (past any number of entries) is refused or never reached."""
+    from twinbench.folder_io import LinkRefused, fresh_dir
+
+    traces, away = tmp_path / "traces", tmp_path / "away"
+    traces.mkdir()
+    away.mkdir()
+    (traces / "run").mkdir()
+    (traces / "run" / "trace.json").symlink_to(away / "stolen")
+    got = fresh_dir(traces / "run")
+    assert got == traces / "run.1" and not any(got.iterdir())
+    (traces / "sub").symlink_to(away)
+    with pytest.raises(LinkRefused):
+        fresh_dir(traces / "sub" / "run")
+    assert not any(away.iterdir())
+
+
+#: the files allowed to open a file other than through folder_io's opener, each with why (every other module
+#: routes its opens through folder_io.open_file / open_fd / read_file / write_text / write_file)
+BARE_OPENS_ALLOWED = {
+    "folder_io.py": "the opener itself",
+    "load_meter.py": "twinbench's own history under its cache root, and /proc",
+    "lifeline.py": "/proc",
+    "measure/interference.py": "/proc",
+    "measure/host.py": "/proc/cpuinfo",
+    "measure/memory_readings.py": "/proc, and the worker's own sizes file",
+    "measure/peak_cache.py": "twinbench's own peaks cache and its lock",
+    "measure/peak.py": "the measuring child's own output file",
+    "runner.py": "the spec and record files of a worker, in the runner's private temporary folder, and /proc",
+    "worker.py": "the spec and record files its runner made for it",
+    "launch/jobs.py": "submitit's job folder",
+    "host_malloc.py": "twinbench's measured tunables file",
+    "record_schema.py": "the schema written by the build (make)",
+    "predict/calibration.py": "the package's own calibration data",
+    "predict/command.py": "the measuring child's own output file",
+    "explain/depth.py": "the child's own HLO files in explain's private folder",
+    "explain/timing.py": "the worker's own HLO file",
+    "explain/spill.py": "explain's own spill file in a private temporary folder",
+    "explain/doctor_timing.py": "the doctor's own timing file beside its trace",
+    "doctor/__init__.py": "the doctor's own files in its private folder",
+    "doctor/bootstrap.py": "the doctor's own files in its private folder",
+    "doctor/trace.py": "the doctor's own trace.json",
+    "byo/family.py": "the prepared folder's files (written by twinbench's preparation)",
+    "byo/parity.py": "the prepared folder's files",
+    "byo/plan.py": "the prepared folder's files",
+    "byo/prepare.py": "the prepared folder's files",
+    "byo/run.py": "the prepared folder's files",
+    "score.py": "the scoring children's own files in a private temporary folder",
+    "claims/suite.py": "--json of claims (checked by cli.common.check_json, through the opener)",
+    "cli/claims.py": "a probe's --json output",
+    "cli/models.py": "the peaks cache files",
+    "cli/doctor.py": "the doctor's probe file",
+    "cli/common.py": "/dev/null, and check_dir's probe",
+    "models/hf.py": "export's own output folder",
+    "doctor/instruments_jax/facts.py": "/proc/meminfo",
+    "doctor/instruments_jax/transfers.py": "a pipe the doctor made",
+    "predict/user.py": "the prepared folder's files",
+    "explain/xplane_stream.py": "the inflated copy in a private temporary file",
+}
+_OPENERS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "load", "fdopen"}
+
+
+def _bare_opens(path: Path) -> list[int]:
+    tree = ast.parse(path.read_text())
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+        owner = f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else ""
+        method = isinstance(f, ast.Attribute) and owner not in ("files", "folder_io", "common")
+        if name == "open" or (method and name in ("read_text", "read_bytes", "write_text", "write_bytes",
+                                                  "fdopen")) or (name == "load" and owner in ("np", "json")):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_every_file_twinbench_opens_goes_through_the_one_opener():
+    """An AST scan: no module outside the allow-list calls open(), os.open, Path.open/read_text/read_bytes/
+    write_text/write_bytes, gzip.open, np.load or json.load; the data, checkpoints, traces, side files, --json,
+    locks and results files all go through folder_io's opener (a FIFO refused unwaited, links refused)."""
+    bare = {}
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel in BARE_OPENS_ALLOWED:
+            continue
+        if found := _bare_opens(path):
+            bare[rel] = found
+    assert not bare, f"files opened outside folder_io's opener: {bare}"
+    assert all((SRC / rel).exists() for rel in BARE_OPENS_ALLOWED), "an allowed module no longer exists"
+
+
+# ------------------------------------------------------------------------------------ 3. bounded bad lines
+def test_bad_lines_keep_a_few_examples_and_counts_not_a_string_each(tmp_path):
+    path = tmp_path / "results.jsonl"
+    good = json.dumps(synthetic.record("torch", "eager"))
+    with path.open("w") as f:
+        f.write(good + "\n")
+        for i in range(200_000):
+            f.write(f"garbage {i}\n" if i % 2 else '{"run": 1}\n')
+    problems: list[str] = []
+    records, bad = read_records(path, problems)
+    assert len(records) == 1 and bad == 200_000
+    assert len(problems) <= 6 and problems[0].startswith("line 2: ")
+    assert problems[-1].startswith("200,000 lines in all: 100,000 ") and "100,000 not JSON" in problems[-1]
+
+
+# ---------------------------------------------------------------------------------- 5. a record picks no path
+def test_a_re_run_takes_no_file_the_record_names(tmp_path, fake_runs):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not yours " * 100)
+    d = tmp_path / "sent"
+    recs = []
+    for fw, st in (("torch", "eager"), ("jax", "jit")):
+        r = synthetic.record(fw, st)
+        r["spec"]["train"]["data"] = str(secret)
+        recs.append(r)
+    synthetic.write(d, recs)
+    line = one_line_error(CLI.invoke(app, ["explain", f"{d}:torch/eager", f"{d}:jax/jit", "--out",
+                                           str(tmp_path / "o")]))
+    assert "--data FILE" in line and "never picks" in line, line
+    assert not fake_runs
+    mine = tmp_path / "mine.txt"
+    mine.write_text("my own text " * 100)
+    res = CLI.invoke(app, ["explain", f"{d}:torch/eager", f"{d}:jax/jit", "--out", str(tmp_path / "o"),
+                           "--data", str(mine)])
+    assert "Traceback" not in res.output, res.output
+    assert fake_runs and all(s.train.data == str(mine.resolve()) for s in fake_runs), res.output
+
+
+# -------------------------------------------------------------------------------------- 6. --try --out NEWDIR
+def test_try_into_an_out_that_does_not_exist_yet(tmp_path, monkeypatch):
+    """explain of records that need no re-run creates no --out before --try: the variant's folder is made with
+    its parents (it was a FileNotFoundError traceback)."""
+    from twinbench.explain import try_flag
+    from twinbench.spec import from_preset
+
+    def run_one(spec, timeout, env=None):
+        return for_spec(spec, "failed", error="not run in this test")
+
+    monkeypatch.setattr(runner, "run_one", run_one)
+    spec = from_preset("tiny", {}, framework="torch", strategy="eager")
+    result = {"a": {"run": "torch/eager"}, "b": {"run": "torch/eager"}, "specs": [spec.to_dict(), spec.to_dict()]}
+    out = tmp_path / "new" / "deeper"
+    with pytest.raises(try_flag.TryError, match="the run failed"):
+        try_flag.run(result, "B:layers=2", out, 60.0, lambda line: None)
+    assert (out / "try-0" / "results.jsonl").is_file()
