@@ -197,7 +197,6 @@ BARE_OPENS_ALLOWED = {
     "doctor/instruments_jax/facts.py": "/proc/meminfo",
     "doctor/instruments_jax/transfers.py": "a pipe the doctor made",
     "predict/user.py": "the prepared folder's files",
-    "explain/xplane_stream.py": "the inflated copy in a private temporary file",
 }
 _OPENERS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "load", "fdopen"}
 
@@ -288,3 +287,33 @@ def test_try_into_an_out_that_does_not_exist_yet(tmp_path, monkeypatch):
     with pytest.raises(try_flag.TryError, match="the run failed"):
         try_flag.run(result, "B:layers=2", out, 60.0, lambda line: None)
     assert (out / "try-0" / "results.jsonl").is_file()
+
+
+# ----------------------------------------------------------------------------- 4. readers bounded in time too
+def test_a_stream_that_cannot_be_an_xplane_is_refused_from_its_first_kib(tmp_path):
+    """256 KB of zeros gzipped as a profile (a minute of CPU before) and a profile whose head is an XSpace's
+    but whose body is a gzip bomb: one line each, within the first KiB or at the ratio bound."""
+    import gzip
+    import time
+
+    from twinbench.explain import xplane, xplane_stream
+    from twinbench.explain.steps import TraceError
+
+    zeros = tmp_path / "zeros.xplane.pb.gz"
+    zeros.write_bytes(gzip.compress(bytes(256 << 10)))
+    t0 = time.process_time()
+    with pytest.raises(TraceError, match="not a JAX profile"):
+        xplane_stream.Source(zeros).__enter__()
+    assert time.process_time() - t0 < 2.0  # a bound on work, not a timing claim: it read one KiB
+    assert xplane.check_head(b'{"traceEvents": []}') is not None
+    assert xplane.check_head(bytes(1024)) is not None
+    plane = b"\x12\x0b/device:CPU"  # XPlane.name
+    assert xplane.check_head(b"\x0a" + bytes([len(plane)]) + plane) is None  # XSpace.planes[0]
+    bomb = tmp_path / "bomb.xplane.pb.gz"
+    body = b"\x0a" + bytes([len(plane)]) + plane + b"\x22\xff\xff\xff\x7f"  # then a 256 MiB "hostname"
+    with gzip.open(bomb, "wb", compresslevel=1) as f:
+        f.write(body)
+        for _ in range(64):
+            f.write(bytes(1 << 20))
+    with pytest.raises(TraceError, match="times its compressed size"), xplane_stream.Source(bomb):
+        pass

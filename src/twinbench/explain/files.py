@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,13 @@ MAX_STREAM_BYTES = 64 * 2**30
 #: and again for FLOPs). TWINBENCH_MAX_HLO_MB overrides it.
 HLO_MAX_BYTES = 64 * 2**20
 GZIP_MAGIC = b"\x1f\x8b"
+#: a gzip that inflates to more than this many times its compressed bytes (past :data:`RATIO_FROM`) is no
+#: profiler's: traces compress 5-30 times; a run of zeros, 1000 times. TWINBENCH_MAX_GZIP_RATIO sets it.
+MAX_RATIO = 200
+#: bytes a gzip may inflate to before its ratio is judged (a small file's header compresses well)
+RATIO_FROM = 16 * 2**20
+#: seconds a trace's inflation may take (a bound on time, whatever the caps on size): TWINBENCH_MAX_TRACE_S
+MAX_SECONDS = 600.0
 #: the head of a file :func:`kind` reads (inflated) to tell what it is
 HEAD = 1 << 16
 _CHUNK = 1 << 20
@@ -79,6 +87,33 @@ def max_hlo_bytes() -> int:
     return max(min(HLO_MAX_BYTES, host_available_bytes() // 10), 16 * 2**20)
 
 
+def _bound(env: str, default: float) -> float:
+    raw = os.environ.get(env, "")
+    try:
+        v = float(raw)
+    except ValueError:
+        return default
+    return v if 0 < v < float("inf") else default
+
+
+class Inflation:
+    """The bounds of one gzip's inflation besides its size: the ratio of bytes out to bytes in (past
+    :data:`RATIO_FROM`) and the seconds it takes; a :class:`TraceError` line naming the file past either."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path, self.ratio = path, _bound("TWINBENCH_MAX_GZIP_RATIO", MAX_RATIO)
+        self.deadline = time.monotonic() + _bound("TWINBENCH_MAX_TRACE_S", MAX_SECONDS)
+        self.inp = 0
+
+    def check(self, out: int) -> None:
+        if out > RATIO_FROM and out > self.ratio * max(self.inp, 1):
+            raise TraceError(f"{self.path}: inflates to over {self.ratio:g} times its compressed size (no "
+                             "profiler's trace does; a gzip bomb; TWINBENCH_MAX_GZIP_RATIO raises it)")
+        if time.monotonic() > self.deadline:
+            raise TraceError(f"{self.path}: still inflating after {_bound('TWINBENCH_MAX_TRACE_S', MAX_SECONDS):g}"
+                             " s, the bound on a trace's read (TWINBENCH_MAX_TRACE_S raises it)")
+
+
 def _open_checked(path: str | Path, what: str) -> Path:
     p = Path(path)
     if p.is_dir():
@@ -108,9 +143,12 @@ def _inflate(f: object, path: str | Path, limit: int, stop_at: int | None = None
     out = bytearray()
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
     cap = limit if stop_at is None else min(limit, stop_at)
+    bound = Inflation(path)
     try:
         while chunk := f.read(_CHUNK):  # type: ignore[attr-defined]
+            bound.inp += len(chunk)
             while chunk:
+                bound.check(len(out))
                 if d.eof:  # a second gzip member follows (concatenated .gz files are one stream)
                     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
                 out += d.decompress(chunk, cap + 1 - len(out))
@@ -160,6 +198,7 @@ class Stream:
         #: JSON: the bytes since the last quote (:data:`_QUOTE`), checked against :data:`MAX_TOKEN`; None: not JSON
         self._run: int | None = 0 if json_tokens else None
         self._last = b""  # the last byte handed out (a quote at a chunk's start may be escaped by it)
+        self._bound = Inflation(path) if gz else None
 
     def read(self, n: int = _CHUNK) -> bytes:
         if n == 0:  # a parser's probe of what the stream yields (bytes or text): nothing is consumed
@@ -167,6 +206,8 @@ class Stream:
         n = _CHUNK if n < 0 else n
         chunk = self._f.read(n) if self._d is None else self._inflate(n)
         self.out += len(chunk)
+        if self._bound is not None:
+            self._bound.check(self.out)
         if self.out > self._limit:
             raise TraceError(f"{self._path}: inflates past {self._limit / 2**20:.0f} MiB, the cap on a trace's "
                              "size (TWINBENCH_MAX_TRACE_MB raises it): a gzip bomb, or trim the trace")
@@ -189,6 +230,10 @@ class Stream:
         self._run = long if last is None else last.start()
         self._last = chunk[-1:]
 
+    def _count(self, compressed: bytes) -> None:
+        if self._bound is not None:
+            self._bound.inp += len(compressed)
+
     def _inflate(self, n: int) -> bytes:
         d = self._d
         assert d is not None
@@ -200,10 +245,12 @@ class Stream:
                         rest = self._f.read(_CHUNK)
                         if not rest:
                             return b""
+                        self._count(rest)
                     self._d = d = zlib.decompressobj(16 + zlib.MAX_WBITS)
                     self._pending = rest
                 if not self._pending:
                     self._pending = self._f.read(_CHUNK)
+                    self._count(self._pending)
                     if not self._pending:
                         raise TraceError(f"{self._path}: a truncated gzip file (it ends inside its compressed data)")
                 out = d.decompress(self._pending, n)

@@ -42,6 +42,8 @@ def _fields(buf: bytes) -> list[tuple[int, int, Any]]:
     while i < n:
         key, i = _varint(buf, i)
         num, wt = key >> 3, key & 7
+        if num == 0:  # no protobuf message has a field 0: zeros or noise, refused at the first byte
+            raise ValueError("field number 0: not a protobuf message")
         if wt == 0:
             v, i = _varint(buf, i)
         elif wt == 1:
@@ -130,6 +132,43 @@ MAX_TEXT = 1 << 16
 def _text(v: bytes | memoryview) -> str:
     """A string field, cut at :data:`MAX_TEXT` (a name of any length costs no more than a long one from here on)."""
     return bytes(v[:MAX_TEXT * 4]).decode("utf-8", "replace")[:MAX_TEXT]
+
+
+#: the bytes of a file :func:`check_head` reads: an XSpace's first fields, enough to tell one from noise
+HEAD_CHECKED = 1024
+#: an XSpace's fields (planes, errors, warnings, hostnames; room for a few more): each length-delimited
+_SPACE_FIELDS = range(1, 9)
+
+
+def check_head(head: bytes) -> str | None:
+    """Why the first bytes of a file cannot begin a serialized ``XSpace`` (None when they can): every field of an
+    XSpace is length-delimited and numbered 1 to a few, and the first must be a plane or a string that fits in
+    the file; zeros, text, JSON and another message fail within :data:`HEAD_CHECKED` bytes, before the file is
+    inflated or walked (a walk of noise costs time with every byte)."""
+    buf, i, seen = memoryview(head)[:HEAD_CHECKED], 0, 0
+    while i < len(buf):
+        try:
+            key, j = _varint(buf, i)
+        except IndexError:
+            break  # a key cut by the end of the head: as far as it can be told
+        num, wt = key >> 3, key & 7
+        if num not in _SPACE_FIELDS or wt != 2:
+            return f"field {num} of wire type {wt} at byte {i}, where an XSpace has only strings and planes"
+        try:
+            ln, j = _varint(buf, j)
+        except IndexError:
+            break
+        if num == _SPACE_PLANES and j < len(buf):  # a plane begins with its id, name or lines: a field 1..8
+            inner = buf[j:j + min(ln, 16)]
+            try:
+                k, _ = _varint(inner, 0) if inner else (8, 0)
+            except IndexError:
+                k = 8
+            if not 1 <= k >> 3 <= 8 or (k & 7) not in (0, 1, 2, 5):
+                return f"a plane at byte {j} that does not begin as one"
+        seen += 1
+        i = j + ln
+    return None if seen or not head else "no field an XSpace begins with"
 
 
 def plane_names(data: bytes) -> list[str]:

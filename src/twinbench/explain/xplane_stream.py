@@ -20,6 +20,7 @@ from typing import IO, Any
 
 from twinbench.explain import files, spill, xplane
 from twinbench.explain.steps import TraceError
+from twinbench.folder_io import open_file
 
 #: bytes read from the file at a time
 BUFFER = 1 << 20
@@ -35,18 +36,21 @@ class Source:
         self.f: IO[bytes] | None = None
 
     def __enter__(self) -> Source:
+        why = xplane.check_head(files.head(self.path)[:xplane.HEAD_CHECKED])
+        if why is not None:  # refused from its first KiB: neither inflated nor walked
+            raise TraceError(f"{self.path}: not a JAX profile ({why})")
         with files.stream(self.path, "profile") as s:
             if s.gzip:
                 plain = self._store.path("xplane")
                 try:
-                    with plain.open("wb") as out:
+                    with open_file(plain, "wb") as out:
                         shutil.copyfileobj(s, out, BUFFER)
                 except OSError as e:
                     self._store.close()
                     raise TraceError(spill._unwritable(e)) from None
             else:
                 plain = self.path
-        self.f = plain.open("rb")
+        self.f = open_file(plain.resolve(), "rb")  # the one opener (a FIFO swapped in is refused, never waited on)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -103,6 +107,8 @@ class _Fields:
         while self.pos < self.end:
             key = self._varint()
             num, wt = key >> 3, key & 7
+            if num == 0:  # no protobuf message has a field 0: noise, refused where it starts
+                raise ValueError(f"field number 0 at byte {self.pos - 1}: not a protobuf message")
             if wt == 0:
                 yield num, wt, self._varint(), self.pos
             elif wt == 2:
