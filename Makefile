@@ -42,7 +42,7 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 # torch's, JAX's and its own modules from source again, a large share of a tiny run.
 demo test check: export PYTHONDONTWRITEBYTECODE=
 
-demo: $(STAMP)
+demo: install
 	$(VENV)/bin/twinbench compare
 
 # --no-loadscope-reorder: xdist hands out the files in the order tests/conftest.py gives (the files of slow tests
