@@ -25,6 +25,7 @@ class SpecError(ValueError):
 PRECISIONS = ("fp32", "bf16")
 TASKS = ("lm", "classify", "custom")  # next-token LM | sequence classification | the user's model (custom)
 MASK_IMPLS = ("where", "mul", "cond")  # how a masked family's attention applies its padding mask
+REMAT_POLICIES = ("full", "dots-saveable", "nothing-saveable")  # what +remat keeps (jax.checkpoint_policies)
 
 
 class Identity(StrEnum):

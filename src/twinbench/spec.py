@@ -370,6 +370,8 @@ def _validate_strategy(spec: RunSpec) -> None:
         raise SpecError(f"--scan-unroll must be a positive integer, got {st.scan_unroll}")
     if st.mods.remat and (refused := backends.get(spec.framework).remat_refusal(st.remat_policy)):
         raise SpecError(refused)
+    if refused := st.mods.refusal(spec):  # a modifier's own check (strategies/modifiers.py)
+        raise SpecError(refused)
     if st.scan_k < 0 or (st.scan_k and t.steps % st.scan_k):
         raise SpecError(f"--scan-k {st.scan_k} must divide --steps {t.steps}; allowed: "
                         f"{', '.join(str(k) for k in _divisors(t.steps) if k < t.steps)}, or 0 (automatic)")

@@ -16,27 +16,25 @@ from twinbench.models.options import (
     ATTENTION_IMPLS,
     MLP_ACTIVATIONS,
     OPTIMIZER_STATES,
-    REMAT_POLICIES,
     SPLASH_LAYOUTS,
 )
-from twinbench.strategies.modifiers import Modifiers
+from twinbench.strategies.modifiers import ModifierOptions, Modifiers
 from twinbench.xla_flags import CHOICES as XLA_CPU_FLAG_CHOICES
 
 COMPILE_CACHE_STATES = ("cold", "warm")
 
 
 @dataclass(frozen=True)
-class StrategySpec:
+class StrategySpec(ModifierOptions):
     """How the step runs: a base strategy, its modifiers (``compile+bf16+remat``: base ``compile``, modifiers
-    ``bf16``, ``remat``; their order kept as written) and the options of the bases and modifiers. ``mods`` is the
-    modifiers as one typed value, parsed once."""
+    ``bf16``, ``remat``; their order kept as written) and the options of the bases and modifiers (a modifier's own
+    are declared beside it, in strategies/modifiers.py's ModifierOptions). ``mods`` is the modifiers as one typed
+    value, parsed once."""
 
     base: str = option("eager", "the base strategy (strategies/registry.py): eager, compile, jit, scan-steps, ...",
                        flag=False)
     modifiers: tuple[str, ...] = option((), "the modifiers of the base, as written after it (strategies/modifiers.py)",
                                         flag=False)
-    remat_policy: str = option("full", "override the preset's remat_policy: what +remat keeps (jax.checkpoint_"
-                               "policies): full, dots-saveable or nothing-saveable", choices=REMAT_POLICIES)
     scan_k: int = option(0, "override the preset's scan_k: training steps per call of scan-steps (0: chosen from "
                          "--steps, see strategies/jax_scan.py)")
     scan_unroll: int = option(1, "override the preset's scan_unroll: layers per loop trip of scan-layers' layer "
@@ -71,7 +69,7 @@ class StrategySpec:
     @classmethod
     def named(cls, name: str, **options: Any) -> StrategySpec:
         """The strategy of a full name: ``"compile+bf16+remat"`` -> base ``compile``, modifiers ``(bf16, remat)``."""
-        return cls(*split_name(name), **options)
+        return cls(**dict(zip(NAME_PARTS, split_name(name), strict=True)), **options)
 
     @property
     def name(self) -> str:

@@ -70,9 +70,13 @@ def test_a_family_without_an_option_gets_its_reason():
 
 
 def test_check_devices_refuses_a_cell_that_cannot_exist_in_one_line():
-    spec = validate(from_preset("bert-tiny", {"devices": 2, "batch": 8}, framework="torch", strategy="ddp+prefetch"))
-    with pytest.raises(SpecError, match=r"^--strategies: torch:ddp\+prefetch with the bert family: \+prefetch"):
+    spec = validate(from_preset("llama-tiny", framework="jax", strategy="jit+fused-qkv"))
+    with pytest.raises(SpecError, match=r"^--strategies: jax:jit\+fused-qkv with the llama family: llama's grouped"):
         registry.check_devices(spec)
+    # a modifier that skips the multi-device bases says so where the name is read (its own declaration's reason)
+    with pytest.raises(SpecError, match=r"^--strategies: modifier 'prefetch' does not apply to torch 'ddp' \(\+prefetch "
+                       r"puts whole batches on one device"):
+        registry.get("torch", "ddp+prefetch")
 
 
 def test_strategies_matrix_prints_every_cell():

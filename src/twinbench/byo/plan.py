@@ -107,8 +107,8 @@ def build_specs(preset: str, frameworks: list[str], names: list[str] | None, ove
         raise SpecError(f"--strategies: nothing selected for --framework {','.join(frameworks)}")
     specs = [validate(with_precision(base.evolve(framework=fw, strategy=name))) for fw, name in chosen]
     for s in specs:  # +bf16 (or --precision bf16): the JAX bases that honour it (torchax: torchax's autocast)
-        honoured = registry.get(s.framework, s.strategy.base).modifiers
-        if s.strategy.mods.bf16 and honoured is not None and "bf16" not in honoured:
+        base = registry.get(s.framework, s.strategy.base)
+        if s.strategy.mods.bf16 and registry.modifier_reason(registry.MODIFIERS["bf16"], base) is not None:
             how = "--precision bf16" if overrides.get("precision") == "bf16" else f"{s.framework}:{s.strategy.name}"
             raise SpecError(f"{how}: jax {s.strategy.base!r} of a user model runs fp32 only; bf16 runs with "
                             "jax:torchax+bf16 and the torch strategies (+bf16)")

@@ -31,15 +31,12 @@ COMPILE = {"tpu": {"base": 16.0, "per_layer": 2.4, "classify": 10.0, "torch_eage
            "gpu": {"base": 4.0, "per_layer": 1.5, "classify": 3.0, "torch_eager": 2.5, "torch_compile_base": 8.0,
                    "torch_compile_per_layer": 2.0}}
 #: Factors on a jit step's compile: torchax traces the torch module first (the ratio of its compiles to the
-#: twins' in the same sittings), remat adds the recomputation to the program (stated), scan-layers compiles one
-#: block whatever the depth, naive compiles only the gradient function (stated).
-TORCHAX_COMPILE, REMAT_COMPILE, NAIVE_COMPILE, SCAN_LAYERS_S = 1.12, 1.1, 0.6, 13.0
-#: Programs a length policy compiles in a short run (stated): +dynamic one per new length, +bucket one per bucket.
-LENGTH_PROGRAMS = {"dynamic": 8, "bucket": 2}
+#: twins' in the same sittings), scan-layers compiles one block whatever the depth, naive compiles only the
+#: gradient function (stated). A modifier's own factors (remat's recomputation, a length policy's programs) are
+#: declared with it (strategies/modifiers.py, Costs).
+TORCHAX_COMPILE, NAIVE_COMPILE, SCAN_LAYERS_S = 1.12, 0.6, 13.0
 #: A run that profiles a few steps after its measured ones (C22's, for explain): the profiler and the trace file.
 TRACE_S = 8.0
-#: remat recomputes the forward pass in the backward: about 4/3 of the step's FLOPs.
-REMAT_FLOPS = 4 / 3
 
 
 def kind(spec: RunSpec) -> str:
@@ -48,20 +45,21 @@ def kind(spec: RunSpec) -> str:
 
 
 def flops_per_step(spec: RunSpec) -> float:
-    """The model FLOPs of one training step (the family's FLOPs per token x tokens; remat's recomputation added)."""
+    """The model FLOPs of one training step (the family's FLOPs per token x tokens; the modifiers' factors, as
+    remat's recomputation)."""
     from twinbench.models.family import FAMILIES
 
     m, t = spec.model, spec.train
     fam = FAMILIES.get(m.family)
     per_token = fam.flops_per_token(m, t.seq) if fam else 6 * 100e6  # a user model: an assumed 100M parameters
-    return per_token * t.batch * t.seq * (REMAT_FLOPS if spec.strategy.mods.remat else 1.0)
+    return per_token * t.batch * t.seq * spec.strategy.mods.flops()
 
 
 def n_params(spec: RunSpec) -> float:
     """Parameters of the run's model, from its FLOPs per token (6 N + attention): for gradient bytes."""
     m, t = spec.model, spec.train
     attention = 12 * m.layers * m.d_model * t.seq
-    return max(flops_per_step(spec) / (t.batch * t.seq) / (REMAT_FLOPS if spec.strategy.mods.remat else 1.0) - attention,
+    return max(flops_per_step(spec) / (t.batch * t.seq) / spec.strategy.mods.flops() - attention,
                6.0) / 6
 
 
@@ -98,7 +96,7 @@ def measured(spec: RunSpec, sheet: Datasheet) -> tuple[float, str] | None:
 def step_ms(spec: RunSpec, sheet: Datasheet) -> tuple[float, str]:
     """The step ``predict``'s datasheet and measured points expect of ``spec`` on ``sheet``, and how it was had."""
     hit = measured(spec, sheet)
-    if hit and not spec.strategy.mods.remat:
+    if hit and spec.strategy.mods.calibrated():
         return hit
     eff = efficiencies().get((sheet.platform, kind(spec))) or efficiencies().get((sheet.platform, "jax")) or 0.3
     dtype = "bf16" if spec.strategy.mods.bf16 or spec.train.precision == "bf16" else "fp32"
@@ -132,9 +130,8 @@ def _jax_compile_s(spec: RunSpec, platform: str, c: dict[str, float], task: floa
         one *= TORCHAX_COMPILE
     if base == "naive":
         one *= NAIVE_COMPILE
-    if spec.strategy.mods.remat:
-        one *= REMAT_COMPILE
-    programs = LENGTH_PROGRAMS.get(spec.strategy.mods.length or "", 1) if spec.train.task == "classify" else 1
+    one *= spec.strategy.mods.compile()
+    programs = spec.strategy.mods.programs() if spec.train.task == "classify" else 1
     return one * min(programs, spec.train.steps)
 
 

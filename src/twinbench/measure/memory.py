@@ -55,6 +55,7 @@ from twinbench.measure.memory_readings import (  # what is measured; re-exported
     torch_step_at_peak,
 )
 from twinbench.strategies.base import JaxStepTrainer, TorchModuleTrainer, lacks
+from twinbench.strategies.modifiers import DECLARED as MODIFIERS
 
 __all__ = [
     "EXACT_ABOVE", "PARTS", "PREFLIGHT_MARGIN", "PROGRAM_PEAK", "TOP", "TORCH_CATEGORIES", "USER_BOUND_FACTOR",
@@ -122,9 +123,9 @@ def advice(spec: Any, need: int, fixed: int, available: int, platform: str) -> l
     """What would make a run that does not fit fit, most effective first: recomputing activations (+remat),
     a fused attention that keeps no seq x seq probabilities (the platform's: splash on a TPU, cuDNN on a GPU,
     blocks of queries elsewhere), a smaller batch."""
-    out = []
-    if not spec.strategy.mods.remat:
-        out.append(f"+remat ({spec.framework}/{spec.strategy.name}+remat)")
+    out = [f"+{m.name} ({spec.framework}/{spec.strategy.name}+{m.name})" for m in MODIFIERS.values()
+           if m.costs.saves_memory and m not in spec.strategy.mods.declared()
+           and m.reason(spec.framework, spec.strategy.base) is None]  # a modifier's memory term (Costs)
     impl = backends.get(spec.framework).lean_attention(platform)
     if impl and spec.strategy.attention_impl == "default":
         out.append(f"--attention-impl {impl}")
@@ -194,8 +195,9 @@ def jax_upper_bound(spec: Any, n_params: int) -> int:
     4 x heads x T x T per sequence and layer), doubled for temporaries; for a user's model (shaped by the
     preset, its insides unknown) ``USER_BOUND_FACTOR`` times more."""
     m, t = spec.model, spec.train
-    tokens = t.batch * t.seq  # scan-steps keeps one step's activations at a time (its stacked inputs are small)
-    attention = m.layers * t.batch * m.heads * t.seq * t.seq * 4 * 4
+    batch = t.batch * spec.strategy.mods.activations(spec)  # the sequences whose activations are alive at once
+    tokens = int(batch * t.seq)  # scan-steps keeps one step's activations at a time (its stacked inputs are small)
+    attention = int(m.layers * batch * m.heads * t.seq * t.seq * 4 * 4)
     bound = 2 * (torch_estimate(n_params * 4, m.layers, tokens, m.d_model, m.vocab, 4) + attention)
     return USER_BOUND_FACTOR * bound if m.family == USER_FAMILY else bound  # a twin: its shapes are known
 
@@ -368,7 +370,8 @@ def _torch_preflight(spec: Any, trainer: Any, batch: tuple[Any, Any], platform: 
 
     m, t = spec.model, spec.train
     itemsize = 2 if t.precision == "bf16" else 4
-    est = torch_estimate(n_params * 4, m.layers, t.batch * t.seq, m.d_model, m.vocab, itemsize)
+    tokens = int(t.batch * spec.strategy.mods.activations(spec) * t.seq)  # alive at once (a modifier's term)
+    est = torch_estimate(n_params * 4, m.layers, tokens, m.d_model, m.vocab, itemsize)
     est = max(est - (resident or n_params * 4), 0)  # the parameters are resident already, on either side
     if torch.cuda.is_available():
         free, _ = torch.cuda.mem_get_info()

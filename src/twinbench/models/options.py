@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-REMAT_POLICIES = ("full", "dots-saveable", "nothing-saveable")
+from twinbench.config import REMAT_POLICIES  # +remat's option (strategies/modifiers.py), declared in the leaf
+
 COMPUTE_DTYPES = ("fp32", "bf16")
 #: How the JAX twins compute attention (same maths): "default" writes it out with einsums (the maths of
 #: ``jax.nn.dot_product_attention``'s XLA path without its grouped-query vmap, which costs transposes of the

@@ -26,6 +26,7 @@ from twinbench.models import family as families
 from twinbench.models.family import Family
 from twinbench.models.weights import Canonical, canonical_to_jax, jax_to_canonical
 from twinbench.spec import RunSpec
+from twinbench.strategies.modifiers import hook
 from twinbench.strategies.options import model_options
 
 LossOf = Callable[[Any, Any, Any], jax.Array]  # (params, x, y) -> scalar loss
@@ -92,15 +93,21 @@ def nnx_loss(family: Family, split: Split) -> LossOf:
 
 
 def make_train_step(loss_of: LossOf, tx: optax.GradientTransformation,
-                    reduce: Callable[[Any, jax.Array], tuple[Any, jax.Array]] | None = None):
+                    reduce: Callable[[Any, jax.Array], tuple[Any, jax.Array]] | None = None,
+                    spec: RunSpec | None = None):
     """The pure step (params, opt_state, x, y) -> (params, opt_state, loss).
 
     ``reduce(grads, loss) -> (grads, loss)`` runs between the gradient and the update (``pmap``: the
     ``lax.pmean`` over devices); shardings (``mesh-*``) and stacking (``scan-steps``) are applied around it.
+    ``spec``: its modifiers' hooks wrap the gradient (``Modifier.jax_step``: (spec, value_and_grad) ->
+    value_and_grad).
     """
+    grad = jax.value_and_grad(loss_of)
+    for target in spec.strategy.mods.jax_steps() if spec is not None else ():
+        grad = hook(target)(spec, grad)
 
     def train_step(params, opt_state, x, y):
-        loss, grads = jax.value_and_grad(loss_of)(params, x, y)
+        loss, grads = grad(params, x, y)
         if reduce is not None:
             grads, loss = reduce(grads, loss)
         with jax.named_scope("optimizer"):  # the trace's optimizer phase (explain/)
@@ -153,7 +160,7 @@ class JaxTrainer:
         self.tx = self.family.jax_optimizer(spec.train.lr, spec.train.weight_decay, flat=spec.strategy.optimizer_state == "flat")
         params, self.loss_of = self.init_model(weights)
         self.params, self.opt_state = self.place(params)
-        self.train_step = self.compile(make_train_step(self.make_loss(), self.tx, self.reduce()))
+        self.train_step = self.compile(make_train_step(self.make_loss(), self.tx, self.reduce(), spec))
 
     # where the model comes from ----------------------------------------------------------------------------
     def init_model(self, weights: Canonical) -> tuple[Any, LossOf]:

@@ -1,32 +1,100 @@
-"""Every strategy modifier, declared once: its name, the frameworks and bases it applies to, what it does, whether
-the model family must support it, and whether it is data-side. A name's modifiers are parsed once into a typed
-value: ``compile+bf16+remat`` -> ``Modifiers(bf16=True, remat=True)``; code asks ``spec.strategy.mods.remat``,
-never a name in a string. The registry (``strategies/registry.py``) reads :data:`DECLARED` to check a strategy
-name; ``spec.validate`` reads it for the length policies. A leaf module: it imports nothing of twinbench, so
-``spec.py`` can use it.
+"""Every strategy modifier, declared once, as one unit: its name, the frameworks and bases it applies to (and why
+not where it does not), whether the model family must support it, whether it is data-side, the spec options it
+owns (:class:`ModifierOptions`), what it does to the torch trainer's step and to the JAX step (``torch_step``,
+``jax_step``: hooks the shared steps apply), and its time and memory terms (:class:`Costs`: the claims budget and
+the preflight read them). A name's modifiers are parsed once into a typed value: ``compile+bf16+remat`` ->
+``Modifiers(bf16=True, remat=True)``; code asks ``spec.strategy.mods.remat``, never a name in a string. The registry
+(``strategies/registry.py``) reads :data:`DECLARED` to check a strategy name and a matrix cell. It imports only the
+leaf ``config``, so ``spec.py`` and the measurements can use it. docs/extending.md has the recipe.
 """
 
 from __future__ import annotations
 
+import importlib
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from twinbench.config import REMAT_POLICIES, option
+
 BOTH = ("torch", "jax")
+#: the bases that run a user's model under a mesh (strategies/registry.py): they take no modifier
+USER_MESH = ("torchax-mesh-dp", "torchax-mesh-fsdp", "port-mesh-dp", "port-mesh-fsdp")
+_MESH_WHY = "a user's model under a mesh takes no modifier (its step is the mesh's, unwrapped)"
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What a modifier does to a run's time and memory, for the estimates made before it runs: ``claims --plan``'s
+    budget (claims/budget.py) and the preflight's advice and bounds (measure/memory.py). Factors on the base's."""
+
+    flops: float = 1.0  # the step's model FLOPs
+    compile: float = 1.0  # a jit step's cold compile
+    programs: int = 1  # programs a short run compiles (a length policy: one per padded shape it meets)
+    calibrated: bool = True  # the base's measured points (predict/calibration.jsonl) hold for it
+    saves_memory: bool = False  # suggested to a run that does not fit (the preflight's advice)
+    #: the share of a step's batch whose activations are alive at once (of the spec), None: all of it
+    activations: Callable[[Any], float] | None = None
 
 
 @dataclass(frozen=True)
 class Modifier:
-    """What one modifier is: the frameworks (and bases: None for every base) it applies to, a one-line summary,
-    whether the family must support it (``Family.supports``), and whether it is data-side (padding, input pipeline:
-    it leaves the step as the base builds it)."""
+    """What one modifier is: the frameworks and bases it applies to (``bases`` None: every base of its frameworks;
+    ``not_on``: a base it skips, with why; ``single_device``: why it skips the multi-device bases, '' if it does
+    not), a one-line summary, whether the family must support it (``Family.supports``), whether it is data-side
+    (padding, input pipeline: it leaves the step as the base builds it), the spec options it owns, its hooks on
+    the shared steps and its costs."""
 
     name: str
     frameworks: tuple[str, ...]
     summary: str
     bases: tuple[str, ...] | None = None
+    not_on: dict[str, str] = field(default_factory=dict)
+    single_device: str = ""
     family_option: bool = False
     data: bool = False
     length: bool = False  # a padding policy of classify batches: at most one per name
+    options: tuple[str, ...] = ()  # the fields of ModifierOptions it reads
+    #: "module:function" (trainer, forward_backward) -> forward_backward: wraps the torch trainer's
+    #: forward-and-backward half (strategies/torch_eager.py applies it, under every torch base)
+    torch_step: str = ""
+    #: "module:function" (spec, value_and_grad) -> value_and_grad: wraps the gradient of the JAX step
+    #: (strategies/jax_jit.py's make_train_step applies it, under every base but naive)
+    jax_step: str = ""
+    #: a one-line refusal of a spec it cannot run (spec.validate calls it), else None
+    check: Callable[[Any], str | None] | None = None
+    costs: Costs = Costs()
+
+    def reason(self, framework: str, base: str, multi_device: bool = False) -> str | None:
+        """None if the modifier applies to ``framework``'s ``base``; else why not, in one line."""
+        if framework not in self.frameworks:
+            return f"+{self.name} is {'/'.join(self.frameworks)} only"
+        if self.bases is not None and base not in self.bases:
+            return f"+{self.name} applies to {', '.join(self.bases)} only"
+        if multi_device and self.single_device:
+            return self.single_device
+        return self.not_on.get(base)
+
+
+def hook(target: str) -> Callable[..., Any]:
+    """A modifier's step hook, ``"module:function"``, imported when a trainer applies it (listing the modifiers, or
+    the parent process of a compare, imports no framework)."""
+    module, func = target.split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+@dataclass(frozen=True)
+class ModifierOptions:
+    """The spec options a modifier owns (``StrategySpec`` inherits them): declared here, beside their modifier."""
+
+    remat_policy: str = option("full", "override the preset's remat_policy: what +remat keeps (jax.checkpoint_"
+                               "policies): full, dots-saveable or nothing-saveable", choices=REMAT_POLICIES)
+
+
+#: why a data-side modifier skips a base whose trainer takes the batches as they come
+_NOT_WIRED = "torchax and port take no data-side modifier (none is wired to their steps)"
+_NOT_WIRED_ALL = {**dict.fromkeys(("torchax", "port"), _NOT_WIRED), **dict.fromkeys(USER_MESH, _MESH_WHY)}
 
 
 def _mod(frameworks: tuple[str, ...], summary: str, **what: Any) -> Any:
@@ -40,9 +108,16 @@ class Modifiers:
     the declaration: their metadata says where each applies (read into :data:`DECLARED`)."""
 
     bf16: bool = _mod(BOTH, "bf16 compute (torch.autocast / bf16 Linear+attention), fp32 master weights and "
-                      "optimizer state; same as --precision bf16", family_option=True)
+                      "optimizer state; same as --precision bf16", family_option=True,
+                      not_on={"port": "the user's port runs fp32 only (no bf16 form of it)",
+                              **dict.fromkeys(USER_MESH, _MESH_WHY)})
+    #: remat recomputes the forward pass in the backward: about 4/3 of the step's FLOPs; its compile grows by the
+    #: recomputation (stated); predict's measured points are of steps without it
     remat: bool = _mod(BOTH, "activation checkpointing per block (torch.utils.checkpoint, use_reentrant=False / "
-                       "nnx.remat with --remat-policy: full, dots-saveable, nothing-saveable)", family_option=True)
+                       "nnx.remat with --remat-policy: full, dots-saveable, nothing-saveable)", family_option=True,
+                       options=("remat_policy",), not_on={"port": "the user's port is run as written (no remat form)",
+                                                          **dict.fromkeys(USER_MESH, _MESH_WHY)},
+                       costs=Costs(flops=4 / 3, compile=1.1, calibrated=False, saves_memory=True))
     nodonate: bool = _mod(("jax",), "do not donate params and optimizer state to the step (shows what donation "
                           "buys)", bases=("jit", "scan-steps", "scan-layers", "torchax", "port"))
     fused_qkv: bool = _mod(("jax",), "the JAX twin's q, k, v as one full-width product laid out for the attention by "
@@ -54,7 +129,8 @@ class Modifiers:
                           "+dynamic)", bases=("compile",), data=True)
     prefetch: bool = _mod(BOTH, "input pipeline with background workers (DataLoader / Grain) and device prefetch "
                           "(pinned non_blocking copies / grain.experimental.device_put)", family_option=True,
-                          data=True)
+                          data=True, single_device="+prefetch puts whole batches on one device; the multi-device "
+                          "strategies place their own slices", not_on=dict.fromkeys(("torchax", "port"), _NOT_WIRED))
     replicate_batch: bool = _mod(("jax",), "anti-pattern (claim C10): the batch replicated on every device instead "
                                  "of split; flagged in the record's warnings", bases=("mesh-dp",))
     nosync: bool = _mod(("jax",), "anti-pattern (claim C13): no lax.pmean of the gradients, each device trains its "
@@ -77,15 +153,56 @@ class Modifiers:
     def lengths(self) -> tuple[str, ...]:
         return (self.length,) if self.length else ()
 
+    def declared(self) -> tuple[Modifier, ...]:
+        """The declarations of the modifiers set (each :class:`Modifier`: its reach, hooks and costs)."""
+        on = {f.name.replace("_", "-") for f in fields(self) if f.name != "length" and getattr(self, f.name)}
+        return tuple(m for n, m in DECLARED.items() if n in on or n == self.length)
+
+    def flops(self) -> float:
+        """The factor the modifiers set put on a step's model FLOPs (:class:`Costs`)."""
+        return math.prod(m.costs.flops for m in self.declared())
+
+    def compile(self) -> float:
+        """The factor they put on a jit step's cold compile."""
+        return math.prod(m.costs.compile for m in self.declared())
+
+    def programs(self) -> int:
+        """The programs a short run of them compiles (a length policy's padded shapes), at least one."""
+        return max((m.costs.programs for m in self.declared()), default=1)
+
+    def calibrated(self) -> bool:
+        """Whether the base's measured points hold for a run with them."""
+        return all(m.costs.calibrated for m in self.declared())
+
+    def activations(self, spec: Any) -> float:
+        """The share of a step's batch whose activations are alive at once."""
+        return math.prod(m.costs.activations(spec) for m in self.declared() if m.costs.activations)
+
+    def torch_steps(self) -> tuple[str, ...]:
+        """The hooks on the torch trainer's forward-and-backward, in declaration order."""
+        return tuple(m.torch_step for m in self.declared() if m.torch_step)
+
+    def jax_steps(self) -> tuple[str, ...]:
+        """The hooks on the JAX step's gradient, in declaration order."""
+        return tuple(m.jax_step for m in self.declared() if m.jax_step)
+
+    def refusal(self, spec: Any) -> str | None:
+        """The first one-line refusal of ``spec`` by a modifier set (their ``check``), else None."""
+        return next((why for m in self.declared() if m.check and (why := m.check(spec))), None)
+
 
 #: How classify batches are padded (at most one per name): the modifiers that are a length policy.
+#: A short run's programs (stated): +dynamic one per new length it meets, +bucket one per bucket it meets.
+_ONE_SHAPE = {"scan-steps": "scan-steps stacks K batches per call, which needs one shape (+pad-max)"}
 _LENGTHS = (
     Modifier("pad-max", BOTH, "classify: pad every batch to --seq (the default): one shape, one compiled program",
-             data=True, length=True),
+             data=True, length=True, not_on=_NOT_WIRED_ALL),
     Modifier("bucket", BOTH, "classify: pad each batch to the smallest bucket (seq/8, seq/4, seq/2, seq) that fits: "
-             "one program per bucket (torch.compile: dynamic=False)", data=True, length=True),
+             "one program per bucket (torch.compile: dynamic=False)", data=True, length=True,
+             not_on=_NOT_WIRED_ALL | _ONE_SHAPE, costs=Costs(programs=2)),
     Modifier("dynamic", BOTH, "classify: pad each batch only to its longest example: JAX compiles per new length; "
-             "torch.compile default (dynamic=None: marks dynamic on recompile)", data=True, length=True),
+             "torch.compile default (dynamic=None: marks dynamic on recompile)", data=True, length=True,
+             not_on=_NOT_WIRED_ALL | _ONE_SHAPE, costs=Costs(programs=8)),
 )
 LENGTH_POLICIES = tuple(m.name for m in _LENGTHS)
 

@@ -33,7 +33,8 @@ class Strategy:
     multi_device: bool = False  # runs on --devices N > 1 (data parallel / FSDP); others use one device
     launcher: str = ""  # "torchrun": the runner starts the worker through torchrun, one process per device
     families: tuple[str, ...] | None = None  # the model families it builds; None: every family
-    modifiers: tuple[str, ...] | None = None  # the modifiers it honours; None: every one registered for it
+    needs: tuple[str, ...] = ()  # the family options (Family.supports) it needs besides the frameworks' own
+    shared_step: bool = True  # runs the shared step (torch_eager's / jax_jit's), so modifiers' step hooks apply
 
     def load(self) -> Callable:
         module, func = self.builder.split(":")
@@ -49,15 +50,15 @@ DEFAULT_COMBOS: list[tuple[str, str]] = []
 
 def register(framework: str, name: str, summary: str, builder: str, default: bool = True,
              multi_device: bool = False, launcher: str = "", families: tuple[str, ...] | None = None,
-             modifiers: tuple[str, ...] | None = None) -> None:
+             needs: tuple[str, ...] = (), shared_step: bool = True) -> None:
     REGISTRY[(framework, name)] = Strategy(framework, name, summary, builder, default, multi_device, launcher,
-                                           families, modifiers)
+                                           families, needs, shared_step)
 
 
 register("torch", "eager", "PyTorch eager: forward, backward, clip, AdamW op by op; no compilation",
          "twinbench.strategies.torch_eager:build")
 register("jax", "naive", "JAX naive port: only value_and_grad jitted, Optax update eager outside jit",
-         "twinbench.strategies.jax_naive:build")
+         "twinbench.strategies.jax_naive:build", shared_step=False)
 register("jax", "jit", "JAX whole step (loss, grad, clip, AdamW) in one jit, params+opt state donated",
          "twinbench.strategies.jax_jit:build")
 
@@ -65,11 +66,12 @@ register("jax", "jit", "JAX whole step (loss, grad, clip, AdamW) in one jit, par
 register("torch", "compile", "torch.compile of model+loss as one graph (Inductor, fwd+bwd); optimizer eager "
          "unless +optc", "twinbench.strategies.torch_compile:build", default=False)
 register("torch", "compile-regional", "each Transformer block compiled once (block.compile()) and reused for "
-         "every layer; rest eager", "twinbench.strategies.torch_compile:build_regional")
+         "every layer; rest eager", "twinbench.strategies.torch_compile:build_regional", needs=("compile-regional",))
 register("jax", "scan-steps", "K whole jitted steps per call (lax.scan over K stacked batches; --scan-k); "
          "step time = call time / K", "twinbench.strategies.jax_scan:build", default=False)
 register("jax", "scan-layers", "jit step over a model whose blocks are stacked (nnx.vmap) and applied with "
-         "nnx.scan: one block compiled (--scan-unroll)", "twinbench.strategies.jax_jit:build", default=False)
+         "nnx.scan: one block compiled (--scan-unroll)", "twinbench.strategies.jax_jit:build", default=False,
+         needs=("scan-layers",))
 def for_family(family: Any, chosen: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The default (or ``all``) selection for a preset of ``family``: every chosen cell the family can run plus
     the cells it adds itself (``Family.default_cells``, e.g. BERT's variable-length cases)."""
@@ -98,25 +100,24 @@ register("torch", "fsdp", "PyTorch FSDP2 (fully_shard per block), one process pe
 # torchax inside the twins' JAX step (strategies/torchax_step.py). A JAX run: JAX's device, peak, memory, profiler.
 register("jax", "torchax", "the family's PyTorch module (twin or --model) run by torchax: forward, backward and "
          "Optax AdamW in one jit, params+opt state donated", "twinbench.strategies.torchax_step:build",
-         default=False, modifiers=("bf16", "remat", "nodonate", "fused-loss"))
+         default=False)
 #: bases whose step runs the family's torch module, not an NNX twin (so they need no "jax-twin")
 TORCH_MODULE = ("torchax",)
 
 # Bring your own model (`compare --model FILE.py:build`, see twinbench/byo): the user's module is one more family
 # (byo/family.py), so every torch base above builds it through the same trainers as the twins; its JAX side has
 # no NNX twin, so it runs torchax (above), the twins' mesh steps over the torch module, or the user's port.
-_USER_JAX = ("nodonate",)  # what a user model's port honours (no bf16 form yet)
 register("jax", "port", "the user's own JAX port (--jax-model), parity-checked against the torch module: one "
          "jit step, value_and_grad + Optax AdamW, donated", "twinbench.strategies.jax_user:build_port",
-         default=False, families=(USER,), modifiers=_USER_JAX)
+         default=False, families=(USER,))
 for _name, _what in (("torchax-mesh-dp", "the user's torch module via torchax"),
                      ("port-mesh-dp", "the user's own JAX port (--jax-model)")):
     register("jax", _name, f"{_what} under mesh-dp: jit + NamedSharding, batch split over the 'data' axis, "
              "params replicated", "twinbench.strategies.jax_user:build_mesh", default=False, multi_device=True,
-             families=(USER,), modifiers=())
+             families=(USER,))
     register("jax", _name.replace("-dp", "-fsdp"), f"{_what} under mesh-fsdp: params, optimizer state and batch "
              "sharded over the 'data' axis (the twins' rule)", "twinbench.strategies.jax_user:build_mesh",
-             default=False, multi_device=True, families=(USER,), modifiers=())
+             default=False, multi_device=True, families=(USER,))
 #: Bases only a user model runs (a twin has no torch module for torchax, nor a port).
 USER_ONLY = tuple(n for (_, n), s in REGISTRY.items() if s.families == (USER,))
 
@@ -132,17 +133,14 @@ def get(framework: str, full: str) -> Strategy:
     if (framework, name) not in REGISTRY:
         allowed = ", ".join(s for (f, s) in REGISTRY if f == framework)
         raise SpecError(f"--strategies: unknown {framework} strategy {name!r}; allowed: {allowed}")
+    strategy = REGISTRY[(framework, name)]
     for mod in mods:
         m = MODIFIERS.get(mod)
-        fits = [k for k, v in MODIFIERS.items() if framework in v.frameworks and (v.bases is None or name in v.bases)]
-        if m is None or framework not in m.frameworks or (m.bases is not None and name not in m.bases):
-            raise SpecError(f"--strategies: modifier {mod!r} does not apply to {framework} {name!r}; "
+        if m is None or modifier_reason(m, strategy) is not None:
+            fits = [k for k, v in MODIFIERS.items() if modifier_reason(v, strategy) is None]
+            why = f" ({modifier_reason(m, strategy)})" if m is not None else ""
+            raise SpecError(f"--strategies: modifier {mod!r} does not apply to {framework} {name!r}{why}; "
                             f"allowed: {', '.join(fits) or 'none'}")
-    honoured = REGISTRY[(framework, name)].modifiers
-    bad = [m for m in mods if honoured is not None and m not in honoured]
-    if bad:
-        raise SpecError(f"--strategies: {framework} {name!r} does not take +{bad[0]}; allowed: "
-                        f"{', '.join('+' + h for h in honoured) or 'no modifier'}")  # type: ignore[union-attr]
     if len(set(mods)) != len(mods):
         raise SpecError(f"--strategies: modifier repeated in {full!r}")
     return REGISTRY[(framework, name)]
@@ -194,14 +192,21 @@ def check_devices(spec: RunSpec) -> None:
 # ------------------------------------------------------------------------------------------ the matrix
 
 
+def modifier_reason(m: Modifier, strategy: Strategy) -> str | None:
+    """None if the modifier ``m`` applies to ``strategy`` (its own declaration decides); else why not."""
+    why = m.reason(strategy.framework, strategy.name, strategy.multi_device)
+    if why is None and (m.torch_step or m.jax_step) and not strategy.shared_step:
+        why = f"+{m.name} wraps the shared step, which {strategy.name} does not run"
+    return why
+
+
 def _options_needed(framework: str, base: str, mods: tuple[str, ...]) -> list[str]:
     """The family options (``Family.supports``) a cell needs."""
     strategy = REGISTRY[(framework, base)]
     twin = backends.get(framework).TWIN_OPTION  # "jax-twin": a JAX strategy builds the family's NNX twin
     need = [twin] if twin and strategy.families is None and base not in TORCH_MODULE else []
     need += [name for name, m in MODIFIERS.items() if m.family_option and name in mods]
-    if base in ("scan-layers", "compile-regional"):
-        need.append(base)
+    need += strategy.needs
     if strategy.multi_device:
         need.append("multi-device")
     return need
@@ -216,17 +221,12 @@ def cell_reason(family: Any, framework: str, full: str) -> str | None:
     only = REGISTRY[(framework, base)].families
     if only is not None and family.name not in only:
         return f"{base} builds the {'/'.join(only)} family only"
-    honoured = REGISTRY[(framework, base)].modifiers
     for mod in mods:
         m = MODIFIERS.get(mod)
         if m is None:
             return f"no modifier {mod!r}"
-        if honoured is not None and mod not in honoured:
-            return f"{base} takes {', '.join('+' + h for h in honoured) or 'no modifier'}"
-        if framework not in m.frameworks:
-            return f"+{mod} is {'/'.join(m.frameworks)} only"
-        if m.bases is not None and base not in m.bases:
-            return f"+{mod} applies to {', '.join(m.bases)} only"
+        if (why := modifier_reason(m, REGISTRY[(framework, base)])) is not None:
+            return why
     for option in _options_needed(framework, base, mods):
         why = family.reason(option)
         if why:
@@ -234,10 +234,6 @@ def cell_reason(family: Any, framework: str, full: str) -> str | None:
     lengths = [m for m in mods if m in LENGTH_POLICIES]
     if lengths and family.task != "classify":
         return f"+{lengths[0]} pads variable-length text; the {family.task} task has fixed-length windows"
-    if REGISTRY[(framework, base)].multi_device and "prefetch" in mods:
-        return "+prefetch puts whole batches on one device; the multi-device strategies place their own slices"
-    if base == "scan-steps" and set(mods) & {"bucket", "dynamic"}:
-        return "scan-steps stacks K batches per call, which needs one shape (+pad-max)"
     return None
 
 

@@ -22,6 +22,7 @@ from twinbench.models.family import Family
 from twinbench.models.layers_torch import clip_grads
 from twinbench.models.weights import Canonical
 from twinbench.spec import RunSpec
+from twinbench.strategies.modifiers import hook
 from twinbench.strategies.options import compute_dtype, model_options
 
 
@@ -61,6 +62,9 @@ class TorchTrainer:
         self.autocast = compute_dtype(spec) == "bf16" and "bf16" not in self.family.native_options
         self.parallelize()
         self.optimizer = self.family.torch_optimizer(self.model, spec.train.lr, spec.train.weight_decay)
+        self.forward_backward = self.loss_backward
+        for target in spec.strategy.mods.torch_steps():  # a modifier's hook on the step (strategies/modifiers.py)
+            self.forward_backward = hook(target)(self, self.forward_backward)
         self.step_fn = self.train_step
 
     # where a strategy differs ------------------------------------------------------------------------------
@@ -89,10 +93,15 @@ class TorchTrainer:
         clip_grads(self.model)
         self.optimizer.step()
 
-    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        self.optimizer.zero_grad(set_to_none=True)
+    def loss_backward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The loss and its gradients (``forward_backward`` unless a modifier wraps it)."""
         loss = self.forward_loss(x, y)
         loss.backward()
+        return loss
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.forward_backward(x, y)
         with torch.profiler.record_function("optimizer"):  # the trace's optimizer phase (explain/)
             self.update()
         return loss.detach()
