@@ -19,10 +19,11 @@ from __future__ import annotations
 FAMILIES = ("gpt", "bert", "llama")
 
 # single device, in the test process (tests/strategies/test_cells.py; torch.compile's: test_cells_compiled.py)
-JAX_EQUAL = ["naive+remat", "jit+remat+nodonate", "scan-steps+remat+nodonate", "scan-layers+remat+nodonate",
+JAX_EQUAL = ["naive+remat", "jit+remat+nodonate+accum", "scan-steps+remat+nodonate+accum",
+             "scan-layers+remat+nodonate+accum",
              "jit+fused-qkv"]
 JAX_BF16 = ["naive+bf16", "jit+bf16", "scan-steps+bf16", "scan-layers+bf16"]
-TORCH_EQUAL = ["eager+remat", "compile+remat+optc", "compile-regional+remat+optc"]
+TORCH_EQUAL = ["eager+remat+accum", "compile+remat+optc+accum", "compile-regional+remat+optc+accum"]
 TORCH_BF16 = ["eager+bf16", "compile+bf16+symbolic", "compile-regional+bf16"]
 
 # two devices, one process per framework (tests/distributed/test_cells_multidevice_jax.py, _torch.py)
@@ -32,7 +33,7 @@ TORCH_MULTI_EQUAL = ["ddp+remat", "fsdp+remat"]
 TORCH_MULTI_BF16 = ["ddp+bf16", "fsdp+bf16"]
 # the family's torch module under torchax, in a fresh process (torchax changes global torch settings on import):
 # tests/strategies/test_torchax.py; fp32 losses equal to torch eager's within 1e-5 relative, bf16 within 2e-2
-TORCHAX_EQUAL = ["torchax", "torchax+remat+nodonate+fused-loss"]
+TORCHAX_EQUAL = ["torchax", "torchax+remat+nodonate+fused-loss+accum"]
 TORCHAX_BF16 = ["torchax+bf16"]
 ANTIPATTERN = {("jax", "pmap+nosync")}  # every family: the replicas drift apart (asserted)
 
@@ -41,7 +42,7 @@ ANTIPATTERN = {("jax", "pmap+nosync")}  # every family: the replicas drift apart
 #: runs at least one compiled base (llama the regional one, which compiles its own block list). The compiled
 #: strategies wrap whichever model they are given; what differs between the families (the model, its loss)
 #: is tested under every other strategy.
-COMPILED_ON = {"compile+remat+optc": "gpt", "compile-regional+remat+optc": "bert",
+COMPILED_ON = {"compile+remat+optc+accum": "gpt", "compile-regional+remat+optc+accum": "bert",
                "compile+bf16+symbolic": "bert", "compile-regional+bf16": "llama"}
 
 

@@ -90,6 +90,17 @@ class ModifierOptions:
 
     remat_policy: str = option("full", "override the preset's remat_policy: what +remat keeps (jax.checkpoint_"
                                "policies): full, dots-saveable or nothing-saveable", choices=REMAT_POLICIES)
+    accum_steps: int = option(2, "override the preset's accum_steps: the microbatches +accum splits each step's "
+                              "batch into (their gradients summed, one optimizer step)", later=True)
+
+
+def _accum_refusal(spec: Any) -> str | None:
+    """+accum's microbatches must split each device's batch evenly."""
+    k, per_device = spec.strategy.accum_steps, spec.train.batch // spec.launch.devices
+    if not isinstance(k, int) or k < 2 or per_device % k:
+        return (f"--accum-steps {k}: +accum splits each device's batch of {per_device} into that many microbatches; "
+                f"allowed: {', '.join(str(d) for d in range(2, per_device + 1) if per_device % d == 0) or 'none'}")
+    return None
 
 
 #: why a data-side modifier skips a base whose trainer takes the batches as they come
@@ -138,6 +149,14 @@ class Modifiers:
     fused_loss: bool = _mod(("jax",), "torchax: F.cross_entropy lowered as the JAX twins' loss (log-sum-exp and the "
                             "target's logit, fused reductions in fp32) instead of torchax's own log_softmax + "
                             "nll_loss (an fp32 copy of the logits)", bases=("torchax",))
+    #: one optimizer step over microbatches (their activations alive one at a time); both shared steps wrap it
+    accum: bool = _mod(BOTH, "gradient accumulation: each step's batch as --accum-steps microbatches, their "
+                       "gradients averaged before the one clip and AdamW update (the same maths as the whole batch)",
+                       options=("accum_steps",), torch_step="twinbench.strategies.accumulate:torch_step",
+                       jax_step="twinbench.strategies.accumulate:jax_step", check=_accum_refusal,
+                       single_device="+accum is parity-tested on one device only (the multi-device steps split the "
+                       "batch first)", not_on=dict.fromkeys(USER_MESH, _MESH_WHY),
+                       costs=Costs(calibrated=False, activations=lambda spec: 1 / spec.strategy.accum_steps))
     length: str | None = None
 
     @classmethod
