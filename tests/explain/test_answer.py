@@ -157,3 +157,12 @@ def test_the_answer_survives_explains_json() -> None:
                       [("jax-no-donation", "memory")], [])
     back = answer.from_builtins(json.loads(json.dumps(answer.to_builtins(a))))
     assert back == a
+
+
+def test_a_busy_machine_on_both_sides_alike_is_not_a_cause(tmp_path: Path) -> None:
+    slow = {"forward": {"matmul": 6.0}, "backward": {"matmul": 9.0}, "rest": {"idle": 5.0}}
+    a = folder(tmp_path, "a", [finding("cpu-oversubscribed", "info")])
+    b = folder(tmp_path, "b", [finding("cpu-oversubscribed", "info")])
+    got = answer.join({"a": side("torch:a", slow), "b": side("jax:b", TORCH)}, a, b)
+    assert got is not None and not got.causes and got.unexplained_ms == pytest.approx(got.gap_ms)
+    assert ("cpu-oversubscribed", "the whole side, and the faster side has it as well") in got.not_in_gap

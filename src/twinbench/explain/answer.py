@@ -5,7 +5,7 @@ Where both traces are folders ``twinbench doctor SCRIPT --trace DIR`` wrote, eac
 doctor's own A/Bs). The answer puts each finding of the slower side on the gap rows it shows in, one declaration
 per finding kind (:data:`CAUSES`: jax-recompile -> compilation, a host sync -> host time no op covers, eager
 ops -> the ops dispatched one by one, input-bound -> the input phase, thread oversubscription -> the whole
-side...), sizes it in ms a step from those rows (the slower side's less the faster side's, each side's rows put
+side, where it is worse than on the faster side...), sizes it in ms a step from those rows (the slower side's less the faster side's, each side's rows put
 on its step measured without the profiler where the doctor measured one), ranks the causes by size, and says
 what is left as unexplained, with the largest rows no finding names. A finding whose rows do not go the gap's
 way beyond the noise, a finding of the faster side and a memory finding are said as not in the gap.
@@ -13,7 +13,8 @@ way beyond the noise, a finding of the faster side and a memory finding are said
 Each row is claimed by one cause (the largest first), so two findings of the same rows (a host sync and the
 nnx graph traversal both land in host time) are not counted twice; a finding of the whole side (the machine's
 threads) takes only what the specific causes leave. The noise a cause is told apart from is the larger of the
-two sides' spread of traced steps (``step_spread_ms``), or explain's own measured noise where it gives one.
+two sides' spread of traced steps (``step_spread_ms``), or explain's own measured noise where it gives one, and
+at least 1% of the slower step.
 
 ``doctor.json`` is data: read bounded (:func:`twinbench.folder_io.read_small`) and decoded into the typed
 :class:`DoctorReport` (msgspec, as the record is); a file that is not one is a note, the gap is explained all
@@ -198,13 +199,20 @@ def _cells(side: dict[str, Any]) -> tuple[dict[str, float], float]:
     return cells, (untraced or traced)
 
 
-def _noise(result: dict[str, Any]) -> float:
+#: the least noise a cause is told apart from, as a share of the slower side's step: a few traced steps that
+#: happen to agree (each compiling, or all disturbed alike) measure no noise, and are not a measurement to 0.1%
+NOISE_FLOOR = 0.01
+
+
+def _noise(result: dict[str, Any], slow_step: float) -> float:
     """What a cause must exceed to be told apart: explain's measured noise of the gap where it gives one
-    (``noise_ms``), else the larger of the two sides' spread of traced steps."""
+    (``noise_ms``), else the larger of the two sides' spread of traced steps; at least :data:`NOISE_FLOOR`."""
     given = result.get("noise_ms")
     if isinstance(given, (int, float)) and given >= 0:
-        return float(given)
-    return max(float(result[s].get("step_spread_ms") or 0.0) for s in ("a", "b"))
+        measured = float(given)
+    else:
+        measured = max(float(result[s].get("step_spread_ms") or 0.0) for s in ("a", "b"))
+    return max(measured, NOISE_FLOOR * slow_step)
 
 
 def _ab_said(cause: Cause, r: DoctorReport, f: Finding) -> str:
@@ -233,14 +241,15 @@ def join(result: dict[str, Any], arg_a: str, arg_b: str) -> Answer | None:
     slow, fast = ("b", "a") if gap >= 0 else ("a", "b")
     sc, fc = (cells_b, cells_a) if slow == "b" else (cells_a, cells_b)
     rep_slow, rep_fast = reports[1 if slow == "b" else 0], reports[0 if slow == "b" else 1]
-    noise = _noise(result)
+    noise = _noise(result, max(step_a, step_b))
+    fast_severity = {f.id: _worse(f.severity) for f in (rep_fast.findings if rep_fast else [])}
     excess = {row: sc.get(row, 0.0) - fc.get(row, 0.0) for row in set(sc) | set(fc)}
     claimed: set[str] = set()
     not_in: list[tuple[str, str]] = []
-    for rep, why in ((rep_fast, f"on the faster side ({result[fast]['run']})"),):
-        for f in rep.findings if rep else []:
-            if CAUSES.get(f.id, Cause("")).rows or CAUSES.get(f.id, Cause("")).whole:
-                not_in.append((f.id, why))
+    for f in rep_fast.findings if rep_fast else []:
+        c = CAUSES.get(f.id)
+        if c is not None and (c.rows or c.whole):
+            not_in.append((f.id, f"on the faster side, {result[fast]['run']}"))
     pending = list(rep_slow.findings) if rep_slow else []
     causes: list[Named] = []
     # the specific causes, largest first, each row claimed once; then the whole side's, from what is left
@@ -278,6 +287,8 @@ def join(result: dict[str, Any], arg_a: str, arg_b: str) -> Answer | None:
             not_in.append((f.id, "a finding the answer has no rows for"))
         elif not cause.whole:
             not_in.append((f.id, f"no time of its own: {cause.what}"))
+        elif _worse(f.severity) <= fast_severity.get(f.id, -1):  # the machine's load, on both sides alike
+            not_in.append((f.id, "the whole side, and the faster side has it as well"))
         elif left > noise and not any(c.finding and CAUSES[c.finding].whole for c in causes):
             rows = sorted(r for r in excess if r not in claimed)
             causes.append(_named(cause, f, rep_slow, left, noise, rows, excess))
@@ -291,6 +302,11 @@ def join(result: dict[str, Any], arg_a: str, arg_b: str) -> Answer | None:
                      key=lambda rv: -rv[1])[:3]
     return Answer(round(abs(gap), 3), "untraced" if measured else "traced", result[slow]["run"], result[fast]["run"],
                   causes, round(left, 3), unnamed, not_in, notes)
+
+
+def _worse(severity: str) -> int:
+    """How serious a severity is: error 2, warning 1, info 0."""
+    return {"error": 2, "warning": 1}.get(severity, 0)
 
 
 def _named(cause: Cause, f: Finding, rep: DoctorReport | None, ms: float, noise: float, rows: list[str],
