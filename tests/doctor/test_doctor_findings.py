@@ -311,6 +311,27 @@ def test_a_finding_is_one_declaration_and_a_misspelled_id_fails() -> None:
     assert base.docs_table() in page, "docs/doctor-findings.md: paste findings.base.docs_table() between its markers"
 
 
+def test_the_observations_a_finding_reads_are_declared() -> None:
+    import msgspec
+    import pytest
+
+    from twinbench.doctor.observations import Observations, typed
+
+    # a misspelled key fails instead of reading as 0 and never firing (issue 74)
+    with pytest.raises(msgspec.ValidationError, match="steady_step"):
+        typed(obs(steady_step=8))
+    with pytest.raises(msgspec.ValidationError, match="page_fault_per_s"):
+        fd.page_faults(obs(machine={"page_fault_per_s": 368_000.0, "kernel_cpu_share": 0.31}))
+    with pytest.raises(KeyError, match="jax_host_read"):
+        typed(obs()).per("jax_host_read")  # a per-step counter's name, misspelled
+    with pytest.raises(KeyError, match="cache_mis"):
+        typed(obs()).noted("cache_mis")
+    # an older doctor's observations (fewer keys) still load, with every default
+    old = typed({"steps": 10, "step_ms": 3.0, "info": {}})
+    assert isinstance(old, Observations) and old.frameworks_used is None and old.machine is None
+    assert fd.diagnose({"steps": 10, "step_ms": 3.0}) == []
+
+
 def test_compile_dominates_tiers() -> None:
     assert fd.compile_dominates(obs(compile_s=0.9, wall_s=1.0)) is None  # too short to matter
     assert fd.compile_dominates(obs(compile_s=2.0, wall_s=10.0)) is None  # 20%

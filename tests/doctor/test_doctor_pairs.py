@@ -28,11 +28,17 @@ NOT_WARNINGS = {
 }
 #: script -> warnings an A/B confirmed (the fix applied, the script measured again)
 WARNINGS = {
-    # donate_argnames on the nnx.jit step: the finding is gone on the fixed script (5 of 5), peak RSS lower
-    "mnist_jax": {"jax-no-donation"},
+    # (mnist_jax's jax-no-donation: its fix removed the finding, 5 of 5, and lowered the peak RSS, but memory was not
+    # short there: it saves memory, not time, so it is info since issue 76; see CHANGED)
     # 36,000-36,800 faults a step, 26-28% in the kernel: started with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 the port
     # stepped 16% faster (medians of 3) and the doctor on it no longer warned (3 of 3; the _host_malloc report)
     "nanogpt_jax_256": {"page-faults"},
+}
+
+
+#: script -> the severities today's thresholds give that differ from the report's, and why
+CHANGED = {
+    "mnist_jax": {"jax-no-donation": "info"},  # memory-only findings are info unless memory is short (issue 76)
 }
 
 
@@ -44,7 +50,7 @@ def _got(obs: dict) -> dict[str, str]:
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_the_findings_follow_from_the_observations(name: str) -> None:
     report = SCRIPTS[name]["report"]
-    assert _got(report["observations"]) == {f["id"]: f["severity"] for f in report["findings"]}
+    assert _got(report["observations"]) == {f["id"]: f["severity"] for f in report["findings"]} | CHANGED.get(name, {})
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))

@@ -29,8 +29,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from twinbench.doctor.findings.base import MIN_STEADY_STEPS
-from twinbench.doctor.summary import ASYNC_KINDS, observations
+from twinbench.doctor.summary import ASYNC_KINDS, MIN_STEADY_STEPS, observations
 from twinbench.measure import page_faults
 from twinbench.measure.interference import runqueue_wait_s
 

@@ -1,4 +1,4 @@
-"""The doctor's output: a readable rich report, and the JSON document (a contract, see docs/doctor.md)."""
+"""The doctor's output: a readable rich report, and the JSON document (a contract, see docs/doctor-findings.md, "The JSON")."""
 
 from __future__ import annotations
 

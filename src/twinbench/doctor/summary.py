@@ -15,7 +15,9 @@ import sys
 import time
 from typing import Any
 
-from twinbench.doctor.findings.base import MIN_STEADY_STEPS
+#: per-step figures need at least this many steady steps (the findings read it from here: the script's process,
+#: which builds the observations, imports no finding and nothing outside the standard library)
+MIN_STEADY_STEPS = 2
 
 SIGNALS = {  # step candidate kind -> how the step was found (the report names it)
     "marked": "twinbench.doctor.step()", "torch-optimizer": "torch Optimizer.step",

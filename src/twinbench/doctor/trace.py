@@ -83,6 +83,7 @@ def conditions(obs: dict[str, Any]) -> dict[str, Any]:
     when that is the share the doctor warns at), ``step_kind`` and ``eager_ops_per_step``."""
     from twinbench.doctor.findings.base import _per_step
     from twinbench.doctor.findings.machine import BUSY_WARN_SHARE
+    from twinbench.doctor.observations import typed
 
     out: dict[str, Any] = {}
     m = obs.get("machine") or {}
@@ -92,7 +93,7 @@ def conditions(obs: dict[str, Any]) -> dict[str, Any]:
                        "busy": bool(others >= BUSY_WARN_SHARE * cores)}
     if isinstance(obs.get("step_kind"), str):
         out["step_kind"] = obs["step_kind"]
-    eager = _per_step(obs, "eager_ops")
+    eager = _per_step(typed(obs), "eager_ops")
     if eager is not None:
         out["eager_ops_per_step"] = round(eager, 1)
     log = compile_log(obs)

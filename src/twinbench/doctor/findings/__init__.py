@@ -1,7 +1,11 @@
 """What is wrong, from the observations: one small function per finding id, each next to its threshold.
 
-The ids are a contract (JSON output, docs/doctor.md, tests). Every function takes the observations dict
-(``Recorder.observations()``) and returns a :class:`Finding` or ``None``. Rates are per *steady* step:
+Each finding is one declaration: ``@finding(id, severity=, about=, threshold=, fix=, example=)`` on its check
+(``base.finding``), in its module; ``IDS``, ``CHECKS``, ``diagnose``'s order, the examples test and the table of
+docs/doctor-findings.md are read from that registry, and this package imports every module in it, so a new
+finding touches its module and its example script. The ids are a contract (JSON output, docs, tests). Every
+check reads the typed observations (``doctor.observations.Observations``: a dict is converted, an undeclared key
+fails) and returns a :class:`Finding` or ``None``. Rates are per *steady* step:
 counted between the start of step 2 and the start of the last step, so step 1 (compilation) and whatever
 runs after the loop (evaluation, saving) do not count.
 
@@ -14,6 +18,7 @@ One module per kind of problem, as ``explain/`` is split: ``errors`` (the script
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from twinbench.doctor.findings.attention import (
     ATTN_WARN_BYTES,
@@ -95,6 +100,7 @@ from twinbench.doctor.findings.transfers import (
     jax_pmap_legacy,
     jax_replicated_batch,
 )
+from twinbench.doctor.observations import typed
 
 
 def _register_all() -> None:
@@ -114,9 +120,10 @@ IDS: tuple[str, ...] = tuple(k.id for k in KINDS)
 CHECKS: tuple[Callable[[Obs], Finding | None], ...] = tuple(k.check for k in KINDS)
 
 
-def diagnose(obs: Obs) -> list[Finding]:
+def diagnose(obs: Obs | dict[str, Any]) -> list[Finding]:
     """Every finding for these observations, worst first; within a severity, speed before the machine's load
     before memory alone (each finding's ``about``)."""
+    obs = typed(obs)  # the observations read once as declared (an undeclared key fails here)
     found = [f for check in CHECKS if (f := check(obs)) is not None]
     where = _step_location(obs)
     for f in found:  # a finding about the step, with no line of its own: the step's definition

@@ -21,8 +21,8 @@ def jax_attention_kernel(obs: Obs) -> Finding | None:
     score matrix written to memory and read back) with a score tensor >= 1 MiB is a warning; on other
     backends (no fused kernel to pick) or a smaller one, info, whose fix names no GPU kernel. A cuDNN fused
     attention call, or jax.nn.dot_product_attention called off a GPU: nothing."""
-    prog = obs.get("info", {}).get("step_program") or {}
-    att, backend = prog.get("attention"), prog.get("backend", "?")
+    prog = obs.info.step_program
+    att, backend = (prog.attention, prog.backend) if prog else (None, "?")
     if not att or att.get("kind") != "unfused":
         return None
     size = att["scores_bytes"]

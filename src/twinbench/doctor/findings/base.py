@@ -8,6 +8,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from twinbench.doctor.observations import Observations, typed
+from twinbench.doctor.summary import MIN_STEADY_STEPS  # per-step findings need this many steady steps
+
 SEVERITIES = ("error", "warning", "info")  # "warning or worse" decides the exit code
 #: what a finding is about, in the order findings of one severity are listed: speed first (the user's question),
 #: the machine's load next, memory alone last
@@ -18,7 +21,6 @@ def rank(about: str) -> int:
 
 
 ID = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)+")
-MIN_STEADY_STEPS = 2  # per-step findings need at least this many steady steps to say anything
 
 JAX_DOCS = "https://docs.jax.dev/en/latest"
 TORCH_DOCS = "https://docs.pytorch.org/docs/stable"
@@ -83,7 +85,7 @@ def finding(id: str, *, severity: str, about: str, threshold: str, fix: str, exa
     def register(check: Callable[[Any], Finding | None]) -> Callable[[Any], Finding | None]:
         @functools.wraps(check)
         def checked(obs: Any) -> Finding | None:
-            f = check(obs)
+            f = check(typed(obs))  # a dict (JSON, a test's) read as the declared observations
             if f is not None and f.id != id:
                 raise ValueError(f"{check.__name__} is registered as {id!r} but made a {f.id!r} finding")
             return f
@@ -102,19 +104,21 @@ def docs_table() -> str:
     return "\n".join(rows)
 
 
-Obs = dict[str, Any]
+#: what a check reads: the typed observations (a dict from JSON is converted where a check is called)
+Obs = Observations
 
 
 def _per_step(obs: Obs, key: str) -> float | None:
-    """The per-steady-step rate of a counter, or None when there were too few steady steps."""
-    if obs.get("steady_steps", 0) < MIN_STEADY_STEPS:
+    """The per-steady-step rate of a counter (a misspelled name raises), or None when there were too few steady
+    steps."""
+    if obs.steady_steps < MIN_STEADY_STEPS:
         return None
-    return float(obs.get("per_step", {}).get(key, 0.0))
+    return obs.per(key)
 
 
 def _steady_notes(obs: Obs, kind: str) -> list[dict[str, Any]]:
-    t0 = obs.get("steady_from_t")
-    notes = obs.get("notes", {}).get(kind, [])
+    t0 = obs.steady_from_t
+    notes = obs.noted(kind)
     return [] if t0 is None else [n for n in notes if n["t"] >= t0]
 
 
@@ -129,12 +133,12 @@ def _mib(b: float) -> str:
 def _iter_ms(obs: Obs) -> float:
     """The one step definition every percentage uses: the mean steady iteration, from one step's start to
     the next (per-step figures are means over the same iterations, so a share can never pass 100%)."""
-    return float(obs.get("iter_ms") or obs.get("step_ms") or 0.0)
+    return float(obs.iter_ms or obs.step_ms or 0.0)
 
 
 def _step_location(obs: Obs) -> str:
     """The step function's definition (``file:line name``) from the doctor's key for it."""
-    key = obs.get("info", {}).get("step_def") or ""
+    key = obs.info.step_def or ""
     parts = key.split(":")
     if len(parts) >= 4 and parts[-2].isdigit():
         return f"{':'.join(parts[1:-2])}:{parts[-2]} (def {parts[-1]})"

@@ -27,8 +27,8 @@ def eager_compiles(obs: Obs) -> tuple[int, float, str] | None:
 
     if (_per_step(obs, "eager_ops") or 0.0) < EAGER_OPS_WARN:
         return None
-    user = set(obs.get("candidates") or {})
-    ops = [n for n in obs.get("notes", {}).get("compile", [])
+    user = set(obs.candidates or {})
+    ops = [n for n in obs.noted("compile")
            if (m := re.fullmatch(r"jit\((\w+)\)", str(n.get("fn", "")))) and m.group(1) not in user]
     if len(ops) < EAGER_COMPILES:
         return None
@@ -47,11 +47,11 @@ def eager_compiles(obs: Obs) -> tuple[int, float, str] | None:
 )
 def compile_dominates(obs: Obs) -> Finding | None:
     """Threshold: compilation takes > 30% of the script's wall time: info from 1 s, warning from 120 s."""
-    compile_s, wall = obs.get("compile_s", 0.0), obs.get("wall_s", 0.0)
+    compile_s, wall = obs.compile_s, obs.wall_s
     if not wall or compile_s < COMPILE_MIN_S or compile_s / wall <= COMPILE_SHARE:
         return None
     severity = "warning" if compile_s >= COMPILE_WARN_S else "info"
-    fws = obs.get("frameworks", [])
+    fws = obs.frameworks
     fix = []
     recompiled = user_recompiles(obs) if "jax" in fws else []
     eager = eager_compiles(obs) if "jax" in fws else None
@@ -76,7 +76,7 @@ def compile_dominates(obs: Obs) -> Finding | None:
     return Finding(
         "compile-dominates", severity,
         f"compilation takes {100 * compile_s / wall:.0f}% of the run",
-        f"{compile_s:.1f} s compiling of {wall:.1f} s wall time over {obs.get('steps', 0)} steps "
+        f"{compile_s:.1f} s compiling of {wall:.1f} s wall time over {obs.steps} steps "
         + (f"({len(recompiled)} recompiles of the step after step 1: see jax-recompile) " if recompiled else "")
         + (f"({eager[0]} backend compiles of single operations run outside jit: {eager[2]}) " if eager else "")
         + f"(above {100 * COMPILE_SHARE:.0f}%: info from {COMPILE_MIN_S:g} s of compilation, warning from "
@@ -106,13 +106,13 @@ def jax_unrolled_loop(obs: Obs) -> Finding | None:
     """Threshold: the step's program holds >= 4 back-to-back copies of one unit of >= 8 equations (a Python loop
     unrolled by jit); warning when there are >= 8 copies and the copies after the first cost >= 0.5 s of its
     backend compile (the compile time in proportion to the equations they are), info below."""
-    prog = obs.get("info", {}).get("step_program") or {}
-    rep = prog.get("repeat")
+    prog = obs.info.step_program
+    rep = prog.repeat if prog else None
     if not rep:
         return None
     extra = (rep["copies"] - 1) * rep["period"]
     share = extra / max(rep["eqns"], 1)
-    compile_s = prog.get("compile_s", 0.0)
+    compile_s = prog.compile_s if prog else 0.0
     cost = compile_s * share
     few = rep["copies"] < UNROLL_WARN_COPIES
     return Finding(

@@ -67,16 +67,16 @@ def jax_eager_ops(obs: Obs) -> Finding | None:
     if ops is None or (ops < EAGER_OPS_WARN and optax_rate < EAGER_OPTAX_WARN):
         return None
     eager_ms = (_per_step(obs, "eager_s:s") or 0.0) * 1e3
-    sources = obs.get("info", {}).get("eager_sources", {})
+    sources = obs.info.eager_sources
     total = sum(sources.values()) or 1
     src = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in list(sources.items())[:4])
     optax_eager = optax_rate >= EAGER_OPTAX_WARN
-    fix = eager_fix(obs.get("info", {}).get("eager_step"))
+    fix = eager_fix(obs.info.eager_step)
     return Finding(
         "jax-eager-ops", "warning",
         f"{ops:.0f} ops per step run one by one outside jit" + (" (the Optax update among them)" if optax_eager else ""),
         f"{ops:.0f} eager primitive dispatches and jax.Array operators (+ - * / ** @) counted per step (a "
-        f"jnp function called outside jit dispatches on a C++ path the count does not see) taking {eager_ms:.2f} ms of a {obs.get('step_ms') or 0:.2f} ms "
+        f"jnp function called outside jit dispatches on a C++ path the count does not see) taking {eager_ms:.2f} ms of a {obs.step_ms or 0:.2f} ms "
         f"step; they come from: {src or 'unknown'}; Optax updates outside jit: {optax_rate:.1f} per step; "
         f"each eager op is a separate dispatch (and its Python-number operands each a host-to-device copy: "
         f"{_per_step(obs, 'h2d_guard') or 0:.0f} per step) (warning from {EAGER_OPS_WARN} eager ops or "

@@ -46,14 +46,14 @@ ERROR_DOCS = {"jax": f"{JAX_DOCS}/errors.html", "torch": f"{TORCH_DOCS}/torch.co
 )
 def script_error(obs: Obs) -> Finding | None:
     """Threshold: the script raised, or exited with a non-zero code."""
-    err = obs.get("error")
+    err = obs.error
     if not err:
         return None
     meaning = next((m for test, m in MEANINGS if test(err)), "fix the error above: the doctor diagnoses a "
                    "script that runs, and reports what it saw up to the failure")
     first = (err.get("message") or "").strip().splitlines()
     return Finding("script-error", "error", f"the script failed: {err['type']}: {first[0][:160] if first else ''}",
-                   f"after {obs.get('steps', 0)} steps; traceback tail:\n{err.get('traceback_tail', '')}",
+                   f"after {obs.steps} steps; traceback tail:\n{err.get('traceback_tail', '')}",
                    meaning, ERROR_DOCS.get(err.get("module", "").split(".")[0], ERROR_DOCS["builtins"]))
 
 
@@ -68,7 +68,7 @@ def script_error(obs: Obs) -> Finding | None:
 )
 def jax_python_control_flow(obs: Obs) -> Finding | None:
     """Threshold: the script failed with a tracer conversion error (a Python branch on a traced value)."""
-    err = obs.get("error")
+    err = obs.error
     if not err or err["type"] not in TRACER_ERRORS:
         return None
     where = [ln.strip() for ln in err.get("traceback_tail", "").splitlines() if ln.strip().startswith("File ")]

@@ -26,15 +26,17 @@ def _checked_cost(obs: Obs) -> tuple[str, str] | None:
     """Severity and evidence from the doctor's own A/B of the reads (``summary.read_check``): the loop's
     iteration while its reads of the step's outputs waited, against the same loop with those reads answered
     one step late. None when the check did not run or saw too few iterations."""
-    check = obs.get("read_check") or {}
-    waited, deferred = check.get("waited_ms"), check.get("deferred_ms")
-    if not waited or not deferred or min(check.get("waited_n", 0), check.get("deferred_n", 0)) < READ_CHECK_MIN:
+    check = obs.read_check
+    if check is None:
+        return None
+    waited, deferred = check.waited_ms, check.deferred_ms
+    if not waited or not deferred or min(check.waited_n, check.deferred_n) < READ_CHECK_MIN:
         return None
     gain = (waited - deferred) / waited
     # the noise of the two medians (from each kind's spread: a median's standard error is about 0.93 IQR/sqrt(n)):
     # a gain within twice that is not a measured gain
-    se = math.hypot(*(0.93 * (check.get(f"{m}_iqr_ms") or 0.0) / math.sqrt(check[f"{m}_n"])
-                      for m in ("waited", "deferred")))
+    se = math.hypot(*(0.93 * (iqr or 0.0) / math.sqrt(n) for iqr, n in
+                      ((check.waited_iqr_ms, check.waited_n), (check.deferred_iqr_ms, check.deferred_n))))
     real = gain >= HOST_SYNC_WAIT_SHARE and waited - deferred > 2 * se
     verdict = (f"{100 * gain:.1f}% faster without the wait" if gain > 0 else
                f"no faster without the wait ({100 * -gain:.1f}% slower)")
@@ -43,7 +45,7 @@ def _checked_cost(obs: Obs) -> tuple[str, str] | None:
     return ("warning" if real else "info",
             f"; checked by the doctor: with these reads answered one step late (the device never waits for "
             f"them) on alternate blocks of steps, the iteration took {deferred:.2f} ms (median of "
-            f"{check['deferred_n']}) against {waited:.2f} ms (median of {check['waited_n']}) as written: "
+            f"{check.deferred_n}) against {waited:.2f} ms (median of {check.waited_n}) as written: "
             f"{verdict} (warning from {100 * HOST_SYNC_WAIT_SHARE:.0f}%, else info"
             + ("; on a CPU backend the host's work between steps and XLA's threads share the cores, so "
                "dispatching ahead may gain nothing)" if gain < HOST_SYNC_WAIT_SHARE else ")"))
@@ -52,7 +54,7 @@ def _checked_cost(obs: Obs) -> tuple[str, str] | None:
 def _host_sync_cost(obs: Obs, seconds_key: str) -> tuple[str, str]:
     """Severity and evidence from the measured time the host spent in its reads (waiting for the device)."""
     iter_ms = _iter_ms(obs)
-    if f"{seconds_key}:s" not in obs.get("per_step", {}) or not iter_ms:
+    if f"{seconds_key}:s" not in obs.per_step or not iter_ms:
         return "warning", " (warning from 1 per step; the wait could not be measured)"
     wait_ms = 1e3 * (_per_step(obs, f"{seconds_key}:s") or 0.0)
     share = wait_ms / iter_ms
@@ -89,20 +91,21 @@ def jax_host_sync(obs: Obs) -> Finding | None:
     reads = _per_step(obs, "jax_host_reads")
     if reads is None or reads < HOST_SYNC_WARN:
         return None
-    sites = obs.get("info", {}).get("jax_host_read_sites", {})
+    sites = obs.info.jax_host_read_sites
     iter_ms = _iter_ms(obs)
     span = _per_step(obs, "jax_host_read_span_s:s")
     # element-wise integer/bool reads, several per step: code (a library's, or yours) indexing with a JAX array
     elementwise = sum(c for k, c in sites.items() if k.endswith(LIB_CONVERSIONS))
     library_index = reads >= 4 and elementwise >= 0.5 * sum(sites.values())
-    if span is None or not iter_ms or "jax_host_read_span_s:s" not in obs.get("per_step", {}):
+    if span is None or not iter_ms or "jax_host_read_span_s:s" not in obs.per_step:
         severity, cost = _host_sync_cost(obs, "jax_host_read_s")
     else:
         span_ms = 1e3 * span
         blocked_ms = 1e3 * (_per_step(obs, "jax_host_read_blocked_s:s") or 0.0)
         host_ms = max(span_ms - blocked_ms, 0.0)
-        split = obs.get("split") or {}
-        idle_ms = split.get("idle_mean_ms", split.get("idle_ms", 0.0)) if split.get("async") else 0.0
+        split = obs.split
+        idle_ms = (split.idle_mean_ms if split.idle_mean_ms is not None else split.idle_ms or 0.0) \
+            if split and split.async_ else 0.0
         # the sync's lost overlap: the wait, up to the device's idle time between steps that the reads' own host
         # work does not already explain (the split counts that work as the host's, not as idle)
         overlap_ms = min(blocked_ms, idle_ms)
@@ -158,8 +161,8 @@ def torch_host_sync(obs: Obs) -> Finding | None:
     loader = _per_step(obs, "torch_loader_reads") or 0.0
     if reads is None or max(reads, syncs, loader) < HOST_SYNC_WARN:
         return None
-    info = obs.get("info", {})
-    sites, loader_sites = info.get("torch_host_read_sites", {}), info.get("torch_loader_read_sites", {})
+    info = obs.info
+    sites, loader_sites = info.torch_host_read_sites, info.torch_loader_read_sites
     in_loader = (f"; {loader:.1f} more reads per step inside the DataLoader's fetch, in the dataset's code "
                  f"({_sites(loader_sites)}): that is the input's work, which the fix below does not remove"
                  if loader >= HOST_SYNC_WARN else "")
@@ -172,7 +175,7 @@ def torch_host_sync(obs: Obs) -> Finding | None:
             f"{loader:.1f} reads per step inside the DataLoader's fetch ({_sites(loader_sites)}), taking "
             f"{loader_ms:.2f} ms per step; the loop's own code reads {reads:.1f} per step (a finding from "
             f"{HOST_SYNC_WARN:g}); the dataset's __getitem__ converts its tensors one item at a time"
-            + (": CPU tensors, no device sync" if not info.get("cuda") else ""),
+            + (": CPU tensors, no device sync" if not info.cuda else ""),
             "Nothing to change in the loop: these reads are in the dataset's code"
             + (f" ({top.split(' in ')[0]}, a library's)" if top and not top.startswith("/") else "")
             + ". If the input costs the loop (input-bound), convert the dataset to tensors once, before training "
@@ -184,7 +187,7 @@ def torch_host_sync(obs: Obs) -> Finding | None:
     return Finding(
         "torch-host-sync", severity,
         f"{max(reads, syncs):.1f} tensor values read on the host every step"
-        + (": the GPU queue drains each time" if info.get("cuda") else ""),
+        + (": the GPU queue drains each time" if info.cuda else ""),
         f"{reads:.1f} host reads per step in the loop's code ({_sites(sites)}); {syncs:.1f} synchronising CUDA calls "
         f"per step (torch.cuda.set_sync_debug_mode, a warning from {HOST_SYNC_WARN:g} per step){cost}{in_loader}",
         "Accumulate on the device and read rarely: running = running + loss.detach() in the loop, "

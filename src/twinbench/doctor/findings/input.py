@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from twinbench.doctor.findings.base import MIN_STEADY_STEPS, TORCH_DOCS, Finding, Obs, _per_step, finding
+from twinbench.doctor.observations import Machine, Medians, Split, typed
 
 # -- input-bound ----------------------------------------------------------------------------------------------------
 INPUT_WAIT_SHARE = 0.20  # of each steady iteration spent waiting for the next batch
@@ -13,41 +14,44 @@ INPUT_MIN_MS = 1.0  # per iteration: a shorter wait between steps is the loop's 
 
 def _input_wait(obs: Obs) -> tuple[float, float, str] | None:
     """(wait ms, iteration ms, the split as evidence) per steady iteration, or None if not measurable."""
-    if obs.get("steady_steps", 0) < MIN_STEADY_STEPS:
+    if obs.steady_steps < MIN_STEADY_STEPS:
         return None
-    split = obs.get("split")
+    split = obs.split
     if not split:  # no step end known: the DataLoader's wait against the time between step starts
-        wait, step_ms = _per_step(obs, "data_wait_s:s"), obs.get("step_ms")
+        wait, step_ms = _per_step(obs, "data_wait_s:s"), obs.step_ms
         if wait is None or not step_ms:
             return None
         return wait * 1e3, step_ms, (f"{wait * 1e3:.1f} ms per step waiting for the next batch of a "
                                      f"{step_ms:.1f} ms step (DataLoader iterator)")
-    med = split.get("medians") or {}  # robust to one slow batch; an older record has the medians at the top
-    it, step, data, host = (med.get(k, split.get(f"{k}_ms", 0.0)) for k in ("it", "step", "data_raw", "host"))
-    if "medians" not in split:
-        it, data = split["iter_ms"], split["data_ms"]
-    idle, gap_ms = med.get("idle", split.get("idle_ms")), med.get("to_forward", split.get("to_forward_ms", 0.0))
-    head = f"per iteration (medians over {split['iterations']} steady iterations, {it:.2f} ms): "
-    if split.get("async"):  # the device's idle time: from the step's results being ready to the next call
+    med = split.medians or Medians()  # robust to one slow batch; an older record has the central means only
+
+    def pick(median: float | None, mean: float | None) -> float | None:
+        return mean if median is None else median
+
+    it, data = pick(med.it, split.iter_ms) or 0.0, pick(med.data_raw, split.data_ms) or 0.0
+    step, host = pick(med.step, split.step_ms) or 0.0, pick(med.host, split.host_ms) or 0.0
+    idle, gap_ms = pick(med.idle, split.idle_ms), pick(med.to_forward, split.to_forward_ms) or 0.0
+    head = f"per iteration (medians over {split.iterations} steady iterations, {it:.2f} ms): "
+    if split.async_:  # the device's idle time: from the step's results being ready to the next call
         wait = idle if idle is not None else max(it - step - host, 0.0)
         return wait, it, (
             head + f"{wait:.2f} ms the device waited for the host between steps (the next batch, or other Python "
             f"work of the loop; DataLoader next: {data:.2f} ms), {step:.2f} ms the step from its call to its "
             f"results being ready (block_until_ready on its output, in the doctor's watcher thread, so the "
-            f"loop keeps its asynchronous dispatch), {split.get('call_tail_ms', 0.0):.2f} ms the step call's own "
+            f"loop keeps its asynchronous dispatch), {split.call_tail_ms:.2f} ms the step call's own "
             f"Python after its results were ready (dispatch, nnx.jit's graph merge), {host:.2f} ms known host "
-            f"work (eager ops, compilation), {split.get('descheduled_ms', 0.0):.2f} ms the loop's thread waited "
+            f"work (eager ops, compilation), {split.descheduled_ms:.2f} ms the loop's thread waited "
             f"for a CPU other processes held")
-    gap = gap_ms if obs.get("step_kind") == "torch-optimizer" else 0.0
+    gap = gap_ms if obs.step_kind == "torch-optimizer" else 0.0
     wait = max(data, gap)
-    if "input_own" in med:  # less the loop thread's wait for a CPU others held (a busy machine is not input)
-        wait = min(wait, med["input_own"])
+    if med.input_own is not None:  # less the loop thread's wait for a CPU others held (a busy machine is not input)
+        wait = min(wait, med.input_own)
     where = (f"the optimizer step's end to the next forward pass: the next batch from any Python iterator "
              f"(DataLoader next: {data:.2f} ms), zero_grad, the loop's Python; host reads and the time the loop's "
              "thread waited for a CPU other processes held left out"
              if gap > data else "DataLoader next")
     return wait, it, (head + f"{wait:.2f} ms waiting for the next batch ({where}), {step:.2f} ms in the "
-                      f"step ({obs.get('step_signal') or obs.get('step_kind')}), {max(it - wait - step, 0.0):.2f} "
+                      f"step ({obs.step_signal or obs.step_kind}), {max(it - wait - step, 0.0):.2f} "
                       f"ms the rest (forward, backward, the loop's Python)")
 
 
@@ -61,28 +65,30 @@ def _checked(obs: Obs) -> tuple[bool, float, str] | None:
     None when it did not run on enough calls to decide. On a CPU backend it compares CPU time (the loop's Python and
     XLA's threads share the cores: the input's cost is the cores it takes, and a busy machine stretches wall time
     on both sides unevenly), on an accelerator wall time (the device's wait)."""
-    ab = obs.get("input_check") or {}
-    cpu_backend = (obs.get("info") or {}).get("backend") == "cpu"
-    clock = "cpu" if cpu_backend and "cpu" in ab else "wall"
-    m = ab.get(clock)
-    if ab.get("replays", 0) < INPUT_CHECK_MIN or not m:
+    ab = obs.input_check
+    cpu_backend = obs.info.backend == "cpu"
+    if ab is None:
+        return None
+    clock = "cpu" if cpu_backend and ab.cpu is not None else "wall"
+    m = ab.cpu if clock == "cpu" else ab.wall
+    if ab.replays < INPUT_CHECK_MIN or not m:
         return None
     loop, less, pre = m["loop_ms"], m["loop_less_known_ms"], m["prebuilt_ms"]
     lost = max(less - pre, 0.0)
     # a loop whose reads of the step's outputs cost it (jax-host-sync's own A/B) is not input-bound by that cost
-    rc = obs.get("read_check") or {}
-    if clock == "wall" and rc.get("waited_ms") and rc.get("deferred_ms"):
-        lost = max(lost - max(rc["waited_ms"] - rc["deferred_ms"], 0.0), 0.0)
-    split = obs.get("split") or {}
+    rc = obs.read_check
+    if clock == "wall" and rc is not None and rc.waited_ms and rc.deferred_ms:
+        lost = max(lost - max(rc.waited_ms - rc.deferred_ms, 0.0), 0.0)
+    split = obs.split or Split()
     # of the loop's work between calls, the part in JAX's own code (operations dispatched outside jit: indexing a
     # device array, conversions) is not input work: jax-eager-ops' ground; only the rest counts here
-    jax_share = split.get("between_jax_share") or 0.0
+    jax_share = split.between_jax_share or 0.0
     # the loop's own work runs between its calls: its cost is at most the time (CPU time, on a CPU backend) the
     # loop's thread spent there; the rest of the difference is the call's (the doctor's wrapper, nnx.jit)
-    cap = split.get("between_cpu_ms" if clock == "cpu" else "between_ms")
+    cap = split.between_cpu_ms if clock == "cpu" else split.between_ms
     # ... and at most the CPU time the sampler saw it spend in the script's own code (the doctor's bookkeeping
     # around each call, which a busy machine stretches, is in the thread's time between calls but not the script's)
-    seen = split.get("between_sampled_ms")
+    seen = split.between_sampled_ms
     if seen is not None and clock == "cpu":
         cap = seen if cap is None else min(cap, seen)
     lost_all = min(lost, cap) if cap is not None else lost
@@ -90,19 +96,19 @@ def _checked(obs: Obs) -> tuple[bool, float, str] | None:
     share = lost / loop if loop else 0.0
     p = p_value(m)
     bound = share >= INPUT_GAIN and p < INPUT_P and lost >= INPUT_MIN_MS
-    sites = split.get("between_sites") or {}
+    sites = split.between_sites
     where = ("; where the loop's thread spent its CPU time between step calls (sampled, ms per iteration): "
              + "; ".join(f"{s} {ms:.2f} ms" for s, ms in sites.items())) if sites else ""
-    between = (f"; the loop's thread ran {split['between_cpu_ms']:.2f} ms of CPU between calls "
-               f"({split.get('between_ms', 0.0):.2f} ms from a call's return to the next call)"
-               if split.get("between_cpu_ms") is not None else "")
+    between = (f"; the loop's thread ran {split.between_cpu_ms:.2f} ms of CPU between calls "
+               f"({split.between_ms or 0.0:.2f} ms from a call's return to the next call)"
+               if split.between_cpu_ms is not None else "")
     what = "of the process's CPU time" if clock == "cpu" else ""
-    wall = ab.get("wall") or {}
+    wall = ab.wall or {}
     evidence = (
-        f"checked by the doctor: {ab['blocks']} times in the run, after one of the loop's step calls, it called the "
-        f"compiled step on the batch already built, {ab['replays']} calls in all, nothing of the loop in between: "
+        f"checked by the doctor: {ab.blocks} times in the run, after one of the loop's step calls, it called the "
+        f"compiled step on the batch already built, {ab.replays} calls in all, nothing of the loop in between: "
         f"{pre:.2f} ms {what} per step (median; per block: {', '.join(f'{b:.1f}' for b in m.get('block_ms', []))}) "
-        f"against {loop:.2f} ms {what} per iteration as written (median of {ab['iterations']} steady iterations; "
+        f"against {loop:.2f} ms {what} per iteration as written (median of {ab.iterations} steady iterations; "
         f"{less:.2f} ms less the host work named elsewhere: eager ops, compilation, host reads, nnx.jit's graph); "
         f"the loop's own work between calls costs {lost_all:.2f} ms per iteration"
         + (f", of which {100 * jax_share:.0f}% ran in JAX's own code (operations dispatched outside jit, sampled: "
@@ -131,17 +137,18 @@ def p_value(m: dict[str, Any]) -> float:
 
 def _free_cores(obs: Obs) -> float | None:
     """Cores neither the script nor other processes kept busy during the steady steps (None: not measured)."""
-    m = obs.get("machine") or {}
-    if not m.get("cores"):
+    m = obs.machine or Machine()
+    if not m.cores:
         return None
-    return m["cores"] - (m.get("others_cores") or 0.0) - (m.get("own_cores") or 0.0)
+    return m.cores - (m.others_cores or 0.0) - (m.own_cores or 0.0)
 
 
 def input_fix(obs: Obs) -> str:
     """The fix for an input-bound loop: background workers only where cores are free for them (a worker on a busy
     or small machine takes its core from the step); else work the loop need not do every step."""
+    obs = typed(obs)  # also called on its own (byo's advice, tests)
     free = _free_cores(obs)
-    cores = (obs.get("machine") or {}).get("cores")
+    cores = (obs.machine or Machine()).cores
     ahead = ("Do the input work once, before the loop, not every step: tokenise or decode the whole dataset ahead "
              "of training and keep it as arrays (np.save / a memory-mapped file), or convert the dataset to "
              "tensors once (a TensorDataset of pre-converted images instead of a per-item transform); make "

@@ -6,6 +6,7 @@ import os
 
 from twinbench import host_malloc
 from twinbench.doctor.findings.base import MIN_STEADY_STEPS, TORCH_DOCS, Finding, Obs, _iter_ms, finding
+from twinbench.doctor.observations import Machine
 from twinbench.measure.page_faults import FAULTS_PER_STEP, KERNEL_SHARE, PAGE, costly, fault_share
 
 # -- cpu-oversubscribed ---------------------------------------------------------------------------------------------
@@ -28,12 +29,12 @@ def cpu_oversubscribed(obs: Obs) -> Finding | None:
     25% when torch's threads plus that load ask for more cores than there are. Only the threads of a framework the
     script ran count (``frameworks_used``), not one it merely imports. Once the script's threads fit the free
     cores (the fix applied) it is info, saying the other load is what is left."""
-    m = obs.get("machine") or {}
-    cores, others = m.get("cores") or 0, m.get("others_cores")
+    m = obs.machine or Machine()
+    cores, others = m.cores or 0, m.others_cores
     if not cores or others is None or others < BUSY_INFO_SHARE * cores:
         return None
-    threads = obs.get("info", {}).get("threads", {})
-    used = obs.get("frameworks_used")
+    threads = obs.info.threads
+    used = obs.frameworks_used
     if used:  # a framework the script only imports (a library imports both) runs no threads of its own
         threads = {fw: n for fw, n in threads.items() if fw in used}
     want = max(threads.values(), default=0)
@@ -45,8 +46,8 @@ def cpu_oversubscribed(obs: Obs) -> Finding | None:
         return Finding(
             "cpu-oversubscribed", "info",
             f"the machine is busy: other processes kept {others:.1f} of {cores} cores busy while the steps ran",
-            f"measured over {m.get('window_s', 0):.1f} s of steady steps (/proc/stat against this process's CPU "
-            f"time): other processes {others:.2f} cores, this script {m.get('own_cores', 0):.2f} cores, {cores} "
+            f"measured over {m.window_s:.1f} s of steady steps (/proc/stat against this process's CPU "
+            f"time): other processes {others:.2f} cores, this script {m.own_cores:.2f} cores, {cores} "
             f"cores in all; the frameworks already use no more threads than the {free} free core(s) ({tdesc}), so "
             "the script does not oversubscribe the machine, but the others' load still slows it and makes any "
             "timing of this run unreliable",
@@ -67,8 +68,8 @@ def cpu_oversubscribed(obs: Obs) -> Finding | None:
     return Finding(
         "cpu-oversubscribed", severity,
         f"the machine is busy: other processes kept {others:.1f} of {cores} cores busy while the steps ran",
-        f"measured over {m.get('window_s', 0):.1f} s of steady steps (/proc/stat against this process's CPU time): "
-        f"other processes {others:.2f} cores, this script {m.get('own_cores', 0):.2f} cores, {cores} cores in all; "
+        f"measured over {m.window_s:.1f} s of steady steps (/proc/stat against this process's CPU time): "
+        f"other processes {others:.2f} cores, this script {m.own_cores:.2f} cores, {cores} cores in all; "
         f"the frameworks use {tdesc}, so {others + want:.1f} cores are asked for (info from "
         f"{100 * BUSY_INFO_SHARE:.0f}% of the cores busy elsewhere; warning from {100 * BUSY_WARN_SHARE:.0f}% when "
         f"more cores are asked for than there are); threads that wait for each other slow down far more than "
@@ -97,21 +98,20 @@ def page_faults(obs: Obs) -> Finding | None:
     steps: a warning; info where other processes kept 10% of the cores busy or more (on a busy machine a script
     can fault many times more pages than on an idle one, not its own allocations alone: the fix says to time it). XLA:CPU's temporary buffers, freed to the kernel after every execution by glibc and faulted in again
     by the next, are the case it was built on (benchmarks/RESULTS.md, "Where a third of JAX's CPU step went")."""
-    m = obs.get("machine") or {}
-    rate, share = m.get("page_faults_per_s"), m.get("kernel_cpu_share")
+    m = obs.machine or Machine()
+    rate, share = m.page_faults_per_s, m.kernel_cpu_share
     step_ms = _iter_ms(obs)
-    if rate is None or share is None or not step_ms or obs.get("steady_steps", 0) < MIN_STEADY_STEPS:
+    if rate is None or share is None or not step_ms or obs.steady_steps < MIN_STEADY_STEPS:
         return None
     per_step = rate * step_ms / 1e3
-    own = fault_share(rate, m.get("own_cores"), m.get("fault_us"), share)
+    own = fault_share(rate, m.own_cores, m.fault_us, share)
     if not costly(share, per_step, own):
         return None
     # on a busy machine a script can fault more than on an idle one (not its own allocations alone): said, at
     # info, to be measured again idle (a public pair's 104-128k faults a second on a busy machine were real: its
     # fix gained ~38%, issue 73)
-    busy = (m.get("others_cores") or 0) >= BUSY_INFO_SHARE * (m.get("cores") or 1)
-    steady = obs.get("per_step") or {}
-    if steady.get("compiles") or steady.get("compile_s:s"):  # a compiler at work in the steady steps allocates
+    busy = (m.others_cores or 0) >= BUSY_INFO_SHARE * (m.cores or 1)
+    if obs.per("compiles") or obs.per("compile_s:s"):  # a compiler at work in the steady steps allocates
         return None  # and frees too: its faults are the recompiles' (jax-recompile, torch-recompile say the fix)
     mode, current = host_malloc.thp_mode(), os.environ.get(host_malloc.ENV, "")
     has_huge = host_malloc.HUGE_PAGES[0] in current
@@ -129,10 +129,10 @@ def page_faults(obs: Obs) -> Finding | None:
         "page-faults", "info" if busy else "warning",
         f"the steps fault in {per_step * PAGE / 2**20:,.0f} MiB of fresh memory each: {share:.0%} of the script's "
         "CPU time goes to the kernel",
-        f"over {m.get('window_s', 0):.1f} s of steady steps the process took {rate:,.0f} page faults a second, "
+        f"over {m.window_s:.1f} s of steady steps the process took {rate:,.0f} page faults a second, "
         f"{per_step:,.0f} a step of {step_ms:.1f} ms (about {per_step * PAGE / 2**20:,.0f} MiB of 4 KiB pages), and "
         f"{share:.0%} of its CPU time was the kernel's"
-        + (f", of which the faults at {m['fault_us']:.1f} µs each (measured on this machine) are "
+        + (f", of which the faults at {m.fault_us:.1f} µs each (measured on this machine) are "
            f"{own:.0%}"
            if own is not None else "")
         + f" (warning from {FAULTS_PER_STEP:,} faults a step and {KERNEL_SHARE:.0%} in the kernel, for the faults"
@@ -140,7 +140,7 @@ def page_faults(obs: Obs) -> Finding | None:
         "temporary buffers, large tensors) is mapped and zeroed again by the next",
         f"Nothing in the code: start the script with GLIBC_TUNABLES={tunables} in its environment (glibc reads it "
         f"at start-up; {how}); then run the doctor again: this finding should be gone and the step shorter."
-        + (f" Measured on a busy machine (other processes kept {m.get('others_cores') or 0:.1f} of "
-           f"{m.get('cores') or 0} cores busy): time the step with and without it, or run the doctor again when "
+        + (f" Measured on a busy machine (other processes kept {m.others_cores or 0:.1f} of "
+           f"{m.cores or 0} cores busy): time the step with and without it, or run the doctor again when "
            "the machine is idle, before keeping it." if busy else ""),
         MALLOC_DOC)

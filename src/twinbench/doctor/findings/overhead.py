@@ -24,11 +24,11 @@ def nnx_graph_overhead(obs: Obs) -> Finding | None:
     """Threshold: ``nnx.jit``'s own Python around the jitted call (splitting the module graph into state and
     merging it back) takes >= 5% of the steady iteration (info), >= 15% (warning)."""
     graph = _per_step(obs, "nnx_graph_s:s")
-    cpu = _per_step(obs, "nnx_graph_cpu_s:s") if "nnx_graph_cpu_s:s" in obs.get("per_step", {}) else None
+    cpu = _per_step(obs, "nnx_graph_cpu_s:s") if "nnx_graph_cpu_s:s" in obs.per_step else None
     if graph and cpu is not None:  # its CPU time where less: time the loop's thread spent descheduled or waiting
         graph = min(graph, cpu)  # for the GIL on a busy machine is not the graph's traversal
     nodes = _per_step(obs, "nnx_graph_calls") or 0.0
-    leaves = obs.get("info", {}).get("nnx_graph_leaves", 0)
+    leaves = obs.info.nnx_graph_leaves or 0
     iter_ms = _iter_ms(obs)
     if not graph or not iter_ms:
         return None

@@ -112,9 +112,9 @@ def step_compiled_again(obs: Obs) -> list[dict]:
     trace missed JAX's cache: the same program compiled again for its inputs' placement (a pmapped step whose
     first inputs sit on one device, then its own outputs sharded over all of them), which
     ``jax_explain_cache_misses`` does not report."""
-    if obs.get("step_kind") not in ("jit", "pmap"):
+    if obs.step_kind not in ("jit", "pmap"):
         return []
-    compiles = obs.get("notes", {}).get("compile", [])
+    compiles = obs.noted("compile")
     first = [n for n in compiles if n.get("step") == 1]
     if not first:
         return []
@@ -124,10 +124,10 @@ def step_compiled_again(obs: Obs) -> list[dict]:
 
 def placement_recompile(obs: Obs, again: list[dict]) -> Finding:
     """jax-recompile for a step compiled again with no new trace (:func:`step_compiled_again`)."""
-    info = obs.get("info", {})
-    pmap = obs.get("step_kind") == "pmap"
-    axis = (info.get("jit_options") or {}).get("axis_name")
-    args = [a.split(":", 1)[-1] for a in info.get("carried_args") or []]
+    info = obs.info
+    pmap = obs.step_kind == "pmap"
+    axis = (info.jit_options or {}).get("axis_name")
+    args = [a.split(":", 1)[-1] for a in info.carried_args or []]
     secs = sum(n.get("s", 0.0) for n in again)
     steps = sorted({n.get("step", 0) for n in again})
     if pmap and axis and args:
@@ -180,7 +180,7 @@ def jax_recompile(obs: Obs) -> Finding | None:
     return Finding(
         "jax-recompile", severity,
         f"jit traced and compiled again {len(misses)} times after step 1 (cause: {top})",
-        f"{len(misses)} tracing cache misses after step 1 (of {obs.get('steps', 0)} steps) "
+        f"{len(misses)} tracing cache misses after step 1 (of {obs.steps} steps) "
         f"({', '.join(f'{c}: {n}' for c, n in causes.items())}); {len(compiles)} XLA compiles, "
         f"{steady_compile_s:.2f} s of backend compile after step 1; jax_explain_cache_misses says: "
         + " | ".join(detail) + f" (warning from {RECOMPILE_WARN} recompiles)",
@@ -201,7 +201,7 @@ def jax_recompile(obs: Obs) -> Finding | None:
 )
 def torch_recompile(obs: Obs) -> Finding | None:
     """Threshold: >= 1 dynamo recompilation (a guard failed after the first compile)."""
-    notes = obs.get("notes", {}).get("recompile", [])
+    notes = obs.noted("recompile")
     if not notes:
         return None
     reasons = Counter(_guard_reason(n["message"]) for n in notes)
@@ -214,7 +214,7 @@ def torch_recompile(obs: Obs) -> Finding | None:
     return Finding(
         "torch-recompile", "warning",
         f"torch.compile recompiled {len(notes)} times",
-        f"{len(notes)} recompilations ({obs.get('info', {}).get('torch_graphs', '?')} graphs in all); "
+        f"{len(notes)} recompilations ({obs.info.torch_graphs if obs.info.torch_graphs is not None else '?'} graphs in all); "
         f"guard failures: " + "; ".join(f"{r} x{c}" for r, c in reasons.most_common(3))
         + " (warning from 1 recompile)",
         fix, f"{TORCH_DOCS}/torch.compiler_troubleshooting.html")
@@ -253,7 +253,7 @@ def torch_graph_break(obs: Obs) -> Finding | None:
     libraries (torch's optimizer breaks around its step on purpose) are not counted; a break at a
     ``.backward()`` call is inherent (dynamo does not trace autograd's backward: the code before and after it
     is still compiled), so breaks there alone are info."""
-    notes = obs.get("notes", {}).get("graph_break", [])
+    notes = obs.noted("graph_break")
     reasons: Counter[str] = Counter()
     backward: Counter[str] = Counter()
     for n in notes:

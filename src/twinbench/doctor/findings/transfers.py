@@ -4,6 +4,7 @@ replicated over devices that should be sharded) and ``jax-pmap-legacy``."""
 from __future__ import annotations
 
 from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _iter_ms, _mib, _per_step, finding
+from twinbench.doctor.observations import H2D
 
 # -- jax-host-transfer ---------------------------------------------------------------------------------------
 TRANSFER_WARN_SHARE = 0.05  # estimated copy time per step, as a share of the step, from which it is a warning
@@ -25,20 +26,20 @@ def jax_host_transfer(obs: Obs) -> Finding | None:
         return None
     nbytes = _per_step(obs, "h2d_numpy_bytes") or 0.0
     guard_all = _per_step(obs, "h2d_guard") or 0.0
-    h2d = obs.get("info", {}).get("h2d", {})
+    h2d = obs.info.h2d or H2D()
     severity, cost = "warning", ""
     step_ms = _iter_ms(obs)
-    if h2d.get("bytes_per_s") and step_ms:  # the cost in this run: bytes over the measured bandwidth, plus
+    if h2d.bytes_per_s and step_ms:  # the cost in this run: bytes over the measured bandwidth, plus
         # one measured transfer latency per array
-        copy_ms = 1e3 * nbytes / h2d["bytes_per_s"]
-        cost_ms = copy_ms + 1e3 * max(arrays, guard) * h2d.get("latency_s", 0.0)
+        copy_ms = 1e3 * nbytes / h2d.bytes_per_s
+        cost_ms = copy_ms + 1e3 * max(arrays, guard) * h2d.latency_s
         share = cost_ms / step_ms
         # the margin: the copy time alone (the latency of a tiny device_put is mostly the call's own dispatch,
         # and noisy) must reach the threshold, so a run-to-run spread of the latency cannot flip it
         severity = "warning" if copy_ms / step_ms >= TRANSFER_WARN_SHARE else "info"
         cost = (f"; estimated cost {copy_ms:.3f} ms per step for the bytes at the measured "
-                f"{h2d['bytes_per_s'] / 2**30:.2f} GiB/s host-to-device, at most {cost_ms:.3f} ms with "
-                f"{1e3 * h2d.get('latency_s', 0.0):.3f} ms per transfer ({100 * copy_ms / step_ms:.1f}% to "
+                f"{h2d.bytes_per_s / 2**30:.2f} GiB/s host-to-device, at most {cost_ms:.3f} ms with "
+                f"{1e3 * h2d.latency_s:.3f} ms per transfer ({100 * copy_ms / step_ms:.1f}% to "
                 f"{100 * share:.1f}% of the {step_ms:.2f} ms steady iteration; warning when the bytes alone reach "
                 f"{100 * TRANSFER_WARN_SHARE:.0f}% of the step)")
     return Finding(
@@ -64,10 +65,10 @@ def jax_host_transfer(obs: Obs) -> Finding | None:
 )
 def jax_replicated_batch(obs: Obs) -> Finding | None:
     """Threshold: > 1 device, and every per-step input of the jitted step sits whole on each device."""
-    info = obs.get("info", {})
-    fresh = info.get("fresh_args", [])
-    devices = info.get("devices", 1)
-    if devices <= 1 or not fresh or obs.get("step_kind") != "jit" or not all(a["replicated"] for a in fresh):
+    info = obs.info
+    fresh = info.fresh_args
+    devices = info.devices
+    if devices <= 1 or not fresh or obs.step_kind != "jit" or not all(a["replicated"] for a in fresh):
         return None
     desc = "; ".join(f"{tuple(a['shape'])} {a['kind']} "
                      + ("on 1 device" if a["devices"] == 1 else f"replicated on {a['devices']} devices")
@@ -75,7 +76,7 @@ def jax_replicated_batch(obs: Obs) -> Finding | None:
     return Finding(
         "jax-replicated-batch", "warning",
         f"{devices} devices, but the batch is not sharded: one device (or every device) computes all of it",
-        f"per-step inputs of {obs.get('step_fn')}: {desc} (Array.sharding); threshold: every per-step input "
+        f"per-step inputs of {obs.step_fn}: {desc} (Array.sharding); threshold: every per-step input "
         f"unsharded while {devices} devices are visible",
         "Shard the batch over a data axis; jit then splits the work:\n"
         f"{MESH}\n"
@@ -94,9 +95,9 @@ MESH = ("  from jax.sharding import AxisType, NamedSharding, PartitionSpec as P\
 
 def jit_call(obs: Obs) -> str:
     """``jax.jit(train_step, donate_argnums=0)``: the step jitted with the donation the script gave pmap."""
-    opts = (obs.get("info", {}).get("jit_options") or {})
+    opts = (obs.info.jit_options or {})
     keep = {k: v for k, v in opts.items() if k.startswith("donate")}
-    return f"jax.jit({obs.get('step_fn') or 'train_step'}" + "".join(f", {k}={v!r}" for k, v in keep.items()) + ")"
+    return f"jax.jit({obs.step_fn or 'train_step'}" + "".join(f", {k}={v!r}" for k, v in keep.items()) + ")"
 
 
 @finding(
@@ -110,7 +111,7 @@ def jit_call(obs: Obs) -> str:
 def jax_pmap_legacy(obs: Obs) -> Finding | None:
     """Threshold: a pmap-ed function was called at all (pmap is in maintenance; jit + shardings replaces it): info,
     a way to keep up with JAX, not a speed-up (made to run on a public pair's script, it gained nothing)."""
-    calls = obs.get("counters", {}).get("pmap_calls", 0)
+    calls = obs.counted("pmap_calls")
     if not calls:
         return None
     return Finding(
