@@ -9,9 +9,12 @@ no more than its phase's memory-bound rows together confirm: its difference, cap
 differences, and nothing when that sum goes the other way.
 
 A row is named when this part carries at least :data:`NAMED_SHARE` of the gap (the largest row is named
-when none does, if any part of it goes the gap's way) and is larger than either trace's steps move from one to the next (the slowest attributed step less
-the fastest): a difference smaller than that is not told apart from noise by one recording. Smaller rows are
-in the table, not in the sentence. An idle row (host time no op covers: the loop's
+when none does, if any part of it goes the gap's way) and is beyond its measured noise (:func:`noise`): each
+side's noise is the spread of its traced steps that compiled nothing (their standard deviation over their
+mean), a row's is that share of the row on each side, combined, and a row is named only when its difference is
+over :data:`K` times that (its ``uncertainty_ms``, printed as its ``±``). A busy machine widens the spread, so
+fewer rows clear it; it refuses none that do. Rows within their noise are withheld, and the summary says so.
+Smaller rows are in the table, not in the sentence. An idle row (host time no op covers: the loop's
 Python, dispatch, and the profiler's own cost per op, which lands between ops) is never named as where the
 gap comes from: a trace cannot tell those apart, only the loop timed without the profiler can.
 """
@@ -34,11 +37,50 @@ def fuses(side: dict[str, Any]) -> bool:
     return any(_FUSED_KERNEL.search(str(k.get("name", ""))) for k in side.get("kernels") or [])
 
 
+#: a row is named when its difference is over K times its combined noise (one standard deviation of each side's
+#: steps, in proportion to the row): a normal error passes 3 sigma one way 0.13% of the time; 3 rather than 2
+#: because 4-5 traced steps estimate a standard deviation loosely (it can be a third too small)
+K = 3.0
+
+
+def noise(e: dict[str, Any]) -> float | None:
+    """One side's relative noise: the standard deviation of its attributed steps that compiled nothing over
+    their mean (``step_times_ms``); None when fewer than two were measured."""
+    import statistics
+
+    t = [x for x in e.get("step_times_ms") or [] if x > 0]
+    if len(t) < 2:
+        return None
+    return statistics.stdev(t) / statistics.fmean(t)
+
+
+def band(a_ms: float, b_ms: float, ra: float, rb: float) -> float:
+    """A row's uncertainty, :data:`K` times its combined noise: each side's relative noise on its ms."""
+    return K * ((a_ms * ra) ** 2 + (b_ms * rb) ** 2) ** 0.5
+
+
+def gap_noise(a: dict[str, Any], b: dict[str, Any]) -> float | None:
+    """The whole gap's uncertainty (:data:`K` times the two sides' step noise combined), in ms a step; None when
+    a side's noise was not measured."""
+    ra, rb = noise(a), noise(b)
+    if ra is None or rb is None:
+        return None
+    return band(a["step_ms"], b["step_ms"], ra, rb)
+
+
 def mark(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) -> None:
-    """Give each category row (level 1) ``named_ms``: the part of its B-A that may be named (see the module),
-    and for a memory-bound row capped by fusion, ``fused_with``: the rows of its phase that went the other way."""
+    """Give each row ``uncertainty_ms`` (:func:`band`, where both sides' noise was measured) and each category
+    row (level 1) ``named_ms``: the part of its B-A that may be named (see the module), with ``within_noise_ms``
+    where its noise withheld it, and for a memory-bound row capped by fusion, ``fused_with``: the rows of its
+    phase that went the other way."""
     fused = fuses(a) or fuses(b)
-    noise = max(a.get("step_spread_ms") or 0.0, b.get("step_spread_ms") or 0.0)
+    ra, rb = noise(a), noise(b)
+    measured = ra is not None and rb is not None
+    # where a side's steps were not measured (one step, an old record), the larger spread of its steps is the floor
+    spread = max(a.get("step_spread_ms") or 0.0, b.get("step_spread_ms") or 0.0)
+    for r in table:
+        if measured:
+            r["uncertainty_ms"] = band(r["a_ms"], r["b_ms"], ra or 0.0, rb or 0.0)
     phase_sum: dict[str, float] = {}
     for r in table:
         if r["level"] == 1 and _category(r) in MEMORY_BOUND:
@@ -54,8 +96,9 @@ def mark(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) -> N
             if abs(r["named_ms"]) < abs(d) - 1e-9:
                 r["fused_with"] = [o["row"] for o in table if o["level"] == 1 and _phase(o) == _phase(r)
                                    and _category(o) in MEMORY_BOUND and o["diff_ms"] * d < 0]
-        if 0 < abs(r["named_ms"]) <= noise:
-            r["named_ms"], r["within_noise_ms"] = 0.0, noise
+        floor = r["uncertainty_ms"] if measured else spread
+        if 0 < abs(r["named_ms"]) <= floor:
+            r["named_ms"], r["within_noise_ms"] = 0.0, floor
 
 
 def named(table: list[dict[str, Any]], gap: float, level: int, top: int = 3) -> list[dict[str, Any]]:
@@ -83,8 +126,9 @@ def _category(r: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------------------------------------- evidence
 # A row is named as a cause only when both runs' traces can carry one: both categorized, their phases the
-# program's, every rate they print possible on their device, the machine quiet while they ran. Where a check
-# fails, no row is named and the summary says which check failed and the fact that decides it.
+# program's, every rate they print possible on their device. Where a check fails, no row is named and the
+# summary says which check failed and the fact that decides it. A busy machine is no check: its noise is
+# measured and each row held to it (:func:`mark`).
 
 CATEGORIZED_MIN = 0.90
 #: a step's backward matmul FLOPs over its forward's: each forward product has its weight gradient (1x) and,
@@ -198,11 +242,22 @@ def gates(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]]:
     fact = clock_check(a, b)
     if fact:
         out.append({"check": "clock", "fact": fact})
-    for side in (a, b):
-        if side.get("busy"):
-            why = (side.get("warnings") or ["the run's record says so"])[0]
-            out.append({"check": "quiet", "fact": f"the machine was busy while {side['run']} ran ({why})"})
-    return out
+    return out  # a busy machine is no check: its noise is measured (:func:`noise`) and said (:func:`busy_line`)
+
+
+def busy_line(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """The advice where a side ran on a busy machine: its noise measured, rows named beyond it; a quiet machine
+    for the last decimal ('' when neither was busy)."""
+    busy = [x for x in (a, b) if x.get("busy")]
+    if not busy:
+        return ""
+    said = []
+    for x in busy:
+        r = noise(x)
+        said.append(f"{x['run']}" + (f" (its steps move {r:.0%} from one to the next, one standard deviation)"
+                                     if r is not None else " (one step measured: its noise is not known)"))
+    return ("measured on a busy machine: " + "; ".join(said) + f"; a row is named only beyond {K:g} times its "
+            "measured noise (its ±); on a quiet machine the noise is smaller, for the last decimal")
 
 
 def clock_check(a: dict[str, Any], b: dict[str, Any]) -> str:
@@ -252,7 +307,7 @@ def refusal(failed: list[dict[str, str]]) -> str:
     """The summary's sentence when a check failed: no row named, which checks failed, and their facts."""
     checks = {"categorized": f"both runs categorized ({CATEGORIZED_MIN:.0%} of op time)",
               "phases": "phases consistent with the program", "rates": "every rate possible on its device",
-              "clock": "the traced gap the clock's", "quiet": "the machine quiet"}
+              "clock": "the traced gap the clock's"}
     which = ", ".join(dict.fromkeys(checks[f["check"]] for f in failed))
     return f"no row is named as a cause; check{'s' if ',' in which else ''} failed: {which}. " + "; ".join(
         f["fact"] for f in failed)

@@ -53,14 +53,17 @@ def _axes(now: str, before: str) -> list[int]:
     return [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y] if len(a) == len(b) else []
 
 
-def said(row: dict[str, Any], a: dict[str, Any], b: dict[str, Any]) -> str:
+def said(row: dict[str, Any], a: dict[str, Any], b: dict[str, Any], pm: str = "") -> str:
     """The summary's words for the compilation row: ``compilation +10.3 s a step: 24 compiles in 60 steps,
     caused by the shape of ids (i32[32,55] against i32[32,39]: its dimension 1) (see the doctor's
-    jax-recompile)`` for the side it is larger on."""
+    jax-recompile)`` for the side it is larger on; ``pm``: its uncertainty as printed (`` ±0.4``), in the
+    row's unit."""
     d = row["diff_ms"]
     side = b if d >= 0 else a
     f = facts(side)
-    size = f"{abs(d) / 1e3:.1f} s" if abs(d) >= 1000 else f"{abs(d):.1f} ms"
+    u = row.get("uncertainty_ms")
+    size = (f"{abs(d) / 1e3:.1f}" + (f" ±{u / 1e3:.1f}" if u is not None else "") + " s" if abs(d) >= 1000
+            else f"{abs(d):.1f}{pm} ms")
     text = f"{COMPILATION} +{size} a step on {side['run']}"
     if not f:
         return text

@@ -270,24 +270,35 @@ def sentence(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) 
     level = 1 if any(r["level"] == 1 for r in table) else 0  # --scopes on traces that name no scopes: phases
     top = causes.named(table, gap, level)
 
+    def pm(r: dict[str, Any]) -> str:  # its measured noise, where both sides' was measured (causes.mark)
+        return f" ±{r['uncertainty_ms']:.1f}" if r.get("uncertainty_ms") is not None else ""
+
     def part(r: dict[str, Any]) -> str:
         ms = r.get("named_ms", r["diff_ms"])
         if r["row"] == compilation.ROW:  # its count, and what the doctor recorded of why it compiled
-            return f"{ms / gap if gap else 0.0:.0%} {compilation.said(r, a, b)}"
-        said = f"{ms / gap if gap else 0.0:.0%} {r['row']} ({sign * ms:+.1f} ms"
+            return f"{ms / gap if gap else 0.0:.0%} {compilation.said(r, a, b, pm(r))}"
+        said = f"{ms / gap if gap else 0.0:.0%} {r['row']} ({sign * ms:+.1f}{pm(r)} ms"
         if r.get("fused_with"):  # capped: the rest of the row's difference is work the other side fused elsewhere
             said += (f" of its {sign * r['diff_ms']:+.1f}: the rest is the same work fused into "
                      f"{', '.join(r['fused_with'])} on the other side")
         return said + ")"
 
     attributed = sum(r["diff_ms"] for r in table if r["level"] == 0)
-    noise = max((r.get("within_noise_ms", 0.0) for r in table), default=0.0)
-    small = (f"; rows under {causes.NAMED_SHARE:.0%} of the gap each" + (
-             f" or within the traced steps' own spread ({noise:.1f} ms)" if noise else "") + " are not named"
-             if len(top) < 3 and sum(r["level"] == level for r in table) > len(top) else "")
-    said = "; ".join(map(part, top)) if top else "no row carries a part of it beyond the traced steps' own spread"
-    text = (f"{slow['run']}'s extra {abs(gap):.1f} ms per step over {fast['run']}: " + said
-            + small + f" (rows sum to {abs(attributed):.1f} ms of it)")
+    # the rows large enough to be named that their noise withheld: said, with the noise that withheld them
+    held = [r for r in table if r["level"] == level and r.get("within_noise_ms") and not causes.unattributed(r)
+            and sign * r["diff_ms"] >= causes.NAMED_SHARE * abs(gap)]
+    small = (f"; rows under {causes.NAMED_SHARE:.0%} of the gap each are not named"
+             if len(top) < 3 and sum(r["level"] == level for r in table) > len(top) + len(held) else "")
+    withheld = ("; withheld: " + ", ".join(
+        f"{r['row']} {sign * r['diff_ms']:+.1f} ms, within the measured noise of ±{r['within_noise_ms']:.1f} ms"
+        for r in held[:3]) if held else "")
+    whole = causes.gap_noise(a, b)
+    said = "; ".join(map(part, top)) if top else "no row carries a part of it beyond its measured noise"
+    text = (f"{slow['run']}'s extra {abs(gap):.1f}" + (f" ±{whole:.1f}" if whole is not None else "")
+            + f" ms per step over {fast['run']}: " + said + withheld + small
+            + f" (rows sum to {abs(attributed):.1f} ms of it)")
+    if whole is not None and abs(gap) <= whole:
+        text = f"the whole gap is within the measured noise (±{whole:.1f} ms a step): " + text
     idle = [r for r in table if causes.unattributed(r) and sign * r["diff_ms"] >= causes.NAMED_SHARE * abs(gap)]
     if idle:
         text += ("; " + ", ".join(f"{r['row']} {sign * r['diff_ms']:+.1f} ms" for r in idle)
@@ -347,9 +358,10 @@ def pair(a: dict[str, Any], b: dict[str, Any], expand: str = "categories") -> di
     if expand == "scopes" and not any(r["level"] for r in table):
         summary = ("--scopes: neither run names twinbench's scopes (embed, block{i}.attn, block{i}.mlp, head, loss "
                    "as jax.named_scope / record_function names): rows by phase only. " + summary)
-    for line in (cut_line(a, b), doctor_timing.gap_line(a, b)):
+    for line in (cut_line(a, b), doctor_timing.gap_line(a, b), causes.busy_line(a, b)):
         if line:
             summary = f"{summary}\n  {line}"
-    busy = [x["run"] for x in (a, b) if x.get("busy")]  # said by the quiet check (causes.gates)
+    busy = [x["run"] for x in (a, b) if x.get("busy")]  # its noise measured and said (causes.busy_line)
     return {"a": a, "b": b, "gap_ms": b["step_ms"] - a["step_ms"], "rows": table,
-            "largest": largest(table), "summary": summary, **extras, "busy": busy, "gates": failed}
+            "largest": largest(table), "summary": summary, **extras, "busy": busy, "gates": failed,
+            "noise_ms": causes.gap_noise(a, b)}

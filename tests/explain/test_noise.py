@@ -1,0 +1,64 @@
+"""Noise measured, not assumed away (issue 73): a busy machine is no check that refuses every row. Each side's
+noise is the spread of its traced steps; a row is named when its difference is beyond :data:`causes.K` times its
+measured noise, with that uncertainty printed as its ±; a row within it is withheld, and the summary says so."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.explain.test_same_rows import _side
+from twinbench.explain import causes, gap
+
+
+def _busy(run: str, step: float, cells: dict[str, dict[str, float]], times: list[float]) -> dict[str, Any]:
+    e = _side(run, step, cells, {})
+    e.update(busy=True, step_times_ms=times)
+    return e
+
+
+def test_a_busy_pair_names_a_row_well_beyond_its_noise_with_its_uncertainty() -> None:
+    """Both recorded on a busy machine, steps moving ~2%: the 20 ms backward matmul row is named, with its ±;
+    today's code named no row at all ("check failed: the machine quiet")."""
+    a = _busy("torch:a", 60.0, {"backward": {"matmul": 40.0, "element-wise": 5.0}, "forward": {"matmul": 15.0}},
+              [59.0, 60.0, 61.0, 60.0])
+    b = _busy("jax:b", 38.0, {"backward": {"matmul": 20.0, "element-wise": 5.0}, "forward": {"matmul": 13.0}},
+              [37.5, 38.0, 38.5, 38.0])
+    r = gap.pair(a, b)
+    assert not r["gates"], r["gates"]
+    row = next(x for x in r["rows"] if x["row"] == "backward / matmul")
+    ra, rb = causes.noise(a), causes.noise(b)
+    assert ra is not None and rb is not None
+    assert row["uncertainty_ms"] == pytest.approx(causes.K * ((40 * ra) ** 2 + (20 * rb) ** 2) ** 0.5)
+    first = r["summary"].splitlines()[0]
+    assert f"backward / matmul (+20.0 ±{row['uncertainty_ms']:.1f} ms)" in first, first  # torch's extra 22 ms
+    assert "measured on a busy machine" in r["summary"] and "no row is named" not in r["summary"]
+    assert r["noise_ms"] == pytest.approx(causes.gap_noise(a, b))
+
+
+def test_a_row_within_its_measured_noise_is_withheld_and_said() -> None:
+    """Steps moving ~25% a step: the backward matmul row (20 ms of a 22 ms gap) is within its noise, so it is
+    withheld, and the summary says it was and by how much noise."""
+    a = _busy("torch:a", 60.0, {"backward": {"matmul": 40.0, "element-wise": 5.0}, "forward": {"matmul": 15.0}},
+              [40.0, 60.0, 80.0, 60.0])
+    b = _busy("jax:b", 38.0, {"backward": {"matmul": 20.0, "element-wise": 5.0}, "forward": {"matmul": 13.0}},
+              [28.0, 38.0, 48.0, 38.0])
+    r = gap.pair(a, b)
+    row = next(x for x in r["rows"] if x["row"] == "backward / matmul")
+    assert row["named_ms"] == 0.0 and row["within_noise_ms"] == pytest.approx(row["uncertainty_ms"])
+    s = r["summary"]
+    assert f"withheld: backward / matmul +20.0 ms, within the measured noise of ±{row['uncertainty_ms']:.1f} ms" in s, s
+    assert "the whole gap is within the measured noise" in s, s
+
+
+def test_noise_is_the_steps_spread_and_unknown_from_one_step() -> None:
+    assert causes.noise({"step_times_ms": [10.0]}) is None and causes.noise({}) is None
+    assert causes.noise({"step_times_ms": [9.0, 11.0]}) == pytest.approx(2 ** 0.5 / 10)
+    one = _busy("torch:a", 60.0, {"backward": {"matmul": 40.0}}, [60.0])
+    assert "one step measured: its noise is not known" in causes.busy_line(one, one)
+
+
+def test_a_busy_machine_is_no_check() -> None:
+    a = _busy("torch:a", 60.0, {"backward": {"matmul": 40.0}}, [60.0, 61.0])
+    assert causes.gates(a, a) == []
