@@ -133,3 +133,54 @@ def test_a_header_over_what_safetensors_allows_is_refused_unread(tmp_path):
     with pytest.raises(SpecError, match="over the 100000000 a safetensors header may hold"):
         check_weights(ck)
     json.loads((ck / "config.json").read_text())  # the config stays as export wrote it
+
+
+def _raw_header(ck: Path) -> tuple[dict, bytes]:
+    raw = (ck / "model.safetensors").read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    return json.loads(raw[8:8 + n]), raw[8 + n:]
+
+
+def _write_raw(ck: Path, header: dict | bytes, data: bytes) -> None:
+    blob = header if isinstance(header, bytes) else json.dumps(header).encode()
+    (ck / "model.safetensors").write_bytes(len(blob).to_bytes(8, "little") + blob + data)
+
+
+@pytest.mark.parametrize("break_it, says", [
+    # a tensor the model's mapping ignores, pointing past the end of the file (the mapping skipped it)
+    (lambda h: h.update(extra={"dtype": "F32", "shape": [4], "data_offsets": [10**12, 10**12 + 16]}),
+     "truncated: tensor extra"),
+    # two tensors sharing their bytes
+    (lambda h: h.update(extra={"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}), "overlap"),
+    (lambda h: h.update(__metadata__=["format", "pt"]), "__metadata__"),
+    (lambda h: h.update(extra={"dtype": "Q4", "shape": [4], "data_offsets": [0, 16]}), "not a safetensors type"),
+])
+def test_every_tensor_of_the_header_is_checked_not_only_those_the_model_maps(tmp_path, no_runs, break_it, says):
+    ck = _checkpoint(tmp_path, "tiny")
+    header, data = _raw_header(ck)
+    break_it(header)
+    _write_raw(ck, header, data)
+    with pytest.raises(SpecError, match=says):
+        check_weights(ck)
+    line = one_line_error(CLI.invoke(app, ["compare", "--init-from", str(ck), "--framework", "torch",
+                                           "--strategies", "eager"]))
+    assert says.split(":")[0] in line
+    assert not no_runs
+
+
+@pytest.mark.parametrize("where", ["header", "config.json", "index"])
+def test_json_nested_100000_deep_is_one_line(tmp_path, no_runs, where):
+    ck = _checkpoint(tmp_path, "tiny")
+    deep = "[" * 100_000 + "]" * 100_000
+    if where == "header":
+        _, data = _raw_header(ck)
+        _write_raw(ck, deep.encode(), data)
+    elif where == "config.json":
+        (ck / "config.json").write_text(deep)
+    else:
+        (ck / "model.safetensors").unlink()
+        (ck / "model.safetensors.index.json").write_text(deep)
+    line = one_line_error(CLI.invoke(app, ["compare", "--init-from", str(ck), "--framework", "torch",
+                                           "--strategies", "eager"]))
+    assert str(ck) in line
+    assert not no_runs

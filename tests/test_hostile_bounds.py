@@ -317,3 +317,16 @@ def test_a_stream_that_cannot_be_an_xplane_is_refused_from_its_first_kib(tmp_pat
             f.write(bytes(1 << 20))
     with pytest.raises(TraceError, match="times its compressed size"), xplane_stream.Source(bomb):
         pass
+
+
+# ------------------------------------------------------------------------------------ 7. records read as data
+def test_a_null_timing_is_not_measured_and_a_newer_schema_is_said():
+    from twinbench.record import load
+
+    rec = load(synthetic.record("torch", "eager")).to_dict()
+    rec["explain"]["timing"] = None
+    rec["schema_version"] = 10**400
+    got = load(json.loads(json.dumps(rec)))
+    assert not isinstance(got, str), got
+    assert got.explain.timing == {}
+    assert any("newer twinbench" in w and "~1e400" in w for w in got.warnings), got.warnings

@@ -280,6 +280,8 @@ def check_record(rec: Any) -> str | None:
         if v is None:
             if not nullable and name in REQUIRED:
                 return f"{name} is null"
+            if not nullable:  # null where the type takes none (explain.timing: null): not measured, the default
+                del rec[name]
             continue
         ok = {"str": isinstance(v, str), "num": _number(v), "list": isinstance(v, list),
               "dict": isinstance(v, dict)}[kind]
@@ -334,13 +336,21 @@ def load(rec: Any) -> Record | str:
         rec = _flatten(rec)
         if isinstance(rec, str):
             return rec
+    version = rec.get("schema_version") if isinstance(rec, dict) else None
     why = check_record(rec)
     if why is not None:
         return why
     try:
-        return Record.from_flat(rec)
+        got = Record.from_flat(rec)
     except msgspec.ValidationError as e:
         return str(e)
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        from twinbench.limits import count
+
+        shown = version if version < 10**6 else count(version)
+        got.warnings = [*got.warnings, f"written by a newer twinbench (schema_version {shown}; this one reads "
+                        f"{SCHEMA_VERSION}): read as version {SCHEMA_VERSION}, what it added is not read"]
+    return got
 
 
 def _parse(raw: bytes) -> Any:

@@ -15,8 +15,10 @@ configs set dropout to 0: the twins have none, so the exported model behaves as 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from twinbench.config import ModelConfig, SpecError
+from twinbench.folder_io import MAX_SETTINGS, open_file, read_file, terminal
 from twinbench.models.family import FAMILIES, Family
 from twinbench.models.weights import Canonical
 
@@ -72,9 +75,13 @@ def read_config(path: str | Path, flag_name: str = FLAG) -> dict[str, Any]:
     if not cfg_path.is_file():
         raise SpecError(f"{flag_name} {path}: no {CONFIG} there")
     try:
-        cfg = json.loads(cfg_path.read_text())
-    except ValueError as e:
-        raise SpecError(f"{flag_name} {path}: {CONFIG} is not valid JSON ({e})") from None
+        cfg = json.loads(read_file(cfg_path.resolve(), MAX_SETTINGS))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SpecError(f"{flag_name} {path}: {CONFIG} is not valid JSON ({terminal(e, 120)})") from None
+    except RecursionError:
+        raise SpecError(f"{flag_name} {path}: {CONFIG} is JSON nested too deeply for a model's config") from None
+    except OSError as e:
+        raise SpecError(f"{flag_name} {path}: {CONFIG}: {e.strerror or e}") from None
     if not isinstance(cfg, dict):
         raise SpecError(f"{flag_name} {path}: {CONFIG} is not a JSON object")
     return cfg
@@ -124,9 +131,11 @@ def weight_files(path: str | Path, flag_name: str = FLAG) -> list[Path]:
         return [p / SAFETENSORS]
     if (p / SAFETENSORS_INDEX).is_file():
         try:
-            index = json.loads((p / SAFETENSORS_INDEX).read_text())
+            index = json.loads(read_file((p / SAFETENSORS_INDEX).resolve(), MAX_SETTINGS * 16))
             files = [p / f for f in sorted(set(index.get("weight_map", {}).values()))]
-        except (OSError, ValueError, AttributeError, TypeError) as e:
+            if any(len(Path(f.name).parts) != 1 or f.parent != p for f in files):
+                raise ValueError("a shard outside the checkpoint's folder")
+        except (OSError, ValueError, AttributeError, TypeError, RecursionError) as e:
             raise SpecError(f"{flag_name} {path}: {SAFETENSORS_INDEX} is not readable JSON ({type(e).__name__})") from None
         missing = [f.name for f in files if not f.is_file()]
         if missing or not files:
@@ -159,8 +168,8 @@ def check_weights(path: str | Path, flag_name: str = FLAG) -> None:
 def _header(f: Path, where: str) -> dict[str, Any]:
     """The JSON header of the safetensors file ``f``, its data offsets checked against the file's size."""
     try:
-        size = f.stat().st_size
-        with f.open("rb") as fh:
+        with open_file(f.resolve(), "rb") as fh:  # the one opener: a FIFO or device is refused, never waited on
+            size = os.fstat(fh.fileno()).st_size
             n = int.from_bytes(fh.read(8), "little")
             if size < 8 or n <= 0 or 8 + n > size:
                 raise SpecError(f"{where} is not a safetensors file (or is truncated): its header does not fit "
@@ -175,15 +184,53 @@ def _header(f: Path, where: str) -> dict[str, Any]:
         raise SpecError(f"{where}: cannot read it ({e.strerror or e})") from None
     except (ValueError, UnicodeDecodeError):
         raise SpecError(f"{where} is not a safetensors file: its header is not JSON") from None
+    except RecursionError:
+        raise SpecError(f"{where} is not a safetensors file: its header is JSON nested too deeply") from None
     if not isinstance(header, dict):
         raise SpecError(f"{where} is not a safetensors file: its header is not a JSON object")
-    ends = [info.get("data_offsets", [0, 0])[1] for k, info in header.items()
-            if k != "__metadata__" and isinstance(info, dict) and isinstance(info.get("data_offsets"), list)
-            and len(info["data_offsets"]) == 2]
-    data = size - 8 - n
-    if ends and all(isinstance(e, int) for e in ends) and max(ends) > data:
-        raise SpecError(f"{where} is truncated: its tensors need {max(ends)} bytes of data, the file holds {data}")
+    check_layout(header, size - 8 - n, where)
     return header
+
+
+#: the bytes of one element of every type a safetensors file may hold (its format's list)
+ST_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8,
+               "U32": 4, "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+def check_layout(header: dict[str, Any], data: int, where: str) -> None:
+    """Every tensor of a safetensors header (each one, not only those a model maps) as the format defines it: a
+    known type, a shape of non-negative integers, ``data_offsets`` within the file's ``data`` bytes holding
+    exactly that shape, no two tensors' bytes overlapping; ``__metadata__`` a string-to-string object. A file
+    that breaks one is one SpecError line here, not a failure inside a framework's loader."""
+    spans = []
+    for name, info in header.items():
+        shown = terminal(name, 80)
+        if name == "__metadata__":
+            if not isinstance(info, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                     for k, v in info.items()):
+                raise SpecError(f"{where}: its __metadata__ is not an object of strings")
+            continue
+        if not isinstance(info, dict):
+            raise SpecError(f"{where}: tensor {shown} is described by a JSON {type(info).__name__}, not an object")
+        dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+        if dtype not in ST_ITEMSIZE:
+            raise SpecError(f"{where}: tensor {shown} is of type {terminal(str(dtype), 20)}, not a safetensors type")
+        if not isinstance(shape, list) or not all(type(x) is int and x >= 0 for x in shape):
+            raise SpecError(f"{where}: tensor {shown} has no valid shape ({terminal(str(shape), 60)})")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
+                and 0 <= offsets[0] <= offsets[1]):
+            raise SpecError(f"{where}: tensor {shown} has no valid data_offsets ({terminal(str(offsets), 60)})")
+        if offsets[1] > data:
+            raise SpecError(f"{where} is truncated: tensor {shown} needs {offsets[1]} bytes of data, the file "
+                            f"holds {data}")
+        if offsets[1] - offsets[0] != math.prod(shape) * ST_ITEMSIZE[dtype]:
+            raise SpecError(f"{where}: tensor {shown}: its data_offsets {offsets} do not hold a {dtype} tensor of "
+                            f"shape {shape}")
+        spans.append((offsets[0], offsets[1], shown))
+    spans.sort()
+    for (_, end, a), (start, _, b) in itertools.pairwise(spans):
+        if start < end:
+            raise SpecError(f"{where}: tensors {a} and {b} overlap in the file's data")
 
 
 def check_header_shapes(path: str | Path, tensors: dict[str, tuple[str, dict[str, Any]]],
@@ -237,7 +284,8 @@ def _read_widening_bf16(f: Path, where: str) -> dict[str, np.ndarray]:
     """Read a safetensors file by its documented layout (u64 header size, JSON header, raw little-endian
     data), turning BF16 tensors into float32 exactly (bf16 is the top half of a float32)."""
     try:
-        raw = f.read_bytes()
+        with open_file(f.resolve(), "rb") as fh:
+            raw = fh.read()
         n = int.from_bytes(raw[:8], "little")
         header = json.loads(raw[8:8 + n])
         data = memoryview(raw)[8 + n:]
