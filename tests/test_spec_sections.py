@@ -8,8 +8,17 @@ from dataclasses import fields
 
 import pytest
 
-from twinbench.config import ModelConfig, TrainConfig
-from twinbench.spec import FIELDS, FLAG_HELP, OVERRIDABLE, RunSpec, SpecError, from_preset, validate
+from twinbench.config import ModelConfig, TrainConfig, later
+from twinbench.spec import (
+    FIELDS,
+    FLAG_HELP,
+    ID_FIELDS,
+    OVERRIDABLE,
+    RunSpec,
+    SpecError,
+    from_preset,
+    validate,
+)
 from twinbench.spec_sections import StrategySpec, flat_spec
 from twinbench.strategies.modifiers import Modifiers
 
@@ -19,7 +28,7 @@ FLAT_KEYS = {"framework", "strategy", "preset", "devices", "threads", "compile_c
              "trace_dir", "save_weights", "explain", "num_processes", "process_id", "coordinator", "user_model",
              "user_jax_model", "user_dir", "repeat", "no_preflight"}
 #: fields added since, left out of a run id at their defaults (earlier records keep their ids)
-ADDED = {"mlp_activation", "optimizer_state"}
+ADDED = {"mlp_activation", "optimizer_state", "accum_steps"}
 #: the flags a command took before they were read off the declarations
 FLAGS = {"layers", "d_model", "heads", "d_ff", "vocab", "context", "batch", "seq", "steps", "warmup", "lr",
          "weight_decay", "seed", "precision", "data", "devices", "threads", "scan_k", "remat_policy", "scan_unroll",
@@ -37,6 +46,7 @@ def _varied() -> RunSpec:
 def test_the_flat_form_of_a_spec_is_the_one_earlier_records_hold():
     flat = _varied().flat()
     assert set(flat) - {"model", "train"} == FLAT_KEYS | ADDED
+    assert all(later(ID_FIELDS[k]) for k in ADDED)  # declared so: runs made before them keep their ids
     assert flat["strategy"] == "scan-layers+remat+nodonate" and flat["model"]["layers"] == 3
     assert (flat["devices"], flat["threads"], flat["trace_dir"]) == (2, 3, "/t")
 
