@@ -31,3 +31,19 @@ def test_a_cpu_plan_counts_the_compiles_and_the_load_now(monkeypatch):
     assert p["predicted_compile_s"] == pytest.approx(sum(r["compile_s"] * r["runs"] for r in runs.values()))
     assert p["predicted_total_s_at_load"] == pytest.approx(p["predicted_total_s"] * 3.25, rel=0.01)
     assert "4.50 from other processes on 2 core(s)" in p["load"]
+
+
+def test_claims_threads_reaches_every_run(monkeypatch, tmp_path):
+    """`claims --threads N`, the flag a busy machine's caveat names, sets every run's threads."""
+    from typer.testing import CliRunner
+
+    from twinbench.cli import app
+
+    seen = []
+    real = suite.plan
+    monkeypatch.setattr(suite, "plan", lambda chosen, setup: seen.append(real(chosen, setup)) or seen[-1])
+    r = CliRunner().invoke(app, ["claims", "--only", "C1", "--quick", "--threads", "1", "--plan"])
+    assert r.exit_code == 0, r.output
+    (_, specs), = seen
+    assert specs and {s.host.threads for s in specs} == {1}
+    assert "error" in CliRunner().invoke(app, ["claims", "--only", "C1", "--threads", "-1", "--plan"]).output
