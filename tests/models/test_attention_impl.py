@@ -272,3 +272,20 @@ def test_einsum_attention_scores_are_fp32_in_both_precisions() -> None:
     q, k = jax.random.normal(jax.random.key(5), (2, 1, 8, 2, 4))
     for dtype in (jnp.float32, jnp.bfloat16):
         assert attention_scores(q.astype(dtype), k.astype(dtype)).dtype == jnp.float32
+
+
+def test_attention_scores_gradients_are_the_einsums():
+    """attention_scores writes its backward products out (the order XLA:CPU's matmul fusions take): in fp32 they are
+    JAX's own gradients of the scores' einsum, to rounding."""
+    from twinbench.models.layers_jax import attention_scores
+
+    q, k = jax.random.normal(jax.random.key(6), (2, 2, 16, 3, 8))
+    w = jax.random.normal(jax.random.key(7), (2, 3, 16, 16))
+
+    def grads(f):
+        return jax.jit(jax.grad(lambda q, k: (f(q, k) * w).sum(), (0, 1)))(q, k)
+
+    got = grads(attention_scores)
+    want = grads(lambda q, k: jnp.einsum("bqhd,bkhd->bhqk", q, k))
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)

@@ -13,6 +13,7 @@ import pytest
 import torch
 from flax import nnx
 
+from twinbench import hlo_text
 from twinbench.data.text import batches, synthetic_corpus
 from twinbench.models.gpt import init_gpt
 from twinbench.models.gpt import model_jax as gpt_jax
@@ -99,6 +100,13 @@ def test_ten_adamw_steps_follow_the_same_trajectory():
     assert lt[-1] < lt[0] - 0.3  # it is really training
     wt, wj = tt.weights(), jt.weights()
     assert max(np.max(np.abs(wt[k] - wj[k])) for k in wt) <= 1e-4
+    # the compiled JAX step (in the jit's cache: no compile more): where XLA:CPU makes matmul fusions (YNNPACK), every
+    # dot is inside one; the attention's dk left to JAX's transpose of the scores' einsum was a standalone dot, which
+    # XLA runs slower (layers_jax.attention_scores; benchmarks/twin_programs.py prints the count)
+    text = jt.explain_hlo(*data[-1][1])
+    if "__ynn_fusion" in text:
+        module = hlo_text.parse(text)
+        assert not [i.op_name for i in module.computations[module.entry] if i.opcode == "dot"]
 
 
 def test_naive_port_is_the_same_maths():

@@ -64,15 +64,15 @@ def _scores(q: jax.Array, k: jax.Array) -> jax.Array:
 
 
 @jax.custom_vjp
-def _low_precision_scores(q: jax.Array, k: jax.Array) -> jax.Array:
+def _scores_vjp(q: jax.Array, k: jax.Array) -> jax.Array:
     return _scores(q, k)
 
 
-def _low_precision_scores_fwd(q: jax.Array, k: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+def _scores_fwd(q: jax.Array, k: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     return _scores(q, k), (q, k)
 
 
-def _low_precision_scores_bwd(res: tuple[jax.Array, jax.Array], ds: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _scores_bwd(res: tuple[jax.Array, jax.Array], ds: jax.Array) -> tuple[jax.Array, jax.Array]:
     q, k = res
     ds = ds.astype(q.dtype)  # the scores' gradient in the inputs' dtype, as torch's bf16 attention hands it on
     dq = jnp.einsum("bhqk,bkhd->bqhd", ds, k, preferred_element_type=jnp.float32).astype(q.dtype)
@@ -80,20 +80,27 @@ def _low_precision_scores_bwd(res: tuple[jax.Array, jax.Array], ds: jax.Array) -
     return dq, dk
 
 
-_low_precision_scores.defvjp(_low_precision_scores_fwd, _low_precision_scores_bwd)
+_scores_vjp.defvjp(_scores_fwd, _scores_bwd)
 
 
 def attention_scores(q: jax.Array, k: jax.Array) -> jax.Array:
-    """``q @ k.T`` per head, ``[B, T, H, D]`` in, ``[B, H, T, S]`` fp32 scores out (accumulated in fp32).
+    """``q @ k.T`` per head, ``[B, T, H, D]`` in, ``[B, H, T, S]`` fp32 scores out (accumulated in fp32), with
+    its backward pass's two products written out (``dq = ds @ k``, ``dk = ds.T @ q``) instead of left to JAX's
+    transpose of the forward einsum.
 
-    With bf16 ``q`` and ``k``, the backward pass's two products (``dq = ds @ k``, ``dk = ds.T @ q``) take the
-    scores' gradient rounded to bf16 and accumulate in fp32, as torch's bf16 attention does (autocast's
-    matmul backward, FlashAttention's dS). Left to JAX's transpose of ``preferred_element_type=float32``, they
-    would be fp32 x fp32 products with ``k``/``q`` converted up: under ``jax_default_matmul_precision=highest``
-    (twinbench's fp32 setting, also set in bf16 runs) a TPU runs those as 6 bf16 passes."""
-    if jnp.promote_types(q.dtype, jnp.float32) == q.dtype:  # fp32 (or wider) inputs: the plain product
-        return _scores(q, k)
-    return _low_precision_scores(q, k)
+    In fp32, JAX's own transpose asks for ``dk`` as a batched product contracting the left operand's rows
+    (``lhs_contracting_dims={2}``), which XLA:CPU runs outside its YNNPACK matmul fusions (4 dots of the ``small``
+    step, 1.0 against 0.65 ms for the same product laid out for YNNPACK on one thread); written out in this order,
+    XLA lays ``dk`` out as ``q.T @ ds`` and every dot of the step is a YNNPACK fusion, with the same copies and
+    transposes (``benchmarks/twin_programs.py``; Hugging Face's FlaxGPT2 keeps the 4: benchmarks/results/
+    twins-vs-public.md). The same maths, summed in another order.
+
+    With bf16 ``q`` and ``k``, the two products take the scores' gradient rounded to bf16 and accumulate in fp32,
+    as torch's bf16 attention does (autocast's matmul backward, FlashAttention's dS). Left to JAX's transpose of
+    ``preferred_element_type=float32``, they would be fp32 x fp32 products with ``k``/``q`` converted up: under
+    ``jax_default_matmul_precision=highest`` (twinbench's fp32 setting, also set in bf16 runs) a TPU runs those as
+    6 bf16 passes."""
+    return _scores_vjp(q, k)
 
 
 def einsum_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, is_causal: bool = False,
