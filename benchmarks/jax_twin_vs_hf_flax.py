@@ -148,7 +148,7 @@ def side_strategy(side: str) -> tuple[str, dict[str, Any]]:
             overrides[key.replace("-", "_")] = option_value(key.replace("-", "_"), value)
         except SpecError as e:
             sys.exit(f"--sides {side}: {e}")
-    return ("jit" if name == "ours" else name), overrides
+    return ("jit" if name in ("ours", "before") else name), overrides
 
 
 def twin_spec(shape: dict[str, Any], strategy: str, options: dict[str, Any] | None = None) -> Any:
@@ -294,6 +294,8 @@ def side_name(which: str, family: str) -> str:
     """What a side is, in a table: the HF model, or the twinbench strategy it runs."""
     if which == "hf":
         return "HF " + ("FlaxBertForSequenceClassification" if family == "bert" else "FlaxGPT2LMHeadModel")
+    if which.split("@")[0] == "before":
+        return "the twin before the change (--before-src): jax:jit"
     strategy, options = side_strategy(which)
     return "twinbench jax:" + strategy + "".join(f" --{k.replace('_', '-')} {v}" for k, v in options.items())
 
@@ -431,6 +433,9 @@ def main() -> None:
                     "of a side (a cold compile; default --min-left)")
     ap.add_argument("--resume", action="store_true", help="keep --out's results.jsonl and run only the (round, "
                     "side) runs it lacks")
+    ap.add_argument("--before-src", type=Path, help="the side `before`: the JAX twin (jax:jit) of another source tree "
+                    "(a copy of src/ at an earlier commit, e.g. `git archive REV src | tar -x -C DIR`), so a change of "
+                    "the twin is timed against the twin before it in the same interleaved rounds")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--shape", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -442,6 +447,8 @@ def main() -> None:
     shape = shape_of(args.preset, args.precision, args.attention_impl)
     sides = tuple(s for s in args.sides.split(",") if s)
     check_sides(sides, shape)
+    if any(s.split("@")[0] == "before" for s in sides) and not (args.before_src and (args.before_src / "twinbench").is_dir()):
+        sys.exit("--sides before: --before-src must name a source tree holding twinbench/ (a copy of src/)")
     import twinbench
 
     src = str(Path(twinbench.__file__).resolve().parents[1])  # the HF venv's child imports this twinbench
@@ -469,11 +476,15 @@ def main() -> None:
                         print(f"round {r} {which}: not started, {left:.0f} s left before the deadline", flush=True)
                         continue
                     limit = min(limit, left)
+                env = child_env
+                if which.split("@")[0] == "before":  # that tree's twinbench first on the path
+                    env = {**child_env, "PYTHONPATH": os.pathsep.join([str(args.before_src.resolve()),
+                                                                        child_env["PYTHONPATH"]])}
                 cmd = [sys.executable if which != "hf" else args.hf_python, __file__, "--child", which, "--shape",
                        json.dumps(shape), "--steps", str(args.steps), "--threads", str(args.threads), args.hf_python]
                 cmd += ["--trace", args.trace] if args.trace else []
                 try:
-                    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=child_env,
+                    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env,
                                           timeout=limit)
                     lines = proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"]
                     error = lines[-1] if proc.returncode else None

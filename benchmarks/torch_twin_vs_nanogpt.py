@@ -136,6 +136,13 @@ def main() -> None:
                     "nanoGPT's configure_optimizers asks for on CUDA only)")
     ap.add_argument("--trace", help="also record 3 steps of each configuration with torch.profiler into "
                     "TRACE/<which>.json, after the timed steps (the last round's traces are kept)")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds one child may run before it is stopped "
+                    "(its round then has no row for it)")
+    ap.add_argument("--deadline", type=float, help="Unix time after which no child starts (--min-left before it) "
+                    "and none runs past it; the summary covers the rounds done")
+    ap.add_argument("--min-left", type=float, default=45.0, help="with --deadline: seconds a child needs at least")
+    ap.add_argument("--resume", action="store_true", help="keep --out's results.jsonl and run only the (round, "
+                    "configuration) runs it lacks (rounds added by a larger --rounds)")
     ap.add_argument("--child", choices=WHICH, help=argparse.SUPPRESS)
     ap.add_argument("--shape", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -154,32 +161,55 @@ def main() -> None:
              "context": m.context, "batch": t.batch, "seq": t.seq, "lr": t.lr, "weight_decay": t.weight_decay,
              "seed": t.seed}
     args.out.mkdir(parents=True, exist_ok=True)
+    results = args.out / "results.jsonl"
     rows: list[dict[str, Any]] = []
-    with open(args.out / "results.jsonl", "w") as f:
+    if args.resume and results.exists():
+        rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    done = {(x["round"], x["which"]) for x in rows}
+    with open(results, "a" if args.resume else "w") as f:
         for r in range(args.rounds):
             n = len(which_all)
             order = which_all[r % n:] + which_all[:r % n]
             for which in order:
+                if (r, which) in done:
+                    continue
+                limit = args.timeout
+                if args.deadline is not None:
+                    left = args.deadline - time.time()
+                    if left < args.min_left:
+                        print(f"round {r} {which}: not started, {left:.0f} s left before the deadline", flush=True)
+                        continue
+                    limit = min(limit, left)
                 cmd = [sys.executable, __file__, args.model_py, "--child", which, "--shape", json.dumps(shape),
                        "--steps", str(args.steps), "--threads", str(args.threads)]
                 cmd += ["--trace", args.trace] if args.trace else []
-                proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                try:
+                    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=limit)
+                except subprocess.TimeoutExpired:
+                    print(f"round {r} {which}: stopped after {limit:.0f} s", flush=True)
+                    continue
                 if proc.returncode:
                     sys.exit(f"{which} failed: {proc.stderr.strip().splitlines()[-1:]}")
                 row = json.loads(proc.stdout.strip().splitlines()[-1]) | {"round": r}
                 rows.append(row)
                 f.write(json.dumps(row) + "\n")
+                f.flush()
                 print(f"round {r} {which}: {row['step_ms']:.1f} ms/step, {row['cpu_ms']:.1f} CPU-ms (loss {row['loss']:.3f}, "
                       f"load {row['load_avg_1m_before']:.2f} -> {row['load_avg_1m']:.2f})", flush=True)
+    rounds = sorted({x["round"] for x in rows if all(any(y["round"] == x["round"] and y["which"] == w for y in rows)
+                                                      for w in which_all)})
+    if not rounds:
+        sys.exit("no round ran every configuration")
 
     def of(r: int, w: str, key: str = "step_ms") -> float:
         return next(x[key] for x in rows if x["round"] == r and x["which"] == w)
 
+    rows = [x for x in rows if x["round"] in rounds]  # the rounds every configuration ran: the pairs' rounds
     med = {w: statistics.median(x["step_ms"] for x in rows if x["which"] == w) for w in which_all}
     med_cpu = {w: statistics.median(x["cpu_ms"] for x in rows if x["which"] == w) for w in which_all}
     wanted = [p for p in (("ours", "nanogpt"), ("ours", "nanogpt-tanh"), ("nanogpt-tanh", "nanogpt"),
                           ("ours", "nanogpt-fused"), ("nanogpt-fused", "nanogpt")) if set(p) <= set(which_all)]
-    pairs = {(*p, k): [of(r, p[0], k) / of(r, p[1], k) for r in range(args.rounds)]
+    pairs = {(*p, k): [of(r, p[0], k) / of(r, p[1], k) for r in rounds]
              for k in ("step_ms", "cpu_ms") for p in wanted}
     loads = [x["load_avg_1m_before"] for x in rows]
     md = [f"# torch/eager twin vs nanoGPT model.py + train.py's step ({args.preset}, fp32, {args.threads} "
