@@ -628,4 +628,4 @@ def test_another_protobuf_named_xplane_is_one_line(tmp_path):
     pb = tmp_path / "run.xplane.pb"
     pb.write_bytes(b"\x08\x96\x01\x12\x04name")  # a valid protobuf message, not an XSpace
     line = one_line_error(CLI.invoke(app, ["explain", str(pb)]))
-    assert f"{pb}: not a trace explain reads" in line or "not a readable profile" in line
+    assert f"{pb}: not a trace explain reads" in line or "not a readable profile" in line or "not a JAX profile" in line

@@ -330,3 +330,48 @@ def test_a_null_timing_is_not_measured_and_a_newer_schema_is_said():
     assert not isinstance(got, str), got
     assert got.explain.timing == {}
     assert any("newer twinbench" in w and "~1e400" in w for w in got.warnings), got.warnings
+
+
+@pytest.mark.parametrize("name, content, says", [
+    ("claims.json", [{"claim": "C1", "verdict": " ", "runs": 5}], "runs"),
+    ("claims.json", [{"claim": "C1", "verdict": 7}], "verdict"),
+    ("claims.json", {"claim": "C1"}, "not a list"),
+    ("advice.json", {"plan_steps": "abc"}, "plan_steps"),
+    ("advice.json", {"plan_steps": [1]}, "plan_steps"),
+    ("advice.json", {"plan_steps": 10**400}, "plan_steps"),
+    ("advice.json", {"recommendation": "x"}, "recommendation"),
+])
+def test_report_reads_side_files_typed(tmp_path, name, content, says):
+    d = tmp_path / "r"
+    synthetic.write(d, [synthetic.record("torch", "eager"), synthetic.record("jax", "jit")])
+    (d / name).write_text(json.dumps(content))
+    line = one_line_error(CLI.invoke(app, ["report", str(d)]))
+    assert name in line and says in line, line
+
+
+def test_a_verdict_of_spaces_and_a_label_of_mathtext_are_text(tmp_path):
+    d = tmp_path / "r"
+    recs = [synthetic.record("torch", "eager"), synthetic.record("jax", "jit")]
+    recs[1]["strategy"] = "jit$^{x}_$"
+    synthetic.write(d, recs)
+    (d / "claims.json").write_text(json.dumps([{"claim": "C1", "verdict": " ", "runs": ["torch/eager"]}]))
+    res = CLI.invoke(app, ["report", str(d), "--plan-steps", "1000000000000"])
+    assert res.exit_code == 0 and res.exception is None, res.output
+    assert (d / "report.html").is_file() and any((d / "plots").glob("*.png"))
+    line = one_line_error(CLI.invoke(app, ["report", str(d), "--plan-steps", "1" + "0" * 400]))
+    assert "--plan-steps" in line and "~1e400" in line, line
+
+
+@pytest.mark.parametrize("text", ["a\nerror: spoofed", "a\u2028error: spoofed", "a\rerror", "\u202eevil\u200f"])
+def test_a_string_from_data_is_one_line_of_its_own_characters(text):
+    from twinbench.folder_io import one_line, terminal
+    from twinbench.record import load
+
+    for clean in (one_line(text), terminal(text)):
+        assert "\n" not in clean and "\r" not in clean and "\u2028" not in clean and "\u202e" not in clean
+        assert "\u200f" not in clean
+    rec = synthetic.record("torch", "eager")
+    rec["device"] = text
+    rec["warnings"] = [text]
+    got = load(rec)
+    assert "\n" not in got.run.device and "\u2028" not in got.run.device and "\n" not in got.warnings[0]

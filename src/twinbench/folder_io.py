@@ -406,7 +406,10 @@ def _no_constant(name: str) -> Any:
 
 #: what no string read from a folder keeps: control characters but newline and tab (a terminal's escape codes,
 #: a carriage return that rewrites a printed line) and the bidirectional overrides that reorder one
-_STORED = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_STORED = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+#: what breaks a line, for a terminal or a plot label: newline, carriage return, tab, NEL, line and paragraph
+#: separators (a record's newline must never start a line of its own: a spoofed ``error:``)
+_BREAKS = re.compile(r"[\n\r\t\x0b\x0c\x85\u2028\u2029]")
 
 
 def cut(v: Any, limit: int = MAX_STRING) -> Any:
@@ -462,5 +465,12 @@ def terminal(text: Any, width: int = WIDTH) -> str:
     s = str(text)
     if len(s) > width * 4:
         s = s[:width * 4]
-    s = _STORED.sub("", s.replace("\n", " ").replace("\t", " "))
+    s = one_line(s)
     return s if len(s) <= width else s[:width - 3] + "..."
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line of its own characters: every line break (newline, carriage return, NEL, U+2028/9)
+    and tab a space, every other control character and bidirectional mark or override removed. The one
+    sanitizer of a string from data bound for the terminal, a plot label or the page."""
+    return _STORED.sub("", _BREAKS.sub(" ", text))

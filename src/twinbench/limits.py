@@ -18,6 +18,7 @@ import os
 from typing import Any
 
 from twinbench.config import SpecError
+from twinbench.tasks import of as task_of
 
 GiB = 2**30
 
@@ -43,7 +44,8 @@ def step_lower_bound(spec: Any) -> int:
     itemsize = 2 if spec.train.precision == "bf16" else 4
     tokens = spec.train.batch * spec.train.seq
     m = spec.model
-    logits = tokens * m.vocab if spec.train.task == "lm" else 0  # a classifier's head gives a few per sequence
+    # a next-token task's logits: a row of the vocabulary per token (a classifier's head gives a few per sequence)
+    logits = tokens * m.vocab if getattr(task_of(spec.train.task), "next_token", False) else 0
     return itemsize * (4 * params_lower_bound(spec) + logits + m.layers * tokens * m.d_model)
 
 
@@ -101,6 +103,9 @@ def _shape(spec: Any) -> str:
     return f"--preset {spec.preset}" + (f" with {what}" if what else "")
 
 
+#: the most steps a planned training run may have (``--plan-steps``, advice.json's ``plan_steps``): a trillion
+#: steps is a run of years at a microsecond a step; more overflows the totals the report plots
+MAX_PLAN_STEPS = 10**12
 #: host bytes a run keeps per training step until it ends, at most: the step's time and loss handle (a device
 #: scalar, a Python object of a few hundred bytes), its loss as a float, its token counts (``--steps``' bound)
 PER_STEP_BYTES = 1024
@@ -157,7 +162,7 @@ def check_count(n: Any, flag: str, per_item: int, what: str, available: int | No
 def check_steps(spec: Any, available: int | None = None) -> None:
     """``--steps`` within what the host can keep a step of (:data:`PER_STEP_BYTES`, and a classification
     run's drawn example indices)."""
-    per = PER_STEP_BYTES + (8 * spec.train.batch if spec.train.task == "classify" else 0)
+    per = PER_STEP_BYTES + getattr(task_of(spec.train.task), "bytes_per_example", 0) * spec.train.batch
     check_count(spec.train.steps, "--steps", per, "a run keeps its steps' times and losses until it ends,",
                 available)
 

@@ -246,16 +246,21 @@ def _finite(v: Any) -> bool:
         return False
 
 
-def _scrub(v: Any) -> Any:
+def _scrub(v: Any, line: bool = False) -> Any:
     """Nested values with every NaN, infinite or :data:`HUGE` number read as None (explain_timing, breakdowns),
-    every string cut to folder_io's cap."""
+    every string cut to folder_io's cap (with ``line``: made one line, :func:`folder_io.one_line`)."""
     if isinstance(v, dict):
-        return {cut(k, MAX_NAME) if isinstance(k, str) else k: _scrub(x) for k, x in v.items()}
+        return {_scrub(k, True) if isinstance(k, str) else k: _scrub(x, line) for k, x in v.items()}
     if isinstance(v, list):
-        return [_scrub(x) for x in v]
+        return [_scrub(x, line) for x in v]
     if isinstance(v, str):
-        return cut(v)
+        return folder_io.one_line(cut(v)) if line else cut(v)
     return None if _number(v) and not _finite(v) else v
+
+
+#: the fields whose strings may hold lines of their own (the doctor's code, a port's parity report); every other
+#: string of a record is one line: none of its newlines reaches a terminal (a spoofed ``error:`` line)
+MULTILINE = frozenset({"doctor", "parity", "sharding", "spec"})
 
 
 def check_record(rec: Any) -> str | None:
@@ -298,9 +303,9 @@ def check_record(rec: Any) -> str | None:
         elif name in TIMES and kind == "num" and v <= 0 and name != "compile_s":
             return f"{name} is {v:g} (not a positive time)"
         elif kind in ("dict", "list") and name not in ("losses", "step_times_ms"):
-            rec[name] = _scrub(v)
+            rec[name] = _scrub(v, name not in MULTILINE)
         elif kind == "str":
-            rec[name] = cut(v)  # cut to folder_io's cap, no control characters (nothing a terminal obeys)
+            rec[name] = folder_io.one_line(cut(v))  # cut to folder_io's cap, no control characters (nothing a terminal obeys)
     times = rec.get("step_times_ms") or []
     if any(not _number(t) or not _finite(t) or t <= 0 or t > HUGE_TIME for t in times):
         return "step_times_ms holds a value that is not a positive finite number"

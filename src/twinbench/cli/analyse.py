@@ -35,7 +35,7 @@ from twinbench.cli.common import (
     write_text,
 )
 from twinbench.cli.execute import run_and_report
-from twinbench.limits import check_host
+from twinbench.limits import MAX_PLAN_STEPS, check_host, count
 from twinbench.plan import build_specs
 from twinbench.spec import SpecError
 
@@ -54,8 +54,8 @@ def report_cmd(
     from twinbench.diff import DiffError
     from twinbench.report.page import ReportError, write
 
-    if plan_steps is not None and plan_steps <= 0:
-        fail(f"--plan-steps must be a positive integer, got {plan_steps}")
+    if plan_steps is not None and not 0 < plan_steps <= MAX_PLAN_STEPS:
+        fail(f"--plan-steps must be a positive integer of at most {MAX_PLAN_STEPS:.0e}, got {count(plan_steps)}")
     try:
         html_path, md_path, res = write(directory, plan_steps, against=against)
     except (ReportError, DiffError, SpecError) as e:  # SpecError: a link where the report goes (folder_io)
@@ -133,8 +133,9 @@ def advise(
     """Measure each framework's strategies here and say which framework to use for a planned run, and why."""
     from twinbench.advise import advise as decide
 
-    if plan_steps <= 0:
-        raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
+    if not 0 < plan_steps <= MAX_PLAN_STEPS:
+        raise SpecError(f"--plan-steps must be a positive integer of at most {MAX_PLAN_STEPS:.0e}, got "
+                        f"{count(plan_steps)}")
     if changes_per_day < 0:
         raise SpecError(f"--changes-per-day must be >= 0, got {changes_per_day}")
     user = user_fields(model, jax_model)

@@ -14,9 +14,12 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from twinbench.folder_io import check_inside, cut, read_json, write_file
+import msgspec
+
+from twinbench.folder_io import check_inside, cut, read_json, terminal, write_file
+from twinbench.limits import MAX_PLAN_STEPS
 from twinbench.measure.device import platform_name
 from twinbench.measure.trace import HINTS as TRACE_HINTS
 from twinbench.record import Record, latest_per_run, read_records
@@ -34,6 +37,41 @@ MAX_SIDE_FILE = 32 << 20
 
 class ReportError(ValueError):
     """A results directory that cannot be reported: the message is one line, fit to print."""
+
+
+class ClaimEntry(msgspec.Struct):
+    """One verdict of ``claims.json`` as ``report`` reads it: each field of its type or absent (null)."""
+
+    claim: str | None = None
+    verdict: str | None = None
+    finding: str | None = None
+    caveat: str | None = None
+    rule: str | None = None
+    numbers: dict[str, str | int | float | bool | None] | None = None
+    runs: list[str | int | float] | None = None
+
+
+class Recommendation(msgspec.Struct):
+    summary: str | None = None
+
+
+class Advice(msgspec.Struct):
+    """``advice.json`` as ``report`` reads it: the plan's steps (a count :data:`limits.MAX_PLAN_STEPS` bounds),
+    its lines and its recommendation's summary."""
+
+    plan_steps: Annotated[int, msgspec.Meta(ge=1, le=MAX_PLAN_STEPS)] | None = None
+    lines: list[str] | None = None
+    recommendation: Recommendation | None = None
+
+
+def _typed(path: Path, data: Any, kind: Any) -> dict[str, Any]:
+    """``data`` read as ``kind`` (a typed side file: one ReportError line naming the file and the field of another
+    type), back as the plain dict the page's writers take, nulls dropped and strings through the reader's cut."""
+    try:
+        got = msgspec.convert(data, kind)
+    except msgspec.ValidationError as e:
+        raise ReportError(f"{path}: {terminal(e, 160)}") from None
+    return {k: v for k, v in cut(msgspec.to_builtins(got)).items() if v is not None}
 
 
 @dataclass
@@ -65,19 +103,21 @@ def load(directory: Path) -> Results:
     if (directory / CLAIMS).is_file():
         try:
             loaded = read_json(directory / CLAIMS, MAX_SIDE_FILE)
-            claims = [cut(c) for c in loaded if isinstance(c, dict)] if isinstance(loaded, list) else []
         except (ValueError, RecursionError) as e:
             raise ReportError(f"{directory / CLAIMS}: not valid JSON ({e})") from None
         except OSError as e:
             raise ReportError(f"{directory / CLAIMS}: cannot read it ({e})") from None
+        if not isinstance(loaded, list):
+            raise ReportError(f"{directory / CLAIMS}: a JSON {type(loaded).__name__}, not a list of verdicts")
+        claims = [_typed(directory / CLAIMS, c, ClaimEntry) for c in loaded]
     advice = None
     if (directory / ADVICE).is_file():
         try:
-            advice = cut(read_json(directory / ADVICE, MAX_SIDE_FILE))
+            loaded = read_json(directory / ADVICE, MAX_SIDE_FILE)
         except (ValueError, RecursionError, OSError):
-            advice = None
-        if not isinstance(advice, dict):
-            advice = None
+            loaded = None  # advice is an extra: a file that is not JSON is left out
+        if isinstance(loaded, dict):
+            advice = _typed(directory / ADVICE, loaded, Advice)
     return Results(directory, records, skipped, claims, advice)
 
 
@@ -300,7 +340,7 @@ def _html_claims(claims: list[dict[str, Any]]) -> str:
         nums = c.get("numbers") or {}
         nums_text = ", ".join(f"{k} = {v2}" for k, v2 in nums.items()) if isinstance(nums, dict) else str(nums)
         runs = c.get("runs") or []
-        rows.append(f'<tr><td>{_e(c.get("claim", ""))}</td><td class="l"><span class="verdict v-{_e(v.split()[0] if v else "")}">'
+        rows.append(f'<tr><td>{_e(c.get("claim", ""))}</td><td class="l"><span class="verdict v-{_e((v.split() or [""])[0])}">'
                     f'{_e(v)}</span>{_claim_note(c)}</td><td class="l" style="white-space:normal">{_e(c.get("rule", ""))}</td>'
                     f'<td class="l" style="white-space:normal">{_e(nums_text)}</td>'
                     f'<td class="l" style="white-space:normal"><code>{_e(", ".join(map(str, runs)))}</code></td></tr>')

@@ -21,6 +21,8 @@ from twinbench import record
 from twinbench.record import Record
 from twinbench.report.breakeven import break_even_steps
 
+matplotlib.rcParams["text.parse_math"] = False  # a label is text: a strategy named "$x^$" is no formula
+
 #: Shades of one hue per framework: the first strategy of a framework gets the first shade, and so on.
 PALETTES = {
     "torch": ["#d9480f", "#f08c00", "#c2255c", "#e8590c", "#a61e4d", "#fab005"],
