@@ -294,9 +294,16 @@ def sentence(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) 
         for r in held[:3]) if held else "")
     whole = causes.gap_noise(a, b)
     said = "; ".join(map(part, top)) if top else "no row carries a part of it beyond its measured noise"
-    text = (f"{slow['run']}'s extra {abs(gap):.1f}" + (f" ±{whole:.1f}" if whole is not None else "")
-            + f" ms per step over {fast['run']}: " + said + withheld + small
-            + f" (rows sum to {abs(attributed):.1f} ms of it)")
+    traced = f"{abs(gap):.1f}" + (f" ±{whole:.1f}" if whole is not None else "")
+    ck = causes.clock(a, b)
+    if ck and ck["gap_ms"] * gap > 0:  # framed on the clock: the rows split the traced gap, the same way
+        head = (f"{slow['run']}'s extra {abs(ck['gap_ms']):.1f} ms per step over {fast['run']} by the clock (twinbench "
+                f"doctor, without the profiler; {causes.profiler_share(ck)}); traced, {traced} ms")
+    elif ck:  # the clock has no gap beyond its floor, or the other way within it: said, and the traced rows
+        head = f"{causes.clock_head(a, b)}; traced, {slow['run']}'s extra {traced} ms per step over {fast['run']}"
+    else:
+        head = f"{slow['run']}'s extra {traced} ms per step over {fast['run']}"
+    text = head + ": " + said + withheld + small + f" (rows sum to {abs(attributed):.1f} ms of it)"
     if whole is not None and abs(gap) <= whole:
         text = f"the whole gap is within the measured noise (±{whole:.1f} ms a step): " + text
     idle = [r for r in table if causes.unattributed(r) and sign * r["diff_ms"] >= causes.NAMED_SHARE * abs(gap)]
@@ -355,6 +362,8 @@ def pair(a: dict[str, Any], b: dict[str, Any], expand: str = "categories") -> di
     failed = causes.gates(a, b)  # the evidence a named row needs; where it fails, no row is named
     extras = why.pair_extras(a, b, table if expand != "scopes" else [], named=not failed)
     summary = causes.refusal(failed) if failed else sentence(a, b, table)
+    if failed and causes.clock(a, b):  # framed on the side the clock says is slower, rows named or not
+        summary = f"{causes.clock_head(a, b)}. {summary[0].upper()}{summary[1:]}"
     if expand == "scopes" and not any(r["level"] for r in table):
         summary = ("--scopes: neither run names twinbench's scopes (embed, block{i}.attn, block{i}.mlp, head, loss "
                    "as jax.named_scope / record_function names): rows by phase only. " + summary)
