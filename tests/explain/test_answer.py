@@ -47,11 +47,15 @@ def test_the_recompiles_are_the_first_cause_sized_by_the_compilation_row(tmp_pat
     b = folder(tmp_path, "flax", [finding("jax-recompile"), finding("compile-dominates", "info", caused_by="jax-recompile"),
                                   finding("jax-no-donation", "info")])
     result = {"a": side("torch:t", TORCH), "b": side("jax:f", recompiling())}
+    log = {"compiles": 11, "steps": 12, "causes": {"shape": 11}, "shapes": ["at x, now i32[8,58] and before i32[8,64]"]}
+    result["b"].update(compiles=5, steps_used=5, recorded={"compiles": log})  # explain's compilation facts
     got = answer.join(result, a, b)
     assert got is not None and got.slower == "jax:f" and got.clock == "traced"
     first = got.causes[0]
     assert first.finding == "jax-recompile" and first.rows == ["rest / compilation"]
     assert first.ms == pytest.approx(400.0)
+    assert "(5 compiles in the 5 traced steps, 11 in the run's 12 steps, caused by the shape of x (i32[8,58] against " \
+        "i32[8,64]))" in first.what
     assert first.fix == "jax-recompile's fix" and first.location.startswith("train.py:12")
     assert got.unexplained_ms == pytest.approx(got.gap_ms - 400.0)
     said = dict(got.not_in_gap)

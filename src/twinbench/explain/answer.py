@@ -30,6 +30,7 @@ from typing import Any
 
 import msgspec
 
+from twinbench.explain import compilation
 from twinbench.folder_io import read_small, terminal
 
 NAME = "doctor.json"
@@ -279,7 +280,7 @@ def join(result: dict[str, Any], arg_a: str, arg_b: str) -> Answer | None:
                            f"its rows ({', '.join(cause.rows)}) are not slower on this side ({ms:+.1f} ms)"))
             continue
         claimed.update(rows)
-        causes.append(_named(cause, f, rep_slow, ms, noise, rows, excess))
+        causes.append(_named(cause, f, rep_slow, ms, noise, rows, excess, _compiles(result[slow], rows)))
     left = abs(gap) - sum(c.ms for c in causes)
     for f in pending:
         cause = CAUSES.get(f.id)
@@ -309,10 +310,27 @@ def _worse(severity: str) -> int:
     return {"error": 2, "warning": 1}.get(severity, 0)
 
 
+def _compiles(side: dict[str, Any], rows: list[str]) -> str:
+    """What compiled, where a cause holds the compilation row: its count in the traced steps and over the run, and
+    the shapes that caused it (explain's compilation facts, from the doctor's compile log beside the trace)."""
+    if compilation.ROW not in rows:
+        return ""
+    f = compilation.facts(side)
+    if not f.get("traced_compiles"):
+        return ""
+    said = f"{f['traced_compiles']} compiles in the {f['traced_steps']} traced steps"
+    if f.get("compiles") and f.get("steps"):
+        said += f", {f['compiles']} in the run's {f['steps']} steps"
+    if f.get("cause") and f.get("argument") and f.get("shapes"):
+        said += f", caused by the {f['cause']} of {f['argument']} ({f['shapes'][0]} against {f['shapes'][1]})"
+    return said
+
+
 def _named(cause: Cause, f: Finding, rep: DoctorReport | None, ms: float, noise: float, rows: list[str],
-           excess: dict[str, float]) -> Named:
+           excess: dict[str, float], detail: str = "") -> Named:
     shown = sorted(rows, key=lambda r: -excess[r])[:4]
-    return Named(cause.what, round(ms, 3), round(noise, 3), shown, f.id, terminal(f.evidence, SAID),
+    what = f"{cause.what} ({detail})" if detail else cause.what
+    return Named(what, round(ms, 3), round(noise, 3), shown, f.id, terminal(f.evidence, SAID),
                  terminal(f.location, 160), terminal(f.fix, SAID),
                  _ab_said(cause, rep, f) if rep is not None else "not run")
 
