@@ -375,3 +375,14 @@ def test_a_string_from_data_is_one_line_of_its_own_characters(text):
     rec["warnings"] = [text]
     got = load(rec)
     assert "\n" not in got.run.device and "\u2028" not in got.run.device and "\n" not in got.warnings[0]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["compare", "--lr", "1e308", "--framework", "torch", "--strategies", "eager"], "--lr"),
+    (["predict", "--device", "h100", "--devices", str(10**30)], "--devices"),
+    (["report", "x", "--plan-steps", str(10**13)], "--plan-steps"),
+])
+def test_absurd_values_are_one_line(args, says, fake_runs):
+    line = one_line_error(CLI.invoke(app, args))
+    assert line.startswith(f"error: {says}"), line
+    assert len(line) < 200 and not fake_runs

@@ -106,6 +106,11 @@ def _shape(spec: Any) -> str:
 #: the most steps a planned training run may have (``--plan-steps``, advice.json's ``plan_steps``): a trillion
 #: steps is a run of years at a microsecond a step; more overflows the totals the report plots
 MAX_PLAN_STEPS = 10**12
+#: the most devices a prediction's data-parallel curve may reach (``predict --devices``): 2^20, past every
+#: machine built; a run's own ``--devices`` is bounded by the devices it sees and by its batch
+MAX_DEVICES = 2**20
+#: the largest learning rate taken: fp32's largest number (the optimizers keep it in fp32; past it, inf)
+MAX_LR = 3.4028234663852886e38
 #: host bytes a run keeps per training step until it ends, at most: the step's time and loss handle (a device
 #: scalar, a Python object of a few hundred bytes), its loss as a float, its token counts (``--steps``' bound)
 PER_STEP_BYTES = 1024

@@ -38,6 +38,7 @@ from twinbench.config import (  # the leaf, re-exported
     later,
     option,
 )
+from twinbench.limits import MAX_LR
 from twinbench.models.family import FAMILIES as BUILT_IN
 from twinbench.models.family import presets as _family_presets
 from twinbench.models.options import ATTENTION_IMPLS
@@ -310,8 +311,8 @@ def validate(spec: RunSpec) -> RunSpec:
     for name, value in {"d_ff": m.d_ff, "warmup": t.warmup, "threads": spec.host.threads}.items():
         if value < 0:
             raise SpecError(f"{flag(name)} must be >= 0, got {value}")
-    if not 0 < t.lr < math.inf:  # NaN too
-        raise SpecError(f"--lr must be > 0 and finite, got {t.lr}")
+    if not 0 < t.lr <= MAX_LR:  # NaN too; past fp32's largest, the optimizer's update is inf
+        raise SpecError(f"--lr must be > 0 and at most fp32's largest number ({MAX_LR:.3g}), got {t.lr:g}")
     if not 0 <= t.weight_decay < math.inf:
         raise SpecError(f"--weight-decay must be a finite number >= 0, got {t.weight_decay}")
     if m.d_model % m.heads:

@@ -56,6 +56,7 @@ def predict_cmd(
     Each op of the step costs the longer of its FLOPs at the device's peak and its bytes at its memory
     bandwidth (a roofline, docs/predict.md); the error bar is how far such predictions were from measured steps.
     """
+    from twinbench.limits import MAX_DEVICES, count
     from twinbench.predict.calibration import CalibrationError
     from twinbench.predict.command import PeakUnavailable, run
     from twinbench.predict.datasheets import DEVICES
@@ -66,8 +67,8 @@ def predict_cmd(
         fail(f"--device: unknown device {device!r}; known: {', '.join(DEVICES)}")
     devices = overrides.pop("devices", None)  # --devices N: the curve up to N; the program is one device's
     devices = 1 if devices is None else devices
-    if devices < 1:
-        fail(f"--devices must be >= 1, got {devices}")
+    if not 1 <= devices <= MAX_DEVICES:
+        fail(f"--devices must be 1 to {MAX_DEVICES:,} (2^20, past every machine built), got {count(devices)}")
     if calibrate is not None and not calibrate.is_file():
         fail(f"--calibrate: {calibrate} is not a file")
     check_json(json_path)
