@@ -93,3 +93,26 @@ def test_a_gap_the_clock_agrees_with_is_its_size_and_the_rows_the_traced_ones() 
     assert s.startswith("torch:a's extra 30.0 ms per step over jax:b by the clock (twinbench doctor, without the "
                         "profiler; traced steps +25% on torch:a and +11% on jax:b against the clock); traced, 50.0 ±"), s
     assert "backward / matmul (+40.0 ±" in s, s
+
+
+# ------------------------------------------------------------------------------------ per-shape claims, stable
+def _shape(shape: str, a_ms: float, b_ms: float) -> dict[str, Any]:
+    side = {"calls": 1.0, "tflops": None, "peak_share": None, "layout": "NN"}
+    return {"phase": "backward", "key": [1, 2, 3], "shape": shape, "matched": True, "diff_ms": b_ms - a_ms,
+            "a": {**side, "ms": a_ms}, "b": {**side, "ms": b_ms}}
+
+
+def test_a_shape_is_named_only_beyond_its_noise_and_ahead_of_the_next() -> None:
+    """Issue 73's public pair named four different shapes in four traces of the same scripts: two shapes 0.1 ms
+    apart are not told apart by steps that move 5%, so none is named; one 3 ms ahead is, with its ±."""
+    from twinbench.explain import why
+
+    a = {"run": "torch:a", "step_times_ms": [95.0, 100.0, 105.0]}
+    b = {"run": "jax:b", "step_times_ms": [95.0, 100.0, 105.0]}
+    close = [_shape("[64,64]x[64,64]", 2.0, 4.0), _shape("[64,128]x[128,64]", 2.0, 3.9)]
+    said = why.shape_claim(a, b, close, 1)
+    assert said.startswith("largest matmul gap by shape: none named") and "±" in said, said
+    clear = [_shape("[64,64]x[64,64]", 2.0, 7.0), _shape("[64,128]x[128,64]", 2.0, 3.0)]
+    said = why.shape_claim(a, b, clear, 1)
+    assert said.startswith("largest matmul gap by shape (±") and "[64,64]x[64,64]" in said, said
+    assert "none named" in why.shape_claim({"run": "torch:a"}, b, clear, 1)  # a side's noise not measured

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from twinbench.explain import memory_rows, ops, shapes
+from twinbench.explain import causes, memory_rows, ops, shapes
 from twinbench.explain.breakdown import PHASES, Breakdown
 from twinbench.record_sections import Record
 
@@ -162,6 +162,30 @@ def _above_peak(a: dict[str, Any], b: dict[str, Any], shape_rows: list[dict[str,
     return out
 
 
+def shape_claim(a: dict[str, Any], b: dict[str, Any], shape_rows: list[dict[str, Any]], sign: int) -> str:
+    """``largest matmul gap by shape: ...`` only where it is stable: the shape's gap, in the gap's direction,
+    beyond its measured noise (:func:`causes.band`), and ahead of the next shape's by more than their noises
+    combined, so that another trace of the same scripts would not name another shape. Where the noise was not
+    measured, or the shapes are not told apart, the line says so and names none ('' when no shape matched)."""
+    matched = sorted((r for r in shape_rows if r["matched"]), key=lambda r: -sign * r["diff_ms"])
+    if not matched:
+        return ""
+    ra, rb = causes.noise(a), causes.noise(b)
+    if ra is None or rb is None:
+        return ("largest matmul gap by shape: none named (a side's noise was not measured: fewer than two traced "
+                "steps); the matmuls-by-shape table has each shape's figures")
+    noise = [causes.band(r["a"]["ms"], r["b"]["ms"], ra, rb) for r in matched]
+    top = sign * matched[0]["diff_ms"]
+    ahead = top - sign * matched[1]["diff_ms"] if len(matched) > 1 else top
+    apart = (noise[0] ** 2 + noise[1] ** 2) ** 0.5 if len(matched) > 1 else noise[0]
+    if top <= noise[0] or ahead <= apart:
+        return ("largest matmul gap by shape: none named (no shape's gap stands beyond its measured noise and ahead "
+                f"of the next one's: {matched[0]['phase']} {matched[0]['shape']} {top:+.2f} ±{noise[0]:.2f} ms); the "
+                "matmuls-by-shape table has each shape's figures")
+    return (f"largest matmul gap by shape (±{noise[0]:.2f} ms, ahead of the next by {ahead:.2f} ms; the trace's "
+            "times, not an A/B of the shape): " + shapes.line(matched[0], a["run"], b["run"]))
+
+
 def sentences(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]], shape_rows: list[dict[str, Any]],
               mem: dict[str, Any] | None, dis: list[dict[str, Any]]) -> list[str]:
     out = []
@@ -180,10 +204,9 @@ def sentences(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]],
                    f"{sp['efficiency_ms']:+.1f} ms{work}: {a['run']} runs it at {_share(ta)} of its peak, "
                    f"{b['run']} at {_share(tb)} (matmul peaks: {_peak_text(a)}; {_peak_text(b)})")
     out += attribution(a, b, table)
-    matched = [r for r in shape_rows if r["matched"]]
-    if matched:
-        worst = max(matched, key=lambda r: sign * r["diff_ms"])
-        out.append("largest matmul gap by shape: " + shapes.line(worst, a["run"], b["run"]))
+    said = shape_claim(a, b, shape_rows, sign)
+    if said:
+        out.append(said)
     out += _above_peak(a, b, shape_rows)
     for side in (a, b):
         lin = side.get("linearization") or {}
