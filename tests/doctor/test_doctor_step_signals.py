@@ -196,3 +196,18 @@ def test_a_whole_step_under_torch_compile_is_the_step() -> None:
         obs = session.stop()
     assert obs["step_fn"] == "train_step" and obs["step_kind"] == "torch-compiled" and obs["steps"] == 5
     assert torch.compile.__module__ == "torch"  # put back as it was
+
+
+def test_the_observations_count_the_frameworks_run_and_the_iterations_used() -> None:
+    """A torch step in a script that also imports JAX: only torch ran (its threads count, not JAX's); and the
+    number of iterations the step time averages is the iterations', not the frameworks' (a name once shadowed it)."""
+    from twinbench.doctor.summary import observations
+
+    rec = Recorder()
+    rec.frameworks.update({"torch", "jax"})
+    for i in range(8):
+        rec.calls["torch:Optimizer.step"].append((100.0 + 0.01 * i, {}))
+    rec.kinds["torch:Optimizer.step"] = "torch-optimizer"
+    obs = observations(rec)
+    assert obs["frameworks_used"] == ["torch"] and obs["frameworks"] == ["jax", "torch"]
+    assert obs["iterations_used"] == obs["steady_steps"] == 6

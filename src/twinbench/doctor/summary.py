@@ -197,12 +197,12 @@ def observations(rec: Recorder) -> dict[str, Any]:
         timing = "end-to-end"
         if iter_ms is not None:
             iter_ms = max(iter_ms, step_ms)
-    used = {KIND_FRAMEWORK[k] for c, k in rec.kinds.items() if k in KIND_FRAMEWORK and rec.calls.get(c)}
+    ran = {KIND_FRAMEWORK[k] for c, k in rec.kinds.items() if k in KIND_FRAMEWORK and rec.calls.get(c)}
     if rec.counters.get("eager_ops"):
-        used.add("jax")
+        ran.add("jax")
     obs: dict[str, Any] = {
         "frameworks": sorted(rec.frameworks),
-        "frameworks_used": sorted(used),  # those whose work the script ran (not only imported)
+        "frameworks_used": sorted(ran),  # those whose work the script ran (not only imported)
         "python": {"executable": sys.executable, "version": platform.python_version()},
         "wall_s": wall,
         "steps": len(starts),
