@@ -89,9 +89,9 @@ def summary_line(obs: dict[str, Any]) -> str:
                  + "; the one stepping least often marks an iteration), ")
     it = obs.get("iter_ms")
     # under the doctor's instruments (wrappers, the watcher and sampler threads) a step takes longer than alone:
-    # +0.4-0.7 ms a step on JAX CPU examples of 0.25-10 ms (a quiet 13-core machine): said, not hidden
+    # +0.4-2 ms a step on the JAX CPU examples of 0.25-280 ms (a quiet 13-core machine): said, not hidden
     pace = (f": {it:.2f} ms a step (the mean steady iteration, one step start to the next, as a clock around the "
-            "loop shows it, under the doctor's instruments, which add a few tenths of a ms to each step)") if it else (f": {step_ms:.2f} ms a step (median, steady)" if step_ms else "")
+            "loop shows it, under the doctor's instruments, which lengthen each step by up to a few ms)") if it else (f": {step_ms:.2f} ms a step (median, steady)" if step_ms else "")
     return (f"{fw}; {step}{obs.get('steps', 0)} steps" + pace
             + (" [the rate the loop dispatched its steps: their results could not be waited on; --steps N "
                "times them to the end]" if obs.get("step_timing") == "dispatch" else "")
