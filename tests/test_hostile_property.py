@@ -182,3 +182,99 @@ def test_a_hostile_trace_keeps_the_promise(trace):
         path.write_bytes(trace)
         args = ["explain", str(path)]
         promise(CLI.invoke(app, args), args)
+
+
+#: a number as a user may type one: huge, negative, inf, nan, empty, 400 digits, a float where an int goes
+typed_number = st.one_of(st.integers(min_value=-(10**12), max_value=10**40).map(str),
+                         st.sampled_from(["", "inf", "-inf", "nan", "1e308", "1e30", "0", "-1", "1" + "0" * 400,
+                                          "0.5", "abc", "  3", "1_000"]),
+                         st.floats(allow_nan=True, allow_infinity=True).map(repr))
+#: the numeric options of a measuring command, each a count that reaches an allocation or a value a run takes
+NUMERIC = ["--steps", "--warmup", "--batch", "--seq", "--layers", "--d-model", "--heads", "--vocab", "--repeats",
+           "--lr", "--weight-decay", "--threads", "--timeout", "--devices", "--scan-k", "--slow-input"]
+
+
+@settings(max_examples=12, deadline=20_000, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(options=st.dictionaries(st.sampled_from(NUMERIC), typed_number, min_size=1, max_size=3),
+       command=st.sampled_from(["compare", "sweep", "advise"]))
+def test_any_number_on_the_command_line_keeps_the_promise(options, command, failing_runs):
+    """Exit 0 or 2 with one line, for any numbers in any of the numeric options: nothing is built for a count
+    no host can keep (``--steps`` 10^40 or ``--repeats`` 10^30 are refused in one line before any spec of them
+    exists). The runs a command would start are faked (they fail at once)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [command, "--framework", "torch", "--strategies", "eager", "--out", str(Path(tmp, "o"))]
+        if command == "sweep":
+            args += ["--over", "seed=1,2"]
+        for flag, value in options.items():
+            if command != "compare" and flag == "--repeats":
+                continue
+            args += [flag, value]
+        result = CLI.invoke(app, args)
+        text = result.output
+        assert result.exit_code in (0, 1, 2), (args, text)  # 1: the faked runs failed
+        assert result.exception is None or isinstance(result.exception, SystemExit), (args, text)
+        assert "Traceback" not in text, (args, text)
+        if result.exit_code == 2 and "Usage:" not in text:  # the parser's own usage message is its own
+            assert len([ln for ln in text.splitlines() if ln.startswith("error:")]) == 1, (args, text)
+
+
+@QUICK
+@given(advice=json_value, claims=json_value, plan=st.sampled_from([None, "0", "1", "1000000000000", "1" + "0" * 13]))
+def test_any_side_file_beside_the_records_keeps_the_promise(advice, claims, plan, failing_runs):
+    """claims.json and advice.json of any content (typed readers: a field of another type is one line)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp, "r")
+        synthetic.write(d, [synthetic.record("torch", "eager"), synthetic.record("jax", "jit")])
+        (d / "advice.json").write_text(_json(advice))
+        (d / "claims.json").write_text(_json(claims))
+        args = ["report", str(d), *(["--plan-steps", plan] if plan else [])]
+        promise(CLI.invoke(app, args), args)
+
+
+@st.composite
+def folder_shape(draw: st.DrawFn) -> list[tuple[str, str]]:
+    """What a results folder holds where twinbench reads or writes: (relative path, kind) with kind a FIFO, a
+    link out of the folder, a folder, or a file; at any depth, under any of the names twinbench uses."""
+    names = ["results.jsonl", ".twinbench.lock", "summary.md", "report.html", "plots", "traces", "claims.json",
+             "advice.json", "plots/cumulative.png", "traces/run", "try-0", "try-0/results.jsonl"]
+    return draw(st.lists(st.tuples(st.sampled_from(names), st.sampled_from(["fifo", "link", "dir", "file"])),
+                         min_size=1, max_size=3, unique_by=lambda t: t[0]))
+
+
+@settings(max_examples=10, deadline=20_000, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(shape=folder_shape(), command=st.sampled_from(["compare-out", "compare-resume", "report", "diff", "sweep"]))
+def test_any_folder_shape_keeps_the_promise_and_never_waits(shape, command, failing_runs):
+    """FIFOs and links where twinbench reads or writes, at any depth: one line or a normal run, never a wait on
+    a FIFO (a blocking open would hang this test) and nothing written through a link."""
+    with tempfile.TemporaryDirectory() as tmp:
+        box = Sandbox(Path(tmp))
+        synthetic.write(box.d, [synthetic.record("torch", "eager"), synthetic.record("jax", "jit")])
+        for rel, kind in shape:
+            p = box.d / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            if p.is_dir() and not p.is_symlink():
+                continue
+            p.unlink(missing_ok=True)
+            if kind == "fifo":
+                import os
+
+                os.mkfifo(p)
+            elif kind == "link":
+                p.symlink_to(box.outside if rel in ("plots", "traces", "try-0") else box.outside / "precious.txt")
+            elif kind == "dir":
+                p.mkdir()
+            else:
+                p.write_text("not what twinbench wrote\n")
+        base = ["--framework", "torch", "--strategies", "eager"]
+        args = {"compare-out": ["compare", *base, "--out", str(box.d)],
+                "compare-resume": ["compare", *base, "--resume", str(box.d)],
+                "report": ["report", str(box.d)], "diff": ["diff", str(box.d), str(box.d)],
+                "sweep": ["sweep", *base, "--over", "seed=1,2", "--out", str(box.d)]}[command]
+        result = CLI.invoke(app, args)
+        text = result.output
+        assert result.exit_code in (0, 1, 2), (args, shape, text)
+        assert result.exception is None or isinstance(result.exception, SystemExit), (args, shape, text)
+        assert "Traceback" not in text, (args, shape, text)
+        box.untouched()
