@@ -2,7 +2,8 @@
 (:func:`option`), and the user-error type.
 
 Imported by the models, the Hugging Face format adapter and ``spec.py`` alike; it imports nothing of
-twinbench, so no import cycle can run through it (``spec`` -> ``models.hf`` -> ``config``).
+twinbench but the tasks' names (``tasks/``, a leaf too), so no import cycle can run through it (``spec`` ->
+``models.hf`` -> ``config``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from dataclasses import Field, dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from twinbench.tasks import TASKS as _TASKS
 
 #: The family of a ModelConfig that names none (and of records written before families had names).
 DEFAULT_FAMILY = "gpt"
@@ -23,7 +26,7 @@ class SpecError(ValueError):
 
 #: the values of the string fields of ModelConfig and TrainConfig (spec.validate checks every declared choice)
 PRECISIONS = ("fp32", "bf16")
-TASKS = ("lm", "classify", "custom")  # next-token LM | sequence classification | the user's model (custom)
+TASKS = tuple(_TASKS)  # the registered tasks (tasks/): lm | classify | custom (the user's model)
 MASK_IMPLS = ("where", "mul", "cond")  # how a masked family's attention applies its padding mask
 REMAT_POLICIES = ("full", "dots-saveable", "nothing-saveable")  # what +remat keeps (jax.checkpoint_policies)
 

@@ -53,14 +53,10 @@ def check_inputs(spec: RunSpec) -> None:
         from twinbench.models.hf import check_weights
 
         check_weights(spec.train.init_from)
-    if spec.train.data and spec.train.task == "classify":
-        from twinbench.data.classify import read_jsonl
+    if spec.train.data:  # as its task reads it (tasks/)
+        from twinbench.tasks import TASKS
 
-        read_jsonl(spec.train.data, spec.model.num_labels)
-    elif spec.train.data:
-        from twinbench.data.text import read_text_file
-
-        read_text_file(spec.train.data, spec.train.seq + 2)
+        TASKS[spec.train.task].read_data(spec)
 
 
 def build_specs(preset: str, frameworks: str, strategies: str | None, overrides: dict[str, Any],

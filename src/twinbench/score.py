@@ -68,9 +68,10 @@ def prepare(init_from: str, data: str, tokenizer: str | None, max_windows: int) 
 
     cfg = config_from_hf(init_from)
     from twinbench.models.family import FAMILIES
+    from twinbench.tasks import TASKS
 
-    if FAMILIES[cfg.family].task != "lm":
-        lm = ", ".join(f.hf.model_type for f in FAMILIES.values() if f.task == "lm" and f.hf)
+    if not TASKS[FAMILIES[cfg.family].task].next_token:  # perplexity needs a prediction at every token
+        lm = ", ".join(f.hf.model_type for f in FAMILIES.values() if TASKS[f.task].next_token and f.hf)
         raise SpecError(f"{FLAG} {init_from}: score needs a language-model checkpoint (model_type {lm}), "
                         f"this one is {cfg.family}")
     if max_windows < 0:

@@ -52,6 +52,7 @@ from twinbench.spec_sections import (
     split_name,
 )
 from twinbench.strategies.modifiers import LENGTH_POLICIES
+from twinbench.tasks import TASKS, USER_TASK
 
 __all__ = ["ATTENTION_IMPLS", "MASK_IMPLS", "SpecError", "StrategySpec"]  # re-exported: read from here too
 
@@ -384,7 +385,7 @@ def _validate_strategy(spec: RunSpec) -> None:
 def _validate_task(spec: RunSpec) -> None:
     m, t = spec.model, spec.train
     family = BUILT_IN.get(m.family)
-    wanted = family.task if family else "custom"
+    wanted = family.task if family else USER_TASK
     if t.task != wanted:
         raise SpecError(f"--task {t.task} does not fit the {m.family} family of --preset {spec.preset}; "
                         f"allowed: {wanted}")
@@ -393,18 +394,13 @@ def _validate_task(spec: RunSpec) -> None:
     if not (family and family.masked) and m.mask_impl != "where":
         raise SpecError(f"--mask-impl {m.mask_impl} applies to the BERT padding mask; the {m.family} family "
                         "has none; allowed: where")
-    if family and family.task == "classify":
-        if not isinstance(m.num_labels, int) or m.num_labels < 2:
-            raise SpecError(f"--num-labels must be an integer >= 2, got {m.num_labels!r}")
-        if m.vocab < family.min_vocab:
-            raise SpecError(f"--vocab {m.vocab} is too small for the byte tokenizer; allowed: >= {family.min_vocab}")
-        if t.seq < 16:
-            raise SpecError(f"--seq {t.seq} is too short for classification; allowed: 16..{m.context}")
+    if family and (refused := TASKS[family.task].refusal(spec, family)):  # the task's own rules (tasks/)
+        raise SpecError(refused)
     lengths = [x for x in spec.strategy.modifiers if x in LENGTH_POLICIES]  # raw names: two policies are an error
     if len(lengths) > 1:
         raise SpecError(f"--strategies: {spec.strategy.name!r} combines {', '.join('+' + x for x in lengths)}; "
                         f"choose one of {', '.join(LENGTH_POLICIES)}")
-    if lengths and t.task != "classify":
+    if lengths and not TASKS[t.task].variable_length:
         raise SpecError(f"--strategies: +{lengths[0]} pads variable-length text, so it needs --task classify "
                         f"(the {t.task} task has fixed-length windows)")
 

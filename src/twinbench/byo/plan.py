@@ -20,6 +20,7 @@ from twinbench.byo import UserModelError, needs_port, split_ref
 from twinbench.record import Record, typed
 from twinbench.spec import RunSpec, SpecError, from_preset, validate, with_precision
 from twinbench.spec_sections import split_name
+from twinbench.tasks import USER_TASK
 
 #: What a --model compare runs without --strategies (plus jax/port with a --jax-model).
 DEFAULTS = [("torch", "eager"), ("torch", "compile-regional"), ("jax", "torchax")]
@@ -89,11 +90,11 @@ def build_specs(preset: str, frameworks: list[str], names: list[str] | None, ove
     """One validated RunSpec per selected run of the user's model (no framework imported)."""
     model = _ref(user_model, "build", "--model")
     jax_model = _ref(user_jax_model, "build_jax", "--jax-model") if user_jax_model else ""
-    if overrides.get("task") not in (None, "custom") or overrides.get("init_from") or overrides.get("data"):
+    if overrides.get("task") not in (None, USER_TASK) or overrides.get("init_from") or overrides.get("data"):
         raise SpecError("--model: the user's model brings its own batches and weights; --task, --data and "
                         "--init-from do not apply")
     base = from_preset(preset, overrides, **top)
-    base = base.evolve(model=replace(base.model, family="user"), train=replace(base.train, task="custom"),
+    base = base.evolve(model=replace(base.model, family="user"), train=replace(base.train, task=USER_TASK),
                    user_model=model, user_jax_model=jax_model)
     validate(base)
     from twinbench.strategies import registry

@@ -18,6 +18,7 @@ from typing import Any
 
 from twinbench.predict.datasheets import Datasheet
 from twinbench.spec import PRESETS, RunSpec
+from twinbench.tasks import TASKS
 
 #: A fresh process on an accelerator machine: Python, torch/jax imports, the device's runtime start-up (fitted to
 #: the TPU sittings of benchmarks/RESULTS.md, "How long does the claims suite take?").
@@ -108,7 +109,7 @@ def step_ms(spec: RunSpec, sheet: Datasheet) -> tuple[float, str]:
 def compile_s(spec: RunSpec, platform: str) -> float:
     """The cold compile the run pays on ``platform`` (``COMPILE``: a stated model of the sittings)."""
     c = COMPILE[platform]
-    task = c["classify"] if spec.train.task == "classify" else 0.0
+    task = c.get(spec.train.task, 0.0)  # a task's own compile term, by its name (fitted: classify's)
     return COMPILE_MODELS[spec.framework](spec, platform, c, task)
 
 
@@ -131,7 +132,7 @@ def _jax_compile_s(spec: RunSpec, platform: str, c: dict[str, float], task: floa
     if base == "naive":
         one *= NAIVE_COMPILE
     one *= spec.strategy.mods.compile()
-    programs = spec.strategy.mods.programs() if spec.train.task == "classify" else 1
+    programs = spec.strategy.mods.programs() if TASKS[spec.train.task].variable_length else 1
     return one * min(programs, spec.train.steps)
 
 

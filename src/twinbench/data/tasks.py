@@ -1,6 +1,7 @@
-"""The data of one run, by task: what each step call consumes, and the token counts the record reports.
+"""The data of one run, by task (each :class:`~twinbench.tasks.task.Task` names its function here): what each
+step call consumes, and the token counts the record reports.
 
-- ``lm``: random windows of the byte corpus (``data/text.py``), cut before the timed loop; every token is
+- ``lm`` (and ``custom``, the user's model): random windows of the byte corpus (``data/text.py``), cut before the timed loop; every token is
   real (no padding).
 - ``classify``: batches of the classification task (``data/classify.py``), tokenised and padded when the
   pipeline asks for them, to the length the strategy's policy (``+pad-max``, ``+bucket``, ``+dynamic``)
@@ -18,6 +19,7 @@ import numpy as np
 
 from twinbench.data.pipeline import HostBatches
 from twinbench.spec import RunSpec, SpecError
+from twinbench.tasks import TASKS
 
 
 class Same(Sequence[int]):
@@ -57,11 +59,14 @@ class RunData:
 
 def run_data(spec: RunSpec, k: int = 1) -> RunData:
     """The batches of ``spec``'s run, ``k`` steps per call (``spec.train.steps // k`` calls)."""
-    t = spec.train
-    n_calls = t.steps // k
-    if t.task == "classify":
-        return _classify(spec, k, n_calls)
+    return TASKS[spec.train.task].run_data(spec, k, spec.train.steps // k)
+
+
+def windows(spec: RunSpec, k: int, n_calls: int) -> RunData:
+    """A language model's batches: random windows of the corpus, cut when the pipeline asks for them."""
     from twinbench.data.text import load_tokens, window
+
+    t = spec.train
 
     tokens = load_tokens(t.data, t.seq, t.seed)
     n, steps = t.batch * t.seq, n_calls * k
@@ -72,7 +77,8 @@ def run_data(spec: RunSpec, k: int = 1) -> RunData:
     return RunData(HostBatches(make, n_calls, k, t.slow_input), Same(n, steps), Same(n, steps), Same(t.seq, steps))
 
 
-def _classify(spec: RunSpec, k: int, n_calls: int) -> RunData:
+def labelled(spec: RunSpec, k: int, n_calls: int) -> RunData:
+    """A classifier's batches: labelled texts, tokenised and padded by the length policy when asked for."""
     from twinbench.data import classify
 
     t = spec.train
@@ -94,6 +100,20 @@ def _classify(spec: RunSpec, k: int, n_calls: int) -> RunData:
         return classify.collate([data.train[j] for j in order[i]], t.seq, policy)
 
     return RunData(HostBatches(make, n_calls, k, t.slow_input), real, padded, lengths, data.eval_batches())
+
+
+def check_text(spec: RunSpec) -> None:
+    """A --data text file, read as the windows will read it (SpecError, one line)."""
+    from twinbench.data.text import read_text_file
+
+    read_text_file(spec.train.data, spec.train.seq + 2)
+
+
+def check_jsonl(spec: RunSpec) -> None:
+    """A --data JSON-lines file of labelled texts, read as the classifier's batches will read it."""
+    from twinbench.data.classify import read_jsonl
+
+    read_jsonl(spec.train.data, spec.model.num_labels)
 
 
 def accuracy(predict: Any, eval_batches: list[Any]) -> float | None:

@@ -74,7 +74,7 @@ class Family:
     """A model family: twin modules, init, task, loss, optimizer, FLOPs and supported options."""
 
     name: str  # the --family / ModelConfig.family value
-    task: str  # "lm" | "classify" | "custom"
+    task: str  # a registered task's name (tasks/: lm, classify, custom); register() refuses any other
     supports: frozenset[str]
     # torch side
     torch_model: Callable[..., Any]  # (cfg, options: ModelOptions) -> nn.Module
@@ -129,9 +129,13 @@ FAMILIES: dict[str, Family] = {}
 
 def register(module: str) -> Family:
     """Register the family of the package ``module`` (its ``FAMILY``); one line per family in ``models/__init__.py``."""
+    from twinbench.tasks import TASKS
+
     fam = importlib.import_module(module).FAMILY
     if fam.name in FAMILIES and FAMILIES[fam.name] is not fam:
         raise ValueError(f"model family {fam.name!r} registered twice")
+    if fam.task not in TASKS:  # a misspelled task fails at import, not in a run
+        raise ValueError(f"model family {fam.name!r}: no task {fam.task!r}; registered: {', '.join(TASKS)}")
     for preset, (m, _) in fam.presets.items():
         if m.family != fam.name:
             raise ValueError(f"preset {preset!r} of the {fam.name} family builds the {m.family} family")

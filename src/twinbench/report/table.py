@@ -8,7 +8,7 @@ import msgspec
 from rich.markup import escape
 from rich.table import Table
 
-from twinbench import host_malloc
+from twinbench import host_malloc, tasks
 from twinbench.config import DEFAULT_FAMILY
 from twinbench.folder_io import terminal
 from twinbench.machine import HIGH_LOAD, MAX_SPREAD
@@ -43,14 +43,20 @@ OPTIONAL_COLUMNS: tuple[tuple[str, str, Any], ...] = (
 )
 
 
+def _variable(r: Record) -> bool:
+    """Whether a record's task is variable-length text (tasks/; a task name no task has: no)."""
+    task = tasks.of(r.run.task)
+    return bool(task and task.variable_length)
+
+
 def optional_columns(records: list[Record] | list[dict[str, Any]]) -> list[tuple[str, Any]]:
     """Columns of classification runs (padding, accuracy) when there are some; the input columns when a run
     used --slow-input or +prefetch, or is a classification run (its batches are made in the loop)."""
     records = typed(records)
     ok = [r for r in records if r.status == "ok"]
-    inputs = any("prefetch" in r.run.strategy.split("+") or field_value(r, "slow_input") or r.run.task == "classify"
+    inputs = any("prefetch" in r.run.strategy.split("+") or field_value(r, "slow_input") or _variable(r)
                  for r in ok)
-    text = [r for r in ok if r.run.task == "classify"]  # variable-length text: padding and accuracy columns
+    text = [r for r in ok if _variable(r)]  # variable-length text: padding and accuracy columns
     shown = []
     for header, key, cell in OPTIONAL_COLUMNS:
         if (inputs if key == "input_shown" else any(r.value(key) is not None for r in text)):

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from twinbench.data.classify import length_policy
 from twinbench.spec import RunSpec
+from twinbench.tasks import TASKS
 
 
 def compile_dynamic(spec: RunSpec) -> bool | None:
     """The ``dynamic`` argument of ``torch.compile`` for this run."""
     if spec.strategy.mods.symbolic:
         return True
-    if spec.train.task == "classify" and length_policy(spec) in ("pad-max", "bucket"):
+    if TASKS[spec.train.task].variable_length and length_policy(spec) in ("pad-max", "bucket"):
         return False
     return None
 

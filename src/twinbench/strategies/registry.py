@@ -21,6 +21,7 @@ from twinbench.models import family as model_family
 from twinbench.spec import FRAMEWORKS, USER, RunSpec, SpecError
 from twinbench.spec_sections import split_name
 from twinbench.strategies.modifiers import DECLARED, LENGTH_POLICIES, Modifier
+from twinbench.tasks import TASKS
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,7 @@ def cell_reason(family: Any, framework: str, full: str) -> str | None:
         if why:
             return why
     lengths = [m for m in mods if m in LENGTH_POLICIES]
-    if lengths and family.task != "classify":
+    if lengths and not TASKS[family.task].variable_length:
         return f"+{lengths[0]} pads variable-length text; the {family.task} task has fixed-length windows"
     return None
 
