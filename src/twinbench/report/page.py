@@ -47,7 +47,8 @@ class ClaimEntry(msgspec.Struct):
     finding: str | None = None
     caveat: str | None = None
     rule: str | None = None
-    numbers: dict[str, str | int | float | bool | None] | None = None
+    #: a timed claim's judged numbers carry their range over the repeats: ``<name>_range: [min, max]``
+    numbers: dict[str, str | int | float | bool | list[int | float | None] | None] | None = None
     runs: list[str | int | float] | None = None
 
 
