@@ -281,7 +281,7 @@ figcaption { color:var(--muted); font-size:13px; margin-top:8px; }
 p.omitted { color:var(--muted); font-size:13px; border-left:3px solid var(--line); padding:2px 10px; margin:8px 0; }
 .verdict { font-weight:600; padding:1px 8px; border-radius:10px; font-size:12px; }
 .v-supported { background:#d3f9d8; color:#2b8a3e; } .v-contradicted { background:#ffe3e3; color:#c92a2a; }
-.v-depends { background:#fff3bf; color:#946800; }
+.v-depends { background:#fff3bf; color:#946800; } .v-far { background:#dbe4ff; color:#364fc7; }
 .v-inconclusive { background:#e3fafc; color:#0b7285; } .v-not { background:#f3d9fa; color:#862e9c; }
 code { background:var(--bg); padding:1px 4px; border-radius:4px; font-size:12.5px; }
 ul.cond li { font-size:13px; color:#343a40; }
