@@ -86,3 +86,20 @@ def test_a_record_missing_a_required_field_does_not_validate(validator):
     del rec["run"]["framework"]
     with pytest.raises(jsonschema.ValidationError, match="'framework' is a required property"):
         validator.validate(rec)
+
+
+def test_a_record_s_spec_decodes_to_the_run_spec_that_made_it_in_either_layout():
+    """``Record.run_spec``: the spec of a record of either layout (flat, version 1; sections) decodes, and the run
+    ids computed from it again are the ones the record holds; a spec that is no spec decodes to None."""
+    from twinbench.record import as_record
+
+    fixtures = FIXTURES / "record_schema"
+    for name in ("results.jsonl", "results_v1.jsonl"):
+        records, _ = read_records(fixtures / name, [])
+        assert records
+        for r in records:
+            spec = r.run_spec()
+            assert spec is not None and (spec.framework, spec.strategy.name) == (r.run.framework, r.run.strategy)
+            assert (spec.run_id(), spec.config_id()) == (r.run.run_id, r.run.config_id)
+    for hostile in ({"model": 3}, {"strategy": {"base": "jit", "modifiers": 7}, "version": 2}, {"gpus": 2}, {}):
+        assert as_record({"framework": "jax", "strategy": "jit", "status": "ok", "spec": hostile}).run_spec() is None

@@ -32,7 +32,7 @@ from typing import Any
 from twinbench.config import DEFAULT_FAMILY, Identity
 from twinbench.measure.device import platform_name
 from twinbench.record import FLAT, Record, condition_warnings, read_records, skipped_note, typed
-from twinbench.spec import ID_FIELDS, IDENTITY
+from twinbench.spec import IDENTITY
 from twinbench.spec_sections import flat_spec
 
 METHOD = ("per-repeat median step times; ratio NEW/OLD = exp(mean log NEW - mean log OLD); 95% CI: Welch's t "
@@ -85,19 +85,16 @@ def load(path: Path, skipped: list[str] | None = None) -> list[Record]:
 
 def identity(r: Record) -> tuple:
     """What a record ran, for matching across result sets: each of :data:`MATCH_FIELDS` from the record's field of
-    that name, else from its spec; a field its spec lacks (a record made before the field existed) has its
-    declared default, as ``RunSpec.from_dict`` reads such a spec."""
-    spec = flat_spec(r.spec)
+    that name, else from its spec decoded (``Record.run_spec``: a field its spec lacks, made before the field
+    existed, has its declared default); a spec that does not decode is read as it is."""
+    decoded = r.run_spec()
+    spec = decoded.flat() if decoded is not None else flat_spec(r.spec)
     model, train = spec.get("model") or {}, spec.get("train") or {}
     out = []
     for k in MATCH_FIELDS:
         name = RECORD_NAME.get(k, k)
         v = r.field(name) if name in FLAT else None
-        if v is None:
-            v = model.get(k, train.get(k, spec.get(k)))
-        if v is None and spec:
-            v = ID_FIELDS[k].default
-        out.append(v)
+        out.append(model.get(k, train.get(k, spec.get(k))) if v is None else v)
     return tuple(out)
 
 

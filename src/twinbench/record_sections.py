@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from twinbench.config import Identity
-from twinbench.spec import IDENTITY
+from twinbench.spec import IDENTITY, RunSpec
 from twinbench.spec_sections import flat_spec
 
 
@@ -284,6 +284,17 @@ class Record(msgspec.Struct, kw_only=True):
         """An ok run with its first step and steady step time measured (a record without them, hand-made or of
         an older twinbench, has no total time, no curve, no break-even)."""
         return self.ok and self.timing.step_ms is not None and self.timing.first_step_s is not None
+
+    def run_spec(self) -> RunSpec | None:
+        """The record's spec decoded (either layout: sections, or the flat form of earlier records; a field it
+        lacks, made before the field existed, has its declared default); None for a record without one, or whose
+        spec is no spec (a hand-made record, a foreign one: a record is data)."""
+        if not isinstance(self.spec, dict) or not self.spec:
+            return None
+        try:
+            return RunSpec.from_dict(self.spec)
+        except (TypeError, ValueError, KeyError, AttributeError):
+            return None
 
     def field(self, name: str) -> Any:
         """A field by its flat name (``step_ms``, ``platform``); None for a name no section holds."""
