@@ -22,9 +22,13 @@ gap comes from: a trace cannot tell those apart, only the loop timed without the
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-MEMORY_BOUND = ("element-wise", "normalization", "reductions", "data movement")
+from twinbench.explain import taxonomy
+
+MEMORY_BOUND = taxonomy.MEMORY_BOUND  # the categories declared memory-bound (taxonomy.DECLARED)
 NAMED_SHARE = 0.10
 #: kernel names of a torch.compile program (Inductor's Triton and C++ kernels)
 _FUSED_KERNEL = re.compile(r"^(triton_|cpp_fused|fused_)|CompiledFunction")
@@ -215,9 +219,9 @@ def eager_dispatches(e: dict[str, Any]) -> tuple[float, str] | None:
     return None
 
 
-def gates(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]]:
-    """The evidence checks that failed for a pair (see the block's comment): each its ``check`` and the
-    ``fact`` that decides it; [] when a row may be named."""
+def categorized_facts(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Each side under :data:`CATEGORIZED_MIN` of its op time categorized, with its phases and, for a JAX step run
+    op by op, its dispatches a step (else its largest uncategorized ops)."""
     out = []
     for side in (a, b):
         share = side.get("categorized_share", 1.0)
@@ -231,18 +235,41 @@ def gates(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]]:
                          "(twinbench doctor SCRIPT says how)")
             elif side.get("other"):
                 fact += "; largest uncategorized: " + ", ".join(list(side["other"])[:3])
-            out.append({"check": "categorized", "fact": fact})
-    for side in (a, b):
-        fact = phase_check(side)
-        if fact:
-            out.append({"check": "phases", "fact": fact})
-    for side in (a, b):
-        for line in side.get("impossible") or []:
-            out.append({"check": "rates", "fact": f"{side['run']}: {line}: its count is not what ran"})
-    fact = clock_check(a, b)
-    if fact:
-        out.append({"check": "clock", "fact": fact})
-    return out  # a busy machine is no check: its noise is measured (:func:`noise`) and said (:func:`busy_line`)
+            out.append(fact)
+    return out
+
+
+def rate_facts(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Each rate a side printed above its device's bound (:func:`physical`)."""
+    return [f"{side['run']}: {line}: its count is not what ran" for side in (a, b) for line in side.get("impossible") or []]
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One evidence check, declared once: its ``check`` id, the ``words`` a refusal says it with, and ``facts``, the
+    facts that fail it for a pair ([] when it holds)."""
+
+    check: str
+    words: str
+    facts: Callable[[dict[str, Any], dict[str, Any]], list[str]]
+
+
+#: the evidence a named row needs, in the order a refusal says them (see the block's comment)
+GATES = (
+    Gate("categorized", f"both runs categorized ({CATEGORIZED_MIN:.0%} of op time)", categorized_facts),
+    Gate("phases", "phases consistent with the program",
+         lambda a, b: [f for f in (phase_check(a), phase_check(b)) if f]),
+    Gate("rates", "every rate possible on its device", rate_facts),
+    Gate("clock", "the traced gap the clock's", lambda a, b: [f for f in (clock_check(a, b),) if f]),
+)
+_GATE = {g.check: g for g in GATES}
+
+
+def gates(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]]:
+    """The evidence checks that failed for a pair (:data:`GATES`): each its ``check`` and the ``fact`` that decides
+    it; [] when a row may be named. A busy machine is no check: its noise is measured (:func:`noise`) and said
+    (:func:`busy_line`)."""
+    return [{"check": g.check, "fact": f} for g in GATES for f in g.facts(a, b)]
 
 
 def busy_line(a: dict[str, Any], b: dict[str, Any]) -> str:
@@ -342,9 +369,6 @@ def phase_check(e: dict[str, Any]) -> str:
 
 def refusal(failed: list[dict[str, str]]) -> str:
     """The summary's sentence when a check failed: no row named, which checks failed, and their facts."""
-    checks = {"categorized": f"both runs categorized ({CATEGORIZED_MIN:.0%} of op time)",
-              "phases": "phases consistent with the program", "rates": "every rate possible on its device",
-              "clock": "the traced gap the clock's"}
-    which = ", ".join(dict.fromkeys(checks[f["check"]] for f in failed))
+    which = ", ".join(dict.fromkeys(_GATE[f["check"]].words for f in failed))
     return f"no row is named as a cause; check{'s' if ',' in which else ''} failed: {which}. " + "; ".join(
         f["fact"] for f in failed)

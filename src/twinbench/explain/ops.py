@@ -13,12 +13,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from twinbench.explain import flops
+from twinbench.explain import flops, taxonomy
 from twinbench.explain.breakdown import Breakdown
 from twinbench.record_sections import Record
 
 #: categories whose throughput is FLOP/s; the others (memory-bound) are told in bytes per second
-COMPUTE = ("matmul", "attention")
+COMPUTE = taxonomy.COMPUTE  # declared there (taxonomy.DECLARED)
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Categories: matmul, attention (scores/softmax/SDPA), normalization, element-wise, reductions, data movement
 (copy, transpose, concatenate, gather/scatter), collectives, optimizer, compilation (a compiler at work
-inside a step: :func:`compile_event`), other. A torch op is named by its
+inside a step: :func:`compile_event`), other: each declared once (:class:`Category`, :data:`DECLARED`). A torch op is named by its
 aten name; an HLO instruction by its opcode, and a fusion by the instructions it contains: the fusion counts
 whole for its *dominant* category (the first present in :data:`DOMINANCE`: a fusion holding a dot is a
 matmul even if it also adds a bias). The ``optimizer`` category is decided by scope (the update marked
@@ -12,12 +12,60 @@ matmul even if it also adds a bias). The ``optimizer`` category is decided by sc
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 
-CATEGORIES = ("matmul", "attention", "normalization", "element-wise", "reductions", "data movement",
-              "collectives", "optimizer", "compilation", "other")
+
+@dataclass(frozen=True)
+class Category:
+    """An op category, declared once (:data:`DECLARED`): its ``name``, what bounds it (``compute``: FLOPs, its
+    rate against the framework's matmul peak; ``memory``: bytes moved, told in GB/s, and named no further than
+    its phase's memory-bound rows confirm where a compiler fuses; ``communication``, ``update``, ``host``: time
+    no op of the model spends; ``unknown``), and what it holds. Every rule table below names categories by
+    these names, checked when this module is imported: a misspelled one fails there, not at run time."""
+
+    name: str
+    bound: str
+    holds: str
+
+
+DECLARED = (
+    Category("matmul", "compute", "matrix products and convolutions, forward and backward"),
+    Category("attention", "compute", "the score and value products, the softmax and their backward"),
+    Category("normalization", "memory", "layer, batch, group and RMS norms"),
+    Category("element-wise", "memory", "pointwise arithmetic, activations, dropout, random numbers"),
+    Category("reductions", "memory", "sums, means, maxima, pooling, the loss's softmax"),
+    Category("data movement", "memory", "copies, transposes, concatenation, gather/scatter, views"),
+    Category("collectives", "communication", "all-reduce, all-gather, reduce-scatter, send/recv"),
+    Category("optimizer", "update", "every op inside the optimizer's update"),
+    Category("compilation", "host", "a compiler at work inside a step: XLA, jit's tracing, torch.compile"),
+    Category("other", "unknown", "an op no rule names"),
+    Category("idle", "host", "step time no op covers: dispatch, Python, idle threads (rest / idle)"),
+)
+REGISTRY = {c.name: c for c in DECLARED}
+#: the categories an op can be filed under (idle is the step's time no op covers)
+CATEGORIES = tuple(c.name for c in DECLARED if c.name != "idle")
+
+
+def bound_by(bound: str) -> tuple[str, ...]:
+    """The declared categories of one bound (``compute``, ``memory``...), in their declared order."""
+    return tuple(c.name for c in DECLARED if c.bound == bound)
+
+
+#: categories whose throughput is FLOP/s; memory-bound ones are told in bytes per second
+COMPUTE = bound_by("compute")
+MEMORY_BOUND = bound_by("memory")
+
+
+def declared(table: str, names: Iterable[str]) -> None:
+    """Raise :class:`ValueError` naming ``table`` when it names a category :data:`DECLARED` does not."""
+    unknown = sorted(set(names) - set(REGISTRY))
+    if unknown:
+        raise ValueError(f"{table} names categories never declared in taxonomy.DECLARED: {unknown}")
+
 
 #: time a compiler ran inside a step (a recompile, an autotuning pass): a row of its own, never idle
-COMPILATION = "compilation"
+COMPILATION = REGISTRY["compilation"].name
 
 #: host events of a compiler at work, as the profilers record them: JAX's ``backend_compile`` (named
 #: ``backend_compile_and_load`` from 0.5), PJRT's ``PjRtCpuClient::Compile``/``PjRtStreamExecutorClient::Compile``
@@ -86,6 +134,7 @@ _TORCH = [
                      r"^autograd::engine::evaluate_function"),  # the autograd node around a backward op
 ]
 _TORCH_RE = [(c, re.compile(p)) for c, p in _TORCH]
+declared("taxonomy._TORCH", (c for c, _ in _TORCH))
 
 
 def torch_op(name: str) -> str:
@@ -117,6 +166,7 @@ _HLO = {
 }
 COLLECTIVE_OPCODES = frozenset(_HLO["collectives"])
 _HLO_OF = {op: cat for cat, ops in _HLO.items() for op in ops}
+declared("taxonomy._HLO", _HLO)
 #: op_name scope fragments that decide a category whatever the opcode
 _SCOPE_CATS = [("reductions", re.compile(r"log_?softmax|cross_entropy|nll_loss|logsumexp")),  # the loss, as
                # torch's log_softmax/nll_loss rows are: a softmax over the vocabulary is not attention
@@ -240,6 +290,7 @@ _GENERIC = [
                      r"sqrt|pow|neg|abs|loop_"),
 ]
 _GENERIC_RE = [(c, re.compile(p, re.IGNORECASE)) for c, p in _GENERIC]
+declared("taxonomy._KERNEL, _GENERIC", (c for c, _ in (*_KERNEL, *_GENERIC)))
 _TRITON = re.compile(r"^triton_(poi|per|red|tem|for|unk)_(fused_)?(.*?)(_\d+)?$")
 _XLA_FUSION = re.compile(r"^(loop|input)_(\w+?)_fusion(_\d+)?$")
 
@@ -360,3 +411,9 @@ def jax_op_name(op_name: str) -> str:
         if re.search(p, last):
             return cat
     return "other"
+
+
+# every rule table's categories, checked once the tables exist (a misspelled one fails on import)
+declared("taxonomy.DOMINANCE", DOMINANCE)
+declared("taxonomy._SCOPE_CATS, _NODES, _CUSTOM, _PRIMS",
+         (c for c, _ in (*_SCOPE_CATS, *_NODES, *_CUSTOM, *_PRIMS)))

@@ -43,6 +43,7 @@ _BY_HLO_CATEGORY = {
     "all-reduce fusion": "collectives", "all-gather fusion": "collectives",
     "reduce-scatter fusion": "collectives", "megacore fusion": "collectives",
 }
+taxonomy.declared("tpu_trace._BY_HLO_CATEGORY", _BY_HLO_CATEGORY.values())
 
 
 def is_tpu(plane_names: list[str]) -> bool:
