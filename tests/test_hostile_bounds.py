@@ -234,17 +234,23 @@ def test_every_file_twinbench_opens_goes_through_the_one_opener():
 
 # ------------------------------------------------------------------------------------ 3. bounded bad lines
 def test_bad_lines_keep_a_few_examples_and_counts_not_a_string_each(tmp_path):
+    from twinbench.record import MAX_BAD_LINES, NotResults
+
     path = tmp_path / "results.jsonl"
     good = json.dumps(synthetic.record("torch", "eager"))
-    with path.open("w") as f:
-        f.write(good + "\n")
-        for i in range(200_000):
-            f.write(f"garbage {i}\n" if i % 2 else '{"run": 1}\n')
+    n = MAX_BAD_LINES - 2
+    path.write_text(good + "\n" + "".join(f"garbage {i}\n" if i % 2 else '{"run": 1}\n' for i in range(n)))
     problems: list[str] = []
     records, bad = read_records(path, problems)
-    assert len(records) == 1 and bad == 200_000
+    assert len(records) == 1 and bad == n
     assert len(problems) <= 6 and problems[0].startswith("line 2: ")
-    assert problems[-1].startswith("200,000 lines in all: 100,000 ") and "100,000 not JSON" in problems[-1]
+    assert problems[-1].startswith(f"{n:,} lines in all: {n // 2:,} ") and f"{n // 2:,} not JSON" in problems[-1]
+    # 31 million bad lines (60 MB, under the size cap) are refused after the first 10,000, not read to the end
+    path.write_text(good + "\n" + "x\n" * (3 * MAX_BAD_LINES))
+    with pytest.raises(NotResults, match="not a results file twinbench wrote"):
+        read_records(path, problems)
+    line = one_line_error(CLI.invoke(app, ["diff", str(tmp_path), str(tmp_path)]))
+    assert "10,000 of its first" in line
 
 
 # ---------------------------------------------------------------------------------- 5. a record picks no path

@@ -397,9 +397,21 @@ def read_records(path: Path, problems: list[str] | None = None,
             continue
         bad += 1
         why.add(n, got)
+        if bad >= MAX_BAD_LINES and bad > 10 * len(records):
+            raise NotResults(f"{path}: {bad:,} of its first {n:,} lines are not twinbench records (first: "
+                             f"{why.examples[0]}); not a results file twinbench wrote")
     if problems is not None:
         problems += why.lines()
     return records, bad
+
+
+#: lines that are not records a results file may hold before it is refused, when they outnumber its records ten
+#: to one: a file twinbench wrote has one torn line per interrupted write, never thousands (a bound on time)
+MAX_BAD_LINES = 10_000
+
+
+class NotResults(OSError):
+    """A file whose lines are mostly not records: refused once :data:`MAX_BAD_LINES` of them are read."""
 
 
 #: skipped lines a reader names one by one (the rest are counted by reason)

@@ -250,7 +250,10 @@ def run_many(
     try:
         with out_lock(out_dir):
             problems: list[str] = []
-            found, bad = read_records(path, problems) if path.is_file() else ([], 0)
+            try:
+                found, bad = read_records(path, problems) if path.is_file() else ([], 0)
+            except OSError as e:  # over the reader's caps (size, lines that are not records): one line
+                raise SpecError(f"--out {out_dir}: {e}") from None
             if bad:  # garbage, a torn last line: skipped (the next record starts on a line of its own)
                 print(f"warning: {skipped_note(path, bad, problems)}", file=sys.stderr)
             done = {r.run.run_id: r for r in found if not r.launch.launcher_state
