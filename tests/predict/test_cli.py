@@ -58,7 +58,7 @@ def test_here_with_calibration_from_records(tmp_path):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--device", "tpu-v9"], "--device: unknown device 'tpu-v9'"),
-    (["--device", "h200", "--devices", "0"], "--devices must be >= 1"),
+    (["--device", "h200", "--devices", "0"], "--devices must be 1 to 1,048,576"),
     (["--device", "h200", "--calibrate", "/nonexistent.jsonl"], "--calibrate: /nonexistent.jsonl is not a file"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message):
