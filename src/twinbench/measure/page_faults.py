@@ -12,7 +12,7 @@ their number times one fault's cost, measured on this machine (:func:`fault_us`)
 CPU time (``fault_cpu_share``). Both shares must reach ``KERNEL_SHARE`` before the faults are called costly.
 A fault's time is the kernel's, so that share is bounded by the kernel's own share: the once-a-process
 measurement of one fault (a fresh map, cold caches, another CPU than the step's faults ran on) priced the
-faults of a step at 102% of its CPU time on an Intel Xeon whose kernel share was 82% (issue 76).
+faults of a step at 102% of its CPU time on an Intel Xeon whose kernel share was 82%.
 """
 
 from __future__ import annotations
