@@ -24,6 +24,16 @@ class SpecError(ValueError):
     """An impossible or unknown value given by the user. The message is one line, fit to print."""
 
 
+class Framework(StrEnum):
+    """The frameworks a run trains in, a closed set: each has its backend (backends/, the only modules that know
+    which one runs); a strategy, a modifier or a backend naming any other fails at import."""
+
+    TORCH = "torch"
+    JAX = "jax"
+
+
+FRAMEWORKS: tuple[str, ...] = tuple(f.value for f in Framework)
+
 #: the values of the string fields of ModelConfig and TrainConfig (spec.validate checks every declared choice)
 PRECISIONS = ("fp32", "bf16")
 TASKS = tuple(_TASKS)  # the registered tasks (tasks/): lm | classify | custom (the user's model)

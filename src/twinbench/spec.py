@@ -25,6 +25,7 @@ from typing import Any, get_type_hints
 
 from twinbench import backends
 from twinbench.config import (  # the leaf, re-exported
+    FRAMEWORKS,
     MASK_IMPLS,
     USER_FAMILY,
     Identity,
@@ -54,9 +55,8 @@ from twinbench.spec_sections import (
 from twinbench.strategies.modifiers import LENGTH_POLICIES
 from twinbench.tasks import TASKS, USER_TASK
 
-__all__ = ["ATTENTION_IMPLS", "MASK_IMPLS", "SpecError", "StrategySpec"]  # re-exported: read from here too
+__all__ = ["ATTENTION_IMPLS", "FRAMEWORKS", "MASK_IMPLS", "SpecError", "StrategySpec"]  # re-exported: read from here too
 
-FRAMEWORKS = ("torch", "jax")
 USER = USER_FAMILY  # the family of --model FILE.py:build (twinbench/byo); the models read it from config
 FAMILIES = (*BUILT_IN, USER)  # the built-in families (models/) and the user's
 #: the version of :meth:`RunSpec.to_dict`'s form: 2, in sections (a dict without ``version``: the flat form of 1)
@@ -74,7 +74,8 @@ class RunSpec:
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     user: UserModel = field(default_factory=UserModel)
     output: OutputConfig = field(default_factory=OutputConfig)
-    framework: str = option("torch", "the framework the run trains in: torch or jax (--framework)", flag=False)
+    framework: str = option("torch", "the framework the run trains in: torch or jax (--framework)", flag=False,
+                            choices=FRAMEWORKS)
     preset: str = option("small", "the preset the model and training come from (--preset)", flag=False)
     repeat: int = option(0, "which repeat of its configuration this run is (compare --repeats, claims): 0-based",
                          flag=False, identity=Identity.REPEAT, later=True)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from twinbench.backends import jax as jax_backend
 from twinbench.backends import torch as torch_backend
+from twinbench.config import Framework
 from twinbench.measure.compiles import CompileMonitor
 
 
@@ -28,6 +29,8 @@ class Backend(Protocol):
     TWIN_OPTION: str
     #: whether XLA_FLAGS change this framework's runs (an XLA flag given to another framework is refused)
     READS_XLA_FLAGS: bool
+    #: how predict reads this framework's step without running it (its progress line says so)
+    PREDICT_READ: str
 
     def describe(self) -> tuple[str, str, int]: ...  # (platform, device name, devices visible)
     def set_threads(self, threads: int) -> None: ...  # the framework's own CPU thread pool
@@ -55,7 +58,9 @@ class Backend(Protocol):
     def cpu_peaks(self, num_processes: int, device_count: int, threads: int) -> int: ...  # matmul peaks at once
 
 
-BACKENDS: dict[str, Backend] = {"torch": torch_backend, "jax": jax_backend}  # type: ignore[dict-item]
+BACKENDS: dict[str, Backend] = {Framework.TORCH: torch_backend, Framework.JAX: jax_backend}  # type: ignore[dict-item]
+if {b.NAME for b in BACKENDS.values()} != set(BACKENDS):  # each backend is the one its framework names
+    raise ValueError(f"backends name {sorted(b.NAME for b in BACKENDS.values())}, keyed {sorted(BACKENDS)}")
 
 
 def get(framework: str) -> Backend:

@@ -23,6 +23,7 @@ MEMORY_PROTOCOL = JaxStepTrainer
 #: a JAX strategy that builds the family's NNX twin needs the family to have one
 TWIN_OPTION = "jax-twin"
 READS_XLA_FLAGS = True
+PREDICT_READ = "lowered from state traced by jax.eval_shape"
 
 #: the record's name of each ``--attention-impl``; any other (the default) is the twins' einsums
 ATTENTION_LABELS = {"cudnn": "cudnn (fused)", "splash": "splash (Pallas TPU, fused)",

@@ -20,6 +20,7 @@ MEMORY_PROTOCOL = TorchModuleTrainer
 #: the torch twins need no family option: every family has its torch module
 TWIN_OPTION = ""
 READS_XLA_FLAGS = False
+PREDICT_READ = "traced on fake tensors"
 
 #: torch's SDPA kernels by the aten op that runs them (the first found in a profiled call names the kernel).
 SDPA_KERNELS = (("_scaled_dot_product_cudnn_attention", "cudnn"),

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from twinbench import runner
+from twinbench import backends, runner
 from twinbench.claims.core import (
     FAR_BEYOND,
     INCONCLUSIVE,
@@ -128,7 +128,8 @@ def compile_s(spec: RunSpec) -> float:
     c = 0.0
     if spec.strategy.base in ("compile", "compile-regional"):
         c += EXTRA_S["compile"] * (1 if spec.preset == "tiny" else 1.5)
-    if spec.framework == "jax" and not spec.strategy.base.startswith("torchax"):
+    # an XLA framework's step is compiled at its first call (the backend says whether XLA runs it)
+    if backends.get(spec.framework).READS_XLA_FLAGS and not spec.strategy.base.startswith("torchax"):
         c += JIT_S.get(spec.preset, 10.0)
     return c + EXTRA_S.get(f"{spec.framework}:{spec.strategy.base}+{spec.strategy.mods.length}", 0.0)
 

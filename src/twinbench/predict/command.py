@@ -371,7 +371,6 @@ def run(specs: list[RunSpec], device: str, devices: int = 1, calibrate: Path | N
     preds = []
     for s in specs:
         if say is not None:
-            how = "traced on fake tensors" if s.framework == "torch" else "lowered from state traced by jax.eval_shape"
-            say(f"reading {s.framework}:{s.strategy.name}'s step ({how})")
+            say(f"reading {s.framework}:{s.strategy.name}'s step ({backends.get(s.framework).PREDICT_READ})")
         preds.append(predict_one(s, sheet_of(device, s, sheets), points, fitted, devices, cache, compile_step))
     return preds, lines

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from twinbench.config import REMAT_POLICIES, option
+from twinbench.config import FRAMEWORKS, REMAT_POLICIES, option
 
-BOTH = ("torch", "jax")
+BOTH = FRAMEWORKS
 #: the bases that run a user's model under a mesh (strategies/registry.py): they take no modifier
 USER_MESH = ("torchax-mesh-dp", "torchax-mesh-fsdp", "port-mesh-dp", "port-mesh-fsdp")
 _MESH_WHY = "a user's model under a mesh takes no modifier (its step is the mesh's, unwrapped)"
@@ -232,6 +232,8 @@ def _declared() -> dict[str, Modifier]:
     for f in fields(Modifiers):
         if "modifier" in f.metadata:
             frameworks, summary, what = f.metadata["modifier"]
+            if set(frameworks) - set(FRAMEWORKS):  # a misspelled framework fails at import
+                raise ValueError(f"modifier {f.name}: no framework {sorted(set(frameworks) - set(FRAMEWORKS))}")
             flags.append(Modifier(f.name.replace("_", "-"), frameworks, summary, **what))
     cut = [m.name for m in flags].index("optc") + 1
     return {m.name: m for m in (*flags[:cut], *_LENGTHS, *flags[cut:])}

@@ -52,6 +52,8 @@ DEFAULT_COMBOS: list[tuple[str, str]] = []
 def register(framework: str, name: str, summary: str, builder: str, default: bool = True,
              multi_device: bool = False, launcher: str = "", families: tuple[str, ...] | None = None,
              needs: tuple[str, ...] = (), shared_step: bool = True) -> None:
+    if framework not in FRAMEWORKS:  # a misspelled framework fails at import
+        raise ValueError(f"strategy {name!r}: no framework {framework!r}; allowed: {', '.join(FRAMEWORKS)}")
     REGISTRY[(framework, name)] = Strategy(framework, name, summary, builder, default, multi_device, launcher,
                                            families, needs, shared_step)
 
