@@ -63,7 +63,7 @@ def test_the_recompiles_are_the_first_cause_sized_by_the_compilation_row(tmp_pat
     assert "faster side" in said["cpu-oversubscribed"] and "not time" in said["jax-no-donation"]
     text = "\n".join(answer.lines(got))
     # torch:t is slower in every other row: the causes add up to more than the gap, and the answer says so
-    assert "1. 400.0 ms" in text and "jax-recompile" in text and "1.0 ms the other way" in text
+    assert "1. 400.0 ms +-4.1 (98% of jax:f's step)" in text and "jax-recompile" in text and "1.0 ms the other way" in text
 
 
 def test_rows_are_put_on_the_step_measured_without_the_profiler_and_the_clock_decides_the_slower_side(
@@ -170,3 +170,16 @@ def test_a_busy_machine_on_both_sides_alike_is_not_a_cause(tmp_path: Path) -> No
     got = answer.join({"a": side("torch:a", slow), "b": side("jax:b", TORCH)}, a, b)
     assert got is not None and not got.causes and got.unexplained_ms == pytest.approx(got.gap_ms)
     assert ("cpu-oversubscribed", "the whole side, and the faster side has it as well") in got.not_in_gap
+
+
+def test_the_loops_wait_for_a_cpu_is_said(tmp_path: Path) -> None:
+    obs = {"per_step": {"runq_s:s": 0.262}}
+    d = tmp_path / "b"
+    d.mkdir()
+    (d / answer.NAME).write_text(json.dumps({"findings": [finding("jax-eager-ops")], "iter_ms": 401.5,
+                                             "observations": obs}))
+    slow = {"rest": {"idle": 380.0, "other": 20.0}}
+    got = answer.join({"a": side("torch:a", TORCH), "b": side("jax:b", slow)}, folder(tmp_path, "a", []), str(d))
+    assert got is not None and got.waits == [("jax:b", 262.0, 401.5)] and got.slow_step_ms == pytest.approx(400.0)
+    assert got.causes[0].finding == "jax-eager-ops" and got.causes[0].ms == pytest.approx(400.0 - 1.0)
+    assert "jax:b's loop waited 262.0 ms of its 401.5 ms iteration for a CPU" in "\n".join(answer.lines(got))

@@ -71,6 +71,7 @@ class InputCheck(msgspec.Struct, frozen=True):
 class Observations(msgspec.Struct, frozen=True):
     read_check: ReadCheck | None = None
     input_check: InputCheck | None = None
+    per_step: dict[str, float] = {}  # counters per steady step: runq_s:s, the loop's wait for a CPU others held
 
 
 class DoctorReport(msgspec.Struct, frozen=True):
@@ -188,6 +189,8 @@ class Answer(msgspec.Struct):
     unnamed_rows: list[tuple[str, float]]  # rows beyond the noise that no finding names
     not_in_gap: list[tuple[str, str]]  # (finding id, why)
     notes: list[str]
+    slow_step_ms: float = 0.0  # the slower side's step, on the clock the gap is on
+    waits: list[tuple[str, float, float]] = []  # (run, ms a step its loop waited for a CPU others held, its step)
 
 
 def _cells(side: dict[str, Any]) -> tuple[dict[str, float], float]:
@@ -203,6 +206,9 @@ def _cells(side: dict[str, Any]) -> tuple[dict[str, float], float]:
 #: the least noise a cause is told apart from, as a share of the slower side's step: a few traced steps that
 #: happen to agree (each compiling, or all disturbed alike) measure no noise, and are not a measurement to 0.1%
 NOISE_FLOOR = 0.01
+#: a side whose loop waited this share of its iteration for a CPU other processes held is said to have run
+#: on a busy machine, with the figure: its milliseconds hold that much of the load, which changes from run to run
+WAIT_SAID = 0.10
 
 
 def _noise(result: dict[str, Any], slow_step: float) -> float:
@@ -301,8 +307,11 @@ def join(result: dict[str, Any], arg_a: str, arg_b: str) -> Answer | None:
     causes.sort(key=lambda c: -c.ms)
     unnamed = sorted(((r, round(v, 3)) for r, v in excess.items() if r not in claimed and v > noise),
                      key=lambda rv: -rv[1])[:3]
+    waits = [(result[k]["run"], round(w, 3), round(it, 3)) for k, rep in zip("ab", reports, strict=True)
+             if rep is not None and (it := rep.iter_ms or 0.0) > 0
+             and (w := 1e3 * rep.observations.per_step.get("runq_s:s", 0.0)) >= WAIT_SAID * it]
     return Answer(round(abs(gap), 3), "untraced" if measured else "traced", result[slow]["run"], result[fast]["run"],
-                  causes, round(left, 3), unnamed, not_in, notes)
+                  causes, round(left, 3), unnamed, not_in, notes, round(max(step_a, step_b), 3), waits)
 
 
 def _worse(severity: str) -> int:
@@ -342,7 +351,8 @@ def lines(a: Answer) -> list[str]:
     clock = "measured without the profiler" if a.clock == "untraced" else "traced (no untraced step measured)"
     out = [f"answer: of the gap of {a.gap_ms:.1f} ms a step ({a.slower} slower than {a.faster}, {clock}):"]
     for i, c in enumerate(a.causes, 1):
-        head = f"  {i}. {c.ms:.1f} ms +-{c.noise:.1f}: {c.what}"
+        share = f" ({c.ms / a.slow_step_ms:.0%} of {a.slower}'s step)" if a.slow_step_ms else ""
+        head = f"  {i}. {c.ms:.1f} ms +-{c.noise:.1f}{share}: {c.what}"
         if c.finding:
             head += f" (the doctor's {c.finding}"
             head += f", at {c.location}" if c.location else ""
@@ -361,6 +371,10 @@ def lines(a: Answer) -> list[str]:
                    f"causes above add up to more than the gap{unnamed}")
     for fid, why in a.not_in_gap:
         out.append(f"  not in the gap: {fid} ({why})")
+    for run, wait, it in a.waits:  # the doctor's run-queue figure: the load is measured, not assumed away
+        out.append(f"  busy machine: {run}'s loop waited {wait:.1f} ms of its {it:.1f} ms iteration for a CPU other "
+                   "processes held (the doctor's figure): its milliseconds above hold that load, and so does any "
+                   "A/B timed under another; the shares of the step carry over better than the milliseconds")
     out += [f"  note: {n}" for n in a.notes]
     return out
 
