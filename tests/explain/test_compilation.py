@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.explain.test_corpus import _doctor_dir
-from twinbench.explain import breakdown, command, compilation, doctor_timing, taxonomy, torch_trace
+from tests.explain.test_corpus import FIX, _doctor_dir
+from twinbench.explain import breakdown, causes, command, compilation, doctor_timing, taxonomy, torch_trace
 
 QUIET = {"others_cores": 0.05, "cores": 2, "busy": False}
 
@@ -82,15 +82,16 @@ def _ev(name: str, ts: float, dur: float, cat: str = "cpu_op") -> dict[str, Any]
 
 def test_a_torch_compile_frame_compiling_in_a_step_is_compilation(tmp_path: Path) -> None:
     """SYNTHETIC torch trace: four steps of 1 ms of addmm; the second compiles a frame (Dynamo's
-    ``_compile.compile_inner``, 5 ms, running aten ops on fake tensors inside): that step is kept, its 5 ms are
-    compilation (the ops inside it none of their own), and no step is said to be disturbed."""
+    ``_compile.compile_inner``, 5 ms, running aten ops on fake tensors and AOT's ``backend_compile`` inside, as a
+    real torch 2.13 trace records them): that step is kept, its 5 ms are compilation (the ops inside it none of
+    their own), one compile is counted, and no step is said to be disturbed."""
     events, t = [], 0.0
     for i in range(4):
         comp = 5000.0 if i == 1 else 0.0
         events.append(_ev(f"ProfilerStep#{i}", t, 1100 + comp, "user_annotation"))
         if comp:
-            events += [_ev("_compile.compile_inner (dynamo_timed)", t + 10, comp, "user_annotation"),
-                       _ev("aten::addmm", t + 20, 3000)]
+            events += [_ev("_compile.compile_inner (dynamo_timed)", t + 10, comp),  # torch 2.13 records a cpu_op
+                       _ev("aten::addmm", t + 20, 3000), _ev("backend_compile", t + 3100, 1000)]  # AOT's, inside
         events.append(_ev("aten::addmm", t + 20 + comp, 1000))
         t += 1100 + comp + 10
     (tmp_path / "t.json").write_text(json.dumps({"traceEvents": events}))
@@ -119,3 +120,19 @@ def test_the_doctor_writes_its_compile_log_and_explain_reads_it(tmp_path: Path) 
     assert said == ("compilation +10.3 s a step on jax:x: 24 compiles in 60 steps (twinbench doctor), caused by the "
                     "shape of ids (i32[32,55] against i32[32,39]: its dimension 1) (see the doctor's jax-recompile)")
     assert doctor_timing.compile_log({"compiles": "24", "shapes": [3]}) == {}  # a malformed log: nothing
+
+
+def test_the_clocks_median_step_leaves_out_compiles_of_few_steps(tmp_path: Path) -> None:
+    """The doctor's clock is a median step: where fewer than half the steps compiled (here 5 of 60), it leaves
+    them out, the traced gap it is held to leaves the compilation row out too, and the summary says so; where
+    most steps compiled (the fixture: 11 of 12), the median has them and nothing is said."""
+    assert "the clock's step is a median" not in _pair(tmp_path / "most")["summary"]
+    log = {**json.loads((FIX / "recompile_jax.doctor.json").read_text())["compiles"], "steps": 60, "retraces": 5}
+    t = _doctor_dir(tmp_path / "few", "tr-torch", "recompile_torch.json.gz", "recompile_torch.doctor.json", load=QUIET)
+    j = _doctor_dir(tmp_path / "few", "tr-jax", "recompile_jax.xplane.pb.gz", "recompile_jax.doctor.json",
+                    "recompile_jax.hlo.txt.gz", load=QUIET, compiles=log)
+    r = command.explain_traces(str(t), str(j))
+    c = causes.clock(r["a"], r["b"])
+    assert c is not None and set(c["compile_left_out"]) == {"jax:tr-jax"}
+    assert c["traced_gap_ms"] == pytest.approx(r["gap_ms"] - c["compile_left_out"]["jax:tr-jax"])
+    assert "the clock's step is a median, which leaves out the steps that compiled on jax:tr-jax" in r["summary"]

@@ -43,14 +43,18 @@ def compile_time(spans: list[tuple[float, float]], events: list[tuple[float, flo
     """Per step span: the time a compiler ran inside it (the union of the compile events ``events``, each
     ``(start, end, name)``, clipped to the span) and the compiles that started in it (the events that are one
     compile each, :func:`taxonomy.one_compile`, else the outermost compile events)."""
-    evs = sorted(events)
-    counted = [e for e in evs if one_compile(e[2])]
-    if not counted:  # each outermost compile event is one
+    evs = sorted(events, key=lambda e: (e[0], -e[1]))
+    # a compile is an outermost event of those that are one each (torch's backend_compile runs inside its
+    # frame's _compile.compile_inner), else an outermost compile event
+    counted: list[tuple[float, float, str]] = []
+    for pool in ([e for e in evs if one_compile(e[2])], evs):
         reach = float("-inf")
-        for e in evs:
+        for e in pool:
             if e[0] >= reach:
                 counted.append(e)
             reach = max(reach, e[1])
+        if counted:
+            break
     ms, count = [], []
     for s0, s1 in spans:
         ms.append(union_within([(a, b) for a, b, _ in evs if a < s1 and b > s0], s0, s1))

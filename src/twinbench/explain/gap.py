@@ -298,7 +298,8 @@ def sentence(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) 
     ck = causes.clock(a, b)
     if ck and ck["gap_ms"] * gap > 0:  # framed on the clock: the rows split the traced gap, the same way
         head = (f"{slow['run']}'s extra {abs(ck['gap_ms']):.1f} ms per step over {fast['run']} by the clock (twinbench "
-                f"doctor, without the profiler; {causes.profiler_share(ck)}); traced, {traced} ms")
+                f"doctor, without the profiler; {causes.profiler_share(ck)}{causes.median_note(ck)}); traced, "
+                f"{traced} ms")
     elif ck:  # the clock has no gap beyond its floor, or the other way within it: said, and the traced rows
         head = f"{causes.clock_head(a, b)}; traced, {slow['run']}'s extra {traced} ms per step over {fast['run']}"
     else:
