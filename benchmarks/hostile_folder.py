@@ -198,6 +198,76 @@ def more_cases(t: Path) -> tuple[list[Case], Callable[[], str]]:
     ], imported
 
 
+def issue75_cases(t: Path) -> list[Case]:
+    """A case per hole found by the last hostile trial: counts no host can keep, FIFOs where twinbench opens a lock or a --json,
+    31 million lines that are not records, a link past 60,000 entries where the profiler writes, 256 KB of
+    gzipped zeros named as a profile, a record that names the file to train on."""
+    import gzip
+
+    from twinbench.spec import from_preset
+
+    m = t / "i75"
+    m.mkdir()
+    out = str(m / "o")
+    fifo_out = m / "fifo-out"
+    fifo_out.mkdir()
+    os.mkfifo(fifo_out / ".twinbench.lock")
+    results(fifo_out, [record("torch", "eager")])
+    (fifo_out / "claims-settings.json").write_text(json.dumps({"quick": True, "only": "C1"}))
+    fifo_json = m / "out.json"
+    os.mkfifo(fifo_json)
+    pair = results(m / "pair", [record("torch", "eager"), record("jax", "jit")])
+    bad = m / "bad"
+    bad.mkdir()
+    with open(bad / "results.jsonl", "w") as f:  # 60 MB, under the 256 MB cap: 31 million lines, none a record
+        f.write(json.dumps(record("torch", "eager")) + "\n")
+        for _ in range(31):
+            f.write("x\n" * 1_000_000)
+    traces, away = m / "traces", m / "away"
+    traces.mkdir()
+    away.mkdir()
+    for i in range(60_000):
+        (traces / f"f{i:05d}").touch()
+    spec = from_preset("tiny", {"steps": 12, "warmup": 2}, framework="torch", strategy="eager")
+    (traces / f"torch-eager-{spec.run_id()}").symlink_to(away)  # where the profiler writes this run's trace
+    zeros = m / "zeros.xplane.pb.gz"
+    zeros.write_bytes(gzip.compress(bytes(256 << 10)))
+    shadow = results(m / "shadow", [record("torch", "eager"), record("jax", "jit")])
+    for line_rec in (shadow / "results.jsonl",):
+        recs = [json.loads(x) for x in line_rec.read_text().splitlines()]
+        for r in recs:
+            r["spec"]["train"]["data"] = "/etc/hostname"
+        line_rec.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    base = ["--preset", "tiny", "--strategies", "torch:eager"]
+
+    def away_empty() -> str:
+        return f"wrote through the link: {sorted(p.name for p in away.iterdir())}" if any(away.iterdir()) else ""
+
+    return [
+        Case("compare", "--steps 1e30", ["compare", *base, "--steps", str(10**30), "--out", out], max_mb=500),
+        Case("compare", "--repeats 1e9 --dry-run", ["compare", *base, "--repeats", str(10**9), "--dry-run"],
+             max_mb=500),
+        Case("compare", "--preset gpt2-124m --steps 700000 (planned)", ["compare", "--preset", "gpt2-124m",
+             "--strategies", "torch:eager", "--steps", "700000", "--dry-run"], 0, max_mb=500),
+        Case("sweep", "a grid of 4 million points", ["sweep", *base, "--over", "seed=" + ",".join(map(str, range(2000))),
+             "--over", "steps=" + ",".join(map(str, range(10, 2010))), "--out", out], max_mb=500),
+        Case("compare", "--out with a FIFO for its lock", ["compare", *base, "--out", str(fifo_out)], max_mb=500),
+        Case("compare", "--resume with a FIFO for its lock", ["compare", *base, "--resume", str(fifo_out)],
+             max_mb=500),
+        Case("claims", "--resume with a FIFO for its lock", ["claims", "--resume", str(fifo_out)], max_mb=500),
+        Case("diff", "--json a FIFO", ["diff", str(pair), str(pair), "--json", str(fifo_json)], max_mb=500),
+        Case("explain", "--json a FIFO", ["explain", str(FIX / "pair_lm_jax.xplane.pb.gz"), "--json",
+                                          str(fifo_json)], max_mb=500),
+        Case("diff", "31 million lines that are not records (60 MB)", ["diff", str(bad), str(bad)], max_mb=500),
+        Case("compare", "--trace: a link past 60,000 entries where the profiler writes",
+             ["compare", *base, "--steps", "12", "--warmup", "2", "--trace", str(traces), "--out", out], 0,
+             check=away_empty),
+        Case("explain", "256 KB of gzipped zeros as a profile", ["explain", str(zeros)], max_mb=500),
+        Case("explain", "a record naming /etc/hostname as its data",
+             [*["explain", f"{shadow}:torch/eager", f"{shadow}:jax/jit"], "--out", out], max_mb=500),
+    ]
+
+
 def _settings(m: Path, name: str, value: object) -> Path:
     d = m / name
     d.mkdir()
@@ -245,7 +315,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hostile-folder-") as tmp:
         t = Path(tmp)
         extra, imported = more_cases(t)
-        cases = [c for c in folder_cases(t) + extra if not only or c.command in only]
+        cases = [c for c in folder_cases(t) + extra + issue75_cases(t) if not only or c.command in only]
         for i, c in enumerate(cases, 1):
             shutil.rmtree(t / "more" / "o", ignore_errors=True)  # the --out of the case before
             before = _snapshot(t)
