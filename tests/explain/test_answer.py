@@ -12,11 +12,11 @@ from twinbench.explain import answer
 
 
 def side(run: str, cells: dict[str, dict[str, float]], untraced: float | None = None,
-         spread: float = 0.5) -> dict[str, Any]:
+         spread: float = 0.5, untraced_steps: int = 8) -> dict[str, Any]:
     step = sum(v for row in cells.values() for v in row.values())
     out: dict[str, Any] = {"run": run, "step_ms": step, "cells": cells, "step_spread_ms": spread}
     if untraced is not None:
-        out["measured"] = {"untraced_step_ms": untraced, "traced_step_ms": step}
+        out["measured"] = {"untraced_step_ms": untraced, "traced_step_ms": step, "untraced_steps": untraced_steps}
     return out
 
 
@@ -183,3 +183,15 @@ def test_the_loops_wait_for_a_cpu_is_said(tmp_path: Path) -> None:
     assert got is not None and got.waits == [("jax:b", 262.0, 401.5)] and got.slow_step_ms == pytest.approx(400.0)
     assert got.causes[0].finding == "jax-eager-ops" and got.causes[0].ms == pytest.approx(400.0 - 1.0)
     assert "jax:b's loop waited 262.0 ms of its 401.5 ms iteration for a CPU" in "\n".join(answer.lines(got))
+
+
+@pytest.mark.parametrize(("untraced", "steps", "why"), [(4299.8, 8, "over 4x apart"), (11.0, 2, "fewer than 3 steps")])
+def test_a_clock_of_other_steps_puts_no_side_on_it(tmp_path: Path, untraced: float, steps: int, why: str) -> None:
+    """The doctor's untraced step of 2 steps, or 1000x the traced step (a compile, the doctor's own checks), is
+    not a clock of the traced steps: neither side's rows are put on the clock, and the answer says why."""
+    slow = {"forward": {"matmul": 2.0}, "rest": {"idle": 2.2}}
+    got = answer.join({"a": side("torch:a", TORCH, untraced=9.0),
+                       "b": side("jax:b", slow, untraced=untraced, untraced_steps=steps)},
+                      folder(tmp_path, "a", []), folder(tmp_path, "b", [finding("jax-host-sync")]))
+    assert got is not None and got.clock == "traced" and got.slower == "torch:a"
+    assert got.gap_ms == pytest.approx(8.0 - 4.2) and why in got.notes[0]  # the traced steps, both sides

@@ -193,14 +193,35 @@ class Answer(msgspec.Struct):
     waits: list[tuple[str, float, float]] = []  # (run, ms a step its loop waited for a CPU others held, its step)
 
 
-def _cells(side: dict[str, Any]) -> tuple[dict[str, float], float]:
-    """(``phase / category`` -> ms a step, the step) of one explained trace, its rows put on the step the doctor
-    measured without the profiler when it measured one (the profiler's cost spread as the trace spread it)."""
+#: the doctor's step without the profiler puts a side's rows on it only when it is a clock of the same steps: timed
+#: over this many steps at least, and within this factor of the traced step (a profiler costs tens of percent; a
+#: figure this far off timed something else: a compile the traced steps did not have, the doctor's own checks)
+CLOCK_STEPS = 3
+CLOCK_APART = 4.0
+
+
+def _clock(side: dict[str, Any]) -> tuple[float | None, str]:
+    """(a side's step measured without the profiler, or None; the reason when one is there but not used)."""
+    m = side.get("measured") or {}
+    untraced, traced = float(m.get("untraced_step_ms") or 0.0), float(side.get("step_ms") or 0.0)
+    if not untraced or not traced:
+        return None, ""
+    n = int(m.get("untraced_steps") or 0)
+    if n < CLOCK_STEPS or not 1 / CLOCK_APART <= untraced / traced <= CLOCK_APART:
+        return None, (f"{side['run']}: the doctor's step without the profiler ({untraced:.1f} ms over {n} steps) is "
+                      f"not a clock of its {traced:.1f} ms traced step (" + (f"fewer than {CLOCK_STEPS} steps" if
+                      n < CLOCK_STEPS else f"over {CLOCK_APART:g}x apart") + "): the traced steps are the answer's")
+    return untraced, ""
+
+
+def _cells(side: dict[str, Any], clock: float | None) -> tuple[dict[str, float], float]:
+    """(``phase / category`` -> ms a step, the step) of one explained trace, its rows put on ``clock`` (the step
+    the doctor measured without the profiler) where there is one: the profiler's cost spread as the trace spread
+    it."""
     traced = float(side.get("step_ms") or 0.0)
-    untraced = float((side.get("measured") or {}).get("untraced_step_ms") or 0.0)
-    scale = untraced / traced if untraced and traced else 1.0
+    scale = clock / traced if clock and traced else 1.0
     cells = {f"{p} / {c}": v * scale for p, row in (side.get("cells") or {}).items() for c, v in row.items()}
-    return cells, (untraced or traced)
+    return cells, (clock or traced)
 
 
 #: the least noise a cause is told apart from, as a share of the slower side's step: a few traced steps that
@@ -242,8 +263,11 @@ def join(result: dict[str, Any], arg_a: str, arg_b: str) -> Answer | None:
             notes.append(note)
     if reports[0] is None and reports[1] is None:
         return None if not notes else Answer(0.0, "traced", "", "", [], 0.0, [], [], notes)
-    (cells_a, step_a), (cells_b, step_b) = _cells(result["a"]), _cells(result["b"])
-    measured = all((result[s].get("measured") or {}).get("untraced_step_ms") for s in ("a", "b"))
+    clocks = [_clock(result[s]) for s in ("a", "b")]
+    measured = all(c for c, _ in clocks)  # both sides on the doctor's clock, or both on their traced steps
+    notes += [why for _, why in clocks if why]
+    (cells_a, step_a), (cells_b, step_b) = (_cells(result[s], c if measured else None)
+                                            for s, (c, _) in zip("ab", clocks, strict=True))
     gap = step_b - step_a
     slow, fast = ("b", "a") if gap >= 0 else ("a", "b")
     sc, fc = (cells_b, cells_a) if slow == "b" else (cells_a, cells_b)
