@@ -26,10 +26,13 @@ EXPECTED: dict[str, tuple[str, str, dict[str, str], int]] = {
     # 10 loss.backward() micro-steps per optimizer step: --steps 8 counts the optimizer's steps
     "torch_grad_accum": ("Optimizer.step", "torch Optimizer.step", {}, 0),
     # Hugging Face's Flax GLUE pattern: a donating pmap step, a collator indexing with a JAX row
+    # (pmap compiles the step again at step 2, its inputs then placed as its outputs: a recompile, issue 73;
+    # pmap itself is info: its migration gained nothing on a public script)
     "pmap_jax_index": ("train_step", "a pmapped function",
-                       {"jax-host-sync": "warning", "jax-pmap-legacy": "warning", "jax-host-transfer": "info"}, 1),
+                       {"jax-host-sync": "warning", "jax-pmap-legacy": "info", "jax-host-transfer": "info",
+                        "jax-recompile": "info"}, 1),
     "pmap_numpy_index": ("train_step", "a pmapped function",
-                         {"jax-pmap-legacy": "warning", "jax-host-transfer": "info"}, 1),
+                         {"jax-pmap-legacy": "info", "jax-host-transfer": "info", "jax-recompile": "info"}, 0),
     # the slow-port patterns of the JAX and Flax performance guides, each with its fixed twin
     "jit_in_loop": ("<lambda>", "a jitted function", {"jax-recompile": "warning", "jax-host-transfer": "info"}, 1),
     "jit_once": ("<lambda>", "a jitted function", {}, 0),
@@ -62,7 +65,9 @@ def test_step_found_and_findings(results: dict, name: str) -> None:
     assert report["steps"] == STEPS and report["stopped_early"], output  # --steps ended the loop
     got = {f["id"]: f["severity"] for f in report["findings"] if f["id"] not in MACHINE}
     assert all(f["severity"] == "info" for f in report["findings"] if f["id"] == "compile-dominates")
-    busy = any(f["id"] == "cpu-oversubscribed" and f["severity"] == "warning" for f in report["findings"])
+    warned = any(f["id"] == "cpu-oversubscribed" and f["severity"] == "warning" for f in report["findings"])
+    # other processes' load measured (info or warning: a JAX script's own threads no longer make it a warning)
+    busy = any(f["id"] == "cpu-oversubscribed" for f in report["findings"])
     if busy:  # the doctor says its timings are unreliable then: a severity set by a measured cost may differ
         # (a host read's share of a step grows under the suite's load), and an info whose threshold is a measured
         # share may come (nnx.jit's graph traversal): every expected finding, and no other warning
@@ -70,7 +75,8 @@ def test_step_found_and_findings(results: dict, name: str) -> None:
         assert {i for i, sev in got.items() if sev == "warning"} <= set(findings), output
     else:
         assert got == findings, output  # compile-dominates (info in a short run) may come or not
-    assert code == (1 if busy else exit_code), output  # a machine busy with others' work warns too
+    serious = warned or any(s in ("error", "warning") for s in got.values())
+    assert code == (1 if serious else 0) if busy else code == exit_code, output  # a busy machine may warn too
 
 
 def test_costs_are_in_the_evidence(results: dict) -> None:

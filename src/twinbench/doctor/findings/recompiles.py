@@ -142,7 +142,8 @@ def placement_recompile(obs: Obs, again: list[dict]) -> Finding:
                "state with the sharding the step returns (out.sharding) before the loop"
                + (", or move from pmap to jit (jax-pmap-legacy)." if pmap else "."))
     return Finding(
-        "jax-recompile", "warning" if len(again) >= RECOMPILE_WARN or secs >= 1.0 else "info",
+        "jax-recompile", "warning" if len(again) >= RECOMPILE_WARN else "info",  # as for traced recompiles: a
+        # count, not compile seconds that vary with the machine
         f"the step's program compiled again {len(again)} time(s) after step 1, with no new trace (cause: "
         "input placement)",
         f"{again[0]['fn']} was compiled at step 1 and again at step(s) {', '.join(map(str, steps))} "
@@ -150,7 +151,7 @@ def placement_recompile(obs: Obs, again: list[dict]) -> Finding:
         "differently"
         + ("; a pmapped step's first inputs sit on one device and its outputs, the next inputs, are sharded over "
            "all of them" if pmap else "")
-        + f" (warning from {RECOMPILE_WARN} compiles or 1 s)",
+        + f" (warning from {RECOMPILE_WARN} compiles after step 1)",
         fix, f"{JAX_DOCS}/migrate_pmap.html" if pmap else f"{JAX_DOCS}/jit-compilation.html#caching")
 
 
@@ -158,7 +159,7 @@ def placement_recompile(obs: Obs, again: list[dict]) -> Finding:
     id='jax-recompile',
     severity='warning from 2, info at 1',
     about='speed',
-    threshold="retraces of an already-compiled user function after step 1 (`jax_explain_cache_misses`; functions traced inside one retrace of the step are not counted); with no retrace, the step's program compiled again after step 1 (a pmapped step's inputs placed differently): a warning from 2 or 1 s",
+    threshold="retraces of an already-compiled user function after step 1 (`jax_explain_cache_misses`; functions traced inside one retrace of the step are not counted); with no retrace, the step's program compiled again after step 1 (a pmapped step's inputs placed differently)",
     fix='by cause: shape (the axis that changes, read from the evidence, padded in code that runs as printed: the batch to its full size, a sequence length bucketed), dtype (cast once), weak type (`jnp.asarray(lr, jnp.float32)`), static argument (pass as array), new function object (`jax.jit` once), pytree structure; input placement (`jax.device_put` the carried state as the step returns it)',
     example='jax_recompile',
 )
