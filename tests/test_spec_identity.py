@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from twinbench import diff
 from twinbench.config import Identity, ModelConfig, TrainConfig, choices
-from twinbench.record import for_spec
+from twinbench.record import for_spec, varying
 from twinbench.record_sections import NOT_LABELS
 from twinbench.spec import FIELDS, ID_FIELDS, IDENTITY, PRESETS, RunSpec, from_preset
 from twinbench.spec_sections import NAME_PARTS
@@ -39,8 +39,8 @@ def _values(name: str) -> st.SearchStrategy:
 
 
 @st.composite
-def two_specs(draw: st.DrawFn) -> tuple[RunSpec, RunSpec, set[Identity]]:
-    """A preset's spec and the same spec with 1-3 fields changed, and the kinds of the fields changed."""
+def two_specs(draw: st.DrawFn) -> tuple[RunSpec, RunSpec, set[Identity], set[str]]:
+    """A preset's spec and the same spec with 1-3 fields changed, the kinds of the fields changed and their names."""
     spec = from_preset(draw(st.sampled_from(list(PRESETS))), framework=draw(st.sampled_from(("torch", "jax"))),
                        strategy=draw(st.sampled_from(NAMES)))
     names = draw(st.lists(st.sampled_from(sorted(ID_FIELDS)), min_size=1, max_size=3, unique=True))
@@ -51,18 +51,21 @@ def two_specs(draw: st.DrawFn) -> tuple[RunSpec, RunSpec, set[Identity]]:
         value = draw(_values(name))
         assume(value != now)
         changed[name] = value
-    return spec, spec.evolve(**changed), {IDENTITY[n] for n in names}
+    return spec, spec.evolve(**changed), {IDENTITY[n] for n in names}, set(names)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(two_specs())
 def test_specs_differing_in_what_ran_never_share_a_run_id_nor_match_in_diff(case):
-    a, b, kinds = case
+    a, b, kinds, names = case
     ra, rb = for_spec(a, "ok"), for_spec(b, "ok")
     identifies = kinds - {Identity.NONE}
     assert (a.run_id() != b.run_id()) == bool(identifies)
     assert (a.config_id() != b.config_id()) == bool(identifies - {Identity.REPEAT})
     assert (diff.identity(ra) != diff.identity(rb)) == (Identity.CONFIG in kinds)
+    if "precision" not in names:  # the labels say precision by +bf16, which with_precision adds to the name
+        vary = varying([ra, rb])
+        assert (ra.label(vary) != rb.label(vary)) == bool(identifies)
 
 
 def test_every_field_of_the_spec_declares_its_identity_and_each_reader_follows_it():
