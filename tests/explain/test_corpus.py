@@ -340,3 +340,15 @@ def test_timing_two_methods_disagree_on_is_not_shown_as_a_measurement() -> None:
     opt = next(row for row in r["rows"] if row["row"] == "optimizer")
     fwd = next(row for row in r["rows"] if row["row"] == "forward")
     assert "timing_diff_ms" not in opt and "timing_diff_ms" in fwd
+
+
+def test_dropout_on_one_side_only_is_a_difference_of_the_programs() -> None:
+    """The lm pair: torch's nn.Transformer keeps its own dropout 0.1 (8.4 MB of masks a step), the Flax lm1b step
+    draws no random numbers: a difference of the scripts, said as one (its A/B, torch's dropout to 0, made the
+    torch script faster: benchmarks/results). Pairs whose random-number work is alike, or small, say nothing."""
+    said = [w for w in explained("lm")["why"] if w.startswith("programs:")]
+    assert len(said) == 1 and said[0].startswith("programs: torch:fixtures/pair_lm_torch's ops drawing random "
+                                                 "numbers (dropout masks, noise) move 8.39 MB a step, "
+                                                 "jax:fixtures/pair_lm_jax none"), said
+    for pair in ("nanogpt", "mnist", "vae", "rnn"):
+        assert not [w for w in explained(pair)["why"] if w.startswith("programs:")], pair

@@ -14,6 +14,7 @@ The three sum to ``t_S - t_F`` exactly (and carry the sign of the row's B-A).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from twinbench.explain import causes, memory_rows, ops, shapes
@@ -121,7 +122,7 @@ def pair_extras(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]
     mem = memory_rows.rows(a.get("memory_breakdown"), b.get("memory_breakdown"))
     dis = disagreements(a, b)
     return {"shapes": shape_rows, "memory": mem, "disagreements": dis,
-            "why": sentences(a, b, table if named else [], shape_rows, mem, dis)}
+            "why": programs_differ(a, b) + sentences(a, b, table if named else [], shape_rows, mem, dis)}
 
 
 def _cell(t: dict[str, float] | None, ms: float) -> dict[str, float]:
@@ -160,6 +161,39 @@ def _above_peak(a: dict[str, Any], b: dict[str, Any], shape_rows: list[dict[str,
                    "kernels better, or a peak measured at a slower hour of a shared host, runs above it; "
                    "`twinbench peak --remeasure` measures it again")
     return out
+
+
+#: ops that draw random numbers: torch's generators (in place: ``rand_like`` and dropout call them) and, in a JAX
+#: program, the instructions jax.random's bits come from (their ``op_name`` path or the HLO opcode)
+_RANDOM_TORCH = re.compile(r"^aten::(bernoulli_?|uniform_|normal_|random_|exponential_|multinomial)$")
+_RANDOM_JAX = re.compile(r"jit\(_bernoulli\)|jit\(_uniform\)|jit\(_normal\)|random_bits|threefry2x32|"
+                         r"rng[-_]bit[-_]generator")
+#: the random-number ops' bytes a step one side moves over the other's from which the two programs are said to
+#: differ: 16x, since bytes count random numbers loosely (XLA's generation moves a tensor through several
+#: fusions, torch's bernoulli_ writes it once: the MNIST pair's sides are 8x apart in bytes, ~3x in numbers)
+PROGRAMS_APART = 16.0
+
+
+def random_bytes(e: dict[str, Any]) -> float:
+    """The bytes a step the ops drawing random numbers move (dropout masks, noise), from the op groups."""
+    pat = _RANDOM_TORCH if str(e.get("run", "")).startswith("torch") else _RANDOM_JAX
+    return sum(float(o.get("bytes") or 0.0) for o in e.get("ops") or []
+               if pat.search(str(o.get("name", ""))) or (pat is _RANDOM_JAX and pat.search(str(o.get("where", "")))))
+
+
+def programs_differ(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Work one side does that the other does not, said as a difference of the programs, not a speed of a
+    framework: random numbers (dropout masks broadcast over batch and heads on one side, one per element on the
+    other; dropout on one side only), where one side moves over :data:`PROGRAMS_APART` times the other's."""
+    ra, rb = random_bytes(a), random_bytes(b)
+    hi, lo = max(ra, rb), min(ra, rb)
+    if hi < 1e6 or hi < PROGRAMS_APART * lo:  # under 1 MB a step: a little noise, no dropout worth saying
+        return []
+    more, less = (a, b) if ra >= rb else (b, a)
+    other = (f"{less['run']} {lo / 1e6:.2f} MB ({hi / lo:.0f}x less)" if lo else f"{less['run']} none")
+    return [f"programs: {more['run']}'s ops drawing random numbers (dropout masks, noise) move {hi / 1e6:.2f} MB a "
+            f"step, {other}: the two programs' dropout differs (a mask per element against one broadcast, or "
+            "dropout on one side only), a difference of the scripts, not a speed of either framework"]
 
 
 def shape_claim(a: dict[str, Any], b: dict[str, Any], shape_rows: list[dict[str, Any]], sign: int) -> str:
