@@ -43,7 +43,7 @@ def test_a_recompiling_jax_step_is_compilation_not_idle(tmp_path: Path) -> None:
 def test_the_summary_says_compilation_with_the_doctors_count_and_shapes(tmp_path: Path) -> None:
     s = _pair(tmp_path)["summary"]
     assert "compilation +2.0 s a step on jax:tr-jax: 11 compiles in 12 steps (twinbench doctor)" in s, s
-    assert "caused by the shape of ids (i32[8,24] against i32[8,16]: its dimension 1)" in s, s
+    assert "caused by the shape of ids (i32[8,24] against i32[8,16]: its dimension 1, the sequence length)" in s, s
     assert "(see the doctor's jax-recompile)" in s and "host time no op covers" not in s, s
 
 
@@ -118,7 +118,8 @@ def test_the_doctor_writes_its_compile_log_and_explain_reads_it(tmp_path: Path) 
     e = {"run": "jax:x", "cells": {"rest": {"compilation": 10300.0}}, "recorded": {"compiles": got}}
     said = compilation.said({"diff_ms": 10300.0}, {"run": "torch:y"}, e)
     assert said == ("compilation +10.3 s a step on jax:x: 24 compiles in 60 steps (twinbench doctor), caused by the "
-                    "shape of ids (i32[32,55] against i32[32,39]: its dimension 1) (see the doctor's jax-recompile)")
+                    "shape of ids (i32[32,55] against i32[32,39]: its dimension 1, the sequence length) (see the "
+                    "doctor's jax-recompile)")
     assert doctor_timing.compile_log({"compiles": "24", "shapes": [3]}) == {}  # a malformed log: nothing
 
 
@@ -136,3 +137,10 @@ def test_the_clocks_median_step_leaves_out_compiles_of_few_steps(tmp_path: Path)
     assert c is not None and set(c["compile_left_out"]) == {"jax:tr-jax"}
     assert c["traced_gap_ms"] == pytest.approx(r["gap_ms"] - c["compile_left_out"]["jax:tr-jax"])
     assert "the clock's step is a median, which leaves out the steps that compiled on jax:tr-jax" in r["summary"]
+
+
+def test_a_changing_dimension_is_named_only_where_the_shape_says_what_it_is() -> None:
+    assert compilation._named_axis("f32[8,16]", [0]) == ", the batch"
+    assert compilation._named_axis("i32[32,55]", [1]) == ", the sequence length"  # token ids: [batch, length]
+    assert compilation._named_axis("f32[32,55,64]", [1]) == ""  # activations: not told
+    assert compilation._named_axis("i32[32,55]", [0, 1]) == ""

@@ -53,6 +53,16 @@ def _axes(now: str, before: str) -> list[int]:
     return [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y] if len(a) == len(b) else []
 
 
+def _named_axis(shape: str, dims: list[int]) -> str:
+    """What a changing dimension is where the shape says it: axis 0 of any input is the batch; axis 1 of a
+    two-dimensional integer input (token ids, ``i32[32,55]``) is the sequence length."""
+    if dims == [0]:
+        return ", the batch"
+    if dims == [1] and re.match(r"^[iu]\d+\[\d+,\d+\]$", shape):
+        return ", the sequence length"
+    return ""
+
+
 def said(row: dict[str, Any], a: dict[str, Any], b: dict[str, Any], pm: str = "") -> str:
     """The summary's words for the compilation row: ``compilation +10.3 s a step: 24 compiles in 60 steps,
     caused by the shape of ids (i32[32,55] against i32[32,39]: its dimension 1) (see the doctor's
@@ -74,6 +84,7 @@ def said(row: dict[str, Any], a: dict[str, Any], b: dict[str, Any], pm: str = ""
     if f.get("shapes"):
         dims = f.get("axes") or []
         which = f": its dimension{'s' if len(dims) > 1 else ''} {', '.join(map(str, dims))}" if dims else ""
+        which += _named_axis(f["shapes"][0], dims)
         text += f", caused by the shape of {f['argument']} ({f['shapes'][0]} against {f['shapes'][1]}{which})"
     elif f.get("cause"):
         text += f", caused by a changing {f['cause']}"
