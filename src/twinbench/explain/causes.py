@@ -282,7 +282,8 @@ def busy_line(a: dict[str, Any], b: dict[str, Any]) -> str:
     for x in busy:
         r = noise(x)
         said.append(f"{x['run']}" + (f" (its steps move {r:.0%} from one to the next, one standard deviation)"
-                                     if r is not None else " (one step measured: its noise is not known)"))
+                                     if r is not None else " (fewer than two of its traced steps compiled nothing: "
+                                     "its noise is not measured, and its rows are held to no noise)"))
     return ("measured on a busy machine: " + "; ".join(said) + f"; a row is named only beyond {K:g} times its "
             "measured noise (its ±); on a quiet machine the noise is smaller, for the last decimal")
 
