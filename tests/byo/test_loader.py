@@ -86,7 +86,8 @@ def test_strategy_selection_for_user_models():
         select(["torch", "jax"], ["port"], port=False)
     assert select(["torch", "jax"], ["eager+remat"], port=False) == [("torch", "eager+remat")]
     assert select(["torch", "jax"], ["torchax+remat"], port=False) == [("jax", "torchax+remat")]
-    with pytest.raises(SpecError, match=r"jax 'port' does not take \+remat; allowed: \+nodonate"):
+    with pytest.raises(SpecError, match=r"modifier 'remat' does not apply to jax 'port' \(the user's port runs as "
+                       r"written: it has no remat form\); allowed: nodonate"):
         select(["torch", "jax"], ["port+remat"], port=True)
 
 

@@ -92,7 +92,7 @@ def test_a_user_model_runs_the_twins_builders_and_is_refused_what_it_cannot_run(
     assert "no NNX twin" in registry.cell_reason(user, "jax", "mesh-dp")
     for name in ("torchax+bf16", "torchax+remat"):  # torchax applies them to any torch module (torchax_step.py)
         assert registry.cell_reason(user, "jax", name) is None, name
-    assert registry.cell_reason(user, "jax", "port+bf16") == "the user's port runs fp32 only (no bf16 form of it)"
+    assert registry.cell_reason(user, "jax", "port+bf16") == "the user's port runs fp32 only: it has no bf16 form"
     assert "own batches" in registry.cell_reason(user, "torch", "eager+prefetch")
     # one builder per strategy, whoever's model: the twins' torch trainers build a user's module too
     assert registry.builder(twin_spec) is registry.get("torch", "eager").load()

@@ -54,7 +54,7 @@ def select(frameworks: list[str], names: list[str] | None, port: bool) -> list[t
 
     if names is None:
         pairs = [p for p in DEFAULTS if p[0] in frameworks]
-        return pairs + ([("jax", "port")] if port and "jax" in frameworks else [])
+        return pairs + [(f, "port") for f in frameworks if port and (f, "port") in registry.REGISTRY]
     if names == ["all"]:
         return [(f, n) for (f, n) in registry.REGISTRY if f in frameworks and runs(f, n)]
     allowed = sorted({n for (f, n) in registry.REGISTRY if f in frameworks and runs(f, n)})

@@ -120,13 +120,13 @@ class Modifiers:
 
     bf16: bool = _mod(BOTH, "bf16 compute (torch.autocast / bf16 Linear+attention), fp32 master weights and "
                       "optimizer state; same as --precision bf16", family_option=True,
-                      not_on={"port": "the user's port runs fp32 only (no bf16 form of it)",
+                      not_on={"port": "the user's port runs fp32 only: it has no bf16 form",
                               **dict.fromkeys(USER_MESH, _MESH_WHY)})
     #: remat recomputes the forward pass in the backward: about 4/3 of the step's FLOPs; its compile grows by the
     #: recomputation (stated); predict's measured points are of steps without it
     remat: bool = _mod(BOTH, "activation checkpointing per block (torch.utils.checkpoint, use_reentrant=False / "
                        "nnx.remat with --remat-policy: full, dots-saveable, nothing-saveable)", family_option=True,
-                       options=("remat_policy",), not_on={"port": "the user's port is run as written (no remat form)",
+                       options=("remat_policy",), not_on={"port": "the user's port runs as written: it has no remat form",
                                                           **dict.fromkeys(USER_MESH, _MESH_WHY)},
                        costs=Costs(flops=4 / 3, compile=1.1, calibrated=False, saves_memory=True))
     nodonate: bool = _mod(("jax",), "do not donate params and optimizer state to the step (shows what donation "
