@@ -184,3 +184,15 @@ def test_json_nested_100000_deep_is_one_line(tmp_path, no_runs, where):
                                            "--strategies", "eager"]))
     assert str(ck) in line
     assert not no_runs
+
+
+@pytest.mark.parametrize("value", [1e308, 10**400, float("nan")])
+def test_a_config_size_no_model_has_is_one_short_line(tmp_path, no_runs, value):
+    ck = _checkpoint(tmp_path, "tiny")
+    cfg = json.loads((ck / "config.json").read_text())
+    cfg["n_embd"] = value
+    (ck / "config.json").write_text(json.dumps(cfg))
+    line = one_line_error(CLI.invoke(app, ["compare", "--init-from", str(ck), "--framework", "torch",
+                                           "--strategies", "eager"]))
+    assert "n_embd" in line and len(line) < 300, line
+    assert not no_runs
