@@ -11,7 +11,8 @@ Batches are handed out by :class:`~twinbench.data.pipeline.HostBatches` (K stack
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,9 @@ class Same(Sequence[int]):
 
     def __len__(self) -> int:
         return self.n
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.repeat(self.value, self.n)
 
     def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
