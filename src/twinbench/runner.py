@@ -117,6 +117,8 @@ def _run_one(spec: RunSpec, timeout: float, env: dict[str, str]) -> Record:
             cmd = worker_command(spec, [str(spec_path), str(out_path)])
         except SpecError as e:
             return for_spec(spec, "failed", error=str(e))
+        if not spec.host.cache_dir:  # its private compile cache inside this folder: removed with it, even when the
+            env = {**env, "TMPDIR": tmp}  # worker is killed (Ctrl-C) before its own cleanup runs
         proc = _start(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         try:
             _, stderr = proc.communicate(timeout=timeout)
