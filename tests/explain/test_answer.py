@@ -95,16 +95,18 @@ def test_a_row_is_claimed_by_one_cause_and_a_cause_within_the_noise_is_not_named
     assert "within the noise" in said["jax-host-transfer"]
 
 
-def test_a_whole_side_finding_takes_what_the_specific_causes_leave(tmp_path: Path) -> None:
+def test_a_whole_side_finding_is_said_as_possibly_part_of_what_is_left_unsized(tmp_path: Path) -> None:
+    """A thread pool oversubscribed slows every row: no rows are its own, so the trace cannot size it (taking all
+    that was left named a torch pool 15.6 ms a step where its A/B gained 1.1)."""
     slow = {"forward": {"matmul": 6.0}, "backward": {"matmul": 9.0}, "rest": {"idle": 5.0}}
     a = folder(tmp_path, "a", [finding("cpu-oversubscribed"), finding("torch-host-sync")])
     b = folder(tmp_path, "b", [])
     got = answer.join({"a": side("torch:a", slow), "b": side("jax:b", TORCH)}, a, b)
     assert got is not None and got.slower == "torch:a"
-    by = {c.finding: c.ms for c in got.causes}
-    assert by["torch-host-sync"] == pytest.approx(4.0)
-    assert by["cpu-oversubscribed"] == pytest.approx(got.gap_ms - 4.0)
-    assert got.causes[0].finding == "cpu-oversubscribed" and got.unexplained_ms == pytest.approx(0.0)
+    assert [(c.finding, c.ms) for c in got.causes] == [("torch-host-sync", pytest.approx(4.0))]
+    assert got.unexplained_ms == pytest.approx(got.gap_ms - 4.0)
+    assert [fid for fid, _ in got.unsized] == ["cpu-oversubscribed"]
+    assert "the doctor's cpu-oversubscribed may be part: more threads" in "\n".join(answer.lines(got))
 
 
 def test_the_doctors_own_ab_is_said(tmp_path: Path) -> None:
