@@ -198,7 +198,7 @@ def more_cases(t: Path) -> tuple[list[Case], Callable[[], str]]:
     ], imported
 
 
-def issue75_cases(t: Path) -> list[Case]:
+def bound_cases(t: Path) -> list[Case]:
     """A case per hole found by the last hostile trial: counts no host can keep, FIFOs where twinbench opens a lock or a --json,
     31 million lines that are not records, a link past 60,000 entries where the profiler writes, 256 KB of
     gzipped zeros named as a profile, a record that names the file to train on."""
@@ -315,7 +315,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hostile-folder-") as tmp:
         t = Path(tmp)
         extra, imported = more_cases(t)
-        cases = [c for c in folder_cases(t) + extra + issue75_cases(t) if not only or c.command in only]
+        cases = [c for c in folder_cases(t) + extra + bound_cases(t) if not only or c.command in only]
         for i, c in enumerate(cases, 1):
             shutil.rmtree(t / "more" / "o", ignore_errors=True)  # the --out of the case before
             before = _snapshot(t)

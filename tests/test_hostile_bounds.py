@@ -1,4 +1,4 @@
-"""Issue 75: nothing a folder, a file or a number says makes twinbench read, write, wait or grow without bound.
+"""Nothing a folder, a file or a number says makes twinbench read, write, wait or grow without bound.
 
 One test per hole, each run in this process (runner.run_one faked where a command would run), each failing on
 the code before the fix: counts bounded from the machine before anything is built, one opener (FIFOs and links),
