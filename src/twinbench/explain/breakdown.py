@@ -138,6 +138,9 @@ class Breakdown:
     step_spread: float = 0.0  # the attributed steps' (slowest - fastest) / median: how much one step moves
     step_times: list[float] = field(default_factory=list)  # the attributed steps that compiled nothing, / mean step
     compiles: int = 0  # compiles that started inside the attributed steps (:func:`compile_time`)
+    #: the fusing compiler whose kernels the trace holds ("XLA": a JAX profile, whatever framework wrote the
+    #: program; "" for an eager torch trace, whose Inductor kernels causes.fuses tells by name): a recorded fact
+    compiler: str = ""
     #: every attributed op as read, one row per (phase, category, scope, name, detail): ``[phase, category, ms,
     #: scope, name, detail, times, loose]``, ms summed over the steps used and not yet divided, ``times`` the
     #: entries summed, ``loose`` those that named no op (``ident``); explain/ops.py groups them (FLOPs, shapes

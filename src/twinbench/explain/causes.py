@@ -35,8 +35,9 @@ _FUSED_KERNEL = re.compile(r"^(triton_|cpp_fused|fused_)|CompiledFunction")
 
 
 def fuses(side: dict[str, Any]) -> bool:
-    """Whether a run's kernels come from a fusing compiler: XLA (a JAX or torchax run), or Inductor."""
-    if str(side.get("run", "")).startswith("jax"):
+    """Whether a run's kernels come from a fusing compiler: XLA (the reader of its trace records it: a JAX or
+    torchax run), or Inductor (its kernels' names)."""
+    if side.get("compiler"):
         return True
     return any(_FUSED_KERNEL.search(str(k.get("name", ""))) for k in side.get("kernels") or [])
 

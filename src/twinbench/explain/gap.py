@@ -159,7 +159,7 @@ def explain_breakdown(b: Breakdown, run: str, step: float, timing: dict[str, flo
          "device_name": r.run.device, "cores": r.conditions.cpu_count, "programs": programs(b),
          "step_method": b.step_method, "steps_traced": b.steps_traced, "steps_used": b.steps_used,
          "kernels": d["ops"][:50], "cut": dict(b.cut), "step_spread_ms": spread_ms(b, step),
-         "step_times_ms": [t * step for t in b.step_times], "compiles": b.compiles,
+         "step_times_ms": [t * step for t in b.step_times], "compiles": b.compiles, "compiler": b.compiler,
          **extras}
     e["impossible"] = causes.physical(e)  # rates no device reaches are withheld, and said
     for line in e["impossible"]:

@@ -205,7 +205,7 @@ def read(trace_path: str, hlo_text: str = "", module: str = "", step_marker: str
     found = st.select(_steps(host, step_nums, step_marker, ops, main), steps)
     source = "jax.profiler + HLO" if instrs else "jax.profiler (no HLO text: phases from op_name paths only)"
     b = Breakdown(source=source, steps_traced=len(found.spans), step_method=found.method,
-                  cut=step_cut(found.spans, 1e6))
+                  cut=step_cut(found.spans, 1e6), compiler="XLA")
     b.notes.extend(found.notes)
     if len(found_gpus) > 1:
         b.notes.append(f"kernels of {len(found_gpus)} devices ({', '.join(map(str, sorted(found_gpus)))}) in the "

@@ -181,7 +181,7 @@ def read(path: Path, src: xplane_stream.Source, device: int | None = None, modul
     def breakdown() -> Breakdown:
         b = Breakdown(source="jax.profiler (TPU: hlo_category, op_name and XLA's FLOPs per op)"
                       + (" + HLO" if instrs else ""),
-                      steps_traced=len(spans), step_method=method)
+                      steps_traced=len(spans), step_method=method, compiler="XLA")
         b.device = f"TPU {dev} ({plane.stats.get('device_type_string', 'TPU')})"
         b.idle = "the TPU idle between ops within the step (waiting on the host, the next step's dispatch)"
         kind = str(plane.stats.get("device_type_string", ""))

@@ -176,9 +176,8 @@ PROGRAMS_APART = 16.0
 
 def random_bytes(e: dict[str, Any]) -> float:
     """The bytes a step the ops drawing random numbers move (dropout masks, noise), from the op groups."""
-    pat = _RANDOM_TORCH if str(e.get("run", "")).startswith("torch") else _RANDOM_JAX
-    return sum(float(o.get("bytes") or 0.0) for o in e.get("ops") or []
-               if pat.search(str(o.get("name", ""))) or (pat is _RANDOM_JAX and pat.search(str(o.get("where", "")))))
+    return sum(float(o.get("bytes") or 0.0) for o in e.get("ops") or []  # an op's own names say which it is
+               if _RANDOM_TORCH.search(str(o.get("name", ""))) or _RANDOM_JAX.search(str(o.get("where", ""))))
 
 
 def programs_differ(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
