@@ -91,7 +91,7 @@ def test_a_row_is_claimed_by_one_cause_and_a_cause_within_the_noise_is_not_named
     assert got is not None
     assert [c.finding for c in got.causes] == ["nnx-graph-overhead"]  # the first of two of equal size claims idle
     said = dict(got.not_in_gap)
-    assert "not slower" in said["jax-host-sync"] or "+0.0" in said["jax-host-sync"]
+    assert said["jax-host-sync"] == "its rows (rest / idle) are counted with nnx-graph-overhead"
     assert "within the noise" in said["jax-host-transfer"]
 
 

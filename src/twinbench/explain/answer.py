@@ -277,7 +277,7 @@ def join(result: dict[str, Any], arg_a: str, arg_b: str) -> Answer | None:
     noise = _noise(result, max(step_a, step_b))
     fast_severity = {f.id: _worse(f.severity) for f in (rep_fast.findings if rep_fast else [])}
     excess = {row: sc.get(row, 0.0) - fc.get(row, 0.0) for row in set(sc) | set(fc)}
-    claimed: set[str] = set()
+    claimed: dict[str, str] = {}  # row -> the finding whose cause it was counted in
     not_in: list[tuple[str, str]] = []
     for f in rep_fast.findings if rep_fast else []:
         c = CAUSES.get(f.id)
@@ -285,7 +285,7 @@ def join(result: dict[str, Any], arg_a: str, arg_b: str) -> Answer | None:
             not_in.append((f.id, f"on the faster side, {result[fast]['run']}"))
     pending = list(rep_slow.findings) if rep_slow else []
     causes: list[Named] = []
-    # the specific causes, largest first, each row claimed once; then the whole side's, from what is left
+    # the specific causes, largest first, each row claimed once
     while True:
         best: tuple[float, Finding, Cause, list[str]] | None = None
         for f in pending:
@@ -306,12 +306,16 @@ def join(result: dict[str, Any], arg_a: str, arg_b: str) -> Answer | None:
         if f.caused_by and any(c.finding == f.caused_by for c in causes):
             not_in.append((f.id, f"caused by {f.caused_by}: counted there"))
             continue
+        taken = sorted({claimed[r] for r in excess if r in claimed and any(fnmatch.fnmatch(r, p) for p in cause.rows)})
+        if ms <= noise and taken:
+            not_in.append((f.id, f"its rows ({', '.join(cause.rows)}) are counted with {', '.join(taken)}"))
+            continue
         if ms <= noise or ms <= 0:
             not_in.append((f.id, f"its rows ({', '.join(cause.rows)}) are {ms:+.1f} ms, within the noise "
                                  f"(+-{noise:.1f} ms)" if ms > 0 else
                            f"its rows ({', '.join(cause.rows)}) are not slower on this side ({ms:+.1f} ms)"))
             continue
-        claimed.update(rows)
+        claimed.update(dict.fromkeys(rows, f.id))
         causes.append(_named(cause, f, rep_slow, ms, noise, rows, excess, _compiles(result[slow], rows)))
     left = abs(gap) - sum(c.ms for c in causes)
     unsized: list[tuple[str, str]] = []
