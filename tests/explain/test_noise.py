@@ -116,3 +116,24 @@ def test_a_shape_is_named_only_beyond_its_noise_and_ahead_of_the_next() -> None:
     said = why.shape_claim(a, b, clear, 1)
     assert said.startswith("largest matmul gap by shape (±") and "[64,64]x[64,64]" in said, said
     assert "none named" in why.shape_claim({"run": "torch:a"}, b, clear, 1)  # a side's noise not measured
+
+
+def test_the_doctors_untraced_steps_give_a_side_its_noise_where_they_moved_more() -> None:
+    """The doctor times many more steps outside the trace than it traces: their robust spread (1.4826 MAD over
+    the median, so a recompiling step is no noise) is written beside the trace, and a side's noise is the larger
+    of it and its traced steps' spread."""
+    from types import SimpleNamespace
+
+    from twinbench.doctor import summary
+
+    starts = [0.0, 1.0, 2.05, 3.0, 4.1, 5.05, 9.05, 10.0, 11.1, 12.05, 13.0]  # step 5 recompiled: 4 s
+    rec = SimpleNamespace(traced=(8, 10), calls={"k": [(t,) for t in starts]},
+                          traced_iterations=lambda key: (None, [8, 9]))
+    got = summary.trace_timing(rec, "k", 1000.0, list(range(1, 8)), False)  # type: ignore[arg-type]
+    assert got is not None and got["untraced_spread"] == pytest.approx(1.4826 * 0.1 / 1.05, rel=1e-3), got
+    # (the 4 s step moved it nothing: the standard deviation of the same steps is over 1)
+    calm = _busy("torch:a", 60.0, {"backward": {"matmul": 40.0}}, [60.0, 60.3])
+    assert causes.noise(calm) == pytest.approx(0.3 / 2 ** 0.5 / 60.15, rel=1e-3)
+    calm["measured"] = {"untraced_step_ms": 50.0, "untraced_spread": 0.08}
+    assert causes.noise(calm) == 0.08
+    assert causes.noise({"measured": {"untraced_spread": 0.05}}) == 0.05  # one traced step: the doctor's

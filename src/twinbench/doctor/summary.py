@@ -61,9 +61,14 @@ def trace_timing(rec: Recorder, key: str, step_ms: float | None, steady: list[in
         return None
     whole = rec.traced_iterations(key)[1]
     calls = rec.calls.get(key, [])
+    # how much the untraced steps move, robustly (a recompiling step is no noise): 1.4826 MAD over the median
+    gaps = [calls[i + 1][0] - calls[i][0] for i in steady if i + 1 < len(calls) and i not in whole]
+    mid = statistics.median(gaps) if len(gaps) >= 3 else 0.0
+    spread = 1.4826 * statistics.median(abs(g - mid) for g in gaps) / mid if mid > 0 else None
     return {"traced_step_ms": 1e3 * statistics.median(calls[i + 1][0] - calls[i][0] for i in whole)
             if whole else None, "traced_steps": len(whole),
             "untraced_step_ms": None if included else step_ms, "untraced_steps": 0 if included else len(steady),
+            "untraced_spread": None if included or spread is None else round(spread, 4),
             "step_time_includes_trace": included}
 
 

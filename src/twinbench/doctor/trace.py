@@ -69,6 +69,9 @@ def write_timing(trace_dir: Path, obs: dict[str, Any]) -> None:
             ms = timing.get(f"{k}_step_ms") if isinstance(timing, dict) else None
             if isinstance(ms, (int, float)) and ms > 0:
                 info[f"{k}_step_ms"], info[f"{k}_steps"] = round(ms, 3), int(timing.get(f"{k}_steps") or 0)
+        spread = timing.get("untraced_spread") if isinstance(timing, dict) else None
+        if isinstance(spread, (int, float)) and spread >= 0 and info.get("untraced_step_ms"):
+            info["untraced_spread"] = spread  # how much the untraced steps move (explain's noise)
         info.update(conditions(obs))
         path.write_text(json.dumps(info, indent=1))
     except (OSError, ValueError, AttributeError) as e:

@@ -50,13 +50,15 @@ K = 3.0
 
 def noise(e: dict[str, Any]) -> float | None:
     """One side's relative noise: the standard deviation of its attributed steps that compiled nothing over
-    their mean (``step_times_ms``); None when fewer than two were measured."""
+    their mean (``step_times_ms``), or, where the doctor timed the steps outside the trace and they moved more,
+    theirs (``untraced_spread``: a robust one, over many more steps); None when neither was measured."""
     import statistics
 
     t = [x for x in e.get("step_times_ms") or [] if x > 0]
-    if len(t) < 2:
-        return None
-    return statistics.stdev(t) / statistics.fmean(t)
+    traced = statistics.stdev(t) / statistics.fmean(t) if len(t) >= 2 else None
+    untraced = (e.get("measured") or {}).get("untraced_spread")
+    found = [x for x in (traced, untraced) if x is not None]
+    return max(found) if found else None
 
 
 def band(a_ms: float, b_ms: float, ra: float, rb: float) -> float:

@@ -28,7 +28,7 @@ from typing import Any
 NAME = "trace.json"
 MAX_BYTES = 1 << 16  # the doctor's trace.json is a few hundred bytes; anything larger is someone else's file
 PROFILER_NOTE = 0.10  # the profiler's share of the traced step above which each run says so
-FIELDS = ("untraced_step_ms", "traced_step_ms", "untraced_steps", "traced_steps")
+FIELDS = ("untraced_step_ms", "traced_step_ms", "untraced_steps", "traced_steps", "untraced_spread")
 
 
 def candidates(arg: str, trace: Path) -> list[Path]:
