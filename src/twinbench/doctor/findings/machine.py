@@ -109,7 +109,7 @@ def page_faults(obs: Obs) -> Finding | None:
         return None
     # on a busy machine a script can fault more than on an idle one (not its own allocations alone): said, at
     # info, to be measured again idle (a public pair's 104-128k faults a second on a busy machine were real: its
-    # fix gained ~38%, issue 73)
+    # fix gained ~38%)
     busy = (m.others_cores or 0) >= BUSY_INFO_SHARE * (m.cores or 1)
     if obs.per("compiles") or obs.per("compile_s:s"):  # a compiler at work in the steady steps allocates
         return None  # and frees too: its faults are the recompiles' (jax-recompile, torch-recompile say the fix)
