@@ -509,7 +509,7 @@ def _sides(tmp_path: Path) -> list[str]:
 
 @pytest.mark.parametrize(("flag", "says"), [
     (["--try", "B:layers=100000"], "--try B:layers=100000: --preset small with layers=100000"),
-    (["--try", "B:lr=nan"], "--lr must be > 0 and finite"),
+    (["--try", "B:lr=nan"], "--lr must be > 0 and at most fp32"),
     (["--try", "B:batch=1e23"], "batch='1e23' is not a int"),
     (["--try", "B:init_from=/tmp"], "init_from is not varied by --try"),
     (["--try", "B:save_weights=/tmp/w"], "save_weights is not varied by --try"),

@@ -395,3 +395,14 @@ def test_absurd_values_are_one_line(args, says, fake_runs):
     line = one_line_error(CLI.invoke(app, args))
     assert line.startswith(f"error: {says}"), line
     assert len(line) < 200 and not fake_runs
+
+
+def test_a_results_file_that_is_a_link_is_one_line_for_every_reader(tmp_path):
+    real, d = tmp_path / "real", tmp_path / "d"
+    synthetic.write(real, [synthetic.record("torch", "eager"), synthetic.record("jax", "jit")])
+    d.mkdir()
+    (d / "results.jsonl").symlink_to(real / "results.jsonl")
+    for args in (["diff", str(d), str(d)], ["report", str(d)],
+                 ["explain", f"{d}:torch/eager", f"{d}:jax/jit", "--out", str(tmp_path / "o")]):
+        line = one_line_error(CLI.invoke(app, args))
+        assert "symbolic link" in line, (args, line)

@@ -166,8 +166,8 @@ def _is_link(dir_fd: int, name: str) -> str | None:
 
 
 def _refuse(path: Path, target: str) -> LinkRefused:
-    return LinkRefused(f"{path}: a symbolic link (to {target}); twinbench writes nothing through a link in a "
-                       "folder it reads or writes (remove the link, or choose another folder)")
+    return LinkRefused(f"{path}: a symbolic link (to {terminal(target, 80)}); twinbench reads and writes nothing "
+                       "through a link in a folder (remove the link, or choose another folder)")
 
 
 def _parts(rel: str | Path) -> list[str]:
@@ -358,7 +358,10 @@ def check_readable(path: Path, cap: int | None = None) -> int:
 def _open(path: Path, cap: int | None) -> BinaryIO:
     """``path`` opened for reading through the opener: a regular file within ``cap`` (default
     :func:`max_file_bytes`), checked on the open file (a FIFO is never waited on)."""
-    return open_file(path, "rb", cap=max_file_bytes() if cap is None else cap)  # type: ignore[no-any-return]
+    try:
+        return open_file(path, "rb", cap=max_file_bytes() if cap is None else cap)  # type: ignore[no-any-return]
+    except LinkRefused as e:  # a reader's callers take an OSError: the same one line
+        raise OSError(str(e)) from None
 
 
 def lines(path: Path, cap: int | None = None, max_line: int | None = None) -> Iterator[tuple[int, bytes | None]]:
