@@ -191,8 +191,6 @@ BARE_OPENS_ALLOWED = {
     "byo/prepare.py": "the prepared folder's files",
     "byo/run.py": "the prepared folder's files",
     "score.py": "the scoring children's own files in a private temporary folder",
-    "claims/suite.py": "--json of claims (checked by cli.common.check_json, through the opener)",
-    "cli/claims.py": "a probe's --json output",
     "cli/models.py": "the peaks cache files",
     "cli/doctor.py": "the doctor's probe file",
     "cli/common.py": "/dev/null, and check_dir's probe",

@@ -272,7 +272,9 @@ def write(results: list[dict[str, Any]], out_dir: Path, json_path: Path | None) 
     text = json.dumps(results, indent=1)
     path = write_file(out_dir, CLAIMS_JSON, text)
     if json_path:
-        json_path.write_text(text)
+        from twinbench import folder_io
+
+        folder_io.write_text(Path(json_path).resolve(), text)  # the one opener: never into a FIFO or a device
     return path
 
 

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import typer
 
+from twinbench import folder_io
 from twinbench.byo.plan import prepare_user, user_fields
 from twinbench.cli.common import (
     MEASURE_PANEL,
@@ -274,6 +275,6 @@ def show_plan(chosen: list[Any], setup: Any, per_claim: dict[str, Any], rounds: 
                   "(each run gets a share of the cores); on a quiet machine the figure above", highlight=False)
     if json_path:
         try:
-            json_path.write_text(json.dumps(p, indent=1))
+            folder_io.write_text(json_path.resolve(), json.dumps(p, indent=1))  # the one opener: never a FIFO
         except OSError as e:
             fail(f"--json {json_path}: {e.strerror or e}")
