@@ -404,3 +404,10 @@ def test_a_results_file_that_is_a_link_is_one_line_for_every_reader(tmp_path):
                  ["explain", f"{d}:torch/eager", f"{d}:jax/jit", "--out", str(tmp_path / "o")]):
         line = one_line_error(CLI.invoke(app, args))
         assert "symbolic link" in line, (args, line)
+
+
+def test_an_error_naming_a_file_is_one_line_whatever_the_name(tmp_path):
+    f = tmp_path / "a\x1b[31mb\nerror: spoofed.json"
+    f.write_text("x")
+    line = one_line_error(CLI.invoke(app, ["explain", str(f)]))
+    assert "\x1b" not in line and "spoofed.json" in line

@@ -171,7 +171,10 @@ def fail(message: str, code: int = 2) -> None:
     brackets are no markup: a shape ``[B, 1, 1, T]`` or ``jax[tpu]`` stays whole)."""
     from rich.markup import escape
 
-    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    from twinbench.folder_io import one_line
+
+    # one line of its own characters, whatever a file or a record put in it (a newline, an escape code)
+    console.print(f"[bold red]error:[/] {escape(one_line(str(message)))}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
