@@ -411,3 +411,21 @@ def test_an_error_naming_a_file_is_one_line_whatever_the_name(tmp_path):
     f.write_text("x")
     line = one_line_error(CLI.invoke(app, ["explain", str(f)]))
     assert "\x1b" not in line and "spoofed.json" in line
+
+
+@pytest.mark.parametrize("command", ["compare", "explain"])
+def test_a_traces_link_in_out_is_refused_where_it_is_opened_not_by_a_scan(tmp_path, monkeypatch, fake_runs, command):
+    """The scan of --out for links stops at 20,000 entries: with it outrun (here: off), the traces folder is still
+    opened through no link before any run, so no profiler writes through it."""
+    from twinbench import results_dir
+
+    monkeypatch.setattr(results_dir, "check_folder", lambda *a, **k: None)
+    out, away = tmp_path / "o", tmp_path / "away"
+    out.mkdir()
+    away.mkdir()
+    (out / "traces").symlink_to(away)
+    args = (["compare", "--framework", "torch", "--strategies", "eager", "--explain", "--out", str(out)]
+            if command == "compare" else ["explain", "torch:eager", "torch:eager", "--out", str(out)])
+    line = one_line_error(CLI.invoke(app, args))
+    assert "traces" in line and "symbolic link" in line, line
+    assert not fake_runs and not any(away.iterdir())

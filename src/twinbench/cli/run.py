@@ -104,8 +104,11 @@ def compare(
     ready_outputs(target, json_path, timeout)
     if explain:  # trace + explain's timing after the measured steps (twinbench/explain)
         from twinbench.explain.runs import for_explain
+        from twinbench.folder_io import make_dir
 
-        specs = [for_explain(s, trace or target / "traces") for s in specs]
+        # --out's own traces folder made without following a link (a link there, resolved, would send the
+        # profilers' traces outside --out); a --trace you name is yours
+        specs = [for_explain(s, trace or make_dir(target, "traces")) for s in specs]
     specs, parity = prepare_user(specs, target, timeout)  # --model: checked, initial weights written (exit 2 if bad)
     for line in parity_lines(parity) if parity else []:
         out.print(line, highlight=False)

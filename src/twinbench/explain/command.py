@@ -10,7 +10,7 @@ from typing import Any
 from twinbench.errors import error_line
 from twinbench.explain import answer, files, gap, runs, trace_file, why
 from twinbench.explain.steps import TraceError, parse_window
-from twinbench.folder_io import terminal
+from twinbench.folder_io import make_dir, terminal
 from twinbench.limits import check_host
 from twinbench.record import Record
 from twinbench.spec import RunSpec, SpecError
@@ -81,6 +81,7 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
     if todo:
         try:
             runner.check_out_dir(out_dir)  # a file, read-only: one line before any run
+            make_dir(out_dir, "traces")  # the traces' folder through no link (a link there would be resolved)
         except SpecError as e:
             raise ExplainError(str(e)) from e
         for rec in runner.run_many(todo, out_dir, timeout):

@@ -149,8 +149,8 @@ def run(result: dict[str, Any], arg: str, out_dir: Path, timeout: float, say: Ca
     env = env_of(kind, name, value)
     label = f"{base['run']} with {value if kind == 'xla' else f'{name}={value}'}"
     say(f"  --try {arg}: running {base['run']} again, then {label} (fresh processes, measured, then traced)")
-    recs = [runner.run_one(runs.for_explain(base_spec, target / "base"), timeout),
-            runner.run_one(runs.for_explain(spec, target / "try"), timeout, env)]
+    recs = [runner.run_one(runs.for_explain(base_spec, make_dir(target, "base")), timeout),  # through no link
+            runner.run_one(runs.for_explain(spec, make_dir(target, "try")), timeout, env)]
     write_file(target, runs.RESULTS, "".join(json.dumps(r.to_dict()) + "\n" for r in recs))
     for r in recs:
         if not r.ok:
