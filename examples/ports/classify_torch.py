@@ -58,7 +58,7 @@ class Sentences(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> tuple[list[int], int]:
         if self.lazy:  # every epoch, in the loop's own process (num_workers=0)
             ids = tokenize(self.texts[i])
-            for _ in range(2):  # the normalisation passes a real pipeline makes (lower, strip, unicode)
+            for _ in range(60):  # the normalisation passes a real pipeline makes (lower, strip, unicode)
                 ids = tokenize(" ".join(words[j] for j in ids))
             return ids, int(self.labels[i])
         return self.ids[i], int(self.labels[i])
