@@ -10,7 +10,7 @@ finds twinbench itself, this checkout's ``src`` is put on its ``PYTHONPATH``):
         [--precision fp32|bf16] [--rounds 3] [--steps 30] [--threads 2] [--attention-impl default|splash]
         [--host-malloc tuned|system]
         [--trace DIR] [--out runs/hf-flax] [--sides ours,hf] [--compile-cache DIR] [--timeout S]
-        [--deadline UNIX_TIME] [--resume]
+        [--deadline UNIX_TIME] [--resume] [--before-src DIR (adds the side `before`: the twin of that source tree)]
 
 GPT presets against FlaxGPT2LMHeadModel, BERT presets against FlaxBertForSequenceClassification: the same
 shape (layers, d_model, heads, vocab, context, batch, seq), tanh GELU for GPT-2 (HF "gelu_new"), exact GELU for

@@ -7,7 +7,9 @@
 # (13 cores, nothing else running there), whose chip stays untouched (JAX_PLATFORMS=cpu); runs on any Linux machine.
 #
 #   benchmarks/tpu/fetch-wheels.sh here with WITH_HF=1 (transformers < 5), nanoGPT's model.py in runs/public/nanoGPT/
-#   then on the VM:  source benchmarks/tpu/setup.sh && benchmarks/tpu/twins_vs_public.sh OUTDIR [STAGE ...]
+#   and the twin before a change as a source tree (optional): mkdir -p runs/before-src && git archive REV src/twinbench
+#   | tar -x -C runs/before-src --strip-components=1; carry .whl-tpu, runs/public and runs/before-src; then on the VM:
+#   source benchmarks/tpu/setup.sh && BEFORE_SRC=runs/before-src benchmarks/tpu/twins_vs_public.sh OUTDIR [STAGE ...]
 #
 # Stages, in this order by default: `programs` (benchmarks/twin_programs.py: the compiled steps compared, JAX and
 # torch; counts, no timing), `rounds` (ROUNDS interleaved rounds: round r runs the JAX sides, then the torch sides,
@@ -15,6 +17,7 @@
 # ROUNDS (5), STEPS (20 timed steps a run, after 5 of warm-up), CPUS (0,1: the cores every run is pinned to).
 # BEFORE_SRC: a copy of src/ before a change of the twin (its twinbench/ inside): the JAX rounds then add the side
 #   `before`, the twin of that tree, so the change is timed against the twin without it in the same rounds.
+# JAX_TIMEOUT (240), TORCH_TIMEOUT (180): seconds one run may take (a loaded machine needs more).
 # BUDGET (540): seconds from this script's start; no run starts with less than 45 s left and none runs past it.
 # STATE (/tmp/twins_vs_public): the rows of every run, kept while the VM stays warm: called again with the same
 #   STATE, the script runs only the rounds missing (a second call continues the first); a fresh sitting: remove it.
@@ -47,7 +50,8 @@ machine() {  # the CPU model and its vector/matrix extensions, beside every figu
     echo "instruction set: $(grep -o -w -E 'avx2|fma|avx512f|avx512bw|avx512_vnni|avx512_bf16|amx_tile|amx_bf16|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"
     echo "pinned to cores: $CPUS (taskset), 2 threads a run; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
     "$PY" -c 'import importlib.metadata as m
-print("versions:", ", ".join(f"{p} {m.version(p)}" for p in ("jax", "jaxlib", "flax", "optax", "numpy", "torch", "transformers")))'
+print("versions:", ", ".join(f"{p} {m.version(p)}" for p in ("jax", "jaxlib", "flax", "optax", "numpy", "torch")))'
+    "$HF_PY" -c 'import importlib.metadata as m; print("the Hugging Face side: transformers", m.version("transformers"))'
   } > "$STATE/machine.txt" 2>&1
 }
 
@@ -67,13 +71,13 @@ rounds() {
     [ "$(left)" -gt 60 ] || break
     taskset -c "$CPUS" "$PY" "$ROOT/benchmarks/jax_twin_vs_hf_flax.py" "$HF_PY" --preset small --rounds "$r" \
       --steps "$STEPS" --threads 2 --xla-cpu-flags xla-default --host-malloc system --sides "$sides" "${extra[@]}" \
-      --out "$STATE/jax" --resume --deadline "$DEADLINE" --min-left 45 --timeout 240 >> "$LOG" 2>&1 \
+      --out "$STATE/jax" --resume --deadline "$DEADLINE" --min-left 45 --timeout "${JAX_TIMEOUT:-240}" >> "$LOG" 2>&1 \
       || echo "jax round $r: rc $?" >> "$LOG"
     [ -f "$NANOGPT" ] || { echo "no nanoGPT model.py at $NANOGPT: torch rounds skipped" >> "$LOG"; continue; }
     [ "$(left)" -gt 45 ] || break
     taskset -c "$CPUS" "$PY" "$ROOT/benchmarks/torch_twin_vs_nanogpt.py" "$NANOGPT" --preset small --rounds "$r" \
       --steps "$STEPS" --threads 2 --which ours,nanogpt --out "$STATE/torch" --resume --deadline "$DEADLINE" \
-      --min-left 30 --timeout 180 >> "$LOG" 2>&1 || echo "torch round $r: rc $?" >> "$LOG"
+      --min-left 30 --timeout "${TORCH_TIMEOUT:-180}" >> "$LOG" 2>&1 || echo "torch round $r: rc $?" >> "$LOG"
   done
 }
 
