@@ -206,7 +206,7 @@ def bound_cases(t: Path) -> list[Case]:
 
     from twinbench.spec import from_preset
 
-    m = t / "i75"
+    m = t / "bounds"
     m.mkdir()
     out = str(m / "o")
     fifo_out = m / "fifo-out"
