@@ -83,20 +83,29 @@ def standalone(side: str, args: list[str], steps: int, timeout: float) -> float:
     return float(m.group(1))
 
 
-def ab(side: str, broken: list[str], fixed: list[str], rounds: int, steps: int, timeout: float) -> dict[str, Any]:
-    """The A/B of the known problem: broken and fixed alternately, each in a fresh process."""
+def ab(side: str, broken: list[str], fixed: list[str], rounds: int, steps: int, timeout: float,
+       once: dict[tuple[str, ...], float] | None = None) -> dict[str, Any]:
+    """The A/B of the known problem: broken and fixed alternately, each in a fresh process (``once``: with one
+    round, a fixed side already run for another pair is not run again: the tests' budget)."""
     runs: dict[str, list[float]] = {"broken": [], "fixed": []}
     for r in range(rounds):
         for kind in (("broken", "fixed") if r % 2 == 0 else ("fixed", "broken")):
-            runs[kind].append(standalone(side, broken if kind == "broken" else fixed, steps, timeout))
+            args = broken if kind == "broken" else fixed
+            key = (side, *args)
+            if rounds == 1 and once is not None and kind == "fixed" and key in once:
+                runs[kind].append(once[key])
+                continue
+            runs[kind].append(standalone(side, args, steps, timeout))
+            if once is not None and kind == "fixed":
+                once[key] = runs[kind][-1]
     diffs = [b - f for b, f in zip(runs["broken"], runs["fixed"], strict=True)]
     return {**runs, "gain_ms": statistics.median(runs["broken"]) - statistics.median(runs["fixed"]),
             "gain_range_ms": [min(diffs), max(diffs)]}
 
 
 def run_pair(p: dict[str, Any], work: Path, rounds: int, steps: int, timeout: float,
-             torch_traces: dict[tuple[str, ...], Path] | None = None, earlier: dict[str, Any] | None = None
-             ) -> dict[str, Any]:
+             torch_traces: dict[tuple[str, ...], Path] | None = None, earlier: dict[str, Any] | None = None,
+             once: dict[tuple[str, ...], float] | None = None) -> dict[str, Any]:
     """One pair: both sides doctored and traced, explained, and the A/B of its known problem (``earlier``: a row
     of an earlier run whose traces are explained again and whose A/B is kept)."""
     work.mkdir(parents=True, exist_ok=True)
@@ -120,7 +129,8 @@ def run_pair(p: dict[str, Any], work: Path, rounds: int, steps: int, timeout: fl
     known = next((c for c in causes if c.get("finding") == p["cause"]), None)
     first = causes[0] if causes else {}
     slow_run = result["b"]["run"] if p["slow"] == "jax" else result["a"]["run"]
-    measured = earlier["ab"] if earlier is not None else ab(p["slow"], p[p["slow"]], p["fixed"], rounds, steps, timeout)
+    measured = earlier["ab"] if earlier is not None else ab(p["slow"], p[p["slow"]], p["fixed"], rounds, steps, timeout,
+                                                            once)
     size = known["ms"] if known else 0.0
     gain = measured["gain_ms"]
     # the share of the slower step the answer gives the cause, put on the A/B's broken step: the load (which
