@@ -20,6 +20,10 @@ DEFAULT_FAMILY = "gpt"
 USER_FAMILY = "user"
 
 
+#: the largest learning rate taken: fp32's largest number (the optimizers keep it in fp32; past it, inf)
+MAX_LR = 3.4028234663852886e38
+
+
 class SpecError(ValueError):
     """An impossible or unknown value given by the user. The message is one line, fit to print."""
 

@@ -109,8 +109,7 @@ MAX_PLAN_STEPS = 10**12
 #: the most devices a prediction's data-parallel curve may reach (``predict --devices``): 2^20, past every
 #: machine built; a run's own ``--devices`` is bounded by the devices it sees and by its batch
 MAX_DEVICES = 2**20
-#: the largest learning rate taken: fp32's largest number (the optimizers keep it in fp32; past it, inf)
-MAX_LR = 3.4028234663852886e38
+
 #: host bytes a run keeps per training step until it ends, at most: the step's time and loss handle (a device
 #: scalar: 570 bytes a step for torch, 1.8 KB for a JAX array, measured on CPU), its loss as a float, its token
 #: counts (``--steps``' bound)

@@ -27,6 +27,7 @@ from twinbench import backends
 from twinbench.config import (  # the leaf, re-exported
     FRAMEWORKS,
     MASK_IMPLS,
+    MAX_LR,
     USER_FAMILY,
     Identity,
     ModelConfig,
@@ -39,7 +40,6 @@ from twinbench.config import (  # the leaf, re-exported
     later,
     option,
 )
-from twinbench.limits import MAX_LR
 from twinbench.models.family import FAMILIES as BUILT_IN
 from twinbench.models.family import presets as _family_presets
 from twinbench.models.options import ATTENTION_IMPLS
