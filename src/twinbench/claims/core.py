@@ -27,7 +27,7 @@ from twinbench.spec import PRESETS, RunSpec, SpecError
 SUPPORTED, CONTRADICTED, DEPENDS, NOT_MEASURABLE = "supported", "contradicted", "depends", "not measurable"
 #: A timed claim whose repeats fall on different sides of its threshold: the noise is larger than the effect.
 INCONCLUSIVE = "inconclusive"
-#: A claim that states a size, measured going its way but far past it (14x slower against "~30% slower"): the
+#: A claim that states a size, measured going its way but far past it (many times the size it states): the
 #: direction holds, the size does not, and "supported" would tell the reader the size held too.
 FAR_BEYOND = "far beyond"
 VERDICTS = (SUPPORTED, FAR_BEYOND, CONTRADICTED, DEPENDS, INCONCLUSIVE, NOT_MEASURABLE)
@@ -283,7 +283,7 @@ class Claim:
     #: its finding names explain's reason for a gap: on an accelerator its runs profile a few steps after the
     #: measured ones (``Setup.reason_traces``), which explain reads without running anything again
     traced: bool = False
-    #: the size the statement gives ("~30% slower"), set against the measured one (None: it states none)
+    #: the size the statement gives (a share slower or faster), set against the measured one (None: it states none)
     magnitude: Magnitude | None = None
 
     @property

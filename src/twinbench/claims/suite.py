@@ -108,10 +108,9 @@ def schedule(claims: list[Claim], per_claim: dict[str, dict[str, RunSpec]], spec
 RUN_S = {"tiny": 6.0, "bert-tiny": 8.0, "small": 10.0}
 #: What some runs add: a cold torch.compile, a JAX step recompiled for each new length (naive: per function;
 #: jit: the whole step), a simulated device mesh, a torchrun launch, bf16 emulated on a CPU; plus the
-#: simulated host work of --slow-input runs (steps x ms). naive+dynamic: 133 compiles for 10 lengths at bert-tiny
-#: (each function per shape); a `claims --only C1 --quick` took 179 CPU-seconds for its 6 runs (2026-12-07, on a
-#: shared 2-core machine, 3 repeats of it and of torch eager+dynamic), about 46 of them a naive run: 30 s of
-#: compiles beyond the process (the model had 12, and planned 1.4 min for a run that takes 2.5-3 quiet).
+#: simulated host work of --slow-input runs (steps x ms). naive+dynamic compiles each function once per shape, so
+#: its compiles are the largest term of the run beyond the process (the measured CPU-seconds behind the figure:
+#: benchmarks/results/how-long-does-the-claims-suite-take.md).
 EXTRA_S = {"compile": 15.0, "jax:naive+dynamic": 30.0, "jax:jit+dynamic": 18.0, "devices": 2.0, "torchrun": 8.0,
            "cpu-bf16": 30.0}
 PROBE_S = 8.0  # a probe: one process importing one or both frameworks

@@ -88,8 +88,8 @@ def summary_line(obs: dict[str, Any]) -> str:
                  + ", ".join(f"{k} {v}: {counts.get(k, 0)} steps" for k, v in stepped.items())
                  + "; the one stepping least often marks an iteration), ")
     it = obs.get("iter_ms")
-    # under the doctor's instruments (wrappers, the watcher and sampler threads) a step takes longer than alone:
-    # +0.4-2 ms a step on the JAX CPU examples of 0.25-280 ms (a quiet 13-core machine): said, not hidden
+    # under the doctor's instruments (wrappers, the watcher and sampler threads) a step takes longer than alone,
+    # by up to a few ms a step on the JAX CPU examples: said, not hidden
     pace = (f": {it:.2f} ms a step (the mean steady iteration, one step start to the next, as a clock around the "
             "loop shows it, under the doctor's instruments, which lengthen each step by up to a few ms)") if it else (f": {step_ms:.2f} ms a step (median, steady)" if step_ms else "")
     return (f"{fw}; {step}{obs.get('steps', 0)} steps" + pace

@@ -170,7 +170,7 @@ _RANDOM_JAX = re.compile(r"jit\(_bernoulli\)|jit\(_uniform\)|jit\(_normal\)|rand
                          r"rng[-_]bit[-_]generator")
 #: the random-number ops' bytes a step one side moves over the other's from which the two programs are said to
 #: differ: 16x, since bytes count random numbers loosely (XLA's generation moves a tensor through several
-#: fusions, torch's bernoulli_ writes it once: the MNIST pair's sides are 8x apart in bytes, ~3x in numbers)
+#: fusions, torch's bernoulli_ writes it once: a pair's sides lie further apart in bytes than in numbers)
 PROGRAMS_APART = 16.0
 
 

@@ -11,8 +11,8 @@ interrupts), and a few thousand faults a step can cost little. So a run's faults
 their number times one fault's cost, measured on this machine (:func:`fault_us`), as a share of the process's
 CPU time (``fault_cpu_share``). Both shares must reach ``KERNEL_SHARE`` before the faults are called costly.
 A fault's time is the kernel's, so that share is bounded by the kernel's own share: the once-a-process
-measurement of one fault (a fresh map, cold caches, another CPU than the step's faults ran on) priced the
-faults of a step at 102% of its CPU time on an Intel Xeon whose kernel share was 82%.
+measurement of one fault (a fresh map, cold caches, another CPU than the step's faults ran on) can price the
+faults of a step above the whole kernel share on some CPUs, a figure no step can have.
 """
 
 from __future__ import annotations

@@ -54,9 +54,9 @@ def cpu_oversubscribed(obs: Obs) -> Finding | None:
             "Nothing to change in the script: run it when the machine is idle, or pin it and the other jobs to "
             "separate cores (taskset -c), and time it again.",
             f"{TORCH_DOCS}/generated/torch.set_num_threads.html")
-    # torch's thread pool is what a busy machine slows far more than its share (its fix: 2-6x faster on a public
-    # script); XLA's one-thread setting made one slower in 3 of 3 A/B rounds, so no JAX fix is printed, and JAX's
-    # threads alone make this info
+    # torch's thread pool is what a busy machine slows far more than its share (its fix confirmed by A/B on a
+    # public script); XLA's one-thread setting made one slower in every A/B round, so no JAX fix is printed, and
+    # JAX's threads alone make this info
     torch_over = threads.get("torch", 0) > free
     severity = "warning" if over and torch_over and others >= BUSY_WARN_SHARE * cores else "info"
     fix = (f"Use the cores that are free (about {free} here): torch.set_num_threads({free}) at the top of the "
@@ -108,8 +108,7 @@ def page_faults(obs: Obs) -> Finding | None:
     if not costly(share, per_step, own):
         return None
     # on a busy machine a script can fault more than on an idle one (not its own allocations alone): said, at
-    # info, to be measured again idle (a public pair's 104-128k faults a second on a busy machine were real: its
-    # fix gained ~38%)
+    # info, to be measured again idle (a public pair's faults on a busy machine were real: its fix's A/B gained)
     busy = (m.others_cores or 0) >= BUSY_INFO_SHARE * (m.cores or 1)
     if obs.per("compiles") or obs.per("compile_s:s"):  # a compiler at work in the steady steps allocates
         return None  # and frees too: its faults are the recompiles' (jax-recompile, torch-recompile say the fix)
