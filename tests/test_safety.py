@@ -493,7 +493,7 @@ def test_threads_are_stated_per_run_when_they_differ():
     assert "torch/eager 1, jax/jit 2" in text and "for both frameworks" not in text
 
 
-def test_explain_says_the_machine_was_busy_and_never_prints_a_negative_phase(monkeypatch):
+def test_explain_says_the_machine_was_busy_names_rows_and_never_prints_a_negative_phase(monkeypatch):
     from twinbench.explain import gap
     from twinbench.explain.breakdown import Breakdown
 
@@ -510,7 +510,9 @@ def test_explain_says_the_machine_was_busy_and_never_prints_a_negative_phase(mon
     assert "optimizer" not in e["timing"]
     assert any("machine busy" in n for n in e["notes"]) and any("optimizer not measured" in n for n in e["notes"])
     result = gap.explain_pair(quiet, busy)
-    assert "machine was busy" in result["summary"]
+    # a busy machine is said, and refuses no row: its noise is measured (here it cannot be, and that is said)
+    assert "measured on a busy machine: torch/eager" in result["summary"]
+    assert "forward / matmul (+2.5 ms)" in result["summary"] and "noise is not measured" in result["summary"]
 
 
 def test_compare_explain_section_is_in_report_md_too(tmp_path, monkeypatch):
