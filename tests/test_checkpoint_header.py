@@ -135,6 +135,18 @@ def test_a_header_over_what_safetensors_allows_is_refused_unread(tmp_path):
     json.loads((ck / "config.json").read_text())  # the config stays as export wrote it
 
 
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    """One exported tiny checkpoint for the module; each test breaks a copy of it."""
+    return _checkpoint(tmp_path_factory.mktemp("ck"), "tiny")
+
+
+def _copy(src: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(src, tmp_path / "tiny"))
+
+
 def _raw_header(ck: Path) -> tuple[dict, bytes]:
     raw = (ck / "model.safetensors").read_bytes()
     n = int.from_bytes(raw[:8], "little")
@@ -155,8 +167,9 @@ def _write_raw(ck: Path, header: dict | bytes, data: bytes) -> None:
     (lambda h: h.update(__metadata__=["format", "pt"]), "__metadata__"),
     (lambda h: h.update(extra={"dtype": "Q4", "shape": [4], "data_offsets": [0, 16]}), "not a safetensors type"),
 ])
-def test_every_tensor_of_the_header_is_checked_not_only_those_the_model_maps(tmp_path, no_runs, break_it, says):
-    ck = _checkpoint(tmp_path, "tiny")
+def test_every_tensor_of_the_header_is_checked_not_only_those_the_model_maps(tmp_path, no_runs, break_it, says,
+                                                                           tiny_checkpoint):
+    ck = _copy(tiny_checkpoint, tmp_path)
     header, data = _raw_header(ck)
     break_it(header)
     _write_raw(ck, header, data)
@@ -169,8 +182,8 @@ def test_every_tensor_of_the_header_is_checked_not_only_those_the_model_maps(tmp
 
 
 @pytest.mark.parametrize("where", ["header", "config.json", "index"])
-def test_json_nested_100000_deep_is_one_line(tmp_path, no_runs, where):
-    ck = _checkpoint(tmp_path, "tiny")
+def test_json_nested_100000_deep_is_one_line(tmp_path, no_runs, where, tiny_checkpoint):
+    ck = _copy(tiny_checkpoint, tmp_path)
     deep = "[" * 100_000 + "]" * 100_000
     if where == "header":
         _, data = _raw_header(ck)
@@ -187,8 +200,8 @@ def test_json_nested_100000_deep_is_one_line(tmp_path, no_runs, where):
 
 
 @pytest.mark.parametrize("value", [1e308, 10**400, float("nan")])
-def test_a_config_size_no_model_has_is_one_short_line(tmp_path, no_runs, value):
-    ck = _checkpoint(tmp_path, "tiny")
+def test_a_config_size_no_model_has_is_one_short_line(tmp_path, no_runs, value, tiny_checkpoint):
+    ck = _copy(tiny_checkpoint, tmp_path)
     cfg = json.loads((ck / "config.json").read_text())
     cfg["n_embd"] = value
     (ck / "config.json").write_text(json.dumps(cfg))
