@@ -429,3 +429,15 @@ def test_a_traces_link_in_out_is_refused_where_it_is_opened_not_by_a_scan(tmp_pa
     line = one_line_error(CLI.invoke(app, args))
     assert "traces" in line and "symbolic link" in line, line
     assert not fake_runs and not any(away.iterdir())
+
+
+def test_the_resume_an_interrupted_run_prints_works_before_any_run_ended(tmp_path, fake_runs):
+    """A SIGTERM before any run ended leaves --out with its lock and no results.jsonl: the --resume command it
+    printed must be taken (it was "no results.jsonl there")."""
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / ".twinbench.lock").write_text("")
+    res = CLI.invoke(app, ["compare", "--framework", "torch", "--strategies", "eager", "--resume", str(out)])
+    assert res.exit_code == 0 and fake_runs, res.output
+    line = one_line_error(CLI.invoke(app, ["compare", "--resume", str(tmp_path / "empty")]))
+    assert "no results.jsonl there" in line

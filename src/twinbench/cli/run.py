@@ -35,6 +35,7 @@ from twinbench.cli.execute import run_and_report, with_launcher_flags
 from twinbench.limits import check_host
 from twinbench.plan import build_specs, repeat_rounds, with_cache
 from twinbench.record import Record
+from twinbench.results_dir import LOCK
 from twinbench.spec import SpecError
 
 
@@ -97,8 +98,8 @@ def compare(
     check_host(specs)  # a shape the host cannot build or train: refused before any process starts
     if plan_steps <= 0:
         raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
-    if resume is not None and not (resume / runner.RESULTS).exists():
-        raise SpecError(f"--resume {resume}: no {runner.RESULTS} there")
+    if resume is not None and not (resume / runner.RESULTS).exists() and not (resume / LOCK).is_file():
+        raise SpecError(f"--resume {resume}: no {runner.RESULTS} there")  # its lock alone: interrupted before a run
     target = resume or out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     check_places(specs)  # --cache-dir, --trace, --save-weights writable, before --out is even created
     ready_outputs(target, json_path, timeout)
@@ -180,8 +181,8 @@ def sweep(
     check_host(specs)  # a grid point the host cannot build or train: refused before any run
     if plan_steps <= 0:
         raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
-    if resume is not None and not (resume / runner.RESULTS).exists():
-        raise SpecError(f"--resume {resume}: no {runner.RESULTS} there")
+    if resume is not None and not (resume / runner.RESULTS).exists() and not (resume / LOCK).is_file():
+        raise SpecError(f"--resume {resume}: no {runner.RESULTS} there")  # its lock alone: interrupted before a run
     target = resume or out_dir or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
     title = "twinbench sweep over " + ", ".join(f"{k}={','.join(map(str, v))}" for k, v in axes)
     check_places(specs)  # --cache-dir, --trace, --save-weights writable, before --out is even created
