@@ -198,7 +198,7 @@ class Answer(msgspec.Struct):
 #: the doctor's step without the profiler puts a side's rows on it only when it is a clock of the same steps: timed
 #: over this many steps at least, and within this factor of the traced step (a profiler costs tens of percent; a
 #: figure this far off timed something else: a compile the traced steps did not have, the doctor's own checks)
-CLOCK_STEPS = 3
+CLOCK_STEPS = 2
 CLOCK_APART = 4.0
 
 
