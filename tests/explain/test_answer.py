@@ -197,3 +197,21 @@ def test_a_clock_of_other_steps_puts_no_side_on_it(tmp_path: Path, untraced: flo
                       folder(tmp_path, "a", []), folder(tmp_path, "b", [finding("jax-host-sync")]))
     assert got is not None and got.clock == "traced" and got.slower == "torch:a"
     assert got.gap_ms == pytest.approx(8.0 - 4.2) and why in got.notes[0]  # the traced steps, both sides
+
+
+def test_what_the_doctor_keeps_beside_its_trace_is_what_the_answer_reads(tmp_path: Path) -> None:
+    """The writer (twinbench doctor --trace: cli/doctor.keep_report) and the reader (answer.read_report) agree:
+    the findings, their lines and fixes, and the doctor's own A/B come back typed."""
+    from twinbench.cli.doctor import keep_report
+    from twinbench.doctor import DoctorResult
+    from twinbench.doctor.findings import Finding
+
+    found = [Finding("jax-host-sync", "warning", "a read a step", "1 read a step", "read it every 100 steps",
+                     location="train.py:40 `float(loss)`")]
+    obs = {"steps": 12, "iter_ms": 9.5, "read_check": {"waited_ms": 9.5, "deferred_ms": 4.0, "waited_n": 8,
+                                                       "deferred_n": 8}, "per_step": {"runq_s:s": 0.001}}
+    keep_report(tmp_path, DoctorResult(found, obs, "", False), "train.py")
+    got, note = answer.read_report(str(tmp_path))
+    assert note is None and got is not None and got.script == "train.py" and got.iter_ms == 9.5
+    assert got.findings[0].location == "train.py:40 `float(loss)`" and got.findings[0].fix == "read it every 100 steps"
+    assert answer.CAUSES["jax-host-sync"].ab(got) == answer.AB(9.5, 4.0)
