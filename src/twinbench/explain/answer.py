@@ -31,6 +31,7 @@ from typing import Any
 
 import msgspec
 
+from twinbench.doctor.observations import ReadCheck  # the doctor's own type of its host-read A/B
 from twinbench.explain import compilation
 from twinbench.folder_io import read_small, terminal
 
@@ -49,14 +50,6 @@ class Finding(msgspec.Struct, frozen=True):
     fix: str = ""
     location: str = ""
     caused_by: str = ""  # the finding that causes this one (compile-dominates <- jax-recompile)
-
-
-class ReadCheck(msgspec.Struct, frozen=True):
-    """The doctor's A/B of a loop's reads of the step's results (summary.read_check)."""
-    waited_ms: float | None = None
-    deferred_ms: float | None = None
-    waited_n: int = 0
-    deferred_n: int = 0
 
 
 class ClockAB(msgspec.Struct, frozen=True):
