@@ -545,7 +545,8 @@ def test_c22_reads_explains_reason_from_the_runs_traces():
     v = CLAIMS["C22"].judge(Evidence(SETUP, records))
     assert v.verdict == CONTRADICTED and "explain: " in v.finding and "twinbench explain" not in v.finding
     # torchax's loss over the 50,257-word logits, op by op: the logits' reshape copied, their fp32 conversions
-    assert "extra 31.7 ms" in v.finding and "jvp(aten::view)/reshape (forward data movement) 5.0 ms" in v.finding
+    # the chip's steps agree to under the printed decimal: their noise is said as such, not as exactly zero
+    assert "extra 31.7 ±<0.1 ms" in v.finding and "jvp(aten::view)/reshape (forward data movement) 5.0 ms" in v.finding
 
 
 def test_c22_runs_the_pytorch_path_of_the_machine():

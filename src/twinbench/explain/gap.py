@@ -263,6 +263,14 @@ def largest(table: list[dict[str, Any]], level: int = 1) -> dict[str, Any]:
     return max(cand, key=lambda r: sign * r["diff_ms"])
 
 
+def plus_minus(ms: float | None) -> str:
+    """A measured noise as printed beside a figure of one decimal: `` ±0.4``; steps that agree to under the last
+    decimal (a device's steps) print `` ±<0.1``, not a noise of exactly zero; nothing where none was measured."""
+    if ms is None:
+        return ""
+    return f" ±{ms:.1f}" if ms >= 0.05 else " ±<0.1"
+
+
 def sentence(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) -> str:
     gap = b["step_ms"] - a["step_ms"]
     slow, fast = (b, a) if gap >= 0 else (a, b)
@@ -271,7 +279,7 @@ def sentence(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) 
     top = causes.named(table, gap, level)
 
     def pm(r: dict[str, Any]) -> str:  # its measured noise, where both sides' was measured (causes.mark)
-        return f" ±{r['uncertainty_ms']:.1f}" if r.get("uncertainty_ms") is not None else ""
+        return plus_minus(r.get("uncertainty_ms"))
 
     def part(r: dict[str, Any]) -> str:
         ms = r.get("named_ms", r["diff_ms"])
@@ -294,7 +302,7 @@ def sentence(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) 
         for r in held[:3]) if held else "")
     whole = causes.gap_noise(a, b)
     said = "; ".join(map(part, top)) if top else "no row carries a part of it beyond its measured noise"
-    traced = f"{abs(gap):.1f}" + (f" ±{whole:.1f}" if whole is not None else "")
+    traced = f"{abs(gap):.1f}" + plus_minus(whole)
     ck = causes.clock(a, b)
     if ck and ck["gap_ms"] * gap > 0:  # framed on the clock: the rows split the traced gap, the same way
         head = (f"{slow['run']}'s extra {abs(ck['gap_ms']):.1f} ms per step over {fast['run']} by the clock (twinbench "
