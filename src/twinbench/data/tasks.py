@@ -68,16 +68,11 @@ def run_data(spec: RunSpec, k: int = 1) -> RunData:
 
 def windows(spec: RunSpec, k: int, n_calls: int) -> RunData:
     """A language model's batches: random windows of the corpus, cut when the pipeline asks for them."""
-    from twinbench.data.text import load_tokens, window
+    from twinbench.data.text import Windows, load_tokens
 
     t = spec.train
-
-    tokens = load_tokens(t.data, t.seq, t.seed)
     n, steps = t.batch * t.seq, n_calls * k
-
-    def make(i: int) -> Any:  # step i's windows, cut when the pipeline asks: one batch held, not every step's
-        return window(tokens, t.batch, t.seq, t.seed, i)
-
+    make = Windows(load_tokens(t.data, t.seq, t.seed), t.batch, t.seq, t.seed)  # step i's windows, cut when asked
     return RunData(HostBatches(make, n_calls, k, t.slow_input), Same(n, steps), Same(n, steps), Same(t.seq, steps))
 
 

@@ -10,6 +10,7 @@ arrays, whichever framework consumes them.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,11 +95,30 @@ def batches(tokens: np.ndarray, batch: int, seq: int, seed: int) -> Iterator[tup
         yield window[:, :-1], window[:, 1:]
 
 
-def window(tokens: np.ndarray, batch: int, seq: int, seed: int, i: int) -> tuple[np.ndarray, np.ndarray]:
-    """The (inputs, targets) int32 pair of step ``i``, made when the step asks for it: random windows drawn by a
-    generator seeded by (``seed``, ``i``), so any step's batch is the same in every framework and process, and a
-    run of any length holds one batch at a time (not every step's, built up front)."""
-    rng = np.random.default_rng((seed, i))
-    starts = rng.integers(0, len(tokens) - seq - 1, size=batch)
-    w = tokens[starts[:, None] + np.arange(seq + 1)].astype(np.int32)
-    return w[:, :-1], w[:, 1:]
+class Windows:
+    """Step ``i``'s (inputs, targets) int32 pair, the stream :func:`batches` yields, cut when the step asks for it:
+    the draws' starts are kept (``batch`` integers a step, drawn in step order whatever order the steps are asked
+    in, from any thread), so a step's batch is the same in every framework, process and version, and a run of any
+    length holds its starts and the batches in flight, not every step's windows built up front."""
+
+    def __init__(self, tokens: np.ndarray, batch: int, seq: int, seed: int) -> None:
+        self.tokens, self.batch, self.seq = tokens, batch, seq
+        self._rng = np.random.default_rng(seed)
+        self._starts = np.empty((0, batch), np.int64)
+        self._drawn = 0
+        self._lock = threading.Lock()  # the input pipeline's workers ask for steps from threads
+
+    def starts(self, i: int) -> np.ndarray:
+        with self._lock:
+            while self._drawn <= i:
+                if self._drawn == len(self._starts):  # grown by doubling: amortised, never one step at a time
+                    grown = np.empty((max(64, 2 * len(self._starts)), self.batch), np.int64)
+                    grown[: self._drawn] = self._starts[: self._drawn]
+                    self._starts = grown
+                self._starts[self._drawn] = self._rng.integers(0, len(self.tokens) - self.seq - 1, size=self.batch)
+                self._drawn += 1
+            return self._starts[i].copy()
+
+    def __call__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        w = self.tokens[self.starts(i)[:, None] + np.arange(self.seq + 1)].astype(np.int32)
+        return w[:, :-1], w[:, 1:]
