@@ -110,10 +110,10 @@ MAX_PLAN_STEPS = 10**12
 #: machine built; a run's own ``--devices`` is bounded by the devices it sees and by its batch
 MAX_DEVICES = 2**20
 
-#: host bytes a run keeps per training step until it ends, at most: the step's time and loss handle (a device
-#: scalar: 570 bytes a step for torch, 1.8 KB for a JAX array, measured on CPU), its loss as a float, its token
-#: counts (``--steps``' bound)
-PER_STEP_BYTES = 2048
+#: host bytes a run keeps per training step until it ends, at most: the step's time and its loss as Python floats
+#: in lists, and each written into the record's JSON (the loss handles, a device scalar each, are read back a few
+#: hundred at a time: measure.clock.HANDLES_HELD) (``--steps``' bound, with the task's per-example bytes)
+PER_STEP_BYTES = 256
 #: host bytes twinbench keeps per run it schedules (its spec, its record, its row of the table), at most: the
 #: bound of ``--repeats`` and of a sweep's grid
 PER_RUN_BYTES = 64 << 10
