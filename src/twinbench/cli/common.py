@@ -33,6 +33,11 @@ class App(typer.Typer):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import errno
 
+        argv = kwargs.get("args")
+        flag = empty_path(self, list(sys.argv[1:] if argv is None else argv))
+        if flag:  # a shell's '' turns into Path('.') before any check could tell it from a folder named '.'
+            sys.stderr.write(f"error: {flag}: an empty path; name a file or folder ('.' for this one)\n")
+            raise SystemExit(2)
         try:
             return super().__call__(*args, **kwargs)
         except OSError as e:
@@ -45,6 +50,31 @@ class App(typer.Typer):
             with contextlib.suppress(OSError):
                 sys.stderr.write(f"error: cannot write the output: {e.strerror or e}\n")
             raise SystemExit(2) from None
+
+
+def empty_path(typer_app: typer.Typer, argv: list[str]) -> str:
+    """The path option given an empty value in ``argv`` (``--out ''`` or ``--out=``), before a ``--`` (what follows
+    is a script's own), or ''. The options are the ones declared with a path type, read off the command."""
+    command = typer.main.get_command(typer_app)
+    commands = getattr(command, "commands", {})
+    if argv and argv[0] in commands:
+        command, argv = commands[argv[0]], argv[1:]
+    paths = {o for p in command.params if _is_path(p) for o in p.opts}
+    for i, token in enumerate(argv):
+        if token == "--":
+            break
+        name, eq, value = token.partition("=")
+        if name in paths and ((eq and not value) or (not eq and i + 1 < len(argv) and argv[i + 1] == "")):
+            return name
+    return ""
+
+
+def _is_path(param: Any) -> bool:
+    """A parameter declared as a path: its annotation (typer's own core) or its click type (typer on click)."""
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    if annotation is not None:
+        return annotation is Path or Path in getattr(annotation, "__args__", ())
+    return type(getattr(param, "type", None)).__name__ == "Path"
 
 
 app = App(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
