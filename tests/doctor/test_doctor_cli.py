@@ -51,6 +51,20 @@ def test_hanging_script_stops_at_timeout(tmp_path: Path) -> None:
     assert "--steps" in proc.stderr  # says what to do about it
 
 
+def test_a_script_killed_by_a_signal_is_not_a_clean_run(tmp_path: Path) -> None:
+    """A script that dies by a signal after some steps (a crash in native code) is said so in one line, after
+    the findings of the steps seen, and exits 2: not 0, as a run that ended."""
+    script = tmp_path / "crash.py"
+    script.write_text("import os, signal, time\nimport torch\nm = torch.nn.Linear(8, 8)\n"
+                      "opt = torch.optim.SGD(m.parameters(), lr=0.1)\nfor i in range(400):\n"
+                      "    m(torch.randn(4, 8)).sum().backward(); opt.step(); opt.zero_grad(); time.sleep(0.01)\n"
+                      "    if i == 300:\n        os.kill(os.getpid(), signal.SIGSEGV)\n")
+    proc = doctor(str(script))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "ended early, killed by SIGSEGV" in last and "the findings above cover the steps seen" in last
+
+
 def test_script_that_ignores_sigterm_is_killed(tmp_path: Path) -> None:
     from twinbench.doctor import DoctorError, run_doctor
 

@@ -80,6 +80,9 @@ def doctor(
                if result.observations.get("killed") else "the findings above cover that part")
         fail(f"{script} did not finish within --timeout {timeout:g} s; stopped after "
              f"{result.observations.get('steps', 0)} steps ({how}); use --steps N to diagnose a long run quickly")
+    if result.observations.get("died"):  # the findings hold for the steps seen; the run itself is not clean
+        fail(f"{script} ended early, {result.observations['died']}, after {result.observations.get('steps', 0)} "
+             "steps; the findings above cover the steps seen until then")
     raise typer.Exit(exit_code(result, str(script)))
 
 

@@ -113,6 +113,18 @@ def check_python(python: str | Path | None, timeout: float = 60.0) -> str:
     return exe
 
 
+def died(returncode: int | None) -> str:
+    """How a script that ended without its own end died: the signal's name (``SIGSEGV``) or its exit code."""
+    import signal
+
+    if returncode is not None and returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}, without the interpreter's own end (os._exit or a crash in native code)"
+
+
 def run_doctor(script: str | Path, args: list[str] | None = None, steps: int | None = None,
                timeout: float = 600.0, grace_s: float = 10.0, python: str | Path | None = None,
                trace_dir: str | Path | None = None) -> DoctorResult:
@@ -162,6 +174,8 @@ def run_doctor(script: str | Path, args: list[str] | None = None, steps: int | N
         write_timing(Path(trace_dir), obs)
     obs["timed_out"] = obs.get("timed_out") or run.timed_out
     obs["killed"] = killed
+    if killed and not run.timed_out:  # it died on its own (a signal, os._exit): not a run that ended
+        obs["died"] = died(run.returncode)
     machine = obs.get("machine")
     if isinstance(machine, dict) and machine.get("page_faults_per_s"):  # one fault's cost, measured here, where
         from twinbench.measure.page_faults import fault_us  # the script ran (its own process stays untouched)

@@ -205,6 +205,8 @@ class Observations(Struct):
     stopped_early: bool = False
     timed_out: bool = False
     killed: bool = False
+    partial: bool = False  # read from the snapshot the run kept as it went: it ended before the doctor's own end
+    died: str | None = None  # how a script that ended before its own end died ("killed by SIGSEGV")
     error: dict[str, Any] | None = None
     steady_from_t: float | None = None
     machine: Machine | None = None
