@@ -219,6 +219,18 @@ def test_explain_runs_a_records_model_only_when_the_user_names_the_same_file(tmp
     assert said and "named on the command line" in said[0]
 
 
+def test_a_re_run_never_takes_the_records_user_dir():
+    """A record's user_dir (where its initial weights lie) is a path: a re-run writes its own from the model the
+    user names, and never reads where the record points."""
+    from twinbench.explain import runs
+
+    spec = from_preset("tiny", {}, framework="torch", strategy="eager").evolve(user_model="/m.py:build",
+                                                                                user_dir="/elsewhere/byo")
+    taken, left = runs.spec_from_record("D:torch/eager", spec.to_dict())
+    assert taken.user.user_model == "/m.py:build" and taken.user.user_dir == ""
+    assert any("user_dir" in line for line in left), left
+
+
 def test_report_links_only_files_and_escapes_markdown(tmp_path):
     d = results_dir(tmp_path, "hostile")
     assert CLI.invoke(app, ["report", str(d)]).exit_code == 0

@@ -51,6 +51,10 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
                     for line in [*left, *runs.check_code(a, spec, model, jax_model)]:
                         say(line)
                     spec = runs.runnable(a, spec)
+                    if spec.user.user_model:  # its initial weights written anew from the model you named, never
+                        from twinbench.byo.plan import prepare_user  # read from where the record points
+
+                        (spec,), _ = prepare_user([spec], out_dir / f"record-{len(resolved)}", timeout)
                 resolved.append((spec, rec))
             else:
                 key = a.replace(":", "/")

@@ -28,14 +28,15 @@ def needs_run(r: Record | dict[str, Any] | None) -> bool:
 
 #: What a re-run takes from a record: what defines the measurement (the model and training config as a whole:
 #: its shape, data and checkpoint are read, never written; the framework, strategy and their settings) and the
-#: user's model, which :func:`check_code` lets run only when the user names it too. Nothing else: where to write
+#: user's model, which :func:`check_code` lets run only when the user names it too (its initial weights are then
+#: written anew from it: the record's ``user_dir`` is a path, never taken). Nothing else: where to write
 #: (``save_weights``, ``cache_dir``, ``trace_dir``), what to connect to or how many processes to start
 #: (``num_processes``, ``process_id``, ``coordinator``) come from the command line, or stay off.
 FROM_RECORD = frozenset({
     "model", "train", "framework", "strategy", "preset", "devices", "threads", "compile_cache", "scan_k",
     "remat_policy", "scan_unroll", "xla_cpu_flags", "host_malloc", "attention_impl", "splash_layout", "repeat",
     "no_preflight",
-    "user_model", "user_jax_model", "user_dir",
+    "user_model", "user_jax_model",
 })
 #: fields a re-run never takes from a record but takes from explain's command line when the user gives them
 FROM_COMMAND_LINE = ("save_weights", "num_processes", "process_id", "coordinator")
