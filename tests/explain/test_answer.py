@@ -215,3 +215,27 @@ def test_what_the_doctor_keeps_beside_its_trace_is_what_the_answer_reads(tmp_pat
     assert note is None and got is not None and got.script == "train.py" and got.iter_ms == 9.5
     assert got.findings[0].location == "train.py:40 `float(loss)`" and got.findings[0].fix == "read it every 100 steps"
     assert answer.CAUSES["jax-host-sync"].ab(got) == answer.AB(9.5, 4.0)
+
+
+def test_on_the_doctors_mean_iteration_recompiles_count_at_the_runs_rate_not_the_traced_windows(
+        tmp_path: Path) -> None:
+    """Two of four traced steps compiled (400 ms a traced step), the run five times in forty: the answer puts each
+    side on the doctor's mean iteration (what the loop's own clock shows), the compilation row at the run's rate
+    (its mean less its steady step), the other rows on the steady step; the slower side is the one the means say."""
+    def report(name: str, findings: list[dict[str, str]], iter_ms: float) -> str:
+        d = folder(tmp_path, name, findings)
+        doc = json.loads((Path(d) / answer.NAME).read_text())
+        (Path(d) / answer.NAME).write_text(json.dumps({**doc, "iter_ms": iter_ms}))
+        return d
+
+    a = report("torch", [finding("cpu-oversubscribed", "info")], iter_ms=9.0)
+    b = report("flax", [finding("jax-recompile"), finding("cpu-oversubscribed", "info")], iter_ms=110.0)
+    result = {"a": side("torch:t", TORCH, untraced=8.0), "b": side("jax:f", recompiling(), untraced=6.0)}
+    result["b"].update(compiles=2, steps_used=4, recorded={"compiles": {"compiles": 5, "steps": 40}})
+    got = answer.join(result, a, b)
+    assert got is not None and got.clock == "run" and got.slower == "jax:f"
+    assert got.gap_ms == pytest.approx(101.0)  # the means: 110 - 9, not the traced window's 407 - 9
+    first = got.causes[0]
+    assert first.finding == "jax-recompile" and first.ms == pytest.approx(104.0)  # 110 less the steady 6 ms
+    assert [f for f, _ in got.not_in_gap].count("cpu-oversubscribed") <= 1  # said once, not per side
+    assert "mean iteration" in "\n".join(answer.lines(got))

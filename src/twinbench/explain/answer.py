@@ -175,7 +175,7 @@ class Named(msgspec.Struct):
 
 class Answer(msgspec.Struct):
     gap_ms: float
-    clock: str  # "untraced" (the doctor's step without the profiler) or "traced"
+    clock: str  # "run" (the doctor's mean iteration), "untraced" (its median step without the profiler), "traced"
     slower: str
     faster: str
     causes: list[Named]
@@ -209,6 +209,32 @@ def _clock(side: dict[str, Any]) -> tuple[float | None, str]:
     return untraced, ""
 
 
+def _on_run(side: dict[str, Any], rep: DoctorReport | None) -> tuple[dict[str, float], float] | None:
+    """(``phase / category`` -> ms a step, the step) of one side put on the doctor's mean iteration over its whole
+    run (``iter_ms``, the step its headline gives: what a clock around the training loop shows), or None where
+    the doctor's report gives none. A few traced steps compile at their own rate (two recompiles in four traced
+    steps of a run that recompiled five times in forty): so where the run compiled after its first step, the
+    compilation row is the run's own, its mean less its steady step (the doctor's median without the profiler,
+    else the traced step less its compiling), and the other rows are put on that steady step; elsewhere every
+    row is put on the mean."""
+    mean = rep.iter_ms if rep is not None else None
+    traced = float(side.get("step_ms") or 0.0)
+    if not mean or mean <= 0 or not traced:
+        return None
+    cells = {f"{p} / {c}": v for p, row in (side.get("cells") or {}).items() for c, v in row.items()}
+    facts = compilation.facts(side)
+    compiled = float(cells.get(compilation.ROW, 0.0))
+    m = side.get("measured") or {}
+    untraced, rest = float(m.get("untraced_step_ms") or 0.0), traced - compiled
+    steady = untraced if (int(m.get("untraced_steps") or 0) >= CLOCK_STEPS and rest > 0
+                          and 1 / CLOCK_APART <= untraced / rest <= CLOCK_APART) else rest
+    if (facts.get("compiles") or facts.get("retraces")) and 0 < steady < mean:
+        out = {row: v * steady / rest for row, v in cells.items() if row != compilation.ROW} if rest > 0 else {}
+        out[compilation.ROW] = mean - (sum(out.values()) if out else 0.0)
+        return out, mean
+    return {row: v * mean / traced for row, v in cells.items()}, mean
+
+
 def _cells(side: dict[str, Any], clock: float | None) -> tuple[dict[str, float], float]:
     """(``phase / category`` -> ms a step, the step) of one explained trace, its rows put on ``clock`` (the step
     the doctor measured without the profiler) where there is one: the profiler's cost spread as the trace spread
@@ -227,10 +253,11 @@ NOISE_FLOOR = 0.01
 WAIT_SAID = 0.10
 
 
-def _noise(result: dict[str, Any], slow_step: float) -> float:
-    """What a cause must exceed to be told apart: explain's measured noise of the gap where it gives one
-    (``noise_ms``), else the larger of the two sides' spread of traced steps; at least :data:`NOISE_FLOOR`."""
-    given = result.get("noise_ms")
+def _noise(result: dict[str, Any], slow_step: float, run: float | None = None) -> float:
+    """What a cause must exceed to be told apart: ``run`` (the noise of the steps that compiled nothing, on the
+    run's clock), else explain's measured noise of the gap where it gives one (``noise_ms``), else the larger of
+    the two sides' spread of traced steps; at least :data:`NOISE_FLOOR`."""
+    given = run if run is not None else result.get("noise_ms")
     if isinstance(given, (int, float)) and given >= 0:
         measured = float(given)
     else:
@@ -258,22 +285,39 @@ def join(result: dict[str, Any], arg_a: str, arg_b: str) -> Answer | None:
             notes.append(note)
     if reports[0] is None and reports[1] is None:
         return None if not notes else Answer(0.0, "traced", "", "", [], 0.0, [], [], notes)
-    clocks = [_clock(result[s]) for s in ("a", "b")]
-    measured = all(c for c, _ in clocks)  # both sides on the doctor's clock, or both on their traced steps
-    notes += [why for _, why in clocks if why]
-    (cells_a, step_a), (cells_b, step_b) = (_cells(result[s], c if measured else None)
-                                            for s, (c, _) in zip("ab", clocks, strict=True))
+    runs = [_on_run(result[s], rep) for s, rep in zip("ab", reports, strict=True)]
+    if runs[0] is not None and runs[1] is not None:  # both on the doctor's mean iteration: the run, recompiles
+        clock = "run"  # at the run's rate, as the training loop's own clock shows it
+        (cells_a, step_a), (cells_b, step_b) = runs
+    else:
+        clocks = [_clock(result[s]) for s in ("a", "b")]
+        measured = all(c for c, _ in clocks)  # both sides on the doctor's clock, or both on their traced steps
+        clock = "untraced" if measured else "traced"
+        notes += [why for _, why in clocks if why]
+        (cells_a, step_a), (cells_b, step_b) = (_cells(result[s], c if measured else None)
+                                                for s, (c, _) in zip("ab", clocks, strict=True))
     gap = step_b - step_a
     slow, fast = ("b", "a") if gap >= 0 else ("a", "b")
     sc, fc = (cells_b, cells_a) if slow == "b" else (cells_a, cells_b)
     rep_slow, rep_fast = reports[1 if slow == "b" else 0], reports[0 if slow == "b" else 1]
-    noise = _noise(result, max(step_a, step_b))
+    given = None
+    if clock == "run":  # the steps' noise on the steps that compiled nothing: a run's compiles are counted, not
+        from twinbench.explain import causes as evidence  # a spread of its few traced steps
+
+        ra, rb = evidence.noise(result["a"]), evidence.noise(result["b"])
+        if ra is not None and rb is not None:
+            steady = [sum(v for r, v in c.items() if r != compilation.ROW) for c in (cells_a, cells_b)]
+            given = evidence.band(steady[0], steady[1], ra, rb)
+    noise = _noise(result, max(step_a, step_b), given)
     fast_severity = {f.id: _worse(f.severity) for f in (rep_fast.findings if rep_fast else [])}
     excess = {row: sc.get(row, 0.0) - fc.get(row, 0.0) for row in set(sc) | set(fc)}
     claimed: dict[str, str] = {}  # row -> the finding whose cause it was counted in
     not_in: list[tuple[str, str]] = []
+    slow_ids = {f.id for f in rep_slow.findings} if rep_slow else set()
     for f in rep_fast.findings if rep_fast else []:
         c = CAUSES.get(f.id)
+        if c is not None and c.whole and f.id in slow_ids:  # both sides have it: said once, with the slower's
+            continue
         if c is not None and (c.rows or c.whole):
             not_in.append((f.id, f"on the faster side, {result[fast]['run']}"))
     pending = list(rep_slow.findings) if rep_slow else []
@@ -330,7 +374,7 @@ def join(result: dict[str, Any], arg_a: str, arg_b: str) -> Answer | None:
     waits = [(result[k]["run"], round(w, 3), round(it, 3)) for k, rep in zip("ab", reports, strict=True)
              if rep is not None and (it := rep.iter_ms or 0.0) > 0
              and (w := 1e3 * rep.observations.per_step.get("runq_s:s", 0.0)) >= WAIT_SAID * it]
-    return Answer(round(abs(gap), 3), "untraced" if measured else "traced", result[slow]["run"], result[fast]["run"],
+    return Answer(round(abs(gap), 3), clock, result[slow]["run"], result[fast]["run"],
                   causes, round(left, 3), unnamed, not_in, notes, round(max(step_a, step_b), 3), waits, unsized)
 
 
@@ -368,7 +412,8 @@ def lines(a: Answer) -> list[str]:
     """The answer as the lines that end explain's summary."""
     if not a.slower:
         return [f"answer: {n}" for n in a.notes]
-    clock = "measured without the profiler" if a.clock == "untraced" else "traced (no untraced step measured)"
+    clock = {"run": "the doctor's mean iteration over each run, without the profiler",
+             "untraced": "measured without the profiler"}.get(a.clock, "traced (no untraced step measured)")
     out = [f"answer: of the gap of {a.gap_ms:.1f} ms a step ({a.slower} slower than {a.faster}, {clock}):"]
     for i, c in enumerate(a.causes, 1):
         share = f" ({c.ms / a.slow_step_ms:.0%} of {a.slower}'s step)" if a.slow_step_ms else ""
