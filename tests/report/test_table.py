@@ -114,3 +114,16 @@ def test_the_conditions_name_each_run_as_its_row_does() -> None:
     assert kernel_line.endswith("(jax/jit cold, jax/jit warm)")
     table = markdown(runs, 1000)
     assert "| jax/jit cold |" in table and "| jax/jit warm |" in table
+
+
+def test_an_mfu_past_the_peak_is_not_printed_as_a_share_and_the_peak_is_blamed() -> None:
+    """A run faster than the matmul peak it is set against (a peak measured under load reads low) shows no
+    '112%': its cell says so and a line says which figure is wrong and how to measure it again."""
+    from twinbench.report.table import OVER_PEAK, row
+
+    fast = as_record(flat_record("jax", "jit", mfu=1.12, peak_tflops=0.05))
+    fine = as_record(flat_record("torch", "eager", mfu=0.31, peak_tflops=0.05))
+    assert OVER_PEAK in row(fast, 1000) and "112%" not in row(fast, 1000) and "31%" in row(fine, 1000)
+    said = "\n".join(conditions([fast, fine]))
+    assert f"MFU '{OVER_PEAK}'" in said and "--remeasure" in said
+    assert f"MFU '{OVER_PEAK}'" not in "\n".join(conditions([fine]))

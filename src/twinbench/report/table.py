@@ -100,10 +100,19 @@ def row(r: Record | dict[str, Any], plan_steps: int, vary: list[str] | tuple[str
     total = total_s(r, plan_steps) if r.timing.step_ms is not None and r.timing.first_step_s is not None else None
     return [
         label_, _f(r.compile.compile_s, ".2f"), _f(r.timing.first_step_s, ".2f"), step,
-        _f(r.speed.tokens_per_s, ",.0f"), _f(r.speed.achieved_tflops, ".3f"), "—" if mfu is None else f"{mfu:.0%}",
+        _f(r.speed.tokens_per_s, ",.0f"), _f(r.speed.achieved_tflops, ".3f"), _mfu(mfu),
         fmt_bytes(r.memory.peak_mem_bytes), _f(r.compile.compiles_during_steps, "d"), loss, _f(total, ".1f"),
         *[cell(r) for _, cell in extra],
     ]
+
+
+#: an MFU past the peak it is measured against: the peak, not the run, is wrong (a matmul peak measured while
+#: other processes held cores reads low), so no share of it is printed
+OVER_PEAK = "over peak"
+
+
+def _mfu(mfu: float | None) -> str:
+    return "—" if mfu is None else OVER_PEAK if mfu > 1.0 else f"{mfu:.0%}"
 
 
 def _model_name(r: Record) -> str:
@@ -156,6 +165,10 @@ def conditions(records: list[Record] | list[dict[str, Any]]) -> list[str]:
         lines.append("MFU against the measured matmul peak of each framework on this device: " + ", ".join(
             _peak_text(f"{fw} {dt}" if mixed else fw, x) for (fw, dt), x in peaks.items())
             + (f"; {cache_note()}" if any(x.speed.peak_measured_at for x in peaks.values()) else ""))
+    if any((x.speed.mfu or 0.0) > 1.0 for x in ok):
+        lines.append(f"MFU '{OVER_PEAK}': a run went faster than the matmul peak it is set against, so that peak "
+                     "was measured low (while other processes held cores): twinbench peak --remeasure on a quiet "
+                     "machine")
     lines += _load_lines(records)
     lines += _host_lines(ok, vary)
     lines += [f"memory {label(x, vary)}"
