@@ -152,11 +152,20 @@ def report_trace(trace: Path, obs: dict) -> None:
 
     info = (obs.get("info") or {}).get("trace")
     error = (obs.get("info") or {}).get("trace_error")
-    if info:
+    if info and not Path(trace).is_dir():  # the script removed or moved it after the profiler wrote it
+        out.print(f"  [yellow]no trace: {escape(str(trace))} is gone since the profiler wrote it (did the script "
+                  "remove it?); choose a --trace folder the script leaves alone[/]")
+    elif info and len(info.get("steps") or []) < TRACE_STEPS:  # the script ended inside the trace's steps
+        out.print(f"  [yellow]no trace explain can read: {len(info.get('steps') or [])} of the {TRACE_STEPS} "
+                  f"traced steps were recorded (the script ran {obs.get('steps', 0)} steps; the trace records "
+                  f"steps {TRACE_FROM + 1} to {TRACE_FROM + TRACE_STEPS}); run it for more steps[/]")
+    elif info:
         timing = obs.get("trace_timing") or {}
         at = f" at {timing['traced_step_ms']:.1f} ms a step" if timing.get("traced_step_ms") else ""
-        if timing.get("untraced_step_ms"):
-            at += f" (the profiler's own cost: the untraced step is {timing['untraced_step_ms']:.1f} ms)"
+        if timing.get("untraced_step_ms") and timing.get("traced_step_ms"):
+            cost = timing["traced_step_ms"] - timing["untraced_step_ms"]
+            at += (f" (the untraced step is {timing['untraced_step_ms']:.1f} ms: the profiler's own cost "
+                   + (f"{cost:.1f} ms)" if cost > 0 else "is within the steps' spread here)"))
         elif timing.get("step_time_includes_trace"):
             at += " (too few steps ran outside the trace: the step time above includes the traced ones)"
         out.print(f"  trace: {len(info['steps'])} steps recorded with {info['framework']}'s profiler in {trace}{at}; "
