@@ -22,3 +22,12 @@ def test_only_path_options_before_a_double_dash_are_checked():
     assert empty_path(app, ["doctor", "train.py", "--", "--out", ""]) == ""  # the script's own arguments
     assert empty_path(app, ["compare", "--strategies", ""]) == ""  # not a path: its own check says what is wrong
     assert empty_path(app, ["compare", "--preset", "tiny", "--out", ""]) == "--out"
+
+
+@pytest.mark.parametrize("value", ["", ",", " , "])
+def test_an_empty_strategy_list_is_blamed_on_the_flag_not_on_a_default_strategy(value):
+    from twinbench.plan import build_specs
+    from twinbench.spec import SpecError
+
+    with pytest.raises(SpecError, match=r"^--strategies .*: names no strategy"):
+        build_specs("tiny", "torch,jax", value, {})

@@ -65,6 +65,9 @@ def build_specs(preset: str, frameworks: str, strategies: str | None, overrides:
     from twinbench.strategies import registry
 
     fws = csv(frameworks) or []
+    if strategies is not None and not csv(strategies):  # '' or ',': named, and empty (None is: every one)
+        raise SpecError(f"--strategies {strategies!r}: names no strategy; give one or more, as "
+                        "'twinbench strategies' lists them (torch:eager,jax:jit), or leave the flag out")
     from twinbench.distributed.cluster import fill_from_cluster
 
     overrides = fill_from_cluster(overrides)  # inside a SLURM step of several tasks: this task's place in the run
