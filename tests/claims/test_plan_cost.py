@@ -47,3 +47,21 @@ def test_claims_threads_reaches_every_run(monkeypatch, tmp_path):
     (_, specs), = seen
     assert specs and {s.host.threads for s in specs} == {1}
     assert "error" in CliRunner().invoke(app, ["claims", "--only", "C1", "--threads", "-1", "--plan"]).output
+
+
+def test_a_device_planted_in_a_claims_folder_is_not_taken_nor_blamed_on_device(tmp_path):
+    """The device a plan is for comes from the command line: a claims run writes none into its settings, and a
+    folder's (planted) one is neither used nor reported as a --device the user never gave."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from twinbench.cli import app
+
+    d = tmp_path / "r"
+    d.mkdir()
+    (d / "claims-settings.json").write_text(json.dumps({
+        "quick": True, "only": "C1", "preset": None, "plan_steps": 1000, "repeats": None, "model": None,
+        "jax_model": None, "device": "nonesuch", "threads": None}))
+    r = CliRunner().invoke(app, ["claims", "--resume", str(d), "--plan"])
+    assert r.exit_code == 0 and "nonesuch" not in r.output and "--device" not in r.output, r.output

@@ -150,7 +150,8 @@ def claims(
             only, preset = saved["only"] or only, saved["preset"] or preset
             plan_steps, repeats = saved["plan_steps"] or plan_steps, saved["repeats"] or repeats
             threads = saved["threads"] or threads
-            device = saved["device"] or device  # --trace: the command line's only (a folder names no place)
+            # the device to plan for is the command line's only: a claims run writes none, and a folder names no
+            # place (a device planted in the file would be blamed on a --device never given)
         if device and not plan_only and resume is None:
             raise SpecError("--device names the device to plan for: use it with --plan")
         chosen = select(only)
