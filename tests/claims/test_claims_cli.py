@@ -125,3 +125,15 @@ def test_c22_on_a_cpu_measures_torchax_against_jit_and_gives_a_verdict(tmp_path)
     records = read_jsonl(tmp_path / "c" / "results.jsonl")
     assert {(x["framework"], x["strategy"]) for x in records} == {("jax", "jit"), ("jax", "torchax")}
     assert all(x["versions"].get("torchax") for x in records if x["strategy"] == "torchax")
+
+
+def test_a_model_whose_check_fails_leaves_nothing_of_the_claims_run_in_out(tmp_path):
+    """claims --model with a model that cannot be built: one line, exit 2, and --out holds no settings (a --resume
+    would read them) and none of the preparation's folders."""
+    model = tmp_path / "broken.py"
+    model.write_text("def build(cfg):\n    raise RuntimeError('no such layer')\n")
+    out = tmp_path / "out"
+    proc = twinbench("claims", "--only", "C7", "--quick", "--model", f"{model}:build", "--out", str(out))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "raised RuntimeError" in proc.stderr
+    left = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    assert "claims-settings.json" not in left and "byo" not in left, left

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -193,15 +194,19 @@ def claims(
         fail(str(e))
     check_places(specs)  # --trace, the caches: writable, before any run
     ready_outputs(target, json_path, timeout)
-    if resume is None:
+    before = set(target.iterdir()) if target.is_dir() else set()
+    try:
+        specs, _ = prepare_user(specs, target, timeout, per_shape=True)  # --model: once per shape, before any run
+    except SpecError as e:  # the model's check failed: one line, as in compare, and nothing of it left in --out
+        for made in (set(target.iterdir()) if target.is_dir() else set()) - before:
+            if made.name in ("byo",) or made.name.startswith("shape-"):
+                shutil.rmtree(made, ignore_errors=True)
+        fail(str(e))
+    if resume is None:  # the settings a --resume reads, once the model is known to run
         write_text(target / SETTINGS, json.dumps({"quick": quick, "only": only, "preset": preset, "plan_steps":
                                                   plan_steps, "repeats": repeats, "model": model, "jax_model":
                                                   jax_model, "device": None, "threads": threads or None}),
                    SETTINGS, inside=target)
-    try:
-        specs, _ = prepare_user(specs, target, timeout, per_shape=True)  # --model: once per shape, before any run
-    except SpecError as e:  # the model's check failed: one line, as in compare
-        fail(str(e))
     rounds = suite.schedule(chosen, per_claim, specs, setup.repeats) if specs else []
     start = time.perf_counter()
     measured = [c for c in chosen if not c.unmeasurable(setup)]
