@@ -380,6 +380,7 @@ def read_records(path: Path, problems: list[str] | None = None,
     of each record returned, in order.
     """
     records, bad, why = [], 0, Reasons()
+    most = max_records()
     for n, raw in lines(path):
         if raw is not None and not raw.strip():
             continue
@@ -391,6 +392,10 @@ def read_records(path: Path, problems: list[str] | None = None,
             except (ValueError, RecursionError):
                 got = "not JSON (a torn or garbled line)"
         if isinstance(got, Record):
+            if len(records) >= most:
+                raise NotResults(f"{path}: over {most:,} records; a typed record takes up to {RECORD_BYTES >> 10} "
+                                 "KiB here and this host keeps at most a quarter of its available memory for them "
+                                 "(split the file)")
             records.append(got)
             if line_numbers is not None:
                 line_numbers.append(n)
@@ -403,6 +408,19 @@ def read_records(path: Path, problems: list[str] | None = None,
     if problems is not None:
         problems += why.lines()
     return records, bad
+
+
+#: host bytes one typed record may take, at most (a whole run's record, its steps' times and losses included,
+#: takes ~12 KB; a line of a few fields less, but no reader trusts a file to hold only small ones)
+RECORD_BYTES = 16 << 10
+
+
+def max_records() -> int:
+    """The records one results file may give: a quarter of the host's available memory at
+    :data:`RECORD_BYTES` each (at least 10,000: a results folder of a long sweep on a small host)."""
+    from twinbench.measure.memory_readings import host_available_bytes
+
+    return max(host_available_bytes() // 4 // RECORD_BYTES, 10_000)
 
 
 #: lines that are not records a results file may hold before it is refused, when they outnumber its records ten
