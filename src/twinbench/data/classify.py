@@ -140,21 +140,11 @@ def read_jsonl(path: str | Path, num_labels: int) -> list[Example]:
 
     ``label`` is an integer in ``0..num_labels-1`` or a string; string labels are numbered in sorted order.
     """
-    from twinbench.folder_io import NotRegular, TooLarge, read_file
-    from twinbench.limits import data_refusal, max_data_bytes
+    from twinbench.data.text import read_data
+    from twinbench.limits import max_data_bytes
 
     flag = f"--data {path}"
-    cap = max_data_bytes() // 8  # examples as Python objects: several times the file's bytes
-    try:
-        raw = read_file(Path(path).resolve(), cap)  # the one opener: a FIFO or device is refused, never waited on
-    except TooLarge:
-        raise SpecError(data_refusal(flag, path, cap)) from None
-    except NotRegular as e:
-        raise SpecError(f"{flag}: {e.strerror}") from None
-    except FileNotFoundError:
-        raise SpecError(f"{flag}: no such file") from None
-    except OSError as e:
-        raise SpecError(f"{flag}: cannot read it ({e.strerror or e})") from None
+    raw = read_data(path, max_data_bytes() // 8)  # examples as Python objects: several times the file's bytes
     try:
         lines = raw.decode("utf-8").splitlines()
     except UnicodeDecodeError as e:

@@ -49,24 +49,31 @@ def _corpus_bytes(seed: int, n_bytes: int) -> bytes:
     return bytes(out[:n_bytes])
 
 
-def read_text_file(path: str | Path, min_bytes: int) -> np.ndarray:
-    """Bytes of a UTF-8 text file as uint8 tokens; a one-line :class:`SpecError` if unusable. Read through the
-    one opener (a FIFO or device is refused, never waited on) within :func:`limits.max_data_bytes`, checked from
-    its size before a byte is read."""
+def read_data(path: str | Path, cap: int) -> bytes:
+    """The bytes of a ``--data`` file, read through the one opener (a FIFO or device is refused, never waited on)
+    within ``cap`` bytes, checked from its size before a byte is read; a one-line :class:`SpecError` naming it."""
     from twinbench.folder_io import NotRegular, TooLarge, read_file
-    from twinbench.limits import data_refusal, max_data_bytes
+    from twinbench.limits import data_refusal
 
-    cap = max_data_bytes()
+    flag = f"--data {path}"
     try:
-        raw = read_file(Path(path).resolve(), cap)  # the path you name is yours: resolved once, then read
+        return read_file(Path(path).resolve(), cap)  # the path you name is yours: resolved once, then read
     except TooLarge:
-        raise SpecError(data_refusal(f"--data {path}", path, cap)) from None
+        raise SpecError(data_refusal(flag, path, cap)) from None
     except NotRegular as e:
-        raise SpecError(f"--data {path}: {e.strerror}") from None
+        raise SpecError(f"{flag}: {e.strerror}") from None
     except FileNotFoundError:
-        raise SpecError(f"--data {path}: no such file") from None
+        raise SpecError(f"{flag}: no such file") from None
     except OSError as e:
-        raise SpecError(f"--data {path}: cannot read it ({e.strerror or e})") from None
+        raise SpecError(f"{flag}: cannot read it ({e.strerror or e})") from None
+
+
+def read_text_file(path: str | Path, min_bytes: int) -> np.ndarray:
+    """Bytes of a UTF-8 text file as uint8 tokens (:func:`read_data`, within :func:`limits.max_data_bytes`); a
+    one-line :class:`SpecError` if unusable."""
+    from twinbench.limits import max_data_bytes
+
+    raw = read_data(path, max_data_bytes())
     if not raw:
         raise SpecError(f"--data {path}: the file is empty")
     if b"\x00" in raw[:65536]:
