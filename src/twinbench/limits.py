@@ -185,27 +185,25 @@ def check_host(specs: list[Any], available: int | None = None) -> None:
     from twinbench.measure.memory import host_available_bytes
     from twinbench.spec import USER
 
-    checked: set[tuple[int, int, str]] = set()
-    for s in specs:
-        if (key := (s.train.steps, s.train.batch, s.train.task)) not in checked:
-            checked.add(key)
-            check_steps(s, available)
     n = cores()
     for s in specs:
         if s.host.threads > n:
             raise SpecError(f"--threads {s.host.threads}: this machine gives twinbench {n} cores; allowed: 0 (all) "
                             f"to {n}")
     todo = [s for s in specs if not s.no_preflight and s.model.family != USER]
-    if not todo:
-        return
-    avail = host_available_bytes() if available is None else available
+    avail = (host_available_bytes() if available is None else available) if todo else 0
     on_host = not _accelerator_here()
-    for s in todo:
+    for s in todo:  # the shape first: a batch no step can hold is the flag to blame, not the steps it would count
         need = step_lower_bound(s) if on_host else 4 * params_lower_bound(s)  # the canonical weights, in fp32
         if need > avail:
             what = "one training step needs" if on_host else "its initial weights alone need"
             raise SpecError(f"{_shape(s)}: {what} at least {gib(need)} ({_sizes(s)}), the host has {gib(avail)} "
                             "available; nothing was run (a smaller shape, or --no-preflight to try anyway)")
+    checked: set[tuple[int, int, str]] = set()
+    for s in specs:
+        if (key := (s.train.steps, s.train.batch, s.train.task)) not in checked:
+            checked.add(key)
+            check_steps(s, available)
 
 
 def check_device(spec: Any, device_label: str, memory_bytes: float, devices: int = 1) -> None:

@@ -410,8 +410,8 @@ def read_records(path: Path, problems: list[str] | None = None,
     return records, bad
 
 
-#: host bytes one typed record may take, at most (a whole run's record, its steps' times and losses included,
-#: takes ~12 KB; a line of a few fields less, but no reader trusts a file to hold only small ones)
+#: host bytes one typed record may take, at most (a whole run's record, its steps' times and losses included, takes
+#: most of it; a line of a few fields less, but no reader trusts a file to hold only small ones)
 RECORD_BYTES = 16 << 10
 
 

@@ -32,7 +32,7 @@ class Timing:
 
 #: loss handles a timed loop holds before it reads them back, after a step's clock has stopped (each step is
 #: synchronised, so the values are there and reading them waits on nothing): a long run keeps floats, not one
-#: device array a step (a JAX scalar holds ~1.8 KB of host memory)
+#: device array a step (a device scalar holds far more host memory than its float)
 HANDLES_HELD = 256
 
 
