@@ -8,9 +8,8 @@ on a shared machine the load scales the milliseconds of runs taken minutes apart
 waited 262 ms of a 401 ms iteration for a CPU in the doctor's run, less in the A/B's), not the shares of a step
 (benchmarks/port_corpus.py tabulates both).
 
-Heavy (it starts the scripts and the doctor): one torch trace and one fixed run serve both pairs, 10 steps each, one
-A/B round: 111 CPU-seconds on the loaded 2-core machine (the recompiling port's 9 compiles, twice, and the eager
-port's op-by-op compiles dominate)."""
+Heavy (it starts the scripts and the doctor): the recompiling pair alone, the issue's story (the others are held
+out for the suite's time: benchmarks/port_corpus.py measures them), 10 steps each, one A/B round."""
 
 from __future__ import annotations
 
