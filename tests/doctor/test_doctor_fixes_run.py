@@ -159,6 +159,9 @@ def test_the_headline_gives_one_step_time_and_names_every_other_figure() -> None
     assert "median" not in pace_details(steady)
     jitted = obs | {"step_kind": "jit", "step_fn": "train_step", "split": {"step_ms": 3.2}}
     assert "train_step from its call to its results ready 3.20 ms" in pace_details(jitted)
+    nested = obs | {"iter_ms": 65.78, "step_ms": 66.0, "split": {"step_ms": 67.92}}  # central steps above the mean
+    assert "67.92 ms over the central steps, about all of it" in pace_details(nested)
+    assert "67.92 ms of it" not in pace_details(nested)  # a part is never said to be larger than its whole
 
 
 def test_a_skipped_check_is_said_in_the_text_and_the_json() -> None:

@@ -125,7 +125,11 @@ def pace_details(obs: dict[str, Any]) -> str | None:
         kind = obs.get("step_kind") or ""
         what = ("the forward, backward and update" if kind.startswith("torch") else
                 f"{obs.get('step_fn') or 'the step'} from its call to its results ready")
-        parts.append(f"{what} {own:.2f} ms of it (central steps; the rest is the loop's own code and its input)")
+        if own <= it:
+            parts.append(f"{what} {own:.2f} ms of it (central steps; the rest is the loop's own code and its input)")
+        else:  # measured over the central steps, the mean over all: on a busy machine the two need not nest
+            parts.append(f"{what} {own:.2f} ms over the central steps, about all of it (the mean over every steady "
+                         "step is lower: the steps vary)")
     if median and abs(median - it) > VARY_SHARE * it:
         parts.append(f"the steps vary: the median step is {median:.2f} ms, "
                      + ("slow steps raise the mean" if median < it else "fast steps lower the mean"))
