@@ -239,3 +239,4 @@ def test_on_the_doctors_mean_iteration_recompiles_count_at_the_runs_rate_not_the
     assert first.finding == "jax-recompile" and first.ms == pytest.approx(104.0)  # 110 less the steady 6 ms
     assert [f for f, _ in got.not_in_gap].count("cpu-oversubscribed") <= 1  # said once, not per side
     assert "mean iteration" in "\n".join(answer.lines(got))
+    assert any("the summary above is on each side's median step" in n for n in got.notes)  # why two gap figures

@@ -289,6 +289,9 @@ def join(result: dict[str, Any], arg_a: str, arg_b: str) -> Answer | None:
     if runs[0] is not None and runs[1] is not None:  # both on the doctor's mean iteration: the run, recompiles
         clock = "run"  # at the run's rate, as the training loop's own clock shows it
         (cells_a, step_a), (cells_b, step_b) = runs
+        if any(compilation.facts(result[s]).get("compiles") for s in ("a", "b")):  # two gap figures on the page
+            notes.append("the summary above is on each side's median step; this answer on the mean iteration, "
+                         "which counts a run's compiles at the rate the run had them")
     else:
         clocks = [_clock(result[s]) for s in ("a", "b")]
         measured = all(c for c, _ in clocks)  # both sides on the doctor's clock, or both on their traced steps
