@@ -160,25 +160,32 @@ def prepare(specs: list[RunSpec], out_dir: Path, timeout: float) -> tuple[list[R
 
     Returns the specs pointing at ``out_dir/byo`` and the parity result (None without a --jax-model).
     """
-    from twinbench import runner
-
     target = (out_dir / DIR).resolve()
     target.mkdir(parents=True, exist_ok=True)
     specs = [s.evolve(user_dir=str(target)) for s in specs]
     first = specs[0]
+    run_child("twinbench.byo.prepare", first, target, timeout,
+              f"--model {first.user.user_model}: checking the model failed")
+    if not first.user.user_jax_model:
+        return specs, None
+    run_child("twinbench.byo.parity", first, target, timeout,
+              f"--jax-model {first.user.user_jax_model}: the parity check failed")
+    return specs, json.loads((target / "parity.json").read_text())
+
+
+def run_child(module: str, spec: RunSpec, target: Path, timeout: float, failed: str) -> None:
+    """``python -m MODULE SPEC.json TARGET`` through the runner, the spec written to a temporary file: the one way a
+    user's model is built in a process of its own (compare's check and parity, predict's build). Its exit code 2
+    is a problem with the user's file, said in its own line; any other failure is ``failed: reason``. A
+    SpecError (one line, exit 2) either way."""
+    from twinbench import runner
+
     with tempfile.TemporaryDirectory(prefix="twinbench-byo-") as tmp:
         spec_path = Path(tmp, "spec.json")
-        spec_path.write_text(json.dumps(first.to_dict()))
-        code, reason = runner.run_module("twinbench.byo.prepare", [str(spec_path), str(target)], timeout)
-        if code:
-            raise SpecError(reason if code == 2 else f"--model {first.user.user_model}: checking the model failed: {reason}")
-        if not first.user.user_jax_model:
-            return specs, None
-        code, reason = runner.run_module("twinbench.byo.parity", [str(spec_path), str(target)], timeout)
-        if code:
-            raise SpecError(reason if code == 2 else f"--jax-model {first.user.user_jax_model}: the parity check failed: "
-                            f"{reason}")
-    return specs, json.loads((target / "parity.json").read_text())
+        spec_path.write_text(json.dumps(spec.to_dict()))
+        code, reason = runner.run_module(module, [str(spec_path), str(target)], timeout)
+    if code:
+        raise SpecError(reason if code == 2 else f"{failed}: {reason}")
 
 
 def parity_lines(parity: dict[str, Any]) -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,13 +69,7 @@ def prepare(spec: RunSpec, out: Path, with_ref: bool) -> dict[str, Any]:
         raise UserModelError(str(e)) from None
     fam.load_state(um.module, init)  # the probe's backward left no step, but start from the saved weights
     loss = torch_loss(um, x, y, ref)
-    n_dropout = len(switched)
-    tokens = int(um.tokens_per_batch) or int(x.shape[0] * (x.shape[1] if x.ndim > 1 else 1))
-    meta = {"n_params": fam.n_params(um.module), "matmul_params": fam.matmul_params(um.module),
-            "flops_per_token": fam.flops_per_token(um), "tokens_per_batch": tokens, "dropout_off": n_dropout,
-            "switched_off": switched,
-            "ref": ref, "flops_convention": FLOP_CONVENTION, "x": [list(x.shape), str(x.dtype)],
-            "y": [list(y.shape), str(y.dtype)], "loss0": float(loss)}
+    meta = {**meta_of(um, ref, x, y, switched), "loss0": float(loss)}
     out.mkdir(parents=True, exist_ok=True)
     save_file(init, str(out / fam.INIT))
     if with_ref:
@@ -83,6 +78,16 @@ def prepare(spec: RunSpec, out: Path, with_ref: bool) -> dict[str, Any]:
     meta["eager_losses"] = eager_losses(um, spec, spec.train.steps)
     (out / fam.META).write_text(json.dumps(meta, indent=1))
     return meta
+
+
+def meta_of(um: UserModel, ref: str, x: np.ndarray, y: np.ndarray, switched: list[str]) -> dict[str, Any]:
+    """What ``meta.json`` holds of a built module (``byo/family.py`` reads it): its parameter counts, FLOPs per
+    token, tokens per batch, the dropout switched off, batch 0's shapes."""
+    tokens = int(um.tokens_per_batch) or int(x.shape[0] * (x.shape[1] if x.ndim > 1 else 1))
+    return {"n_params": fam.n_params(um.module), "matmul_params": fam.matmul_params(um.module),
+            "flops_per_token": fam.flops_per_token(um), "tokens_per_batch": tokens, "dropout_off": len(switched),
+            "switched_off": switched, "ref": ref, "flops_convention": FLOP_CONVENTION,
+            "x": [list(x.shape), str(x.dtype)], "y": [list(y.shape), str(y.dtype)]}
 
 
 def torch_reference(um: UserModel, spec: RunSpec, steps: int = PARITY_STEPS) -> dict[str, np.ndarray]:
@@ -125,17 +130,23 @@ def eager_losses(um: UserModel, spec: RunSpec, steps: int) -> list[float]:
     return losses
 
 
-def main(argv: list[str]) -> int:
+def child(argv: list[str], work: Callable[[RunSpec, Path], object]) -> int:
+    """The main of a process that builds the user's model (``SPEC.json DIR``, :func:`byo.plan.run_child`): it ends
+    with its parent, even one killed with SIGKILL; a problem with the user's file is one line and exit code 2."""
     from twinbench.lifeline import watch_parent
 
-    watch_parent()  # end with the runner, even when it is killed with SIGKILL
+    watch_parent()
     spec = RunSpec.from_dict(json.loads(Path(argv[0]).read_text()))
     try:
-        prepare(spec, Path(argv[1]), with_ref=bool(spec.user.user_jax_model))
+        work(spec, Path(argv[1]))
     except UserModelError as e:
         print(str(e), file=sys.stderr)
         return 2
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return child(argv, lambda spec, out: prepare(spec, out, with_ref=bool(spec.user.user_jax_model)))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from twinbench.spec import RunSpec, SpecError
+from twinbench.spec import RunSpec
 
 
 def prepare(specs: list[RunSpec], out_dir: Path, timeout: float,
@@ -27,22 +27,15 @@ def prepare(specs: list[RunSpec], out_dir: Path, timeout: float,
     ``timeout`` in one line); a problem with the user's file is a SpecError (one line, exit 2)."""
     if not any(s.user.user_model for s in specs):
         return specs
-    import tempfile
-
-    from twinbench import runner
+    from twinbench.byo.plan import run_child
 
     spec = specs[0]
     target = (out_dir / "byo").resolve()
     target.mkdir(parents=True, exist_ok=True)
     say(f"building your model ({spec.user.user_model}) at {spec.preset}'s shape, batch {spec.train.batch} x "
         f"{spec.train.seq}, in its own process")
-    with tempfile.TemporaryDirectory(prefix="twinbench-predict-spec-") as tmp:
-        spec_path = Path(tmp, "spec.json")
-        spec_path.write_text(json.dumps(spec.to_dict()))
-        code, reason = runner.run_module("twinbench.predict.user", [str(spec_path), str(target)], timeout)
-    if code:
-        raise SpecError(reason if code == 2 else f"--model {spec.user.user_model}: building the model failed: "
-                        f"{reason}")
+    run_child("twinbench.predict.user", spec, target, timeout,
+              f"--model {spec.user.user_model}: building the model failed")
     from twinbench.byo import family as fam
 
     n = fam.read_meta(target).n_params
@@ -56,9 +49,9 @@ def build(spec: RunSpec, target: Path) -> None:
     import torch
     from safetensors.numpy import save_file
 
-    from twinbench.byo import FLOP_CONVENTION, load_torch
     from twinbench.byo import family as fam
-    from twinbench.byo.prepare import check_batch
+    from twinbench.byo import load_torch
+    from twinbench.byo.prepare import check_batch, meta_of
     from twinbench.byo.randomness import switch_off
 
     ref = spec.user.user_model
@@ -67,27 +60,14 @@ def build(spec: RunSpec, target: Path) -> None:
     x, y = check_batch(um, ref)
     switched = switch_off(um.module)
     um.module.train()
-    tokens = int(um.tokens_per_batch) or int(x.shape[0] * (x.shape[1] if x.ndim > 1 else 1))
-    meta = {"n_params": fam.n_params(um.module), "matmul_params": fam.matmul_params(um.module),
-            "flops_per_token": fam.flops_per_token(um), "tokens_per_batch": tokens, "dropout_off": len(switched),
-            "switched_off": switched, "ref": ref, "flops_convention": FLOP_CONVENTION,
-            "x": [list(x.shape), str(x.dtype)], "y": [list(y.shape), str(y.dtype)]}
     save_file(fam.state_numpy(um.module), str(target / fam.INIT))
-    (target / fam.META).write_text(json.dumps(meta, indent=1))
+    (target / fam.META).write_text(json.dumps(meta_of(um, ref, x, y, switched), indent=1))
 
 
 def main(argv: list[str]) -> int:
-    from twinbench.byo import UserModelError
-    from twinbench.lifeline import watch_parent
+    from twinbench.byo.prepare import child
 
-    watch_parent()  # end with predict, even when it is killed
-    spec = RunSpec.from_dict(json.loads(Path(argv[0]).read_text()))
-    try:
-        build(spec, Path(argv[1]))
-    except UserModelError as e:
-        print(str(e), file=sys.stderr)
-        return 2
-    return 0
+    return child(argv, build)  # ends with predict, even when it is killed
 
 
 if __name__ == "__main__":
