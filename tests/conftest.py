@@ -172,3 +172,21 @@ def _reports_by_test(terminalreporter) -> dict[str, list]:
             if getattr(report, "nodeid", None) and hasattr(report, "duration"):
                 out.setdefault(report.nodeid, []).append(report)
     return out
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    """runner.run_one replaced: each spec it is given is recorded; an ok record comes back at once (a file may
+    define its own)."""
+    from twinbench import runner
+    from twinbench.record import for_spec
+
+    calls = []
+
+    def run_one(spec, timeout, env=None):
+        calls.append(spec)
+        return for_spec(spec, "ok", step_ms=10.0, step_ms_p10=10.0, step_ms_p90=10.0, compile_s=0.1,
+                        first_step_s=0.2, losses=[1.0], step_times_ms=[10.0])
+
+    monkeypatch.setattr(runner, "run_one", run_one)
+    return calls

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from twinbench import runner
 from twinbench.cli import app
-from twinbench.record import for_spec, read_records
+from twinbench.record import read_records
 
 sys.path.insert(0, str(Path(__file__).parent / "report"))
 import synthetic
@@ -31,20 +31,6 @@ CLI = CliRunner()
 FIX = Path(__file__).parent / "explain" / "fixtures"
 #: a place no one may write, root included (a read-only file system)
 READ_ONLY = Path("/sys/twinbench-hostile")
-
-
-@pytest.fixture
-def fake_runs(monkeypatch):
-    """runner.run_one replaced: each spec it is given is recorded; an ok record comes back at once."""
-    calls = []
-
-    def run_one(spec, timeout, env=None):
-        calls.append(spec)
-        return for_spec(spec, "ok", step_ms=10.0, step_ms_p10=10.0, step_ms_p90=10.0, compile_s=0.1,
-                               first_step_s=0.2, losses=[1.0], step_times_ms=[10.0])
-
-    monkeypatch.setattr(runner, "run_one", run_one)
-    return calls
 
 
 def one_line_error(result, code: int = 2) -> str:

@@ -22,32 +22,10 @@ from twinbench.record import for_spec, read_records
 
 sys.path.insert(0, str(Path(__file__).parent / "report"))
 import synthetic
+from test_hostile import one_line_error
 
 CLI = CliRunner()
 SRC = Path(__file__).resolve().parents[1] / "src" / "twinbench"
-
-
-@pytest.fixture
-def fake_runs(monkeypatch):
-    calls = []
-
-    def run_one(spec, timeout, env=None):
-        calls.append(spec)
-        return for_spec(spec, "ok", step_ms=10.0, step_ms_p10=10.0, step_ms_p90=10.0, compile_s=0.1,
-                        first_step_s=0.2, losses=[1.0], step_times_ms=[10.0])
-
-    monkeypatch.setattr(runner, "run_one", run_one)
-    return calls
-
-
-def one_line_error(result, code: int = 2) -> str:
-    text = result.output
-    assert result.exit_code == code, text
-    assert result.exception is None or isinstance(result.exception, SystemExit), text
-    assert "Traceback" not in text, text
-    errors = [ln for ln in text.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1, text
-    return errors[0]
 
 
 # ----------------------------------------------------------------------------------- 1. counts, from the machine
