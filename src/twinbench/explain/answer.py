@@ -195,10 +195,12 @@ CLOCK_STEPS = 2
 CLOCK_APART = 4.0
 
 
-def _clock(side: dict[str, Any]) -> tuple[float | None, str]:
-    """(a side's step measured without the profiler, or None; the reason when one is there but not used)."""
+def _clock(side: dict[str, Any], traced: float | None = None) -> tuple[float | None, str]:
+    """(a side's step measured without the profiler, or None; the reason when one is there but not used): a clock
+    of the ``traced`` step (its whole traced step unless given: the part of it that compiled nothing)."""
     m = side.get("measured") or {}
-    untraced, traced = float(m.get("untraced_step_ms") or 0.0), float(side.get("step_ms") or 0.0)
+    untraced = float(m.get("untraced_step_ms") or 0.0)
+    traced = float(side.get("step_ms") or 0.0) if traced is None else traced
     if not untraced or not traced:
         return None, ""
     n = int(m.get("untraced_steps") or 0)
@@ -224,10 +226,8 @@ def _on_run(side: dict[str, Any], rep: DoctorReport | None) -> tuple[dict[str, f
     cells = {f"{p} / {c}": v for p, row in (side.get("cells") or {}).items() for c, v in row.items()}
     facts = compilation.facts(side)
     compiled = float(cells.get(compilation.ROW, 0.0))
-    m = side.get("measured") or {}
-    untraced, rest = float(m.get("untraced_step_ms") or 0.0), traced - compiled
-    steady = untraced if (int(m.get("untraced_steps") or 0) >= CLOCK_STEPS and rest > 0
-                          and 1 / CLOCK_APART <= untraced / rest <= CLOCK_APART) else rest
+    rest = traced - compiled
+    steady = _clock(side, rest)[0] or rest
     if (facts.get("compiles") or facts.get("retraces")) and 0 < steady < mean:
         out = {row: v * steady / rest for row, v in cells.items() if row != compilation.ROW} if rest > 0 else {}
         out[compilation.ROW] = mean - (sum(out.values()) if out else 0.0)
