@@ -55,6 +55,8 @@ class App(typer.Typer):
 def empty_path(typer_app: typer.Typer, argv: list[str]) -> str:
     """The path option given an empty value in ``argv`` (``--out ''`` or ``--out=``), before a ``--`` (what follows
     is a script's own), or ''. The options are the ones declared with a path type, read off the command."""
+    if "" not in argv and not any(t.startswith("--") and t.endswith("=") for t in argv):
+        return ""  # no empty value at all: the command is not built a second time for every start
     command = typer.main.get_command(typer_app)
     commands = getattr(command, "commands", {})
     if argv and argv[0] in commands:
