@@ -12,6 +12,7 @@ from typing import Any, Optional
 import typer
 
 from twinbench import folder_io
+from twinbench.byo.plan import DIR as BYO_DIR
 from twinbench.byo.plan import prepare_user, user_fields
 from twinbench.cli.common import (
     MEASURE_PANEL,
@@ -199,7 +200,7 @@ def claims(
         specs, _ = prepare_user(specs, target, timeout, per_shape=True)  # --model: once per shape, before any run
     except SpecError as e:  # the model's check failed: one line, as in compare, and nothing of it left in --out
         for made in (set(target.iterdir()) if target.is_dir() else set()) - before:
-            if made.name in ("byo",) or made.name.startswith("shape-"):
+            if made.name == BYO_DIR or made.name.startswith("shape-"):  # prepare_points' folders
                 shutil.rmtree(made, ignore_errors=True)
         fail(str(e))
     if resume is None:  # the settings a --resume reads, once the model is known to run
