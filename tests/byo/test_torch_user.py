@@ -32,8 +32,11 @@ def initial(s):
     return fam.state_numpy(um.module), um
 
 
-def test_eager_and_bf16_train_the_user_module_from_the_given_weights():
+def test_eager_and_bf16_train_the_user_module_from_the_given_weights(monkeypatch):
     from twinbench.strategies.torch_eager import build
+
+    for name in [m for m in sys.modules if m == "torchax" or m.startswith("torchax.")]:
+        monkeypatch.delitem(sys.modules, name)  # another test of this worker may have imported it: not this one
 
     weights, um = initial(spec("eager"))
     x, y = um.batch(0)
