@@ -72,6 +72,7 @@ HEAVY_FILES: frozenset[str] = frozenset({
 
 #: heavy tests of files whose other tests are quick: "FILE::TEST" (any parameters of it)
 HEAVY_TESTS: frozenset[str] = frozenset({
+    "predict/test_cli.py::test_torchax_is_predicted_from_its_own_program",
     "byo/test_loader.py::test_compare_with_a_bad_model_exits_2_with_one_line_and_runs_nothing",
     "byo/test_loader.py::test_jax_model_without_model_is_a_user_error",
     "byo/test_many_devices_byo.py::test_hf_bert_under_fsdp_and_torchax_mesh_dp_follows_one_device_eager",
