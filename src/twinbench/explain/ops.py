@@ -63,11 +63,12 @@ def _hlo_text(r: Record) -> str:
 
 def groups(r: Record, b: Breakdown, scale: float) -> list[OpGroup]:
     """The run's ops grouped per step, on the gap table's scale (``scale``: measured / traced step); ``r``: the
-    run's record, for its framework and its compiled HLO text."""
+    run's record, for its compiled HLO text. A trace XLA's program ran (``b.compiler``, recorded by its reader)
+    has HLO instructions for rows; any other (torch.profiler's) has aten ops with their recorded shapes."""
     steps = max(b.steps_used, 1)
     per = scale / steps / max(b.overlap, 1e-9)
     out: dict[tuple[Any, ...], OpGroup] = {}
-    if r.run.framework == "torch":
+    if b.compiler != "XLA":
         computes: list[tuple[OpGroup, flops.OpShape] | None] = []  # per raw row: where an op's call counts
         for phase, cat, ms, scope, name, detail, _, loose in b.raw:
             detail = detail or {}

@@ -12,6 +12,7 @@ profile, as twinbench writes it, is found by itself): without it the categories 
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from pathlib import Path
 
 from twinbench.explain import answer, doctor_timing, files, jax_trace, torch_trace
@@ -21,6 +22,16 @@ from twinbench.hlo_text import dumped_module
 
 #: ``--steps A:B`` as :func:`steps.parse_window` reads it; None: every step found
 Window = tuple[int | None, int | None] | None
+
+
+
+class TraceKind(StrEnum):
+    """Which profiler wrote a trace, told by its content (:func:`resolve`): the reader it goes to. A ``StrEnum``:
+    a trace's label and its record read it as the framework's name."""
+
+    TORCH = "torch"  # a torch.profiler Chrome trace: torch_trace
+    JAX = "jax"  # a jax.profiler profile (an xplane): jax_trace (tpu_trace for a TPU's)
+
 
 _RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
@@ -49,8 +60,8 @@ def _beside(p: Path) -> Path:
         raise TraceError(f"{p}: the Chrome export of a JAX profile; give its *.xplane.pb (none beside it)") from None
 
 
-def resolve(arg: str, rank: int | None = None) -> tuple[str, Path, list[str]]:
-    """(``torch`` or ``jax``, the file to read, notes on what was chosen) for a trace argument. A file is what
+def resolve(arg: str, rank: int | None = None) -> tuple[TraceKind, Path, list[str]]:
+    """(the trace's kind, the file to read, notes on what was chosen) for a trace argument. A file is what
     its content says (:func:`files.kind`), whatever lies beside it; a folder is searched for traces."""
     p = Path(arg)
     notes: list[str] = []
@@ -59,11 +70,11 @@ def resolve(arg: str, rank: int | None = None) -> tuple[str, Path, list[str]]:
             notes.append(f"--rank {rank}: {p.name} is one file, one rank; --rank picks among a folder's files")
         what = files.kind(p)
         if what == "xplane":
-            return "jax", p, notes
+            return TraceKind.JAX, p, notes
         if what == "jax-chrome":  # JAX's own Chrome export: the profile beside it is the full record
-            return "jax", _beside(p), notes
+            return TraceKind.JAX, _beside(p), notes
         if what == "chrome":
-            return "torch", p, notes
+            return TraceKind.TORCH, p, notes
         files.check_readable(p)  # unreadable, corrupt, a truncated gzip: its own line (read through, not kept)
         raise TraceError(f"{arg}: not a trace (neither a torch.profiler Chrome trace, JSON, nor a JAX profile, "
                          "*.xplane.pb)")
@@ -74,12 +85,12 @@ def resolve(arg: str, rank: int | None = None) -> tuple[str, Path, list[str]]:
             if len(runs) > 1:
                 notes.append(f"{len(runs)} profiles under {arg}: the latest, {runs[-1].name}, read")
             found = sorted(runs[-1].glob("*.xplane.pb"))
-            return "jax", _pick(found, rank, notes, "host"), notes
+            return TraceKind.JAX, _pick(found, rank, notes, "host"), notes
         chrome = sorted(f for f in p.rglob("*.json*") if f.name.endswith((".json", ".json.gz"))
                         and files.kind(f) == "chrome" and not doctor_timing.is_doctor_file(f)
                         and f.name != answer.NAME)  # the doctor's report beside its trace: not a trace
         if chrome:
-            return "torch", _pick(chrome, rank, notes, "rank"), notes
+            return TraceKind.TORCH, _pick(chrome, rank, notes, "rank"), notes
         raise TraceError(f"{arg}: no trace in this directory (*.xplane.pb, or torch *.json / *.json.gz)")
     if p.exists():
         raise TraceError(f"{arg}: not a regular file (a device or a pipe), not a trace")
@@ -113,8 +124,8 @@ def hlo_text(hlo: str | None, trace: Path, module: str = "") -> tuple[str, str]:
 
 
 def read(arg: str, step_marker: str | None = None, rank: int | None = None, device: int | None = None,
-         hlo: str | None = None, steps: Window = None) -> tuple[str, Path, Breakdown]:
-    """(framework, the file read, its breakdown) of any trace (``steps``: a window of its steps,
+         hlo: str | None = None, steps: Window = None) -> tuple[TraceKind, Path, Breakdown]:
+    """(its kind, the file read, its breakdown) of any trace (``steps``: a window of its steps,
     :func:`steps.select`); :class:`TraceError` on bad input."""
     kind, path, notes = resolve(arg, rank)
     try:
@@ -125,9 +136,9 @@ def read(arg: str, step_marker: str | None = None, rank: int | None = None, devi
     return kind, path, b
 
 
-def _read(kind: str, path: Path, notes: list[str], step_marker: str | None, device: int | None,
+def _read(kind: TraceKind, path: Path, notes: list[str], step_marker: str | None, device: int | None,
           hlo: str | None, steps: Window) -> Breakdown:
-    if kind == "torch":
+    if kind is TraceKind.TORCH:
         b = torch_trace.read(str(path), step_marker=step_marker, device=device, steps=steps)
     else:
         found: list[str] = []
