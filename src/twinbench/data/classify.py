@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from twinbench.data.text import Draws
 from twinbench.spec import RunSpec, SpecError
 
 PAD, CLS, SEP, UNK = 0, 1, 2, 3
@@ -202,10 +203,11 @@ class ClassifyData:
     policy: str
     seed: int
 
-    def batch_indices(self, steps: int) -> np.ndarray:
-        """[steps, batch] example indices: the same for every policy and framework."""
-        rng = np.random.default_rng(self.seed)
-        return rng.integers(0, len(self.train), size=(steps, self.batch))
+    def batch_indices(self) -> Draws:
+        """Step ``i``'s example indices, ``batch_indices()(i)``, drawn when the step asks for them: the rows of
+        ``default_rng(seed).integers(0, len(train), size=(steps, batch))``, the same for every policy, framework
+        and run length."""
+        return Draws(self.seed, len(self.train), self.batch)
 
     def eval_batches(self) -> list[tuple[tuple[np.ndarray, ...], np.ndarray]]:
         """The held-out set in batches padded to ``seq`` (one shape: one compiled evaluation)."""

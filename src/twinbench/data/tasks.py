@@ -12,7 +12,8 @@ Batches are handed out by :class:`~twinbench.data.pipeline.HostBatches` (K stack
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,7 +78,8 @@ def windows(spec: RunSpec, k: int, n_calls: int) -> RunData:
 
 
 def labelled(spec: RunSpec, k: int, n_calls: int) -> RunData:
-    """A classifier's batches: labelled texts, tokenised and padded by the length policy when asked for."""
+    """A classifier's batches: labelled texts, drawn, tokenised and padded by the length policy when asked for;
+    each step's token counts are kept as its batch is made (:class:`Counts`), none before the first step."""
     from twinbench.data import classify
 
     t = spec.train
@@ -86,19 +88,85 @@ def labelled(spec: RunSpec, k: int, n_calls: int) -> RunData:
         raise SpecError(f"--strategies: {spec.strategy.name!r} stacks {k} batches per call, which needs one shape: "
                         "use +pad-max")
     data = classify.load(t.data, t.batch, t.seq, spec.model.num_labels, policy, t.seed)
-    order = data.batch_indices(n_calls * k)
-    real, padded, lengths = [], [], []
-    for rows in order:
-        n_tokens = [len(classify.encode(data.train[j], t.seq)[0]) for j in rows]
-        length = classify.batch_length(max(n_tokens), policy, t.seq)
-        real.append(sum(n_tokens))
-        padded.append(length * len(rows))
-        lengths.append(length)
+    order = data.batch_indices()
 
-    def make(i: int) -> Any:  # tokenise and pad when the pipeline asks for the batch
-        return classify.collate([data.train[j] for j in order[i]], t.seq, policy)
+    def batch(i: int) -> Any:  # step i's examples, tokenised and padded
+        return classify.collate([data.train[j] for j in order(i)], t.seq, policy)
 
-    return RunData(HostBatches(make, n_calls, k, t.slow_input), real, padded, lengths, data.eval_batches())
+    def count(i: int) -> tuple[int, int, int]:  # real tokens, padded tokens, padded length of a batch
+        (ids, _, mask), _ = batch(i)
+        return int(mask.sum()), int(ids.size), int(ids.shape[1])
+
+    counts = Counts(n_calls * k, count)
+
+    def make(i: int) -> Any:
+        b = batch(i)
+        (ids, _, mask), _ = b
+        counts.put(i, (int(mask.sum()), int(ids.size), int(ids.shape[1])))
+        return b
+
+    return RunData(HostBatches(make, n_calls, k, t.slow_input), counts.column(0), counts.column(1),
+                   counts.column(2), data.eval_batches())
+
+
+class Counts:
+    """Per step, a few integers (a classifier's real tokens, padded tokens, padded length), each kept when its
+    step's batch is made (``put``) or found by ``count(i)`` when asked for first: three int64 a step in a grid
+    grown by doubling, never a list of Python ints for every step built before the first."""
+
+    def __init__(self, n: int, count: Callable[[int], tuple[int, ...]], width: int = 3) -> None:
+        self.n, self._count = n, count
+        self._rows = np.zeros((0, width), np.int64)
+        self._known = np.zeros(0, bool)
+        self._lock = threading.Lock()  # batches are made by the input pipeline's threads
+
+    def put(self, i: int, values: tuple[int, ...]) -> None:
+        with self._lock:
+            if i >= len(self._rows):
+                size = max(64, 2 * len(self._rows), i + 1)
+                rows, known = np.zeros((size, self._rows.shape[1]), np.int64), np.zeros(size, bool)
+                rows[: len(self._rows)], known[: len(self._known)] = self._rows, self._known
+                self._rows, self._known = rows, known
+            self._rows[i], self._known[i] = values, True
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """Steps ``start`` .. ``stop - 1``'s integers, those not made yet counted now."""
+        known = self._known[start:stop]
+        for i in [*(start + np.flatnonzero(~known)).tolist(), *range(start + len(known), stop)]:
+            self.put(i, self._count(i))
+        return self._rows[start:stop]
+
+    def column(self, j: int) -> Column:
+        return Column(self, j, 0, self.n)
+
+
+class Column(Sequence[int]):
+    """One of :class:`Counts`'s integers for steps ``start`` .. ``stop - 1``: a sequence (sliced, summed, iterated,
+    ``np.asarray``'d) read from the grid, not copied out as Python ints."""
+
+    def __init__(self, counts: Counts, j: int, start: int, stop: int) -> None:
+        self.counts, self.j, self.start, self.stop = counts, j, start, stop
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        col = self.counts.rows(self.start, self.stop)[:, self.j]
+        return col.astype(dtype) if dtype is not None else col.copy()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(np.asarray(self).tolist())
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            r = range(self.start, self.stop)[i]
+            if r.step != 1:
+                return np.asarray(self)[i].tolist()
+            return Column(self.counts, self.j, r.start, max(r.start, r.stop))
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        k = self.start + (i % len(self))
+        return int(self.counts.rows(k, k + 1)[0, self.j])
 
 
 def check_text(spec: RunSpec) -> None:

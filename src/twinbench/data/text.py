@@ -102,29 +102,40 @@ def batches(tokens: np.ndarray, batch: int, seq: int, seed: int) -> Iterator[tup
         yield window[:, :-1], window[:, 1:]
 
 
-class Windows:
-    """Step ``i``'s (inputs, targets) int32 pair, the stream :func:`batches` yields, cut when the step asks for it:
-    the draws' starts are kept (``batch`` integers a step, drawn in step order whatever order the steps are asked
-    in, from any thread), so a step's batch is the same in every framework, process and version, and a run of any
-    length holds its starts and the batches in flight, not every step's windows built up front."""
+class Draws:
+    """Row ``i`` of ``rng.integers(0, high, size=(steps, width))`` for a seeded generator, drawn when asked for:
+    rows are drawn in order (one call a row draws the same integers as one call for all: the bit generator keeps
+    its own leftover bits) whatever order they are asked in, from any thread, and kept (``width`` integers a row,
+    the grid grown by doubling), so a run of any length holds its draws, never a grid of every step up front."""
 
-    def __init__(self, tokens: np.ndarray, batch: int, seq: int, seed: int) -> None:
-        self.tokens, self.batch, self.seq = tokens, batch, seq
+    def __init__(self, seed: int, high: int, width: int) -> None:
+        self.high, self.width = high, width
         self._rng = np.random.default_rng(seed)
-        self._starts = np.empty((0, batch), np.int64)
+        self._rows = np.empty((0, width), np.int64)
         self._drawn = 0
         self._lock = threading.Lock()  # the input pipeline's workers ask for steps from threads
 
-    def starts(self, i: int) -> np.ndarray:
+    def __call__(self, i: int) -> np.ndarray:
         with self._lock:
             while self._drawn <= i:
-                if self._drawn == len(self._starts):  # grown by doubling: amortised, never one step at a time
-                    grown = np.empty((max(64, 2 * len(self._starts)), self.batch), np.int64)
-                    grown[: self._drawn] = self._starts[: self._drawn]
-                    self._starts = grown
-                self._starts[self._drawn] = self._rng.integers(0, len(self.tokens) - self.seq - 1, size=self.batch)
+                if self._drawn == len(self._rows):  # grown by doubling: amortised, never one row at a time
+                    grown = np.empty((max(64, 2 * len(self._rows)), self.width), np.int64)
+                    grown[: self._drawn] = self._rows[: self._drawn]
+                    self._rows = grown
+                self._rows[self._drawn] = self._rng.integers(0, self.high, size=self.width)
                 self._drawn += 1
-            return self._starts[i].copy()
+            return self._rows[i].copy()
+
+
+class Windows:
+    """Step ``i``'s (inputs, targets) int32 pair, the stream :func:`batches` yields, cut when the step asks for it:
+    the draws' starts are kept (:class:`Draws`: ``batch`` integers a step), so a step's batch is the same in every
+    framework, process and version, and a run of any length holds its starts and the batches in flight, not
+    every step's windows built up front."""
+
+    def __init__(self, tokens: np.ndarray, batch: int, seq: int, seed: int) -> None:
+        self.tokens, self.batch, self.seq = tokens, batch, seq
+        self.starts = Draws(seed, len(tokens) - seq - 1, batch)
 
     def __call__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         w = self.tokens[self.starts(i)[:, None] + np.arange(self.seq + 1)].astype(np.int32)
