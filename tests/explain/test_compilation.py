@@ -49,9 +49,10 @@ def test_the_summary_says_compilation_with_the_doctors_count_and_shapes(tmp_path
 
 def test_the_compilation_facts_a_joined_answer_reads(tmp_path: Path) -> None:
     f = compilation.facts(_pair(tmp_path)["b"])
-    assert f["compiles"] == 11 and f["steps"] == 12 and f["finding"] == "jax-recompile" and f["cause"] == "shape"
-    assert f["argument"] == "ids" and f["shapes"] == ["i32[8,24]", "i32[8,16]"] and f["axes"] == [1]
-    assert f["ms"] > 1000 and f["traced_compiles"] == 5 and f["traced_steps"] == 5
+    assert f is not None
+    assert f.compiles == 11 and f.steps == 12 and f.finding == "jax-recompile" and f.cause == "shape"
+    assert f.argument == "ids" and f.shapes == ["i32[8,24]", "i32[8,16]"] and f.axes == [1]
+    assert f.ms > 1000 and f.traced_compiles == 5 and f.traced_steps == 5
 
 
 def test_compile_event_names() -> None:
@@ -112,15 +113,16 @@ def test_the_doctor_writes_its_compile_log_and_explain_reads_it(tmp_path: Path) 
                      "cache_miss": [{"t": 2.0, "message": miss}] * 24}}
     log = trace.compile_log(obs)  # what write_timing adds to DIR/trace.json as "compiles"
     (tmp_path / "trace.json").write_text(json.dumps({"framework": "jax", "steps": [4, 5], "compiles": log}))
-    got = doctor_timing.conditions(str(tmp_path), tmp_path / "x.xplane.pb")["compiles"]
-    assert got["compiles"] == 24 and got["steps"] == 60 and got["finding"] == "jax-recompile"
-    assert got["causes"] == {"shape": 24} and got["shapes"][0] == "at ids, now i32[32,55] and before i32[32,39]"
+    got = doctor_timing.conditions(str(tmp_path), tmp_path / "x.xplane.pb").compiles
+    assert got is not None
+    assert got.compiles == 24 and got.steps == 60 and got.finding == "jax-recompile"
+    assert got.causes == {"shape": 24} and got.shapes and got.shapes[0] == "at ids, now i32[32,55] and before i32[32,39]"
     e = {"run": "jax:x", "cells": {"rest": {"compilation": 10300.0}}, "recorded": {"compiles": got}}
     said = compilation.said({"diff_ms": 10300.0}, {"run": "torch:y"}, e)
     assert said == ("compilation +10.3 s a step on jax:x: 24 compiles in 60 steps (twinbench doctor), caused by the "
                     "shape of ids (i32[32,55] against i32[32,39]: its dimension 1, the sequence length) (see the "
                     "doctor's jax-recompile)")
-    assert doctor_timing.compile_log({"compiles": "24", "shapes": [3]}) == {}  # a malformed log: nothing
+    assert doctor_timing.compile_log({"compiles": "24", "shapes": [3]}) is None  # a malformed log: nothing
 
 
 def test_the_clocks_median_step_leaves_out_compiles_of_few_steps(tmp_path: Path) -> None:

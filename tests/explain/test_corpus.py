@@ -271,7 +271,8 @@ def test_the_doctor_writes_what_decides_a_trace_beside_it(tmp_path: Path) -> Non
     from twinbench.explain import doctor_timing
 
     got = doctor_timing.conditions(str(tmp_path), tmp_path / "x.xplane.pb")
-    assert got["load"]["busy"] and got["eager_ops_per_step"] == 245.0 and got["step_kind"] == "jax-eager"
+    assert got.load is not None and got.load.busy
+    assert got.eager_ops_per_step == 245.0 and got.step_kind == "jax-eager"
 
 
 # ---------------------------------------------------------------------------------------------- unit checks

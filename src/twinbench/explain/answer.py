@@ -228,7 +228,7 @@ def _on_run(side: dict[str, Any], rep: DoctorReport | None) -> tuple[dict[str, f
     compiled = float(cells.get(compilation.ROW, 0.0))
     rest = traced - compiled
     steady = _clock(side, rest)[0] or rest
-    if (facts.get("compiles") or facts.get("retraces")) and 0 < steady < mean:
+    if facts is not None and (facts.compiles or facts.retraces) and 0 < steady < mean:
         out = {row: v * steady / rest for row, v in cells.items() if row != compilation.ROW} if rest > 0 else {}
         out[compilation.ROW] = mean - (sum(out.values()) if out else 0.0)
         return out, mean
@@ -289,7 +289,8 @@ def join(result: dict[str, Any], arg_a: str, arg_b: str) -> Answer | None:
     if runs[0] is not None and runs[1] is not None:  # both on the doctor's mean iteration: the run, recompiles
         clock = "run"  # at the run's rate, as the training loop's own clock shows it
         (cells_a, step_a), (cells_b, step_b) = runs
-        if any(compilation.facts(result[s]).get("compiles") for s in ("a", "b")):  # two gap figures on the page
+        if any(f is not None and f.compiles for f in map(compilation.facts, (result["a"], result["b"]))):  # two
+            # gap figures on the page
             notes.append("the summary above is on each side's median step; this answer on the mean iteration, "
                          "which counts a run's compiles at the rate the run had them")
     else:
@@ -392,13 +393,13 @@ def _compiles(side: dict[str, Any], rows: list[str]) -> str:
     if compilation.ROW not in rows:
         return ""
     f = compilation.facts(side)
-    if not f.get("traced_compiles"):
+    if f is None or not f.traced_compiles:
         return ""
-    said = f"{f['traced_compiles']} compiles in the {f['traced_steps']} traced steps"
-    if f.get("compiles") and f.get("steps"):
-        said += f", {f['compiles']} in the run's {f['steps']} steps"
-    if f.get("cause") and f.get("argument") and f.get("shapes"):
-        said += f", caused by the {f['cause']} of {f['argument']} ({f['shapes'][0]} against {f['shapes'][1]})"
+    said = f"{f.traced_compiles} compiles in the {f.traced_steps} traced steps"
+    if f.compiles and f.steps:
+        said += f", {f.compiles} in the run's {f.steps} steps"
+    if f.cause and f.argument and f.shapes:
+        said += f", caused by the {f.cause} of {f.argument} ({f.shapes[0]} against {f.shapes[1]})"
     return said
 
 

@@ -12,38 +12,67 @@ after; Dynamo's recompiles) and the finding that says the fix. :func:`facts` is 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
+from twinbench.explain.doctor_timing import Conditions
 from twinbench.explain.taxonomy import COMPILATION
 
 ROW = f"rest / {COMPILATION}"
 _SHAPE = re.compile(r"at ([^,]+), now (\w+\[[\d,]*\])\S* and before (\w+\[[\d,]*\])")
 
 
-def facts(e: dict[str, Any]) -> dict[str, Any]:
-    """One explained side's compilation: ``ms`` a step (traced), ``traced_compiles`` in ``traced_steps``, and
-    from the doctor's log where there is one: ``compiles`` over ``steps``, ``compile_s``, ``retraces``,
-    ``cause`` (the most common), ``argument`` and ``shapes`` (now, before) of the first change it printed,
-    ``axes`` (the dimensions that changed) and ``finding`` (its id). {} when it compiled nothing."""
-    ms = (e.get("cells") or {}).get("rest", {}).get(COMPILATION, 0.0)
-    log = (e.get("recorded") or {}).get("compiles") or {}
-    if not ms and not log:
-        return {}
-    out: dict[str, Any] = {"ms": ms, "traced_compiles": int(e.get("compiles") or 0),
-                           "traced_steps": int(e.get("steps_used") or 0)}
-    for k in ("compiles", "steps", "compile_s", "retraces", "finding"):
-        if k in log:
-            out[k] = log[k]
-    causes = log.get("causes") or {}
-    if causes:
-        out["cause"] = max(causes, key=lambda c: causes[c])
-    for line in log.get("shapes") or []:
-        m = _SHAPE.search(line)
-        if m:
-            out["argument"], out["shapes"] = m.group(1).strip(), [m.group(2), m.group(3)]
-            out["axes"] = _axes(m.group(2), m.group(3))
-            break
-    return out
+@dataclass(frozen=True)
+class Facts:
+    """One explained side's compilation (:func:`facts`): what the trace counted, and the doctor's log beside it
+    where there is one (None: no log, or the log left it out)."""
+
+    ms: float  # a step, traced
+    traced_compiles: int  # compiles that started in the attributed steps
+    traced_steps: int
+    compiles: int | None = None  # over the run (the doctor's)
+    steps: int | None = None  # the run's steps (the doctor's)
+    compile_s: float | None = None
+    retraces: int | None = None
+    finding: str = ""  # the doctor's finding id ("jax-recompile")
+    cause: str = ""  # the most common cause of a retrace ("shape")
+    argument: str = ""  # the argument of the first shape change the log printed
+    shapes: list[str] = field(default_factory=list)  # its shape now, before
+    axes: list[int] = field(default_factory=list)  # the dimensions that changed
+
+
+class _Side(msgspec.Struct, kw_only=True, frozen=True):
+    """The part of an explained side :func:`facts` reads (the trace's counts, the doctor's conditions)."""
+
+    run: str = ""
+    cells: dict[str, dict[str, float]] = msgspec.field(default_factory=dict)
+    recorded: Conditions | None = None
+    compiles: int | None = None
+    steps_used: int | None = None
+
+
+def facts(e: Any) -> Facts | None:
+    """One explained side's compilation (:class:`Facts`); None when it compiled nothing."""
+    return _facts(msgspec.convert(e, _Side, from_attributes=True))
+
+
+def _facts(side: _Side) -> Facts | None:
+    ms = side.cells["rest"].get(COMPILATION, 0.0) if "rest" in side.cells else 0.0
+    log = side.recorded.compiles if side.recorded is not None else None
+    if not ms and log is None:
+        return None
+    traced = {"ms": ms, "traced_compiles": side.compiles or 0, "traced_steps": side.steps_used or 0}
+    if log is None:
+        return Facts(**traced)
+    causes = log.causes or {}
+    first = next((m for m in map(_SHAPE.search, log.shapes or []) if m), None)
+    return Facts(**traced, compiles=log.compiles, steps=log.steps, compile_s=log.compile_s, retraces=log.retraces,
+                 finding=log.finding, cause=max(causes, key=lambda c: causes[c]) if causes else "",
+                 argument=first.group(1).strip() if first else "",
+                 shapes=[first.group(2), first.group(3)] if first else [],
+                 axes=_axes(first.group(2), first.group(3)) if first else [])
 
 
 def _axes(now: str, before: str) -> list[int]:
@@ -63,31 +92,38 @@ def _named_axis(shape: str, dims: list[int]) -> str:
     return ""
 
 
-def said(row: dict[str, Any], a: dict[str, Any], b: dict[str, Any], pm: str = "") -> str:
+class _Row(msgspec.Struct, kw_only=True, frozen=True):
+    """The part of a gap row :func:`said` reads."""
+
+    diff_ms: float
+    uncertainty_ms: float | None = None
+
+
+def said(row: Any, a: Any, b: Any, pm: str = "") -> str:
     """The summary's words for the compilation row: ``compilation +10.3 s a step: 24 compiles in 60 steps,
     caused by the shape of ids (i32[32,55] against i32[32,39]: its dimension 1) (see the doctor's
     jax-recompile)`` for the side it is larger on; ``pm``: its uncertainty as printed (`` ±0.4``), in the
     row's unit."""
-    d = row["diff_ms"]
-    side = b if d >= 0 else a
-    f = facts(side)
-    u = row.get("uncertainty_ms")
+    r = msgspec.convert(row, _Row, from_attributes=True)
+    d, u = r.diff_ms, r.uncertainty_ms
+    side = msgspec.convert(b if d >= 0 else a, _Side, from_attributes=True)
+    f = _facts(side)
     size = (f"{abs(d) / 1e3:.1f}" + (f" ±{u / 1e3:.1f}" if u is not None else "") + " s" if abs(d) >= 1000
             else f"{abs(d):.1f}{pm} ms")
-    text = f"{COMPILATION} +{size} a step on {side['run']}"
-    if not f:
+    text = f"{COMPILATION} +{size} a step on {side.run}"
+    if f is None:
         return text
-    if f.get("compiles") is not None and f.get("steps"):
-        text += f": {f['compiles']} compiles in {f['steps']} steps (twinbench doctor)"
-    elif f["traced_compiles"]:
-        text += f": {f['traced_compiles']} compiles in the {f['traced_steps']} traced steps"
-    if f.get("shapes"):
-        dims = f.get("axes") or []
+    if f.compiles is not None and f.steps:
+        text += f": {f.compiles} compiles in {f.steps} steps (twinbench doctor)"
+    elif f.traced_compiles:
+        text += f": {f.traced_compiles} compiles in the {f.traced_steps} traced steps"
+    if f.shapes:
+        dims = f.axes
         which = f": its dimension{'s' if len(dims) > 1 else ''} {', '.join(map(str, dims))}" if dims else ""
-        which += _named_axis(f["shapes"][0], dims)
-        text += f", caused by the shape of {f['argument']} ({f['shapes'][0]} against {f['shapes'][1]}{which})"
-    elif f.get("cause"):
-        text += f", caused by a changing {f['cause']}"
-    if f.get("finding"):
-        text += f" (see the doctor's {f['finding']})"
+        which += _named_axis(f.shapes[0], dims)
+        text += f", caused by the shape of {f.argument} ({f.shapes[0]} against {f.shapes[1]}{which})"
+    elif f.cause:
+        text += f", caused by a changing {f.cause}"
+    if f.finding:
+        text += f" (see the doctor's {f.finding})"
     return text

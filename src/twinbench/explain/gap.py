@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from twinbench.explain import causes, compilation, doctor_timing, files, jax_trace, torch_trace, why
 from twinbench.explain.breakdown import DISTURBED, PHASES, WHOLE_ITERATION, Breakdown
 from twinbench.explain.steps import TraceError
@@ -74,15 +76,17 @@ def explain_trace(arg: str, step_marker: str | None = None, rank: int | None = N
     kind, path, b = trace_file.read(arg, step_marker, rank, device, hlo or doctor_timing.step_hlo(arg), steps)
     hlo_path = b.hlo_path or str(path.parent / "step.hlo.txt")
     recorded = doctor_timing.conditions(arg, path)  # the load and step kind twinbench doctor saw, if it ran
-    load = recorded.get("load") or {}
-    busy = [f"machine busy: other processes kept {load['others_cores']:.1f} of {load['cores']} cores busy while "
-            "twinbench doctor recorded the steps"] if load.get("busy") else []
+    load = recorded.load
+    busy = [f"machine busy: other processes kept {load.others_cores:.1f} of {load.cores} cores busy while "
+            "twinbench doctor recorded the steps"] if load is not None and load.busy else []
     e = explain_breakdown(b, f"{kind}:{trace_label(path)}", b.step_ms, {}, list(busy),
-                          trace_record(kind, hlo_path, b.peak_tflops, busy, load.get("cores")), b.peak_source)
-    e.update(run_id=None, trace_path=str(path), memory_breakdown=None, recorded=recorded, busy=bool(busy))
+                          trace_record(kind, hlo_path, b.peak_tflops, busy, load.cores if load else None),
+                          b.peak_source)
+    e.update(run_id=None, trace_path=str(path), memory_breakdown=None, recorded=msgspec.to_builtins(recorded),
+             busy=bool(busy))
     measured, note = doctor_timing.read(arg, path)  # the step twinbench doctor timed without the profiler
-    if measured:
-        e["measured"] = measured
+    if measured is not None:
+        e["measured"] = msgspec.to_builtins(measured)
         e["notes"] += doctor_timing.notes(e)
     if note:
         e["notes"].append(note)
