@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from twinbench import hlo_text
 
@@ -53,6 +56,54 @@ class OpShape:
         return f"{b}[{self.m},{self.k}]x[{self.k},{self.n}] {self.trans}".strip()
 
 
+class _RawArgs(msgspec.Struct):
+    """The keys of a torch profiler op's ``args`` that shapes are read from (``record_shapes``), as the trace
+    spells them; each value still as parsed (a hand-edited trace may hold anything)."""
+
+    dims: object = msgspec.field(default=None, name="Input Dims")
+    strides: object = msgspec.field(default=None, name="Input Strides")
+    types: object = msgspec.field(default=None, name="Input type")
+    concrete: object = msgspec.field(default=None, name="Concrete Inputs")
+
+
+@dataclass(frozen=True)
+class OpArgs:
+    """What a torch op's recorded inputs say (``record_shapes``): one entry per input, each as the profiler
+    wrote it (a shape is a list of ints; a non-tensor input's is ``[]``). Kept once per distinct set by the
+    trace's reader (:class:`.torch_trace.Events`); FLOPs, bytes and the attention scores are read from it."""
+
+    dims: list[Any] = field(default_factory=list)  # Input Dims
+    strides: list[Any] = field(default_factory=list)  # Input Strides
+    types: list[Any] = field(default_factory=list)  # Input type: "float", "c10::BFloat16"...
+    concrete: list[Any] = field(default_factory=list)  # Concrete Inputs: scalars as text ("[1, 1]", "True")
+
+    @classmethod
+    def of(cls, args: Mapping[str, object]) -> OpArgs:
+        """The shapes of a raw event's ``args`` (a mapping whose keys vary by producer and version: only the
+        shape keys are read); a value that is no list counts as none."""
+        raw = msgspec.convert(args, _RawArgs)
+        return cls(*(v if isinstance(v, list) else [] for v in (raw.dims, raw.strides, raw.types, raw.concrete)))
+
+
+@dataclass(frozen=True)
+class TorchOp:
+    """What the op groups read of a torch row (:func:`.ops.groups`): the aten op's recorded inputs and, for a
+    device kernel, the op that launched it (None: the row is the op itself, a CPU trace's)."""
+
+    args: OpArgs | None
+    op: str | None = None
+
+
+@dataclass(frozen=True)
+class XlaCost:
+    """What XLA's profiler says one HLO instruction computes (a TPU profile's event metadata), per execution."""
+
+    flops: float
+    bytes: float
+    where: str  # the tail of its op_name: what the op is and where in the model
+    opaque: bool  # a custom call XLA counts nothing of (a Pallas kernel)
+
+
 def matmul_flops(batch: int, m: int, k: int, n: int) -> float:
     return 2.0 * batch * m * k * n
 
@@ -82,14 +133,14 @@ _TORCH_VIEW = re.compile(r"^aten::(view|_?reshape_alias|_unsafe_view|select|slic
                          r"chunk|view_as|unfold|diagonal|_indices|_values|lift_fresh|numpy_T|flatten|unflatten)$")
 
 
-def torch_op(name: str, args: dict[str, Any] | None) -> OpShape:
-    """FLOPs/bytes (and matmul shape) of one torch profiler op from its ``Input Dims`` / ``Input Strides``; a
-    view (:data:`_TORCH_VIEW`) moves no bytes."""
-    if not args or _TORCH_VIEW.match(name):
+def torch_op(name: str, args: OpArgs | Mapping[str, object] | None) -> OpShape:
+    """FLOPs/bytes (and matmul shape) of one torch profiler op from its ``Input Dims`` / ``Input Strides``
+    (:class:`OpArgs`, or an event's raw ``args``); a view (:data:`_TORCH_VIEW`) moves no bytes."""
+    if args is not None and not isinstance(args, OpArgs):
+        args = OpArgs.of(args)
+    if args is None or _TORCH_VIEW.match(name):
         return OpShape()
-    dims = args.get("Input Dims") or []
-    strides = args.get("Input Strides") or []
-    types = args.get("Input type") or []
+    dims, strides, types = args.dims, args.strides, args.types
     tensors = [(d, types[i] if i < len(types) else "float") for i, d in enumerate(dims) if isinstance(d, list) and d]
     nbytes = [_numel(d) * _DTYPE_BYTES.get(t, 4) for d, t in tensors]
     out_bytes = 0 if name.endswith("_") else max(nbytes, default=0)
@@ -109,7 +160,7 @@ def torch_op(name: str, args: dict[str, Any] | None) -> OpShape:
         mm, kk, nn = a[-2], a[-1], b[-1]
         trans = _trans_of(a, sa, True) + _trans_of(b, sb, False)
         return OpShape(matmul_flops(batch, mm, kk, nn), moved, batch, mm, kk, nn, trans)
-    conv = _torch_conv(name, dims, args.get("Concrete Inputs") or [])
+    conv = _torch_conv(name, dims, args.concrete)
     if conv:
         return OpShape(flops=conv, bytes=moved)
     rnn = _torch_rnn(name, dims)
@@ -196,6 +247,17 @@ def _torch_conv(name: str, dims: list[Any], concrete: list[Any]) -> float:
 
 
 # --------------------------------------------------------------------------------------------------- HLO
+@dataclass(frozen=True)
+class DotDims:
+    """A ``dot``'s dimension numbers (``lhs_contracting_dims={1}``...): which of each operand's dimensions it
+    contracts and which are batch dimensions ([] where the instruction names none)."""
+
+    lhs_contracting: list[int] = field(default_factory=list)
+    rhs_contracting: list[int] = field(default_factory=list)
+    lhs_batch: list[int] = field(default_factory=list)
+    rhs_batch: list[int] = field(default_factory=list)
+
+
 @dataclass
 class HloInstr:
     name: str
@@ -204,7 +266,7 @@ class HloInstr:
     dims: list[int]
     layout: list[int]  # minor-to-major, as HLO prints it
     operands: list[str]
-    attrs: dict[str, list[int]]
+    dot: DotDims  # a dot's dimension numbers (empty for any other instruction)
     calls: str
     comp: str
     root: bool
@@ -223,10 +285,11 @@ def parse_hlo(text: str) -> dict[str, HloInstr]:
     for ins in instrs.values():
         dtype, dims, layout = ("tuple", [], []) if ins.is_tuple or not ins.shapes else (
             ins.shapes[0][0], list(ins.shapes[0][1]), list(ins.layouts[0]))
-        attrs = {k: [int(x) for x in v.split(",") if x] for k, v in _DIMS.findall(ins.attrs)}
+        found = {k: [int(x) for x in v.split(",") if x] for k, v in _DIMS.findall(ins.attrs)}
+        dot = DotDims(**{k.removesuffix("_dims"): v for k, v in found.items()})
         operands = [o for o in ins.operands if o in instrs]  # not a parameter's number or a constant's value
         conv = (hlo_text.conv_flops(ins, instrs) or 0.0) if ins.opcode == "convolution" else 0.0
-        out[ins.name] = HloInstr(ins.name, ins.opcode, dtype, dims, layout, operands, attrs, ins.calls,
+        out[ins.name] = HloInstr(ins.name, ins.opcode, dtype, dims, layout, operands, dot, ins.calls,
                                  ins.comp, ins.root, ins.op_name, int(ins.nbytes), conv)
     return out
 
@@ -244,8 +307,8 @@ def hlo_dot(ins: HloInstr, table: dict[str, HloInstr]) -> OpShape:
     lhs, rhs = table.get(ins.operands[0]), table.get(ins.operands[1])
     if lhs is None or rhs is None or not lhs.dims or not rhs.dims:
         return OpShape()
-    lc, rc = ins.attrs.get("lhs_contracting_dims", []), ins.attrs.get("rhs_contracting_dims", [])
-    lb, rb = ins.attrs.get("lhs_batch_dims", []), ins.attrs.get("rhs_batch_dims", [])
+    lc, rc = ins.dot.lhs_contracting, ins.dot.rhs_contracting
+    lb, rb = ins.dot.lhs_batch, ins.dot.rhs_batch
     batch = math.prod(lhs.dims[i] for i in lb)
     k = math.prod(lhs.dims[i] for i in lc)
     m = math.prod(d for i, d in enumerate(lhs.dims) if i not in lc and i not in lb)

@@ -71,9 +71,9 @@ def groups(r: Record, b: Breakdown, scale: float) -> list[OpGroup]:
     if b.compiler != "XLA":
         computes: list[tuple[OpGroup, flops.OpShape] | None] = []  # per raw row: where an op's call counts
         for phase, cat, ms, scope, name, detail, _, loose in b.raw:
-            detail = detail or {}
-            op = detail.get("op", name)
-            shape = flops.torch_op(op, detail.get("args"))
+            torch = detail if isinstance(detail, flops.TorchOp) else flops.TorchOp(None)
+            op = torch.op or name
+            shape = flops.torch_op(op, torch.args)
             key = (phase, cat, op, shape.text() or "", scope if not shape.batch else "")
             g = out.get(key)
             if g is None:
@@ -81,7 +81,7 @@ def groups(r: Record, b: Breakdown, scale: float) -> list[OpGroup]:
             g.ms += ms * per
             g.raw_ms += ms / steps
             # a GPU op's FLOPs go to its compute kernel (a gemm), not a copy it also launched
-            counts = not ("op" in detail and shape.flops and cat not in COMPUTE)
+            counts = not (torch.op is not None and shape.flops and cat not in COMPUTE)
             computes.append((g, shape) if counts else None)
             if counts and loose:  # entries of no op: each is a call
                 _calls(g, shape, loose / steps)
@@ -96,23 +96,23 @@ def groups(r: Record, b: Breakdown, scale: float) -> list[OpGroup]:
 
     lin, shared = classify(text) if text else (set(), set())
     for phase, cat, ms, scope, name, detail, times, _ in b.raw:
-        counted = isinstance(detail, dict) and "flops" in detail  # TPU: XLA's own FLOPs and bytes per op
-        shape = shapes.op(name) if shapes is not None and not counted else flops.OpShape()
+        cost = detail if isinstance(detail, flops.XlaCost) else None  # TPU: XLA's own FLOPs and bytes per op
+        shape = shapes.op(name) if shapes is not None and cost is None else flops.OpShape()
         is_lin = phase == "forward" and name in lin
         key = (phase, cat, name)
         g = out.get(key)
         if g is None:
             ins = shapes.table.get(name) if shapes is not None else None
-            where = detail.get("where", "") if counted else ""
+            where = cost.where if cost is not None else ""
             g = out[key] = OpGroup(phase, cat, name, scope, shape=shape, linearization=is_lin,
                                    shared=phase == "forward" and name in shared and cat not in COMPUTE,
                                    where=where or ("/".join(ins.op_name.split("/")[-3:]) if ins else ""))
         g.ms += ms * per
         g.raw_ms += ms / steps
         g.calls += times / steps
-        g.flops += (detail["flops"] if counted else shape.flops) * times / steps
-        g.bytes += (detail["bytes"] if counted else shape.bytes) * times / steps
-        if counted and detail.get("opaque"):
+        g.flops += (cost.flops if cost is not None else shape.flops) * times / steps
+        g.bytes += (cost.bytes if cost is not None else shape.bytes) * times / steps
+        if cost is not None and cost.opaque:
             g.opaque_ms += ms / steps
     return list(out.values())
 

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 
 from twinbench import hlo_text
+from twinbench.explain.flops import OpArgs
 
 _OPTIMIZER_PATH = re.compile(r"optax|apply_gradients|apply_updates|(^|/)(adamw?|sgd|lamb|lion|adafactor|"
                              r"optimizer)(/|$)", re.IGNORECASE)
-_DOT_DIMS = re.compile(r"(lhs_batch_dims|rhs_batch_dims)=\{([\d,]*)\}")
+_LHS_BATCH = re.compile(r"lhs_batch_dims=\{\d[\d,]*\}")
 _NOT_WORK = {"parameter", "get-tuple-element", "tuple", "constant", "after-all", "partition-id", "replica-id"}
 
 
@@ -147,8 +149,7 @@ def attention(mod: hlo_text.Module) -> set[str]:
             dots = [(ins, ins.comp)] if ins.opcode == "dot" else \
                 _dots(ins.calls, mod) if ins.opcode == "fusion" and ins.calls else []
             for d, comp in dots:
-                batch = dict(_DOT_DIMS.findall(d.attrs))
-                if not batch.get("lhs_batch_dims"):
+                if not _LHS_BATCH.search(d.attrs):  # no batch dimensions: not a batched product
                     continue
                 table = tables.get(comp, {})
                 for dims in (_dims(d), *(_dims(table.get(o)) for o in d.operands[:2])):
@@ -172,19 +173,21 @@ _TORCH_BATCHED = re.compile(r"^aten::(bmm|matmul|baddbmm|einsum)$")
 _TORCH_SOFTMAX = re.compile(r"^aten::_?(softmax|safe_softmax)$")
 
 
-def _torch_dims(e: dict) -> list[list[int]]:
-    dims = (e.get("args") or {}).get("Input Dims") or []
+def _torch_dims(args: OpArgs | None) -> list[list[int]]:
+    dims = args.dims if args is not None else []
     return [d for d in dims if isinstance(d, list) and d and all(isinstance(x, int) for x in d)]
 
 
-def torch_scores(events: list[dict]) -> set[tuple[int, int]]:
+def torch_scores(ops: Iterable[tuple[str, OpArgs | None]]) -> set[tuple[int, int]]:
     """(elements, T) of the ``[..., T, T]`` attention scores a torch trace's batched products make or read
-    (``q @ k^T`` into them, ``p @ v`` out of them), from the profiler's recorded input shapes."""
+    (``q @ k^T`` into them, ``p @ v`` out of them), from the profiler's recorded input shapes of its cpu_ops
+    (``ops``: each op's name and recorded inputs)."""
+    ops = list(ops)
     out: set[tuple[int, int]] = set()
-    for e in events:
-        if e.get("cat") != "cpu_op" or not _TORCH_BATCHED.match(str(e.get("name", ""))):
+    for name, args in ops:
+        if not _TORCH_BATCHED.match(name):
             continue
-        mats = [d for d in _torch_dims(e) if len(d) >= 3]
+        mats = [d for d in _torch_dims(args) if len(d) >= 3]
         if len(mats) < 2:
             continue
         a, b = mats[-2], mats[-1]
@@ -192,17 +195,16 @@ def torch_scores(events: list[dict]) -> set[tuple[int, int]]:
             t = _square(tuple(dims))
             if t:
                 out.add((math.prod(dims), t))
-    softmaxed = {(math.prod(d), d[-1]) for e in events if e.get("cat") == "cpu_op"
-                 and _TORCH_SOFTMAX.match(str(e.get("name", ""))) for d in _torch_dims(e)}
+    softmaxed = {(math.prod(d), d[-1]) for name, args in ops if _TORCH_SOFTMAX.match(name) for d in _torch_dims(args)}
     return out & softmaxed  # scores have their softmax (not an interaction layer's [B, F, F] products)
 
 
-def torch_on_scores(e: dict, scores: set[tuple[int, int]]) -> bool:
+def torch_on_scores(name: str, args: OpArgs | None, scores: set[tuple[int, int]]) -> bool:
     """Whether a torch op works on the attention scores (a product into or out of them, their scale, mask,
     softmax, dropout, forward or backward): one of its inputs has the scores' elements and ends in their T."""
     if not scores:
         return False
-    dims = _torch_dims(e)
-    if _TORCH_BATCHED.match(str(e.get("name", ""))) and len(dims) >= 2:
+    dims = _torch_dims(args)
+    if _TORCH_BATCHED.match(name) and len(dims) >= 2:
         dims = [*dims, [*dims[-2][:-1], dims[-1][-1]]]
     return any((math.prod(d), d[-1]) in scores for d in dims if len(d) >= 2)

@@ -30,6 +30,7 @@ import numpy as np
 from twinbench.explain import files, spill, structure, taxonomy, torch_walk
 from twinbench.explain import steps as st
 from twinbench.explain.breakdown import COMPILING, Breakdown, compile_time, step_cut, undisturbed
+from twinbench.explain.flops import OpArgs, TorchOp
 from twinbench.explain.steps import TraceError
 
 _SCOPE = re.compile(r"^(block\d+(?:\.(?:attn|mlp))?|embed|head|loss)$")
@@ -94,7 +95,7 @@ class Events(spill.Columns):
         super().__init__(self.store, {"cat": "b", "name": "i", "ts": "d", "dur": "d", "tid": "i", "extra": "q"},
                          chunk)
         self.names: list[str] = []
-        self.args_of: list[dict[str, Any]] = []
+        self.args_of: list[OpArgs] = []  # each distinct set of a cpu_op's recorded inputs, once
         self.users: set[int] = set()  # the names of user annotations
         self.devices: dict[int, int] = {}  # device -> its kernels, memcpys and memsets
         self.threads: dict[int, float] = {}  # thread -> its cpu_ops' time
@@ -134,6 +135,8 @@ class Events(spill.Columns):
             return _NO_CORR
 
     def _args(self, args: dict[str, Any]) -> int:
+        # the raw event's args (keys vary by producer): per event only the shape keys' text is made, for the
+        # key; the typed OpArgs once per distinct set
         if "Input Dims" not in args and "Concrete Inputs" not in args and "Input type" not in args:
             return -1
         kept = {k: args[k] for k in _ARGS if k in args}
@@ -141,10 +144,12 @@ class Events(spill.Columns):
         i = self._args_ids.get(key)
         if i is None:
             i = self._args_ids[key] = len(self.args_of)
-            self.args_of.append(kept)
+            self.args_of.append(OpArgs.of(kept))
         return i
 
     def add(self, path: str, i: int, e: dict[str, Any]) -> None:
+        """One raw Chrome trace event (as ijson parsed it: its fields and its ``args`` vary by producer and
+        version, so they are read with ``.get`` here, once, and kept as typed columns)."""
         raw_cat = e.get("cat", "")
         code = self._codes.get(raw_cat) if isinstance(raw_cat, str) else None
         if code is None:
@@ -358,8 +363,7 @@ def _read(path: str, ev: Events, step_marker: str | None, device: int | None,
                   cut=step_cut(found.spans, 1e3))
     b.notes.extend(found.notes)
     parts = torch_walk.buckets(ev, found.spans, walked, ev.store)
-    scores = structure.torch_scores([{"cat": "cpu_op", "name": ev.names[n], "args": ev.args_of[a]}
-                                     for n, a in _shaped(ev, walked)])
+    scores = structure.torch_scores((ev.names[n], ev.args_of[a]) for n, a in _shaped(ev, walked))
     compiling = _compiling(ev)
     if not devices:
         return _host_only(b, found, ev, parts, scores, compiling)
@@ -378,7 +382,7 @@ def _read(path: str, ev: Events, step_marker: str | None, device: int | None,
     torch_walk.join(launches, kernels, st.Within(found.spans), per_bucket, _NO_CORR, joined)
 
     def category(cat: int, name: str, op_cat: str) -> str:
-        return kernel_category({"cat": _KEPT_CATS[cat], "name": name}, op_cat)
+        return kernel_category(_KEPT_CATS[cat], name, op_cat)
 
     return torch_walk.attribute(b, found, joined, before, ev, w, category, f"GPU {dev}", compiling)
 
@@ -423,7 +427,7 @@ def _host_only(b: Breakdown, steps: st.Steps, ev: Events, parts: spill.Parts, sc
     b.compiling([v / 1e3 for v in comp_ms], comp_n, kept)
     spans = [steps.spans[i] for i in kept]
     inside = st.Within(spans)
-    details: dict[int, dict[str, Any]] = {}
+    details: dict[int, TorchOp] = {}
     shapes: dict[int, str] = {}
 
     def on_pop(op: list[Any]) -> None:  # [row, end, name, cat, kind, shapes, dur, child time, start]
@@ -434,7 +438,7 @@ def _host_only(b: Breakdown, steps: st.Steps, ev: Events, parts: spill.Parts, sc
             return
         a = op[5]
         if a not in details:
-            details[a] = {"args": ev.args_of[a] if a >= 0 else {}}
+            details[a] = TorchOp(ev.args_of[a] if a >= 0 else None)
             shapes[a] = torch_walk.shapes_text(ev.args_of, a)
         b.add(phase, cat, max(op[6] - op[7], 0.0) / 1e3, scope, name=ev.names[op[2]], shapes=shapes[a],
               detail=details[a])
@@ -445,17 +449,17 @@ def _host_only(b: Breakdown, steps: st.Steps, ev: Events, parts: spill.Parts, sc
     return b.finish(len(spans), step_ms)
 
 
-def kernel_category(kernel: dict[str, Any], op_category: str) -> str:
-    """A device event's category: memcpy/memset move data; a kernel whose name says what it does (gemm,
-    attention, NCCL, Triton...) is that; a generic one (element-wise, reduce templates) counts for the op
-    that launched it, or by its own name when that op says nothing."""
-    if kernel["cat"] in ("gpu_memcpy", "gpu_memset"):
+def kernel_category(cat: str, name: str, op_category: str) -> str:
+    """A device event's category (``cat``: its trace category, normalized): memcpy/memset move data; a kernel
+    whose name says what it does (gemm, attention, NCCL, Triton...) is that; a generic one (element-wise,
+    reduce templates) counts for the op that launched it, or by its own name when that op says nothing."""
+    if cat in ("gpu_memcpy", "gpu_memset"):
         return "data movement"
-    by_name = taxonomy.kernel(kernel["name"])
+    by_name = taxonomy.kernel(name)
     if op_category == "attention" and by_name in ("matmul", "element-wise", "reductions", "data movement"):
         return "attention"  # a gemm or softmax kernel of a written-out attention (its op works on the scores)
     if by_name:
         return by_name
     if op_category != "other":
         return op_category
-    return taxonomy.generic_kernel(kernel["name"])
+    return taxonomy.generic_kernel(name)

@@ -22,6 +22,7 @@ import numpy as np
 from twinbench.explain import spill, structure, taxonomy
 from twinbench.explain import steps as st
 from twinbench.explain.breakdown import Breakdown, compile_time, undisturbed
+from twinbench.explain.flops import OpArgs, TorchOp
 from twinbench.explain.steps import TraceError
 
 #: a host op or launch, as a time bucket holds it
@@ -123,7 +124,7 @@ class Walk:
                     if len(self._on_scores) > _MEMO:
                         self._on_scores.clear()
                     hit = self._on_scores[n, extra] = structure.torch_on_scores(
-                        {"name": names[n], "args": args_of[extra] if extra >= 0 else {}}, self.scores)
+                        names[n], args_of[extra] if extra >= 0 else None, self.scores)
                 if hit:
                     op_cat = "attention"
             kind = self.kind((pc[0], op_cat, pc[1]))
@@ -293,7 +294,7 @@ def attribute(b: Breakdown, steps: st.Steps, joined: spill.Parts, before: float,
     keep = {with_kernels[j] for j in kept}
     names, args_of, kinds = ev.names, ev.args_of, w.kinds
     categories: dict[tuple[int, int, str], str] = {}
-    details: dict[tuple[int, int], dict[str, Any]] = {}
+    details: dict[tuple[int, int], TorchOp] = {}
     shapes: dict[int, str] = {}
     unlinked = total = busy = 0.0
     for p in range(joined.n):
@@ -317,8 +318,8 @@ def attribute(b: Breakdown, steps: st.Steps, joined: spill.Parts, before: float,
                 if op >= 0:
                     detail = details.get((op_name, op_args))
                     if detail is None:
-                        detail = details[op_name, op_args] = {"op": names[op_name],
-                                                              "args": args_of[op_args] if op_args >= 0 else {}}
+                        detail = details[op_name, op_args] = TorchOp(args_of[op_args] if op_args >= 0 else None,
+                                                                     op=names[op_name])
                     if op_args not in shapes:
                         shapes[op_args] = shapes_text(args_of, op_args)
                 b.add(phase, cat, kd / 1e3, scope, name=names[kn], op=names[op_name] if op >= 0 else "",
@@ -336,7 +337,7 @@ def attribute(b: Breakdown, steps: st.Steps, joined: spill.Parts, before: float,
     return b.finish(n, step_ms, busy_ms=busy / n / 1e3)
 
 
-def shapes_text(args_of: list[dict[str, Any]], a: int) -> str:
+def shapes_text(args_of: list[OpArgs], a: int) -> str:
     """The input shapes of args ``a`` as the ops table shows them ("" when none)."""
-    dims = args_of[a].get("Input Dims") if a >= 0 else None
+    dims = args_of[a].dims if a >= 0 else None
     return json.dumps(dims, separators=(",", ":")) if dims else ""

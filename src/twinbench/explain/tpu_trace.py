@@ -18,11 +18,11 @@ import bisect
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from twinbench.explain import hlo, taxonomy, xplane, xplane_stream
 from twinbench.explain import steps as st
 from twinbench.explain.breakdown import Breakdown, undisturbed
+from twinbench.explain.flops import XlaCost
 from twinbench.explain.steps import TraceError
 from twinbench.measure import peak
 
@@ -68,9 +68,9 @@ class _Info:
         self.bytes = float(s.get("bytes_accessed") or 0)
         t = _TARGET.search(text)
         self.target = t.group(1) if t else ""
-        self._as: tuple[str, str, str, str, dict[str, Any]] | None = None
+        self._as: tuple[str, str, str, str, XlaCost] | None = None
 
-    def attributed(self, instrs: dict[str, hlo.Instr]) -> tuple[str, str, str, str, dict[str, Any]]:
+    def attributed(self, instrs: dict[str, hlo.Instr]) -> tuple[str, str, str, str, XlaCost]:
         """(category, the op_name's phase or "", scope, where in the model, the detail the op groups read)."""
         if self._as is None:
             cat = category(self.category, self.op_name, self.name, self.target)
@@ -80,8 +80,8 @@ class _Info:
                 # into a matmul (the LM head's backward with the loss's softmax) stays a matmul
             where = "/".join(self.op_name.split("/")[-3:])  # what the op is and where in the model
             self._as = (cat, hlo.phase(self.op_name) if self.op_name else "", hlo.scope(self.op_name), where,
-                        {"flops": self.flops, "bytes": self.bytes, "where": where,
-                         "opaque": bool(self.target) and not self.flops})  # a Pallas kernel: XLA counts nothing
+                        XlaCost(self.flops, self.bytes, where,
+                                opaque=bool(self.target) and not self.flops))  # a Pallas kernel: XLA counts nothing
         return self._as
 
 
