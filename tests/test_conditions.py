@@ -13,7 +13,7 @@ import pytest
 
 from twinbench import runner
 from twinbench.machine import LOAD_ENV
-from twinbench.record import CONDITION_WARNINGS, Record, as_record, condition_warnings
+from twinbench.record import CONDITION_WARNINGS, Record, as_record, condition_warnings, typed
 from twinbench.report.table import conditions, markdown
 from twinbench.spec import from_preset, validate
 
@@ -105,7 +105,7 @@ def test_table_footer_shows_peak_age_spread_load_and_warnings() -> None:
     recs = [record("torch"),
             record("jax", peak_tflops=0.19, peak_spread=0.14, load_avg_1m=1.6, load_avg_1m_external=1.6,
                    warnings=[busy, "matmul peak: its repeats disagree by 14% (above 10%), so the MFU is uncertain"])]
-    lines = conditions(recs)
+    lines = conditions(typed(recs))
     peak_line = next(ln for ln in lines if ln.startswith("MFU against"))
     assert "torch 165 GFLOP/s (spread 3%, measured 2026-12-03 05:00 UTC," in peak_line and " ago" in peak_line
     assert "jax 190 GFLOP/s (spread 14%" in peak_line
@@ -117,12 +117,12 @@ def test_table_footer_shows_peak_age_spread_load_and_warnings() -> None:
         "uncertain; `twinbench peak --remeasure` on an idle machine"]
     recs[0]["load_avg_1m_external"] = 0.1  # twinbench's own previous run made most of it
     assert "load: 1-minute load average 0.30-1.60 when the runs started, on 2 core(s); 0.10-1.60 without what " \
-           "twinbench's own ended runs still add to it" in conditions(recs)
-    assert "(spread 3%" in markdown(recs, 1000)
+           "twinbench's own ended runs still add to it" in conditions(typed(recs))
+    assert "(spread 3%" in markdown(typed(recs), 1000)
 
 
 def test_records_of_an_older_twinbench_still_render() -> None:
     old = {k: v for k, v in record("torch").items() if not k.startswith(("peak_m", "peak_s", "peak_l", "load", "cpu"))}
-    lines = conditions([old])
+    lines = conditions(typed([old]))  # a results file's line, read as the loader reads it
     assert "MFU against the measured matmul peak of each framework on this device: torch 165 GFLOP/s" in lines
     assert not any(ln.startswith(("load:", "warning:")) for ln in lines)

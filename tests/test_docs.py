@@ -11,7 +11,7 @@ import pytest
 import typer
 
 from twinbench.cli import app
-from twinbench.record import FLAT, Record
+from twinbench.record import FLAT, Record, typed
 
 ROOT = Path(__file__).resolve().parents[1]
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
@@ -274,7 +274,7 @@ def test_the_table_width_outside_a_terminal_is_the_one_getting_started_states():
     assert f"notes wrapped at {NARROW} columns" in doc and "every table at its natural width" in doc
     recs = [synthetic.record("torch", "eager"), synthetic.record("jax", "jit")]
     buf = io.StringIO()
-    print_table(Console(file=buf, width=NARROW, force_terminal=False), rich_table(recs, 1000, "t"))
+    print_table(Console(file=buf, width=NARROW, force_terminal=False), rich_table(typed(recs), 1000, "t"))
     widths = [len(line) for line in buf.getvalue().splitlines()]
     assert max(widths) > NARROW and "…" not in buf.getvalue()
 

@@ -136,9 +136,9 @@ def test_the_faults_are_never_priced_above_the_kernels_own_share() -> None:
     assert page_faults.fault_share(100_000, 1.0, 10.0) == 1.0  # no kernel share known: the cost alone
 
 
-def _record(name: str, faults: float | None, share: float | None, tunables: str | None) -> dict[str, Any]:
-    return {"status": "ok", "framework": "jax", "strategy": name, "page_faults_per_step": faults,
-            "kernel_cpu_share": share, "glibc_tunables": tunables}
+def _record(name: str, faults: float | None, share: float | None, tunables: str | None, **more: Any) -> Record:
+    return as_record({"status": "ok", "framework": "jax", "strategy": name, "page_faults_per_step": faults,
+                      "kernel_cpu_share": share, "glibc_tunables": tunables, **more})
 
 
 def test_the_summary_names_the_allocator_and_a_step_paying_for_fresh_pages() -> None:
@@ -156,7 +156,7 @@ def test_the_summary_names_the_allocator_and_a_step_paying_for_fresh_pages() -> 
             in conditions([_record("jit", 736.4, 0.10, HUGE)]))
     assert not [x for x in conditions([_record("jit", None, None, None)]) if "allocator" in x]  # an older record
     # faults whose measured cost is a small share of the CPU time are not named, whatever the kernel's share
-    cheap = _record("naive", 4546.0, 0.16, HUGE) | {"fault_cpu_share": 0.02}
+    cheap = _record("naive", 4546.0, 0.16, HUGE, fault_cpu_share=0.02)
     assert not [x for x in conditions([cheap]) if x.startswith("page faults:")]
 
 

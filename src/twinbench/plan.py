@@ -8,7 +8,7 @@ specs into compile-cache states. The CLI parses flags and renders results; it bu
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +23,38 @@ from twinbench.spec import (
     with_precision,
 )
 
+#: one flag's value for a spec field (``--batch 8``, ``--attention-impl splash``, ``--slow-input 2.5``)
+Override = bool | int | float | str | None
+#: the flags' values by spec field name (model and train sections alike; ``spec.from_preset`` routes each)
+Overrides = dict[str, Override]
+
+
+@dataclass(frozen=True)
+class RunFields:
+    """The RunSpec fields a command sets on every run beside the preset and the flags' overrides: ``--trace``'s
+    directory, ``--model``/``--jax-model`` and ``--threads`` (empty or 0: not set, the spec's default)."""
+
+    trace_dir: str = ""  # an absolute path: the worker may run elsewhere
+    user_model: str = ""  # FILE.py:build
+    user_jax_model: str = ""
+    threads: int = 0
+
+    def kwargs(self) -> dict[str, str | int]:
+        """The fields set, as ``from_preset``'s keywords."""
+        return {k: v for k, v in asdict(self).items() if v}
+
 
 def csv(value: str | None) -> list[str] | None:
     """``"a, b,"`` -> ``["a", "b"]``; None or empty -> None."""
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
-def model_spec(preset: str, overrides: dict[str, Any] | None = None, **top: Any) -> RunSpec:
+def model_spec(preset: str, overrides: Overrides | None = None, **top: Any) -> RunSpec:
     """The validated spec of one model and training setup (no strategy chosen: ``export``)."""
     return validate(from_preset(preset, overrides, **top))
 
 
-def run_spec(preset: str, framework: str, strategy: str, overrides: dict[str, Any] | None = None,
+def run_spec(preset: str, framework: str, strategy: str, overrides: Overrides | None = None,
              **top: Any) -> RunSpec:
     """One validated, runnable spec of a registered strategy (the checks of :func:`build_specs`)."""
     from twinbench.strategies import registry
@@ -59,9 +79,11 @@ def check_inputs(spec: RunSpec) -> None:
         TASKS[spec.train.task].read_data(spec)
 
 
-def build_specs(preset: str, frameworks: str, strategies: str | None, overrides: dict[str, Any],
-                **top: Any) -> list[RunSpec]:
-    """One validated RunSpec per selected (framework, strategy)."""
+def build_specs(preset: str, frameworks: str, strategies: str | None, overrides: Overrides,
+                user_model: str | None = None, user_jax_model: str | None = None, **top: Any) -> list[RunSpec]:
+    """One validated RunSpec per selected (framework, strategy); ``user_model`` (``--model FILE.py:build``): the
+    user's own model's runs (twinbench/byo), with its port ``user_jax_model``; ``top``: other RunSpec fields
+    (:meth:`RunFields.kwargs`)."""
     from twinbench.strategies import registry
 
     fws = csv(frameworks) or []
@@ -71,12 +93,11 @@ def build_specs(preset: str, frameworks: str, strategies: str | None, overrides:
     from twinbench.distributed.cluster import fill_from_cluster
 
     overrides = fill_from_cluster(overrides)  # inside a SLURM step of several tasks: this task's place in the run
-    if top.get("user_model"):  # --model FILE.py:build: the user's own model (twinbench/byo)
+    if user_model:  # --model FILE.py:build: the user's own model (twinbench/byo)
         from twinbench.byo import plan as byo_plan
 
-        return byo_plan.build_specs(preset, fws, csv(strategies), overrides, **top)
-    top.pop("user_model", None)
-    if top.pop("user_jax_model", None):
+        return byo_plan.build_specs(preset, fws, csv(strategies), overrides, user_model, user_jax_model or "", **top)
+    if user_jax_model:
         raise SpecError("--jax-model: a JAX port is measured beside its torch model: give --model FILE.py:build too")
     chosen = registry.select(fws, csv(strategies))
     if not chosen:

@@ -12,6 +12,7 @@ import pytest
 from twinbench.claims import suite
 from twinbench.claims.core import Setup, select
 from twinbench.claims.user import ANY_MODEL, NEEDS_TWIN, jax_name, split
+from twinbench.plan import RunFields
 from twinbench.spec import SpecError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "byo"
@@ -35,13 +36,13 @@ def test_jax_twin_names_read_as_the_user_models_jax_side():
 
 
 def test_claim_runs_on_a_user_model_are_user_specs():
-    setup = Setup(quick=True, gpt="tiny", top={"user_model": LLAMA, "user_jax_model": ""}, repeats=1)
+    setup = Setup(quick=True, gpt="tiny", top=RunFields(user_model=LLAMA), repeats=1)
     per_claim, specs = suite.plan(select("C6,C12"), setup)
     assert {s.model.family for s in specs} == {"user"} and all(s.user.user_model.endswith("llama.py:build") for s in specs)
     assert {(s.framework, s.strategy.name) for s in per_claim["C6"].values()} == {
         ("torch", "eager"), ("torch", "compile"), ("jax", "torchax")}
     assert {(s.strategy.name, s.launch.devices) for s in per_claim["C12"].values()} == {("torchax-mesh-dp", 1), ("torchax-mesh-dp", 2)}
-    port = Setup(quick=True, gpt="tiny", top={"user_model": LLAMA, "user_jax_model": PORT}, repeats=1)
+    port = Setup(quick=True, gpt="tiny", top=RunFields(user_model=LLAMA, user_jax_model=PORT), repeats=1)
     assert {s.strategy.name for s in suite.plan(select("C12"), port)[1]} == {"port-mesh-dp"}
 
 

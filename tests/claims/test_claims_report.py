@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import msgspec
+
 from twinbench.claims.core import Setup, load_all
 from twinbench.claims.suite import verdicts
 from twinbench.report import page
@@ -26,8 +28,8 @@ def test_the_verdicts_of_repeated_runs_are_reported(tmp_path):
                         "repeat": k, "step_ms": step, "platform": "cpu", "n_params": 100_000})
         reps.append(rep)
     (out,) = verdicts([c7], setup, {"C7": runs}, reps, {})
-    assert out["numbers"]["jax_advantage_vs_best_torch_range"] == [0.2, 0.333]
-    (tmp_path / "claims.json").write_text(json.dumps([out]))
+    assert out.numbers["jax_advantage_vs_best_torch_range"] == [0.2, 0.333]
+    (tmp_path / "claims.json").write_bytes(msgspec.json.encode([out]))
     (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reps[0]))
     loaded = page.load(tmp_path)
-    assert loaded.claims[0]["numbers"]["jax_advantage_vs_best_torch_range"] == [0.2, 0.333]
+    assert loaded.claims[0].numbers["jax_advantage_vs_best_torch_range"] == [0.2, 0.333]

@@ -72,7 +72,7 @@ def test_a_result_far_beyond_the_claimed_size_is_supported_in_direction_only():
     c9["jax_bf16"] = rec(7)  # one framework within the claim: the claim's size holds somewhere, supported
     assert judge_repeats(CLAIMS["C9"], Evidence(SETUP, c9)).verdict == SUPPORTED
     (out,) = verdicts([CLAIMS["C1"]], SETUP, {"C1": {}}, [], {})
-    assert "far beyond" in out["rule"] and "~30% slower" in out["rule"]
+    assert "far beyond" in out.rule and "~30% slower" in out.rule
 
 
 def test_c2_overtake_within_plan_supports_beyond_plan_depends_slower_steps_contradict():
@@ -114,8 +114,8 @@ def test_c3_probe_accepts_only_jax_tracer_errors():
     from twinbench.claims.probes import tracing
 
     out = tracing()
-    assert out["python_if_error_expected"] is True
-    assert out["python_if_on_traced_value"] in ("TracerBoolConversionError", "ConcretizationTypeError")
+    assert out.python_if_error_expected is True
+    assert out.python_if_on_traced_value in ("TracerBoolConversionError", "ConcretizationTypeError")
 
 
 def test_c4_compile_share_at_short_and_planned_run():
@@ -335,8 +335,8 @@ def test_failed_run_or_probe_is_not_measurable_and_says_why():
     records = [rec(run_id=s.run_id()) for s in specs]
     records[0] |= {"status": "failed", "error": "out of memory: boom"}
     out = verdicts(chosen, SETUP, per_claim, records, {"debug_print": {"status": "failed", "error": "no jax"}})
-    assert [r["verdict"] for r in out] == [NOT_MEASURABLE, NOT_MEASURABLE]
-    assert "out of memory: boom" in out[0]["finding"] and "no jax" in out[1]["finding"]
+    assert [r.verdict for r in out] == [NOT_MEASURABLE, NOT_MEASURABLE]
+    assert "out of memory: boom" in out[0].finding and "no jax" in out[1].finding
 
 
 # ------------------------------------------------------------------------------------ repeats and noise
@@ -437,22 +437,22 @@ def test_verdicts_judge_the_repeats_and_a_failed_repeat_is_not_measurable():
     recs = [[rec(next(steps), run_id=s.run_id(), config_id=s.config_id(), strategy=s.strategy.name,
                  sharding={"replicas_max_abs_diff": 0.01 if "nosync" in s.strategy.name else 0.0}) for s in r]
             for r in rounds]
-    out = {r["claim"]: r for r in verdicts(chosen, SETUP, per_claim, recs, {})}
-    assert out["C11"]["verdict"] == INCONCLUSIVE and out["C11"]["repeats"] == 3  # 1.0, 1.0, 1.2
-    assert out["C13"]["verdict"] == SUPPORTED and out["C13"]["repeats"] == 1
+    out = {r.claim: r for r in verdicts(chosen, SETUP, per_claim, recs, {})}
+    assert out["C11"].verdict == INCONCLUSIVE and out["C11"].repeats == 3  # 1.0, 1.0, 1.2
+    assert out["C13"].verdict == SUPPORTED and out["C13"].repeats == 1
     recs[2][0] = recs[2][0] | {"status": "failed", "error": "killed"}
-    out = {r["claim"]: r for r in verdicts(chosen, SETUP, per_claim, recs, {})}
-    assert out["C11"]["verdict"] == NOT_MEASURABLE and "failed in a repeat: killed" in out["C11"]["finding"]
+    out = {r.claim: r for r in verdicts(chosen, SETUP, per_claim, recs, {})}
+    assert out["C11"].verdict == NOT_MEASURABLE and "failed in a repeat: killed" in out["C11"].finding
 
 
 def test_a_loaded_machine_is_named_in_the_caveat():
     chosen = [CLAIMS["C11"]]
     per_claim, specs = plan(chosen, SETUP)
     calm = [rec(10, run_id=s.run_id(), load_avg_1m=0.4, cpu_count=2) for s in specs]
-    assert "load average" not in verdicts(chosen, SETUP, per_claim, calm, {})[0]["caveat"]
+    assert "load average" not in verdicts(chosen, SETUP, per_claim, calm, {})[0].caveat
     busy = [r | {"load_avg_1m": 3.0} for r in calm]
     (out,) = verdicts(chosen, SETUP, per_claim, busy, {})
-    assert "2 of 2 runs were measured at a load average above 0.5 per core (up to 1.50)" in out["caveat"]
+    assert "2 of 2 runs were measured at a load average above 0.5 per core (up to 1.50)" in out.caveat
 
 
 def test_every_claim_gets_a_verdict_from_a_full_quick_plan_of_synthetic_records():
@@ -467,11 +467,11 @@ def test_every_claim_gets_a_verdict_from_a_full_quick_plan_of_synthetic_records(
     probes = {"tracing": TRACING, "custom_ops": CUSTOM, "debug_print": DEBUG,
               "doctor_control_flow": {"status": "ok", "available": False}}
     results = verdicts(claims, setup, per_claim, records, probes)
-    assert [r["claim"] for r in results] == [f"C{i}" for i in range(1, 23)]
+    assert [r.claim for r in results] == [f"C{i}" for i in range(1, 23)]
     for r in results:
-        assert r["verdict"] in VERDICTS and r["finding"], r
-        assert "could not be applied" not in r["finding"], r
-    unmeasured = {r["claim"] for r in results if r["verdict"] == "not measurable"}
+        assert r.verdict in VERDICTS and r.finding, r
+        assert "could not be applied" not in r.finding, r
+    unmeasured = {r.claim for r in results if r.verdict == "not measurable"}
     assert {"C14", "C20"} <= unmeasured
 
 
@@ -593,11 +593,11 @@ def test_every_claim_gets_a_verdict_or_one_line_on_an_accelerator_plan_of_synthe
               "doctor_control_flow": {"status": "ok", "available": False}}
     results = verdicts(claims, setup, per_claim, records, probes)
     for r in results:
-        assert r["verdict"] in VERDICTS and r["finding"] and "\n" not in r["finding"], r
-        assert "could not be applied" not in r["finding"] and "failed" not in r["finding"], r
-        if r["runs"]:
-            assert f"({platform})" in r["measured_at"], r  # every finding names its sizes and device
-    unmeasured = {r["claim"] for r in results if r["verdict"] == "not measurable"}
+        assert r.verdict in VERDICTS and r.finding and "\n" not in r.finding, r
+        assert "could not be applied" not in r.finding and "failed" not in r.finding, r
+        if r.runs:
+            assert f"({platform})" in r.measured_at, r  # every finding names its sizes and device
+    unmeasured = {r.claim for r in results if r.verdict == "not measurable"}
     assert {"C10", "C11", "C12", "C13", "C14"} <= unmeasured
     assert "C20" not in unmeasured and "C22" not in unmeasured  # the chip's memory and the PyTorch path judged
     if platform == "tpu":

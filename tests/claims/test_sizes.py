@@ -83,13 +83,13 @@ def test_a_verdict_refuses_records_from_two_platforms():
     ok = [rec(66 if s.strategy.base == "jit" else 70, run_id=s.run_id(), strategy=s.strategy.name, preset=s.preset)
           for s in specs]
     (good,) = verdicts(chosen, setup, per_claim, ok, {})
-    assert good["verdict"] != NOT_MEASURABLE and "measured at gpt2-124m (L12 d768) 8 x 1024" in good["finding"]
+    assert good.verdict != NOT_MEASURABLE and "measured at gpt2-124m (L12 d768) 8 x 1024" in good.finding
     mixed = [r | {"platform": "cpu"} if r["strategy"].startswith("torchax") else r for r in ok]
     (bad,) = verdicts(chosen, setup, per_claim, mixed, {})
-    assert bad["verdict"] == NOT_MEASURABLE and "2 platforms" in bad["finding"]
+    assert bad.verdict == NOT_MEASURABLE and "2 platforms" in bad.finding
     on_host = [r | {"platform": "cpu"} for r in ok]  # all on the host while the plan was the chip's
     (host,) = verdicts(chosen, setup, per_claim, on_host, {})
-    assert host["verdict"] == NOT_MEASURABLE and "did a framework miss the TPU" in host["finding"]
+    assert host.verdict == NOT_MEASURABLE and "did a framework miss the TPU" in host.finding
 
 
 def test_the_quick_plan_of_a_tpu_v5e_fits_twenty_minutes(tmp_path):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from twinbench.claims.core import (
     CONTRADICTED,
@@ -19,6 +18,9 @@ from twinbench.claims.core import (
     register,
     rnd,
 )
+from twinbench.claims.probes import DoctorControlFlow, Tracing
+from twinbench.claims.result import Numbers
+from twinbench.plan import Overrides
 from twinbench.record import Record
 from twinbench.report.breakeven import break_even_steps, total_s
 from twinbench.spec import RunSpec
@@ -27,7 +29,7 @@ GROUP = "compilation and step structure"
 CPU_SCALE = "Measured on this machine at the suite's (small) sizes, not at the claim's ~300M parameters."
 
 
-def bert_runs(setup: Setup) -> dict[str, Any]:
+def bert_runs(setup: Setup) -> Overrides:
     """BERT fine-tuning with variable-length text, the claims' fine-tuning loop: the setup's shape (claims/sizes.py:
     batch 32 x 128 on an accelerator), else small batches."""
     if setup.bert_shape:
@@ -150,34 +152,37 @@ def c3_runs(s: Setup) -> dict[str, RunSpec]:
 
 
 def c3_judge(ev: Evidence) -> Verdict:
-    p = ev.probes["tracing"]
+    p = ev.probe("tracing", Tracing)
     pad, dyn, buck = ev["pad_max"], ev["dynamic"], ev["bucket"]
-    nums = {"python_if_on_traced_value": p["python_if_on_traced_value"],
-            "static_hyperparameter_traces": p["static_hyperparameter_traces"],
-            "hyperparameter_values": p["hyperparameter_values"],
-            "traced_hyperparameter_traces": p["traced_hyperparameter_traces"],
-            "unpadded_traces": p["unpadded_traces"], "padded_traces": p["padded_traces"],
+    nums: Numbers = {
+            "python_if_on_traced_value": p.python_if_on_traced_value,
+            "static_hyperparameter_traces": p.static_hyperparameter_traces,
+            "hyperparameter_values": p.hyperparameter_values,
+            "traced_hyperparameter_traces": p.traced_hyperparameter_traces,
+            "unpadded_traces": p.unpadded_traces, "padded_traces": p.padded_traces,
             "bert_compiles_pad_max": pad.compile.compiles_in_loop, "bert_compiles_bucket": buck.compile.compiles_in_loop,
             "bert_compiles_dynamic": dyn.compile.compiles_in_loop, "bert_distinct_lengths": dyn.input.distinct_lengths}
-    if_result = p["python_if_on_traced_value"]
-    if if_result != "ran" and not p.get("python_if_error_expected"):
+    if_result = p.python_if_on_traced_value
+    if if_result != "ran" and not p.python_if_error_expected:
         return Verdict(NOT_MEASURABLE, "not measurable here: the Python-if probe failed with another error than "
                        f"the tracer error it tests for (jax.errors.TracerBoolConversionError): {if_result}", nums)
     if_fails = if_result != "ran"
-    static_recompiles = p["static_hyperparameter_traces"] >= p["hyperparameter_values"] > 1
-    pad_helps = p["padded_traces"] == 1 < p["unpadded_traces"] and pad.compile.compiles_in_loop < dyn.compile.compiles_in_loop
+    static_recompiles = p.static_hyperparameter_traces >= p.hyperparameter_values > 1
+    pad_helps = p.padded_traces == 1 < p.unpadded_traces and pad.compile.compiles_in_loop < dyn.compile.compiles_in_loop
     if not if_fails or not pad_helps:
         why = "a Python if on a traced value ran under jit" if not if_fails else "padding did not cut the compiles"
         return Verdict(CONTRADICTED, why, nums)
-    doc = ev.probes.get("doctor_control_flow", {})
-    if doc.get("available"):
-        nums["doctor_findings_on_python_if_example"] = ", ".join(doc["finding_ids"]) or "none"
-    doctor_sees = not doc.get("available") or doc.get("flagged")
+    # the doctor's probe is C3's second: a setup without it (a test's) reads as the example not being there
+    doc = ev.probe("doctor_control_flow", DoctorControlFlow) if "doctor_control_flow" in ev.probes \
+        else DoctorControlFlow()
+    if doc.available:
+        nums["doctor_findings_on_python_if_example"] = ", ".join(doc.finding_ids) or "none"
+    doctor_sees = not doc.available or doc.flagged
     if static_recompiles and pad.compile.compiles_in_loop == 1 and doctor_sees:
-        return Verdict(SUPPORTED, f"the Python if on a tracer fails ({p['python_if_on_traced_value']}); a static "
-                       f"hyperparameter compiled {p['static_hyperparameter_traces']}x for {p['hyperparameter_values']} "
-                       f"values (traced: {p['traced_hyperparameter_traces']}x); BERT pad-max compiled once, dynamic "
-                       f"{dyn.compile.compiles_in_loop}x" + ("; the doctor flags the Python if" if doc.get("flagged") else ""),
+        return Verdict(SUPPORTED, f"the Python if on a tracer fails ({p.python_if_on_traced_value}); a static "
+                       f"hyperparameter compiled {p.static_hyperparameter_traces}x for {p.hyperparameter_values} "
+                       f"values (traced: {p.traced_hyperparameter_traces}x); BERT pad-max compiled once, dynamic "
+                       f"{dyn.compile.compiles_in_loop}x" + ("; the doctor flags the Python if" if doc.flagged else ""),
                        nums)
     return Verdict(DEPENDS, "padding cuts compiles but not to one program, static values did not recompile, or the "
                    "doctor did not flag the Python if", nums)
@@ -280,7 +285,7 @@ def c5_runs(s: Setup) -> dict[str, RunSpec]:
 
 def c5_judge(ev: Evidence) -> Verdict:
     plan, e = ev.setup.plan_steps, ev["eager"]
-    nums: dict[str, Any] = {"torch_eager_first_step_s": rnd(e.timing.first_step_s), "torch_eager_step_ms": rnd(e.timing.step_ms)}
+    nums: Numbers = {"torch_eager_first_step_s": rnd(e.timing.first_step_s), "torch_eager_step_ms": rnd(e.timing.step_ms)}
     crossings = []
     for name in ("jit", "scan"):
         r = ev[name]

@@ -19,8 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twinbench import backends
+from twinbench.claims.probes import P, Probe
+from twinbench.claims.probes import read as read_probe
+from twinbench.claims.result import Numbers
 from twinbench.claims.sizes import ATTENTION, PLATFORMS, REPEATS, left_out, sizes_for
 from twinbench.measure import platforms
+from twinbench.plan import Overrides, RunFields
 from twinbench.record import Record, as_record
 from twinbench.spec import PRESETS, RunSpec, SpecError
 
@@ -46,7 +50,7 @@ class Verdict:
 
     verdict: str
     finding: str
-    numbers: dict[str, Any] = field(default_factory=dict)
+    numbers: Numbers = field(default_factory=dict)
     caveat: str = ""
     judged: str = ""  # the key(s) of ``numbers`` the rule's thresholds apply to, comma-separated: a timed
     # claim shows their spread over the repeats, and its median repeat is the median of the first
@@ -64,13 +68,13 @@ class Setup:
     gpt: str = "tiny"  # the GPT preset of most runs
     bert: str = "bert-tiny"  # the BERT fine-tuning preset (C1, C3, C15-C18)
     plan_steps: int = 20000  # a full training run, for compile shares and break-even verdicts
-    top: dict[str, Any] = field(default_factory=dict)  # RunSpec fields for every run (--trace)
+    top: RunFields = field(default_factory=RunFields)  # RunSpec fields for every run (--trace, --model, --threads)
     repeats: int = REPEATS  # runs of every timed configuration, interleaved (--repeats)
     platform: str = "cpu"  # where the runs go: cpu, gpu or tpu (claims/sizes.py)
     devices: int = 1  # accelerators on this machine: the multi-device claims need two
     device: str = ""  # the ``predict --device`` name of the accelerator, when known (predictions of C10-C13)
     large: str = ""  # the larger model of the size claims; "" -> the next GPT preset of GPT_LADDER
-    bert_shape: dict[str, Any] = field(default_factory=dict)  # BERT fine-tuning runs: batch, seq, steps
+    bert_shape: Overrides = field(default_factory=dict)  # BERT fine-tuning runs: batch, seq, steps
     #: where the runs of a claim that names explain's reason (``Claim.traced``) profile a few steps after their
     #: measured ones, when no --trace is given ("" : not traced); the CLI sets it on an accelerator
     reason_traces: str = ""
@@ -89,7 +93,7 @@ class Setup:
         i = GPT_LADDER.index(self.gpt) if self.gpt in GPT_LADDER else len(GPT_LADDER) - 1
         return GPT_LADDER[min(i + 1, len(GPT_LADDER) - 1)]
 
-    def lengths(self, preset: str) -> dict[str, Any]:
+    def lengths(self, preset: str) -> Overrides:
         """Run length of a preset in this mode: the preset's own for the smallest, shorter for larger."""
         steps, warmup = PRESETS[preset][1].steps, PRESETS[preset][1].warmup
         if preset == "tiny":  # milliseconds a step: 30 steps cost nothing next to the process start
@@ -111,17 +115,19 @@ class Setup:
                             f"(jax:torchax, with {', '.join('+' + m for m in TORCHAX_MODS)})")
         return "jax", "+".join(["torchax", *mods])
 
-    def attention(self, framework: str, strategy: str, over: dict[str, Any], bf16: bool, preset: str) -> str:
+    def attention(self, framework: str, strategy: str, bf16: bool, plain: Callable[[], RunSpec]) -> str:
         """The platform's fused attention for this run where it applies (JAX side, torchax included; torch's
-        SDPA picks its own kernel on a GPU), else the default."""
+        SDPA picks its own kernel on a GPU), else the default; ``plain()`` is the run with the default attention,
+        built only where its sequence length and mask decide."""
         impl = ATTENTION.get(self.platform, "default")
-        seq = over.get("seq", PRESETS[preset][1].seq)
-        if backends.get(framework).attention_impl(impl) == "default" or not bf16 or self.top.get("user_model"):
+        if backends.get(framework).attention_impl(impl) == "default" or not bf16 or self.top.user_model:
             return "default"  # torch's twins take none (SDPA picks), or the platform has no fused one
         if any(m in ("dynamic", "bucket") for m in strategy.split("+")[1:]):
             return "default"  # lengths that change per batch: the fused kernels want fixed blocks (splash: 128)
-        if impl == "splash" and (seq % 128 or over.get("mask_impl") == "mul"):
-            return "default"  # the kernel works in blocks of 128 and takes the padding mask as a mask
+        if impl == "splash":
+            spec = plain()
+            if spec.train.seq % 128 or spec.model.mask_impl == "mul":
+                return "default"  # the kernel works in blocks of 128 and takes the padding mask as a mask
         return impl
 
     def spec(self, framework: str, strategy: str, preset: str | None = None, precision: str | None = None,
@@ -133,43 +139,45 @@ class Setup:
         framework, strategy = self.path(framework, strategy)
         if self.accelerator:
             bf16 = (precision or "bf16") == "bf16"
-            if self.top.get("user_jax_model"):  # a user's port has no bf16 form: both sides in fp32
+            if self.top.user_jax_model:  # a user's port has no bf16 form: both sides in fp32
                 bf16 = precision == "bf16"
             if bf16 and "bf16" not in strategy.split("+")[1:]:
                 strategy += "+bf16"
-            over.setdefault("attention_impl", self.attention(framework, strategy, over, bf16, preset))
+            if "attention_impl" not in over:
+                name, settings = strategy, {**self.lengths(preset), **over}
+                over["attention_impl"] = self.attention(
+                    framework, strategy, bf16, lambda: build_spec(framework, name, preset, settings, self.top))
         elif precision == "bf16" and "bf16" not in strategy.split("+")[1:]:
             strategy += "+bf16"
         return build_spec(framework, strategy, preset, {**self.lengths(preset), **over}, self.top)
 
 
 def setup_for(platform: str, quick: bool, *, preset: str | None = None, devices: int = 1, device: str = "",
-              plan_steps: int = 20000, top: dict[str, Any] | None = None, repeats: int | None = None) -> Setup:
+              plan_steps: int = 20000, top: RunFields | None = None, repeats: int | None = None) -> Setup:
     """The suite's Setup on ``platform`` (``cpu``, ``gpu``, ``tpu``): its sizes (``sizes.sizes_for``), the
     devices it has, the datasheet name of its device (for predictions), and ``repeats`` when given."""
     if platform not in PLATFORMS:
         raise ValueError(f"platform {platform!r}; allowed: {', '.join(PLATFORMS)}")
-    fields = sizes_for(platform, quick, preset)
-    if repeats is not None:
-        fields["repeats"] = repeats
-    return Setup(quick=quick, plan_steps=plan_steps, top=dict(top or {}), platform=platform, devices=devices,
-                 device=device, **fields)
+    sizes = sizes_for(platform, quick, preset)
+    return Setup(quick=quick, plan_steps=plan_steps, top=top or RunFields(), platform=platform, devices=devices,
+                 device=device, gpt=sizes.gpt, large=sizes.large, bert=sizes.bert, bert_shape=dict(sizes.bert_shape),
+                 repeats=sizes.repeats if repeats is None else repeats)
 
 
 #: The modifiers the torch twin keeps through torchax (strategies/registry.py: jax:torchax honours them).
 TORCHAX_MODS = ("bf16", "remat")
 
 
-def build_spec(framework: str, strategy: str, preset: str, over: dict[str, Any], top: dict[str, Any]) -> RunSpec:
+def build_spec(framework: str, strategy: str, preset: str, over: Overrides, top: RunFields) -> RunSpec:
     """A claim's (framework, strategy, preset, overrides) as a validated RunSpec: the recipe ``twinbench
     compare`` follows (``plan.run_spec``), so a claim can only run what a user can."""
-    if top.get("user_model"):  # claims --model: the run on the user's own model (claims/user.py)
+    if top.user_model:  # claims --model: the run on the user's own model (claims/user.py)
         from twinbench.claims.user import user_spec
 
         return user_spec(framework, strategy, preset, over, top)
     from twinbench.plan import run_spec
 
-    return run_spec(preset, framework, strategy, over, **top)
+    return run_spec(preset, framework, strategy, over, **top.kwargs())
 
 
 @dataclass
@@ -178,18 +186,27 @@ class Evidence:
 
     setup: Setup
     records: dict[str, Record]
-    probes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    probes: dict[str, Probe] = field(default_factory=dict)
     #: the records of every repeat by name, the first being ``records``; a run not repeated keeps its one record
     repeats: list[dict[str, Record]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         """Records given as dicts (a placeholder for a run that did not happen, a hand-made one) are read as a
-        results file's line is (``record.as_record``)."""
+        results file's line is (``record.as_record``), probes given as dicts as their files are (``probes.read``)."""
         self.records = {n: as_record(r) for n, r in self.records.items()}
+        self.probes = {n: read_probe(n, p) for n, p in self.probes.items()}
         self.repeats = [{n: as_record(r) for n, r in rep.items()} for rep in self.repeats]
 
     def __getitem__(self, name: str) -> Record:
         return self.records[name]
+
+    def probe(self, name: str, kind: type[P]) -> P:
+        """Probe ``name``'s result, of its type ``kind`` (``probes.read`` made it so); a KeyError when the claim's
+        evidence has none (the suite then says the rule could not be applied)."""
+        got = self.probes[name]
+        if not isinstance(got, kind):
+            raise TypeError(f"probe {name} is a {type(got).__name__}, not a {kind.__name__}")
+        return got
 
     def views(self) -> list[Evidence]:
         """One Evidence per repeat (repeat k's record of every run repeated, the one record of the others)."""
@@ -203,7 +220,7 @@ class Evidence:
                for n, r in self.records.items() if r.status != "ok"]
         out += [f"{n} ({r.run.framework}/{r.run.strategy}) failed in a repeat: {r.error}"
                 for rep in self.repeats[1:] for n, r in rep.items() if r.status != "ok"]
-        out += [f"probe {n} failed: {p.get('error')}" for n, p in self.probes.items() if p.get("status") != "ok"]
+        out += [f"probe {n} failed: {p.error or None}" for n, p in self.probes.items() if p.status != "ok"]
         return list(dict.fromkeys(out))
 
     def loaded(self) -> str:
@@ -238,7 +255,7 @@ class Magnitude:
         return (f"Size: the claim says {self.words}; a supported direction whose measured size is over {FAR:g}x the "
                 f"top of that ({self.high:.0%}) is '{FAR_BEYOND}' (supported in direction only), not supported.")
 
-    def measured(self, numbers: dict[str, Any], plan_steps: int) -> list[float] | None:
+    def measured(self, numbers: Numbers, plan_steps: int) -> list[float] | None:
         """The measured effect of every key, None when a number is missing (the rule then says nothing)."""
         vals = [numbers.get(k.format(plan=plan_steps)) for k in self.keys]
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in vals):

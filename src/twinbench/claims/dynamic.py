@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from twinbench.claims.compilation import bert_runs, loop_s
 from twinbench.claims.core import (
     CONTRADICTED,
@@ -19,6 +17,8 @@ from twinbench.claims.core import (
     register,
     rnd,
 )
+from twinbench.claims.probes import CustomOps, DebugPrint
+from twinbench.claims.result import Numbers
 from twinbench.record import Record
 from twinbench.spec import MASK_IMPLS, RunSpec
 
@@ -43,7 +43,7 @@ def c17_runs(s: Setup) -> dict[str, RunSpec]:
 
 
 def c17_judge(ev: Evidence) -> Verdict:
-    nums: dict[str, Any] = {}
+    nums: Numbers = {}
     worst_first = worst_last = 0.0
     spreads = []
     for fw in ("jax", "torch"):
@@ -124,18 +124,20 @@ C19_RULE = ("Probe: SiLU with a hand-written backward as jax.custom_vjp and torc
 
 
 def c19_judge(ev: Evidence) -> Verdict:
-    p = ev.probes["custom_ops"]
-    nums = {k: p[k] for k in ("max_abs_diff_jax_vs_torch", "max_abs_diff_custom_vs_autodiff", "calls",
-                              "jax_bwd_prints", "torch_bwd_prints", "jax_bwd_print_example",
-                              "torch_bwd_print_example")}
-    nums |= {"jax_grad_ms": rnd(p["jax_grad_ms"]), "torch_grad_ms": rnd(p["torch_grad_ms"])}
-    if p["max_abs_diff_jax_vs_torch"] > 1e-4 or p["max_abs_diff_custom_vs_autodiff"] > 1e-4:
+    p = ev.probe("custom_ops", CustomOps)
+    nums: Numbers = {"max_abs_diff_jax_vs_torch": p.max_abs_diff_jax_vs_torch,
+                     "max_abs_diff_custom_vs_autodiff": p.max_abs_diff_custom_vs_autodiff, "calls": p.calls,
+                     "jax_bwd_prints": p.jax_bwd_prints, "torch_bwd_prints": p.torch_bwd_prints,
+                     "jax_bwd_print_example": p.jax_bwd_print_example,
+                     "torch_bwd_print_example": p.torch_bwd_print_example,
+                     "jax_grad_ms": rnd(p.jax_grad_ms), "torch_grad_ms": rnd(p.torch_grad_ms)}
+    if p.max_abs_diff_jax_vs_torch > 1e-4 or p.max_abs_diff_custom_vs_autodiff > 1e-4:
         return Verdict(CONTRADICTED, "the two custom ops do not give the same gradients", nums)
-    jax_hidden = not p["jax_bwd_print_shows_values"] or p["jax_bwd_prints"] < p["calls"]
-    torch_shows = p["torch_bwd_print_shows_values"] and p["torch_bwd_prints"] == p["calls"]
+    jax_hidden = not p.jax_bwd_print_shows_values or p.jax_bwd_prints < p.calls
+    torch_shows = p.torch_bwd_print_shows_values and p.torch_bwd_prints == p.calls
     if jax_hidden and torch_shows:
-        return Verdict(SUPPORTED, f"same gradients; a print in the JAX backward ran {p['jax_bwd_prints']}x in "
-                       f"{p['calls']} calls and showed {p['jax_bwd_print_example']}, the torch one ran every call with "
+        return Verdict(SUPPORTED, f"same gradients; a print in the JAX backward ran {p.jax_bwd_prints}x in "
+                       f"{p.calls} calls and showed {p.jax_bwd_print_example}, the torch one ran every call with "
                        "values (jax.debug.print is the way in)", nums)
     if not jax_hidden:
         return Verdict(CONTRADICTED, "a print in the JAX backward showed values on every call, as in torch", nums)
@@ -191,7 +193,7 @@ def c20_judge(ev: Evidence) -> Verdict:
             wanted = f"the {want}" if want else "a device's memory"
             return Verdict(NOT_MEASURABLE, C20_CPU + f" ({r.label()}'s memory figure is the {r.memory.peak_mem_source}, "
                            f"not {wanted}).")
-    nums: dict[str, Any] = {"memory_figure": ev["jax"].memory.peak_mem_source}
+    nums: Numbers = {"memory_figure": ev["jax"].memory.peak_mem_source}
     trades = saves = 0
     for fw in ("torch", "jax"):
         a, b = ev[fw], ev[f"{fw}_remat"]
@@ -224,18 +226,20 @@ C21_RULE = ("Probe: a jitted step called N times with a Python print and a jax.d
 
 
 def c21_judge(ev: Evidence) -> Verdict:
-    p = ev.probes["debug_print"]
-    nums = {k: p[k] for k in ("calls", "jit_python_prints", "jit_python_print_example", "jit_debug_prints",
-                              "jit_debug_print_example", "torch_eager_prints", "torch_eager_print_example")}
-    n = p["calls"]
-    if p["jit_python_print_shows_values"] and p["jit_python_prints"] == n:
+    p = ev.probe("debug_print", DebugPrint)
+    nums: Numbers = {"calls": p.calls, "jit_python_prints": p.jit_python_prints,
+                     "jit_python_print_example": p.jit_python_print_example, "jit_debug_prints": p.jit_debug_prints,
+                     "jit_debug_print_example": p.jit_debug_print_example, "torch_eager_prints": p.torch_eager_prints,
+                     "torch_eager_print_example": p.torch_eager_print_example}
+    n = p.calls
+    if p.jit_python_print_shows_values and p.jit_python_prints == n:
         return Verdict(CONTRADICTED, "a Python print inside jit showed values on every call", nums)
-    if not p["jit_python_print_shows_values"]:
-        dbg = ("jax.debug.print printed values on every call" if p["jit_debug_prints"] == n
-               and p["jit_debug_print_shows_values"] else "jax.debug.print did not help either")
-        return Verdict(SUPPORTED, f"a Python print inside jit ran {p['jit_python_prints']}x in {n} calls and showed "
-                       f"'{p['jit_python_print_example']}'; {dbg}; torch eager printed {p['torch_eager_prints']}x", nums)
-    return Verdict(DEPENDS, f"a Python print inside jit showed values but only {p['jit_python_prints']}x in {n} calls",
+    if not p.jit_python_print_shows_values:
+        dbg = ("jax.debug.print printed values on every call" if p.jit_debug_prints == n
+               and p.jit_debug_print_shows_values else "jax.debug.print did not help either")
+        return Verdict(SUPPORTED, f"a Python print inside jit ran {p.jit_python_prints}x in {n} calls and showed "
+                       f"'{p.jit_python_print_example}'; {dbg}; torch eager printed {p.torch_eager_prints}x", nums)
+    return Verdict(DEPENDS, f"a Python print inside jit showed values but only {p.jit_python_prints}x in {n} calls",
                    nums)
 
 

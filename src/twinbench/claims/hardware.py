@@ -10,7 +10,6 @@ CPU torchax as the fallback (the TPU path, run where no accelerator is). On an a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from twinbench.claims.core import (
     CONTRADICTED,
@@ -23,6 +22,7 @@ from twinbench.claims.core import (
     register,
     rnd,
 )
+from twinbench.claims.result import Numbers
 from twinbench.record import Record
 from twinbench.spec import RunSpec
 
@@ -68,15 +68,14 @@ def traced_reason(j: Record, best: Record) -> str:
 
     sides = [gap.explain_trace(r.trace.path, hlo=r.explain.hlo_path) for r in (j, best)]
     result = gap.pair(*sides)
-    slow = result["b"] if result["gap_ms"] >= 0 else result["a"]
-    sign = 1 if result["gap_ms"] >= 0 else -1
-    top = sorted((r for r in result["rows"] if r["level"] == 1), key=lambda r: -sign * r["diff_ms"])[:3]
-    rows = {r["row"] for r in top if sign * r["diff_ms"] > 0}
-    ops = [k for k in slow.get("kernels", []) if f"{k.get('phase')} / {k.get('category')}" in rows][:4]
-    said = "; ".join(f"{k.get('op') or k.get('name')} ({k.get('phase')} {k.get('category')}) {float(k['ms']):.1f} ms"
-                     for k in ops)
-    named = not result.get("gates")  # explain named no row when its evidence checks failed: no kernels of one
-    return f"explain: {result['summary']}" + (f"; the largest of those kernels: {said}" if said and named else "")
+    slow = result.b if result.b is not None and result.gap_ms >= 0 else result.a
+    sign = 1 if result.gap_ms >= 0 else -1
+    top = sorted((r for r in result.rows if r.level == 1), key=lambda r: -sign * r.diff_ms)[:3]
+    rows = {r.row for r in top if sign * r.diff_ms > 0}
+    ops = [k for k in slow.kernels if f"{k.phase} / {k.category}" in rows][:4]
+    said = "; ".join(f"{k.op or k.name} ({k.phase} {k.category}) {k.ms:.1f} ms" for k in ops)
+    named = not result.gates  # explain named no row when its evidence checks failed: no kernels of one
+    return f"explain: {result.summary}" + (f"; the largest of those kernels: {said}" if said and named else "")
 
 
 def reason(j: Record, best: Record) -> str:
@@ -95,8 +94,8 @@ def reason(j: Record, best: Record) -> str:
 
 def c22_judge(ev: Evidence) -> Verdict:
     sizes = [n.split("@", 1)[1] for n in ev.records if n.startswith("jit@")]
-    nums: dict[str, Any] = {}
-    per: list[tuple[str, str, float, dict[str, Any], dict[str, Any]]] = []
+    nums: Numbers = {}
+    per: list[tuple[str, str, float, Record, Record]] = []
     for preset in sizes:
         j = ev[f"jit@{preset}"]
         paths = [ev.records[f"{n}@{preset}"] for n in PATHS if f"{n}@{preset}" in ev.records]
@@ -117,7 +116,7 @@ def c22_judge(ev: Evidence) -> Verdict:
         caveat = ("No accelerator here: the PyTorch path is torchax on the CPU, the TPU path run where no TPU is (on a "
                   "CPU most would run torch eager: C7 compares it); run `twinbench claims --only C22` on a TPU or GPU.")
 
-    def text(preset: str, ratio: float, j: dict[str, Any], best: Record) -> str:
+    def text(preset: str, ratio: float, j: Record, best: Record) -> str:
         t = f"{best.run.framework}/{best.run.strategy} takes {ratio:.2f}x jax/jit's step at {preset}"
         if platform != "cpu" and abs(ratio - 1) > C22_TIE:
             t += f" ({reason(j, best)})"

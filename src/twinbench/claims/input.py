@@ -9,8 +9,6 @@ the measured steps: what is measured is the steady state, not the buffers emptyi
 
 from __future__ import annotations
 
-from typing import Any
-
 from twinbench.claims.compilation import bert_runs
 from twinbench.claims.core import (
     CONTRADICTED,
@@ -24,6 +22,7 @@ from twinbench.claims.core import (
     register,
     rnd,
 )
+from twinbench.claims.result import Numbers
 from twinbench.record import Record
 from twinbench.spec import RunSpec
 
@@ -68,8 +67,8 @@ def stall(r: Record) -> float:
     return (r.input.input_stall_pct or 0.0) / 100
 
 
-def numbers(ev: Evidence) -> dict[str, Any]:
-    out: dict[str, Any] = {"slow_input_ms": slow_ms(ev.setup), "prefetch_workers": workers()}
+def numbers(ev: Evidence) -> Numbers:
+    out: Numbers = {"slow_input_ms": slow_ms(ev.setup), "prefetch_workers": workers()}
     for name, r in ev.records.items():
         out[f"{name}_stall_pct"] = rnd(r.input.input_stall_pct or 0.0)
         out[f"{name}_step_ms"] = rnd(r.timing.step_ms)
@@ -77,7 +76,7 @@ def numbers(ev: Evidence) -> dict[str, Any]:
     return out
 
 
-def not_input_bound(ev: Evidence, nums: dict[str, Any], judged: str) -> Verdict | None:
+def not_input_bound(ev: Evidence, nums: Numbers, judged: str) -> Verdict | None:
     """``not measurable`` when the slow-input run was not input-bound (the host work did not exceed the step)."""
     slow = ev["jax_slow"]
     if stall(slow) >= INPUT_BOUND:

@@ -35,7 +35,7 @@ def simulated(r: Record) -> str:
         return ""
     from twinbench.report.scaling import caveat
 
-    return caveat([{"platform": "cpu", "devices": r.run.device_count or DEVICES}]) or ""
+    return caveat([("cpu", r.run.device_count or DEVICES)]) or ""
 
 
 #: What each many-device claim needs of the devices, for its one line on a machine with fewer.

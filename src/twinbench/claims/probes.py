@@ -11,20 +11,102 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import sys
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-PROBES: dict[str, Callable[[], dict[str, Any]]] = {}
+import msgspec
 
 
-def probe(fn: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
-    PROBES[fn.__name__] = fn
-    return fn
+class Probe(msgspec.Struct, kw_only=True, frozen=True):
+    """What every probe's file holds: ``ok``, or ``failed`` with why (then its own fields keep their defaults)."""
+
+    status: str = "ok"
+    error: str = ""
+    traceback: str = ""  # the end of a failed probe's traceback
+
+
+class Tracing(Probe):
+    """C3/C18: when ``jax.jit`` traces again."""
+
+    python_if_on_traced_value: str = ""  # "ran", or the error's name (the message too when it is not the tracer's)
+    python_if_error_expected: bool = False  # the error was the tracer error the claim is about
+    hyperparameter_values: int = 0
+    static_hyperparameter_traces: int = 0
+    traced_hyperparameter_traces: int = 0
+    python_if_static_values: int = 0
+    python_if_static_traces: int = 0
+    distinct_lengths: int = 0
+    unpadded_traces: int = 0
+    padded_traces: int = 0
+
+
+class DoctorControlFlow(Probe):
+    """C3: what ``twinbench doctor`` finds on its example of a Python ``if`` on a traced value."""
+
+    available: bool = False  # the example script is there (a source checkout)
+    script: str = ""
+    finding_ids: list[str] = []
+    flagged: bool = False  # jax-python-control-flow among them
+
+
+class CustomOps(Probe):
+    """C19: SiLU with a hand-written derivative in both frameworks: gradients, cost, prints in the backward."""
+
+    calls: int = 0
+    max_abs_diff_jax_vs_torch: float = 0.0
+    max_abs_diff_custom_vs_autodiff: float = 0.0
+    jax_bwd_prints: int = 0
+    torch_bwd_prints: int = 0
+    jax_bwd_print_example: str = ""
+    torch_bwd_print_example: str = ""
+    jax_bwd_print_shows_values: bool = False
+    torch_bwd_print_shows_values: bool = False
+    jax_grad_ms: float = 0.0
+    torch_grad_ms: float = 0.0
+    threads: int = 0  # torch's
+    device: str = ""  # where both frameworks were timed (shared_device)
+
+
+class DebugPrint(Probe):
+    """C21: what a Python ``print`` and ``jax.debug.print`` show inside a jitted step over ``calls`` calls."""
+
+    calls: int = 0
+    jit_python_prints: int = 0
+    jit_python_print_example: str = ""
+    jit_python_print_shows_values: bool = False
+    jit_debug_prints: int = 0
+    jit_debug_print_example: str = ""
+    jit_debug_print_shows_values: bool = False
+    torch_eager_prints: int = 0
+    torch_eager_print_example: str = ""
+
+
+P = TypeVar("P", bound=Probe)
+#: each probe by name: the function run in the probe's process, and the type its file is read as
+PROBES: dict[str, tuple[Callable[[], Probe], type[Probe]]] = {}
+
+
+def probe(kind: type[P]) -> Callable[[Callable[[], P]], Callable[[], P]]:
+    def register(fn: Callable[[], P]) -> Callable[[], P]:
+        PROBES[fn.__name__] = (fn, kind)
+        return fn
+    return register
+
+
+def read(name: str, data: object) -> Probe:
+    """A probe's result (its file's JSON, or a test's dict) as its type; a probe not registered reads as
+    :class:`Probe`. A field of another type is a ``msgspec.ValidationError``."""
+    kind = PROBES[name][1] if name in PROBES else Probe
+    return data if isinstance(data, kind) else msgspec.convert(data, kind)
+
+
+def failed(name: str, error: str) -> Probe:
+    """A probe that gave no result, as its type (its own fields at their defaults)."""
+    return (PROBES[name][1] if name in PROBES else Probe)(status="failed", error=error)
 
 
 def _median_ms(fn: Callable[[], Any], n: int = 20) -> float:
@@ -36,16 +118,14 @@ def _median_ms(fn: Callable[[], Any], n: int = 20) -> float:
     return sorted(times)[len(times) // 2] * 1e3
 
 
-@probe
-def tracing() -> dict[str, Any]:
+@probe(Tracing)
+def tracing() -> Tracing:
     """C3/C18: when does ``jax.jit`` trace again? A Python ``if`` on a traced value, a hyperparameter passed
     as a static argument vs as a traced one, and new input shapes vs shapes padded to one length."""
     import functools
 
     import jax
     import jax.numpy as jnp
-
-    out: dict[str, Any] = {}
 
     @jax.jit
     def python_if(x):
@@ -55,14 +135,11 @@ def tracing() -> dict[str, Any]:
 
     try:
         python_if(jnp.ones(3)).block_until_ready()
-        out["python_if_on_traced_value"] = "ran"
-        out["python_if_error_expected"] = False
+        if_result, expected = "ran", False
     except jax.errors.ConcretizationTypeError as e:  # TracerBoolConversionError is one: what the claim says
-        out["python_if_on_traced_value"] = type(e).__name__
-        out["python_if_error_expected"] = True
+        if_result, expected = type(e).__name__, True
     except Exception as e:  # anything else is a broken probe, not evidence for the claim
-        out["python_if_on_traced_value"] = f"{type(e).__name__}: {e}"[:300]
-        out["python_if_error_expected"] = False
+        if_result, expected = f"{type(e).__name__}: {e}"[:300], False
 
     traces: list[str] = []
 
@@ -90,11 +167,6 @@ def tracing() -> dict[str, Any]:
         step_traced(x, lr).block_until_ready()
     for flag in (True, False, True, False):
         step_flag(x, flag).block_until_ready()
-    out["hyperparameter_values"] = len(set(lrs))
-    out["static_hyperparameter_traces"] = traces.count("static")
-    out["traced_hyperparameter_traces"] = traces.count("traced")
-    out["python_if_static_values"] = 2
-    out["python_if_static_traces"] = traces.count("flag")
 
     shape_traces: list[int] = []
 
@@ -106,18 +178,20 @@ def tracing() -> dict[str, Any]:
     lengths = [5, 7, 9, 7, 12, 5]
     for n in lengths:
         loss(jnp.ones(n)).block_until_ready()
-    out["distinct_lengths"] = len(set(lengths))
-    out["unpadded_traces"] = len(shape_traces)
+    unpadded = len(shape_traces)
     shape_traces.clear()
     pad_to = 16
     for n in lengths:
         loss(jnp.pad(jnp.ones(n), (0, pad_to - n))).block_until_ready()
-    out["padded_traces"] = len(shape_traces)
-    return out
+    return Tracing(python_if_on_traced_value=if_result, python_if_error_expected=expected,
+                   hyperparameter_values=len(set(lrs)), static_hyperparameter_traces=traces.count("static"),
+                   traced_hyperparameter_traces=traces.count("traced"), python_if_static_values=2,
+                   python_if_static_traces=traces.count("flag"), distinct_lengths=len(set(lengths)),
+                   unpadded_traces=unpadded, padded_traces=len(shape_traces))
 
 
-@probe
-def doctor_control_flow() -> dict[str, Any]:
+@probe(DoctorControlFlow)
+def doctor_control_flow() -> DoctorControlFlow:
     """C3: ``twinbench doctor`` on its example of a Python ``if`` on a traced value inside jit
     (examples/doctor/jax_python_control_flow.py, present in a source checkout): what does it find?"""
     import twinbench
@@ -125,15 +199,15 @@ def doctor_control_flow() -> dict[str, Any]:
 
     script = Path(twinbench.__file__).resolve().parents[2] / "examples" / "doctor" / "jax_python_control_flow.py"
     if not script.exists():
-        return {"available": False, "script": str(script)}
+        return DoctorControlFlow(available=False, script=str(script))
     result = run_doctor(script, [], None, 120.0)
-    return {"available": True, "script": "examples/doctor/jax_python_control_flow.py",
-            "finding_ids": [f.id for f in result.findings],
-            "flagged": any(f.id == "jax-python-control-flow" for f in result.findings)}
+    return DoctorControlFlow(available=True, script="examples/doctor/jax_python_control_flow.py",
+                             finding_ids=[f.id for f in result.findings],
+                             flagged=any(f.id == "jax-python-control-flow" for f in result.findings))
 
 
-@probe
-def custom_ops() -> dict[str, Any]:
+@probe(CustomOps)
+def custom_ops() -> CustomOps:
     """C19: one op (SiLU with a hand-written derivative) as ``jax.custom_vjp`` and ``torch.autograd.Function``:
     do the gradients agree, what do they cost, and what does a ``print`` inside the backward show?"""
     import jax
@@ -190,23 +264,19 @@ def custom_ops() -> dict[str, Any]:
         gj = np.asarray(grad_j(xj))
         gt = grad_t(xt).cpu().numpy()
     g_ref = np.asarray(grad_ref_j(xj))
-    out: dict[str, Any] = {
-        "calls": calls,
-        "max_abs_diff_jax_vs_torch": float(np.max(np.abs(gj - gt))),
-        "max_abs_diff_custom_vs_autodiff": float(np.max(np.abs(gj - g_ref))),
-        "jax_bwd_prints": len(printed["jax"]), "torch_bwd_prints": len(printed["torch"]),
-        "jax_bwd_print_example": printed["jax"][0] if printed["jax"] else "",
-        "torch_bwd_print_example": printed["torch"][0] if printed["torch"] else "",
-        "jax_bwd_print_shows_values": bool(printed["jax"]) and "Tracer" not in printed["jax"][0],
-        "torch_bwd_print_shows_values": bool(printed["torch"]) and "Tracer" not in printed["torch"][0],
-    }
+    pj, pt = list(printed["jax"]), list(printed["torch"])
     printed["jax"].clear()
     printed["torch"].clear()
-    out["jax_grad_ms"] = _median_ms(lambda: grad_j(xj).block_until_ready())
-    out["torch_grad_ms"] = _median_ms(lambda: (grad_t(xt), sync_t()))
-    out["threads"] = torch.get_num_threads()
-    out["device"] = where  # both frameworks timed there
-    return out
+    return CustomOps(
+        calls=calls, max_abs_diff_jax_vs_torch=float(np.max(np.abs(gj - gt))),
+        max_abs_diff_custom_vs_autodiff=float(np.max(np.abs(gj - g_ref))),
+        jax_bwd_prints=len(pj), torch_bwd_prints=len(pt),
+        jax_bwd_print_example=pj[0] if pj else "", torch_bwd_print_example=pt[0] if pt else "",
+        jax_bwd_print_shows_values=bool(pj) and "Tracer" not in pj[0],
+        torch_bwd_print_shows_values=bool(pt) and "Tracer" not in pt[0],
+        jax_grad_ms=_median_ms(lambda: grad_j(xj).block_until_ready()),
+        torch_grad_ms=_median_ms(lambda: (grad_t(xt), sync_t())),
+        threads=torch.get_num_threads(), device=where)  # both frameworks timed there
 
 
 def shared_device(torch_cuda: bool, jax_backend: str) -> str:
@@ -215,8 +285,8 @@ def shared_device(torch_cuda: bool, jax_backend: str) -> str:
     return "gpu" if torch_cuda and jax_backend in ("gpu", "cuda", "rocm") else "cpu"
 
 
-@probe
-def debug_print() -> dict[str, Any]:
+@probe(DebugPrint)
+def debug_print() -> DebugPrint:
     """C21: inside a jitted step, what do a Python ``print`` and ``jax.debug.print`` show over N calls?
     The same step in PyTorch eager for contrast."""
     import jax
@@ -251,14 +321,12 @@ def debug_print() -> dict[str, Any]:
             print("python print:", h.sum())
             wt = wt - 0.1 * h.mean()
     tl = [ln for ln in buf.getvalue().splitlines() if ln.startswith("python print:")]
-    return {
-        "calls": calls,
-        "jit_python_prints": len(py), "jit_python_print_example": py[0] if py else "",
-        "jit_python_print_shows_values": bool(py) and "Tracer" not in py[0],
-        "jit_debug_prints": len(dbg), "jit_debug_print_example": dbg[0] if dbg else "",
-        "jit_debug_print_shows_values": bool(dbg) and "Tracer" not in dbg[0],
-        "torch_eager_prints": len(tl), "torch_eager_print_example": tl[0] if tl else "",
-    }
+    return DebugPrint(
+        calls=calls, jit_python_prints=len(py), jit_python_print_example=py[0] if py else "",
+        jit_python_print_shows_values=bool(py) and "Tracer" not in py[0],
+        jit_debug_prints=len(dbg), jit_debug_print_example=dbg[0] if dbg else "",
+        jit_debug_print_shows_values=bool(dbg) and "Tracer" not in dbg[0],
+        torch_eager_prints=len(tl), torch_eager_print_example=tl[0] if tl else "")
 
 
 def main(argv: list[str]) -> int:
@@ -266,15 +334,16 @@ def main(argv: list[str]) -> int:
 
     name, out = argv[0], Path(argv[1])
     if name not in PROBES:
-        write_file(out.parent, out.name, json.dumps({"status": "failed", "error": f"unknown probe {name!r}; allowed: "
-                                                                                 f"{', '.join(PROBES)}"}))
+        unknown = failed(name, f"unknown probe {name!r}; allowed: {', '.join(PROBES)}")
+        write_file(out.parent, out.name, msgspec.json.encode(unknown))
         return 2
     try:
-        result = {"status": "ok", **PROBES[name]()}
+        result = PROBES[name][0]()
     except Exception as e:
-        result = {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
-    write_file(out.parent, out.name, json.dumps(result, indent=1))  # never through a link in the folder
-    return 0 if result["status"] == "ok" else 1
+        result = Probe(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-2000:])
+    # never through a link in the folder
+    write_file(out.parent, out.name, msgspec.json.format(msgspec.json.encode(result), indent=1))
+    return 0 if result.status == "ok" else 1
 
 
 if __name__ == "__main__":

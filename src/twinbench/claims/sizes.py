@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import Any
+from dataclasses import dataclass
 
 from twinbench.measure.platforms import DEVICE_NODES
 
@@ -66,17 +66,28 @@ def device_here(platform: str) -> str:
     return TPU_TYPES.get(kind.split("-")[0], "")
 
 
-def sizes_for(platform: str, quick: bool, preset: str | None = None) -> dict[str, Any]:
-    """The Setup fields that carry the sizes of ``platform``: the GPT preset of most runs, the larger model of
-    the size claims, the BERT fine-tuning preset and its batch shape, and the repeats of timed runs."""
+@dataclass(frozen=True)
+class Sizes:
+    """The Setup fields that carry a platform's sizes (core.Setup says what each is)."""
+
+    gpt: str
+    large: str
+    bert: str
+    bert_shape: dict[str, int]  # the BERT fine-tuning runs' overrides: batch (seq on an accelerator), steps, warmup
+    repeats: int
+
+
+def sizes_for(platform: str, quick: bool, preset: str | None = None) -> Sizes:
+    """The sizes of ``platform``: the GPT preset of most runs, the larger model of the size claims, the BERT
+    fine-tuning preset and its batch shape, and the repeats of timed runs."""
     if platform == "cpu":
         bert = {"batch": 4, "steps": 12, "warmup": 3} if quick else {"batch": 8, "steps": 40, "warmup": 5}
-        return dict(gpt=preset or ("tiny" if quick else "small"), large="", bert="bert-tiny", bert_shape=bert,
-                    repeats=REPEATS)
+        return Sizes(gpt=preset or ("tiny" if quick else "small"), large="", bert="bert-tiny", bert_shape=bert,
+                     repeats=REPEATS)
     bert = {"batch": 32, "seq": 128, "steps": 12, "warmup": 3} if quick else \
         {"batch": 32, "seq": 128, "steps": 20, "warmup": 5}
-    return dict(gpt=preset or "gpt2-124m", large=LARGE, bert="bert-base", bert_shape=bert,
-                repeats=ACCELERATOR_REPEATS[quick])
+    return Sizes(gpt=preset or "gpt2-124m", large=LARGE, bert="bert-base", bert_shape=bert,
+                 repeats=ACCELERATOR_REPEATS[quick])
 
 
 def left_out(claim_id: str, quick: bool, platform: str) -> str:

@@ -14,7 +14,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from twinbench import backends, runner
+from twinbench.claims import probes as probe_types
 from twinbench.claims.core import (
     FAR_BEYOND,
     INCONCLUSIVE,
@@ -25,6 +28,8 @@ from twinbench.claims.core import (
     describe,
     judge_repeats,
 )
+from twinbench.claims.probes import Probe
+from twinbench.claims.result import ClaimResult, Numbers
 from twinbench.folder_io import check_inside, cut, make_dir, read_json, write_file
 from twinbench.record import Record, typed
 from twinbench.spec import RunSpec
@@ -41,7 +46,7 @@ LAST_ON_ACCELERATOR = ("C15", "C16")
 def plan(claims: list[Claim], setup: Setup) -> tuple[dict[str, dict[str, RunSpec]], list[RunSpec]]:
     """Each claim's named runs, and the distinct specs to run (one per run_id, in first-use order)."""
     per_claim = {c.id: {} if c.unmeasurable(setup) else c.runs(setup) for c in claims}
-    if setup.reason_traces and not setup.top.get("trace_dir"):  # the runs whose traces explain reads (C22)
+    if setup.reason_traces and not setup.top.trace_dir:  # the runs whose traces explain reads (C22)
         traced = {c.id for c in claims if c.traced}
         per_claim = {cid: {n: s.evolve(trace_dir=setup.reason_traces) if cid in traced else s
                            for n, s in runs.items()} for cid, runs in per_claim.items()}
@@ -57,38 +62,38 @@ def plan(claims: list[Claim], setup: Setup) -> tuple[dict[str, dict[str, RunSpec
 
 
 def run_probes(claims: list[Claim], out_dir: Path, timeout: float,
-               on_start: Any = lambda name: None) -> dict[str, dict[str, Any]]:
+               on_start: Any = lambda name: None) -> dict[str, Probe]:
     """Every probe the claims name, once, each in a fresh process (``python -m twinbench.claims.probes``).
 
     A probe already finished in ``out_dir/probes`` is reused (like ``--resume`` for runs).
     """
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, Probe] = {}
     make_dir(out_dir, PROBES_DIR)  # inside out_dir, never through a link (folder_io)
     for name in dict.fromkeys(p for c in claims for p in c.probes):
         path = out_dir / PROBES_DIR / f"{name}.json"
         check_inside(out_dir, f"{PROBES_DIR}/{name}.json")  # the probe's process writes it: never a link
-        previous = _probe_result(path)
-        if previous is not None and previous.get("status") == "ok":
+        previous = _probe_result(name, path)
+        if previous is not None and previous.status == "ok":
             results[name] = previous
             continue
         on_start(name)
         code, reason = runner.run_module("twinbench.claims.probes", [name, str(path)], timeout)
-        found = _probe_result(path)
+        found = _probe_result(name, path)
         if found is not None:
             results[name] = found
         else:
-            results[name] = {"status": "failed", "error": reason or f"probe exited with code {code}"}
-            write_file(out_dir, f"{PROBES_DIR}/{name}.json", json.dumps(results[name]))
+            results[name] = probe_types.failed(name, reason or f"probe exited with code {code}")
+            write_file(out_dir, f"{PROBES_DIR}/{name}.json", msgspec.json.encode(results[name]))
     return results
 
 
-def _probe_result(path: Path) -> dict[str, Any] | None:
-    """A probe's result as its file holds it (bounded, read as data: folder_io), None when it has none."""
+def _probe_result(name: str, path: Path) -> Probe | None:
+    """A probe's result as its file holds it, of the probe's type (bounded, read as data: folder_io), None when
+    it has none or one of another shape (the probe then runs again)."""
     try:
-        found = cut(read_json(path))
-    except (OSError, ValueError):
+        return probe_types.read(name, cut(read_json(path)))
+    except (OSError, ValueError):  # msgspec.ValidationError is a ValueError
         return None
-    return found if isinstance(found, dict) else None
 
 
 def schedule(claims: list[Claim], per_claim: dict[str, dict[str, RunSpec]], specs: list[RunSpec],
@@ -176,7 +181,7 @@ def repeat_dir(out_dir: Path, k: int) -> Path:
     return out_dir if k == 0 else out_dir / REPEATS_DIR / str(k + 1)
 
 
-def platforms_problem(setup: Setup, reps: list[dict[str, dict[str, Any]]]) -> str:
+def platforms_problem(setup: Setup, reps: list[dict[str, Record]]) -> str:
     """Why a claim's records cannot be judged together ("" when they can): records from two platforms, or
     from another platform than the one the suite planned for (a framework that missed the accelerator). No
     verdict is made of timings from two platforms."""
@@ -212,8 +217,8 @@ def measured_at(runs: dict[str, RunSpec], records: dict[str, Record]) -> str:
 
 
 def verdicts(claims: list[Claim], setup: Setup, per_claim: dict[str, dict[str, RunSpec]],
-             records: list[list[Record]] | list[Record] | list[list[dict[str, Any]]] | list[dict[str, Any]],
-             probes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+             records: list[list[Record]] | list[Record],
+             probes: dict[str, Probe]) -> list[ClaimResult]:
     """Apply every claim's rule to its evidence (``records``: the records of each repeat, the first holding
     every run; a flat list is one repeat). Timed claims are judged on their repeats (core.judge_repeats).
     A failed run or probe gives ``not measurable`` with why; so do a rule that says it cannot measure, a claim
@@ -235,11 +240,12 @@ def verdicts(claims: list[Claim], setup: Setup, per_claim: dict[str, dict[str, R
             got = {n: rep[s.run_id()] for n, s in runs.items() if s.run_id() in rep}
             if got:
                 reps.append(got)
-        ev = Evidence(setup, first, {p: probes.get(p, {"status": "failed", "error": "probe not run"})
+        ev = Evidence(setup, first, {p: probes[p] if p in probes else probe_types.failed(p, "probe not run")
                                      for p in c.probes}, reps)
         problems = ev.problems()
         why_not = c.unmeasurable(setup)
         mixed = platforms_problem(setup, reps)
+        numbers: Numbers = {}
         if why_not:
             v_word, finding, numbers, caveat = NOT_MEASURABLE, why_not, {}, ""
         elif problems:
@@ -254,21 +260,21 @@ def verdicts(claims: list[Claim], setup: Setup, per_claim: dict[str, dict[str, R
                 v_word, finding, numbers, caveat = (NOT_MEASURABLE, f"not measurable here: the rule could not be "
                                                     f"applied ({type(e).__name__}: {e})", {}, "")
         at = measured_at(runs, first)
-        out.append({
-            "claim": c.id, "group": c.group, "statement": c.statement, "verdict": v_word,
-            "finding": f"{finding} [measured at {at}]" if at and not why_not else finding,
-            "measured_at": at, "platform": setup.platform,
-            "rule": c.full_rule, "numbers": numbers, "runs": [s.run_id() for s in runs.values()],
-            "repeats": len(reps) if runs else 0,
-            "ran": [f"{n}: {describe(s)}" for n, s in runs.items()] + [f"probe {p}" for p in c.probes],
-            "caveat": " ".join(x for x in (caveat, c.caveat, ev.loaded() if c.timed else "") if x),
-        })
+        out.append(ClaimResult(
+            claim=c.id, group=c.group, statement=c.statement, verdict=v_word,
+            finding=f"{finding} [measured at {at}]" if at and not why_not else finding,
+            measured_at=at, platform=setup.platform,
+            rule=c.full_rule, numbers=numbers, runs=[s.run_id() for s in runs.values()],
+            repeats=len(reps) if runs else 0,
+            ran=[f"{n}: {describe(s)}" for n, s in runs.items()] + [f"probe {p}" for p in c.probes],
+            caveat=" ".join(x for x in (caveat, c.caveat, ev.loaded() if c.timed else "") if x),
+        ))
     return out
 
 
-def write(results: list[dict[str, Any]], out_dir: Path, json_path: Path | None) -> Path:
+def write(results: list[ClaimResult], out_dir: Path, json_path: Path | None) -> Path:
     """``claims.json`` in the results directory (the report reads it), and ``--json FILE`` when given."""
-    text = json.dumps(results, indent=1)
+    text = json.dumps(msgspec.to_builtins(results), indent=1)
     path = write_file(out_dir, CLAIMS_JSON, text)
     if json_path:
         from twinbench import folder_io
@@ -281,29 +287,29 @@ COLOURS = {"supported": "green", FAR_BEYOND: "blue", "contradicted": "red", "dep
            NOT_MEASURABLE: "magenta"}
 
 
-def render(console: Any, results: list[dict[str, Any]]) -> None:
+def render(console: Any, results: list[ClaimResult]) -> None:
     """Per claim: the statement, what ran, the numbers, the verdict with its finding, the rule, the caveat."""
     from rich.markup import escape
 
     for r in results:
-        colour = COLOURS.get(r["verdict"], "white")
+        colour = COLOURS.get(r.verdict, "white")
         console.print()
-        console.print(f"[bold]{r['claim']}[/] {escape(r['statement'])}", soft_wrap=True)
-        console.print(f"  [dim]ran:[/] {escape('; '.join(r['ran']))}", soft_wrap=True)
-        if r["numbers"]:
-            nums = ", ".join(f"{k} = {v}" for k, v in r["numbers"].items())
+        console.print(f"[bold]{r.claim}[/] {escape(r.statement)}", soft_wrap=True)
+        console.print(f"  [dim]ran:[/] {escape('; '.join(r.ran))}", soft_wrap=True)
+        if r.numbers:
+            nums = ", ".join(f"{k} = {v}" for k, v in r.numbers.items())
             console.print(f"  [dim]numbers:[/] {escape(nums)}", soft_wrap=True)
-        console.print(f"  [bold {colour}]{r['verdict']}[/]: {escape(r['finding'])}", soft_wrap=True)
-        console.print(f"  [dim]rule:[/] {escape(r['rule'])}", soft_wrap=True)
-        if r.get("caveat"):
-            console.print(f"  [dim]caveat:[/] {escape(r['caveat'])}", soft_wrap=True)
+        console.print(f"  [bold {colour}]{r.verdict}[/]: {escape(r.finding)}", soft_wrap=True)
+        console.print(f"  [dim]rule:[/] {escape(r.rule)}", soft_wrap=True)
+        if r.caveat:
+            console.print(f"  [dim]caveat:[/] {escape(r.caveat)}", soft_wrap=True)
     counts: dict[str, int] = {}
     for r in results:
-        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
     console.print()
     noun = "verdict" if len(results) == 1 else "verdicts"
     console.print(f"claims: {len(results)} {noun}: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + "  ("
-                  + " ".join(f"{r['claim']}={r['verdict']}" for r in results) + ")", soft_wrap=True)
+                  + " ".join(f"{r.claim}={r.verdict}" for r in results) + ")", soft_wrap=True)
     for r in results:
-        if r["verdict"] in (NOT_MEASURABLE, INCONCLUSIVE):
-            console.print(f"  {r['claim']} {r['verdict']}: {escape(r['finding'])}", soft_wrap=True)
+        if r.verdict in (NOT_MEASURABLE, INCONCLUSIVE):
+            console.print(f"  {r.claim} {r.verdict}: {escape(r.finding)}", soft_wrap=True)

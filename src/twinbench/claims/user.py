@@ -11,9 +11,12 @@ probes on its own examples): each says so in one line.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twinbench.spec import RunSpec, SpecError
+
+if TYPE_CHECKING:
+    from twinbench.plan import Overrides, RunFields
 
 #: Claims whose experiment takes any model.
 ANY_MODEL = ("C6", "C7", "C8", "C12")
@@ -44,7 +47,7 @@ def tpu_reason(claim_id: str, setup: Any) -> str:
     """On a TPU a user model's torch side runs through torchax, and so does its JAX side without ``--jax-model``:
     a claim setting the two against each other would compare a run with itself (one line, "" otherwise)."""
     top = setup.top
-    if setup.platform != "tpu" or not top.get("user_model") or top.get("user_jax_model") or claim_id not in ("C7", "C8"):
+    if setup.platform != "tpu" or not top.user_model or top.user_jax_model or claim_id not in ("C7", "C8"):
         return ""
     return (f"not measurable on a TPU without --jax-model: {claim_id} sets your model's torch side against its JAX "
             "side, and on a TPU both are your module through torchax (jax:torchax); give your port with --jax-model")
@@ -79,10 +82,10 @@ def split(claims: list[Any]) -> tuple[list[Any], list[str]]:
     return runnable, lines
 
 
-def user_spec(framework: str, strategy: str, preset: str, over: dict[str, Any], top: dict[str, Any]) -> RunSpec:
+def user_spec(framework: str, strategy: str, preset: str, over: Overrides, top: RunFields) -> RunSpec:
     """A claim's run on the user's model (``top`` holds ``user_model`` and maybe ``user_jax_model``): the
     recipe of ``compare --model``."""
     from twinbench.byo.plan import build_specs
 
-    name = SIDE_NAMES.get(framework, _same)(strategy, bool(top.get("user_jax_model")))
-    return build_specs(preset, [framework], [name], dict(over), **top)[0]
+    name = SIDE_NAMES.get(framework, _same)(strategy, bool(top.user_jax_model))
+    return build_specs(preset, [framework], [name], dict(over), **top.kwargs())[0]

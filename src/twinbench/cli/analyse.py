@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -29,15 +29,18 @@ from twinbench.cli.common import (
     in_panel,
     out,
     ready_outputs,
-    trace_top,
+    trace_dir,
     with_spec_flags,
     write_report,
     write_text,
 )
 from twinbench.cli.execute import run_and_report
 from twinbench.limits import MAX_PLAN_STEPS, check_host, count
-from twinbench.plan import build_specs
+from twinbench.plan import RunFields, build_specs
 from twinbench.spec import SpecError
+
+if TYPE_CHECKING:
+    from twinbench.explain.result import Explained
 
 
 @app.command("report")
@@ -139,7 +142,7 @@ def advise(
     if changes_per_day < 0:
         raise SpecError(f"--changes-per-day must be >= 0, got {changes_per_day}")
     user = user_fields(model, jax_model)
-    specs = build_specs(preset, framework, strategies, overrides, **trace_top(trace), **user)
+    specs = build_specs(preset, framework, strategies, overrides, **RunFields(trace_dir=trace_dir(trace), **user).kwargs())
     check_host(specs)  # a shape the host cannot build or train: refused before any run
     target = out_dir or Path("runs") / time.strftime("advise-%Y%m%d-%H%M%S")
     check_places(specs)
@@ -233,13 +236,13 @@ def explain_cmd(
     except runner.Interrupted:  # a folder is named only where runs wrote one (traces are only read)
         fail("interrupted" + (f"; what finished is in {target}" if not traces and target.is_dir() else ""), code=130)
     if json_path:
-        write_text(json_path, json.dumps(result, indent=1), "--json")
+        write_text(json_path, command.result.to_json(result).decode(), "--json")  # versioned (explain/result.py)
 
 
 def _explain(run_a: str, run_b: str | None, traces: bool, preset: str, overrides: dict[str, Any], target: Path,
              timeout: float, model: str | None, jax_model: str | None, expand: str, step_marker: str | None,
              rank: int | None, device: int | None, hlo: str | None, steps: str | None, try_flags: list[str],
-             layer_counts: list[int]) -> dict[str, Any]:
+             layer_counts: list[int]) -> Explained:
     """explain's work after its flags are read: the pair, then each --try and --depths. Their variants pass
     compare's checks (validation, the files they read, the memory their shape needs) before any run starts."""
     from twinbench.explain import command, depth, try_flag
@@ -261,19 +264,19 @@ def _explain(run_a: str, run_b: str | None, traces: bool, preset: str, overrides
     command.print_pair(result, out)
     if try_flags:
         try:
-            result["tries"] = [try_flag.run(result, t, target, timeout, lambda line: out.print(line, highlight=False))
-                               for t in try_flags]
+            result.tries = [try_flag.run(result, t, target, timeout, lambda line: out.print(line, highlight=False))
+                            for t in try_flags]
         except (try_flag.TryError, SpecError) as e:
             fail(str(e))
-        for t in result["tries"]:
+        for t in result.tries:
             try_flag.print_try(t, out)
     if layer_counts:
         try:
-            result["depth"] = depth.for_pair(result, layer_counts, target, timeout)
+            result.depth = depth.for_pair(result, layer_counts, target, timeout)
         except SpecError as e:
             fail(str(e))
-        for d in result["depth"]:
-            out.print(f"  depth: {d['sentence']}", highlight=False)
+        for d in result.depth:
+            out.print(f"  depth: {d.sentence}", highlight=False)
     return result
 
 

@@ -27,11 +27,12 @@ from twinbench.cli.common import (
     fail,
     out,
     ready_outputs,
-    trace_top,
+    trace_dir,
     write_report,
     write_text,
 )
 from twinbench.cli.execute import run_and_report, with_launcher_flags
+from twinbench.plan import RunFields
 from twinbench.spec import SpecError
 
 #: What a claims run was asked, kept in its results directory so that ``--resume DIR`` continues the same suite.
@@ -175,7 +176,7 @@ def claims(
         platform, devices, sheet_name = where(device if plan_only else None)
         target = resume or out_dir or Path("runs") / time.strftime("claims-%Y%m%d-%H%M%S")
         setup = setup_for(platform, quick, preset=preset, devices=devices, device=sheet_name, plan_steps=plan_steps,
-                          top={**trace_top(trace), **user, **({"threads": threads} if threads else {})},
+                          top=RunFields(trace_dir=trace_dir(trace), **user, threads=threads),
                           repeats=repeats)
         if setup.accelerator:  # C22's runs keep a trace explain reads for its reason
             setup = replace(setup, reason_traces=str((target / "traces").resolve()))
@@ -241,7 +242,7 @@ def claims(
               f"{sum(map(len, rounds))} runs, {time.perf_counter() - start:.0f} s)", highlight=False)
     if records:
         write_report(target, plan_steps)
-    if all(r["verdict"] == "not measurable" for r in results):
+    if all(r.verdict == "not measurable" for r in results):
         raise typer.Exit(1)
 
 

@@ -271,16 +271,16 @@ TIMEOUT_OPTION = typer.Option(900.0, help="seconds before one run is stopped and
                               rich_help_panel=MEASURE_PANEL)
 
 
-#: ``--trace DIR`` for every command that runs specs (compare, sweep, claims): pass it through trace_top().
+#: ``--trace DIR`` for every command that runs specs (compare, sweep, claims): pass it through trace_dir().
 TRACE_OPTION = typer.Option(
     None, "--trace", help="also record a few steady-state steps of each run with the framework's profiler "
                           "(after the measured steps, which stay unaffected) into this directory",
     rich_help_panel=MEASURE_PANEL)
 
 
-def trace_top(trace: Path | None) -> dict[str, Any]:
-    """The RunSpec field for ``--trace`` (an absolute path, as the worker may run elsewhere)."""
-    return {"trace_dir": str(trace.resolve())} if trace else {}
+def trace_dir(trace: Path | None) -> str:
+    """The RunSpec field for ``--trace`` (an absolute path, as the worker may run elsewhere); "" without it."""
+    return str(trace.resolve()) if trace else ""
 
 
 def write_report(out_dir: Path, plan_steps: int) -> None:

@@ -73,14 +73,14 @@ def predict_cmd(
         fail(f"--calibrate: {calibrate} is not a file")
     check_json(json_path)
     check_timeout(timeout)
-    top: dict[str, Any] = {}
+    user: dict[str, str] = {}
     if model or jax_model:
         from twinbench.byo.plan import user_fields
 
-        top = user_fields(model, jax_model)  # --jax-model alone: one line, as compare
+        user = user_fields(model, jax_model)  # --jax-model alone: one line, as compare
     if strategies is None:  # a user's model has no JAX twin: its JAX side is torchax or the port
         strategies = ("torch:eager,jax:port" if jax_model else "torch:eager,jax:torchax") if model else "jax:jit+bf16"
-    specs = build_specs(preset, framework, strategies, overrides, **top)
+    specs = build_specs(preset, framework, strategies, overrides, **user)
     from twinbench.predict.command import check_covered
 
     check_covered(specs)  # a strategy predict does not read: one line before --model is prepared

@@ -28,12 +28,12 @@ from twinbench.cli.common import (
     out,
     ready_outputs,
     set_wide,
-    trace_top,
+    trace_dir,
     with_spec_flags,
 )
 from twinbench.cli.execute import run_and_report, with_launcher_flags
 from twinbench.limits import check_host
-from twinbench.plan import build_specs, repeat_rounds, with_cache
+from twinbench.plan import RunFields, build_specs, repeat_rounds, with_cache
 from twinbench.record import Record
 from twinbench.results_dir import LOCK
 from twinbench.spec import SpecError
@@ -92,7 +92,8 @@ def compare(
     check_timeout(timeout)
     UNSAVED.clear()
     user = user_fields(model, jax_model)
-    specs = with_cache(build_specs(preset, framework, strategies, overrides, **trace_top(trace), **user),
+    fields = RunFields(trace_dir=trace_dir(trace), **user).kwargs()
+    specs = with_cache(build_specs(preset, framework, strategies, overrides, **fields),
                        cache, cache_dir)
     specs = [s for round_ in repeat_rounds(specs, repeats) for s in round_]
     check_host(specs)  # a shape the host cannot build or train: refused before any process starts
@@ -175,8 +176,8 @@ def sweep(
     UNSAVED.clear()
     axes = parse_over(over)
     user = user_fields(model, None)
-    specs = grid_specs(axes, overrides,
-                       lambda o: build_specs(preset, framework, strategies, o, **trace_top(trace), **user))
+    fields = RunFields(trace_dir=trace_dir(trace), **user).kwargs()
+    specs = grid_specs(axes, overrides, lambda o: build_specs(preset, framework, strategies, o, **fields))
     specs = with_cache(specs, cache, cache_dir)
     check_host(specs)  # a grid point the host cannot build or train: refused before any run
     if plan_steps <= 0:
@@ -211,7 +212,7 @@ def print_sharding(records: list[Record], drawings: bool) -> None:
                 out.print(f"  [bold red]warning[/] {r.label()}: {w}", highlight=False)
     from twinbench.report.scaling import caveat, efficiency
 
-    note = caveat(efficiency(records))
+    note = caveat((row.platform, row.devices) for row in efficiency(records))
     if note:
         out.print(f"  {note}", highlight=False)
 

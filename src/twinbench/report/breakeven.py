@@ -3,27 +3,24 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
-from twinbench.record import Record, as_record
+from twinbench.record import Record
 
 
-def total_s(record: Record | dict[str, Any], steps: int) -> float | None:
+def total_s(record: Record, steps: int) -> float | None:
     """Wall time of ``steps`` training steps: the first (with its compile) plus steady-state steps."""
-    record = as_record(record)
     t = record.timing
     if not record.usable() or t.first_step_s is None or t.step_ms is None:
         return None
     return t.first_step_s + (steps - 1) * t.step_ms / 1e3
 
 
-def break_even_steps(a: Record | dict[str, Any], b: Record | dict[str, Any]) -> float | None:
+def break_even_steps(a: Record, b: Record) -> float | None:
     """Steps after which ``a`` (slower start, faster steps) has the lower total time than ``b``.
 
     ``0`` when ``a`` is never behind (it starts and steps at least as fast), ``inf`` when it never catches
     up (its steps are no faster), ``None`` when either run failed.
     """
-    a, b = as_record(a), as_record(b)
     ta, tb = a.timing, b.timing
     if not (a.usable() and b.usable()) or None in (ta.first_step_s, tb.first_step_s, ta.step_ms, tb.step_ms):
         return None

@@ -14,10 +14,11 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import msgspec
 
+from twinbench.claims.result import ClaimResult
 from twinbench.folder_io import check_inside, cut, read_json, terminal, write_file
 from twinbench.limits import MAX_PLAN_STEPS
 from twinbench.measure.device import platform_name
@@ -35,21 +36,14 @@ ADVICE = "advice.json"
 MAX_SIDE_FILE = 32 << 20
 
 
+if TYPE_CHECKING:
+    from twinbench.diff import Diff, Pair
+
+T = TypeVar("T")
+
+
 class ReportError(ValueError):
     """A results directory that cannot be reported: the message is one line, fit to print."""
-
-
-class ClaimEntry(msgspec.Struct):
-    """One verdict of ``claims.json`` as ``report`` reads it: each field of its type or absent (null)."""
-
-    claim: str | None = None
-    verdict: str | None = None
-    finding: str | None = None
-    caveat: str | None = None
-    rule: str | None = None
-    #: a timed claim's judged numbers carry their range over the repeats: ``<name>_range: [min, max]``
-    numbers: dict[str, str | int | float | bool | list[int | float | None] | None] | None = None
-    runs: list[str | int | float] | None = None
 
 
 class Recommendation(msgspec.Struct):
@@ -61,18 +55,26 @@ class Advice(msgspec.Struct):
     its lines and its recommendation's summary."""
 
     plan_steps: Annotated[int, msgspec.Meta(ge=1, le=MAX_PLAN_STEPS)] | None = None
-    lines: list[str] | None = None
+    lines: list[str] = []
     recommendation: Recommendation | None = None
 
 
-def _typed(path: Path, data: Any, kind: Any) -> dict[str, Any]:
-    """``data`` read as ``kind`` (a typed side file: one ReportError line naming the file and the field of another
-    type), back as the plain dict the page's writers take, nulls dropped and strings through the reader's cut."""
+def _typed(path: Path, data: Any, kind: type[T]) -> T:
+    """``data`` (parsed JSON) read as ``kind``, its strings through the reader's cut: a field of another type is
+    one ReportError line naming the file and the field."""
     try:
-        got = msgspec.convert(data, kind)
+        return msgspec.convert(cut(data), kind)
     except msgspec.ValidationError as e:
         raise ReportError(f"{path}: {terminal(e, 160)}") from None
-    return {k: v for k, v in cut(msgspec.to_builtins(got)).items() if v is not None}
+
+
+@dataclass
+class Against:
+    """``report --against OLD``: the diff of OLD -> these results (diff.py) and its lines."""
+
+    old: str
+    diff: Diff
+    lines: list[str]
 
 
 @dataclass
@@ -80,9 +82,9 @@ class Results:
     directory: Path
     records: list[Record]
     skipped: int = 0  # malformed lines of results.jsonl
-    claims: list[dict[str, Any]] = field(default_factory=list)
-    advice: dict[str, Any] | None = None
-    against: dict[str, Any] | None = None  # `report --against OLD`: the diff of OLD -> these results (diff.py)
+    claims: list[ClaimResult] = field(default_factory=list)
+    advice: Advice | None = None
+    against: Against | None = None
 
 
 def load(directory: Path) -> Results:
@@ -100,7 +102,7 @@ def load(directory: Path) -> Results:
     records = latest_per_run(records)
     if not records:
         raise ReportError(f"{path}: no valid record ({skipped} malformed line(s))")
-    claims: list[dict[str, Any]] = []
+    claims: list[ClaimResult] = []
     if (directory / CLAIMS).is_file():
         try:
             loaded = read_json(directory / CLAIMS, MAX_SIDE_FILE)
@@ -110,7 +112,7 @@ def load(directory: Path) -> Results:
             raise ReportError(f"{directory / CLAIMS}: cannot read it ({e})") from None
         if not isinstance(loaded, list):
             raise ReportError(f"{directory / CLAIMS}: a JSON {type(loaded).__name__}, not a list of verdicts")
-        claims = [_typed(directory / CLAIMS, c, ClaimEntry) for c in loaded]
+        claims = _typed(directory / CLAIMS, loaded, list[ClaimResult])
     advice = None
     if (directory / ADVICE).is_file():
         try:
@@ -128,15 +130,15 @@ def write(directory: Path, plan_steps: int | None = None,
     ``against`` (an older results directory) the report opens with the diff of it against these results."""
     res = load(directory)
     if plan_steps is None:
-        plan_steps = int((res.advice or {}).get("plan_steps") or 1000)
+        plan_steps = (res.advice.plan_steps if res.advice else None) or 1000
     plots = all_plots(res.records, plan_steps)
     if against is not None:
         from twinbench import diff
         from twinbench.report.plots import diff_ratios
 
         d = diff.diff(diff.load(against), res.records)
-        res.against = {"old": str(against), "diff": d.to_dict(), "lines": diff.lines(d)}
-        plots.insert(0, diff_ratios(res.against["diff"]["pairs"]))
+        res.against = Against(str(against), d, diff.lines(d))
+        plots.insert(0, diff_ratios(d.pairs))
     # every file inside the folder, none through a link it holds (folder_io: LinkRefused, one line)
     for name in ("plots", "report.html", "report.md"):
         check_inside(res.directory, name)
@@ -318,48 +320,48 @@ def _html_plot(p: Plot) -> str:
             f"</figcaption></figure>")
 
 
-def _html_advice(a: dict[str, Any]) -> str:
-    lines = a.get("lines") or []
-    rec = a.get("recommendation") or {}
-    head = f"<p><b>{_e(rec.get('summary', ''))}</b></p>" if rec.get("summary") else ""
+def _html_advice(a: Advice) -> str:
+    summary = a.recommendation.summary if a.recommendation else None
+    head = f"<p><b>{_e(summary)}</b></p>" if summary else ""
     return f'<div class="advice" data-section="advice">{head}' + "".join(
-        f"<p>{_e(x)}</p>" for x in lines) + "</div>"
+        f"<p>{_e(x)}</p>" for x in a.lines) + "</div>"
 
 
-def _claim_note(c: dict[str, Any]) -> str:
+def _claim_note(c: ClaimResult) -> str:
     """The finding (why, with the threshold) and the caveat of a claims.json entry, under its verdict."""
-    parts = [f'<div style="white-space:normal">{_e(c["finding"])}</div>'] if c.get("finding") else []
-    if c.get("caveat"):
-        parts.append(f'<div style="white-space:normal"><em>caveat: {_e(c["caveat"])}</em></div>')
+    parts = [f'<div style="white-space:normal">{_e(c.finding)}</div>'] if c.finding else []
+    if c.caveat:
+        parts.append(f'<div style="white-space:normal"><em>caveat: {_e(c.caveat)}</em></div>')
     return "".join(parts)
 
 
-def _html_claims(claims: list[dict[str, Any]]) -> str:
+def _numbers_text(c: ClaimResult) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in c.numbers.items())
+
+
+def _html_claims(claims: list[ClaimResult]) -> str:
     rows = []
     for c in claims:
-        v = str(c.get("verdict", ""))
-        nums = c.get("numbers") or {}
-        nums_text = ", ".join(f"{k} = {v2}" for k, v2 in nums.items()) if isinstance(nums, dict) else str(nums)
-        runs = c.get("runs") or []
-        rows.append(f'<tr><td>{_e(c.get("claim", ""))}</td><td class="l"><span class="verdict v-{_e((v.split() or [""])[0])}">'
-                    f'{_e(v)}</span>{_claim_note(c)}</td><td class="l" style="white-space:normal">{_e(c.get("rule", ""))}</td>'
-                    f'<td class="l" style="white-space:normal">{_e(nums_text)}</td>'
-                    f'<td class="l" style="white-space:normal"><code>{_e(", ".join(map(str, runs)))}</code></td></tr>')
+        v = c.verdict
+        rows.append(f'<tr><td>{_e(c.claim)}</td><td class="l"><span class="verdict v-{_e((v.split() or [""])[0])}">'
+                    f'{_e(v)}</span>{_claim_note(c)}</td><td class="l" style="white-space:normal">{_e(c.rule)}</td>'
+                    f'<td class="l" style="white-space:normal">{_e(_numbers_text(c))}</td>'
+                    f'<td class="l" style="white-space:normal"><code>{_e(", ".join(c.runs))}</code></td></tr>')
     return ('<div class="table-wrap" data-section="claims"><table><thead><tr><th>claim</th><th>verdict</th>'
             "<th>rule</th><th>numbers</th><th>runs</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
 
 
-def _ci(p: dict[str, Any]) -> str:
-    return f"{p['ci_low']:.3f}-{p['ci_high']:.3f}" if p.get("ci_low") is not None else "-"
+def _ci(p: Pair) -> str:
+    return f"{p.ci_low:.3f}-{p.ci_high:.3f}" if p.ci_low is not None and p.ci_high is not None else "-"
 
 
-def _html_diff(against: dict[str, Any]) -> str:
+def _html_diff(against: Against) -> str:
     """The diff of an older result set against this one: a row per matched run, then the lines under it."""
-    rows = "".join(f"<tr><td>{_e(p['run'])}</td><td>{p['ratio']:.3f}</td><td>{_e(_ci(p))}</td>"
-                   f"<td>{_e(p['verdict'])}</td></tr>" for p in against["diff"]["pairs"])
+    rows = "".join(f"<tr><td>{_e(p.run)}</td><td>{p.ratio:.3f}</td><td>{_e(_ci(p))}</td>"
+                   f"<td>{_e(p.verdict)}</td></tr>" for p in against.diff.pairs)
     return ("<table data-section='diff'><thead><tr><th>run</th><th>NEW/OLD step</th><th>95% CI</th>"
             f"<th>verdict</th></tr></thead><tbody>{rows}</tbody></table>"
-            "<ul class='cond'>" + "".join(f"<li>{_e(x)}</li>" for x in against["lines"]) + "</ul>")
+            "<ul class='cond'>" + "".join(f"<li>{_e(x)}</li>" for x in against.lines) + "</ul>")
 
 
 def render_html(res: Results, plots: list[Plot], plan_steps: int) -> str:
@@ -392,7 +394,7 @@ def render_html(res: Results, plots: list[Plot], plan_steps: int) -> str:
     if findings:
         parts += ["<h2>Findings</h2><ul class='findings'>", *[f"<li>{_e(f)}</li>" for f in findings], "</ul>"]
     if res.against:
-        parts += [f"<h2>Against {_e(res.against['old'])}</h2>", _html_diff(res.against)]
+        parts += [f"<h2>Against {_e(res.against.old)}</h2>", _html_diff(res.against)]
     parts += ["<h2>Results</h2>", _html_table(res, plan_steps)]
     parts += ["<h2>Plots</h2>", *[_html_plot(p) for p in plots]]
     failed = [r for r in res.records if r.status != "ok"]
@@ -436,15 +438,14 @@ def render_markdown(res: Results, plots: list[Plot], plan_steps: int) -> str:
     """report.md: every text that comes from records, claims or advice is escaped (:func:`md`), so it stays text."""
     out = [f"# twinbench report: {md(res.directory.name)}", "", f"_{md(_summary(res))}_", ""]
     if res.advice:
-        out += ["## Advice", "", *[f"- {md(x)}" for x in (res.advice.get("lines") or []) if isinstance(x, str)], ""]
+        out += ["## Advice", "", *[f"- {md(x)}" for x in res.advice.lines], ""]
     findings = _findings(res)
     if findings:
         out += ["## Findings", "", *[f"- {md(f)}" for f in findings], ""]
     if res.against:
-        out += [f"## Against {md(res.against['old'])}", "", "| run | NEW/OLD | 95% CI | verdict |", "|---|---|---|---|"]
-        out += [f"| {md(p['run'])} | {p['ratio']:.3f} | {_ci(p)} | {md(p['verdict'])} |"
-                for p in res.against["diff"]["pairs"]]
-        out += ["", *[f"- {md(x)}" for x in res.against["lines"]], ""]
+        out += [f"## Against {md(res.against.old)}", "", "| run | NEW/OLD | 95% CI | verdict |", "|---|---|---|---|"]
+        out += [f"| {md(p.run)} | {p.ratio:.3f} | {_ci(p)} | {md(p.verdict)} |" for p in res.against.diff.pairs]
+        out += ["", *[f"- {md(x)}" for x in res.against.lines], ""]
     cols, rows = _table_rows(res, plan_steps)
     out += ["## Results", "", "| " + " | ".join(md(c) for c in cols) + " |", "|" + "---|" * len(cols)]
     out += ["| " + " | ".join(md(c) for c in cells) + " |" for _, cells in rows]
@@ -461,13 +462,10 @@ def render_markdown(res: Results, plots: list[Plot], plan_steps: int) -> str:
     if res.claims:
         out += ["## Claims", "", "| claim | verdict | rule | numbers | runs |", "|---|---|---|---|---|"]
         for c in res.claims:
-            nums = c.get("numbers") or {}
-            nums_text = ", ".join(f"{k} = {v}" for k, v in nums.items()) if isinstance(nums, dict) else str(nums)
-            verdict = " ".join(str(x) for x in (c.get("verdict", ""), c.get("finding") and f"({c['finding']})",
-                                                c.get("caveat") and f"caveat: {c['caveat']}") if x)
-            runs = c.get("runs") if isinstance(c.get("runs"), list) else []
-            out.append(f"| {md(c.get('claim', ''))} | {md(verdict)} | {md(c.get('rule', ''))} | {md(nums_text)} | "
-                       f"{md(', '.join(map(str, runs)))} |")
+            verdict = " ".join(x for x in (c.verdict, c.finding and f"({c.finding})",
+                                           c.caveat and f"caveat: {c.caveat}") if x)
+            out.append(f"| {md(c.claim)} | {md(verdict)} | {md(c.rule)} | {md(_numbers_text(c))} | "
+                       f"{md(', '.join(c.runs))} |")
         out.append("")
     traced = [r for r in res.records if r.trace.path or r.trace.error]
     if traced:

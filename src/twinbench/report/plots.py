@@ -11,6 +11,7 @@ import io
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -20,6 +21,9 @@ import matplotlib.pyplot as plt
 from twinbench import record
 from twinbench.record import Record
 from twinbench.report.breakeven import break_even_steps
+
+if TYPE_CHECKING:
+    from twinbench.diff import Pair
 
 matplotlib.rcParams["text.parse_math"] = False  # a label is text: a strategy named "$x^$" is no formula
 
@@ -341,7 +345,7 @@ def dp_payoff(records: list[Record], styles: Styles) -> Plot:
               if b is not None and (fw, st, n) in lines]
     plot.caption += (" It pays: " + "; ".join(paying) + "." if paying
                      else " It does not pay at any batch per device measured here.")
-    if any(r.get("platform") == "cpu" for r in rows):  # scaling rows (flat)
+    if any(r.platform == "cpu" for r in rows):
         plot.caption += (" On CPU the devices are simulated and share the same cores: a speed-up there means the "
                          "simulated devices kept the cores busier than one device did, not that data "
                          "parallelism pays.")
@@ -413,7 +417,7 @@ def all_plots(records: list[Record], plan_steps: int) -> list[Plot]:
             dp_payoff(records, styles), input_stall(records, styles), losses(records, styles)]
 
 
-def diff_ratios(pairs: list[Record]) -> Plot:
+def diff_ratios(pairs: list[Pair]) -> Plot:
     """``twinbench report NEW --against OLD``: each matched run's step-time ratio NEW/OLD with its 95% interval."""
     title = "Step time NEW / OLD, with 95% intervals over repeats"
     caption = ("One row per run matched between the two result sets; the point is the ratio of step times "
@@ -423,11 +427,11 @@ def diff_ratios(pairs: list[Record]) -> Plot:
         return Plot("diff", title, caption, note="no run matched between the two result sets")
     fig, ax = _axes(title, "NEW / OLD step time", "", size=(7.5, 0.5 * len(pairs) + 1.5))
     for i, p in enumerate(pairs):
-        color = PALETTES["jax" if p["run"].startswith("jax/") else "torch"][0]
-        if p["ci_low"] is not None:
-            ax.plot([p["ci_low"], p["ci_high"]], [i, i], color=color, lw=3, alpha=0.6)
-        ax.plot([p["ratio"]], [i], "o", color=color)
+        color = PALETTES["jax" if p.run.startswith("jax/") else "torch"][0]
+        if p.ci_low is not None:
+            ax.plot([p.ci_low, p.ci_high], [i, i], color=color, lw=3, alpha=0.6)
+        ax.plot([p.ratio], [i], "o", color=color)
     ax.axvline(1.0, color="#495057", lw=1, ls="--")
-    ax.set_yticks(range(len(pairs)), [p["run"] for p in pairs], fontsize=8)
+    ax.set_yticks(range(len(pairs)), [p.run for p in pairs], fontsize=8)
     ax.invert_yaxis()
     return Plot("diff", title, caption, _png(fig))

@@ -17,10 +17,9 @@ from twinbench.measure.device import matmul_label, platform_name
 from twinbench.measure.memory import summary as memory_summary
 from twinbench.measure.peak_cache import cache_note, provenance
 from twinbench.models.family import flops_convention
-from twinbench.record import CONDITION_WARNINGS, Record, as_record, typed, varying
+from twinbench.record import CONDITION_WARNINGS, Record, varying
 from twinbench.report.breakeven import crossing_sentence, total_s
 from twinbench.report.escape import md
-from twinbench.spec_sections import flat_spec
 
 COLUMNS = ("run", "compile s", "1st step s", "step ms (p10-p90)", "tokens/s", "TFLOP/s", "MFU",
            "peak mem", "recompiles", "loss first→last", "total s @ plan")
@@ -49,10 +48,9 @@ def _variable(r: Record) -> bool:
     return bool(task and task.variable_length)
 
 
-def optional_columns(records: list[Record] | list[dict[str, Any]]) -> list[tuple[str, Any]]:
+def optional_columns(records: list[Record]) -> list[tuple[str, Any]]:
     """Columns of classification runs (padding, accuracy) when there are some; the input columns when a run
     used --slow-input or +prefetch, or is a classification run (its batches are made in the loop)."""
-    records = typed(records)
     ok = [r for r in records if r.status == "ok"]
     inputs = any("prefetch" in r.run.strategy.split("+") or field_value(r, "slow_input") or _variable(r)
                  for r in ok)
@@ -85,9 +83,8 @@ def label(r: Record, vary: list[str] | tuple[str, ...] = ()) -> str:
     return r.label(vary)
 
 
-def row(r: Record | dict[str, Any], plan_steps: int, vary: list[str] | tuple[str, ...] = (),
+def row(r: Record, plan_steps: int, vary: list[str] | tuple[str, ...] = (),
         extra: list[tuple[str, Any]] | tuple = ()) -> list[str]:
-    r = as_record(r)
     label_ = label(r, vary)
     if r.status != "ok":
         return [f"{label_} {str(r.status or 'failed').upper()}", *["—"] * (len(COLUMNS) - 2), (r.error or "")[:60], *["—"] * len(extra)]
@@ -117,7 +114,8 @@ def _mfu(mfu: float | None) -> str:
 
 def _model_name(r: Record) -> str:
     """``small preset``, or the user's own model (``--model FILE.py:build``, shaped by the preset)."""
-    user = flat_spec(r.spec).get("user_model")
+    spec = r.run_spec()
+    user = spec.user.user_model if spec is not None else ""
     preset = "?" if r.run.preset is None else r.run.preset
     return f"{user} (--model) shaped by the {preset} preset" if user else f"{preset} preset"
 
@@ -130,9 +128,8 @@ def _device_text(r: Record) -> str:
     return f"{r.run.device} ({platform})" + (f", host {host}" if host else "")
 
 
-def conditions(records: list[Record] | list[dict[str, Any]]) -> list[str]:
+def conditions(records: list[Record]) -> list[str]:
     """Lines stating what was compared and how, so the numbers are results and not just numbers."""
-    records = typed(records)
     ok = [r for r in records if r.status == "ok"] or records
     if not ok:
         return []
@@ -378,13 +375,12 @@ def median_repeats(records: list[Record], vary: list[str]) -> list[Record]:
     return [sorted(rs, key=lambda r: r.timing.step_ms)[(len(rs) - 1) // 2] for rs in by.values()]
 
 
-def crossings(records: list[Record] | list[dict[str, Any]]) -> list[str]:
+def crossings(records: list[Record]) -> list[str]:
     """Break-even of every ok run against the first ok run (the baseline, torch/eager by default).
 
     Runs that differ in more than strategy (a sweep's points, cold and warm caches) are compared only within
     their group, and each sentence says which group. Repeats of a configuration are one run: its median repeat.
     """
-    records = typed(records)
     ok = [r for r in records if r.status == "ok"]
     vary = varying(ok)
     if "repeat" in vary:
@@ -402,8 +398,7 @@ def crossings(records: list[Record] | list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def rich_table(records: list[Record] | list[dict[str, Any]], plan_steps: int, title: str = "twinbench compare") -> Table:
-    records = typed(records)
+def rich_table(records: list[Record], plan_steps: int, title: str = "twinbench compare") -> Table:
     table = Table(title=title, header_style="bold", title_justify="left")
     extra = optional_columns(records)
     for c in [*COLUMNS, *(h for h, _ in extra)]:
@@ -416,8 +411,7 @@ def rich_table(records: list[Record] | list[dict[str, Any]], plan_steps: int, ti
     return table
 
 
-def markdown(records: list[Record] | list[dict[str, Any]], plan_steps: int, title: str = "twinbench compare") -> str:
-    records = typed(records)
+def markdown(records: list[Record], plan_steps: int, title: str = "twinbench compare") -> str:
     extra = optional_columns(records)
     cols = [c.replace("plan", str(plan_steps)) for c in [*COLUMNS, *(h for h, _ in extra)]]
     out = [f"# {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
