@@ -18,6 +18,7 @@ import copy
 import json
 import sys
 import time
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -32,22 +33,36 @@ FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "record_s
 
 
 def pydantic_model() -> type[pydantic.BaseModel]:
-    """The Record and its sections as pydantic models (from the msgspec structs' fields)."""
-    def model(cls: type, name: str, nested: dict[str, type] | None = None) -> type[pydantic.BaseModel]:
+    """The Record, its sections and its typed analyses as pydantic models (from the msgspec structs' fields)."""
+    made: dict[type, type[pydantic.BaseModel]] = {}
+
+    def ptype(t: Any) -> Any:  # an annotation with every msgspec struct in it made a pydantic model
+        if isinstance(t, type) and issubclass(t, msgspec.Struct):
+            if t not in made:
+                made[t] = model(t)
+            return made[t]
+        args = typing.get_args(t)
+        if not args:
+            return t
+        args = tuple(ptype(a) for a in args)
+        if typing.get_origin(t) in (types.UnionType, typing.Union):
+            return typing.Union[args]  # noqa: UP007
+        return typing.get_origin(t)[args if len(args) > 1 else args[0]]
+
+    def model(cls: type) -> type[pydantic.BaseModel]:
         hints = typing.get_type_hints(cls)
         fields: dict[str, Any] = {}
         for f in msgspec.structs.fields(cls):
-            t = (nested or {}).get(f.name, hints[f.name])
+            t = ptype(hints[f.name])
             if f.default is not msgspec.NODEFAULT:
                 fields[f.name] = (t, f.default)
             elif f.default_factory is not msgspec.NODEFAULT:
                 fields[f.name] = (t, pydantic.Field(default_factory=f.default_factory))
             else:
                 fields[f.name] = (t, ...)
-        return pydantic.create_model(name, **fields)
+        return pydantic.create_model("P" + cls.__name__, **fields)
 
-    sections = {name: model(cls, "P" + cls.__name__) for name, cls in SECTIONS.items()}
-    return model(Record, "PRecord", {k: v for k, v in sections.items()})
+    return ptype(Record)
 
 
 def group(d: dict[str, Any]) -> dict[str, Any]:

@@ -100,16 +100,16 @@ def test_the_steady_steps_page_faults_are_counted_per_step() -> None:
         return 1.0
 
     timing = time_steps(step, lambda: None, steps=6, warmup=2, compiles=TorchCompiles())
-    assert timing.os_usage["page_faults_per_step"] >= 0.9 * size / mmap.PAGESIZE
-    assert 0 < timing.os_usage["kernel_cpu_share"] <= 1
+    assert timing.os_usage.page_faults_per_step >= 0.9 * size / mmap.PAGESIZE
+    assert 0 < timing.os_usage.kernel_cpu_share <= 1
     quiet = time_steps(lambda i: 1.0, lambda: None, steps=6, warmup=2, compiles=TorchCompiles())
-    assert quiet.os_usage["page_faults_per_step"] < 100
-    assert per_step(timing, 2).os_usage["page_faults_per_step"] == pytest.approx(
-        timing.os_usage["page_faults_per_step"] / 2, abs=0.1)
+    assert quiet.os_usage.page_faults_per_step < 100
+    assert per_step(timing, 2).os_usage.page_faults_per_step == pytest.approx(
+        timing.os_usage.page_faults_per_step / 2, abs=0.1)
     # costed: the faults at one fault's measured cost are a share of the CPU time no larger than the kernel's
     # (with a margin for the two clocks' resolution), and a step of no faults is not costed at all
-    assert 0 < timing.os_usage["fault_cpu_share"] <= timing.os_usage["kernel_cpu_share"] + 0.1
-    assert "fault_cpu_share" not in quiet.os_usage
+    assert 0 < timing.os_usage.fault_cpu_share <= timing.os_usage.kernel_cpu_share + 0.1
+    assert quiet.os_usage.fault_cpu_share is None
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="page faults of fresh anonymous memory: Linux")
@@ -129,9 +129,9 @@ def test_the_faults_are_never_priced_above_the_kernels_own_share() -> None:
     end = page_faults.Usage(minor_faults=20_000, major_faults=0, user_s=0.2, system_s=0.8)
     for cost_us in (1.0, 40.0, 51.0, 1000.0):
         shares = page_faults.per_step(start, end, steps=10, cost_us=cost_us)
-        assert shares["kernel_cpu_share"] == 0.8
-        assert 0 < shares["fault_cpu_share"] <= shares["kernel_cpu_share"]
-    assert page_faults.per_step(start, end, steps=10, cost_us=1.0)["fault_cpu_share"] == 0.02  # below: as costed
+        assert shares.kernel_cpu_share == 0.8
+        assert 0 < shares.fault_cpu_share <= shares.kernel_cpu_share
+    assert page_faults.per_step(start, end, steps=10, cost_us=1.0).fault_cpu_share == 0.02  # below: as costed
     assert page_faults.fault_share(100_000, 1.0, 10.0, kernel_share=0.3) == 0.3
     assert page_faults.fault_share(100_000, 1.0, 10.0) == 1.0  # no kernel share known: the cost alone
 

@@ -445,7 +445,10 @@ def test_retry_failed_runs_the_failed_ones_again(tmp_path, fake_runs):
 # ----------------------------------------------------------------------------- every output says what it is
 
 def test_parity_mismatch_names_the_parameters_exits_1_and_is_in_every_report(tmp_path, monkeypatch, fake_runs):
+    import msgspec
+
     from twinbench.byo import plan
+    from twinbench.record_sections import Parity
 
     parity = {"ok": False, "loss_torch": 1.0, "loss_jax": 1.2, "loss_rel": 0.2, "grad_rel": 0.38,
               "grad_worst": [["h.0.attn.c_attn.weight", 0.38], ["wte", 0.1]], "losses_torch": [1.0],
@@ -455,7 +458,7 @@ def test_parity_mismatch_names_the_parameters_exits_1_and_is_in_every_report(tmp
     def prepare(specs, out_dir, timeout):
         (out_dir / "byo").mkdir(parents=True, exist_ok=True)
         (out_dir / "byo" / "parity.json").write_text(json.dumps(parity))
-        return specs, parity
+        return specs, msgspec.convert(parity, Parity)
 
     monkeypatch.setattr(plan, "prepare", prepare)
     real = runner.run_one
@@ -463,7 +466,7 @@ def test_parity_mismatch_names_the_parameters_exits_1_and_is_in_every_report(tmp
     def run_one(spec, timeout, env=None):
         r = real(spec, timeout) if False else fake_record(spec)
         if spec.strategy.name == "port":
-            r.parity = parity
+            r.parity = msgspec.convert(parity, Parity)
         return r
 
     monkeypatch.setattr(runner, "run_one", run_one)

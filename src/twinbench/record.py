@@ -136,7 +136,7 @@ def unsaved_dir() -> Path:
     """Where records that could not be written to their results file are kept (one file per run)."""
     import tempfile
 
-    return Path(os.environ.get("TWINBENCH_UNSAVED_DIR") or Path(tempfile.gettempdir()) / "twinbench-unsaved")
+    return Path(os.getenv("TWINBENCH_UNSAVED_DIR") or Path(tempfile.gettempdir()) / "twinbench-unsaved")
 
 
 def keep_unsaved(record: dict[str, Any], path: Path) -> Path | None:
@@ -216,6 +216,8 @@ def _kind(t: Any) -> tuple[str, bool, bool]:
     args = typing.get_args(t) if typing.get_origin(t) in (types.UnionType, typing.Union) else (t,)
     base = next(a for a in args if a is not type(None))
     origin = typing.get_origin(base) or base
+    if isinstance(origin, type) and issubclass(origin, msgspec.Struct):  # a typed analysis: an object in JSON
+        origin = dict
     kind = {list: "list", dict: "dict", int: "num", float: "num", str: "str"}.get(origin, "")
     return kind, type(None) in args, int in args and float not in args
 

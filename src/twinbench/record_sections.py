@@ -176,6 +176,95 @@ class Outputs(Section):
     weights_path: str | None = None
 
 
+class Analysis(msgspec.Struct, kw_only=True, omit_defaults=False):
+    """An optional analysis a record carries whole; every field has a default, so the ``{}`` of a run without it
+    (and a record of an earlier version) loads, and such an empty one is written back as ``{}``."""
+
+    def __bool__(self) -> bool:
+        return self != type(self)()
+
+
+class Placement(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """One array of a sharding report: its partition spec and bytes per device (distributed/sharding_report.py)."""
+
+    name: str
+    shape: list[int]
+    dtype: str
+    spec: str  # JAX's PartitionSpec, torch's DTensor placements, or how DDP replicates it
+    bytes: int
+    bytes_per_device: int
+    devices: int
+    sharded: bool  # a device holds less than the whole array
+    #: (device label, [(start, stop) per dimension]) of every block: the arrays ``--show-sharding`` draws
+    layout: list[tuple[str, list[tuple[int, int]]]] | None = None
+
+
+class PlacementGroup(msgspec.Struct, kw_only=True, frozen=True):
+    """The parameters or the optimizer state of a sharding report: totals and how often each spec occurs."""
+
+    arrays: int = 0
+    bytes: int = 0
+    bytes_per_device: int = 0
+    specs: dict[str, int] = msgspec.field(default_factory=dict)
+    replicated: list[str] = msgspec.field(default_factory=list)  # names of arrays every device holds whole
+    entries: list[Placement] = msgspec.field(default_factory=list)
+
+
+class Sharding(Analysis):
+    """Where every array of a multi-device run lives (distributed/sharding_report.py ``build``)."""
+
+    kind: str = ""  # what the strategy means to do: dp, fsdp, pmap, ddp...
+    mesh: str = ""
+    device_count: int = 0
+    batch: list[Placement] = msgspec.field(default_factory=list)
+    params: PlacementGroup = msgspec.field(default_factory=PlacementGroup)
+    opt_state: PlacementGroup = msgspec.field(default_factory=PlacementGroup)
+    state_bytes_per_device: int = 0  # params + optimizer state one device holds
+    state_bytes_total: int = 0
+    drawn: list[Placement] = msgspec.field(default_factory=list)  # the arrays with their layout
+    replicas_max_abs_diff: float | None = None  # copies of the same block that disagree after the run
+
+
+class Tolerances(msgspec.Struct, kw_only=True, frozen=True):
+    """The parity check's tolerances (byo/parity.py)."""
+
+    loss_rel: float = 0.0
+    grad_rel: float = 0.0
+    steps_abs: float = 0.0
+
+
+class Trajectory(msgspec.Struct, kw_only=True, frozen=True):
+    """A user-model run's losses against torch eager's, step by step (byo/run.py ``trajectory``)."""
+
+    vs: str = "torch eager"
+    steps: int = 0
+    first_rel: float = 0.0
+    max_rel: float = 0.0
+    tolerance: float = 0.0
+    ok: bool = True
+
+
+class Parity(Analysis, omit_defaults=True):
+    """The user's JAX port against their torch module (byo/parity.py), and the run's loss trajectory."""
+
+    loss_torch: float | None = None
+    loss_jax: float | None = None
+    loss_rel: float | None = None
+    grad_rel: float | None = None
+    grad_worst: list[tuple[str, float]] = msgspec.field(default_factory=list)  # the leaves that differ most
+    losses_torch: list[float] = msgspec.field(default_factory=list)
+    losses_jax: list[float] = msgspec.field(default_factory=list)
+    steps_abs: float | None = None
+    steps: int | None = None
+    tolerances: Tolerances | None = None
+    ok: bool | None = None  # None: the port's check did not run (a trajectory alone)
+    trajectory: Trajectory | None = None
+
+    def failed(self) -> bool:
+        """The port failed its check, or the run's losses left torch eager's."""
+        return self.ok is False or (self.trajectory is not None and not self.trajectory.ok)
+
+
 #: section name -> its struct, in the order a record holds them
 SECTIONS: dict[str, type[Section]] = {
     "run": Run, "conditions": Conditions, "timing": Timing, "speed": Speed, "compile": Compile,
@@ -185,6 +274,8 @@ SECTIONS: dict[str, type[Section]] = {
 #: the opaque analyses a record carries whole, each a section of its own: sharding (distributed/
 #: sharding_report.py), parity (byo/parity.py), doctor (the doctor's findings over a user's run)
 OPAQUE = ("sharding", "parity", "doctor")
+#: of those, the typed ones (an empty one is written ``{}``)
+ANALYSES = ("sharding", "parity")
 #: flat names (schema version 1) that a section holds under a shorter name
 RENAMED = {"trace_path": ("trace", "path"), "trace_error": ("trace", "error"),
            "explain_timing": ("explain", "timing"), "explain_hlo_path": ("explain", "hlo_path"),
@@ -243,15 +334,18 @@ class Record(msgspec.Struct, kw_only=True):
     explain: Explain = msgspec.field(default_factory=Explain)
     launch: Launch = msgspec.field(default_factory=Launch)
     outputs: Outputs = msgspec.field(default_factory=Outputs)
-    sharding: dict[str, Any] = msgspec.field(default_factory=dict)  # distributed/sharding_report.py build()
-    parity: dict[str, Any] = msgspec.field(default_factory=dict)  # byo: the port's parity check
-    doctor: dict[str, Any] = msgspec.field(default_factory=dict)  # byo: the doctor's findings
+    sharding: Sharding = msgspec.field(default_factory=Sharding)  # distributed/sharding_report.py build()
+    parity: Parity = msgspec.field(default_factory=Parity)  # byo: the port's parity check
+    # byo: the doctor's report over a JAX run (doctor/report.py to_json), carried whole: its observations are the
+    # doctor's own, free-form here (byo/plan.py decodes the part it prints)
+    doctor: dict[str, Any] = msgspec.field(default_factory=dict)
     spec: dict[str, Any] = msgspec.field(default_factory=dict)  # the RunSpec's dict (spec.py to_dict)
 
     # -- the record as JSON ---------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """The record as it is written: sections of plain JSON values."""
-        return msgspec.to_builtins(self, enc_hook=_plain)
+        """The record as it is written: sections of plain JSON values (an analysis the run did not make: ``{}``)."""
+        out = msgspec.to_builtins(self, enc_hook=_plain)
+        return out | {k: out[k] if getattr(self, k) else {} for k in ANALYSES}
 
     def flat(self) -> dict[str, Any]:
         """The record in the flat layout of schema version 1 (every field at the top level, under its flat
@@ -259,8 +353,9 @@ class Record(msgspec.Struct, kw_only=True):
         out: dict[str, Any] = {"status": self.status, "error": self.error}
         for name, (section, field) in FLAT.items():
             out[name] = getattr(getattr(self, section), field)
-        return out | {"warnings": self.warnings, "sharding": self.sharding, "parity": self.parity,
-                      "doctor": self.doctor, "spec": self.spec, "schema_version": self.schema_version}
+        whole = self.to_dict()
+        return out | {"warnings": self.warnings, **{k: whole[k] for k in OPAQUE}, "spec": self.spec,
+                      "schema_version": self.schema_version}
 
     @classmethod
     def from_flat(cls, d: dict[str, Any]) -> Record:

@@ -13,9 +13,11 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from twinbench import backends, compile_cache, distributed, xla_flags
 from twinbench.config import SpecError
@@ -23,18 +25,34 @@ from twinbench.data import pipeline, tasks
 from twinbench.errors import error_line
 from twinbench.folder_io import fresh_dir
 from twinbench.lifeline import watch_parent
+from twinbench.machine import ranks
 from twinbench.measure import device, memory, metrics, peak, platforms
 from twinbench.measure.clock import per_step, time_steps, time_window
 from twinbench.measure.inputs import InputWaits
-from twinbench.measure.interference import Meter
+from twinbench.measure.interference import Interference, Meter
 from twinbench.measure.trace import trace_steps
 from twinbench.models import family
 from twinbench.models.weights import save
 from twinbench.record import Record, for_spec
-from twinbench.record_sections import Compile, Explain, Input, Loss, Memory, Outputs, Speed, Timing, Trace
+from twinbench.record_sections import (
+    Compile,
+    Explain,
+    Input,
+    Loss,
+    Memory,
+    Outputs,
+    Sharding,
+    Speed,
+    Timing,
+    Trace,
+)
 from twinbench.spec import USER, RunSpec
 from twinbench.strategies import registry
 from twinbench.strategies.base import optional
+
+if TYPE_CHECKING:
+    from twinbench.byo.run import UserFields
+    from twinbench.distributed.sharding_report import Report
 
 
 def prepare_process(spec: RunSpec) -> int:
@@ -43,9 +61,10 @@ def prepare_process(spec: RunSpec) -> int:
     if spec.host.threads and spec.host.threads < len(cpus):
         cpus = cpus[: spec.host.threads]
         os.sched_setaffinity(0, cpus)  # XLA and torch both size their thread pools from the affinity mask
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # torchrun: one process per device
+    launched = ranks()  # torchrun: one process per device
+    local_world = launched.local_world_size or 1
     if local_world > 1:  # the ranks of one host share its cores instead of each taking all of them
-        per, rank = max(len(cpus) // local_world, 1), int(os.environ.get("LOCAL_RANK", "0"))
+        per, rank = max(len(cpus) // local_world, 1), launched.local_rank
         cpus = [cpus[(rank * per + k) % len(cpus)] for k in range(per)]
         os.sched_setaffinity(0, cpus)
     os.environ.update(distributed.process_env(spec))  # JAX: simulated CPU devices, collectives between processes
@@ -89,10 +108,10 @@ class Loop:
     compiles_in_loop: int
     compiles_eval: int
     cache_hits_eval: int  # of those, loaded from the persistent compilation cache
-    inputs: dict[str, Any]  # the input pipeline's waits (measure/inputs.py)
+    inputs: dict[str, float | None]  # the input pipeline's waits (measure/inputs.py)
     tokens: dict[str, float]  # padding, real tokens (data/tasks.py)
     accuracy_first: float | None
-    meter: dict[str, Any]  # what other processes took during the timed steps (measure/interference.py)
+    meter: Interference  # what other processes took during the timed steps (measure/interference.py)
 
 
 #: What this run knows of itself so far (device, platform, matmul precision, parameters): a run that fails or
@@ -206,13 +225,11 @@ def execute(spec: RunSpec, threads: int) -> Record:
     flops_tok = b.family.flops_per_token(spec.model, attention_length(b.run_data, loop.warm_calls * b.steps_per_call))
     # multi-device strategies report device_count, state_bytes_per_device, sharding and warnings
     report = optional(b.trainer, "report")
-    many = report() if report else {}
-    many.setdefault("device_count", 1)  # the devices the run used: one, unless a multi-device strategy says
-    many.setdefault("devices_visible", env.device_count)
-    parallel = (distributed.parallel_peaks(spec, env.platform, many["device_count"], threads)
-                if many["device_count"] > 1 else 1)
+    many: Report | None = report() if report else None
+    device_count = many.device_count if many else 1  # the devices the run used: one, unless a strategy says
+    parallel = distributed.parallel_peaks(spec, env.platform, device_count, threads) if device_count > 1 else 1
     tp = metrics.speed(timing, loop.tokens.pop("padded_tokens_per_step"), flops_tok, peak_measured, peak_sheet,
-                       parallel, many["device_count"] if accelerator else 1)
+                       parallel, device_count if accelerator else 1)
     accuracy_last = tasks.accuracy(b.predict, b.run_data.eval_batches)  # before tracing trains any further
     attention = None
     if not b.user and spec.strategy.base.startswith("torchax"):  # torch's SDPA as torchax lowers it to XLA
@@ -230,46 +247,43 @@ def execute(spec: RunSpec, threads: int) -> Record:
         mem["preflight"] = flight.to_dict()
     saved = _save_weights(spec, b.trainer)  # the weights of the measured steps, before any further step
     timing.async_step_s = _async_window(spec, env, b, loop)  # after the measured steps and what reads them
-    user = b.user.fields(b.trainer, b.run_data.batches, timing.losses) if b.user else {}  # after the steps
+    user: UserFields | None = b.user.fields(b.trainer, b.run_data.batches, timing.losses) if b.user else None
     traced = _trace(spec, b.trainer, b.run_data.batches)  # profiled steps after the measured ones
     explained = _explain(spec, b.trainer, b.run_data.batches, traced)
     chosen = backends.get(fw).record_fields(spec.strategy.attention_impl)  # xla_flags, the attention that ran
 
     rec = for_spec(spec, "ok")
-    rec.warnings = [*many.get("warnings", []), *user.get("warnings", [])]
+    rec.warnings = [*(many.warnings if many else []), *(user.warnings if user else [])]
     run = rec.run
     run.n_params, run.device, run.steps_per_call = b.n_params, env.device_name, b.steps_per_call
-    run.device_count, run.devices_visible = many["device_count"], many["devices_visible"]
-    run.attention_impl = chosen["attention_impl"]
+    run.device_count, run.devices_visible = device_count, env.device_count
+    run.attention_impl = chosen.attention_impl
     c = rec.conditions
     c.threads, c.platform, c.versions, c.matmul_precision = threads, env.platform, device.versions(fw), \
         env.matmul_precision
-    c.attention_kernel, c.xla_flags, c.glibc_tunables = attention, chosen["xla_flags"], \
-        os.environ.get("GLIBC_TUNABLES")
+    c.attention_kernel, c.xla_flags, c.glibc_tunables = attention, chosen.xla_flags, os.getenv("GLIBC_TUNABLES")
     c.device_shared = shared if accelerator else None
-    c.interference_cores = loop.meter.get("interference_cores")
-    c.cpu_busy_per_core = loop.meter.get("cpu_busy_per_core") or {}
-    c.interference_window_s = loop.meter.get("interference_window_s")
-    c.page_faults_per_step = timing.os_usage.get("page_faults_per_step")
-    c.kernel_cpu_share = timing.os_usage.get("kernel_cpu_share")
-    c.fault_cpu_share = timing.os_usage.get("fault_cpu_share")
-    rec.timing = Timing(first_step_s=timing.first_step_s, wall_s=timing.wall_s, **metrics.step_stats(timing))
-    rec.speed = Speed(flops_per_token=flops_tok, flops_convention=user.get("flops_convention"),
-                      peak_tflops=peak_measured, peak_tflops_datasheet=peak_sheet, **peak_fields, **tp)
+    c.interference_cores = loop.meter.interference_cores
+    c.cpu_busy_per_core = loop.meter.cpu_busy_per_core
+    c.interference_window_s = loop.meter.interference_window_s
+    c.page_faults_per_step = timing.os_usage.page_faults_per_step
+    c.kernel_cpu_share = timing.os_usage.kernel_cpu_share
+    c.fault_cpu_share = timing.os_usage.fault_cpu_share
+    rec.timing = Timing(first_step_s=timing.first_step_s, wall_s=timing.wall_s, **asdict(metrics.step_stats(timing)))
+    rec.speed = Speed(flops_per_token=flops_tok, flops_convention=user.flops_convention if user else None,
+                      peak_tflops=peak_measured, peak_tflops_datasheet=peak_sheet, **asdict(peak_fields), **asdict(tp))
     rec.compile = Compile(compile_s=timing.compile_s, compiles_during_steps=timing.compiles_during_steps,
                           compiles_total=compiles_total, compiles_in_loop=loop.compiles_in_loop,
                           compile_cache_hits=cache_hits)
     rec.memory = Memory(peak_mem_bytes=peak_mem, peak_mem_source=mem_source, breakdown=mem,
-                        state_bytes_per_device=many.get("state_bytes_per_device"))
+                        state_bytes_per_device=many.state_bytes_per_device if many else None)
     rec.input = Input(**loop.inputs, **loop.tokens)
     rec.loss = Loss(loss_first=timing.losses[0], loss_last=timing.losses[-1], losses=timing.losses,
                     accuracy_first=loop.accuracy_first, accuracy_last=accuracy_last)
-    rec.trace = Trace(path=traced.get("trace_path"), error=traced.get("trace_error"))
-    rec.explain = Explain(timing=explained.get("explain_timing") or {}, hlo_path=explained.get("explain_hlo_path"),
-                          error=explained.get("explain_error"))
-    rec.outputs = Outputs(weights_path=saved.get("weights_path"))
-    rec.sharding, rec.parity, rec.doctor = many.get("sharding") or {}, user.get("parity") or {}, \
-        user.get("doctor") or {}
+    rec.trace, rec.explain, rec.outputs = traced, explained, saved
+    rec.sharding = many.sharding if many else Sharding()
+    if user:
+        rec.parity, rec.doctor = user.parity, user.doctor
     return rec
 
 
@@ -316,44 +330,53 @@ def attention_length(run_data: object, steady_from: int) -> int:
     return max(1, round(sum(n * t for n, t in zip(padded, lengths, strict=True)) / sum(padded)))
 
 
-def _save_weights(spec: RunSpec, trainer: object) -> dict[str, str]:
+def _save_weights(spec: RunSpec, trainer: object) -> Outputs:
     """With ``spec.output.save_weights``: the trained weights as a canonical safetensors file (before any trace step)."""
     if not spec.output.save_weights:
-        return {}
+        return Outputs()
     out = Path(spec.output.save_weights).resolve() / f"{spec.framework}-{spec.strategy.name}-{spec.run_id()}.safetensors"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
     save(trainer.weights(), tmp)  # type: ignore[attr-defined]
     os.replace(tmp, out)  # atomic: a reader never sees half a file
-    return {"weights_path": str(out)}
+    return Outputs(weights_path=str(out))
 
 
-def _trace(spec: RunSpec, trainer: object, host_batches: list) -> dict[str, str | None]:
+def _trace(spec: RunSpec, trainer: object, host_batches: list) -> Trace:
     """With ``spec.output.trace_dir``: profile a few steps AFTER the measured ones (their timing stays clean)."""
     if not spec.output.trace_dir:
-        return {}
+        return Trace()
     out = Path(spec.output.trace_dir) / f"{spec.framework}-{spec.strategy.name}-{spec.run_id()}"
     rank = backends.get(spec.framework).process_index(spec.launch.num_processes)  # every rank traces its own steps
-    if rank or int(os.environ.get("WORLD_SIZE", "1")) > 1 or spec.launch.num_processes > 1:
+    if rank or ranks().world_size > 1 or spec.launch.num_processes > 1:
         out = out / f"rank{rank}"
     try:
         # a new, empty folder reached through no link: the profiler writes by name into it (folder_io.fresh_dir)
         out = fresh_dir(out)
         path = trace_steps(spec.framework, lambda i: trainer.step(*host_batches[i % len(host_batches)]),
                            trainer.sync, out)
-        return {"trace_path": str(Path(path).resolve())}
+        return Trace(path=str(Path(path).resolve()))
     except Exception as e:  # a failed trace must not cost the measured run
         traceback.print_exc()
-        return {"trace_error": f"{type(e).__name__}: {e}"[:300]}
+        return Trace(error=f"{type(e).__name__}: {e}"[:300])
 
 
-def _explain(spec: RunSpec, trainer: object, host_batches: list, traced: dict) -> dict:
+class _Explained(msgspec.Struct, kw_only=True, frozen=True):
+    """What explain/timing.py's ``in_worker`` hands back (under the record's flat names)."""
+
+    explain_timing: dict[str, float | None] = {}
+    explain_hlo_path: str | None = None
+    explain_error: str | None = None
+
+
+def _explain(spec: RunSpec, trainer: object, host_batches: list, traced: Trace) -> Explain:
     """With ``spec.output.explain``: the step's phases by timing, after the measured and traced steps."""
     if not spec.output.explain:
-        return {}
+        return Explain()
     from twinbench.explain.timing import in_worker
 
-    return in_worker(spec, trainer, host_batches, traced.get("trace_path"))
+    got = msgspec.convert(in_worker(spec, trainer, host_batches, traced.path), _Explained)
+    return Explain(timing=got.explain_timing, hlo_path=got.explain_hlo_path, error=got.explain_error)
 
 
 def main(argv: list[str]) -> int:

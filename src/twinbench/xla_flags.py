@@ -59,7 +59,7 @@ def merged(user_flags: str, choice: str, cpu: bool = True) -> str:
 
 def apply(choice: str) -> str:
     """In the worker, before jax is imported: set ``XLA_FLAGS``; return the value the run uses."""
-    flags = merged(os.environ.get("XLA_FLAGS", ""), choice, cpu_backend())
+    flags = merged(os.getenv("XLA_FLAGS", ""), choice, cpu_backend())
     if flags:
         os.environ["XLA_FLAGS"] = flags
     else:

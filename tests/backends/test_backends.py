@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from twinbench import backends
+from twinbench.backends.common import RecordFields
 from twinbench.strategies.base import JaxStepTrainer, TorchModuleTrainer
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "twinbench"
@@ -33,10 +34,10 @@ def test_an_unknown_framework_is_a_one_line_error():
 
 def test_what_only_one_framework_records(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_flag=1")
-    assert backends.get("jax").record_fields("chunked") == {"xla_flags": "--xla_cpu_flag=1",
-                                                             "attention_impl": "chunked"}
+    assert backends.get("jax").record_fields("chunked") == RecordFields(xla_flags="--xla_cpu_flag=1",
+                                                                        attention_impl="chunked")
     # the torch twins read no --attention-impl and no XLA flags, whatever the spec says
-    assert backends.get("torch").record_fields("chunked") == {"xla_flags": None, "attention_impl": "default"}
+    assert backends.get("torch").record_fields("chunked") == RecordFields(xla_flags=None, attention_impl="default")
     assert backends.get("jax").attention_impl("splash") == "splash"
     assert backends.get("torch").attention_impl("splash") == "default"
 

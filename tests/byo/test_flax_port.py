@@ -66,8 +66,8 @@ def test_the_linen_port_passes_the_parity_check_and_its_train_state_step_is_the_
                        user_jax_model=f"{EXAMPLE / 'model_linen.py'}:build_jax")[0]
     prepare.prepare(spec, tmp_path, with_ref=True)
     result = parity.check(spec, tmp_path)
-    assert result["ok"], result
-    assert result["loss_rel"] < 1e-5 and result["grad_rel"] < 1e-5 and result["steps_abs"] < 1e-5
+    assert result.ok, result
+    assert result.loss_rel < 1e-5 and result.grad_rel < 1e-5 and result.steps_abs < 1e-5
     # the user's own TrainState step differentiates the loss twinbench measured: its first loss is the torch loss
     import optax
     from safetensors.numpy import load_file

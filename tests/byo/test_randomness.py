@@ -88,6 +88,6 @@ def test_attention_dropout_attribute_is_switched_off():
 
 def test_trajectory_parity_flags_a_run_past_the_tolerance():
     eager = [2.0, 1.5, 1.0]
-    assert trajectory([2.0, 1.5, 1.0 + 1e-7], eager)["ok"]
+    assert trajectory([2.0, 1.5, 1.0 + 1e-7], eager).ok
     bad = trajectory([2.0, 1.5, 1.01], eager)
-    assert not bad["ok"] and bad["max_rel"] == pytest.approx(0.01) and bad["first_rel"] == 0.0
+    assert not bad.ok and bad.max_rel == pytest.approx(0.01) and bad.first_rel == 0.0

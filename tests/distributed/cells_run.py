@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: parity_cells
 
 from parity_cells import (
@@ -92,10 +94,10 @@ def main(framework: str, out_path: str) -> None:
         for cell in cells:
             res[cell], trainer = losses(fam, framework, cell, DEVICES)
             # what the run's record says of its devices (every rank calls it: it may gather across them)
-            res[f"{cell}:report"] = trainer.report()
+            res[f"{cell}:report"] = msgspec.to_builtins(trainer.report())
         if framework == "jax":  # claim C13: gradients never averaged across the devices
             _, trainer = losses(fam, framework, "pmap+nosync", DEVICES)
-            res["pmap+nosync:report"] = trainer.report()
+            res["pmap+nosync:report"] = msgspec.to_builtins(trainer.report())
         for (f, cell), n in LATE_COMPILES.items():
             if f == fam:
                 res[f"{cell}:late_compiles"] = n

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import msgspec
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
@@ -87,7 +88,7 @@ def test_warnings_flag_a_replicated_batch_and_unsynchronised_replicas():
     fsdp = _report((4, 32), kind="fsdp", params=[_entry("w", (4, 4), (2, 4)), _entry("b", (3,), (3,), "P()")])
     (w,) = sr.warnings(fsdp)
     assert "params: 1 of 2 arrays" in w and "b [3]" in w
-    assert fsdp["params"]["bytes_per_device"] == 2 * 4 * 4 + 3 * 4
+    assert fsdp.params.bytes_per_device == 2 * 4 * 4 + 3 * 4
 
 
 def test_replica_check_sees_copies_that_differ():
@@ -108,7 +109,7 @@ def test_drawing_names_the_devices_of_each_block():
     layout = [(f"CPU {d}", [(0, 8), (16 * d, 16 * (d + 1))]) for d in range(2)]
     e = sr.entry("w", (8, 32), "float32", 4, "P(None, 'data')", (8, 16), 2, layout)
     record = Record(status="ok", run=Run(framework="jax", strategy="mesh-fsdp"),
-                    sharding=_report((4, 32)) | {"drawn": [e]}, warnings=["batch x is replicated"])
+                    sharding=msgspec.structs.replace(_report((4, 32)), drawn=[e]), warnings=["batch x is replicated"])
     text = _rendered(record)
     assert "│" in text and "CPU 0" in text and "CPU 1" in text
     assert "P(None, 'data')" in text and "warning: batch x is replicated" in text

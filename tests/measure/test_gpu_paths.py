@@ -5,6 +5,7 @@ frameworks, the GPUs a run sees and NVML's count of processes on them, the early
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -143,9 +144,9 @@ def test_compare_refuses_more_devices_than_gpus_before_any_run(monkeypatch, tmp_
 # -- "device shared" reaches records and the footer ---------------------------------------------------------
 def test_device_shared_reaches_the_record_and_the_footer():
     p = peak.Peak("torch", "gpu", "NVIDIA H200", "bf16", 16, {}, 672.0, [672.0], 0.0, "2026-12-04T18:02:33+00:00",
-                  0.0, {"other_device_processes": 2})
-    assert p.record_fields()["peak_device_shared"] == 2
-    r = rec("torch", **p.record_fields(), device_shared=1)
+                  0.0, peak.Method(other_device_processes=2))
+    assert p.record_fields().peak_device_shared == 2
+    r = rec("torch", **dataclasses.asdict(p.record_fields()), device_shared=1)
     warnings = condition_warnings(r)
     assert any(w.startswith("matmul peak:") and "2 other process(es) used the GPU" in w for w in warnings)
     assert any(w.startswith("device shared:") for w in warnings)

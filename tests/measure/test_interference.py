@@ -24,10 +24,10 @@ def test_own_work_is_not_interference_and_others_work_is():
             _burn(0.6)
     finally:
         other.kill()
-    gap = foreign.fields()["interference_cores"] - own.fields()["interference_cores"]
-    burnt = gap * own.fields()["interference_window_s"]  # cores x seconds: CPU seconds, however busy the machine
+    gap = foreign.fields().interference_cores - own.fields().interference_cores
+    burnt = gap * own.fields().interference_window_s  # cores x seconds: CPU seconds, however busy the machine
     assert 0.45 < burnt < 0.9, (own.fields(), foreign.fields())
-    assert set(own.fields()["cpu_busy_per_core"]) == set(core_busy_s())
+    assert set(own.fields().cpu_busy_per_core) == set(core_busy_s())
 
 
 def test_tree_cpu_counts_children():

@@ -7,6 +7,7 @@ real through the CLI and checks only what was stored.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -52,14 +53,14 @@ def test_measured_peak_is_cached_with_when_how_and_spread(cache: Path, monkeypat
     monkeypatch.setattr(peak, "_per_size", scripted)
     p = peak.lookup(*ARGS)
     assert p.tflops == 0.19 and p.spread == pytest.approx(0.19 / 0.185 - 1) and p.trusted
-    assert p.method["size"] == 2048 and p.method["repeats"] == peak.REPEATS and p.method["attempts"] == 1
+    assert p.method.size == 2048 and p.method.repeats == peak.REPEATS and p.method.attempts == 1
     assert p.repeats_tflops == STEADY and p.load_per_core == 0.1
     assert p.age_s() is not None and p.age_s() < 3600
     entry = json.loads(cache.read_text())[p.key]
     assert entry["versions"] == {"torch": "2.13.0+cpu"} and entry["measured_at"] == p.measured_at
     assert "torch=2.13.0+cpu" in p.key
     assert peak.lookup(*ARGS).tflops == 0.19 and scripted.calls == 1  # from the cache
-    fields = p.record_fields()
+    fields = dataclasses.asdict(p.record_fields())
     assert set(fields) == {"peak_measured_at", "peak_spread", "peak_load_per_core", "peak_device_shared"}
     assert fields["peak_device_shared"] == 0
 
@@ -77,13 +78,13 @@ def test_disagreeing_repeats_are_measured_again_then_refused(cache: Path, monkey
     noisy = Scripted(NOISY)
     monkeypatch.setattr(peak, "_per_size", noisy)
     p = peak.lookup(*ARGS)
-    assert noisy.calls == peak.ATTEMPTS and not p.trusted and p.method["attempts"] == peak.ATTEMPTS
+    assert noisy.calls == peak.ATTEMPTS and not p.trusted and p.method.attempts == peak.ATTEMPTS
     assert noisy.sizes == (2048,)  # the attempts after the first time the fastest size only
     assert "disagree by 90%" in p.problems()[0]
     # a noisy first attempt, then a steady one: the steady one is kept
     monkeypatch.setattr(peak, "_per_size", Scripted(NOISY, STEADY))
     p = peak.lookup(*ARGS)  # the refused entry is measured again on a quiet machine
-    assert p.trusted and p.method["attempts"] == 2 and p.spread < peak.MAX_SPREAD
+    assert p.trusted and p.method.attempts == 2 and p.spread < peak.MAX_SPREAD
 
 
 def test_a_busy_machine_gets_one_attempt(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,7 +93,7 @@ def test_a_busy_machine_gets_one_attempt(cache: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(peak, "_per_size", noisy)
     monkeypatch.setenv(peak.LOAD_ENV, "1.4")
     p = peak.lookup(*ARGS)
-    assert noisy.calls == 1 and p.method["attempts"] == 1 and not p.trusted
+    assert noisy.calls == 1 and p.method.attempts == 1 and not p.trusted
     assert [q.split(" (")[0] for q in p.problems()] == ["its repeats disagree by 90%", "it was measured on a busy machine"]
 
 
@@ -162,7 +163,7 @@ def _twinbench(cache_dir: Path, *args: str, timeout: float = 300) -> subprocess.
 
 def _entry(**over: Any) -> dict[str, Any]:
     p = peak.Peak("jax", "cpu", "Test CPU", "fp32", 2, {"jax": "0.10.2", "jaxlib": "0.10.2"}, 0.19, STEADY,
-                  peak.spread(STEADY), "2026-01-01T00:00:00+00:00", 0.05, {"size": 2048})
+                  peak.spread(STEADY), "2026-01-01T00:00:00+00:00", 0.05, peak.Method(size=2048))
     return {**p.to_json(), **over}
 
 

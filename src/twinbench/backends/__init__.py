@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from twinbench.backends import jax as jax_backend
 from twinbench.backends import torch as torch_backend
+from twinbench.backends.common import RecordFields
 from twinbench.config import Framework
 from twinbench.measure.compiles import CompileMonitor
 
@@ -31,6 +32,8 @@ class Backend(Protocol):
     READS_XLA_FLAGS: bool
     #: how predict reads this framework's step without running it (its progress line says so)
     PREDICT_READ: str
+    #: whether the doctor watches a few extra steps of a user-model run of this framework (byo/run.py)
+    DOCTOR_WATCHES_USER_RUN: bool
 
     def describe(self) -> tuple[str, str, int]: ...  # (platform, device name, devices visible)
     def set_threads(self, threads: int) -> None: ...  # the framework's own CPU thread pool
@@ -49,7 +52,8 @@ class Backend(Protocol):
                         impl: str) -> str: ...
     def lean_attention(self, platform: str) -> str: ...  # an --attention-impl keeping no seq x seq scores
     def attention_impl(self, asked: str) -> str: ...  # the --attention-impl this framework's twins run
-    def record_fields(self, asked_impl: str) -> dict[str, Any]: ...  # xla_flags, attention_impl
+    def advice(self, fix: str, uses_nnx: Callable[[], bool]) -> str: ...  # a doctor's fix in this framework's words
+    def record_fields(self, asked_impl: str) -> RecordFields: ...  # xla_flags, attention_impl
     def process_index(self, num_processes: int) -> int: ...  # this process's rank among a run's processes
     def fp32_matmul_words(self, platform: str, tf32: bool) -> str: ...  # what an fp32 matmul is there
     def remat_refusal(self, policy: str) -> str: ...  # why +remat cannot take --remat-policy ("" if it can)

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from twinbench.backends.common import RecordFields
+from twinbench.machine import ranks
 from twinbench.measure import platforms
 from twinbench.measure.compiles import CompileMonitor, JaxCompiles
 from twinbench.measure.host import cpu_name
@@ -24,6 +26,9 @@ MEMORY_PROTOCOL = JaxStepTrainer
 TWIN_OPTION = "jax-twin"
 READS_XLA_FLAGS = True
 PREDICT_READ = "lowered from state traced by jax.eval_shape"
+#: a user-model run of this framework (torchax, the user's port) is a translation of the user's torch module:
+#: the doctor watches a few extra steps of it, for the jit and host mistakes it finds (byo/run.py)
+DOCTOR_WATCHES_USER_RUN = True
 
 #: the record's name of each ``--attention-impl``; any other (the default) is the twins' einsums
 ATTENTION_LABELS = {"cudnn": "cudnn (fused)", "splash": "splash (Pallas TPU, fused)",
@@ -102,7 +107,7 @@ def peak_versions() -> dict[str, str]:
     import jaxlib
 
     out = {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
-    if os.environ.get("XLA_FLAGS", "").strip():
+    if os.getenv("XLA_FLAGS", "").strip():
         out["xla_flags"] = " ".join(sorted(os.environ["XLA_FLAGS"].split()))
     return out
 
@@ -195,9 +200,23 @@ def attention_impl(asked: str) -> str:
     return asked
 
 
-def record_fields(asked_impl: str) -> dict[str, Any]:
+def advice(fix: str, uses_nnx: Callable[[], bool]) -> str:
+    """A doctor finding's fix as it applies to a JAX run: the PyTorch lines dropped, and for code that is not Flax
+    NNX (``uses_nnx()``, asked only when it matters) the NNX advice too."""
+    import re
+
+    lines = [ln for ln in str(fix).splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.lstrip().startswith(("PyTorch:", "torch:"))] or lines
+    text = " ".join(lines)
+    if not uses_nnx():
+        text = re.sub(r"\s*\(Flax NNX:[^)]*\)", "", text).replace("nnx.scan / ", "")
+        text = re.sub(r"nnx\.jit\([^)]*\)", "jax.jit(train_step, donate_argnums=...)", text)
+    return text
+
+
+def record_fields(asked_impl: str) -> RecordFields:
     """The XLA flags the run's compiles saw, and the attention formulation it ran."""
-    return {"xla_flags": os.environ.get("XLA_FLAGS", ""), "attention_impl": attention_impl(asked_impl)}
+    return RecordFields(xla_flags=os.getenv("XLA_FLAGS", ""), attention_impl=attention_impl(asked_impl))
 
 
 def process_index(num_processes: int) -> int:
@@ -206,7 +225,7 @@ def process_index(num_processes: int) -> int:
         import jax
 
         return jax.process_index()
-    return int(os.environ.get("RANK", "0"))
+    return ranks().rank
 
 
 def remat_refusal(policy: str) -> str:
@@ -238,11 +257,11 @@ def join(num_processes: int, coordinator: str, process_id: int) -> None:
 
     if num_processes <= 1 or jax.distributed.is_initialized():
         return
-    address = coordinator or os.environ.get("JAX_COORDINATOR_ADDRESS") or None
+    address = coordinator or os.getenv("JAX_COORDINATOR_ADDRESS") or None
     pid: int | None = process_id if process_id >= 0 else None
-    if pid is None and os.environ.get("JAX_PROCESS_ID"):
+    if pid is None and os.getenv("JAX_PROCESS_ID"):
         pid = int(os.environ["JAX_PROCESS_ID"])
-    if os.environ.get("JAX_CPU_COLLECTIVES_IMPLEMENTATION"):  # set by process_env (CPU runs)
+    if os.getenv("JAX_CPU_COLLECTIVES_IMPLEMENTATION"):  # set by process_env (CPU runs)
         jax.config.update("jax_cpu_collectives_implementation", os.environ["JAX_CPU_COLLECTIVES_IMPLEMENTATION"])
     jax.distributed.initialize(coordinator_address=address, num_processes=num_processes,
                                process_id=pid, initialization_timeout=120)

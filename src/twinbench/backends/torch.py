@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from twinbench.backends.common import RecordFields
+from twinbench.machine import ranks
 from twinbench.measure.compiles import CompileMonitor, TorchCompiles
 from twinbench.measure.host import cpu_name
 from twinbench.strategies.base import TorchModuleTrainer
@@ -21,6 +23,8 @@ MEMORY_PROTOCOL = TorchModuleTrainer
 TWIN_OPTION = ""
 READS_XLA_FLAGS = False
 PREDICT_READ = "traced on fake tensors"
+#: a user-model run of this framework runs the user's torch module as written: the doctor does not watch it
+DOCTOR_WATCHES_USER_RUN = False
 
 #: torch's SDPA kernels by the aten op that runs them (the first found in a profiled call names the kernel).
 SDPA_KERNELS = (("_scaled_dot_product_cudnn_attention", "cudnn"),
@@ -202,14 +206,19 @@ def attention_impl(asked: str) -> str:
     return "default"
 
 
-def record_fields(asked_impl: str) -> dict[str, Any]:
+def advice(fix: str, uses_nnx: Callable[[], bool]) -> str:
+    """A doctor finding's fix as it applies to a torch run: all of it, on one line."""
+    return " ".join(ln for ln in str(fix).splitlines() if ln.strip())
+
+
+def record_fields(asked_impl: str) -> RecordFields:
     """No XLA flags, and the attention the twin ran whatever was asked (:func:`attention_impl`)."""
-    return {"xla_flags": None, "attention_impl": attention_impl(asked_impl)}
+    return RecordFields(xla_flags=None, attention_impl=attention_impl(asked_impl))
 
 
 def process_index(num_processes: int) -> int:
     """torchrun's rank of this process (0 alone)."""
-    return int(os.environ.get("RANK", "0"))
+    return ranks().rank
 
 
 def remat_refusal(policy: str) -> str:
@@ -239,10 +248,10 @@ def join_process_group() -> None:
     if dist.is_initialized():
         return
     if torch.cuda.is_available():
-        rank, count = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+        rank, count = ranks().local_rank, torch.cuda.device_count()
         if rank >= count:  # said now, in one line, instead of CUDA's "invalid device ordinal" later
             raise RuntimeError(f"--devices: local rank {rank} has no GPU: this host has {count} visible "
-                               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+                               f"(CUDA_VISIBLE_DEVICES={os.getenv('CUDA_VISIBLE_DEVICES', 'unset')})")
         device = torch.device("cuda", rank)
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)

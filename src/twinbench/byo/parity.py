@@ -19,18 +19,19 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
+import msgspec
 import numpy as np
 
 from twinbench.byo import UserConfig, UserModelError, _one_line, load_jax, load_torch, map_to_jax
 from twinbench.byo import family as fam
+from twinbench.record_sections import Parity, Tolerances
 from twinbench.spec import RunSpec
 
-TOLERANCES = {"loss_rel": 1e-4, "grad_rel": 1e-3, "steps_abs": 1e-3}
+TOLERANCES = Tolerances(loss_rel=1e-4, grad_rel=1e-3, steps_abs=1e-3)
 
 
-def check(spec: RunSpec, d: Path) -> dict[str, Any]:
+def check(spec: RunSpec, d: Path) -> Parity:
     import jax
     import jax.numpy as jnp
     import torch
@@ -70,12 +71,13 @@ def check(spec: RunSpec, d: Path) -> dict[str, Any]:
     trainer = FunctionTrainer(spec, params, port.loss_fn)
     ref_steps = ref["losses"]
     steps = [float(trainer.step(*batch(i))) for i in range(len(ref_steps))]
-    out = {"loss_torch": loss_t, "loss_jax": loss_j, "loss_rel": abs(loss_j - loss_t) / max(abs(loss_t), 1e-12),
-           "grad_rel": grad_rel, "grad_worst": [[k, v] for k, v in worst], "losses_torch": [float(v) for v in ref_steps], "losses_jax": steps,
-           "steps_abs": max(abs(a - b) for a, b in zip(ref_steps, steps, strict=True)),
-           "steps": len(steps), "tolerances": TOLERANCES}
-    out["ok"] = all(out[k] <= tol for k, tol in TOLERANCES.items())
-    return out
+    loss_rel = abs(loss_j - loss_t) / max(abs(loss_t), 1e-12)
+    steps_abs = max(abs(a - b) for a, b in zip(ref_steps, steps, strict=True))
+    tol = TOLERANCES
+    return Parity(loss_torch=loss_t, loss_jax=loss_j, loss_rel=loss_rel, grad_rel=grad_rel, grad_worst=worst,
+                  losses_torch=[float(v) for v in ref_steps], losses_jax=steps, steps_abs=steps_abs, steps=len(steps),
+                  tolerances=tol,
+                  ok=loss_rel <= tol.loss_rel and grad_rel <= tol.grad_rel and steps_abs <= tol.steps_abs)
 
 
 def main(argv: list[str]) -> int:
@@ -89,7 +91,7 @@ def main(argv: list[str]) -> int:
     except UserModelError as e:
         print(str(e), file=sys.stderr)
         return 2
-    (d / fam.PARITY).write_text(json.dumps(result, indent=1))
+    (d / fam.PARITY).write_bytes(msgspec.json.format(msgspec.json.encode(result), indent=1))
     return 0
 
 

@@ -10,14 +10,16 @@ measured. This module imports neither framework.
 from __future__ import annotations
 
 import json
-import re
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from twinbench.byo import UserModelError, needs_port, split_ref
 from twinbench.record import Record, typed
+from twinbench.record_sections import Parity, Tolerances
 from twinbench.spec import RunSpec, SpecError, from_preset, validate, with_precision
 from twinbench.spec_sections import split_name
 from twinbench.tasks import USER_TASK
@@ -90,10 +92,12 @@ def build_specs(preset: str, frameworks: list[str], names: list[str] | None, ove
     """One validated RunSpec per selected run of the user's model (no framework imported)."""
     model = _ref(user_model, "build", "--model")
     jax_model = _ref(user_jax_model, "build_jax", "--jax-model") if user_jax_model else ""
-    if overrides.get("task") not in (None, USER_TASK) or overrides.get("init_from") or overrides.get("data"):
+    given = {k for k, v in overrides.items() if v not in (None, USER_TASK)}  # the flags the command line set
+    if "task" in given or {"init_from", "data"} & {k for k in given if overrides[k]}:
         raise SpecError("--model: the user's model brings its own batches and weights; --task, --data and "
                         "--init-from do not apply")
     base = from_preset(preset, overrides, **top)
+    how_bf16 = "--precision bf16" if "precision" in given and base.train.precision == "bf16" else ""
     base = base.evolve(model=replace(base.model, family="user"), train=replace(base.train, task=USER_TASK),
                    user_model=model, user_jax_model=jax_model)
     validate(base)
@@ -110,7 +114,7 @@ def build_specs(preset: str, frameworks: list[str], names: list[str] | None, ove
     for s in specs:  # +bf16 (or --precision bf16): the JAX bases that honour it (torchax: torchax's autocast)
         base = registry.get(s.framework, s.strategy.base)
         if s.strategy.mods.bf16 and registry.modifier_reason(registry.MODIFIERS["bf16"], base) is not None:
-            how = "--precision bf16" if overrides.get("precision") == "bf16" else f"{s.framework}:{s.strategy.name}"
+            how = how_bf16 or f"{s.framework}:{s.strategy.name}"
             raise SpecError(f"{how}: jax {s.strategy.base!r} of a user model runs fp32 only; bf16 runs with "
                             "jax:torchax+bf16 and the torch strategies (+bf16)")
     return list({(s.framework, s.strategy.name): s for s in specs}.values())
@@ -125,7 +129,7 @@ def user_fields(model: str | None, jax_model: str | None) -> dict[str, str]:
 
 
 def prepare_user(specs: list[RunSpec], out_dir: Path, timeout: float,
-                 per_shape: bool = False) -> tuple[list[RunSpec], dict[str, Any] | None]:
+                 per_shape: bool = False) -> tuple[list[RunSpec], Parity | None]:
     """The one preparation of a user's model, before any run, for every command that takes ``--model``.
 
     Specs without a user model come back as they are. Otherwise the model is checked and its initial weights
@@ -155,7 +159,7 @@ def prepare_points(specs: list[RunSpec], out_dir: Path, timeout: float) -> list[
     return [s for s in done if s is not None]
 
 
-def prepare(specs: list[RunSpec], out_dir: Path, timeout: float) -> tuple[list[RunSpec], dict[str, Any] | None]:
+def prepare(specs: list[RunSpec], out_dir: Path, timeout: float) -> tuple[list[RunSpec], Parity | None]:
     """Check the user's model and write its initial weights (and the port's parity) before any run.
 
     Returns the specs pointing at ``out_dir/byo`` and the parity result (None without a --jax-model).
@@ -170,7 +174,7 @@ def prepare(specs: list[RunSpec], out_dir: Path, timeout: float) -> tuple[list[R
         return specs, None
     run_child("twinbench.byo.parity", first, target, timeout,
               f"--jax-model {first.user.user_jax_model}: the parity check failed")
-    return specs, json.loads((target / "parity.json").read_text())
+    return specs, msgspec.json.decode((target / "parity.json").read_bytes(), type=Parity)  # byo/parity.py wrote it
 
 
 def run_child(module: str, spec: RunSpec, target: Path, timeout: float, failed: str) -> None:
@@ -188,51 +192,51 @@ def run_child(module: str, spec: RunSpec, target: Path, timeout: float, failed: 
         raise SpecError(reason if code == 2 else f"{failed}: {reason}")
 
 
-def parity_lines(parity: dict[str, Any]) -> list[str]:
+def _num(x: float | None, spec: str) -> str:
+    return "?" if x is None else format(x, spec)
+
+
+def _e(x: float | None) -> str:
+    return format(float("nan") if x is None else x, ".1e")
+
+
+def parity_lines(parity: Parity) -> list[str]:
     """The parity check in a few lines, printed before the measurements."""
-    verdict = "OK" if parity["ok"] else "MISMATCH (measured anyway; the port computes something else)"
-    worst = parity.get("grad_worst") or []
-    where = ("; largest in " + ", ".join(f"{k} ({v:.1e})" for k, v in worst)) if worst and not parity["ok"] else ""
+    tol = parity.tolerances or Tolerances()
+    verdict = "OK" if parity.ok else "MISMATCH (measured anyway; the port computes something else)"
+    worst = parity.grad_worst
+    where = ("; largest in " + ", ".join(f"{k} ({v:.1e})" for k, v in worst)) if worst and not parity.ok else ""
+    last_t, last_j = (parity.losses_torch or [None])[-1], (parity.losses_jax or [None])[-1]
     return [f"parity of the JAX port against the torch model: {verdict}",
-            f"  loss on batch 0: torch {parity['loss_torch']:.6f}, port {parity['loss_jax']:.6f} "
-            f"(relative difference {parity['loss_rel']:.1e}, tolerance {parity['tolerances']['loss_rel']:g})",
-            f"  gradients on batch 0: largest difference {parity['grad_rel']:.1e} of the largest gradient "
-            f"(tolerance {parity['tolerances']['grad_rel']:g}){where}",
-            f"  {parity['steps']} AdamW steps: losses differ by at most {parity['steps_abs']:.1e} "
-            f"(tolerance {parity['tolerances']['steps_abs']:g}); last: torch {parity['losses_torch'][-1]:.5f}, "
-            f"port {parity['losses_jax'][-1]:.5f}"]
+            f"  loss on batch 0: torch {_num(parity.loss_torch, '.6f')}, port {_num(parity.loss_jax, '.6f')} "
+            f"(relative difference {_num(parity.loss_rel, '.1e')}, tolerance {tol.loss_rel:g})",
+            f"  gradients on batch 0: largest difference {_num(parity.grad_rel, '.1e')} of the largest gradient "
+            f"(tolerance {tol.grad_rel:g}){where}",
+            f"  {parity.steps} AdamW steps: losses differ by at most {_num(parity.steps_abs, '.1e')} "
+            f"(tolerance {tol.steps_abs:g}); last: torch {_num(last_t, '.5f')}, port {_num(last_j, '.5f')}"]
 
 
-def parity_summary(parity: dict[str, Any]) -> str | None:
+def parity_summary(parity: Parity | None) -> str | None:
     """One line for the reports when the port's parity check failed (None when it passed or did not run)."""
-    if not isinstance(parity, dict) or not parity or parity.get("ok", True) is True:
+    if parity is None or parity.ok is not False:
         return None
-    try:
-        return _parity_summary(parity)
-    except (TypeError, ValueError):
-        return "parity MISMATCH: the JAX port does not compute what the torch model does (byo/parity.json)"
-
-
-def _parity_summary(parity: dict[str, Any]) -> str:
-    worst = parity.get("grad_worst") or []
+    worst = parity.grad_worst
     where = (" (largest in " + ", ".join(f"{k} {v:.1e}" for k, v in worst) + ")") if worst else ""
     return (f"parity MISMATCH: the JAX port does not compute what the torch model does (loss relative difference "
-            f"{parity.get('loss_rel', float('nan')):.1e}, gradients' largest difference "
-            f"{parity.get('grad_rel', float('nan')):.1e} of the largest gradient{where}, losses after "
-            f"{parity.get('steps', '?')} steps differ by {parity.get('steps_abs', float('nan')):.1e}): its timings "
-            "are of another computation")
+            f"{_e(parity.loss_rel)}, gradients' largest difference {_e(parity.grad_rel)} of the largest "
+            f"gradient{where}, losses after {_num(parity.steps, 'd')} steps differ by {_e(parity.steps_abs)}): its "
+            "timings are of another computation")
 
 
-def read_parity(out_dir: Path) -> dict[str, Any]:
-    """The port's parity check of a results directory (``byo/parity.json``), {} when none or unreadable; read
-    bounded, its strings stripped (folder_io: a results folder is data)."""
+def read_parity(out_dir: Path) -> Parity | None:
+    """The port's parity check of a results directory (``byo/parity.json``), None when none or unreadable (not
+    the check's shape); read bounded, its strings stripped (folder_io: a results folder is data)."""
     from twinbench.folder_io import cut, read_json
 
     try:
-        data = read_json(Path(out_dir) / DIR / "parity.json")
-    except (OSError, ValueError):
-        return {}
-    return cut(data) if isinstance(data, dict) else {}
+        return msgspec.convert(cut(read_json(Path(out_dir) / DIR / "parity.json")), Parity)
+    except (OSError, ValueError):  # msgspec's ValidationError is a ValueError
+        return None
 
 
 def _uses_nnx(r: Record) -> bool:
@@ -249,16 +253,35 @@ def _uses_nnx(r: Record) -> bool:
 
 
 def _fix_for(fix: str, r: Record) -> str:
-    """A finding's fix as it applies to this run: a JAX run drops the PyTorch advice, a run that is not Flax NNX
-    the NNX advice."""
-    lines = [ln for ln in str(fix).splitlines() if ln.strip()]
-    if r.run.framework == "jax":
-        lines = [ln for ln in lines if not ln.lstrip().startswith(("PyTorch:", "torch:"))] or lines
-    text = " ".join(lines)
-    if r.run.framework == "jax" and not _uses_nnx(r):
-        text = re.sub(r"\s*\(Flax NNX:[^)]*\)", "", text).replace("nnx.scan / ", "")
-        text = re.sub(r"nnx\.jit\([^)]*\)", "jax.jit(train_step, donate_argnums=...)", text)
-    return text
+    """A finding's fix as it applies to this run, in its framework's words (its backend's ``advice``: a JAX run
+    drops the PyTorch advice, and the Flax NNX advice for code that is not NNX)."""
+    from twinbench import backends
+
+    return backends.get(r.run.framework).advice(fix, lambda: _uses_nnx(r))
+
+
+class _Finding(msgspec.Struct, frozen=True):
+    """What :func:`doctor_lines` prints of a finding of the doctor's report (doctor/findings ``to_dict``)."""
+
+    severity: str | None = None
+    title: str | None = None
+    fix: str = ""
+
+
+class _Watched(msgspec.Struct, frozen=True):
+    """What :func:`doctor_lines` reads of the doctor's report in a record (byo/run.py ``doctor_findings``); a
+    report that is not of this shape (a hand-made record's) is read as none."""
+
+    error: str | None = None
+    findings: list[_Finding] | None = None  # None: the doctor did not report (an error, or no doctor)
+    steps: int = 0
+
+
+def _watched(doc: dict[str, Any]) -> _Watched:
+    try:
+        return msgspec.convert(doc, _Watched)
+    except msgspec.ValidationError:
+        return _Watched()
 
 
 def doctor_lines(records: list[Record] | list[dict[str, Any]]) -> list[str]:
@@ -267,15 +290,13 @@ def doctor_lines(records: list[Record] | list[dict[str, Any]]) -> list[str]:
     PyTorch advice on a JAX run, no Flax NNX advice for code that is not NNX)."""
     seen: dict[str, list[str]] = {}
     for r in typed(records):
-        doc = r.doctor
+        doc = _watched(r.doctor)
         label = r.label()
-        if doc.get("error"):
-            seen.setdefault(f"could not watch the run: {doc['error']}", []).append(label)
-        findings = doc.get("findings") if isinstance(doc.get("findings"), list) else []
-        for f in findings:
-            if isinstance(f, dict):
-                text = f"[{f.get('severity')}] {f.get('title')}; fix: {_fix_for(f.get('fix', ''), r)}"
-                seen.setdefault(text, []).append(label)
-        if "findings" in doc and not findings:
-            seen.setdefault(f"no findings over {doc.get('steps', 0)} watched steps", []).append(label)
+        if doc.error:
+            seen.setdefault(f"could not watch the run: {doc.error}", []).append(label)
+        for f in doc.findings or []:
+            text = f"[{f.severity}] {f.title}; fix: {_fix_for(f.fix, r)}"
+            seen.setdefault(text, []).append(label)
+        if doc.findings == []:
+            seen.setdefault(f"no findings over {doc.steps} watched steps", []).append(label)
     return [f"doctor {', '.join(dict.fromkeys(labels))}: {text}" for text, labels in seen.items()]

@@ -7,16 +7,30 @@ once before timing in this process (the same in every run, both frameworks).
 
 from __future__ import annotations
 
-import json
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from twinbench import backends
 from twinbench.byo import FLOP_CONVENTION, needs_port
 from twinbench.byo import family as fam
+from twinbench.record_sections import Parity, Trajectory
 from twinbench.spec import RunSpec
 
 DOCTOR_STEPS = 6  # extra steps of a JAX run watched by the doctor after the measured ones
+
+
+@dataclass
+class UserFields:
+    """The record fields only a user-model run has."""
+
+    flops_convention: str = FLOP_CONVENTION
+    warnings: list[str] = field(default_factory=list)
+    parity: Parity = field(default_factory=Parity)  # the port's check and the run's loss trajectory
+    doctor: dict[str, Any] = field(default_factory=dict)  # the doctor's report (doctor/report.py), carried whole
 
 
 class UserRun:
@@ -43,43 +57,40 @@ class UserRun:
         return RunData(HostBatches(batches.__getitem__, t.steps, 1, t.slow_input), [n] * t.steps,
                        [n] * t.steps, [t.seq] * t.steps)
 
-    def fields(self, trainer: Any, host_batches: Any, losses: list[float] | None = None) -> dict[str, Any]:
+    def fields(self, trainer: Any, host_batches: Any, losses: list[float] | None = None) -> UserFields:
         """Record fields of a user run: FLOPs convention, dropout warning, parity (the loss trajectory against
         torch eager's; the port's check too), doctor (JAX)."""
-        out: dict[str, Any] = {"flops_convention": FLOP_CONVENTION, "warnings": []}
+        out = UserFields()
         if self.meta.dropout_off and not needs_port(self.spec.strategy.base):  # the port is the user's own code
             names = ", ".join(self.meta.switched_off[:3]) or f"{self.meta.dropout_off} module(s)"
             if len(self.meta.switched_off) > 3:
                 names = f"{len(self.meta.switched_off)} in all: {names}, ..."
-            out["warnings"].append(f"dropout switched off ({names}): deterministic training, the same function "
+            out.warnings.append(f"dropout switched off ({names}): deterministic training, the same function "
                                    "in both frameworks")
-        parity: dict[str, Any] = {}
         port_check = Path(self.spec.user.user_dir) / fam.PARITY
-        if needs_port(self.spec.strategy.base) and port_check.exists():
-            parity = json.loads(port_check.read_text())
+        if needs_port(self.spec.strategy.base) and port_check.exists():  # written by byo/parity.py before the run
+            out.parity = msgspec.json.decode(port_check.read_bytes(), type=Parity)
         if losses and self.meta.eager_losses:
-            parity["trajectory"] = trajectory(losses, self.meta.eager_losses)
-            if not parity["trajectory"]["ok"]:
-                tr = parity["trajectory"]
-                out["warnings"].append(f"loss trajectory differs from torch eager's by {tr['max_rel']:.2e} "
-                                       f"(relative, worst of {tr['steps']} steps; tolerance {tr['tolerance']:g}): "
+            tr = trajectory(losses, self.meta.eager_losses)
+            out.parity = msgspec.structs.replace(out.parity, trajectory=tr)
+            if not tr.ok:
+                out.warnings.append(f"loss trajectory differs from torch eager's by {tr.max_rel:.2e} "
+                                  f"(relative, worst of {tr.steps} steps; tolerance {tr.tolerance:g}): "
                                        "not the same function, or a numerics change (bf16, fast math)")
-        if parity:
-            out["parity"] = parity
-        if self.spec.framework == "jax":
-            out["doctor"] = doctor_findings(self.spec, self.family.init_weights(), host_batches)
+        if backends.get(self.spec.framework).DOCTOR_WATCHES_USER_RUN:
+            out.doctor = doctor_findings(self.spec, self.family.init_weights(), host_batches)
         return out
 
 
 TRAJECTORY_TOL = 1e-5  # relative, per step: fp32 runs of the same function agree far closer
 
 
-def trajectory(losses: list[float], eager: list[float], tol: float = TRAJECTORY_TOL) -> dict[str, Any]:
+def trajectory(losses: list[float], eager: list[float], tol: float = TRAJECTORY_TOL) -> Trajectory:
     """A run's losses against torch eager's (the preparation process's), step by step, relative."""
     n = min(len(losses), len(eager))
     rel = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[:n], eager[:n], strict=True)]
-    return {"vs": "torch eager", "steps": n, "first_rel": rel[0] if rel else 0.0, "max_rel": max(rel, default=0.0),
-            "tolerance": tol, "ok": bool(n) and max(rel) <= tol}
+    return Trajectory(vs="torch eager", steps=n, first_rel=rel[0] if rel else 0.0, max_rel=max(rel, default=0.0),
+                      tolerance=tol, ok=bool(n) and max(rel) <= tol)
 
 
 def doctor_findings(spec: RunSpec, weights: Any, host_batches: Any, steps: int = DOCTOR_STEPS) -> dict[str, Any]:

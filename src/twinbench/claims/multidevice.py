@@ -205,7 +205,7 @@ def c13_runs(s: Setup) -> dict[str, RunSpec]:
 
 def c13_judge(ev: Evidence) -> Verdict:
     def diff(r: Record) -> float:
-        return float((r.sharding or {}).get("replicas_max_abs_diff") or 0.0)
+        return float(r.sharding.replicas_max_abs_diff or 0.0)
 
     ds, dn = diff(ev["sync"]), diff(ev["nosync"])
     nums = {"sync_replicas_max_abs_diff": rnd(ds), "nosync_replicas_max_abs_diff": rnd(dn),

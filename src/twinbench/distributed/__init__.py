@@ -13,6 +13,7 @@ import os
 import sys
 
 from twinbench import backends
+from twinbench.machine import ranks
 from twinbench.spec import RunSpec
 
 
@@ -29,7 +30,7 @@ def initialize(spec: RunSpec) -> None:
 
 def local_rank() -> int:
     """This process's rank on its host under torchrun (0 otherwise): local rank 0 writes the record."""
-    return int(os.environ.get("LOCAL_RANK", "0"))
+    return ranks().local_rank
 
 
 def finish() -> None:

@@ -17,6 +17,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import msgspec
+
 #: rendezvous ports are 20000 + job id mod 20000: the same in every task of a job, rarely shared by two jobs
 PORT_BASE, PORT_SPAN = 20000, 20000
 
@@ -54,20 +56,35 @@ class Identity:
     hosts: tuple[str, ...]
 
 
+class _Slurm(msgspec.Struct, kw_only=True, frozen=True, rename="upper"):
+    """The SLURM variables a task of a job step reads (as strings: a malformed one is refused where it is used)."""
+
+    slurm_job_id: str = ""
+    slurm_ntasks: str = "1"
+    slurm_procid: str = "0"
+    slurm_nodeid: str = "0"
+    slurm_localid: str = "0"
+    slurm_step_nodelist: str = ""
+    slurm_job_nodelist: str = ""
+    slurm_nodelist: str = ""
+    master_port: str = ""
+
+
 def slurm_identity(env: Mapping[str, str] | None = None) -> Identity | None:
     """This task's identity in a SLURM job step of several tasks; None outside SLURM or with one task."""
     env = os.environ if env is None else env
-    if "SLURM_JOB_ID" not in env or int(env.get("SLURM_NTASKS", "1") or 1) < 2:
+    names = {n.upper() for n in _Slurm.__struct_fields__}
+    s = msgspec.convert({k: str(env[k]) for k in names if k in env}, _Slurm)
+    if not s.slurm_job_id or int(s.slurm_ntasks or 1) < 2:
         return None
-    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", "")
+    nodelist = s.slurm_step_nodelist or s.slurm_job_nodelist or s.slurm_nodelist
     hosts = tuple(expand_nodelist(nodelist)) if nodelist else ()
     if not hosts:
         raise ValueError("SLURM job without a node list (SLURM_STEP_NODELIST / SLURM_JOB_NODELIST)")
-    job = env["SLURM_JOB_ID"]
-    port = int(env["MASTER_PORT"]) if env.get("MASTER_PORT", "").isdigit() else \
-        PORT_BASE + int(re.sub(r"\D", "", job) or 0) % PORT_SPAN
-    return Identity(num_processes=int(env["SLURM_NTASKS"]), process_id=int(env.get("SLURM_PROCID", "0")),
-                    node_rank=int(env.get("SLURM_NODEID", "0")), local_rank=int(env.get("SLURM_LOCALID", "0")),
+    job = s.slurm_job_id
+    port = int(s.master_port) if s.master_port.isdigit() else PORT_BASE + int(re.sub(r"\D", "", job) or 0) % PORT_SPAN
+    return Identity(num_processes=int(s.slurm_ntasks), process_id=int(s.slurm_procid),
+                    node_rank=int(s.slurm_nodeid), local_rank=int(s.slurm_localid),
                     coordinator=f"{hosts[0]}:{port}", job_id=job, hosts=hosts)
 
 
@@ -77,9 +94,6 @@ def fill_from_cluster(top: dict, env: Mapping[str, str] | None = None) -> dict:
     ident = slurm_identity(env)
     if ident is None:
         return top
-    out = dict(top)
     given = {"num_processes": ident.num_processes, "process_id": ident.process_id, "coordinator": ident.coordinator}
-    for name, value in given.items():
-        if out.get(name) is None:  # not on the command line
-            out[name] = value
-    return out
+    on_line = {k: v for k, v in top.items() if v is not None}  # what the command line set wins
+    return {**top, **given, **on_line}

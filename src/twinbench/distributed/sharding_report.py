@@ -17,22 +17,22 @@ import math
 from collections import Counter
 from typing import Any
 
-from twinbench.record_sections import Record
+import msgspec
+
+from twinbench.record_sections import Placement, PlacementGroup, Record, Sharding
 from twinbench.report.table import fmt_bytes
 
-Entry = dict[str, Any]
+Entry = Placement
 Layout = list[tuple[str, list[tuple[int, int]]]]  # (device label, [(start, stop) per dimension])
 
 
 def entry(name: str, shape: tuple[int, ...], dtype: str, itemsize: int, spec: str, local_shape: tuple[int, ...],
           n_devices: int, layout: Layout | None = None) -> Entry:
     """One array of the report. ``local_shape`` is the block one device holds."""
-    e: Entry = {"name": name, "shape": list(shape), "dtype": dtype, "spec": spec,
-                "bytes": math.prod(shape) * itemsize, "bytes_per_device": math.prod(local_shape) * itemsize,
-                "devices": n_devices, "sharded": tuple(local_shape) != tuple(shape)}
-    if layout is not None:
-        e["layout"] = [[dev, [list(r) for r in ranges]] for dev, ranges in layout]
-    return e
+    return Placement(name=name, shape=list(shape), dtype=dtype, spec=spec, bytes=math.prod(shape) * itemsize,
+                     bytes_per_device=math.prod(local_shape) * itemsize, devices=n_devices,
+                     sharded=tuple(local_shape) != tuple(shape),
+                     layout=None if layout is None else [(dev, [tuple(r) for r in ranges]) for dev, ranges in layout])
 
 
 def batch_leaves(x: Any, y: Any) -> list[tuple[str, Any]]:
@@ -173,48 +173,55 @@ def _max_local(shape: tuple[int, ...], placements: tuple, world: int) -> tuple[i
 
 
 # ------------------------------------------------------------------------------------------- the report
-def group(entries: list[Entry]) -> dict[str, Any]:
+def group(entries: list[Entry]) -> PlacementGroup:
     """Totals of a group of arrays (parameters or optimizer state) and how often each spec occurs."""
-    return {"arrays": len(entries), "bytes": sum(e["bytes"] for e in entries),
-            "bytes_per_device": sum(e["bytes_per_device"] for e in entries),
-            "specs": dict(Counter(e["spec"] for e in entries).most_common()),
-            "replicated": [e["name"] for e in entries  # scalars (step counts) are meant to be replicated
-                           if not e["sharded"] and e["devices"] > 1 and math.prod(e["shape"]) > 1]}
+    return PlacementGroup(arrays=len(entries), bytes=sum(e.bytes for e in entries),
+                          bytes_per_device=sum(e.bytes_per_device for e in entries),
+                          specs=dict(Counter(e.spec for e in entries).most_common()),
+                          replicated=[e.name for e in entries  # scalars (step counts) are meant to be replicated
+                                      if not e.sharded and e.devices > 1 and math.prod(e.shape) > 1],
+                          entries=entries)
 
 
 def build(*, kind: str, mesh: str, device_count: int, batch: list[Entry], params: list[Entry],
-          opt_state: list[Entry], drawn: list[Entry], replicas_max_abs_diff: float | None = None) -> dict[str, Any]:
-    """The ``sharding`` field of a record. ``kind``: what the strategy means to do (dp, fsdp, pmap, ...)."""
+          opt_state: list[Entry], drawn: list[Entry], replicas_max_abs_diff: float | None = None) -> Sharding:
+    """The ``sharding`` section of a record. ``kind``: what the strategy means to do (dp, fsdp, pmap, ...)."""
     p, o = group(params), group(opt_state)
-    return {"kind": kind, "mesh": mesh, "device_count": device_count, "batch": batch,
-            "params": p | {"entries": params}, "opt_state": o | {"entries": opt_state},
-            "state_bytes_per_device": p["bytes_per_device"] + o["bytes_per_device"],
-            "state_bytes_total": p["bytes"] + o["bytes"], "drawn": drawn,
-            "replicas_max_abs_diff": replicas_max_abs_diff}
+    return Sharding(kind=kind, mesh=mesh, device_count=device_count, batch=batch, params=p, opt_state=o,
+                    state_bytes_per_device=p.bytes_per_device + o.bytes_per_device, state_bytes_total=p.bytes + o.bytes,
+                    drawn=drawn, replicas_max_abs_diff=replicas_max_abs_diff)
+
+
+class Report(msgspec.Struct, kw_only=True, frozen=True):
+    """What a multi-device trainer's ``report()`` gives the worker for its record."""
+
+    device_count: int  # the devices the run used
+    state_bytes_per_device: int  # params + optimizer state one device holds
+    sharding: Sharding
+    warnings: list[str]  # :func:`warnings` of the report
 
 
 def largest(entries: list[Entry]) -> Entry | None:
-    return max(entries, key=lambda e: e["bytes"], default=None)
+    return max(entries, key=lambda e: e.bytes, default=None)
 
 
-def warnings(report: dict[str, Any]) -> list[str]:
+def warnings(report: Sharding) -> list[str]:
     """What the arrays show against what the strategy means to do, one line each (empty: as intended)."""
     out = []
-    n, kind = report["device_count"], report["kind"]
+    n, kind = report.device_count, report.kind
     if n > 1:
-        for b in report["batch"]:
-            if not b["sharded"]:
-                out.append(f"batch {b['name']} {b['shape']} is replicated on all {n} devices: every device "
+        for b in report.batch:
+            if not b.sharded:
+                out.append(f"batch {b.name} {b.shape} is replicated on all {n} devices: every device "
                            "computes the whole batch (no data parallelism)")
         if kind == "fsdp":
-            for label in ("params", "opt_state"):
-                g = report[label]
-                if g["replicated"]:
-                    rep = [e for e in g["entries"] if e["name"] in set(g["replicated"])]
-                    share = sum(e["bytes"] for e in rep) / max(g["bytes"], 1)
-                    out.append(f"{label}: {len(rep)} of {g['arrays']} arrays ({share:.1%} of the bytes) stay "
-                               f"replicated (no dimension divisible by {n}), e.g. {rep[0]['name']} {rep[0]['shape']}")
-    diff = report.get("replicas_max_abs_diff")
+            for label, g in (("params", report.params), ("opt_state", report.opt_state)):
+                if g.replicated:
+                    rep = [e for e in g.entries if e.name in set(g.replicated)]
+                    share = sum(e.bytes for e in rep) / max(g.bytes, 1)
+                    out.append(f"{label}: {len(rep)} of {g.arrays} arrays ({share:.1%} of the bytes) stay "
+                               f"replicated (no dimension divisible by {n}), e.g. {rep[0].name} {rep[0].shape}")
+    diff = report.replicas_max_abs_diff
     if diff:
         out.append(f"replicas of the same parameters differ after the run (max |diff| {diff:.3g}): gradients "
                    "were not synchronised, each device trained its own model")
@@ -232,8 +239,8 @@ def draw(e: Entry, width: int = 60) -> Any:
     from rich import box
     from rich.table import Table
 
-    shape = e["shape"] or [1]
-    layout = e.get("layout") or []
+    shape = e.shape or [1]
+    layout = e.layout or []
     cells: dict[tuple[tuple[int, int], tuple[int, int]], list[str]] = {}
     for dev, ranges in layout:
         ranges = [tuple(r) for r in ranges] or [(0, 1)]
@@ -269,7 +276,7 @@ def _devices_label(devs: list[str]) -> str:
 
 
 def render(record: Record) -> list[Any]:
-    """The sharding report of one record (its ``sharding`` section, the dict :func:`build` made) as rich
+    """The sharding report of one record (its ``sharding`` section, as :func:`build` made it) as rich
     renderables (a heading, a table, drawings, the record's warnings)."""
     from rich.table import Table
     from rich.text import Text
@@ -278,24 +285,23 @@ def render(record: Record) -> list[Any]:
     rep = record.sharding
     if not rep:
         return [Text(f"{label}: no sharding report (single-device strategy or failed run)", style="dim")]
-    head = Text.assemble((f"{label}", "bold"), f": {rep['mesh']}, {rep['device_count']} device(s); params + "
-                         f"optimizer state per device {fmt_bytes(rep['state_bytes_per_device'])} "
-                         f"of {fmt_bytes(rep['state_bytes_total'])}")
+    head = Text.assemble((f"{label}", "bold"), f": {rep.mesh}, {rep.device_count} device(s); params + "
+                         f"optimizer state per device {fmt_bytes(rep.state_bytes_per_device)} "
+                         f"of {fmt_bytes(rep.state_bytes_total)}")
     table = Table(header_style="bold", box=None, padding=(0, 2))
     for c in ("array", "shape / arrays", "partition spec", "bytes", "per device"):
         table.add_column(c, justify="left" if c in ("array", "partition spec") else "right")
-    for b in rep["batch"]:
-        table.add_row(f"batch {b['name']}", "x".join(map(str, b["shape"])), b["spec"], fmt_bytes(b["bytes"]),
-                      fmt_bytes(b["bytes_per_device"]))
-    for key, title in (("params", "parameters"), ("opt_state", "optimizer state")):
-        g = rep[key]
-        specs = "; ".join(f"{s} ×{k}" for s, k in g["specs"].items())
-        table.add_row(title, f"{g['arrays']} arrays", specs, fmt_bytes(g["bytes"]), fmt_bytes(g["bytes_per_device"]))
+    for b in rep.batch:
+        table.add_row(f"batch {b.name}", "x".join(map(str, b.shape)), b.spec, fmt_bytes(b.bytes),
+                      fmt_bytes(b.bytes_per_device))
+    for g, title in ((rep.params, "parameters"), (rep.opt_state, "optimizer state")):
+        specs = "; ".join(f"{s} ×{k}" for s, k in g.specs.items())
+        table.add_row(title, f"{g.arrays} arrays", specs, fmt_bytes(g.bytes), fmt_bytes(g.bytes_per_device))
     out: list[Any] = [head, table]
-    for e in rep.get("drawn", []):
-        out.append(Text(f"{e['name']} {e['shape']} {e['spec']}", style="italic"))
+    for e in rep.drawn:
+        out.append(Text(f"{e.name} {e.shape} {e.spec}", style="italic"))
         out.append(draw(e))
-    diff = rep.get("replicas_max_abs_diff")
+    diff = rep.replicas_max_abs_diff
     if diff is not None:
         out.append(Text(f"replicas identical after the run: {'yes' if diff == 0 else f'no (max |diff| {diff:.3g})'}"))
     for w in record.warnings:

@@ -10,10 +10,11 @@ rendezvous with ``--nnodes``, ``--node-rank`` and the master address from ``--co
 
 from __future__ import annotations
 
-import os
+import contextlib
 import sys
 
 from twinbench.distributed.cluster import slurm_identity
+from twinbench.machine import ranks
 from twinbench.spec import RunSpec, SpecError
 
 WORKER = "twinbench.worker"
@@ -39,8 +40,9 @@ def launch_command(spec: RunSpec, worker_args: list[str]) -> list[str]:
 
 def coordinator(spec: RunSpec) -> tuple[str, int]:
     """(host, port) of the rendezvous: ``--coordinator HOST:PORT`` or ``MASTER_ADDR``/``MASTER_PORT``."""
-    address = spec.launch.coordinator or (f"{os.environ['MASTER_ADDR']}:{os.environ.get('MASTER_PORT', '29500')}"
-                                   if os.environ.get("MASTER_ADDR") else "")
+    launched = ranks()
+    address = spec.launch.coordinator or (f"{launched.master_addr}:{launched.master_port}" if launched.master_addr
+                                          else "")
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise SpecError(f"--coordinator {address!r}: a multi-host run needs HOST:PORT (or MASTER_ADDR/MASTER_PORT)")
@@ -51,13 +53,14 @@ def node_rank(spec: RunSpec) -> int:
     """This host's rank: ``--process-id`` or ``NODE_RANK``."""
     if spec.launch.process_id >= 0:
         return spec.launch.process_id
-    if os.environ.get("NODE_RANK", "").isdigit():
-        return int(os.environ["NODE_RANK"])
+    with contextlib.suppress(ValueError):  # a NODE_RANK that is no number is as good as none
+        if (rank := ranks().node_rank) is not None and rank >= 0:
+            return rank
     raise SpecError("--process-id: a multi-host torch run needs this host's rank (or NODE_RANK)")
 
 
 def describe() -> str:
     import torch.distributed as dist
 
-    nodes = dist.get_world_size() // int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
+    nodes = dist.get_world_size() // (ranks().local_world_size or dist.get_world_size())
     return f"torch.distributed world {dist.get_world_size()} ({dist.get_backend()}), {nodes} node(s)"

@@ -172,8 +172,8 @@ class Recorder:
                "cores": b[3], "window_s": round(wall, 2)}
         if a[4] is not None and b[4] is not None:  # the script's page faults a second, the kernel's share of its CPU
             faults = page_faults.per_step(a[4], b[4], 1)
-            out |= {"page_faults_per_s": round(faults["page_faults_per_step"] / wall, 1),
-                    "kernel_cpu_share": faults["kernel_cpu_share"]}
+            out |= {"page_faults_per_s": round((faults.page_faults_per_step or 0.0) / wall, 1),
+                    "kernel_cpu_share": faults.kernel_cpu_share}
         return out
 
     def call_index(self, key: str) -> int:

@@ -20,14 +20,14 @@ class Timing:
     compiles_during_steps: int  # compilations that happened during the steady-state steps
     compile_s: float  # compile time the framework reported during the loop (all of it in step 1, normally)
     wall_s: float = 0.0  # the whole loop, warm-up included
-    extra: dict[str, Any] = field(default_factory=dict)
+    steps_per_call: int = 1  # scan-steps: the K steps each timed call ran (per_step divided them out)
     #: seconds per steady step of an unsynchronised window (:func:`time_window`): as many steps again as the
     #: steady ones, dispatched back to back after them and synchronised at the window's two ends only; None
     #: when not measured (or when something compiled inside it)
     async_step_s: float | None = None
     first_step_compiles: int = 0  # programs compiled during step 1 (0 when an earlier compile was reused)
     #: the process's page faults and kernel share over the steady steps (measure/page_faults.py), per step
-    os_usage: dict[str, Any] = field(default_factory=dict)
+    os_usage: page_faults.StepUsage = field(default_factory=page_faults.StepUsage)
 
 
 #: loss handles a timed loop holds before it reads them back, after a step's clock has stopped (each step is
@@ -71,9 +71,9 @@ def per_step(timing: Timing, k: int) -> Timing:
     steps = [s / k for s in timing.step_s]
     first = timing.first_step_s - (k - 1) * (percentile(steps, 50) if steps else timing.first_step_s / k)
     window = timing.async_step_s / k if timing.async_step_s is not None else None
-    faults = timing.os_usage.get("page_faults_per_step")
-    os_usage = timing.os_usage if faults is None else {**timing.os_usage, "page_faults_per_step": round(faults / k, 1)}
-    return replace(timing, first_step_s=first, step_s=steps, extra={**timing.extra, "steps_per_call": k},
+    faults = timing.os_usage.page_faults_per_step
+    os_usage = timing.os_usage if faults is None else replace(timing.os_usage, page_faults_per_step=round(faults / k, 1))
+    return replace(timing, first_step_s=first, step_s=steps, steps_per_call=k,
                    async_step_s=window, os_usage=os_usage)
 
 
@@ -114,7 +114,7 @@ def time_steps(
     wall = time.perf_counter() - start
     usage1 = page_faults.usage()
     os_usage = page_faults.per_step(usage0, usage1, steps - warm)
-    if (os_usage.get("page_faults_per_step") or 0) >= page_faults.FAULTS_PER_STEP:  # enough to matter: cost one
+    if (os_usage.page_faults_per_step or 0) >= page_faults.FAULTS_PER_STEP:  # enough to matter: cost one
         os_usage = page_faults.per_step(usage0, usage1, steps - warm, page_faults.fault_us())  # after the clock
     compiles_during = compiles.count() - compiles_at_steady if steps > warm else 0
     losses += [v for h in handles for v in _floats(h)]  # a K-step call returns K losses

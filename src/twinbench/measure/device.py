@@ -18,6 +18,7 @@ from twinbench.backends.jax import impl_label as jax_attention_label
 from twinbench.backends.torch import SDPA_KERNELS
 from twinbench.backends.torch import device as torch_device
 from twinbench.backends.torch import precision_api as torch_precision_api
+from twinbench.machine import ranks
 from twinbench.measure import platforms
 from twinbench.measure.host import CPU_VENDORS, ISA_FLAGS, cpu_isa, cpu_name, host_cpu
 
@@ -48,7 +49,7 @@ def describe(framework: str) -> tuple[str, str, int]:
 def visible_gpu_ids(visible: str | None = None) -> list[str] | None:
     """The GPUs ``CUDA_VISIBLE_DEVICES`` (or ``visible``) leaves a process, as NVML ids (indices, or ``GPU-``/
     ``MIG-`` UUIDs), in CUDA's order; None when it is not set (every GPU of the machine)."""
-    value = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    value = os.getenv("CUDA_VISIBLE_DEVICES") if visible is None else visible
     if value is None:
         return None
     ids = []
@@ -116,10 +117,9 @@ def devices_problem(asked: list[tuple[str, int]], gpus: int, jax_platforms: str 
 def own_gpus(ids: list[str], env: dict[str, str] | None = None) -> list[str]:
     """Of the GPUs a run sees, those this process uses: all of them, except under torchrun (one GPU per rank:
     ``LOCAL_RANK``'s), where the other ranks of the same run are not "other processes" on this one's GPU."""
-    env = os.environ if env is None else env
-    if int(env.get("LOCAL_WORLD_SIZE", "1")) > 1:
-        rank = int(env.get("LOCAL_RANK", "0"))
-        return ids[rank:rank + 1]
+    launched = ranks(env)
+    if (launched.local_world_size or 1) > 1:
+        return ids[launched.local_rank:launched.local_rank + 1]
     return ids
 
 

@@ -18,13 +18,3 @@ def flops_per_token(n_params_no_pos: int, layers: int, d_model: int, seq: int) -
 
 FLOP_CONVENTION = "FLOPs/token = 6N + 12*L*d*T (N without position embeddings; remat not counted)"
 
-
-def throughput(tokens_per_step: int, step_s: float, flops_tok: int, peak_tflops: float | None) -> dict:
-    """tokens/s, achieved TFLOP/s and MFU for one median step time."""
-    tokens_per_s = tokens_per_step / step_s
-    achieved = tokens_per_s * flops_tok / 1e12
-    return {
-        "tokens_per_s": tokens_per_s,
-        "achieved_tflops": achieved,
-        "mfu": achieved / peak_tflops if peak_tflops else None,
-    }

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from twinbench.machine import ranks
+
 #: other processes using more than this share of the machine's cores during the timed steps: "machine busy"
 BUSY_SHARE = 0.10
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -94,7 +96,16 @@ def tree_cpu_s(root: int) -> float:
 
 def own_root() -> int:
     """The process whose tree is the run: the worker, or under torchrun the agent above its ranks."""
-    return os.getppid() if os.environ.get("TORCHELASTIC_RUN_ID") else os.getpid()
+    return os.getppid() if ranks().torchelastic_run_id else os.getpid()
+
+
+@dataclass(frozen=True)
+class Interference:
+    """What other processes took from the machine over a window (the record's conditions of the same names)."""
+
+    interference_cores: float | None = None  # cores they kept busy, on average
+    cpu_busy_per_core: dict[str, float | None] = field(default_factory=dict)  # each core's busy share, all processes
+    interference_window_s: float | None = None
 
 
 @dataclass
@@ -105,7 +116,7 @@ class Meter:
     _t0: float = 0.0
     _busy0: dict[str, float] | None = None
     _own0: float = 0.0
-    result: dict[str, object] = field(default_factory=dict)
+    result: Interference = field(default_factory=Interference)  # not measured: every field None
 
     def __enter__(self) -> Meter:
         self._busy0, self._own0, self._t0 = core_busy_s(), tree_cpu_s(self.root), time.perf_counter()
@@ -120,11 +131,11 @@ class Meter:
                     for c in busy1}
         total = sum(busy1[c] - self._busy0.get(c, busy1[c]) for c in busy1)
         external = max(total - (own1 - self._own0), 0.0) / wall
-        self.result = {"interference_cores": round(external, 3), "cpu_busy_per_core": per_core,
-                       "interference_window_s": round(wall, 3)}
+        self.result = Interference(interference_cores=round(external, 3), cpu_busy_per_core=dict(per_core),
+                                   interference_window_s=round(wall, 3))
 
-    def fields(self) -> dict[str, object]:
-        return dict(self.result)
+    def fields(self) -> Interference:
+        return self.result
 
 
 def busy_warning(interference_cores: float | None, cpu_count: int | None) -> str | None:

@@ -6,30 +6,49 @@ Pure arithmetic on numbers: no framework, no model (the model family hands in it
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from twinbench.measure.clock import Timing, percentile
-from twinbench.measure.flops import throughput
 
 
-def step_stats(timing: Timing) -> dict[str, Any]:
-    """Median, 10th/90th percentile and mean of the steady steps, and every steady step in order, in ms (a
-    K-step call's time already divided by K): ``twinbench diff`` compares runs as samples, not two medians;
-    ``step_ms_async``: the unsynchronised window's time per step (None when not measured)."""
+@dataclass(frozen=True)
+class StepStats:
+    """The steady steps' times in ms (a K-step call's time already divided by K): the record's timing section."""
+
+    step_ms: float
+    step_ms_p10: float
+    step_ms_p90: float
+    step_ms_mean: float
+    step_times_ms: list[float]  # every steady step in order: ``twinbench diff`` compares runs as samples
+    step_ms_async: float | None  # the unsynchronised window's time per step (None when not measured)
+
+
+@dataclass(frozen=True)
+class Speed:
+    """Throughput, achieved FLOP/s and MFU: the record's speed section's measured part."""
+
+    tokens_per_s: float
+    achieved_tflops: float
+    mfu: float | None  # against the measured peak of every device the run used (None: no peak)
+    mfu_datasheet: float | None  # against the datasheet peak (None: no datasheet)
+
+
+def step_stats(timing: Timing) -> StepStats:
+    """Median, 10th/90th percentile and mean of the steady steps, and every steady step in order, in ms."""
     s = timing.step_s
     window = timing.async_step_s
-    return {"step_ms": percentile(s, 50) * 1e3, "step_ms_p10": percentile(s, 10) * 1e3,
-            "step_ms_p90": percentile(s, 90) * 1e3, "step_ms_mean": sum(s) / len(s) * 1e3,
-            "step_times_ms": [round(x * 1e3, 4) for x in s],
-            "step_ms_async": window * 1e3 if window is not None else None}
+    return StepStats(step_ms=percentile(s, 50) * 1e3, step_ms_p10=percentile(s, 10) * 1e3,
+                     step_ms_p90=percentile(s, 90) * 1e3, step_ms_mean=sum(s) / len(s) * 1e3,
+                     step_times_ms=[round(x * 1e3, 4) for x in s],
+                     step_ms_async=window * 1e3 if window is not None else None)
 
 
 def speed(timing: Timing, tokens_per_step: float, flops_per_token: int, peak_tflops: float | None,
-          peak_datasheet: float | None, parallel_peaks: int, datasheet_devices: int) -> dict[str, Any]:
+          peak_datasheet: float | None, parallel_peaks: int, datasheet_devices: int) -> Speed:
     """tokens/s, achieved TFLOP/s, MFU against ``parallel_peaks`` copies of the measured peak (1 on one
     device) and MFU against the datasheet peak of ``datasheet_devices`` devices."""
-    tp = throughput(tokens_per_step, percentile(timing.step_s, 50), flops_per_token, peak_tflops)
-    if parallel_peaks > 1:  # MFU against the peak of every device the run used, not of one
-        tp["mfu"] = tp["achieved_tflops"] / (peak_tflops * parallel_peaks) if peak_tflops else None
-    tp["mfu_datasheet"] = tp["achieved_tflops"] / (peak_datasheet * datasheet_devices) if peak_datasheet else None
-    return tp
+    tokens_per_s = tokens_per_step / percentile(timing.step_s, 50)
+    achieved = tokens_per_s * flops_per_token / 1e12
+    mfu = achieved / (peak_tflops * parallel_peaks) if peak_tflops else None  # every device the run used
+    return Speed(tokens_per_s=tokens_per_s, achieved_tflops=achieved, mfu=mfu,
+                 mfu_datasheet=achieved / (peak_datasheet * datasheet_devices) if peak_datasheet else None)

@@ -21,13 +21,21 @@ import functools
 import mmap
 import time
 from dataclasses import dataclass
-from typing import Any
 
 #: kernel (system) time above this share of the process's CPU time over the steady steps, with at least
 #: FAULTS_PER_STEP minor faults a step: the step pays for fresh memory every time (the summary says so)
 KERNEL_SHARE = 0.10
 FAULTS_PER_STEP = 1000
 PAGE = 4096
+
+
+@dataclass(frozen=True)
+class StepUsage:
+    """The operating system's share of a span of steps (the record's conditions of the same names)."""
+
+    page_faults_per_step: float | None = None
+    kernel_cpu_share: float | None = None  # the kernel's (system) share of the process's CPU time
+    fault_cpu_share: float | None = None  # the faults' own share, from one fault's measured cost (None: not costed)
 
 
 @dataclass(frozen=True)
@@ -85,19 +93,17 @@ def fault_share(faults: float | None, cpu_s: float | None, cost_us: float | None
     return round(share if kernel_share is None else min(share, kernel_share), 3)
 
 
-def per_step(start: Usage | None, end: Usage | None, steps: int, cost_us: float | None = None) -> dict[str, Any]:
+def per_step(start: Usage | None, end: Usage | None, steps: int, cost_us: float | None = None) -> StepUsage:
     """The record's fields for ``steps`` steps between two readings: page faults per step, the kernel's share
     of the process's CPU time, and, given one fault's cost (``cost_us``), the faults' own share of it
-    (``fault_cpu_share``) ({} when not measured)."""
+    (``fault_cpu_share``) (every field None when not measured)."""
     if start is None or end is None or steps < 1:
-        return {}
+        return StepUsage()
     cpu = (end.user_s - start.user_s) + (end.system_s - start.system_s)
     faults = end.minor_faults - start.minor_faults + end.major_faults - start.major_faults
     kernel = round((end.system_s - start.system_s) / cpu, 3) if cpu > 0 else None
-    out: dict[str, Any] = {"page_faults_per_step": round(faults / steps, 1), "kernel_cpu_share": kernel}
-    if cost_us is not None and cpu > 0:
-        out["fault_cpu_share"] = fault_share(faults, cpu, cost_us, kernel)
-    return out
+    share = fault_share(faults, cpu, cost_us, kernel) if cost_us is not None and cpu > 0 else None
+    return StepUsage(page_faults_per_step=round(faults / steps, 1), kernel_cpu_share=kernel, fault_cpu_share=share)
 
 
 def costly(share: float | None, faults: float | None, faults_share: float | None = None) -> bool:

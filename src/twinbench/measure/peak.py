@@ -40,7 +40,9 @@ from twinbench.machine import HIGH_LOAD, LOAD_ENV, MAX_SPREAD
 from twinbench.measure import device, platforms
 from twinbench.measure.peak_cache import (  # the cache; re-exported: callers import them from here
     FORMAT,
+    Method,
     Peak,
+    PeakFields,
     age_s,
     cache_key,
     cache_path,
@@ -55,7 +57,7 @@ from twinbench.measure.peak_cache import (  # the cache; re-exported: callers im
 
 __all__ = [
     "ATTEMPTS", "DATASHEETS", "DATASHEET_TFLOPS", "FORMAT", "LONG_CALL_S", "MAX_CALLS", "MIN_REPEAT_S", "REPEATS",
-    "Datasheet", "Peak", "age_s", "cache_key", "cache_path", "cached_peaks", "calls_per_repeat",
+    "Datasheet", "Method", "Peak", "PeakFields", "age_s", "cache_key", "cache_path", "cached_peaks", "calls_per_repeat",
     "current_load_per_core", "datasheet", "datasheet_tflops", "fmt_age", "for_record", "framework_versions",
     "gpu_model", "lookup", "measure", "measured_tflops", "read_cache", "spread", "table", "tpu_model",
 ]
@@ -130,7 +132,10 @@ def tpu_model(device_name: str) -> str | None:
     import re
 
     m = re.fullmatch(r"\s*tpu\s*(v\d+\s*(?:lite(?:pod)?|[a-z])?)\s*", device_name.lower())
-    return TPU_KINDS.get(" ".join(m.group(1).split())) if m else None
+    if not m:
+        return None
+    kind = " ".join(m.group(1).split())  # "v5  lite" -> "v5 lite"
+    return TPU_KINDS.get(kind)
 
 
 def gpu_model(device_name: str) -> str | None:
@@ -186,7 +191,7 @@ ATTEMPTS = 3  # measurements tried before a disagreeing one is kept as refused
 
 def current_load_per_core() -> float | None:
     """The load per core the runner measured when it started this process, else the machine's own now."""
-    value = os.environ.get(LOAD_ENV)
+    value = os.getenv(LOAD_ENV)
     if value:
         try:
             return float(value)
@@ -282,19 +287,19 @@ def measure(framework: str, platform: str, device_name: str, dtype: str, threads
         peak = Peak(framework, platform, device_name, dtype, threads, versions, max(reps),
                     [round(r, 6) for r in reps], spread(reps),
                     datetime.now(UTC).isoformat(timespec="seconds"), load_per_core,
-                    {"op": "square matmul, best timed repeat of the fastest size", "sizes": tried,
-                     "size": n, "repeats": REPEATS, "warmup_calls": 1, "attempts": attempt})
+                    Method(op="square matmul, best timed repeat of the fastest size", sizes=tried,
+                           size=n, repeats=REPEATS, warmup_calls=1, attempts=attempt))
         if best is None or peak.spread < best.spread:
             best = peak
         if peak.spread <= MAX_SPREAD:
             break
     else:
         assert best is not None
-        best.method["attempts"] = attempts
+        best.method.attempts = attempts
         peak = best
     others = max(others, device.other_device_processes(platform))
     if others:
-        peak.method["other_device_processes"] = others
+        peak.method.other_device_processes = others
     return peak
 
 
@@ -314,14 +319,14 @@ def lookup(framework: str, platform: str, device_name: str, dtype: str, threads:
         new = measure(framework, platform, device_name, dtype, threads, current_load_per_core())
         if old is not None and old.trusted and not new.trusted:
             return new  # a refused or busy measurement never replaces a trusted one
-        if new.method.get("other_device_processes"):
+        if new.method.other_device_processes:
             return new  # another process shared the GPU: this figure is not cached at all
         write_peak(new)
         return new
 
 
 def for_record(framework: str, platform: str, device_name: str, dtype: str,
-               threads: int) -> tuple[float, dict[str, Any]]:
+               threads: int) -> tuple[float, PeakFields]:
     """(peak TFLOP/s, the record's peak fields) for a run: ``peak_measured_at``, ``peak_spread``, ..."""
     peak = lookup(framework, platform, device_name, dtype, threads)
     return peak.tflops, peak.record_fields()

@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from twinbench import backends
 from twinbench.machine import HIGH_LOAD, MAX_SPREAD, cache_root
 
@@ -30,6 +32,19 @@ FORMAT = 2  # entries of format 1 were bare numbers
 
 def cache_path() -> Path:
     return cache_root() / "peaks.json"
+
+
+@dataclass
+class Method:
+    """How a peak was measured."""
+
+    op: str = ""
+    sizes: list[int] = field(default_factory=list)  # the matrix sizes tried
+    size: int = 0  # the fastest, whose repeats are the peak's
+    repeats: int = 0
+    warmup_calls: int = 1
+    attempts: int = 1  # measurements made until the repeats agreed (or the attempts ran out)
+    other_device_processes: int = 0  # other processes that held the GPU while it was measured (NVML)
 
 
 @dataclass
@@ -47,7 +62,7 @@ class Peak:
     spread: float  # max/min - 1 over repeats_tflops
     measured_at: str  # ISO 8601, UTC
     load_per_core: float | None  # the machine's load per core (others) when it was measured
-    method: dict[str, Any] = field(default_factory=dict)  # sizes, repeats, attempts, chosen size
+    method: Method = field(default_factory=Method)
     format: int = FORMAT
 
     @property
@@ -59,12 +74,12 @@ class Peak:
         out = []
         if self.spread > MAX_SPREAD:
             out.append(f"its repeats disagree by {self.spread:.0%} (more than {MAX_SPREAD:.0%}) after "
-                       f"{self.method.get('attempts', 1)} attempt(s)")
+                       f"{self.method.attempts} attempt(s)")
         if self.load_per_core is not None and self.load_per_core > HIGH_LOAD:
             out.append(f"it was measured on a busy machine (load {self.load_per_core:.2f} per core, "
                        f"above {HIGH_LOAD})")
-        if self.method.get("other_device_processes"):
-            out.append(f"{self.method['other_device_processes']} other process(es) used the device while it was "
+        if self.method.other_device_processes:
+            out.append(f"{self.method.other_device_processes} other process(es) used the device while it was "
                        "measured")
         return out
 
@@ -79,33 +94,40 @@ class Peak:
             out.append(f"repeats disagree ({self.spread:.0%})")
         if self.load_per_core is not None and self.load_per_core > HIGH_LOAD:
             out.append(f"measured busy ({self.load_per_core:.2f}/core)")
-        if self.method.get("other_device_processes"):
+        if self.method.other_device_processes:
             out.append("device shared while measured")
         return ", ".join(out) or "ok"
 
     def age_s(self, now: float | None = None) -> float | None:
         return age_s(self.measured_at, now)
 
-    def record_fields(self) -> dict[str, Any]:
-        """What a run's Record carries about the peak it was measured against (``peak_device_shared``: other
-        processes that held a context on the GPU while it was measured, 0 when none or on the CPU)."""
-        return {"peak_measured_at": self.measured_at, "peak_spread": self.spread,
-                "peak_load_per_core": self.load_per_core,
-                "peak_device_shared": int(self.method.get("other_device_processes") or 0)}
+    def record_fields(self) -> PeakFields:
+        """What a run's Record carries about the peak it was measured against."""
+        return PeakFields(peak_measured_at=self.measured_at, peak_spread=self.spread,
+                          peak_load_per_core=self.load_per_core,
+                          peak_device_shared=self.method.other_device_processes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, entry: Any) -> Peak | None:
+    def from_json(cls, entry: object) -> Peak | None:
         """A cached entry, or None for anything not of the current format (old entries are stale)."""
-        if not isinstance(entry, dict) or entry.get("format") != FORMAT:
-            return None
         try:
-            peak = cls(**{k: entry[k] for k in cls.__dataclass_fields__ if k in entry})
-        except TypeError:
+            peak = msgspec.convert(entry, cls)
+        except msgspec.ValidationError:
             return None
-        return peak if peak.tflops > 0 and peak.repeats_tflops else None
+        return peak if peak.format == FORMAT and peak.tflops > 0 and peak.repeats_tflops else None
+
+
+@dataclass(frozen=True)
+class PeakFields:
+    """The record's fields of the peak a run was measured against (its speed section)."""
+
+    peak_measured_at: str | None
+    peak_spread: float | None
+    peak_load_per_core: float | None
+    peak_device_shared: int  # other processes on the GPU while it was measured, 0 when none or on the CPU
 
 
 def age_s(measured_at: str | None, now: float | None = None) -> float | None:

@@ -381,9 +381,7 @@ def input_stall(records: list[Record], styles: Styles) -> Plot:
 
 def _parity_failed(r: Record) -> bool:
     """A run of a user model whose port failed its parity check, or whose losses left torch eager's."""
-    parity = r.parity if isinstance(r.parity, dict) else {}
-    trajectory = parity.get("trajectory") if isinstance(parity.get("trajectory"), dict) else {}
-    return parity.get("ok") is False or trajectory.get("ok") is False
+    return r.parity.failed()
 
 
 def losses(records: list[Record], styles: Styles) -> Plot:

@@ -48,8 +48,9 @@ class OptionalMembers(Protocol):
         """Predicted classes of a host batch (classification), without touching the training state."""
         ...
 
-    def report(self) -> dict[str, Any]:
-        """Record fields of a multi-device run: device_count, state_bytes_per_device, sharding, warnings."""
+    def report(self) -> Any:
+        """Record fields of a multi-device run (distributed/sharding_report.py ``Report``: device_count,
+        state_bytes_per_device, sharding, warnings); typed there, as strategies/base.py imports no record."""
         ...
 
 

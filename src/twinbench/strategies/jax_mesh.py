@@ -83,7 +83,7 @@ class MeshTrainer(JaxTrainer):
     def place_buffers(self, tree: Any) -> Any:
         return jax.tree.map(lambda a: put_global(np.asarray(a), self.replicated), tree)
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> sr.Report:
         """Record fields: the sharding report, params+optimizer bytes per device, warnings."""
         leaves = batch_leaves(*self.last_batch) if self.last_batch else []
         batch = [sr.jax_entry(n, a, with_layout=(n in ("x", "x.0"))) for n, a in leaves]
@@ -94,8 +94,8 @@ class MeshTrainer(JaxTrainer):
                        f"{jax.process_count()} process(es)", device_count=self.mesh.size, batch=batch,
                        params=params, opt_state=opt, drawn=drawn,
                        replicas_max_abs_diff=sr.jax_replica_diff(self.params))
-        return {"device_count": self.mesh.size, "state_bytes_per_device": rep["state_bytes_per_device"],
-                "sharding": rep, "warnings": sr.warnings(rep)}
+        return sr.Report(device_count=self.mesh.size, state_bytes_per_device=rep.state_bytes_per_device, sharding=rep,
+                      warnings=sr.warnings(rep))
 
 
 def draw_largest(tree: Any, entries: list[sr.Entry], prefix: str = "") -> list[sr.Entry]:
@@ -104,8 +104,8 @@ def draw_largest(tree: Any, entries: list[sr.Entry], prefix: str = "") -> list[s
     if big is None:
         return []
     for path, leaf in jax.tree.flatten_with_path(tree)[0]:
-        if prefix + sr.path_name(path) == big["name"]:
-            return [sr.jax_entry(big["name"], leaf, with_layout=True)]
+        if prefix + sr.path_name(path) == big.name:
+            return [sr.jax_entry(big.name, leaf, with_layout=True)]
     return []
 
 

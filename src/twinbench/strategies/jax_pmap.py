@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import msgspec
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -90,28 +91,28 @@ class PmapTrainer(JaxTrainer):
         """The first device's copy, without the device axis (a placed shard keeps it as [1, ...])."""
         return jax.tree.map(lambda a: np.asarray(a.addressable_data(0)).reshape(a.shape[1:]), self.params)
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> sr.Report:
         """Record fields; pmap keeps a full copy of every parameter and optimizer leaf on each device."""
         batch = []
         for name, host in batch_leaves(*self.last_batch) if self.last_batch else []:
             placed = jax.device_put(host, self.stacked)  # [devices, batch / devices, seq]
-            batch.append(sr.jax_entry(name, placed, with_layout=(name in ("x", "x.0")))
-                         | {"spec": "pmap: axis 0 over devices"})
+            batch.append(msgspec.structs.replace(sr.jax_entry(name, placed, with_layout=(name in ("x", "x.0"))),
+                                                 spec="pmap: axis 0 over devices"))
         params = [_copy_entry(e) for e in sr.jax_tree_entries(self.params)]
         opt = [_copy_entry(e) for e in sr.jax_tree_entries(self.opt_state, "opt.")]
         rep = sr.build(kind="pmap", mesh=f"jax.pmap over {self.n_local} local device(s), axis "
                        f"{AXIS!r}, {jax.process_count()} process(es)", device_count=self.n, batch=batch,
                        params=params, opt_state=opt, drawn=batch[:1],
                        replicas_max_abs_diff=sr.jax_replica_diff(self.params, stacked=True))
-        return {"device_count": self.n, "state_bytes_per_device": rep["state_bytes_per_device"],
-                "sharding": rep, "warnings": sr.warnings(rep)}
+        return sr.Report(device_count=self.n, state_bytes_per_device=rep.state_bytes_per_device, sharding=rep,
+                      warnings=sr.warnings(rep))
 
 
 def _copy_entry(e: sr.Entry) -> sr.Entry:
     """A stacked pmap leaf [devices, ...] reported as what it is: one full copy per device."""
-    n = e["shape"][0] if e["shape"] else 1
-    return e | {"shape": e["shape"][1:], "bytes": e["bytes"] // max(n, 1), "sharded": False,
-                "spec": "replicated (one pmap copy per device)"}
+    n = e.shape[0] if e.shape else 1
+    return msgspec.structs.replace(e, shape=e.shape[1:], bytes=e.bytes // max(n, 1), sharded=False,
+                                   spec="replicated (one pmap copy per device)")
 
 
 def build(spec: RunSpec, weights: Canonical) -> PmapTrainer:

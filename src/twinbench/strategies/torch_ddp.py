@@ -83,15 +83,15 @@ class DDPTrainer(RankTrainer):
         dist.all_gather(copies, flat)
         return max(float((c - copies[0]).abs().max()) for c in copies)
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> sr.Report:
         params = [sr.torch_entry(n, p, self.world, "replicated", spec="replicated (DDP)")
                   for n, p in self.model.named_parameters()]
         opt = opt_entries(self.model, self.optimizer, self.world)
         drawn = [e for e in self.batch_entries()[:1]]
         rep = sr.build(kind="ddp", mesh=torchrun.describe(), device_count=self.world, batch=self.batch_entries(),
                        params=params, opt_state=opt, drawn=drawn, replicas_max_abs_diff=self.replicas_max_abs_diff())
-        return {"device_count": self.world, "state_bytes_per_device": rep["state_bytes_per_device"],
-                "sharding": rep, "warnings": sr.warnings(rep)}
+        return sr.Report(device_count=self.world, state_bytes_per_device=rep.state_bytes_per_device, sharding=rep,
+                      warnings=sr.warnings(rep))
 
 
 def opt_entries(model: torch.nn.Module, optimizer: torch.optim.Optimizer, world: int) -> list[sr.Entry]:

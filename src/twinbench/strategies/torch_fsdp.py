@@ -75,7 +75,7 @@ class FSDPTrainer(RankTrainer):
     def weights(self) -> Canonical:
         return self.family.torch_weights(_FullState(self.model))
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> sr.Report:
         # a forward pass alone (predict) leaves the root's parameters gathered: shard them back to be read
         for m in self.model.modules():
             if isinstance(m, FSDPModule):
@@ -86,11 +86,11 @@ class FSDPTrainer(RankTrainer):
         drawn = self.batch_entries()[:1]
         big = sr.largest(params)
         if big is not None:
-            drawn.append(sr.torch_entry(big["name"], named[big["name"]], self.world, "dtensor", with_layout=True))
+            drawn.append(sr.torch_entry(big.name, named[big.name], self.world, "dtensor", with_layout=True))
         rep = sr.build(kind="fsdp", mesh=torchrun.describe() + ", FSDP2 fully_shard per block", device_count=self.world,
                        batch=self.batch_entries(), params=params, opt_state=opt, drawn=drawn)
-        return {"device_count": self.world, "state_bytes_per_device": rep["state_bytes_per_device"],
-                "sharding": rep, "warnings": sr.warnings(rep)}
+        return sr.Report(device_count=self.world, state_bytes_per_device=rep.state_bytes_per_device, sharding=rep,
+                      warnings=sr.warnings(rep))
 
 
 def build(spec: RunSpec, weights: Canonical) -> FSDPTrainer:
