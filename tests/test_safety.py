@@ -270,13 +270,14 @@ def test_out_that_is_a_file_or_holds_a_results_directory_fails_before_any_run(tm
     assert not fake_runs
 
 
-def failing_writes(monkeypatch, fail_on: set[int]):
-    """Appends to results.jsonl fail (half the line written, then ENOSPC) on the given calls (1-based)."""
+def failing_writes(monkeypatch, fail_on: set[int], ending: str = "results.jsonl"):
+    """Appends to results.jsonl (to any file whose name ends with ``ending``) fail (half the line written, then
+    ENOSPC) on the given calls (1-based)."""
     real = rec_mod._write_all
     n = [0]
 
     def write_all(fd, data):
-        if os.readlink(f"/proc/self/fd/{fd}").endswith("results.jsonl"):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(ending):
             n[0] += 1
             if n[0] in fail_on:
                 real(fd, data[: len(data) // 2])
@@ -300,6 +301,53 @@ def test_disk_full_keeps_every_record_and_the_next_runs_go_on(tmp_path, monkeypa
     assert "kept in" in r.output and str(kept) in r.output.replace("\n", "")
     saved = read_records(out / "results.jsonl")[0] + read_records(kept)[0]
     assert sorted(x.run.strategy for x in saved) == ["compile", "eager", "jit"]
+
+
+def test_a_resume_appends_back_what_a_full_disk_kept_beside_and_runs_only_the_rest(tmp_path, monkeypatch,
+                                                                                  fake_runs):
+    """The second record's append fails and is kept beside results.jsonl; the third's append and its write beside
+    fail too (a torn line there; it is kept in the unsaved folder). --resume appends the kept record back and runs
+    only the third again (it ran the two kept ones again before), leaving no torn line and no side file."""
+    monkeypatch.setenv("TWINBENCH_UNSAVED_DIR", str(tmp_path / "unsaved"))
+    failing_writes(monkeypatch, {2, 4, 5}, ending=".jsonl")  # results.jsonl, beside it, the unsaved folder
+    out = tmp_path / "o"
+    args = ["compare", "--preset", "tiny", "--framework", "torch,jax", "--strategies", "eager,compile,jit"]
+    r = CLI.invoke(app, [*args, "--out", str(out)])
+    assert r.exit_code == 1 and len(fake_runs) == 3, r.output
+    kept = out / "results.jsonl.unsaved.jsonl"
+    assert not kept.read_bytes().endswith(b"\n")  # torn
+    assert [x.run.strategy for x in read_records(kept)[0]] == ["compile"]
+    r = CLI.invoke(app, [*args, "--resume", str(out)])
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    assert [s.strategy.name for s in fake_runs[3:]] == ["jit"], r.output  # the one kept nowhere in the folder
+    records, bad = read_records(out / "results.jsonl")
+    assert sorted(x.run.strategy for x in records) == ["compile", "eager", "jit"] and bad == 0
+    assert not kept.exists() and "1 torn line(s) left out" in r.output.replace("\n", " ")
+
+
+def test_records_kept_beside_are_appended_once_and_stay_kept_when_the_disk_is_still_full(tmp_path, monkeypatch):
+    from twinbench import results_dir
+
+    out = tmp_path / "o"
+    out.mkdir()
+    one, two = (json.dumps(fake_record(from_preset("tiny", {}, framework="torch", strategy=s)).to_dict()) + "\n"
+                for s in ("eager", "compile"))
+    (out / "results.jsonl").write_text(one)
+    kept = out / "results.jsonl.unsaved.jsonl"
+    kept.write_text(two)
+
+    def full(fd, data):
+        os.write(fd, data[:10])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as m:
+        m.setattr(results_dir, "write_all", full)
+        assert "they stay there" in results_dir.recover_unsaved(out)
+    assert (out / "results.jsonl").read_text() == one and kept.read_text() == two  # nothing torn, nothing lost
+    (out / "results.jsonl").write_text(one + two)  # an earlier recovery appended them, then stopped
+    assert "1 record(s)" in results_dir.recover_unsaved(out)
+    assert (out / "results.jsonl").read_text() == one + two and not kept.exists()  # not appended twice
+    assert results_dir.recover_unsaved(out) == ""
 
 
 def test_unwritable_results_file_keeps_the_record_elsewhere(tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ line saying where, when it cannot be). The runner (``runner.run_many``) schedule
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -16,15 +17,19 @@ from twinbench.folder_io import (
     NotRegular,
     check_folder,
     check_readable,
+    lines,
     open_append,
     open_fd,
     terminal,
+    write_all,
 )
 from twinbench.record import Record, RecordWriteError, append_jsonl
 from twinbench.spec import SpecError
 
 RESULTS = "results.jsonl"
 LOCK = ".twinbench.lock"
+#: where a record that could not be appended to results.jsonl is kept first (record.keep_unsaved), beside it
+UNSAVED = RESULTS + ".unsaved.jsonl"
 
 
 def check_out_dir(out_dir: Path) -> None:
@@ -118,9 +123,62 @@ def out_lock(out_dir: Path) -> Iterator[None]:
             raise SpecError(busy(out_dir, os.pread(fd, 64, 0).decode(errors="replace").strip() or "?")) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
+        if line := recover_unsaved(Path(out_dir)):
+            print(f"note: {line}", file=sys.stderr)
         yield
     finally:
         os.close(fd)
+
+
+def recover_unsaved(out_dir: Path) -> str:
+    """Append back to ``results.jsonl`` the records a failed append kept beside it (:data:`UNSAVED`, a full disk
+    say), under the lock: a ``--resume`` then counts them done instead of running them again, and the folder holds
+    them where every reader looks. A torn line (the disk filled during that write too) is left out; the side file
+    is removed once its records are in. Idempotent: records already at the end of ``results.jsonl`` (an earlier
+    recovery stopped before the removal) are not appended twice. A line saying what was done ('' for nothing)."""
+    side, path = out_dir / UNSAVED, out_dir / RESULTS
+    good, torn = [], 0
+    try:
+        for _, line in lines(side):
+            if line is None or not line.strip():
+                torn += line is None
+                continue
+            try:
+                whole = line.endswith(b"\n") and isinstance(json.loads(line), dict)
+            except (ValueError, RecursionError):
+                whole = False
+            if whole:
+                good.append(line)
+            else:
+                torn += 1
+    except FileNotFoundError:
+        return ""
+    except (OSError, SpecError) as e:  # a link, a FIFO, over the cap: left alone, said once
+        return f"{side} left as it is ({e})"
+    blob = b"".join(good)
+    if blob:
+        try:
+            fd = open_append(path)
+        except (OSError, SpecError) as e:
+            return f"{len(good)} record(s) kept in {side} could not be appended to {path} ({e}); they stay there"
+        try:
+            size = os.fstat(fd).st_size
+            if size < len(blob) or os.pread(fd, len(blob), size - len(blob)) != blob:
+                try:
+                    newline = b"\n" if size and os.pread(fd, 1, size - 1) != b"\n" else b""
+                    write_all(fd, newline + blob)
+                    os.fsync(fd)
+                except OSError as e:
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, size)  # no torn line in results.jsonl; the side file stays whole
+                    return (f"{len(good)} record(s) kept in {side} could not be appended to {path} "
+                            f"({e.strerror or e}); they stay there")
+        finally:
+            os.close(fd)
+    with contextlib.suppress(OSError):
+        side.unlink()
+    left = f"; {torn} torn line(s) left out" if torn else ""
+    return f"{len(good)} record(s) a full disk had kept in {side} appended to {path}{left}"
 
 
 def save_record(path: Path, record: Record, notes: list[str] | None) -> None:
