@@ -25,13 +25,14 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from twinbench.config import DEFAULT_FAMILY, Identity
 from twinbench.measure.device import platform_name
-from twinbench.record import FLAT, Record, condition_warnings, read_records, skipped_note, typed
+from twinbench.record import FLAT, Record, condition_warnings, read_records, skipped_note
 from twinbench.spec import IDENTITY
 from twinbench.spec_sections import flat_spec
 
@@ -89,12 +90,15 @@ def identity(r: Record) -> tuple:
     existed, has its declared default); a spec that does not decode is read as it is."""
     decoded = r.run_spec()
     spec = decoded.flat() if decoded is not None else flat_spec(r.spec)
-    model, train = spec.get("model") or {}, spec.get("train") or {}
+    merged = dict(spec)  # the flat form's fields, its model's and train's beside them (model's first)
+    for section in ("train", "model"):
+        part = merged.pop(section, None)
+        merged |= part if isinstance(part, dict) else {}
     out = []
     for k in MATCH_FIELDS:
         name = RECORD_NAME.get(k, k)
         v = r.field(name) if name in FLAT else None
-        out.append(model.get(k, train.get(k, spec.get(k))) if v is None else v)
+        out.append(merged.get(k) if v is None else v)
     return tuple(out)
 
 
@@ -166,6 +170,14 @@ def _loss_gap(old: list[Record], new: list[Record]) -> float | None:
 
 
 @dataclass
+class Delta:
+    """A metric's median on each side (None where no record of the side has it)."""
+
+    old: float | None
+    new: float | None
+
+
+@dataclass
 class Pair:
     run: str
     old_ms: list[float]
@@ -174,7 +186,7 @@ class Pair:
     ci_low: float | None
     ci_high: float | None
     verdict: str
-    deltas: dict[str, Any] = field(default_factory=dict)  # compile_s, first_step_s, peak_mem_bytes, mfu: old/new
+    deltas: dict[str, Delta] = field(default_factory=dict)  # compile_s, first_step_s, peak_mem_bytes, mfu
     loss_gap: float | None = None
     losses_agree: bool | None = None
     notes: list[str] = field(default_factory=list)
@@ -188,9 +200,6 @@ class Diff:
     only_new: list[str]
     failed: list[str]  # matched runs without an ok record on one side
     conditions: list[str]  # how the two sides' conditions differ
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     def gate(self, fail_above_pct: float) -> list[Pair]:
         """The pairs that fail ``--fail-above PCT``: slower, with the interval's lower end above 1 + PCT/100."""
@@ -244,9 +253,8 @@ def _conditions(old: list[Record], new: list[Record]) -> list[str]:
     return out
 
 
-def diff(old: list[Record] | list[dict[str, Any]], new: list[Record] | list[dict[str, Any]]) -> Diff:
+def diff(old: list[Record], new: list[Record]) -> Diff:
     """Match OLD and NEW records on what ran and compare every matched run (see the module docstring)."""
-    old, new = typed(old), typed(new)
     groups_old: dict[tuple, list[Record]] = {}
     groups_new: dict[tuple, list[Record]] = {}
     for recs, groups in ((old, groups_old), (new, groups_new)):
@@ -267,7 +275,7 @@ def diff(old: list[Record] | list[dict[str, Any]], new: list[Record] | list[dict
             continue
         om, nm = repeat_medians(o), repeat_medians(n)
         iv = ratio_interval(om, nm)
-        deltas = {key: {"old": _median(o, key), "new": _median(n, key)}
+        deltas = {key: Delta(_median(o, key), _median(n, key))
                   for key in ("compile_s", "first_step_s", "peak_mem_bytes", "mfu")}
         gap = _loss_gap(o, n)
         notes = []
@@ -316,8 +324,8 @@ def table(d: Diff, old: Path | str, new: Path | str) -> Any:
                 "peak mem", "MFU", "losses"):
         table.add_column(col, justify="left" if col in ("run", "verdict") else "right")
 
-    def pair(x: dict, fmt) -> str:
-        o, n = x["old"], x["new"]
+    def pair(x: Delta, fmt: Callable[[float], str]) -> str:
+        o, n = x.old, x.new
         return f"{fmt(o)} -> {fmt(n)}" if o is not None and n is not None else "-"
 
     colors = {SLOWER: "red", FASTER: "green"}

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+import msgspec
 import typer
 
 from twinbench import runner
@@ -101,7 +102,7 @@ def diff_cmd(
     for line in tdiff.lines(d):
         out.print(f"  {line}", highlight=False, soft_wrap=True)
     if json_path:
-        write_text(json_path, json.dumps(d.to_dict(), indent=1), "--json")
+        write_text(json_path, json.dumps(msgspec.to_builtins(d), indent=1), "--json")
     if fail_above is not None:
         failing = d.gate(fail_above)
         for p in failing:
@@ -142,7 +143,8 @@ def advise(
     if changes_per_day < 0:
         raise SpecError(f"--changes-per-day must be >= 0, got {changes_per_day}")
     user = user_fields(model, jax_model)
-    specs = build_specs(preset, framework, strategies, overrides, **RunFields(trace_dir=trace_dir(trace), **user).kwargs())
+    fields = RunFields(trace_dir=trace_dir(trace), **user).kwargs()
+    specs = build_specs(preset, framework, strategies, overrides, **fields)
     check_host(specs)  # a shape the host cannot build or train: refused before any run
     target = out_dir or Path("runs") / time.strftime("advise-%Y%m%d-%H%M%S")
     check_places(specs)
@@ -150,14 +152,14 @@ def advise(
     specs, _ = prepare_user(specs, target, timeout)  # --model: checked, initial weights written (exit 2 if bad)
     records = run_and_report(specs, target, timeout, plan_steps, None, "twinbench advise", report=False)
     advice = decide(records, plan_steps, changes_per_day, results=str(target / runner.RESULTS))
-    write_text(target / "advice.json", json.dumps(advice, indent=1), "advice.json", inside=target)
+    write_text(target / "advice.json", json.dumps(msgspec.to_builtins(advice), indent=1), "advice.json", inside=target)
     out.print()
-    for line in advice["lines"]:
+    for line in advice.lines:
         out.print(line, highlight=False, markup=False)
     out.print(f"  advice: {target / 'advice.json'} (ids in [brackets] are run_ids in "
               f"{target / runner.RESULTS})", highlight=False, markup=False)
     write_report(target, plan_steps)
-    if advice["recommendation"]["framework"] is None:
+    if advice.recommendation is None or advice.recommendation.framework is None:
         raise typer.Exit(1)
 
 

@@ -14,13 +14,13 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
+from twinbench.advise import Advice
 from twinbench.claims.result import ClaimResult
 from twinbench.folder_io import check_inside, cut, read_json, terminal, write_file
-from twinbench.limits import MAX_PLAN_STEPS
 from twinbench.measure.device import platform_name
 from twinbench.measure.trace import HINTS as TRACE_HINTS
 from twinbench.record import Record, latest_per_run, read_records
@@ -44,19 +44,6 @@ T = TypeVar("T")
 
 class ReportError(ValueError):
     """A results directory that cannot be reported: the message is one line, fit to print."""
-
-
-class Recommendation(msgspec.Struct):
-    summary: str | None = None
-
-
-class Advice(msgspec.Struct):
-    """``advice.json`` as ``report`` reads it: the plan's steps (a count :data:`limits.MAX_PLAN_STEPS` bounds),
-    its lines and its recommendation's summary."""
-
-    plan_steps: Annotated[int, msgspec.Meta(ge=1, le=MAX_PLAN_STEPS)] | None = None
-    lines: list[str] = []
-    recommendation: Recommendation | None = None
 
 
 def _typed(path: Path, data: Any, kind: type[T]) -> T:
@@ -183,8 +170,9 @@ def _parity_notes(res: Results) -> list[str]:
     for r in res.records:
         if r.status == "ok" and _parity_failed(r):
             p = r.parity
-            if p.ok is False:
-                where = ", ".join(name for name, _ in p.grad_worst)
+            if p.get("ok") is False:
+                worst = p.get("grad_worst") if isinstance(p.get("grad_worst"), list) else []
+                where = ", ".join(str(w[0]) for w in worst if isinstance(w, list) and w)
                 out.append(f"{label(r)}: parity MISMATCH: the JAX port does not compute what the torch model does"
                            f"{' (gradients differ most in ' + where + ')' if where else ''}; its timings are of "
                            "another computation")
