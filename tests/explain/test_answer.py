@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
+from tests.explain.typed import side as typed_side
 from twinbench.explain import answer
 
 
@@ -18,6 +20,11 @@ def side(run: str, cells: dict[str, dict[str, float]], untraced: float | None = 
     if untraced is not None:
         out["measured"] = {"untraced_step_ms": untraced, "traced_step_ms": step, "untraced_steps": untraced_steps}
     return out
+
+
+def _join(result: dict[str, Any], arg_a: str, arg_b: str) -> answer.Answer | None:
+    """answer.join of a pair written as the dicts of its sides (and its ``noise_ms`` where given)."""
+    return answer.join(typed_side(result["a"]), typed_side(result["b"]), result.get("noise_ms"), arg_a, arg_b)
 
 
 def finding(id: str, severity: str = "warning", **kw: str) -> dict[str, str]:
@@ -49,7 +56,7 @@ def test_the_recompiles_are_the_first_cause_sized_by_the_compilation_row(tmp_pat
     result = {"a": side("torch:t", TORCH), "b": side("jax:f", recompiling())}
     log = {"compiles": 11, "steps": 12, "causes": {"shape": 11}, "shapes": ["at x, now i32[8,58] and before i32[8,64]"]}
     result["b"].update(compiles=5, steps_used=5, recorded={"compiles": log})  # explain's compilation facts
-    got = answer.join(result, a, b)
+    got = _join(result, a, b)
     assert got is not None and got.slower == "jax:f" and got.clock == "traced"
     first = got.causes[0]
     assert first.finding == "jax-recompile" and first.rows == ["rest / compilation"]
@@ -74,7 +81,7 @@ def test_rows_are_put_on_the_step_measured_without_the_profiler_and_the_clock_de
     fast = {"forward": {"matmul": 2.0}, "rest": {"idle": 10.0}}  # traced 12 ms, untraced 6 ms
     a = folder(tmp_path, "a", [finding("jax-host-sync")])
     b = folder(tmp_path, "b", [])
-    got = answer.join({"a": side("jax:a", slow, untraced=20.0), "b": side("torch:b", fast, untraced=6.0)}, a, b)
+    got = _join({"a": side("jax:a", slow, untraced=20.0), "b": side("torch:b", fast, untraced=6.0)}, a, b)
     assert got is not None and got.slower == "jax:a" and got.clock == "untraced"
     assert got.gap_ms == pytest.approx(14.0)
     assert got.causes[0].finding == "jax-host-sync"
@@ -87,7 +94,7 @@ def test_a_row_is_claimed_by_one_cause_and_a_cause_within_the_noise_is_not_named
     a = folder(tmp_path, "a", [])
     b = folder(tmp_path, "b", [finding("nnx-graph-overhead"), finding("jax-host-sync"),
                                finding("jax-host-transfer", "info")])
-    got = answer.join({"a": side("torch:a", fast), "b": side("jax:b", slow, spread=1.0)}, a, b)
+    got = _join({"a": side("torch:a", fast), "b": side("jax:b", slow, spread=1.0)}, a, b)
     assert got is not None
     assert [c.finding for c in got.causes] == ["nnx-graph-overhead"]  # the first of two of equal size claims idle
     said = dict(got.not_in_gap)
@@ -101,7 +108,7 @@ def test_a_whole_side_finding_is_said_as_possibly_part_of_what_is_left_unsized(t
     slow = {"forward": {"matmul": 6.0}, "backward": {"matmul": 9.0}, "rest": {"idle": 5.0}}
     a = folder(tmp_path, "a", [finding("cpu-oversubscribed"), finding("torch-host-sync")])
     b = folder(tmp_path, "b", [])
-    got = answer.join({"a": side("torch:a", slow), "b": side("jax:b", TORCH)}, a, b)
+    got = _join({"a": side("torch:a", slow), "b": side("jax:b", TORCH)}, a, b)
     assert got is not None and got.slower == "torch:a"
     assert [(c.finding, c.ms) for c in got.causes] == [("torch-host-sync", pytest.approx(4.0))]
     assert got.unexplained_ms == pytest.approx(got.gap_ms - 4.0)
@@ -113,13 +120,13 @@ def test_the_doctors_own_ab_is_said(tmp_path: Path) -> None:
     slow = {"forward": {"matmul": 2.0}, "rest": {"idle": 12.0}}
     obs = {"read_check": {"waited_ms": 8.0, "deferred_ms": 3.0, "waited_n": 10, "deferred_n": 10}}
     a = folder(tmp_path, "a", [finding("jax-host-sync")], obs)
-    got = answer.join({"a": side("jax:a", slow), "b": side("torch:b", TORCH)}, a, folder(tmp_path, "b", []))
+    got = _join({"a": side("jax:a", slow), "b": side("torch:b", TORCH)}, a, folder(tmp_path, "b", []))
     assert got is not None and got.causes[0].ab.startswith("confirmed by the doctor's A/B (8.00 -> 3.00")
 
 
 def test_rows_no_finding_names_are_left_unexplained_and_listed(tmp_path: Path) -> None:
     slow = {"forward": {"matmul": 12.0}, "backward": {"matmul": 3.0}, "rest": {"idle": 1.0}}
-    got = answer.join({"a": side("torch:a", TORCH), "b": side("jax:b", slow)}, folder(tmp_path, "a", []),
+    got = _join({"a": side("torch:a", TORCH), "b": side("jax:b", slow)}, folder(tmp_path, "a", []),
                       folder(tmp_path, "b", []))
     assert got is not None and not got.causes
     assert got.unexplained_ms == pytest.approx(got.gap_ms)
@@ -131,15 +138,15 @@ def test_no_report_no_answer_and_a_broken_one_is_a_note(tmp_path: Path) -> None:
     result = {"a": side("torch:a", TORCH), "b": side("jax:b", recompiling())}
     plain = tmp_path / "plain"
     plain.mkdir()
-    assert answer.join(result, str(plain), str(plain)) is None
+    assert _join(result, str(plain), str(plain)) is None
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / answer.NAME).write_text(json.dumps({"findings": [{"id": 3}]}))
-    got = answer.join(result, str(plain), str(bad))
+    got = _join(result, str(plain), str(bad))
     assert got is not None and "not twinbench doctor's report" in got.notes[0]
     assert answer.lines(got)[0].startswith("answer: ")
     (bad / answer.NAME).write_text("{not json")
-    got = answer.join(result, str(bad), str(plain))
+    got = _join(result, str(bad), str(plain))
     assert got is not None and got.notes
 
 
@@ -161,7 +168,7 @@ def test_the_answer_survives_explains_json() -> None:
     a = answer.Answer(10.0, "untraced", "jax:b", "torch:a", [answer.Named("compilation", 9.0, 0.5, ["rest / compilation"],
                                                                     "jax-recompile")], 1.0, [("forward / matmul", 1.0)],
                       [("jax-no-donation", "memory")], [])
-    back = answer.from_builtins(json.loads(json.dumps(answer.to_builtins(a))))
+    back = msgspec.convert(json.loads(json.dumps(msgspec.to_builtins(a))), answer.Answer)
     assert back == a
 
 
@@ -169,7 +176,7 @@ def test_a_busy_machine_on_both_sides_alike_is_not_a_cause(tmp_path: Path) -> No
     slow = {"forward": {"matmul": 6.0}, "backward": {"matmul": 9.0}, "rest": {"idle": 5.0}}
     a = folder(tmp_path, "a", [finding("cpu-oversubscribed", "info")])
     b = folder(tmp_path, "b", [finding("cpu-oversubscribed", "info")])
-    got = answer.join({"a": side("torch:a", slow), "b": side("jax:b", TORCH)}, a, b)
+    got = _join({"a": side("torch:a", slow), "b": side("jax:b", TORCH)}, a, b)
     assert got is not None and not got.causes and got.unexplained_ms == pytest.approx(got.gap_ms)
     assert ("cpu-oversubscribed", "the whole side, and the faster side has it as well") in got.not_in_gap
 
@@ -181,7 +188,7 @@ def test_the_loops_wait_for_a_cpu_is_said(tmp_path: Path) -> None:
     (d / answer.NAME).write_text(json.dumps({"findings": [finding("jax-eager-ops")], "iter_ms": 401.5,
                                              "observations": obs}))
     slow = {"rest": {"idle": 380.0, "other": 20.0}}
-    got = answer.join({"a": side("torch:a", TORCH), "b": side("jax:b", slow)}, folder(tmp_path, "a", []), str(d))
+    got = _join({"a": side("torch:a", TORCH), "b": side("jax:b", slow)}, folder(tmp_path, "a", []), str(d))
     assert got is not None and got.waits == [("jax:b", 262.0, 401.5)] and got.slow_step_ms == pytest.approx(400.0)
     assert got.causes[0].finding == "jax-eager-ops" and got.causes[0].ms == pytest.approx(400.0 - 1.0)
     assert "jax:b's loop waited 262.0 ms of its 401.5 ms iteration for a CPU" in "\n".join(answer.lines(got))
@@ -192,7 +199,7 @@ def test_a_clock_of_other_steps_puts_no_side_on_it(tmp_path: Path, untraced: flo
     """The doctor's untraced step of 1 step, or 1000x the traced step (a compile, the doctor's own checks), is
     not a clock of the traced steps: neither side's rows are put on the clock, and the answer says why."""
     slow = {"forward": {"matmul": 2.0}, "rest": {"idle": 2.2}}
-    got = answer.join({"a": side("torch:a", TORCH, untraced=9.0),
+    got = _join({"a": side("torch:a", TORCH, untraced=9.0),
                        "b": side("jax:b", slow, untraced=untraced, untraced_steps=steps)},
                       folder(tmp_path, "a", []), folder(tmp_path, "b", [finding("jax-host-sync")]))
     assert got is not None and got.clock == "traced" and got.slower == "torch:a"
@@ -232,7 +239,7 @@ def test_on_the_doctors_mean_iteration_recompiles_count_at_the_runs_rate_not_the
     b = report("flax", [finding("jax-recompile"), finding("cpu-oversubscribed", "info")], iter_ms=110.0)
     result = {"a": side("torch:t", TORCH, untraced=8.0), "b": side("jax:f", recompiling(), untraced=6.0)}
     result["b"].update(compiles=2, steps_used=4, recorded={"compiles": {"compiles": 5, "steps": 40}})
-    got = answer.join(result, a, b)
+    got = _join(result, a, b)
     assert got is not None and got.clock == "run" and got.slower == "jax:f"
     assert got.gap_ms == pytest.approx(101.0)  # the means: 110 - 9, not the traced window's 407 - 9
     first = got.causes[0]

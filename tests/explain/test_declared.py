@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from twinbench.explain import causes, ops, taxonomy, tpu_trace
+from twinbench.explain.side import GateFailure
 
 
 def test_a_table_naming_an_undeclared_category_fails() -> None:
@@ -40,7 +41,7 @@ def test_each_gate_is_one_declaration() -> None:
     checks = [g.check for g in causes.GATES]
     assert len(set(checks)) == len(checks) == 4 and "quiet" not in checks
     for g in causes.GATES:
-        said = causes.refusal([{"check": g.check, "fact": "F"}])
+        said = causes.refusal([GateFailure(check=g.check, fact="F")])
         assert said == f"no row is named as a cause; check failed: {g.words}. F"
-    every = causes.refusal([{"check": c, "fact": c} for c in checks])
+    every = causes.refusal([GateFailure(check=c, fact=c) for c in checks])
     assert every.index(causes.GATES[0].words) < every.index(causes.GATES[-1].words)

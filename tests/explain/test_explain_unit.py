@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 from typer.testing import CliRunner
 
+from tests.explain.typed import plain, side
 from twinbench.cli import app
 from twinbench.explain import gap, hlo, runs, taxonomy, torch_trace
 from twinbench.explain.breakdown import PHASES, undisturbed
@@ -86,7 +88,7 @@ def test_a_disturbed_step_is_left_out_not_blamed_on_its_op(tmp_path: Path) -> No
 def test_planted_backward_matmul_is_the_largest_gap_row(tmp_path: Path) -> None:
     a = _record("torch", "eager", synthetic_torch_trace(tmp_path / "a.json", 0.0), 0.61)
     b = _record("torch", "slow", synthetic_torch_trace(tmp_path / "b.json", 400.0), 1.01)
-    res = gap.explain_pair(a, b)
+    res = plain(gap.explain_pair(a, b))
     assert res["largest"]["row"] == "backward / matmul"
     assert res["largest"]["share"] > 0.5
     assert sum(r["diff_ms"] for r in res["rows"] if r["level"] == 0) == pytest.approx(res["gap_ms"], rel=0.15)
@@ -97,7 +99,7 @@ def test_the_why_rows_read_the_typed_records_sections(tmp_path: Path) -> None:
     """explain_run hands the typed record itself to the why rows and the op tables: the peak and its time from
     ``speed``, the device from ``run``, the cores from ``conditions``, the busy warnings from ``warnings``; a
     flat dict is no record there."""
-    from twinbench.explain import ops, why
+    from twinbench.explain import why
     from twinbench.explain.breakdown import Breakdown
     from twinbench.record_sections import Conditions, Record, Run, Speed, Timing, Trace
 
@@ -105,13 +107,11 @@ def test_the_why_rows_read_the_typed_records_sections(tmp_path: Path) -> None:
                  timing=Timing(step_ms=0.61), speed=Speed(peak_tflops=0.25, peak_measured_at="2000-01-01T00:00:00"),
                  conditions=Conditions(cpu_count=3), trace=Trace(path=synthetic_torch_trace(tmp_path / "a.json", 0.0)),
                  warnings=["machine busy: planted", "batch x is replicated"])
-    e = gap.explain_run(rec)
+    e = plain(gap.explain_run(rec))
     assert e["peak"] == {"tflops": 0.25, "measured_at": "2000-01-01T00:00:00", "age": e["peak"]["age"], "source": ""}
     assert e["peak"]["age"].endswith(" d ago")
     assert (e["device_name"], e["cores"], e["warnings"]) == ("Tesla X", 3, ["machine busy: planted"])
     assert e["busy"] and any(k["name"] == "aten::mm" for k in e["kernels"])
-    with pytest.raises(AttributeError):
-        ops.groups(rec.flat(), Breakdown(), 1.0)  # type: ignore[arg-type]
     with pytest.raises(AttributeError):
         why.run_extras(rec.flat(), Breakdown(), 1.0, {}, {})  # type: ignore[arg-type]
 
@@ -122,7 +122,7 @@ def test_an_even_spread_names_no_planted_row() -> None:
             "cells": {p: {"matmul": 1.0, "element-wise": 1.0} for p in PHASES}, "scopes": {}}
     more = {"run": "b", "step_ms": 20.0, "trace": dict.fromkeys(PHASES, 4.0),
             "cells": {p: {"matmul": 2.0, "element-wise": 2.0} for p in PHASES}, "scopes": {}}
-    rows = gap.rows(even, more)
+    rows = plain(gap.rows(side(even), side(more)))
     assert max(r["share"] for r in rows if r["level"] == 1) <= 0.1 + 1e-9
 
 
@@ -170,7 +170,7 @@ def _jax_run(tmp_path: Path, slow: bool) -> dict:
 
 def test_jax_planted_slow_attention_is_the_largest_gap_row(tmp_path: Path) -> None:
     fast, slow = _jax_run(tmp_path, False), _jax_run(tmp_path, True)
-    res = gap.explain_pair(fast, slow)
+    res = plain(gap.explain_pair(fast, slow))
     assert res["largest"]["row"] == "forward / attention", res["rows"]
     assert res["a"]["categorized_share"] >= 0.9
     assert set(res["b"]["scopes"]) >= {"block0.attn"}
@@ -283,3 +283,37 @@ ENTRY e {
     by = hlo_text.parse(text).instructions()
     assert [hlo_text.conv_flops(by[n], by) for n in ("zero", "word", "nobatch", "short")] == [None] * 4
     assert hlo_text.conv_flops(by["good"], by) == 2 * 2 * 4 * 3 * 13 * 13
+
+
+def test_explain_json_of_every_version_reads(tmp_path: Path) -> None:
+    """explain.json is versioned: the files written before ``schema_version`` (an ``explain --json`` of a pair
+    with the doctor's answer, and compare --explain's bare list with an unreadable run) still read, typed; what
+    this version writes reads back the same; a later version is refused in one line."""
+    import gzip
+
+    from twinbench.explain import result
+
+    fix = Path(__file__).parent / "fixtures"
+    for name in ("explain_v0_pair.json", "explain_v0_runs.json"):
+        (tmp_path / name).write_bytes(gzip.decompress((fix / f"{name}.gz").read_bytes()))
+    pair = result.read(tmp_path / "explain_v0_pair.json")
+    assert isinstance(pair, result.Explained) and pair.schema_version == 0 and pair.b is not None
+    assert pair.answer is not None and pair.answer.causes[0].finding == "jax-recompile"
+    assert pair.b.recorded is not None and pair.b.recorded.compiles is not None and pair.b.measured is not None
+    assert pair.largest is not None and pair.gap_ms == pytest.approx(pair.b.step_ms - pair.a.step_ms)
+    assert any(r.uncertainty_ms is None and r.named_ms is not None for r in pair.rows)
+    again = tmp_path / "again.json"
+    again.write_bytes(result.to_json(pair))
+    back = result.read(again)
+    assert isinstance(back, result.Explained) and back.schema_version == result.SCHEMA_VERSION
+    assert plain(back) == plain(pair)
+    runs = result.read(tmp_path / "explain_v0_runs.json")
+    assert isinstance(runs, result.ExplainedRuns) and [s.run for s in runs.runs] == ["torch/eager"]
+    assert runs.unreadable[0].run == "jax/jit" and runs.runs[0].timing and runs.runs[0].kernels
+    later = tmp_path / "later.json"
+    later.write_text('{"schema_version": 99, "a": {"run": "x", "step_ms": 1.0}}')
+    with pytest.raises(ValueError, match="schema_version 99; this twinbench reads up to"):
+        result.read(later)
+    one = tmp_path / "one.json"
+    one.write_bytes(result.to_json(result.Explained(a=pair.a)))  # one trace: its side alone, as before
+    assert set(msgspec.json.decode(one.read_bytes())) == {"schema_version", "a"}

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.explain.test_same_rows import _side
+from tests.explain.typed import plain, shape_rows, side
 from twinbench.explain import causes, gap
 
 
@@ -25,16 +26,16 @@ def test_a_busy_pair_names_a_row_well_beyond_its_noise_with_its_uncertainty() ->
               [59.0, 60.0, 61.0, 60.0])
     b = _busy("jax:b", 38.0, {"backward": {"matmul": 20.0, "element-wise": 5.0}, "forward": {"matmul": 13.0}},
               [37.5, 38.0, 38.5, 38.0])
-    r = gap.pair(a, b)
+    r = plain(gap.pair(side(a), side(b)))
     assert not r["gates"], r["gates"]
     row = next(x for x in r["rows"] if x["row"] == "backward / matmul")
-    ra, rb = causes.noise(a), causes.noise(b)
+    ra, rb = causes.noise(side(a)), causes.noise(side(b))
     assert ra is not None and rb is not None
     assert row["uncertainty_ms"] == pytest.approx(causes.K * ((40 * ra) ** 2 + (20 * rb) ** 2) ** 0.5)
     first = r["summary"].splitlines()[0]
     assert f"backward / matmul (+20.0 ±{row['uncertainty_ms']:.1f} ms)" in first, first  # torch's extra 22 ms
     assert "measured on a busy machine" in r["summary"] and "no row is named" not in r["summary"]
-    assert r["noise_ms"] == pytest.approx(causes.gap_noise(a, b))
+    assert r["noise_ms"] == pytest.approx(causes.gap_noise(side(a), side(b)))
 
 
 def test_a_row_within_its_measured_noise_is_withheld_and_said() -> None:
@@ -44,7 +45,7 @@ def test_a_row_within_its_measured_noise_is_withheld_and_said() -> None:
               [40.0, 60.0, 80.0, 60.0])
     b = _busy("jax:b", 38.0, {"backward": {"matmul": 20.0, "element-wise": 5.0}, "forward": {"matmul": 13.0}},
               [28.0, 38.0, 48.0, 38.0])
-    r = gap.pair(a, b)
+    r = plain(gap.pair(side(a), side(b)))
     row = next(x for x in r["rows"] if x["row"] == "backward / matmul")
     assert row["named_ms"] == 0.0 and row["within_noise_ms"] == pytest.approx(row["uncertainty_ms"])
     s = r["summary"]
@@ -53,15 +54,15 @@ def test_a_row_within_its_measured_noise_is_withheld_and_said() -> None:
 
 
 def test_noise_is_the_steps_spread_and_unknown_from_one_step() -> None:
-    assert causes.noise({"step_times_ms": [10.0]}) is None and causes.noise({}) is None
-    assert causes.noise({"step_times_ms": [9.0, 11.0]}) == pytest.approx(2 ** 0.5 / 10)
+    assert causes.noise(side({"step_times_ms": [10.0]})) is None and causes.noise(side({})) is None
+    assert causes.noise(side({"step_times_ms": [9.0, 11.0]})) == pytest.approx(2 ** 0.5 / 10)
     one = _busy("torch:a", 60.0, {"backward": {"matmul": 40.0}}, [60.0])
-    assert "its noise is not measured" in causes.busy_line(one, one)
+    assert "its noise is not measured" in causes.busy_line(side(one), side(one))
 
 
 def test_a_busy_machine_is_no_check() -> None:
     a = _busy("torch:a", 60.0, {"backward": {"matmul": 40.0}}, [60.0, 61.0])
-    assert causes.gates(a, a) == []
+    assert plain(causes.gates(side(a), side(a))) == []
 
 
 # ------------------------------------------------------------------------------ the untraced clock decides
@@ -79,7 +80,7 @@ def test_the_summary_is_framed_on_the_side_the_clock_says_is_slower() -> None:
     and no row of the traced gap is named the other way."""
     a = _timed("torch:a", 213.0, 157.0, {"backward": {"matmul": 120.0}, "forward": {"matmul": 93.0}})
     b = _timed("jax:b", 200.0, 198.0, {"backward": {"matmul": 110.0}, "forward": {"matmul": 90.0}})
-    r = gap.pair(a, b)
+    r = plain(gap.pair(side(a), side(b)))
     s = r["summary"]
     assert s.startswith("by the clock (twinbench doctor, without the profiler) jax:b is slower by 41.0 ms a step "
                         "(198.0 against 157.0 ms); traced steps +36% on torch:a and +1% on jax:b against the clock"), s
@@ -89,7 +90,7 @@ def test_the_summary_is_framed_on_the_side_the_clock_says_is_slower() -> None:
 def test_a_gap_the_clock_agrees_with_is_its_size_and_the_rows_the_traced_ones() -> None:
     a = _timed("torch:a", 150.0, 120.0, {"backward": {"matmul": 90.0}, "forward": {"matmul": 60.0}})
     b = _timed("jax:b", 100.0, 90.0, {"backward": {"matmul": 50.0}, "forward": {"matmul": 50.0}})
-    s = gap.pair(a, b)["summary"]
+    s = plain(gap.pair(side(a), side(b)))["summary"]
     assert s.startswith("torch:a's extra 30.0 ms per step over jax:b by the clock (twinbench doctor, without the "
                         "profiler; traced steps +25% on torch:a and +11% on jax:b against the clock); traced, 50.0 ±"), s
     assert "backward / matmul (+40.0 ±" in s, s
@@ -110,12 +111,12 @@ def test_a_shape_is_named_only_beyond_its_noise_and_ahead_of_the_next() -> None:
     a = {"run": "torch:a", "step_times_ms": [95.0, 100.0, 105.0]}
     b = {"run": "jax:b", "step_times_ms": [95.0, 100.0, 105.0]}
     close = [_shape("[64,64]x[64,64]", 2.0, 4.0), _shape("[64,128]x[128,64]", 2.0, 3.9)]
-    said = why.shape_claim(a, b, close, 1)
+    said = why.shape_claim(side(a), side(b), shape_rows(close), 1)
     assert said.startswith("largest matmul gap by shape: none named") and "±" in said, said
     clear = [_shape("[64,64]x[64,64]", 2.0, 7.0), _shape("[64,128]x[128,64]", 2.0, 3.0)]
-    said = why.shape_claim(a, b, clear, 1)
+    said = why.shape_claim(side(a), side(b), shape_rows(clear), 1)
     assert said.startswith("largest matmul gap by shape (±") and "[64,64]x[64,64]" in said, said
-    assert "none named" in why.shape_claim({"run": "torch:a"}, b, clear, 1)  # a side's noise not measured
+    assert "none named" in why.shape_claim(side({"run": "torch:a"}), side(b), shape_rows(clear), 1)  # a side's noise not measured
 
 
 def test_the_doctors_untraced_steps_give_a_side_its_noise_where_they_moved_more() -> None:
@@ -130,10 +131,10 @@ def test_the_doctors_untraced_steps_give_a_side_its_noise_where_they_moved_more(
     rec = SimpleNamespace(traced=(8, 10), calls={"k": [(t,) for t in starts]},
                           traced_iterations=lambda key: (None, [8, 9]))
     got = summary.trace_timing(rec, "k", 1000.0, list(range(1, 8)), False)  # type: ignore[arg-type]
-    assert got is not None and got["untraced_spread"] == pytest.approx(1.4826 * 0.1 / 1.05, rel=1e-3), got
+    assert got is not None and got.untraced_spread == pytest.approx(1.4826 * 0.1 / 1.05, rel=1e-3), got
     # (the 4 s step moved it nothing: the standard deviation of the same steps is over 1)
     calm = _busy("torch:a", 60.0, {"backward": {"matmul": 40.0}}, [60.0, 60.3])
-    assert causes.noise(calm) == pytest.approx(0.3 / 2 ** 0.5 / 60.15, rel=1e-3)
+    assert causes.noise(side(calm)) == pytest.approx(0.3 / 2 ** 0.5 / 60.15, rel=1e-3)
     calm["measured"] = {"untraced_step_ms": 50.0, "untraced_spread": 0.08}
-    assert causes.noise(calm) == 0.08
-    assert causes.noise({"measured": {"untraced_spread": 0.05}}) == 0.05  # one traced step: the doctor's
+    assert causes.noise(side(calm)) == 0.08
+    assert causes.noise(side({"measured": {"untraced_spread": 0.05}})) == 0.05  # one traced step: the doctor's

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.explain.typed import plain, side
 from twinbench.explain import hlo
 
 HLO = """
@@ -39,7 +40,7 @@ def test_a_row_larger_than_the_gap_names_what_offsets_it() -> None:
          "cells": {"forward": {"matmul": 40.0}, "backward": {"attention": 0.0, "matmul": 60.0}}, "scopes": {}}
     b = {"run": "torch/eager", "step_ms": 104.0, "trace": {"forward": 31.0, "backward": 73.0},
          "cells": {"forward": {"matmul": 31.0}, "backward": {"attention": 13.0, "matmul": 60.0}}, "scopes": {}}
-    text = gap.sentence(a, b, gap.rows(a, b))
+    text = gap.sentence(side(a), side(b), gap.rows(side(a), side(b)))
     assert "325% backward / attention" in text
     assert "other way: forward / matmul -9.0 ms (jax/jit slower there)" in text
 
@@ -54,7 +55,7 @@ def _side(run: str, step: float, cells: dict, tput: dict) -> dict:
     if bw and not (tput.get("forward", {}).get("matmul") or {}).get("flops"):
         tput = {**tput, "forward": {**tput.get("forward", {}), "matmul": {"flops": bw / 2}}}
     return {"run": run, "step_ms": step, "trace": trace, "cells": cells, "scopes": {}, "throughput": tput,
-            "peak": {"tflops": 1.0}}
+            "peak": {"tflops": 1.0}, "compiler": "XLA" if run.startswith("jax") else ""}  # as a JAX trace's reader says
 
 
 def test_gap_rows_say_framework_or_implementation() -> None:
@@ -68,7 +69,7 @@ def test_gap_rows_say_framework_or_implementation() -> None:
     b = _side("jax/jit", 125.0, {"backward": {"matmul": 70.0}, "forward": {"element-wise": 10.0}},
               {"backward": {"matmul": {"flops": 4e10, "raw_ms": 70.0, "tflops": 0.5, "peak_share": 0.5}},
                "forward": {"element-wise": {"bytes": 3e9, "raw_ms": 10.0, "gbps": 300.0}}})
-    r = gap.pair(a, b)
+    r = plain(gap.pair(side(a), side(b)))
     said = [w for w in r["why"] if w.startswith(("framework", "implementation"))]
     assert said[0].startswith("framework: backward / matmul (+20.0 ms)") and "50% of jax/jit's peak" in said[0]
     assert "torch's at 80%" in said[0]
@@ -93,7 +94,7 @@ def test_a_row_said_names_the_slower_sides_largest_ops_in_it() -> None:
                     {"name": "fusion.3", "op": "transpose(jvp())/add", "phase": "backward", "category": "element-wise",
                      "ms": 0.5}]
     a["kernels"] = [{"name": "fusion.7", "op": "x", "phase": "backward", "category": "element-wise", "ms": 1.0}]
-    said = [w for w in gap.pair(a, b)["why"] if w.startswith("implementation")]
+    said = [w for w in plain(gap.pair(side(a), side(b)))["why"] if w.startswith("implementation")]
     assert said[0].endswith("largest there in jax:torchax: fusion.1 (transpose(jvp())/convert_element_type) 6.2 ms, "
                             "fusion.2 (transpose(jvp())/mul) 3.0 ms")
 
@@ -107,7 +108,7 @@ def test_two_programs_of_one_compiler_have_no_framework_gap() -> None:
               {"forward": {"attention": {"flops": 3e11, "raw_ms": 7.0, "tflops": 46.0, "peak_share": 0.23}}})
     b = _side("jax:twin", 94.0, {"forward": {"attention": 21.0}},
               {"forward": {"attention": {"flops": 3e11, "raw_ms": 21.0, "tflops": 14.0, "peak_share": 0.07}}})
-    said = [w for w in gap.pair(a, b)["why"] if w.startswith(("framework", "implementation"))]
+    said = [w for w in plain(gap.pair(side(a), side(b)))["why"] if w.startswith(("framework", "implementation"))]
     assert said and said[0].startswith("implementation: forward / attention (+14.0 ms): the same FLOPs")
     assert "both compiled by XLA" in said[0] and not any(w.startswith("framework") for w in said)
 
@@ -123,13 +124,13 @@ def test_timing_phases_add_up_to_the_measured_step() -> None:
     b.add("backward", "matmul", 90.0)
     b.finish(1, 148.0)
     timing = {"input": 10.0, "forward": 60.0, "backward": 80.0, "optimizer": 22.0, "rest": 0.0, "step": 172.0}
-    e = gap.explain_breakdown(b, "torch/eager", 148.0, timing, [], gap.trace_record("torch"))
+    e = plain(gap.explain_breakdown(b, "torch/eager", 148.0, timing, [], gap.trace_record("torch")))
     assert sum(e["timing"][p] for p in PHASES) == pytest.approx(148.0)
     assert e["timing"]["forward"] == pytest.approx(60.0 * 148 / 172)
     assert e["timing_raw"]["forward"] == 60.0
     assert any("sum to 172.0 ms" in n and "scaled by 0.86" in n for n in e["notes"])
     close = dict(timing, input=0.0, step=150.0)  # within 10%: scaled, no note
-    e = gap.explain_breakdown(b, "torch/eager", 148.0, close, [], gap.trace_record("torch"))
+    e = plain(gap.explain_breakdown(b, "torch/eager", 148.0, close, [], gap.trace_record("torch")))
     assert sum(e["timing"][p] for p in PHASES) == pytest.approx(148.0)
     assert not any(n.startswith("timing:") for n in e["notes"])
 
@@ -174,7 +175,7 @@ def test_work_a_compiler_fused_into_another_row_is_not_named() -> None:
     b = _side("jax:port", 20.0, {"backward": {"matmul": 6.3, "element-wise": 0.1, "normalization": 1.9},
                                  "forward": {"matmul": 2.9}, "rest": {"idle": 8.8}}, {})
     b["compiler"] = "XLA"  # what the JAX reader records of its trace
-    r = gap.pair(a, b)
+    r = plain(gap.pair(side(a), side(b)))
     first = r["summary"].splitlines()[0]
     assert "backward / matmul" in first and "forward / matmul" in first
     assert "element-wise" not in first.split("rows sum")[0] and "not named" in first
@@ -183,11 +184,11 @@ def test_work_a_compiler_fused_into_another_row_is_not_named() -> None:
     assert row["named_ms"] == pytest.approx(-0.7) and row["fused_with"] == ["backward / normalization"]
     # two eager programs: nothing fuses, the element-wise row is named for all of its difference
     b.update(run="jax:port", compiler="")
-    row = next(x for x in gap.pair(a, b)["rows"] if x["row"] == "backward / element-wise")
+    row = next(x for x in plain(gap.pair(side(a), side(b)))["rows"] if x["row"] == "backward / element-wise")
     assert row["named_ms"] == pytest.approx(-2.2) and "fused_with" not in row  # the fact, never the run's label
     from twinbench.explain import causes
 
-    assert causes.fuses({"run": "torch:torchax-port", "compiler": "XLA"})  # a torchax program is XLA's too
+    assert causes.fuses(side({"run": "torch:torchax-port", "compiler": "XLA"}))  # a torchax program is XLA's too
 
 
 def test_a_row_within_the_traced_steps_own_spread_is_not_named() -> None:
@@ -197,9 +198,9 @@ def test_a_row_within_the_traced_steps_own_spread_is_not_named() -> None:
     a = _side("torch:a", 60.0, {"backward": {"matmul": 40.0, "element-wise": 5.0}, "forward": {"matmul": 15.0}}, {})
     b = _side("torch:b", 35.0, {"backward": {"matmul": 20.0, "element-wise": 2.0}, "forward": {"matmul": 13.0}}, {})
     a["step_spread_ms"] = 4.0
-    r = gap.pair(a, b)
+    r = plain(gap.pair(side(a), side(b)))
     first = r["summary"].splitlines()[0]
     assert "backward / matmul" in first and "element-wise" not in first.split("withheld")[0]
     assert "withheld: backward / element-wise +3.0 ms, within the measured noise of ±4.0 ms" in first
     a["step_spread_ms"] = 1.0  # steadier steps: the same row is named
-    assert "backward / element-wise" in gap.pair(a, b)["summary"].splitlines()[0]
+    assert "backward / element-wise" in plain(gap.pair(side(a), side(b)))["summary"].splitlines()[0]

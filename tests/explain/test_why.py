@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.explain.typed import plain, shape_rows, side
+from tests.explain.typed import side as typed_side
 from twinbench.explain import flops, gap, linearize, memory_rows, shapes, why
+from twinbench.explain.side import MemoryGap, Rate, Side, typed
 
 HLO = """HloModule jit_step, entry_computation_layout={()->()}
 
@@ -73,15 +76,15 @@ def test_forward_work_only_the_backward_uses_is_linearization() -> None:
 
 
 def test_split_sums_to_the_row_gap_and_charges_the_lower_peak() -> None:
-    a = {"ms": 10.0, "flops": 1e9}
-    b = {"ms": 16.0, "flops": 1e9}
-    sp = why.split(a, b, 0.30, 0.25)  # B's peak is lower: at A's efficiency it costs 10 * (0.30/0.25 - 1) = 2 ms
+    a = Rate(ms=10.0, flops=1e9)
+    b = Rate(ms=16.0, flops=1e9)
+    sp = plain(why.split(a, b, 0.30, 0.25))  # B's peak is lower: at A's efficiency it costs 10 * (0.30/0.25 - 1) = 2 ms
     assert sp is not None
     assert sp["peak_ms"] == pytest.approx(2.0) and sp["work_ms"] == pytest.approx(0.0)
     assert sum(sp.values()) == pytest.approx(6.0)
-    back = why.split(b, a, 0.25, 0.30)  # the other way round: same parts, negative
+    back = plain(why.split(b, a, 0.25, 0.30))  # the other way round: same parts, negative
     assert back is not None and back["peak_ms"] == pytest.approx(-2.0) and sum(back.values()) == pytest.approx(-6.0)
-    more = why.split(a, {"ms": 16.0, "flops": 1.2e9}, 0.3, 0.3)
+    more = plain(why.split(a, Rate(ms=16.0, flops=1.2e9), 0.3, 0.3))
     assert more is not None and more["work_ms"] == pytest.approx(2.0) and sum(more.values()) == pytest.approx(6.0)
     assert why.split(a, b, None, 0.3) is None
 
@@ -110,9 +113,11 @@ def test_memory_rows_sum_to_the_gap() -> None:
          "peak_source": "process peak RSS"}
     b = {"peak_bytes": 1600, "parts": {"params": 100, "activations": 800}, "unaccounted_bytes": 700,
          "peak_source": "process peak RSS"}
-    mem = memory_rows.rows(a, b)
-    assert mem is not None and mem["largest"] == "activations"
-    assert sum(r["diff_bytes"] for r in mem["rows"]) == mem["gap_bytes"] == 600
+    got = memory_rows.rows(a, b)
+    assert got is not None
+    mem = typed(got, MemoryGap)  # as a pair holds it
+    assert mem.largest == "activations"
+    assert sum(r.diff_bytes for r in mem.rows) == mem.gap_bytes == 600
     assert memory_rows.rows(a, {"error": "x"}) is None
 
 
@@ -155,7 +160,7 @@ def _jax_linear_run(tmp_path: Path, transposed: bool) -> dict:
 
 
 def test_planted_transposed_weights_are_named_by_the_shapes_table(tmp_path: Path) -> None:
-    res = gap.explain_pair(_jax_linear_run(tmp_path, False), _jax_linear_run(tmp_path, True))
+    res = plain(gap.explain_pair(_jax_linear_run(tmp_path, False), _jax_linear_run(tmp_path, True)))
     fwd = {tuple(r["key"]): r for r in res["shapes"] if r["phase"] == "forward"}
     for key in ((1, 256, 256, 512), (1, 128, 512, 256)):  # x @ w1, h @ w2
         row = fwd[key]
@@ -202,10 +207,11 @@ def test_depth_growth_names_work_growing_faster_than_layers() -> None:
 
     linear = depth.growth({2: _layer_hlo(2, 20), 4: _layer_hlo(4, 20)})
     assert linear == []
-    grows = depth.growth({2: _layer_hlo(2, 20), 4: _layer_hlo(4, 40)})  # per layer 20 -> 40
+    found = depth.growth({2: _layer_hlo(2, 20), 4: _layer_hlo(4, 40)})  # per layer 20 -> 40
+    grows = plain(found)
     assert grows and grows[0]["phase"] == "backward" and grows[0]["opcode"] == "multiply"
     assert grows[0]["counts"] == [40, 160] and grows[0]["excess"] == 80
-    assert "grows faster than the layer count" in depth.sentence("jax/torchax", grows)
+    assert "grows faster than the layer count" in depth.sentence("jax/torchax", found)
 
 
 def test_a_matmul_above_its_measured_peak_says_what_that_peak_is() -> None:
@@ -213,13 +219,13 @@ def test_a_matmul_above_its_measured_peak_says_what_that_peak_is() -> None:
     measured hours earlier): the explanation says the peak is a measured square matmul, not the hardware's limit."""
     mm = flops.OpShape(2 * 1024 * 768 * 256, 0, 1, 1024, 768, 256, "NN")
     ms = mm.flops / 300e9 * 1e3
-    rows = shapes.table([_op("backward", mm, ms)], [_op("backward", mm, 2 * ms)], 0.268, 0.159)
-    side = {"peak": {"tflops": 0.268, "age": "5 h ago"}}
-    a, b = {"run": "torch/eager", **side}, {"run": "jax/jit", "peak": {"tflops": 0.159}}
+    rows = shape_rows(shapes.table([_op("backward", mm, ms)], [_op("backward", mm, 2 * ms)], 0.268, 0.159))
+    peak = {"peak": {"tflops": 0.268, "age": "5 h ago"}}
+    a, b = side({"run": "torch/eager", **peak}), side({"run": "jax/jit", "peak": {"tflops": 0.159}})
     (line,) = why._above_peak(a, b, rows)
     assert line.startswith("torch/eager's matmuls ran at up to 112% of its measured peak (backward [1024,768]x[768,256]")
     assert "268 GFLOP/s, measured 5 h ago" in line and "twinbench peak --remeasure" in line
-    assert why._above_peak(a, b, shapes.table([_op("backward", mm, 2 * ms)], [], 0.268, 0.159)) == []
+    assert why._above_peak(a, b, shape_rows(shapes.table([_op("backward", mm, 2 * ms)], [], 0.268, 0.159))) == []
 
 
 def test_a_jax_peak_above_torchs_mostly_unaccounted_points_at_the_compile() -> None:
@@ -234,18 +240,18 @@ def test_a_jax_peak_above_torchs_mostly_unaccounted_points_at_the_compile() -> N
 def test_a_step_paying_for_fresh_pages_is_said_with_its_a_b() -> None:
     from twinbench.explain import gap
 
-    def side(run: str, step: float, **extra: object) -> dict:
+    def side(run: str, step: float, **extra: object) -> Side:
         cells = {"forward": {"matmul": step / 2}, "backward": {"matmul": step / 2}}
-        return {"run": run, "step_ms": step, "trace": {p: sum(c.values()) for p, c in cells.items()}, "cells": cells,
-                "scopes": {}, **extra}
+        return typed_side({"run": run, "step_ms": step, "trace": {p: sum(c.values()) for p, c in cells.items()},
+                           "cells": cells, "scopes": {}, **extra})
 
     faults = "36,846 page faults a step (about 144 MiB of fresh 4 KiB pages), 31% of its CPU time in the kernel"
-    why = gap.pair(side("torch/eager", 125.0), side("jax/jit", 103.0, page_faults=faults, host_malloc="system"))["why"]
+    why = gap.pair(side("torch/eager", 125.0), side("jax/jit", 103.0, page_faults=faults, host_malloc="system")).why
     said = [w for w in why if "page faults" in w]
     assert said == [f"jax/jit: {faults} over its steady steps: part of every row of its step is the kernel zeroing "
                     "fresh pages for the ops (`--try B:host-malloc=tuned` runs it again with twinbench's malloc "
                     "settings)"]
     why = gap.pair(side("jax/jit", 103.0, page_faults=faults, host_malloc="tuned", glibc_tunables="x=1"),
-                   side("torch/eager", 125.0))["why"]
+                   side("torch/eager", 125.0)).why
     assert next(w for w in why if "page faults" in w).endswith("(under GLIBC_TUNABLES=x=1)")
-    assert not [w for w in gap.pair(side("a/b", 1.0), side("c/d", 2.0))["why"] if "page faults" in w]
+    assert not [w for w in gap.pair(side("a/b", 1.0), side("c/d", 2.0)).why if "page faults" in w]

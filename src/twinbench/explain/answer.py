@@ -33,6 +33,7 @@ import msgspec
 
 from twinbench.doctor.observations import ReadCheck  # the doctor's own type of its host-read A/B
 from twinbench.explain import compilation
+from twinbench.explain.side import Side
 from twinbench.folder_io import read_small, terminal
 
 NAME = "doctor.json"
@@ -195,23 +196,23 @@ CLOCK_STEPS = 2
 CLOCK_APART = 4.0
 
 
-def _clock(side: dict[str, Any], traced: float | None = None) -> tuple[float | None, str]:
+def _clock(side: Side, traced: float | None = None) -> tuple[float | None, str]:
     """(a side's step measured without the profiler, or None; the reason when one is there but not used): a clock
     of the ``traced`` step (its whole traced step unless given: the part of it that compiled nothing)."""
-    m = side.get("measured") or {}
-    untraced = float(m.get("untraced_step_ms") or 0.0)
-    traced = float(side.get("step_ms") or 0.0) if traced is None else traced
+    m = side.measured
+    untraced = float(m.untraced_step_ms or 0.0) if m else 0.0
+    traced = float(side.step_ms or 0.0) if traced is None else traced
     if not untraced or not traced:
         return None, ""
-    n = int(m.get("untraced_steps") or 0)
+    n = int(m.untraced_steps or 0) if m else 0
     if n < CLOCK_STEPS or not 1 / CLOCK_APART <= untraced / traced <= CLOCK_APART:
-        return None, (f"{side['run']}: the doctor's step without the profiler ({untraced:.1f} ms over {n} steps) is "
+        return None, (f"{side.run}: the doctor's step without the profiler ({untraced:.1f} ms over {n} steps) is "
                       f"not a clock of its {traced:.1f} ms traced step (" + (f"fewer than {CLOCK_STEPS} steps" if
                       n < CLOCK_STEPS else f"over {CLOCK_APART:g}x apart") + "): the traced steps are the answer's")
     return untraced, ""
 
 
-def _on_run(side: dict[str, Any], rep: DoctorReport | None) -> tuple[dict[str, float], float] | None:
+def _on_run(side: Side, rep: DoctorReport | None) -> tuple[dict[str, float], float] | None:
     """(``phase / category`` -> ms a step, the step) of one side put on the doctor's mean iteration over its whole
     run (``iter_ms``, the step its headline gives: what a clock around the training loop shows), or None where
     the doctor's report gives none. A few traced steps compile at their own rate (two recompiles in four traced
@@ -220,10 +221,10 @@ def _on_run(side: dict[str, Any], rep: DoctorReport | None) -> tuple[dict[str, f
     else the traced step less its compiling), and the other rows are put on that steady step; elsewhere every
     row is put on the mean."""
     mean = rep.iter_ms if rep is not None else None
-    traced = float(side.get("step_ms") or 0.0)
+    traced = float(side.step_ms or 0.0)
     if not mean or mean <= 0 or not traced:
         return None
-    cells = {f"{p} / {c}": v for p, row in (side.get("cells") or {}).items() for c, v in row.items()}
+    cells = {f"{p} / {c}": v for p, row in side.cells.items() for c, v in row.items()}
     facts = compilation.facts(side)
     compiled = float(cells.get(compilation.ROW, 0.0))
     rest = traced - compiled
@@ -235,13 +236,13 @@ def _on_run(side: dict[str, Any], rep: DoctorReport | None) -> tuple[dict[str, f
     return {row: v * mean / traced for row, v in cells.items()}, mean
 
 
-def _cells(side: dict[str, Any], clock: float | None) -> tuple[dict[str, float], float]:
+def _cells(side: Side, clock: float | None) -> tuple[dict[str, float], float]:
     """(``phase / category`` -> ms a step, the step) of one explained trace, its rows put on ``clock`` (the step
     the doctor measured without the profiler) where there is one: the profiler's cost spread as the trace spread
     it."""
-    traced = float(side.get("step_ms") or 0.0)
+    traced = float(side.step_ms or 0.0)
     scale = clock / traced if clock and traced else 1.0
-    cells = {f"{p} / {c}": v * scale for p, row in (side.get("cells") or {}).items() for c, v in row.items()}
+    cells = {f"{p} / {c}": v * scale for p, row in side.cells.items() for c, v in row.items()}
     return cells, (clock or traced)
 
 
@@ -253,15 +254,15 @@ NOISE_FLOOR = 0.01
 WAIT_SAID = 0.10
 
 
-def _noise(result: dict[str, Any], slow_step: float, run: float | None = None) -> float:
+def _noise(a: Side, b: Side, noise_ms: float | None, slow_step: float, run: float | None = None) -> float:
     """What a cause must exceed to be told apart: ``run`` (the noise of the steps that compiled nothing, on the
     run's clock), else explain's measured noise of the gap where it gives one (``noise_ms``), else the larger of
     the two sides' spread of traced steps; at least :data:`NOISE_FLOOR`."""
-    given = run if run is not None else result.get("noise_ms")
-    if isinstance(given, (int, float)) and given >= 0:
+    given = run if run is not None else noise_ms
+    if given is not None and given >= 0:
         measured = float(given)
     else:
-        measured = max(float(result[s].get("step_spread_ms") or 0.0) for s in ("a", "b"))
+        measured = max(float(s.step_spread_ms or 0.0) for s in (a, b))
     return max(measured, NOISE_FLOOR * slow_step)
 
 
@@ -274,9 +275,10 @@ def _ab_said(cause: Cause, r: DoctorReport, f: Finding) -> str:
     return f"not confirmed by the doctor's A/B ({ab.as_written_ms:.2f} -> {ab.without_ms:.2f} ms a step)"
 
 
-def join(result: dict[str, Any], arg_a: str, arg_b: str) -> Answer | None:
-    """The ranked answer for an explained pair of traces (``gap.pair``'s result) and the trace arguments, or None
-    when neither trace has the doctor's report beside it."""
+def join(a: Side, b: Side, noise_ms: float | None, arg_a: str, arg_b: str) -> Answer | None:
+    """The ranked answer for an explained pair of traces (``gap.pair``'s sides and its measured ``noise_ms``) and
+    the trace arguments, or None when neither trace has the doctor's report beside it."""
+    result = {"a": a, "b": b}
     reports, notes = [], []
     for arg in (arg_a, arg_b):
         rep, note = read_report(arg)
@@ -289,8 +291,7 @@ def join(result: dict[str, Any], arg_a: str, arg_b: str) -> Answer | None:
     if runs[0] is not None and runs[1] is not None:  # both on the doctor's mean iteration: the run, recompiles
         clock = "run"  # at the run's rate, as the training loop's own clock shows it
         (cells_a, step_a), (cells_b, step_b) = runs
-        if any(f is not None and f.compiles for f in map(compilation.facts, (result["a"], result["b"]))):  # two
-            # gap figures on the page
+        if any(f is not None and f.compiles for f in map(compilation.facts, (a, b))):  # two gap figures on the page
             notes.append("the summary above is on each side's median step; this answer on the mean iteration, "
                          "which counts a run's compiles at the rate the run had them")
     else:
@@ -308,11 +309,11 @@ def join(result: dict[str, Any], arg_a: str, arg_b: str) -> Answer | None:
     if clock == "run":  # the steps' noise on the steps that compiled nothing: a run's compiles are counted, not
         from twinbench.explain import causes as evidence  # a spread of its few traced steps
 
-        ra, rb = evidence.noise(result["a"]), evidence.noise(result["b"])
+        ra, rb = evidence.noise(a), evidence.noise(b)
         if ra is not None and rb is not None:
             steady = [sum(v for r, v in c.items() if r != compilation.ROW) for c in (cells_a, cells_b)]
             given = evidence.band(steady[0], steady[1], ra, rb)
-    noise = _noise(result, max(step_a, step_b), given)
+    noise = _noise(a, b, noise_ms, max(step_a, step_b), given)
     fast_severity = {f.id: _worse(f.severity) for f in (rep_fast.findings if rep_fast else [])}
     excess = {row: sc.get(row, 0.0) - fc.get(row, 0.0) for row in set(sc) | set(fc)}
     claimed: dict[str, str] = {}  # row -> the finding whose cause it was counted in
@@ -323,7 +324,7 @@ def join(result: dict[str, Any], arg_a: str, arg_b: str) -> Answer | None:
         if c is not None and c.whole and f.id in slow_ids:  # both sides have it: said once, with the slower's
             continue
         if c is not None and (c.rows or c.whole):
-            not_in.append((f.id, f"on the faster side, {result[fast]['run']}"))
+            not_in.append((f.id, f"on the faster side, {result[fast].run}"))
     pending = list(rep_slow.findings) if rep_slow else []
     causes: list[Named] = []
     # the specific causes, largest first, each row claimed once
@@ -375,10 +376,10 @@ def join(result: dict[str, Any], arg_a: str, arg_b: str) -> Answer | None:
     causes.sort(key=lambda c: -c.ms)
     unnamed = sorted(((r, round(v, 3)) for r, v in excess.items() if r not in claimed and v > noise),
                      key=lambda rv: -rv[1])[:3]
-    waits = [(result[k]["run"], round(w, 3), round(it, 3)) for k, rep in zip("ab", reports, strict=True)
+    waits = [(result[k].run, round(w, 3), round(it, 3)) for k, rep in zip("ab", reports, strict=True)
              if rep is not None and (it := rep.iter_ms or 0.0) > 0
              and (w := 1e3 * rep.observations.per_step.get("runq_s:s", 0.0)) >= WAIT_SAID * it]
-    return Answer(round(abs(gap), 3), clock, result[slow]["run"], result[fast]["run"],
+    return Answer(round(abs(gap), 3), clock, result[slow].run, result[fast].run,
                   causes, round(left, 3), unnamed, not_in, notes, round(max(step_a, step_b), 3), waits, unsized)
 
 
@@ -387,7 +388,7 @@ def _worse(severity: str) -> int:
     return {"error": 2, "warning": 1}.get(severity, 0)
 
 
-def _compiles(side: dict[str, Any], rows: list[str]) -> str:
+def _compiles(side: Side, rows: list[str]) -> str:
     """What compiled, where a cause holds the compilation row: its count in the traced steps and over the run, and
     the shapes that caused it (explain's compilation facts, from the doctor's compile log beside the trace)."""
     if compilation.ROW not in rows:
@@ -451,10 +452,4 @@ def lines(a: Answer) -> list[str]:
     return out
 
 
-def to_builtins(a: Answer) -> dict[str, Any]:
-    """The answer as explain's JSON holds it."""
-    return msgspec.to_builtins(a)
 
-
-def from_builtins(d: dict[str, Any]) -> Answer:
-    return msgspec.convert(d, Answer)

@@ -8,6 +8,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
+from twinbench.explain.side import Kernel
 from twinbench.explain.taxonomy import COMPILATION, one_compile
 
 PHASES = ("input", "forward", "backward", "optimizer", "rest")
@@ -107,9 +110,10 @@ class OpTime:
     ms: float = 0.0
     count: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "category": self.category, "phase": self.phase, "op": self.op,
-                "shapes": self.shapes, "ms": round(self.ms, 5), "count": self.count}
+    def kernel(self) -> Kernel:
+        """As an explained side lists it (ms rounded)."""
+        return Kernel(name=self.name, category=self.category, phase=self.phase, op=self.op, shapes=self.shapes,
+                      ms=round(self.ms, 5), count=self.count)
 
 
 @dataclass
@@ -247,44 +251,29 @@ class Breakdown:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"step_ms": round(self.step_ms, 4), "overlap": round(self.overlap, 3),
-                             "source": self.source, "steps_traced": self.steps_traced,
-                             "steps_used": self.steps_used}
-        d["cells"] = {p: {c: round(v, 4) for c, v in row.items() if v} for p, row in self.cells.items()}
-        d["scopes"] = {s: {p: round(v, 4) for p, v in row.items() if v} for s, row in self.scopes.items()}
-        d["other"] = dict(sorted(((k, round(v, 4)) for k, v in self.other.items()), key=lambda kv: -kv[1])[:8])
-        d["phases"] = {p: round(v, 4) for p, v in self.phases().items()}
+        return {"step_ms": round(self.step_ms, 4), "overlap": round(self.overlap, 3), "source": self.source,
+                "steps_traced": self.steps_traced, "steps_used": self.steps_used,
+                "cells": {p: {c: round(v, 4) for c, v in row.items() if v} for p, row in self.cells.items()},
+                "scopes": {s: {p: round(v, 4) for p, v in row.items() if v} for s, row in self.scopes.items()},
+                "other": self.largest_other(), "phases": {p: round(v, 4) for p, v in self.phases().items()},
+                "categorized_share": self.categorized_share(), "device": self.device,
+                "step_method": self.step_method, "idle": self.idle, "notes": list(self.notes),
+                "compiles": self.compiles, "ops": [msgspec.to_builtins(t.kernel()) for t in self.top_ops(200)]}
+
+    def largest_other(self, n: int = 8) -> dict[str, float]:
+        """The ``n`` largest uncategorized ops, ms a step."""
+        return dict(sorted(((k, round(v, 4)) for k, v in self.other.items()), key=lambda kv: -kv[1])[:n])
+
+    def categorized_share(self) -> float:
+        """The share of the ops' time (idle and compiling left out) in a category other than ``other``."""
         cats = self.categories()
         op_ms = sum(v for k, v in cats.items() if k not in ("idle", COMPILATION))  # ops' time, categorized or not
-        d["categorized_share"] = round(1 - cats.get("other", 0.0) / op_ms, 4) if op_ms else 0.0
-        d.update(device=self.device, step_method=self.step_method, idle=self.idle, notes=list(self.notes),
-                 compiles=self.compiles)
-        d["ops"] = [t.to_dict() for t in self.top_ops(200)]
-        return d
+        return round(1 - cats.get("other", 0.0) / op_ms, 4) if op_ms else 0.0
 
     def top_ops(self, n: int = 10, category: str | None = None) -> list[OpTime]:
         """The ``n`` largest ops (of one category), per step, before any overlap scaling."""
         ops = [t for t in self.ops.values() if category is None or t.category == category]
         return sorted(ops, key=lambda t: -t.ms)[:n]
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Breakdown:
-        b = cls(step_ms=d.get("step_ms", 0.0), overlap=d.get("overlap", 1.0), source=d.get("source", ""),
-                steps_traced=d.get("steps_traced", 0), steps_used=d.get("steps_used", 0))
-        for p, row in d.get("cells", {}).items():
-            for c, v in row.items():
-                b.cells[p][c] = v
-        for s, row in d.get("scopes", {}).items():
-            for p, v in row.items():
-                b.scopes[s][p] = v
-        b.other.update(d.get("other", {}))
-        b.device, b.step_method, b.idle = d.get("device", ""), d.get("step_method", ""), d.get("idle", "")
-        b.notes = list(d.get("notes", []))
-        for o in d.get("ops", []):
-            t = OpTime(o["name"], o["category"], o["phase"], o.get("op", ""), o.get("shapes", ""), o["ms"],
-                       o.get("count", 0))
-            b.ops[t.name, t.op, t.phase, t.shapes] = t
-        return b
 
 
 def _detail_key(detail: Any) -> Any:

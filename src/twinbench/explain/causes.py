@@ -24,9 +24,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+
+import msgspec
 
 from twinbench.explain import taxonomy
+from twinbench.explain.side import Clock, GateFailure, Row, Side
 
 MEMORY_BOUND = taxonomy.MEMORY_BOUND  # the categories declared memory-bound (taxonomy.DECLARED)
 NAMED_SHARE = 0.10
@@ -34,12 +36,12 @@ NAMED_SHARE = 0.10
 _FUSED_KERNEL = re.compile(r"^(triton_|cpp_fused|fused_)|CompiledFunction")
 
 
-def fuses(side: dict[str, Any]) -> bool:
+def fuses(side: Side) -> bool:
     """Whether a run's kernels come from a fusing compiler: XLA (the reader of its trace records it: a JAX or
     torchax run), or Inductor (its kernels' names)."""
-    if side.get("compiler"):
+    if side.compiler:
         return True
-    return any(_FUSED_KERNEL.search(str(k.get("name", ""))) for k in side.get("kernels") or [])
+    return any(_FUSED_KERNEL.search(k.name) for k in side.kernels)
 
 
 #: a row is named when its difference is over K times its combined noise (one standard deviation of each side's
@@ -48,15 +50,15 @@ def fuses(side: dict[str, Any]) -> bool:
 K = 3.0
 
 
-def noise(e: dict[str, Any]) -> float | None:
+def noise(e: Side) -> float | None:
     """One side's relative noise: the standard deviation of its attributed steps that compiled nothing over
     their mean (``step_times_ms``), or, where the doctor timed the steps outside the trace and they moved more,
     theirs (``untraced_spread``: a robust one, over many more steps); None when neither was measured."""
     import statistics
 
-    t = [x for x in e.get("step_times_ms") or [] if x > 0]
+    t = [x for x in e.step_times_ms if x > 0]
     traced = statistics.stdev(t) / statistics.fmean(t) if len(t) >= 2 else None
-    untraced = (e.get("measured") or {}).get("untraced_spread")
+    untraced = e.measured.untraced_spread if e.measured else None
     found = [x for x in (traced, untraced) if x is not None]
     return max(found) if found else None
 
@@ -66,16 +68,16 @@ def band(a_ms: float, b_ms: float, ra: float, rb: float) -> float:
     return K * ((a_ms * ra) ** 2 + (b_ms * rb) ** 2) ** 0.5
 
 
-def gap_noise(a: dict[str, Any], b: dict[str, Any]) -> float | None:
+def gap_noise(a: Side, b: Side) -> float | None:
     """The whole gap's uncertainty (:data:`K` times the two sides' step noise combined), in ms a step; None when
     a side's noise was not measured."""
     ra, rb = noise(a), noise(b)
     if ra is None or rb is None:
         return None
-    return band(a["step_ms"], b["step_ms"], ra, rb)
+    return band(a.step_ms, b.step_ms, ra, rb)
 
 
-def mark(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) -> None:
+def mark(a: Side, b: Side, table: list[Row]) -> None:
     """Give each row ``uncertainty_ms`` (:func:`band`, where both sides' noise was measured) and each category
     row (level 1) ``named_ms``: the part of its B-A that may be named (see the module), with ``within_noise_ms``
     where its noise withheld it, and for a memory-bound row capped by fusion, ``fused_with``: the rows of its
@@ -84,51 +86,43 @@ def mark(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]]) -> N
     ra, rb = noise(a), noise(b)
     measured = ra is not None and rb is not None
     # where a side's steps were not measured (one step, an old record), the larger spread of its steps is the floor
-    spread = max(a.get("step_spread_ms") or 0.0, b.get("step_spread_ms") or 0.0)
+    spread = max(a.step_spread_ms or 0.0, b.step_spread_ms or 0.0)
     for r in table:
         if measured:
-            r["uncertainty_ms"] = band(r["a_ms"], r["b_ms"], ra or 0.0, rb or 0.0)
+            r.uncertainty_ms = band(r.a_ms, r.b_ms, ra or 0.0, rb or 0.0)
     phase_sum: dict[str, float] = {}
     for r in table:
-        if r["level"] == 1 and _category(r) in MEMORY_BOUND:
-            phase_sum[_phase(r)] = phase_sum.get(_phase(r), 0.0) + r["diff_ms"]
+        if r.level == 1 and r.category in MEMORY_BOUND:
+            phase_sum[r.phase] = phase_sum.get(r.phase, 0.0) + r.diff_ms
     for r in table:
-        if r["level"] != 1:
+        if r.level != 1:
             continue
-        d = r["diff_ms"]
-        r["named_ms"] = d
-        if fused and _category(r) in MEMORY_BOUND:
-            g = phase_sum.get(_phase(r), 0.0)
-            r["named_ms"] = (1 if d >= 0 else -1) * min(abs(d), abs(g)) if d * g > 0 else 0.0
-            if abs(r["named_ms"]) < abs(d) - 1e-9:
-                r["fused_with"] = [o["row"] for o in table if o["level"] == 1 and _phase(o) == _phase(r)
-                                   and _category(o) in MEMORY_BOUND and o["diff_ms"] * d < 0]
-        floor = r["uncertainty_ms"] if measured else spread
-        if 0 < abs(r["named_ms"]) <= floor:
-            r["named_ms"], r["within_noise_ms"] = 0.0, floor
+        d = r.diff_ms
+        named = d
+        if fused and r.category in MEMORY_BOUND:
+            g = phase_sum.get(r.phase, 0.0)
+            named = (1 if d >= 0 else -1) * min(abs(d), abs(g)) if d * g > 0 else 0.0
+            if abs(named) < abs(d) - 1e-9:
+                r.fused_with = [o.row for o in table if o.level == 1 and o.phase == r.phase
+                                and o.category in MEMORY_BOUND and o.diff_ms * d < 0]
+        floor = (r.uncertainty_ms or 0.0) if measured else spread
+        if 0 < abs(named) <= floor:
+            named, r.within_noise_ms = 0.0, floor
+        r.named_ms = named
 
 
-def named(table: list[dict[str, Any]], gap: float, level: int, top: int = 3) -> list[dict[str, Any]]:
+def named(table: list[Row], gap: float, level: int, top: int = 3) -> list[Row]:
     """The rows at ``level`` a summary names, largest first in the gap's direction (see the module)."""
     sign = 1 if gap >= 0 else -1
-    rows = sorted((r for r in table if r["level"] == level and not unattributed(r)),
-                  key=lambda r: -sign * r.get("named_ms", r["diff_ms"]))
-    keep = [r for r in rows if sign * r.get("named_ms", r["diff_ms"]) >= NAMED_SHARE * abs(gap) - 1e-9]
+    rows = sorted((r for r in table if r.level == level and not unattributed(r)), key=lambda r: -sign * r.nameable_ms)
+    keep = [r for r in rows if sign * r.nameable_ms >= NAMED_SHARE * abs(gap) - 1e-9]
     # else the largest row, when it goes the gap's way at all (a row within the steps' spread has none of it)
-    return (keep or [r for r in rows[:1] if sign * r.get("named_ms", r["diff_ms"]) > 1e-9])[:top]
+    return (keep or [r for r in rows[:1] if sign * r.nameable_ms > 1e-9])[:top]
 
 
-def unattributed(r: dict[str, Any]) -> bool:
+def unattributed(r: Row) -> bool:
     """An idle row: host time between ops (see the module)."""
-    return r["level"] == 1 and _category(r) == "idle"
-
-
-def _phase(r: dict[str, Any]) -> str:
-    return r["row"].split(" / ")[0]
-
-
-def _category(r: dict[str, Any]) -> str:
-    return r["row"].split(" / ")[-1]
+    return r.level == 1 and r.category == "idle"
 
 
 # ------------------------------------------------------------------------------------------------- evidence
@@ -157,19 +151,19 @@ EAGER_OPS = 20
 CLOCK_FLOOR = 0.10
 
 
-def limits(e: dict[str, Any]) -> tuple[float | None, float | None, str]:
+def limits(e: Side) -> tuple[float | None, float | None, str]:
     """(FLOP/s bound, bytes/s bound, what they are) of the device an explained run ran on; (None, None, '')
     when nothing is known of it (a GPU trace that names no model)."""
     from twinbench.measure import peak
 
-    sheet = peak.datasheet(e.get("device_name") or "")
+    sheet = peak.datasheet(e.device_name or "")
     if sheet is not None:
         flops = max(v for v in (sheet.bf16_tflops, sheet.fp32_tflops, sheet.tf32_tflops, sheet.int8_tops) if v)
         gbs = (sheet.hbm_gbs or 0) * CACHE_OVER_HBM
         return flops * 1e12 * 1.05, gbs * 1e9 or None, f"{sheet.name} datasheet"
-    if e.get("device") != "CPU":
+    if e.device != "CPU":
         return None, None, ""
-    cores = e.get("cores")
+    cores = e.cores
     where = f"{cores} cores" if cores else ""
     if not cores:
         import os
@@ -179,42 +173,44 @@ def limits(e: dict[str, Any]) -> tuple[float | None, float | None, str]:
     return cores * CPU_CORE_FLOPS, cores * CPU_CORE_BYTES, f"a {where} CPU's bound"
 
 
-def physical(e: dict[str, Any]) -> list[str]:
+def physical(e: Side) -> Side:
     """Withhold every rate of an explained run above its device's bound (:func:`limits`) from its throughput
     cells and op rows (a rate no device can reach is a count of FLOPs or bytes that is not what ran: data
-    a cache served, or work counted twice), and return a line for each."""
+    a cache served, or work counted twice); the side with them withheld and a line for each (``impossible``)."""
     fl, by, what = limits(e)
     out = []
-    for p, by_cat in (e.get("throughput") or {}).items():
+    throughput = {p: dict(by_cat) for p, by_cat in e.throughput.items()}
+    for p, by_cat in throughput.items():
         for c, row in by_cat.items():
-            if fl and (row.get("tflops") or 0) * 1e12 > fl:
-                out.append(f"{p} / {c} counted at {row['tflops'] * 1e3:.0f} GFLOP/s, over {fl / 1e9:.0f} GFLOP/s "
-                           f"({what})")
-                row.pop("tflops")
-                row.pop("peak_share", None)
-            if by and (row.get("gbps") or 0) * 1e9 > by:
-                out.append(f"{p} / {c} counted at {row['gbps']:.0f} GB/s, over {by / 1e9:.0f} GB/s ({what})")
-                row.pop("gbps")
-    for op in e.get("ops") or []:  # the matmuls-by-shape table rates each op over its own traced time
-        rate = op.get("flops", 0.0) / (op["raw_ms"] / 1e3) if op.get("raw_ms") else 0.0
+            if fl and (row.tflops or 0) * 1e12 > fl:
+                out.append(f"{p} / {c} counted at {(row.tflops or 0) * 1e3:.0f} GFLOP/s, over {fl / 1e9:.0f} "
+                           f"GFLOP/s ({what})")
+                row = by_cat[c] = msgspec.structs.replace(row, tflops=None, peak_share=None)
+            if by and (row.gbps or 0) * 1e9 > by:
+                out.append(f"{p} / {c} counted at {row.gbps or 0:.0f} GB/s, over {by / 1e9:.0f} GB/s ({what})")
+                by_cat[c] = msgspec.structs.replace(row, gbps=None)
+    ops = list(e.ops)
+    for i, op in enumerate(ops):  # the matmuls-by-shape table rates each op over its own traced time
+        rate = op.flops / (op.raw_ms / 1e3) if op.raw_ms else 0.0
         if fl and rate > fl:
-            if op.get("ms", 0.0) > 0.01 * (e.get("step_ms") or 0.0):  # a tiny op's rate is the clock's grain
-                out.append(f"{op['phase']} {op.get('shape') or op['name']} counted at {rate / 1e9:.0f} GFLOP/s, "
+            if op.ms > 0.01 * e.step_ms:  # a tiny op's rate is the clock's grain
+                out.append(f"{op.phase} {op.shape or op.name} counted at {rate / 1e9:.0f} GFLOP/s, "
                            f"over {fl / 1e9:.0f} GFLOP/s ({what})")
-            op["flops"] = 0.0
-    return out
+            ops[i] = msgspec.structs.replace(op, flops=0.0)
+    return msgspec.structs.replace(e, throughput=throughput, ops=ops, impossible=out)
 
 
-def eager_dispatches(e: dict[str, Any]) -> tuple[float, str] | None:
-    """(dispatches a step, where that figure comes from) when a JAX run's step ran op by op: the doctor's count
-    of eager dispatches recorded beside the trace, else the XLA programs a step other than the step's own
-    compiled module (each eager op runs as a program of its own: ``jit_dot_general``, ``jit_add``...)."""
-    if not str(e.get("run", "")).startswith("jax"):
+def eager_dispatches(e: Side) -> tuple[float, str] | None:
+    """(dispatches a step, where that figure comes from) when an XLA program's step ran op by op (a JAX run:
+    its trace's reader records the compiler): the doctor's count of eager dispatches recorded beside the trace,
+    else the XLA programs a step other than the step's own compiled module (each eager op runs as a program of
+    its own: ``jit_dot_general``, ``jit_add``...)."""
+    if not e.compiler:
         return None
-    recorded = (e.get("recorded") or {}).get("eager_ops_per_step")
+    recorded = e.recorded.eager_ops_per_step if e.recorded else None
     if recorded is not None:
         return (recorded, "counted by twinbench doctor") if recorded >= EAGER_OPS else None
-    programs = e.get("programs") or {}
+    programs = e.programs
     n = sum(programs.values())
     if n >= EAGER_OPS:
         top = ", ".join(sorted(programs, key=lambda k: -programs[k])[:3])
@@ -222,29 +218,29 @@ def eager_dispatches(e: dict[str, Any]) -> tuple[float, str] | None:
     return None
 
 
-def categorized_facts(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def categorized_facts(a: Side, b: Side) -> list[str]:
     """Each side under :data:`CATEGORIZED_MIN` of its op time categorized, with its phases and, for a JAX step run
     op by op, its dispatches a step (else its largest uncategorized ops)."""
     out = []
     for side in (a, b):
-        share = side.get("categorized_share", 1.0)
+        share = side.categorized_share
         if share < CATEGORIZED_MIN:
-            t = side.get("trace") or {}
-            fact = (f"{side['run']}: only {share:.0%} of its op time is categorized (forward {t.get('forward', 0):.1f}, "
-                    f"backward {t.get('backward', 0):.1f}, optimizer {t.get('optimizer', 0):.1f} ms)")
+            fact = (f"{side.run}: only {share:.0%} of its op time is categorized (forward "
+                    f"{side.phase_ms('forward'):.1f}, backward {side.phase_ms('backward'):.1f}, optimizer "
+                    f"{side.phase_ms('optimizer'):.1f} ms)")
             eager = eager_dispatches(side)
             if eager:
                 fact += (f"; the JAX step runs op by op: {eager[0]:.0f} dispatches a step ({eager[1]}): jit it first "
                          "(twinbench doctor SCRIPT says how)")
-            elif side.get("other"):
-                fact += "; largest uncategorized: " + ", ".join(list(side["other"])[:3])
+            elif side.other:
+                fact += "; largest uncategorized: " + ", ".join(list(side.other)[:3])
             out.append(fact)
     return out
 
 
-def rate_facts(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def rate_facts(a: Side, b: Side) -> list[str]:
     """Each rate a side printed above its device's bound (:func:`physical`)."""
-    return [f"{side['run']}: {line}: its count is not what ran" for side in (a, b) for line in side.get("impossible") or []]
+    return [f"{side.run}: {line}: its count is not what ran" for side in (a, b) for line in side.impossible]
 
 
 @dataclass(frozen=True)
@@ -254,7 +250,7 @@ class Gate:
 
     check: str
     words: str
-    facts: Callable[[dict[str, Any], dict[str, Any]], list[str]]
+    facts: Callable[[Side, Side], list[str]]
 
 
 #: the evidence a named row needs, in the order a refusal says them (see the block's comment)
@@ -268,98 +264,95 @@ GATES = (
 _GATE = {g.check: g for g in GATES}
 
 
-def gates(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]]:
+def gates(a: Side, b: Side) -> list[GateFailure]:
     """The evidence checks that failed for a pair (:data:`GATES`): each its ``check`` and the ``fact`` that decides
     it; [] when a row may be named. A busy machine is no check: its noise is measured (:func:`noise`) and said
     (:func:`busy_line`)."""
-    return [{"check": g.check, "fact": f} for g in GATES for f in g.facts(a, b)]
+    return [GateFailure(check=g.check, fact=f) for g in GATES for f in g.facts(a, b)]
 
 
-def busy_line(a: dict[str, Any], b: dict[str, Any]) -> str:
+def busy_line(a: Side, b: Side) -> str:
     """The advice where a side ran on a busy machine: its noise measured, rows named beyond it; a quiet machine
     for the last decimal ('' when neither was busy)."""
-    busy = [x for x in (a, b) if x.get("busy")]
+    busy = [x for x in (a, b) if x.busy]
     if not busy:
         return ""
     said = []
     for x in busy:
         r = noise(x)
-        said.append(f"{x['run']}" + (f" (its steps move {r:.0%} from one to the next, one standard deviation)"
+        said.append(f"{x.run}" + (f" (its steps move {r:.0%} from one to the next, one standard deviation)"
                                      if r is not None else " (fewer than two of its traced steps compiled nothing: "
                                      "its noise is not measured, and its rows are held to no noise)"))
     return ("measured on a busy machine: " + "; ".join(said) + f"; a row is named only beyond {K:g} times its "
             "measured noise (its ±); on a quiet machine the noise is smaller, for the last decimal")
 
 
-def clock(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
+def clock(a: Side, b: Side) -> Clock | None:
     """What the doctor's clock says of a pair where both sides carry its untraced step (None otherwise):
     ``gap_ms`` (B-A without the profiler), ``slower`` and ``faster`` (runs, by that clock), ``traced_gap_ms`` (the
     gap the rows split), ``profiler`` (each run's step traced over untraced, less 1: the profiler's share) and
     ``floor_ms`` (:data:`CLOCK_FLOOR` of the faster untraced step)."""
-    ma, mb = a.get("measured") or {}, b.get("measured") or {}
-    ua, ub = ma.get("untraced_step_ms"), mb.get("untraced_step_ms")
+    ma, mb = a.measured, b.measured
+    ua, ub = ma.untraced_step_ms if ma else None, mb.untraced_step_ms if mb else None
     if not ua or not ub:
         return None
     gap = ub - ua
 
-    def share(e: dict[str, Any], m: dict[str, Any], u: float) -> float:
-        return (m.get("traced_step_ms") or e.get("traced_step_ms") or e["step_ms"]) / u - 1
+    def share(e: Side, u: float) -> float:
+        return ((e.measured.traced_step_ms if e.measured else None) or e.traced_step_ms or e.step_ms) / u - 1
 
     # the clock's step is a median: where fewer than half the steps compiled, it leaves their compiles out, so
     # the traced gap it is held to leaves them out too (the compilation row says them)
-    left = {e["run"]: _compile_ms(e) for e in (a, b) if median_leaves_out_compile(e)}
-    traced = (b["step_ms"] - left.get(b["run"], 0.0)) - (a["step_ms"] - left.get(a["run"], 0.0))
-    return {"gap_ms": gap, "slower": b["run"] if gap >= 0 else a["run"], "faster": a["run"] if gap >= 0 else b["run"],
-            "untraced_ms": {a["run"]: ua, b["run"]: ub}, "traced_gap_ms": traced, "compile_left_out": left,
-            "profiler": {a["run"]: share(a, ma, ua), b["run"]: share(b, mb, ub)},
-            "floor_ms": CLOCK_FLOOR * min(ua, ub)}
+    left = {e.run: _compile_ms(e) for e in (a, b) if median_leaves_out_compile(e)}
+    traced = (b.step_ms - left.get(b.run, 0.0)) - (a.step_ms - left.get(a.run, 0.0))
+    return Clock(gap_ms=gap, slower=b.run if gap >= 0 else a.run, faster=a.run if gap >= 0 else b.run,
+                 untraced_ms={a.run: ua, b.run: ub}, traced_gap_ms=traced, compile_left_out=left,
+                 profiler={a.run: share(a, ua), b.run: share(b, ub)}, floor_ms=CLOCK_FLOOR * min(ua, ub))
 
 
-def _compile_ms(e: dict[str, Any]) -> float:
-    return float((e.get("cells") or {}).get("rest", {}).get(taxonomy.COMPILATION, 0.0))
+def _compile_ms(e: Side) -> float:
+    return float(e.cell_ms("rest", taxonomy.COMPILATION))
 
 
-def median_leaves_out_compile(e: dict[str, Any]) -> bool:
+def median_leaves_out_compile(e: Side) -> bool:
     """Whether a side compiled inside its traced steps in fewer than half its steps (the doctor's log: the
     script's retraces over its steps; else the traced steps that compiled), so that the doctor's clock, the
     median step, leaves its compiles out."""
     if not _compile_ms(e):
         return False
-    log = (e.get("recorded") or {}).get("compiles") or {}
-    if log.get("steps"):
-        return (log.get("retraces") or log.get("compiles") or 0) < 0.5 * log["steps"]
-    return bool(e.get("steps_used")) and (e.get("compiles") or 0) < 0.5 * e["steps_used"]
+    log = e.recorded.compiles if e.recorded else None
+    if log and log.steps:
+        return (log.retraces or log.compiles or 0) < 0.5 * log.steps
+    return bool(e.steps_used) and e.compiles < 0.5 * e.steps_used
 
 
-def clock_head(a: dict[str, Any], b: dict[str, Any]) -> str:
+def clock_head(a: Side, b: Side) -> str:
     """The summary's first words where the doctor's clock is beside both traces ('' otherwise): which side the
     clock says is slower and by how much, and the profiler's share of each side's traced step."""
     c = clock(a, b)
     if c is None:
         return ""
-    u = c["untraced_ms"]
-    return (f"by the clock (twinbench doctor, without the profiler) {c['slower']} is slower by {abs(c['gap_ms']):.1f} "
-            f"ms a step ({u[c['slower']]:.1f} against {u[c['faster']]:.1f} ms); {profiler_share(c)}"
-            + median_note(c))
+    u = c.untraced_ms
+    return (f"by the clock (twinbench doctor, without the profiler) {c.slower} is slower by {abs(c.gap_ms):.1f} "
+            f"ms a step ({u[c.slower]:.1f} against {u[c.faster]:.1f} ms); {profiler_share(c)}" + median_note(c))
 
 
-def median_note(c: dict[str, Any]) -> str:
+def median_note(c: Clock) -> str:
     """'' unless the clock's median step leaves a side's compiles out (:func:`median_leaves_out_compile`)."""
-    left = c.get("compile_left_out") or {}
-    if not left:
+    if not c.compile_left_out:
         return ""
-    return ("; the clock's step is a median, which leaves out the steps that compiled on " + " and ".join(left)
-            + " (fewer than half): its compilation row is the rest of that side's time")
+    return ("; the clock's step is a median, which leaves out the steps that compiled on "
+            + " and ".join(c.compile_left_out) + " (fewer than half): its compilation row is the rest of that side's time")
 
 
-def profiler_share(c: dict[str, Any]) -> str:
+def profiler_share(c: Clock) -> str:
     """Each side's traced step against the clock's (:func:`clock`): ``traced steps +38% on A and +5% on B
     against the clock`` (the profiler's cost, and on a busy machine the load's)."""
-    return "traced steps " + " and ".join(f"{v:+.0%} on {run}" for run, v in c["profiler"].items()) + \
+    return "traced steps " + " and ".join(f"{v:+.0%} on {run}" for run, v in c.profiler.items()) + \
         " against the clock"
 
 
-def clock_check(a: dict[str, Any], b: dict[str, Any]) -> str:
+def clock_check(a: Side, b: Side) -> str:
     """'' unless both runs carry the doctor's untraced step and the traced gap points the other way from it, the
     untraced gap by more than :data:`CLOCK_FLOOR` of the faster untraced step: then the rows would split a gap
     the clock does not show (however small the traced one: a profiler that adds 38% to one side turns a 41 ms gap
@@ -367,42 +360,42 @@ def clock_check(a: dict[str, Any], b: dict[str, Any]) -> str:
     c = clock(a, b)
     if c is None:
         return ""
-    untraced, traced, floor = c["gap_ms"], c["traced_gap_ms"], c["floor_ms"]
+    untraced, traced, floor = c.gap_ms, c.traced_gap_ms, c.floor_ms
     if traced * untraced >= 0 or abs(untraced) <= floor:
         return ""
-    slower = lambda gap: b["run"] if gap > 0 else a["run"]  # noqa: E731
+    slower = lambda gap: b.run if gap > 0 else a.run  # noqa: E731
     return (f"the profiler turned the gap around: traced, {slower(traced)} is slower by {abs(traced):.1f} ms a step; "
             f"measured without the profiler (twinbench doctor), {slower(untraced)} is, by {abs(untraced):.1f} ms: "
             "the traces' rows would split a gap the clock does not show")
 
 
-def phase_check(e: dict[str, Any]) -> str:
+def phase_check(e: Side) -> str:
     """'' when a run's phases are consistent with a training step, else the fact that says they are not: its
     backward matmul FLOPs over its forward's outside :data:`BACKWARD_OVER_FORWARD`, or (no FLOPs counted) a
     backward with no forward."""
-    t = e.get("throughput") or {}
+    t = e.throughput
 
     def flops(p: str) -> float:
-        return sum((t.get(p, {}).get(c) or {}).get("flops", 0.0) for c in ("matmul", "attention"))
+        return sum(r.flops for c in ("matmul", "attention") if (r := t.get(p, {}).get(c)) is not None)
 
     fw, bw = flops("forward"), flops("backward")
     lo, hi = BACKWARD_OVER_FORWARD
     if bw and not fw:
-        return (f"{e['run']}: its backward does {bw / 1e9:.3g} GFLOP of matmuls a step and its forward none: the "
+        return (f"{e.run}: its backward does {bw / 1e9:.3g} GFLOP of matmuls a step and its forward none: the "
                 "forward pass was not found")
     if fw and bw and not lo <= bw / fw <= hi:
-        return (f"{e['run']}: its backward does {bw / fw:.2f}x its forward's matmul FLOPs ({bw / 1e9:.3g} against "
+        return (f"{e.run}: its backward does {bw / fw:.2f}x its forward's matmul FLOPs ({bw / 1e9:.3g} against "
                 f"{fw / 1e9:.3g} GFLOP a step), where a training step does {lo:g}-{hi:g}x: its phases are not the "
                 "program's")
-    tr = e.get("trace") or {}
-    if not fw and not bw and tr.get("backward", 0) > 0 and tr.get("forward", 0) < 0.1 * tr["backward"]:
-        return (f"{e['run']}: its forward is {tr.get('forward', 0):.1f} ms against a {tr['backward']:.1f} ms "
+    fwd, bwd = e.phase_ms("forward"), e.phase_ms("backward")
+    if not fw and not bw and bwd > 0 and fwd < 0.1 * bwd:
+        return (f"{e.run}: its forward is {fwd:.1f} ms against a {bwd:.1f} ms "
                 "backward: the forward pass was not found")
     return ""
 
 
-def refusal(failed: list[dict[str, str]]) -> str:
+def refusal(failed: list[GateFailure]) -> str:
     """The summary's sentence when a check failed: no row named, which checks failed, and their facts."""
-    which = ", ".join(dict.fromkeys(_GATE[f["check"]].words for f in failed))
+    which = ", ".join(dict.fromkeys(_GATE[f.check].words for f in failed))
     return f"no row is named as a cause; check{'s' if ',' in which else ''} failed: {which}. " + "; ".join(
-        f["fact"] for f in failed)
+        f.fact for f in failed)

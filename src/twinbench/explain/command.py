@@ -7,8 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from twinbench.errors import error_line
-from twinbench.explain import answer, files, gap, runs, trace_file, why
+from twinbench.explain import answer, files, gap, result, runs, trace_file, why
+from twinbench.explain.result import Explained
+from twinbench.explain.side import Side, Unreadable
 from twinbench.explain.steps import TraceError, parse_window
 from twinbench.folder_io import make_dir, terminal
 from twinbench.limits import check_host
@@ -26,14 +30,14 @@ class ExplainError(ValueError):
 
 def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_dir: Path, timeout: float,
             model: str | None, jax_model: str | None, expand: str, say: Callable[[str], None],
-            before: Callable[[list[RunSpec]], None] | None = None) -> dict[str, Any]:
+            before: Callable[[list[RunSpec]], None] | None = None) -> Explained:
     """Explain the pair ``run_a`` ``run_b``; ``before`` is given the sides' specs once they are known, before
     any run starts (``--try``/``--depths``: their variants preflighted as compare's runs are)."""
     from twinbench import runner
     from twinbench.plan import build_specs
 
     try:
-        resolved: list[tuple[RunSpec, dict[str, Any] | None]] = []
+        resolved: list[tuple[RunSpec, Record | None]] = []
         fresh = [a for a in (run_a, run_b) if not runs.is_results_arg(a)]
         built: dict[str, RunSpec] = {}
         if fresh:
@@ -98,14 +102,16 @@ def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_
         final.append(rec)
     try:
         # --try and --depths run these specs again: the record-to-run boundary's, never a record's own
-        return {**gap.explain_pair(final[0], final[1], expand), "specs": [s.to_dict() for s, _ in resolved]}
+        explained = gap.explain_pair(final[0], final[1], expand)
+        explained.specs = [s.to_dict() for s, _ in resolved]
+        return explained
     except TraceError as e:
         raise ExplainError(str(e)) from e
 
 
 def explain_traces(trace_a: str, trace_b: str | None, expand: str = "categories", step_marker: str | None = None,
                    rank: int | None = None, device: int | None = None, hlo: str | None = None,
-                   steps: str | None = None) -> dict[str, Any]:
+                   steps: str | None = None) -> Explained:
     """``twinbench explain TRACE [TRACE_B]``: one trace's table, or two traces' gap table (any frameworks);
     ``steps``: ``--steps A:B``, a window of each trace's steps (:func:`steps.parse_window`)."""
     args = [a for a in (trace_a, trace_b) if a]
@@ -127,88 +133,88 @@ def explain_traces(trace_a: str, trace_b: str | None, expand: str = "categories"
             raise ExplainError(str(e)) from e
         except UNEXPECTED as e:  # a file its reader did not foresee (another protobuf named *.xplane.pb): data
             raise ExplainError(f"{a}: not a trace explain reads ({error_line(e)})") from e
-    if len(explained) == 2 and explained[0]["run"] == explained[1]["run"]:
-        for e, a in zip(explained, args, strict=True):
-            e["run"] = f"{e['run'].split(':')[0]}:{Path(a).resolve()}"
+    if len(explained) == 2 and explained[0].run == explained[1].run:
+        explained = [msgspec.structs.replace(e, run=f"{e.run.split(':')[0]}:{Path(a).resolve()}")
+                     for e, a in zip(explained, args, strict=True)]
     if len(explained) == 1:
-        return {"a": explained[0]}
-    result = gap.pair(explained[0], explained[1], expand)
-    joined = answer.join(result, args[0], args[1])  # the doctor's findings beside the traces, with the gap
-    if joined is not None:
-        result["answer"] = answer.to_builtins(joined)
-    return result
+        return Explained(a=explained[0])
+    out = gap.pair(explained[0], explained[1], expand)
+    # the doctor's findings beside the traces, with the gap
+    out.answer = answer.join(explained[0], explained[1], out.noise_ms, args[0], args[1])
+    return out
 
 
-def explain_records(records: list[Record]) -> list[dict[str, Any]]:
+def explain_records(records: list[Record]) -> list[Side | Unreadable]:
     """``compare --explain``: each ok record explained (an unreadable trace: its error instead)."""
-    out = []
+    out: list[Side | Unreadable] = []
     for r in records:
         if not r.ok:
             continue
         try:
             out.append(gap.explain_run(r))
         except TraceError as e:
-            out.append({"run": r.label(), "error": str(e)})
+            out.append(Unreadable(run=r.label(), error=str(e)))
     return out
 
 
-def run_table(e: dict[str, Any]) -> Any:
+def run_table(e: Side) -> Any:
     from rich.table import Table
 
-    kind = "measured" if e.get("run_id") else "traced"
-    measured = (e.get("measured") or {}).get("untraced_step_ms")  # twinbench doctor's, without the profiler
-    title = f"{shown(e['run'], 200)}: {e['step_ms']:.1f} ms per {kind} step" + (
+    kind = "measured" if e.run_id else "traced"
+    measured = e.measured.untraced_step_ms if e.measured else None  # twinbench doctor's, without the profiler
+    title = f"{shown(e.run, 200)}: {e.step_ms:.1f} ms per {kind} step" + (
         f", {measured:.1f} ms measured without the profiler (twinbench doctor)" if measured else "")
     t = Table(title=title, title_justify="left")
-    scale = e.get("timing_scale", 1.0)
-    apart = e.get("timing_apart") or {}
+    scale = e.timing_scale
+    apart = e.timing_apart
     t.add_column("phase")
     # a column scaled to the measured step adds up to it by construction: its header says so, and by how much
     t.add_column("timing ms" if abs(scale - 1) < 1e-9 else f"timing ms (scaled x{scale:.2f})", justify="right")
     t.add_column("trace ms", justify="right")
     t.add_column("top categories (trace)")
     for p in gap.PHASES:
-        cats = sorted(e["cells"].get(p, {}).items(), key=lambda kv: -kv[1])[:3]
-        tm = e["timing"].get(p)
+        cats = sorted(e.cells.get(p, {}).items(), key=lambda kv: -kv[1])[:3]
+        tm = e.timing.get(p)
         cell = "" if tm is None else f"{tm:.1f}"
         if p in apart:  # not a measurement: two methods disagree by that much (the note says so)
             cell = f"[dim]{cell} ({apart[p]:.1f}x apart)[/]"
-        t.add_row(p, cell, f"{e['trace'].get(p, 0.0):.1f}", ", ".join(f"{c} {v:.1f}" for c, v in cats))
-    tsum = sum(e["timing"].get(p, 0.0) for p in gap.PHASES)
-    raw = sum((e.get("timing_raw") or {}).get(p, 0.0) for p in gap.PHASES)
-    said = (f"{raw:.1f} -> {tsum:.1f}" if abs(scale - 1) >= 1e-9 else f"{tsum:.1f}") if e["timing"] else \
+        t.add_row(p, cell, f"{e.phase_ms(p):.1f}", ", ".join(f"{c} {v:.1f}" for c, v in cats))
+    tsum = sum(e.timing.get(p, 0.0) for p in gap.PHASES)
+    raw = sum(e.timing_raw.get(p, 0.0) for p in gap.PHASES)
+    said = (f"{raw:.1f} -> {tsum:.1f}" if abs(scale - 1) >= 1e-9 else f"{tsum:.1f}") if e.timing else \
         f"{measured:.1f}" if measured else ""
-    t.add_row("sum", said, f"{sum(e['trace'].values()):.1f}", f"categorized {e['categorized_share']:.0%}")
+    t.add_row("sum", said, f"{sum(e.trace.values()):.1f}", f"categorized {e.categorized_share:.0%}")
     return t
 
 
-def gap_table(result: dict[str, Any]) -> Any:
+def gap_table(result: Explained) -> Any:
     from rich.table import Table
 
-    a, b = shown(result["a"]["run"], 200), shown(result["b"]["run"], 200)  # in the title: a header would cut them
-    t = Table(title=f"gap: B {b} - A {a} = {result['gap_ms']:+.1f} ms per step", title_justify="left")
+    assert result.b is not None
+    a, b = shown(result.a.run, 200), shown(result.b.run, 200)  # in the title: a header would cut them
+    t = Table(title=f"gap: B {b} - A {a} = {result.gap_ms:+.1f} ms per step", title_justify="left")
     for col, just in (("row", "left"), ("A ms", "right"), ("B ms", "right"), ("B-A ms", "right"),
                       ("share of gap", "right"), ("timing B-A", "right"), ("A GFLOP/s (peak)", "right"),
                       ("B GFLOP/s (peak)", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
-    for r in result["rows"]:
-        if r["level"] and abs(r["diff_ms"]) < 0.005 * max(result["a"]["step_ms"], 1e-9) and not r["a_ms"]:
+    for r in result.rows:
+        if r.level and abs(r.diff_ms) < 0.005 * max(result.a.step_ms, 1e-9) and not r.a_ms:
             continue
-        name = ("  " * r["level"]) + shown(r["row"].split(" / ")[-1], 80)
-        t.add_row(name if r["level"] else f"[bold]{name}[/]", f"{r['a_ms']:.2f}", f"{r['b_ms']:.2f}",
-                  f"{r['diff_ms']:+.2f}", f"{r['share']:.0%}", *why.throughput_cells(r))
+        name = ("  " * r.level) + shown(r.category, 80)
+        t.add_row(name if r.level else f"[bold]{name}[/]", f"{r.a_ms:.2f}", f"{r.b_ms:.2f}",
+                  f"{r.diff_ms:+.2f}", f"{r.share:.0%}", *why.throughput_cells(r))
     return t
 
 
-def ops_table(e: dict[str, Any], n: int = 10) -> Any:
+def ops_table(e: Side, n: int = 10) -> Any:
     from rich.table import Table
 
-    t = Table(title=f"{shown(e['run'], 200)}: top ops (traced ms per step)", title_justify="left")
+    t = Table(title=f"{shown(e.run, 200)}: top ops (traced ms per step)", title_justify="left")
     for col, just in (("kernel / op", "left"), ("launched by", "left"), ("category", "left"), ("phase", "left"),
                       ("ms", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
-    for o in e.get("kernels", [])[:n]:
-        t.add_row(shown(o["name"], 70), shown(o["op"], 40), shown(o["category"], 30), o["phase"], f"{o['ms']:.3f}")
+    for o in e.kernels[:n]:
+        t.add_row(shown(o.name, 70), shown(o.op, 40), shown(o.category, 30), o.phase, f"{o.ms:.3f}")
     return t
 
 
@@ -220,29 +226,27 @@ def shown(text: Any, width: int) -> str:
     return escape(terminal(text, width))
 
 
-def print_side(e: dict[str, Any], out: Any, top_ops: bool = False) -> None:
+def print_side(e: Side, out: Any, top_ops: bool = False) -> None:
     out.print(run_table(e))
-    if e.get("step_method"):
-        spread = f"; spread {e['step_spread_ms']:.2f} ms (slowest - fastest)" if e.get("steps_used", 0) >= 2 and \
-            e.get("step_spread_ms") is not None else ""
-        out.print(f"  steps: {e['steps_used']} of {e['steps_traced']} found, from {e['step_method']}{spread}",
-                  highlight=False)
-    if e.get("device"):
-        out.print(f"  device: {e['device']}; idle = {e['idle']}", highlight=False)
+    if e.step_method:
+        spread = f"; spread {e.step_spread_ms:.2f} ms (slowest - fastest)" if e.steps_used >= 2 else ""
+        out.print(f"  steps: {e.steps_used} of {e.steps_traced} found, from {e.step_method}{spread}", highlight=False)
+    if e.device:
+        out.print(f"  device: {e.device}; idle = {e.idle}", highlight=False)
     line = throughput_line(e)
     if line:
         out.print(f"  {line}", highlight=False)
-    if top_ops and e.get("kernels"):
+    if top_ops and e.kernels:
         out.print(ops_table(e))
-    if e.get("other"):
-        out.print("  other: " + ", ".join(f"{shown(k, 60)} {v:.2f} ms" for k, v in list(e["other"].items())[:5]),
+    if e.other:
+        out.print("  other: " + ", ".join(f"{shown(k, 60)} {v:.2f} ms" for k, v in list(e.other.items())[:5]),
                   highlight=False)
-    for note in e["notes"]:
+    for note in e.notes:
         out.print(f"  note: {note}", highlight=False)
-    out.print(f"  trace: {e['trace_path']}", highlight=False)
+    out.print(f"  trace: {e.trace_path}", highlight=False)
 
 
-def throughput_line(e: dict[str, Any]) -> str:
+def throughput_line(e: Side) -> str:
     """``FLOP/s against the peak (...): forward matmul 168 TFLOP/s (85%), ...`` for the compute rows of one
     run or trace ('' when none has FLOPs counted)."""
     from twinbench.explain import ops
@@ -250,50 +254,49 @@ def throughput_line(e: dict[str, Any]) -> str:
     parts = []
     for p in gap.PHASES:
         for c in ops.COMPUTE:
-            t = (e.get("throughput") or {}).get(p, {}).get(c) or {}
-            if t.get("tflops") and t.get("ms", 0) > 0.01 * e["step_ms"]:
-                share = f" ({t['peak_share']:.0%})" if t.get("peak_share") is not None else ""
-                parts.append(f"{p} {c} {t['tflops']:.3g} TFLOP/s{share}")
+            t = e.throughput.get(p, {}).get(c)
+            if t is not None and t.tflops and t.ms > 0.01 * e.step_ms:
+                share = f" ({t.peak_share:.0%})" if t.peak_share is not None else ""
+                parts.append(f"{p} {c} {t.tflops:.3g} TFLOP/s{share}")
     if not parts:
         return ""
-    pk = e.get("peak") or {}
-    if pk.get("tflops"):
-        src = pk.get("source") or "measured" + (f" {pk['age']}" if pk.get("age") else "")
-        head = f"FLOP/s against the peak ({pk['tflops']:.3g} TFLOP/s, {src})"
+    pk = e.peak
+    if pk.tflops:
+        src = pk.source or "measured" + (f" {pk.age}" if pk.age else "")
+        head = f"FLOP/s against the peak ({pk.tflops:.3g} TFLOP/s, {src})"
     else:
         head = "FLOP/s (no peak known)"
     return f"{head}: " + ", ".join(parts)
 
 
-def print_pair(result: dict[str, Any], out: Any) -> None:
-    if "b" not in result:  # one trace: its table and its top ops
-        print_side(result["a"], out, top_ops=True)
+def print_pair(explained: Explained, out: Any) -> None:
+    if explained.b is None:  # one trace: its table and its top ops
+        print_side(explained.a, out, top_ops=True)
         return
-    for side in ("a", "b"):
-        print_side(result[side], out)
-    out.print(gap_table(result))
-    out.print(f"  {result['summary']}", highlight=False)
-    for line in answer.lines(answer.from_builtins(result["answer"])) if result.get("answer") else []:
+    for side in (explained.a, explained.b):
+        print_side(side, out)
+    out.print(gap_table(explained))
+    out.print(f"  {explained.summary}", highlight=False)
+    for line in answer.lines(explained.answer) if explained.answer else []:
         out.print(line, highlight=False, markup=False)  # findings' text is the doctor's data, not markup
-    why.print_extras(result, out)
+    why.print_extras(explained, out)
 
 
 def print_runs(records: list[Record], out_dir: Path, out: Any) -> None:
-    """``compare --explain``: each run's phases (and notes), written to ``out_dir/explain.json`` too."""
-    import json
-
+    """``compare --explain``: each run's phases (and notes), written to ``out_dir/explain.json`` too
+    (:mod:`.result`: versioned)."""
     explained = explain_records(records)
     for e in explained:
-        if "error" in e:
-            out.print(f"  explain {e['run']}: {e['error']}", highlight=False)
+        if isinstance(e, Unreadable):
+            out.print(f"  explain {e.run}: {e.error}", highlight=False)
             continue
         out.print(run_table(e))
-        for note in e["notes"]:
+        for note in e.notes:
             out.print(f"  note: {note}", highlight=False)
     from twinbench.folder_io import write_file
 
     try:  # inside --out, never through a link (folder_io); the records are safe already: a warning at most
-        write_file(out_dir, "explain.json", json.dumps(explained, indent=1))
+        write_file(out_dir, "explain.json", result.to_json(result.runs_of(explained)))
     except (OSError, SpecError) as e:
         out.print(f"  warning: explain.json not written: {e}", highlight=False, markup=False)
         return

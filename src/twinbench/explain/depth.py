@@ -22,6 +22,7 @@ from typing import Any
 
 from twinbench.explain import hlo
 from twinbench.explain.flops import parse_hlo
+from twinbench.explain.result import Depth, Explained, Growth
 
 GROWTH = 0.25  # a per-layer count rising by more than this share grows faster than the layer count
 MIN_EXCESS = 16  # ... and by at least this many operations beyond linear growth
@@ -45,7 +46,7 @@ def counts(text: str) -> Counter[tuple[str, str, str]]:
     return out
 
 
-def growth(by_depth: dict[int, str]) -> list[dict[str, Any]]:
+def growth(by_depth: dict[int, str]) -> list[Growth]:
     """The counts whose per-layer value rose from the shallowest to the deepest depth, largest excess first:
     ``excess`` is what the deeper step has beyond the shallower one's count scaled linearly."""
     if len(by_depth) < 2:
@@ -57,18 +58,18 @@ def growth(by_depth: dict[int, str]) -> list[dict[str, Any]]:
         n1, n2 = c1.get(key, 0), c2.get(key, 0)
         excess = n2 - n1 * d2 / d1
         if n1 and n2 / d2 > (1 + GROWTH) * n1 / d1 and excess >= MIN_EXCESS:
-            out.append({"phase": key[0], "category": key[1], "opcode": key[2], "depths": [d1, d2],
-                        "counts": [n1, n2], "per_layer": [n1 / d1, n2 / d2], "excess": excess})
-    return sorted(out, key=lambda f: -f["excess"])
+            out.append(Growth(phase=key[0], category=key[1], opcode=key[2], depths=[d1, d2], counts=[n1, n2],
+                              per_layer=[n1 / d1, n2 / d2], excess=excess))
+    return sorted(out, key=lambda f: -f.excess)
 
 
-def sentence(run: str, found: list[dict[str, Any]]) -> str:
+def sentence(run: str, found: list[Growth]) -> str:
     if not found:
         return f"{run}: the compiled step's work per layer does not grow with depth"
     top = found[:3]
-    what = "; ".join(f"{f['phase']} {f['category']} {f['opcode']} {f['counts'][0]} -> {f['counts'][1]} "
-                     f"({f['per_layer'][0]:.0f} -> {f['per_layer'][1]:.0f} per layer)" for f in top)
-    d1, d2 = top[0]["depths"]
+    what = "; ".join(f"{f.phase} {f.category} {f.opcode} {f.counts[0]} -> {f.counts[1]} "
+                     f"({f.per_layer[0]:.0f} -> {f.per_layer[1]:.0f} per layer)" for f in top)
+    d1, d2 = top[0].depths
     return (f"{run}: compiled work grows faster than the layer count from {d1} to {d2} layers: {what}; each added "
             "layer enlarges every layer's fusions (a cause in the compiled program, not the model)")
 
@@ -138,16 +139,18 @@ if __name__ == "__main__":  # pragma: no cover - run by compile_at in a fresh pr
     sys.exit(_main(sys.argv[1:]))
 
 
-def for_pair(result: dict[str, Any], depths: list[int], out_dir: Path, timeout: float) -> list[dict[str, Any]]:
+def for_pair(result: Explained, depths: list[int], out_dir: Path, timeout: float) -> list[Depth]:
     """``explain --depths``: each JAX side of an explained pair compiled at ``depths``, its growth named."""
+    from twinbench.config import Framework
+    from twinbench.spec import RunSpec
+
     out = []
-    for side, spec in zip(("a", "b"), result.get("specs") or [], strict=False):
-        if not spec or spec.get("framework") != "jax":
+    for (letter, side), spec in zip((("a", result.a), ("b", result.b)), result.specs, strict=False):
+        if not spec or side is None or RunSpec.from_dict(spec).framework != Framework.JAX:
             continue
-        run = result[side]["run"]
         try:
-            found = growth(compile_at(spec, depths, out_dir / f"depth-{side}", timeout))
-            out.append({"run": run, "growth": found, "sentence": sentence(run, found)})
+            found = growth(compile_at(spec, depths, out_dir / f"depth-{letter}", timeout))
+            out.append(Depth(run=side.run, growth=found, sentence=sentence(side.run, found)))
         except (RuntimeError, OSError) as e:
-            out.append({"run": run, "growth": [], "sentence": f"{run}: {e}"})
+            out.append(Depth(run=side.run, growth=[], sentence=f"{side.run}: {e}"))
     return out

@@ -6,6 +6,7 @@ A run is ``framework:strategy`` (run now, with the command's spec flags) or ``RE
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,16 @@ from twinbench.spec_sections import flat_spec
 RESULTS = "results.jsonl"
 
 
-def needs_run(r: Record | dict[str, Any] | None) -> bool:
-    """A record explain cannot read as it is: none, failed, no trace, or no timing."""
+def needs_run(r: Record | None) -> bool:
+    """A record explain cannot read as it is: none, failed, no trace, no timing, or a JAX profile without the
+    compiled HLO text that names its ops."""
+    from twinbench.explain.gap import needs_hlo
+
     if r is None:
         return True
     r = as_record(r)
-    return (not r.ok or not r.trace.path or not r.explain.timing
-            or (r.run.framework == "jax" and not r.explain.hlo_path) or not Path(r.trace.path).exists())
+    return (not r.ok or not r.trace.path or not r.explain.timing or not Path(r.trace.path).exists()
+            or (not r.explain.hlo_path and needs_hlo(r.trace.path)))
 
 
 #: What a re-run takes from a record: what defines the measurement (the model and training config as a whole:
@@ -45,23 +49,23 @@ FROM_COMMAND_LINE = ("save_weights", "num_processes", "process_id", "coordinator
 RECORD_PATHS = ("data", "init_from")
 
 
-def _paths(d: Any, named: dict[str, Any] | None) -> tuple[dict[str, str], list[str]]:
+def _paths(d: Any, named: Mapping[str, object] | None) -> tuple[dict[str, str], list[str]]:
     """The train section's paths a re-run uses (the command line's) and the flags the record needs but the
-    command line does not give."""
+    command line does not give (``named``: the command line's spec flags as given, whichever flags)."""
     train = d.get("train") if isinstance(d, dict) else None
     train = train if isinstance(train, dict) else {}
     use, missing = {}, []
     for k in RECORD_PATHS:
         given = (named or {}).get(k)
         if given:
-            use[k] = str(Path(given).resolve())
+            use[k] = str(Path(str(given)).resolve())
         elif train.get(k):
             use[k] = ""
             missing.append(f"--{k.replace('_', '-')}")
     return use, missing
 
 
-def spec_from_record(arg: str, d: Any, named: dict[str, Any] | None = None) -> tuple[RunSpec, list[str]]:
+def spec_from_record(arg: str, d: Any, named: Mapping[str, object] | None = None) -> tuple[RunSpec, list[str]]:
     """The spec a re-run of a record's ``spec`` dict may have (:data:`FROM_RECORD`, plus the fields of
     :data:`FROM_COMMAND_LINE` the user gave in ``named``) and the lines naming what of the record was left out.
     Raises SpecError on a spec that is not one; :func:`runnable` validates it before a re-run."""
@@ -104,7 +108,7 @@ def runnable(arg: str, spec: RunSpec) -> RunSpec:
         raise SpecError(f"{arg}: its record's spec is not runnable ({type(e).__name__}: {e})") from None
 
 
-def from_results(arg: str, named: dict[str, Any] | None = None) -> tuple[RunSpec, dict[str, Any], list[str]]:
+def from_results(arg: str, named: Mapping[str, object] | None = None) -> tuple[RunSpec, Record, list[str]]:
     """``DIR:framework/strategy`` -> (the spec a re-run of it may have: :func:`spec_from_record`, its record,
     lines saying what of the record's spec is not used)."""
     where, _, name = arg.rpartition(":")

@@ -22,7 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from twinbench.explain import gap, why
+from twinbench.explain.result import Explained, Tried
 from twinbench.record import Record
 
 MOVED = 0.02  # a row moved when it changed by more than this share of the side's step (and 0.2 ms)
@@ -105,7 +108,8 @@ def preflight(arg: str, sides: list[Any]) -> Any:
 
 
 def variant(spec_dict: dict[str, Any], kind: str, name: str, value: str) -> Any:
-    """The spec of the variant run (spec options applied; XLA flags and env leave it as it is)."""
+    """The spec of the variant run (spec options applied; XLA flags and env leave it as it is); ``spec_dict``:
+    ``RunSpec.to_dict``'s form, which ``flat_spec`` reads whatever its version."""
     from twinbench.spec import RunSpec, SpecError, option_value, validate
     from twinbench.spec_sections import flat_spec
 
@@ -115,7 +119,7 @@ def variant(spec_dict: dict[str, Any], kind: str, name: str, value: str) -> Any:
             val = option_value(name, value)
         except SpecError as e:
             raise TryError(f"--try: {e}") from e
-        where = next((part for part in ("model", "train") if name in d.get(part, {})), None)
+        where = next((part for part in ("model", "train") if isinstance(d[part], dict) and name in d[part]), None)
         (d[where] if where else d)[name] = val
     try:
         return validate(RunSpec.from_dict(d))
@@ -131,15 +135,15 @@ def env_of(kind: str, name: str, value: str) -> dict[str, str]:
     return {}
 
 
-def run(result: dict[str, Any], arg: str, out_dir: Path, timeout: float, say: Callable[[str], None]) -> dict[str, Any]:
+def run(result: Explained, arg: str, out_dir: Path, timeout: float, say: Callable[[str], None]) -> Tried:
     """Run the variant of one side of an explained pair and compare it with that side."""
     from twinbench import runner
     from twinbench.explain import runs
 
     idx, kind, name, value = parse(arg)
-    base = result["a" if idx == 0 else "b"]
-    spec_dict = (result.get("specs") or [None, None])[idx]
-    if not spec_dict:
+    base = result.a if idx == 0 else result.b
+    spec_dict = result.specs[idx] if len(result.specs) > idx else None
+    if not spec_dict or base is None:
         raise TryError("--try: this explanation carries no spec of its runs")
     spec = variant(spec_dict, kind, name, value)
     base_spec = variant(spec_dict, "env", "", "")  # the side as it was, run again in the same sitting
@@ -147,25 +151,24 @@ def run(result: dict[str, Any], arg: str, out_dir: Path, timeout: float, say: Ca
 
     target = make_dir(out_dir, f"try-{len(list(out_dir.glob('try-*')))}")  # inside --out, never through a link
     env = env_of(kind, name, value)
-    label = f"{base['run']} with {value if kind == 'xla' else f'{name}={value}'}"
-    say(f"  --try {arg}: running {base['run']} again, then {label} (fresh processes, measured, then traced)")
+    label = f"{base.run} with {value if kind == 'xla' else f'{name}={value}'}"
+    say(f"  --try {arg}: running {base.run} again, then {label} (fresh processes, measured, then traced)")
     recs = [runner.run_one(runs.for_explain(base_spec, make_dir(target, "base")), timeout),  # through no link
             runner.run_one(runs.for_explain(spec, make_dir(target, "try")), timeout, env)]
     write_file(target, runs.RESULTS, "".join(json.dumps(r.to_dict()) + "\n" for r in recs))
     for r in recs:
         if not r.ok:
             raise TryError(f"--try {arg}: the run failed: {r.error}")
-    again, var = gap.explain_run(recs[0]), gap.explain_run(recs[1])
-    var["run"] = label
+    again = gap.explain_run(recs[0])
+    var = msgspec.structs.replace(gap.explain_run(recs[1]), run=label)
     table = gap.rows(again, var)
     extras = why.pair_extras(again, var, table)
-    step = max(again["step_ms"], 1e-9)
-    moved = [r for r in table if r["level"] == 1 and abs(r["diff_ms"]) > max(MOVED * step, 0.2)]
-    return {"try": arg, "label": label, "base": base["run"], "base_step_ms": again["step_ms"],
-            "step_ms": var["step_ms"], "base_p10_p90": _spread(recs[0]), "p10_p90": _spread(recs[1]),
-            "rows": table, "moved": moved, "shapes": extras["shapes"], "results": str(target),
-            "warnings": sorted({w for r in recs for w in r.warnings}),
-            "load_avg_1m": [r.conditions.load_avg_1m for r in recs]}
+    step = max(again.step_ms, 1e-9)
+    moved = [r for r in table if r.level == 1 and abs(r.diff_ms) > max(MOVED * step, 0.2)]
+    return Tried(tried=arg, label=label, base=base.run, base_step_ms=again.step_ms, step_ms=var.step_ms,
+                 base_p10_p90=_spread(recs[0]), p10_p90=_spread(recs[1]), rows=table, moved=moved,
+                 shapes=extras.shapes, results=str(target), warnings=sorted({w for r in recs for w in r.warnings}),
+                 load_avg_1m=[r.conditions.load_avg_1m for r in recs])
 
 
 def _spread(rec: Record) -> list[float] | None:
@@ -177,15 +180,15 @@ def _p(sp: list[float] | None) -> str:
     return f" (p10-p90 {sp[0]:.1f}-{sp[1]:.1f})" if sp else ""
 
 
-def print_try(t: dict[str, Any], out: Any) -> None:
-    d = t["step_ms"] - t["base_step_ms"]
-    out.print(f"  try {t['try']}: {t['base']} measured step {t['base_step_ms']:.1f} ms{_p(t.get('base_p10_p90'))} "
-              f"-> {t['step_ms']:.1f} ms{_p(t.get('p10_p90'))} ({d:+.1f} ms, "
-              f"{d / max(t['base_step_ms'], 1e-9):+.1%}), same sitting", highlight=False)
-    for w in t.get("warnings", []):
+def print_try(t: Tried, out: Any) -> None:
+    d = t.step_ms - t.base_step_ms
+    out.print(f"  try {t.tried}: {t.base} measured step {t.base_step_ms:.1f} ms{_p(t.base_p10_p90)} "
+              f"-> {t.step_ms:.1f} ms{_p(t.p10_p90)} ({d:+.1f} ms, {d / max(t.base_step_ms, 1e-9):+.1%}), same sitting",
+              highlight=False)
+    for w in t.warnings:
         out.print(f"    warning: {w}", highlight=False)
-    if not t["moved"]:
+    if not t.moved:
         out.print(f"    no row moved by more than {MOVED:.0%} of the step", highlight=False)
-    for r in sorted(t["moved"], key=lambda r: -abs(r["diff_ms"])):
-        out.print(f"    {r['row']}: {r['a_ms']:.2f} -> {r['b_ms']:.2f} ms ({r['diff_ms']:+.2f})", highlight=False)
-    out.print(f"    results: {t['results']}", highlight=False)
+    for r in sorted(t.moved, key=lambda r: -abs(r.diff_ms)):
+        out.print(f"    {r.row}: {r.a_ms:.2f} -> {r.b_ms:.2f} ms ({r.diff_ms:+.2f})", highlight=False)
+    out.print(f"    results: {t.results}", highlight=False)

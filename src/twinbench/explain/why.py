@@ -15,18 +15,57 @@ The three sum to ``t_S - t_F`` exactly (and carry the sign of the row's B-A).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from twinbench.explain import causes, memory_rows, ops, shapes
 from twinbench.explain.breakdown import PHASES, Breakdown
+from twinbench.explain.side import (
+    Disagreement,
+    MemoryGap,
+    Moved,
+    Op,
+    Peak,
+    Rate,
+    Row,
+    ShapeRow,
+    ShapeSide,
+    Side,
+    Split,
+    typed,
+)
 from twinbench.record_sections import Record
+
+if TYPE_CHECKING:
+    from twinbench.explain.result import Explained
 
 TOLERANCE = 0.10
 KEEP_OPS = 40  # op rows kept in a run's explanation besides every matmul-shaped one
 
 
+class RunExtras(msgspec.Struct, kw_only=True, frozen=True):
+    """What :func:`run_extras` adds to a side (its fields of the same names)."""
+
+    ops: list[Op]
+    throughput: dict[str, dict[str, Rate]]
+    linearization: Moved
+    shared_forward: Moved
+    warnings: list[str]
+    peak: Peak
+
+
+class PairExtras(msgspec.Struct, kw_only=True, frozen=True):
+    """What :func:`pair_extras` adds to a pair (its fields of the same names)."""
+
+    shapes: list[ShapeRow]
+    memory: MemoryGap | None
+    disagreements: list[Disagreement]
+    why: list[str]
+
+
 def run_extras(r: Record, b: Breakdown, scale: float, cells: dict[str, dict[str, float]],
-               scopes: dict[str, dict[str, float]], peak_source: str = "") -> dict[str, Any]:
+               scopes: dict[str, dict[str, float]], peak_source: str = "") -> RunExtras:
     """A run's ops with FLOPs, its per-category throughput and peak, and (JAX) the forward-pass
     linearization moved to backward in ``cells``/``scopes`` (in place). Returns fields for its explanation.
     ``r``: the run's record (its framework, HLO text, matmul peak and warnings); ``peak_source``: where a peak
@@ -37,55 +76,56 @@ def run_extras(r: Record, b: Breakdown, scale: float, cells: dict[str, dict[str,
     tput = ops.throughput(groups, peak)
     kept = [g for g in groups if g.shape is not None and g.shape.key()]
     rest = sorted((g for g in groups if g not in kept), key=lambda g: -g.ms)[:KEEP_OPS]
-    return {"ops": [g.to_dict() for g in sorted(kept + rest, key=lambda g: -g.ms)], "throughput": tput,
-            "linearization": lin, "shared_forward": ops.shared_forward(groups),
-            "warnings": [w for w in r.warnings if w.startswith("machine busy")],
-            "peak": {"tflops": peak, "measured_at": measured_at, "age": ops.age(measured_at), "source": peak_source}}
+    return RunExtras(ops=typed([g.to_dict() for g in sorted(kept + rest, key=lambda g: -g.ms)], list[Op]),
+                     throughput=typed(tput, dict[str, dict[str, Rate]]), linearization=typed(lin, Moved),
+                     shared_forward=typed(ops.shared_forward(groups), Moved),
+                     warnings=[w for w in r.warnings if w.startswith("machine busy")],
+                     peak=Peak(tflops=peak, measured_at=measured_at, age=ops.age(measured_at), source=peak_source))
 
 
-def split(a: dict[str, Any], b: dict[str, Any], peak_a: float | None, peak_b: float | None) -> dict[str, float] | None:
+def split(a: Rate | None, b: Rate | None, peak_a: float | None, peak_b: float | None) -> Split | None:
     """work / peak / efficiency of one row (``a``, ``b``: its throughput cells); None when not computable."""
     if not a or not b or not peak_a or not peak_b:
         return None
-    if not (a.get("flops") and b.get("flops") and a.get("ms") and b.get("ms")):
+    if not (a.flops and b.flops and a.ms and b.ms):
         return None
-    sign = 1.0 if b["ms"] >= a["ms"] else -1.0
+    sign = 1.0 if b.ms >= a.ms else -1.0
     (f, pf), (s, ps) = ((a, peak_a), (b, peak_b)) if sign > 0 else ((b, peak_b), (a, peak_a))
-    at_f = f["ms"] * s["flops"] / f["flops"]  # S's work at F's speed
-    work = at_f - f["ms"]
+    at_f = f.ms * s.flops / f.flops  # S's work at F's speed
+    work = at_f - f.ms
     peak = at_f * (pf / ps - 1)
-    eff = s["ms"] - at_f * pf / ps
-    return {"work_ms": sign * work, "peak_ms": sign * peak, "efficiency_ms": sign * eff}
+    eff = s.ms - at_f * pf / ps
+    return Split(work_ms=sign * work, peak_ms=sign * peak, efficiency_ms=sign * eff)
 
 
-def disagreements(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+def disagreements(a: Side, b: Side) -> list[Disagreement]:
     """Phases whose B-A differs between the methods by more than 10% of the larger step."""
-    if not a.get("timing") or not b.get("timing"):
+    if not a.timing or not b.timing:
         return []
-    step = max(a["step_ms"], b["step_ms"])
+    step = max(a.step_ms, b.step_ms)
     out = []
     for p in PHASES:
-        if p not in a["timing"] or p not in b["timing"] or any(p in (x.get("timing_apart") or {}) for x in (a, b)):
+        if p not in a.timing or p not in b.timing or any(p in x.timing_apart for x in (a, b)):
             continue
-        td = b["timing"][p] - a["timing"][p]
-        rd = b["trace"].get(p, 0.0) - a["trace"].get(p, 0.0)
+        td = b.timing[p] - a.timing[p]
+        rd = b.phase_ms(p) - a.phase_ms(p)
         if abs(td - rd) > TOLERANCE * step:
-            out.append({"phase": p, "timing_diff_ms": td, "trace_diff_ms": rd})
+            out.append(Disagreement(phase=p, timing_diff_ms=td, trace_diff_ms=rd))
     return out
 
 
-def _why_phase(p: str, a: dict[str, Any], b: dict[str, Any]) -> str:
+def _why_phase(p: str, a: Side, b: Side) -> str:
     """What may explain a disagreement on phase ``p``: a known difference of the two methods."""
     if p in ("forward", "backward"):
         why = []
         for side in (a, b):
-            sh = side.get("shared_forward") or {}
-            if sh.get("ms", 0) > 0.01 * side["step_ms"]:
-                why.append(f"{side['run']}'s forward keeps {sh['ops']} element-wise results as buffers the backward "
-                           f"pass reads too ({sh['ms']:.1f} ms, e.g. {sh['largest'][0]}): the forward compiled alone "
+            sh = side.shared_forward
+            if sh.ms > 0.01 * side.step_ms:
+                why.append(f"{side.run}'s forward keeps {sh.ops} element-wise results as buffers the backward "
+                           f"pass reads too ({sh.ms:.1f} ms, e.g. {sh.largest[0]}): the forward compiled alone "
                            "may fuse them away")
-            if (side.get("linearization") or {}).get("ms", 0) > 0:
-                why.append(f"{side['run']}'s forward-pass linearization ({side['linearization']['ms']:.1f} ms) "
+            if side.linearization.ms > 0:
+                why.append(f"{side.run}'s forward-pass linearization ({side.linearization.ms:.1f} ms) "
                            "is already counted as backward")
         why.append("timing compiles/runs the forward alone, the trace sees it inside the whole step")
         return "; ".join(why)
@@ -96,67 +136,66 @@ def _why_phase(p: str, a: dict[str, Any], b: dict[str, Any]) -> str:
     return "idle time has no op in the trace"
 
 
-def pair_extras(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]], named: bool = True) -> dict[str, Any]:
+def pair_extras(a: Side, b: Side, table: list[Row], named: bool = True) -> PairExtras:
     """Annotate the gap rows (throughput of both sides; a compute row's split; the phases' timing B-A)
     and build the matmul shapes table, the memory rows, and the sentences that say why (``named`` False: the
     evidence checks failed, so no sentence attributes a row: :func:`twinbench.explain.causes.gates`)."""
-    pa, pb = a.get("peak", {}).get("tflops"), b.get("peak", {}).get("tflops")
-    timing_ok = bool(a.get("timing") and b.get("timing"))
+    pa, pb = a.peak.tflops, b.peak.tflops
+    timing_ok = bool(a.timing and b.timing)
     for row in table:
-        if row["level"] == 0:
-            p = row["row"]
-            if timing_ok and p in a["timing"] and p in b["timing"] and not any(
-                    p in (x.get("timing_apart") or {}) for x in (a, b)):  # no timing B-A from a figure that is none
-                row["timing_diff_ms"] = b["timing"][p] - a["timing"][p]
+        if row.level == 0:
+            p = row.row
+            if timing_ok and p in a.timing and p in b.timing and not any(
+                    p in x.timing_apart for x in (a, b)):  # no timing B-A from a figure that is none
+                row.timing_diff_ms = b.timing[p] - a.timing[p]
             continue
-        p, c = row["row"].split(" / ")
-        ta = (a.get("throughput") or {}).get(p, {}).get(c)
-        tb = (b.get("throughput") or {}).get(p, {}).get(c)
-        row["a_throughput"] = _cell(ta, row["a_ms"])
-        row["b_throughput"] = _cell(tb, row["b_ms"])
+        p, c = row.phase, row.category
+        row.a_throughput = _cell(a.throughput.get(p, {}).get(c), row.a_ms)
+        row.b_throughput = _cell(b.throughput.get(p, {}).get(c), row.b_ms)
         if c in ops.COMPUTE:
-            sp = split(row["a_throughput"], row["b_throughput"], pa, pb)
-            if sp is not None:
-                row["split"] = sp
-    shape_rows = shapes.table(a.get("ops", []), b.get("ops", []), pa, pb)
-    mem = memory_rows.rows(a.get("memory_breakdown"), b.get("memory_breakdown"))
+            row.split = split(row.a_throughput, row.b_throughput, pa, pb)
+    shape_rows: list[ShapeRow] = typed(shapes.table(msgspec.to_builtins(a.ops), msgspec.to_builtins(b.ops), pa, pb),
+                                       list[ShapeRow])
+    mem_rows = memory_rows.rows(a.memory_breakdown, b.memory_breakdown)
+    mem = typed(mem_rows, MemoryGap) if mem_rows else None
     dis = disagreements(a, b)
-    return {"shapes": shape_rows, "memory": mem, "disagreements": dis,
-            "why": programs_differ(a, b) + sentences(a, b, table if named else [], shape_rows, mem, dis)}
+    said = memory_rows.sentence(mem_rows, a.run, b.run) if mem_rows else ""
+    return PairExtras(shapes=shape_rows, memory=mem, disagreements=dis,
+                      why=programs_differ(a, b) + sentences(a, b, table if named else [], shape_rows, said, dis))
 
 
-def _cell(t: dict[str, float] | None, ms: float) -> dict[str, float]:
+def _cell(t: Rate | None, ms: float) -> Rate | None:
     """A row's throughput: its FLOPs and bytes, the rates of its ops (over their traced durations), and the
     gap table's own milliseconds (which the split works on)."""
-    if not t:
-        return {}
-    return {"ms": ms, **{k: t[k] for k in ("flops", "bytes", "tflops", "peak_share", "gbps") if k in t}}
+    if t is None:
+        return None
+    return Rate(ms=ms, flops=t.flops, bytes=t.bytes, tflops=t.tflops, peak_share=t.peak_share, gbps=t.gbps)
 
 
-def _peak_text(side: dict[str, Any]) -> str:
-    pk = side.get("peak", {})
-    if not pk.get("tflops"):
-        return f"{side['run']}: no measured peak"
-    if pk.get("source"):
-        return f"{side['run']} {pk['tflops'] * 1e3:.0f} GFLOP/s ({pk['source']})"
-    age = f", measured {pk['age']}" if pk.get("age") else ""
-    return f"{side['run']} {pk['tflops'] * 1e3:.0f} GFLOP/s{age}"
+def _peak_text(side: Side) -> str:
+    pk = side.peak
+    if not pk.tflops:
+        return f"{side.run}: no measured peak"
+    if pk.source:
+        return f"{side.run} {pk.tflops * 1e3:.0f} GFLOP/s ({pk.source})"
+    age = f", measured {pk.age}" if pk.age else ""
+    return f"{side.run} {pk.tflops * 1e3:.0f} GFLOP/s{age}"
 
 
 #: a matmul's share of its framework's measured peak above which the reader is told what the peak is
 ABOVE_PEAK = 1.02
 
 
-def _above_peak(a: dict[str, Any], b: dict[str, Any], shape_rows: list[dict[str, Any]]) -> list[str]:
+def _above_peak(a: Side, b: Side, shape_rows: list[ShapeRow]) -> list[str]:
     """A line for each run whose matmuls ran above its measured peak (e.g. 112% of it): what that peak is."""
     out = []
-    for key, side in (("a", a), ("b", b)):
-        rows = [r for r in shape_rows if (r[key].get("peak_share") or 0) > ABOVE_PEAK]
-        if not rows:
+    for of, side in ((lambda r: r.a, a), (lambda r: r.b, b)):
+        shares = [(of(r).peak_share or 0.0, r) for r in shape_rows if (of(r).peak_share or 0.0) > ABOVE_PEAK]
+        if not shares:
             continue
-        top = max(rows, key=lambda r: r[key]["peak_share"])
-        out.append(f"{side['run']}'s matmuls ran at up to {top[key]['peak_share']:.0%} of its measured peak "
-                   f"({top['phase']} {top['shape']}; {_peak_text(side)}): that peak is the fastest square matmul "
+        share, top = max(shares, key=lambda sr: sr[0])
+        out.append(f"{side.run}'s matmuls ran at up to {share:.0%} of its measured peak "
+                   f"({top.phase} {top.shape}; {_peak_text(side)}): that peak is the fastest square matmul "
                    "twinbench timed in that framework, not the hardware's limit. A shape that suits the library's "
                    "kernels better, or a peak measured at a slower hour of a shared host, runs above it; "
                    "`twinbench peak --remeasure` measures it again")
@@ -174,13 +213,13 @@ _RANDOM_JAX = re.compile(r"jit\(_bernoulli\)|jit\(_uniform\)|jit\(_normal\)|rand
 PROGRAMS_APART = 16.0
 
 
-def random_bytes(e: dict[str, Any]) -> float:
+def random_bytes(e: Side) -> float:
     """The bytes a step the ops drawing random numbers move (dropout masks, noise), from the op groups."""
-    return sum(float(o.get("bytes") or 0.0) for o in e.get("ops") or []  # an op's own names say which it is
-               if _RANDOM_TORCH.search(str(o.get("name", ""))) or _RANDOM_JAX.search(str(o.get("where", ""))))
+    return sum(o.bytes for o in e.ops  # an op's own names say which it is
+               if _RANDOM_TORCH.search(o.name) or _RANDOM_JAX.search(o.where))
 
 
-def programs_differ(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def programs_differ(a: Side, b: Side) -> list[str]:
     """Work one side does that the other does not, said as a difference of the programs, not a speed of a
     framework: random numbers (dropout masks broadcast over batch and heads on one side, one per element on the
     other; dropout on one side only), where one side moves over :data:`PROGRAMS_APART` times the other's."""
@@ -189,75 +228,75 @@ def programs_differ(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     if hi < 1e6 or hi < PROGRAMS_APART * lo:  # under 1 MB a step: a little noise, no dropout worth saying
         return []
     more, less = (a, b) if ra >= rb else (b, a)
-    other = (f"{less['run']} {lo / 1e6:.2f} MB ({hi / lo:.0f}x less)" if lo else f"{less['run']} none")
-    return [f"programs: {more['run']}'s ops drawing random numbers (dropout masks, noise) move {hi / 1e6:.2f} MB a "
+    other = (f"{less.run} {lo / 1e6:.2f} MB ({hi / lo:.0f}x less)" if lo else f"{less.run} none")
+    return [f"programs: {more.run}'s ops drawing random numbers (dropout masks, noise) move {hi / 1e6:.2f} MB a "
             f"step, {other}: the two programs' dropout differs (a mask per element against one broadcast, or "
             "dropout on one side only), a difference of the scripts, not a speed of either framework"]
 
 
-def shape_claim(a: dict[str, Any], b: dict[str, Any], shape_rows: list[dict[str, Any]], sign: int) -> str:
+def shape_claim(a: Side, b: Side, shape_rows: list[ShapeRow], sign: int) -> str:
     """``largest matmul gap by shape: ...`` only where it is stable: the shape's gap, in the gap's direction,
     beyond its measured noise (:func:`causes.band`), and ahead of the next shape's by more than their noises
     combined, so that another trace of the same scripts would not name another shape. Where the noise was not
     measured, or the shapes are not told apart, the line says so and names none ('' when no shape matched)."""
-    matched = sorted((r for r in shape_rows if r["matched"]), key=lambda r: -sign * r["diff_ms"])
+    matched = sorted((r for r in shape_rows if r.matched), key=lambda r: -sign * r.diff_ms)
     if not matched:
         return ""
     ra, rb = causes.noise(a), causes.noise(b)
     if ra is None or rb is None:
         return ("largest matmul gap by shape: none named (a side's noise was not measured: fewer than two traced "
                 "steps); the matmuls-by-shape table has each shape's figures")
-    noise = [causes.band(r["a"]["ms"], r["b"]["ms"], ra, rb) for r in matched]
-    top = sign * matched[0]["diff_ms"]
-    ahead = top - sign * matched[1]["diff_ms"] if len(matched) > 1 else top
+    noise = [causes.band(r.a.ms, r.b.ms, ra, rb) for r in matched]
+    top = sign * matched[0].diff_ms
+    ahead = top - sign * matched[1].diff_ms if len(matched) > 1 else top
     apart = (noise[0] ** 2 + noise[1] ** 2) ** 0.5 if len(matched) > 1 else noise[0]
     if top <= noise[0] or ahead <= apart:
         return ("largest matmul gap by shape: none named (no shape's gap stands beyond its measured noise and ahead "
-                f"of the next one's: {matched[0]['phase']} {matched[0]['shape']} {top:+.2f} ±{noise[0]:.2f} ms); the "
+                f"of the next one's: {matched[0].phase} {matched[0].shape} {top:+.2f} ±{noise[0]:.2f} ms); the "
                 "matmuls-by-shape table has each shape's figures")
     return (f"largest matmul gap by shape (±{noise[0]:.2f} ms, ahead of the next by {ahead:.2f} ms; the trace's "
-            "times, not an A/B of the shape): " + shapes.line(matched[0], a["run"], b["run"]))
+            "times, not an A/B of the shape): " + shapes.line(msgspec.to_builtins(matched[0]), a.run, b.run))
 
 
-def sentences(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]], shape_rows: list[dict[str, Any]],
-              mem: dict[str, Any] | None, dis: list[dict[str, Any]]) -> list[str]:
+def sentences(a: Side, b: Side, table: list[Row], shape_rows: list[ShapeRow], memory: str,
+              dis: list[Disagreement]) -> list[str]:
+    """The why lines of a pair (``memory``: the memory rows' sentence, '' when either side has none)."""
     out = []
-    busy = [f"{s['run']}: {s['warnings'][0]}" for s in (a, b) if s.get("warnings")]
+    busy = [f"{s.run}: {s.warnings[0]}" for s in (a, b) if s.warnings]
     if busy:
         out.append("measured on a busy machine, so every millisecond below is uncertain (shapes, FLOPs and "
                    "layouts are not): " + "; ".join(busy))
-    gap = b["step_ms"] - a["step_ms"]
+    gap = b.step_ms - a.step_ms
     sign = 1 if gap >= 0 else -1
-    split_rows = sorted((r for r in table if r.get("split")), key=lambda r: -sign * r["diff_ms"])
+    split_rows = sorted((r for r in table if r.split), key=lambda r: -sign * r.diff_ms)
     for r in split_rows[:2]:
-        sp = r["split"]
-        ta, tb = r["a_throughput"], r["b_throughput"]
-        work = f" + work {sp['work_ms']:+.1f} ms (FLOPs differ)" if abs(sp["work_ms"]) > 0.01 * abs(r["diff_ms"]) + 1e-9 else ""
-        out.append(f"{r['row']} {r['diff_ms']:+.1f} ms = peak {sp['peak_ms']:+.1f} ms + efficiency "
-                   f"{sp['efficiency_ms']:+.1f} ms{work}: {a['run']} runs it at {_share(ta)} of its peak, "
-                   f"{b['run']} at {_share(tb)} (matmul peaks: {_peak_text(a)}; {_peak_text(b)})")
+        sp = r.split
+        assert sp is not None
+        work = f" + work {sp.work_ms:+.1f} ms (FLOPs differ)" if abs(sp.work_ms) > 0.01 * abs(r.diff_ms) + 1e-9 else ""
+        out.append(f"{r.row} {r.diff_ms:+.1f} ms = peak {sp.peak_ms:+.1f} ms + efficiency "
+                   f"{sp.efficiency_ms:+.1f} ms{work}: {a.run} runs it at {_share(r.a_throughput)} of its peak, "
+                   f"{b.run} at {_share(r.b_throughput)} (matmul peaks: {_peak_text(a)}; {_peak_text(b)})")
     out += attribution(a, b, table)
     said = shape_claim(a, b, shape_rows, sign)
     if said:
         out.append(said)
     out += _above_peak(a, b, shape_rows)
     for side in (a, b):
-        lin = side.get("linearization") or {}
-        if lin.get("ms", 0) > 0.005 * side["step_ms"]:
-            out.append(f"{side['run']}: {lin['ms']:.1f} ms of its forward pass only computes pieces of the "
-                       f"derivative ({lin['ops']} ops, largest: {', '.join(lin['largest'])}); counted as backward, "
+        lin = side.linearization
+        if lin.ms > 0.005 * side.step_ms:
+            out.append(f"{side.run}: {lin.ms:.1f} ms of its forward pass only computes pieces of the "
+                       f"derivative ({lin.ops} ops, largest: {', '.join(lin.largest)}); counted as backward, "
                        "as torch and the timing method count them")
     for d in dis:
-        out.append(f"the methods disagree on {d['phase']}: by trace B-A {d['trace_diff_ms']:+.1f} ms, by timing "
-                   f"{d['timing_diff_ms']:+.1f} ms ({_why_phase(d['phase'], a, b)}); read that row with care")
-    if mem:
-        out.append(memory_rows.sentence(mem, a["run"], b["run"]))
+        out.append(f"the methods disagree on {d.phase}: by trace B-A {d.trace_diff_ms:+.1f} ms, by timing "
+                   f"{d.timing_diff_ms:+.1f} ms ({_why_phase(d.phase, a, b)}); read that row with care")
+    if memory:
+        out.append(memory)
     for letter, side in (("A", a), ("B", b)):
-        if side.get("page_faults"):  # kernel time inside the ops' rows, which no trace row tells apart
+        if side.page_faults:  # kernel time inside the ops' rows, which no trace row tells apart
             fix = ("`--try " + letter + ":host-malloc=tuned` runs it again with twinbench's malloc settings"
-                   if side.get("host_malloc") == "system" else
-                   f"under GLIBC_TUNABLES={side.get('glibc_tunables') or '(unset)'}")
-            out.append(f"{side['run']}: {side['page_faults']} over its steady steps: part of every row of its "
+                   if side.host_malloc == "system" else f"under GLIBC_TUNABLES={side.glibc_tunables or '(unset)'}")
+            out.append(f"{side.run}: {side.page_faults} over its steady steps: part of every row of its "
                        f"step is the kernel zeroing fresh pages for the ops ({fix})")
     return out
 
@@ -266,11 +305,13 @@ def sentences(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]],
 DIFFERS = 1.2
 
 
-def _library(run: str) -> str:
-    return "XLA" if run.startswith("jax") else "torch" if run.startswith("torch") else run.split("/")[0]
+def _library(side: Side) -> str:
+    """Whose kernels ran a side's ops: the fusing compiler its trace's reader recorded (XLA: a JAX or torchax
+    program), else torch's (an eager or Inductor trace)."""
+    return side.compiler or "torch"
 
 
-def attribution(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]], top: int = 3) -> list[str]:
+def attribution(a: Side, b: Side, table: list[Row], top: int = 3) -> list[str]:
     """For the rows carrying most of the gap, whose part it is, from what both sides' ops did per step:
 
     * implementation: the slower side does more work in the row (FLOPs, or bytes for a memory-bound row) by
@@ -282,103 +323,100 @@ def attribution(a: dict[str, Any], b: dict[str, Any], table: list[dict[str, Any]
 
     A row with neither (no FLOPs or bytes counted on one side, or both differ) is left unsaid. A row said
     names the slower side's largest ops in it (:func:`row_ops`): where to look, op by op."""
-    gap = b["step_ms"] - a["step_ms"]
+    gap = b.step_ms - a.step_ms
     sign = 1 if gap >= 0 else -1
-    rows = sorted((r for r in table if r["level"] == 1  # the part a fused row may be named for (explain.causes)
-                   and sign * r.get("named_ms", r["diff_ms"]) > 0.02 * abs(gap) + 1e-9),
-                  key=lambda r: -sign * r.get("named_ms", r["diff_ms"]))[:top]
+    rows = sorted((r for r in table if r.level == 1  # the part a fused row may be named for (explain.causes)
+                   and sign * r.nameable_ms > 0.02 * abs(gap) + 1e-9), key=lambda r: -sign * r.nameable_ms)[:top]
     out = []
     for r in rows:
-        ta, tb = r.get("a_throughput") or {}, r.get("b_throughput") or {}
+        ta, tb = r.a_throughput or Rate(), r.b_throughput or Rate()
         (slow, ts), (fast, tf) = ((b, tb), (a, ta)) if sign > 0 else ((a, ta), (b, tb))
-        compute = r["row"].split(" / ")[-1] in ops.COMPUTE
-        unit, key = ("FLOPs", "flops") if compute else ("bytes", "bytes")
-        ws, wf = ts.get(key) or 0.0, tf.get(key) or 0.0
+        compute = r.category in ops.COMPUTE
+        unit = "FLOPs" if compute else "bytes"
+        ws, wf = (ts.flops, tf.flops) if compute else (ts.bytes, tf.bytes)
         if not ws or not wf:
             continue
-        what = f"{r['row']} ({sign * r['diff_ms']:+.1f} ms)"
+        what = f"{r.row} ({sign * r.diff_ms:+.1f} ms)"
         before = len(out)
-        same = _library(slow["run"]) == _library(fast["run"])  # one compiler on both sides: no framework gap
+        same = _library(slow) == _library(fast)  # one compiler on both sides: no framework gap
+        share_s, share_f, gbps_s, gbps_f = ts.peak_share or 0.0, tf.peak_share or 0.0, ts.gbps or 0.0, tf.gbps or 0.0
         if ws > DIFFERS * wf:
-            out.append(f"implementation: {what}: {slow['run']} does {ws / wf:.1f}x the {unit} of {fast['run']} "
+            out.append(f"implementation: {what}: {slow.run} does {ws / wf:.1f}x the {unit} of {fast.run} "
                        "in this row (extra ops" + ("" if compute else ", more bytes moved") + ")")
-        elif same and ((compute and ts.get("peak_share") and tf.get("peak_share")
-                        and tf["peak_share"] > DIFFERS * ts["peak_share"])
-                       or (not compute and ts.get("gbps") and tf.get("gbps") and tf["gbps"] > DIFFERS * ts["gbps"])):
+        elif same and ((compute and share_s and share_f > DIFFERS * share_s)
+                       or (not compute and gbps_s and gbps_f > DIFFERS * gbps_s)):
             out.append(f"implementation: {what}: the same {unit} (within {DIFFERS:.1f}x), both compiled by "
-                       f"{_library(slow['run'])}, run slower in {slow['run']}: how the row is written (its dtypes, "
+                       f"{_library(slow)}, run slower in {slow.run}: how the row is written (its dtypes, "
                        "layouts, what fuses), not the framework")
-        elif compute and ts.get("peak_share") and tf.get("peak_share") and                 tf["peak_share"] > DIFFERS * ts["peak_share"]:
-            out.append(f"framework: {what}: the same FLOPs (within {DIFFERS:.1f}x); {_library(slow['run'])}'s "
-                       f"kernels run them at {ts['peak_share']:.0%} of {slow['run']}'s peak, "
-                       f"{_library(fast['run'])}'s at {tf['peak_share']:.0%} of {fast['run']}'s")
-        elif not compute and ts.get("gbps") and tf.get("gbps") and tf["gbps"] > DIFFERS * ts["gbps"]                 and ws <= DIFFERS * wf:
-            out.append(f"framework: {what}: the same bytes (within {DIFFERS:.1f}x) moved at {ts['gbps']:.1f} GB/s "
-                       f"by {_library(slow['run'])}, {tf['gbps']:.1f} GB/s by {_library(fast['run'])}")
-        largest = row_ops(slow, r["row"])
+        elif compute and share_s and share_f > DIFFERS * share_s:
+            out.append(f"framework: {what}: the same FLOPs (within {DIFFERS:.1f}x); {_library(slow)}'s "
+                       f"kernels run them at {share_s:.0%} of {slow.run}'s peak, "
+                       f"{_library(fast)}'s at {share_f:.0%} of {fast.run}'s")
+        elif not compute and gbps_s and gbps_f > DIFFERS * gbps_s and ws <= DIFFERS * wf:
+            out.append(f"framework: {what}: the same bytes (within {DIFFERS:.1f}x) moved at {gbps_s:.1f} GB/s "
+                       f"by {_library(slow)}, {gbps_f:.1f} GB/s by {_library(fast)}")
+        largest = row_ops(slow, r.row)
         if len(out) > before and largest:
-            out[-1] += f"; largest there in {slow['run']}: {largest}"
+            out[-1] += f"; largest there in {slow.run}: {largest}"
     return out
 
 
-def row_ops(side: dict[str, Any], row: str, n: int = 2) -> str:
+def row_ops(side: Side, row: str, n: int = 2) -> str:
     """The ``n`` largest ops of one run in a gap row (``"backward / data movement"``), from its op list
     (``kernels``): ``fusion.1 (transpose(jvp())/convert_element_type) 6.2 ms``; '' when it has none."""
     phase, _, category = row.partition(" / ")
-    mine = sorted((k for k in side.get("kernels") or [] if k.get("phase") == phase and k.get("category") == category),
-                  key=lambda k: -k["ms"])[:n]
-    return ", ".join(f"{k['name']}" + (f" ({k['op']})" if k.get("op") and k["op"] != k["name"] else "")
-                     + f" {k['ms']:.1f} ms" for k in mine)
+    mine = sorted((k for k in side.kernels if k.phase == phase and k.category == category), key=lambda k: -k.ms)[:n]
+    return ", ".join(k.name + (f" ({k.op})" if k.op and k.op != k.name else "") + f" {k.ms:.1f} ms" for k in mine)
 
 
-def _share(t: dict[str, float]) -> str:
-    return f"{t['peak_share']:.0%}" if t.get("peak_share") is not None else "?"
+def _share(t: Rate | None) -> str:
+    return f"{t.peak_share:.0%}" if t is not None and t.peak_share is not None else "?"
 
 
 # ---------------------------------------------------------------------------------------------- printing
-def _tp(t: dict[str, float] | None) -> str:
-    if not t:
+def _tp(t: Rate | ShapeSide | None) -> str:
+    if t is None:
         return ""
-    if t.get("tflops"):
-        s = f"{t['tflops'] * 1e3:.0f}"
-        return s + (f" ({t['peak_share']:.0%})" if t.get("peak_share") is not None else "")
-    if t.get("gbps"):
-        return f"{t['gbps']:.1f} GB/s"
+    if t.tflops:
+        s = f"{t.tflops * 1e3:.0f}"
+        return s + (f" ({t.peak_share:.0%})" if t.peak_share is not None else "")
+    if isinstance(t, Rate) and t.gbps:
+        return f"{t.gbps:.1f} GB/s"
     return ""
 
 
-def throughput_cells(row: dict[str, Any]) -> tuple[str, str, str]:
+def throughput_cells(row: Row) -> tuple[str, str, str]:
     """The gap table's extra cells of one row: timing B-A (phases), A and B throughput (categories)."""
-    td = row.get("timing_diff_ms")
-    return ("" if td is None else f"{td:+.2f}", _tp(row.get("a_throughput")), _tp(row.get("b_throughput")))
+    td = row.timing_diff_ms
+    return ("" if td is None else f"{td:+.2f}", _tp(row.a_throughput), _tp(row.b_throughput))
 
 
-def print_extras(result: dict[str, Any], out: Any) -> None:
+def print_extras(result: Explained, out: Any) -> None:
     from rich.table import Table
 
-    a, b = result["a"]["run"], result["b"]["run"]
-    if result.get("shapes"):
+    assert result.b is not None
+    a, b = result.a.run, result.b.run
+    if result.shapes:
         t = Table(title=f"matmuls by shape (largest of each run, matched where phase and shape agree; A {a}, B {b})",
                   title_justify="left")
         for col, just in (("phase", "left"), ("shape", "left"), ("A ms", "right"), ("layout", "left"),
                           ("GFLOP/s (peak)", "right"), ("B ms", "right"), ("layout", "left"),
                           ("GFLOP/s (peak)", "right"), ("B-A ms", "right")):
             t.add_column(col, justify=just)  # type: ignore[arg-type]
-        for r in result["shapes"]:
-            sa, sb = r["a"], r["b"]
-            t.add_row(r["phase"], r["shape"] + ("" if r["matched"] else " (one run)"),
-                      f"{sa['ms']:.2f}" if sa["ms"] else "-", sa["layout"], _tp(sa), f"{sb['ms']:.2f}" if sb["ms"] else "-",
-                      sb["layout"], _tp(sb), f"{r['diff_ms']:+.2f}")
+        for r in result.shapes:
+            sa, sb = r.a, r.b
+            t.add_row(r.phase, r.shape + ("" if r.matched else " (one run)"), f"{sa.ms:.2f}" if sa.ms else "-",
+                      sa.layout, _tp(sa), f"{sb.ms:.2f}" if sb.ms else "-", sb.layout, _tp(sb), f"{r.diff_ms:+.2f}")
         out.print(t)
-    mem = result.get("memory")
+    mem = result.memory
     if mem:
-        t = Table(title=f"memory: B {b} - A {a} = {mem['gap_bytes'] / memory_rows.MiB:+.0f} MiB at the peak",
+        t = Table(title=f"memory: B {b} - A {a} = {mem.gap_bytes / memory_rows.MiB:+.0f} MiB at the peak",
                   title_justify="left")
         for col in ("part", "A MiB", "B MiB", "B-A MiB", "share of gap"):
             t.add_column(col, justify="left" if col == "part" else "right")
-        for r in mem["rows"]:
-            t.add_row(r["row"], f"{r['a_bytes'] / memory_rows.MiB:.0f}", f"{r['b_bytes'] / memory_rows.MiB:.0f}",
-                      f"{r['diff_bytes'] / memory_rows.MiB:+.0f}", f"{r['share']:.0%}")
+        for m in mem.rows:
+            t.add_row(m.row, f"{m.a_bytes / memory_rows.MiB:.0f}", f"{m.b_bytes / memory_rows.MiB:.0f}",
+                      f"{m.diff_bytes / memory_rows.MiB:+.0f}", f"{m.share:.0%}")
         out.print(t)
-    for s in result.get("why", []):
+    for s in result.why:
         out.print(f"  why: {s}", highlight=False)
