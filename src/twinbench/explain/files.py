@@ -62,9 +62,9 @@ def max_bytes() -> int:
     """The cap on the (inflated) size of a file read whole: TWINBENCH_MAX_TRACE_MB, else
     :data:`MAX_BYTES` or a tenth of the memory available now, the smaller (decoding it takes several times its
     size)."""
-    mb = os.environ.get("TWINBENCH_MAX_TRACE_MB", "")
-    if mb.isdigit() and int(mb) > 0:
-        return int(mb) * 2**20
+    given = _mib("TWINBENCH_MAX_TRACE_MB")
+    if given is not None:
+        return given
     from twinbench.measure.memory import host_available_bytes
 
     return max(min(MAX_BYTES, host_available_bytes() // 10), 64 * 2**20)
@@ -72,19 +72,25 @@ def max_bytes() -> int:
 
 def max_stream_bytes() -> int:
     """The cap on a streamed trace's inflated size: TWINBENCH_MAX_TRACE_MB, else :data:`MAX_STREAM_BYTES`."""
-    mb = os.environ.get("TWINBENCH_MAX_TRACE_MB", "")
-    return int(mb) * 2**20 if mb.isdigit() and int(mb) > 0 else MAX_STREAM_BYTES
+    given = _mib("TWINBENCH_MAX_TRACE_MB")
+    return MAX_STREAM_BYTES if given is None else given
 
 
 def max_hlo_bytes() -> int:
     """The cap on an HLO text's size: TWINBENCH_MAX_HLO_MB, else :data:`HLO_MAX_BYTES` or a tenth of the memory
     available now, the smaller (its instructions parsed take several times the text)."""
-    mb = os.environ.get("TWINBENCH_MAX_HLO_MB", "")
-    if mb.isdigit() and int(mb) > 0:
-        return int(mb) * 2**20
+    given = _mib("TWINBENCH_MAX_HLO_MB")
+    if given is not None:
+        return given
     from twinbench.measure.memory import host_available_bytes
 
     return max(min(HLO_MAX_BYTES, host_available_bytes() // 10), 16 * 2**20)
+
+
+def _mib(env: str) -> int | None:
+    """A cap in bytes the environment variable ``env`` sets in MiB (a positive whole number), None otherwise."""
+    mb = os.environ.get(env, "")
+    return int(mb) * 2**20 if mb.isdigit() and int(mb) > 0 else None
 
 
 def _bound(env: str, default: float) -> float:

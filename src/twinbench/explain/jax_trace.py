@@ -23,9 +23,9 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-from twinbench.explain import hlo, taxonomy, tpu_trace, xplane_stream
+from twinbench.explain import hlo, taxonomy, tpu_trace, xplane, xplane_stream
 from twinbench.explain import steps as st
 from twinbench.explain.breakdown import WHOLE_ITERATION, Breakdown, compile_time, step_cut, undisturbed
 from twinbench.explain.steps import TraceError
@@ -53,11 +53,12 @@ def xplane_of(trace_path: str) -> Path:
 class _Kernel:
     __slots__ = ("child", "end", "hlo_op", "line", "module", "name", "op_name", "start")
 
-    def __init__(self, name: str, start: float, dur: float, line: str, stats: dict[str, Any]) -> None:
+    def __init__(self, name: str, start: float, dur: float, line: str, stats: dict[str, xplane.Stat]) -> None:
         self.name = name[:MAX_NAME].removesuffix(".kd")  # a name is cut where it is read (see MAX_NAME)
         self.start, self.end, self.line = start, start + dur, line
         self.child = 0.0  # time of the thunks nested in it (a while loop's body): XLA:CPU's own time excludes it
-        # interned: every execution of an op names the same instruction, module and path
+        # interned: every execution of an op names the same instruction, module and path. An event's own stats
+        # are the profiler's (which it carries varies by producer and version): read by name, once, here
         self.hlo_op = sys.intern(str(stats.get("hlo_op", ""))[:MAX_NAME])
         self.module = sys.intern(str(stats.get("hlo_module", ""))[:MAX_NAME])
         op_name = str(stats.get("name", ""))[:MAX_NAME]
@@ -87,7 +88,7 @@ class _Ev:
 
     __slots__ = ("duration_ns", "name", "start_ns", "stats")
 
-    def __init__(self, name: str, start_ns: float, duration_ns: float, stats: dict[str, Any]) -> None:
+    def __init__(self, name: str, start_ns: float, duration_ns: float, stats: dict[str, xplane.Stat]) -> None:
         self.name, self.start_ns, self.duration_ns, self.stats = name, start_ns, duration_ns, stats
 
 

@@ -19,6 +19,8 @@ import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import msgspec
+
 from twinbench.explain import hlo, taxonomy, xplane, xplane_stream
 from twinbench.explain import steps as st
 from twinbench.explain.breakdown import Breakdown, undisturbed
@@ -50,6 +52,24 @@ def is_tpu(plane_names: list[str]) -> bool:
     return any(_TPU.match(n) for n in plane_names)
 
 
+class _OpStats(msgspec.Struct, kw_only=True, frozen=True):
+    """The stats of a TPU op's event metadata this reader uses (the profiler writes others, which vary by
+    version: those are not read), decoded once per metadata."""
+
+    hlo_category: str | None = None  # "convolution fusion", "loop fusion", "data formatting"...
+    tf_op: str | None = None  # JAX's op_name path ("jit(step)/transpose(jvp(...))/dot_general:")
+    program_id: int | str | None = None  # the XLA program the op belongs to
+    flops: float | None = None  # XLA's count, per execution
+    bytes_accessed: float | None = None
+
+    @classmethod
+    def of(cls, md: xplane.EventMetadata) -> _OpStats:
+        try:
+            return msgspec.convert(md.stats, cls, strict=False)
+        except msgspec.ValidationError:  # a stat of another type than the TPU profiler's: none of them read
+            return cls()
+
+
 class _Info:
     """What an op's event metadata says of it, read once per metadata (every execution of an op shares it);
     what it is attributed as (:meth:`attributed`), decided once too."""
@@ -57,15 +77,15 @@ class _Info:
     __slots__ = ("_as", "bytes", "category", "flops", "name", "op_name", "program", "target")
 
     def __init__(self, md: xplane.EventMetadata) -> None:
-        s = md.stats
+        s = _OpStats.of(md)
         text = md.name if md.name.startswith("%") else md.display_name  # the instruction's HLO text
         self.name = md.display_name if md.name.startswith("%") else md.name
         self.name = self.name or text.split(" ", 1)[0].lstrip("%")
-        self.category = str(s.get("hlo_category", ""))
-        self.op_name = str(s.get("tf_op", "")).rstrip(":")
-        self.program = str(s.get("program_id", ""))
-        self.flops = float(s.get("flops") or 0)
-        self.bytes = float(s.get("bytes_accessed") or 0)
+        self.category = s.hlo_category or ""
+        self.op_name = (s.tf_op or "").rstrip(":")
+        self.program = "" if s.program_id is None else str(s.program_id)
+        self.flops = s.flops or 0.0
+        self.bytes = s.bytes_accessed or 0.0
         t = _TARGET.search(text)
         self.target = t.group(1) if t else ""
         self._as: tuple[str, str, str, str, XlaCost] | None = None
@@ -178,13 +198,15 @@ def read(path: Path, src: xplane_stream.Source, device: int | None = None, modul
         method = f"{method}; steps {lo} to {hi - 1} of {len(spans)} (--steps)"
         spans, execs = spans[lo:hi], execs[lo:hi]
 
+    device_type = plane.stats.get("device_type_string")  # the plane's stats vary by producer: read by name
+    kind = "" if device_type is None else str(device_type)
+
     def breakdown() -> Breakdown:
         b = Breakdown(source="jax.profiler (TPU: hlo_category, op_name and XLA's FLOPs per op)"
                       + (" + HLO" if instrs else ""),
                       steps_traced=len(spans), step_method=method, compiler="XLA")
-        b.device = f"TPU {dev} ({plane.stats.get('device_type_string', 'TPU')})"
+        b.device = f"TPU {dev} ({kind or 'TPU'})"
         b.idle = "the TPU idle between ops within the step (waiting on the host, the next step's dispatch)"
-        kind = str(plane.stats.get("device_type_string", ""))
         sheet = peak.datasheet(kind)  # a profile read on its own carries no measured peak: the datasheet's
         if sheet and sheet.bf16_tflops:
             b.peak_tflops, b.peak_source = sheet.bf16_tflops, f"{sheet.name} datasheet bf16 peak"

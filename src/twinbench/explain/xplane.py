@@ -66,12 +66,20 @@ def _signed(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
+#: one stat's value, as its ``XStat`` holds it (a double, an unsigned or signed integer, a string, bytes; a
+#: reference to another stat's name is resolved to that name); None where it holds none. Which stats a plane,
+#: an event or its metadata carries varies by producer: each is kept by its name, read where it is used
+Stat = float | int | str | bytes | None
+#: a stat as read, before its reference (("ref", the id of the name it refers to)) is resolved
+_RawStat = Stat | tuple[str, int]
+
+
 @dataclass
 class Event:
     metadata_id: int
     offset_ps: int
     duration_ps: int
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Stat] = field(default_factory=dict)
 
 
 @dataclass
@@ -87,7 +95,7 @@ class EventMetadata:
     id: int
     name: str
     display_name: str
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Stat] = field(default_factory=dict)
 
 
 @dataclass
@@ -95,13 +103,14 @@ class Plane:
     name: str
     lines: list[Line] = field(default_factory=list)
     event_metadata: dict[int, EventMetadata] = field(default_factory=dict)
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Stat] = field(default_factory=dict)
     stat_names: dict[int, str] = field(default_factory=dict)
     raw: list[tuple[int, int, Any]] = field(default_factory=list)  # the plane's fields as read
 
 
-def _stat(buf: bytes, names: dict[int, str]) -> tuple[str, Any]:
+def _stat(buf: bytes, names: dict[int, str]) -> tuple[str, _RawStat]:
     mid, val = 0, None
+    val: _RawStat
     for num, _wt, v in _fields(buf):
         if num == 1:
             mid = v
@@ -120,7 +129,7 @@ def _stat(buf: bytes, names: dict[int, str]) -> tuple[str, Any]:
     return names.get(mid, str(mid)), val
 
 
-def _resolve_refs(stats: dict[str, Any], names: dict[int, str]) -> dict[str, Any]:
+def _resolve_refs(stats: dict[str, _RawStat], names: dict[int, str]) -> dict[str, Stat]:
     return {k: (names.get(v[1], "") if isinstance(v, tuple) else v) for k, v in stats.items()}
 
 
@@ -199,6 +208,7 @@ def read(data: bytes, want: Any = None, keep_raw: bool = False) -> list[Plane]:
 
 def _plane(name: str, fs: list[tuple[int, int, Any]], keep_raw: bool = False) -> Plane:
     p = Plane(name, raw=fs if keep_raw else [])
+    plane_stats: dict[str, _RawStat] = {}
     for num, _wt, v in fs:
         if num == _PLANE_STAT_MD:
             entry = dict((n, x) for n, _w, x in _fields(v))
@@ -208,7 +218,8 @@ def _plane(name: str, fs: list[tuple[int, int, Any]], keep_raw: bool = False) ->
         if num == _PLANE_EVENT_MD:
             entry = dict((n, x) for n, _w, x in _fields(v))
             md = _fields(entry.get(2, b""))
-            mid, nm, disp, stats = entry.get(1, 0), "", "", {}
+            mid, nm, disp = entry.get(1, 0), "", ""
+            stats: dict[str, _RawStat] = {}
             for n, _w, x in md:
                 if n == _EMD_ID:
                     mid = x
@@ -222,10 +233,10 @@ def _plane(name: str, fs: list[tuple[int, int, Any]], keep_raw: bool = False) ->
             p.event_metadata[mid] = EventMetadata(mid, nm, disp, _resolve_refs(stats, p.stat_names))
         elif num == _PLANE_STATS:
             k, val = _stat(v, p.stat_names)
-            p.stats[k] = val
+            plane_stats[k] = val
         elif num == _PLANE_LINES:
             p.lines.append(_line(v, p.stat_names, keep_raw))
-    p.stats = _resolve_refs(p.stats, p.stat_names)
+    p.stats = _resolve_refs(plane_stats, p.stat_names)
     return p
 
 
@@ -239,6 +250,7 @@ def _line(buf: bytes, names: dict[int, str], keep_raw: bool = False) -> Line:
             line.timestamp_ns = _signed(v)
         elif num == _LINE_EVENTS:
             ev = Event(0, 0, 0)
+            ev_stats: dict[str, _RawStat] = {}
             for n, _w, x in _fields(v):
                 if n == _EV_MD:
                     ev.metadata_id = x
@@ -248,8 +260,8 @@ def _line(buf: bytes, names: dict[int, str], keep_raw: bool = False) -> Line:
                     ev.duration_ps = _signed(x)
                 elif n == _EV_STATS:
                     k, val = _stat(x, names)
-                    ev.stats[k] = val
-            ev.stats = _resolve_refs(ev.stats, names)
+                    ev_stats[k] = val
+            ev.stats = _resolve_refs(ev_stats, names)
             line.events.append(ev)
     return line
 

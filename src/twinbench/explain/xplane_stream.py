@@ -151,7 +151,7 @@ class LineHead:
 class Plane:
     name: str
     event_metadata: dict[int, xplane.EventMetadata] = field(default_factory=dict)
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, xplane.Stat] = field(default_factory=dict)
     lines: list[LineHead] = field(default_factory=list)
     stat_names: dict[int, str] = field(default_factory=dict)
 
@@ -174,7 +174,7 @@ def plane(f: IO[bytes], at: PlaneAt) -> Plane:
     """One plane's stats, event metadata (with their stats) and lines' heads, its events left in the file."""
     p = Plane(at.name)
     stat_names = p.stat_names
-    stats: dict[str, Any] = {}
+    stats: dict[str, xplane._RawStat] = {}
     walk = _Fields(f, at.start, at.end)
     for num, wt, ln, off in walk:
         if num == xplane._PLANE_STAT_MD and wt == 2:
@@ -187,7 +187,8 @@ def plane(f: IO[bytes], at: PlaneAt) -> Plane:
         if num == xplane._PLANE_EVENT_MD:
             data = _Fields(f, off, off + ln).payload(off, ln)
             entry = {n: x for n, _w, x in xplane._fields(data)}
-            mid, nm, disp, st = entry.get(1, 0), "", "", {}
+            mid, nm, disp = entry.get(1, 0), "", ""
+            st: dict[str, xplane._RawStat] = {}
             for n, _w, x in xplane._fields(entry.get(2, b"")):
                 if n == xplane._EMD_ID:
                     mid = x
@@ -222,8 +223,8 @@ def _line_head(f: IO[bytes], start: int, end: int) -> LineHead:
     return head
 
 
-def events_with_stats(f: IO[bytes], line: LineHead, names: dict[int, str]) -> Iterator[tuple[int, int, int,
-                                                                                        dict[str, Any]]]:
+def events_with_stats(f: IO[bytes], line: LineHead, names: dict[int, str]) -> Iterator[
+        tuple[int, int, int, dict[str, xplane.Stat]]]:
     """A line's events with their own stats (by name, a reference resolved to the name it refers to, as
     ``jax.profiler.ProfileData`` gives them): (metadata id, offset ps, duration ps, stats)."""
     walk = _Fields(f, line.start, line.end)
@@ -231,7 +232,7 @@ def events_with_stats(f: IO[bytes], line: LineHead, names: dict[int, str]) -> It
         if num != xplane._LINE_EVENTS or wt != 2:
             continue
         mid = offset = dur = 0
-        stats: dict[str, Any] = {}
+        stats: dict[str, xplane._RawStat] = {}
         for n, _w, x in xplane._fields(walk.payload(off, ln)):
             if n == xplane._EV_MD:
                 mid = x
@@ -242,7 +243,7 @@ def events_with_stats(f: IO[bytes], line: LineHead, names: dict[int, str]) -> It
             elif n == xplane._EV_STATS:
                 k, val = xplane._stat(x, names)
                 stats[k] = val
-        yield mid, offset, dur, xplane._resolve_refs(stats, names) if stats else stats
+        yield mid, offset, dur, xplane._resolve_refs(stats, names) if stats else {}
 
 
 def events(f: IO[bytes], line: LineHead) -> Iterator[tuple[int, int, int]]:
