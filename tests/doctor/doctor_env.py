@@ -45,7 +45,7 @@ def run_like_the_command(script: Path, args: list[str] | None = None, steps: int
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    report = json.loads(json.dumps(result.to_json(str(script))))  # as the command writes it
+    report = json.loads(result.to_json(str(script)))  # as the command writes it
     code = exit_code(result, str(script))
     no_step = no_step_message(result.observations, str(script))
     return code, report, result.output_tail + (f"\n{no_step}" if no_step else "")

@@ -31,8 +31,8 @@ def apply_decorators(fix: str, script: Path, out: Path, at: list[int] | None = N
 def script_ran(res: object) -> None:
     """The script ran to its end under the doctor: no exception, no non-zero exit, no timeout."""
     obs = res.observations  # type: ignore[attr-defined]
-    assert obs.get("error") is None, obs["error"]
-    assert not res.timed_out and not obs.get("killed"), res.output_tail[-2000:]  # type: ignore[attr-defined]
+    assert obs.error is None, obs.error
+    assert not res.timed_out and not obs.killed, res.output_tail[-2000:]  # type: ignore[attr-defined]
     assert "script-error" not in {f.id for f in res.findings}  # type: ignore[attr-defined]
 
 

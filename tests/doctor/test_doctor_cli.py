@@ -140,8 +140,8 @@ with twinbench.watch(steps=3, report=False) as quiet:
     for i in range(100):
         w, loss = step(w, x)
         losses.append(loss)
-print(json.dumps({"first": [f.id for f in doc.findings], "steps": doc.observations["steps"],
-                  "second": [f.id for f in quiet.findings], "steps2": quiet.observations["steps"],
+print(json.dumps({"first": [f.id for f in doc.findings], "steps": doc.observations.steps,
+                  "second": [f.id for f in quiet.findings], "steps2": quiet.observations.steps,
                   "restored": type(step).__name__}))
 """
 

@@ -104,4 +104,4 @@ def test_the_printed_donation_runs_and_leaves_nothing_undonated(results: dict, t
     after = run_doctor(apply_decorators(fix, script, tmp_path / script.name, at=[line]), [], timeout=300)
     script_ran(after)
     assert "jax-no-donation" not in {f.id for f in after.findings}
-    assert not after.observations["info"].get("input_check_error"), after.observations["info"]
+    assert not after.observations.info.input_check_error, after.observations.info

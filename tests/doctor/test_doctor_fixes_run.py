@@ -17,6 +17,7 @@ from doctor_fixes import apply_decorators, finding, script_ran
 
 from twinbench.doctor import run_doctor
 from twinbench.doctor.findings import compile_dominates, donation, input, jax_eager_ops
+from twinbench.doctor.observations import Split
 from twinbench.doctor.report import summary_line
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -51,8 +52,8 @@ def tokenizer_runs() -> dict[str, object]:
             for mode, extra in (("written", []), ("prebuilt", ["prebuilt"]))}
 
 
-def _parts_ms(split: dict) -> float:
-    return sum(split[k] for k in ("step_ms", "call_tail_ms", "host_ms", "descheduled_ms", "idle_ms"))
+def _parts_ms(split: Split) -> float:
+    return split.step_ms + split.call_tail_ms + split.host_ms + split.descheduled_ms + (split.idle_ms or 0.0)
 
 
 @pytest.mark.slow
@@ -61,16 +62,16 @@ def test_tokenizer_in_the_loop_is_input_bound_and_prebuilt_batches_are_not(token
     doctor's own A/B (the step called back to back on a batch already built, between the loop's steps), not by
     idle time; gone with the batches built before the loop; every iteration's time in the split."""
     written, prebuilt = tokenizer_runs["written"], tokenizer_runs["prebuilt"]
-    ab = written.observations["input_check"]
-    assert ab["replays"] >= input.INPUT_CHECK_MIN, ab
+    ab = written.observations.input_check
+    assert ab.replays >= input.INPUT_CHECK_MIN, ab
     found = next((f for f in written.findings if f.id == "input-bound"), None)
-    assert found is not None, (ab.get("cpu"), ab.get("wall"), written.observations["split"])
+    assert found is not None, (ab.cpu, ab.wall, written.observations.split)
     assert "checked by the doctor" in found.evidence and "tokenize()" in found.evidence  # the A/B, and where
     assert "num_workers=" not in found.fix or "cores were free" in found.fix  # workers only on free cores
-    assert "input-bound" not in {f.id for f in prebuilt.findings}, prebuilt.observations["input_check"].get("cpu")
+    assert "input-bound" not in {f.id for f in prebuilt.findings}, prebuilt.observations.input_check.cpu
     for res in (written, prebuilt):  # every iteration's time is in a row of the split
-        split = res.observations["split"]
-        assert _parts_ms(split) == pytest.approx(split["iter_ms"], rel=0.10), split
+        split = res.observations.split
+        assert _parts_ms(split) == pytest.approx(split.iter_ms, rel=0.10), split
 
 
 @pytest.mark.slow
@@ -89,12 +90,12 @@ def test_donation_of_the_carried_arguments_runs_as_printed(tmp_path: Path, scrip
     res = request.getfixturevalue("tokenizer_runs")["prebuilt"] if shared else run_doctor(script, args, timeout=300)
     fix = finding(res, "jax-no-donation").fix
     assert donated in fix, fix
-    line = int(res.observations["info"]["step_def"].split(":")[-2])
+    line = int(res.observations.info.step_def.split(":")[-2])
     fixed = apply_decorators(fix, script, tmp_path / script.name, at=[line])
     after = run_doctor(fixed, args, timeout=300)
     script_ran(after)
     assert "jax-no-donation" not in {f.id for f in after.findings}
-    assert not after.observations["info"].get("input_check_error"), after.observations["info"]
+    assert not after.observations.info.input_check_error, after.observations.info
 
 
 @pytest.mark.slow

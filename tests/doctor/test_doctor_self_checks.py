@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from twinbench.doctor.observations import typed
 from twinbench.doctor.report import self_errors
 
 # The script breaks the doctor's torch instrument before importing torch (which installs it).
@@ -66,6 +67,6 @@ def test_watch_shows_a_failing_finalizer(monkeypatch: pytest.MonkeyPatch, capsys
 def test_every_kind_of_self_error_is_collected() -> None:
     obs = {"info": {"instrument_errors": ["jax jit: KeyError: 'x'"], "finalize_errors": ["TypeError: y"],
                     "donation_error": "RuntimeError: z"}}
-    assert self_errors(obs) == ["instrument: jax jit: KeyError: 'x'", "finalizer: TypeError: y",
-                                "donation check: RuntimeError: z"]
-    assert self_errors({"info": {}}) == [] and self_errors({}) == []
+    assert self_errors(typed(obs)) == ["instrument: jax jit: KeyError: 'x'", "finalizer: TypeError: y",
+                                       "donation check: RuntimeError: z"]
+    assert self_errors(typed({"info": {}})) == [] and self_errors(typed({})) == []

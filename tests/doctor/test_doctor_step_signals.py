@@ -132,10 +132,11 @@ def test_a_loop_of_two_optimizers_steps_once_an_iteration(critic_steps: int, ste
     # discriminator's (the first to step, where both step as often), after it when it is the generator's
     assert (obs["candidates"]["Optimizer.step"], obs["candidates"]["Optimizer.step#2"]) == (
         (6, 5) if critic_steps == 1 else (30, 6)) and iterations == 5
-    assert obs["info"]["torch_optimizers"] == {"Optimizer.step": "SGD", "Optimizer.step#2": "SGD"}
+    assert obs["info"].torch_optimizers == {"Optimizer.step": "SGD", "Optimizer.step#2": "SGD"}
+    from twinbench.doctor.observations import typed
     from twinbench.doctor.report import summary_line
 
-    assert "one of 2 optimizers stepping in the loop (Optimizer.step SGD: " in summary_line(obs)
+    assert "one of 2 optimizers stepping in the loop (Optimizer.step SGD: " in summary_line(typed(obs))
 
 
 def test_an_optimizer_stepped_now_and_then_does_not_mark_the_iteration() -> None:

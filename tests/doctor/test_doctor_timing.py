@@ -13,6 +13,7 @@ import pytest
 
 from twinbench.doctor import DoctorError, check_script, run_doctor
 from twinbench.doctor import findings as fd
+from twinbench.doctor.observed import TraceInfo
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
@@ -28,16 +29,16 @@ def test_async_loop_is_timed_by_its_steps_completion(tmp_path: Path) -> None:
     complete (the script's own clock, synchronised at the end), not the dispatch rate. --trace rides along."""
     res = run_doctor(SCRIPTS / "async_step_read.py", [], timeout=180, trace_dir=tmp_path / "trace")
     obs, own = res.observations, own_step_ms(res.output_tail)
-    assert obs["step_timing"] == "completion"
-    assert obs["dispatch_ms"] < 0.5 * own  # the loop ran ahead of the device: dispatch is not the step
-    assert 0.6 < obs["step_ms"] / own < 1.6, (obs["step_ms"], own)  # the same clock, not a speed threshold
-    info = obs["info"]["trace"]  # steady steps recorded for explain, with the step's compiled HLO beside them
-    assert info["framework"] == "jax" and len(info["steps"]) == 5 and info["files"]
+    assert obs.step_timing == "completion"
+    assert obs.dispatch_ms < 0.5 * own  # the loop ran ahead of the device: dispatch is not the step
+    assert 0.6 < obs.step_ms / own < 1.6, (obs.step_ms, own)  # the same clock, not a speed threshold
+    info = obs.info.trace  # steady steps recorded for explain, with the step's compiled HLO beside them
+    assert info.framework == "jax" and len(info.steps) == 5 and info.files
     assert (tmp_path / "trace" / "step.hlo.txt").read_text().startswith("HloModule")
     # the steps under the profiler are left out of the step time, and trace.json says it with and without them
-    timing, written = obs["trace_timing"], json.loads((tmp_path / "trace" / "trace.json").read_text())
-    assert not timing["step_time_includes_trace"] and timing["untraced_step_ms"] == obs["step_ms"]
-    assert written["untraced_step_ms"] == pytest.approx(obs["step_ms"], abs=1e-3)
+    timing, written = obs.trace_timing, json.loads((tmp_path / "trace" / "trace.json").read_text())
+    assert not timing.step_time_includes_trace and timing.untraced_step_ms == obs.step_ms
+    assert written["untraced_step_ms"] == pytest.approx(obs.step_ms, abs=1e-3)
     assert written["traced_steps"] == 4 and written["traced_step_ms"] > 0 and written["untraced_steps"] >= 20
 
 
@@ -49,20 +50,20 @@ def test_a_step_whose_outputs_are_all_donated_is_timed_to_the_end() -> None:
     # end to end: from the 2nd call to all steps done, per step; or by completion where the watcher reached a
     # carried output before the next call took it (a race, either way a rate of completed steps), never the
     # dispatch rate
-    assert obs["step_timing"] in ("end-to-end", "completion") and obs["end_to_end_ms"], obs["step_timing"]
-    if obs["step_timing"] == "end-to-end":
-        assert obs["step_ms"] == pytest.approx(max(obs["end_to_end_ms"], obs["dispatch_ms"])), obs
-    assert obs["input_check"]["blocks"] >= 3 and obs["own_work"]["s"] > 0  # its calls: the doctor's, not the loop's
+    assert obs.step_timing in ("end-to-end", "completion") and obs.end_to_end_ms, obs.step_timing
+    if obs.step_timing == "end-to-end":
+        assert obs.step_ms == pytest.approx(max(obs.end_to_end_ms, obs.dispatch_ms)), obs
+    assert obs.input_check.blocks >= 3 and obs.own_work.s > 0  # its calls: the doctor's, not the loop's
 
 
 def test_a_read_of_the_steps_output_is_checked_before_a_warning() -> None:
     """loss.item() every step: the doctor answers it one step late on alternate blocks of steps and compares."""
     res = run_doctor(SCRIPTS / "async_step_read.py", ["--read"], timeout=180)
-    check = res.observations["read_check"]
-    assert check["waited_n"] >= 3 and check["deferred_n"] >= 3, check
+    check = res.observations.read_check
+    assert check.waited_n >= 3 and check.deferred_n >= 3, check
     sync = next(f for f in res.findings if f.id == "jax-host-sync")
     assert "checked by the doctor" in sync.evidence
-    assert sync.severity in ("warning", "info") and f"median of {check['waited_n']}" in sync.evidence
+    assert sync.severity in ("warning", "info") and f"median of {check.waited_n}" in sync.evidence
 
 
 def test_checked_cost_decides_the_severity() -> None:
@@ -89,10 +90,10 @@ def test_torch_step_killed_after_ignoring_sigterm_keeps_its_findings() -> None:
     from what it wrote as it ran; its forward and backward are the step's time, not idle."""
     res = run_doctor(SCRIPTS / "torch_stubborn.py", [], timeout=10, grace_s=1)
     obs = res.observations
-    assert res.timed_out and obs["killed"] and obs["steps"] >= 8, obs.get("steps")
+    assert res.timed_out and obs.killed and obs.steps >= 8, obs.steps
     assert any(f.id == "torch-host-sync" for f in res.findings)
-    split = obs["split"]
-    assert split["step_ms"] >= 0.5 * split["iter_ms"] and split["step_ms"] > split["idle_ms"], split
+    split = obs.split
+    assert split.step_ms >= 0.5 * split.iter_ms and split.step_ms > split.idle_ms, split
 
 
 def test_cpu_oversubscribed_once_the_threads_fit() -> None:
@@ -156,7 +157,7 @@ def _traced_loop(n: int, kind: str, key: str) -> object:
         rec.step_returned(key, i, t + (0.008 if kind.startswith("torch") else 1e-4))
         t += 0.040 if first <= i <= last + 1 else 0.010
     rec.traced = (first, last)
-    rec.info["trace"] = {"framework": "torch" if kind.startswith("torch") else "jax"}
+    rec.info.trace = TraceInfo(framework="torch" if kind.startswith("torch") else "jax")
     return rec
 
 
@@ -168,13 +169,13 @@ def test_the_steps_under_the_profiler_are_left_out_of_the_step_time(kind: str, k
     assert obs["step_ms"] == pytest.approx(10.0, rel=0.05) and obs["split"]["iter_ms"] == pytest.approx(10.0)
     assert obs["iter_ms"] == pytest.approx(10.0, rel=0.05) and obs["steady_steps"] == 5
     t = obs["trace_timing"]
-    assert t["traced_step_ms"] == pytest.approx(40.0) and t["traced_steps"] == 4
-    assert t["untraced_step_ms"] == obs["step_ms"] and not t["step_time_includes_trace"]
+    assert t.traced_step_ms == pytest.approx(40.0) and t.traced_steps == 4
+    assert t.untraced_step_ms == obs["step_ms"] and not t.step_time_includes_trace
     rec = _traced_loop(10, kind, key)
     rec.read_mode.update({1: "deferred"})  # the host-read check took iterations 1 and 2: none left outside
     obs = rec.observations()
-    assert obs["step_ms"] == pytest.approx(40.0, rel=0.05) and obs["trace_timing"]["step_time_includes_trace"]
-    assert obs["trace_timing"]["untraced_step_ms"] is None
+    assert obs["step_ms"] == pytest.approx(40.0, rel=0.05) and obs["trace_timing"].step_time_includes_trace
+    assert obs["trace_timing"].untraced_step_ms is None
 
 
 def test_the_step_calls_own_python_after_its_results_is_not_input() -> None:

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 import twinbench.doctor as doctor_pkg
 from twinbench.cli import app
+from twinbench.doctor.observed import Info
 from twinbench.doctor.trace import TRACE_FROM, TRACE_STEPS, StepProfiler
 
 CLI = CliRunner()
@@ -70,7 +71,7 @@ class _Profile:
 
 
 def _profiler(tmp_path: Path, recorded: list[int]) -> tuple[StepProfiler, SimpleNamespace]:
-    rec = SimpleNamespace(internal=0, info={}, traced=(TRACE_FROM - 1, None), step_key=lambda: "train:step",
+    rec = SimpleNamespace(internal=0, info=Info(), traced=(TRACE_FROM - 1, None), step_key=lambda: "train:step",
                           call_index=lambda key: TRACE_FROM - 1 + len(recorded))
     prof = StepProfiler(rec, str(tmp_path / "trace"))
     prof.framework, prof.started, prof.t0, prof.recorded = "torch", _Profile(), 1.0, list(recorded)
@@ -83,11 +84,11 @@ def test_a_script_ending_where_the_profiler_started_leaves_no_trace_of_no_step(t
     started = prof.started
     prof.stop()
     assert started.stopped
-    assert "trace" not in rec.info and not any((tmp_path / "trace").rglob("*"))
+    assert rec.info.trace is None and not any((tmp_path / "trace").rglob("*"))
 
 
 def test_a_script_ending_inside_the_trace_keeps_the_steps_it_recorded(tmp_path):
     prof, rec = _profiler(tmp_path, [TRACE_FROM])
     prof.stop()
     info = json.loads((tmp_path / "trace" / "trace.json").read_text())
-    assert info["steps"] == [TRACE_FROM] and rec.info["trace"]["files"] == ["doctor.pt.trace.json"]
+    assert info["steps"] == [TRACE_FROM] and rec.info.trace.files == ["doctor.pt.trace.json"]

@@ -103,6 +103,8 @@ def test_a_torch_compile_frame_compiling_in_a_step_is_compilation(tmp_path: Path
 
 
 def test_the_doctor_writes_its_compile_log_and_explain_reads_it(tmp_path: Path) -> None:
+    import msgspec
+
     from twinbench.doctor import trace
 
     miss = ("TRACING CACHE MISS at /u/train.py:20:4 (train_step) because:\n  all previously seen cache keys differ."
@@ -111,7 +113,7 @@ def test_the_doctor_writes_its_compile_log_and_explain_reads_it(tmp_path: Path) 
     obs = {"trace_timing": {}, "steady_from_t": 1.0, "steps": 60,
            "notes": {"compile": [{"t": 2.0, "fn": "train_step", "s": 0.4}] * 24,
                      "cache_miss": [{"t": 2.0, "message": miss}] * 24}}
-    log = trace.compile_log(obs)  # what write_timing adds to DIR/trace.json as "compiles"
+    log = msgspec.to_builtins(trace.compile_log(obs))  # what write_timing adds to DIR/trace.json as "compiles"
     (tmp_path / "trace.json").write_text(json.dumps({"framework": "jax", "steps": [4, 5], "compiles": log}))
     got = doctor_timing.conditions(str(tmp_path), tmp_path / "x.xplane.pb").compiles
     assert got is not None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -23,6 +22,7 @@ from twinbench.folder_io import terminal
 
 if TYPE_CHECKING:
     from twinbench.doctor import DoctorResult
+    from twinbench.doctor.observations import Observations
 
 
 @app.command()
@@ -67,21 +67,21 @@ def doctor(
     no_step = no_step_message(result.observations, str(script))
     if no_step and not result.self_errors:  # nothing per step could be said: not a clean bill of health
         if json_path:
-            write_text(json_path, json.dumps(result.to_json(str(script)), indent=1), "--json")
+            write_text(json_path, result.to_json(str(script)), "--json")
         fail(no_step)
     render(out, result.findings, result.observations, str(script))
     if trace is not None:
         report_trace(trace, result.observations)
         keep_report(trace, result, str(script))
     if json_path:
-        write_text(json_path, json.dumps(result.to_json(str(script)), indent=1), "--json")
+        write_text(json_path, result.to_json(str(script)), "--json")
     if result.timed_out:
         how = ("it ignored SIGTERM and was killed; the findings above cover the steps seen until then"
-               if result.observations.get("killed") else "the findings above cover that part")
+               if result.observations.killed else "the findings above cover that part")
         fail(f"{script} did not finish within --timeout {timeout:g} s; stopped after "
-             f"{result.observations.get('steps', 0)} steps ({how}); use --steps N to diagnose a long run quickly")
-    if result.observations.get("died"):  # the findings hold for the steps seen; the run itself is not clean
-        fail(f"{script} ended early, {result.observations['died']}, after {result.observations.get('steps', 0)} "
+             f"{result.observations.steps} steps ({how}); use --steps N to diagnose a long run quickly")
+    if result.observations.died:  # the findings hold for the steps seen; the run itself is not clean
+        fail(f"{script} ended early, {result.observations.died}, after {result.observations.steps} "
              "steps; the findings above cover the steps seen until then")
     raise typer.Exit(exit_code(result, str(script)))
 
@@ -138,48 +138,49 @@ def keep_report(trace: Path, result: DoctorResult, script: str) -> None:
     from twinbench.folder_io import write_file
 
     try:
-        write_file(trace, NAME, json.dumps(result.to_json(script), indent=1))
+        write_file(trace, NAME, result.to_json(script))
     except (OSError, SpecError) as e:
         out.print(f"  [yellow]the findings were not kept beside the trace ({e}); explain will not join them[/]",
                   highlight=False)
 
 
-def report_trace(trace: Path, obs: dict) -> None:
+def report_trace(trace: Path, obs: Observations) -> None:
     """Say where the trace is and the explain command that reads it, or why there is none."""
     from rich.markup import escape
 
+    from twinbench.doctor.observations import TraceTiming, typed
     from twinbench.doctor.trace import TRACE_FROM, TRACE_STEPS, explain_command
 
-    info = (obs.get("info") or {}).get("trace")
-    error = (obs.get("info") or {}).get("trace_error")
+    obs = typed(obs)  # (JSON, a test's, read as declared)
+    info, error = obs.info.trace, obs.info.trace_error
     if info and not Path(trace).is_dir():  # the script removed or moved it after the profiler wrote it
         out.print(f"  [yellow]no trace: {escape(str(trace))} is gone since the profiler wrote it (did the script "
                   "remove it?); choose a --trace folder the script leaves alone[/]")
-    elif info and len(info.get("steps") or []) < TRACE_STEPS:  # the script ended inside the trace's steps
-        out.print(f"  [yellow]no trace explain can read: {len(info.get('steps') or [])} of the {TRACE_STEPS} "
-                  f"traced steps were recorded (the script ran {obs.get('steps', 0)} steps; the trace records "
+    elif info and len(info.steps) < TRACE_STEPS:  # the script ended inside the trace's steps
+        out.print(f"  [yellow]no trace explain can read: {len(info.steps)} of the {TRACE_STEPS} "
+                  f"traced steps were recorded (the script ran {obs.steps} steps; the trace records "
                   f"steps {TRACE_FROM + 1} to {TRACE_FROM + TRACE_STEPS}); run it for more steps[/]")
     elif info:
-        timing = obs.get("trace_timing") or {}
-        at = f" at {timing['traced_step_ms']:.1f} ms a step" if timing.get("traced_step_ms") else ""
-        if timing.get("untraced_step_ms") and timing.get("traced_step_ms"):
-            cost = timing["traced_step_ms"] - timing["untraced_step_ms"]
-            at += (f" (the untraced step is {timing['untraced_step_ms']:.1f} ms: the profiler's own cost "
+        timing = obs.trace_timing or TraceTiming()
+        at = f" at {timing.traced_step_ms:.1f} ms a step" if timing.traced_step_ms else ""
+        if timing.untraced_step_ms and timing.traced_step_ms:
+            cost = timing.traced_step_ms - timing.untraced_step_ms
+            at += (f" (the untraced step is {timing.untraced_step_ms:.1f} ms: the profiler's own cost "
                    + (f"{cost:.1f} ms)" if cost > 0 else "is within the steps' spread here)"))
-        elif timing.get("step_time_includes_trace"):
+        elif timing.step_time_includes_trace:
             at += " (too few steps ran outside the trace: the step time above includes the traced ones)"
-        out.print(f"  trace: {len(info['steps'])} steps recorded with {info['framework']}'s profiler in {trace}{at}; "
+        out.print(f"  trace: {len(info.steps)} steps recorded with {info.framework}'s profiler in {trace}{at}; "
                   f"explain with: {explain_command(trace, info)}", highlight=False)
-        if info.get("timing_error"):
-            out.print(f"  [yellow]the step times were not written beside the trace: {escape(info['timing_error'])}[/]")
+        if info.timing_error:
+            out.print(f"  [yellow]the step times were not written beside the trace: {escape(info.timing_error)}[/]")
         # explain finds the compiled step (step.hlo.txt) in a JAX folder the doctor wrote; --hlo only without it
         kept = (Path(trace) / "step.hlo.txt").is_file()
-        hlo = f" --hlo {info['hlo']}" if info.get("hlo") and not kept else ""
-        pair = (f"twinbench explain TORCH_TRACE_DIR {trace}{hlo}" if info.get("hlo") or kept else  # a JAX trace
+        hlo = f" --hlo {info.hlo}" if info.hlo and not kept else ""
+        pair = (f"twinbench explain TORCH_TRACE_DIR {trace}{hlo}" if info.hlo or kept else  # a JAX trace
                 f"twinbench explain {trace} JAX_TRACE_DIR")
         out.print(f"  against the other framework's script, traced the same way: {pair}", highlight=False)
     elif error:
         out.print(f"  [yellow]no trace: the profiler failed ({error})[/]")
     else:
-        out.print(f"  [yellow]no trace: the script ran {obs.get('steps', 0)} steps; the trace records steps "
+        out.print(f"  [yellow]no trace: the script ran {obs.steps} steps; the trace records steps "
                   f"{TRACE_FROM + 1} to {TRACE_FROM + TRACE_STEPS} (the first {TRACE_FROM} compile and warm up)[/]")

@@ -15,7 +15,6 @@ to its threshold), ``report`` (rich text and JSON), ``bootstrap`` (the child pro
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -23,9 +22,14 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from twinbench.doctor.watching import Diagnosed, watch  # in this process: notebooks, twinbench's own runs
+
+if TYPE_CHECKING:
+    from twinbench.doctor.findings import Finding
+    from twinbench.doctor.observations import Observations
+    from twinbench.doctor.report import DoctorReport
 
 __all__ = ["DoctorError", "DoctorResult", "check_script", "run_doctor", "step", "watch"]
 
@@ -48,15 +52,24 @@ class DoctorError(Exception):
 
 @dataclass
 class DoctorResult(Diagnosed):
-    findings: list[Any]  # list[findings.Finding], worst first
-    observations: dict[str, Any]
+    findings: list[Finding]  # worst first
+    observations: Observations
     output_tail: str  # the last lines the script printed
     timed_out: bool
 
-    def to_json(self, script: str | None = None) -> dict[str, Any]:
-        from twinbench.doctor.report import to_json
+    def report(self, script: str | None = None) -> DoctorReport:
+        """The report of this run (what ``--json`` writes, and ``doctor.json`` beside a trace)."""
+        from twinbench.doctor.report import document
 
-        return to_json(self.findings, self.observations, script)
+        return document(self.findings, self.observations, script)
+
+    def to_json(self, script: str | None = None) -> str:
+        """:meth:`report` as the JSON text ``--json`` writes."""
+        import json
+
+        import msgspec
+
+        return json.dumps(msgspec.to_builtins(self.report(script)), indent=1)
 
 
 PYTHON_SUFFIXES = (".py", ".pyw")
@@ -138,8 +151,11 @@ def run_doctor(script: str | Path, args: list[str] | None = None, steps: int | N
     never finished a step, :class:`DoctorError`. ``trace_dir``: record a few steady steps with the framework's
     profiler there (:mod:`twinbench.doctor.trace`), with, for JAX, the compiled HLO dumped beside them.
     """
+    import msgspec
+
     from twinbench import runner
     from twinbench.doctor.findings import diagnose
+    from twinbench.doctor.observations import Observations
 
     path = check_script(script)
     exe = check_python(python, timeout)
@@ -167,20 +183,22 @@ def run_doctor(script: str | Path, args: list[str] | None = None, steps: int | N
             last = [ln for ln in run.output_tail.splitlines() if ln.strip()]
             raise DoctorError(f"{script} ended (exit code {run.returncode}) before the doctor could report"
                               + (f": {last[-1][:300]}" if last else ""))
-        obs = json.loads(obs_path.read_text())
+        try:
+            obs = msgspec.json.decode(obs_path.read_bytes(), type=Observations, strict=False)
+        except msgspec.DecodeError as e:  # its own process wrote it: a doctor's bug, said in one line
+            raise DoctorError(f"{script}: the doctor's observations could not be read ({e})") from None
     if trace_dir is not None:  # the step time with and without the profiler, beside the trace
         from twinbench.doctor.trace import write_timing
 
         write_timing(Path(trace_dir), obs)
-    obs["timed_out"] = obs.get("timed_out") or run.timed_out
-    obs["killed"] = killed
+    obs.timed_out = obs.timed_out or run.timed_out
+    obs.killed = killed
     if killed and not run.timed_out:  # it died on its own (a signal, os._exit): not a run that ended
-        obs["died"] = died(run.returncode)
-    machine = obs.get("machine")
-    if isinstance(machine, dict) and machine.get("page_faults_per_s"):  # one fault's cost, measured here, where
+        obs.died = died(run.returncode)
+    if obs.machine is not None and obs.machine.page_faults_per_s:  # one fault's cost, measured here, where
         from twinbench.measure.page_faults import fault_us  # the script ran (its own process stays untouched)
 
-        machine["fault_us"] = fault_us()
-    obs["python_given"] = python is not None
-    return DoctorResult(diagnose(obs), obs, run.output_tail, bool(obs["timed_out"]))
+        obs.machine.fault_us = fault_us()
+    obs.python_given = python is not None
+    return DoctorResult(diagnose(obs), obs, run.output_tail, obs.timed_out)
 

@@ -23,13 +23,14 @@ import sys
 import traceback
 from typing import Any
 
+from twinbench.doctor.observed import ScriptError, to_builtins
 from twinbench.doctor.recorder import Recorder, StopScript
 from twinbench.doctor.session import Session
 
 TAIL_LINES = 15
 
 
-def describe_error(exc: BaseException) -> dict[str, Any]:
+def describe_error(exc: BaseException) -> ScriptError:
     """Type, message and the tail of the traceback, without the bootstrap's own frames."""
     lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
     keep = [ln for ln in lines if "twinbench/doctor/" not in ln and "<frozen runpy>" not in ln
@@ -37,8 +38,8 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
     text = "".join(keep).rstrip().splitlines()
     if "--------------------" in text:  # JAX appends a note about its filtered frames: not the error
         text = text[:text.index("--------------------")]
-    return {"type": type(exc).__name__, "module": type(exc).__module__, "message": str(exc)[:1000],
-            "traceback_tail": "\n".join(text[-TAIL_LINES:])}
+    return ScriptError(type=type(exc).__name__, module=type(exc).__module__, message=str(exc)[:1000],
+                       traceback_tail="\n".join(text[-TAIL_LINES:]))
 
 
 def run(script: str, args: list[str], rec: Recorder) -> None:
@@ -51,8 +52,8 @@ def run(script: str, args: list[str], rec: Recorder) -> None:
         pass
     except SystemExit as e:
         if e.code not in (0, None):
-            rec.error = {"type": "SystemExit", "module": "builtins", "message": f"exit code {e.code}",
-                         "traceback_tail": f"the script called sys.exit({e.code!r})", "exit_code": e.code}
+            rec.error = ScriptError(type="SystemExit", module="builtins", message=f"exit code {e.code}",
+                                    traceback_tail=f"the script called sys.exit({e.code!r})", exit_code=e.code if e.code is None or isinstance(e.code, int) else str(e.code))
     except BaseException as e:
         rec.error = describe_error(e)
 
@@ -63,7 +64,7 @@ MAX_CHILDREN = 64
 
 def note_children(rec: Recorder) -> None:
     """Note every Python process the script starts (``multiprocessing``'s, and torch's and a process pool's
-    through it) with the function it runs, in ``rec.info["child_processes"]``: the doctor watches this process
+    through it) with the function it runs, in ``rec.info.child_processes``: the doctor watches this process
     only, so a loop trained in children (Hogwild, a hand-made spawn) is said to be there when no step is found."""
     import multiprocessing.process as mpp
 
@@ -72,7 +73,7 @@ def note_children(rec: Recorder) -> None:
     def started(self: Any) -> None:
         target = getattr(self, "_target", None)
         name = f"{getattr(target, '__module__', '') or ''}:{getattr(target, '__qualname__', '') or type(self).__name__}"
-        seen = rec.info.setdefault("child_processes", {})
+        seen = rec.info.child_processes
         if name in seen or len(seen) < MAX_CHILDREN:
             seen[name] = seen.get(name, 0) + 1
         return start(self)
@@ -80,11 +81,11 @@ def note_children(rec: Recorder) -> None:
     mpp.BaseProcess.start = started  # type: ignore[method-assign]
 
 
-def write_json(path: str, obs: dict[str, Any]) -> None:
+def write_json(path: str, obs: dict[str, Any]) -> None:  # obs: summary.observations
     """Write ``obs`` to ``path`` whole or not at all (a reader never sees half a file)."""
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        json.dump(obs, f, default=str)
+        json.dump(obs, f, default=to_builtins)
     os.replace(tmp, path)
 
 

@@ -111,7 +111,7 @@ class TorchInstruments(Patches):
         if key is None:
             n = len(self.optimizer_keys)
             key = self.optimizer_keys[who] = STEP_KEY if n == 0 else f"{STEP_KEY}#{n + 1}"
-            self.rec.info.setdefault("torch_optimizers", {})[key.split(":", 1)[1]] = type(optimizer).__name__
+            self.rec.info.torch_optimizers[key.split(":", 1)[1]] = type(optimizer).__name__
         return key
 
     def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -228,7 +228,7 @@ class TorchInstruments(Patches):
         torch = self.torch
         if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
             return
-        self.rec.info["cuda"] = torch.cuda.get_device_name()
+        self.rec.info.cuda = torch.cuda.get_device_name()
         torch.cuda.set_sync_debug_mode("warn")
         self.undo.append(lambda: torch.cuda.set_sync_debug_mode("default"))
         warnings.filterwarnings("always", message=".*synchroniz")
@@ -322,16 +322,16 @@ class TorchInstruments(Patches):
     # -- end of run --------------------------------------------------------------------------------------
     def finalize(self) -> None:
         rec = self.rec
-        rec.info["torch_host_read_sites"] = dict(self.read_sites.most_common(8))
-        rec.info["torch_loader_read_sites"] = dict(self.loader_sites.most_common(8))
-        rec.info.setdefault("threads", {})["torch"] = self.torch.get_num_threads()
+        rec.info.torch_host_read_sites = dict(self.read_sites.most_common(8))
+        rec.info.torch_loader_read_sites = dict(self.loader_sites.most_common(8))
+        rec.info.threads["torch"] = self.torch.get_num_threads()
         if "torch._dynamo" in sys.modules:
             from twinbench.measure.compiles import TorchCompiles
 
             tc = TorchCompiles()
             rec.add_seconds("compile_s", tc.seconds())
-            rec.info["torch_graphs"] = tc.count()
+            rec.info.torch_graphs = tc.count()
             from torch._dynamo.utils import counters
 
-            rec.info["torch_graph_break_counts"] = {k.split("\n")[0][:200]: v for k, v in
-                                                    {**counters["graph_break"], **counters["unimplemented"]}.items()}
+            rec.info.torch_graph_break_counts = {k.split("\n")[0][:200]: v for k, v in
+                                                 {**counters["graph_break"], **counters["unimplemented"]}.items()}

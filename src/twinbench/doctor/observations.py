@@ -1,19 +1,47 @@
 """What the findings read, declared: the observations (``summary.observations``, written as JSON by the script's
-process) as typed structs (msgspec, as the record), instead of ``dict[str, Any]`` read with ``.get("...")``.
+process) as typed structs (msgspec, as the record), read by attribute.
 
 A key the findings misspell is an ``AttributeError`` (and a type checker's error), not a silent 0 that keeps a
 finding from ever firing; a per-step counter is read through :meth:`Observations.per` and :data:`COUNTERS`, so a
-misspelled counter raises too. The observations' JSON (the ``observations`` of ``--json``, of ``doctor.json``)
-is unchanged: these structs read it, they do not write it, and every field has a default, so the observations of
-an older doctor (fewer keys) still load. A key these structs do not declare fails the conversion (a test runs
-every example script through it): whoever adds an observation declares it here.
+misspelled counter raises too. The parts the script's process builds are the standard-library dataclasses of
+:mod:`twinbench.doctor.observed` (that process may lack msgspec), fields of these Structs; this module re-exports
+them. The observations' JSON (the ``observations`` of ``--json``, of ``doctor.json``) keeps its keys: every field
+has a default, so the observations of an older doctor (fewer keys) still load, and the doctor writes them back
+with :func:`msgspec.to_builtins` (a field an older doctor left out is written with its default). A key the
+Structs do not declare fails the conversion (a test runs every example script through it): whoever adds an
+observation declares it here or in ``observed``.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import msgspec
+
+from twinbench.doctor.observed import (
+    H2D,
+    Attention,
+    Carried,
+    EagerFunction,
+    EagerWork,
+    FreshArg,
+    Info,
+    InputCheck,
+    InputClock,
+    Memory,
+    Note,
+    ReadCheck,
+    ScriptError,
+    StepProgram,
+    TraceInfo,
+    TraceTiming,
+)
+
+__all__ = ["COUNTERS", "H2D", "NOTES", "Attention", "Carried", "EagerFunction", "EagerWork", "FreshArg", "Info",
+           "InputCheck", "InputClock", "Machine", "Medians", "Memory", "Note", "Observations", "OwnWork", "Python",
+           "ReadCheck", "ScriptError", "Split", "StepProgram", "TraceInfo", "TraceTiming", "typed"]
 
 #: the per-step counters and second counters the instruments keep (``Recorder.count``, ``add_seconds``: a second
 #: counter is read as ``name:s``)
@@ -72,27 +100,8 @@ class Split(Part):
     async_: bool = msgspec.field(default=False, name="async")
 
 
-class ReadCheck(Part):
-    """``summary.read_check``: the host-read check's A/B (reads waited for, against reads answered a step late)."""
-    waited_n: int = 0
-    waited_ms: float | None = None
-    waited_iqr_ms: float | None = None
-    deferred_n: int = 0
-    deferred_ms: float | None = None
-    deferred_iqr_ms: float | None = None
-
-
-class InputCheck(Part):
-    """``summary.input_ab``: the input check's A/B; ``wall`` and ``cpu`` each the loop against the pre-built batch
-    (``loop_ms``, ``loop_less_known_ms``, ``prebuilt_ms``, their samples, ``block_ms``)."""
-    blocks: int = 0
-    replays: int = 0
-    iterations: int = 0
-    wall: dict[str, Any] | None = None
-    cpu: dict[str, Any] | None = None
-
-
 class Machine(Struct):
+    """``Recorder.machine_load``: the machine's load over the steady steps."""
     cores: int = 0
     others_cores: float | None = None  # cores other processes kept busy over the steady steps
     own_cores: float | None = None  # this process's CPU seconds a second
@@ -102,79 +111,23 @@ class Machine(Struct):
     fault_us: float | None = None  # one fault's cost, measured after the run (run_doctor)
 
 
-class Carried(Struct):
-    leaves: int = 0
-    bytes: int = 0
-    device_bytes: int | None = None
+class Python(Struct):
+    """The interpreter the script ran under."""
+    executable: str = ""
+    version: str = ""
 
 
-class Memory(Struct):
-    argument_size_in_bytes: int = 0
-    output_size_in_bytes: int = 0
-    alias_size_in_bytes: int = 0
-    temp_size_in_bytes: int = 0
-
-
-class StepProgram(Struct):
-    eqns: int = 0
-    backend: str = "?"
-    repeat: dict[str, int] | None = None  # program.find_repeat
-    compile_s: float = 0.0
-    attention: dict[str, Any] | None = None  # program.attention
-    attention_skipped: str | None = None
-    read_s: float | None = None
-
-
-class H2D(Struct):
-    bytes_per_s: float | None = None
-    latency_s: float = 0.0
-
-
-class Info(Struct):
-    """``Recorder.info``: what the instruments learnt about the script and its step."""
-    threads: dict[str, int] = msgspec.field(default_factory=dict)
-    backend: str | None = None
-    devices: int = 1
-    step_def: str | None = None
-    carried: Carried = msgspec.field(default_factory=Carried)
-    carried_args: list[str] = msgspec.field(default_factory=list)
-    jit_options: dict[str, Any] = msgspec.field(default_factory=dict)
-    jit_kind: str | None = None
-    fresh_args: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    donated_bytes: int | None = None
-    memory: Memory | None = None
-    memory_capacity_bytes: int | None = None
-    donation_skipped: str | None = None
-    donation_error: str | None = None
-    step_program: StepProgram | None = None
-    skipped: dict[str, str] = msgspec.field(default_factory=dict)
-    h2d: H2D | None = None
-    eager_sources: dict[str, int] = msgspec.field(default_factory=dict)
-    eager_step: dict[str, Any] | None = None
-    jax_host_read_sites: dict[str, int] = msgspec.field(default_factory=dict)
-    torch_host_read_sites: dict[str, Any] = msgspec.field(default_factory=dict)
-    torch_loader_read_sites: dict[str, Any] = msgspec.field(default_factory=dict)
-    torch_optimizers: dict[str, str] = msgspec.field(default_factory=dict)
-    torch_graphs: int | None = None
-    torch_graph_break_counts: dict[str, Any] = msgspec.field(default_factory=dict)
-    cuda: bool = False
-    nnx_node_args: list[str] = msgspec.field(default_factory=list)
-    nnx_graph_leaves: int | None = None
-    child_processes: dict[str, int] = msgspec.field(default_factory=dict)
-    input_check_error: str | None = None
-    trace: dict[str, Any] | None = None
-    trace_error: str | None = None
-    instrument_errors: list[str] = msgspec.field(default_factory=list)
-    finalize_errors: list[str] = msgspec.field(default_factory=list)
-    snapshot_error: str | None = None
-    drain_error: str | None = None
+class OwnWork(Struct):
+    """The doctor's own work in the loop's thread (``Recorder.own_work``)."""
+    s: float = 0.0  # its seconds from the 2nd step call on
+    left_out: int = 0  # the steady iterations that held it which the step time leaves out
 
 
 class Observations(Struct):
     """``summary.observations``: everything ``findings.diagnose`` reads (see that function for each figure)."""
     frameworks: list[str] = msgspec.field(default_factory=list)
     frameworks_used: list[str] | None = None  # None: an older doctor's (every framework counted)
-    python: dict[str, str] = msgspec.field(default_factory=dict)
+    python: Python | None = None
     python_given: bool = False
     wall_s: float = 0.0
     steps: int = 0
@@ -190,16 +143,16 @@ class Observations(Struct):
     step_timing: str | None = None
     dispatch_ms: float | None = None
     end_to_end_ms: float | None = None
-    own_work: dict[str, float] = msgspec.field(default_factory=dict)
+    own_work: OwnWork | None = None
     read_check: ReadCheck | None = None
     input_check: InputCheck | None = None
-    trace_timing: dict[str, Any] | None = None
+    trace_timing: TraceTiming | None = None
     first_step_ms: float | None = None
     per_step: dict[str, float] = msgspec.field(default_factory=dict)
-    counters: dict[str, float] = msgspec.field(default_factory=dict)
+    counters: dict[str, int | float] = msgspec.field(default_factory=dict)  # counts stay integers
     seconds: dict[str, float] = msgspec.field(default_factory=dict)
     candidates: dict[str, int] = msgspec.field(default_factory=dict)
-    notes: dict[str, list[dict[str, Any]]] = msgspec.field(default_factory=dict)
+    notes: dict[str, list[Note]] = msgspec.field(default_factory=dict)  # kind (NOTES) -> its notes
     info: Info = msgspec.field(default_factory=Info)
     compile_s: float = 0.0
     stopped_early: bool = False
@@ -207,7 +160,7 @@ class Observations(Struct):
     killed: bool = False
     partial: bool = False  # read from the snapshot the run kept as it went: it ended before the doctor's own end
     died: str | None = None  # how a script that ended before its own end died ("killed by SIGSEGV")
-    error: dict[str, Any] | None = None
+    error: ScriptError | None = None
     steady_from_t: float | None = None
     machine: Machine | None = None
 
@@ -223,16 +176,59 @@ class Observations(Struct):
             raise KeyError(f"counter {key!r} is not one the instruments keep (observations.COUNTERS)")
         return float(self.counters.get(key, 0.0))
 
-    def noted(self, kind: str) -> list[dict[str, Any]]:
+    def noted(self, kind: str) -> list[Note]:
         """The notes of ``kind`` (all of them); a kind not in :data:`NOTES` raises."""
         if kind not in NOTES:
             raise KeyError(f"note kind {kind!r} is not one the instruments keep (observations.NOTES)")
         return self.notes.get(kind, [])
 
 
-def typed(obs: Observations | dict[str, Any]) -> Observations:
+def typed(obs: Observations | dict[str, Any]) -> Observations:  # a dict: JSON as read, validated here
     """The observations as :class:`Observations` (a dict, from JSON or ``summary.observations``, is converted: an
     undeclared key raises ``msgspec.ValidationError`` naming it)."""
     if isinstance(obs, Observations):
         return obs
     return msgspec.convert(obs, Observations, strict=False)
+
+
+# -- what the doctor adds to --trace's DIR/trace.json (trace.write_timing; explain.doctor_timing reads it) ------
+
+class Load(msgspec.Struct, kw_only=True):
+    """The load other processes put on the machine while the steps ran."""
+    others_cores: float
+    cores: int
+    busy: bool  # the share the doctor warns at (findings.machine.BUSY_WARN_SHARE)
+
+
+class CompileLog(msgspec.Struct, kw_only=True):
+    """What compiled after step 1 (``trace.compile_log``), for explain's compilation row."""
+    steps: int = 0
+    compiles: int = 0  # backend compiles
+    compile_s: float = 0.0
+    retraces: int = 0  # the script's retraces (JAX's cache misses, Dynamo's recompiles)
+    causes: dict[str, int] = msgspec.field(default_factory=dict)  # a retrace's cause -> how many
+    shapes: list[str] = msgspec.field(default_factory=list)  # up to 3 shape changes, as JAX printed them
+    finding: str = ""  # the finding that says the fix
+
+
+class TraceTimes(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The keys the doctor adds to ``DIR/trace.json`` (beside the profiler's own: ``TraceInfo``), each written
+    only where known: the step time with and without the profiler, and what decides whether a trace may name a
+    cause (``trace.conditions``)."""
+    traced_step_ms: float | None = None
+    traced_steps: int | None = None
+    untraced_step_ms: float | None = None
+    untraced_steps: int | None = None
+    untraced_spread: float | None = None  # how much the untraced steps move (explain's noise)
+    load: Load | None = None
+    step_kind: str | None = None
+    eager_ops_per_step: float | None = None  # JAX primitives dispatched one by one outside jit per step
+    compiles: CompileLog | None = None
+
+    def add_to(self, path: Path) -> None:
+        """Add these keys to the JSON object in ``path`` (the profiler's own keys kept as written)."""
+        info = json.loads(path.read_text())
+        if not isinstance(info, dict):
+            raise ValueError("not a JSON object")
+        info.update(msgspec.to_builtins(self))
+        path.write_text(json.dumps(info, indent=1))

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from twinbench.doctor.observed import Attention
+
 # sub-jaxprs inlined into the caller's program (a nested jit, a custom derivative, remat): their equations are
 # part of the step's own sequence; scan/while/cond bodies are not (a loop compiled once is the fix)
 INLINED = ("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr",
@@ -92,14 +94,14 @@ DPA_NAME = ("BTNH,BSNH->BNTS", "dot_product_attention")  # jax.nn.dot_product_at
 DTYPE_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "f64": 8, "f8e4m3fn": 1, "f8e5m2": 1}
 
 
-def attention(hlo: str) -> dict[str, Any] | None:
+def attention(hlo: str) -> Attention | None:
     """How the compiled program computes attention, from its HLO text: ``fused`` (a cuDNN fused attention
     custom call), ``unfused`` (a softmax, i.e. an exponential, between batched dots over [..., q, k]: the
     score matrix is written to memory and read back), or None when it has no attention. For ``unfused``,
     the largest score tensor (shape, bytes) and whether it came from jax.nn.dot_product_attention."""
     fused = FUSED.findall(hlo)
     if fused:
-        return {"kind": "fused", "calls": len(fused), "target": fused[0]}
+        return Attention(kind="fused", calls=len(fused), target=fused[0])
     if "exponential(" not in hlo:
         return None
     batched = []
@@ -116,12 +118,12 @@ def attention(hlo: str) -> dict[str, Any] | None:
     exp_shapes = {tuple(int(d) for d in m.split(",") if d) for m in EXP.findall(hlo)}
     scores = [b for b in batched if tuple(b[1]) in exp_shapes] or batched
     dt, dims, line = max(scores, key=lambda s: _size(s[1]) * DTYPE_BYTES.get(s[0], 4))
-    return {"kind": "unfused", "scores_shape": dims, "dtype": dt,
-            "scores_bytes": _size(dims) * DTYPE_BYTES.get(dt, 4),
-            # any of the program's batched dots named by jax.nn.dot_product_attention (the largest scores may be
-            # another one's, or a fusion's line whose name is the fusion's): the script calls it
-            "dot_product_attention": any(n in b[2] for b in batched for n in DPA_NAME),
-            "causal": _causal(hlo, dims[-2], dims[-1])}
+    return Attention(kind="unfused", scores_shape=dims, dtype=dt,
+                     scores_bytes=_size(dims) * DTYPE_BYTES.get(dt, 4),
+                     # any of the program's batched dots named by jax.nn.dot_product_attention (the largest scores
+                     # may be another one's, or a fusion's line whose name is the fusion's): the script calls it
+                     dot_product_attention=any(n in b[2] for b in batched for n in DPA_NAME),
+                     causal=_causal(hlo, dims[-2], dims[-1]))
 
 
 def _causal(hlo: str, q: int, k: int) -> bool:
@@ -137,3 +139,4 @@ def _size(dims: list[int]) -> int:
     for d in dims:
         n *= d
     return n
+

@@ -27,8 +27,10 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+from twinbench.doctor.observed import Info, Note, ScriptError
 from twinbench.doctor.summary import ASYNC_KINDS, MIN_STEADY_STEPS, observations
 from twinbench.measure import page_faults
 from twinbench.measure.interference import runqueue_wait_s
@@ -42,6 +44,32 @@ OWN_SHARE = 0.1  # an iteration whose doctor's own work stretched the loop's par
 SNAPSHOT_EVERY_S = 1.0  # the observations so far are written at a step's end this often, and at the 2**k-th step
 # (a script killed at --timeout after ignoring SIGTERM keeps what was seen until then)
 
+
+
+@dataclass(slots=True)
+class InputBlock:
+    """The input check after one step call (``instruments_jax.input_check``): the step called back to back on the
+    batch already built; that call's iteration is left out of the loop's."""
+    index: int  # the step call it followed
+    replay_ms: list[float] = field(default_factory=list)  # each call, to its results ready
+    replay_cpu_ms: list[float] = field(default_factory=list)  # the process's CPU time in each
+
+
+@dataclass(slots=True)
+class Cut:
+    """One steady iteration cut into parts that add up to it (:meth:`Recorder._cut`), in seconds."""
+    it: float  # the whole iteration, one step call to the next
+    step: float  # the call to its results ready (torch: forward, backward and update)
+    own: float  # the call's own Python after its results were ready (asynchronous)
+    host: float  # known host work: eager ops, compilation, host reads
+    runq: float  # the loop's thread waiting for a CPU that others held
+    data: float  # the DataLoader's wait
+    data_raw: float  # ... whatever part it overlapped
+    input_own: float  # the input's wait less the loop thread's wait for a CPU
+    idle: float  # the rest: the device idle while the loop's own Python ran
+    to_forward: float  # PyTorch: an optimizer step's end to the next forward, less host reads
+    between: float  # asynchronous: the loop's code between the call's return and the next call
+    between_cpu: float  # ... its CPU time
 
 
 class StopScript(BaseException):
@@ -68,23 +96,23 @@ class Recorder:
         self.loop_thread: int | None = None  # the thread that calls the step (the loop's)
         self.sampler: Any = None  # samples.LoopSampler: where in the user's code the loop runs between calls
         # the input check (instruments_jax.input_check): per step call that ran one, the step called back to back
-        # on the batch already built, per step ({"index", "replay_ms", "n"}); those iterations are left out
-        self.input_blocks: list[dict[str, Any]] = []
+        # on the batch already built; those iterations are left out
+        self.input_blocks: list[InputBlock] = []
         self.check_input = False  # twinbench doctor: time the step on a pre-built batch between the loop's steps
         # the doctor's own work in the loop's thread (the observations' snapshot, the input check's block): step
         # key -> the step's call index whose iteration held it -> its seconds (:meth:`own_work`)
         self.own_s: dict[str, dict[int, float]] = defaultdict(dict)
         self.kinds: dict[str, str] = {}  # candidate key -> "jit" | "pmap" | "optax" | "torch-optimizer"; "-lib"
         # appended for a library's own jitted helpers (a step only when nothing else is called)
-        self.notes: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        self.info: dict[str, Any] = {}  # static facts: frameworks, devices, donation, ...
+        self.notes: dict[str, list[Note]] = defaultdict(list)
+        self.info = Info()  # static facts: frameworks, devices, donation, ...
         self.frameworks: set[str] = set()
         self.lock = threading.Lock()
         self.internal = 0  # > 0 while the doctor itself runs framework code (not the user's)
         self.torch_optimizers = 0  # torch.optim optimizers the script made (their step is the training step)
         self.stopped_early = False
         self.timed_out = False
-        self.error: dict[str, Any] | None = None
+        self.error: ScriptError | None = None
         self.finalizers: list[Callable[[], None]] = []  # instruments add static facts at the end
         # (t, all cores' busy s, own CPU s, cores, this process's page faults and CPU time: measure/page_faults)
         self.load: list[tuple[float, float, float, int, Any]] = []
@@ -111,7 +139,7 @@ class Recorder:
             try:
                 fn()
             except Exception as e:  # a failing finalizer loses one fact, never the report
-                self.info.setdefault("finalize_errors", []).append(f"{type(e).__name__}: {e}"[:200])
+                self.info.finalize_errors.append(f"{type(e).__name__}: {e}"[:200])
 
     # -- recording -------------------------------------------------------------------------------------
     def count(self, kind: str, n: float = 1) -> None:
@@ -121,11 +149,10 @@ class Recorder:
         self.seconds[kind] += s
 
     def note(self, kind: str, **payload: Any) -> None:
+        """Keep a note of ``kind`` (observations.NOTES) with ``payload``'s fields of :class:`Note`."""
         notes = self.notes[kind]
         if len(notes) < MAX_NOTES:
-            payload["t"] = time.perf_counter() - self.t_start
-            payload["step"] = self.steps_so_far()
-            notes.append(payload)
+            notes.append(Note(**payload, t=time.perf_counter() - self.t_start, step=self.steps_so_far()))
 
     def step_call(self, key: str, kind: str, t: float | None = None) -> None:
         """A step candidate starts (at ``t`` when the user's call began earlier, in a wrapper around it)."""
@@ -155,9 +182,10 @@ class Recorder:
         if busy is not None:
             self.load.append((now, sum(busy.values()), tree_cpu_s(os.getpid()), len(busy), page_faults.usage()))
 
-    def machine_load(self, t0: float | None, t1: float | None) -> dict[str, Any] | None:
+    def machine_load(self, t0: float | None, t1: float | None) -> dict[str, float] | None:
         """Cores that other processes kept busy between the samples nearest ``t0``..``t1`` (the steady steps;
-        the whole run where they span too little time), and the cores of the machine."""
+        the whole run where they span too little time), and the cores of the machine: observations.Machine's
+        figures (a Struct the doctor reads; this process has only the standard library)."""
         self._sample_load(time.perf_counter())
         if len(self.load) < 2:
             return None
@@ -214,7 +242,7 @@ class Recorder:
             try:
                 self.snapshot()
             except Exception as e:  # a snapshot is insurance: never the script's failure
-                self.info["snapshot_error"] = f"{type(e).__name__}: {e}"[:200]
+                self.info.snapshot_error = f"{type(e).__name__}: {e}"[:200]
             self._last_snapshot = time.perf_counter()  # its own cost is not counted against the interval
             self.own_work(self._last_snapshot - t_snap)
         if self.on_step_done and self.step_key() == key:
@@ -229,7 +257,7 @@ class Recorder:
                     self.drain()
                     self.drained_at = time.perf_counter()
                 except Exception as e:
-                    self.info["drain_error"] = f"{type(e).__name__}: {e}"[:200]
+                    self.info.drain_error = f"{type(e).__name__}: {e}"[:200]
                 finally:
                     self.internal -= 1
             raise StopScript(f"--steps {self.max_steps} reached")
@@ -292,7 +320,7 @@ class Recorder:
 
     def replayed(self) -> set[int]:
         """The step calls after which the input check called the step itself (their iterations hold its calls)."""
-        return {b["index"] for b in self.input_blocks}
+        return {b.index for b in self.input_blocks}
 
     def traced_iterations(self, key: str) -> tuple[set[int], list[int]]:
         """(the steady iterations the profiler weighed on, those wholly under it) for ``--trace``: from the one it
@@ -325,7 +353,8 @@ class Recorder:
             out |= weighed
         return out
 
-    def split(self, key: str, left_out: set[int] | None = None) -> dict[str, Any] | None:
+    def split(self, key: str, left_out: set[int] | None = None) -> dict[str, Any] | None:  # observations.Split
+        # (as JSON: its "async" is a Python keyword, which a Struct renames and a dataclass cannot)
         """Time per steady iteration (one step start to the next), split by where it went, so that the parts add
         up to the iteration: the step up to its results being ready, the call's tail after that (asynchronous),
         the DataLoader's ``next``, known host work (eager ops, compilation, host reads), the loop's thread
@@ -355,24 +384,24 @@ class Recorder:
             kept.append(i)
         if not rows:
             return None
-        its = sorted(r["it"] for r in rows)
+        its = sorted(r.it for r in rows)
         lo, hi = its[len(its) // 10], its[-1 - len(its) // 10]
-        band = [r for r in rows if lo <= r["it"] <= hi] or rows
+        band = [r for r in rows if lo <= r.it <= hi] or rows
 
         def mean(k: str) -> float:
-            return 1e3 * statistics.fmean(r[k] for r in band)
+            return 1e3 * statistics.fmean(getattr(r, k) for r in band)
 
         out = {"iterations": len(rows), "iterations_split": len(band), "iter_ms": mean("it"),
                "step_ms": mean("step"), "data_ms": mean("data"), "host_ms": mean("host"),
                "call_tail_ms": mean("own"),  # asynchronous: the step call's return after its results were ready
                "descheduled_ms": mean("runq"),  # ... then the loop's thread waiting for a CPU others held
                "idle_ms": mean("idle"),  # the rest: the device idle while the loop's own Python ran
-               "idle_mean_ms": 1e3 * statistics.fmean(r["idle"] for r in rows),  # over every iteration
+               "idle_mean_ms": 1e3 * statistics.fmean(r.idle for r in rows),  # over every iteration
                "to_forward_ms": mean("to_forward"),  # PyTorch: an optimizer step's end to the next forward
                "between_ms": mean("between"), "between_cpu_ms": mean("between_cpu"),
                # the medians over every split iteration, as input-bound's estimate without the input check reads
                # them (an iteration that waited once for a slow batch does not move it)
-               "medians": {k: 1e3 * statistics.median(r[k] for r in rows)
+               "medians": {k: 1e3 * statistics.median(getattr(r, k) for r in rows)
                            for k in ("it", "step", "data_raw", "host", "idle", "to_forward", "input_own")},
                "async": asynchronous}
         if self.sampler is not None:
@@ -383,7 +412,7 @@ class Recorder:
 
     def _cut(self, it: float, t0: float, s0: dict[str, float], s1: dict[str, float], ready: float,
              returned: float | None, returned_cpu: float | None, runq0: float | None, asynchronous: bool,
-             torch_step: bool) -> dict[str, float]:
+             torch_step: bool) -> Cut:
         """One iteration (``it`` s from the step call at ``t0``) cut into parts that add up to it."""
         def diff(k: str) -> float:
             return s1.get(k, 0.0) - s0.get(k, 0.0)
@@ -415,17 +444,18 @@ class Recorder:
         between_cpu = (max(s1.get("loop_cpu_s:s", 0.0) - returned_cpu, 0.0)
                        if returned_cpu is not None and "loop_cpu_s:s" in s1 and asynchronous else 0.0)
         # asynchronous: the DataLoader's next runs while the device works or idles (inside idle, not a part)
-        return {"it": it, "step": step, "own": own, "host": host, "runq": runq,
-                "data": diff("data_wait_s:s") if asynchronous else data, "data_raw": diff("data_wait_s:s"),
-                # PyTorch: the wait for input less the time the loop's thread waited for a CPU that other processes
-                # held (the DataLoader's next; with an optimizer, its step's end to the next forward, less host reads)
-                "input_own": max(diff("data_wait_s:s") - diff("data_wait_runq_s:s"),
+        return Cut(it=it, step=step, own=own, host=host, runq=runq,
+                   data=diff("data_wait_s:s") if asynchronous else data, data_raw=diff("data_wait_s:s"),
+                   # PyTorch: the wait for input less the time the loop's thread waited for a CPU that other
+                   # processes held (the DataLoader's next; with an optimizer, its step's end to the next forward,
+                   # less host reads)
+                   input_own=max(diff("data_wait_s:s") - diff("data_wait_runq_s:s"),
                                  diff("to_forward_s:s") - diff("to_forward_runq_s:s") - diff("torch_host_read_s:s")
                                  if self.kinds.get(self.step_key(final=True) or "") == "torch-optimizer" else 0.0),
-                "idle": max(rest - host - runq - data, 0.0), "to_forward": to_forward, "between": between,
-                "between_cpu": min(between_cpu, between)}
+                   idle=max(rest - host - runq - data, 0.0), to_forward=to_forward, between=between,
+                   between_cpu=min(between_cpu, between))
 
     # -- summarising -----------------------------------------------------------------------------------
-    def observations(self) -> dict[str, Any]:
-        """Everything ``findings.diagnose`` needs, as plain JSON-serialisable data (``doctor.summary``)."""
+    def observations(self) -> dict[str, Any]:  # observations.Observations, as JSON (summary.observations)
+        """Everything ``findings.diagnose`` needs, as JSON-serialisable data (``doctor.summary``)."""
         return observations(self)

@@ -13,9 +13,12 @@ import importlib.machinery
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from twinbench.doctor.recorder import ACTIVE, Recorder
+
+if TYPE_CHECKING:
+    from twinbench.doctor.instruments_jax import JaxInstruments
 
 WATCHED = ("jax", "torch", "optax")
 #: each framework's instruments ("module:class", imported when the framework is) and the session's options they take
@@ -54,6 +57,12 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+class Instrument(Protocol):
+    """What the session asks of a framework's instruments (``JaxInstruments``, ``TorchInstruments``)."""
+
+    def uninstall(self) -> None: ...
+
+
 class Session:
     """Start recording; ``stop()`` uninstalls everything and returns the observations."""
 
@@ -61,21 +70,26 @@ class Session:
         self.rec = Recorder(max_steps=max_steps)
         ACTIVE.append(self.rec)
         self.capture_stderr = capture_stderr
-        self.instruments: dict[str, Any] = {}
+        self.instruments: dict[str, Instrument] = {}  # framework -> its instruments
+        self.optax = False  # Optax's update is watched (by the JAX instruments)
         self.finder = _AfterImport(self._on_import)
         sys.meta_path.insert(0, self.finder)
         for name in WATCHED:
             if name in sys.modules:
                 self._on_import(name)
 
+    def jax(self) -> JaxInstruments | None:
+        """The JAX instruments, once JAX is imported."""
+        return self.instruments.get("jax")  # type: ignore[return-value]
+
     def _on_import(self, name: str) -> None:
-        if name in self.instruments:
+        if name in self.instruments or (name == "optax" and self.optax):
             return
         try:
             if name == "optax":  # JAX's optimizers: watched by the JAX instruments, once both are imported
-                if "jax" in self.instruments:
-                    self.instruments["jax"].patch_optax()
-                    self.instruments[name] = True
+                if (jax := self.jax()) is not None:
+                    jax.patch_optax()
+                    self.optax = True
                 return
             target, options = INSTRUMENTS[name]
             module, cls = target.split(":")
@@ -84,9 +98,9 @@ class Session:
             if "optax" in sys.modules:
                 self._on_import("optax")
         except Exception as e:  # never break the user's import: report what could not be watched
-            self.rec.info.setdefault("instrument_errors", []).append(f"{name}: {type(e).__name__}: {e}"[:300])
+            self.rec.info.instrument_errors.append(f"{name}: {type(e).__name__}: {e}"[:300])
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> dict[str, Any]:  # observations.Observations, as JSON (summary.observations)
         """Collect static facts, uninstall every hook, and return the observations."""
         if self.finder in sys.meta_path:
             sys.meta_path.remove(self.finder)
@@ -94,6 +108,5 @@ class Session:
             ACTIVE.remove(self.rec)
         self.rec.finish()
         for inst in self.instruments.values():
-            if hasattr(inst, "uninstall"):
-                inst.uninstall()
+            inst.uninstall()
         return self.rec.observations()

@@ -15,6 +15,8 @@ import sys
 import time
 from typing import Any
 
+from twinbench.doctor.observed import InputCheck, InputClock, ReadCheck, TraceTiming
+
 #: per-step figures need at least this many steady steps (the findings read it from here: the script's process,
 #: which builds the observations, imports no finding and nothing outside the standard library)
 MIN_STEADY_STEPS = 2
@@ -53,7 +55,8 @@ def completion_rates(ready: dict[int, float], steady: list[int]) -> list[float]:
             and all(j in inside for j in range(i, i + w))]
 
 
-def trace_timing(rec: Recorder, key: str, step_ms: float | None, steady: list[int], included: bool) -> dict[str, Any] | None:
+def trace_timing(rec: Recorder, key: str, step_ms: float | None, steady: list[int],
+                 included: bool) -> TraceTiming | None:
     """``--trace``: the traced iterations' median wall time (one step start to the next, under the profiler)
     and the step time without them (``untraced_step_ms``: None when too few steps ran outside the trace to
     leave them out of ``step_ms``, which then ``included`` them)."""
@@ -65,14 +68,14 @@ def trace_timing(rec: Recorder, key: str, step_ms: float | None, steady: list[in
     gaps = [calls[i + 1][0] - calls[i][0] for i in steady if i + 1 < len(calls) and i not in whole]
     mid = statistics.median(gaps) if len(gaps) >= 3 else 0.0
     spread = 1.4826 * statistics.median(abs(g - mid) for g in gaps) / mid if mid > 0 else None
-    return {"traced_step_ms": 1e3 * statistics.median(calls[i + 1][0] - calls[i][0] for i in whole)
-            if whole else None, "traced_steps": len(whole),
-            "untraced_step_ms": None if included else step_ms, "untraced_steps": 0 if included else len(steady),
-            "untraced_spread": None if included or spread is None else round(spread, 4),
-            "step_time_includes_trace": included}
+    return TraceTiming(traced_step_ms=1e3 * statistics.median(calls[i + 1][0] - calls[i][0] for i in whole)
+                       if whole else None, traced_steps=len(whole),
+                       untraced_step_ms=None if included else step_ms, untraced_steps=0 if included else len(steady),
+                       untraced_spread=None if included or spread is None else round(spread, 4),
+                       step_time_includes_trace=included)
 
 
-def read_check(rec: Recorder, key: str, traced: set[int]) -> dict[str, Any] | None:
+def read_check(rec: Recorder, key: str, traced: set[int]) -> ReadCheck | None:
     """The host-read check's A/B: the median iteration (one step start to the next) while the loop's reads
     of the step's outputs waited for them, against the same loop with those reads answered one step late
     (the device never waits for them), over alternating blocks of steps in this run; the first iteration
@@ -82,18 +85,19 @@ def read_check(rec: Recorder, key: str, traced: set[int]) -> dict[str, Any] | No
     if "deferred" not in modes.values():
         return None
     traced = traced | rec.replayed() | rec.own_iterations(key)  # the doctor's own iterations are neither kind
-    out: dict[str, Any] = {}
-    for mode in ("waited", "deferred"):
+    def iterations(mode: str) -> tuple[int, float | None, float | None]:
+        """(how many, their median ms, their interquartile range ms) of the iterations read ``mode``."""
         iv = [calls[i + 1][0] - calls[i][0] for i in range(2, len(calls) - 1)
               if modes.get(i) == mode and modes.get(i - 1) == mode and i not in traced]
-        out[f"{mode}_n"] = len(iv)
-        out[f"{mode}_ms"] = 1e3 * statistics.median(iv) if iv else None
         q = statistics.quantiles(iv, n=4) if len(iv) >= 2 else None
-        out[f"{mode}_iqr_ms"] = 1e3 * (q[2] - q[0]) if q else None
-    return out
+        return len(iv), 1e3 * statistics.median(iv) if iv else None, 1e3 * (q[2] - q[0]) if q else None
+
+    (wn, wms, wiqr), (dn, dms, diqr) = iterations("waited"), iterations("deferred")
+    return ReadCheck(waited_n=wn, waited_ms=wms, waited_iqr_ms=wiqr, deferred_n=dn, deferred_ms=dms,
+                     deferred_iqr_ms=diqr)
 
 
-def input_ab(rec: Recorder, key: str, left_out: set[int]) -> dict[str, Any] | None:
+def input_ab(rec: Recorder, key: str, left_out: set[int]) -> InputCheck | None:
     """The input check's A/B (``instruments_jax.input_check``): the step called on a batch already built, call
     by call, against the loop's own steady iterations as written, less the host work the doctor names
     elsewhere (eager ops, compilation, host reads, nnx.jit's graph traversal), in wall time and in the
@@ -122,29 +126,33 @@ def input_ab(rec: Recorder, key: str, left_out: set[int]) -> dict[str, Any] | No
             loop[f"{k}_less"].append(1e3 * max(v, 0.0))
         for k, v in (("wall", t1 - t0), ("cpu", cpu)):
             loop[k].append(1e3 * max(v, 0.0))
-    replays = {"wall": [t for b in rec.input_blocks for t in b["replay_ms"]],
-               "cpu": [t for b in rec.input_blocks for t in b.get("replay_cpu_ms", [])]}
-    out: dict[str, Any] = {"blocks": len(rec.input_blocks), "replays": len(replays["wall"]),
-                           "iterations": len(loop["wall"])}
+    replays = {"wall": [t for b in rec.input_blocks for t in b.replay_ms],
+               "cpu": [t for b in rec.input_blocks for t in b.replay_cpu_ms]}
+    blocks = {"wall": [b.replay_ms for b in rec.input_blocks], "cpu": [b.replay_cpu_ms for b in rec.input_blocks]}
+    out = InputCheck(blocks=len(rec.input_blocks), replays=len(replays["wall"]), iterations=len(loop["wall"]))
     if len(loop["wall"]) < 3 or len(replays["wall"]) < 3:
         return out
-    for clock in ("wall", "cpu"):
-        if len(replays[clock]) < 3:
-            continue
-        whole, less, pre = (statistics.median(x) for x in (loop[clock], loop[f"{clock}_less"], replays[clock]))
+
+    def clock(name: str) -> InputClock | None:
+        if len(replays[name]) < 3:
+            return None
+        whole, less, pre = (statistics.median(x) for x in (loop[name], loop[f"{name}_less"], replays[name]))
         # the samples themselves: the one-sided Mann-Whitney test on them is made where the findings are
         # (findings/input.py), so the script's process never imports SciPy
-        out[clock] = {"loop_ms": whole, "loop_less_known_ms": less, "prebuilt_ms": pre,
-                      "gain": (less - pre) / whole if whole else 0.0,
-                      "loop_less_known_samples_ms": [round(x, 4) for x in loop[f"{clock}_less"]],
-                      "prebuilt_samples_ms": [round(x, 4) for x in replays[clock]],
-                      "block_ms": [round(statistics.median(b["replay_ms" if clock == "wall" else "replay_cpu_ms"]),
-                                         3) for b in rec.input_blocks]}
+        return InputClock(loop_ms=whole, loop_less_known_ms=less, prebuilt_ms=pre,
+                          gain=(less - pre) / whole if whole else 0.0,
+                          loop_less_known_samples_ms=[round(x, 4) for x in loop[f"{name}_less"]],
+                          prebuilt_samples_ms=[round(x, 4) for x in replays[name]],
+                          block_ms=[round(statistics.median(b), 3) for b in blocks[name]])
+
+    out.wall, out.cpu = clock("wall"), clock("cpu")
     return out
 
 
 def observations(rec: Recorder) -> dict[str, Any]:
-    """Everything ``findings.diagnose`` needs, as plain JSON-serialisable data."""
+    """Everything ``findings.diagnose`` needs: :class:`twinbench.doctor.observations.Observations` as the JSON
+    this process writes (its parts the dataclasses of :mod:`twinbench.doctor.observed`; a Struct is read in the
+    doctor's process, and this one has only the standard library)."""
     wall = time.perf_counter() - rec.t_start
     key = rec.step_key(final=True)
     calls = rec.calls.get(key, []) if key else []
@@ -203,9 +211,9 @@ def observations(rec: Recorder) -> dict[str, Any]:
         if iter_ms is not None:
             iter_ms = max(iter_ms, step_ms)
     ran = {KIND_FRAMEWORK[k] for c, k in rec.kinds.items() if k in KIND_FRAMEWORK and rec.calls.get(c)}
-    if rec.counters.get("eager_ops"):
+    if rec.counters["eager_ops"]:
         ran.add("jax")
-    obs: dict[str, Any] = {
+    return {
         "frameworks": sorted(rec.frameworks),
         "frameworks_used": sorted(ran),  # those whose work the script ran (not only imported)
         "python": {"executable": sys.executable, "version": platform.python_version()},
@@ -243,11 +251,10 @@ def observations(rec: Recorder) -> dict[str, Any]:
         "candidates": {k.split(":", 1)[1]: len(v) for k, v in rec.calls.items()},
         "notes": {k: v for k, v in rec.notes.items()},
         "info": rec.info,
-        "compile_s": rec.seconds.get("compile_s", 0.0),
+        "compile_s": float(rec.seconds["compile_s"]),
         "stopped_early": rec.stopped_early,
         "timed_out": rec.timed_out,
         "error": rec.error,
         "steady_from_t": (starts[1] - rec.t_start) if len(starts) > 1 else None,
         "machine": rec.machine_load(starts[1] if len(starts) > 2 else None, starts[-1] if starts else None),
     }
-    return obs

@@ -27,15 +27,20 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twinbench import backends
+from twinbench.doctor.observed import Note, TraceInfo
 from twinbench.doctor.recorder import Recorder
+
+if TYPE_CHECKING:  # read in twinbench's process only (this module also runs in the script's: no msgspec there)
+    from twinbench.doctor.observations import CompileLog, Observations, TraceTimes
 from twinbench.hlo_text import dumped_module
 
 TRACE_FROM = 4  # the first step call recorded (0-based): the first ones compile
 TRACE_STEPS = 5  # steps recorded
 HLO_DIR = "hlo"
+TRACE_FILE = ("framework", "steps", "files", "hlo")  # what DIR/trace.json holds of TraceInfo (the rest is this run's)
 
 
 def trace_env(trace_dir: Path) -> dict[str, str]:
@@ -54,91 +59,86 @@ def dump_dir() -> Path | None:
     return Path(m.group(1)) if m else None
 
 
-def write_timing(trace_dir: Path, obs: dict[str, Any]) -> None:
+def write_timing(trace_dir: Path, obs: Observations) -> None:
     """Add the run's step time with and without the profiler to ``DIR/trace.json`` once its observations exist
     (``Recorder.trace_timing``): ``traced_step_ms`` (median, one traced step's start to the next) and
     ``traced_steps``; ``untraced_step_ms`` and ``untraced_steps`` (the doctor's steady step time with the
     traced iterations left out) only where enough steps ran outside the trace. ``twinbench explain`` reads
     them (:mod:`twinbench.explain.doctor_timing`). A failure is noted in the observations, never raised."""
-    timing, path = obs.get("trace_timing"), trace_dir / "trace.json"
+    from twinbench.doctor.observations import TraceTimes, TraceTiming, typed
+
+    obs = typed(obs)  # (JSON as read, a test's, is read as declared)
+    t, path = obs.trace_timing or TraceTiming(), trace_dir / "trace.json"
     if not path.is_file():
         return
+    traced = t.traced_step_ms if t.traced_step_ms is not None and t.traced_step_ms > 0 else None
+    untraced = t.untraced_step_ms if t.untraced_step_ms is not None and t.untraced_step_ms > 0 else None
+    spread = t.untraced_spread if untraced is not None and t.untraced_spread is not None and \
+        t.untraced_spread >= 0 else None
+    cond = conditions(obs)
+    times = TraceTimes(traced_step_ms=round(traced, 3) if traced else None, traced_steps=t.traced_steps if traced
+                       else None, untraced_step_ms=round(untraced, 3) if untraced else None,
+                       untraced_steps=t.untraced_steps if untraced else None, untraced_spread=spread,
+                       load=cond.load, step_kind=cond.step_kind, eager_ops_per_step=cond.eager_ops_per_step,
+                       compiles=cond.compiles)
     try:
-        info = json.loads(path.read_text())
-        for k in ("traced", "untraced"):
-            ms = timing.get(f"{k}_step_ms") if isinstance(timing, dict) else None
-            if isinstance(ms, (int, float)) and ms > 0:
-                info[f"{k}_step_ms"], info[f"{k}_steps"] = round(ms, 3), int(timing.get(f"{k}_steps") or 0)
-        spread = timing.get("untraced_spread") if isinstance(timing, dict) else None
-        if isinstance(spread, (int, float)) and spread >= 0 and info.get("untraced_step_ms"):
-            info["untraced_spread"] = spread  # how much the untraced steps move (explain's noise)
-        info.update(conditions(obs))
-        path.write_text(json.dumps(info, indent=1))
-    except (OSError, ValueError, AttributeError) as e:
-        trace = (obs.get("info") or {}).get("trace")
-        if isinstance(trace, dict):
-            trace["timing_error"] = f"{path}: {type(e).__name__}: {e}"[:300]
+        times.add_to(path)
+    except (OSError, ValueError) as e:
+        if obs.info.trace is not None:
+            obs.info.trace.timing_error = f"{path}: {type(e).__name__}: {e}"[:300]
 
 
-def conditions(obs: dict[str, Any]) -> dict[str, Any]:
+def conditions(obs: Observations) -> TraceTimes:
     """What the doctor saw of the run that decides whether its trace may name a cause (see the module):
     ``load`` (the cores other processes kept busy over the steady steps, the machine's cores, and ``busy``
-    when that is the share the doctor warns at), ``step_kind`` and ``eager_ops_per_step``."""
+    when that is the share the doctor warns at), ``step_kind``, ``eager_ops_per_step`` and the compile log."""
     from twinbench.doctor.findings.base import _per_step
     from twinbench.doctor.findings.machine import BUSY_WARN_SHARE
-    from twinbench.doctor.observations import typed
+    from twinbench.doctor.observations import Load, TraceTimes, typed
 
-    out: dict[str, Any] = {}
-    m = obs.get("machine") or {}
-    cores, others = m.get("cores"), m.get("others_cores")
-    if isinstance(cores, int) and cores > 0 and isinstance(others, (int, float)):
-        out["load"] = {"others_cores": round(float(others), 3), "cores": cores,
-                       "busy": bool(others >= BUSY_WARN_SHARE * cores)}
-    if isinstance(obs.get("step_kind"), str):
-        out["step_kind"] = obs["step_kind"]
-    eager = _per_step(typed(obs), "eager_ops")
-    if eager is not None:
-        out["eager_ops_per_step"] = round(eager, 1)
-    log = compile_log(obs)
-    if log:
-        out["compiles"] = log
-    return out
+    obs = typed(obs)
+    m, load = obs.machine, None
+    if m is not None and m.cores > 0 and m.others_cores is not None:
+        load = Load(others_cores=round(float(m.others_cores), 3), cores=m.cores,
+                    busy=bool(m.others_cores >= BUSY_WARN_SHARE * m.cores))
+    eager = _per_step(obs, "eager_ops")
+    return TraceTimes(load=load, step_kind=obs.step_kind, eager_ops_per_step=None if eager is None else round(eager, 1),
+                      compiles=compile_log(obs))
 
 
-def compile_log(obs: dict[str, Any]) -> dict[str, Any]:
+def compile_log(obs: Observations) -> CompileLog | None:
     """What compiled after step 1, for explain's compilation row (:mod:`twinbench.explain.compilation`): the
     steps, the backend compiles and their seconds, the script's retraces (JAX's cache misses, Dynamo's
     recompiles) by cause with up to 3 of the shape changes ``jax_explain_cache_misses`` printed, and the
-    finding that says the fix. {} when nothing compiled after step 1."""
+    finding that says the fix. None when nothing compiled after step 1."""
     from twinbench.doctor.findings.recompiles import _is_user_recompile, recompile_cause
+    from twinbench.doctor.observations import CompileLog, typed
 
-    t0, notes = obs.get("steady_from_t"), obs.get("notes") or {}
+    obs = typed(obs)
+    t0 = obs.steady_from_t
 
-    def steady(kind: str) -> list[dict[str, Any]]:  # the notes after step 1 (as the findings read them)
-        return [] if t0 is None else [n for n in notes.get(kind, []) if n.get("t", -1.0) >= t0]
+    def steady(kind: str) -> list[Note]:  # the notes after step 1 (as the findings read them)
+        return [] if t0 is None else [n for n in obs.noted(kind) if n.t >= t0]
 
     compiles = steady("compile")
-    misses = [n["message"] for n in steady("cache_miss")
-              if not n.get("nested") and _is_user_recompile(n["message"])]
-    torch_recompiles = notes.get("recompile", [])
+    misses = [n.message for n in steady("cache_miss") if not n.nested and _is_user_recompile(n.message)]
+    torch_recompiles = obs.noted("recompile")
     if not compiles and not misses and not torch_recompiles:
-        return {}
+        return None
     causes: dict[str, int] = {}
     for m in misses:
         causes[recompile_cause(m)] = causes.get(recompile_cause(m), 0) + 1
     shapes = [ln.strip().lstrip("* ")[:200] for m in misses for ln in m.splitlines() if " now " in ln
               and " and before " in ln][:3]
     finding = "jax-recompile" if misses else "torch-recompile" if torch_recompiles else ""
-    return {"steps": int(obs.get("steps") or 0), "compiles": len(compiles),
-            "compile_s": round(sum(float(n.get("s", 0.0)) for n in compiles), 3),
-            "retraces": len(misses) or len(torch_recompiles), "causes": causes, "shapes": shapes,
-            "finding": finding}
+    return CompileLog(steps=obs.steps, compiles=len(compiles), compile_s=round(sum(n.s for n in compiles), 3),
+                      retraces=len(misses) or len(torch_recompiles), causes=causes, shapes=shapes, finding=finding)
 
 
-def explain_command(trace_dir: Path, info: dict[str, Any]) -> str:
+def explain_command(trace_dir: Path, info: TraceInfo) -> str:
     """The ``twinbench explain`` command for a trace the doctor recorded (explain reads the folder's
     ``step.hlo.txt`` itself: ``--hlo`` only where the step's module was not found in the dump)."""
-    hlo = f" --hlo {info['hlo']}" if info.get("hlo") and not (trace_dir / "step.hlo.txt").is_file() else ""
+    hlo = f" --hlo {info.hlo}" if info.hlo and not (trace_dir / "step.hlo.txt").is_file() else ""
     return f"twinbench explain {trace_dir}{hlo}"
 
 
@@ -195,7 +195,7 @@ class StepProfiler:
             self.rec.traced = (TRACE_FROM - 1, None)  # the step time leaves these iterations out (Recorder.left_out)
             self._next_annotation(TRACE_FROM - 1)
         except Exception as e:  # the findings go on without the trace; the error is reported
-            self.rec.info["trace_error"] = f"start: {type(e).__name__}: {e}"[:300]
+            self.rec.info.trace_error = f"start: {type(e).__name__}: {e}"[:300]
             self.t0, self.rec.traced = 0.0, None
         finally:
             self.rec.internal -= 1
@@ -219,11 +219,12 @@ class StepProfiler:
             hlo = dump_dir() if backend.READS_XLA_FLAGS else None  # --xla_dump_to: the compiled step's HLO
             if hlo:
                 self._copy_step_hlo()
-            info = {"framework": self.framework, "steps": recorded, "files": files, "hlo": str(hlo) if hlo else None}
-            (self.dir / "trace.json").write_text(json.dumps(info, indent=1))
-            self.rec.info["trace"] = {**info, "dir": str(self.dir)}
+            info = TraceInfo(framework=str(self.framework), steps=recorded, files=files, hlo=str(hlo) if hlo else None)
+            (self.dir / "trace.json").write_text(json.dumps({k: getattr(info, k) for k in TRACE_FILE}, indent=1))
+            info.dir = str(self.dir)
+            self.rec.info.trace = info
         except Exception as e:
-            self.rec.info["trace_error"] = f"stop: {type(e).__name__}: {e}"[:300]
+            self.rec.info.trace_error = f"stop: {type(e).__name__}: {e}"[:300]
         finally:
             self.rec.internal -= 1
 

@@ -4,15 +4,19 @@ runs of a user's model), the same findings as ``twinbench doctor SCRIPT`` withou
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from twinbench.doctor.findings import Finding
+    from twinbench.doctor.observations import Observations
 
 
 class Diagnosed:
     """What a doctor's diagnosis answers, for a script's run (``DoctorResult``) and a watched block alike:
     ``findings`` (worst first) and the ``observations`` they were made from."""
 
-    findings: list[Any]
-    observations: dict[str, Any]
+    findings: list[Finding]
+    observations: Observations
 
     @property
     def serious(self) -> bool:
@@ -38,15 +42,17 @@ class watch(Diagnosed):
     """
 
     def __init__(self, steps: int | None = None, report: bool = True) -> None:
+        from twinbench.doctor.observations import Observations
+
         self.steps, self.report = steps, report
-        self.findings: list[Any] = []
-        self.observations: dict[str, Any] = {}
+        self.findings: list[Finding] = []
+        self.observations = Observations()
 
     def __enter__(self) -> watch:
         from twinbench.doctor.session import Session
 
         self.session = Session(max_steps=self.steps, capture_stderr=False)
-        jax_inst = self.session.instruments.get("jax")
+        jax_inst = self.session.jax()
         if jax_inst is not None:
             jax_inst.adopt(sys._getframe(1).f_globals)
         return self
@@ -54,12 +60,13 @@ class watch(Diagnosed):
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         from twinbench.doctor.bootstrap import describe_error
         from twinbench.doctor.findings import diagnose
+        from twinbench.doctor.observations import typed
         from twinbench.doctor.recorder import StopScript
 
         stopped = isinstance(exc, StopScript)
         if exc is not None and not stopped:
             self.session.rec.error = describe_error(exc)
-        self.observations = self.session.stop()
+        self.observations = typed(self.session.stop())
         self.findings = diagnose(self.observations)
         if self.report:
             from rich.console import Console

@@ -18,11 +18,14 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twinbench.explain import hlo
 from twinbench.explain.flops import parse_hlo
 from twinbench.explain.result import Depth, Explained, Growth
+
+if TYPE_CHECKING:
+    from twinbench.spec import RunSpec
 
 GROWTH = 0.25  # a per-layer count rising by more than this share grows faster than the layer count
 MIN_EXCESS = 16  # ... and by at least this many operations beyond linear growth
@@ -74,16 +77,17 @@ def sentence(run: str, found: list[Growth]) -> str:
             "layer enlarges every layer's fusions (a cause in the compiled program, not the model)")
 
 
-def preflight(depths: list[int], sides: list[Any]) -> None:
+def preflight(depths: list[int], sides: list[RunSpec]) -> None:
     """Each JAX side at each of ``depths``, before any run: validated and its shape checked against the host's
     memory as compare's runs are (SpecError, one line: ``--depths 2,100000`` never starts compiling)."""
     from dataclasses import replace
 
+    from twinbench.config import Framework
     from twinbench.limits import check_host
     from twinbench.spec import SpecError, validate
 
     for side in sides:
-        if side.framework != "jax":
+        if side.framework != Framework.JAX:
             continue
         for d in depths:
             spec = replace(side, model=replace(side.model, layers=d))

@@ -18,7 +18,6 @@ One module per kind of problem, as ``explain/`` is split: ``errors`` (the script
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from twinbench.doctor.findings.attention import (
     ATTN_WARN_BYTES,
@@ -120,10 +119,10 @@ IDS: tuple[str, ...] = tuple(k.id for k in KINDS)
 CHECKS: tuple[Callable[[Obs], Finding | None], ...] = tuple(k.check for k in KINDS)
 
 
-def diagnose(obs: Obs | dict[str, Any]) -> list[Finding]:
+def diagnose(obs: Obs) -> list[Finding]:
     """Every finding for these observations, worst first; within a severity, speed before the machine's load
     before memory alone (each finding's ``about``)."""
-    obs = typed(obs)  # the observations read once as declared (an undeclared key fails here)
+    obs = typed(obs)  # read once as declared (JSON as read, a test's, is converted: an undeclared key fails here)
     found = [f for check in CHECKS if (f := check(obs)) is not None]
     where = _step_location(obs)
     for f in found:  # a finding about the step, with no line of its own: the step's definition

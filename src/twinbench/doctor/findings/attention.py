@@ -23,16 +23,16 @@ def jax_attention_kernel(obs: Obs) -> Finding | None:
     attention call, or jax.nn.dot_product_attention called off a GPU: nothing."""
     prog = obs.info.step_program
     att, backend = (prog.attention, prog.backend) if prog else (None, "?")
-    if not att or att.get("kind") != "unfused":
+    if not att or att.kind != "unfused":
         return None
-    size = att["scores_bytes"]
+    size = att.scores_bytes
     gpu = backend in ("gpu", "cuda", "rocm")
-    called = bool(att.get("dot_product_attention"))
+    called = att.dot_product_attention
     if called and not gpu:  # the script calls the API that picks a fused kernel where there is one: nothing to do
         return None
     how = "jax.nn.dot_product_attention with its XLA implementation" if called else "written out: softmax(q @ k^T) @ v"
     # the mask the program has: a causal one becomes is_causal=True; any other (padding) stays the caller's mask
-    masking = ("is_causal=True" if att.get("causal") else
+    masking = ("is_causal=True" if att.causal else
                "mask=your_mask (a [batch, 1, q, k] boolean, or None; the step has no causal mask, so not is_causal)")
     where = ("on this GPU no fused kernel is used" if gpu else
              f"on the {backend} backend there is no fused kernel to choose")
@@ -49,6 +49,6 @@ def jax_attention_kernel(obs: Obs) -> Finding | None:
         "jax-attention-kernel", "warning" if gpu and size >= ATTN_WARN_BYTES else "info",
         f"attention is computed unfused ({how})",
         f"the compiled step has a softmax between two batched dots, no fused attention call: the score tensor "
-        f"{att['dtype']}{att['scores_shape']} ({_mib(size)}) is written to memory and read back in each call; "
+        f"{att.dtype}{att.scores_shape} ({_mib(size)}) is written to memory and read back in each call; "
         f"{where} (warning on a GPU from a {_mib(ATTN_WARN_BYTES)} score tensor)",
         fix, f"{JAX_DOCS}/_autosummary/jax.nn.dot_product_attention.html", location=_step_location(obs))

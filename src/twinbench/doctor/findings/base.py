@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-from twinbench.doctor.observations import Observations, typed
+from twinbench.doctor.observations import Note, Observations, typed
 from twinbench.doctor.summary import MIN_STEADY_STEPS  # per-step findings need this many steady steps
 
 SEVERITIES = ("error", "warning", "info")  # "warning or worse" decides the exit code
@@ -45,9 +45,6 @@ class Finding:
             raise ValueError(f"finding {self.id}: severity {self.severity!r} is not one of {SEVERITIES}")
         if self.caused_by and self.caused_by not in REGISTRY:
             raise ValueError(f"finding {self.id}: caused_by {self.caused_by!r} is not registered")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -116,10 +113,10 @@ def _per_step(obs: Obs, key: str) -> float | None:
     return obs.per(key)
 
 
-def _steady_notes(obs: Obs, kind: str) -> list[dict[str, Any]]:
+def _steady_notes(obs: Obs, kind: str) -> list[Note]:
     t0 = obs.steady_from_t
     notes = obs.noted(kind)
-    return [] if t0 is None else [n for n in notes if n["t"] >= t0]
+    return [] if t0 is None else [n for n in notes if n.t >= t0]
 
 
 def _sites(sites: dict[str, int], n: int = 3) -> str:

@@ -29,11 +29,11 @@ def eager_compiles(obs: Obs) -> tuple[int, float, str] | None:
         return None
     user = set(obs.candidates or {})
     ops = [n for n in obs.noted("compile")
-           if (m := re.fullmatch(r"jit\((\w+)\)", str(n.get("fn", "")))) and m.group(1) not in user]
+           if (m := re.fullmatch(r"jit\((\w+)\)", n.fn)) and m.group(1) not in user]
     if len(ops) < EAGER_COMPILES:
         return None
-    common = Counter(n["fn"] for n in ops).most_common(4)
-    return len(ops), sum(n.get("s", 0.0) for n in ops), ", ".join(f"{fn} x{c}" for fn, c in common)
+    common = Counter(n.fn for n in ops).most_common(4)
+    return len(ops), sum(n.s for n in ops), ", ".join(f"{fn} x{c}" for fn, c in common)
 
 
 @finding(

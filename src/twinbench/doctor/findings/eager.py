@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from twinbench.doctor.findings.base import JAX_DOCS, Finding, Obs, _per_step, finding
+from twinbench.doctor.observations import EagerFunction, EagerWork
 
 # -- jax-eager-ops -----------------------------------------------------------------------------------------
 EAGER_OPS_WARN = 20  # primitives dispatched one by one outside jit, per steady step
@@ -20,32 +19,31 @@ TEMPLATE = ("Put the whole step, optimizer update included, inside one jitted fu
             "(Flax NNX: decorate the step that calls optimizer.update(model, grads) with @nnx.jit.)")
 
 
-def decorator(fn: dict[str, Any]) -> str:
+def decorator(fn: EagerFunction) -> str:
     """The jit decorator for the user's function ``fn`` (``eager_step``'s record): its static arguments named."""
-    jit = "nnx.jit" if fn.get("nnx") else "jax.jit"
-    static = tuple(fn.get("static") or ())
+    jit = "nnx.jit" if fn.nnx else "jax.jit"
+    static = tuple(fn.static)
     return f"@functools.partial({jit}, static_argnames={static!r})" if static else f"@{jit}"
 
 
-def eager_fix(step: dict[str, Any] | None) -> str:
+def eager_fix(step: EagerWork | None) -> str:
     """Jit the user's own step function(s), each decorator written for it (its static arguments from the values it
     was called with), or the template where the eager work is not inside a function of one step."""
-    funcs = (step or {}).get("functions") or []
+    funcs = step.functions if step else []
     if not funcs:
-        where = (step or {}).get("at")
+        where = step.at if step else ""
         return TEMPLATE + (f"\nThe eager work runs at {where}, outside any function of one step." if where else "")
     head = ("Jit the step so that it runs as one compiled program: put this decorator on the line above "
             + ("each function below" if len(funcs) > 1 else "the function below")
-            + (" (the loop itself calls them: each is jitted on its own)" if step and step.get("loop") else "")
+            + (" (the loop itself calls them: each is jitted on its own)" if step and step.loop else "")
             + ":")
     lines = [head]
     for fn in funcs:
-        lines += [f"  {fn['file']}:{fn['line']}", f"  {decorator(fn)}",
-                  f"  def {fn['name']}({', '.join(fn['params'])}):"]
+        lines += [f"  {fn.file}:{fn.line}", f"  {decorator(fn)}", f"  def {fn.name}({', '.join(fn.params)}):"]
         lines += [f"  ({name}: {why}: it can set array shapes or Python control flow, so jit takes it as static; "
-                  "each value it takes compiles once)" for name, why in (fn.get("static") or {}).items()]
-    imports = {"import functools"} if any(fn.get("static") for fn in funcs) else set()
-    imports |= {"from flax import nnx"} if any(fn.get("nnx") for fn in funcs) else {"import jax"}
+                  "each value it takes compiles once)" for name, why in fn.static.items()]
+    imports = {"import functools"} if any(fn.static for fn in funcs) else set()
+    imports |= {"from flax import nnx"} if any(fn.nnx for fn in funcs) else {"import jax"}
     lines.append(f"(with {' and '.join(sorted(imports))} at the top of the file; the first call compiles, later "
                  "calls with the same shapes and static values reuse the program)")
     return "\n".join(lines)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from twinbench.doctor.findings.base import MIN_STEADY_STEPS, TORCH_DOCS, Finding, Obs, _per_step, finding
-from twinbench.doctor.observations import Machine, Medians, Split, typed
+from twinbench.doctor.observations import InputClock, Machine, Medians, Split, typed
 
 # -- input-bound ----------------------------------------------------------------------------------------------------
 INPUT_WAIT_SHARE = 0.20  # of each steady iteration spent waiting for the next batch
@@ -73,7 +71,7 @@ def _checked(obs: Obs) -> tuple[bool, float, str] | None:
     m = ab.cpu if clock == "cpu" else ab.wall
     if ab.replays < INPUT_CHECK_MIN or not m:
         return None
-    loop, less, pre = m["loop_ms"], m["loop_less_known_ms"], m["prebuilt_ms"]
+    loop, less, pre = m.loop_ms, m.loop_less_known_ms, m.prebuilt_ms
     lost = max(less - pre, 0.0)
     # a loop whose reads of the step's outputs cost it (jax-host-sync's own A/B) is not input-bound by that cost
     rc = obs.read_check
@@ -103,11 +101,11 @@ def _checked(obs: Obs) -> tuple[bool, float, str] | None:
                f"({split.between_ms or 0.0:.2f} ms from a call's return to the next call)"
                if split.between_cpu_ms is not None else "")
     what = "of the process's CPU time" if clock == "cpu" else ""
-    wall = ab.wall or {}
+    wall = ab.wall
     evidence = (
         f"checked by the doctor: {ab.blocks} times in the run, after one of the loop's step calls, it called the "
         f"compiled step on the batch already built, {ab.replays} calls in all, nothing of the loop in between: "
-        f"{pre:.2f} ms {what} per step (median; per block: {', '.join(f'{b:.1f}' for b in m.get('block_ms', []))}) "
+        f"{pre:.2f} ms {what} per step (median; per block: {', '.join(f'{b:.1f}' for b in m.block_ms)}) "
         f"against {loop:.2f} ms {what} per iteration as written (median of {ab.iterations} steady iterations; "
         f"{less:.2f} ms less the host work named elsewhere: eager ops, compilation, host reads, nnx.jit's graph); "
         f"the loop's own work between calls costs {lost_all:.2f} ms per iteration"
@@ -116,7 +114,7 @@ def _checked(obs: Obs) -> tuple[bool, float, str] | None:
         + f"; its input work (the next batch, ...) {lost:.2f} ms, {100 * share:.0f}% of the iteration (one-sided Mann-Whitney p = {p:.2g}; a warning from "
         f"{100 * INPUT_GAIN:.0f}% of the iteration at p < {INPUT_P:g})"
         + ("" if bound else ": not input-bound")
-        + (f"; wall time: {wall['prebuilt_ms']:.2f} ms per step on the pre-built batch against {wall['loop_ms']:.2f} "
+        + (f"; wall time: {wall.prebuilt_ms:.2f} ms per step on the pre-built batch against {wall.loop_ms:.2f} "
            f"ms per iteration as written" if clock == "cpu" and wall else "")
         + between + where
         + ("; on a CPU backend the loop's Python and XLA's threads share the cores, so input work slows the step "
@@ -124,15 +122,15 @@ def _checked(obs: Obs) -> tuple[bool, float, str] | None:
     return bound, share, evidence
 
 
-def p_value(m: dict[str, Any]) -> float:
+def p_value(m: InputClock) -> float:
     """The one-sided Mann-Whitney p of one clock of the input check (the loop's iterations, less the host work named
     elsewhere, slower than the step on a pre-built batch), from the samples ``summary.input_ab`` gave; a
     measurement that carries its p already keeps it."""
-    if "p" in m:
-        return float(m["p"])
+    if m.p is not None:
+        return m.p
     from scipy.stats import mannwhitneyu
 
-    return float(mannwhitneyu(m["loop_less_known_samples_ms"], m["prebuilt_samples_ms"], alternative="greater").pvalue)
+    return float(mannwhitneyu(m.loop_less_known_samples_ms, m.prebuilt_samples_ms, alternative="greater").pvalue)
 
 
 def _free_cores(obs: Obs) -> float | None:

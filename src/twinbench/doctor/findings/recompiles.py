@@ -7,6 +7,7 @@ import re
 from collections import Counter
 
 from twinbench.doctor.findings.base import JAX_DOCS, TORCH_DOCS, Finding, Obs, _steady_notes, finding
+from twinbench.doctor.observations import Note
 
 # -- jax-recompile ------------------------------------------------------------------------------------------
 RECOMPILE_WARN = 2  # tracing cache misses of a known function after step 1: 1 = info, >= 2 = warning
@@ -103,11 +104,10 @@ def shape_fix(messages: list[str]) -> str:
 
 def user_recompiles(obs: Obs) -> list[str]:
     """The cache misses after step 1 of the script's own functions (what jax-recompile counts)."""
-    return [n["message"] for n in _steady_notes(obs, "cache_miss")
-            if not n.get("nested") and _is_user_recompile(n["message"])]
+    return [n.message for n in _steady_notes(obs, "cache_miss") if not n.nested and _is_user_recompile(n.message)]
 
 
-def step_compiled_again(obs: Obs) -> list[dict]:
+def step_compiled_again(obs: Obs) -> list[Note]:
     """The backend compiles after step 1 of the program step 1 compiled (its largest compile, by name) when no
     trace missed JAX's cache: the same program compiled again for its inputs' placement (a pmapped step whose
     first inputs sit on one device, then its own outputs sharded over all of them), which
@@ -115,21 +115,21 @@ def step_compiled_again(obs: Obs) -> list[dict]:
     if obs.step_kind not in ("jit", "pmap"):
         return []
     compiles = obs.noted("compile")
-    first = [n for n in compiles if n.get("step") == 1]
+    first = [n for n in compiles if n.step == 1]
     if not first:
         return []
-    fn = max(first, key=lambda n: n.get("s", 0.0))["fn"]
-    return [n for n in compiles if n.get("step", 0) >= 2 and n["fn"] == fn]
+    fn = max(first, key=lambda n: n.s).fn
+    return [n for n in compiles if n.step >= 2 and n.fn == fn]
 
 
-def placement_recompile(obs: Obs, again: list[dict]) -> Finding:
+def placement_recompile(obs: Obs, again: list[Note]) -> Finding:
     """jax-recompile for a step compiled again with no new trace (:func:`step_compiled_again`)."""
     info = obs.info
     pmap = obs.step_kind == "pmap"
-    axis = (info.jit_options or {}).get("axis_name")
+    axis = info.jit_options.get("axis_name")  # the script's own jit options: free-form
     args = [a.split(":", 1)[-1] for a in info.carried_args or []]
-    secs = sum(n.get("s", 0.0) for n in again)
-    steps = sorted({n.get("step", 0) for n in again})
+    secs = sum(n.s for n in again)
+    steps = sorted({n.step for n in again})
     if pmap and axis and args:
         fix = ("Before the loop, place what the step carries as the pmapped step returns it (sharded over the "
                "devices on its axis), so the first call compiles the program every later call runs:\n"
@@ -146,7 +146,7 @@ def placement_recompile(obs: Obs, again: list[dict]) -> Finding:
         # count, not compile seconds that vary with the machine
         f"the step's program compiled again {len(again)} time(s) after step 1, with no new trace (cause: "
         "input placement)",
-        f"{again[0]['fn']} was compiled at step 1 and again at step(s) {', '.join(map(str, steps))} "
+        f"{again[0].fn} was compiled at step 1 and again at step(s) {', '.join(map(str, steps))} "
         f"({secs:.2f} s of backend compile), while no trace missed JAX's cache: the same shapes, placed "
         "differently"
         + ("; a pmapped step's first inputs sit on one device and its outputs, the next inputs, are sharded over "
@@ -176,7 +176,7 @@ def jax_recompile(obs: Obs) -> Finding | None:
     example = next(m for m in misses if recompile_cause(m) == top)
     detail = [ln.strip() for ln in example.splitlines()[1:] if ln.strip()][-3:]
     compiles = _steady_notes(obs, "compile")
-    steady_compile_s = sum(n.get("s", 0.0) for n in compiles)
+    steady_compile_s = sum(n.s for n in compiles)
     severity = "warning" if len(misses) >= RECOMPILE_WARN else "info"
     return Finding(
         "jax-recompile", severity,
@@ -205,7 +205,7 @@ def torch_recompile(obs: Obs) -> Finding | None:
     notes = obs.noted("recompile")
     if not notes:
         return None
-    reasons = Counter(_guard_reason(n["message"]) for n in notes)
+    reasons = Counter(_guard_reason(n.message) for n in notes)
     shape = any("size mismatch" in r or "stride" in r for r in reasons)
     fix = ("Mark the varying dimension dynamic before the first call, torch._dynamo.mark_dynamic(x, 0), "
            "or pad batches to a few fixed sizes; torch.compile(model, dynamic=True) compiles shape-generic "
@@ -258,7 +258,7 @@ def torch_graph_break(obs: Obs) -> Finding | None:
     reasons: Counter[str] = Counter()
     backward: Counter[str] = Counter()
     for n in notes:
-        msg = n["message"]
+        msg = n.message
         where = re.search(r"in user code at (\S+)", msg)
         reason = re.search(r"Graph Break Reason: (.*)", msg)
         text, at = (reason.group(1) if reason else msg.splitlines()[0]), (where.group(1) if where else "?")

@@ -68,10 +68,10 @@ def jax_replicated_batch(obs: Obs) -> Finding | None:
     info = obs.info
     fresh = info.fresh_args
     devices = info.devices
-    if devices <= 1 or not fresh or obs.step_kind != "jit" or not all(a["replicated"] for a in fresh):
+    if devices <= 1 or not fresh or obs.step_kind != "jit" or not all(a.replicated for a in fresh):
         return None
-    desc = "; ".join(f"{tuple(a['shape'])} {a['kind']} "
-                     + ("on 1 device" if a["devices"] == 1 else f"replicated on {a['devices']} devices")
+    desc = "; ".join(f"{tuple(a.shape)} {a.kind} "
+                     + ("on 1 device" if a.devices == 1 else f"replicated on {a.devices} devices")
                      for a in fresh[:3])
     return Finding(
         "jax-replicated-batch", "warning",

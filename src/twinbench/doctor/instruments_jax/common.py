@@ -7,11 +7,15 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from twinbench.doctor.observed import FreshArg
 from twinbench.doctor.patching import Patches
 from twinbench.doctor.ready import ReadyWatcher
 from twinbench.doctor.recorder import Recorder
+
+if TYPE_CHECKING:  # a type only: steps imports this module
+    from twinbench.doctor.instruments_jax.steps import _Jitted
 
 _LIB_DIRS: tuple[str, ...] = ()  # package folders whose own host reads are not the user's
 
@@ -95,18 +99,16 @@ def _device_bytes(jax: Any, leaves: list[Any]) -> dict[Any, int]:
     return per
 
 
-def _describe(jax: Any, leaf: Any) -> dict[str, Any]:
+def _describe(jax: Any, leaf: Any) -> FreshArg:
     import numpy as np
 
-    d: dict[str, Any] = {"shape": list(getattr(leaf, "shape", ())), "bytes": _nbytes(leaf)}
+    shape, nbytes = [int(d) for d in getattr(leaf, "shape", ())], _nbytes(leaf)
     if isinstance(leaf, np.ndarray):
-        d.update(kind="numpy", devices=1, replicated=True)
-    else:
-        sharding = getattr(leaf, "sharding", None)
-        n = len(sharding.device_set) if sharding is not None else 1
-        d.update(kind="jax", devices=n, sharding=type(sharding).__name__,
-                 replicated=bool(n == 1 or getattr(sharding, "is_fully_replicated", False)))
-    return d
+        return FreshArg(shape=shape, bytes=nbytes, kind="numpy", devices=1, replicated=True)
+    sharding = getattr(leaf, "sharding", None)
+    n = len(sharding.device_set) if sharding is not None else 1
+    return FreshArg(shape=shape, bytes=nbytes, kind="jax", devices=n, sharding=type(sharding).__name__,
+                    replicated=bool(n == 1 or getattr(sharding, "is_fully_replicated", False)))
 
 
 class Hooks(Patches):
@@ -122,7 +124,7 @@ class Hooks(Patches):
         try:
             yield
         except Exception as e:
-            errors = self.rec.info.setdefault("instrument_errors", [])
+            errors = self.rec.info.instrument_errors
             if len(errors) < 10:
                 errors.append(f"jax {what}: {type(e).__name__}: {e}"[:300])
 
@@ -139,7 +141,7 @@ class Instruments(Protocol):
 
     rec: Recorder
     jax: Any
-    wrappers: dict[str, Any]  # key -> the watched jitted function (steps._Jitted)
+    wrappers: dict[str, _Jitted]  # key -> the watched jitted function
     call_depth: int
     call_missed: bool
     outer_start: float | None

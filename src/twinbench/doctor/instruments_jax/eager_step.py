@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from twinbench.doctor.locations import is_library_file
+from twinbench.doctor.observed import EagerFunction, EagerWork
 
 CHAIN_CALLS = 3  # calls of each kind whose stacks are looked at
 
@@ -73,13 +74,13 @@ class EagerStep:
             self.static[code] = {n: why for n, v in values.items()
                                  if not _is_nnx(v) and (why := needs_static(jax, v)) is not None}
 
-    def _function(self, frame: Any) -> dict[str, Any]:
+    def _function(self, frame: Any) -> EagerFunction:
         code = frame.f_code
-        return {"name": code.co_name, "file": code.co_filename, "line": code.co_firstlineno,
-                "params": list(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]),
-                "static": self.static.get(code, {}), "nnx": self.nnx.get(code, False)}
+        return EagerFunction(name=code.co_name, file=code.co_filename, line=code.co_firstlineno,
+                             params=list(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]),
+                             static=self.static.get(code, {}), nnx=self.nnx.get(code, False))
 
-    def describe(self) -> dict[str, Any] | None:
+    def describe(self) -> EagerWork | None:
         """The user functions to jit: the innermost one both kinds of call (gradient, update) ran in, when it runs
         one step; else, where that one holds the loop (the same frame made the calls of two steps) or there is
         none, the innermost function of each kind's calls that is neither the loop nor the module. Each with its
@@ -101,12 +102,12 @@ class EagerStep:
             funcs = []
             for frames in first:
                 f = next((f for f in frames if not is_loop(f)), None)
-                if f is not None and all(g["name"] != f.f_code.co_name or g["line"] != f.f_code.co_firstlineno
+                if f is not None and all(g.name != f.f_code.co_name or g.line != f.f_code.co_firstlineno
                                          for g in funcs):
                     funcs.append(self._function(f))
         where = first[0][0] if first[0] else None
-        out = {"functions": funcs, "loop": target is not None and is_loop(target),
-               "at": f"{where.f_code.co_filename}:{where.f_lineno}" if where is not None else ""}
+        out = EagerWork(functions=funcs, loop=target is not None and is_loop(target),
+                        at=f"{where.f_code.co_filename}:{where.f_lineno}" if where is not None else "")
         self.chains = {"grad": [], "optax": []}  # frames hold the script's locals: let them go
         return out
 

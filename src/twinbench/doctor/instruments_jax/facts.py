@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from twinbench.doctor.instruments_jax.common import Hooks, _nbytes
 from twinbench.doctor.instruments_jax.transfers import _measure_h2d
+from twinbench.doctor.observed import Carried, Memory, StepProgram
 
 if TYPE_CHECKING:
     from twinbench.doctor.instruments_jax.steps import _Jitted
@@ -38,63 +39,66 @@ class StepFacts(Hooks):
     def finalize(self) -> None:
         """Add static facts about the step function: donation (Lowered.args_info), memory, sharding."""
         rec = self.rec
-        rec.info["eager_sources"] = dict(self.eager_sources.most_common(8))
-        rec.info["jax_host_read_sites"] = dict(self.read_sites.most_common(8))
-        rec.info.setdefault("threads", {})["jax"] = jax_threads(os.environ.get("XLA_FLAGS", ""),
-                                                                len(os.sched_getaffinity(0)))
+        info = rec.info
+        info.eager_sources = dict(self.eager_sources.most_common(8))
+        info.jax_host_read_sites = dict(self.read_sites.most_common(8))
+        info.threads["jax"] = jax_threads(os.environ.get("XLA_FLAGS", ""), len(os.sched_getaffinity(0)))
         with self.guard("eager step"):
-            rec.info["eager_step"] = self.eager_step.describe()
+            info.eager_step = self.eager_step.describe()
         with self.guard("backend"):
-            rec.info["backend"] = self.jax.default_backend()
+            info.backend = self.jax.default_backend()
         key = rec.step_key()
         wrapper = self.wrappers.get(key or "")
         if wrapper is None:
             return
-        rec.info["step_def"] = wrapper.key
-        rec.info["carried"] = wrapper.carried
-        rec.info["carried_args"] = wrapper.carried_args  # the arguments holding state carried step to step
-        rec.info["jit_options"] = {k: v for k, v in wrapper.options.items()  # as the script gave them, where
-                                   if _plain(v)}  # printable as code and kept in a JSON record (no shardings)
-        rec.info["jit_kind"] = "nnx" if type(wrapper.fun).__module__.startswith("flax") else wrapper.kind
-        rec.info["fresh_args"] = wrapper.fresh
-        rec.info["devices"] = self.jax.device_count()
+        carried = wrapper.carried or Carried()
+        info.step_def = wrapper.key
+        info.carried = carried
+        info.carried_args = wrapper.carried_args  # the arguments holding state carried step to step
+        info.jit_options = {k: v for k, v in wrapper.options.items()  # as the script gave them, where
+                            if _plain(v)}  # printable as code and kept in a JSON record (no shardings)
+        info.jit_kind = "nnx" if type(wrapper.fun).__module__.startswith("flax") else wrapper.kind
+        info.fresh_args = wrapper.fresh
+        info.devices = self.jax.device_count()
         if wrapper.specs is not None and not wrapper.kind.startswith("pmap"):
             with self.guard("step program"):
                 _read_program(self, wrapper)
         elif wrapper.kind.startswith("pmap"):  # said, not silently left out
-            rec.info.setdefault("skipped", {})["the step's program (unrolled layers, attention kernel)"] = (
+            info.skipped["the step's program (unrolled layers, attention kernel)"] = (
                 "a pmapped step is not traced again from its shapes; jit it (jax-pmap-legacy) to have it checked")
-        if rec.counters.get("h2d_numpy_args") or rec.counters.get("h2d_guard_arrays"):
+        if rec.counters["h2d_numpy_args"] or rec.counters["h2d_guard_arrays"]:
             rec.internal += 1
             try:
-                rec.info["h2d"] = _measure_h2d(self.jax)
+                info.h2d = _measure_h2d(self.jax)
             finally:
                 rec.internal -= 1
-        if wrapper.specs is not None and wrapper.carried.get("bytes", 0):
+        if wrapper.specs is not None and carried.bytes:
             rec.internal += 1
             try:
                 with _nnx_context(wrapper.fun):
                     lowered = wrapper.jitted.lower(*wrapper.specs[0], **wrapper.specs[1])
                 infos = self.jax.tree_util.tree_leaves(lowered.args_info)
                 donated = sum(_nbytes(a) for a in infos if getattr(a, "donated", False))
-                rec.info["donated_bytes"] = donated
-                if donated >= 0.5 * wrapper.carried["bytes"]:
+                info.donated_bytes = donated
+                if donated >= 0.5 * carried.bytes:
                     return  # donated: no finding, so no need to compile (from cache, normally) for memory
                 # Lowered.args_info is not the whole truth (a pmapped step marks only the first leaf of a
                 # donated argument): what the executable aliases, per device, decides.
                 mem = lowered.compile().memory_analysis()
                 if mem is not None:
-                    rec.info["memory"] = {k: int(getattr(mem, k)) for k in (
-                        "argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
-                        "temp_size_in_bytes")}
-                    rec.info["memory_capacity_bytes"] = memory_capacity(self.jax)
+                    info.memory = Memory(
+                        argument_size_in_bytes=int(mem.argument_size_in_bytes),
+                        output_size_in_bytes=int(mem.output_size_in_bytes),
+                        alias_size_in_bytes=int(mem.alias_size_in_bytes),
+                        temp_size_in_bytes=int(mem.temp_size_in_bytes))
+                    info.memory_capacity_bytes = memory_capacity(self.jax)
             except Exception as e:  # the report says what it could not learn
                 if type(wrapper.jitted).__module__.startswith("flax") or "update context" in str(e):
                     # a Flax NNX transform (nnx.jit & co.) cannot be re-lowered from shapes outside its
                     # graph context: the donation is not checked, which is not a failure of the doctor
-                    rec.info["donation_skipped"] = f"{type(e).__name__}: {e}"[:300]
+                    info.donation_skipped = f"{type(e).__name__}: {e}"[:300]
                     return
-                rec.info["donation_error"] = f"{type(e).__name__}: {e}"[:300]
+                info.donation_error = f"{type(e).__name__}: {e}"[:300]
             finally:
                 rec.internal -= 1
 
@@ -114,19 +118,18 @@ def _read_program(self: StepFacts, wrapper: _Jitted) -> None:
         with _nnx_context(wrapper.fun):
             traced = trace(*wrapper.specs[0], **wrapper.specs[1])
             seq = program.tokens(traced.jaxpr)
-            info: dict[str, Any] = {"eqns": len(seq), "backend": self.jax.default_backend()}
-            info["repeat"] = program.find_repeat(seq)
             # the step's own backend compile(s), from JAX's monitoring events
             names = (f"jit({wrapper.name})", f"pjit({wrapper.name})", wrapper.name)
-            info["compile_s"] = round(sum(n["s"] for n in rec.notes.get("compile", []) if n["fn"] in names), 4)
+            info = StepProgram(eqns=len(seq), backend=self.jax.default_backend(), repeat=program.find_repeat(seq),
+                               compile_s=round(sum(n.s for n in rec.notes["compile"] if n.fn in names), 4))
             t1 = time.perf_counter()
             lowered = traced.lower()
-            if time.perf_counter() - t1 < LOWER_CACHED_S or info["compile_s"] < READ_COMPILE_MAX_S:
-                info["attention"] = program.attention(lowered.compile().as_text())
+            if time.perf_counter() - t1 < LOWER_CACHED_S or info.compile_s < READ_COMPILE_MAX_S:
+                info.attention = program.attention(lowered.compile().as_text())
             else:  # the lowering missed JAX's cache, so would the compile: not worth a second compile
-                info["attention_skipped"] = "the step's program is not in JAX's cache"
-        info["read_s"] = round(time.perf_counter() - t0, 4)  # the doctor's own time reading it back
-        rec.info["step_program"] = info
+                info.attention_skipped = "the step's program is not in JAX's cache"
+        info.read_s = round(time.perf_counter() - t0, 4)  # the doctor's own time reading it back
+        rec.info.step_program = info
     finally:
         rec.internal -= 1
 

@@ -112,7 +112,7 @@ class HostReads(Hooks):
         rec = self.rec
         rec.seconds["jax_host_read_s"] += t1 - t0
         key = (id(frame), frame.f_lineno)
-        compiled = rec.seconds.get("compile_s", 0.0)  # compilation in a burst is compile time, not the reads'
+        compiled = rec.seconds["compile_s"]  # compilation in a burst is compile time, not the reads'
         if self.burst is not None and self.burst[:2] == key and t0 - self.burst[2] < BURST_GAP_S:
             rec.seconds["jax_host_read_span_s"] += max(t1 - self.burst[2] - (compiled - self.burst[3]), 0.0)
         else:

@@ -19,6 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from twinbench.doctor.instruments_jax.common import Hooks, _nbytes
+from twinbench.doctor.recorder import InputBlock
 
 if TYPE_CHECKING:
     from twinbench.doctor.instruments_jax.steps import _Jitted
@@ -38,7 +39,7 @@ class InputCheck(Hooks):
         due = index in INPUT_CHECK_FIRST or (index > last and (index - last) % INPUT_CHECK_EVERY == 0)
         if (not rec.check_input or not due
                 or wrapper.kind.endswith("-lib") or wrapper.rec_key != rec.step_key()
-                or rec.info.get("input_check_error") or rec.stopped_early):
+                or rec.info.input_check_error or rec.stopped_early):
             return
         if rec.max_steps and index >= rec.max_steps - 2:  # the loop's last iterations stay the loop's
             return
@@ -46,14 +47,13 @@ class InputCheck(Hooks):
         try:
             per_step = self._replay(wrapper, args, kwargs, out)
         except Exception as e:  # the check is the doctor's: the script goes on as written
-            rec.info["input_check_error"] = f"{type(e).__name__}: {e}"[:300]
+            rec.info.input_check_error = f"{type(e).__name__}: {e}"[:300]
             return
         finally:
             rec.internal -= 1
         if per_step:
-            rec.input_blocks.append({"index": index, "replay_ms": [round(1e3 * t, 4) for t, _ in per_step],
-                                     "replay_cpu_ms": [round(1e3 * c, 4) for _, c in per_step],
-                                     "n": len(per_step)})
+            rec.input_blocks.append(InputBlock(index, [round(1e3 * t, 4) for t, _ in per_step],
+                                               [round(1e3 * c, 4) for _, c in per_step]))
 
     def _replay(self, wrapper: _Jitted, args: tuple, kwargs: dict, out: Any) -> list[tuple[float, float]] | None:
         """The seconds of each of ``INPUT_REPLAYS`` calls of the step, back to back, and the process's CPU seconds
@@ -82,13 +82,13 @@ class InputCheck(Hooks):
             if not wrapper.carry_map or sum(_nbytes(out_leaves[o]) for o in wrapper.carry_map.values()) > \
                     MAX_COPY_BYTES:
                 rec = self.rec
-                rec.info["input_check_error"] = "the step donates a state the check cannot copy"
+                rec.info.input_check_error = "the step donates a state the check cannot copy"
                 return None
             leaves = list(leaves)
             for i, o in wrapper.carry_map.items():
                 leaves[i] = out_leaves[o].copy()
         if any(isinstance(x, jax.Array) and x.is_deleted() for x in leaves):
-            self.rec.info["input_check_error"] = "the step's inputs were deleted by its call (donated)"
+            self.rec.info.input_check_error = "the step's inputs were deleted by its call (donated)"
             return None
 
         def call(leaves: list[Any]) -> list[Any]:

@@ -20,6 +20,7 @@ from twinbench.doctor.instruments_jax.common import (
     _lib_dirs,
     _nbytes,
 )
+from twinbench.doctor.observed import Carried, FreshArg
 
 
 class StepHooks(Hooks):
@@ -81,16 +82,16 @@ class StepHooks(Hooks):
                     with inst.guard("nnx graph args"):  # modules/optimizers passed in: traversed every call
                         cached = sys._getframe(1).f_code.co_name == "cache_args_wrapper"  # nnx.cached_partial
                         nodes = [] if cached else [a for a in (*args, *kwargs.values()) if is_node(a)]
-                        if nodes and "nnx_node_args" not in inst.rec.info:  # the user's arguments that are
-                            inst.rec.info["nnx_node_args"] = _node_args(obj, args, kwargs, is_node)  # modules
+                        if nodes and inst.rec.info.nnx_node_args is None:  # the user's arguments that are
+                            inst.rec.info.nnx_node_args = _node_args(obj, args, kwargs, is_node)  # modules
                         if nodes:
                             inst.rec.count("nnx_graph_calls")
-                            if "nnx_graph_leaves" not in inst.rec.info:  # the graph's size: its state leaves
+                            if inst.rec.info.nnx_graph_leaves is None:  # the graph's size: its state leaves
                                 from flax import nnx
 
                                 inst.rec.internal += 1
                                 try:
-                                    inst.rec.info["nnx_graph_leaves"] = len(
+                                    inst.rec.info.nnx_graph_leaves = len(
                                         inst.jax.tree_util.tree_leaves(nnx.state(tuple(nodes))))
                                 finally:
                                     inst.rec.internal -= 1
@@ -127,7 +128,7 @@ class StepHooks(Hooks):
 
         return wrapped_transform
 
-    def adopt(self, namespace: dict[str, Any]) -> list[str]:
+    def adopt(self, namespace: dict[str, Any]) -> list[str]:  # a module's globals: any names, any values
         """Wrap jitted functions already bound in ``namespace`` (for ``watch()`` in a notebook)."""
         adopted = []
         for name, value in list(namespace.items()):
@@ -144,18 +145,18 @@ class _Jitted:
     """A jitted (or pmapped) function that counts its calls as step candidates; otherwise transparent."""
 
     def __init__(self, inst: Instruments, jitted: Any, fun: Any, key: str, name: str, kind: str,
-                 options: dict[str, Any]) -> None:
+                 options: dict[str, Any]) -> None:  # options: jax.jit's keywords as the script gave them
         self.inst, self.jitted, self.kind, self.options = inst, jitted, kind, options
         self.fun = fun
         self.key, self.name = f"{kind}:{key}", name
         self.rec_key = f"{kind}:{name}"  # same name and place = one candidate (a re-created jit too)
         self.ncalls = 0
         self.prev_out: list[Any] = []
-        self.carried: dict[str, Any] = {}
+        self.carried: Carried | None = None  # None until the 2nd call
         self.carried_out: set[int] = set()  # positions of the outputs that the next call takes back in
         self.carry_map: dict[int, int] = {}  # input leaf position -> the output leaf position it came from
         self.carried_args: list[str] = []  # the step's arguments that hold carried state (named or positional)
-        self.fresh: list[dict[str, Any]] = []
+        self.fresh: list[FreshArg] = []
         self.specs: tuple[tuple, dict] | None = None
         functools.update_wrapper(self, fun, updated=())
 
@@ -256,14 +257,14 @@ class _Jitted:
         nbytes = sum(_nbytes(x) for x in carried)
         if self.specs is None:  # the step's argument shapes, to read its program back at the end
             self.specs = self._specs(args, kwargs)
-        if nbytes > self.carried.get("bytes", -1):
+        if self.carried is None or nbytes > self.carried.bytes:
             in_ids = {id(x) for x in leaves}
             self.carried_out = {i for i, x in enumerate(self.prev_out) if id(x) in in_ids}
             out_pos = {id(x): j for j, x in enumerate(self.prev_out)}
             self.carry_map = {i: out_pos[id(x)] for i, x in enumerate(leaves) if id(x) in out_pos}
             self.carried_args = _carried_args(jax, self.fun, args, kwargs, out_ids)
-            self.carried = {"leaves": len(carried), "bytes": nbytes,
-                            "device_bytes": max(_device_bytes(jax, carried).values(), default=0)}
+            self.carried = Carried(leaves=len(carried), bytes=nbytes,
+                                   device_bytes=max(_device_bytes(jax, carried).values(), default=0))
             if carried:
                 self.specs = self._specs(args, kwargs)
         if self.ncalls == 2:

@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Any
 
+from twinbench.doctor.observed import H2D
 from twinbench.doctor.recorder import Recorder
 
 
@@ -65,7 +66,7 @@ class StderrTee:
         self.thread.join(timeout=5)
 
 
-def _measure_h2d(jax: Any) -> dict[str, float]:
+def _measure_h2d(jax: Any) -> H2D:
     """Host-to-device bandwidth (a 32 MiB copy, best of 3) and per-transfer latency (a 16-float copy)."""
     import numpy as np
 
@@ -80,4 +81,4 @@ def _measure_h2d(jax: Any) -> dict[str, float]:
     big = np.ones(2**23, np.float32)  # 32 MiB: long enough that the copy, not the call, is timed
     latency = best(np.ones(16, np.float32))
     # The whole copy's time, latency included (subtracting it can leave nothing and an impossible bandwidth).
-    return {"bytes_per_s": big.nbytes / max(best(big), 1e-6), "latency_s": latency}
+    return H2D(bytes_per_s=big.nbytes / max(best(big), 1e-6), latency_s=latency)
