@@ -58,10 +58,10 @@ def written_out(q: Any, k: Any, v: Any) -> Any:
 
 def test_attention_formulation_on_the_cpu() -> None:
     mine = program.attention(attention_hlo(written_out))
-    assert mine is not None and mine["kind"] == "unfused" and not mine["dot_product_attention"]
-    assert mine["scores_shape"] == [2, 4, 16, 16] and mine["scores_bytes"] == 2 * 4 * 16 * 16 * 4
+    assert mine is not None and mine.kind == "unfused" and not mine.dot_product_attention
+    assert mine.scores_shape == [2, 4, 16, 16] and mine.scores_bytes == 2 * 4 * 16 * 16 * 4
     dpa = program.attention(attention_hlo(jax.nn.dot_product_attention))
-    assert dpa is not None and dpa["kind"] == "unfused" and dpa["dot_product_attention"]  # XLA's, on a CPU
+    assert dpa is not None and dpa.kind == "unfused" and dpa.dot_product_attention  # XLA's, on a CPU
     mlp = jax.jit(lambda x: jax.nn.softmax(jnp.tanh(x @ x.T))).lower(X).compile().as_text()
     assert program.attention(mlp) is None  # a softmax without two batched dots: no attention
 
@@ -80,12 +80,12 @@ def padded_written_out(q: Any, k: Any, v: Any) -> Any:
 
 
 def test_a_causal_mask_is_told_from_a_padding_mask_and_the_fix_follows() -> None:
-    assert program.attention(attention_hlo(causal_written_out))["causal"]
+    assert program.attention(attention_hlo(causal_written_out)).causal
     dpa = functools.partial(jax.nn.dot_product_attention, is_causal=True)
-    assert program.attention(attention_hlo(dpa))["causal"]
-    assert not program.attention(attention_hlo(written_out))["causal"]
+    assert program.attention(attention_hlo(dpa)).causal
+    assert not program.attention(attention_hlo(written_out)).causal
     padded = program.attention(attention_hlo(padded_written_out))
-    assert padded is not None and not padded["causal"]
+    assert padded is not None and not padded.causal
     fix = fd.jax_attention_kernel({"info": {"step_program": {"attention": padded, "backend": "gpu"}}}).fix
     assert "is_causal=True" not in fix and "mask=" in fix  # an encoder's padding mask is not made causal
 
@@ -108,7 +108,7 @@ def step_obs(hlo: str, backend: str) -> dict[str, Any]:
 
 
 def test_attention_finding_on_a_gpu() -> None:
-    assert program.attention(GPU_FUSED)["kind"] == "fused"
+    assert program.attention(GPU_FUSED).kind == "fused"
     assert fd.jax_attention_kernel(step_obs(GPU_FUSED, "gpu")) is None  # cuDNN's fused kernel: nothing to say
     gpu = fd.jax_attention_kernel(step_obs(GPU_UNFUSED, "gpu"))
     assert gpu is not None and gpu.severity == "warning"  # 32 MiB of scores, over the 1 MiB line
@@ -119,7 +119,7 @@ def test_attention_finding_on_a_gpu() -> None:
     # a port that calls jax.nn.dot_product_attention: on a CPU nothing to say (it is not written out), on a GPU
     # the title names the call, not softmax(q @ k^T) @ v
     called = GPU_UNFUSED.replace('op_name="jit(step)/bhqk,bkhd->bhqd', 'op_name="jit(step)/dot_product_attention')
-    assert program.attention(called)["dot_product_attention"]  # named on a dot that is not the scores' own
+    assert program.attention(called).dot_product_attention  # named on a dot that is not the scores' own
     assert fd.jax_attention_kernel(step_obs(called, "cpu")) is None
     on_gpu = fd.jax_attention_kernel(step_obs(called, "gpu"))
     assert "jax.nn.dot_product_attention" in on_gpu.title and "softmax(q @ k^T)" not in on_gpu.title

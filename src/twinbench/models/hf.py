@@ -22,8 +22,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 import numpy as np
 
 from twinbench.config import ModelConfig, SpecError
@@ -45,9 +46,9 @@ class HFFormat:
     model_type: str  # config.json's model_type
     architecture: str  # a word of ``architectures`` that names it when model_type is missing (old configs)
     fields: tuple[str, ...]  # the ModelConfig fields a checkpoint determines
-    config: Callable[[dict[str, Any], str], ModelConfig]  # (config.json, where) -> ModelConfig
+    config: Callable[[RawConfig, str], ModelConfig]  # (config.json, where) -> ModelConfig (decoded with decode())
     to_canonical: Callable[[dict[str, np.ndarray], ModelConfig, str], Canonical]  # (tensors, cfg, where)
-    to_hf: Callable[[ModelConfig, Canonical], tuple[dict[str, Any], dict[str, np.ndarray]]]  # -> config, tensors
+    to_hf: Callable[[ModelConfig, Canonical], tuple[msgspec.Struct, dict[str, np.ndarray]]]  # -> config, tensors
     shapes: Callable[[ModelConfig], dict[str, tuple[int, ...]]]  # canonical name -> shape
     #: (a checkpoint's tensor name, its number of dimensions) -> (its canonical name, whether it is a linear weight
     #: that ``to_canonical`` transposes), or None for a tensor ``to_canonical`` leaves out (a buffer, another head):
@@ -55,6 +56,28 @@ class HFFormat:
     name: Callable[[str, int], tuple[str, bool] | None]
     #: modules ``to_canonical`` initialises itself when a checkpoint has none of their weights (BERT's head)
     fresh: tuple[str, ...] = ()
+
+
+#: A checkpoint's ``config.json`` as read: a user's file, of whatever fields its library wrote; each family decodes
+#: the fields it knows into its own struct (:func:`decode`), the rest is never read.
+RawConfig = dict[str, object]
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+class ConfigFields(msgspec.Struct, kw_only=True, frozen=True):
+    """The fields every family's ``config.json`` struct has: what names the family."""
+
+    architectures: list[str] | None = None
+    model_type: str | None = None
+
+
+def decode(raw: RawConfig, cls: type[S], what: str, where: str) -> S:
+    """The fields of ``config.json`` the family ``what`` reads, typed (a number written as a string is read as
+    one, as ``int()`` would); a missing or mistyped one is one SpecError line naming it."""
+    try:
+        return msgspec.convert(raw, cls, strict=False)
+    except msgspec.ValidationError as e:
+        raise SpecError(f"{where}: {CONFIG} lacks a valid {what} field ({terminal(e, 120)})") from None
 
 
 #: The ModelConfig fields every checkpoint determines (a family's ``fields`` starts with them).
@@ -66,7 +89,7 @@ def _formats() -> dict[str, tuple[Family, HFFormat]]:
 
 
 # ---------------------------------------------------------------------------------------------- reading
-def read_config(path: str | Path, flag_name: str = FLAG) -> dict[str, Any]:
+def read_config(path: str | Path, flag_name: str = FLAG) -> RawConfig:
     """The checkpoint's ``config.json`` as a dict; a one-line :class:`SpecError` if it is not there."""
     p = Path(path)
     if not p.is_dir():
@@ -92,12 +115,16 @@ def read_config(path: str | Path, flag_name: str = FLAG) -> dict[str, Any]:
     return cfg
 
 
-def model_type(hf: dict[str, Any]) -> str:
-    mt = hf.get("model_type")
-    if not mt:
-        archs = " ".join(hf.get("architectures") or [])
-        mt = next((t for t, (_, fmt) in _formats().items() if fmt.architecture in archs), "")
-    return str(mt)
+def model_type(hf: RawConfig) -> str:
+    """The checkpoint's ``model_type``, else the family one of its ``architectures`` names (old configs)."""
+    try:
+        named = msgspec.convert(hf, ConfigFields)
+    except msgspec.ValidationError:  # neither of the shape transformers writes: no family of ours
+        return ""
+    if named.model_type:
+        return named.model_type
+    archs = " ".join(named.architectures or [])
+    return next((t for t, (_, fmt) in _formats().items() if fmt.architecture in archs), "")
 
 
 def config_from_hf(path: str | Path, flag_name: str = FLAG) -> ModelConfig:
@@ -136,11 +163,11 @@ def weight_files(path: str | Path, flag_name: str = FLAG) -> list[Path]:
         return [p / SAFETENSORS]
     if (p / SAFETENSORS_INDEX).is_file():
         try:
-            index = json.loads(read_file((p / SAFETENSORS_INDEX).resolve(), MAX_SETTINGS * 16))
-            files = [p / f for f in sorted(set(index.get("weight_map", {}).values()))]
+            index = msgspec.json.decode(read_file((p / SAFETENSORS_INDEX).resolve(), MAX_SETTINGS * 16), type=_Index)
+            files = [p / f for f in sorted(set(index.weight_map.values()))]
             if any(len(Path(f.name).parts) != 1 or f.parent != p for f in files):
                 raise ValueError("a shard outside the checkpoint's folder")
-        except (OSError, ValueError, AttributeError, TypeError, RecursionError) as e:
+        except (OSError, ValueError, RecursionError) as e:  # msgspec's DecodeError is a ValueError
             raise SpecError(f"{flag_name} {path}: {SAFETENSORS_INDEX} is not readable JSON ({type(e).__name__})") from None
         missing = [f.name for f in files if not f.is_file()]
         if missing or not files:
@@ -149,6 +176,12 @@ def weight_files(path: str | Path, flag_name: str = FLAG) -> list[Path]:
     bins = [f.name for f in p.glob("*.bin")] + [f.name for f in p.glob("*.h5")]
     hint = f" (found {', '.join(bins)}: re-save it with save_pretrained(safe_serialization=True))" if bins else ""
     raise SpecError(f"{flag_name} {path}: no {SAFETENSORS} there{hint}")
+
+
+class _Index(msgspec.Struct, frozen=True):
+    """What a sharded checkpoint's index says: which file holds each tensor."""
+
+    weight_map: dict[str, str] = {}
 
 
 #: the most a safetensors header may hold (the safetensors library refuses a larger one)
@@ -163,15 +196,23 @@ def check_weights(path: str | Path, flag_name: str = FLAG) -> None:
     it names of the name, shape and type the model of its ``config.json`` needs: a truncated, empty or foreign
     file, or one of another shape, is one SpecError line before any run starts, not a failure of every run.
     No tensor is read."""
-    tensors: dict[str, tuple[str, dict[str, Any]]] = {}
+    tensors: dict[str, tuple[str, Tensor]] = {}
     for f in weight_files(path, flag_name):
-        header = _header(f, f"{flag_name} {path}: {f.name}")
-        tensors.update((k, (f.name, info)) for k, info in header.items() if k != "__metadata__")
+        tensors.update((k, (f.name, t)) for k, t in _header(f, f"{flag_name} {path}: {f.name}").items())
     check_header_shapes(path, tensors, flag_name)
 
 
-def _header(f: Path, where: str) -> dict[str, Any]:
-    """The JSON header of the safetensors file ``f``, its data offsets checked against the file's size."""
+@dataclass(frozen=True)
+class Tensor:
+    """One tensor of a safetensors header, as :func:`check_layout` found it."""
+
+    dtype: str  # a safetensors type (ST_ITEMSIZE)
+    shape: tuple[int, ...]
+    data_offsets: tuple[int, int]  # its bytes in the file's data, holding exactly that shape
+
+
+def _header(f: Path, where: str) -> dict[str, Tensor]:
+    """The tensors of the safetensors file ``f``'s header, its data offsets checked against the file's size."""
     try:
         with open_file(f.resolve(), "rb") as fh:  # the one opener: a FIFO or device is refused, never waited on
             size = os.fstat(fh.fileno()).st_size
@@ -193,8 +234,7 @@ def _header(f: Path, where: str) -> dict[str, Any]:
         raise SpecError(f"{where} is not a safetensors file: its header is JSON nested too deeply") from None
     if not isinstance(header, dict):
         raise SpecError(f"{where} is not a safetensors file: its header is not a JSON object")
-    check_layout(header, size - 8 - n, where)
-    return header
+    return check_layout(header, size - 8 - n, where)
 
 
 #: the bytes of one element of every type a safetensors file may hold (its format's list)
@@ -202,12 +242,13 @@ ST_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16
                "U32": 4, "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 
 
-def check_layout(header: dict[str, Any], data: int, where: str) -> None:
+def check_layout(header: dict[str, Any], data: int, where: str) -> dict[str, Tensor]:
     """Every tensor of a safetensors header (each one, not only those a model maps) as the format defines it: a
     known type, a shape of non-negative integers, ``data_offsets`` within the file's ``data`` bytes holding
     exactly that shape, no two tensors' bytes overlapping; ``__metadata__`` a string-to-string object. A file
-    that breaks one is one SpecError line here, not a failure inside a framework's loader."""
-    spans = []
+    that breaks one is one SpecError line here, not a failure inside a framework's loader. Returns its tensors.
+    ``header``: the raw JSON object of the file (the format's own, read field by field to name what is wrong)."""
+    spans, out = [], {}
     for name, info in header.items():
         shown = terminal(name, 80)
         if name == "__metadata__":
@@ -232,16 +273,17 @@ def check_layout(header: dict[str, Any], data: int, where: str) -> None:
             raise SpecError(f"{where}: tensor {shown}: its data_offsets {offsets} do not hold a {dtype} tensor of "
                             f"shape {shape}")
         spans.append((offsets[0], offsets[1], shown))
+        out[name] = Tensor(dtype, tuple(shape), (offsets[0], offsets[1]))
     spans.sort()
     for (_, end, a), (start, _, b) in itertools.pairwise(spans):
         if start < end:
             raise SpecError(f"{where}: tensors {a} and {b} overlap in the file's data")
+    return out
 
 
-def check_header_shapes(path: str | Path, tensors: dict[str, tuple[str, dict[str, Any]]],
-                        flag_name: str = FLAG) -> None:
-    """The tensors a checkpoint's headers name (name -> (its file, its header entry)) against the canonical
-    layout of the model its ``config.json`` describes, through the family's own naming (``HFFormat.name``):
+def check_header_shapes(path: str | Path, tensors: dict[str, tuple[str, Tensor]], flag_name: str = FLAG) -> None:
+    """The tensors a checkpoint's headers name (name -> (its file, its entry: :func:`check_layout`'s)) against the
+    canonical layout of the model its ``config.json`` describes, through the family's own naming (``HFFormat.name``):
     each weight there, of that shape (``[out, in]`` where the family transposes it), of a float type; one
     SpecError line naming the first tensor that is not, with the shape expected and the shape found."""
     hf = read_config(path, flag_name)
@@ -251,10 +293,7 @@ def check_header_shapes(path: str | Path, tensors: dict[str, tuple[str, dict[str
     seen: set[str] = set()
     for name, (file, info) in tensors.items():
         where = f"{flag_name} {path}: {file}: tensor {name}"
-        shape = info.get("shape") if isinstance(info, dict) else None
-        if not isinstance(shape, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
-                                                  for x in shape):
-            raise SpecError(f"{where} has no valid shape in the header ({str(shape)[:80]})")
+        shape = info.shape
         mapped = fmt.name(name, len(shape))
         if mapped is None:
             continue
@@ -265,14 +304,8 @@ def check_header_shapes(path: str | Path, tensors: dict[str, tuple[str, dict[str
         if tuple(shape) != tuple(expected):
             raise SpecError(f"{where} has shape {list(shape)}; the model its {CONFIG} describes needs "
                             f"{list(expected)}")
-        dtype = info.get("dtype")
-        if dtype not in FLOAT_DTYPES:
-            raise SpecError(f"{where} is of type {str(dtype)[:20]}, not a weight's ({', '.join(FLOAT_DTYPES)})")
-        offsets = info.get("data_offsets")
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
-                and offsets[0] >= 0 and offsets[1] - offsets[0] == math.prod(shape) * FLOAT_DTYPES[dtype]):
-            raise SpecError(f"{where}: its data_offsets {str(offsets)[:60]} do not hold a {dtype} tensor of shape "
-                            f"{list(shape)}")
+        if info.dtype not in FLOAT_DTYPES:  # its bytes were checked against its shape by check_layout
+            raise SpecError(f"{where} is of type {info.dtype[:20]}, not a weight's ({', '.join(FLOAT_DTYPES)})")
         seen.add(canonical)
     fresh = {m for m in fmt.fresh if not any(n.startswith(m + ".") for n in seen)}
     missing = [n for n in want if n not in seen and n.rsplit(".", 1)[0] not in fresh]
@@ -330,14 +363,14 @@ def save_hf(cfg: ModelConfig, weights: Canonical, path: str | Path) -> Path:
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     hf_cfg, tensors = family.to_hf(cfg, weights)
-    (out / CONFIG).write_text(json.dumps(hf_cfg, indent=2, sort_keys=True) + "\n")
+    (out / CONFIG).write_text(json.dumps(msgspec.to_builtins(hf_cfg), indent=2, sort_keys=True) + "\n")
     save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}, str(out / SAFETENSORS),
               metadata={"format": "pt"})  # transformers refuses safetensors files without this tag
     return out
 
 
 # ------------------------------------------------------------------------------------------ shapes
-def checkpoint_fields(cfg: ModelConfig) -> dict[str, Any]:
+def checkpoint_fields(cfg: ModelConfig) -> dict[str, int | str]:
     """The ModelConfig fields a checkpoint determines (the others, e.g. ``mask_impl``, stay the run's)."""
     return {name: getattr(cfg, name) for name in _family_of(cfg).fields}
 

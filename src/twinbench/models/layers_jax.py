@@ -181,7 +181,7 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str, *, layout_hea
     elif impl == "splash":
         y = splash_attention(q, k, v, seq_minor=seq_minor, **masks)
     elif impl == "chunked":
-        if set(masks) - {"is_causal"} or not masks.get("is_causal"):
+        if set(masks) != {"is_causal"} or not masks["is_causal"]:  # is_causal=True, and nothing else
             raise ValueError("attention_impl 'chunked' computes causal attention only")
         y = chunked_attention(q, k, v)
     else:

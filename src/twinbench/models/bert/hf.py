@@ -10,12 +10,12 @@ Exports are ``BertForSequenceClassification`` checkpoints.
 from __future__ import annotations
 
 import re
-from typing import Any
 
+import msgspec
 import numpy as np
 
 from twinbench.config import ModelConfig, SpecError
-from twinbench.models.hf import CONFIG, SHAPE_FIELDS, HFFormat
+from twinbench.models.hf import SHAPE_FIELDS, ConfigFields, HFFormat, RawConfig, decode
 from twinbench.models.weights import Canonical
 
 BERT_EPS = 1e-12
@@ -23,27 +23,52 @@ BERT_TYPE_VOCAB = 2  # the twin's segment ids (first / second text of a pair)
 BERT_ACTIVATIONS = ("gelu",)  # the exact (erf) GELU of the twin
 
 
-def _bert_config(hf: dict[str, Any], where: str) -> ModelConfig:
-    try:
-        d, ff = int(hf["hidden_size"]), int(hf["intermediate_size"])
-        labels = hf.get("num_labels") or len(hf.get("id2label") or {}) or 2
-        cfg = ModelConfig(family="bert", layers=int(hf["num_hidden_layers"]), d_model=d,
-                          heads=int(hf["num_attention_heads"]), d_ff=0 if ff == 4 * d else ff,
-                          vocab=int(hf["vocab_size"]), context=int(hf["max_position_embeddings"]),
-                          num_labels=int(labels))
-    except (KeyError, TypeError, ValueError) as e:
-        raise SpecError(f"{where}: {CONFIG} lacks a valid BERT field {e}") from None
-    act = hf.get("hidden_act", "gelu")
-    if act not in BERT_ACTIVATIONS:
-        raise SpecError(f"{where}: hidden_act {act!r} is not supported; allowed: {', '.join(BERT_ACTIVATIONS)}")
-    eps = float(hf.get("layer_norm_eps", BERT_EPS))
-    if abs(eps - BERT_EPS) > 1e-15:
-        raise SpecError(f"{where}: layer_norm_eps {eps:g} is not supported; the twin BERT uses {BERT_EPS:g}")
-    for key, want in (("type_vocab_size", BERT_TYPE_VOCAB), ("position_embedding_type", "absolute"),
-                      ("is_decoder", False), ("add_cross_attention", False)):
-        if hf.get(key, want) != want:
-            raise SpecError(f"{where}: {key}={hf[key]!r} is not supported by the twin BERT (needs {want!r})")
-    if cfg.context <= 0 or cfg.d_model % cfg.heads:
+class BertConfig(ConfigFields, kw_only=True, frozen=True):
+    """The fields of a BERT ``config.json`` the twin reads (with transformers' defaults) and writes."""
+
+    num_hidden_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int
+    num_labels: int | None = None  # else as many as id2label names, else 2
+    id2label: dict[str, str] | None = None
+    label2id: dict[str, int] | None = None
+    hidden_act: str = "gelu"
+    layer_norm_eps: float = BERT_EPS
+    type_vocab_size: int = BERT_TYPE_VOCAB
+    position_embedding_type: str = "absolute"
+    is_decoder: bool = False
+    add_cross_attention: bool = False
+    # written on export only (read back as they are): the twin has no dropout, so an exported model trains and
+    # evaluates the way it was measured
+    pad_token_id: int | None = None
+    hidden_dropout_prob: float | None = None
+    attention_probs_dropout_prob: float | None = None
+    torch_dtype: str | None = None
+    initializer_range: float | None = None
+    exported_by: str | None = None
+
+
+def _bert_config(raw: RawConfig, where: str) -> ModelConfig:
+    hf = decode(raw, BertConfig, "BERT", where)
+    d, ff = hf.hidden_size, hf.intermediate_size
+    cfg = ModelConfig(family="bert", layers=hf.num_hidden_layers, d_model=d, heads=hf.num_attention_heads,
+                      d_ff=0 if ff == 4 * d else ff, vocab=hf.vocab_size, context=hf.max_position_embeddings,
+                      num_labels=hf.num_labels or len(hf.id2label or {}) or 2)
+    if hf.hidden_act not in BERT_ACTIVATIONS:
+        raise SpecError(f"{where}: hidden_act {hf.hidden_act!r} is not supported; allowed: "
+                        f"{', '.join(BERT_ACTIVATIONS)}")
+    if abs(hf.layer_norm_eps - BERT_EPS) > 1e-15:
+        raise SpecError(f"{where}: layer_norm_eps {hf.layer_norm_eps:g} is not supported; the twin BERT uses "
+                        f"{BERT_EPS:g}")
+    for key, got, want in (("type_vocab_size", hf.type_vocab_size, BERT_TYPE_VOCAB),
+                           ("position_embedding_type", hf.position_embedding_type, "absolute"),
+                           ("is_decoder", hf.is_decoder, False), ("add_cross_attention", hf.add_cross_attention, False)):
+        if got != want:
+            raise SpecError(f"{where}: {key}={got!r} is not supported by the twin BERT (needs {want!r})")
+    if cfg.context <= 0 or cfg.heads <= 0 or cfg.d_model % cfg.heads:
         raise SpecError(f"{where}: inconsistent BERT config (max_position_embeddings {cfg.context}, "
                         f"hidden_size {d}, num_attention_heads {cfg.heads})")
     return cfg
@@ -90,19 +115,15 @@ def _bert_to_canonical(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: 
     return out
 
 
-def _bert_to_hf(cfg: ModelConfig, weights: Canonical) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    hf_cfg = {
-        "architectures": ["BertForSequenceClassification"], "model_type": "bert",
-        "num_hidden_layers": cfg.layers, "hidden_size": cfg.d_model, "num_attention_heads": cfg.heads,
-        "intermediate_size": cfg.ff, "vocab_size": cfg.vocab, "max_position_embeddings": cfg.context,
-        "type_vocab_size": BERT_TYPE_VOCAB, "hidden_act": "gelu", "layer_norm_eps": BERT_EPS,
-        "position_embedding_type": "absolute", "pad_token_id": 0, "num_labels": cfg.num_labels,
-        "id2label": {str(i): f"LABEL_{i}" for i in range(cfg.num_labels)},
-        "label2id": {f"LABEL_{i}": i for i in range(cfg.num_labels)},
-        # the twin has no dropout: an exported model trains and evaluates the way it was measured
-        "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "torch_dtype": "float32",
-        "initializer_range": 0.02, "exported_by": "twinbench",
-    }
+def _bert_to_hf(cfg: ModelConfig, weights: Canonical) -> tuple[msgspec.Struct, dict[str, np.ndarray]]:
+    hf_cfg = BertConfig(
+        architectures=["BertForSequenceClassification"], model_type="bert", num_hidden_layers=cfg.layers,
+        hidden_size=cfg.d_model, num_attention_heads=cfg.heads, intermediate_size=cfg.ff, vocab_size=cfg.vocab,
+        max_position_embeddings=cfg.context, pad_token_id=0, num_labels=cfg.num_labels,
+        id2label={str(i): f"LABEL_{i}" for i in range(cfg.num_labels)},
+        label2id={f"LABEL_{i}": i for i in range(cfg.num_labels)},
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, torch_dtype="float32", initializer_range=0.02,
+        exported_by="twinbench")
     tensors = {}
     for k, v in weights.items():
         hf_name = k if k.startswith("classifier.") else "bert." + k

@@ -9,36 +9,67 @@ ties them). ``gelu_new`` is the tanh GELU of the twin; ``layer_norm_epsilon`` mu
 from __future__ import annotations
 
 import re
-from typing import Any
 
+import msgspec
 import numpy as np
 
 from twinbench.config import ModelConfig, SpecError
-from twinbench.models.hf import CONFIG, SHAPE_FIELDS, HFFormat
+from twinbench.models.hf import SHAPE_FIELDS, ConfigFields, HFFormat, RawConfig, decode
 from twinbench.models.weights import Canonical
 
 GPT2_ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # all the tanh approximation of GELU
 GPT2_EPS = 1e-5
 
-def _gpt2_config(hf: dict[str, Any], where: str) -> ModelConfig:
-    try:
-        d, n_inner = int(hf["n_embd"]), hf.get("n_inner")
-        cfg = ModelConfig(family="gpt", layers=int(hf["n_layer"]), d_model=d, heads=int(hf["n_head"]),
-                          d_ff=0 if n_inner in (None, 4 * d) else int(n_inner), vocab=int(hf["vocab_size"]),
-                          context=int(hf.get("n_positions", hf.get("n_ctx", 0))))
-    except (KeyError, TypeError, ValueError) as e:
-        raise SpecError(f"{where}: {CONFIG} lacks a valid GPT-2 field {e}") from None
-    act = hf.get("activation_function", "gelu_new")
-    if act not in GPT2_ACTIVATIONS:
-        raise SpecError(f"{where}: activation_function {act!r} is not supported; allowed: {', '.join(GPT2_ACTIVATIONS)}")
-    eps = float(hf.get("layer_norm_epsilon", GPT2_EPS))
-    if abs(eps - GPT2_EPS) > 1e-12:
-        raise SpecError(f"{where}: layer_norm_epsilon {eps:g} is not supported; the twin GPT uses {GPT2_EPS:g}")
-    for key, want in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
-                      ("reorder_and_upcast_attn", False), ("add_cross_attention", False)):
-        if bool(hf.get(key, want)) != want:
-            raise SpecError(f"{where}: {key}={hf[key]} is not supported by the twin GPT (needs {want})")
-    if cfg.context <= 0 or cfg.d_model % cfg.heads:
+class GPT2Config(ConfigFields, kw_only=True, frozen=True):
+    """The fields of a GPT-2 ``config.json`` the twin reads (with transformers' defaults) and writes."""
+
+    n_layer: int
+    n_embd: int
+    n_head: int
+    vocab_size: int
+    n_inner: int | None = None  # None: 4 * n_embd
+    n_positions: int | None = None
+    n_ctx: int | None = None  # the older name of n_positions
+    activation_function: str = "gelu_new"
+    layer_norm_epsilon: float = GPT2_EPS
+    scale_attn_weights: bool = True
+    scale_attn_by_inverse_layer_idx: bool = False
+    reorder_and_upcast_attn: bool = False
+    add_cross_attention: bool = False
+    tie_word_embeddings: bool = True
+    # written on export only (read back as they are): the twin has no dropout, so an exported model trains and
+    # evaluates the way it was measured
+    resid_pdrop: float | None = None
+    embd_pdrop: float | None = None
+    attn_pdrop: float | None = None
+    summary_first_dropout: float | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    torch_dtype: str | None = None
+    initializer_range: float | None = None
+    use_cache: bool | None = None
+    exported_by: str | None = None
+
+
+def _gpt2_config(raw: RawConfig, where: str) -> ModelConfig:
+    hf = decode(raw, GPT2Config, "GPT-2", where)
+    d = hf.n_embd
+    cfg = ModelConfig(family="gpt", layers=hf.n_layer, d_model=d, heads=hf.n_head,
+                      d_ff=0 if hf.n_inner in (None, 4 * d) else hf.n_inner or 0, vocab=hf.vocab_size,
+                      context=hf.n_positions if hf.n_positions is not None else hf.n_ctx or 0)
+    if hf.activation_function not in GPT2_ACTIVATIONS:
+        raise SpecError(f"{where}: activation_function {hf.activation_function!r} is not supported; allowed: "
+                        f"{', '.join(GPT2_ACTIVATIONS)}")
+    if abs(hf.layer_norm_epsilon - GPT2_EPS) > 1e-12:
+        raise SpecError(f"{where}: layer_norm_epsilon {hf.layer_norm_epsilon:g} is not supported; the twin GPT uses "
+                        f"{GPT2_EPS:g}")
+    for key, got, want in (("scale_attn_weights", hf.scale_attn_weights, True),
+                           ("scale_attn_by_inverse_layer_idx", hf.scale_attn_by_inverse_layer_idx, False),
+                           ("reorder_and_upcast_attn", hf.reorder_and_upcast_attn, False),
+                           ("add_cross_attention", hf.add_cross_attention, False)):
+        if got != want:
+            raise SpecError(f"{where}: {key}={got} is not supported by the twin GPT (needs {want})")
+    if cfg.context <= 0 or cfg.heads <= 0 or cfg.d_model % cfg.heads:
         raise SpecError(f"{where}: inconsistent GPT-2 config (n_positions {cfg.context}, n_embd {d}, "
                         f"n_head {cfg.heads})")
     return cfg
@@ -73,18 +104,12 @@ def _gpt2_to_canonical(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: 
     return out
 
 
-def _gpt2_to_hf(cfg: ModelConfig, weights: Canonical) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    hf_cfg = {
-        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": cfg.layers,
-        "n_embd": cfg.d_model, "n_head": cfg.heads, "n_inner": cfg.d_ff or None, "n_positions": cfg.context,
-        "n_ctx": cfg.context, "vocab_size": cfg.vocab, "activation_function": "gelu_new",
-        "layer_norm_epsilon": GPT2_EPS, "tie_word_embeddings": True, "scale_attn_weights": True,
-        "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
-        # the twin has no dropout: an exported model trains and evaluates the way it was measured
-        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "summary_first_dropout": 0.0,
-        "bos_token_id": None, "eos_token_id": None, "torch_dtype": "float32",
-        "initializer_range": 0.02, "use_cache": True, "exported_by": "twinbench",
-    }
+def _gpt2_to_hf(cfg: ModelConfig, weights: Canonical) -> tuple[msgspec.Struct, dict[str, np.ndarray]]:
+    hf_cfg = GPT2Config(
+        architectures=["GPT2LMHeadModel"], model_type="gpt2", n_layer=cfg.layers, n_embd=cfg.d_model,
+        n_head=cfg.heads, n_inner=cfg.d_ff or None, n_positions=cfg.context, n_ctx=cfg.context, vocab_size=cfg.vocab,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, summary_first_dropout=0.0, torch_dtype="float32",
+        initializer_range=0.02, use_cache=True, exported_by="twinbench")
     tensors = {"transformer." + re.sub(r"^blocks\.", "h.", k): v for k, v in weights.items()}
     return hf_cfg, tensors  # lm_head.weight is tied: transformers re-ties it on load
 

@@ -8,39 +8,73 @@ head, ``num_key_value_heads`` = heads / 2 (heads even) or heads (see ``shape.KV_
 
 from __future__ import annotations
 
-from typing import Any
-
+import msgspec
 import numpy as np
 
 from twinbench.config import ModelConfig, SpecError
-from twinbench.models.hf import CONFIG, SHAPE_FIELDS, HFFormat
+from twinbench.models.hf import SHAPE_FIELDS, ConfigFields, HFFormat, RawConfig, decode
 from twinbench.models.llama.shape import EPS, ROPE_THETA, kv_heads
 from twinbench.models.weights import Canonical
 
 _IGNORED = ("rotary_emb.inv_freq",)  # buffers of old checkpoints, not weights
 
 
-def _config(hf: dict[str, Any], where: str) -> ModelConfig:
-    try:
-        d, ff = int(hf["hidden_size"]), int(hf["intermediate_size"])
-        cfg = ModelConfig(family="llama", layers=int(hf["num_hidden_layers"]), d_model=d,
-                          heads=int(hf["num_attention_heads"]), d_ff=0 if ff == 4 * d else ff,
-                          vocab=int(hf["vocab_size"]), context=int(hf["max_position_embeddings"]))
-    except (KeyError, TypeError, ValueError) as e:
-        raise SpecError(f"{where}: {CONFIG} lacks a valid Llama field {e}") from None
-    if cfg.context <= 0 or cfg.d_model % cfg.heads:
+class Rope(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """A Llama config's RoPE parameters (``rope_parameters``; ``rope_scaling`` in older transformers)."""
+
+    rope_type: str | None = None
+    type: str | None = None  # the older name of rope_type
+    rope_theta: float | None = None  # else the config's own rope_theta
+
+
+class LlamaConfig(ConfigFields, kw_only=True, frozen=True):
+    """The fields of a Llama ``config.json`` the twin reads (with transformers' defaults) and writes."""
+
+    num_hidden_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int
+    num_key_value_heads: int | None = None  # None: as many as the heads
+    head_dim: int | None = None  # None: hidden_size / heads
+    hidden_act: str = "silu"
+    rms_norm_eps: float = EPS
+    rope_theta: float = ROPE_THETA
+    rope_parameters: Rope | None = None
+    rope_scaling: Rope | None = None
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    tie_word_embeddings: bool = False
+    # written on export only (read back as they are)
+    attention_dropout: float | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    pad_token_id: int | None = None
+    torch_dtype: str | None = None
+    initializer_range: float | None = None
+    use_cache: bool | None = None
+    exported_by: str | None = None
+
+
+def _config(raw: RawConfig, where: str) -> ModelConfig:
+    hf = decode(raw, LlamaConfig, "Llama", where)
+    d, ff = hf.hidden_size, hf.intermediate_size
+    cfg = ModelConfig(family="llama", layers=hf.num_hidden_layers, d_model=d, heads=hf.num_attention_heads,
+                      d_ff=0 if ff == 4 * d else ff, vocab=hf.vocab_size, context=hf.max_position_embeddings)
+    if cfg.context <= 0 or cfg.heads <= 0 or cfg.d_model % cfg.heads:
         raise SpecError(f"{where}: inconsistent Llama config (hidden_size {d}, num_attention_heads {cfg.heads})")
-    rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
-    theta = float(rope.get("rope_theta", hf.get("rope_theta", ROPE_THETA)))
-    kv = int(hf.get("num_key_value_heads") or cfg.heads)
-    checks = (("hidden_act", hf.get("hidden_act", "silu"), "silu"),
-              ("rms_norm_eps", float(hf.get("rms_norm_eps", EPS)), EPS),
+    rope = hf.rope_parameters or hf.rope_scaling or Rope()
+    theta = rope.rope_theta if rope.rope_theta is not None else hf.rope_theta
+    kv = hf.num_key_value_heads or cfg.heads
+    checks = (("hidden_act", hf.hidden_act, "silu"),
+              ("rms_norm_eps", hf.rms_norm_eps, EPS),
               ("rope_theta", theta, ROPE_THETA),
-              ("rope_type", rope.get("rope_type", rope.get("type", "default")), "default"),
-              ("attention_bias", bool(hf.get("attention_bias", False)), False),
-              ("mlp_bias", bool(hf.get("mlp_bias", False)), False),
-              ("tie_word_embeddings", bool(hf.get("tie_word_embeddings", False)), False),
-              ("head_dim", int(hf.get("head_dim") or d // cfg.heads), d // cfg.heads),
+              ("rope_type", rope.rope_type or rope.type or "default", "default"),
+              ("attention_bias", hf.attention_bias, False),
+              ("mlp_bias", hf.mlp_bias, False),
+              ("tie_word_embeddings", hf.tie_word_embeddings, False),
+              ("head_dim", hf.head_dim or d // cfg.heads, d // cfg.heads),
               ("num_key_value_heads", kv, kv_heads(cfg)))
     for key, got, want in checks:
         if got != want:
@@ -71,17 +105,14 @@ def _to_canonical(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: str) 
     return out
 
 
-def _to_hf(cfg: ModelConfig, weights: Canonical) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    hf_cfg = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": cfg.layers,
-        "hidden_size": cfg.d_model, "num_attention_heads": cfg.heads, "num_key_value_heads": kv_heads(cfg),
-        "head_dim": cfg.d_model // cfg.heads, "intermediate_size": cfg.ff, "vocab_size": cfg.vocab,
-        "max_position_embeddings": cfg.context, "hidden_act": "silu", "rms_norm_eps": EPS,
-        "rope_theta": ROPE_THETA, "rope_parameters": {"rope_type": "default", "rope_theta": ROPE_THETA},
-        "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
-        "attention_dropout": 0.0, "bos_token_id": None, "eos_token_id": None, "pad_token_id": None,
-        "torch_dtype": "float32", "initializer_range": 0.02, "use_cache": True, "exported_by": "twinbench",
-    }
+def _to_hf(cfg: ModelConfig, weights: Canonical) -> tuple[msgspec.Struct, dict[str, np.ndarray]]:
+    hf_cfg = LlamaConfig(
+        architectures=["LlamaForCausalLM"], model_type="llama", num_hidden_layers=cfg.layers,
+        hidden_size=cfg.d_model, num_attention_heads=cfg.heads, num_key_value_heads=kv_heads(cfg),
+        head_dim=cfg.d_model // cfg.heads, intermediate_size=cfg.ff, vocab_size=cfg.vocab,
+        max_position_embeddings=cfg.context, rope_parameters=Rope(rope_type="default", rope_theta=ROPE_THETA),
+        attention_dropout=0.0, torch_dtype="float32", initializer_range=0.02, use_cache=True,
+        exported_by="twinbench")
     tensors = {}
     for k, v in weights.items():
         hf_name = k if k == "lm_head.weight" else "model." + k
