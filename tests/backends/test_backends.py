@@ -14,8 +14,19 @@ from twinbench.strategies.base import JaxStepTrainer, TorchModuleTrainer
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "twinbench"
 #: framework branches outside backends/ when they became the place for them; lower it as branches move there
-BRANCHES_ELSEWHERE = 9
-BRANCH = re.compile(r"""[!=]= ["'](?:jax|torch)["']""")
+BRANCHES_ELSEWHERE = 2
+NAME = r"""["'](?:jax|torch)["']"""
+#: a branch on which framework runs: its name compared (either side), the Framework enum compared or matched
+#: (``is Framework.JAX``, ``case "torch":``), or the name in a literal set (``in ("jax", ...)``)
+BRANCH = re.compile(rf"""[!=]=\s*{NAME}|{NAME}\s*[!=]=|\bis(?:\s+not)?\s+Framework\.|[!=]=\s*Framework\.|"""
+                    rf"""Framework\.\w+\s*[!=]=|\bcase\s+(?:{NAME}|Framework\.)|\bin\s*[(\[{{][^)\]}}]*{NAME}""")
+#: ... but not a loop over a literal of names (``for fw in ("jax", "torch")``: each in turn, none chosen)
+LOOP = re.compile(r"""\bfor\s+[\w, ()]+?\s+in\s*[(\[{][^)\]}]*[)\]}]""")
+
+
+def branches(line: str) -> bool:
+    """Whether ``line`` branches on which framework runs (:data:`BRANCH`, its loops left out)."""
+    return bool(BRANCH.search(LOOP.sub("", line)))
 
 
 @pytest.mark.parametrize("name", ["torch", "jax"])
@@ -79,10 +90,20 @@ def test_how_a_run_s_processes_start(monkeypatch):
 
 def test_framework_branches_stay_in_the_backends():
     found = [f"{p.relative_to(SRC)}:{i}" for p in sorted(SRC.rglob("*.py")) if "backends" not in p.parts
-             for i, line in enumerate(p.read_text().splitlines(), 1) if BRANCH.search(line)]
+             for i, line in enumerate(p.read_text().splitlines(), 1) if branches(line)]
     assert len(found) <= BRANCHES_ELSEWHERE, (
         f"{len(found)} branches on the framework's name outside src/twinbench/backends (at most "
         f"{BRANCHES_ELSEWHERE}): ask backends.get(framework) instead\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize(("line", "counted"), [
+    ('if spec.framework == "jax":', True), ("if 'torch' != fw:", True), ("if side.framework is Framework.JAX:", True),
+    ("if fw != Framework.TORCH:", True), ('    case "torch":', True), ('ok = fw in ("jax", "torchax")', True),
+    ('if fw not in {"torch"}:', True), ('for fw in ("jax", "torch"):', False),
+    ('libs = [k for k in ("jax", "torch") if k in v]', False), ("backends.get(spec.framework).NAME", False),
+])
+def test_the_ratchet_sees_every_way_of_branching_on_a_framework(line, counted):
+    assert branches(line) is counted
 
 
 def test_the_doctor_s_trace_of_a_script_s_steps(tmp_path):
