@@ -151,11 +151,11 @@ def run_doctor(script: str | Path, args: list[str] | None = None, steps: int | N
     never finished a step, :class:`DoctorError`. ``trace_dir``: record a few steady steps with the framework's
     profiler there (:mod:`twinbench.doctor.trace`), with, for JAX, the compiled HLO dumped beside them.
     """
-    import msgspec
+    import json
 
     from twinbench import runner
     from twinbench.doctor.findings import diagnose
-    from twinbench.doctor.observations import Observations
+    from twinbench.doctor.observations import typed
 
     path = check_script(script)
     exe = check_python(python, timeout)
@@ -183,10 +183,8 @@ def run_doctor(script: str | Path, args: list[str] | None = None, steps: int | N
             last = [ln for ln in run.output_tail.splitlines() if ln.strip()]
             raise DoctorError(f"{script} ended (exit code {run.returncode}) before the doctor could report"
                               + (f": {last[-1][:300]}" if last else ""))
-        try:
-            obs = msgspec.json.decode(obs_path.read_bytes(), type=Observations, strict=False)
-        except msgspec.DecodeError as e:  # its own process wrote it: a doctor's bug, said in one line
-            raise DoctorError(f"{script}: the doctor's observations could not be read ({e})") from None
+        # json's reader, not msgspec's: the script's process writes with json.dump, which may write NaN
+        obs = typed(json.loads(obs_path.read_text()))
     if trace_dir is not None:  # the step time with and without the profiler, beside the trace
         from twinbench.doctor.trace import write_timing
 
