@@ -11,7 +11,7 @@ import pytest
 from tests.explain.typed import plain, shape_rows, side
 from tests.explain.typed import side as typed_side
 from twinbench.explain import flops, gap, linearize, memory_rows, shapes, why
-from twinbench.explain.side import MemoryGap, Rate, Side, typed
+from twinbench.explain.side import MemoryGap, Op, Rate, Side, typed
 
 HLO = """HloModule jit_step, entry_computation_layout={()->()}
 
@@ -89,10 +89,9 @@ def test_split_sums_to_the_row_gap_and_charges_the_lower_peak() -> None:
     assert why.split(a, b, None, 0.3) is None
 
 
-def _op(phase: str, shape: flops.OpShape, ms: float) -> dict:
-    return {"phase": phase, "category": "matmul", "name": "mm", "scope": "", "ms": ms, "raw_ms": ms, "calls": 1,
-            "flops": shape.flops, "bytes": 0.0, "shape": shape.text(), "key": list(shape.key() or ()),
-            "trans": shape.trans, "linearization": False}
+def _op(phase: str, shape: flops.OpShape, ms: float) -> Op:
+    return Op(phase=phase, category="matmul", name="mm", scope="", ms=ms, raw_ms=ms, calls=1, flops=shape.flops,
+              bytes=0.0, shape=shape.text(), key=list(shape.key() or ()), trans=shape.trans, linearization=False)
 
 
 def test_matmuls_match_by_shape_whatever_their_layout() -> None:
@@ -101,10 +100,11 @@ def test_matmuls_match_by_shape_whatever_their_layout() -> None:
     only = flops.OpShape(2 * 8 * 8 * 8, 0, 1, 8, 8, 8, "NN")
     rows = shapes.table([_op("forward", xw, 2.0), _op("forward", only, 0.1)], [_op("forward", wx, 4.0)], 0.4, 0.4)
     top = rows[0]
-    assert top["matched"] and top["a"]["layout"] == "NN" and top["b"]["layout"] == "TT"
-    assert top["b"]["tflops"] == pytest.approx(xw.flops / 4e-3 / 1e12)
-    assert top["a"]["peak_share"] == pytest.approx(2 * top["b"]["peak_share"])
-    assert not rows[1]["matched"]
+    assert top.matched and top.a.layout == "NN" and top.b.layout == "TT"
+    assert top.b.tflops == pytest.approx(xw.flops / 4e-3 / 1e12)
+    assert top.a.peak_share is not None and top.b.peak_share is not None
+    assert top.a.peak_share == pytest.approx(2 * top.b.peak_share)
+    assert not rows[1].matched
     assert "forward [1024,256]x[256,768]" in shapes.line(top, "a", "b")
 
 

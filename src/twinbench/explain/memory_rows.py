@@ -4,42 +4,65 @@ A bytes, B bytes, B-A and its share of the gap between the two peaks, as the tim
 
 from __future__ import annotations
 
-from typing import Any
+import msgspec
 
+from twinbench.explain.side import MemoryGap, MemoryRow
 from twinbench.measure.device import PROCESS_RSS
 
 PARTS = ("runtime", "params", "optimizer_state", "gradients", "activations", "temporaries", "inputs")
 MiB = 2**20
 
 
-def rows(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
-    """None when either run has no breakdown (or only its error)."""
-    if not a or not b or "parts" not in a or "parts" not in b:
+class Measured(msgspec.Struct, kw_only=True, frozen=True):
+    """The part of a record's ``memory_breakdown`` (``measure.memory.Breakdown.to_dict``) the rows read; a
+    breakdown with no ``parts`` (only its error) has none."""
+
+    parts: dict[str, float] | None = None  # part -> bytes at the peak
+    peak_bytes: float = 0
+    unaccounted_bytes: float = 0  # the peak less the parts
+    peak_source: str = ""  # what the peak was read from (the allocator, the program, the process's RSS)
+
+
+def _measured(d: object) -> Measured | None:
+    """A record's breakdown (as the record holds it: measure/memory.py's ``Breakdown.to_dict``) decoded into the
+    part read here; None when there is none, or it has no parts."""
+    if not d:
         return None
-    gap = float(b.get("peak_bytes", 0) - a.get("peak_bytes", 0))
+    m = msgspec.convert(d, Measured)
+    return m if m.parts is not None else None
+
+
+def rows(a: object, b: object) -> MemoryGap | None:
+    """Each run's breakdown (a record's ``memory.breakdown``) side by side; None when either run has none (or
+    only its error)."""
+    ma, mb = _measured(a), _measured(b)
+    if ma is None or mb is None or ma.parts is None or mb.parts is None:
+        return None
+    pa, pb = ma.parts, mb.parts
+    gap = float(mb.peak_bytes - ma.peak_bytes)
     out = []
-    names = [p for p in PARTS if p in a["parts"] or p in b["parts"]]
-    names += [p for p in sorted(set(a["parts"]) | set(b["parts"])) if p not in names]
+    names = [p for p in PARTS if p in pa or p in pb]
+    names += [p for p in sorted(set(pa) | set(pb)) if p not in names]
     for p in [*names, "unaccounted"]:
-        va = a.get("unaccounted_bytes", 0) if p == "unaccounted" else a["parts"].get(p, 0)
-        vb = b.get("unaccounted_bytes", 0) if p == "unaccounted" else b["parts"].get(p, 0)
-        out.append({"row": p, "a_bytes": int(va), "b_bytes": int(vb), "diff_bytes": int(vb - va),
-                    "share": (vb - va) / gap if gap else 0.0})
-    top = max(out, key=lambda r: (1 if gap >= 0 else -1) * r["diff_bytes"])
-    return {"a_peak_bytes": a.get("peak_bytes", 0), "b_peak_bytes": b.get("peak_bytes", 0), "gap_bytes": int(gap),
-            "a_source": a.get("peak_source", ""), "b_source": b.get("peak_source", ""), "rows": out,
-            "largest": top["row"]}
+        va = ma.unaccounted_bytes if p == "unaccounted" else pa.get(p, 0)
+        vb = mb.unaccounted_bytes if p == "unaccounted" else pb.get(p, 0)
+        out.append(MemoryRow(row=p, a_bytes=int(va), b_bytes=int(vb), diff_bytes=int(vb - va),
+                             share=(vb - va) / gap if gap else 0.0))
+    top = max(out, key=lambda r: (1 if gap >= 0 else -1) * r.diff_bytes)
+    return MemoryGap(a_peak_bytes=ma.peak_bytes, b_peak_bytes=mb.peak_bytes, gap_bytes=int(gap),
+                     a_source=ma.peak_source, b_source=mb.peak_source, rows=out, largest=top.row)
 
 
-def sentence(mem: dict[str, Any], a_name: str, b_name: str) -> str:
-    gap = mem["gap_bytes"]
-    top = next(r for r in mem["rows"] if r["row"] == mem["largest"])
+def sentence(m: MemoryGap, a_name: str, b_name: str) -> str:
+    """The memory row of the summary: whose peak is higher, by how much, and its largest part."""
+    gap = m.gap_bytes
+    top = next(r for r in m.rows if r.row == m.largest)
     more, less = (b_name, a_name) if gap >= 0 else (a_name, b_name)
-    src = mem["a_source"] if mem["a_source"] == mem["b_source"] else f"{mem['a_source']} / {mem['b_source']}"
+    src = m.a_source if m.a_source == m.b_source else f"{m.a_source} / {m.b_source}"
     out = (f"memory: {more}'s peak is {abs(gap) / MiB:.0f} MiB above {less}'s ({src}); the largest part of "
-           f"it: {top['row']} {top['diff_bytes'] / MiB:+.0f} MiB ({top['share']:.0%})")
-    more_source = mem["b_source"] if gap >= 0 else mem["a_source"]
-    if top["row"] == "unaccounted" and more.startswith("jax/") and more_source == PROCESS_RSS:
+           f"it: {top.row} {top.diff_bytes / MiB:+.0f} MiB ({top.share:.0%})")
+    more_source = m.b_source if gap >= 0 else m.a_source
+    if top.row == "unaccounted" and more.startswith("jax/") and more_source == PROCESS_RSS:
         out += (" (a JAX run's peak RSS is often reached while XLA compiles, by the compiler's own memory: "
                 "`--cache warm` measures a run that loads its programs instead of compiling them)")
     return out

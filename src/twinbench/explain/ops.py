@@ -15,6 +15,7 @@ from typing import Any
 
 from twinbench.explain import flops, taxonomy
 from twinbench.explain.breakdown import Breakdown
+from twinbench.explain.side import Moved, Op, Rate
 from twinbench.record_sections import Record
 
 #: categories whose throughput is FLOP/s; the others (memory-bound) are told in bytes per second
@@ -40,12 +41,13 @@ class OpGroup:
     where: str = ""  # JAX: the tail of the instruction's op_name (what the model called it)
     opaque_ms: float = 0.0  # per traced step: time of kernels whose FLOPs nobody counted (a Pallas custom call)
 
-    def to_dict(self) -> dict[str, Any]:
+    def op(self) -> Op:
+        """As an explained side lists it (times rounded)."""
         s = self.shape
-        return {"phase": self.phase, "category": self.category, "name": self.name, "scope": self.scope,
-                "ms": round(self.ms, 4), "raw_ms": round(self.raw_ms, 4), "calls": round(self.calls, 2), "flops": self.flops, "bytes": self.bytes,
-                "shape": s.text() if s else "", "key": list(s.key() or ()) if s else [],
-                "trans": s.trans if s else "", "linearization": self.linearization, "shared": self.shared, "where": self.where}
+        return Op(phase=self.phase, category=self.category, name=self.name, scope=self.scope, ms=round(self.ms, 4),
+                  raw_ms=round(self.raw_ms, 4), calls=round(self.calls, 2), flops=self.flops, bytes=self.bytes,
+                  shape=s.text() if s else "", key=list(s.key() or ()) if s else [], trans=s.trans if s else "",
+                  linearization=self.linearization, shared=self.shared, where=self.where)
 
 
 def _hlo_text(r: Record) -> str:
@@ -124,29 +126,29 @@ def _calls(g: OpGroup, shape: flops.OpShape, calls: float) -> None:
 
 
 def move_linearization(ops: list[OpGroup], cells: dict[str, dict[str, float]],
-                       scopes: dict[str, dict[str, float]]) -> dict[str, Any]:
+                       scopes: dict[str, dict[str, float]]) -> Moved:
     """Move JAX's forward-pass linearization (ops only the backward pass uses) from forward to backward in the
     cells and scopes (in place); returns what moved: milliseconds, ops, the largest op names."""
     moved = [g for g in ops if g.linearization and g.ms > 0]
     for g in moved:
-        cells.setdefault("forward", {})
-        cells["forward"][g.category] = cells["forward"].get(g.category, 0.0) - g.ms
-        cells.setdefault("backward", {})
-        cells["backward"][g.category] = cells["backward"].get(g.category, 0.0) + g.ms
+        _add(cells.setdefault("forward", {}), g.category, -g.ms)
+        _add(cells.setdefault("backward", {}), g.category, g.ms)
         if g.scope and g.scope in scopes:
-            row = scopes[g.scope]
-            row["forward"] = row.get("forward", 0.0) - g.ms
-            row["backward"] = row.get("backward", 0.0) + g.ms
+            _add(scopes[g.scope], "forward", -g.ms)
+            _add(scopes[g.scope], "backward", g.ms)
         g.phase = "backward"
     top = sorted(moved, key=lambda g: -g.ms)[:3]
-    return {"ms": sum(g.ms for g in moved), "ops": len(moved),
-            "largest": [_named(g) for g in top]}
+    return Moved(ms=sum(g.ms for g in moved), ops=len(moved), largest=[_named(g) for g in top])
 
 
-def shared_forward(ops: list[OpGroup]) -> dict[str, Any]:
+def _add(row: dict[str, float], key: str, ms: float) -> None:
+    row[key] = row.get(key, 0.0) + ms
+
+
+def shared_forward(ops: list[OpGroup]) -> Moved:
     """The forward ops (not matmuls) whose results the backward also reads: milliseconds, count, largest."""
     found = sorted((g for g in ops if g.shared and g.ms > 0), key=lambda g: -g.ms)
-    return {"ms": sum(g.ms for g in found), "ops": len(found), "largest": [_named(g) for g in found[:3]]}
+    return Moved(ms=sum(g.ms for g in found), ops=len(found), largest=[_named(g) for g in found[:3]])
 
 
 def _named(g: OpGroup) -> str:
@@ -175,45 +177,53 @@ def age(iso: str | None, now: datetime | None = None) -> str:
 OPAQUE_SHARE = 0.1
 
 
-def throughput(ops: list[OpGroup], peak_tflops: float | None) -> dict[str, dict[str, dict[str, float]]]:
+@dataclass
+class _Work:
+    """One phase/category's ops summed a step (what :func:`throughput` makes its rates of)."""
+
+    ms: float = 0.0
+    raw_ms: float = 0.0
+    flops: float = 0.0
+    bytes: float = 0.0
+    opaque_ms: float = 0.0
+
+
+def throughput(ops: list[OpGroup], peak_tflops: float | None) -> dict[str, dict[str, Rate]]:
     """Per phase and category: ms, FLOPs and bytes per step, achieved TFLOP/s, its share of the measured
     peak, and GB/s (memory-bound categories). Rates are over the ops' own traced durations (``raw_ms``): the
     gap table's milliseconds are shares of the measured step, which the profiler's overhead between ops and
     ops running concurrently would otherwise fold into every op's rate."""
-    out: dict[str, dict[str, dict[str, float]]] = {}
+    work: dict[str, dict[str, _Work]] = {}
     for g in ops:
-        row = out.setdefault(g.phase, {}).setdefault(g.category, {"ms": 0.0, "raw_ms": 0.0, "flops": 0.0,
-                                                                  "bytes": 0.0, "opaque_ms": 0.0})
-        row["ms"] += g.ms
-        row["raw_ms"] += g.raw_ms
-        row["flops"] += g.flops
-        row["bytes"] += g.bytes
-        row["opaque_ms"] += g.opaque_ms
-    for by_cat in out.values():
-        for cat, row in by_cat.items():
-            if row["opaque_ms"] > OPAQUE_SHARE * row["raw_ms"]:  # mostly kernels of uncounted work: no rate
-                row["flops"] = row["bytes"] = 0.0
-                continue
-            s = row["raw_ms"] / 1e3
-            if row["flops"] and s > 0:
-                row["tflops"] = row["flops"] / s / 1e12
-                if peak_tflops:
-                    row["peak_share"] = row["tflops"] / peak_tflops
-            if cat not in COMPUTE and row["bytes"] and s > 0:
-                row["gbps"] = row["bytes"] / s / 1e9
-    return out
+        w = work.setdefault(g.phase, {}).setdefault(g.category, _Work())
+        w.ms += g.ms
+        w.raw_ms += g.raw_ms
+        w.flops += g.flops
+        w.bytes += g.bytes
+        w.opaque_ms += g.opaque_ms
+    return {phase: {cat: _rate(cat, w, peak_tflops) for cat, w in by_cat.items()} for phase, by_cat in work.items()}
 
 
-def describe(row: dict[str, float] | None) -> str:
+def _rate(cat: str, w: _Work, peak_tflops: float | None) -> Rate:
+    if w.opaque_ms > OPAQUE_SHARE * w.raw_ms:  # mostly kernels of uncounted work: no rate
+        return Rate(ms=w.ms, raw_ms=w.raw_ms, opaque_ms=w.opaque_ms)
+    s = w.raw_ms / 1e3
+    tflops = w.flops / s / 1e12 if w.flops and s > 0 else None
+    return Rate(ms=w.ms, raw_ms=w.raw_ms, flops=w.flops, bytes=w.bytes, opaque_ms=w.opaque_ms, tflops=tflops,
+                peak_share=tflops / peak_tflops if tflops is not None and peak_tflops else None,
+                gbps=w.bytes / s / 1e9 if cat not in COMPUTE and w.bytes and s > 0 else None)
+
+
+def describe(row: Rate | None) -> str:
     """``3.1 GFLOP, 180 GFLOP/s (54% of peak)`` or ``12 GB/s`` ('' when nothing is known)."""
-    if not row:
+    if row is None:
         return ""
     parts = []
-    if row.get("tflops"):
-        s = f"{row['tflops'] * 1e3:.0f} GFLOP/s"
-        if row.get("peak_share") is not None:
-            s += f" ({row['peak_share']:.0%})"
+    if row.tflops:
+        s = f"{row.tflops * 1e3:.0f} GFLOP/s"
+        if row.peak_share is not None:
+            s += f" ({row.peak_share:.0%})"
         parts.append(s)
-    if row.get("gbps"):
-        parts.append(f"{row['gbps']:.1f} GB/s")
+    if row.gbps:
+        parts.append(f"{row.gbps:.1f} GB/s")
     return ", ".join(parts)

@@ -33,7 +33,6 @@ from twinbench.explain.side import (
     ShapeSide,
     Side,
     Split,
-    typed,
 )
 from twinbench.record_sections import Record
 
@@ -76,9 +75,8 @@ def run_extras(r: Record, b: Breakdown, scale: float, cells: dict[str, dict[str,
     tput = ops.throughput(groups, peak)
     kept = [g for g in groups if g.shape is not None and g.shape.key()]
     rest = sorted((g for g in groups if g not in kept), key=lambda g: -g.ms)[:KEEP_OPS]
-    return RunExtras(ops=typed([g.to_dict() for g in sorted(kept + rest, key=lambda g: -g.ms)], list[Op]),
-                     throughput=typed(tput, dict[str, dict[str, Rate]]), linearization=typed(lin, Moved),
-                     shared_forward=typed(ops.shared_forward(groups), Moved),
+    return RunExtras(ops=[g.op() for g in sorted(kept + rest, key=lambda g: -g.ms)],
+                     throughput=tput, linearization=lin, shared_forward=ops.shared_forward(groups),
                      warnings=[w for w in r.warnings if w.startswith("machine busy")],
                      peak=Peak(tflops=peak, measured_at=measured_at, age=ops.age(measured_at), source=peak_source))
 
@@ -154,12 +152,10 @@ def pair_extras(a: Side, b: Side, table: list[Row], named: bool = True) -> PairE
         row.b_throughput = _cell(b.throughput.get(p, {}).get(c), row.b_ms)
         if c in ops.COMPUTE:
             row.split = split(row.a_throughput, row.b_throughput, pa, pb)
-    shape_rows: list[ShapeRow] = typed(shapes.table(msgspec.to_builtins(a.ops), msgspec.to_builtins(b.ops), pa, pb),
-                                       list[ShapeRow])
-    mem_rows = memory_rows.rows(a.memory_breakdown, b.memory_breakdown)
-    mem = typed(mem_rows, MemoryGap) if mem_rows else None
+    shape_rows: list[ShapeRow] = shapes.table(a.ops, b.ops, pa, pb)
+    mem = memory_rows.rows(a.memory_breakdown, b.memory_breakdown)
     dis = disagreements(a, b)
-    said = memory_rows.sentence(mem_rows, a.run, b.run) if mem_rows else ""
+    said = memory_rows.sentence(mem, a.run, b.run) if mem else ""
     return PairExtras(shapes=shape_rows, memory=mem, disagreements=dis,
                       why=programs_differ(a, b) + sentences(a, b, table if named else [], shape_rows, said, dis))
 
@@ -255,7 +251,7 @@ def shape_claim(a: Side, b: Side, shape_rows: list[ShapeRow], sign: int) -> str:
                 f"of the next one's: {matched[0].phase} {matched[0].shape} {top:+.2f} ±{noise[0]:.2f} ms); the "
                 "matmuls-by-shape table has each shape's figures")
     return (f"largest matmul gap by shape (±{noise[0]:.2f} ms, ahead of the next by {ahead:.2f} ms; the trace's "
-            "times, not an A/B of the shape): " + shapes.line(msgspec.to_builtins(matched[0]), a.run, b.run))
+            "times, not an A/B of the shape): " + shapes.line(matched[0], a.run, b.run))
 
 
 def sentences(a: Side, b: Side, table: list[Row], shape_rows: list[ShapeRow], memory: str,
