@@ -15,7 +15,6 @@ observation declares it here or in ``observed``.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -225,10 +224,10 @@ class TraceTimes(msgspec.Struct, kw_only=True, omit_defaults=True):
     eager_ops_per_step: float | None = None  # JAX primitives dispatched one by one outside jit per step
     compiles: CompileLog | None = None
 
-    def add_to(self, path: Path) -> None:
-        """Add these keys to the JSON object in ``path`` (the profiler's own keys kept as written)."""
-        info = json.loads(path.read_text())
+    def merged(self, text: str) -> str:
+        """``trace.json``'s text with these keys added (the profiler's own keys kept as written)."""
+        info = json.loads(text)
         if not isinstance(info, dict):
             raise ValueError("not a JSON object")
         info.update(msgspec.to_builtins(self))
-        path.write_text(json.dumps(info, indent=1))
+        return json.dumps(info, indent=1)

@@ -82,7 +82,7 @@ def write_timing(trace_dir: Path, obs: Observations) -> None:
                        load=cond.load, step_kind=cond.step_kind, eager_ops_per_step=cond.eager_ops_per_step,
                        compiles=cond.compiles)
     try:
-        times.add_to(path)
+        path.write_text(times.merged(path.read_text()))
     except (OSError, ValueError) as e:
         if obs.info.trace is not None:
             obs.info.trace.timing_error = f"{path}: {type(e).__name__}: {e}"[:300]
