@@ -34,8 +34,8 @@ def phases(trainer: Any, host_batches: list, repeats: int = REPEATS) -> dict[str
     """Milliseconds per phase by timing; ``step`` is the whole step on a host batch."""
     parts = trainer.explain_parts()
     x, y = host_batches[0]
-    px, py = parts["place"](x, y)
-    wait = parts["wait"]
+    px, py = parts.place(x, y)
+    wait = parts.wait
 
     def step_placed() -> Any:
         trainer.step(px, py)
@@ -47,8 +47,8 @@ def phases(trainer: Any, host_batches: list, repeats: int = REPEATS) -> dict[str
 
     host_ms = _median_ms(step_host, lambda _: None, repeats)
     placed_ms = _median_ms(step_placed, lambda _: None, repeats)
-    fwd_ms = _median_ms(lambda: parts["forward"](px, py), wait, repeats)
-    fb_ms = _median_ms(lambda: parts["forward_backward"](px, py), wait, repeats)
+    fwd_ms = _median_ms(lambda: parts.forward(px, py), wait, repeats)
+    fb_ms = _median_ms(lambda: parts.forward_backward(px, py), wait, repeats)
     return {"input": max(host_ms - placed_ms, 0.0), "forward": fwd_ms, "backward": fb_ms - fwd_ms,
             "optimizer": placed_ms - fb_ms, "rest": 0.0, "step": host_ms}
 

@@ -15,6 +15,8 @@ trainer that lacks one is refused by that command with :func:`lacks`' one-line r
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -85,12 +87,22 @@ class TorchModuleTrainer(Protocol):
     def forward_loss(self, x: Any, y: Any) -> Any: ...
 
 
+@dataclass(frozen=True)
+class StepParts:
+    """A step's parts, for ``explain``'s phases by timing (explain/timing.py): each on a placed batch."""
+
+    place: Callable[[Any, Any], tuple[Any, Any]]  # a host batch (x, y) on the device
+    forward: Callable[[Any, Any], Any]  # the loss alone
+    forward_backward: Callable[[Any, Any], Any]  # the loss and its gradients
+    wait: Callable[[Any], Any]  # until what one of them returned is computed
+
+
 @runtime_checkable
 class Explainable(Protocol):
     """The step's parts, each synced, for ``explain``'s phases by timing: ``place``, ``forward``,
     ``forward_backward``, ``wait``."""
 
-    def explain_parts(self) -> dict[str, Any]: ...
+    def explain_parts(self) -> StepParts: ...
 
 
 @runtime_checkable

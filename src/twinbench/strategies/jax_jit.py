@@ -26,6 +26,7 @@ from twinbench.models import family as families
 from twinbench.models.family import Family
 from twinbench.models.weights import Canonical, canonical_to_jax, jax_to_canonical
 from twinbench.spec import RunSpec
+from twinbench.strategies.base import StepParts
 from twinbench.strategies.modifiers import hook
 from twinbench.strategies.options import model_options
 
@@ -117,14 +118,14 @@ def make_train_step(loss_of: LossOf, tx: optax.GradientTransformation,
     return train_step
 
 
-def explain_parts(trainer: Any, loss_of: LossOf) -> dict[str, Any]:
+def explain_parts(trainer: Any, loss_of: LossOf) -> StepParts:
     """forward alone and forward+backward as separate jitted functions of the trainer's params (explain/)."""
     forward = jax.jit(loss_of)
     forward_backward = jax.jit(jax.value_and_grad(loss_of))
-    return {"place": lambda x, y: (jax.device_put(x), jax.device_put(y)),
-            "forward": lambda x, y: forward(trainer.params, x, y),
-            "forward_backward": lambda x, y: forward_backward(trainer.params, x, y),
-            "wait": jax.block_until_ready}
+    return StepParts(place=lambda x, y: (jax.device_put(x), jax.device_put(y)),
+                     forward=lambda x, y: forward(trainer.params, x, y),
+                     forward_backward=lambda x, y: forward_backward(trainer.params, x, y),
+                     wait=jax.block_until_ready)
 
 
 def explain_hlo(trainer: Any, x: Any, y: Any) -> str:
@@ -203,7 +204,7 @@ class JaxTrainer:
     def sync(self) -> None:
         jax.block_until_ready((self.params, self.opt_state))
 
-    def explain_parts(self) -> dict[str, Any]:
+    def explain_parts(self) -> StepParts:
         if self.steps_per_call > 1 or self.reduce() is not None:
             raise NotImplementedError(f"explain: no forward/backward parts for jax/{self.spec.strategy.name}")
         return explain_parts(self, self.make_loss())

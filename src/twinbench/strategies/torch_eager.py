@@ -22,6 +22,7 @@ from twinbench.models.family import Family
 from twinbench.models.layers_torch import clip_grads
 from twinbench.models.weights import Canonical
 from twinbench.spec import RunSpec
+from twinbench.strategies.base import StepParts
 from twinbench.strategies.modifiers import hook
 from twinbench.strategies.options import compute_dtype, model_options
 
@@ -106,7 +107,7 @@ class TorchTrainer:
             self.update()
         return loss.detach()
 
-    def explain_parts(self) -> dict[str, Any]:
+    def explain_parts(self) -> StepParts:
         """The step's parts for ``explain``'s phases by timing (twinbench/explain/timing.py)."""
         return explain_parts(self, self.place)
 
@@ -130,7 +131,7 @@ class TorchTrainer:
         return self.family.torch_weights(self.model)
 
 
-def explain_parts(trainer: Any, place: Any) -> dict[str, Any]:
+def explain_parts(trainer: Any, place: Any) -> StepParts:
     """forward alone and forward+backward on the trainer's module, each synced (the step's own halves)."""
 
     def forward(x: Any, y: Any) -> Any:
@@ -140,8 +141,8 @@ def explain_parts(trainer: Any, place: Any) -> dict[str, Any]:
         trainer.optimizer.zero_grad(set_to_none=True)
         trainer.forward_loss(x, y).backward()
 
-    return {"place": lambda x, y: (place(x), place(y)), "forward": forward, "forward_backward": forward_backward,
-            "wait": lambda _: trainer.sync()}
+    return StepParts(place=lambda x, y: (place(x), place(y)), forward=forward, forward_backward=forward_backward,
+                     wait=lambda _: trainer.sync())
 
 
 def to_device(x: Any, device: torch.device) -> Any:
