@@ -260,6 +260,8 @@ def test_try_into_an_out_that_does_not_exist_yet(tmp_path, monkeypatch):
     """explain of records that need no re-run creates no --out before --try: the variant's folder is made with
     its parents (it was a FileNotFoundError traceback)."""
     from twinbench.explain import try_flag
+    from twinbench.explain.result import Explained
+    from twinbench.explain.side import Side
     from twinbench.spec import from_preset
 
     def run_one(spec, timeout, env=None):
@@ -267,7 +269,8 @@ def test_try_into_an_out_that_does_not_exist_yet(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner, "run_one", run_one)
     spec = from_preset("tiny", {}, framework="torch", strategy="eager")
-    result = {"a": {"run": "torch/eager"}, "b": {"run": "torch/eager"}, "specs": [spec.to_dict(), spec.to_dict()]}
+    result = Explained(a=Side(run="torch/eager", step_ms=0.0), b=Side(run="torch/eager", step_ms=0.0),
+                       specs=[spec.to_dict(), spec.to_dict()])
     out = tmp_path / "new" / "deeper"
     with pytest.raises(try_flag.TryError, match="the run failed"):
         try_flag.run(result, "B:layers=2", out, 60.0, lambda line: None)

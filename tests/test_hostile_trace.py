@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.explain.typed import plain
 from tests.test_hostile import one_line_error
 from twinbench import runner
 from twinbench.cli import app
@@ -59,9 +60,9 @@ def test_names_under_the_cap_are_read_and_cut_in_every_line_printed(tmp_path, sm
 def test_a_fixture_trace_reads_the_same_through_the_token_count(monkeypatch):
     """The count's quotes and chunk seams change nothing a real trace gives (reads of 64 KiB: many seams)."""
     path = str(FIX / "pair_lm_torch.json.gz")
-    whole = gap.explain_trace(path, None, None, None, None, None)
+    whole = plain(gap.explain_trace(path, None, None, None, None, None))
     monkeypatch.setattr(files, "JSON_READ", 1 << 16, raising=False)
-    seams = gap.explain_trace(path, None, None, None, None, None)
+    seams = plain(gap.explain_trace(path, None, None, None, None, None))
     assert seams["trace"] == whole["trace"] and seams["cells"] == whole["cells"]
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.explain.typed import plain
 from twinbench import record as rec_mod
 from twinbench import runner
 from twinbench.cli import app
@@ -569,10 +570,10 @@ def test_explain_says_the_machine_was_busy_names_rows_and_never_prints_a_negativ
     busy = synthetic.record("torch", "eager", warnings=["machine busy: 1.5 core(s) of 2 used by other processes"],
                             explain_timing={"forward": 6.0, "backward": 8.0, "optimizer": -184.9})
     quiet = synthetic.record("jax", "jit", explain_timing={"forward": 4.0, "backward": 4.0})
-    e = gap.explain_run(busy)
+    e = plain(gap.explain_run(busy))
     assert "optimizer" not in e["timing"]
     assert any("machine busy" in n for n in e["notes"]) and any("optimizer not measured" in n for n in e["notes"])
-    result = gap.explain_pair(quiet, busy)
+    result = plain(gap.explain_pair(quiet, busy))
     # a busy machine is said, and refuses no row: its noise is measured (here it cannot be, and that is said)
     assert "measured on a busy machine: torch/eager" in result["summary"]
     assert "forward / matmul (+2.5 ms)" in result["summary"] and "noise is not measured" in result["summary"]
@@ -580,6 +581,7 @@ def test_explain_says_the_machine_was_busy_names_rows_and_never_prints_a_negativ
 
 def test_compare_explain_section_is_in_report_md_too(tmp_path, monkeypatch):
     from twinbench.explain import command
+    from twinbench.explain.side import Side
     from twinbench.report import explain as rexplain
     from twinbench.report import page
 
@@ -587,10 +589,9 @@ def test_compare_explain_section_is_in_report_md_too(tmp_path, monkeypatch):
     trace.write_text("{}")
     recs = [synthetic.record("torch", "eager", explain_timing={"forward": 3.0, "optimizer": -1.0},
                              trace_path=str(trace))]
-    monkeypatch.setattr(command, "explain_records", lambda rs: [{
-        "run": "torch/eager", "run_id": rs[0].run.run_id, "step_ms": 10.0, "timing": {"forward": 3.0,
-                                                                                      "optimizer": -1.0},
-        "trace": {"forward": 4.0}, "cells": {}, "scopes": {}, "notes": ["a note"], "trace_path": str(trace)}])
+    monkeypatch.setattr(command, "explain_records", lambda rs: [Side(
+        run="torch/eager", run_id=rs[0].run.run_id, step_ms=10.0, timing={"forward": 3.0, "optimizer": -1.0},
+        trace={"forward": 4.0}, notes=["a note"], trace_path=str(trace))])
     assert rexplain.markdown_section(synthetic.typed(recs))
     synthetic.write(tmp_path / "r", recs)
     _, md_path, _ = page.write(tmp_path / "r")

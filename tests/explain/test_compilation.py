@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.explain.test_corpus import FIX, _doctor_dir
+from tests.explain.typed import plain, side
 from twinbench.explain import breakdown, causes, command, compilation, doctor_timing, taxonomy, torch_trace
 
 QUIET = {"others_cores": 0.05, "cores": 2, "busy": False}
@@ -26,7 +27,7 @@ def _pair(tmp: Path, load: dict[str, Any] | None = None) -> dict[str, Any]:
     t = _doctor_dir(tmp, "tr-torch", "recompile_torch.json.gz", "recompile_torch.doctor.json", load=load)
     j = _doctor_dir(tmp, "tr-jax", "recompile_jax.xplane.pb.gz", "recompile_jax.doctor.json",
                     "recompile_jax.hlo.txt.gz", load=load)
-    return command.explain_traces(str(t), str(j))
+    return plain(command.explain_traces(str(t), str(j)))
 
 
 def test_a_recompiling_jax_step_is_compilation_not_idle(tmp_path: Path) -> None:
@@ -136,8 +137,8 @@ def test_the_clocks_median_step_leaves_out_compiles_of_few_steps(tmp_path: Path)
     t = _doctor_dir(tmp_path / "few", "tr-torch", "recompile_torch.json.gz", "recompile_torch.doctor.json", load=QUIET)
     j = _doctor_dir(tmp_path / "few", "tr-jax", "recompile_jax.xplane.pb.gz", "recompile_jax.doctor.json",
                     "recompile_jax.hlo.txt.gz", load=QUIET, compiles=log)
-    r = command.explain_traces(str(t), str(j))
-    c = causes.clock(r["a"], r["b"])
+    r = plain(command.explain_traces(str(t), str(j)))
+    c = plain(causes.clock(side(r["a"]), side(r["b"])))
     assert c is not None and set(c["compile_left_out"]) == {"jax:tr-jax"}
     assert c["traced_gap_ms"] == pytest.approx(r["gap_ms"] - c["compile_left_out"]["jax:tr-jax"])
     assert "the clock's step is a median, which leaves out the steps that compiled on jax:tr-jax" in r["summary"]

@@ -26,8 +26,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from tests.explain.typed import plain
+from tests.explain.typed import side as typed_side
 from twinbench.cli import app
 from twinbench.explain import causes, command, gap
+from twinbench.explain.side import Side
 
 FIX = Path(__file__).parent / "fixtures"
 #: pair -> (torch trace, JAX profile, the JAX step's compiled HLO)
@@ -54,10 +57,10 @@ def explained(pair: str) -> dict[str, Any]:
     t, j, h = CORPUS[pair]
     records = [FIX / f.replace(".json.gz", ".doctor.json").replace(".xplane.pb.gz", ".doctor.json") for f in (t, j)]
     if not all(r.is_file() for r in records):
-        return command.explain_traces(str(FIX / t), str(FIX / j), hlo=str(FIX / h))
+        return plain(command.explain_traces(str(FIX / t), str(FIX / j), hlo=str(FIX / h)))
     tmp = Path(tempfile.mkdtemp(prefix="twinbench-corpus-"))
-    return command.explain_traces(str(_doctor_dir(tmp, "torch", t, records[0].name)),
-                                  str(_doctor_dir(tmp, "jax", j, records[1].name, h)))
+    return plain(command.explain_traces(str(_doctor_dir(tmp, "torch", t, records[0].name)),
+                                  str(_doctor_dir(tmp, "jax", j, records[1].name, h))))
 
 
 def _mm_flops(e: dict[str, Any], phase: str) -> float:
@@ -177,7 +180,7 @@ def test_a_quiet_recording_of_the_lstm_pair_names_no_row_the_clock_contradicts(t
     t = _doctor_dir(tmp_path, "tr-torch", "pair_rnn_torch.json.gz", "pair_rnn_torch.doctor.json", load=quiet)
     j = _doctor_dir(tmp_path, "tr-jax", "pair_rnn_jax.xplane.pb.gz", "pair_rnn_jax.doctor.json",
                     "pair_rnn_jax.hlo.txt.gz", load=quiet)
-    r = command.explain_traces(str(t), str(j))
+    r = plain(command.explain_traces(str(t), str(j)))
     assert [g["check"] for g in r["gates"]] == ["clock"] and not _named(r), (r["summary"], r["gates"])
     assert "the profiler turned the gap around" in r["summary"], r["summary"]
     assert r["summary"].startswith("by the clock (twinbench doctor, without the profiler) jax:tr-jax is slower by "
@@ -189,8 +192,9 @@ def test_a_quiet_recording_of_the_lstm_pair_names_no_row_the_clock_contradicts(t
 
 
 def test_the_clock_check_fires_only_on_a_gap_turned_around_beyond_its_floor() -> None:
-    def side(run: str, traced: float, untraced: float | None) -> dict[str, Any]:
-        return {"run": run, "step_ms": traced, **({"measured": {"untraced_step_ms": untraced}} if untraced else {})}
+    def side(run: str, traced: float, untraced: float | None) -> Side:
+        return typed_side({"run": run, "step_ms": traced,
+                           **({"measured": {"untraced_step_ms": untraced}} if untraced else {})})
 
     turned = causes.clock_check(side("torch", 40.0, 43.0), side("jax", 30.0, 70.0))
     assert "turned the gap around" in turned and "torch is slower by 10.0" in turned and "jax is, by 27.0" in turned
@@ -238,7 +242,7 @@ def test_the_doctors_folder_carries_the_load_it_recorded(tmp_path: Path) -> None
                         load=load)
         j = _doctor_dir(tmp_path / str(busy), "tr-jax", "pair_vae_jax_loss.xplane.pb.gz",
                         "pair_vae_jax_loss.doctor.json", "pair_vae_jax_loss.hlo.txt.gz", load=load)
-        return command.explain_traces(str(t), str(j))
+        return plain(command.explain_traces(str(t), str(j)))
 
     busy = pair(True)
     assert busy["a"]["busy"] and busy["b"]["busy"] and not busy["gates"], busy["gates"]
@@ -252,7 +256,7 @@ def test_the_doctors_dispatch_count_decides_the_eager_side(tmp_path: Path) -> No
     t = _doctor_dir(tmp_path, "tr-torch", "pair_vae_torch.json.gz", "pair_vae_torch.doctor.json")
     j = _doctor_dir(tmp_path, "tr-jax", "pair_vae_jax_eager.xplane.pb.gz", "pair_vae_jax_eager.doctor.json",
                     "pair_vae_jax_eager.hlo.txt.gz")
-    r = command.explain_traces(str(t), str(j))
+    r = plain(command.explain_traces(str(t), str(j)))
     n = json.loads((FIX / "pair_vae_jax_eager.doctor.json").read_text())["eager_ops_per_step"]
     assert f"the JAX step runs op by op: {n:.0f} dispatches a step (counted by twinbench doctor)" in r["summary"]
 
@@ -290,26 +294,26 @@ def test_a_rate_no_device_reaches_is_withheld_and_names_no_row() -> None:
     """A 2-core CPU cannot move 6582 GB/s: the rate is not shown, and no row is named."""
     a = _side("torch:x", throughput={"forward": {"matmul": {"flops": 1e9}}, "backward": {"matmul": {"flops": 2e9}},
                                       "optimizer": {"optimizer": {"bytes": 6.6e9, "gbps": 6582.0}}})
-    a["ops"] = [{"phase": "forward", "name": "aten::mm", "shape": "[64,64]x[64,64]", "flops": 5e11, "raw_ms": 0.1,
-                 "ms": 5.0},  # 5000 TFLOP/s: withheld from the shapes table, and said
-                {"phase": "forward", "name": "aten::mm", "shape": "[8,8]x[8,8]", "flops": 5e9, "raw_ms": 0.001,
-                 "ms": 0.001}]  # a tiny op's rate is the clock's grain: withheld, not said
-    a["impossible"] = causes.physical(a)
-    assert "gbps" not in a["throughput"]["optimizer"]["optimizer"] and a["ops"][0]["flops"] == a["ops"][1]["flops"] == 0
-    assert a["impossible"] == ["optimizer / optimizer counted at 6582 GB/s, over 2000 GB/s (a 2 cores CPU's bound)",
+    a["ops"] = [{"phase": "forward", "category": "matmul", "name": "aten::mm", "shape": "[64,64]x[64,64]",
+                 "flops": 5e11, "raw_ms": 0.1, "ms": 5.0},  # 5000 TFLOP/s: withheld from the shapes table, and said
+                {"phase": "forward", "category": "matmul", "name": "aten::mm", "shape": "[8,8]x[8,8]", "flops": 5e9,
+                 "raw_ms": 0.001, "ms": 0.001}]  # a tiny op's rate is the clock's grain: withheld, not said
+    t = causes.physical(typed_side(a))
+    assert t.throughput["optimizer"]["optimizer"].gbps is None and t.ops[0].flops == t.ops[1].flops == 0
+    assert t.impossible == ["optimizer / optimizer counted at 6582 GB/s, over 2000 GB/s (a 2 cores CPU's bound)",
                                "forward [64,64]x[64,64] counted at 5000000 GFLOP/s, over 2000 GFLOP/s (a 2 cores CPU's "
                                "bound)"]
-    r = gap.pair(a, _side("jax:y", step_ms=50.0))
+    r = plain(gap.pair(t, typed_side(_side("jax:y", step_ms=50.0))))
     assert {g["check"] for g in r["gates"]} == {"rates"} and _refused(r)
     assert "6582" not in json.dumps(r["rows"])
 
 
 def test_a_forward_counted_as_backward_fails_the_phase_check() -> None:
     b = _side("jax:y", throughput={"backward": {"matmul": {"flops": 5e9}}})
-    assert "the forward pass was not found" in causes.phase_check(b)
+    assert "the forward pass was not found" in causes.phase_check(typed_side(b))
     odd = _side("jax:y", throughput={"forward": {"matmul": {"flops": 1e8}}, "backward": {"matmul": {"flops": 5e9}}})
-    assert "50.00x its forward's" in causes.phase_check(odd)
-    assert causes.phase_check(_side("torch:x")) == ""
+    assert "50.00x its forward's" in causes.phase_check(typed_side(odd))
+    assert causes.phase_check(typed_side(_side("torch:x"))) == ""
 
 
 def test_timing_two_methods_disagree_on_is_not_shown_as_a_measurement() -> None:
@@ -327,17 +331,17 @@ def test_timing_two_methods_disagree_on_is_not_shown_as_a_measurement() -> None:
     b.finish(1, 94.6)
     timing = {"input": 0.0, "forward": 40.0, "backward": 44.0, "optimizer": 58.8, "rest": 0.0}
     e = gap.explain_breakdown(b, "jax/jit", 94.6, timing, [], gap.trace_record("jax"))
-    assert e["timing_scale"] == pytest.approx(94.6 / 142.8)
-    assert "optimizer" in e["timing_apart"] and "forward" not in e["timing_apart"]
+    assert e.timing_scale == pytest.approx(94.6 / 142.8)
+    assert "optimizer" in e.timing_apart and "forward" not in e.timing_apart
     assert any(f"timing's optimizer is {58.8 * 94.6 / 142.8:.1f} ms (58.8 ms timed, scaled to the step) against the "
-               "trace's 4.6 ms" in n for n in e["notes"]), e["notes"]
+               "trace's 4.6 ms" in n for n in e.notes), e.notes
     console = Console(width=200, record=True)
     console.print(command.run_table(e))
     out = console.export_text()
     assert "timing ms (scaled x0.66)" in out and "x apart)" in out and "142.8 -> 94.6" in out
     other = gap.explain_breakdown(b, "torch/eager", 94.6, dict(timing, optimizer=5.0, backward=49.6), [],
                                   gap.trace_record("torch"))
-    r = gap.pair(other, e)
+    r = plain(gap.pair(other, e))
     opt = next(row for row in r["rows"] if row["row"] == "optimizer")
     fwd = next(row for row in r["rows"] if row["row"] == "forward")
     assert "timing_diff_ms" not in opt and "timing_diff_ms" in fwd

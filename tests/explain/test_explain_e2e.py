@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from tests.explain.typed import plain
 from twinbench.cli import app
 from twinbench.record import read_jsonl
 
@@ -79,7 +80,7 @@ def test_the_runs_traces_read_as_files_give_the_same_categories(runs: dict[str, 
     from twinbench.explain import command
 
     res = runs["json"]
-    files = command.explain_traces(res["a"]["trace_path"], res["b"]["trace_path"])
+    files = plain(command.explain_traces(res["a"]["trace_path"], res["b"]["trace_path"]))
     for side in ("a", "b"):
         run, trace = res[side], files[side]
         for phase, cats in run["cells"].items():

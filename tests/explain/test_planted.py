@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.explain.typed import plain
 from twinbench.explain import gap
 from twinbench.measure.trace import trace_steps
 
@@ -62,7 +63,7 @@ def test_torch_repeated_update_is_the_optimizer_row(tmp_path: Path) -> None:
         many = _torch_run(tmp_path, "eager-32-updates", 32)  # a cause far above a busy machine's noise
     finally:
         torch.set_num_threads(threads)
-    res = gap.explain_pair(once, many)
+    res = plain(gap.explain_pair(once, many))
     assert res["largest"]["row"] == "optimizer / optimizer", res["rows"]
     assert res["largest"]["share"] > 0.5, res["rows"]
     opt = next(r for r in res["rows"] if r["row"] == "optimizer")
@@ -144,7 +145,7 @@ def _jax_run(tmp_path: Path, name: str, slow: bool) -> dict[str, Any]:
 @pytest.mark.slow
 def test_jax_port_with_slow_attention_is_an_attention_row(tmp_path: Path) -> None:
     fast, slow = _jax_run(tmp_path, "port", False), _jax_run(tmp_path, "port-slow-attention", True)
-    res = gap.explain_pair(fast, slow)
+    res = plain(gap.explain_pair(fast, slow))
     assert res["largest"]["row"].endswith("/ attention"), res["rows"]
     attention = sum(r["diff_ms"] for r in res["rows"] if r["level"] == 1 and r["row"].endswith("/ attention"))
     assert attention > 0.5 * res["gap_ms"] > 0, res["rows"]

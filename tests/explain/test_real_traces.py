@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.explain.typed import plain, side
 from twinbench.cli import app
 from twinbench.explain import gap, taxonomy, trace_file
 from twinbench.explain.breakdown import PHASES
@@ -48,7 +49,7 @@ HLO = {"h200_jax_jit_bf16.xplane.pb.gz": str(FIX / "h200_jax_jit_bf16.hlo.txt.gz
 
 @functools.cache
 def explained(name: str) -> dict:
-    return gap.explain_trace(str(FIX / name), hlo=HLO.get(name))
+    return plain(gap.explain_trace(str(FIX / name), hlo=HLO.get(name)))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -76,8 +77,8 @@ def test_a_triton_kernel_launched_by_the_driver_is_charged_to_its_op() -> None:
 
 def test_one_device_of_eight_not_their_sum() -> None:
     """TraceLens' MI300 conv profile has kernels on 8 GPU planes: one is attributed, and the output says so."""
-    one = gap.explain_trace(str(FIX / "tracelens_mi300_jax_conv.xplane.pb.gz"))
-    other = gap.explain_trace(str(FIX / "tracelens_mi300_jax_conv.xplane.pb.gz"), device=3)
+    one = plain(gap.explain_trace(str(FIX / "tracelens_mi300_jax_conv.xplane.pb.gz")))
+    other = plain(gap.explain_trace(str(FIX / "tracelens_mi300_jax_conv.xplane.pb.gz"), device=3))
     assert any("8 devices" in n and "device 0 shown" in n for n in one["notes"])
     assert one["device"] == "GPU 0" and other["device"] == "GPU 3"
     busy = sum(v for row in one["cells"].values() for c, v in row.items() if c != "idle")
@@ -87,7 +88,7 @@ def test_one_device_of_eight_not_their_sum() -> None:
 def test_two_traces_give_a_gap_table_whose_rows_sum_to_the_gap() -> None:
     """HTA's trace_diff pair (A100 training, control against test)."""
     a, b = explained("hta_trace_diff_control.json.gz"), explained("hta_trace_diff_test.json.gz")
-    out = gap.pair(a, b)
+    out = plain(gap.pair(side(a), side(b)))
     assert sum(r["diff_ms"] for r in out["rows"] if r["level"] == 0) == pytest.approx(out["gap_ms"], rel=1e-6)
     assert out["gap_ms"] == pytest.approx(b["step_ms"] - a["step_ms"])
 
@@ -133,7 +134,7 @@ def test_bad_trace_input_is_one_line_and_exit_2(tmp_path: Path, case: str) -> No
 
 
 def test_a_cpu_trace_and_its_step_marker(tmp_path: Path) -> None:
-    e = gap.explain_trace(_cpu_trace(tmp_path / "t.json"), step_marker="ProfilerStep")
+    e = plain(gap.explain_trace(_cpu_trace(tmp_path / "t.json"), step_marker="ProfilerStep"))
     assert e["device"] == "CPU" and e["steps_traced"] == 3 and "--step-marker" in e["step_method"]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.explain.typed import plain
 from twinbench.cli import app
 from twinbench.explain import gap, jax_trace, taxonomy, tpu_trace, xplane
 from twinbench.explain.steps import TraceError
@@ -48,7 +49,7 @@ def test_tpu_own_profile_rows_follow_the_model() -> None:
     assert cells["backward"]["attention"] > cells["forward"]["attention"]
     assert cells["optimizer"]["optimizer"] > 1
     assert 100 < b.step_ms < 115  # the record's 108.1 ms step, seen on the device
-    e = gap.explain_trace(str(OWN))
+    e = plain(gap.explain_trace(str(OWN)))
     mm = e["throughput"]["backward"]["matmul"]
     assert 0.5 < mm["peak_share"] < 1.0  # bf16 matmuls at a plausible share of the 197 TFLOP/s datasheet peak
     assert e["peak"]["source"] == "TPU v5e datasheet bf16 peak"
@@ -64,7 +65,7 @@ def test_tpu_user_profile_attention_and_optimizer() -> None:
 def test_tpu_compare_two_profiles() -> None:
     from twinbench.explain.command import explain_traces
 
-    r = explain_traces(str(OWN), str(USER))
+    r = plain(explain_traces(str(OWN), str(USER)))
     assert r["gap_ms"] == pytest.approx(r["b"]["step_ms"] - r["a"]["step_ms"])
     top = sum(x["diff_ms"] for x in r["rows"] if x["level"] == 0)
     assert top == pytest.approx(r["gap_ms"], rel=1e-6)  # the phase rows add up to the gap
@@ -182,8 +183,8 @@ def test_torchax_against_the_jax_twin_on_the_chip_is_the_loss_op_by_op() -> None
     sentences name the torchax program's own ops (its reshape, fp32 convert and log-softmax)."""
     from twinbench.explain.command import explain_traces
 
-    r = explain_traces(str(FIX / "tpu_v5e_gpt2_jit_splash.xplane.pb.gz"),
-                       str(FIX / "tpu_v5e_gpt2_torchax_splash.xplane.pb.gz"))
+    r = plain(explain_traces(str(FIX / "tpu_v5e_gpt2_jit_splash.xplane.pb.gz"),
+                       str(FIX / "tpu_v5e_gpt2_torchax_splash.xplane.pb.gz")))
     rows = {x["row"]: x["diff_ms"] for x in r["rows"]}
     assert 25 < r["gap_ms"] < 40
     assert abs(rows["forward / matmul"]) < 1 and abs(rows["backward / matmul"]) < 2

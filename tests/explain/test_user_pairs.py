@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.explain.typed import plain
 from twinbench.cli import app
 from twinbench.explain import command
 
@@ -30,7 +31,7 @@ def _files(pair: str) -> tuple[str, str, str]:
 @functools.cache
 def explained(pair: str, expand: str = "categories") -> dict:
     torch_trace, jax_trace, hlo = _files(pair)
-    return command.explain_traces(torch_trace, jax_trace, expand, hlo=hlo)
+    return plain(command.explain_traces(torch_trace, jax_trace, expand, hlo=hlo))
 
 
 def _cat(side: dict, category: str) -> float:
@@ -71,7 +72,7 @@ def test_no_attention_where_the_model_has_none() -> None:
 
 
 def test_torch_written_out_attention_is_attention_too() -> None:
-    e = command.explain_traces(str(FIX / "pair_nanogpt_torch_manual.json.gz"), None)["a"]
+    e = plain(command.explain_traces(str(FIX / "pair_nanogpt_torch_manual.json.gz"), None))["a"]
     for phase in ("forward", "backward"):
         assert e["cells"][phase].get("attention", 0.0) > 0.02 * e["step_ms"], e["cells"][phase]
 
@@ -83,7 +84,7 @@ def test_jax_ops_carry_flops_from_the_hlo(pair: str, tmp_path: Path) -> None:
     dump = tmp_path / "dump"
     dump.mkdir()
     (dump / "module_0177.jit_train_step.cpu_after_optimizations.txt").write_bytes(gzip.decompress(Path(hlo).read_bytes()))
-    r = command.explain_traces(torch_trace, jax_trace, hlo=str(dump))
+    r = plain(command.explain_traces(torch_trace, jax_trace, hlo=str(dump)))
     jax_rows = r["b"]["throughput"]
     assert jax_rows["forward"]["matmul"]["flops"] > 0 and jax_rows["backward"]["matmul"]["flops"] > 0
     assert jax_rows["forward"]["attention"]["flops"] > 0
@@ -143,7 +144,7 @@ def test_every_flag_on_user_traces_is_a_result_or_one_line(flag: list[str]) -> N
 
 def test_steps_cut_differently_are_said_with_their_figures() -> None:
     torch_trace, _, hlo = _files("nanogpt")
-    r = command.explain_traces(torch_trace, str(FIX / "pair_nanogpt_jax_noblock.xplane.pb.gz"), hlo=hlo)
+    r = plain(command.explain_traces(torch_trace, str(FIX / "pair_nanogpt_jax_noblock.xplane.pb.gz"), hlo=hlo))
     assert r["b"]["cut"]["coverage"] < 0.95 <= r["a"]["cut"]["coverage"]  # the port's annotation: dispatch only
     line = next(ln for ln in r["summary"].splitlines() if "steps cut differently" in ln)
     assert "whole loop iteration" in line and "start to start" in line
@@ -155,7 +156,7 @@ def test_steps_cut_differently_are_said_with_their_figures() -> None:
 def test_an_interaction_layer_is_not_attention() -> None:
     """A recommender's feature interactions (``[B, F, D] @ [B, D, F]`` into square ``[B, F, F]``) make square
     products no softmax reads: not attention (an A100 DLRM-style job, public trace)."""
-    e = command.explain_traces(str(FIX / "hta_trace_diff_control.json.gz"), None)["a"]
+    e = plain(command.explain_traces(str(FIX / "hta_trace_diff_control.json.gz"), None))["a"]
     assert _cat(e, "attention") == 0
 
 
@@ -261,13 +262,13 @@ def test_the_doctors_step_without_the_profiler_is_the_measured_step(tmp_path: Pa
 def test_a_malformed_doctor_trace_json_is_a_note(tmp_path: Path, content: str) -> None:
     tdir, _, _ = _doctor_dirs(tmp_path, {}, {})
     (tdir / "trace.json").write_text(content)
-    e = command.explain_traces(str(tdir / "doctor.pt.trace.json"), None)["a"]
+    e = plain(command.explain_traces(str(tdir / "doctor.pt.trace.json"), None))["a"]
     notes = [n for n in e["notes"] if "trace.json" in n]
-    assert "measured" not in e and len(notes) == 1 and "\n" not in notes[0], e["notes"]
+    assert e["measured"] is None and len(notes) == 1 and "\n" not in notes[0], e["notes"]
     assert e["trace"]["forward"] > 0  # the trace itself is read all the same
 
 
 def test_a_doctor_run_too_short_to_time_without_the_profiler_says_so(tmp_path: Path) -> None:
     tdir, _, _ = _doctor_dirs(tmp_path, {"traced_step_ms": 60.0, "traced_steps": 4}, {})
-    e = command.explain_traces(str(tdir), None)["a"]
-    assert "measured" not in e and any("could not time the step without the profiler" in n for n in e["notes"])
+    e = plain(command.explain_traces(str(tdir), None))["a"]
+    assert e["measured"] is None and any("could not time the step without the profiler" in n for n in e["notes"])

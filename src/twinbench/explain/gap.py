@@ -33,13 +33,14 @@ def label(r: Record) -> str:
 
 
 def read_trace(r: Record) -> Breakdown:
-    """The breakdown of a record's trace, read by what the file is (a Chrome trace, or an xplane named by its
-    compiled HLO text); raises :class:`TraceError` when it has none or it is unreadable."""
+    """The breakdown of a record's trace, read as what it is: a JAX profile (the record carries the compiled HLO
+    text that names its ops, or the file is one), else a Chrome trace; raises :class:`TraceError` when it has
+    none or it is unreadable."""
     r = as_record(r)
     path = r.trace.path
     if not path:
         raise TraceError(f"{r.label()}: no trace ({r.trace.error or 'run without --trace/--explain'})")
-    if not needs_hlo(path):
+    if not r.explain.hlo_path and not needs_hlo(path):  # no compiled HLO beside it, and no JAX profile
         return torch_trace.read(path)
     hlo_path = r.explain.hlo_path
     if not hlo_path:
