@@ -19,6 +19,8 @@ import sys
 
 
 def main(argv: list[str]) -> int:
+    import msgspec
+
     from twinbench.doctor import DoctorError, run_doctor
     from twinbench.doctor.report import no_step_message
 
@@ -36,13 +38,12 @@ def main(argv: list[str]) -> int:
             print(f"   doctor could not run: {e}")
             continue
         o = res.observations
-        print(f"   step={o.get('step_fn')} (found by {o.get('step_signal')}) steps={o.get('steps')} "
-              f"step_ms={o.get('step_ms')} compile_s={o.get('compile_s', 0.0):.2f} wall_s={o.get('wall_s', 0.0):.2f} "
-              f"stopped_early={o.get('stopped_early')}")
-        split = o.get("split")
-        if split:
+        print(f"   step={o.step_fn} (found by {o.step_signal}) steps={o.steps} "
+              f"step_ms={o.step_ms} compile_s={o.compile_s:.2f} wall_s={o.wall_s:.2f} "
+              f"stopped_early={o.stopped_early}")
+        if o.split:
             print("   per iteration: " + ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
-                                                 for k, v in split.items()))
+                                                 for k, v in msgspec.structs.asdict(o.split).items()))
         if (message := no_step_message(o, script)) is not None:
             print(f"   {message}")
         for e in res.self_errors:
