@@ -79,3 +79,19 @@ def test_every_fixture_is_pinned() -> None:
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_the_reader_gives_the_pinned_figures(name: str) -> None:
     _same(figures(name), EXPECTED[name], name)
+
+
+def test_an_xla_cpu_profile_without_its_hlo_is_refused_with_its_figures(tmp_path: Path) -> None:
+    """SYNTHETIC cells: an XLA:CPU profile whose ops are named only by fusion (mostly 'other', mostly 'rest') is
+    one line giving how much was categorized and put in a phase, idle left out of both; one named by its HLO is
+    read."""
+    from twinbench.explain import jax_trace
+    from twinbench.explain.breakdown import Breakdown
+    from twinbench.explain.steps import TraceError
+
+    b = Breakdown()
+    b.cells["rest"]["other"], b.cells["rest"]["idle"], b.cells["forward"]["matmul"] = 6.0, 50.0, 4.0
+    with pytest.raises(TraceError, match=r"\(40% of op time categorized, 40% in a phase\)"):
+        jax_trace._needs_hlo(b, tmp_path / "x.xplane.pb")
+    b.cells["backward"]["matmul"] = 60.0  # 64 of 70 ms categorized and in a phase: read
+    jax_trace._needs_hlo(b, tmp_path / "x.xplane.pb")

@@ -268,7 +268,7 @@ def _needs_hlo(b: Breakdown, path: Path) -> None:
     if not work:
         return
     categorized = 1 - cats.get("other", 0.0) / work
-    phased = 1 - sum(v for k, v in b.cells.get("rest", {}).items() if k != "idle") / work
+    phased = sum(v for p, v in b.phases().items() if p != "rest") / work  # idle is rest's only (finish)
     if categorized >= 0.9 and phased >= 0.5:
         return
     raise TraceError(f"{path}: this XLA:CPU profile names its ops only by fusion ({categorized:.0%} of op time "
