@@ -22,6 +22,15 @@ from typing import Any
 from twinbench.machine import cache_root
 
 
+@dataclass(frozen=True)
+class Reading:
+    """:meth:`LoadMeter.reading` as a value (None where the OS does not say)."""
+
+    load_avg_1m: float | None
+    cpu_count: int | None
+    load_avg_1m_external: float | None  # less what twinbench's own ended runs still add to it
+
+
 @dataclass
 class LoadMeter:
     """The machine's load when a run starts, and how much of it twinbench's own ended runs still make.
@@ -78,6 +87,10 @@ class LoadMeter:
             return {"load_avg_1m": None, "cpu_count": os.cpu_count(), "load_avg_1m_external": None}
         return {"load_avg_1m": round(load, 2), "cpu_count": cpus,
                 "load_avg_1m_external": round(max(load - self.own(time.time()), 0.0), 2)}
+
+    def now(self) -> Reading:
+        """:meth:`reading`, typed."""
+        return Reading(**self.reading())
 
     def add(self, end: float, duration: float, busy: float) -> None:
         self.runs = [r for r in self.runs if end - r[0] < 600] + [(end, duration, busy)]

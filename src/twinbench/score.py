@@ -13,7 +13,6 @@ difference, largest per-window loss difference) and reports.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -23,6 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from twinbench.models.options import ModelOptions
@@ -88,9 +88,67 @@ def prepare(init_from: str, data: str, tokenizer: str | None, max_windows: int) 
     return cfg, cut_windows(tokens, cfg.context, max_windows)
 
 
+class Scored(msgspec.Struct, kw_only=True, frozen=True):
+    """Where and how long a framework's child scored the windows."""
+
+    seconds: float = 0.0  # the scoring loop, compile included
+    device: str = ""
+    platform: str = ""
+    matmul_precision: str = ""
+    versions: dict[str, str] = {}
+
+
+class ChildResult(Scored, kw_only=True, frozen=True):
+    """What a scoring child writes (``TMPDIR/FRAMEWORK.json``); its first windows' logits beside it (.npy)."""
+
+    window_losses: list[float]
+    threads: int = 0
+
+
+class FrameworkScore(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """One framework's score: its mean cross-entropy (nats), perplexity, bits per token and where it ran, or
+    why it failed (the other fields then absent)."""
+
+    status: str  # ok or failed
+    error: str | None = None
+    loss: float | None = None
+    perplexity: float | None = None
+    bits_per_token: float | None = None
+    threads: int | None = None
+    seconds: float | None = None
+    device: str | None = None
+    platform: str | None = None
+    matmul_precision: str | None = None
+    versions: dict[str, str] | None = None
+
+
+class ScoreResult(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """``twinbench score``'s answer (``--json``): the checkpoint and data, each framework's score, and with two
+    frameworks how far their logits and losses are apart (absent with one)."""
+
+    checkpoint: str
+    data: str
+    tokenizer: str  # the tokenizer.json, or "bytes"
+    context: int
+    vocab: int
+    layers: int
+    d_model: int
+    windows: int
+    tokens_scored: int
+    batch: int
+    precision: str
+    frameworks: dict[str, FrameworkScore]
+    compared_windows: int  # windows whose logits are compared
+    max_logit_diff: float | None = None
+    max_abs_logit: float | None = None
+    logits_compared: int | None = None
+    max_window_loss_diff: float | None = None
+    loss_diff: float | None = None
+
+
 def score(init_from: str, data: str, frameworks: list[str], tokenizer: str | None = None, batch: int = 4,
-          max_windows: int = 0, compare_windows: int = 1, timeout: float = 900.0) -> dict[str, Any]:
-    """Score the checkpoint in each framework (one process each); return the summary dict (see module doc)."""
+          max_windows: int = 0, compare_windows: int = 1, timeout: float = 900.0) -> ScoreResult:
+    """Score the checkpoint in each framework (one process each); return the summary (see module doc)."""
     from twinbench import runner
 
     for fw in frameworks:
@@ -104,12 +162,13 @@ def score(init_from: str, data: str, frameworks: list[str], tokenizer: str | Non
         raise SpecError(f"--compare-windows must be a positive integer, got {compare_windows}")
     cfg, windows = prepare(init_from, data, tokenizer, max_windows)
     k = min(compare_windows, batch, len(windows))
-    result: dict[str, Any] = {
-        "checkpoint": str(init_from), "data": str(data), "tokenizer": str(tokenizer) if tokenizer else "bytes",
-        "context": cfg.context, "vocab": cfg.vocab, "layers": cfg.layers, "d_model": cfg.d_model,
-        "windows": len(windows), "tokens_scored": len(windows) * (cfg.context - 1), "batch": batch,
-        "precision": "fp32", "frameworks": {}, "compared_windows": k,
-    }
+    scores: dict[str, FrameworkScore] = {}
+    result = ScoreResult(
+        checkpoint=str(init_from), data=str(data), tokenizer=str(tokenizer) if tokenizer else "bytes",
+        context=cfg.context, vocab=cfg.vocab, layers=cfg.layers, d_model=cfg.d_model,
+        windows=len(windows), tokens_scored=len(windows) * (cfg.context - 1), batch=batch,
+        precision="fp32", frameworks=scores, compared_windows=k,
+    )
     with tempfile.TemporaryDirectory(prefix="twinbench-score-") as tmp:
         np.save(Path(tmp, "windows.npy"), windows.astype(np.int32))
         logits: dict[str, np.ndarray] = {}
@@ -118,44 +177,45 @@ def score(init_from: str, data: str, frameworks: list[str], tokenizer: str | Non
             code, reason = runner.run_module(MODULE, [fw, str(init_from), tmp, str(batch), str(k)], timeout)
             res_path = Path(tmp, f"{fw}.json")
             if code != 0 or not res_path.exists():
-                result["frameworks"][fw] = {"status": "failed", "error": reason or f"exit code {code}"}
+                scores[fw] = FrameworkScore(status="failed", error=reason or f"exit code {code}")
                 continue
-            res = json.loads(res_path.read_text())
-            losses[fw] = np.asarray(res.pop("window_losses"), dtype=np.float64)
+            res = msgspec.json.decode(res_path.read_bytes(), type=ChildResult)  # our own child's file
+            losses[fw] = np.asarray(res.window_losses, dtype=np.float64)
             logits[fw] = np.load(Path(tmp, f"{fw}.logits.npy"))
             mean = float(losses[fw].mean())
-            result["frameworks"][fw] = {"status": "ok", "loss": mean, "perplexity": math.exp(min(mean, 700.0)),
-                                        "bits_per_token": mean / math.log(2), **res}
+            scores[fw] = FrameworkScore(status="ok", loss=mean, perplexity=math.exp(min(mean, 700.0)),
+                                        bits_per_token=mean / math.log(2), threads=res.threads, seconds=res.seconds,
+                                        device=res.device, platform=res.platform,
+                                        matmul_precision=res.matmul_precision, versions=res.versions)
         if len(logits) == 2:
             a, b = (logits[fw] for fw in frameworks)
             la, lb = (losses[fw] for fw in frameworks)
-            result["max_logit_diff"] = float(np.max(np.abs(a.astype(np.float64) - b)))
-            result["max_abs_logit"] = float(np.max(np.abs(a)))
-            result["logits_compared"] = int(a.size)
-            result["max_window_loss_diff"] = float(np.max(np.abs(la - lb)))
-            result["loss_diff"] = abs(float(la.mean()) - float(lb.mean()))
+            result = msgspec.structs.replace(
+                result, max_logit_diff=float(np.max(np.abs(a.astype(np.float64) - b))),
+                max_abs_logit=float(np.max(np.abs(a))), logits_compared=int(a.size),
+                max_window_loss_diff=float(np.max(np.abs(la - lb))), loss_diff=abs(float(la.mean()) - float(lb.mean())))
     return result
 
 
-def table(result: dict[str, Any], init_from: Path | str) -> Any:
+def table(result: ScoreResult, init_from: Path | str) -> Any:
     """The terminal table of :func:`score`'s result (rich): each framework's loss, perplexity, bits/token, time."""
     from rich.table import Table
 
     table = Table(header_style="bold", title=f"twinbench score: {init_from}")
     for c in ("framework", "mean CE (nats)", "perplexity", "bits/token", "seconds (incl. compile)", "device"):
         table.add_column(c, justify="left" if c in ("framework", "device") else "right")
-    for fw, r in result["frameworks"].items():
-        if r["status"] != "ok":
-            table.add_row(fw, "[red]failed[/]", "", "", "", r["error"])
+    for fw, r in result.frameworks.items():
+        if r.status != "ok":
+            table.add_row(fw, "[red]failed[/]", "", "", "", r.error)
             continue
-        table.add_row(fw, f"{r['loss']:.6f}", f"{r['perplexity']:.3f}", f"{r['bits_per_token']:.4f}",
-                      f"{r['seconds']:.2f}", f"{r['device']} ({r['platform']})")
+        table.add_row(fw, f"{r.loss:.6f}", f"{r.perplexity:.3f}", f"{r.bits_per_token:.4f}",
+                      f"{r.seconds:.2f}", f"{r.device} ({r.platform})")
     return table
 
 
 # --------------------------------------------------------------------------------------------- child
 def _run_torch(cfg: ModelConfig, weights: dict[str, np.ndarray], windows: np.ndarray, batch: int,
-               k: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+               k: int) -> tuple[np.ndarray, np.ndarray, Scored]:
     import torch
     import torch.nn.functional as F
 
@@ -179,12 +239,12 @@ def _run_torch(cfg: ModelConfig, weights: dict[str, np.ndarray], windows: np.nda
     with torch.inference_mode():
         first, losses, seconds = _loop(forward, windows, batch, lambda t: t.cpu().numpy())
     platform, name, _ = describe("torch")
-    return first, losses, {"seconds": seconds, "device": name, "platform": platform, "matmul_precision": precision,
-                           "versions": versions("torch")}
+    return first, losses, Scored(seconds=seconds, device=name, platform=platform, matmul_precision=precision,
+                                 versions=versions("torch"))
 
 
 def _run_jax(cfg: ModelConfig, weights: dict[str, np.ndarray], windows: np.ndarray, batch: int,
-             k: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+             k: int) -> tuple[np.ndarray, np.ndarray, Scored]:
     import jax.numpy as jnp
     import optax
     from flax import nnx
@@ -205,8 +265,8 @@ def _run_jax(cfg: ModelConfig, weights: dict[str, np.ndarray], windows: np.ndarr
 
     first, losses, seconds = _loop(lambda x: forward_jit(model, jnp.asarray(x)), windows, batch, np.asarray)
     platform, name, _ = describe("jax")
-    return first, losses, {"seconds": seconds, "device": name, "platform": platform, "matmul_precision": precision,
-                           "versions": versions("jax")}
+    return first, losses, Scored(seconds=seconds, device=name, platform=platform, matmul_precision=precision,
+                                 versions=versions("jax"))
 
 
 def _loop(forward: Any, windows: np.ndarray, batch: int, to_host: Any) -> tuple[np.ndarray, np.ndarray, float]:
@@ -255,7 +315,8 @@ def main(argv: list[str]) -> int:
         print(f"FloatingPointError: non-finite loss in window {int(np.argmin(np.isfinite(losses)))}", file=sys.stderr)
         return 1
     np.save(tmp / f"{fw}.logits.npy", first.astype(np.float32))
-    (tmp / f"{fw}.json").write_text(json.dumps({"window_losses": losses.tolist(), "threads": _threads(), **info}))
+    child = ChildResult(window_losses=losses.tolist(), threads=_threads(), **msgspec.structs.asdict(info))
+    (tmp / f"{fw}.json").write_bytes(msgspec.json.encode(child))
     return 0
 
 

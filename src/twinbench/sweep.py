@@ -10,11 +10,11 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from typing import Any
 
+from twinbench.plan import Override, Overrides
 from twinbench.spec import OVERRIDABLE, RunSpec, SpecError
 
-Axis = tuple[str, list[Any]]
+Axis = tuple[str, list[Override]]
 
 
 def parse_over(items: list[str]) -> list[Axis]:
@@ -33,7 +33,7 @@ def parse_over(items: list[str]) -> list[Axis]:
         if key in (k for k, _ in axes):
             raise SpecError(f"--over: field {key!r} given twice")
         typ = OVERRIDABLE[key]
-        values = []
+        values: list[Override] = []
         for v in (v.strip() for v in raw.split(",")):
             try:
                 values.append(typ(v))
@@ -43,7 +43,7 @@ def parse_over(items: list[str]) -> list[Axis]:
     return axes
 
 
-def points(axes: list[Axis]) -> list[dict[str, Any]]:
+def points(axes: list[Axis]) -> list[Overrides]:
     """Every point of the grid, in order (the last axis varies fastest)."""
     from twinbench.limits import check_runs
 
@@ -52,10 +52,9 @@ def points(axes: list[Axis]) -> list[dict[str, Any]]:
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(v for _, v in axes))]
 
 
-def grid_specs(axes: list[Axis], overrides: dict[str, Any],
-               build: Callable[[dict[str, Any]], list[RunSpec]]) -> list[RunSpec]:
+def grid_specs(axes: list[Axis], overrides: Overrides, build: Callable[[Overrides], list[RunSpec]]) -> list[RunSpec]:
     """The specs of every point: ``build`` (the compare's spec builder) applied to overrides + the point."""
-    clash = [k for k, _ in axes if overrides.get(k) is not None]
+    clash = [k for k, _ in axes if overrides.get(k) is not None]  # a flag left out is None
     if clash:
         raise SpecError(f"--over {clash[0]} and --{clash[0].replace('_', '-')} both given; keep one")
     specs: list[RunSpec] = []

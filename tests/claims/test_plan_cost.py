@@ -8,12 +8,13 @@ import pytest
 from twinbench.claims import suite
 from twinbench.claims.budget import plan
 from twinbench.claims.core import select, setup_for
+from twinbench.load_meter import Reading
 
 
 def test_the_load_stretches_a_cpu_plan_and_a_quiet_machine_does_not():
-    assert suite.load_factor({"load_avg_1m_external": 4.5, "cpu_count": 2})[0] == pytest.approx(3.25)
-    assert suite.load_factor({"load_avg_1m_external": 0.05, "cpu_count": 2}) == (1.0, "")
-    assert suite.load_factor({"load_avg_1m_external": None, "cpu_count": None}) == (1.0, "")
+    assert suite.load_factor(Reading(load_avg_1m=None, cpu_count=2, load_avg_1m_external=4.5))[0] == pytest.approx(3.25)
+    assert suite.load_factor(Reading(load_avg_1m=None, cpu_count=2, load_avg_1m_external=0.05)) == (1.0, "")
+    assert suite.load_factor(Reading(load_avg_1m=None, cpu_count=None, load_avg_1m_external=None)) == (1.0, "")
 
 
 def test_a_cpu_plan_counts_the_compiles_and_the_load_now(monkeypatch):
@@ -26,11 +27,11 @@ def test_a_cpu_plan_counts_the_compiles_and_the_load_now(monkeypatch):
     per_claim, specs = suite.plan(chosen, setup)
     rounds = suite.schedule(chosen, per_claim, specs, setup.repeats)
     p = plan(chosen, setup, per_claim, rounds, None)
-    runs = {r["name"]: r for r in p["claims"][0]["runs"]}
-    assert runs["jax_naive"]["compile_s"] > runs["torch"]["compile_s"] == 0  # a compile per new length
-    assert p["predicted_compile_s"] == pytest.approx(sum(r["compile_s"] * r["runs"] for r in runs.values()))
-    assert p["predicted_total_s_at_load"] == pytest.approx(p["predicted_total_s"] * 3.25, rel=0.01)
-    assert "4.50 from other processes on 2 core(s)" in p["load"]
+    runs = {r.name: r for r in p.claims[0].runs}
+    assert runs["jax_naive"].compile_s > runs["torch"].compile_s == 0  # a compile per new length
+    assert p.predicted_compile_s == pytest.approx(sum(r.compile_s * r.runs for r in runs.values()))
+    assert p.predicted_total_s_at_load == pytest.approx(p.predicted_total_s * 3.25, rel=0.01)
+    assert p.load and "4.50 from other processes on 2 core(s)" in p.load
 
 
 def test_claims_threads_reaches_every_run(monkeypatch, tmp_path):

@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from twinbench.cli import app
+from twinbench.load_meter import Reading
 from twinbench.predict import command
 
 
@@ -111,8 +112,8 @@ def test_here_on_a_busy_machine_says_so_with_the_threads_flag():
     from twinbench.plan import build_specs
 
     specs = build_specs("tiny", "jax", "jit", {})
-    (line,) = command.busy_here(specs, {"load_avg_1m_external": 3.0, "cpu_count": 4})
+    (line,) = command.busy_here(specs, Reading(load_avg_1m=None, cpu_count=4, load_avg_1m_external=3.0))
     assert line.startswith("busy machine: other processes' load 3.00 on 4 core(s)") and "`--threads 1`" in line
-    assert command.busy_here(specs, {"load_avg_1m_external": 0.4, "cpu_count": 4}) == []
+    assert command.busy_here(specs, Reading(load_avg_1m=None, cpu_count=4, load_avg_1m_external=0.4)) == []
     one = build_specs("tiny", "jax", "jit", {"threads": 1})
-    assert "--threads" not in command.busy_here(one, {"load_avg_1m_external": 3.0, "cpu_count": 4})[0]
+    assert "--threads" not in command.busy_here(one, Reading(load_avg_1m=None, cpu_count=4, load_avg_1m_external=3.0))[0]

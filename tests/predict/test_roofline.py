@@ -135,8 +135,8 @@ def test_calibration_fits_measured_over_predicted_per_platform_and_framework():
     assert fit[("gpu", "jax")] == pytest.approx(2.0)
     assert ("gpu", "torch") not in fit  # no prediction: nothing to fit
     bar = calibration.error_bar(pts, ("tpu", "jax"))
-    assert bar["n"] == 2 and bar["max_abs"] == pytest.approx(1 - 1 / 1.2)
-    assert bar["errors"] == [round(1 / 1.2 - 1, 3), round(1 / 0.9 - 1, 3)]
+    assert bar is not None and bar.n == 2 and bar.max_abs == pytest.approx(1 - 1 / 1.2)
+    assert bar.errors == [round(1 / 1.2 - 1, 3), round(1 / 0.9 - 1, 3)]
     assert calibration.error_bar(pts, ("cpu", "jax")) is None
 
 
@@ -267,9 +267,9 @@ def test_memory_points_are_the_compiled_programs_peak_and_have_their_own_error_b
     assert pt.memory_bytes == 100 + 60 - 50 + 400 + 7  # not the allocator's peak_mem_bytes
     pt.predicted_memory_bytes = 1.25 * pt.memory_bytes
     other = _point("tpu-v5e", "jax", 10.0, 10.0)
-    assert calibration.error_bar([pt, other], ("tpu", "jax"), memory=True) == {
-        "n": 1, "errors": [0.25], "max_abs": pytest.approx(0.25)}
-    assert calibration.error_bar([pt, other], ("tpu", "jax"))["n"] == 1  # the step's: the other point only
+    assert calibration.error_bar([pt, other], ("tpu", "jax"), memory=True) == calibration.ErrorBar(
+        n=1, errors=[0.25], max_abs=pytest.approx(0.25))
+    assert calibration.error_bar([pt, other], ("tpu", "jax")).n == 1  # the step's: the other point only
 
 
 def test_the_upper_bound_recomputes_a_cheap_op_from_its_inputs_instead_of_storing_it():

@@ -114,6 +114,6 @@ def test_the_compiled_steps_kernels_replace_the_models_step_and_carry_their_own_
     assert names == ["fusion.1", "fusion.2", "dispatch"]
     assert pred.step_ms > 10 * estimate.step_ms  # 2 TFLOP and 4 GB against the tiny model's own
     shipped = [p.compiled_error for p in calibration.shipped() if p.kind == ("tpu", "jax") and p.compiled_ms]
-    assert shipped and pred.error_bar["n"] == len(shipped)
-    assert pred.error_bar["errors"] != estimate.error_bar["errors"]
-    assert pred.error_bar["max_abs"] == pytest.approx(max(abs(e) for e in shipped))
+    assert shipped and pred.error_bar.n == len(shipped)
+    assert pred.error_bar.errors != estimate.error_bar.errors
+    assert pred.error_bar.max_abs == pytest.approx(max(abs(e) for e in shipped))

@@ -16,6 +16,8 @@ import statistics
 from functools import cache
 from typing import Any
 
+import msgspec
+
 from twinbench.predict.datasheets import Datasheet
 from twinbench.spec import PRESETS, RunSpec
 from twinbench.tasks import TASKS
@@ -140,7 +142,59 @@ def _jax_compile_s(spec: RunSpec, platform: str, c: dict[str, float], task: floa
 COMPILE_MODELS = {"torch": _torch_compile_s, "jax": _jax_compile_s}
 
 
-def run_cost(spec: RunSpec, sheet: Datasheet) -> dict[str, Any]:
+class RunCost(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """One run's expected seconds: its total and compile, and on a datasheet's device the parts of it (None on
+    this CPU, whose cost model gives the total alone)."""
+
+    total_s: float
+    compile_s: float
+    step_source: str  # where the step estimate comes from, in words
+    start_s: float | None = None  # process start (and a profile of a few steps when traced)
+    steps_s: float | None = None
+    step_ms: float | None = None
+
+
+class PlannedRun(RunCost, kw_only=True, frozen=True, omit_defaults=True):
+    """A claim's run in the plan: what it is, how many times it runs, and its cost."""
+
+    name: str
+    framework: str
+    strategy: str
+    preset: str
+    size: str  # size_of
+    platform: str
+    runs: int  # repeats of it in the plan
+
+
+class PlannedClaim(msgspec.Struct, kw_only=True, frozen=True):
+    claim: str
+    runs: list[PlannedRun]
+    probes: list[str]
+    not_run: str | None = None  # why it runs nothing here
+
+
+class ClaimsPlan(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """``claims --plan``: the claims' runs and the device time expected of them (written by ``--json``)."""
+
+    device: str
+    platform: str
+    quick: bool
+    repeats: int
+    configurations: int
+    runs: int
+    probes: list[str]
+    claims: list[PlannedClaim]
+    predicted_compile_s: float
+    predicted_runs_s: float
+    predicted_probes_s: float
+    predicted_total_s: float
+    #: on this CPU: the load now in words, how much longer it makes the runs, and the total at that load
+    load: str | None = None
+    load_factor: float | None = None
+    predicted_total_s_at_load: float | None = None
+
+
+def run_cost(spec: RunSpec, sheet: Datasheet) -> RunCost:
     """One run's expected device time on ``sheet``: process start (and a profile of a few steps when traced),
     compile, steps (the synced steps and the unsynced pass after them; a --slow-input run waits for its host
     work), with the step estimate's source."""
@@ -149,8 +203,8 @@ def run_cost(spec: RunSpec, sheet: Datasheet) -> dict[str, Any]:
     steps = 2 * spec.train.steps * per_step / 1e3
     comp = compile_s(spec, sheet.platform)
     start = START_S.get(sheet.platform, 15.0) + (TRACE_S if spec.output.trace_dir else 0.0)
-    return {"start_s": start, "compile_s": round(comp, 1), "steps_s": round(steps, 1),
-            "total_s": round(start + comp + steps, 1), "step_ms": round(ms, 2), "step_source": source}
+    return RunCost(start_s=start, compile_s=round(comp, 1), steps_s=round(steps, 1),
+                   total_s=round(start + comp + steps, 1), step_ms=round(ms, 2), step_source=source)
 
 
 def size_of(spec: RunSpec) -> str:
@@ -161,7 +215,7 @@ def size_of(spec: RunSpec) -> str:
 
 
 def plan(claims: list[Any], setup: Any, per_claim: dict[str, dict[str, RunSpec]], rounds: list[list[RunSpec]],
-         sheet: Datasheet | None) -> dict[str, Any]:
+         sheet: Datasheet | None) -> ClaimsPlan:
     """``claims --plan``: each claim's runs (framework, strategy, size, platform, how many times) and the device
     time expected of them, without running anything; ``predicted_total_s`` the whole suite's (every repeat, the
     probes). ``sheet`` None: this CPU, with the suite's CPU cost model."""
@@ -169,10 +223,10 @@ def plan(claims: list[Any], setup: Any, per_claim: dict[str, dict[str, RunSpec]]
     from twinbench.claims.suite import compile_s as cpu_compile_s
     from twinbench.claims.suite import cost_s
 
-    def cost(spec: RunSpec) -> dict[str, Any]:
+    def cost(spec: RunSpec) -> RunCost:
         if sheet is None:
-            return {"total_s": round(cost_s(spec), 1), "compile_s": round(cpu_compile_s(spec), 1),
-                    "step_source": "the suite's CPU cost model (suite.RUN_S)"}
+            return RunCost(total_s=round(cost_s(spec), 1), compile_s=round(cpu_compile_s(spec), 1),
+                           step_source="the suite's CPU cost model (suite.RUN_S)")
         return run_cost(spec, sheet)
 
     times: dict[str, int] = {}
@@ -182,24 +236,25 @@ def plan(claims: list[Any], setup: Any, per_claim: dict[str, dict[str, RunSpec]]
     costs = {cid: cost(s) for r in rounds[:1] for s in r for cid in [s.config_id()]}
     out_claims = []
     for c in claims:
-        runs = [{"name": n, "framework": s.framework, "strategy": s.strategy.name, "preset": s.preset, "size": size_of(s),
-                 "platform": setup.platform, "runs": times.get(s.config_id(), 0), **costs.get(s.config_id(), {})}
+        runs = [PlannedRun(name=n, framework=s.framework, strategy=s.strategy.name, preset=s.preset, size=size_of(s),
+                           platform=setup.platform, runs=times.get(s.config_id(), 0),
+                           **msgspec.structs.asdict(costs.get(s.config_id()) or cost(s)))
                 for n, s in per_claim[c.id].items()]
-        out_claims.append({"claim": c.id, "runs": runs, "probes": list(c.probes),
-                           "not_run": c.unmeasurable(setup) or None})
+        out_claims.append(PlannedClaim(claim=c.id, runs=runs, probes=list(c.probes),
+                                       not_run=c.unmeasurable(setup) or None))
     probes = sorted({p for c in claims if not c.unmeasurable(setup) for p in c.probes})
     probe_s = CPU_PROBE_S if sheet is None else PROBE_S
-    runs_s = sum(costs[s.config_id()]["total_s"] for r in rounds for s in r)
-    compile_total = sum(costs[s.config_id()].get("compile_s", 0.0) for r in rounds for s in r)
-    out: dict[str, Any] = {}
+    runs_s = sum(costs[s.config_id()].total_s for r in rounds for s in r)
+    compile_total = sum(costs[s.config_id()].compile_s for r in rounds for s in r)
+    total = round(runs_s + len(probes) * probe_s, 1)
+    out = ClaimsPlan(device=sheet.name if sheet else "here", platform=setup.platform, quick=setup.quick,
+                     repeats=setup.repeats, configurations=len(costs), runs=sum(map(len, rounds)), probes=probes,
+                     claims=out_claims, predicted_compile_s=round(compile_total, 1), predicted_runs_s=round(runs_s, 1),
+                     predicted_probes_s=round(len(probes) * probe_s, 1), predicted_total_s=total)
     if sheet is None:  # this CPU: its load now stretches every run (an accelerator's device time does not)
         from twinbench.claims.suite import load_factor
 
         factor, load = load_factor()
-        out = {"load": load, "load_factor": round(factor, 2),
-               "predicted_total_s_at_load": round((runs_s + len(probes) * probe_s) * factor, 1)}
-    return out | {"device": sheet.name if sheet else "here", "platform": setup.platform, "quick": setup.quick,
-            "repeats": setup.repeats, "configurations": len(costs), "runs": sum(map(len, rounds)),
-            "probes": probes, "claims": out_claims, "predicted_compile_s": round(compile_total, 1),
-            "predicted_runs_s": round(runs_s, 1), "predicted_probes_s": round(len(probes) * probe_s, 1),
-            "predicted_total_s": round(runs_s + len(probes) * probe_s, 1)}
+        out = msgspec.structs.replace(out, load=load, load_factor=round(factor, 2),
+                                      predicted_total_s_at_load=round((runs_s + len(probes) * probe_s) * factor, 1))
+    return out

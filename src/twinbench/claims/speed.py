@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from twinbench.claims.core import (
     CONTRADICTED,
     DEPENDS,
@@ -17,18 +15,20 @@ from twinbench.claims.core import (
     register,
     rnd,
 )
+from twinbench.plan import Overrides
 from twinbench.spec import PRESETS, RunSpec
 
 GROUP = "steady-state speed"
 
 
-def points(s: Setup) -> list[tuple[str, str, dict[str, Any]]]:
+def points(s: Setup) -> list[tuple[str, str, Overrides]]:
     """The (name, preset, overrides) points of the size sweep, smallest work per step first. On an accelerator:
     BERT-base fine-tuning (batch 32 x 128), GPT-2 124M and the ~300M Llama at 8 x 1024."""
     if s.accelerator:
-        bert = {k: v for k, v in s.bert_shape.items() if k in ("batch", "seq")}
-        pts = [(f"{s.bert}_b{bert.get('batch', PRESETS[s.bert][1].batch)}x{bert.get('seq', PRESETS[s.bert][1].seq)}",
-                s.bert, bert)]
+        shape: Overrides = {"batch": PRESETS[s.bert][1].batch, "seq": PRESETS[s.bert][1].seq}
+        bert = {k: s.bert_shape[k] for k in shape if k in s.bert_shape}  # the setup's batch shape, where it sets one
+        shape |= bert
+        pts = [(f"{s.bert}_b{shape['batch']}x{shape['seq']}", s.bert, bert)]
         return pts + [(f"{p}_b{PRESETS[p][1].batch}x{PRESETS[p][1].seq}", p, {}) for p in dict.fromkeys((s.gpt, s.big))]
     b = PRESETS[s.gpt][1].batch
     mult = (8,) if s.quick else (4, 16)

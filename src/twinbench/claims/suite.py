@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -33,6 +33,9 @@ from twinbench.claims.result import ClaimResult, Numbers
 from twinbench.folder_io import check_inside, cut, make_dir, read_json, write_file
 from twinbench.record import Record, typed
 from twinbench.spec import RunSpec
+
+if TYPE_CHECKING:
+    from twinbench.load_meter import Reading
 
 CLAIMS_JSON = "claims.json"
 PROBES_DIR = "probes"
@@ -138,7 +141,7 @@ def compile_s(spec: RunSpec) -> float:
     return c + EXTRA_S.get(f"{spec.framework}:{spec.strategy.base}+{spec.strategy.mods.length}", 0.0)
 
 
-def load_factor(reading: dict[str, Any] | None = None) -> tuple[float, str]:
+def load_factor(reading: Reading | None = None) -> tuple[float, str]:
     """How much longer the runs take at the load measured now than on an idle machine, and that load in words.
 
     Every run wants all the cores; with ``L`` runnable tasks of other processes on ``C`` cores it gets about
@@ -147,8 +150,8 @@ def load_factor(reading: dict[str, Any] | None = None) -> tuple[float, str]:
     still add (load_meter.py). (1.0, "") when the OS does not say, or the others keep under a tenth of a core."""
     from twinbench.load_meter import LoadMeter
 
-    r = reading if reading is not None else LoadMeter().reading()
-    others, cores = r.get("load_avg_1m_external"), r.get("cpu_count")
+    r = reading if reading is not None else LoadMeter().now()
+    others, cores = r.load_avg_1m_external, r.cpu_count
     if others is None or not cores or others < 0.1:
         return 1.0, ""
     return (cores + others) / cores, f"1-minute load {others:.2f} from other processes on {cores} core(s)"

@@ -37,7 +37,7 @@ from twinbench.cli.common import (
 )
 from twinbench.cli.execute import run_and_report
 from twinbench.limits import MAX_PLAN_STEPS, check_host, count
-from twinbench.plan import RunFields, build_specs
+from twinbench.plan import Overrides, RunFields, build_specs
 from twinbench.spec import SpecError
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ def explain_cmd(
         write_text(json_path, command.result.to_json(result).decode(), "--json")  # versioned (explain/result.py)
 
 
-def _explain(run_a: str, run_b: str | None, traces: bool, preset: str, overrides: dict[str, Any], target: Path,
+def _explain(run_a: str, run_b: str | None, traces: bool, preset: str, overrides: Overrides, target: Path,
              timeout: float, model: str | None, jax_model: str | None, expand: str, step_marker: str | None,
              rank: int | None, device: int | None, hlo: str | None, steps: str | None, try_flags: list[str],
              layer_counts: list[int]) -> Explained:

@@ -7,8 +7,9 @@ import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
+import msgspec
 import typer
 
 from twinbench import folder_io
@@ -35,6 +36,10 @@ from twinbench.cli.execute import run_and_report, with_launcher_flags
 from twinbench.plan import RunFields
 from twinbench.spec import SpecError
 
+if TYPE_CHECKING:
+    from twinbench.claims.core import Claim, Setup
+    from twinbench.spec import RunSpec
+
 #: What a claims run was asked, kept in its results directory so that ``--resume DIR`` continues the same suite.
 SETTINGS = "claims-settings.json"
 #: what a claims run's settings may set when resumed: the suite's choices, each of its JSON type. A model to
@@ -45,7 +50,22 @@ RESUMED: dict[str, tuple[type, ...]] = {"quick": (bool,), "only": (str,), "prese
                                         "threads": (int,)}
 
 
-def resumed(resume: Path) -> dict[str, Any]:
+class Settings(msgspec.Struct, kw_only=True, frozen=True):
+    """``claims-settings.json``: what a claims run was asked (None: the command line's), as :data:`RESUMED`
+    allows it."""
+
+    quick: bool | None = None
+    only: str | None = None
+    preset: str | None = None
+    plan_steps: int | None = None
+    repeats: int | None = None
+    device: str | None = None
+    model: str | None = None
+    jax_model: str | None = None
+    threads: int | None = None
+
+
+def resumed(resume: Path) -> Settings:
     """The settings of the claims run in ``resume`` through the allow-list :data:`RESUMED` (a SpecError, one
     line, when it holds none or a field of the wrong type). Read bounded, as data: folder_io."""
     from twinbench.folder_io import read_json, typed
@@ -58,7 +78,7 @@ def resumed(resume: Path) -> dict[str, Any]:
         raise SpecError(f"--resume {resume}: {why} ({SETTINGS} is written when a claims run starts)") from None
     if not isinstance(saved, dict):
         raise SpecError(f"--resume {resume}: {SETTINGS} is not a claims run's settings")
-    return typed(path, saved, RESUMED)
+    return msgspec.convert(typed(path, saved, RESUMED), Settings)
 
 
 def same_model(flag: str, saved: str | None, given: str | None, resume: Path) -> None:
@@ -147,12 +167,12 @@ def claims(
             if out_dir is not None and out_dir != resume:
                 raise SpecError(f"--resume {resume} continues in that directory; --out {out_dir} names another")
             saved = resumed(resume)
-            same_model("--model", saved["model"], model, resume)
-            same_model("--jax-model", saved["jax_model"], jax_model, resume)
-            quick = bool(saved["quick"]) or quick  # a setting the file leaves out: the command line's
-            only, preset = saved["only"] or only, saved["preset"] or preset
-            plan_steps, repeats = saved["plan_steps"] or plan_steps, saved["repeats"] or repeats
-            threads = saved["threads"] or threads
+            same_model("--model", saved.model, model, resume)
+            same_model("--jax-model", saved.jax_model, jax_model, resume)
+            quick = bool(saved.quick) or quick  # a setting the file leaves out: the command line's
+            only, preset = saved.only or only, saved.preset or preset
+            plan_steps, repeats = saved.plan_steps or plan_steps, saved.repeats or repeats
+            threads = saved.threads or threads
             # the device to plan for is the command line's only: a claims run writes none, and a folder names no
             # place (a device planted in the file would be blamed on a --device never given)
         if device and not plan_only and resume is None:
@@ -246,8 +266,8 @@ def claims(
         raise typer.Exit(1)
 
 
-def show_plan(chosen: list[Any], setup: Any, per_claim: dict[str, Any], rounds: list[list[Any]], sheet_name: str,
-              json_path: Path | None) -> None:
+def show_plan(chosen: list[Claim], setup: Setup, per_claim: dict[str, dict[str, RunSpec]], rounds: list[list[RunSpec]],
+              sheet_name: str, json_path: Path | None) -> None:
     """``--plan``: each claim's runs and their expected device time, printed (and written to --json)."""
     from rich.markup import escape
 
@@ -259,30 +279,30 @@ def show_plan(chosen: list[Any], setup: Any, per_claim: dict[str, Any], rounds: 
         fail(f"--plan: this machine's {setup.platform.upper()} has no datasheet name here; give --device (e.g. "
              f"{'tpu-v5e' if setup.platform == 'tpu' else 'h200'})")
     p = plan(chosen, setup, per_claim, rounds, sheet)
-    where = f"{p['device']} ({p['platform']})"
-    out.print(f"claims plan on {where}: {p['configurations']} configurations, {p['runs']} runs, "
-              f"{len(p['probes'])} probes, repeats {p['repeats']}{' (--quick)' if p['quick'] else ''}", highlight=False)
-    for c in p["claims"]:
-        if c["not_run"]:
-            out.print(f"[bold]{c['claim']}[/] runs nothing: {escape(c['not_run'])}", soft_wrap=True, highlight=False)
+    where = f"{p.device} ({p.platform})"
+    out.print(f"claims plan on {where}: {p.configurations} configurations, {p.runs} runs, "
+              f"{len(p.probes)} probes, repeats {p.repeats}{' (--quick)' if p.quick else ''}", highlight=False)
+    for c in p.claims:
+        if c.not_run:
+            out.print(f"[bold]{c.claim}[/] runs nothing: {escape(c.not_run)}", soft_wrap=True, highlight=False)
             continue
-        out.print(f"[bold]{c['claim']}[/]" + (f" (probes: {', '.join(c['probes'])})" if c["probes"] else ""),
+        out.print(f"[bold]{c.claim}[/]" + (f" (probes: {', '.join(c.probes)})" if c.probes else ""),
                   highlight=False)
-        for r in c["runs"]:
-            step = f", step ~{r['step_ms']:.0f} ms" if "step_ms" in r else ""
-            comp = f", compile ~{r['compile_s']:.0f} s" if "compile_s" in r else ""
-            out.print(f"  {r['name']}: {r['framework']}/{r['strategy']}, {escape(r['size'])}, {r['platform']}; "
-                      f"{r['runs']}x ~{r['total_s']:.0f} s{comp}{step}", soft_wrap=True, highlight=False)
-    total = p["predicted_total_s"]
+        for r in c.runs:
+            step = f", step ~{r.step_ms:.0f} ms" if r.step_ms is not None else ""
+            out.print(f"  {r.name}: {r.framework}/{r.strategy}, {escape(r.size)}, {r.platform}; "
+                      f"{r.runs}x ~{r.total_s:.0f} s, compile ~{r.compile_s:.0f} s{step}", soft_wrap=True,
+                      highlight=False)
+    total = p.predicted_total_s
     idle = " on an idle 2-core CPU" if sheet is None else " of device time"
-    out.print(f"predicted total: {total:.0f} s = {total / 60:.1f} min{idle} (compiles {p['predicted_compile_s']:.0f}"
+    out.print(f"predicted total: {total:.0f} s = {total / 60:.1f} min{idle} (compiles {p.predicted_compile_s:.0f}"
               f" s of it; runs shared by several claims counted once; estimates, not measurements)", highlight=False)
-    if p.get("load"):
-        at = p["predicted_total_s_at_load"]
-        out.print(f"at the load measured now ({p['load']}): about {at / 60:.1f} min, {p['load_factor']:.1f}x as long "
+    if p.load and p.predicted_total_s_at_load is not None and p.load_factor is not None:
+        at = p.predicted_total_s_at_load
+        out.print(f"at the load measured now ({p.load}): about {at / 60:.1f} min, {p.load_factor:.1f}x as long "
                   "(each run gets a share of the cores); on a quiet machine the figure above", highlight=False)
     if json_path:
         try:
-            folder_io.write_text(json_path.resolve(), json.dumps(p, indent=1))  # the one opener: never a FIFO
+            folder_io.write_text(json_path.resolve(), json.dumps(msgspec.to_builtins(p), indent=1))  # the one opener: never a FIFO
         except OSError as e:
             fail(f"--json {json_path}: {e.strerror or e}")

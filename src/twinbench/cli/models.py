@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -22,8 +22,12 @@ from twinbench.cli.common import (
     write_text,
 )
 from twinbench.config import PRECISIONS
-from twinbench.plan import csv, model_spec
+from twinbench.plan import Overrides, csv, model_spec
 from twinbench.spec import FRAMEWORKS, PRESETS, SpecError
+
+if TYPE_CHECKING:
+    from twinbench.models.weights import Canonical
+    from twinbench.spec import RunSpec
 
 
 @app.command("strategies")
@@ -115,7 +119,7 @@ def export(
 
 
 def _export(out_dir: Path, preset: str, weights_file: Path | None, results: Path | None, run: str | None,
-            overrides: dict[str, Any]) -> tuple[Any, dict[str, Any], str, Path]:
+            overrides: Overrides) -> tuple[RunSpec, Canonical, str, Path]:
     """export's work after its --out is checked: the weights and their spec, written as a checkpoint."""
     from twinbench.export import export_weights, weights_from_results
     from twinbench.models.hf import save_hf
@@ -162,6 +166,8 @@ def score(
     The file is cut into consecutive non-overlapping windows of the model's context length (a final partial
     window is dropped); each window's loss covers its context - 1 next-token predictions, in float32.
     """
+    import msgspec
+
     from twinbench.score import score as run_score
     from twinbench.score import table as score_table
 
@@ -172,24 +178,25 @@ def score(
                            batch, max_windows, compare_windows, timeout)
     except SpecError as e:
         fail(str(e))
-    failed = {fw: r for fw, r in result["frameworks"].items() if r["status"] != "ok"}
-    if failed and len(failed) == len(result["frameworks"]):  # nothing scored: no table of failures, one line
+    failed = {fw: r for fw, r in result.frameworks.items() if r.status != "ok"}
+    text = json.dumps(msgspec.to_builtins(result), indent=1)
+    if failed and len(failed) == len(result.frameworks):  # nothing scored: no table of failures, one line
         if json_path:
-            write_text(json_path, json.dumps(result, indent=1), "--json")
+            write_text(json_path, text, "--json")
         fw, r = next(iter(failed.items()))
-        fail(f"score: no framework could score {init_from} ({fw}: {str(r.get('error') or '')[:300]})", code=1)
+        fail(f"score: no framework could score {init_from} ({fw}: {(r.error or '')[:300]})", code=1)
     out.print(score_table(result, init_from))
-    tokens = "byte-level" if result["tokenizer"] == "bytes" else result["tokenizer"]
-    out.print(f"  {result['windows']} windows x {result['context']} tokens ({tokens} tokens; "
-              f"{result['tokens_scored']:,} predictions), fp32, no TF32, batch {result['batch']}", highlight=False)
-    if "max_logit_diff" in result:
-        out.print(f"  max |logit diff| torch vs jax: {result['max_logit_diff']:.3g} over the first "
-                  f"{result['compared_windows']} window(s) ({result['logits_compared']:,} logits, max |logit| "
-                  f"{result['max_abs_logit']:.3g}); max per-window loss diff {result['max_window_loss_diff']:.3g}",
+    tokens = "byte-level" if result.tokenizer == "bytes" else result.tokenizer
+    out.print(f"  {result.windows} windows x {result.context} tokens ({tokens} tokens; "
+              f"{result.tokens_scored:,} predictions), fp32, no TF32, batch {result.batch}", highlight=False)
+    if result.max_logit_diff is not None:
+        out.print(f"  max |logit diff| torch vs jax: {result.max_logit_diff:.3g} over the first "
+                  f"{result.compared_windows} window(s) ({result.logits_compared:,} logits, max |logit| "
+                  f"{result.max_abs_logit:.3g}); max per-window loss diff {result.max_window_loss_diff:.3g}",
                   highlight=False)
     if json_path:
-        write_text(json_path, json.dumps(result, indent=1), "--json")
-    if any(r["status"] != "ok" for r in result["frameworks"].values()):
+        write_text(json_path, text, "--json")
+    if any(r.status != "ok" for r in result.frameworks.values()):
         raise typer.Exit(1)
 
 

@@ -107,7 +107,10 @@ def predict_cmd(
     for pred in preds:
         console.print(render(pred), highlight=False, soft_wrap=True, markup=False)
     if json_path is not None:
-        write_text(json_path, json.dumps([p.to_json() for p in preds], indent=1) + "\n", "--json")
+        import msgspec
+
+        text = json.dumps(msgspec.to_builtins([p.to_json() for p in preds]), indent=1)
+        write_text(json_path, text + "\n", "--json")
 
 
 def progress() -> Any:

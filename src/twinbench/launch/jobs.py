@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import socket
 import time
@@ -25,13 +26,14 @@ ENDED_BADLY = {"FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "
                "DEADLINE", "INTERRUPTED"}
 
 
-def run_job(spec_dict: dict[str, Any], timeout: float,
+def run_job(spec_json: str, timeout: float,
             run_one: Callable[[RunSpec, float], Record]) -> Record:
     """Inside a job: this task's place in a multi-host run from SLURM, then the run through the runner
-    (``run_one``: ``runner.run_one``, passed in by the runner, which imports this module, not the reverse)."""
+    (``run_one``: ``runner.run_one``, passed in by the runner, which imports this module, not the reverse).
+    ``spec_json``: the spec as the worker reads it (``RunSpec.to_dict``, versioned), JSON."""
     from twinbench.distributed.cluster import slurm_identity
 
-    spec = RunSpec.from_dict(spec_dict)
+    spec = RunSpec.from_dict(json.loads(spec_json))
     ident = slurm_identity()
     if spec.launch.num_processes > 1 and ident is not None:
         spec = spec.evolve(process_id=ident.process_id, coordinator=ident.coordinator)
@@ -54,9 +56,14 @@ def executor(opts: JobOptions, folder: Path, js: JobShape, timeout: float) -> An
     return ex
 
 
-def slurm_parameters(opts: JobOptions, js: JobShape) -> dict[str, Any]:
+#: one of submitit's SlurmExecutor parameters: a count, a name, or sbatch's own options (``--KEY=VALUE``, a bare
+#: ``--KEY`` as True)
+SlurmValue = int | str | dict[str, str | bool]
+
+
+def slurm_parameters(opts: JobOptions, js: JobShape) -> dict[str, SlurmValue]:
     """What ``sbatch`` is asked for (submitit's SlurmExecutor parameters)."""
-    params: dict[str, Any] = {"nodes": js.nodes, "ntasks_per_node": js.tasks_per_node, "time": opts.time_min,
+    params: dict[str, SlurmValue] = {"nodes": js.nodes, "ntasks_per_node": js.tasks_per_node, "time": opts.time_min,
                               "job_name": "twinbench", "signal_delay_s": 30}
     if js.gpus_per_node:
         params["gpus_per_node"] = js.gpus_per_node
@@ -65,7 +72,7 @@ def slurm_parameters(opts: JobOptions, js: JobShape) -> dict[str, Any]:
     for key, value in (("partition", opts.partition), ("account", opts.account), ("qos", opts.qos)):
         if value:
             params[key] = value
-    extra = {k.replace("-", "_"): (v or True) for k, v in opts.slurm_options}
+    extra: dict[str, str | bool] = {k.replace("-", "_"): (v or True) for k, v in opts.slurm_options}
     extra.setdefault("exclusive", True)  # one run a node: two measurements never share one
     params["additional_parameters"] = extra
     return params
@@ -170,7 +177,7 @@ def submit_many(specs: list[RunSpec], out_dir: Path, timeout: float, opts: JobOp
                     cold.mkdir(parents=True)
                     run = run.evolve(cache_dir=str(cold))
                 with _stderr_to(folder / "controller.err", opts.launcher == "local"):
-                    job = executor(opts, folder, js, timeout).submit(run_job, run.to_dict(), timeout, run_one)
+                    job = executor(opts, folder, js, timeout).submit(run_job, json.dumps(run.to_dict()), timeout, run_one)
                 if opts.launcher == "local":
                     # submitit waits up to 15 s for the result file of a job that ended without one (a slow
                     # shared file system); on this machine's own disk a dead job has none to wait for

@@ -23,10 +23,9 @@ import math
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from twinbench.predict.datasheets import DATASHEETS, for_label
-from twinbench.spec_sections import flat_spec
 
 if TYPE_CHECKING:
     from twinbench.record import Record
@@ -151,7 +150,7 @@ def points_from_records(path: Path, here_label: str | None = None) -> tuple[list
         points.append(Point(name, r.run.framework, r.run.strategy, r.run.preset or "", batch,
                             seq, round(float(step), 2), source=f"{record_source(r, path)} line {n}",
                             date=(r.speed.peak_measured_at or "")[:10],
-                            attention_impl=str(flat_spec(r.spec).get("attention_impl", "default")),
+                            attention_impl=r.run.attention_impl or "default",
                             memory_bytes=program_peak(r)))
     return points, skipped
 
@@ -183,12 +182,22 @@ def fit(points: list[Point]) -> dict[tuple[str, str], float]:
     return {k: math.exp(sum(v) / len(v)) for k, v in logs.items()}
 
 
+@dataclass(frozen=True)
+class ErrorBar:
+    """How far the predictions of a kind were from what was measured: how many, each error (a share, signed),
+    the largest in size."""
+
+    n: int
+    errors: list[float]
+    max_abs: float
+
+
 def error_bar(points: list[Point], kind: tuple[str, str], memory: bool = False,
-              compiled: bool = False) -> dict[str, Any] | None:
+              compiled: bool = False) -> ErrorBar | None:
     """How far the predictions of ``kind`` were from their measured steps (``memory``: from their measured peak
     memory; ``compiled``: those of ``predict --compile``): n, the errors, the largest."""
     errors = [e for p in points if p.kind == kind and (
         e := p.memory_error if memory else p.compiled_error if compiled else p.error) is not None]
     if not errors:
         return None
-    return {"n": len(errors), "errors": [round(e, 3) for e in errors], "max_abs": max(abs(e) for e in errors)}
+    return ErrorBar(n=len(errors), errors=[round(e, 3) for e in errors], max_abs=max(abs(e) for e in errors))

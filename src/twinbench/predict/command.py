@@ -12,7 +12,9 @@ import importlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from twinbench import backends
 from twinbench.predict import calibration, scaling
@@ -20,6 +22,10 @@ from twinbench.predict.attention import fused_in
 from twinbench.predict.datasheets import Datasheet, lookup, op_overhead_us
 from twinbench.predict.roofline import Efficiency, Roofline, roofline
 from twinbench.spec import RunSpec, SpecError
+
+if TYPE_CHECKING:
+    from twinbench.load_meter import Reading
+    from twinbench.plan import Overrides
 
 #: where each framework's step program is read ("module:function" of the spec): JAX's lowered HLO, torch's one
 #: traced step on this CPU
@@ -47,8 +53,8 @@ class Prediction:
     grad_bytes: float
     factor: float = 1.0                #: the calibration factor applied (measured / predicted of the kind)
     steps_per_call: int = 1            #: steps the program's ops stand for (scan-steps: K)
-    error_bar: dict[str, Any] | None = None
-    memory_error_bar: dict[str, Any] | None = None  #: how far the memory estimates of the kind were
+    error_bar: calibration.ErrorBar | None = None
+    memory_error_bar: calibration.ErrorBar | None = None  #: how far the memory estimates of the kind were
     curve: list[scaling.Point] = field(default_factory=list)
     source: str = ""
     notes: list[str] = field(default_factory=list)
@@ -80,23 +86,63 @@ class Prediction:
         hbm = self.sheet.hbm_usable_gib * 2**30
         return "yes" if self.memory_range[1] <= hbm else "no" if self.memory_bytes > hbm else "maybe"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "framework": self.spec.framework, "strategy": self.spec.strategy.name, "preset": self.spec.preset,
-            "batch": self.spec.train.batch, "seq": self.spec.train.seq, "device": self.sheet.name,
-            "device_label": self.sheet.label, "platform": self.sheet.platform,
-            "attention_impl": self.spec.strategy.attention_impl, "step_ms": round(self.step_ms, 3),
-            "roofline_ms": round(self.roof.step_ms, 3), "calibration_factor": round(self.factor, 4),
-            "mfu": round(self.mfu, 4), "tokens_per_s": round(self.tokens / (self.step_ms / 1e3), 1),
-            "flops": self.roof.flops, "bytes": self.roof.bytes, "ms_by_kind": {k: round(v, 3) for k, v in
-                                                                               self.roof.by_kind().items()},
-            "dominant": [{"op": lab, "kind": kind, "ms": round(ms, 3), "bound": b}
-                         for lab, kind, ms, b in self.roof.dominant()],
-            "memory_bytes": self.memory_bytes, "memory_bytes_range": list(self.memory_range),
-            "hbm_usable_bytes": self.sheet.hbm_usable_gib * 2**30, "fits": self.fits,
-            "n_params": self.n_params, "error_bar": self.error_bar, "memory_error_bar": self.memory_error_bar,
-            "devices_curve": [p.__dict__ for p in self.curve], "source": self.source, "notes": self.notes,
-        }
+    def to_json(self) -> PredictionOut:
+        return PredictionOut(
+            framework=self.spec.framework, strategy=self.spec.strategy.name, preset=self.spec.preset,
+            batch=self.spec.train.batch, seq=self.spec.train.seq, device=self.sheet.name,
+            device_label=self.sheet.label, platform=self.sheet.platform,
+            attention_impl=self.spec.strategy.attention_impl, step_ms=round(self.step_ms, 3),
+            roofline_ms=round(self.roof.step_ms, 3), calibration_factor=round(self.factor, 4),
+            mfu=round(self.mfu, 4), tokens_per_s=round(self.tokens / (self.step_ms / 1e3), 1),
+            flops=self.roof.flops, bytes=self.roof.bytes,
+            ms_by_kind={k: round(v, 3) for k, v in self.roof.by_kind().items()},
+            dominant=[Dominant(op=lab, kind=kind, ms=round(ms, 3), bound=b) for lab, kind, ms, b in self.roof.dominant()],
+            memory_bytes=self.memory_bytes, memory_bytes_range=list(self.memory_range),
+            hbm_usable_bytes=self.sheet.hbm_usable_gib * 2**30, fits=self.fits,
+            n_params=self.n_params, error_bar=self.error_bar, memory_error_bar=self.memory_error_bar,
+            devices_curve=list(self.curve), source=self.source, notes=self.notes)
+
+
+class Dominant(msgspec.Struct, kw_only=True, frozen=True):
+    """One of the ops that take the most time (all layers together)."""
+
+    op: str
+    kind: str
+    ms: float
+    bound: str
+
+
+class PredictionOut(msgspec.Struct, kw_only=True, frozen=True):
+    """One prediction as ``predict --json`` writes it."""
+
+    framework: str
+    strategy: str
+    preset: str
+    batch: int
+    seq: int
+    device: str
+    device_label: str
+    platform: str
+    attention_impl: str
+    step_ms: float  # calibrated, per step
+    roofline_ms: float  # the roofline's, per call
+    calibration_factor: float
+    mfu: float
+    tokens_per_s: float
+    flops: float
+    bytes: float
+    ms_by_kind: dict[str, float]
+    dominant: list[Dominant]
+    memory_bytes: float
+    memory_bytes_range: list[float]
+    hbm_usable_bytes: float
+    fits: str  # yes, no or maybe
+    n_params: int
+    error_bar: calibration.ErrorBar | None
+    memory_error_bar: calibration.ErrorBar | None
+    devices_curve: list[scaling.Point]
+    source: str
+    notes: list[str]
 
 
 def efficiency(sheet: Datasheet, spec: RunSpec) -> Efficiency:
@@ -200,7 +246,7 @@ def predicted(point: calibration.Point, cache: dict, sheets: dict | None = None)
     """The (uncalibrated) prediction of a measured point's configuration on its device."""
     from twinbench.plan import build_specs
 
-    overrides: dict[str, Any] = point.overrides()
+    overrides: Overrides = dict(point.overrides())
     spec = build_specs(point.preset, point.framework, point.strategy, overrides,
                        attention_impl=point.attention_impl)[0]
     check_fits(spec, point.device)
@@ -295,14 +341,14 @@ def _ram_gib() -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
 
 
-def busy_here(specs: list[RunSpec], reading: dict[str, Any] | None = None) -> list[str]:
+def busy_here(specs: list[RunSpec], reading: Reading | None = None) -> list[str]:
     """``--device here`` on a machine other processes share: this CPU's sheet (its matmul peak, its copy
     bandwidth, measured now when not cached) is read while they take cores, so it says so, and the flag that
     keeps a predicted run's threads off theirs: ``--threads N``, N the cores they leave."""
     from twinbench.load_meter import LoadMeter
 
-    r = reading if reading is not None else LoadMeter().reading()
-    others, cores = r.get("load_avg_1m_external"), r.get("cpu_count")
+    r = reading if reading is not None else LoadMeter().now()
+    others, cores = r.load_avg_1m_external, r.cpu_count
     if others is None or not cores or others <= 0.5 * cores:
         return []
     free = max(int(cores - others), 1)

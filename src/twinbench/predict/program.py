@@ -71,20 +71,22 @@ def traced_trainer(spec: RunSpec) -> tuple[Any, Any, Any, Any]:
     step (and attributes such as ``steps_per_call``) may be used: its own state is the trace's."""
     import jax
 
-    built: dict[str, Any] = {}
+    built: list[tuple[Any, Any, Any]] = []  # (trainer, x, y) as the last build made them
 
     def build() -> tuple[Any, Any]:
-        built["trainer"], built["x"], built["y"] = trainer_and_batch(spec)
-        return built["trainer"].params, built["trainer"].opt_state
+        built.append(trainer_and_batch(spec))
+        trainer = built[-1][0]
+        return trainer.params, trainer.opt_state
 
     try:
         state = jax.eval_shape(build)
     except Exception:  # a set-up that cannot be traced (a value read back, a library's own check): built
         # concretely, where a real error of the model or strategy is raised as a run would raise it
-        trainer, x, y = trainer_and_batch(spec)
-        built.update(trainer=trainer, x=x, y=y)
+        built.append(trainer_and_batch(spec))
+        trainer = built[-1][0]
         state = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), (trainer.params, trainer.opt_state))
-    return built["trainer"], state, built["x"], built["y"]
+    trainer, x, y = built[-1]
+    return trainer, state, x, y
 
 
 def jax_hlo(spec: RunSpec) -> tuple[str, Any, int]:

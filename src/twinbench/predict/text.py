@@ -19,8 +19,8 @@ def error_text(pred: Prediction) -> str:
     kind = f"{pred.spec.framework} on {pred.sheet.platform}"
     if not bar:
         return f"no measured point of {kind} yet: no error bar (add one with --calibrate)"
-    errs = ", ".join(f"{e:+.0%}" for e in bar["errors"])
-    return f"predictions of {kind} were within {bar['max_abs']:.0%} of {bar['n']} measured step(s) ({errs})"
+    errs = ", ".join(f"{e:+.0%}" for e in bar.errors)
+    return f"predictions of {kind} were within {bar.max_abs:.0%} of {bar.n} measured step(s) ({errs})"
 
 
 def render(pred: Prediction) -> str:
@@ -42,9 +42,9 @@ def render(pred: Prediction) -> str:
                  "usable")
     if pred.memory_error_bar:
         bar = pred.memory_error_bar
-        errs = ", ".join(f"{e:+.0%}" for e in bar["errors"])
+        errs = ", ".join(f"{e:+.0%}" for e in bar.errors)
         lines.append(f"  memory error bar: estimates of {s.framework} on {sheet.platform} were within "
-                     f"{bar['max_abs']:.0%} of {bar['n']} measured peak(s) ({errs})")
+                     f"{bar.max_abs:.0%} of {bar.n} measured peak(s) ({errs})")
     lines.append("  dominant ops (all layers together):")
     for label, kind, ms, bound in pred.roof.dominant(6):
         lines.append(f"    {ms:8.3f} ms  {kind:9s} {bound:8s}  {label[:90]}")

@@ -23,9 +23,12 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twinbench.predict.roofline import Op
+
+if TYPE_CHECKING:
+    from twinbench.hlo_text import Instr
 
 #: --device name -> the one-chip topology libtpu compiles for (v4 and v5p chips are 3-D slices, v5e and v6e 2-D)
 TOPOLOGIES = {"tpu-v4": "v4:1x1x1", "tpu-v5e": "v5e:1x1", "tpu-v5p": "v5p:1x1x1", "tpu-v6e": "v6e:1x1"}
@@ -169,14 +172,14 @@ def _tiled(shape: tuple[int, ...], order: tuple[int, ...], tiling: str) -> int:
     return math.prod(padded)
 
 
-def _called(ins: Any, computations: dict[str, list[Any]]) -> list[Any]:
+def _called(ins: Instr, computations: dict[str, list[Instr]]) -> list[Instr]:
     """The instructions of the computation a fusion calls."""
     from twinbench.predict import hlo
 
     return computations.get(hlo._attr(ins.attrs, "calls") or "", [])
 
 
-def _work(fusion: Any, by: dict[str, Any], computations: dict[str, list[Any]], depth: int = 0) -> tuple[
+def _work(fusion: Instr, by: dict[str, Instr], computations: dict[str, list[Instr]], depth: int = 0) -> tuple[
         float, float, str]:
     """(FLOPs of its products, its element-wise ops, its first product's operand dtype or "") of a fusion, through the
     fusions nested in it (XLA:TPU fuses a loop fusion into a product's as a fusion of its own)."""
@@ -229,7 +232,7 @@ def _param_read(inner: list[Any], param: str, computations: dict[str, list[Any]]
     return total
 
 
-def _moved(ins: Any, by: dict[str, Any], computations: dict[str, list[Any]], in_hbm: Any) -> float:
+def _moved(ins: Instr, by: dict[str, Instr], computations: dict[str, list[Instr]], in_hbm: Any) -> float:
     """HBM bytes a kernel reads and writes: its operands and results, except that an operand it only slices (a
     layer's weights from the stacked array a loop body indexes) costs the slices it takes, and a result it updates
     in place (``dynamic-update-slice``: a layer's gradient into the stacked array) costs the update, neither the
