@@ -96,9 +96,9 @@ def test_user_family_gives_the_family_contract_names(tmp_path):
     assert set(weights) == set(model.state_dict())
     assert all((model.state_dict()[k].numpy() == v).all() for k, v in weights.items())
     assert f.torch_blocks(model) == list(model.blocks)
-    assert f.flops_per_token(s.model, s.train.seq) == meta["flops_per_token"]
-    assert f.n_params(weights) == meta["n_params"] == sum(p.numel() for p in model.parameters())
+    assert f.flops_per_token(s.model, s.train.seq) == meta.flops_per_token
+    assert f.n_params(weights) == meta.n_params == sum(p.numel() for p in model.parameters())
     x, y = (torch.from_numpy(a) for a in load_torch(s.user.user_model, fam.config(s)).batch(0))
-    assert float(f.torch_loss(model, x, y)) == pytest.approx(meta["loss0"], rel=1e-6)
+    assert float(f.torch_loss(model, x, y)) == pytest.approx(meta.loss0, rel=1e-6)
     with pytest.raises(NotImplementedError, match="no NNX form"):
         f.jax_model(s.model, None, None)

@@ -44,9 +44,12 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["FLOP_CONVENTION", "JaxUserModel", "UserConfig", "UserModel", "UserModelError"]
 
@@ -79,10 +82,6 @@ class UserConfig:
         return cls(layers=m.layers, d_model=m.d_model, heads=m.heads, d_ff=m.d_ff, vocab=m.vocab,
                    context=m.context, batch=t.batch, seq=t.seq, seed=t.seed)
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> UserConfig:
-        return cls(**{f.name: d[f.name] for f in fields(cls)})
-
 
 @dataclass
 class UserModel:
@@ -101,7 +100,8 @@ class JaxUserModel:
     """What ``build_jax(cfg)`` returns (see the module docstring)."""
 
     loss_fn: Callable[[Any, Any, Any], Any]  # (params, x, y) -> scalar, pure
-    to_jax: Callable[[dict[str, Any]], Any] | dict[str, Any]  # torch state_dict (NumPy) -> params pytree
+    #: torch state_dict (NumPy) -> params pytree: a function, or torch name -> "dotted.path" | ("dotted.path", "T")
+    to_jax: Callable[[dict[str, np.ndarray]], Any] | dict[str, str | tuple[str, str]]
 
 
 def needs_port(base: str) -> bool:
@@ -196,11 +196,12 @@ def load_jax(ref: str, cfg: UserConfig) -> JaxUserModel:
     return out
 
 
-def map_to_jax(to_jax: Callable[[dict[str, Any]], Any] | dict[str, Any], state: dict[str, Any]) -> Any:
+def map_to_jax(to_jax: Callable[[dict[str, np.ndarray]], Any] | dict[str, str | tuple[str, str]],
+               state: dict[str, np.ndarray]) -> Any:
     """Apply the user's ``to_jax`` (a function, or a dict ``torch name -> path | (path, "T")``) to ``state``."""
     if callable(to_jax):
         return to_jax(state)
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}  # the user's pytree: nested by the dotted paths they chose
     for torch_name, target in to_jax.items():
         path, how = (target, "") if isinstance(target, str) else target
         a = state[torch_name]

@@ -12,11 +12,10 @@ worker of ``torchax`` does load torch: torchax runs the torch module on JAX arra
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from twinbench.byo import UserConfig, UserModel, load_torch
@@ -37,9 +36,8 @@ unsupported = {
 }
 
 
-@dataclass
-class Prepared:
-    """What ``<out>/byo/meta.json`` says about the user's model (written once, before any run)."""
+class Prepared(msgspec.Struct, kw_only=True):
+    """What ``<out>/byo/meta.json`` says about the user's model (written once, before any run: byo/prepare.py)."""
 
     n_params: int
     matmul_params: int
@@ -47,8 +45,16 @@ class Prepared:
     tokens_per_batch: int
     dropout_off: int
     ref: str
-    switched_off: list[str] = field(default_factory=list)  # each dropout set to 0 (randomness.switch_off)
-    eager_losses: list[float] = field(default_factory=list)  # torch eager's trajectory: the parity reference
+    switched_off: list[str] = []  # each dropout set to 0 (randomness.switch_off)
+    eager_losses: list[float] = []  # torch eager's trajectory: the parity reference
+    flops_convention: str = ""
+    x: tuple[list[int], str] | None = None  # batch 0's inputs: shape, dtype
+    y: tuple[list[int], str] | None = None
+    loss0: float | None = None  # the loss on batch 0 (the preparation process's)
+
+
+def write_meta(user_dir: str | Path, meta: Prepared) -> None:
+    (Path(user_dir) / META).write_bytes(msgspec.json.format(msgspec.json.encode(meta), indent=1))
 
 
 def config(spec: Any) -> UserConfig:
@@ -56,8 +62,7 @@ def config(spec: Any) -> UserConfig:
 
 
 def read_meta(user_dir: str | Path) -> Prepared:
-    d = json.loads((Path(user_dir) / META).read_text())
-    return Prepared(**{k: d[k] for k in Prepared.__dataclass_fields__ if k in d})
+    return msgspec.json.decode((Path(user_dir) / META).read_bytes(), type=Prepared)
 
 
 def init_weights(user_dir: str | Path) -> dict[str, np.ndarray]:

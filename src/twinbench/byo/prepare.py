@@ -52,7 +52,7 @@ def torch_loss(um: UserModel, x: np.ndarray, y: np.ndarray, ref: str) -> Any:
     return loss.reshape(())
 
 
-def prepare(spec: RunSpec, out: Path, with_ref: bool) -> dict[str, Any]:
+def prepare(spec: RunSpec, out: Path, with_ref: bool) -> fam.Prepared:
     import torch
     from safetensors.numpy import save_file
 
@@ -69,25 +69,26 @@ def prepare(spec: RunSpec, out: Path, with_ref: bool) -> dict[str, Any]:
         raise UserModelError(str(e)) from None
     fam.load_state(um.module, init)  # the probe's backward left no step, but start from the saved weights
     loss = torch_loss(um, x, y, ref)
-    meta = {**meta_of(um, ref, x, y, switched), "loss0": float(loss)}
+    meta = meta_of(um, ref, x, y, switched)
+    meta.loss0 = float(loss)
     out.mkdir(parents=True, exist_ok=True)
     save_file(init, str(out / fam.INIT))
     if with_ref:
         np.savez(out / fam.REF, **torch_reference(um, spec))
         fam.load_state(um.module, init)
-    meta["eager_losses"] = eager_losses(um, spec, spec.train.steps)
-    (out / fam.META).write_text(json.dumps(meta, indent=1))
+    meta.eager_losses = eager_losses(um, spec, spec.train.steps)
+    fam.write_meta(out, meta)
     return meta
 
 
-def meta_of(um: UserModel, ref: str, x: np.ndarray, y: np.ndarray, switched: list[str]) -> dict[str, Any]:
+def meta_of(um: UserModel, ref: str, x: np.ndarray, y: np.ndarray, switched: list[str]) -> fam.Prepared:
     """What ``meta.json`` holds of a built module (``byo/family.py`` reads it): its parameter counts, FLOPs per
     token, tokens per batch, the dropout switched off, batch 0's shapes."""
     tokens = int(um.tokens_per_batch) or int(x.shape[0] * (x.shape[1] if x.ndim > 1 else 1))
-    return {"n_params": fam.n_params(um.module), "matmul_params": fam.matmul_params(um.module),
-            "flops_per_token": fam.flops_per_token(um), "tokens_per_batch": tokens, "dropout_off": len(switched),
-            "switched_off": switched, "ref": ref, "flops_convention": FLOP_CONVENTION,
-            "x": [list(x.shape), str(x.dtype)], "y": [list(y.shape), str(y.dtype)]}
+    return fam.Prepared(n_params=fam.n_params(um.module), matmul_params=fam.matmul_params(um.module),
+                        flops_per_token=fam.flops_per_token(um), tokens_per_batch=tokens, dropout_off=len(switched),
+                        switched_off=switched, ref=ref, flops_convention=FLOP_CONVENTION,
+                        x=(list(x.shape), str(x.dtype)), y=(list(y.shape), str(y.dtype)))
 
 
 def torch_reference(um: UserModel, spec: RunSpec, steps: int = PARITY_STEPS) -> dict[str, np.ndarray]:

@@ -12,7 +12,6 @@ A port is not checked against the module here: ``compare --model ... --jax-model
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -61,7 +60,7 @@ def build(spec: RunSpec, target: Path) -> None:
     switched = switch_off(um.module)
     um.module.train()
     save_file(fam.state_numpy(um.module), str(target / fam.INIT))
-    (target / fam.META).write_text(json.dumps(meta_of(um, ref, x, y, switched), indent=1))
+    fam.write_meta(target, meta_of(um, ref, x, y, switched))
 
 
 def main(argv: list[str]) -> int:
