@@ -206,6 +206,7 @@ def load(path: str, chunk: int | None = None) -> Events:
         with files.stream(path, json_tokens=True) as f:  # a folder, unreadable, corrupt gzip, over a cap: one line
             for i, e in enumerate(_parse_events(path, f)):
                 seen = True
+                # a raw event (its fields vary by producer): only complete events with a time are kept
                 if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e:
                     ev.add(path, i, e)
         if not seen and not _has_events(path):

@@ -162,7 +162,7 @@ def read(path: Path, src: xplane_stream.Source, device: int | None = None, modul
     dev = min(planes) if device is None else device
     plane = xplane_stream.plane(f, found[dev])
     lines = {ln.name: ln for ln in plane.lines}
-    op_line, mod_line = lines.get("XLA Ops"), lines.get("XLA Modules")
+    op_line, mod_line = lines.get("XLA Ops"), lines.get("XLA Modules")  # a plane's lines as the profiler named them
     if op_line is None or next(xplane_stream.events(f, op_line), None) is None:
         raise TraceError(f"{path}: no XLA ops on TPU {dev} (was the profile stopped before the step ran?)")
     runs: dict[str, list[tuple[float, float]]] = {}
