@@ -170,9 +170,8 @@ def _parity_notes(res: Results) -> list[str]:
     for r in res.records:
         if r.status == "ok" and _parity_failed(r):
             p = r.parity
-            if p.get("ok") is False:
-                worst = p.get("grad_worst") if isinstance(p.get("grad_worst"), list) else []
-                where = ", ".join(str(w[0]) for w in worst if isinstance(w, list) and w)
+            if p.ok is False:
+                where = ", ".join(name for name, _ in p.grad_worst)
                 out.append(f"{label(r)}: parity MISMATCH: the JAX port does not compute what the torch model does"
                            f"{' (gradients differ most in ' + where + ')' if where else ''}; its timings are of "
                            "another computation")
