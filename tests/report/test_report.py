@@ -151,3 +151,17 @@ def test_break_evens_are_said_once_for_repeated_runs() -> None:
     medians = median_repeats(recs, varying(recs))
     assert sorted(r.run.repeat for r in medians) == [0, 0]  # scale 1.0 is the median of 0.9, 1.0, 1.3
     assert crossings(medians) == lines
+
+
+def test_a_port_that_failed_its_parity_check_is_said_next_to_the_numbers() -> None:
+    """The parity section is typed (record_sections.Parity): a failed check names the leaves that differ most,
+    a trajectory that left torch eager's says so, a passing one says nothing."""
+    from twinbench.record import typed
+
+    bad = synthetic.record("jax", "jit", parity={"ok": False, "grad_worst": [["blocks.0.mlp", 0.5]]})
+    drift = synthetic.record("jax", "jit", parity={"ok": True, "trajectory": {"ok": False, "steps": 4}})
+    fine = synthetic.record("jax", "jit", parity={"ok": True})
+    notes = page._parity_notes(page.Results(Path("."), typed([bad, drift, fine])))
+    assert len(notes) == 2
+    assert "parity MISMATCH" in notes[0] and "blocks.0.mlp" in notes[0]
+    assert "losses differ from torch eager's" in notes[1]
