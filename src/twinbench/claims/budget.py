@@ -13,6 +13,7 @@ plan keeps the suite's own cost model (``suite.cost_s``, seconds on an idle 2-co
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -27,12 +28,27 @@ from twinbench.tasks import TASKS
 START_S = {"gpu": 15.0, "tpu": 15.0}
 #: A probe (one process, small arrays) on an accelerator machine.
 PROBE_S = 12.0
+
+
+@dataclass(frozen=True)
+class CompileFit:
+    """A platform's compile terms, in seconds: a jit step's (``base`` + ``per_layer`` x layers, plus a task's own
+    term), torch eager's start-up, torch.compile's cold compile (base + per layer; 0: none on the platform)."""
+
+    base: float
+    per_layer: float
+    torch_eager: float
+    torch_compile_base: float = 0.0
+    torch_compile_per_layer: float = 0.0
+    tasks: dict[str, float] = field(default_factory=dict)  # a task's own term, by its name (fitted: classify's)
+
+
 #: Cold compile, seconds, of a jax/jit step: ``base + per_layer * layers`` (+ ``classify`` for BERT's task),
 #: fitted to the cold compiles of GPT-2 at two depths, Llama-300M and BERT-base in benchmarks/RESULTS.md ("On a
 #: TPU", "On a GPU"), with torch.compile's and torch eager's first step beside them.
-COMPILE = {"tpu": {"base": 16.0, "per_layer": 2.4, "classify": 10.0, "torch_eager": 0.0, "torch_compile": 0.0},
-           "gpu": {"base": 4.0, "per_layer": 1.5, "classify": 3.0, "torch_eager": 2.5, "torch_compile_base": 8.0,
-                   "torch_compile_per_layer": 2.0}}
+COMPILE = {"tpu": CompileFit(base=16.0, per_layer=2.4, torch_eager=0.0, tasks={"classify": 10.0}),
+           "gpu": CompileFit(base=4.0, per_layer=1.5, torch_eager=2.5, torch_compile_base=8.0,
+                             torch_compile_per_layer=2.0, tasks={"classify": 3.0})}
 #: Factors on a jit step's compile: torchax traces the torch module first (the ratio of its compiles to the
 #: twins' in the same sittings), scan-layers compiles one block whatever the depth, naive compiles only the
 #: gradient function (stated). A modifier's own factors (remat's recomputation, a length policy's programs) are
@@ -111,24 +127,24 @@ def step_ms(spec: RunSpec, sheet: Datasheet) -> tuple[float, str]:
 def compile_s(spec: RunSpec, platform: str) -> float:
     """The cold compile the run pays on ``platform`` (``COMPILE``: a stated model of the sittings)."""
     c = COMPILE[platform]
-    task = c.get(spec.train.task, 0.0)  # a task's own compile term, by its name (fitted: classify's)
+    task = c.tasks.get(spec.train.task, 0.0)  # a task's own compile term, by its name (fitted: classify's)
     return COMPILE_MODELS[spec.framework](spec, platform, c, task)
 
 
-def _torch_compile_s(spec: RunSpec, platform: str, c: dict[str, float], task: float) -> float:
+def _torch_compile_s(spec: RunSpec, platform: str, c: CompileFit, task: float) -> float:
     """torch.compile's cold compile grows with the layers; eager compiles nothing but a start-up."""
     if spec.strategy.base.startswith("compile"):
-        return c.get("torch_compile_base", 0.0) + c.get("torch_compile_per_layer", 0.0) * spec.model.layers + task
-    return c["torch_eager"]
+        return c.torch_compile_base + c.torch_compile_per_layer * spec.model.layers + task
+    return c.torch_eager
 
 
-def _jax_compile_s(spec: RunSpec, platform: str, c: dict[str, float], task: float) -> float:
+def _jax_compile_s(spec: RunSpec, platform: str, c: CompileFit, task: float) -> float:
     """One jit of the step (scan-layers: of one block), by the base's factors, once per program a length
     policy makes (a classify run's padding)."""
     base = spec.strategy.base
     if base == "scan-layers":
-        return (SCAN_LAYERS_S if platform == "tpu" else c["base"] + c["per_layer"] * 2) + task
-    one = c["base"] + c["per_layer"] * spec.model.layers + task
+        return (SCAN_LAYERS_S if platform == "tpu" else c.base + c.per_layer * 2) + task
+    one = c.base + c.per_layer * spec.model.layers + task
     if base.startswith("torchax"):
         one *= TORCHAX_COMPILE
     if base == "naive":

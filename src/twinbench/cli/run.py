@@ -133,7 +133,7 @@ def compare(
     if model and failed:  # a run of the user's own model that failed is their problem to see, not a footnote
         fail(f"{len(failed)} of {len(records)} run(s) of your model failed: {', '.join(failed)} (reasons in the "
              "rows above)", code=1)
-    if model and parity and not parity.get("ok") and not allow_mismatch:
+    if model and parity and not parity.ok and not allow_mismatch:
         fail("parity MISMATCH: the JAX port does not compute what the torch model does (see the parity lines "
              "above); its timings are of another computation. --allow-mismatch to exit 0 anyway", code=1)
 

@@ -25,6 +25,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from twinbench.predict.datasheets import DATASHEETS, for_label
 
 if TYPE_CHECKING:
@@ -167,10 +169,29 @@ def program_peak(record: Record) -> float | None:
     """The step's peak memory as its compiled program assigns it (arguments + outputs not aliased + temporaries
     + code, from the record's ``memory_breakdown``), or None. A TPU's allocator peak leaves the temporaries out,
     so the record's ``peak_mem_bytes`` is this figure only when its source says so."""
-    c = record.memory.breakdown.get("compiled") or {}
-    if not all(isinstance(c.get(k), int | float) for k in ("argument", "output", "alias", "temp")):
+    try:
+        c = msgspec.convert(record.memory.breakdown, _Breakdown).compiled
+    except msgspec.ValidationError:  # a breakdown of another shape (a hand-made record): no figure
         return None
-    return float(c["argument"] + c["output"] - c["alias"] + c["temp"] + (c.get("generated_code") or 0))
+    if c is None:
+        return None
+    return float(c.argument + c.output - c.alias + c.temp + (c.generated_code or 0))
+
+
+class _Sizes(msgspec.Struct):
+    """The compiled program's sizes a record's ``memory_breakdown`` keeps (measure/memory.py: ``compiled``)."""
+
+    argument: int | float
+    output: int | float
+    alias: int | float
+    temp: int | float
+    generated_code: int | float | None = None
+
+
+class _Breakdown(msgspec.Struct):
+    """The part of a record's ``memory_breakdown`` read here (its other parts are left out when decoded)."""
+
+    compiled: _Sizes | None = None
 
 
 def fit(points: list[Point]) -> dict[tuple[str, str], float]:
