@@ -149,3 +149,27 @@ def test_a_changing_dimension_is_named_only_where_the_shape_says_what_it_is() ->
     assert compilation._named_axis("i32[32,55]", [1]) == ", the sequence length"  # token ids: [batch, length]
     assert compilation._named_axis("f32[32,55,64]", [1]) == ""  # activations: not told
     assert compilation._named_axis("i32[32,55]", [0, 1]) == ""
+
+
+def test_what_the_doctor_writes_beside_its_trace_is_what_explain_reads(tmp_path: Path) -> None:
+    """The doctor's keys of DIR/trace.json (observations.TraceTimes, its writer's declaration) and explain's
+    reader (doctor_timing.Timing and Conditions, which also bound what a file may hold) declare the same fields,
+    and every one written comes back as written."""
+    import msgspec
+
+    from twinbench.doctor import observations as o
+
+    assert set(o.TraceTimes.__struct_fields__) == {*doctor_timing.Timing.__struct_fields__,
+                                                   *doctor_timing.Conditions.__struct_fields__}
+    assert set(o.CompileLog.__struct_fields__) == set(doctor_timing.CompileLog.__struct_fields__)
+    assert set(o.Load.__struct_fields__) == set(doctor_timing.Load.__struct_fields__)
+    log = o.CompileLog(steps=60, compiles=24, compile_s=9.6, retraces=24, causes={"shape": 24},
+                       shapes=["at ids, now i32[32,55] and before i32[32,39]"], finding="jax-recompile")
+    written = o.TraceTimes(traced_step_ms=60.0, traced_steps=4, untraced_step_ms=20.0, untraced_steps=9,
+                           untraced_spread=0.05, load=o.Load(others_cores=1.6, cores=2, busy=True),
+                           step_kind="jax-eager", eager_ops_per_step=245.0, compiles=log)
+    (tmp_path / "trace.json").write_text(written.merged('{"framework": "jax", "steps": [4, 5]}'))
+    timing, note = doctor_timing.read(str(tmp_path), tmp_path / "x.xplane.pb")
+    got = doctor_timing.conditions(str(tmp_path), tmp_path / "x.xplane.pb")
+    assert note is None and timing is not None
+    assert {**msgspec.to_builtins(timing), **msgspec.to_builtins(got)} == msgspec.to_builtins(written)
