@@ -320,6 +320,24 @@ def test_a_null_timing_is_not_measured_and_a_newer_schema_is_said():
     assert any("newer twinbench" in w and "~1e400" in w for w in got.warnings), got.warnings
 
 
+def test_records_of_a_newer_schema_are_said_once_per_file_by_the_reader(tmp_path, capsys):
+    """The note reaches the terminal (a record's own warnings are not printed by report or diff): once per file,
+    whatever the number of such records, a 400-digit version shortened."""
+    from twinbench.record import read_records
+
+    recs = [synthetic.record("torch", "eager"), synthetic.record("jax", "jit")]
+    recs[0]["schema_version"], recs[1]["schema_version"] = 3, int("9" * 400)
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    got, bad = read_records(path)
+    err = capsys.readouterr().err
+    assert len(got) == 2 and bad == 0 and err.count("note:") == 1, err
+    assert "2 record(s) written by a newer twinbench" in err and len(err) < 400, err
+    path.write_text(json.dumps(synthetic.record("torch", "eager")) + "\n")
+    read_records(path)
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize("name, content, says", [
     ("claims.json", [{"claim": "C1", "verdict": " ", "runs": 5}], "runs"),
     ("claims.json", [{"claim": "C1", "verdict": 7}], "verdict"),

@@ -335,6 +335,10 @@ def _flatten(rec: dict[str, Any]) -> dict[str, Any] | str:
     return flat
 
 
+#: how a record of a newer schema version than this twinbench's is said (its warning, the reader's note)
+NEWER = "written by a newer twinbench"
+
+
 def load(rec: Any) -> Record | str:
     """A parsed line as a typed record, or why it is not one: the one way a record is read. A line in the
     flat layout (schema versions 0 and 1) migrates into sections; the gate (:func:`check_record`: the
@@ -355,7 +359,7 @@ def load(rec: Any) -> Record | str:
         from twinbench.limits import count
 
         shown = version if version < 10**6 else count(version)
-        got.warnings = [*got.warnings, f"written by a newer twinbench (schema_version {shown}; this one reads "
+        got.warnings = [*got.warnings, f"{NEWER} (schema_version {shown}; this one reads "
                         f"{SCHEMA_VERSION}): read as version {SCHEMA_VERSION}, what it added is not read"]
     return got
 
@@ -409,6 +413,12 @@ def read_records(path: Path, problems: list[str] | None = None,
                              f"{why.examples[0]}); not a results file twinbench wrote")
     if problems is not None:
         problems += why.lines()
+    newer = [r for r in records if r.warnings and any(w.startswith(NEWER) for w in r.warnings)]
+    if newer:  # said once per file, by the one reader every command uses (a record's warnings are not printed)
+        import sys
+
+        print(f"note: {folder_io.terminal(path)}: {len(newer)} record(s) {NEWER} than this one; each read as "
+              f"version {SCHEMA_VERSION}, what that version added is not read", file=sys.stderr)
     return records, bad
 
 
