@@ -26,8 +26,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from twinbench.record import read_jsonl  # every line in the flat layout, whatever its version
-from twinbench.report.scaling import payoff, pays_from
+from twinbench.record import read_jsonl, typed  # read_jsonl: each line flat, whatever its version
+from twinbench.report.scaling import Row, payoff, pays_from
 
 TWINBENCH = str(Path(sys.executable).with_name("twinbench"))
 
@@ -83,13 +83,13 @@ def main() -> None:
         records = repeat(args.out / f"repeat-{k}", order, batches, args.strategies, extra)
         failed += [f"repeat {k}: {r['framework']}/{r['strategy']} devices {r.get('devices')} batch {r['batch']}: "
                    f"{r.get('error')}" for r in records if r.get("status") != "ok"]
-        for row in payoff(records):
-            speedups.setdefault((row["framework"], row["strategy"], row["devices"], row["batch_per_device"]),
-                                []).append(row["speedup"])
+        for row in payoff(typed(records)):
+            speedups.setdefault((row.framework, row.strategy, row.devices, row.batch_per_device),
+                                []).append(row.speedup)
         for key, d in loss_diff(records).items():
             diffs[key] = max(diffs.get(key, 0.0), d)
-    medians = [{"framework": fw, "strategy": st, "devices": n, "batch_per_device": b,
-                "speedup": statistics.median(v)} for (fw, st, n, b), v in speedups.items()]
+    medians = [Row(framework=fw, strategy=st, devices=n, batch=n * b, batch_per_device=b, step_ms=0.0,
+                   speedup=statistics.median(v)) for (fw, st, n, b), v in speedups.items()]
     starts = pays_from(medians)
     print()
     print(f"| strategy | devices | batch per device | speed-up over 1 device, same global batch: median "

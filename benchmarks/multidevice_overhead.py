@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from twinbench.distributed.sharding_report import fmt_bytes
-from twinbench.record import read_jsonl  # every line in the flat layout, whatever its version
+from twinbench.record import read_jsonl, typed  # read_jsonl: each line flat, whatever its version
 from twinbench.report import scaling
 
 STRATEGIES = "mesh-dp,mesh-fsdp,pmap,ddp,fsdp"
@@ -69,7 +69,7 @@ def main() -> None:
     print()
     print("\n".join(table(one, many, args.devices)))
     print()
-    for line in scaling.lines(one + many):
+    for line in scaling.lines(typed(one + many)):
         print(f"- {line}")
 
 
