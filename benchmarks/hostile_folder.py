@@ -90,7 +90,7 @@ def _written(before: dict, after: dict, allowed: list[str]) -> str:
 def _allowed(c: Case) -> list[str]:
     """The places a case's command is told to write: --out, --json, --resume, a folder report draws into."""
     a = c.args
-    named = [a[i + 1] for i, x in enumerate(a[:-1]) if x in ("--out", "--json", "--resume", "--trace")]
+    named = [a[i + 1] for i, x in enumerate(a[:-1]) if x in ("--out", "--json", "--resume", "--trace") and a[i + 1]]
     if a and a[0] == "report":
         named.append(a[1])
     return named
@@ -167,11 +167,11 @@ def more_cases(t: Path) -> tuple[list[Case], Callable[[], str]]:
             ["advise", *tiny, "--out", out], ["score", "--init-from", str(ck), "--data", str(text)],
             ["predict", "--device", "tpu-v5e", "--model", f"{wrong}:build"])],
         Case("claims", "--model that fails to import", ["claims", "--quick", "--only", "C6", "--model",
-                                                        f"{importing}:build", "--out", out, "--timeout", "60"]),
+                                                        f"{importing}:build", "--out", out, "--timeout", "60"], check=no_out),
         Case("claims", "--model returning a str", ["claims", "--quick", "--only", "C6", "--model", f"{wrong}:build",
-                                                   "--out", out, "--timeout", "60"]),
+                                                   "--out", out, "--timeout", "60"], check=no_out),
         Case("claims", "--model that hangs at import, --timeout 5",
-             ["claims", "--quick", "--only", "C6", "--model", f"{hangs}:build", "--out", out, "--timeout", "5"]),
+             ["claims", "--quick", "--only", "C6", "--model", f"{hangs}:build", "--out", out, "--timeout", "5"], check=no_out),
         Case("claims", "--resume: only a list (--plan)", ["claims", "--resume", str(only_list), "--plan"]),
         Case("claims", "--resume: only an object", ["claims", "--resume", str(only_obj), "--plan"]),
         # runs long enough (--steps 1500) that the signal at 12 s lands inside them on a quiet machine too
@@ -239,11 +239,33 @@ def bound_cases(t: Path) -> list[Case]:
             r["spec"]["train"]["data"] = "/etc/hostname"
         line_rec.write_text("".join(json.dumps(r) + "\n" for r in recs))
     base = ["--preset", "tiny", "--strategies", "torch:eager"]
+    zeros2g = _gzip_zeros(m / "zeros2g.xplane.pb.gz", GB2)  # 2 MB of gzip inflating to the 2 GiB cap
+    zeros2g_json = m / "zeros2g.json.gz"
+    zeros2g_json.symlink_to(zeros2g.name)  # the same bytes named as a torch trace (a link the user names: theirs)
+    big = _sparse(m / "big8g.txt", 4 * GB2)
+    ck = m / "ck"
+    _export(ck)
+    eight, init = (_planted(m / name, field, value) for name, field, value in (
+        ("eight", "data", str(big)), ("init", "init_from", str(ck))))
+    out_e, traces_e = m / "out-explain", m / "out-explain" / "traces"
+    traces_e.mkdir(parents=True)
+    for i in range(60_000):
+        (traces_e / f"f{i:05d}").touch()
+    away_e = m / "away-explain"
+    away_e.mkdir()
+    (traces_e / f"torch-eager-{spec.run_id()}").symlink_to(away_e)  # where --explain's profiler writes
+    new_out = m / "new" / "deeper"
 
     def away_empty() -> str:
         return f"wrote through the link: {sorted(p.name for p in away.iterdir())}" if any(away.iterdir()) else ""
 
-    return [
+    def away_e_empty() -> str:
+        return f"wrote through the link: {sorted(p.name for p in away_e.iterdir())}" if any(away_e.iterdir()) else ""
+
+    def new_out_made() -> str:
+        return "" if (new_out / "results.jsonl").is_file() else "--out NEWDIR holds no results.jsonl"
+
+    cases = [
         Case("compare", "--steps 1e30", ["compare", *base, "--steps", str(10**30), "--out", out], max_mb=500),
         Case("compare", "--repeats 1e9 --dry-run", ["compare", *base, "--repeats", str(10**9), "--dry-run"],
              max_mb=500),
@@ -265,7 +287,178 @@ def bound_cases(t: Path) -> list[Case]:
         Case("explain", "256 KB of gzipped zeros as a profile", ["explain", str(zeros)], max_mb=500),
         Case("explain", "a record naming /etc/hostname as its data",
              [*["explain", f"{shadow}:torch/eager", f"{shadow}:jax/jit"], "--out", out], max_mb=500),
+        # the rest of each hole as the issue names it: the counts through sweep and explain's run mode, a FIFO
+        # lock for sweep --resume, the bad lines for predict --calibrate, 2 GiB of gzipped zeros (as a profile and
+        # as a torch trace), a record naming an 8 GB file or a checkpoint, --explain's traces past 60,000 entries,
+        # --try with a new --out
+        Case("compare", "--repeats 1e9", ["compare", *base, "--repeats", str(10**9), "--out", out], max_mb=500),
+        Case("sweep", "--steps 1e30", ["sweep", *base, "--over", "batch=1,2", "--steps", str(10**30), "--out", out],
+             max_mb=500),
+        Case("sweep", "--over steps=1e30", ["sweep", *base, "--over", f"steps=10,{10**30}", "--out", out],
+             max_mb=500),
+        Case("explain", "run mode --steps 1e30", ["explain", "torch:eager", "jax:jit", "--preset", "tiny", "--steps",
+                                                 str(10**30), "--out", out], max_mb=500),
+        Case("sweep", "--resume with a FIFO for its lock", ["sweep", *base, "--over", "batch=1,2", "--resume",
+                                                            str(fifo_out)], max_mb=500),
+        Case("predict", "--calibrate 31 million lines that are not records",
+             ["predict", "--preset", "tiny", "--device", "h100", "--calibrate", str(bad / "results.jsonl")],
+             max_mb=500),
+        Case("explain", "2 MB of gzip inflating to 2 GiB as a profile", ["explain", str(zeros2g)], max_mb=500),
+        Case("explain", "2 MB of gzip inflating to 2 GiB as a torch trace", ["explain", str(zeros2g_json)],
+             max_mb=500),
+        Case("explain", "a record naming an 8 GB file as its data",
+             ["explain", f"{eight}:torch/eager", f"{eight}:jax/jit", "--out", out], max_mb=500),
+        Case("explain", "a record naming a checkpoint to start from",
+             ["explain", f"{init}:torch/eager", f"{init}:jax/jit", "--out", out], max_mb=500),
+        Case("compare", "--explain: a link past 60,000 entries where the profiler writes",
+             ["compare", *base, "--steps", "12", "--warmup", "2", "--explain", "--out", str(out_e)],
+             check=away_e_empty),  # the run's own trace folder is opened (and refused) before any run
+        Case("explain", "--try with an --out that does not exist yet",
+             ["explain", f"{pair}:torch/eager", f"{pair}:jax/jit", "--try", "B:lr=0.002", "--out", str(new_out)], 0,
+             check=new_out_made),
     ]
+    for c in cases:  # a refusal is one line within 10 s (the interpreter's start included)
+        c.max_s = c.max_s or (REFUSED_S if c.expect == 2 else 0)
+    return cases
+
+
+def lesser_cases(t: Path) -> list[Case]:
+    """A case per lesser defect of the last hostile trial, as it named them: side files of the wrong type,
+    mathtext labels and a 400-digit --plan-steps, JSON 100,000 deep in a checkpoint, safetensors headers the model's
+    mapping ignores, a record's text spoofing an ``error:`` line, newer schema versions, the flag blamed, absurd
+    values, a null explain.timing. Each ends in one line (exit 2) or is read (exit 0), with no traceback."""
+    m = t / "lesser"
+    m.mkdir()
+    out = str(m / "o")
+    n = [0]
+
+    def folder(recs: list[dict], side: tuple[str, str] | None = None) -> Path:
+        n[0] += 1
+        d = results(m / f"r{n[0]}", recs)
+        if side:
+            (d / side[0]).write_text(side[1])
+        return d
+
+    def two(**torch: object) -> list[dict]:
+        return [{**record("torch", "eager"), **torch}, record("jax", "jit")]
+
+    text = m / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    ck = m / "ck"
+    _export(ck)
+    deep = "[" * 100_000 + "]" * 100_000
+
+    def checkpoint(name: str, change: Callable[[Path], None]) -> Path:
+        d = m / name
+        shutil.copytree(ck, d)
+        change(d)
+        return d
+
+    def header(d: Path, edit: Callable[[dict], object] | None = None, raw: bytes = b"") -> None:
+        blob = (d / "model.safetensors").read_bytes()
+        size = int.from_bytes(blob[:8], "little")
+        h = json.loads(blob[8:8 + size])
+        if edit:
+            edit(h)
+        new = raw or json.dumps(h).encode()
+        (d / "model.safetensors").write_bytes(len(new).to_bytes(8, "little") + new + blob[8 + size:])
+
+    def index_deep(d: Path) -> None:
+        (d / "model.safetensors").unlink()
+        (d / "model.safetensors.index.json").write_text(deep)
+
+    def config(d: Path, **over: object) -> None:
+        cfg = json.loads((d / "config.json").read_text())
+        cfg.update(over)
+        (d / "config.json").write_text(json.dumps(cfg))
+
+    spoof = "cpu\nerror: spoofed"
+    calib = m / "calib.jsonl"
+    calib.write_text(json.dumps(record("torch", "eager", preset="x\nerror: spoofed")) + "\n")
+    named = m / "a\x1b[31mb\nerror: spoofed.json"
+    named.write_text("x")
+    newer = [record("torch", "eager", schema_version=3), record("jax", "jit", schema_version=int("9" * 400))]
+    null_timing = two()
+    null_timing[0]["explain_timing"] = None
+    settings = m / "settings"
+    settings.mkdir()
+    (settings / "claims-settings.json").write_text(json.dumps({"quick": True, "only": "C1", "device": "xyz"}))
+    score = ["score", "--data", str(text), "--init-from"]
+    cases = [
+        *[Case("report", f"{name} {content}", ["report", str(folder(two(), (name, content)))])
+          for name, content in (("claims.json", '[{"claim": "C1", "verdict": " ", "runs": 5}]'),
+                                ("advice.json", '{"plan_steps": "abc"}'), ("advice.json", '{"plan_steps": 1e400}'),
+                                ("advice.json", '{"plan_steps": [1]}'), ("advice.json", '{"recommendation": "x"}'))],
+        Case("report", "a strategy named $x^$ (mathtext)", ["report", str(folder(two(strategy="eager$x^$")))], 0),
+        Case("report", "--plan-steps 10^400", ["report", str(folder(two())), "--plan-steps", "1" + "0" * 400]),
+        *[Case("score", f"JSON 100,000 deep in the {where}", [*score, str(checkpoint(f"deep-{where}", change))])
+          for where, change in (("safetensors header", lambda d: header(d, raw=deep.encode())),
+                                ("config.json", lambda d: (d / "config.json").write_text(deep)),
+                                ("index file", index_deep))],
+        Case("compare", "--init-from a config.json 100,000 deep",
+             ["compare", "--init-from", str(m / "deep-config.json"), "--strategies", "torch:eager", "--out", out]),
+        *[Case("score", f"a safetensors header with {what}", [*score, str(checkpoint(name, lambda d, e=edit: header(d, e)))])
+          for name, what, edit in (
+              ("past-end", "a tensor the model ignores past the end of the file",
+               lambda h: h.update(extra={"dtype": "F32", "shape": [4], "data_offsets": [10**12, 10**12 + 16]})),
+              ("overlap", "overlapping offsets",
+               lambda h: h.update(extra={"dtype": "F32", "shape": [4], "data_offsets": [0, 16]})),
+              ("meta-list", "a list __metadata__", lambda h: h.update(__metadata__=["format", "pt"])))],
+        Case("diff", "a record's device spoofing an error: line", ["diff", str(folder(two(device=spoof))),
+                                                                   str(folder(two()))], 0, forbid="error: spoofed"),
+        Case("diff", "a record's device with U+2028 and bidi marks",
+             ["diff", str(folder(two(device="cpu\u2028error: spoofed\u202e"))), str(folder(two()))], 0,
+             forbid="error: spoofed"),
+        Case("predict", "--calibrate a record whose left-out reason spoofs an error: line",
+             ["predict", "--preset", "tiny", "--device", "h100", "--calibrate", str(calib)], forbid="error: spoofed"),
+        Case("explain", "a trace file named with escape codes and a newline", ["explain", str(named)],
+             forbid="error: spoofed"),
+        Case("report", "records of schema_version 3 and 400 digits", ["report", str(folder(newer))], 0,
+             want="newer twinbench"),
+        # the device to plan for is the command line's only: one planted in the settings is not read, so not blamed
+        Case("claims", "--resume: settings naming an unknown device", ["claims", "--resume", str(settings), "--plan"],
+             0, forbid="error: --device"),
+        Case("predict", "--strategies ''", ["predict", "--preset", "tiny", "--device", "h100", "--strategies", ""],
+             want="--strategies"),
+        Case("predict", "--devices 1e30", ["predict", "--preset", "tiny", "--device", "h100", "--devices",
+                                           str(10**30)]),
+        Case("compare", "--lr 1e308", ["compare", "--preset", "tiny", "--strategies", "torch:eager", "--lr", "1e308",
+                                       "--out", out]),
+        Case("compare", "--out ''", ["compare", "--preset", "tiny", "--strategies", "torch:eager", "--out", ""]),
+        Case("score", "a config's n_embd 1e308", [*score, str(checkpoint("n-embd", lambda d: config(d, n_embd=1e308)))],
+             max_output=1000),
+        Case("report", "a record's explain.timing null", ["report", str(folder(null_timing))], 0),
+    ]
+    for c in cases:  # a refusal is one line within 10 s; a folder read whole (exit 0) is bounded in memory only
+        c.max_mb, c.max_s = 500, REFUSED_S if c.expect == 2 else 0
+    return cases
+
+
+#: the wall seconds a refusal may take (issue 75's bound, interpreter start and imports included)
+REFUSED_S = 10.0
+
+
+def _gzip_zeros(path: Path, size: int) -> Path:
+    """A gzip file of ``size`` zero bytes, written in pieces (this process never holds them)."""
+    import zlib
+
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    chunk = bytes(64 << 20)
+    with open(path, "wb") as f:
+        for _ in range(size // len(chunk)):
+            f.write(z.compress(chunk))
+        f.write(z.flush())
+    return path
+
+
+def _planted(d: Path, field: str, value: str) -> Path:
+    """A results folder of a torch and a JAX record whose spec names ``value`` as its train section's ``field``."""
+    results(d, [record("torch", "eager"), record("jax", "jit")])
+    recs = [json.loads(x) for x in (d / "results.jsonl").read_text().splitlines()]
+    for r in recs:
+        r["spec"]["train"][field] = value
+    (d / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return d
 
 
 def _settings(m: Path, name: str, value: object) -> Path:
@@ -302,6 +495,9 @@ def _locker(out: Path) -> Callable[[], str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default="", help="comma-separated commands (explain,predict,...); default: all")
+    p.add_argument("--groups", default="folder,more,bounds,lesser",
+                   help="comma-separated groups of cases: folder, more, bounds (issue 75's holes), lesser (its "
+                        "lesser defects); default: all")
     p.add_argument("--timeout", type=float, default=180.0, help="seconds before a case is killed")
     p.add_argument("--markdown", type=Path, help="also write the table here")
     p.add_argument("--json", type=Path, help="also write the rows here")
@@ -315,9 +511,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hostile-folder-") as tmp:
         t = Path(tmp)
         extra, imported = more_cases(t)
-        cases = [c for c in folder_cases(t) + extra + bound_cases(t) if not only or c.command in only]
+        groups = set(args.groups.split(","))
+        cases = [c for group, made in (("folder", folder_cases), ("more", lambda t: extra), ("bounds", bound_cases),
+                                       ("lesser", lesser_cases)) if group in groups for c in made(t)
+                 if not only or c.command in only]
         for i, c in enumerate(cases, 1):
-            shutil.rmtree(t / "more" / "o", ignore_errors=True)  # the --out of the case before
+            for group in ("more", "bounds", "lesser"):  # the --out of the case before
+                shutil.rmtree(t / group / "o", ignore_errors=True)
             before = _snapshot(t)
             r = run_case(c, args.timeout, t)
             wrong = "; ".join(x for x in (_written(before, _snapshot(t), _allowed(c)), imported()) if x)

@@ -52,6 +52,9 @@ class Case:
     max_output: int = 0  # the most characters of output the case may print (0: no bound): a long name cut
     stdout: str = ""  # where its stdout goes instead of a file (/dev/full)
     sigterm_after: float = 0.0  # seconds after its start a SIGTERM is sent to the command (0: none)
+    max_s: float = 0.0  # the most wall seconds the case may take (0: no bound beyond the run's limit)
+    forbid: str = ""  # no line of its output may start with this (a record's text spoofing an ``error:`` line)
+    want: str = ""  # its output must say this (a note the docs promise)
 
 
 def record(framework: str, strategy: str, **extra: object) -> dict:
@@ -598,7 +601,7 @@ def run_case(c: Case, timeout: float, t: Path) -> dict:
             open(c.stdout or os.devnull, "wb") as device:
         proc = subprocess.Popen([sys.executable, "-c", "from twinbench.cli import app; app()", *c.args], env=env,
                                 stdout=device if c.stdout else so, stderr=se, cwd=t, start_new_session=True)
-        code, rss_kib = _wait(proc, started + timeout, started + c.sigterm_after if c.sigterm_after else None)
+        code, rss_kib, cpu_s = _wait(proc, started + timeout, started + c.sigterm_after if c.sigterm_after else None)
         so.seek(0)
         se.seek(0)
         stdout, stderr = (x.read().decode(errors="replace") for x in (so, se))
@@ -608,6 +611,13 @@ def run_case(c: Case, timeout: float, t: Path) -> dict:
     first = errors[0] if errors else next((ln for ln in stderr.splitlines() if ln.strip()), "")
     problem = c.check() if c.check else ""
     bounds = [f"{rss_kib // 1024} MB, over {c.max_mb}" if c.max_mb and rss_kib > c.max_mb * 1024 else "",
+              # CPU seconds: what the command itself spent, whatever other processes take of a shared machine; and
+              # a wall bound three times that, which a command waiting on anything (a FIFO, a lock) outruns
+              f"{cpu_s:.1f} CPU s, over {c.max_s:g}" if c.max_s and cpu_s > c.max_s else "",
+              f"{seconds:.1f} s wall, over {3 * c.max_s:g}" if c.max_s and seconds > 3 * c.max_s else "",
+              f"printed a line starting {c.forbid!r}" if c.forbid and any(
+                  ln.startswith(c.forbid) for ln in text.splitlines()) else "",
+              f"did not say {c.want!r}" if c.want and c.want not in " ".join(text.split()) else "",
               f"printed {len(text)} characters" if c.max_output and len(text) > c.max_output else "",
               "printed an escape code" if "\x1b" in text else ""]
     problem = "; ".join(x for x in (problem, *bounds) if x)
@@ -615,13 +625,15 @@ def run_case(c: Case, timeout: float, t: Path) -> dict:
     one_line = code != 2 or len(errors) == 1
     ok = code == c.expect and not traceback and one_line and not problem
     return {"command": c.command, "what": c.what, "expect": c.expect, "code": code, "seconds": round(seconds, 1),
+            "cpu_s": round(cpu_s, 1),
             "max_rss_mb": round(rss_kib / 1024),
             "first_line": first[:240], "traceback": traceback, "problem": problem, "ok": ok}
 
 
-def _wait(proc: subprocess.Popen, deadline: float, sigterm_at: float | None = None) -> tuple[int | str, int]:
-    """(exit code or "timeout", the process's peak resident memory in KiB): os.wait4's own figure of that one
-    process, the case's memory. ``sigterm_at``: when to send the command a SIGTERM (once)."""
+def _wait(proc: subprocess.Popen, deadline: float, sigterm_at: float | None = None) -> tuple[int | str, int, float]:
+    """(exit code or "timeout", the process's peak resident memory in KiB, its CPU seconds): os.wait4's own figures
+    of that one process (its CPU time with its waited-for children's), the case's memory and work. ``sigterm_at``:
+    when to send the command a SIGTERM (once)."""
     while True:
         if sigterm_at is not None and time.perf_counter() > sigterm_at:
             os.kill(proc.pid, signal.SIGTERM)
@@ -629,24 +641,24 @@ def _wait(proc: subprocess.Popen, deadline: float, sigterm_at: float | None = No
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             proc.returncode = os.waitstatus_to_exitcode(status)
-            return proc.returncode, usage.ru_maxrss
+            return proc.returncode, usage.ru_maxrss, usage.ru_utime + usage.ru_stime
         if time.perf_counter() > deadline:
             os.killpg(proc.pid, signal.SIGKILL)
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = -9
-            return "timeout", usage.ru_maxrss
+            return "timeout", usage.ru_maxrss, usage.ru_utime + usage.ru_stime
         time.sleep(0.05)
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| # | command | hostile input | exit (expected) | s | MB | first line of the error / output | verdict |",
-             "|---:|---|---|---|---:|---:|---|---|"]
+    lines = ["| # | command | hostile input | exit (expected) | s | CPU s | MB | first line of the error / output | "
+             "verdict |", "|---:|---|---|---|---:|---:|---:|---|---|"]
     for i, r in enumerate(rows, 1):
         first = r["first_line"].replace("|", "\\|").replace(str(Path(tempfile.gettempdir())), "TMP")
         verdict = "ok" if r["ok"] else "NOT OK" + (f": {r['problem']}" if r["problem"] else "") + \
             (": traceback" if r["traceback"] else "")
         lines.append(f"| {i} | {r['command']} | {r['what']} | {r['code']} ({r['expect']}) | {r['seconds']} | "
-                     f"{r.get('max_rss_mb', '')} | {first} | {verdict} |")
+                     f"{r.get('cpu_s', '')} | {r.get('max_rss_mb', '')} | {first} | {verdict} |")
     n_ok = sum(r["ok"] for r in rows)
     lines.append("")
     lines.append(f"{n_ok} of {len(rows)} as promised.")
