@@ -112,7 +112,8 @@ MAX_DEVICES = 2**20
 
 #: host bytes a run keeps per training step until it ends, at most: the step's time and its loss as Python floats
 #: in lists, and each written into the record's JSON (the loss handles, a device scalar each, are read back a few
-#: hundred at a time: measure.clock.HANDLES_HELD) (``--steps``' bound, with the task's per-example bytes)
+#: hundred at a time: measure.clock.HANDLES_HELD), and a classifier's three token counts (data.tasks.Counts, 24 B)
+#: (``--steps``' bound, with the task's per-example bytes: the indices data.text.Draws keeps)
 PER_STEP_BYTES = 256
 #: host bytes twinbench keeps per run it schedules (its spec, its record, its row of the table), at most: the
 #: bound of ``--repeats`` and of a sweep's grid
