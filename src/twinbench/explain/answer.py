@@ -154,6 +154,7 @@ CAUSES: dict[str, Cause] = {
     "jax-pmap-legacy": Cause("legacy pmap (an API to move off; its step is sized by the findings about it)"),
     "jax-no-donation": Cause("memory (the step's buffers not donated), not time"),
     "jax-attention-kernel": Cause("attention written out (unfused)", ("* / attention",)),
+    "float64-compute": Cause("products computed in float64 (fp32 is the default)", ("* / matmul", "* / attention")),
     "cpu-oversubscribed": Cause("more threads than free cores (the whole side slowed)", whole=True),
     "page-faults": Cause("page faults (memory mapped afresh each step)", whole=True),
 }
