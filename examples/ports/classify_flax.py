@@ -8,7 +8,10 @@ this side the slow one:
   a new shape, and the jitted step compiles again (``--pad bucket``, the default and the doctor's fix: the
   length rounded up to a power of two, one compile a bucket);
 - ``--no-jit``: the step left un-jitted (a debugging edit that stayed), so JAX runs it op by op;
-- ``--log-every 1``: ``float(loss)`` read every step for the log, so the host waits for each step.
+- ``--log-every 1``: ``float(loss)`` read every step for the log, so the host waits for each step;
+- ``--x64``: float64 by accident: ``jax_enable_x64`` turned on (copied from a notebook that needed 64-bit
+  numbers) and the token embedding initialised from a numpy table, which numpy makes float64: the activations
+  it starts are float64, so every product of the step and its backward computes in float64.
 
 At the end it prints ``step_ms=...``: the mean step after the first ``WARM`` (the benchmark's A/B reads it).
 """
@@ -29,7 +32,9 @@ p.add_argument("--batch", type=int, default=8)
 p.add_argument("--pad", choices=("bucket", "longest"), default="bucket")
 p.add_argument("--no-jit", action="store_true")
 p.add_argument("--log-every", type=int, default=0, help="read the loss on the host every N steps (0: at the end)")
+p.add_argument("--x64", action="store_true", help="jax_enable_x64 on, the embedding initialised from numpy float64")
 args = p.parse_args()
+jax.config.update("jax_enable_x64", args.x64)  # --x64: 64-bit numbers, as the notebook this came from had
 
 VOCAB, D, HEADS, LAYERS, MAX_LEN, WARM = 1000, 32, 2, 1, 128, 4
 rng = np.random.default_rng(0)
@@ -84,6 +89,8 @@ if not args.no_jit:
 
 model = Classifier()
 params = model.init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
+if args.x64:  # the token embedding from a numpy table (as a pretrained one is loaded): numpy's float64
+    params["Embed_0"]["embedding"] = rng.normal(0.0, 0.02, (VOCAB, D))
 state = train_state.TrainState.create(apply_fn=model.apply, params=params, tx=optax.adamw(1e-3))
 history, t0 = [], 0.0
 for i, (x, y) in enumerate(batches(np.random.default_rng(1))):
