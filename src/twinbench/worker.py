@@ -211,13 +211,13 @@ def execute(spec: RunSpec, threads: int) -> Record:
     compiles_total = env.monitor.count() - loop.compiles_eval  # so are the programs: not the peak's matmuls
     # the same programs' loads from the persistent cache (not the probes' and the memory breakdown's after them)
     cache_hits = env.monitor.cache_hits() - loop.cache_hits_eval
-    folded = flight.fold(timing.first_step_compiles) if flight is not None else {}
-    if folded:  # the preflight compiled the step: counted once, as the run's compile when step 1 reused it
-        timing.compile_s += folded["compile_s"]
-        timing.first_step_s += folded["first_step_s"]
-        loop.compiles_in_loop += int(folded["compiles_in_loop"])
-        compiles_total += int(folded["compiles_total"])
-        cache_hits += int(folded["compile_cache_hits"])
+    if flight is not None:  # a preflight that compiled the step: counted once, as the run's compile when step 1 reused it
+        folded = flight.fold(timing.first_step_compiles)
+        timing.compile_s += folded.compile_s
+        timing.first_step_s += folded.first_step_s
+        loop.compiles_in_loop += folded.compiles_in_loop
+        compiles_total += folded.compiles_total
+        cache_hits += folded.compile_cache_hits
     dtype = "bf16" if t.precision == "bf16" else "fp32"
     peak_measured, peak_fields = peak.for_record(fw, env.platform, env.device_name, dtype, threads)
     accelerator = platforms.get(env.platform).accelerator
@@ -240,9 +240,11 @@ def execute(spec: RunSpec, threads: int) -> Record:
         attention = device.attention_kernel(fw, m.heads, spec.train.seq, m.d_model // m.heads, dtype,
                                             causal=b.family.causal, masked=b.family.masked,
                                             jax_impl=spec.strategy.attention_impl)
-    mem = memory.breakdown(spec, b.trainer, b.run_data.batches[0], peak_mem, mem_source, runtime_bytes,
-                           env.platform, flight.sizes if flight else None)
-    peak_mem, mem_source = memory.record_peak(mem, peak_mem, mem_source)  # a TPU's: the compiled step's
+    made = memory.breakdown(spec, b.trainer, b.run_data.batches[0], peak_mem, mem_source, runtime_bytes,
+                            env.platform, flight.sizes if flight else None)
+    peak_mem, mem_source = memory.record_peak(made, peak_mem, mem_source)  # a TPU's: the compiled step's
+    # the record's memory_breakdown: the JSON explain and the report read (measure/memory.py to_dict)
+    mem = made.to_dict() if isinstance(made, memory.Breakdown) else {"error": made}
     if flight is not None:
         mem["preflight"] = flight.to_dict()
     saved = _save_weights(spec, b.trainer)  # the weights of the measured steps, before any further step
@@ -317,8 +319,10 @@ def _preflight(spec: RunSpec, env: Setup, b: Built) -> Any:
         traceback.print_exc()
         return None
     if flight is not None and flight.sizes:  # it compiled the step: the run's own compile (memory.jax_sizes)
-        flight.compile = {"compiles": env.monitor.count() - n0, "compile_s": env.monitor.seconds() - s0,
-                          "cache_hits": env.monitor.cache_hits() - h0, "wall_s": time.perf_counter() - t0}
+        flight.compile = memory.PreflightCompile(compiles=env.monitor.count() - n0,
+                                                 compile_s=env.monitor.seconds() - s0,
+                                                 cache_hits=env.monitor.cache_hits() - h0,
+                                                 wall_s=time.perf_counter() - t0)
     return flight
 
 

@@ -16,7 +16,13 @@ import pytest
 
 from twinbench import environment, xla_flags
 from twinbench.measure import device, peak
-from twinbench.report.table import conditions
+from twinbench.record import typed
+from twinbench.report.table import conditions as table_conditions
+
+
+def conditions(records: list) -> list[str]:
+    """The table's conditions of records built here as flat dicts (read through record.typed, as a file's are)."""
+    return table_conditions(typed(records))
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,7 +76,7 @@ def test_one_device_run_on_an_eight_gpu_box_records_one_device(monkeypatch):
     from twinbench.plan import run_spec
 
     monkeypatch.setattr(device, "describe", lambda fw: ("cuda", "NVIDIA H100 80GB HBM3", 8))
-    monkeypatch.setattr(peak, "for_record", lambda *a: (1.0, {}))
+    monkeypatch.setattr(peak, "for_record", lambda *a: (1.0, peak.PeakFields(None, None, None, 0)))
     spec = run_spec("tiny", "torch", "eager", {"steps": 3, "warmup": 1})
     r = worker.execute(spec, 1).flat()
     assert (r["device_count"], r["devices_visible"]) == (1, 8)

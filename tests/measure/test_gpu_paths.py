@@ -17,7 +17,13 @@ import pytest
 
 from twinbench.measure import clock, device, peak
 from twinbench.record import condition_warnings, typed
-from twinbench.report.table import conditions, fmt_flops
+from twinbench.report.table import conditions as table_conditions
+from twinbench.report.table import fmt_flops
+
+
+def conditions(records: list) -> list[str]:
+    """The table's conditions of records built here as flat dicts (read through record.typed, as a file's are)."""
+    return table_conditions(typed(records))
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -211,8 +217,8 @@ def test_the_window_is_recorded_per_step_and_shown_when_it_differs():
     from twinbench.measure.metrics import step_stats
 
     t = clock.Timing(1.0, [0.05, 0.05], [1.0], 0, 0.0, async_step_s=0.08)
-    assert step_stats(clock.per_step(t, 2))["step_ms_async"] == pytest.approx(40.0)
-    assert step_stats(clock.Timing(1.0, [0.05], [1.0], 0, 0.0))["step_ms_async"] is None
+    assert step_stats(clock.per_step(t, 2)).step_ms_async == pytest.approx(40.0)
+    assert step_stats(clock.Timing(1.0, [0.05], [1.0], 0, 0.0)).step_ms_async is None
     lines = conditions([rec("torch", step_ms=51.7, step_ms_async=45.0), rec("jax", "jit", step_ms=46.6,
                                                                              step_ms_async=46.5)])
     shown = [x for x in lines if x.startswith("step ms without a sync per step")]

@@ -43,9 +43,9 @@ def test_a_larger_batch_grows_the_activations_only(framework: str) -> None:
             trainer.step(*b)  # torch's AdamW makes its state on the first step (JAX's exists already)
         d = memory.breakdown(s, trainer, b, peak_bytes=2**30, peak_source="test", runtime_bytes=0,
                              platform="cpu", sizes=None)
-        assert "error" not in d, d
-        parts[batch] = d["parts"]
-        assert d["activations_by_source"], "activations are attributed to where they were made"
+        assert isinstance(d, memory.Breakdown), d  # not why it could not be made
+        parts[batch] = d.parts
+        assert d.activations_by_source, "activations are attributed to where they were made"
     small, big = parts[4], parts[16]
     for same in ("params", "optimizer_state"):
         assert small[same] == big[same] > 0
@@ -158,13 +158,13 @@ def test_a_compiled_preflight_is_the_runs_own_compile(monkeypatch: pytest.Monkey
 
 def test_a_preflight_compile_the_run_did_not_reuse_is_left_out() -> None:
     flight = memory.Preflight(1, 2, "the device", "compiled step memory_analysis()", {"temp": 1},
-                              {"compiles": 1, "compile_s": 2.0, "cache_hits": 1, "wall_s": 2.5})
-    assert flight.fold(first_step_compiles=0) == {"compile_s": 2.0, "first_step_s": 2.5, "compiles_in_loop": 1,
-                                                  "compiles_total": 0, "compile_cache_hits": 0}
+                              memory.PreflightCompile(compiles=1, compile_s=2.0, cache_hits=1, wall_s=2.5))
+    assert flight.fold(first_step_compiles=0) == memory.Folded(compile_s=2.0, first_step_s=2.5, compiles_in_loop=1,
+                                                               compiles_total=0, compile_cache_hits=0)
     assert flight.to_dict()["compile_reused_by_the_run"] is True
     left_out = flight.fold(first_step_compiles=1)  # its program, and its load from the persistent cache
-    assert left_out["compiles_total"] == -1 and left_out["compile_cache_hits"] == -1 and flight.reused is False
-    assert memory.Preflight(1, 2, "the host", "upper bound").fold(0) == {}
+    assert left_out.compiles_total == -1 and left_out.compile_cache_hits == -1 and flight.reused is False
+    assert memory.Preflight(1, 2, "the host", "upper bound").fold(0) == memory.Folded()  # nothing compiled
 
 
 def test_resident_state_is_not_counted_twice() -> None:

@@ -40,7 +40,7 @@ def test_the_v5e_run_gets_an_mfu_against_its_datasheet() -> None:
     assert sheet == 197
     timing = SimpleNamespace(step_s=[0.108] * 3)
     tp = speed(timing, 8 * 1024, 855166464, RUN["gpt2_124m"]["peak_tflops"], sheet, 1, 1)
-    assert 0 < tp["mfu_datasheet"] < tp["mfu"] < 1  # the chip's measured matmul peak is below its datasheet
+    assert 0 < tp.mfu_datasheet < tp.mfu < 1  # the chip's measured matmul peak is below its datasheet
 
 
 @pytest.mark.parametrize(("name", "entry"), [("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H200", "H200 SXM"),
@@ -111,14 +111,14 @@ def test_a_tpu_peak_includes_the_compiled_steps_temporaries() -> None:
     gpt = RUN["gpt2_124m"]
     sizes = gpt["memory_analysis"]
     got = memory.device_peak("tpu", gpt["allocator_peak_bytes"], device.ALLOCATOR_PEAK, sizes)
-    assert got["peak_source"] == memory.PROGRAM_PEAK and got["allocator_peak_bytes"] == gpt["allocator_peak_bytes"]
-    assert got["peak_bytes"] == got["program_peak_bytes"] == memory.jax_step_estimate(sizes)
+    assert got.peak_source == memory.PROGRAM_PEAK and got.allocator_peak_bytes == gpt["allocator_peak_bytes"]
+    assert got.peak_bytes == got.program_peak_bytes == memory.jax_step_estimate(sizes)
     # the same figure as the HLO dump's memory-usage report of the step, within 2%
-    assert got["peak_bytes"] == pytest.approx(gpt["hlo_memory_usage_report_total_bytes"], rel=0.02)
+    assert got.peak_bytes == pytest.approx(gpt["hlo_memory_usage_report_total_bytes"], rel=0.02)
     params = SimpleNamespace(nbytes=gpt["params_bytes"])
     opt = SimpleNamespace(nbytes=gpt["optimizer_state_bytes"])
     residuals = [(where, n) for where, n in gpt["residuals"]]
-    b = memory.jax_breakdown(got["peak_bytes"], got["peak_source"], 0, [params], [opt], gpt["inputs_bytes"],
+    b = memory.jax_breakdown(got.peak_bytes, got.peak_source, 0, [params], [opt], gpt["inputs_bytes"],
                              sizes, residuals, on_cpu=False).to_dict()
     assert 0.9 <= b["accounted"] <= 1.1, b
     assert b["parts"]["gradients"] == gpt["params_bytes"]
@@ -133,11 +133,11 @@ def test_a_tpu_peak_includes_the_compiled_steps_temporaries() -> None:
 def test_where_the_allocator_sees_temporaries_its_peak_stays(platform: str) -> None:
     sizes = RUN["gpt2_124m"]["memory_analysis"]
     got = memory.device_peak(platform, 12 * GiB, device.ALLOCATOR_PEAK, sizes)
-    assert got["peak_bytes"] == 12 * GiB and got["peak_source"] == device.ALLOCATOR_PEAK
-    assert got["program_peak_bytes"] == memory.jax_step_estimate(sizes)
-    assert memory.device_peak("tpu", 5, "a", {})["peak_bytes"] == 5  # no compiled sizes: the allocator's
-    assert memory.record_peak({"error": "x"}, 7, "a") == (7, "a")
-    assert memory.record_peak({"peak_bytes": 9, "peak_source": "b"}, 7, "a") == (9, "b")
+    assert got.peak_bytes == 12 * GiB and got.peak_source == device.ALLOCATOR_PEAK
+    assert got.program_peak_bytes == memory.jax_step_estimate(sizes)
+    assert memory.device_peak("tpu", 5, "a", {}).peak_bytes == 5  # no compiled sizes: the allocator's
+    assert memory.record_peak("no breakdown: why", 7, "a") == (7, "a")
+    assert memory.record_peak(memory.Breakdown(9, "b", "m"), 7, "a") == (9, "b")
 
 
 def test_the_compilers_refusal_is_read() -> None:

@@ -3,6 +3,7 @@ conditions in a TPU's words, and failed records that still say what they were.""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import sys
@@ -56,9 +57,9 @@ def tpu_record(**extra: Any) -> Record:
                   matmul_precision=backends.get("jax").fp32_matmul_words("tpu", False)
                   + "; jax_default_matmul_precision=highest",
                   host_cpu="AMD (AVX2, FMA)", peak_tflops_datasheet=197.0, **extra) | {
-        "memory_breakdown": memory.device_peak("tpu", gpt["allocator_peak_bytes"], device.ALLOCATOR_PEAK,
-                                               gpt["memory_analysis"]) | {"parts": {"params": 1}, "accounted": 0.99,
-                                                                          "unaccounted_bytes": 0}})
+        "memory_breakdown": dataclasses.asdict(memory.device_peak(
+            "tpu", gpt["allocator_peak_bytes"], device.ALLOCATOR_PEAK, gpt["memory_analysis"]))
+        | {"parts": {"params": 1}, "accounted": 0.99, "unaccounted_bytes": 0}})
 
 
 def test_a_tpu_run_is_described_in_a_tpus_words() -> None:

@@ -32,6 +32,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import msgspec
+
 from twinbench import backends
 from twinbench.config import USER_FAMILY
 from twinbench.measure import platforms
@@ -59,7 +61,7 @@ from twinbench.strategies.modifiers import DECLARED as MODIFIERS
 
 __all__ = [
     "EXACT_ABOVE", "PARTS", "PREFLIGHT_MARGIN", "PROGRAM_PEAK", "TOP", "TORCH_CATEGORIES", "USER_BOUND_FACTOR",
-    "Breakdown", "Preflight", "advice", "batch_bytes", "breakdown", "compile_refusal", "compiled_sizes",
+    "Breakdown", "DevicePeak", "Folded", "Preflight", "PreflightCompile", "advice", "batch_bytes", "breakdown", "compile_refusal", "compiled_sizes",
     "device_peak", "fits", "fitting_batch", "host_available_bytes", "jax_available", "jax_breakdown",
     "jax_compiled_sizes", "jax_refusal", "jax_residuals", "jax_run_sizes", "jax_sizes", "jax_step_estimate",
     "jax_upper_bound", "nbytes", "preflight", "record_peak", "resident_bytes", "rss_bytes", "runtime_bytes",
@@ -88,13 +90,19 @@ class Breakdown:
     activations_by_source: list[tuple[str, int]] = field(default_factory=list)
     #: JAX: the compiled step's memory_analysis() sizes (argument, output, alias, temp)
     compiled: dict[str, int] = field(default_factory=dict)
+    #: JAX: both figures :func:`device_peak` chose from (None: not a JAX run, or no compiled sizes)
+    allocator_peak_bytes: int | None = None
+    program_peak_bytes: int | None = None
 
     @property
     def unaccounted_bytes(self) -> int:
         return self.peak_bytes - sum(self.parts.values())
 
     def to_dict(self) -> dict[str, Any]:
+        """The record's ``memory_breakdown`` (its JSON form: read back by explain and the report as a dict)."""
         d = asdict(self)
+        if self.allocator_peak_bytes is None and self.program_peak_bytes is None:  # a torch run records neither
+            del d["allocator_peak_bytes"], d["program_peak_bytes"]
         d["unaccounted_bytes"] = self.unaccounted_bytes
         d["accounted"] = round(sum(self.parts.values()) / self.peak_bytes, 4) if self.peak_bytes else None
         return d
@@ -161,8 +169,17 @@ def compile_refusal(error: BaseException) -> tuple[int, int] | None:
 # JAX ---------------------------------------------------------------------------------------------------
 
 
-def device_peak(platform: str, allocator_bytes: int, allocator_source: str,
-                sizes: dict[str, int]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class DevicePeak:
+    """A JAX run's peak memory on its device (:func:`device_peak`)."""
+
+    peak_bytes: int
+    peak_source: str  # which of the two figures it is
+    allocator_peak_bytes: int
+    program_peak_bytes: int | None  # what the compiled step needs (None: no compiled sizes)
+
+
+def device_peak(platform: str, allocator_bytes: int, allocator_source: str, sizes: dict[str, int]) -> DevicePeak:
     """The run's peak memory on its device, from the allocator's peak and the compiled step's sizes.
 
     Where the allocator sees the compiled program's temporaries (the CPU's RSS, XLA's GPU allocator, torch's
@@ -173,11 +190,9 @@ def device_peak(platform: str, allocator_bytes: int, allocator_source: str,
     arguments + outputs not aliased to them + temporaries + code). Returns ``peak_bytes``, ``peak_source``
     (which was used) and both figures (``allocator_peak_bytes``, ``program_peak_bytes``, None without sizes)."""
     program = jax_step_estimate(sizes) if sizes else None
-    out = {"peak_bytes": allocator_bytes, "peak_source": allocator_source, "allocator_peak_bytes": allocator_bytes,
-           "program_peak_bytes": program}
     if program is not None and not platforms.get(platform).allocator_sees_temporaries and program > allocator_bytes:
-        out |= {"peak_bytes": program, "peak_source": PROGRAM_PEAK}
-    return out
+        return DevicePeak(program, PROGRAM_PEAK, allocator_bytes, program)
+    return DevicePeak(allocator_bytes, allocator_source, allocator_bytes, program)
 
 
 #: ``peak_mem_source`` when the compiled step's sizes gave the peak (a TPU's allocator leaves temporaries out)
@@ -212,7 +227,7 @@ def jax_breakdown(peak_bytes: int, peak_source: str, runtime_bytes: int, params:
 
     p, o = nbytes(jax.tree.leaves(params)), nbytes(jax.tree.leaves(opt_state))
     acts = sum(b for _, b in residuals)
-    temp = sizes.get("temp", 0)
+    temp = sizes["temp"] if sizes else 0  # memory_analysis()'s four sizes, or none
     grads = min(p, temp)
     acts = min(acts, temp - grads)
     parts = {"runtime": runtime_bytes if on_cpu else 0, "params": p, "optimizer_state": o, "gradients": grads,
@@ -244,19 +259,56 @@ def torch_estimate(n_params_bytes: int, layers: int, tokens: int, d_model: int, 
     return 4 * n_params_bytes + layers * per_layer + 3 * tokens * vocab * itemsize
 
 
-def summary(d: dict[str, Any]) -> str:
-    """One line of a record's ``memory_breakdown``: ``peak 12.9 GiB = params 0.5 + ... (98% accounted)``."""
-    parts = ", ".join(f"{k} {v / GiB:.2f}" for k, v in d.get("parts", {}).items() if v)
-    acc = d.get("accounted")
+class _Recorded(msgspec.Struct, frozen=True):
+    """What :func:`summary` reads of a record's ``memory_breakdown`` (:meth:`Breakdown.to_dict`'s form)."""
+
+    peak_bytes: int = 0
+    peak_source: str | None = None
+    parts: dict[str, int] = {}
+    accounted: float | None = None
+    unaccounted_bytes: int = 0
+    allocator_peak_bytes: int | None = None
+
+
+def summary(recorded: dict[str, object]) -> str:
+    """One line of a record's ``memory_breakdown`` (a record is data: read through its known fields):
+    ``peak 12.9 GiB = params 0.5 + ... (98% accounted)``."""
+    try:
+        d = msgspec.convert(recorded, _Recorded)
+    except msgspec.ValidationError:
+        return "no breakdown"
+    parts = ", ".join(f"{k} {v / GiB:.2f}" for k, v in d.parts.items() if v)
+    acc = d.accounted
     tail = f"{acc:.0%} accounted" if acc is not None else "no peak"
     if acc is not None and abs(1 - acc) > 0.10:
-        tail += f"; {d['unaccounted_bytes'] / GiB:+.2f} GiB unaccounted"
-    if d.get("peak_source") == PROGRAM_PEAK and d.get("allocator_peak_bytes") is not None:
-        tail += f"; the compiled step's peak, the allocator's was {d['allocator_peak_bytes'] / GiB:.2f} GiB"
-    return f"peak {d.get('peak_bytes', 0) / GiB:.2f} GiB = {parts} GiB ({tail})"
+        tail += f"; {d.unaccounted_bytes / GiB:+.2f} GiB unaccounted"
+    if d.peak_source == PROGRAM_PEAK and d.allocator_peak_bytes is not None:
+        tail += f"; the compiled step's peak, the allocator's was {d.allocator_peak_bytes / GiB:.2f} GiB"
+    return f"peak {d.peak_bytes / GiB:.2f} GiB = {parts} GiB ({tail})"
 
 
 # the worker's entry points: the preflight before the first step, the breakdown after the measured ones -----
+
+
+@dataclass(frozen=True)
+class PreflightCompile:
+    """The step compiled for a preflight's estimate, as the worker measured it around :func:`preflight`."""
+
+    compiles: int  # programs (the framework's own events)
+    compile_s: float
+    cache_hits: int  # of those, loaded from the persistent compilation cache
+    wall_s: float
+
+
+@dataclass(frozen=True)
+class Folded:
+    """What a preflight's compile adds to the run's compile figures (:meth:`Preflight.fold`)."""
+
+    compile_s: float = 0.0
+    first_step_s: float = 0.0
+    compiles_in_loop: int = 0
+    compiles_total: int = 0
+    compile_cache_hits: int = 0
 
 
 @dataclass
@@ -266,30 +318,27 @@ class Preflight:
     where: str  # "the host" | "the GPU" | "the TPU" | "the device"
     how: str  # how the estimate was made
     sizes: dict[str, int] = field(default_factory=dict)  # JAX: the compiled step's memory_analysis()
-    #: JAX, when the step was compiled for the estimate: that compile's programs, compile seconds (the
-    #: framework's own events) and wall seconds, set by the worker around :func:`preflight`
-    compile: dict[str, float] = field(default_factory=dict)
+    #: JAX, when the step was compiled for the estimate: that compile, set by the worker around :func:`preflight`
+    compile: PreflightCompile | None = None
     reused: bool | None = None  # whether the first step reused that compile (set by :meth:`fold`)
     #: what would make a run that does not fit fit (:func:`advice`): "+remat (...)", "--batch 4", ...
     advice: list[str] = field(default_factory=list)
     #: the compiler refused the step for want of memory (a TPU's compile checks its temporaries against HBM)
     refused_by_compiler: bool = False
 
-    def fold(self, first_step_compiles: int) -> dict[str, float]:
+    def fold(self, first_step_compiles: int) -> Folded:
         """What to add to the run's compile figures for the compile done here: when the first step compiled
         nothing, it ran this executable, so this compile IS the run's (its seconds go to ``compile_s`` and,
         with its wall time, to ``first_step_s``; its programs to the loop's compiles). Otherwise the first step
         compiled again: this one was an extra, left out of the run's programs (``compiles_total`` -= n) and of
         their loads from the persistent cache (``compile_cache_hits``)."""
-        if not self.compile:
-            return {}
+        c = self.compile
+        if c is None:
+            return Folded()
         self.reused = first_step_compiles == 0
-        n = int(self.compile.get("compiles", 0))
         if self.reused:
-            return {"compile_s": self.compile.get("compile_s", 0.0), "first_step_s": self.compile.get("wall_s", 0.0),
-                    "compiles_in_loop": n, "compiles_total": 0, "compile_cache_hits": 0}
-        return {"compile_s": 0.0, "first_step_s": 0.0, "compiles_in_loop": 0, "compiles_total": -n,
-                "compile_cache_hits": -int(self.compile.get("cache_hits", 0))}
+            return Folded(compile_s=c.compile_s, first_step_s=c.wall_s, compiles_in_loop=c.compiles)
+        return Folded(compiles_total=-c.compiles, compile_cache_hits=-c.cache_hits)
 
     @property
     def fits(self) -> bool:
@@ -306,7 +355,7 @@ class Preflight:
         if self.refused_by_compiler:
             out["refused_by_compiler"] = True
         if self.compile:  # the step compiled for the estimate, and whether the run's first step reused it
-            out |= {"compile": dict(self.compile), "compile_reused_by_the_run": self.reused}
+            out |= {"compile": asdict(self.compile), "compile_reused_by_the_run": self.reused}
         return out
 
 
@@ -383,17 +432,18 @@ def _torch_preflight(spec: Any, trainer: Any, batch: tuple[Any, Any], platform: 
 _PREFLIGHTS = {JaxStepTrainer: _jax_preflight, TorchModuleTrainer: _torch_preflight}
 
 
-def record_peak(mem: dict[str, Any], peak_bytes: int, peak_source: str) -> tuple[int, str]:
+def record_peak(mem: Breakdown | str, peak_bytes: int, peak_source: str) -> tuple[int, str]:
     """The record's ``peak_mem_bytes`` and ``peak_mem_source``: the breakdown's peak when it made one (on a TPU
-    the compiled step's), else the allocator's or the process's as measured."""
-    if isinstance(mem.get("peak_bytes"), int) and mem.get("peak_source"):
-        return mem["peak_bytes"], mem["peak_source"]
+    the compiled step's), else (``mem`` why it made none) the allocator's or the process's as measured."""
+    if isinstance(mem, Breakdown) and mem.peak_source:
+        return mem.peak_bytes, mem.peak_source
     return peak_bytes, peak_source
 
 
 def breakdown(spec: Any, trainer: Any, batch: tuple[Any, Any], peak_bytes: int, peak_source: str,
-              runtime_bytes: int, platform: str, sizes: dict[str, int] | None) -> dict[str, Any]:
-    """The record's ``memory_breakdown`` (after the measured steps); ``{"error": ...}`` if it cannot be made.
+              runtime_bytes: int, platform: str, sizes: dict[str, int] | None) -> Breakdown | str:
+    """The run's memory breakdown (after the measured steps: the record's ``memory_breakdown``); why not, in
+    one line, if it cannot be made.
     A JAX run's ``peak_bytes``/``peak_source`` are :func:`device_peak`'s (on a TPU, the compiled step's when
     the allocator's peak is below it), with both figures beside them; the record's ``peak_mem_bytes`` and
     ``peak_mem_source`` follow them (:func:`record_peak`)."""
@@ -401,20 +451,20 @@ def breakdown(spec: Any, trainer: Any, batch: tuple[Any, Any], peak_bytes: int, 
     protocol = backends.get(spec.framework).MEMORY_PROTOCOL
     why = lacks(trainer, protocol, "memory breakdown")
     if why:
-        return {"error": why}
+        return why
     try:
         if protocol is JaxStepTrainer:
             sizes = sizes or jax_run_sizes(trainer, batch)
             peak = device_peak(platform, peak_bytes, peak_source, sizes)  # a TPU's allocator misses temporaries
             loss_of = trainer.make_loss()
             residuals = jax_residuals(loss_of, trainer.params, *batch)
-            b = jax_breakdown(peak["peak_bytes"], peak["peak_source"], runtime_bytes, trainer.params,
+            b = jax_breakdown(peak.peak_bytes, peak.peak_source, runtime_bytes, trainer.params,
                               trainer.opt_state, batch_bytes(batch), sizes, residuals, on_cpu)
-            return b.to_dict() | {"allocator_peak_bytes": peak["allocator_peak_bytes"],
-                                  "program_peak_bytes": peak["program_peak_bytes"]}
+            b.allocator_peak_bytes, b.program_peak_bytes = peak.allocator_peak_bytes, peak.program_peak_bytes
+            return b
         at_peak: dict[str, int] = {}  # one profiled step gives both the parts and the activations by module
         saved = torch_saved_activations(
             trainer.model, lambda: at_peak.update(torch_profiled_step(trainer, batch, "cpu" if on_cpu else "cuda:0")))
-        return torch_breakdown(peak_bytes, peak_source, runtime_bytes, at_peak, saved, on_cpu).to_dict()
+        return torch_breakdown(peak_bytes, peak_source, runtime_bytes, at_peak, saved, on_cpu)
     except Exception as e:  # a breakdown must never cost the measured run
-        return {"error": f"{type(e).__name__}: {e}"[:300]}
+        return f"{type(e).__name__}: {e}"[:300]
