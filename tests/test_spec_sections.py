@@ -8,7 +8,7 @@ from dataclasses import fields
 
 import pytest
 
-from twinbench.config import ModelConfig, TrainConfig, later
+from twinbench.config import ModelConfig, TrainConfig, doc, is_declared, later
 from twinbench.spec import (
     FIELDS,
     FLAG_HELP,
@@ -90,7 +90,7 @@ def test_flags_and_their_help_are_read_off_the_declarations():
     assert FLAG_HELP["attention_impl"].startswith("JAX attention: 'default'")
     assert FLAG_HELP["layers"].startswith("override the preset's layers")
     described = {f.name for cls in (ModelConfig, TrainConfig, StrategySpec, RunSpec) for f in fields(cls)
-                 if f.metadata.get("doc")}
+                 if is_declared(f) and doc(f)}
     assert {"family", "base", "modifiers", "framework", "repeat"} <= described  # not flags, still described
 
 

@@ -41,7 +41,7 @@ def test_no_module_outside_the_tasks_and_models_compares_a_task_name():
 
 
 def test_the_task_flag_and_the_families_read_the_registry():
-    assert tuple(tasks.TASKS) == config.TASKS and FIELDS["task"][0].metadata["choices"] == config.TASKS
+    assert tuple(tasks.TASKS) == config.TASKS and config.choices(FIELDS["task"][0]) == config.TASKS
     assert {f.task for f in family.FAMILIES.values()} <= set(tasks.TASKS)
     assert tasks.of("classify") is tasks.TASKS["classify"] and tasks.of("no-such-task") is None and tasks.of(3) is None
     with pytest.raises(ValueError, match="registered twice"):

@@ -63,6 +63,21 @@ class Identity(StrEnum):
     NONE = "none"
 
 
+@dataclass(frozen=True)
+class Declared:
+    """What :func:`option` declares of a field beside its default (kept in the field's metadata)."""
+
+    doc: str  # its description: the --help of its flag
+    flag: bool  # whether a CLI flag named after it sets it
+    choices: tuple[str, ...]  # the values allowed (empty: any value of its type)
+    identity: Identity  # what it says of a run
+    later: bool  # left out of the run id at its default
+
+
+#: the key of a field's :class:`Declared` in its dataclass metadata
+DECLARED = "twinbench"
+
+
 def option(default: Any, doc: str, *, flag: bool = True, choices: tuple[str, ...] = (),
            identity: Identity = Identity.CONFIG, later: bool = False) -> Any:
     """A field of a spec section, declared once: its default, its description (the ``--help`` of its flag), and
@@ -72,33 +87,42 @@ def option(default: Any, doc: str, *, flag: bool = True, choices: tuple[str, ...
     the flag). ``identity``: what the field says of a run (:class:`Identity`). ``later``: the field came after run
     ids were first made, so at its default it is left out of the run id and the runs made before it keep their
     ids (a new identifying field is declared ``later=True``; tests/test_spec_ids.py pins the ids)."""
-    return field(default=default, metadata={"doc": doc, "flag": flag, "choices": choices,
-                                            "identity": Identity(identity), "later": later})
+    return field(default=default, metadata={DECLARED: Declared(doc, flag, tuple(choices), Identity(identity), later)})
+
+
+def is_declared(f: Field[Any]) -> bool:
+    """Whether ``f`` was declared by :func:`option` (a section's parsed values, e.g. a strategy's ``mods``, are not)."""
+    return DECLARED in f.metadata
+
+
+def declared(f: Field[Any]) -> Declared:
+    """What :func:`option` declared of ``f`` (KeyError for a field it did not declare)."""
+    return f.metadata[DECLARED]
 
 
 def identity(f: Field[Any]) -> Identity:
     """What a field declared by :func:`option` says of a run."""
-    return Identity(f.metadata.get("identity", Identity.NONE))
+    return declared(f).identity
 
 
 def later(f: Field[Any]) -> bool:
     """Whether a field declared by :func:`option` is left out of the run id at its default (``later``)."""
-    return bool(f.metadata.get("later"))
+    return declared(f).later
 
 
 def doc(f: Field[Any]) -> str:
     """The description of a field declared by :func:`option`."""
-    return str(f.metadata.get("doc", ""))
+    return declared(f).doc
 
 
 def choices(f: Field[Any]) -> tuple[str, ...]:
     """The values a field declared by :func:`option` allows (empty: any value of its type)."""
-    return tuple(f.metadata.get("choices", ()))
+    return declared(f).choices
 
 
 def is_flag(f: Field[Any]) -> bool:
     """Whether a CLI flag sets the field (:func:`option`'s ``flag``)."""
-    return bool(f.metadata.get("flag"))
+    return declared(f).flag
 
 
 @dataclass(frozen=True)

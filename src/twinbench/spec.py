@@ -34,8 +34,10 @@ from twinbench.config import (  # the leaf, re-exported
     SpecError,
     TrainConfig,
     choices,
+    doc,
     flag,
     identity,
+    is_declared,
     is_flag,
     later,
     option,
@@ -184,7 +186,7 @@ def _field_table() -> dict[str, tuple[Field[Any], type]]:
     out: dict[str, tuple[Field[Any], type]] = {}
     for cls in (*SECTIONS.values(), RunSpec):
         hints = get_type_hints(cls)
-        out |= {f.name: (f, hints[f.name]) for f in fields(cls) if "doc" in f.metadata}
+        out |= {f.name: (f, hints[f.name]) for f in fields(cls) if is_declared(f)}
     return out
 
 
@@ -213,7 +215,7 @@ def _identifying(flat: dict[str, Any]) -> dict[str, Any]:
 #: Fields a user may override by a flag (``--d-model``), with the type of the flag: read off the declarations.
 OVERRIDABLE: dict[str, type] = {name: typ for name, (f, typ) in FIELDS.items() if is_flag(f)}
 #: The --help text of each flag: the field's description.
-FLAG_HELP: dict[str, str] = {name: str(FIELDS[name][0].metadata["doc"]) for name in OVERRIDABLE}
+FLAG_HELP: dict[str, str] = {name: doc(FIELDS[name][0]) for name in OVERRIDABLE}
 #: Every built-in family's presets (``Family.presets``), in registration order.
 PRESETS: dict[str, tuple[ModelConfig, TrainConfig]] = _family_presets()
 
