@@ -563,6 +563,11 @@ def test_claims_with_a_model_whose_check_fails_is_one_line(tmp_path, fake_runs, 
     line = one_line_error(CLI.invoke(app, ["claims", "--quick", "--only", "C6", "--model", f"{model}:build",
                                            "--out", str(tmp_path / "o")]))
     assert "returned a str" in line and not fake_runs
+    assert not (tmp_path / "o").exists()  # an --out made for the run is not left behind (empty, or with byo/)
+    (tmp_path / "mine").mkdir()  # one the user made stays, as it was
+    one_line_error(CLI.invoke(app, ["claims", "--quick", "--only", "C6", "--model", f"{model}:build", "--out",
+                                    str(tmp_path / "mine")]))
+    assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())
 
 
 def test_stdout_on_a_full_device_is_one_line(monkeypatch, capsys):

@@ -215,6 +215,7 @@ def claims(
     except SpecError as e:
         fail(str(e))
     check_places(specs)  # --trace, the caches: writable, before any run
+    existed = target.exists()
     ready_outputs(target, json_path, timeout)
     before = set(target.iterdir()) if target.is_dir() else set()
     try:
@@ -223,6 +224,8 @@ def claims(
         for made in (set(target.iterdir()) if target.is_dir() else set()) - before:
             if made.name == BYO_DIR or made.name.startswith("shape-"):  # prepare_points' folders
                 shutil.rmtree(made, ignore_errors=True)
+        if not existed and not any(target.iterdir()):  # an --out made for this run is not left behind, empty
+            target.rmdir()
         fail(str(e))
     if resume is None:  # the settings a --resume reads, once the model is known to run
         write_text(target / SETTINGS, json.dumps({"quick": quick, "only": only, "preset": preset, "plan_steps":
