@@ -249,8 +249,7 @@ def test_the_doctors_own_work_in_the_loops_thread_is_not_the_loops_time(monkeypa
         if i == 5:  # the input check's block: four calls of the step on the batch already built
             now[0] += 0.040
             rec.own_work(0.040)
-            rec.input_blocks.append({"index": i, "replay_ms": [9.0, 9.5, 9.2, 9.1], "n": 4,
-                                     "replay_cpu_ms": [9.0, 9.4, 9.3, 9.1]})
+            rec.input_blocks.append(recorder.InputBlock(i, [9.0, 9.5, 9.2, 9.1], [9.0, 9.4, 9.3, 9.1]))
         rec.step_done(key)
         now[0] += 0.010 - 1e-4  # the loop's own work until its next call
     rec.drained_at = rec.calls[key][-1][0] + 0.008
