@@ -287,7 +287,7 @@ def bound_cases(t: Path) -> list[Case]:
         Case("explain", "256 KB of gzipped zeros as a profile", ["explain", str(zeros)], max_mb=500),
         Case("explain", "a record naming /etc/hostname as its data",
              [*["explain", f"{shadow}:torch/eager", f"{shadow}:jax/jit"], "--out", out], max_mb=500),
-        # the rest of each hole as the issue names it: the counts through sweep and explain's run mode, a FIFO
+        # the rest of each hole as the last hostile trial named it: the counts through sweep and explain's run mode, a FIFO
         # lock for sweep --resume, the bad lines for predict --calibrate, 2 GiB of gzipped zeros (as a profile and
         # as a torch trace), a record naming an 8 GB file or a checkpoint, --explain's traces past 60,000 entries,
         # --try with a new --out
@@ -434,7 +434,7 @@ def lesser_cases(t: Path) -> list[Case]:
     return cases
 
 
-#: the wall seconds a refusal may take (issue 75's bound, interpreter start and imports included)
+#: the seconds a refusal may take (the bound of bad-input.md's trial, interpreter start and imports included)
 REFUSED_S = 10.0
 
 
@@ -496,8 +496,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default="", help="comma-separated commands (explain,predict,...); default: all")
     p.add_argument("--groups", default="folder,more,bounds,lesser",
-                   help="comma-separated groups of cases: folder, more, bounds (issue 75's holes), lesser (its "
-                        "lesser defects); default: all")
+                   help="comma-separated groups of cases: folder, more, bounds (the last hostile trial's holes), "
+                        "lesser (its lesser defects); default: all")
     p.add_argument("--timeout", type=float, default=180.0, help="seconds before a case is killed")
     p.add_argument("--markdown", type=Path, help="also write the table here")
     p.add_argument("--json", type=Path, help="also write the rows here")
