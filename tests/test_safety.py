@@ -375,7 +375,7 @@ def test_killed_parent_takes_its_worker_with_it(tmp_path):
         "import sys, time\n"
         "from twinbench import runner\n"
         "p = runner._start([sys.executable, '-c', 'from twinbench.lifeline import watch_parent; watch_parent(); "
-        "import time; time.sleep(120)'], env=runner.child_env({}))\n"
+        "import time; time.sleep(120)'], env=runner.child_env(runner.LOAD.reading()))\n"
         f"open({str(tmp_path / 'pid')!r}, 'w').write(str(p.pid))\n"
         "time.sleep(120)\n")])
     pid_file = tmp_path / "pid"

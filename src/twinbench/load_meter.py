@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from twinbench.machine import cache_root
 
@@ -78,19 +77,19 @@ class LoadMeter:
         return sum(busy * (1 - math.exp(-dur / 60)) * math.exp(-(now - end) / 60)
                    for end, dur, busy in self._ended(now))
 
-    def reading(self) -> dict[str, Any]:
+    def reading(self) -> Reading:
         """``load_avg_1m``, ``cpu_count``, ``load_avg_1m_external`` now (None where the OS does not say)."""
         try:
             load = os.getloadavg()[0]
             cpus = len(os.sched_getaffinity(0))
         except (OSError, AttributeError):
-            return {"load_avg_1m": None, "cpu_count": os.cpu_count(), "load_avg_1m_external": None}
-        return {"load_avg_1m": round(load, 2), "cpu_count": cpus,
-                "load_avg_1m_external": round(max(load - self.own(time.time()), 0.0), 2)}
+            return Reading(load_avg_1m=None, cpu_count=os.cpu_count(), load_avg_1m_external=None)
+        return Reading(load_avg_1m=round(load, 2), cpu_count=cpus,
+                       load_avg_1m_external=round(max(load - self.own(time.time()), 0.0), 2))
 
     def now(self) -> Reading:
-        """:meth:`reading`, typed."""
-        return Reading(**self.reading())
+        """:meth:`reading` (the name the commands know it by)."""
+        return self.reading()
 
     def add(self, end: float, duration: float, busy: float) -> None:
         self.runs = [r for r in self.runs if end - r[0] < 600] + [(end, duration, busy)]

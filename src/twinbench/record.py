@@ -61,6 +61,22 @@ def for_spec(spec: RunSpec, status: str, **measured: Any) -> Record:
     return with_fields(rec, measured) if measured else rec
 
 
+class Known(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What a worker knows of itself before its record exists (record fields by their flat names): a run that
+    fails or times out later still says what it was (worker.py keeps it, runner.py reads it back)."""
+
+    device: str | None = None
+    platform: str | None = None
+    matmul_precision: str | None = None
+    devices_visible: int | None = None
+    versions: dict[str, str] | None = None
+    n_params: int | None = None
+
+    def fields(self) -> dict[str, object]:
+        """The fields it knows (by flat name), for :func:`for_spec`."""
+        return msgspec.to_builtins(self, enc_hook=str)  # a library's own str (torch's TorchVersion) as its text
+
+
 def with_fields(rec: Record, flat: dict[str, Any]) -> Record:
     """``rec`` with the fields ``flat`` names (flat names, as :meth:`Record.flat` has them) set."""
     return Record.from_flat(rec.flat() | flat)

@@ -21,14 +21,17 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from twinbench import compile_cache, host_malloc
-from twinbench.load_meter import SAMPLE_S, LoadMeter, runnable_tasks
+from twinbench.load_meter import SAMPLE_S, LoadMeter, Reading, runnable_tasks
 from twinbench.machine import LOAD_ENV
 from twinbench.record import (
+    Known,
     Record,
     as_record,
     condition_warnings,
@@ -68,21 +71,21 @@ def _reason_from_stderr(stderr: str, returncode: int) -> str:
 LOAD = LoadMeter()  # this process's meter: every run it starts is read and remembered by it
 
 
-def child_env(reading: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, str]:
+def child_env(reading: Reading, env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a worker: ours, ``env``, and the load per core it started under (measure/peak.py)."""
     from twinbench import lifeline
 
     out = {**os.environ, **(env or {}), **lifeline.child_env()}
-    load, cpus = reading.get("load_avg_1m_external"), reading.get("cpu_count")
+    load, cpus = reading.load_avg_1m_external, reading.cpu_count
     if load is not None and cpus:
         out[LOAD_ENV] = f"{load / cpus:.3f}"
     return out
 
 
-def with_conditions(record: Record, reading: dict[str, Any]) -> Record:
-    """The record with the load it started under (``reading``: load_meter's flat fields) and the warnings about
-    its conditions."""
-    record = with_fields(record, reading)
+def with_conditions(record: Record, reading: Reading) -> Record:
+    """The record with the load it started under (``reading``: load_meter's, its fields the record's) and the
+    warnings about its conditions."""
+    record = with_fields(record, asdict(reading))
     record.warnings = list(dict.fromkeys([*record.warnings, *condition_warnings(record)]))
     return record
 
@@ -138,20 +141,16 @@ def _run_one(spec: RunSpec, timeout: float, env: dict[str, str]) -> Record:
                         **known_fields(out_path))
 
 
-#: the fields a worker that ended without a record may have told of itself (worker.KNOWN)
-KNOWN_FIELDS = ("device", "platform", "matmul_precision", "devices_visible", "versions", "n_params")
-
-
-def known_fields(out_path: Path) -> dict[str, Any]:
+def known_fields(out_path: Path) -> dict[str, object]:
     """What a worker that timed out or died knew of itself (its device, platform, matmul precision, parameter
-    count: ``worker.known_path``), so its failed record says what it was; {} when it knew nothing yet."""
+    count: ``worker.known_path``, a :class:`record.Known`) by flat name, so its failed record says what it was;
+    {} when it knew nothing yet (or wrote what is not one)."""
     from twinbench.worker import known_path
 
     try:
-        known = json.loads(known_path(out_path).read_text())
-    except (OSError, ValueError):
+        return msgspec.json.decode(known_path(out_path).read_bytes(), type=Known).fields()
+    except (OSError, ValueError):  # msgspec's DecodeError is a ValueError
         return {}
-    return {k: known[k] for k in KNOWN_FIELDS if k in known} if isinstance(known, dict) else {}
 
 
 def run_module(module: str, args: list[str], timeout: float) -> tuple[int, str]:

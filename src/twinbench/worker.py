@@ -33,7 +33,7 @@ from twinbench.measure.interference import Interference, Meter
 from twinbench.measure.trace import trace_steps
 from twinbench.models import family
 from twinbench.models.weights import save
-from twinbench.record import Record, for_spec
+from twinbench.record import Known, Record, for_spec
 from twinbench.record_sections import (
     Compile,
     Explain,
@@ -117,7 +117,7 @@ class Loop:
 #: What this run knows of itself so far (device, platform, matmul precision, parameters): a run that fails or
 #: times out later still says what it was. Kept here and, when the runner gave a path, in a file beside the
 #: record (``RECORD.json.known``), which the runner reads when the worker ends without a record.
-KNOWN: dict[str, Any] = {}
+KNOWN = Known()
 _KNOWN_PATH: list[Path] = []
 
 
@@ -127,10 +127,11 @@ def known_path(out_path: Path) -> Path:
 
 
 def _know(**fields: Any) -> None:
-    KNOWN.update(fields)
+    for name, value in fields.items():
+        setattr(KNOWN, name, value)
     for path in _KNOWN_PATH:
         with contextlib.suppress(OSError):  # telling the runner must never cost the run
-            path.write_text(json.dumps(KNOWN))
+            path.write_bytes(msgspec.json.encode(KNOWN, enc_hook=str))  # torch's TorchVersion: its text
 
 
 def setup(spec: RunSpec, threads: int) -> Setup:
@@ -201,7 +202,7 @@ def execute(spec: RunSpec, threads: int) -> Record:
     runtime_bytes = memory.runtime_bytes(b.trainer)  # Python, libraries, host copies (CPU breakdown)
     flight = _preflight(spec, env, b)
     if flight is not None and not flight.fits:  # a run that cannot fit: skipped now, not failed minutes later
-        return for_spec(spec, "skipped", error=flight.reason(), **KNOWN, threads=threads,
+        return for_spec(spec, "skipped", error=flight.reason(), **KNOWN.fields(), threads=threads,
                         memory_breakdown={"preflight": flight.to_dict()})
     shared = device.other_device_processes(env.platform)  # NVML: other processes on this run's GPU(s)
     loop = timed_loop(spec, env, b)
@@ -394,7 +395,7 @@ def main(argv: list[str]) -> int:
         code = 0
     except Exception as e:  # the run failed: say why in one line, keep the traceback on stderr
         traceback.print_exc()
-        record = for_spec(spec, "failed", error=error_line(e), **KNOWN, threads=threads)
+        record = for_spec(spec, "failed", error=error_line(e), **KNOWN.fields(), threads=threads)
         code = 1
     if distributed.local_rank() == 0:  # under torchrun every rank runs this; one record per host
         out_path.write_text(json.dumps(record.to_dict()))

@@ -20,8 +20,8 @@ def test_the_load_stretches_a_cpu_plan_and_a_quiet_machine_does_not():
 def test_a_cpu_plan_counts_the_compiles_and_the_load_now(monkeypatch):
     from twinbench.load_meter import LoadMeter
 
-    monkeypatch.setattr(LoadMeter, "reading", lambda self: {"load_avg_1m": 4.5, "load_avg_1m_external": 4.5,
-                                                            "cpu_count": 2})
+    monkeypatch.setattr(LoadMeter, "reading", lambda self: Reading(load_avg_1m=4.5, load_avg_1m_external=4.5,
+                                                                   cpu_count=2))
     chosen = select("C1")
     setup = setup_for("cpu", True)
     per_claim, specs = suite.plan(chosen, setup)
