@@ -7,7 +7,7 @@ them into a :class:`~twinbench.spec.RunSpec`, derives the CLI's flags from them 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from twinbench.config import Identity, option
@@ -78,18 +78,14 @@ class StrategySpec(ModifierOptions):
 
     def with_name(self, name: str) -> StrategySpec:
         """The same options under another full name (its base and modifiers)."""
-        return StrategySpec.named(name, **options_of(self))
+        base, modifiers = split_name(name)
+        return replace(self, base=base, modifiers=modifiers)  # its options kept, its modifiers parsed again
 
 
 def split_name(full: str) -> tuple[str, tuple[str, ...]]:
     """``"compile+bf16+remat"`` -> ``("compile", ("bf16", "remat"))``: a strategy name's base and modifiers."""
     base, *mods = full.split("+")
     return base, tuple(mods)
-
-
-def options_of(strategy: StrategySpec) -> dict[str, Any]:
-    """The options of a strategy section (every field but its name's parts)."""
-    return {f.name: getattr(strategy, f.name) for f in fields(strategy) if f.init and f.name not in NAME_PARTS}
 
 
 #: the fields of StrategySpec that make its name (a flat spec writes them as one ``strategy`` string)

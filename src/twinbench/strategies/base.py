@@ -57,7 +57,7 @@ class OptionalMembers(Protocol):
 
 
 #: the optional members and the value the worker assumes when a trainer lacks one
-OPTIONAL_DEFAULTS: dict[str, Any] = {"steps_per_call": 1, "predict": None, "report": None}
+OPTIONAL_DEFAULTS: dict[str, int | None] = {"steps_per_call": 1, "predict": None, "report": None}
 
 
 def optional(trainer: Any, name: str) -> Any:

@@ -221,7 +221,7 @@ class TorchaxModel:
         self.attention = lambda: attention_lowered_as(env, opts.attention_impl, seq_minor)
         self.loss_lowering = lambda: cross_entropy_lowered(env, self.spec.strategy.mods.fused_loss)
 
-        def loss_of(params: dict[str, Any], x: Any, y: Any) -> Any:
+        def loss_of(params: dict[str, jax.Array], x: Any, y: Any) -> Any:
             with traced_as_compiled(), self.layers.watch(), self.autocast(), self.attention(), self.loss_lowering():
                 return fn({**params, **buffers}, (x, y))
 
