@@ -99,3 +99,12 @@ def test_a_misspelled_fact_fails_where_it_is_written() -> None:
         Note(mesage="a cache miss")  # type: ignore[call-arg]
     with pytest.raises(AttributeError):
         typed({"steps": 3}).step_time_ms  # type: ignore[attr-defined]  # noqa: B018
+    # read from JSON: a part the script's process declares refuses a key it does not declare, at any depth
+    with pytest.raises(msgspec.ValidationError, match="torch_optimizer"):
+        typed({"info": {"torch_optimizer": {}}})
+    with pytest.raises(msgspec.ValidationError, match=r"scores_byte.*\$\.info\.step_program\.attention"):
+        typed({"info": {"step_program": {"attention": {"scores_byte": 1}}}})
+    with pytest.raises(msgspec.ValidationError, match="mesage"):
+        typed({"notes": {"cache_miss": [{"t": 1.0, "mesage": "x"}]}})
+    # ... but an older split or A/B's other keys are still read (Part, observations.LENIENT)
+    assert typed({"read_check": {"waited_n": 3, "waited_s": 1.0}}).read_check.waited_n == 3

@@ -14,7 +14,11 @@ observation declares it here or in ``observed``.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
+import types
+import typing
 from typing import Any
 
 import msgspec
@@ -187,7 +191,41 @@ def typed(obs: Observations | dict[str, Any]) -> Observations:  # a dict: JSON a
     undeclared key raises ``msgspec.ValidationError`` naming it)."""
     if isinstance(obs, Observations):
         return obs
+    _declared(obs, Observations, "$")
     return msgspec.convert(obs, Observations, strict=False)
+
+
+#: the parts whose older versions had other keys (ignored, as :class:`Part`'s are)
+LENIENT = (ReadCheck, InputCheck, InputClock)
+
+
+@functools.cache
+def _hints(kind: type) -> dict[str, Any]:
+    return typing.get_type_hints(kind)
+
+
+def _declared(value: object, kind: Any, where: str) -> None:
+    """Raise ``msgspec.ValidationError`` for a key ``value`` holds that a dataclass part of ``kind`` does not
+    declare: msgspec ignores a dataclass's unknown keys, and a Struct's are its own to refuse."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        for a in args:
+            _declared(value, a, where)
+    elif origin is list and isinstance(value, list):
+        for i, v in enumerate(value):
+            _declared(v, args[0], f"{where}[{i}]")
+    elif origin is dict and isinstance(value, dict):
+        for k, v in value.items():
+            _declared(v, args[1], f"{where}.{k}")
+    elif isinstance(kind, type) and isinstance(value, dict) and (
+            dataclasses.is_dataclass(kind) or issubclass(kind, msgspec.Struct)):
+        hints = _hints(kind)
+        unknown = next((k for k in value if k not in hints), None)
+        if unknown is not None and dataclasses.is_dataclass(kind) and kind not in LENIENT:
+            raise msgspec.ValidationError(f"Object contains unknown field `{unknown}` - at `{where}`")
+        for k, v in value.items():
+            if k in hints:
+                _declared(v, hints[k], f"{where}.{k}")
 
 
 # -- what the doctor adds to --trace's DIR/trace.json (trace.write_timing; explain.doctor_timing reads it) ------
