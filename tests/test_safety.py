@@ -26,7 +26,7 @@ from tests.explain.typed import plain
 from twinbench import record as rec_mod
 from twinbench import runner
 from twinbench.cli import app
-from twinbench.record import append_jsonl, as_record, for_spec, read_records
+from twinbench.record import append_jsonl, as_record, for_spec, read_records, typed
 from twinbench.spec import from_preset, validate
 
 sys.path.insert(0, str(Path(__file__).parent / "report"))
@@ -553,7 +553,7 @@ def test_threads_are_stated_per_run_when_they_differ():
     from twinbench.report.table import conditions
 
     a, b = synthetic.record("torch", "eager", threads=1), synthetic.record("jax", "jit", threads=2)
-    text = "\n".join(conditions([a, b]))
+    text = "\n".join(conditions(typed([a, b])))
     assert "torch/eager 1, jax/jit 2" in text and "for both frameworks" not in text
 
 
@@ -620,7 +620,7 @@ def test_output_fits_100_columns_and_logs_one_line_per_run(tmp_path, monkeypatch
     monkeypatch.delenv("COLUMNS")
     assert cli._width() == cli.NARROW == 100  # not a terminal: 100 columns unless COLUMNS says otherwise
     console = Console(width=100, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
-    console.print(rich_table(synthetic.full_set(), 1000))
+    console.print(rich_table(typed(synthetic.full_set()), 1000))
     assert max(len(x) for x in console.export_text().splitlines()) <= 100
     r = CLI.invoke(app, ["compare", "--preset", "tiny", "--framework", "torch,jax", "--strategies",
                          "eager,jit", "--out", str(tmp_path / "o")])
