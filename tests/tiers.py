@@ -83,6 +83,8 @@ HEAVY_TESTS: frozenset[str] = frozenset({
     "doctor/test_doctor_self_checks.py::test_broken_instrument_is_printed_and_exits_3",
     "explain/test_explain_unit.py::test_jax_planted_slow_attention_is_the_largest_gap_row",
     "explain/test_real_traces.py::test_a_real_gpu_trace_is_explained",
+    "explain/test_shape_ab.py::test_the_shape_is_timed_in_a_process_of_its_own",
+    "explain/test_shape_ab.py::test_a_framework_the_machine_cannot_run_fails_in_one_line",
     "measure/test_environment_tpu.py::test_torchax_is_checked_as_the_runs_import_it",
     "measure/test_gpu_facts.py::test_gpu_check_refuses_in_seconds_without_a_gpu",
     "measure/test_gpu_facts.py::test_makefile_installs_jax_cuda_plugin_only_where_a_gpu_is",

@@ -103,20 +103,84 @@ def _shape(shape: str, a_ms: float, b_ms: float) -> dict[str, Any]:
             "a": {**side, "ms": a_ms}, "b": {**side, "ms": b_ms}}
 
 
-def test_a_shape_is_named_only_beyond_its_noise_and_ahead_of_the_next() -> None:
-    """Issue 73's public pair named four different shapes in four traces of the same scripts: two shapes 0.1 ms
-    apart are not told apart by steps that move 5%, so none is named; one 3 ms ahead is, with its ±."""
-    from twinbench.explain import why
+def _ab_timed(ms: float, spread: float = 0.0) -> Any:
+    from twinbench.explain import shape_ab
 
-    a = {"run": "torch:a", "step_times_ms": [95.0, 100.0, 105.0]}
-    b = {"run": "jax:b", "step_times_ms": [95.0, 100.0, 105.0]}
+    return shape_ab.Timed(ms=[ms - spread / 2, ms, ms + spread / 2], threads=1)
+
+
+def test_a_shape_is_named_only_beyond_its_noise_ahead_of_the_next_and_confirmed_by_its_ab(monkeypatch) -> None:
+    """Issue 73's public pair named four different shapes in four traces of the same scripts, and a micro A/B of
+    the first refuted it: two shapes 0.1 ms apart are not told apart by steps that move 5%, so none is named; one
+    3 ms ahead is, only where the product of that shape, run in each side's framework here, agrees."""
+    from twinbench.explain import shape_ab, why
+
+    asked: list[tuple[str, list[int], str]] = []
+    answers = {"jax": _ab_timed(7.0, 0.2), "torch": _ab_timed(2.0, 0.2)}  # jax slower at the shape: confirms
+
+    def fake(framework: str, key: list[int], layout: str) -> Any:
+        asked.append((str(framework), key, layout))
+        return answers[str(framework)]
+
+    monkeypatch.setattr(shape_ab, "measure", fake)
+    a = {"run": "torch:a", "step_times_ms": [95.0, 100.0, 105.0], "device": "CPU"}
+    b = {"run": "jax:b", "step_times_ms": [95.0, 100.0, 105.0], "device": "CPU", "compiler": "XLA"}
     close = [_shape("[64,64]x[64,64]", 2.0, 4.0), _shape("[64,128]x[128,64]", 2.0, 3.9)]
     said = why.shape_claim(side(a), side(b), shape_rows(close), 1)
     assert said.startswith("largest matmul gap by shape: none named") and "±" in said, said
+    assert asked == []  # an unstable shape is not timed at all
+    clear = [_shape("4x[64,32]x[32,64]", 2.0, 7.0), _shape("[64,128]x[128,64]", 2.0, 3.0)]
+    said = why.shape_claim(side(a), side(b), shape_rows(clear), 1)
+    assert said.startswith("largest matmul gap by shape (±") and "4x[64,32]x[32,64]" in said, said
+    assert "confirmed by an A/B of the shape on this machine" in said and "+5.00 ±" in said, said
+    # each side's framework by the compiler its trace recorded, the shape's dimensions read from its text
+    assert asked == [("torch", [4, 64, 32, 64], "NN"), ("jax", [4, 64, 32, 64], "NN")]
+    answers["jax"] = _ab_timed(1.8, 0.2)  # the A/B says the other way: refuted, not named
+    said = why.shape_claim(side(a), side(b), shape_rows(clear), 1)
+    assert said.startswith("largest matmul gap by shape: none named") and "does not confirm it" in said, said
+    answers["jax"] = _ab_timed(2.3, 1.0)  # the right sign, within the A/B's own spread: not named either
+    said = why.shape_claim(side(a), side(b), shape_rows(clear), 1)
+    assert "does not confirm it" in said, said
+    assert "none named" in why.shape_claim(side({"run": "torch:a"}), side(b), shape_rows(clear), 1)  # a side's noise not measured
+
+
+def test_a_shape_of_an_accelerators_traces_is_not_timed_on_a_cpu(monkeypatch) -> None:
+    from twinbench.explain import shape_ab, why
+
+    def fail(*_: Any) -> Any:
+        raise AssertionError("timed a GPU's shape on the CPU")
+
+    monkeypatch.setattr(shape_ab, "measure", fail)
+    a = {"run": "torch:a", "step_times_ms": [95.0, 100.0, 105.0], "device": "GPU"}
+    b = {"run": "jax:b", "step_times_ms": [95.0, 100.0, 105.0], "device": "GPU", "compiler": "XLA"}
     clear = [_shape("[64,64]x[64,64]", 2.0, 7.0), _shape("[64,128]x[128,64]", 2.0, 3.0)]
     said = why.shape_claim(side(a), side(b), shape_rows(clear), 1)
-    assert said.startswith("largest matmul gap by shape (±") and "[64,64]x[64,64]" in said, said
-    assert "none named" in why.shape_claim(side({"run": "torch:a"}), side(b), shape_rows(clear), 1)  # a side's noise not measured
+    assert said.startswith("largest matmul gap by shape: none named") and "needs the traces' devices (GPU" in said, said
+
+
+def test_a_failed_ab_names_no_shape(monkeypatch) -> None:
+    from twinbench.explain import shape_ab, why
+
+    def fail(*_: Any) -> Any:
+        raise RuntimeError("ModuleNotFoundError: No module named 'torch'\n  more")
+
+    monkeypatch.setattr(shape_ab, "measure", fail)
+    a = {"run": "torch:a", "step_times_ms": [95.0, 100.0, 105.0], "device": "CPU"}
+    b = {"run": "jax:b", "step_times_ms": [95.0, 100.0, 105.0], "device": "CPU", "compiler": "XLA"}
+    clear = [_shape("[64,64]x[64,64]", 2.0, 7.0), _shape("[64,128]x[128,64]", 2.0, 3.0)]
+    said = why.shape_claim(side(a), side(b), shape_rows(clear), 1)
+    assert "none named" in said and "its A/B on this machine failed: ModuleNotFoundError" in said, said
+    assert "\n" not in said
+
+
+def test_the_ab_verdict_needs_the_traced_sign_beyond_the_spread() -> None:
+    from twinbench.explain import shape_ab
+
+    v = shape_ab.verdict(_ab_timed(1.0, 0.1), _ab_timed(2.0, 0.1), 2.0, 1.0, traced_gap_ms=0.5)
+    assert v.gap_ms == pytest.approx(0.0) and not v.confirms  # 2 calls of 1 ms against 1 of 2 ms: no gap a step
+    v = shape_ab.verdict(_ab_timed(1.0, 0.1), _ab_timed(2.0, 0.1), 1.0, 1.0, traced_gap_ms=0.5)
+    assert v.gap_ms == pytest.approx(1.0) and v.confirms
+    assert not shape_ab.verdict(_ab_timed(1.0, 0.1), _ab_timed(2.0, 0.1), 1.0, 1.0, traced_gap_ms=-0.5).confirms
 
 
 def test_the_doctors_untraced_steps_give_a_side_its_noise_where_they_moved_more() -> None:

@@ -179,6 +179,31 @@ def matmul(platform: str, dtype: str, n: int) -> tuple[Callable[[], Any], Callab
     return run, lambda: last[0].block_until_ready()
 
 
+def shaped_matmul(batch: int, m: int, k: int, n: int, layout: str) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """``batch x [m,k] x [k,n]`` in fp32, jitted, with the operands stored as ``layout`` says (``NT``: the second
+    as [n,k], transposed inside the jitted function, where XLA folds it into the dot as a traced program had it),
+    and the wait for its last result."""
+    import jax
+    import jax.numpy as jnp
+
+    lead = (batch,) if batch > 1 else ()
+    ka, kb = jax.random.split(jax.random.key(0))
+    ta, tb = layout[0] == "T", layout[1] == "T"
+    a = jax.random.normal(ka, (*lead, k, m) if ta else (*lead, m, k), jnp.float32)
+    b = jax.random.normal(kb, (*lead, n, k) if tb else (*lead, k, n), jnp.float32)
+
+    @jax.jit
+    def mm(a: jax.Array, b: jax.Array) -> jax.Array:
+        return jnp.matmul(jnp.swapaxes(a, -1, -2) if ta else a, jnp.swapaxes(b, -1, -2) if tb else b)
+
+    last: list = []
+
+    def run() -> None:
+        last[:] = [mm(a, b)]
+
+    return run, lambda: last[0].block_until_ready()
+
+
 def impl_label(impl: str) -> str:
     """The record's name of a JAX attention by ``--attention-impl``: the formulation asked for is what runs."""
     return ATTENTION_LABELS.get(impl, "einsum (xla, unfused)")

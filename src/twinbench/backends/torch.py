@@ -177,6 +177,17 @@ def matmul(platform: str, dtype: str, n: int) -> tuple[Callable[[], Any], Callab
     return (lambda: torch.mm(a, b)), sync
 
 
+def shaped_matmul(batch: int, m: int, k: int, n: int, layout: str) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """``batch x [m,k] x [k,n]`` in fp32 on the CPU with the operands laid out as ``layout`` says (``NT``: the
+    second stored as [n,k] and read transposed, a strided view as a traced op had it), and the (empty) sync."""
+    import torch
+
+    lead = (batch,) if batch > 1 else ()
+    a = torch.randn(*lead, m, k) if layout[0] == "N" else torch.randn(*lead, k, m).transpose(-1, -2)
+    b = torch.randn(*lead, k, n) if layout[1] == "N" else torch.randn(*lead, n, k).transpose(-1, -2)
+    return (lambda: torch.matmul(a, b)), (lambda: None)
+
+
 def attention_label(heads: int, seq: int, head_dim: int, dtype: str, causal: bool, masked: bool,
                     impl: str = "default") -> str:
     """The kernel SDPA dispatches a run's attention to: one small ``scaled_dot_product_attention`` call of the

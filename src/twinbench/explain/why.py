@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from twinbench.explain import causes, memory_rows, ops, shapes
+from twinbench.config import Framework
+from twinbench.explain import causes, memory_rows, ops, shape_ab, shapes
 from twinbench.explain.breakdown import PHASES, Breakdown
 from twinbench.explain.side import (
     Disagreement,
@@ -34,6 +35,7 @@ from twinbench.explain.side import (
     Side,
     Split,
 )
+from twinbench.folder_io import one_line
 from twinbench.record_sections import Record
 
 if TYPE_CHECKING:
@@ -231,10 +233,12 @@ def programs_differ(a: Side, b: Side) -> list[str]:
 
 
 def shape_claim(a: Side, b: Side, shape_rows: list[ShapeRow], sign: int) -> str:
-    """``largest matmul gap by shape: ...`` only where it is stable: the shape's gap, in the gap's direction,
-    beyond its measured noise (:func:`causes.band`), and ahead of the next shape's by more than their noises
-    combined, so that another trace of the same scripts would not name another shape. Where the noise was not
-    measured, or the shapes are not told apart, the line says so and names none ('' when no shape matched)."""
+    """``largest matmul gap by shape: ...`` only where it is stable and an A/B of the shape confirms it: the
+    shape's gap, in the gap's direction, beyond its measured noise (:func:`causes.band`), ahead of the next
+    shape's by more than their noises combined (so that another trace of the same scripts would not name another
+    shape), and the product of that shape run in each side's framework on this machine (:mod:`.shape_ab`) with a
+    gap of the same sign beyond its own spread. Where any of these fails the line says so and names none ('' when
+    no shape matched)."""
     matched = sorted((r for r in shape_rows if r.matched), key=lambda r: -sign * r.diff_ms)
     if not matched:
         return ""
@@ -246,12 +250,42 @@ def shape_claim(a: Side, b: Side, shape_rows: list[ShapeRow], sign: int) -> str:
     top = sign * matched[0].diff_ms
     ahead = top - sign * matched[1].diff_ms if len(matched) > 1 else top
     apart = (noise[0] ** 2 + noise[1] ** 2) ** 0.5 if len(matched) > 1 else noise[0]
+    row = matched[0]
+    traced = f"{row.phase} {row.shape} {top:+.2f} ±{noise[0]:.2f} ms in the traces"
     if top <= noise[0] or ahead <= apart:
         return ("largest matmul gap by shape: none named (no shape's gap stands beyond its measured noise and ahead "
-                f"of the next one's: {matched[0].phase} {matched[0].shape} {top:+.2f} ±{noise[0]:.2f} ms); the "
-                "matmuls-by-shape table has each shape's figures")
-    return (f"largest matmul gap by shape (±{noise[0]:.2f} ms, ahead of the next by {ahead:.2f} ms; the trace's "
-            "times, not an A/B of the shape): " + shapes.line(matched[0], a.run, b.run))
+                f"of the next one's: {traced}); the matmuls-by-shape table has each shape's figures")
+    checked = _shape_ab(a, b, row)
+    if isinstance(checked, str):
+        return f"largest matmul gap by shape: none named ({traced}; {checked})"
+    v = checked
+    ab = (f"an A/B of the shape on this machine (fp32, {v.threads} thread each on one core, a fresh process a framework): "
+          f"{a.run} {v.a_ms:.3f} ms a call x {v.a_calls:g}, {b.run} {v.b_ms:.3f} ms x {v.b_calls:g}: "
+          f"{v.gap_ms:+.2f} ±{v.noise_ms:.2f} ms a step")
+    if not v.confirms:
+        return f"largest matmul gap by shape: none named ({traced}; {ab}, which does not confirm it)"
+    return (f"largest matmul gap by shape (±{noise[0]:.2f} ms, ahead of the next by {ahead:.2f} ms; confirmed by "
+            f"{ab}): " + shapes.line(row, a.run, b.run))
+
+
+_DIMS = re.compile(r"^(?:(\d+)x)?\[(\d+),(\d+)\]x\[(\d+),(\d+)\]")
+
+
+def _shape_ab(a: Side, b: Side, row: ShapeRow) -> shape_ab.Verdict | str:
+    """The A/B of ``row``'s shape in each side's framework on this machine, or why there is none."""
+    if a.device != "CPU" or b.device != "CPU":
+        return (f"its A/B needs the traces' devices ({a.device or 'unknown'}, {b.device or 'unknown'}), and this "
+                "check times a shape on this machine's CPU only")
+    m = _DIMS.match(row.shape)
+    if not m:
+        return f"its dimensions could not be read from {row.shape!r}"
+    batch, dm, dk, _, dn = (int(g) if g else 1 for g in m.groups())
+    try:  # the program's compiler ran the traced product: XLA's is JAX's (torchax too), any other torch's
+        timed = [shape_ab.measure(Framework.JAX if s.compiler == "XLA" else Framework.TORCH, [batch, dm, dk, dn],
+                                  side.layout.split("/")[0]) for s, side in ((a, row.a), (b, row.b))]
+    except RuntimeError as e:
+        return f"its A/B on this machine failed: {one_line(str(e))}"
+    return shape_ab.verdict(timed[0], timed[1], row.a.calls or 1.0, row.b.calls or 1.0, row.diff_ms)
 
 
 def sentences(a: Side, b: Side, table: list[Row], shape_rows: list[ShapeRow], memory: str,
