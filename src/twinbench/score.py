@@ -240,7 +240,7 @@ def _run_torch(cfg: ModelConfig, weights: dict[str, np.ndarray], windows: np.nda
         first, losses, seconds = _loop(forward, windows, batch, lambda t: t.cpu().numpy())
     platform, name, _ = describe("torch")
     return first, losses, Scored(seconds=seconds, device=name, platform=platform, matmul_precision=precision,
-                                 versions=versions("torch"))
+                                 versions={k: str(v) for k, v in versions("torch").items()})  # torch.__version__ is a str subclass msgspec does not encode
 
 
 def _run_jax(cfg: ModelConfig, weights: dict[str, np.ndarray], windows: np.ndarray, batch: int,
@@ -266,7 +266,7 @@ def _run_jax(cfg: ModelConfig, weights: dict[str, np.ndarray], windows: np.ndarr
     first, losses, seconds = _loop(lambda x: forward_jit(model, jnp.asarray(x)), windows, batch, np.asarray)
     platform, name, _ = describe("jax")
     return first, losses, Scored(seconds=seconds, device=name, platform=platform, matmul_precision=precision,
-                                 versions=versions("jax"))
+                                 versions={k: str(v) for k, v in versions("jax").items()})
 
 
 def _loop(forward: Any, windows: np.ndarray, batch: int, to_host: Any) -> tuple[np.ndarray, np.ndarray, float]:
