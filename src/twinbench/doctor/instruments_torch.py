@@ -37,6 +37,25 @@ GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
 WATCHED = "_twinbench_doctor_step"  # marks a torch.compile'd function whose calls the doctor counts
 
 
+
+def param_bytes(optimizer: Any) -> dict[str, int]:
+    """The bytes of the parameters an optimizer updates, by dtype (``float64``: the model computes in float64)."""
+    out: dict[str, int] = {}
+    for group in getattr(optimizer, "param_groups", []):
+        for p in group.get("params", []):
+            dt = str(p.dtype).removeprefix("torch.")
+            out[dt] = out.get(dt, 0) + p.numel() * p.element_size()
+    return out
+
+
+def float64_line() -> str:
+    """The line of the script that makes its parameters float64 (``model.double()``, ``torch.float64``, else a
+    ``torch.from_numpy``: numpy's default is float64), where found."""
+    from twinbench.doctor import program
+
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    return program.first_line([main] if main else [], program.TORCH_F64)
+
 class _NoteFilter(logging.Filter):
     def __init__(self, rec: Recorder, kind: str) -> None:
         super().__init__()
@@ -112,6 +131,9 @@ class TorchInstruments(Patches):
             n = len(self.optimizer_keys)
             key = self.optimizer_keys[who] = STEP_KEY if n == 0 else f"{STEP_KEY}#{n + 1}"
             self.rec.info.torch_optimizers[key.split(":", 1)[1]] = type(optimizer).__name__
+            found = self.rec.info.torch_param_bytes[key.split(":", 1)[1]] = param_bytes(optimizer)
+            if found.get("float64") and not self.rec.info.torch_float64_line:
+                self.rec.info.torch_float64_line = float64_line()
         return key
 
     def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:

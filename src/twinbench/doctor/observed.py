@@ -135,6 +135,29 @@ class Attention:
 
 
 @dataclass(kw_only=True, slots=True)
+class Float64Arg:
+    """One of the step's arguments holding float64 arrays (``program.float64_sources``)."""
+    name: str = ""  # the step's parameter (or ``args[i]``)
+    leaves: int = 0
+    bytes: int = 0
+    largest: str = ""  # its largest float64 leaf: path and shape, e.g. ``.params['Embed_0']['embedding'] f64[1000,32]``
+
+
+@dataclass(kw_only=True, slots=True)
+class Float64:
+    """``program.float64`` (its compiled HLO) or ``float64_jaxpr``: the step's products (dots, convolutions) in float64,
+    and where the float64 comes from (64-bit mode, the float64 arrays the step is given)."""
+    dots: int = 0  # products computing in float64
+    all_dots: int = 0  # every product of the step
+    flops: float = 0.0  # the float64 ones' FLOPs (those the HLO sizes)
+    all_flops: float = 0.0
+    largest: str = ""  # the float64 product with the most FLOPs, as its HLO says it
+    x64: bool = False  # jax_enable_x64 on when the run ended
+    x64_line: str = ""  # file:line of the user's code that turns it on, where found
+    args: list[Float64Arg] = field(default_factory=list)
+
+
+@dataclass(kw_only=True, slots=True)
 class StepProgram:
     """The step's program read back from JAX's caches (``instruments_jax.facts``)."""
     eqns: int = 0
@@ -143,6 +166,7 @@ class StepProgram:
     compile_s: float = 0.0
     attention: Attention | None = None
     attention_skipped: str | None = None
+    float64: Float64 | None = None  # products computing in float64 (findings/precision.py)
     read_s: float | None = None
 
 
@@ -210,6 +234,8 @@ class Info:
     torch_host_read_sites: dict[str, int] = field(default_factory=dict)
     torch_loader_read_sites: dict[str, int] = field(default_factory=dict)
     torch_optimizers: dict[str, str] = field(default_factory=dict)  # its step's key -> the optimizer's class
+    torch_param_bytes: dict[str, dict[str, int]] = field(default_factory=dict)  # its key -> dtype -> its params' bytes
+    torch_float64_line: str = ""  # where float64 parameters: the script's line that makes them, where found
     torch_graphs: int | None = None
     torch_graph_break_counts: dict[str, int] = field(default_factory=dict)
     cuda: str | bool = False  # the CUDA device's name

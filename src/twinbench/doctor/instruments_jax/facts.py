@@ -125,9 +125,14 @@ def _read_program(self: StepFacts, wrapper: _Jitted) -> None:
             t1 = time.perf_counter()
             lowered = traced.lower()
             if time.perf_counter() - t1 < LOWER_CACHED_S or info.compile_s < READ_COMPILE_MAX_S:
-                info.attention = program.attention(lowered.compile().as_text())
+                hlo = lowered.compile().as_text()
+                info.attention = program.attention(hlo)
+                info.float64 = program.float64(hlo)
             else:  # the lowering missed JAX's cache, so would the compile: not worth a second compile
                 info.attention_skipped = "the step's program is not in JAX's cache"
+                info.float64 = program.float64_jaxpr(traced.jaxpr)  # the dtypes XLA is given
+            if info.float64 is not None:  # where its float64 comes from: 64-bit mode, the arguments
+                program.float64_sources(info.float64, self.jax, wrapper.fun, wrapper.specs, wrapper.key)
         info.read_s = round(time.perf_counter() - t0, 4)  # the doctor's own time reading it back
         rec.info.step_program = info
     finally:
