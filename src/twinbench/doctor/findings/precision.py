@@ -77,7 +77,8 @@ def _torch(obs: Obs) -> Finding | None:
             f"float64 ({_mib(f64)} of {_mib(total)}): every product of the step computes in float64"
             + (f"; the script makes float64 at {where}" if where else ""),
             "Make the model float32: model.float() right after it is made (before the optimizer, so its state is "
-            "float32 too), and float batches float32 (torch.from_numpy(a).float(), or a.astype(np.float32)): "
-            "numpy arrays are float64 unless made otherwise.",
+            "float32 too), and its float batches float32 as well (x.float(), torch.from_numpy(a).float(), "
+            "a.astype(np.float32): numpy arrays are float64 unless made otherwise), or a float64 batch meets "
+            "float32 weights in a dtype error.",
             f"{TORCH_DOCS}/generated/torch.nn.Module.html#torch.nn.Module.float", location=where)
     return None
