@@ -27,6 +27,8 @@ from pathlib import Path
 
 import msgspec
 
+from twinbench.folder_io import read_small, write_text
+
 WARMUP = 3  # calls before any timing: the first compiles (JAX) or allocates
 WINDOW_S = 0.05  # a sample is the mean call over a window at least this long: a clock's resolution is no noise
 SAMPLES = 9
@@ -116,7 +118,7 @@ def measure(framework: str, key: list[int], layout: str) -> Timed:
                                          TIMEOUT_S)
         if code != 0 or not out.is_file():
             raise RuntimeError(reason or f"the {framework} timing of the shape exited {code}")
-        return msgspec.json.decode(out.read_bytes(), type=Timed)
+        return msgspec.json.decode(read_small(out), type=Timed)
 
 
 def verdict(a: Timed, b: Timed, a_calls: float, b_calls: float, traced_gap_ms: float) -> Verdict:
@@ -131,7 +133,7 @@ def verdict(a: Timed, b: Timed, a_calls: float, b_calls: float, traced_gap_ms: f
 def _main(argv: list[str]) -> int:
     framework, batch, m, k, n, layout, out = argv
     timed = time_shape(framework, int(batch), int(m), int(k), int(n), layout)
-    Path(out).write_bytes(msgspec.json.encode(timed))
+    write_text(out, msgspec.json.encode(timed))
     return 0
 
 
