@@ -76,7 +76,7 @@ def test_the_linen_port_passes_the_parity_check_and_its_train_state_step_is_the_
     state = linen.create_state(cfg, linen.to_jax(load_file(str(tmp_path / "init.safetensors"))), optax.adamw(1e-3))
     x, y = example("model_torch").batches(cfg)(0)
     _, loss = linen.train_step(state, x, y)
-    assert float(loss) == pytest.approx(result["loss_torch"], rel=1e-5)
+    assert float(loss) == pytest.approx(result.loss_torch, rel=1e-5)
 
 
 @pytest.mark.slow  # a real compare: the preparation and parity processes, then one process per run

@@ -14,6 +14,7 @@ from twinbench.distributed import process_env
 from twinbench.distributed import sharding_report as sr
 from twinbench.distributed.mesh import fsdp_spec
 from twinbench.distributed.torchrun import launch_command
+from twinbench.record import as_record, typed
 from twinbench.record_sections import Record, Run
 from twinbench.report import scaling
 from twinbench.spec import RunSpec, SpecError, from_preset, validate
@@ -151,30 +152,33 @@ def test_scaling_efficiency_strong_and_weak():
                 "d_model": 64, "seq": 32, "precision": "fp32", "device_count": n, "batch": batch, "step_ms": ms,
                 "platform": "cpu"}
 
-    rows = scaling.efficiency([rec(1, 8, 10.0), rec(2, 8, 8.0), rec(1, 4, 6.0), rec(2, 16, 20.0),
-                               rec(2, 4, 5.0) | {"status": "failed"}])
-    by = {(r["devices"], r["batch"]): r for r in rows}
-    assert by[(2, 8)]["strong_efficiency"] == pytest.approx(10.0 / (2 * 8.0))
-    assert by[(2, 8)]["weak_efficiency"] == pytest.approx(6.0 / 8.0)  # 4 per device: 1 device at batch 4
-    assert by[(2, 16)]["weak_efficiency"] == pytest.approx(10.0 / 20.0)
-    assert by[(2, 16)]["strong_efficiency"] is None  # no 1-device run at batch 16
-    assert by[(1, 8)]["strong_efficiency"] == pytest.approx(1.0)
-    text = scaling.lines([rec(1, 8, 10.0), rec(2, 8, 8.0)])
+    def recs(*flat):  # the records the report reads, typed as a results file's are
+        return typed(flat)
+
+    rows = scaling.efficiency(recs(rec(1, 8, 10.0), rec(2, 8, 8.0), rec(1, 4, 6.0), rec(2, 16, 20.0),
+                                   rec(2, 4, 5.0) | {"status": "failed"}))
+    by = {(r.devices, r.batch): r for r in rows}
+    assert by[(2, 8)].strong_efficiency == pytest.approx(10.0 / (2 * 8.0))
+    assert by[(2, 8)].weak_efficiency == pytest.approx(6.0 / 8.0)  # 4 per device: 1 device at batch 4
+    assert by[(2, 16)].weak_efficiency == pytest.approx(10.0 / 20.0)
+    assert by[(2, 16)].strong_efficiency is None  # no 1-device run at batch 16
+    assert by[(1, 8)].strong_efficiency == pytest.approx(1.0)
+    text = scaling.lines(recs(rec(1, 8, 10.0), rec(2, 8, 8.0)))
     assert "strong efficiency 0.62" in text[0]
     assert "not a speed-up" in text[-1]
 
 
 def test_payoff_finds_the_per_device_batch_from_which_data_parallelism_pays():
     def rec(n, batch, ms, strategy="mesh-dp"):
-        return {"status": "ok", "framework": "jax", "strategy": strategy, "preset": "bert-tiny", "layers": 2,
-                "d_model": 128, "seq": 128, "precision": "fp32", "device_count": n, "batch": batch, "step_ms": ms,
-                "platform": "gpu"}
+        return as_record({"status": "ok", "framework": "jax", "strategy": strategy, "preset": "bert-tiny",
+                          "layers": 2, "d_model": 128, "seq": 128, "precision": "fp32", "device_count": n,
+                          "batch": batch, "step_ms": ms, "platform": "gpu"})
 
     # 4 devices: slower than one device at 2 and 8 per device (overhead), faster at 32 and 128
     recs = [rec(1, 8, 10.0), rec(4, 8, 20.0), rec(1, 32, 30.0), rec(4, 32, 31.0), rec(1, 128, 100.0),
             rec(4, 128, 50.0), rec(1, 512, 400.0), rec(4, 512, 120.0)]
     rows = scaling.payoff(recs)
-    assert sorted((r["batch_per_device"], round(r["speedup"], 3)) for r in rows) == [
+    assert sorted((r.batch_per_device, round(r.speedup, 3)) for r in rows) == [
         (2, 0.5), (8, 0.968), (32, 2.0), (128, 3.333)]
     assert scaling.pays_from(rows) == {("jax", "mesh-dp", 4): 32}
     # a dip at the largest batch means it does not pay from any batch on; never above 1: None

@@ -65,14 +65,14 @@ def check(spec: RunSpec, d: Path) -> Parity:
     scale = max(float(np.max(np.abs(a))) for a in g_t) or 1.0
     per_leaf = [(jax.tree_util.keystr(path).strip(".[]'\"") or "params", float(np.max(np.abs(a - b))) / scale)
                 for (path, a), b in zip(named_t, g_j, strict=True)]
-    grad_rel = max(rel for _, rel in per_leaf)
+    grad_rel = float(max(rel for _, rel in per_leaf))
     worst = sorted(per_leaf, key=lambda kv: -kv[1])[:3]
     loss_t, loss_j = float(ref["loss0"]), float(loss)
     trainer = FunctionTrainer(spec, params, port.loss_fn)
     ref_steps = ref["losses"]
     steps = [float(trainer.step(*batch(i))) for i in range(len(ref_steps))]
     loss_rel = abs(loss_j - loss_t) / max(abs(loss_t), 1e-12)
-    steps_abs = max(abs(a - b) for a, b in zip(ref_steps, steps, strict=True))
+    steps_abs = float(max(abs(a - b) for a, b in zip(ref_steps, steps, strict=True)))  # NumPy's float: a float
     tol = TOLERANCES
     return Parity(loss_torch=loss_t, loss_jax=loss_j, loss_rel=loss_rel, grad_rel=grad_rel, grad_worst=worst,
                   losses_torch=[float(v) for v in ref_steps], losses_jax=steps, steps_abs=steps_abs, steps=len(steps),
