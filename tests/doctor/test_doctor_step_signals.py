@@ -212,3 +212,25 @@ def test_the_observations_count_the_frameworks_run_and_the_iterations_used() -> 
     obs = observations(rec)
     assert obs["frameworks_used"] == ["torch"] and obs["frameworks"] == ["jax", "torch"]
     assert obs["iterations_used"] == obs["steady_steps"] == 6
+
+
+def test_a_step_that_compiled_is_left_out_of_the_median_step_as_of_the_mean() -> None:
+    """Of two steady steps, one recompiling for 6 s: the step is the quiet one's, not their median (their mean,
+    3.2 s a step where the loop steps in 7 ms: a pair's untraced clock once read 4,971.5 ms against 14.8 traced);
+    an asynchronous step of which one quiet step's results were waited on is that step's completion."""
+    from twinbench.doctor.summary import observations
+
+    rec = Recorder()
+    rec.frameworks.add("jax")
+    key = "jax:jit:train_step"
+    starts = [100.0, 100.5, 100.507, 106.507]  # step 0, a quiet step (7 ms), then a step that compiled for 6 s
+    compiled = [0.0, 0.0, 0.0, 6.0]
+    for t, c in zip(starts, compiled, strict=True):
+        rec.calls[key].append((t, {"compile_s:s": c}))
+    obs = observations(rec)
+    assert obs["steady_steps"] == 2 and obs["iterations_used"] == 1
+    assert obs["step_ms"] == pytest.approx(7.0) and obs["iter_ms"] == pytest.approx(7.0)
+    rec.kinds[key] = "jit"
+    rec.ready[key] = {1: 100.511, 2: 100.520, 3: 106.52}  # each step's results ready 4-13 ms after its call
+    obs = observations(rec)
+    assert obs["step_timing"] == "completion" and obs["step_ms"] == pytest.approx(9.0)

@@ -15,6 +15,7 @@ import sys
 import time
 from typing import Any
 
+from twinbench.doctor import thread_check
 from twinbench.doctor.observed import InputCheck, InputClock, ReadCheck, TraceTiming
 
 #: per-step figures need at least this many steady steps (the findings read it from here: the script's process,
@@ -173,17 +174,19 @@ def observations(rec: Recorder) -> dict[str, Any]:
 
     trace_in = not weighed <= left_out  # too few steps outside the trace to leave it out
     traced_out = set() if trace_in else weighed  # the profiler's iterations the step time leaves out
-    intervals = [calls[i + 1][0] - calls[i][0] for i in steady]
-    # An asynchronous loop's rate is the rate at which its steps complete (the watcher's block_until_ready
-    # on each step's output), not the rate at which it dispatched them: a loop with no read of the device
-    # queues its steps far ahead of the device.
-    completed = completion_rates(ready, steady)
-    by_completion = asynchronous and len(completed) >= 2
     # The one step definition every percentage uses: the steady iterations (one step start to the next)
     # that compiled nothing, when they are at least half of them (a one-off compile in step 2 would weigh
     # on every mean); per-step rates are means over the same iterations, so no share passes 100%.
     quiet = [i for i in steady if calls[i + 1][1].get("compile_s:s", 0.0) == calls[i][1].get("compile_s:s", 0.0)]
     used = quiet if len(quiet) >= max(len(steady) / 2, 1) else steady
+    # the median step too: of two steady steps, one recompiling for 6 s, the median is their mean (3.2 s a step
+    # where the loop steps in 7 ms); the compiles are counted apart (compile_s, the recompile finding)
+    intervals = [calls[i + 1][0] - calls[i][0] for i in used]
+    # An asynchronous loop's rate is the rate at which its steps complete (the watcher's block_until_ready
+    # on each step's output), not the rate at which it dispatched them: a loop with no read of the device
+    # queues its steps far ahead of the device.
+    completed = completion_rates(ready, used)
+    by_completion = asynchronous and len(completed) >= min(2, len(used))  # one rate where one step was quiet
     totals: dict[str, float] = {}
     for i in used:
         a, b = calls[i][1], calls[i + 1][1]
@@ -243,6 +246,7 @@ def observations(rec: Recorder) -> dict[str, Any]:
         "own_work": {"s": own_after(1), "left_out": len(rec.own_iterations(key or "") & left_out)},
         "read_check": read_check(rec, key, traced_out) if key else None,
         "input_check": input_ab(rec, key, left_out) if key else None,
+        "thread_check": thread_check.summary(rec, key, traced_out) if key else None,
         "trace_timing": trace_timing(rec, key, step_ms, steady, trace_in) if key else None,
         "first_step_ms": (starts[1] - starts[0]) * 1e3 if len(starts) > 1 else None,
         "per_step": per_step,
