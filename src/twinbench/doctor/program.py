@@ -8,9 +8,12 @@ HLO on a CPU machine).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
+from twinbench.config import SpecError
 from twinbench.doctor.observed import Attention, Float64, Float64Arg
+from twinbench.folder_io import open_file
 
 # sub-jaxprs inlined into the caller's program (a nested jit, a custom derivative, remat): their equations are
 # part of the step's own sequence; scan/while/cond bodies are not (a loop compiled once is the fix)
@@ -298,10 +301,10 @@ def first_line(files: list[str], patterns: tuple[re.Pattern[str], ...]) -> str:
     """``file:line`` of the first line of ``files`` that a pattern matches (the patterns in order), or ""."""
     texts = []
     for f in dict.fromkeys(files):
-        try:
-            with open(f, encoding="utf-8", errors="replace") as fh:
+        try:  # through the one opener: a FIFO or device named as a source file is skipped, never waited on
+            with open_file(Path(f).resolve(), "r") as fh:
                 texts.append((f, fh.read().splitlines()))
-        except OSError:
+        except (OSError, SpecError):
             continue
     for pattern in patterns:
         for f, lines in texts:
