@@ -13,18 +13,14 @@ this side the slow one:
   numbers) and the token embedding initialised from a numpy table, which numpy makes float64: the activations
   it starts are float64, so every product of the step and its backward computes in float64.
 
-At the end it prints ``step_ms=...``: the mean step after the first ``WARM`` (the benchmark's A/B reads it).
+At the end it prints ``step_ms=...``: the mean step after the first ``WARM`` (the benchmark's A/B reads it): past the
+bucketed lengths' first compiles, which a fixed side has too. ``--threads 1`` (the default,
+as the torch side's) gives XLA:CPU one thread: both sides of a pair compute on the same number of threads.
 """
 
 import argparse
+import os
 import time
-
-import flax.linen as nn
-import jax
-import jax.numpy as jnp
-import numpy as np
-import optax
-from flax.training import train_state
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=12)
@@ -32,8 +28,20 @@ p.add_argument("--batch", type=int, default=8)
 p.add_argument("--pad", choices=("bucket", "longest"), default="bucket")
 p.add_argument("--no-jit", action="store_true")
 p.add_argument("--log-every", type=int, default=0, help="read the loss on the host every N steps (0: at the end)")
+p.add_argument("--threads", type=int, default=1, help="XLA:CPU threads (1: as the torch side)")
 p.add_argument("--x64", action="store_true", help="jax_enable_x64 on, the embedding initialised from numpy float64")
 args = p.parse_args()
+if args.threads == 1:  # before JAX starts its CPU client (the doctor imports JAX first, and starts none)
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
+                               " intra_op_parallelism_threads=1").strip()
+
+import flax.linen as nn  # noqa: E402 (XLA reads its flags when JAX starts)
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+from flax.training import train_state  # noqa: E402
+
 jax.config.update("jax_enable_x64", args.x64)  # --x64: 64-bit numbers, as the notebook this came from had
 
 VOCAB, D, HEADS, LAYERS, MAX_LEN, WARM = 1000, 32, 2, 1, 128, 4
