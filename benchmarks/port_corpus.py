@@ -162,7 +162,8 @@ def conditions() -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]], before: dict[str, Any], after: dict[str, Any]) -> str:
     out = [f"CPU {before['cpu']}, {before['cores']} cores; load average (1, 5, 15 min) {before['load_avg']} before, "
-           f"{after['load_avg']} after (a machine shared with other jobs: the loaded case)", "",
+           f"{after['load_avg']} after; {before.get('sitting') or 'no sitting named'} (the cores other processes kept "
+           "busy while each doctor run recorded its steps are in the table)", "",
            "| pair | known cause | answer's first cause | ranked first? | its size ms (+-noise), share of the slower step "
            "| A/B ms a step: broken -> fixed (medians), gain (rounds' range) | size / gain | within 25%? "
            "| share x broken / gain | within 25%? | gap ms | others' cores (torch, jax) | tests |",
@@ -192,12 +193,13 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=None, help="where the traces are kept (default: a new temp folder)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--table", type=Path, default=None)
+    ap.add_argument("--sitting", default="", help="what else the machine ran (e.g. 'quiet', 'the other core kept busy')")
     ap.add_argument("--again", type=Path, default=None,
                     help="an earlier run's --out: explain its traces again, keep its A/Bs (nothing is timed)")
     a = ap.parse_args()
     earlier = {r["pair"]: r for r in json.loads(a.again.read_text())["rows"]} if a.again else {}
     work = a.work or Path(tempfile.mkdtemp(prefix="port-corpus-"))
-    before = conditions()
+    before = {**conditions(), "sitting": a.sitting}
     torch_traces: dict[tuple[str, ...], Path] = {}
     rows = []
     for p in pairs([n for n in a.pairs.split(",") if n]):
@@ -211,6 +213,8 @@ def main() -> None:
             print(f"  {p['name']}: failed: {e}", flush=True)
             continue
         r = rows[-1]
+        if a.out:  # each row kept as it ends: a run cut short loses nothing finished
+            a.out.write_text(json.dumps({"conditions": {"before": before}, "work": str(work), "rows": rows}, indent=1))
         print(f"  first {r['first']} ({'known' if r['ranked_first'] else 'NOT the known ' + r['cause']}), size "
               f"{r['size_ms']:.1f} ms, A/B gain {r['ab']['gain_ms']:.1f} ms", flush=True)
     after = conditions()
