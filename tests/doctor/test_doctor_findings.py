@@ -241,6 +241,81 @@ def test_threads_count_only_for_a_framework_the_script_runs() -> None:
     assert "set_num_threads" not in jax_only.fix
 
 
+def thread_check(written: list[float], fixed: list[float]) -> dict[str, Any]:
+    return {"threads": 8, "fixed": 1, "cores": 2, "others_cores": 1.5, "start": 4, "block": 4, "blocks": 4,
+            "as_written_ms": written, "fixed_ms": fixed, "block_ms": [written[0], fixed[0], fixed[-1], written[-1]]}
+
+
+def test_threads_warn_only_where_the_doctors_ab_of_the_fix_gained() -> None:
+    # issue 73: a finding about the user's code is true only where an A/B of that code confirms it
+    busy = {"cores": 2, "others_cores": 1.5, "own_cores": 0.5, "window_s": 5.0}
+    kw: dict[str, Any] = {"machine": busy, "frameworks_used": ["torch"], "info": {"threads": {"torch": 8}}}
+    gained = fd.cpu_oversubscribed(obs(**kw, thread_check=thread_check([21.9, 24.5, 21.0, 16.3, 21.5, 22.0],
+                                                                       [8.2, 12.9, 3.6, 7.7, 10.8, 9.0])))
+    assert gained.severity == "warning" and "torch.set_num_threads(1)" in gained.fix
+    assert "a gain of +13.10 ms" in gained.evidence and "not confirmed" not in gained.evidence
+    # the same spread both ways: info, with the figures, the fix still the one that ran
+    same = [20.0, 22.0, 18.0, 21.0, 19.0, 23.0]
+    flat = fd.cpu_oversubscribed(obs(**kw, thread_check=thread_check(same, [21.5, 19.5, 20.5, 18.5, 22.5, 20.0])))
+    assert flat.severity == "info" and "not confirmed by the A/B" in flat.evidence
+    assert "torch.set_num_threads(1)" in flat.fix and "Mann-Whitney p = " in flat.evidence
+    # too few iterations to test: the threshold decides, as without the check
+    few = fd.cpu_oversubscribed(obs(**kw, thread_check=thread_check([21.0, 22.0], [8.0, 9.0])))
+    assert few.severity == "warning" and "checked by the doctor" not in few.evidence
+    # skipped (a short run): said so in the evidence
+    kw["info"] = {"threads": {"torch": 8}, "skipped": {"thread-check": "too few steady steps: ..."}}
+    assert "not checked by an A/B: too few steady steps" in fd.cpu_oversubscribed(obs(**kw)).evidence
+
+
+def test_the_thread_check_switches_blocks_and_leaves_the_fixed_ones_out() -> None:
+    # the script's process's side on a recorder and a stand-in for torch (no process): blocks as written,
+    # fixed, fixed, as written at the fix's count, the script's count back after them and at the end
+    from twinbench.doctor import thread_check
+    from twinbench.doctor.recorder import Recorder
+
+    class Torch:
+        n, set_to = 8, []
+
+        def get_num_threads(self) -> int:
+            return self.n
+
+        def set_num_threads(self, n: int) -> None:
+            self.n = n
+            self.set_to.append(n)
+
+    rec, torch = Recorder(), Torch()
+    rec.check_reads = True
+    rec.machine_load = lambda t0, t1: {"cores": 2, "others_cores": 1.4}  # one core free
+    switch = thread_check.ThreadSwitch(rec, torch)
+    seen = []
+    for i in range(24):
+        rec.step_call("torch:Optimizer.step", "torch-optimizer", t=float(i))
+        switch.at_call("torch:Optimizer.step")
+        seen.append(torch.n)
+        rec.step_done("torch:Optimizer.step", synced=True)
+    assert seen[:8] == [8] * 8 and seen[8:16] == [1] * 8 and seen[16:] == [8] * 8
+    assert torch.set_to == [1, 8]
+    assert [i for i in range(1, 23) if rec.skipped(i)] == list(range(8, 17))
+    check = thread_check.summary(rec, "torch:Optimizer.step", set())
+    assert check is not None and (check.threads, check.fixed, check.blocks) == (8, 1, 4)
+    assert len(check.as_written_ms) == len(check.fixed_ms) == 6  # each block's first left out
+    assert "thread-check" not in rec.info.skipped
+    # the run ends inside a fixed block: the script's count comes back before torch's is read, and it is said
+    rec2, torch2 = Recorder(), Torch()
+    rec2.check_reads = True
+    rec2.machine_load = rec.machine_load
+    switch2 = thread_check.ThreadSwitch(rec2, torch2)
+    for i in range(10):
+        rec2.step_call("torch:Optimizer.step", "torch-optimizer", t=float(i))
+        switch2.at_call("torch:Optimizer.step")
+    assert torch2.n == 1
+    rec2.finish()
+    assert torch2.n == 8
+    short = thread_check.summary(rec2, "torch:Optimizer.step", set())
+    assert short is not None and short.blocks == 1
+    assert "ended after 1 of its 4 blocks" in rec2.info.skipped["thread-check"]
+
+
 PMAP = {"step_kind": "pmap", "step_fn": "train_step",
         "info": {"jit_options": {"axis_name": "d", "donate_argnums": 0}, "carried_args": ["0:w"]},
         "counters": {"pmap_calls": 6.0},

@@ -108,6 +108,24 @@ def test_cpu_oversubscribed_once_the_threads_fit() -> None:
     assert fitted.severity == "info" and "set_num_threads" not in fitted.fix and "idle" in fitted.fix
 
 
+def test_the_threads_fix_is_timed_in_the_scripts_own_run() -> None:
+    """torch's threads above the cores (so above the free cores, busy or not): blocks of steps at the free cores'
+    count against blocks as written, the fixed ones left out of the step time, the script's count back after."""
+    res = run_doctor(SCRIPTS / "torch_threads.py", [], timeout=120)
+    obs, check = res.observations, res.observations.thread_check
+    written = int(re.search(r"THREADS (\d+)", res.output_tail).group(1))
+    assert check is not None and check.threads == written and 1 <= check.fixed < written
+    assert (check.start, check.block, check.blocks) == (4, 4, 4), check
+    assert len(check.as_written_ms) + len(check.fixed_ms) >= 10 and len(check.block_ms) == 4
+    # set at the optimizer's step calls 8 and 16: the loop's next forward (each iteration's first) saw it
+    seen = [int(n) for n in re.search(r"THREADS ([\d,]+)", res.output_tail).group(1).split(",")]
+    assert seen[:9] == [written] * 9 and seen[9:17] == [check.fixed] * 8 and seen[17:] == [written] * 7, seen
+    assert obs.info.threads["torch"] == written  # the finding reads the script's count, not the check's
+    # the fixed blocks and the iteration after them are not the script as written: out of the steady steps (with
+    # the iterations that held the doctor's own snapshots)
+    assert 13 - obs.own_work.left_out <= obs.steady_steps <= 13, (obs.steady_steps, obs.own_work)
+
+
 def test_only_python_scripts_are_run(tmp_path: Path) -> None:
     config = tmp_path / "config.json"
     config.write_text('{"lr": 0.001, "batch": 32}\n')  # parses as Python, but is not a script

@@ -25,6 +25,7 @@ from twinbench.doctor.locations import short_path, user_location
 from twinbench.doctor.patching import Patches
 from twinbench.doctor.ready import ReadyWatcher
 from twinbench.doctor.recorder import Recorder
+from twinbench.doctor.thread_check import ThreadSwitch
 from twinbench.measure.interference import runqueue_wait_s
 
 STEP_KEY = "torch:Optimizer.step"  # the first optimizer to step; another: STEP_KEY#2, ...
@@ -85,6 +86,7 @@ class TorchInstruments(Patches):
         self.torch_dir = os.path.dirname(torch.__file__)
         rec.frameworks.add("torch")
         rec.finalizers.append(self.finalize)
+        self.threads = ThreadSwitch(rec, torch)  # cpu-oversubscribed's A/B (a run of the doctor's own)
 
         pre = register_optimizer_step_pre_hook(self._pre_step)
         post = register_optimizer_step_post_hook(self._post_step)
@@ -141,7 +143,8 @@ class TorchInstruments(Patches):
             return
         if not self.sync_mode_set:
             self._cuda_sync_debug()
-        self.rec.step_call(self._key(optimizer), "torch-optimizer")
+        self.rec.step_call(key := self._key(optimizer), "torch-optimizer")
+        self.threads.at_call(key)
 
     def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.torch.compiler.is_compiling():
@@ -176,7 +179,7 @@ class TorchInstruments(Patches):
         """Count each autograd run started from user code (``loss.backward()``): one per training step."""
         import torch.autograd
 
-        orig, rec, torch_dir = torch.autograd.backward, self.rec, self.torch_dir
+        orig, rec, torch_dir, threads = torch.autograd.backward, self.rec, self.torch_dir, self.threads
         is_compiling, done = self.torch.compiler.is_compiling, self._done
 
         @functools.wraps(orig)
@@ -189,6 +192,7 @@ class TorchInstruments(Patches):
             if frame.f_code.co_filename.startswith(torch_dir):
                 return orig(*args, **kwargs)
             rec.step_call(BACKWARD_KEY, "torch-backward")
+            threads.at_call(BACKWARD_KEY)
             out = orig(*args, **kwargs)
             done(BACKWARD_KEY)
             return out
@@ -200,7 +204,7 @@ class TorchInstruments(Patches):
         options) is a step candidate, its calls counted as a jitted JAX function's are: a whole training step
         compiled, its optimizer's update included, runs no optimizer hook and no ``loss.backward()`` the doctor
         can see. A compiled module is left as it is (its forward is part of a step found otherwise)."""
-        torch, rec, done = self.torch, self.rec, self._done
+        torch, rec, done, threads = self.torch, self.rec, self._done, self.threads
         orig = torch.compile
 
         def watch(compiled: Any, fn: Any) -> Any:
@@ -214,6 +218,7 @@ class TorchInstruments(Patches):
                 if torch.compiler.is_compiling() or rec.internal:  # called from compiled code: part of a step
                     return compiled(*args, **kwargs)
                 rec.step_call(key, "torch-compiled")
+                threads.at_call(key)
                 out = compiled(*args, **kwargs)
                 done(key)
                 return out

@@ -38,13 +38,14 @@ from twinbench.doctor.observed import (
     ReadCheck,
     ScriptError,
     StepProgram,
+    ThreadCheck,
     TraceInfo,
     TraceTiming,
 )
 
 __all__ = ["COUNTERS", "H2D", "NOTES", "Attention", "Carried", "EagerFunction", "EagerWork", "FreshArg", "Info",
            "InputCheck", "InputClock", "Machine", "Medians", "Memory", "Note", "Observations", "OwnWork", "Python",
-           "ReadCheck", "ScriptError", "Split", "StepProgram", "TraceInfo", "TraceTiming", "typed"]
+           "ReadCheck", "ScriptError", "Split", "StepProgram", "ThreadCheck", "TraceInfo", "TraceTiming", "typed"]
 
 #: the per-step counters and second counters the instruments keep (``Recorder.count``, ``add_seconds``: a second
 #: counter is read as ``name:s``)
@@ -149,6 +150,7 @@ class Observations(Struct):
     own_work: OwnWork | None = None
     read_check: ReadCheck | None = None
     input_check: InputCheck | None = None
+    thread_check: ThreadCheck | None = None  # cpu-oversubscribed's A/B (thread_check.py)
     trace_timing: TraceTiming | None = None
     first_step_ms: float | None = None
     per_step: dict[str, float] = msgspec.field(default_factory=dict)

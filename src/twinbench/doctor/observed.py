@@ -57,6 +57,38 @@ class ReadCheck:
 
 
 @dataclass(kw_only=True, slots=True)
+class ThreadCheck:
+    """``thread_check.summary``: cpu-oversubscribed's A/B, torch's intra-op threads as the script set them against
+    the fix's count (the cores free when it began), on blocks of steps: as written, fixed, fixed, as written."""
+    threads: int = 0  # torch's intra-op threads as the script set them
+    fixed: int = 0  # the fix's count: torch.set_num_threads(fixed)
+    cores: int = 0
+    others_cores: float = 0.0  # cores other processes kept busy, from the run's start to the check's
+    start: int = 0  # the step call the first block began at
+    block: int = 0  # step calls a block
+    blocks: int = 0  # blocks that ran to their end (4: complete)
+    as_written_ms: list[float] = field(default_factory=list)  # each iteration kept (a block's first left out)
+    fixed_ms: list[float] = field(default_factory=list)
+    block_ms: list[float] = field(default_factory=list)  # each block's median, in order
+
+    def figures(self) -> tuple[float, float, float] | None:
+        """(as written, fixed: medians ms; the gain's spread: twice the standard error of the two medians' difference,
+        a median's being about 0.93 IQR/sqrt(n)), or None with fewer than 2 iterations of a kind."""
+        import math
+        import statistics
+
+        if min(len(self.as_written_ms), len(self.fixed_ms)) < 2:
+            return None
+
+        def se(x: list[float]) -> float:
+            q = statistics.quantiles(x, n=4)
+            return 0.93 * (q[2] - q[0]) / math.sqrt(len(x))
+
+        return (statistics.median(self.as_written_ms), statistics.median(self.fixed_ms),
+                2 * math.hypot(se(self.as_written_ms), se(self.fixed_ms)))
+
+
+@dataclass(kw_only=True, slots=True)
 class InputClock:
     """The input check on one clock (wall or CPU): the loop as written against the step on a pre-built batch."""
     loop_ms: float = 0.0  # the loop's steady iteration (median)

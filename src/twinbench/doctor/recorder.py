@@ -120,6 +120,10 @@ class Recorder:
         # ("waited") or were answered one step late by the doctor ("deferred"); see instruments_jax.host_reads
         self.read_mode: dict[int, str] = {}
         self.check_reads = False  # twinbench doctor: check the cost of reads of the step's outputs (host_reads)
+        # the thread check (thread_check.py): its plan and samples' home, and per step call in its blocks, "as-written"
+        # or "fixed" (torch's threads set to the free cores); the fixed ones are left out like deferred reads
+        self.thread_check: Any = None  # observed.ThreadCheck
+        self.thread_mode: dict[int, str] = {}
         self.drain: Callable[[], None] | None = None  # waits for every step dispatched (JAX: live arrays)
         self.drained_at: float | None = None  # when they were all done, at --steps N
         # --trace: the step calls at whose end the profiler started and stopped (None: not stopped yet)
@@ -299,10 +303,12 @@ class Recorder:
                                         kinds.get(k) == "jit", kinds.get(k) == "grad"))
 
     def skipped(self, i: int) -> bool:
-        """Iteration ``i`` (step call i to i+1) ran under the host-read check's deferred reads, or right after
-        them (the queue drains), or whose step call the input check followed with its own calls of the step: not
-        the script as written, so left out of its step time and rates."""
+        """Iteration ``i`` (step call i to i+1) ran under the host-read check's deferred reads or the thread
+        check's fixed count, or right after them (the queue drains, the pool is resized), or whose step call the
+        input check followed with its own calls of the step: not the script as written, so left out of its step
+        time and rates."""
         return (self.read_mode.get(i) == "deferred" or self.read_mode.get(i - 1) == "deferred"
+                or self.thread_mode.get(i) == "fixed" or self.thread_mode.get(i - 1) == "fixed"
                 or i in self.replayed())
 
     def own_work(self, s: float) -> None:

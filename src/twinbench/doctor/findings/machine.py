@@ -6,21 +6,45 @@ import os
 
 from twinbench import host_malloc
 from twinbench.doctor.findings.base import MIN_STEADY_STEPS, TORCH_DOCS, Finding, Obs, _iter_ms, finding
-from twinbench.doctor.observations import Machine
+from twinbench.doctor.observations import Machine, ThreadCheck
+from twinbench.doctor.thread_check import CHECK, free_cores
 from twinbench.measure.page_faults import FAULTS_PER_STEP, KERNEL_SHARE, PAGE, costly, fault_share
 
 # -- cpu-oversubscribed ---------------------------------------------------------------------------------------------
 BUSY_INFO_SHARE = 0.10  # other processes keep this share of the cores busy during the steady steps: info
 BUSY_WARN_SHARE = 0.25  # ... a warning from this share (2.5x the info line: the margin noise cannot cross),
 # when the framework's threads and the others' load together ask for more cores than the machine has
+THREADS_P = 0.05  # the thread check: the fixed blocks faster by a one-sided Mann-Whitney test at this level
+THREADS_MIN = 4  # ... on at least this many iterations of each kind
+
+
+def thread_ab(obs: Obs) -> tuple[bool, str] | None:
+    """(confirmed, evidence) from the doctor's A/B of the threads fix (``thread_check.py``: blocks of the script's
+    steps at torch.set_num_threads(fixed), against blocks as written), or None when it has too few iterations."""
+    c = obs.thread_check or ThreadCheck()
+    fig = c.figures()
+    if fig is None or min(len(c.as_written_ms), len(c.fixed_ms)) < THREADS_MIN:
+        return None
+    from scipy.stats import mannwhitneyu
+
+    written, fixed, spread = fig
+    p = float(mannwhitneyu(c.as_written_ms, c.fixed_ms, alternative="greater").pvalue)
+    confirmed = p < THREADS_P and written > fixed
+    return confirmed, (
+        f"; checked by the doctor: in this run, blocks of {c.block} steps with torch.set_num_threads({c.fixed}) "
+        f"against blocks as written ({c.threads} threads; as written, fixed, fixed, as written; each block's first "
+        f"step left out; block medians {', '.join(f'{b:.1f}' for b in c.block_ms)} ms): {fixed:.2f} ms a step "
+        f"(median of {len(c.fixed_ms)}) against {written:.2f} ms as written (median of {len(c.as_written_ms)}), "
+        f"a gain of {written - fixed:+.2f} ms +-{spread:.2f} (one-sided Mann-Whitney p = {p:.2g}; a warning at "
+        f"p < {THREADS_P:g}, else info)" + ("" if confirmed else ": not confirmed by the A/B"))
 
 
 @finding(
     id='cpu-oversubscribed',
     severity='warning / info',
     about='machine',
-    threshold="other processes keep >= 10% of the cores busy during the steady steps (info); a warning from 25% when torch's threads plus that load ask for more cores than there are (threads of a framework the script only imports do not count)",
-    fix='`torch.set_num_threads(k)` for the free cores; no JAX thread setting (one XLA thread made a public script slower); else an idle machine, or the jobs pinned apart',
+    threshold="other processes keep >= 10% of the cores busy during the steady steps (info); a warning from 25% when torch's threads plus that load ask for more cores than there are (threads of a framework the script only imports do not count); where torch's threads exceed the free cores the doctor runs an A/B in the script's run (blocks of steps at `torch.set_num_threads(k)` against blocks as written: as written, fixed, fixed, as written), and then it is a warning only when the fixed blocks are faster at a one-sided Mann-Whitney p < 0.05, else info",
+    fix='`torch.set_num_threads(k)` for the k free cores (the count the A/B ran); no JAX thread setting (one XLA thread made a public script slower); else an idle machine, or the jobs pinned apart',
     tested_by='tests/doctor/test_doctor_findings.py, test_doctor_timing.py',
     locate=False,
 )
@@ -28,7 +52,9 @@ def cpu_oversubscribed(obs: Obs) -> Finding | None:
     """Threshold: other processes keep >= 10% of the cores busy during the steady steps (info); a warning from
     25% when torch's threads plus that load ask for more cores than there are. Only the threads of a framework the
     script ran count (``frameworks_used``), not one it merely imports. Once the script's threads fit the free
-    cores (the fix applied) it is info, saying the other load is what is left."""
+    cores (the fix applied) it is info, saying the other load is what is left. Where the doctor's thread check ran
+    (``thread_check.py``: the script's steps at the fix's count against its steps as written, in the same run), the
+    A/B decides: a warning when the fixed blocks are faster (``thread_ab``), else info with its figures."""
     m = obs.machine or Machine()
     cores, others = m.cores or 0, m.others_cores
     if not cores or others is None or others < BUSY_INFO_SHARE * cores:
@@ -39,9 +65,13 @@ def cpu_oversubscribed(obs: Obs) -> Finding | None:
         threads = {fw: n for fw, n in threads.items() if fw in used}
     want = max(threads.values(), default=0)
     over = others + want > cores
-    free = max(int(cores - others + 0.5), 1)
+    free = free_cores(cores, others)
+    checked = thread_ab(obs)
+    check = obs.thread_check
+    if checked is not None and check is not None:
+        free = check.fixed  # the count the A/B ran: the fix printed is the one it timed
     tdesc = ", ".join(f"{fw} {n} threads" for fw, n in threads.items()) or "threads unknown"
-    if want and want <= free:  # the script already asks for no more cores than are free: the threads fix is
+    if want and want <= free and not (checked and checked[0]):  # the script already asks for no more cores than are free: the threads fix is
         # applied (or not needed); what is still wrong is the other load, and the timing it spoils
         return Finding(
             "cpu-oversubscribed", "info",
@@ -59,6 +89,10 @@ def cpu_oversubscribed(obs: Obs) -> Finding | None:
     # JAX's threads alone make this info
     torch_over = threads.get("torch", 0) > free
     severity = "warning" if over and torch_over and others >= BUSY_WARN_SHARE * cores else "info"
+    if checked is not None:  # the A/B decides where it ran
+        severity = "warning" if checked[0] else "info"
+    elif torch_over and CHECK in obs.info.skipped:
+        checked = (False, f"; not checked by an A/B: {obs.info.skipped[CHECK]}")
     fix = (f"Use the cores that are free (about {free} here): torch.set_num_threads({free}) at the top of the "
            f"script (or OMP_NUM_THREADS={free} in its environment); then run the doctor again. "
            if torch_over else "")
@@ -73,7 +107,7 @@ def cpu_oversubscribed(obs: Obs) -> Finding | None:
         f"the frameworks use {tdesc}, so {others + want:.1f} cores are asked for (info from "
         f"{100 * BUSY_INFO_SHARE:.0f}% of the cores busy elsewhere; warning from {100 * BUSY_WARN_SHARE:.0f}% when "
         f"more cores are asked for than there are); threads that wait for each other slow down far more than "
-        f"their share, and any timing of this run is unreliable",
+        f"their share, and any timing of this run is unreliable" + (checked[1] if checked else ""),
         fix, f"{TORCH_DOCS}/generated/torch.set_num_threads.html")
 
 
