@@ -45,6 +45,13 @@ def test_a_sweep_grid_no_host_can_keep_is_one_line(fake_runs):
     line = one_line_error(CLI.invoke(app, ["sweep", "--framework", "torch", "--strategies", "eager", "--over",
                                            f"steps={many}", "--over", f"seed={many}"]))
     assert line.startswith("error: --over ") and "at most" in line, line
+    # steps no host can keep, from --over, name --over (the refusal named a --steps never given)
+    line = one_line_error(CLI.invoke(app, ["sweep", "--framework", "torch", "--strategies", "eager", "--over",
+                                           f"steps=10,{10**30}"]))
+    assert line.startswith("error: --over steps=1e+30: ") and "at most" in line, line
+    line = one_line_error(CLI.invoke(app, ["sweep", "--framework", "torch", "--strategies", "eager", "--over",
+                                           "batch=1,2", "--steps", str(10**30)]))
+    assert line.startswith("error: --steps 1e+30: "), line
     assert not fake_runs
 
 

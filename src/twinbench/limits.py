@@ -15,6 +15,7 @@ worker's. A user's own model (``--model``) is not checked: its insides are not k
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from typing import Any
 
 from twinbench.config import SpecError
@@ -160,16 +161,17 @@ def check_count(n: Any, flag: str, per_item: int, what: str, available: int | No
     avail = _available(available)
     most = max(avail // BOOKKEEPING_SHARE // per_item, 1)
     if n > most:
-        head = f"{flag} {count(n)}" if given is None else f"{flag} {count(given)} ({count(n)} in all)"
+        sep = "" if flag.endswith("=") else " "  # --over steps=1e+30
+        head = f"{flag}{sep}{count(n)}" if given is None else f"{flag}{sep}{count(given)} ({count(n)} in all)"
         raise SpecError(f"{head}: {what} ~{per_item} bytes each, {gib(n * per_item)} in all, and this host has "
                         f"{gib(avail)} available; at most {count(most)}{' in all' if given is not None else ''} here")
 
 
-def check_steps(spec: Any, available: int | None = None) -> None:
+def check_steps(spec: Any, available: int | None = None, flag: str = "--steps") -> None:
     """``--steps`` within what the host can keep a step of (:data:`PER_STEP_BYTES`, and a classification
-    run's drawn example indices)."""
+    run's drawn example indices); ``flag``: the flag that gave the steps (a sweep's ``--over steps=``)."""
     per = PER_STEP_BYTES + getattr(task_of(spec.train.task), "bytes_per_example", 0) * spec.train.batch
-    check_count(spec.train.steps, "--steps", per, "a run keeps its steps' times and losses until it ends,",
+    check_count(spec.train.steps, flag, per, "a run keeps its steps' times and losses until it ends,",
                 available)
 
 
@@ -179,10 +181,10 @@ def check_runs(n: int, flag: str, given: Any = None, available: int | None = Non
     check_count(n, flag, PER_RUN_BYTES, "twinbench keeps a spec and a record a run,", available, given)
 
 
-def check_host(specs: list[Any], available: int | None = None) -> None:
+def check_host(specs: list[Any], available: int | None = None, swept: Collection[str] = ()) -> None:
     """Refuse (SpecError) a run the host cannot build, or (without an accelerator) cannot train, before any
     process starts; ``--steps`` whose bookkeeping the host cannot keep; and ``--threads`` above this machine's
-    cores."""
+    cores. ``swept``: the fields a sweep's ``--over`` gave (a refusal names that flag, not one never given)."""
     from twinbench.measure.memory import host_available_bytes
     from twinbench.spec import USER
 
@@ -204,7 +206,7 @@ def check_host(specs: list[Any], available: int | None = None) -> None:
     for s in specs:
         if (key := (s.train.steps, s.train.batch, s.train.task)) not in checked:
             checked.add(key)
-            check_steps(s, available)
+            check_steps(s, available, "--over steps=" if "steps" in swept else "--steps")
 
 
 def check_device(spec: Any, device_label: str, memory_bytes: float, devices: int = 1) -> None:

@@ -179,7 +179,7 @@ def sweep(
     fields = RunFields(trace_dir=trace_dir(trace), **user).kwargs()
     specs = grid_specs(axes, overrides, lambda o: build_specs(preset, framework, strategies, o, **fields))
     specs = with_cache(specs, cache, cache_dir)
-    check_host(specs)  # a grid point the host cannot build or train: refused before any run
+    check_host(specs, swept={key for key, _ in axes})  # a grid point the host cannot hold: refused before any run
     if plan_steps <= 0:
         raise SpecError(f"--plan-steps must be a positive integer, got {plan_steps}")
     if resume is not None and not (resume / runner.RESULTS).exists() and not (resume / LOCK).is_file():
