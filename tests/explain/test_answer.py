@@ -116,6 +116,35 @@ def test_a_whole_side_finding_is_said_as_possibly_part_of_what_is_left_unsized(t
     assert "the doctor's cpu-oversubscribed may be part: more threads" in "\n".join(answer.lines(got))
 
 
+def thread_check(written: list[float], fixed: list[float]) -> dict[str, Any]:
+    return {"threads": 8, "fixed": 1, "cores": 2, "others_cores": 1.5, "start": 4, "block": 4, "blocks": 4,
+            "as_written_ms": written, "fixed_ms": fixed, "block_ms": []}
+
+
+def test_a_whole_side_finding_with_the_doctors_ab_is_sized_by_its_gain(tmp_path: Path) -> None:
+    """The thread check's A/B sizes cpu-oversubscribed: as written less fixed (medians) a step, its spread the +-;
+    where its A/B did not confirm it (info), it is not in the gap, with the figures."""
+    slow = {"forward": {"matmul": 6.0}, "backward": {"matmul": 9.0}, "rest": {"idle": 5.0}}
+    ab = thread_check([21.0, 22.0, 20.0, 23.0, 21.5, 22.5], [9.0, 10.0, 8.0, 11.0, 9.5, 10.5])
+    a = folder(tmp_path, "a", [finding("cpu-oversubscribed"), finding("torch-host-sync")],
+               {"per_step": {}, "thread_check": ab})
+    got = _join({"a": side("torch:a", slow), "b": side("jax:b", TORCH)}, a, folder(tmp_path, "b", []))
+    assert got is not None and not got.unsized
+    sized = {c.finding: c for c in got.causes}
+    threads = sized["cpu-oversubscribed"]
+    assert threads.ms == pytest.approx(21.75 - 9.75) and threads.rows == []
+    assert threads.noise == pytest.approx(2.014, abs=1e-3)  # twice the medians' standard error (0.93 IQR/sqrt(n))
+    assert threads.ab.startswith("confirmed by the doctor's A/B (21.75 -> 9.75")
+    assert got.unexplained_ms == pytest.approx(got.gap_ms - 4.0 - 12.0)  # the host sync's 4 ms and the A/B's 12
+    assert [c.finding for c in got.causes] == ["cpu-oversubscribed", "torch-host-sync"]
+    # the A/B ran and the doctor did not confirm it: not in the gap, with its figures
+    flat = thread_check([21.0, 22.0, 20.0, 23.0], [21.5, 20.5, 22.5, 21.0])
+    c = folder(tmp_path, "c", [finding("cpu-oversubscribed", "info")], {"per_step": {}, "thread_check": flat})
+    got = _join({"a": side("torch:c", slow), "b": side("jax:b", TORCH)}, c, folder(tmp_path, "d", []))
+    assert got is not None and not got.causes and not got.unsized
+    assert dict(got.not_in_gap)["cpu-oversubscribed"].startswith("its A/B did not confirm it: 21.50 -> 21.25 ms")
+
+
 def test_the_doctors_own_ab_is_said(tmp_path: Path) -> None:
     slow = {"forward": {"matmul": 2.0}, "rest": {"idle": 12.0}}
     obs = {"read_check": {"waited_ms": 8.0, "deferred_ms": 3.0, "waited_n": 10, "deferred_n": 10}}

@@ -8,6 +8,8 @@ ops -> the ops dispatched one by one, input-bound -> the input phase...), sizes 
 (the slower side's less the faster side's, each side's rows put on its step measured without the profiler where
 the doctor measured one), ranks the causes by size, and says what is left as unexplained, with the largest rows
 no finding names. A finding of the whole side (thread oversubscription, page faults) has no rows of its own:
+where the doctor ran an A/B of its fix in the script's run (the thread check) it is sized by that A/B's gain a
+step (as written less fixed, medians, its spread the +-), and named only where the A/B confirmed it; without one,
 where it is worse than on the faster side it is said as possibly part of what is left, unsized (on the corpus,
 taking all that was left gave a torch pool of 8 threads 15.6 ms a step where its A/B gained 1.1). A finding whose rows do not go the gap's
 way beyond the noise, a finding of the faster side and a memory finding are said as not in the gap.
@@ -31,7 +33,7 @@ from typing import Any
 
 import msgspec
 
-from twinbench.doctor.observations import ReadCheck  # the doctor's own type of its host-read A/B
+from twinbench.doctor.observations import ReadCheck, ThreadCheck  # the doctor's own types of its A/Bs
 from twinbench.explain import compilation
 from twinbench.explain.side import Side
 from twinbench.folder_io import read_small, terminal
@@ -66,6 +68,7 @@ class InputCheck(msgspec.Struct, frozen=True):
 class Observations(msgspec.Struct, frozen=True):
     read_check: ReadCheck | None = None
     input_check: InputCheck | None = None
+    thread_check: ThreadCheck | None = None  # cpu-oversubscribed's A/B (doctor/thread_check.py)
     per_step: dict[str, float] = {}  # counters per steady step: runq_s:s, the loop's wait for a CPU others held
 
 
@@ -106,6 +109,7 @@ class AB:
     """An A/B the doctor ran of a finding: the loop as written against it with the cause removed, ms a step."""
     as_written_ms: float
     without_ms: float
+    spread_ms: float | None = None  # the gain's spread (a whole-side finding is sized by the A/B: its +-)
 
     @property
     def gain_ms(self) -> float:
@@ -117,6 +121,14 @@ def _read_ab(r: DoctorReport) -> AB | None:
     return AB(c.waited_ms, c.deferred_ms) if c and c.waited_ms and c.deferred_ms else None
 
 
+def _thread_ab(r: DoctorReport) -> AB | None:
+    """The thread check: the script's steps as written against those at the fix's thread count (medians), the
+    gain's spread (twice the standard error of the medians' difference)."""
+    c = r.observations.thread_check
+    fig = c.figures() if c else None
+    return AB(*fig) if fig else None
+
+
 def _input_ab(r: DoctorReport) -> AB | None:
     c = r.observations.input_check
     return AB(c.wall.loop_less_known_ms, c.wall.prebuilt_ms) if c and c.wall else None
@@ -126,7 +138,8 @@ def _input_ab(r: DoctorReport) -> AB | None:
 class Cause:
     """How the answer reads one kind of finding: what it names (``what``), the gap rows (``phase / category``
     patterns) where its time shows, and the doctor's A/B of it where it runs one. No rows: not a time cause
-    (memory, an error). ``whole``: the whole side (the machine): no rows of its own, never sized by the trace."""
+    (memory, an error). ``whole``: the whole side (the machine): no rows of its own, never sized by the trace;
+    sized by its A/B (``ab``: its gain a step, the A/B's spread its +-) where the doctor ran one."""
     what: str
     rows: tuple[str, ...] = ()
     whole: bool = False
@@ -155,7 +168,7 @@ CAUSES: dict[str, Cause] = {
     "jax-no-donation": Cause("memory (the step's buffers not donated), not time"),
     "jax-attention-kernel": Cause("attention written out (unfused)", ("* / attention",)),
     "float64-compute": Cause("products computed in float64 (fp32 is the default)", ("* / matmul", "* / attention")),
-    "cpu-oversubscribed": Cause("more threads than free cores (the whole side slowed)", whole=True),
+    "cpu-oversubscribed": Cause("more threads than free cores (the whole side slowed)", whole=True, ab=_thread_ab),
     "page-faults": Cause("page faults (memory mapped afresh each step)", whole=True),
 }
 
@@ -370,6 +383,16 @@ def join(a: Side, b: Side, noise_ms: float | None, arg_a: str, arg_b: str) -> An
             not_in.append((f.id, f"no time of its own: {cause.what}"))
         elif _worse(f.severity) <= fast_severity.get(f.id, -1):  # the machine's load, on both sides alike
             not_in.append((f.id, "the whole side, and the faster side has it as well"))
+        elif (ab := cause.ab(rep_slow) if cause.ab and rep_slow else None) is not None:  # sized by its own A/B
+            spread = ab.spread_ms or 0.0
+            if _worse(f.severity) >= 1 and ab.gain_ms > 0:  # the doctor's test of the A/B confirmed it
+                causes.append(Named(f"{cause.what} (sized by the doctor's A/B of its fix)", round(ab.gain_ms, 3),
+                                    round(spread, 3), [], f.id, terminal(f.evidence, SAID), terminal(f.location, 160),
+                                    terminal(f.fix, SAID), _ab_said(cause, rep_slow, f)))
+                left -= ab.gain_ms
+            else:
+                not_in.append((f.id, f"its A/B did not confirm it: {ab.as_written_ms:.2f} -> {ab.without_ms:.2f} ms "
+                                     f"a step, {ab.gain_ms:+.1f} +-{spread:.1f} ms"))
         elif left > noise:  # rows of its own it has none: it may be part of what is left, not its size
             unsized.append((f.id, f"{cause.what}; fix: {terminal(f.fix, SAID)}"))
         else:
