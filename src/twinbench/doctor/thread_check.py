@@ -85,7 +85,7 @@ class ThreadSwitch:
         cores, others = int(load["cores"]), float(load["others_cores"])
         fixed = free_cores(cores, others)
         if threads <= fixed:
-            rec.info.skipped[CHECK] = (f"not needed: torch's {threads} threads fit the {fixed} free core(s) when "
+            rec.info.skipped[CHECK] = (f"not needed: torch's {threads} thread(s) fit the {fixed} free core(s) when "
                                        f"it would have begun (step {i})")
             return
         block = BLOCK if not rec.max_steps else min(BLOCK, (rec.max_steps - 1 - i) // len(ORDER))
