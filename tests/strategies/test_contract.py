@@ -63,7 +63,7 @@ def test_the_jax_step_trainer_is_what_memory_and_explain_need():
     assert why is not None and "\n" not in why and "JaxStepTrainer" in why and "NaiveTrainer" in why
     x = np.zeros((spec.train.batch, spec.train.seq), np.int32)
     out = memory.breakdown(make_spec("jax", "naive"), naive, (x, x), 0, "none", 0, "cpu", None)
-    assert out == {"error": why}  # refused with the reason, not silently left out
+    assert out == why  # refused with the reason (the record's memory_breakdown error), not silently left out
 
 
 def test_the_torch_module_trainer_and_a_stranger():
