@@ -267,11 +267,21 @@ def test_threads_warn_only_where_the_doctors_ab_of_the_fix_gained() -> None:
     assert "not checked by an A/B: too few steady steps" in fd.cpu_oversubscribed(obs(**kw)).evidence
 
 
-def test_the_thread_check_switches_blocks_and_leaves_the_fixed_ones_out() -> None:
+def test_the_thread_check_switches_blocks_and_leaves_the_fixed_ones_out(monkeypatch: Any) -> None:
     # the script's process's side on a recorder and a stand-in for torch (no process): blocks as written,
     # fixed, fixed, as written at the fix's count, the script's count back after them and at the end
+    import collections
+    import sys
+    import types
+
     from twinbench.doctor import thread_check
     from twinbench.doctor.recorder import Recorder
+
+    def dynamo(graphs: int) -> None:  # torch.compile's counters, as the script's process would have them
+        stats = collections.defaultdict(collections.Counter, stats=collections.Counter(unique_graphs=graphs))
+        monkeypatch.setitem(sys.modules, "torch._dynamo.utils", types.SimpleNamespace(counters=stats))
+
+    dynamo(0)
 
     class Torch:
         n, set_to = 8, []
@@ -314,6 +324,17 @@ def test_the_thread_check_switches_blocks_and_leaves_the_fixed_ones_out() -> Non
     short = thread_check.summary(rec2, "torch:Optimizer.step", set())
     assert short is not None and short.blocks == 1
     assert "ended after 1 of its 4 blocks" in rec2.info.skipped["thread-check"]
+    # a torch.compile'd step keeps the count its kernels were compiled at: no switch, and said so
+    dynamo(1)
+    rec3, torch3 = Recorder(), Torch()
+    rec3.check_reads = True
+    rec3.machine_load = rec.machine_load
+    switch3 = thread_check.ThreadSwitch(rec3, torch3)
+    for i in range(24):
+        rec3.step_call("torch:Optimizer.step", "torch-optimizer", t=float(i))
+        switch3.at_call("torch:Optimizer.step")
+        assert torch3.n == 8
+    assert rec3.thread_check is None and "torch.compile" in rec3.info.skipped["thread-check"]
 
 
 PMAP = {"step_kind": "pmap", "step_fn": "train_step",

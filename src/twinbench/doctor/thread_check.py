@@ -15,6 +15,7 @@ Mann-Whitney, ``findings/machine.py``) and explain's answer sizes the finding by
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -78,6 +79,11 @@ class ThreadSwitch:
         """Whether the check runs, and its blocks, from step call ``i``; why not in ``Info.skipped``."""
         rec, self.state = self.rec, "done"
         threads = self.torch.get_num_threads()
+        dynamo = sys.modules.get("torch._dynamo.utils")  # imported by torch.compile's first compile
+        if dynamo is not None and dynamo.counters["stats"]["unique_graphs"]:
+            rec.info.skipped[CHECK] = ("the script runs torch.compile'd code: Inductor's CPU kernels keep the "
+                                       "thread count they were compiled at, so a switch mid-run is not the fix")
+            return
         load = rec.machine_load(None, None)  # others' load from the run's start to now
         if not load:
             rec.info.skipped[CHECK] = "the machine's load could not be read"
