@@ -41,13 +41,21 @@ WITHIN = 0.25  # the answer's size of the known cause against the A/B's gain
 
 
 def pairs(names: list[str] | None = None, path: Path = PORTS / "corpus.toml") -> list[dict[str, Any]]:
-    """The corpus's pairs (``names``: those only, in the file's order)."""
+    """The corpus's pairs (``names``: those only, in the file's order; without names, a pair that ``needs`` an
+    accelerator only where JAX has one: its problem costs nothing on a CPU backend)."""
     every = tomllib.loads(path.read_text())["pair"]
     if names:
         unknown = set(names) - {p["name"] for p in every}
         if unknown:
             sys.exit(f"--pairs: no pair {', '.join(sorted(unknown))} in {path}")
-    return [p for p in every if not names or p["name"] in names]
+        return [p for p in every if p["name"] in names]
+    return [p for p in every if p.get("needs") != "accelerator" or _accelerator()]
+
+
+def _accelerator() -> bool:
+    import jax
+
+    return jax.default_backend() != "cpu"
 
 
 def twinbench(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
@@ -109,6 +117,7 @@ def run_pair(p: dict[str, Any], work: Path, rounds: int, steps: int, timeout: fl
     """One pair: both sides doctored and traced, explained, and the A/B of its known problem (``earlier``: a row
     of an earlier run whose traces are explained again and whose A/B is kept)."""
     work.mkdir(parents=True, exist_ok=True)
+    steps = int(p.get("steps", steps))  # a pair whose doctor check needs more steps says so (corpus.toml)
     traces = torch_traces if torch_traces is not None else {}
     folders, loads = {}, {}
     for side in ("torch", "jax"):

@@ -25,6 +25,7 @@ import time
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=12)
 p.add_argument("--batch", type=int, default=8)
+p.add_argument("--dim", type=int, default=32, help="the model's width (a pair whose cause is compute takes a wider one)")
 p.add_argument("--pad", choices=("bucket", "longest"), default="bucket")
 p.add_argument("--no-jit", action="store_true")
 p.add_argument("--log-every", type=int, default=0, help="read the loss on the host every N steps (0: at the end)")
@@ -44,7 +45,7 @@ from flax.training import train_state  # noqa: E402
 
 jax.config.update("jax_enable_x64", args.x64)  # --x64: 64-bit numbers, as the notebook this came from had
 
-VOCAB, D, HEADS, LAYERS, MAX_LEN, WARM = 1000, 32, 2, 1, 128, 4
+VOCAB, D, HEADS, LAYERS, MAX_LEN, WARM = 1000, args.dim, 2, 1, 128, 4
 rng = np.random.default_rng(0)
 N = args.steps * args.batch
 lengths = np.clip(rng.lognormal(np.log(24), 0.6, N).astype(int), 4, MAX_LEN)

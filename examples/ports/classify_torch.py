@@ -21,13 +21,14 @@ from torch import nn
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=12)
 p.add_argument("--batch", type=int, default=8)
+p.add_argument("--dim", type=int, default=32, help="the model's width (a pair whose cause is compute takes a wider one)")
 p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (1: the corpus runs on a shared 2-core machine)")
 p.add_argument("--tokenize-in-loader", action="store_true", help="tokenize the raw text in __getitem__")
 args = p.parse_args()
 if args.threads > 0:
     torch.set_num_threads(args.threads)
 
-VOCAB, D, HEADS, LAYERS, MAX_LEN, WARM = 1000, 32, 2, 1, 128, 4
+VOCAB, D, HEADS, LAYERS, MAX_LEN, WARM = 1000, args.dim, 2, 1, 128, 4
 torch.manual_seed(0)
 rng = np.random.default_rng(0)
 N = args.steps * args.batch
