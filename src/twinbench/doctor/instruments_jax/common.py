@@ -7,15 +7,12 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from twinbench.doctor.observed import FreshArg
 from twinbench.doctor.patching import Patches
 from twinbench.doctor.ready import ReadyWatcher
 from twinbench.doctor.recorder import Recorder
-
-if TYPE_CHECKING:  # a type only: steps imports this module
-    from twinbench.doctor.instruments_jax.steps import _Jitted
 
 _LIB_DIRS: tuple[str, ...] = ()  # package folders whose own host reads are not the user's
 
@@ -141,7 +138,7 @@ class Instruments(Protocol):
 
     rec: Recorder
     jax: Any
-    wrappers: dict[str, _Jitted]  # key -> the watched jitted function
+    wrappers: dict[str, Callable[..., Any]]  # key -> the watched jitted function (steps._Jitted; steps imports this module)
     call_depth: int
     call_missed: bool
     outer_start: float | None
