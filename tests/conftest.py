@@ -190,3 +190,20 @@ def fake_runs(monkeypatch):
 
     monkeypatch.setattr(runner, "run_one", run_one)
     return calls
+
+
+@pytest.fixture(autouse=True)
+def _no_shape_timed_in_process(request, monkeypatch):
+    """explain's per-shape A/B (explain/shape_ab.py) starts a process a framework: in the pytest process it is
+    replaced by a failure, so a test explaining a CPU pair in process says its shape unconfirmed (the line then
+    reads "its A/B on this machine failed: ...") instead of starting two processes; tests/explain/test_shape_ab.py
+    times shapes for real, and a test may monkeypatch its own fake (test_noise.py). A CLI the tests start in a
+    process of its own runs the A/B as a user's would."""
+    if request.node.path.name == "test_shape_ab.py":
+        return
+    from twinbench.explain import shape_ab
+
+    def not_here(framework, key, layout):
+        raise RuntimeError("the test suite times no shape in process (tests/conftest.py)")
+
+    monkeypatch.setattr(shape_ab, "measure", not_here)
