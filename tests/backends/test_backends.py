@@ -14,7 +14,7 @@ from twinbench.strategies.base import JaxStepTrainer, TorchModuleTrainer
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "twinbench"
 #: framework branches outside backends/ when they became the place for them; lower it as branches move there
-BRANCHES_ELSEWHERE = 2
+BRANCHES_ELSEWHERE = 0
 NAME = r"""["'](?:jax|torch)["']"""
 #: a branch on which framework runs: its name compared (either side), the Framework enum compared or matched
 #: (``is Framework.JAX``, ``case "torch":``), or the name in a literal set (``in ("jax", ...)``)

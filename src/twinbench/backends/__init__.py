@@ -34,6 +34,8 @@ class Backend(Protocol):
     PREDICT_READ: str
     #: whether the doctor watches a few extra steps of a user-model run of this framework (byo/run.py)
     DOCTOR_WATCHES_USER_RUN: bool
+    #: whether a run's step compiles to program text explain can read and count by depth (explain --depths)
+    STEP_PROGRAM_TEXT: bool
 
     def describe(self) -> tuple[str, str, int]: ...  # (platform, device name, devices visible)
     def set_threads(self, threads: int) -> None: ...  # the framework's own CPU thread pool

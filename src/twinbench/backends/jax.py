@@ -28,6 +28,7 @@ READS_XLA_FLAGS = True
 PREDICT_READ = "lowered from state traced by jax.eval_shape"
 #: a user-model run of this framework (torchax, the user's port) is a translation of the user's torch module:
 #: the doctor watches a few extra steps of it, for the jit and host mistakes it finds (byo/run.py)
+STEP_PROGRAM_TEXT = True  # the compiled HLO
 DOCTOR_WATCHES_USER_RUN = True
 
 #: the record's name of each ``--attention-impl``; any other (the default) is the twins' einsums

@@ -24,6 +24,7 @@ TWIN_OPTION = ""
 READS_XLA_FLAGS = False
 PREDICT_READ = "traced on fake tensors"
 #: a user-model run of this framework runs the user's torch module as written: the doctor does not watch it
+STEP_PROGRAM_TEXT = False  # eager: no whole-step program
 DOCTOR_WATCHES_USER_RUN = False
 
 #: torch's SDPA kernels by the aten op that runs them (the first found in a profiled call names the kernel).

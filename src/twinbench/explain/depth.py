@@ -82,12 +82,12 @@ def preflight(depths: list[int], sides: list[RunSpec]) -> None:
     memory as compare's runs are (SpecError, one line: ``--depths 2,100000`` never starts compiling)."""
     from dataclasses import replace
 
-    from twinbench.config import Framework
+    from twinbench import backends
     from twinbench.limits import check_host
     from twinbench.spec import SpecError, validate
 
     for side in sides:
-        if side.framework != Framework.JAX:
+        if not backends.get(side.framework).STEP_PROGRAM_TEXT:
             continue
         for d in depths:
             spec = replace(side, model=replace(side.model, layers=d))
@@ -145,12 +145,12 @@ if __name__ == "__main__":  # pragma: no cover - run by compile_at in a fresh pr
 
 def for_pair(result: Explained, depths: list[int], out_dir: Path, timeout: float) -> list[Depth]:
     """``explain --depths``: each JAX side of an explained pair compiled at ``depths``, its growth named."""
-    from twinbench.config import Framework
+    from twinbench import backends
     from twinbench.spec import RunSpec
 
     out = []
     for (letter, side), spec in zip((("a", result.a), ("b", result.b)), result.specs, strict=False):
-        if not spec or side is None or RunSpec.from_dict(spec).framework != Framework.JAX:
+        if not spec or side is None or not backends.get(RunSpec.from_dict(spec).framework).STEP_PROGRAM_TEXT:
             continue
         try:
             found = growth(compile_at(spec, depths, out_dir / f"depth-{letter}", timeout))
