@@ -366,22 +366,13 @@ def _trace(spec: RunSpec, trainer: object, host_batches: list) -> Trace:
         return Trace(error=f"{type(e).__name__}: {e}"[:300])
 
 
-class _Explained(msgspec.Struct, kw_only=True, frozen=True):
-    """What explain/timing.py's ``in_worker`` hands back (under the record's flat names)."""
-
-    explain_timing: dict[str, float | None] = {}
-    explain_hlo_path: str | None = None
-    explain_error: str | None = None
-
-
 def _explain(spec: RunSpec, trainer: object, host_batches: list, traced: Trace) -> Explain:
     """With ``spec.output.explain``: the step's phases by timing, after the measured and traced steps."""
     if not spec.output.explain:
         return Explain()
     from twinbench.explain.timing import in_worker
 
-    got = msgspec.convert(in_worker(spec, trainer, host_batches, traced.path), _Explained)
-    return Explain(timing=got.explain_timing, hlo_path=got.explain_hlo_path, error=got.explain_error)
+    return in_worker(spec, trainer, host_batches, traced.path)
 
 
 def main(argv: list[str]) -> int:

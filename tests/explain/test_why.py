@@ -113,12 +113,13 @@ def test_memory_rows_sum_to_the_gap() -> None:
          "peak_source": "process peak RSS"}
     b = {"peak_bytes": 1600, "parts": {"params": 100, "activations": 800}, "unaccounted_bytes": 700,
          "peak_source": "process peak RSS"}
-    got = memory_rows.rows(a, b)
+    got = memory_rows.rows(memory_rows.measured(a), memory_rows.measured(b))  # the records' breakdowns, decoded
     assert got is not None
     mem = typed(got, MemoryGap)  # as a pair holds it
     assert mem.largest == "activations"
     assert sum(r.diff_bytes for r in mem.rows) == mem.gap_bytes == 600
-    assert memory_rows.rows(a, {"error": "x"}) is None
+    assert memory_rows.measured({"error": "x"}) is None  # a breakdown with only its error has no parts
+    assert memory_rows.rows(memory_rows.measured(a), memory_rows.measured({"error": "x"})) is None
 
 
 # --------------------------------------------------------------------------------- planted: transposed weights
@@ -232,9 +233,10 @@ def test_a_jax_peak_above_torchs_mostly_unaccounted_points_at_the_compile() -> N
     """On the CPU a cold JAX run's peak RSS is often the compiler's (tiny jax/jit: 0.41 GiB cold, 0.28 warm)."""
     a = {"peak_bytes": 1000, "parts": {"params": 100}, "unaccounted_bytes": 100, "peak_source": "process peak RSS"}
     b = {"peak_bytes": 1500, "parts": {"params": 100}, "unaccounted_bytes": 600, "peak_source": "process peak RSS"}
-    said = memory_rows.sentence(memory_rows.rows(a, b), "torch/eager", "jax/jit")
+    ma, mb = memory_rows.measured(a), memory_rows.measured(b)
+    said = memory_rows.sentence(memory_rows.rows(ma, mb), "torch/eager", "jax/jit")
     assert said.startswith("memory: jax/jit's peak is 0 MiB above torch/eager's") and "while XLA compiles" in said
-    assert "XLA compiles" not in memory_rows.sentence(memory_rows.rows(a, b), "jax/jit", "torch/eager")  # torch's
+    assert "XLA compiles" not in memory_rows.sentence(memory_rows.rows(ma, mb), "jax/jit", "torch/eager")  # torch's
 
 
 def test_a_step_paying_for_fresh_pages_is_said_with_its_a_b() -> None:

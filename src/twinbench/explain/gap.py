@@ -13,7 +13,16 @@ from pathlib import Path
 
 import msgspec
 
-from twinbench.explain import causes, compilation, doctor_timing, files, jax_trace, torch_trace, why
+from twinbench.explain import (
+    causes,
+    compilation,
+    doctor_timing,
+    files,
+    jax_trace,
+    memory_rows,
+    torch_trace,
+    why,
+)
 from twinbench.explain.breakdown import DISTURBED, PHASES, WHOLE_ITERATION, Breakdown
 from twinbench.explain.result import Explained
 from twinbench.explain.side import Cut, Row, Side, typed
@@ -72,7 +81,8 @@ def explain_run(r: Record) -> Side:
     c = r.conditions
     e = explain_breakdown(b, r.label(), float(r.timing.step_ms or 0.0), timing, notes, r)
     return msgspec.structs.replace(
-        e, run_id=r.run.run_id, trace_path=r.trace.path, memory_breakdown=r.memory.breakdown, busy=bool(busy),
+        e, run_id=r.run.run_id, trace_path=r.trace.path, memory_breakdown=memory_rows.measured(r.memory.breakdown),
+        busy=bool(busy),
         host_malloc=r.value("host_malloc"), glibc_tunables=c.glibc_tunables,
         page_faults=page_faults.describe(c.page_faults_per_step, c.kernel_cpu_share)
         if page_faults.costly(c.kernel_cpu_share, c.page_faults_per_step, c.fault_cpu_share) else None)

@@ -6,36 +6,25 @@ from __future__ import annotations
 
 import msgspec
 
-from twinbench.explain.side import MemoryGap, MemoryRow
+from twinbench.explain.side import Measured, MemoryGap, MemoryRow
 from twinbench.measure.device import PROCESS_RSS
 
 PARTS = ("runtime", "params", "optimizer_state", "gradients", "activations", "temporaries", "inputs")
 MiB = 2**20
 
 
-class Measured(msgspec.Struct, kw_only=True, frozen=True):
-    """The part of a record's ``memory_breakdown`` (``measure.memory.Breakdown.to_dict``) the rows read; a
-    breakdown with no ``parts`` (only its error) has none."""
-
-    parts: dict[str, float] | None = None  # part -> bytes at the peak
-    peak_bytes: float = 0
-    unaccounted_bytes: float = 0  # the peak less the parts
-    peak_source: str = ""  # what the peak was read from (the allocator, the program, the process's RSS)
-
-
-def _measured(d: object) -> Measured | None:
+def measured(d: object) -> Measured | None:
     """A record's breakdown (as the record holds it: measure/memory.py's ``Breakdown.to_dict``) decoded into the
-    part read here; None when there is none, or it has no parts."""
+    part explain reads; None when there is none, or it has no parts."""
     if not d:
         return None
     m = msgspec.convert(d, Measured)
     return m if m.parts is not None else None
 
 
-def rows(a: object, b: object) -> MemoryGap | None:
-    """Each run's breakdown (a record's ``memory.breakdown``) side by side; None when either run has none (or
-    only its error)."""
-    ma, mb = _measured(a), _measured(b)
+def rows(ma: Measured | None, mb: Measured | None) -> MemoryGap | None:
+    """Each run's breakdown (a record's ``memory.breakdown``, :func:`measured`) side by side; None when either
+    run has none (or only its error)."""
     if ma is None or mb is None or ma.parts is None or mb.parts is None:
         return None
     pa, pb = ma.parts, mb.parts

@@ -88,6 +88,16 @@ class Moved(msgspec.Struct, kw_only=True, frozen=True):
     largest: list[str] = []
 
 
+class Measured(msgspec.Struct, kw_only=True, frozen=True):
+    """The part of a record's ``memory_breakdown`` (``measure.memory.Breakdown.to_dict``) the rows read; a
+    breakdown with no ``parts`` (only its error) has none."""
+
+    parts: dict[str, float] | None = None  # part -> bytes at the peak
+    peak_bytes: float = 0
+    unaccounted_bytes: float = 0  # the peak less the parts
+    peak_source: str = ""  # what the peak was read from (the allocator, the program, the process's RSS)
+
+
 class Side(msgspec.Struct, kw_only=True, frozen=True):
     """One explained run or trace: its step, its phases by the timing method and by the trace (on the measured
     step's scale), its cells (phase -> category -> ms), its ops and rates, and what decides whether a row of
@@ -130,8 +140,8 @@ class Side(msgspec.Struct, kw_only=True, frozen=True):
     impossible: list[str] = []  # rates no device reaches, withheld (causes.physical)
     run_id: str | None = None  # a measured run's id; None for a trace file
     trace_path: str | None = None
-    #: the record's memory breakdown as measure/memory.py wrote it (parts, peak_bytes...), passed to memory_rows
-    memory_breakdown: dict[str, Any] | None = None
+    #: the part of the record's memory breakdown explain reads (memory_rows.measured: parts, peak...)
+    memory_breakdown: Measured | None = None
     busy: bool = False  # measured on a busy machine
     host_malloc: str | None = None
     glibc_tunables: str | None = None

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from twinbench.record_sections import Explain
 from twinbench.strategies.base import Explainable, HloExplainable, lacks
 
 REPEATS = 5
@@ -53,10 +54,10 @@ def phases(trainer: Any, host_batches: list, repeats: int = REPEATS) -> dict[str
             "optimizer": placed_ms - fb_ms, "rest": 0.0, "step": host_ms}
 
 
-def in_worker(spec: Any, trainer: Any, host_batches: list, trace_path: str | None) -> dict[str, Any]:
-    """Record fields of ``--explain``: the phases by timing and (JAX) the compiled step's HLO text beside
-    the trace, for the trace reader. A failure is reported in the record, never fails the measured run."""
-    out: dict[str, Any] = {}
+def in_worker(spec: Any, trainer: Any, host_batches: list, trace_path: str | None) -> Explain:
+    """The record's explain section of ``--explain``: the phases by timing and (JAX) the compiled step's HLO text
+    beside the trace, for the trace reader. A failure is reported in the record, never fails the measured run."""
+    hlo_path = None
     try:
         why = lacks(trainer, Explainable, f"explain {spec.framework}:{spec.strategy.name}")
         if why:
@@ -67,8 +68,8 @@ def in_worker(spec: Any, trainer: Any, host_batches: list, trace_path: str | Non
             path = Path(trace_path)
             path = (path if path.is_dir() else path.parent) / "step.hlo.txt"
             path.write_text(hlo(x, y))
-            out["explain_hlo_path"] = str(path.resolve())
-        out["explain_timing"] = {k: round(v, 4) for k, v in phases(trainer, host_batches).items()}
+            hlo_path = str(path.resolve())
+        timing: dict[str, float | None] = {k: round(v, 4) for k, v in phases(trainer, host_batches).items()}
+        return Explain(timing=timing, hlo_path=hlo_path)
     except Exception as e:  # the measured run stands; explain says what went wrong
-        out["explain_error"] = f"{type(e).__name__}: {e}"[:300]
-    return out
+        return Explain(hlo_path=hlo_path, error=f"{type(e).__name__}: {e}"[:300])

@@ -162,7 +162,7 @@ def sdpa_as(impl: str, seq_minor: bool = False) -> Callable[..., Any]:
                                      "heads without enable_gqa=True (torch refuses this too)")
         if scale is not None:
             q = q * jnp.asarray(scale * q.shape[-1] ** 0.5, q.dtype)
-        masks: dict[str, Any] = {"is_causal": True} if is_causal else {}
+        masks: dict[str, jax.Array | bool] = {"is_causal": True} if is_causal else {}
         if attn_mask is not None:
             masks["mask" if attn_mask.dtype == jnp.bool_ else "bias"] = attn_mask
         return attention(q, k, v, impl, layout_heads_first=True, seq_minor=seq_minor, **masks)
