@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import statistics
@@ -251,7 +252,7 @@ def child(which: str, shape: dict[str, Any], steps: int, threads: int, trace: st
     # what the operating system saw over those steps (warm-up included: every one is past the compile): page faults
     # and the process's CPU-seconds per step, which other jobs on the machine disturb much less than wall time
     after = page_faults.usage()
-    host = page_faults.per_step(before, after, WARMUP + steps)
+    host: dict[str, Any] = dataclasses.asdict(page_faults.per_step(before, after, WARMUP + steps))
     if before is not None and after is not None:
         host["cpu_s_per_step"] = (after.user_s - before.user_s + after.system_s - before.system_s) / (WARMUP + steps)
     # the same number of steps again, dispatched back to back, synchronised at the window's two ends only
