@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -19,6 +19,9 @@ from twinbench.limits import check_host
 from twinbench.record import Record
 from twinbench.spec import RunSpec, SpecError
 
+if TYPE_CHECKING:
+    from twinbench.plan import Overrides  # the flags' values by spec field
+
 #: what a reader of a file may raise on content it did not foresee: the file's fault, one line (bad-input.md)
 UNEXPECTED = (TypeError, ValueError, KeyError, IndexError, AttributeError, UnicodeError, RecursionError,
               OverflowError, EOFError)
@@ -28,7 +31,7 @@ class ExplainError(ValueError):
     """Bad input to explain: one line, exit 2."""
 
 
-def explain(run_a: str, run_b: str, preset: str, overrides: dict[str, Any], out_dir: Path, timeout: float,
+def explain(run_a: str, run_b: str, preset: str, overrides: Overrides, out_dir: Path, timeout: float,
             model: str | None, jax_model: str | None, expand: str, say: Callable[[str], None],
             before: Callable[[list[RunSpec]], None] | None = None) -> Explained:
     """Explain the pair ``run_a`` ``run_b``; ``before`` is given the sides' specs once they are known, before
