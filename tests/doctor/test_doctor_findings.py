@@ -267,6 +267,23 @@ def test_threads_warn_only_where_the_doctors_ab_of_the_fix_gained() -> None:
     assert "not checked by an A/B: too few steady steps" in fd.cpu_oversubscribed(obs(**kw)).evidence
 
 
+def test_threads_beyond_the_cores_of_an_idle_machine_are_a_finding_where_the_ab_confirms_it() -> None:
+    """The corpus's threads pair on an idle 2-core machine: 8 torch threads, the doctor's own A/B 9.5 -> 3.3 ms a
+    step, and no finding, since the finding then asked for other processes' load first."""
+    idle = {"cores": 2, "others_cores": 0.0, "own_cores": 1.9, "window_s": 5.0}
+    kw: dict[str, Any] = {"machine": idle, "frameworks_used": ["torch"], "info": {"threads": {"torch": 8}}}
+    check = thread_check([10.3, 9.2, 9.7, 8.7, 8.6, 9.7], [3.1, 5.1, 4.3, 3.3, 3.1])
+    check.update(fixed=2, others_cores=0.0)
+    f = fd.cpu_oversubscribed(obs(**kw, thread_check=check))
+    assert f is not None and f.severity == "warning", f
+    assert f.title == "torch runs 8 threads on 2 cores: they wait for each other"
+    assert "torch.set_num_threads(2)" in f.fix and "a gain of +" in f.evidence
+    # the same idle machine with no A/B, or one that does not confirm it: nothing (the load alone decides then)
+    assert fd.cpu_oversubscribed(obs(**kw)) is None
+    same = [9.0, 9.5, 8.5, 9.2, 8.8, 9.1]
+    assert fd.cpu_oversubscribed(obs(**kw, thread_check=thread_check(same, [9.1, 8.9, 9.3, 8.7, 9.0]))) is None
+
+
 def test_the_thread_check_switches_blocks_and_leaves_the_fixed_ones_out(monkeypatch: Any) -> None:
     # the script's process's side on a recorder and a stand-in for torch (no process): blocks as written,
     # fixed, fixed, as written at the fix's count, the script's count back after them and at the end

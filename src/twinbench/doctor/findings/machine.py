@@ -43,7 +43,7 @@ def thread_ab(obs: Obs) -> tuple[bool, str] | None:
     id='cpu-oversubscribed',
     severity='warning / info',
     about='machine',
-    threshold="other processes keep >= 10% of the cores busy during the steady steps (info); a warning from 25% when torch's threads plus that load ask for more cores than there are (threads of a framework the script only imports do not count); where torch's threads exceed the free cores the doctor runs an A/B in the script's run (blocks of steps at `torch.set_num_threads(k)` against blocks as written: as written, fixed, fixed, as written), and then it is a warning only when the fixed blocks are faster at a one-sided Mann-Whitney p < 0.05, else info",
+    threshold="other processes keep >= 10% of the cores busy during the steady steps (info); a warning from 25% when torch's threads plus that load ask for more cores than there are (threads of a framework the script only imports do not count); where torch's threads exceed the free cores (on an idle machine too) the doctor runs an A/B in the script's run (blocks of steps at `torch.set_num_threads(k)` against blocks as written: as written, fixed, fixed, as written), and then it is a warning only when the fixed blocks are faster at a one-sided Mann-Whitney p < 0.05, else info",
     fix='`torch.set_num_threads(k)` for the k free cores (the count the A/B ran); no JAX thread setting (one XLA thread made a public script slower); else an idle machine, or the jobs pinned apart',
     tested_by='tests/doctor/test_doctor_findings.py, test_doctor_timing.py',
     locate=False,
@@ -57,8 +57,13 @@ def cpu_oversubscribed(obs: Obs) -> Finding | None:
     A/B decides: a warning when the fixed blocks are faster (``thread_ab``), else info with its figures."""
     m = obs.machine or Machine()
     cores, others = m.cores or 0, m.others_cores
-    if not cores or others is None or others < BUSY_INFO_SHARE * cores:
+    checked = thread_ab(obs)
+    # more threads than cores is a finding on an idle machine too, where the script's own A/B confirmed it
+    # (the corpus's 8 torch threads on 2 idle cores: 9.5 -> 3.3 ms a step); without an A/B, only a busy one
+    confirmed = bool(checked and checked[0])
+    if not cores or ((others is None or others < BUSY_INFO_SHARE * cores) and not confirmed):
         return None
+    others = others or 0.0
     threads = obs.info.threads
     used = obs.frameworks_used
     if used:  # a framework the script only imports (a library imports both) runs no threads of its own
@@ -66,7 +71,6 @@ def cpu_oversubscribed(obs: Obs) -> Finding | None:
     want = max(threads.values(), default=0)
     over = others + want > cores
     free = free_cores(cores, others)
-    checked = thread_ab(obs)
     check = obs.thread_check
     if checked is not None and check is not None:
         free = check.fixed  # the count the A/B ran: the fix printed is the one it timed
@@ -99,9 +103,11 @@ def cpu_oversubscribed(obs: Obs) -> Finding | None:
     fix += (("Or run" if fix else "Run") + " when the machine is idle, or pin the other jobs to other cores (taskset -c)"
             + (" (for JAX, no thread setting is suggested: one XLA thread made a script slower, not faster)"
                if "jax" in threads else "") + ".")
+    busy = others >= BUSY_INFO_SHARE * cores
     return Finding(
         "cpu-oversubscribed", severity,
-        f"the machine is busy: other processes kept {others:.1f} of {cores} cores busy while the steps ran",
+        f"the machine is busy: other processes kept {others:.1f} of {cores} cores busy while the steps ran" if busy
+        else f"torch runs {threads.get('torch', want)} threads on {cores} cores: they wait for each other",
         f"measured over {m.window_s:.1f} s of steady steps (/proc/stat against this process's CPU time): "
         f"other processes {others:.2f} cores, this script {m.own_cores:.2f} cores, {cores} cores in all; "
         f"the frameworks use {tdesc}, so {others + want:.1f} cores are asked for (info from "
