@@ -167,7 +167,6 @@ BARE_OPENS_ALLOWED = {
     "explain/timing.py": "the worker's own HLO file",
     "explain/spill.py": "explain's own spill file in a private temporary folder",
     "explain/doctor_timing.py": "the doctor's own timing file beside its trace",
-    "explain/shape_ab.py": "the timing child's own output file in a private temporary folder",
     "doctor/__init__.py": "the doctor's own files in its private folder",
     "doctor/bootstrap.py": "the doctor's own files in its private folder",
     "doctor/trace.py": "the doctor's own trace.json",
