@@ -24,6 +24,9 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 # 100 unless COLUMNS says otherwise; tests/test_safety.py checks that default)
 os.environ.setdefault("COLUMNS", "180")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
+# explain's per-shape A/B starts a process a framework (explain/shape_ab.py): the suite's explains, in process and in
+# the CLIs it starts, leave their shape unconfirmed ("not timed"); tests/explain/test_shape_ab.py times shapes for real
+os.environ["TWINBENCH_SHAPE_AB"] = "0"
 # OpenMP threads (torch's intra-op pool) sleep when idle instead of spinning: libgomp's default spin-wait took 11%
 # of the suite's CPU samples (perf), cores the other xdist worker and the runs' own threads needed. Set before
 # torch is imported (libgomp reads it once); the runs the tests start inherit it. Measured runs outside the
@@ -190,20 +193,3 @@ def fake_runs(monkeypatch):
 
     monkeypatch.setattr(runner, "run_one", run_one)
     return calls
-
-
-@pytest.fixture(autouse=True)
-def _no_shape_timed_in_process(request, monkeypatch):
-    """explain's per-shape A/B (explain/shape_ab.py) starts a process a framework: in the pytest process it is
-    replaced by a failure, so a test explaining a CPU pair in process says its shape unconfirmed (the line then
-    reads "its A/B on this machine failed: ...") instead of starting two processes; tests/explain/test_shape_ab.py
-    times shapes for real, and a test may monkeypatch its own fake (test_noise.py). A CLI the tests start in a
-    process of its own runs the A/B as a user's would."""
-    if request.node.path.name == "test_shape_ab.py":
-        return
-    from twinbench.explain import shape_ab
-
-    def not_here(framework, key, layout):
-        raise RuntimeError("the test suite times no shape in process (tests/conftest.py)")
-
-    monkeypatch.setattr(shape_ab, "measure", not_here)
