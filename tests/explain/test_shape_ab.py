@@ -12,12 +12,12 @@ from twinbench.explain import shape_ab
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_each_backend_multiplies_the_shape_in_each_layout(framework: str, layout: str) -> None:
-    run, sync = backends.get(framework).shaped_matmul(3, 5, 4, 6, layout)
+    run, sync = backends.get(framework).matmul("cpu", "fp32", 3, 5, 4, 6, layout)
     out = run()
     waited = sync()
     result = out if out is not None else waited
     assert tuple(result.shape) == (3, 5, 6)
-    run, sync = backends.get(framework).shaped_matmul(1, 5, 4, 6, layout)  # no batch: a plain [m,k] x [k,n]
+    run, sync = backends.get(framework).matmul("cpu", "fp32", 1, 5, 4, 6, layout)  # no batch: a plain [m,k] x [k,n]
     result = run() if framework == "torch" else (run(), sync())[1]
     assert tuple(result.shape) == (5, 6)
 

@@ -49,8 +49,8 @@ class Backend(Protocol):
     def stop_trace(self, started: Any, out_dir: Path) -> list[str]: ...  # the files it wrote, relative
     def step_annotation(self, index: int) -> Any: ...  # a context manager marking a script's step in the trace
     def wait_dispatched(self) -> None: ...  # every step dispatched so far has run
-    def matmul(self, platform: str, dtype: str, n: int) -> tuple[Callable[[], Any], Callable[[], Any]]: ...
-    def shaped_matmul(self, batch: int, m: int, k: int, n: int, layout: str) -> tuple[Callable[[], Any], Callable[[], Any]]: ...  # explain's per-shape A/B (fp32, CPU)
+    def matmul(self, platform: str, dtype: str, batch: int, m: int, k: int, n: int,
+               layout: str = "NN") -> tuple[Callable[[], Any], Callable[[], Any]]: ...  # the peak's; explain's A/B
     def attention_label(self, heads: int, seq: int, head_dim: int, dtype: str, causal: bool, masked: bool,
                         impl: str) -> str: ...
     def lean_attention(self, platform: str) -> str: ...  # an --attention-impl keeping no seq x seq scores

@@ -163,35 +163,20 @@ def wait_dispatched() -> None:
             arr.block_until_ready()
 
 
-def matmul(platform: str, dtype: str, n: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
-    """An n x n jitted matmul of ``dtype`` on JAX's default device, and the wait for its last result."""
+def matmul(platform: str, dtype: str, batch: int, m: int, k: int, n: int,
+           layout: str = "NN") -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """``batch x [m,k] x [k,n]`` of ``dtype``, jitted, on JAX's default device (the peak's square product: batch
+    1, m = k = n), with the operands stored as ``layout`` says (``NT``: the second as [n,k], transposed inside the
+    jitted function, where XLA folds it into the dot as a traced program had it: explain's per-shape A/B), and
+    the wait for its last result."""
     import jax
     import jax.numpy as jnp
 
     jdt = jnp.bfloat16 if dtype == "bf16" else jnp.float32
-    a = jax.random.normal(jax.random.key(0), (n, n), jdt)
-    b = jax.random.normal(jax.random.key(1), (n, n), jdt)
-    mm = jax.jit(jnp.matmul)
-    last: list = []
-
-    def run() -> None:
-        last[:] = [mm(a, b)]
-
-    return run, lambda: last[0].block_until_ready()
-
-
-def shaped_matmul(batch: int, m: int, k: int, n: int, layout: str) -> tuple[Callable[[], Any], Callable[[], Any]]:
-    """``batch x [m,k] x [k,n]`` in fp32, jitted, with the operands stored as ``layout`` says (``NT``: the second
-    as [n,k], transposed inside the jitted function, where XLA folds it into the dot as a traced program had it),
-    and the wait for its last result."""
-    import jax
-    import jax.numpy as jnp
-
     lead = (batch,) if batch > 1 else ()
-    ka, kb = jax.random.split(jax.random.key(0))
     ta, tb = layout[0] == "T", layout[1] == "T"
-    a = jax.random.normal(ka, (*lead, k, m) if ta else (*lead, m, k), jnp.float32)
-    b = jax.random.normal(kb, (*lead, n, k) if tb else (*lead, k, n), jnp.float32)
+    a = jax.random.normal(jax.random.key(0), (*lead, k, m) if ta else (*lead, m, k), jdt)
+    b = jax.random.normal(jax.random.key(1), (*lead, n, k) if tb else (*lead, k, n), jdt)
 
     @jax.jit
     def mm(a: jax.Array, b: jax.Array) -> jax.Array:

@@ -165,28 +165,26 @@ def wait_dispatched() -> None:
     """Nothing to wait for: the doctor's torch trace is of the CPU, where an op has run when it returns."""
 
 
-def matmul(platform: str, dtype: str, n: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
-    """An n x n matmul of ``dtype`` on the platform's device, and the sync that waits for it."""
+def matmul(platform: str, dtype: str, batch: int, m: int, k: int, n: int,
+           layout: str = "NN") -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """``batch x [m,k] x [k,n]`` of ``dtype`` on the platform's device (the peak's square product: batch 1, m = k =
+    n), with the operands laid out as ``layout`` says (``NT``: the second stored as [n,k] and read transposed, a
+    strided view as a traced op had it: explain's per-shape A/B), and the sync that waits for it."""
     import torch
 
     on_gpu = platform != "cpu"  # "gpu" (older records and caches: "cuda")
     dev = torch.device("cuda" if on_gpu else "cpu")
     tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
     sync = torch.cuda.synchronize if on_gpu else (lambda: None)
-    a = torch.randn(n, n, device=dev, dtype=tdt)
-    b = torch.randn(n, n, device=dev, dtype=tdt)
-    return (lambda: torch.mm(a, b)), sync
-
-
-def shaped_matmul(batch: int, m: int, k: int, n: int, layout: str) -> tuple[Callable[[], Any], Callable[[], Any]]:
-    """``batch x [m,k] x [k,n]`` in fp32 on the CPU with the operands laid out as ``layout`` says (``NT``: the
-    second stored as [n,k] and read transposed, a strided view as a traced op had it), and the (empty) sync."""
-    import torch
-
     lead = (batch,) if batch > 1 else ()
-    a = torch.randn(*lead, m, k) if layout[0] == "N" else torch.randn(*lead, k, m).transpose(-1, -2)
-    b = torch.randn(*lead, k, n) if layout[1] == "N" else torch.randn(*lead, n, k).transpose(-1, -2)
-    return (lambda: torch.matmul(a, b)), (lambda: None)
+
+    def operand(rows: int, cols: int, transposed: bool) -> Any:
+        if transposed:
+            return torch.randn(*lead, cols, rows, device=dev, dtype=tdt).transpose(-1, -2)
+        return torch.randn(*lead, rows, cols, device=dev, dtype=tdt)
+
+    a, b = operand(m, k, layout[0] == "T"), operand(k, n, layout[1] == "T")
+    return (lambda: torch.matmul(a, b)), sync
 
 
 def attention_label(heads: int, seq: int, head_dim: int, dtype: str, causal: bool, masked: bool,

@@ -89,7 +89,7 @@ def time_shape(framework: str, batch: int, m: int, k: int, n: int, layout: str) 
     threads = one_core()
     backend = backends.get(framework)
     backend.set_threads(threads)
-    run, sync = backend.shaped_matmul(batch, m, k, n, layout or "NN")
+    run, sync = backend.matmul("cpu", "fp32", batch, m, k, n, layout or "NN")
     for _ in range(WARMUP):
         run()
     sync()

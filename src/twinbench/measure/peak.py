@@ -258,7 +258,7 @@ def _per_size(framework: str, platform: str, dtype: str, reps: int,
     sizes = sizes or _sizes(platform)
     backend = backends.get(framework)
     for n in sizes:
-        run, sync = backend.matmul(platform, dtype, n)
+        run, sync = backend.matmul(platform, dtype, 1, n, n, n)
         out[n] = _rates(run, sync, n, reps, platform)
         if _long(n, out[n]):
             break
