@@ -310,16 +310,22 @@ def test_the_thread_check_switches_blocks_and_leaves_the_fixed_ones_out(monkeypa
             self.n = n
             self.set_to.append(n)
 
-    rec, torch = Recorder(), Torch()
-    rec.check_reads = True
-    rec.machine_load = lambda t0, t1: {"cores": 2, "others_cores": 1.4}  # one core free
-    switch = thread_check.ThreadSwitch(rec, torch)
-    seen = []
-    for i in range(24):
-        rec.step_call("torch:Optimizer.step", "torch-optimizer", t=float(i))
-        switch.at_call("torch:Optimizer.step")
-        seen.append(torch.n)
-        rec.step_done("torch:Optimizer.step", synced=True)
+    def run(steps: int, done: bool) -> tuple[Recorder, Torch, list[int]]:
+        """``steps`` calls of the script's step, one core free; torch's count as each call left it."""
+        rec, torch = Recorder(), Torch()
+        rec.check_reads = True
+        rec.machine_load = lambda t0, t1: {"cores": 2, "others_cores": 1.4}  # one core free
+        switch = thread_check.ThreadSwitch(rec, torch)
+        seen = []
+        for i in range(steps):
+            rec.step_call("torch:Optimizer.step", "torch-optimizer", t=float(i))
+            switch.at_call("torch:Optimizer.step")
+            seen.append(torch.n)
+            if done:
+                rec.step_done("torch:Optimizer.step", synced=True)
+        return rec, torch, seen
+
+    rec, torch, seen = run(24, done=True)
     assert seen[:8] == [8] * 8 and seen[8:16] == [1] * 8 and seen[16:] == [8] * 8
     assert torch.set_to == [1, 8]
     assert [i for i in range(1, 23) if rec.skipped(i)] == list(range(8, 17))
@@ -328,13 +334,7 @@ def test_the_thread_check_switches_blocks_and_leaves_the_fixed_ones_out(monkeypa
     assert len(check.as_written_ms) == len(check.fixed_ms) == 6  # each block's first left out
     assert "thread-check" not in rec.info.skipped
     # the run ends inside a fixed block: the script's count comes back before torch's is read, and it is said
-    rec2, torch2 = Recorder(), Torch()
-    rec2.check_reads = True
-    rec2.machine_load = rec.machine_load
-    switch2 = thread_check.ThreadSwitch(rec2, torch2)
-    for i in range(10):
-        rec2.step_call("torch:Optimizer.step", "torch-optimizer", t=float(i))
-        switch2.at_call("torch:Optimizer.step")
+    rec2, torch2, _ = run(10, done=False)
     assert torch2.n == 1
     rec2.finish()
     assert torch2.n == 8
@@ -343,14 +343,8 @@ def test_the_thread_check_switches_blocks_and_leaves_the_fixed_ones_out(monkeypa
     assert "ended after 1 of its 4 blocks" in rec2.info.skipped["thread-check"]
     # a torch.compile'd step keeps the count its kernels were compiled at: no switch, and said so
     dynamo(1)
-    rec3, torch3 = Recorder(), Torch()
-    rec3.check_reads = True
-    rec3.machine_load = rec.machine_load
-    switch3 = thread_check.ThreadSwitch(rec3, torch3)
-    for i in range(24):
-        rec3.step_call("torch:Optimizer.step", "torch-optimizer", t=float(i))
-        switch3.at_call("torch:Optimizer.step")
-        assert torch3.n == 8
+    rec3, _, seen3 = run(24, done=False)
+    assert seen3 == [8] * 24
     assert rec3.thread_check is None and "torch.compile" in rec3.info.skipped["thread-check"]
 
 

@@ -144,31 +144,29 @@ def test_a_shape_is_named_only_beyond_its_noise_ahead_of_the_next_and_confirmed_
     assert "none named" in why.shape_claim(side({"run": "torch:a"}), side(b), shape_rows(clear), 1)  # a side's noise not measured
 
 
-def test_a_shape_of_an_accelerators_traces_is_not_timed_on_a_cpu(monkeypatch) -> None:
+def _claim_of_a_stable_shape(monkeypatch, device: str, error: Exception) -> str:
+    """The shape line of a pair on ``device`` whose first shape stands 4 ms ahead of the next, its A/B raising
+    ``error``."""
     from twinbench.explain import shape_ab, why
 
     def fail(*_: Any) -> Any:
-        raise AssertionError("timed a GPU's shape on the CPU")
+        raise error
 
     monkeypatch.setattr(shape_ab, "measure", fail)
-    a = {"run": "torch:a", "step_times_ms": [95.0, 100.0, 105.0], "device": "GPU"}
-    b = {"run": "jax:b", "step_times_ms": [95.0, 100.0, 105.0], "device": "GPU", "compiler": "XLA"}
+    a = {"run": "torch:a", "step_times_ms": [95.0, 100.0, 105.0], "device": device}
+    b = {"run": "jax:b", "step_times_ms": [95.0, 100.0, 105.0], "device": device, "compiler": "XLA"}
     clear = [_shape("[64,64]x[64,64]", 2.0, 7.0), _shape("[64,128]x[128,64]", 2.0, 3.0)]
-    said = why.shape_claim(side(a), side(b), shape_rows(clear), 1)
+    return why.shape_claim(side(a), side(b), shape_rows(clear), 1)
+
+
+def test_a_shape_of_an_accelerators_traces_is_not_timed_on_a_cpu(monkeypatch) -> None:
+    said = _claim_of_a_stable_shape(monkeypatch, "GPU", AssertionError("timed a GPU's shape on the CPU"))
     assert said.startswith("largest matmul gap by shape: none named") and "needs the traces' devices (GPU" in said, said
 
 
 def test_a_failed_ab_names_no_shape(monkeypatch) -> None:
-    from twinbench.explain import shape_ab, why
-
-    def fail(*_: Any) -> Any:
-        raise RuntimeError("ModuleNotFoundError: No module named 'torch'\n  more")
-
-    monkeypatch.setattr(shape_ab, "measure", fail)
-    a = {"run": "torch:a", "step_times_ms": [95.0, 100.0, 105.0], "device": "CPU"}
-    b = {"run": "jax:b", "step_times_ms": [95.0, 100.0, 105.0], "device": "CPU", "compiler": "XLA"}
-    clear = [_shape("[64,64]x[64,64]", 2.0, 7.0), _shape("[64,128]x[128,64]", 2.0, 3.0)]
-    said = why.shape_claim(side(a), side(b), shape_rows(clear), 1)
+    said = _claim_of_a_stable_shape(monkeypatch, "CPU",
+                                    RuntimeError("ModuleNotFoundError: No module named 'torch'\n  more"))
     assert "none named" in said and "its A/B on this machine failed: ModuleNotFoundError" in said, said
     assert "\n" not in said
 
